@@ -1,0 +1,50 @@
+# finalize: PGXS build.
+#
+#   make && make install            build and install into the server of pg_config
+#   make installcheck               pg_regress against a running server that has
+#                                   shared_preload_libraries = 'finalize'
+#   make meta                       rewrite META.json's versions from the control file
+#
+# The version is written once, in finalize.control; everything else derives it.
+
+PG_CONFIG ?= pg_config
+
+EXTENSION  = finalize
+EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
+
+MODULE_big = finalize
+OBJS       = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+
+# The install script is assembled from src/sql/*.sql in name order, so each
+# part of the catalog lives in its own file.
+SQL_PARTS  = $(sort $(wildcard src/sql/*.sql))
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+DATA       = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
+
+# DB-Library with Microsoft semantics (INT_EXIT never calls exit()), libcurl
+# for object stores, libxml2 for their XML answers.
+PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
+SHLIB_LINK  = -lsybdb -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2)
+
+# Warnings are errors in this tree; `make FINALIZE_WERROR=` relaxes that for
+# compilers newer than the ones we test with.
+FINALIZE_WERROR ?= -Werror
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
+             -Wno-sign-compare $(FINALIZE_WERROR)
+
+REGRESS      = setup fdw_options tracking write_path sensor_api facts privileges
+REGRESS_OPTS = --inputdir=. --load-extension=plpgsql
+
+EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+$(DATA_built): $(SQL_PARTS) $(EXTENSION).control
+	cat $(SQL_PARTS) > $@
+
+.PHONY: meta
+meta:
+	python3 -c 'import json,sys; m=json.load(open("META.json")); m["version"]=sys.argv[1]; \
+	  m["provides"]["$(EXTENSION)"]["version"]=sys.argv[1]; \
+	  open("META.json","w").write(json.dumps(m, indent=3, ensure_ascii=False)+"\n")' $(EXTVERSION)
