@@ -1,0 +1,57 @@
+-- Facts: readable per range and per period, bounded by coalescing and retention.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SET datestyle = 'ISO, YMD';
+SET intervalstyle = 'postgres';
+SET timezone = 'UTC';
+
+CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
+SELECT finalize.track_table('f.orders', 'erp', 'dbo.orders') > 0 AS tracked;
+SELECT finalize.record_range('f.orders', NULL, '0x00000000000000000100', '2026-11-29 11:58+00');
+-- Rows all inside hour 12.
+SELECT finalize.record_range('f.orders', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 12:40+00',
+                             5, 3, 1, '2026-11-29 12:01+00', '2026-11-29 12:40+00');
+-- Rows straddling the 13:00 boundary.
+SELECT finalize.record_range('f.orders', '0x00000000000000000200', '0x00000000000000000300', '2026-11-29 13:10+00',
+                             4, 0, 0, '2026-11-29 12:50+00', '2026-11-29 13:05+00');
+-- Rows inside hour 13, then empty ranges into hour 15.
+SELECT finalize.record_range('f.orders', '0x00000000000000000300', '0x00000000000000000400', '2026-11-29 13:30+00',
+                             0, 0, 2, '2026-11-29 13:20+00', '2026-11-29 13:30+00');
+SELECT finalize.record_range('f.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 14:30+00');
+SELECT finalize.record_range('f.orders', '0x00000000000000000500', '0x00000000000000000600', '2026-11-29 15:10+00');
+
+SELECT table_name, kind, event, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
+       first_commit_time, last_commit_time, ranges, untracked
+  FROM finalize.facts WHERE table_name = 'f.orders' ORDER BY fact_id;
+
+-- Per period: exact where every range lies in one period; a straddling range
+-- is reported in both periods it touches, which are then not exact.
+SELECT * FROM finalize.changes_by_period('f.orders', '2026-11-29 11:00+00', '2026-11-29 16:00+00');
+SELECT * FROM finalize.changes_by_period('f.orders', '2026-11-29 12:30+00', '2026-11-29 12:31+00');
+SELECT * FROM finalize.changes_by_period('f.orders', '2026-11-29 16:00+00', '2026-11-29 11:00+00');
+SELECT * FROM finalize.changes_by_period('f.orders', '2000-01-01 00:00+00', '2026-11-29 11:00+00');
+SELECT * FROM finalize.changes_by_period('f.nosuch', '2026-11-29 11:00+00', '2026-11-29 16:00+00');
+
+-- Retention: old facts go, the fact the offset points at stays.
+UPDATE finalize.fact SET recorded_at = now() - interval '40 days';
+SELECT finalize.purge_facts();
+SELECT start_lsn, end_lsn FROM finalize.facts WHERE table_name = 'f.orders';
+-- The verdict and the chain are unaffected.
+SELECT finalize.finalized_until('f.orders');
+SELECT finalize.record_range('f.orders', '0x00000000000000000600', '0x00000000000000000700', '2026-11-29 16:00+00');
+SELECT finalize.purge_facts('-1 day');
+SELECT finalize.purge_facts('0');
+SELECT count(*) AS facts_left FROM finalize.facts WHERE table_name = 'f.orders';
+
+-- Untracked tables keep their facts until retention, then disappear.
+SELECT finalize.untrack_table('f.orders');
+SELECT count(*) AS facts, bool_and(untracked) AS untracked FROM finalize.facts WHERE table_name = 'f.orders';
+SELECT finalize.purge_facts();
+SELECT count(*) AS tables FROM finalize.tracked_table WHERE table_name = 'f.orders';
+UPDATE finalize.tracked_table SET untracked_at = now() - interval '40 days' WHERE table_name = 'f.orders';
+UPDATE finalize.fact SET recorded_at = now() - interval '40 days';
+SELECT finalize.purge_facts();
+SELECT count(*) AS tables FROM finalize.tracked_table WHERE table_name = 'f.orders';
+SELECT count(*) AS facts FROM finalize.fact;
+
+DROP SERVER erp;

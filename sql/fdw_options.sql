@@ -1,0 +1,48 @@
+-- Sources as foreign servers of finalize_mssql: every option is validated.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SET datestyle = 'ISO, YMD';
+SET intervalstyle = 'postgres';
+SET timezone = 'UTC';
+
+CREATE SERVER src_ok FOREIGN DATA WRAPPER finalize_mssql
+    OPTIONS (host 'sql1.example.com', port '1433', database 'erp', timezone 'Europe/Berlin', tds_version '7.4');
+CREATE USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (username 'cdc_reader', password 's3cr3t!');
+SELECT srvname, srvoptions FROM pg_foreign_server WHERE srvname = 'src_ok';
+
+-- Options may be added and changed later, and are checked then too.
+ALTER SERVER src_ok OPTIONS (SET port '14330');
+ALTER SERVER src_ok OPTIONS (SET port '0');
+ALTER SERVER src_ok OPTIONS (SET port '65536');
+ALTER SERVER src_ok OPTIONS (SET port '14x');
+ALTER SERVER src_ok OPTIONS (SET timezone 'Mars/Olympus_Mons');
+ALTER SERVER src_ok OPTIONS (SET timezone '');
+ALTER SERVER src_ok OPTIONS (SET timezone 'America/New_York');
+ALTER SERVER src_ok OPTIONS (SET tds_version '8.0');
+ALTER SERVER src_ok OPTIONS (SET host 'sql1:1433');
+ALTER SERVER src_ok OPTIONS (SET host 'sql1\INST');
+ALTER SERVER src_ok OPTIONS (SET host '');
+ALTER SERVER src_ok OPTIONS (SET database '');
+SELECT repeat('d', 129) AS long_name \gset
+ALTER SERVER src_ok OPTIONS (SET database :'long_name');
+
+-- Unknown options list the valid ones.
+ALTER SERVER src_ok OPTIONS (ADD hostname 'x');
+CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (dbname 'erp');
+
+-- Credentials belong in user mappings, and their values are never echoed.
+CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', password 'hunter2');
+CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', username 'sa');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (SET password '');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (ADD host 'h');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (SET username 'CORP\svc_cdc');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (ADD secret 'x');
+
+-- The wrapper itself takes no options.
+ALTER FOREIGN DATA WRAPPER finalize_mssql OPTIONS (ADD host 'h');
+
+-- Nothing was changed by the failed statements.
+SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'src_ok';
+SELECT umoptions FROM pg_user_mappings WHERE srvname = 'src_ok';
+
+DROP SERVER src_ok CASCADE;

@@ -1,0 +1,75 @@
+-- The sensor API: finalized_until, is_final, explain_verdict, status.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SET datestyle = 'ISO, YMD';
+SET intervalstyle = 'postgres';
+SET timezone = 'UTC';
+
+CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
+SELECT finalize.track_table('s.orders', 'erp', 'dbo.orders') > 0 AS tracked;
+
+-- Tracked, nothing final yet: NULL watermark, every period not final.
+SELECT finalize.finalized_until('s.orders');
+SELECT finalize.is_final('s.orders', '1990-01-01 00:00+00') AS long_ago_final;
+SELECT (e).is_final, (e).finalized_until, (e).reason LIKE 'Period [%) is not final yet: the worker has not recorded any range for this table since it was tracked at %.' AS reason_ok
+  FROM (SELECT finalize.explain_verdict('s.orders', '2026-11-29 14:00+00') AS e) x;
+
+-- Untracked names and NULL arguments are errors, never NULL answers.
+SELECT finalize.finalized_until('s.nosuch');
+SELECT finalize.is_final('s.nosuch', '2026-11-29 14:00+00');
+SELECT finalize.is_final(NULL, '2026-11-29 14:00+00');
+SELECT finalize.is_final('s.orders', NULL);
+SELECT finalize.is_final('s.orders', 'infinity');
+SELECT finalize.finalized_until(NULL) IS NULL AS strict_null;
+SELECT * FROM finalize.explain_verdict('s.nosuch');
+
+SELECT finalize.record_range('s.orders', NULL, '0x00000000000000000100', '2026-11-29 14:00:00+00');
+SELECT finalize.finalized_until('s.orders');
+
+-- The period that ends exactly at finalized_until is final, the next is not;
+-- any instant inside a period answers for the whole period.
+SELECT p, finalize.is_final('s.orders', p)
+  FROM unnest(ARRAY['2026-11-29 12:00+00', '2026-11-29 13:00+00', '2026-11-29 13:59:59.999999+00',
+                    '2026-11-29 14:00+00', '2026-11-29 14:30+00', '2026-11-29 15:00+00']::timestamptz[]) AS p;
+-- The same instant written in another time zone gives the same answer.
+SELECT finalize.is_final('s.orders', '2026-11-29 14:59:59+01') AS in_cet,
+       finalize.is_final('s.orders', '2026-11-29 09:30-05') AS in_est;
+
+-- explain_verdict: final and not final, with the reason.
+SELECT table_name, period_start, period_end, is_final, finalized_until, captured_until, state, reason
+  FROM finalize.explain_verdict('s.orders', '2026-11-29 13:15+00');
+SELECT table_name, period_start, period_end, is_final, finalized_until, captured_until, state, reason
+  FROM finalize.explain_verdict('s.orders', '2026-11-29 14:15+00');
+-- Without a period: the first period that is not final.
+SELECT period_start, is_final FROM finalize.explain_verdict('s.orders');
+SELECT finalize.record_range('s.orders', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 14:50+00');
+SELECT reason FROM finalize.explain_verdict('s.orders', '2026-11-29 14:15+00');
+-- A stopped table and a failing source say so.
+UPDATE finalize.tracked_table SET state = 'data_lost', state_detail = 'Rows were purged before they were read.', state_since = '2026-11-29 14:51+00'
+ WHERE table_name = 's.orders';
+INSERT INTO finalize.source_status (server_name, condition, last_error, last_error_at)
+VALUES ('erp', 'unreachable', 'SQL Server error 18456: Login failed for user ''cdc''.', '2026-11-29 14:52+00');
+SELECT state, reason FROM finalize.explain_verdict('s.orders', '2026-11-29 14:15+00');
+
+-- The status view: one row per tracked table.
+SELECT finalize.track_table('s.lines', 'erp', 'dbo.order_lines', '1 day') > 0 AS tracked;
+SELECT table_name, server_name, source_table, granularity, state, finalized_until, offset_lsn,
+       captured_until, source_condition, last_error, worker_pid
+  FROM finalize.status ORDER BY table_name;
+SELECT lag = now() - finalized_until AS lag_is_age_of_watermark FROM finalize.status WHERE table_name = 's.orders';
+
+-- Period arithmetic, aligned like date_bin with origin 2000-01-01 00:00 UTC.
+SELECT g, finalize.period_start('2026-11-29 14:37:12.5+00', g) AS start,
+       finalize.period_end('2026-11-29 14:37:12.5+00', g) AS "end",
+       finalize.period_start('2026-11-29 14:37:12.5+00', g) = date_bin(g, '2026-11-29 14:37:12.5+00', '2000-01-01 00:00+00') AS same_as_date_bin
+  FROM unnest(ARRAY['1 hour', '15 minutes', '1 day', '7 days', '90 seconds', '1 second']::interval[]) AS g;
+SELECT finalize.period_start('1999-12-31 23:30+00', '1 hour') AS before_origin,
+       finalize.period_start('2000-01-01 00:00+00', '1 day') AS at_origin;
+SELECT finalize.period_start(now(), '1 mon');
+SELECT finalize.period_start(now(), '-1 hour');
+SELECT finalize.period_end('294276-12-31 23:00+00', '1 day') AS saturates;
+
+UPDATE finalize.tracked_table SET state = 'active', state_detail = NULL WHERE table_name = 's.orders';
+DELETE FROM finalize.source_status;
+SELECT finalize.untrack_table(t, false) FROM unnest(ARRAY['s.orders', 's.lines']) AS t;
+DROP SERVER erp;

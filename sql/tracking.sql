@@ -1,0 +1,84 @@
+-- Registering tracked tables: every argument is validated and named.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SET datestyle = 'ISO, YMD';
+SET intervalstyle = 'postgres';
+SET timezone = 'UTC';
+
+CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
+CREATE SERVER erp_nodb FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1');
+CREATE FOREIGN DATA WRAPPER other_wrapper;
+CREATE SERVER not_mssql FOREIGN DATA WRAPPER other_wrapper;
+
+SELECT finalize.track_table('sales.orders', 'erp', 'dbo.orders') AS table_id;
+SELECT finalize.track_table('sales.order_lines', 'erp', '[sales data].[order]]lines]', '15 minutes') > 0 AS tracked;
+SELECT table_name, server_name, source_schema, source_name, granularity, state, untracked_at
+  FROM finalize.tracked_table ORDER BY table_id;
+-- Each tracked table starts with an empty verdict.
+SELECT t.table_name, w.finalized_until, w.offset_lsn
+  FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) ORDER BY table_id;
+
+-- Names are unique among tracked tables.
+SELECT finalize.track_table('sales.orders', 'erp', 'dbo.orders');
+
+-- Missing and empty arguments.
+SELECT finalize.track_table(NULL, 'erp', 'dbo.orders');
+SELECT finalize.track_table('  ', 'erp', 'dbo.orders');
+SELECT finalize.track_table(repeat('x', 256), 'erp', 'dbo.orders');
+SELECT finalize.track_table('t', NULL, 'dbo.orders');
+SELECT finalize.track_table('t', 'erp', NULL);
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', NULL);
+
+-- Servers: unknown, of another wrapper, or incomplete.
+SELECT finalize.track_table('t', 'nosuch', 'dbo.orders');
+SELECT finalize.track_table('t', 'not_mssql', 'dbo.orders');
+SELECT finalize.track_table('t', 'erp_nodb', 'dbo.orders');
+
+-- Source tables are schema.table, with brackets or double quotes for awkward names.
+SELECT finalize.track_table('t', 'erp', 'orders');
+SELECT finalize.track_table('t', 'erp', 'demo.dbo.orders');
+SELECT finalize.track_table('t', 'erp', 'dbo.order lines');
+SELECT finalize.track_table('t', 'erp', '[dbo.orders');
+SELECT finalize.track_table('t', 'erp', 'dbo.[]');
+SELECT finalize.track_table('t', 'erp', 'dbo.');
+SELECT finalize.track_table('t', 'erp', '.orders');
+SELECT finalize.track_table('t', 'erp', 'dbo.' || repeat('x', 129));
+SELECT finalize._split_mssql_name(n, 'source_table')
+  FROM unnest(ARRAY['dbo.orders', '[dbo].[orders]', '"dbo"."or""ders"', '[a.b]]c].[ ü ]',
+                    'Sales.Bestellungen_2026', 'dbo.' || repeat('y', 128)]) AS n;
+
+-- Identifiers are quoted for T-SQL with brackets, ] doubled.
+SELECT finalize.quote_mssql_ident(i)
+  FROM unnest(ARRAY['orders', 'order lines', 'a]b', ']]', 'x''; DROP TABLE t; --']) AS i;
+
+-- Granularity: positive, without months or years.
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 month');
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 year');
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '0');
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '-1 hour');
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 day -25 hours');
+SELECT finalize.track_table('t_daily', 'erp', 'dbo.orders', '1 day') > 0 AS tracked;
+
+-- Nothing half-done was left by the failures.
+SELECT count(*) AS tracked_tables, (SELECT count(*) FROM finalize.watermark) AS verdict_rows
+  FROM finalize.tracked_table;
+
+-- Untracking keeps the row (and facts) until retention; the name is free again.
+SELECT finalize.untrack_table('t_daily');
+SELECT table_name, untracked_at IS NOT NULL AS untracked FROM finalize.tracked_table WHERE table_name = 't_daily';
+SELECT finalize.finalized_until('t_daily');
+SELECT finalize.untrack_table('t_daily');
+SELECT finalize.track_table('t_daily', 'erp', 'dbo.orders', '1 day') > 0 AS tracked_again;
+SELECT table_name, count(*) AS rows, count(*) FILTER (WHERE untracked_at IS NULL) AS active
+  FROM finalize.tracked_table WHERE table_name = 't_daily' GROUP BY table_name;
+-- keep_facts => false removes the table at once.
+SELECT finalize.untrack_table('t_daily', keep_facts => false);
+SELECT count(*) FILTER (WHERE untracked_at IS NULL) AS active, count(*) AS rows
+  FROM finalize.tracked_table WHERE table_name = 't_daily';
+SELECT finalize.untrack_table(NULL);
+SELECT finalize.untrack_table('never_tracked');
+
+SELECT finalize.untrack_table('sales.orders', false);
+SELECT finalize.untrack_table('sales.order_lines', false);
+DROP SERVER erp, erp_nodb, not_mssql;
+DROP FOREIGN DATA WRAPPER other_wrapper;

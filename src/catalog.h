@@ -1,0 +1,24 @@
+/*
+ * catalog.h
+ *     Direct reads of finalize's own tables for the hot sensor paths.
+ */
+#ifndef FINALIZE_CATALOG_H
+#define FINALIZE_CATALOG_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+#include "utils/snapshot.h"
+
+/* What a sensor needs to know about one tracked table. */
+typedef struct TrackedVerdict
+{
+	int64		table_id;
+	Interval	granularity;
+	bool		has_watermark;	/* false while nothing is final */
+	TimestampTz finalized_until;
+} TrackedVerdict;
+
+extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
+extern void catalog_not_tracked(const char *table_name) pg_attribute_noreturn();
+
+#endif							/* FINALIZE_CATALOG_H */

@@ -1,0 +1,79 @@
+/*
+ * finalize.c
+ *     Module entry point: settings.
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "finalize.h"
+#include "shmem.h"
+
+PG_MODULE_MAGIC;
+
+int			finalize_facts_retention_min = 30 * 24 * 60;
+
+void		_PG_init(void);
+
+PG_FUNCTION_INFO_V1(finalize_facts_retention);
+PG_FUNCTION_INFO_V1(finalize_calling_role);
+
+/*
+ * Defines the settings and reserves shared memory. The library only works
+ * preloaded (its worker and its verdict cache need the postmaster), so any
+ * other load is refused with a hint.
+ */
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("finalize must be loaded via shared_preload_libraries"),
+				 errhint("Add finalize to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	DefineCustomIntVariable("finalize.facts_retention",
+							"How long facts are kept before finalize.purge_facts() removes them.",
+							"The fact a table's offset points at is always kept.",
+							&finalize_facts_retention_min,
+							30 * 24 * 60, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MIN,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("finalize");
+
+	shmem_install_hooks();
+}
+
+/*
+ * finalize._facts_retention(): the retention setting as an interval, so SQL
+ * need not parse the setting's unit-suffixed text.
+ */
+Datum
+finalize_facts_retention(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->day = finalize_facts_retention_min / (HOURS_PER_DAY * MINS_PER_HOUR);
+	result->time = (int64) (finalize_facts_retention_min % (HOURS_PER_DAY * MINS_PER_HOUR)) * USECS_PER_MINUTE;
+	PG_RETURN_INTERVAL_P(result);
+}
+
+/*
+ * finalize._calling_role(): the role the session acts as (after SET ROLE),
+ * which SECURITY DEFINER does not change. Functions that run as the
+ * extension owner record it as "who" did something.
+ */
+Datum
+finalize_calling_role(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_DATUM(DirectFunctionCall1(namein,
+										CStringGetDatum(GetUserNameFromId(GetOuterUserId(), false))));
+}

@@ -1,0 +1,37 @@
+-- finalize install script, assembled by the Makefile from src/sql/*.sql in
+-- name order. Everything lives in schema finalize (not relocatable).
+
+\echo Use "CREATE EXTENSION finalize" to load this file. \quit
+
+-- Three group roles, created once per cluster and kept when the extension is
+-- dropped (roles are cluster-wide; other databases may use them):
+--   finalize_reader     sensors: verdict functions and the status view only
+--   finalize_publisher  release gate; includes finalize_reader
+--   finalize_admin      sources, tracked tables, facts; includes the others
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'finalize_reader') THEN
+        CREATE ROLE finalize_reader NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'finalize_publisher') THEN
+        CREATE ROLE finalize_publisher NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'finalize_admin') THEN
+        CREATE ROLE finalize_admin NOLOGIN;
+    END IF;
+END
+$roles$;
+GRANT finalize_reader TO finalize_publisher;
+GRANT finalize_publisher TO finalize_admin;
+
+-- Nothing in the schema is usable by PUBLIC; the grants at the end of the
+-- script open exactly what each role needs.
+REVOKE ALL ON SCHEMA @extschema@ FROM PUBLIC;
+GRANT USAGE ON SCHEMA @extschema@ TO finalize_reader;
+
+-- An LSN as SQL Server prints it: 0x and 20 upper-case hex digits. Text in the
+-- "C" collation, so string order is LSN order and JSON carries it unchanged.
+CREATE DOMAIN @extschema@.lsn AS text COLLATE "C"
+    CONSTRAINT lsn_format CHECK (VALUE ~ '^0x[0-9A-F]{20}$');
+COMMENT ON DOMAIN @extschema@.lsn IS
+    'SQL Server log sequence number as 0x followed by 20 upper-case hex digits';

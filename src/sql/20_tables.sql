@@ -1,0 +1,130 @@
+-- The catalog: tracked tables, their verdicts, the facts behind them and the
+-- runtime status of each source. All writes go through functions of this
+-- extension or its worker; roles only read through views and functions.
+
+-- A logical table (what the lake calls it) fed by one SQL Server table.
+-- Untracking keeps the row (and its facts) until retention removes them; a
+-- name can be tracked again, as a new table_id with a fresh verdict.
+CREATE TABLE @extschema@.tracked_table (
+    table_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    table_name        text COLLATE "C" NOT NULL
+                      CHECK (length(table_name) BETWEEN 1 AND 255),
+    server_name       text NOT NULL,
+    source_schema     text NOT NULL,
+    source_name       text NOT NULL,
+    capture_instance  text,
+    granularity       interval NOT NULL
+                      CHECK (granularity > interval '0' AND extract(month FROM granularity) = 0
+                             AND extract(year FROM granularity) = 0),
+    state             text NOT NULL DEFAULT 'active'
+                      CHECK (state IN ('active', 'paused', 'data_lost', 'schema_blocked')),
+    state_detail      text,
+    state_since       timestamptz NOT NULL DEFAULT now(),
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    created_by        name NOT NULL,
+    untracked_at      timestamptz
+);
+COMMENT ON TABLE @extschema@.tracked_table IS
+    'Logical tables whose completeness finalize tracks, and their SQL Server source';
+
+-- Sensors and the write path look tables up by name among the tracked ones.
+CREATE UNIQUE INDEX tracked_table_active_name_idx
+    ON @extschema@.tracked_table (table_name) WHERE untracked_at IS NULL;
+-- The worker lists the tables of one source.
+CREATE INDEX tracked_table_server_idx
+    ON @extschema@.tracked_table (server_name) WHERE untracked_at IS NULL;
+
+-- The verdict of each table: finalized_until and the offset it came from.
+-- One row per tracked table, created with it.
+CREATE TABLE @extschema@.watermark (
+    table_id            bigint PRIMARY KEY
+                        REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    finalized_until     timestamptz,
+    offset_lsn          @extschema@.lsn,
+    offset_commit_time  timestamptz,
+    advanced_at         timestamptz,
+    recorded_at         timestamptz
+);
+COMMENT ON TABLE @extschema@.watermark IS
+    'Per table: every period ending at or before finalized_until is complete; offset_lsn is the end of the last recorded range';
+COMMENT ON COLUMN @extschema@.watermark.offset_lsn IS
+    'Inclusive end of the last recorded range; the next range must start (exclusively) here';
+
+-- What the worker observed. kind = 'range': one CDC range (start exclusive,
+-- end inclusive) with its row counts; ranges of a table chain without gaps or
+-- overlaps. kind = 'event': something that happened (data loss, a blocked
+-- schema change, a resume), which never moves the verdict.
+CREATE TABLE @extschema@.fact (
+    fact_id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    table_id           bigint NOT NULL
+                       REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    kind               text NOT NULL CHECK (kind IN ('range', 'event')),
+    start_lsn          @extschema@.lsn,
+    end_lsn            @extschema@.lsn,
+    end_commit_time    timestamptz,
+    inserts            bigint NOT NULL DEFAULT 0 CHECK (inserts >= 0),
+    updates            bigint NOT NULL DEFAULT 0 CHECK (updates >= 0),
+    deletes            bigint NOT NULL DEFAULT 0 CHECK (deletes >= 0),
+    first_commit_time  timestamptz,
+    last_commit_time   timestamptz,
+    capture_instance   text,
+    event              text CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch',
+                                             'data_loss', 'schema_blocked', 'resumed', 'source_error')),
+    detail             jsonb,
+    ranges             integer NOT NULL DEFAULT 1 CHECK (ranges >= 1),
+    recorded_at        timestamptz NOT NULL DEFAULT now(),
+    CHECK (start_lsn < end_lsn),
+    CHECK (first_commit_time <= last_commit_time),
+    CHECK ((first_commit_time IS NULL) = (inserts + updates + deletes = 0)),
+    CHECK (kind = 'event' OR (end_lsn IS NOT NULL AND end_commit_time IS NOT NULL)),
+    CHECK (kind = 'range' OR event IS NOT NULL)
+);
+COMMENT ON TABLE @extschema@.fact IS
+    'Facts recorded per CDC range (counts, LSN and commit-time spans) and events (data loss, schema change, ...)';
+
+-- Ranges chain by end LSN: the write path finds the previous range and
+-- re-recorded ranges through this index.
+CREATE UNIQUE INDEX fact_range_end_idx
+    ON @extschema@.fact (table_id, end_lsn) WHERE kind = 'range';
+-- Per-period questions ("what changed in hour 14") scan by commit time.
+CREATE INDEX fact_commit_time_idx
+    ON @extschema@.fact (table_id, end_commit_time);
+-- Retention deletes by age.
+CREATE INDEX fact_recorded_at_idx
+    ON @extschema@.fact (recorded_at);
+
+-- Runtime status of each source, written by its worker once per cycle.
+CREATE TABLE @extschema@.source_status (
+    server_name     text PRIMARY KEY,
+    worker_pid      integer,
+    condition       text NOT NULL DEFAULT 'starting',
+    last_poll       timestamptz,
+    last_success    timestamptz,
+    last_error      text,
+    last_error_at   timestamptz,
+    max_lsn         @extschema@.lsn,
+    max_lsn_time    timestamptz,
+    clock_skew      interval
+);
+COMMENT ON TABLE @extschema@.source_status IS
+    'Per source: what its worker saw on its last cycle';
+
+-- pg_dump keeps the contents of these tables with the extension.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tracked_table', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.watermark', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fact', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tracked_table_table_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fact_fact_id_seq', '');
+
+-- Every committed change of a verdict or a tracked table bumps a shared
+-- epoch, so backends drop the verdicts they cached (see verdict_cache.c).
+CREATE FUNCTION @extschema@._verdict_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'finalize_verdict_changed'
+LANGUAGE C;
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.tracked_table
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.watermark
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();

@@ -1,0 +1,53 @@
+-- Period arithmetic, in C so the sensors and the write path share one
+-- implementation. Periods are aligned like date_bin with origin
+-- 2000-01-01 00:00 UTC; a granularity has no months (their length varies).
+
+CREATE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_period_start'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.period_start(timestamptz, interval) IS
+    'Start of the period of the given granularity that contains ts';
+
+CREATE FUNCTION @extschema@.period_end(ts timestamptz, granularity interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_period_end'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.period_end(timestamptz, interval) IS
+    'End (exclusive) of the period of the given granularity that contains ts';
+
+-- The role the session acts as (after SET ROLE): who did something, even
+-- inside a SECURITY DEFINER function.
+CREATE FUNCTION @extschema@._calling_role()
+RETURNS name
+AS 'MODULE_PATHNAME', 'finalize_calling_role'
+LANGUAGE C STABLE;
+
+-- ISO 8601 in UTC for JSON payloads, independent of the session's TimeZone.
+CREATE FUNCTION @extschema@._utc_iso(ts timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN date_trunc('second', ts AT TIME ZONE 'UTC') = ts AT TIME ZONE 'UTC'
+            THEN to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            ELSE to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END;
+
+-- Normalizes LSN text to the stored form (upper case); the error names the
+-- argument and shows the expected shape.
+CREATE FUNCTION @extschema@._lsn_arg(value text, argname text)
+RETURNS @extschema@.lsn
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF value !~ '^0[xX][0-9A-Fa-f]{20}$' THEN
+        RAISE EXCEPTION 'invalid value for argument %: "%" is not an LSN', argname, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'An LSN is written as 0x followed by 20 hexadecimal digits, for example 0x0000002D00000E580003.';
+    END IF;
+    RETURN ('0x' || upper(substr(value, 3)))::@extschema@.lsn;
+END
+$$;

@@ -1,0 +1,215 @@
+-- The one write path of the verdict. The worker records every range it reads
+-- through record_range, in the same transaction as the facts, so a crash can
+-- only leave the verdict behind, never ahead.
+--
+-- NOTIFY channel "finalize": on every advance, a JSON object
+--   {"table": ..., "old": ..., "new": ..., "lsn": ..., "commit_time": ...}
+-- with times in UTC ISO 8601 ("old" is null on the first advance).
+
+CREATE FUNCTION @extschema@.record_range(
+    table_name        text,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint DEFAULT 0,
+    updates           bigint DEFAULT 0,
+    deletes           bigint DEFAULT 0,
+    first_commit_time timestamptz DEFAULT NULL,
+    last_commit_time  timestamptz DEFAULT NULL,
+    capture_instance  text DEFAULT NULL,
+    event             text DEFAULT NULL,
+    detail            jsonb DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    s     @extschema@.lsn := @extschema@._lsn_arg(start_lsn, 'start_lsn');
+    e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
+    tt    @extschema@.tracked_table;
+    wm    @extschema@.watermark;
+    prev  @extschema@.fact;
+    empty boolean;
+    new_until timestamptz;
+BEGIN
+    PERFORM @extschema@._require(record_range.table_name, 'table_name');
+    PERFORM @extschema@._require(e, 'end_lsn');
+    PERFORM @extschema@._require(end_commit_time, 'end_commit_time');
+    PERFORM @extschema@._require(inserts, 'inserts');
+    PERFORM @extschema@._require(updates, 'updates');
+    PERFORM @extschema@._require(deletes, 'deletes');
+    IF inserts < 0 OR updates < 0 OR deletes < 0 THEN
+        RAISE EXCEPTION 'invalid row counts for table "%": inserts %, updates %, deletes %',
+                        record_range.table_name, inserts, updates, deletes
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Row counts cannot be negative.';
+    END IF;
+    empty := inserts + updates + deletes = 0;
+    IF empty <> (first_commit_time IS NULL) OR (first_commit_time IS NULL) <> (last_commit_time IS NULL)
+       OR first_commit_time > last_commit_time THEN
+        RAISE EXCEPTION 'invalid commit-time span for table "%": % to %',
+                        record_range.table_name, first_commit_time, last_commit_time
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range with rows needs first_commit_time <= last_commit_time; an empty range has neither.';
+    END IF;
+    IF event IS NOT NULL AND event NOT IN ('schema_change', 'instance_switch') THEN
+        RAISE EXCEPTION 'invalid value for argument event: "%"', event
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range can carry the events schema_change or instance_switch; other events do not advance the verdict.';
+    END IF;
+    IF s IS NOT NULL AND e <= s THEN
+        RAISE EXCEPTION 'range (%, %] of table "%" is empty or reversed', s, e, record_range.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The end LSN of a range must be greater than its (exclusive) start LSN.';
+    END IF;
+
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t
+     WHERE t.table_name = record_range.table_name AND t.untracked_at IS NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(record_range.table_name);
+    END IF;
+    -- Serialize writers of this table, then re-read its state under the lock.
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id;
+    IF tt.state <> 'active' THEN
+        RAISE EXCEPTION 'table "%" is in state %, so no range can be recorded', tt.table_name, tt.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = coalesce(tt.state_detail, 'The verdict of this table is stopped.'),
+                  HINT = 'See finalize.status and the troubleshooting section of the README.';
+    END IF;
+
+    -- A range that ends at or before the offset was recorded before: an
+    -- identical repeat changes nothing, anything else contradicts the facts.
+    IF wm.offset_lsn IS NOT NULL AND e <= wm.offset_lsn THEN
+        IF EXISTS (SELECT FROM @extschema@.fact f
+                    WHERE f.table_id = tt.table_id AND f.kind = 'range' AND f.end_lsn = e
+                      AND f.start_lsn IS NOT DISTINCT FROM s
+                      AND (f.inserts, f.updates, f.deletes) = (inserts, updates, deletes)
+                      AND f.first_commit_time IS NOT DISTINCT FROM first_commit_time
+                      AND f.last_commit_time IS NOT DISTINCT FROM last_commit_time)
+           OR (empty AND event IS NULL AND s IS NOT NULL AND EXISTS (
+                   -- an empty range may since have been coalesced into a longer one
+                   SELECT FROM @extschema@.fact f
+                    WHERE f.table_id = tt.table_id AND f.kind = 'range' AND f.event IS NULL
+                      AND f.start_lsn <= s AND f.end_lsn >= e
+                      AND f.inserts + f.updates + f.deletes = 0))
+        THEN
+            RETURN wm.finalized_until;
+        END IF;
+        RAISE EXCEPTION 'range (%, %] of table "%" contradicts facts already recorded',
+                        coalesce(s::text, 'NULL'), e, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('The recorded ranges of this table reach LSN %s, and none of them is this range with these counts.', wm.offset_lsn),
+                  HINT = 'Ranges are recorded once, in LSN order; repeating a recorded range unchanged is allowed.';
+    END IF;
+    IF wm.offset_lsn IS NOT NULL THEN
+        IF s IS NULL THEN
+            RAISE EXCEPTION 'table "%" already has an offset', tt.table_name
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Its facts reach LSN %s; only the first range may omit start_lsn.', wm.offset_lsn),
+                      HINT = format('Record the range (%s, %s] instead.', wm.offset_lsn, e);
+        ELSIF s < wm.offset_lsn THEN
+            RAISE EXCEPTION 'range (%, %] of table "%" overlaps the range recorded up to LSN %',
+                            s, e, tt.table_name, wm.offset_lsn
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Ranges of a table must chain: each starts (exclusively) where the previous one ended.',
+                      HINT = format('Record the range (%s, %s] instead.', wm.offset_lsn, e);
+        ELSIF s > wm.offset_lsn THEN
+            RAISE EXCEPTION 'range (%, %] of table "%" leaves a gap after LSN %', s, e, tt.table_name, wm.offset_lsn
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Ranges of a table must chain: each starts (exclusively) where the previous one ended.',
+                      HINT = format('Record the range (%s, %s] first.', wm.offset_lsn, s);
+        END IF;
+    END IF;
+    IF s IS NULL AND NOT empty THEN
+        RAISE EXCEPTION 'the first range of table "%" has no start LSN but has rows', tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range without start_lsn only marks where tracking starts; it cannot carry row counts.';
+    END IF;
+
+    -- Consecutive empty ranges coalesce into one fact, so an idle table keeps
+    -- a bounded number of rows.
+    prev := NULL;
+    IF empty AND event IS NULL AND s IS NOT NULL THEN
+        SELECT f.* INTO prev FROM @extschema@.fact f
+         WHERE f.table_id = tt.table_id AND f.kind = 'range' AND f.end_lsn = s
+           AND f.event IS NULL AND f.inserts + f.updates + f.deletes = 0
+           AND f.capture_instance IS NOT DISTINCT FROM record_range.capture_instance;
+    END IF;
+    IF prev.fact_id IS NOT NULL THEN
+        UPDATE @extschema@.fact f
+           SET end_lsn = e, end_commit_time = record_range.end_commit_time,
+               ranges = f.ranges + 1, recorded_at = now()
+         WHERE f.fact_id = prev.fact_id;
+    ELSE
+        INSERT INTO @extschema@.fact
+            (table_id, kind, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
+             first_commit_time, last_commit_time, capture_instance, event, detail)
+        VALUES
+            (tt.table_id, 'range', s, e, end_commit_time, inserts, updates, deletes,
+             first_commit_time, last_commit_time, capture_instance,
+             CASE WHEN s IS NULL THEN 'tracking_started' ELSE event END, detail);
+    END IF;
+
+    new_until := GREATEST(wm.finalized_until,
+                          @extschema@.period_start(end_commit_time, tt.granularity));
+    UPDATE @extschema@.watermark w
+       SET finalized_until = new_until,
+           offset_lsn = e,
+           offset_commit_time = end_commit_time,
+           recorded_at = now(),
+           advanced_at = CASE WHEN new_until IS DISTINCT FROM wm.finalized_until
+                              THEN now() ELSE w.advanced_at END
+     WHERE w.table_id = tt.table_id;
+
+    IF new_until IS DISTINCT FROM wm.finalized_until THEN
+        PERFORM pg_notify('finalize', json_build_object(
+            'table', tt.table_name,
+            'old', @extschema@._utc_iso(wm.finalized_until),
+            'new', @extschema@._utc_iso(new_until),
+            'lsn', e,
+            'commit_time', @extschema@._utc_iso(end_commit_time))::text);
+    END IF;
+    RETURN new_until;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
+                                             timestamptz, timestamptz, text, text, jsonb) IS
+    'Record the facts of one CDC range (start exclusive, end inclusive) and advance the verdict';
+
+-- Removes facts older than the retention (finalize.facts_retention unless
+-- given), and untracked tables with no facts left. The fact a table's offset
+-- points at is kept, so the chain of ranges can always be checked.
+CREATE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    keep interval := coalesce(older_than, @extschema@._facts_retention());
+    removed bigint;
+BEGIN
+    IF keep < interval '0' THEN
+        RAISE EXCEPTION 'invalid value for argument older_than: "%" is negative', keep
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    DELETE FROM @extschema@.fact f
+     WHERE f.recorded_at < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.watermark w
+                        WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    DELETE FROM @extschema@.tracked_table t
+     WHERE t.untracked_at < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id
+                        AND f.recorded_at >= now() - keep);
+    RETURN removed;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.purge_facts(interval) IS
+    'Delete facts older than the retention (finalize.facts_retention by default); returns how many';
+
+CREATE FUNCTION @extschema@._facts_retention()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_facts_retention'
+LANGUAGE C STABLE;

@@ -1,0 +1,38 @@
+-- Privileges. PUBLIC gets nothing; each role gets exactly what it is for.
+-- Functions that write run as the extension owner with a pinned search_path;
+-- the C verdict functions read the catalog directly, so EXECUTE on them is
+-- the whole permission.
+
+REVOKE ALL ON ALL TABLES IN SCHEMA @extschema@ FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+
+-- Sensors: the verdict, its explanation, the status view.
+GRANT EXECUTE ON FUNCTION
+    @extschema@.finalized_until(text),
+    @extschema@.is_final(text, timestamptz),
+    @extschema@.explain_verdict(text, timestamptz),
+    @extschema@.period_start(timestamptz, interval),
+    @extschema@.period_end(timestamptz, interval)
+    TO finalize_reader;
+GRANT SELECT ON @extschema@.status TO finalize_reader;
+
+-- Publishers also read the facts behind a partition.
+GRANT SELECT ON @extschema@.facts TO finalize_publisher;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.changes_by_period(text, timestamptz, timestamptz)
+    TO finalize_publisher;
+
+-- Admins manage tracked tables, may record ranges by hand (the worker's write
+-- path) and read the catalog tables.
+GRANT EXECUTE ON FUNCTION
+    @extschema@.track_table(text, text, text, interval),
+    @extschema@.untrack_table(text, boolean),
+    @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
+                             timestamptz, timestamptz, text, text, jsonb),
+    @extschema@.purge_facts(interval),
+    @extschema@.quote_mssql_ident(text)
+    TO finalize_admin;
+GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
+                @extschema@.fact, @extschema@.source_status
+    TO finalize_admin;

@@ -1,0 +1,36 @@
+"""Packaging: the version is written once (finalize.control) and everything
+else agrees with it; META.json is a valid PGXN distribution file."""
+
+import json
+import os
+import re
+import subprocess
+
+TOP = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def control_version():
+    with open(os.path.join(TOP, "finalize.control")) as f:
+        return re.search(r"^default_version\s*=\s*'([^']+)'", f.read(), re.M).group(1)
+
+
+def test_meta_json_matches_control():
+    with open(os.path.join(TOP, "META.json")) as f:
+        meta = json.load(f)
+    version = control_version()
+    assert meta["version"] == version, "run `make meta` after changing default_version"
+    assert meta["provides"]["finalize"]["version"] == version
+    # The fields PGXN requires, with the shapes it requires.
+    for field in ("name", "abstract", "version", "maintainer", "license", "provides", "meta-spec"):
+        assert field in meta, field
+    assert meta["name"] == "finalize"
+    assert meta["meta-spec"]["version"] == "1.0.0"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    for ext in meta["provides"].values():
+        assert os.path.exists(os.path.join(TOP, ext["file"])), ext["file"]
+
+
+def test_make_derives_install_script_name():
+    out = subprocess.run(["make", "-s", "-C", TOP, "--eval", "show-data: ; @echo $(DATA_built)", "show-data"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"finalize--{control_version()}.sql"

@@ -1,0 +1,126 @@
+"""The sensors' per-backend verdict cache: every committed change is seen by
+the next call of every other backend, a transaction sees its own changes,
+and nothing uncommitted is ever shown."""
+
+import threading
+
+import psycopg2
+import pytest
+
+from pgcluster import Cluster
+
+
+@pytest.fixture(scope="module")
+def pg2():
+    cluster = Cluster(conf={"max_prepared_transactions": "2"})
+    cluster.start()
+    cluster.sql("CREATE EXTENSION finalize")
+    cluster.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def table(pg2):
+    pg2.sql("SELECT finalize.track_table('c.orders', 'src', 'dbo.orders')")
+    pg2.sql("SELECT finalize.record_range('c.orders', NULL, '0x00000000000000000100', '2026-11-29 13:20+00')")
+    yield "c.orders"
+    pg2.sql("DELETE FROM finalize.tracked_table")
+
+
+def one(conn, query, args=None):
+    with conn.cursor() as cur:
+        cur.execute(query, args)
+        return cur.fetchone()[0]
+
+
+def test_commit_is_seen_by_the_next_call(pg2, table):
+    reader, writer = pg2.connect(), pg2.connect()
+    assert one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 13:00+00')") is False
+    assert one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 13:00+00')") is False  # cached
+    one(writer, "SELECT finalize.record_range('c.orders', '0x00000000000000000100', "
+                "'0x00000000000000000200', '2026-11-29 14:00+00')")
+    assert one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 13:00+00')") is True
+    assert str(one(reader, "SELECT finalize.finalized_until('c.orders')")) == "2026-11-29 14:00:00+00:00"
+
+
+def test_rollback_is_never_seen(pg2, table):
+    reader = pg2.connect()
+    writer = pg2.connect(autocommit=False)
+    before = one(reader, "SELECT finalize.finalized_until('c.orders')")
+    one(writer, "SELECT finalize.record_range('c.orders', '0x00000000000000000100', "
+                "'0x00000000000000000200', '2026-11-29 18:00+00')")
+    assert one(reader, "SELECT finalize.finalized_until('c.orders')") == before
+    writer.rollback()
+    assert one(reader, "SELECT finalize.finalized_until('c.orders')") == before
+
+
+def test_own_changes_are_seen_inside_the_transaction(pg2, table):
+    conn = pg2.connect(autocommit=False)
+    assert one(conn, "SELECT finalize.is_final('c.orders', '2026-11-29 13:00+00')") is False
+    one(conn, "SELECT finalize.record_range('c.orders', '0x00000000000000000100', "
+              "'0x00000000000000000200', '2026-11-29 14:00+00')")
+    assert one(conn, "SELECT finalize.is_final('c.orders', '2026-11-29 13:00+00')") is True
+    conn.rollback()
+    assert one(conn, "SELECT finalize.is_final('c.orders', '2026-11-29 13:00+00')") is False
+
+
+def test_untrack_and_granularity_changes_are_seen(pg2, table):
+    reader = pg2.connect()
+    assert one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 12:00+00')") is True
+    # A direct change by a superuser goes through the same trigger.
+    pg2.sql("UPDATE finalize.tracked_table SET granularity = '1 day' WHERE table_name = 'c.orders'")
+    assert one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 12:00+00')") is False
+    pg2.sql("SELECT finalize.untrack_table('c.orders')")
+    with pytest.raises(psycopg2.errors.UndefinedObject, match='table "c.orders" is not tracked'):
+        one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 12:00+00')")
+
+
+def test_prepared_transactions_cannot_change_verdicts(pg2, table):
+    conn = pg2.connect(autocommit=False)
+    one(conn, "SELECT finalize.record_range('c.orders', '0x00000000000000000100', "
+              "'0x00000000000000000200', '2026-11-29 14:00+00')")
+    with pytest.raises(psycopg2.errors.FeatureNotSupported, match="cannot prepare a transaction"):
+        conn.cursor().execute("PREPARE TRANSACTION 'x'")
+    conn.rollback()
+    assert str(one(conn, "SELECT finalize.finalized_until('c.orders')")) == "2026-11-29 13:00:00+00:00"
+
+
+def test_readers_never_go_backwards_and_end_on_the_last_commit(pg2, table):
+    """A writer advances the verdict 200 times while readers poll: every
+    reader sees a non-decreasing sequence and, after the writer is done,
+    exactly the last committed verdict."""
+    done = threading.Event()
+    failures = []
+    last_seen = []
+
+    def read_loop():
+        conn = pg2.connect()
+        last = None
+        while not done.is_set():
+            v = one(conn, "SELECT finalize.finalized_until('c.orders')")
+            if last is not None and v < last:
+                failures.append((last, v))
+            last = v
+        # The same backend, with its cache, once the writer is done.
+        last_seen.append(one(conn, "SELECT finalize.finalized_until('c.orders')"))
+        conn.close()
+
+    readers = [threading.Thread(target=read_loop) for _ in range(3)]
+    for t in readers:
+        t.start()
+    writer = pg2.connect()
+    lsn = 0x100
+    for i in range(1, 201):
+        nxt = lsn + 0x100
+        one(writer, "SELECT finalize.record_range('c.orders', %s, %s, "
+                    "'2026-11-29 13:20+00'::timestamptz + %s * interval '1 hour')",
+            (f"0x{lsn:020X}", f"0x{nxt:020X}", i))
+        lsn = nxt
+    done.set()
+    for t in readers:
+        t.join()
+    assert failures == []
+    final = one(writer, "SELECT finalize.finalized_until('c.orders')")
+    assert last_seen == [final] * 3
+    assert str(final) == "2026-12-07 21:00:00+00:00"

@@ -1,0 +1,165 @@
+"""Throwaway PostgreSQL clusters for finalize's integration tests.
+
+A Cluster is initdb'ed and run as the ``postgres`` user (PostgreSQL refuses to
+run as root, and CI runs as root), preloads the finalize library, listens on
+127.0.0.1 and a Unix socket in its own directory, and is removed on cleanup.
+Tests talk to it through psycopg2.
+
+    with Cluster(conf={"finalize.poll_interval": "1s"}) as pg:
+        pg.sql("CREATE EXTENSION finalize")
+        pg.sql("SELECT finalize.finalized_until(%s)", ("sales.orders",))
+"""
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import psycopg2
+import psycopg2.extensions
+
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_postgres(cmd, **kw):
+    """Runs a command as the postgres user when we are root (CI), else as us."""
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--"] + cmd
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+class Cluster:
+    """One PostgreSQL cluster in a temporary directory."""
+
+    def __init__(self, conf=None, port=None, keep=False):
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="finalize-pg.")
+        os.chmod(self.dir, 0o755)
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self.data = os.path.join(self.dir, "data")
+        self.logfile = os.path.join(self.dir, "server.log")
+        self.keep = keep or bool(os.environ.get("KEEP_WORKDIR"))
+        self.conf = {
+            "port": str(self.port),
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self.dir}'",
+            "shared_preload_libraries": "'finalize'",
+            "max_worker_processes": "32",
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "log_line_prefix": "'%m [%p] %b %d '",
+        }
+        for k, v in (conf or {}).items():
+            self.conf[k] = v if str(v).startswith("'") or str(v).isdigit() else f"'{v}'"
+        _as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "-A", "trust",
+                      "-E", "UTF8", "--locale=C.UTF-8"])
+        self.write_conf()
+
+    def write_conf(self):
+        """Writes the settings into postgresql.auto.conf (read on start and reload)."""
+        lines = [f"{k} = {v}\n" for k, v in self.conf.items()]
+        path = os.path.join(self.data, "postgresql.auto.conf")
+        with open(path, "w") as f:
+            f.writelines(lines)
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+
+    def set(self, **settings):
+        """Changes settings (applied by reload() or the next start)."""
+        for k, v in settings.items():
+            self.conf[k.replace("__", ".")] = f"'{v}'"
+        self.write_conf()
+
+    def start(self):
+        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60", "start"])
+        return self
+
+    def stop(self, mode="fast"):
+        if os.path.exists(os.path.join(self.data, "postmaster.pid")):
+            try:
+                _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop"])
+            except subprocess.CalledProcessError:
+                pass
+
+    def restart(self, mode="fast"):
+        self.stop(mode)
+        return self.start()
+
+    def reload(self):
+        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "reload"])
+
+    def postmaster_pid(self):
+        with open(os.path.join(self.data, "postmaster.pid")) as f:
+            return int(f.readline())
+
+    def kill_postmaster(self):
+        """SIGKILL-free crash of the whole server: an immediate shutdown."""
+        self.stop("immediate")
+
+    def connect(self, dbname="postgres", user="postgres", autocommit=True):
+        conn = psycopg2.connect(host=self.dir, port=self.port, dbname=dbname, user=user)
+        conn.autocommit = autocommit
+        return conn
+
+    def sql(self, query, args=None, dbname="postgres", user="postgres"):
+        """Runs one statement in its own connection and returns all rows (or None)."""
+        conn = self.connect(dbname=dbname, user=user)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(query, args)
+                return cur.fetchall() if cur.description else None
+        finally:
+            conn.close()
+
+    def log(self):
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def wait_for(self, predicate, timeout=30.0, interval=0.1, what="condition"):
+        """Polls predicate() until it returns a true value; fails with the server log tail."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n"
+                                     f"--- server log tail ---\n{self.log()[-4000:]}")
+            time.sleep(interval)
+
+    def cleanup(self):
+        self.stop("immediate")
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.cleanup()
+        return False
+
+
+def kill(pid, sig=signal.SIGKILL):
+    """Sends a signal to a process, ignoring one that is already gone."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
