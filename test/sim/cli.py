@@ -1,0 +1,104 @@
+"""Command line of test/mssql-sim."""
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from .config import Config
+
+DESCRIPTION = """SQL Server 2019/2022 CDC simulator speaking TDS 7.4 (plain TCP, no TLS).
+
+Serves database 'demo' with CDC enabled on dbo.orders (capture instance
+dbo_orders) to FreeTDS, tedious and other TDS clients.  Control it over TDS with
+EXEC sim.* procedures (see test/sim/README.md)."""
+
+
+def parse_args(argv):
+    d = Config()
+    p = argparse.ArgumentParser(prog="mssql-sim", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default=d.host, help="listen address (default %(default)s)")
+    p.add_argument("--port", type=int, default=d.port, help="TCP port, 0 = pick a free one (default %(default)s)")
+    p.add_argument("--ready-file", help="write the port number to this file once listening")
+    p.add_argument("--database", default=d.database, help="database name (default %(default)s)")
+    p.add_argument("--login", default=d.login, help="sysadmin login (default %(default)s)")
+    p.add_argument("--password", default=d.password, help="its password (default %(default)s)")
+    p.add_argument("--timezone", default=d.timezone, help="IANA zone of the server clock (default %(default)s)")
+    p.add_argument("--clock", choices=["real", "sim"], default=d.clock,
+                   help="real wall clock, or sim: moved only by EXEC sim.advance (default %(default)s)")
+    p.add_argument("--start-time", default="", help="sim clock start, UTC (e.g. 2026-11-01T00:00:00Z)")
+    p.add_argument("--pollinginterval", type=float, default=d.pollinginterval,
+                   help="capture job: seconds between scan cycles (default %(default)s)")
+    p.add_argument("--maxtrans", type=int, default=d.maxtrans, help="capture job: transactions per scan (default "
+                   "%(default)s)")
+    p.add_argument("--maxscans", type=int, default=d.maxscans, help="capture job: scans per cycle (default "
+                   "%(default)s)")
+    p.add_argument("--retention", type=int, default=d.retention, help="cleanup: retention minutes (default "
+                   "%(default)s)")
+    p.add_argument("--threshold", type=int, default=d.threshold, help="cleanup: rows per DELETE (default "
+                   "%(default)s)")
+    p.add_argument("--cleanup-time", default=d.cleanup_time, help="cleanup: daily local HH:MM, '' = never "
+                   "(default %(default)s)")
+    p.add_argument("--dummy-interval", type=float, default=d.dummy_interval,
+                   help="seconds without a mapping row before capture writes a dummy row, 0 = never "
+                   "(default %(default)s)")
+    p.add_argument("--dummy-on-idle-log", choices=["yes", "no"], default="yes",
+                   help="write dummy rows even when the log had no activity at all (default yes)")
+    p.add_argument("--map-absent", choices=["null", "next"], default=d.map_absent,
+                   help="fn_cdc_map_lsn_to_time of an LSN not in the mapping table: NULL, or the time of "
+                   "the next mapped LSN (default %(default)s)")
+    p.add_argument("--traffic", action="store_true", help="run the live transaction generator")
+    p.add_argument("--traffic-rate", type=float, default=d.traffic_rate,
+                   help="generated transactions per second (default %(default)s)")
+    p.add_argument("--traffic-tables", default=d.traffic_tables, help="comma list (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="random seed (default %(default)s)")
+    p.add_argument("--version", dest="sql_version", choices=["2019", "2022"], default=d.version,
+                   help="SQL Server version to announce (default %(default)s)")
+    p.add_argument("--no-demo", action="store_true", help="start without dbo.orders and without CDC enabled")
+    p.add_argument("--log-level", default="WARNING")
+    return p.parse_args(argv)
+
+
+def config_from(args):
+    return Config(host=args.host, port=args.port, database=args.database, login=args.login,
+                  password=args.password, timezone=args.timezone, clock=args.clock, start_time=args.start_time,
+                  pollinginterval=args.pollinginterval, maxtrans=args.maxtrans, maxscans=args.maxscans,
+                  retention=args.retention, threshold=args.threshold, cleanup_time=args.cleanup_time,
+                  dummy_interval=args.dummy_interval, dummy_on_idle_log=args.dummy_on_idle_log == "yes",
+                  map_absent=args.map_absent, traffic=args.traffic, traffic_rate=args.traffic_rate,
+                  traffic_tables=args.traffic_tables, seed=args.seed, version=args.sql_version,
+                  demo=not args.no_demo)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.WARNING),
+                        format="%(asctime)s mssql-sim %(levelname)s %(message)s")
+    from .server import Server
+    try:
+        from . import timeutil
+        timeutil.zone(args.timezone)
+    except Exception:
+        print("mssql-sim: unknown time zone %r" % args.timezone, file=sys.stderr)
+        return 2
+    server = Server(config_from(args))
+    port = server.listen()
+    if args.ready_file:
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % port)
+        os.replace(tmp, args.ready_file)
+    print("mssql-sim listening on %s:%d" % (args.host, port), flush=True)
+
+    def stop(signum, frame):
+        threading.Thread(target=server.stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever()
+    finally:
+        server.stop()
+    return 0

@@ -1,0 +1,30 @@
+"""Simulator settings (command line options map 1:1 onto these fields)."""
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 14330
+    database: str = "demo"
+    login: str = "sa"
+    password: str = "Passw0rd!"
+    timezone: str = "UTC"
+    clock: str = "real"               # real | sim
+    start_time: str = ""              # sim clock start (UTC, ISO); default: now rounded to the second
+    pollinginterval: float = 5.0      # capture job: seconds between cycles
+    maxtrans: int = 500               # capture job: transactions per scan
+    maxscans: int = 10                # capture job: scans per cycle
+    retention: int = 4320             # cleanup job: minutes
+    threshold: int = 5000             # cleanup job: rows per DELETE
+    cleanup_time: str = "02:00"       # cleanup job: daily at this local time ('' = never)
+    dummy_interval: float = 300.0     # seconds of mapping-table silence before a dummy row (0 = never)
+    dummy_on_idle_log: bool = True    # also write dummy rows when the log had no activity at all
+    map_absent: str = "null"          # fn_cdc_map_lsn_to_time of an absent LSN: null | next
+    traffic: bool = False
+    traffic_rate: float = 2.0         # transactions per second (average, Poisson)
+    traffic_tables: str = "dbo.orders"
+    seed: int = 1
+    version: str = "2019"             # 2019 | 2022 (only @@VERSION and LOGINACK differ)
+    demo: bool = True                 # create dbo.orders with CDC enabled at start
+    packet_size_max: int = 32767

@@ -1,0 +1,90 @@
+"""PRELOGIN reply and LOGIN7 decoding (MS-TDS 2.2.6.4, 2.2.6.5)."""
+import struct
+from dataclasses import dataclass
+
+ENCRYPT_OFF, ENCRYPT_ON, ENCRYPT_NOT_SUP, ENCRYPT_REQ = 0, 1, 2, 3
+
+
+def parse_prelogin(payload):
+    """Option table -> {token: bytes}.  Tolerant: clients only need our reply."""
+    opts, i = {}, 0
+    while i < len(payload) and payload[i] != 0xFF:
+        if i + 5 > len(payload):
+            break
+        tok, off, ln = payload[i], *struct.unpack(">HH", payload[i + 1:i + 5])
+        opts[tok] = payload[off:off + ln]
+        i += 5
+    return opts
+
+
+def prelogin_reply(version=(15, 0, 2000)):
+    """PRELOGIN response: VERSION, ENCRYPTION=NOT_SUP, INSTOPT, THREADID, MARS off.
+
+    NOT_SUP keeps FreeTDS (encryption = off) and tedious (encrypt: false) in
+    clear text; answering OFF would make FreeTDS start TLS for the login."""
+    major, minor, build = version
+    data = [
+        (0x00, struct.pack(">BBHH", major, minor, build, 0)),
+        (0x01, bytes([ENCRYPT_NOT_SUP])),
+        (0x02, b"\x00"),
+        (0x03, b""),
+        (0x04, b"\x00"),
+    ]
+    table_len = 5 * len(data) + 1
+    table, body, off = b"", b"", table_len
+    for tok, d in data:
+        table += struct.pack(">BHH", tok, off, len(d))
+        body += d
+        off += len(d)
+    return table + b"\xff" + body
+
+
+@dataclass
+class Login:
+    """What the server needs from LOGIN7."""
+    tds_version: int
+    packet_size: int
+    hostname: str
+    username: str
+    password: str
+    appname: str
+    servername: str
+    database: str
+    language: str
+    sspi: bool
+
+
+def decode_password(raw):
+    """Undo LOGIN7 password obfuscation: per byte x ^= 0xA5, then swap nibbles."""
+    out = bytearray()
+    for x in raw:
+        x ^= 0xA5
+        out.append(((x << 4) | (x >> 4)) & 0xFF)
+    return out.decode("utf-16-le", "replace")
+
+
+def parse_login7(p):
+    """LOGIN7 payload -> Login (offsets/lengths are relative to the payload start)."""
+    if len(p) < 94:
+        raise ValueError("LOGIN7 too short")
+    tds_version, packet_size = struct.unpack("<II", p[4:12])
+    flags2 = p[25]
+
+    def field(pos, password=False):
+        off, cch = struct.unpack("<HH", p[pos:pos + 4])
+        raw = p[off:off + cch * 2]
+        return decode_password(raw) if password else raw.decode("utf-16-le", "replace")
+
+    sspi_off, sspi_len = struct.unpack("<HH", p[78:82])
+    return Login(
+        tds_version=tds_version,
+        packet_size=packet_size,
+        hostname=field(36),
+        username=field(40),
+        password=field(44, password=True),
+        appname=field(48),
+        servername=field(52),
+        language=field(64),
+        database=field(68),
+        sspi=bool(flags2 & 0x80) and sspi_len > 0,
+    )

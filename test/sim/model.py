@@ -1,0 +1,451 @@
+"""The simulated database: storage, catalog, LSN counter, the log of commits, CDC metadata.
+
+All mutation happens under ``Database.lock``.  sqlite holds the data (source
+tables in ``main``, CDC tables in the attached ``cdc`` database, WAL mode so
+readers keep a consistent snapshot while the capture and cleanup jobs write);
+the catalog and the log of not-yet-captured transactions live in Python.
+"""
+import collections
+import datetime as _dt
+import os
+import random
+import shutil
+import sqlite3
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from . import lsn as L
+from . import sqltypes as T
+from . import timeutil
+from .catalog import (META_TABLES, SYS_VIEWS, Column, Instance, Login, Table, create_sql, ct_columns, q,
+                      update_mask)
+from .clock import Clock, parse_utc
+from .errors import SqlError
+
+LSN_START = (0x2A << 48) | (0x100 << 16) | 1
+OID_START = 245575913
+OID_STEP = 16000057
+
+
+@dataclass(eq=False)
+class LogTxn:
+    """A committed transaction not yet read by the capture process."""
+    table: Table
+    begin_lsn: int
+    commit_lsn: int
+    begin_t300: int                 # UTC, 1/300 s since 1900
+    end_t300: int
+    tran_id: bytes
+    columns: tuple                  # source column names at commit time
+    changes: list                   # (seqval, op, values tuple, changed column names or None)
+    counts: tuple = (0, 0, 0)
+    kind: str = "txn"
+
+
+@dataclass(eq=False)
+class LogRecord:
+    """Non-transaction log records the capture process acts on: 'enable', 'ddl'."""
+    kind: str
+    lsn: int
+    t300: int
+    table: Table = None
+    instance: Instance = None
+    command: str = ""
+    required_column_update: bool = False
+    commit_lsn: int = 0
+
+    def __post_init__(self):
+        self.commit_lsn = self.lsn
+
+
+@dataclass
+class CleanupState:
+    held_low: bytes = None          # a cleanup raised start_lsn and waits to delete
+    runs: int = 0
+    last_low: bytes = None
+    deleted_change_rows: int = 0
+    deleted_mapping_rows: int = 0
+
+
+class Database:
+    """One SQL Server database with CDC (plus the server-level logins)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.name = cfg.database
+        self.lock = threading.RLock()
+        self.dir = tempfile.mkdtemp(prefix="mssql-sim-")
+        self.main_path = os.path.join(self.dir, "main.db")
+        self.cdc_path = os.path.join(self.dir, "cdc.db")
+        self.conn = self.connect(readonly=False)
+        for db in ("main", "cdc"):
+            self.conn.execute("PRAGMA %s.journal_mode=WAL" % db)
+        self.tz = timeutil.zone(cfg.timezone)
+        start = parse_utc(cfg.start_time) if cfg.start_time else None
+        self.clock = Clock(cfg.clock, start)
+        self.lsn = LSN_START
+        self.next_oid = OID_START
+        self.tables = {}               # (schema lower, name lower) -> Table
+        self.by_oid = {}
+        self.instances = {}            # capture instance lower -> Instance
+        self.cdc_enabled = False
+        self.capture_running = True
+        self.log = collections.deque()
+        self.max_lsn = None            # bytes, cache of MAX(start_lsn) of cdc.lsn_time_mapping
+        self.last_mapping_t300 = None  # UTC instant of the newest mapping row (or of enabling CDC)
+        self.lsn_at_last_mapping = 0
+        self.last_commit_t300 = 0
+        self.tran_counter = 0x1A2B00
+        self.cleanup = CleanupState()
+        self.logins = {cfg.login.lower(): Login(cfg.login, cfg.password, sysadmin=True, default_db=self.name)}
+        self.roles = set()
+        self.rng = random.Random(cfg.seed)
+        self.stats = collections.Counter()
+        self.last_job_error = None
+        self.schemas = {"dbo": 1, "cdc": 5, "sys": 4}
+        self.conn.execute("CREATE TABLE sim_truth (commit_t300 INTEGER, commit_lsn BLOB, table_oid INTEGER,"
+                          " ins INTEGER, upd INTEGER, del INTEGER, tracked INTEGER)")
+        self.conn.execute("CREATE INDEX sim_truth_i ON sim_truth(table_oid, commit_t300)")
+        for name, cols in SYS_VIEWS.items():
+            t = self._register(Table(self.new_oid(), "sys", name, cols, kind="sys",
+                                     phys=q("sys." + name)))
+            self.conn.execute(create_sql(t.phys, cols))
+        self.refresh_sys()
+
+    # --- storage ---------------------------------------------------------------
+
+    def connect(self, readonly=True):
+        """A sqlite connection with ``cdc`` attached (sessions get read-only ones)."""
+        c = sqlite3.connect(self.main_path, isolation_level=None, check_same_thread=False, timeout=60)
+        c.execute("ATTACH DATABASE ? AS cdc", (self.cdc_path,))
+        for db in ("main", "cdc"):
+            c.execute("PRAGMA %s.synchronous=OFF" % db)
+            c.execute("PRAGMA %s.cache_size=-65536" % db)
+        if readonly:
+            c.execute("PRAGMA query_only=1")
+        return c
+
+    def close(self):
+        """Close storage and remove the temporary directory."""
+        try:
+            self.conn.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def new_oid(self):
+        oid = self.next_oid
+        self.next_oid += OID_STEP
+        return oid
+
+    def next_lsn(self):
+        """Allocate one LSN (every log record consumes one, captured or not)."""
+        self.lsn += 1
+        return self.lsn
+
+    def _register(self, t):
+        self.tables[(t.schema.lower(), t.name.lower())] = t
+        self.by_oid[t.object_id] = t
+        return t
+
+    def _unregister(self, t):
+        self.tables.pop((t.schema.lower(), t.name.lower()), None)
+        self.by_oid.pop(t.object_id, None)
+
+    def refresh_sys(self):
+        """Rebuild the small sys.* catalog views after DDL."""
+        c = self.conn
+        c.execute("BEGIN")
+        c.execute('DELETE FROM "sys.databases"')
+        c.execute('INSERT INTO "sys.databases" VALUES (?, 1, 0), (?, 5, ?)',
+                  ("master", self.name, int(self.cdc_enabled)))
+        c.execute('DELETE FROM "sys.schemas"')
+        c.executemany('INSERT INTO "sys.schemas" VALUES (?, ?)', list(self.schemas.items()))
+        c.execute('DELETE FROM "sys.tables"')
+        tracked = {i.source.object_id for i in self.instances.values()}
+        c.executemany('INSERT INTO "sys.tables" VALUES (?, ?, ?, ?)',
+                      [(t.name, t.object_id, self.schemas.get(t.schema.lower(), 1), int(t.object_id in tracked))
+                       for t in self.tables.values() if t.kind in ("user", "change_table", "cdc_meta")])
+        c.execute("COMMIT")
+
+    # --- time --------------------------------------------------------------------
+
+    def now(self):
+        return self.clock.now()
+
+    def now_t300(self):
+        """Current UTC instant in 1/300 s."""
+        return timeutil.t300_of(self.now().replace(tzinfo=None))
+
+    def local_text(self, utc_t300):
+        """UTC instant -> server-local datetime text (DST-aware, exact ticks)."""
+        return timeutil.t300_text(timeutil.local_t300(self.tz, utc_t300))
+
+    def offset_minutes(self, utc_naive):
+        return timeutil.offset_minutes(self.tz, utc_naive)
+
+    def commit_instant(self, at=None):
+        """Commit time of a new transaction: the clock (or ``at``) rounded to a datetime tick,
+        never before the previous commit."""
+        base = at if at is not None else self.now()
+        t = timeutil.t300_of(base.astimezone(timeutil.UTC).replace(tzinfo=None))
+        t = max(t, self.last_commit_t300)
+        self.last_commit_t300 = t
+        return t
+
+    # --- catalog ---------------------------------------------------------------
+
+    def table(self, schema, name):
+        return self.tables.get((schema.lower(), name.lower()))
+
+    def user_table(self, name_text):
+        """'dbo.orders' / '[dbo].[orders]' / 'orders' -> Table (or Msg 208)."""
+        from .tsql.lexer import tokenize
+        parts = [t.value for t in tokenize(name_text) if t.kind in ("word", "qid")]
+        if len(parts) == 1:
+            parts = ["dbo"] + parts
+        t = self.table(parts[-2], parts[-1]) if len(parts) >= 2 else None
+        if t is None or t.kind != "user":
+            raise SqlError(208, "Invalid object name '%s'." % name_text, 16, 1)
+        return t
+
+    def create_table(self, schema, name, columns, key=None):
+        """Create a user (source) table.  ``columns``: [(name, SqlType, nullable)];
+        the key column (first int column by default) identifies rows for updates/deletes."""
+        if self.table(schema, name):
+            raise SqlError(2714, "There is already an object named '%s' in the database." % name, 16, 6)
+        if schema.lower() == "cdc":
+            raise SqlError(22974, "Tables contained in the cdc schema cannot be enabled for Change Data Capture.")
+        cols = [Column(n, t.null(nullable), nullable, i) for i, (n, t, nullable) in enumerate(columns, 1)]
+        if not cols:
+            raise SqlError(4567, "A table must have at least one column.", 16, 1)
+        if key is None:
+            key_idx = next((i for i, c in enumerate(cols) if c.type.name in ("int", "bigint")), None)
+            if key_idx is None:
+                raise SqlError(50000, "sim tables need an int or bigint key column", 16, 1)
+        else:
+            key_idx = next((i for i, c in enumerate(cols) if c.name.lower() == key.lower()), None)
+            if key_idx is None:
+                raise SqlError(1911, "Column name '%s' does not exist in the target table or view." % key, 16, 1)
+        oid = self.new_oid()
+        t = Table(oid, schema, name, cols, "user", "main.%s" % q("src_%d" % oid), key_idx,
+                  create_date=self.local_text(self.now_t300()))
+        self.conn.execute(create_sql(t.phys, cols, ", PRIMARY KEY (%s)" % q(cols[key_idx].name)))
+        self.schemas.setdefault(schema.lower(), max(self.schemas.values()) + 1)
+        self._register(t)
+        self.refresh_sys()
+        return t
+
+    # --- CDC on the database ---------------------------------------------------
+
+    def enable_db(self):
+        """sys.sp_cdc_enable_db: create the cdc metadata tables."""
+        if self.cdc_enabled:
+            return
+        c = self.conn
+        for name, cols in META_TABLES.items():
+            t = Table(self.new_oid(), "cdc", name, cols, "cdc_meta", "cdc.%s" % q(name))
+            extra = ", PRIMARY KEY (start_lsn)" if name == "lsn_time_mapping" else ""
+            c.execute(create_sql(t.phys, cols, extra))
+            self._register(t)
+        c.execute("CREATE INDEX cdc.lsn_time_mapping_t ON lsn_time_mapping(tran_end_time)")
+        self.cdc_enabled = True
+        self.max_lsn = None
+        self.last_mapping_t300 = self.now_t300()
+        self.lsn_at_last_mapping = self.lsn
+        self.refresh_sys()
+
+    def disable_db(self):
+        """sys.sp_cdc_disable_db: drop every capture instance and the cdc tables."""
+        if not self.cdc_enabled:
+            return
+        for inst in list(self.instances.values()):
+            self._drop_instance(inst)
+        for name in META_TABLES:
+            t = self.table("cdc", name)
+            self.conn.execute("DROP TABLE %s" % t.phys)
+            self._unregister(t)
+        self.cdc_enabled = False
+        self.max_lsn = None
+        self.log.clear()
+        self.cleanup.held_low = None
+        self.refresh_sys()
+
+    def require_cdc(self):
+        if not self.cdc_enabled:
+            raise SqlError(22901, "The database '%s' is not enabled for Change Data Capture. Ensure that the "
+                           "correct database context is set and retry the operation. To report on the databases "
+                           "enabled for Change Data Capture, query the is_cdc_enabled column in the sys.databases "
+                           "catalog view." % self.name)
+
+    def instances_of(self, table):
+        return [i for i in self.instances.values() if i.source is table]
+
+    def enable_table(self, schema, name, role_name=None, capture_instance=None, supports_net_changes=False,
+                     index_name=None, captured_column_list=None, filegroup_name=None):
+        """sys.sp_cdc_enable_table: a new capture instance (at most two per table)."""
+        self.require_cdc()
+        src = self.table(schema, name)
+        if src is None or src.kind != "user":
+            raise SqlError(22931, "Source table '%s.%s' does not exist in the current database. Ensure that the "
+                           "correct database context is set. Specify a valid schema and table name for the "
+                           "database." % (schema, name))
+        existing = self.instances_of(src)
+        if len(existing) >= 2:
+            raise SqlError(22962, "Two capture instances already exist for source table '%s.%s'. A table can have "
+                           "at most two capture instances. If the current tracking options are not appropriate, "
+                           "disable change tracking for the obsolete instance by using sys.sp_cdc_disable_table "
+                           "and retry the operation." % (src.schema, src.name))
+        ci = capture_instance or ("%s_%s" % (src.schema, src.name))
+        if len(ci) > 100:
+            raise SqlError(22927, "Capture instance name '%s' exceeds the length limit of 100 characters. Specify "
+                           "a name that satisfies the length constraint." % ci)
+        if ci.lower() in self.instances or self.table("cdc", ci + "_CT"):
+            raise SqlError(22926, "Could not create a capture instance because the capture instance name '%s' "
+                           "already exists in the current database. Specify an explicit unique name for the "
+                           "parameter @capture_instance." % ci)
+        if role_name is not None and role_name.strip() == "":
+            raise SqlError(22907, "Parameter @role_name cannot be empty. Specify a value for @role_name and retry "
+                           "the operation. Supply null as the value if no role is to be used to gate access to "
+                           "captured change data.")
+        if captured_column_list:
+            from .tsql.lexer import tokenize
+            names = [t.value for t in tokenize(captured_column_list) if t.kind in ("word", "qid")]
+            captured = []
+            for n in names:
+                c = src.column(n)
+                if c is None:
+                    raise SqlError(22942, "Columns specified in the captured column list could not be mapped to "
+                                   "columns in source table '%s.%s'. Verify that the columns specified in the "
+                                   "parameter @captured_column_list are delimited properly and match columns in "
+                                   "the source table." % (src.schema, src.name))
+                captured.append(c)
+            captured.sort(key=lambda c: c.column_id)
+        else:
+            captured = list(src.columns)
+        captured = [Column(c.name, c.type, c.nullable, c.column_id) for c in captured]
+        key_col = src.columns[src.key]
+        if supports_net_changes and not any(c.name == key_col.name for c in captured):
+            raise SqlError(22943, "Columns used to uniquely identify a row for net change tracking must be "
+                           "included in the list of captured columns.")
+        oid = self.new_oid()
+        cols = ct_columns(captured)
+        ct = Table(oid, "cdc", ci + "_CT", cols, "change_table", "cdc.%s" % q(ci + "_CT"))
+        self.conn.execute(create_sql(ct.phys, cols))
+        self.conn.execute("CREATE INDEX cdc.%s ON %s(%s, %s, %s)" % (
+            q(ci + "_CT_idx"), q(ci + "_CT"), q("__$start_lsn"), q("__$seqval"), q("__$operation")))
+        now = self.now_t300()
+        inst = Instance(ci, src, ct, captured, role_name=role_name, index_name=index_name or ("PK_" + src.name),
+                        index_columns=[key_col.name], supports_net_changes=bool(supports_net_changes),
+                        filegroup=filegroup_name, create_date=self.local_text(now),
+                        all_mask=update_mask(range(1, len(captured) + 1), len(captured)))
+        ct.instance = inst
+        if role_name:
+            self.roles.add(role_name.lower())
+        rec = LogRecord("enable", self.next_lsn(), now, table=src, instance=inst)
+        inst.create_lsn = rec.lsn
+        c = self.conn
+        c.execute("BEGIN")
+        c.execute("INSERT INTO cdc.change_tables VALUES (?, 0, ?, ?, NULL, NULL, ?, 0, ?, ?, ?, ?, 0)",
+                  (oid, src.object_id, ci, int(inst.supports_net_changes), role_name, inst.index_name,
+                   filegroup_name, inst.create_date))
+        c.executemany("INSERT INTO cdc.captured_columns VALUES (?, ?, ?, ?, ?, 0)",
+                      [(oid, col.name, col.column_id, col.type.decl(), i)
+                       for i, col in enumerate(captured, 1)])
+        c.execute("INSERT INTO cdc.index_columns VALUES (?, ?, 1, ?)", (oid, key_col.name, key_col.column_id))
+        c.execute("COMMIT")
+        self._register(ct)
+        self.instances[ci.lower()] = inst
+        self.log.append(rec)
+        self.refresh_sys()
+        return inst
+
+    def _drop_instance(self, inst):
+        c = self.conn
+        c.execute("DROP TABLE IF EXISTS %s" % inst.ct.phys)
+        if self.cdc_enabled:
+            c.execute("BEGIN")
+            for t in ("change_tables", "captured_columns", "index_columns", "ddl_history"):
+                c.execute("DELETE FROM cdc.%s WHERE object_id = ?" % t, (inst.object_id,))
+            c.execute("COMMIT")
+        self._unregister(inst.ct)
+        self.instances.pop(inst.name.lower(), None)
+
+    def disable_table(self, schema, name, capture_instance="all"):
+        """sys.sp_cdc_disable_table: drop one (or all) capture instances of a table."""
+        self.require_cdc()
+        src = self.table(schema, name)
+        if src is None:
+            raise SqlError(22931, "Source table '%s.%s' does not exist in the current database." % (schema, name))
+        insts = self.instances_of(src)
+        if not insts:
+            raise SqlError(22985, "Change data capture has not been enabled for source table '%s.%s'. Specify the "
+                           "name of a table enabled for Change Data Capture." % (schema, name))
+        if capture_instance and capture_instance.lower() != "all":
+            insts = [i for i in insts if i.name.lower() == capture_instance.lower()]
+            if not insts:
+                raise SqlError(22960, "Change data capture instance '%s' has not been enabled for the source table "
+                               "'%s.%s'." % (capture_instance, schema, name))
+        for inst in insts:
+            self._drop_instance(inst)
+        self.log = collections.deque(r for r in self.log if getattr(r, "instance", None) not in insts)
+        self.refresh_sys()
+
+    # --- commits -----------------------------------------------------------------
+
+    def record_commit(self, table, begin_lsn, changes, counts, at=None, duration_ms=0):
+        """Put a committed transaction into the log (and the ground truth)."""
+        commit_lsn = self.next_lsn()
+        end = self.commit_instant(at)
+        begin = max(0, end - int(duration_ms * 300 // 1000))
+        self.tran_counter += 1
+        tran_id = self.tran_counter.to_bytes(10, "big")
+        txn = LogTxn(table, begin_lsn, commit_lsn, begin, end, tran_id,
+                     tuple(c.name for c in table.columns), changes, counts)
+        tracked = bool(self.cdc_enabled and self.instances_of(table))
+        self.conn.execute("INSERT INTO sim_truth VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          (end, L.to_bytes(commit_lsn), table.object_id) + tuple(counts) + (int(tracked),))
+        if tracked:
+            self.log.append(txn)
+        self.stats["commits"] += 1
+        return txn
+
+    def add_ddl(self, table, command, required_column_update, at=None):
+        """A DDL log record for a source table (ddl_history gets it when captured)."""
+        t = self.commit_instant(at)
+        rec = LogRecord("ddl", self.next_lsn(), t, table=table, command=command,
+                        required_column_update=required_column_update)
+        if self.cdc_enabled and self.instances_of(table):
+            self.log.append(rec)
+        return rec
+
+    # --- logins --------------------------------------------------------------------
+
+    def login(self, name):
+        return self.logins.get((name or "").lower())
+
+    def create_login(self, name, password, db_owner=False, sysadmin=False):
+        if name.lower() in self.logins:
+            raise SqlError(15025, "The server principal '%s' already exists." % name, 16, 1)
+        lg = Login(name, password, sysadmin=sysadmin, db_owner=db_owner, default_db=self.name)
+        self.logins[name.lower()] = lg
+        return lg
+
+    def pending_truth_t300(self):
+        """UTC instant of the oldest committed-but-uncaptured change that some instance will capture."""
+        for rec in self.log:
+            if rec.kind == "txn" and any(i.create_lsn < rec.commit_lsn for i in self.instances_of(rec.table)):
+                return rec.end_t300
+        return None
+
+
+def utc_naive(t300):
+    return timeutil.t300_to_naive(t300)
+
+
+def from_utc_text(text):
+    """datetime2 text in UTC -> aware datetime."""
+    return parse_utc(text)
+
+
+__all__ = ["Database", "LogTxn", "LogRecord", "T", "_dt"]

@@ -1,0 +1,177 @@
+"""TDS packet framing (MS-TDS 2.2.3): reading client messages, writing split responses."""
+import select
+import socket
+import struct
+
+from .errors import Attention, ClientGone
+
+HEADER = struct.Struct(">BBHHBB")
+# packet types
+SQL_BATCH, PRE_TDS7_LOGIN, RPC, REPLY, ATTENTION, BULK, TRANS_MGR, LOGIN7, SSPI, PRELOGIN = \
+    0x01, 0x02, 0x03, 0x04, 0x06, 0x07, 0x0E, 0x10, 0x11, 0x12
+STATUS_EOM, STATUS_IGNORE, STATUS_RESET = 0x01, 0x02, 0x08
+FLUSH_AT = 256 * 1024          # bytes of tokens buffered before packets are written
+
+
+class Channel:
+    """One client socket: reads whole messages and writes responses in packets.
+
+    Responses are cut at the negotiated packet size with EOM only on the last
+    packet; between large writes it polls the socket so an ATTENTION can stop
+    a running result (``Attention`` is raised to the executor)."""
+
+    def __init__(self, sock, spid):
+        self.sock = sock
+        self.spid = spid
+        self.packet_size = 4096
+        self.rbuf = bytearray()
+        self.wbuf = bytearray()
+        self.packet_id = 1
+        self.attention = False      # an ATTENTION packet was seen and not yet acknowledged
+        self.pending = []           # whole messages read while polling for attention
+        self.in_message = False     # some packets of the current response were sent
+
+    # --- reading -------------------------------------------------------------
+
+    def _recv(self, n):
+        """Read exactly n bytes (ClientGone on EOF or a socket error)."""
+        while len(self.rbuf) < n:
+            try:
+                chunk = self.sock.recv(max(65536, n - len(self.rbuf)))
+            except OSError as e:
+                raise ClientGone(str(e))
+            if not chunk:
+                raise ClientGone("EOF")
+            self.rbuf += chunk
+        data = bytes(self.rbuf[:n])
+        del self.rbuf[:n]
+        return data
+
+    def read_packet(self):
+        """One packet -> (type, status, payload)."""
+        typ, status, length, _spid, _pid, _win = HEADER.unpack(self._recv(8))
+        if length < 8:
+            raise ClientGone("bad packet length %d" % length)
+        return typ, status, self._recv(length - 8)
+
+    def read_message(self):
+        """A whole client message (packets up to EOM) -> (type, status, payload)."""
+        if self.pending:
+            return self.pending.pop(0)
+        typ, status, payload = self.read_packet()
+        parts = [payload]
+        while not status & STATUS_EOM and typ != ATTENTION:
+            t2, status, payload = self.read_packet()
+            if t2 == ATTENTION:
+                self.attention = True
+                return ATTENTION, STATUS_EOM, b""
+            parts.append(payload)
+        return typ, status, b"".join(parts)
+
+    def poll(self):
+        """Non-blocking check for client input during a response; raises Attention.
+
+        An ATTENTION packet sets the flag; EOF raises ClientGone; any other
+        message is kept for later (clients without MARS should not send one)."""
+        if self.attention:
+            raise Attention()
+        while self.rbuf or select.select([self.sock], [], [], 0)[0]:
+            if len(self.rbuf) < 8:
+                try:
+                    chunk = self.sock.recv(65536)
+                except OSError as e:
+                    raise ClientGone(str(e))
+                if not chunk:
+                    raise ClientGone("EOF")
+                self.rbuf += chunk
+                if len(self.rbuf) < 8:
+                    continue
+            typ = self.rbuf[0]
+            if typ == ATTENTION:
+                self.read_packet()
+                self.attention = True
+                raise Attention()
+            self.pending.append(self.read_message())
+        return False
+
+    # --- writing -------------------------------------------------------------
+
+    def write(self, data):
+        """Queue token bytes; full packets are sent once enough is buffered."""
+        self.wbuf += data
+        if len(self.wbuf) >= FLUSH_AT:
+            self._send_full_packets()
+
+    def _packets(self, data, last):
+        size = self.packet_size - 8
+        out = []
+        n = len(data)
+        pos = 0
+        mv = memoryview(data)
+        while pos < n or (last and pos == 0 and n == 0):
+            chunk = mv[pos:pos + size]
+            pos += len(chunk)
+            eom = last and pos >= n
+            out.append(HEADER.pack(REPLY, STATUS_EOM if eom else 0, len(chunk) + 8,
+                                   self.spid, self.packet_id, 0))
+            out.append(chunk)
+            self.packet_id = (self.packet_id + 1) & 0xFF
+            if eom:
+                break
+        return b"".join(out)
+
+    def _sendall(self, data):
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            raise ClientGone(str(e))
+
+    def _send_full_packets(self):
+        """Send every complete packet but keep at least one byte for the EOM packet."""
+        size = self.packet_size - 8
+        n = (len(self.wbuf) - 1) // size * size
+        if n <= 0:
+            return
+        self.poll()
+        data = bytes(self.wbuf[:n])
+        del self.wbuf[:n]
+        self._sendall(self._packets(data, last=False))
+        self.in_message = True
+
+    def flush_partial(self):
+        """Send everything buffered as non-final packets (used to cut a result short on purpose)."""
+        if self.wbuf:
+            data = bytes(self.wbuf)
+            self.wbuf.clear()
+            self._sendall(self._packets(data, last=False))
+
+    def end_message(self):
+        """Send what is buffered as the final packet(s) of the message (EOM)."""
+        data = bytes(self.wbuf)
+        self.wbuf.clear()
+        self._sendall(self._packets(data, last=True))
+        self.in_message = False
+
+    def discard(self):
+        """Drop buffered, unsent tokens (after an attention or an error mid-result)."""
+        self.wbuf.clear()
+
+    def send_message(self, data):
+        """Send a complete one-message response."""
+        self.wbuf += data
+        self.end_message()
+
+    def send_raw_packet(self, typ, payload):
+        """Send a single packet with EOM (the PRELOGIN reply)."""
+        self._sendall(HEADER.pack(typ, STATUS_EOM, len(payload) + 8, self.spid, 1, 0) + payload)
+
+    def close(self):
+        """Close the socket, ignoring errors (the client may be gone already)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,200 @@
+"""One client connection: PRELOGIN, LOGIN7, then requests until the client leaves."""
+import logging
+
+from . import functions
+from . import login as LG
+from . import packets as PK
+from . import rpc as R
+from . import sqltypes as T
+from . import timeutil
+from . import tokens as K
+from .errors import Attention, ClientGone, SqlError
+from .executor import Executor
+
+log = logging.getLogger("mssql-sim")
+
+
+class Session:
+    """State of one connection; also the context the T-SQL translator resolves against."""
+
+    def __init__(self, server, sock, spid, peer):
+        self.server = server
+        self.db = server.db
+        self.channel = PK.Channel(sock, spid)
+        self.spid = spid
+        self.peer = peer
+        self.login = None
+        self.database = None
+        self.hostname = self.appname = ""
+        self.conn = None
+        self.variables = {}
+        self.udf_error = None
+        self.drop_after_rows = None
+        self.executor = Executor(self)
+        self.closed = False
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    def run(self):
+        """Serve the connection; any failure only ends this session."""
+        try:
+            if self.handshake():
+                self.loop()
+        except ClientGone:
+            pass
+        except Exception:
+            log.exception("session %d failed", self.spid)
+        finally:
+            self.close()
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        self.channel.close()
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self.server.forget(self)
+
+    def drop_connection(self):
+        """Fault: send what is buffered (a partial result, no EOM) and close the socket."""
+        try:
+            self.channel.flush_partial()
+        finally:
+            self.channel.close()
+        raise ClientGone("dropped by fault")
+
+    # --- login ---------------------------------------------------------------------------
+
+    def handshake(self):
+        typ, status, payload = self.channel.read_message()
+        if typ == PK.PRELOGIN:
+            self.channel.send_raw_packet(PK.REPLY, LG.prelogin_reply(self.server.version))
+            typ, status, payload = self.channel.read_message()
+        if typ != PK.LOGIN7:
+            return False
+        lg = LG.parse_login7(payload)
+        self.hostname, self.appname = lg.hostname, lg.appname
+        err = self.authenticate(lg)
+        if err:
+            msgs = b"".join(K.message(e.number, e.message, e.cls, e.state) for e in err)
+            self.channel.send_message(msgs + K.done(K.ERROR, 0, 0))
+            return False
+        size = lg.packet_size if 512 <= lg.packet_size <= self.server.cfg.packet_size_max else 4096
+        if lg.packet_size > self.server.cfg.packet_size_max:
+            size = self.server.cfg.packet_size_max
+        self.conn = self.db.connect(readonly=True)
+        functions.register(self.conn, self)
+        resp = (K.env_database(self.database, "master")
+                + K.message(5701, "Changed database context to '%s'." % self.database, 0, 2)
+                + K.env_collation()
+                + K.env_language("us_english")
+                + K.message(5703, "Changed language setting to us_english.", 0, 1)
+                + K.loginack("Microsoft SQL Server", self.server.version)
+                + K.env_packet_size(size, 4096)
+                + K.done(0, 0, 0))
+        self.channel.send_message(resp)
+        self.channel.packet_size = size
+        return True
+
+    def authenticate(self, lg):
+        """-> list of SqlErrors (empty on success).  Applies the refuse-login fault."""
+        name = lg.username
+        failed = SqlError(18456, "Login failed for user '%s'." % name, 14, 1)
+        f = self.server.faults.take("refuse_login", name)
+        if f:
+            return [SqlError(f.number, f.message or failed.message, f.cls, f.state)]
+        account = self.db.login(name)
+        if lg.sspi or account is None or account.password != lg.password:
+            return [failed]
+        db = lg.database or account.default_db or self.db.name
+        known = {self.db.name.lower(): self.db.name, "master": "master"}
+        if db.lower() not in known:
+            return [SqlError(4060, 'Cannot open database "%s" requested by the login. The login failed.' % db, 11, 1),
+                    failed]
+        self.login = account
+        self.database = known[db.lower()]
+        return []
+
+    # --- requests --------------------------------------------------------------------------
+
+    def loop(self):
+        ch = self.channel
+        while True:
+            typ, status, payload = ch.read_message()
+            if typ == PK.ATTENTION:
+                ch.attention = False
+                ch.send_message(K.done(K.ATTN, 0, 0))
+                continue
+            if status & PK.STATUS_IGNORE:
+                ch.send_message(K.done(0, 0, 0))
+                continue
+            try:
+                if typ == PK.SQL_BATCH:
+                    self.executor.sql_batch(R.batch_text(payload))
+                elif typ == PK.RPC:
+                    self.executor.rpc(R.parse_rpc(payload))
+                elif typ == PK.TRANS_MGR:
+                    ch.send_message(K.message(50000, "The simulator does not support transaction manager requests.",
+                                              16, 1) + K.done(K.ERROR, 0, 0))
+                else:
+                    return
+            except Attention:
+                self.acknowledge_attention()
+            except R.ProtocolError as e:
+                ch.discard()
+                ch.send_message(K.message(50000, "Protocol error: %s" % e, 16, 1) + K.done(K.ERROR, 0, 0))
+
+    def acknowledge_attention(self):
+        """End the interrupted response, then send DONE(ATTN) as its own message (what tedious and
+        FreeTDS both wait for)."""
+        ch = self.channel
+        ch.discard()
+        ch.attention = False
+        ch.send_message(K.done(0, 0, 0))
+        ch.send_message(K.done(K.ATTN, 0, 0))
+
+    # --- context for the translator --------------------------------------------------------
+
+    def variable(self, name):
+        v = self.variables.get(name)
+        if v is None:
+            raise SqlError(137, 'Must declare the scalar variable "@%s".' % name, 15, 2)
+        return v
+
+    def sysvar(self, name):
+        srv = self.server
+        table = {"VERSION": (srv.version_text, T.nvarchar(300)), "SPID": (self.spid, T.SMALLINT),
+                 "SERVERNAME": ("MSSQLSIM", T.nvarchar(128)), "SERVICENAME": ("MSSQLSERVER", T.nvarchar(128)),
+                 "TRANCOUNT": (0, T.INT), "ROWCOUNT": (0, T.INT), "ERROR": (0, T.INT),
+                 "LANGUAGE": ("us_english", T.nvarchar(128)), "DATEFIRST": (7, T.TINYINT),
+                 "LOCK_TIMEOUT": (-1, T.INT), "MAX_PRECISION": (38, T.TINYINT), "TEXTSIZE": (2147483647, T.INT),
+                 "IDENTITY": (None, T.SqlType("decimal", precision=38, scale=0)), "OPTIONS": (5496, T.INT),
+                 "MICROSOFTVERSION": (srv.microsoft_version, T.INT)}
+        if name not in table:
+            raise SqlError(137, 'Must declare the scalar variable "@@%s".' % name, 15, 2)
+        return table[name]
+
+    def constant(self, name, now):
+        """Per-statement time values (SQL Server evaluates them once per statement)."""
+        utc = now.replace(tzinfo=None)
+        local = now.astimezone(self.db.tz)
+        local_text = timeutil.naive_text(local.replace(tzinfo=None))
+        if name == "sysutcdatetime":
+            return timeutil.naive_text(utc)
+        if name == "getutcdate":
+            return timeutil.to_datetime(timeutil.naive_text(utc))
+        if name == "sysdatetime":
+            return local_text
+        if name == "getdate":
+            return timeutil.to_datetime(local_text)
+        if name == "sysdatetimeoffset":
+            return timeutil.dto_text(local_text, int(local.utcoffset().total_seconds() // 60))
+        raise KeyError(name)
+
+    def evaluate(self, sql, params):
+        """Run a helper query (TVF arguments) on this session's snapshot -> first row."""
+        return self.executor.query(sql, params).fetchone()

@@ -1,0 +1,66 @@
+"""TDS response tokens (MS-TDS 2.2.7): DONE, ERROR/INFO, LOGINACK, ENVCHANGE, RETURNSTATUS."""
+import struct
+
+from .sqltypes import COLLATION
+
+DONE, DONEPROC, DONEINPROC = 0xFD, 0xFE, 0xFF
+FINAL, MORE, ERROR, INXACT, COUNT, ATTN, SRVERROR = 0x00, 0x01, 0x02, 0x04, 0x10, 0x20, 0x100
+CMD_SELECT, CMD_EXEC, CMD_NONE = 0xC1, 0xE0, 0x00
+_DONE = struct.Struct("<BHHQ")
+
+
+def b_varchar(s):
+    """B_VARCHAR: u8 character count + UTF-16LE."""
+    s = (s or "")[:255]
+    return bytes([len(s)]) + s.encode("utf-16-le")
+
+
+def us_varchar(s):
+    """US_VARCHAR: u16 character count + UTF-16LE."""
+    s = s or ""
+    return struct.pack("<H", len(s)) + s.encode("utf-16-le")
+
+
+def done(status=FINAL, curcmd=CMD_NONE, rowcount=0, token=DONE):
+    """DONE/DONEPROC/DONEINPROC: status u16, curcmd u16, row count u64 (TDS 7.2+)."""
+    return _DONE.pack(token, status, curcmd, rowcount)
+
+
+def message(number, text, cls, state=1, server="MSSQLSIM", proc="", line=1):
+    """ERROR (class >= 11) or INFO token with SQL Server's layout."""
+    body = (struct.pack("<iBB", number, state, cls) + us_varchar(text) + b_varchar(server)
+            + b_varchar(proc) + struct.pack("<i", line))
+    return bytes([0xAA if cls > 10 else 0xAB]) + struct.pack("<H", len(body)) + body
+
+
+def returnstatus(value):
+    """RETURNSTATUS (0x79) of a stored procedure."""
+    return struct.pack("<Bi", 0x79, value)
+
+
+def _envchange(body):
+    return b"\xE3" + struct.pack("<H", len(body)) + body
+
+
+def env_database(new, old):
+    return _envchange(b"\x01" + b_varchar(new) + b_varchar(old))
+
+
+def env_language(new, old=""):
+    return _envchange(b"\x02" + b_varchar(new) + b_varchar(old))
+
+
+def env_packet_size(new, old):
+    return _envchange(b"\x04" + b_varchar(str(new)) + b_varchar(str(old)))
+
+
+def env_collation():
+    return _envchange(b"\x07" + bytes([len(COLLATION)]) + COLLATION + b"\x00")
+
+
+def loginack(prog_name, version):
+    """LOGINACK: interface 1 (T-SQL), TDS 7.4 as bytes 74 00 00 04, program name and version."""
+    major, minor, build = version
+    body = (b"\x01" + bytes([0x74, 0x00, 0x00, 0x04]) + b_varchar(prog_name)
+            + bytes([major, minor, build >> 8, build & 0xFF]))
+    return b"\xAD" + struct.pack("<H", len(body)) + body

@@ -1,0 +1,1 @@
+"""T-SQL subset: lexer -> parser (AST) -> translator to sqlite with result types."""

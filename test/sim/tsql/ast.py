@@ -1,0 +1,59 @@
+"""AST node classes for the supported T-SQL subset (plain records, no behaviour)."""
+
+
+class Node:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__))
+
+
+def _node(name, fields):
+    fields = tuple(fields.split())
+
+    def init(self, *args, **kw):
+        for f, a in zip(fields, args):
+            setattr(self, f, a)
+        for f in fields[len(args):]:
+            setattr(self, f, kw.pop(f, None))
+    return type(name, (Node,), {"__slots__": fields, "__init__": init})
+
+
+# expressions
+Lit = _node("Lit", "kind value")                  # kind: int num float str nstr hex null
+Var = _node("Var", "name")
+SysVar = _node("SysVar", "name")
+Name = _node("Name", "parts")                      # column reference, multi-part
+Star = _node("Star", "qualifier")                  # * or alias.*
+Call = _node("Call", "parts args distinct star over")
+Over = _node("Over", "partition order")
+Unary = _node("Unary", "op expr")
+Bin = _node("Bin", "op left right")                # arithmetic, comparison, AND, OR
+Not = _node("Not", "expr")
+IsNull = _node("IsNull", "expr negated")
+InList = _node("InList", "expr items subquery negated")
+Between = _node("Between", "expr low high negated")
+Like = _node("Like", "expr pattern negated")
+Exists = _node("Exists", "subquery")
+Case = _node("Case", "operand whens else_")
+Cast = _node("Cast", "expr type_text style")
+SubQ = _node("SubQ", "select")
+Keyword = _node("Keyword", "word")                 # DATEPART(TZOFFSET, ...) first argument
+
+# SELECT
+Select = _node("Select", "distinct top items from_ where group having order offset fetch unions text")
+Item = _node("Item", "expr alias assign")
+TableRef = _node("TableRef", "parts alias args")   # args not None => table-valued function
+Derived = _node("Derived", "select alias")
+Join = _node("Join", "kind left right on")
+
+# statements
+SelectStmt = _node("SelectStmt", "select text")
+ExecStmt = _node("ExecStmt", "parts args dynamic text")     # args: [(name|None, expr|'DEFAULT', output)]
+Declare = _node("Declare", "decls text")                     # [(name, type_text, expr|None)]
+SetVar = _node("SetVar", "name expr text")
+SetOption = _node("SetOption", "words text")
+Use = _node("Use", "database text")
+Print = _node("Print", "expr text")
+WaitFor = _node("WaitFor", "delay text")
+Unsupported = _node("Unsupported", "keyword text")
