@@ -49,14 +49,34 @@ typedef struct SensorCatalog
 static SensorCatalog sensor_catalog;
 static bool callback_registered = false;
 
-/* Forgets the cached OIDs when one of the relations changes (or all do). */
+/* Bumped whenever the cached OIDs are forgotten (see catalog.h). */
+uint64		catalog_generation = 1;
+
+/*
+ * Forgets the cached OIDs when one of the relations changes (or all do).
+ * Runs inside invalidation processing, so it only sets flags.
+ */
 static void
 invalidate_sensor_catalog(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == sensor_catalog.tt_relid ||
 		relid == sensor_catalog.wm_relid || relid == sensor_catalog.tt_name_idx ||
 		relid == sensor_catalog.wm_pkey)
+	{
 		sensor_catalog.valid = false;
+		catalog_generation++;
+	}
+}
+
+/* Registers the relcache callback once per backend. */
+void
+catalog_register_callback(void)
+{
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(invalidate_sensor_catalog, (Datum) 0);
+		callback_registered = true;
+	}
 }
 
 /*
@@ -102,11 +122,7 @@ sensor_catalog_get(void)
 
 	if (sensor_catalog.valid)
 		return &sensor_catalog;
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(invalidate_sensor_catalog, (Datum) 0);
-		callback_registered = true;
-	}
+	catalog_register_callback();
 	c.tt_relid = finalize_relid("tracked_table");
 	c.tt_name_idx = finalize_relid("tracked_table_active_name_idx");
 	c.wm_relid = finalize_relid("watermark");

@@ -18,6 +18,13 @@ typedef struct TrackedVerdict
 	TimestampTz finalized_until;
 } TrackedVerdict;
 
+/*
+ * Changes whenever a relation the sensors read is altered, dropped or
+ * re-created: anything cached from these relations is stale then.
+ */
+extern uint64 catalog_generation;
+
+extern void catalog_register_callback(void);
 extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
 extern void catalog_not_tracked(const char *table_name) pg_attribute_noreturn();
 

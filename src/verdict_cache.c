@@ -12,7 +12,9 @@
  * and the next call reads again. The cache can therefore lag a commit by one
  * call at most, and never shows a verdict that was not committed.
  *
- * Bypassed where the epoch cannot be trusted: on a standby (replay fires no
+ * Entries also carry catalog_generation, so DDL on the relations (DROP or
+ * ALTER EXTENSION) makes them stale. Bypassed where the epoch cannot be
+ * trusted: on a standby (replay fires no
  * triggers) and in a transaction that changed the tables itself (it must see
  * its own changes).
  */
@@ -24,7 +26,6 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
-#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -41,24 +42,14 @@ PG_FUNCTION_INFO_V1(finalize_verdict_changed);
 typedef struct CacheEntry
 {
 	char		name[CACHE_KEY_SIZE];	/* hash key */
-	uint64		epoch;
+	uint64		epoch;			/* shared epoch when it was read */
+	uint64		generation;		/* catalog_generation when it was read */
 	TrackedVerdict verdict;
 } CacheEntry;
 
 static HTAB *cache = NULL;
 static bool changed_in_xact = false;
 static bool callbacks_registered = false;
-
-/* Forgets everything when a relation of ours changes shape or is dropped. */
-static void
-cache_relcache_callback(Datum arg, Oid relid)
-{
-	if (cache != NULL)
-	{
-		hash_destroy(cache);
-		cache = NULL;
-	}
-}
 
 /*
  * Publishes a committed change of the verdict tables to every backend, and
@@ -100,7 +91,7 @@ register_callbacks(void)
 	if (callbacks_registered)
 		return;
 	RegisterXactCallback(cache_xact_callback, NULL);
-	CacheRegisterRelcacheCallback(cache_relcache_callback, (Datum) 0);
+	catalog_register_callback();
 	callbacks_registered = true;
 }
 
@@ -132,6 +123,7 @@ verdict_cache_read(Datum table_name, TrackedVerdict *out)
 	char		key[CACHE_KEY_SIZE];
 	CacheEntry *entry;
 	uint64		epoch;
+	uint64		generation;
 	bool		found;
 
 	if (finalize_shared == NULL || changed_in_xact || RecoveryInProgress() ||
@@ -161,16 +153,22 @@ verdict_cache_read(Datum table_name, TrackedVerdict *out)
 	/* The epoch is read before the snapshot is taken: see the file header. */
 	epoch = pg_atomic_read_u64(&finalize_shared->verdict_epoch);
 	pg_memory_barrier();
+	generation = catalog_generation;
 
 	entry = hash_search(cache, key, HASH_FIND, &found);
-	if (found && entry->epoch == epoch)
+	if (found && entry->epoch == epoch && entry->generation == generation)
 	{
 		*out = entry->verdict;
 		return;
 	}
 
+	/*
+	 * Opening the relations may process invalidations; the entry keeps the
+	 * generation seen before, so it is stale at once if one arrived.
+	 */
 	catalog_read_verdict(table_name, out, GetLatestSnapshot());
 	entry = hash_search(cache, key, HASH_ENTER, &found);
 	entry->epoch = epoch;
+	entry->generation = generation;
 	entry->verdict = *out;
 }

@@ -15,14 +15,14 @@ clients=${2:-4}
 rounds=${3:-3}
 work=$(mktemp -d /tmp/finalize-bench.XXXXXX)
 chmod 0755 "$work"
-trap 'stop_cluster "$work/pg"; rm -rf "$work"' EXIT
+trap 'stop_cluster "$work/pg"; [ -n "${KEEP_WORKDIR:-}" ] || rm -rf "$work"' EXIT
 
 install_packages
 build_extension
 port=$(free_port)
 start_cluster "$work/pg" "$port" "max_connections = 50"
 psql_() { "$PG_BIN/psql" -X -q -h "$work/pg" -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
-psql_ <<'SQL'
+psql_ >/dev/null <<'SQL'
 CREATE EXTENSION finalize;
 CREATE SERVER bench FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 -- A realistic catalog: 1,000 tracked tables, the sensor asks about one of them.
@@ -37,9 +37,15 @@ echo "SELECT finalize.finalized_until('bench.t500');" > "$work/finalized_until.s
 
 # Runs one pgbench script and prints its tps (excluding connection time).
 tps() {
-  "$PG_BIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$secs" -f "$work/$1.sql" \
-    -h "$work/pg" -p "$port" -U postgres postgres 2>&1 |
-    sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p'
+  local out t
+  out=$("$PG_BIN/pgbench" -n -M prepared -c "$clients" -j "$clients" -T "$secs" -f "$work/$1.sql" \
+          -h "$work/pg" -p "$port" -U postgres postgres 2>&1) || true
+  t=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p')
+  if [ -z "$t" ]; then
+    printf 'pgbench failed:\n%s\n' "$out" >&2
+    exit 1
+  fi
+  echo "$t"
 }
 
 echo "pgbench -M prepared -c $clients -T $secs, $rounds rounds, PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')"

@@ -3,6 +3,7 @@ the next call of every other backend, a transaction sees its own changes,
 and nothing uncommitted is ever shown."""
 
 import threading
+import time
 
 import psycopg2
 import pytest
@@ -124,3 +125,57 @@ def test_readers_never_go_backwards_and_end_on_the_last_commit(pg2, table):
     final = one(writer, "SELECT finalize.finalized_until('c.orders')")
     assert last_seen == [final] * 3
     assert str(final) == "2026-12-07 21:00:00+00:00"
+
+
+def test_invalidations_during_a_read_are_safe(pg2, table):
+    """ANALYZE (what autovacuum does) sends relcache invalidations, which a
+    sensor may process in the middle of its read: hammer both at once and
+    check that every answer stays right and no backend crashes."""
+    done = threading.Event()
+
+    def analyze_loop():
+        conn = pg2.connect()
+        while not done.is_set():
+            conn.cursor().execute("ANALYZE finalize.tracked_table; ANALYZE finalize.watermark")
+        conn.close()
+
+    answers = []
+
+    def read_loop():
+        conn = pg2.connect()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            answers.append((one(conn, "SELECT finalize.is_final('c.orders', '2026-11-29 12:00+00')"),
+                            one(conn, "SELECT finalize.is_final('c.orders', '2026-11-29 13:00+00')")))
+        conn.close()
+
+    analyzers = [threading.Thread(target=analyze_loop) for _ in range(2)]
+    readers = [threading.Thread(target=read_loop) for _ in range(2)]
+    for t in analyzers + readers:
+        t.start()
+    for t in readers:
+        t.join()
+    done.set()
+    for t in analyzers:
+        t.join()
+    assert len(answers) > 100
+    assert set(answers) == {(True, False)}
+    assert "terminated by signal" not in pg2.log()
+
+
+def test_drop_extension_forgets_cached_verdicts(pg2, table):
+    reader = pg2.connect()
+    assert one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 12:00+00')") is True
+    pg2.sql("DROP EXTENSION finalize CASCADE")
+    try:
+        with pytest.raises(psycopg2.Error):
+            one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 12:00+00')")
+        pg2.sql("CREATE EXTENSION finalize")
+        pg2.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+        pg2.sql("SELECT finalize.track_table('c.orders', 'src', 'dbo.orders')")
+        assert one(reader, "SELECT finalize.finalized_until('c.orders')") is None
+        assert one(reader, "SELECT finalize.is_final('c.orders', '2026-11-29 12:00+00')") is False
+    finally:
+        pg2.sql("CREATE EXTENSION IF NOT EXISTS finalize")
+        pg2.sql("CREATE SERVER IF NOT EXISTS src FOREIGN DATA WRAPPER finalize_mssql "
+                "OPTIONS (host '127.0.0.1', database 'demo')")
