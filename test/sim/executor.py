@@ -18,7 +18,8 @@ from .tsql import ast as A
 from .tsql.parser import parse_batch, parse_type_text
 from .tsql.translate import Translator
 
-FETCH = 20000
+FETCH = 20000          # rows fetched from sqlite at a time
+WRITE_ROWS = 1000      # rows encoded per write (token boundaries for attention)
 _SET_OPTIONS = {"ANSI_NULLS", "ANSI_NULL_DFLT_ON", "ANSI_NULL_DFLT_OFF", "ANSI_PADDING", "ANSI_WARNINGS",
                 "ARITHABORT", "ARITHIGNORE", "CONCAT_NULL_YIELDS_NULL", "DATEFIRST", "DATEFORMAT",
                 "IMPLICIT_TRANSACTIONS", "LANGUAGE", "NUMERIC_ROUNDABORT", "QUOTED_IDENTIFIER", "TEXTSIZE",
@@ -198,10 +199,31 @@ class Executor:
             self.sleep(ns / 1e7)
             resp.done(done_tok, 0, K.CMD_NONE, 0)
             return
+        if isinstance(st, A.Tran):
+            self.transaction(st.action, resp)
+            resp.done(done_tok, 0, K.CMD_NONE, 0)
+            return
         if isinstance(st, A.Unsupported):
             raise SqlError(50000, "The simulator does not run %s statements (only SELECT, EXEC, DECLARE, SET, USE, "
                            "PRINT, WAITFOR); change data with EXEC sim.commit." % st.keyword, 16, 1)
         raise SqlError(102, "Incorrect syntax near '%s'." % text[:20], 15, 1)
+
+    def transaction(self, action, resp):
+        """BEGIN/COMMIT/ROLLBACK: nothing to make atomic (SQL is read-only here), but the
+        ENVCHANGE tokens and @@TRANCOUNT behave like SQL Server's."""
+        s = self.s
+        if action == "BEGIN":
+            s.trancount += 1
+            if s.trancount == 1:
+                s.tran_id = (s.tran_id or 0) + 1
+                resp.token(K.env_transaction(8, s.tran_id.to_bytes(8, "little")))
+            return
+        if s.trancount == 0:
+            raise SqlError(3902 if action == "COMMIT" else 3903,
+                           "The %s TRANSACTION request has no corresponding BEGIN TRANSACTION." % action, 16, 1)
+        s.trancount = s.trancount - 1 if action == "COMMIT" else 0
+        if s.trancount == 0:
+            resp.token(K.env_transaction(9 if action == "COMMIT" else 10, s.tran_id.to_bytes(8, "little")))
 
     def use(self, name, resp):
         known = {self.db.name.lower(): self.db.name, "master": "master"}
@@ -301,12 +323,14 @@ class Executor:
         drop = self.s.drop_after_rows
         self.s.drop_after_rows = None
         rows = first
+        write = resp.ch.write
         while rows:
             if drop is not None and count + len(rows) >= drop:
                 rows = rows[:max(0, drop - count)]
-                resp.ch.write(encode(rows))
+                write(encode(rows))
                 self.s.drop_connection()
-            resp.ch.write(encode(rows))
+            for i in range(0, len(rows), WRITE_ROWS):
+                write(encode(rows[i:i + WRITE_ROWS]))
             count += len(rows)
             if len(rows) < FETCH:
                 break
@@ -411,7 +435,7 @@ class Executor:
             it = iter(rs.rows)
             n = 0
             while True:
-                chunk = list(itertools.islice(it, FETCH))
+                chunk = list(itertools.islice(it, WRITE_ROWS))
                 if not chunk:
                     break
                 resp.ch.write(encode(chunk))

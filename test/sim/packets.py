@@ -1,4 +1,5 @@
 """TDS packet framing (MS-TDS 2.2.3): reading client messages, writing split responses."""
+import collections
 import select
 import socket
 import struct
@@ -30,6 +31,9 @@ class Channel:
         self.attention = False      # an ATTENTION packet was seen and not yet acknowledged
         self.pending = []           # whole messages read while polling for attention
         self.in_message = False     # some packets of the current response were sent
+        self.sent = 0               # bytes of the current message already sent
+        self.written = 0            # bytes of the current message written (sent + buffered)
+        self.bounds = collections.deque()   # token boundaries (ends of write() calls) not yet sent
 
     # --- reading -------------------------------------------------------------
 
@@ -97,8 +101,10 @@ class Channel:
     # --- writing -------------------------------------------------------------
 
     def write(self, data):
-        """Queue token bytes; full packets are sent once enough is buffered."""
+        """Queue whole tokens; full packets are sent once enough is buffered."""
         self.wbuf += data
+        self.written += len(data)
+        self.bounds.append(self.written)
         if len(self.wbuf) >= FLUSH_AT:
             self._send_full_packets()
 
@@ -137,24 +143,40 @@ class Channel:
         del self.wbuf[:n]
         self._sendall(self._packets(data, last=False))
         self.in_message = True
+        self.sent += n
+        while self.bounds and self.bounds[0] < self.sent:
+            self.bounds.popleft()
 
     def flush_partial(self):
         """Send everything buffered as non-final packets (used to cut a result short on purpose)."""
         if self.wbuf:
             data = bytes(self.wbuf)
             self.wbuf.clear()
+            self._reset_counters()
             self._sendall(self._packets(data, last=False))
 
     def end_message(self):
         """Send what is buffered as the final packet(s) of the message (EOM)."""
         data = bytes(self.wbuf)
         self.wbuf.clear()
+        self._reset_counters()
         self._sendall(self._packets(data, last=True))
         self.in_message = False
 
+    def _reset_counters(self):
+        self.sent = self.written = 0
+        self.bounds.clear()
+
     def discard(self):
-        """Drop buffered, unsent tokens (after an attention or an error mid-result)."""
-        self.wbuf.clear()
+        """Drop buffered, unsent tokens (after an attention) but keep the rest of a token
+        whose first bytes already went out, so the stream stays parseable."""
+        keep = 0
+        if self.sent and not (self.bounds and self.bounds[0] == self.sent):
+            keep = (self.bounds[0] - self.sent) if self.bounds else len(self.wbuf)
+        del self.wbuf[keep:]
+        self.written = self.sent + keep
+        self.bounds.clear()
+        self.bounds.append(self.written)
 
     def send_message(self, data):
         """Send a complete one-message response."""

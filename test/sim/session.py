@@ -30,6 +30,8 @@ class Session:
         self.variables = {}
         self.udf_error = None
         self.drop_after_rows = None
+        self.trancount = 0
+        self.tran_id = 0
         self.executor = Executor(self)
         self.closed = False
 
@@ -169,7 +171,7 @@ class Session:
         srv = self.server
         table = {"VERSION": (srv.version_text, T.nvarchar(300)), "SPID": (self.spid, T.SMALLINT),
                  "SERVERNAME": ("MSSQLSIM", T.nvarchar(128)), "SERVICENAME": ("MSSQLSERVER", T.nvarchar(128)),
-                 "TRANCOUNT": (0, T.INT), "ROWCOUNT": (0, T.INT), "ERROR": (0, T.INT),
+                 "TRANCOUNT": (self.trancount, T.INT), "ROWCOUNT": (0, T.INT), "ERROR": (0, T.INT),
                  "LANGUAGE": ("us_english", T.nvarchar(128)), "DATEFIRST": (7, T.TINYINT),
                  "LOCK_TIMEOUT": (-1, T.INT), "MAX_PRECISION": (38, T.TINYINT), "TEXTSIZE": (2147483647, T.INT),
                  "IDENTITY": (None, T.SqlType("decimal", precision=38, scale=0)), "OPTIONS": (5496, T.INT),

@@ -64,3 +64,12 @@ def loginack(prog_name, version):
     body = (b"\x01" + bytes([0x74, 0x00, 0x00, 0x04]) + b_varchar(prog_name)
             + bytes([major, minor, build >> 8, build & 0xFF]))
     return b"\xAD" + struct.pack("<H", len(body)) + body
+
+
+def env_transaction(kind, descriptor):
+    """ENVCHANGE 8 (begin), 9 (commit) or 10 (rollback) with the 8-byte transaction descriptor."""
+    if kind == 8:
+        body = bytes([8, 8]) + descriptor + b"\x00"
+    else:
+        body = bytes([kind, 0, 8]) + descriptor
+    return _envchange(body)

@@ -56,4 +56,5 @@ SetOption = _node("SetOption", "words text")
 Use = _node("Use", "database text")
 Print = _node("Print", "expr text")
 WaitFor = _node("WaitFor", "delay text")
+Tran = _node("Tran", "action text")                          # BEGIN / COMMIT / ROLLBACK
 Unsupported = _node("Unsupported", "keyword text")

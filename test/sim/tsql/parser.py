@@ -162,6 +162,13 @@ class Parser:
             self.advance()
             self.expect_word("DELAY")
             return A.WaitFor(self.expr())
+        if w in ("BEGIN", "COMMIT", "ROLLBACK") and (w != "BEGIN" or self.is_word("TRAN", "TRANSACTION",
+                                                                                  tok=self.peek())):
+            self.advance()
+            if self.accept_word("TRAN", "TRANSACTION", "WORK") and self.is_ident() and not (
+                    self.tok.kind == "word" and self.tok.value.upper() in _STMT_START):
+                self.advance()
+            return A.Tran(w)
         if w == "WITH":
             raise SqlError(102, "Incorrect syntax near 'WITH'.", 15, 1, batch_abort=True)
         if w in _STMT_START:

@@ -1,0 +1,114 @@
+"""A minimal raw TDS 7.4 client for byte-level checks of the simulator's responses."""
+import socket
+import struct
+
+
+def _b_varchar(s):
+    return bytes([len(s)]) + s.encode("utf-16-le")
+
+
+def crypt(pw):
+    out = bytearray()
+    for b in pw.encode("utf-16-le"):
+        out.append((((b << 4) & 0xF0) | (b >> 4)) ^ 0xA5)
+    return bytes(out)
+
+
+class Raw:
+    """Speaks just enough TDS: PRELOGIN, LOGIN7, batches, attention; returns raw packets."""
+
+    def __init__(self, port, packet_size=4096):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.packet_size = packet_size
+
+    def send(self, typ, payload, status=1):
+        self.sock.sendall(struct.pack(">BBHHBB", typ, status, len(payload) + 8, 0, 1, 0) + payload)
+
+    def recv_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("server closed")
+            buf += chunk
+        return buf
+
+    def packet(self):
+        """-> (type, status, length, spid, payload)"""
+        hdr = self.recv_exact(8)
+        typ, status, length, spid, _, _ = struct.unpack(">BBHHBB", hdr)
+        return typ, status, length, spid, self.recv_exact(length - 8)
+
+    def message(self):
+        """All packets of one message -> (packets list, payload)."""
+        pkts = []
+        while True:
+            p = self.packet()
+            pkts.append(p)
+            if p[1] & 1:
+                return pkts, b"".join(x[4] for x in pkts)
+
+    def prelogin(self):
+        opts = [(0, b"\x0f\x00\x07\xd0\x00\x00"), (1, b"\x02"), (2, b"\x00"), (3, b"\x00\x00\x00\x00"), (4, b"\x00")]
+        off = 5 * len(opts) + 1
+        table, data = b"", b""
+        for tok, d in opts:
+            table += struct.pack(">BHH", tok, off + len(data), len(d))
+            data += d
+        self.send(0x12, table + b"\xff" + data)
+        return self.packet()
+
+    def login(self, user="sa", password="Passw0rd!", database="demo"):
+        fields = [("host", "rawhost"), ("user", user), ("pw", None), ("app", "raw"), ("server", "x"),
+                  ("ext", ""), ("lib", "raw"), ("lang", ""), ("db", database)]
+        var = b""
+        offs = []
+        pos = 94
+        for name, val in fields:
+            raw = crypt(password) if name == "pw" else (val or "").encode("utf-16-le")
+            offs.append((pos + len(var), len(raw) // 2))
+            var += raw
+        head = struct.pack("<IIIIII", 0, 0x74000004, self.packet_size, 7, 1234, 0)
+        head += bytes([0xE0, 0x03, 0, 0]) + struct.pack("<iI", 0, 0x409)
+        for o, n in offs:
+            head += struct.pack("<HH", o, n)
+        head += b"\x00" * 6 + struct.pack("<HH", 0, 0) + struct.pack("<HH", 0, 0) + struct.pack("<HH", 0, 0)
+        head += struct.pack("<I", 0)
+        assert len(head) == 94, len(head)
+        payload = head + var
+        payload = struct.pack("<I", len(payload)) + payload[4:]
+        self.send(0x10, payload)
+        return self.message()
+
+    def batch(self, sql):
+        headers = struct.pack("<IIHQI", 22, 18, 2, 0, 1)
+        self.send(0x01, headers + sql.encode("utf-16-le"))
+
+    def attention(self):
+        self.send(0x06, b"")
+
+    def close(self):
+        self.sock.close()
+
+
+def tokens(payload):
+    """Very small token walker for DONE tokens: -> list of (token, status) for DONE/DONEPROC/DONEINPROC
+    found at token positions (assumes only tokens the tests produce)."""
+    out = []
+    i = 0
+    while i < len(payload):
+        t = payload[i]
+        if t in (0xFD, 0xFE, 0xFF):
+            status = struct.unpack_from("<H", payload, i + 1)[0]
+            out.append((t, status))
+            i += 13
+        elif t in (0xAA, 0xAB, 0xAD, 0xE3, 0xA9):
+            n = struct.unpack_from("<H", payload, i + 1)[0]
+            out.append((t, None))
+            i += 3 + n
+        elif t == 0x79:
+            out.append((t, None))
+            i += 5
+        else:
+            raise ValueError("token walker cannot skip 0x%02x at %d" % (t, i))
+    return out
