@@ -119,7 +119,7 @@ def maybe_dummy(db, now_t300):
         return None
     if db.last_mapping_t300 is not None and now_t300 - db.last_mapping_t300 < cfg.dummy_interval * 300:
         return None
-    if not cfg.dummy_on_idle_log and db.lsn == db.lsn_at_last_mapping:
+    if not cfg.dummy_on_idle_log and db.activity_lsn <= db.lsn_at_last_mapping:
         return None
     t = max(now_t300, db.last_commit_t300)
     lsn = db.next_lsn()

@@ -95,6 +95,7 @@ class Database:
         self.max_lsn = None            # bytes, cache of MAX(start_lsn) of cdc.lsn_time_mapping
         self.last_mapping_t300 = None  # UTC instant of the newest mapping row (or of enabling CDC)
         self.lsn_at_last_mapping = 0
+        self.activity_lsn = 0           # LSN of the newest transaction or DDL (any table)
         self.last_commit_t300 = 0
         self.tran_counter = 0x1A2B00
         self.cleanup = CleanupState()
@@ -396,6 +397,7 @@ class Database:
     def record_commit(self, table, begin_lsn, changes, counts, at=None, duration_ms=0):
         """Put a committed transaction into the log (and the ground truth)."""
         commit_lsn = self.next_lsn()
+        self.activity_lsn = commit_lsn
         end = self.commit_instant(at)
         begin = max(0, end - int(duration_ms * 300 // 1000))
         self.tran_counter += 1
@@ -415,6 +417,7 @@ class Database:
         t = self.commit_instant(at)
         rec = LogRecord("ddl", self.next_lsn(), t, table=table, command=command,
                         required_column_update=required_column_update)
+        self.activity_lsn = rec.lsn
         if self.cdc_enabled and self.instances_of(table):
             self.log.append(rec)
         return rec

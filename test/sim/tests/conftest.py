@@ -47,6 +47,8 @@ def sim():
 
 def one(sim, sql):
     """The single value of a one-row, one-column query."""
-    rows = sim.query(sql)
-    assert len(rows) == 1, rows
-    return list(rows[0].values())[0]
+    cur = sim.control().cursor()
+    cur.execute(sql)
+    rows = cur.fetchall()
+    assert len(rows) == 1 and len(rows[0]) == 1, rows
+    return rows[0][0]
