@@ -25,8 +25,10 @@ Small API::
 * ``freetds_conf(dir)`` writes a private freetds.conf (TDS 7.4, no encryption, UTF-8)
   and returns its path; the Simulator sets ``FREETDSCONF`` to one if it is unset.
 """
+import atexit
 import datetime
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,7 +78,9 @@ class Simulator:
         self._control = None
         self._tmp = tempfile.mkdtemp(prefix="simproc-")
         if "FREETDSCONF" not in os.environ:
-            os.environ["FREETDSCONF"] = freetds_conf(self._tmp)
+            conf_dir = tempfile.mkdtemp(prefix="simproc-freetds-")
+            atexit.register(shutil.rmtree, conf_dir, True)
+            os.environ["FREETDSCONF"] = freetds_conf(conf_dir)
 
     @property
     def server(self):
@@ -98,6 +102,7 @@ class Simulator:
         ready = os.path.join(self._tmp, "port")
         if os.path.exists(ready):
             os.unlink(ready)
+        os.makedirs(self._tmp, exist_ok=True)
         self.log = open(os.path.join(self._tmp, "sim.log"), "w")
         self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
@@ -169,10 +174,11 @@ class Simulator:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(5)
+                self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
         self.proc = None
+        self._cleanup()
 
     def kill(self):
         """SIGKILL the simulator (clients see the connection vanish)."""
@@ -180,6 +186,14 @@ class Simulator:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
+        self._cleanup()
+
+    def _cleanup(self):
+        try:
+            self.log.close()
+        except Exception:
+            pass
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self):
         return self.start()

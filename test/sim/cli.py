@@ -93,7 +93,7 @@ def main(argv=None):
     print("mssql-sim listening on %s:%d" % (args.host, port), flush=True)
 
     def stop(signum, frame):
-        threading.Thread(target=server.stop, daemon=True).start()
+        server._stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -43,6 +43,7 @@ class Server:
         self.sock = None
         self.port = None
         self._stopping = threading.Event()
+        self._stopped = False
         if cfg.demo:
             self.setup_demo()
         self.scheduler = Scheduler(self.db)
@@ -69,13 +70,17 @@ class Server:
 
     def serve_forever(self):
         self.scheduler.start()
+        self.sock.settimeout(0.05)          # so a stop request is noticed promptly
         while not self._stopping.is_set():
             try:
                 conn, peer = self.sock.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 if self._stopping.is_set():
                     return
                 raise
+            conn.settimeout(None)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
             with self.sessions_lock:
@@ -100,6 +105,10 @@ class Server:
         return len(victims)
 
     def stop(self):
+        """Stop accepting, stop the jobs, close every session and remove the storage (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._stopping.set()
         if self.sock:
             try:

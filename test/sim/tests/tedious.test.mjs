@@ -68,12 +68,16 @@ test('typed values: LSN bytes, datetimes, bigint, nvarchar, NULL', async () => {
   const c = await connect();
   const { err, sets } = await run(c, `SELECT sys.fn_cdc_get_max_lsn() AS max_lsn,
       sys.fn_cdc_map_lsn_to_time(sys.fn_cdc_get_max_lsn()) AS t, COUNT_BIG(*) AS n, N'Zürich ]' AS s,
-      CAST(NULL AS int) AS z, SYSUTCDATETIME() AS u, SYSDATETIMEOFFSET() AS dto,
+      CAST(NULL AS int) AS z, SYSUTCDATETIME() AS u, SYSDATETIMEOFFSET() AS dto, GETDATE() AS g,
+      DATEPART(TZOFFSET, SYSDATETIMEOFFSET()) AS tz,
       CAST('2026-01-02 03:04:05.1234567' AS datetime2(7)) AS d2 FROM cdc.lsn_time_mapping`, { batch: true });
   assert.equal(err, undefined);
   assert.deepEqual(sets[0].columns, [['max_lsn', 'Binary'], ['t', 'DateTimeN'], ['n', 'BigInt'],
-    ['s', 'NVarChar'], ['z', 'IntN'], ['u', 'DateTime2'], ['dto', 'DateTimeOffset'], ['d2', 'DateTime2']]);
-  const [lsn, t, n, s, z, u, dto, d2] = sets[0].rows[0];
+    ['s', 'NVarChar'], ['z', 'IntN'], ['u', 'DateTime2'], ['dto', 'DateTimeOffset'], ['g', 'DateTime'],
+    ['tz', 'IntN'], ['d2', 'DateTime2']]);
+  const [lsn, t, n, s, z, u, dto, g, tz, d2] = sets[0].rows[0];
+  assert.equal(g.toISOString(), '2026-03-01T00:00:05.000Z');
+  assert.equal(tz, 0);
   assert.ok(Buffer.isBuffer(lsn) && lsn.length === 10);
   assert.equal(t.toISOString(), '2026-03-01T00:00:00.000Z');
   assert.equal(n, '2');
