@@ -334,3 +334,26 @@ def test_awkward_names_round_trip(make_sim):
                      "OBJECT_NAME(ct.source_object_id) AS t FROM cdc.change_tables AS ct "
                      "WHERE ct.capture_instance = N's]ci ü'")
     assert meta == [{"capture_instance": "s]ci ü", "s": "sales data", "t": "order]s \"ü\""}]
+
+
+def test_explicit_rows_and_net_changes(make_sim):
+    sim = make_sim(dummy_interval=0)
+    sim.call("sim.enable_table", name="orders", capture_instance="net", supports_net_changes=1)
+    advance(sim, 5)
+    commit(sim, rows='[{"op":"insert","order_id":100,"amount":1.5,"status":"a"},'
+                     '{"op":"update","order_id":100,"status":"b"},{"op":"insert","order_id":101},'
+                     '{"op":"delete","order_id":101}]')
+    commit(sim, rows='[{"op":"insert","order_id":200,"amount":2}]')
+    advance(sim, 5)
+    commit(sim, rows='[{"op":"update","order_id":200,"amount":3},{"op":"delete","order_id":100}]')
+    advance(sim, 5)
+    q = ("SELECT [__$operation] AS op, order_id, amount FROM cdc.fn_cdc_get_net_changes_net("
+         "sys.fn_cdc_get_min_lsn(N'net'), sys.fn_cdc_get_max_lsn(), N'%s')")
+    assert [tuple(r.values()) for r in sim.query(q % "all")] == [(2, 200, 3)]
+    assert [r["op"] for r in sim.query(q % "all with merge")] == [5]
+    ops = [r["op"] for r in sim.query("SELECT [__$operation] AS op FROM cdc.fn_cdc_get_all_changes_net("
+                                      "sys.fn_cdc_get_min_lsn(N'net'), sys.fn_cdc_get_max_lsn(), N'all update old')")]
+    assert ops == [2, 3, 4, 2, 1, 2, 3, 4, 1]
+    with pytest.raises(pymssql.Error) as e:
+        sim.query("SELECT * FROM cdc.fn_cdc_get_net_changes_dbo_orders(0x00, 0x00, N'all')")
+    assert "208" in str(e.value)

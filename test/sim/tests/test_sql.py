@@ -112,3 +112,12 @@ def test_aggregate_of_many_tables_in_one_batch(db):
     assert all(s == [dict(sets[0][0])] for s in sets) and sets[0][0]["ins"] == 5 and sets[0][0]["upd"] == 2
     empty = db.query(stmt.replace("> 0x00000000000000000000", "> 0xFFFFFFFFFFFFFFFFFFFF"))
     assert empty == [{"ins": 0, "upd": 0, "del": 0, "first_lsn": None, "last_lsn": None}]
+
+
+def test_scalar_subqueries_need_no_names(db):
+    r = db.query("SELECT (SELECT COUNT(*) FROM cdc.dbo_orders_CT) AS n, "
+                 "(SELECT MAX(start_lsn) FROM cdc.lsn_time_mapping) AS m")[0]
+    assert r["n"] == 10 and r["m"] == one(db, "SELECT sys.fn_cdc_get_max_lsn()")
+    with pytest.raises(pymssql.Error) as e:
+        db.query("SELECT * FROM (SELECT COUNT(*) FROM cdc.dbo_orders_CT) AS s")
+    assert "8155" in str(e.value)

@@ -104,8 +104,8 @@ class Translator:
         self.n_alias += 1
         return "_s%d" % self.n_alias
 
-    def select(self, sel, outer, top=False):
-        """-> (sqlite SQL, [(name, SqlType)])"""
+    def select(self, sel, outer, top=False, derived=False):
+        """-> (sqlite SQL, [(name, SqlType)]); a derived table needs a name for every column."""
         scope = Scope(outer)
         from_sql = self.from_(sel.from_, scope) if sel.from_ is not None else None
         items_sql, cols = [], []
@@ -125,8 +125,8 @@ class Translator:
             name = it.alias
             if name is None and isinstance(it.expr, A.Name):
                 name = it.expr.parts[-1]
-            if name is None and not top:
-                raise SqlError(8155, "No column name was specified for column %d of '%s'." % (i + 1, "derived"),
+            if name is None and derived:
+                raise SqlError(8155, "No column name was specified for column %d of '%s'." % (i + 1, derived),
                                16, 2)
             if name is not None:
                 items_sql.append("%s AS %s" % (sql, q(name)))
@@ -199,7 +199,7 @@ class Translator:
             kind = {"INNER": "JOIN", "LEFT": "LEFT JOIN", "RIGHT": "RIGHT JOIN", "FULL": "FULL JOIN"}[node.kind]
             return "%s %s %s ON %s" % (left, kind, right, on)
         if isinstance(node, A.Derived):
-            sql, cols = self.select(node.select, Scope(scope.parent))
+            sql, cols = self.select(node.select, Scope(scope.parent), derived=node.alias)
             alias = self.new_alias()
             scope.sources.append(Source(node.alias, alias, cols))
             return "(%s) AS %s" % (sql, alias)
