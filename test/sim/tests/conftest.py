@@ -44,11 +44,3 @@ def sim():
     yield s
     s.stop()
 
-
-def one(sim, sql):
-    """The single value of a one-row, one-column query."""
-    cur = sim.control().cursor()
-    cur.execute(sql)
-    rows = cur.fetchall()
-    assert len(rows) == 1 and len(rows[0]) == 1, rows
-    return rows[0][0]

@@ -2,7 +2,7 @@
 import pymssql
 import pytest
 
-from conftest import one
+from simtest_util import one
 
 ZERO = bytes(10)
 

@@ -6,7 +6,7 @@ import pymssql
 import pytest
 from pymssql import _mssql
 
-from conftest import one
+from simtest_util import one
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pymssql
 import pytest
 from pymssql import _mssql
 
-from conftest import one
+from simtest_util import one
 
 
 def tsql(sim, script, password="Passw0rd!", conf=None):
