@@ -4,7 +4,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from .config import Config
 

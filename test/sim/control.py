@@ -12,7 +12,7 @@ from . import timeutil, truth
 from .clock import parse_utc
 from .errors import SqlError
 from .faults import Fault
-from .procs import BIT, INT, LSN, NV, REQUIRED, SYSNAME, ProcResult, ResultSet, proc
+from .procs import BIT, INT, LSN, NV, REQUIRED, SYSNAME, ResultSet, proc
 from .tsql.lexer import tokenize
 from .tsql.parser import Parser
 
@@ -485,5 +485,3 @@ class _Repeat:
     def __iter__(self):
         return itertools.repeat(self.row, self.n)
 
-
-__all__ = ["ProcResult"]

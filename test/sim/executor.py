@@ -12,7 +12,7 @@ from . import procs as PR
 from . import sqltypes as T
 from . import tokens as K
 from . import timeutil
-from .errors import Attention, ClientGone, SqlError
+from .errors import SqlError
 from .functions import UdfFailure, convert
 from .tsql import ast as A
 from .tsql.parser import parse_batch, parse_type_text

@@ -6,17 +6,15 @@ readers keep a consistent snapshot while the capture and cleanup jobs write);
 the catalog and the log of not-yet-captured transactions live in Python.
 """
 import collections
-import datetime as _dt
 import os
 import random
 import shutil
 import sqlite3
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import lsn as L
-from . import sqltypes as T
 from . import timeutil
 from .catalog import (META_TABLES, SYS_VIEWS, Column, Instance, Login, Table, create_sql, ct_columns, q,
                       update_mask)
@@ -441,14 +439,3 @@ class Database:
                 return rec.end_t300
         return None
 
-
-def utc_naive(t300):
-    return timeutil.t300_to_naive(t300)
-
-
-def from_utc_text(text):
-    """datetime2 text in UTC -> aware datetime."""
-    return parse_utc(text)
-
-
-__all__ = ["Database", "LogTxn", "LogRecord", "T", "_dt"]

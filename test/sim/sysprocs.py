@@ -1,5 +1,4 @@
 """SQL Server's CDC system procedures (sys.sp_cdc_*) with their documented result sets."""
-from . import cleanup
 from . import lsn as L
 from . import permissions as P
 from . import sqltypes as T
@@ -227,5 +226,3 @@ def cleanup_change_table(s, capture_instance, low_water_mark, threshold):
     n = db.conn.execute('DELETE FROM %s WHERE "__$start_lsn" < ?' % inst.ct.phys, (low_water_mark,)).rowcount
     return ProcResult(messages=[(0, "%d change rows deleted." % n)])
 
-
-__all__ = ["cleanup"]

@@ -8,7 +8,6 @@ even when every value is NULL."""
 from dataclasses import dataclass, field
 
 from . import ast as A
-from .. import lsn as L
 from .. import permissions as P
 from .. import sqltypes as T
 from .. import timeutil
