@@ -143,9 +143,9 @@ test('SQL Server-shaped errors', async () => {
 test('request timeout sends ATTENTION and the connection stays usable', async () => {
   const c = await connect({ requestTimeout: 500 });
   const t0 = Date.now();
-  const r = await run(c, "WAITFOR DELAY '00:00:05'", { batch: true });
+  const r = await run(c, "WAITFOR DELAY '00:01:00'", { batch: true });
   assert.equal(r.err.code, 'ETIMEOUT');
-  assert.ok(Date.now() - t0 < 2500);
+  assert.ok(Date.now() - t0 < 20000);
   const ok = await run(c, 'SELECT 42 AS x', { batch: true });
   assert.deepEqual(ok.sets[0].rows, [[42]]);
   c.close();

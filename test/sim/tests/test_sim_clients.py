@@ -58,8 +58,8 @@ def test_tsql_query_timeout_leaves_server_serving(loaded, tmp_path):
     conf = tmp_path / "freetds.conf"
     conf.write_text("[global]\n\ttds version = 7.4\n\tencryption = off\n\tclient charset = UTF-8\n\ttimeout = 1\n")
     t0 = time.monotonic()
-    out = tsql(loaded, "WAITFOR DELAY '00:00:08'\ngo\n", conf=str(conf))
-    assert time.monotonic() - t0 < 6
+    out = tsql(loaded, "WAITFOR DELAY '00:01:00'\ngo\n", conf=str(conf))
+    assert time.monotonic() - t0 < 25
     assert "20003" in out or "timed out" in out
     assert one(loaded, "SELECT 7") == 7
 
@@ -111,8 +111,8 @@ def test_dblib_cancel_mid_result_and_waitfor(loaded):
     threading.Timer(0.3, c.cancel).start()
     t0 = time.monotonic()
     with pytest.raises(_mssql.MSSQLDatabaseException):
-        c.execute_non_query("WAITFOR DELAY '00:00:05'")
-    assert time.monotonic() - t0 < 3
+        c.execute_non_query("WAITFOR DELAY '00:01:00'")
+    assert time.monotonic() - t0 < 20
     assert c.execute_scalar("SELECT 42") == 42
     c.close()
 

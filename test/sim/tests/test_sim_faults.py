@@ -35,14 +35,14 @@ def test_error_fault_matches_pattern_and_count(fsim):
 
 
 def test_stall_fault_is_cancellable(fsim):
-    fsim.call("sim.fault_stall", seconds=10, pattern="lsn_time_mapping")
+    fsim.call("sim.fault_stall", seconds=60, pattern="lsn_time_mapping")
     c = _mssql.connect(server=fsim.server, user="sa", password="Passw0rd!", database="demo")
     threading.Timer(0.5, c.cancel).start()
     t0 = time.monotonic()
     with pytest.raises(_mssql.MSSQLDatabaseException):
         c.execute_query("SELECT COUNT(*) FROM cdc.lsn_time_mapping")
         list(c)
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 20
     assert c.execute_scalar("SELECT COUNT(*) FROM cdc.lsn_time_mapping") == 2
     c.close()
 

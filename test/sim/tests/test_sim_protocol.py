@@ -106,7 +106,7 @@ def test_syntax_error_fails_whole_batch(sim):
 
 def test_attention_stops_waitfor_and_is_acknowledged(sim):
     r, _, _ = login_ok(sim.port)
-    r.batch("WAITFOR DELAY '00:00:05'")
+    r.batch("WAITFOR DELAY '00:01:00'")
     time.sleep(0.3)
     t0 = time.monotonic()
     r.attention()
@@ -114,7 +114,7 @@ def test_attention_stops_waitfor_and_is_acknowledged(sim):
     while not any(t == 0xFD and s is not None and s & 0x20 for t, s in seen):
         _, payload = r.message()
         seen += tokens(payload)
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 20          # stopped, not run to its end
     r.batch("PRINT 'alive'")
     _, payload = r.message()
     assert tokens(payload)[-1] == (0xFD, 0)
@@ -142,7 +142,7 @@ def test_attention_stops_a_streaming_result(sim):
         total += length
         if status & 1 and payload.endswith(b"\xfd\x20\x00" + b"\x00" * 10):
             done_attn = True
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20
     assert total < 3000000 * 20                  # far less than the whole result was sent
     r.close()
 
