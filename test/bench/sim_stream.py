@@ -18,6 +18,7 @@ worker's per-range aggregate over the whole table.
 import argparse
 import glob
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -95,7 +96,14 @@ def main():
     ap.add_argument("--pymssql", action="store_true", help="also measure pymssql as the client")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sim-bench-")
-    exe = build_client(tmp)
+    try:
+        run(args, build_client(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args, exe):
+    """Load the table, stream it, print the figures."""
     with Simulator(clock="sim", dummy_interval=0, cleanup_time="", maxtrans=100000) as sim:
         t0 = time.monotonic()
         sim.call("sim.create_table", name="narrow", columns="id int NOT NULL")
