@@ -14,9 +14,16 @@
 
 #include "finalize.h"
 #include "shmem.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
+char	   *finalize_database = NULL;
+bool		finalize_enabled = true;
+int			finalize_poll_interval_ms = 5000;
+int			finalize_login_timeout = 10;
+int			finalize_query_timeout = 30;
+int			finalize_max_retry_interval_ms = 60000;
 int			finalize_facts_retention_min = 30 * 24 * 60;
 
 void		_PG_init(void);
@@ -38,6 +45,60 @@ _PG_init(void)
 				 errmsg("finalize must be loaded via shared_preload_libraries"),
 				 errhint("Add finalize to shared_preload_libraries in postgresql.conf and restart the server.")));
 
+	DefineCustomStringVariable("finalize.database",
+							   "Database whose finalize extension the background worker serves.",
+							   "The launcher starts a scheduler there once the database exists.",
+							   &finalize_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("finalize.enabled",
+							 "Whether finalize's workers poll their sources.",
+							 "Off stops every worker; sensors keep answering from the recorded verdicts.",
+							 &finalize_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.poll_interval",
+							"Time between two cycles of a source worker.",
+							NULL,
+							&finalize_poll_interval_ms,
+							5000, 100, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.login_timeout",
+							"How long a worker waits for a SQL Server login.",
+							NULL,
+							&finalize_login_timeout,
+							10, 1, 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.query_timeout",
+							"How long a worker waits for SQL Server to answer a query.",
+							"A query that times out is abandoned and the connection reopened.",
+							&finalize_query_timeout,
+							30, 1, 24 * 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.max_retry_interval",
+							"Longest wait between two attempts of a failing source.",
+							"After a failure a worker retries after the poll interval, then doubles the wait up to this.",
+							&finalize_max_retry_interval_ms,
+							60000, 100, 24 * 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("finalize.facts_retention",
 							"How long facts are kept before finalize.purge_facts() removes them.",
 							"The fact a table's offset points at is always kept.",
@@ -50,6 +111,8 @@ _PG_init(void)
 	MarkGUCPrefixReserved("finalize");
 
 	shmem_install_hooks();
+	dbhooks_install();
+	register_launcher();
 }
 
 /*

@@ -1,6 +1,6 @@
 /*
  * finalize.h
- *     Settings and small helpers shared by the parts of the extension.
+ *     Settings and names shared by the parts of the extension.
  */
 #ifndef FINALIZE_H
 #define FINALIZE_H
@@ -10,7 +10,13 @@
 /* Name of the extension's schema (the extension is not relocatable). */
 #define FINALIZE_SCHEMA "finalize"
 
-/* finalize.facts_retention, in minutes. */
+/* Settings (finalize.*); see finalize.c for their meaning and defaults. */
+extern char *finalize_database;
+extern bool finalize_enabled;
+extern int	finalize_poll_interval_ms;
+extern int	finalize_login_timeout;
+extern int	finalize_query_timeout;
+extern int	finalize_max_retry_interval_ms;
 extern int	finalize_facts_retention_min;
 
 #endif							/* FINALIZE_H */

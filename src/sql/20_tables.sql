@@ -20,6 +20,8 @@ CREATE TABLE @extschema@.tracked_table (
                       CHECK (state IN ('active', 'paused', 'data_lost', 'schema_blocked')),
     state_detail      text,
     state_since       timestamptz NOT NULL DEFAULT now(),
+    start_from        text NOT NULL DEFAULT 'max_lsn'
+                      CHECK (start_from IN ('max_lsn', 'capture_start')),
     created_at        timestamptz NOT NULL DEFAULT now(),
     created_by        name NOT NULL,
     untracked_at      timestamptz
@@ -43,10 +45,15 @@ CREATE TABLE @extschema@.watermark (
     offset_lsn          @extschema@.lsn,
     offset_commit_time  timestamptz,
     advanced_at         timestamptz,
-    recorded_at         timestamptz
+    recorded_at         timestamptz,
+    condition           text,
+    condition_detail    text,
+    condition_since     timestamptz
 );
 COMMENT ON TABLE @extschema@.watermark IS
     'Per table: every period ending at or before finalized_until is complete; offset_lsn is the end of the last recorded range';
+COMMENT ON COLUMN @extschema@.watermark.condition IS
+    'Why the worker could not read this table on its last attempt (NULL when it could)';
 COMMENT ON COLUMN @extschema@.watermark.offset_lsn IS
     'Inclusive end of the last recorded range; the next range must start (exclusively) here';
 
@@ -95,17 +102,24 @@ CREATE INDEX fact_recorded_at_idx
 
 -- Runtime status of each source, written by its worker once per cycle.
 CREATE TABLE @extschema@.source_status (
-    server_name     text PRIMARY KEY,
-    worker_pid      integer,
-    condition       text NOT NULL DEFAULT 'starting',
-    last_poll       timestamptz,
-    last_success    timestamptz,
-    last_error      text,
-    last_error_at   timestamptz,
-    max_lsn         @extschema@.lsn,
-    max_lsn_time    timestamptz,
-    clock_skew      interval
+    server_name       text PRIMARY KEY,
+    worker_pid        integer,
+    condition         text NOT NULL DEFAULT 'starting',
+    condition_since   timestamptz NOT NULL DEFAULT now(),
+    last_poll         timestamptz,
+    last_success      timestamptz,
+    last_error        text,
+    last_error_at     timestamptz,
+    failures          integer NOT NULL DEFAULT 0,
+    next_attempt      timestamptz,
+    max_lsn           @extschema@.lsn,
+    max_lsn_time      timestamptz,
+    max_lsn_changed   timestamptz,
+    server_time       timestamptz,
+    clock_skew        interval
 );
+COMMENT ON COLUMN @extschema@.source_status.condition IS
+    'ok, or why the last cycle could not read the source (unreachable, sql_error, no_max_lsn, timezone_mismatch, ...)';
 COMMENT ON TABLE @extschema@.source_status IS
     'Per source: what its worker saw on its last cycle';
 

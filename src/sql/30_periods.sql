@@ -51,3 +51,13 @@ BEGIN
     RETURN ('0x' || upper(substr(value, 3)))::@extschema@.lsn;
 END
 $$;
+
+-- SQL Server local commit time to an instant, as the worker converts it: an
+-- ambiguous local time (DST fall-back) is the earlier instant, a skipped one
+-- (spring-forward) the earliest any nearby offset gives.
+CREATE FUNCTION @extschema@.mssql_local_to_instant(local_time timestamp, zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_local_to_instant'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.mssql_local_to_instant(timestamp, text) IS
+    'Instant of a SQL Server local time in the given zone, the earliest when ambiguous';

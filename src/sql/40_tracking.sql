@@ -77,7 +77,8 @@ CREATE FUNCTION @extschema@.track_table(
     table_name   text,
     server_name  text,
     source_table text,
-    granularity  interval DEFAULT interval '1 hour')
+    granularity  interval DEFAULT interval '1 hour',
+    start_from   text DEFAULT 'max_lsn')
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -97,12 +98,18 @@ BEGIN
     PERFORM @extschema@._require(track_table.source_table, 'source_table');
     parts := @extschema@._split_mssql_name(track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(track_table.granularity, 'granularity');
+    PERFORM @extschema@._require(track_table.start_from, 'start_from');
+    IF track_table.start_from NOT IN ('max_lsn', 'capture_start') THEN
+        RAISE EXCEPTION 'invalid value for argument start_from: "%"', track_table.start_from
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).';
+    END IF;
 
     BEGIN
         INSERT INTO @extschema@.tracked_table
-            (table_name, server_name, source_schema, source_name, granularity, created_by)
+            (table_name, server_name, source_schema, source_name, granularity, start_from, created_by)
         VALUES (track_table.table_name, track_table.server_name, parts[1], parts[2], track_table.granularity,
-                @extschema@._calling_role())
+                track_table.start_from, @extschema@._calling_role())
         RETURNING table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'table "%" is already tracked', track_table.table_name
@@ -113,7 +120,7 @@ BEGIN
     RETURN new_id;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval) IS
+COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text) IS
     'Start tracking a logical table fed by a SQL Server table with CDC enabled';
 
 CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true)

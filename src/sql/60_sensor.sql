@@ -84,6 +84,10 @@ BEGIN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
     END IF;
+    IF wm.condition IS NOT NULL THEN
+        v.reason := v.reason || format(' The worker cannot read this table (%s since %s): %s',
+                                       wm.condition, wm.condition_since, wm.condition_detail);
+    END IF;
     IF src.last_error IS NOT NULL AND src.last_error_at >= coalesce(src.last_success, '-infinity') THEN
         v.reason := v.reason || format(' The source "%s" failed at %s: %s', tt.server_name, src.last_error_at, src.last_error);
     END IF;
@@ -102,6 +106,8 @@ SELECT t.table_name,
        t.granularity,
        t.state,
        t.state_detail,
+       w.condition,
+       w.condition_detail,
        w.finalized_until,
        now() - w.finalized_until AS lag,
        w.offset_lsn,
@@ -109,10 +115,12 @@ SELECT t.table_name,
        w.advanced_at,
        w.recorded_at,
        s.condition AS source_condition,
+       s.max_lsn AS source_max_lsn,
        s.last_poll,
        s.last_success,
        s.last_error,
        s.last_error_at,
+       s.next_attempt,
        s.clock_skew,
        CASE WHEN s.worker_pid IS NOT NULL
              AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(s.worker_pid))

@@ -26,7 +26,7 @@ GRANT EXECUTE ON FUNCTION
 -- Admins manage tracked tables, may record ranges by hand (the worker's write
 -- path) and read the catalog tables.
 GRANT EXECUTE ON FUNCTION
-    @extschema@.track_table(text, text, text, interval),
+    @extschema@.track_table(text, text, text, interval, text),
     @extschema@.untrack_table(text, boolean),
     @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
                              timestamptz, timestamptz, text, text, jsonb),

@@ -133,13 +133,16 @@ class Cluster:
             return ""
 
     def wait_for(self, predicate, timeout=30.0, interval=0.1, what="condition"):
-        """Polls predicate() until it returns a true value; fails with the server log tail."""
+        """Polls predicate() until it returns a true value; fails with the server log tail
+        (what may be a callable, evaluated only then)."""
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
             if value:
                 return value
             if time.monotonic() > deadline:
+                if callable(what):
+                    what = what()
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}\n"
                                      f"--- server log tail ---\n{self.log()[-4000:]}")
             time.sleep(interval)

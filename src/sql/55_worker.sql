@@ -1,0 +1,123 @@
+-- What the worker writes besides ranges: events that stop a verdict, why a
+-- table could not be read, and what it saw of its source. Only superusers
+-- (the worker) may call these; none is granted to a role.
+
+-- Records an event fact (data loss, ...) and, when new_state is given, moves
+-- the table to that state. Never touches the verdict or the offset.
+CREATE FUNCTION @extschema@._record_event(
+    table_id         bigint,
+    event            text,
+    start_lsn        text,
+    end_lsn          text,
+    capture_instance text,
+    detail           jsonb,
+    new_state        text DEFAULT NULL,
+    state_detail     text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM FROM @extschema@.watermark w WHERE w.table_id = _record_event.table_id FOR UPDATE;
+    INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+    VALUES (_record_event.table_id, 'event', event,
+            @extschema@._lsn_arg(start_lsn, 'start_lsn'), @extschema@._lsn_arg(end_lsn, 'end_lsn'),
+            capture_instance, detail);
+    IF new_state IS NOT NULL THEN
+        UPDATE @extschema@.tracked_table t
+           SET state = new_state, state_detail = _record_event.state_detail, state_since = now()
+         WHERE t.table_id = _record_event.table_id;
+    END IF;
+END
+$$;
+
+-- Sets (or clears, with NULL) why the worker could not read a table; writes
+-- only when something changed.
+CREATE FUNCTION @extschema@._set_condition(table_id bigint, condition text, detail text)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.watermark w
+       SET condition = _set_condition.condition,
+           condition_detail = _set_condition.detail,
+           condition_since = CASE WHEN w.condition IS DISTINCT FROM _set_condition.condition
+                                  THEN now() ELSE w.condition_since END
+     WHERE w.table_id = _set_condition.table_id
+       AND (w.condition IS DISTINCT FROM _set_condition.condition
+            OR w.condition_detail IS DISTINCT FROM _set_condition.detail);
+END;
+
+-- Remembers the capture instance the worker follows for a table.
+CREATE FUNCTION @extschema@._set_capture_instance(table_id bigint, capture_instance text)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.tracked_table t
+       SET capture_instance = _set_capture_instance.capture_instance
+     WHERE t.table_id = _set_capture_instance.table_id
+       AND t.capture_instance IS DISTINCT FROM _set_capture_instance.capture_instance;
+END;
+
+-- A cycle that read the source: what it saw.
+CREATE FUNCTION @extschema@._source_ok(
+    server_name  text,
+    worker_pid   integer,
+    max_lsn      text,
+    max_lsn_time timestamptz,
+    server_time  timestamptz)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.source_status AS s
+        (server_name, worker_pid, condition, condition_since, last_poll, last_success, failures,
+         next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew)
+    VALUES (_source_ok.server_name, _source_ok.worker_pid, 'ok', now(), now(), now(), 0,
+            NULL, _source_ok.max_lsn, _source_ok.max_lsn_time, now(), _source_ok.server_time,
+            _source_ok.server_time - now())
+    ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
+       SET worker_pid = excluded.worker_pid,
+           condition = 'ok',
+           condition_since = CASE WHEN s.condition = 'ok' THEN s.condition_since ELSE now() END,
+           last_poll = now(),
+           last_success = now(),
+           failures = 0,
+           next_attempt = NULL,
+           max_lsn = excluded.max_lsn,
+           max_lsn_time = excluded.max_lsn_time,
+           max_lsn_changed = CASE WHEN s.max_lsn IS DISTINCT FROM excluded.max_lsn
+                                    OR s.max_lsn_time IS DISTINCT FROM excluded.max_lsn_time
+                                  THEN now() ELSE s.max_lsn_changed END,
+           server_time = excluded.server_time,
+           clock_skew = excluded.clock_skew;
+END;
+
+-- A cycle that could not read the source: why, and when it tries again.
+CREATE FUNCTION @extschema@._source_failed(
+    server_name  text,
+    worker_pid   integer,
+    condition    text,
+    error        text,
+    next_attempt timestamptz)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.source_status AS s
+        (server_name, worker_pid, condition, condition_since, last_poll, last_error, last_error_at,
+         failures, next_attempt)
+    VALUES (_source_failed.server_name, _source_failed.worker_pid, _source_failed.condition, now(), now(),
+            _source_failed.error, now(), 1, _source_failed.next_attempt)
+    ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
+       SET worker_pid = excluded.worker_pid,
+           condition = excluded.condition,
+           condition_since = CASE WHEN s.condition = excluded.condition THEN s.condition_since ELSE now() END,
+           last_poll = now(),
+           last_error = excluded.last_error,
+           last_error_at = now(),
+           failures = s.failures + 1,
+           next_attempt = excluded.next_attempt;
+END;

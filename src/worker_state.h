@@ -1,0 +1,65 @@
+/*
+ * worker_state.h
+ *     The worker's reads and writes of PostgreSQL state (SPI, catalogs).
+ */
+#ifndef FINALIZE_WORKER_STATE_H
+#define FINALIZE_WORKER_STATE_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+#include "pgtime.h"
+
+#include "lsn.h"
+#include "mssql.h"
+#include "plan.h"
+
+/* A source: its foreign server options and its login. */
+typedef struct SourceConfig
+{
+	Oid			serverid;
+	char	   *server_name;
+	char	   *database;
+	char	   *timezone;
+	pg_tz	   *tz;
+	MssqlConnInfo conn;
+} SourceConfig;
+
+extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
+							TrackedSource **tables, int *ntables, bool *server_gone);
+
+extern void ws_begin(const char *activity);
+extern void ws_commit(void);
+extern bool ws_try(void (*fn) (void *), void *arg, char **errmsg);
+
+/* One range for record_range. */
+typedef struct RangeFacts
+{
+	const char *table_name;
+	bool		has_start;
+	Lsn			start;
+	Lsn			end;
+	TimestampTz end_time;
+	int64		inserts;
+	int64		updates;
+	int64		deletes;
+	bool		has_rows;
+	TimestampTz first_time;
+	TimestampTz last_time;
+	const char *capture_instance;
+	const char *event;			/* NULL, schema_change, instance_switch */
+	const char *detail_json;
+} RangeFacts;
+
+extern void ws_record_range(void *facts);
+extern void ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *end,
+							const char *capture_instance, const char *detail_json,
+							const char *new_state, const char *state_detail);
+extern void ws_set_condition(int64 table_id, const char *condition, const char *detail);
+extern void ws_set_capture_instance(int64 table_id, const char *capture_instance);
+extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
+						 TimestampTz server_time);
+extern void ws_source_failed(const char *server_name, const char *condition, const char *error,
+							 TimestampTz next_attempt);
+extern void ws_purge_facts(void);
+
+#endif							/* FINALIZE_WORKER_STATE_H */

@@ -1,0 +1,271 @@
+"""The worker's cycle against the SQL Server simulator over real FreeTDS:
+baseline, ranges, facts that match the simulator's ground truth, idle
+databases, traffic on other tables, data loss, and the conditions that stop a
+table without ever moving its verdict ahead."""
+
+import datetime
+import json
+import select
+import time
+
+import pytest
+
+from worker_env import (Env, as_utc, assert_chain, assert_never_leads, lsn_text, new_cluster,
+                        sim_clock, truth_counts, truth_watermark)
+
+UTC = datetime.timezone.utc
+T0 = datetime.datetime(2026, 11, 2, 8, 59, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    cluster = new_cluster()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def env(pg):
+    e = Env(pg)
+    yield e
+    e.cleanup()
+
+
+@pytest.fixture
+def sim():
+    s = sim_clock(start_time="2026-11-02T08:59:00Z").start()
+    yield s
+    s.stop()
+
+
+def at(hh, mm, ss=0.0):
+    """An instant on 2026-11-02 (UTC)."""
+    return datetime.datetime(2026, 11, 2, hh, mm, tzinfo=UTC) + datetime.timedelta(seconds=ss)
+
+
+def start_tracking(env, sim, table="sales.orders", **kw):
+    """A first commit and capture (so max LSN exists), then track and wait for the baseline."""
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("erp", sim)
+    env.track(table, "erp", **kw)
+    env.wait_caught_up(table, sim)
+
+
+def test_baseline_then_ranges_match_the_truth(env, sim):
+    start_tracking(env, sim)
+    base = env.facts("sales.orders")
+    assert len(base) == 1 and base[0]["event"] == "tracking_started" and base[0]["start_lsn"] is None
+    assert env.status("sales.orders")["finalized_until"] == at(8, 0)
+    assert env.status("sales.orders")["capture_instance"] == "dbo_orders"
+
+    # Commits across hours 9 and 10, captured step by step while the worker
+    # polls; the two around 10:00 land in one capture cycle, so one range
+    # straddles the boundary.
+    steps = [[(at(9, 5), dict(inserts=3))], [(at(9, 30), dict(updates=2))], [(at(9, 45), dict(deletes=1))],
+             [(at(9, 59, 59.99), dict(inserts=1)), (at(10, 0, 0.5), dict(inserts=2))],
+             [(at(10, 20), dict(inserts=1, updates=1))], [(at(10, 40), dict(deletes=1))]]
+    for step in steps:
+        for when, ops in step:
+            sim.call("sim.commit", at=when, **ops)
+        sim.call("sim.advance", seconds=6)
+        env.wait_caught_up("sales.orders", sim)
+        assert_never_leads(env, "sales.orders", sim)
+    sim.call("sim.advance", to=at(11, 0, 30))
+    env.wait_caught_up("sales.orders", sim)
+    until, truth = assert_never_leads(env, "sales.orders", sim)
+    assert until == at(11, 0), "idle dummy rows carry the verdict to the last full hour"
+
+    facts = env.facts("sales.orders")
+    assert_chain(facts)
+    truth = truth_counts(sim, "dbo.orders", at(9, 0), at(11, 0))
+    assert sum(sum(v) for v in truth.values()) == sum(f["inserts"] + f["updates"] + f["deletes"] for f in facts)
+    rows = env.sql("SELECT period_start, inserts, updates, deletes, exact, is_final "
+                   "FROM finalize.changes_by_period('sales.orders', %s, %s)", (at(9, 0), at(11, 0)))
+    assert [r[5] for r in rows] == [True, True]
+    assert [r[4] for r in rows] == [False, False], "the range across 10:00 is not attributed exactly"
+    # Per period: exact ranges only undercount by the straddling range's rows.
+    straddle = [f for f in facts if f["first_commit_time"] and f["first_commit_time"] < at(10, 0) <= f["last_commit_time"]]
+    assert len(straddle) == 1 and straddle[0]["inserts"] == 3
+    for start, ins, upd, dele, exact, _ in rows:
+        t_ins, t_upd, t_del = truth[start]
+        assert (upd, dele) == (t_upd, t_del) and t_ins - ins in (1, 2), (start, ins, truth[start])
+
+
+def test_empty_ranges_coalesce_while_idle(env, sim):
+    start_tracking(env, sim)
+    for _ in range(6):
+        sim.call("sim.advance", seconds=300)      # a dummy row each time
+        env.wait_caught_up("sales.orders", sim)
+    facts = env.facts("sales.orders")
+    assert len(facts) == 2, facts                  # the baseline and ONE coalesced empty range
+    assert facts[1]["ranges"] >= 6 and facts[1]["inserts"] == 0
+    assert env.status("sales.orders")["finalized_until"] == at(9, 0)
+
+
+def test_idle_database_advances_through_dummy_rows(env, sim):
+    start_tracking(env, sim)
+    sim.call("sim.advance", to=at(10, 5))
+    env.wait_caught_up("sales.orders", sim)
+    assert env.status("sales.orders")["finalized_until"] == at(10, 0)
+    dummy = sim.query("SELECT COUNT(*) AS n FROM cdc.lsn_time_mapping WHERE tran_id = 0x00")[0]["n"]
+    assert dummy >= 10
+
+
+def test_traffic_on_other_tables_advances_every_table(env, sim):
+    sim.call("sim.create_table", name="payments", columns="[id] int NOT NULL, [v] int")
+    sim.call("sim.enable_table", name="payments")
+    sim.call("sim.set_job", dummy_interval=0)      # no dummy rows: only commits move max LSN
+    start_tracking(env, sim)
+    for minute in range(10, 61, 10):
+        sim.call("sim.commit", table="dbo.payments", inserts=1, at=at(9, 0) + datetime.timedelta(minutes=minute))
+        sim.call("sim.advance", seconds=6)
+        env.wait_caught_up("sales.orders", sim)
+    st = env.status("sales.orders")
+    assert st["finalized_until"] == at(10, 0)
+    assert sum(f["inserts"] for f in env.facts("sales.orders")) == 0
+    assert_never_leads(env, "sales.orders", sim)
+
+
+def test_tracking_can_start_at_the_capture_instance(env, sim):
+    sim.call("sim.commit", inserts=2)
+    sim.call("sim.advance", seconds=10)
+    sim.call("sim.commit", inserts=5)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("erp", sim)
+    env.track("sales.orders", "erp", start_from="capture_start")
+    env.wait_caught_up("sales.orders", sim)
+    facts = env.facts("sales.orders")
+    assert facts[0]["event"] is None and facts[0]["start_lsn"] is not None
+    assert sum(f["inserts"] for f in facts) == 2 + 5, "every change since the instance started"
+
+
+def test_status_and_notify_from_the_worker(env, sim, pg):
+    listener = pg.connect()
+    listener.cursor().execute("LISTEN finalize")
+    start_tracking(env, sim)
+    sim.call("sim.commit", inserts=1, at=at(9, 59))
+    sim.call("sim.advance", to=at(10, 5))          # a dummy row after 10:00 carries the verdict
+    env.wait_caught_up("sales.orders", sim)
+    notes = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(json.loads(n.payload)["new"] == "2026-11-02T10:00:00Z"
+                                                  for n in notes):
+        if select.select([listener], [], [], 0.2)[0]:
+            listener.poll()
+            notes.extend(listener.notifies)
+            listener.notifies.clear()
+    payloads = [json.loads(n.payload) for n in notes]
+    assert {"table": "sales.orders", "old": "2026-11-02T08:00:00Z", "new": "2026-11-02T10:00:00Z",
+            "commit_time": "2026-11-02T10:04:00Z"}.items() \
+        <= payloads[-1].items()
+    assert payloads[-1]["lsn"] == env.status("sales.orders")["offset_lsn"]
+
+    st = env.status("sales.orders")
+    assert st["source_condition"] == "ok" and st["last_error"] is None
+    assert st["worker_pid"] == env.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize worker'")
+    assert st["last_poll"] is not None and st["last_success"] is not None
+    # The simulator's clock stands in 2026-11-02: the skew says how far it is from ours.
+    expected = truth_clock(sim) - datetime.datetime.now(UTC)
+    assert abs((st["clock_skew"] - expected).total_seconds()) < 30
+    assert st["source_max_lsn"] == st["offset_lsn"]
+
+
+def truth_clock(sim):
+    return as_utc(sim.call("sim.state")[0][0]["clock_utc"])
+
+
+def test_data_loss_when_cleanup_passes_the_offset(env, sim, pg):
+    start_tracking(env, sim)
+    offset = env.status("sales.orders")["offset_lsn"]
+    pg.sql("ALTER SYSTEM SET finalize.enabled = off")
+    pg.reload()
+    env.pg.wait_for(lambda: env.one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'finalize worker'") == 0,
+                    what="the worker to stop")
+    sim.call("sim.commit", inserts=4, at=at(9, 10))
+    sim.call("sim.advance", to=at(9, 20))
+    sim.call("sim.cleanup", low_lsn=sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"])
+    before = env.status("sales.orders")["finalized_until"]
+    pg.sql("ALTER SYSTEM RESET finalize.enabled")
+    pg.reload()
+    st = env.wait_status("sales.orders", lambda s: s.get("state") == "data_lost", what="data loss")
+    assert st["finalized_until"] == before and st["offset_lsn"] == offset
+    assert "CDC cleanup" in st["state_detail"] and "dbo_orders" in st["state_detail"]
+    event = env.facts("sales.orders", kind="event")[-1]
+    assert event["event"] == "data_loss" and event["start_lsn"] == offset
+    assert event["detail"]["capture_instance"] == "dbo_orders"
+    # The verdict stays frozen however far capture moves on.
+    sim.call("sim.advance", to=at(12, 0))
+    time.sleep(1.5)
+    assert env.status("sales.orders")["finalized_until"] == before
+    assert_never_leads(env, "sales.orders", sim)
+
+
+def test_purge_during_the_read_is_data_loss(env, sim):
+    start_tracking(env, sim)
+    offset = env.status("sales.orders")["offset_lsn"]
+    sim.call("sim.commit", inserts=3, at=at(9, 10))
+    sim.call("sim.advance", to=at(9, 20))
+    sim.call("sim.fault_purge", capture_instance="dbo_orders")
+    st = env.wait_status("sales.orders", lambda s: s.get("state") == "data_lost", what="data loss")
+    assert st["offset_lsn"] == offset, "nothing from the purged read was recorded"
+    assert sum(f["inserts"] for f in env.facts("sales.orders")) == 0
+
+
+def test_login_without_access_sets_a_condition(env, sim):
+    sim.call("sim.create_login", login="reader", password="R3ader!pw", cdc_select=1)
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("erp", sim, login="reader", password="R3ader!pw")
+    env.track("sales.orders", "erp")
+    st = env.wait_status("sales.orders", lambda s: s.get("condition") == "no_capture_instance",
+                         what="no capture instance")
+    assert "reader" in st["condition_detail"] and st["finalized_until"] is None
+    # Granting access lets it start.
+    sim.call("sim.grant", login="reader", object="dbo.orders")
+    env.wait_caught_up("sales.orders", sim)
+    assert env.status("sales.orders")["condition"] is None
+
+
+def test_cdc_disabled_is_a_clear_status(env, sim):
+    start_tracking(env, sim)
+    before = env.status("sales.orders")["finalized_until"]
+    sim.call("sim.cdc_disable")
+    st = env.wait_status("sales.orders", lambda s: s.get("source_condition") == "no_max_lsn", what="no max LSN")
+    assert "returned NULL" in st["last_error"] and st["finalized_until"] == before
+
+
+def test_a_wrong_timezone_option_stops_the_source(env, sim):
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("erp", sim, timezone="Asia/Tokyo")       # the simulator's clock is UTC
+    env.track("sales.orders", "erp")
+    st = env.wait_status("sales.orders", lambda s: s.get("source_condition") == "timezone_mismatch",
+                         what="timezone mismatch")
+    assert "Asia/Tokyo" in st["last_error"] and "UTC+00:00" in st["last_error"]
+    assert st["finalized_until"] is None and st["offset_lsn"] is None
+    env.sql("ALTER SERVER erp OPTIONS (SET timezone 'UTC')")
+    env.wait_caught_up("sales.orders", sim)
+
+
+def test_sql_server_errors_reach_the_status(env, sim):
+    start_tracking(env, sim)
+    sim.call("sim.fault_error", number=4242, message="The simulated disk is on fire.", pattern="fn_cdc_get_max_lsn",
+             count=-1)
+    st = env.wait_status("sales.orders", lambda s: s.get("source_condition") == "sql_error", what="sql error")
+    assert "SQL Server error 4242" in st["last_error"] and "The simulated disk is on fire." in st["last_error"]
+    sim.call("sim.fault_clear")
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.wait_caught_up("sales.orders", sim)
+    assert env.source_status("erp")["condition"] == "ok"
+
+
+def test_a_dropped_connection_is_reopened(env, sim):
+    start_tracking(env, sim)
+    sim.call("sim.fault_drop", pattern="COUNT_BIG", after_rows=0)
+    sim.call("sim.commit", inserts=2)
+    sim.call("sim.advance", seconds=10)
+    env.wait_caught_up("sales.orders", sim)
+    assert sum(f["inserts"] for f in env.facts("sales.orders")) == 2
+    assert_chain(env.facts("sales.orders"))

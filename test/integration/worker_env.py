@@ -1,0 +1,160 @@
+"""Helpers for the worker's integration tests: a PostgreSQL cluster that runs
+finalize's worker against one or more SQL Server simulators (real FreeTDS
+over real TCP), and the checks that compare what finalize recorded with the
+simulator's ground truth."""
+
+import datetime
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+
+from pgcluster import Cluster  # noqa: E402
+from simproc import Simulator  # noqa: E402
+
+UTC = datetime.timezone.utc
+
+
+def lsn_text(value):
+    """An LSN from pymssql (bytes) as finalize writes it."""
+    return None if value is None else "0x" + bytes(value).hex().upper()
+
+
+def as_utc(dt):
+    """A naive datetime (pymssql datetime2 in UTC) or an aware one, as aware UTC."""
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def sim_clock(**options):
+    """A simulator on a simulated clock with no jobs running on their own."""
+    opts = dict(clock="sim", start_time="2026-11-02T09:00:00Z", pollinginterval=5,
+                dummy_interval=300, cleanup_time="")
+    opts.update(options)
+    return Simulator(**opts)
+
+
+class Env:
+    """A cluster running finalize, plus the simulators serving as its sources."""
+
+    def __init__(self, pg):
+        self.pg = pg
+        self.sources = {}
+
+    def sql(self, query, args=None):
+        return self.pg.sql(query, args)
+
+    def one(self, query, args=None):
+        rows = self.pg.sql(query, args)
+        return rows[0][0] if rows else None
+
+    def add_source(self, name, sim, login="sa", password="Passw0rd!", timezone=None, port=None):
+        """CREATE SERVER + user mapping for a simulator."""
+        opts = "host '127.0.0.1', port '%d', database '%s'" % (port or sim.port, sim.database)
+        if timezone:
+            opts += ", timezone '%s'" % timezone
+        self.sql('CREATE SERVER "%s" FOREIGN DATA WRAPPER finalize_mssql OPTIONS (%s)' % (name, opts))
+        self.sql('CREATE USER MAPPING FOR CURRENT_USER SERVER "%s" OPTIONS (username %%s, password %%s)' % name,
+                 (login, password))
+        self.sources[name] = sim
+
+    def track(self, table, source, source_table="dbo.orders", granularity="1 hour", start_from="max_lsn"):
+        return self.one("SELECT finalize.track_table(%s, %s, %s, %s::interval, %s)",
+                        (table, source, source_table, granularity, start_from))
+
+    def status(self, table):
+        conn = self.pg.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT * FROM finalize.status WHERE table_name = %s", (table,))
+                row = cur.fetchone()
+                return None if row is None else dict(zip([d[0] for d in cur.description], row))
+        finally:
+            conn.close()
+
+    def source_status(self, source):
+        conn = self.pg.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT * FROM finalize.source_status WHERE server_name = %s", (source,))
+                row = cur.fetchone()
+                return None if row is None else dict(zip([d[0] for d in cur.description], row))
+        finally:
+            conn.close()
+
+    def facts(self, table, kind="range"):
+        conn = self.pg.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT * FROM finalize.facts WHERE table_name = %s AND kind = %s "
+                            "ORDER BY fact_id", (table, kind))
+                cols = [d[0] for d in cur.description]
+                return [dict(zip(cols, r)) for r in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def wait_caught_up(self, table, sim, timeout=30):
+        """Waits until the table's offset is the simulator's current max LSN."""
+        target = lsn_text(sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"])
+        return self.pg.wait_for(lambda: (self.status(table) or {}).get("offset_lsn") == target,
+                                timeout=timeout, what=f"{table} to reach {target}: {self.status(table)}")
+
+    def wait_status(self, table, predicate, timeout=30, what="status"):
+        """Waits until predicate(status row) holds; returns that row."""
+        def check():
+            st = self.status(table) or {}
+            return st if predicate(st) else None
+        return self.pg.wait_for(check, timeout=timeout, what=lambda: f"{what}: {self.status(table)}")
+
+    def cleanup(self):
+        """Forgets every table and source (between tests sharing a cluster)."""
+        self.sql("DELETE FROM finalize.tracked_table")
+        for name in list(self.sources):
+            self.sql('DROP SERVER IF EXISTS "%s" CASCADE' % name)
+        self.sql("DELETE FROM finalize.source_status")
+        self.sources.clear()
+
+
+def truth_watermark(sim):
+    """The simulator's true instant before which every commit is captured."""
+    return as_utc(sim.call("sim.truth_watermark")[0][0]["watermark_utc"])
+
+
+def truth_counts(sim, table, start, end, granularity_seconds=3600):
+    """True (inserts, updates, deletes) per UTC period start."""
+    rows = sim.call("sim.truth_counts", table=table, **{"from": start, "to": end},
+                    granularity_seconds=granularity_seconds)[0]
+    return {as_utc(r["period_start_utc"]): (r["inserts"], r["updates"], r["deletes"]) for r in rows}
+
+
+def assert_never_leads(env, table, sim):
+    """The verdict never runs ahead of the truth."""
+    until = env.one("SELECT finalize.finalized_until(%s)", (table,))
+    truth = truth_watermark(sim)
+    assert until is None or until <= truth, f"verdict {until} leads the truth {truth}"
+    return until, truth
+
+
+def assert_chain(facts):
+    """Range facts of a table chain without gaps, overlaps or duplicates."""
+    ranges = [f for f in facts if f["kind"] == "range"]
+    for prev, cur in zip(ranges, ranges[1:]):
+        assert cur["start_lsn"] == prev["end_lsn"], f"gap or overlap between {prev} and {cur}"
+    ends = [f["end_lsn"] for f in ranges]
+    assert len(ends) == len(set(ends))
+
+
+def new_cluster(**conf):
+    settings = {"finalize.poll_interval": "200ms", "finalize.max_retry_interval": "1s"}
+    settings.update(conf)
+    cluster = Cluster(conf=settings)
+    cluster.start()
+    cluster.sql("CREATE EXTENSION finalize")
+    return cluster
+
+
+def wait(seconds):
+    time.sleep(seconds)
