@@ -13,7 +13,8 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.is_final(text, timestamptz),
     @extschema@.explain_verdict(text, timestamptz),
     @extschema@.period_start(timestamptz, interval),
-    @extschema@.period_end(timestamptz, interval)
+    @extschema@.period_end(timestamptz, interval),
+    @extschema@.mssql_local_to_instant(timestamp, text)
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status TO finalize_reader;
 

@@ -71,7 +71,6 @@ start_cluster() {
     echo "shared_preload_libraries = 'finalize'"
     echo "max_worker_processes = 32"
     echo "fsync = off"
-    echo "synchronous_commit = off"
     echo "log_line_prefix = '%m [%p] %b %d '"
     local line
     for line in "$@"; do echo "$line"; done

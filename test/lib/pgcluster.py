@@ -59,7 +59,6 @@ class Cluster:
             "shared_preload_libraries": "'finalize'",
             "max_worker_processes": "32",
             "fsync": "off",
-            "synchronous_commit": "off",
             "log_line_prefix": "'%m [%p] %b %d '",
         }
         for k, v in (conf or {}).items():
@@ -137,7 +136,10 @@ class Cluster:
         (what may be a callable, evaluated only then)."""
         deadline = time.monotonic() + timeout
         while True:
-            value = predicate()
+            try:
+                value = predicate()
+            except psycopg2.OperationalError:
+                value = None        # the server is restarting (crash recovery)
             if value:
                 return value
             if time.monotonic() > deadline:
@@ -152,8 +154,11 @@ class Cluster:
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
 
+    def running(self):
+        return os.path.exists(os.path.join(self.data, "postmaster.pid"))
+
     def __enter__(self):
-        return self.start()
+        return self if self.running() else self.start()
 
     def __exit__(self, *exc):
         self.cleanup()

@@ -1,0 +1,60 @@
+"""Time: SQL Server's commit times are local datetimes. Across both DST
+transitions the verdict may lag but never lead the truth, and it catches up
+once the ambiguous or skipped hour is behind."""
+
+import datetime
+import random
+
+import pytest
+
+from worker_env import Env, as_utc, assert_chain, assert_never_leads, new_cluster, sim_clock, truth_watermark
+
+UTC = datetime.timezone.utc
+
+
+@pytest.fixture(scope="module")
+def pg():
+    cluster = new_cluster()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.mark.parametrize("zone,start", [
+    ("Europe/Berlin", "2026-10-24T23:10:00Z"),      # fall-back: 03:00 CEST -> 02:00 CET at 01:00 UTC
+    ("Europe/Berlin", "2026-03-28T23:10:00Z"),      # spring-forward: 02:00 CET -> 03:00 CEST at 01:00 UTC
+    ("America/New_York", "2026-11-01T04:10:00Z"),   # fall-back: 02:00 EDT -> 01:00 EST at 06:00 UTC
+])
+def test_verdict_never_leads_across_dst(pg, zone, start):
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    env = Env(pg)
+    try:
+        with sim_clock(timezone=zone, start_time=start, dummy_interval=120) as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, timezone=zone)
+            env.track("dst.hourly", "erp", granularity="1 hour")
+            env.track("dst.quarter", "erp", granularity="15 minutes")
+            env.wait_caught_up("dst.hourly", sim)
+            clock = as_utc(sim.call("sim.state")[0][0]["clock_utc"])
+            for _ in range(36):                       # about three hours around the transition
+                step = rng.randint(60, 420)
+                for _ in range(rng.randint(0, 3)):
+                    when = clock + datetime.timedelta(seconds=rng.uniform(0, step))
+                    sim.call("sim.commit", at=when, inserts=rng.randint(0, 3), updates=rng.randint(0, 2))
+                    clock = when
+                sim.call("sim.advance", seconds=step)
+                clock = as_utc(sim.call("sim.state")[0][0]["clock_utc"])
+                for table in ("dst.hourly", "dst.quarter"):
+                    env.wait_caught_up(table, sim)
+                    assert_never_leads(env, table, sim)
+            # Past the transition, the verdict is live again: at most one
+            # period plus the dummy-row cadence behind the truth.
+            truth = truth_watermark(sim)
+            for table, g in (("dst.hourly", 60), ("dst.quarter", 15)):
+                until = env.one("SELECT finalize.finalized_until(%s)", (table,))
+                assert truth - datetime.timedelta(minutes=g + 3) <= until <= truth, (table, until, truth)
+                assert_chain(env.facts(table))
+    finally:
+        env.cleanup()

@@ -1,0 +1,161 @@
+/*
+ * Unit tests of the pure logic of the worker: LSN arithmetic (lsn.c) and
+ * range planning and judging (plan.c), without PostgreSQL or a network.
+ * Built and run by test/integration/test_unit_c.py; prints TAP.
+ */
+#include "postgres.h"
+
+#include <stdio.h>
+
+#include "lsn.h"
+#include "plan.h"
+
+static int	tests = 0;
+static int	failures = 0;
+
+/* Records one check as a TAP line. */
+static void
+check(bool ok, const char *what)
+{
+	tests++;
+	if (!ok)
+		failures++;
+	printf("%s %d - %s\n", ok ? "ok" : "not ok", tests, what);
+}
+
+/* An LSN from its text (the tests only use valid ones). */
+static Lsn
+L(const char *text)
+{
+	Lsn			l;
+
+	if (!lsn_parse(text, &l))
+	{
+		printf("Bail out! bad LSN in test: %s\n", text);
+		exit(1);
+	}
+	return l;
+}
+
+static bool
+lsn_eq(Lsn a, const char *text)
+{
+	char		buf[LSN_TEXT_LEN + 1];
+
+	lsn_format(&a, buf);
+	return strcmp(buf, text) == 0;
+}
+
+static void
+test_lsn(void)
+{
+	Lsn			a,
+				b;
+
+	check(lsn_parse("0x0000002d00000e580003", &a) && lsn_eq(a, "0x0000002D00000E580003"),
+		  "parse accepts lower case, format writes upper case");
+	check(!lsn_parse("0x0000002D00000E58000", &a), "parse refuses 19 digits");
+	check(!lsn_parse("0x0000002D00000E5800030", &a), "parse refuses 21 digits");
+	check(!lsn_parse("0000002D00000E58000300", &a), "parse refuses a missing 0x");
+	check(!lsn_parse("0x0000002D00000E58000G", &a), "parse refuses a non-hex digit");
+	check(!lsn_parse(NULL, &a), "parse refuses NULL");
+
+	a = L("0x000000000000000000FF");
+	check(lsn_increment(&a, &b) && lsn_eq(b, "0x00000000000000000100"), "increment carries into the next byte");
+	a = L("0x00FFFFFFFFFFFFFFFFFF");
+	check(lsn_increment(&a, &b) && lsn_eq(b, "0x01000000000000000000"), "increment carries across all bytes");
+	a = L("0xFFFFFFFFFFFFFFFFFFFF");
+	check(!lsn_increment(&a, &b), "increment of the maximum fails");
+	a = L("0x00000000000000000100");
+	check(lsn_decrement(&a, &b) && lsn_eq(b, "0x000000000000000000FF"), "decrement borrows from the next byte");
+	a = L("0x00000000000000000000");
+	check(!lsn_decrement(&a, &b) && lsn_is_zero(&a), "decrement of zero fails; zero is zero");
+
+	a = L("0x0000002D00000E580003");
+	b = L("0x0000002D00000F000001");
+	check(lsn_cmp(&a, &b) < 0 && lsn_cmp(&b, &a) > 0 && lsn_cmp(&a, &a) == 0, "compare is unsigned big-endian");
+	a = L("0x80000000000000000000");
+	b = L("0x7FFFFFFFFFFFFFFFFFFF");
+	check(lsn_cmp(&a, &b) > 0, "compare treats the high bit as unsigned");
+
+	/* (start, ...] loses rows iff start + 1 < min */
+	a = L("0x00000000000000000100");
+	b = L("0x00000000000000000101");
+	check(!lsn_range_starts_below(&a, &b), "a range starting right below min LSN is complete");
+	b = L("0x00000000000000000102");
+	check(lsn_range_starts_below(&a, &b), "a range whose first LSN is below min LSN may have lost rows");
+	b = L("0x00000000000000000050");
+	check(!lsn_range_starts_below(&a, &b), "a range above min LSN is complete");
+}
+
+static void
+test_plan(void)
+{
+	CaptureInstance cis[3];
+	TrackedSource t;
+	TablePlan	p;
+	Lsn			max = L("0x00000000000000000500");
+
+	memset(cis, 0, sizeof(cis));
+	cis[0] = (CaptureInstance) {"dbo_orders", "dbo", "orders", true, L("0x00000000000000000010")};
+	cis[1] = (CaptureInstance) {"dbo_orders_v2", "DBO", "Orders", true, L("0x00000000000000000300")};
+	cis[2] = (CaptureInstance) {"dbo_lines", "dbo", "lines", false, L("0x00000000000000000000")};
+	memset(&t, 0, sizeof(t));
+	t.source_schema = "dbo";
+	t.source_name = "orders";
+
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_BASELINE && p.instance == &cis[1],
+		  "a new table starts at max LSN on the newest instance (names compared case-insensitively)");
+
+	t.start_at_capture = true;
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_READ && lsn_eq(p.start, "0x000000000000000002FF"),
+		  "start_from capture_start reads from just before the instance's start LSN");
+	t.start_at_capture = false;
+
+	t.capture_instance = "dbo_orders";
+	t.has_offset = true;
+	t.offset = L("0x00000000000000000400");
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_READ && p.instance == &cis[0] && lsn_eq(p.start, "0x00000000000000000400"),
+		  "a tracked table keeps its instance and reads (offset, max]");
+
+	t.offset = max;
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_NOTHING, "nothing to read at max LSN");
+
+	t.offset = L("0x00000000000000000600");
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_LSN_REGRESSED, "an offset beyond max LSN is reported, not read");
+
+	t.capture_instance = "dbo_gone";
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_NO_INSTANCE, "a vanished instance is reported");
+
+	t.capture_instance = NULL;
+	t.has_offset = false;
+	t.source_name = "lines";
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_NO_INSTANCE, "an instance capture has not started is not used");
+
+	{
+		Lsn			start = L("0x00000000000000000100");
+		Lsn			zero = L("0x00000000000000000000");
+		Lsn			min_ok = L("0x00000000000000000101");
+		Lsn			min_lost = L("0x00000000000000000200");
+
+		check(judge_range(&start, &zero) == RANGE_UNREADABLE, "min LSN 0 makes the range unreadable");
+		check(judge_range(&start, &min_ok) == RANGE_COMPLETE, "min LSN at the range's first LSN: complete");
+		check(judge_range(&start, &min_lost) == RANGE_MAY_HAVE_LOST_ROWS, "min LSN inside the range: data loss");
+	}
+}
+
+int
+main(void)
+{
+	test_lsn();
+	test_plan();
+	printf("1..%d\n", tests);
+	return failures == 0 ? 0 : 1;
+}
