@@ -156,12 +156,15 @@ SELECT f.fact_id,
 COMMENT ON VIEW @extschema@.facts IS
     'Facts per CDC range and events, per tracked table (including untracked tables until retention)';
 
--- Changes per period between two instants. A range whose rows all committed
--- inside one period counts there exactly; a range whose rows straddle a
--- period boundary is counted in straddling_ranges of every period it touches
--- (its rows may belong to either), so exact is false there.
+-- Changes per period between two instants. A period is covered when every
+-- commit in it lies after the start of the recorded facts (tracking began, or
+-- retention removed older facts, before it). A range whose rows all committed
+-- inside one period counts there; a range whose rows straddle a period
+-- boundary is counted in straddling_ranges of every period it touches (its
+-- rows may belong to either). Counts are exact where the period is covered
+-- and no range straddles it.
 CREATE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
-RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean,
+RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint,
                straddling_ranges bigint, exact boolean)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -171,6 +174,7 @@ AS $$
 DECLARE
     tt @extschema@.tracked_table;
     until timestamptz;
+    covered_after timestamptz;
     first_period timestamptz;
 BEGIN
     PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
@@ -188,14 +192,18 @@ BEGIN
                   DETAIL = 'to_time must be after from_time, and the range may span at most 100000 periods.';
     END IF;
     SELECT w.finalized_until INTO until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    -- Facts count every commit after the end of the oldest range kept.
+    SELECT min(f.end_commit_time) INTO covered_after
+      FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
     RETURN QUERY
     SELECT p.ps, p.ps + tt.granularity,
            p.ps + tt.granularity <= coalesce(until, '-infinity'),
+           p.ps > coalesce(covered_after, 'infinity'),
            coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
            count(f.fact_id) FILTER (WHERE NOT f.inside),
-           count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+           p.ps > coalesce(covered_after, 'infinity') AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
       FROM generate_series(first_period, to_time - interval '1 microsecond', tt.granularity) AS p(ps)
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,
