@@ -26,6 +26,11 @@ ALTER SERVER src_ok OPTIONS (SET database '');
 SELECT repeat('d', 129) AS long_name \gset
 ALTER SERVER src_ok OPTIONS (SET database :'long_name');
 
+ALTER SERVER src_ok OPTIONS (ADD capture_stall_threshold '20 minutes');
+ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '0');
+ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '1 month');
+ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold 'soon');
+
 -- Unknown options list the valid ones.
 ALTER SERVER src_ok OPTIONS (ADD hostname 'x');
 CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (dbname 'erp');

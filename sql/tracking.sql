@@ -78,6 +78,41 @@ SELECT count(*) FILTER (WHERE untracked_at IS NULL) AS active, count(*) AS rows
 SELECT finalize.untrack_table(NULL);
 SELECT finalize.untrack_table('never_tracked');
 
+-- Policies: DDL warns or blocks; a data loss stops or resumes by itself.
+SELECT finalize.track_table('t_pol', 'erp', 'dbo.orders', ddl_policy => 'block', on_data_loss => 'resume') > 0 AS tracked;
+SELECT finalize.track_table('t_bad', 'erp', 'dbo.orders', ddl_policy => 'ignore');
+SELECT finalize.track_table('t_bad', 'erp', 'dbo.orders', on_data_loss => 'skip');
+SELECT finalize.track_table('t_bad', 'erp', 'dbo.orders', start_from => 'yesterday');
+SELECT table_name, ddl_policy, on_data_loss, start_from FROM finalize.tracked_table
+ WHERE table_name IN ('t_pol', 'sales.orders') ORDER BY table_name;
+SELECT finalize.alter_tracked_table('t_pol', ddl_policy => 'warn');
+SELECT finalize.alter_tracked_table('t_pol', granularity => '1 day', on_data_loss => 'stop');
+SELECT finalize.alter_tracked_table('t_pol', granularity => '1 mon');
+SELECT finalize.alter_tracked_table('t_nosuch', ddl_policy => 'warn');
+SELECT table_name, granularity, ddl_policy, on_data_loss FROM finalize.tracked_table WHERE table_name = 't_pol';
+
+-- resume_table: an active table has nothing to resume.
+SELECT finalize.resume_table('t_pol');
+-- After a data loss the worker restarts the table; resume only asks it to.
+UPDATE finalize.tracked_table SET state = 'data_lost', state_detail = 'lost' WHERE table_name = 't_pol';
+SELECT finalize.resume_table('t_pol');
+SELECT state, state_detail LIKE 'postgres asked to resume at %' AS explained FROM finalize.tracked_table WHERE table_name = 't_pol';
+SELECT event, detail FROM finalize.facts WHERE table_name = 't_pol' ORDER BY fact_id;
+-- After a blocking schema change, the DDL counts as reviewed.
+UPDATE finalize.tracked_table SET state = 'schema_blocked' WHERE table_name = 't_pol';
+INSERT INTO finalize.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+SELECT table_id, 'event', 'schema_blocked', '0x00000000000000000100', '0x00000000000000000180', 'dbo_orders',
+       '{"ddl_lsn": "0x00000000000000000180", "ddl_command": "ALTER TABLE dbo.orders ADD note int"}'
+  FROM finalize.tracked_table WHERE table_name = 't_pol';
+SELECT finalize.resume_table('t_pol');
+SELECT t.state, w.schema_ack_lsn FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id)
+ WHERE t.table_name = 't_pol';
+SELECT event, detail FROM finalize.facts WHERE table_name = 't_pol' AND event = 'resumed';
+UPDATE finalize.tracked_table SET state = 'paused' WHERE table_name = 't_pol';
+SELECT finalize.resume_table('t_pol');
+SELECT finalize.resume_table('t_nosuch');
+SELECT finalize.untrack_table('t_pol', false);
+
 SELECT finalize.untrack_table('sales.orders', false);
 SELECT finalize.untrack_table('sales.order_lines', false);
 DROP SERVER erp, erp_nodb, not_mssql;

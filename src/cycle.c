@@ -6,17 +6,19 @@
  *   1. tracked tables and the source's options          (short transaction)
  *   2. max LSN, its commit time, SQL Server's clock and offset, the capture
  *      instances                                          (SQL Server, batch 1)
- *   3. per table, the range (offset, max_lsn] aggregated on the server, then,
- *      AFTER all reads, each instance's min LSN          (SQL Server, batch 2)
- *   4. per table: record_range, or a data-loss event, or why it could not be
- *      read; the source's status                          (short transaction)
+ *   3. per table, its range(s) aggregated on the server; then, AFTER all of
+ *      them, each instance's min LSN and the DDL it recorded (SQL Server, batch 2)
+ *   4. per table: record_range, a data-loss or schema event, a resume, or
+ *      why it could not be read; the source's status     (short transaction)
  *
- * The rules that decide what is recorded are in plan.c.
+ * The rules that decide what is read and when a range is complete are in
+ * plan.c; this file carries them out and turns results into writes.
  */
 #include "postgres.h"
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -42,11 +44,10 @@ typedef struct SourceSnapshot
 	int			results;		/* result sets read */
 } SourceSnapshot;
 
-/* What was read for one table's range. */
-typedef struct RangeRead
+/* The aggregate of one range segment. */
+typedef struct SegmentRead
 {
-	bool		ok;				/* the aggregate and min LSN were read */
-	char	   *error;			/* else why not */
+	bool		ok;
 	int64		inserts;
 	int64		updates;
 	int64		deletes;
@@ -54,15 +55,49 @@ typedef struct RangeRead
 	Timestamp	first_local;
 	bool		has_last;
 	Timestamp	last_local;
+} SegmentRead;
+
+/* One DDL statement a capture instance recorded. */
+typedef struct DdlEntry
+{
+	char	   *command;
+	Lsn			lsn;
+	bool		has_time;
+	Timestamp	time_local;
+} DdlEntry;
+
+/* What was read about one capture instance after the ranges. */
+typedef struct InstanceRead
+{
+	const char *name;
+	bool		want_ddl;
+	bool		ok;				/* min LSN (and DDL if wanted) read */
 	bool		has_min;
 	Lsn			min_lsn;
-} RangeRead;
+	bool		has_min_time;
+	Timestamp	min_time_local;
+	int			nddl;
+	DdlEntry   *ddl;
+} InstanceRead;
+
+/* One table's reads in batch 2. */
+typedef struct TableJob
+{
+	const TrackedSource *table;
+	TablePlan  *plan;
+	SegmentRead seg[2];
+	InstanceRead *inst[2];		/* per segment, or [0] for RESUME and GAP */
+	char	   *error;			/* set when its reads failed */
+} TableJob;
 
 /* What the cycle does for one table in the write transaction. */
 typedef enum WriteKind
 {
-	WRITE_RANGE,
+	WRITE_NONE,
+	WRITE_RANGES,
 	WRITE_DATA_LOSS,
+	WRITE_SCHEMA_BLOCKED,
+	WRITE_RESUME,
 	WRITE_CONDITION
 } WriteKind;
 
@@ -70,12 +105,18 @@ typedef struct TableWrite
 {
 	WriteKind	kind;
 	const TrackedSource *table;
-	const char *capture_instance;
-	RangeFacts	facts;			/* WRITE_RANGE */
-	Lsn			lost_from;		/* WRITE_DATA_LOSS: exclusive start */
-	Lsn			lost_to;		/* WRITE_DATA_LOSS: inclusive end */
+	const char *capture_instance;	/* followed after the write */
+	int			nfacts;
+	RangeFacts	facts[2];		/* WRITE_RANGES */
+	Lsn			event_start;	/* DATA_LOSS, SCHEMA_BLOCKED: the range */
+	Lsn			event_end;
 	char	   *detail_json;
-	char	   *state_detail;
+	char	   *state_detail;	/* NULL: the table stays active */
+	bool		resume;			/* DATA_LOSS or RESUME: restart at resume_at */
+	bool		automatic;
+	Lsn			resume_at;
+	TimestampTz resume_time;
+	char	   *resume_json;
 	const char *condition;		/* WRITE_CONDITION (NULL clears) */
 	char	   *condition_detail;
 } TableWrite;
@@ -90,20 +131,37 @@ lsn_text(const Lsn *lsn)
 	return text;
 }
 
-/* Appends "key": "string value" to a JSON object under construction. */
+/* Appends "key": value (a JSON string, or raw JSON when raw) to an object. */
 static void
-json_kv(StringInfo buf, const char *key, const char *value)
+json_kv(StringInfo buf, const char *key, const char *value, bool raw)
 {
 	if (buf->len > 1)
 		appendStringInfoString(buf, ", ");
 	escape_json(buf, key);
 	appendStringInfoString(buf, ": ");
-	escape_json(buf, value);
+	if (raw)
+		appendStringInfoString(buf, value);
+	else
+		escape_json(buf, value);
+}
+
+/* A local datetime as text, for messages. */
+static const char *
+local_text(Timestamp ts)
+{
+	return DatumGetCString(DirectFunctionCall1(timestamp_out, TimestampGetDatum(ts)));
+}
+
+/* An instant as text in the session's zone, for messages. */
+static const char *
+instant_text(TimestampTz ts)
+{
+	return timestamptz_to_str(ts);
 }
 
 /*
  * Reads batch 1: the max LSN row, then the capture instances. Returns false
- * with err set on a SQL Server failure.
+ * with err set on a SQL Server failure (snap->results says how far it got).
  */
 static bool
 read_source_snapshot(MssqlConn *conn, SourceSnapshot *snap, MssqlError *err)
@@ -112,7 +170,6 @@ read_source_snapshot(MssqlConn *conn, SourceSnapshot *snap, MssqlError *err)
 	int			capacity = 16;
 	int			r;
 
-	/* snap->results counts the result sets read, even when a later one fails. */
 	memset(snap, 0, sizeof(*snap));
 	snap->instances = palloc0(sizeof(CaptureInstance) * capacity);
 
@@ -158,79 +215,142 @@ read_source_snapshot(MssqlConn *conn, SourceSnapshot *snap, MssqlError *err)
 	return r == 0;
 }
 
+/* Finds or adds the read of an instance in a list. */
+static InstanceRead *
+instance_read(InstanceRead *list, int *n, const char *name, bool want_ddl)
+{
+	for (int i = 0; i < *n; i++)
+		if (strcmp(list[i].name, name) == 0)
+		{
+			list[i].want_ddl |= want_ddl;
+			return &list[i];
+		}
+	memset(&list[*n], 0, sizeof(InstanceRead));
+	list[*n].name = name;
+	list[*n].want_ddl = want_ddl;
+	return &list[(*n)++];
+}
+
 /*
- * Reads the aggregate of each planned range, then each range's min LSN, in
- * one batch (statements run in order, so every min LSN is read after every
- * range). With one table, failures belong to it; with several, a failed
- * batch is retried table by table so one broken table does not block the
- * others.
+ * Runs batch 2 for a set of tables: every segment's aggregate, then every
+ * instance's min LSN, then the DDL of the instances read. Statements run in
+ * order, so each min LSN is read after every range. On failure with several
+ * tables, retries table by table so one broken table does not block the
+ * others; a table whose reads fail gets the error.
  */
 static void
-read_ranges(MssqlConn *conn, TablePlan **plans, RangeRead **reads, int n, const Lsn *max_lsn,
-			MssqlError *err)
+read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, const Lsn *max_lsn, MssqlError *err)
 {
+	InstanceRead *insts = palloc0(sizeof(InstanceRead) * (2 * njobs + 1));
+	int			ninsts = 0;
+	int			nsegs = 0;
+	int			nddl = 0;
 	StringInfoData sql;
 	int			r = 0;
 	int			resultno = 0;
+	int			segno = 0;
 	bool		failed = false;
+	SegmentRead **segs = palloc0(sizeof(SegmentRead *) * (2 * njobs + 1));
+	InstanceRead **ddl_order = palloc0(sizeof(InstanceRead *) * (2 * njobs + 1));
 
 	initStringInfo(&sql);
-	for (int i = 0; i < n; i++)
-		tsql_append_range_aggregate(&sql, plans[i]->instance->name, &plans[i]->start, max_lsn);
-	for (int i = 0; i < n; i++)
-		tsql_append_min_lsn(&sql, plans[i]->instance->name);
+	for (int j = 0; j < njobs; j++)
+	{
+		TablePlan  *p = jobs[j]->plan;
+
+		memset(jobs[j]->seg, 0, sizeof(jobs[j]->seg));
+		jobs[j]->error = NULL;
+		for (int s = 0; s < p->nsegments; s++)
+		{
+			tsql_append_range_aggregate(&sql, p->seg[s].instance->name, &p->seg[s].start, &p->seg[s].end);
+			segs[nsegs++] = &jobs[j]->seg[s];
+			jobs[j]->inst[s] = instance_read(insts, &ninsts, p->seg[s].instance->name, true);
+		}
+		if (p->action == PLAN_RESUME || p->action == PLAN_INSTANCE_GAP)
+			jobs[j]->inst[0] = instance_read(insts, &ninsts, p->instance->name, false);
+	}
+	for (int i = 0; i < ninsts; i++)
+		tsql_append_min_lsn(&sql, insts[i].name);
+	for (int i = 0; i < ninsts; i++)
+		if (insts[i].want_ddl)
+		{
+			tsql_append_ddl_history(&sql, insts[i].name);
+			ddl_order[nddl++] = &insts[i];
+		}
 
 	if (!mssql_execute(conn, sql.data, err))
 		failed = true;
 	while (!failed && (r = mssql_next_result(conn, err)) == 1)
 	{
+		int			capacity = 0;
+		InstanceRead *ddl_inst = NULL;
+
 		if (mssql_num_columns(conn) == 0)
 			continue;
+		if (resultno >= nsegs + ninsts && resultno < nsegs + ninsts + nddl)
+			ddl_inst = ddl_order[resultno - nsegs - ninsts];
 		while ((r = mssql_next_row(conn, err)) == 1)
 		{
-			if (resultno < n)
+			if (resultno < nsegs)
 			{
-				RangeRead  *rr = reads[resultno];
+				SegmentRead *sr = segs[resultno];
 
-				(void) mssql_get_int64(conn, 1, &rr->inserts);
-				(void) mssql_get_int64(conn, 2, &rr->updates);
-				(void) mssql_get_int64(conn, 3, &rr->deletes);
-				rr->has_first = mssql_get_local_time(conn, 4, &rr->first_local);
-				rr->has_last = mssql_get_local_time(conn, 5, &rr->last_local);
+				(void) mssql_get_int64(conn, 1, &sr->inserts);
+				(void) mssql_get_int64(conn, 2, &sr->updates);
+				(void) mssql_get_int64(conn, 3, &sr->deletes);
+				sr->has_first = mssql_get_local_time(conn, 4, &sr->first_local);
+				sr->has_last = mssql_get_local_time(conn, 5, &sr->last_local);
+				sr->ok = true;
 			}
-			else if (resultno < 2 * n)
+			else if (resultno < nsegs + ninsts)
 			{
-				RangeRead  *rr = reads[resultno - n];
+				InstanceRead *ir = &insts[resultno - nsegs];
 
-				rr->has_min = mssql_get_lsn(conn, 1, &rr->min_lsn);
-				rr->ok = true;
+				ir->has_min = mssql_get_lsn(conn, 1, &ir->min_lsn);
+				ir->has_min_time = mssql_get_local_time(conn, 2, &ir->min_time_local);
+			}
+			else if (ddl_inst != NULL)
+			{
+				/* sp_cdc_get_ddl_history: ..., ddl_command (5), ddl_lsn (6), ddl_time (7) */
+				DdlEntry   *d;
+
+				if (ddl_inst->nddl == capacity)
+				{
+					capacity = capacity ? capacity * 2 : 4;
+					ddl_inst->ddl = ddl_inst->ddl ? repalloc(ddl_inst->ddl, sizeof(DdlEntry) * capacity)
+						: palloc(sizeof(DdlEntry) * capacity);
+				}
+				d = &ddl_inst->ddl[ddl_inst->nddl];
+				d->command = mssql_get_text(conn, 5);
+				d->has_time = mssql_get_local_time(conn, 7, &d->time_local);
+				if (d->command != NULL && mssql_get_lsn(conn, 6, &d->lsn))
+					ddl_inst->nddl++;
 			}
 		}
 		if (r < 0)
 			failed = true;
 		resultno++;
+		segno++;
 	}
-	if (!failed && r == 0 && resultno == 2 * n)
+	if (!failed && r == 0 && resultno == nsegs + ninsts + nddl)
+	{
+		for (int i = 0; i < ninsts; i++)
+			insts[i].ok = true;
 		return;
+	}
 
 	CHECK_FOR_INTERRUPTS();
-	if (n == 1 || mssql_is_dead(conn))
+	if (njobs == 1 || mssql_is_dead(conn))
 	{
 		const char *msg = err->set ? mssql_error_text(err)
 			: "SQL Server returned fewer results than statements sent";
 
-		for (int i = 0; i < n; i++)
-		{
-			reads[i]->ok = false;
-			reads[i]->error = pstrdup(msg);
-		}
+		for (int j = 0; j < njobs; j++)
+			jobs[j]->error = pstrdup(msg);
 		return;
 	}
-	for (int i = 0; i < n; i++)
-	{
-		memset(reads[i], 0, sizeof(RangeRead));
-		read_ranges(conn, &plans[i], &reads[i], 1, max_lsn, err);
-	}
+	for (int j = 0; j < njobs; j++)
+		read_jobs(conn, &jobs[j], 1, max_lsn, err);
 }
 
 /* Applies one table's write (inside ws_try). */
@@ -238,22 +358,40 @@ static void
 apply_write(void *arg)
 {
 	TableWrite *w = (TableWrite *) arg;
+	const TrackedSource *t = w->table;
 
 	switch (w->kind)
 	{
-		case WRITE_RANGE:
-			ws_record_range(&w->facts);
+		case WRITE_NONE:
+			break;
+		case WRITE_RANGES:
+			for (int i = 0; i < w->nfacts; i++)
+				ws_record_range(&w->facts[i]);
 			if (w->capture_instance != NULL)
-				ws_set_capture_instance(w->table->table_id, w->capture_instance);
-			ws_set_condition(w->table->table_id, NULL, NULL);
+				ws_set_capture_instance(t->table_id, w->capture_instance);
+			ws_set_condition(t->table_id, NULL, NULL);
 			break;
 		case WRITE_DATA_LOSS:
-			ws_record_event(w->table->table_id, "data_loss", &w->lost_from, &w->lost_to,
-							w->capture_instance, w->detail_json, "data_lost", w->state_detail);
-			ws_set_condition(w->table->table_id, NULL, NULL);
+			ws_record_event(t->table_id, "data_loss", &w->event_start, &w->event_end,
+							w->capture_instance, w->detail_json,
+							w->resume ? NULL : "data_lost", w->state_detail);
+			if (w->resume)
+				ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->capture_instance,
+									 true, w->resume_json);
+			ws_set_condition(t->table_id, NULL, NULL);
+			break;
+		case WRITE_SCHEMA_BLOCKED:
+			ws_record_event(t->table_id, "schema_blocked", &w->event_start, &w->event_end,
+							w->capture_instance, w->detail_json, "schema_blocked", w->state_detail);
+			ws_set_condition(t->table_id, NULL, NULL);
+			break;
+		case WRITE_RESUME:
+			ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->capture_instance,
+								 false, w->resume_json);
+			ws_set_condition(t->table_id, NULL, NULL);
 			break;
 		case WRITE_CONDITION:
-			ws_set_condition(w->table->table_id, w->condition, w->condition_detail);
+			ws_set_condition(t->table_id, w->condition, w->condition_detail);
 			break;
 	}
 }
@@ -267,105 +405,369 @@ set_condition(TableWrite *w, const char *condition, char *detail)
 	w->condition_detail = detail;
 }
 
+/* The earliest instant of a local time, or a fallback when it is unknown. */
+static TimestampTz
+instant_or(bool known, Timestamp local, const SourceConfig *cfg, TimestampTz fallback)
+{
+	return known ? local_to_instant_earliest(local, cfg->tz) : fallback;
+}
+
 /*
- * Turns what was read for a range into the write for its table: the facts,
- * a data-loss event, or a condition saying why nothing was recorded.
+ * A data loss on the range (start, lost_to] of an instance: the event, and
+ * either an automatic restart at lost_to (on_data_loss = resume, no other
+ * loss within finalize.data_loss_window) or a stopped table.
  */
 static void
-judge_read(const SourceRun *run, const SourceConfig *cfg, const TrackedSource *t,
-		   const TablePlan *plan, const RangeRead *rr, const Lsn *max_lsn,
-		   TimestampTz max_instant, TableWrite *w)
+data_loss(TableWrite *w, const TrackedSource *t, const char *ci, const Lsn *start, const Lsn *lost_to,
+		  const char *cause, const char *explanation, TimestampTz resume_time)
 {
-	const char *ci = plan->instance->name;
+	StringInfoData json;
+	Lsn			first;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		recent = t->has_last_loss &&
+		!TimestampDifferenceExceeds(t->last_loss, now, finalize_data_loss_window_min * 60 * 1000);
+
+	w->kind = WRITE_DATA_LOSS;
+	w->capture_instance = ci;
+	w->event_start = *start;
+	w->event_end = *lost_to;
+	(void) lsn_increment(start, &first);
+	initStringInfo(&json);
+	appendStringInfoChar(&json, '{');
+	json_kv(&json, "capture_instance", ci, false);
+	json_kv(&json, "lost_from_lsn", lsn_text(&first), false);
+	json_kv(&json, "lost_to_lsn", lsn_text(lost_to), false);
+	json_kv(&json, "cause", cause, false);
+	appendStringInfoChar(&json, '}');
+	w->detail_json = json.data;
+
+	if (t->auto_resume && !recent)
+	{
+		w->resume = true;
+		w->automatic = true;
+		w->resume_at = *lost_to;
+		w->resume_time = resume_time;
+		initStringInfo(&json);
+		appendStringInfoChar(&json, '{');
+		json_kv(&json, "capture_instance", ci, false);
+		json_kv(&json, "cause", cause, false);
+		appendStringInfoChar(&json, '}');
+		w->resume_json = json.data;
+		return;
+	}
+	w->state_detail = psprintf("%s Changes from LSN %s to %s cannot be read any more, so the verdict stays "
+							   "where it was.%s Once the loss is accounted for (for example by a re-snapshot), "
+							   "run SELECT finalize.resume_table(%s); the table then restarts at the capture "
+							   "instance's current min LSN and the lost range is kept as an event.",
+							   explanation, lsn_text(&first), lsn_text(lost_to),
+							   (t->auto_resume && recent)
+							   ? psprintf(" It is the second loss within finalize.data_loss_window (the previous one "
+										  "was recorded at %s), so it is not resumed automatically.",
+										  instant_text(t->last_loss)) : "",
+							   quote_literal_cstr(t->table_name));
+}
+
+/* Appends the DDL of an instance in (start, end] not yet reviewed. */
+static int
+collect_ddl(const TrackedSource *t, const InstanceRead *ir, const RangeSegment *seg,
+			StringInfo list, const DdlEntry **first)
+{
+	int			n = 0;
+
+	for (int i = 0; i < ir->nddl; i++)
+	{
+		const DdlEntry *d = &ir->ddl[i];
+		StringInfoData item;
+
+		if (lsn_cmp(&d->lsn, &seg->start) <= 0 || lsn_cmp(&d->lsn, &seg->end) > 0)
+			continue;
+		if (t->has_schema_ack && lsn_cmp(&d->lsn, &t->schema_ack) <= 0)
+			continue;
+		if (*first == NULL || lsn_cmp(&d->lsn, &(*first)->lsn) < 0)
+			*first = d;
+		initStringInfo(&item);
+		appendStringInfoChar(&item, '{');
+		json_kv(&item, "command", d->command, false);
+		json_kv(&item, "lsn", lsn_text(&d->lsn), false);
+		if (d->has_time)
+			json_kv(&item, "time_local", local_text(d->time_local), false);
+		appendStringInfoChar(&item, '}');
+		appendStringInfo(list, "%s%s", list->len > 1 ? ", " : "", item.data);
+		n++;
+	}
+	return n;
+}
+
+/* One line naming a DDL statement, for status and state details. */
+static char *
+ddl_summary(const char *ci, const DdlEntry *d, int count)
+{
+	return psprintf("%s (capture instance \"%s\", LSN %s%s%s)%s", d->command, ci, lsn_text(&d->lsn),
+					d->has_time ? ", at " : "", d->has_time ? local_text(d->time_local) : "",
+					count > 1 ? psprintf(" and %d more", count - 1) : "");
+}
+
+/*
+ * Turns the reads of a table's segments into its write: the facts (with the
+ * instance switch and DDL as events), a data loss, a blocked schema change,
+ * or a condition saying why nothing was recorded.
+ */
+static void
+judge_read(const SourceConfig *cfg, TableJob *job, const Lsn *max_lsn, TimestampTz max_instant,
+		   TableWrite *w)
+{
+	const TrackedSource *t = job->table;
+	const TablePlan *p = job->plan;
+	StringInfoData ddl_list;
+	const DdlEntry *first_ddl = NULL;
+	int			nddl = 0;
+	const char *ddl_instance = NULL;
 
 	w->table = t;
-	w->capture_instance = ci;
-	if (!rr->ok)
+	w->capture_instance = p->instance->name;
+	if (job->error != NULL)
 	{
-		set_condition(w, "read_failed",
-					  psprintf("Reading capture instance \"%s\" failed: %s", ci, rr->error));
+		set_condition(w, "read_failed", psprintf("Reading the changes of %s.%s failed: %s",
+												  t->source_schema, t->source_name, job->error));
 		return;
 	}
-	if (!rr->has_min)
-	{
-		set_condition(w, "read_failed",
-					  psprintf("sys.fn_cdc_get_min_lsn(N'%s') returned NULL.", ci));
-		return;
-	}
-	switch (judge_range(&plan->start, &rr->min_lsn))
-	{
-		case RANGE_UNREADABLE:
-			set_condition(w, "no_access",
-						  psprintf("sys.fn_cdc_get_min_lsn(N'%s') returned 0x00000000000000000000: the capture "
-								   "instance no longer exists, or the login \"%s\" may not read it (it needs "
-								   "SELECT on the captured columns and membership in the instance's gating role).",
-								   ci, cfg->conn.username));
-			return;
-		case RANGE_MAY_HAVE_LOST_ROWS:
-			{
-				StringInfoData json;
-				Lsn			first;
 
-				w->kind = WRITE_DATA_LOSS;
-				w->lost_from = plan->start;
-				if (!lsn_decrement(&rr->min_lsn, &w->lost_to))
-					w->lost_to = rr->min_lsn;
-				(void) lsn_increment(&plan->start, &first);
-				initStringInfo(&json);
-				appendStringInfoChar(&json, '{');
-				json_kv(&json, "capture_instance", ci);
-				json_kv(&json, "offset_lsn", lsn_text(&plan->start));
-				json_kv(&json, "min_lsn", lsn_text(&rr->min_lsn));
-				json_kv(&json, "max_lsn", lsn_text(max_lsn));
-				json_kv(&json, "cause", "CDC cleanup (retention) removed changes before finalize read them");
-				appendStringInfoChar(&json, '}');
-				w->detail_json = json.data;
-				w->state_detail = psprintf(
-										   "Changes of capture instance \"%s\" from LSN %s to %s may have been removed by CDC "
-										   "cleanup (retention) before finalize read them: the instance's minimum LSN is now %s. "
-										   "The verdict stays where it was. Resume with finalize.resume_table() once the loss "
-										   "is accounted for (for example after a re-snapshot).",
-										   ci, lsn_text(&first), lsn_text(&w->lost_to), lsn_text(&rr->min_lsn));
-				return;
-			}
-		case RANGE_COMPLETE:
-			break;
-	}
-
-	w->kind = WRITE_RANGE;
-	w->facts.table_name = t->table_name;
-	w->facts.has_start = true;
-	w->facts.start = plan->start;
-	w->facts.end = *max_lsn;
-	w->facts.end_time = max_instant;
-	w->facts.inserts = rr->inserts;
-	w->facts.updates = rr->updates;
-	w->facts.deletes = rr->deletes;
-	w->facts.has_rows = rr->inserts + rr->updates + rr->deletes > 0;
-	w->facts.capture_instance = ci;
-	if (w->facts.has_rows)
+	/* Every segment complete? Judged with min LSNs read after the ranges. */
+	for (int s = 0; s < p->nsegments; s++)
 	{
-		if (!rr->has_first || !rr->has_last)
+		const InstanceRead *ir = job->inst[s];
+		const char *ci = p->seg[s].instance->name;
+
+		if (!job->seg[s].ok || !ir->ok || !ir->has_min)
 		{
 			set_condition(w, "read_failed",
-						  psprintf("The commit times of the rows read from capture instance \"%s\" could not "
-								   "be mapped (sys.fn_cdc_map_lsn_to_time returned NULL).", ci));
+						  psprintf("SQL Server returned no result for capture instance \"%s\".", ci));
 			return;
 		}
-		w->facts.first_time = local_to_instant_earliest(rr->first_local, cfg->tz);
-		w->facts.last_time = local_to_instant_earliest(rr->last_local, cfg->tz);
-		if (w->facts.first_time > w->facts.last_time)
-			w->facts.first_time = w->facts.last_time;
+		switch (judge_range(&p->seg[s].start, &ir->min_lsn))
+		{
+			case RANGE_UNREADABLE:
+				set_condition(w, "no_access",
+							  psprintf("sys.fn_cdc_get_min_lsn(N'%s') returned 0x00000000000000000000: the capture "
+									   "instance no longer exists, or the login \"%s\" may not read it (it needs "
+									   "SELECT on the captured columns and membership in the instance's gating role).",
+									   ci, cfg->conn.username));
+				return;
+			case RANGE_MAY_HAVE_LOST_ROWS:
+				{
+					Lsn			lost_to;
+
+					if (!lsn_decrement(&ir->min_lsn, &lost_to))
+						lost_to = ir->min_lsn;
+					data_loss(w, t, ci, &p->seg[s].start, &lost_to, "retention cleanup",
+							  psprintf("CDC cleanup (retention) removed changes of capture instance \"%s\" before "
+									   "finalize read them: the instance's minimum LSN is now %s.",
+									   ci, lsn_text(&ir->min_lsn)),
+							  instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant));
+					return;
+				}
+			case RANGE_COMPLETE:
+				break;
+		}
+	}
+
+	/* DDL recorded in the ranges. */
+	initStringInfo(&ddl_list);
+	appendStringInfoChar(&ddl_list, '[');
+	for (int s = 0; s < p->nsegments; s++)
+	{
+		const DdlEntry *before = first_ddl;
+
+		nddl += collect_ddl(t, job->inst[s], &p->seg[s], &ddl_list, &first_ddl);
+		if (first_ddl != before)
+			ddl_instance = p->seg[s].instance->name;
+	}
+	appendStringInfoChar(&ddl_list, ']');
+	if (nddl > 0 && t->ddl_block)
+	{
+		StringInfoData json;
+		char	   *summary = ddl_summary(ddl_instance, first_ddl, nddl);
+
+		w->kind = WRITE_SCHEMA_BLOCKED;
+		w->capture_instance = ddl_instance;
+		w->event_start = t->offset;
+		w->event_end = first_ddl->lsn;
+		initStringInfo(&json);
+		appendStringInfoChar(&json, '{');
+		json_kv(&json, "ddl_lsn", lsn_text(&first_ddl->lsn), false);
+		json_kv(&json, "ddl_command", first_ddl->command, false);
+		json_kv(&json, "summary", summary, false);
+		json_kv(&json, "ddl", ddl_list.data, true);
+		appendStringInfoChar(&json, '}');
+		w->detail_json = json.data;
+		w->state_detail = psprintf("A schema change blocks the verdict (ddl_policy = block): %s. Review it, "
+								   "then run SELECT finalize.resume_table(%s) to go on.",
+								   summary, quote_literal_cstr(t->table_name));
+		return;
+	}
+
+	/* Record the segments. */
+	w->kind = WRITE_RANGES;
+	w->nfacts = p->nsegments;
+	for (int s = 0; s < p->nsegments; s++)
+	{
+		RangeFacts *f = &w->facts[s];
+		const SegmentRead *sr = &job->seg[s];
+		bool		last = s == p->nsegments - 1;
+
+		f->table_name = t->table_name;
+		f->has_start = true;
+		f->start = p->seg[s].start;
+		f->end = p->seg[s].end;
+		f->inserts = sr->inserts;
+		f->updates = sr->updates;
+		f->deletes = sr->deletes;
+		f->has_rows = sr->inserts + sr->updates + sr->deletes > 0;
+		f->capture_instance = p->seg[s].instance->name;
+		if (f->has_rows)
+		{
+			if (!sr->has_first || !sr->has_last)
+			{
+				set_condition(w, "read_failed",
+							  psprintf("The commit times of the rows read from capture instance \"%s\" could not "
+									   "be mapped (sys.fn_cdc_map_lsn_to_time returned NULL).",
+									   f->capture_instance));
+				return;
+			}
+			f->first_time = local_to_instant_earliest(sr->first_local, cfg->tz);
+			f->last_time = local_to_instant_earliest(sr->last_local, cfg->tz);
+			if (f->first_time > f->last_time)
+				f->first_time = f->last_time;
+		}
+		/*
+		 * The last segment ends at max LSN. One that ends at an instance
+		 * switch does not end on a mapped commit: its last row's commit time
+		 * (or the offset's) is the latest it is known to cover.
+		 */
+		if (last)
+			f->end_time = max_instant;
+		else
+			f->end_time = f->has_rows ? f->last_time : (t->offset_time != 0 ? t->offset_time : max_instant);
+
+		if (p->switch_in_seg[s])
+		{
+			StringInfoData json;
+
+			f->event = "instance_switch";
+			initStringInfo(&json);
+			appendStringInfoChar(&json, '{');
+			json_kv(&json, "from", p->previous ? p->previous->name : (t->capture_instance ? t->capture_instance : ""), false);
+			json_kv(&json, "to", p->seg[s].instance->name, false);
+			json_kv(&json, "at_lsn", lsn_text(&p->seg[s].instance->start_lsn), false);
+			if (nddl > 0)
+			{
+				json_kv(&json, "summary", ddl_summary(ddl_instance, first_ddl, nddl), false);
+				json_kv(&json, "ddl", ddl_list.data, true);
+			}
+			appendStringInfoChar(&json, '}');
+			f->detail_json = json.data;
+		}
+		else if (nddl > 0 && (last || p->nsegments == 1))
+		{
+			StringInfoData json;
+
+			f->event = "schema_change";
+			initStringInfo(&json);
+			appendStringInfoChar(&json, '{');
+			json_kv(&json, "summary", ddl_summary(ddl_instance, first_ddl, nddl), false);
+			json_kv(&json, "ddl", ddl_list.data, true);
+			appendStringInfoChar(&json, '}');
+			f->detail_json = json.data;
+		}
 	}
 }
 
-/* Records a failed cycle, in its own transaction. */
+/* The write for a table asked to resume after a loss. */
+static void
+judge_resume(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w)
+{
+	const TrackedSource *t = job->table;
+	const InstanceRead *ir = job->inst[0];
+	const char *ci = job->plan->instance->name;
+	StringInfoData json;
+
+	w->table = t;
+	w->capture_instance = ci;
+	if (job->error != NULL || !ir->ok || !ir->has_min)
+	{
+		set_condition(w, "read_failed", psprintf("Reading the min LSN of capture instance \"%s\" failed: %s",
+												  ci, job->error ? job->error : "no result"));
+		return;
+	}
+	if (lsn_is_zero(&ir->min_lsn))
+	{
+		set_condition(w, "no_access",
+					  psprintf("sys.fn_cdc_get_min_lsn(N'%s') returned 0x00000000000000000000: the table cannot "
+							   "resume until the login \"%s\" may read the instance.", ci, cfg->conn.username));
+		return;
+	}
+	w->kind = WRITE_RESUME;
+	if (!lsn_decrement(&ir->min_lsn, &w->resume_at))
+		w->resume_at = ir->min_lsn;
+	w->resume_time = instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant);
+	initStringInfo(&json);
+	appendStringInfoChar(&json, '{');
+	json_kv(&json, "capture_instance", ci, false);
+	json_kv(&json, "min_lsn", lsn_text(&ir->min_lsn), false);
+	appendStringInfoChar(&json, '}');
+	w->resume_json = json.data;
+}
+
+/* The write for a table whose followed instance vanished before the switch. */
+static void
+judge_gap(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w)
+{
+	const TrackedSource *t = job->table;
+	const InstanceRead *ir = job->inst[0];
+	const TablePlan *p = job->plan;
+	Lsn			lost_to = p->gap_end;
+
+	w->table = t;
+	if (job->error != NULL || !ir->ok || !ir->has_min || lsn_is_zero(&ir->min_lsn))
+	{
+		set_condition(w, "read_failed",
+					  psprintf("Capture instance \"%s\" is gone and the min LSN of \"%s\" could not be read: %s",
+							   t->capture_instance ? t->capture_instance : "?", p->instance->name,
+							   job->error ? job->error : "no result"));
+		return;
+	}
+	/* Cleanup may have moved the new instance's start on as well. */
+	{
+		Lsn			below_min;
+
+		if (lsn_decrement(&ir->min_lsn, &below_min) && lsn_cmp(&below_min, &lost_to) > 0)
+			lost_to = below_min;
+	}
+	data_loss(w, t, p->instance->name, &t->offset, &lost_to, "capture instance dropped",
+			  psprintf("Capture instance \"%s\" was dropped before finalize read up to the start of the newer "
+					   "instance \"%s\" (LSN %s).", t->capture_instance ? t->capture_instance : "?",
+					   p->instance->name, lsn_text(&p->instance->start_lsn)),
+			  instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant));
+}
+
+/* Records a failed cycle's condition and message for the caller. */
 static bool
 fail(const char *condition, const char *message, char **out_condition, char **out_error)
 {
 	*out_condition = pstrdup(condition);
 	*out_error = pstrdup(message);
 	return false;
+}
+
+/* The condition for a failed SQL Server call. */
+static const char *
+failure_condition(MssqlConn *conn, const MssqlError *err)
+{
+	if (err->interrupted)
+		return "cancelled";
+	if (err->timed_out)
+		return "timeout";
+	return mssql_is_dead(conn) ? "unreachable" : "sql_error";
 }
 
 /*
@@ -387,10 +789,11 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 	long		expected_offset;
 	TablePlan  *plans;
 	TableWrite *writes;
-	RangeRead  *reads;
-	TablePlan **to_read_plans;
-	RangeRead **to_read;
+	TableJob   *jobs;
+	TableJob  **to_read;
 	int			nread = 0;
+	const char *source_condition = "ok";
+	char	   *source_message = NULL;
 
 	/* 1. What to do, from PostgreSQL. */
 	problem = ws_load_source(run->serverid, cxt, &cfg, &tables, &ntables, &run->server_gone);
@@ -416,7 +819,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 		run->conn = mssql_connect(&cfg.conn, &err);
 		CHECK_FOR_INTERRUPTS();
 		if (run->conn == NULL)
-			return fail("unreachable",
+			return fail(err.timed_out ? "timeout" : "unreachable",
 						psprintf("Could not log in to SQL Server %s:%d, database \"%s\", as \"%s\": %s",
 								 cfg.conn.host, cfg.conn.port, cfg.database, cfg.conn.username,
 								 mssql_error_text(&err)),
@@ -433,9 +836,11 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 								 "database \"%s\", or its capture job has not run yet (%s).",
 								 cfg.database, mssql_error_text(&err)),
 						condition, error);
-		return fail(mssql_is_dead(run->conn) ? "unreachable" : "sql_error",
-					psprintf("Reading the CDC state of database \"%s\" failed: %s",
-							 cfg.database, mssql_error_text(&err)),
+		return fail(failure_condition(run->conn, &err),
+					psprintf("Reading the CDC state of database \"%s\" failed: %s%s",
+							 cfg.database, mssql_error_text(&err),
+							 err.timed_out ? psprintf(" (no answer within finalize.query_timeout, %d s; the "
+													  "connection is reopened)", cfg.conn.query_timeout) : ""),
 					condition, error);
 	}
 	if (!snap.has_max_lsn)
@@ -466,26 +871,40 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 					condition, error);
 	max_instant = local_to_instant_earliest(snap.max_time_local, cfg.tz);
 
+	/*
+	 * A capture that stopped and an idle database both freeze max LSN, but
+	 * an idle database still gets dummy mapping rows: a commit time that
+	 * lags SQL Server's own clock by more than the threshold is a stall.
+	 */
+	if (server_now - max_instant > cfg.stall_threshold)
+	{
+		source_condition = "capture_stalled";
+		source_message = psprintf("The commit time of SQL Server's max LSN %s (%s) lags its clock (%s) by more "
+								  "than the capture_stall_threshold of server \"%s\": the capture job may be "
+								  "stopped or far behind (see sys.sp_cdc_help_jobs, sys.dm_cdc_errors; start it "
+								  "with sys.sp_cdc_start_job). Verdicts cannot move until it catches up.",
+								  lsn_text(&snap.max_lsn), instant_text(max_instant), instant_text(server_now),
+								  cfg.server_name);
+	}
+
 	/* 3. Plan and read the ranges. */
 	plans = palloc0(sizeof(TablePlan) * ntables);
 	writes = palloc0(sizeof(TableWrite) * ntables);
-	reads = palloc0(sizeof(RangeRead) * ntables);
-	to_read_plans = palloc0(sizeof(TablePlan *) * ntables);
-	to_read = palloc0(sizeof(RangeRead *) * ntables);
+	jobs = palloc0(sizeof(TableJob) * ntables);
+	to_read = palloc0(sizeof(TableJob *) * ntables);
 	for (int i = 0; i < ntables; i++)
 	{
 		plan_table(&tables[i], snap.instances, snap.ninstances, &snap.max_lsn, &plans[i]);
-		if (plans[i].action == PLAN_READ)
-		{
-			to_read_plans[nread] = &plans[i];
-			to_read[nread] = &reads[i];
-			nread++;
-		}
+		jobs[i].table = &tables[i];
+		jobs[i].plan = &plans[i];
+		if (plans[i].action == PLAN_READ || plans[i].action == PLAN_RESUME ||
+			plans[i].action == PLAN_INSTANCE_GAP)
+			to_read[nread++] = &jobs[i];
 	}
 	if (nread > 0)
 	{
 		pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
-		read_ranges(run->conn, to_read_plans, to_read, nread, &snap.max_lsn, &err);
+		read_jobs(run->conn, to_read, nread, &snap.max_lsn, &err);
 		CHECK_FOR_INTERRUPTS();
 	}
 
@@ -502,22 +921,30 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 				set_condition(w, NULL, NULL);
 				break;
 			case PLAN_BASELINE:
-				w->kind = WRITE_RANGE;
+				w->kind = WRITE_RANGES;
+				w->nfacts = 1;
 				w->capture_instance = p->instance->name;
-				w->facts.table_name = tables[i].table_name;
-				w->facts.has_start = false;
-				w->facts.end = snap.max_lsn;
-				w->facts.end_time = max_instant;
-				w->facts.capture_instance = p->instance->name;
+				w->facts[0].table_name = tables[i].table_name;
+				w->facts[0].has_start = false;
+				w->facts[0].end = snap.max_lsn;
+				w->facts[0].end_time = max_instant;
+				w->facts[0].capture_instance = p->instance->name;
 				break;
 			case PLAN_READ:
-				judge_read(run, &cfg, &tables[i], p, &reads[i], &snap.max_lsn, max_instant, w);
+				judge_read(&cfg, &jobs[i], &snap.max_lsn, max_instant, w);
+				break;
+			case PLAN_RESUME:
+				judge_resume(&cfg, &jobs[i], max_instant, w);
+				break;
+			case PLAN_INSTANCE_GAP:
+				judge_gap(&cfg, &jobs[i], max_instant, w);
 				break;
 			case PLAN_NO_INSTANCE:
 				set_condition(w, "no_capture_instance",
 							  tables[i].capture_instance != NULL
 							  ? psprintf("Capture instance \"%s\" of %s.%s is no longer listed by "
-										 "sys.sp_cdc_help_change_data_capture for login \"%s\".",
+										 "sys.sp_cdc_help_change_data_capture for login \"%s\", and no other "
+										 "instance of the table is.",
 										 tables[i].capture_instance, tables[i].source_schema,
 										 tables[i].source_name, cfg.conn.username)
 							  : psprintf("No capture instance of %s.%s is visible to login \"%s\": change data "
@@ -552,7 +979,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 							tables[i].table_name, msg)));
 		}
 	}
-	ws_source_ok(cfg.server_name, &snap.max_lsn, max_instant, server_now);
+	ws_source_ok(cfg.server_name, &snap.max_lsn, max_instant, server_now, source_condition, source_message);
 	ws_commit();
 	return true;
 }

@@ -20,6 +20,7 @@
 #include "mb/pg_wchar.h"
 #include "pgtime.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(finalize_mssql_validator);
 
@@ -88,6 +89,31 @@ check_timezone(const char *value)
 	return value[0] != '\0' && pg_tzset(value) != NULL;
 }
 
+/* Accepts a positive interval such as '15 minutes' or '900 s'. */
+static bool
+check_positive_interval(const char *value)
+{
+	Interval   *iv;
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	/* interval_in only parses: nothing to roll back if it fails. */
+	PG_TRY();
+	{
+		iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(value),
+												   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+		ok = iv->month == 0 && (iv->time + (int64) iv->day * USECS_PER_DAY) > 0;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
 /* Accepts the TDS versions FreeTDS speaks to SQL Server 2005 and later. */
 static bool
 check_tds_version(const char *value)
@@ -107,6 +133,8 @@ static const FdwOption mssql_options[] = {
 	"The time zone is the IANA name of the SQL Server machine's clock zone, such as UTC or Europe/Berlin (see pg_timezone_names)."},
 	{"tds_version", ForeignServerRelationId, false, check_tds_version,
 	"The TDS version is one of 7.1, 7.2, 7.3 or 7.4."},
+	{"capture_stall_threshold", ForeignServerRelationId, false, check_positive_interval,
+	"The threshold is a positive interval without months, such as '15 minutes': how far the commit time of SQL Server's max LSN may lag its clock before the capture counts as stalled. Keep it above the idle dummy-row cadence (about 5 minutes)."},
 	{"username", UserMappingRelationId, false, check_login,
 	"The username is a SQL Server login of 1 to 128 characters; Windows logins (domain\\user) are not supported."},
 	{"password", UserMappingRelationId, true, check_nonempty,

@@ -24,6 +24,7 @@ int			finalize_poll_interval_ms = 5000;
 int			finalize_login_timeout = 10;
 int			finalize_query_timeout = 30;
 int			finalize_max_retry_interval_ms = 60000;
+int			finalize_data_loss_window_min = 7 * 24 * 60;
 int			finalize_facts_retention_min = 30 * 24 * 60;
 
 void		_PG_init(void);
@@ -97,6 +98,15 @@ _PG_init(void)
 							60000, 100, 24 * 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.data_loss_window",
+							"How long after a data loss another one stops a table with on_data_loss = resume.",
+							"A second loss within the window needs finalize.resume_table() again.",
+							&finalize_data_loss_window_min,
+							7 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MIN,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("finalize.facts_retention",

@@ -6,6 +6,7 @@
 #define FINALIZE_PLAN_H
 
 #include "postgres.h"
+#include "datatype/timestamp.h"
 
 #include "lsn.h"
 
@@ -28,24 +29,47 @@ typedef struct TrackedSource
 	char	   *source_name;
 	char	   *capture_instance;	/* the one followed so far, or NULL */
 	bool		start_at_capture;	/* start_from = 'capture_start' */
+	bool		resuming;		/* resume_table() asked to restart after a loss */
+	bool		ddl_block;		/* ddl_policy = 'block' */
+	bool		auto_resume;	/* on_data_loss = 'resume' */
 	bool		has_offset;
 	Lsn			offset;			/* end of the last recorded range */
+	TimestampTz offset_time;	/* its commit time */
+	bool		has_schema_ack;
+	Lsn			schema_ack;		/* DDL up to here was reviewed */
+	bool		has_last_loss;
+	TimestampTz last_loss;		/* when the previous data loss was recorded */
 } TrackedSource;
 
 typedef enum PlanAction
 {
 	PLAN_NOTHING,				/* no commit after the offset */
 	PLAN_BASELINE,				/* first cycle: tracking starts at max_lsn */
-	PLAN_READ,					/* read (start, max_lsn] */
+	PLAN_READ,					/* read the segments */
 	PLAN_NO_INSTANCE,			/* no readable capture instance */
-	PLAN_LSN_REGRESSED			/* the offset is beyond max_lsn */
+	PLAN_LSN_REGRESSED,			/* the offset is beyond max_lsn */
+	PLAN_INSTANCE_GAP,			/* the followed instance was dropped before the
+								 * newer one's start was reached: data loss */
+	PLAN_RESUME					/* restart after a loss at the instance's min LSN */
 } PlanAction;
+
+/* A range (start, end] of one capture instance. */
+typedef struct RangeSegment
+{
+	const CaptureInstance *instance;
+	Lsn			start;
+	Lsn			end;
+} RangeSegment;
 
 typedef struct TablePlan
 {
 	PlanAction	action;
-	const CaptureInstance *instance;
-	Lsn			start;			/* exclusive start of the range to read */
+	const CaptureInstance *instance;	/* followed after this cycle */
+	const CaptureInstance *previous;	/* followed before, if it switches */
+	int			nsegments;		/* PLAN_READ: 1, or 2 across a switch */
+	RangeSegment seg[2];
+	bool		switch_in_seg[2];	/* this segment starts the newer instance */
+	Lsn			gap_end;		/* PLAN_INSTANCE_GAP: end of the unreadable range */
 } TablePlan;
 
 typedef enum RangeVerdict
@@ -55,9 +79,6 @@ typedef enum RangeVerdict
 	RANGE_UNREADABLE			/* min LSN 0: instance gone or no permission */
 } RangeVerdict;
 
-extern const CaptureInstance *plan_find_instance(const TrackedSource *table,
-												 const CaptureInstance *instances,
-												 int ninstances);
 extern void plan_table(const TrackedSource *table, const CaptureInstance *instances,
 					   int ninstances, const Lsn *max_lsn, TablePlan *out);
 extern RangeVerdict judge_range(const Lsn *start_exclusive, const Lsn *min_lsn_after_read);

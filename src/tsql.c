@@ -71,11 +71,27 @@ tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
 	pfree(ct_name);
 }
 
-/* Appends the statement that reads a capture instance's low water mark. */
+/*
+ * Appends the statement that reads a capture instance's low water mark and
+ * its commit time (where a table resumes after a loss).
+ */
 void
 tsql_append_min_lsn(StringInfo buf, const char *capture_instance)
 {
-	appendStringInfoString(buf, "SELECT sys.fn_cdc_get_min_lsn(");
+	appendStringInfoString(buf, "SELECT m.min_lsn, sys.fn_cdc_map_lsn_to_time(m.min_lsn) AS min_time\n"
+						   "  FROM (SELECT sys.fn_cdc_get_min_lsn(");
 	appendStringInfoString(buf, mssql_quote_literal(capture_instance));
-	appendStringInfoString(buf, ") AS min_lsn;\n");
+	appendStringInfoString(buf, ") AS min_lsn) AS m;\n");
+}
+
+/*
+ * Appends the call that lists the DDL a capture instance recorded
+ * (readable by a login that may read the instance, no SELECT on cdc.*).
+ */
+void
+tsql_append_ddl_history(StringInfo buf, const char *capture_instance)
+{
+	appendStringInfoString(buf, "EXEC sys.sp_cdc_get_ddl_history @capture_instance = ");
+	appendStringInfoString(buf, mssql_quote_literal(capture_instance));
+	appendStringInfoString(buf, ";\n");
 }

@@ -15,5 +15,6 @@ extern const char *tsql_source_state(void);
 extern void tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
 										const Lsn *start_exclusive, const Lsn *end_inclusive);
 extern void tsql_append_min_lsn(StringInfo buf, const char *capture_instance);
+extern void tsql_append_ddl_history(StringInfo buf, const char *capture_instance);
 
 #endif							/* FINALIZE_TSQL_H */

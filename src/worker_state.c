@@ -108,6 +108,16 @@ option_value(List *options, const char *name, const char *dflt)
 	return dflt;
 }
 
+/* An interval option (validated when it was set) in microseconds. */
+static int64
+option_interval_usecs(const char *text)
+{
+	Interval   *iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
+														  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+
+	return iv->time + (int64) iv->day * USECS_PER_DAY;
+}
+
 /* Copies an SPI text value into cxt (NULL stays NULL). */
 static char *
 spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
@@ -161,6 +171,8 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);
+	cfg->stall_threshold = option_interval_usecs(option_value(server->options, "capture_stall_threshold",
+															  "15 minutes"));
 	MemoryContextSwitchTo(oldcxt);
 
 	/* The login is the user mapping of the server's owner, else PUBLIC's. */
@@ -195,10 +207,15 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	arg = CStringGetTextDatum(server->servername);
 	if (SPI_execute_with_args(
 							  "SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
-							  "       t.start_from = 'capture_start', w.offset_lsn"
+							  "       t.start_from = 'capture_start', w.offset_lsn, t.state = 'resuming',"
+							  "       t.ddl_policy = 'block', t.on_data_loss = 'resume', w.offset_commit_time,"
+							  "       w.schema_ack_lsn,"
+							  "       (SELECT max(f.recorded_at) FROM " FINALIZE_SCHEMA ".fact f"
+							  "         WHERE f.table_id = t.table_id AND f.event = 'data_loss')"
 							  "  FROM " FINALIZE_SCHEMA ".tracked_table t"
 							  "  JOIN " FINALIZE_SCHEMA ".watermark w USING (table_id)"
-							  " WHERE t.server_name = $1 AND t.untracked_at IS NULL AND t.state = 'active'"
+							  " WHERE t.server_name = $1 AND t.untracked_at IS NULL"
+							  "   AND t.state IN ('active', 'resuming')"
 							  " ORDER BY t.table_id",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tracked tables of server \"%s\"", server->servername);
@@ -213,6 +230,8 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 			HeapTuple	tup = SPI_tuptable->vals[i];
 			bool		isnull;
 			char	   *offset;
+			Datum		d;
+			char	   *ack;
 
 			ts[i].table_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 			ts[i].table_name = spi_text(tup, desc, 2, cxt);
@@ -222,6 +241,16 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 			ts[i].start_at_capture = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 			offset = SPI_getvalue(tup, desc, 7);
 			ts[i].has_offset = offset != NULL && lsn_parse(offset, &ts[i].offset);
+			ts[i].resuming = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
+			ts[i].ddl_block = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
+			ts[i].auto_resume = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
+			d = SPI_getbinval(tup, desc, 11, &isnull);
+			ts[i].offset_time = isnull ? 0 : DatumGetTimestampTz(d);
+			ack = SPI_getvalue(tup, desc, 12);
+			ts[i].has_schema_ack = ack != NULL && lsn_parse(ack, &ts[i].schema_ack);
+			d = SPI_getbinval(tup, desc, 13, &isnull);
+			ts[i].has_last_loss = !isnull;
+			ts[i].last_loss = isnull ? 0 : DatumGetTimestampTz(d);
 		}
 		*tables = ts;
 		*ntables = (int) SPI_processed;
@@ -373,20 +402,43 @@ ws_set_capture_instance(int64 table_id, const char *capture_instance)
 	exec_internal("SELECT " FINALIZE_SCHEMA "._set_capture_instance($1, $2)", 2, types, values, NULL);
 }
 
-/* Records a successful poll of the source. */
+/*
+ * Records a successful poll of the source; condition is "ok" or
+ * "capture_stalled" (with its message).
+ */
 void
 ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
-			 TimestampTz server_time)
+			 TimestampTz server_time, const char *condition, const char *message)
 {
-	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[5];
+	Oid			types[7] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = CStringGetTextDatum(server_name);
 	values[1] = Int32GetDatum(MyProcPid);
 	values[2] = lsn_datum(max_lsn);
 	values[3] = TimestampTzGetDatum(max_time);
 	values[4] = TimestampTzGetDatum(server_time);
-	exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5)", 5, types, values, NULL);
+	values[5] = CStringGetTextDatum(condition);
+	values[6] = text_or_null(message, nulls, 6);
+	exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7)", 7, types, values, nulls);
+}
+
+/* Restarts a table after a data loss at new_offset (see _resume_after_loss). */
+void
+ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
+					 const char *capture_instance, bool automatic, const char *detail_json)
+{
+	Oid			types[6] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, JSONBOID};
+	Datum		values[6];
+
+	values[0] = Int64GetDatum(table_id);
+	values[1] = lsn_datum(new_offset);
+	values[2] = TimestampTzGetDatum(new_offset_time);
+	values[3] = CStringGetTextDatum(capture_instance);
+	values[4] = BoolGetDatum(automatic);
+	values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail_json));
+	exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6)", 6, types, values, NULL);
 }
 
 /* Records a failed poll of the source and when the next attempt is due. */

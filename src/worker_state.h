@@ -21,6 +21,7 @@ typedef struct SourceConfig
 	char	   *database;
 	char	   *timezone;
 	pg_tz	   *tz;
+	int64		stall_threshold;	/* capture_stall_threshold, microseconds */
 	MssqlConnInfo conn;
 } SourceConfig;
 
@@ -57,7 +58,9 @@ extern void ws_record_event(int64 table_id, const char *event, const Lsn *start,
 extern void ws_set_condition(int64 table_id, const char *condition, const char *detail);
 extern void ws_set_capture_instance(int64 table_id, const char *capture_instance);
 extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
-						 TimestampTz server_time);
+						 TimestampTz server_time, const char *condition, const char *message);
+extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
+								 const char *capture_instance, bool automatic, const char *detail_json);
 extern void ws_source_failed(const char *server_name, const char *condition, const char *error,
 							 TimestampTz next_attempt);
 extern void ws_purge_facts(void);

@@ -17,11 +17,15 @@ CREATE TABLE @extschema@.tracked_table (
                       CHECK (granularity > interval '0' AND extract(month FROM granularity) = 0
                              AND extract(year FROM granularity) = 0),
     state             text NOT NULL DEFAULT 'active'
-                      CHECK (state IN ('active', 'paused', 'data_lost', 'schema_blocked')),
+                      CHECK (state IN ('active', 'paused', 'data_lost', 'schema_blocked', 'resuming')),
     state_detail      text,
     state_since       timestamptz NOT NULL DEFAULT now(),
     start_from        text NOT NULL DEFAULT 'max_lsn'
                       CHECK (start_from IN ('max_lsn', 'capture_start')),
+    ddl_policy        text NOT NULL DEFAULT 'warn'
+                      CHECK (ddl_policy IN ('warn', 'block')),
+    on_data_loss      text NOT NULL DEFAULT 'stop'
+                      CHECK (on_data_loss IN ('stop', 'resume')),
     created_at        timestamptz NOT NULL DEFAULT now(),
     created_by        name NOT NULL,
     untracked_at      timestamptz
@@ -48,10 +52,13 @@ CREATE TABLE @extschema@.watermark (
     recorded_at         timestamptz,
     condition           text,
     condition_detail    text,
-    condition_since     timestamptz
+    condition_since     timestamptz,
+    schema_ack_lsn      @extschema@.lsn
 );
 COMMENT ON TABLE @extschema@.watermark IS
     'Per table: every period ending at or before finalized_until is complete; offset_lsn is the end of the last recorded range';
+COMMENT ON COLUMN @extschema@.watermark.schema_ack_lsn IS
+    'DDL recorded at or before this LSN was reviewed (finalize.resume_table) and no longer blocks the table';
 COMMENT ON COLUMN @extschema@.watermark.condition IS
     'Why the worker could not read this table on its last attempt (NULL when it could)';
 COMMENT ON COLUMN @extschema@.watermark.offset_lsn IS
@@ -76,7 +83,7 @@ CREATE TABLE @extschema@.fact (
     last_commit_time   timestamptz,
     capture_instance   text,
     event              text CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch',
-                                             'data_loss', 'schema_blocked', 'resumed', 'source_error')),
+                                             'data_loss', 'schema_blocked', 'resume_requested', 'resumed')),
     detail             jsonb,
     ranges             integer NOT NULL DEFAULT 1 CHECK (ranges >= 1),
     recorded_at        timestamptz NOT NULL DEFAULT now(),
@@ -96,6 +103,9 @@ CREATE UNIQUE INDEX fact_range_end_idx
 -- Per-period questions ("what changed in hour 14") scan by commit time.
 CREATE INDEX fact_commit_time_idx
     ON @extschema@.fact (table_id, end_commit_time);
+-- Status and explanations look up a table's latest events.
+CREATE INDEX fact_event_idx
+    ON @extschema@.fact (table_id, fact_id) WHERE event IS NOT NULL;
 -- Retention deletes by age.
 CREATE INDEX fact_recorded_at_idx
     ON @extschema@.fact (recorded_at);

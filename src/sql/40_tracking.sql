@@ -36,6 +36,37 @@ BEGIN
 END
 $$;
 
+-- Checks that an argument is one of a few words; the error lists them.
+CREATE FUNCTION @extschema@._check_choice(value text, argname text, allowed text[], meaning text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(value, argname);
+    IF NOT value = ANY (allowed) THEN
+        RAISE EXCEPTION 'invalid value for argument %: "%"', argname, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = meaning,
+                  HINT = format('Use one of: %s.', array_to_string(allowed, ', '));
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@._check_ddl_policy(ddl_policy text)
+RETURNS void
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._check_choice(ddl_policy, 'ddl_policy', ARRAY['warn', 'block'],
+    'With warn, DDL on the source table is an event fact and a warning and the verdict goes on; with block the verdict stops at the DDL until finalize.resume_table().');
+
+CREATE FUNCTION @extschema@._check_on_data_loss(on_data_loss text)
+RETURNS void
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._check_choice(on_data_loss, 'on_data_loss', ARRAY['stop', 'resume'],
+    'With stop, a data loss stops the verdict until finalize.resume_table(); with resume the worker records the loss and resumes by itself, unless another loss happened within finalize.data_loss_window.');
+
 -- Finds a server of the finalize_mssql wrapper by name; the errors say what
 -- to create or fix.
 CREATE FUNCTION @extschema@._mssql_server(server_name text, argname text)
@@ -78,7 +109,9 @@ CREATE FUNCTION @extschema@.track_table(
     server_name  text,
     source_table text,
     granularity  interval DEFAULT interval '1 hour',
-    start_from   text DEFAULT 'max_lsn')
+    start_from   text DEFAULT 'max_lsn',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop')
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -98,18 +131,18 @@ BEGIN
     PERFORM @extschema@._require(track_table.source_table, 'source_table');
     parts := @extschema@._split_mssql_name(track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(track_table.granularity, 'granularity');
-    PERFORM @extschema@._require(track_table.start_from, 'start_from');
-    IF track_table.start_from NOT IN ('max_lsn', 'capture_start') THEN
-        RAISE EXCEPTION 'invalid value for argument start_from: "%"', track_table.start_from
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).';
-    END IF;
+    PERFORM @extschema@._check_choice(track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
+        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
+    PERFORM @extschema@._check_ddl_policy(track_table.ddl_policy);
+    PERFORM @extschema@._check_on_data_loss(track_table.on_data_loss);
 
     BEGIN
         INSERT INTO @extschema@.tracked_table
-            (table_name, server_name, source_schema, source_name, granularity, start_from, created_by)
+            (table_name, server_name, source_schema, source_name, granularity, start_from,
+             ddl_policy, on_data_loss, created_by)
         VALUES (track_table.table_name, track_table.server_name, parts[1], parts[2], track_table.granularity,
-                track_table.start_from, @extschema@._calling_role())
+                track_table.start_from, track_table.ddl_policy, track_table.on_data_loss,
+                @extschema@._calling_role())
         RETURNING table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'table "%" is already tracked', track_table.table_name
@@ -120,7 +153,7 @@ BEGIN
     RETURN new_id;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text) IS
+COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text) IS
     'Start tracking a logical table fed by a SQL Server table with CDC enabled';
 
 CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true)
@@ -163,3 +196,107 @@ BEGIN
               HINT = 'Check the name in finalize.status, or start tracking it with finalize.track_table().';
 END
 $$;
+
+-- Changes how a tracked table is handled; NULL keeps a setting.
+CREATE FUNCTION @extschema@.alter_tracked_table(
+    table_name   text,
+    granularity  interval DEFAULT NULL,
+    ddl_policy   text DEFAULT NULL,
+    on_data_loss text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint;
+BEGIN
+    PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._check_granularity(granularity, 'granularity');
+    END IF;
+    IF ddl_policy IS NOT NULL THEN
+        PERFORM @extschema@._check_ddl_policy(ddl_policy);
+    END IF;
+    IF on_data_loss IS NOT NULL THEN
+        PERFORM @extschema@._check_on_data_loss(on_data_loss);
+    END IF;
+    SELECT t.table_id INTO id FROM @extschema@.tracked_table t
+     WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+    END IF;
+    -- The verdict stays valid under any granularity: it is an instant before
+    -- which every commit is captured; only later advances use the new one.
+    UPDATE @extschema@.tracked_table t
+       SET granularity = coalesce(alter_tracked_table.granularity, t.granularity),
+           ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
+           on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss)
+     WHERE t.table_id = id;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text) IS
+    'Change the granularity, DDL policy or data-loss policy of a tracked table';
+
+-- Lets a stopped table go on. After a schema change that blocked it, the DDL
+-- counts as reviewed and the verdict continues from where it stopped. After
+-- a data loss, the table is marked resuming; the worker then records the lost
+-- LSN range as a "resumed" event (with who asked) and restarts the table at
+-- its capture instance's current min LSN, so the verdict resumes only from
+-- there. The lost range stays visible in finalize.facts.
+CREATE FUNCTION @extschema@.resume_table(table_name text)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+    blocked @extschema@.fact;
+    who name := @extschema@._calling_role();
+BEGIN
+    PERFORM @extschema@._require(resume_table.table_name, 'table_name');
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t
+     WHERE t.table_name = resume_table.table_name AND t.untracked_at IS NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(resume_table.table_name);
+    END IF;
+    PERFORM FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id;
+
+    IF tt.state = 'schema_blocked' THEN
+        SELECT f.* INTO blocked FROM @extschema@.fact f
+         WHERE f.table_id = tt.table_id AND f.event = 'schema_blocked'
+         ORDER BY f.fact_id DESC LIMIT 1;
+        UPDATE @extschema@.watermark w
+           SET schema_ack_lsn = GREATEST(w.schema_ack_lsn, (blocked.detail ->> 'ddl_lsn')::@extschema@.lsn)
+         WHERE w.table_id = tt.table_id;
+        INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+        VALUES (tt.table_id, 'event', 'resumed', blocked.start_lsn, blocked.end_lsn, blocked.capture_instance,
+                jsonb_build_object('after', 'schema_blocked', 'by', who, 'ddl_lsn', blocked.detail ->> 'ddl_lsn',
+                                   'ddl_command', blocked.detail ->> 'ddl_command'));
+        UPDATE @extschema@.tracked_table t
+           SET state = 'active', state_detail = NULL, state_since = now()
+         WHERE t.table_id = tt.table_id;
+        RETURN format('Table "%s" resumes; the DDL at LSN %s counts as reviewed.',
+                      tt.table_name, blocked.detail ->> 'ddl_lsn');
+    ELSIF tt.state = 'data_lost' THEN
+        INSERT INTO @extschema@.fact (table_id, kind, event, capture_instance, detail)
+        VALUES (tt.table_id, 'event', 'resume_requested', tt.capture_instance,
+                jsonb_build_object('by', who));
+        UPDATE @extschema@.tracked_table t
+           SET state = 'resuming',
+               state_detail = format('%s asked to resume at %s; the worker restarts the table at its capture instance''s min LSN on its next cycle.', who, now()),
+               state_since = now()
+         WHERE t.table_id = tt.table_id;
+        RETURN format('Table "%s" resumes at its capture instance''s current min LSN on the worker''s next cycle; the lost range is recorded as an event.',
+                      tt.table_name);
+    ELSIF tt.state IN ('active', 'resuming') THEN
+        RETURN format('Table "%s" is %s; nothing to resume.', tt.table_name, tt.state);
+    END IF;
+    RAISE EXCEPTION 'table "%" cannot be resumed from state %', tt.table_name, tt.state
+        USING ERRCODE = 'object_not_in_prerequisite_state';
+END
+$$;
+COMMENT ON FUNCTION @extschema@.resume_table(text) IS
+    'Let a table stopped by a data loss or a blocking schema change go on, recording who and what was lost';

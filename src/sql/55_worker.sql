@@ -1,6 +1,17 @@
 -- What the worker writes besides ranges: events that stop a verdict, why a
 -- table could not be read, and what it saw of its source. Only superusers
 -- (the worker) may call these; none is granted to a role.
+--
+-- NOTIFY channel "finalize_alert": one JSON payload when something needs a
+-- person: {"alert": "data_loss" | "schema_blocked" | "capture_stalled" |
+-- "capture_resumed", ...}.
+
+-- Sends an alert on channel finalize_alert.
+CREATE FUNCTION @extschema@._alert(payload jsonb)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+RETURN pg_notify('finalize_alert', payload::text);
 
 -- Records an event fact (data loss, ...) and, when new_state is given, moves
 -- the table to that state. Never touches the verdict or the offset.
@@ -29,6 +40,57 @@ BEGIN
            SET state = new_state, state_detail = _record_event.state_detail, state_since = now()
          WHERE t.table_id = _record_event.table_id;
     END IF;
+    IF event IN ('data_loss', 'schema_blocked') THEN
+        PERFORM @extschema@._alert(jsonb_build_object(
+            'alert', event,
+            'table', (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _record_event.table_id),
+            'capture_instance', capture_instance, 'start_lsn', start_lsn, 'end_lsn', end_lsn,
+            'detail', state_detail));
+    END IF;
+END
+$$;
+
+-- Restarts a table after a data loss, at new_offset (just below its capture
+-- instance's min LSN): records the lost LSN range as a "resumed" event, moves
+-- the offset and makes the table active again. The verdict is untouched: it
+-- moves again with the next range recorded.
+CREATE FUNCTION @extschema@._resume_after_loss(
+    table_id         bigint,
+    new_offset       text,
+    new_offset_time  timestamptz,
+    capture_instance text,
+    automatic        boolean,
+    detail           jsonb)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    wm @extschema@.watermark;
+    requested_by name;
+BEGIN
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id FOR UPDATE;
+    SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
+     WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
+     ORDER BY f.fact_id DESC LIMIT 1;
+    INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+    VALUES (_resume_after_loss.table_id, 'event', 'resumed', wm.offset_lsn,
+            @extschema@._lsn_arg(new_offset, 'new_offset'), capture_instance,
+            detail || jsonb_build_object(
+                'after', 'data_loss',
+                'by', CASE WHEN automatic THEN 'finalize worker (on_data_loss = resume)' ELSE requested_by END,
+                'lost_from_lsn', wm.offset_lsn, 'lost_to_lsn', new_offset,
+                'lost_from_time', wm.offset_commit_time, 'lost_to_time', new_offset_time));
+    UPDATE @extschema@.watermark w
+       SET offset_lsn = @extschema@._lsn_arg(new_offset, 'new_offset'),
+           offset_commit_time = new_offset_time,
+           recorded_at = now()
+     WHERE w.table_id = _resume_after_loss.table_id;
+    UPDATE @extschema@.tracked_table t
+       SET state = 'active', state_detail = NULL, state_since = now(),
+           capture_instance = coalesce(_resume_after_loss.capture_instance, t.capture_instance)
+     WHERE t.table_id = _resume_after_loss.table_id;
 END
 $$;
 
@@ -61,29 +123,42 @@ BEGIN ATOMIC
        AND t.capture_instance IS DISTINCT FROM _set_capture_instance.capture_instance;
 END;
 
--- A cycle that read the source: what it saw.
+-- A cycle that read the source: what it saw. condition is ok, or
+-- capture_stalled (with a message) when the commit time of max LSN lags
+-- SQL Server's clock by more than the source's threshold; entering and
+-- leaving that condition sends an alert.
 CREATE FUNCTION @extschema@._source_ok(
     server_name  text,
     worker_pid   integer,
     max_lsn      text,
     max_lsn_time timestamptz,
-    server_time  timestamptz)
+    server_time  timestamptz,
+    condition    text DEFAULT 'ok',
+    message      text DEFAULT NULL)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+#variable_conflict use_variable
+DECLARE
+    previous text;
+BEGIN
+    SELECT s.condition INTO previous FROM @extschema@.source_status s
+     WHERE s.server_name = _source_ok.server_name FOR UPDATE;
     INSERT INTO @extschema@.source_status AS s
         (server_name, worker_pid, condition, condition_since, last_poll, last_success, failures,
-         next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew)
-    VALUES (_source_ok.server_name, _source_ok.worker_pid, 'ok', now(), now(), now(), 0,
+         next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew, last_error, last_error_at)
+    VALUES (_source_ok.server_name, _source_ok.worker_pid, condition, now(), now(), now(), 0,
             NULL, _source_ok.max_lsn, _source_ok.max_lsn_time, now(), _source_ok.server_time,
-            _source_ok.server_time - now())
+            _source_ok.server_time - now(), message, CASE WHEN message IS NOT NULL THEN now() END)
     ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
        SET worker_pid = excluded.worker_pid,
-           condition = 'ok',
-           condition_since = CASE WHEN s.condition = 'ok' THEN s.condition_since ELSE now() END,
+           condition = excluded.condition,
+           condition_since = CASE WHEN s.condition = excluded.condition THEN s.condition_since ELSE now() END,
            last_poll = now(),
            last_success = now(),
+           last_error = coalesce(excluded.last_error, s.last_error),
+           last_error_at = coalesce(excluded.last_error_at, s.last_error_at),
            failures = 0,
            next_attempt = NULL,
            max_lsn = excluded.max_lsn,
@@ -93,7 +168,15 @@ BEGIN ATOMIC
                                   THEN now() ELSE s.max_lsn_changed END,
            server_time = excluded.server_time,
            clock_skew = excluded.clock_skew;
-END;
+    IF condition = 'capture_stalled' AND previous IS DISTINCT FROM 'capture_stalled' THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_stalled', 'server', server_name,
+            'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time, 'server_time', server_time, 'detail', message));
+    ELSIF condition = 'ok' AND previous = 'capture_stalled' THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_resumed', 'server', server_name,
+            'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time));
+    END IF;
+END
+$$;
 
 -- A cycle that could not read the source: why, and when it tries again.
 CREATE FUNCTION @extschema@._source_failed(

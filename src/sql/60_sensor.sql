@@ -84,11 +84,15 @@ BEGIN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
     END IF;
+    IF src.condition = 'capture_stalled' THEN
+        v.reason := v.reason || format(' SQL Server''s capture is stalled on source "%s" since %s: %s',
+                                       tt.server_name, src.condition_since, src.last_error);
+    END IF;
     IF wm.condition IS NOT NULL THEN
         v.reason := v.reason || format(' The worker cannot read this table (%s since %s): %s',
                                        wm.condition, wm.condition_since, wm.condition_detail);
     END IF;
-    IF src.last_error IS NOT NULL AND src.last_error_at >= coalesce(src.last_success, '-infinity') THEN
+    IF src.condition NOT IN ('ok', 'capture_stalled') AND src.last_error IS NOT NULL THEN
         v.reason := v.reason || format(' The source "%s" failed at %s: %s', tt.server_name, src.last_error_at, src.last_error);
     END IF;
     RETURN v;
@@ -108,6 +112,8 @@ SELECT t.table_name,
        t.state_detail,
        w.condition,
        w.condition_detail,
+       sc.detail ->> 'summary' AS last_schema_change,
+       sc.recorded_at AS last_schema_change_at,
        w.finalized_until,
        now() - w.finalized_until AS lag,
        w.offset_lsn,
@@ -128,6 +134,9 @@ SELECT t.table_name,
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.source_status s ON s.server_name = t.server_name
+  LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
+                      WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
+                      ORDER BY f.fact_id DESC LIMIT 1) sc ON true
  WHERE t.untracked_at IS NULL;
 COMMENT ON VIEW @extschema@.status IS
     'One row per tracked table: state, verdict, lag and what its source''s worker last saw';
@@ -158,7 +167,8 @@ COMMENT ON VIEW @extschema@.facts IS
 
 -- Changes per period between two instants. A period is covered when every
 -- commit in it lies after the start of the recorded facts (tracking began, or
--- retention removed older facts, before it). A range whose rows all committed
+-- retention removed older facts, before it) and outside every range lost to
+-- retention cleanup. A range whose rows all committed
 -- inside one period counts there; a range whose rows straddle a period
 -- boundary is counted in straddling_ranges of every period it touches (its
 -- rows may belong to either). Counts are exact where the period is covered
@@ -196,15 +206,23 @@ BEGIN
     SELECT min(f.end_commit_time) INTO covered_after
       FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
     RETURN QUERY
+    WITH periods AS (
+        SELECT g.ps,
+               g.ps > coalesce(covered_after, 'infinity') AND NOT EXISTS (
+                   SELECT FROM @extschema@.fact e
+                    WHERE e.table_id = tt.table_id AND e.event = 'resumed' AND e.detail ->> 'after' = 'data_loss'
+                      AND coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity') < g.ps + tt.granularity
+                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.ps) AS covered
+          FROM generate_series(first_period, to_time - interval '1 microsecond', tt.granularity) AS g(ps))
     SELECT p.ps, p.ps + tt.granularity,
            p.ps + tt.granularity <= coalesce(until, '-infinity'),
-           p.ps > coalesce(covered_after, 'infinity'),
+           p.covered,
            coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
            count(f.fact_id) FILTER (WHERE NOT f.inside),
-           p.ps > coalesce(covered_after, 'infinity') AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
-      FROM generate_series(first_period, to_time - interval '1 microsecond', tt.granularity) AS p(ps)
+           p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+      FROM periods AS p
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,
                    x.first_commit_time >= p.ps AND x.last_commit_time < p.ps + tt.granularity AS inside
@@ -213,7 +231,7 @@ BEGIN
                AND x.end_commit_time >= p.ps
                AND x.last_commit_time >= p.ps
                AND x.first_commit_time < p.ps + tt.granularity) f ON true
-     GROUP BY p.ps
+     GROUP BY p.ps, p.covered
      ORDER BY p.ps;
 END
 $$;

@@ -27,8 +27,10 @@ GRANT EXECUTE ON FUNCTION
 -- Admins manage tracked tables, may record ranges by hand (the worker's write
 -- path) and read the catalog tables.
 GRANT EXECUTE ON FUNCTION
-    @extschema@.track_table(text, text, text, interval, text),
+    @extschema@.track_table(text, text, text, interval, text, text, text),
     @extschema@.untrack_table(text, boolean),
+    @extschema@.alter_tracked_table(text, interval, text, text),
+    @extschema@.resume_table(text),
     @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
                              timestamptz, timestamptz, text, text, jsonb),
     @extschema@.purge_facts(interval),

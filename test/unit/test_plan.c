@@ -110,18 +110,52 @@ test_plan(void)
 
 	t.start_at_capture = true;
 	plan_table(&t, cis, 3, &max, &p);
-	check(p.action == PLAN_READ && lsn_eq(p.start, "0x000000000000000002FF"),
+	check(p.action == PLAN_READ && p.nsegments == 1 && lsn_eq(p.seg[0].start, "0x000000000000000002FF"),
 		  "start_from capture_start reads from just before the instance's start LSN");
 	t.start_at_capture = false;
 
+	/* Only the old instance: read (offset, max] on it. */
 	t.capture_instance = "dbo_orders";
 	t.has_offset = true;
-	t.offset = L("0x00000000000000000400");
-	plan_table(&t, cis, 3, &max, &p);
-	check(p.action == PLAN_READ && p.instance == &cis[0] && lsn_eq(p.start, "0x00000000000000000400"),
+	t.offset = L("0x00000000000000000200");
+	plan_table(&t, cis, 1, &max, &p);
+	check(p.action == PLAN_READ && p.nsegments == 1 && p.seg[0].instance == &cis[0] &&
+		  lsn_eq(p.seg[0].start, "0x00000000000000000200") && lsn_eq(p.seg[0].end, "0x00000000000000000500"),
 		  "a tracked table keeps its instance and reads (offset, max]");
 
+	/* A newer instance: the old one up to its start, the new one after. */
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_READ && p.nsegments == 2 &&
+		  p.seg[0].instance == &cis[0] && lsn_eq(p.seg[0].end, "0x000000000000000002FF") && !p.switch_in_seg[0] &&
+		  p.seg[1].instance == &cis[1] && lsn_eq(p.seg[1].start, "0x000000000000000002FF") &&
+		  lsn_eq(p.seg[1].end, "0x00000000000000000500") && p.switch_in_seg[1] && p.instance == &cis[1],
+		  "a newer instance is followed from its start LSN, the old one read up to it");
+
+	t.offset = L("0x000000000000000002FF");
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_READ && p.nsegments == 1 && p.seg[0].instance == &cis[1] && p.switch_in_seg[0],
+		  "read up to the switch already: go on with the new instance");
+
+	{
+		Lsn			low_max = L("0x00000000000000000280");
+
+		t.offset = L("0x00000000000000000200");
+		plan_table(&t, cis, 3, &low_max, &p);
+		check(p.action == PLAN_READ && p.nsegments == 1 && p.seg[0].instance == &cis[0] && p.instance == &cis[0],
+			  "a newer instance starting beyond max LSN does not switch yet");
+	}
+
+	/* The old instance dropped before its part was read: a gap. */
+	plan_table(&t, &cis[1], 2, &max, &p);
+	check(p.action == PLAN_INSTANCE_GAP && p.instance == &cis[1] && lsn_eq(p.gap_end, "0x000000000000000002FF"),
+		  "an old instance dropped before the switch leaves a gap (data loss)");
+	t.offset = L("0x00000000000000000400");
+	plan_table(&t, &cis[1], 2, &max, &p);
+	check(p.action == PLAN_READ && p.seg[0].instance == &cis[1] && p.switch_in_seg[0],
+		  "an old instance dropped after the switch point: no gap");
+
 	t.offset = max;
+	t.capture_instance = "dbo_orders_v2";
 	plan_table(&t, cis, 3, &max, &p);
 	check(p.action == PLAN_NOTHING, "nothing to read at max LSN");
 
@@ -130,8 +164,15 @@ test_plan(void)
 	check(p.action == PLAN_LSN_REGRESSED, "an offset beyond max LSN is reported, not read");
 
 	t.capture_instance = "dbo_gone";
+	t.offset = L("0x00000000000000000400");
+	plan_table(&t, cis, 0, &max, &p);
+	check(p.action == PLAN_NO_INSTANCE, "no instance at all is reported");
+
+	t.resuming = true;
+	t.capture_instance = "dbo_orders";
 	plan_table(&t, cis, 3, &max, &p);
-	check(p.action == PLAN_NO_INSTANCE, "a vanished instance is reported");
+	check(p.action == PLAN_RESUME && p.instance == &cis[0], "a resuming table reads its instance's min LSN");
+	t.resuming = false;
 
 	t.capture_instance = NULL;
 	t.has_offset = false;
