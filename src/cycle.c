@@ -525,6 +525,17 @@ judge_read(const SourceConfig *cfg, TableJob *job, const Lsn *max_lsn, Timestamp
 
 	w->table = t;
 	w->capture_instance = p->instance->name;
+	/* A min LSN of zeros explains a failure of the statements after it too. */
+	for (int s = 0; s < p->nsegments; s++)
+		if (job->inst[s]->has_min && lsn_is_zero(&job->inst[s]->min_lsn))
+		{
+			set_condition(w, "no_access",
+						  psprintf("sys.fn_cdc_get_min_lsn(N'%s') returned 0x00000000000000000000: the capture "
+								   "instance no longer exists, or the login \"%s\" may not read it (it needs "
+								   "SELECT on the captured columns and membership in the instance's gating role).",
+								   p->seg[s].instance->name, cfg->conn.username));
+			return;
+		}
 	if (job->error != NULL)
 	{
 		set_condition(w, "read_failed", psprintf("Reading the changes of %s.%s failed: %s",
@@ -547,11 +558,7 @@ judge_read(const SourceConfig *cfg, TableJob *job, const Lsn *max_lsn, Timestamp
 		switch (judge_range(&p->seg[s].start, &ir->min_lsn))
 		{
 			case RANGE_UNREADABLE:
-				set_condition(w, "no_access",
-							  psprintf("sys.fn_cdc_get_min_lsn(N'%s') returned 0x00000000000000000000: the capture "
-									   "instance no longer exists, or the login \"%s\" may not read it (it needs "
-									   "SELECT on the captured columns and membership in the instance's gating role).",
-									   ci, cfg->conn.username));
+				/* handled above */
 				return;
 			case RANGE_MAY_HAVE_LOST_ROWS:
 				{
@@ -906,6 +913,14 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 		pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
 		read_jobs(run->conn, to_read, nread, &snap.max_lsn, &err);
 		CHECK_FOR_INTERRUPTS();
+		/* A lost connection or a timeout is the source's failure, not the tables'. */
+		if (mssql_is_dead(run->conn))
+			return fail(failure_condition(run->conn, &err),
+						psprintf("Reading the CDC ranges of database \"%s\" failed: %s%s",
+								 cfg.database, mssql_error_text(&err),
+								 err.timed_out ? psprintf(" (no answer within finalize.query_timeout, %d s; the "
+														  "connection is reopened)", cfg.conn.query_timeout) : ""),
+						condition, error);
 	}
 
 	/* 4. Decide each table's write. */

@@ -61,9 +61,10 @@ class Env:
                  (login, password))
         self.sources[name] = sim
 
-    def track(self, table, source, source_table="dbo.orders", granularity="1 hour", start_from="max_lsn"):
-        return self.one("SELECT finalize.track_table(%s, %s, %s, %s::interval, %s)",
-                        (table, source, source_table, granularity, start_from))
+    def track(self, table, source, source_table="dbo.orders", granularity="1 hour", start_from="max_lsn",
+              ddl_policy="warn", on_data_loss="stop"):
+        return self.one("SELECT finalize.track_table(%s, %s, %s, %s::interval, %s, %s, %s)",
+                        (table, source, source_table, granularity, start_from, ddl_policy, on_data_loss))
 
     def status(self, table):
         conn = self.pg.connect()
@@ -98,7 +99,7 @@ class Env:
 
     def wait_caught_up(self, table, sim, timeout=30):
         """Waits until the table's offset is the simulator's current max LSN."""
-        target = lsn_text(sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"])
+        target = sim_max_lsn(sim)
         return self.pg.wait_for(lambda: (self.status(table) or {}).get("offset_lsn") == target,
                                 timeout=timeout, what=f"{table} to reach {target}: {self.status(table)}")
 
@@ -116,6 +117,11 @@ class Env:
             self.sql('DROP SERVER IF EXISTS "%s" CASCADE' % name)
         self.sql("DELETE FROM finalize.source_status")
         self.sources.clear()
+
+
+def sim_max_lsn(sim):
+    """The simulator's max LSN, read through sim.state (exempt from faults)."""
+    return lsn_text(sim.call("sim.state")[0][0]["max_lsn"])
 
 
 def truth_watermark(sim):

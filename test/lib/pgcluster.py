@@ -138,8 +138,11 @@ class Cluster:
         while True:
             try:
                 value = predicate()
-            except psycopg2.OperationalError:
-                value = None        # the server is restarting (crash recovery)
+            except psycopg2.Error as e:
+                # The server is restarting (crash recovery, shutdown): try again.
+                if e.pgcode is not None and not e.pgcode.startswith("57"):
+                    raise
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:

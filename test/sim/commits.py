@@ -159,10 +159,14 @@ def commit(db, table, inserts=0, updates=0, deletes=0, rows=None, at=None, durat
                 else:
                     cands = [i for i in range(len(cols)) if i != table.key]
                     i = next((j for j in cands if cols[j].type.name in ("decimal", "numeric")), None)
+                    if i is None and cands:
+                        i = cands[0]
                     if i is None:
-                        i = cands[0] if cands else table.key
-                    new[i] = _gen_value(cols[i], rng, commit_t300, db.tz)
-                    changed = {cols[i].name}
+                        # Only a key column: the update rewrites the row unchanged (the key stays).
+                        changed = {cols[table.key].name}
+                    else:
+                        new[i] = _gen_value(cols[i], rng, commit_t300, db.tz)
+                        changed = {cols[i].name}
                 new = tuple(new)
                 c.execute("UPDATE %s SET %s WHERE %s = ?" % (
                     table.phys, ", ".join("%s = ?" % q(col.name) for col in cols), q(key.name)), new + (k,))
