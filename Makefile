@@ -32,7 +32,7 @@ FINALIZE_WERROR ?= -Werror
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
              -Wno-sign-compare $(FINALIZE_WERROR)
 
-REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion privileges
+REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate privileges
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql
 
 EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out

@@ -26,11 +26,15 @@ int			finalize_query_timeout = 30;
 int			finalize_max_retry_interval_ms = 60000;
 int			finalize_data_loss_window_min = 7 * 24 * 60;
 int			finalize_facts_retention_min = 30 * 24 * 60;
+int			finalize_s3_timeout_ms = 30000;
+int			finalize_s3_connect_timeout_ms = 10000;
+int			finalize_generation_retention_min = 7 * 24 * 60;
 
 void		_PG_init(void);
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_calling_role);
+PG_FUNCTION_INFO_V1(finalize_generation_retention);
 
 /*
  * Defines the settings and reserves shared memory. The library only works
@@ -118,11 +122,49 @@ _PG_init(void)
 							GUC_UNIT_MIN,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("finalize.s3_timeout",
+							"Longest time one request to an object store may take.",
+							NULL,
+							&finalize_s3_timeout_ms,
+							30000, 100, 3600 * 1000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.s3_connect_timeout",
+							"Longest time to connect to an object store.",
+							NULL,
+							&finalize_s3_connect_timeout_ms,
+							10000, 100, 600 * 1000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.generation_retention",
+							"How long a superseded generation is kept before finalize.retired_generations() lists it.",
+							"Readers and replays that still use the old generation need it this long.",
+							&finalize_generation_retention_min,
+							7 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MIN,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("finalize");
 
 	shmem_install_hooks();
 	dbhooks_install();
 	register_launcher();
+}
+
+/* A number of minutes as an interval of days and time. */
+static Interval *
+minutes_interval(int minutes)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->day = minutes / (HOURS_PER_DAY * MINS_PER_HOUR);
+	result->time = (int64) (minutes % (HOURS_PER_DAY * MINS_PER_HOUR)) * USECS_PER_MINUTE;
+	return result;
 }
 
 /*
@@ -132,11 +174,14 @@ _PG_init(void)
 Datum
 finalize_facts_retention(PG_FUNCTION_ARGS)
 {
-	Interval   *result = palloc0(sizeof(Interval));
+	PG_RETURN_INTERVAL_P(minutes_interval(finalize_facts_retention_min));
+}
 
-	result->day = finalize_facts_retention_min / (HOURS_PER_DAY * MINS_PER_HOUR);
-	result->time = (int64) (finalize_facts_retention_min % (HOURS_PER_DAY * MINS_PER_HOUR)) * USECS_PER_MINUTE;
-	PG_RETURN_INTERVAL_P(result);
+/* finalize._generation_retention(): finalize.generation_retention as an interval. */
+Datum
+finalize_generation_retention(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INTERVAL_P(minutes_interval(finalize_generation_retention_min));
 }
 
 /*

@@ -19,5 +19,8 @@ extern int	finalize_query_timeout;
 extern int	finalize_max_retry_interval_ms;
 extern int	finalize_data_loss_window_min;
 extern int	finalize_facts_retention_min;
+extern int	finalize_s3_timeout_ms;
+extern int	finalize_s3_connect_timeout_ms;
+extern int	finalize_generation_retention_min;
 
 #endif							/* FINALIZE_H */

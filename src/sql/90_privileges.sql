@@ -39,3 +39,23 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
                 @extschema@.fact, @extschema@.source_status
     TO finalize_admin;
+
+-- The release gate: publishers release and read releases; readers see the
+-- published generation; admins manage the catalog view.
+GRANT EXECUTE ON FUNCTION
+    @extschema@.released_generation(text, text),
+    @extschema@.render_location(text, timestamptz)
+    TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.release_gate(jsonb),
+    @extschema@.compare_inventories(jsonb, jsonb, text),
+    @extschema@.register_partition(text, text, text),
+    @extschema@.retired_generations(text, interval)
+    TO finalize_publisher;
+GRANT SELECT ON @extschema@.releases TO finalize_publisher;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.set_projection(text, text, timestamptz, timestamptz)
+    TO finalize_admin;
+GRANT SELECT ON @extschema@.partition_registration, @extschema@.projection,
+                @extschema@.release, @extschema@.published
+    TO finalize_admin;

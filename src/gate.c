@@ -1,0 +1,479 @@
+/*
+ * gate.c
+ *     finalize.release_gate(manifest): a partition is released only when its
+ *     manifest, the object-store listing and the catalog agree.
+ *
+ * The gate runs as its caller for everything that touches the store (the
+ * caller's user mapping holds the keys, the caller needs USAGE on the
+ * server; local file:// stores need pg_read_server_files), then as the
+ * extension's owner for the catalog: reading the catalog view and the CDC
+ * facts, and storing the attempt. The attempt, its report and (when it
+ * passed) the switch of the published marker are written in the caller's
+ * transaction, so a release is all or nothing.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_foreign_server.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/defrem.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "foreign/foreign.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "finalize.h"
+#include "filestore.h"
+#include "inventory.h"
+#include "manifest.h"
+#include "objstore.h"
+
+PG_FUNCTION_INFO_V1(finalize_release_gate);
+PG_FUNCTION_INFO_V1(finalize_compare_inventories);
+
+#if PG_VERSION_NUM >= 160000
+#define server_usage_check(srv, role) object_aclcheck(ForeignServerRelationId, (srv), (role), ACL_USAGE)
+#else
+#define server_usage_check(srv, role) pg_foreign_server_aclcheck((srv), (role), ACL_USAGE)
+#endif
+
+/* The value of a generic option, or a default. */
+static const char *
+option_value(List *options, const char *name, const char *dflt)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *def = (DefElem *) lfirst(lc);
+
+		if (strcmp(def->defname, name) == 0)
+			return defGetString(def);
+	}
+	return dflt;
+}
+
+/* The sorted paths of the manifest entries that carry a checksum. */
+typedef struct EtagPaths
+{
+	const char **paths;
+	int			n;
+} EtagPaths;
+
+/* Orders C strings. */
+static int
+str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+/* For the file store: whether a listed file needs a checksum computed. */
+static bool
+manifest_has_etag(const char *path, void *arg)
+{
+	const EtagPaths *e = (const EtagPaths *) arg;
+
+	return bsearch(&path, e->paths, e->n, sizeof(char *), str_cmp) != NULL;
+}
+
+/* Collects the manifest paths with a checksum, sorted for lookups. */
+static void
+etag_paths(const Inventory *files, EtagPaths *out)
+{
+	out->paths = palloc(sizeof(char *) * Max(files->n, 1));
+	out->n = 0;
+	for (int i = 0; i < files->n; i++)
+		if (files->items[i].etag != NULL)
+			out->paths[out->n++] = files->items[i].path;
+	qsort(out->paths, out->n, sizeof(char *), str_cmp);
+}
+
+/* A hint for an S3 error code: what the publisher can do. */
+static const char *
+s3_hint(const S3Error *err)
+{
+	if (strcmp(err->code, "AccessDenied") == 0 || strcmp(err->code, "InvalidAccessKeyId") == 0 ||
+		strcmp(err->code, "SignatureDoesNotMatch") == 0)
+		return "Check access_key_id and secret_access_key in your user mapping for the server, the server's region, and the bucket's policy.";
+	if (strcmp(err->code, "NoSuchBucket") == 0)
+		return "Check the bucket option of the server.";
+	if (strcmp(err->code, "Timeout") == 0)
+		return "The store did not answer within finalize.s3_timeout; try again, or raise it.";
+	if (strcmp(err->code, "ConnectionFailed") == 0)
+		return "Check the endpoint option of the server and that the store is reachable from the database server.";
+	if (strcmp(err->code, "MalformedResponse") == 0)
+		return "The endpoint does not answer like S3; check the endpoint and url_style options.";
+	if (err->http_status >= 500)
+		return "The store had an internal problem; try again later.";
+	return "Nothing was released; fix the cause and call finalize.release_gate again.";
+}
+
+/*
+ * Lists the manifest's prefix in its store, as the caller, with the
+ * caller's credentials.
+ */
+static void
+list_store(const Manifest *m, Inventory *listing)
+{
+	Oid			caller = GetUserId();
+
+	if (strncmp(m->store, "file://", 7) == 0)
+	{
+		char	   *root;
+		EtagPaths	etags;
+
+		if (!has_privs_of_role(caller, ROLE_PG_READ_SERVER_FILES))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to list local store \"%s\"", m->store),
+					 errdetail("Listing files on the database server needs the privileges of pg_read_server_files."),
+					 errhint("Publish through a finalize_s3 server, or have an administrator grant pg_read_server_files.")));
+		root = filestore_root(m->store);
+		etag_paths(&m->files, &etags);
+		filestore_list(root, m->prefix, listing, etags.n > 0 ? manifest_has_etag : NULL, &etags);
+		return;
+	}
+	else
+	{
+		ForeignServer *server = GetForeignServerByName(m->store, true);
+		UserMapping *um;
+		S3Location	loc;
+		S3Error		err;
+
+		if (server == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid manifest: field \"store\": there is no server \"%s\"", m->store),
+					 errhint("Name a finalize_s3 server (CREATE SERVER ... FOREIGN DATA WRAPPER finalize_s3) or a file:///path.")));
+		if (strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_s3") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid manifest: field \"store\": server \"%s\" is not an object store", m->store),
+					 errhint("Name a server of the finalize_s3 foreign-data wrapper.")));
+		if (server_usage_check(server->serverid, caller) != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied for server %s", server->servername),
+					 errhint("GRANT USAGE ON FOREIGN SERVER %s to the publishing role.", server->servername)));
+		if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(caller),
+								   ObjectIdGetDatum(server->serverid)) &&
+			!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
+								   ObjectIdGetDatum(server->serverid)))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("no user mapping for role \"%s\" on server \"%s\"",
+							GetUserNameFromId(caller, false), server->servername),
+					 errhint("Create one: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (access_key_id '...', secret_access_key '...').",
+							 server->servername)));
+		um = GetUserMapping(caller, server->serverid);
+
+		loc.endpoint = option_value(server->options, "endpoint", "https://s3.amazonaws.com");
+		loc.region = option_value(server->options, "region", "us-east-1");
+		loc.bucket = option_value(server->options, "bucket", "");
+		loc.virtual_host = strcmp(option_value(server->options, "url_style", "path"), "virtual") == 0;
+		loc.access_key = option_value(um->options, "access_key_id", "");
+		loc.secret_key = option_value(um->options, "secret_access_key", "");
+		loc.session_token = option_value(um->options, "session_token", NULL);
+		loc.connect_timeout_ms = finalize_s3_connect_timeout_ms;
+		loc.timeout_ms = finalize_s3_timeout_ms;
+		if (!objstore_list(&loc, m->prefix, listing, &err))
+		{
+			CHECK_FOR_INTERRUPTS();
+			ereport(ERROR,
+					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+					 errmsg("could not list \"%s\" in bucket \"%s\" of server \"%s\": %s",
+							m->prefix, loc.bucket, server->servername, err.code),
+					 err.http_status > 0
+					 ? errdetail("The store answered HTTP %ld: %s", err.http_status, err.message)
+					 : errdetail("%s", err.message),
+					 errhint("%s", s3_hint(&err))));
+		}
+	}
+}
+
+/* A location as compared: with one trailing slash. */
+static char *
+with_slash(const char *location)
+{
+	size_t		len = strlen(location);
+
+	return len > 0 && location[len - 1] == '/' ? pstrdup(location) : psprintf("%s/", location);
+}
+
+/* Runs a catalog query that returns one row; its values as text. */
+static char **
+query_row(const char *sql, int nargs, Oid *types, Datum *values, int ncols)
+{
+	char	  **out = palloc0(sizeof(char *) * ncols);
+
+	if (SPI_execute_with_args(sql, nargs, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not run \"%s\"", sql);
+	if (SPI_processed == 1)
+		for (int i = 0; i < ncols; i++)
+		{
+			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1);
+
+			out[i] = v ? MemoryContextStrdup(CurrentMemoryContext, v) : NULL;
+		}
+	return out;
+}
+
+/* The parts of the gate that read and write the catalog (as the owner). */
+static bool
+check_and_store(const Manifest *m, const Inventory *listing, const char *requested_by, ProblemList *problems)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[3];
+	char	  **row;
+	int64		table_id;
+	char	   *catalog_json;
+	char	   *facts_json = NULL;
+	StringInfoData report;
+	StringInfoData problems_json;
+	bool		released;
+
+	SPI_connect();
+	values[0] = CStringGetTextDatum(m->table);
+	row = query_row("SELECT " FINALIZE_SCHEMA "._tracked_id($1)", 1, types, values, 1);
+	table_id = pg_strtoint64(row[0]);
+
+	/* The manifest against the listing. */
+	inventory_compare(&m->files, listing, m->prefix, problems);
+
+	/* The catalog view of the partition. */
+	{
+		Oid			ctypes[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
+		Datum		cvalues[3];
+		char		cnulls[3] = {' ', ' ', m->has_period ? ' ' : 'n'};
+
+		cvalues[0] = Int64GetDatum(table_id);
+		cvalues[1] = CStringGetTextDatum(m->partition);
+		cvalues[2] = m->has_period ? TimestampTzGetDatum(m->period_start) : (Datum) 0;
+		if (SPI_execute_with_args("SELECT c::text, c->>'source', c->>'location', c->>'in_range', "
+								  "c->>'range_start', c->>'range_end', c->>'registered_at', c->>'registered_by' "
+								  "FROM " FINALIZE_SCHEMA "._catalog_view($1, $2, $3) AS c",
+								  3, ctypes, cvalues, cnulls, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not read the catalog view of partition \"%s\"", m->partition);
+		row = palloc0(sizeof(char *) * 8);
+		for (int i = 0; i < 8; i++)
+		{
+			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1);
+
+			row[i] = v ? pstrdup(v) : NULL;
+		}
+	}
+	catalog_json = row[0];
+	if (strcmp(row[1], "none") == 0)
+		problem_add(problems, "catalog_mismatch", NULL,
+					psprintf("Partition \"%s\" of \"%s\" is neither registered nor projected, so no reader can find "
+							 "it; register it with finalize.register_partition(%s, %s, %s) or declare a projection.",
+							 m->partition, m->table, quote_literal_cstr(m->table), quote_literal_cstr(m->partition),
+							 quote_literal_cstr(m->prefix)));
+	else if (strcmp(row[1], "registration") == 0)
+	{
+		if (strcmp(with_slash(row[2]), m->prefix) != 0)
+			problem_add(problems, "catalog_mismatch", NULL,
+						psprintf("The catalog registers partition \"%s\" at \"%s\" (by %s at %s), not at this "
+								 "generation's location \"%s\": readers would still read another generation. "
+								 "Register the new location in the same transaction as the release.",
+								 m->partition, row[2], row[7], row[6], m->prefix));
+	}
+	else if (row[2] == NULL)
+		problem_add(problems, "catalog_mismatch", NULL,
+					psprintf("The table uses a projection (%s), but the manifest has no period_start to project; "
+							 "add period_start.", row[0]));
+	else if (strcmp(row[3], "true") != 0)
+		problem_add(problems, "projection_gap", NULL,
+					psprintf("The projection's range [%s, %s) omits this partition's period (starting %s), so "
+							 "no reader sees it; extend it with finalize.set_projection().",
+							 row[4], row[5], timestamptz_to_str(m->period_start)));
+	else if (strcmp(with_slash(row[2]), m->prefix) != 0)
+		problem_add(problems, "catalog_mismatch", NULL,
+					psprintf("The projection places this partition at \"%s\", not at this generation's location "
+							 "\"%s\".", row[2], m->prefix));
+
+	/* What the CDC facts say about the period. */
+	if (m->has_period)
+	{
+		char	  **f;
+
+		values[1] = TimestampTzGetDatum(m->period_start);
+		types[1] = TIMESTAMPTZOID;
+		f = query_row("SELECT x::text, x->>'is_final', x->>'covered', x->>'exact', "
+					  "(x->>'inserts')::bigint + (x->>'updates')::bigint + (x->>'deletes')::bigint, "
+					  "x->>'straddling_ranges' "
+					  "FROM " FINALIZE_SCHEMA "._period_facts($1, $2) AS x", 2, types, values, 6);
+		facts_json = f[0];
+		if (f[1] == NULL || strcmp(f[1], "true") != 0)
+		{
+			char	  **why = query_row("SELECT reason FROM " FINALIZE_SCHEMA ".explain_verdict($1, $2)",
+										2, types, values, 1);
+
+			problem_add(problems, "not_finalized", NULL, why[0] ? why[0] : pstrdup("The period is not final yet."));
+		}
+		if (listing->n == 0 && m->empty)
+		{
+			if (strcmp(f[2], "true") != 0)
+				problem_add(problems, "empty_location", NULL,
+							psprintf("The manifest says the partition is empty, but the CDC facts do not cover its "
+									 "period (tracking began later, or the facts were lost or expired), so that "
+									 "cannot be confirmed."));
+			else if (strcmp(f[4], "0") != 0)
+				problem_add(problems, "empty_location", NULL,
+							psprintf("The manifest says the partition is empty, but the CDC facts record %s change(s) "
+									 "committed in its period%s, so it cannot be empty.", f[4],
+									 strcmp(f[3], "true") == 0 ? "" : " (ranges that straddle its boundaries may hold some)"));
+			else if (strcmp(f[3], "true") != 0)
+				problem_add(problems, "empty_location", NULL,
+							psprintf("The manifest says the partition is empty, but %s CDC range(s) with changes "
+									 "straddle its boundaries, so that cannot be confirmed.", f[5]));
+		}
+	}
+	if (listing->n == 0 && !m->empty)
+		problem_add(problems, "empty_location", NULL,
+					psprintf("There are no objects under \"%s\": an empty location is never a release by itself. "
+							 "A partition that is empty on purpose says \"empty\": true in its manifest.", m->prefix));
+
+	/* The attempt, with its full report; the marker switches if it passed. */
+	released = problems->n == 0;
+	initStringInfo(&problems_json);
+	problems_to_json(problems, &problems_json);
+	initStringInfo(&report);
+	appendStringInfoString(&report, "{\"manifest\": {\"prefix\": ");
+	escape_json(&report, m->prefix);
+	appendStringInfoString(&report, ", \"empty\": ");
+	appendStringInfoString(&report, m->empty ? "true" : "false");
+	appendStringInfoString(&report, ", \"files\": ");
+	inventory_to_json(&m->files, &report);
+	appendStringInfoString(&report, "}, \"listing\": ");
+	inventory_to_json(listing, &report);
+	appendStringInfo(&report, ", \"catalog\": %s, \"facts\": %s, \"problems\": %s}",
+					 catalog_json, facts_json ? facts_json : "null", problems_json.data);
+	{
+		Oid			stypes[9] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID};
+		Datum		svalues[9];
+
+		svalues[0] = Int64GetDatum(table_id);
+		svalues[1] = CStringGetTextDatum(m->partition);
+		svalues[2] = CStringGetTextDatum(m->generation);
+		svalues[3] = CStringGetTextDatum(m->store);
+		svalues[4] = CStringGetTextDatum(m->prefix);
+		svalues[5] = BoolGetDatum(released);
+		svalues[6] = DirectFunctionCall1(jsonb_in, CStringGetDatum(problems_json.data));
+		svalues[7] = DirectFunctionCall1(jsonb_in, CStringGetDatum(report.data));
+		svalues[8] = DirectFunctionCall1(namein, CStringGetDatum(requested_by));
+		if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._store_release($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								  9, stypes, svalues, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not store the release attempt");
+	}
+	SPI_finish();
+	return released;
+}
+
+/* The role that owns this function (the extension's owner). */
+static Oid
+function_owner(Oid fn)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for function %u", fn);
+	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
+ * finalize.release_gate(manifest jsonb) -> (released, generation, problems)
+ */
+Datum
+finalize_release_gate(PG_FUNCTION_ARGS)
+{
+	Manifest	m;
+	Inventory	listing = {0};
+	ProblemList problems = {0};
+	TupleDesc	desc;
+	Datum		result[3];
+	bool		nulls[3] = {false, false, false};
+	StringInfoData pj;
+	Oid			save_user;
+	int			save_sec;
+	char	   *requested_by = GetUserNameFromId(GetUserId(), false);
+	volatile bool released = false;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: it is NULL")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	manifest_parse(PG_GETARG_JSONB_P(0), &m);
+
+	/* The store, as the caller. */
+	list_store(&m, &listing);
+
+	/* The catalog, as the extension's owner. */
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(function_owner(fcinfo->flinfo->fn_oid), save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		released = check_and_store(&m, &listing, requested_by, &problems);
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_user, save_sec);
+	}
+	PG_END_TRY();
+
+	initStringInfo(&pj);
+	problems_to_json(&problems, &pj);
+	result[0] = BoolGetDatum(released);
+	result[1] = CStringGetTextDatum(m.generation);
+	result[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(pj.data));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), result, nulls)));
+}
+
+/*
+ * finalize.compare_inventories(manifest_files, listing, prefix) -> problems
+ */
+Datum
+finalize_compare_inventories(PG_FUNCTION_ARGS)
+{
+	Inventory	files = {0};
+	Inventory	listing = {0};
+	ProblemList problems = {0};
+	JsonbValue	v;
+	StringInfoData out;
+	char	   *prefix;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("arguments manifest_files and listing must not be NULL")));
+	prefix = PG_ARGISNULL(2) ? pstrdup("") : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (prefix[0] != '\0')
+		prefix = with_slash(prefix);
+
+	v.type = jbvBinary;
+	v.val.binary.data = &PG_GETARG_JSONB_P(0)->root;
+	v.val.binary.len = 0;
+	inventory_from_jsonb(&v, "manifest_files", &files);
+	v.val.binary.data = &PG_GETARG_JSONB_P(1)->root;
+	inventory_from_jsonb(&v, "listing", &listing);
+
+	inventory_compare(&files, &listing, prefix, &problems);
+	initStringInfo(&out);
+	problems_to_json(&problems, &out);
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+}

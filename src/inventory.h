@@ -1,0 +1,51 @@
+/*
+ * inventory.h
+ *     Sets of objects (a manifest's files, a store's listing) and their
+ *     comparison. Pure logic: no I/O, no catalog.
+ */
+#ifndef FINALIZE_INVENTORY_H
+#define FINALIZE_INVENTORY_H
+
+#include "postgres.h"
+#include "lib/stringinfo.h"
+
+/* One object: a path (key) inside a store, its size and its checksum. */
+typedef struct InvObject
+{
+	char	   *path;
+	int64		size;
+	char	   *etag;			/* NULL when not given / not known */
+} InvObject;
+
+typedef struct Inventory
+{
+	InvObject  *items;
+	int			n;
+	int			capacity;
+} Inventory;
+
+/* One reason not to release. */
+typedef struct Problem
+{
+	const char *code;
+	char	   *path;			/* NULL when about the partition as a whole */
+	char	   *detail;
+} Problem;
+
+typedef struct ProblemList
+{
+	Problem    *items;
+	int			n;
+	int			capacity;
+} ProblemList;
+
+extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
+extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
+extern void inventory_compare(const Inventory *manifest, const Inventory *listing,
+							  const char *prefix, ProblemList *out);
+extern char *etag_normalize(const char *etag);
+extern bool path_is_safe(const char *path);
+extern void problems_to_json(const ProblemList *list, StringInfo buf);
+extern void inventory_to_json(const Inventory *inv, StringInfo buf);
+
+#endif							/* FINALIZE_INVENTORY_H */

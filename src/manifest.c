@@ -1,0 +1,253 @@
+/*
+ * manifest.c
+ *     A release manifest: parsed and validated from jsonb.
+ *
+ *   {"table": "sales.orders", "partition": "day=27/hour=08",
+ *    "generation": "g-47", "store": "lake" | "file:///srv/lake",
+ *    "prefix": "day=27/hour=08/g-47/",           optional, default partition + "/"
+ *    "period_start": "2026-11-27 08:00+00",       optional
+ *    "empty": true,                               optional
+ *    "files": {"path": size, "path": {"size": n, "etag": "..."}}
+ *             or [{"path": "...", "size": n, "etag": "..."}, ...]}
+ *
+ * A malformed manifest is an error (SQLSTATE 22023) that names the field,
+ * so a publisher learns what to fix before anything is compared.
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/numeric.h"
+#include "utils/timestamp.h"
+
+#include "manifest.h"
+
+/* Raises the one error for a malformed manifest. */
+static void
+bad_manifest(const char *field, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
+
+static void
+bad_manifest(const char *field, const char *fmt,...)
+{
+	char		detail[1024];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid manifest: field \"%s\" %s", field, detail),
+			 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}} "
+					 "with optional \"prefix\", \"period_start\", \"empty\" and {\"size\": n, \"etag\": \"...\"} per file.")));
+}
+
+/* A top-level field, or NULL when absent. */
+static JsonbValue *
+field_of(JsonbContainer *c, const char *name)
+{
+	return getKeyJsonValueFromContainer(c, name, strlen(name), NULL);
+}
+
+/* A required or optional string field. */
+static char *
+string_field(JsonbContainer *c, const char *name, bool required)
+{
+	JsonbValue *v = field_of(c, name);
+
+	if (v == NULL || v->type == jbvNull)
+	{
+		if (required)
+			bad_manifest(name, "is missing");
+		return NULL;
+	}
+	if (v->type != jbvString)
+		bad_manifest(name, "must be a string");
+	if (v->val.string.len == 0)
+		bad_manifest(name, "must not be empty");
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* A size: a JSON number that is a non-negative whole number. */
+static int64
+size_of(JsonbValue *v, const char *field, const char *path)
+{
+	char	   *text;
+
+	if (v == NULL || v->type != jbvNumeric)
+		bad_manifest(field, "entry \"%s\": the size must be a number of bytes", path);
+	text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
+	if (text[0] == '-')
+		bad_manifest(field, "entry \"%s\": the size %s is negative", path, text);
+	for (char *c = text; *c; c++)
+		if (!isdigit((unsigned char) *c))
+			bad_manifest(field, "entry \"%s\": the size %s is not a whole number of bytes", path, text);
+	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
+}
+
+/* Checks and adds one file of a manifest or a listing. */
+static void
+add_file(Inventory *inv, const char *field, const char *path, JsonbValue *v)
+{
+	int64		size;
+	char	   *etag = NULL;
+
+	if (!path_is_safe(path))
+		bad_manifest(field, "entry \"%s\": a path is relative, without a leading /, empty, \".\" or \"..\" parts, "
+					 "and at most 1024 bytes", path);
+	if (v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data))
+	{
+		JsonbValue *e = getKeyJsonValueFromContainer(v->val.binary.data, "etag", 4, NULL);
+
+		size = size_of(getKeyJsonValueFromContainer(v->val.binary.data, "size", 4, NULL), field, path);
+		if (e != NULL && e->type != jbvNull)
+		{
+			if (e->type != jbvString || e->val.string.len == 0)
+				bad_manifest(field, "entry \"%s\": the etag must be a non-empty string", path);
+			etag = pnstrdup(e->val.string.val, e->val.string.len);
+		}
+	}
+	else
+		size = size_of(v, field, path);
+	inventory_add(inv, path, size, etag);
+}
+
+/* Orders objects by path, to find duplicates. */
+static int
+object_cmp(const void *a, const void *b)
+{
+	return strcmp(((const InvObject *) a)->path, ((const InvObject *) b)->path);
+}
+
+/*
+ * Reads a set of files: an object {"path": size | {"size", "etag"}} or an
+ * array [{"path", "size", "etag"}]. Errors name the field.
+ */
+void
+inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
+{
+	JsonbIterator *it;
+	JsonbValue	k;
+	JsonbValue	val;
+	JsonbIteratorToken tok;
+
+	if (v == NULL || v->type == jbvNull)
+		bad_manifest(field, "is missing");
+	if (v->type != jbvBinary)
+		bad_manifest(field, "must be an object {\"path\": size} or an array of {\"path\", \"size\"}");
+
+	it = JsonbIteratorInit(v->val.binary.data);
+	if (JsonContainerIsObject(v->val.binary.data))
+	{
+		while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+		{
+			if (tok != WJB_KEY)
+				continue;
+			tok = JsonbIteratorNext(&it, &val, true);
+			add_file(inv, field, pnstrdup(k.val.string.val, k.val.string.len), &val);
+		}
+	}
+	else if (JsonContainerIsArray(v->val.binary.data))
+	{
+		while ((tok = JsonbIteratorNext(&it, &val, true)) != WJB_DONE)
+		{
+			JsonbValue *p;
+
+			if (tok != WJB_ELEM)
+				continue;
+			if (val.type != jbvBinary || !JsonContainerIsObject(val.val.binary.data))
+				bad_manifest(field, "must hold objects {\"path\", \"size\"}");
+			p = getKeyJsonValueFromContainer(val.val.binary.data, "path", 4, NULL);
+			if (p == NULL || p->type != jbvString || p->val.string.len == 0)
+				bad_manifest(field, "entry %d has no \"path\" string", inv->n + 1);
+			add_file(inv, field, pnstrdup(p->val.string.val, p->val.string.len), &val);
+		}
+		/* An array can name a path twice; an object cannot (jsonb keeps one). */
+		if (inv->n > 1)
+		{
+			qsort(inv->items, inv->n, sizeof(InvObject), object_cmp);
+			for (int i = 1; i < inv->n; i++)
+				if (strcmp(inv->items[i - 1].path, inv->items[i].path) == 0)
+					bad_manifest(field, "lists \"%s\" twice", inv->items[i].path);
+		}
+	}
+	else
+		bad_manifest(field, "must be an object {\"path\": size} or an array of {\"path\", \"size\"}");
+}
+
+/* Parses and validates a manifest. */
+void
+manifest_parse(Jsonb *jb, Manifest *m)
+{
+	JsonbContainer *root = &jb->root;
+	JsonbValue *v;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	memset(m, 0, sizeof(*m));
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: it must be a JSON object"),
+				 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}}.")));
+
+	m->table = string_field(root, "table", true);
+	m->partition = string_field(root, "partition", true);
+	m->generation = string_field(root, "generation", true);
+	m->store = string_field(root, "store", true);
+	m->prefix = string_field(root, "prefix", false);
+	if (!path_is_safe(m->partition))
+		bad_manifest("partition", "\"%s\" must be a relative key such as day=27/hour=08, without a leading /, "
+					 "empty, \".\" or \"..\" parts", m->partition);
+	if (m->prefix == NULL)
+		m->prefix = psprintf("%s/", m->partition);
+	else
+	{
+		size_t		len = strlen(m->prefix);
+		char	   *bare = pnstrdup(m->prefix, len > 0 && m->prefix[len - 1] == '/' ? len - 1 : len);
+
+		if (!path_is_safe(bare))
+			bad_manifest("prefix", "\"%s\" must be a relative location without a leading /, empty, \".\" or "
+						 "\"..\" parts", m->prefix);
+		m->prefix = psprintf("%s/", bare);
+	}
+
+	v = field_of(root, "period_start");
+	if (v != NULL && v->type != jbvNull)
+	{
+		char	   *text;
+
+		if (v->type != jbvString)
+			bad_manifest("period_start", "must be a timestamp string such as \"2026-11-27 08:00+00\"");
+		text = pnstrdup(v->val.string.val, v->val.string.len);
+		PG_TRY();
+		{
+			m->period_start = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(text),
+																	  ObjectIdGetDatum(InvalidOid),
+																	  Int32GetDatum(-1)));
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(cxt);
+			FlushErrorState();
+			bad_manifest("period_start", "\"%s\" is not a timestamp", text);
+		}
+		PG_END_TRY();
+		if (TIMESTAMP_NOT_FINITE(m->period_start))
+			bad_manifest("period_start", "must be finite");
+		m->has_period = true;
+	}
+
+	v = field_of(root, "empty");
+	if (v != NULL && v->type != jbvNull)
+	{
+		if (v->type != jbvBool)
+			bad_manifest("empty", "must be true or false");
+		m->empty = v->val.boolean;
+	}
+
+	inventory_from_jsonb(field_of(root, "files"), "files", &m->files);
+	if (m->empty && m->files.n > 0)
+		bad_manifest("files", "must be empty when \"empty\" is true");
+	if (m->empty && !m->has_period)
+		bad_manifest("period_start", "is required for an intentionally empty partition: its emptiness is "
+					 "checked against the CDC facts of that period");
+}

@@ -1,0 +1,30 @@
+/*
+ * manifest.h
+ *     A release manifest: parsed and validated from jsonb.
+ */
+#ifndef FINALIZE_MANIFEST_H
+#define FINALIZE_MANIFEST_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+#include "utils/jsonb.h"
+
+#include "inventory.h"
+
+typedef struct Manifest
+{
+	char	   *table;
+	char	   *partition;
+	char	   *generation;
+	char	   *store;			/* a finalize_s3 server name or a file:// URL */
+	char	   *prefix;			/* the generation's location, ending in "/" */
+	bool		has_period;
+	TimestampTz period_start;
+	bool		empty;			/* an intentionally empty partition */
+	Inventory	files;
+} Manifest;
+
+extern void manifest_parse(Jsonb *jb, Manifest *m);
+extern void inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv);
+
+#endif							/* FINALIZE_MANIFEST_H */

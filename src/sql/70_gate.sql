@@ -1,0 +1,336 @@
+-- The release gate: object stores, the catalog view of partitions, release
+-- attempts and the published marker of each partition.
+
+-- Object stores are foreign servers of finalize_s3; keys live in user
+-- mappings, and the gate uses the calling user's mapping.
+CREATE FUNCTION @extschema@._s3_validator(options text[], catalog oid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_s3_validator'
+LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER finalize_s3
+    VALIDATOR @extschema@._s3_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_s3 IS
+    'S3-compatible object stores listed by finalize.release_gate';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_s3 TO finalize_admin;
+
+-- A partition location registered explicitly (the catalog of engines that
+-- list partitions).
+CREATE TABLE @extschema@.partition_registration (
+    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    partition      text NOT NULL CHECK (partition <> ''),
+    location       text NOT NULL,
+    registered_at  timestamptz NOT NULL DEFAULT now(),
+    registered_by  name NOT NULL,
+    PRIMARY KEY (table_id, partition)
+);
+COMMENT ON TABLE @extschema@.partition_registration IS
+    'Explicitly registered partition locations (prefixes inside the store)';
+
+-- A projection rule: partitions whose period starts in [range_start,
+-- range_end) are visible at the location the template renders (UTC).
+CREATE TABLE @extschema@.projection (
+    table_id           bigint PRIMARY KEY REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    location_template  text NOT NULL,
+    range_start        timestamptz NOT NULL,
+    range_end          timestamptz NOT NULL CHECK (range_end > range_start),
+    set_at             timestamptz NOT NULL DEFAULT now(),
+    set_by             name NOT NULL
+);
+COMMENT ON TABLE @extschema@.projection IS
+    'Partition projection: a location template and the range of periods it makes visible';
+
+-- Every release attempt, with its full comparison report.
+CREATE TABLE @extschema@.release (
+    release_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    partition      text NOT NULL,
+    generation     text NOT NULL,
+    store          text NOT NULL,
+    prefix         text NOT NULL,
+    released       boolean NOT NULL,
+    problems       jsonb NOT NULL,
+    report         jsonb NOT NULL,
+    requested_by   name NOT NULL,
+    requested_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX release_partition_idx ON @extschema@.release (table_id, partition, release_id);
+COMMENT ON TABLE @extschema@.release IS
+    'Release attempts: manifest, listing, catalog view, problems and outcome';
+
+-- The published generation of each partition: what readers see.
+CREATE TABLE @extschema@.published (
+    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    partition      text NOT NULL,
+    generation     text NOT NULL,
+    prefix         text NOT NULL,
+    release_id     bigint NOT NULL REFERENCES @extschema@.release,
+    published_at   timestamptz NOT NULL,
+    PRIMARY KEY (table_id, partition)
+);
+COMMENT ON TABLE @extschema@.published IS
+    'The release marker: the generation readers of each partition see';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.partition_registration', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.projection', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.release', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.published', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.release_release_id_seq', '');
+
+-- The tracked table of a name, or the not-tracked error.
+CREATE FUNCTION @extschema@._tracked_id(table_name text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id bigint;
+BEGIN
+    PERFORM @extschema@._require(table_name, 'table_name');
+    SELECT t.table_id INTO id FROM @extschema@.tracked_table t
+     WHERE t.table_name = _tracked_id.table_name AND t.untracked_at IS NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(table_name);
+    END IF;
+    RETURN id;
+END
+$$;
+
+-- Checks a location or path inside a store: relative, no "." or ".." parts,
+-- no empty parts; the error names the argument.
+CREATE FUNCTION @extschema@._check_location(location text, argname text, trailing_slash boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(location, argname);
+    IF location = '' OR location LIKE '/%' OR location ~ '(^|/)\.\.?(/|$)' OR location ~ '//'
+       OR (NOT trailing_slash AND location LIKE '%/') THEN
+        RAISE EXCEPTION 'invalid value for argument %: "%"', argname, location
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A location is a relative path inside the store, without a leading /, without empty, "." or ".." parts.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint := @extschema@._tracked_id(table_name);
+BEGIN
+    PERFORM @extschema@._require(partition, 'partition');
+    PERFORM @extschema@._check_location(location, 'location', true);
+    INSERT INTO @extschema@.partition_registration AS r (table_id, partition, location, registered_by)
+    VALUES (id, partition, location, @extschema@._calling_role())
+    ON CONFLICT ON CONSTRAINT partition_registration_pkey DO UPDATE
+       SET location = excluded.location, registered_at = now(), registered_by = excluded.registered_by;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.register_partition(text, text, text) IS
+    'Register (or move) the location of a partition in the catalog view';
+
+-- Renders a projection template for a period start (UTC, zero-padded).
+CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN replace(replace(replace(replace(replace(location_template,
+        '{year}', to_char(period_start AT TIME ZONE 'UTC', 'YYYY')),
+        '{month}', to_char(period_start AT TIME ZONE 'UTC', 'MM')),
+        '{day}', to_char(period_start AT TIME ZONE 'UTC', 'DD')),
+        '{hour}', to_char(period_start AT TIME ZONE 'UTC', 'HH24')),
+        '{minute}', to_char(period_start AT TIME ZONE 'UTC', 'MI'));
+COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
+    'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute}, UTC)';
+
+CREATE FUNCTION @extschema@.set_projection(table_name text, location_template text,
+                                           range_start timestamptz, range_end timestamptz)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint := @extschema@._tracked_id(table_name);
+    rest text;
+BEGIN
+    PERFORM @extschema@._require(location_template, 'location_template');
+    PERFORM @extschema@._require(range_start, 'range_start');
+    PERFORM @extschema@._require(range_end, 'range_end');
+    rest := regexp_replace(location_template, '\{(year|month|day|hour|minute)\}', '', 'g');
+    IF rest ~ '[{}]' OR location_template !~ '\{(year|month|day|hour|minute)\}' THEN
+        RAISE EXCEPTION 'invalid value for argument location_template: "%"', location_template
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A template uses the placeholders {year}, {month}, {day}, {hour} and {minute}, and no other braces.',
+                  HINT = 'For example ''year={year}/month={month}/day={day}/hour={hour}/''.';
+    END IF;
+    PERFORM @extschema@._check_location(@extschema@.render_location(location_template, range_start),
+                                        'location_template', true);
+    IF range_end <= range_start THEN
+        RAISE EXCEPTION 'invalid projection range from % to %', range_start, range_end
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'range_end must be after range_start.';
+    END IF;
+    INSERT INTO @extschema@.projection AS p (table_id, location_template, range_start, range_end, set_by)
+    VALUES (id, location_template, range_start, range_end, @extschema@._calling_role())
+    ON CONFLICT ON CONSTRAINT projection_pkey DO UPDATE
+       SET location_template = excluded.location_template, range_start = excluded.range_start,
+           range_end = excluded.range_end, set_at = now(), set_by = excluded.set_by;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.set_projection(text, text, timestamptz, timestamptz) IS
+    'Declare partition projection for a table: a location template and the range of visible periods';
+
+-- The catalog view of one partition, as the gate sees it: where the catalog
+-- points (registration first, else projection), or why it cannot.
+CREATE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    reg @extschema@.partition_registration;
+    proj @extschema@.projection;
+BEGIN
+    SELECT r.* INTO reg FROM @extschema@.partition_registration r
+     WHERE r.table_id = _catalog_view.table_id AND r.partition = _catalog_view.partition;
+    IF FOUND THEN
+        RETURN jsonb_build_object('source', 'registration', 'location', reg.location,
+                                  'registered_at', reg.registered_at, 'registered_by', reg.registered_by);
+    END IF;
+    SELECT p.* INTO proj FROM @extschema@.projection p WHERE p.table_id = _catalog_view.table_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('source', 'none');
+    END IF;
+    IF period_start IS NULL THEN
+        RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
+                                  'range_start', proj.range_start, 'range_end', proj.range_end,
+                                  'location', NULL);
+    END IF;
+    RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
+                              'range_start', proj.range_start, 'range_end', proj.range_end,
+                              'in_range', period_start >= proj.range_start AND period_start < proj.range_end,
+                              'location', @extschema@.render_location(proj.location_template, period_start));
+END
+$$;
+
+-- What the CDC facts say about a period: final, covered, changes.
+CREATE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT jsonb_build_object('period_start', c.period_start, 'period_end', c.period_end,
+                                  'is_final', c.is_final, 'covered', c.covered, 'exact', c.exact,
+                                  'inserts', c.inserts, 'updates', c.updates, 'deletes', c.deletes,
+                                  'straddling_ranges', c.straddling_ranges)
+          FROM @extschema@.changes_by_period(table_name, period_start, period_start + interval '1 microsecond') c
+         LIMIT 1);
+
+-- Stores a release attempt and, when it passed, switches the marker; one
+-- transaction with the caller's. The C gate calls it as the extension owner.
+CREATE FUNCTION @extschema@._store_release(table_id bigint, partition text, generation text, store text,
+                                           prefix text, released boolean, problems jsonb, report jsonb,
+                                           requested_by name)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint;
+BEGIN
+    -- Serialize releases of one partition.
+    PERFORM pg_advisory_xact_lock(hashtextextended(partition, table_id));
+    INSERT INTO @extschema@.release (table_id, partition, generation, store, prefix, released, problems, report,
+                                     requested_by)
+    VALUES (table_id, partition, generation, store, prefix, released, problems, report, requested_by)
+    RETURNING release_id INTO id;
+    IF released THEN
+        INSERT INTO @extschema@.published AS p (table_id, partition, generation, prefix, release_id, published_at)
+        VALUES (table_id, partition, generation, prefix, id, now())
+        ON CONFLICT ON CONSTRAINT published_pkey DO UPDATE
+           SET generation = excluded.generation, prefix = excluded.prefix,
+               release_id = excluded.release_id, published_at = excluded.published_at;
+    END IF;
+    RETURN id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.release_gate(manifest jsonb,
+                                         OUT released boolean, OUT generation text, OUT problems jsonb)
+RETURNS record
+AS 'MODULE_PATHNAME', 'finalize_release_gate'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.release_gate(jsonb) IS
+    'Compare a partition''s manifest, the object-store listing and the catalog; publish the generation if they agree';
+
+-- The comparison alone, on a listing given as jsonb ({"key": size} or
+-- {"key": {"size": n, "etag": "..."}}): for tests, benchmarks and dry runs.
+CREATE FUNCTION @extschema@.compare_inventories(manifest_files jsonb, listing jsonb, prefix text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'finalize_compare_inventories'
+LANGUAGE C IMMUTABLE;
+COMMENT ON FUNCTION @extschema@.compare_inventories(jsonb, jsonb, text) IS
+    'The problems the gate finds between a manifest''s files and a listing under a prefix';
+
+CREATE FUNCTION @extschema@.released_generation(table_name text, partition text)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT p.generation FROM @extschema@.published p
+         WHERE p.table_id = @extschema@._tracked_id(table_name) AND p.partition = released_generation.partition);
+COMMENT ON FUNCTION @extschema@.released_generation(text, text) IS
+    'The published generation of a partition (NULL if none was released)';
+
+-- Every release attempt: who, when, what, outcome.
+CREATE VIEW @extschema@.releases AS
+SELECT r.release_id, t.table_name, r.partition, r.generation, r.released,
+       jsonb_array_length(r.problems) AS problem_count, r.problems,
+       r.store, r.prefix, r.requested_by, r.requested_at,
+       p.release_id IS NOT NULL AS current
+  FROM @extschema@.release r
+  JOIN @extschema@.tracked_table t USING (table_id)
+  LEFT JOIN @extschema@.published p ON p.release_id = r.release_id;
+COMMENT ON VIEW @extschema@.releases IS
+    'Release attempts with who, when and the outcome; current marks the published one';
+
+CREATE FUNCTION @extschema@._generation_retention()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_generation_retention'
+LANGUAGE C STABLE;
+
+-- Generations that were published, then superseded longer ago than the
+-- retention: their objects may be deleted. The current one never appears.
+CREATE FUNCTION @extschema@.retired_generations(of_table text DEFAULT NULL, retention interval DEFAULT NULL)
+RETURNS TABLE (table_name text, partition text, generation text, store text, prefix text,
+               superseded_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH pubs AS (
+        SELECT r.table_id, r.partition, r.generation, r.store, r.prefix, r.release_id, r.requested_at,
+               lead(r.requested_at) OVER w AS superseded_at
+          FROM @extschema@.release r
+         WHERE r.released
+        WINDOW w AS (PARTITION BY r.table_id, r.partition ORDER BY r.release_id))
+    SELECT t.table_name, x.partition, x.generation, x.store, x.prefix, max(x.superseded_at)
+      FROM pubs x
+      JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+      JOIN @extschema@.published p ON p.table_id = x.table_id AND p.partition = x.partition
+     WHERE x.superseded_at IS NOT NULL
+       AND x.generation <> p.generation
+       AND x.prefix <> p.prefix
+       AND (retired_generations.of_table IS NULL OR t.table_name = retired_generations.of_table)
+     GROUP BY t.table_name, x.partition, x.generation, x.store, x.prefix
+    HAVING max(x.superseded_at) < now() - coalesce(retired_generations.retention, @extschema@._generation_retention())
+     ORDER BY 1, 2, 6;
+END;
+COMMENT ON FUNCTION @extschema@.retired_generations(text, interval) IS
+    'Superseded generations whose retention window has passed (safe to delete); never the published one';
+
