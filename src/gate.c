@@ -454,6 +454,9 @@ finalize_compare_inventories(PG_FUNCTION_ARGS)
 	Inventory	listing = {0};
 	ProblemList problems = {0};
 	JsonbValue	v;
+	JsonbValue	w;
+	InvCursor	mc;
+	InvCursor	lc;
 	StringInfoData out;
 	char	   *prefix;
 
@@ -468,11 +471,18 @@ finalize_compare_inventories(PG_FUNCTION_ARGS)
 	v.type = jbvBinary;
 	v.val.binary.data = &PG_GETARG_JSONB_P(0)->root;
 	v.val.binary.len = 0;
-	inventory_from_jsonb(&v, "manifest_files", &files);
-	v.val.binary.data = &PG_GETARG_JSONB_P(1)->root;
-	inventory_from_jsonb(&v, "listing", &listing);
+	w = v;
+	w.val.binary.data = &PG_GETARG_JSONB_P(1)->root;
 
-	inventory_compare(&files, &listing, prefix, &problems);
+	/* Two objects come sorted alike: merge them; else hash. */
+	if (jsonb_files_cursor(&v, "manifest_files", &mc) && jsonb_files_cursor(&w, "listing", &lc))
+		inventory_merge(&mc, &lc, prefix, &problems);
+	else
+	{
+		inventory_from_jsonb(&v, "manifest_files", &files);
+		inventory_from_jsonb(&w, "listing", &listing);
+		inventory_compare(&files, &listing, prefix, &problems);
+	}
 	initStringInfo(&out);
 	problems_to_json(&problems, &out);
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));

@@ -12,10 +12,23 @@
 /* One object: a path (key) inside a store, its size and its checksum. */
 typedef struct InvObject
 {
-	char	   *path;
+	char	   *path;			/* NUL-terminated, except in cursors (path_len) */
+	int			path_len;
 	int64		size;
 	char	   *etag;			/* NULL when not given / not known */
+	int			etag_len;
 } InvObject;
+
+/*
+ * A stream of objects in ascending jsonb key order (length, then bytes):
+ * next() fills *out and returns true, or returns false at the end. Lets two
+ * jsonb objects be compared by a merge, without copying or hashing.
+ */
+typedef struct InvCursor
+{
+	bool		(*next) (struct InvCursor *cursor, InvObject *out);
+	void	   *state;
+} InvCursor;
 
 typedef struct Inventory
 {
@@ -43,8 +56,9 @@ extern void inventory_add(Inventory *inv, const char *path, int64 size, const ch
 extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
 extern void inventory_compare(const Inventory *manifest, const Inventory *listing,
 							  const char *prefix, ProblemList *out);
+extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, ProblemList *out);
 extern char *etag_normalize(const char *etag);
-extern bool path_is_safe(const char *path);
+extern bool path_is_safe(const char *path, int len);
 extern void problems_to_json(const ProblemList *list, StringInfo buf);
 extern void inventory_to_json(const Inventory *inv, StringInfo buf);
 

@@ -67,48 +67,115 @@ string_field(JsonbContainer *c, const char *name, bool required)
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
-/* A size: a JSON number that is a non-negative whole number. */
+/*
+ * A size: a JSON number that is a non-negative whole number. (Read without
+ * going through text: a manifest can hold a million of them.)
+ */
 static int64
-size_of(JsonbValue *v, const char *field, const char *path)
+size_of(JsonbValue *v, const char *field, const char *path, int path_len)
 {
-	char	   *text;
+	Numeric		n;
+	int64		size;
 
 	if (v == NULL || v->type != jbvNumeric)
-		bad_manifest(field, "entry \"%s\": the size must be a number of bytes", path);
-	text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
-	if (text[0] == '-')
-		bad_manifest(field, "entry \"%s\": the size %s is negative", path, text);
-	for (char *c = text; *c; c++)
-		if (!isdigit((unsigned char) *c))
-			bad_manifest(field, "entry \"%s\": the size %s is not a whole number of bytes", path, text);
-	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
+		bad_manifest(field, "entry \"%s\": the size must be a number of bytes", pnstrdup(path, path_len));
+	n = v->val.numeric;
+	if (numeric_is_nan(n) || numeric_is_inf(n) ||
+		DatumGetInt32(DirectFunctionCall1(numeric_scale, NumericGetDatum(n))) > 0)
+		bad_manifest(field, "entry \"%s\": the size %s is not a whole number of bytes", pnstrdup(path, path_len),
+					 DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(n))));
+	size = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(n)));
+	if (size < 0)
+		bad_manifest(field, "entry \"%s\": the size " INT64_FORMAT " is negative", pnstrdup(path, path_len), size);
+	return size;
 }
 
-/* Checks and adds one file of a manifest or a listing. */
+/*
+ * Checks one file (path, value) of a manifest or a listing and fills *out;
+ * the path and etag point into the jsonb (not NUL-terminated).
+ */
 static void
-add_file(Inventory *inv, const char *field, const char *path, JsonbValue *v)
+read_file(const char *field, const char *path, int path_len, JsonbValue *v, InvObject *out)
 {
-	int64		size;
-	char	   *etag = NULL;
-
-	if (!path_is_safe(path))
+	if (!path_is_safe(path, path_len))
 		bad_manifest(field, "entry \"%s\": a path is relative, without a leading /, empty, \".\" or \"..\" parts, "
-					 "and at most 1024 bytes", path);
+					 "and at most 1024 bytes", pnstrdup(path, path_len));
+	out->path = (char *) path;
+	out->path_len = path_len;
+	out->etag = NULL;
+	out->etag_len = 0;
 	if (v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data))
 	{
 		JsonbValue *e = getKeyJsonValueFromContainer(v->val.binary.data, "etag", 4, NULL);
 
-		size = size_of(getKeyJsonValueFromContainer(v->val.binary.data, "size", 4, NULL), field, path);
+		out->size = size_of(getKeyJsonValueFromContainer(v->val.binary.data, "size", 4, NULL), field,
+							path, path_len);
 		if (e != NULL && e->type != jbvNull)
 		{
 			if (e->type != jbvString || e->val.string.len == 0)
-				bad_manifest(field, "entry \"%s\": the etag must be a non-empty string", path);
-			etag = pnstrdup(e->val.string.val, e->val.string.len);
+				bad_manifest(field, "entry \"%s\": the etag must be a non-empty string", pnstrdup(path, path_len));
+			out->etag = e->val.string.val;
+			out->etag_len = e->val.string.len;
 		}
 	}
 	else
-		size = size_of(v, field, path);
-	inventory_add(inv, path, size, etag);
+		out->size = size_of(v, field, path, path_len);
+}
+
+/* Checks and adds one file of a manifest or a listing (copying it). */
+static void
+add_file(Inventory *inv, const char *field, const char *path, int path_len, JsonbValue *v)
+{
+	InvObject	o;
+
+	read_file(field, path, path_len, v, &o);
+	inventory_add(inv, pnstrdup(path, path_len), o.size, o.etag ? pnstrdup(o.etag, o.etag_len) : NULL);
+}
+
+/* State of a cursor over a jsonb object of files. */
+typedef struct JsonbFilesCursor
+{
+	JsonbIterator *it;
+	const char *field;
+} JsonbFilesCursor;
+
+/* Next file of a jsonb object, in jsonb key order. */
+static bool
+jsonb_files_next(InvCursor *cursor, InvObject *out)
+{
+	JsonbFilesCursor *st = (JsonbFilesCursor *) cursor->state;
+	JsonbValue	k;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	while ((tok = JsonbIteratorNext(&st->it, &k, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&st->it, &v, true);
+		read_file(st->field, k.val.string.val, k.val.string.len, &v, out);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * A cursor over a set of files given as a jsonb object, or false when they
+ * are given another way (an array), which needs inventory_from_jsonb.
+ */
+bool
+jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor)
+{
+	JsonbFilesCursor *st;
+
+	if (v == NULL || v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+		return false;
+	st = palloc(sizeof(JsonbFilesCursor));
+	st->it = JsonbIteratorInit(v->val.binary.data);
+	st->field = field;
+	cursor->next = jsonb_files_next;
+	cursor->state = st;
+	return true;
 }
 
 /* Orders objects by path, to find duplicates. */
@@ -143,7 +210,7 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 			if (tok != WJB_KEY)
 				continue;
 			tok = JsonbIteratorNext(&it, &val, true);
-			add_file(inv, field, pnstrdup(k.val.string.val, k.val.string.len), &val);
+			add_file(inv, field, k.val.string.val, k.val.string.len, &val);
 		}
 	}
 	else if (JsonContainerIsArray(v->val.binary.data))
@@ -159,7 +226,7 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 			p = getKeyJsonValueFromContainer(val.val.binary.data, "path", 4, NULL);
 			if (p == NULL || p->type != jbvString || p->val.string.len == 0)
 				bad_manifest(field, "entry %d has no \"path\" string", inv->n + 1);
-			add_file(inv, field, pnstrdup(p->val.string.val, p->val.string.len), &val);
+			add_file(inv, field, p->val.string.val, p->val.string.len, &val);
 		}
 		/* An array can name a path twice; an object cannot (jsonb keeps one). */
 		if (inv->n > 1)
@@ -194,7 +261,7 @@ manifest_parse(Jsonb *jb, Manifest *m)
 	m->generation = string_field(root, "generation", true);
 	m->store = string_field(root, "store", true);
 	m->prefix = string_field(root, "prefix", false);
-	if (!path_is_safe(m->partition))
+	if (!path_is_safe(m->partition, strlen(m->partition)))
 		bad_manifest("partition", "\"%s\" must be a relative key such as day=27/hour=08, without a leading /, "
 					 "empty, \".\" or \"..\" parts", m->partition);
 	if (m->prefix == NULL)
@@ -204,7 +271,7 @@ manifest_parse(Jsonb *jb, Manifest *m)
 		size_t		len = strlen(m->prefix);
 		char	   *bare = pnstrdup(m->prefix, len > 0 && m->prefix[len - 1] == '/' ? len - 1 : len);
 
-		if (!path_is_safe(bare))
+		if (!path_is_safe(bare, strlen(bare)))
 			bad_manifest("prefix", "\"%s\" must be a relative location without a leading /, empty, \".\" or "
 						 "\"..\" parts", m->prefix);
 		m->prefix = psprintf("%s/", bare);

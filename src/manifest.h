@@ -26,5 +26,6 @@ typedef struct Manifest
 
 extern void manifest_parse(Jsonb *jb, Manifest *m);
 extern void inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv);
+extern bool jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor);
 
 #endif							/* FINALIZE_MANIFEST_H */
