@@ -93,7 +93,7 @@ class S3Server:
         os.makedirs(self.dir, exist_ok=True)
         cmd = [self.node, SERVER, "--port", "0", "--dir", self.dir,
                "--access-key", self.access_key, "--secret-key", self.secret_key,
-               "--region", self.region]
+               "--region", self.region, "--parent-pid", str(os.getpid())]
         if self.session_token:
             cmd += ["--session-token", self.session_token]
         self._stderr = open(os.path.join(self.dir, "server.stderr"), "ab")

@@ -25,7 +25,7 @@ export const REGION = 'us-east-1';
  */
 export async function startServer(extraArgs = []) {
   const dir = mkdtempSync(path.join(tmpdir(), 's3-test-'));
-  const proc = spawn(process.execPath, [SERVER, '--port', '0', '--dir', dir, ...extraArgs], {
+  const proc = spawn(process.execPath, [SERVER, '--port', '0', '--dir', dir, '--parent-pid', String(process.pid), ...extraArgs], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let err = '';

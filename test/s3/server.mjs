@@ -2,7 +2,7 @@
 // S3-compatible test server for finalize: s3rver behind a SigV4-verifying proxy.
 //
 //   node test/s3/server.mjs --port P --dir D [--access-key K --secret-key S
-//        --region R --session-token T --max-skew-seconds N]
+//        --region R --session-token T --max-skew-seconds N --parent-pid PID]
 //
 // s3rver listens on an internal loopback port with its buckets in D; this
 // process listens on 127.0.0.1:P (0 = any free port), checks the SigV4
@@ -71,6 +71,7 @@ async function main() {
       region: { type: 'string', default: 'us-east-1' },
       'session-token': { type: 'string' },
       'max-skew-seconds': { type: 'string' },
+      'parent-pid': { type: 'string' },
     },
   });
   if (!args.dir) {
@@ -630,6 +631,17 @@ async function main() {
   for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(sig, () => shutdown(0));
   // When re-executed by a parent that goes away, go too.
   if (process.send) process.on('disconnect', () => shutdown(0));
+  // --parent-pid: a test harness that dies without stopping us leaves no server behind.
+  if (args['parent-pid']) {
+    const ppid = Number(args['parent-pid']);
+    setInterval(() => {
+      try {
+        process.kill(ppid, 0);
+      } catch (e) {
+        if (e.code === 'ESRCH') shutdown(0);
+      }
+    }, 1000).unref();
+  }
 
   process.stdout.write(`s3-server listening on 127.0.0.1:${port}\n`);
 }
