@@ -1,0 +1,334 @@
+"""The release gate against a real S3-compatible server on loopback (s3rver
+behind a proxy that checks every SigV4 signature with the AWS SDK's signer,
+test/s3/server.mjs): the listing goes through libcurl with SigV4, pages with
+continuation tokens, survives awkward keys, follows the calling user's
+mapping, and turns every S3 failure into a clear error that stores nothing.
+A stalled store never hangs a backend: timeouts and cancels stop it."""
+
+import hashlib
+import json
+import threading
+import time
+
+import psycopg2
+import pytest
+
+from pgcluster import Cluster
+from s3proc import S3Server
+
+TABLE = "lake.orders"
+P08 = "2026-11-27 08:00+00"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server() as server:
+        server.create_bucket("lake")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def pg(s3):
+    cluster = Cluster(conf={"finalize.enabled": "off"})
+    cluster.start()
+    cluster.sql("CREATE EXTENSION finalize")
+    cluster.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+    cluster.sql("CREATE SERVER lake FOREIGN DATA WRAPPER finalize_s3 OPTIONS "
+                "(endpoint %s, region %s, bucket 'lake', url_style 'path')", (s3.endpoint, s3.region))
+    cluster.sql("CREATE USER MAPPING FOR postgres SERVER lake OPTIONS (access_key_id %s, secret_access_key %s)",
+                (s3.access_key, s3.secret_key))
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def table(pg, s3):
+    """A tracked table whose 08:00 period is final; the bucket starts empty."""
+    pg.sql("SELECT finalize.track_table(%s, 'src', 'dbo.orders')", (TABLE,))
+    pg.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-27 06:00+00')", (TABLE,))
+    pg.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+           "'2026-11-27 09:00+00', 3, 0, 0, '2026-11-27 08:01+00', '2026-11-27 08:59+00')", (TABLE,))
+    s3.delete_bucket("lake")
+    s3.create_bucket("lake")
+    s3.clear()
+    yield TABLE
+    s3.clear()
+    pg.sql("DELETE FROM finalize.tracked_table")
+
+
+def manifest(generation, files, partition="day=27/hour=08", store="lake", **extra):
+    m = {"table": TABLE, "partition": partition, "generation": generation, "store": store,
+         "prefix": f"{partition}/{generation}/", "period_start": P08, "files": files}
+    m.update(extra)
+    return m
+
+
+def gate(conn_or_pg, m, user="postgres"):
+    if isinstance(conn_or_pg, Cluster):
+        (row,) = conn_or_pg.sql("SELECT * FROM finalize.release_gate(%s)", (json.dumps(m),), user=user)
+        return row
+    with conn_or_pg.cursor() as cur:
+        cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(m),))
+        return cur.fetchone()
+
+
+def upload(s3, generation, names, partition="day=27/hour=08"):
+    """Puts objects; the manifest's files map with sizes and (quoted) ETags."""
+    files = {}
+    for i, name in enumerate(names):
+        key = f"{partition}/{generation}/{name}"
+        data = (f"{generation}/{name}/" * (i + 2)).encode()
+        s3.put("lake", key, data)
+        files[key] = {"size": len(data), "etag": '"%s"' % hashlib.md5(data).hexdigest()}
+    return files
+
+
+def register(pg, generation, partition="day=27/hour=08"):
+    pg.sql("SELECT finalize.register_partition(%s, %s, %s)", (TABLE, partition, f"{partition}/{generation}/"))
+
+
+def listings(s3):
+    return [r for r in s3.requests() if r["method"] == "GET" and "list-type=2" in (r["query"] or "")]
+
+
+def test_a_release_lists_through_signed_requests(pg, s3, table):
+    names = ["part 0.parquet", "Grüße/ümlaut.parquet", "100% sure+plus=eq.parquet", "日本語.parquet",
+             "a~b_c-d.e.parquet"]
+    files = upload(s3, "gen-1", names)
+    register(pg, "gen-1")
+    s3.clear(what="requests")
+    assert gate(pg, manifest("gen-1", files)) == (True, "gen-1", [])
+    reqs = listings(s3)
+    assert len(reqs) == 1 and all(r["signature_ok"] for r in reqs), reqs
+    assert reqs[0]["style"] == "path" and reqs[0]["bucket"] == "lake"
+    assert "prefix=day%3D27%2Fhour%3D08%2Fgen-1%2F" in reqs[0]["query"]
+    # The stored report holds the listing as the store gave it: sizes and ETags.
+    (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+    assert report["listing"] == files
+
+
+def test_overwritten_objects_are_caught_by_etag_and_size(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet", "b.parquet", "c.parquet"])
+    register(pg, "gen-1")
+    a, b, c = sorted(files)
+    s3.put("lake", a, b"y" * files[a]["size"])          # same size, other bytes
+    s3.put("lake", b, b"longer than before" * 9)
+    s3.put("lake", "day=27/hour=08/gen-1/d.parquet", b"stray")
+    del files[c]["etag"]
+    s3.delete("lake", c)
+    released, _, problems = gate(pg, manifest("gen-1", files))
+    assert released is False
+    assert [(p["code"], p["path"]) for p in problems] == [
+        ("checksum_mismatch", a), ("size_mismatch", b), ("missing_object", c),
+        ("stray_object", "day=27/hour=08/gen-1/d.parquet")]
+    assert pg.sql("SELECT released, jsonb_array_length(problems) FROM finalize.release") == [(False, 4)]
+
+
+def test_thousands_of_keys_are_paged_with_continuation_tokens(pg, s3, table):
+    prefix = "day=27/hour=08/gen-1/"
+    objects = {f"{prefix}part {i:05d}+é.parquet": 10 + i % 7 for i in range(2600)}
+    s3.put_many("lake", objects)
+    register(pg, "gen-1")
+    s3.clear(what="requests")
+    assert gate(pg, manifest("gen-1", objects)) == (True, "gen-1", [])
+    reqs = listings(s3)
+    assert len(reqs) == 3, [r["query"] for r in reqs]
+    assert all(r["signature_ok"] for r in reqs)
+    assert sum("continuation-token=" in r["query"] for r in reqs) == 2
+    # A stray object on the last page and a missing one on the first are both found.
+    s3.put("lake", f"{prefix}zzz-late.parquet", b"late")
+    missing = f"{prefix}part 00003+é.parquet"
+    s3.delete("lake", missing)
+    released, _, problems = gate(pg, manifest("gen-1", objects))
+    assert released is False
+    assert [(p["code"], p["path"]) for p in problems] == [
+        ("missing_object", missing), ("stray_object", f"{prefix}zzz-late.parquet")]
+
+
+def test_virtual_hosted_style(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    pg.sql("CREATE SERVER lake_virtual FOREIGN DATA WRAPPER finalize_s3 OPTIONS "
+           "(endpoint %s, region %s, bucket 'lake', url_style 'virtual')",
+           (f"http://localhost:{s3.port}", s3.region))
+    try:
+        pg.sql("CREATE USER MAPPING FOR postgres SERVER lake_virtual OPTIONS "
+               "(access_key_id %s, secret_access_key %s)", (s3.access_key, s3.secret_key))
+        s3.clear(what="requests")
+        assert gate(pg, manifest("gen-1", files, store="lake_virtual")) == (True, "gen-1", [])
+        reqs = listings(s3)
+        assert [(r["style"], r["host"], r["signature_ok"]) for r in reqs] == [
+            ("virtual", f"lake.localhost:{s3.port}", True)]
+    finally:
+        pg.sql("DROP SERVER lake_virtual CASCADE")
+
+
+def release_error(pg, m, user="postgres"):
+    with pytest.raises(psycopg2.Error) as e:
+        gate(pg, m, user=user)
+    assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0, "a failed listing stored an attempt"
+    return e.value
+
+
+def message(err):
+    d = err.diag
+    return "\n".join(x for x in [d.message_primary, d.message_detail, d.message_hint] if x)
+
+
+@pytest.mark.parametrize("status,code", [(500, "InternalError"), (503, "SlowDown"), (403, "AccessDenied")])
+def test_http_errors_carry_s3s_code_and_message(pg, s3, table, status, code):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    s3.fault(kind="status", status=status, message=f"injected {status} for the test")
+    err = release_error(pg, manifest("gen-1", files))
+    text = message(err)
+    assert err.pgcode == "38000"
+    assert code in err.diag.message_primary and "lake" in err.diag.message_primary
+    assert f"HTTP {status}" in text and f"injected {status} for the test" in text
+    # The store recovers: the same release now passes.
+    assert gate(pg, manifest("gen-1", files))[0]
+
+
+def test_a_failure_on_a_later_page_stores_nothing(pg, s3, table):
+    prefix = "day=27/hour=08/gen-1/"
+    objects = {f"{prefix}{i:05d}": 1 for i in range(1500)}
+    s3.put_many("lake", objects)
+    register(pg, "gen-1")
+    s3.fault(kind="status", status=503, match="continuation-token=")
+    err = release_error(pg, manifest("gen-1", objects))
+    assert "SlowDown" in err.diag.message_primary
+
+
+def test_no_such_bucket(pg, s3, table):
+    pg.sql("ALTER SERVER lake OPTIONS (SET bucket 'no-such-bucket')")
+    try:
+        err = release_error(pg, manifest("gen-1", {"day=27/hour=08/gen-1/a": 1}))
+    finally:
+        pg.sql("ALTER SERVER lake OPTIONS (SET bucket 'lake')")
+    assert "NoSuchBucket" in err.diag.message_primary and "no-such-bucket" in err.diag.message_primary
+    assert "HTTP 404" in err.diag.message_detail
+    assert "bucket option" in err.diag.message_hint
+
+
+def test_malformed_and_truncated_responses(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    s3.fault(kind="malformed")
+    err = release_error(pg, manifest("gen-1", files))
+    assert "MalformedResponse" in err.diag.message_primary
+    s3.fault(kind="truncate")
+    err = release_error(pg, manifest("gen-1", files))
+    assert "could not list" in err.diag.message_primary
+    assert gate(pg, manifest("gen-1", files))[0]
+
+
+def test_wrong_keys_surface_s3s_error_and_never_echo_the_secret(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    pg.sql("ALTER USER MAPPING FOR postgres SERVER lake OPTIONS (SET secret_access_key 'wrong-secret-value')")
+    try:
+        err = release_error(pg, manifest("gen-1", files))
+    finally:
+        pg.sql("ALTER USER MAPPING FOR postgres SERVER lake OPTIONS (SET secret_access_key %s)", (s3.secret_key,))
+    assert "SignatureDoesNotMatch" in err.diag.message_primary
+    assert "user mapping" in err.diag.message_hint
+    assert "wrong-secret-value" not in message(err) and "wrong-secret-value" not in pg.log()
+
+
+def test_a_publisher_lists_with_its_own_user_mapping(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    pg.sql("DROP ROLE IF EXISTS s3_publisher")
+    pg.sql("CREATE ROLE s3_publisher LOGIN IN ROLE finalize_publisher")
+    pg.sql("GRANT USAGE ON FOREIGN SERVER lake TO s3_publisher")
+    try:
+        # The superuser's mapping is not borrowed.
+        err = release_error(pg, manifest("gen-1", files), user="s3_publisher")
+        assert 'no user mapping for role "s3_publisher"' in err.diag.message_primary
+        pg.sql("CREATE USER MAPPING FOR s3_publisher SERVER lake OPTIONS "
+               "(access_key_id 'AKIDOTHERPUBLISHER', secret_access_key 'other')")
+        err = release_error(pg, manifest("gen-1", files), user="s3_publisher")
+        assert "InvalidAccessKeyId" in err.diag.message_primary
+        assert any("AKIDOTHERPUBLISHER" in (r.get("error_detail") or json.dumps(r)) for r in s3.requests())
+        pg.sql("ALTER USER MAPPING FOR s3_publisher SERVER lake OPTIONS "
+               "(SET access_key_id %s, SET secret_access_key %s)", (s3.access_key, s3.secret_key))
+        assert gate(pg, manifest("gen-1", files), user="s3_publisher")[0]
+        assert pg.sql("SELECT requested_by FROM finalize.releases") == [("s3_publisher",)]
+        # The publisher cannot read anyone's keys.
+        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            pg.sql("SELECT umoptions FROM pg_user_mapping", user="s3_publisher")
+    finally:
+        pg.sql("DROP OWNED BY s3_publisher")
+        pg.sql("DROP ROLE s3_publisher")
+
+
+def test_a_stalled_store_times_out(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    s3.fault(kind="stall", seconds=30)
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        cur.execute("SET finalize.s3_timeout = '1s'")
+    start = time.monotonic()
+    with pytest.raises(psycopg2.Error) as e:
+        gate(conn, manifest("gen-1", files))
+    assert time.monotonic() - start < 20
+    assert "Timeout" in e.value.diag.message_primary
+    assert "finalize.s3_timeout" in e.value.diag.message_hint
+    conn.close()
+    s3.clear(what="faults")
+
+
+def test_statement_timeout_and_cancel_stop_a_stalled_listing(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    s3.fault(kind="stall", seconds=60, count=-1)
+    try:
+        conn = pg.connect()
+        with conn.cursor() as cur:
+            cur.execute("SET statement_timeout = '1s'")
+        start = time.monotonic()
+        with pytest.raises(psycopg2.errors.QueryCanceled, match="statement timeout"):
+            gate(conn, manifest("gen-1", files))
+        assert time.monotonic() - start < 20
+        with conn.cursor() as cur:
+            cur.execute("RESET statement_timeout")
+            cur.execute("SELECT pg_backend_pid()")
+            pid = cur.fetchone()[0]
+        killer = threading.Timer(1.0, lambda: pg.sql("SELECT pg_cancel_backend(%s)", (pid,)))
+        killer.start()
+        start = time.monotonic()
+        with pytest.raises(psycopg2.errors.QueryCanceled, match="canceling statement due to user request"):
+            gate(conn, manifest("gen-1", files))
+        assert time.monotonic() - start < 20
+        killer.join()
+        # The connection is still usable.
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
+        conn.close()
+        assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+        assert any(r.get("client_closed") for r in s3.requests())
+    finally:
+        s3.clear(what="faults")
+
+
+def test_session_tokens_are_sent_and_signed(pg, table):
+    with S3Server(session_token="FQoGZXIvYXdzEXAMPLETOKEN+/=") as tok:
+        tok.create_bucket("lake")
+        tok.put("lake", "day=27/hour=08/gen-1/a.parquet", b"abc")
+        pg.sql("CREATE SERVER lake_sts FOREIGN DATA WRAPPER finalize_s3 OPTIONS "
+               "(endpoint %s, region %s, bucket 'lake')", (tok.endpoint, tok.region))
+        try:
+            pg.sql("CREATE USER MAPPING FOR postgres SERVER lake_sts OPTIONS "
+                   "(access_key_id %s, secret_access_key %s)", (tok.access_key, tok.secret_key))
+            register(pg, "gen-1")
+            m = manifest("gen-1", {"day=27/hour=08/gen-1/a.parquet": 3}, store="lake_sts")
+            err = release_error(pg, m)
+            assert "lake_sts" in err.diag.message_primary
+            pg.sql("ALTER USER MAPPING FOR postgres SERVER lake_sts OPTIONS (ADD session_token %s)",
+                   ("FQoGZXIvYXdzEXAMPLETOKEN+/=",))
+            assert gate(pg, m) == (True, "gen-1", [])
+            assert all(r["signature_ok"] for r in tok.requests() if r["status"] == 200)
+        finally:
+            pg.sql("DROP SERVER lake_sts CASCADE")
