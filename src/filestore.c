@@ -97,16 +97,22 @@ walk(const char *root, const char *key_dir, Inventory *out, WantsChecksum wants,
 		CHECK_FOR_INTERRUPTS();
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		key = key_dir[0] ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
-		full = psprintf("%s/%s", root, key);
-		if (lstat(full, &st) != 0)
+		/* Relative to the open directory: no walk of the whole path per file. */
+		if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 			continue;			/* vanished meanwhile */
+		if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+			continue;			/* links, sockets: not objects */
+		key = key_dir[0] ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
 		if (S_ISDIR(st.st_mode))
 			walk(root, key, out, wants, arg);
-		else if (S_ISREG(st.st_mode))
-			inventory_add(out, key, (int64) st.st_size,
-						  (wants != NULL && wants(key, arg)) ? file_md5(full) : NULL);
-		pfree(full);
+		else if (wants != NULL && wants(key, arg))
+		{
+			full = psprintf("%s/%s", root, key);
+			inventory_add(out, key, (int64) st.st_size, file_md5(full));
+			pfree(full);
+		}
+		else
+			inventory_add(out, key, (int64) st.st_size, NULL);
 		pfree(key);
 	}
 	FreeDir(dir);

@@ -228,6 +228,73 @@ query_row(const char *sql, int nargs, Oid *types, Datum *values, int ncols)
 	return out;
 }
 
+/* Pushes a key of the report. */
+static void
+push_key(JsonbParseState **st, const char *key)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	pushJsonbValue(st, WJB_KEY, &k);
+}
+
+/* Pushes key: the JSON document in text (or null) into the report. */
+static void
+push_json_text(JsonbParseState **st, const char *key, const char *json)
+{
+	JsonbValue	v;
+
+	push_key(st, key);
+	if (json == NULL)
+	{
+		v.type = jbvNull;
+		pushJsonbValue(st, WJB_VALUE, &v);
+		return;
+	}
+	v.type = jbvBinary;
+	v.val.binary.data = &DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json)))->root;
+	v.val.binary.len = 0;
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/*
+ * The report stored with a release attempt: the manifest's set, the
+ * listing, the catalog view, the CDC facts and the problems. The two
+ * inventories (possibly millions of entries) are pushed as values, not
+ * printed and parsed again.
+ */
+static Jsonb *
+build_report(const Manifest *m, const Inventory *listing, const char *catalog_json,
+			 const char *facts_json, const char *problems_json)
+{
+	JsonbParseState *st = NULL;
+	JsonbValue	v;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	push_key(&st, "manifest");
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	push_key(&st, "prefix");
+	v.type = jbvString;
+	v.val.string.val = m->prefix;
+	v.val.string.len = strlen(m->prefix);
+	pushJsonbValue(&st, WJB_VALUE, &v);
+	push_key(&st, "empty");
+	v.type = jbvBool;
+	v.val.boolean = m->empty;
+	pushJsonbValue(&st, WJB_VALUE, &v);
+	push_key(&st, "files");
+	inventory_push_jsonb(&st, &m->files);
+	pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	push_key(&st, "listing");
+	inventory_push_jsonb(&st, listing);
+	push_json_text(&st, "catalog", catalog_json);
+	push_json_text(&st, "facts", facts_json);
+	push_json_text(&st, "problems", problems_json);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}
+
 /* The parts of the gate that read and write the catalog (as the owner). */
 static bool
 check_and_store(const Manifest *m, const Inventory *listing, const char *requested_by, ProblemList *problems)
@@ -238,7 +305,7 @@ check_and_store(const Manifest *m, const Inventory *listing, const char *request
 	int64		table_id;
 	char	   *catalog_json;
 	char	   *facts_json = NULL;
-	StringInfoData report;
+	Jsonb	   *report;
 	StringInfoData problems_json;
 	bool		released;
 
@@ -348,17 +415,7 @@ check_and_store(const Manifest *m, const Inventory *listing, const char *request
 	released = problems->n == 0;
 	initStringInfo(&problems_json);
 	problems_to_json(problems, &problems_json);
-	initStringInfo(&report);
-	appendStringInfoString(&report, "{\"manifest\": {\"prefix\": ");
-	escape_json(&report, m->prefix);
-	appendStringInfoString(&report, ", \"empty\": ");
-	appendStringInfoString(&report, m->empty ? "true" : "false");
-	appendStringInfoString(&report, ", \"files\": ");
-	inventory_to_json(&m->files, &report);
-	appendStringInfoString(&report, "}, \"listing\": ");
-	inventory_to_json(listing, &report);
-	appendStringInfo(&report, ", \"catalog\": %s, \"facts\": %s, \"problems\": %s}",
-					 catalog_json, facts_json ? facts_json : "null", problems_json.data);
+	report = build_report(m, listing, catalog_json, facts_json, problems_json.data);
 	{
 		Oid			stypes[9] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID};
 		Datum		svalues[9];
@@ -370,7 +427,7 @@ check_and_store(const Manifest *m, const Inventory *listing, const char *request
 		svalues[4] = CStringGetTextDatum(m->prefix);
 		svalues[5] = BoolGetDatum(released);
 		svalues[6] = DirectFunctionCall1(jsonb_in, CStringGetDatum(problems_json.data));
-		svalues[7] = DirectFunctionCall1(jsonb_in, CStringGetDatum(report.data));
+		svalues[7] = JsonbPGetDatum(report);
 		svalues[8] = DirectFunctionCall1(namein, CStringGetDatum(requested_by));
 		if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._store_release($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 								  9, stypes, svalues, NULL, false, 1) != SPI_OK_SELECT)

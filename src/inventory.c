@@ -359,27 +359,3 @@ problems_to_json(const ProblemList *list, StringInfo buf)
 	}
 	appendStringInfoChar(buf, ']');
 }
-
-/* An inventory as a JSON object {"path": size} or {"path": {"size", "etag"}}. */
-void
-inventory_to_json(const Inventory *inv, StringInfo buf)
-{
-	appendStringInfoChar(buf, '{');
-	for (int i = 0; i < inv->n; i++)
-	{
-		const InvObject *o = &inv->items[i];
-
-		if (i > 0)
-			appendStringInfoString(buf, ", ");
-		escape_json(buf, o->path);
-		if (o->etag)
-		{
-			appendStringInfo(buf, ": {\"size\": " INT64_FORMAT ", \"etag\": ", o->size);
-			escape_json(buf, o->etag);
-			appendStringInfoChar(buf, '}');
-		}
-		else
-			appendStringInfo(buf, ": " INT64_FORMAT, o->size);
-	}
-	appendStringInfoChar(buf, '}');
-}

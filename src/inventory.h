@@ -60,6 +60,5 @@ extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char 
 extern char *etag_normalize(const char *etag);
 extern bool path_is_safe(const char *path, int len);
 extern void problems_to_json(const ProblemList *list, StringInfo buf);
-extern void inventory_to_json(const Inventory *inv, StringInfo buf);
 
 #endif							/* FINALIZE_INVENTORY_H */

@@ -55,6 +55,16 @@ CREATE TABLE @extschema@.release (
     requested_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX release_partition_idx ON @extschema@.release (table_id, partition, release_id);
+-- Reports of large partitions hold millions of entries: lz4 compresses them
+-- several times faster than pglz, where the server was built with it.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_settings
+                WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
+        ALTER TABLE @extschema@.release ALTER COLUMN report SET COMPRESSION lz4;
+    END IF;
+END
+$$;
 COMMENT ON TABLE @extschema@.release IS
     'Release attempts: manifest, listing, catalog view, problems and outcome';
 
