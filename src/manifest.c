@@ -91,14 +91,25 @@ size_of(JsonbValue *v, const char *field, const char *path, int path_len)
 }
 
 /*
+ * Whether the paths of a field are a publisher's (checked: they must stay
+ * inside the store) or a store's own keys ("listing": any key a store holds
+ * is a fact to compare, and "a/../b" is a legal S3 key).
+ */
+static inline bool
+paths_checked(const char *field)
+{
+	return strcmp(field, "listing") != 0;
+}
+
+/*
  * Checks one file (path, value) of a manifest or a listing and fills *out;
  * the path and etag point into the jsonb (not NUL-terminated).
  */
 static void
-read_file(const char *field, const char *path, int path_len, JsonbValue *v, InvObject *out)
+read_file(const char *field, bool check_path, const char *path, int path_len, JsonbValue *v, InvObject *out)
 {
-	if (!path_is_safe(path, path_len))
-		bad_manifest(field, "entry \"%s\": a path is relative, without a leading /, empty, \".\" or \"..\" parts, "
+	if (check_path && !path_is_safe(path, path_len))
+		bad_manifest(field, "entry \"%s\": the path must be relative (no leading /), without empty, \".\" or \"..\" parts, "
 					 "and at most 1024 bytes", pnstrdup(path, path_len));
 	out->path = (char *) path;
 	out->path_len = path_len;
@@ -124,11 +135,11 @@ read_file(const char *field, const char *path, int path_len, JsonbValue *v, InvO
 
 /* Checks and adds one file of a manifest or a listing (copying it). */
 static void
-add_file(Inventory *inv, const char *field, const char *path, int path_len, JsonbValue *v)
+add_file(Inventory *inv, const char *field, bool check_path, const char *path, int path_len, JsonbValue *v)
 {
 	InvObject	o;
 
-	read_file(field, path, path_len, v, &o);
+	read_file(field, check_path, path, path_len, v, &o);
 	inventory_add(inv, pnstrdup(path, path_len), o.size, o.etag ? pnstrdup(o.etag, o.etag_len) : NULL);
 }
 
@@ -137,6 +148,7 @@ typedef struct JsonbFilesCursor
 {
 	JsonbIterator *it;
 	const char *field;
+	bool		check_path;
 } JsonbFilesCursor;
 
 /* Next file of a jsonb object, in jsonb key order. */
@@ -153,7 +165,7 @@ jsonb_files_next(InvCursor *cursor, InvObject *out)
 		if (tok != WJB_KEY)
 			continue;
 		(void) JsonbIteratorNext(&st->it, &v, true);
-		read_file(st->field, k.val.string.val, k.val.string.len, &v, out);
+		read_file(st->field, st->check_path, k.val.string.val, k.val.string.len, &v, out);
 		return true;
 	}
 	return false;
@@ -173,6 +185,7 @@ jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor)
 	st = palloc(sizeof(JsonbFilesCursor));
 	st->it = JsonbIteratorInit(v->val.binary.data);
 	st->field = field;
+	st->check_path = paths_checked(field);
 	cursor->next = jsonb_files_next;
 	cursor->state = st;
 	return true;
@@ -196,6 +209,7 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 	JsonbValue	k;
 	JsonbValue	val;
 	JsonbIteratorToken tok;
+	bool		check_path = paths_checked(field);
 
 	if (v == NULL || v->type == jbvNull)
 		bad_manifest(field, "is missing");
@@ -210,7 +224,7 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 			if (tok != WJB_KEY)
 				continue;
 			tok = JsonbIteratorNext(&it, &val, true);
-			add_file(inv, field, k.val.string.val, k.val.string.len, &val);
+			add_file(inv, field, check_path, k.val.string.val, k.val.string.len, &val);
 		}
 	}
 	else if (JsonContainerIsArray(v->val.binary.data))
@@ -226,7 +240,7 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 			p = getKeyJsonValueFromContainer(val.val.binary.data, "path", 4, NULL);
 			if (p == NULL || p->type != jbvString || p->val.string.len == 0)
 				bad_manifest(field, "entry %d has no \"path\" string", inv->n + 1);
-			add_file(inv, field, p->val.string.val, p->val.string.len, &val);
+			add_file(inv, field, check_path, p->val.string.val, p->val.string.len, &val);
 		}
 		/* An array can name a path twice; an object cannot (jsonb keeps one). */
 		if (inv->n > 1)

@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""Benchmarks of the release gate's comparison, each against a plain Python
+set-difference reference of the same checks, run on the same inputs in the
+same run (ratio = reference time / finalize time; above 1 means finalize is
+faster):
+
+  memory   finalize.compare_inventories(manifest_files, listing, prefix) on
+           jsonb inputs stored in a table (STORAGE EXTERNAL, as a large
+           manifest would be), versus the reference on the same Python dicts
+  files    finalize.release_gate(manifest) on a file:// store (walk, sizes,
+           catalog view, facts, storing the attempt with its full report),
+           versus the reference parsing the same manifest text, walking the
+           same directory with os.scandir and comparing
+
+Every input holds a few planted problems (missing, stray, size and checksum
+mismatches, a path outside the prefix); both sides must find exactly the
+same ones, or the benchmark fails. Time per file at each size shows the
+growth (O(F): the per-file time stays flat).
+
+Run as root after the extension is installed (test/bench/gate.sh does both):
+    test/bench/gate_bench.py [memory] [files] [--memory-sizes 10000,1000000]
+                             [--file-sizes 10000,1000000] [--trials 3]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+
+from pgcluster import Cluster  # noqa: E402
+
+PREFIX = "day=27/hour=08/gen-1/"
+
+
+def reference(manifest, listing, prefix):
+    """The same checks as the gate's comparison, written the obvious way with
+    sets: (code, path) pairs, sorted like the gate's problems."""
+    problems = []
+    expected = {p for p in manifest if p.startswith(prefix)}
+    problems += [("wrong_prefix", p) for p in manifest if not p.startswith(prefix)]
+    problems += [("missing_object", p) for p in expected - listing.keys()]
+    problems += [("stray_object", p) for p in listing.keys() - expected]
+    for p in expected & listing.keys():
+        m, o = manifest[p], listing[p]
+        msize, metag = (m["size"], m.get("etag")) if isinstance(m, dict) else (m, None)
+        osize, oetag = (o["size"], o.get("etag")) if isinstance(o, dict) else (o, None)
+        if msize != osize:
+            problems.append(("size_mismatch", p))
+        elif metag is not None and oetag is not None and metag.strip('"').lower() != oetag.strip('"').lower():
+            problems.append(("checksum_mismatch", p))
+    problems.sort(key=lambda x: (x[1], x[0]))
+    return problems
+
+
+def inputs(n):
+    """A manifest and a listing of n files with one problem of each kind."""
+    manifest = {}
+    for i in range(n):
+        path = f"{PREFIX}part-{i:07d}.parquet"
+        manifest[path] = {"size": 1000 + i % 5000, "etag": "%032x" % (i * 7919)} if i % 10 == 0 else 1000 + i % 5000
+    listing = {p: (dict(v, etag='"%s"' % v["etag"]) if isinstance(v, dict) else v) for p, v in manifest.items()}
+    del listing[f"{PREFIX}part-{n // 2:07d}.parquet"]                        # missing
+    listing[f"{PREFIX}part-{n // 3:07d}.parquet (copy)"] = 17                 # stray
+    listing[f"{PREFIX}part-{n // 5 + 1:07d}.parquet"] = 1                     # size
+    listing[f"{PREFIX}part-{(n // 70) * 10:07d}.parquet"]["etag"] = '"%032x"' % 1   # checksum
+    manifest["day=27/hour=09/gen-1/part-0000000.parquet"] = 5                 # wrong prefix
+    return manifest, listing
+
+
+def best(fn, trials):
+    times = []
+    result = None
+    for _ in range(trials):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), statistics.median(times), result
+
+
+def bench_memory(pg, sizes, trials):
+    print("== compare_inventories: in-memory listing (jsonb in a table, STORAGE EXTERNAL) ==")
+    print(f"{'files':>10} {'finalize s':>11} {'reference s':>12} {'ratio':>7} {'finalize us/file':>17}")
+    conn = pg.connect()
+    cur = conn.cursor()
+    cur.execute("DROP TABLE IF EXISTS bench_inputs")
+    cur.execute("CREATE TABLE bench_inputs (manifest jsonb, listing jsonb)")
+    cur.execute("ALTER TABLE bench_inputs ALTER manifest SET STORAGE EXTERNAL, ALTER listing SET STORAGE EXTERNAL")
+    per_file = []
+    for n in sizes:
+        manifest, listing = inputs(n)
+        cur.execute("TRUNCATE bench_inputs")
+        cur.execute("INSERT INTO bench_inputs VALUES (%s, %s)", (json.dumps(manifest), json.dumps(listing)))
+
+        def run_c():
+            cur.execute("SELECT finalize.compare_inventories(manifest, listing, %s) FROM bench_inputs", (PREFIX,))
+            return sorted(((p["code"], p["path"]) for p in cur.fetchone()[0]), key=lambda x: (x[1], x[0]))
+
+        c_best, c_med, c_result = best(run_c, trials)
+        r_best, r_med, r_result = best(lambda: reference(manifest, listing, PREFIX), trials)
+        if c_result != r_result:
+            raise SystemExit(f"finalize and the reference disagree at {n} files:\n{c_result}\n{r_result}")
+        assert len(c_result) == 5, c_result
+        per_file.append(c_best / n * 1e6)
+        print(f"{n:>10} {c_best:>11.4f} {r_best:>12.4f} {r_best / c_best:>7.2f} {per_file[-1]:>17.3f}"
+              f"   (medians {c_med:.4f} / {r_med:.4f}, {len(c_result)} problems agree)")
+    if len(per_file) > 1:
+        print(f"growth: time per file at {sizes[-1]} / at {sizes[0]} = {per_file[-1] / per_file[0]:.2f} "
+              f"(1.00 is linear)")
+    cur.execute("DROP TABLE bench_inputs")
+    conn.close()
+
+
+def make_store(root, n):
+    """n sparse files under the prefix (1,000 per directory), one of each
+    problem; the manifest (sizes only: the walk needs no checksums)."""
+    manifest = {}
+    for i in range(n):
+        rel = f"{PREFIX}b={i // 1000:04d}/part-{i:07d}.parquet"
+        manifest[rel] = 1000 + i % 5000
+    dirs = {os.path.dirname(p) for p in manifest}
+    for d in dirs:
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    for rel, size in manifest.items():
+        fd = os.open(os.path.join(root, rel), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.ftruncate(fd, size)
+        os.close(fd)
+    keys = sorted(manifest)
+    os.unlink(os.path.join(root, keys[n // 2]))                               # missing
+    with open(os.path.join(root, keys[n // 3] + " (copy)"), "wb") as f:       # stray
+        f.write(b"x" * 17)
+    os.truncate(os.path.join(root, keys[n // 5 + 1]), 1)                      # size
+    manifest["day=27/hour=09/gen-1/part-0000000.parquet"] = 5                 # wrong prefix
+    for dirpath, dirnames, _ in os.walk(root):
+        os.chmod(dirpath, 0o755)
+    return manifest
+
+
+def walk(root, prefix):
+    """The reference's listing: every file under the prefix with its size."""
+    out = {}
+    base = os.path.join(root, prefix)
+    stack = [base]
+    while stack:
+        d = stack.pop()
+        with os.scandir(d) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif e.is_file(follow_symlinks=False):
+                    out[os.path.relpath(e.path, root)] = e.stat(follow_symlinks=False).st_size
+    return out
+
+
+def bench_files(pg, sizes, trials):
+    print("== release_gate on a file:// store (walk + compare + catalog + stored report) ==")
+    print(f"{'files':>10} {'finalize s':>11} {'reference s':>12} {'ratio':>7} {'finalize us/file':>17}")
+    pg.sql("SELECT finalize.track_table('bench.orders', 'src', 'dbo.orders')")
+    pg.sql("SELECT finalize.register_partition('bench.orders', 'day=27/hour=08', %s)", (PREFIX,))
+    per_file = []
+    for n in sizes:
+        root = tempfile.mkdtemp(prefix="finalize-bench-store.")
+        os.chmod(root, 0o755)
+        try:
+            t = time.perf_counter()
+            manifest = make_store(root, n)
+            setup = time.perf_counter() - t
+            text = json.dumps({"table": "bench.orders", "partition": "day=27/hour=08", "generation": "gen-1",
+                               "store": "file://" + root, "prefix": PREFIX, "files": manifest})
+            conn = pg.connect()
+            cur = conn.cursor()
+
+            def run_c():
+                cur.execute("SELECT problems FROM finalize.release_gate(%s)", (text,))
+                return sorted(((p["code"], p["path"]) for p in cur.fetchone()[0]
+                               if p["code"] != "catalog_mismatch"), key=lambda x: (x[1], x[0]))
+
+            def run_ref():
+                m = json.loads(text)["files"]
+                return reference(m, walk(root, PREFIX), PREFIX)
+
+            c_best, c_med, c_result = best(run_c, trials)
+            r_best, r_med, r_result = best(run_ref, trials)
+            conn.close()
+            if c_result != r_result:
+                raise SystemExit(f"finalize and the reference disagree at {n} files:\n{c_result}\n{r_result}")
+            assert len(c_result) == 4, c_result
+            per_file.append(c_best / n * 1e6)
+            print(f"{n:>10} {c_best:>11.4f} {r_best:>12.4f} {r_best / c_best:>7.2f} {per_file[-1]:>17.3f}"
+                  f"   (medians {c_med:.4f} / {r_med:.4f}; store built in {setup:.1f} s)")
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    if len(per_file) > 1:
+        print(f"growth: time per file at {sizes[-1]} / at {sizes[0]} = {per_file[-1] / per_file[0]:.2f} "
+              f"(1.00 is linear)")
+    (attempts,) = pg.sql("SELECT count(*) FROM finalize.release")[0]
+    print(f"({attempts} attempts stored, each with its full report)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", nargs="*", help="memory, files (default: both)")
+    ap.add_argument("--memory-sizes", default="10000,1000000")
+    ap.add_argument("--file-sizes", default="10000,1000000")
+    ap.add_argument("--trials", type=int, default=3)
+    args = ap.parse_args()
+    what = args.what or ["memory", "files"]
+    for w in what:
+        if w not in ("memory", "files"):
+            ap.error(f"unknown benchmark {w!r}: choose memory or files")
+    pg = Cluster(conf={"finalize.enabled": "off", "shared_buffers": "512MB", "work_mem": "64MB"})
+    pg.start()
+    try:
+        pg.sql("CREATE EXTENSION finalize")
+        pg.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+        if "memory" in what:
+            bench_memory(pg, [int(x) for x in args.memory_sizes.split(",")], args.trials)
+        if "files" in what:
+            bench_files(pg, [int(x) for x in args.file_sizes.split(",")], args.trials)
+    finally:
+        pg.cleanup()
+
+
+if __name__ == "__main__":
+    main()
