@@ -20,6 +20,8 @@ ALTER SERVER lake OPTIONS (ADD secret_access_key 'x');
 ALTER USER MAPPING FOR CURRENT_USER SERVER lake OPTIONS (SET secret_access_key '');
 ALTER USER MAPPING FOR CURRENT_USER SERVER lake OPTIONS (ADD bucket 'x');
 SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'lake';
+-- A server without a bucket cannot be listed.
+CREATE SERVER nobucket FOREIGN DATA WRAPPER finalize_s3 OPTIONS (endpoint 'http://127.0.0.1:9000');
 
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('g.orders', 'erp', 'dbo.orders') > 0 AS tracked;
@@ -85,6 +87,8 @@ SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "ge
 -- Stores: unknown servers, servers of another wrapper, bad file URLs.
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "nosuch", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "erp", "files": {}}');
+CREATE USER MAPPING FOR CURRENT_USER SERVER nobucket OPTIONS (access_key_id 'AKIA', secret_access_key 's');
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "nobucket", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "file://relative/path", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "file:///nonexistent/finalize/store", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.nosuch", "partition": "p", "generation": "g", "store": "file:///", "files": {}}');
@@ -114,5 +118,6 @@ RESET ROLE;
 
 SELECT finalize.untrack_table('g.orders', false);
 DROP SERVER lake CASCADE;
+DROP SERVER nobucket CASCADE;
 DROP SERVER erp;
 DROP ROLE regress_gate_reader, regress_gate_publisher;

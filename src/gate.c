@@ -164,7 +164,8 @@ list_store(const Manifest *m, Inventory *listing)
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("permission denied for server %s", server->servername),
-					 errhint("GRANT USAGE ON FOREIGN SERVER %s to the publishing role.", server->servername)));
+					 errhint("An administrator can run GRANT USAGE ON FOREIGN SERVER %s TO the publishing role.",
+							 quote_identifier(server->servername))));
 		if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(caller),
 								   ObjectIdGetDatum(server->serverid)) &&
 			!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
@@ -174,12 +175,18 @@ list_store(const Manifest *m, Inventory *listing)
 					 errmsg("no user mapping for role \"%s\" on server \"%s\"",
 							GetUserNameFromId(caller, false), server->servername),
 					 errhint("Create one: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (access_key_id '...', secret_access_key '...').",
-							 server->servername)));
+							 quote_identifier(server->servername))));
 		um = GetUserMapping(caller, server->serverid);
 
 		loc.endpoint = option_value(server->options, "endpoint", "https://s3.amazonaws.com");
 		loc.region = option_value(server->options, "region", "us-east-1");
 		loc.bucket = option_value(server->options, "bucket", "");
+		if (loc.bucket[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+					 errmsg("server \"%s\" has no bucket option", server->servername),
+					 errhint("Name the bucket: ALTER SERVER %s OPTIONS (ADD bucket '...').",
+							 quote_identifier(server->servername))));
 		loc.virtual_host = strcmp(option_value(server->options, "url_style", "path"), "virtual") == 0;
 		loc.access_key = option_value(um->options, "access_key_id", "");
 		loc.secret_key = option_value(um->options, "secret_access_key", "");
