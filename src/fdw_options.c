@@ -22,6 +22,8 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "fdw_options.h"
+
 PG_FUNCTION_INFO_V1(finalize_mssql_validator);
 PG_FUNCTION_INFO_V1(finalize_s3_validator);
 
@@ -326,4 +328,23 @@ finalize_s3_validator(PG_FUNCTION_ARGS)
 
 	validate_options("finalize_s3", s3_options, opts, context);
 	PG_RETURN_VOID();
+}
+
+/*
+ * The value of a generic option of a server or user mapping, or a default:
+ * the validators above have checked it when it was set.
+ */
+const char *
+fdw_option_value(List *options, const char *name, const char *dflt)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *def = (DefElem *) lfirst(lc);
+
+		if (strcmp(def->defname, name) == 0)
+			return defGetString(def);
+	}
+	return dflt;
 }

@@ -18,7 +18,6 @@
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
-#include "commands/defrem.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "foreign/foreign.h"
@@ -32,6 +31,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "fdw_options.h"
 #include "finalize.h"
 #include "filestore.h"
 #include "inventory.h"
@@ -46,22 +46,6 @@ PG_FUNCTION_INFO_V1(finalize_compare_inventories);
 #else
 #define server_usage_check(srv, role) pg_foreign_server_aclcheck((srv), (role), ACL_USAGE)
 #endif
-
-/* The value of a generic option, or a default. */
-static const char *
-option_value(List *options, const char *name, const char *dflt)
-{
-	ListCell   *lc;
-
-	foreach(lc, options)
-	{
-		DefElem    *def = (DefElem *) lfirst(lc);
-
-		if (strcmp(def->defname, name) == 0)
-			return defGetString(def);
-	}
-	return dflt;
-}
 
 /* The sorted paths of the manifest entries that carry a checksum. */
 typedef struct EtagPaths
@@ -178,19 +162,19 @@ list_store(const Manifest *m, Inventory *listing)
 							 quote_identifier(server->servername))));
 		um = GetUserMapping(caller, server->serverid);
 
-		loc.endpoint = option_value(server->options, "endpoint", "https://s3.amazonaws.com");
-		loc.region = option_value(server->options, "region", "us-east-1");
-		loc.bucket = option_value(server->options, "bucket", "");
+		loc.endpoint = fdw_option_value(server->options, "endpoint", "https://s3.amazonaws.com");
+		loc.region = fdw_option_value(server->options, "region", "us-east-1");
+		loc.bucket = fdw_option_value(server->options, "bucket", "");
 		if (loc.bucket[0] == '\0')
 			ereport(ERROR,
 					(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
 					 errmsg("server \"%s\" has no bucket option", server->servername),
 					 errhint("Name the bucket: ALTER SERVER %s OPTIONS (ADD bucket '...').",
 							 quote_identifier(server->servername))));
-		loc.virtual_host = strcmp(option_value(server->options, "url_style", "path"), "virtual") == 0;
-		loc.access_key = option_value(um->options, "access_key_id", "");
-		loc.secret_key = option_value(um->options, "secret_access_key", "");
-		loc.session_token = option_value(um->options, "session_token", NULL);
+		loc.virtual_host = strcmp(fdw_option_value(server->options, "url_style", "path"), "virtual") == 0;
+		loc.access_key = fdw_option_value(um->options, "access_key_id", "");
+		loc.secret_key = fdw_option_value(um->options, "secret_access_key", "");
+		loc.session_token = fdw_option_value(um->options, "session_token", NULL);
 		loc.connect_timeout_ms = finalize_s3_connect_timeout_ms;
 		loc.timeout_ms = finalize_s3_timeout_ms;
 		if (!objstore_list(&loc, m->prefix, listing, &err))

@@ -11,7 +11,6 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/defrem.h"
 #include "executor/spi.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
@@ -22,6 +21,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "fdw_options.h"
 #include "finalize.h"
 #include "worker_state.h"
 
@@ -92,22 +92,6 @@ ws_try(void (*fn) (void *), void *arg, char **errmsg)
 	return ok;
 }
 
-/* The value of a generic option, or a default. */
-static const char *
-option_value(List *options, const char *name, const char *dflt)
-{
-	ListCell   *lc;
-
-	foreach(lc, options)
-	{
-		DefElem    *def = (DefElem *) lfirst(lc);
-
-		if (strcmp(def->defname, name) == 0)
-			return defGetString(def);
-	}
-	return dflt;
-}
-
 /* An interval option (validated when it was set) in microseconds. */
 static int64
 option_interval_usecs(const char *text)
@@ -162,16 +146,16 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	oldcxt = MemoryContextSwitchTo(cxt);
 	cfg->serverid = serverid;
 	cfg->server_name = pstrdup(server->servername);
-	cfg->conn.host = pstrdup(option_value(server->options, "host", ""));
-	cfg->conn.port = atoi(option_value(server->options, "port", "1433"));
-	cfg->database = pstrdup(option_value(server->options, "database", ""));
+	cfg->conn.host = pstrdup(fdw_option_value(server->options, "host", ""));
+	cfg->conn.port = atoi(fdw_option_value(server->options, "port", "1433"));
+	cfg->database = pstrdup(fdw_option_value(server->options, "database", ""));
 	cfg->conn.database = cfg->database;
-	cfg->timezone = pstrdup(option_value(server->options, "timezone", "UTC"));
-	cfg->conn.tds_version = pstrdup(option_value(server->options, "tds_version", "7.4"));
+	cfg->timezone = pstrdup(fdw_option_value(server->options, "timezone", "UTC"));
+	cfg->conn.tds_version = pstrdup(fdw_option_value(server->options, "tds_version", "7.4"));
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);
-	cfg->stall_threshold = option_interval_usecs(option_value(server->options, "capture_stall_threshold",
+	cfg->stall_threshold = option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold",
 															  "15 minutes"));
 	MemoryContextSwitchTo(oldcxt);
 
@@ -189,8 +173,8 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	{
 		um = GetUserMapping(owner, serverid);
 		oldcxt = MemoryContextSwitchTo(cxt);
-		cfg->conn.username = pstrdup(option_value(um->options, "username", ""));
-		cfg->conn.password = pstrdup(option_value(um->options, "password", ""));
+		cfg->conn.username = pstrdup(fdw_option_value(um->options, "username", ""));
+		cfg->conn.password = pstrdup(fdw_option_value(um->options, "password", ""));
 		MemoryContextSwitchTo(oldcxt);
 		if (cfg->conn.username[0] == '\0')
 			problem = psprintf("the user mapping for server \"%s\" has no username option", server->servername);
