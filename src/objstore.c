@@ -9,9 +9,11 @@
  * percent-encoded), and x-amz-content-sha256 is sent explicitly. Pages are
  * followed through continuation tokens.
  *
- * Callbacks never raise errors: the write callback fills a bounded buffer,
- * the progress callback aborts the transfer when PostgreSQL has an interrupt
- * pending, and the caller raises once curl_easy_perform has returned.
+ * Callbacks never raise errors: the write callback fills a bounded malloc'd
+ * buffer, the progress callback aborts the transfer when PostgreSQL has an
+ * interrupt pending, and the caller raises once curl_easy_perform has
+ * returned. The handle is cleaned up even when an error is raised between
+ * requests (PG_FINALLY), so no socket outlives the statement.
  */
 #include "postgres.h"
 
@@ -35,11 +37,18 @@
 
 static bool curl_ready = false;
 
-/* What the write callback collects. */
+/*
+ * What the write callback collects: in malloc'd memory, because a callback
+ * must not raise (palloc would, when out of memory) while libcurl is on the
+ * stack.
+ */
 typedef struct Response
 {
-	StringInfoData body;
+	char	   *data;
+	size_t		len;
+	size_t		cap;
 	bool		too_large;
+	bool		no_memory;
 } Response;
 
 /* Appends received bytes; stops (returns short) beyond the limit. */
@@ -49,12 +58,26 @@ on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 	Response   *r = (Response *) userdata;
 	size_t		n = size * nmemb;
 
-	if (r->body.len + n > MAX_RESPONSE_BYTES)
+	if (r->len + n > MAX_RESPONSE_BYTES)
 	{
 		r->too_large = true;
 		return 0;
 	}
-	appendBinaryStringInfo(&r->body, ptr, n);
+	if (r->len + n > r->cap)
+	{
+		size_t		cap = Max(Max(r->cap * 2, r->len + n), 64 * 1024);
+		char	   *grown = realloc(r->data, cap);
+
+		if (grown == NULL)
+		{
+			r->no_memory = true;
+			return 0;
+		}
+		r->data = grown;
+		r->cap = cap;
+	}
+	memcpy(r->data + r->len, ptr, n);
+	r->len += n;
 	return n;
 }
 
@@ -120,7 +143,7 @@ child_text(xmlNodePtr parent, const char *name)
 static xmlDocPtr
 parse_xml(const Response *r)
 {
-	return xmlReadMemory(r->body.data, r->body.len, "s3.xml", NULL,
+	return xmlReadMemory(r->data ? r->data : "", (int) r->len, "s3.xml", NULL,
 						 XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_NOBLANKS);
 }
 
@@ -238,9 +261,8 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 	CURL	   *curl;
 	struct curl_slist *headers = NULL;
 	char		errbuf[CURL_ERROR_SIZE];
-	char	   *token = NULL;
-	bool		ok = true;
-	bool		truncated = true;
+	volatile bool ok = true;
+	Response	r = {0};
 
 	memset(err, 0, sizeof(*err));
 	if (!curl_ready)
@@ -262,61 +284,77 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 	headers = curl_slist_append(headers, "x-amz-content-sha256: " EMPTY_SHA256);
 	if (loc->session_token != NULL)
 		headers = curl_slist_append(headers, psprintf("x-amz-security-token: %s", loc->session_token));
-	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, psprintf("aws:amz:%s:s3", loc->region));
-	curl_easy_setopt(curl, CURLOPT_USERNAME, loc->access_key);
-	curl_easy_setopt(curl, CURLOPT_PASSWORD, loc->secret_key);
-	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, loc->connect_timeout_ms);
-	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, loc->timeout_ms);
-	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(curl, CURLOPT_USERAGENT, "finalize (PostgreSQL extension)");
-
-	while (ok && truncated)
+	/* The handle and its socket are released even when an error is raised. */
+	PG_TRY();
 	{
-		Response	r;
-		CURLcode	rc;
-		long		status = 0;
-		char	   *url = list_url(loc, prefix, token);
+		char	   *token = NULL;
+		bool		truncated = true;
 
-		initStringInfo(&r.body);
-		r.too_large = false;
-		errbuf[0] = '\0';
-		curl_easy_setopt(curl, CURLOPT_URL, url);
-		curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r);
-		rc = curl_easy_perform(curl);
-		curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-		if (rc == CURLE_ABORTED_BY_CALLBACK)
+		curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+		curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, psprintf("aws:amz:%s:s3", loc->region));
+		curl_easy_setopt(curl, CURLOPT_USERNAME, loc->access_key);
+		curl_easy_setopt(curl, CURLOPT_PASSWORD, loc->secret_key);
+		curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+		curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, loc->connect_timeout_ms);
+		curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, loc->timeout_ms);
+		curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+		curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+		curl_easy_setopt(curl, CURLOPT_USERAGENT, "finalize (PostgreSQL extension)");
+
+		while (ok && truncated)
 		{
-			set_error(err, 0, "Interrupted", "the listing was interrupted");
-			ok = false;
+			CURLcode	rc;
+			long		status = 0;
+			char	   *url = list_url(loc, prefix, token);
+
+			memset(&r, 0, sizeof(r));
+			errbuf[0] = '\0';
+			curl_easy_setopt(curl, CURLOPT_URL, url);
+			curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r);
+			rc = curl_easy_perform(curl);
+			curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+			if (rc == CURLE_ABORTED_BY_CALLBACK)
+			{
+				set_error(err, 0, "Interrupted", "the listing was interrupted");
+				ok = false;
+			}
+			else if (r.too_large)
+			{
+				set_error(err, status, "ResponseTooLarge", "one page of the listing exceeded 64 MB");
+				ok = false;
+			}
+			else if (r.no_memory)
+			{
+				set_error(err, status, "OutOfMemory", "no memory for one page of the listing");
+				ok = false;
+			}
+			else if (rc != CURLE_OK)
+			{
+				set_error(err, 0, rc == CURLE_OPERATION_TIMEDOUT ? "Timeout" : "ConnectionFailed",
+						  psprintf("%s%s%s", curl_easy_strerror(rc), errbuf[0] ? ": " : "", errbuf));
+				ok = false;
+			}
+			else if (status != 200)
+			{
+				read_error(&r, status, err);
+				ok = false;
+			}
+			else
+				ok = read_page(&r, out, &truncated, &token, err);
+			free(r.data);
+			r.data = NULL;
+			pfree(url);
 		}
-		else if (r.too_large)
-		{
-			set_error(err, status, "ResponseTooLarge", "one page of the listing exceeded 64 MB");
-			ok = false;
-		}
-		else if (rc != CURLE_OK)
-		{
-			set_error(err, 0, rc == CURLE_OPERATION_TIMEDOUT ? "Timeout" : "ConnectionFailed",
-					  psprintf("%s%s%s", curl_easy_strerror(rc), errbuf[0] ? ": " : "", errbuf));
-			ok = false;
-		}
-		else if (status != 200)
-		{
-			read_error(&r, status, err);
-			ok = false;
-		}
-		else
-			ok = read_page(&r, out, &truncated, &token, err);
-		pfree(r.body.data);
-		pfree(url);
 	}
-	curl_slist_free_all(headers);
-	curl_easy_cleanup(curl);
+	PG_FINALLY();
+	{
+		free(r.data);
+		curl_slist_free_all(headers);
+		curl_easy_cleanup(curl);
+	}
+	PG_END_TRY();
 	return ok;
 }
