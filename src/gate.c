@@ -286,14 +286,29 @@ build_report(const Manifest *m, const Inventory *listing, const char *catalog_js
 	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
 }
 
+/* The id of the manifest's table, or the not-tracked error (as the owner). */
+static int64
+tracked_table_id(const Manifest *m)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	int64		id;
+
+	SPI_connect();
+	values[0] = CStringGetTextDatum(m->table);
+	id = pg_strtoint64(query_row("SELECT " FINALIZE_SCHEMA "._tracked_id($1)", 1, types, values, 1)[0]);
+	SPI_finish();
+	return id;
+}
+
 /* The parts of the gate that read and write the catalog (as the owner). */
 static bool
-check_and_store(const Manifest *m, const Inventory *listing, const char *requested_by, ProblemList *problems)
+check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, const char *requested_by,
+				ProblemList *problems)
 {
 	Oid			types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
 	Datum		values[3];
 	char	  **row;
-	int64		table_id;
 	char	   *catalog_json;
 	char	   *facts_json = NULL;
 	Jsonb	   *report;
@@ -302,8 +317,6 @@ check_and_store(const Manifest *m, const Inventory *listing, const char *request
 
 	SPI_connect();
 	values[0] = CStringGetTextDatum(m->table);
-	row = query_row("SELECT " FINALIZE_SCHEMA "._tracked_id($1)", 1, types, values, 1);
-	table_id = pg_strtoint64(row[0]);
 
 	/* The manifest against the listing. */
 	inventory_compare(&m->files, listing, m->prefix, problems);
@@ -428,6 +441,54 @@ check_and_store(const Manifest *m, const Inventory *listing, const char *request
 	return released;
 }
 
+/* One release_gate call, shared by the steps that run as the owner. */
+typedef struct GateRun
+{
+	const Manifest *m;
+	const Inventory *listing;
+	const char *requested_by;
+	ProblemList *problems;
+	int64		table_id;
+	bool		released;
+} GateRun;
+
+/* Step: the tracked table of the manifest. */
+static void
+lookup_step(GateRun *run)
+{
+	run->table_id = tracked_table_id(run->m);
+}
+
+/* Step: the catalog and facts checks, and storing the attempt. */
+static void
+check_step(GateRun *run)
+{
+	run->released = check_and_store(run->m, run->table_id, run->listing, run->requested_by, run->problems);
+}
+
+/*
+ * Runs a step as the extension's owner, who alone may read the catalog and
+ * write releases; the caller's identity is restored even on error.
+ */
+static void
+run_as_owner(Oid owner, void (*step) (GateRun *), GateRun *run)
+{
+	Oid			save_user;
+	int			save_sec;
+
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		step(run);
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_user, save_sec);
+	}
+	PG_END_TRY();
+}
+
 /* The role that owns this function (the extension's owner). */
 static Oid
 function_owner(Oid fn)
@@ -455,10 +516,8 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 	Datum		result[3];
 	bool		nulls[3] = {false, false, false};
 	StringInfoData pj;
-	Oid			save_user;
-	int			save_sec;
-	char	   *requested_by = GetUserNameFromId(GetUserId(), false);
-	volatile bool released = false;
+	Oid			owner;
+	GateRun		run = {0};
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -467,26 +526,22 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	manifest_parse(PG_GETARG_JSONB_P(0), &m);
+	run.m = &m;
+	run.listing = &listing;
+	run.problems = &problems;
+	run.requested_by = GetUserNameFromId(GetUserId(), false);
+	owner = function_owner(fcinfo->flinfo->fn_oid);
 
+	/* An untracked table is an error before anything goes over the network. */
+	run_as_owner(owner, lookup_step, &run);
 	/* The store, as the caller. */
 	list_store(&m, &listing);
-
 	/* The catalog, as the extension's owner. */
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(function_owner(fcinfo->flinfo->fn_oid), save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	PG_TRY();
-	{
-		released = check_and_store(&m, &listing, requested_by, &problems);
-	}
-	PG_FINALLY();
-	{
-		SetUserIdAndSecContext(save_user, save_sec);
-	}
-	PG_END_TRY();
+	run_as_owner(owner, check_step, &run);
 
 	initStringInfo(&pj);
 	problems_to_json(&problems, &pj);
-	result[0] = BoolGetDatum(released);
+	result[0] = BoolGetDatum(run.released);
 	result[1] = CStringGetTextDatum(m.generation);
 	result[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(pj.data));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), result, nulls)));

@@ -332,3 +332,10 @@ def test_session_tokens_are_sent_and_signed(pg, table):
             assert all(r["signature_ok"] for r in tok.requests() if r["status"] == 200)
         finally:
             pg.sql("DROP SERVER lake_sts CASCADE")
+
+
+def test_an_untracked_table_is_refused_before_any_request(pg, s3, table):
+    s3.clear(what="requests")
+    with pytest.raises(psycopg2.errors.UndefinedObject, match='table "no.such" is not tracked'):
+        gate(pg, dict(manifest("gen-1", {"day=27/hour=08/gen-1/a": 1}), table="no.such"))
+    assert s3.requests() == []
