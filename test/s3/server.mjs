@@ -111,13 +111,15 @@ async function main() {
   let nextFaultId = 1;
   let requests = [];
   let seq = 0;
-  const logStream = fs.createWriteStream(logPath, { flags: 'a' });
+  // Written synchronously: a test that reads the file right after a response
+  // must find that request's line (a WriteStream flushes later).
+  const logFd = fs.openSync(logPath, 'a');
   const sockets = new Set();
 
   function logRequest(entry) {
     requests.push(entry);
     if (requests.length > 100000) requests = requests.slice(-50000);
-    logStream.write(JSON.stringify(entry) + '\n');
+    fs.writeSync(logFd, JSON.stringify(entry) + '\n');
   }
 
   const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'host', 'authorization', 'content-length', 'expect']);
@@ -625,8 +627,8 @@ async function main() {
     } catch {
       // already closed
     }
-    logStream.end(() => process.exit(code));
-    setTimeout(() => process.exit(code), 2000).unref();
+    fs.closeSync(logFd);
+    process.exit(code);
   }
   for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(sig, () => shutdown(0));
   // When re-executed by a parent that goes away, go too.
