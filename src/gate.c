@@ -301,6 +301,64 @@ tracked_table_id(const Manifest *m)
 	return id;
 }
 
+/*
+ * Stores a release attempt and, when it passed, switches the partition's
+ * published marker: in the caller's transaction, so the release is all or
+ * nothing. The insert runs as a generic plan: a custom plan would fold the
+ * report (possibly hundreds of megabytes) into a constant, copying it.
+ */
+static void
+store_release(int64 table_id, const Manifest *m, bool released, const char *problems_json, Jsonb *report,
+			  const char *requested_by)
+{
+	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID};
+	Datum		values[9];
+	SPIPlanPtr	plan;
+	bool		isnull;
+	Datum		release_id;
+
+	values[0] = Int64GetDatum(table_id);
+	values[1] = CStringGetTextDatum(m->partition);
+	values[2] = CStringGetTextDatum(m->generation);
+	values[3] = CStringGetTextDatum(m->store);
+	values[4] = CStringGetTextDatum(m->prefix);
+	values[5] = BoolGetDatum(released);
+	values[6] = DirectFunctionCall1(jsonb_in, CStringGetDatum(problems_json));
+	values[7] = JsonbPGetDatum(report);
+	values[8] = DirectFunctionCall1(namein, CStringGetDatum(requested_by));
+
+	/* Releases of one partition are serialized. */
+	if (SPI_execute_with_args("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($2, $1))",
+							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock partition \"%s\" for its release", m->partition);
+
+	plan = SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
+							  "prefix, released, problems, report, requested_by) "
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING release_id",
+							  9, types, CURSOR_OPT_GENERIC_PLAN);
+	if (plan == NULL || SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_INSERT_RETURNING ||
+		SPI_processed != 1)
+		elog(ERROR, "could not store the release attempt of partition \"%s\"", m->partition);
+	release_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	SPI_freeplan(plan);
+	if (!released)
+		return;
+
+	{
+		Oid			ptypes[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT8OID};
+		Datum		pvalues[5] = {values[0], values[1], values[2], values[4], release_id};
+
+		if (SPI_execute_with_args("INSERT INTO " FINALIZE_SCHEMA ".published AS p "
+								  "(table_id, partition, generation, prefix, release_id, published_at) "
+								  "VALUES ($1, $2, $3, $4, $5, pg_catalog.now()) "
+								  "ON CONFLICT ON CONSTRAINT published_pkey DO UPDATE "
+								  "SET generation = excluded.generation, prefix = excluded.prefix, "
+								  "release_id = excluded.release_id, published_at = excluded.published_at",
+								  5, ptypes, pvalues, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not publish partition \"%s\"", m->partition);
+	}
+}
+
 /* The parts of the gate that read and write the catalog (as the owner). */
 static bool
 check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, const char *requested_by,
@@ -420,23 +478,7 @@ check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, con
 	initStringInfo(&problems_json);
 	problems_to_json(problems, &problems_json);
 	report = build_report(m, listing, catalog_json, facts_json, problems_json.data);
-	{
-		Oid			stypes[9] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID};
-		Datum		svalues[9];
-
-		svalues[0] = Int64GetDatum(table_id);
-		svalues[1] = CStringGetTextDatum(m->partition);
-		svalues[2] = CStringGetTextDatum(m->generation);
-		svalues[3] = CStringGetTextDatum(m->store);
-		svalues[4] = CStringGetTextDatum(m->prefix);
-		svalues[5] = BoolGetDatum(released);
-		svalues[6] = DirectFunctionCall1(jsonb_in, CStringGetDatum(problems_json.data));
-		svalues[7] = JsonbPGetDatum(report);
-		svalues[8] = DirectFunctionCall1(namein, CStringGetDatum(requested_by));
-		if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._store_release($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-								  9, stypes, svalues, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not store the release attempt");
-	}
+	store_release(table_id, m, released, problems_json.data, report, requested_by);
 	SPI_finish();
 	return released;
 }

@@ -242,36 +242,6 @@ RETURN (SELECT jsonb_build_object('period_start', c.period_start, 'period_end', 
           FROM @extschema@.changes_by_period(table_name, period_start, period_start + interval '1 microsecond') c
          LIMIT 1);
 
--- Stores a release attempt and, when it passed, switches the marker; one
--- transaction with the caller's. The C gate calls it as the extension owner.
-CREATE FUNCTION @extschema@._store_release(table_id bigint, partition text, generation text, store text,
-                                           prefix text, released boolean, problems jsonb, report jsonb,
-                                           requested_by name)
-RETURNS bigint
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_variable
-DECLARE
-    id bigint;
-BEGIN
-    -- Serialize releases of one partition.
-    PERFORM pg_advisory_xact_lock(hashtextextended(partition, table_id));
-    INSERT INTO @extschema@.release (table_id, partition, generation, store, prefix, released, problems, report,
-                                     requested_by)
-    VALUES (table_id, partition, generation, store, prefix, released, problems, report, requested_by)
-    RETURNING release_id INTO id;
-    IF released THEN
-        INSERT INTO @extschema@.published AS p (table_id, partition, generation, prefix, release_id, published_at)
-        VALUES (table_id, partition, generation, prefix, id, now())
-        ON CONFLICT ON CONSTRAINT published_pkey DO UPDATE
-           SET generation = excluded.generation, prefix = excluded.prefix,
-               release_id = excluded.release_id, published_at = excluded.published_at;
-    END IF;
-    RETURN id;
-END
-$$;
-
 CREATE FUNCTION @extschema@.release_gate(manifest jsonb,
                                          OUT released boolean, OUT generation text, OUT problems jsonb)
 RETURNS record
