@@ -219,25 +219,13 @@ query_row(const char *sql, int nargs, Oid *types, Datum *values, int ncols)
 	return out;
 }
 
-/* Pushes a key of the report. */
-static void
-push_key(JsonbParseState **st, const char *key)
-{
-	JsonbValue	k;
-
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	pushJsonbValue(st, WJB_KEY, &k);
-}
-
 /* Pushes key: the JSON document in text (or null) into the report. */
 static void
 push_json_text(JsonbParseState **st, const char *key, const char *json)
 {
 	JsonbValue	v;
 
-	push_key(st, key);
+	jsonb_push_key(st, key, strlen(key));
 	if (json == NULL)
 	{
 		v.type = jbvNull;
@@ -264,21 +252,21 @@ build_report(const Manifest *m, const Inventory *listing, const char *catalog_js
 	JsonbValue	v;
 
 	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	push_key(&st, "manifest");
+	jsonb_push_key(&st, "manifest", 8);
 	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	push_key(&st, "prefix");
+	jsonb_push_key(&st, "prefix", 6);
 	v.type = jbvString;
 	v.val.string.val = m->prefix;
 	v.val.string.len = strlen(m->prefix);
 	pushJsonbValue(&st, WJB_VALUE, &v);
-	push_key(&st, "empty");
+	jsonb_push_key(&st, "empty", 5);
 	v.type = jbvBool;
 	v.val.boolean = m->empty;
 	pushJsonbValue(&st, WJB_VALUE, &v);
-	push_key(&st, "files");
+	jsonb_push_key(&st, "files", 5);
 	inventory_push_jsonb(&st, &m->files);
 	pushJsonbValue(&st, WJB_END_OBJECT, NULL);
-	push_key(&st, "listing");
+	jsonb_push_key(&st, "listing", 7);
 	inventory_push_jsonb(&st, listing);
 	push_json_text(&st, "catalog", catalog_json);
 	push_json_text(&st, "facts", facts_json);

@@ -333,9 +333,9 @@ manifest_parse(Jsonb *jb, Manifest *m)
 					 "checked against the CDC facts of that period");
 }
 
-/* Pushes a key of an object being built. */
-static void
-push_key(JsonbParseState **st, const char *key, int len)
+/* Pushes a key of a jsonb object being built. */
+void
+jsonb_push_key(JsonbParseState **st, const char *key, int len)
 {
 	JsonbValue	k;
 
@@ -370,7 +370,7 @@ inventory_push_jsonb(JsonbParseState **st, const Inventory *inv)
 	{
 		const InvObject *o = &inv->items[i];
 
-		push_key(st, o->path, o->path_len);
+		jsonb_push_key(st, o->path, o->path_len);
 		if (o->etag == NULL)
 			push_int64(st, o->size);
 		else
@@ -378,9 +378,9 @@ inventory_push_jsonb(JsonbParseState **st, const Inventory *inv)
 			JsonbValue	e;
 
 			pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
-			push_key(st, "size", 4);
+			jsonb_push_key(st, "size", 4);
 			push_int64(st, o->size);
-			push_key(st, "etag", 4);
+			jsonb_push_key(st, "etag", 4);
 			e.type = jbvString;
 			e.val.string.val = o->etag;
 			e.val.string.len = o->etag_len;
