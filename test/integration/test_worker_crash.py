@@ -44,7 +44,9 @@ def test_random_kills_lose_and_duplicate_nothing():
     env = Env(pg)
     try:
         with sim_clock(dummy_interval=60) as sim:
-            sim.call("sim.commit", inserts=1)
+            # Enough rows that the random updates and deletes below always find
+            # one (commits add two rows on average and delete at most one).
+            sim.call("sim.commit", inserts=20)
             sim.call("sim.advance", seconds=10)
             env.add_source("erp", sim)
             env.track("c.orders", "erp", granularity="5 minutes")
