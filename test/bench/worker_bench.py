@@ -23,7 +23,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))

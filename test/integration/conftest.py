@@ -1,5 +1,7 @@
 """Fixtures shared by the integration tests: a PostgreSQL cluster that
-preloads finalize, with the extension created in database postgres."""
+preloads finalize, with the extension created in database postgres; and for
+the worker tests (whose modules define their own pg), an Env on it and a
+simulator on a simulated clock starting 2026-11-02 08:59 UTC."""
 
 import os
 import sys
@@ -19,3 +21,21 @@ def pg():
     cluster.sql("CREATE EXTENSION finalize")
     yield cluster
     cluster.cleanup()
+
+
+@pytest.fixture
+def env(pg):
+    """Sources and tracked tables on pg, removed after the test."""
+    from worker_env import Env
+    e = Env(pg)
+    yield e
+    e.cleanup()
+
+
+@pytest.fixture
+def sim():
+    """A simulator whose clock stands still until the test advances it."""
+    from worker_env import sim_clock
+    s = sim_clock(start_time="2026-11-02T08:59:00Z").start()
+    yield s
+    s.stop()

@@ -9,7 +9,6 @@ FINALIZE_CHAOS_STEPS (default 40) and FINALIZE_CHAOS_SEED make longer or
 repeatable runs; the seed and the count of every event are printed."""
 
 import collections
-import datetime
 import os
 import random
 import signal

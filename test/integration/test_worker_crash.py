@@ -4,14 +4,13 @@ and the verdict is never ahead of the simulator's ground truth.
 
 FINALIZE_CRASH_STEPS and FINALIZE_CRASH_SEED make longer or repeatable runs."""
 
-import datetime
 import os
 import random
 import signal
 import time
 
 from pgcluster import kill
-from worker_env import Env, as_utc, assert_chain, assert_never_leads, new_cluster, sim_clock
+from worker_env import Env, assert_chain, assert_never_leads, new_cluster, sim_clock
 
 
 def worker_pid(pg):

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from worker_env import (Env, as_utc, assert_chain, assert_never_leads, lsn_text, new_cluster,
-                        sim_clock, truth_counts, truth_watermark)
+from worker_env import at, as_utc, assert_chain, assert_never_leads, new_cluster, truth_counts
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2026, 11, 2, 8, 59, tzinfo=UTC)
@@ -22,25 +21,6 @@ def pg():
     cluster = new_cluster()
     yield cluster
     cluster.cleanup()
-
-
-@pytest.fixture
-def env(pg):
-    e = Env(pg)
-    yield e
-    e.cleanup()
-
-
-@pytest.fixture
-def sim():
-    s = sim_clock(start_time="2026-11-02T08:59:00Z").start()
-    yield s
-    s.stop()
-
-
-def at(hh, mm, ss=0.0):
-    """An instant on 2026-11-02 (UTC)."""
-    return datetime.datetime(2026, 11, 2, hh, mm, tzinfo=UTC) + datetime.timedelta(seconds=ss)
 
 
 def start_tracking(env, sim, table="sales.orders", **kw):

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from worker_env import (Env, assert_chain, assert_never_leads, lsn_text, new_cluster, sim_clock,
-                        truth_counts)
+from worker_env import at, assert_chain, assert_never_leads, lsn_text, new_cluster
 
 UTC = datetime.timezone.utc
 
@@ -20,24 +19,6 @@ def pg():
     cluster = new_cluster(**{"finalize.query_timeout": "2s", "finalize.max_retry_interval": "1600ms"})
     yield cluster
     cluster.cleanup()
-
-
-@pytest.fixture
-def env(pg):
-    e = Env(pg)
-    yield e
-    e.cleanup()
-
-
-@pytest.fixture
-def sim():
-    s = sim_clock(start_time="2026-11-02T08:59:00Z").start()
-    yield s
-    s.stop()
-
-
-def at(hh, mm, ss=0):
-    return datetime.datetime(2026, 11, 2, hh, mm, ss, tzinfo=UTC)
 
 
 def start(env, sim, table="g.orders", **kw):

@@ -17,6 +17,11 @@ from simproc import Simulator  # noqa: E402
 UTC = datetime.timezone.utc
 
 
+def at(hh, mm, ss=0.0):
+    """An instant on 2026-11-02 (UTC), the day the sim fixture's clock starts."""
+    return datetime.datetime(2026, 11, 2, hh, mm, tzinfo=UTC) + datetime.timedelta(seconds=ss)
+
+
 def lsn_text(value):
     """An LSN from pymssql (bytes) as finalize writes it."""
     return None if value is None else "0x" + bytes(value).hex().upper()
