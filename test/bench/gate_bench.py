@@ -33,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 
-from pgcluster import Cluster  # noqa: E402
+from pgcluster import cluster_with_source  # noqa: E402
 
 PREFIX = "day=27/hour=08/gen-1/"
 
@@ -213,11 +213,8 @@ def main():
     for w in what:
         if w not in ("memory", "files"):
             ap.error(f"unknown benchmark {w!r}: choose memory or files")
-    pg = Cluster(conf={"finalize.enabled": "off", "shared_buffers": "512MB", "work_mem": "64MB"})
-    pg.start()
+    pg = cluster_with_source({"finalize.enabled": "off", "shared_buffers": "512MB", "work_mem": "64MB"})
     try:
-        pg.sql("CREATE EXTENSION finalize")
-        pg.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
         if "memory" in what:
             bench_memory(pg, [int(x) for x in args.memory_sizes.split(",")], args.trials)
         if "files" in what:

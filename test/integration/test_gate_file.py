@@ -16,7 +16,7 @@ import tempfile
 import psycopg2
 import pytest
 
-from pgcluster import Cluster
+from pgcluster import cluster_with_source
 
 TABLE = "lake.orders"
 P08 = "2026-11-27 08:00+00"   # final, 5 changes
@@ -26,10 +26,7 @@ P10 = "2026-11-27 10:00+00"   # not final
 
 @pytest.fixture(scope="module")
 def pg():
-    cluster = Cluster(conf={"finalize.enabled": "off"})
-    cluster.start()
-    cluster.sql("CREATE EXTENSION finalize")
-    cluster.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+    cluster = cluster_with_source({"finalize.enabled": "off"})
     yield cluster
     cluster.cleanup()
 

@@ -13,7 +13,7 @@ import time
 import psycopg2
 import pytest
 
-from pgcluster import Cluster
+from pgcluster import Cluster, cluster_with_source
 from s3proc import S3Server
 
 TABLE = "lake.orders"
@@ -29,10 +29,7 @@ def s3():
 
 @pytest.fixture(scope="module")
 def pg(s3):
-    cluster = Cluster(conf={"finalize.enabled": "off"})
-    cluster.start()
-    cluster.sql("CREATE EXTENSION finalize")
-    cluster.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+    cluster = cluster_with_source({"finalize.enabled": "off"})
     cluster.sql("CREATE SERVER lake FOREIGN DATA WRAPPER finalize_s3 OPTIONS "
                 "(endpoint %s, region %s, bucket 'lake', url_style 'path')", (s3.endpoint, s3.region))
     cluster.sql("CREATE USER MAPPING FOR postgres SERVER lake OPTIONS (access_key_id %s, secret_access_key %s)",

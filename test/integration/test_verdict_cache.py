@@ -8,15 +8,12 @@ import time
 import psycopg2
 import pytest
 
-from pgcluster import Cluster
+from pgcluster import cluster_with_source
 
 
 @pytest.fixture(scope="module")
 def pg2():
-    cluster = Cluster(conf={"max_prepared_transactions": "2"})
-    cluster.start()
-    cluster.sql("CREATE EXTENSION finalize")
-    cluster.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+    cluster = cluster_with_source({"max_prepared_transactions": "2"})
     yield cluster
     cluster.cleanup()
 

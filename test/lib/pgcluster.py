@@ -168,6 +168,22 @@ class Cluster:
         return False
 
 
+def cluster_with_source(conf=None):
+    """A started cluster with the extension and a SQL Server source "src" that
+    is never contacted: for tests that record facts through the write path by
+    hand (set finalize.enabled = off in conf to keep the worker away)."""
+    cluster = Cluster(conf=conf)
+    cluster.start()
+    try:
+        cluster.sql("CREATE EXTENSION finalize")
+        cluster.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql "
+                    "OPTIONS (host '127.0.0.1', database 'demo')")
+    except Exception:
+        cluster.cleanup()
+        raise
+    return cluster
+
+
 def kill(pid, sig=signal.SIGKILL):
     """Sends a signal to a process, ignoring one that is already gone."""
     try:
