@@ -1,0 +1,15 @@
+/*
+ * io_interrupts.h
+ *     What a wait for SQL Server or an object store does about PostgreSQL's
+ *     interrupts.
+ */
+#ifndef FINALIZE_IO_INTERRUPTS_H
+#define FINALIZE_IO_INTERRUPTS_H
+
+#include <stdbool.h>
+
+extern bool io_stop_requested(void);
+extern bool io_must_stop(void);
+extern void io_interrupts_rethrow(void);
+
+#endif							/* FINALIZE_IO_INTERRUPTS_H */
