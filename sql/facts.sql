@@ -31,6 +31,21 @@ SELECT * FROM finalize.changes_by_period('f.orders', '2026-11-29 12:30+00', '202
 SELECT * FROM finalize.changes_by_period('f.orders', '2026-11-29 16:00+00', '2026-11-29 11:00+00');
 SELECT * FROM finalize.changes_by_period('f.orders', '2000-01-01 00:00+00', '2026-11-29 11:00+00');
 SELECT * FROM finalize.changes_by_period('f.nosuch', '2026-11-29 11:00+00', '2026-11-29 16:00+00');
+-- Exactly 100000 periods is the most one call lists; beyond the timestamp
+-- range, NULL and infinite bounds are errors that name the argument.
+SELECT count(*) FROM finalize.changes_by_period('f.orders', '2015-07-04 00:00+00', '2026-11-29 16:00+00');
+SELECT count(*) FROM finalize.changes_by_period('f.orders', '2015-07-03 23:59+00', '2026-11-29 16:00+00');
+SELECT * FROM finalize.changes_by_period('f.orders', '-infinity', '2026-11-29 16:00+00');
+SELECT * FROM finalize.changes_by_period('f.orders', '2026-11-29 11:00+00', 'infinity');
+SELECT * FROM finalize.changes_by_period('f.orders', NULL, '2026-11-29 16:00+00');
+SELECT * FROM finalize.changes_by_period('f.orders', '4713-01-01 00:00+00 BC', '294276-01-01 00:00+00');
+-- Huge granularities: no interval arithmetic overflows, one period each.
+SELECT finalize.alter_tracked_table('f.orders', granularity => '1000000 days');
+SELECT period_start, period_end, is_final, covered
+  FROM finalize.changes_by_period('f.orders', '2026-11-29 11:00+00', '2026-11-29 16:00+00');
+SELECT finalize.alter_tracked_table('f.orders', granularity => '2000000000 hours');
+SELECT count(*) FROM finalize.changes_by_period('f.orders', '2026-11-29 11:00+00', '2026-11-29 16:00+00');
+SELECT finalize.alter_tracked_table('f.orders', granularity => '1 hour');
 
 -- Retention: old facts go, the fact the offset points at stays.
 UPDATE finalize.fact SET recorded_at = now() - interval '40 days';

@@ -30,6 +30,11 @@ ALTER SERVER src_ok OPTIONS (ADD capture_stall_threshold '20 minutes');
 ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '0');
 ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '1 month');
 ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold 'soon');
+-- Lengths that overflow 64 bits of microseconds (they used to wrap around).
+ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '300000000 days');
+ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '100000000 days 2562047788 hours');
+ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '106751991 days');
+ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '20 minutes');
 
 -- Unknown options list the valid ones.
 ALTER SERVER src_ok OPTIONS (ADD hostname 'x');

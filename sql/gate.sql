@@ -81,6 +81,10 @@ SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "ge
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "files": {"p/a": {"size": 1, "etag": 5}}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "files": 3}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "yesterday-ish", "files": {}}');
+-- Only ISO 8601 with an offset: the session's TimeZone or DateStyle must not pick the period.
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-11-27 08:00", "files": {}}');
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "03/04/2026 08:00+00", "files": {}}');
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-13-45 08:00+00", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "empty": "yes", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "empty": true, "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "empty": true, "period_start": "2026-11-27 08:00+00", "files": {"p/a": 1}}');

@@ -54,6 +54,13 @@ CREATE SERVER erp2 FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1'
 CREATE USER MAPPING FOR regress_admin SERVER erp2 OPTIONS (username 'cdc_admin', password 'admins-own');
 SELECT srvname, umoptions FROM pg_user_mappings WHERE srvname IN ('erp', 'erp2') ORDER BY srvname;
 SELECT finalize.track_table('p.lines', 'erp2', 'dbo.order_lines') > 0 AS tracked;
+-- Tracking through a server uses its login: it needs USAGE on the server.
+SELECT finalize.track_table('p.borrowed', 'erp', 'dbo.orders');
+RESET ROLE;
+GRANT USAGE ON FOREIGN SERVER erp TO regress_admin;
+SET ROLE regress_admin;
+SELECT finalize.track_table('p.borrowed', 'erp', 'dbo.orders') > 0 AS tracked_with_usage;
+SELECT finalize.untrack_table('p.borrowed', false);
 SELECT finalize.record_range('p.orders', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 15:00+00');
 SELECT created_by FROM finalize.tracked_table WHERE table_name = 'p.lines';
 UPDATE finalize.watermark SET finalized_until = 'infinity';

@@ -26,3 +26,8 @@ SELECT finalize.mssql_local_to_instant('2026-11-29 12:00:00.123456', 'Asia/Kolka
        finalize.mssql_local_to_instant('2026-10-04 02:15', 'Australia/Lord_Howe') AS lord_howe_skipped,
        finalize.mssql_local_to_instant('1900-01-01 00:00', 'UTC') AS datetime_epoch;
 SELECT finalize.mssql_local_to_instant('2026-11-29 12:00', 'Mars/Olympus_Mons');
+-- At the ends of the timestamp range a local time can denote an instant out
+-- of it: an error, never a wrapped or invalid value.
+SELECT finalize.mssql_local_to_instant('294276-12-31 20:00', 'Pacific/Pago_Pago');
+SELECT finalize.mssql_local_to_instant('4714-11-24 05:00 BC', 'Asia/Kamchatka');
+SELECT finalize.mssql_local_to_instant('294276-12-31 20:00', 'Pacific/Kiritimati') IS NOT NULL AS in_range;

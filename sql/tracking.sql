@@ -57,6 +57,9 @@ SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 year');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '0');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '-1 hour');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 day -25 hours');
+-- Lengths whose microseconds overflow 64 bits define no periods.
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1000000000 days');
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '2147483647 days 23:59:59');
 SELECT finalize.track_table('t_daily', 'erp', 'dbo.orders', '1 day') > 0 AS tracked;
 
 -- Nothing half-done was left by the failures.
@@ -88,6 +91,7 @@ SELECT table_name, ddl_policy, on_data_loss, start_from FROM finalize.tracked_ta
 SELECT finalize.alter_tracked_table('t_pol', ddl_policy => 'warn');
 SELECT finalize.alter_tracked_table('t_pol', granularity => '1 day', on_data_loss => 'stop');
 SELECT finalize.alter_tracked_table('t_pol', granularity => '1 mon');
+SELECT finalize.alter_tracked_table('t_pol', granularity => '2147483647 days 23:59:59');
 SELECT finalize.alter_tracked_table('t_nosuch', ddl_policy => 'warn');
 SELECT table_name, granularity, ddl_policy, on_data_loss FROM finalize.tracked_table WHERE table_name = 't_pol';
 

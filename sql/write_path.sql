@@ -121,6 +121,36 @@ SELECT * FROM verdict;
 SELECT finalize.record_range('w.nosuch', NULL, '0x00000000000000000100', '2026-11-29 12:00+00');
 SELECT finalize.record_range(NULL, NULL, '0x00000000000000000100', '2026-11-29 12:00+00');
 
+-- A commit time further ahead of this server's clock than
+-- finalize.max_clock_skew (1 hour by default) is refused: GREATEST would keep
+-- the verdict it gave for ever. Within the skew it is accepted.
+-- (The details name this server's clock: only the SQLSTATE or message is shown.)
+\set VERBOSITY sqlstate
+SELECT finalize.record_range('w.hourly', '0x000000000000000004FF', '0x00000000000000000500', now() + interval '2 hours');
+\set VERBOSITY terse
+SELECT finalize.record_range('w.hourly', '0x000000000000000004FF', '0x00000000000000000500', '2300-01-01 00:00+00');
+SELECT finalize.record_range('w.hourly', '0x000000000000000004FF', '0x00000000000000000500', '2026-11-29 15:07+00',
+                             1, 0, 0, '2026-11-29 15:06+00', 'infinity');
+\set VERBOSITY default
+SELECT finalize.record_range('w.hourly', '0x000000000000000004FF', '0x00000000000000000500', now() + interval '30 minutes')
+       = finalize.period_start(now() + interval '30 minutes', '1 hour') AS within_skew_accepted;
+
+-- A new table's first range has no start: one with a start would claim
+-- facts before it (and the worker records by table id, so a name tracked
+-- again on another server never gets the old tracking's ranges).
+SELECT finalize.track_table('w.fresh', 'erp', 'dbo.orders') > 0 AS tracked;
+SELECT finalize.record_range('w.fresh', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 13:00+00',
+                             1, 0, 0, '2026-11-29 12:30+00', '2026-11-29 12:30+00');
+SELECT finalize.record_range('w.fresh', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 13:00+00');
+SELECT finalize.finalized_until('w.fresh');
+SELECT (SELECT table_id FROM finalize.tracked_table WHERE table_name = 'w.fresh' AND untracked_at IS NULL) AS old_id \gset
+SELECT finalize.untrack_table('w.fresh');
+SELECT finalize.track_table('w.fresh', 'erp', 'dbo.orders') > :old_id AS tracked_again;
+SELECT finalize._record_range(:old_id, NULL, '0x00000000000000000100', '2026-11-29 13:00+00', 0, 0, 0,
+                              NULL, NULL, NULL, NULL, NULL);
+SELECT finalize.finalized_until('w.fresh');
+SELECT finalize.untrack_table('w.fresh', false);
+
 -- Other granularities: 15 minutes, 1 day; periods before the origin (2000) too.
 SELECT finalize.track_table('w.quarter', 'erp', 'dbo.orders', '15 minutes') > 0 AS tracked,
        finalize.track_table('w.daily', 'erp', 'dbo.orders', '1 day') > 0 AS tracked;

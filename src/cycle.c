@@ -16,6 +16,7 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
@@ -25,7 +26,9 @@
 
 #include "cycle.h"
 #include "finalize.h"
+#include "io_interrupts.h"
 #include "plan.h"
+#include "subxact.h"
 #include "timeconv.h"
 #include "tsql.h"
 #include "worker_state.h"
@@ -107,7 +110,7 @@ typedef struct TableWrite
 	const TrackedSource *table;
 	const char *capture_instance;	/* followed after the write */
 	int			nfacts;
-	RangeFacts	facts[2];		/* WRITE_RANGES */
+	RangeFacts	facts[3];		/* WRITE_RANGES: a baseline, two segments */
 	Lsn			event_start;	/* DATA_LOSS, SCHEMA_BLOCKED: the range */
 	Lsn			event_end;
 	char	   *detail_json;
@@ -156,7 +159,8 @@ local_text(Timestamp ts)
 static const char *
 instant_text(TimestampTz ts)
 {
-	return timestamptz_to_str(ts);
+	/* timestamptz_to_str returns a static buffer: copy, so two fit in one message. */
+	return pstrdup(timestamptz_to_str(ts));
 }
 
 /*
@@ -339,7 +343,7 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, const Lsn *max_lsn, Mssql
 		return;
 	}
 
-	CHECK_FOR_INTERRUPTS();
+	io_interrupts_rethrow();
 	if (njobs == 1 || mssql_is_dead(conn))
 	{
 		const char *msg = err->set ? mssql_error_text(err)
@@ -353,13 +357,25 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, const Lsn *max_lsn, Mssql
 		read_jobs(conn, &jobs[j], 1, max_lsn, err);
 }
 
-/* Applies one table's write (inside ws_try). */
+/*
+ * Applies one table's write (inside subxact_try). A table untracked since
+ * the cycle read it gets nothing: its name may already be tracked again, as
+ * another table, maybe on another server. A condition alone takes no lock
+ * on the verdict (a session holding it is what the condition may report).
+ */
 static void
 apply_write(void *arg)
 {
 	TableWrite *w = (TableWrite *) arg;
 	const TrackedSource *t = w->table;
 
+	if (w->kind != WRITE_CONDITION && !ws_still_tracked(t->table_id))
+	{
+		ereport(DEBUG1,
+				(errmsg("finalize: table \"%s\" was untracked during the cycle; nothing is recorded for it",
+						t->table_name)));
+		return;
+	}
 	switch (w->kind)
 	{
 		case WRITE_NONE:
@@ -405,6 +421,37 @@ set_condition(TableWrite *w, const char *condition, char *detail)
 	w->condition_detail = detail;
 }
 
+/*
+ * Records one table's write in its own subtransaction, so that one table's
+ * failure does not lose the others'. A lock held too long by another session
+ * and any other failure become the table's condition.
+ */
+static void
+record_write(TableWrite *w)
+{
+	ErrorData  *e;
+	TableWrite	cw;
+
+	if (subxact_try(apply_write, w, &e))
+		return;
+	memset(&cw, 0, sizeof(cw));
+	cw.table = w->table;
+	if (e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		set_condition(&cw, "lock_timeout",
+					  psprintf("Recording waited longer than finalize.lock_timeout (%d ms) for a lock that another "
+							   "session holds on this table's rows (for example an open transaction that called "
+							   "finalize.resume_table or alter_tracked_table): %s. Nothing was lost; the next cycle "
+							   "records it once the lock is released.", finalize_lock_timeout_ms, e->message));
+	else
+	{
+		set_condition(&cw, "record_failed", psprintf("Recording failed: %s", e->message));
+		ereport(WARNING,
+				(errmsg("finalize could not record the facts of table \"%s\": %s",
+						w->table->table_name, e->message)));
+	}
+	(void) subxact_try(apply_write, &cw, NULL);
+}
+
 /* The earliest instant of a local time, or a fallback when it is unknown. */
 static TimestampTz
 instant_or(bool known, Timestamp local, const SourceConfig *cfg, TimestampTz fallback)
@@ -423,9 +470,11 @@ data_loss(TableWrite *w, const TrackedSource *t, const char *ci, const Lsn *star
 {
 	StringInfoData json;
 	Lsn			first;
-	TimestampTz now = GetCurrentTimestamp();
+	/* In 64 bits: the setting allows windows of centuries. */
+	int64		window = (int64) finalize_data_loss_window_min * USECS_PER_MINUTE;
+	int64		since;
 	bool		recent = t->has_last_loss &&
-		!TimestampDifferenceExceeds(t->last_loss, now, finalize_data_loss_window_min * 60 * 1000);
+		(pg_sub_s64_overflow(GetCurrentTimestamp(), t->last_loss, &since) || since < window);
 
 	w->kind = WRITE_DATA_LOSS;
 	w->capture_instance = ci;
@@ -613,16 +662,34 @@ judge_read(const SourceConfig *cfg, TableJob *job, const Lsn *max_lsn, Timestamp
 		return;
 	}
 
-	/* Record the segments. */
+	/*
+	 * Record the segments. A table read from its capture instance's start
+	 * (start_from = 'capture_start') has no facts yet: its first fact marks
+	 * where they begin, without a start, like any table's; the range follows
+	 * in the same transaction, so the verdict the baseline alone would give
+	 * is never seen.
+	 */
 	w->kind = WRITE_RANGES;
-	w->nfacts = p->nsegments;
+	w->nfacts = 0;
+	if (!t->has_offset)
+	{
+		RangeFacts *b = &w->facts[w->nfacts++];
+		const InstanceRead *ir = job->inst[0];
+		TimestampTz at = instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant);
+
+		b->table_id = t->table_id;
+		b->has_start = false;
+		b->end = p->seg[0].start;
+		b->end_time = Min(at, max_instant);
+		b->capture_instance = p->seg[0].instance->name;
+	}
 	for (int s = 0; s < p->nsegments; s++)
 	{
-		RangeFacts *f = &w->facts[s];
+		RangeFacts *f = &w->facts[w->nfacts++];
 		const SegmentRead *sr = &job->seg[s];
 		bool		last = s == p->nsegments - 1;
 
-		f->table_name = t->table_name;
+		f->table_id = t->table_id;
 		f->has_start = true;
 		f->start = p->seg[s].start;
 		f->end = p->seg[s].end;
@@ -801,6 +868,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 	int			nread = 0;
 	const char *source_condition = "ok";
 	char	   *source_message = NULL;
+	bool		ok;
 
 	/* 1. What to do, from PostgreSQL. */
 	problem = ws_load_source(run->serverid, cxt, &cfg, &tables, &ntables, &run->server_gone);
@@ -824,7 +892,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 	{
 		pgstat_report_activity(STATE_RUNNING, "finalize: connecting to SQL Server");
 		run->conn = mssql_connect(&cfg.conn, &err);
-		CHECK_FOR_INTERRUPTS();
+		io_interrupts_rethrow();
 		if (run->conn == NULL)
 			return fail(err.timed_out ? "timeout" : "unreachable",
 						psprintf("Could not log in to SQL Server %s:%d, database \"%s\", as \"%s\": %s",
@@ -833,9 +901,10 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 						condition, error);
 	}
 	pgstat_report_activity(STATE_RUNNING, "finalize: reading SQL Server's max LSN");
-	if (!read_source_snapshot(run->conn, &snap, &err))
+	ok = read_source_snapshot(run->conn, &snap, &err);
+	io_interrupts_rethrow();
+	if (!ok)
 	{
-		CHECK_FOR_INTERRUPTS();
 		/* With CDC disabled the help procedure fails (22901) after max LSN was NULL. */
 		if (snap.results >= 1 && !snap.has_max_lsn)
 			return fail("no_max_lsn",
@@ -879,6 +948,25 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 	max_instant = local_to_instant_earliest(snap.max_time_local, cfg.tz);
 
 	/*
+	 * Commit times cannot be later than SQL Server's clock. If that clock is
+	 * far ahead of PostgreSQL's, so may be the commit times, and a verdict
+	 * moved by them could never move back: record nothing until they agree.
+	 */
+	{
+		int64		ahead;
+		TimestampTz pg_now = GetCurrentTimestamp();
+
+		if (pg_sub_s64_overflow(server_now, pg_now, &ahead) ||
+			ahead > (int64) finalize_max_clock_skew_s * USECS_PER_SEC)
+			return fail("clock_skew",
+						psprintf("SQL Server's clock (%s) is ahead of PostgreSQL's (%s) by more than "
+								 "finalize.max_clock_skew (%d s): its commit times cannot be trusted not to lie in "
+								 "the future, so nothing is recorded. Synchronize the clocks (NTP) of both machines.",
+								 instant_text(server_now), instant_text(pg_now), finalize_max_clock_skew_s),
+						condition, error);
+	}
+
+	/*
 	 * A capture that stopped and an idle database both freeze max LSN, but
 	 * an idle database still gets dummy mapping rows: a commit time that
 	 * lags SQL Server's own clock by more than the threshold is a stall.
@@ -912,7 +1000,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 	{
 		pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
 		read_jobs(run->conn, to_read, nread, &snap.max_lsn, &err);
-		CHECK_FOR_INTERRUPTS();
+		io_interrupts_rethrow();
 		/* A lost connection or a timeout is the source's failure, not the tables'. */
 		if (mssql_is_dead(run->conn))
 			return fail(failure_condition(run->conn, &err),
@@ -939,7 +1027,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 				w->kind = WRITE_RANGES;
 				w->nfacts = 1;
 				w->capture_instance = p->instance->name;
-				w->facts[0].table_name = tables[i].table_name;
+				w->facts[0].table_id = tables[i].table_id;
 				w->facts[0].has_start = false;
 				w->facts[0].end = snap.max_lsn;
 				w->facts[0].end_time = max_instant;
@@ -976,24 +1064,9 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 	}
 
 	/* 5. Record everything in one short transaction. */
-	ws_begin("finalize: recording facts");
+	ws_begin_write("finalize: recording facts");
 	for (int i = 0; i < ntables; i++)
-	{
-		char	   *msg = NULL;
-
-		if (!ws_try(apply_write, &writes[i], &msg))
-		{
-			TableWrite	cw;
-
-			memset(&cw, 0, sizeof(cw));
-			cw.table = &tables[i];
-			set_condition(&cw, "record_failed", psprintf("Recording failed: %s", msg));
-			(void) ws_try(apply_write, &cw, &msg);
-			ereport(WARNING,
-					(errmsg("finalize could not record the facts of table \"%s\": %s",
-							tables[i].table_name, msg)));
-		}
-	}
+		record_write(&writes[i]);
 	ws_source_ok(cfg.server_name, &snap.max_lsn, max_instant, server_now, source_condition, source_message);
 	ws_commit();
 	return true;

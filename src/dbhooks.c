@@ -7,15 +7,26 @@
  * Before such a command runs, the database is marked paused (so nothing is
  * started in it), its finalize processes are sent SIGTERM and awaited; the
  * mark is cleared when the command ends, whether it succeeded or not.
+ *
+ * Only a command PostgreSQL will let run gets that far: the hook first
+ * checks what the command itself checks (ownership of the database, a
+ * transaction block), so a role that may not drop the database cannot stop
+ * finalize's processes by trying.
  */
 #include "postgres.h"
 
 #include <signal.h>
 
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/syscache.h"
 
 #include "shmem.h"
 #include "worker.h"
@@ -42,6 +53,44 @@ exclusive_database(Node *stmt)
 				return ((AlterDatabaseStmt *) stmt)->dbname;
 	}
 	return NULL;
+}
+
+/*
+ * Whether the current user may run the statement on the database, as far as
+ * PostgreSQL checks before it needs the database to itself: the statement
+ * fails otherwise, and must fail without touching finalize's processes.
+ */
+static bool
+statement_allowed(Node *stmt, Oid dboid, ProcessUtilityContext context)
+{
+	bool		needs_top_level = IsA(stmt, DropdbStmt) || IsA(stmt, AlterDatabaseStmt);
+
+	if (dboid == MyDatabaseId)
+		return false;			/* "cannot drop the currently open database" */
+	if (needs_top_level &&
+		(context != PROCESS_UTILITY_TOPLEVEL || IsTransactionBlock() || IsSubTransaction()))
+		return false;			/* "cannot run inside a transaction block" */
+#if PG_VERSION_NUM >= 160000
+	if (!object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
+		return false;
+#else
+	if (!pg_database_ownercheck(dboid, GetUserId()))
+		return false;
+#endif
+	if (IsA(stmt, RenameStmt))
+	{
+		/* Renaming also needs CREATEDB. */
+		HeapTuple	tup = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+		bool		createdb;
+
+		if (!HeapTupleIsValid(tup))
+			return false;
+		createdb = ((Form_pg_authid) GETSTRUCT(tup))->rolcreatedb;
+		ReleaseSysCache(tup);
+		if (!createdb && !superuser())
+			return false;
+	}
+	return true;
 }
 
 /* Signals the database's finalize processes and waits until they are gone. */
@@ -81,7 +130,8 @@ finalize_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOn
 	Oid			dboid = (dbname != NULL && finalize_shared != NULL)
 		? get_database_oid(dbname, true) : InvalidOid;
 
-	if (!OidIsValid(dboid) || slot_signal_database(dboid, 0) == 0)
+	if (!OidIsValid(dboid) || !statement_allowed(pstmt->utilityStmt, dboid, context) ||
+		slot_signal_database(dboid, 0) == 0)
 	{
 		call_next(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 		return;

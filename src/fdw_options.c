@@ -23,6 +23,8 @@
 #include "utils/timestamp.h"
 
 #include "fdw_options.h"
+#include "period.h"
+#include "subxact.h"
 
 PG_FUNCTION_INFO_V1(finalize_mssql_validator);
 PG_FUNCTION_INFO_V1(finalize_s3_validator);
@@ -92,29 +94,30 @@ check_timezone(const char *value)
 	return value[0] != '\0' && pg_tzset(value) != NULL;
 }
 
-/* Accepts a positive interval such as '15 minutes' or '900 s'. */
+/*
+ * Accepts a positive interval without months, such as '15 minutes' or
+ * '900 s', whose length fits in 64 bits of microseconds.
+ */
 static bool
 check_positive_interval(const char *value)
 {
-	Interval   *iv;
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool ok = true;
+	Datum		iv;
+	int64		usecs;
 
-	/* interval_in only parses: nothing to roll back if it fails. */
-	PG_TRY();
-	{
-		iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(value),
-												   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
-		ok = iv->month == 0 && (iv->time + (int64) iv->day * USECS_PER_DAY) > 0;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	return subxact_input(interval_in, value, &iv) &&
+		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0;
+}
+
+/* Accepts a value sent in an HTTP header: no CR, LF or other control bytes. */
+static bool
+check_header_value(const char *value)
+{
+	if (value[0] == '\0')
+		return false;
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			return false;
+	return true;
 }
 
 /* Accepts the TDS versions FreeTDS speaks to SQL Server 2005 and later. */
@@ -207,12 +210,13 @@ static const FdwOption s3_options[] = {
 	"The bucket name has 3 to 63 lower-case letters, digits, dots and hyphens, and starts and ends with a letter or digit."},
 	{"url_style", ForeignServerRelationId, false, check_url_style,
 	"The URL style is path (https://endpoint/bucket/key, the default) or virtual (https://bucket.endpoint/key)."},
-	{"access_key_id", UserMappingRelationId, false, check_nonempty,
-	"The access key id must not be empty."},
-	{"secret_access_key", UserMappingRelationId, true, check_nonempty,
-	"The secret access key must not be empty."},
-	{"session_token", UserMappingRelationId, true, check_nonempty,
-	"The session token must not be empty (omit the option when there is none)."},
+	/* Not secret, but never echoed either: it may hold CR/LF. */
+	{"access_key_id", UserMappingRelationId, true, check_header_value,
+	"The access key id must not be empty, and has no control characters (CR, LF, ...)."},
+	{"secret_access_key", UserMappingRelationId, true, check_header_value,
+	"The secret access key must not be empty, and has no control characters (CR, LF, ...)."},
+	{"session_token", UserMappingRelationId, true, check_header_value,
+	"The session token must not be empty (omit the option when there is none), and has no control characters (CR, LF, ...)."},
 	{NULL}
 };
 

@@ -6,10 +6,13 @@
  * root, and sizes; an MD5 checksum (what S3 reports as the ETag of an object
  * uploaded in one part) is computed only for the files whose manifest entry
  * carries one, since reading every file would dominate the gate's cost.
- * Symbolic links are not followed, so a listing never leaves the root.
+ * Symbolic links are not followed anywhere below the root, and only
+ * regular files are ever opened, so a listing never leaves the store and
+ * never blocks on a FIFO.
  */
 #include "postgres.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,102 +42,204 @@ filestore_root(const char *url)
 	return pnstrdup(path, len);
 }
 
-/* The MD5 of a file as lower-case hex, or NULL if it cannot be read. */
-static char *
-file_md5(const char *fullpath)
-{
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_MD5);
-	uint8		digest[MD5_DIGEST_LENGTH];
-	char	   *hex = palloc(2 * MD5_DIGEST_LENGTH + 1);
-	char	   *buf = palloc(65536);
-	int			fd = OpenTransientFile(fullpath, O_RDONLY | PG_BINARY);
-	ssize_t		n;
+/* Flags of every open below the root: never through a symbolic link. */
+#define NOFOLLOW_FLAGS (O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
 
-	if (fd < 0 || pg_cryptohash_init(ctx) < 0)
+/*
+ * Opens name relative to an open directory, counted in PostgreSQL's budget
+ * of file descriptors (the walk holds one per directory level, outside
+ * fd.c's own files). -1 with errno set when the open fails.
+ */
+static int
+open_counted(int dirfd, const char *name, int flags)
+{
+	int			fd;
+	int			save_errno;
+
+	if (!AcquireExternalFD())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("too many files open to list the local store"),
+				 errdetail("Listing holds one file descriptor per directory level of the partition's prefix."),
+				 errhint("Raise max_files_per_process, or keep partitions less deep.")));
+	fd = openat(dirfd, name, flags);
+	if (fd < 0)
 	{
-		if (fd >= 0)
-			CloseTransientFile(fd);
-		pg_cryptohash_free(ctx);
+		save_errno = errno;
+		ReleaseExternalFD();
+		errno = save_errno;
+	}
+	return fd;
+}
+
+/* Closes what open_counted opened. */
+static void
+close_counted(int fd)
+{
+	close(fd);
+	ReleaseExternalFD();
+}
+
+/* Raises the error for a directory of the store that cannot be read. */
+static void
+unreadable(const char *root, const char *key_dir)
+{
+	ereport(ERROR,
+			(errcode_for_file_access(),
+			 errmsg("could not read directory \"%s/%s\" of local store \"file://%s\": %m", root, key_dir, root)));
+}
+
+/*
+ * The MD5 of a regular file in an open directory, as lower-case hex; NULL if
+ * it is not a regular file any more or cannot be read. Opened without
+ * following a link and without blocking (a FIFO put there meanwhile would
+ * otherwise hang the gate), then checked to be a regular file.
+ */
+static char *
+file_md5(int dirfd, const char *name)
+{
+	int			fd = open_counted(dirfd, name, NOFOLLOW_FLAGS | O_NONBLOCK);
+	char	   *volatile hex = NULL;
+
+	if (fd < 0)
 		return NULL;
-	}
-	while ((n = read(fd, buf, 65536)) > 0)
+	PG_TRY();
 	{
-		CHECK_FOR_INTERRUPTS();
-		if (pg_cryptohash_update(ctx, (uint8 *) buf, n) < 0)
-			break;
+		struct stat st;
+		pg_cryptohash_ctx *ctx;
+		uint8		digest[MD5_DIGEST_LENGTH];
+		char	   *buf;
+		ssize_t		n = -1;
+
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+			(ctx = pg_cryptohash_create(PG_MD5)) != NULL)
+		{
+			buf = palloc(65536);
+			if (pg_cryptohash_init(ctx) == 0)
+				while ((n = read(fd, buf, 65536)) > 0)
+				{
+					CHECK_FOR_INTERRUPTS();
+					if (pg_cryptohash_update(ctx, (uint8 *) buf, n) < 0)
+						break;
+				}
+			if (n == 0 && pg_cryptohash_final(ctx, digest, sizeof(digest)) == 0)
+			{
+				hex = palloc(2 * MD5_DIGEST_LENGTH + 1);
+				for (int i = 0; i < MD5_DIGEST_LENGTH; i++)
+					snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+			}
+			pg_cryptohash_free(ctx);
+			pfree(buf);
+		}
 	}
-	CloseTransientFile(fd);
-	if (n != 0 || pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+	PG_FINALLY();
 	{
-		pg_cryptohash_free(ctx);
-		return NULL;
+		close_counted(fd);
 	}
-	pg_cryptohash_free(ctx);
-	for (int i = 0; i < MD5_DIGEST_LENGTH; i++)
-		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	PG_END_TRY();
 	return hex;
 }
 
-/* Adds the regular files under dir (key prefix key_dir) to out, recursively. */
+/*
+ * Adds the regular files under an open directory (key prefix key_dir) to
+ * out, recursively. Takes ownership of dirfd (from open_counted).
+ * Subdirectories are opened relative to their parent without following
+ * links, so the walk never leaves the directory it started in; links,
+ * sockets and devices are not objects.
+ */
 static void
-walk(const char *root, const char *key_dir, Inventory *out, WantsChecksum wants, void *arg)
+walk(const char *root, int dirfd, const char *key_dir, Inventory *out, WantsChecksum wants, void *arg)
 {
-	char	   *dirpath = key_dir[0] ? psprintf("%s/%s", root, key_dir) : pstrdup(root);
-	DIR		   *dir = AllocateDir(dirpath);
-	struct dirent *de;
+	DIR		   *volatile dir = fdopendir(dirfd);
 
-	if (dir == NULL && (errno == ENOENT || errno == ENOTDIR))
+	if (dir == NULL)
 	{
-		pfree(dirpath);
-		return;					/* no such prefix: no objects */
+		close_counted(dirfd);
+		unreadable(root, key_dir);
 	}
-	while ((de = ReadDir(dir, dirpath)) != NULL)
+	PG_TRY();
 	{
-		char	   *key;
-		char	   *full;
-		struct stat st;
+		struct dirent *de;
 
-		CHECK_FOR_INTERRUPTS();
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		/* Relative to the open directory: no walk of the whole path per file. */
-		if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-			continue;			/* vanished meanwhile */
-		if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-			continue;			/* links, sockets: not objects */
-		key = key_dir[0] ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
-		if (S_ISDIR(st.st_mode))
-			walk(root, key, out, wants, arg);
-		else if (wants != NULL && wants(key, arg))
+		errno = 0;
+		while ((de = readdir(dir)) != NULL)
 		{
-			full = psprintf("%s/%s", root, key);
-			inventory_add(out, key, (int64) st.st_size, file_md5(full));
-			pfree(full);
+			char	   *key;
+			struct stat st;
+
+			CHECK_FOR_INTERRUPTS();
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			/* Relative to the open directory: no walk of the whole path per file. */
+			if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+				(!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
+				continue;		/* vanished meanwhile, or not an object */
+			key = key_dir[0] ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
+			if (S_ISDIR(st.st_mode))
+			{
+				int			sub;
+
+				check_stack_depth();	/* a tree of any depth is someone's choice */
+				sub = open_counted(dirfd, de->d_name, NOFOLLOW_FLAGS | O_DIRECTORY);
+
+				if (sub >= 0)
+					walk(root, sub, key, out, wants, arg);
+				else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP)
+					unreadable(root, key);
+			}
+			else if (wants != NULL && wants(key, arg))
+				inventory_add(out, key, (int64) st.st_size, file_md5(dirfd, de->d_name));
+			else
+				inventory_add(out, key, (int64) st.st_size, NULL);
+			pfree(key);
+			errno = 0;
 		}
-		else
-			inventory_add(out, key, (int64) st.st_size, NULL);
-		pfree(key);
+		if (errno != 0)
+			unreadable(root, key_dir);
 	}
-	FreeDir(dir);
-	pfree(dirpath);
+	PG_FINALLY();
+	{
+		closedir(dir);
+		ReleaseExternalFD();
+	}
+	PG_END_TRY();
 }
 
 /*
  * Lists the files whose keys start with prefix (which ends in "/") under a
- * local store's root.
+ * local store's root. The root may be reached through links (an
+ * administrator's choice); below it, no part of the prefix is: a prefix
+ * that passes through a link has no objects.
  */
 void
 filestore_list(const char *root, const char *prefix, Inventory *out,
 			   WantsChecksum wants_checksum, void *arg)
 {
-	struct stat st;
-	size_t		len = strlen(prefix);
-	char	   *dir = pnstrdup(prefix, len > 0 && prefix[len - 1] == '/' ? len - 1 : len);
+	int			fd = open_counted(AT_FDCWD, root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char	   *dir = pstrdup(prefix);
+	char	   *part;
+	char	   *save = NULL;
 
-	if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode))
+	if (fd < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FILE),
 				 errmsg("local store \"file://%s\" does not exist", root),
 				 errhint("Check the \"store\" field of the manifest.")));
-	walk(root, dir, out, wants_checksum, arg);
+	for (part = strtok_r(dir, "/", &save); part != NULL; part = strtok_r(NULL, "/", &save))
+	{
+		int			next = open_counted(fd, part, NOFOLLOW_FLAGS | O_DIRECTORY);
+		int			saved_errno = errno;
+
+		close_counted(fd);
+		if (next < 0)
+		{
+			if (saved_errno == ENOENT || saved_errno == ENOTDIR || saved_errno == ELOOP)
+				return;			/* no such prefix (or a link): no objects */
+			errno = saved_errno;
+			unreadable(root, prefix);
+		}
+		fd = next;
+	}
+	/* Keys are the prefix (without its last "/") and the names below it. */
+	walk(root, fd, pnstrdup(prefix, Max((int) strlen(prefix) - 1, 0)), out, wants_checksum, arg);
 }

@@ -29,12 +29,16 @@ int			finalize_facts_retention_min = 30 * 24 * 60;
 int			finalize_s3_timeout_ms = 30000;
 int			finalize_s3_connect_timeout_ms = 10000;
 int			finalize_generation_retention_min = 7 * 24 * 60;
+int			finalize_lock_timeout_ms = 1000;
+int			finalize_max_clock_skew_s = 3600;
+int			finalize_s3_max_pages = 100000;
 
 void		_PG_init(void);
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_calling_role);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
+PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
 
 /*
  * Defines the settings and reserves shared memory. The library only works
@@ -149,6 +153,36 @@ _PG_init(void)
 							GUC_UNIT_MIN,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("finalize.lock_timeout",
+							"Longest wait of a worker's write for a lock another session holds.",
+							"A table whose row stays locked longer (an open transaction that called "
+							"finalize.resume_table, say) shows the condition lock_timeout; the others are recorded.",
+							&finalize_lock_timeout_ms,
+							1000, 1, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.max_clock_skew",
+							"How far a commit time or SQL Server's clock may be ahead of PostgreSQL's clock.",
+							"Commit times further ahead are refused by the write path, and a source whose clock is "
+							"further ahead shows the condition clock_skew: a verdict moved by them could never move back.",
+							&finalize_max_clock_skew_s,
+							3600, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.s3_max_pages",
+							"Most pages (of up to 1000 keys) one object-store listing may take.",
+							"A listing that would take more is an error, so a store that never ends its listing cannot "
+							"hold a release (or the server's memory) hostage.",
+							&finalize_s3_max_pages,
+							100000, 1, INT_MAX,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("finalize");
 
 	shmem_install_hooks();
@@ -182,6 +216,20 @@ Datum
 finalize_generation_retention(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INTERVAL_P(minutes_interval(finalize_generation_retention_min));
+}
+
+/*
+ * finalize._max_clock_skew(): finalize.max_clock_skew as an interval of
+ * hours, minutes and seconds only, so that adding it to a timestamptz is
+ * exact whatever the session's TimeZone.
+ */
+Datum
+finalize_max_clock_skew(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = (int64) finalize_max_clock_skew_s * USECS_PER_SEC;
+	PG_RETURN_INTERVAL_P(result);
 }
 
 /*

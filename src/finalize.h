@@ -22,5 +22,8 @@ extern int	finalize_facts_retention_min;
 extern int	finalize_s3_timeout_ms;
 extern int	finalize_s3_connect_timeout_ms;
 extern int	finalize_generation_retention_min;
+extern int	finalize_lock_timeout_ms;
+extern int	finalize_max_clock_skew_s;
+extern int	finalize_s3_max_pages;
 
 #endif							/* FINALIZE_H */

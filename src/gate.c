@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_proc.h"
@@ -28,6 +29,7 @@
 #include "utils/jsonb.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -35,6 +37,7 @@
 #include "finalize.h"
 #include "filestore.h"
 #include "inventory.h"
+#include "io_interrupts.h"
 #include "manifest.h"
 #include "objstore.h"
 
@@ -95,6 +98,11 @@ s3_hint(const S3Error *err)
 		return "The store did not answer within finalize.s3_timeout; try again, or raise it.";
 	if (strcmp(err->code, "ConnectionFailed") == 0)
 		return "Check the endpoint option of the server and that the store is reachable from the database server.";
+	if (strcmp(err->code, "RepeatedContinuationToken") == 0 || strcmp(err->code, "TooManyPages") == 0)
+		return "The store's listing does not end: check the endpoint, or (for a partition of that many objects) "
+			"have a superuser raise finalize.s3_max_pages.";
+	if (strcmp(err->code, "InvalidCredentials") == 0)
+		return "Set the keys of your user mapping again: ALTER USER MAPPING FOR CURRENT_USER SERVER ... OPTIONS (SET ...).";
 	if (strcmp(err->code, "MalformedResponse") == 0)
 		return "The endpoint does not answer like S3; check the endpoint and url_style options.";
 	if (err->http_status >= 500)
@@ -133,6 +141,7 @@ list_store(const Manifest *m, Inventory *listing)
 		UserMapping *um;
 		S3Location	loc;
 		S3Error		err;
+		bool		ok;
 
 		if (server == NULL)
 			ereport(ERROR,
@@ -177,9 +186,12 @@ list_store(const Manifest *m, Inventory *listing)
 		loc.session_token = fdw_option_value(um->options, "session_token", NULL);
 		loc.connect_timeout_ms = finalize_s3_connect_timeout_ms;
 		loc.timeout_ms = finalize_s3_timeout_ms;
-		if (!objstore_list(&loc, m->prefix, listing, &err))
+		loc.max_pages = finalize_s3_max_pages;
+		ok = objstore_list(&loc, m->prefix, listing, &err);
+		/* An interrupt that arrived meanwhile (a cancel) is served first. */
+		io_interrupts_rethrow();
+		if (!ok)
 		{
-			CHECK_FOR_INTERRUPTS();
 			ereport(ERROR,
 					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
 					 errmsg("could not list \"%s\" in bucket \"%s\" of server \"%s\": %s",
@@ -201,13 +213,19 @@ with_slash(const char *location)
 	return len > 0 && location[len - 1] == '/' ? pstrdup(location) : psprintf("%s/", location);
 }
 
-/* Runs a catalog query that returns one row; its values as text. */
+/*
+ * Runs a catalog query that returns at most one row; its values as text
+ * (NULL for NULL, all NULL for no row). Every query is schema-qualified and
+ * uses no operator, cast or unqualified name: it runs as the extension's
+ * owner. Each takes a new snapshot, so it sees what committed before the
+ * partition lock was granted.
+ */
 static char **
-query_row(const char *sql, int nargs, Oid *types, Datum *values, int ncols)
+query_row(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int ncols)
 {
 	char	  **out = palloc0(sizeof(char *) * ncols);
 
-	if (SPI_execute_with_args(sql, nargs, types, values, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, nargs, types, values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not run \"%s\"", sql);
 	if (SPI_processed == 1)
 		for (int i = 0; i < ncols; i++)
@@ -284,7 +302,7 @@ tracked_table_id(const Manifest *m)
 
 	SPI_connect();
 	values[0] = CStringGetTextDatum(m->table);
-	id = pg_strtoint64(query_row("SELECT " FINALIZE_SCHEMA "._tracked_id($1)", 1, types, values, 1)[0]);
+	id = pg_strtoint64(query_row("SELECT " FINALIZE_SCHEMA "._tracked_id($1)", 1, types, values, NULL, 1)[0]);
 	SPI_finish();
 	return id;
 }
@@ -299,8 +317,10 @@ static void
 store_release(int64 table_id, const Manifest *m, bool released, const char *problems_json, Jsonb *report,
 			  const char *requested_by)
 {
-	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID};
-	Datum		values[9];
+	Oid			types[10] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID,
+	TIMESTAMPTZOID};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', m->has_period ? ' ' : 'n'};
 	SPIPlanPtr	plan;
 	bool		isnull;
 	Datum		release_id;
@@ -314,17 +334,13 @@ store_release(int64 table_id, const Manifest *m, bool released, const char *prob
 	values[6] = DirectFunctionCall1(jsonb_in, CStringGetDatum(problems_json));
 	values[7] = JsonbPGetDatum(report);
 	values[8] = DirectFunctionCall1(namein, CStringGetDatum(requested_by));
-
-	/* Releases of one partition are serialized. */
-	if (SPI_execute_with_args("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($2, $1))",
-							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not lock partition \"%s\" for its release", m->partition);
+	values[9] = m->has_period ? TimestampTzGetDatum(m->period_start) : (Datum) 0;
 
 	plan = SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
-							  "prefix, released, problems, report, requested_by) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING release_id",
-							  9, types, CURSOR_OPT_GENERIC_PLAN);
-	if (plan == NULL || SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_INSERT_RETURNING ||
+							  "prefix, released, problems, report, requested_by, period_start) "
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING release_id",
+							  10, types, CURSOR_OPT_GENERIC_PLAN);
+	if (plan == NULL || SPI_execute_plan(plan, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING ||
 		SPI_processed != 1)
 		elog(ERROR, "could not store the release attempt of partition \"%s\"", m->partition);
 	release_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -347,48 +363,79 @@ store_release(int64 table_id, const Manifest *m, bool released, const char *prob
 	}
 }
 
-/* The parts of the gate that read and write the catalog (as the owner). */
+/* The catalog view of a partition, as the gate reads it. */
+#define GATE_CATALOG_SQL \
+	"SELECT c.catalog, c.source, c.location, c.in_range, c.range_start, c.range_end, " \
+	"c.registered_at, c.registered_by FROM " FINALIZE_SCHEMA "._gate_catalog($1, $2, $3) AS c"
+
+/*
+ * Under REPEATABLE READ or SERIALIZABLE the gate reads the catalog with the
+ * transaction's snapshot, which the partition's lock cannot refresh: a
+ * registration committed while the gate waited for the lock would be
+ * invisible, and the gate would publish against where readers no longer
+ * look. So the catalog is read again with the latest snapshot; if it moved,
+ * the transaction fails with a serialization failure, as any other write
+ * based on stale data would there.
+ */
+static void
+check_catalog_unchanged(const Manifest *m, const char *seen, Oid *types, Datum *values, const char *nulls)
+{
+	SPIPlanPtr	plan = SPI_prepare(GATE_CATALOG_SQL, 3, types);
+	char	   *latest;
+
+	if (plan == NULL ||
+		SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(), InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read the catalog view of partition \"%s\"", m->partition);
+	latest = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (latest == NULL || strcmp(latest, seen) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access to the catalog of partition \"%s\" of \"%s\"",
+						m->partition, m->table),
+				 errdetail("Another transaction changed where the catalog sends readers of the partition after "
+						   "this transaction's snapshot was taken; nothing was released."),
+				 errhint("Retry the transaction, or release in a READ COMMITTED transaction.")));
+	SPI_freeplan(plan);
+}
+
+/*
+ * The parts of the gate that read and write the catalog (as the owner). The
+ * partition's lock comes first, so a registration cannot change the catalog
+ * view between the check and the release.
+ */
 static bool
 check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, const char *requested_by,
-				ProblemList *problems)
+				char **result_json)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	ProblemList problem_list = {0};
+	ProblemList *problems = &problem_list;
+	Oid			types[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
 	Datum		values[3];
+	char		nulls[3] = {' ', ' ', m->has_period ? ' ' : 'n'};
 	char	  **row;
 	char	   *catalog_json;
 	char	   *facts_json = NULL;
 	Jsonb	   *report;
 	StringInfoData problems_json;
 	bool		released;
+	MemoryContext caller_cxt = CurrentMemoryContext;
 
 	SPI_connect();
-	values[0] = CStringGetTextDatum(m->table);
+	values[0] = Int64GetDatum(table_id);
+	values[1] = CStringGetTextDatum(m->partition);
+	values[2] = m->has_period ? TimestampTzGetDatum(m->period_start) : (Datum) 0;
+	(void) query_row("SELECT " FINALIZE_SCHEMA "._lock_partition($1, $2)", 2, types, values, NULL, 1);
 
 	/* The manifest against the listing. */
 	inventory_compare(&m->files, listing, m->prefix, problems);
 
 	/* The catalog view of the partition. */
-	{
-		Oid			ctypes[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
-		Datum		cvalues[3];
-		char		cnulls[3] = {' ', ' ', m->has_period ? ' ' : 'n'};
-
-		cvalues[0] = Int64GetDatum(table_id);
-		cvalues[1] = CStringGetTextDatum(m->partition);
-		cvalues[2] = m->has_period ? TimestampTzGetDatum(m->period_start) : (Datum) 0;
-		if (SPI_execute_with_args("SELECT c::text, c->>'source', c->>'location', c->>'in_range', "
-								  "c->>'range_start', c->>'range_end', c->>'registered_at', c->>'registered_by' "
-								  "FROM " FINALIZE_SCHEMA "._catalog_view($1, $2, $3) AS c",
-								  3, ctypes, cvalues, cnulls, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not read the catalog view of partition \"%s\"", m->partition);
-		row = palloc0(sizeof(char *) * 8);
-		for (int i = 0; i < 8; i++)
-		{
-			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1);
-
-			row[i] = v ? pstrdup(v) : NULL;
-		}
-	}
+	row = query_row(GATE_CATALOG_SQL, 3, types, values, nulls, 8);
+	if (row[0] == NULL)
+		elog(ERROR, "could not read the catalog view of partition \"%s\"", m->partition);
+	if (IsolationUsesXactSnapshot())
+		check_catalog_unchanged(m, row[0], types, values, nulls);
 	catalog_json = row[0];
 	if (strcmp(row[1], "none") == 0)
 		problem_add(problems, "catalog_mismatch", NULL,
@@ -409,7 +456,7 @@ check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, con
 		problem_add(problems, "catalog_mismatch", NULL,
 					psprintf("The table uses a projection (%s), but the manifest has no period_start to project; "
 							 "add period_start.", row[0]));
-	else if (strcmp(row[3], "true") != 0)
+	else if (row[3] == NULL || strcmp(row[3], "t") != 0)
 		problem_add(problems, "projection_gap", NULL,
 					psprintf("The projection's range [%s, %s) omits this partition's period (starting %s), so "
 							 "no reader sees it; extend it with finalize.set_projection().",
@@ -422,25 +469,23 @@ check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, con
 	/* What the CDC facts say about the period. */
 	if (m->has_period)
 	{
+		Oid			ftypes[2] = {TEXTOID, TIMESTAMPTZOID};
+		Datum		fvalues[2] = {CStringGetTextDatum(m->table), values[2]};
 		char	  **f;
 
-		values[1] = TimestampTzGetDatum(m->period_start);
-		types[1] = TIMESTAMPTZOID;
-		f = query_row("SELECT x::text, x->>'is_final', x->>'covered', x->>'exact', "
-					  "(x->>'inserts')::bigint + (x->>'updates')::bigint + (x->>'deletes')::bigint, "
-					  "x->>'straddling_ranges' "
-					  "FROM " FINALIZE_SCHEMA "._period_facts($1, $2) AS x", 2, types, values, 6);
+		f = query_row("SELECT x.facts, x.is_final, x.covered, x.exact, x.changes, x.straddling_ranges "
+					  "FROM " FINALIZE_SCHEMA "._period_facts($1, $2) AS x", 2, ftypes, fvalues, NULL, 6);
 		facts_json = f[0];
-		if (f[1] == NULL || strcmp(f[1], "true") != 0)
+		if (f[1] == NULL || strcmp(f[1], "t") != 0)
 		{
-			char	  **why = query_row("SELECT reason FROM " FINALIZE_SCHEMA ".explain_verdict($1, $2)",
-										2, types, values, 1);
+			char	  **why = query_row("SELECT v.reason FROM " FINALIZE_SCHEMA ".explain_verdict($1, $2) AS v",
+										2, ftypes, fvalues, NULL, 1);
 
 			problem_add(problems, "not_finalized", NULL, why[0] ? why[0] : pstrdup("The period is not final yet."));
 		}
 		if (listing->n == 0 && m->empty)
 		{
-			if (strcmp(f[2], "true") != 0)
+			if (f[2] == NULL || strcmp(f[2], "t") != 0)
 				problem_add(problems, "empty_location", NULL,
 							psprintf("The manifest says the partition is empty, but the CDC facts do not cover its "
 									 "period (tracking began later, or the facts were lost or expired), so that "
@@ -449,8 +494,8 @@ check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, con
 				problem_add(problems, "empty_location", NULL,
 							psprintf("The manifest says the partition is empty, but the CDC facts record %s change(s) "
 									 "committed in its period%s, so it cannot be empty.", f[4],
-									 strcmp(f[3], "true") == 0 ? "" : " (ranges that straddle its boundaries may hold some)"));
-			else if (strcmp(f[3], "true") != 0)
+									 strcmp(f[3], "t") == 0 ? "" : " (ranges that straddle its boundaries may hold some)"));
+			else if (strcmp(f[3], "t") != 0)
 				problem_add(problems, "empty_location", NULL,
 							psprintf("The manifest says the partition is empty, but %s CDC range(s) with changes "
 									 "straddle its boundaries, so that cannot be confirmed.", f[5]));
@@ -467,6 +512,8 @@ check_and_store(const Manifest *m, int64 table_id, const Inventory *listing, con
 	problems_to_json(problems, &problems_json);
 	report = build_report(m, listing, catalog_json, facts_json, problems_json.data);
 	store_release(table_id, m, released, problems_json.data, report, requested_by);
+	/* Everything above lives in SPI's memory, which SPI_finish frees. */
+	*result_json = MemoryContextStrdup(caller_cxt, problems_json.data);
 	SPI_finish();
 	return released;
 }
@@ -477,7 +524,7 @@ typedef struct GateRun
 	const Manifest *m;
 	const Inventory *listing;
 	const char *requested_by;
-	ProblemList *problems;
+	char	   *problems_json;	/* the problems found, as returned */
 	int64		table_id;
 	bool		released;
 } GateRun;
@@ -493,12 +540,16 @@ lookup_step(GateRun *run)
 static void
 check_step(GateRun *run)
 {
-	run->released = check_and_store(run->m, run->table_id, run->listing, run->requested_by, run->problems);
+	run->released = check_and_store(run->m, run->table_id, run->listing, run->requested_by, &run->problems_json);
 }
 
 /*
  * Runs a step as the extension's owner, who alone may read the catalog and
- * write releases; the caller's identity is restored even on error.
+ * write releases; the caller's identity is restored even on error. The step
+ * runs as a security-restricted operation (like VACUUM running an index
+ * function as the table's owner): the caller's session cannot change what it
+ * does (the function pins search_path, and its SPI text names everything by
+ * schema), and nothing it runs can take session-level actions as the owner.
  */
 static void
 run_as_owner(Oid owner, void (*step) (GateRun *), GateRun *run)
@@ -507,7 +558,7 @@ run_as_owner(Oid owner, void (*step) (GateRun *), GateRun *run)
 	int			save_sec;
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	PG_TRY();
 	{
 		step(run);
@@ -541,11 +592,9 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 {
 	Manifest	m;
 	Inventory	listing = {0};
-	ProblemList problems = {0};
 	TupleDesc	desc;
 	Datum		result[3];
 	bool		nulls[3] = {false, false, false};
-	StringInfoData pj;
 	Oid			owner;
 	GateRun		run = {0};
 
@@ -558,7 +607,6 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 	manifest_parse(PG_GETARG_JSONB_P(0), &m);
 	run.m = &m;
 	run.listing = &listing;
-	run.problems = &problems;
 	run.requested_by = GetUserNameFromId(GetUserId(), false);
 	owner = function_owner(fcinfo->flinfo->fn_oid);
 
@@ -569,11 +617,9 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 	/* The catalog, as the extension's owner. */
 	run_as_owner(owner, check_step, &run);
 
-	initStringInfo(&pj);
-	problems_to_json(&problems, &pj);
 	result[0] = BoolGetDatum(run.released);
 	result[1] = CStringGetTextDatum(m.generation);
-	result[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(pj.data));
+	result[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(run.problems_json));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), result, nulls)));
 }
 

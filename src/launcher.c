@@ -62,6 +62,7 @@ find_database(const char *name)
 	TableScanDesc scan;
 	HeapTuple	tup;
 	Oid			dboid = InvalidOid;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	StartTransactionCommand();
 	rel = table_open(DatabaseRelationId, AccessShareLock);
@@ -79,6 +80,8 @@ find_database(const char *name)
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
+	/* The commit leaves TopMemoryContext current: go back to the caller's. */
+	MemoryContextSwitchTo(cxt);
 	return dboid;
 }
 

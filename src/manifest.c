@@ -15,11 +15,13 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_collation.h"
 #include "utils/builtins.h"
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 
 #include "manifest.h"
+#include "subxact.h"
 
 /* Raises the one error for a malformed manifest. */
 static void
@@ -39,6 +41,22 @@ bad_manifest(const char *field, const char *fmt,...)
 			 errmsg("invalid manifest: field \"%s\" %s", field, detail),
 			 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}} "
 					 "with optional \"prefix\", \"period_start\", \"empty\" and {\"size\": n, \"etag\": \"...\"} per file.")));
+}
+
+/*
+ * A period_start as manifests write it: ISO 8601 with its UTC offset. Any
+ * other form would leave the session to decide which period the gate
+ * checks: its TimeZone (no offset) or its DateStyle ("03/04/2026").
+ */
+#define ISO_TIMESTAMP_RE \
+	"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,6})?)?(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$"
+
+/* Whether a text is an ISO 8601 timestamp with a UTC offset. */
+static bool
+is_iso_timestamp(const char *text)
+{
+	return DatumGetBool(DirectFunctionCall2Coll(textregexeq, C_COLLATION_OID, CStringGetTextDatum(text),
+												CStringGetTextDatum(ISO_TIMESTAMP_RE)));
 }
 
 /* A top-level field, or NULL when absent. */
@@ -261,7 +279,7 @@ manifest_parse(Jsonb *jb, Manifest *m)
 {
 	JsonbContainer *root = &jb->root;
 	JsonbValue *v;
-	MemoryContext cxt = CurrentMemoryContext;
+	Datum		ts;
 
 	memset(m, 0, sizeof(*m));
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
@@ -299,19 +317,13 @@ manifest_parse(Jsonb *jb, Manifest *m)
 		if (v->type != jbvString)
 			bad_manifest("period_start", "must be a timestamp string such as \"2026-11-27 08:00+00\"");
 		text = pnstrdup(v->val.string.val, v->val.string.len);
-		PG_TRY();
-		{
-			m->period_start = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(text),
-																	  ObjectIdGetDatum(InvalidOid),
-																	  Int32GetDatum(-1)));
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(cxt);
-			FlushErrorState();
+		if (!is_iso_timestamp(text))
+			bad_manifest("period_start", "\"%s\" is not an ISO 8601 timestamp with a UTC offset, such as "
+						 "\"2026-11-27T08:00:00Z\" or \"2026-11-27 08:00+00\" (the session's time zone "
+						 "and date style must not decide which period is checked)", text);
+		if (!subxact_input(timestamptz_in, text, &ts))
 			bad_manifest("period_start", "\"%s\" is not a timestamp", text);
-		}
-		PG_END_TRY();
+		m->period_start = DatumGetTimestampTz(ts);
 		if (TIMESTAMP_NOT_FINITE(m->period_start))
 			bad_manifest("period_start", "must be finite");
 		m->has_period = true;

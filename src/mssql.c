@@ -10,21 +10,30 @@
  * clear message that carries SQL Server's own number and text.
  *
  * Waits are interruptible: DB-Library polls the interrupt callbacks once a
- * second while it waits, and a pending PostgreSQL interrupt (SIGTERM, cancel)
- * makes it give up and drop the connection. A query timeout does the same,
- * since a server that stalls may never acknowledge an attention either; the
- * next cycle reconnects.
+ * second while it waits, and a cancel or a termination makes it give up and
+ * drop the connection (other interrupts are served and the wait goes on, see
+ * io_interrupts.c). A query timeout does the same, since a server that
+ * stalls may never acknowledge an attention either; the next cycle
+ * reconnects. A login cannot take those callbacks (they belong to a
+ * connection, which does not exist before the login ends), so a timer
+ * watches for a cancel or a termination during a login and shuts the
+ * login's socket down (login_watch).
  */
 #include "postgres.h"
+
+#include <sys/socket.h>
 
 #include "miscadmin.h"
 #include "utils/datetime.h"
 #include "utils/memutils.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
 
 /* MSDBLIB (set by the Makefile) gives Microsoft semantics: no exit(). */
 #include <sybfront.h>
 #include <sybdb.h>
 
+#include "io_interrupts.h"
 #include "mssql.h"
 
 struct MssqlConn
@@ -71,8 +80,8 @@ on_dblib_error(DBPROCESS *dbproc, int severity, int dberr, int oserr,
 		return INT_CANCEL;
 	if (dberr == SYBETIME)
 	{
-		err->timed_out = !InterruptPending;
-		err->interrupted = InterruptPending;
+		err->interrupted = io_stop_requested();
+		err->timed_out = !err->interrupted;
 	}
 	if (dberr == SYBESMSG && err->set)
 		return INT_CANCEL;
@@ -82,7 +91,7 @@ on_dblib_error(DBPROCESS *dbproc, int severity, int dberr, int oserr,
 		err->from_server = false;
 		err->number = dberr;
 		err->severity = severity;
-		if (dberr == SYBETIME && InterruptPending)
+		if (dberr == SYBETIME && err->interrupted)
 			set_message(err, "the wait for SQL Server was interrupted");
 		else if (oserrstr != NULL && oserr != 0 && oserr != -1)
 			snprintf(err->message, sizeof(err->message), "%s (%s)",
@@ -115,11 +124,64 @@ on_server_message(DBPROCESS *dbproc, DBINT msgno, int msgstate, int severity,
 	return 0;
 }
 
-/* Interrupt check DB-Library calls once a second while it waits. */
+/*
+ * Interrupt check DB-Library calls once a second while it waits: true ends
+ * the wait (a cancel or a termination); other interrupts are served here.
+ */
 static int
 check_interrupt(void *dbproc)
 {
-	return InterruptPending ? TRUE : FALSE;
+	return io_must_stop() ? TRUE : FALSE;
+}
+
+/* Highest file descriptor login_watch looks at. */
+#define LOGIN_MAX_FD 4096
+/* How often login_watch runs during a login. */
+#define LOGIN_WATCH_MS 200
+
+/* The timeout that runs login_watch (registered once per process). */
+static TimeoutId login_watch_id = MAX_TIMEOUTS;
+/* When the login in progress must have ended, and whether it was too late. */
+static TimestampTz login_deadline;
+static volatile sig_atomic_t login_timed_out = false;
+
+/*
+ * Runs every LOGIN_WATCH_MS during a login, in signal context: once a cancel
+ * or a termination is pending, or the login's deadline has passed, shuts
+ * down the login's TCP socket, so that FreeTDS's wait ends at once and it
+ * fails the login and cleans up by itself; dbopen then returns and the
+ * interrupt is served as usual. A worker has no other TCP sockets than
+ * FreeTDS's (background workers hold no client connection or listening
+ * socket), and it runs again until the login ends, so a socket created
+ * after the signal (a slow name lookup) is caught too.
+ *
+ * The deadline is enforced here because FreeTDS counts its login timeout
+ * in one-second polls and adds back any poll a signal interrupts: with these
+ * ticks its own timeout would never expire. Only async-signal-safe calls
+ * (GetCurrentTimestamp is what PostgreSQL's own SIGALRM handler calls).
+ */
+static void
+login_watch(void)
+{
+	int			save_errno = errno;
+
+	if (GetCurrentTimestamp() >= login_deadline)
+		login_timed_out = true;
+	if (!ProcDiePending && !QueryCancelPending && !login_timed_out)
+		return;
+	for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
+	{
+		struct sockaddr_storage addr;
+		socklen_t	addrlen = sizeof(addr);
+		int			type;
+		socklen_t	typelen = sizeof(type);
+
+		if (getsockname(fd, (struct sockaddr *) &addr, &addrlen) == 0 &&
+			(addr.ss_family == AF_INET || addr.ss_family == AF_INET6) &&
+			getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0 && type == SOCK_STREAM)
+			shutdown(fd, SHUT_RDWR);
+	}
+	errno = save_errno;
 }
 
 /* What DB-Library does about a pending interrupt: stop waiting. */
@@ -192,9 +254,33 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 	DBSETLVERSION(login, tds_version_code(info->tds_version));
 
 	snprintf(server, sizeof(server), "%s:%d", info->host, info->port);
-	dbproc = dbopen(login, server);
+	if (login_watch_id == MAX_TIMEOUTS)
+		login_watch_id = RegisterTimeout(USER_TIMEOUT, login_watch);
+	login_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), info->login_timeout * 1000);
+	login_timed_out = false;
+	enable_timeout_every(login_watch_id,
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOGIN_WATCH_MS), LOGIN_WATCH_MS);
+	dbproc = (ProcDiePending || QueryCancelPending) ? NULL : dbopen(login, server);
+	disable_timeout(login_watch_id, false);
 	dbloginfree(login);
 	current_error = NULL;
+	if (dbproc == NULL && (ProcDiePending || QueryCancelPending))
+	{
+		err->set = true;
+		err->from_server = false;
+		err->number = 0;
+		err->interrupted = true;
+		set_message(err, "the login was interrupted");
+	}
+	else if (dbproc == NULL && login_timed_out)
+	{
+		err->set = true;
+		err->from_server = false;
+		err->number = 0;
+		err->timed_out = true;
+		snprintf(err->message, sizeof(err->message),
+				 "SQL Server did not complete the login within finalize.login_timeout (%d s)", info->login_timeout);
+	}
 
 	if (dbproc == NULL)
 	{

@@ -10,9 +10,11 @@
  * followed through continuation tokens.
  *
  * Callbacks never raise errors: the write callback fills a bounded malloc'd
- * buffer, the progress callback aborts the transfer when PostgreSQL has an
- * interrupt pending, and the caller raises once curl_easy_perform has
- * returned. The handle is cleaned up even when an error is raised between
+ * buffer, the progress callback aborts the transfer on a cancel or a
+ * termination (and serves other interrupts, see io_interrupts.c), and the
+ * caller raises once curl_easy_perform has returned. A listing ends: a
+ * continuation token seen before, or more pages than the location allows,
+ * is an error rather than a loop. The handle is cleaned up even when an error is raised between
  * requests (PG_FINALLY), so no socket outlives the statement.
  */
 #include "postgres.h"
@@ -21,9 +23,12 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/hsearch.h"
 
+#include "io_interrupts.h"
 #include "objstore.h"
 
 #if LIBCURL_VERSION_NUM < 0x074b00
@@ -81,11 +86,45 @@ on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/* Aborts a transfer when a cancel or shutdown is pending. */
+/* Aborts a transfer on a cancel or a termination; other interrupts are served. */
 static int
 on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
-	return InterruptPending ? 1 : 0;
+	return io_must_stop() ? 1 : 0;
+}
+
+/* A continuation token seen in this listing, by its hash. */
+typedef struct SeenToken
+{
+	uint64		hash;			/* hash key */
+	char	   *token;
+} SeenToken;
+
+/*
+ * Remembers a continuation token; false when the listing already gave it
+ * (a store that repeats a token would list the same pages for ever).
+ */
+static bool
+remember_token(HTAB *seen, const char *token)
+{
+	uint64		hash = hash_bytes_extended((const unsigned char *) token, strlen(token), 0);
+	bool		found;
+	SeenToken  *entry = hash_search(seen, &hash, HASH_ENTER, &found);
+
+	if (found && strcmp(entry->token, token) == 0)
+		return false;
+	entry->token = pstrdup(token);
+	return true;
+}
+
+/* Whether a header value is safe to send: no CR, LF or other control bytes. */
+static bool
+header_safe(const char *value)
+{
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			return false;
+	return true;
 }
 
 /*
@@ -259,12 +298,20 @@ bool
 objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error *err)
 {
 	CURL	   *curl;
-	struct curl_slist *headers = NULL;
+	struct curl_slist *volatile headers = NULL;
 	char		errbuf[CURL_ERROR_SIZE];
 	volatile bool ok = true;
 	Response	r = {0};
 
 	memset(err, 0, sizeof(*err));
+	/* The validator refuses these; a header must never be split by a value. */
+	if (!header_safe(loc->access_key) || !header_safe(loc->secret_key) ||
+		(loc->session_token != NULL && !header_safe(loc->session_token)))
+	{
+		set_error(err, 0, "InvalidCredentials",
+				  "a key or the session token of the user mapping contains a control character (CR, LF, ...)");
+		return false;
+	}
 	if (!curl_ready)
 	{
 		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -289,6 +336,14 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 	{
 		char	   *token = NULL;
 		bool		truncated = true;
+		int			pages = 0;
+		HASHCTL		ctl;
+		HTAB	   *seen;
+
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(SeenToken);
+		ctl.hcxt = CurrentMemoryContext;
+		seen = hash_create("finalize listing tokens", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
 		curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
 		curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, psprintf("aws:amz:%s:s3", loc->region));
@@ -347,6 +402,19 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 			free(r.data);
 			r.data = NULL;
 			pfree(url);
+			if (ok && truncated && !remember_token(seen, token))
+			{
+				set_error(err, 0, "RepeatedContinuationToken",
+						  psprintf("page %d of the listing repeats an earlier continuation token, so the listing "
+								   "would never end", pages + 1));
+				ok = false;
+			}
+			else if (ok && truncated && ++pages >= loc->max_pages)
+			{
+				set_error(err, 0, "TooManyPages",
+						  psprintf("the listing takes more than finalize.s3_max_pages (%d) pages", loc->max_pages));
+				ok = false;
+			}
 		}
 	}
 	PG_FINALLY();

@@ -21,6 +21,7 @@ typedef struct S3Location
 	const char *session_token;	/* NULL when not given */
 	long		connect_timeout_ms;
 	long		timeout_ms;
+	int			max_pages;		/* a longer listing is an error */
 } S3Location;
 
 /* What went wrong, in S3's words when it said something. */

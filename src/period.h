@@ -8,6 +8,7 @@
 #include "postgres.h"
 #include "datatype/timestamp.h"
 
+extern bool interval_usecs(const Interval *iv, int64 *out);
 extern int64 period_stride(const Interval *granularity, const char *argname);
 extern TimestampTz period_floor(TimestampTz ts, int64 stride, const char *argname);
 extern TimestampTz period_end_of(TimestampTz start, int64 stride);

@@ -67,11 +67,7 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 		ws_commit();
 		return -1;
 	}
-	if (SPI_execute("SELECT DISTINCT s.oid, s.srvname::text"
-					"  FROM " FINALIZE_SCHEMA ".tracked_table t"
-					"  JOIN pg_catalog.pg_foreign_server s ON s.srvname = t.server_name"
-					"  JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw"
-					" WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_mssql'",
+	if (SPI_execute("SELECT s.serverid, s.server_name FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
 					true, max) != SPI_OK_SELECT)
 		elog(ERROR, "could not list finalize's sources");
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -171,7 +167,7 @@ finalize_scheduler_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	connect_worker_to_database(dboid);
 	if (!slot_claim(SLOT_SCHEDULER, dboid, InvalidOid))
 		proc_exit(0);
 

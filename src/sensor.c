@@ -14,6 +14,19 @@ PG_FUNCTION_INFO_V1(finalize_finalized_until);
 PG_FUNCTION_INFO_V1(finalize_is_final);
 
 /*
+ * A sensor that passes no table name has a bug: say so rather than answer
+ * NULL, which a sensor could read as "not final yet" forever.
+ */
+static void
+require_table_name(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument table_name must not be NULL")));
+}
+
+/*
  * finalize.finalized_until(table_name): every period ending at or before the
  * result is complete; NULL while nothing is final.
  */
@@ -22,6 +35,7 @@ finalize_finalized_until(PG_FUNCTION_ARGS)
 {
 	TrackedVerdict v;
 
+	require_table_name(fcinfo);
 	verdict_cache_read(PG_GETARG_DATUM(0), &v);
 	if (!v.has_watermark)
 		PG_RETURN_NULL();
@@ -40,10 +54,7 @@ finalize_is_final(PG_FUNCTION_ARGS)
 	int64		stride;
 	TimestampTz start;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument table_name must not be NULL")));
+	require_table_name(fcinfo);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

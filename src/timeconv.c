@@ -54,6 +54,7 @@ local_to_instant_earliest(Timestamp local, const pg_tz *tz)
 	pg_time_t	best_valid = 0;
 	pg_time_t	best_any = 0;
 	bool		have_valid = false;
+	TimestampTz result;
 
 	if (frac < 0)
 	{
@@ -100,7 +101,15 @@ local_to_instant_earliest(Timestamp local, const pg_tz *tz)
 		}
 	}
 	t = have_valid ? best_valid : best_any;
-	return (TimestampTz) (t - PG_UNIX_EPOCH_DIFF_SECS) * USECS_PER_SEC + frac;
+	result = (TimestampTz) (t - PG_UNIX_EPOCH_DIFF_SECS) * USECS_PER_SEC + frac;
+	/* A local time at either end of the range can denote an instant past it. */
+	if (!IS_VALID_TIMESTAMP(result))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("local time %s in zone \"%s\" denotes an instant out of the timestamp range",
+						DatumGetCString(DirectFunctionCall1(timestamp_out, TimestampGetDatum(local))),
+						pg_get_timezone_name((pg_tz *) tz))));
+	return result;
 }
 
 /*

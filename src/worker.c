@@ -53,6 +53,19 @@ start_dynamic_worker(const char *function, const char *type, const char *name,
 	return RegisterDynamicBackgroundWorker(&bgw, handle);
 }
 
+/*
+ * Connects a scheduler or source worker to its database (as the bootstrap
+ * superuser) with search_path pinned: everything these processes run is
+ * schema-qualified, and nothing another role creates in a schema on the
+ * default path can stand in for it.
+ */
+void
+connect_worker_to_database(Oid dboid)
+{
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
 /* Delay before the next cycle: the poll interval, or a capped backoff. */
 static long
 next_delay_ms(int failures)
@@ -63,6 +76,29 @@ next_delay_ms(int failures)
 	for (int i = 1; i < failures && delay < cap; i++)
 		delay *= 2;
 	return (long) Min(delay, cap);
+}
+
+/*
+ * Sleeps until the next cycle is due. The latch also wakes up for reasons
+ * that are no cause for a cycle (a timer's tick, a ProcSignal such as a
+ * request to log memory contexts): those are served and the sleep goes on.
+ * A reload ends it, so a new poll interval applies at once.
+ */
+static void
+sleep_until(TimestampTz due)
+{
+	for (;;)
+	{
+		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due);
+
+		if (ms <= 0 || ConfigReloadPending)
+			return;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		/* Between cycles a cancel has nothing to cancel. */
+		QueryCancelPending = false;
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /* Records a failed cycle, logging it; never lets a second error escape. */
@@ -89,6 +125,7 @@ record_failure(SourceRun *run, const char *condition, const char *message, long 
 		EmitErrorReport();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
+		MemoryContextSwitchTo(cxt);
 	}
 	PG_END_TRY();
 }
@@ -109,7 +146,7 @@ finalize_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	connect_worker_to_database(dboid);
 
 	/* Another worker already serves this source: leave it alone. */
 	if (!slot_claim(SLOT_WORKER, dboid, serverid))
@@ -179,8 +216,6 @@ finalize_worker_main(Datum arg)
 			record_failure(&run, condition, error, delay);
 
 		pgstat_report_activity(STATE_IDLE, NULL);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 delay, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
+		sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay));
 	}
 }

@@ -11,6 +11,7 @@
 
 extern void register_launcher(void);
 extern void dbhooks_install(void);
+extern void connect_worker_to_database(Oid dboid);
 extern bool start_dynamic_worker(const char *function, const char *type, const char *name,
 								 Oid dboid, Oid serverid, BackgroundWorkerHandle **handle);
 

@@ -16,6 +16,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -23,15 +24,20 @@
 
 #include "fdw_options.h"
 #include "finalize.h"
+#include "period.h"
 #include "worker_state.h"
 
-/* record_range is planned once per process. */
+/* _record_range is planned once per process. */
 static SPIPlanPtr record_range_plan = NULL;
+
+/* The memory context that was current when ws_begin started a transaction. */
+static MemoryContext caller_cxt = NULL;
 
 /* Starts a short transaction with SPI and a snapshot. */
 void
 ws_begin(const char *activity)
 {
+	caller_cxt = CurrentMemoryContext;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -40,66 +46,50 @@ ws_begin(const char *activity)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
-/* Commits the transaction started by ws_begin. */
+/*
+ * Starts the transaction that records a cycle. Its lock waits are bounded
+ * by finalize.lock_timeout: a session that holds a table's row (an open
+ * transaction that called resume_table, say) then costs that table one
+ * condition, instead of stalling every table of the source unseen.
+ */
+void
+ws_begin_write(const char *activity)
+{
+	char		value[32];
+
+	ws_begin(activity);
+	snprintf(value, sizeof(value), "%dms", finalize_lock_timeout_ms);
+	(void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * Commits the transaction started by ws_begin, and makes the caller's
+ * memory context current again: CommitTransactionCommand leaves
+ * TopMemoryContext current, where everything the worker allocated next
+ * would live (and leak) for the life of the process.
+ */
 void
 ws_commit(void)
 {
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(caller_cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
 /*
- * Runs fn in a subtransaction, so that one table's failure (untracked
- * meanwhile, a constraint) does not lose the other tables' facts. Returns
- * false with the error message on failure; cancel and shutdown requests are
- * re-raised, never swallowed.
+ * An interval option in microseconds; false when it does not fit (the
+ * validator refuses such values, so only an option set before it did).
  */
-bool
-ws_try(void (*fn) (void *), void *arg, char **errmsg)
-{
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool ok = true;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
-			PG_RE_THROW();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		*errmsg = edata->message;
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
-}
-
-/* An interval option (validated when it was set) in microseconds. */
-static int64
-option_interval_usecs(const char *text)
+static bool
+option_interval_usecs(const char *text, int64 *out)
 {
 	Interval   *iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
 														  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
 
-	return iv->time + (int64) iv->day * USECS_PER_DAY;
+	return interval_usecs(iv, out);
 }
 
 /* Copies an SPI text value into cxt (NULL stays NULL). */
@@ -155,13 +145,18 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);
-	cfg->stall_threshold = option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold",
-															  "15 minutes"));
+	if (!option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),
+							   &cfg->stall_threshold) || cfg->stall_threshold <= 0)
+		problem = psprintf("the capture_stall_threshold option of server \"%s\" is out of range; set it again "
+						   "(ALTER SERVER %s OPTIONS (SET capture_stall_threshold '15 minutes'))",
+						   server->servername, quote_identifier(server->servername));
 	MemoryContextSwitchTo(oldcxt);
 
 	/* The login is the user mapping of the server's owner, else PUBLIC's. */
 	owner = server->owner;
-	if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(owner),
+	if (problem != NULL)
+		 /* reported below */ ;
+	else if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(owner),
 							   ObjectIdGetDatum(serverid)) &&
 		!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
 							   ObjectIdGetDatum(serverid)))
@@ -189,18 +184,10 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 
 	/* The active tables of this source, with their offsets. */
 	arg = CStringGetTextDatum(server->servername);
-	if (SPI_execute_with_args(
-							  "SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
-							  "       t.start_from = 'capture_start', w.offset_lsn, t.state = 'resuming',"
-							  "       t.ddl_policy = 'block', t.on_data_loss = 'resume', w.offset_commit_time,"
-							  "       w.schema_ack_lsn,"
-							  "       (SELECT max(f.recorded_at) FROM " FINALIZE_SCHEMA ".fact f"
-							  "         WHERE f.table_id = t.table_id AND f.event = 'data_loss')"
-							  "  FROM " FINALIZE_SCHEMA ".tracked_table t"
-							  "  JOIN " FINALIZE_SCHEMA ".watermark w USING (table_id)"
-							  " WHERE t.server_name = $1 AND t.untracked_at IS NULL"
-							  "   AND t.state IN ('active', 'resuming')"
-							  " ORDER BY t.table_id",
+	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
+							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
+							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss"
+							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tracked tables of server \"%s\"", server->servername);
 
@@ -267,7 +254,11 @@ text_or_null(const char *s, char *nulls, int i)
 	return CStringGetTextDatum(s);
 }
 
-/* Records one range through finalize.record_range (facts and verdict). */
+/*
+ * Records one range through finalize._record_range (facts and verdict), by
+ * table id: a name untracked and tracked again since the cycle read it is
+ * another table, and the write is refused.
+ */
 void
 ws_record_range(void *arg)
 {
@@ -278,18 +269,18 @@ ws_record_range(void *arg)
 
 	if (record_range_plan == NULL)
 	{
-		Oid			types[12] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
+		Oid			types[12] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
 		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA ".record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
 									   12, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare finalize.record_range: %s", SPI_result_code_string(SPI_result));
+			elog(ERROR, "could not prepare finalize._record_range: %s", SPI_result_code_string(SPI_result));
 		record_range_plan = plan;
 	}
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = CStringGetTextDatum(f->table_name);
+	values[0] = Int64GetDatum(f->table_id);
 	if (f->has_start)
 		values[1] = lsn_datum(&f->start);
 	else
@@ -315,7 +306,26 @@ ws_record_range(void *arg)
 
 	rc = SPI_execute_plan(record_range_plan, values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "finalize.record_range failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "finalize._record_range failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Whether a table is still tracked, locking its verdict row until the end
+ * of the transaction (see finalize._still_tracked).
+ */
+bool
+ws_still_tracked(int64 table_id)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(table_id);
+	bool		isnull;
+	Datum		result;
+
+	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._still_tracked($1)", 1, &type, &value, NULL, false, 1)
+		!= SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not check whether table %lld is still tracked", (long long) table_id);
+	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull && DatumGetBool(result);
 }
 
 /* Runs a statement of the worker's internal functions with text arguments. */

@@ -29,13 +29,13 @@ extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 							TrackedSource **tables, int *ntables, bool *server_gone);
 
 extern void ws_begin(const char *activity);
+extern void ws_begin_write(const char *activity);
 extern void ws_commit(void);
-extern bool ws_try(void (*fn) (void *), void *arg, char **errmsg);
 
-/* One range for record_range. */
+/* One range for _record_range. */
 typedef struct RangeFacts
 {
-	const char *table_name;
+	int64		table_id;
 	bool		has_start;
 	Lsn			start;
 	Lsn			end;
@@ -51,6 +51,7 @@ typedef struct RangeFacts
 	const char *detail_json;
 } RangeFacts;
 
+extern bool ws_still_tracked(int64 table_id);
 extern void ws_record_range(void *facts);
 extern void ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *end,
 							const char *capture_instance, const char *detail_json,

@@ -50,17 +50,15 @@ CREATE TABLE @extschema@.watermark (
     offset_commit_time  timestamptz,
     advanced_at         timestamptz,
     recorded_at         timestamptz,
-    condition           text,
-    condition_detail    text,
-    condition_since     timestamptz,
-    schema_ack_lsn      @extschema@.lsn
+    schema_ack_lsn      @extschema@.lsn,
+    blocked_ddl_lsn     @extschema@.lsn
 );
 COMMENT ON TABLE @extschema@.watermark IS
     'Per table: every period ending at or before finalized_until is complete; offset_lsn is the end of the last recorded range';
 COMMENT ON COLUMN @extschema@.watermark.schema_ack_lsn IS
     'DDL recorded at or before this LSN was reviewed (finalize.resume_table) and no longer blocks the table';
-COMMENT ON COLUMN @extschema@.watermark.condition IS
-    'Why the worker could not read this table on its last attempt (NULL when it could)';
+COMMENT ON COLUMN @extschema@.watermark.blocked_ddl_lsn IS
+    'While the table is schema_blocked: the LSN of the DDL that blocked it, which finalize.resume_table() acknowledges';
 COMMENT ON COLUMN @extschema@.watermark.offset_lsn IS
     'Inclusive end of the last recorded range; the next range must start (exclusively) here';
 
@@ -110,6 +108,21 @@ CREATE INDEX fact_event_idx
 CREATE INDEX fact_recorded_at_idx
     ON @extschema@.fact (recorded_at);
 
+-- Why the worker could not read or record a table on its last attempt: one
+-- row while there is a reason, none once it could. Kept apart from the
+-- watermark so that a session holding the watermark's row lock (an open
+-- transaction that called resume_table, say) cannot keep the worker from
+-- saying so, and so that a condition never invalidates cached verdicts.
+CREATE TABLE @extschema@.table_condition (
+    table_id          bigint PRIMARY KEY
+                      REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    condition         text NOT NULL,
+    detail            text,
+    since             timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE @extschema@.table_condition IS
+    'Per table: why the worker could not read or record it on its last attempt (no row when it could)';
+
 -- Runtime status of each source, written by its worker once per cycle.
 CREATE TABLE @extschema@.source_status (
     server_name       text PRIMARY KEY,
@@ -121,6 +134,7 @@ CREATE TABLE @extschema@.source_status (
     last_error        text,
     last_error_at     timestamptz,
     failures          integer NOT NULL DEFAULT 0,
+    cycles            bigint NOT NULL DEFAULT 0,
     next_attempt      timestamptz,
     max_lsn           @extschema@.lsn,
     max_lsn_time      timestamptz,
@@ -130,6 +144,8 @@ CREATE TABLE @extschema@.source_status (
 );
 COMMENT ON COLUMN @extschema@.source_status.condition IS
     'ok, or why the last cycle could not read the source (unreachable, sql_error, no_max_lsn, timezone_mismatch, ...)';
+COMMENT ON COLUMN @extschema@.source_status.cycles IS
+    'Cycles the worker has recorded for this source, successful or not';
 COMMENT ON TABLE @extschema@.source_status IS
     'Per source: what its worker saw on its last cycle';
 

@@ -16,6 +16,30 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.period_end(timestamptz, interval) IS
     'End (exclusive) of the period of the given granularity that contains ts';
 
+-- Checks that a granularity can define periods (no months, positive, a
+-- length that fits in 64 bits of microseconds): the C code that computes
+-- periods decides; the error names the argument.
+CREATE FUNCTION @extschema@._check_granularity(granularity interval, argname text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_check_granularity'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- The verdict for the period containing ts under a watermark, as is_final
+-- gives it (false while there is no watermark). Every SQL function that
+-- reports finality uses this: adding a granularity to a timestamptz in SQL
+-- would be calendar arithmetic in the session's TimeZone.
+CREATE FUNCTION @extschema@._period_final(ts timestamptz, granularity interval, finalized_until timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_period_final'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- The periods that intersect [from_time, to_time), at most 100000.
+CREATE FUNCTION @extschema@._periods(from_time timestamptz, to_time timestamptz, granularity interval,
+                                     OUT period_start timestamptz, OUT period_end timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'finalize_periods'
+LANGUAGE C IMMUTABLE PARALLEL SAFE ROWS 24;
+
 -- The role the session acts as (after SET ROLE): who did something, even
 -- inside a SECURITY DEFINER function.
 CREATE FUNCTION @extschema@._calling_role()

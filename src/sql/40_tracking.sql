@@ -14,28 +14,6 @@ BEGIN
 END
 $$;
 
--- Checks that a granularity can define periods; the error names the argument.
-CREATE FUNCTION @extschema@._check_granularity(granularity interval, argname text)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM @extschema@._require(granularity, argname);
-    IF extract(year FROM granularity) <> 0 OR extract(month FROM granularity) <> 0 THEN
-        RAISE EXCEPTION 'invalid value for argument %: "%" contains months or years', argname, granularity
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'Periods are aligned on a fixed origin (2000-01-01 00:00 UTC), and months have no fixed length.',
-                  HINT = 'Use days, hours, minutes or seconds, for example ''1 day'' or ''15 minutes''.';
-    END IF;
-    IF granularity <= interval '0' THEN
-        RAISE EXCEPTION 'invalid value for argument %: "%" is not positive', argname, granularity
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use a positive interval, for example ''1 hour''.';
-    END IF;
-END
-$$;
-
 -- Checks that an argument is one of a few words; the error lists them.
 CREATE FUNCTION @extschema@._check_choice(value text, argname text, allowed text[], meaning text)
 RETURNS void
@@ -120,6 +98,8 @@ AS $$
 DECLARE
     parts text[];
     new_id bigint;
+    srv pg_foreign_server;
+    who name := @extschema@._calling_role();
 BEGIN
     PERFORM @extschema@._require(track_table.table_name, 'table_name');
     IF track_table.table_name !~ '\S' OR length(track_table.table_name) > 255 THEN
@@ -127,7 +107,27 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A tracked table name is the name consumers use (for example sales.orders): 1 to 255 characters, not only spaces.';
     END IF;
-    PERFORM @extschema@._mssql_server(track_table.server_name, 'server_name');
+    srv := @extschema@._mssql_server(track_table.server_name, 'server_name');
+    -- The worker reads tracked tables with the server's login: tracking a
+    -- table through a server is using it.
+    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', track_table.server_name, who);
+    END IF;
+    -- The worker logs in with the user mapping of the server's owner when
+    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
+    -- must not read through a login it could not use itself.
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
+                                  track_table.server_name, srv.srvowner::regrole, who),
+                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
+                                srv.srvowner::regrole);
+    END IF;
     PERFORM @extschema@._require(track_table.source_table, 'source_table');
     parts := @extschema@._split_mssql_name(track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(track_table.granularity, 'granularity');
@@ -141,8 +141,7 @@ BEGIN
             (table_name, server_name, source_schema, source_name, granularity, start_from,
              ddl_policy, on_data_loss, created_by)
         VALUES (track_table.table_name, track_table.server_name, parts[1], parts[2], track_table.granularity,
-                track_table.start_from, track_table.ddl_policy, track_table.on_data_loss,
-                @extschema@._calling_role())
+                track_table.start_from, track_table.ddl_policy, track_table.on_data_loss, who)
         RETURNING table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'table "%" is already tracked', track_table.table_name
@@ -170,7 +169,7 @@ BEGIN
     SELECT t.table_id INTO id
       FROM @extschema@.tracked_table t
      WHERE t.table_name = untrack_table.table_name AND t.untracked_at IS NULL
-       FOR UPDATE;
+       FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(untrack_table.table_name);
     END IF;
@@ -194,6 +193,25 @@ BEGIN
     RAISE EXCEPTION 'table "%" is not tracked by finalize', table_name
         USING ERRCODE = 'undefined_object',
               HINT = 'Check the name in finalize.status, or start tracking it with finalize.track_table().';
+END
+$$;
+
+-- The tracked table of a name, or the not-tracked error.
+CREATE FUNCTION @extschema@._tracked_id(table_name text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id bigint;
+BEGIN
+    PERFORM @extschema@._require(table_name, 'table_name');
+    SELECT t.table_id INTO id FROM @extschema@.tracked_table t
+     WHERE t.table_name = _tracked_id.table_name AND t.untracked_at IS NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(table_name);
+    END IF;
+    RETURN id;
 END
 $$;
 
@@ -222,7 +240,7 @@ BEGIN
         PERFORM @extschema@._check_on_data_loss(on_data_loss);
     END IF;
     SELECT t.table_id INTO id FROM @extschema@.tracked_table t
-     WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR UPDATE;
+     WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
     END IF;
@@ -252,7 +270,9 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
     blocked @extschema@.fact;
+    ddl_lsn @extschema@.lsn;
     who name := @extschema@._calling_role();
 BEGIN
     PERFORM @extschema@._require(resume_table.table_name, 'table_name');
@@ -261,25 +281,33 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(resume_table.table_name);
     END IF;
-    PERFORM FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
     SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id;
 
     IF tt.state = 'schema_blocked' THEN
+        -- The DDL to acknowledge is kept with the verdict while the table is
+        -- blocked: its event fact may have expired meanwhile.
         SELECT f.* INTO blocked FROM @extschema@.fact f
          WHERE f.table_id = tt.table_id AND f.event = 'schema_blocked'
          ORDER BY f.fact_id DESC LIMIT 1;
+        ddl_lsn := coalesce(wm.blocked_ddl_lsn, (blocked.detail ->> 'ddl_lsn')::@extschema@.lsn);
+        IF ddl_lsn IS NULL THEN
+            RAISE EXCEPTION 'table "%" is schema_blocked, but the DDL that blocked it is not known', tt.table_name
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'Neither the verdict nor the facts record the LSN of the blocking DDL, so resuming could not acknowledge it and the table would block again.',
+                      HINT = 'Untrack the table and track it again.';
+        END IF;
         UPDATE @extschema@.watermark w
-           SET schema_ack_lsn = GREATEST(w.schema_ack_lsn, (blocked.detail ->> 'ddl_lsn')::@extschema@.lsn)
+           SET schema_ack_lsn = GREATEST(w.schema_ack_lsn, ddl_lsn), blocked_ddl_lsn = NULL
          WHERE w.table_id = tt.table_id;
         INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
-        VALUES (tt.table_id, 'event', 'resumed', blocked.start_lsn, blocked.end_lsn, blocked.capture_instance,
-                jsonb_build_object('after', 'schema_blocked', 'by', who, 'ddl_lsn', blocked.detail ->> 'ddl_lsn',
+        VALUES (tt.table_id, 'event', 'resumed', blocked.start_lsn, ddl_lsn, blocked.capture_instance,
+                jsonb_build_object('after', 'schema_blocked', 'by', who, 'ddl_lsn', ddl_lsn,
                                    'ddl_command', blocked.detail ->> 'ddl_command'));
         UPDATE @extschema@.tracked_table t
            SET state = 'active', state_detail = NULL, state_since = now()
          WHERE t.table_id = tt.table_id;
-        RETURN format('Table "%s" resumes; the DDL at LSN %s counts as reviewed.',
-                      tt.table_name, blocked.detail ->> 'ddl_lsn');
+        RETURN format('Table "%s" resumes; the DDL at LSN %s counts as reviewed.', tt.table_name, ddl_lsn);
     ELSIF tt.state = 'data_lost' THEN
         INSERT INTO @extschema@.fact (table_id, kind, event, capture_instance, detail)
         VALUES (tt.table_id, 'event', 'resume_requested', tt.capture_instance,

@@ -6,19 +6,78 @@
 --   {"table": ..., "old": ..., "new": ..., "lsn": ..., "commit_time": ...}
 -- with times in UTC ISO 8601 ("old" is null on the first advance).
 
-CREATE FUNCTION @extschema@.record_range(
-    table_name        text,
+-- Locks the verdict row of a table for a write and returns the table, which
+-- must still be tracked: every write of the worker names its table by id, so
+-- a name untracked and tracked again meanwhile (a new table_id, maybe on
+-- another server) never receives what was read for the old one.
+-- With must_exist false, a table no longer tracked is NULL, not an error.
+CREATE FUNCTION @extschema@._lock_tracked(table_id bigint, must_exist boolean DEFAULT true)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+BEGIN
+    -- The table's row first (a key-share lock, which no admin function's
+    -- update conflicts with), then its verdict: the order every path that
+    -- takes both uses, so untrack_table's delete cannot deadlock with it.
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t
+     WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
+    IF FOUND THEN
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE;
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked.table_id;
+    END IF;
+    IF NOT FOUND AND NOT must_exist THEN
+        RETURN NULL;
+    ELSIF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked table with id % is no longer tracked', table_id
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'It was untracked (and perhaps tracked again under a new id) after its source was read; nothing read for it is recorded.';
+    END IF;
+    RETURN tt;
+END
+$$;
+
+-- The commit-time guard of the write path: a commit time further ahead of
+-- this server's clock than finalize.max_clock_skew is refused, since GREATEST
+-- would keep a verdict it moved for ever.
+CREATE FUNCTION @extschema@._check_commit_time(table_name text, argname text, commit_time timestamptz)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    skew interval := @extschema@._max_clock_skew();
+    now_ts timestamptz := clock_timestamp();
+BEGIN
+    IF commit_time > now_ts + skew THEN
+        RAISE EXCEPTION 'invalid value for argument %: commit time % of table "%" lies in the future',
+                        argname, commit_time, table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is more than finalize.max_clock_skew (%s) ahead of this server''s clock (%s); a verdict moved by it would run ahead of time and could never move back.',
+                                  skew, now_ts),
+                  HINT = 'Check the clocks of SQL Server and PostgreSQL, and the source''s timezone option.';
+    END IF;
+END
+$$;
+
+-- The write path itself, by table id (the worker's way; record_range is the
+-- same by name).
+CREATE FUNCTION @extschema@._record_range(
+    table_id          bigint,
     start_lsn         text,
     end_lsn           text,
     end_commit_time   timestamptz,
-    inserts           bigint DEFAULT 0,
-    updates           bigint DEFAULT 0,
-    deletes           bigint DEFAULT 0,
-    first_commit_time timestamptz DEFAULT NULL,
-    last_commit_time  timestamptz DEFAULT NULL,
-    capture_instance  text DEFAULT NULL,
-    event             text DEFAULT NULL,
-    detail            jsonb DEFAULT NULL)
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    capture_instance  text,
+    event             text,
+    detail            jsonb)
 RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -33,15 +92,18 @@ DECLARE
     empty boolean;
     new_until timestamptz;
 BEGIN
-    PERFORM @extschema@._require(record_range.table_name, 'table_name');
+    PERFORM @extschema@._require(_record_range.table_id, 'table_id');
     PERFORM @extschema@._require(e, 'end_lsn');
     PERFORM @extschema@._require(end_commit_time, 'end_commit_time');
     PERFORM @extschema@._require(inserts, 'inserts');
     PERFORM @extschema@._require(updates, 'updates');
     PERFORM @extschema@._require(deletes, 'deletes');
+    -- Serialize writers of this table; it must still be tracked.
+    tt := @extschema@._lock_tracked(_record_range.table_id);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF inserts < 0 OR updates < 0 OR deletes < 0 THEN
         RAISE EXCEPTION 'invalid row counts for table "%": inserts %, updates %, deletes %',
-                        record_range.table_name, inserts, updates, deletes
+                        tt.table_name, inserts, updates, deletes
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'Row counts cannot be negative.';
     END IF;
@@ -49,29 +111,22 @@ BEGIN
     IF empty <> (first_commit_time IS NULL) OR (first_commit_time IS NULL) <> (last_commit_time IS NULL)
        OR first_commit_time > last_commit_time THEN
         RAISE EXCEPTION 'invalid commit-time span for table "%": % to %',
-                        record_range.table_name, first_commit_time, last_commit_time
+                        tt.table_name, first_commit_time, last_commit_time
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A range with rows needs first_commit_time <= last_commit_time; an empty range has neither.';
     END IF;
+    PERFORM @extschema@._check_commit_time(tt.table_name, 'end_commit_time', end_commit_time);
+    PERFORM @extschema@._check_commit_time(tt.table_name, 'last_commit_time', last_commit_time);
     IF event IS NOT NULL AND event NOT IN ('schema_change', 'instance_switch') THEN
         RAISE EXCEPTION 'invalid value for argument event: "%"', event
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A range can carry the events schema_change or instance_switch; other events do not advance the verdict.';
     END IF;
     IF s IS NOT NULL AND e <= s THEN
-        RAISE EXCEPTION 'range (%, %] of table "%" is empty or reversed', s, e, record_range.table_name
+        RAISE EXCEPTION 'range (%, %] of table "%" is empty or reversed', s, e, tt.table_name
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'The end LSN of a range must be greater than its (exclusive) start LSN.';
     END IF;
-
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_name = record_range.table_name AND t.untracked_at IS NULL;
-    IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(record_range.table_name);
-    END IF;
-    -- Serialize writers of this table, then re-read its state under the lock.
-    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id;
     IF tt.state <> 'active' THEN
         RAISE EXCEPTION 'table "%" is in state %, so no range can be recorded', tt.table_name, tt.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -121,8 +176,13 @@ BEGIN
                       DETAIL = 'Ranges of a table must chain: each starts (exclusively) where the previous one ended.',
                       HINT = format('Record the range (%s, %s] first.', wm.offset_lsn, s);
         END IF;
-    END IF;
-    IF s IS NULL AND NOT empty THEN
+    ELSIF s IS NOT NULL THEN
+        -- A start would claim facts before it; a new table has none.
+        RAISE EXCEPTION 'range (%, %] of table "%" cannot be its first', s, e, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The table has no facts yet: its first range marks where tracking starts and has no start_lsn.',
+                  HINT = format('Record the range (NULL, %s] first.', s);
+    ELSIF NOT empty THEN
         RAISE EXCEPTION 'the first range of table "%" has no start LSN but has rows', tt.table_name
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A range without start_lsn only marks where tracking starts; it cannot carry row counts.';
@@ -135,11 +195,11 @@ BEGIN
         SELECT f.* INTO prev FROM @extschema@.fact f
          WHERE f.table_id = tt.table_id AND f.kind = 'range' AND f.end_lsn = s
            AND f.event IS NULL AND f.inserts + f.updates + f.deletes = 0
-           AND f.capture_instance IS NOT DISTINCT FROM record_range.capture_instance;
+           AND f.capture_instance IS NOT DISTINCT FROM _record_range.capture_instance;
     END IF;
     IF prev.fact_id IS NOT NULL THEN
         UPDATE @extschema@.fact f
-           SET end_lsn = e, end_commit_time = record_range.end_commit_time,
+           SET end_lsn = e, end_commit_time = _record_range.end_commit_time,
                ranges = f.ranges + 1, recorded_at = now()
          WHERE f.fact_id = prev.fact_id;
     ELSE
@@ -174,6 +234,26 @@ BEGIN
     RETURN new_until;
 END
 $$;
+
+CREATE FUNCTION @extschema@.record_range(
+    table_name        text,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint DEFAULT 0,
+    updates           bigint DEFAULT 0,
+    deletes           bigint DEFAULT 0,
+    first_commit_time timestamptz DEFAULT NULL,
+    last_commit_time  timestamptz DEFAULT NULL,
+    capture_instance  text DEFAULT NULL,
+    event             text DEFAULT NULL,
+    detail            jsonb DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._record_range(@extschema@._tracked_id(table_name), start_lsn, end_lsn, end_commit_time,
+                                 inserts, updates, deletes, first_commit_time, last_commit_time,
+                                 capture_instance, event, detail);
 COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
                                              timestamptz, timestamptz, text, text, jsonb) IS
     'Record the facts of one CDC range (start exclusive, end inclusive) and advance the verdict';
@@ -212,4 +292,11 @@ COMMENT ON FUNCTION @extschema@.purge_facts(interval) IS
 CREATE FUNCTION @extschema@._facts_retention()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_facts_retention'
+LANGUAGE C STABLE;
+
+-- finalize.max_clock_skew as an interval of hours (no days, so adding it to
+-- a timestamptz is exact in every session zone).
+CREATE FUNCTION @extschema@._max_clock_skew()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_max_clock_skew'
 LANGUAGE C STABLE;

@@ -6,12 +6,89 @@
 -- person: {"alert": "data_loss" | "schema_blocked" | "capture_stalled" |
 -- "capture_resumed", ...}.
 
--- Sends an alert on channel finalize_alert.
+-- Sends an alert on channel finalize_alert. A NOTIFY payload must be shorter
+-- than 8000 bytes, and an alert must never fail (and take the event it
+-- reports with it) for its size: long values are cut, names and LSNs are
+-- kept, and "truncated" says so. The full text stays in the facts.
 CREATE FUNCTION @extschema@._alert(payload jsonb)
 RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    body text := payload::text;
+BEGIN
+    IF octet_length(body) >= 7900 THEN
+        -- What names the alert is never changed (a table name is at most
+        -- 255 characters); other values longer than 500 characters are cut.
+        SELECT jsonb_object_agg(e.key,
+                   CASE WHEN e.key IN ('alert', 'table', 'server') THEN e.value
+                        WHEN jsonb_typeof(e.value) = 'string' AND length(e.value #>> '{}') > 500
+                        THEN to_jsonb(left(e.value #>> '{}', 500) || '...')
+                        WHEN jsonb_typeof(e.value) IN ('object', 'array') AND length(e.value::text) > 500
+                        THEN to_jsonb(left(e.value::text, 500) || '...')
+                        ELSE e.value END)
+               || jsonb_build_object('truncated', true)
+          INTO payload
+          FROM jsonb_each(payload) AS e;
+        body := payload::text;
+    END IF;
+    IF octet_length(body) >= 7900 THEN
+        -- Many long values: keep only what identifies the alert.
+        SELECT jsonb_object_agg(e.key, e.value) INTO payload
+          FROM jsonb_each(payload) AS e
+         WHERE e.key IN ('alert', 'table', 'server', 'truncated') OR octet_length(e.value::text) <= 200;
+        body := payload::text;
+    END IF;
+    PERFORM pg_notify('finalize_alert', body);
+END
+$$;
+
+-- The active tables of a source, with what the worker needs to plan them
+-- (one read per cycle).
+CREATE FUNCTION @extschema@._source_tables(server_name text)
+RETURNS TABLE (table_id bigint, table_name text, source_schema text, source_name text,
+               capture_instance text, start_at_capture boolean, offset_lsn text, resuming boolean,
+               ddl_block boolean, auto_resume boolean, offset_commit_time timestamptz,
+               schema_ack_lsn text, last_loss timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,
+           t.start_from = 'capture_start', w.offset_lsn, t.state = 'resuming',
+           t.ddl_policy = 'block', t.on_data_loss = 'resume', w.offset_commit_time,
+           w.schema_ack_lsn,
+           (SELECT max(f.recorded_at) FROM @extschema@.fact f
+             WHERE f.table_id = t.table_id AND f.event = 'data_loss')
+      FROM @extschema@.tracked_table t
+      JOIN @extschema@.watermark w ON w.table_id = t.table_id
+     WHERE t.server_name = _source_tables.server_name AND t.untracked_at IS NULL
+       AND t.state IN ('active', 'resuming')
+     ORDER BY t.table_id;
+END;
+
+-- The foreign servers of finalize_mssql that have tracked tables: the
+-- sources the scheduler keeps a worker for.
+CREATE FUNCTION @extschema@._wanted_sources()
+RETURNS TABLE (serverid oid, server_name text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT DISTINCT s.oid, s.srvname::text
+      FROM @extschema@.tracked_table t
+      JOIN pg_foreign_server s ON s.srvname = t.server_name
+      JOIN pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+     WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_mssql';
+END;
+
+-- Whether a table is still tracked, locking its verdict for the worker's
+-- write: the worker asks before it records anything for a table, so one
+-- untracked meanwhile (perhaps tracked again under a new id) gets nothing.
+CREATE FUNCTION @extschema@._still_tracked(table_id bigint)
+RETURNS boolean
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
-RETURN pg_notify('finalize_alert', payload::text);
+RETURN (@extschema@._lock_tracked(table_id, false)).table_id IS NOT NULL;
 
 -- Records an event fact (data loss, ...) and, when new_state is given, moves
 -- the table to that state. Never touches the verdict or the offset.
@@ -29,8 +106,9 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(_record_event.table_id);
 BEGIN
-    PERFORM FROM @extschema@.watermark w WHERE w.table_id = _record_event.table_id FOR UPDATE;
     INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
     VALUES (_record_event.table_id, 'event', event,
             @extschema@._lsn_arg(start_lsn, 'start_lsn'), @extschema@._lsn_arg(end_lsn, 'end_lsn'),
@@ -40,10 +118,16 @@ BEGIN
            SET state = new_state, state_detail = _record_event.state_detail, state_since = now()
          WHERE t.table_id = _record_event.table_id;
     END IF;
+    -- resume_table acknowledges this LSN, whatever happens to the fact.
+    IF event = 'schema_blocked' THEN
+        UPDATE @extschema@.watermark w
+           SET blocked_ddl_lsn = @extschema@._lsn_arg(end_lsn, 'end_lsn')
+         WHERE w.table_id = _record_event.table_id;
+    END IF;
     IF event IN ('data_loss', 'schema_blocked') THEN
         PERFORM @extschema@._alert(jsonb_build_object(
             'alert', event,
-            'table', (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _record_event.table_id),
+            'table', tt.table_name,
             'capture_instance', capture_instance, 'start_lsn', start_lsn, 'end_lsn', end_lsn,
             'detail', state_detail));
     END IF;
@@ -70,7 +154,8 @@ DECLARE
     wm @extschema@.watermark;
     requested_by name;
 BEGIN
-    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id FOR UPDATE;
+    PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
     SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
      WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
      ORDER BY f.fact_id DESC LIMIT 1;
@@ -94,22 +179,31 @@ BEGIN
 END
 $$;
 
--- Sets (or clears, with NULL) why the worker could not read a table; writes
--- only when something changed.
+-- Sets (or clears, with NULL) why the worker could not read or record a
+-- table; writes only when something changed, and never for a table that is
+-- gone.
 CREATE FUNCTION @extschema@._set_condition(table_id bigint, condition text, detail text)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    UPDATE @extschema@.watermark w
-       SET condition = _set_condition.condition,
-           condition_detail = _set_condition.detail,
-           condition_since = CASE WHEN w.condition IS DISTINCT FROM _set_condition.condition
-                                  THEN now() ELSE w.condition_since END
-     WHERE w.table_id = _set_condition.table_id
-       AND (w.condition IS DISTINCT FROM _set_condition.condition
-            OR w.condition_detail IS DISTINCT FROM _set_condition.detail);
-END;
+AS $$
+#variable_conflict use_variable
+BEGIN
+    IF condition IS NULL THEN
+        DELETE FROM @extschema@.table_condition c WHERE c.table_id = _set_condition.table_id;
+        RETURN;
+    END IF;
+    INSERT INTO @extschema@.table_condition AS c (table_id, condition, detail)
+    SELECT t.table_id, _set_condition.condition, _set_condition.detail
+      FROM @extschema@.tracked_table t
+     WHERE t.table_id = _set_condition.table_id AND t.untracked_at IS NULL
+    ON CONFLICT ON CONSTRAINT table_condition_pkey DO UPDATE
+       SET condition = excluded.condition,
+           detail = excluded.detail,
+           since = CASE WHEN c.condition = excluded.condition THEN c.since ELSE now() END
+     WHERE (c.condition, c.detail) IS DISTINCT FROM (excluded.condition, excluded.detail);
+END
+$$;
 
 -- Remembers the capture instance the worker follows for a table.
 CREATE FUNCTION @extschema@._set_capture_instance(table_id bigint, capture_instance text)
@@ -119,7 +213,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.tracked_table t
        SET capture_instance = _set_capture_instance.capture_instance
-     WHERE t.table_id = _set_capture_instance.table_id
+     WHERE t.table_id = _set_capture_instance.table_id AND t.untracked_at IS NULL
        AND t.capture_instance IS DISTINCT FROM _set_capture_instance.capture_instance;
 END;
 
@@ -146,9 +240,9 @@ BEGIN
     SELECT s.condition INTO previous FROM @extschema@.source_status s
      WHERE s.server_name = _source_ok.server_name FOR UPDATE;
     INSERT INTO @extschema@.source_status AS s
-        (server_name, worker_pid, condition, condition_since, last_poll, last_success, failures,
+        (server_name, worker_pid, condition, condition_since, last_poll, last_success, failures, cycles,
          next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew, last_error, last_error_at)
-    VALUES (_source_ok.server_name, _source_ok.worker_pid, condition, now(), now(), now(), 0,
+    VALUES (_source_ok.server_name, _source_ok.worker_pid, condition, now(), now(), now(), 0, 1,
             NULL, _source_ok.max_lsn, _source_ok.max_lsn_time, now(), _source_ok.server_time,
             _source_ok.server_time - now(), message, CASE WHEN message IS NOT NULL THEN now() END)
     ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
@@ -160,6 +254,7 @@ BEGIN
            last_error = coalesce(excluded.last_error, s.last_error),
            last_error_at = coalesce(excluded.last_error_at, s.last_error_at),
            failures = 0,
+           cycles = s.cycles + 1,
            next_attempt = NULL,
            max_lsn = excluded.max_lsn,
            max_lsn_time = excluded.max_lsn_time,
@@ -191,9 +286,10 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     INSERT INTO @extschema@.source_status AS s
         (server_name, worker_pid, condition, condition_since, last_poll, last_error, last_error_at,
-         failures, next_attempt)
+         failures, cycles, next_attempt)
     VALUES (_source_failed.server_name, _source_failed.worker_pid, _source_failed.condition, now(), now(),
-            _source_failed.error, now(), 1, _source_failed.next_attempt)
+            _source_failed.error, now(), 1, CASE WHEN _source_failed.condition = 'no_worker' THEN 0 ELSE 1 END,
+            _source_failed.next_attempt)
     ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
        SET worker_pid = excluded.worker_pid,
            condition = excluded.condition,
@@ -202,5 +298,6 @@ BEGIN ATOMIC
            last_error = excluded.last_error,
            last_error_at = now(),
            failures = s.failures + 1,
+           cycles = s.cycles + CASE WHEN excluded.condition = 'no_worker' THEN 0 ELSE 1 END,
            next_attempt = excluded.next_attempt;
 END;

@@ -1,14 +1,14 @@
 -- What sensors and people read. The two verdict functions are C and read the
 -- catalog directly (no SPI, no search_path): sensors poll them all day.
+-- Neither is STRICT: a NULL argument is an error, never a NULL answer.
 
 CREATE FUNCTION @extschema@.finalized_until(table_name text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_finalized_until'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.finalized_until(text) IS
     'Every period of the table ending at or before this instant is complete; NULL while nothing is final';
 
--- Not STRICT: a NULL period is an error, never a NULL answer.
 CREATE FUNCTION @extschema@.is_final(table_name text, period_start timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_is_final'
@@ -42,6 +42,7 @@ DECLARE
     tt  @extschema@.tracked_table;
     wm  @extschema@.watermark;
     src @extschema@.source_status;
+    cnd @extschema@.table_condition;
     v   @extschema@.verdict;
     why text;
 BEGIN
@@ -53,12 +54,15 @@ BEGIN
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
+    SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
 
+    -- Period bounds and finality come from the C period arithmetic, the
+    -- one is_final uses: never from timestamptz + interval in this zone.
     v.table_name := tt.table_name;
     v.period_start := @extschema@.period_start(
         coalesce(period_start, wm.finalized_until, now()), tt.granularity);
-    v.period_end := v.period_start + tt.granularity;
-    v.is_final := v.period_end <= coalesce(wm.finalized_until, '-infinity');
+    v.period_end := @extschema@.period_end(v.period_start, tt.granularity);
+    v.is_final := @extschema@._period_final(v.period_start, tt.granularity, wm.finalized_until);
     v.finalized_until := wm.finalized_until;
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - wm.finalized_until;
@@ -74,7 +78,9 @@ BEGIN
         why := format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
     ELSE
         why := format('SQL Server''s capture has reached %s (LSN %s), %s before the period ends',
-                      wm.offset_commit_time, wm.offset_lsn, v.period_end - wm.offset_commit_time);
+                      wm.offset_commit_time, wm.offset_lsn,
+                      CASE WHEN isfinite(v.period_end) THEN (v.period_end - wm.offset_commit_time)::text
+                           ELSE 'for ever' END);
         IF wm.offset_commit_time >= v.period_end THEN
             why := format('the watermark only moves in whole periods and stands at %s', wm.finalized_until);
         END IF;
@@ -88,9 +94,9 @@ BEGIN
         v.reason := v.reason || format(' SQL Server''s capture is stalled on source "%s" since %s: %s',
                                        tt.server_name, src.condition_since, src.last_error);
     END IF;
-    IF wm.condition IS NOT NULL THEN
+    IF cnd.condition IS NOT NULL THEN
         v.reason := v.reason || format(' The worker cannot read this table (%s since %s): %s',
-                                       wm.condition, wm.condition_since, wm.condition_detail);
+                                       cnd.condition, cnd.since, cnd.detail);
     END IF;
     IF src.condition NOT IN ('ok', 'capture_stalled') AND src.last_error IS NOT NULL THEN
         v.reason := v.reason || format(' The source "%s" failed at %s: %s', tt.server_name, src.last_error_at, src.last_error);
@@ -110,8 +116,8 @@ SELECT t.table_name,
        t.granularity,
        t.state,
        t.state_detail,
-       w.condition,
-       w.condition_detail,
+       c.condition,
+       c.detail AS condition_detail,
        sc.detail ->> 'summary' AS last_schema_change,
        sc.recorded_at AS last_schema_change_at,
        w.finalized_until,
@@ -133,6 +139,7 @@ SELECT t.table_name,
             THEN s.worker_pid END AS worker_pid
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
+  LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   LEFT JOIN @extschema@.source_status s ON s.server_name = t.server_name
   LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
                       WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
@@ -185,7 +192,6 @@ DECLARE
     tt @extschema@.tracked_table;
     until timestamptz;
     covered_after timestamptz;
-    first_period timestamptz;
 BEGIN
     PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
@@ -195,27 +201,23 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(changes_by_period.table_name);
     END IF;
-    first_period := @extschema@.period_start(from_time, tt.granularity);
-    IF to_time <= from_time OR (to_time - first_period) > tt.granularity * 100000 THEN
-        RAISE EXCEPTION 'invalid period range from % to %', from_time, to_time
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'to_time must be after from_time, and the range may span at most 100000 periods.';
-    END IF;
     SELECT w.finalized_until INTO until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     -- Facts count every commit after the end of the oldest range kept.
     SELECT min(f.end_commit_time) INTO covered_after
       FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    -- Periods, their ends and finality come from the C period arithmetic
+    -- (_periods checks the range and caps it at 100000 periods).
     RETURN QUERY
     WITH periods AS (
-        SELECT g.ps,
-               g.ps > coalesce(covered_after, 'infinity') AND NOT EXISTS (
+        SELECT g.period_start AS ps, g.period_end AS pe,
+               g.period_start > coalesce(covered_after, 'infinity') AND NOT EXISTS (
                    SELECT FROM @extschema@.fact e
                     WHERE e.table_id = tt.table_id AND e.event = 'resumed' AND e.detail ->> 'after' = 'data_loss'
-                      AND coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity') < g.ps + tt.granularity
-                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.ps) AS covered
-          FROM generate_series(first_period, to_time - interval '1 microsecond', tt.granularity) AS g(ps))
-    SELECT p.ps, p.ps + tt.granularity,
-           p.ps + tt.granularity <= coalesce(until, '-infinity'),
+                      AND coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity') < g.period_end
+                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.period_start) AS covered
+          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
+    SELECT p.ps, p.pe,
+           @extschema@._period_final(p.ps, tt.granularity, until),
            p.covered,
            coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
@@ -225,13 +227,13 @@ BEGIN
       FROM periods AS p
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,
-                   x.first_commit_time >= p.ps AND x.last_commit_time < p.ps + tt.granularity AS inside
+                   x.first_commit_time >= p.ps AND x.last_commit_time < p.pe AS inside
               FROM @extschema@.fact x
              WHERE x.table_id = tt.table_id AND x.kind = 'range'
                AND x.end_commit_time >= p.ps
                AND x.last_commit_time >= p.ps
-               AND x.first_commit_time < p.ps + tt.granularity) f ON true
-     GROUP BY p.ps, p.covered
+               AND x.first_commit_time < p.pe) f ON true
+     GROUP BY p.ps, p.pe, p.covered
      ORDER BY p.ps;
 END
 $$;

@@ -49,6 +49,7 @@ CREATE TABLE @extschema@.release (
     store          text NOT NULL,
     prefix         text NOT NULL,
     released       boolean NOT NULL,
+    period_start   timestamptz,
     problems       jsonb NOT NULL,
     report         jsonb NOT NULL,
     requested_by   name NOT NULL,
@@ -87,25 +88,6 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.release', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.published', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.release_release_id_seq', '');
 
--- The tracked table of a name, or the not-tracked error.
-CREATE FUNCTION @extschema@._tracked_id(table_name text)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    id bigint;
-BEGIN
-    PERFORM @extschema@._require(table_name, 'table_name');
-    SELECT t.table_id INTO id FROM @extschema@.tracked_table t
-     WHERE t.table_name = _tracked_id.table_name AND t.untracked_at IS NULL;
-    IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(table_name);
-    END IF;
-    RETURN id;
-END
-$$;
-
 -- Checks a location or path inside a store: relative, no "." or ".." parts,
 -- no empty parts; the error names the argument.
 CREATE FUNCTION @extschema@._check_location(location text, argname text, trailing_slash boolean)
@@ -124,6 +106,43 @@ BEGIN
 END
 $$;
 
+-- Serializes everything that reads or changes the catalog view of one
+-- partition until the end of the transaction: releases and registrations of
+-- the partition exclusively, after a shared lock on its table's row
+-- (partition ''), which set_projection (it changes every partition's view)
+-- takes exclusively. Row locks of a table only finalize writes, not advisory
+-- locks, whose keys any role could take and hold.
+CREATE TABLE @extschema@.catalog_lock (
+    table_id   bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    partition  text NOT NULL,
+    PRIMARY KEY (table_id, partition)
+);
+COMMENT ON TABLE @extschema@.catalog_lock IS
+    'Rows locked to serialize changes of a partition''s catalog view (partition '''' stands for the whole table)';
+
+CREATE FUNCTION @extschema@._lock_partition(table_id bigint, partition text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.catalog_lock VALUES (_lock_partition.table_id, ''), (_lock_partition.table_id, _lock_partition.partition)
+        ON CONFLICT DO NOTHING;
+    SELECT FROM @extschema@.catalog_lock c
+     WHERE c.table_id = _lock_partition.table_id AND c.partition = '' FOR SHARE;
+    SELECT FROM @extschema@.catalog_lock c
+     WHERE c.table_id = _lock_partition.table_id AND c.partition = _lock_partition.partition FOR UPDATE;
+END;
+
+CREATE FUNCTION @extschema@._lock_catalog_of_table(table_id bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.catalog_lock VALUES (_lock_catalog_of_table.table_id, '') ON CONFLICT DO NOTHING;
+    SELECT FROM @extschema@.catalog_lock c
+     WHERE c.table_id = _lock_catalog_of_table.table_id AND c.partition = '' FOR UPDATE;
+END;
+
 CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -135,6 +154,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._require(partition, 'partition');
     PERFORM @extschema@._check_location(location, 'location', true);
+    PERFORM @extschema@._lock_partition(id, partition);
     INSERT INTO @extschema@.partition_registration AS r (table_id, partition, location, registered_by)
     VALUES (id, partition, location, @extschema@._calling_role())
     ON CONFLICT ON CONSTRAINT partition_registration_pkey DO UPDATE
@@ -186,6 +206,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'range_end must be after range_start.';
     END IF;
+    PERFORM @extschema@._lock_catalog_of_table(id);
     INSERT INTO @extschema@.projection AS p (table_id, location_template, range_start, range_end, set_by)
     VALUES (id, location_template, range_start, range_end, @extschema@._calling_role())
     ON CONFLICT ON CONSTRAINT projection_pkey DO UPDATE
@@ -230,23 +251,45 @@ BEGIN
 END
 $$;
 
--- What the CDC facts say about a period: final, covered, changes.
-CREATE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz)
-RETURNS jsonb
+-- The catalog view of a partition as typed columns, for the gate's C code
+-- (which then needs no operators of its own).
+CREATE FUNCTION @extschema@._gate_catalog(table_id bigint, partition text, period_start timestamptz)
+RETURNS TABLE (catalog jsonb, source text, location text, in_range boolean, range_start text,
+               range_end text, registered_at text, registered_by text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN (SELECT jsonb_build_object('period_start', c.period_start, 'period_end', c.period_end,
-                                  'is_final', c.is_final, 'covered', c.covered, 'exact', c.exact,
-                                  'inserts', c.inserts, 'updates', c.updates, 'deletes', c.deletes,
-                                  'straddling_ranges', c.straddling_ranges)
-          FROM @extschema@.changes_by_period(table_name, period_start, period_start + interval '1 microsecond') c
-         LIMIT 1);
+BEGIN ATOMIC
+    SELECT c, c ->> 'source', c ->> 'location', (c ->> 'in_range')::boolean, c ->> 'range_start',
+           c ->> 'range_end', c ->> 'registered_at', c ->> 'registered_by'
+      FROM @extschema@._catalog_view(table_id, partition, period_start) AS c;
+END;
+
+-- What the CDC facts say about the period containing period_start: final,
+-- covered, exact, how many changes (finality from the C period arithmetic,
+-- through changes_by_period).
+CREATE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz)
+RETURNS TABLE (facts jsonb, is_final boolean, covered boolean, exact boolean, changes bigint,
+               straddling_ranges bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT jsonb_build_object('period_start', c.period_start, 'period_end', c.period_end,
+                              'is_final', c.is_final, 'covered', c.covered, 'exact', c.exact,
+                              'inserts', c.inserts, 'updates', c.updates, 'deletes', c.deletes,
+                              'straddling_ranges', c.straddling_ranges),
+           c.is_final, c.covered, c.exact, c.inserts + c.updates + c.deletes, c.straddling_ranges
+      FROM @extschema@.changes_by_period(table_name, period_start, period_start + interval '1 microsecond') AS c
+     LIMIT 1;
+END;
 
 CREATE FUNCTION @extschema@.release_gate(manifest jsonb,
                                          OUT released boolean, OUT generation text, OUT problems jsonb)
 RETURNS record
 AS 'MODULE_PATHNAME', 'finalize_release_gate'
-LANGUAGE C VOLATILE;
+LANGUAGE C VOLATILE
+-- It runs parts as the extension's owner: the caller's search_path must not
+-- reach them (its SPI text is schema-qualified as well).
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.release_gate(jsonb) IS
     'Compare a partition''s manifest, the object-store listing and the catalog; publish the generation if they agree';
 
@@ -295,7 +338,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH pubs AS (
         SELECT r.table_id, r.partition, r.generation, r.store, r.prefix, r.release_id, r.requested_at,
-               lead(r.requested_at) OVER w AS superseded_at
+               r.period_start, lead(r.requested_at) OVER w AS superseded_at
           FROM @extschema@.release r
          WHERE r.released
         WINDOW w AS (PARTITION BY r.table_id, r.partition ORDER BY r.release_id))
@@ -305,7 +348,20 @@ BEGIN ATOMIC
       JOIN @extschema@.published p ON p.table_id = x.table_id AND p.partition = x.partition
      WHERE x.superseded_at IS NOT NULL
        AND x.generation <> p.generation
-       AND x.prefix <> p.prefix
+       -- Never a prefix that contains, or lies inside, a published one
+       -- (of any partition, in any store: deleting it would delete live data).
+       AND NOT EXISTS (SELECT FROM @extschema@.published q
+                        WHERE starts_with(q.prefix, x.prefix) OR starts_with(x.prefix, q.prefix))
+       -- Nor where the catalog sends readers now: a registered location (of
+       -- any partition), or what the table's projection gives its period.
+       AND NOT EXISTS (SELECT FROM @extschema@.partition_registration g
+                        WHERE starts_with(rtrim(g.location, '/') || '/', x.prefix)
+                           OR starts_with(x.prefix, rtrim(g.location, '/') || '/'))
+       AND NOT EXISTS (SELECT FROM @extschema@.projection j
+                        WHERE j.table_id = x.table_id
+                          AND x.period_start >= j.range_start AND x.period_start < j.range_end
+                          AND (starts_with(@extschema@.render_location(j.location_template, x.period_start), x.prefix)
+                               OR starts_with(x.prefix, @extschema@.render_location(j.location_template, x.period_start))))
        AND (retired_generations.of_table IS NULL OR t.table_name = retired_generations.of_table)
      GROUP BY t.table_name, x.partition, x.generation, x.store, x.prefix
     HAVING max(x.superseded_at) < now() - coalesce(retired_generations.retention, @extschema@._generation_retention())

@@ -37,7 +37,7 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.quote_mssql_ident(text)
     TO finalize_admin;
 GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
-                @extschema@.fact, @extschema@.source_status
+                @extschema@.fact, @extschema@.source_status, @extschema@.table_condition
     TO finalize_admin;
 
 -- The release gate: publishers release and read releases; readers see the

@@ -4,7 +4,9 @@ the worker tests (whose modules define their own pg), an Env on it and a
 simulator on a simulated clock starting 2026-11-02 08:59 UTC."""
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -39,3 +41,25 @@ def sim():
     s = sim_clock(start_time="2026-11-02T08:59:00Z").start()
     yield s
     s.stop()
+
+
+@pytest.fixture
+def store():
+    """A local (file://) store directory the server, running as postgres, can read."""
+    root = tempfile.mkdtemp(prefix="finalize-store.")
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def write_file(root, path, data):
+    """Writes a file of a local store, every directory readable by the server."""
+    full = os.path.join(root, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    d = os.path.dirname(full)
+    while d.startswith(root) and d != root:
+        os.chmod(d, 0o755)
+        d = os.path.dirname(d)
+    with open(full, "wb") as f:
+        f.write(data)
+    os.chmod(full, 0o644)

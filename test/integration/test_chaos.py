@@ -6,7 +6,10 @@ truth, and every recorded range holds exactly the changes committed in it
 (nothing lost, nothing counted twice).
 
 FINALIZE_CHAOS_STEPS (default 40) and FINALIZE_CHAOS_SEED make longer or
-repeatable runs; the seed and the count of every event are printed."""
+repeatable runs; the seed and the count of every event are printed.
+
+At the end, with every table active again, the worker's memory must stay
+flat over a few hundred more cycles of traffic (bytes per cycle printed)."""
 
 import collections
 import os
@@ -15,6 +18,7 @@ import signal
 import time
 
 from pgcluster import kill
+from test_worker_hardening import memory_per_cycle, reconfigure
 from worker_env import Env, lsn_text, new_cluster, sim_clock, sim_max_lsn, truth_watermark
 
 TABLES = {  # lake table -> (source table, track_table options)
@@ -79,6 +83,26 @@ def check_invariants(env, sim, counters):
                     got[2] += d
             assert got == [f["inserts"], f["updates"], f["deletes"]], f"{t}: range {f} vs truth {got}"
         counters["events:" + t] = len(events)
+
+
+def memory_after_chaos(env, sim, pg):
+    """Every table active again and no fault armed; then, polling every 100 ms with traffic,
+    the growth of the worker's memory per cycle after a warm-up (memory_per_cycle)."""
+    sim.call("sim.fault_clear")
+    deadline = time.monotonic() + 60
+    while True:
+        stopped = [t for t in TABLES if env.status(t)["state"] in ("data_lost", "schema_blocked")]
+        for t in stopped:              # a table blocked by several DDL statements needs several
+            env.one("SELECT finalize.resume_table(%s)", (t,))
+        if not stopped and settled(env, sim) and all(env.status(t)["state"] == "active" for t in TABLES):
+            break
+        assert time.monotonic() < deadline, f"tables not active again: {[(t, env.status(t)['state']) for t in TABLES]}"
+        sim.call("sim.advance", seconds=6)
+        time.sleep(0.5)
+    reconfigure(pg, "finalize.poll_interval", "100ms")
+    per_cycle = memory_per_cycle(env, sim, "erp", warmup=50, measured=300)[0]
+    pg.wait_for(lambda: settled(env, sim), timeout=60, what="the tables to catch up after the traffic")
+    return per_cycle
 
 
 def test_chaos():
@@ -181,9 +205,13 @@ def test_chaos():
                             what=lambda: f"step {step} ({action}, seed {seed}) to settle: "
                                          f"{[(t, env.status(t)['state'], env.status(t)['condition']) for t in TABLES]}")
                 check_invariants(env, sim, n)
+            per_cycle = memory_after_chaos(env, sim, pg)
+            check_invariants(env, sim, n)
+            assert per_cycle < 64, f"the worker's memory grew by {per_cycle:.0f} bytes per cycle after the chaos"
             events = collections.Counter(r[0] for r in pg.sql("SELECT event FROM finalize.fact WHERE event IS NOT NULL"))
             print(f"chaos seed {seed}: {steps} steps; actions {dict(sorted((k, v) for k, v in n.items() if ':' not in k or k.startswith('fault')))}; "
-                  f"events recorded {dict(events)}; truth watermark {truth_watermark(sim)}")
+                  f"events recorded {dict(events)}; truth watermark {truth_watermark(sim)}; "
+                  f"worker memory {per_cycle:.1f} bytes per cycle")
     except Exception:
         print("--- simulator output ---\n" + sim.output()[-4000:])
         print("--- server log (crashes) ---\n" + "\n".join(

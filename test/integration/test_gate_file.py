@@ -12,10 +12,12 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 
 import psycopg2
 import pytest
 
+from conftest import write_file as write
 from pgcluster import cluster_with_source
 
 TABLE = "lake.orders"
@@ -29,15 +31,6 @@ def pg():
     cluster = cluster_with_source({"finalize.enabled": "off"})
     yield cluster
     cluster.cleanup()
-
-
-@pytest.fixture
-def store():
-    """A local store the server (running as postgres) can read."""
-    root = tempfile.mkdtemp(prefix="finalize-store.")
-    os.chmod(root, 0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -56,18 +49,6 @@ def table(pg):
                (TABLE, start, end, at, inserts, first, last))
     yield TABLE
     pg.sql("DELETE FROM finalize.tracked_table")
-
-
-def write(root, path, data):
-    full = os.path.join(root, path)
-    os.makedirs(os.path.dirname(full), exist_ok=True)
-    for d in [os.path.dirname(full)]:
-        while d.startswith(root) and d != root:
-            os.chmod(d, 0o755)
-            d = os.path.dirname(d)
-    with open(full, "wb") as f:
-        f.write(data)
-    os.chmod(full, 0o644)
 
 
 def manifest(root, generation, files, partition="day=27/hour=08", period_start=P08, **extra):
@@ -357,3 +338,441 @@ def test_a_missing_store_directory_is_an_error_that_stores_nothing(pg, table, st
         gate(pg, m)
     assert "absent" in str(e.value)
     assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+
+
+# --- Local stores never follow links below the root, never open non-files ---
+
+def outside_dir():
+    d = tempfile.mkdtemp(prefix="finalize-outside.")
+    os.chmod(d, 0o755)
+    return d
+
+
+def register(pg, generation, partition="day=27/hour=08", table=TABLE):
+    pg.sql("SELECT finalize.register_partition(%s, %s, %s)", (table, partition, f"{partition}/{generation}/"))
+
+
+@pytest.mark.parametrize("link", ["day=27", "day=27/hour=08", "day=27/hour=08/gen-1"])
+def test_a_prefix_through_a_symlink_has_no_objects(pg, table, store, link):
+    elsewhere = outside_dir()
+    try:
+        # The generation's files exist, but outside the store: the prefix reaches them through a link.
+        files = publish_files(elsewhere, "gen-1")
+        target = os.path.join(elsewhere, link)
+        os.makedirs(os.path.dirname(os.path.join(store, link)), exist_ok=True)
+        d = os.path.dirname(os.path.join(store, link))
+        while d != store:
+            os.chmod(d, 0o755)
+            d = os.path.dirname(d)
+        os.symlink(target, os.path.join(store, link))
+        assert sorted(os.listdir(os.path.join(store, "day=27/hour=08/gen-1"))) == sorted(
+            os.path.basename(p) for p in files)      # what a link-following walk would find
+        register(pg, "gen-1")
+        released, _, problems = gate(pg, manifest(store, "gen-1", files))
+        assert released is False
+        assert codes(problems) == [("empty_location", None)] + sorted(("missing_object", p) for p in files)
+        (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+        assert report["listing"] == {}
+        assert published(pg) is None
+        # The store's root itself may be a link (an administrator's choice): that one is followed.
+        root_link = os.path.join(outside_dir(), "store-link")
+        try:
+            os.symlink(elsewhere, root_link)
+            assert gate(pg, manifest(root_link, "gen-1", files)) == (True, "gen-1", [])
+        finally:
+            shutil.rmtree(os.path.dirname(root_link), ignore_errors=True)
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def test_links_inside_the_prefix_are_not_objects(pg, table, store):
+    elsewhere = outside_dir()
+    try:
+        files = publish_files(store, "gen-1")
+        write(elsewhere, "secret.parquet", b"not part of the store")
+        write(elsewhere, "dir/inner.parquet", b"not part of the store either")
+        write(store, "day=27/hour=09/other.parquet", b"in the store, another partition")
+        gen = os.path.join(store, "day=27/hour=08/gen-1")
+        os.symlink(os.path.join(elsewhere, "secret.parquet"), os.path.join(gen, "link-to-file.parquet"))
+        os.symlink(os.path.join(elsewhere, "dir"), os.path.join(gen, "link-to-dir"))
+        os.symlink(os.path.join(store, "day=27/hour=09"), os.path.join(gen, "link-inside-store"))
+        os.symlink(os.path.join(gen, "part-00000.parquet"), os.path.join(gen, "link-to-sibling.parquet"))
+        os.symlink("/nonexistent/target", os.path.join(gen, "dangling.parquet"))
+        register(pg, "gen-1")
+        assert gate(pg, manifest(store, "gen-1", files)) == (True, "gen-1", [])
+        (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+        assert report["listing"] == files
+        # A real stray next to them still counts (the walk itself works).
+        write(store, "day=27/hour=08/gen-1/sub/real-stray.parquet", b"!")
+        released, _, problems = gate(pg, manifest(store, "gen-1", files))
+        assert released is False
+        assert codes(problems) == [("stray_object", "day=27/hour=08/gen-1/sub/real-stray.parquet")]
+        # A link named in the manifest is not an object either.
+        with_link = dict(files)
+        with_link["day=27/hour=08/gen-1/link-to-file.parquet"] = len(b"not part of the store")
+        os.unlink(os.path.join(store, "day=27/hour=08/gen-1/sub/real-stray.parquet"))
+        released, _, problems = gate(pg, manifest(store, "gen-1", with_link))
+        assert released is False
+        assert codes(problems) == [("missing_object", "day=27/hour=08/gen-1/link-to-file.parquet")]
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def test_a_fifo_is_not_an_object_and_never_blocks_the_gate(pg, table, store):
+    files = publish_files(store, "gen-1")
+    fifo = "day=27/hour=08/gen-1/part-00003.parquet"
+    os.mkfifo(os.path.join(store, fifo))
+    os.chmod(os.path.join(store, fifo), 0o644)
+    # The manifest asks for its checksum (an etag), and for a real file's too.
+    first = sorted(files)[0]
+    with open(os.path.join(store, first), "rb") as f:
+        first_md5 = hashlib.md5(f.read()).hexdigest()
+    m_files = dict(files)
+    m_files[first] = {"size": files[first], "etag": f'"{first_md5}"'}
+    m_files[fifo] = {"size": 0, "etag": '"d41d8cd98f00b204e9800998ecf8427e"'}
+    register(pg, "gen-1")
+    conn = pg.connect()
+    outcome = {}
+
+    def run():
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET statement_timeout = '20s'")
+                cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(manifest(store, "gen-1", m_files)),))
+                outcome["row"] = cur.fetchone()
+        except Exception as ex:  # noqa: BLE001 - reported below
+            outcome["error"] = ex
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():
+        # Stuck in open(2) of the FIFO, where no timeout reaches: a writer lets it go.
+        try:
+            os.close(os.open(os.path.join(store, fifo), os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass                        # no reader: stuck elsewhere
+        t.join(30)
+        conn.close()
+        pytest.fail("the gate blocked on a FIFO")
+    conn.close()
+    assert "error" not in outcome, outcome
+    released, generation, problems = outcome["row"]
+    assert (released, generation) == (False, "gen-1")
+    assert codes(problems) == [("missing_object", fifo)]
+    (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+    assert fifo not in report["listing"]
+    assert report["listing"][first]["etag"].strip('"') == first_md5
+
+
+# --- retired_generations never offers a prefix that overlaps a published one ---
+
+ITEMS = "lake.items"
+
+
+def release_at(pg, root, table, partition, generation, prefix, names, period_start=None):
+    """Writes files under prefix, registers the partition there and releases it (must pass)."""
+    files = {}
+    for i, name in enumerate(names):
+        path = prefix + name
+        data = f"{table}:{partition}:{generation}:{i}".encode()
+        write(root, path, data)
+        files[path] = len(data)
+    pg.sql("SELECT finalize.register_partition(%s, %s, %s)", (table, partition, prefix))
+    m = {"table": table, "partition": partition, "generation": generation, "store": "file://" + root,
+         "prefix": prefix, "files": files}
+    if period_start is not None:
+        m["period_start"] = period_start
+    assert gate(pg, m) == (True, generation, []), (table, partition, generation)
+    return files
+
+
+def test_retired_generations_never_overlap_a_published_prefix(pg, table, store):
+    pg.sql("SELECT finalize.track_table(%s, 'src', 'dbo.items')", (ITEMS,))
+    # Another table's generation at "day=27/": the ancestor of every prefix of lake.orders below.
+    release_at(pg, store, ITEMS, "p4", "g1", "day=27/", ["seed.parquet"])
+    release_at(pg, store, ITEMS, "p4", "g2", "items/p4/g2/", ["a.parquet"])
+    # lake.orders hour=08: g1 at the partition's root, then g2 and g3 below it (siblings).
+    release_at(pg, store, TABLE, "day=27/hour=08", "g1", "day=27/hour=08/", ["part-0.parquet"], P08)
+    release_at(pg, store, TABLE, "day=27/hour=08", "g2", "day=27/hour=08/g2/", ["part-0.parquet"], P08)
+    release_at(pg, store, TABLE, "day=27/hour=08", "g3", "day=27/hour=08/g3/", ["part-0.parquet"], P08)
+    # hour=09: g1 below, then g2 at the partition's root (its descendant g1 lies inside it).
+    release_at(pg, store, TABLE, "day=27/hour=09", "g1", "day=27/hour=09/g1/", ["part-0.parquet"], P09)
+    shutil.rmtree(os.path.join(store, "day=27/hour=09/g1"))
+    release_at(pg, store, TABLE, "day=27/hour=09", "g2", "day=27/hour=09/", ["part-0.parquet"], P09)
+    # lake.items p1 left "shared/x/", which lake.orders day=27/hour=07 now publishes (equal prefix).
+    release_at(pg, store, ITEMS, "p1", "g1", "shared/x/", ["a.parquet"])
+    release_at(pg, store, ITEMS, "p1", "g2", "items/p1/g2/", ["a.parquet"])
+    shutil.rmtree(os.path.join(store, "shared"))
+    release_at(pg, store, TABLE, "day=27/hour=07", "s1", "shared/x/", ["b.parquet"])
+    # lake.items p5: plain siblings.
+    release_at(pg, store, ITEMS, "p5", "g1", "items/p5/g1/", ["a.parquet"])
+    release_at(pg, store, ITEMS, "p5", "g2", "items/p5/g2/", ["a.parquet"])
+
+    pg.sql("UPDATE finalize.release SET requested_at = requested_at - interval '2 days'")
+    # Every superseded generation (what a retirement list without the overlap rule would offer).
+    superseded = pg.sql("SELECT v.table_name, v.partition, v.generation, v.prefix FROM finalize.releases v "
+                        "WHERE v.released AND NOT v.current ORDER BY 1, 2, 3")
+    assert superseded == [
+        (ITEMS, "p1", "g1", "shared/x/"),
+        (ITEMS, "p4", "g1", "day=27/"),
+        (ITEMS, "p5", "g1", "items/p5/g1/"),
+        (TABLE, "day=27/hour=08", "g1", "day=27/hour=08/"),
+        (TABLE, "day=27/hour=08", "g2", "day=27/hour=08/g2/"),
+        (TABLE, "day=27/hour=09", "g1", "day=27/hour=09/g1/"),
+    ]
+    retired = pg.sql("SELECT table_name, partition, generation, prefix "
+                     "FROM finalize.retired_generations(NULL, '1 day') ORDER BY 1, 2, 3")
+    assert retired == [
+        (ITEMS, "p5", "g1", "items/p5/g1/"),                  # sibling of a published prefix: retired
+        (TABLE, "day=27/hour=08", "g2", "day=27/hour=08/g2/"),  # sibling of .../g3/: retired
+    ]
+    # Per table, the same rule.
+    assert pg.sql("SELECT generation, prefix FROM finalize.retired_generations(%s, '1 day')", (ITEMS,)) == [
+        ("g1", "items/p5/g1/")]
+    assert pg.sql("SELECT generation, prefix FROM finalize.retired_generations(%s, '1 day')", (TABLE,)) == [
+        ("g2", "day=27/hour=08/g2/")]
+    # Once the overlapping publication moves away, the old generation is offered again.
+    release_at(pg, store, TABLE, "day=27/hour=07", "s2", "day=27/hour=07/s2/", ["b.parquet"])
+    pg.sql("UPDATE finalize.release SET requested_at = requested_at - interval '2 days' "
+           "WHERE requested_at > now() - interval '1 day'")
+    assert ("g1", "shared/x/") in pg.sql("SELECT generation, prefix FROM finalize.retired_generations(%s, '1 day')",
+                                         (ITEMS,))
+
+
+# --- The gate and register_partition take the same partition lock ---
+
+def gate_in_thread(pg, m, autocommit=True):
+    conn = pg.connect(autocommit=autocommit)
+    with conn.cursor() as cur:
+        cur.execute("SET statement_timeout = '60s'")
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    outcome = {}
+
+    def run():
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(m),))
+                outcome["row"] = cur.fetchone()
+        except Exception as ex:  # noqa: BLE001 - reported by the test
+            outcome["error"] = ex
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return conn, pid, t, outcome
+
+
+def wait_on_lock(pg, pid, holder_pid):
+    """Waits until pid waits for a lock that holder_pid holds."""
+    pg.wait_for(lambda: pg.sql("SELECT wait_event_type, %s = ANY (pg_blocking_pids(pid)) "
+                               "FROM pg_stat_activity WHERE pid = %s",
+                               (holder_pid, pid)) == [("Lock", True)],
+                timeout=30, what=lambda: f"pid {pid} to wait on a lock held by {holder_pid}: " + repr(
+                    pg.sql("SELECT state, wait_event_type, wait_event, query FROM pg_stat_activity WHERE pid = %s",
+                           (pid,))))
+
+
+def test_a_gate_waits_for_an_open_registration_and_then_sees_it(pg, table, store):
+    files1 = publish_files(store, "gen-1")
+    register(pg, "gen-1")
+    assert gate(pg, manifest(store, "gen-1", files1))[0]
+    files2 = publish_files(store, "gen-2", n=4)
+    a = pg.connect(autocommit=False)
+    b = None
+    try:
+        with a.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            a_pid = cur.fetchone()[0]
+            cur.execute("SELECT finalize.register_partition(%s, 'day=27/hour=08', 'day=27/hour=08/gen-2/')", (TABLE,))
+        b, b_pid, t, outcome = gate_in_thread(pg, manifest(store, "gen-2", files2))
+        t.join(1.0)
+        assert t.is_alive(), f"the gate did not wait for the open registration: {outcome}"
+        wait_on_lock(pg, b_pid, a_pid)
+        assert t.is_alive()
+        a.commit()
+        t.join(30)
+        assert not t.is_alive(), "the gate did not return after the registration committed"
+        assert "error" not in outcome, outcome
+        # It read the catalog after the lock: A's registration.
+        assert outcome["row"] == (True, "gen-2", [])
+        assert published(pg) == "gen-2"
+        (catalog,) = pg.sql("SELECT report->'catalog' FROM finalize.release ORDER BY release_id DESC LIMIT 1")[0]
+        assert catalog["location"] == "day=27/hour=08/gen-2/"
+    finally:
+        a.rollback()
+        a.close()
+        if b is not None:
+            t.join(30)
+            b.close()
+
+
+def test_a_registration_waits_for_an_open_release(pg, table, store):
+    files1 = publish_files(store, "gen-1")
+    register(pg, "gen-1")
+    b = pg.connect(autocommit=False)
+    a = pg.connect()
+    try:
+        with b.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            b_pid = cur.fetchone()[0]
+            cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(manifest(store, "gen-1", files1)),))
+            assert cur.fetchone() == (True, "gen-1", [])
+        with a.cursor() as cur:
+            cur.execute("SET statement_timeout = '60s'")
+            cur.execute("SELECT pg_backend_pid()")
+            a_pid = cur.fetchone()[0]
+            # Another partition is not held up.
+            cur.execute("SELECT finalize.register_partition(%s, 'day=27/hour=09', 'day=27/hour=09/gen-1/')", (TABLE,))
+        outcome = {}
+
+        def run():
+            try:
+                with a.cursor() as cur:
+                    cur.execute("SELECT finalize.register_partition(%s, 'day=27/hour=08', 'day=27/hour=08/gen-2/')",
+                                (TABLE,))
+                    outcome["done"] = True
+            except Exception as ex:  # noqa: BLE001 - reported below
+                outcome["error"] = ex
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), f"the registration did not wait for the open release: {outcome}"
+        wait_on_lock(pg, a_pid, b_pid)
+        assert pg.sql("SELECT location FROM finalize.partition_registration WHERE partition = 'day=27/hour=08'") == [
+            ("day=27/hour=08/gen-1/",)]
+        b.commit()
+        t.join(30)
+        assert not t.is_alive(), "the registration did not return after the release committed"
+        assert outcome == {"done": True}
+        assert published(pg) == "gen-1"
+        assert pg.sql("SELECT location FROM finalize.partition_registration WHERE partition = 'day=27/hour=08'") == [
+            ("day=27/hour=08/gen-2/",)]
+    finally:
+        b.rollback()
+        b.close()
+        a.close()
+
+
+def test_a_repeatable_read_gate_never_publishes_against_a_catalog_that_moved(pg, table, store):
+    """Under REPEATABLE READ the lock cannot refresh the gate's snapshot: a
+    registration committed while the gate waited for it is invisible there,
+    so the gate fails with a serialization failure instead of publishing
+    where readers no longer look (it returned released = true before)."""
+    files2 = publish_files(store, "gen-2")
+    register(pg, "gen-2")
+    a = pg.connect(autocommit=False)
+    b = None
+    try:
+        with a.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            a_pid = cur.fetchone()[0]
+            cur.execute("SELECT finalize.register_partition(%s, 'day=27/hour=08', 'day=27/hour=08/gen-3/')", (TABLE,))
+        b = pg.connect(autocommit=False)
+        b.set_session(isolation_level="REPEATABLE READ")
+        with b.cursor() as cur:
+            cur.execute("SET statement_timeout = '60s'")
+            cur.execute("SELECT pg_backend_pid()")      # takes the transaction's snapshot
+            b_pid = cur.fetchone()[0]
+        outcome = {}
+
+        def run():
+            try:
+                with b.cursor() as cur:
+                    cur.execute("SELECT * FROM finalize.release_gate(%s)",
+                                (json.dumps(manifest(store, "gen-2", files2)),))
+                    outcome["row"] = cur.fetchone()
+            except Exception as ex:  # noqa: BLE001 - reported below
+                outcome["error"] = ex
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        wait_on_lock(pg, b_pid, a_pid)
+        a.commit()
+        t.join(30)
+        assert not t.is_alive()
+        assert isinstance(outcome.get("error"), psycopg2.errors.SerializationFailure), outcome
+        assert "catalog of partition" in str(outcome["error"])
+        b.rollback()
+        assert published(pg) is None
+        assert pg.sql("SELECT count(*) FROM finalize.release") == [(0,)]
+        # Retried (here in READ COMMITTED), it sees where the catalog points now.
+        released, _, problems = gate(pg, manifest(store, "gen-2", files2))
+        assert not released and [p["code"] for p in problems] == ["catalog_mismatch"]
+    finally:
+        a.rollback()
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_a_gate_waits_for_an_open_projection_change_and_then_sees_it(pg, table, store):
+    """set_projection moves every partition of a table: it takes the table's
+    catalog lock, which every release of the table shares, so a release
+    waits for it and then checks against the new projection (before, it did
+    not wait and published at the old location)."""
+    files = publish_files(store, "gen-1", partition="proj-a/27/08")
+    pg.sql("SELECT finalize.set_projection(%s, 'proj-a/{day}/{hour}/gen-1/', '2026-11-01+00', '2026-12-01+00')",
+           (TABLE,))
+    m = manifest(store, "gen-1", files, prefix="proj-a/27/08/gen-1/")
+    a = pg.connect(autocommit=False)
+    b = None
+    try:
+        with a.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            a_pid = cur.fetchone()[0]
+            cur.execute("SELECT finalize.set_projection(%s, 'proj-b/{day}/{hour}/gen-1/', "
+                        "'2026-11-01+00', '2026-12-01+00')", (TABLE,))
+        b, b_pid, t, outcome = gate_in_thread(pg, m)
+        wait_on_lock(pg, b_pid, a_pid)
+        a.commit()
+        t.join(30)
+        assert not t.is_alive() and "error" not in outcome, outcome
+        released, _, problems = outcome["row"]
+        assert not released and [p["code"] for p in problems] == ["catalog_mismatch"]
+        assert "proj-b/27/08/gen-1/" in problems[0]["detail"]
+        assert published(pg) is None
+    finally:
+        a.rollback()
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_thousands_of_problems_come_back_whole(pg, table, store):
+    """The problems the gate returns outlive its catalog step (they were
+    allocated in SPI's memory, freed before they were returned: a few
+    thousand of them crashed the server)."""
+    pg.sql("SELECT finalize.register_partition(%s, 'day=27/hour=08', 'day=27/hour=08/gen-1/')", (TABLE,))
+    files = {f"day=27/hour=08/gen-1/part-{i:05d}.parquet": i + 1 for i in range(5000)}
+    released, _, problems = gate(pg, manifest(store, "gen-1", files))
+    assert released is False
+    assert codes(problems) == [("empty_location", None)] + sorted(("missing_object", p) for p in files)
+    (stored,) = pg.sql("SELECT problems FROM finalize.release")[0]
+    assert stored == problems
+
+
+def test_retired_generations_never_offer_where_the_catalog_sends_readers(pg, table, store):
+    """A superseded generation that the catalog points at again (a
+    registration moved back, or the table's projection for its period) is
+    live data: never offered for deletion."""
+    retired = "SELECT generation FROM finalize.retired_generations(%s, '1 day') ORDER BY 1"
+    for gen in ("gen-1", "gen-2", "gen-3"):
+        files = publish_files(store, gen)
+        register(pg, gen)
+        assert gate(pg, manifest(store, gen, files))[0]
+    pg.sql("UPDATE finalize.release SET requested_at = requested_at - interval '2 days'")
+    assert pg.sql(retired, (TABLE,)) == [("gen-1",), ("gen-2",)]
+    # The registration moves back to gen-1 (readers read it again).
+    register(pg, "gen-1")
+    assert pg.sql(retired, (TABLE,)) == [("gen-2",)]
+    # The table's projection renders gen-2's prefix for its period.
+    register(pg, "gen-3")
+    pg.sql("SELECT finalize.set_projection(%s, 'day={day}/hour={hour}/gen-2/', '2026-11-27+00', '2026-11-28+00')",
+           (TABLE,))
+    assert pg.sql(retired, (TABLE,)) == [("gen-1",)]
+    # Outside the projection's range, it is not where readers look.
+    pg.sql("SELECT finalize.set_projection(%s, 'day={day}/hour={hour}/gen-2/', '2026-11-28+00', '2026-11-29+00')",
+           (TABLE,))
+    assert pg.sql(retired, (TABLE,)) == [("gen-1",), ("gen-2",)]

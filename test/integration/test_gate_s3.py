@@ -336,3 +336,287 @@ def test_an_untracked_table_is_refused_before_any_request(pg, s3, table):
     with pytest.raises(psycopg2.errors.UndefinedObject, match='table "no.such" is not tracked'):
         gate(pg, dict(manifest("gen-1", {"day=27/hour=08/gen-1/a": 1}), table="no.such"))
     assert s3.requests() == []
+
+
+# --- Listings end: repeated continuation tokens and finalize.s3_max_pages ---
+
+def repeating_page(key, size, token="same-token"):
+    """A well-formed ListObjectsV2 page that says there is more, always with the same token."""
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            '<Name>lake</Name><Prefix>day=27/hour=08/gen-1/</Prefix><KeyCount>1</KeyCount>'
+            '<MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>'
+            f'<Contents><Key>{key}</Key><Size>{size}</Size></Contents>'
+            f'<NextContinuationToken>{token}</NextContinuationToken></ListBucketResult>')
+
+
+def test_a_repeated_continuation_token_ends_the_listing_with_an_error(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    (key, entry), = files.items()
+    s3.clear(what="requests")
+    # Every page (forever) claims there is more, at the same token.
+    s3.fault(kind="malformed", count=-1, match="list-type=2", body=repeating_page(key, entry["size"]))
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET statement_timeout = '60s'")    # a listing that loops fails the test, not the run
+        with pytest.raises(psycopg2.Error) as e:
+            gate(conn, manifest("gen-1", files))
+        err = e.value
+        assert err.pgcode == "38000", (err.pgcode, message(err))
+        assert err.diag.message_primary == ('could not list "day=27/hour=08/gen-1/" in bucket "lake" of server '
+                                            '"lake": RepeatedContinuationToken')
+        assert "continuation token" in err.diag.message_detail
+        assert "finalize.s3_max_pages" in err.diag.message_hint
+        assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+        assert pg.sql("SELECT count(*) FROM finalize.published")[0][0] == 0
+        reqs = listings(s3)
+        assert len(reqs) == 2, [r["query"] for r in reqs]
+        assert "continuation-token=" not in reqs[0]["query"]
+        assert "continuation-token=same-token&" in reqs[1]["query"]
+        assert all(r["signature_ok"] and r["fault"] == "malformed" for r in reqs)
+        # The backend is fine: it answers, and once the store behaves the release passes.
+        s3.clear(what="faults")
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
+        assert gate(conn, manifest("gen-1", files)) == (True, "gen-1", [])
+    finally:
+        conn.close()
+        s3.clear(what="faults")
+
+
+def test_finalize_s3_max_pages_caps_a_listing(pg, s3, table):
+    prefix = "day=27/hour=08/gen-1/"
+    objects = {f"{prefix}part-{i:05d}.parquet": 1 + i % 5 for i in range(2600)}   # three pages of 1000
+    s3.put_many("lake", objects)
+    register(pg, "gen-1")
+    assert pg.sql("SHOW finalize.s3_max_pages") == [("100000",)]
+    assert pg.sql("SELECT context FROM pg_settings WHERE name = 'finalize.s3_max_pages'") == [("superuser",)]
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET finalize.s3_max_pages = 2")
+        s3.clear(what="requests")
+        with pytest.raises(psycopg2.Error) as e:
+            gate(conn, manifest("gen-1", objects))
+        err = e.value
+        assert err.pgcode == "38000", (err.pgcode, message(err))
+        assert err.diag.message_primary == ('could not list "day=27/hour=08/gen-1/" in bucket "lake" of server '
+                                            '"lake": TooManyPages')
+        assert "finalize.s3_max_pages (2)" in err.diag.message_detail
+        assert "finalize.s3_max_pages" in err.diag.message_hint
+        assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+        reqs = listings(s3)
+        assert len(reqs) == 2, [r["query"] for r in reqs]
+        assert ["continuation-token=" in r["query"] for r in reqs] == [False, True]
+        # Three pages are allowed: the same listing ends, and the release passes.
+        with conn.cursor() as cur:
+            cur.execute("SET finalize.s3_max_pages = 3")
+        s3.clear(what="requests")
+        assert gate(conn, manifest("gen-1", objects)) == (True, "gen-1", [])
+        assert len(listings(s3)) == 3
+        (listed,) = pg.sql("SELECT count(*) FROM jsonb_object_keys("
+                           "(SELECT report->'listing' FROM finalize.release))")[0]
+        assert listed == 2600
+    finally:
+        conn.close()
+
+
+def test_only_a_superuser_sets_finalize_s3_max_pages(pg, s3, table):
+    pg.sql("DROP ROLE IF EXISTS pages_publisher")
+    pg.sql("CREATE ROLE pages_publisher LOGIN IN ROLE finalize_publisher")
+    try:
+        for statement in ["SET finalize.s3_max_pages = 1000000000",
+                          "SET finalize.s3_max_pages = 1",
+                          "SELECT set_config('finalize.s3_max_pages', '1000000000', false)"]:
+            with pytest.raises(psycopg2.errors.InsufficientPrivilege) as e:
+                pg.sql(statement, user="pages_publisher")
+            assert e.value.pgcode == "42501"
+            assert "finalize.s3_max_pages" in e.value.diag.message_primary
+        assert pg.sql("SHOW finalize.s3_max_pages", user="pages_publisher") == [("100000",)]
+    finally:
+        pg.sql("DROP ROLE pages_publisher")
+
+
+# --- Unrelated interrupts do not abort a listing ---
+
+def run_gate_in_thread(pg, m, statement_timeout="60s"):
+    """Starts release_gate on its own connection in a thread; returns (thread, pid, outcome),
+    outcome filled with "row" or "error" when it returns."""
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        cur.execute("SET statement_timeout = %s", (statement_timeout,))
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    outcome = {}
+
+    def run():
+        try:
+            outcome["row"] = gate(conn, m)
+        except Exception as ex:  # noqa: BLE001 - reported by the test
+            outcome["error"] = ex
+        finally:
+            conn.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, pid, outcome
+
+
+def wait_until_running_gate(pg, pid):
+    pg.wait_for(lambda: pg.sql("SELECT state = 'active' AND query LIKE '%%release_gate%%' FROM pg_stat_activity "
+                               "WHERE pid = %s", (pid,)) == [(True,)], timeout=30, what="the gate to start")
+
+
+def test_logging_memory_contexts_does_not_abort_a_listing(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet", "b.parquet"])
+    register(pg, "gen-1")
+    s3.clear(what="requests")
+    s3.fault(kind="stall", seconds=5, match="list-type=2")
+    t, pid, outcome = run_gate_in_thread(pg, manifest("gen-1", files))
+    try:
+        wait_until_running_gate(pg, pid)
+        time.sleep(0.3)
+        for _ in range(4):
+            assert pg.sql("SELECT pg_log_backend_memory_contexts(%s)", (pid,)) == [(True,)]
+            time.sleep(0.5)
+        # Served while the listing waits (not only once it is over): the gate is still running.
+        pg.wait_for(lambda: f"logging memory contexts of PID {pid}" in pg.log(), timeout=30,
+                    what="the memory contexts to be logged")
+        assert t.is_alive(), f"the gate returned before the stall ended: {outcome}"
+        t.join(60)
+        assert not t.is_alive(), "the gate did not return"
+        assert "error" not in outcome, message(outcome["error"]) if hasattr(outcome["error"], "diag") else outcome
+        assert outcome["row"] == (True, "gen-1", [])
+        reqs = listings(s3)
+        assert [(r["fault"], r["status"], bool(r.get("client_closed"))) for r in reqs] == [("stall", 200, False)]
+        assert pg.sql("SELECT generation, released FROM finalize.releases") == [("gen-1", True)]
+    finally:
+        t.join(60)
+        s3.clear(what="faults")
+
+
+def test_a_procsignal_barrier_is_absorbed_during_a_listing(pg, s3, table):
+    """DROP DATABASE waits until every backend absorbed a ProcSignal barrier: a
+    backend in a listing absorbs it there and lists on."""
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    pg.sql("DROP DATABASE IF EXISTS barrier_db")
+    pg.sql("CREATE DATABASE barrier_db")
+    s3.clear(what="requests")
+    s3.fault(kind="stall", seconds=8, match="list-type=2")
+    t, pid, outcome = run_gate_in_thread(pg, manifest("gen-1", files))
+    try:
+        wait_until_running_gate(pg, pid)
+        time.sleep(0.3)
+        pg.sql("DROP DATABASE barrier_db")
+        # The barrier did not wait for the listing to end.
+        assert t.is_alive(), f"DROP DATABASE waited for the gate: {outcome}"
+        t.join(60)
+        assert not t.is_alive(), "the gate did not return"
+        assert "error" not in outcome, message(outcome["error"]) if hasattr(outcome["error"], "diag") else outcome
+        assert outcome["row"] == (True, "gen-1", [])
+        assert [(r["fault"], r["status"]) for r in listings(s3)] == [("stall", 200)]
+    finally:
+        t.join(60)
+        s3.clear(what="faults")
+        pg.sql("DROP DATABASE IF EXISTS barrier_db")
+
+
+# --- Header values of the user mapping ---
+
+INJECTED = "abc\r\nX-Injected: 1"
+
+
+@pytest.mark.parametrize("option", ["access_key_id", "secret_access_key", "session_token"])
+@pytest.mark.parametrize("value", [INJECTED, "abc\ndef", "abc\rdef", "tab\there", "del\x7fete", "\x01start"])
+def test_user_mapping_keys_refuse_control_characters(pg, s3, table, option, value):
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    pg.sql("CREATE SERVER lake_hdr FOREIGN DATA WRAPPER finalize_s3 OPTIONS "
+           "(endpoint %s, region %s, bucket 'lake')", (s3.endpoint, s3.region))
+    secret = option != "access_key_id"
+    try:
+        opts = {"access_key_id": s3.access_key, "secret_access_key": s3.secret_key, option: value}
+        names = ", ".join(f"{k} %s" for k in opts)
+        # CREATE refuses it.
+        with pytest.raises(psycopg2.errors.FdwInvalidAttributeValue) as e:
+            pg.sql(f"CREATE USER MAPPING FOR postgres SERVER lake_hdr OPTIONS ({names})", tuple(opts.values()))
+        err = e.value
+        assert err.pgcode == "HV024"
+        assert f'invalid value for option "{option}"' in err.diag.message_primary
+        assert "control characters" in err.diag.message_detail
+        if secret:
+            assert value not in message(err) and "X-Injected" not in message(err) and "abc" not in message(err)
+        assert pg.sql("SELECT count(*) FROM pg_user_mappings WHERE srvname = 'lake_hdr'") == [(0,)]
+        # ALTER refuses it too (SET, or ADD for the optional token), and the mapping is unchanged.
+        action = "ADD" if option == "session_token" else "SET"
+        with pytest.raises(psycopg2.errors.FdwInvalidAttributeValue) as e:
+            pg.sql(f"ALTER USER MAPPING FOR postgres SERVER lake OPTIONS ({action} {option} %s)", (value,))
+        err = e.value
+        assert err.pgcode == "HV024"
+        assert f'invalid value for option "{option}"' in err.diag.message_primary
+        if secret:
+            assert value not in message(err) and "X-Injected" not in message(err) and "abc" not in message(err)
+        (umoptions,) = pg.sql("SELECT umoptions FROM pg_user_mappings "
+                              "WHERE srvname = 'lake' AND usename = 'postgres'")[0]
+        assert sorted(umoptions) == sorted([f"access_key_id={s3.access_key}", f"secret_access_key={s3.secret_key}"])
+        s3.clear(what="requests")
+        assert gate(pg, manifest("gen-1", files)) == (True, "gen-1", [])
+        # The same options without the control characters are accepted.
+        clean = {k: ("clean-value" if k == option else v) for k, v in opts.items()}
+        pg.sql(f"CREATE USER MAPPING FOR postgres SERVER lake_hdr OPTIONS ({names})", tuple(clean.values()))
+    finally:
+        pg.sql("DROP SERVER lake_hdr CASCADE")
+
+
+def test_an_e_string_with_crlf_is_refused_for_the_secret(pg, s3, table):
+    """The same through an E'' literal, as a hand-written statement would send it."""
+    pg.sql("CREATE SERVER lake_hdr FOREIGN DATA WRAPPER finalize_s3 OPTIONS (endpoint %s, bucket 'lake')",
+           (s3.endpoint,))
+    try:
+        with pytest.raises(psycopg2.errors.FdwInvalidAttributeValue) as e:
+            pg.sql("CREATE USER MAPPING FOR postgres SERVER lake_hdr OPTIONS "
+                   "(access_key_id 'AKID', secret_access_key E'topsecret\\r\\nX-Injected: 1')")
+        assert "topsecret" not in message(e.value)
+        with pytest.raises(psycopg2.errors.FdwInvalidAttributeValue) as e:
+            pg.sql("CREATE USER MAPPING FOR postgres SERVER lake_hdr OPTIONS "
+                   "(access_key_id E'AKID\\r\\nX-Injected: 1', secret_access_key 'x')")
+        assert 'option "access_key_id"' in e.value.diag.message_primary
+    finally:
+        pg.sql("DROP SERVER lake_hdr CASCADE")
+
+
+@pytest.mark.parametrize("option", ["access_key_id", "secret_access_key", "session_token"])
+def test_a_stored_key_with_control_characters_is_never_sent(pg, s3, table, option):
+    """A mapping written before the validator refused them (here: by a
+    superuser's catalog update) is refused by the listing itself, before any
+    request: a value never splits a header."""
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    pg.sql("CREATE SERVER lake_legacy FOREIGN DATA WRAPPER finalize_s3 OPTIONS "
+           "(endpoint %s, region %s, bucket 'lake')", (s3.endpoint, s3.region))
+    try:
+        pg.sql("CREATE USER MAPPING FOR postgres SERVER lake_legacy OPTIONS (access_key_id %s, secret_access_key %s)",
+               (s3.access_key, s3.secret_key))
+        assert gate(pg, manifest("gen-1", files, store="lake_legacy"))[0]
+        pg.sql("DELETE FROM finalize.published")
+        pg.sql("DELETE FROM finalize.release")
+        opts = {"access_key_id": s3.access_key, "secret_access_key": s3.secret_key, option: "oldvalue\r\nX-Injected: 1"}
+        pg.sql("UPDATE pg_user_mapping SET umoptions = %s "
+               "WHERE umserver = (SELECT oid FROM pg_foreign_server WHERE srvname = 'lake_legacy')",
+               ([f"{k}={v}" for k, v in opts.items()],))
+        s3.clear(what="requests")
+        log_before = len(pg.log())
+        err = release_error(pg, manifest("gen-1", files, store="lake_legacy"))
+        assert err.pgcode == "38000"
+        assert err.diag.message_primary.endswith(": InvalidCredentials"), err.diag.message_primary
+        assert "control character" in err.diag.message_detail
+        assert "ALTER USER MAPPING" in err.diag.message_hint
+        assert "X-Injected" not in message(err) and "oldvalue" not in message(err)
+        assert "X-Injected" not in pg.log()[log_before:]
+        assert s3.requests() == []
+    finally:
+        pg.sql("DROP SERVER lake_legacy CASCADE")

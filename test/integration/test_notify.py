@@ -82,3 +82,30 @@ def test_delivered_at_commit_only(pg, tracked):
     writer.commit()
     notes = drain(listener)
     assert len(notes) == 1 and json.loads(notes[0].payload)["new"] == "2026-11-29T13:00:00Z"
+
+
+@pytest.mark.parametrize("detail", [
+    "x" * 9000,                                    # one long value
+    "é" * 3000,                                    # long in bytes, not in characters
+    {"ddl": ["ALTER TABLE t ADD c%d int" % i for i in range(600)]},   # a long object
+])
+def test_alerts_fit_in_a_notify_payload_and_keep_their_names(pg, detail):
+    """An alert never fails for its size (NOTIFY refuses 8000 bytes): long
+    values are cut and "truncated" says so, while what names the alert (a
+    table name of 255 characters, multi-byte ones included) is kept whole."""
+    table = "€" * 255
+    listener = pg.connect()
+    try:
+        listener.cursor().execute("LISTEN finalize_alert")
+        pg.sql("SELECT finalize._alert(jsonb_build_object('alert', 'schema_blocked', 'table', %s::text, "
+               "'start_lsn', '0x00000000000000000100', 'detail', %s::jsonb, 'extra', repeat('y', 2000)))",
+               (table, json.dumps(detail)))
+        (n,) = drain(listener)
+    finally:
+        listener.close()
+    assert len(n.payload.encode()) < 8000
+    payload = json.loads(n.payload)
+    assert payload["table"] == table and payload["alert"] == "schema_blocked"
+    assert payload["start_lsn"] == "0x00000000000000000100"
+    assert payload["truncated"] is True
+    assert len(str(payload["detail"])) <= 504

@@ -116,7 +116,12 @@ def test_tracking_can_start_at_the_capture_instance(env, sim):
     env.track("sales.orders", "erp", start_from="capture_start")
     env.wait_caught_up("sales.orders", sim)
     facts = env.facts("sales.orders")
-    assert facts[0]["event"] is None and facts[0]["start_lsn"] is not None
+    # Like every table's, its facts begin with a start-less marker (just
+    # before the instance's first LSN), then the ranges chain from it.
+    assert facts[0]["event"] == "tracking_started" and facts[0]["start_lsn"] is None
+    assert facts[0]["inserts"] + facts[0]["updates"] + facts[0]["deletes"] == 0
+    assert facts[1]["start_lsn"] == facts[0]["end_lsn"]
+    assert_chain(facts)
     assert sum(f["inserts"] for f in facts) == 2 + 5, "every change since the instance started"
 
 

@@ -1,0 +1,382 @@
+"""Every privilege rule in one place: each of finalize's roles (and a role
+outside them) tries what it must not do, and hostile roles plant look-alike
+types, domains, operators and functions in pg_temp and in schemas of their
+own ahead of pg_catalog, then call everything they may call. None of their
+objects may ever run as another role, and the functions must still work.
+
+The look-alikes call a trap that logs who ran it and tries ALTER ROLE ...
+SUPERUSER: run by the role that planted it, both are harmless (the ALTER
+fails); run as the extension's owner, the log shows it and the ALTER makes
+the attacker a superuser."""
+
+import json
+import os
+import sys
+import time
+
+import psycopg2
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+
+from conftest import write_file  # noqa: E402
+from pgcluster import cluster_with_source  # noqa: E402
+
+TABLE = "sec.orders"
+PASSWORD_SECRET = "do-not-leak-0451"
+
+# What each role may execute in schema finalize (the README's role table).
+READER = {
+    "finalized_until(text)", "is_final(text,timestamp with time zone)",
+    "explain_verdict(text,timestamp with time zone)",
+    "period_start(timestamp with time zone,interval)", "period_end(timestamp with time zone,interval)",
+    "mssql_local_to_instant(timestamp without time zone,text)",
+    "released_generation(text,text)", "render_location(text,timestamp with time zone)",
+}
+PUBLISHER = READER | {
+    "changes_by_period(text,timestamp with time zone,timestamp with time zone)",
+    "release_gate(jsonb)", "compare_inventories(jsonb,jsonb,text)", "register_partition(text,text,text)",
+    "retired_generations(text,interval)",
+}
+ADMIN = PUBLISHER | {
+    "track_table(text,text,text,interval,text,text,text)", "untrack_table(text,boolean)",
+    "alter_tracked_table(text,interval,text,text)", "resume_table(text)",
+    "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
+    "timestamp with time zone,text,text,jsonb)",
+    "purge_facts(interval)", "quote_mssql_ident(text)",
+    "set_projection(text,text,timestamp with time zone,timestamp with time zone)",
+}
+MAY_EXECUTE = {"sec_reader": READER, "sec_publisher": PUBLISHER, "sec_admin": ADMIN, "sec_nobody": set()}
+MAY_SELECT = {
+    "sec_reader": {"status"},
+    "sec_publisher": {"status", "facts", "releases"},
+    "sec_admin": {"status", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
+                  "table_condition",
+                  "partition_registration", "projection", "release", "published"},
+    "sec_nobody": set(),
+}
+
+
+@pytest.fixture(scope="module")
+def pg():
+    cluster = cluster_with_source()
+    cluster.sql("CREATE USER MAPPING FOR PUBLIC SERVER src OPTIONS (username 'cdc', password %s)",
+                (PASSWORD_SECRET,))
+    cluster.sql("CREATE ROLE sec_reader LOGIN IN ROLE finalize_reader")
+    cluster.sql("CREATE ROLE sec_publisher LOGIN IN ROLE finalize_publisher, pg_read_server_files")
+    cluster.sql("CREATE ROLE sec_admin LOGIN IN ROLE finalize_admin")
+    cluster.sql("CREATE ROLE sec_nobody LOGIN")
+    for role in MAY_EXECUTE:
+        # Hostile roles get schemas of their own (and pg_temp, which every role has).
+        cluster.sql(f"GRANT CREATE ON DATABASE postgres TO {role}")
+    cluster.sql("GRANT USAGE ON FOREIGN SERVER src TO sec_admin")
+    cluster.sql("SELECT finalize.track_table(%s, 'src', 'dbo.orders')", (TABLE,))
+    cluster.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-27 06:00+00')", (TABLE,))
+    cluster.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+                "'2026-11-27 09:30+00', 2, 0, 0, '2026-11-27 08:10+00', '2026-11-27 08:20+00')", (TABLE,))
+    yield cluster
+    cluster.cleanup()
+
+
+def connect(pg, role):
+    return pg.connect(user=role)
+
+
+def run(conn, sql, args=None):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description else None
+
+
+def denied(conn, sql, args=None):
+    """The statement fails for lack of a privilege (and changes nothing)."""
+    with pytest.raises(psycopg2.Error) as e:
+        run(conn, sql, args)
+    assert e.value.pgcode == "42501", f"{sql}: {e.value.pgcode} {e.value}"
+    return str(e.value)
+
+
+# --- Look-alikes -------------------------------------------------------------
+
+# Operators a query may use, as (name, left, right, result).
+OPERATORS = [
+    ("=", "text", "text", "boolean"), ("=", "bigint", "bigint", "boolean"), ("=", "name", "name", "boolean"),
+    ("<>", "text", "text", "boolean"), ("<", "text", "text", "boolean"),
+    ("<", "timestamptz", "timestamptz", "boolean"), ("<=", "timestamptz", "timestamptz", "boolean"),
+    (">", "timestamptz", "timestamptz", "boolean"), (">=", "timestamptz", "timestamptz", "boolean"),
+    ("+", "timestamptz", "interval", "timestamptz"), ("-", "timestamptz", "interval", "timestamptz"),
+    ("-", "timestamptz", "timestamptz", "interval"), ("+", "bigint", "bigint", "bigint"),
+    ("->>", "jsonb", "text", "text"), ("->", "jsonb", "text", "jsonb"), ("?", "jsonb", "text", "boolean"),
+    ("||", "text", "text", "text"), ("||", "jsonb", "jsonb", "jsonb"), ("~", "text", "text", "boolean"),
+    ("*", "interval", "integer", "interval"),
+]
+# Functions the extension's SQL and C code call, as (name, argument types, result).
+FUNCTIONS = [
+    ("now", "", "timestamptz"), ("clock_timestamp", "", "timestamptz"),
+    ("hashtextextended", "text, bigint", "bigint"), ("pg_advisory_xact_lock", "bigint", "void"),
+    ("jsonb_build_object", "VARIADIC text[]", "jsonb"), ("format", "text, VARIADIC text[]", "text"),
+    ("starts_with", "text, text", "boolean"), ("length", "text", "integer"), ("upper", "text", "text"),
+    ("lower", "text", "text"), ("left", "text, integer", "text"), ("octet_length", "text", "integer"),
+    ("replace", "text, text, text", "text"), ("to_char", "timestamp, text", "text"),
+    ("pg_notify", "text, text", "void"), ("has_server_privilege", "name, oid, text", "boolean"),
+    ("jsonb_typeof", "jsonb", "text"), ("array_to_string", "text[], text", "text"),
+    ("regexp_replace", "text, text, text, text", "text"), ("date_trunc", "text, timestamp", "timestamp"),
+    ("pg_stat_get_activity", "integer", "setof record"),
+]
+DOMAINS = ["text", "int8", "int4", "jsonb", "bool", "timestamptz", "timestamp", "interval", "name", "oid", "lsn",
+           "verdict", "tracked_table", "watermark"]
+
+
+def plant(conn, role):
+    """Creates the role's look-alikes: in a schema of its own (which it puts
+    ahead of pg_catalog in its search_path) and in its pg_temp."""
+    s = f"{role}_evil"
+    run(conn, f"CREATE SCHEMA {s}")
+    run(conn, f"CREATE TABLE {s}.log (who name, planted_by name, what text)")
+    run(conn, f"GRANT ALL ON SCHEMA {s} TO PUBLIC")
+    run(conn, f"GRANT ALL ON TABLE {s}.log TO PUBLIC")
+    run(conn, f"""
+        CREATE FUNCTION {s}.trap(what text) RETURNS boolean LANGUAGE plpgsql AS $f$
+        BEGIN
+            INSERT INTO {s}.log VALUES (current_user, '{role}', what);
+            BEGIN
+                EXECUTE 'ALTER ROLE {role} SUPERUSER';
+            EXCEPTION WHEN others THEN NULL;
+            END;
+            RETURN true;
+        END
+        $f$""")
+    for i, (op, left, right, result) in enumerate(OPERATORS):
+        run(conn, f"""
+            CREATE FUNCTION {s}.op{i}(a {left}, b {right}) RETURNS {result} LANGUAGE plpgsql AS $f$
+            BEGIN
+                PERFORM {s}.trap('operator {op}({left}, {right})');
+                RETURN a OPERATOR(pg_catalog.{op}) b;
+            END
+            $f$""")
+        run(conn, f"CREATE OPERATOR {s}.{op} (LEFTARG = {left}, RIGHTARG = {right}, FUNCTION = {s}.op{i})")
+    for name, args, result in FUNCTIONS:
+        body = (f"PERFORM {s}.trap('function {name}');" +
+                (" RETURN;" if result.startswith("setof") or result == "void" else
+                 f" RETURN NULL::{result};"))
+        ret = "SETOF record" if result.startswith("setof") else result
+        run(conn, f"CREATE FUNCTION {s}.{name}({args}) RETURNS {ret} LANGUAGE plpgsql AS $f$ BEGIN {body} END $f$")
+    for d in DOMAINS:
+        base = {"lsn": "text", "verdict": "text", "tracked_table": "text", "watermark": "text"}.get(d, d)
+        for schema in (s, "pg_temp"):
+            run(conn, f"CREATE DOMAIN {schema}.{d} AS pg_catalog.{base} CHECK ({s}.trap('domain {schema}.{d}'))")
+    # The schema goes ahead of pg_catalog; pg_temp is searched first for types.
+    run(conn, f"SET search_path = {s}, pg_catalog, public")
+
+
+def assert_never_ran_as_another_role(pg):
+    """No look-alike ran as anyone but the role that planted it, and no
+    attacker became a superuser."""
+    rows = pg.sql("""SELECT n.nspname FROM pg_namespace n WHERE n.nspname LIKE 'sec\\_%\\_evil'""")
+    assert rows, "no attacker schema was planted"
+    for (schema,) in rows:
+        bad = pg.sql(f"SELECT who, planted_by, what FROM {schema}.log WHERE who <> planted_by")
+        assert bad == [], f"look-alikes ran as another role: {bad}"
+    assert pg.sql("SELECT rolname FROM pg_roles WHERE rolname LIKE 'sec\\_%' AND rolsuper") == []
+
+
+def drop_plants(pg):
+    for (schema,) in pg.sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'sec\\_%\\_evil'"):
+        pg.sql(f"DROP SCHEMA {schema} CASCADE")
+
+
+def manifest(store, generation="g1", period="2026-11-27 08:00+00"):
+    return json.dumps({"table": TABLE, "partition": "p08", "generation": generation,
+                       "store": "file://" + store, "prefix": f"p08/{generation}/",
+                       "period_start": period, "files": {f"p08/{generation}/part-0.parquet": 5}})
+
+
+def test_a_publisher_with_look_alikes_everywhere_cannot_escalate_through_the_gate(pg, store):
+    write_file(store, "p08/g1/part-0.parquet", b"12345")
+    conn = connect(pg, "sec_publisher")
+    try:
+        plant(conn, "sec_publisher")
+        # The caller's session cannot change what the gate does as the owner...
+        run(conn, "SELECT finalize.register_partition(%s, 'p08', 'p08/g1/')", (TABLE,))
+        released, generation, problems = run(conn, "SELECT * FROM finalize.release_gate(%s)", (manifest(store),))[0]
+        # ...and the gate still works.
+        assert (released, generation, problems) == (True, "g1", [])
+        assert run(conn, "SELECT finalize.released_generation(%s, 'p08')", (TABLE,)) == [("g1",)]
+        # A rejected attempt, and the other publisher functions, likewise.
+        released, _, problems = run(conn, "SELECT * FROM finalize.release_gate(%s)",
+                                    (manifest(store, "g2", "2026-11-27 10:00+00"),))[0]
+        assert not released and {p["code"] for p in problems} >= {"missing_object", "not_finalized"}
+        run(conn, "SELECT * FROM finalize.explain_verdict(%s, '2026-11-27 08:00+00')", (TABLE,))
+        run(conn, "SELECT * FROM finalize.changes_by_period(%s, '2026-11-27 06:00+00', '2026-11-27 11:00+00')",
+            (TABLE,))
+        run(conn, "SELECT finalize.is_final(%s, '2026-11-27 08:00+00'), finalize.finalized_until(%s)",
+            (TABLE, TABLE))
+        run(conn, "SELECT * FROM finalize.retired_generations(%s, '0')", (TABLE,))
+        run(conn, "SELECT * FROM finalize.status")
+        run(conn, "SELECT * FROM finalize.releases")
+        run(conn, "SELECT * FROM finalize.facts")
+        run(conn, "SELECT finalize.compare_inventories('{\"a\": 1}', '{\"a\": 2}', '')")
+        # The trap works: called by its own role, it logs and its ALTER fails.
+        run(conn, "SELECT 'x'::sec_publisher_evil.text")
+        assert ("sec_publisher",) in pg.sql("SELECT who FROM sec_publisher_evil.log")
+    finally:
+        conn.close()
+    assert_never_ran_as_another_role(pg)
+    drop_plants(pg)
+
+
+def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
+    conn = connect(pg, "sec_admin")
+    try:
+        plant(conn, "sec_admin")
+        run(conn, "SELECT finalize.track_table('sec.evil', 'src', 'dbo.orders', '1 day', 'max_lsn', 'block', 'stop')")
+        run(conn, "SELECT finalize.alter_tracked_table('sec.evil', granularity => '1 hour')")
+        run(conn, "SELECT finalize.record_range('sec.evil', NULL, '0x00000000000000000100', '2026-11-27 06:00+00')")
+        run(conn, "SELECT finalize.record_range('sec.evil', '0x00000000000000000100', '0x00000000000000000200', "
+                  "'2026-11-27 07:00+00', 1, 0, 0, '2026-11-27 06:30+00', '2026-11-27 06:30+00', 'ci', "
+                  "'schema_change', '{\"summary\": \"x\"}')")
+        assert run(conn, "SELECT finalize.finalized_until('sec.evil')")[0][0].isoformat() == "2026-11-27T07:00:00+00:00"
+        run(conn, "SELECT finalize.resume_table('sec.evil')")
+        run(conn, "SELECT finalize.set_projection('sec.evil', 'h={hour}/', '2026-11-01', '2026-12-01')")
+        run(conn, "SELECT finalize.purge_facts('3650 days')")
+        run(conn, "SELECT finalize.quote_mssql_ident('a]b')")
+        run(conn, "SELECT finalize.untrack_table('sec.evil', false)")
+    finally:
+        conn.close()
+    assert_never_ran_as_another_role(pg)
+    drop_plants(pg)
+
+
+def test_a_reader_with_look_alikes_everywhere_cannot_escalate(pg):
+    conn = connect(pg, "sec_reader")
+    try:
+        plant(conn, "sec_reader")
+        run(conn, "SELECT finalize.is_final(%s, '2026-11-27 08:00+00'), finalize.finalized_until(%s)",
+            (TABLE, TABLE))
+        run(conn, "SELECT * FROM finalize.explain_verdict(%s)", (TABLE,))
+        run(conn, "SELECT * FROM finalize.status")
+        run(conn, "SELECT finalize.released_generation(%s, 'p08'), finalize.render_location('d={day}/', now())",
+            (TABLE,))
+        run(conn, "SELECT finalize.mssql_local_to_instant('2026-03-08 02:30', 'America/New_York')")
+    finally:
+        conn.close()
+    assert_never_ran_as_another_role(pg)
+    drop_plants(pg)
+
+
+# --- What each role must not do -------------------------------------------------
+
+def finalize_functions(pg):
+    """(oid, signature without the schema) of every function in schema finalize."""
+    return pg.sql("SELECT p.oid, substr(p.oid::regprocedure::text, length('finalize.') + 1) "
+                  "  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'finalize'")
+
+
+@pytest.mark.parametrize("role", sorted(MAY_EXECUTE))
+def test_each_role_executes_exactly_its_functions(pg, role):
+    allowed = {f.replace(" ", "") for f in MAY_EXECUTE[role]}
+    conn = connect(pg, role)
+    try:
+        for oid, signature in finalize_functions(pg):
+            key = signature.replace(" ", "")
+            may = pg.sql("SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, oid))[0][0]
+            assert may == (key in allowed), f"{role} EXECUTE {signature}: {may}"
+            # Trying it: with NULL arguments (polymorphic ones cannot be called so).
+            callable_ = pg.sql("SELECT prorettype <> 'trigger'::regtype AND NOT EXISTS ("
+                               "SELECT FROM unnest(proargtypes) t WHERE t::regtype::text LIKE 'any%%') "
+                               "FROM pg_proc WHERE oid = %s", (oid,))[0][0]
+            if not may and callable_:
+                # Sub-selects, so a STRICT function is not folded away unexecuted.
+                types = pg.sql("SELECT array(SELECT format_type(t, NULL) FROM unnest(proargtypes) t) "
+                               "FROM pg_proc WHERE oid = %s", (oid,))[0][0]
+                args = ", ".join(f"(SELECT NULL::{t})" for t in types)
+                denied(conn, f"SELECT finalize.{signature.split('(')[0]}({args})")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("role", sorted(MAY_EXECUTE))
+def test_each_role_reads_exactly_its_relations_and_writes_none(pg, role):
+    conn = connect(pg, role)
+    try:
+        for (rel, kind) in pg.sql("SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
+                                  "ON n.oid = c.relnamespace WHERE n.nspname = 'finalize' AND c.relkind IN ('r', 'v')"):
+            if rel in MAY_SELECT[role]:
+                run(conn, f"SELECT count(*) FROM finalize.{rel}")
+            else:
+                denied(conn, f"SELECT count(*) FROM finalize.{rel}")
+            if kind == "r":
+                denied(conn, f"DELETE FROM finalize.{rel}")
+                denied(conn, f"UPDATE finalize.{rel} SET {first_column(pg, rel)} = {first_column(pg, rel)}")
+                denied(conn, f"TRUNCATE finalize.{rel}")
+        for (seq,) in pg.sql("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                             "WHERE n.nspname = 'finalize' AND c.relkind = 'S'"):
+            denied(conn, f"SELECT nextval('finalize.{seq}')")
+        # Nobody but the server's owner sees the login's password.
+        assert PASSWORD_SECRET not in str(run(conn, "SELECT umoptions FROM pg_user_mappings"))
+        # Only admins create sources.
+        if role != "sec_admin":
+            denied(conn, "CREATE SERVER rogue FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', database 'd')")
+    finally:
+        conn.close()
+
+
+def first_column(pg, rel):
+    """A column an UPDATE may name (not an identity column)."""
+    return pg.sql("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                  "AND NOT attisdropped AND attidentity = '' ORDER BY attnum LIMIT 1",
+                  ("finalize." + rel,))[0][0]
+
+
+def test_tracking_through_a_server_needs_usage_on_it(pg):
+    pg.sql("CREATE SERVER sec_other FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'x')")
+    pg.sql("CREATE USER MAPPING FOR PUBLIC SERVER sec_other OPTIONS (username 'sa', password 'owner-only')")
+    conn = connect(pg, "sec_admin")
+    try:
+        msg = denied(conn, "SELECT finalize.track_table('sec.borrowed', 'sec_other', 'dbo.orders')")
+        assert "GRANT USAGE ON FOREIGN SERVER sec_other TO sec_admin" in msg
+        assert pg.sql("SELECT count(*) FROM finalize.tracked_table WHERE table_name = 'sec.borrowed'") == [(0,)]
+        pg.sql("GRANT USAGE ON FOREIGN SERVER sec_other TO sec_admin")
+        assert run(conn, "SELECT finalize.track_table('sec.borrowed', 'sec_other', 'dbo.orders') > 0")[0][0]
+        run(conn, "SELECT finalize.untrack_table('sec.borrowed', false)")
+        # With a mapping of its own, the server's owner lends its login to
+        # nobody: USAGE (which gives only PUBLIC's mapping) is not enough.
+        pg.sql("CREATE USER MAPPING FOR postgres SERVER sec_other OPTIONS (username 'sa', password 'owners')")
+        msg = denied(conn, "SELECT finalize.track_table('sec.borrowed', 'sec_other', 'dbo.orders')")
+        assert "user mapping of its owner postgres" in msg
+        assert pg.sql("SELECT count(*) FROM finalize.tracked_table WHERE table_name = 'sec.borrowed'") == [(0,)]
+    finally:
+        conn.close()
+        pg.sql("DROP SERVER sec_other CASCADE")
+
+
+def finalize_pids(pg):
+    return sorted(r[0] for r in pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'finalize%'"))
+
+
+def test_a_role_that_may_not_drop_the_database_cannot_stop_finalize(pg):
+    """DROP DATABASE, ALTER DATABASE RENAME and SET TABLESPACE of
+    finalize.database stop finalize's processes first: only for a role that
+    may run them."""
+    pg.wait_for(lambda: pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize scheduler'"),
+                what="the scheduler")
+    before = finalize_pids(pg)
+    # From another database, so that only the permission checks refuse.
+    conn = pg.connect(dbname="template1", user="sec_nobody")
+    try:
+        for sql in ("DROP DATABASE postgres", "DROP DATABASE postgres WITH (FORCE)",
+                    "ALTER DATABASE postgres RENAME TO gone", "ALTER DATABASE postgres SET TABLESPACE pg_default"):
+            denied(conn, sql)
+    finally:
+        conn.close()
+    # A superuser in a transaction block, where DROP DATABASE cannot run.
+    conn = pg.connect(dbname="template1", autocommit=False)
+    try:
+        with pytest.raises(psycopg2.errors.ActiveSqlTransaction):
+            run(conn, "DROP DATABASE postgres")
+    finally:
+        conn.rollback()
+        conn.close()
+    time.sleep(1.5)  # a signalled scheduler would be gone and restarted by now
+    assert finalize_pids(pg) == before
+    assert "terminating background worker" not in pg.log()
