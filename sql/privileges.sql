@@ -75,6 +75,14 @@ SELECT p.oid::regprocedure AS definer_without_pinned_search_path
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'finalize'
  WHERE p.prosecdef AND NOT coalesce(p.proconfig::text[] && ARRAY['search_path=pg_catalog, pg_temp'], false);
+-- So does every C function that runs SQL as the owner.
+SELECT p.oid::regprocedure AS owner_runner_without_pinned_search_path
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'finalize' AND p.prosrc IN ('finalize_as_owner', 'finalize_release_gate')
+   AND NOT coalesce(p.proconfig::text[] && ARRAY['search_path=pg_catalog, pg_temp'], false);
+SELECT count(*) AS functions_run_as_owner_for_their_caller
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'finalize' AND p.prosrc = 'finalize_as_owner';
 SELECT count(*) > 0 AS has_definer_functions
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'finalize' AND p.prosecdef;

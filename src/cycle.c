@@ -440,7 +440,7 @@ record_write(TableWrite *w)
 		set_condition(&cw, "lock_timeout",
 					  psprintf("Recording waited longer than finalize.lock_timeout (%d ms) for a lock that another "
 							   "session holds on this table's rows (for example an open transaction that called "
-							   "finalize.resume_table or alter_tracked_table): %s. Nothing was lost; the next cycle "
+							   "finalize.resume_table or finalize.record_range): %s. Nothing was lost; the next cycle "
 							   "records it once the lock is released.", finalize_lock_timeout_ms, e->message));
 	else
 	{

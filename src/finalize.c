@@ -36,7 +36,6 @@ int			finalize_s3_max_pages = 100000;
 void		_PG_init(void);
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
-PG_FUNCTION_INFO_V1(finalize_calling_role);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
 PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
 
@@ -230,16 +229,4 @@ finalize_max_clock_skew(PG_FUNCTION_ARGS)
 
 	result->time = (int64) finalize_max_clock_skew_s * USECS_PER_SEC;
 	PG_RETURN_INTERVAL_P(result);
-}
-
-/*
- * finalize._calling_role(): the role the session acts as (after SET ROLE),
- * which SECURITY DEFINER does not change. Functions that run as the
- * extension owner record it as "who" did something.
- */
-Datum
-finalize_calling_role(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_DATUM(DirectFunctionCall1(namein,
-										CStringGetDatum(GetUserNameFromId(GetOuterUserId(), false))));
 }

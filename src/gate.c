@@ -40,6 +40,7 @@
 #include "io_interrupts.h"
 #include "manifest.h"
 #include "objstore.h"
+#include "owner.h"
 
 PG_FUNCTION_INFO_V1(finalize_release_gate);
 PG_FUNCTION_INFO_V1(finalize_compare_inventories);
@@ -531,57 +532,20 @@ typedef struct GateRun
 
 /* Step: the tracked table of the manifest. */
 static void
-lookup_step(GateRun *run)
+lookup_step(void *arg)
 {
+	GateRun    *run = (GateRun *) arg;
+
 	run->table_id = tracked_table_id(run->m);
 }
 
 /* Step: the catalog and facts checks, and storing the attempt. */
 static void
-check_step(GateRun *run)
+check_step(void *arg)
 {
+	GateRun    *run = (GateRun *) arg;
+
 	run->released = check_and_store(run->m, run->table_id, run->listing, run->requested_by, &run->problems_json);
-}
-
-/*
- * Runs a step as the extension's owner, who alone may read the catalog and
- * write releases; the caller's identity is restored even on error. The step
- * runs as a security-restricted operation (like VACUUM running an index
- * function as the table's owner): the caller's session cannot change what it
- * does (the function pins search_path, and its SPI text names everything by
- * schema), and nothing it runs can take session-level actions as the owner.
- */
-static void
-run_as_owner(Oid owner, void (*step) (GateRun *), GateRun *run)
-{
-	Oid			save_user;
-	int			save_sec;
-
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	PG_TRY();
-	{
-		step(run);
-	}
-	PG_FINALLY();
-	{
-		SetUserIdAndSecContext(save_user, save_sec);
-	}
-	PG_END_TRY();
-}
-
-/* The role that owns this function (the extension's owner). */
-static Oid
-function_owner(Oid fn)
-{
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for function %u", fn);
-	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
-	ReleaseSysCache(tup);
-	return owner;
 }
 
 /*

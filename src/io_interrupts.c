@@ -72,6 +72,21 @@ io_must_stop(void)
 }
 
 /*
+ * Before an I/O: forgets an error an earlier I/O deferred but never raised
+ * (an error between its library's return and io_interrupts_rethrow), so it
+ * cannot end this one.
+ */
+void
+io_interrupts_begin(void)
+{
+	if (deferred_error != NULL)
+	{
+		FreeErrorData(deferred_error);
+		deferred_error = NULL;
+	}
+}
+
+/*
  * After the library returned: raises the error deferred by a callback, then
  * serves whatever interrupt is still pending (a cancel raises here).
  */

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 
+extern void io_interrupts_begin(void);
 extern bool io_stop_requested(void);
 extern bool io_must_stop(void);
 extern void io_interrupts_rethrow(void);

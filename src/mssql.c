@@ -233,6 +233,7 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 	char		server[1100];
 
 	ensure_dblib();
+	io_interrupts_begin();
 	begin_call(err);
 
 	dbsetlogintime(info->login_timeout);
@@ -326,6 +327,7 @@ mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err)
 {
 	RETCODE		rc;
 
+	io_interrupts_begin();
 	begin_call(err);
 	if (conn->pending)
 	{

@@ -304,6 +304,7 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 	Response	r = {0};
 
 	memset(err, 0, sizeof(*err));
+	io_interrupts_begin();
 	/* The validator refuses these; a header must never be split by a value. */
 	if (!header_safe(loc->access_key) || !header_safe(loc->secret_key) ||
 		(loc->session_token != NULL && !header_safe(loc->session_token)))

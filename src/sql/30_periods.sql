@@ -40,13 +40,6 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'finalize_periods'
 LANGUAGE C IMMUTABLE PARALLEL SAFE ROWS 24;
 
--- The role the session acts as (after SET ROLE): who did something, even
--- inside a SECURITY DEFINER function.
-CREATE FUNCTION @extschema@._calling_role()
-RETURNS name
-AS 'MODULE_PATHNAME', 'finalize_calling_role'
-LANGUAGE C STABLE;
-
 -- ISO 8601 in UTC for JSON payloads, independent of the session's TimeZone.
 CREATE FUNCTION @extschema@._utc_iso(ts timestamptz)
 RETURNS text

@@ -82,6 +82,80 @@ BEGIN
 END
 $$;
 
+-- The body of finalize.track_table, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._track_table(
+    caller name,
+    table_name   text,
+    server_name  text,
+    source_table text,
+    granularity  interval DEFAULT interval '1 hour',
+    start_from   text DEFAULT 'max_lsn',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    parts text[];
+    new_id bigint;
+    srv pg_foreign_server;
+    who name := caller;
+BEGIN
+    PERFORM @extschema@._require(_track_table.table_name, 'table_name');
+    IF _track_table.table_name !~ '\S' OR length(_track_table.table_name) > 255 THEN
+        RAISE EXCEPTION 'invalid value for argument table_name: "%"', _track_table.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A tracked table name is the name consumers use (for example sales.orders): 1 to 255 characters, not only spaces.';
+    END IF;
+    srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
+    -- The worker reads tracked tables with the server's login: tracking a
+    -- table through a server is using it.
+    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', _track_table.server_name, who);
+    END IF;
+    -- The worker logs in with the user mapping of the server's owner when
+    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
+    -- must not read through a login it could not use itself.
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
+                                  _track_table.server_name, srv.srvowner::regrole, who),
+                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
+                                srv.srvowner::regrole);
+    END IF;
+    PERFORM @extschema@._require(_track_table.source_table, 'source_table');
+    parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
+    PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
+    PERFORM @extschema@._check_choice(_track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
+        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
+    PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
+    PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
+
+    BEGIN
+        INSERT INTO @extschema@.tracked_table
+            (table_name, server_name, source_schema, source_name, granularity, start_from,
+             ddl_policy, on_data_loss, created_by)
+        VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
+                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who)
+        RETURNING table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'table "%" is already tracked', _track_table.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    RETURN new_id;
+END
+$$;
+
 CREATE FUNCTION @extschema@.track_table(
     table_name   text,
     server_name  text,
@@ -91,67 +165,9 @@ CREATE FUNCTION @extschema@.track_table(
     ddl_policy   text DEFAULT 'warn',
     on_data_loss text DEFAULT 'stop')
 RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    parts text[];
-    new_id bigint;
-    srv pg_foreign_server;
-    who name := @extschema@._calling_role();
-BEGIN
-    PERFORM @extschema@._require(track_table.table_name, 'table_name');
-    IF track_table.table_name !~ '\S' OR length(track_table.table_name) > 255 THEN
-        RAISE EXCEPTION 'invalid value for argument table_name: "%"', track_table.table_name
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A tracked table name is the name consumers use (for example sales.orders): 1 to 255 characters, not only spaces.';
-    END IF;
-    srv := @extschema@._mssql_server(track_table.server_name, 'server_name');
-    -- The worker reads tracked tables with the server's login: tracking a
-    -- table through a server is using it.
-    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
-        RAISE EXCEPTION 'permission denied for server %', track_table.server_name
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
-                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', track_table.server_name, who);
-    END IF;
-    -- The worker logs in with the user mapping of the server's owner when
-    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
-    -- must not read through a login it could not use itself.
-    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
-       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
-        RAISE EXCEPTION 'permission denied for server %', track_table.server_name
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
-                                  track_table.server_name, srv.srvowner::regrole, who),
-                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
-                                srv.srvowner::regrole);
-    END IF;
-    PERFORM @extschema@._require(track_table.source_table, 'source_table');
-    parts := @extschema@._split_mssql_name(track_table.source_table, 'source_table');
-    PERFORM @extschema@._check_granularity(track_table.granularity, 'granularity');
-    PERFORM @extschema@._check_choice(track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
-        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
-    PERFORM @extschema@._check_ddl_policy(track_table.ddl_policy);
-    PERFORM @extschema@._check_on_data_loss(track_table.on_data_loss);
-
-    BEGIN
-        INSERT INTO @extschema@.tracked_table
-            (table_name, server_name, source_schema, source_name, granularity, start_from,
-             ddl_policy, on_data_loss, created_by)
-        VALUES (track_table.table_name, track_table.server_name, parts[1], parts[2], track_table.granularity,
-                track_table.start_from, track_table.ddl_policy, track_table.on_data_loss, who)
-        RETURNING table_id INTO new_id;
-    EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'table "%" is already tracked', track_table.table_name
-            USING ERRCODE = 'duplicate_object',
-                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
-    END;
-    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
-    RETURN new_id;
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text) IS
     'Start tracking a logical table fed by a SQL Server table with CDC enabled';
 
@@ -262,9 +278,13 @@ COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text) 
 -- LSN range as a "resumed" event (with who asked) and restarts the table at
 -- its capture instance's current min LSN, so the verdict resumes only from
 -- there. The lost range stays visible in finalize.facts.
-CREATE FUNCTION @extschema@.resume_table(table_name text)
+-- The body of finalize.resume_table, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._resume_table(
+    caller name,
+    table_name text)
 RETURNS text
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
@@ -273,13 +293,13 @@ DECLARE
     wm @extschema@.watermark;
     blocked @extschema@.fact;
     ddl_lsn @extschema@.lsn;
-    who name := @extschema@._calling_role();
+    who name := caller;
 BEGIN
-    PERFORM @extschema@._require(resume_table.table_name, 'table_name');
+    PERFORM @extschema@._require(_resume_table.table_name, 'table_name');
     SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_name = resume_table.table_name AND t.untracked_at IS NULL;
+     WHERE t.table_name = _resume_table.table_name AND t.untracked_at IS NULL;
     IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(resume_table.table_name);
+        PERFORM @extschema@._not_tracked(_resume_table.table_name);
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
     SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id;
@@ -326,5 +346,11 @@ BEGIN
         USING ERRCODE = 'object_not_in_prerequisite_state';
 END
 $$;
+
+CREATE FUNCTION @extschema@.resume_table(table_name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.resume_table(text) IS
     'Let a table stopped by a data loss or a blocking schema change go on, recording who and what was lost';

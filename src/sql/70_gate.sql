@@ -107,11 +107,13 @@ END
 $$;
 
 -- Serializes everything that reads or changes the catalog view of one
--- partition until the end of the transaction: releases and registrations of
--- the partition exclusively, after a shared lock on its table's row
--- (partition ''), which set_projection (it changes every partition's view)
--- takes exclusively. Row locks of a table only finalize writes, not advisory
--- locks, whose keys any role could take and hold.
+-- partition until the end of the transaction. First the tracked table's row
+-- (shared, so it cannot be untracked meanwhile, and in the order
+-- untrack_table locks), then finalize.catalog_lock: the table's row
+-- (partition '') shared by releases and registrations and taken exclusively
+-- by set_projection, which changes every partition's view, then the
+-- partition's row exclusively. Row locks of tables only finalize writes,
+-- not advisory locks, whose keys any role could take and hold.
 CREATE TABLE @extschema@.catalog_lock (
     table_id   bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
     partition  text NOT NULL,
@@ -120,32 +122,51 @@ CREATE TABLE @extschema@.catalog_lock (
 COMMENT ON TABLE @extschema@.catalog_lock IS
     'Rows locked to serialize changes of a partition''s catalog view (partition '''' stands for the whole table)';
 
+CREATE FUNCTION @extschema@._lock_table_catalog(table_id bigint, exclusive boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM FROM @extschema@.tracked_table t
+     WHERE t.table_id = _lock_table_catalog.table_id AND t.untracked_at IS NULL FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked table with id % was untracked meanwhile', table_id
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = 'It was untracked (and perhaps tracked again under a new id) during the call; nothing was released or registered.',
+                  HINT = 'Try again.';
+    END IF;
+    INSERT INTO @extschema@.catalog_lock VALUES (table_id, '') ON CONFLICT DO NOTHING;
+    IF exclusive THEN
+        PERFORM FROM @extschema@.catalog_lock c WHERE c.table_id = _lock_table_catalog.table_id AND c.partition = '' FOR UPDATE;
+    ELSE
+        PERFORM FROM @extschema@.catalog_lock c WHERE c.table_id = _lock_table_catalog.table_id AND c.partition = '' FOR SHARE;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION @extschema@._lock_partition(table_id bigint, partition text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    INSERT INTO @extschema@.catalog_lock VALUES (_lock_partition.table_id, ''), (_lock_partition.table_id, _lock_partition.partition)
-        ON CONFLICT DO NOTHING;
-    SELECT FROM @extschema@.catalog_lock c
-     WHERE c.table_id = _lock_partition.table_id AND c.partition = '' FOR SHARE;
-    SELECT FROM @extschema@.catalog_lock c
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM @extschema@._lock_table_catalog(table_id, false);
+    INSERT INTO @extschema@.catalog_lock VALUES (table_id, partition) ON CONFLICT DO NOTHING;
+    PERFORM FROM @extschema@.catalog_lock c
      WHERE c.table_id = _lock_partition.table_id AND c.partition = _lock_partition.partition FOR UPDATE;
-END;
+END
+$$;
 
-CREATE FUNCTION @extschema@._lock_catalog_of_table(table_id bigint)
+-- The body of finalize.register_partition, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._register_partition(
+    caller name,
+    table_name text, partition text, location text)
 RETURNS void
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    INSERT INTO @extschema@.catalog_lock VALUES (_lock_catalog_of_table.table_id, '') ON CONFLICT DO NOTHING;
-    SELECT FROM @extschema@.catalog_lock c
-     WHERE c.table_id = _lock_catalog_of_table.table_id AND c.partition = '' FOR UPDATE;
-END;
-
-CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
@@ -156,11 +177,17 @@ BEGIN
     PERFORM @extschema@._check_location(location, 'location', true);
     PERFORM @extschema@._lock_partition(id, partition);
     INSERT INTO @extschema@.partition_registration AS r (table_id, partition, location, registered_by)
-    VALUES (id, partition, location, @extschema@._calling_role())
+    VALUES (id, partition, location, caller)
     ON CONFLICT ON CONSTRAINT partition_registration_pkey DO UPDATE
        SET location = excluded.location, registered_at = now(), registered_by = excluded.registered_by;
 END
 $$;
+
+CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.register_partition(text, text, text) IS
     'Register (or move) the location of a partition in the catalog view';
 
@@ -178,10 +205,14 @@ RETURN replace(replace(replace(replace(replace(location_template,
 COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
     'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute}, UTC)';
 
-CREATE FUNCTION @extschema@.set_projection(table_name text, location_template text,
+-- The body of finalize.set_projection, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._set_projection(
+    caller name,
+    table_name text, location_template text,
                                            range_start timestamptz, range_end timestamptz)
 RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
@@ -206,14 +237,21 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'range_end must be after range_start.';
     END IF;
-    PERFORM @extschema@._lock_catalog_of_table(id);
+    PERFORM @extschema@._lock_table_catalog(id, true);
     INSERT INTO @extschema@.projection AS p (table_id, location_template, range_start, range_end, set_by)
-    VALUES (id, location_template, range_start, range_end, @extschema@._calling_role())
+    VALUES (id, location_template, range_start, range_end, caller)
     ON CONFLICT ON CONSTRAINT projection_pkey DO UPDATE
        SET location_template = excluded.location_template, range_start = excluded.range_start,
            range_end = excluded.range_end, set_at = now(), set_by = excluded.set_by;
 END
 $$;
+
+CREATE FUNCTION @extschema@.set_projection(table_name text, location_template text,
+                                           range_start timestamptz, range_end timestamptz)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.set_projection(text, text, timestamptz, timestamptz) IS
     'Declare partition projection for a table: a location template and the range of visible periods';
 
@@ -328,6 +366,48 @@ RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_generation_retention'
 LANGUAGE C STABLE;
 
+-- Where readers may be sent: the published prefixes and the registered
+-- locations (with one trailing slash), indexed bytewise so that
+-- retired_generations finds overlaps by probes, not by comparing every pair.
+CREATE INDEX published_prefix_idx ON @extschema@.published ((prefix COLLATE "C"));
+CREATE INDEX partition_registration_location_idx
+    ON @extschema@.partition_registration (((rtrim(location, '/') || '/') COLLATE "C"));
+
+-- The prefixes a prefix lies inside: "a/", "a/b/" and "a/b/c/" for "a/b/c/".
+CREATE FUNCTION @extschema@._ancestor_prefixes(prefix text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY(SELECT left(prefix, p) FROM generate_series(1, length(prefix)) AS p WHERE substr(prefix, p, 1) = '/');
+
+-- Whether a generation's prefix (ending in "/") contains or lies inside a
+-- location readers may be sent to: a published prefix or a registered
+-- location of any partition, or what its table's projection gives its
+-- period. Descendants are a range: in bytewise order every key starting
+-- with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
+CREATE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN right(_overlaps_live.prefix, 1) <> '/'
+    OR EXISTS (SELECT FROM @extschema@.published q
+                WHERE (q.prefix COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
+                  AND (q.prefix COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+    OR EXISTS (SELECT FROM @extschema@.published q
+                WHERE (q.prefix COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+    OR EXISTS (SELECT FROM @extschema@.partition_registration g
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
+                  AND ((rtrim(g.location, '/') || '/') COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+    OR EXISTS (SELECT FROM @extschema@.partition_registration g
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+    OR EXISTS (SELECT FROM @extschema@.projection j
+                WHERE j.table_id = _overlaps_live.table_id
+                  AND _overlaps_live.period_start >= j.range_start AND _overlaps_live.period_start < j.range_end
+                  AND (starts_with(@extschema@.render_location(j.location_template, _overlaps_live.period_start),
+                                   _overlaps_live.prefix)
+                       OR starts_with(_overlaps_live.prefix,
+                                      @extschema@.render_location(j.location_template, _overlaps_live.period_start))));
+
 -- Generations that were published, then superseded longer ago than the
 -- retention: their objects may be deleted. The current one never appears.
 CREATE FUNCTION @extschema@.retired_generations(of_table text DEFAULT NULL, retention interval DEFAULT NULL)
@@ -348,20 +428,9 @@ BEGIN ATOMIC
       JOIN @extschema@.published p ON p.table_id = x.table_id AND p.partition = x.partition
      WHERE x.superseded_at IS NOT NULL
        AND x.generation <> p.generation
-       -- Never a prefix that contains, or lies inside, a published one
-       -- (of any partition, in any store: deleting it would delete live data).
-       AND NOT EXISTS (SELECT FROM @extschema@.published q
-                        WHERE starts_with(q.prefix, x.prefix) OR starts_with(x.prefix, q.prefix))
-       -- Nor where the catalog sends readers now: a registered location (of
-       -- any partition), or what the table's projection gives its period.
-       AND NOT EXISTS (SELECT FROM @extschema@.partition_registration g
-                        WHERE starts_with(rtrim(g.location, '/') || '/', x.prefix)
-                           OR starts_with(x.prefix, rtrim(g.location, '/') || '/'))
-       AND NOT EXISTS (SELECT FROM @extschema@.projection j
-                        WHERE j.table_id = x.table_id
-                          AND x.period_start >= j.range_start AND x.period_start < j.range_end
-                          AND (starts_with(@extschema@.render_location(j.location_template, x.period_start), x.prefix)
-                               OR starts_with(x.prefix, @extschema@.render_location(j.location_template, x.period_start))))
+       -- Never a prefix readers may still be sent to (of any partition, in
+       -- any store: deleting it would delete live data).
+       AND NOT @extschema@._overlaps_live(x.prefix, x.table_id, x.period_start)
        AND (retired_generations.of_table IS NULL OR t.table_name = retired_generations.of_table)
      GROUP BY t.table_name, x.partition, x.generation, x.store, x.prefix
     HAVING max(x.superseded_at) < now() - coalesce(retired_generations.retention, @extschema@._generation_retention())

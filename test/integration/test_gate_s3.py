@@ -620,3 +620,33 @@ def test_a_stored_key_with_control_characters_is_never_sent(pg, s3, table, optio
         assert s3.requests() == []
     finally:
         pg.sql("DROP SERVER lake_legacy CASCADE")
+
+
+def test_a_table_tracked_again_during_the_listing_gets_no_release(pg, s3, table):
+    """The gate resolves the table before it lists the store: if the name is
+    untracked and tracked again meanwhile (as after lsn_regressed), the
+    release must not be stored for the old table while its facts are read
+    for the new one. It fails with a serialization failure (40001) and
+    stores nothing (before, it published for the untracked table)."""
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    s3.fault(kind="stall", seconds=4, match="list-type=2")
+    t, pid, outcome = run_gate_in_thread(pg, manifest("gen-1", files))
+    try:
+        wait_until_running_gate(pg, pid)
+        conn = pg.connect(autocommit=False)
+        with conn.cursor() as cur:
+            cur.execute("SELECT finalize.untrack_table(%s)", (TABLE,))
+            cur.execute("SELECT finalize.track_table(%s, 'src', 'dbo.other_orders')", (TABLE,))
+        conn.commit()
+        conn.close()
+        t.join(60)
+        assert not t.is_alive()
+        err = outcome.get("error")
+        assert isinstance(err, psycopg2.errors.SerializationFailure), outcome
+        assert "was untracked meanwhile" in str(err)
+        assert pg.sql("SELECT count(*) FROM finalize.release") == [(0,)]
+        assert pg.sql("SELECT count(*) FROM finalize.published") == [(0,)]
+    finally:
+        t.join(60)
+        s3.clear(what="faults")

@@ -380,3 +380,45 @@ def test_a_role_that_may_not_drop_the_database_cannot_stop_finalize(pg):
     time.sleep(1.5)  # a signalled scheduler would be gone and restarted by now
     assert finalize_pids(pg) == before
     assert "terminating background worker" not in pg.log()
+
+
+def test_code_of_one_role_run_by_another_acts_as_its_own_role(pg):
+    """track_table takes the current user at the call: an admin's function
+    evaluated by a superuser's ANALYZE (an index expression, run as the
+    table's owner) or called by a superuser (SECURITY DEFINER) tracks
+    nothing through a login the admin may not use. Before, the session's
+    role (the superuser) was taken for the caller."""
+    pg.sql("CREATE SERVER sec_prod FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'x')")
+    pg.sql("CREATE USER MAPPING FOR postgres SERVER sec_prod OPTIONS (username 'sa', password 'owners-only')")
+    conn = connect(pg, "sec_admin")
+    try:
+        denied(conn, "SELECT finalize.track_table('sec.direct', 'sec_prod', 'dbo.secret')")
+        run(conn, "CREATE SCHEMA sec_admin_trick")
+        run(conn, """
+            CREATE FUNCTION sec_admin_trick.steal(x int) RETURNS int IMMUTABLE LANGUAGE plpgsql AS $f$
+            BEGIN
+                BEGIN
+                    PERFORM finalize.track_table('sec.stolen', 'sec_prod', 'dbo.secret');
+                EXCEPTION WHEN insufficient_privilege THEN NULL;
+                END;
+                RETURN x;
+            END
+            $f$""")
+        run(conn, "CREATE TABLE sec_admin_trick.t (x int)")
+        run(conn, "INSERT INTO sec_admin_trick.t SELECT generate_series(1, 200)")
+        run(conn, "CREATE INDEX ON sec_admin_trick.t (sec_admin_trick.steal(x))")
+        run(conn, """
+            CREATE FUNCTION sec_admin_trick.helpful() RETURNS bigint SECURITY DEFINER LANGUAGE sql
+            RETURN finalize.track_table('sec.stolen2', 'sec_prod', 'dbo.secret')""")
+        run(conn, "GRANT USAGE ON SCHEMA sec_admin_trick TO PUBLIC")
+    finally:
+        conn.close()
+    try:
+        pg.sql("ANALYZE sec_admin_trick.t")
+        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            pg.sql("SELECT sec_admin_trick.helpful()")
+        assert pg.sql("SELECT table_name, created_by FROM finalize.tracked_table "
+                      "WHERE table_name LIKE 'sec.stolen%%'") == []
+    finally:
+        pg.sql("DROP SCHEMA sec_admin_trick CASCADE")
+        pg.sql("DROP SERVER sec_prod CASCADE")

@@ -350,6 +350,23 @@ class SilentServer:
             conn.close()
 
 
+def track_on_silent_server(env, pg, server, table):
+    """Tracks a table on a source whose host accepts connections and never answers."""
+    pg.wait_for(lambda: not worker_pids(pg), what="the workers of earlier tests to stop")
+    env.sql("CREATE SERVER silent FOREIGN DATA WRAPPER finalize_mssql "
+            "OPTIONS (host '127.0.0.1', port '%d', database 'demo')" % server.port)
+    env.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER silent OPTIONS (username 'sa', password 'x')")
+    env.sources["silent"] = None
+    env.track(table, "silent")
+
+
+def login_pid(pg, timeout=30):
+    """The worker logging in."""
+    return pg.wait_for(lambda: pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize worker' "
+                                      "AND query = 'finalize: connecting to SQL Server'"),
+                       timeout=timeout, what="a login")[0][0]
+
+
 def test_sigterm_ends_a_worker_during_its_login(env, pg):
     """Before the fix a worker in dbopen() waited for the whole finalize.login_timeout
     (60 s here) after SIGTERM / pg_terminate_backend, since a login has no interrupt
@@ -357,15 +374,9 @@ def test_sigterm_ends_a_worker_during_its_login(env, pg):
     server = SilentServer()
     previous = reconfigure(pg, "finalize.login_timeout", "60s")
     try:
-        pg.wait_for(lambda: not worker_pids(pg), what="the workers of earlier tests to stop")
-        env.sql("CREATE SERVER silent FOREIGN DATA WRAPPER finalize_mssql "
-                "OPTIONS (host '127.0.0.1', port '%d', database 'demo')" % server.port)
-        env.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER silent OPTIONS (username 'sa', password 'x')")
-        env.sources["silent"] = None
-        env.track("s.orders", "silent")
+        track_on_silent_server(env, pg, server, "s.orders")
         pg.wait_for(lambda: server.accepted, what="the worker to connect")
-        pid = pg.wait_for(lambda: pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize worker' "
-                                         "AND query = 'finalize: connecting to SQL Server'"), what="the login")[0][0]
+        pid = login_pid(pg)
         assert worker_pids(pg) == [pid]
         time.sleep(1)                                # inside the login's wait for an answer
         assert pg.sql("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)) == \
@@ -398,19 +409,12 @@ def test_a_login_that_gets_no_answer_times_out_and_cancel_ends_it(env, pg):
     server = SilentServer()
     previous = reconfigure(pg, "finalize.login_timeout", "2s")
     try:
-        pg.wait_for(lambda: not worker_pids(pg), what="the workers of earlier tests to stop")
-        env.sql("CREATE SERVER silent FOREIGN DATA WRAPPER finalize_mssql "
-                "OPTIONS (host '127.0.0.1', port '%d', database 'demo')" % server.port)
-        env.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER silent OPTIONS (username 'sa', password 'x')")
-        env.sources["silent"] = None
-        env.track("t.orders", "silent")
+        track_on_silent_server(env, pg, server, "t.orders")
         st = pg.wait_for(lambda: (env.source_status("silent") or {}).get("condition") == "timeout"
                          and env.source_status("silent"), timeout=30, what="the login to time out")
         assert "finalize.login_timeout (2 s)" in st["last_error"], st["last_error"]
         reconfigure(pg, "finalize.login_timeout", "60s")
-        pid = pg.wait_for(lambda: pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize worker' "
-                                         "AND query = 'finalize: connecting to SQL Server'"),
-                          timeout=30, what="a login")[0][0]
+        pid = login_pid(pg)
         time.sleep(1)
         assert pg.sql("SELECT pg_cancel_backend(%s)", (pid,))[0][0]
         st = pg.wait_for(lambda: (env.source_status("silent") or {}).get("condition") == "cancelled"
