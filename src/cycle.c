@@ -33,6 +33,13 @@
 #include "tsql.h"
 #include "worker_state.h"
 
+/*
+ * How far a commit time may lie after SQL Server's clock reading before it
+ * is called impossible: the reading and the commit times are datetime
+ * values (1/300 s, rounded), and a clock may be stepped back a little.
+ */
+#define COMMIT_AHEAD_TOLERANCE_S 5
+
 /* What SQL Server said about itself at the start of the cycle. */
 typedef struct SourceSnapshot
 {
@@ -42,6 +49,9 @@ typedef struct SourceSnapshot
 	Timestamp	max_time_local;
 	Timestamp	utc_now;
 	int64		tz_offset_minutes;
+	bool		has_state;		/* the state row arrived and decoded */
+	const char *tds_version;
+	char	   *problem;		/* a value that did not decode */
 	CaptureInstance *instances;
 	int			ninstances;
 	int			results;		/* result sets read */
@@ -164,20 +174,48 @@ instant_text(TimestampTz ts)
 }
 
 /*
- * Reads batch 1: the max LSN row, then the capture instances. Returns false
- * with err set on a SQL Server failure (snap->results says how far it got).
+ * Reads one decoded value of batch 1 or fails with the reason: a column
+ * that does not decode must fail the cycle, never leave a default behind.
  */
 static bool
-read_source_snapshot(MssqlConn *conn, SourceSnapshot *snap, MssqlError *err)
+snapshot_problem(SourceSnapshot *snap, MssqlConn *conn, int col, const char *what)
+{
+	snap->problem = psprintf("SQL Server's %s arrived as %s and could not be decoded (tds_version %s).",
+							 what, mssql_column_type_name(conn, col), snap->tds_version);
+	return false;
+}
+
+/*
+ * Reads batch 1: the max LSN row, the tracked tables' object ids, then the
+ * capture instances. Returns false with err set on a SQL Server failure
+ * (snap->results says how far it got), or with snap->problem set when a
+ * value could not be decoded.
+ */
+static bool
+read_source_snapshot(MssqlConn *conn, const SourceConfig *cfg, TrackedSource *tables, int ntables,
+					 SourceSnapshot *snap, MssqlError *err)
 {
 	int			resultno = 0;
 	int			capacity = 16;
 	int			r;
+	const char **names = palloc0(sizeof(char *) * (ntables + 1));
+	StringInfoData sql;
+	/* results: the state row, the object ids (only with tables), the instances */
+	int			ids_result = ntables > 0 ? 1 : -1;
+	int			help_result = ntables > 0 ? 2 : 1;
 
 	memset(snap, 0, sizeof(*snap));
+	snap->tds_version = cfg->conn.tds_version;
 	snap->instances = palloc0(sizeof(CaptureInstance) * capacity);
+	for (int i = 0; i < ntables; i++)
+	{
+		tables[i].object_id = 0;
+		names[i] = tsql_qualified_name(tables[i].source_schema, tables[i].source_name);
+	}
+	initStringInfo(&sql);
+	tsql_source_state(&sql, names, ntables);
 
-	if (!mssql_execute(conn, tsql_source_state(), err))
+	if (!mssql_execute(conn, sql.data, err))
 		return false;
 	while ((r = mssql_next_result(conn, err)) == 1)
 	{
@@ -187,12 +225,24 @@ read_source_snapshot(MssqlConn *conn, SourceSnapshot *snap, MssqlError *err)
 		{
 			if (resultno == 0)
 			{
-				snap->has_max_lsn = mssql_get_lsn(conn, 1, &snap->max_lsn);
-				snap->has_max_time = mssql_get_local_time(conn, 2, &snap->max_time_local);
-				(void) mssql_get_local_time(conn, 3, &snap->utc_now);
-				(void) mssql_get_int64(conn, 4, &snap->tz_offset_minutes);
+				snap->has_max_lsn = mssql_get_lsn(conn, TSQL_STATE_MAX_LSN, &snap->max_lsn);
+				snap->has_max_time = mssql_get_local_time(conn, TSQL_STATE_MAX_TIME, &snap->max_time_local);
+				if (!mssql_get_local_time(conn, TSQL_STATE_UTC_NOW, &snap->utc_now))
+					return snapshot_problem(snap, conn, TSQL_STATE_UTC_NOW, "clock (SYSDATETIMEOFFSET() in UTC)");
+				if (!mssql_get_int64(conn, TSQL_STATE_TZ_OFFSET, &snap->tz_offset_minutes))
+					return snapshot_problem(snap, conn, TSQL_STATE_TZ_OFFSET, "UTC offset (DATEPART(TZOFFSET, ...))");
+				snap->has_state = true;
 			}
-			else if (resultno == 1)
+			else if (resultno == ids_result)
+			{
+				int64		tag;
+				int64		id;
+
+				if (mssql_get_int64(conn, TSQL_OBJECT_TAG, &tag) && tag >= 0 && tag < ntables &&
+					mssql_get_int64(conn, TSQL_OBJECT_ID, &id))
+					tables[tag].object_id = id;
+			}
+			else if (resultno == help_result)
 			{
 				CaptureInstance *ci;
 
@@ -203,10 +253,12 @@ read_source_snapshot(MssqlConn *conn, SourceSnapshot *snap, MssqlError *err)
 				}
 				ci = &snap->instances[snap->ninstances++];
 				memset(ci, 0, sizeof(*ci));
-				ci->source_schema = mssql_get_text(conn, 1);
-				ci->source_table = mssql_get_text(conn, 2);
-				ci->name = mssql_get_text(conn, 3);
-				ci->has_start = mssql_get_lsn(conn, 6, &ci->start_lsn);
+				ci->source_schema = mssql_get_text(conn, TSQL_HELP_SCHEMA);
+				ci->source_table = mssql_get_text(conn, TSQL_HELP_TABLE);
+				ci->name = mssql_get_text(conn, TSQL_HELP_INSTANCE);
+				ci->has_start = mssql_get_lsn(conn, TSQL_HELP_START_LSN, &ci->start_lsn);
+				if (!mssql_get_int64(conn, TSQL_HELP_SOURCE_OBJECT_ID, &ci->source_object_id))
+					ci->source_object_id = 0;
 				if (ci->name == NULL || ci->source_schema == NULL || ci->source_table == NULL)
 					snap->ninstances--;
 			}
@@ -216,7 +268,7 @@ read_source_snapshot(MssqlConn *conn, SourceSnapshot *snap, MssqlError *err)
 		resultno++;
 		snap->results = resultno;
 	}
-	return r == 0;
+	return r == 0 && snap->has_state;
 }
 
 /* Finds or adds the read of an instance in a list. */
@@ -235,27 +287,174 @@ instance_read(InstanceRead *list, int *n, const char *name, bool want_ddl)
 	return &list[(*n)++];
 }
 
+/* What one statement of a read batch is for, and what became of it. */
+typedef enum StatementKind
+{
+	STMT_RANGE,
+	STMT_MIN_LSN,
+	STMT_DDL
+} StatementKind;
+
+typedef struct Statement
+{
+	StatementKind kind;
+	SegmentRead *seg;			/* STMT_RANGE */
+	InstanceRead *inst;			/* STMT_MIN_LSN, STMT_DDL */
+	bool		started;		/* its marker arrived: it ran */
+	bool		done;			/* its result arrived whole */
+	int			error_number;	/* SQL Server's error of this statement, or 0 */
+	char	   *error;			/* why it has no result */
+} Statement;
+
+/* How often a job is read again after error 601 (a NOLOCK scan lost its place). */
+#define NOLOCK_RETRIES 3
+
+/* Decodes one row of a statement's result. */
+static void
+read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
+{
+	switch (st->kind)
+	{
+		case STMT_RANGE:
+			{
+				SegmentRead *sr = st->seg;
+
+				(void) mssql_get_int64(conn, TSQL_RANGE_INSERTS, &sr->inserts);
+				(void) mssql_get_int64(conn, TSQL_RANGE_UPDATES, &sr->updates);
+				(void) mssql_get_int64(conn, TSQL_RANGE_DELETES, &sr->deletes);
+				sr->has_first = mssql_get_local_time(conn, TSQL_RANGE_FIRST_TIME, &sr->first_local);
+				sr->has_last = mssql_get_local_time(conn, TSQL_RANGE_LAST_TIME, &sr->last_local);
+				break;
+			}
+		case STMT_MIN_LSN:
+			st->inst->has_min = mssql_get_lsn(conn, TSQL_MIN_LSN, &st->inst->min_lsn);
+			st->inst->has_min_time = mssql_get_local_time(conn, TSQL_MIN_TIME, &st->inst->min_time_local);
+			break;
+		case STMT_DDL:
+			{
+				InstanceRead *ir = st->inst;
+				DdlEntry   *d;
+
+				if (ir->nddl == *ddl_capacity)
+				{
+					*ddl_capacity = *ddl_capacity ? *ddl_capacity * 2 : 4;
+					ir->ddl = ir->ddl ? repalloc(ir->ddl, sizeof(DdlEntry) * *ddl_capacity)
+						: palloc(sizeof(DdlEntry) * *ddl_capacity);
+				}
+				d = &ir->ddl[ir->nddl];
+				d->command = mssql_get_text(conn, TSQL_DDL_COMMAND);
+				d->has_time = mssql_get_local_time(conn, TSQL_DDL_TIME, &d->time_local);
+				if (d->command != NULL && mssql_get_lsn(conn, TSQL_DDL_LSN, &d->lsn))
+					ir->nddl++;
+				break;
+			}
+	}
+}
+
+/* Gives a statement the error that ended it (the first one only). */
+static void
+statement_failed(Statement *st, const MssqlError *err)
+{
+	if (st == NULL || st->error != NULL || !err->set)
+		return;
+	st->error = pstrdup(mssql_error_text(err));
+	st->error_number = err->from_server ? err->number : 0;
+}
+
+/*
+ * Sends one read batch and sorts its results to their statements by the
+ * markers. A statement that fails on SQL Server (or that never ran because
+ * an error aborted the batch) keeps the error; the others keep their
+ * results. Returns false only when the connection is lost.
+ */
+static bool
+run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, MssqlError *err)
+{
+	Statement  *cur = NULL;
+	bool		in_result = false;
+	int			r;
+	MssqlError	step;
+
+	if (!mssql_execute(conn, sql, err))
+		return !mssql_is_dead(conn) && (err->set ? (statement_failed(&stmts[0], err), true) : true);
+	for (;;)
+	{
+		r = mssql_next_result(conn, &step);
+		if (step.set)
+		{
+			/* The error came before this result: it ended the statement in progress. */
+			statement_failed(cur, &step);
+			if (!err->set)
+				*err = step;
+		}
+		if (r == 0)
+			break;
+		if (r < 0)
+		{
+			if (mssql_is_dead(conn))
+				return false;
+			continue;
+		}
+		if (mssql_num_columns(conn) == 0)
+			continue;
+		if (mssql_num_columns(conn) == 1)
+		{
+			int64		n = -1;
+
+			/* a marker: statement n runs next */
+			if ((r = mssql_next_row(conn, &step)) == 1)
+				(void) mssql_get_int64(conn, 1, &n);
+			while (r == 1)
+				r = mssql_next_row(conn, &step);
+			cur = (n >= 0 && n < nstmts) ? &stmts[n] : NULL;
+			if (cur != NULL)
+				cur->started = true;
+			in_result = false;
+			continue;
+		}
+		if (cur == NULL || in_result)
+		{
+			/* a result no marker announced: drain it */
+			while ((r = mssql_next_row(conn, &step)) == 1)
+				;
+			continue;
+		}
+		in_result = true;
+		{
+			int			ddl_capacity = 0;
+
+			while ((r = mssql_next_row(conn, &step)) == 1)
+				read_statement_row(conn, cur, &ddl_capacity);
+		}
+		if (r < 0)
+		{
+			statement_failed(cur, &step);
+			if (mssql_is_dead(conn))
+				return false;
+		}
+		else if (cur->error == NULL)
+			cur->done = true;
+	}
+	return !mssql_is_dead(conn);
+}
+
 /*
  * Runs batch 2 for a set of tables: every segment's aggregate, then every
  * instance's min LSN, then the DDL of the instances read. Statements run in
- * order, so each min LSN is read after every range. On failure with several
- * tables, retries table by table so one broken table does not block the
- * others; a table whose reads fail gets the error.
+ * order, so each min LSN is read after every range. A statement that fails
+ * costs only the tables that need it; tables whose statements never ran
+ * (an error that aborts the batch) or were cut by error 601 (a NOLOCK scan
+ * that lost its place when rows moved) are read again on their own.
  */
 static void
-read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, const Lsn *max_lsn, MssqlError *err)
+read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, const Lsn *max_lsn, MssqlError *err, int attempts)
 {
 	InstanceRead *insts = palloc0(sizeof(InstanceRead) * (2 * njobs + 1));
 	int			ninsts = 0;
-	int			nsegs = 0;
-	int			nddl = 0;
+	Statement  *stmts = palloc0(sizeof(Statement) * (4 * njobs + 1));
+	int			nstmts = 0;
 	StringInfoData sql;
-	int			r = 0;
-	int			resultno = 0;
-	int			segno = 0;
-	bool		failed = false;
-	SegmentRead **segs = palloc0(sizeof(SegmentRead *) * (2 * njobs + 1));
-	InstanceRead **ddl_order = palloc0(sizeof(InstanceRead *) * (2 * njobs + 1));
+	bool		alive;
 
 	initStringInfo(&sql);
 	for (int j = 0; j < njobs; j++)
@@ -266,95 +465,91 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, const Lsn *max_lsn, Mssql
 		jobs[j]->error = NULL;
 		for (int s = 0; s < p->nsegments; s++)
 		{
+			tsql_append_marker(&sql, nstmts);
 			tsql_append_range_aggregate(&sql, p->seg[s].instance->name, &p->seg[s].start, &p->seg[s].end);
-			segs[nsegs++] = &jobs[j]->seg[s];
+			stmts[nstmts].kind = STMT_RANGE;
+			stmts[nstmts++].seg = &jobs[j]->seg[s];
 			jobs[j]->inst[s] = instance_read(insts, &ninsts, p->seg[s].instance->name, true);
 		}
 		if (p->action == PLAN_RESUME || p->action == PLAN_INSTANCE_GAP)
 			jobs[j]->inst[0] = instance_read(insts, &ninsts, p->instance->name, false);
 	}
 	for (int i = 0; i < ninsts; i++)
+	{
+		tsql_append_marker(&sql, nstmts);
 		tsql_append_min_lsn(&sql, insts[i].name);
+		stmts[nstmts].kind = STMT_MIN_LSN;
+		stmts[nstmts++].inst = &insts[i];
+	}
 	for (int i = 0; i < ninsts; i++)
 		if (insts[i].want_ddl)
 		{
+			tsql_append_marker(&sql, nstmts);
 			tsql_append_ddl_history(&sql, insts[i].name);
-			ddl_order[nddl++] = &insts[i];
+			stmts[nstmts].kind = STMT_DDL;
+			stmts[nstmts++].inst = &insts[i];
 		}
 
-	if (!mssql_execute(conn, sql.data, err))
-		failed = true;
-	while (!failed && (r = mssql_next_result(conn, err)) == 1)
-	{
-		int			capacity = 0;
-		InstanceRead *ddl_inst = NULL;
-
-		if (mssql_num_columns(conn) == 0)
-			continue;
-		if (resultno >= nsegs + ninsts && resultno < nsegs + ninsts + nddl)
-			ddl_inst = ddl_order[resultno - nsegs - ninsts];
-		while ((r = mssql_next_row(conn, err)) == 1)
-		{
-			if (resultno < nsegs)
-			{
-				SegmentRead *sr = segs[resultno];
-
-				(void) mssql_get_int64(conn, 1, &sr->inserts);
-				(void) mssql_get_int64(conn, 2, &sr->updates);
-				(void) mssql_get_int64(conn, 3, &sr->deletes);
-				sr->has_first = mssql_get_local_time(conn, 4, &sr->first_local);
-				sr->has_last = mssql_get_local_time(conn, 5, &sr->last_local);
-				sr->ok = true;
-			}
-			else if (resultno < nsegs + ninsts)
-			{
-				InstanceRead *ir = &insts[resultno - nsegs];
-
-				ir->has_min = mssql_get_lsn(conn, 1, &ir->min_lsn);
-				ir->has_min_time = mssql_get_local_time(conn, 2, &ir->min_time_local);
-			}
-			else if (ddl_inst != NULL)
-			{
-				/* sp_cdc_get_ddl_history: ..., ddl_command (5), ddl_lsn (6), ddl_time (7) */
-				DdlEntry   *d;
-
-				if (ddl_inst->nddl == capacity)
-				{
-					capacity = capacity ? capacity * 2 : 4;
-					ddl_inst->ddl = ddl_inst->ddl ? repalloc(ddl_inst->ddl, sizeof(DdlEntry) * capacity)
-						: palloc(sizeof(DdlEntry) * capacity);
-				}
-				d = &ddl_inst->ddl[ddl_inst->nddl];
-				d->command = mssql_get_text(conn, 5);
-				d->has_time = mssql_get_local_time(conn, 7, &d->time_local);
-				if (d->command != NULL && mssql_get_lsn(conn, 6, &d->lsn))
-					ddl_inst->nddl++;
-			}
-		}
-		if (r < 0)
-			failed = true;
-		resultno++;
-		segno++;
-	}
-	if (!failed && r == 0 && resultno == nsegs + ninsts + nddl)
-	{
-		for (int i = 0; i < ninsts; i++)
-			insts[i].ok = true;
-		return;
-	}
-
+	alive = run_statements(conn, sql.data, stmts, nstmts, err);
 	io_interrupts_rethrow();
-	if (njobs == 1 || mssql_is_dead(conn))
+
+	/* What each statement's outcome means for its instance and segment. */
+	for (int i = 0; i < ninsts; i++)
+		insts[i].ok = true;
+	for (int i = 0; i < nstmts; i++)
 	{
-		const char *msg = err->set ? mssql_error_text(err)
-			: "SQL Server returned fewer results than statements sent";
+		Statement  *st = &stmts[i];
+
+		if (st->done)
+		{
+			if (st->kind == STMT_RANGE)
+				st->seg->ok = true;
+			continue;
+		}
+		if (st->error == NULL)
+			st->error = pstrdup(!alive ? mssql_error_text(err)
+								: !st->started ? psprintf("the statement did not run: an earlier error ended the batch (%s)",
+														  err->set ? mssql_error_text(err) : "no message")
+								: "SQL Server returned no result for the statement");
+		if (st->kind != STMT_RANGE)
+			st->inst->ok = false;
+	}
+
+	/* Each table's first error; which tables to read again. */
+	{
+		TableJob  **again = palloc0(sizeof(TableJob *) * (njobs + 1));
+		int			nagain = 0;
 
 		for (int j = 0; j < njobs; j++)
-			jobs[j]->error = pstrdup(msg);
-		return;
+		{
+			TableJob   *job = jobs[j];
+			bool		retry = false;
+
+			for (int i = 0; i < nstmts; i++)
+			{
+				Statement  *st = &stmts[i];
+				bool		mine = false;
+
+				if (st->done)
+					continue;
+				for (int s = 0; s < job->plan->nsegments; s++)
+					mine |= (st->kind == STMT_RANGE && st->seg == &job->seg[s]) ||
+						(st->kind != STMT_RANGE && st->inst == job->inst[s]);
+				if (job->plan->action == PLAN_RESUME || job->plan->action == PLAN_INSTANCE_GAP)
+					mine |= st->kind != STMT_RANGE && st->inst == job->inst[0];
+				if (!mine)
+					continue;
+				if (job->error == NULL)
+					job->error = st->error;
+				if (alive && (st->error_number == 601 || (!st->started && njobs > 1)))
+					retry = true;
+			}
+			if (retry && attempts > 0)
+				again[nagain++] = job;
+		}
+		for (int j = 0; j < nagain; j++)
+			read_jobs(conn, &again[j], 1, max_lsn, err, attempts - 1);
 	}
-	for (int j = 0; j < njobs; j++)
-		read_jobs(conn, &jobs[j], 1, max_lsn, err);
 }
 
 /*
@@ -585,46 +780,48 @@ judge_read(const SourceConfig *cfg, TableJob *job, const Lsn *max_lsn, Timestamp
 								   p->seg[s].instance->name, cfg->conn.username));
 			return;
 		}
+	/*
+	 * A min LSN read after the ranges that passed a segment's start is a
+	 * loss, whether or not the segment's read succeeded: the query function
+	 * refuses a range that starts below the instance's low water mark
+	 * (error 313), which is this very case.
+	 */
+	for (int s = 0; s < p->nsegments; s++)
+	{
+		const InstanceRead *ir = job->inst[s];
+		const char *ci = p->seg[s].instance->name;
+		Lsn			lost_to;
+
+		if (!ir->ok || !ir->has_min || judge_range(&p->seg[s].start, &ir->min_lsn) != RANGE_MAY_HAVE_LOST_ROWS)
+			continue;
+		if (!lsn_decrement(&ir->min_lsn, &lost_to))
+			lost_to = ir->min_lsn;
+		data_loss(w, t, ci, &p->seg[s].start, &lost_to, "retention cleanup",
+				  psprintf("CDC cleanup (retention) removed changes of capture instance \"%s\" before "
+						   "finalize read them: the instance's minimum LSN is now %s.",
+						   ci, lsn_text(&ir->min_lsn)),
+				  instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant));
+		return;
+	}
 	if (job->error != NULL)
 	{
 		set_condition(w, "read_failed", psprintf("Reading the changes of %s.%s failed: %s",
 												  t->source_schema, t->source_name, job->error));
 		return;
 	}
-
-	/* Every segment complete? Judged with min LSNs read after the ranges. */
+	/* Every segment read, and judged complete with min LSNs read after it. */
 	for (int s = 0; s < p->nsegments; s++)
 	{
 		const InstanceRead *ir = job->inst[s];
-		const char *ci = p->seg[s].instance->name;
 
 		if (!job->seg[s].ok || !ir->ok || !ir->has_min)
 		{
 			set_condition(w, "read_failed",
-						  psprintf("SQL Server returned no result for capture instance \"%s\".", ci));
+						  psprintf("SQL Server returned no result for capture instance \"%s\".",
+								   p->seg[s].instance->name));
 			return;
 		}
-		switch (judge_range(&p->seg[s].start, &ir->min_lsn))
-		{
-			case RANGE_UNREADABLE:
-				/* handled above */
-				return;
-			case RANGE_MAY_HAVE_LOST_ROWS:
-				{
-					Lsn			lost_to;
-
-					if (!lsn_decrement(&ir->min_lsn, &lost_to))
-						lost_to = ir->min_lsn;
-					data_loss(w, t, ci, &p->seg[s].start, &lost_to, "retention cleanup",
-							  psprintf("CDC cleanup (retention) removed changes of capture instance \"%s\" before "
-									   "finalize read them: the instance's minimum LSN is now %s.",
-									   ci, lsn_text(&ir->min_lsn)),
-							  instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant));
-					return;
-				}
-			case RANGE_COMPLETE:
-				break;
-		}
+		Assert(judge_range(&p->seg[s].start, &ir->min_lsn) == RANGE_COMPLETE);
 	}
 
 	/* DDL recorded in the ranges. */
@@ -901,8 +1098,15 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 						condition, error);
 	}
 	pgstat_report_activity(STATE_RUNNING, "finalize: reading SQL Server's max LSN");
-	ok = read_source_snapshot(run->conn, &snap, &err);
+	ok = read_source_snapshot(run->conn, &cfg, tables, ntables, &snap, &err);
 	io_interrupts_rethrow();
+	if (!ok && snap.problem != NULL)
+	{
+		/* The rest of the batch is not needed; the connection is reopened. */
+		mssql_close(run->conn);
+		run->conn = NULL;
+		return fail("sql_error", snap.problem, condition, error);
+	}
 	if (!ok)
 	{
 		/* With CDC disabled the help procedure fails (22901) after max LSN was NULL. */
@@ -946,6 +1150,32 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 							 Abs(expected_offset % 3600) / 60, cfg.server_name),
 					condition, error);
 	max_instant = local_to_instant_earliest(snap.max_time_local, cfg.tz);
+
+	/*
+	 * A commit cannot be later than the clock of the server that made it. A
+	 * commit time of max LSN ahead of SQL Server's own clock means commit
+	 * times are stamped in another zone than SYSDATETIMEOFFSET() reports (a
+	 * server configured with another zone than its clock functions): every
+	 * commit time would then lead the truth, and so would the verdict. The
+	 * earliest reading of an ambiguous local time is used, so a fall-back
+	 * hour never raises this falsely.
+	 */
+	{
+		int64		ahead;
+
+		if (pg_sub_s64_overflow(max_instant, server_now, &ahead) ||
+			ahead > COMMIT_AHEAD_TOLERANCE_S * USECS_PER_SEC)
+			return fail("commit_time_ahead",
+						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "
+								 "\"%s\") is later than SQL Server's own clock (%s) by more than %d s: commit times "
+								 "are not stamped in the zone the server's clock reports, so none of them can be "
+								 "trusted and nothing is recorded. Check the time zone SQL Server's machine and "
+								 "instance use for commits (cdc.lsn_time_mapping.tran_end_time) against "
+								 "SYSDATETIMEOFFSET().",
+								 lsn_text(&snap.max_lsn), local_text(snap.max_time_local), instant_text(max_instant),
+								 cfg.timezone, instant_text(server_now), COMMIT_AHEAD_TOLERANCE_S),
+						condition, error);
+	}
 
 	/*
 	 * Commit times cannot be later than SQL Server's clock. If that clock is
@@ -999,7 +1229,8 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 	if (nread > 0)
 	{
 		pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
-		read_jobs(run->conn, to_read, nread, &snap.max_lsn, &err);
+		memset(&err, 0, sizeof(err));
+		read_jobs(run->conn, to_read, nread, &snap.max_lsn, &err, NOLOCK_RETRIES);
 		io_interrupts_rethrow();
 		/* A lost connection or a timeout is the source's failure, not the tables'. */
 		if (mssql_is_dead(run->conn))

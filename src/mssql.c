@@ -35,6 +35,7 @@
 
 #include "io_interrupts.h"
 #include "mssql.h"
+#include "tsql.h"
 
 struct MssqlConn
 {
@@ -297,6 +298,11 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 	conn = MemoryContextAllocZero(TopMemoryContext, sizeof(MssqlConn));
 	conn->dbproc = dbproc;
 	conn->query_timeout = info->query_timeout;
+	if (!mssql_run(conn, tsql_session_setup(), err))
+	{
+		mssql_close(conn);
+		return NULL;
+	}
 	return conn;
 }
 
@@ -382,6 +388,38 @@ mssql_next_result(MssqlConn *conn, MssqlError *err)
 	return -1;
 }
 
+/*
+ * Runs a batch that returns no rows the caller needs and drains its
+ * results; false with err set when a statement failed.
+ */
+bool
+mssql_run(MssqlConn *conn, const char *sql, MssqlError *err)
+{
+	MssqlError	step;
+	int			r;
+
+	if (!mssql_execute(conn, sql, err))
+		return false;
+	while ((r = mssql_next_result(conn, &step)) != 0)
+	{
+		if (r < 0)
+		{
+			*err = step;
+			if (mssql_is_dead(conn))
+				return false;
+			continue;
+		}
+		while ((r = mssql_next_row(conn, &step)) == 1)
+			;
+		if (r < 0)
+		{
+			*err = step;
+			return false;
+		}
+	}
+	return !err->set;
+}
+
 /* Fetches the next row of the current result: 1 row, 0 no more, -1 error. */
 int
 mssql_next_row(MssqlConn *conn, MssqlError *err)
@@ -409,6 +447,15 @@ int
 mssql_num_columns(MssqlConn *conn)
 {
 	return dbnumcols(conn->dbproc);
+}
+
+/* SQL Server's name of a result column's type as it arrived, for messages. */
+const char *
+mssql_column_type_name(MssqlConn *conn, int col)
+{
+	const char *name = dbprtype(dbcoltype(conn->dbproc, col));
+
+	return name != NULL && name[0] != '\0' ? name : "unknown";
 }
 
 /* Reads a binary(10) LSN; false for NULL (or a value of another size). */

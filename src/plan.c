@@ -23,13 +23,16 @@
 
 #include "plan.h"
 
-/* Whether an instance captures the table's source table (names compare
- * case-insensitively, as under SQL Server's default collation). */
+/*
+ * Whether an instance captures the table's source table. SQL Server resolved
+ * the table's name to an object id with the database's collation, so names
+ * are never compared here: under a case-sensitive collation dbo.Orders and
+ * dbo.orders are two tables, under the default one they are the same.
+ */
 static bool
 captures(const CaptureInstance *ci, const TrackedSource *table)
 {
-	return pg_strcasecmp(ci->source_schema, table->source_schema) == 0 &&
-		pg_strcasecmp(ci->source_table, table->source_name) == 0;
+	return table->object_id != 0 && ci->source_object_id == table->object_id;
 }
 
 /*

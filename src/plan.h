@@ -18,6 +18,7 @@ typedef struct CaptureInstance
 	char	   *source_table;
 	bool		has_start;		/* start_lsn is NULL until capture first sees it */
 	Lsn			start_lsn;
+	int64		source_object_id;	/* OBJECT_ID of its source table (0: unknown) */
 } CaptureInstance;
 
 /* A tracked table as the worker sees it at the start of a cycle. */
@@ -27,6 +28,8 @@ typedef struct TrackedSource
 	char	   *table_name;
 	char	   *source_schema;
 	char	   *source_name;
+	int64		object_id;		/* OBJECT_ID SQL Server resolved for source_schema.source_name
+								 * this cycle, with the database's collation (0: not visible) */
 	char	   *capture_instance;	/* the one followed so far, or NULL */
 	bool		start_at_capture;	/* start_from = 'capture_start' */
 	bool		resuming;		/* resume_table() asked to restart after a loss */

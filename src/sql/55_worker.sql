@@ -4,7 +4,8 @@
 --
 -- NOTIFY channel "finalize_alert": one JSON payload when something needs a
 -- person: {"alert": "data_loss" | "schema_blocked" | "capture_stalled" |
--- "capture_resumed", ...}.
+-- "capture_resumed" | "commit_time_ahead" | "clock_skew" |
+-- "timezone_mismatch", ...}.
 
 -- Sends an alert on channel finalize_alert. A NOTIFY payload must be shorter
 -- than 8000 bytes, and an alert must never fail (and take the event it
@@ -274,6 +275,10 @@ END
 $$;
 
 -- A cycle that could not read the source: why, and when it tries again.
+-- Conditions that say SQL Server's times cannot be trusted (commit times
+-- ahead of its clock, a clock far ahead of PostgreSQL's, a zone that
+-- disagrees with the timezone option) stop every verdict of the source
+-- until a person acts: the first cycle that finds one sends an alert.
 CREATE FUNCTION @extschema@._source_failed(
     server_name  text,
     worker_pid   integer,
@@ -281,9 +286,15 @@ CREATE FUNCTION @extschema@._source_failed(
     error        text,
     next_attempt timestamptz)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+#variable_conflict use_variable
+DECLARE
+    previous text;
+BEGIN
+    SELECT s.condition INTO previous FROM @extschema@.source_status s
+     WHERE s.server_name = _source_failed.server_name FOR UPDATE;
     INSERT INTO @extschema@.source_status AS s
         (server_name, worker_pid, condition, condition_since, last_poll, last_error, last_error_at,
          failures, cycles, next_attempt)
@@ -300,4 +311,10 @@ BEGIN ATOMIC
            failures = s.failures + 1,
            cycles = s.cycles + CASE WHEN excluded.condition = 'no_worker' THEN 0 ELSE 1 END,
            next_attempt = excluded.next_attempt;
-END;
+    IF condition IN ('commit_time_ahead', 'clock_skew', 'timezone_mismatch')
+       AND previous IS DISTINCT FROM condition THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', condition, 'server', server_name,
+            'detail', error));
+    END IF;
+END
+$$;

@@ -97,16 +97,32 @@ test_plan(void)
 	Lsn			max = L("0x00000000000000000500");
 
 	memset(cis, 0, sizeof(cis));
-	cis[0] = (CaptureInstance) {"dbo_orders", "dbo", "orders", true, L("0x00000000000000000010")};
-	cis[1] = (CaptureInstance) {"dbo_orders_v2", "DBO", "Orders", true, L("0x00000000000000000300")};
-	cis[2] = (CaptureInstance) {"dbo_lines", "dbo", "lines", false, L("0x00000000000000000000")};
+	cis[0] = (CaptureInstance) {"dbo_orders", "dbo", "orders", true, L("0x00000000000000000010"), 101};
+	cis[1] = (CaptureInstance) {"dbo_orders_v2", "DBO", "Orders", true, L("0x00000000000000000300"), 101};
+	cis[2] = (CaptureInstance) {"dbo_lines", "dbo", "lines", false, L("0x00000000000000000000"), 102};
 	memset(&t, 0, sizeof(t));
 	t.source_schema = "dbo";
 	t.source_name = "orders";
 
 	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_NO_INSTANCE,
+		  "a table SQL Server did not resolve to an object id has no instance, whatever the names say");
+
+	t.object_id = 101;
+	plan_table(&t, cis, 3, &max, &p);
 	check(p.action == PLAN_BASELINE && p.instance == &cis[1],
-		  "a new table starts at max LSN on the newest instance (names compared case-insensitively)");
+		  "a new table starts at max LSN on the newest instance of its object id");
+
+	{
+		/* A case-sensitive database: dbo.Orders is another table than dbo.orders. */
+		CaptureInstance cs[2];
+
+		cs[0] = (CaptureInstance) {"dbo_Orders", "dbo", "Orders", true, L("0x00000000000000000300"), 201};
+		cs[1] = (CaptureInstance) {"dbo_orders", "dbo", "orders", true, L("0x00000000000000000010"), 101};
+		plan_table(&t, cs, 2, &max, &p);
+		check(p.action == PLAN_BASELINE && p.instance == &cs[1],
+			  "instances are matched by the object id SQL Server resolved, not by names compared in C");
+	}
 
 	t.start_at_capture = true;
 	plan_table(&t, cis, 3, &max, &p);
@@ -177,6 +193,7 @@ test_plan(void)
 	t.capture_instance = NULL;
 	t.has_offset = false;
 	t.source_name = "lines";
+	t.object_id = 102;
 	plan_table(&t, cis, 3, &max, &p);
 	check(p.action == PLAN_NO_INSTANCE, "an instance capture has not started is not used");
 
