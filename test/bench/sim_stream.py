@@ -124,13 +124,15 @@ def run(args, exe):
         assert rows == n and base_rows == args.rows, (rows, base_rows, n)
         rate, base_rate = rows / secs, base_rows / base_secs
 
+        # The change table's sqlite name is ct_<object_id> (capture instance names may differ only in case).
+        phys = "ct_%d" % sim.query("SELECT OBJECT_ID(N'cdc.dbo_narrow_CT') AS o")[0]["o"]
         db = glob.glob("/tmp/mssql-sim-*/cdc.db")
         sqlite_rate = None
         for path in db:
             try:
                 c = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
                 t = time.monotonic()
-                cur = c.execute('SELECT "__$start_lsn", "__$seqval", "__$operation", "id" FROM "dbo_narrow_CT"')
+                cur = c.execute('SELECT "__$start_lsn", "__$seqval", "__$operation", "id" FROM "%s"' % phys)
                 k = 0
                 while True:
                     chunk = cur.fetchmany(20000)

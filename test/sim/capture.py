@@ -8,7 +8,7 @@ When a cycle finds the log drained and the mapping table has been silent for
 from collections import defaultdict
 
 from . import lsn as L
-from .catalog import update_mask
+from .catalog import fold, update_mask
 
 
 def _project(txn, inst, cache):
@@ -53,20 +53,20 @@ def scan(db, limit):
         if rec.kind == "txn":
             touched = False
             for inst in db.instances_of(rec.table):
-                if inst.create_lsn < rec.commit_lsn and inst.name.lower() in db.instances:
+                if inst.create_lsn < rec.commit_lsn and fold(inst.name) in db.instances:
                     per_inst[inst].extend(_project(rec, inst, cache))
                     touched = True
             if touched:
-                mapping.append((L.to_bytes(rec.commit_lsn), db.local_text(rec.begin_t300),
-                                db.local_text(rec.end_t300), rec.tran_id, L.to_bytes(rec.begin_lsn)))
+                mapping.append((L.to_bytes(rec.commit_lsn), db.stamp_text(rec.begin_t300),
+                                db.stamp_text(rec.end_t300), rec.tran_id, L.to_bytes(rec.begin_lsn)))
         elif rec.kind == "enable":
-            if rec.instance.name.lower() in db.instances:
+            if fold(rec.instance.name) in db.instances:
                 enabled.append(rec)
         elif rec.kind == "ddl":
             for inst in db.instances_of(rec.table):
                 if inst.create_lsn < rec.lsn:
                     ddl.append((rec.table.object_id, inst.object_id, int(rec.required_column_update),
-                                rec.command, L.to_bytes(rec.lsn), db.local_text(rec.t300)))
+                                rec.command, L.to_bytes(rec.lsn), db.stamp_text(rec.t300)))
     c = db.conn
     c.execute("BEGIN")
     try:
@@ -123,7 +123,7 @@ def maybe_dummy(db, now_t300):
         return None
     t = max(now_t300, db.last_commit_t300)
     lsn = db.next_lsn()
-    local = db.local_text(t)
+    local = db.stamp_text(t)
     c = db.conn
     c.execute("INSERT INTO cdc.lsn_time_mapping VALUES (?, ?, ?, ?, NULL)", (L.to_bytes(lsn), local, local, b"\x00"))
     db.max_lsn = L.to_bytes(lsn)

@@ -3,6 +3,21 @@ from dataclasses import dataclass, field
 
 from . import sqltypes as T
 
+# The database collation decides whether object names compare case-sensitively
+# ("_CS_" collations).  One simulated database per process, so a module flag.
+CASE_SENSITIVE = False
+
+
+def set_case_sensitive(flag):
+    """Switch identifier comparison to the database collation (called once at start)."""
+    global CASE_SENSITIVE
+    CASE_SENSITIVE = bool(flag)
+
+
+def fold(name):
+    """The lookup key of an identifier under the database collation."""
+    return name if CASE_SENSITIVE else name.lower()
+
 
 def q(name):
     """Quote any name as a sqlite identifier (doubling embedded double quotes)."""
@@ -39,9 +54,10 @@ class Table:
         return "%s.%s" % (self.schema, self.name)
 
     def column(self, name):
-        ln = name.lower()
+        """The column called ``name`` under the database collation (or None)."""
+        ln = fold(name)
         for c in self.columns:
-            if c.name.lower() == ln:
+            if fold(c.name) == ln:
                 return c
         return None
 
@@ -81,14 +97,33 @@ class Instance:
 
 @dataclass
 class Login:
-    """A SQL login mapped to a database user: privileges for the permission model."""
+    """A SQL login and (``user``) the database user it maps to: privileges for the permission model.
+
+    ``user`` None means the login has no user in the database (it cannot open it).
+    Grants and roles belong to that database user."""
     name: str
     password: str
     sysadmin: bool = False
     db_owner: bool = False
-    roles: set = field(default_factory=set)      # database roles (lower case)
+    roles: set = field(default_factory=set)      # database roles (fold()ed names)
     grants: set = field(default_factory=set)     # 'schema::cdc' or object ids with SELECT
     default_db: str = ""
+    user: str = None
+    role_grants: dict = field(default_factory=dict)   # the database's {role: grants}, shared by every login
+
+    def effective_grants(self):
+        """Grants of the user plus those of its roles (and of public)."""
+        out = set(self.grants)
+        for r in list(self.roles) + ["public"]:
+            out |= self.role_grants.get(r, set())
+        return out
+
+    def drop_user(self):
+        """DROP USER: the login stays, its database privileges go."""
+        self.user = None
+        self.db_owner = False
+        self.roles.clear()
+        self.grants.clear()
 
 
 def ct_columns(captured):
@@ -140,9 +175,15 @@ SYS_VIEWS = {
 }
 
 
+def sqlite_decl(t):
+    """sqlite column type for a T-SQL type; strings compare like the database collation."""
+    decl = t.sqlite_decl()
+    return decl.replace(" COLLATE NOCASE", "") if CASE_SENSITIVE else decl
+
+
 def create_sql(phys, columns, extra=""):
     """CREATE TABLE statement for sqlite with affinities matching the T-SQL types."""
-    cols = ", ".join("%s %s" % (q(c.name), c.type.sqlite_decl()) for c in columns)
+    cols = ", ".join("%s %s" % (q(c.name), sqlite_decl(c.type)) for c in columns)
     return "CREATE TABLE %s (%s%s)" % (phys, cols, extra)
 
 

@@ -56,6 +56,12 @@ def parse_args(argv):
     p.add_argument("--version", dest="sql_version", choices=["2019", "2022"], default=d.version,
                    help="SQL Server version to announce (default %(default)s)")
     p.add_argument("--no-demo", action="store_true", help="start without dbo.orders and without CDC enabled")
+    p.add_argument("--collation", default=d.collation,
+                   help="database collation; a name containing _CS_ makes object names and string comparisons "
+                   "case-sensitive (default %(default)s)")
+    p.add_argument("--commit-time-offset", type=int, default=d.commit_time_offset,
+                   help="minutes added to the local clock when stamping tran_begin_time/tran_end_time/ddl_time "
+                   "(default %(default)s)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -68,7 +74,7 @@ def config_from(args):
                   dummy_interval=args.dummy_interval, dummy_on_idle_log=args.dummy_on_idle_log == "yes",
                   map_absent=args.map_absent, traffic=args.traffic, traffic_rate=args.traffic_rate,
                   traffic_tables=args.traffic_tables, seed=args.seed, version=args.sql_version,
-                  demo=not args.no_demo)
+                  demo=not args.no_demo, collation=args.collation, commit_time_offset=args.commit_time_offset)
 
 
 def main(argv=None):

@@ -68,7 +68,7 @@ def normalize(col, v):
             return timeutil.to_datetime2(str(v), t.scale if t.name == "datetime2" else 7)
         return str(v)
     except (ValueError, TypeError):
-        raise SqlError(245, "Conversion failed when converting the value '%s' to data type %s." % (v, t.decl()),
+        raise SqlError(245, "Conversion failed when converting the value '%s' to data type %s." % (v, t.type_name()),
                        16, 1)
 
 

@@ -27,4 +27,6 @@ class Config:
     seed: int = 1
     version: str = "2019"             # 2019 | 2022 (only @@VERSION and LOGINACK differ)
     demo: bool = True                 # create dbo.orders with CDC enabled at start
+    collation: str = "SQL_Latin1_General_CP1_CI_AS"   # database collation ("_CS_": case-sensitive names/strings)
+    commit_time_offset: int = 0       # minutes added to the local clock in lsn_time_mapping/ddl_history times
     packet_size_max: int = 32767

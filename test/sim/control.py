@@ -9,6 +9,7 @@ from . import capture, cleanup, commits
 from . import lsn as L
 from . import sqltypes as T
 from . import timeutil, truth
+from .catalog import fold
 from .clock import parse_utc
 from .errors import SqlError
 from .faults import Fault
@@ -114,7 +115,7 @@ def commit(s, table, inserts, updates, deletes, rows, at, transactions, duration
         txn = commits.commit(db, t, inserts or 0, updates or 0, deletes or 0, rows, at=when,
                              duration_ms=duration_ms or 0)
         out.append((L.to_bytes(txn.commit_lsn), L.to_bytes(txn.begin_lsn), timeutil.t300_text(txn.end_t300),
-                    db.local_text(txn.end_t300)) + tuple(txn.counts))
+                    db.stamp_text(txn.end_t300)) + tuple(txn.counts))
     return [ResultSet(COMMIT_COLS, out)]
 
 
@@ -189,9 +190,9 @@ def ddl(s, table, command, at):
         if t.column(cname):
             raise SqlError(2705, "Column names in each table must be unique. Column name '%s' in table '%s' is "
                            "specified more than once." % (cname, t.display), 16, 4)
-        from .catalog import Column, q
+        from .catalog import Column, q, sqlite_decl
         col = Column(cname, ctype, True, max(c.column_id for c in t.columns) + 1)
-        db.conn.execute("ALTER TABLE %s ADD COLUMN %s %s" % (t.phys, q(cname), ctype.sqlite_decl()))
+        db.conn.execute("ALTER TABLE %s ADD COLUMN %s %s" % (t.phys, q(cname), sqlite_decl(ctype)))
         t.columns.append(col)
     elif p.accept_word("DROP"):
         p.expect_word("COLUMN")
@@ -227,7 +228,7 @@ def ddl(s, table, command, at):
     rec = db.add_ddl(t, command, required, at=when)
     db.refresh_sys()
     return [ResultSet([("ddl_lsn", LSN), ("ddl_time_local", T.DATETIME), ("required_column_update", BIT)],
-                      [(L.to_bytes(rec.lsn), db.local_text(rec.t300), int(required))])]
+                      [(L.to_bytes(rec.lsn), db.stamp_text(rec.t300), int(required))])]
 
 
 @proc("sim.cdc_enable", [], SYS)
@@ -284,9 +285,19 @@ def set_job(s, **kw):
                               cfg.dummy_interval, int(cfg.dummy_on_idle_log), cfg.cleanup_time, cfg.map_absent)])]
 
 
+@proc("sim.set_clock_quirk", [("commit_time_offset_minutes", INT, None)], SYS)
+def set_clock_quirk(s, commit_time_offset_minutes):
+    """Stamp commit/DDL times (lsn_time_mapping, ddl_history) this many minutes off the local clock, while
+    SYSDATETIME() & co. keep the real clock; NULL = unchanged.  Applies to rows captured from now on."""
+    cfg = s.db.cfg
+    if commit_time_offset_minutes is not None:
+        cfg.commit_time_offset = int(commit_time_offset_minutes)
+    return [ResultSet([("commit_time_offset_minutes", INT)], [(cfg.commit_time_offset,)])]
+
+
 def _grant_target(s, obj):
     if obj.lower().startswith("schema::"):
-        return "schema::" + obj.split("::", 1)[1].strip("[]").lower()
+        return "schema::" + fold(obj.split("::", 1)[1].strip("[]"))
     parts = _names(obj)
     if len(parts) == 1:
         parts = ["dbo"] + parts
@@ -306,9 +317,10 @@ def _login(s, name):
 
 
 @proc("sim.create_login", [("login", SYSNAME, REQUIRED), ("password", NV, REQUIRED), ("db_owner", BIT, 0),
-                           ("cdc_select", BIT, 1), ("tables", NV, None), ("roles", NV, None)], SYS)
+                           ("cdc_select", BIT, 0), ("tables", NV, None), ("roles", NV, None)], SYS)
 def create_login(s, login, password, db_owner, cdc_select, tables, roles):
-    """A login + database user; @cdc_select grants SELECT ON SCHEMA::cdc; @tables/@roles are comma lists."""
+    """A login + database user with no permission by default (as CREATE LOGIN + CREATE USER);
+    @cdc_select = 1 grants SELECT ON SCHEMA::cdc; @tables/@roles are comma lists."""
     lg = s.db.create_login(login, password, db_owner=bool(db_owner))
     if cdc_select:
         lg.grants.add("schema::cdc")
@@ -317,7 +329,7 @@ def create_login(s, login, password, db_owner, cdc_select, tables, roles):
             lg.grants.add(_grant_target(s, obj.strip()))
     for r in (roles or "").split(","):
         if r.strip():
-            lg.roles.add(r.strip().strip("[]").lower())
+            lg.roles.add(fold(r.strip().strip("[]")))
 
 
 @proc("sim.grant", [("login", SYSNAME, REQUIRED), ("object", NV, REQUIRED)], SYS)
@@ -335,13 +347,13 @@ def revoke(s, login, object):
 @proc("sim.add_role_member", [("role", SYSNAME, REQUIRED), ("login", SYSNAME, REQUIRED)], SYS)
 def add_role_member(s, role, login):
     """ALTER ROLE <role> ADD MEMBER <login> (gating roles of capture instances)."""
-    _login(s, login).roles.add(role.lower())
+    _login(s, login).roles.add(fold(role))
 
 
 @proc("sim.drop_role_member", [("role", SYSNAME, REQUIRED), ("login", SYSNAME, REQUIRED)], SYS)
 def drop_role_member(s, role, login):
     """ALTER ROLE <role> DROP MEMBER <login>."""
-    _login(s, login).roles.discard(role.lower())
+    _login(s, login).roles.discard(fold(role))
 
 
 def _arm(s, **kw):
@@ -419,7 +431,7 @@ def truth_watermark(s):
 def _truth_target(s, capture_instance, table):
     db = s.db
     if capture_instance:
-        inst = db.instances.get(capture_instance.lower())
+        inst = db.instances.get(fold(capture_instance))
         if inst is None:
             raise SqlError(22981, "Object does not exist or access is denied.", 16, 1)
         return inst.source.object_id, L.to_bytes(inst.create_lsn)

@@ -8,7 +8,9 @@ import itertools
 import sqlite3
 import time
 
+from . import permissions as P
 from . import procs as PR
+from . import security
 from . import sqltypes as T
 from . import tokens as K
 from . import timeutil
@@ -28,6 +30,32 @@ _SET_OPTIONS = {"ANSI_NULLS", "ANSI_NULL_DFLT_ON", "ANSI_NULL_DFLT_OFF", "ANSI_P
                 "CONTEXT_INFO", "QUERY_GOVERNOR_COST_LIMIT"}
 
 
+# How far an error reaches (Erland Sommarskog, "Error and Transaction Handling in SQL Server", part 2;
+# learn.microsoft.com "Deferred name resolution"): most errors end only their statement; compile errors
+# found when a statement is compiled at run time (deferred name resolution: 207, 208, ...) abort the
+# current scope (batch, procedure, sp_executesql/EXEC() body) and the caller goes on; conversion errors
+# and 601 abort the whole batch, every scope.
+SCOPE_ABORT = {207, 208, 209, 4104, 4121, 137, 8155, 205, 116, 141}
+BATCH_ABORT = {241, 245, 8114, 601, 102, 105}
+
+
+def abort_level(err):
+    """'statement', 'scope' or 'batch': what an error ends besides its statement."""
+    if err.batch_abort or err.number in BATCH_ABORT:
+        return "batch"
+    if err.number in SCOPE_ABORT:
+        return "scope"
+    return "statement"
+
+
+class BatchAbort(Exception):
+    """Unwinds every scope of a request after a batch-aborting error was reported."""
+
+    def __init__(self, nested):
+        super().__init__("batch aborted")
+        self.nested = nested
+
+
 class Response:
     """Token writer for one response message; holds back the last DONE to set MORE correctly."""
 
@@ -41,7 +69,7 @@ class Response:
         if self.pending is not None:
             tok, status, cmd, count = self.pending
             status = (status | K.MORE) if more else (status & ~K.MORE)
-            self.ch.write(K.done(status, cmd, count, tok))
+            self.ch.write(K.done(status, cmd, count, tok, self.ch.tds))
             self.pending = None
 
     def token(self, data):
@@ -55,7 +83,7 @@ class Response:
         self.any = True
 
     def error_msg(self, err, server="MSSQLSIM"):
-        self.token(K.message(err.number, err.message, err.cls, err.state, server, err.proc, err.line))
+        self.token(K.message(err.number, err.message, err.cls, err.state, server, err.proc, err.line, self.ch.tds))
         if err.cls > 10:
             self.error = True
 
@@ -79,7 +107,11 @@ class Executor:
         """A SQL batch request (packet type 0x01)."""
         resp = Response(self.s.channel)
         self.s.variables = {}
-        self.run_batch(text, resp, in_proc=False)
+        try:
+            self.run_batch(text, resp, in_proc=False)
+        except BatchAbort as e:
+            if e.nested:
+                resp.done(K.DONE, K.ERROR, K.CMD_NONE, 0)
         resp.finish()
 
     def rpc(self, call):
@@ -99,12 +131,17 @@ class Executor:
         except SqlError as e:
             resp.error_msg(e)
             resp.done(K.DONEPROC, K.ERROR, K.CMD_NONE, 0)
+        except BatchAbort:
+            resp.done(K.DONEPROC, K.ERROR, K.CMD_NONE, 0)
         resp.finish()
 
     # --- batches -----------------------------------------------------------------------
 
     def run_batch(self, text, resp, in_proc):
-        """Parse a whole batch (syntax errors fail it before anything runs), then run statements."""
+        """Parse a whole batch (syntax errors fail it before anything runs), then run statements.
+
+        Returns False if an error occurred; stops early after a scope-aborting error and raises
+        BatchAbort after a batch-aborting one (see abort_level)."""
         try:
             stmts = parse_batch(text)
         except SqlError as e:
@@ -119,7 +156,10 @@ class Executor:
                 ok = False
                 resp.error_msg(e)
                 resp.done(K.DONEINPROC if in_proc else K.DONE, K.ERROR, K.CMD_NONE, 0)
-                if e.batch_abort:
+                level = abort_level(e)
+                if level == "batch":
+                    raise BatchAbort(in_proc)
+                if level == "scope":
                     break
         return ok
 
@@ -179,6 +219,8 @@ class Executor:
             opt = st.words[0].upper()
             if opt not in _SET_OPTIONS:
                 raise SqlError(195, "'%s' is not a recognized SET option." % st.words[0], 15, 1)
+            if opt == "TEXTSIZE":
+                self.s.set_textsize(st.words[1:])
             resp.done(done_tok, 0, K.CMD_NONE, 0)
             return
         if isinstance(st, A.Use):
@@ -187,7 +229,7 @@ class Executor:
             return
         if isinstance(st, A.Print):
             value, _ = self.scalar(st.expr)
-            resp.token(K.message(0, "" if value is None else str(value), 0, 1))
+            resp.token(K.message(0, "" if value is None else str(value), 0, 1, tds=resp.ch.tds))
             resp.done(done_tok, 0, K.CMD_NONE, 0)
             return
         if isinstance(st, A.WaitFor):
@@ -201,6 +243,10 @@ class Executor:
             return
         if isinstance(st, A.Tran):
             self.transaction(st.action, resp)
+            resp.done(done_tok, 0, K.CMD_NONE, 0)
+            return
+        if isinstance(st, A.Security):
+            security.run(self.s, st)
             resp.done(done_tok, 0, K.CMD_NONE, 0)
             return
         if isinstance(st, A.Unsupported):
@@ -231,10 +277,13 @@ class Executor:
         if new is None:
             raise SqlError(911, "Database '%s' does not exist. Make sure that the name is entered correctly." % name,
                            16, 1)
+        if not P.can_open_database(self.s.login, new, self.db.name):
+            raise SqlError(916, 'The server principal "%s" is not able to access the database "%s" under the '
+                           'current security context.' % (self.s.login.name, new), 14, 1)
         old = self.s.database
         self.s.database = new
         resp.token(K.env_database(new, old))
-        resp.token(K.message(5701, "Changed database context to '%s'." % new, 0, 2))
+        resp.token(K.message(5701, "Changed database context to '%s'." % new, 0, 2, tds=resp.ch.tds))
 
     # --- expressions and variables --------------------------------------------------------
 
@@ -245,8 +294,10 @@ class Executor:
             raise SqlError(2715, "Column, parameter, or variable #1: Cannot find data type %s." % text, 16, 6)
 
     def assign_convert(self, value, vt, t):
+        """Implicit conversion of ``value`` (type ``vt``) to a variable or parameter of type ``t``."""
         if value is None:
             return None
+        T.check_implicit(vt, t)
         if t.is_string and not isinstance(value, bytes):
             return str(value)
         return convert(value, t, vt, None)
@@ -317,8 +368,8 @@ class Executor:
             if f:
                 self.s.server.purge_now(f)
         columns = [(n, t) for n, t in columns]
-        resp.token(T.colmetadata(columns))
-        encode = T.row_encoder([t for _, t in columns])
+        resp.token(T.colmetadata(columns, self.s.wire))
+        encode = T.row_encoder([t for _, t in columns], self.s.wire)
         count = 0
         drop = self.s.drop_after_rows
         self.s.drop_after_rows = None
@@ -428,10 +479,10 @@ class Executor:
         elif isinstance(result, list):
             result = PR.ProcResult(result)
         for number, text in result.messages:
-            resp.token(K.message(number, text, 0, 1, proc=pdef.name.split(".")[-1]))
+            resp.token(K.message(number, text, 0, 1, proc=pdef.name.split(".")[-1], tds=resp.ch.tds))
         for rs in result.resultsets:
-            resp.token(T.colmetadata(rs.columns))
-            encode = T.row_encoder([t for _, t in rs.columns])
+            resp.token(T.colmetadata(rs.columns, self.s.wire))
+            encode = T.row_encoder([t for _, t in rs.columns], self.s.wire)
             it = iter(rs.rows)
             n = 0
             while True:

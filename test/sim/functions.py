@@ -12,6 +12,7 @@ from . import lsn as L
 from . import permissions as P
 from . import sqltypes as T
 from . import timeutil
+from .catalog import fold
 from .errors import SqlError
 from .tsql.builtins import MAP_OPS
 
@@ -49,7 +50,7 @@ def register(conn, session):
         if x is None:
             return None
         if not isinstance(x, str):
-            fail(SqlError(206, "Operand type clash: %s is incompatible with datetime" % type(x).__name__, 16, 2))
+            fail(SqlError(206, "Operand type clash: %s is incompatible with datetime" % T.value_type_name(x), 16, 2))
         try:
             return timeutil.parse(x)
         except ValueError:
@@ -60,13 +61,13 @@ def register(conn, session):
             return None
         if not isinstance(b, bytes):
             fail(SqlError(257, "Implicit conversion from data type %s to binary is not allowed. Use the CONVERT "
-                          "function to run this query." % type(b).__name__, 16, 3))
+                          "function to run this query." % T.value_type_name(b), 16, 3))
         return L.increment(b) if n > 0 else L.decrement(b)
 
     def min_lsn(ci):
         if ci is None or not db.cdc_enabled:
             return L.ZERO
-        inst = db.instances.get(str(ci).lower())
+        inst = db.instances.get(fold(str(ci)))
         if inst is None or not P.can_access_instance(session.login, inst) or inst.start_lsn is None:
             return L.ZERO
         return inst.start_lsn
@@ -209,7 +210,12 @@ def register(conn, session):
         except SqlError as e:
             fail(e)
 
+    def visible(t):
+        """Metadata visibility: the caller has some permission on ``t``."""
+        return t if t is not None and P.can_see(session.login, t) else None
+
     def object_id(name):
+        """OBJECT_ID: the id of a table the caller can see (else NULL)."""
         if name is None:
             return None
         from .tsql.lexer import tokenize
@@ -225,15 +231,19 @@ def register(conn, session):
             parts = ["dbo"] + parts
         if len(parts) != 2:
             return None
-        t = db.table(parts[0], parts[1])
+        if session.database.lower() != db.name.lower() and parts[0].lower() != "sys":
+            return None
+        t = visible(db.table(parts[0], parts[1]))
         return t.object_id if t else None
 
     def object_name(oid):
-        t = db.by_oid.get(oid) if oid is not None else None
+        """OBJECT_NAME of a visible object."""
+        t = visible(db.by_oid.get(oid)) if oid is not None else None
         return t.name if t else None
 
     def object_schema_name(oid):
-        t = db.by_oid.get(oid) if oid is not None else None
+        """OBJECT_SCHEMA_NAME of a visible object."""
+        t = visible(db.by_oid.get(oid)) if oid is not None else None
         return t.schema if t else None
 
     def schema_name(sid):
@@ -257,11 +267,11 @@ def register(conn, session):
         return (int.from_bytes(mask, "big") >> (pos - 1)) & 1
 
     def column_ordinal(ci, col):
-        inst = db.instances.get(str(ci).lower()) if ci is not None else None
+        inst = db.instances.get(fold(str(ci))) if ci is not None else None
         if inst is None or col is None:
             return None
         for i, c in enumerate(inst.captured, 1):
-            if c.name.lower() == str(col).lower():
+            if fold(c.name) == fold(str(col)):
                 return i
         return None
 
@@ -279,6 +289,23 @@ def register(conn, session):
              "SQL_Latin1_General_CP1_CI_AS"}
         return v.get(str(name).lower()) if name is not None else None
 
+    def databasepropertyex(name, prop):
+        """DATABASEPROPERTYEX(db, 'Collation' | 'Status' | 'Updateability' | ...)."""
+        if name is None or prop is None or str(name).lower() not in ("master", db.name.lower()):
+            return None
+        user_db = str(name).lower() == db.name.lower()
+        v = {"collation": db.collation if user_db else "SQL_Latin1_General_CP1_CI_AS", "status": "ONLINE",
+             "updateability": "READ_WRITE", "useraccess": "MULTI_USER", "recovery": "FULL",
+             "version": 904, "isautoshrink": 0, "comparisonstyle": 196608 if db.case_sensitive and user_db
+             else 196609}
+        return v.get(str(prop).lower())
+
+    def nonzero(x):
+        """Divisor guard: Msg 8134 instead of sqlite's NULL for x / 0 and x % 0."""
+        if x is not None and x == 0:
+            fail(SqlError(8134, "Divide by zero error encountered.", 16, 1))
+        return x
+
     def binconcat(a, b):
         if a is None or b is None:
             return None
@@ -293,6 +320,7 @@ def register(conn, session):
            ("sim_db_name", 1, db_name), ("sim_db_id", 1, db_id), ("sim_is_bit_set", 2, is_bit_set),
            ("sim_column_ordinal", 2, column_ordinal), ("sim_map_op", 1, map_op),
            ("sim_serverproperty", 1, serverproperty), ("sim_binconcat", 2, binconcat),
+           ("sim_databasepropertyex", 2, databasepropertyex), ("sim_nonzero", 1, nonzero),
            ("sim_reverse", 1, lambda s: None if s is None else str(s)[::-1]),
            ("sim_ceiling", 1, lambda x: None if x is None else math.ceil(x)),
            ("sim_floor", 1, lambda x: None if x is None else math.floor(x)),
@@ -357,7 +385,7 @@ def convert(x, t, source=None, style=None):
         if t.is_temporal:
             if not isinstance(x, str):
                 raise SqlError(529, "Explicit conversion from data type %s to %s is not allowed."
-                               % (source.decl() if source else "int", t.decl()), 16, 2)
+                               % (source.type_name() if source else T.value_type_name(x), t.type_name()), 16, 2)
             if n == "datetime":
                 return timeutil.to_datetime(x)
             if n == "date":
@@ -371,9 +399,13 @@ def convert(x, t, source=None, style=None):
     except (ValueError, OverflowError):
         if t.is_temporal:
             raise SqlError(241, "Conversion failed when converting date and/or time from character string.", 16, 1)
+        src = source.type_name() if source else T.value_type_name(x)
+        if n in ("decimal", "numeric", "float"):
+            raise SqlError(8114, "Error converting data type %s to %s." % (src, "float" if n == "float" else "numeric"),
+                           16, 5)
         raise SqlError(245, "Conversion failed when converting the %s value '%s' to data type %s."
-                       % (source.decl() if source else "varchar", x, t.decl()), 16, 1)
-    raise SqlError(529, "Explicit conversion to %s is not supported by the simulator." % t.decl(), 16, 2)
+                       % (src, x, t.type_name()), 16, 1)
+    raise SqlError(529, "Explicit conversion to %s is not supported by the simulator." % t.type_name(), 16, 2)
 
 
 def _datetime_display(x):

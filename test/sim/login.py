@@ -2,6 +2,8 @@
 import struct
 from dataclasses import dataclass
 
+from .sqltypes import TDS_VERSIONS
+
 ENCRYPT_OFF, ENCRYPT_ON, ENCRYPT_NOT_SUP, ENCRYPT_REQ = 0, 1, 2, 3
 
 
@@ -63,9 +65,20 @@ def decode_password(raw):
     return out.decode("utf-16-le", "replace")
 
 
+def negotiate(client_version):
+    """LOGIN7 TDSVersion -> the version LOGINACK announces: the highest the server speaks that is
+    not above the client's (7.4 for newer clients), or None for a client below TDS 7.1."""
+    for v in TDS_VERSIONS:
+        if client_version >= v:
+            return v
+    return None
+
+
 def parse_login7(p):
-    """LOGIN7 payload -> Login (offsets/lengths are relative to the payload start)."""
-    if len(p) < 94:
+    """LOGIN7 payload -> Login (offsets/lengths are relative to the payload start).
+
+    The fixed part is 86 bytes up to TDS 7.1 and 94 bytes (ChangePassword, cbSSPILong) from 7.2."""
+    if len(p) < 86:
         raise ValueError("LOGIN7 too short")
     tds_version, packet_size = struct.unpack("<II", p[4:12])
     flags2 = p[25]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from . import lsn as L
 from . import timeutil
-from .catalog import (META_TABLES, SYS_VIEWS, Column, Instance, Login, Table, create_sql, ct_columns, q,
+from . import catalog
+from .catalog import (META_TABLES, SYS_VIEWS, Column, Instance, Login, Table, create_sql, ct_columns, fold, q,
                       update_mask)
 from .clock import Clock, parse_utc
 from .errors import SqlError
@@ -72,6 +73,9 @@ class Database:
     def __init__(self, cfg):
         self.cfg = cfg
         self.name = cfg.database
+        self.collation = getattr(cfg, "collation", None) or "SQL_Latin1_General_CP1_CI_AS"
+        self.case_sensitive = "_CS_" in self.collation.upper() + "_" or "_BIN" in self.collation.upper()
+        catalog.set_case_sensitive(self.case_sensitive)
         self.lock = threading.RLock()
         self.dir = tempfile.mkdtemp(prefix="mssql-sim-")
         self.main_path = os.path.join(self.dir, "main.db")
@@ -97,8 +101,10 @@ class Database:
         self.last_commit_t300 = 0
         self.tran_counter = 0x1A2B00
         self.cleanup = CleanupState()
-        self.logins = {cfg.login.lower(): Login(cfg.login, cfg.password, sysadmin=True, default_db=self.name)}
-        self.roles = set()
+        self.role_grants = {}          # fold(role) -> grants (GRANT ... TO role)
+        self.logins = {cfg.login.lower(): Login(cfg.login, cfg.password, sysadmin=True, default_db=self.name,
+                                                user="dbo", role_grants=self.role_grants)}
+        self.roles = set()             # database roles (fold()ed): CREATE ROLE and gating roles
         self.rng = random.Random(cfg.seed)
         self.stats = collections.Counter()
         self.last_job_error = None
@@ -121,6 +127,8 @@ class Database:
         for db in ("main", "cdc"):
             c.execute("PRAGMA %s.synchronous=OFF" % db)
             c.execute("PRAGMA %s.cache_size=-65536" % db)
+        if self.case_sensitive:
+            c.execute("PRAGMA case_sensitive_like=ON")
         if readonly:
             c.execute("PRAGMA query_only=1")
         return c
@@ -143,12 +151,12 @@ class Database:
         return self.lsn
 
     def _register(self, t):
-        self.tables[(t.schema.lower(), t.name.lower())] = t
+        self.tables[(fold(t.schema), fold(t.name))] = t
         self.by_oid[t.object_id] = t
         return t
 
     def _unregister(self, t):
-        self.tables.pop((t.schema.lower(), t.name.lower()), None)
+        self.tables.pop((fold(t.schema), fold(t.name)), None)
         self.by_oid.pop(t.object_id, None)
 
     def refresh_sys(self):
@@ -163,7 +171,7 @@ class Database:
         c.execute('DELETE FROM "sys.tables"')
         tracked = {i.source.object_id for i in self.instances.values()}
         c.executemany('INSERT INTO "sys.tables" VALUES (?, ?, ?, ?)',
-                      [(t.name, t.object_id, self.schemas.get(t.schema.lower(), 1), int(t.object_id in tracked))
+                      [(t.name, t.object_id, self.schemas.get(fold(t.schema), 1), int(t.object_id in tracked))
                        for t in self.tables.values() if t.kind in ("user", "change_table", "cdc_meta")])
         c.execute("COMMIT")
 
@@ -180,6 +188,12 @@ class Database:
         """UTC instant -> server-local datetime text (DST-aware, exact ticks)."""
         return timeutil.t300_text(timeutil.local_t300(self.tz, utc_t300))
 
+    def stamp_text(self, utc_t300):
+        """Local datetime text the server stamps on commits (lsn_time_mapping, ddl_history): the clock's
+        local time plus ``commit_time_offset`` minutes (a server stamping commits in another zone)."""
+        offset = int(getattr(self.cfg, "commit_time_offset", 0) or 0)
+        return timeutil.t300_text(timeutil.local_t300(self.tz, utc_t300) + offset * 60 * 300)
+
     def offset_minutes(self, utc_naive):
         return timeutil.offset_minutes(self.tz, utc_naive)
 
@@ -195,7 +209,8 @@ class Database:
     # --- catalog ---------------------------------------------------------------
 
     def table(self, schema, name):
-        return self.tables.get((schema.lower(), name.lower()))
+        """The table schema.name under the database collation (or None)."""
+        return self.tables.get((fold(schema), fold(name)))
 
     def user_table(self, name_text):
         """'dbo.orders' / '[dbo].[orders]' / 'orders' -> Table (or Msg 208)."""
@@ -213,7 +228,7 @@ class Database:
         the key column (first int column by default) identifies rows for updates/deletes."""
         if self.table(schema, name):
             raise SqlError(2714, "There is already an object named '%s' in the database." % name, 16, 6)
-        if schema.lower() == "cdc":
+        if fold(schema) == "cdc":
             raise SqlError(22974, "Tables contained in the cdc schema cannot be enabled for Change Data Capture.")
         cols = [Column(n, t.null(nullable), nullable, i) for i, (n, t, nullable) in enumerate(columns, 1)]
         if not cols:
@@ -223,14 +238,14 @@ class Database:
             if key_idx is None:
                 raise SqlError(50000, "sim tables need an int or bigint key column", 16, 1)
         else:
-            key_idx = next((i for i, c in enumerate(cols) if c.name.lower() == key.lower()), None)
+            key_idx = next((i for i, c in enumerate(cols) if fold(c.name) == fold(key)), None)
             if key_idx is None:
                 raise SqlError(1911, "Column name '%s' does not exist in the target table or view." % key, 16, 1)
         oid = self.new_oid()
         t = Table(oid, schema, name, cols, "user", "main.%s" % q("src_%d" % oid), key_idx,
                   create_date=self.local_text(self.now_t300()))
         self.conn.execute(create_sql(t.phys, cols, ", PRIMARY KEY (%s)" % q(cols[key_idx].name)))
-        self.schemas.setdefault(schema.lower(), max(self.schemas.values()) + 1)
+        self.schemas.setdefault(fold(schema), max(self.schemas.values()) + 1)
         self._register(t)
         self.refresh_sys()
         return t
@@ -299,7 +314,7 @@ class Database:
         if len(ci) > 100:
             raise SqlError(22927, "Capture instance name '%s' exceeds the length limit of 100 characters. Specify "
                            "a name that satisfies the length constraint." % ci)
-        if ci.lower() in self.instances or self.table("cdc", ci + "_CT"):
+        if fold(ci) in self.instances or self.table("cdc", ci + "_CT"):
             raise SqlError(22926, "Could not create a capture instance because the capture instance name '%s' "
                            "already exists in the current database. Specify an explicit unique name for the "
                            "parameter @capture_instance." % ci)
@@ -329,10 +344,11 @@ class Database:
                            "included in the list of captured columns.")
         oid = self.new_oid()
         cols = ct_columns(captured)
-        ct = Table(oid, "cdc", ci + "_CT", cols, "change_table", "cdc.%s" % q(ci + "_CT"))
+        # Physical name by object id: sqlite names are case-insensitive, capture instances may not be.
+        ct = Table(oid, "cdc", ci + "_CT", cols, "change_table", "cdc.%s" % q("ct_%d" % oid))
         self.conn.execute(create_sql(ct.phys, cols))
         self.conn.execute("CREATE INDEX cdc.%s ON %s(%s, %s, %s)" % (
-            q(ci + "_CT_idx"), q(ci + "_CT"), q("__$start_lsn"), q("__$seqval"), q("__$operation")))
+            q("ct_%d_idx" % oid), q("ct_%d" % oid), q("__$start_lsn"), q("__$seqval"), q("__$operation")))
         now = self.now_t300()
         inst = Instance(ci, src, ct, captured, role_name=role_name, index_name=index_name or ("PK_" + src.name),
                         index_columns=[key_col.name], supports_net_changes=bool(supports_net_changes),
@@ -340,7 +356,7 @@ class Database:
                         all_mask=update_mask(range(1, len(captured) + 1), len(captured)))
         ct.instance = inst
         if role_name:
-            self.roles.add(role_name.lower())
+            self.roles.add(fold(role_name))
         rec = LogRecord("enable", self.next_lsn(), now, table=src, instance=inst)
         inst.create_lsn = rec.lsn
         c = self.conn
@@ -354,7 +370,7 @@ class Database:
         c.execute("INSERT INTO cdc.index_columns VALUES (?, ?, 1, ?)", (oid, key_col.name, key_col.column_id))
         c.execute("COMMIT")
         self._register(ct)
-        self.instances[ci.lower()] = inst
+        self.instances[fold(ci)] = inst
         self.log.append(rec)
         self.refresh_sys()
         return inst
@@ -368,7 +384,7 @@ class Database:
                 c.execute("DELETE FROM cdc.%s WHERE object_id = ?" % t, (inst.object_id,))
             c.execute("COMMIT")
         self._unregister(inst.ct)
-        self.instances.pop(inst.name.lower(), None)
+        self.instances.pop(fold(inst.name), None)
 
     def disable_table(self, schema, name, capture_instance="all"):
         """sys.sp_cdc_disable_table: drop one (or all) capture instances of a table."""
@@ -381,7 +397,7 @@ class Database:
             raise SqlError(22985, "Change data capture has not been enabled for source table '%s.%s'. Specify the "
                            "name of a table enabled for Change Data Capture." % (schema, name))
         if capture_instance and capture_instance.lower() != "all":
-            insts = [i for i in insts if i.name.lower() == capture_instance.lower()]
+            insts = [i for i in insts if fold(i.name) == fold(capture_instance)]
             if not insts:
                 raise SqlError(22960, "Change data capture instance '%s' has not been enabled for the source table "
                                "'%s.%s'." % (capture_instance, schema, name))
@@ -423,14 +439,30 @@ class Database:
     # --- logins --------------------------------------------------------------------
 
     def login(self, name):
+        """The server login ``name`` (logins compare case-insensitively, like the server collation)."""
         return self.logins.get((name or "").lower())
 
-    def create_login(self, name, password, db_owner=False, sysadmin=False):
+    def create_login(self, name, password, db_owner=False, sysadmin=False, user=True, default_db=None):
+        """A server login; ``user`` True also maps it to a database user of the same name
+        (sim.create_login), False leaves it without one (CREATE LOGIN)."""
         if name.lower() in self.logins:
             raise SqlError(15025, "The server principal '%s' already exists." % name, 16, 1)
-        lg = Login(name, password, sysadmin=sysadmin, db_owner=db_owner, default_db=self.name)
+        lg = Login(name, password, sysadmin=sysadmin, db_owner=db_owner, default_db=default_db or self.name,
+                   user=name if user else None, role_grants=self.role_grants)
         self.logins[name.lower()] = lg
         return lg
+
+    def user(self, name):
+        """The login whose database user is called ``name`` (or None)."""
+        key = fold(name or "")
+        for lg in self.logins.values():
+            if lg.user is not None and fold(lg.user) == key:
+                return lg
+        return None
+
+    def role_exists(self, name):
+        """A database role: fixed (db_owner, db_datareader, public), created, or a gating role."""
+        return fold(name) in self.roles or name.lower() in ("db_owner", "db_datareader", "public")
 
     def pending_truth_t300(self):
         """UTC instant of the oldest committed-but-uncaptured change that some instance will capture."""

@@ -25,6 +25,7 @@ class Channel:
         self.sock = sock
         self.spid = spid
         self.packet_size = 4096
+        self.tds = 0x74000004       # negotiated TDS version (LOGINACK); DONE tokens depend on it
         self.rbuf = bytearray()
         self.wbuf = bytearray()
         self.packet_id = 1

@@ -107,11 +107,13 @@ def coerce(value, vtype, ptype, pname):
         return str(value)
     if ptype.name == "float":
         return float(value)
+    if not pname.lower().startswith("sim."):
+        T.check_implicit(vtype, ptype)
     try:
         return convert(value, ptype, vtype, 1 if ptype.is_binary and isinstance(value, str) else None)
     except SqlError:
-        raise SqlError(8114, "Error converting data type %s to %s." % (vtype.decl() if vtype else "nvarchar",
-                                                                      ptype.decl()), 16, 1)
+        raise SqlError(8114, "Error converting data type %s to %s." % (
+            vtype.type_name() if vtype else T.value_type_name(value), ptype.type_name()), 16, 1)
 
 
 SYSNAME, INT, BIT, LSN, NV = T.SYSNAME, T.INT, T.BIT, T.LSN, T.NVARCHAR_MAX

@@ -27,9 +27,9 @@ def skip_all_headers(p):
     return 0
 
 
-def batch_text(payload):
-    """SQL batch message -> T-SQL text."""
-    return payload[skip_all_headers(payload):].decode("utf-16-le", "replace")
+def batch_text(payload, headers=True):
+    """SQL batch message -> T-SQL text (``headers``: ALL_HEADERS present, TDS 7.2+)."""
+    return payload[skip_all_headers(payload) if headers else 0:].decode("utf-16-le", "replace")
 
 
 @dataclass
@@ -170,21 +170,23 @@ def _read_typed_value(r):
         t = T.SqlType("varchar", T.MAX if is_max else max(1, maxlen))
         return (None if raw is None else raw.decode("cp1252", "replace")), t
     if tok in (0x22, 0x23, 0x63):
-        r.u32()
-        if tok in (0x23, 0x63):
-            r.take(5)
-        parts = r.u8()
-        for _ in range(parts):
-            r.take(r.u16() * 2)
-        tp = r.u8()
-        if tp == 0:
-            return None, T.NVARCHAR_MAX if tok != 0x22 else T.VARBINARY_MAX
-        r.take(tp + 8)
-        raw = r.take(r.u32())
-        if tok == 0x22:
-            return raw, T.VARBINARY_MAX
-        return raw.decode("utf-16-le" if tok == 0x63 else "cp1252", "replace"), T.NVARCHAR_MAX
+        return _read_text_param(r, tok)
     raise ProtocolError("unsupported parameter type 0x%02X" % tok)
+
+
+def _read_text_param(r, tok):
+    """IMAGE/TEXT/NTEXT parameter: LONGLEN maximum, collation (text types), then a LONG length
+    (-1 = NULL) and the data; parameters carry no TableName or TextPtr (MS-TDS 2.2.6.6)."""
+    r.u32()
+    if tok in (0x23, 0x63):
+        r.take(5)
+    n = struct.unpack("<i", r.take(4))[0]
+    if n < 0:
+        return None, T.NVARCHAR_MAX if tok != 0x22 else T.VARBINARY_MAX
+    raw = r.take(n)
+    if tok == 0x22:
+            return raw, T.VARBINARY_MAX
+    return raw.decode("utf-16-le" if tok == 0x63 else "cp1252", "replace"), T.NVARCHAR_MAX
 
 
 def _convert_fixed(name, raw):
@@ -214,9 +216,10 @@ def _convert_fixed(name, raw):
     raise ProtocolError(name)
 
 
-def parse_rpc(payload):
-    """RPC request message -> RpcCall (one call; batched calls are not supported)."""
-    r = _Reader(payload, skip_all_headers(payload))
+def parse_rpc(payload, headers=True):
+    """RPC request message -> RpcCall (one call; batched calls are not supported).
+    ``headers``: the message starts with ALL_HEADERS (TDS 7.2+)."""
+    r = _Reader(payload, skip_all_headers(payload) if headers else 0)
     n = r.u16()
     if n == 0xFFFF:
         proc_id = r.u16()

@@ -1,7 +1,8 @@
 """One client connection: PRELOGIN, LOGIN7, then requests until the client leaves."""
 import logging
 
-from . import functions
+from . import collation, functions
+from . import permissions as P
 from . import login as LG
 from . import packets as PK
 from . import rpc as R
@@ -32,6 +33,7 @@ class Session:
         self.drop_after_rows = None
         self.trancount = 0
         self.tran_id = 0
+        self.wire = T.Wire()        # negotiated TDS version and TEXTSIZE (set at login, SET TEXTSIZE)
         self.executor = Executor(self)
         self.closed = False
 
@@ -80,10 +82,14 @@ class Session:
             return False
         lg = LG.parse_login7(payload)
         self.hostname, self.appname = lg.hostname, lg.appname
-        err = self.authenticate(lg)
+        tds = LG.negotiate(lg.tds_version)
+        err = self.authenticate(lg) if tds else [SqlError(
+            50000, "The simulator speaks TDS 7.1 to 7.4; the client asked for 0x%08X." % lg.tds_version, 16, 1)]
+        if tds:
+            self.wire.tds = self.channel.tds = tds
         if err:
-            msgs = b"".join(K.message(e.number, e.message, e.cls, e.state) for e in err)
-            self.channel.send_message(msgs + K.done(K.ERROR, 0, 0))
+            msgs = b"".join(K.message(e.number, e.message, e.cls, e.state, tds=self.channel.tds) for e in err)
+            self.channel.send_message(msgs + K.done(K.ERROR, 0, 0, tds=self.channel.tds))
             return False
         size = lg.packet_size if 512 <= lg.packet_size <= self.server.cfg.packet_size_max else 4096
         if lg.packet_size > self.server.cfg.packet_size_max:
@@ -91,13 +97,13 @@ class Session:
         self.conn = self.db.connect(readonly=True)
         functions.register(self.conn, self)
         resp = (K.env_database(self.database, "master")
-                + K.message(5701, "Changed database context to '%s'." % self.database, 0, 2)
-                + K.env_collation()
+                + K.message(5701, "Changed database context to '%s'." % self.database, 0, 2, tds=tds)
+                + collation.env_change(self.db.collation)
                 + K.env_language("us_english")
-                + K.message(5703, "Changed language setting to us_english.", 0, 1)
-                + K.loginack("Microsoft SQL Server", self.server.version)
+                + K.message(5703, "Changed language setting to us_english.", 0, 1, tds=tds)
+                + K.loginack("Microsoft SQL Server", self.server.version, tds)
                 + K.env_packet_size(size, 4096)
-                + K.done(0, 0, 0))
+                + K.done(0, 0, 0, tds=tds))
         self.channel.send_message(resp)
         self.channel.packet_size = size
         return True
@@ -114,7 +120,9 @@ class Session:
             return [failed]
         db = lg.database or account.default_db or self.db.name
         known = {self.db.name.lower(): self.db.name, "master": "master"}
-        if db.lower() not in known:
+        if db.lower() not in known or not P.can_open_database(account, db, self.db.name):
+            if not lg.database:
+                return [SqlError(4064, "Cannot open user default database. Login failed.", 11, 1), failed]
             return [SqlError(4060, 'Cannot open database "%s" requested by the login. The login failed.' % db, 11, 1),
                     failed]
         self.login = account
@@ -124,31 +132,34 @@ class Session:
     # --- requests --------------------------------------------------------------------------
 
     def loop(self):
+        """Serve requests; ALL_HEADERS exist from TDS 7.2, DONE's row count width depends on it too."""
         ch = self.channel
+        headers = ch.tds >= T.TDS72
         while True:
             typ, status, payload = ch.read_message()
             if typ == PK.ATTENTION:
                 ch.attention = False
-                ch.send_message(K.done(K.ATTN, 0, 0))
+                ch.send_message(K.done(K.ATTN, 0, 0, tds=ch.tds))
                 continue
             if status & PK.STATUS_IGNORE:
-                ch.send_message(K.done(0, 0, 0))
+                ch.send_message(K.done(0, 0, 0, tds=ch.tds))
                 continue
             try:
                 if typ == PK.SQL_BATCH:
-                    self.executor.sql_batch(R.batch_text(payload))
+                    self.executor.sql_batch(R.batch_text(payload, headers))
                 elif typ == PK.RPC:
-                    self.executor.rpc(R.parse_rpc(payload))
+                    self.executor.rpc(R.parse_rpc(payload, headers))
                 elif typ == PK.TRANS_MGR:
                     ch.send_message(K.message(50000, "The simulator does not support transaction manager requests.",
-                                              16, 1) + K.done(K.ERROR, 0, 0))
+                                              16, 1, tds=ch.tds) + K.done(K.ERROR, 0, 0, tds=ch.tds))
                 else:
                     return
             except Attention:
                 self.acknowledge_attention()
             except R.ProtocolError as e:
                 ch.discard()
-                ch.send_message(K.message(50000, "Protocol error: %s" % e, 16, 1) + K.done(K.ERROR, 0, 0))
+                ch.send_message(K.message(50000, "Protocol error: %s" % e, 16, 1, tds=ch.tds)
+                                + K.done(K.ERROR, 0, 0, tds=ch.tds))
 
     def acknowledge_attention(self):
         """End the interrupted response, then send DONE(ATTN) as its own message (what tedious and
@@ -156,8 +167,19 @@ class Session:
         ch = self.channel
         ch.discard()
         ch.attention = False
-        ch.send_message(K.done(0, 0, 0))
-        ch.send_message(K.done(K.ATTN, 0, 0))
+        ch.send_message(K.done(0, 0, 0, tds=ch.tds))
+        ch.send_message(K.done(K.ATTN, 0, 0, tds=ch.tds))
+
+    def set_textsize(self, words):
+        """SET TEXTSIZE n (the words after TEXTSIZE): an integer constant, else Msg 102."""
+        text = "".join(words)
+        try:
+            n = int(text)
+        except ValueError:
+            raise SqlError(102, "Incorrect syntax near '%s'." % (words[-1] if words else "TEXTSIZE"), 15, 1)
+        if n > T.UNLIMITED_TEXTSIZE or n < -1:
+            raise SqlError(102, "Incorrect syntax near '%s'." % text, 15, 1)
+        self.wire.set_textsize(n)
 
     # --- context for the translator --------------------------------------------------------
 
@@ -173,7 +195,7 @@ class Session:
                  "SERVERNAME": ("MSSQLSIM", T.nvarchar(128)), "SERVICENAME": ("MSSQLSERVER", T.nvarchar(128)),
                  "TRANCOUNT": (self.trancount, T.INT), "ROWCOUNT": (0, T.INT), "ERROR": (0, T.INT),
                  "LANGUAGE": ("us_english", T.nvarchar(128)), "DATEFIRST": (7, T.TINYINT),
-                 "LOCK_TIMEOUT": (-1, T.INT), "MAX_PRECISION": (38, T.TINYINT), "TEXTSIZE": (2147483647, T.INT),
+                 "LOCK_TIMEOUT": (-1, T.INT), "MAX_PRECISION": (38, T.TINYINT), "TEXTSIZE": (self.wire.textsize, T.INT),
                  "IDENTITY": (None, T.SqlType("decimal", precision=38, scale=0)), "OPTIONS": (5496, T.INT),
                  "MICROSOFTVERSION": (srv.microsoft_version, T.INT)}
         if name not in table:

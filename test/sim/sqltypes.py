@@ -11,9 +11,49 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from . import timeutil
+from .errors import SqlError
 
 COLLATION = bytes([0x09, 0x04, 0xD0, 0x00, 0x34])   # SQL_Latin1_General_CP1_CI_AS
 MAX = -1
+
+# TDS versions as LOGIN7/LOGINACK spell them (MS-TDS 2.2.6.4, 2.2.7.14), newest first.
+TDS74, TDS73B, TDS73A, TDS72, TDS71 = 0x74000004, 0x730B0003, 0x730A0003, 0x72090002, 0x71000001
+TDS_VERSIONS = (TDS74, TDS73B, TDS73A, TDS72, TDS71)
+DEFAULT_TEXTSIZE = 4096                 # bytes (SET TEXTSIZE 0 restores it)
+UNLIMITED_TEXTSIZE = 2147483647
+
+
+@dataclass
+class Wire:
+    """How one session's results are encoded: the negotiated TDS version and the TEXTSIZE.
+
+    Below TDS 7.3 the date/time types of SQL Server 2008 go out as nvarchar; below
+    7.2 the (max) types go out as text/ntext/image and UserType is 2 bytes."""
+    tds: int = TDS74
+    textsize: int = DEFAULT_TEXTSIZE
+
+    @property
+    def plp(self):
+        """(max) types as PLP (TDS 7.2+); otherwise as text/ntext/image."""
+        return self.tds >= TDS72
+
+    @property
+    def new_dates(self):
+        """date/time/datetime2/datetimeoffset on the wire (TDS 7.3+)."""
+        return self.tds >= TDS73A
+
+    @property
+    def limit(self):
+        """TEXTSIZE in bytes, or None when unlimited."""
+        return None if self.textsize < 0 or self.textsize >= UNLIMITED_TEXTSIZE else self.textsize
+
+    def set_textsize(self, n):
+        """SET TEXTSIZE n: 0 restores the default 4096, -1 (or 2147483647) means unlimited."""
+        n = int(n)
+        self.textsize = DEFAULT_TEXTSIZE if n == 0 else max(n, -1)
+
+
+WIRE74 = Wire(TDS74, UNLIMITED_TEXTSIZE)   # what callers without a session get
 
 _INT_SIZES = {"tinyint": 1, "smallint": 2, "int": 4, "bigint": 8}
 _INT_FMT = {1: "B", 2: "h", 4: "i", 8: "q"}
@@ -44,6 +84,14 @@ class SqlType:
             return "%s(%d)" % (n, self.scale)
         if n in ("decimal", "numeric"):
             return "%s(%d,%d)" % (n, self.precision, self.scale)
+        return n
+
+    def type_name(self):
+        """The name SQL Server's conversion errors use (Msg 206, 245, 257, 529, 8114): the base
+        type without length (``nvarchar``, ``binary``), ``(max)`` kept, aliases resolved."""
+        n = self.name
+        if (n in _STR_TYPES or n in _BIN_TYPES) and self.length == MAX:
+            return n + "(max)"
         return n
 
     def null(self, nullable=True):
@@ -111,6 +159,31 @@ def nvarchar(n):
 
 def varbinary(n):
     return SqlType("varbinary", n)
+
+
+def value_type_name(v):
+    """SQL Server's type name for a runtime value whose declared type is unknown (for errors)."""
+    if isinstance(v, bool):
+        return "bit"
+    if isinstance(v, int):
+        return "int" if -2**31 <= v < 2**31 else "bigint"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "varbinary"
+    if isinstance(v, Decimal):
+        return "numeric"
+    return "nvarchar"
+
+
+def check_implicit(source, target):
+    """Raise Msg 257 where SQL Server has no implicit conversion: character data (char, varchar,
+    nchar, nvarchar, text, ntext) to binary/varbinary; CONVERT/CAST is required."""
+    if source is None or not target.is_binary:
+        return
+    if source.is_string or source.name in ("text", "ntext"):
+        raise SqlError(257, "Implicit conversion from data type %s to %s is not allowed. Use the CONVERT function "
+                       "to run this query." % (source.type_name(), target.type_name()), 16, 3)
 
 
 _TYPE_RE = re.compile(r"^\s*([a-z0-9_]+)\s*(?:\(\s*(max|\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$", re.I)
@@ -186,16 +259,75 @@ def type_info(t):
     if n in ("varchar", "char"):
         tok = 0xA7 if n == "varchar" else 0xAF
         return bytes([tok]) + struct.pack("<H", 0xFFFF if t.length == MAX else t.length) + COLLATION
+    if n in _TEXT_TOKENS:
+        return _text_type_info(n)
     raise UnknownType(n)
 
 
-def colmetadata(columns):
-    """COLMETADATA token (0x81) for [(name, SqlType)]: UserType u32, Flags u16, TYPE_INFO, name."""
+_TEXT_TOKENS = {"text": 0x23, "ntext": 0x63, "image": 0x22}
+_DOWNLEVEL_MAX = {"nvarchar": "ntext", "varchar": "text", "varbinary": "image"}
+_NEW_DATES = ("date", "time", "datetime2", "datetimeoffset")
+
+
+def _text_type_info(n):
+    """TYPE_INFO of TEXTTYPE/NTEXTTYPE/IMAGETYPE in COLMETADATA (MS-TDS 2.2.5.4.2): LONGLEN maximum
+    length, collation (text/ntext) and TableName, a US_VARCHAR in TDS 7.1 (empty: an expression).
+    Only TDS 7.1 sessions get these types (7.2+ send the (max) types as PLP)."""
+    info = bytes([_TEXT_TOKENS[n]]) + struct.pack("<I", 0x7FFFFFFE if n == "ntext" else 0x7FFFFFFF)
+    if n != "image":
+        info += COLLATION
+    return info + b"\x00\x00"
+
+
+def date_string_length(t):
+    """Characters of the string a down-level client gets for date (10), time(s) (8),
+    datetime2(s) (19), datetimeoffset(s) (26), plus 1 + s fractional positions when s > 0."""
+    frac = t.scale + 1 if t.scale else 0
+    return {"date": 10, "time": 8 + frac, "datetime2": 19 + frac, "datetimeoffset": 26 + frac}[t.name]
+
+
+def date_string(v, t):
+    """A date/time value in the default string literal format down-level clients receive:
+    yyyy-MM-dd, hh:mm:ss[.n], yyyy-MM-dd hh:mm:ss[.n], yyyy-MM-dd hh:mm:ss[.n] {+|-}hh:mm."""
+    if v is None:
+        return None
+    if t.name == "time" and len(v) < 19:
+        v = "1900-01-01 " + v
+    days, ns, off = timeutil.parse(v)
+    if t.name == "date":
+        return timeutil.canon(days, 0)[:10]
+    text = timeutil.canon(days, timeutil.round_ns(ns, t.scale))
+    text = text[:19] + ("." + text[20:20 + t.scale] if t.scale else "")
+    if t.name == "time":
+        return text[11:]
+    if t.name == "datetimeoffset":
+        return timeutil.dto_text(text, off or 0)
+    return text
+
+
+def wire_type(t, wire):
+    """(type as sent to this client, value adapter or None): down-level conversions of MS-TDS.
+
+    Below TDS 7.3 date/time/datetime2/datetimeoffset become nvarchar(string length); below 7.2
+    nvarchar(max)/varchar(max)/varbinary(max) become ntext/text/image."""
+    if t.name in _NEW_DATES and not wire.new_dates:
+        return SqlType("nvarchar", date_string_length(t)), (lambda v, t=t: date_string(v, t))
+    if t.length == MAX and t.name in _DOWNLEVEL_MAX and not wire.plp:
+        return SqlType(_DOWNLEVEL_MAX[t.name], MAX), None
+    return t, None
+
+
+def colmetadata(columns, wire=None):
+    """COLMETADATA token (0x81) for [(name, SqlType)]: UserType (u32; u16 in TDS 7.1), Flags u16,
+    TYPE_INFO, name; types as ``wire`` (default TDS 7.4) carries them."""
+    wire = wire or WIRE74
+    head = struct.Struct("<IH" if wire.tds >= TDS72 else "<HH").pack
     out = [b"\x81", struct.pack("<H", len(columns))]
     for name, t in columns:
-        flags = 0x0001 if t.nullable else 0x0000
+        wt, _ = wire_type(t, wire)
+        flags = 0x0001 if wt.nullable else 0x0000
         nm = (name or "")[:128]
-        out.append(struct.pack("<IH", 0, flags) + type_info(t) + bytes([len(nm)]) + nm.encode("utf-16-le"))
+        out.append(head(0, flags) + type_info(wt) + bytes([len(nm)]) + nm.encode("utf-16-le"))
     return b"".join(out)
 
 
@@ -207,10 +339,40 @@ _I = struct.Struct("<I").pack
 _PLP_NULL = b"\xff" * 8
 
 
+_TEXTPTR = bytes([16]) + b"dummy textptr\x00\x00\x00" + b"dummyTS\x00"   # TextPtr + Timestamp
+
+
 def _plp(data):
+    """PLP body (MS-TDS 2.2.5.2.3): total length, one chunk, terminator."""
     if not data:
         return _Q(0) + _I(0)
     return _Q(len(data)) + _I(len(data)) + data + _I(0)
+
+
+def _text(data):
+    """TEXTTYPE/NTEXTTYPE/IMAGETYPE row value: TextPtr, Timestamp, LONG length, data (2.2.4.2.1.2)."""
+    return _TEXTPTR + _I(len(data)) + data
+
+
+def _cut(data, limit, unit=1):
+    """``data`` cut to TEXTSIZE ``limit`` bytes (whole ``unit``-byte characters); None = unlimited."""
+    if limit is None or len(data) <= limit:
+        return data
+    return data[:limit - limit % unit]
+
+
+def _long_encoder(t, limit):
+    """Encoder of a (max) or text/ntext/image type: PLP or text form, cut to TEXTSIZE."""
+    n = t.name
+    if n in ("nvarchar", "ntext"):
+        raw, unit = (lambda v: _to_str(v).encode("utf-16-le")), 2
+    elif n in ("varchar", "text"):
+        raw, unit = (lambda v: _to_str(v).encode("cp1252", "replace")), 1
+    else:
+        raw, unit = _to_bytes, 1
+    if n in _TEXT_TOKENS:
+        return lambda v: b"\x00" if v is None else _text(_cut(raw(v), limit, unit))
+    return lambda v: _PLP_NULL if v is None else _plp(_cut(raw(v), limit, unit))
 
 
 def _to_bytes(v):
@@ -266,9 +428,12 @@ def _dt2_parts(v, scale):
     return units.to_bytes(_time_len(scale), "little") + days.to_bytes(3, "little")
 
 
-def encoder(t):
-    """A function value -> wire bytes (including length prefix / NULL marker) for type ``t``."""
+def encoder(t, limit=None):
+    """A function value -> wire bytes (including length prefix / NULL marker) for type ``t``;
+    ``limit`` is the TEXTSIZE in bytes for (max) and text types (None = unlimited)."""
     n = t.name
+    if t.length == MAX or n in _TEXT_TOKENS:
+        return _long_encoder(t, limit)
     if n in _INT_SIZES:
         size = _INT_SIZES[n]
         st = struct.Struct("<" + _INT_FMT[size])
@@ -344,8 +509,6 @@ def encoder(t):
             return _H(length) + b + bytes(length - len(b))
         return enc_bin
     if n == "varbinary":
-        if t.length == MAX:
-            return lambda v: _PLP_NULL if v is None else _plp(_to_bytes(v))
         length = t.length
 
         def enc_vbin(v):
@@ -355,25 +518,21 @@ def encoder(t):
             return _H(len(b)) + b
         return enc_vbin
     if n in ("nvarchar", "nchar"):
-        if t.length == MAX:
-            return lambda v: _PLP_NULL if v is None else _plp(_to_str(v).encode("utf-16-le"))
-        limit = t.length * 2
+        cap = t.length * 2
 
         def enc_nv(v):
             if v is None:
                 return b"\xff\xff"
-            b = _to_str(v).encode("utf-16-le")[:limit]
+            b = _to_str(v).encode("utf-16-le")[:cap]
             return _H(len(b)) + b
         return enc_nv
     if n in ("varchar", "char"):
-        if t.length == MAX:
-            return lambda v: _PLP_NULL if v is None else _plp(_to_str(v).encode("cp1252", "replace"))
-        limit = t.length
+        cap = t.length
 
         def enc_v(v):
             if v is None:
                 return b"\xff\xff"
-            b = _to_str(v).encode("cp1252", "replace")[:limit]
+            b = _to_str(v).encode("cp1252", "replace")[:cap]
             return _H(len(b)) + b
         return enc_v
     raise UnknownType(n)
@@ -397,14 +556,25 @@ def _fast_piece(i, t):
     return None
 
 
-def row_encoder(types):
-    """Compile ``encode(rows) -> bytes`` emitting ROW tokens (0xD1) for ``types``.
+def _adapted(enc, adapt):
+    """``enc`` applied after ``adapt`` (a down-level value conversion), or ``enc`` itself."""
+    if adapt is None:
+        return enc
+    return lambda v: enc(adapt(v))
+
+
+def row_encoder(types, wire=None):
+    """Compile ``encode(rows) -> bytes`` emitting ROW tokens (0xD1) for ``types`` as ``wire``
+    (TDS version, TEXTSIZE; default TDS 7.4, unlimited) carries them.
 
     The generated code packs all fixed-width columns of a row with one
     precompiled struct; variable-width columns call their encoder; any row the
     fast path cannot take (a NULL, an unexpected Python type) goes through the
     generic per-column encoders."""
-    encs = [encoder(t) for t in types]
+    wire = wire or WIRE74
+    sent = [wire_type(t, wire) for t in types]
+    types = [wt for wt, _ in sent]
+    encs = [_adapted(encoder(wt, wire.limit), adapt) for wt, adapt in sent]
     env = {"_encs": encs, "_struct": struct}
     names = ["v%d" % i for i in range(len(types))]
     parts, fmt, args, checks = [], "<B", ["0xD1"], []

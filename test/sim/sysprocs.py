@@ -2,6 +2,7 @@
 from . import lsn as L
 from . import permissions as P
 from . import sqltypes as T
+from .catalog import fold
 from .errors import SqlError
 from .procs import LSN, NV, REQUIRED, SYSNAME, INT, BIT, ProcResult, ResultSet, proc
 
@@ -29,7 +30,7 @@ def _visible(s, inst):
 
 def _instance_or_22981(s, name):
     s.db.require_cdc()
-    inst = s.db.instances.get((name or "").lower())
+    inst = s.db.instances.get(fold(name or ""))
     if inst is None or not _visible(s, inst):
         raise SqlError(22981, "Object does not exist or access is denied.", 16, 1)
     return inst
@@ -46,7 +47,7 @@ def help_change_data_capture(s, source_schema, source_name):
     rows = []
     for inst in sorted(s.db.instances.values(), key=lambda i: (i.source.schema, i.source.name, i.create_lsn)):
         src = inst.source
-        if source_schema and (src.schema.lower() != source_schema.lower() or src.name.lower() != source_name.lower()):
+        if source_schema and (fold(src.schema) != fold(source_schema) or fold(src.name) != fold(source_name)):
             continue
         if not _visible(s, inst):
             continue

@@ -1,4 +1,4 @@
-"""A minimal raw TDS 7.4 client for byte-level checks of the simulator's responses."""
+"""A minimal raw TDS 7.1-7.4 client for byte-level checks of the simulator's responses."""
 import socket
 import struct
 
@@ -17,9 +17,10 @@ def crypt(pw):
 class Raw:
     """Speaks just enough TDS: PRELOGIN, LOGIN7, batches, attention; returns raw packets."""
 
-    def __init__(self, port, packet_size=4096):
+    def __init__(self, port, packet_size=4096, tds=0x74000004):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.packet_size = packet_size
+        self.tds = tds              # TDSVersion sent in LOGIN7 (ALL_HEADERS and LOGIN7 size follow it)
 
     def send(self, typ, payload, status=1):
         self.sock.sendall(struct.pack(">BBHHBB", typ, status, len(payload) + 8, 0, 1, 0) + payload)
@@ -63,25 +64,27 @@ class Raw:
                   ("ext", ""), ("lib", "raw"), ("lang", ""), ("db", database)]
         var = b""
         offs = []
-        pos = 94
+        pos = fixed = 94 if self.tds >= 0x72000000 else 86
         for name, val in fields:
             raw = crypt(password) if name == "pw" else (val or "").encode("utf-16-le")
             offs.append((pos + len(var), len(raw) // 2))
             var += raw
-        head = struct.pack("<IIIIII", 0, 0x74000004, self.packet_size, 7, 1234, 0)
+        head = struct.pack("<IIIIII", 0, self.tds, self.packet_size, 7, 1234, 0)
         head += bytes([0xE0, 0x03, 0, 0]) + struct.pack("<iI", 0, 0x409)
         for o, n in offs:
             head += struct.pack("<HH", o, n)
-        head += b"\x00" * 6 + struct.pack("<HH", 0, 0) + struct.pack("<HH", 0, 0) + struct.pack("<HH", 0, 0)
-        head += struct.pack("<I", 0)
-        assert len(head) == 94, len(head)
+        head += b"\x00" * 6 + struct.pack("<HH", 0, 0) + struct.pack("<HH", 0, 0)
+        if fixed == 94:
+            head += struct.pack("<HH", 0, 0) + struct.pack("<I", 0)
+        assert len(head) == fixed, len(head)
         payload = head + var
         payload = struct.pack("<I", len(payload)) + payload[4:]
         self.send(0x10, payload)
         return self.message()
 
     def batch(self, sql):
-        headers = struct.pack("<IIHQI", 22, 18, 2, 0, 1)
+        """Send a SQL batch (with ALL_HEADERS from TDS 7.2, as clients do)."""
+        headers = struct.pack("<IIHQI", 22, 18, 2, 0, 1) if self.tds >= 0x72000000 else b""
         self.send(0x01, headers + sql.encode("utf-16-le"))
 
     def attention(self):
@@ -91,9 +94,22 @@ class Raw:
         self.sock.close()
 
 
-def tokens(payload):
+def loginack_version(payload):
+    """The TDS version a login response's LOGINACK (0xAD) announces, as the 32-bit value of its
+    big-endian bytes (e.g. 0x74000004), or None without a LOGINACK."""
+    i = 0
+    while i < len(payload) and payload[i] in (0xAA, 0xAB, 0xAD, 0xE3):
+        n = struct.unpack_from("<H", payload, i + 1)[0]
+        if payload[i] == 0xAD:
+            return struct.unpack_from(">I", payload, i + 4)[0]
+        i += 3 + n
+    return None
+
+
+def tokens(payload, done_size=13):
     """Very small token walker for DONE tokens: -> list of (token, status) for DONE/DONEPROC/DONEINPROC
-    found at token positions (assumes only tokens the tests produce)."""
+    found at token positions (assumes only tokens the tests produce).  ``done_size`` is 9 for TDS 7.1
+    (4-byte row count)."""
     out = []
     i = 0
     while i < len(payload):
@@ -101,7 +117,7 @@ def tokens(payload):
         if t in (0xFD, 0xFE, 0xFF):
             status = struct.unpack_from("<H", payload, i + 1)[0]
             out.append((t, status))
-            i += 13
+            i += done_size
         elif t in (0xAA, 0xAB, 0xAD, 0xE3, 0xA9):
             n = struct.unpack_from("<H", payload, i + 1)[0]
             out.append((t, None))

@@ -30,18 +30,18 @@ before(async () => {
   });
   const c = await connect();
   await run(c, "EXEC sim.commit @inserts = 3; EXEC sim.commit @updates = 1; EXEC sim.advance @seconds = 5; " +
-    "EXEC sim.create_login @login = N'reader', @password = N'pw', @cdc_select = 1", { batch: true });
+    "EXEC sim.create_login @login = N'reader', @password = N'pw'", { batch: true });
   c.close();
 });
 
 after(() => { sim.kill('SIGTERM'); });
 
-function connect({ user = 'sa', password = 'Passw0rd!', requestTimeout = 15000 } = {}) {
+function connect({ user = 'sa', password = 'Passw0rd!', requestTimeout = 15000, tdsVersion = '7_4' } = {}) {
   return new Promise((resolve, reject) => {
     const c = new Connection({
       server: '127.0.0.1',
       authentication: { type: 'default', options: { userName: user, password } },
-      options: { port, encrypt: false, database: 'demo', requestTimeout, cancelTimeout: 3000 },
+      options: { port, encrypt: false, database: 'demo', requestTimeout, cancelTimeout: 3000, tdsVersion },
     });
     c.on('connect', (err) => (err ? reject(err) : resolve(c)));
     c.on('error', () => {});
@@ -140,6 +140,22 @@ test('SQL Server-shaped errors', async () => {
   reader.close();
 });
 
+test('RPC sp_executesql: 208 aborts the body, 245 the batch; the connection stays usable', async () => {
+  const c = await connect();
+  let r = await run(c, 'SELECT 1 AS a; SELECT * FROM dbo.nope; SELECT 2 AS a',
+    { params: [['p', TYPES.Int, 1]] });
+  assert.equal(r.err.number, 208);
+  assert.deepEqual(r.sets.map((s) => s.rows), [[[1]]]);
+  r = await run(c, "SELECT 1 AS a; SELECT CONVERT(int, N'abc') AS b; SELECT 2 AS a",
+    { params: [['p', TYPES.Int, 1]] });
+  assert.equal(r.err.number, 245);
+  assert.deepEqual(r.sets.map((s) => s.rows), [[[1]]]);
+  r = await run(c, 'SELECT 42 AS x', { params: [['p', TYPES.Int, 1]] });
+  assert.equal(r.err, undefined);
+  assert.deepEqual(r.sets[0].rows, [[42]]);
+  c.close();
+});
+
 test('request timeout sends ATTENTION and the connection stays usable', async () => {
   const c = await connect({ requestTimeout: 500 });
   const t0 = Date.now();
@@ -172,3 +188,29 @@ test('wrong password is refused with 18456', async () => {
     return true;
   });
 });
+
+// Each TDS version tedious speaks: LOGINACK's version is taken, dates are strings below 7.3, (max) types
+// are ntext/image in 7.1 (tedious sets TEXTSIZE 2147483647 at login), parameters work.
+for (const [tdsVersion, dates] of [['7_1', false], ['7_2', false], ['7_3_A', true], ['7_3_B', true], ['7_4', true]]) {
+  test(`TDS ${tdsVersion}: negotiated version and its encodings`, async () => {
+    const c = await connect({ tdsVersion });
+    const big = 'x'.repeat(10000);
+    const { err, sets } = await run(c, `SELECT CAST('2026-11-02 09:00' AS datetime2(7)) AS d2,
+        CAST(N'${big}' AS nvarchar(max)) AS big, CAST(0x0102 AS varbinary(max)) AS vb,
+        CAST('2026-11-02 09:00:00.003' AS datetime) AS dt, CAST(0x0102 AS binary(10)) AS b,
+        CAST(9000000000 AS bigint) AS bi, @p AS p`, { params: [['p', TYPES.NVarChar, 'ü']] });
+    assert.equal(err, undefined);
+    assert.equal(c.config.options.tdsVersion, tdsVersion);
+    const [d2, bigv, vb, dt, b, bi, p] = sets[0].rows[0];
+    if (dates) assert.equal(d2.toISOString(), '2026-11-02T09:00:00.000Z');
+    else assert.equal(d2, '2026-11-02 09:00:00.0000000');
+    assert.equal(sets[0].columns[1][1], tdsVersion === '7_1' ? 'NText' : 'NVarChar');
+    assert.equal(bigv, big);
+    assert.deepEqual(vb, Buffer.from([1, 2]));
+    assert.equal(dt.toISOString(), '2026-11-02T09:00:00.003Z');
+    assert.deepEqual(b, Buffer.from([1, 2, 0, 0, 0, 0, 0, 0, 0, 0]));
+    assert.equal(bi, '9000000000');
+    assert.equal(p, 'ü');
+    c.close();
+  });
+}

@@ -168,13 +168,14 @@ def test_least_privilege_login_sees_zeros_and_gets_229(make_sim):
     assert mn == ZERO and unknown == ZERO and len(mx) == 10
     cur.execute("EXEC sys.sp_cdc_help_change_data_capture")
     assert cur.fetchall() == []
-    for sql, obj in [("SELECT COUNT_BIG(*) FROM [cdc].[dbo_orders_CT]", "dbo_orders_CT"),
-                     ("SELECT * FROM cdc.fn_cdc_get_all_changes_dbo_orders(0x00, 0x00, N'all')",
-                      "fn_cdc_get_all_changes_dbo_orders")]:
-        with pytest.raises(pymssql.Error) as e:
-            cur.execute(sql)
-            cur.fetchall()
-        assert "229" in str(e.value) and obj in str(e.value)
+    # SELECT on SCHEMA::cdc is all a direct read of the change table needs (as on SQL Server) ...
+    cur.execute("SELECT COUNT_BIG(*) FROM [cdc].[dbo_orders_CT]")
+    assert cur.fetchone()[0] == 1
+    # ... but the query function needs SELECT on the source table's captured columns.
+    with pytest.raises(pymssql.Error) as e:
+        cur.execute("SELECT * FROM cdc.fn_cdc_get_all_changes_dbo_orders(0x00, 0x00, N'all')")
+        cur.fetchall()
+    assert "229" in str(e.value) and "fn_cdc_get_all_changes_dbo_orders" in str(e.value)
     with pytest.raises(pymssql.Error) as e:
         cur.execute("EXEC sim.state")
     assert "229" in str(e.value)
@@ -182,8 +183,6 @@ def test_least_privilege_login_sees_zeros_and_gets_229(make_sim):
     sim.call("sim.grant", login="reader", object="dbo.orders")
     cur.execute("SELECT sys.fn_cdc_get_min_lsn(N'dbo_orders')")
     assert cur.fetchone()[0] != ZERO
-    cur.execute("SELECT COUNT_BIG(*) FROM [cdc].[dbo_orders_CT]")
-    assert cur.fetchone()[0] == 1
     c.close()
 
 

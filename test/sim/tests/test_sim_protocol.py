@@ -79,15 +79,30 @@ def test_response_split_at_negotiated_packet_size(sim):
 
 def test_done_more_bits_and_error_in_middle_of_batch(sim):
     r, _, _ = login_ok(sim.port)
-    r.batch("SET ANSI_NULLS ON; SELECT * FROM nosuch_table; PRINT 'still running'")
+    # 313 ends only its statement (statement-termination); the batch goes on.
+    r.batch("SET ANSI_NULLS ON; SELECT * FROM cdc.fn_cdc_get_all_changes_dbo_orders(NULL, NULL, N'all'); "
+            "PRINT 'still running'")
     _, payload = r.message()
     toks = tokens(payload)
     assert toks[0] == (0xFD, 0x01)                  # SET: DONE(MORE)
-    assert toks[1][0] == 0xAA                       # ERROR 208
-    assert struct.unpack_from("<i", payload, 13 + 3)[0] == 208
+    assert toks[1][0] == 0xAA                       # ERROR 313
+    assert struct.unpack_from("<i", payload, 13 + 3)[0] == 313
     assert toks[2] == (0xFD, 0x03)                  # DONE(MORE|ERROR)
     assert toks[3][0] == 0xAB                       # INFO from PRINT
     assert toks[4] == (0xFD, 0x00)                  # last DONE without MORE
+    r.close()
+
+
+def test_invalid_object_aborts_the_batch_scope(sim):
+    """208 (deferred name resolution) aborts the scope: at top level nothing after it runs."""
+    r, _, _ = login_ok(sim.port)
+    r.batch("SET ANSI_NULLS ON; SELECT * FROM nosuch_table; PRINT 'not reached'")
+    _, payload = r.message()
+    toks = tokens(payload)
+    assert toks[0] == (0xFD, 0x01)
+    assert toks[1][0] == 0xAA
+    assert struct.unpack_from("<i", payload, 13 + 3)[0] == 208
+    assert toks[2:] == [(0xFD, 0x02)]               # DONE(ERROR) ends the response; no PRINT
     r.close()
 
 

@@ -58,3 +58,5 @@ Print = _node("Print", "expr text")
 WaitFor = _node("WaitFor", "delay text")
 Tran = _node("Tran", "action text")                          # BEGIN / COMMIT / ROLLBACK
 Unsupported = _node("Unsupported", "keyword text")
+# CREATE/DROP LOGIN|USER|ROLE, ALTER ROLE, GRANT/REVOKE: action such as 'CREATE LOGIN'; args: dict
+Security = _node("Security", "action args text")

@@ -377,7 +377,21 @@ def f_serverproperty(tr, e, scope):
     return "sim_serverproperty(%s)" % a, T.nvarchar(128)
 
 
+@builtin("databasepropertyex")
+def f_databasepropertyex(tr, e, scope):
+    """DATABASEPROPERTYEX(database, property): Collation (the --collation), Status, ... (sql_variant)."""
+    (a, _), (b, _) = tr.args(e, scope, 2)
+    return "sim_databasepropertyex(%s, %s)" % (a, b), T.nvarchar(128)
+
+
 # --- CDC ------------------------------------------------------------------------------
+
+def _binary_arg(t):
+    """A binary(10) LSN argument: character data does not convert implicitly (Msg 257)."""
+    if t is not None and (t.is_string or t.name in ("text", "ntext")):
+        raise SqlError(257, "Implicit conversion from data type %s to binary is not allowed. Use the CONVERT "
+                       "function to run this query." % t.type_name(), 16, 3)
+
 
 def _cdc_table(tr):
     if not tr.db.cdc_enabled or tr.ctx.database.lower() != tr.db.name.lower():
@@ -400,20 +414,23 @@ def f_min_lsn(tr, e, scope):
 
 @builtin("sys.fn_cdc_increment_lsn", "sys.fn_cdc_decrement_lsn")
 def f_inc_lsn(tr, e, scope):
-    (a, _), = tr.args(e, scope, 1, _fname(e))
+    (a, at), = tr.args(e, scope, 1, _fname(e))
+    _binary_arg(at)
     return "sim_lsn_add(%s, %d)" % (a, 1 if "increment" in e.parts[-1].lower() else -1), T.LSN
 
 
 @builtin("sys.fn_cdc_map_lsn_to_time")
 def f_map_lsn(tr, e, scope):
-    (a, _), = tr.args(e, scope, 1, "sys.fn_cdc_map_lsn_to_time")
+    (a, at), = tr.args(e, scope, 1, "sys.fn_cdc_map_lsn_to_time")
+    _binary_arg(at)
     m = _cdc_table(tr)
     if not m:
         return "CAST(NULL AS TEXT)", T.DATETIME
+    # "(SELECT arg)": an aggregate argument (MIN(c.[__$start_lsn])) then belongs to the outer query.
     if tr.db.cfg.map_absent == "next":
-        return ("(SELECT tran_end_time FROM %s WHERE start_lsn >= %s ORDER BY start_lsn LIMIT 1)" % (m, a)), \
-            T.DATETIME
-    return "(SELECT tran_end_time FROM %s WHERE start_lsn = %s)" % (m, a), T.DATETIME
+        return ("(SELECT tran_end_time FROM %s WHERE start_lsn >= (SELECT %s) ORDER BY start_lsn LIMIT 1)"
+                % (m, a)), T.DATETIME
+    return "(SELECT tran_end_time FROM %s WHERE start_lsn = (SELECT %s))" % (m, a), T.DATETIME
 
 
 @builtin("sys.fn_cdc_map_time_to_lsn")

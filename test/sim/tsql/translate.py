@@ -11,7 +11,8 @@ from . import ast as A
 from .. import permissions as P
 from .. import sqltypes as T
 from .. import timeutil
-from ..catalog import q
+from .. import catalog
+from ..catalog import fold, q
 from ..errors import SqlError, insufficient_args, invalid_column, invalid_object, permission_denied
 from .builtins import BUILTINS, unify
 
@@ -38,10 +39,11 @@ class Source:
         self.table = table
         self._by_name = {}
         for n, t in columns:
-            self._by_name.setdefault(n.lower(), (n, t))
+            self._by_name.setdefault(fold(n), (n, t))
 
     def find(self, name):
-        return self._by_name.get(name.lower())
+        """A column of this source under the database collation."""
+        return self._by_name.get(fold(name))
 
 
 class Scope:
@@ -129,7 +131,7 @@ class Translator:
                                16, 2)
             if name is not None:
                 items_sql.append("%s AS %s" % (sql, q(name)))
-                scope.aliases.setdefault(name.lower(), (q(name), t))
+                scope.aliases.setdefault(fold(name), (q(name), t))
             else:
                 items_sql.append(sql)
             cols.append((name or "", t))
@@ -157,8 +159,8 @@ class Translator:
             for e, desc in sel.order:
                 if isinstance(e, A.Lit) and e.kind == "int":
                     s = str(e.value)
-                elif isinstance(e, A.Name) and len(e.parts) == 1 and e.parts[0].lower() in scope.aliases:
-                    s = scope.aliases[e.parts[0].lower()][0]
+                elif isinstance(e, A.Name) and len(e.parts) == 1 and fold(e.parts[0]) in scope.aliases:
+                    s = scope.aliases[fold(e.parts[0])][0]
                 else:
                     s = self.expr(e, scope)[0]
                 parts.append(s + (" DESC" if desc else ""))
@@ -174,12 +176,12 @@ class Translator:
         return " ".join(out), cols
 
     def source_by_qualifier(self, scope, parts, colname):
-        want = [p.lower() for p in parts]
+        want = [fold(p) for p in parts]
         s = scope
         while s:
             for src in s.sources:
-                if src.alias is not None and [src.alias.lower()] == want[-1:]:
-                    if len(want) == 1 or (src.table is not None and src.table.schema.lower() == want[-2]):
+                if src.alias is not None and [fold(src.alias)] == want[-1:]:
+                    if len(want) == 1 or (src.table is not None and fold(src.table.schema) == want[-2]):
                         return src
             s = s.parent
         raise SqlError(4104, 'The multi-part identifier "%s" could not be bound.' % ".".join(parts + [colname])
@@ -229,7 +231,7 @@ class Translator:
     def resolve_table(self, parts):
         schema, name, written = self.resolve_parts(parts)
         t = None
-        if self.ctx.database.lower() == self.db.name.lower() or schema.lower() == "sys":
+        if self.ctx.database.lower() == self.db.name.lower() or fold(schema) == "sys":
             t = self.db.table(schema, name)
         if t is None:
             raise invalid_object(written)
@@ -248,9 +250,9 @@ class Translator:
     def tvf(self, node, scope):
         """cdc.fn_cdc_get_all_changes_<ci>(from, to, option) as a derived table."""
         schema, name, written = self.resolve_parts(node.parts)
-        lname = name.lower()
+        lname = fold(name)
         inst = None
-        if schema.lower() == "cdc" and self.db.cdc_enabled and self.ctx.database.lower() == self.db.name.lower():
+        if fold(schema) == "cdc" and self.db.cdc_enabled and self.ctx.database.lower() == self.db.name.lower():
             for prefix in (ALL_CHANGES, NET_CHANGES):
                 if lname.startswith(prefix):
                     inst = self.db.instances.get(lname[len(prefix):])
@@ -272,7 +274,7 @@ class Translator:
         lo, hi, opt = self.ctx.evaluate("SELECT " + ", ".join(args_sql), self.params)
         opt = (opt or "").strip().lower() if isinstance(opt, str) else None
         max_lsn = self.ctx.evaluate("SELECT MAX(start_lsn) FROM cdc.lsn_time_mapping", {})[0]
-        fn313 = insufficient_args("cdc.%s ..." % kind)
+        fn313 = insufficient_args("cdc.%s ... " % kind)     # SQL Server: "... cdc.fn_cdc_get_all_changes_ ... ."
         ok_opts = ("all", "all update old") if kind == ALL_CHANGES else ("all", "all with mask", "all with merge")
         if (opt not in ok_opts or not isinstance(lo, bytes) or not isinstance(hi, bytes) or max_lsn is None
                 or inst.start_lsn is None):
@@ -374,8 +376,8 @@ class Translator:
                 if hits:
                     n, t = hits[0].find(col)
                     return "%s.%s" % (hits[0].sql_alias, q(n)), t
-                if col.lower() in s.aliases and s is scope:
-                    return s.aliases[col.lower()]
+                if fold(col) in s.aliases and s is scope:
+                    return s.aliases[fold(col)]
                 s = s.parent
             raise invalid_column(col)
         src = self.source_by_qualifier(scope, parts[:-1], col)
@@ -436,7 +438,7 @@ class Translator:
             return "(%s %s %s)" % (self.expr(e.left, scope)[0], op, self.expr(e.right, scope)[0]), T.BIT
         if op in ("=", "<>", "<", ">", "<=", ">="):
             ls, lt, rs, rt = self.coerce_pair(e.left, e.right, scope)
-            return "(%s %s %s)" % (ls, op, rs), T.BIT
+            return "(%s %s %s%s)" % (ls, op, rs, self.collate(lt, rt)), T.BIT
         ls, lt = self.expr(e.left, scope)
         rs, rt = self.expr(e.right, scope)
         if op == "+" and (lt.is_string or rt.is_string):
@@ -449,9 +451,17 @@ class Translator:
         if op == "^":
             return "((%s | %s) - (%s & %s))" % (ls, rs, ls, rs), unify([lt, rt])
         t = unify([lt, rt])
+        if op in ("/", "%"):
+            rs = "sim_nonzero(%s)" % rs
         if op == "/" and t.name in ("decimal", "float"):
             return "(CAST(%s AS REAL) / %s)" % (ls, rs), t
         return "(%s %s %s)" % (ls, op, rs), t
+
+    def collate(self, lt, rt):
+        """String comparisons follow the database collation (CI: NOCASE, CS: binary), whatever the operands."""
+        if not (lt.is_string and rt.is_string):
+            return ""
+        return " COLLATE BINARY" if catalog.CASE_SENSITIVE else " COLLATE NOCASE"
 
     def x_InList(self, e, scope):
         s, t = self.expr(e.expr, scope)
@@ -465,7 +475,7 @@ class Translator:
             if t.is_temporal and it_t.is_string:
                 isql = self.as_temporal(it, isql, t)
             items.append(isql)
-        return "(%s %sIN (%s))" % (s, neg, ", ".join(items)), T.BIT
+        return "(%s%s %sIN (%s))" % (s, self.collate(t, t), neg, ", ".join(items)), T.BIT
 
     def x_Between(self, e, scope):
         s, t = self.expr(e.expr, scope)
@@ -475,7 +485,8 @@ class Translator:
             if t.is_temporal and bt.is_string:
                 bs = self.as_temporal(b, bs, t)
             parts.append(bs)
-        return "(%s %sBETWEEN %s AND %s)" % (s, "NOT " if e.negated else "", parts[0], parts[1]), T.BIT
+        return "(%s%s %sBETWEEN %s AND %s)" % (s, self.collate(t, t), "NOT " if e.negated else "", parts[0],
+                                                parts[1]), T.BIT
 
     def x_Like(self, e, scope):
         s, _ = self.expr(e.expr, scope)
