@@ -198,6 +198,8 @@ def test_purge_during_the_read_is_data_loss(env, sim):
 
 
 def test_login_without_access_sets_a_condition(env, sim):
+    # Even SELECT on the whole cdc schema (more than finalize needs) does not
+    # make a capture instance readable without SELECT on its source table.
     sim.call("sim.create_login", login="reader", password="R3ader!pw", cdc_select=1)
     sim.call("sim.commit", inserts=1)
     sim.call("sim.advance", seconds=10)

@@ -56,11 +56,13 @@ class Env:
         rows = self.pg.sql(query, args)
         return rows[0][0] if rows else None
 
-    def add_source(self, name, sim, login="sa", password="Passw0rd!", timezone=None, port=None):
-        """CREATE SERVER + user mapping for a simulator."""
+    def add_source(self, name, sim, login="sa", password="Passw0rd!", timezone=None, port=None, **options):
+        """CREATE SERVER + user mapping for a simulator; options are more server options."""
         opts = "host '127.0.0.1', port '%d', database '%s'" % (port or sim.port, sim.database)
         if timezone:
             opts += ", timezone '%s'" % timezone
+        for key, value in options.items():
+            opts += ", %s '%s'" % (key, value)
         self.sql('CREATE SERVER "%s" FOREIGN DATA WRAPPER finalize_mssql OPTIONS (%s)' % (name, opts))
         self.sql('CREATE USER MAPPING FOR CURRENT_USER SERVER "%s" OPTIONS (username %%s, password %%s)' % name,
                  (login, password))
