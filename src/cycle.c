@@ -34,11 +34,12 @@
 #include "worker_state.h"
 
 /*
- * How far a commit time may lie after SQL Server's clock reading before it
- * is called impossible: the reading and the commit times are datetime
- * values (1/300 s, rounded), and a clock may be stepped back a little.
+ * How far a commit time may lie after SQL Server's clock reading (taken
+ * after max LSN) before it is called impossible: both are datetime values
+ * (1/300 s, rounded), and a clock may be stepped back by NTP or a resumed
+ * VM. Stamps in another zone are off by at least 15 minutes.
  */
-#define COMMIT_AHEAD_TOLERANCE_S 5
+#define COMMIT_AHEAD_TOLERANCE_S 60
 
 /* What SQL Server said about itself at the start of the cycle. */
 typedef struct SourceSnapshot
@@ -219,8 +220,18 @@ read_source_snapshot(MssqlConn *conn, const SourceConfig *cfg, TrackedSource *ta
 		return false;
 	while ((r = mssql_next_result(conn, err)) == 1)
 	{
+		/* An error before a result ended the statement before it. */
+		if (err->set)
+			return false;
 		if (mssql_num_columns(conn) == 0)
 			continue;
+		if (mssql_num_columns(conn) < (resultno == 0 ? TSQL_STATE_TZ_OFFSET : resultno == ids_result
+									   ? TSQL_OBJECT_ID : TSQL_HELP_START_LSN))
+		{
+			snap->problem = psprintf("SQL Server returned result %d of the CDC state with %d columns.",
+									 resultno + 1, mssql_num_columns(conn));
+			return false;
+		}
 		while ((r = mssql_next_row(conn, err)) == 1)
 		{
 			if (resultno == 0)
@@ -263,12 +274,14 @@ read_source_snapshot(MssqlConn *conn, const SourceConfig *cfg, TrackedSource *ta
 					snap->ninstances--;
 			}
 		}
-		if (r < 0)
+		/* The call that ends the rows reads to the end of the statement: an
+		 * error there means its rows may be cut (a partial list of instances). */
+		if (r < 0 || err->set)
 			return false;
 		resultno++;
 		snap->results = resultno;
 	}
-	return r == 0 && snap->has_state;
+	return r == 0 && !err->set && snap->has_state;
 }
 
 /* Finds or adds the read of an instance in a list. */
@@ -309,8 +322,28 @@ typedef struct Statement
 /* How often a job is read again after error 601 (a NOLOCK scan lost its place). */
 #define NOLOCK_RETRIES 3
 
-/* Decodes one row of a statement's result. */
-static void
+/* The columns a statement's result has at least (see tsql.h). */
+static int
+statement_columns(StatementKind kind)
+{
+	switch (kind)
+	{
+		case STMT_RANGE:
+			return TSQL_RANGE_LAST_TIME;
+		case STMT_MIN_LSN:
+			return TSQL_MIN_TIME;
+		case STMT_DDL:
+			return TSQL_DDL_TIME;
+	}
+	return PG_INT32_MAX;
+}
+
+/*
+ * Decodes one row of a statement's result; false when a value that must be
+ * there did not decode (the statement then counts as failed: counts that
+ * silently stayed 0 would be wrong facts).
+ */
+static bool
 read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
 {
 	switch (st->kind)
@@ -319,17 +352,18 @@ read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
 			{
 				SegmentRead *sr = st->seg;
 
-				(void) mssql_get_int64(conn, TSQL_RANGE_INSERTS, &sr->inserts);
-				(void) mssql_get_int64(conn, TSQL_RANGE_UPDATES, &sr->updates);
-				(void) mssql_get_int64(conn, TSQL_RANGE_DELETES, &sr->deletes);
+				if (!mssql_get_int64(conn, TSQL_RANGE_INSERTS, &sr->inserts) ||
+					!mssql_get_int64(conn, TSQL_RANGE_UPDATES, &sr->updates) ||
+					!mssql_get_int64(conn, TSQL_RANGE_DELETES, &sr->deletes))
+					return false;
 				sr->has_first = mssql_get_local_time(conn, TSQL_RANGE_FIRST_TIME, &sr->first_local);
 				sr->has_last = mssql_get_local_time(conn, TSQL_RANGE_LAST_TIME, &sr->last_local);
-				break;
+				return true;
 			}
 		case STMT_MIN_LSN:
 			st->inst->has_min = mssql_get_lsn(conn, TSQL_MIN_LSN, &st->inst->min_lsn);
 			st->inst->has_min_time = mssql_get_local_time(conn, TSQL_MIN_TIME, &st->inst->min_time_local);
-			break;
+			return true;
 		case STMT_DDL:
 			{
 				InstanceRead *ir = st->inst;
@@ -344,18 +378,26 @@ read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
 				d = &ir->ddl[ir->nddl];
 				d->command = mssql_get_text(conn, TSQL_DDL_COMMAND);
 				d->has_time = mssql_get_local_time(conn, TSQL_DDL_TIME, &d->time_local);
-				if (d->command != NULL && mssql_get_lsn(conn, TSQL_DDL_LSN, &d->lsn))
-					ir->nddl++;
-				break;
+				if (d->command == NULL || !mssql_get_lsn(conn, TSQL_DDL_LSN, &d->lsn))
+					return false;
+				ir->nddl++;
+				return true;
 			}
 	}
+	return false;
 }
 
-/* Gives a statement the error that ended it (the first one only). */
+/*
+ * Gives a statement the error that ended it (the first one only). An error
+ * that follows a statement's rows (in its DONE) still fails it.
+ */
 static void
 statement_failed(Statement *st, const MssqlError *err)
 {
-	if (st == NULL || st->error != NULL || !err->set)
+	if (st == NULL || !err->set)
+		return;
+	st->done = false;
+	if (st->error != NULL)
 		return;
 	st->error = pstrdup(mssql_error_text(err));
 	st->error_number = err->from_server ? err->number : 0;
@@ -373,10 +415,15 @@ run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, M
 	Statement  *cur = NULL;
 	bool		in_result = false;
 	int			r;
+	int			failures_in_a_row = 0;
 	MssqlError	step;
 
 	if (!mssql_execute(conn, sql, err))
-		return !mssql_is_dead(conn) && (err->set ? (statement_failed(&stmts[0], err), true) : true);
+	{
+		/* Nothing ran (the batch did not compile, or the connection broke). */
+		statement_failed(&stmts[0], err);
+		return !mssql_is_dead(conn);
+	}
 	for (;;)
 	{
 		r = mssql_next_result(conn, &step);
@@ -393,8 +440,15 @@ run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, M
 		{
 			if (mssql_is_dead(conn))
 				return false;
+			/* DB-Library makes no progress after some failures: give up on the batch. */
+			if (++failures_in_a_row > 2)
+			{
+				mssql_cancel(conn);
+				break;
+			}
 			continue;
 		}
+		failures_in_a_row = 0;
 		if (mssql_num_columns(conn) == 0)
 			continue;
 		if (mssql_num_columns(conn) == 1)
@@ -422,17 +476,30 @@ run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, M
 		in_result = true;
 		{
 			int			ddl_capacity = 0;
+			int			rows = 0;
+			bool		decoded = mssql_num_columns(conn) >= statement_columns(cur->kind);
 
 			while ((r = mssql_next_row(conn, &step)) == 1)
-				read_statement_row(conn, cur, &ddl_capacity);
+			{
+				if (decoded)
+					decoded = read_statement_row(conn, cur, &ddl_capacity);
+				rows++;
+			}
+			/* An aggregate and a min LSN read are one row each. */
+			if (r == 0 && cur->error == NULL && (!decoded || (cur->kind != STMT_DDL && rows != 1)))
+				cur->error = psprintf("SQL Server returned %d row(s) of %d column(s) for it, or a value that could "
+									  "not be decoded (first columns: %s, %s)", rows, mssql_num_columns(conn),
+									  mssql_column_type_name(conn, 1), mssql_column_type_name(conn, 2));
 		}
-		if (r < 0)
-		{
+		/*
+		 * The call that ends the rows also reads to the end of the statement:
+		 * an error there (a deadlock victim after some rows) fails it too.
+		 */
+		if (step.set)
 			statement_failed(cur, &step);
-			if (mssql_is_dead(conn))
-				return false;
-		}
-		else if (cur->error == NULL)
+		if (r < 0 && mssql_is_dead(conn))
+			return false;
+		if (r == 0 && cur->error == NULL)
 			cur->done = true;
 	}
 	return !mssql_is_dead(conn);
@@ -1075,6 +1142,15 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 		run->server_name = MemoryContextStrdup(TopMemoryContext, cfg.server_name);
 	if (problem != NULL)
 		return fail("configuration", problem, condition, error);
+	if (cfg.held_by != NULL)
+		return fail(cfg.held_by,
+					psprintf("Server \"%s\" is held by %s since %s: commit times of SQL Server's max LSN were seen "
+							 "later than SQL Server's own clock, so commit times are stamped in another zone than "
+							 "its clock reports and none of them can be trusted; nothing is recorded. Once SQL "
+							 "Server stamps commits in its clock's zone, run SELECT finalize.release_source(%s).",
+							 cfg.server_name, cfg.held_by, instant_text(cfg.held_since),
+							 quote_literal_cstr(cfg.server_name)),
+					condition, error);
 	/* Tables in a stopped state are not read; nothing to ask SQL Server. */
 	if (ntables == 0)
 		return true;
@@ -1168,12 +1244,14 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 			return fail("commit_time_ahead",
 						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "
 								 "\"%s\") is later than SQL Server's own clock (%s) by more than %d s: commit times "
-								 "are not stamped in the zone the server's clock reports, so none of them can be "
-								 "trusted and nothing is recorded. Check the time zone SQL Server's machine and "
-								 "instance use for commits (cdc.lsn_time_mapping.tran_end_time) against "
-								 "SYSDATETIMEOFFSET().",
+								 "are not stamped in the zone the server's clock reports (or the clock was stepped "
+								 "back), so none of them can be trusted and nothing is recorded. Check the time zone "
+								 "SQL Server's machine and instance use for commits (cdc.lsn_time_mapping."
+								 "tran_end_time) against SYSDATETIMEOFFSET(), then run SELECT "
+								 "finalize.release_source(%s).",
 								 lsn_text(&snap.max_lsn), local_text(snap.max_time_local), instant_text(max_instant),
-								 cfg.timezone, instant_text(server_now), COMMIT_AHEAD_TOLERANCE_S),
+								 cfg.timezone, instant_text(server_now), COMMIT_AHEAD_TOLERANCE_S,
+								 quote_literal_cstr(cfg.server_name)),
 						condition, error);
 	}
 
@@ -1276,14 +1354,25 @@ run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
 			case PLAN_NO_INSTANCE:
 				set_condition(w, "no_capture_instance",
 							  tables[i].capture_instance != NULL
-							  ? psprintf("Capture instance \"%s\" of %s.%s is no longer listed by "
-										 "sys.sp_cdc_help_change_data_capture for login \"%s\", and no other "
-										 "instance of the table is.",
+							  ? psprintf("Capture instance \"%s\" of %s.%s is not listed by "
+										 "sys.sp_cdc_help_change_data_capture for login \"%s\" as capturing that "
+										 "table, and no other instance of the table is (or the name no longer "
+										 "resolves: OBJECT_ID is NULL).",
 										 tables[i].capture_instance, tables[i].source_schema,
 										 tables[i].source_name, cfg.conn.username)
 							  : psprintf("No capture instance of %s.%s is visible to login \"%s\": change data "
 										 "capture is not enabled on the table, or the login may not read it.",
 										 tables[i].source_schema, tables[i].source_name, cfg.conn.username));
+				break;
+			case PLAN_SOURCE_REPLACED:
+				set_condition(w, "source_replaced",
+							  psprintf("%s.%s now names another table (object id %lld) than the one capture "
+									   "instance \"%s\" captures (object id %lld): the table was renamed or "
+									   "replaced. Nothing is recorded: the changes of either table are not this "
+									   "table's history. Untrack and track the table again to follow the new one.",
+									   tables[i].source_schema, tables[i].source_name,
+									   (long long) tables[i].object_id, p->instance->name,
+									   (long long) p->instance->source_object_id));
 				break;
 			case PLAN_LSN_REGRESSED:
 				set_condition(w, "lsn_regressed",

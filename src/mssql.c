@@ -405,19 +405,30 @@ mssql_run(MssqlConn *conn, const char *sql, MssqlError *err)
 		if (r < 0)
 		{
 			*err = step;
-			if (mssql_is_dead(conn))
-				return false;
-			continue;
+			if (!mssql_is_dead(conn))
+				mssql_cancel(conn);
+			return false;
 		}
 		while ((r = mssql_next_row(conn, &step)) == 1)
 			;
-		if (r < 0)
+		if (r < 0 || step.set)
 		{
 			*err = step;
 			return false;
 		}
 	}
+	if (step.set)
+		*err = step;
 	return !err->set;
+}
+
+/* Abandons the results of the batch in progress. */
+void
+mssql_cancel(MssqlConn *conn)
+{
+	if (conn->dbproc != NULL && conn->pending)
+		dbcancel(conn->dbproc);
+	conn->pending = false;
 }
 
 /* Fetches the next row of the current result: 1 row, 0 no more, -1 error. */

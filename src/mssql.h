@@ -43,6 +43,7 @@ extern void mssql_close(MssqlConn *conn);
 extern bool mssql_is_dead(MssqlConn *conn);
 extern bool mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err);
 extern int	mssql_next_result(MssqlConn *conn, MssqlError *err);
+extern void mssql_cancel(MssqlConn *conn);
 extern bool mssql_run(MssqlConn *conn, const char *sql, MssqlError *err);
 extern int	mssql_next_row(MssqlConn *conn, MssqlError *err);
 extern int	mssql_num_columns(MssqlConn *conn);

@@ -86,6 +86,22 @@ plan_table(const TrackedSource *table, const CaptureInstance *instances,
 	Lsn			switch_at;
 
 	memset(out, 0, sizeof(*out));
+
+	/*
+	 * The instance followed so far now captures another object than the
+	 * table's name resolves to (a table renamed into its place): its changes
+	 * are not this table's, and the old table's are not in the newer
+	 * instances. Wait for a person.
+	 */
+	for (int i = 0; table->capture_instance != NULL && table->object_id != 0 && i < ninstances; i++)
+		if (strcmp(instances[i].name, table->capture_instance) == 0 &&
+			instances[i].source_object_id != table->object_id)
+		{
+			out->instance = &instances[i];
+			out->action = PLAN_SOURCE_REPLACED;
+			return;
+		}
+
 	find_instances(table, instances, ninstances, &current, &newest);
 
 	if (table->resuming)

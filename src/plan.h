@@ -53,7 +53,9 @@ typedef enum PlanAction
 	PLAN_LSN_REGRESSED,			/* the offset is beyond max_lsn */
 	PLAN_INSTANCE_GAP,			/* the followed instance was dropped before the
 								 * newer one's start was reached: data loss */
-	PLAN_RESUME					/* restart after a loss at the instance's min LSN */
+	PLAN_RESUME,				/* restart after a loss at the instance's min LSN */
+	PLAN_SOURCE_REPLACED		/* the followed instance captures another object
+								 * than the table's name now resolves to */
 } PlanAction;
 
 /* A range (start, end] of one capture instance. */

@@ -44,10 +44,12 @@ tsql_session_setup(void)
 
 /*
  * The start of every cycle, one batch with three results:
- * 1. max LSN, its commit time (server-local datetime), SQL Server's clock in
- *    UTC and its current UTC offset in minutes, both from one reading of
- *    SYSDATETIMEOFFSET() and as datetime, which every TDS version decodes
- *    (below TDS 7.3 datetime2 and datetimeoffset arrive as nvarchar);
+ * 1. max LSN, its commit time (server-local datetime), then SQL Server's
+ *    clock in UTC and its current UTC offset in minutes, both from one
+ *    reading of SYSDATETIMEOFFSET() taken AFTER max LSN was read (a commit
+ *    seen is never later than a clock read after it), and as datetime, which
+ *    every TDS version decodes (below TDS 7.3 datetime2 and datetimeoffset
+ *    arrive as nvarchar);
  * 2. the object ids of the tracked source tables, resolved by SQL Server
  *    with the database's collation (dbo.Orders and dbo.orders are two
  *    tables in a case-sensitive database) - only when tables are given;
@@ -58,11 +60,12 @@ void
 tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames)
 {
 	appendStringInfoString(buf,
+						   "DECLARE @max_lsn binary(10) = sys.fn_cdc_get_max_lsn();\n"
+						   "DECLARE @max_time datetime = sys.fn_cdc_map_lsn_to_time(@max_lsn);\n"
 						   "DECLARE @now datetimeoffset(7) = SYSDATETIMEOFFSET();\n"
-						   "SELECT m.max_lsn, sys.fn_cdc_map_lsn_to_time(m.max_lsn) AS max_time,\n"
+						   "SELECT @max_lsn AS max_lsn, @max_time AS max_time,\n"
 						   "       CONVERT(datetime, SWITCHOFFSET(@now, '+00:00')) AS utc_now,\n"
-						   "       DATEPART(TZOFFSET, @now) AS tz_offset_minutes\n"
-						   "  FROM (SELECT sys.fn_cdc_get_max_lsn() AS max_lsn) AS m;\n");
+						   "       DATEPART(TZOFFSET, @now) AS tz_offset_minutes;\n");
 	for (int i = 0; i < nnames; i++)
 		appendStringInfo(buf, "%s SELECT %d AS finalize_table, OBJECT_ID(%s) AS object_id\n",
 						 i == 0 ? "" : "UNION ALL", i, mssql_quote_literal(qualified_names[i]));

@@ -226,6 +226,19 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 		*tables = ts;
 		*ntables = (int) SPI_processed;
 	}
+
+	/* A condition that holds the source until a person releases it. */
+	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
+							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the hold of server \"%s\"", server->servername);
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+
+		cfg->held_by = spi_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, cxt);
+		cfg->held_since = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+															&isnull));
+	}
 	if (problem != NULL)
 		problem = MemoryContextStrdup(cxt, problem);
 	ws_commit();

@@ -23,6 +23,8 @@ typedef struct SourceConfig
 	pg_tz	   *tz;
 	int64		stall_threshold;	/* capture_stall_threshold, microseconds */
 	MssqlConnInfo conn;
+	char	   *held_by;		/* a condition holding the source, or NULL */
+	TimestampTz held_since;
 } SourceConfig;
 
 extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,

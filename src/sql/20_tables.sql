@@ -140,10 +140,14 @@ CREATE TABLE @extschema@.source_status (
     max_lsn_time      timestamptz,
     max_lsn_changed   timestamptz,
     server_time       timestamptz,
-    clock_skew        interval
+    clock_skew        interval,
+    held_by           text,
+    held_since        timestamptz
 );
 COMMENT ON COLUMN @extschema@.source_status.condition IS
     'ok, or why the last cycle could not read the source (unreachable, sql_error, no_max_lsn, timezone_mismatch, ...)';
+COMMENT ON COLUMN @extschema@.source_status.held_by IS
+    'A condition that stops the source until finalize.release_source() (commit_time_ahead): it may not show on every cycle, but once seen no commit time of the source can be trusted';
 COMMENT ON COLUMN @extschema@.source_status.cycles IS
     'Cycles the worker has recorded for this source, successful or not';
 COMMENT ON TABLE @extschema@.source_status IS

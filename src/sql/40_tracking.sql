@@ -354,3 +354,32 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.resume_table(text) IS
     'Let a table stopped by a data loss or a blocking schema change go on, recording who and what was lost';
+
+-- Lets a source held by a condition that a later cycle cannot disprove
+-- (commit_time_ahead) go on, once the cause is fixed on SQL Server. Returns
+-- whether it was held. The worker's next cycle checks again.
+CREATE FUNCTION @extschema@.release_source(server_name text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    released boolean;
+BEGIN
+    PERFORM @extschema@._require(release_source.server_name, 'server_name');
+    UPDATE @extschema@.source_status s
+       SET held_by = NULL, held_since = NULL
+     WHERE s.server_name = release_source.server_name AND s.held_by IS NOT NULL;
+    released := FOUND;
+    IF NOT released AND NOT EXISTS (SELECT FROM @extschema@.source_status s
+                                     WHERE s.server_name = release_source.server_name) THEN
+        RAISE EXCEPTION 'finalize has no status for server "%"', release_source.server_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'The name is that of a foreign server with tracked tables, as in finalize.source_status.';
+    END IF;
+    RETURN released;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.release_source(text) IS
+    'Let a source held by commit_time_ahead go on once SQL Server stamps commits in its clock''s zone';

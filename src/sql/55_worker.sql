@@ -277,8 +277,11 @@ $$;
 -- A cycle that could not read the source: why, and when it tries again.
 -- Conditions that say SQL Server's times cannot be trusted (commit times
 -- ahead of its clock, a clock far ahead of PostgreSQL's, a zone that
--- disagrees with the timezone option) stop every verdict of the source
--- until a person acts: the first cycle that finds one sends an alert.
+-- disagrees with the timezone option) stop every verdict of the source: the
+-- first cycle that finds one sends an alert. Commit times ahead of the clock
+-- also hold the source until finalize.release_source(): the check sees them
+-- only while capture lags less than they lead, so a later cycle that does
+-- not see them proves nothing.
 CREATE FUNCTION @extschema@._source_failed(
     server_name  text,
     worker_pid   integer,
@@ -311,6 +314,11 @@ BEGIN
            failures = s.failures + 1,
            cycles = s.cycles + CASE WHEN excluded.condition = 'no_worker' THEN 0 ELSE 1 END,
            next_attempt = excluded.next_attempt;
+    IF condition = 'commit_time_ahead' THEN
+        UPDATE @extschema@.source_status s
+           SET held_by = condition, held_since = coalesce(s.held_since, now())
+         WHERE s.server_name = _source_failed.server_name;
+    END IF;
     IF condition IN ('commit_time_ahead', 'clock_skew', 'timezone_mismatch')
        AND previous IS DISTINCT FROM condition THEN
         PERFORM @extschema@._alert(jsonb_build_object('alert', condition, 'server', server_name,
@@ -318,3 +326,14 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Why a source is held, or NULL: read by its worker before every cycle.
+CREATE FUNCTION @extschema@._source_hold(server_name text)
+RETURNS TABLE (held_by text, held_since timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT s.held_by, s.held_since
+      FROM @extschema@.source_status s
+     WHERE s.server_name = _source_hold.server_name AND s.held_by IS NOT NULL;
+END;

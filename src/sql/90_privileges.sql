@@ -31,6 +31,7 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.untrack_table(text, boolean),
     @extschema@.alter_tracked_table(text, interval, text, text),
     @extschema@.resume_table(text),
+    @extschema@.release_source(text),
     @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
                              timestamptz, timestamptz, text, text, jsonb),
     @extschema@.purge_facts(interval),

@@ -168,12 +168,25 @@ def test_commit_times_ahead_of_the_servers_clock_stop_the_source(env, pg):
         assert env.status("sales.orders")["finalized_until"] is None, "nothing was recorded"
         seen = alerts(listener, lambda p: p.get("alert") == "commit_time_ahead")
         assert any(p.get("alert") == "commit_time_ahead" and p.get("server") == "erp" for p in seen), seen
-        # Once the stamps agree with the clock again, the source moves on.
+        assert src["held_by"] == "commit_time_ahead"
+        # Stamps that agree with the clock again prove nothing (a capture job
+        # lagging more than the stamps lead looks the same): the source stays
+        # held until a person releases it.
         sim.call("sim.set_clock_quirk", commit_time_offset_minutes=0)
         sim.call("sim.commit", inserts=1)
         sim.call("sim.advance", seconds=10)
+        cycles = env.source_status("erp")["cycles"]
+        env.pg.wait_for(lambda: env.source_status("erp")["cycles"] >= cycles + 3, timeout=30, what="three cycles")
+        src = env.source_status("erp")
+        assert src["condition"] == "commit_time_ahead" and "release_source('erp')" in src["last_error"], src
+        assert env.status("sales.orders")["finalized_until"] is None
+        assert env.one("SELECT finalize.release_source('erp')") is True
         env.wait_caught_up("sales.orders", sim)
         assert_never_leads(env, "sales.orders", sim)
+        assert env.source_status("erp")["held_by"] is None
+        assert env.one("SELECT finalize.release_source('erp')") is False
+        with pytest.raises(Exception, match='no status for server "nope"'):
+            env.sql("SELECT finalize.release_source('nope')")
     finally:
         listener.close()
         sim.stop()

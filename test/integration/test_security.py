@@ -40,7 +40,7 @@ PUBLISHER = READER | {
 }
 ADMIN = PUBLISHER | {
     "track_table(text,text,text,interval,text,text,text)", "untrack_table(text,boolean)",
-    "alter_tracked_table(text,interval,text,text)", "resume_table(text)",
+    "alter_tracked_table(text,interval,text,text)", "resume_table(text)", "release_source(text)",
     "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
     "timestamp with time zone,text,text,jsonb)",
     "purge_facts(interval)", "quote_mssql_ident(text)",

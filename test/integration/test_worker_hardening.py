@@ -232,7 +232,7 @@ def test_untrack_and_retrack_during_a_read_gets_nothing_of_the_old_source(env, s
         env.add_source("race_b", sim_b, port=free_port())
 
         pid_a = source_worker(env, "race_a")
-        sim.call("sim.fault_stall", seconds=3, pattern="_CT", count=1)
+        sim.call("sim.fault_stall", seconds=3, pattern="fn_cdc_get_all_changes", count=1)
         step(sim, inserts=3)
         wait_reading(env.pg, pid_a)
         conn = env.pg.connect(autocommit=False)
@@ -296,7 +296,7 @@ def test_other_interrupts_do_not_end_a_wait_for_sql_server(env, sim, pg):
     pid = source_worker(env, "intr")
     pg.sql("DROP DATABASE IF EXISTS barrier_scratch")
     pg.sql("CREATE DATABASE barrier_scratch")
-    sim.call("sim.fault_stall", seconds=4, pattern="_CT", count=1)
+    sim.call("sim.fault_stall", seconds=4, pattern="fn_cdc_get_all_changes", count=1)
     step(sim, inserts=3)
     wait_reading(pg, pid)
     assert pg.sql("SELECT pg_log_backend_memory_contexts(%s)", (pid,))[0][0]

@@ -124,6 +124,21 @@ test_plan(void)
 			  "instances are matched by the object id SQL Server resolved, not by names compared in C");
 	}
 
+	/* A table renamed into the tracked name: its instance captures another object. */
+	t.capture_instance = "dbo_orders";
+	t.has_offset = true;
+	t.offset = L("0x00000000000000000200");
+	t.object_id = 999;
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_SOURCE_REPLACED && p.instance == &cis[0],
+		  "the followed instance capturing another object than the name resolves to stops the table");
+	t.object_id = 0;
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_NO_INSTANCE, "a name that no longer resolves has no instance");
+	t.object_id = 101;
+	t.capture_instance = NULL;
+	t.has_offset = false;
+
 	t.start_at_capture = true;
 	plan_table(&t, cis, 3, &max, &p);
 	check(p.action == PLAN_READ && p.nsegments == 1 && lsn_eq(p.seg[0].start, "0x000000000000000002FF"),
