@@ -201,9 +201,9 @@ read_source_snapshot(MssqlConn *conn, const SourceConfig *cfg, TrackedSource *ta
 	int			r;
 	const char **names = palloc0(sizeof(char *) * (ntables + 1));
 	StringInfoData sql;
-	/* results: the state row, the object ids (only with tables), the instances */
-	int			ids_result = ntables > 0 ? 1 : -1;
-	int			help_result = ntables > 0 ? 2 : 1;
+	/* results: the state row, the object ids (one per chunk of names), the instances */
+	int			nid_results = (ntables + TSQL_NAMES_PER_STATEMENT - 1) / TSQL_NAMES_PER_STATEMENT;
+	int			help_result = 1 + nid_results;
 
 	memset(snap, 0, sizeof(*snap));
 	snap->tds_version = cfg->conn.tds_version;
@@ -225,7 +225,7 @@ read_source_snapshot(MssqlConn *conn, const SourceConfig *cfg, TrackedSource *ta
 			return false;
 		if (mssql_num_columns(conn) == 0)
 			continue;
-		if (mssql_num_columns(conn) < (resultno == 0 ? TSQL_STATE_TZ_OFFSET : resultno == ids_result
+		if (mssql_num_columns(conn) < (resultno == 0 ? TSQL_STATE_TZ_OFFSET : resultno < help_result
 									   ? TSQL_OBJECT_ID : TSQL_HELP_START_LSN))
 		{
 			snap->problem = psprintf("SQL Server returned result %d of the CDC state with %d columns.",
@@ -244,7 +244,7 @@ read_source_snapshot(MssqlConn *conn, const SourceConfig *cfg, TrackedSource *ta
 					return snapshot_problem(snap, conn, TSQL_STATE_TZ_OFFSET, "UTC offset (DATEPART(TZOFFSET, ...))");
 				snap->has_state = true;
 			}
-			else if (resultno == ids_result)
+			else if (resultno < help_result)
 			{
 				int64		tag;
 				int64		id;

@@ -52,7 +52,8 @@ tsql_session_setup(void)
  *    arrive as nvarchar);
  * 2. the object ids of the tracked source tables, resolved by SQL Server
  *    with the database's collation (dbo.Orders and dbo.orders are two
- *    tables in a case-sensitive database) - only when tables are given;
+ *    tables in a case-sensitive database), TSQL_NAMES_PER_STATEMENT per
+ *    result so that no statement grows with the number of tables;
  * 3. the capture instances the login may read, with their source object ids
  *    and start LSNs (sp_cdc_help_change_data_capture needs no SELECT on cdc.*).
  */
@@ -67,10 +68,13 @@ tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames
 						   "       CONVERT(datetime, SWITCHOFFSET(@now, '+00:00')) AS utc_now,\n"
 						   "       DATEPART(TZOFFSET, @now) AS tz_offset_minutes;\n");
 	for (int i = 0; i < nnames; i++)
-		appendStringInfo(buf, "%s SELECT %d AS finalize_table, OBJECT_ID(%s) AS object_id\n",
-						 i == 0 ? "" : "UNION ALL", i, mssql_quote_literal(qualified_names[i]));
-	if (nnames > 0)
-		appendStringInfoString(buf, ";\n");
+	{
+		bool		first = i % TSQL_NAMES_PER_STATEMENT == 0;
+		bool		last = i == nnames - 1 || (i + 1) % TSQL_NAMES_PER_STATEMENT == 0;
+
+		appendStringInfo(buf, "%s SELECT %d AS finalize_table, OBJECT_ID(%s) AS object_id%s\n",
+						 first ? "" : "UNION ALL", i, mssql_quote_literal(qualified_names[i]), last ? ";" : "");
+	}
 	appendStringInfoString(buf, "EXEC sys.sp_cdc_help_change_data_capture;\n");
 }
 

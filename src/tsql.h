@@ -44,6 +44,9 @@ enum
 	TSQL_DDL_COMMAND = 5, TSQL_DDL_LSN = 6, TSQL_DDL_TIME = 7
 };
 
+/* Tracked tables whose object ids one statement of the source state resolves. */
+#define TSQL_NAMES_PER_STATEMENT 100
+
 extern const char *tsql_session_setup(void);
 extern void tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames);
 extern char *tsql_qualified_name(const char *schema, const char *object);

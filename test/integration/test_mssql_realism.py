@@ -285,3 +285,22 @@ def test_a_statement_that_fails_costs_only_its_own_table(env, sim, number, messa
     sim.call("sim.fault_clear")
     env.wait_caught_up("sales.lines", sim)
     assert env.status("sales.lines")["condition"] is None
+
+
+def test_hundreds_of_tables_resolve_their_names_in_bounded_statements(env, sim):
+    # 520 tables: their names are resolved 100 per statement, so no statement
+    # grows with the number of tables (the simulator refuses a compound
+    # SELECT of more than 500 terms, as sqlite does).
+    first_commit(sim)
+    env.add_source("erp", sim)
+    names = ["many.t%03d" % i for i in range(520)]
+    for name in names:
+        env.track(name, "erp")
+    def baselines():
+        return env.one("SELECT count(*) FROM finalize.status WHERE offset_lsn IS NOT NULL")
+    env.pg.wait_for(lambda: baselines() == 520, timeout=60, what=lambda: "520 baselines (%s so far)" % baselines())
+    sim.call("sim.commit", at=at(9, 10), inserts=2)
+    sim.call("sim.advance", to=at(9, 20))
+    env.wait_caught_up(names[-1], sim)
+    env.wait_caught_up(names[0], sim)
+    assert env.one("SELECT count(*) FROM finalize.facts WHERE table_name LIKE 'many.%%' AND inserts = 2") == 520
