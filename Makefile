@@ -12,8 +12,11 @@ PG_CONFIG ?= pg_config
 EXTENSION  = finalize
 EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
 
+# One folder per subsystem (see README, Development): common, mssql, worker,
+# sensor, gate; src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-OBJS       = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+SUBSYSTEMS = common mssql worker sensor gate
+OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # The install script is assembled from src/sql/*.sql in name order, so each
 # part of the catalog lives in its own file.
@@ -26,6 +29,10 @@ DATA       = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
 PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
 SHLIB_LINK  = -lsybdb -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2)
 
+# Every object depends on the headers it includes (a struct that changes
+# must rebuild every file that uses it).
+PG_CPPFLAGS += -MMD -MP
+
 # Warnings are errors in this tree; `make FINALIZE_WERROR=` relaxes that for
 # compilers newer than the ones we test with.
 FINALIZE_WERROR ?= -Werror
@@ -35,10 +42,12 @@ PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate privileges
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql
 
-EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out
+EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out $(OBJS:.o=.d)
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+-include $(OBJS:.o=.d)
 
 $(DATA_built): $(SQL_PARTS) $(EXTENSION).control
 	cat $(SQL_PARTS) > $@

@@ -13,7 +13,7 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
 
 # Which extension sources each unit test links with.
-SOURCES = {"test_plan.c": ["src/plan.c", "src/lsn.c"]}
+SOURCES = {"test_plan.c": ["src/worker/plan.c", "src/common/lsn.c"]}
 
 
 def build_and_run(name):

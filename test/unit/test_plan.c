@@ -7,8 +7,8 @@
 
 #include <stdio.h>
 
-#include "lsn.h"
-#include "plan.h"
+#include "common/lsn.h"
+#include "worker/plan.h"
 
 static int	tests = 0;
 static int	failures = 0;

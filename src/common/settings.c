@@ -1,0 +1,212 @@
+/*
+ * settings.c
+ *     The finalize.* settings: their variables, definitions and the SQL
+ *     functions that give some of them to SQL as intervals.
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "common/settings.h"
+
+char	   *finalize_database = NULL;
+bool		finalize_enabled = true;
+int			finalize_poll_interval_ms = 5000;
+int			finalize_login_timeout = 10;
+int			finalize_query_timeout = 30;
+int			finalize_max_retry_interval_ms = 60000;
+int			finalize_data_loss_window_min = 7 * 24 * 60;
+int			finalize_facts_retention_min = 30 * 24 * 60;
+int			finalize_s3_timeout_ms = 30000;
+int			finalize_s3_connect_timeout_ms = 10000;
+int			finalize_generation_retention_min = 7 * 24 * 60;
+int			finalize_lock_timeout_ms = 1000;
+int			finalize_max_clock_skew_s = 3600;
+int			finalize_s3_max_pages = 100000;
+
+PG_FUNCTION_INFO_V1(finalize_facts_retention);
+PG_FUNCTION_INFO_V1(finalize_generation_retention);
+PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
+
+/* Defines every finalize.* setting and reserves the prefix (from _PG_init). */
+void
+settings_define(void)
+{
+	DefineCustomStringVariable("finalize.database",
+							   "Database whose finalize extension the background worker serves.",
+							   "The launcher starts a scheduler there once the database exists.",
+							   &finalize_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("finalize.enabled",
+							 "Whether finalize's workers poll their sources.",
+							 "Off stops every worker; sensors keep answering from the recorded verdicts.",
+							 &finalize_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.poll_interval",
+							"Time between two cycles of a source worker.",
+							NULL,
+							&finalize_poll_interval_ms,
+							5000, 100, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.login_timeout",
+							"How long a worker waits for a SQL Server login.",
+							NULL,
+							&finalize_login_timeout,
+							10, 1, 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.query_timeout",
+							"How long a worker waits for SQL Server to answer a query.",
+							"A query that times out is abandoned and the connection reopened.",
+							&finalize_query_timeout,
+							30, 1, 24 * 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.max_retry_interval",
+							"Longest wait between two attempts of a failing source.",
+							"After a failure a worker retries after the poll interval, then doubles the wait up to this.",
+							&finalize_max_retry_interval_ms,
+							60000, 100, 24 * 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.data_loss_window",
+							"How long after a data loss another one stops a table with on_data_loss = resume.",
+							"A second loss within the window needs finalize.resume_table() again.",
+							&finalize_data_loss_window_min,
+							7 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MIN,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.facts_retention",
+							"How long facts are kept before finalize.purge_facts() removes them.",
+							"The fact a table's offset points at is always kept.",
+							&finalize_facts_retention_min,
+							30 * 24 * 60, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MIN,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.s3_timeout",
+							"Longest time one request to an object store may take.",
+							NULL,
+							&finalize_s3_timeout_ms,
+							30000, 100, 3600 * 1000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.s3_connect_timeout",
+							"Longest time to connect to an object store.",
+							NULL,
+							&finalize_s3_connect_timeout_ms,
+							10000, 100, 600 * 1000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.generation_retention",
+							"How long a superseded generation is kept before finalize.retired_generations() lists it.",
+							"Readers and replays that still use the old generation need it this long.",
+							&finalize_generation_retention_min,
+							7 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MIN,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.lock_timeout",
+							"Longest wait of a worker's write for a lock another session holds.",
+							"A table whose row stays locked longer (an open transaction that called "
+							"finalize.resume_table, say) shows the condition lock_timeout; the others are recorded.",
+							&finalize_lock_timeout_ms,
+							1000, 1, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.max_clock_skew",
+							"How far a commit time or SQL Server's clock may be ahead of PostgreSQL's clock.",
+							"Commit times further ahead are refused by the write path, and a source whose clock is "
+							"further ahead shows the condition clock_skew: a verdict moved by them could never move back.",
+							&finalize_max_clock_skew_s,
+							3600, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.s3_max_pages",
+							"Most pages (of up to 1000 keys) one object-store listing may take.",
+							"A listing that would take more is an error, so a store that never ends its listing cannot "
+							"hold a release (or the server's memory) hostage.",
+							&finalize_s3_max_pages,
+							100000, 1, INT_MAX,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("finalize");
+}
+
+/* A number of minutes as an interval of days and time. */
+static Interval *
+minutes_interval(int minutes)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->day = minutes / (HOURS_PER_DAY * MINS_PER_HOUR);
+	result->time = (int64) (minutes % (HOURS_PER_DAY * MINS_PER_HOUR)) * USECS_PER_MINUTE;
+	return result;
+}
+
+/*
+ * finalize._facts_retention(): the retention setting as an interval, so SQL
+ * need not parse the setting's unit-suffixed text.
+ */
+Datum
+finalize_facts_retention(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INTERVAL_P(minutes_interval(finalize_facts_retention_min));
+}
+
+/* finalize._generation_retention(): finalize.generation_retention as an interval. */
+Datum
+finalize_generation_retention(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INTERVAL_P(minutes_interval(finalize_generation_retention_min));
+}
+
+/*
+ * finalize._max_clock_skew(): finalize.max_clock_skew as an interval of
+ * hours, minutes and seconds only, so that adding it to a timestamptz is
+ * exact whatever the session's TimeZone.
+ */
+Datum
+finalize_max_clock_skew(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = (int64) finalize_max_clock_skew_s * USECS_PER_SEC;
+	PG_RETURN_INTERVAL_P(result);
+}

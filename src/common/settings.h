@@ -1,0 +1,29 @@
+/*
+ * settings.h
+ *     The finalize.* settings and the names shared by every subsystem.
+ */
+#ifndef FINALIZE_SETTINGS_H
+#define FINALIZE_SETTINGS_H
+
+/* Name of the extension's schema (the extension is not relocatable). */
+#define FINALIZE_SCHEMA "finalize"
+
+/* Settings (finalize.*); see settings.c for their meaning and defaults. */
+extern char *finalize_database;
+extern bool finalize_enabled;
+extern int	finalize_poll_interval_ms;
+extern int	finalize_login_timeout;
+extern int	finalize_query_timeout;
+extern int	finalize_max_retry_interval_ms;
+extern int	finalize_data_loss_window_min;
+extern int	finalize_facts_retention_min;
+extern int	finalize_s3_timeout_ms;
+extern int	finalize_s3_connect_timeout_ms;
+extern int	finalize_generation_retention_min;
+extern int	finalize_lock_timeout_ms;
+extern int	finalize_max_clock_skew_s;
+extern int	finalize_s3_max_pages;
+
+extern void settings_define(void);
+
+#endif							/* FINALIZE_SETTINGS_H */

@@ -1,0 +1,14 @@
+/*
+ * timeconv.h
+ *     SQL Server local commit times to instants, conservatively.
+ */
+#ifndef FINALIZE_TIMECONV_H
+#define FINALIZE_TIMECONV_H
+
+#include "datatype/timestamp.h"
+#include "pgtime.h"
+
+extern TimestampTz local_to_instant_earliest(Timestamp local, const pg_tz *tz);
+extern long local_offset_at(TimestampTz instant, const pg_tz *tz);
+
+#endif							/* FINALIZE_TIMECONV_H */

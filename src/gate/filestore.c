@@ -1,0 +1,245 @@
+/*
+ * filestore.c
+ *     Local stores (file:// URLs): the files under a prefix, walked directly.
+ *
+ * The listing has what an S3 listing has: keys relative to the store's
+ * root, and sizes; an MD5 checksum (what S3 reports as the ETag of an object
+ * uploaded in one part) is computed only for the files whose manifest entry
+ * carries one, since reading every file would dominate the gate's cost.
+ * Symbolic links are not followed anywhere below the root, and only
+ * regular files are ever opened, so a listing never leaves the store and
+ * never blocks on a FIFO.
+ */
+#include "postgres.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cryptohash.h"
+#include "common/md5.h"
+#include "miscadmin.h"
+#include "storage/fd.h"
+
+#include "gate/filestore.h"
+
+/* The directory of a file:///absolute/path URL; an error for any other form. */
+char *
+filestore_root(const char *url)
+{
+	const char *path = url + strlen("file://");
+	size_t		len;
+
+	if (strncmp(url, "file://", 7) != 0 || path[0] != '/')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: field \"store\" \"%s\" is not a local store URL", url),
+				 errhint("Local stores are written file:///absolute/path (three slashes).")));
+	len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	return pnstrdup(path, len);
+}
+
+/* Flags of every open below the root: never through a symbolic link. */
+#define NOFOLLOW_FLAGS (O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+
+/*
+ * Opens name relative to an open directory, counted in PostgreSQL's budget
+ * of file descriptors (the walk holds one per directory level, outside
+ * fd.c's own files). -1 with errno set when the open fails.
+ */
+static int
+open_counted(int dirfd, const char *name, int flags)
+{
+	int			fd;
+	int			save_errno;
+
+	if (!AcquireExternalFD())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("too many files open to list the local store"),
+				 errdetail("Listing holds one file descriptor per directory level of the partition's prefix."),
+				 errhint("Raise max_files_per_process, or keep partitions less deep.")));
+	fd = openat(dirfd, name, flags);
+	if (fd < 0)
+	{
+		save_errno = errno;
+		ReleaseExternalFD();
+		errno = save_errno;
+	}
+	return fd;
+}
+
+/* Closes what open_counted opened. */
+static void
+close_counted(int fd)
+{
+	close(fd);
+	ReleaseExternalFD();
+}
+
+/* Raises the error for a directory of the store that cannot be read. */
+static void
+unreadable(const char *root, const char *key_dir)
+{
+	ereport(ERROR,
+			(errcode_for_file_access(),
+			 errmsg("could not read directory \"%s/%s\" of local store \"file://%s\": %m", root, key_dir, root)));
+}
+
+/*
+ * The MD5 of a regular file in an open directory, as lower-case hex; NULL if
+ * it is not a regular file any more or cannot be read. Opened without
+ * following a link and without blocking (a FIFO put there meanwhile would
+ * otherwise hang the gate), then checked to be a regular file.
+ */
+static char *
+file_md5(int dirfd, const char *name)
+{
+	int			fd = open_counted(dirfd, name, NOFOLLOW_FLAGS | O_NONBLOCK);
+	char	   *volatile hex = NULL;
+
+	if (fd < 0)
+		return NULL;
+	PG_TRY();
+	{
+		struct stat st;
+		pg_cryptohash_ctx *ctx;
+		uint8		digest[MD5_DIGEST_LENGTH];
+		char	   *buf;
+		ssize_t		n = -1;
+
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+			(ctx = pg_cryptohash_create(PG_MD5)) != NULL)
+		{
+			buf = palloc(65536);
+			if (pg_cryptohash_init(ctx) == 0)
+				while ((n = read(fd, buf, 65536)) > 0)
+				{
+					CHECK_FOR_INTERRUPTS();
+					if (pg_cryptohash_update(ctx, (uint8 *) buf, n) < 0)
+						break;
+				}
+			if (n == 0 && pg_cryptohash_final(ctx, digest, sizeof(digest)) == 0)
+			{
+				hex = palloc(2 * MD5_DIGEST_LENGTH + 1);
+				for (int i = 0; i < MD5_DIGEST_LENGTH; i++)
+					snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+			}
+			pg_cryptohash_free(ctx);
+			pfree(buf);
+		}
+	}
+	PG_FINALLY();
+	{
+		close_counted(fd);
+	}
+	PG_END_TRY();
+	return hex;
+}
+
+/*
+ * Adds the regular files under an open directory (key prefix key_dir) to
+ * out, recursively. Takes ownership of dirfd (from open_counted).
+ * Subdirectories are opened relative to their parent without following
+ * links, so the walk never leaves the directory it started in; links,
+ * sockets and devices are not objects.
+ */
+static void
+walk(const char *root, int dirfd, const char *key_dir, Inventory *out, WantsChecksum wants, void *arg)
+{
+	DIR		   *volatile dir = fdopendir(dirfd);
+
+	if (dir == NULL)
+	{
+		close_counted(dirfd);
+		unreadable(root, key_dir);
+	}
+	PG_TRY();
+	{
+		struct dirent *de;
+
+		errno = 0;
+		while ((de = readdir(dir)) != NULL)
+		{
+			char	   *key;
+			struct stat st;
+
+			CHECK_FOR_INTERRUPTS();
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			/* Relative to the open directory: no walk of the whole path per file. */
+			if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+				(!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
+				continue;		/* vanished meanwhile, or not an object */
+			key = key_dir[0] ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
+			if (S_ISDIR(st.st_mode))
+			{
+				int			sub;
+
+				check_stack_depth();	/* a tree of any depth is someone's choice */
+				sub = open_counted(dirfd, de->d_name, NOFOLLOW_FLAGS | O_DIRECTORY);
+
+				if (sub >= 0)
+					walk(root, sub, key, out, wants, arg);
+				else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP)
+					unreadable(root, key);
+			}
+			else if (wants != NULL && wants(key, arg))
+				inventory_add(out, key, (int64) st.st_size, file_md5(dirfd, de->d_name));
+			else
+				inventory_add(out, key, (int64) st.st_size, NULL);
+			pfree(key);
+			errno = 0;
+		}
+		if (errno != 0)
+			unreadable(root, key_dir);
+	}
+	PG_FINALLY();
+	{
+		closedir(dir);
+		ReleaseExternalFD();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Lists the files whose keys start with prefix (which ends in "/") under a
+ * local store's root. The root may be reached through links (an
+ * administrator's choice); below it, no part of the prefix is: a prefix
+ * that passes through a link has no objects.
+ */
+void
+filestore_list(const char *root, const char *prefix, Inventory *out,
+			   WantsChecksum wants_checksum, void *arg)
+{
+	int			fd = open_counted(AT_FDCWD, root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char	   *dir = pstrdup(prefix);
+	char	   *part;
+	char	   *save = NULL;
+
+	if (fd < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FILE),
+				 errmsg("local store \"file://%s\" does not exist", root),
+				 errhint("Check the \"store\" field of the manifest.")));
+	for (part = strtok_r(dir, "/", &save); part != NULL; part = strtok_r(NULL, "/", &save))
+	{
+		int			next = open_counted(fd, part, NOFOLLOW_FLAGS | O_DIRECTORY);
+		int			saved_errno = errno;
+
+		close_counted(fd);
+		if (next < 0)
+		{
+			if (saved_errno == ENOENT || saved_errno == ENOTDIR || saved_errno == ELOOP)
+				return;			/* no such prefix (or a link): no objects */
+			errno = saved_errno;
+			unreadable(root, prefix);
+		}
+		fd = next;
+	}
+	/* Keys are the prefix (without its last "/") and the names below it. */
+	walk(root, fd, pnstrdup(prefix, Max((int) strlen(prefix) - 1, 0)), out, wants_checksum, arg);
+}

@@ -1,0 +1,16 @@
+/*
+ * filestore.h
+ *     Local stores (file:// URLs): the files under a prefix.
+ */
+#ifndef FINALIZE_FILESTORE_H
+#define FINALIZE_FILESTORE_H
+
+#include "gate/inventory.h"
+
+typedef bool (*WantsChecksum) (const char *path, void *arg);
+
+extern char *filestore_root(const char *url);
+extern void filestore_list(const char *root, const char *prefix, Inventory *out,
+						   WantsChecksum wants_checksum, void *arg);
+
+#endif							/* FINALIZE_FILESTORE_H */

@@ -1,0 +1,404 @@
+/*
+ * manifest.c
+ *     A release manifest: parsed and validated from jsonb.
+ *
+ *   {"table": "sales.orders", "partition": "day=27/hour=08",
+ *    "generation": "g-47", "store": "lake" | "file:///srv/lake",
+ *    "prefix": "day=27/hour=08/g-47/",           optional, default partition + "/"
+ *    "period_start": "2026-11-27 08:00+00",       optional
+ *    "empty": true,                               optional
+ *    "files": {"path": size, "path": {"size": n, "etag": "..."}}
+ *             or [{"path": "...", "size": n, "etag": "..."}, ...]}
+ *
+ * A malformed manifest is an error (SQLSTATE 22023) that names the field,
+ * so a publisher learns what to fix before anything is compared.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_collation.h"
+#include "utils/builtins.h"
+#include "utils/numeric.h"
+#include "utils/timestamp.h"
+
+#include "gate/manifest.h"
+#include "common/subxact.h"
+
+/* Raises the one error for a malformed manifest. */
+static void
+bad_manifest(const char *field, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
+
+static void
+bad_manifest(const char *field, const char *fmt,...)
+{
+	char		detail[1024];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid manifest: field \"%s\" %s", field, detail),
+			 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}} "
+					 "with optional \"prefix\", \"period_start\", \"empty\" and {\"size\": n, \"etag\": \"...\"} per file.")));
+}
+
+/*
+ * A period_start as manifests write it: ISO 8601 with its UTC offset. Any
+ * other form would leave the session to decide which period the gate
+ * checks: its TimeZone (no offset) or its DateStyle ("03/04/2026").
+ */
+#define ISO_TIMESTAMP_RE \
+	"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,6})?)?(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$"
+
+/* Whether a text is an ISO 8601 timestamp with a UTC offset. */
+static bool
+is_iso_timestamp(const char *text)
+{
+	return DatumGetBool(DirectFunctionCall2Coll(textregexeq, C_COLLATION_OID, CStringGetTextDatum(text),
+												CStringGetTextDatum(ISO_TIMESTAMP_RE)));
+}
+
+/* A top-level field, or NULL when absent. */
+static JsonbValue *
+field_of(JsonbContainer *c, const char *name)
+{
+	return getKeyJsonValueFromContainer(c, name, strlen(name), NULL);
+}
+
+/* A required or optional string field. */
+static char *
+string_field(JsonbContainer *c, const char *name, bool required)
+{
+	JsonbValue *v = field_of(c, name);
+
+	if (v == NULL || v->type == jbvNull)
+	{
+		if (required)
+			bad_manifest(name, "is missing");
+		return NULL;
+	}
+	if (v->type != jbvString)
+		bad_manifest(name, "must be a string");
+	if (v->val.string.len == 0)
+		bad_manifest(name, "must not be empty");
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/*
+ * A size: a JSON number that is a non-negative whole number. (Read without
+ * going through text: a manifest can hold a million of them.)
+ */
+static int64
+size_of(JsonbValue *v, const char *field, const char *path, int path_len)
+{
+	Numeric		n;
+	int64		size;
+
+	if (v == NULL || v->type != jbvNumeric)
+		bad_manifest(field, "entry \"%s\": the size must be a number of bytes", pnstrdup(path, path_len));
+	n = v->val.numeric;
+	if (numeric_is_nan(n) || numeric_is_inf(n) ||
+		DatumGetInt32(DirectFunctionCall1(numeric_scale, NumericGetDatum(n))) > 0)
+		bad_manifest(field, "entry \"%s\": the size %s is not a whole number of bytes", pnstrdup(path, path_len),
+					 DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(n))));
+	size = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(n)));
+	if (size < 0)
+		bad_manifest(field, "entry \"%s\": the size " INT64_FORMAT " is negative", pnstrdup(path, path_len), size);
+	return size;
+}
+
+/*
+ * Whether the paths of a field are a publisher's (checked: they must stay
+ * inside the store) or a store's own keys ("listing": any key a store holds
+ * is a fact to compare, and "a/../b" is a legal S3 key).
+ */
+static inline bool
+paths_checked(const char *field)
+{
+	return strcmp(field, "listing") != 0;
+}
+
+/*
+ * Checks one file (path, value) of a manifest or a listing and fills *out;
+ * the path and etag point into the jsonb (not NUL-terminated).
+ */
+static void
+read_file(const char *field, bool check_path, const char *path, int path_len, JsonbValue *v, InvObject *out)
+{
+	if (check_path && !path_is_safe(path, path_len))
+		bad_manifest(field, "entry \"%s\": the path must be relative (no leading /), without empty, \".\" or \"..\" parts, "
+					 "and at most 1024 bytes", pnstrdup(path, path_len));
+	out->path = (char *) path;
+	out->path_len = path_len;
+	out->etag = NULL;
+	out->etag_len = 0;
+	if (v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data))
+	{
+		JsonbValue *e = getKeyJsonValueFromContainer(v->val.binary.data, "etag", 4, NULL);
+
+		out->size = size_of(getKeyJsonValueFromContainer(v->val.binary.data, "size", 4, NULL), field,
+							path, path_len);
+		if (e != NULL && e->type != jbvNull)
+		{
+			if (e->type != jbvString || e->val.string.len == 0)
+				bad_manifest(field, "entry \"%s\": the etag must be a non-empty string", pnstrdup(path, path_len));
+			out->etag = e->val.string.val;
+			out->etag_len = e->val.string.len;
+		}
+	}
+	else
+		out->size = size_of(v, field, path, path_len);
+}
+
+/* Checks and adds one file of a manifest or a listing (copying it). */
+static void
+add_file(Inventory *inv, const char *field, bool check_path, const char *path, int path_len, JsonbValue *v)
+{
+	InvObject	o;
+
+	read_file(field, check_path, path, path_len, v, &o);
+	inventory_add(inv, pnstrdup(path, path_len), o.size, o.etag ? pnstrdup(o.etag, o.etag_len) : NULL);
+}
+
+/* State of a cursor over a jsonb object of files. */
+typedef struct JsonbFilesCursor
+{
+	JsonbIterator *it;
+	const char *field;
+	bool		check_path;
+} JsonbFilesCursor;
+
+/* Next file of a jsonb object, in jsonb key order. */
+static bool
+jsonb_files_next(InvCursor *cursor, InvObject *out)
+{
+	JsonbFilesCursor *st = (JsonbFilesCursor *) cursor->state;
+	JsonbValue	k;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	while ((tok = JsonbIteratorNext(&st->it, &k, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&st->it, &v, true);
+		read_file(st->field, st->check_path, k.val.string.val, k.val.string.len, &v, out);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * A cursor over a set of files given as a jsonb object, or false when they
+ * are given another way (an array), which needs inventory_from_jsonb.
+ */
+bool
+jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor)
+{
+	JsonbFilesCursor *st;
+
+	if (v == NULL || v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+		return false;
+	st = palloc(sizeof(JsonbFilesCursor));
+	st->it = JsonbIteratorInit(v->val.binary.data);
+	st->field = field;
+	st->check_path = paths_checked(field);
+	cursor->next = jsonb_files_next;
+	cursor->state = st;
+	return true;
+}
+
+/* Orders objects by path, to find duplicates. */
+static int
+object_cmp(const void *a, const void *b)
+{
+	return strcmp(((const InvObject *) a)->path, ((const InvObject *) b)->path);
+}
+
+/*
+ * Reads a set of files: an object {"path": size | {"size", "etag"}} or an
+ * array [{"path", "size", "etag"}]. Errors name the field.
+ */
+void
+inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
+{
+	JsonbIterator *it;
+	JsonbValue	k;
+	JsonbValue	val;
+	JsonbIteratorToken tok;
+	bool		check_path = paths_checked(field);
+
+	if (v == NULL || v->type == jbvNull)
+		bad_manifest(field, "is missing");
+	if (v->type != jbvBinary)
+		bad_manifest(field, "must be an object {\"path\": size} or an array of {\"path\", \"size\"}");
+
+	it = JsonbIteratorInit(v->val.binary.data);
+	if (JsonContainerIsObject(v->val.binary.data))
+	{
+		while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+		{
+			if (tok != WJB_KEY)
+				continue;
+			tok = JsonbIteratorNext(&it, &val, true);
+			add_file(inv, field, check_path, k.val.string.val, k.val.string.len, &val);
+		}
+	}
+	else if (JsonContainerIsArray(v->val.binary.data))
+	{
+		while ((tok = JsonbIteratorNext(&it, &val, true)) != WJB_DONE)
+		{
+			JsonbValue *p;
+
+			if (tok != WJB_ELEM)
+				continue;
+			if (val.type != jbvBinary || !JsonContainerIsObject(val.val.binary.data))
+				bad_manifest(field, "must hold objects {\"path\", \"size\"}");
+			p = getKeyJsonValueFromContainer(val.val.binary.data, "path", 4, NULL);
+			if (p == NULL || p->type != jbvString || p->val.string.len == 0)
+				bad_manifest(field, "entry %d has no \"path\" string", inv->n + 1);
+			add_file(inv, field, check_path, p->val.string.val, p->val.string.len, &val);
+		}
+		/* An array can name a path twice; an object cannot (jsonb keeps one). */
+		if (inv->n > 1)
+		{
+			qsort(inv->items, inv->n, sizeof(InvObject), object_cmp);
+			for (int i = 1; i < inv->n; i++)
+				if (strcmp(inv->items[i - 1].path, inv->items[i].path) == 0)
+					bad_manifest(field, "lists \"%s\" twice", inv->items[i].path);
+		}
+	}
+	else
+		bad_manifest(field, "must be an object {\"path\": size} or an array of {\"path\", \"size\"}");
+}
+
+/* Parses and validates a manifest. */
+void
+manifest_parse(Jsonb *jb, Manifest *m)
+{
+	JsonbContainer *root = &jb->root;
+	JsonbValue *v;
+	Datum		ts;
+
+	memset(m, 0, sizeof(*m));
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: it must be a JSON object"),
+				 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}}.")));
+
+	m->table = string_field(root, "table", true);
+	m->partition = string_field(root, "partition", true);
+	m->generation = string_field(root, "generation", true);
+	m->store = string_field(root, "store", true);
+	m->prefix = string_field(root, "prefix", false);
+	if (!path_is_safe(m->partition, strlen(m->partition)))
+		bad_manifest("partition", "\"%s\" must be a relative key such as day=27/hour=08, without a leading /, "
+					 "empty, \".\" or \"..\" parts", m->partition);
+	if (m->prefix == NULL)
+		m->prefix = psprintf("%s/", m->partition);
+	else
+	{
+		size_t		len = strlen(m->prefix);
+		char	   *bare = pnstrdup(m->prefix, len > 0 && m->prefix[len - 1] == '/' ? len - 1 : len);
+
+		if (!path_is_safe(bare, strlen(bare)))
+			bad_manifest("prefix", "\"%s\" must be a relative location without a leading /, empty, \".\" or "
+						 "\"..\" parts", m->prefix);
+		m->prefix = psprintf("%s/", bare);
+	}
+
+	v = field_of(root, "period_start");
+	if (v != NULL && v->type != jbvNull)
+	{
+		char	   *text;
+
+		if (v->type != jbvString)
+			bad_manifest("period_start", "must be a timestamp string such as \"2026-11-27 08:00+00\"");
+		text = pnstrdup(v->val.string.val, v->val.string.len);
+		if (!is_iso_timestamp(text))
+			bad_manifest("period_start", "\"%s\" is not an ISO 8601 timestamp with a UTC offset, such as "
+						 "\"2026-11-27T08:00:00Z\" or \"2026-11-27 08:00+00\" (the session's time zone "
+						 "and date style must not decide which period is checked)", text);
+		if (!subxact_input(timestamptz_in, text, &ts))
+			bad_manifest("period_start", "\"%s\" is not a timestamp", text);
+		m->period_start = DatumGetTimestampTz(ts);
+		if (TIMESTAMP_NOT_FINITE(m->period_start))
+			bad_manifest("period_start", "must be finite");
+		m->has_period = true;
+	}
+
+	v = field_of(root, "empty");
+	if (v != NULL && v->type != jbvNull)
+	{
+		if (v->type != jbvBool)
+			bad_manifest("empty", "must be true or false");
+		m->empty = v->val.boolean;
+	}
+
+	inventory_from_jsonb(field_of(root, "files"), "files", &m->files);
+	if (m->empty && m->files.n > 0)
+		bad_manifest("files", "must be empty when \"empty\" is true");
+	if (m->empty && !m->has_period)
+		bad_manifest("period_start", "is required for an intentionally empty partition: its emptiness is "
+					 "checked against the CDC facts of that period");
+}
+
+/* Pushes a key of a jsonb object being built. */
+void
+jsonb_push_key(JsonbParseState **st, const char *key, int len)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = len;
+	pushJsonbValue(st, WJB_KEY, &k);
+}
+
+/* Pushes an int64 as a jsonb number. */
+static void
+push_int64(JsonbParseState **st, int64 n)
+{
+	JsonbValue	v;
+
+	v.type = jbvNumeric;
+	v.val.numeric = int64_to_numeric(n);
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/*
+ * Pushes an inventory as a jsonb object {"path": size} or {"path": {"size",
+ * "etag"}} into a document being built (at the top or after a key): a
+ * listing of a million objects skips the text round trip (printing, then
+ * lexing and parsing it again).
+ */
+void
+inventory_push_jsonb(JsonbParseState **st, const Inventory *inv)
+{
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	for (int i = 0; i < inv->n; i++)
+	{
+		const InvObject *o = &inv->items[i];
+
+		jsonb_push_key(st, o->path, o->path_len);
+		if (o->etag == NULL)
+			push_int64(st, o->size);
+		else
+		{
+			JsonbValue	e;
+
+			pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+			jsonb_push_key(st, "size", 4);
+			push_int64(st, o->size);
+			jsonb_push_key(st, "etag", 4);
+			e.type = jbvString;
+			e.val.string.val = o->etag;
+			e.val.string.len = o->etag_len;
+			pushJsonbValue(st, WJB_VALUE, &e);
+			pushJsonbValue(st, WJB_END_OBJECT, NULL);
+		}
+	}
+	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}

@@ -1,0 +1,36 @@
+/*
+ * objstore.h
+ *     The one interface to object stores over HTTP (libcurl).
+ */
+#ifndef FINALIZE_OBJSTORE_H
+#define FINALIZE_OBJSTORE_H
+
+#include "gate/inventory.h"
+
+/* Where and how to list: a finalize_s3 server and the caller's keys. */
+typedef struct S3Location
+{
+	const char *endpoint;		/* http(s)://host[:port] */
+	const char *region;
+	const char *bucket;
+	bool		virtual_host;	/* bucket in the host name, not the path */
+	const char *access_key;
+	const char *secret_key;
+	const char *session_token;	/* NULL when not given */
+	long		connect_timeout_ms;
+	long		timeout_ms;
+	int			max_pages;		/* a longer listing is an error */
+} S3Location;
+
+/* What went wrong, in S3's words when it said something. */
+typedef struct S3Error
+{
+	long		http_status;	/* 0 when no HTTP answer */
+	char		code[128];		/* S3's error code, or a local one */
+	char		message[1024];
+} S3Error;
+
+extern bool objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error *err);
+extern char *s3_uri_encode(const char *s);
+
+#endif							/* FINALIZE_OBJSTORE_H */

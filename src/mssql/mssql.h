@@ -1,0 +1,56 @@
+/*
+ * mssql.h
+ *     The one interface to SQL Server (FreeTDS DB-Library).
+ */
+#ifndef FINALIZE_MSSQL_H
+#define FINALIZE_MSSQL_H
+
+#include "datatype/timestamp.h"
+
+#include "common/lsn.h"
+
+/* What went wrong, in SQL Server's words when it said something. */
+typedef struct MssqlError
+{
+	bool		set;
+	bool		from_server;	/* SQL Server sent the message */
+	bool		timed_out;		/* the query or login timed out */
+	bool		interrupted;	/* a PostgreSQL interrupt cancelled the wait */
+	int			number;			/* SQL Server's error number, or DB-Library's (20xxx) */
+	int			severity;
+	int			state;
+	char		message[1024];
+} MssqlError;
+
+/* How to reach a source: foreign server options and the user mapping. */
+typedef struct MssqlConnInfo
+{
+	const char *host;
+	int			port;
+	const char *database;
+	const char *username;
+	const char *password;
+	const char *tds_version;	/* "7.1" .. "7.4" */
+	int			login_timeout;	/* seconds */
+	int			query_timeout;	/* seconds */
+} MssqlConnInfo;
+
+typedef struct MssqlConn MssqlConn;
+
+extern MssqlConn *mssql_connect(const MssqlConnInfo *info, MssqlError *err);
+extern void mssql_close(MssqlConn *conn);
+extern bool mssql_is_dead(MssqlConn *conn);
+extern bool mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err);
+extern int	mssql_next_result(MssqlConn *conn, MssqlError *err);
+extern void mssql_cancel(MssqlConn *conn);
+extern bool mssql_run(MssqlConn *conn, const char *sql, MssqlError *err);
+extern int	mssql_next_row(MssqlConn *conn, MssqlError *err);
+extern int	mssql_num_columns(MssqlConn *conn);
+extern const char *mssql_column_type_name(MssqlConn *conn, int col);
+extern bool mssql_get_lsn(MssqlConn *conn, int col, Lsn *out);
+extern bool mssql_get_int64(MssqlConn *conn, int col, int64 *out);
+extern bool mssql_get_local_time(MssqlConn *conn, int col, Timestamp *out);
+extern char *mssql_get_text(MssqlConn *conn, int col);
+extern const char *mssql_error_text(const MssqlError *err);
+
+#endif							/* FINALIZE_MSSQL_H */

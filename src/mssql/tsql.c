@@ -1,0 +1,176 @@
+/*
+ * tsql.c
+ *     The T-SQL the worker sends.
+ *
+ * Identifiers go through mssql_quote_ident and strings through
+ * mssql_quote_literal; LSNs are written as 0x literals built from bytes. No
+ * other text from a user or a catalog ever reaches a statement.
+ *
+ * Reads go through the documented access path a least-privilege login may
+ * use: the capture instance's query function cdc.fn_cdc_get_all_changes_<ci>
+ * (SELECT on the captured columns plus the gating role; no SELECT on the cdc
+ * schema), sys.fn_cdc_get_min_lsn and sys.sp_cdc_get_ddl_history. The query
+ * function reads the change table WITH (NOLOCK) itself: a range ends at or
+ * below max LSN, so every row of it is committed, and the min LSN read after
+ * the ranges still catches a cleanup that ran during the read.
+ *
+ * Statements whose values change every cycle run through sys.sp_executesql
+ * with typed binary(10) parameters, so SQL Server compiles each statement
+ * shape once and reuses its plan; the batch around them only holds EXECs
+ * and markers. A compile error inside sp_executesql (208: a capture
+ * instance dropped since the first batch) aborts only that call, so one
+ * table's failure does not stop the reads of the others.
+ *
+ * Every statement of a read batch is preceded by a one-column marker result
+ * "SELECT <n> AS finalize_statement": a statement that fails returns no
+ * result, and the markers say which one it was and which error is its own.
+ */
+#include "postgres.h"
+
+#include "mssql/mssql_name.h"
+#include "mssql/tsql.h"
+
+/*
+ * The session options set once after every login. SQL Server truncates
+ * (n)varchar(max) values to TEXTSIZE bytes, 4,096 unless the client sets it
+ * (FreeTDS sets nothing unless configured): a DDL statement longer than
+ * 2,048 characters would arrive cut.
+ */
+const char *
+tsql_session_setup(void)
+{
+	return "SET TEXTSIZE 2147483647;\n";
+}
+
+/*
+ * The start of every cycle, one batch with three results:
+ * 1. max LSN, its commit time (server-local datetime), then SQL Server's
+ *    clock in UTC and its current UTC offset in minutes, both from one
+ *    reading of SYSDATETIMEOFFSET() taken AFTER max LSN was read (a commit
+ *    seen is never later than a clock read after it), and as datetime, which
+ *    every TDS version decodes (below TDS 7.3 datetime2 and datetimeoffset
+ *    arrive as nvarchar);
+ * 2. the object ids of the tracked source tables, resolved by SQL Server
+ *    with the database's collation (dbo.Orders and dbo.orders are two
+ *    tables in a case-sensitive database), TSQL_NAMES_PER_STATEMENT per
+ *    result so that no statement grows with the number of tables;
+ * 3. the capture instances the login may read, with their source object ids
+ *    and start LSNs (sp_cdc_help_change_data_capture needs no SELECT on cdc.*).
+ */
+void
+tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames)
+{
+	appendStringInfoString(buf,
+						   "DECLARE @max_lsn binary(10) = sys.fn_cdc_get_max_lsn();\n"
+						   "DECLARE @max_time datetime = sys.fn_cdc_map_lsn_to_time(@max_lsn);\n"
+						   "DECLARE @now datetimeoffset(7) = SYSDATETIMEOFFSET();\n"
+						   "SELECT @max_lsn AS max_lsn, @max_time AS max_time,\n"
+						   "       CONVERT(datetime, SWITCHOFFSET(@now, '+00:00')) AS utc_now,\n"
+						   "       DATEPART(TZOFFSET, @now) AS tz_offset_minutes;\n");
+	for (int i = 0; i < nnames; i++)
+	{
+		bool		first = i % TSQL_NAMES_PER_STATEMENT == 0;
+		bool		last = i == nnames - 1 || (i + 1) % TSQL_NAMES_PER_STATEMENT == 0;
+
+		appendStringInfo(buf, "%s SELECT %d AS finalize_table, OBJECT_ID(%s) AS object_id%s\n",
+						 first ? "" : "UNION ALL", i, mssql_quote_literal(qualified_names[i]), last ? ";" : "");
+	}
+	appendStringInfoString(buf, "EXEC sys.sp_cdc_help_change_data_capture;\n");
+}
+
+/* A schema-qualified name, quoted, for OBJECT_ID. */
+char *
+tsql_qualified_name(const char *schema, const char *object)
+{
+	return psprintf("%s.%s", mssql_quote_ident(schema), mssql_quote_ident(object));
+}
+
+/* Appends an LSN as a binary literal. */
+static void
+append_lsn(StringInfo buf, const Lsn *lsn)
+{
+	char		text[LSN_TEXT_LEN + 1];
+
+	lsn_format(lsn, text);
+	appendStringInfoString(buf, text);
+}
+
+/* Appends the marker result that precedes statement n of a read batch. */
+void
+tsql_append_marker(StringInfo buf, int n)
+{
+	appendStringInfo(buf, "SELECT %d AS finalize_statement;\n", n);
+}
+
+/*
+ * Appends one statement that aggregates the range (start, end] of a capture
+ * instance on the server: rows per operation (2 insert, 4 update
+ * after-image, 1 delete; row filter 'all' returns no before-images), and the
+ * commit times of the first and last LSN with rows. One row whatever the
+ * size of the range, so a range costs the same to transfer with 10 rows or
+ * 10 million.
+ *
+ * The query function takes its low end inclusively, so it gets start + 1.
+ * When that is below the instance's low water mark (cleanup passed it) the
+ * function raises error 313; the min LSN read after the ranges then shows
+ * the loss, which is what decides.
+ */
+void
+tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
+							const Lsn *start_exclusive, const Lsn *end_inclusive)
+{
+	char	   *fn_name = psprintf("fn_cdc_get_all_changes_%s", capture_instance);
+	StringInfoData stmt;
+	Lsn			from;
+
+	initStringInfo(&stmt);
+	appendStringInfoString(&stmt,
+						   "SELECT COUNT_BIG(CASE WHEN c.[__$operation] = 2 THEN 1 END) AS ins,\n"
+						   "       COUNT_BIG(CASE WHEN c.[__$operation] = 4 THEN 1 END) AS upd,\n"
+						   "       COUNT_BIG(CASE WHEN c.[__$operation] = 1 THEN 1 END) AS del,\n"
+						   "       sys.fn_cdc_map_lsn_to_time(MIN(c.[__$start_lsn])) AS first_time,\n"
+						   "       sys.fn_cdc_map_lsn_to_time(MAX(c.[__$start_lsn])) AS last_time\n"
+						   "  FROM [cdc].");
+	appendStringInfoString(&stmt, mssql_quote_ident(fn_name));
+	appendStringInfoString(&stmt, "(@from, @to, N'all') AS c");
+
+	/* start < end, so start + 1 exists */
+	if (!lsn_increment(start_exclusive, &from))
+		from = *end_inclusive;
+	appendStringInfoString(buf, "EXEC sys.sp_executesql ");
+	appendStringInfoString(buf, mssql_quote_literal(stmt.data));
+	appendStringInfoString(buf, ", N'@from binary(10), @to binary(10)', @from = ");
+	append_lsn(buf, &from);
+	appendStringInfoString(buf, ", @to = ");
+	append_lsn(buf, end_inclusive);
+	appendStringInfoString(buf, ";\n");
+	pfree(stmt.data);
+	pfree(fn_name);
+}
+
+/*
+ * Appends the statement that reads a capture instance's low water mark and
+ * its commit time (where a table resumes after a loss). One plan for every
+ * instance: the name is a parameter.
+ */
+void
+tsql_append_min_lsn(StringInfo buf, const char *capture_instance)
+{
+	appendStringInfoString(buf,
+						   "EXEC sys.sp_executesql N'SELECT m.min_lsn, sys.fn_cdc_map_lsn_to_time(m.min_lsn) AS min_time "
+						   "FROM (SELECT sys.fn_cdc_get_min_lsn(@ci) AS min_lsn) AS m', N'@ci sysname', @ci = ");
+	appendStringInfoString(buf, mssql_quote_literal(capture_instance));
+	appendStringInfoString(buf, ";\n");
+}
+
+/*
+ * Appends the call that lists the DDL a capture instance recorded
+ * (readable by a login that may read the instance, no SELECT on cdc.*).
+ */
+void
+tsql_append_ddl_history(StringInfo buf, const char *capture_instance)
+{
+	appendStringInfoString(buf, "EXEC sys.sp_cdc_get_ddl_history @capture_instance = ");
+	appendStringInfoString(buf, mssql_quote_literal(capture_instance));
+	appendStringInfoString(buf, ";\n");
+}

@@ -1,0 +1,58 @@
+/*
+ * tsql.h
+ *     The T-SQL the worker sends, built with every identifier and string
+ *     quoted. Pure functions.
+ */
+#ifndef FINALIZE_TSQL_H
+#define FINALIZE_TSQL_H
+
+#include "lib/stringinfo.h"
+
+#include "common/lsn.h"
+
+/* Columns of the results the worker reads, 1-based as DB-Library counts. */
+enum
+{
+	/* source state */
+	TSQL_STATE_MAX_LSN = 1, TSQL_STATE_MAX_TIME, TSQL_STATE_UTC_NOW, TSQL_STATE_TZ_OFFSET
+};
+enum
+{
+	/* object ids of the tracked tables */
+	TSQL_OBJECT_TAG = 1, TSQL_OBJECT_ID
+};
+enum
+{
+	/* sys.sp_cdc_help_change_data_capture */
+	TSQL_HELP_SCHEMA = 1, TSQL_HELP_TABLE, TSQL_HELP_INSTANCE, TSQL_HELP_OBJECT_ID,
+	TSQL_HELP_SOURCE_OBJECT_ID, TSQL_HELP_START_LSN
+};
+enum
+{
+	/* range aggregate */
+	TSQL_RANGE_INSERTS = 1, TSQL_RANGE_UPDATES, TSQL_RANGE_DELETES, TSQL_RANGE_FIRST_TIME, TSQL_RANGE_LAST_TIME
+};
+enum
+{
+	/* min LSN */
+	TSQL_MIN_LSN = 1, TSQL_MIN_TIME
+};
+enum
+{
+	/* sys.sp_cdc_get_ddl_history */
+	TSQL_DDL_COMMAND = 5, TSQL_DDL_LSN = 6, TSQL_DDL_TIME = 7
+};
+
+/* Tracked tables whose object ids one statement of the source state resolves. */
+#define TSQL_NAMES_PER_STATEMENT 100
+
+extern const char *tsql_session_setup(void);
+extern void tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames);
+extern char *tsql_qualified_name(const char *schema, const char *object);
+extern void tsql_append_marker(StringInfo buf, int n);
+extern void tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
+										const Lsn *start_exclusive, const Lsn *end_inclusive);
+extern void tsql_append_min_lsn(StringInfo buf, const char *capture_instance);
+extern void tsql_append_ddl_history(StringInfo buf, const char *capture_instance);
+
+#endif							/* FINALIZE_TSQL_H */

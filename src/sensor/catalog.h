@@ -1,0 +1,30 @@
+/*
+ * catalog.h
+ *     Direct reads of finalize's own tables for the hot sensor paths.
+ */
+#ifndef FINALIZE_CATALOG_H
+#define FINALIZE_CATALOG_H
+
+#include "datatype/timestamp.h"
+#include "utils/snapshot.h"
+
+/* What a sensor needs to know about one tracked table. */
+typedef struct TrackedVerdict
+{
+	int64		table_id;
+	Interval	granularity;
+	bool		has_watermark;	/* false while nothing is final */
+	TimestampTz finalized_until;
+} TrackedVerdict;
+
+/*
+ * Changes whenever a relation the sensors read is altered, dropped or
+ * re-created: anything cached from these relations is stale then.
+ */
+extern uint64 catalog_generation;
+
+extern void catalog_register_callback(void);
+extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
+extern void catalog_not_tracked(const char *table_name) pg_attribute_noreturn();
+
+#endif							/* FINALIZE_CATALOG_H */

@@ -1,0 +1,22 @@
+/*
+ * cycle.h
+ *     One cycle of a source worker.
+ */
+#ifndef FINALIZE_CYCLE_H
+#define FINALIZE_CYCLE_H
+
+#include "mssql/mssql.h"
+
+/* What a source worker keeps between cycles. */
+typedef struct SourceRun
+{
+	Oid			serverid;
+	char	   *server_name;	/* in TopMemoryContext, for messages */
+	MssqlConn  *conn;			/* kept open across cycles */
+	int			failures;		/* consecutive failed cycles */
+	bool		server_gone;	/* the foreign server was dropped: exit */
+} SourceRun;
+
+extern bool run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error);
+
+#endif							/* FINALIZE_CYCLE_H */

@@ -1,0 +1,223 @@
+/*
+ * plan.c
+ *     Range planning and judging for one cycle.
+ *
+ * Everything here is a pure function of what the worker read, so the rules
+ * that keep the verdict sound can be read (and tested) in one place:
+ *
+ *  - a range ends at max_lsn: a commit boundary the capture process has
+ *    fully processed, so its facts are complete if no row was cleaned up
+ *    before it was read;
+ *  - that is checked with the capture instance's min LSN read AFTER the
+ *    range (cleanup raises it before deleting rows): a range whose first
+ *    possible LSN lies below it may have lost rows and is never recorded;
+ *  - min LSN 0x00.. means the instance is gone or the login may not read it,
+ *    so nothing is recorded either;
+ *  - a source table can have two capture instances. A newer one is followed
+ *    from its start LSN: LSNs before it are read from the old instance, LSNs
+ *    from it on from the new one. If the old instance disappears before the
+ *    worker has read up to the new one's start, the LSNs in between cannot be
+ *    read any more: that gap is data loss.
+ */
+#include "postgres.h"
+
+#include "worker/plan.h"
+
+/*
+ * Whether an instance captures the table's source table. SQL Server resolved
+ * the table's name to an object id with the database's collation, so names
+ * are never compared here: under a case-sensitive collation dbo.Orders and
+ * dbo.orders are two tables, under the default one they are the same.
+ */
+static bool
+captures(const CaptureInstance *ci, const TrackedSource *table)
+{
+	return table->object_id != 0 && ci->source_object_id == table->object_id;
+}
+
+/*
+ * Finds the instance the table followed so far (by name) and the newest
+ * instance capture has started for its source table.
+ */
+static void
+find_instances(const TrackedSource *table, const CaptureInstance *instances, int ninstances,
+			   const CaptureInstance **current, const CaptureInstance **newest)
+{
+	*current = NULL;
+	*newest = NULL;
+	for (int i = 0; i < ninstances; i++)
+	{
+		const CaptureInstance *ci = &instances[i];
+
+		if (!captures(ci, table))
+			continue;
+		if (table->capture_instance != NULL && strcmp(ci->name, table->capture_instance) == 0)
+			*current = ci;
+		if (ci->has_start && (*newest == NULL || lsn_cmp(&ci->start_lsn, &(*newest)->start_lsn) > 0))
+			*newest = ci;
+	}
+}
+
+/* Adds a segment (start, end] of an instance to a plan. */
+static void
+add_segment(TablePlan *out, const CaptureInstance *ci, const Lsn *start, const Lsn *end, bool switching)
+{
+	RangeSegment *s = &out->seg[out->nsegments];
+
+	s->instance = ci;
+	s->start = *start;
+	s->end = *end;
+	out->switch_in_seg[out->nsegments] = switching;
+	out->nsegments++;
+}
+
+/*
+ * Decides what to do for one table this cycle. A table without an offset
+ * starts at max_lsn (its facts begin there), or, with start_from =
+ * 'capture_start', just before the start LSN of its capture instance.
+ */
+void
+plan_table(const TrackedSource *table, const CaptureInstance *instances,
+		   int ninstances, const Lsn *max_lsn, TablePlan *out)
+{
+	const CaptureInstance *current;
+	const CaptureInstance *newest;
+	Lsn			start;
+	Lsn			switch_at;
+
+	memset(out, 0, sizeof(*out));
+
+	/*
+	 * The instance followed so far now captures another object than the
+	 * table's name resolves to (a table renamed into its place): its changes
+	 * are not this table's, and the old table's are not in the newer
+	 * instances. Wait for a person.
+	 */
+	for (int i = 0; table->capture_instance != NULL && table->object_id != 0 && i < ninstances; i++)
+		if (strcmp(instances[i].name, table->capture_instance) == 0 &&
+			instances[i].source_object_id != table->object_id)
+		{
+			out->instance = &instances[i];
+			out->action = PLAN_SOURCE_REPLACED;
+			return;
+		}
+
+	find_instances(table, instances, ninstances, &current, &newest);
+
+	if (table->resuming)
+	{
+		out->instance = current ? current : newest;
+		out->action = out->instance ? PLAN_RESUME : PLAN_NO_INSTANCE;
+		return;
+	}
+
+	if (!table->has_offset)
+	{
+		out->instance = newest;
+		if (newest == NULL)
+		{
+			out->action = PLAN_NO_INSTANCE;
+			return;
+		}
+		/* An instance capture has not reached yet cannot be read: wait. */
+		if (lsn_cmp(&newest->start_lsn, max_lsn) > 0)
+		{
+			out->action = PLAN_NOTHING;
+			return;
+		}
+		if (!table->start_at_capture)
+		{
+			out->action = PLAN_BASELINE;
+			return;
+		}
+		/* (start - 1, max]: the instance's first LSN is the range's first. */
+		if (!lsn_decrement(&newest->start_lsn, &start))
+			memset(&start, 0, sizeof(start));
+		if (lsn_cmp(&start, max_lsn) >= 0)
+		{
+			out->action = PLAN_BASELINE;
+			return;
+		}
+		out->action = PLAN_READ;
+		add_segment(out, newest, &start, max_lsn, false);
+		return;
+	}
+
+	if (lsn_cmp(&table->offset, max_lsn) > 0)
+	{
+		out->action = PLAN_LSN_REGRESSED;
+		out->instance = current;
+		return;
+	}
+	if (current == NULL && newest == NULL)
+	{
+		out->action = PLAN_NO_INSTANCE;
+		return;
+	}
+
+	/* A newer instance than the one followed: switch at its start. */
+	if (newest != NULL && newest != current &&
+		(current == NULL || !current->has_start ||
+		 lsn_cmp(&newest->start_lsn, &current->start_lsn) > 0))
+	{
+		if (!lsn_decrement(&newest->start_lsn, &switch_at))
+			memset(&switch_at, 0, sizeof(switch_at));
+		out->previous = current;
+		out->instance = newest;
+		if (lsn_cmp(&table->offset, &switch_at) >= 0)
+		{
+			/* Read up to the switch already: continue on the new instance. */
+			if (lsn_cmp(&table->offset, max_lsn) == 0)
+			{
+				out->action = PLAN_NOTHING;
+				out->instance = current ? current : newest;
+				return;
+			}
+			out->action = PLAN_READ;
+			add_segment(out, newest, &table->offset, max_lsn, true);
+			return;
+		}
+		if (current == NULL)
+		{
+			/* The old instance is gone before its part was read. */
+			out->action = PLAN_INSTANCE_GAP;
+			out->gap_end = switch_at;
+			return;
+		}
+		out->action = PLAN_READ;
+		if (lsn_cmp(&switch_at, max_lsn) >= 0)
+		{
+			/* The new instance starts beyond max LSN: the old one still serves. */
+			out->instance = current;
+			out->previous = NULL;
+			add_segment(out, current, &table->offset, max_lsn, false);
+			return;
+		}
+		add_segment(out, current, &table->offset, &switch_at, false);
+		add_segment(out, newest, &switch_at, max_lsn, true);
+		return;
+	}
+
+	out->instance = current;
+	if (lsn_cmp(&table->offset, max_lsn) == 0)
+	{
+		out->action = PLAN_NOTHING;
+		return;
+	}
+	out->action = PLAN_READ;
+	add_segment(out, current, &table->offset, max_lsn, false);
+}
+
+/*
+ * Judges a range after it was read, from the instance's min LSN read after
+ * the read.
+ */
+RangeVerdict
+judge_range(const Lsn *start_exclusive, const Lsn *min_lsn_after_read)
+{
+	if (lsn_is_zero(min_lsn_after_read))
+		return RANGE_UNREADABLE;
+	if (lsn_range_starts_below(start_exclusive, min_lsn_after_read))
+		return RANGE_MAY_HAVE_LOST_ROWS;
+	return RANGE_COMPLETE;
+}

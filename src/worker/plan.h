@@ -1,0 +1,90 @@
+/*
+ * plan.h
+ *     Range planning and judging for one cycle: pure decisions, no I/O.
+ */
+#ifndef FINALIZE_PLAN_H
+#define FINALIZE_PLAN_H
+
+#include "datatype/timestamp.h"
+
+#include "common/lsn.h"
+
+/* A capture instance the login may read (sp_cdc_help_change_data_capture). */
+typedef struct CaptureInstance
+{
+	char	   *name;
+	char	   *source_schema;
+	char	   *source_table;
+	bool		has_start;		/* start_lsn is NULL until capture first sees it */
+	Lsn			start_lsn;
+	int64		source_object_id;	/* OBJECT_ID of its source table (0: unknown) */
+} CaptureInstance;
+
+/* A tracked table as the worker sees it at the start of a cycle. */
+typedef struct TrackedSource
+{
+	int64		table_id;
+	char	   *table_name;
+	char	   *source_schema;
+	char	   *source_name;
+	int64		object_id;		/* OBJECT_ID SQL Server resolved for source_schema.source_name
+								 * this cycle, with the database's collation (0: not visible) */
+	char	   *capture_instance;	/* the one followed so far, or NULL */
+	bool		start_at_capture;	/* start_from = 'capture_start' */
+	bool		resuming;		/* resume_table() asked to restart after a loss */
+	bool		ddl_block;		/* ddl_policy = 'block' */
+	bool		auto_resume;	/* on_data_loss = 'resume' */
+	bool		has_offset;
+	Lsn			offset;			/* end of the last recorded range */
+	TimestampTz offset_time;	/* its commit time */
+	bool		has_schema_ack;
+	Lsn			schema_ack;		/* DDL up to here was reviewed */
+	bool		has_last_loss;
+	TimestampTz last_loss;		/* when the previous data loss was recorded */
+} TrackedSource;
+
+typedef enum PlanAction
+{
+	PLAN_NOTHING,				/* no commit after the offset */
+	PLAN_BASELINE,				/* first cycle: tracking starts at max_lsn */
+	PLAN_READ,					/* read the segments */
+	PLAN_NO_INSTANCE,			/* no readable capture instance */
+	PLAN_LSN_REGRESSED,			/* the offset is beyond max_lsn */
+	PLAN_INSTANCE_GAP,			/* the followed instance was dropped before the
+								 * newer one's start was reached: data loss */
+	PLAN_RESUME,				/* restart after a loss at the instance's min LSN */
+	PLAN_SOURCE_REPLACED		/* the followed instance captures another object
+								 * than the table's name now resolves to */
+} PlanAction;
+
+/* A range (start, end] of one capture instance. */
+typedef struct RangeSegment
+{
+	const CaptureInstance *instance;
+	Lsn			start;
+	Lsn			end;
+} RangeSegment;
+
+typedef struct TablePlan
+{
+	PlanAction	action;
+	const CaptureInstance *instance;	/* followed after this cycle */
+	const CaptureInstance *previous;	/* followed before, if it switches */
+	int			nsegments;		/* PLAN_READ: 1, or 2 across a switch */
+	RangeSegment seg[2];
+	bool		switch_in_seg[2];	/* this segment starts the newer instance */
+	Lsn			gap_end;		/* PLAN_INSTANCE_GAP: end of the unreadable range */
+} TablePlan;
+
+typedef enum RangeVerdict
+{
+	RANGE_COMPLETE,				/* record it */
+	RANGE_MAY_HAVE_LOST_ROWS,	/* cleanup passed its start: data loss */
+	RANGE_UNREADABLE			/* min LSN 0: instance gone or no permission */
+} RangeVerdict;
+
+extern void plan_table(const TrackedSource *table, const CaptureInstance *instances,
+					   int ninstances, const Lsn *max_lsn, TablePlan *out);
+extern RangeVerdict judge_range(const Lsn *start_exclusive, const Lsn *min_lsn_after_read);
+
+#endif							/* FINALIZE_PLAN_H */

@@ -1,0 +1,189 @@
+/*
+ * scheduler.c
+ *     The scheduler: one dynamic background worker in finalize.database. It
+ *     keeps one source worker running per foreign server that has tracked
+ *     tables, stops those whose source is gone, and applies the facts
+ *     retention. It idles while the extension is not installed.
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "common/settings.h"
+#include "common/shmem.h"
+#include "worker/worker.h"
+#include "worker/worker_state.h"
+
+#define SCHEDULER_NAP_MS 1000
+#define PURGE_INTERVAL_MS (60 * 60 * 1000)
+
+/* A source that should have a worker. */
+typedef struct WantedSource
+{
+	Oid			serverid;
+	char		name[NAMEDATALEN];
+} WantedSource;
+
+/* A worker this scheduler registered and has not seen stop. */
+typedef struct StartedWorker
+{
+	Oid			serverid;
+	BackgroundWorkerHandle *handle;
+} StartedWorker;
+
+static StartedWorker started[FINALIZE_MAX_SLOTS];
+static int	nstarted = 0;
+
+/*
+ * Reads the sources that have tracked tables, in a short transaction; also
+ * purges old facts once an hour. Returns -1 while the extension is not
+ * installed.
+ */
+static int
+read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
+{
+	int			n = 0;
+
+	ws_begin("finalize: listing sources");
+	if (!OidIsValid(get_extension_oid("finalize", true)))
+	{
+		ws_commit();
+		return -1;
+	}
+	if (SPI_execute("SELECT s.serverid, s.server_name FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
+					true, max) != SPI_OK_SELECT)
+		elog(ERROR, "could not list finalize's sources");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		wanted[n].serverid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull));
+		strlcpy(wanted[n].name, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2),
+				NAMEDATALEN);
+		n++;
+	}
+	if (TimestampDifferenceExceeds(*last_purge, GetCurrentTimestamp(), PURGE_INTERVAL_MS))
+	{
+		ws_purge_facts();
+		*last_purge = GetCurrentTimestamp();
+	}
+	ws_commit();
+	return n;
+}
+
+/* Whether this scheduler registered a worker for the source that is still starting. */
+static bool
+worker_starting(Oid serverid)
+{
+	for (int i = 0; i < nstarted; i++)
+	{
+		pid_t		pid;
+
+		if (started[i].serverid != serverid)
+			continue;
+		if (GetBackgroundWorkerPid(started[i].handle, &pid) != BGWH_STOPPED)
+			return true;
+		started[i] = started[--nstarted];
+		i--;
+	}
+	return false;
+}
+
+/* Records that a source has no worker for lack of processes. */
+static void
+record_no_worker(const WantedSource *src)
+{
+	ereport(WARNING,
+			(errmsg("finalize could not start a worker for source \"%s\"", src->name),
+			 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
+					 "one for its scheduler and one per source.")));
+	ws_begin("finalize: recording a missing worker");
+	ws_source_failed(src->name, "no_worker",
+					 "No background worker slot was free (max_worker_processes); the source is not polled.",
+					 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SCHEDULER_NAP_MS));
+	ws_commit();
+}
+
+/* One round: start the missing workers, stop the unneeded ones. */
+static void
+schedule(TimestampTz *last_purge)
+{
+	WantedSource wanted[FINALIZE_MAX_SLOTS];
+	WorkerSlot	running[FINALIZE_MAX_SLOTS];
+	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge) : 0;
+	int			nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
+
+	for (int i = 0; i < nrunning; i++)
+	{
+		bool		keep = false;
+
+		for (int j = 0; j < nwanted && !keep; j++)
+			keep = wanted[j].serverid == running[i].serverid;
+		if (!keep)
+			kill(running[i].pid, SIGTERM);
+	}
+	for (int j = 0; j < nwanted; j++)
+	{
+		char		name[BGW_MAXLEN];
+
+		if (slot_is_running(SLOT_WORKER, MyDatabaseId, wanted[j].serverid) ||
+			worker_starting(wanted[j].serverid) || nstarted >= FINALIZE_MAX_SLOTS)
+			continue;
+		snprintf(name, sizeof(name), "finalize worker for server %s", wanted[j].name);
+		if (start_dynamic_worker("finalize_worker_main", "finalize worker", name,
+								 MyDatabaseId, wanted[j].serverid, &started[nstarted].handle))
+			started[nstarted++].serverid = wanted[j].serverid;
+		else
+			record_no_worker(&wanted[j]);
+	}
+}
+
+/* Entry point of the scheduler; bgw_extra holds the database OID. */
+void
+finalize_scheduler_main(Datum arg)
+{
+	Oid			dboid;
+	TimestampTz last_purge = 0;
+
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	connect_worker_to_database(dboid);
+	if (!slot_claim(SLOT_SCHEDULER, dboid, InvalidOid))
+		proc_exit(0);
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (paused_database() == MyDatabaseId)
+			proc_exit(0);
+		schedule(&last_purge);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(SCHEDULER_NAP_MS, finalize_poll_interval_ms), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

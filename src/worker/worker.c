@@ -1,0 +1,221 @@
+/*
+ * worker.c
+ *     The source worker: one process per SQL Server source, running cycles
+ *     (cycle.c) every finalize.poll_interval, backing off after failures.
+ *
+ * Errors never kill the worker: a failed cycle is recorded in
+ * finalize.source_status with SQL Server's message and retried after a
+ * capped exponential backoff. pg_cancel_backend cancels the cycle in
+ * progress; SIGTERM and pg_terminate_backend end the process at once, also
+ * while SQL Server stalls (DB-Library checks for interrupts every second).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "worker/cycle.h"
+#include "common/settings.h"
+#include "common/shmem.h"
+#include "worker/worker.h"
+#include "worker/worker_state.h"
+
+/*
+ * Registers a dynamic background worker of this library for a database (and
+ * a source). The postmaster signals the caller when it starts or stops.
+ */
+bool
+start_dynamic_worker(const char *function, const char *type, const char *name,
+					 Oid dboid, Oid serverid, BackgroundWorkerHandle **handle)
+{
+	BackgroundWorker bgw;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;	/* the parent restarts it */
+	strlcpy(bgw.bgw_library_name, "finalize", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(bgw.bgw_type, type, BGW_MAXLEN);
+	strlcpy(bgw.bgw_name, name, BGW_MAXLEN);
+	bgw.bgw_main_arg = ObjectIdGetDatum(serverid);
+	memcpy(bgw.bgw_extra, &dboid, sizeof(Oid));
+	bgw.bgw_notify_pid = MyProcPid;
+	return RegisterDynamicBackgroundWorker(&bgw, handle);
+}
+
+/*
+ * Connects a scheduler or source worker to its database (as the bootstrap
+ * superuser) with search_path pinned: everything these processes run is
+ * schema-qualified, and nothing another role creates in a schema on the
+ * default path can stand in for it.
+ */
+void
+connect_worker_to_database(Oid dboid)
+{
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/* Delay before the next cycle: the poll interval, or a capped backoff. */
+static long
+next_delay_ms(int failures)
+{
+	int64		delay = finalize_poll_interval_ms;
+	int64		cap = Max(finalize_max_retry_interval_ms, finalize_poll_interval_ms);
+
+	for (int i = 1; i < failures && delay < cap; i++)
+		delay *= 2;
+	return (long) Min(delay, cap);
+}
+
+/*
+ * Sleeps until the next cycle is due. The latch also wakes up for reasons
+ * that are no cause for a cycle (a timer's tick, a ProcSignal such as a
+ * request to log memory contexts): those are served and the sleep goes on.
+ * A reload ends it, so a new poll interval applies at once.
+ */
+static void
+sleep_until(TimestampTz due)
+{
+	for (;;)
+	{
+		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due);
+
+		if (ms <= 0 || ConfigReloadPending)
+			return;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		/* Between cycles a cancel has nothing to cancel. */
+		QueryCancelPending = false;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Records a failed cycle, logging it; never lets a second error escape. */
+static void
+record_failure(SourceRun *run, const char *condition, const char *message, long delay_ms)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	ereport(LOG,
+			(errmsg("finalize: source \"%s\": %s", run->server_name ? run->server_name : "?", message),
+			 errdetail("Next attempt in %ld ms (failure %d in a row).", delay_ms, run->failures)));
+	if (run->server_name == NULL)
+		return;
+	PG_TRY();
+	{
+		ws_begin("finalize: recording a failed cycle");
+		ws_source_failed(run->server_name, condition, message,
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
+		ws_commit();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		MemoryContextSwitchTo(cxt);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Entry point of a source worker: bgw_main_arg is the foreign server, the
+ * database OID is in bgw_extra.
+ */
+void
+finalize_worker_main(Datum arg)
+{
+	Oid			serverid = DatumGetObjectId(arg);
+	Oid			dboid;
+	MemoryContext cycle_cxt;
+	SourceRun	run;
+
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	connect_worker_to_database(dboid);
+
+	/* Another worker already serves this source: leave it alone. */
+	if (!slot_claim(SLOT_WORKER, dboid, serverid))
+		proc_exit(0);
+
+	memset(&run, 0, sizeof(run));
+	run.serverid = serverid;
+	cycle_cxt = AllocSetContextCreate(TopMemoryContext, "finalize cycle", ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		char	   *condition = NULL;
+		char	   *error = NULL;
+		volatile bool ok = false;
+		long		delay;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!finalize_enabled)
+			proc_exit(0);
+
+		MemoryContextReset(cycle_cxt);
+		MemoryContextSwitchTo(cycle_cxt);
+		PG_TRY();
+		{
+			ok = run_cycle(&run, cycle_cxt, &condition, &error);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cycle_cxt);
+			edata = CopyErrorData();
+			EmitErrorReport();
+			FlushErrorState();
+			AbortOutOfAnyTransaction();
+			condition = edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? "cancelled" : "internal_error";
+			error = psprintf("The cycle failed in PostgreSQL: %s", edata->message);
+			ok = false;
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(cycle_cxt);
+
+		if (run.server_gone)
+		{
+			if (run.conn)
+				mssql_close(run.conn);
+			proc_exit(0);
+		}
+		if (ok)
+			run.failures = 0;
+		else
+		{
+			run.failures++;
+			if (run.conn != NULL && mssql_is_dead(run.conn))
+			{
+				mssql_close(run.conn);
+				run.conn = NULL;
+			}
+		}
+		delay = next_delay_ms(run.failures);
+		if (!ok)
+			record_failure(&run, condition, error, delay);
+
+		pgstat_report_activity(STATE_IDLE, NULL);
+		sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay));
+	}
+}

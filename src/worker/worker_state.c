@@ -1,0 +1,472 @@
+/*
+ * worker_state.c
+ *     The worker's reads and writes of PostgreSQL state.
+ *
+ * Reads happen in one short transaction at the start of a cycle; writes in
+ * one short transaction at its end, through the same SQL functions an admin
+ * would use (record_range is the only write path of the verdict). No
+ * transaction is ever open while the worker talks to SQL Server.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "foreign/foreign.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "common/fdw_options.h"
+#include "common/settings.h"
+#include "common/period.h"
+#include "worker/worker_state.h"
+
+/* _record_range is planned once per process. */
+static SPIPlanPtr record_range_plan = NULL;
+
+/* The memory context that was current when ws_begin started a transaction. */
+static MemoryContext caller_cxt = NULL;
+
+/* Starts a short transaction with SPI and a snapshot. */
+void
+ws_begin(const char *activity)
+{
+	caller_cxt = CurrentMemoryContext;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+/*
+ * Starts the transaction that records a cycle. Its lock waits are bounded
+ * by finalize.lock_timeout: a session that holds a table's row (an open
+ * transaction that called resume_table, say) then costs that table one
+ * condition, instead of stalling every table of the source unseen.
+ */
+void
+ws_begin_write(const char *activity)
+{
+	char		value[32];
+
+	ws_begin(activity);
+	snprintf(value, sizeof(value), "%dms", finalize_lock_timeout_ms);
+	(void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * Commits the transaction started by ws_begin, and makes the caller's
+ * memory context current again: CommitTransactionCommand leaves
+ * TopMemoryContext current, where everything the worker allocated next
+ * would live (and leak) for the life of the process.
+ */
+void
+ws_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(caller_cxt);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
+ * An interval option in microseconds; false when it does not fit (the
+ * validator refuses such values, so only an option set before it did).
+ */
+static bool
+option_interval_usecs(const char *text, int64 *out)
+{
+	Interval   *iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
+														  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+
+	return interval_usecs(iv, out);
+}
+
+/* Copies an SPI text value into cxt (NULL stays NULL). */
+static char *
+spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
+{
+	char	   *v = SPI_getvalue(tup, desc, col);
+
+	return v ? MemoryContextStrdup(cxt, v) : NULL;
+}
+
+/*
+ * Reads a source's options, its login and its active tracked tables, all
+ * copied into cxt. Returns NULL, or a message saying what is missing (then
+ * the cycle cannot run). *server_gone says the server itself was dropped.
+ */
+char *
+ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
+			   TrackedSource **tables, int *ntables, bool *server_gone)
+{
+	ForeignServer *server;
+	UserMapping *um;
+	char	   *problem = NULL;
+	MemoryContext oldcxt;
+	Datum		arg;
+	Oid			argtype = TEXTOID;
+	Oid			owner;
+
+	*server_gone = false;
+	*ntables = 0;
+	*tables = NULL;
+	memset(cfg, 0, sizeof(*cfg));
+	ws_begin("finalize: reading tracked tables");
+
+	server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
+	if (server == NULL ||
+		strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_mssql") != 0)
+	{
+		*server_gone = true;
+		ws_commit();
+		return pstrdup("the foreign server no longer exists");
+	}
+
+	oldcxt = MemoryContextSwitchTo(cxt);
+	cfg->serverid = serverid;
+	cfg->server_name = pstrdup(server->servername);
+	cfg->conn.host = pstrdup(fdw_option_value(server->options, "host", ""));
+	cfg->conn.port = atoi(fdw_option_value(server->options, "port", "1433"));
+	cfg->database = pstrdup(fdw_option_value(server->options, "database", ""));
+	cfg->conn.database = cfg->database;
+	cfg->timezone = pstrdup(fdw_option_value(server->options, "timezone", "UTC"));
+	cfg->conn.tds_version = pstrdup(fdw_option_value(server->options, "tds_version", "7.4"));
+	cfg->conn.login_timeout = finalize_login_timeout;
+	cfg->conn.query_timeout = finalize_query_timeout;
+	cfg->tz = pg_tzset(cfg->timezone);
+	if (!option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),
+							   &cfg->stall_threshold) || cfg->stall_threshold <= 0)
+		problem = psprintf("the capture_stall_threshold option of server \"%s\" is out of range; set it again "
+						   "(ALTER SERVER %s OPTIONS (SET capture_stall_threshold '15 minutes'))",
+						   server->servername, quote_identifier(server->servername));
+	MemoryContextSwitchTo(oldcxt);
+
+	/* The login is the user mapping of the server's owner, else PUBLIC's. */
+	owner = server->owner;
+	if (problem != NULL)
+		 /* reported below */ ;
+	else if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(owner),
+							   ObjectIdGetDatum(serverid)) &&
+		!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
+							   ObjectIdGetDatum(serverid)))
+		problem = psprintf("there is no user mapping for role \"%s\" (the owner of server \"%s\") or PUBLIC; "
+						   "create one with CREATE USER MAPPING FOR \"%s\" SERVER \"%s\" OPTIONS (username '...', password '...')",
+						   GetUserNameFromId(owner, false), server->servername,
+						   GetUserNameFromId(owner, false), server->servername);
+	else
+	{
+		um = GetUserMapping(owner, serverid);
+		oldcxt = MemoryContextSwitchTo(cxt);
+		cfg->conn.username = pstrdup(fdw_option_value(um->options, "username", ""));
+		cfg->conn.password = pstrdup(fdw_option_value(um->options, "password", ""));
+		MemoryContextSwitchTo(oldcxt);
+		if (cfg->conn.username[0] == '\0')
+			problem = psprintf("the user mapping for server \"%s\" has no username option", server->servername);
+	}
+	if (problem == NULL && cfg->conn.host[0] == '\0')
+		problem = psprintf("server \"%s\" has no host option", server->servername);
+	if (problem == NULL && cfg->database[0] == '\0')
+		problem = psprintf("server \"%s\" has no database option", server->servername);
+	if (problem == NULL && cfg->tz == NULL)
+		problem = psprintf("the timezone option \"%s\" of server \"%s\" is not a known time zone",
+						   cfg->timezone, server->servername);
+
+	/* The active tables of this source, with their offsets. */
+	arg = CStringGetTextDatum(server->servername);
+	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
+							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
+							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss"
+							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t",
+							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the tracked tables of server \"%s\"", server->servername);
+
+	if (SPI_processed > 0)
+	{
+		TrackedSource *ts = MemoryContextAllocZero(cxt, sizeof(TrackedSource) * SPI_processed);
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			bool		isnull;
+			char	   *offset;
+			Datum		d;
+			char	   *ack;
+
+			ts[i].table_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+			ts[i].table_name = spi_text(tup, desc, 2, cxt);
+			ts[i].source_schema = spi_text(tup, desc, 3, cxt);
+			ts[i].source_name = spi_text(tup, desc, 4, cxt);
+			ts[i].capture_instance = spi_text(tup, desc, 5, cxt);
+			ts[i].start_at_capture = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+			offset = SPI_getvalue(tup, desc, 7);
+			ts[i].has_offset = offset != NULL && lsn_parse(offset, &ts[i].offset);
+			ts[i].resuming = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
+			ts[i].ddl_block = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
+			ts[i].auto_resume = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
+			d = SPI_getbinval(tup, desc, 11, &isnull);
+			ts[i].offset_time = isnull ? 0 : DatumGetTimestampTz(d);
+			ack = SPI_getvalue(tup, desc, 12);
+			ts[i].has_schema_ack = ack != NULL && lsn_parse(ack, &ts[i].schema_ack);
+			d = SPI_getbinval(tup, desc, 13, &isnull);
+			ts[i].has_last_loss = !isnull;
+			ts[i].last_loss = isnull ? 0 : DatumGetTimestampTz(d);
+		}
+		*tables = ts;
+		*ntables = (int) SPI_processed;
+	}
+
+	/* A condition that holds the source until a person releases it. */
+	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
+							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the hold of server \"%s\"", server->servername);
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+
+		cfg->held_by = spi_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, cxt);
+		cfg->held_since = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+															&isnull));
+	}
+	if (problem != NULL)
+		problem = MemoryContextStrdup(cxt, problem);
+	ws_commit();
+	return problem;
+}
+
+/* Text datum of an LSN. */
+static Datum
+lsn_datum(const Lsn *lsn)
+{
+	char		text[LSN_TEXT_LEN + 1];
+
+	lsn_format(lsn, text);
+	return CStringGetTextDatum(text);
+}
+
+/* Text datum or NULL. */
+static Datum
+text_or_null(const char *s, char *nulls, int i)
+{
+	if (s == NULL)
+	{
+		nulls[i] = 'n';
+		return (Datum) 0;
+	}
+	return CStringGetTextDatum(s);
+}
+
+/*
+ * Records one range through finalize._record_range (facts and verdict), by
+ * table id: a name untracked and tracked again since the cycle read it is
+ * another table, and the write is refused.
+ */
+void
+ws_record_range(void *arg)
+{
+	RangeFacts *f = (RangeFacts *) arg;
+	Datum		values[12];
+	char		nulls[12];
+	int			rc;
+
+	if (record_range_plan == NULL)
+	{
+		Oid			types[12] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
+		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID};
+		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+									   12, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare finalize._record_range: %s", SPI_result_code_string(SPI_result));
+		record_range_plan = plan;
+	}
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(f->table_id);
+	if (f->has_start)
+		values[1] = lsn_datum(&f->start);
+	else
+		nulls[1] = 'n';
+	values[2] = lsn_datum(&f->end);
+	values[3] = TimestampTzGetDatum(f->end_time);
+	values[4] = Int64GetDatum(f->inserts);
+	values[5] = Int64GetDatum(f->updates);
+	values[6] = Int64GetDatum(f->deletes);
+	if (f->has_rows)
+	{
+		values[7] = TimestampTzGetDatum(f->first_time);
+		values[8] = TimestampTzGetDatum(f->last_time);
+	}
+	else
+		nulls[7] = nulls[8] = 'n';
+	values[9] = text_or_null(f->capture_instance, nulls, 9);
+	values[10] = text_or_null(f->event, nulls, 10);
+	if (f->detail_json != NULL)
+		values[11] = DirectFunctionCall1(jsonb_in, CStringGetDatum(f->detail_json));
+	else
+		nulls[11] = 'n';
+
+	rc = SPI_execute_plan(record_range_plan, values, nulls, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "finalize._record_range failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Whether a table is still tracked, locking its verdict row until the end
+ * of the transaction (see finalize._still_tracked).
+ */
+bool
+ws_still_tracked(int64 table_id)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(table_id);
+	bool		isnull;
+	Datum		result;
+
+	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._still_tracked($1)", 1, &type, &value, NULL, false, 1)
+		!= SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not check whether table %lld is still tracked", (long long) table_id);
+	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull && DatumGetBool(result);
+}
+
+/* Runs a statement of the worker's internal functions with text arguments. */
+static void
+exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls)
+{
+	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "could not run \"%s\": %s", sql, SPI_result_code_string(rc));
+}
+
+/* Records an event fact and optionally a new state (data loss, ...). */
+void
+ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *end,
+				const char *capture_instance, const char *detail_json,
+				const char *new_state, const char *state_detail)
+{
+	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID};
+	Datum		values[8];
+	char		nulls[8];
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(table_id);
+	values[1] = CStringGetTextDatum(event);
+	if (start)
+		values[2] = lsn_datum(start);
+	else
+		nulls[2] = 'n';
+	if (end)
+		values[3] = lsn_datum(end);
+	else
+		nulls[3] = 'n';
+	values[4] = text_or_null(capture_instance, nulls, 4);
+	if (detail_json)
+		values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail_json));
+	else
+		nulls[5] = 'n';
+	values[6] = text_or_null(new_state, nulls, 6);
+	values[7] = text_or_null(state_detail, nulls, 7);
+	exec_internal("SELECT " FINALIZE_SCHEMA "._record_event($1, $2, $3, $4, $5, $6, $7, $8)",
+				  8, types, values, nulls);
+}
+
+/* Sets or clears (NULL) why a table could not be read. */
+void
+ws_set_condition(int64 table_id, const char *condition, const char *detail)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	values[0] = Int64GetDatum(table_id);
+	values[1] = text_or_null(condition, nulls, 1);
+	values[2] = text_or_null(detail, nulls, 2);
+	exec_internal("SELECT " FINALIZE_SCHEMA "._set_condition($1, $2, $3)", 3, types, values, nulls);
+}
+
+/* Remembers the capture instance a table is read from. */
+void
+ws_set_capture_instance(int64 table_id, const char *capture_instance)
+{
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(table_id);
+	values[1] = CStringGetTextDatum(capture_instance);
+	exec_internal("SELECT " FINALIZE_SCHEMA "._set_capture_instance($1, $2)", 2, types, values, NULL);
+}
+
+/*
+ * Records a successful poll of the source; condition is "ok" or
+ * "capture_stalled" (with its message).
+ */
+void
+ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
+			 TimestampTz server_time, const char *condition, const char *message)
+{
+	Oid			types[7] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = CStringGetTextDatum(server_name);
+	values[1] = Int32GetDatum(MyProcPid);
+	values[2] = lsn_datum(max_lsn);
+	values[3] = TimestampTzGetDatum(max_time);
+	values[4] = TimestampTzGetDatum(server_time);
+	values[5] = CStringGetTextDatum(condition);
+	values[6] = text_or_null(message, nulls, 6);
+	exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7)", 7, types, values, nulls);
+}
+
+/* Restarts a table after a data loss at new_offset (see _resume_after_loss). */
+void
+ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
+					 const char *capture_instance, bool automatic, const char *detail_json)
+{
+	Oid			types[6] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, JSONBOID};
+	Datum		values[6];
+
+	values[0] = Int64GetDatum(table_id);
+	values[1] = lsn_datum(new_offset);
+	values[2] = TimestampTzGetDatum(new_offset_time);
+	values[3] = CStringGetTextDatum(capture_instance);
+	values[4] = BoolGetDatum(automatic);
+	values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail_json));
+	exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6)", 6, types, values, NULL);
+}
+
+/* Records a failed poll of the source and when the next attempt is due. */
+void
+ws_source_failed(const char *server_name, const char *condition, const char *error,
+				 TimestampTz next_attempt)
+{
+	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[5];
+
+	values[0] = CStringGetTextDatum(server_name);
+	values[1] = Int32GetDatum(MyProcPid);
+	values[2] = CStringGetTextDatum(condition);
+	values[3] = CStringGetTextDatum(error);
+	values[4] = TimestampTzGetDatum(next_attempt);
+	exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
+}
+
+/* Applies the facts retention (finalize.facts_retention). */
+void
+ws_purge_facts(void)
+{
+	exec_internal("SELECT " FINALIZE_SCHEMA ".purge_facts()", 0, NULL, NULL, NULL);
+}

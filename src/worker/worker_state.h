@@ -1,0 +1,70 @@
+/*
+ * worker_state.h
+ *     The worker's reads and writes of PostgreSQL state (SPI, catalogs).
+ */
+#ifndef FINALIZE_WORKER_STATE_H
+#define FINALIZE_WORKER_STATE_H
+
+#include "datatype/timestamp.h"
+#include "pgtime.h"
+
+#include "common/lsn.h"
+#include "mssql/mssql.h"
+#include "worker/plan.h"
+
+/* A source: its foreign server options and its login. */
+typedef struct SourceConfig
+{
+	Oid			serverid;
+	char	   *server_name;
+	char	   *database;
+	char	   *timezone;
+	pg_tz	   *tz;
+	int64		stall_threshold;	/* capture_stall_threshold, microseconds */
+	MssqlConnInfo conn;
+	char	   *held_by;		/* a condition holding the source, or NULL */
+	TimestampTz held_since;
+} SourceConfig;
+
+extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
+							TrackedSource **tables, int *ntables, bool *server_gone);
+
+extern void ws_begin(const char *activity);
+extern void ws_begin_write(const char *activity);
+extern void ws_commit(void);
+
+/* One range for _record_range. */
+typedef struct RangeFacts
+{
+	int64		table_id;
+	bool		has_start;
+	Lsn			start;
+	Lsn			end;
+	TimestampTz end_time;
+	int64		inserts;
+	int64		updates;
+	int64		deletes;
+	bool		has_rows;
+	TimestampTz first_time;
+	TimestampTz last_time;
+	const char *capture_instance;
+	const char *event;			/* NULL, schema_change, instance_switch */
+	const char *detail_json;
+} RangeFacts;
+
+extern bool ws_still_tracked(int64 table_id);
+extern void ws_record_range(void *facts);
+extern void ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *end,
+							const char *capture_instance, const char *detail_json,
+							const char *new_state, const char *state_detail);
+extern void ws_set_condition(int64 table_id, const char *condition, const char *detail);
+extern void ws_set_capture_instance(int64 table_id, const char *capture_instance);
+extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
+						 TimestampTz server_time, const char *condition, const char *message);
+extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
+								 const char *capture_instance, bool automatic, const char *detail_json);
+extern void ws_source_failed(const char *server_name, const char *condition, const char *error,
+							 TimestampTz next_attempt);
+extern void ws_purge_facts(void);
+
+#endif							/* FINALIZE_WORKER_STATE_H */
