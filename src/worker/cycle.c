@@ -216,7 +216,8 @@ read_source_snapshot(MssqlConn *conn, const SourceConfig *cfg, TrackedSource *ta
 	initStringInfo(&sql);
 	tsql_source_state(&sql, names, ntables);
 
-	if (!mssql_execute(conn, sql.data, err))
+	/* An error already (the first statement failed) is the cycle's failure. */
+	if (!mssql_execute(conn, sql.data, err) || err->set)
 		return false;
 	while ((r = mssql_next_result(conn, err)) == 1)
 	{
@@ -424,6 +425,8 @@ run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, M
 		statement_failed(&stmts[0], err);
 		return !mssql_is_dead(conn);
 	}
+	/* An error while the batch started belongs to its first statement. */
+	statement_failed(&stmts[0], err);
 	for (;;)
 	{
 		r = mssql_next_result(conn, &step);

@@ -191,6 +191,11 @@ class Executor:
     def statement(self, st, resp, in_proc):
         done_tok = K.DONEINPROC if in_proc else K.DONE
         text = st.text or ""
+        if isinstance(st, A.Declare):
+            # Declarations are compile-time on SQL Server: the variables exist
+            # (NULL) for the rest of the batch even when an initializer fails.
+            for name, type_text, _ in st.decls:
+                self.s.variables[name] = (None, self.parse_type(type_text))
         if not isinstance(st, A.ExecStmt) or not (st.parts and st.parts[0].lower() == "sim"):
             self.check_faults(text)
         if isinstance(st, A.SelectStmt):

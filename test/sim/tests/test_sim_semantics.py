@@ -237,6 +237,13 @@ def test_208_inside_sp_executesql_aborts_only_its_scope(sim):
     assert rows_and_errors(ev) == [("row", [1]), ("error", 208), ("row", [2])]
 
 
+def test_a_variable_whose_initializer_fails_is_still_declared(sim):
+    # Declarations are compile-time: after the failed initializer (a statement
+    # error) the variable exists and is NULL, as on SQL Server (no Msg 137).
+    ev = raw_batch(sim, "DECLARE @x int = 1 / 0; SELECT ISNULL(@x, -1) AS a;")
+    assert rows_and_errors(ev) == [("error", 8134), ("row", [-1])]
+
+
 def test_conversion_error_inside_sp_executesql_aborts_the_batch(sim):
     ev = raw_batch(sim, "SELECT 1 AS a; EXEC sp_executesql N'SELECT CONVERT(int, N''abc'') AS a; SELECT 3 AS a'; "
                         "SELECT 2 AS a;")
