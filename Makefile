@@ -18,11 +18,16 @@ MODULE_big = finalize
 SUBSYSTEMS = common mssql worker sensor gate
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
-# The install script is assembled from src/sql/*.sql in name order, so each
-# part of the catalog lives in its own file.
+# The install script of the current version is assembled from src/sql/*.sql
+# in name order, so each part of the catalog lives in its own file. Released
+# versions are frozen in src/sql/release/ (never edited; a test checks that
+# the current version's frozen copy, once released, still equals the parts),
+# and every later change to SQL objects goes into an upgrade script in
+# src/sql/upgrade/, with default_version bumped.
 SQL_PARTS  = $(sort $(wildcard src/sql/*.sql))
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
-DATA       = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
+DATA       = $(filter-out %/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard src/sql/release/$(EXTENSION)--*.sql)) \
+             $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
 
 # DB-Library with Microsoft semantics (INT_EXIT never calls exit()), libcurl
 # for object stores, libxml2 for their XML answers.
