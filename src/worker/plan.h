@@ -8,17 +8,7 @@
 #include "datatype/timestamp.h"
 
 #include "common/lsn.h"
-
-/* A capture instance the login may read (sp_cdc_help_change_data_capture). */
-typedef struct CaptureInstance
-{
-	char	   *name;
-	char	   *source_schema;
-	char	   *source_table;
-	bool		has_start;		/* start_lsn is NULL until capture first sees it */
-	Lsn			start_lsn;
-	int64		source_object_id;	/* OBJECT_ID of its source table (0: unknown) */
-} CaptureInstance;
+#include "mssql/cdc_reader.h"
 
 /* A tracked table as the worker sees it at the start of a cycle. */
 typedef struct TrackedSource

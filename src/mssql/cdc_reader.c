@@ -1,0 +1,407 @@
+/*
+ * cdc_reader.c
+ *     Reads SQL Server's CDC state (batch 1) and ranges (batch 2): sends the
+ *     T-SQL tsql.c builds and decodes each result by the columns tsql.h
+ *     names. Every value that must be there is checked: a result that is
+ *     cut, mis-shaped or followed by an error is a failure of its statement,
+ *     never a success with defaults.
+ *
+ * Each statement of a range batch is preceded by a one-column marker
+ * result, so results and errors are sorted to their statements even when
+ * some fail (SQL Server ends a statement, a scope or the whole batch
+ * depending on the error).
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+#include "common/io_interrupts.h"
+#include "mssql/cdc_reader.h"
+#include "mssql/tsql.h"
+
+/*
+ * Fails batch 1 for a value that did not decode: it must fail the cycle,
+ * never leave a default behind.
+ */
+static bool
+snapshot_problem(CdcState *snap, MssqlConn *conn, int col, const char *what, const char *tds_version)
+{
+	snap->problem = psprintf("SQL Server's %s arrived as %s and could not be decoded (tds_version %s).",
+							 what, mssql_column_type_name(conn, col), tds_version);
+	return false;
+}
+
+/*
+ * Reads batch 1: the max LSN row, the object ids of the given (quoted,
+ * schema-qualified) names into object_ids (0: not visible), then the
+ * capture instances. Returns false with err set on a SQL Server failure
+ * (snap->results says how far it got), or with snap->problem set when a
+ * value could not be decoded.
+ */
+bool
+cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *names, int64 *object_ids,
+			   int ntables, CdcState *snap, MssqlError *err)
+{
+	int			resultno = 0;
+	int			capacity = 16;
+	int			r;
+	StringInfoData sql;
+	/* results: the state row, the object ids (one per chunk of names), the instances */
+	int			nid_results = (ntables + TSQL_NAMES_PER_STATEMENT - 1) / TSQL_NAMES_PER_STATEMENT;
+	int			help_result = 1 + nid_results;
+
+	memset(snap, 0, sizeof(*snap));
+	snap->instances = palloc0(sizeof(CaptureInstance) * capacity);
+	for (int i = 0; i < ntables; i++)
+		object_ids[i] = 0;
+	initStringInfo(&sql);
+	tsql_source_state(&sql, names, ntables);
+
+	/* An error already (the first statement failed) is the cycle's failure. */
+	if (!mssql_execute(conn, sql.data, err) || err->set)
+		return false;
+	while ((r = mssql_next_result(conn, err)) == 1)
+	{
+		/* An error before a result ended the statement before it. */
+		if (err->set)
+			return false;
+		if (mssql_num_columns(conn) == 0)
+			continue;
+		if (mssql_num_columns(conn) < (resultno == 0 ? TSQL_STATE_TZ_OFFSET : resultno < help_result
+									   ? TSQL_OBJECT_ID : TSQL_HELP_START_LSN))
+		{
+			snap->problem = psprintf("SQL Server returned result %d of the CDC state with %d columns.",
+									 resultno + 1, mssql_num_columns(conn));
+			return false;
+		}
+		while ((r = mssql_next_row(conn, err)) == 1)
+		{
+			if (resultno == 0)
+			{
+				snap->has_max_lsn = mssql_get_lsn(conn, TSQL_STATE_MAX_LSN, &snap->max_lsn);
+				snap->has_max_time = mssql_get_local_time(conn, TSQL_STATE_MAX_TIME, &snap->max_time_local);
+				if (!mssql_get_local_time(conn, TSQL_STATE_UTC_NOW, &snap->utc_now))
+					return snapshot_problem(snap, conn, TSQL_STATE_UTC_NOW, "clock (SYSDATETIMEOFFSET() in UTC)",
+											tds_version);
+				if (!mssql_get_int64(conn, TSQL_STATE_TZ_OFFSET, &snap->tz_offset_minutes))
+					return snapshot_problem(snap, conn, TSQL_STATE_TZ_OFFSET, "UTC offset (DATEPART(TZOFFSET, ...))",
+											tds_version);
+				snap->has_state = true;
+			}
+			else if (resultno < help_result)
+			{
+				int64		tag;
+				int64		id;
+
+				if (mssql_get_int64(conn, TSQL_OBJECT_TAG, &tag) && tag >= 0 && tag < ntables &&
+					mssql_get_int64(conn, TSQL_OBJECT_ID, &id))
+					object_ids[tag] = id;
+			}
+			else if (resultno == help_result)
+			{
+				CaptureInstance *ci;
+
+				if (snap->ninstances == capacity)
+				{
+					capacity *= 2;
+					snap->instances = repalloc(snap->instances, sizeof(CaptureInstance) * capacity);
+				}
+				ci = &snap->instances[snap->ninstances++];
+				memset(ci, 0, sizeof(*ci));
+				ci->source_schema = mssql_get_text(conn, TSQL_HELP_SCHEMA);
+				ci->source_table = mssql_get_text(conn, TSQL_HELP_TABLE);
+				ci->name = mssql_get_text(conn, TSQL_HELP_INSTANCE);
+				ci->has_start = mssql_get_lsn(conn, TSQL_HELP_START_LSN, &ci->start_lsn);
+				if (!mssql_get_int64(conn, TSQL_HELP_SOURCE_OBJECT_ID, &ci->source_object_id))
+					ci->source_object_id = 0;
+				if (ci->name == NULL || ci->source_schema == NULL || ci->source_table == NULL)
+					snap->ninstances--;
+			}
+		}
+		/* The call that ends the rows reads to the end of the statement: an
+		 * error there means its rows may be cut (a partial list of instances). */
+		if (r < 0 || err->set)
+			return false;
+		resultno++;
+		snap->results = resultno;
+	}
+	return r == 0 && !err->set && snap->has_state;
+}
+
+/* What one statement of a read batch is for, and what became of it. */
+typedef enum StatementKind
+{
+	STMT_RANGE,
+	STMT_MIN_LSN,
+	STMT_DDL
+} StatementKind;
+
+typedef struct Statement
+{
+	StatementKind kind;
+	CdcRange   *range;			/* STMT_RANGE */
+	CdcInstance *inst;			/* STMT_MIN_LSN, STMT_DDL */
+	bool		started;		/* its marker arrived: it ran */
+	bool		done;			/* its result arrived whole */
+	int			error_number;	/* SQL Server's error of this statement, or 0 */
+	char	   *error;			/* why it has no result */
+} Statement;
+
+/* The columns a statement's result has at least (see tsql.h). */
+static int
+statement_columns(StatementKind kind)
+{
+	switch (kind)
+	{
+		case STMT_RANGE:
+			return TSQL_RANGE_LAST_TIME;
+		case STMT_MIN_LSN:
+			return TSQL_MIN_TIME;
+		case STMT_DDL:
+			return TSQL_DDL_TIME;
+	}
+	return PG_INT32_MAX;
+}
+
+/*
+ * Decodes one row of a statement's result; false when a value that must be
+ * there did not decode (the statement then counts as failed: counts that
+ * silently stayed 0 would be wrong facts).
+ */
+static bool
+read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
+{
+	switch (st->kind)
+	{
+		case STMT_RANGE:
+			{
+				CdcRange   *sr = st->range;
+
+				if (!mssql_get_int64(conn, TSQL_RANGE_INSERTS, &sr->inserts) ||
+					!mssql_get_int64(conn, TSQL_RANGE_UPDATES, &sr->updates) ||
+					!mssql_get_int64(conn, TSQL_RANGE_DELETES, &sr->deletes))
+					return false;
+				sr->has_first = mssql_get_local_time(conn, TSQL_RANGE_FIRST_TIME, &sr->first_local);
+				sr->has_last = mssql_get_local_time(conn, TSQL_RANGE_LAST_TIME, &sr->last_local);
+				return true;
+			}
+		case STMT_MIN_LSN:
+			st->inst->has_min = mssql_get_lsn(conn, TSQL_MIN_LSN, &st->inst->min_lsn);
+			st->inst->has_min_time = mssql_get_local_time(conn, TSQL_MIN_TIME, &st->inst->min_time_local);
+			return true;
+		case STMT_DDL:
+			{
+				CdcInstance *ir = st->inst;
+				CdcDdl   *d;
+
+				if (ir->nddl == *ddl_capacity)
+				{
+					*ddl_capacity = *ddl_capacity ? *ddl_capacity * 2 : 4;
+					ir->ddl = ir->ddl ? repalloc(ir->ddl, sizeof(CdcDdl) * *ddl_capacity)
+						: palloc(sizeof(CdcDdl) * *ddl_capacity);
+				}
+				d = &ir->ddl[ir->nddl];
+				d->command = mssql_get_text(conn, TSQL_DDL_COMMAND);
+				d->has_time = mssql_get_local_time(conn, TSQL_DDL_TIME, &d->time_local);
+				if (d->command == NULL || !mssql_get_lsn(conn, TSQL_DDL_LSN, &d->lsn))
+					return false;
+				ir->nddl++;
+				return true;
+			}
+	}
+	return false;
+}
+
+/*
+ * Gives a statement the error that ended it (the first one only). An error
+ * that follows a statement's rows (in its DONE) still fails it.
+ */
+static void
+statement_failed(Statement *st, const MssqlError *err)
+{
+	if (st == NULL || !err->set)
+		return;
+	st->done = false;
+	if (st->error != NULL)
+		return;
+	st->error = pstrdup(mssql_error_text(err));
+	st->error_number = err->from_server ? err->number : 0;
+}
+
+/*
+ * Sends one read batch and sorts its results to their statements by the
+ * markers. A statement that fails on SQL Server (or that never ran because
+ * an error aborted the batch) keeps the error; the others keep their
+ * results. Returns false only when the connection is lost.
+ */
+static bool
+run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, MssqlError *err)
+{
+	Statement  *cur = NULL;
+	bool		in_result = false;
+	int			r;
+	int			failures_in_a_row = 0;
+	MssqlError	step;
+
+	if (!mssql_execute(conn, sql, err))
+	{
+		/* Nothing ran (the batch did not compile, or the connection broke). */
+		statement_failed(&stmts[0], err);
+		return !mssql_is_dead(conn);
+	}
+	/* An error while the batch started belongs to its first statement. */
+	statement_failed(&stmts[0], err);
+	for (;;)
+	{
+		r = mssql_next_result(conn, &step);
+		if (step.set)
+		{
+			/* The error came before this result: it ended the statement in progress. */
+			statement_failed(cur, &step);
+			if (!err->set)
+				*err = step;
+		}
+		if (r == 0)
+			break;
+		if (r < 0)
+		{
+			if (mssql_is_dead(conn))
+				return false;
+			/* DB-Library makes no progress after some failures: give up on the batch. */
+			if (++failures_in_a_row > 2)
+			{
+				mssql_cancel(conn);
+				break;
+			}
+			continue;
+		}
+		failures_in_a_row = 0;
+		if (mssql_num_columns(conn) == 0)
+			continue;
+		if (mssql_num_columns(conn) == 1)
+		{
+			int64		n = -1;
+
+			/* a marker: statement n runs next */
+			if ((r = mssql_next_row(conn, &step)) == 1)
+				(void) mssql_get_int64(conn, 1, &n);
+			while (r == 1)
+				r = mssql_next_row(conn, &step);
+			cur = (n >= 0 && n < nstmts) ? &stmts[n] : NULL;
+			if (cur != NULL)
+				cur->started = true;
+			in_result = false;
+			continue;
+		}
+		if (cur == NULL || in_result)
+		{
+			/* a result no marker announced: drain it */
+			while ((r = mssql_next_row(conn, &step)) == 1)
+				;
+			continue;
+		}
+		in_result = true;
+		{
+			int			ddl_capacity = 0;
+			int			rows = 0;
+			bool		decoded = mssql_num_columns(conn) >= statement_columns(cur->kind);
+
+			while ((r = mssql_next_row(conn, &step)) == 1)
+			{
+				if (decoded)
+					decoded = read_statement_row(conn, cur, &ddl_capacity);
+				rows++;
+			}
+			/* An aggregate and a min LSN read are one row each. */
+			if (r == 0 && cur->error == NULL && (!decoded || (cur->kind != STMT_DDL && rows != 1)))
+				cur->error = psprintf("SQL Server returned %d row(s) of %d column(s) for it, or a value that could "
+									  "not be decoded (first columns: %s, %s)", rows, mssql_num_columns(conn),
+									  mssql_column_type_name(conn, 1), mssql_column_type_name(conn, 2));
+		}
+		/*
+		 * The call that ends the rows also reads to the end of the statement:
+		 * an error there (a deadlock victim after some rows) fails it too.
+		 */
+		if (step.set)
+			statement_failed(cur, &step);
+		if (r < 0 && mssql_is_dead(conn))
+			return false;
+		if (r == 0 && cur->error == NULL)
+			cur->done = true;
+	}
+	return !mssql_is_dead(conn);
+}
+
+/* Adds a statement to a range batch, behind its marker. */
+static Statement *
+add_statement(StringInfo sql, Statement *stmts, int *nstmts, StatementKind kind)
+{
+	Statement  *st = &stmts[*nstmts];
+
+	tsql_append_marker(sql, *nstmts);
+	st->kind = kind;
+	(*nstmts)++;
+	return st;
+}
+
+/* Records how a statement ended in the outcome of what it read. */
+static void
+settle(CdcOutcome *o, const Statement *st, bool alive, const MssqlError *err)
+{
+	if (st->done || !o->ok)
+		return;
+	o->ok = false;
+	o->never_ran = !st->started;
+	o->error_number = st->error_number;
+	o->error = st->error != NULL ? st->error
+		: pstrdup(!alive ? mssql_error_text(err)
+				  : !st->started ? psprintf("the statement did not run: an earlier error ended the batch (%s)",
+											err->set ? mssql_error_text(err) : "no message")
+				  : "SQL Server returned no result for the statement");
+}
+
+/*
+ * Reads batch 2: every range's aggregate, then every instance's min LSN,
+ * then the DDL of the instances that want it. Statements run in order, so
+ * each min LSN is read after every range. Each range and instance gets its
+ * outcome; returns false only when the connection was lost.
+ */
+bool
+cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *insts, int ninsts,
+				MssqlError *err)
+{
+	Statement  *stmts = palloc0(sizeof(Statement) * (nranges + 2 * ninsts + 1));
+	int			nstmts = 0;
+	StringInfoData sql;
+	bool		alive;
+
+	initStringInfo(&sql);
+	for (int i = 0; i < nranges; i++)
+	{
+		add_statement(&sql, stmts, &nstmts, STMT_RANGE)->range = ranges[i];
+		tsql_append_range_aggregate(&sql, ranges[i]->instance, &ranges[i]->start, &ranges[i]->end);
+	}
+	for (int i = 0; i < ninsts; i++)
+	{
+		add_statement(&sql, stmts, &nstmts, STMT_MIN_LSN)->inst = &insts[i];
+		tsql_append_min_lsn(&sql, insts[i].name);
+	}
+	for (int i = 0; i < ninsts; i++)
+		if (insts[i].want_ddl)
+		{
+			add_statement(&sql, stmts, &nstmts, STMT_DDL)->inst = &insts[i];
+			tsql_append_ddl_history(&sql, insts[i].name);
+		}
+
+	alive = run_statements(conn, sql.data, stmts, nstmts, err);
+	io_interrupts_rethrow();
+
+	for (int i = 0; i < nranges; i++)
+		ranges[i]->outcome.ok = true;
+	for (int i = 0; i < ninsts; i++)
+		insts[i].outcome.ok = true;
+	for (int i = 0; i < nstmts; i++)
+		settle(stmts[i].kind == STMT_RANGE ? &stmts[i].range->outcome : &stmts[i].inst->outcome,
+			   &stmts[i], alive, err);
+	return alive;
+}

@@ -1,0 +1,62 @@
+/*
+ * judge.h
+ *     Turning what was read about a table into its write: facts, a data
+ *     loss, a blocked schema change, a resume, or a condition. No I/O.
+ */
+#ifndef FINALIZE_JUDGE_H
+#define FINALIZE_JUDGE_H
+
+#include "mssql/cdc_reader.h"
+#include "worker/plan.h"
+#include "worker/worker_state.h"
+
+/* One table's reads in batch 2. */
+typedef struct TableJob
+{
+	const TrackedSource *table;
+	TablePlan  *plan;
+	CdcRange	seg[2];			/* per segment of the plan */
+	CdcInstance *inst[2];		/* per segment, or [0] for RESUME and GAP */
+	char	   *error;			/* set when its reads failed */
+} TableJob;
+
+/* What the cycle does for one table in the write transaction. */
+typedef enum WriteKind
+{
+	WRITE_NONE,
+	WRITE_RANGES,
+	WRITE_DATA_LOSS,
+	WRITE_SCHEMA_BLOCKED,
+	WRITE_RESUME,
+	WRITE_CONDITION
+} WriteKind;
+
+typedef struct TableWrite
+{
+	WriteKind	kind;
+	const TrackedSource *table;
+	const char *capture_instance;	/* followed after the write */
+	int			nfacts;
+	RangeFacts	facts[3];		/* WRITE_RANGES: a baseline, two segments */
+	Lsn			event_start;	/* DATA_LOSS, SCHEMA_BLOCKED: the range */
+	Lsn			event_end;
+	char	   *detail_json;
+	char	   *state_detail;	/* NULL: the table stays active */
+	bool		resume;			/* DATA_LOSS or RESUME: restart at resume_at */
+	bool		automatic;
+	Lsn			resume_at;
+	TimestampTz resume_time;
+	char	   *resume_json;
+	const char *condition;		/* WRITE_CONDITION (NULL clears) */
+	char	   *condition_detail;
+} TableWrite;
+
+extern void judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w);
+extern void judge_resume(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w);
+extern void judge_gap(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w);
+extern void set_condition(TableWrite *w, const char *condition, char *detail);
+extern char *lsn_text(const Lsn *lsn);
+extern const char *local_text(Timestamp ts);
+extern const char *instant_text(TimestampTz ts);
+
+#endif							/* FINALIZE_JUDGE_H */
