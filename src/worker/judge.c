@@ -169,23 +169,25 @@ ddl_summary(const char *ci, const CdcDdl *d, int count)
 					count > 1 ? psprintf(" and %d more", count - 1) : "");
 }
 
+/* The DDL a table's segments recorded, not yet reviewed. */
+typedef struct DdlSeen
+{
+	StringInfoData list;		/* JSON array of the statements */
+	const CdcDdl *first;		/* the earliest */
+	const char *instance;		/* its capture instance */
+	int			count;
+} DdlSeen;
+
 /*
- * Turns the reads of a table's segments into its write: the facts (with the
- * instance switch and DDL as events), a data loss, a blocked schema change,
- * or a condition saying why nothing was recorded.
+ * Whether the reads of every segment are usable; if not, w is the data
+ * loss or the condition that says why.
  */
-void
-judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w)
+static bool
+reads_usable(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w)
 {
 	const TrackedSource *t = job->table;
 	const TablePlan *p = job->plan;
-	StringInfoData ddl_list;
-	const CdcDdl *first_ddl = NULL;
-	int			nddl = 0;
-	const char *ddl_instance = NULL;
 
-	w->table = t;
-	w->capture_instance = p->instance->name;
 	/* A min LSN of zeros explains a failure of the statements after it too. */
 	for (int s = 0; s < p->nsegments; s++)
 		if (job->inst[s]->has_min && lsn_is_zero(&job->inst[s]->min_lsn))
@@ -195,7 +197,7 @@ judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Tabl
 								   "instance no longer exists, or the login \"%s\" may not read it (it needs "
 								   "SELECT on the captured columns and membership in the instance's gating role).",
 								   p->seg[s].instance->name, cfg->conn.username));
-			return;
+			return false;
 		}
 	/*
 	 * A min LSN read after the ranges that passed a segment's start is a
@@ -218,13 +220,13 @@ judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Tabl
 						   "finalize read them: the instance's minimum LSN is now %s.",
 						   ci, lsn_text(&ir->min_lsn)),
 				  instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant));
-		return;
+		return false;
 	}
 	if (job->error != NULL)
 	{
 		set_condition(w, "read_failed", psprintf("Reading the changes of %s.%s failed: %s",
 												  t->source_schema, t->source_name, job->error));
-		return;
+		return false;
 	}
 	/* Every segment read, and judged complete with min LSNs read after it. */
 	for (int s = 0; s < p->nsegments; s++)
@@ -236,45 +238,85 @@ judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Tabl
 			set_condition(w, "read_failed",
 						  psprintf("SQL Server returned no result for capture instance \"%s\".",
 								   p->seg[s].instance->name));
-			return;
+			return false;
 		}
 		Assert(judge_range(&p->seg[s].start, &ir->min_lsn) == RANGE_COMPLETE);
 	}
 
-	/* DDL recorded in the ranges. */
-	initStringInfo(&ddl_list);
-	appendStringInfoChar(&ddl_list, '[');
+	return true;
+}
+
+/* Collects the DDL the segments recorded that was not reviewed yet. */
+static void
+collect_segments_ddl(const TableJob *job, DdlSeen *seen)
+{
+	const TrackedSource *t = job->table;
+	const TablePlan *p = job->plan;
+
+	memset(seen, 0, sizeof(*seen));
+	initStringInfo(&seen->list);
+	appendStringInfoChar(&seen->list, '[');
 	for (int s = 0; s < p->nsegments; s++)
 	{
-		const CdcDdl *before = first_ddl;
+		const CdcDdl *before = seen->first;
 
-		nddl += collect_ddl(t, job->inst[s], &p->seg[s], &ddl_list, &first_ddl);
-		if (first_ddl != before)
-			ddl_instance = p->seg[s].instance->name;
+		seen->count += collect_ddl(t, job->inst[s], &p->seg[s], &seen->list, &seen->first);
+		if (seen->first != before)
+			seen->instance = p->seg[s].instance->name;
 	}
-	appendStringInfoChar(&ddl_list, ']');
-	if (nddl > 0 && t->ddl_block)
+	appendStringInfoChar(&seen->list, ']');
+}
+
+/* Whether the DDL blocks the table (ddl_policy = block); then w says so. */
+static bool
+ddl_blocks(const TableJob *job, const DdlSeen *seen, TableWrite *w)
+{
+	const TrackedSource *t = job->table;
+
+	if (seen->count > 0 && t->ddl_block)
 	{
 		StringInfoData json;
-		char	   *summary = ddl_summary(ddl_instance, first_ddl, nddl);
+		char	   *summary = ddl_summary(seen->instance, seen->first, seen->count);
 
 		w->kind = WRITE_SCHEMA_BLOCKED;
-		w->capture_instance = ddl_instance;
+		w->capture_instance = seen->instance;
 		w->event_start = t->offset;
-		w->event_end = first_ddl->lsn;
+		w->event_end = seen->first->lsn;
 		initStringInfo(&json);
 		appendStringInfoChar(&json, '{');
-		json_kv(&json, "ddl_lsn", lsn_text(&first_ddl->lsn), false);
-		json_kv(&json, "ddl_command", first_ddl->command, false);
+		json_kv(&json, "ddl_lsn", lsn_text(&seen->first->lsn), false);
+		json_kv(&json, "ddl_command", seen->first->command, false);
 		json_kv(&json, "summary", summary, false);
-		json_kv(&json, "ddl", ddl_list.data, true);
+		json_kv(&json, "ddl", seen->list.data, true);
 		appendStringInfoChar(&json, '}');
 		w->detail_json = json.data;
 		w->state_detail = psprintf("A schema change blocks the verdict (ddl_policy = block): %s. Review it, "
 								   "then run SELECT finalize.resume_table(%s) to go on.",
 								   summary, quote_literal_cstr(t->table_name));
-		return;
+		return true;
 	}
+	return false;
+}
+
+/*
+ * Turns the reads of a table's segments into its write: the facts (with the
+ * instance switch and DDL as events), a data loss, a blocked schema change,
+ * or a condition saying why nothing was recorded.
+ */
+void
+judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w)
+{
+	const TrackedSource *t = job->table;
+	const TablePlan *p = job->plan;
+	DdlSeen		seen;
+
+	w->table = t;
+	w->capture_instance = p->instance->name;
+	if (!reads_usable(cfg, job, max_instant, w))
+		return;
+	collect_segments_ddl(job, &seen);
+	if (ddl_blocks(job, &seen, w))
+		return;
 
 	/*
 	 * Record the segments. A table read from its capture instance's start
@@ -347,23 +389,23 @@ judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Tabl
 			json_kv(&json, "from", p->previous ? p->previous->name : (t->capture_instance ? t->capture_instance : ""), false);
 			json_kv(&json, "to", p->seg[s].instance->name, false);
 			json_kv(&json, "at_lsn", lsn_text(&p->seg[s].instance->start_lsn), false);
-			if (nddl > 0)
+			if (seen.count > 0)
 			{
-				json_kv(&json, "summary", ddl_summary(ddl_instance, first_ddl, nddl), false);
-				json_kv(&json, "ddl", ddl_list.data, true);
+				json_kv(&json, "summary", ddl_summary(seen.instance, seen.first, seen.count), false);
+				json_kv(&json, "ddl", seen.list.data, true);
 			}
 			appendStringInfoChar(&json, '}');
 			f->detail_json = json.data;
 		}
-		else if (nddl > 0 && (last || p->nsegments == 1))
+		else if (seen.count > 0 && (last || p->nsegments == 1))
 		{
 			StringInfoData json;
 
 			f->event = "schema_change";
 			initStringInfo(&json);
 			appendStringInfoChar(&json, '{');
-			json_kv(&json, "summary", ddl_summary(ddl_instance, first_ddl, nddl), false);
-			json_kv(&json, "ddl", ddl_list.data, true);
+			json_kv(&json, "summary", ddl_summary(seen.instance, seen.first, seen.count), false);
+			json_kv(&json, "ddl", seen.list.data, true);
 			appendStringInfoChar(&json, '}');
 			f->detail_json = json.data;
 		}
