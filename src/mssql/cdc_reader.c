@@ -40,22 +40,22 @@ snapshot_problem(CdcState *snap, MssqlConn *conn, int col, const char *what, con
  */
 bool
 cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *names, int64 *object_ids,
-			   int ntables, CdcState *snap, MssqlError *err)
+			   int nnames, CdcState *snap, MssqlError *err)
 {
 	int			resultno = 0;
 	int			capacity = 16;
 	int			r;
 	StringInfoData sql;
 	/* results: the state row, the object ids (one per chunk of names), the instances */
-	int			nid_results = (ntables + TSQL_NAMES_PER_STATEMENT - 1) / TSQL_NAMES_PER_STATEMENT;
+	int			nid_results = (nnames + TSQL_NAMES_PER_STATEMENT - 1) / TSQL_NAMES_PER_STATEMENT;
 	int			help_result = 1 + nid_results;
 
 	memset(snap, 0, sizeof(*snap));
 	snap->instances = palloc0(sizeof(CaptureInstance) * capacity);
-	for (int i = 0; i < ntables; i++)
+	for (int i = 0; i < nnames; i++)
 		object_ids[i] = 0;
 	initStringInfo(&sql);
-	tsql_source_state(&sql, names, ntables);
+	tsql_source_state(&sql, names, nnames);
 
 	/* An error already (the first statement failed) is the cycle's failure. */
 	if (!mssql_execute(conn, sql.data, err) || err->set)
@@ -93,7 +93,7 @@ cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *name
 				int64		tag;
 				int64		id;
 
-				if (mssql_get_int64(conn, TSQL_OBJECT_TAG, &tag) && tag >= 0 && tag < ntables &&
+				if (mssql_get_int64(conn, TSQL_OBJECT_TAG, &tag) && tag >= 0 && tag < nnames &&
 					mssql_get_int64(conn, TSQL_OBJECT_ID, &id))
 					object_ids[tag] = id;
 			}
@@ -344,14 +344,21 @@ add_statement(StringInfo sql, Statement *stmts, int *nstmts, StatementKind kind)
 	return st;
 }
 
-/* Records how a statement ended in the outcome of what it read. */
+/*
+ * Records how statement i ended in the outcome of what it read: the first
+ * failure gives the error; every failure counts for a retry.
+ */
 static void
-settle(CdcOutcome *o, const Statement *st, bool alive, const MssqlError *err)
+settle(CdcOutcome *o, const Statement *st, int i, bool alive, const MssqlError *err)
 {
-	if (st->done || !o->ok)
+	if (st->done)
+		return;
+	o->never_ran |= !st->started;
+	o->nolock_lost |= st->error_number == 601;
+	if (!o->ok)
 		return;
 	o->ok = false;
-	o->never_ran = !st->started;
+	o->position = i;
 	o->error_number = st->error_number;
 	o->error = st->error != NULL ? st->error
 		: pstrdup(!alive ? mssql_error_text(err)
@@ -402,6 +409,6 @@ cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *in
 		insts[i].outcome.ok = true;
 	for (int i = 0; i < nstmts; i++)
 		settle(stmts[i].kind == STMT_RANGE ? &stmts[i].range->outcome : &stmts[i].inst->outcome,
-			   &stmts[i], alive, err);
+			   &stmts[i], i, alive, err);
 	return alive;
 }

@@ -45,7 +45,9 @@ typedef struct CdcOutcome
 	bool		ok;				/* every statement of it returned its result whole */
 	const char *error;			/* the first error, when not ok */
 	int			error_number;	/* SQL Server's number of that error, or 0 */
-	bool		never_ran;		/* an error ended the batch before it */
+	int			position;		/* where in the batch that statement was */
+	bool		never_ran;		/* an error ended the batch before one of its statements */
+	bool		nolock_lost;	/* one of its statements ended with error 601 */
 } CdcOutcome;
 
 /* The aggregate of a range (start, end] of a capture instance. */
@@ -87,8 +89,8 @@ typedef struct CdcInstance
 	CdcDdl	   *ddl;
 } CdcInstance;
 
-extern bool cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *qualified_names,
-						   int64 *object_ids, int nnames, CdcState *state, MssqlError *err);
+extern bool cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *names,
+						   int64 *object_ids, int nnames, CdcState *snap, MssqlError *err);
 extern bool cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *insts, int ninsts,
 							MssqlError *err);
 

@@ -18,7 +18,6 @@
 #include "postgres.h"
 
 #include "common/int.h"
-#include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -116,11 +115,12 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 	}
 	alive = cdc_read_ranges(conn, ranges, nranges, insts, ninsts, err);
 
-	/* Each table's first error; which tables to read again. */
+	/* Each table's first error in the batch; which tables to read again. */
 	for (int j = 0; j < njobs; j++)
 	{
 		TableJob   *job = jobs[j];
 		const CdcOutcome *outcomes[4];
+		const CdcOutcome *first = NULL;
 		int			n = 0;
 		bool		retry = false;
 
@@ -133,11 +133,13 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 		{
 			if (outcomes[i]->ok)
 				continue;
-			if (job->error == NULL)
-				job->error = pstrdup(outcomes[i]->error);
-			if (alive && (outcomes[i]->error_number == 601 || (outcomes[i]->never_ran && njobs > 1)))
+			if (first == NULL || outcomes[i]->position < first->position)
+				first = outcomes[i];
+			if (alive && (outcomes[i]->nolock_lost || (outcomes[i]->never_ran && njobs > 1)))
 				retry = true;
 		}
+		if (first != NULL)
+			job->error = pstrdup(first->error);
 		if (retry && attempts > 0)
 			again[nagain++] = job;
 	}

@@ -4,6 +4,7 @@ else agrees with it; META.json is a valid PGXN distribution file."""
 import json
 import os
 import re
+import shutil
 import subprocess
 
 TOP = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -34,3 +35,19 @@ def test_make_derives_install_script_name():
     out = subprocess.run(["make", "-s", "-C", TOP, "--eval", "show-data: ; @echo $(DATA_built)", "show-data"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == f"finalize--{control_version()}.sql"
+
+
+def test_no_header_of_ours_shadows_one_of_postgresql():
+    """src/common/ shares its prefix with PostgreSQL's common/ headers (and
+    -I src comes first): a file of ours named like one of theirs would
+    silently replace it in every #include "common/..."."""
+    pg_config = os.environ.get("PG_CONFIG") or shutil.which("pg_config") or "/usr/lib/postgresql/15/bin/pg_config"
+    includedir = subprocess.run([pg_config, "--includedir-server"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    src = os.path.join(TOP, "src")
+    ours = {os.path.join(d, f) for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))
+            for f in os.listdir(os.path.join(src, d)) if f.endswith(".h")}
+    theirs = {os.path.relpath(os.path.join(root, f), includedir)
+              for root, _, files in os.walk(includedir) for f in files if f.endswith(".h")}
+    assert ours, "no headers found under src/"
+    assert not ours & theirs, sorted(ours & theirs)
