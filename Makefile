@@ -3,6 +3,7 @@
 #   make && make install            build and install into the server of pg_config
 #   make installcheck               pg_regress against a running server that has
 #                                   shared_preload_libraries = 'finalize'
+#   make unitcheck                  build and run the C unit tests of the pure modules
 #   make meta                       rewrite META.json's versions from the control file
 #
 # The version is written once, in finalize.control; everything else derives it.
@@ -56,6 +57,22 @@ include $(PGXS)
 
 $(DATA_built): $(SQL_PARTS) $(EXTENSION).control
 	cat $(SQL_PARTS) > $@
+
+# C unit tests (test/unit/test_*.c, TAP output): each links the pure modules
+# it tests, with the server's headers and libpgport, no server needed.
+UNIT_SOURCES_test_plan = src/worker/plan.c src/common/lsn.c
+UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
+EXTRA_CLEAN += $(UNIT_TESTS)
+
+.SECONDEXPANSION:
+test/unit/test_%: test/unit/test_%.c $$(UNIT_SOURCES_$$(notdir $$@))
+	$(CC) $(CPPFLAGS) -I$(srcdir)/src -Wall -Wextra -Werror -Wno-unused-parameter \
+	  -Wno-missing-field-initializers -o $@ $< $(UNIT_SOURCES_$(notdir $@)) \
+	  -L$(shell $(PG_CONFIG) --libdir) -L$(shell $(PG_CONFIG) --pkglibdir) -lpgport
+
+.PHONY: unitcheck
+unitcheck: $(UNIT_TESTS)
+	@status=0; for t in $(UNIT_TESTS); do ./$$t || status=1; done; exit $$status
 
 .PHONY: meta
 meta:

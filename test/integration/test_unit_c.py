@@ -1,34 +1,25 @@
-"""Runs the C unit tests of the pure modules (test/unit/*.c): each is built
-against the extension's sources and PostgreSQL's headers, and every TAP line
-it prints becomes a pytest case."""
+"""Runs the C unit tests of the pure modules (test/unit/*.c, `make unitcheck`):
+each is built by the Makefile against the extension's sources and
+PostgreSQL's headers, and every TAP line it prints becomes a pytest case."""
 
 import glob
 import os
 import subprocess
-import tempfile
 
 import pytest
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
-
-# Which extension sources each unit test links with.
-SOURCES = {"test_plan.c": ["src/worker/plan.c", "src/common/lsn.c"]}
 
 
 def build_and_run(name):
-    includedir = subprocess.run([PG_CONFIG, "--includedir-server"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-    libdir = subprocess.run([PG_CONFIG, "--libdir"], capture_output=True, text=True, check=True).stdout.strip()
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, name[:-2])
-        subprocess.run(["gcc", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
-                        "-Wno-missing-field-initializers", "-I", os.path.join(TOP, "src"), "-I", includedir,
-                        "-o", exe, os.path.join(TOP, "test", "unit", name)]
-                       + [os.path.join(TOP, s) for s in SOURCES[name]]
-                       + ["-L" + libdir, "-L/usr/lib/postgresql/15/lib", "-lpgport"],
-                       check=True)
-        return subprocess.run([exe], capture_output=True, text=True)
+    """Builds test/unit/<name> with the Makefile's rule (PGXS flags, no
+    hard-coded paths) and runs it."""
+    target = os.path.join("test", "unit", name[:-2])
+    make = ["make", "-s", "-C", TOP, target]
+    if os.environ.get("PG_CONFIG"):
+        make.append("PG_CONFIG=" + os.environ["PG_CONFIG"])
+    subprocess.run(make, check=True)
+    return subprocess.run([os.path.join(TOP, target)], capture_output=True, text=True)
 
 
 def cases():
