@@ -63,6 +63,7 @@ typedef struct InputCall
 	Datum		result;
 } InputCall;
 
+/* Runs one input function call (the step subxact_input wraps). */
 static void
 input_step(void *arg)
 {
