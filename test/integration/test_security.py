@@ -226,6 +226,8 @@ def test_a_publisher_with_look_alikes_everywhere_cannot_escalate_through_the_gat
 
 
 def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
+    pg.sql("INSERT INTO finalize.source_status (server_name, held_by, held_since) "
+           "VALUES ('sec_held', 'commit_time_ahead', now())")
     conn = connect(pg, "sec_admin")
     try:
         plant(conn, "sec_admin")
@@ -241,8 +243,10 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT finalize.purge_facts('3650 days')")
         run(conn, "SELECT finalize.quote_mssql_ident('a]b')")
         run(conn, "SELECT finalize.untrack_table('sec.evil', false)")
+        assert run(conn, "SELECT finalize.release_source('sec_held')")[0][0] is True
     finally:
         conn.close()
+        pg.sql("DELETE FROM finalize.source_status WHERE server_name = 'sec_held'")
     assert_never_ran_as_another_role(pg)
     drop_plants(pg)
 
