@@ -15,8 +15,9 @@
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
-#include "utils/json.h"
+#include "utils/jsonb.h"
 
+#include "common/json_build.h"
 #include "gate/inventory.h"
 
 /* A manifest entry in the hash table. */
@@ -335,27 +336,38 @@ inventory_compare(const Inventory *manifest, const Inventory *listing,
 		qsort(out->items + first, out->n - first, sizeof(Problem), problem_cmp);
 }
 
-/* The problems as a JSON array of {"code", "path", "detail"}. */
-void
-problems_to_json(const ProblemList *list, StringInfo buf)
+/*
+ * A location as compared: with one trailing slash, so a location written
+ * with or without it compares equal, and "day=27" cannot match the keys of
+ * "day=270/".
+ */
+char *
+location_with_slash(const char *location)
 {
-	appendStringInfoChar(buf, '[');
+	size_t		len = strlen(location);
+
+	return len > 0 && location[len - 1] == '/' ? pstrdup(location) : psprintf("%s/", location);
+}
+
+/*
+ * The problems as a jsonb array of {"code", "path", "detail"}: what
+ * release_gate returns and stores, and what compare_inventories returns.
+ */
+Jsonb *
+problems_to_jsonb(const ProblemList *list)
+{
+	JsonbParseState *st = NULL;
+
+	jb_begin_array(&st, NULL);
 	for (int i = 0; i < list->n; i++)
 	{
 		const Problem *p = &list->items[i];
 
-		if (i > 0)
-			appendStringInfoString(buf, ", ");
-		appendStringInfoString(buf, "{\"code\": ");
-		escape_json(buf, p->code);
-		appendStringInfoString(buf, ", \"path\": ");
-		if (p->path)
-			escape_json(buf, p->path);
-		else
-			appendStringInfoString(buf, "null");
-		appendStringInfoString(buf, ", \"detail\": ");
-		escape_json(buf, p->detail);
-		appendStringInfoChar(buf, '}');
+		jb_begin_object(&st, NULL);
+		jb_text(&st, "code", p->code);
+		jb_text(&st, "path", p->path);
+		jb_text(&st, "detail", p->detail);
+		jb_end_object(&st);
 	}
-	appendStringInfoChar(buf, ']');
+	return jb_finish(jb_end_array(&st));
 }

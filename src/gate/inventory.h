@@ -6,7 +6,7 @@
 #ifndef FINALIZE_INVENTORY_H
 #define FINALIZE_INVENTORY_H
 
-#include "lib/stringinfo.h"
+#include "utils/jsonb.h"
 
 /* One object: a path (key) inside a store, its size and its checksum. */
 typedef struct InvObject
@@ -58,6 +58,7 @@ extern void inventory_compare(const Inventory *manifest, const Inventory *listin
 extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, ProblemList *out);
 extern char *etag_normalize(const char *etag);
 extern bool path_is_safe(const char *path, int len);
-extern void problems_to_json(const ProblemList *list, StringInfo buf);
+extern char *location_with_slash(const char *location);
+extern Jsonb *problems_to_jsonb(const ProblemList *list);
 
 #endif							/* FINALIZE_INVENTORY_H */

@@ -20,8 +20,9 @@
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 
-#include "gate/manifest.h"
+#include "common/json_build.h"
 #include "common/subxact.h"
+#include "gate/manifest.h"
 
 /* Raises the one error for a malformed manifest. */
 static void
@@ -345,60 +346,29 @@ manifest_parse(Jsonb *jb, Manifest *m)
 					 "checked against the CDC facts of that period");
 }
 
-/* Pushes a key of a jsonb object being built. */
-void
-jsonb_push_key(JsonbParseState **st, const char *key, int len)
-{
-	JsonbValue	k;
-
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = len;
-	pushJsonbValue(st, WJB_KEY, &k);
-}
-
-/* Pushes an int64 as a jsonb number. */
-static void
-push_int64(JsonbParseState **st, int64 n)
-{
-	JsonbValue	v;
-
-	v.type = jbvNumeric;
-	v.val.numeric = int64_to_numeric(n);
-	pushJsonbValue(st, WJB_VALUE, &v);
-}
-
 /*
  * Pushes an inventory as a jsonb object {"path": size} or {"path": {"size",
- * "etag"}} into a document being built (at the top or after a key): a
- * listing of a million objects skips the text round trip (printing, then
- * lexing and parsing it again).
+ * "etag"}}, as the value of key (or as an element or the document when key
+ * is NULL): a listing of a million objects skips the text round trip
+ * (printing, then lexing and parsing it again).
  */
 void
-inventory_push_jsonb(JsonbParseState **st, const Inventory *inv)
+inventory_push_jsonb(JsonbParseState **st, const char *key, const Inventory *inv)
 {
-	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	jb_begin_object(st, key);
 	for (int i = 0; i < inv->n; i++)
 	{
 		const InvObject *o = &inv->items[i];
 
-		jsonb_push_key(st, o->path, o->path_len);
 		if (o->etag == NULL)
-			push_int64(st, o->size);
+			jb_int(st, o->path, o->size);
 		else
 		{
-			JsonbValue	e;
-
-			pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
-			jsonb_push_key(st, "size", 4);
-			push_int64(st, o->size);
-			jsonb_push_key(st, "etag", 4);
-			e.type = jbvString;
-			e.val.string.val = o->etag;
-			e.val.string.len = o->etag_len;
-			pushJsonbValue(st, WJB_VALUE, &e);
-			pushJsonbValue(st, WJB_END_OBJECT, NULL);
+			jb_begin_object(st, o->path);
+			jb_int(st, "size", o->size);
+			jb_text(st, "etag", o->etag);
+			jb_end_object(st);
 		}
 	}
-	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+	jb_end_object(st);
 }

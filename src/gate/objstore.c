@@ -289,6 +289,162 @@ list_url(const S3Location *loc, const char *prefix, const char *token)
 }
 
 /*
+ * Whether the keys can go into headers: the validator refuses control
+ * characters, but a header must never be split by a value, whatever the
+ * catalog holds.
+ */
+static bool
+credentials_safe(const S3Location *loc, S3Error *err)
+{
+	if (!header_safe(loc->access_key) || !header_safe(loc->secret_key) ||
+		(loc->session_token != NULL && !header_safe(loc->session_token)))
+	{
+		set_error(err, 0, "InvalidCredentials",
+				  "a key or the session token of the user mapping contains a control character (CR, LF, ...)");
+		return false;
+	}
+	return true;
+}
+
+/*
+ * A new easy handle (libcurl initialised once per backend), or NULL with
+ * err set: a failure to start is reported like any other listing failure.
+ */
+static CURL *
+new_handle(S3Error *err)
+{
+	CURL	   *curl;
+
+	if (!curl_ready)
+	{
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		{
+			set_error(err, 0, "CurlInitFailed", "curl_global_init failed");
+			return NULL;
+		}
+		curl_ready = true;
+	}
+	curl = curl_easy_init();
+	if (curl == NULL)
+		set_error(err, 0, "CurlInitFailed", "curl_easy_init failed");
+	return curl;
+}
+
+/*
+ * Sets what every request of a listing shares: signing with the caller's
+ * keys, timeouts, http(s) only, and the callbacks that collect the answer
+ * and abort on a cancel.
+ */
+static void
+configure_handle(CURL *curl, const S3Location *loc, struct curl_slist *headers, char *errbuf)
+{
+	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, psprintf("aws:amz:%s:s3", loc->region));
+	curl_easy_setopt(curl, CURLOPT_USERNAME, loc->access_key);
+	curl_easy_setopt(curl, CURLOPT_PASSWORD, loc->secret_key);
+	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, loc->connect_timeout_ms);
+	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, loc->timeout_ms);
+	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(curl, CURLOPT_USERAGENT, "finalize (PostgreSQL extension)");
+}
+
+/*
+ * Requests one page into *r and reads it into out; false with err set
+ * when the transfer failed or the store refused. The caller frees r->data
+ * (also when an error is raised meanwhile).
+ */
+static bool
+fetch_page(CURL *curl, const char *url, char *errbuf, Response *r, Inventory *out, bool *truncated,
+		   char **token, S3Error *err)
+{
+	CURLcode	rc;
+	long		status = 0;
+
+	memset(r, 0, sizeof(*r));
+	errbuf[0] = '\0';
+	curl_easy_setopt(curl, CURLOPT_URL, url);
+	curl_easy_setopt(curl, CURLOPT_WRITEDATA, r);
+	rc = curl_easy_perform(curl);
+	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+	if (rc == CURLE_ABORTED_BY_CALLBACK)
+		set_error(err, 0, "Interrupted", "the listing was interrupted");
+	else if (r->too_large)
+		set_error(err, status, "ResponseTooLarge", "one page of the listing exceeded 64 MB");
+	else if (r->no_memory)
+		set_error(err, status, "OutOfMemory", "no memory for one page of the listing");
+	else if (rc != CURLE_OK)
+		set_error(err, 0, rc == CURLE_OPERATION_TIMEDOUT ? "Timeout" : "ConnectionFailed",
+				  psprintf("%s%s%s", curl_easy_strerror(rc), errbuf[0] ? ": " : "", errbuf));
+	else if (status != 200)
+		read_error(r, status, err);
+	else
+		return read_page(r, out, truncated, token, err);
+	return false;
+}
+
+/*
+ * Whether the listing may ask for the page after this one: a store that
+ * repeats a continuation token, or a listing longer than the location
+ * allows, would otherwise be followed for ever.
+ */
+static bool
+may_continue(HTAB *seen, const char *token, int *pages, int max_pages, S3Error *err)
+{
+	if (!remember_token(seen, token))
+	{
+		set_error(err, 0, "RepeatedContinuationToken",
+				  psprintf("page %d of the listing repeats an earlier continuation token, so the listing "
+						   "would never end", *pages + 1));
+		return false;
+	}
+	if (++*pages >= max_pages)
+	{
+		set_error(err, 0, "TooManyPages",
+				  psprintf("the listing takes more than finalize.s3_max_pages (%d) pages", max_pages));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Follows the listing's pages through their continuation tokens, into out;
+ * false with err set at the first failure.
+ */
+static bool
+list_pages(CURL *curl, const S3Location *loc, const char *prefix, char *errbuf, Response *r, Inventory *out,
+		   S3Error *err)
+{
+	char	   *token = NULL;
+	bool		truncated = true;
+	bool		ok = true;
+	int			pages = 0;
+	HASHCTL		ctl;
+	HTAB	   *seen;
+
+	ctl.keysize = sizeof(uint64);
+	ctl.entrysize = sizeof(SeenToken);
+	ctl.hcxt = CurrentMemoryContext;
+	seen = hash_create("finalize listing tokens", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	while (ok && truncated)
+	{
+		char	   *url = list_url(loc, prefix, token);
+
+		ok = fetch_page(curl, url, errbuf, r, out, &truncated, &token, err);
+		free(r->data);
+		r->data = NULL;
+		pfree(url);
+		if (ok && truncated)
+			ok = may_continue(seen, token, &pages, loc->max_pages, err);
+	}
+	return ok;
+}
+
+/*
  * Lists every object whose key starts with prefix. Returns false with err
  * set when the store answers with an error, cannot be reached, times out,
  * or sends something that is not a listing; the caller raises (after
@@ -305,29 +461,11 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 
 	memset(err, 0, sizeof(*err));
 	io_interrupts_begin();
-	/* The validator refuses these; a header must never be split by a value. */
-	if (!header_safe(loc->access_key) || !header_safe(loc->secret_key) ||
-		(loc->session_token != NULL && !header_safe(loc->session_token)))
-	{
-		set_error(err, 0, "InvalidCredentials",
-				  "a key or the session token of the user mapping contains a control character (CR, LF, ...)");
+	if (!credentials_safe(loc, err))
 		return false;
-	}
-	if (!curl_ready)
-	{
-		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		{
-			set_error(err, 0, "CurlInitFailed", "curl_global_init failed");
-			return false;
-		}
-		curl_ready = true;
-	}
-	curl = curl_easy_init();
+	curl = new_handle(err);
 	if (curl == NULL)
-	{
-		set_error(err, 0, "CurlInitFailed", "curl_easy_init failed");
 		return false;
-	}
 
 	headers = curl_slist_append(headers, "x-amz-content-sha256: " EMPTY_SHA256);
 	if (loc->session_token != NULL)
@@ -335,88 +473,8 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 	/* The handle and its socket are released even when an error is raised. */
 	PG_TRY();
 	{
-		char	   *token = NULL;
-		bool		truncated = true;
-		int			pages = 0;
-		HASHCTL		ctl;
-		HTAB	   *seen;
-
-		ctl.keysize = sizeof(uint64);
-		ctl.entrysize = sizeof(SeenToken);
-		ctl.hcxt = CurrentMemoryContext;
-		seen = hash_create("finalize listing tokens", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-
-		curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-		curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, psprintf("aws:amz:%s:s3", loc->region));
-		curl_easy_setopt(curl, CURLOPT_USERNAME, loc->access_key);
-		curl_easy_setopt(curl, CURLOPT_PASSWORD, loc->secret_key);
-		curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-		curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, loc->connect_timeout_ms);
-		curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, loc->timeout_ms);
-		curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-		curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-		curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
-		curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-		curl_easy_setopt(curl, CURLOPT_USERAGENT, "finalize (PostgreSQL extension)");
-
-		while (ok && truncated)
-		{
-			CURLcode	rc;
-			long		status = 0;
-			char	   *url = list_url(loc, prefix, token);
-
-			memset(&r, 0, sizeof(r));
-			errbuf[0] = '\0';
-			curl_easy_setopt(curl, CURLOPT_URL, url);
-			curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r);
-			rc = curl_easy_perform(curl);
-			curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-			if (rc == CURLE_ABORTED_BY_CALLBACK)
-			{
-				set_error(err, 0, "Interrupted", "the listing was interrupted");
-				ok = false;
-			}
-			else if (r.too_large)
-			{
-				set_error(err, status, "ResponseTooLarge", "one page of the listing exceeded 64 MB");
-				ok = false;
-			}
-			else if (r.no_memory)
-			{
-				set_error(err, status, "OutOfMemory", "no memory for one page of the listing");
-				ok = false;
-			}
-			else if (rc != CURLE_OK)
-			{
-				set_error(err, 0, rc == CURLE_OPERATION_TIMEDOUT ? "Timeout" : "ConnectionFailed",
-						  psprintf("%s%s%s", curl_easy_strerror(rc), errbuf[0] ? ": " : "", errbuf));
-				ok = false;
-			}
-			else if (status != 200)
-			{
-				read_error(&r, status, err);
-				ok = false;
-			}
-			else
-				ok = read_page(&r, out, &truncated, &token, err);
-			free(r.data);
-			r.data = NULL;
-			pfree(url);
-			if (ok && truncated && !remember_token(seen, token))
-			{
-				set_error(err, 0, "RepeatedContinuationToken",
-						  psprintf("page %d of the listing repeats an earlier continuation token, so the listing "
-								   "would never end", pages + 1));
-				ok = false;
-			}
-			else if (ok && truncated && ++pages >= loc->max_pages)
-			{
-				set_error(err, 0, "TooManyPages",
-						  psprintf("the listing takes more than finalize.s3_max_pages (%d) pages", loc->max_pages));
-				ok = false;
-			}
-		}
+		configure_handle(curl, loc, headers, errbuf);
+		ok = list_pages(curl, loc, prefix, errbuf, &r, out, err);
 	}
 	PG_FINALLY();
 	{

@@ -1,0 +1,225 @@
+/*
+ * store_listing.c
+ *     The gate's listing step: the objects under a manifest's prefix in its
+ *     store, read as the caller.
+ *
+ * Everything here runs as the caller, never as the extension's owner: the
+ * caller's user mapping holds the keys, the caller needs USAGE on the
+ * server, and a local file:// store needs pg_read_server_files. Each
+ * refusal names what the publisher (or an administrator) can do about it.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_authid.h"
+#include "catalog/pg_foreign_server.h"
+#include "foreign/foreign.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/syscache.h"
+
+#include "common/fdw_options.h"
+#include "common/io_interrupts.h"
+#include "common/settings.h"
+#include "gate/filestore.h"
+#include "gate/objstore.h"
+#include "gate/store_listing.h"
+
+#if PG_VERSION_NUM >= 160000
+#define server_usage_check(srv, role) object_aclcheck(ForeignServerRelationId, (srv), (role), ACL_USAGE)
+#else
+#define server_usage_check(srv, role) pg_foreign_server_aclcheck((srv), (role), ACL_USAGE)
+#endif
+
+/* The sorted paths of the manifest entries that carry a checksum. */
+typedef struct EtagPaths
+{
+	const char **paths;
+	int			n;
+} EtagPaths;
+
+/* Orders C strings, so manifest paths can be found by bsearch. */
+static int
+str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+/*
+ * For the file store: whether a listed file needs a checksum computed
+ * (hashing every file would read the whole partition for nothing).
+ */
+static bool
+manifest_has_etag(const char *path, void *arg)
+{
+	const EtagPaths *e = (const EtagPaths *) arg;
+
+	return bsearch(&path, e->paths, e->n, sizeof(char *), str_cmp) != NULL;
+}
+
+/* Collects the manifest paths with a checksum, sorted for lookups. */
+static void
+etag_paths(const Inventory *files, EtagPaths *out)
+{
+	out->paths = palloc(sizeof(char *) * Max(files->n, 1));
+	out->n = 0;
+	for (int i = 0; i < files->n; i++)
+		if (files->items[i].etag != NULL)
+			out->paths[out->n++] = files->items[i].path;
+	qsort(out->paths, out->n, sizeof(char *), str_cmp);
+}
+
+/* A hint for an S3 error code: what the publisher can do. */
+static const char *
+s3_hint(const S3Error *err)
+{
+	if (strcmp(err->code, "AccessDenied") == 0 || strcmp(err->code, "InvalidAccessKeyId") == 0 ||
+		strcmp(err->code, "SignatureDoesNotMatch") == 0)
+		return "Check access_key_id and secret_access_key in your user mapping for the server, the server's region, and the bucket's policy.";
+	if (strcmp(err->code, "NoSuchBucket") == 0)
+		return "Check the bucket option of the server.";
+	if (strcmp(err->code, "Timeout") == 0)
+		return "The store did not answer within finalize.s3_timeout; try again, or raise it.";
+	if (strcmp(err->code, "ConnectionFailed") == 0)
+		return "Check the endpoint option of the server and that the store is reachable from the database server.";
+	if (strcmp(err->code, "RepeatedContinuationToken") == 0 || strcmp(err->code, "TooManyPages") == 0)
+		return "The store's listing does not end: check the endpoint, or (for a partition of that many objects) "
+			"have a superuser raise finalize.s3_max_pages.";
+	if (strcmp(err->code, "InvalidCredentials") == 0)
+		return "Set the keys of your user mapping again: ALTER USER MAPPING FOR CURRENT_USER SERVER ... OPTIONS (SET ...).";
+	if (strcmp(err->code, "MalformedResponse") == 0)
+		return "The endpoint does not answer like S3; check the endpoint and url_style options.";
+	if (err->http_status >= 500)
+		return "The store had an internal problem; try again later.";
+	return "Nothing was released; fix the cause and call finalize.release_gate again.";
+}
+
+/*
+ * Lists a local file:// store: only for callers who could read the
+ * server's files anyway, since the listing reveals names and sizes.
+ */
+static void
+list_file_store(const Manifest *m, Oid caller, Inventory *listing)
+{
+	char	   *root;
+	EtagPaths	etags;
+
+	if (!has_privs_of_role(caller, ROLE_PG_READ_SERVER_FILES))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to list local store \"%s\"", m->store),
+				 errdetail("Listing files on the database server needs the privileges of pg_read_server_files."),
+				 errhint("Publish through a finalize_s3 server, or have an administrator grant pg_read_server_files.")));
+	root = filestore_root(m->store);
+	etag_paths(&m->files, &etags);
+	filestore_list(root, m->prefix, listing, etags.n > 0 ? manifest_has_etag : NULL, &etags);
+}
+
+/*
+ * The manifest's object-store server, checked before any key is read: it
+ * exists, it is a finalize_s3 server, the caller may use it and has a user
+ * mapping for it (each failure says how to fix it).
+ */
+static ForeignServer *
+s3_server(const Manifest *m, Oid caller)
+{
+	ForeignServer *server = GetForeignServerByName(m->store, true);
+
+	if (server == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: field \"store\": there is no server \"%s\"", m->store),
+				 errhint("Name a finalize_s3 server (CREATE SERVER ... FOREIGN DATA WRAPPER finalize_s3) or a file:///path.")));
+	if (strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_s3") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: field \"store\": server \"%s\" is not an object store", m->store),
+				 errhint("Name a server of the finalize_s3 foreign-data wrapper.")));
+	if (server_usage_check(server->serverid, caller) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for server %s", server->servername),
+				 errhint("An administrator can run GRANT USAGE ON FOREIGN SERVER %s TO the publishing role.",
+						 quote_identifier(server->servername))));
+	if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(caller),
+							   ObjectIdGetDatum(server->serverid)) &&
+		!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
+							   ObjectIdGetDatum(server->serverid)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("no user mapping for role \"%s\" on server \"%s\"",
+						GetUserNameFromId(caller, false), server->servername),
+				 errhint("Create one: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (access_key_id '...', secret_access_key '...').",
+						 quote_identifier(server->servername))));
+	return server;
+}
+
+/*
+ * Where and how objstore_list goes: the server's options, the caller's
+ * keys from the user mapping, and the limits set by the settings.
+ */
+static void
+s3_location(const ForeignServer *server, const UserMapping *um, S3Location *loc)
+{
+	loc->endpoint = fdw_option_value(server->options, "endpoint", "https://s3.amazonaws.com");
+	loc->region = fdw_option_value(server->options, "region", "us-east-1");
+	loc->bucket = fdw_option_value(server->options, "bucket", "");
+	if (loc->bucket[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+				 errmsg("server \"%s\" has no bucket option", server->servername),
+				 errhint("Name the bucket: ALTER SERVER %s OPTIONS (ADD bucket '...').",
+						 quote_identifier(server->servername))));
+	loc->virtual_host = strcmp(fdw_option_value(server->options, "url_style", "path"), "virtual") == 0;
+	loc->access_key = fdw_option_value(um->options, "access_key_id", "");
+	loc->secret_key = fdw_option_value(um->options, "secret_access_key", "");
+	loc->session_token = fdw_option_value(um->options, "session_token", NULL);
+	loc->connect_timeout_ms = finalize_s3_connect_timeout_ms;
+	loc->timeout_ms = finalize_s3_timeout_ms;
+	loc->max_pages = finalize_s3_max_pages;
+}
+
+/*
+ * Lists a finalize_s3 server with the caller's keys; a failed listing is
+ * raised here, in SQL terms, since objstore.c must not raise mid-transfer.
+ */
+static void
+list_s3_store(const Manifest *m, Oid caller, Inventory *listing)
+{
+	ForeignServer *server = s3_server(m, caller);
+	UserMapping *um = GetUserMapping(caller, server->serverid);
+	S3Location	loc;
+	S3Error		err;
+	bool		ok;
+
+	s3_location(server, um, &loc);
+	ok = objstore_list(&loc, m->prefix, listing, &err);
+	/* An interrupt that arrived meanwhile (a cancel) is served first. */
+	io_interrupts_rethrow();
+	if (!ok)
+	{
+		ereport(ERROR,
+				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+				 errmsg("could not list \"%s\" in bucket \"%s\" of server \"%s\": %s",
+						m->prefix, loc.bucket, server->servername, err.code),
+				 err.http_status > 0
+				 ? errdetail("The store answered HTTP %ld: %s", err.http_status, err.message)
+				 : errdetail("%s", err.message),
+				 errhint("%s", s3_hint(&err))));
+	}
+}
+
+/*
+ * Lists the manifest's prefix in its store, as the caller, with the
+ * caller's credentials: the facts the manifest is compared with.
+ */
+void
+list_store(const Manifest *m, Inventory *listing)
+{
+	Oid			caller = GetUserId();
+
+	if (strncmp(m->store, "file://", 7) == 0)
+		list_file_store(m, caller, listing);
+	else
+		list_s3_store(m, caller, listing);
+}

@@ -1,0 +1,13 @@
+/*
+ * store_listing.h
+ *     The gate's listing step: the objects under a manifest's prefix in its
+ *     store (a finalize_s3 server or a file:// URL), read as the caller.
+ */
+#ifndef FINALIZE_STORE_LISTING_H
+#define FINALIZE_STORE_LISTING_H
+
+#include "gate/manifest.h"
+
+extern void list_store(const Manifest *m, Inventory *listing);
+
+#endif							/* FINALIZE_STORE_LISTING_H */
