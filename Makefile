@@ -61,6 +61,7 @@ $(DATA_built): $(SQL_PARTS) $(EXTENSION).control
 # C unit tests (test/unit/test_*.c, TAP output): each links the pure modules
 # it tests, with the server's headers and libpgport, no server needed.
 UNIT_SOURCES_test_plan = src/worker/plan.c src/common/lsn.c
+UNIT_SOURCES_test_clock_check = src/worker/clock_check.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -33,9 +33,9 @@ PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
 PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
 
-/* Defines every finalize.* setting and reserves the prefix (from _PG_init). */
-void
-settings_define(void)
+/* The settings of the background workers: where they run, how often, how long they wait. */
+static void
+define_worker_settings(void)
 {
 	DefineCustomStringVariable("finalize.database",
 							   "Database whose finalize extension the background worker serves.",
@@ -91,6 +91,31 @@ settings_define(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("finalize.lock_timeout",
+							"Longest wait of a worker's write for a lock another session holds.",
+							"A table whose row stays locked longer (an open transaction that called "
+							"finalize.resume_table, say) shows the condition lock_timeout; the others are recorded.",
+							&finalize_lock_timeout_ms,
+							1000, 1, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/* The settings that bound what is trusted or kept: clock skew, data-loss handling, retention. */
+static void
+define_trust_settings(void)
+{
+	DefineCustomIntVariable("finalize.max_clock_skew",
+							"How far a commit time or SQL Server's clock may be ahead of PostgreSQL's clock.",
+							"Commit times further ahead are refused by the write path, and a source whose clock is "
+							"further ahead shows the condition clock_skew: a verdict moved by them could never move back.",
+							&finalize_max_clock_skew_s,
+							3600, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("finalize.data_loss_window",
 							"How long after a data loss another one stops a table with on_data_loss = resume.",
 							"A second loss within the window needs finalize.resume_table() again.",
@@ -109,6 +134,20 @@ settings_define(void)
 							GUC_UNIT_MIN,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("finalize.generation_retention",
+							"How long a superseded generation is kept before finalize.retired_generations() lists it.",
+							"Readers and replays that still use the old generation need it this long.",
+							&finalize_generation_retention_min,
+							7 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MIN,
+							NULL, NULL, NULL);
+}
+
+/* The settings of the release gate's object store listings. */
+static void
+define_gate_settings(void)
+{
 	DefineCustomIntVariable("finalize.s3_timeout",
 							"Longest time one request to an object store may take.",
 							NULL,
@@ -127,35 +166,6 @@ settings_define(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("finalize.generation_retention",
-							"How long a superseded generation is kept before finalize.retired_generations() lists it.",
-							"Readers and replays that still use the old generation need it this long.",
-							&finalize_generation_retention_min,
-							7 * 24 * 60, 0, INT_MAX,
-							PGC_SIGHUP,
-							GUC_UNIT_MIN,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("finalize.lock_timeout",
-							"Longest wait of a worker's write for a lock another session holds.",
-							"A table whose row stays locked longer (an open transaction that called "
-							"finalize.resume_table, say) shows the condition lock_timeout; the others are recorded.",
-							&finalize_lock_timeout_ms,
-							1000, 1, 3600 * 1000,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("finalize.max_clock_skew",
-							"How far a commit time or SQL Server's clock may be ahead of PostgreSQL's clock.",
-							"Commit times further ahead are refused by the write path, and a source whose clock is "
-							"further ahead shows the condition clock_skew: a verdict moved by them could never move back.",
-							&finalize_max_clock_skew_s,
-							3600, 1, INT_MAX,
-							PGC_SIGHUP,
-							GUC_UNIT_S,
-							NULL, NULL, NULL);
-
 	DefineCustomIntVariable("finalize.s3_max_pages",
 							"Most pages (of up to 1000 keys) one object-store listing may take.",
 							"A listing that would take more is an error, so a store that never ends its listing cannot "
@@ -165,7 +175,15 @@ settings_define(void)
 							PGC_SUSET,
 							0,
 							NULL, NULL, NULL);
+}
 
+/* Defines every finalize.* setting and reserves the prefix (from _PG_init). */
+void
+settings_define(void)
+{
+	define_worker_settings();
+	define_trust_settings();
+	define_gate_settings();
 	MarkGUCPrefixReserved("finalize");
 }
 

@@ -76,7 +76,7 @@ slot_alive(const WorkerSlot *slot)
 
 /* Frees this process's slot when it exits. */
 static void
-slot_release(int code, Datum arg)
+slot_release(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
 	if (my_slot < 0 || finalize_shared == NULL)
 		return;

@@ -31,6 +31,57 @@ snapshot_problem(CdcState *snap, MssqlConn *conn, int col, const char *what, con
 	return false;
 }
 
+/* The state row: max LSN, its commit time, the clock and its UTC offset. */
+static bool
+decode_state_row(MssqlConn *conn, const char *tds_version, CdcState *snap)
+{
+	snap->has_max_lsn = mssql_get_lsn(conn, TSQL_STATE_MAX_LSN, &snap->max_lsn);
+	snap->has_max_time = mssql_get_local_time(conn, TSQL_STATE_MAX_TIME, &snap->max_time_local);
+	if (!mssql_get_local_time(conn, TSQL_STATE_UTC_NOW, &snap->utc_now))
+		return snapshot_problem(snap, conn, TSQL_STATE_UTC_NOW, "clock (SYSDATETIMEOFFSET() in UTC)",
+								tds_version);
+	if (!mssql_get_int64(conn, TSQL_STATE_TZ_OFFSET, &snap->tz_offset_minutes))
+		return snapshot_problem(snap, conn, TSQL_STATE_TZ_OFFSET, "UTC offset (DATEPART(TZOFFSET, ...))",
+								tds_version);
+	snap->has_state = true;
+	return true;
+}
+
+/* A row of object ids: the tag is the name's index in the request. */
+static void
+decode_object_id_row(MssqlConn *conn, int64 *object_ids, int nnames)
+{
+	int64		tag;
+	int64		id;
+
+	if (mssql_get_int64(conn, TSQL_OBJECT_TAG, &tag) && tag >= 0 && tag < nnames &&
+		mssql_get_int64(conn, TSQL_OBJECT_ID, &id))
+		object_ids[tag] = id;
+}
+
+/* A row of sys.sp_cdc_help_change_data_capture; incomplete rows are skipped. */
+static void
+decode_instance_row(MssqlConn *conn, CdcState *snap, int *capacity)
+{
+	CaptureInstance *ci;
+
+	if (snap->ninstances == *capacity)
+	{
+		*capacity *= 2;
+		snap->instances = repalloc(snap->instances, sizeof(CaptureInstance) * *capacity);
+	}
+	ci = &snap->instances[snap->ninstances++];
+	memset(ci, 0, sizeof(*ci));
+	ci->source_schema = mssql_get_text(conn, TSQL_HELP_SCHEMA);
+	ci->source_table = mssql_get_text(conn, TSQL_HELP_TABLE);
+	ci->name = mssql_get_text(conn, TSQL_HELP_INSTANCE);
+	ci->has_start = mssql_get_lsn(conn, TSQL_HELP_START_LSN, &ci->start_lsn);
+	if (!mssql_get_int64(conn, TSQL_HELP_SOURCE_OBJECT_ID, &ci->source_object_id))
+		ci->source_object_id = 0;
+	if (ci->name == NULL || ci->source_schema == NULL || ci->source_table == NULL)
+		snap->ninstances--;
+}
+
 /*
  * Reads batch 1: the max LSN row, the object ids of the given (quoted,
  * schema-qualified) names into object_ids (0: not visible), then the
@@ -43,12 +94,12 @@ cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *name
 			   int nnames, CdcState *snap, MssqlError *err)
 {
 	int			resultno = 0;
-	int			capacity = 16;
 	int			r;
 	StringInfoData sql;
 	/* results: the state row, the object ids (one per chunk of names), the instances */
 	int			nid_results = (nnames + TSQL_NAMES_PER_STATEMENT - 1) / TSQL_NAMES_PER_STATEMENT;
 	int			help_result = 1 + nid_results;
+	int			capacity = 16;
 
 	memset(snap, 0, sizeof(*snap));
 	snap->instances = palloc0(sizeof(CaptureInstance) * capacity);
@@ -76,47 +127,12 @@ cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *name
 		}
 		while ((r = mssql_next_row(conn, err)) == 1)
 		{
-			if (resultno == 0)
-			{
-				snap->has_max_lsn = mssql_get_lsn(conn, TSQL_STATE_MAX_LSN, &snap->max_lsn);
-				snap->has_max_time = mssql_get_local_time(conn, TSQL_STATE_MAX_TIME, &snap->max_time_local);
-				if (!mssql_get_local_time(conn, TSQL_STATE_UTC_NOW, &snap->utc_now))
-					return snapshot_problem(snap, conn, TSQL_STATE_UTC_NOW, "clock (SYSDATETIMEOFFSET() in UTC)",
-											tds_version);
-				if (!mssql_get_int64(conn, TSQL_STATE_TZ_OFFSET, &snap->tz_offset_minutes))
-					return snapshot_problem(snap, conn, TSQL_STATE_TZ_OFFSET, "UTC offset (DATEPART(TZOFFSET, ...))",
-											tds_version);
-				snap->has_state = true;
-			}
-			else if (resultno < help_result)
-			{
-				int64		tag;
-				int64		id;
-
-				if (mssql_get_int64(conn, TSQL_OBJECT_TAG, &tag) && tag >= 0 && tag < nnames &&
-					mssql_get_int64(conn, TSQL_OBJECT_ID, &id))
-					object_ids[tag] = id;
-			}
+			if (resultno == 0 && !decode_state_row(conn, tds_version, snap))
+				return false;
+			else if (resultno > 0 && resultno < help_result)
+				decode_object_id_row(conn, object_ids, nnames);
 			else if (resultno == help_result)
-			{
-				CaptureInstance *ci;
-
-				if (snap->ninstances == capacity)
-				{
-					capacity *= 2;
-					snap->instances = repalloc(snap->instances, sizeof(CaptureInstance) * capacity);
-				}
-				ci = &snap->instances[snap->ninstances++];
-				memset(ci, 0, sizeof(*ci));
-				ci->source_schema = mssql_get_text(conn, TSQL_HELP_SCHEMA);
-				ci->source_table = mssql_get_text(conn, TSQL_HELP_TABLE);
-				ci->name = mssql_get_text(conn, TSQL_HELP_INSTANCE);
-				ci->has_start = mssql_get_lsn(conn, TSQL_HELP_START_LSN, &ci->start_lsn);
-				if (!mssql_get_int64(conn, TSQL_HELP_SOURCE_OBJECT_ID, &ci->source_object_id))
-					ci->source_object_id = 0;
-				if (ci->name == NULL || ci->source_schema == NULL || ci->source_table == NULL)
-					snap->ninstances--;
-			}
+				decode_instance_row(conn, snap, &capacity);
 		}
 		/* The call that ends the rows reads to the end of the statement: an
 		 * error there means its rows may be cut (a partial list of instances). */
@@ -228,6 +244,51 @@ statement_failed(Statement *st, const MssqlError *err)
 	st->error_number = err->from_server ? err->number : 0;
 }
 
+/* A marker result (SELECT n AS finalize_statement): the statement next, or NULL. */
+static Statement *
+read_marker(MssqlConn *conn, Statement *stmts, int nstmts)
+{
+	MssqlError	step;
+	int64		n = -1;
+	int			r;
+	Statement  *cur;
+
+	if ((r = mssql_next_row(conn, &step)) == 1)
+		(void) mssql_get_int64(conn, 1, &n);
+	while (r == 1)
+		r = mssql_next_row(conn, &step);
+	cur = (n >= 0 && n < nstmts) ? &stmts[n] : NULL;
+	if (cur != NULL)
+		cur->started = true;
+	return cur;
+}
+
+/*
+ * Decodes the result of a statement; returns the last mssql_next_row
+ * status (step holds an error that came with the rows).
+ */
+static int
+read_statement_result(MssqlConn *conn, Statement *cur, MssqlError *step)
+{
+	int			ddl_capacity = 0;
+	int			rows = 0;
+	int			r;
+	bool		decoded = mssql_num_columns(conn) >= statement_columns(cur->kind);
+
+	while ((r = mssql_next_row(conn, step)) == 1)
+	{
+		if (decoded)
+			decoded = read_statement_row(conn, cur, &ddl_capacity);
+		rows++;
+	}
+	/* An aggregate and a min LSN read are one row each. */
+	if (r == 0 && cur->error == NULL && (!decoded || (cur->kind != STMT_DDL && rows != 1)))
+		cur->error = psprintf("SQL Server returned %d row(s) of %d column(s) for it, or a value that could "
+							  "not be decoded (first columns: %s, %s)", rows, mssql_num_columns(conn),
+							  mssql_column_type_name(conn, 1), mssql_column_type_name(conn, 2));
+	return r;
+}
+
 /*
  * Sends one read batch and sorts its results to their statements by the
  * markers. A statement that fails on SQL Server (or that never ran because
@@ -280,16 +341,7 @@ run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, M
 			continue;
 		if (mssql_num_columns(conn) == 1)
 		{
-			int64		n = -1;
-
-			/* a marker: statement n runs next */
-			if ((r = mssql_next_row(conn, &step)) == 1)
-				(void) mssql_get_int64(conn, 1, &n);
-			while (r == 1)
-				r = mssql_next_row(conn, &step);
-			cur = (n >= 0 && n < nstmts) ? &stmts[n] : NULL;
-			if (cur != NULL)
-				cur->started = true;
+			cur = read_marker(conn, stmts, nstmts);
 			in_result = false;
 			continue;
 		}
@@ -301,23 +353,7 @@ run_statements(MssqlConn *conn, const char *sql, Statement *stmts, int nstmts, M
 			continue;
 		}
 		in_result = true;
-		{
-			int			ddl_capacity = 0;
-			int			rows = 0;
-			bool		decoded = mssql_num_columns(conn) >= statement_columns(cur->kind);
-
-			while ((r = mssql_next_row(conn, &step)) == 1)
-			{
-				if (decoded)
-					decoded = read_statement_row(conn, cur, &ddl_capacity);
-				rows++;
-			}
-			/* An aggregate and a min LSN read are one row each. */
-			if (r == 0 && cur->error == NULL && (!decoded || (cur->kind != STMT_DDL && rows != 1)))
-				cur->error = psprintf("SQL Server returned %d row(s) of %d column(s) for it, or a value that could "
-									  "not be decoded (first columns: %s, %s)", rows, mssql_num_columns(conn),
-									  mssql_column_type_name(conn, 1), mssql_column_type_name(conn, 2));
-		}
+		r = read_statement_result(conn, cur, &step);
 		/*
 		 * The call that ends the rows also reads to the end of the statement:
 		 * an error there (a deadlock victim after some rows) fails it too.

@@ -72,7 +72,7 @@ set_message(MssqlError *err, const char *text)
  * server that does not answer.
  */
 static int
-on_dblib_error(DBPROCESS *dbproc, int severity, int dberr, int oserr,
+on_dblib_error(DBPROCESS *dbproc pg_attribute_unused(), int severity, int dberr, int oserr,
 			   char *dberrstr, char *oserrstr)
 {
 	MssqlError *err = current_error;
@@ -109,8 +109,8 @@ on_dblib_error(DBPROCESS *dbproc, int severity, int dberr, int oserr,
  * ignored; the first error of a call is kept.
  */
 static int
-on_server_message(DBPROCESS *dbproc, DBINT msgno, int msgstate, int severity,
-				  char *msgtext, char *srvname, char *procname, int line)
+on_server_message(DBPROCESS *dbproc pg_attribute_unused(), DBINT msgno, int msgstate, int severity,
+				  char *msgtext, char *srvname pg_attribute_unused(), char *procname pg_attribute_unused(), int line pg_attribute_unused())
 {
 	MssqlError *err = current_error;
 
@@ -130,7 +130,7 @@ on_server_message(DBPROCESS *dbproc, DBINT msgno, int msgstate, int severity,
  * the wait (a cancel or a termination); other interrupts are served here.
  */
 static int
-check_interrupt(void *dbproc)
+check_interrupt(void *dbproc pg_attribute_unused())
 {
 	return io_must_stop() ? TRUE : FALSE;
 }
@@ -187,7 +187,7 @@ login_watch(void)
 
 /* What DB-Library does about a pending interrupt: stop waiting. */
 static int
-handle_interrupt(void *dbproc)
+handle_interrupt(void *dbproc pg_attribute_unused())
 {
 	return INT_CANCEL;
 }

@@ -57,7 +57,7 @@ uint64		catalog_generation = 1;
  * Runs inside invalidation processing, so it only sets flags.
  */
 static void
-invalidate_sensor_catalog(Datum arg, Oid relid)
+invalidate_sensor_catalog(Datum arg pg_attribute_unused(), Oid relid)
 {
 	if (!OidIsValid(relid) || relid == sensor_catalog.tt_relid ||
 		relid == sensor_catalog.wm_relid || relid == sensor_catalog.tt_name_idx ||

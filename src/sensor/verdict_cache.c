@@ -57,7 +57,7 @@ static bool callbacks_registered = false;
  * in a process that cannot publish them.
  */
 static void
-cache_xact_callback(XactEvent event, void *arg)
+cache_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
 	switch (event)
 	{

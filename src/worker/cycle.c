@@ -12,8 +12,10 @@
  *   5. per table: record_range, a data-loss or schema event, a resume, or
  *      why it could not be read; the source's status     (short transaction)
  *
- * What is read is decided in plan.c, what it means in judge.c, how a write
- * is recorded in record.c; the T-SQL and its results are mssql/cdc_reader.c's.
+ * Whether the times can be trusted is decided in clock_check.c, what is read
+ * and what a read proves in plan.c (pure, unit-tested), how the reads become
+ * a table's write in judge.c, how a write is recorded in record.c; the T-SQL
+ * and its results are mssql/cdc_reader.c's.
  */
 #include "postgres.h"
 
@@ -23,24 +25,18 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "common/fmt.h"
 #include "common/io_interrupts.h"
 #include "common/settings.h"
 #include "common/timeconv.h"
 #include "mssql/cdc_reader.h"
 #include "mssql/tsql.h"
+#include "worker/clock_check.h"
 #include "worker/cycle.h"
 #include "worker/judge.h"
 #include "worker/plan.h"
 #include "worker/record.h"
 #include "worker/worker_state.h"
-
-/*
- * How far a commit time may lie after SQL Server's clock reading (taken
- * after max LSN) before it is called impossible: both are datetime values
- * (1/300 s, rounded), and a clock may be stepped back by NTP or a resumed
- * VM. Stamps in another zone are off by at least 15 minutes.
- */
-#define COMMIT_AHEAD_TOLERANCE_S 60
 
 /* One cycle's state, step to step. */
 typedef struct Cycle
@@ -52,10 +48,9 @@ typedef struct Cycle
 	CdcState	snap;
 	TimestampTz max_instant;	/* commit time of max LSN */
 	TimestampTz server_now;		/* SQL Server's clock, read after max LSN */
-	const char *source_condition;	/* ok, or capture_stalled */
+	Condition	source_condition;	/* COND_OK, or COND_CAPTURE_STALLED */
 	char	   *source_message;
-	char	  **condition;		/* why the cycle failed, for the caller */
-	char	  **error;
+	CycleOutcome *out;			/* why the cycle failed, for the caller */
 } Cycle;
 
 /* Finds or adds the read of an instance in a list. */
@@ -149,22 +144,22 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 
 /* Records a failed cycle's condition and message for the caller. */
 static bool
-fail(const char *condition, const char *message, char **out_condition, char **out_error)
+fail(Cycle *c, Condition condition, char *message)
 {
-	*out_condition = pstrdup(condition);
-	*out_error = pstrdup(message);
+	c->out->condition = condition;
+	c->out->message = message;
 	return false;
 }
 
 /* The condition for a failed SQL Server call. */
-static const char *
+static Condition
 failure_condition(MssqlConn *conn, const MssqlError *err)
 {
 	if (err->interrupted)
-		return "cancelled";
+		return COND_CANCELLED;
 	if (err->timed_out)
-		return "timeout";
-	return mssql_is_dead(conn) ? "unreachable" : "sql_error";
+		return COND_TIMEOUT;
+	return mssql_is_dead(conn) ? COND_UNREACHABLE : COND_SQL_ERROR;
 }
 
 /* Step 1: the source's options, login and active tables; false to stop here. */
@@ -175,20 +170,19 @@ load_source(Cycle *c, MemoryContext cxt)
 	char	   *problem = ws_load_source(run->serverid, cxt, &c->cfg, &c->tables, &c->ntables, &run->server_gone);
 
 	if (run->server_gone)
-		return fail("server_dropped", problem, c->condition, c->error);
+		return fail(c, COND_SERVER_DROPPED, problem);
 	if (run->server_name == NULL)
 		run->server_name = MemoryContextStrdup(TopMemoryContext, c->cfg.server_name);
 	if (problem != NULL)
-		return fail("configuration", problem, c->condition, c->error);
-	if (c->cfg.held_by != NULL)
-		return fail(c->cfg.held_by,
+		return fail(c, COND_CONFIGURATION, problem);
+	if (c->cfg.held_by != COND_NONE)
+		return fail(c, c->cfg.held_by,
 					psprintf("Server \"%s\" is held by %s since %s: commit times of SQL Server's max LSN were seen "
 							 "later than SQL Server's own clock, so commit times are stamped in another zone than "
 							 "its clock reports and none of them can be trusted; nothing is recorded. Once SQL "
 							 "Server stamps commits in its clock's zone, run SELECT finalize.release_source(%s).",
-							 c->cfg.server_name, c->cfg.held_by, instant_text(c->cfg.held_since),
-							 quote_literal_cstr(c->cfg.server_name)),
-					c->condition, c->error);
+							 c->cfg.server_name, condition_name(c->cfg.held_by), fmt_instant(c->cfg.held_since),
+							 quote_literal_cstr(c->cfg.server_name)));
 	return true;
 }
 
@@ -210,11 +204,10 @@ connect_source(Cycle *c)
 	run->conn = mssql_connect(&c->cfg.conn, &err);
 	io_interrupts_rethrow();
 	if (run->conn == NULL)
-		return fail(err.timed_out ? "timeout" : "unreachable",
+		return fail(c, err.timed_out ? COND_TIMEOUT : COND_UNREACHABLE,
 					psprintf("Could not log in to SQL Server %s:%d, database \"%s\", as \"%s\": %s",
 							 c->cfg.conn.host, c->cfg.conn.port, c->cfg.database, c->cfg.conn.username,
-							 mssql_error_text(&err)),
-					c->condition, c->error);
+							 mssql_error_text(&err)));
 	return true;
 }
 
@@ -240,79 +233,54 @@ read_state(Cycle *c)
 		/* The rest of the batch is not needed; the connection is reopened. */
 		mssql_close(run->conn);
 		run->conn = NULL;
-		return fail("sql_error", c->snap.problem, c->condition, c->error);
+		return fail(c, COND_SQL_ERROR, c->snap.problem);
 	}
 	if (!ok)
 	{
 		/* With CDC disabled the help procedure fails (22901) after max LSN was NULL. */
 		if (c->snap.results >= 1 && !c->snap.has_max_lsn)
-			return fail("no_max_lsn",
+			return fail(c, COND_NO_MAX_LSN,
 						psprintf("sys.fn_cdc_get_max_lsn() returned NULL: change data capture is not enabled on "
 								 "database \"%s\", or its capture job has not run yet (%s).",
-								 c->cfg.database, mssql_error_text(&err)),
-						c->condition, c->error);
-		return fail(failure_condition(run->conn, &err),
+								 c->cfg.database, mssql_error_text(&err)));
+		return fail(c, failure_condition(run->conn, &err),
 					psprintf("Reading the CDC state of database \"%s\" failed: %s%s",
 							 c->cfg.database, mssql_error_text(&err),
 							 err.timed_out ? psprintf(" (no answer within finalize.query_timeout, %d s; the "
-													  "connection is reopened)", c->cfg.conn.query_timeout) : ""),
-					c->condition, c->error);
+													  "connection is reopened)", c->cfg.conn.query_timeout) : ""));
 	}
 	if (!c->snap.has_max_lsn)
-		return fail("no_max_lsn",
+		return fail(c, COND_NO_MAX_LSN,
 					psprintf("sys.fn_cdc_get_max_lsn() returned NULL: change data capture is not enabled on "
-							 "database \"%s\", or its capture job has not run yet.", c->cfg.database),
-					c->condition, c->error);
+							 "database \"%s\", or its capture job has not run yet.", c->cfg.database));
 	if (!c->snap.has_max_time)
-		return fail("sql_error",
-					psprintf("sys.fn_cdc_map_lsn_to_time(%s) returned NULL.", lsn_text(&c->snap.max_lsn)),
-					c->condition, c->error);
+		return fail(c, COND_SQL_ERROR,
+					psprintf("sys.fn_cdc_map_lsn_to_time(%s) returned NULL.", fmt_lsn(&c->snap.max_lsn)));
 	return true;
 }
 
 /*
- * Step 3: SQL Server's times, checked before any of them is used: its zone
- * against the timezone option, its commits against its clock, its clock
- * against PostgreSQL's. A stalled capture only sets the source's condition.
+ * Whether a cycle's times passed their checks; if not, the cycle fails
+ * with the condition and a message that says what to do.
  */
 static bool
-check_times(Cycle *c)
+times_trusted(Cycle *c, TimeProblem problem, const SourceTimes *t)
 {
-	long		expected_offset;
-
-	/*
-	 * Commit times are local: if the timezone option disagrees with the
-	 * offset SQL Server reports, the verdict could lead. Stop instead.
-	 */
-	c->server_now = (TimestampTz) c->snap.utc_now;
-	expected_offset = local_offset_at(c->server_now, c->cfg.tz);
-	if (expected_offset != c->snap.tz_offset_minutes * 60)
-		return fail("timezone_mismatch",
-					psprintf("SQL Server's clock is at UTC%+03d:%02d, but the timezone option \"%s\" of server "
-							 "\"%s\" gives UTC%+03ld:%02ld at that instant. Commit times cannot be converted "
-							 "safely; set the option to the zone of the SQL Server machine "
-							 "(ALTER SERVER \"%s\" OPTIONS (SET timezone '...')).",
-							 (int) (c->snap.tz_offset_minutes / 60), (int) Abs(c->snap.tz_offset_minutes % 60),
-							 c->cfg.timezone, c->cfg.server_name, expected_offset / 3600,
-							 Abs(expected_offset % 3600) / 60, c->cfg.server_name),
-					c->condition, c->error);
-	c->max_instant = local_to_instant_earliest(c->snap.max_time_local, c->cfg.tz);
-
-	/*
-	 * A commit cannot be later than the clock of the server that made it. A
-	 * commit time of max LSN ahead of SQL Server's own clock means commit
-	 * times are stamped in another zone than SYSDATETIMEOFFSET() reports (a
-	 * server configured with another zone than its clock functions): every
-	 * commit time would then lead the truth, and so would the verdict. The
-	 * earliest reading of an ambiguous local time is used, so a fall-back
-	 * hour never raises this falsely.
-	 */
+	switch (problem)
 	{
-		int64		ahead;
-
-		if (pg_sub_s64_overflow(c->max_instant, c->server_now, &ahead) ||
-			ahead > COMMIT_AHEAD_TOLERANCE_S * USECS_PER_SEC)
-			return fail("commit_time_ahead",
+		case TIMES_OK:
+			break;
+		case TIMES_ZONE_MISMATCH:
+			return fail(c, COND_TIMEZONE_MISMATCH,
+						psprintf("SQL Server's clock is at UTC%+03d:%02d, but the timezone option \"%s\" of server "
+								 "\"%s\" gives UTC%+03ld:%02ld at that instant. Commit times cannot be converted "
+								 "safely; set the option to the zone of the SQL Server machine "
+								 "(ALTER SERVER \"%s\" OPTIONS (SET timezone '...')).",
+								 t->reported_offset_s / 3600, Abs(t->reported_offset_s % 3600) / 60,
+								 c->cfg.timezone, c->cfg.server_name, t->expected_offset_s / 3600,
+								 Abs(t->expected_offset_s % 3600) / 60, c->cfg.server_name));
+		case TIMES_COMMIT_AHEAD:
+			return fail(c, COND_COMMIT_TIME_AHEAD,
 						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "
 								 "\"%s\") is later than SQL Server's own clock (%s) by more than %d s: commit times "
 								 "are not stamped in the zone the server's clock reports (or the clock was stepped "
@@ -320,47 +288,50 @@ check_times(Cycle *c)
 								 "SQL Server's machine and instance use for commits (cdc.lsn_time_mapping."
 								 "tran_end_time) against SYSDATETIMEOFFSET(), then run SELECT "
 								 "finalize.release_source(%s).",
-								 lsn_text(&c->snap.max_lsn), local_text(c->snap.max_time_local), instant_text(c->max_instant),
-								 c->cfg.timezone, instant_text(c->server_now), COMMIT_AHEAD_TOLERANCE_S,
-								 quote_literal_cstr(c->cfg.server_name)),
-						c->condition, c->error);
-	}
-
-	/*
-	 * Commit times cannot be later than SQL Server's clock. If that clock is
-	 * far ahead of PostgreSQL's, so may be the commit times, and a verdict
-	 * moved by them could never move back: record nothing until they agree.
-	 */
-	{
-		int64		ahead;
-		TimestampTz pg_now = GetCurrentTimestamp();
-
-		if (pg_sub_s64_overflow(c->server_now, pg_now, &ahead) ||
-			ahead > (int64) finalize_max_clock_skew_s * USECS_PER_SEC)
-			return fail("clock_skew",
+								 fmt_lsn(&c->snap.max_lsn), fmt_local(c->snap.max_time_local),
+								 fmt_instant(t->max_instant), c->cfg.timezone, fmt_instant(t->server_now),
+								 COMMIT_AHEAD_TOLERANCE_S, quote_literal_cstr(c->cfg.server_name)));
+		case TIMES_CLOCK_SKEW:
+			return fail(c, COND_CLOCK_SKEW,
 						psprintf("SQL Server's clock (%s) is ahead of PostgreSQL's (%s) by more than "
 								 "finalize.max_clock_skew (%d s): its commit times cannot be trusted not to lie in "
 								 "the future, so nothing is recorded. Synchronize the clocks (NTP) of both machines.",
-								 instant_text(c->server_now), instant_text(pg_now), finalize_max_clock_skew_s),
-						c->condition, c->error);
+								 fmt_instant(t->server_now), fmt_instant(t->pg_now), finalize_max_clock_skew_s));
 	}
+	return true;
+}
 
-	/*
-	 * A capture that stopped and an idle database both freeze max LSN, but
-	 * an idle database still gets dummy mapping rows: a commit time that
-	 * lags SQL Server's own clock by more than the threshold is a stall.
-	 */
-	if (c->server_now - c->max_instant > c->cfg.stall_threshold)
+/*
+ * Step 3: SQL Server's times, checked before any of them is used (the
+ * rules are clock_check.c's). A stalled capture only sets the source's
+ * condition.
+ */
+static bool
+check_times(Cycle *c)
+{
+	SourceTimes t;
+
+	t.server_now = (TimestampTz) c->snap.utc_now;
+	t.reported_offset_s = c->snap.tz_offset_minutes * 60;
+	t.expected_offset_s = local_offset_at(t.server_now, c->cfg.tz);
+	t.max_instant = local_to_instant_earliest(c->snap.max_time_local, c->cfg.tz);
+	t.pg_now = GetCurrentTimestamp();
+	t.max_skew_usecs = (int64) finalize_max_clock_skew_s * USECS_PER_SEC;
+	t.stall_usecs = c->cfg.stall_threshold;
+	if (!times_trusted(c, check_source_times(&t), &t))
+		return false;
+	c->server_now = t.server_now;
+	c->max_instant = t.max_instant;
+	if (capture_stalled(&t))
 	{
-		c->source_condition = "capture_stalled";
+		c->source_condition = COND_CAPTURE_STALLED;
 		c->source_message = psprintf("The commit time of SQL Server's max LSN %s (%s) lags its clock (%s) by more "
-								  "than the capture_stall_threshold of server \"%s\": the capture job may be "
-								  "stopped or far behind (see sys.sp_cdc_help_jobs, sys.dm_cdc_errors; start it "
-								  "with sys.sp_cdc_start_job). Verdicts cannot move until it catches up.",
-								  lsn_text(&c->snap.max_lsn), instant_text(c->max_instant), instant_text(c->server_now),
-								  c->cfg.server_name);
+									 "than the capture_stall_threshold of server \"%s\": the capture job may be "
+									 "stopped or far behind (see sys.sp_cdc_help_jobs, sys.dm_cdc_errors; start it "
+									 "with sys.sp_cdc_start_job). Verdicts cannot move until it catches up.",
+									 fmt_lsn(&c->snap.max_lsn), fmt_instant(c->max_instant),
+									 fmt_instant(c->server_now), c->cfg.server_name);
 	}
-
 	return true;
 }
 
@@ -389,12 +360,11 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 	io_interrupts_rethrow();
 	/* A lost connection or a timeout is the source's failure, not the tables'. */
 	if (mssql_is_dead(c->run->conn))
-		return fail(failure_condition(c->run->conn, &err),
+		return fail(c, failure_condition(c->run->conn, &err),
 					psprintf("Reading the CDC ranges of database \"%s\" failed: %s%s",
 							 c->cfg.database, mssql_error_text(&err),
 							 err.timed_out ? psprintf(" (no answer within finalize.query_timeout, %d s; the "
-													  "connection is reopened)", c->cfg.conn.query_timeout) : ""),
-					c->condition, c->error);
+													  "connection is reopened)", c->cfg.conn.query_timeout) : ""));
 	return true;
 }
 
@@ -406,7 +376,7 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 	switch (p->action)
 	{
 		case PLAN_NOTHING:
-			set_condition(w, NULL, NULL);
+			write_condition(w, COND_NONE, NULL);
 			break;
 		case PLAN_BASELINE:
 			w->kind = WRITE_RANGES;
@@ -428,7 +398,7 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 			judge_gap(&c->cfg, &jobs[i], c->max_instant, w);
 			break;
 		case PLAN_NO_INSTANCE:
-			set_condition(w, "no_capture_instance",
+			write_condition(w, COND_NO_CAPTURE_INSTANCE,
 						  c->tables[i].capture_instance != NULL
 						  ? psprintf("Capture instance \"%s\" of %s.%s is not listed by "
 									 "sys.sp_cdc_help_change_data_capture for login \"%s\" as capturing that "
@@ -441,7 +411,7 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 									 c->tables[i].source_schema, c->tables[i].source_name, c->cfg.conn.username));
 			break;
 		case PLAN_SOURCE_REPLACED:
-			set_condition(w, "source_replaced",
+			write_condition(w, COND_SOURCE_REPLACED,
 						  psprintf("%s.%s now names another table (object id %lld) than the one capture "
 								   "instance \"%s\" captures (object id %lld): the table was renamed or "
 								   "replaced. Nothing is recorded: the changes of either table are not this "
@@ -451,10 +421,10 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 								   (long long) p->instance->source_object_id));
 			break;
 		case PLAN_LSN_REGRESSED:
-			set_condition(w, "lsn_regressed",
+			write_condition(w, COND_LSN_REGRESSED,
 						  psprintf("SQL Server's max LSN %s is below this table's offset %s: the database was "
 								   "restored or replaced. Nothing is recorded until it passes the offset.",
-								   lsn_text(&c->snap.max_lsn), lsn_text(&c->tables[i].offset)));
+								   fmt_lsn(&c->snap.max_lsn), fmt_lsn(&c->tables[i].offset)));
 			break;
 	}
 }
@@ -465,9 +435,9 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
  * caller records them and backs off).
  */
 bool
-run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error)
+run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 {
-	Cycle		c = {.run = run, .source_condition = "ok", .condition = condition, .error = error};
+	Cycle		c = {.run = run, .source_condition = COND_OK, .out = out};
 	TablePlan  *plans;
 	TableJob   *jobs;
 	TableWrite *writes;

@@ -5,6 +5,7 @@
 #ifndef FINALIZE_CYCLE_H
 #define FINALIZE_CYCLE_H
 
+#include "common/condition.h"
 #include "mssql/mssql.h"
 
 /* What a source worker keeps between cycles. */
@@ -17,6 +18,13 @@ typedef struct SourceRun
 	bool		server_gone;	/* the foreign server was dropped: exit */
 } SourceRun;
 
-extern bool run_cycle(SourceRun *run, MemoryContext cxt, char **condition, char **error);
+/* Why a cycle failed: the source's condition and a message for people. */
+typedef struct CycleOutcome
+{
+	Condition	condition;
+	char	   *message;
+} CycleOutcome;
+
+extern bool run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out);
 
 #endif							/* FINALIZE_CYCLE_H */

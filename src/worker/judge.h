@@ -6,6 +6,9 @@
 #ifndef FINALIZE_JUDGE_H
 #define FINALIZE_JUDGE_H
 
+#include "utils/jsonb.h"
+
+#include "common/condition.h"
 #include "mssql/cdc_reader.h"
 #include "worker/plan.h"
 #include "worker/worker_state.h"
@@ -40,23 +43,20 @@ typedef struct TableWrite
 	RangeFacts	facts[3];		/* WRITE_RANGES: a baseline, two segments */
 	Lsn			event_start;	/* DATA_LOSS, SCHEMA_BLOCKED: the range */
 	Lsn			event_end;
-	char	   *detail_json;
+	Jsonb	   *detail;
 	char	   *state_detail;	/* NULL: the table stays active */
 	bool		resume;			/* DATA_LOSS or RESUME: restart at resume_at */
 	bool		automatic;
 	Lsn			resume_at;
 	TimestampTz resume_time;
-	char	   *resume_json;
-	const char *condition;		/* WRITE_CONDITION (NULL clears) */
+	Jsonb	   *resume_detail;
+	Condition	condition;		/* WRITE_CONDITION (COND_NONE clears) */
 	char	   *condition_detail;
 } TableWrite;
 
 extern void judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w);
 extern void judge_resume(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w);
 extern void judge_gap(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w);
-extern void set_condition(TableWrite *w, const char *condition, char *detail);
-extern char *lsn_text(const Lsn *lsn);
-extern const char *local_text(Timestamp ts);
-extern const char *instant_text(TimestampTz ts);
+extern void write_condition(TableWrite *w, Condition condition, char *detail);
 
 #endif							/* FINALIZE_JUDGE_H */

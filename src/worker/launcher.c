@@ -108,7 +108,7 @@ ensure_scheduler(BackgroundWorkerHandle **handle)
 
 /* Entry point of the launcher. */
 void
-finalize_launcher_main(Datum arg)
+finalize_launcher_main(Datum arg pg_attribute_unused())
 {
 	BackgroundWorkerHandle *handle = NULL;
 

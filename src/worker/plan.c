@@ -21,6 +21,8 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
+
 #include "worker/plan.h"
 
 /*
@@ -72,36 +74,123 @@ add_segment(TablePlan *out, const CaptureInstance *ci, const Lsn *start, const L
 }
 
 /*
- * Decides what to do for one table this cycle. A table without an offset
- * starts at max_lsn (its facts begin there), or, with start_from =
- * 'capture_start', just before the start LSN of its capture instance.
+ * Whether the instance followed so far now captures another object than
+ * the table's name resolves to (a table renamed into its place): its
+ * changes are not this table's, and the old table's are not in the newer
+ * instances. Then a person decides.
  */
-void
-plan_table(const TrackedSource *table, const CaptureInstance *instances,
-		   int ninstances, const Lsn *max_lsn, TablePlan *out)
+static bool
+plan_replaced(const TrackedSource *table, const CaptureInstance *instances, int ninstances, TablePlan *out)
 {
-	const CaptureInstance *current;
-	const CaptureInstance *newest;
-	Lsn			start;
-	Lsn			switch_at;
-
-	memset(out, 0, sizeof(*out));
-
-	/*
-	 * The instance followed so far now captures another object than the
-	 * table's name resolves to (a table renamed into its place): its changes
-	 * are not this table's, and the old table's are not in the newer
-	 * instances. Wait for a person.
-	 */
 	for (int i = 0; table->capture_instance != NULL && table->object_id != 0 && i < ninstances; i++)
 		if (strcmp(instances[i].name, table->capture_instance) == 0 &&
 			instances[i].source_object_id != table->object_id)
 		{
 			out->instance = &instances[i];
 			out->action = PLAN_SOURCE_REPLACED;
+			return true;
+		}
+	return false;
+}
+
+/*
+ * A table without an offset starts at max_lsn (its facts begin there), or,
+ * with start_from = 'capture_start', just before the start LSN of its
+ * capture instance.
+ */
+static void
+plan_first(const TrackedSource *table, const CaptureInstance *newest, const Lsn *max_lsn, TablePlan *out)
+{
+	Lsn			start;
+
+	out->instance = newest;
+	if (newest == NULL)
+	{
+		out->action = PLAN_NO_INSTANCE;
+		return;
+	}
+	/* An instance capture has not reached yet cannot be read: wait. */
+	if (lsn_cmp(&newest->start_lsn, max_lsn) > 0)
+	{
+		out->action = PLAN_NOTHING;
+		return;
+	}
+	if (!table->start_at_capture)
+	{
+		out->action = PLAN_BASELINE;
+		return;
+	}
+	/* (start - 1, max]: the instance's first LSN is the range's first. */
+	if (!lsn_decrement(&newest->start_lsn, &start))
+		memset(&start, 0, sizeof(start));
+	if (lsn_cmp(&start, max_lsn) >= 0)
+	{
+		out->action = PLAN_BASELINE;
+		return;
+	}
+	out->action = PLAN_READ;
+	add_segment(out, newest, &start, max_lsn, false);
+}
+
+/*
+ * A newer instance than the one followed: LSNs before its start are read
+ * from the old one, from its start on from the new one; an old instance
+ * gone before its part was read is a gap.
+ */
+static void
+plan_switch(const TrackedSource *table, const CaptureInstance *current, const CaptureInstance *newest,
+			const Lsn *max_lsn, TablePlan *out)
+{
+	Lsn			switch_at;
+
+	if (!lsn_decrement(&newest->start_lsn, &switch_at))
+		memset(&switch_at, 0, sizeof(switch_at));
+	out->previous = current;
+	out->instance = newest;
+	if (lsn_cmp(&table->offset, &switch_at) >= 0)
+	{
+		/* Read up to the switch already: continue on the new instance. */
+		if (lsn_cmp(&table->offset, max_lsn) == 0)
+		{
+			out->action = PLAN_NOTHING;
+			out->instance = current ? current : newest;
 			return;
 		}
+		out->action = PLAN_READ;
+		add_segment(out, newest, &table->offset, max_lsn, true);
+		return;
+	}
+	if (current == NULL)
+	{
+		/* The old instance is gone before its part was read. */
+		out->action = PLAN_INSTANCE_GAP;
+		out->gap_end = switch_at;
+		return;
+	}
+	out->action = PLAN_READ;
+	if (lsn_cmp(&switch_at, max_lsn) >= 0)
+	{
+		/* The new instance starts beyond max LSN: the old one still serves. */
+		out->instance = current;
+		out->previous = NULL;
+		add_segment(out, current, &table->offset, max_lsn, false);
+		return;
+	}
+	add_segment(out, current, &table->offset, &switch_at, false);
+	add_segment(out, newest, &switch_at, max_lsn, true);
+}
 
+/* Decides what to do for one table this cycle. */
+void
+plan_table(const TrackedSource *table, const CaptureInstance *instances,
+		   int ninstances, const Lsn *max_lsn, TablePlan *out)
+{
+	const CaptureInstance *current;
+	const CaptureInstance *newest;
+
+	memset(out, 0, sizeof(*out));
+	if (plan_replaced(table, instances, ninstances, out))
+		return;
 	find_instances(table, instances, ninstances, &current, &newest);
 
 	if (table->resuming)
@@ -110,39 +199,11 @@ plan_table(const TrackedSource *table, const CaptureInstance *instances,
 		out->action = out->instance ? PLAN_RESUME : PLAN_NO_INSTANCE;
 		return;
 	}
-
 	if (!table->has_offset)
 	{
-		out->instance = newest;
-		if (newest == NULL)
-		{
-			out->action = PLAN_NO_INSTANCE;
-			return;
-		}
-		/* An instance capture has not reached yet cannot be read: wait. */
-		if (lsn_cmp(&newest->start_lsn, max_lsn) > 0)
-		{
-			out->action = PLAN_NOTHING;
-			return;
-		}
-		if (!table->start_at_capture)
-		{
-			out->action = PLAN_BASELINE;
-			return;
-		}
-		/* (start - 1, max]: the instance's first LSN is the range's first. */
-		if (!lsn_decrement(&newest->start_lsn, &start))
-			memset(&start, 0, sizeof(start));
-		if (lsn_cmp(&start, max_lsn) >= 0)
-		{
-			out->action = PLAN_BASELINE;
-			return;
-		}
-		out->action = PLAN_READ;
-		add_segment(out, newest, &start, max_lsn, false);
+		plan_first(table, newest, max_lsn, out);
 		return;
 	}
-
 	if (lsn_cmp(&table->offset, max_lsn) > 0)
 	{
 		out->action = PLAN_LSN_REGRESSED;
@@ -154,47 +215,11 @@ plan_table(const TrackedSource *table, const CaptureInstance *instances,
 		out->action = PLAN_NO_INSTANCE;
 		return;
 	}
-
-	/* A newer instance than the one followed: switch at its start. */
 	if (newest != NULL && newest != current &&
 		(current == NULL || !current->has_start ||
 		 lsn_cmp(&newest->start_lsn, &current->start_lsn) > 0))
 	{
-		if (!lsn_decrement(&newest->start_lsn, &switch_at))
-			memset(&switch_at, 0, sizeof(switch_at));
-		out->previous = current;
-		out->instance = newest;
-		if (lsn_cmp(&table->offset, &switch_at) >= 0)
-		{
-			/* Read up to the switch already: continue on the new instance. */
-			if (lsn_cmp(&table->offset, max_lsn) == 0)
-			{
-				out->action = PLAN_NOTHING;
-				out->instance = current ? current : newest;
-				return;
-			}
-			out->action = PLAN_READ;
-			add_segment(out, newest, &table->offset, max_lsn, true);
-			return;
-		}
-		if (current == NULL)
-		{
-			/* The old instance is gone before its part was read. */
-			out->action = PLAN_INSTANCE_GAP;
-			out->gap_end = switch_at;
-			return;
-		}
-		out->action = PLAN_READ;
-		if (lsn_cmp(&switch_at, max_lsn) >= 0)
-		{
-			/* The new instance starts beyond max LSN: the old one still serves. */
-			out->instance = current;
-			out->previous = NULL;
-			add_segment(out, current, &table->offset, max_lsn, false);
-			return;
-		}
-		add_segment(out, current, &table->offset, &switch_at, false);
-		add_segment(out, newest, &switch_at, max_lsn, true);
+		plan_switch(table, current, newest, max_lsn, out);
 		return;
 	}
 
@@ -220,4 +245,78 @@ judge_range(const Lsn *start_exclusive, const Lsn *min_lsn_after_read)
 	if (lsn_range_starts_below(start_exclusive, min_lsn_after_read))
 		return RANGE_MAY_HAVE_LOST_ROWS;
 	return RANGE_COMPLETE;
+}
+
+/*
+ * Whether a DDL statement an instance recorded belongs to a segment and was
+ * not reviewed yet: in (start, end], above the schema acknowledgement.
+ */
+bool
+plan_ddl_in_range(const TrackedSource *table, const RangeSegment *seg, const Lsn *ddl_lsn)
+{
+	if (lsn_cmp(ddl_lsn, &seg->start) <= 0 || lsn_cmp(ddl_lsn, &seg->end) > 0)
+		return false;
+	return !(table->has_schema_ack && lsn_cmp(ddl_lsn, &table->schema_ack) <= 0);
+}
+
+/*
+ * Whether unreviewed DDL stops the table (ddl_policy = block): then nothing
+ * of its range is recorded, so the verdict stays before the change.
+ */
+bool
+plan_ddl_blocks(const TrackedSource *table, int nddl)
+{
+	return table->ddl_block && nddl > 0;
+}
+
+/*
+ * The event segment s carries. The segment that starts a newer instance
+ * carries the switch; DDL seen in any segment is reported once, on the
+ * last one (inside its switch event when it is the switch), so the event
+ * is recorded with the fact that moves the verdict past it.
+ */
+SegmentEvent
+plan_segment_event(const TablePlan *plan, int s, bool ddl_seen)
+{
+	if (plan->switch_in_seg[s])
+		return SEGMENT_INSTANCE_SWITCH;
+	if (ddl_seen && s == plan->nsegments - 1)
+		return SEGMENT_SCHEMA_CHANGE;
+	return SEGMENT_NO_EVENT;
+}
+
+/*
+ * The commit time up to which segment s is known complete. The last
+ * segment ends at max LSN, whose commit time SQL Server mapped. One that
+ * ends at an instance switch does not end on a mapped commit: its last
+ * row's commit time (else the table's offset's) is the latest it is known
+ * to cover; never later than max LSN's.
+ */
+TimestampTz
+plan_segment_end_time(const TablePlan *plan, int s, const TrackedSource *table,
+					  bool has_rows, TimestampTz last_row_time, TimestampTz max_instant)
+{
+	TimestampTz t;
+
+	if (s == plan->nsegments - 1)
+		return max_instant;
+	if (has_rows)
+		t = last_row_time;
+	else
+		t = table->offset_time != 0 ? table->offset_time : max_instant;
+	return Min(t, max_instant);
+}
+
+/*
+ * Whether a data loss restarts the table by itself: on_data_loss = resume
+ * and no other loss within the window (two in a row need a person).
+ */
+bool
+plan_loss_resumes(const TrackedSource *table, TimestampTz now, int64 window_usecs)
+{
+	int64		since;
+	bool		recent = table->has_last_loss &&
+		(pg_sub_s64_overflow(now, table->last_loss, &since) || since < window_usecs);
+
+	return table->auto_resume && !recent;
 }

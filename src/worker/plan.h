@@ -73,8 +73,22 @@ typedef enum RangeVerdict
 	RANGE_UNREADABLE			/* min LSN 0: instance gone or no permission */
 } RangeVerdict;
 
+/* What a segment's fact carries besides its counts. */
+typedef enum SegmentEvent
+{
+	SEGMENT_NO_EVENT,
+	SEGMENT_INSTANCE_SWITCH,	/* it starts the newer instance (with any DDL seen) */
+	SEGMENT_SCHEMA_CHANGE		/* DDL seen in the table's range */
+} SegmentEvent;
+
 extern void plan_table(const TrackedSource *table, const CaptureInstance *instances,
 					   int ninstances, const Lsn *max_lsn, TablePlan *out);
 extern RangeVerdict judge_range(const Lsn *start_exclusive, const Lsn *min_lsn_after_read);
+extern bool plan_ddl_in_range(const TrackedSource *table, const RangeSegment *seg, const Lsn *ddl_lsn);
+extern bool plan_ddl_blocks(const TrackedSource *table, int nddl);
+extern SegmentEvent plan_segment_event(const TablePlan *plan, int s, bool ddl_seen);
+extern TimestampTz plan_segment_end_time(const TablePlan *plan, int s, const TrackedSource *table,
+										 bool has_rows, TimestampTz last_row_time, TimestampTz max_instant);
+extern bool plan_loss_resumes(const TrackedSource *table, TimestampTz now, int64 window_usecs);
 
 #endif							/* FINALIZE_PLAN_H */

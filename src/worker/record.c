@@ -39,26 +39,26 @@ apply_write(void *arg)
 				ws_record_range(&w->facts[i]);
 			if (w->capture_instance != NULL)
 				ws_set_capture_instance(t->table_id, w->capture_instance);
-			ws_set_condition(t->table_id, NULL, NULL);
+			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_DATA_LOSS:
 			ws_record_event(t->table_id, "data_loss", &w->event_start, &w->event_end,
-							w->capture_instance, w->detail_json,
+							w->capture_instance, w->detail,
 							w->resume ? NULL : "data_lost", w->state_detail);
 			if (w->resume)
 				ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->capture_instance,
-									 true, w->resume_json);
-			ws_set_condition(t->table_id, NULL, NULL);
+									 true, w->resume_detail);
+			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_SCHEMA_BLOCKED:
 			ws_record_event(t->table_id, "schema_blocked", &w->event_start, &w->event_end,
-							w->capture_instance, w->detail_json, "schema_blocked", w->state_detail);
-			ws_set_condition(t->table_id, NULL, NULL);
+							w->capture_instance, w->detail, "schema_blocked", w->state_detail);
+			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_RESUME:
 			ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->capture_instance,
-								 false, w->resume_json);
-			ws_set_condition(t->table_id, NULL, NULL);
+								 false, w->resume_detail);
+			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_CONDITION:
 			ws_set_condition(t->table_id, w->condition, w->condition_detail);
@@ -82,14 +82,14 @@ record_write(TableWrite *w)
 	memset(&cw, 0, sizeof(cw));
 	cw.table = w->table;
 	if (e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-		set_condition(&cw, "lock_timeout",
+		write_condition(&cw, COND_LOCK_TIMEOUT,
 					  psprintf("Recording waited longer than finalize.lock_timeout (%d ms) for a lock that another "
 							   "session holds on this table's rows (for example an open transaction that called "
 							   "finalize.resume_table or finalize.record_range): %s. Nothing was lost; the next cycle "
 							   "records it once the lock is released.", finalize_lock_timeout_ms, e->message));
 	else
 	{
-		set_condition(&cw, "record_failed", psprintf("Recording failed: %s", e->message));
+		write_condition(&cw, COND_RECORD_FAILED, psprintf("Recording failed: %s", e->message));
 		ereport(WARNING,
 				(errmsg("finalize could not record the facts of table \"%s\": %s",
 						w->table->table_name, e->message)));

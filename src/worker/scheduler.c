@@ -116,7 +116,7 @@ record_no_worker(const WantedSource *src)
 			 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
 					 "one for its scheduler and one per source.")));
 	ws_begin("finalize: recording a missing worker");
-	ws_source_failed(src->name, "no_worker",
+	ws_source_failed(src->name, COND_NO_WORKER,
 					 "No background worker slot was free (max_worker_processes); the source is not polled.",
 					 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SCHEDULER_NAP_MS));
 	ws_commit();
@@ -158,7 +158,7 @@ schedule(TimestampTz *last_purge)
 
 /* Entry point of the scheduler; bgw_extra holds the database OID. */
 void
-finalize_scheduler_main(Datum arg)
+finalize_scheduler_main(Datum arg pg_attribute_unused())
 {
 	Oid			dboid;
 	TimestampTz last_purge = 0;

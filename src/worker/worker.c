@@ -103,19 +103,19 @@ sleep_until(TimestampTz due)
 
 /* Records a failed cycle, logging it; never lets a second error escape. */
 static void
-record_failure(SourceRun *run, const char *condition, const char *message, long delay_ms)
+record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
 	ereport(LOG,
-			(errmsg("finalize: source \"%s\": %s", run->server_name ? run->server_name : "?", message),
+			(errmsg("finalize: source \"%s\": %s", run->server_name ? run->server_name : "?", outcome->message),
 			 errdetail("Next attempt in %ld ms (failure %d in a row).", delay_ms, run->failures)));
 	if (run->server_name == NULL)
 		return;
 	PG_TRY();
 	{
 		ws_begin("finalize: recording a failed cycle");
-		ws_source_failed(run->server_name, condition, message,
+		ws_source_failed(run->server_name, outcome->condition, outcome->message,
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
 		ws_commit();
 	}
@@ -128,6 +128,40 @@ record_failure(SourceRun *run, const char *condition, const char *message, long 
 		MemoryContextSwitchTo(cxt);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * Runs one cycle in a fresh cycle_cxt; an error in PostgreSQL (not one of
+ * SQL Server's, which run_cycle reports) becomes the cycle's outcome, so the
+ * worker backs off instead of exiting. Leaves cycle_cxt current.
+ */
+static bool
+guarded_cycle(SourceRun *run, MemoryContext cycle_cxt, CycleOutcome *outcome)
+{
+	volatile bool ok = false;
+
+	MemoryContextReset(cycle_cxt);
+	MemoryContextSwitchTo(cycle_cxt);
+	PG_TRY();
+	{
+		ok = run_cycle(run, cycle_cxt, outcome);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cycle_cxt);
+		edata = CopyErrorData();
+		EmitErrorReport();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		outcome->condition = edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? COND_CANCELLED : COND_INTERNAL_ERROR;
+		outcome->message = psprintf("The cycle failed in PostgreSQL: %s", edata->message);
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cycle_cxt);
+	return ok;
 }
 
 /*
@@ -158,9 +192,8 @@ finalize_worker_main(Datum arg)
 
 	for (;;)
 	{
-		char	   *condition = NULL;
-		char	   *error = NULL;
-		volatile bool ok = false;
+		CycleOutcome outcome = {COND_NONE, NULL};
+		bool		ok;
 		long		delay;
 
 		CHECK_FOR_INTERRUPTS();
@@ -172,27 +205,7 @@ finalize_worker_main(Datum arg)
 		if (!finalize_enabled)
 			proc_exit(0);
 
-		MemoryContextReset(cycle_cxt);
-		MemoryContextSwitchTo(cycle_cxt);
-		PG_TRY();
-		{
-			ok = run_cycle(&run, cycle_cxt, &condition, &error);
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(cycle_cxt);
-			edata = CopyErrorData();
-			EmitErrorReport();
-			FlushErrorState();
-			AbortOutOfAnyTransaction();
-			condition = edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? "cancelled" : "internal_error";
-			error = psprintf("The cycle failed in PostgreSQL: %s", edata->message);
-			ok = false;
-		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(cycle_cxt);
+		ok = guarded_cycle(&run, cycle_cxt, &outcome);
 
 		if (run.server_gone)
 		{
@@ -213,7 +226,7 @@ finalize_worker_main(Datum arg)
 		}
 		delay = next_delay_ms(run.failures);
 		if (!ok)
-			record_failure(&run, condition, error, delay);
+			record_failure(&run, &outcome, delay);
 
 		pgstat_report_activity(STATE_IDLE, NULL);
 		sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay));

@@ -17,11 +17,13 @@
 #include "pgstat.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "common/condition.h"
 #include "common/fdw_options.h"
 #include "common/settings.h"
 #include "common/period.h"
@@ -102,6 +104,150 @@ spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
 }
 
 /*
+ * The server's options into cfg (in cxt). Returns NULL, or what is wrong
+ * with them.
+ */
+static char *
+load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+	char	   *problem = NULL;
+
+	cfg->serverid = server->serverid;
+	cfg->server_name = pstrdup(server->servername);
+	cfg->conn.host = pstrdup(fdw_option_value(server->options, "host", ""));
+	cfg->conn.port = atoi(fdw_option_value(server->options, "port", "1433"));
+	cfg->database = pstrdup(fdw_option_value(server->options, "database", ""));
+	cfg->conn.database = cfg->database;
+	cfg->timezone = pstrdup(fdw_option_value(server->options, "timezone", "UTC"));
+	cfg->conn.tds_version = pstrdup(fdw_option_value(server->options, "tds_version", "7.4"));
+	cfg->conn.login_timeout = finalize_login_timeout;
+	cfg->conn.query_timeout = finalize_query_timeout;
+	cfg->tz = pg_tzset(cfg->timezone);
+	MemoryContextSwitchTo(oldcxt);
+
+	if (!option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),
+							   &cfg->stall_threshold) || cfg->stall_threshold <= 0)
+		problem = psprintf("the capture_stall_threshold option of server \"%s\" is out of range; set it again "
+						   "(ALTER SERVER %s OPTIONS (SET capture_stall_threshold '15 minutes'))",
+						   server->servername, quote_identifier(server->servername));
+	else if (cfg->conn.host[0] == '\0')
+		problem = psprintf("server \"%s\" has no host option", server->servername);
+	else if (cfg->database[0] == '\0')
+		problem = psprintf("server \"%s\" has no database option", server->servername);
+	else if (cfg->tz == NULL)
+		problem = psprintf("the timezone option \"%s\" of server \"%s\" is not a known time zone",
+						   cfg->timezone, server->servername);
+	return problem;
+}
+
+/*
+ * The login into cfg (in cxt): the user mapping of the server's owner,
+ * else PUBLIC's. Returns NULL, or what is missing.
+ */
+static char *
+load_login(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
+{
+	Oid			owner = server->owner;
+	UserMapping *um;
+	MemoryContext oldcxt;
+
+	if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(owner),
+							   ObjectIdGetDatum(server->serverid)) &&
+		!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
+							   ObjectIdGetDatum(server->serverid)))
+		return psprintf("there is no user mapping for role \"%s\" (the owner of server \"%s\") or PUBLIC; "
+						"create one with CREATE USER MAPPING FOR \"%s\" SERVER \"%s\" OPTIONS (username '...', password '...')",
+						GetUserNameFromId(owner, false), server->servername,
+						GetUserNameFromId(owner, false), server->servername);
+	um = GetUserMapping(owner, server->serverid);
+	oldcxt = MemoryContextSwitchTo(cxt);
+	cfg->conn.username = pstrdup(fdw_option_value(um->options, "username", ""));
+	cfg->conn.password = pstrdup(fdw_option_value(um->options, "password", ""));
+	MemoryContextSwitchTo(oldcxt);
+	if (cfg->conn.username[0] == '\0')
+		return psprintf("the user mapping for server \"%s\" has no username option", server->servername);
+	return NULL;
+}
+
+/* One row of _source_tables as a TrackedSource (strings in cxt). */
+static void
+decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts)
+{
+	bool		isnull;
+	char	   *offset;
+	Datum		d;
+	char	   *ack;
+
+	ts->table_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	ts->table_name = spi_text(tup, desc, 2, cxt);
+	ts->source_schema = spi_text(tup, desc, 3, cxt);
+	ts->source_name = spi_text(tup, desc, 4, cxt);
+	ts->capture_instance = spi_text(tup, desc, 5, cxt);
+	ts->start_at_capture = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+	offset = SPI_getvalue(tup, desc, 7);
+	ts->has_offset = offset != NULL && lsn_parse(offset, &ts->offset);
+	ts->resuming = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
+	ts->ddl_block = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
+	ts->auto_resume = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
+	d = SPI_getbinval(tup, desc, 11, &isnull);
+	ts->offset_time = isnull ? 0 : DatumGetTimestampTz(d);
+	ack = SPI_getvalue(tup, desc, 12);
+	ts->has_schema_ack = ack != NULL && lsn_parse(ack, &ts->schema_ack);
+	d = SPI_getbinval(tup, desc, 13, &isnull);
+	ts->has_last_loss = !isnull;
+	ts->last_loss = isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+/* The active tables of a source, with their offsets (in cxt). */
+static void
+load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, int *ntables)
+{
+	Oid			argtype = TEXTOID;
+	Datum		arg = CStringGetTextDatum(server_name);
+	TrackedSource *ts;
+
+	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
+							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
+							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss"
+							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t",
+							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the tracked tables of server \"%s\"", server_name);
+	if (SPI_processed == 0)
+		return;
+	ts = MemoryContextAllocZero(cxt, sizeof(TrackedSource) * SPI_processed);
+	for (uint64 i = 0; i < SPI_processed; i++)
+		decode_table(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cxt, &ts[i]);
+	*tables = ts;
+	*ntables = (int) SPI_processed;
+}
+
+/* A condition that holds the source until a person releases it. */
+static void
+load_hold(const char *server_name, SourceConfig *cfg)
+{
+	Oid			argtype = TEXTOID;
+	Datum		arg = CStringGetTextDatum(server_name);
+	bool		isnull;
+	char	   *held_by;
+
+	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
+							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the hold of server \"%s\"", server_name);
+	if (SPI_processed == 0)
+		return;
+	held_by = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (held_by == NULL)
+		return;
+	/* An unknown hold (a newer version's) still holds: the cycle fails. */
+	cfg->held_by = condition_from_name(held_by);
+	if (cfg->held_by == COND_NONE)
+		elog(ERROR, "server \"%s\" is held by unknown condition \"%s\"", server_name, held_by);
+	cfg->held_since = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+														&isnull));
+}
+
+/*
  * Reads a source's options, its login and its active tracked tables, all
  * copied into cxt. Returns NULL, or a message saying what is missing (then
  * the cycle cannot run). *server_gone says the server itself was dropped.
@@ -111,12 +257,7 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 			   TrackedSource **tables, int *ntables, bool *server_gone)
 {
 	ForeignServer *server;
-	UserMapping *um;
-	char	   *problem = NULL;
-	MemoryContext oldcxt;
-	Datum		arg;
-	Oid			argtype = TEXTOID;
-	Oid			owner;
+	char	   *problem;
 
 	*server_gone = false;
 	*ntables = 0;
@@ -132,113 +273,11 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 		ws_commit();
 		return pstrdup("the foreign server no longer exists");
 	}
-
-	oldcxt = MemoryContextSwitchTo(cxt);
-	cfg->serverid = serverid;
-	cfg->server_name = pstrdup(server->servername);
-	cfg->conn.host = pstrdup(fdw_option_value(server->options, "host", ""));
-	cfg->conn.port = atoi(fdw_option_value(server->options, "port", "1433"));
-	cfg->database = pstrdup(fdw_option_value(server->options, "database", ""));
-	cfg->conn.database = cfg->database;
-	cfg->timezone = pstrdup(fdw_option_value(server->options, "timezone", "UTC"));
-	cfg->conn.tds_version = pstrdup(fdw_option_value(server->options, "tds_version", "7.4"));
-	cfg->conn.login_timeout = finalize_login_timeout;
-	cfg->conn.query_timeout = finalize_query_timeout;
-	cfg->tz = pg_tzset(cfg->timezone);
-	if (!option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),
-							   &cfg->stall_threshold) || cfg->stall_threshold <= 0)
-		problem = psprintf("the capture_stall_threshold option of server \"%s\" is out of range; set it again "
-						   "(ALTER SERVER %s OPTIONS (SET capture_stall_threshold '15 minutes'))",
-						   server->servername, quote_identifier(server->servername));
-	MemoryContextSwitchTo(oldcxt);
-
-	/* The login is the user mapping of the server's owner, else PUBLIC's. */
-	owner = server->owner;
-	if (problem != NULL)
-		 /* reported below */ ;
-	else if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(owner),
-							   ObjectIdGetDatum(serverid)) &&
-		!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
-							   ObjectIdGetDatum(serverid)))
-		problem = psprintf("there is no user mapping for role \"%s\" (the owner of server \"%s\") or PUBLIC; "
-						   "create one with CREATE USER MAPPING FOR \"%s\" SERVER \"%s\" OPTIONS (username '...', password '...')",
-						   GetUserNameFromId(owner, false), server->servername,
-						   GetUserNameFromId(owner, false), server->servername);
-	else
-	{
-		um = GetUserMapping(owner, serverid);
-		oldcxt = MemoryContextSwitchTo(cxt);
-		cfg->conn.username = pstrdup(fdw_option_value(um->options, "username", ""));
-		cfg->conn.password = pstrdup(fdw_option_value(um->options, "password", ""));
-		MemoryContextSwitchTo(oldcxt);
-		if (cfg->conn.username[0] == '\0')
-			problem = psprintf("the user mapping for server \"%s\" has no username option", server->servername);
-	}
-	if (problem == NULL && cfg->conn.host[0] == '\0')
-		problem = psprintf("server \"%s\" has no host option", server->servername);
-	if (problem == NULL && cfg->database[0] == '\0')
-		problem = psprintf("server \"%s\" has no database option", server->servername);
-	if (problem == NULL && cfg->tz == NULL)
-		problem = psprintf("the timezone option \"%s\" of server \"%s\" is not a known time zone",
-						   cfg->timezone, server->servername);
-
-	/* The active tables of this source, with their offsets. */
-	arg = CStringGetTextDatum(server->servername);
-	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
-							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
-							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss"
-							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the tracked tables of server \"%s\"", server->servername);
-
-	if (SPI_processed > 0)
-	{
-		TrackedSource *ts = MemoryContextAllocZero(cxt, sizeof(TrackedSource) * SPI_processed);
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			bool		isnull;
-			char	   *offset;
-			Datum		d;
-			char	   *ack;
-
-			ts[i].table_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-			ts[i].table_name = spi_text(tup, desc, 2, cxt);
-			ts[i].source_schema = spi_text(tup, desc, 3, cxt);
-			ts[i].source_name = spi_text(tup, desc, 4, cxt);
-			ts[i].capture_instance = spi_text(tup, desc, 5, cxt);
-			ts[i].start_at_capture = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
-			offset = SPI_getvalue(tup, desc, 7);
-			ts[i].has_offset = offset != NULL && lsn_parse(offset, &ts[i].offset);
-			ts[i].resuming = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
-			ts[i].ddl_block = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
-			ts[i].auto_resume = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
-			d = SPI_getbinval(tup, desc, 11, &isnull);
-			ts[i].offset_time = isnull ? 0 : DatumGetTimestampTz(d);
-			ack = SPI_getvalue(tup, desc, 12);
-			ts[i].has_schema_ack = ack != NULL && lsn_parse(ack, &ts[i].schema_ack);
-			d = SPI_getbinval(tup, desc, 13, &isnull);
-			ts[i].has_last_loss = !isnull;
-			ts[i].last_loss = isnull ? 0 : DatumGetTimestampTz(d);
-		}
-		*tables = ts;
-		*ntables = (int) SPI_processed;
-	}
-
-	/* A condition that holds the source until a person releases it. */
-	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the hold of server \"%s\"", server->servername);
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-
-		cfg->held_by = spi_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, cxt);
-		cfg->held_since = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
-															&isnull));
-	}
+	problem = load_options(server, cxt, cfg);
+	if (problem == NULL)
+		problem = load_login(server, cxt, cfg);
+	load_tables(server->servername, cxt, tables, ntables);
+	load_hold(server->servername, cfg);
 	if (problem != NULL)
 		problem = MemoryContextStrdup(cxt, problem);
 	ws_commit();
@@ -312,8 +351,8 @@ ws_record_range(void *arg)
 		nulls[7] = nulls[8] = 'n';
 	values[9] = text_or_null(f->capture_instance, nulls, 9);
 	values[10] = text_or_null(f->event, nulls, 10);
-	if (f->detail_json != NULL)
-		values[11] = DirectFunctionCall1(jsonb_in, CStringGetDatum(f->detail_json));
+	if (f->detail != NULL)
+		values[11] = JsonbPGetDatum(f->detail);
 	else
 		nulls[11] = 'n';
 
@@ -354,7 +393,7 @@ exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char 
 /* Records an event fact and optionally a new state (data loss, ...). */
 void
 ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *end,
-				const char *capture_instance, const char *detail_json,
+				const char *capture_instance, const Jsonb *detail,
 				const char *new_state, const char *state_detail)
 {
 	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID};
@@ -373,8 +412,8 @@ ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *
 	else
 		nulls[3] = 'n';
 	values[4] = text_or_null(capture_instance, nulls, 4);
-	if (detail_json)
-		values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail_json));
+	if (detail)
+		values[5] = JsonbPGetDatum(detail);
 	else
 		nulls[5] = 'n';
 	values[6] = text_or_null(new_state, nulls, 6);
@@ -385,14 +424,14 @@ ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *
 
 /* Sets or clears (NULL) why a table could not be read. */
 void
-ws_set_condition(int64 table_id, const char *condition, const char *detail)
+ws_set_condition(int64 table_id, Condition condition, const char *detail)
 {
 	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(table_id);
-	values[1] = text_or_null(condition, nulls, 1);
+	values[1] = text_or_null(condition_name(condition), nulls, 1);
 	values[2] = text_or_null(detail, nulls, 2);
 	exec_internal("SELECT " FINALIZE_SCHEMA "._set_condition($1, $2, $3)", 3, types, values, nulls);
 }
@@ -410,12 +449,12 @@ ws_set_capture_instance(int64 table_id, const char *capture_instance)
 }
 
 /*
- * Records a successful poll of the source; condition is "ok" or
- * "capture_stalled" (with its message).
+ * Records a successful poll of the source; condition is COND_OK or
+ * COND_CAPTURE_STALLED (with its message).
  */
 void
 ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
-			 TimestampTz server_time, const char *condition, const char *message)
+			 TimestampTz server_time, Condition condition, const char *message)
 {
 	Oid			types[7] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID};
 	Datum		values[7];
@@ -426,7 +465,7 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 	values[2] = lsn_datum(max_lsn);
 	values[3] = TimestampTzGetDatum(max_time);
 	values[4] = TimestampTzGetDatum(server_time);
-	values[5] = CStringGetTextDatum(condition);
+	values[5] = CStringGetTextDatum(condition_name(condition));
 	values[6] = text_or_null(message, nulls, 6);
 	exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7)", 7, types, values, nulls);
 }
@@ -434,7 +473,7 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 /* Restarts a table after a data loss at new_offset (see _resume_after_loss). */
 void
 ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
-					 const char *capture_instance, bool automatic, const char *detail_json)
+					 const char *capture_instance, bool automatic, const Jsonb *detail)
 {
 	Oid			types[6] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, JSONBOID};
 	Datum		values[6];
@@ -444,13 +483,13 @@ ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offs
 	values[2] = TimestampTzGetDatum(new_offset_time);
 	values[3] = CStringGetTextDatum(capture_instance);
 	values[4] = BoolGetDatum(automatic);
-	values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail_json));
+	values[5] = JsonbPGetDatum(detail);
 	exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6)", 6, types, values, NULL);
 }
 
 /* Records a failed poll of the source and when the next attempt is due. */
 void
-ws_source_failed(const char *server_name, const char *condition, const char *error,
+ws_source_failed(const char *server_name, Condition condition, const char *error,
 				 TimestampTz next_attempt)
 {
 	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
@@ -458,7 +497,7 @@ ws_source_failed(const char *server_name, const char *condition, const char *err
 
 	values[0] = CStringGetTextDatum(server_name);
 	values[1] = Int32GetDatum(MyProcPid);
-	values[2] = CStringGetTextDatum(condition);
+	values[2] = CStringGetTextDatum(condition_name(condition));
 	values[3] = CStringGetTextDatum(error);
 	values[4] = TimestampTzGetDatum(next_attempt);
 	exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);

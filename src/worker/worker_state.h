@@ -7,7 +7,9 @@
 
 #include "datatype/timestamp.h"
 #include "pgtime.h"
+#include "utils/jsonb.h"
 
+#include "common/condition.h"
 #include "common/lsn.h"
 #include "mssql/mssql.h"
 #include "worker/plan.h"
@@ -22,7 +24,7 @@ typedef struct SourceConfig
 	pg_tz	   *tz;
 	int64		stall_threshold;	/* capture_stall_threshold, microseconds */
 	MssqlConnInfo conn;
-	char	   *held_by;		/* a condition holding the source, or NULL */
+	Condition	held_by;		/* a condition holding the source, or COND_NONE */
 	TimestampTz held_since;
 } SourceConfig;
 
@@ -49,21 +51,21 @@ typedef struct RangeFacts
 	TimestampTz last_time;
 	const char *capture_instance;
 	const char *event;			/* NULL, schema_change, instance_switch */
-	const char *detail_json;
+	const Jsonb *detail;
 } RangeFacts;
 
 extern bool ws_still_tracked(int64 table_id);
 extern void ws_record_range(void *facts);
 extern void ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *end,
-							const char *capture_instance, const char *detail_json,
+							const char *capture_instance, const Jsonb *detail,
 							const char *new_state, const char *state_detail);
-extern void ws_set_condition(int64 table_id, const char *condition, const char *detail);
+extern void ws_set_condition(int64 table_id, Condition condition, const char *detail);
 extern void ws_set_capture_instance(int64 table_id, const char *capture_instance);
 extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
-						 TimestampTz server_time, const char *condition, const char *message);
+						 TimestampTz server_time, Condition condition, const char *message);
 extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
-								 const char *capture_instance, bool automatic, const char *detail_json);
-extern void ws_source_failed(const char *server_name, const char *condition, const char *error,
+								 const char *capture_instance, bool automatic, const Jsonb *detail);
+extern void ws_source_failed(const char *server_name, Condition condition, const char *error,
 							 TimestampTz next_attempt);
 extern void ws_purge_facts(void);
 

@@ -1,27 +1,15 @@
 /*
  * Unit tests of the pure logic of the worker: LSN arithmetic (lsn.c) and
- * range planning and judging (plan.c), without PostgreSQL or a network.
+ * range planning and judging (plan.c: what to read, and what a read means
+ * for DDL, events, end times and losses), without PostgreSQL or a network.
  * Built and run by test/integration/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 
-#include <stdio.h>
-
 #include "common/lsn.h"
 #include "worker/plan.h"
 
-static int	tests = 0;
-static int	failures = 0;
-
-/* Records one check as a TAP line. */
-static void
-check(bool ok, const char *what)
-{
-	tests++;
-	if (!ok)
-		failures++;
-	printf("%s %d - %s\n", ok ? "ok" : "not ok", tests, what);
-}
+#include "tap.h"
 
 /* An LSN from its text (the tests only use valid ones). */
 static Lsn
@@ -224,11 +212,99 @@ test_plan(void)
 	}
 }
 
+/* The rules judge.c applies to what was read. */
+static void
+test_judge_rules(void)
+{
+	CaptureInstance cis[2];
+	TrackedSource t;
+	TablePlan	p;
+	Lsn			max = L("0x00000000000000000500");
+	Lsn			ddl;
+	TimestampTz max_instant = 1000 * USECS_PER_SEC;
+	TimestampTz row_time = 900 * USECS_PER_SEC;
+
+	memset(cis, 0, sizeof(cis));
+	cis[0] = (CaptureInstance) {"dbo_orders", "dbo", "orders", true, L("0x00000000000000000010"), 101};
+	cis[1] = (CaptureInstance) {"dbo_orders_v2", "dbo", "orders", true, L("0x00000000000000000300"), 101};
+	memset(&t, 0, sizeof(t));
+	t.object_id = 101;
+	t.capture_instance = "dbo_orders";
+	t.has_offset = true;
+	t.offset = L("0x00000000000000000200");
+	t.offset_time = 800 * USECS_PER_SEC;
+
+	/* One segment on the followed instance. */
+	plan_table(&t, cis, 1, &max, &p);
+	ddl = L("0x00000000000000000200");
+	check(!plan_ddl_in_range(&t, &p.seg[0], &ddl), "DDL at the range's exclusive start is not in it");
+	ddl = L("0x00000000000000000201");
+	check(plan_ddl_in_range(&t, &p.seg[0], &ddl), "DDL just after the start is in the range");
+	ddl = L("0x00000000000000000500");
+	check(plan_ddl_in_range(&t, &p.seg[0], &ddl), "DDL at max LSN (the inclusive end) is in the range");
+	ddl = L("0x00000000000000000501");
+	check(!plan_ddl_in_range(&t, &p.seg[0], &ddl), "DDL after max LSN waits for the next cycle");
+	t.has_schema_ack = true;
+	t.schema_ack = L("0x00000000000000000300");
+	ddl = L("0x00000000000000000300");
+	check(!plan_ddl_in_range(&t, &p.seg[0], &ddl), "DDL at or below the acknowledged LSN was reviewed");
+	ddl = L("0x00000000000000000301");
+	check(plan_ddl_in_range(&t, &p.seg[0], &ddl), "DDL above the acknowledged LSN is new");
+	t.has_schema_ack = false;
+
+	check(!plan_ddl_blocks(&t, 3), "ddl_policy record: DDL never blocks");
+	t.ddl_block = true;
+	check(plan_ddl_blocks(&t, 1) && !plan_ddl_blocks(&t, 0), "ddl_policy block: any unreviewed DDL blocks");
+	t.ddl_block = false;
+
+	check(plan_segment_event(&p, 0, false) == SEGMENT_NO_EVENT, "a plain segment carries no event");
+	check(plan_segment_event(&p, 0, true) == SEGMENT_SCHEMA_CHANGE, "DDL seen is a schema change on the segment");
+	check(plan_segment_end_time(&p, 0, &t, true, row_time, max_instant) == max_instant,
+		  "the last segment ends at max LSN's commit time");
+
+	/* Two segments across an instance switch. */
+	plan_table(&t, cis, 2, &max, &p);
+	check(p.nsegments == 2, "(a switch plan has two segments)");
+	check(plan_segment_event(&p, 0, true) == SEGMENT_NO_EVENT,
+		  "DDL is not reported on the segment before the switch");
+	check(plan_segment_event(&p, 1, true) == SEGMENT_INSTANCE_SWITCH &&
+		  plan_segment_event(&p, 1, false) == SEGMENT_INSTANCE_SWITCH,
+		  "the segment that starts the newer instance carries the switch (with any DDL)");
+	check(plan_segment_end_time(&p, 0, &t, true, row_time, max_instant) == row_time,
+		  "a segment ending at the switch ends at its last row's commit time");
+	check(plan_segment_end_time(&p, 0, &t, false, 0, max_instant) == t.offset_time,
+		  "an empty segment ending at the switch ends at the offset's commit time");
+	t.offset_time = 0;
+	check(plan_segment_end_time(&p, 0, &t, false, 0, max_instant) == max_instant,
+		  "without an offset time, at max LSN's commit time");
+	check(plan_segment_end_time(&p, 0, &t, true, max_instant + 1, max_instant) == max_instant,
+		  "a segment never ends after max LSN's commit time");
+	check(plan_segment_end_time(&p, 1, &t, true, row_time, max_instant) == max_instant,
+		  "the switch segment, being last, ends at max LSN's commit time");
+
+	/* Automatic resume after a loss. */
+	{
+		TimestampTz now = 100000 * USECS_PER_SEC;
+		int64		window = 3600 * USECS_PER_SEC;
+
+		check(!plan_loss_resumes(&t, now, window), "on_data_loss stop: a loss never resumes by itself");
+		t.auto_resume = true;
+		check(plan_loss_resumes(&t, now, window), "on_data_loss resume: the first loss resumes");
+		t.has_last_loss = true;
+		t.last_loss = now - window + 1;
+		check(!plan_loss_resumes(&t, now, window), "a second loss within the window waits for a person");
+		t.last_loss = now - window;
+		check(plan_loss_resumes(&t, now, window), "a loss a whole window after the previous one resumes");
+		t.last_loss = PG_INT64_MIN;
+		check(!plan_loss_resumes(&t, PG_INT64_MAX, window), "an overflowing age counts as recent");
+	}
+}
+
 int
 main(void)
 {
 	test_lsn();
 	test_plan();
-	printf("1..%d\n", tests);
-	return failures == 0 ? 0 : 1;
+	test_judge_rules();
+	return tap_done();
 }
