@@ -88,7 +88,8 @@ on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 /* Aborts a transfer on a cancel or a termination; other interrupts are served. */
 static int
-on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+on_progress(void *clientp pg_attribute_unused(), curl_off_t dltotal pg_attribute_unused(), curl_off_t dlnow pg_attribute_unused(),
+			curl_off_t ultotal pg_attribute_unused(), curl_off_t ulnow pg_attribute_unused())
 {
 	return io_must_stop() ? 1 : 0;
 }
