@@ -1,8 +1,11 @@
 # finalize: PGXS build.
 #
 #   make && make install            build and install into the server of pg_config
-#   make installcheck               pg_regress against a running server that has
-#                                   shared_preload_libraries = 'finalize'
+#   make installcheck               pg_regress in a temporary instance that preloads
+#                                   the library (test/regress.conf); not as root
+#   make installcheck USE_EXISTING=1
+#                                   the same against a running server that preloads
+#                                   it (PGHOST, PGPORT; PGUSER=postgres, a superuser)
 #   make unitcheck                  build and run the C unit tests of the pure modules
 #   make meta                       rewrite META.json's versions from the control file
 #
@@ -50,7 +53,23 @@ PG_CFLAGS += -Wall -Wextra -Wno-missing-field-initializers \
              -Wno-sign-compare $(FINALIZE_WERROR)
 
 REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate privileges
-REGRESS_OPTS = --inputdir=. --load-extension=plpgsql
+REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
+
+# make installcheck runs pg_regress in a temporary instance it starts and
+# stops itself (as pg_cron does): initdb'ed in tmp_check/instance by the
+# user running make (initdb refuses root), with test/regress.conf appended to
+# its postgresql.conf, loading the extension installed where pg_config points.
+# USE_EXISTING=1 runs the tests against a running server instead.
+# REGRESS_OUTPUTDIR=dir puts results/, regression.diffs, log/ and tmp_check/
+# there, for a checkout the user cannot write to (test/run-tests uses it).
+REGRESS_OUTPUTDIR ?= .
+REGRESS_TMP        = $(REGRESS_OUTPUTDIR)/tmp_check
+REGRESS_OPTS      += --outputdir=$(REGRESS_OUTPUTDIR)
+ifeq ($(USE_EXISTING),)
+REGRESS_OPTS += --temp-instance=$(REGRESS_TMP)/instance --temp-config=$(srcdir)/test/regress.conf \
+                --bindir=$(REGRESS_TMP)/bin
+REGRESS_PREP  = regress-bin
+endif
 
 EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out $(OBJS:.o=.d)
 
@@ -59,7 +78,8 @@ include $(PGXS)
 
 -include $(OBJS:.o=.d)
 
-$(DATA_built): $(SQL_PARTS) $(EXTENSION).control
+# src/sql itself too: renaming a part keeps its time but changes the folder's.
+$(DATA_built): $(SQL_PARTS) src/sql $(EXTENSION).control
 	cat $(SQL_PARTS) > $@
 
 # C unit tests (test/unit/test_*.c, TAP output): each links the pure modules
@@ -78,6 +98,24 @@ test/unit/test_%: test/unit/test_%.c $$(UNIT_SOURCES_$$(notdir $$@))
 .PHONY: unitcheck
 unitcheck: $(UNIT_TESTS)
 	@status=0; for t in $(UNIT_TESTS); do ./$$t || status=1; done; exit $$status
+
+# The expected output names the superuser postgres, as in every test cluster
+# (test/lib), but pg_regress's initdb would name it after the user running
+# make and take the locale from the environment; so the temporary instance
+# runs through wrappers (tmp_check/bin): initdb as test/lib's start_cluster
+# runs it (-U postgres -E UTF8 --locale=C.UTF-8), psql as postgres, the
+# server's own postgres and pg_ctl.
+.PHONY: regress-bin
+regress-bin:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  echo "make installcheck: initdb refuses to run as root; run it as another user" \
+	       "(test/run-tests runs it as postgres), or against a running server with USE_EXISTING=1" >&2; \
+	  exit 2; fi
+	@rm -rf '$(REGRESS_TMP)/bin' && mkdir -p '$(REGRESS_TMP)/bin'
+	@ln -s '$(bindir)/postgres' '$(bindir)/pg_ctl' '$(REGRESS_TMP)/bin/'
+	@printf '#!/bin/sh\nexec "%s/initdb" -U postgres -E UTF8 --locale=C.UTF-8 "$$@"\n' '$(bindir)' >'$(REGRESS_TMP)/bin/initdb'
+	@printf '#!/bin/sh\nPGUSER=postgres exec "%s/psql" "$$@"\n' '$(bindir)' >'$(REGRESS_TMP)/bin/psql'
+	@chmod +x '$(REGRESS_TMP)/bin/initdb' '$(REGRESS_TMP)/bin/psql'
 
 .PHONY: meta
 meta:

@@ -2,10 +2,15 @@
 #
 # Everything here is idempotent: on a machine that already has the packages,
 # the node modules and the installed extension, it only checks and moves on.
+# As root, the servers run as the postgres user; as another user, as that user,
+# and nothing is installed into the system (what is missing is only named).
 
 TOP=${TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 PG_MAJOR=${PG_MAJOR:-15}
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# The PostgreSQL to build against and run (test/lib/pgcluster.py reads it too):
+# Debian's, or one the user owns (PG_BIN=$HOME/pg/bin test/run-tests).
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
+export PG_BIN
 # Debian's interpreter: the test modules (pytest, psycopg2, pymssql) are Debian packages.
 PY=/usr/bin/python3
 
@@ -16,8 +21,17 @@ APT_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-cl
 
 log() { printf '== %s\n' "$*" >&2; }
 
-# Re-runs the calling script as root when it was started by another user:
-# packages and the extension's files go into system directories.
+# PostgreSQL refuses to run as root: as root, the servers run as the postgres
+# user (as test/lib/pgcluster.py runs them); otherwise as the current user.
+if [ "$(id -u)" = 0 ]; then PG_OS_USER=postgres; else PG_OS_USER=$(id -un); fi
+
+# Runs a command as PG_OS_USER.
+as_pg_user() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# Re-runs the calling script as root when it was started by another user
+# (test/demo; test/run-tests runs as any user).
 require_root() {
   if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || { echo "run this as root (sudo is not installed)" >&2; exit 2; }
@@ -25,44 +39,101 @@ require_root() {
   fi
 }
 
-# Installs the Debian packages that are missing (and Node.js when there is none).
-install_packages() {
-  local missing="" p
+# The Debian packages (and Node.js) that are missing, on one line; empty if none.
+missing_packages() {
+  local installed p missing=""
+  # shellcheck disable=SC2016,SC2086
+  installed=$(dpkg-query -W -f='${Package} ${Status}\n' $APT_PACKAGES 2>/dev/null |
+                sed -n 's/ install ok installed$//p' || true)
   for p in $APT_PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+    printf '%s\n' "$installed" | grep -qxF "$p" || missing="$missing $p"
   done
-  command -v node >/dev/null && command -v npm >/dev/null || missing="$missing nodejs npm"
-  if [ -n "$missing" ]; then
-    log "installing Debian packages:$missing"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
-  fi
+  { command -v node && command -v npm; } >/dev/null || missing="$missing nodejs npm"
+  printf '%s\n' "${missing# }"
 }
 
-# Installs the Node packages of test/package.json (tedious, s3rver, ...).
+# Installs the Debian packages that are missing (and Node.js when there is
+# none). Another user than root is only told what is missing, and it fails.
+install_packages() {
+  local missing
+  missing=$(missing_packages)
+  [ -n "$missing" ] || return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing Debian packages: $missing" >&2
+    echo "install them as root (apt-get install $missing), or run this as root" >&2
+    return 1
+  fi
+  log "installing Debian packages: $missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+# Whether test/node_modules holds what test/package-lock.json locks, by npm's
+# own record of what it installed (node_modules/.package-lock.json).
+node_modules_current() {
+  "$PY" - "$TOP/test/package-lock.json" "$TOP/test/node_modules/.package-lock.json" <<'PY'
+import json, sys
+try:
+    want = json.load(open(sys.argv[1]))["packages"]
+    have = json.load(open(sys.argv[2]))["packages"]
+except (OSError, ValueError, KeyError):
+    sys.exit(1)
+sys.exit(0 if all(have.get(k) == v or (k not in have and v.get("optional"))
+                  for k, v in want.items() if k) else 1)
+PY
+}
+
+# Installs the Node packages of test/package.json (tedious, s3rver, ...)
+# unless exactly those are installed already.
 install_node_modules() {
-  if [ ! -d "$TOP/test/node_modules" ] || [ "$TOP/test/package-lock.json" -nt "$TOP/test/node_modules/.package-lock.json" ]; then
-    log "installing Node packages (test/package.json)"
-    (cd "$TOP/test" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-  fi
+  node_modules_current && return 0
+  log "installing Node packages (test/package.json)"
+  (cd "$TOP/test" && npm ci --no-audit --no-fund --no-update-notifier --loglevel=error >/dev/null)
 }
 
-# Builds the extension with warnings as errors and installs it.
+# Builds the extension with warnings as errors and installs it into the
+# PostgreSQL of PG_BIN. A user who may not write there can still test when
+# what is installed there is this very build (root installed it beforehand).
 build_extension() {
-  log "building and installing the extension"
-  make -s -C "$TOP" PG_CONFIG="$PG_BIN/pg_config" FINALIZE_WERROR=-Werror >/dev/null
-  make -s -C "$TOP" PG_CONFIG="$PG_BIN/pg_config" install >/dev/null
+  local pg_config=$PG_BIN/pg_config pkglibdir extdir stage f stale=()
+  log "building the extension"
+  make -s -C "$TOP" PG_CONFIG="$pg_config" FINALIZE_WERROR=-Werror >/dev/null || return 1
+  pkglibdir=$("$pg_config" --pkglibdir)
+  extdir=$("$pg_config" --sharedir)/extension
+  if [ -w "$pkglibdir" ] && [ -w "$extdir" ]; then
+    log "installing the extension into $pkglibdir"
+    make -s -C "$TOP" PG_CONFIG="$pg_config" install >/dev/null
+    return
+  fi
+  stage=$(mktemp -d)
+  make -s -C "$TOP" PG_CONFIG="$pg_config" DESTDIR="$stage" install >/dev/null || { rm -rf "$stage"; return 1; }
+  while IFS= read -r f; do
+    cmp -s "$f" "${f#"$stage"}" || stale+=("${f#"$stage"}")
+  done < <(find "$stage" -type f)
+  rm -rf "$stage"
+  if [ ${#stale[@]} -gt 0 ]; then
+    echo "$(id -un) may not install the extension into $pkglibdir and $extdir," >&2
+    echo "and what is installed there is not this build (${#stale[@]} files differ: ${stale[0]}, ...)" >&2
+    echo "install it once as root from this checkout (sudo make install PG_CONFIG=$pg_config)," >&2
+    echo "or set PG_BIN to the bin directory of a PostgreSQL you own" >&2
+    return 1
+  fi
+  log "the extension installed in $pkglibdir is this build"
 }
 
-# Starts a throwaway PostgreSQL cluster owned by the postgres user.
+# Starts a throwaway PostgreSQL cluster run by PG_OS_USER.
 #   start_cluster DIR PORT [extra postgresql.conf lines...]
 # Clients reach it through the Unix socket in DIR as user postgres.
 start_cluster() {
   local dir=$1 port=$2; shift 2
-  install -d -o postgres -g postgres -m 0755 "$dir"
-  runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 \
+  if [ "$(id -u)" = 0 ]; then
+    install -d -o postgres -g postgres -m 0755 "$dir"
+  else
+    install -d -m 0755 "$dir"
+  fi
+  as_pg_user "$PG_BIN/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 \
     --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
   {
     echo "port = $port"
@@ -75,15 +146,16 @@ start_cluster() {
     local line
     for line in "$@"; do echo "$line"; done
   } >>"$dir/data/postgresql.conf"
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
+  as_pg_user "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
     || { cat "$dir/server.log" >&2; return 1; }
 }
 
-# Stops a cluster started by start_cluster (fast shutdown).
+# Stops a cluster whose data directory is DIR/data (fast shutdown): one of
+# start_cluster, or make installcheck's temporary instance left behind.
 stop_cluster() {
   local dir=$1
   [ -f "$dir/data/postmaster.pid" ] || return 0
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
+  as_pg_user "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
 }
 
 # Picks a free TCP port on 127.0.0.1.
