@@ -1,9 +1,5 @@
 -- Facts: readable per range and per period, bounded by coalescing and retention.
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('f.orders', 'erp', 'dbo.orders') > 0 AS tracked;

@@ -1,9 +1,5 @@
 -- Sources as foreign servers of finalize_mssql: every option is validated.
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 CREATE SERVER src_ok FOREIGN DATA WRAPPER finalize_mssql
     OPTIONS (host 'sql1.example.com', port '1433', database 'erp', timezone 'Europe/Berlin', tds_version '7.4');

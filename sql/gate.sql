@@ -1,10 +1,6 @@
 -- The release gate's SQL surface: object-store servers, the catalog view,
 -- the comparison, and malformed manifests (errors with SQLSTATE 22023).
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 -- Object stores are finalize_s3 servers; keys go in user mappings.
 CREATE SERVER lake FOREIGN DATA WRAPPER finalize_s3

@@ -1,10 +1,6 @@
 -- Roles: readers only read verdicts, admins manage tables, nobody else gets
 -- anything; credentials stay behind PostgreSQL's user-mapping rules.
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 CREATE ROLE regress_sensor LOGIN IN ROLE finalize_reader;
 CREATE ROLE regress_publisher LOGIN IN ROLE finalize_publisher;
@@ -75,6 +71,13 @@ SELECT p.oid::regprocedure AS definer_without_pinned_search_path
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'finalize'
  WHERE p.prosecdef AND NOT coalesce(p.proconfig::text[] && ARRAY['search_path=pg_catalog, pg_temp'], false);
+-- And every SQL and PL/pgSQL function, since the definer functions call
+-- them as the owner.
+SELECT p.oid::regprocedure AS sql_function_without_pinned_search_path
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+  JOIN pg_language l ON l.oid = p.prolang
+ WHERE n.nspname = 'finalize' AND l.lanname IN ('sql', 'plpgsql')
+   AND NOT coalesce(p.proconfig::text[] && ARRAY['search_path=pg_catalog, pg_temp'], false);
 -- So does every C function that runs SQL as the owner.
 SELECT p.oid::regprocedure AS owner_runner_without_pinned_search_path
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

@@ -1,9 +1,5 @@
 -- The sensor API: finalized_until, is_final, explain_verdict, status.
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('s.orders', 'erp', 'dbo.orders') > 0 AS tracked;
@@ -50,6 +46,18 @@ UPDATE finalize.tracked_table SET state = 'data_lost', state_detail = 'Rows were
 INSERT INTO finalize.source_status (server_name, condition, last_error, last_error_at)
 VALUES ('erp', 'unreachable', 'SQL Server error 18456: Login failed for user ''cdc''.', '2026-11-29 14:52+00');
 SELECT state, reason FROM finalize.explain_verdict('s.orders', '2026-11-29 14:15+00');
+-- Conditions are the worker's codes (src/common/condition.c); the tables
+-- refuse any other.
+SELECT c.conname, x.code[1] AS code
+  FROM pg_constraint c, regexp_matches(pg_get_constraintdef(c.oid), '''([a-z_]+)''', 'g') WITH ORDINALITY AS x(code, n)
+ WHERE c.conrelid IN ('finalize.table_condition'::regclass, 'finalize.source_status'::regclass) AND c.contype = 'c'
+ ORDER BY c.conname, x.n;
+\set VERBOSITY terse
+INSERT INTO finalize.source_status (server_name, condition) VALUES ('other', 'table_gone');
+UPDATE finalize.source_status SET held_by = 'clock_skew' WHERE server_name = 'erp';
+INSERT INTO finalize.table_condition (table_id, condition)
+SELECT table_id, 'unreachable' FROM finalize.tracked_table WHERE table_name = 's.orders';
+\set VERBOSITY default
 
 -- The status view: one row per tracked table.
 SELECT finalize.track_table('s.lines', 'erp', 'dbo.order_lines', '1 day') > 0 AS tracked;

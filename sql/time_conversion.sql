@@ -1,10 +1,6 @@
 -- SQL Server commit times are local datetimes: each becomes the earliest
 -- instant it can denote, so the verdict can lag but never lead.
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 -- Europe/Berlin springs forward on 2026-03-29 at 01:00 UTC (02:00 -> 03:00):
 -- local 02:xx does not exist and maps to the earlier of the two offsets.

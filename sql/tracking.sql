@@ -1,9 +1,5 @@
 -- Registering tracked tables: every argument is validated and named.
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 CREATE SERVER erp_nodb FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1');
@@ -61,6 +57,26 @@ SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 day -25 hours');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1000000000 days');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '2147483647 days 23:59:59');
 SELECT finalize.track_table('t_daily', 'erp', 'dbo.orders', '1 day') > 0 AS tracked;
+-- The table checks the same C rule (_granularity_valid, its CHECK): both
+-- answer alike, including lengths that overflow.
+CREATE FUNCTION pg_temp.accepted(g interval) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM finalize._check_granularity(g, 'granularity');
+    RETURN true;
+EXCEPTION WHEN invalid_parameter_value OR datetime_field_overflow THEN
+    RETURN false;
+END
+$$;
+SELECT g AS granularity, finalize._granularity_valid(g) AS table_check, pg_temp.accepted(g) AS functions
+  FROM unnest(ARRAY['15 minutes', '1 day', '1 day -23 hours', '00:00:00.000001', '106751991 days',
+                    '0', '-1 hour', '1 day -24 hours', '1 mon', '1 year -365 days', '1000000000 days',
+                    '2147483647 days 23:59:59']::interval[]) AS g;
+SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'tracked_table_granularity_check';
+\set VERBOSITY terse
+UPDATE finalize.tracked_table SET granularity = '1000000000 days' WHERE table_name = 't_daily';
+UPDATE finalize.tracked_table SET granularity = '1 mon' WHERE table_name = 't_daily';
+\set VERBOSITY default
+SELECT granularity FROM finalize.tracked_table WHERE table_name = 't_daily';
 
 -- Nothing half-done was left by the failures.
 SELECT count(*) AS tracked_tables, (SELECT count(*) FROM finalize.watermark) AS verdict_rows

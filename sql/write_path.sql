@@ -1,10 +1,6 @@
 -- The one write path: record_range records a range's facts and advances the
 -- verdict with GREATEST(old, period_start(end_commit_time, granularity)).
-\set VERBOSITY default
-\set SHOW_CONTEXT never
-SET datestyle = 'ISO, YMD';
-SET intervalstyle = 'postgres';
-SET timezone = 'UTC';
+\i sql/include/preamble.sql
 
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('w.hourly', 'erp', 'dbo.orders') > 0 AS tracked;

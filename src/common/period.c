@@ -22,6 +22,7 @@ PG_FUNCTION_INFO_V1(finalize_period_start);
 PG_FUNCTION_INFO_V1(finalize_period_end);
 PG_FUNCTION_INFO_V1(finalize_period_final);
 PG_FUNCTION_INFO_V1(finalize_check_granularity);
+PG_FUNCTION_INFO_V1(finalize_granularity_valid);
 PG_FUNCTION_INFO_V1(finalize_periods);
 
 /* Most periods one call of finalize._periods() lists. */
@@ -47,33 +48,63 @@ interval_usecs(const Interval *iv, int64 *out)
 }
 
 /*
- * Length of one period in microseconds. Months have no fixed length, so a
- * granularity with months or years is refused, as is one that is not
- * positive; the error names the argument the caller got it from.
+ * The rule for a granularity, in one place: it defines periods when it has
+ * no months (their length varies), its length fits in 64 bits of
+ * microseconds and is positive. Sets *stride to that length when it does.
+ */
+typedef enum GranularityFault
+{
+	GRANULARITY_OK,
+	GRANULARITY_HAS_MONTHS,
+	GRANULARITY_OUT_OF_RANGE,
+	GRANULARITY_NOT_POSITIVE,
+} GranularityFault;
+
+static GranularityFault
+granularity_fault(const Interval *granularity, int64 *stride)
+{
+	if (granularity->month != 0)
+		return GRANULARITY_HAS_MONTHS;
+	if (!interval_usecs(granularity, stride))
+		return GRANULARITY_OUT_OF_RANGE;
+	if (*stride <= 0)
+		return GRANULARITY_NOT_POSITIVE;
+	return GRANULARITY_OK;
+}
+
+/*
+ * Length of one period in microseconds. A granularity that breaks the rule
+ * is an error that names the argument the caller got it from.
  */
 int64
 period_stride(const Interval *granularity, const char *argname)
 {
-	int64		stride;
+	int64		stride = 0;
 
-	if (granularity->month != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for argument %s: the granularity contains months or years", argname),
-				 errdetail("Periods are aligned on a fixed origin (2000-01-01 00:00 UTC), and months have no fixed length."),
-				 errhint("Use days, hours, minutes or seconds, for example '1 day' or '15 minutes'.")));
-
-	if (!interval_usecs(granularity, &stride))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("invalid value for argument %s: the granularity is out of range", argname),
-				 errhint("A period is at most 106751991 days (about 292,000 years) long.")));
-
-	if (stride <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for argument %s: the granularity is not positive", argname),
-				 errhint("Use a positive interval, for example '1 hour'.")));
+	switch (granularity_fault(granularity, &stride))
+	{
+		case GRANULARITY_OK:
+			break;
+		case GRANULARITY_HAS_MONTHS:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for argument %s: the granularity contains months or years", argname),
+					 errdetail("Periods are aligned on a fixed origin (2000-01-01 00:00 UTC), and months have no fixed length."),
+					 errhint("Use days, hours, minutes or seconds, for example '1 day' or '15 minutes'.")));
+			break;
+		case GRANULARITY_OUT_OF_RANGE:
+			ereport(ERROR,
+					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+					 errmsg("invalid value for argument %s: the granularity is out of range", argname),
+					 errhint("A period is at most 106751991 days (about 292,000 years) long.")));
+			break;
+		case GRANULARITY_NOT_POSITIVE:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for argument %s: the granularity is not positive", argname),
+					 errhint("Use a positive interval, for example '1 hour'.")));
+			break;
+	}
 	return stride;
 }
 
@@ -255,4 +286,17 @@ finalize_check_granularity(PG_FUNCTION_ARGS)
 				 errmsg("argument %s must not be NULL", argname)));
 	(void) period_stride(PG_GETARG_INTERVAL_P(0), argname);
 	PG_RETURN_VOID();
+}
+
+/*
+ * finalize._granularity_valid(granularity): the same rule as a boolean, for
+ * the CHECK constraint of finalize.tracked_table.granularity, so the table
+ * and the functions that take a granularity can never disagree.
+ */
+Datum
+finalize_granularity_valid(PG_FUNCTION_ARGS)
+{
+	int64		stride;
+
+	PG_RETURN_BOOL(granularity_fault(PG_GETARG_INTERVAL_P(0), &stride) == GRANULARITY_OK);
 }

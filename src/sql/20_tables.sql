@@ -13,9 +13,10 @@ CREATE TABLE @extschema@.tracked_table (
     source_schema     text NOT NULL,
     source_name       text NOT NULL,
     capture_instance  text,
+    -- The rule of the C period arithmetic (as in _check_granularity), not a copy.
     granularity       interval NOT NULL
-                      CHECK (granularity > interval '0' AND extract(month FROM granularity) = 0
-                             AND extract(year FROM granularity) = 0),
+                      CONSTRAINT tracked_table_granularity_check
+                      CHECK (@extschema@._granularity_valid(granularity)),
     state             text NOT NULL DEFAULT 'active'
                       CHECK (state IN ('active', 'paused', 'data_lost', 'schema_blocked', 'resuming')),
     state_detail      text,
@@ -113,10 +114,16 @@ CREATE INDEX fact_recorded_at_idx
 -- watermark so that a session holding the watermark's row lock (an open
 -- transaction that called resume_table, say) cannot keep the worker from
 -- saying so, and so that a condition never invalidates cached verdicts.
+-- The condition codes here and in source_status are the worker's (one enum
+-- and its names in src/common/condition.c): a new code goes into both, and
+-- into an upgrade script.
 CREATE TABLE @extschema@.table_condition (
     table_id          bigint PRIMARY KEY
                       REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
-    condition         text NOT NULL,
+    condition         text NOT NULL
+                      CONSTRAINT table_condition_condition_check
+                      CHECK (condition IN ('no_access', 'read_failed', 'no_capture_instance', 'source_replaced',
+                                           'lsn_regressed', 'record_failed', 'lock_timeout')),
     detail            text,
     since             timestamptz NOT NULL DEFAULT now()
 );
@@ -127,7 +134,12 @@ COMMENT ON TABLE @extschema@.table_condition IS
 CREATE TABLE @extschema@.source_status (
     server_name       text PRIMARY KEY,
     worker_pid        integer,
-    condition         text NOT NULL DEFAULT 'starting',
+    condition         text NOT NULL DEFAULT 'starting'
+                      CONSTRAINT source_status_condition_check
+                      CHECK (condition IN ('starting', 'ok', 'capture_stalled', 'no_worker', 'server_dropped',
+                                           'configuration', 'commit_time_ahead', 'unreachable', 'timeout',
+                                           'cancelled', 'sql_error', 'no_max_lsn', 'timezone_mismatch',
+                                           'clock_skew', 'internal_error')),
     condition_since   timestamptz NOT NULL DEFAULT now(),
     last_poll         timestamptz,
     last_success      timestamptz,
@@ -141,7 +153,9 @@ CREATE TABLE @extschema@.source_status (
     max_lsn_changed   timestamptz,
     server_time       timestamptz,
     clock_skew        interval,
-    held_by           text,
+    held_by           text
+                      CONSTRAINT source_status_held_by_check
+                      CHECK (held_by IN ('commit_time_ahead')),
     held_since        timestamptz
 );
 COMMENT ON COLUMN @extschema@.source_status.condition IS

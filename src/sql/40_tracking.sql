@@ -1,36 +1,38 @@
--- Registering and unregistering tracked tables (finalize_admin).
+-- Sources and the tables tracked through them (finalize_admin).
+--
+-- Sources are foreign servers of this wrapper; credentials live only in user
+-- mappings. The wrapper has no handler: it holds connection options, it does
+-- not serve foreign tables.
 
--- Raises the error every function uses for a missing argument.
-CREATE FUNCTION @extschema@._require(value anyelement, argname text)
+CREATE FUNCTION @extschema@._mssql_validator(options text[], catalog oid)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF value IS NULL THEN
-        RAISE EXCEPTION 'argument % must not be NULL', argname
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_mssql_validator'
+LANGUAGE C STRICT;
 
--- Checks that an argument is one of a few words; the error lists them.
-CREATE FUNCTION @extschema@._check_choice(value text, argname text, allowed text[], meaning text)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM @extschema@._require(value, argname);
-    IF NOT value = ANY (allowed) THEN
-        RAISE EXCEPTION 'invalid value for argument %: "%"', argname, value
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = meaning,
-                  HINT = format('Use one of: %s.', array_to_string(allowed, ', '));
-    END IF;
-END
-$$;
+CREATE FOREIGN DATA WRAPPER finalize_mssql
+    VALIDATOR @extschema@._mssql_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_mssql IS
+    'SQL Server databases with change data capture, read by the finalize worker';
 
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_mssql TO finalize_admin;
+
+-- Splits a SQL Server two-part name (dbo.orders, [my schema].[odd]]name]) into
+-- its unquoted parts; the error names the argument it was given as.
+CREATE FUNCTION @extschema@._split_mssql_name(name text, argname text)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'finalize_split_mssql_name'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- Quotes one SQL Server identifier with brackets, doubling any ].
+CREATE FUNCTION @extschema@.quote_mssql_ident(ident text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_quote_mssql_ident'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.quote_mssql_ident(text) IS
+    'Quote a SQL Server identifier with brackets, doubling any ]';
+
+-- Tracked tables. Their policies, each checked with an error that lists the
+-- choices and what they mean.
 CREATE FUNCTION @extschema@._check_ddl_policy(ddl_policy text)
 RETURNS void
 LANGUAGE sql IMMUTABLE
@@ -199,38 +201,6 @@ $$;
 COMMENT ON FUNCTION @extschema@.untrack_table(text, boolean) IS
     'Stop tracking a table; its facts stay until retention removes them unless keep_facts is false';
 
--- The one error for a table name that is not tracked.
-CREATE FUNCTION @extschema@._not_tracked(table_name text)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION 'table "%" is not tracked by finalize', table_name
-        USING ERRCODE = 'undefined_object',
-              HINT = 'Check the name in finalize.status, or start tracking it with finalize.track_table().';
-END
-$$;
-
--- The tracked table of a name, or the not-tracked error.
-CREATE FUNCTION @extschema@._tracked_id(table_name text)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    id bigint;
-BEGIN
-    PERFORM @extschema@._require(table_name, 'table_name');
-    SELECT t.table_id INTO id FROM @extschema@.tracked_table t
-     WHERE t.table_name = _tracked_id.table_name AND t.untracked_at IS NULL;
-    IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(table_name);
-    END IF;
-    RETURN id;
-END
-$$;
-
 -- Changes how a tracked table is handled; NULL keeps a setting.
 CREATE FUNCTION @extschema@.alter_tracked_table(
     table_name   text,
@@ -295,12 +265,7 @@ DECLARE
     ddl_lsn @extschema@.lsn;
     who name := caller;
 BEGIN
-    PERFORM @extschema@._require(_resume_table.table_name, 'table_name');
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_name = _resume_table.table_name AND t.untracked_at IS NULL;
-    IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(_resume_table.table_name);
-    END IF;
+    tt := @extschema@._tracked(_resume_table.table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
     SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id;
 

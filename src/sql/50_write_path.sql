@@ -6,40 +6,6 @@
 --   {"table": ..., "old": ..., "new": ..., "lsn": ..., "commit_time": ...}
 -- with times in UTC ISO 8601 ("old" is null on the first advance).
 
--- Locks the verdict row of a table for a write and returns the table, which
--- must still be tracked: every write of the worker names its table by id, so
--- a name untracked and tracked again meanwhile (a new table_id, maybe on
--- another server) never receives what was read for the old one.
--- With must_exist false, a table no longer tracked is NULL, not an error.
-CREATE FUNCTION @extschema@._lock_tracked(table_id bigint, must_exist boolean DEFAULT true)
-RETURNS @extschema@.tracked_table
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_variable
-DECLARE
-    tt @extschema@.tracked_table;
-BEGIN
-    -- The table's row first (a key-share lock, which no admin function's
-    -- update conflicts with), then its verdict: the order every path that
-    -- takes both uses, so untrack_table's delete cannot deadlock with it.
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
-    IF FOUND THEN
-        PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE;
-        SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked.table_id;
-    END IF;
-    IF NOT FOUND AND NOT must_exist THEN
-        RETURN NULL;
-    ELSIF NOT FOUND THEN
-        RAISE EXCEPTION 'tracked table with id % is no longer tracked', table_id
-            USING ERRCODE = 'undefined_object',
-                  DETAIL = 'It was untracked (and perhaps tracked again under a new id) after its source was read; nothing read for it is recorded.';
-    END IF;
-    RETURN tt;
-END
-$$;
-
 -- The commit-time guard of the write path: a commit time further ahead of
 -- this server's clock than finalize.max_clock_skew is refused, since GREATEST
 -- would keep a verdict it moved for ever.
@@ -63,52 +29,46 @@ BEGIN
 END
 $$;
 
--- The write path itself, by table id (the worker's way; record_range is the
--- same by name).
-CREATE FUNCTION @extschema@._record_range(
+-- The arguments of a range for table_id, checked; returns the table with
+-- its verdict locked for the write (_lock_tracked), which serializes the
+-- writers of the table and proves it still tracked. NULL arguments are
+-- refused first, then, with the lock held, what needs the table (its name
+-- in the errors, its state): row counts, commit times, the event and the
+-- order of the LSNs.
+CREATE FUNCTION @extschema@._check_range_args(
     table_id          bigint,
-    start_lsn         text,
-    end_lsn           text,
+    s                 @extschema@.lsn,
+    e                 @extschema@.lsn,
     end_commit_time   timestamptz,
     inserts           bigint,
     updates           bigint,
     deletes           bigint,
     first_commit_time timestamptz,
     last_commit_time  timestamptz,
-    capture_instance  text,
-    event             text,
-    detail            jsonb)
-RETURNS timestamptz
-LANGUAGE plpgsql SECURITY DEFINER
+    event             text)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    s     @extschema@.lsn := @extschema@._lsn_arg(start_lsn, 'start_lsn');
-    e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
-    tt    @extschema@.tracked_table;
-    wm    @extschema@.watermark;
-    prev  @extschema@.fact;
-    empty boolean;
-    new_until timestamptz;
+    tt @extschema@.tracked_table;
 BEGIN
-    PERFORM @extschema@._require(_record_range.table_id, 'table_id');
+    PERFORM @extschema@._require(_check_range_args.table_id, 'table_id');
     PERFORM @extschema@._require(e, 'end_lsn');
     PERFORM @extschema@._require(end_commit_time, 'end_commit_time');
     PERFORM @extschema@._require(inserts, 'inserts');
     PERFORM @extschema@._require(updates, 'updates');
     PERFORM @extschema@._require(deletes, 'deletes');
-    -- Serialize writers of this table; it must still be tracked.
-    tt := @extschema@._lock_tracked(_record_range.table_id);
-    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    tt := @extschema@._lock_tracked(_check_range_args.table_id);
     IF inserts < 0 OR updates < 0 OR deletes < 0 THEN
         RAISE EXCEPTION 'invalid row counts for table "%": inserts %, updates %, deletes %',
                         tt.table_name, inserts, updates, deletes
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'Row counts cannot be negative.';
     END IF;
-    empty := inserts + updates + deletes = 0;
-    IF empty <> (first_commit_time IS NULL) OR (first_commit_time IS NULL) <> (last_commit_time IS NULL)
+    IF (inserts + updates + deletes = 0) <> (first_commit_time IS NULL)
+       OR (first_commit_time IS NULL) <> (last_commit_time IS NULL)
        OR first_commit_time > last_commit_time THEN
         RAISE EXCEPTION 'invalid commit-time span for table "%": % to %',
                         tt.table_name, first_commit_time, last_commit_time
@@ -133,10 +93,38 @@ BEGIN
                   DETAIL = coalesce(tt.state_detail, 'The verdict of this table is stopped.'),
                   HINT = 'See finalize.status and the troubleshooting section of the README.';
     END IF;
+    RETURN tt;
+END
+$$;
 
+-- Whether a range (s, e] chains onto the recorded facts of a table, whose
+-- ranges reach offset_lsn: false when it is the next one to record, true
+-- when it was recorded before with the same facts (recording it again
+-- changes nothing); anything else (a contradiction, an overlap, a gap, a
+-- first range with a start or with rows) is an error that names the range
+-- to record instead.
+CREATE FUNCTION @extschema@._check_range_chain(
+    tt                @extschema@.tracked_table,
+    offset_lsn        @extschema@.lsn,
+    s                 @extschema@.lsn,
+    e                 @extschema@.lsn,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    event             text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    empty boolean := inserts + updates + deletes = 0;
+BEGIN
     -- A range that ends at or before the offset was recorded before: an
     -- identical repeat changes nothing, anything else contradicts the facts.
-    IF wm.offset_lsn IS NOT NULL AND e <= wm.offset_lsn THEN
+    IF offset_lsn IS NOT NULL AND e <= offset_lsn THEN
         IF EXISTS (SELECT FROM @extschema@.fact f
                     WHERE f.table_id = tt.table_id AND f.kind = 'range' AND f.end_lsn = e
                       AND f.start_lsn IS NOT DISTINCT FROM s
@@ -150,31 +138,31 @@ BEGIN
                       AND f.start_lsn <= s AND f.end_lsn >= e
                       AND f.inserts + f.updates + f.deletes = 0))
         THEN
-            RETURN wm.finalized_until;
+            RETURN true;
         END IF;
         RAISE EXCEPTION 'range (%, %] of table "%" contradicts facts already recorded',
                         coalesce(s::text, 'NULL'), e, tt.table_name
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = format('The recorded ranges of this table reach LSN %s, and none of them is this range with these counts.', wm.offset_lsn),
+                  DETAIL = format('The recorded ranges of this table reach LSN %s, and none of them is this range with these counts.', offset_lsn),
                   HINT = 'Ranges are recorded once, in LSN order; repeating a recorded range unchanged is allowed.';
     END IF;
-    IF wm.offset_lsn IS NOT NULL THEN
+    IF offset_lsn IS NOT NULL THEN
         IF s IS NULL THEN
             RAISE EXCEPTION 'table "%" already has an offset', tt.table_name
                 USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = format('Its facts reach LSN %s; only the first range may omit start_lsn.', wm.offset_lsn),
-                      HINT = format('Record the range (%s, %s] instead.', wm.offset_lsn, e);
-        ELSIF s < wm.offset_lsn THEN
+                      DETAIL = format('Its facts reach LSN %s; only the first range may omit start_lsn.', offset_lsn),
+                      HINT = format('Record the range (%s, %s] instead.', offset_lsn, e);
+        ELSIF s < offset_lsn THEN
             RAISE EXCEPTION 'range (%, %] of table "%" overlaps the range recorded up to LSN %',
-                            s, e, tt.table_name, wm.offset_lsn
+                            s, e, tt.table_name, offset_lsn
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = 'Ranges of a table must chain: each starts (exclusively) where the previous one ended.',
-                      HINT = format('Record the range (%s, %s] instead.', wm.offset_lsn, e);
-        ELSIF s > wm.offset_lsn THEN
-            RAISE EXCEPTION 'range (%, %] of table "%" leaves a gap after LSN %', s, e, tt.table_name, wm.offset_lsn
+                      HINT = format('Record the range (%s, %s] instead.', offset_lsn, e);
+        ELSIF s > offset_lsn THEN
+            RAISE EXCEPTION 'range (%, %] of table "%" leaves a gap after LSN %', s, e, tt.table_name, offset_lsn
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = 'Ranges of a table must chain: each starts (exclusively) where the previous one ended.',
-                      HINT = format('Record the range (%s, %s] first.', wm.offset_lsn, s);
+                      HINT = format('Record the range (%s, %s] first.', offset_lsn, s);
         END IF;
     ELSIF s IS NOT NULL THEN
         -- A start would claim facts before it; a new table has none.
@@ -187,30 +175,96 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A range without start_lsn only marks where tracking starts; it cannot carry row counts.';
     END IF;
+    RETURN false;
+END
+$$;
 
-    -- Consecutive empty ranges coalesce into one fact, so an idle table keeps
-    -- a bounded number of rows.
-    prev := NULL;
-    IF empty AND event IS NULL AND s IS NOT NULL THEN
-        SELECT f.* INTO prev FROM @extschema@.fact f
-         WHERE f.table_id = tt.table_id AND f.kind = 'range' AND f.end_lsn = s
+-- Stores the fact of a checked range that chains onto the facts of its
+-- table. Consecutive empty ranges coalesce into one fact, so an idle table
+-- keeps a bounded number of rows; any other range is a fact of its own (the
+-- first one, without start, marks where tracking started).
+CREATE FUNCTION @extschema@._store_range_fact(
+    table_id          bigint,
+    s                 @extschema@.lsn,
+    e                 @extschema@.lsn,
+    end_commit_time   timestamptz,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    capture_instance  text,
+    event             text,
+    detail            jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    prev bigint;
+BEGIN
+    IF inserts + updates + deletes = 0 AND event IS NULL AND s IS NOT NULL THEN
+        SELECT f.fact_id INTO prev FROM @extschema@.fact f
+         WHERE f.table_id = _store_range_fact.table_id AND f.kind = 'range' AND f.end_lsn = s
            AND f.event IS NULL AND f.inserts + f.updates + f.deletes = 0
-           AND f.capture_instance IS NOT DISTINCT FROM _record_range.capture_instance;
+           AND f.capture_instance IS NOT DISTINCT FROM _store_range_fact.capture_instance;
     END IF;
-    IF prev.fact_id IS NOT NULL THEN
+    IF prev IS NOT NULL THEN
         UPDATE @extschema@.fact f
-           SET end_lsn = e, end_commit_time = _record_range.end_commit_time,
+           SET end_lsn = e, end_commit_time = _store_range_fact.end_commit_time,
                ranges = f.ranges + 1, recorded_at = now()
-         WHERE f.fact_id = prev.fact_id;
+         WHERE f.fact_id = prev;
     ELSE
         INSERT INTO @extschema@.fact
             (table_id, kind, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
              first_commit_time, last_commit_time, capture_instance, event, detail)
         VALUES
-            (tt.table_id, 'range', s, e, end_commit_time, inserts, updates, deletes,
+            (_store_range_fact.table_id, 'range', s, e, end_commit_time, inserts, updates, deletes,
              first_commit_time, last_commit_time, capture_instance,
              CASE WHEN s IS NULL THEN 'tracking_started' ELSE event END, detail);
     END IF;
+END
+$$;
+
+-- The write path itself, by table id (the worker's way; record_range is the
+-- same by name): the arguments are checked (and the table's verdict locked),
+-- the range must chain onto the recorded ones, its fact is stored and the
+-- verdict advances, all in the caller's transaction.
+CREATE FUNCTION @extschema@._record_range(
+    table_id          bigint,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    capture_instance  text,
+    event             text,
+    detail            jsonb)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    s     @extschema@.lsn := @extschema@._lsn_arg(start_lsn, 'start_lsn');
+    e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
+    tt    @extschema@.tracked_table;
+    wm    @extschema@.watermark;
+    new_until timestamptz;
+BEGIN
+    tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                        first_commit_time, last_commit_time, event);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF @extschema@._check_range_chain(tt, wm.offset_lsn, s, e, inserts, updates, deletes,
+                                      first_commit_time, last_commit_time, event) THEN
+        RETURN wm.finalized_until;
+    END IF;
+    PERFORM @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                          first_commit_time, last_commit_time, capture_instance, event, detail);
 
     new_until := GREATEST(wm.finalized_until,
                           @extschema@.period_start(end_commit_time, tt.granularity));

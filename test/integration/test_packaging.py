@@ -51,3 +51,31 @@ def test_no_header_of_ours_shadows_one_of_postgresql():
               for root, _, files in os.walk(includedir) for f in files if f.endswith(".h")}
     assert ours, "no headers found under src/"
     assert not ours & theirs, sorted(ours & theirs)
+
+
+def c_condition_names():
+    """The condition names of src/common/condition.c's table."""
+    src = open(os.path.join(TOP, "src", "common", "condition.c")).read()
+    return set(re.findall(r'\[COND_[A-Z_]+\] = "([a-z_]+)"', src))
+
+
+def sql_check_names(constraint):
+    """The names a CHECK constraint of the install script allows."""
+    parts = sorted(p for p in os.listdir(os.path.join(TOP, "src", "sql")) if p.endswith(".sql"))
+    sql = "".join(open(os.path.join(TOP, "src", "sql", p)).read() for p in parts)
+    m = re.search(r"CONSTRAINT\s+" + constraint + r"\s+CHECK\s*\((.*?)\)\s*\)?\s*[,;\n]", sql, re.S)
+    assert m, f"no CHECK constraint {constraint} in src/sql"
+    return set(re.findall(r"'([a-z_]+)'", m.group(1)))
+
+
+def test_condition_codes_agree_between_c_and_sql():
+    """The C name table and the SQL CHECK constraints list the same codes,
+    so the worker can never write a condition the tables refuse (its write
+    would fail and the table's reason would be lost), and no SQL code lacks
+    a C name."""
+    c = c_condition_names()
+    table = sql_check_names("table_condition_condition_check")
+    source = sql_check_names("source_status_condition_check")
+    assert len(c) >= 20
+    assert table | source == c, (sorted(c - (table | source)), sorted((table | source) - c))
+    assert not table & source, sorted(table & source)

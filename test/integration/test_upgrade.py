@@ -6,11 +6,15 @@ UPDATE must give exactly the catalog a fresh install gives - every member
 object, function definition and grant, column, constraint, index, view,
 trigger, type and comment - and keep facts, verdicts and releases."""
 
+import json
 import os
 import re
 import subprocess
+from datetime import datetime, timezone
 
 import pytest
+
+from conftest import write_file
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RELEASES = os.path.join(TOP, "src", "sql", "release")
@@ -149,27 +153,120 @@ def versions_to_update_from():
     return older or released_versions()[-1:]
 
 
+def make_history(pg, dbname, store):
+    """Facts, verdicts, events, conditions and releases, made through the
+    SQL API (and the worker's functions) of whatever version is installed."""
+    def sql(query, args=None):
+        return pg.sql(query, args, dbname=dbname)
+    sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
+    sql("CREATE USER MAPPING FOR CURRENT_USER SERVER up OPTIONS (username 'u', password 'p')")
+    sql("SELECT finalize.track_table('up.orders', 'up', 'dbo.orders', '1 hour')")
+    sql("SELECT finalize.record_range('up.orders', NULL, '0x00000000000000000010', "
+        "'2026-11-02 09:00:05+00', 0, 0, 0, NULL, NULL, 'dbo_orders', NULL, NULL)")
+    sql("SELECT finalize.record_range('up.orders', '0x00000000000000000010', '0x00000000000000000020', "
+        "'2026-11-02 10:00:05+00', 3, 1, 0, '2026-11-02 09:10+00', '2026-11-02 09:50+00', 'dbo_orders', "
+        "NULL, NULL)")
+    # Empty ranges, coalesced into one fact (the next empty range after the
+    # update must still coalesce into it).
+    for start, end, at in [("0x00000000000000000020", "0x00000000000000000030", "2026-11-02 10:20:00+00"),
+                           ("0x00000000000000000030", "0x00000000000000000040", "2026-11-02 10:40:00+00")]:
+        sql("SELECT finalize.record_range('up.orders', %s, %s, %s, 0, 0, 0, NULL, NULL, 'dbo_orders', NULL, NULL)",
+            (start, end, at))
+    # A second table stopped by a data loss, a third untracked with its facts
+    # kept, a condition per table and a source held by commit_time_ahead.
+    sql("SELECT finalize.track_table('up.lines', 'up', 'dbo.lines', '1 day', ddl_policy => 'block')")
+    sql("SELECT finalize.record_range('up.lines', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
+    sql("SELECT finalize._record_event(finalize._tracked_id('up.lines'), 'data_loss', '0x00000000000000000010', "
+        "'0x00000000000000000090', 'dbo_lines', '{\"cause\": \"cleanup\"}', 'data_lost', 'lost')")
+    sql("SELECT finalize._set_condition(finalize._tracked_id('up.orders'), 'lock_timeout', 'held')")
+    sql("SELECT finalize._set_condition(finalize._tracked_id('up.lines'), 'no_capture_instance', 'gone')")
+    sql("SELECT finalize._source_failed('up', NULL, 'commit_time_ahead', 'ahead', '2026-11-02 11:00+00')")
+    sql("SELECT finalize.track_table('up.old', 'up', 'dbo.old', '15 minutes')")
+    sql("SELECT finalize.record_range('up.old', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
+    sql("SELECT finalize.untrack_table('up.old')")
+    # Releases: a published generation, a rejected attempt, a projection.
+    files = {}
+    for i in range(2):
+        path = "hour=09/gen-1/part-%d.parquet" % i
+        write_file(store, path, b"x" * (i + 1))
+        files[path] = i + 1
+    sql("SELECT finalize.register_partition('up.orders', 'hour=09', 'hour=09/gen-1/')")
+    manifest = {"table": "up.orders", "partition": "hour=09", "generation": "gen-1", "store": "file://" + store,
+                "prefix": "hour=09/gen-1/", "files": files, "period_start": "2026-11-02 09:00+00"}
+    assert sql("SELECT released FROM finalize.release_gate(%s)", (json.dumps(manifest),)) == [(True,)]
+    manifest.update(generation="gen-2", prefix="hour=09/gen-2/")
+    assert sql("SELECT released FROM finalize.release_gate(%s)", (json.dumps(manifest),)) == [(False,)]
+    sql("SELECT finalize.set_projection('up.orders', 'hour={hour}/', '2026-11-01', '2026-12-01')")
+
+
+# What the update must keep: every row of every table of the extension, its
+# sequences, and what the sensors and the gate answer (lag, which moves with
+# the clock, aside).
+KEPT = {
+    "sequences": "SELECT c.relname, pg_catalog.pg_sequence_last_value(c.oid::pg_catalog.regclass) "
+                 "FROM pg_catalog.pg_class c WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace "
+                 "AND c.relkind = 'S' ORDER BY 1",
+    "finalized_until": "SELECT t, finalize.finalized_until(t) FROM unnest(ARRAY['up.orders', 'up.lines']) AS t",
+    "is_final": "SELECT t, p, finalize.is_final(t, p) FROM unnest(ARRAY['up.orders', 'up.lines']) AS t, "
+                "unnest(ARRAY['2026-11-01 23:00+00', '2026-11-02 08:00+00', '2026-11-02 09:00+00', "
+                "'2026-11-02 10:00+00']::timestamptz[]) AS p ORDER BY 1, 2",
+    "explain_verdict": "SELECT e.table_name, e.period_start, e.period_end, e.is_final, e.finalized_until, "
+                       "e.captured_until, e.state, e.reason FROM unnest(ARRAY['up.orders', 'up.lines']) AS t, "
+                       "unnest(ARRAY['2026-11-02 09:00+00', '2026-11-02 10:00+00']::timestamptz[]) AS p, "
+                       "finalize.explain_verdict(t, p) AS e ORDER BY 1, 2",
+    "changes_by_period": "SELECT * FROM finalize.changes_by_period('up.orders', '2026-11-02 08:00+00', "
+                         "'2026-11-02 12:00+00')",
+    "status": "SELECT table_name, server_name, source_table, capture_instance, granularity, state, state_detail, "
+              "condition, condition_detail, finalized_until, offset_lsn, captured_until, advanced_at, recorded_at, "
+              "source_condition, source_max_lsn, last_poll, last_error, next_attempt "
+              "FROM finalize.status ORDER BY table_name",
+    "facts": "SELECT f::text FROM finalize.facts f ORDER BY fact_id",
+    "releases": "SELECT r::text FROM finalize.releases r ORDER BY release_id",
+    "released_generation": "SELECT finalize.released_generation('up.orders', 'hour=09')",
+    "held": "SELECT * FROM finalize._source_hold('up')",
+}
+
+
+def kept(pg, dbname):
+    """Rows of every table of the extension and the answers in KEPT."""
+    out = {}
+    for (rel,) in pg.sql("SELECT c.relname FROM pg_catalog.pg_class c "
+                         "WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace AND c.relkind = 'r'",
+                         dbname=dbname):
+        out["table " + rel] = pg.sql('SELECT t::text FROM finalize."%s" t ORDER BY 1' % rel, dbname=dbname)
+    for name, query in KEPT.items():
+        out[name] = pg.sql(query, dbname=dbname)
+    return out
+
+
 @pytest.mark.parametrize("version", versions_to_update_from())
-def test_every_release_updates_to_exactly_a_fresh_install(pg, databases, version):
+def test_every_release_updates_to_exactly_a_fresh_install(pg, databases, store, version):
     old = databases("up_from_%s" % version.replace(".", "_"), version)
-    # Facts, a verdict and a release made by the old version.
-    pg.sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')",
-           dbname=old)
-    pg.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER up OPTIONS (username 'u', password 'p')", dbname=old)
-    pg.sql("SELECT finalize.track_table('up.orders', 'up', 'dbo.orders', '1 hour')", dbname=old)
-    pg.sql("SELECT finalize.record_range('up.orders', NULL, '0x00000000000000000010', "
-           "'2026-11-02 09:00:05+00', 0, 0, 0, NULL, NULL, 'dbo_orders', NULL, NULL)", dbname=old)
-    pg.sql("SELECT finalize.record_range('up.orders', '0x00000000000000000010', '0x00000000000000000020', "
-           "'2026-11-02 10:00:05+00', 3, 1, 0, '2026-11-02 09:10+00', '2026-11-02 09:50+00', 'dbo_orders', "
-           "NULL, NULL)", dbname=old)
-    before = pg.sql("SELECT finalize.finalized_until('up.orders'), (SELECT count(*) FROM finalize.facts)",
-                    dbname=old)
+    make_history(pg, old, store)
+    before = kept(pg, old)
+    # Every table holds rows, so a lost or rewritten row shows.
+    assert all(before["table " + rel] for rel in ("tracked_table", "watermark", "fact", "table_condition",
+                                                    "source_status", "partition_registration", "projection",
+                                                    "release", "published", "catalog_lock")), before
+    assert before["finalized_until"] == [("up.orders", datetime(2026, 11, 2, 10, tzinfo=timezone.utc)),
+                                         ("up.lines", datetime(2026, 11, 2, tzinfo=timezone.utc))]
+    assert before["released_generation"] == [("gen-1",)]
     pg.sql("ALTER EXTENSION finalize UPDATE", dbname=old)
-    after = pg.sql("SELECT finalize.finalized_until('up.orders'), (SELECT count(*) FROM finalize.facts)",
-                   dbname=old)
-    assert after == before
+    assert pg.sql("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'finalize'",
+                  dbname=old) == [(default_version(),)]
+    after = kept(pg, old)
+    assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
     fresh = databases("up_fresh")
     assert differences(snapshot(pg, old), snapshot(pg, fresh)) == {}
+    # The updated write path goes on from the facts the old version recorded:
+    # an empty range coalesces into the old fact, a range with rows advances.
+    facts = pg.sql("SELECT count(*) FROM finalize.fact", dbname=old)
+    pg.sql("SELECT finalize.record_range('up.orders', '0x00000000000000000040', '0x00000000000000000050', "
+           "'2026-11-02 10:50+00', 0, 0, 0, NULL, NULL, 'dbo_orders', NULL, NULL)", dbname=old)
+    assert pg.sql("SELECT count(*) FROM finalize.fact", dbname=old) == facts
+    assert pg.sql("SELECT finalize.record_range('up.orders', '0x00000000000000000050', '0x00000000000000000060', "
+                  "'2026-11-02 11:00:01+00', 1, 0, 0, '2026-11-02 10:55+00', '2026-11-02 10:55+00', "
+                  "'dbo_orders', NULL, NULL)", dbname=old) == [(datetime(2026, 11, 2, 11, tzinfo=timezone.utc),)]
 
 
 def test_the_comparison_sees_every_kind_of_difference(pg, databases):

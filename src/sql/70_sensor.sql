@@ -46,12 +46,7 @@ DECLARE
     v   @extschema@.verdict;
     why text;
 BEGIN
-    PERFORM @extschema@._require(table_name, 'table_name');
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_name = explain_verdict.table_name AND t.untracked_at IS NULL;
-    IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(table_name);
-    END IF;
+    tt := @extschema@._tracked(table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
@@ -196,11 +191,7 @@ BEGIN
     PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
     PERFORM @extschema@._require(to_time, 'to_time');
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_name = changes_by_period.table_name AND t.untracked_at IS NULL;
-    IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(changes_by_period.table_name);
-    END IF;
+    tt := @extschema@._tracked(changes_by_period.table_name);
     SELECT w.finalized_until INTO until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     -- Facts count every commit after the end of the oldest range kept.
     SELECT min(f.end_commit_time) INTO covered_after

@@ -2,48 +2,10 @@
 -- table could not be read, and what it saw of its source. Only superusers
 -- (the worker) may call these; none is granted to a role.
 --
--- NOTIFY channel "finalize_alert": one JSON payload when something needs a
--- person: {"alert": "data_loss" | "schema_blocked" | "capture_stalled" |
--- "capture_resumed" | "commit_time_ahead" | "clock_skew" |
--- "timezone_mismatch", ...}.
-
--- Sends an alert on channel finalize_alert. A NOTIFY payload must be shorter
--- than 8000 bytes, and an alert must never fail (and take the event it
--- reports with it) for its size: long values are cut, names and LSNs are
--- kept, and "truncated" says so. The full text stays in the facts.
-CREATE FUNCTION @extschema@._alert(payload jsonb)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    body text := payload::text;
-BEGIN
-    IF octet_length(body) >= 7900 THEN
-        -- What names the alert is never changed (a table name is at most
-        -- 255 characters); other values longer than 500 characters are cut.
-        SELECT jsonb_object_agg(e.key,
-                   CASE WHEN e.key IN ('alert', 'table', 'server') THEN e.value
-                        WHEN jsonb_typeof(e.value) = 'string' AND length(e.value #>> '{}') > 500
-                        THEN to_jsonb(left(e.value #>> '{}', 500) || '...')
-                        WHEN jsonb_typeof(e.value) IN ('object', 'array') AND length(e.value::text) > 500
-                        THEN to_jsonb(left(e.value::text, 500) || '...')
-                        ELSE e.value END)
-               || jsonb_build_object('truncated', true)
-          INTO payload
-          FROM jsonb_each(payload) AS e;
-        body := payload::text;
-    END IF;
-    IF octet_length(body) >= 7900 THEN
-        -- Many long values: keep only what identifies the alert.
-        SELECT jsonb_object_agg(e.key, e.value) INTO payload
-          FROM jsonb_each(payload) AS e
-         WHERE e.key IN ('alert', 'table', 'server', 'truncated') OR octet_length(e.value::text) <= 200;
-        body := payload::text;
-    END IF;
-    PERFORM pg_notify('finalize_alert', body);
-END
-$$;
+-- NOTIFY channel "finalize_alert" (through _alert): one JSON payload when
+-- something needs a person: {"alert": "data_loss" | "schema_blocked" |
+-- "capture_stalled" | "capture_resumed" | "commit_time_ahead" |
+-- "clock_skew" | "timezone_mismatch", ...}.
 
 -- The active tables of a source, with what the worker needs to plan them
 -- (one read per cycle).

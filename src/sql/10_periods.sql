@@ -1,6 +1,7 @@
--- Period arithmetic, in C so the sensors and the write path share one
--- implementation. Periods are aligned like date_bin with origin
--- 2000-01-01 00:00 UTC; a granularity has no months (their length varies).
+-- Period arithmetic and time conversion, in C so the sensors, the write
+-- path and the catalog share one implementation. Periods are aligned like
+-- date_bin with origin 2000-01-01 00:00 UTC; a granularity has no months
+-- (their length varies).
 
 CREATE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval)
 RETURNS timestamptz
@@ -24,6 +25,14 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_check_granularity'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
+-- The same rule as a boolean, for the CHECK constraint of
+-- finalize.tracked_table.granularity: the table and the functions that take
+-- a granularity cannot disagree.
+CREATE FUNCTION @extschema@._granularity_valid(granularity interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_granularity_valid'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 -- The verdict for the period containing ts under a watermark, as is_final
 -- gives it (false while there is no watermark). Every SQL function that
 -- reports finality uses this: adding a granularity to a timestamptz in SQL
@@ -39,35 +48,6 @@ CREATE FUNCTION @extschema@._periods(from_time timestamptz, to_time timestamptz,
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'finalize_periods'
 LANGUAGE C IMMUTABLE PARALLEL SAFE ROWS 24;
-
--- ISO 8601 in UTC for JSON payloads, independent of the session's TimeZone.
-CREATE FUNCTION @extschema@._utc_iso(ts timestamptz)
-RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN CASE WHEN date_trunc('second', ts AT TIME ZONE 'UTC') = ts AT TIME ZONE 'UTC'
-            THEN to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-            ELSE to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END;
-
--- Normalizes LSN text to the stored form (upper case); the error names the
--- argument and shows the expected shape.
-CREATE FUNCTION @extschema@._lsn_arg(value text, argname text)
-RETURNS @extschema@.lsn
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF value IS NULL THEN
-        RETURN NULL;
-    END IF;
-    IF value !~ '^0[xX][0-9A-Fa-f]{20}$' THEN
-        RAISE EXCEPTION 'invalid value for argument %: "%" is not an LSN', argname, value
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'An LSN is written as 0x followed by 20 hexadecimal digits, for example 0x0000002D00000E580003.';
-    END IF;
-    RETURN ('0x' || upper(substr(value, 3)))::@extschema@.lsn;
-END
-$$;
 
 -- SQL Server local commit time to an instant, as the worker converts it: an
 -- ambiguous local time (DST fall-back) is the earlier instant, a skipped one

@@ -1,0 +1,175 @@
+-- Helpers the later parts share: argument checks and the errors they
+-- raise, LSN arguments, looking up and locking tracked tables, and the
+-- payloads of notifications. None is granted to a role.
+
+-- Raises the error every function uses for a missing argument.
+CREATE FUNCTION @extschema@._require(value anyelement, argname text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        RAISE EXCEPTION 'argument % must not be NULL', argname
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+END
+$$;
+
+-- Checks that an argument is one of a few words; the error lists them.
+CREATE FUNCTION @extschema@._check_choice(value text, argname text, allowed text[], meaning text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(value, argname);
+    IF NOT value = ANY (allowed) THEN
+        RAISE EXCEPTION 'invalid value for argument %: "%"', argname, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = meaning,
+                  HINT = format('Use one of: %s.', array_to_string(allowed, ', '));
+    END IF;
+END
+$$;
+
+-- Normalizes LSN text to the stored form (upper case); the error names the
+-- argument and shows the expected shape.
+CREATE FUNCTION @extschema@._lsn_arg(value text, argname text)
+RETURNS @extschema@.lsn
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF value !~ '^0[xX][0-9A-Fa-f]{20}$' THEN
+        RAISE EXCEPTION 'invalid value for argument %: "%" is not an LSN', argname, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'An LSN is written as 0x followed by 20 hexadecimal digits, for example 0x0000002D00000E580003.';
+    END IF;
+    RETURN ('0x' || upper(substr(value, 3)))::@extschema@.lsn;
+END
+$$;
+
+-- The one error for a table name that is not tracked.
+CREATE FUNCTION @extschema@._not_tracked(table_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'table "%" is not tracked by finalize', table_name
+        USING ERRCODE = 'undefined_object',
+              HINT = 'Check the name in finalize.status, or start tracking it with finalize.track_table().';
+END
+$$;
+
+-- The tracked table of a name (its row as it is now, no lock), or the
+-- not-tracked error: the one lookup of a name among the tracked tables.
+CREATE FUNCTION @extschema@._tracked(table_name text)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tt @extschema@.tracked_table;
+BEGIN
+    PERFORM @extschema@._require(table_name, 'table_name');
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t
+     WHERE t.table_name = _tracked.table_name AND t.untracked_at IS NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(table_name);
+    END IF;
+    RETURN tt;
+END
+$$;
+
+-- The id of a tracked table, or the not-tracked error.
+CREATE FUNCTION @extschema@._tracked_id(table_name text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (@extschema@._tracked(table_name)).table_id;
+
+-- Locks the verdict row of a table for a write and returns the table, which
+-- must still be tracked: every write of the worker names its table by id, so
+-- a name untracked and tracked again meanwhile (a new table_id, maybe on
+-- another server) never receives what was read for the old one.
+-- With must_exist false, a table no longer tracked is NULL, not an error.
+CREATE FUNCTION @extschema@._lock_tracked(table_id bigint, must_exist boolean DEFAULT true)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+BEGIN
+    -- The table's row first (a key-share lock, which no admin function's
+    -- update conflicts with), then its verdict: the order every path that
+    -- takes both uses, so untrack_table's delete cannot deadlock with it.
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t
+     WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
+    IF FOUND THEN
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE;
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked.table_id;
+    END IF;
+    IF NOT FOUND AND NOT must_exist THEN
+        RETURN NULL;
+    ELSIF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked table with id % is no longer tracked', table_id
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'It was untracked (and perhaps tracked again under a new id) after its source was read; nothing read for it is recorded.';
+    END IF;
+    RETURN tt;
+END
+$$;
+
+-- ISO 8601 in UTC for JSON payloads, independent of the session's TimeZone.
+CREATE FUNCTION @extschema@._utc_iso(ts timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN date_trunc('second', ts AT TIME ZONE 'UTC') = ts AT TIME ZONE 'UTC'
+            THEN to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            ELSE to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END;
+
+-- Sends an alert on channel finalize_alert. A NOTIFY payload must be shorter
+-- than 8000 bytes, and an alert must never fail (and take the event it
+-- reports with it) for its size: long values are cut, names and LSNs are
+-- kept, and "truncated" says so. The full text stays in the facts.
+CREATE FUNCTION @extschema@._alert(payload jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    body text := payload::text;
+BEGIN
+    IF octet_length(body) >= 7900 THEN
+        -- What names the alert is never changed (a table name is at most
+        -- 255 characters); other values longer than 500 characters are cut.
+        SELECT jsonb_object_agg(e.key,
+                   CASE WHEN e.key IN ('alert', 'table', 'server') THEN e.value
+                        WHEN jsonb_typeof(e.value) = 'string' AND length(e.value #>> '{}') > 500
+                        THEN to_jsonb(left(e.value #>> '{}', 500) || '...')
+                        WHEN jsonb_typeof(e.value) IN ('object', 'array') AND length(e.value::text) > 500
+                        THEN to_jsonb(left(e.value::text, 500) || '...')
+                        ELSE e.value END)
+               || jsonb_build_object('truncated', true)
+          INTO payload
+          FROM jsonb_each(payload) AS e;
+        body := payload::text;
+    END IF;
+    IF octet_length(body) >= 7900 THEN
+        -- Many long values: keep only what identifies the alert.
+        SELECT jsonb_object_agg(e.key, e.value) INTO payload
+          FROM jsonb_each(payload) AS e
+         WHERE e.key IN ('alert', 'table', 'server', 'truncated') OR octet_length(e.value::text) <= 200;
+        body := payload::text;
+    END IF;
+    PERFORM pg_notify('finalize_alert', body);
+END
+$$;
