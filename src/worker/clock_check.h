@@ -21,8 +21,8 @@
 typedef struct SourceTimes
 {
 	TimestampTz server_now;		/* SQL Server's clock, read after max LSN */
-	int			reported_offset_s;	/* its UTC offset, from DATEPART(TZOFFSET) */
-	long		expected_offset_s;	/* the timezone option's offset at server_now */
+	int64		reported_offset_s;	/* its UTC offset, from DATEPART(TZOFFSET) */
+	int64		expected_offset_s;	/* the timezone option's offset at server_now */
 	TimestampTz max_instant;	/* commit time of max LSN, as an instant */
 	TimestampTz pg_now;			/* PostgreSQL's clock */
 	int64		max_skew_usecs; /* finalize.max_clock_skew */

@@ -272,13 +272,14 @@ times_trusted(Cycle *c, TimeProblem problem, const SourceTimes *t)
 			break;
 		case TIMES_ZONE_MISMATCH:
 			return fail(c, COND_TIMEZONE_MISMATCH,
-						psprintf("SQL Server's clock is at UTC%+03d:%02d, but the timezone option \"%s\" of server "
-								 "\"%s\" gives UTC%+03ld:%02ld at that instant. Commit times cannot be converted "
+						psprintf("SQL Server's clock is at UTC%+03lld:%02lld, but the timezone option \"%s\" of server "
+								 "\"%s\" gives UTC%+03lld:%02lld at that instant. Commit times cannot be converted "
 								 "safely; set the option to the zone of the SQL Server machine "
 								 "(ALTER SERVER \"%s\" OPTIONS (SET timezone '...')).",
-								 t->reported_offset_s / 3600, Abs(t->reported_offset_s % 3600) / 60,
-								 c->cfg.timezone, c->cfg.server_name, t->expected_offset_s / 3600,
-								 Abs(t->expected_offset_s % 3600) / 60, c->cfg.server_name));
+								 (long long) (t->reported_offset_s / 3600),
+								 (long long) (Abs(t->reported_offset_s % 3600) / 60),
+								 c->cfg.timezone, c->cfg.server_name, (long long) (t->expected_offset_s / 3600),
+								 (long long) (Abs(t->expected_offset_s % 3600) / 60), c->cfg.server_name));
 		case TIMES_COMMIT_AHEAD:
 			return fail(c, COND_COMMIT_TIME_AHEAD,
 						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "

@@ -193,26 +193,26 @@ def memory_total(pg, pid, samples=3):
 def memory_per_cycle(env, sim, source, warmup=50, measured=300, table="dbo.orders"):
     """With a commit and a capture cycle on the simulator about every poll: after warmup
     cycles, the growth of the worker's memory (Grand total) per cycle over measured more
-    cycles, in two halves. A leak grows memory in both halves; a one-off block that a
-    cache or a context allocates once (8 KiB and up, at any moment) lands in only one,
-    so the smaller half is the figure. Returns (bytes per cycle, total before, total
+    cycles, in three thirds. A leak grows memory in at least two of them; a one-off block
+    that a cache or a context allocates once (8 KiB and up, at any moment) lands in one,
+    so the median third is the figure. Returns (bytes per cycle, total before, total
     after, cycles, commits)."""
     pid = source_worker(env, source)
     with Traffic(sim, table=table) as traffic:
         wait_cycles(env, source, warmup)
         totals = [memory_total(env.pg, pid)]
         counts = [cycles(env, source)]
-        for _ in range(2):
-            wait_cycles(env, source, measured // 2, timeout=240)
+        for _ in range(3):
+            wait_cycles(env, source, measured // 3, timeout=240)
             totals.append(memory_total(env.pg, pid))
             counts.append(cycles(env, source))
     assert source_worker(env, source) == pid, "the worker was restarted during the measurement"
-    halves = [(totals[i + 1] - totals[i]) / (counts[i + 1] - counts[i]) for i in range(2)]
-    per_cycle = min(halves)
-    print(f"\nworker {pid} memory: Grand total {totals[0]} -> {totals[1]} -> {totals[2]} bytes over "
-          f"{counts[2] - counts[0]} cycles ({traffic.commits} commits): halves {halves[0]:.1f} and "
-          f"{halves[1]:.1f} bytes per cycle")
-    return per_cycle, totals[0], totals[2], counts[2] - counts[0], traffic.commits
+    thirds = [(totals[i + 1] - totals[i]) / (counts[i + 1] - counts[i]) for i in range(3)]
+    per_cycle = sorted(thirds)[1]
+    print(f"\nworker {pid} memory: Grand total {' -> '.join(str(t) for t in totals)} bytes over "
+          f"{counts[3] - counts[0]} cycles ({traffic.commits} commits): thirds "
+          f"{', '.join(f'{x:.1f}' for x in thirds)} bytes per cycle, median {per_cycle:.1f}")
+    return per_cycle, totals[0], totals[3], counts[3] - counts[0], traffic.commits
 
 
 # 1. A name untracked and tracked again while the worker reads --------------------------

@@ -37,6 +37,11 @@ main(void)
 	t.expected_offset_s = 3600 + 30 * 60;
 	check(check_source_times(&t) == TIMES_ZONE_MISMATCH, "off by half an hour too");
 	t = sane();
+	t.expected_offset_s = 0;
+	t.reported_offset_s = (int64) 1073741824 * 60;
+	check(check_source_times(&t) == TIMES_ZONE_MISMATCH,
+		  "an offset that would wrap to zero in 32 bits is still a mismatch");
+	t = sane();
 	t.max_instant = t.server_now + 3600 * USECS_PER_SEC;
 	t.pg_now = t.server_now + 7200 * USECS_PER_SEC;
 	t.expected_offset_s = 0;
