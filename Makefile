@@ -36,6 +36,8 @@ DATA       = $(filter-out %/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard src/sql/r
 # DB-Library with Microsoft semantics (INT_EXIT never calls exit()), libcurl
 # for object stores, libxml2 for their XML answers.
 PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
+# The workers compare it with the catalog's version (pg_extension.extversion).
+PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
 SHLIB_LINK  = -lsybdb -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2)
 
 # Every object depends on the headers it includes (a struct that changes

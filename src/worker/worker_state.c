@@ -248,6 +248,28 @@ load_hold(const char *server_name, SourceConfig *cfg)
 }
 
 /*
+ * NULL when the catalog is at this library's version; else why the worker
+ * waits. Between `make install` plus a restart and ALTER EXTENSION UPDATE
+ * the library runs against the older catalog, whose functions and
+ * constraints it must not guess at: recording nothing only lets verdicts lag.
+ */
+static char *
+check_catalog_version(void)
+{
+	char	   *version;
+
+	if (SPI_execute("SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize'",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the version of extension finalize");
+	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (strcmp(version, FINALIZE_VERSION) == 0)
+		return NULL;
+	return psprintf("extension finalize is at version %s in this database but the loaded library is version %s; "
+					"nothing is recorded until they match: run ALTER EXTENSION finalize UPDATE as the extension's "
+					"owner (or restart PostgreSQL if the library is the older one)", version, FINALIZE_VERSION);
+}
+
+/*
  * Reads a source's options, its login and its active tracked tables, all
  * copied into cxt. Returns NULL, or a message saying what is missing (then
  * the cycle cannot run). *server_gone says the server itself was dropped.
@@ -272,6 +294,13 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 		*server_gone = true;
 		ws_commit();
 		return pstrdup("the foreign server no longer exists");
+	}
+	problem = check_catalog_version();
+	if (problem != NULL)
+	{
+		problem = MemoryContextStrdup(cxt, problem);
+		ws_commit();
+		return problem;
 	}
 	problem = load_options(server, cxt, cfg);
 	if (problem == NULL)

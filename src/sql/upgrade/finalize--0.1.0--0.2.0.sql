@@ -6,6 +6,22 @@
 
 \echo Use "ALTER EXTENSION finalize UPDATE TO '0.2.0'" to load this file. \quit
 
+-- 0. Before anything changes: the library this server loaded must be 0.2.0's
+-- (it is preloaded, so `make install` takes effect at the next restart).
+-- Failing here changes nothing.
+DO $probe$
+BEGIN
+    CREATE FUNCTION @extschema@._upgrade_probe(interval) RETURNS boolean
+        AS 'MODULE_PATHNAME', 'finalize_granularity_valid' LANGUAGE C;
+    DROP FUNCTION @extschema@._upgrade_probe(interval);
+EXCEPTION WHEN undefined_function THEN
+    RAISE EXCEPTION 'the finalize library loaded in this server is older than version 0.2.0'
+        USING DETAIL = SQLERRM,
+              HINT = 'Restart PostgreSQL after installing the new version (the library is preloaded), '
+                     'then run ALTER EXTENSION finalize UPDATE again.';
+END
+$probe$;
+
 -- 1. One rule for a granularity, the C one of the period arithmetic: the
 -- CHECK of tracked_table.granularity calls it instead of repeating it in SQL
 -- (which accepted lengths the C code refuses as out of range).
@@ -17,6 +33,24 @@ CREATE FUNCTION @extschema@._granularity_valid(granularity interval)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_granularity_valid'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+-- A row the C rule refuses (only a direct UPDATE could have stored one)
+-- is named before the constraint would refuse it without saying which.
+DO $rows$
+DECLARE
+    bad text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s (%s)', t.table_name, t.granularity), ', ')
+      INTO bad
+      FROM @extschema@.tracked_table t
+     WHERE NOT @extschema@._granularity_valid(t.granularity);
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'tracked tables have a granularity finalize 0.2.0 refuses: %', bad
+            USING ERRCODE = 'check_violation',
+                  HINT = 'Set a valid granularity with finalize.alter_tracked_table(name, granularity => ...), '
+                         'then run ALTER EXTENSION finalize UPDATE again.';
+    END IF;
+END
+$rows$;
 ALTER TABLE @extschema@.tracked_table
     DROP CONSTRAINT tracked_table_granularity_check,
     ADD CONSTRAINT tracked_table_granularity_check CHECK (@extschema@._granularity_valid(granularity));
@@ -546,3 +580,29 @@ REVOKE ALL ON FUNCTION
     @extschema@._store_range_fact(bigint, @extschema@.lsn, @extschema@.lsn, timestamptz, bigint, bigint, bigint,
                                   timestamptz, timestamptz, text, text, jsonb)
     FROM PUBLIC;
+
+-- Last: objects this script created belong to whoever ran it. Hand them to
+-- the extension's owner, as a fresh install has them: a role that ran the
+-- update must not own code that the owner's functions run.
+DO $owner$
+DECLARE
+    ext oid := (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize');
+    owner oid := (SELECT e.extowner FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize');
+    obj record;
+BEGIN
+    FOR obj IN
+        SELECT p.oid::pg_catalog.regprocedure::text AS name, 'ROUTINE' AS kind
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.deptype = 'e'
+           AND d.refobjid = ext AND p.proowner OPERATOR(pg_catalog.<>) owner
+        UNION ALL
+        SELECT c.oid::pg_catalog.regclass::text, 'TABLE'
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
+           AND c.relkind IN ('r', 'v', 'p') AND d.refobjid = ext AND c.relowner OPERATOR(pg_catalog.<>) owner
+    LOOP
+        -- ALTER TABLE also hands over views and a table's identity sequences.
+        EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', obj.kind, obj.name, pg_catalog.pg_get_userbyid(owner));
+    END LOOP;
+END
+$owner$;
