@@ -54,7 +54,7 @@ FINALIZE_WERROR ?= -Werror
 PG_CFLAGS += -Wall -Wextra -Wno-missing-field-initializers \
              -Wno-sign-compare $(FINALIZE_WERROR)
 
-REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate privileges
+REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines privileges
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
 
 # make installcheck runs pg_regress in a temporary instance it starts and
@@ -77,6 +77,11 @@ EXTRA_CLEAN = $(DATA_built) results regression.diffs regression.out $(OBJS:.o=.d
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# The bitcode compile (.bc, for JIT) would rewrite each .d file with the .bc
+# as its target, and a header change would then rebuild no .o: its
+# dependency output goes nowhere.
+BITCODE_CFLAGS += -MF /dev/null
 
 -include $(OBJS:.o=.d)
 
