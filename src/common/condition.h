@@ -2,8 +2,8 @@
  * condition.h
  *     The condition codes the worker writes: why a table or a source is not
  *     moving. One enum and one name table; the SQL tables check the same
- *     codes (table_condition_condition_check, source_status_condition_check),
- *     and test_packaging.py keeps the two lists equal.
+ *     codes (table_condition_condition_check, source_status_condition_check,
+ *     consumer_condition_check), and test_packaging.py keeps the lists equal.
  */
 #ifndef FINALIZE_CONDITION_H
 #define FINALIZE_CONDITION_H
@@ -37,6 +37,13 @@ typedef enum Condition
 	COND_TIMEZONE_MISMATCH,
 	COND_CLOCK_SKEW,
 	COND_INTERNAL_ERROR,
+
+	/*
+	 * A consumer's (finalize.consumer): written by SQL (_check_consumers,
+	 * which the worker calls once per cycle), never by C; named here so that
+	 * the codes stay one list.
+	 */
+	COND_CONSUMER_STALLED,
 
 	COND_COUNT
 } Condition;

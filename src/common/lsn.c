@@ -25,6 +25,28 @@ hex_value(char c)
 	return -1;
 }
 
+/*
+ * Reads 2 * LSN_BYTES hex digits into an LSN; out is only written when
+ * every digit is valid, so a refused text never leaves half an LSN behind.
+ */
+static bool
+parse_digits(const char digits[2 * LSN_BYTES], Lsn *out)
+{
+	Lsn			r;
+
+	for (int i = 0; i < LSN_BYTES; i++)
+	{
+		int			hi = hex_value(digits[2 * i]);
+		int			lo = hex_value(digits[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return false;
+		r.b[i] = (uint8_t) (hi << 4 | lo);
+	}
+	*out = r;
+	return true;
+}
+
 /* Parses 0x followed by exactly 20 hex digits (either case). */
 bool
 lsn_parse(const char *text, Lsn *out)
@@ -32,16 +54,29 @@ lsn_parse(const char *text, Lsn *out)
 	if (text == NULL || strlen(text) != LSN_TEXT_LEN ||
 		text[0] != '0' || (text[1] != 'x' && text[1] != 'X'))
 		return false;
-	for (int i = 0; i < LSN_BYTES; i++)
-	{
-		int			hi = hex_value(text[2 + 2 * i]);
-		int			lo = hex_value(text[3 + 2 * i]);
+	return parse_digits(text + 2, out);
+}
 
-		if (hi < 0 || lo < 0)
-			return false;
-		out->b[i] = (uint8_t) (hi << 4 | lo);
-	}
-	return true;
+/*
+ * Parses what a pipeline reports: finalize's own form, or Debezium's
+ * (source.commit_lsn of its SQL Server connector), which writes the same 10
+ * bytes as three zero-padded hex groups of 8, 8 and 4 digits separated by
+ * colons, "0000002d:00000f2a:0002". Strict: no spaces, no shorter groups,
+ * no sign. A pipeline that reports a mangled LSN gets an error, never a
+ * position it did not mean (which could let the verdict run ahead).
+ */
+bool
+lsn_parse_any(const char *text, Lsn *out)
+{
+	char		digits[2 * LSN_BYTES];
+
+	/* Both forms are 22 characters long; only Debezium's has colons. */
+	if (text == NULL || strlen(text) != LSN_DEBEZIUM_LEN || text[8] != ':' || text[17] != ':')
+		return lsn_parse(text, out);
+	memcpy(digits, text, 8);
+	memcpy(digits + 8, text + 9, 8);
+	memcpy(digits + 16, text + 18, 4);
+	return parse_digits(digits, out);
 }
 
 /* Writes the stored text form, 0x and 20 upper-case hex digits. */

@@ -28,10 +28,12 @@ int			finalize_generation_retention_min = 7 * 24 * 60;
 int			finalize_lock_timeout_ms = 1000;
 int			finalize_max_clock_skew_s = 3600;
 int			finalize_s3_max_pages = 100000;
+int			finalize_consumer_stall_threshold_s = 15 * 60;
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
 PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
+PG_FUNCTION_INFO_V1(finalize_consumer_stall_threshold);
 
 /* The settings of the background workers: where they run, how often, how long they wait. */
 static void
@@ -134,6 +136,16 @@ define_trust_settings(void)
 							GUC_UNIT_MIN,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("finalize.consumer_stall_threshold",
+							"How long a consumer may go without reporting progress while its table's source moves on.",
+							"Past it the consumer shows the condition consumer_stalled and an alert goes out on "
+							"finalize_alert; its verdict is held either way.",
+							&finalize_consumer_stall_threshold_s,
+							15 * 60, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("finalize.generation_retention",
 							"How long a superseded generation is kept before finalize.retired_generations() lists it.",
 							"Readers and replays that still use the old generation need it this long.",
@@ -226,5 +238,19 @@ finalize_max_clock_skew(PG_FUNCTION_ARGS)
 	Interval   *result = palloc0(sizeof(Interval));
 
 	result->time = (int64) finalize_max_clock_skew_s * USECS_PER_SEC;
+	PG_RETURN_INTERVAL_P(result);
+}
+
+/*
+ * finalize._consumer_stall_threshold(): finalize.consumer_stall_threshold
+ * as an interval of hours, minutes and seconds only (no days), so that
+ * comparing it with now() - reported_at is exact across DST changes.
+ */
+Datum
+finalize_consumer_stall_threshold(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = (int64) finalize_consumer_stall_threshold_s * USECS_PER_SEC;
 	PG_RETURN_INTERVAL_P(result);
 }

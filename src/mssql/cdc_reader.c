@@ -1,6 +1,7 @@
 /*
  * cdc_reader.c
- *     Reads SQL Server's CDC state (batch 1) and ranges (batch 2): sends the
+ *     Reads SQL Server's CDC state (batch 1), ranges (batch 2) and the
+ *     mapping rows of the LSNs pipelines reported (batch 3): sends the
  *     T-SQL tsql.c builds and decodes each result by the columns tsql.h
  *     names. Every value that must be there is checked: a result that is
  *     cut, mis-shaped or followed by an error is a failure of its statement,
@@ -149,7 +150,8 @@ typedef enum StatementKind
 {
 	STMT_RANGE,
 	STMT_MIN_LSN,
-	STMT_DDL
+	STMT_DDL,
+	STMT_LSN_MAPPING
 } StatementKind;
 
 typedef struct Statement
@@ -157,6 +159,7 @@ typedef struct Statement
 	StatementKind kind;
 	CdcRange   *range;			/* STMT_RANGE */
 	CdcInstance *inst;			/* STMT_MIN_LSN, STMT_DDL */
+	CdcLsnMapping *map;			/* STMT_LSN_MAPPING */
 	bool		started;		/* its marker arrived: it ran */
 	bool		done;			/* its result arrived whole */
 	int			error_number;	/* SQL Server's error of this statement, or 0 */
@@ -175,6 +178,8 @@ statement_columns(StatementKind kind)
 			return TSQL_MIN_TIME;
 		case STMT_DDL:
 			return TSQL_DDL_TIME;
+		case STMT_LSN_MAPPING:
+			return TSQL_MAP_END_TIME;
 	}
 	return PG_INT32_MAX;
 }
@@ -224,6 +229,11 @@ read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
 				ir->nddl++;
 				return true;
 			}
+		case STMT_LSN_MAPPING:
+			/* a row without a time could not say what was applied */
+			st->map->found = mssql_get_lsn(conn, TSQL_MAP_START_LSN, &st->map->start_lsn) &&
+				mssql_get_local_time(conn, TSQL_MAP_END_TIME, &st->map->end_time_local);
+			return st->map->found;
 	}
 	return false;
 }
@@ -281,8 +291,9 @@ read_statement_result(MssqlConn *conn, Statement *cur, MssqlError *step)
 			decoded = read_statement_row(conn, cur, &ddl_capacity);
 		rows++;
 	}
-	/* An aggregate and a min LSN read are one row each. */
-	if (r == 0 && cur->error == NULL && (!decoded || (cur->kind != STMT_DDL && rows != 1)))
+	/* An aggregate and a min LSN read are one row each, a mapping row at most one. */
+	if (r == 0 && cur->error == NULL &&
+		(!decoded || (cur->kind == STMT_LSN_MAPPING ? rows > 1 : cur->kind != STMT_DDL && rows != 1)))
 		cur->error = psprintf("SQL Server returned %d row(s) of %d column(s) for it, or a value that could "
 							  "not be decoded (first columns: %s, %s)", rows, mssql_num_columns(conn),
 							  mssql_column_type_name(conn, 1), mssql_column_type_name(conn, 2));
@@ -380,6 +391,23 @@ add_statement(StringInfo sql, Statement *stmts, int *nstmts, StatementKind kind)
 	return st;
 }
 
+/* The outcome of what a statement reads. */
+static CdcOutcome *
+statement_outcome(Statement *st)
+{
+	switch (st->kind)
+	{
+		case STMT_RANGE:
+			return &st->range->outcome;
+		case STMT_LSN_MAPPING:
+			return &st->map->outcome;
+		case STMT_MIN_LSN:
+		case STMT_DDL:
+			break;
+	}
+	return &st->inst->outcome;
+}
+
 /*
  * Records how statement i ended in the outcome of what it read: the first
  * failure gives the error; every failure counts for a retry.
@@ -444,7 +472,36 @@ cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *in
 	for (int i = 0; i < ninsts; i++)
 		insts[i].outcome.ok = true;
 	for (int i = 0; i < nstmts; i++)
-		settle(stmts[i].kind == STMT_RANGE ? &stmts[i].range->outcome : &stmts[i].inst->outcome,
-			   &stmts[i], i, alive, err);
+		settle(statement_outcome(&stmts[i]), &stmts[i], i, alive, err);
+	return alive;
+}
+
+/*
+ * Reads, in one batch, the greatest cdc.lsn_time_mapping row at or below
+ * each LSN (sent after the ranges, on the same connection). A statement
+ * that fails (229: the login may not read the table) fails only its own
+ * mapping. Returns false only when the connection was lost.
+ */
+bool
+cdc_map_lsns(MssqlConn *conn, CdcLsnMapping **maps, int nmaps, MssqlError *err)
+{
+	Statement  *stmts = palloc0(sizeof(Statement) * (nmaps + 1));
+	int			nstmts = 0;
+	StringInfoData sql;
+	bool		alive;
+
+	initStringInfo(&sql);
+	for (int i = 0; i < nmaps; i++)
+	{
+		maps[i]->found = false;
+		memset(&maps[i]->outcome, 0, sizeof(CdcOutcome));
+		maps[i]->outcome.ok = true;
+		add_statement(&sql, stmts, &nstmts, STMT_LSN_MAPPING)->map = maps[i];
+		tsql_append_lsn_mapping(&sql, &maps[i]->lsn);
+	}
+	alive = run_statements(conn, sql.data, stmts, nstmts, err);
+	io_interrupts_rethrow();
+	for (int i = 0; i < nstmts; i++)
+		settle(statement_outcome(&stmts[i]), &stmts[i], i, alive, err);
 	return alive;
 }

@@ -89,9 +89,23 @@ typedef struct CdcInstance
 	CdcDdl	   *ddl;
 } CdcInstance;
 
+/*
+ * The greatest cdc.lsn_time_mapping row at or below an LSN a pipeline
+ * reported. No row (cleanup removed every row up to it) is not an error.
+ */
+typedef struct CdcLsnMapping
+{
+	Lsn			lsn;			/* in */
+	CdcOutcome	outcome;
+	bool		found;
+	Lsn			start_lsn;
+	Timestamp	end_time_local;	/* tran_end_time, SQL Server's local time */
+} CdcLsnMapping;
+
 extern bool cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *names,
 						   int64 *object_ids, int nnames, CdcState *snap, MssqlError *err);
 extern bool cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *insts, int ninsts,
 							MssqlError *err);
+extern bool cdc_map_lsns(MssqlConn *conn, CdcLsnMapping **maps, int nmaps, MssqlError *err);
 
 #endif							/* FINALIZE_CDC_READER_H */

@@ -174,3 +174,24 @@ tsql_append_ddl_history(StringInfo buf, const char *capture_instance)
 	appendStringInfoString(buf, mssql_quote_literal(capture_instance));
 	appendStringInfoString(buf, ";\n");
 }
+
+/*
+ * Appends the statement that finds the greatest cdc.lsn_time_mapping row at
+ * or below an LSN a pipeline reported, with its commit time: every commit
+ * strictly before that time has a smaller LSN, so the pipeline has applied
+ * it. The row is read directly (no public function answers "at or below":
+ * sys.fn_cdc_map_lsn_to_time is documented only for LSNs in the table), so
+ * the login needs SELECT on cdc.lsn_time_mapping, which holds LSNs and
+ * times, no data. One row back; the LSN is a binary(10) parameter, so
+ * every consumer shares one plan.
+ */
+void
+tsql_append_lsn_mapping(StringInfo buf, const Lsn *lsn)
+{
+	appendStringInfoString(buf,
+						   "EXEC sys.sp_executesql N'SELECT TOP (1) m.start_lsn, m.tran_end_time "
+						   "FROM [cdc].[lsn_time_mapping] AS m WHERE m.start_lsn <= @lsn "
+						   "ORDER BY m.start_lsn DESC', N'@lsn binary(10)', @lsn = ");
+	append_lsn(buf, lsn);
+	appendStringInfoString(buf, ";\n");
+}

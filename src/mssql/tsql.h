@@ -39,6 +39,11 @@ enum
 };
 enum
 {
+	/* the mapping row at or below an LSN (cdc.lsn_time_mapping) */
+	TSQL_MAP_START_LSN = 1, TSQL_MAP_END_TIME
+};
+enum
+{
 	/* sys.sp_cdc_get_ddl_history */
 	TSQL_DDL_COMMAND = 5, TSQL_DDL_LSN = 6, TSQL_DDL_TIME = 7
 };
@@ -54,5 +59,6 @@ extern void tsql_append_range_aggregate(StringInfo buf, const char *capture_inst
 										const Lsn *start_exclusive, const Lsn *end_inclusive);
 extern void tsql_append_min_lsn(StringInfo buf, const char *capture_instance);
 extern void tsql_append_ddl_history(StringInfo buf, const char *capture_instance);
+extern void tsql_append_lsn_mapping(StringInfo buf, const Lsn *lsn);
 
 #endif							/* FINALIZE_TSQL_H */

@@ -6,15 +6,21 @@
  * the executor and read the two rows they need through their unique indexes
  * (genam) under an MVCC snapshot, when verdict_cache.c has no current copy.
  * That also keeps them free of search_path and of table privileges: EXECUTE
- * on the function is the whole permission model. Everything else uses SQL.
+ * on the function is the whole permission model. Everything else uses SQL:
+ * among it, whether a loss holds a period (finalize._loss_blocks), which is
+ * asked only while the watermark's loss_blocked flag is set, and then as the
+ * extension's owner, so that EXECUTE on the sensor stays the whole model.
  */
 #include "postgres.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/stratnum.h"
-#include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -23,6 +29,7 @@
 #include "utils/snapmgr.h"
 
 #include "sensor/catalog.h"
+#include "common/owner.h"
 #include "common/settings.h"
 
 /*
@@ -44,21 +51,27 @@ typedef struct SensorCatalog
 	AttrNumber	tt_untracked_at;
 	AttrNumber	wm_table_id;
 	AttrNumber	wm_finalized_until;
+	AttrNumber	wm_loss_blocked;	/* InvalidAttrNumber before 0.2.0 */
 } SensorCatalog;
 
 static SensorCatalog sensor_catalog;
 static bool callback_registered = false;
+/* An invalidation arrived while sensor_catalog_get was looking up names. */
+static bool fill_interrupted = false;
 
 /* Bumped whenever the cached OIDs are forgotten (see catalog.h). */
 uint64		catalog_generation = 1;
 
 /*
  * Forgets the cached OIDs when one of the relations changes (or all do).
- * Runs inside invalidation processing, so it only sets flags.
+ * Runs inside invalidation processing, so it only sets flags. Any
+ * invalidation during a fill may concern the relations being looked up,
+ * whose OIDs are not cached yet: that fill must not be trusted.
  */
 static void
 invalidate_sensor_catalog(Datum arg pg_attribute_unused(), Oid relid)
 {
+	fill_interrupted = true;
 	if (!OidIsValid(relid) || relid == sensor_catalog.tt_relid ||
 		relid == sensor_catalog.wm_relid || relid == sensor_catalog.tt_name_idx ||
 		relid == sensor_catalog.wm_pkey)
@@ -114,7 +127,31 @@ finalize_attnum(Oid relid, const char *attname)
 	return attnum;
 }
 
-/* Fills the cache of OIDs and column numbers if it is not valid. */
+/*
+ * Attribute number of watermark.loss_blocked, or InvalidAttrNumber when the
+ * catalog predates it (0.1.0, not yet updated: it has no losses either, so
+ * "no loss" is the truth there). A column of another type is a broken
+ * catalog, and guessing could call a lost period final.
+ */
+static AttrNumber
+loss_blocked_attnum(Oid wm_relid)
+{
+	AttrNumber	attnum = get_attnum(wm_relid, "loss_blocked");
+
+	if (attnum != InvalidAttrNumber && get_atttype(wm_relid, attnum) != BOOLOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("column loss_blocked of relation %s.watermark is not boolean", FINALIZE_SCHEMA),
+				 errdetail("The verdict functions cannot tell whether a loss holds a period."),
+				 errhint("Update the extension with ALTER EXTENSION finalize UPDATE, or reinstall it.")));
+	return attnum;
+}
+
+/*
+ * Fills the cache of OIDs and column numbers if it is not valid. It stays
+ * not valid when an invalidation arrived during the look-ups (the caller,
+ * open_sensor_relations, then looks them up again).
+ */
 static const SensorCatalog *
 sensor_catalog_get(void)
 {
@@ -123,6 +160,7 @@ sensor_catalog_get(void)
 	if (sensor_catalog.valid)
 		return &sensor_catalog;
 	catalog_register_callback();
+	fill_interrupted = false;
 	c.tt_relid = finalize_relid("tracked_table");
 	c.tt_name_idx = finalize_relid("tracked_table_active_name_idx");
 	c.wm_relid = finalize_relid("watermark");
@@ -133,7 +171,8 @@ sensor_catalog_get(void)
 	c.tt_untracked_at = finalize_attnum(c.tt_relid, "untracked_at");
 	c.wm_table_id = finalize_attnum(c.wm_relid, "table_id");
 	c.wm_finalized_until = finalize_attnum(c.wm_relid, "finalized_until");
-	c.valid = true;
+	c.wm_loss_blocked = loss_blocked_attnum(c.wm_relid);
+	c.valid = !fill_interrupted;
 	sensor_catalog = c;
 	return &sensor_catalog;
 }
@@ -159,66 +198,186 @@ catalog_not_tracked(const char *table_name)
 }
 
 /*
- * Reads the granularity and verdict of the tracked table named table_name (a
- * text datum) under snapshot (NULL: the statement's); raises the not-tracked
- * error when there is none.
+ * Opens tracked_table and watermark and returns the OIDs and column numbers
+ * that describe them. The locks taken keep their layout still until they are
+ * closed, but taking them processes invalidations, which may show the cached
+ * description stale (say an ALTER EXTENSION UPDATE that adds a column, just
+ * committed): then it is looked up again, so that no tuple is ever read with
+ * the column numbers of another layout (a loss_blocked column unseen would
+ * call a lost period final).
  */
-void
-catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
+static const SensorCatalog *
+open_sensor_relations(Relation *tt, Relation *wm)
 {
-	const SensorCatalog *c = sensor_catalog_get();
-	Relation	rel;
+	for (;;)
+	{
+		const SensorCatalog *c = sensor_catalog_get();
+
+		*tt = try_relation_open(c->tt_relid, AccessShareLock);
+		*wm = *tt != NULL ? try_relation_open(c->wm_relid, AccessShareLock) : NULL;
+		if (*wm != NULL && sensor_catalog.valid)
+			return c;
+		if (*wm != NULL)
+			relation_close(*wm, AccessShareLock);
+		if (*tt != NULL)
+			relation_close(*tt, AccessShareLock);
+		/* Dropped or changed under us: look everything up again. */
+		sensor_catalog.valid = false;
+		catalog_generation++;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Reads the id and granularity of the active tracked table named table_name
+ * (a text datum); false when there is none.
+ */
+static bool
+read_tracked_table(const SensorCatalog *c, Relation rel, Datum table_name, Snapshot snapshot,
+				   TrackedVerdict *out)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tup;
 	bool		found = false;
 	bool		isnull;
 
-	if (snapshot == NULL)
-		snapshot = statement_snapshot();
-
-	/* The tracked table, by name among the active ones (partial index). */
-	rel = table_open(c->tt_relid, AccessShareLock);
+	/* By name among the active ones (partial index). */
 	ScanKeyInit(&key, c->tt_table_name, BTEqualStrategyNumber, F_TEXTEQ, table_name);
 	scan = systable_beginscan(rel, c->tt_name_idx, true, snapshot, 1, &key);
 	/* Without system indexes this is a heap scan: skip untracked rows. */
 	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
-		TupleDesc	desc = RelationGetDescr(rel);
-		Datum		d;
-
 		(void) heap_getattr(tup, c->tt_untracked_at, desc, &isnull);
 		if (!isnull)
 			continue;
-		d = heap_getattr(tup, c->tt_table_id, desc, &isnull);
-		out->table_id = DatumGetInt64(d);
-		d = heap_getattr(tup, c->tt_granularity, desc, &isnull);
-		out->granularity = *DatumGetIntervalP(d);
+		out->table_id = DatumGetInt64(heap_getattr(tup, c->tt_table_id, desc, &isnull));
+		out->granularity = *DatumGetIntervalP(heap_getattr(tup, c->tt_granularity, desc, &isnull));
 		found = true;
 		break;
 	}
 	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
+	return found;
+}
 
-	if (!found)
-		catalog_not_tracked(TextDatumGetCString(table_name));
+/*
+ * Reads the verdict and the loss flag of out->table_id from its one
+ * watermark tuple (by primary key), so that the two always agree.
+ */
+static void
+read_watermark(const SensorCatalog *c, Relation rel, Snapshot snapshot, TrackedVerdict *out)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tup;
+	Datum		d;
+	bool		isnull;
 
-	/* Its verdict, by primary key. */
 	out->has_watermark = false;
-	rel = table_open(c->wm_relid, AccessShareLock);
+	out->loss_blocked = false;
 	ScanKeyInit(&key, c->wm_table_id, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(out->table_id));
 	scan = systable_beginscan(rel, c->wm_pkey, true, snapshot, 1, &key);
 	tup = systable_getnext(scan);
 	if (HeapTupleIsValid(tup))
 	{
-		Datum		d = heap_getattr(tup, c->wm_finalized_until, RelationGetDescr(rel), &isnull);
-
+		d = heap_getattr(tup, c->wm_finalized_until, desc, &isnull);
 		if (!isnull)
 		{
 			out->has_watermark = true;
 			out->finalized_until = DatumGetTimestampTz(d);
 		}
+		if (c->wm_loss_blocked != InvalidAttrNumber)
+		{
+			d = heap_getattr(tup, c->wm_loss_blocked, desc, &isnull);
+			/* NOT NULL in the catalog; a NULL would be asked about, not ignored. */
+			out->loss_blocked = isnull || DatumGetBool(d);
+		}
 	}
 	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
+}
+
+/*
+ * Reads the granularity, verdict and loss flag of the tracked table named
+ * table_name (a text datum) under snapshot (NULL: the statement's); raises
+ * the not-tracked error when there is none.
+ */
+void
+catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
+{
+	Relation	tt;
+	Relation	wm;
+	const SensorCatalog *c = open_sensor_relations(&tt, &wm);
+	bool		found;
+
+	if (snapshot == NULL)
+		snapshot = statement_snapshot();
+	found = read_tracked_table(c, tt, table_name, snapshot, out);
+	if (found)
+		read_watermark(c, wm, snapshot, out);
+	relation_close(wm, AccessShareLock);
+	relation_close(tt, AccessShareLock);
+	if (!found)
+		catalog_not_tracked(TextDatumGetCString(table_name));
+}
+
+/* One question to finalize._loss_blocks, and its answer. */
+typedef struct LossQuestion
+{
+	Datum		args[3];		/* table_id, period_start, period_end */
+	Snapshot	snapshot;
+	bool		blocks;
+} LossQuestion;
+
+/*
+ * Asks finalize._loss_blocks, as run_as_owner's step: schema-qualified with
+ * typed parameters, so that nothing of the caller's search_path takes part,
+ * and under the given snapshot, so that the answer and the verdict it
+ * qualifies describe one committed state.
+ */
+static void
+ask_loss_blocks(void *arg)
+{
+	LossQuestion *q = (LossQuestion *) arg;
+	Oid			types[3] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	char	   *sql = psprintf("SELECT %s._loss_blocks($1, $2, $3)", quote_identifier(FINALIZE_SCHEMA));
+	SPIPlanPtr	plan;
+	Datum		d;
+	bool		isnull;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(sql, 3, types);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	if (SPI_execute_snapshot(plan, q->args, NULL, q->snapshot, InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not run \"%s\"", sql);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	/* No answer is no proof that nothing was lost. */
+	q->blocks = isnull || DatumGetBool(d);
+	SPI_finish();
+}
+
+/*
+ * Whether a loss holds the period [period_start, period_end) of the table,
+ * asked under snapshot (registered by the caller, the one its verdict was
+ * read with) as owner: the extension's owner, because the caller only needs
+ * EXECUTE on the sensor function, not on finalize's internals. The query
+ * runs as a security-restricted operation (see common/owner.c).
+ */
+bool
+catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
+					TimestampTz period_end, Snapshot snapshot)
+{
+	LossQuestion q;
+
+	q.args[0] = Int64GetDatum(table_id);
+	q.args[1] = TimestampTzGetDatum(period_start);
+	q.args[2] = TimestampTzGetDatum(period_end);
+	q.snapshot = snapshot;
+	q.blocks = true;
+	run_as_owner(owner, ask_loss_blocks, &q);
+	return q.blocks;
 }

@@ -15,6 +15,7 @@ typedef struct TrackedVerdict
 	Interval	granularity;
 	bool		has_watermark;	/* false while nothing is final */
 	TimestampTz finalized_until;
+	bool		loss_blocked;	/* a loss may hold periods: ask _loss_blocks */
 } TrackedVerdict;
 
 /*
@@ -26,5 +27,7 @@ extern uint64 catalog_generation;
 extern void catalog_register_callback(void);
 extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
 extern void catalog_not_tracked(const char *table_name) pg_attribute_noreturn();
+extern bool catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
+								TimestampTz period_end, Snapshot snapshot);
 
 #endif							/* FINALIZE_CATALOG_H */

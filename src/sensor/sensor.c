@@ -1,17 +1,31 @@
 /*
  * sensor.c
- *     The verdict functions that sensors poll: finalized_until and is_final.
+ *     The verdict functions that sensors poll: finalized_until and is_final,
+ *     for one table or for several at once.
+ *
+ * A period is final when the watermark has passed it and no loss holds it.
+ * The first half comes from verdict_cache.c (no SPI); the second is asked of
+ * finalize._loss_blocks only while the table's loss_blocked flag is set,
+ * which it is only between a data loss and its acknowledgement: then both
+ * halves are read again under one snapshot, so that the answer describes one
+ * committed state and never runs ahead of it.
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "utils/array.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "common/owner.h"
 #include "common/period.h"
 #include "sensor/verdict_cache.h"
 
 PG_FUNCTION_INFO_V1(finalize_finalized_until);
 PG_FUNCTION_INFO_V1(finalize_is_final);
+PG_FUNCTION_INFO_V1(finalize_finalized_until_all);
+PG_FUNCTION_INFO_V1(finalize_is_final_all);
 
 /*
  * A sensor that passes no table name has a bug: say so rather than answer
@@ -26,9 +40,99 @@ require_table_name(FunctionCallInfo fcinfo)
 				 errmsg("argument table_name must not be NULL")));
 }
 
+/* The same for period_start, the second argument of both is_final forms. */
+static void
+require_period_start(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument period_start must not be NULL"),
+				 errhint("Pass the start (or any instant) of the period to check, for example '2026-11-29 14:00+00'.")));
+}
+
+/*
+ * The elements of table_names (argument 0) as text datums: a NULL array, an
+ * empty or multi-dimensional one, or a NULL element is the caller's bug, and
+ * answering would hide it (a NULL name has no verdict to combine).
+ */
+static Datum *
+table_names_arg(FunctionCallInfo fcinfo, int *count)
+{
+	ArrayType  *names;
+	Datum	   *elems;
+	bool	   *nulls;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument table_names must not be NULL"),
+				 errhint("Pass the names of the tracked tables to check, for example ARRAY['sales.orders', 'sales.lines'].")));
+	names = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(names) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument table_names must not be empty"),
+				 errdetail("An empty list has nothing to wait for: every period would be final at once."),
+				 errhint("Pass the names of the tracked tables to check, for example ARRAY['sales.orders', 'sales.lines'].")));
+	if (ARR_NDIM(names) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument table_names must be a one-dimensional array"),
+				 errdetail("The array has %d dimensions.", ARR_NDIM(names)),
+				 errhint("Pass the names of the tracked tables to check, for example ARRAY['sales.orders', 'sales.lines'].")));
+	deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, count);
+	for (int i = 0; i < *count; i++)
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("element %d of argument table_names must not be NULL", ARR_LBOUND(names)[0] + i),
+					 errdetail("A NULL name has no verdict, so the tables' verdict would be unknown."),
+					 errhint("Remove the NULL element, or pass only the names of tracked tables.")));
+	return elems;
+}
+
+/*
+ * The period of a table's granularity that contains ts, and whether the
+ * watermark has passed it: the whole verdict unless v->loss_blocked.
+ */
+static bool
+passed_by_watermark(const TrackedVerdict *v, TimestampTz ts, TimestampTz *start, TimestampTz *end)
+{
+	int64		stride = period_stride(&v->granularity, "granularity");
+
+	*start = period_floor(ts, stride, "period_start");
+	*end = period_end_of(*start, stride);
+	return period_is_final(*start, stride, v->has_watermark, v->finalized_until);
+}
+
+/*
+ * The slow path, for a table whose loss flag was set: reads the verdict
+ * again and asks _loss_blocks, both under one fresh snapshot (a cached
+ * verdict paired with a later loss state could describe no state at all).
+ * owner is the owner of the calling function, the extension's.
+ */
+static bool
+final_despite_losses(Oid owner, Datum table_name, TimestampTz ts)
+{
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	TrackedVerdict v;
+	TimestampTz start;
+	TimestampTz end;
+	bool		final;
+
+	catalog_read_verdict(table_name, &v, snapshot);
+	final = passed_by_watermark(&v, ts, &start, &end);
+	if (final && v.loss_blocked)
+		final = !catalog_loss_blocks(owner, v.table_id, start, end, snapshot);
+	UnregisterSnapshot(snapshot);
+	return final;
+}
+
 /*
  * finalize.finalized_until(table_name): every period ending at or before the
- * result is complete; NULL while nothing is final.
+ * result is complete; NULL while nothing is final. A loss does not move it:
+ * it holds the periods it intersects, which only is_final can say.
  */
 Datum
 finalize_finalized_until(PG_FUNCTION_ARGS)
@@ -44,25 +148,87 @@ finalize_finalized_until(PG_FUNCTION_ARGS)
 
 /*
  * finalize.is_final(table_name, period_start): true iff the whole period
- * containing period_start ends at or before finalized_until. Never NULL for a
- * tracked table, so NULL arguments are errors rather than NULL answers.
+ * containing period_start ends at or before finalized_until and no loss
+ * holds it. Never NULL for a tracked table, so NULL arguments are errors
+ * rather than NULL answers.
  */
 Datum
 finalize_is_final(PG_FUNCTION_ARGS)
 {
 	TrackedVerdict v;
-	int64		stride;
 	TimestampTz start;
+	TimestampTz end;
 
 	require_table_name(fcinfo);
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument period_start must not be NULL"),
-				 errhint("Pass the start (or any instant) of the period to check, for example '2026-11-29 14:00+00'.")));
-
+	require_period_start(fcinfo);
 	verdict_cache_read(PG_GETARG_DATUM(0), &v);
-	stride = period_stride(&v.granularity, "granularity");
-	start = period_floor(PG_GETARG_TIMESTAMPTZ(1), stride, "period_start");
-	PG_RETURN_BOOL(period_is_final(start, stride, v.has_watermark, v.finalized_until));
+	if (!passed_by_watermark(&v, PG_GETARG_TIMESTAMPTZ(1), &start, &end))
+		PG_RETURN_BOOL(false);
+	if (!v.loss_blocked)
+		PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(final_despite_losses(function_owner(fcinfo->flinfo->fn_oid),
+										PG_GETARG_DATUM(0), PG_GETARG_TIMESTAMPTZ(1)));
+}
+
+/*
+ * finalize.finalized_until(table_names text[]): the least verdict of the
+ * tables, NULL if any has none (nothing is final in all of them). Every name
+ * is checked, in order, before any answer, so that a misspelt name is an
+ * error whatever the verdicts are.
+ */
+Datum
+finalize_finalized_until_all(PG_FUNCTION_ARGS)
+{
+	int			count;
+	Datum	   *names = table_names_arg(fcinfo, &count);
+	bool		all_have = true;
+	TimestampTz least = DT_NOEND;
+
+	for (int i = 0; i < count; i++)
+	{
+		TrackedVerdict v;
+
+		verdict_cache_read(names[i], &v);
+		if (!v.has_watermark)
+			all_have = false;
+		else if (v.finalized_until < least)
+			least = v.finalized_until;
+	}
+	if (!all_have)
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(least);
+}
+
+/*
+ * finalize.is_final(table_names text[], period_start): true iff the period
+ * of each table's own granularity containing period_start is final in that
+ * table. Every name is read first (errors in order, as finalized_until);
+ * losses are asked only when every watermark has passed, so one table that
+ * is behind answers without SPI.
+ */
+Datum
+finalize_is_final_all(PG_FUNCTION_ARGS)
+{
+	int			count;
+	Datum	   *names = table_names_arg(fcinfo, &count);
+	TrackedVerdict *v;
+	TimestampTz ts;
+	TimestampTz start;
+	TimestampTz end;
+	bool		passed = true;
+
+	require_period_start(fcinfo);
+	ts = PG_GETARG_TIMESTAMPTZ(1);
+	v = palloc(sizeof(TrackedVerdict) * count);
+	for (int i = 0; i < count; i++)
+		verdict_cache_read(names[i], &v[i]);
+	for (int i = 0; i < count; i++)
+		passed = passed_by_watermark(&v[i], ts, &start, &end) && passed;
+	if (!passed)
+		PG_RETURN_BOOL(false);
+	for (int i = 0; i < count; i++)
+		if (v[i].loss_blocked &&
+			!final_despite_losses(function_owner(fcinfo->flinfo->fn_oid), names[i], ts))
+			PG_RETURN_BOOL(false);
+	PG_RETURN_BOOL(true);
 }

@@ -12,11 +12,19 @@
  * and the next call reads again. The cache can therefore lag a commit by one
  * call at most, and never shows a verdict that was not committed.
  *
- * Entries also carry catalog_generation, so DDL on the relations (DROP or
- * ALTER EXTENSION) makes them stale. Bypassed where the epoch cannot be
- * trusted: on a standby (replay fires no
- * triggers) and in a transaction that changed the tables itself (it must see
- * its own changes).
+ * An entry holds only what those two tables say (granularity,
+ * finalized_until, loss_blocked). Consumers, derived inputs, losses and
+ * acknowledgements reach a verdict only through a write of watermark
+ * (_advance, _refresh_loss_blocked), and whether a loss holds a period is
+ * never cached: sensor.c asks it afresh while loss_blocked is set. The same
+ * trigger on those four tables only makes entries go stale sooner; nothing
+ * here depends on it.
+ *
+ * Entries also carry catalog_generation, so DDL on the relations read here
+ * (DROP or ALTER EXTENSION, such as the update adding watermark.loss_blocked)
+ * makes them stale. Bypassed where the epoch cannot be trusted: on a standby
+ * (replay fires no triggers) and in a transaction that changed the tables
+ * itself (it must see its own changes).
  */
 #include "postgres.h"
 
@@ -96,8 +104,9 @@ register_callbacks(void)
 }
 
 /*
- * finalize._verdict_changed(): statement trigger on tracked_table and
- * watermark that marks the transaction, so its commit bumps the epoch.
+ * finalize._verdict_changed(): statement trigger on tracked_table, watermark
+ * and what verdicts depend on, that marks the transaction, so its commit
+ * bumps the epoch.
  */
 Datum
 finalize_verdict_changed(PG_FUNCTION_ARGS)

@@ -8,14 +8,17 @@
  *      object ids, the capture instances               (SQL Server, batch 1)
  *   3. the times checked: zone, commits ahead of the clock, clock skew, stall
  *   4. per table, its range(s) aggregated on the server; then, AFTER all of
- *      them, each instance's min LSN and the DDL it recorded (SQL Server, batch 2)
+ *      them, each instance's min LSN and the DDL it recorded (SQL Server, batch 2);
+ *      then the mapping rows of the LSNs consumers reported (batch 3)
  *   5. per table: record_range, a data-loss or schema event, a resume, or
- *      why it could not be read; the source's status     (short transaction)
+ *      why it could not be read; per consumer its resolution, then the stall
+ *      check; the source's status                        (short transaction)
  *
  * Whether the times can be trusted is decided in clock_check.c, what is read
  * and what a read proves in plan.c (pure, unit-tested), how the reads become
- * a table's write in judge.c, how a write is recorded in record.c; the T-SQL
- * and its results are mssql/cdc_reader.c's.
+ * a table's write in judge.c, how a write is recorded in record.c, how
+ * consumers are resolved in consumers.c; the T-SQL and its results are
+ * mssql/cdc_reader.c's.
  */
 #include "postgres.h"
 
@@ -32,6 +35,7 @@
 #include "mssql/cdc_reader.h"
 #include "mssql/tsql.h"
 #include "worker/clock_check.h"
+#include "worker/consumers.h"
 #include "worker/cycle.h"
 #include "worker/judge.h"
 #include "worker/plan.h"
@@ -45,6 +49,10 @@ typedef struct Cycle
 	SourceConfig cfg;
 	TrackedSource *tables;
 	int			ntables;
+	SourceConsumer *consumers;	/* of the tables, those that reported */
+	int			nconsumers;
+	ConsumerJob *consumer_jobs;	/* the ones resolved this cycle */
+	int			nconsumer_jobs;
 	CdcState	snap;
 	TimestampTz max_instant;	/* commit time of max LSN */
 	TimestampTz server_now;		/* SQL Server's clock, read after max LSN */
@@ -167,7 +175,8 @@ static bool
 load_source(Cycle *c, MemoryContext cxt)
 {
 	SourceRun  *run = c->run;
-	char	   *problem = ws_load_source(run->serverid, cxt, &c->cfg, &c->tables, &c->ntables, &run->server_gone);
+	char	   *problem = ws_load_source(run->serverid, cxt, &c->cfg, &c->tables, &c->ntables, &c->consumers,
+											 &c->nconsumers, &run->server_gone);
 
 	if (run->server_gone)
 		return fail(c, COND_SERVER_DROPPED, problem);
@@ -369,6 +378,22 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 	return true;
 }
 
+/*
+ * Step 4b: the LSNs consumers reported, resolved on SQL Server after the
+ * ranges (consumers.c). A failure here costs only the consumers, whose
+ * verdicts lag: the ranges already read are still recorded, and a lost
+ * connection is reopened next cycle.
+ */
+static void
+resolve_consumers(Cycle *c, const TablePlan *plans)
+{
+	c->nconsumer_jobs = consumers_plan(c->consumers, c->nconsumers, c->tables, plans, c->ntables,
+									   &c->snap.max_lsn, c->max_instant, &c->consumer_jobs);
+	(void) consumers_read(c->run->conn, &c->cfg, c->max_instant, c->consumer_jobs, c->nconsumer_jobs,
+						  &c->run->consumer_log);
+	io_interrupts_rethrow();
+}
+
 /* Step 5a: what one table's plan and reads mean for it. */
 static void
 decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
@@ -456,6 +481,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 	writes = palloc0(sizeof(TableWrite) * c.ntables);
 	if (!plan_and_read(&c, plans, jobs))
 		return false;
+	resolve_consumers(&c, plans);
 	for (int i = 0; i < c.ntables; i++)
 		decide_write(&c, i, &plans[i], jobs, &writes[i]);
 
@@ -463,6 +489,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 	ws_begin_write("finalize: recording facts");
 	for (int i = 0; i < c.ntables; i++)
 		record_write(&writes[i]);
+	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
 				 c.source_message);
 	ws_commit();

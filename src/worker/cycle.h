@@ -16,6 +16,7 @@ typedef struct SourceRun
 	MssqlConn  *conn;			/* kept open across cycles */
 	int			failures;		/* consecutive failed cycles */
 	bool		server_gone;	/* the foreign server was dropped: exit */
+	char	   *consumer_log;	/* unresolved consumers logged last cycle (TopMemoryContext) */
 } SourceRun;
 
 /* Why a cycle failed: the source's condition and a message for people. */

@@ -81,6 +81,14 @@ typedef enum SegmentEvent
 	SEGMENT_SCHEMA_CHANGE		/* DDL seen in the table's range */
 } SegmentEvent;
 
+/* What a consumer's reported LSN needs this cycle. */
+typedef enum ConsumerAction
+{
+	CONSUMER_NOTHING,			/* already resolved for min(reported, max_lsn) */
+	CONSUMER_AT_MAX,			/* reported max_lsn or beyond: max_lsn's commit time */
+	CONSUMER_LOOKUP				/* the mapping row at or below the reported LSN */
+} ConsumerAction;
+
 extern void plan_table(const TrackedSource *table, const CaptureInstance *instances,
 					   int ninstances, const Lsn *max_lsn, TablePlan *out);
 extern RangeVerdict judge_range(const Lsn *start_exclusive, const Lsn *min_lsn_after_read);
@@ -90,5 +98,7 @@ extern SegmentEvent plan_segment_event(const TablePlan *plan, int s, bool ddl_se
 extern TimestampTz plan_segment_end_time(const TablePlan *plan, int s, const TrackedSource *table,
 										 bool has_rows, TimestampTz last_row_time, TimestampTz max_instant);
 extern bool plan_loss_resumes(const TrackedSource *table, TimestampTz now, int64 window_usecs);
+extern ConsumerAction plan_consumer(const Lsn *reported, const Lsn *resolved_for, const Lsn *max_lsn,
+									Lsn *target);
 
 #endif							/* FINALIZE_PLAN_H */

@@ -270,13 +270,16 @@ check_catalog_version(void)
 }
 
 /*
- * Reads a source's options, its login and its active tracked tables, all
- * copied into cxt. Returns NULL, or a message saying what is missing (then
- * the cycle cannot run). *server_gone says the server itself was dropped.
+ * Reads a source's options, its login, its active tracked tables and the
+ * consumers of those that reported progress, all copied into cxt, in one
+ * transaction (so each consumer belongs to a table read with it). Returns
+ * NULL, or a message saying what is missing (then the cycle cannot run).
+ * *server_gone says the server itself was dropped.
  */
 char *
 ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
-			   TrackedSource **tables, int *ntables, bool *server_gone)
+			   TrackedSource **tables, int *ntables, SourceConsumer **consumers, int *nconsumers,
+			   bool *server_gone)
 {
 	ForeignServer *server;
 	char	   *problem;
@@ -284,6 +287,8 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	*server_gone = false;
 	*ntables = 0;
 	*tables = NULL;
+	*nconsumers = 0;
+	*consumers = NULL;
 	memset(cfg, 0, sizeof(*cfg));
 	ws_begin("finalize: reading tracked tables");
 
@@ -306,6 +311,7 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	if (problem == NULL)
 		problem = load_login(server, cxt, cfg);
 	load_tables(server->servername, cxt, tables, ntables);
+	ws_load_consumers(server->servername, cxt, consumers, nconsumers);
 	load_hold(server->servername, cfg);
 	if (problem != NULL)
 		problem = MemoryContextStrdup(cxt, problem);
@@ -313,9 +319,9 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	return problem;
 }
 
-/* Text datum of an LSN. */
-static Datum
-lsn_datum(const Lsn *lsn)
+/* Text datum of an LSN (the lsn domain's form). */
+Datum
+ws_lsn_datum(const Lsn *lsn)
 {
 	char		text[LSN_TEXT_LEN + 1];
 
@@ -363,10 +369,10 @@ ws_record_range(void *arg)
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(f->table_id);
 	if (f->has_start)
-		values[1] = lsn_datum(&f->start);
+		values[1] = ws_lsn_datum(&f->start);
 	else
 		nulls[1] = 'n';
-	values[2] = lsn_datum(&f->end);
+	values[2] = ws_lsn_datum(&f->end);
 	values[3] = TimestampTzGetDatum(f->end_time);
 	values[4] = Int64GetDatum(f->inserts);
 	values[5] = Int64GetDatum(f->updates);
@@ -409,9 +415,12 @@ ws_still_tracked(int64 table_id)
 	return !isnull && DatumGetBool(result);
 }
 
-/* Runs a statement of the worker's internal functions with text arguments. */
-static void
-exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls)
+/*
+ * Runs a statement of the worker's internal functions; any failure is an
+ * error, which the caller's subtransaction (if any) confines.
+ */
+void
+ws_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls)
 {
 	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
 
@@ -433,11 +442,11 @@ ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(event);
 	if (start)
-		values[2] = lsn_datum(start);
+		values[2] = ws_lsn_datum(start);
 	else
 		nulls[2] = 'n';
 	if (end)
-		values[3] = lsn_datum(end);
+		values[3] = ws_lsn_datum(end);
 	else
 		nulls[3] = 'n';
 	values[4] = text_or_null(capture_instance, nulls, 4);
@@ -447,7 +456,7 @@ ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *
 		nulls[5] = 'n';
 	values[6] = text_or_null(new_state, nulls, 6);
 	values[7] = text_or_null(state_detail, nulls, 7);
-	exec_internal("SELECT " FINALIZE_SCHEMA "._record_event($1, $2, $3, $4, $5, $6, $7, $8)",
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._record_event($1, $2, $3, $4, $5, $6, $7, $8)",
 				  8, types, values, nulls);
 }
 
@@ -462,7 +471,7 @@ ws_set_condition(int64 table_id, Condition condition, const char *detail)
 	values[0] = Int64GetDatum(table_id);
 	values[1] = text_or_null(condition_name(condition), nulls, 1);
 	values[2] = text_or_null(detail, nulls, 2);
-	exec_internal("SELECT " FINALIZE_SCHEMA "._set_condition($1, $2, $3)", 3, types, values, nulls);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._set_condition($1, $2, $3)", 3, types, values, nulls);
 }
 
 /* Remembers the capture instance a table is read from. */
@@ -474,7 +483,7 @@ ws_set_capture_instance(int64 table_id, const char *capture_instance)
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(capture_instance);
-	exec_internal("SELECT " FINALIZE_SCHEMA "._set_capture_instance($1, $2)", 2, types, values, NULL);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._set_capture_instance($1, $2)", 2, types, values, NULL);
 }
 
 /*
@@ -491,12 +500,12 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 
 	values[0] = CStringGetTextDatum(server_name);
 	values[1] = Int32GetDatum(MyProcPid);
-	values[2] = lsn_datum(max_lsn);
+	values[2] = ws_lsn_datum(max_lsn);
 	values[3] = TimestampTzGetDatum(max_time);
 	values[4] = TimestampTzGetDatum(server_time);
 	values[5] = CStringGetTextDatum(condition_name(condition));
 	values[6] = text_or_null(message, nulls, 6);
-	exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7)", 7, types, values, nulls);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7)", 7, types, values, nulls);
 }
 
 /* Restarts a table after a data loss at new_offset (see _resume_after_loss). */
@@ -508,12 +517,12 @@ ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offs
 	Datum		values[6];
 
 	values[0] = Int64GetDatum(table_id);
-	values[1] = lsn_datum(new_offset);
+	values[1] = ws_lsn_datum(new_offset);
 	values[2] = TimestampTzGetDatum(new_offset_time);
 	values[3] = CStringGetTextDatum(capture_instance);
 	values[4] = BoolGetDatum(automatic);
 	values[5] = JsonbPGetDatum(detail);
-	exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6)", 6, types, values, NULL);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6)", 6, types, values, NULL);
 }
 
 /* Records a failed poll of the source and when the next attempt is due. */
@@ -529,12 +538,12 @@ ws_source_failed(const char *server_name, Condition condition, const char *error
 	values[2] = CStringGetTextDatum(condition_name(condition));
 	values[3] = CStringGetTextDatum(error);
 	values[4] = TimestampTzGetDatum(next_attempt);
-	exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
 }
 
 /* Applies the facts retention (finalize.facts_retention). */
 void
 ws_purge_facts(void)
 {
-	exec_internal("SELECT " FINALIZE_SCHEMA ".purge_facts()", 0, NULL, NULL, NULL);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA ".purge_facts()", 0, NULL, NULL, NULL);
 }

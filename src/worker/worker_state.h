@@ -12,6 +12,7 @@
 #include "common/condition.h"
 #include "common/lsn.h"
 #include "mssql/mssql.h"
+#include "worker/consumer_state.h"
 #include "worker/plan.h"
 
 /* A source: its foreign server options and its login. */
@@ -29,7 +30,11 @@ typedef struct SourceConfig
 } SourceConfig;
 
 extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
-							TrackedSource **tables, int *ntables, bool *server_gone);
+							TrackedSource **tables, int *ntables, SourceConsumer **consumers,
+							int *nconsumers, bool *server_gone);
+
+extern Datum ws_lsn_datum(const Lsn *lsn);
+extern void ws_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls);
 
 extern void ws_begin(const char *activity);
 extern void ws_begin_write(const char *activity);

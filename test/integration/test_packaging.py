@@ -76,6 +76,8 @@ def test_condition_codes_agree_between_c_and_sql():
     c = c_condition_names()
     table = sql_check_names("table_condition_condition_check")
     source = sql_check_names("source_status_condition_check")
+    consumer = sql_check_names("consumer_condition_check")
     assert len(c) >= 20
-    assert table | source == c, (sorted(c - (table | source)), sorted((table | source) - c))
-    assert not table & source, sorted(table & source)
+    assert table | source | consumer == c, (sorted(c - (table | source | consumer)),
+                                            sorted((table | source | consumer) - c))
+    assert not table & source and not table & consumer and not source & consumer

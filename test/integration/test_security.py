@@ -32,26 +32,32 @@ READER = {
     "period_start(timestamp with time zone,interval)", "period_end(timestamp with time zone,interval)",
     "mssql_local_to_instant(timestamp without time zone,text)",
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
+    "finalized_until(text[])", "is_final(text[],timestamp with time zone)",
 }
+PIPELINE = READER | {"report_progress(text,text,text)", "report_processed(text,text,timestamp with time zone)"}
 PUBLISHER = READER | {
     "changes_by_period(text,timestamp with time zone,timestamp with time zone)",
     "release_gate(jsonb)", "compare_inventories(jsonb,jsonb,text)", "register_partition(text,text,text)",
     "retired_generations(text,interval)",
 }
-ADMIN = PUBLISHER | {
-    "track_table(text,text,text,interval,text,text,text)", "untrack_table(text,boolean)",
+ADMIN = PUBLISHER | PIPELINE | {
+    "track_table(text,text,text,interval,text,text,text)", "untrack_table(text,boolean,boolean)",
+    "add_consumer(text,text,boolean,regrole)", "drop_consumer(text,text)", "track_derived(text,text[],interval)",
+    "acknowledge_loss(text,timestamp with time zone,timestamp with time zone,text)",
     "alter_tracked_table(text,interval,text,text)", "resume_table(text)", "release_source(text)",
     "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
     "timestamp with time zone,text,text,jsonb)",
     "purge_facts(interval)", "quote_mssql_ident(text)",
     "set_projection(text,text,timestamp with time zone,timestamp with time zone)",
 }
-MAY_EXECUTE = {"sec_reader": READER, "sec_publisher": PUBLISHER, "sec_admin": ADMIN, "sec_nobody": set()}
+MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
+               "sec_nobody": set()}
 MAY_SELECT = {
-    "sec_reader": {"status"},
-    "sec_publisher": {"status", "facts", "releases"},
-    "sec_admin": {"status", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
-                  "table_condition",
+    "sec_reader": {"status", "consumers"},
+    "sec_pipeline": {"status", "consumers"},
+    "sec_publisher": {"status", "consumers", "facts", "releases"},
+    "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
+                  "table_condition", "consumer", "derived_input", "loss", "loss_ack",
                   "partition_registration", "projection", "release", "published"},
     "sec_nobody": set(),
 }
@@ -63,6 +69,7 @@ def pg():
     cluster.sql("CREATE USER MAPPING FOR PUBLIC SERVER src OPTIONS (username 'cdc', password %s)",
                 (PASSWORD_SECRET,))
     cluster.sql("CREATE ROLE sec_reader LOGIN IN ROLE finalize_reader")
+    cluster.sql("CREATE ROLE sec_pipeline LOGIN IN ROLE finalize_pipeline")
     cluster.sql("CREATE ROLE sec_publisher LOGIN IN ROLE finalize_publisher, pg_read_server_files")
     cluster.sql("CREATE ROLE sec_admin LOGIN IN ROLE finalize_admin")
     cluster.sql("CREATE ROLE sec_nobody LOGIN")
@@ -264,6 +271,30 @@ def test_a_reader_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT finalize.mssql_local_to_instant('2026-03-08 02:30', 'America/New_York')")
     finally:
         conn.close()
+    assert_never_ran_as_another_role(pg)
+    drop_plants(pg)
+
+
+def test_a_pipeline_with_look_alikes_everywhere_cannot_escalate(pg):
+    pg.sql("SELECT finalize.add_consumer(%s, 'sec-pipe', reporter => 'sec_pipeline')", (TABLE,))
+    pg.sql("SELECT finalize.track_derived('sec.daily', ARRAY[%s], '1 day')", (TABLE,))
+    pg.sql("SELECT finalize.add_consumer('sec.daily', 'sec-job', reporter => 'sec_pipeline')")
+    conn = connect(pg, "sec_pipeline")
+    try:
+        plant(conn, "sec_pipeline")
+        assert run(conn, "SELECT finalize.report_progress(%s, 'sec-pipe', '0x00000000000000000150')",
+                   (TABLE,)) == [(True,)]
+        assert run(conn, "SELECT finalize.report_progress(%s, 'sec-pipe', '00000000:00000000:0100')",
+                   (TABLE,)) == [(False,)]
+        assert run(conn, "SELECT finalize.report_processed('sec.daily', 'sec-job', '2026-11-27 10:00+00')") == [(True,)]
+        run(conn, "SELECT finalize.is_final(%s, '2026-11-27 08:00+00'), finalize.finalized_until(%s)", (TABLE, TABLE))
+        run(conn, "SELECT finalize.is_final(ARRAY[%s, 'sec.daily'], '2026-11-27 08:00+00')", (TABLE,))
+        run(conn, "SELECT * FROM finalize.consumers")
+        run(conn, "SELECT * FROM finalize.explain_verdict('sec.daily', '2026-11-27 00:00+00')")
+    finally:
+        conn.close()
+        pg.sql("SELECT finalize.drop_consumer(%s, 'sec-pipe')", (TABLE,))
+        pg.sql("SELECT finalize.untrack_table('sec.daily', false)")
     assert_never_ran_as_another_role(pg)
     drop_plants(pg)
 

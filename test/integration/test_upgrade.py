@@ -227,15 +227,31 @@ KEPT = {
 }
 
 
-def kept(pg, dbname):
-    """Rows of every table of the extension and the answers in KEPT."""
-    out = {}
-    for (rel,) in pg.sql("SELECT c.relname FROM pg_catalog.pg_class c "
-                         "WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace AND c.relkind = 'r'",
-                         dbname=dbname):
-        out["table " + rel] = pg.sql('SELECT t::text FROM finalize."%s" t ORDER BY 1' % rel, dbname=dbname)
+def columns_of(pg, dbname):
+    """Table of the extension -> its columns, in order."""
+    return dict(pg.sql("SELECT c.relname, pg_catalog.array_agg(a.attname::text ORDER BY a.attnum) "
+                       "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid "
+                       "AND a.attnum > 0 AND NOT a.attisdropped "
+                       "WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace AND c.relkind = 'r' "
+                       "GROUP BY c.relname", dbname=dbname))
+
+
+def kept(pg, dbname, before=None):
+    """Rows of every table of the extension and the answers in KEPT. Given
+    what kept() said before an update, only what existed then: its tables
+    with their columns (an update may add columns) and its sequences (and
+    tables) - every row and value must still be there, unchanged."""
+    columns = before["columns"] if before else columns_of(pg, dbname)
+    out = {"columns": columns}
+    for rel, cols in columns.items():
+        row = ", ".join('t."%s"' % c for c in cols)
+        out["table " + rel] = pg.sql('SELECT ROW(%s)::text FROM finalize."%s" t ORDER BY 1' % (row, rel),
+                                     dbname=dbname)
     for name, query in KEPT.items():
         out[name] = pg.sql(query, dbname=dbname)
+    if before:
+        had = {r[0] for r in before["sequences"]}
+        out["sequences"] = [r for r in out["sequences"] if r[0] in had]
     return out
 
 
@@ -254,8 +270,11 @@ def test_every_release_updates_to_exactly_a_fresh_install(pg, databases, store, 
     pg.sql("ALTER EXTENSION finalize UPDATE", dbname=old)
     assert pg.sql("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'finalize'",
                   dbname=old) == [(default_version(),)]
-    after = kept(pg, old)
+    after = kept(pg, old, before)
     assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
+    # Each table's source verdict is the verdict it had: no consumer held it.
+    assert pg.sql("SELECT count(*) FROM finalize.watermark WHERE source_until IS DISTINCT FROM finalized_until",
+                  dbname=old) == [(0,)]
     fresh = databases("up_fresh")
     assert differences(snapshot(pg, old), snapshot(pg, fresh)) == {}
     # The updated write path goes on from the facts the old version recorded:
@@ -289,3 +308,50 @@ def test_the_comparison_sees_every_kind_of_difference(pg, databases):
     for kind, statement in drift:
         pg.sql(statement, dbname=b)
         assert kind in differences(base, snapshot(pg, b)), statement
+
+
+@pytest.mark.parametrize("version", [v for v in released_versions() if vkey(v) < vkey("0.2.0")])
+def test_losses_recorded_before_the_update_hold_their_periods(pg, databases, version):
+    """Before 0.2.0 a period that lost changes to CDC cleanup became final
+    once its table resumed. The update turns every such restart (a "resumed"
+    event) into a loss: its periods are not final until an admin
+    acknowledges it, and the others stay as they were."""
+    db = databases("up_loss_from_%s" % version.replace(".", "_"), version)
+
+    def sql(query, args=None):
+        return pg.sql(query, args, dbname=db)
+    sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
+    sql("SELECT finalize.track_table('up.events', 'up', 'dbo.events', '1 hour')")
+    sql("SELECT finalize.record_range('up.events', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
+    sql("SELECT finalize.record_range('up.events', '0x00000000000000000010', '0x00000000000000000020', "
+        "'2026-11-02 10:15:00+00', 1, 0, 0, '2026-11-02 09:30+00', '2026-11-02 09:30+00')")
+    sql("SELECT finalize._record_event(finalize._tracked_id('up.events'), 'data_loss', '0x00000000000000000020', "
+        "'0x00000000000000000090', 'dbo_events', '{\"cause\": \"cleanup\"}', 'data_lost', 'lost')")
+    sql("SELECT finalize.resume_table('up.events')")
+    sql("SELECT finalize._resume_after_loss(finalize._tracked_id('up.events'), '0x0000000000000000008F', "
+        "'2026-11-02 12:20:00+00', 'dbo_events', false, '{}')")
+    sql("SELECT finalize.record_range('up.events', '0x0000000000000000008F', '0x000000000000000000A0', "
+        "'2026-11-02 14:00:01+00')")
+    hours = ["2026-11-02 09:00+00", "2026-11-02 10:00+00", "2026-11-02 11:00+00", "2026-11-02 12:00+00",
+             "2026-11-02 13:00+00"]
+
+    def final():
+        return [r[0] for r in sql("SELECT finalize.is_final('up.events', p::timestamptz) FROM unnest(%s) AS p",
+                                  (hours,))]
+
+    def final_by_facts():
+        return [r[0] for r in sql("SELECT is_final FROM finalize.changes_by_period('up.events', "
+                                  "'2026-11-02 09:00+00', '2026-11-02 14:00+00') ORDER BY period_start")]
+    assert final() == [True] * 5
+    pg.sql("ALTER EXTENSION finalize UPDATE", dbname=db)
+    # Hours 10 to 12 intersect the lost commit times [10:15, 12:20].
+    assert final() == final_by_facts() == [True, False, False, False, True]
+    assert sql("SELECT lost_from, lost_to, from_lsn, to_lsn, fact_id IS NOT NULL FROM finalize.loss") == [
+        (datetime(2026, 11, 2, 10, 15, tzinfo=timezone.utc), datetime(2026, 11, 2, 12, 20, tzinfo=timezone.utc),
+         "0x00000000000000000020", "0x0000000000000000008F", True)]
+    reason = sql("SELECT reason FROM finalize.explain_verdict('up.events', '2026-11-02 11:00+00')")[0][0]
+    assert "finalize.acknowledge_loss('up.events'" in reason and "0x0000000000000000008F" in reason
+    assert sql("SELECT finalize.acknowledge_loss('up.events', '2026-11-02 10:00+00', '2026-11-02 13:00+00', "
+               "'re-snapshotted')") == [(1,)]
+    assert final() == final_by_facts() == [True] * 5
+    assert sql("SELECT loss_blocked FROM finalize.watermark") == [(False,)]

@@ -1,7 +1,8 @@
 /*
- * Unit tests of the pure logic of the worker: LSN arithmetic (lsn.c) and
- * range planning and judging (plan.c: what to read, and what a read means
- * for DDL, events, end times and losses), without PostgreSQL or a network.
+ * Unit tests of the pure logic of the worker: LSN arithmetic and parsing
+ * (lsn.c) and range planning and judging (plan.c: what to read, and what a
+ * read means for DDL, events, end times and losses; which consumers need a
+ * query), without PostgreSQL or a network.
  * Built and run by test/integration/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
@@ -74,6 +75,80 @@ test_lsn(void)
 	check(lsn_range_starts_below(&a, &b), "a range whose first LSN is below min LSN may have lost rows");
 	b = L("0x00000000000000000050");
 	check(!lsn_range_starts_below(&a, &b), "a range above min LSN is complete");
+}
+
+/* What pipelines report: finalize's form and Debezium's, nothing else. */
+static void
+test_lsn_parse_any(void)
+{
+	Lsn			a;
+
+	a = L("0x00000000000000000001");
+	check(lsn_parse_any("0x0000002d00000f2a0002", &a) && lsn_eq(a, "0x0000002D00000F2A0002"),
+		  "parse_any accepts finalize's 0x form");
+	check(lsn_parse_any("0000002d:00000f2a:0002", &a) && lsn_eq(a, "0x0000002D00000F2A0002"),
+		  "parse_any reads Debezium's 8:8:4 form as the same 10 bytes");
+	check(lsn_parse_any("0000002D:00000F2A:0002", &a) && lsn_eq(a, "0x0000002D00000F2A0002"),
+		  "parse_any reads Debezium's form in upper case too");
+	check(lsn_parse_any("ffffffff:ffffffff:ffff", &a) && lsn_eq(a, "0xFFFFFFFFFFFFFFFFFFFF"),
+		  "parse_any reads the largest Debezium LSN");
+	a = L("0x00000000000000000001");
+	check(!lsn_parse_any("2d:f2a:2", &a) && lsn_eq(a, "0x00000000000000000001"),
+		  "parse_any refuses unpadded groups and leaves the LSN alone");
+	check(!lsn_parse_any("0000002d:00000f2a:00002", &a), "parse_any refuses a 5-digit last group");
+	check(!lsn_parse_any("0000002d:0000f2a:00002", &a), "parse_any refuses groups of 8, 7, 5 digits");
+	check(!lsn_parse_any("0000002d-00000f2a-0002", &a), "parse_any refuses other separators");
+	check(!lsn_parse_any("0000002d:00000f2a:000g", &a), "parse_any refuses a non-hex digit in a group");
+	check(!lsn_parse_any(" 0000002d:00000f2a:002", &a), "parse_any refuses a leading space");
+	check(!lsn_parse_any("0000002d:00000f2a:0002 ", &a), "parse_any refuses a trailing space");
+	check(!lsn_parse_any("0x0000002d00000f2a0002 ", &a), "parse_any refuses a 0x form with a space");
+	check(!lsn_parse_any("+000002d:00000f2a:0002", &a), "parse_any refuses a sign");
+	check(!lsn_parse_any("0000002d00000f2a0002", &a), "parse_any refuses bare hex without 0x");
+	check(!lsn_parse_any("", &a) && !lsn_parse_any(NULL, &a), "parse_any refuses empty and NULL");
+}
+
+/* Which consumers need a query: one per report, none at or past max LSN. */
+static void
+test_plan_consumer(void)
+{
+	Lsn			max = L("0x00000000000000000500");
+	Lsn			reported;
+	Lsn			resolved;
+	Lsn			target;
+
+	reported = L("0x00000000000000000300");
+	check(plan_consumer(&reported, NULL, &max, &target) == CONSUMER_LOOKUP &&
+		  lsn_eq(target, "0x00000000000000000300"),
+		  "a report below max LSN is looked up for itself");
+	resolved = reported;
+	check(plan_consumer(&reported, &resolved, &max, &target) == CONSUMER_NOTHING,
+		  "a report already resolved is not looked up again");
+	resolved = L("0x00000000000000000200");
+	check(plan_consumer(&reported, &resolved, &max, &target) == CONSUMER_LOOKUP,
+		  "a newer report is looked up");
+	reported = max;
+	check(plan_consumer(&reported, NULL, &max, &target) == CONSUMER_AT_MAX &&
+		  lsn_eq(target, "0x00000000000000000500"),
+		  "a report at max LSN takes max LSN's commit time");
+	reported = L("0x00000000000000000900");
+	check(plan_consumer(&reported, NULL, &max, &target) == CONSUMER_AT_MAX &&
+		  lsn_eq(target, "0x00000000000000000500"),
+		  "a report beyond max LSN is capped at max LSN");
+	resolved = max;
+	check(plan_consumer(&reported, &resolved, &max, &target) == CONSUMER_NOTHING,
+		  "a capped report is not resolved again while max LSN stands");
+	max = L("0x00000000000000000700");
+	check(plan_consumer(&reported, &resolved, &max, &target) == CONSUMER_AT_MAX &&
+		  lsn_eq(target, "0x00000000000000000700"),
+		  "a capped report follows max LSN as it moves");
+	max = L("0x00000000000000000A00");
+	resolved = L("0x00000000000000000700");
+	check(plan_consumer(&reported, &resolved, &max, &target) == CONSUMER_LOOKUP &&
+		  lsn_eq(target, "0x00000000000000000900"),
+		  "once max LSN passes a capped report, the report itself is looked up");
+	resolved = reported;
+	check(plan_consumer(&reported, &resolved, &max, &target) == CONSUMER_NOTHING,
+		  "and then it is done");
 }
 
 static void
@@ -304,6 +379,8 @@ int
 main(void)
 {
 	test_lsn();
+	test_lsn_parse_any();
+	test_plan_consumer();
 	test_plan();
 	test_judge_rules();
 	return tap_done();

@@ -1,8 +1,10 @@
 -- finalize 0.1.0 to 0.2.0, run by ALTER EXTENSION finalize UPDATE. Every
 -- change here is also made in the parts under src/sql/, which build a fresh
 -- 0.2.0 install: test/integration/test_upgrade.py checks that both give the
--- same catalog, and that facts, verdicts and releases are kept. Nothing here
--- rewrites a row; the constraints added check the rows there are.
+-- same catalog, and that facts, verdicts and releases are kept. The
+-- constraints added check the rows there are; the only rows written are
+-- the ones section 6 derives from what 0.1.0 recorded (each table's source
+-- verdict, and its losses).
 
 \echo Use "ALTER EXTENSION finalize UPDATE TO '0.2.0'" to load this file. \quit
 
@@ -185,6 +187,7 @@ DECLARE
     cnd @extschema@.table_condition;
     v   @extschema@.verdict;
     why text;
+    losses text;
 BEGIN
     tt := @extschema@._tracked(table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
@@ -202,25 +205,23 @@ BEGIN
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - wm.finalized_until;
     v.state := tt.state;
+    IF wm.loss_blocked THEN
+        losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
+    END IF;
 
-    IF v.is_final THEN
-        v.reason := format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
-                           v.period_start, v.period_end, wm.offset_commit_time, wm.offset_lsn, wm.finalized_until);
+    IF v.is_final AND losses IS NOT NULL THEN
+        v.is_final := false;
+        v.reason := format('Period [%s, %s) is not final: %s', v.period_start, v.period_end, losses);
+        RETURN v;
+    ELSIF v.is_final THEN
+        v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
         RETURN v;
     END IF;
 
-    IF wm.offset_lsn IS NULL THEN
-        why := format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
-    ELSE
-        why := format('SQL Server''s capture has reached %s (LSN %s), %s before the period ends',
-                      wm.offset_commit_time, wm.offset_lsn,
-                      CASE WHEN isfinite(v.period_end) THEN (v.period_end - wm.offset_commit_time)::text
-                           ELSE 'for ever' END);
-        IF wm.offset_commit_time >= v.period_end THEN
-            why := format('the watermark only moves in whole periods and stands at %s', wm.finalized_until);
-        END IF;
-    END IF;
-    v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end, why);
+    why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
+                     @extschema@._explain_consumers(tt, v.period_end));
+    v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
+                       coalesce(why, format('the verdict stands at %s', wm.finalized_until)));
     IF tt.state <> 'active' THEN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
@@ -236,9 +237,14 @@ BEGIN
     IF src.condition NOT IN ('ok', 'capture_stalled') AND src.last_error IS NOT NULL THEN
         v.reason := v.reason || format(' The source "%s" failed at %s: %s', tt.server_name, src.last_error_at, src.last_error);
     END IF;
+    IF losses IS NOT NULL THEN
+        v.reason := v.reason || ' It also waits for a loss to be acknowledged: ' || losses;
+    END IF;
     RETURN v;
 END
 $$;
+COMMENT ON FUNCTION @extschema@.explain_verdict(text, timestamptz) IS
+    'Why a period of a table is or is not final, with the watermark and its lag';
 
 -- Changes per period between two instants. A period is covered when every
 -- commit in it lies after the start of the recorded facts (tracking began, or
@@ -247,7 +253,10 @@ $$;
 -- inside one period counts there; a range whose rows straddle a period
 -- boundary is counted in straddling_ranges of every period it touches (its
 -- rows may belong to either). Counts are exact where the period is covered
--- and no range straddles it.
+-- and no range straddles it. is_final is what is_final() answers, losses
+-- included. A derived table has no facts of its own: its periods are never
+-- covered nor exact, and their counts are NULL (unknown), so the release
+-- gate checks that they are final and cannot confirm an empty one.
 CREATE OR REPLACE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint,
@@ -258,14 +267,21 @@ AS $$
 #variable_conflict use_column
 DECLARE
     tt @extschema@.tracked_table;
-    until timestamptz;
+    wm @extschema@.watermark;
     covered_after timestamptz;
 BEGIN
     PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
     PERFORM @extschema@._require(to_time, 'to_time');
     tt := @extschema@._tracked(changes_by_period.table_name);
-    SELECT w.finalized_until INTO until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind = 'derived' THEN
+        RETURN QUERY
+        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g;
+        RETURN;
+    END IF;
     -- Facts count every commit after the end of the oldest range kept.
     SELECT min(f.end_commit_time) INTO covered_after
       FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
@@ -278,10 +294,13 @@ BEGIN
                    SELECT FROM @extschema@.fact e
                     WHERE e.table_id = tt.table_id AND e.event = 'resumed' AND e.detail ->> 'after' = 'data_loss'
                       AND coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity') < g.period_end
-                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.period_start) AS covered
+                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.period_start)
+               AND NOT EXISTS (
+                   SELECT FROM @extschema@.loss l
+                    WHERE l.table_id = tt.table_id AND l.lost_from < g.period_end AND l.lost_to >= g.period_start) AS covered
           FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
     SELECT p.ps, p.pe,
-           @extschema@._period_final(p.ps, tt.granularity, until),
+           @extschema@._final(tt, wm, p.ps),
            p.covered,
            coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
@@ -301,6 +320,8 @@ BEGIN
      ORDER BY p.ps;
 END
 $$;
+COMMENT ON FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz) IS
+    'Rows inserted, updated and deleted per period, from the recorded facts';
 
 -- 4. The write path in steps: _record_range checks the arguments
 -- (_check_range_args, which locks the table's verdict as before), the chain
@@ -339,6 +360,11 @@ BEGIN
     PERFORM @extschema@._require(updates, 'updates');
     PERFORM @extschema@._require(deletes, 'deletes');
     tt := @extschema@._lock_tracked(_check_range_args.table_id);
+    IF tt.kind = 'derived' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so no range can be recorded', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server source: its verdict follows its inputs and the jobs that report with finalize.report_processed().';
+    END IF;
     IF inserts < 0 OR updates < 0 OR deletes < 0 THEN
         RAISE EXCEPTION 'invalid row counts for table "%": inserts %, updates %, deletes %',
                         tt.table_name, inserts, updates, deletes
@@ -507,8 +533,10 @@ $$;
 
 -- The write path itself, by table id (the worker's way; record_range is the
 -- same by name): the arguments are checked (and the table's verdict locked),
--- the range must chain onto the recorded ones, its fact is stored and the
--- verdict advances, all in the caller's transaction.
+-- the range must chain onto the recorded ones, its fact is stored, the
+-- source verdict moves and _advance moves the verdict (and the derived
+-- tables that use it) as far as the consumers allow, all in the caller's
+-- transaction.
 CREATE OR REPLACE FUNCTION @extschema@._record_range(
     table_id          bigint,
     start_lsn         text,
@@ -532,7 +560,6 @@ DECLARE
     e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
     tt    @extschema@.tracked_table;
     wm    @extschema@.watermark;
-    new_until timestamptz;
 BEGIN
     tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                         first_commit_time, last_commit_time, event);
@@ -544,26 +571,13 @@ BEGIN
     PERFORM @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                           first_commit_time, last_commit_time, capture_instance, event, detail);
 
-    new_until := GREATEST(wm.finalized_until,
-                          @extschema@.period_start(end_commit_time, tt.granularity));
     UPDATE @extschema@.watermark w
-       SET finalized_until = new_until,
+       SET source_until = GREATEST(w.source_until, @extschema@.period_start(end_commit_time, tt.granularity)),
            offset_lsn = e,
            offset_commit_time = end_commit_time,
-           recorded_at = now(),
-           advanced_at = CASE WHEN new_until IS DISTINCT FROM wm.finalized_until
-                              THEN now() ELSE w.advanced_at END
+           recorded_at = now()
      WHERE w.table_id = tt.table_id;
-
-    IF new_until IS DISTINCT FROM wm.finalized_until THEN
-        PERFORM pg_notify('finalize', json_build_object(
-            'table', tt.table_name,
-            'old', @extschema@._utc_iso(wm.finalized_until),
-            'new', @extschema@._utc_iso(new_until),
-            'lsn', e,
-            'commit_time', @extschema@._utc_iso(end_commit_time))::text);
-    END IF;
-    RETURN new_until;
+    RETURN @extschema@._advance(tt.table_id);
 END
 $$;
 
@@ -580,6 +594,1462 @@ REVOKE ALL ON FUNCTION
     @extschema@._store_range_fact(bigint, @extschema@.lsn, @extschema@.lsn, timestamptz, bigint, bigint, bigint,
                                   timestamptz, timestamptz, text, text, jsonb)
     FROM PUBLIC;
+
+-- 6. Pipelines and derived tables (issue 12, docs/design/pipelines.md): the
+-- verdict is the least of the source verdict and the verdicts of a table's
+-- required consumers, derived tables follow their inputs, and lost data is
+-- not final until acknowledged. One function moves a verdict (_advance).
+
+-- The role of pipelines that report their progress.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'finalize_pipeline') THEN
+        CREATE ROLE finalize_pipeline NOLOGIN;
+    END IF;
+END
+$roles$;
+GRANT finalize_reader TO finalize_pipeline;
+GRANT finalize_pipeline TO finalize_admin;
+GRANT USAGE ON SCHEMA @extschema@ TO finalize_pipeline;
+
+-- Tracked tables of kind derived have no source; the source verdict is a
+-- column of its own; losses are acknowledged with an event fact.
+ALTER TABLE @extschema@.tracked_table
+    ALTER COLUMN server_name DROP NOT NULL,
+    ALTER COLUMN source_schema DROP NOT NULL,
+    ALTER COLUMN source_name DROP NOT NULL,
+    ADD COLUMN kind text NOT NULL DEFAULT 'source'
+        CONSTRAINT tracked_table_kind_check CHECK (kind IN ('source', 'derived')),
+    ADD CONSTRAINT tracked_table_source_check
+        CHECK ((kind = 'source') = (server_name IS NOT NULL AND source_schema IS NOT NULL AND source_name IS NOT NULL));
+COMMENT ON COLUMN @extschema@.tracked_table.kind IS
+    'source: fed by a SQL Server table through the worker; derived: computed from other tracked tables (finalize.track_derived)';
+ALTER TABLE @extschema@.watermark
+    ADD COLUMN source_until timestamptz,
+    ADD COLUMN loss_blocked boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN @extschema@.watermark.source_until IS
+    'The source verdict: for a tracked table what SQL Server has captured (period start of the last range''s commit time), for a derived one the period start of its inputs'' least finalized_until; finalized_until is at most this and every required consumer''s verdict';
+COMMENT ON COLUMN @extschema@.watermark.loss_blocked IS
+    'True while the table or one of its inputs (transitively) has a loss not covered by acknowledgements: then finalize._loss_blocks() decides whether a period is final';
+ALTER TABLE @extschema@.fact
+    DROP CONSTRAINT fact_event_check,
+    ADD CONSTRAINT fact_event_check
+        CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch',
+                         'data_loss', 'schema_blocked', 'resume_requested', 'resumed',
+                         'loss_acknowledged'));
+
+-- The inputs of each derived table: a DAG (finalize.track_derived refuses
+-- cycles). A derived table is final for a period only when every input is.
+CREATE TABLE @extschema@.derived_input (
+    table_id   bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    input_id   bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    PRIMARY KEY (table_id, input_id),
+    CHECK (table_id <> input_id)
+);
+COMMENT ON TABLE @extschema@.derived_input IS
+    'The inputs (tracked or derived tables) of each derived table';
+-- An input's advance finds the derived tables that use it.
+CREATE INDEX derived_input_input_idx ON @extschema@.derived_input (input_id);
+
+-- The pipelines that write a table. A required consumer caps the verdict
+-- with its own: on a tracked table the commit time of the LSN it reported
+-- (report_progress), as the worker resolved it on SQL Server; on a derived
+-- table the input watermark it processed (report_processed).
+CREATE TABLE @extschema@.consumer (
+    table_id          bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    consumer          text COLLATE "C" NOT NULL
+                      CHECK (length(consumer) BETWEEN 1 AND 255),
+    required          boolean NOT NULL DEFAULT true,
+    reporter          regrole,
+    reported_lsn      @extschema@.lsn,
+    reported_at       timestamptz,
+    processed_until   timestamptz,
+    resolved_for_lsn  @extschema@.lsn,
+    mapped_lsn        @extschema@.lsn,
+    commit_time       timestamptz,
+    resolved_at       timestamptz,
+    condition         text
+                      CONSTRAINT consumer_condition_check
+                      CHECK (condition IN ('consumer_stalled')),
+    condition_since   timestamptz,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    created_by        name NOT NULL,
+    PRIMARY KEY (table_id, consumer)
+);
+COMMENT ON TABLE @extschema@.consumer IS
+    'Pipelines that write a table; a required one holds the verdict until it has applied (or processed) a period';
+COMMENT ON COLUMN @extschema@.consumer.reporter IS
+    'Only members of this role (and finalize_admin) may report for the consumer; NULL lets any finalize_pipeline member report';
+COMMENT ON COLUMN @extschema@.consumer.reported_lsn IS
+    'Tracked tables: every change with commit LSN at or below it is durably in the lake (finalize.report_progress)';
+COMMENT ON COLUMN @extschema@.consumer.processed_until IS
+    'Derived tables: the input watermark the consumer''s job has fully processed (finalize.report_processed)';
+COMMENT ON COLUMN @extschema@.consumer.commit_time IS
+    'Commit time of mapped_lsn, the greatest mapping row at or below min(reported LSN, max LSN) when the worker resolved resolved_for_lsn: every commit before it is applied';
+
+-- Commit-time ranges lost to CDC retention (or a dropped capture instance)
+-- before the worker read them: [lost_from, lost_to], both included, and the
+-- LSN range (from_lsn, to_lsn]. A period that intersects one is not final
+-- until acknowledgements recorded after the loss cover it.
+CREATE TABLE @extschema@.loss (
+    loss_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    table_id    bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    fact_id     bigint REFERENCES @extschema@.fact ON DELETE SET NULL,
+    lost_from   timestamptz NOT NULL,
+    lost_to     timestamptz NOT NULL,
+    from_lsn    @extschema@.lsn,
+    to_lsn      @extschema@.lsn,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    CHECK (lost_from <= lost_to)
+);
+COMMENT ON TABLE @extschema@.loss IS
+    'Commit-time ranges whose changes were lost before finalize read them; their periods are not final until acknowledged';
+COMMENT ON COLUMN @extschema@.loss.fact_id IS
+    'The data_loss event fact (NULL once retention removed it; the loss stays)';
+CREATE INDEX loss_table_idx ON @extschema@.loss (table_id);
+
+-- Acknowledgements of losses (finalize.acknowledge_loss): the periods in
+-- [period_from, period_to) count as repaired for the losses recorded before.
+CREATE TABLE @extschema@.loss_ack (
+    ack_id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    table_id         bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    period_from      timestamptz NOT NULL,
+    period_to        timestamptz NOT NULL,
+    note             text NOT NULL,
+    acknowledged_by  name NOT NULL,
+    acknowledged_at  timestamptz NOT NULL DEFAULT now(),
+    CHECK (period_from < period_to)
+);
+COMMENT ON TABLE @extschema@.loss_ack IS
+    'Acknowledged losses: who said the periods in [period_from, period_to) were repaired (for example re-snapshotted), when and why';
+CREATE INDEX loss_ack_table_idx ON @extschema@.loss_ack (table_id);
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.derived_input', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.consumer', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_ack', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_loss_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_ack_ack_id_seq', '');
+
+-- A verdict's cached answers also depend on consumers, inputs and losses.
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.consumer
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.derived_input
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.loss
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.loss_ack
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+
+-- A reported LSN in the stored form: 0x and 20 hex digits, or Debezium's
+-- source.commit_lsn (0000002d:00000f2a:0002), which is the same 10 bytes;
+-- anything else is an error (22023), never a guess (common/lsn_sql.c).
+CREATE FUNCTION @extschema@._lsn_normalize(lsn text)
+RETURNS @extschema@.lsn
+AS 'MODULE_PATHNAME', 'finalize_lsn_normalize'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- The names of the tracked derived tables that use a table as an input.
+CREATE FUNCTION @extschema@._dependents(table_id bigint)
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(array_agg(t.table_name ORDER BY t.table_name), '{}')
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+     WHERE d.input_id = _dependents.table_id AND t.untracked_at IS NULL;
+END;
+
+-- untrack_table gains cascade (the two-argument calls still work).
+DROP FUNCTION @extschema@.untrack_table(text, boolean);
+
+-- Stops tracking a table. A derived table that uses it would stop for
+-- ever, so that is refused unless cascade, which first untracks those
+-- derived tables (and the ones using them) the same way.
+CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
+                                          cascade boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    id bigint;
+    users text[];
+    dependent text;
+BEGIN
+    PERFORM @extschema@._require(untrack_table.table_name, 'table_name');
+    PERFORM @extschema@._require(keep_facts, 'keep_facts');
+    PERFORM @extschema@._require(untrack_table.cascade, 'cascade');
+    SELECT t.table_id INTO id
+      FROM @extschema@.tracked_table t
+     WHERE t.table_name = untrack_table.table_name AND t.untracked_at IS NULL
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(untrack_table.table_name);
+    END IF;
+    users := @extschema@._dependents(id);
+    IF cardinality(users) > 0 AND NOT untrack_table.cascade THEN
+        RAISE EXCEPTION 'table "%" is an input of derived %', untrack_table.table_name,
+                        (SELECT CASE WHEN count(*) > 1 THEN 'tables ' ELSE 'table ' END
+                                || string_agg(format('"%s"', u), ', ') FROM unnest(users) AS u)
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'A derived table is final only as far as its inputs are: without this input its verdict would stop for ever.',
+                  HINT = format('Untrack the derived tables first, or call finalize.untrack_table(%L, cascade => true) to untrack them too.',
+                                untrack_table.table_name);
+    END IF;
+    FOREACH dependent IN ARRAY users LOOP
+        PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
+        RAISE NOTICE 'derived table "%" is untracked too: it used table "%"', dependent, untrack_table.table_name;
+    END LOOP;
+    IF keep_facts THEN
+        UPDATE @extschema@.tracked_table SET untracked_at = now() WHERE table_id = id;
+    ELSE
+        DELETE FROM @extschema@.tracked_table WHERE table_id = id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.untrack_table(text, boolean, boolean) IS
+    'Stop tracking a table; its facts stay until retention removes them unless keep_facts is false; cascade untracks the derived tables that use it';
+
+-- Changes how a tracked table is handled; NULL keeps a setting.
+CREATE OR REPLACE FUNCTION @extschema@.alter_tracked_table(
+    table_name   text,
+    granularity  interval DEFAULT NULL,
+    ddl_policy   text DEFAULT NULL,
+    on_data_loss text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint;
+    kind text;
+BEGIN
+    PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._check_granularity(granularity, 'granularity');
+    END IF;
+    IF ddl_policy IS NOT NULL THEN
+        PERFORM @extschema@._check_ddl_policy(ddl_policy);
+    END IF;
+    IF on_data_loss IS NOT NULL THEN
+        PERFORM @extschema@._check_on_data_loss(on_data_loss);
+    END IF;
+    SELECT t.table_id, t.kind INTO id, kind FROM @extschema@.tracked_table t
+     WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+    END IF;
+    IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity can be changed', alter_tracked_table.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'ddl_policy and on_data_loss say how the worker reads a SQL Server table; a derived table has none.';
+    END IF;
+    -- The verdict stays valid under any granularity: it is an instant before
+    -- which every commit is captured; only later advances use the new one.
+    UPDATE @extschema@.tracked_table t
+       SET granularity = coalesce(alter_tracked_table.granularity, t.granularity),
+           ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
+           on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss)
+     WHERE t.table_id = id;
+    -- Which periods a loss holds depends on the granularity; a derived
+    -- table's verdict may move at once under a finer one.
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._refresh_loss_blocked(id);
+        IF kind = 'derived' THEN
+            PERFORM @extschema@._advance(id);
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text) IS
+    'Change the granularity, DDL policy or data-loss policy of a tracked table (only the granularity of a derived one)';
+
+-- The verdict of one consumer: the period start of the commit time it has
+-- applied up to (a tracked table's consumer, as the worker resolved its
+-- LSN) or of the input watermark its job processed (a derived table's);
+-- NULL while it has none.
+CREATE FUNCTION @extschema@._consumer_until(kind text, granularity interval,
+                                            commit_time timestamptz, processed_until timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE processed_until END, granularity);
+
+-- The verdict a table may have now: the least of its source verdict and
+-- its required consumers' verdicts, or NULL (no advance) when any of them
+-- is NULL: a consumer that has not reported holds everything.
+CREATE FUNCTION @extschema@._effective_until(tt @extschema@.tracked_table, source_until timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    unreported boolean;
+    least_consumer timestamptz;
+BEGIN
+    SELECT bool_or(x.until IS NULL), min(x.until) INTO unreported, least_consumer
+      FROM (SELECT @extschema@._consumer_until(tt.kind, tt.granularity, c.commit_time, c.processed_until) AS until
+              FROM @extschema@.consumer c
+             WHERE c.table_id = tt.table_id AND c.required) AS x;
+    IF source_until IS NULL OR unreported THEN
+        RETURN NULL;
+    END IF;
+    RETURN LEAST(source_until, least_consumer);
+END
+$$;
+
+-- The source verdict of a derived table: the period start of its inputs'
+-- least finalized_until, NULL while any input has none.
+CREATE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.finalized_until)
+                THEN @extschema@.period_start(min(w.finalized_until), _inputs_until.granularity) END
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     WHERE d.table_id = _inputs_until.table_id;
+END;
+
+-- The payload of an advance on channel "finalize": the table, the old and
+-- new verdicts, the offset of its facts (LSN and commit time, null for a
+-- derived table), and "kind": "derived" for a derived table only, so that a
+-- tracked table's payload stays what it always was.
+CREATE FUNCTION @extschema@._advance_payload(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                             new_until timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN (tt).kind = 'source'
+            THEN json_build_object('table', (tt).table_name,
+                                   'old', @extschema@._utc_iso((wm).finalized_until),
+                                   'new', @extschema@._utc_iso(new_until),
+                                   'lsn', (wm).offset_lsn,
+                                   'commit_time', @extschema@._utc_iso((wm).offset_commit_time))::text
+            ELSE json_build_object('table', (tt).table_name,
+                                   'old', @extschema@._utc_iso((wm).finalized_until),
+                                   'new', @extschema@._utc_iso(new_until),
+                                   'lsn', (wm).offset_lsn,
+                                   'commit_time', @extschema@._utc_iso((wm).offset_commit_time),
+                                   'kind', (tt).kind)::text END;
+
+-- The one function that moves a verdict: locks the table's verdict, takes a
+-- derived table's source verdict from its inputs, then sets finalized_until
+-- to the greatest of its old value and _effective_until, with a NOTIFY on
+-- channel "finalize" when it moved, and lets every derived table that uses
+-- this one follow in the same transaction. The inputs form a DAG
+-- (track_derived refuses cycles), so the recursion ends. Returns
+-- finalized_until, NULL for a table no longer tracked.
+CREATE FUNCTION @extschema@._advance(table_id bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(table_id, false);
+    wm @extschema@.watermark;
+    from_inputs timestamptz;
+    new_until timestamptz;
+    dependent bigint;
+BEGIN
+    IF tt.table_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF tt.kind = 'derived' THEN
+        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity);
+        UPDATE @extschema@.watermark w SET source_until = from_inputs
+         WHERE w.table_id = tt.table_id AND from_inputs > coalesce(w.source_until, '-infinity');
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    new_until := GREATEST(wm.finalized_until, @extschema@._effective_until(tt, wm.source_until));
+    IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        RETURN new_until;
+    END IF;
+    UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
+     WHERE w.table_id = tt.table_id;
+    PERFORM pg_notify('finalize', @extschema@._advance_payload(tt, wm, new_until));
+    FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
+                       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                      WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
+                      ORDER BY d.table_id LOOP
+        PERFORM @extschema@._advance(dependent);
+    END LOOP;
+    RETURN new_until;
+END
+$$;
+
+-- The table and its inputs, transitively (a derived table inherits their
+-- losses).
+CREATE FUNCTION @extschema@._lineage(table_id bigint)
+RETURNS TABLE (member_id bigint, member_granularity interval)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE up(id) AS (
+        SELECT _lineage.table_id
+        UNION
+        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT t.table_id, t.granularity FROM up JOIN @extschema@.tracked_table t ON t.table_id = up.id;
+END;
+
+-- Whether the acknowledgements of a table recorded after a loss (since)
+-- cover every instant of [s, e); adjacent or overlapping ones join.
+CREATE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    reach timestamptz := s;
+    further timestamptz;
+BEGIN
+    WHILE reach < e LOOP
+        SELECT max(a.period_to) INTO further FROM @extschema@.loss_ack a
+         WHERE a.table_id = table_id AND a.acknowledged_at > since
+           AND a.period_from <= reach AND a.period_to > reach;
+        IF further IS NULL THEN
+            RETURN false;
+        END IF;
+        reach := further;
+    END LOOP;
+    RETURN true;
+END
+$$;
+
+-- The losses (of the table or of an input, transitively) that hold the
+-- period [period_start, period_end): they intersect it, and the periods of
+-- their own table that they share with it are not all acknowledged.
+CREATE FUNCTION @extschema@._open_losses(table_id bigint, period_start timestamptz, period_end timestamptz)
+RETURNS SETOF @extschema@.loss
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT l.*
+      FROM @extschema@._lineage(_open_losses.table_id) AS x
+      JOIN @extschema@.loss l ON l.table_id = x.member_id
+     WHERE l.lost_from < _open_losses.period_end AND l.lost_to >= _open_losses.period_start
+       AND NOT @extschema@._acked(x.member_id,
+               @extschema@.period_start(GREATEST(_open_losses.period_start, l.lost_from), x.member_granularity),
+               @extschema@.period_end(LEAST(_open_losses.period_end - interval '1 microsecond', l.lost_to),
+                                      x.member_granularity),
+               l.created_at)
+     ORDER BY l.loss_id;
+END;
+
+-- Whether a loss holds the period [period_start, period_end) of a table
+-- (see _open_losses). The C sensors ask it (as the extension's owner) only
+-- while watermark.loss_blocked is set.
+CREATE FUNCTION @extschema@._loss_blocks(table_id bigint, period_start timestamptz, period_end timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN EXISTS (SELECT FROM @extschema@._open_losses(table_id, period_start, period_end));
+
+-- Whether the table or an input (transitively) has a loss whose periods
+-- the acknowledgements recorded after it do not all cover.
+CREATE FUNCTION @extschema@._has_open_loss(table_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN EXISTS (
+    SELECT FROM @extschema@._lineage(table_id) AS x
+      JOIN @extschema@.loss l ON l.table_id = x.member_id
+     WHERE NOT @extschema@._acked(x.member_id,
+               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, x.member_granularity)
+                    ELSE l.lost_from END,
+               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, x.member_granularity)
+                    ELSE l.lost_to END,
+               l.created_at));
+
+-- Recomputes watermark.loss_blocked of a table and of every derived table
+-- that uses it (transitively): after a loss, an acknowledgement, a new
+-- derived table or a new granularity.
+CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE down(id) AS (
+        SELECT _refresh_loss_blocked.table_id
+        UNION
+        SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id),
+    flags AS (
+        SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
+    UPDATE @extschema@.watermark w SET loss_blocked = f.blocked
+      FROM flags f
+     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked;
+END;
+
+-- Whether the period starting at period_start is final for the table, as
+-- the sensors answer it: the watermark has passed it (_period_final, the
+-- C rule of is_final) and no loss holds it.
+CREATE FUNCTION @extschema@._final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                   period_start timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._period_final(period_start, (tt).granularity, (wm).finalized_until)
+   AND NOT ((wm).loss_blocked
+            AND @extschema@._loss_blocks((tt).table_id, period_start,
+                                         @extschema@.period_end(period_start, (tt).granularity)));
+
+-- Checks the name of a new consumer: the pipeline's name, 1 to 255
+-- characters, not only spaces.
+CREATE FUNCTION @extschema@._check_consumer_name(consumer text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    IF consumer !~ '\S' OR length(consumer) > 255 THEN
+        RAISE EXCEPTION 'invalid value for argument consumer: "%"', consumer
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer is named after the pipeline that writes the table (for example spark-orders): 1 to 255 characters, not only spaces.';
+    END IF;
+END
+$$;
+
+-- The body of finalize.add_consumer: declares a pipeline that writes the
+-- table. A required one holds the verdict from now on (what was final
+-- stays final); reporter, when given, is the only role (with
+-- finalize_admin) that may report for it.
+CREATE FUNCTION @extschema@._add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT true,
+    reporter regrole DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+BEGIN
+    PERFORM @extschema@._check_consumer_name(consumer);
+    PERFORM @extschema@._require(required, 'required');
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    BEGIN
+        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, created_by)
+        VALUES (tt.table_id, consumer, required, reporter, caller);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" already exists', consumer, tt.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Drop it first with finalize.drop_consumer(), or choose another name.';
+    END;
+    IF reporter IS NOT NULL AND NOT pg_has_role(reporter::oid, 'finalize_pipeline'::name, 'MEMBER') THEN
+        RAISE NOTICE 'role % cannot report for consumer "%" of table "%" yet', reporter, consumer, tt.table_name
+            USING DETAIL = 'Reporting takes EXECUTE on finalize.report_progress() or finalize.report_processed(), which role finalize_pipeline has.',
+                  HINT = format('GRANT finalize_pipeline TO %s;', reporter);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.add_consumer(
+    table_name text,
+    consumer text,
+    required boolean DEFAULT true,
+    reporter regrole DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
+    'Declare a pipeline that writes a table; a required one holds the verdict until it reports that it applied a period';
+
+-- The body of finalize.drop_consumer: forgets a consumer (the verdict may
+-- then move at once). Returns whether it existed.
+CREATE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM @extschema@._advance(tt.table_id);
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION @extschema@.drop_consumer(table_name text, consumer text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.drop_consumer(text, text) IS
+    'Forget a pipeline of a table (the verdict no longer waits for it); returns whether it existed';
+
+-- The consumer of a table a caller reports for, locked for the report:
+-- it must exist, and the caller must be a member of its reporter role (any
+-- caller when it has none) or of finalize_admin. The errors name both.
+CREATE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text)
+RETURNS @extschema@.consumer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    c @extschema@.consumer;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    SELECT x.* INTO c FROM @extschema@.consumer x
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('An admin declares it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    END IF;
+    IF c.reporter IS NOT NULL AND NOT pg_has_role(caller, 'finalize_admin'::name, 'MEMBER')
+       AND NOT pg_has_role(caller, c.reporter::oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Only members of role %s, the consumer''s reporter, and of finalize_admin may report for it; role %s is neither.',
+                                  c.reporter, caller),
+                  HINT = format('If %s runs this pipeline, an admin can run GRANT %s TO %s;', caller, c.reporter, caller);
+    END IF;
+    RETURN c;
+END
+$$;
+
+-- A reported LSN in the stored form (the C parser accepts finalize's form
+-- and Debezium's); the error names the argument, the consumer and the table.
+CREATE FUNCTION @extschema@._reported_lsn(lsn text, tt @extschema@.tracked_table, consumer text)
+RETURNS @extschema@.lsn
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    message text;
+    detail text;
+BEGIN
+    PERFORM @extschema@._require(lsn, 'lsn');
+    RETURN @extschema@._lsn_normalize(lsn);
+EXCEPTION WHEN invalid_parameter_value THEN
+    GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL;
+    RAISE EXCEPTION 'invalid value for argument lsn of consumer "%" of table "%": %', consumer, tt.table_name, message
+        USING ERRCODE = 'invalid_parameter_value', DETAIL = detail;
+END
+$$;
+
+-- The body of finalize.report_progress: a consumer of a tracked table has
+-- durably applied every change with commit LSN at or below lsn. A lower or
+-- equal LSN (a replay) changes nothing and says so; the worker resolves a
+-- new one to a commit time on its next cycle, which may advance the
+-- verdict. Returns whether the report moved.
+CREATE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reported @extschema@.lsn;
+    c @extschema@.consumer;
+BEGIN
+    IF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so its consumers report with finalize.report_processed()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has fully processed.',
+                  HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name, consumer);
+    END IF;
+    reported := @extschema@._reported_lsn(lsn, tt, consumer);
+    c := @extschema@._reporting_consumer(caller, tt, consumer);
+    IF reported <= c.reported_lsn THEN
+        RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
+                     c.reported_lsn, reported
+            USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.consumer x SET reported_lsn = reported, reported_at = now()
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION @extschema@.report_progress(table_name text, consumer text, lsn text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.report_progress(text, text, text) IS
+    'A pipeline has durably applied every change with commit LSN at or below lsn (0x and 20 hex digits, or Debezium''s commit_lsn); returns whether it moved';
+
+-- The body of finalize.report_processed: a consumer of a derived table has
+-- fully processed its inputs up to processed_until. An earlier or equal
+-- time changes nothing and says so; a later one advances the verdict in
+-- this transaction as far as the inputs allow. Returns whether it moved.
+CREATE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
+                                              processed_until timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    c @extschema@.consumer;
+BEGIN
+    IF tt.kind <> 'derived' THEN
+        RAISE EXCEPTION 'table "%" is fed by SQL Server, so its consumers report with finalize.report_progress()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A consumer of a tracked table reports the commit LSN it has applied; report_processed takes the input watermark of a derived table''s job, and a time is never read as an LSN.',
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name, consumer);
+    END IF;
+    PERFORM @extschema@._require(processed_until, 'processed_until');
+    IF NOT isfinite(processed_until) THEN
+        RAISE EXCEPTION 'invalid value for argument processed_until: "%"', processed_until
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer reports the input watermark its job has fully processed: a finite time.';
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    c := @extschema@._reporting_consumer(caller, tt, consumer);
+    IF processed_until <= c.processed_until THEN
+        RAISE NOTICE 'consumer "%" of table "%" already reported it processed its inputs until %; % is ignored',
+                     consumer, tt.table_name, c.processed_until, processed_until
+            USING DETAIL = 'Reports only move forward (a rerun may report an older watermark again), so nothing changed.';
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.consumer x SET processed_until = _report_processed.processed_until, reported_at = now()
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    PERFORM @extschema@._advance(tt.table_id);
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION @extschema@.report_processed(table_name text, consumer text, processed_until timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.report_processed(text, text, timestamptz) IS
+    'A derived table''s job has fully processed its inputs up to processed_until; returns whether it moved';
+
+-- The ids of a derived table's inputs, in the order given, each an active
+-- tracked or derived table locked against untracking (FOR SHARE, which
+-- untrack_table's lock waits for); the errors name the input.
+CREATE FUNCTION @extschema@._derived_inputs(table_name text, inputs text[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[] := '{}';
+    input text;
+    id bigint;
+BEGIN
+    PERFORM @extschema@._require(inputs, 'inputs');
+    IF cardinality(inputs) = 0 OR array_position(inputs, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid value for argument inputs: %', inputs
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A derived table needs at least one input, each the name of a tracked or derived table.';
+    END IF;
+    FOREACH input IN ARRAY inputs LOOP
+        IF input = table_name THEN
+            RAISE EXCEPTION 'derived table "%" cannot be its own input', table_name
+                USING ERRCODE = 'invalid_object_definition';
+        END IF;
+        SELECT t.table_id INTO id FROM @extschema@.tracked_table t
+         WHERE t.table_name = input AND t.untracked_at IS NULL FOR SHARE;
+        IF NOT FOUND THEN
+            PERFORM @extschema@._not_tracked(input);
+        ELSIF id = ANY (ids) THEN
+            RAISE EXCEPTION 'input "%" is listed twice', input
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        ids := ids || id;
+    END LOOP;
+    RETURN ids;
+END
+$$;
+
+-- Refuses inputs that use a table of this name (transitively): the
+-- derived table would depend on itself. Inputs are fixed when a derived
+-- table is created, so with this check the inputs always form a DAG.
+CREATE FUNCTION @extschema@._check_no_cycle(table_name text, input_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    via text;
+BEGIN
+    WITH RECURSIVE up(id, via) AS (
+        SELECT t.table_id, t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = ANY (input_ids)
+        UNION
+        SELECT d.input_id, up.via FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT min(up.via) INTO via FROM up JOIN @extschema@.tracked_table t ON t.table_id = up.id
+     WHERE t.table_name = table_name AND t.untracked_at IS NULL;
+    IF via IS NOT NULL THEN
+        RAISE EXCEPTION 'derived table "%" would depend on itself through its input "%"', table_name, via
+            USING ERRCODE = 'invalid_object_definition',
+                  DETAIL = format('Table "%s" is derived (directly or through other derived tables) from "%s": the inputs of derived tables must not form a cycle.',
+                                  via, table_name),
+                  HINT = 'Choose other inputs, or another name for the new table.';
+    END IF;
+END
+$$;
+
+-- The body of finalize.track_derived: a lake table computed from tracked
+-- or derived tables. Its granularity defaults to the coarsest input's; its
+-- verdict (the period start of its inputs' least verdict, capped by its
+-- required consumers) is computed at once and follows every input advance
+-- in the same transaction. Returns its id.
+CREATE FUNCTION @extschema@._track_derived(
+    caller name,
+    table_name text,
+    inputs text[],
+    granularity interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    g interval;
+    new_id bigint;
+BEGIN
+    PERFORM @extschema@._require(table_name, 'table_name');
+    IF table_name !~ '\S' OR length(table_name) > 255 THEN
+        RAISE EXCEPTION 'invalid value for argument table_name: "%"', table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A tracked table name is the name consumers use (for example sales.daily_revenue): 1 to 255 characters, not only spaces.';
+    END IF;
+    ids := @extschema@._derived_inputs(table_name, inputs);
+    PERFORM @extschema@._check_no_cycle(table_name, ids);
+    g := coalesce(granularity, (SELECT max(t.granularity) FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)));
+    PERFORM @extschema@._check_granularity(g, 'granularity');
+    BEGIN
+        INSERT INTO @extschema@.tracked_table (table_name, kind, granularity, created_by)
+        VALUES (table_name, 'derived', g, caller)
+        RETURNING tracked_table.table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'table "%" is already tracked', table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
+    PERFORM @extschema@._refresh_loss_blocked(new_id);
+    PERFORM @extschema@._advance(new_id);
+    RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.track_derived(table_name text, inputs text[], granularity interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.track_derived(text, text[], interval) IS
+    'Track a lake table derived from tracked or derived tables: final for a period once its inputs and its required consumers are';
+
+-- Checks a bound of an acknowledged range: a period boundary of the table
+-- (or infinite), so that it names whole periods.
+CREATE FUNCTION @extschema@._check_period_bound(tt @extschema@.tracked_table, bound timestamptz, argname text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(bound, argname);
+    IF isfinite(bound) AND @extschema@.period_start(bound, tt.granularity) <> bound THEN
+        RAISE EXCEPTION 'invalid value for argument %: % is not a period boundary of table "%"', argname, bound, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its periods are %s long; an acknowledgement covers whole periods.', tt.granularity),
+                  HINT = format('Use %s or %s.', @extschema@.period_start(bound, tt.granularity),
+                                @extschema@.period_end(bound, tt.granularity));
+    END IF;
+END
+$$;
+
+-- The body of finalize.acknowledge_loss: an admin says the periods of
+-- [period_from, period_to) were repaired after the losses recorded so far
+-- (for example, the lake table was re-snapshotted); they no longer hold
+-- those periods, here and in the derived tables that use the table. A loss
+-- recorded later needs an acknowledgement of its own. Recorded with who,
+-- when and the note, also as an event fact. Returns how many losses the
+-- range (partly) covers.
+CREATE FUNCTION @extschema@._acknowledge_loss(
+    caller name,
+    table_name text,
+    period_from timestamptz,
+    period_to timestamptz,
+    note text)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    covered integer;
+BEGIN
+    IF tt.kind = 'derived' THEN
+        RAISE EXCEPTION 'table "%" is a derived table and has no losses of its own', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table holds the periods its inputs lost; it is released when the loss is acknowledged on the input that lost the data.',
+                  HINT = 'finalize.explain_verdict() on the derived table names that input.';
+    END IF;
+    PERFORM @extschema@._check_period_bound(tt, period_from, 'period_from');
+    PERFORM @extschema@._check_period_bound(tt, period_to, 'period_to');
+    IF period_to <= period_from THEN
+        RAISE EXCEPTION 'invalid range of periods from % to %', period_from, period_to
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'period_to must be after period_from.';
+    END IF;
+    PERFORM @extschema@._require(note, 'note');
+    IF note !~ '\S' THEN
+        RAISE EXCEPTION 'invalid value for argument note: it must say how the loss was repaired'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The note is kept with the acknowledgement, for example ''orders re-snapshotted from SQL Server on 2026-12-01, ticket DATA-123''.';
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT count(*) INTO covered FROM @extschema@.loss l
+     WHERE l.table_id = tt.table_id AND l.lost_from < period_to AND l.lost_to >= period_from;
+    -- clock_timestamp(): a loss recorded after this (under the same lock)
+    -- is never covered by it, even one whose transaction began earlier.
+    INSERT INTO @extschema@.loss_ack (table_id, period_from, period_to, note, acknowledged_by, acknowledged_at)
+    VALUES (tt.table_id, period_from, period_to, note, caller, clock_timestamp());
+    INSERT INTO @extschema@.fact (table_id, kind, event, detail)
+    VALUES (tt.table_id, 'event', 'loss_acknowledged',
+            jsonb_build_object('by', caller, 'note', note, 'losses', covered,
+                               'period_from', CASE WHEN isfinite(period_from) THEN @extschema@._utc_iso(period_from) ELSE period_from::text END,
+                               'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
+    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    IF covered = 0 THEN
+        RAISE NOTICE 'no loss of table "%" recorded so far intersects the periods from % to %', tt.table_name,
+                     period_from, period_to
+            USING DETAIL = 'The acknowledgement is kept, but it covers no loss recorded after it.';
+    END IF;
+    RETURN covered;
+END
+$$;
+
+CREATE FUNCTION @extschema@.acknowledge_loss(table_name text, period_from timestamptz, period_to timestamptz,
+                                             note text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text) IS
+    'Say that the periods of [period_from, period_to) were repaired after the losses recorded so far (for example re-snapshotted); returns how many losses it covers';
+
+-- The active tables of a source, with what the worker needs to plan them
+-- (one read per cycle); never a derived table, which has no source.
+CREATE OR REPLACE FUNCTION @extschema@._source_tables(server_name text)
+RETURNS TABLE (table_id bigint, table_name text, source_schema text, source_name text,
+               capture_instance text, start_at_capture boolean, offset_lsn text, resuming boolean,
+               ddl_block boolean, auto_resume boolean, offset_commit_time timestamptz,
+               schema_ack_lsn text, last_loss timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,
+           t.start_from = 'capture_start', w.offset_lsn, t.state = 'resuming',
+           t.ddl_policy = 'block', t.on_data_loss = 'resume', w.offset_commit_time,
+           w.schema_ack_lsn,
+           (SELECT max(f.recorded_at) FROM @extschema@.fact f
+             WHERE f.table_id = t.table_id AND f.event = 'data_loss')
+      FROM @extschema@.tracked_table t
+      JOIN @extschema@.watermark w ON w.table_id = t.table_id
+     WHERE t.server_name = _source_tables.server_name AND t.untracked_at IS NULL
+       AND t.kind = 'source' AND t.state IN ('active', 'resuming')
+     ORDER BY t.table_id;
+END;
+
+-- Restarts a table after a data loss, at new_offset (just below its capture
+-- instance's min LSN): records the lost LSN range as a "resumed" event and
+-- as a loss (the commit times from the offset before the restart to the
+-- new one), moves the offset and makes the table active again. The verdict
+-- is untouched: it moves again with the next range recorded, but the
+-- periods of the loss stay not final, here and in the derived tables that
+-- use this one, until finalize.acknowledge_loss() covers them.
+CREATE OR REPLACE FUNCTION @extschema@._resume_after_loss(
+    table_id         bigint,
+    new_offset       text,
+    new_offset_time  timestamptz,
+    capture_instance text,
+    automatic        boolean,
+    detail           jsonb)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    wm @extschema@.watermark;
+    requested_by name;
+BEGIN
+    PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
+    SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
+     WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
+     ORDER BY f.fact_id DESC LIMIT 1;
+    INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+    VALUES (_resume_after_loss.table_id, 'event', 'resumed', wm.offset_lsn,
+            @extschema@._lsn_arg(new_offset, 'new_offset'), capture_instance,
+            detail || jsonb_build_object(
+                'after', 'data_loss',
+                'by', CASE WHEN automatic THEN 'finalize worker (on_data_loss = resume)' ELSE requested_by END,
+                'lost_from_lsn', wm.offset_lsn, 'lost_to_lsn', new_offset,
+                'lost_from_time', wm.offset_commit_time, 'lost_to_time', new_offset_time));
+    UPDATE @extschema@.watermark w
+       SET offset_lsn = @extschema@._lsn_arg(new_offset, 'new_offset'),
+           offset_commit_time = new_offset_time,
+           recorded_at = now()
+     WHERE w.table_id = _resume_after_loss.table_id;
+    UPDATE @extschema@.tracked_table t
+       SET state = 'active', state_detail = NULL, state_since = now(),
+           capture_instance = coalesce(_resume_after_loss.capture_instance, t.capture_instance)
+     WHERE t.table_id = _resume_after_loss.table_id;
+    PERFORM @extschema@._record_loss(_resume_after_loss.table_id, wm, new_offset, new_offset_time);
+END
+$$;
+
+-- Records the loss of a restart: the commit times from the offset before
+-- it (or -infinity) to the restart's (or infinity), in either order, and
+-- the lost LSN range, linked to the table's latest data_loss fact; then
+-- flags the table and its derived tables. clock_timestamp(): only an
+-- acknowledgement made after this covers it (see _acked).
+CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
+                                         new_offset text, new_offset_time timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    lost_from timestamptz := coalesce(prior.offset_commit_time, '-infinity');
+    lost_to timestamptz := coalesce(new_offset_time, 'infinity');
+BEGIN
+    INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
+    VALUES (table_id,
+            (SELECT max(f.fact_id) FROM @extschema@.fact f
+              WHERE f.table_id = _record_loss.table_id AND f.event = 'data_loss'),
+            LEAST(lost_from, lost_to), GREATEST(lost_from, lost_to),
+            prior.offset_lsn, @extschema@._lsn_arg(new_offset, 'new_offset'), clock_timestamp());
+    PERFORM @extschema@._refresh_loss_blocked(table_id);
+END
+$$;
+
+-- The consumers of a source's active tracked tables that have reported an
+-- LSN, read by its worker with the tables: it resolves each reported LSN
+-- to a commit time on SQL Server (nothing to do when resolved_for_lsn is
+-- the reported LSN).
+CREATE FUNCTION @extschema@._source_consumers(server_name text)
+RETURNS TABLE (table_id bigint, consumer text, reported_lsn @extschema@.lsn, resolved_for_lsn @extschema@.lsn)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c.table_id, c.consumer, c.reported_lsn, c.resolved_for_lsn
+      FROM @extschema@.consumer c
+      JOIN @extschema@.tracked_table t ON t.table_id = c.table_id
+     WHERE t.server_name = _source_consumers.server_name AND t.untracked_at IS NULL
+       AND t.kind = 'source' AND t.state IN ('active', 'resuming') AND c.reported_lsn IS NOT NULL
+     ORDER BY c.table_id, c.consumer;
+END;
+
+-- Stores what the worker resolved a consumer's LSN to: mapped_lsn, the
+-- greatest mapping row at or below for_lsn (itself at most the reported LSN
+-- and the cycle's max LSN), and its commit time; every commit before that
+-- time is applied. Ignored when the consumer no longer reports at least
+-- for_lsn (dropped, or added again lower, since the worker read it) or its
+-- table is gone; a commit time never moves back. Then the verdict may
+-- advance, in the worker's write transaction.
+CREATE FUNCTION @extschema@._consumer_resolved(
+    table_id    bigint,
+    consumer    text,
+    for_lsn     text,
+    mapped_lsn  text,
+    commit_time timestamptz)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    f @extschema@.lsn := @extschema@._lsn_arg(for_lsn, 'for_lsn');
+    m @extschema@.lsn := @extschema@._lsn_arg(mapped_lsn, 'mapped_lsn');
+    tt @extschema@.tracked_table;
+BEGIN
+    PERFORM @extschema@._require(f, 'for_lsn');
+    PERFORM @extschema@._require(m, 'mapped_lsn');
+    PERFORM @extschema@._require(commit_time, 'commit_time');
+    IF m > f THEN
+        RAISE EXCEPTION 'mapped LSN % lies above the LSN % it resolves', m, f
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer''s LSN resolves to the greatest mapping row at or below it.';
+    END IF;
+    tt := @extschema@._lock_tracked(table_id, false);
+    IF tt.table_id IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM @extschema@._check_commit_time(tt.table_name, 'commit_time', commit_time);
+    UPDATE @extschema@.consumer c
+       SET resolved_for_lsn = GREATEST(c.resolved_for_lsn, f),
+           mapped_lsn = CASE WHEN c.commit_time IS NULL OR commit_time > c.commit_time THEN m ELSE c.mapped_lsn END,
+           commit_time = GREATEST(c.commit_time, commit_time),
+           resolved_at = now()
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
+    IF FOUND THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+-- finalize.consumer_stall_threshold as an interval (no days: comparing it
+-- with now() - reported_at is exact in every session zone).
+CREATE FUNCTION @extschema@._consumer_stall_threshold()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_consumer_stall_threshold'
+LANGUAGE C STABLE;
+
+-- Once per successful cycle of a source, in its write transaction: a
+-- consumer of its tables (or of the derived tables that use them) that has
+-- not reported for finalize.consumer_stall_threshold while the table's
+-- source verdict is past the consumer's own is consumer_stalled. Entering
+-- the condition sends an alert on finalize_alert; reporting (or the source
+-- standing still) clears it. Writes only what changed.
+CREATE FUNCTION @extschema@._check_consumers(server_name text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    threshold interval := @extschema@._consumer_stall_threshold();
+    r record;
+BEGIN
+    FOR r IN
+        WITH RECURSIVE served(id) AS (
+            SELECT t.table_id FROM @extschema@.tracked_table t
+             WHERE t.server_name = _check_consumers.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+            UNION
+            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
+        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name,
+               w.source_until, x.until,
+               coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
+                        AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
+          FROM served
+          JOIN @extschema@.tracked_table t ON t.table_id = served.id AND t.untracked_at IS NULL
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+          JOIN @extschema@.consumer c ON c.table_id = t.table_id
+         CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, c.commit_time,
+                                                                 c.processed_until) AS until) x
+         ORDER BY c.table_id, c.consumer
+    LOOP
+        IF r.stalled AND r.condition IS NULL THEN
+            UPDATE @extschema@.consumer c SET condition = 'consumer_stalled', condition_since = now()
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+            PERFORM @extschema@._alert(jsonb_build_object('alert', 'consumer_stalled', 'table', r.table_name,
+                'consumer', r.consumer, 'reported_lsn', r.reported_lsn, 'reported_at', r.reported_at,
+                'consumer_until', r.until, 'source_until', r.source_until,
+                'detail', format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
+                                 r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until)));
+        ELSIF NOT r.stalled AND r.condition IS NOT NULL THEN
+            UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The same for sensors that wait on several tables: the least verdict
+-- (NULL if any is NULL), and whether the period is final for every table.
+-- The first name that is not tracked is the error. A literal name still
+-- calls the text versions (an unknown literal prefers the string type).
+CREATE FUNCTION @extschema@.finalized_until(table_names text[])
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_finalized_until_all'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.finalized_until(text[]) IS
+    'The least finalized_until of the tables: every period ending at or before it is complete in all of them';
+
+CREATE FUNCTION @extschema@.is_final(table_names text[], period_start timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_is_final_all'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.is_final(text[], timestamptz) IS
+    'True iff the period containing period_start is final in every one of the tables';
+
+-- Why the source verdict holds a period back, or NULL when it does not: for
+-- a tracked table how far SQL Server's capture has come, for a derived one
+-- which inputs are not final that far.
+CREATE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                            period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF @extschema@._period_final(period_start, tt.granularity, wm.source_until) THEN
+        RETURN NULL;
+    ELSIF tt.kind = 'derived' THEN
+        RETURN @extschema@._explain_inputs(tt.table_id, period_end);
+    ELSIF wm.offset_lsn IS NULL THEN
+        RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
+    ELSIF wm.offset_commit_time >= period_end THEN
+        RETURN format('the watermark only moves in whole periods and stands at %s', wm.source_until);
+    END IF;
+    RETURN format('SQL Server''s capture has reached %s (LSN %s), %s before the period ends',
+                  wm.offset_commit_time, wm.offset_lsn,
+                  CASE WHEN isfinite(period_end) THEN (period_end - wm.offset_commit_time)::text
+                       ELSE 'for ever' END);
+END
+$$;
+
+-- The inputs of a derived table that are not final up to period_end.
+CREATE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(CASE WHEN w.finalized_until IS NULL
+                           THEN format('input "%s" has nothing final yet', t.table_name)
+                           ELSE format('input "%s" is final until %s', t.table_name, w.finalized_until) END,
+                      '; ' ORDER BY w.finalized_until NULLS FIRST, t.table_name)
+           || format('; the period ends at %s', _explain_inputs.period_end)
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     WHERE d.table_id = _explain_inputs.table_id
+       AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
+END;
+
+-- The required consumers that hold a period back, each with how far it got,
+-- or NULL when none does.
+CREATE FUNCTION @extschema@._explain_consumers(tt @extschema@.tracked_table, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(CASE
+               WHEN (tt).kind = 'derived' AND c.processed_until IS NULL
+               THEN format('consumer "%s" has not reported any processed input yet', c.consumer)
+               WHEN (tt).kind = 'derived'
+               THEN format('consumer "%s" has processed its inputs up to %s', c.consumer, c.processed_until)
+               WHEN c.reported_lsn IS NULL
+               THEN format('consumer "%s" has not reported any progress yet', c.consumer)
+               WHEN c.commit_time IS NULL
+               THEN format('consumer "%s" has reported LSN %s, which the worker has not resolved to a commit time yet',
+                           c.consumer, c.reported_lsn)
+               WHEN c.reported_lsn = c.resolved_for_lsn
+               THEN format('consumer "%s" has applied up to LSN %s (commit %s)', c.consumer, c.reported_lsn, c.commit_time)
+               ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet',
+                           c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn) END,
+               '; ' ORDER BY x.until NULLS FIRST, c.consumer)
+           || format('; the period ends at %s', _explain_consumers.period_end)
+      FROM @extschema@.consumer c
+     CROSS JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, c.commit_time,
+                                                             c.processed_until) AS until) x
+     WHERE c.table_id = (tt).table_id AND c.required
+       AND (x.until IS NULL OR x.until < _explain_consumers.period_end);
+END;
+
+-- The losses that hold a period, each with its table, times, LSNs and the
+-- call that acknowledges it once repaired; NULL when none does.
+CREATE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
+                                            period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts); run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
+                             t.table_name,
+                             CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                             l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'),
+                             t.table_name,
+                             CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity)
+                                  ELSE l.lost_from END,
+                             CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity)
+                                  ELSE l.lost_to END),
+                      ' ' ORDER BY l.loss_id)
+      FROM @extschema@._open_losses((tt).table_id, _explain_losses.period_start, _explain_losses.period_end) AS l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id;
+END;
+
+-- Why a final period is final: how far the source verdict reached, the
+-- required consumers that have applied (or processed) it, and those
+-- declared after it became final (a verdict never moves back).
+CREATE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                           period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN (tt).kind = 'source'
+                THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
+                            (wm).offset_lsn, (wm).finalized_until)
+                ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
+                   THEN format(' Its required consumers have %s it: %s.',
+                               CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until >= _explain_final.period_end))
+                   ELSE '' END
+           || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) > 0
+                   THEN format(' It was final before %s declared; a verdict never moves back.',
+                               string_agg(format('consumer "%s" was', c.consumer), ' and ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end))
+                   ELSE '' END
+      FROM (SELECT 1) AS one
+      LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
+      LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, c.commit_time,
+                                                             c.processed_until) AS until) x ON true;
+END;
+
+-- One row per tracked table: its verdict and what its source's worker saw.
+CREATE OR REPLACE VIEW @extschema@.status AS
+SELECT t.table_name,
+       t.server_name,
+       t.source_schema || '.' || t.source_name AS source_table,
+       t.capture_instance,
+       t.granularity,
+       t.state,
+       t.state_detail,
+       c.condition,
+       c.detail AS condition_detail,
+       sc.detail ->> 'summary' AS last_schema_change,
+       sc.recorded_at AS last_schema_change_at,
+       w.finalized_until,
+       now() - w.finalized_until AS lag,
+       w.offset_lsn,
+       w.offset_commit_time AS captured_until,
+       w.advanced_at,
+       w.recorded_at,
+       s.condition AS source_condition,
+       s.max_lsn AS source_max_lsn,
+       s.last_poll,
+       s.last_success,
+       s.last_error,
+       s.last_error_at,
+       s.next_attempt,
+       s.clock_skew,
+       CASE WHEN s.worker_pid IS NOT NULL
+             AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(s.worker_pid))
+            THEN s.worker_pid END AS worker_pid,
+       t.kind,
+       w.source_until,
+       hb.consumer AS held_back_by,
+       w.loss_blocked
+  FROM @extschema@.tracked_table t
+  JOIN @extschema@.watermark w USING (table_id)
+  LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
+  LEFT JOIN @extschema@.source_status s ON s.server_name = t.server_name
+  LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
+                      WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
+                      ORDER BY f.fact_id DESC LIMIT 1) sc ON true
+  -- The required consumer furthest behind, while the verdict waits for it.
+  LEFT JOIN LATERAL (SELECT x.consumer FROM @extschema@.consumer x
+                      CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+                                 CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
+                                 t.granularity) AS until) u
+                      WHERE x.table_id = t.table_id AND x.required
+                        AND w.source_until > coalesce(w.finalized_until, '-infinity')
+                        AND w.source_until > coalesce(u.until, '-infinity')
+                      ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1) hb ON true
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.status IS
+    'One row per tracked table: state, verdict, lag and what its source''s worker last saw';
+
+-- One row per consumer of a tracked (or derived) table: how far it got
+-- (the LSN it reported and its commit time; for a derived table's job, the
+-- processed input watermark in consumer_until), how far its verdict lags
+-- the source verdict, and whether it is stalled.
+CREATE VIEW @extschema@.consumers AS
+SELECT t.table_name,
+       c.consumer,
+       c.required,
+       c.reporter,
+       c.reported_lsn,
+       c.reported_at,
+       c.commit_time,
+       u.until AS consumer_until,
+       CASE WHEN w.source_until > u.until THEN w.source_until - u.until
+            WHEN w.source_until <= u.until THEN interval '0' END AS lag,
+       c.condition,
+       c.condition_since
+  FROM @extschema@.consumer c
+  JOIN @extschema@.tracked_table t USING (table_id)
+  JOIN @extschema@.watermark w USING (table_id)
+ CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+            CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
+            t.granularity) AS until) u
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.consumers IS
+    'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
+
+-- The data 0.1.0 recorded: each table's source verdict is its verdict so
+-- far (no consumer held it), and every restart after a data loss
+-- ("resumed" event) is a loss, unacknowledged: its periods are not final
+-- until finalize.acknowledge_loss() says they were repaired.
+UPDATE @extschema@.watermark SET source_until = finalized_until;
+INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
+SELECT e.table_id,
+       (SELECT max(f.fact_id) FROM @extschema@.fact f
+         WHERE f.table_id = e.table_id AND f.event = 'data_loss' AND f.fact_id < e.fact_id),
+       LEAST(coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity'),
+             coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity')),
+       GREATEST(coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity'),
+                coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity')),
+       e.start_lsn, e.end_lsn, e.recorded_at
+  FROM @extschema@.fact e
+ WHERE e.kind = 'event' AND e.event = 'resumed' AND e.detail ->> 'after' = 'data_loss'
+ ORDER BY e.fact_id;
+SELECT @extschema@._refresh_loss_blocked(t.table_id)
+  FROM @extschema@.tracked_table t
+ WHERE EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = t.table_id);
+
+-- Privileges, as a fresh install's script ends: nothing is PUBLIC's, each
+-- role gets what it is for.
+REVOKE ALL ON ALL TABLES IN SCHEMA @extschema@ FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.finalized_until(text[]),
+    @extschema@.is_final(text[], timestamptz)
+    TO finalize_reader;
+GRANT SELECT ON @extschema@.consumers TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.report_progress(text, text, text),
+    @extschema@.report_processed(text, text, timestamptz)
+    TO finalize_pipeline;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.untrack_table(text, boolean, boolean),
+    @extschema@.add_consumer(text, text, boolean, regrole),
+    @extschema@.drop_consumer(text, text),
+    @extschema@.track_derived(text, text[], interval),
+    @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text)
+    TO finalize_admin;
+GRANT SELECT ON @extschema@.consumer, @extschema@.derived_input, @extschema@.loss, @extschema@.loss_ack
+    TO finalize_admin;
 
 -- Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the

@@ -4,7 +4,8 @@
 --
 -- NOTIFY channel "finalize": on every advance, a JSON object
 --   {"table": ..., "old": ..., "new": ..., "lsn": ..., "commit_time": ...}
--- with times in UTC ISO 8601 ("old" is null on the first advance).
+-- with times in UTC ISO 8601 ("old" is null on the first advance), and
+-- "kind": "derived" for a derived table (see _advance).
 
 -- The commit-time guard of the write path: a commit time further ahead of
 -- this server's clock than finalize.max_clock_skew is refused, since GREATEST
@@ -61,6 +62,11 @@ BEGIN
     PERFORM @extschema@._require(updates, 'updates');
     PERFORM @extschema@._require(deletes, 'deletes');
     tt := @extschema@._lock_tracked(_check_range_args.table_id);
+    IF tt.kind = 'derived' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so no range can be recorded', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server source: its verdict follows its inputs and the jobs that report with finalize.report_processed().';
+    END IF;
     IF inserts < 0 OR updates < 0 OR deletes < 0 THEN
         RAISE EXCEPTION 'invalid row counts for table "%": inserts %, updates %, deletes %',
                         tt.table_name, inserts, updates, deletes
@@ -229,8 +235,10 @@ $$;
 
 -- The write path itself, by table id (the worker's way; record_range is the
 -- same by name): the arguments are checked (and the table's verdict locked),
--- the range must chain onto the recorded ones, its fact is stored and the
--- verdict advances, all in the caller's transaction.
+-- the range must chain onto the recorded ones, its fact is stored, the
+-- source verdict moves and _advance moves the verdict (and the derived
+-- tables that use it) as far as the consumers allow, all in the caller's
+-- transaction.
 CREATE FUNCTION @extschema@._record_range(
     table_id          bigint,
     start_lsn         text,
@@ -254,7 +262,6 @@ DECLARE
     e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
     tt    @extschema@.tracked_table;
     wm    @extschema@.watermark;
-    new_until timestamptz;
 BEGIN
     tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                         first_commit_time, last_commit_time, event);
@@ -266,26 +273,13 @@ BEGIN
     PERFORM @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                           first_commit_time, last_commit_time, capture_instance, event, detail);
 
-    new_until := GREATEST(wm.finalized_until,
-                          @extschema@.period_start(end_commit_time, tt.granularity));
     UPDATE @extschema@.watermark w
-       SET finalized_until = new_until,
+       SET source_until = GREATEST(w.source_until, @extschema@.period_start(end_commit_time, tt.granularity)),
            offset_lsn = e,
            offset_commit_time = end_commit_time,
-           recorded_at = now(),
-           advanced_at = CASE WHEN new_until IS DISTINCT FROM wm.finalized_until
-                              THEN now() ELSE w.advanced_at END
+           recorded_at = now()
      WHERE w.table_id = tt.table_id;
-
-    IF new_until IS DISTINCT FROM wm.finalized_until THEN
-        PERFORM pg_notify('finalize', json_build_object(
-            'table', tt.table_name,
-            'old', @extschema@._utc_iso(wm.finalized_until),
-            'new', @extschema@._utc_iso(new_until),
-            'lsn', e,
-            'commit_time', @extschema@._utc_iso(end_commit_time))::text);
-    END IF;
-    RETURN new_until;
+    RETURN @extschema@._advance(tt.table_id);
 END
 $$;
 

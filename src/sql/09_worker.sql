@@ -5,10 +5,10 @@
 -- NOTIFY channel "finalize_alert" (through _alert): one JSON payload when
 -- something needs a person: {"alert": "data_loss" | "schema_blocked" |
 -- "capture_stalled" | "capture_resumed" | "commit_time_ahead" |
--- "clock_skew" | "timezone_mismatch", ...}.
+-- "clock_skew" | "timezone_mismatch" | "consumer_stalled", ...}.
 
 -- The active tables of a source, with what the worker needs to plan them
--- (one read per cycle).
+-- (one read per cycle); never a derived table, which has no source.
 CREATE FUNCTION @extschema@._source_tables(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, source_schema text, source_name text,
                capture_instance text, start_at_capture boolean, offset_lsn text, resuming boolean,
@@ -26,7 +26,7 @@ BEGIN ATOMIC
       FROM @extschema@.tracked_table t
       JOIN @extschema@.watermark w ON w.table_id = t.table_id
      WHERE t.server_name = _source_tables.server_name AND t.untracked_at IS NULL
-       AND t.state IN ('active', 'resuming')
+       AND t.kind = 'source' AND t.state IN ('active', 'resuming')
      ORDER BY t.table_id;
 END;
 
@@ -98,9 +98,12 @@ END
 $$;
 
 -- Restarts a table after a data loss, at new_offset (just below its capture
--- instance's min LSN): records the lost LSN range as a "resumed" event, moves
--- the offset and makes the table active again. The verdict is untouched: it
--- moves again with the next range recorded.
+-- instance's min LSN): records the lost LSN range as a "resumed" event and
+-- as a loss (the commit times from the offset before the restart to the
+-- new one), moves the offset and makes the table active again. The verdict
+-- is untouched: it moves again with the next range recorded, but the
+-- periods of the loss stay not final, here and in the derived tables that
+-- use this one, until finalize.acknowledge_loss() covers them.
 CREATE FUNCTION @extschema@._resume_after_loss(
     table_id         bigint,
     new_offset       text,
@@ -139,6 +142,33 @@ BEGIN
        SET state = 'active', state_detail = NULL, state_since = now(),
            capture_instance = coalesce(_resume_after_loss.capture_instance, t.capture_instance)
      WHERE t.table_id = _resume_after_loss.table_id;
+    PERFORM @extschema@._record_loss(_resume_after_loss.table_id, wm, new_offset, new_offset_time);
+END
+$$;
+
+-- Records the loss of a restart: the commit times from the offset before
+-- it (or -infinity) to the restart's (or infinity), in either order, and
+-- the lost LSN range, linked to the table's latest data_loss fact; then
+-- flags the table and its derived tables. clock_timestamp(): only an
+-- acknowledgement made after this covers it (see _acked).
+CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
+                                         new_offset text, new_offset_time timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    lost_from timestamptz := coalesce(prior.offset_commit_time, '-infinity');
+    lost_to timestamptz := coalesce(new_offset_time, 'infinity');
+BEGIN
+    INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
+    VALUES (table_id,
+            (SELECT max(f.fact_id) FROM @extschema@.fact f
+              WHERE f.table_id = _record_loss.table_id AND f.event = 'data_loss'),
+            LEAST(lost_from, lost_to), GREATEST(lost_from, lost_to),
+            prior.offset_lsn, @extschema@._lsn_arg(new_offset, 'new_offset'), clock_timestamp());
+    PERFORM @extschema@._refresh_loss_blocked(table_id);
 END
 $$;
 
@@ -299,3 +329,125 @@ BEGIN ATOMIC
       FROM @extschema@.source_status s
      WHERE s.server_name = _source_hold.server_name AND s.held_by IS NOT NULL;
 END;
+
+-- The consumers of a source's active tracked tables that have reported an
+-- LSN, read by its worker with the tables: it resolves each reported LSN
+-- to a commit time on SQL Server (nothing to do when resolved_for_lsn is
+-- the reported LSN).
+CREATE FUNCTION @extschema@._source_consumers(server_name text)
+RETURNS TABLE (table_id bigint, consumer text, reported_lsn @extschema@.lsn, resolved_for_lsn @extschema@.lsn)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c.table_id, c.consumer, c.reported_lsn, c.resolved_for_lsn
+      FROM @extschema@.consumer c
+      JOIN @extschema@.tracked_table t ON t.table_id = c.table_id
+     WHERE t.server_name = _source_consumers.server_name AND t.untracked_at IS NULL
+       AND t.kind = 'source' AND t.state IN ('active', 'resuming') AND c.reported_lsn IS NOT NULL
+     ORDER BY c.table_id, c.consumer;
+END;
+
+-- Stores what the worker resolved a consumer's LSN to: mapped_lsn, the
+-- greatest mapping row at or below for_lsn (itself at most the reported LSN
+-- and the cycle's max LSN), and its commit time; every commit before that
+-- time is applied. Ignored when the consumer no longer reports at least
+-- for_lsn (dropped, or added again lower, since the worker read it) or its
+-- table is gone; a commit time never moves back. Then the verdict may
+-- advance, in the worker's write transaction.
+CREATE FUNCTION @extschema@._consumer_resolved(
+    table_id    bigint,
+    consumer    text,
+    for_lsn     text,
+    mapped_lsn  text,
+    commit_time timestamptz)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    f @extschema@.lsn := @extschema@._lsn_arg(for_lsn, 'for_lsn');
+    m @extschema@.lsn := @extschema@._lsn_arg(mapped_lsn, 'mapped_lsn');
+    tt @extschema@.tracked_table;
+BEGIN
+    PERFORM @extschema@._require(f, 'for_lsn');
+    PERFORM @extschema@._require(m, 'mapped_lsn');
+    PERFORM @extschema@._require(commit_time, 'commit_time');
+    IF m > f THEN
+        RAISE EXCEPTION 'mapped LSN % lies above the LSN % it resolves', m, f
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer''s LSN resolves to the greatest mapping row at or below it.';
+    END IF;
+    tt := @extschema@._lock_tracked(table_id, false);
+    IF tt.table_id IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM @extschema@._check_commit_time(tt.table_name, 'commit_time', commit_time);
+    UPDATE @extschema@.consumer c
+       SET resolved_for_lsn = GREATEST(c.resolved_for_lsn, f),
+           mapped_lsn = CASE WHEN c.commit_time IS NULL OR commit_time > c.commit_time THEN m ELSE c.mapped_lsn END,
+           commit_time = GREATEST(c.commit_time, commit_time),
+           resolved_at = now()
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
+    IF FOUND THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+-- finalize.consumer_stall_threshold as an interval (no days: comparing it
+-- with now() - reported_at is exact in every session zone).
+CREATE FUNCTION @extschema@._consumer_stall_threshold()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_consumer_stall_threshold'
+LANGUAGE C STABLE;
+
+-- Once per successful cycle of a source, in its write transaction: a
+-- consumer of its tables (or of the derived tables that use them) that has
+-- not reported for finalize.consumer_stall_threshold while the table's
+-- source verdict is past the consumer's own is consumer_stalled. Entering
+-- the condition sends an alert on finalize_alert; reporting (or the source
+-- standing still) clears it. Writes only what changed.
+CREATE FUNCTION @extschema@._check_consumers(server_name text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    threshold interval := @extschema@._consumer_stall_threshold();
+    r record;
+BEGIN
+    FOR r IN
+        WITH RECURSIVE served(id) AS (
+            SELECT t.table_id FROM @extschema@.tracked_table t
+             WHERE t.server_name = _check_consumers.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+            UNION
+            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
+        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name,
+               w.source_until, x.until,
+               coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
+                        AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
+          FROM served
+          JOIN @extschema@.tracked_table t ON t.table_id = served.id AND t.untracked_at IS NULL
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+          JOIN @extschema@.consumer c ON c.table_id = t.table_id
+         CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, c.commit_time,
+                                                                 c.processed_until) AS until) x
+         ORDER BY c.table_id, c.consumer
+    LOOP
+        IF r.stalled AND r.condition IS NULL THEN
+            UPDATE @extschema@.consumer c SET condition = 'consumer_stalled', condition_since = now()
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+            PERFORM @extschema@._alert(jsonb_build_object('alert', 'consumer_stalled', 'table', r.table_name,
+                'consumer', r.consumer, 'reported_lsn', r.reported_lsn, 'reported_at', r.reported_at,
+                'consumer_until', r.until, 'source_until', r.source_until,
+                'detail', format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
+                                 r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until)));
+        ELSIF NOT r.stalled AND r.condition IS NOT NULL THEN
+            UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+        END IF;
+    END LOOP;
+END
+$$;

@@ -3,9 +3,12 @@
 
 \echo Use "CREATE EXTENSION finalize" to load this file. \quit
 
--- Three group roles, created once per cluster and kept when the extension is
+-- Four group roles, created once per cluster and kept when the extension is
 -- dropped (roles are cluster-wide; other databases may use them):
---   finalize_reader     sensors: verdict functions and the status view only
+--   finalize_reader     sensors: verdict functions and the status views only
+--   finalize_pipeline   pipelines that write the lake: report_progress and
+--                       report_processed, nothing else that writes; includes
+--                       finalize_reader (a pipeline waits on its inputs)
 --   finalize_publisher  release gate; includes finalize_reader
 --   finalize_admin      sources, tracked tables, facts; includes the others
 DO $roles$
@@ -19,15 +22,21 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'finalize_admin') THEN
         CREATE ROLE finalize_admin NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'finalize_pipeline') THEN
+        CREATE ROLE finalize_pipeline NOLOGIN;
+    END IF;
 END
 $roles$;
 GRANT finalize_reader TO finalize_publisher;
 GRANT finalize_publisher TO finalize_admin;
+GRANT finalize_reader TO finalize_pipeline;
+GRANT finalize_pipeline TO finalize_admin;
 
 -- Nothing in the schema is usable by PUBLIC; the grants at the end of the
 -- script open exactly what each role needs.
 REVOKE ALL ON SCHEMA @extschema@ FROM PUBLIC;
 GRANT USAGE ON SCHEMA @extschema@ TO finalize_reader;
+GRANT USAGE ON SCHEMA @extschema@ TO finalize_pipeline;
 
 -- An LSN as SQL Server prints it: 0x and 20 upper-case hex digits. Text in the
 -- "C" collation, so string order is LSN order and JSON carries it unchanged.

@@ -2,16 +2,18 @@
 -- runtime status of each source. All writes go through functions of this
 -- extension or its worker; roles only read through views and functions.
 
--- A logical table (what the lake calls it) fed by one SQL Server table.
+-- A logical table (what the lake calls it) fed by one SQL Server table
+-- (kind source), or derived from other tracked tables (kind derived: no
+-- server, no source table; its inputs are in derived_input).
 -- Untracking keeps the row (and its facts) until retention removes them; a
 -- name can be tracked again, as a new table_id with a fresh verdict.
 CREATE TABLE @extschema@.tracked_table (
     table_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     table_name        text COLLATE "C" NOT NULL
                       CHECK (length(table_name) BETWEEN 1 AND 255),
-    server_name       text NOT NULL,
-    source_schema     text NOT NULL,
-    source_name       text NOT NULL,
+    server_name       text,
+    source_schema     text,
+    source_name       text,
     capture_instance  text,
     -- The rule of the C period arithmetic (as in _check_granularity), not a copy.
     granularity       interval NOT NULL
@@ -29,10 +31,16 @@ CREATE TABLE @extschema@.tracked_table (
                       CHECK (on_data_loss IN ('stop', 'resume')),
     created_at        timestamptz NOT NULL DEFAULT now(),
     created_by        name NOT NULL,
-    untracked_at      timestamptz
+    untracked_at      timestamptz,
+    kind              text NOT NULL DEFAULT 'source'
+                      CONSTRAINT tracked_table_kind_check CHECK (kind IN ('source', 'derived')),
+    CONSTRAINT tracked_table_source_check
+        CHECK ((kind = 'source') = (server_name IS NOT NULL AND source_schema IS NOT NULL AND source_name IS NOT NULL))
 );
 COMMENT ON TABLE @extschema@.tracked_table IS
     'Logical tables whose completeness finalize tracks, and their SQL Server source';
+COMMENT ON COLUMN @extschema@.tracked_table.kind IS
+    'source: fed by a SQL Server table through the worker; derived: computed from other tracked tables (finalize.track_derived)';
 
 -- Sensors and the write path look tables up by name among the tracked ones.
 CREATE UNIQUE INDEX tracked_table_active_name_idx
@@ -52,7 +60,9 @@ CREATE TABLE @extschema@.watermark (
     advanced_at         timestamptz,
     recorded_at         timestamptz,
     schema_ack_lsn      @extschema@.lsn,
-    blocked_ddl_lsn     @extschema@.lsn
+    blocked_ddl_lsn     @extschema@.lsn,
+    source_until        timestamptz,
+    loss_blocked        boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE @extschema@.watermark IS
     'Per table: every period ending at or before finalized_until is complete; offset_lsn is the end of the last recorded range';
@@ -62,6 +72,10 @@ COMMENT ON COLUMN @extschema@.watermark.blocked_ddl_lsn IS
     'While the table is schema_blocked: the LSN of the DDL that blocked it, which finalize.resume_table() acknowledges';
 COMMENT ON COLUMN @extschema@.watermark.offset_lsn IS
     'Inclusive end of the last recorded range; the next range must start (exclusively) here';
+COMMENT ON COLUMN @extschema@.watermark.source_until IS
+    'The source verdict: for a tracked table what SQL Server has captured (period start of the last range''s commit time), for a derived one the period start of its inputs'' least finalized_until; finalized_until is at most this and every required consumer''s verdict';
+COMMENT ON COLUMN @extschema@.watermark.loss_blocked IS
+    'True while the table or one of its inputs (transitively) has a loss not covered by acknowledgements: then finalize._loss_blocks() decides whether a period is final';
 
 -- What the worker observed. kind = 'range': one CDC range (start exclusive,
 -- end inclusive) with its row counts; ranges of a table chain without gaps or
@@ -82,7 +96,8 @@ CREATE TABLE @extschema@.fact (
     last_commit_time   timestamptz,
     capture_instance   text,
     event              text CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch',
-                                             'data_loss', 'schema_blocked', 'resume_requested', 'resumed')),
+                                             'data_loss', 'schema_blocked', 'resume_requested', 'resumed',
+                                             'loss_acknowledged')),
     detail             jsonb,
     ranges             integer NOT NULL DEFAULT 1 CHECK (ranges >= 1),
     recorded_at        timestamptz NOT NULL DEFAULT now(),
@@ -167,15 +182,109 @@ COMMENT ON COLUMN @extschema@.source_status.cycles IS
 COMMENT ON TABLE @extschema@.source_status IS
     'Per source: what its worker saw on its last cycle';
 
+-- The inputs of each derived table: a DAG (finalize.track_derived refuses
+-- cycles). A derived table is final for a period only when every input is.
+CREATE TABLE @extschema@.derived_input (
+    table_id   bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    input_id   bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    PRIMARY KEY (table_id, input_id),
+    CHECK (table_id <> input_id)
+);
+COMMENT ON TABLE @extschema@.derived_input IS
+    'The inputs (tracked or derived tables) of each derived table';
+-- An input's advance finds the derived tables that use it.
+CREATE INDEX derived_input_input_idx ON @extschema@.derived_input (input_id);
+
+-- The pipelines that write a table. A required consumer caps the verdict
+-- with its own: on a tracked table the commit time of the LSN it reported
+-- (report_progress), as the worker resolved it on SQL Server; on a derived
+-- table the input watermark it processed (report_processed).
+CREATE TABLE @extschema@.consumer (
+    table_id          bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    consumer          text COLLATE "C" NOT NULL
+                      CHECK (length(consumer) BETWEEN 1 AND 255),
+    required          boolean NOT NULL DEFAULT true,
+    reporter          regrole,
+    reported_lsn      @extschema@.lsn,
+    reported_at       timestamptz,
+    processed_until   timestamptz,
+    resolved_for_lsn  @extschema@.lsn,
+    mapped_lsn        @extschema@.lsn,
+    commit_time       timestamptz,
+    resolved_at       timestamptz,
+    condition         text
+                      CONSTRAINT consumer_condition_check
+                      CHECK (condition IN ('consumer_stalled')),
+    condition_since   timestamptz,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    created_by        name NOT NULL,
+    PRIMARY KEY (table_id, consumer)
+);
+COMMENT ON TABLE @extschema@.consumer IS
+    'Pipelines that write a table; a required one holds the verdict until it has applied (or processed) a period';
+COMMENT ON COLUMN @extschema@.consumer.reporter IS
+    'Only members of this role (and finalize_admin) may report for the consumer; NULL lets any finalize_pipeline member report';
+COMMENT ON COLUMN @extschema@.consumer.reported_lsn IS
+    'Tracked tables: every change with commit LSN at or below it is durably in the lake (finalize.report_progress)';
+COMMENT ON COLUMN @extschema@.consumer.processed_until IS
+    'Derived tables: the input watermark the consumer''s job has fully processed (finalize.report_processed)';
+COMMENT ON COLUMN @extschema@.consumer.commit_time IS
+    'Commit time of mapped_lsn, the greatest mapping row at or below min(reported LSN, max LSN) when the worker resolved resolved_for_lsn: every commit before it is applied';
+
+-- Commit-time ranges lost to CDC retention (or a dropped capture instance)
+-- before the worker read them: [lost_from, lost_to], both included, and the
+-- LSN range (from_lsn, to_lsn]. A period that intersects one is not final
+-- until acknowledgements recorded after the loss cover it.
+CREATE TABLE @extschema@.loss (
+    loss_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    table_id    bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    fact_id     bigint REFERENCES @extschema@.fact ON DELETE SET NULL,
+    lost_from   timestamptz NOT NULL,
+    lost_to     timestamptz NOT NULL,
+    from_lsn    @extschema@.lsn,
+    to_lsn      @extschema@.lsn,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    CHECK (lost_from <= lost_to)
+);
+COMMENT ON TABLE @extschema@.loss IS
+    'Commit-time ranges whose changes were lost before finalize read them; their periods are not final until acknowledged';
+COMMENT ON COLUMN @extschema@.loss.fact_id IS
+    'The data_loss event fact (NULL once retention removed it; the loss stays)';
+CREATE INDEX loss_table_idx ON @extschema@.loss (table_id);
+
+-- Acknowledgements of losses (finalize.acknowledge_loss): the periods in
+-- [period_from, period_to) count as repaired for the losses recorded before.
+CREATE TABLE @extschema@.loss_ack (
+    ack_id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    table_id         bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    period_from      timestamptz NOT NULL,
+    period_to        timestamptz NOT NULL,
+    note             text NOT NULL,
+    acknowledged_by  name NOT NULL,
+    acknowledged_at  timestamptz NOT NULL DEFAULT now(),
+    CHECK (period_from < period_to)
+);
+COMMENT ON TABLE @extschema@.loss_ack IS
+    'Acknowledged losses: who said the periods in [period_from, period_to) were repaired (for example re-snapshotted), when and why';
+CREATE INDEX loss_ack_table_idx ON @extschema@.loss_ack (table_id);
+
 -- pg_dump keeps the contents of these tables with the extension.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.tracked_table', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.watermark', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fact', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.tracked_table_table_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fact_fact_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.derived_input', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.consumer', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_ack', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_loss_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_ack_ack_id_seq', '');
 
--- Every committed change of a verdict or a tracked table bumps a shared
--- epoch, so backends drop the verdicts they cached (see verdict_cache.c).
+-- Every committed change of a verdict or a tracked table, or of what a
+-- verdict depends on (consumers, inputs, losses and their
+-- acknowledgements), bumps a shared epoch, so backends drop the verdicts
+-- they cached (see verdict_cache.c).
 CREATE FUNCTION @extschema@._verdict_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'finalize_verdict_changed'
@@ -185,4 +294,16 @@ CREATE TRIGGER verdict_changed
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
 CREATE TRIGGER verdict_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.watermark
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.consumer
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.derived_input
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.loss
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+CREATE TRIGGER verdict_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.loss_ack
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();

@@ -7,16 +7,26 @@ REVOKE ALL ON ALL TABLES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 
--- Sensors: the verdict, its explanation, the status view.
+-- Sensors: the verdict, its explanation, the status views.
 GRANT EXECUTE ON FUNCTION
     @extschema@.finalized_until(text),
     @extschema@.is_final(text, timestamptz),
+    @extschema@.finalized_until(text[]),
+    @extschema@.is_final(text[], timestamptz),
     @extschema@.explain_verdict(text, timestamptz),
     @extschema@.period_start(timestamptz, interval),
     @extschema@.period_end(timestamptz, interval),
     @extschema@.mssql_local_to_instant(timestamp, text)
     TO finalize_reader;
-GRANT SELECT ON @extschema@.status TO finalize_reader;
+GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
+
+-- Pipelines report how far they got, and nothing else that writes (they
+-- also read what readers read). Whether a role may report for a given
+-- consumer is checked by the functions (the consumer's reporter).
+GRANT EXECUTE ON FUNCTION
+    @extschema@.report_progress(text, text, text),
+    @extschema@.report_processed(text, text, timestamptz)
+    TO finalize_pipeline;
 
 -- Publishers also read the facts behind a partition.
 GRANT SELECT ON @extschema@.facts TO finalize_publisher;
@@ -28,7 +38,7 @@ GRANT EXECUTE ON FUNCTION
 -- path) and read the catalog tables.
 GRANT EXECUTE ON FUNCTION
     @extschema@.track_table(text, text, text, interval, text, text, text),
-    @extschema@.untrack_table(text, boolean),
+    @extschema@.untrack_table(text, boolean, boolean),
     @extschema@.alter_tracked_table(text, interval, text, text),
     @extschema@.resume_table(text),
     @extschema@.release_source(text),
@@ -39,6 +49,17 @@ GRANT EXECUTE ON FUNCTION
     TO finalize_admin;
 GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
                 @extschema@.fact, @extschema@.source_status, @extschema@.table_condition
+    TO finalize_admin;
+
+-- Admins declare consumers and derived tables and acknowledge losses (and,
+-- as members of finalize_pipeline, may report for any consumer).
+GRANT EXECUTE ON FUNCTION
+    @extschema@.add_consumer(text, text, boolean, regrole),
+    @extschema@.drop_consumer(text, text),
+    @extschema@.track_derived(text, text[], interval),
+    @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text)
+    TO finalize_admin;
+GRANT SELECT ON @extschema@.consumer, @extschema@.derived_input, @extschema@.loss, @extschema@.loss_ack
     TO finalize_admin;
 
 -- The release gate: publishers release and read releases; readers see the

@@ -173,7 +173,23 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text) IS
     'Start tracking a logical table fed by a SQL Server table with CDC enabled';
 
-CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true)
+-- The names of the tracked derived tables that use a table as an input.
+CREATE FUNCTION @extschema@._dependents(table_id bigint)
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(array_agg(t.table_name ORDER BY t.table_name), '{}')
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+     WHERE d.input_id = _dependents.table_id AND t.untracked_at IS NULL;
+END;
+
+-- Stops tracking a table. A derived table that uses it would stop for
+-- ever, so that is refused unless cascade, which first untracks those
+-- derived tables (and the ones using them) the same way.
+CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
+                                          cascade boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -181,9 +197,12 @@ AS $$
 #variable_conflict use_column
 DECLARE
     id bigint;
+    users text[];
+    dependent text;
 BEGIN
     PERFORM @extschema@._require(untrack_table.table_name, 'table_name');
     PERFORM @extschema@._require(keep_facts, 'keep_facts');
+    PERFORM @extschema@._require(untrack_table.cascade, 'cascade');
     SELECT t.table_id INTO id
       FROM @extschema@.tracked_table t
      WHERE t.table_name = untrack_table.table_name AND t.untracked_at IS NULL
@@ -191,6 +210,20 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(untrack_table.table_name);
     END IF;
+    users := @extschema@._dependents(id);
+    IF cardinality(users) > 0 AND NOT untrack_table.cascade THEN
+        RAISE EXCEPTION 'table "%" is an input of derived %', untrack_table.table_name,
+                        (SELECT CASE WHEN count(*) > 1 THEN 'tables ' ELSE 'table ' END
+                                || string_agg(format('"%s"', u), ', ') FROM unnest(users) AS u)
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'A derived table is final only as far as its inputs are: without this input its verdict would stop for ever.',
+                  HINT = format('Untrack the derived tables first, or call finalize.untrack_table(%L, cascade => true) to untrack them too.',
+                                untrack_table.table_name);
+    END IF;
+    FOREACH dependent IN ARRAY users LOOP
+        PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
+        RAISE NOTICE 'derived table "%" is untracked too: it used table "%"', dependent, untrack_table.table_name;
+    END LOOP;
     IF keep_facts THEN
         UPDATE @extschema@.tracked_table SET untracked_at = now() WHERE table_id = id;
     ELSE
@@ -198,8 +231,8 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.untrack_table(text, boolean) IS
-    'Stop tracking a table; its facts stay until retention removes them unless keep_facts is false';
+COMMENT ON FUNCTION @extschema@.untrack_table(text, boolean, boolean) IS
+    'Stop tracking a table; its facts stay until retention removes them unless keep_facts is false; cascade untracks the derived tables that use it';
 
 -- Changes how a tracked table is handled; NULL keeps a setting.
 CREATE FUNCTION @extschema@.alter_tracked_table(
@@ -214,6 +247,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     id bigint;
+    kind text;
 BEGIN
     PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
     IF granularity IS NOT NULL THEN
@@ -225,10 +259,15 @@ BEGIN
     IF on_data_loss IS NOT NULL THEN
         PERFORM @extschema@._check_on_data_loss(on_data_loss);
     END IF;
-    SELECT t.table_id INTO id FROM @extschema@.tracked_table t
+    SELECT t.table_id, t.kind INTO id, kind FROM @extschema@.tracked_table t
      WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+    END IF;
+    IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity can be changed', alter_tracked_table.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'ddl_policy and on_data_loss say how the worker reads a SQL Server table; a derived table has none.';
     END IF;
     -- The verdict stays valid under any granularity: it is an instant before
     -- which every commit is captured; only later advances use the new one.
@@ -237,10 +276,18 @@ BEGIN
            ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
            on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss)
      WHERE t.table_id = id;
+    -- Which periods a loss holds depends on the granularity; a derived
+    -- table's verdict may move at once under a finer one.
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._refresh_loss_blocked(id);
+        IF kind = 'derived' THEN
+            PERFORM @extschema@._advance(id);
+        END IF;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text) IS
-    'Change the granularity, DDL policy or data-loss policy of a tracked table';
+    'Change the granularity, DDL policy or data-loss policy of a tracked table (only the granularity of a derived one)';
 
 -- Lets a stopped table go on. After a schema change that blocked it, the DDL
 -- counts as reviewed and the verdict continues from where it stopped. After

@@ -53,6 +53,14 @@ BEGIN
 END
 $$;
 
+-- A reported LSN in the stored form: 0x and 20 hex digits, or Debezium's
+-- source.commit_lsn (0000002d:00000f2a:0002), which is the same 10 bytes;
+-- anything else is an error (22023), never a guess (common/lsn_sql.c).
+CREATE FUNCTION @extschema@._lsn_normalize(lsn text)
+RETURNS @extschema@.lsn
+AS 'MODULE_PATHNAME', 'finalize_lsn_normalize'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 -- The one error for a table name that is not tracked.
 CREATE FUNCTION @extschema@._not_tracked(table_name text)
 RETURNS void

@@ -1,0 +1,367 @@
+-- Pipelines and derived tables (docs/design/pipelines.md): required
+-- consumers hold the verdict until they applied a period, derived tables
+-- follow their inputs in the same transaction, and a period that lost data
+-- is never final until a human acknowledges the loss. The worker's
+-- resolution of a reported LSN is simulated with _consumer_resolved, as
+-- the worker calls it.
+\i sql/include/preamble.sql
+
+CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
+SELECT finalize.track_table('pl.orders', 'erp', 'dbo.orders') > 0 AS tracked;
+CREATE VIEW verdicts AS
+    SELECT t.table_name, t.kind, t.granularity, w.source_until, w.finalized_until, w.loss_blocked
+      FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id)
+     WHERE t.untracked_at IS NULL AND t.table_name LIKE 'pl.%'
+     ORDER BY t.table_id;
+
+-- Without consumers nothing changed: record_range returns the new verdict,
+-- which is the source verdict, and explanations read as before.
+SELECT finalize.record_range('pl.orders', NULL, '0x00000000000000000100', '2026-11-29 12:10+00');
+SELECT finalize.record_range('pl.orders', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 13:05+00',
+                             2, 0, 0, '2026-11-29 12:20+00', '2026-11-29 12:40+00');
+SELECT * FROM verdicts;
+SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 12:00+00');
+SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
+SELECT kind, source_until, held_back_by, loss_blocked FROM finalize.status WHERE table_name = 'pl.orders';
+-- A tracked table's NOTIFY payload has the keys it always had; a derived
+-- table's also says "kind".
+SELECT finalize._advance_payload(t, w, '2026-11-29 14:00+00')
+  FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'pl.orders';
+
+-- A required consumer holds the verdict from now on; what was final stays final.
+SELECT finalize.add_consumer('pl.orders', 'spark-orders');
+SELECT finalize.add_consumer('pl.orders', 'audit-copy', required => false);
+SELECT finalize.record_range('pl.orders', '0x00000000000000000200', '0x00000000000000000300', '2026-11-29 14:02+00');
+SELECT * FROM verdicts;
+SELECT finalize.is_final('pl.orders', '2026-11-29 12:00+00') AS hour_12, finalize.is_final('pl.orders', '2026-11-29 13:00+00') AS hour_13;
+SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
+SELECT held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
+-- The pipeline reports; the worker resolves the LSN to a commit time on
+-- SQL Server on its next cycle: until then nothing moves.
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000250');
+SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
+SELECT * FROM finalize._source_consumers('erp');
+-- An LSN between two commits resolves to the greatest mapping row below it
+-- (0x...240, committed 13:42:10): every commit before that time is applied,
+-- so hour 13 still waits.
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000250', '0x00000000000000000240', '2026-11-29 13:42:10+00');
+SELECT * FROM verdicts;
+SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
+-- Replays: a lower or equal LSN changes nothing and says so.
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000120');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000250');
+-- Debezium's commit_lsn form, in either case, is the same LSN.
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '00000000:00000000:0300');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000300');
+SELECT reported_lsn FROM finalize.consumers WHERE consumer = 'spark-orders';
+SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
+-- A resolution for an LSN the consumer never reported is ignored; one for
+-- its LSN moves the verdict (in the same transaction).
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 16:00+00');
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000300', '0x00000000000000000300', '2026-11-29 14:02+00');
+SELECT * FROM verdicts;
+-- A commit time never moves back; a mapping row above the LSN it resolves is refused.
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000300', '0x00000000000000000200', '2026-11-29 13:05+00');
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000300', '0x00000000000000000301', '2026-11-29 14:03+00');
+SELECT table_name, consumer, required, reporter, reported_lsn, commit_time, consumer_until, lag, condition
+  FROM finalize.consumers ORDER BY consumer;
+SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
+-- Dropping a consumer that holds the verdict releases it at once.
+SELECT finalize.add_consumer('pl.orders', 'slow-job');
+SELECT finalize.record_range('pl.orders', '0x00000000000000000300', '0x00000000000000000400', '2026-11-29 15:01+00');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000400');
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 15:01+00');
+SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
+SELECT finalize.drop_consumer('pl.orders', 'slow-job');
+SELECT finalize.drop_consumer('pl.orders', 'slow-job');
+SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
+
+-- A consumer that has not reported for finalize.consumer_stall_threshold
+-- while the source moved on is consumer_stalled (the worker checks once a
+-- cycle); once it reports and catches up, the condition clears.
+SELECT finalize._consumer_stall_threshold();
+UPDATE finalize.consumer SET reported_at = now() - interval '20 minutes' WHERE consumer = 'spark-orders';
+SELECT finalize._check_consumers('erp');
+SELECT consumer, condition, condition_since IS NOT NULL AS since FROM finalize.consumers ORDER BY consumer;
+SELECT finalize.record_range('pl.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 16:01+00');
+SELECT finalize._check_consumers('erp');
+SELECT consumer, condition, condition_since IS NOT NULL AS since FROM finalize.consumers ORDER BY consumer;
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000500');
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000500', '0x00000000000000000500', '2026-11-29 16:01+00');
+SELECT finalize._check_consumers('erp');
+SELECT consumer, condition FROM finalize.consumers ORDER BY consumer;
+SELECT * FROM verdicts;
+
+-- Clear errors that name the table and the consumer.
+SELECT finalize.add_consumer('pl.orders', 'spark-orders');
+SELECT finalize.add_consumer('pl.orders', '  ');
+SELECT finalize.add_consumer('pl.orders', NULL);
+SELECT finalize.add_consumer('pl.nosuch', 'x');
+SELECT finalize.report_progress('pl.orders', 'nobody', '0x00000000000000000500');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x123');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0000002d:00000f2a');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', NULL);
+SELECT finalize.report_processed('pl.orders', 'spark-orders', '2026-11-29 16:00+00');
+
+-- Who may report: a consumer's reporter (and admins); a consumer without
+-- one, any pipeline role. A pipeline role writes nothing else.
+CREATE ROLE regress_pipe_a LOGIN IN ROLE finalize_pipeline;
+CREATE ROLE regress_pipe_b LOGIN IN ROLE finalize_pipeline;
+CREATE ROLE regress_pl_admin LOGIN IN ROLE finalize_admin;
+CREATE ROLE regress_pl_reader LOGIN IN ROLE finalize_reader;
+SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname = 'finalize_pipeline';
+SELECT pg_has_role('finalize_pipeline', 'finalize_reader', 'MEMBER') AS pipeline_is_reader,
+       pg_has_role('finalize_admin', 'finalize_pipeline', 'MEMBER') AS admin_is_pipeline,
+       pg_has_role('finalize_pipeline', 'finalize_publisher', 'MEMBER') AS pipeline_is_publisher;
+SELECT finalize.add_consumer('pl.orders', 'flink-orders', reporter => 'regress_pipe_a');
+SELECT finalize.add_consumer('pl.orders', 'odd-reporter', required => false, reporter => 'regress_pl_reader');
+SET ROLE regress_pipe_a;
+SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000500');
+SELECT consumer, reported_lsn FROM finalize.consumers WHERE consumer = 'flink-orders';
+SELECT finalize.is_final('pl.orders', '2026-11-29 15:00+00');
+RESET ROLE;
+SET ROLE regress_pipe_b;
+SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000600');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000500');
+SELECT finalize.record_range('pl.orders', '0x00000000000000000500', '0x00000000000000000600', '2026-11-29 23:00+00');
+SELECT finalize.add_consumer('pl.orders', 'mine');
+SELECT finalize.drop_consumer('pl.orders', 'flink-orders');
+SELECT finalize._consumer_resolved(1, 'flink-orders', '0x00000000000000000600', '0x00000000000000000600', now());
+SELECT count(*) FROM finalize.consumer;
+UPDATE finalize.consumer SET reported_lsn = '0x00000000000000000900';
+RESET ROLE;
+SET ROLE regress_pl_reader;
+SELECT finalize.report_progress('pl.orders', 'odd-reporter', '0x00000000000000000500');
+SELECT count(*) AS consumers_visible FROM finalize.consumers;
+RESET ROLE;
+SET ROLE regress_pl_admin;
+SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000510');
+RESET ROLE;
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'flink-orders',
+                                   '0x00000000000000000510', '0x00000000000000000500', '2026-11-29 16:01+00');
+SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
+
+-- Derived tables: a DAG of three levels with mixed granularities.
+SELECT finalize.track_table('pl.lines', 'erp', 'dbo.order_lines') > 0 AS tracked;
+SELECT finalize.record_range('pl.lines', NULL, '0x00000000000000000100', '2026-11-29 13:30+00');
+-- Level 1, hourly (the coarsest input's granularity): the least of its inputs.
+SELECT finalize.track_derived('pl.order_facts', ARRAY['pl.orders', 'pl.lines']) > 0 AS derived;
+-- Level 2, daily from hourly; level 3 from a derived and a tracked table,
+-- daily by default (its coarsest input).
+SELECT finalize.track_derived('pl.daily_revenue', ARRAY['pl.order_facts'], '1 day') > 0 AS derived;
+SELECT finalize.track_derived('pl.revenue_report', ARRAY['pl.daily_revenue', 'pl.orders']) > 0 AS derived;
+SELECT * FROM verdicts;
+SELECT t.table_name, array_agg(i.table_name ORDER BY i.table_name) AS inputs
+  FROM finalize.derived_input d JOIN finalize.tracked_table t ON t.table_id = d.table_id
+  JOIN finalize.tracked_table i ON i.table_id = d.input_id GROUP BY t.table_name ORDER BY 1;
+SELECT reason FROM finalize.explain_verdict('pl.order_facts', '2026-11-29 14:00+00');
+SELECT reason FROM finalize.explain_verdict('pl.order_facts', '2026-11-29 12:00+00');
+SELECT reason FROM finalize.explain_verdict('pl.daily_revenue', '2026-11-29 00:00+00');
+-- One range of an input moves the whole chain in its transaction.
+SELECT finalize.record_range('pl.lines', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 23:59:59+00');
+SELECT * FROM verdicts;
+SELECT finalize.record_range('pl.lines', '0x00000000000000000200', '0x00000000000000000300', '2026-11-30 00:00:01+00');
+SELECT finalize.record_range('pl.orders', '0x00000000000000000500', '0x00000000000000000600', '2026-11-30 00:05+00');
+SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000600');
+SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000600');
+BEGIN;
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), c, '0x00000000000000000600',
+                                   '0x00000000000000000600', '2026-11-30 00:05+00')
+  FROM unnest(ARRAY['flink-orders', 'spark-orders']) AS c;
+SELECT * FROM verdicts;
+COMMIT;
+SELECT finalize.is_final('pl.revenue_report', '2026-11-29 10:00+00') AS report_day_29;
+SELECT finalize._advance_payload(t, w, w.finalized_until)
+  FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'pl.daily_revenue';
+-- A derived table's own job caps it, through report_processed, in the
+-- same transaction. (A consumer declared after a period became final does
+-- not take it back.)
+SELECT finalize.track_derived('pl.hourly_copy', ARRAY['pl.order_facts'], '30 minutes') > 0 AS derived;
+SELECT finalize.add_consumer('pl.hourly_copy', 'late-job');
+SELECT reason FROM finalize.explain_verdict('pl.hourly_copy', '2026-11-29 23:30+00');
+SELECT finalize.drop_consumer('pl.hourly_copy', 'late-job');
+SELECT finalize.track_table('pl.refunds', 'erp', 'dbo.refunds') > 0 AS tracked;
+SELECT finalize.track_derived('pl.refund_copy', ARRAY['pl.refunds'], '30 minutes') > 0 AS derived;
+SELECT finalize.add_consumer('pl.refund_copy', 'copy-job');
+SELECT finalize.record_range('pl.refunds', NULL, '0x00000000000000000100', '2026-11-30 00:10+00');
+SELECT table_name, source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name LIKE 'pl.refund%' ORDER BY table_name;
+SELECT reason FROM finalize.explain_verdict('pl.refund_copy', '2026-11-29 23:00+00');
+SET ROLE regress_pipe_b;
+SELECT finalize.report_processed('pl.refund_copy', 'copy-job', '2026-11-29 23:10+00');
+RESET ROLE;
+SELECT table_name, source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.refund_copy';
+SELECT reason FROM finalize.explain_verdict('pl.refund_copy', '2026-11-29 23:00+00');
+SELECT finalize.report_processed('pl.refund_copy', 'copy-job', '2026-11-30 00:45+00');
+SELECT finalize.report_processed('pl.refund_copy', 'copy-job', '2026-11-30 00:45+00');
+SELECT finalize.report_processed('pl.refund_copy', 'copy-job', '2026-11-30 00:40+00');
+SELECT finalize.report_processed('pl.refund_copy', 'copy-job', 'infinity');
+SELECT finalize.report_processed('pl.refund_copy', 'copy-job', NULL);
+SELECT finalize.report_progress('pl.refund_copy', 'copy-job', '0x00000000000000000100');
+SELECT table_name, source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.refund_copy';
+SELECT reason FROM finalize.explain_verdict('pl.refund_copy', '2026-11-29 23:30+00');
+SELECT reason FROM finalize.explain_verdict('pl.refund_copy', '2026-11-30 00:00+00');
+SELECT table_name, consumer, reported_lsn, commit_time, consumer_until, lag FROM finalize.consumers
+ WHERE table_name = 'pl.refund_copy';
+SELECT finalize.untrack_table('pl.refunds', false, true);
+-- A derived table's status and facts: no source, no facts of its own.
+SELECT table_name, server_name, source_table, granularity, state, finalized_until, offset_lsn, captured_until, kind
+  FROM finalize.status WHERE kind = 'derived' ORDER BY table_name;
+SELECT * FROM finalize.changes_by_period('pl.daily_revenue', '2026-11-28 00:00+00', '2026-11-30 12:00+00');
+SELECT count(*) AS derived_tables_the_worker_reads
+  FROM finalize._source_tables('erp') s JOIN finalize.tracked_table t USING (table_id) WHERE t.kind = 'derived';
+SELECT finalize.record_range('pl.order_facts', '0x00000000000000000100', '0x00000000000000000200', '2026-11-30 03:00+00');
+SELECT finalize.alter_tracked_table('pl.order_facts', ddl_policy => 'block');
+SELECT finalize.alter_tracked_table('pl.hourly_copy', granularity => '1 hour');
+SELECT table_name, granularity, source_until, finalized_until FROM verdicts WHERE table_name = 'pl.hourly_copy';
+
+-- Bad definitions: every input must be tracked, once; no table may depend on itself.
+SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders', 'pl.nosuch']);
+SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders', 'pl.orders']);
+SELECT finalize.track_derived('pl.bad', ARRAY['pl.bad']);
+SELECT finalize.track_derived('pl.bad', '{}');
+SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders', NULL]);
+SELECT finalize.track_derived('pl.bad', NULL);
+SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders'], '1 mon');
+SELECT finalize.track_derived(' ', ARRAY['pl.orders']);
+SELECT finalize.track_derived('pl.lines', ARRAY['pl.orders']);
+-- pl.orders feeds pl.daily_revenue (through pl.order_facts): a cycle.
+SELECT finalize.track_derived('pl.orders', ARRAY['pl.daily_revenue']);
+SELECT count(*) AS tracked FROM finalize.tracked_table WHERE table_name = 'pl.bad';
+
+-- Several tables at once: the least verdict, final only if final in all;
+-- a name alone still calls the single-table functions.
+SELECT finalize.finalized_until(ARRAY['pl.orders', 'pl.lines', 'pl.daily_revenue']);
+SELECT finalize.is_final(ARRAY['pl.orders', 'pl.daily_revenue'], '2026-11-29 10:00+00') AS day_29,
+       finalize.is_final(ARRAY['pl.orders', 'pl.daily_revenue'], '2026-11-30 00:00+00') AS day_30_first_hour;
+SELECT finalize.finalized_until(ARRAY['pl.orders', 'pl.nosuch', 'pl.other']);
+SELECT finalize.is_final(ARRAY['pl.orders', 'pl.nosuch'], '2026-11-29 10:00+00');
+EXPLAIN (VERBOSE, COSTS OFF) SELECT finalize.is_final('pl.orders', '2026-11-29 13:00+00'), finalize.finalized_until('pl.orders');
+SELECT finalize.is_final('pl.orders', '2026-11-29 13:00+00'), finalize.finalized_until('pl.orders');
+SET ROLE regress_pl_reader;
+SELECT finalize.is_final(ARRAY['pl.orders', 'pl.lines'], '2026-11-29 13:00+00');
+RESET ROLE;
+
+-- Untracking an input is refused while a derived table uses it, or
+-- cascades; the two-argument form still works.
+SELECT finalize.untrack_table('pl.order_facts');
+SELECT finalize.untrack_table('pl.lines', false);
+SELECT finalize.untrack_table('pl.hourly_copy');
+SELECT finalize.untrack_table('pl.order_facts', cascade => true);
+SELECT table_name, kind FROM finalize.status WHERE table_name LIKE 'pl.%' ORDER BY table_name;
+SELECT finalize.untrack_table('pl.lines', false);
+
+-- Losses: after a data loss and a restart, the periods of the lost range
+-- are not final, here and in the derived tables that use the table, until
+-- an admin acknowledges the loss.
+SELECT finalize.track_table('pl.events', 'erp', 'dbo.events') > 0 AS tracked;
+SELECT finalize.record_range('pl.events', NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00');
+SELECT finalize.record_range('pl.events', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 10:15+00',
+                             1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00');
+SELECT finalize.track_derived('pl.events_daily', ARRAY['pl.events'], '1 day') > 0 AS derived;
+SELECT finalize.track_derived('pl.events_6h', ARRAY['pl.events_daily', 'pl.orders'], '6 hours') > 0 AS derived;
+SELECT finalize._record_event(finalize._tracked_id('pl.events'), 'data_loss', '0x00000000000000000200',
+                              '0x00000000000000000400', 'dbo_events', '{"cause": "cleanup"}', 'data_lost',
+                              'Rows were purged before they were read.');
+SELECT finalize.resume_table('pl.events');
+-- The worker restarts it below the capture instance's min LSN, at 12:20.
+SELECT finalize._resume_after_loss(finalize._tracked_id('pl.events'), '0x000000000000000003FF',
+                                   '2026-11-29 12:20+00', 'dbo_events', false, '{}');
+SELECT table_name, lost_from, lost_to, from_lsn, to_lsn, fact_id IS NOT NULL AS linked
+  FROM finalize.loss JOIN finalize.tracked_table USING (table_id);
+SELECT finalize.record_range('pl.events', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-30 01:00+00');
+SELECT * FROM verdicts WHERE table_name LIKE 'pl.events%';
+-- Hours 10, 11 and 12 intersect [10:15, 12:20]; 9 and 13 do not.
+SELECT p, finalize.is_final('pl.events', p)
+  FROM unnest(ARRAY['2026-11-29 09:00+00', '2026-11-29 10:00+00', '2026-11-29 11:00+00', '2026-11-29 12:00+00',
+                    '2026-11-29 13:00+00']::timestamptz[]) AS p;
+SELECT period_start, is_final, covered FROM finalize.changes_by_period('pl.events', '2026-11-29 09:00+00', '2026-11-29 14:00+00');
+SELECT is_final, reason FROM finalize.explain_verdict('pl.events', '2026-11-29 11:00+00');
+SELECT finalize._loss_blocks(finalize._tracked_id('pl.events'), '2026-11-29 13:00+00', '2026-11-29 14:00+00') AS hour_13,
+       finalize._loss_blocks(finalize._tracked_id('pl.events'), '2026-11-29 12:00+00', '2026-11-29 13:00+00') AS hour_12;
+-- The derived tables inherit it.
+SELECT finalize.is_final('pl.events_daily', '2026-11-29 00:00+00') AS day_29,
+       finalize.is_final('pl.events_6h', '2026-11-29 06:00+00') AS from_6h,
+       finalize.is_final('pl.events_6h', '2026-11-29 18:00+00') AS from_18h;
+SELECT is_final, reason FROM finalize.explain_verdict('pl.events_6h', '2026-11-29 12:00+00');
+SELECT finalize.is_final(ARRAY['pl.orders', 'pl.events'], '2026-11-29 11:00+00');
+-- Acknowledging: whole periods of the table that lost the data, with a note.
+SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 10:30+00', '2026-11-29 12:00+00', 're-snapshotted');
+SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 12:00+00', '2026-11-29 10:00+00', 're-snapshotted');
+SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 10:00+00', '2026-11-29 12:00+00', ' ');
+SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 10:00+00', NULL, 'x');
+SELECT finalize.acknowledge_loss('pl.events_daily', '2026-11-29 00:00+00', '2026-11-30 00:00+00', 'x');
+SELECT finalize.acknowledge_loss('pl.orders', '2026-11-29 10:00+00', '2026-11-29 11:00+00', 'nothing was lost here');
+-- Part of it: hours 10 and 11 are final, hour 12 still waits.
+SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 10:00+00', '2026-11-29 12:00+00',
+                                 'events re-snapshotted from SQL Server, ticket DATA-123');
+SELECT p, finalize.is_final('pl.events', p)
+  FROM unnest(ARRAY['2026-11-29 10:00+00', '2026-11-29 11:00+00', '2026-11-29 12:00+00']::timestamptz[]) AS p;
+SELECT * FROM verdicts WHERE table_name LIKE 'pl.events%';
+SELECT finalize.is_final('pl.events_daily', '2026-11-29 00:00+00') AS day_29;
+-- The rest: an adjacent acknowledgement joins the first.
+SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 12:00+00', '2026-11-29 13:00+00',
+                                 'hour 12 re-snapshotted too');
+SELECT * FROM verdicts WHERE table_name LIKE 'pl.events%';
+SELECT finalize.is_final('pl.events', '2026-11-29 12:00+00') AS hour_12,
+       finalize.is_final('pl.events_daily', '2026-11-29 00:00+00') AS day_29,
+       finalize.is_final('pl.events_6h', '2026-11-29 12:00+00') AS from_12h;
+SELECT period_start, is_final, covered FROM finalize.changes_by_period('pl.events', '2026-11-29 11:00+00', '2026-11-29 13:00+00');
+SELECT event, detail - 'by' AS detail, detail ->> 'by' AS by FROM finalize.facts
+ WHERE table_name = 'pl.events' AND event IN ('loss_acknowledged', 'resumed') ORDER BY fact_id;
+SELECT acknowledged_by, period_from, period_to, note FROM finalize.loss_ack ORDER BY ack_id;
+-- An acknowledgement covers only the losses recorded before it: a later
+-- loss in the same periods holds them again.
+SELECT finalize._record_event(finalize._tracked_id('pl.events'), 'data_loss', '0x00000000000000000500',
+                              '0x00000000000000000600', 'dbo_events', '{"cause": "cleanup"}', 'data_lost', 'lost again');
+UPDATE finalize.tracked_table SET state = 'resuming' WHERE table_name = 'pl.events';
+UPDATE finalize.watermark SET offset_commit_time = '2026-11-29 10:40+00'
+ WHERE table_id = finalize._tracked_id('pl.events');
+SELECT finalize._resume_after_loss(finalize._tracked_id('pl.events'), '0x000000000000000005FF',
+                                   '2026-11-29 11:10+00', 'dbo_events', true, '{}');
+SELECT finalize.is_final('pl.events', '2026-11-29 10:00+00') AS hour_10,
+       finalize.is_final('pl.events', '2026-11-29 11:00+00') AS hour_11,
+       finalize.is_final('pl.events', '2026-11-29 12:00+00') AS hour_12;
+SELECT table_name, loss_blocked FROM finalize.status WHERE table_name LIKE 'pl.events%' ORDER BY table_name;
+
+-- The release gate works on a derived table as on a tracked one: a final
+-- period is released, a period that is not final is refused with the
+-- reason. The local store lives in the data directory.
+SELECT current_setting('data_directory') || '/pipelines_store' AS store \gset
+SELECT format('mkdir -p %s/day=2026-11-29/g1 && cat > %s/day=2026-11-29/g1/part-0.csv', :'store', :'store') AS mk1,
+       format('mkdir -p %s/day=2026-11-30/g1 && cat > %s/day=2026-11-30/g1/part-0.csv', :'store', :'store') AS mk2,
+       format('rm -rf %s; cat > /dev/null', :'store') AS rm \gset
+COPY (SELECT 'x') TO PROGRAM :'mk1';
+COPY (SELECT 'x') TO PROGRAM :'mk2';
+SELECT finalize.track_derived('pl.revenue', ARRAY['pl.orders'], '1 day') > 0 AS derived;
+SELECT finalize.register_partition('pl.revenue', 'day=2026-11-29', 'day=2026-11-29/g1/');
+SELECT finalize.register_partition('pl.revenue', 'day=2026-11-30', 'day=2026-11-30/g1/');
+SELECT jsonb_build_object('table', 'pl.revenue', 'partition', 'day=2026-11-29', 'generation', 'g1',
+                          'store', 'file://' || :'store', 'prefix', 'day=2026-11-29/g1/',
+                          'period_start', '2026-11-29 00:00+00',
+                          'files', jsonb_build_object('day=2026-11-29/g1/part-0.csv', 2)) AS final_day,
+       jsonb_build_object('table', 'pl.revenue', 'partition', 'day=2026-11-30', 'generation', 'g1',
+                          'store', 'file://' || :'store', 'prefix', 'day=2026-11-30/g1/',
+                          'period_start', '2026-11-30 00:00+00',
+                          'files', jsonb_build_object('day=2026-11-30/g1/part-0.csv', 2)) AS open_day \gset
+SELECT released, generation, problems FROM finalize.release_gate(:'final_day');
+SELECT released, generation, jsonb_path_query_array(problems, '$[*].code') AS codes,
+       problems -> 0 ->> 'detail' AS detail
+  FROM finalize.release_gate(:'open_day');
+SELECT finalize.released_generation('pl.revenue', 'day=2026-11-29') AS day_29,
+       finalize.released_generation('pl.revenue', 'day=2026-11-30') AS day_30;
+COPY (SELECT 'x') TO PROGRAM :'rm';
+
+SELECT finalize.untrack_table(t, false)
+  FROM unnest(ARRAY['pl.revenue', 'pl.events_6h', 'pl.events_daily', 'pl.events', 'pl.orders']) AS t;
+DELETE FROM finalize.tracked_table WHERE table_name LIKE 'pl.%' AND untracked_at IS NOT NULL;
+SELECT count(*) AS left_over FROM finalize.tracked_table;
+DROP VIEW verdicts;
+DROP SERVER erp;
+DROP ROLE regress_pipe_a, regress_pipe_b, regress_pl_admin, regress_pl_reader;

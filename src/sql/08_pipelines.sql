@@ -1,0 +1,460 @@
+-- Pipelines and derived tables (docs/design/pipelines.md): the consumers
+-- that write a table and report how far they got, tables derived from
+-- tracked tables, and acknowledgements of lost data. The functions a role
+-- calls are C entry points (finalize_as_owner, owner.c) that run the body
+-- _<name>(caller, ...) as the extension's owner with the caller taken first.
+
+-- Checks the name of a new consumer: the pipeline's name, 1 to 255
+-- characters, not only spaces.
+CREATE FUNCTION @extschema@._check_consumer_name(consumer text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    IF consumer !~ '\S' OR length(consumer) > 255 THEN
+        RAISE EXCEPTION 'invalid value for argument consumer: "%"', consumer
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer is named after the pipeline that writes the table (for example spark-orders): 1 to 255 characters, not only spaces.';
+    END IF;
+END
+$$;
+
+-- The body of finalize.add_consumer: declares a pipeline that writes the
+-- table. A required one holds the verdict from now on (what was final
+-- stays final); reporter, when given, is the only role (with
+-- finalize_admin) that may report for it.
+CREATE FUNCTION @extschema@._add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT true,
+    reporter regrole DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+BEGIN
+    PERFORM @extschema@._check_consumer_name(consumer);
+    PERFORM @extschema@._require(required, 'required');
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    BEGIN
+        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, created_by)
+        VALUES (tt.table_id, consumer, required, reporter, caller);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" already exists', consumer, tt.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Drop it first with finalize.drop_consumer(), or choose another name.';
+    END;
+    IF reporter IS NOT NULL AND NOT pg_has_role(reporter::oid, 'finalize_pipeline'::name, 'MEMBER') THEN
+        RAISE NOTICE 'role % cannot report for consumer "%" of table "%" yet', reporter, consumer, tt.table_name
+            USING DETAIL = 'Reporting takes EXECUTE on finalize.report_progress() or finalize.report_processed(), which role finalize_pipeline has.',
+                  HINT = format('GRANT finalize_pipeline TO %s;', reporter);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.add_consumer(
+    table_name text,
+    consumer text,
+    required boolean DEFAULT true,
+    reporter regrole DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
+    'Declare a pipeline that writes a table; a required one holds the verdict until it reports that it applied a period';
+
+-- The body of finalize.drop_consumer: forgets a consumer (the verdict may
+-- then move at once). Returns whether it existed.
+CREATE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM @extschema@._advance(tt.table_id);
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION @extschema@.drop_consumer(table_name text, consumer text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.drop_consumer(text, text) IS
+    'Forget a pipeline of a table (the verdict no longer waits for it); returns whether it existed';
+
+-- The consumer of a table a caller reports for, locked for the report:
+-- it must exist, and the caller must be a member of its reporter role (any
+-- caller when it has none) or of finalize_admin. The errors name both.
+CREATE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text)
+RETURNS @extschema@.consumer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    c @extschema@.consumer;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    SELECT x.* INTO c FROM @extschema@.consumer x
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('An admin declares it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    END IF;
+    IF c.reporter IS NOT NULL AND NOT pg_has_role(caller, 'finalize_admin'::name, 'MEMBER')
+       AND NOT pg_has_role(caller, c.reporter::oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Only members of role %s, the consumer''s reporter, and of finalize_admin may report for it; role %s is neither.',
+                                  c.reporter, caller),
+                  HINT = format('If %s runs this pipeline, an admin can run GRANT %s TO %s;', caller, c.reporter, caller);
+    END IF;
+    RETURN c;
+END
+$$;
+
+-- A reported LSN in the stored form (the C parser accepts finalize's form
+-- and Debezium's); the error names the argument, the consumer and the table.
+CREATE FUNCTION @extschema@._reported_lsn(lsn text, tt @extschema@.tracked_table, consumer text)
+RETURNS @extschema@.lsn
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    message text;
+    detail text;
+BEGIN
+    PERFORM @extschema@._require(lsn, 'lsn');
+    RETURN @extschema@._lsn_normalize(lsn);
+EXCEPTION WHEN invalid_parameter_value THEN
+    GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL;
+    RAISE EXCEPTION 'invalid value for argument lsn of consumer "%" of table "%": %', consumer, tt.table_name, message
+        USING ERRCODE = 'invalid_parameter_value', DETAIL = detail;
+END
+$$;
+
+-- The body of finalize.report_progress: a consumer of a tracked table has
+-- durably applied every change with commit LSN at or below lsn. A lower or
+-- equal LSN (a replay) changes nothing and says so; the worker resolves a
+-- new one to a commit time on its next cycle, which may advance the
+-- verdict. Returns whether the report moved.
+CREATE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reported @extschema@.lsn;
+    c @extschema@.consumer;
+BEGIN
+    IF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so its consumers report with finalize.report_processed()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has fully processed.',
+                  HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name, consumer);
+    END IF;
+    reported := @extschema@._reported_lsn(lsn, tt, consumer);
+    c := @extschema@._reporting_consumer(caller, tt, consumer);
+    IF reported <= c.reported_lsn THEN
+        RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
+                     c.reported_lsn, reported
+            USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.consumer x SET reported_lsn = reported, reported_at = now()
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION @extschema@.report_progress(table_name text, consumer text, lsn text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.report_progress(text, text, text) IS
+    'A pipeline has durably applied every change with commit LSN at or below lsn (0x and 20 hex digits, or Debezium''s commit_lsn); returns whether it moved';
+
+-- The body of finalize.report_processed: a consumer of a derived table has
+-- fully processed its inputs up to processed_until. An earlier or equal
+-- time changes nothing and says so; a later one advances the verdict in
+-- this transaction as far as the inputs allow. Returns whether it moved.
+CREATE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
+                                              processed_until timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    c @extschema@.consumer;
+BEGIN
+    IF tt.kind <> 'derived' THEN
+        RAISE EXCEPTION 'table "%" is fed by SQL Server, so its consumers report with finalize.report_progress()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A consumer of a tracked table reports the commit LSN it has applied; report_processed takes the input watermark of a derived table''s job, and a time is never read as an LSN.',
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name, consumer);
+    END IF;
+    PERFORM @extschema@._require(processed_until, 'processed_until');
+    IF NOT isfinite(processed_until) THEN
+        RAISE EXCEPTION 'invalid value for argument processed_until: "%"', processed_until
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer reports the input watermark its job has fully processed: a finite time.';
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    c := @extschema@._reporting_consumer(caller, tt, consumer);
+    IF processed_until <= c.processed_until THEN
+        RAISE NOTICE 'consumer "%" of table "%" already reported it processed its inputs until %; % is ignored',
+                     consumer, tt.table_name, c.processed_until, processed_until
+            USING DETAIL = 'Reports only move forward (a rerun may report an older watermark again), so nothing changed.';
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.consumer x SET processed_until = _report_processed.processed_until, reported_at = now()
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    PERFORM @extschema@._advance(tt.table_id);
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION @extschema@.report_processed(table_name text, consumer text, processed_until timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.report_processed(text, text, timestamptz) IS
+    'A derived table''s job has fully processed its inputs up to processed_until; returns whether it moved';
+
+-- The ids of a derived table's inputs, in the order given, each an active
+-- tracked or derived table locked against untracking (FOR SHARE, which
+-- untrack_table's lock waits for); the errors name the input.
+CREATE FUNCTION @extschema@._derived_inputs(table_name text, inputs text[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[] := '{}';
+    input text;
+    id bigint;
+BEGIN
+    PERFORM @extschema@._require(inputs, 'inputs');
+    IF cardinality(inputs) = 0 OR array_position(inputs, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid value for argument inputs: %', inputs
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A derived table needs at least one input, each the name of a tracked or derived table.';
+    END IF;
+    FOREACH input IN ARRAY inputs LOOP
+        IF input = table_name THEN
+            RAISE EXCEPTION 'derived table "%" cannot be its own input', table_name
+                USING ERRCODE = 'invalid_object_definition';
+        END IF;
+        SELECT t.table_id INTO id FROM @extschema@.tracked_table t
+         WHERE t.table_name = input AND t.untracked_at IS NULL FOR SHARE;
+        IF NOT FOUND THEN
+            PERFORM @extschema@._not_tracked(input);
+        ELSIF id = ANY (ids) THEN
+            RAISE EXCEPTION 'input "%" is listed twice', input
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        ids := ids || id;
+    END LOOP;
+    RETURN ids;
+END
+$$;
+
+-- Refuses inputs that use a table of this name (transitively): the
+-- derived table would depend on itself. Inputs are fixed when a derived
+-- table is created, so with this check the inputs always form a DAG.
+CREATE FUNCTION @extschema@._check_no_cycle(table_name text, input_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    via text;
+BEGIN
+    WITH RECURSIVE up(id, via) AS (
+        SELECT t.table_id, t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = ANY (input_ids)
+        UNION
+        SELECT d.input_id, up.via FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT min(up.via) INTO via FROM up JOIN @extschema@.tracked_table t ON t.table_id = up.id
+     WHERE t.table_name = table_name AND t.untracked_at IS NULL;
+    IF via IS NOT NULL THEN
+        RAISE EXCEPTION 'derived table "%" would depend on itself through its input "%"', table_name, via
+            USING ERRCODE = 'invalid_object_definition',
+                  DETAIL = format('Table "%s" is derived (directly or through other derived tables) from "%s": the inputs of derived tables must not form a cycle.',
+                                  via, table_name),
+                  HINT = 'Choose other inputs, or another name for the new table.';
+    END IF;
+END
+$$;
+
+-- The body of finalize.track_derived: a lake table computed from tracked
+-- or derived tables. Its granularity defaults to the coarsest input's; its
+-- verdict (the period start of its inputs' least verdict, capped by its
+-- required consumers) is computed at once and follows every input advance
+-- in the same transaction. Returns its id.
+CREATE FUNCTION @extschema@._track_derived(
+    caller name,
+    table_name text,
+    inputs text[],
+    granularity interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    g interval;
+    new_id bigint;
+BEGIN
+    PERFORM @extschema@._require(table_name, 'table_name');
+    IF table_name !~ '\S' OR length(table_name) > 255 THEN
+        RAISE EXCEPTION 'invalid value for argument table_name: "%"', table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A tracked table name is the name consumers use (for example sales.daily_revenue): 1 to 255 characters, not only spaces.';
+    END IF;
+    ids := @extschema@._derived_inputs(table_name, inputs);
+    PERFORM @extschema@._check_no_cycle(table_name, ids);
+    g := coalesce(granularity, (SELECT max(t.granularity) FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)));
+    PERFORM @extschema@._check_granularity(g, 'granularity');
+    BEGIN
+        INSERT INTO @extschema@.tracked_table (table_name, kind, granularity, created_by)
+        VALUES (table_name, 'derived', g, caller)
+        RETURNING tracked_table.table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'table "%" is already tracked', table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
+    PERFORM @extschema@._refresh_loss_blocked(new_id);
+    PERFORM @extschema@._advance(new_id);
+    RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.track_derived(table_name text, inputs text[], granularity interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.track_derived(text, text[], interval) IS
+    'Track a lake table derived from tracked or derived tables: final for a period once its inputs and its required consumers are';
+
+-- Checks a bound of an acknowledged range: a period boundary of the table
+-- (or infinite), so that it names whole periods.
+CREATE FUNCTION @extschema@._check_period_bound(tt @extschema@.tracked_table, bound timestamptz, argname text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(bound, argname);
+    IF isfinite(bound) AND @extschema@.period_start(bound, tt.granularity) <> bound THEN
+        RAISE EXCEPTION 'invalid value for argument %: % is not a period boundary of table "%"', argname, bound, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its periods are %s long; an acknowledgement covers whole periods.', tt.granularity),
+                  HINT = format('Use %s or %s.', @extschema@.period_start(bound, tt.granularity),
+                                @extschema@.period_end(bound, tt.granularity));
+    END IF;
+END
+$$;
+
+-- The body of finalize.acknowledge_loss: an admin says the periods of
+-- [period_from, period_to) were repaired after the losses recorded so far
+-- (for example, the lake table was re-snapshotted); they no longer hold
+-- those periods, here and in the derived tables that use the table. A loss
+-- recorded later needs an acknowledgement of its own. Recorded with who,
+-- when and the note, also as an event fact. Returns how many losses the
+-- range (partly) covers.
+CREATE FUNCTION @extschema@._acknowledge_loss(
+    caller name,
+    table_name text,
+    period_from timestamptz,
+    period_to timestamptz,
+    note text)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    covered integer;
+BEGIN
+    IF tt.kind = 'derived' THEN
+        RAISE EXCEPTION 'table "%" is a derived table and has no losses of its own', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table holds the periods its inputs lost; it is released when the loss is acknowledged on the input that lost the data.',
+                  HINT = 'finalize.explain_verdict() on the derived table names that input.';
+    END IF;
+    PERFORM @extschema@._check_period_bound(tt, period_from, 'period_from');
+    PERFORM @extschema@._check_period_bound(tt, period_to, 'period_to');
+    IF period_to <= period_from THEN
+        RAISE EXCEPTION 'invalid range of periods from % to %', period_from, period_to
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'period_to must be after period_from.';
+    END IF;
+    PERFORM @extschema@._require(note, 'note');
+    IF note !~ '\S' THEN
+        RAISE EXCEPTION 'invalid value for argument note: it must say how the loss was repaired'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The note is kept with the acknowledgement, for example ''orders re-snapshotted from SQL Server on 2026-12-01, ticket DATA-123''.';
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT count(*) INTO covered FROM @extschema@.loss l
+     WHERE l.table_id = tt.table_id AND l.lost_from < period_to AND l.lost_to >= period_from;
+    -- clock_timestamp(): a loss recorded after this (under the same lock)
+    -- is never covered by it, even one whose transaction began earlier.
+    INSERT INTO @extschema@.loss_ack (table_id, period_from, period_to, note, acknowledged_by, acknowledged_at)
+    VALUES (tt.table_id, period_from, period_to, note, caller, clock_timestamp());
+    INSERT INTO @extschema@.fact (table_id, kind, event, detail)
+    VALUES (tt.table_id, 'event', 'loss_acknowledged',
+            jsonb_build_object('by', caller, 'note', note, 'losses', covered,
+                               'period_from', CASE WHEN isfinite(period_from) THEN @extschema@._utc_iso(period_from) ELSE period_from::text END,
+                               'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
+    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    IF covered = 0 THEN
+        RAISE NOTICE 'no loss of table "%" recorded so far intersects the periods from % to %', tt.table_name,
+                     period_from, period_to
+            USING DETAIL = 'The acknowledgement is kept, but it covers no loss recorded after it.';
+    END IF;
+    RETURN covered;
+END
+$$;
+
+CREATE FUNCTION @extschema@.acknowledge_loss(table_name text, period_from timestamptz, period_to timestamptz,
+                                             note text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text) IS
+    'Say that the periods of [period_from, period_to) were repaired after the losses recorded so far (for example re-snapshotted); returns how many losses it covers';

@@ -1,0 +1,433 @@
+-- What sensors and people read. The two verdict functions are C and read the
+-- catalog directly (no SPI, no search_path): sensors poll them all day.
+-- Neither is STRICT: a NULL argument is an error, never a NULL answer.
+
+CREATE FUNCTION @extschema@.finalized_until(table_name text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_finalized_until'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.finalized_until(text) IS
+    'Every period of the table ending at or before this instant is complete; NULL while nothing is final';
+
+CREATE FUNCTION @extschema@.is_final(table_name text, period_start timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_is_final'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.is_final(text, timestamptz) IS
+    'True iff the whole period containing period_start ends at or before finalized_until';
+
+-- The same for sensors that wait on several tables: the least verdict
+-- (NULL if any is NULL), and whether the period is final for every table.
+-- The first name that is not tracked is the error. A literal name still
+-- calls the text versions (an unknown literal prefers the string type).
+CREATE FUNCTION @extschema@.finalized_until(table_names text[])
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_finalized_until_all'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.finalized_until(text[]) IS
+    'The least finalized_until of the tables: every period ending at or before it is complete in all of them';
+
+CREATE FUNCTION @extschema@.is_final(table_names text[], period_start timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_is_final_all'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.is_final(text[], timestamptz) IS
+    'True iff the period containing period_start is final in every one of the tables';
+
+CREATE TYPE @extschema@.verdict AS (
+    table_name       text,
+    period_start     timestamptz,
+    period_end       timestamptz,
+    is_final         boolean,
+    finalized_until  timestamptz,
+    captured_until   timestamptz,
+    lag              interval,
+    state            text,
+    reason           text
+);
+COMMENT ON TYPE @extschema@.verdict IS
+    'A verdict with its explanation, as returned by finalize.explain_verdict';
+
+-- Why the source verdict holds a period back, or NULL when it does not: for
+-- a tracked table how far SQL Server's capture has come, for a derived one
+-- which inputs are not final that far.
+CREATE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                            period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF @extschema@._period_final(period_start, tt.granularity, wm.source_until) THEN
+        RETURN NULL;
+    ELSIF tt.kind = 'derived' THEN
+        RETURN @extschema@._explain_inputs(tt.table_id, period_end);
+    ELSIF wm.offset_lsn IS NULL THEN
+        RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
+    ELSIF wm.offset_commit_time >= period_end THEN
+        RETURN format('the watermark only moves in whole periods and stands at %s', wm.source_until);
+    END IF;
+    RETURN format('SQL Server''s capture has reached %s (LSN %s), %s before the period ends',
+                  wm.offset_commit_time, wm.offset_lsn,
+                  CASE WHEN isfinite(period_end) THEN (period_end - wm.offset_commit_time)::text
+                       ELSE 'for ever' END);
+END
+$$;
+
+-- The inputs of a derived table that are not final up to period_end.
+CREATE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(CASE WHEN w.finalized_until IS NULL
+                           THEN format('input "%s" has nothing final yet', t.table_name)
+                           ELSE format('input "%s" is final until %s', t.table_name, w.finalized_until) END,
+                      '; ' ORDER BY w.finalized_until NULLS FIRST, t.table_name)
+           || format('; the period ends at %s', _explain_inputs.period_end)
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     WHERE d.table_id = _explain_inputs.table_id
+       AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
+END;
+
+-- The required consumers that hold a period back, each with how far it got,
+-- or NULL when none does.
+CREATE FUNCTION @extschema@._explain_consumers(tt @extschema@.tracked_table, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(CASE
+               WHEN (tt).kind = 'derived' AND c.processed_until IS NULL
+               THEN format('consumer "%s" has not reported any processed input yet', c.consumer)
+               WHEN (tt).kind = 'derived'
+               THEN format('consumer "%s" has processed its inputs up to %s', c.consumer, c.processed_until)
+               WHEN c.reported_lsn IS NULL
+               THEN format('consumer "%s" has not reported any progress yet', c.consumer)
+               WHEN c.commit_time IS NULL
+               THEN format('consumer "%s" has reported LSN %s, which the worker has not resolved to a commit time yet',
+                           c.consumer, c.reported_lsn)
+               WHEN c.reported_lsn = c.resolved_for_lsn
+               THEN format('consumer "%s" has applied up to LSN %s (commit %s)', c.consumer, c.reported_lsn, c.commit_time)
+               ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet',
+                           c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn) END,
+               '; ' ORDER BY x.until NULLS FIRST, c.consumer)
+           || format('; the period ends at %s', _explain_consumers.period_end)
+      FROM @extschema@.consumer c
+     CROSS JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, c.commit_time,
+                                                             c.processed_until) AS until) x
+     WHERE c.table_id = (tt).table_id AND c.required
+       AND (x.until IS NULL OR x.until < _explain_consumers.period_end);
+END;
+
+-- The losses that hold a period, each with its table, times, LSNs and the
+-- call that acknowledges it once repaired; NULL when none does.
+CREATE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
+                                            period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts); run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
+                             t.table_name,
+                             CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                             l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'),
+                             t.table_name,
+                             CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity)
+                                  ELSE l.lost_from END,
+                             CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity)
+                                  ELSE l.lost_to END),
+                      ' ' ORDER BY l.loss_id)
+      FROM @extschema@._open_losses((tt).table_id, _explain_losses.period_start, _explain_losses.period_end) AS l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id;
+END;
+
+-- Why a final period is final: how far the source verdict reached, the
+-- required consumers that have applied (or processed) it, and those
+-- declared after it became final (a verdict never moves back).
+CREATE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                           period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN (tt).kind = 'source'
+                THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
+                            (wm).offset_lsn, (wm).finalized_until)
+                ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
+                   THEN format(' Its required consumers have %s it: %s.',
+                               CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until >= _explain_final.period_end))
+                   ELSE '' END
+           || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) > 0
+                   THEN format(' It was final before %s declared; a verdict never moves back.',
+                               string_agg(format('consumer "%s" was', c.consumer), ' and ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end))
+                   ELSE '' END
+      FROM (SELECT 1) AS one
+      LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
+      LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, c.commit_time,
+                                                             c.processed_until) AS until) x ON true;
+END;
+
+-- Explains a verdict in one sentence, for people and sensor failure
+-- callbacks. Without a period, it explains the first period not yet final.
+CREATE FUNCTION @extschema@.explain_verdict(table_name text, period_start timestamptz DEFAULT NULL)
+RETURNS @extschema@.verdict
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt  @extschema@.tracked_table;
+    wm  @extschema@.watermark;
+    src @extschema@.source_status;
+    cnd @extschema@.table_condition;
+    v   @extschema@.verdict;
+    why text;
+    losses text;
+BEGIN
+    tt := @extschema@._tracked(table_name);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
+    SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
+
+    -- Period bounds and finality come from the C period arithmetic, the
+    -- one is_final uses: never from timestamptz + interval in this zone.
+    v.table_name := tt.table_name;
+    v.period_start := @extschema@.period_start(
+        coalesce(period_start, wm.finalized_until, now()), tt.granularity);
+    v.period_end := @extschema@.period_end(v.period_start, tt.granularity);
+    v.is_final := @extschema@._period_final(v.period_start, tt.granularity, wm.finalized_until);
+    v.finalized_until := wm.finalized_until;
+    v.captured_until := wm.offset_commit_time;
+    v.lag := now() - wm.finalized_until;
+    v.state := tt.state;
+    IF wm.loss_blocked THEN
+        losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
+    END IF;
+
+    IF v.is_final AND losses IS NOT NULL THEN
+        v.is_final := false;
+        v.reason := format('Period [%s, %s) is not final: %s', v.period_start, v.period_end, losses);
+        RETURN v;
+    ELSIF v.is_final THEN
+        v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        RETURN v;
+    END IF;
+
+    why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
+                     @extschema@._explain_consumers(tt, v.period_end));
+    v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
+                       coalesce(why, format('the verdict stands at %s', wm.finalized_until)));
+    IF tt.state <> 'active' THEN
+        v.reason := v.reason || format(' The table is in state %s since %s: %s',
+                                       tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
+    END IF;
+    IF src.condition = 'capture_stalled' THEN
+        v.reason := v.reason || format(' SQL Server''s capture is stalled on source "%s" since %s: %s',
+                                       tt.server_name, src.condition_since, src.last_error);
+    END IF;
+    IF cnd.condition IS NOT NULL THEN
+        v.reason := v.reason || format(' The worker cannot read this table (%s since %s): %s',
+                                       cnd.condition, cnd.since, cnd.detail);
+    END IF;
+    IF src.condition NOT IN ('ok', 'capture_stalled') AND src.last_error IS NOT NULL THEN
+        v.reason := v.reason || format(' The source "%s" failed at %s: %s', tt.server_name, src.last_error_at, src.last_error);
+    END IF;
+    IF losses IS NOT NULL THEN
+        v.reason := v.reason || ' It also waits for a loss to be acknowledged: ' || losses;
+    END IF;
+    RETURN v;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.explain_verdict(text, timestamptz) IS
+    'Why a period of a table is or is not final, with the watermark and its lag';
+
+-- One row per tracked table: its verdict and what its source's worker saw.
+CREATE VIEW @extschema@.status AS
+SELECT t.table_name,
+       t.server_name,
+       t.source_schema || '.' || t.source_name AS source_table,
+       t.capture_instance,
+       t.granularity,
+       t.state,
+       t.state_detail,
+       c.condition,
+       c.detail AS condition_detail,
+       sc.detail ->> 'summary' AS last_schema_change,
+       sc.recorded_at AS last_schema_change_at,
+       w.finalized_until,
+       now() - w.finalized_until AS lag,
+       w.offset_lsn,
+       w.offset_commit_time AS captured_until,
+       w.advanced_at,
+       w.recorded_at,
+       s.condition AS source_condition,
+       s.max_lsn AS source_max_lsn,
+       s.last_poll,
+       s.last_success,
+       s.last_error,
+       s.last_error_at,
+       s.next_attempt,
+       s.clock_skew,
+       CASE WHEN s.worker_pid IS NOT NULL
+             AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(s.worker_pid))
+            THEN s.worker_pid END AS worker_pid,
+       t.kind,
+       w.source_until,
+       hb.consumer AS held_back_by,
+       w.loss_blocked
+  FROM @extschema@.tracked_table t
+  JOIN @extschema@.watermark w USING (table_id)
+  LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
+  LEFT JOIN @extschema@.source_status s ON s.server_name = t.server_name
+  LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
+                      WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
+                      ORDER BY f.fact_id DESC LIMIT 1) sc ON true
+  -- The required consumer furthest behind, while the verdict waits for it.
+  LEFT JOIN LATERAL (SELECT x.consumer FROM @extschema@.consumer x
+                      CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+                                 CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
+                                 t.granularity) AS until) u
+                      WHERE x.table_id = t.table_id AND x.required
+                        AND w.source_until > coalesce(w.finalized_until, '-infinity')
+                        AND w.source_until > coalesce(u.until, '-infinity')
+                      ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1) hb ON true
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.status IS
+    'One row per tracked table: state, verdict, lag and what its source''s worker last saw';
+
+-- One row per consumer of a tracked (or derived) table: how far it got
+-- (the LSN it reported and its commit time; for a derived table's job, the
+-- processed input watermark in consumer_until), how far its verdict lags
+-- the source verdict, and whether it is stalled.
+CREATE VIEW @extschema@.consumers AS
+SELECT t.table_name,
+       c.consumer,
+       c.required,
+       c.reporter,
+       c.reported_lsn,
+       c.reported_at,
+       c.commit_time,
+       u.until AS consumer_until,
+       CASE WHEN w.source_until > u.until THEN w.source_until - u.until
+            WHEN w.source_until <= u.until THEN interval '0' END AS lag,
+       c.condition,
+       c.condition_since
+  FROM @extschema@.consumer c
+  JOIN @extschema@.tracked_table t USING (table_id)
+  JOIN @extschema@.watermark w USING (table_id)
+ CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+            CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
+            t.granularity) AS until) u
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.consumers IS
+    'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
+
+-- Every fact, with the name of its table.
+CREATE VIEW @extschema@.facts AS
+SELECT f.fact_id,
+       t.table_name,
+       f.kind,
+       f.event,
+       f.start_lsn,
+       f.end_lsn,
+       f.end_commit_time,
+       f.inserts,
+       f.updates,
+       f.deletes,
+       f.first_commit_time,
+       f.last_commit_time,
+       f.capture_instance,
+       f.ranges,
+       f.detail,
+       f.recorded_at,
+       t.untracked_at IS NOT NULL AS untracked
+  FROM @extschema@.fact f
+  JOIN @extschema@.tracked_table t USING (table_id);
+COMMENT ON VIEW @extschema@.facts IS
+    'Facts per CDC range and events, per tracked table (including untracked tables until retention)';
+
+-- Changes per period between two instants. A period is covered when every
+-- commit in it lies after the start of the recorded facts (tracking began, or
+-- retention removed older facts, before it) and outside every range lost to
+-- retention cleanup. A range whose rows all committed
+-- inside one period counts there; a range whose rows straddle a period
+-- boundary is counted in straddling_ranges of every period it touches (its
+-- rows may belong to either). Counts are exact where the period is covered
+-- and no range straddles it. is_final is what is_final() answers, losses
+-- included. A derived table has no facts of its own: its periods are never
+-- covered nor exact, and their counts are NULL (unknown), so the release
+-- gate checks that they are final and cannot confirm an empty one.
+CREATE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
+RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
+               inserts bigint, updates bigint, deletes bigint,
+               straddling_ranges bigint, exact boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    covered_after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
+    PERFORM @extschema@._require(from_time, 'from_time');
+    PERFORM @extschema@._require(to_time, 'to_time');
+    tt := @extschema@._tracked(changes_by_period.table_name);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind = 'derived' THEN
+        RETURN QUERY
+        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g;
+        RETURN;
+    END IF;
+    -- Facts count every commit after the end of the oldest range kept.
+    SELECT min(f.end_commit_time) INTO covered_after
+      FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    -- Periods, their ends and finality come from the C period arithmetic
+    -- (_periods checks the range and caps it at 100000 periods).
+    RETURN QUERY
+    WITH periods AS (
+        SELECT g.period_start AS ps, g.period_end AS pe,
+               g.period_start > coalesce(covered_after, 'infinity') AND NOT EXISTS (
+                   SELECT FROM @extschema@.fact e
+                    WHERE e.table_id = tt.table_id AND e.event = 'resumed' AND e.detail ->> 'after' = 'data_loss'
+                      AND coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity') < g.period_end
+                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.period_start)
+               AND NOT EXISTS (
+                   SELECT FROM @extschema@.loss l
+                    WHERE l.table_id = tt.table_id AND l.lost_from < g.period_end AND l.lost_to >= g.period_start) AS covered
+          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
+    SELECT p.ps, p.pe,
+           @extschema@._final(tt, wm, p.ps),
+           p.covered,
+           coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
+           coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
+           coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
+           count(f.fact_id) FILTER (WHERE NOT f.inside),
+           p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+      FROM periods AS p
+      LEFT JOIN LATERAL (
+            SELECT x.fact_id, x.inserts, x.updates, x.deletes,
+                   x.first_commit_time >= p.ps AND x.last_commit_time < p.pe AS inside
+              FROM @extschema@.fact x
+             WHERE x.table_id = tt.table_id AND x.kind = 'range'
+               AND x.end_commit_time >= p.ps
+               AND x.last_commit_time >= p.ps
+               AND x.first_commit_time < p.pe) f ON true
+     GROUP BY p.ps, p.pe, p.covered
+     ORDER BY p.ps;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz) IS
+    'Rows inserted, updated and deleted per period, from the recorded facts';

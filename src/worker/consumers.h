@@ -1,0 +1,40 @@
+/*
+ * consumers.h
+ *     The consumer step of a cycle: each pipeline's reported LSN resolved to
+ *     a commit time on SQL Server (after the ranges, no transaction open),
+ *     then recorded in the cycle's write transaction.
+ */
+#ifndef FINALIZE_CONSUMERS_H
+#define FINALIZE_CONSUMERS_H
+
+#include "datatype/timestamp.h"
+
+#include "common/lsn.h"
+#include "mssql/cdc_reader.h"
+#include "mssql/mssql.h"
+#include "worker/consumer_state.h"
+#include "worker/plan.h"
+#include "worker/worker_state.h"
+
+/* One consumer's resolution this cycle. */
+typedef struct ConsumerJob
+{
+	const SourceConsumer *consumer;
+	const char *table_name;		/* for messages */
+	ConsumerAction action;		/* CONSUMER_AT_MAX or CONSUMER_LOOKUP */
+	Lsn			target;			/* min(reported, max_lsn): what it is resolved for */
+	CdcLsnMapping *map;			/* LOOKUP: the read, shared by equal targets */
+	bool		resolved;
+	Lsn			mapped;			/* the mapping row found (max_lsn when AT_MAX) */
+	TimestampTz commit_time;	/* its commit time, the earliest instant it may denote */
+	char	   *error;			/* why it stays unresolved */
+} ConsumerJob;
+
+extern int	consumers_plan(const SourceConsumer *consumers, int nconsumers, const TrackedSource *tables,
+						   const TablePlan *plans, int ntables, const Lsn *max_lsn, TimestampTz max_instant,
+						   ConsumerJob **jobs);
+extern bool consumers_read(MssqlConn *conn, const SourceConfig *cfg, TimestampTz max_instant,
+						   ConsumerJob *jobs, int njobs, char **logged);
+extern void consumers_record(const char *server_name, ConsumerJob *jobs, int njobs);
+
+#endif							/* FINALIZE_CONSUMERS_H */

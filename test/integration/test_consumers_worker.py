@@ -1,0 +1,410 @@
+"""The worker resolves what the pipelines writing a lake table (its consumers) report, against the
+SQL Server simulator over real FreeTDS: a consumer that lags holds the verdict; an LSN between two
+commits resolves to the greatest mapping row at or below it; Debezium's LSN form; a report beyond
+max LSN is capped there and follows it; a replay moves nothing; a login that may not read
+cdc.lsn_time_mapping leaves the consumer unresolved with SQL Server's message in the log; a consumer
+that stops reporting is consumer_stalled with an alert. After every step the simulator's ground truth
+checks that no verdict claims a period holding a change the consumer has not applied."""
+
+import datetime
+import json
+import re
+import select
+import time
+
+import psycopg2
+import pytest
+
+from worker_env import at, as_utc, assert_never_leads, lsn_text, new_cluster, sim_clock, sim_max_lsn
+
+UTC = datetime.timezone.utc
+TABLE = "sales.orders"
+NOTHING = "0x" + "00" * 10            # a consumer that has applied nothing
+PASSWORD = "Fin4lize-Reader!"
+DENIED = "The SELECT permission was denied on the object 'lsn_time_mapping', database 'erp', schema 'cdc'."
+
+
+@pytest.fixture(scope="module")
+def pg():
+    cluster = new_cluster()
+    yield cluster
+    cluster.cleanup()
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+def commit(sim, when, **ops):
+    """One committed transaction on dbo.orders at a simulated instant -> its LSN (finalize's text)."""
+    return lsn_text(sim.call("sim.commit", at=when, **ops)[0][0]["start_lsn"])
+
+
+def plus(lsn, n):
+    """An LSN n steps after (or before) another, in finalize's text form."""
+    return "0x%020X" % (int(lsn, 16) + n)
+
+
+def debezium(lsn):
+    """finalize's LSN text as Debezium's source.commit_lsn writes it (8:8:4 lower-case hex)."""
+    h = lsn[2:].lower()
+    return "%s:%s:%s" % (h[:8], h[8:16], h[16:])
+
+
+def start_tracking(env, sim, source="erp", **source_options):
+    """A first commit at 08:59 and its capture, then track and wait for the baseline (verdict 08:00)."""
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source(source, sim, **source_options)
+    env.track(TABLE, source)
+    env.wait_caught_up(TABLE, sim)
+
+
+def until(env):
+    return env.one("SELECT finalize.finalized_until(%s)", (TABLE,))
+
+
+def report(env, consumer, lsn):
+    return env.one("SELECT finalize.report_progress(%s, %s, %s)", (TABLE, consumer, lsn))
+
+
+def consumer_view(env, consumer):
+    """The consumer's row of finalize.consumers, as a dict."""
+    conn = env.pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT * FROM finalize.consumers WHERE table_name = %s AND consumer = %s",
+                        (TABLE, consumer))
+            row = cur.fetchone()
+            return None if row is None else dict(zip([d[0] for d in cur.description], row))
+    finally:
+        conn.close()
+
+
+def stored(env, consumer):
+    """The consumer's catalog row (what the worker resolved), as a dict."""
+    conn = env.pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT c.* FROM finalize.consumer c JOIN finalize.tracked_table t USING (table_id) "
+                        "WHERE t.table_name = %s AND t.untracked_at IS NULL AND c.consumer = %s",
+                        (TABLE, consumer))
+            row = cur.fetchone()
+            return None if row is None else dict(zip([d[0] for d in cur.description], row))
+    finally:
+        conn.close()
+
+
+def wait_cycles(env, n=3, source="erp"):
+    """Waits until the source's worker has completed n more cycles."""
+    cycles = lambda: env.one("SELECT cycles FROM finalize.source_status WHERE server_name = %s", (source,)) or 0
+    start = cycles()
+    env.pg.wait_for(lambda: cycles() >= start + n, what=f"{n} cycles of {source}")
+
+
+def wait_until(env, expected, what="the verdict"):
+    """Waits until finalized_until is the expected instant; returns it."""
+    env.pg.wait_for(lambda: until(env) == expected, what=lambda: f"{what} = {expected}: {env.status(TABLE)}")
+    return expected
+
+
+def wait_resolved(env, consumer, for_lsn):
+    """Waits until the worker has resolved the consumer for that LSN; returns the view's row."""
+    env.pg.wait_for(lambda: (stored(env, consumer) or {}).get("resolved_for_lsn") == for_lsn,
+                    what=lambda: f"{consumer} resolved for {for_lsn}: {stored(env, consumer)}")
+    return consumer_view(env, consumer)
+
+
+def first_unapplied(sim, applied_lsn):
+    """The earliest commit time of a dbo.orders commit the consumer has not applied (LSN above what it
+    reported), captured or not, or None: the truth a consumer-held verdict must never pass."""
+    times = [as_utc(c["commit_time_utc"]) for c in sim.call("sim.truth_commits", table="dbo.orders")[0]
+             if lsn_text(c["commit_lsn"]) > applied_lsn]
+    return min(times) if times else None
+
+
+def assert_truth(env, sim, applied_lsn):
+    """No verdict claims a period with a change SQL Server has not captured or the consumer not applied:
+    every period ending at or before finalized_until holds only commits at or below applied_lsn."""
+    verdict, _ = assert_never_leads(env, TABLE, sim)
+    pending = first_unapplied(sim, applied_lsn)
+    assert verdict is None or pending is None or verdict <= pending, \
+        f"verdict {verdict} claims the commit at {pending} the consumer has not applied (it reported {applied_lsn})"
+    return verdict
+
+
+def server_log_lines(pg, text):
+    return [line for line in pg.log().splitlines() if text in line]
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+def test_a_lagging_consumer_holds_the_verdict(env, sim):
+    start_tracking(env, sim)
+    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "spark-orders"))
+    held = until(env)
+    assert held is None or held <= at(9, 0)
+    a = commit(sim, at(9, 5), inserts=3)
+    b = commit(sim, at(9, 20), updates=2)
+    c = commit(sim, at(9, 40), deletes=1)
+    sim.call("sim.advance", to=at(10, 5))             # dummy rows carry max LSN past 10:00
+    env.wait_caught_up(TABLE, sim)
+    wait_cycles(env)
+    st = env.status(TABLE)
+    assert st["source_until"] == at(10, 0), "SQL Server has captured hour 9"
+    assert st["finalized_until"] == held and st["held_back_by"] == "spark-orders", st
+    assert_truth(env, sim, NOTHING)
+
+    # It has applied the first commit of hour 9 (and whatever else lies at or below it).
+    assert report(env, "spark-orders", a) is True
+    row = wait_resolved(env, "spark-orders", a)
+    assert as_utc(row["commit_time"]) == at(9, 5) and row["consumer_until"] == at(9, 0)
+    assert wait_until(env, at(9, 0)) == assert_truth(env, sim, a)
+    assert row["lag"] == datetime.timedelta(hours=1)
+
+    # More of hour 9: still not all of it.
+    for lsn, when in [(b, at(9, 20)), (c, at(9, 40))]:
+        assert report(env, "spark-orders", lsn) is True
+        row = wait_resolved(env, "spark-orders", lsn)
+        assert as_utc(row["commit_time"]) == when
+        wait_cycles(env, 2)
+        assert until(env) == at(9, 0) == assert_truth(env, sim, lsn)
+
+    # Everything up to max LSN: the consumer no longer holds the verdict back.
+    top = sim_max_lsn(sim)
+    assert report(env, "spark-orders", top) is True
+    wait_until(env, at(10, 0))
+    assert assert_truth(env, sim, top) == at(10, 0)
+    st = env.status(TABLE)
+    assert st["held_back_by"] is None and consumer_view(env, "spark-orders")["lag"] == datetime.timedelta(0)
+
+
+def mapping_at_or_below(sim, lsn):
+    """The simulator's own answer: the greatest mapping row at or below an LSN (LSN, local time)."""
+    rows = sim.query("SELECT TOP (1) start_lsn, tran_end_time FROM cdc.lsn_time_mapping "
+                     "WHERE start_lsn <= %s ORDER BY start_lsn DESC" % lsn)
+    return (lsn_text(rows[0]["start_lsn"]), rows[0]["tran_end_time"]) if rows else None
+
+
+def test_an_lsn_between_two_commits_resolves_to_the_commit_below_it(env, sim):
+    # No dummy rows: between two commits of dbo.orders there is no mapping row at all. Another
+    # captured table's commit at 11:05 carries max LSN past 11:00.
+    sim.call("sim.create_table", name="payments", columns="[id] int NOT NULL, [v] int")
+    sim.call("sim.enable_table", name="payments")
+    sim.call("sim.set_job", dummy_interval=0)
+    start_tracking(env, sim)
+    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "flink"))
+    a = commit(sim, at(9, 50), inserts=1)
+    b = commit(sim, at(10, 20), inserts=2)
+    c = commit(sim, at(10, 40), updates=1)
+    sim.call("sim.commit", table="dbo.payments", inserts=1, at=at(11, 5))
+    sim.call("sim.advance", seconds=6)
+    env.wait_caught_up(TABLE, sim)
+    assert env.status(TABLE)["source_until"] == at(11, 0)
+    assert mapping_at_or_below(sim, plus(b, -1))[0] == a, "no mapping row between a and b"
+
+    # Between a and b: the greatest mapping row at or below it is a's. Every commit before 09:50 is
+    # applied, nothing is known of 09:50 to 10:00: hour 9 is not final yet (the verdict lags; it never
+    # leads: mapping to the next row, b at 10:20, would call hour 9 final, to max LSN hour 10 too).
+    between = plus(a, 1)
+    assert a < between < b
+    assert report(env, "flink", between) is True
+    row = wait_resolved(env, "flink", between)
+    assert row["reported_lsn"] == between and as_utc(row["commit_time"]) == at(9, 50)
+    assert stored(env, "flink")["mapped_lsn"] == a
+    wait_cycles(env, 2)
+    assert until(env) == at(9, 0) == assert_truth(env, sim, between)
+
+    # Between b and c: b's commit time (10:20): hour 9 is final, hour 10 is not (c at 10:40 is pending).
+    between = plus(b, 1)
+    assert report(env, "flink", between) is True
+    row = wait_resolved(env, "flink", between)
+    assert as_utc(row["commit_time"]) == at(10, 20) and stored(env, "flink")["mapped_lsn"] == b
+    assert wait_until(env, at(10, 0)) == assert_truth(env, sim, between)
+
+    # Just below a (nothing of hour 9 applied): resolves to the 08:59 commit, holds nothing new.
+    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "slow"))
+    below = plus(a, -1)
+    assert report(env, "slow", below) is True
+    row = wait_resolved(env, "slow", below)
+    first, _ = mapping_at_or_below(sim, below)
+    assert stored(env, "slow")["mapped_lsn"] == first < a and as_utc(row["commit_time"]) < at(9, 0)
+    assert row["consumer_until"] == at(8, 0)
+    wait_cycles(env, 2)
+    assert until(env) == at(10, 0), "declaring a consumer never retracts what was final"
+
+
+def test_debezium_lsns_are_accepted_and_stored_in_finalizes_form(env, sim):
+    start_tracking(env, sim)
+    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "debezium-sink"))
+    a = commit(sim, at(9, 15), inserts=2)
+    b = commit(sim, at(10, 25), inserts=1)
+    sim.call("sim.advance", to=at(11, 5))
+    env.wait_caught_up(TABLE, sim)
+    assert report(env, "debezium-sink", debezium(a)) is True
+    row = wait_resolved(env, "debezium-sink", a)
+    assert row["reported_lsn"] == a and as_utc(row["commit_time"]) == at(9, 15)
+    assert wait_until(env, at(9, 0)) == assert_truth(env, sim, a)
+    assert report(env, "debezium-sink", debezium(b).upper()) is True
+    wait_resolved(env, "debezium-sink", b)
+    assert wait_until(env, at(10, 0)) == assert_truth(env, sim, b)
+
+    # Anything else is refused with 22023, naming the value, and changes nothing.
+    for bad in ["2d:f2a:2", debezium(b) + " ", "0000002d-00000f2a-0002", "0x" + b[2:-1], "", "latest"]:
+        with pytest.raises(psycopg2.Error) as e:
+            report(env, "debezium-sink", bad)
+        assert e.value.pgcode == "22023" and "invalid LSN" in str(e.value), (bad, str(e.value))
+    assert stored(env, "debezium-sink")["reported_lsn"] == b
+    assert env.one("SELECT finalize._lsn_normalize(%s)", ("0000002D:00000F2A:0002",)) == "0x0000002D00000F2A0002"
+
+
+def test_a_report_beyond_max_lsn_is_capped_and_follows_max_lsn(env, sim):
+    start_tracking(env, sim)
+    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "eager"))
+    commit(sim, at(9, 5), inserts=1)
+    sim.call("sim.advance", to=at(9, 30))
+    env.wait_caught_up(TABLE, sim)
+    top = sim_max_lsn(sim)
+    beyond = "0x" + "FF" * 10
+    assert report(env, "eager", beyond) is True
+    row = wait_resolved(env, "eager", top)            # resolved for max LSN, not for what it claimed
+    assert row["reported_lsn"] == beyond and stored(env, "eager")["mapped_lsn"] == top
+    assert as_utc(row["commit_time"]) <= at(9, 30)
+    assert wait_until(env, at(9, 0)) == assert_truth(env, sim, top)
+
+    # Max LSN moves on (dummy rows); the report still covers it: the verdict follows without a new report.
+    sim.call("sim.advance", to=at(10, 6))
+    env.wait_caught_up(TABLE, sim)
+    top = sim_max_lsn(sim)
+    wait_resolved(env, "eager", top)
+    assert wait_until(env, at(10, 0)) == assert_truth(env, sim, top)
+    assert env.status(TABLE)["held_back_by"] is None
+
+
+def test_a_replayed_lower_lsn_changes_nothing(env, sim):
+    start_tracking(env, sim)
+    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "replayer"))
+    a = commit(sim, at(9, 10), inserts=1)
+    b = commit(sim, at(10, 10), inserts=1)
+    sim.call("sim.advance", to=at(11, 5))
+    env.wait_caught_up(TABLE, sim)
+    assert report(env, "replayer", b) is True
+    before = wait_resolved(env, "replayer", b)
+    wait_until(env, at(10, 0))
+    # The pipeline restarts from an older checkpoint and reports again: ignored, with a NOTICE.
+    conn = env.pg.connect()
+    try:
+        with conn.cursor() as cur:
+            for lsn in (a, debezium(a), b):
+                cur.execute("SELECT finalize.report_progress(%s, %s, %s)", (TABLE, "replayer", lsn))
+                assert cur.fetchone()[0] is False
+        assert conn.notices, "a replay says why nothing moved"
+    finally:
+        conn.close()
+    wait_cycles(env)
+    after = consumer_view(env, "replayer")
+    assert (after["reported_lsn"], after["commit_time"], after["consumer_until"]) == \
+        (before["reported_lsn"], before["commit_time"], before["consumer_until"])
+    assert stored(env, "replayer")["resolved_for_lsn"] == b
+    assert until(env) == at(10, 0) == assert_truth(env, sim, b)
+
+
+def readme_login_without_mapping_grant():
+    """The README's least-privilege login script, without any line that grants SELECT on
+    cdc.lsn_time_mapping (what a DBA who set finalize up before consumers existed has)."""
+    from test_mssql_realism import readme_login_script
+    return "\n".join(line for line in readme_login_script().splitlines() if "lsn_time_mapping" not in line)
+
+
+def test_a_login_that_may_not_read_the_mapping_leaves_the_consumer_unresolved(env, pg):
+    from test_mssql_realism import run_script
+    sim = sim_clock(database="erp", start_time="2026-11-02T08:59:00Z").start()
+    try:
+        sim.call("sim.disable_table", name="orders")
+        sim.call("sim.enable_table", name="orders", role_name="cdc_reader")
+        run_script(sim, readme_login_without_mapping_grant().replace("<password>", PASSWORD))
+        start_tracking(env, sim, login="finalize_reader", password=PASSWORD)
+        env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "spark-orders"))
+        held = until(env)
+        a = commit(sim, at(9, 5), inserts=1)
+        commit(sim, at(9, 30), inserts=1)
+        sim.call("sim.advance", to=at(10, 5))
+        env.wait_caught_up(TABLE, sim)
+        assert report(env, "spark-orders", a) is True    # below max LSN: needs the mapping table
+
+        # SQL Server's own words reach the log, once however many cycles fail the same way.
+        env.pg.wait_for(lambda: server_log_lines(pg, DENIED), what="the 229 in the server log")
+        wait_cycles(env, 4)
+        lines = server_log_lines(pg, DENIED)
+        assert len(lines) == 1 and '"spark-orders"' in lines[0] and "finalize_reader" in lines[0], lines
+        st = env.status(TABLE)
+        assert st["source_until"] == at(10, 0) and st["finalized_until"] == held
+        assert st["held_back_by"] == "spark-orders" and st["source_condition"] == "ok"
+        assert stored(env, "spark-orders")["resolved_for_lsn"] is None
+        assert consumer_view(env, "spark-orders")["commit_time"] is None
+        assert_truth(env, sim, a)
+
+        # The README's GRANT lets the worker resolve it.
+        run_script(sim, "GRANT SELECT ON [cdc].[lsn_time_mapping] TO [finalize_reader];")
+        row = wait_resolved(env, "spark-orders", a)
+        assert as_utc(row["commit_time"]) == at(9, 5)
+        assert wait_until(env, at(9, 0)) == assert_truth(env, sim, a)
+    finally:
+        sim.stop()
+
+
+def listen(pg):
+    conn = pg.connect()
+    conn.cursor().execute("LISTEN finalize_alert")
+    return conn
+
+
+def alerts(conn, until_pred, timeout=15):
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not any(until_pred(p) for p in seen):
+        if select.select([conn], [], [], 0.2)[0]:
+            conn.poll()
+            seen.extend(json.loads(n.payload) for n in conn.notifies)
+            conn.notifies.clear()
+    return seen
+
+
+def test_a_consumer_that_stops_reporting_is_stalled_with_an_alert(env, sim, pg):
+    pg.sql("ALTER SYSTEM SET finalize.consumer_stall_threshold = '2s'")
+    pg.sql("SELECT pg_reload_conf()")
+    listener = listen(pg)
+    try:
+        env.pg.wait_for(lambda: env.one("SELECT finalize._consumer_stall_threshold()")
+                        == datetime.timedelta(seconds=2), what="the threshold to be reloaded")
+        start_tracking(env, sim)
+        env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "nightly"))
+        commit(sim, at(9, 10), inserts=1)
+        sim.call("sim.advance", to=at(9, 20))
+        env.wait_caught_up(TABLE, sim)
+        top = sim_max_lsn(sim)
+        assert report(env, "nightly", top) is True
+        wait_resolved(env, "nightly", top)
+        verdict = wait_until(env, at(9, 0))
+        wait_cycles(env, 2)
+        assert consumer_view(env, "nightly")["condition"] is None, "it reported and nothing moved since"
+
+        # The source moves on, the consumer stays silent past the threshold.
+        sim.call("sim.advance", to=at(10, 30))
+        env.wait_caught_up(TABLE, sim)
+        seen = alerts(listener, lambda p: p.get("alert") == "consumer_stalled")
+        stalled = [p for p in seen if p.get("alert") == "consumer_stalled"]
+        assert stalled and "nightly" in json.dumps(stalled[0]), seen
+        row = consumer_view(env, "nightly")
+        assert row["condition"] == "consumer_stalled" and row["condition_since"] is not None
+        assert until(env) == verdict == assert_truth(env, sim, top), "a stall holds the verdict, as before"
+
+        # It reports again: the condition clears and the verdict moves.
+        top = sim_max_lsn(sim)
+        assert report(env, "nightly", top) is True
+        wait_until(env, at(10, 0))
+        env.pg.wait_for(lambda: consumer_view(env, "nightly")["condition"] is None,
+                        what=lambda: f"the stall to clear: {consumer_view(env, 'nightly')}")
+        assert_truth(env, sim, top)
+    finally:
+        listener.close()
+        pg.sql("ALTER SYSTEM RESET finalize.consumer_stall_threshold")
+        pg.sql("SELECT pg_reload_conf()")

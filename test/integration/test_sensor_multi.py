@@ -1,0 +1,218 @@
+"""The C sensors beyond one table and one watermark: the multi-table forms of
+is_final and finalized_until, losses (asked of finalize._loss_blocks as the
+extension's owner, only while watermark.loss_blocked is set), consumers and
+derived tables through the verdict cache, and a catalog from before the
+loss_blocked column. The verdict may lag a commit by one call, never run
+ahead of what is committed."""
+
+import psycopg2
+import pytest
+
+from pgcluster import cluster_with_source
+
+HOURS = ["2026-11-29 09:00+00", "2026-11-29 10:00+00", "2026-11-29 11:00+00", "2026-11-29 12:00+00",
+         "2026-11-29 13:00+00"]
+
+
+@pytest.fixture(scope="module")
+def pg3():
+    cluster = cluster_with_source({"finalize.enabled": "off"})
+    cluster.sql("CREATE ROLE sm_reader LOGIN IN ROLE finalize_reader")
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def tables(pg3):
+    """m.orders (hourly, final until 14:00), m.lines (hourly, nothing final),
+    m.daily (derived daily from m.orders)."""
+    pg3.sql("SELECT finalize.track_table('m.orders', 'src', 'dbo.orders')")
+    pg3.sql("SELECT finalize.record_range('m.orders', NULL, '0x00000000000000000100', '2026-11-29 14:00+00')")
+    pg3.sql("SELECT finalize.track_table('m.lines', 'src', 'dbo.lines')")
+    pg3.sql("SELECT finalize.track_derived('m.daily', ARRAY['m.orders'], '1 day')")
+    yield
+    pg3.sql("DELETE FROM finalize.tracked_table")
+
+
+def one(conn, query, args=None):
+    with conn.cursor() as cur:
+        cur.execute(query, args)
+        return cur.fetchone()[0]
+
+
+def lose_hours_10_to_12(pg, table):
+    """A data loss of commit times [10:15, 12:20] and a restart, then the
+    source moves on to 2026-11-30 01:00 (as test/sql/pipelines.sql does)."""
+    pg.sql("SELECT finalize.track_table(%s, 'src', 'dbo.events')", (table,))
+    pg.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00')", (table,))
+    pg.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+           "'2026-11-29 10:15+00', 1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00')", (table,))
+    pg.sql("SELECT finalize._record_event(finalize._tracked_id(%s), 'data_loss', '0x00000000000000000200', "
+           "'0x00000000000000000400', 'dbo_events', '{\"cause\": \"cleanup\"}', 'data_lost', 'purged')", (table,))
+    pg.sql("SELECT finalize.resume_table(%s)", (table,))
+    pg.sql("SELECT finalize._resume_after_loss(finalize._tracked_id(%s), '0x000000000000000003FF', "
+           "'2026-11-29 12:20+00', 'dbo_events', false, '{}')", (table,))
+    pg.sql("SELECT finalize.record_range(%s, '0x000000000000000003FF', '0x00000000000000000500', "
+           "'2026-11-30 01:00+00')", (table,))
+
+
+def hours_final(conn, table):
+    with conn.cursor() as cur:
+        cur.execute("SELECT finalize.is_final(%s, p::timestamptz) FROM unnest(%s) AS p", (table, HOURS))
+        return [r[0] for r in cur.fetchall()]
+
+
+# --- Several tables at once --------------------------------------------------------
+
+def test_the_least_verdict_and_final_in_every_table(pg3, tables):
+    conn = pg3.connect(user="sm_reader")
+    assert one(conn, "SELECT finalize.finalized_until(ARRAY['m.orders', 'm.daily'])").isoformat() \
+        == "2026-11-29T00:00:00+00:00"
+    assert one(conn, "SELECT finalize.finalized_until(ARRAY['m.orders', 'm.lines'])") is None
+    # Each table's own granularity: hour 13 is final in m.orders, day 29 is not in m.daily.
+    assert one(conn, "SELECT finalize.is_final(ARRAY['m.orders'], '2026-11-29 13:00+00')") is True
+    assert one(conn, "SELECT finalize.is_final(ARRAY['m.orders', 'm.daily'], '2026-11-29 13:00+00')") is False
+    assert one(conn, "SELECT finalize.is_final(ARRAY['m.orders', 'm.daily'], '2026-11-28 13:00+00')") is True
+    assert one(conn, "SELECT finalize.is_final(ARRAY['m.orders', 'm.lines'], '2026-11-28 13:00+00')") is False
+    # Duplicates and any lower bound are fine.
+    assert one(conn, "SELECT finalize.is_final('[0:1]={m.orders,m.orders}'::text[], '2026-11-29 13:00+00')") is True
+
+
+@pytest.mark.parametrize("call", [
+    "finalize.is_final(%s, '2026-11-29 13:00+00')",
+    "finalize.finalized_until(%s)",
+])
+def test_bad_name_lists_are_errors_naming_what_is_wrong(pg3, tables, call):
+    conn = pg3.connect(user="sm_reader")
+    cases = [
+        ("NULL::text[]", psycopg2.errors.NullValueNotAllowed, "argument table_names must not be NULL"),
+        ("'{}'::text[]", psycopg2.errors.InvalidParameterValue, "argument table_names must not be empty"),
+        ("ARRAY['m.orders', NULL]", psycopg2.errors.NullValueNotAllowed,
+         "element 2 of argument table_names must not be NULL"),
+        ("'[0:1]={m.orders,NULL}'::text[]", psycopg2.errors.NullValueNotAllowed,
+         "element 1 of argument table_names must not be NULL"),
+        ("ARRAY[ARRAY['m.orders'], ARRAY['m.lines']]", psycopg2.errors.InvalidParameterValue,
+         "argument table_names must be a one-dimensional array"),
+        # The first untracked name, whatever the verdicts of the others (m.lines has none).
+        ("ARRAY['m.lines', 'm.nosuch', 'm.other']", psycopg2.errors.UndefinedObject,
+         'table "m.nosuch" is not tracked by finalize'),
+    ]
+    for arg, error, message in cases:
+        with pytest.raises(error, match=message) as e:
+            one(conn, "SELECT " + call % arg)
+        assert e.value.diag.message_hint, arg
+    if call.startswith("finalize.is_final"):
+        with pytest.raises(psycopg2.errors.NullValueNotAllowed, match="argument period_start must not be NULL"):
+            one(conn, "SELECT finalize.is_final(ARRAY['m.orders'], NULL)")
+
+
+# --- Losses ------------------------------------------------------------------------
+
+def test_a_loss_holds_its_periods_for_a_reader_without_execute_on_internals(pg3, tables):
+    lose_hours_10_to_12(pg3, "m.events")
+    # The sensor asks _loss_blocks as the extension's owner: EXECUTE on the
+    # sensor function is all a reader needs, whatever _loss_blocks' grants.
+    fn = "finalize._loss_blocks(bigint, timestamptz, timestamptz)"
+    granted = pg3.sql("SELECT has_function_privilege('finalize_reader', %s, 'EXECUTE')", (fn,))[0][0]
+    pg3.sql(f"REVOKE EXECUTE ON FUNCTION {fn} FROM finalize_reader")
+    try:
+        reader = pg3.connect(user="sm_reader")
+        assert one(reader, "SELECT has_function_privilege('finalize._loss_blocks(bigint, timestamptz, timestamptz)',"
+                           " 'EXECUTE')") is False
+        # A look-alike in the reader's path is never called (schema-qualified).
+        with reader.cursor() as cur:
+            cur.execute("CREATE FUNCTION pg_temp._loss_blocks(bigint, timestamptz, timestamptz) RETURNS boolean "
+                        "LANGUAGE sql AS 'SELECT false'")
+            cur.execute("SET search_path = pg_temp, finalize, pg_catalog")
+        expected = [True, False, False, False, True]
+        assert hours_final(reader, "m.events") == expected
+        assert hours_final(reader, "m.events") == expected  # cached verdicts, losses asked afresh
+        assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders', 'm.events'], '2026-11-29 11:00+00')") is False
+        assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders', 'm.events'], '2026-11-29 13:00+00')") is True
+        # finalized_until is the watermark: a loss holds periods, it does not move it back.
+        assert one(reader, "SELECT finalize.finalized_until('m.events')").isoformat() == "2026-11-30T01:00:00+00:00"
+        # An acknowledgement committed by another session is seen by the next call.
+        pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 12:00+00', 'ok')")
+        assert hours_final(reader, "m.events") == [True, True, True, False, True]
+        pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 12:00+00', '2026-11-29 13:00+00', 'ok')")
+        assert hours_final(reader, "m.events") == [True] * 5
+        assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders', 'm.events'], '2026-11-29 11:00+00')") is True
+    finally:
+        if granted:
+            pg3.sql(f"GRANT EXECUTE ON FUNCTION {fn} TO finalize_reader")
+
+
+def test_derived_tables_inherit_a_loss_through_the_cache(pg3, tables):
+    reader = pg3.connect(user="sm_reader")
+    lose_hours_10_to_12(pg3, "m.events")
+    pg3.sql("SELECT finalize.track_derived('m.events_daily', ARRAY['m.events', 'm.orders'], '1 day')")
+    assert one(reader, "SELECT finalize.finalized_until('m.events_daily')").isoformat() == "2026-11-29T00:00:00+00:00"
+    assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-28 00:00+00')") is True
+    # Day 29 is not final yet (m.orders); once it is, the loss still holds it.
+    assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is False
+    pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000100', '0x00000000000000000200', "
+            "'2026-11-30 00:00+00')")
+    assert one(reader, "SELECT finalize.finalized_until('m.events_daily')").isoformat() == "2026-11-30T00:00:00+00:00"
+    assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is False
+    assert one(reader, "SELECT finalize.is_final(ARRAY['m.daily', 'm.events_daily'], '2026-11-29 00:00+00')") is False
+    pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+    assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is True
+    assert one(reader, "SELECT finalize.is_final(ARRAY['m.daily', 'm.events_daily'], '2026-11-29 00:00+00')") is True
+
+
+def test_a_loss_in_the_readers_own_transaction_is_seen(pg3, tables):
+    lose_hours_10_to_12(pg3, "m.events")
+    conn = pg3.connect(autocommit=False)
+    assert hours_final(conn, "m.events") == [True, False, False, False, True]
+    one(conn, "SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+    assert hours_final(conn, "m.events") == [True] * 5
+    conn.rollback()
+    assert hours_final(conn, "m.events") == [True, False, False, False, True]
+
+
+# --- Consumers through the cache ---------------------------------------------------
+
+def test_a_consumer_resolution_is_seen_by_the_next_call(pg3, tables):
+    reader = pg3.connect(user="sm_reader")
+    pg3.sql("SELECT finalize.add_consumer('m.orders', 'spark')")
+    pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000100', '0x00000000000000000200', "
+            "'2026-11-29 16:00+00')")
+    # The consumer has not reported: the verdict stays at 14:00 (never moves back).
+    assert one(reader, "SELECT finalize.is_final('m.orders', '2026-11-29 14:00+00')") is False
+    assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders'], '2026-11-29 14:00+00')") is False
+    pg3.sql("SELECT finalize.report_progress('m.orders', 'spark', '0x00000000000000000200')")
+    assert one(reader, "SELECT finalize.is_final('m.orders', '2026-11-29 14:00+00')") is False
+    pg3.sql("SELECT finalize._consumer_resolved(finalize._tracked_id('m.orders'), 'spark', "
+            "'0x00000000000000000200', '0x00000000000000000180', '2026-11-29 15:10+00')")
+    assert one(reader, "SELECT finalize.is_final('m.orders', '2026-11-29 14:00+00')") is True
+    assert one(reader, "SELECT finalize.is_final('m.orders', '2026-11-29 15:00+00')") is False
+    assert one(reader, "SELECT finalize.finalized_until(ARRAY['m.orders', 'm.daily'])").isoformat() \
+        == "2026-11-29T00:00:00+00:00"
+
+
+# --- A catalog from before loss_blocked --------------------------------------------
+
+def test_a_catalog_before_the_update_and_the_update_in_one_session(pg3):
+    pg3.sql('DROP DATABASE IF EXISTS sm_old')
+    pg3.sql('CREATE DATABASE sm_old')
+    try:
+        pg3.sql("CREATE EXTENSION finalize VERSION '0.1.0'", dbname="sm_old")
+        sql = lambda q, a=None: pg3.sql(q, a, dbname="sm_old")  # noqa: E731
+        sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo')")
+        assert sql("SELECT count(*) FROM pg_attribute WHERE attrelid = 'finalize.watermark'::regclass "
+                   "AND attname = 'loss_blocked'") == [(0,)]
+        conn = pg3.connect(dbname="sm_old")
+        sql("SELECT finalize.track_table('m.events', 'src', 'dbo.events')")
+        sql("SELECT finalize.record_range('m.events', NULL, '0x00000000000000000100', '2026-11-29 14:00+00')")
+        assert hours_final(conn, "m.events") == [True] * 5
+        assert one(conn, "SELECT finalize.finalized_until('m.events')").isoformat() == "2026-11-29T14:00:00+00:00"
+        sql("ALTER EXTENSION finalize UPDATE")
+        # The same backend finds the new column (the update invalidated its
+        # cached column numbers) and answers as before.
+        assert hours_final(conn, "m.events") == [True] * 5
+        sql("UPDATE finalize.watermark SET loss_blocked = true")
+        assert hours_final(conn, "m.events") == [True] * 5  # asked _loss_blocks: no loss
+        assert one(conn, "SELECT finalize.is_final(ARRAY['m.events'], '2026-11-29 13:00+00')") is True
+        conn.close()
+    finally:
+        pg3.sql('DROP DATABASE IF EXISTS sm_old WITH (FORCE)')
