@@ -331,6 +331,14 @@ typedef struct LossQuestion
 } LossQuestion;
 
 /*
+ * The query, prepared once per backend and kept: planning the inlined body
+ * (lineage, losses, acknowledgements) costs more than running it. The plan
+ * cache replans it when the functions it inlined change (ALTER EXTENSION),
+ * always inside ask_loss_blocks, hence as the owner.
+ */
+static SPIPlanPtr loss_plan = NULL;
+
+/*
  * Asks finalize._loss_blocks, as run_as_owner's step: schema-qualified with
  * typed parameters, so that nothing of the caller's search_path takes part,
  * and under the given snapshot, so that the answer and the verdict it
@@ -340,20 +348,26 @@ static void
 ask_loss_blocks(void *arg)
 {
 	LossQuestion *q = (LossQuestion *) arg;
-	Oid			types[3] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	char	   *sql = psprintf("SELECT %s._loss_blocks($1, $2, $3)", quote_identifier(FINALIZE_SCHEMA));
-	SPIPlanPtr	plan;
 	Datum		d;
 	bool		isnull;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	plan = SPI_prepare(sql, 3, types);
-	if (plan == NULL)
-		elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
-	if (SPI_execute_snapshot(plan, q->args, NULL, q->snapshot, InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
+	if (loss_plan == NULL)
+	{
+		Oid			types[3] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+		char	   *sql = psprintf("SELECT %s._loss_blocks($1, $2, $3)", quote_identifier(FINALIZE_SCHEMA));
+		SPIPlanPtr	plan = SPI_prepare(sql, 3, types);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not keep the plan of \"%s\"", sql);
+		loss_plan = plan;
+	}
+	if (SPI_execute_snapshot(loss_plan, q->args, NULL, q->snapshot, InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "could not run \"%s\"", sql);
+		elog(ERROR, "could not ask %s._loss_blocks", FINALIZE_SCHEMA);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	/* No answer is no proof that nothing was lost. */
 	q->blocks = isnull || DatumGetBool(d);
