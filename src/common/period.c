@@ -60,6 +60,11 @@ typedef enum GranularityFault
 	GRANULARITY_NOT_POSITIVE,
 } GranularityFault;
 
+/*
+ * What is wrong with a granularity, if anything (and its length in
+ * microseconds): the one rule, raised by period_stride and answered as a
+ * boolean by the table's CHECK.
+ */
 static GranularityFault
 granularity_fault(const Interval *granularity, int64 *stride)
 {
