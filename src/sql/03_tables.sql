@@ -212,6 +212,7 @@ CREATE TABLE @extschema@.consumer (
     mapped_lsn        @extschema@.lsn,
     commit_time       timestamptz,
     resolved_at       timestamptz,
+    resolve_error     text,
     condition         text
                       CONSTRAINT consumer_condition_check
                       CHECK (condition IN ('consumer_stalled')),
@@ -228,6 +229,8 @@ COMMENT ON COLUMN @extschema@.consumer.reported_lsn IS
     'Tracked tables: every change with commit LSN at or below it is durably in the lake (finalize.report_progress)';
 COMMENT ON COLUMN @extschema@.consumer.processed_until IS
     'Derived tables: the input watermark the consumer''s job has fully processed (finalize.report_processed)';
+COMMENT ON COLUMN @extschema@.consumer.resolve_error IS
+    'Why the worker could not resolve the reported LSN when it last tried (SQL Server''s message, for example); NULL once resolved';
 COMMENT ON COLUMN @extschema@.consumer.commit_time IS
     'Commit time of mapped_lsn, the greatest mapping row at or below min(reported LSN, max LSN) when the worker resolved resolved_for_lsn: every commit before it is applied';
 

@@ -387,10 +387,43 @@ BEGIN
        SET resolved_for_lsn = GREATEST(c.resolved_for_lsn, f),
            mapped_lsn = CASE WHEN c.commit_time IS NULL OR commit_time > c.commit_time THEN m ELSE c.mapped_lsn END,
            commit_time = GREATEST(c.commit_time, commit_time),
-           resolved_at = now()
+           resolved_at = now(),
+           resolve_error = NULL
      WHERE c.table_id = tt.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     IF FOUND THEN
         PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+-- Stores why the worker could not resolve a consumer's LSN (SQL Server's
+-- own message, or a mapping row missing after cleanup), so that
+-- finalize.consumers and explain_verdict show it; the verdict stays where
+-- it was. Written only when the reason changes (every write of a consumer
+-- row makes backends drop their cached verdicts), and only while the
+-- consumer still reports at least for_lsn.
+CREATE FUNCTION @extschema@._consumer_unresolved(
+    table_id    bigint,
+    consumer    text,
+    for_lsn     text,
+    error       text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    f @extschema@.lsn := @extschema@._lsn_arg(for_lsn, 'for_lsn');
+    reason text := pg_catalog.left(error, 2000);
+BEGIN
+    PERFORM @extschema@._require(f, 'for_lsn');
+    PERFORM @extschema@._require(reason, 'error');
+    PERFORM 1 FROM @extschema@.consumer c
+     WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f
+       AND c.resolve_error IS DISTINCT FROM reason;
+    IF FOUND THEN
+        UPDATE @extschema@.consumer c SET resolve_error = reason
+         WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     END IF;
 END
 $$;

@@ -107,12 +107,12 @@ BEGIN ATOMIC
                WHEN c.reported_lsn IS NULL
                THEN format('consumer "%s" has not reported any progress yet', c.consumer)
                WHEN c.commit_time IS NULL
-               THEN format('consumer "%s" has reported LSN %s, which the worker has not resolved to a commit time yet',
-                           c.consumer, c.reported_lsn)
+               THEN format('consumer "%s" has reported LSN %s, which the worker has not resolved to a commit time yet%s',
+                           c.consumer, c.reported_lsn, ' (' || c.resolve_error || ')')
                WHEN c.reported_lsn = c.resolved_for_lsn
                THEN format('consumer "%s" has applied up to LSN %s (commit %s)', c.consumer, c.reported_lsn, c.commit_time)
-               ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet',
-                           c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn) END,
+               ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet%s',
+                           c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn, ' (' || c.resolve_error || ')') END,
                '; ' ORDER BY x.until NULLS FIRST, c.consumer)
            || format('; the period ends at %s', _explain_consumers.period_end)
       FROM @extschema@.consumer c
@@ -320,7 +320,8 @@ SELECT t.table_name,
        CASE WHEN w.source_until > u.until THEN w.source_until - u.until
             WHEN w.source_until <= u.until THEN interval '0' END AS lag,
        c.condition,
-       c.condition_since
+       c.condition_since,
+       c.resolve_error
   FROM @extschema@.consumer c
   JOIN @extschema@.tracked_table t USING (table_id)
   JOIN @extschema@.watermark w USING (table_id)

@@ -91,6 +91,25 @@ ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn *for_lsn, c
 }
 
 /*
+ * Stores why a consumer's LSN stays unresolved, so that operators read it in
+ * finalize.consumers instead of the server log (SQL writes only a changed
+ * reason).
+ */
+void
+ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn, const char *error)
+{
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(table_id);
+	values[1] = CStringGetTextDatum(consumer);
+	values[2] = ws_lsn_datum(for_lsn);
+	values[3] = CStringGetTextDatum(error);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_unresolved($1, $2, $3, $4)",
+					 4, types, values, NULL);
+}
+
+/*
  * Sets and clears the source's consumer_stalled conditions (and sends their
  * alerts), once per successful cycle, after its tables' writes.
  */

@@ -24,6 +24,8 @@ extern void ws_load_consumers(const char *server_name, MemoryContext cxt, Source
 							  int *nconsumers);
 extern void ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 								 const Lsn *mapped_lsn, TimestampTz commit_time);
+extern void ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
+								   const char *error);
 extern void ws_check_consumers(const char *server_name);
 
 #endif							/* FINALIZE_CONSUMER_STATE_H */

@@ -187,6 +187,15 @@ record_step(void *arg)
 						 job->commit_time);
 }
 
+/* Records why one consumer stays unresolved (a subxact_try step). */
+static void
+unresolved_step(void *arg)
+{
+	ConsumerJob *job = (ConsumerJob *) arg;
+
+	ws_consumer_unresolved(job->consumer->table_id, job->consumer->consumer, &job->target, job->error);
+}
+
 /* Checks the source's consumers for stalls (a subxact_try step). */
 static void
 check_step(void *arg)
@@ -196,7 +205,7 @@ check_step(void *arg)
 
 /*
  * In the cycle's write transaction, after the tables' writes: every
- * resolution in its own subtransaction (one consumer's failure, a lock held
+ * resolution (or reason it failed) in its own subtransaction (one consumer's failure, a lock held
  * too long say, costs only that consumer; it is resolved again next cycle),
  * then the stall check once, also confined: a failure there must not lose
  * the facts already recorded.
@@ -208,9 +217,9 @@ consumers_record(const char *server_name, ConsumerJob *jobs, int njobs)
 
 	for (int j = 0; j < njobs; j++)
 	{
-		if (!jobs[j].resolved)
+		if (!jobs[j].resolved && jobs[j].error == NULL)
 			continue;
-		if (!subxact_try(record_step, &jobs[j], &e))
+		if (!subxact_try(jobs[j].resolved ? record_step : unresolved_step, &jobs[j], &e))
 			ereport(WARNING,
 					(errmsg("finalize could not record the progress of consumer \"%s\" of table \"%s\": %s",
 							jobs[j].consumer->consumer, jobs[j].table_name, e->message)));

@@ -2,9 +2,10 @@
 SQL Server simulator over real FreeTDS: a consumer that lags holds the verdict; an LSN between two
 commits resolves to the greatest mapping row at or below it; Debezium's LSN form; a report beyond
 max LSN is capped there and follows it; a replay moves nothing; a login that may not read
-cdc.lsn_time_mapping leaves the consumer unresolved with SQL Server's message in the log; a consumer
-that stops reporting is consumer_stalled with an alert. After every step the simulator's ground truth
-checks that no verdict claims a period holding a change the consumer has not applied."""
+cdc.lsn_time_mapping leaves the consumer unresolved with SQL Server's message in the log, in
+finalize.consumers and in explain_verdict; a consumer that stops reporting is consumer_stalled with
+an alert. After every step the simulator's ground truth checks that no verdict claims a period
+holding a change the consumer has not applied."""
 
 import datetime
 import json
@@ -339,13 +340,18 @@ def test_a_login_that_may_not_read_the_mapping_leaves_the_consumer_unresolved(en
         assert st["source_until"] == at(10, 0) and st["finalized_until"] == held
         assert st["held_back_by"] == "spark-orders" and st["source_condition"] == "ok"
         assert stored(env, "spark-orders")["resolved_for_lsn"] is None
-        assert consumer_view(env, "spark-orders")["commit_time"] is None
+        view = consumer_view(env, "spark-orders")
+        assert view["commit_time"] is None and DENIED in view["resolve_error"], view
+        assert "GRANT SELECT ON [cdc].[lsn_time_mapping]" in view["resolve_error"]
+        # explain_verdict says why the period waits, in SQL Server's words.
+        why = env.one("SELECT (finalize.explain_verdict(%s, %s)).reason", (TABLE, at(9, 0)))
+        assert '"spark-orders"' in why and DENIED in why, why
         assert_truth(env, sim, a)
 
         # The README's GRANT lets the worker resolve it.
         run_script(sim, "GRANT SELECT ON [cdc].[lsn_time_mapping] TO [finalize_reader];")
         row = wait_resolved(env, "spark-orders", a)
-        assert as_utc(row["commit_time"]) == at(9, 5)
+        assert as_utc(row["commit_time"]) == at(9, 5) and row["resolve_error"] is None
         assert wait_until(env, at(9, 0)) == assert_truth(env, sim, a)
     finally:
         sim.stop()

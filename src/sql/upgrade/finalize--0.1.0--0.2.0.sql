@@ -668,6 +668,7 @@ CREATE TABLE @extschema@.consumer (
     mapped_lsn        @extschema@.lsn,
     commit_time       timestamptz,
     resolved_at       timestamptz,
+    resolve_error     text,
     condition         text
                       CONSTRAINT consumer_condition_check
                       CHECK (condition IN ('consumer_stalled')),
@@ -684,6 +685,8 @@ COMMENT ON COLUMN @extschema@.consumer.reported_lsn IS
     'Tracked tables: every change with commit LSN at or below it is durably in the lake (finalize.report_progress)';
 COMMENT ON COLUMN @extschema@.consumer.processed_until IS
     'Derived tables: the input watermark the consumer''s job has fully processed (finalize.report_processed)';
+COMMENT ON COLUMN @extschema@.consumer.resolve_error IS
+    'Why the worker could not resolve the reported LSN when it last tried (SQL Server''s message, for example); NULL once resolved';
 COMMENT ON COLUMN @extschema@.consumer.commit_time IS
     'Commit time of mapped_lsn, the greatest mapping row at or below min(reported LSN, max LSN) when the worker resolved resolved_for_lsn: every commit before it is applied';
 
@@ -1714,10 +1717,43 @@ BEGIN
        SET resolved_for_lsn = GREATEST(c.resolved_for_lsn, f),
            mapped_lsn = CASE WHEN c.commit_time IS NULL OR commit_time > c.commit_time THEN m ELSE c.mapped_lsn END,
            commit_time = GREATEST(c.commit_time, commit_time),
-           resolved_at = now()
+           resolved_at = now(),
+           resolve_error = NULL
      WHERE c.table_id = tt.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     IF FOUND THEN
         PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+-- Stores why the worker could not resolve a consumer's LSN (SQL Server's
+-- own message, or a mapping row missing after cleanup), so that
+-- finalize.consumers and explain_verdict show it; the verdict stays where
+-- it was. Written only when the reason changes (every write of a consumer
+-- row makes backends drop their cached verdicts), and only while the
+-- consumer still reports at least for_lsn.
+CREATE FUNCTION @extschema@._consumer_unresolved(
+    table_id    bigint,
+    consumer    text,
+    for_lsn     text,
+    error       text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    f @extschema@.lsn := @extschema@._lsn_arg(for_lsn, 'for_lsn');
+    reason text := pg_catalog.left(error, 2000);
+BEGIN
+    PERFORM @extschema@._require(f, 'for_lsn');
+    PERFORM @extschema@._require(reason, 'error');
+    PERFORM 1 FROM @extschema@.consumer c
+     WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f
+       AND c.resolve_error IS DISTINCT FROM reason;
+    IF FOUND THEN
+        UPDATE @extschema@.consumer c SET resolve_error = reason
+         WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     END IF;
 END
 $$;
@@ -1856,12 +1892,12 @@ BEGIN ATOMIC
                WHEN c.reported_lsn IS NULL
                THEN format('consumer "%s" has not reported any progress yet', c.consumer)
                WHEN c.commit_time IS NULL
-               THEN format('consumer "%s" has reported LSN %s, which the worker has not resolved to a commit time yet',
-                           c.consumer, c.reported_lsn)
+               THEN format('consumer "%s" has reported LSN %s, which the worker has not resolved to a commit time yet%s',
+                           c.consumer, c.reported_lsn, ' (' || c.resolve_error || ')')
                WHEN c.reported_lsn = c.resolved_for_lsn
                THEN format('consumer "%s" has applied up to LSN %s (commit %s)', c.consumer, c.reported_lsn, c.commit_time)
-               ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet',
-                           c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn) END,
+               ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet%s',
+                           c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn, ' (' || c.resolve_error || ')') END,
                '; ' ORDER BY x.until NULLS FIRST, c.consumer)
            || format('; the period ends at %s', _explain_consumers.period_end)
       FROM @extschema@.consumer c
@@ -1995,7 +2031,8 @@ SELECT t.table_name,
        CASE WHEN w.source_until > u.until THEN w.source_until - u.until
             WHEN w.source_until <= u.until THEN interval '0' END AS lag,
        c.condition,
-       c.condition_since
+       c.condition_since,
+       c.resolve_error
   FROM @extschema@.consumer c
   JOIN @extschema@.tracked_table t USING (table_id)
   JOIN @extschema@.watermark w USING (table_id)
