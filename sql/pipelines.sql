@@ -272,7 +272,7 @@ SELECT finalize._record_event(finalize._tracked_id('pl.events'), 'data_loss', '0
 SELECT finalize.resume_table('pl.events');
 -- The worker restarts it below the capture instance's min LSN, at 12:20.
 SELECT finalize._resume_after_loss(finalize._tracked_id('pl.events'), '0x000000000000000003FF',
-                                   '2026-11-29 12:20+00', 'dbo_events', false, '{}');
+                                   '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_events', false, '{}');
 SELECT table_name, lost_from, lost_to, from_lsn, to_lsn, fact_id IS NOT NULL AS linked
   FROM finalize.loss JOIN finalize.tracked_table USING (table_id);
 SELECT finalize.record_range('pl.events', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-30 01:00+00');
@@ -324,7 +324,7 @@ UPDATE finalize.tracked_table SET state = 'resuming' WHERE table_name = 'pl.even
 UPDATE finalize.watermark SET offset_commit_time = '2026-11-29 10:40+00'
  WHERE table_id = finalize._tracked_id('pl.events');
 SELECT finalize._resume_after_loss(finalize._tracked_id('pl.events'), '0x000000000000000005FF',
-                                   '2026-11-29 11:10+00', 'dbo_events', true, '{}');
+                                   '2026-11-29 11:10+00', '2026-11-29 11:10+00', 'dbo_events', true, '{}');
 SELECT finalize.is_final('pl.events', '2026-11-29 10:00+00') AS hour_10,
        finalize.is_final('pl.events', '2026-11-29 11:00+00') AS hour_11,
        finalize.is_final('pl.events', '2026-11-29 12:00+00') AS hour_12;

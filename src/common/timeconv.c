@@ -6,7 +6,9 @@
  * machine's local clock, without an offset. Around a DST change a local time
  * names two instants (fall-back) or none (spring-forward). The verdict may
  * lag but never lead, so a local time always becomes the EARLIEST instant it
- * could denote: of the offsets the zone uses around it, the largest.
+ * could denote: of the offsets the zone uses around it, the largest. The one
+ * exception is the end of a lost range, which must cover every instant the
+ * lost commits may have had: it takes the LATEST.
  */
 #include "postgres.h"
 
@@ -38,12 +40,12 @@ local_offset_at(TimestampTz instant, const pg_tz *tz)
 }
 
 /*
- * The earliest instant whose local time in tz is `local`; for a local time
- * that does not exist (skipped by a spring-forward), the earliest instant any
- * offset in use around it would give.
+ * The earliest (or latest) instant whose local time in tz is `local`; for a
+ * local time that does not exist (skipped by a spring-forward), the earliest
+ * (or latest) instant any offset in use around it would give.
  */
-TimestampTz
-local_to_instant_earliest(Timestamp local, const pg_tz *tz)
+static TimestampTz
+local_to_instant(Timestamp local, const pg_tz *tz, bool latest)
 {
 	int64		frac = local % USECS_PER_SEC;
 	int64		secs = local / USECS_PER_SEC;
@@ -86,15 +88,16 @@ local_to_instant_earliest(Timestamp local, const pg_tz *tz)
 		t = boundary;
 	}
 
-	/* The earliest candidate that really shows this local time, else the earliest. */
+	/* The first candidate that really shows this local time, else the first. */
 	for (int i = 0; i < noffsets; i++)
 	{
 		pg_time_t	u = local_unix - offsets[i];
 		struct pg_tm *tm = pg_localtime(&u, tz);
 
-		if (i == 0 || u < best_any)
+		if (i == 0 || (latest ? u > best_any : u < best_any))
 			best_any = u;
-		if (tm != NULL && tm->tm_gmtoff == offsets[i] && (!have_valid || u < best_valid))
+		if (tm != NULL && tm->tm_gmtoff == offsets[i] &&
+			(!have_valid || (latest ? u > best_valid : u < best_valid)))
 		{
 			best_valid = u;
 			have_valid = true;
@@ -110,6 +113,24 @@ local_to_instant_earliest(Timestamp local, const pg_tz *tz)
 						DatumGetCString(DirectFunctionCall1(timestamp_out, TimestampGetDatum(local))),
 						pg_get_timezone_name((pg_tz *) tz))));
 	return result;
+}
+
+/* The earliest instant a local time may denote: what every commit time becomes. */
+TimestampTz
+local_to_instant_earliest(Timestamp local, const pg_tz *tz)
+{
+	return local_to_instant(local, tz, false);
+}
+
+/*
+ * The latest instant a local time may denote: for the end of a range that
+ * must not be drawn too short (a lost range's end), where the earliest
+ * reading would leave out part of the fall-back hour.
+ */
+TimestampTz
+local_to_instant_latest(Timestamp local, const pg_tz *tz)
+{
+	return local_to_instant(local, tz, true);
 }
 
 /*

@@ -9,6 +9,7 @@
 #include "pgtime.h"
 
 extern TimestampTz local_to_instant_earliest(Timestamp local, const pg_tz *tz);
+extern TimestampTz local_to_instant_latest(Timestamp local, const pg_tz *tz);
 extern long local_offset_at(TimestampTz instant, const pg_tz *tz);
 
 #endif							/* FINALIZE_TIMECONV_H */

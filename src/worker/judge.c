@@ -34,13 +34,31 @@ instant_or(bool known, Timestamp local, const SourceConfig *cfg, TimestampTz fal
 }
 
 /*
+ * Where a table restarts after a loss at the instance's min LSN: the new
+ * offset's commit time (the earliest reading, as every commit time: the
+ * verdict builds on it) and the end of the lost range (the latest reading:
+ * in a fall-back hour the lost commits may lie up to an hour after the
+ * earliest one, and a period they touch must not be called final). When
+ * SQL Server has no time for the min LSN the loss has no known end.
+ */
+static void
+resume_times(TableWrite *w, const CdcInstance *ir, const SourceConfig *cfg, TimestampTz max_instant)
+{
+	w->resume_time = instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant);
+	if (ir->has_min_time)
+		w->lost_until = local_to_instant_latest(ir->min_time_local, cfg->tz);
+	else
+		TIMESTAMP_NOEND(w->lost_until);
+}
+
+/*
  * A data loss on the range (start, lost_to] of an instance: the event, and
  * either an automatic restart at lost_to (on_data_loss = resume, no other
  * loss within finalize.data_loss_window) or a stopped table.
  */
 static void
 data_loss(TableWrite *w, const TrackedSource *t, const char *ci, const Lsn *start, const Lsn *lost_to,
-		  const char *cause, const char *explanation, TimestampTz resume_time)
+		  const char *cause, const char *explanation)
 {
 	JsonbParseState *st = NULL;
 	Lsn			first;
@@ -64,7 +82,6 @@ data_loss(TableWrite *w, const TrackedSource *t, const char *ci, const Lsn *star
 		w->resume = true;
 		w->automatic = true;
 		w->resume_at = *lost_to;
-		w->resume_time = resume_time;
 		jb_begin_object(&st, NULL);
 		jb_text(&st, "capture_instance", ci);
 		jb_text(&st, "cause", cause);
@@ -187,11 +204,11 @@ reads_usable(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Ta
 			continue;
 		if (!lsn_decrement(&ir->min_lsn, &lost_to))
 			lost_to = ir->min_lsn;
+		resume_times(w, ir, cfg, max_instant);
 		data_loss(w, t, ci, &p->seg[s].start, &lost_to, "retention cleanup",
 				  psprintf("CDC cleanup (retention) removed changes of capture instance \"%s\" before "
 						   "finalize read them: the instance's minimum LSN is now %s.",
-						   ci, fmt_lsn(&ir->min_lsn)),
-				  instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant));
+						   ci, fmt_lsn(&ir->min_lsn)));
 		return false;
 	}
 	if (job->error != NULL)
@@ -380,7 +397,7 @@ judge_resume(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Ta
 	w->kind = WRITE_RESUME;
 	if (!lsn_decrement(&ir->min_lsn, &w->resume_at))
 		w->resume_at = ir->min_lsn;
-	w->resume_time = instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant);
+	resume_times(w, ir, cfg, max_instant);
 	jb_begin_object(&st, NULL);
 	jb_text(&st, "capture_instance", ci);
 	jb_text(&st, "min_lsn", fmt_lsn(&ir->min_lsn));
@@ -412,9 +429,9 @@ judge_gap(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Table
 		if (lsn_decrement(&ir->min_lsn, &below_min) && lsn_cmp(&below_min, &lost_to) > 0)
 			lost_to = below_min;
 	}
+	resume_times(w, ir, cfg, max_instant);
 	data_loss(w, t, p->instance->name, &t->offset, &lost_to, "capture instance dropped",
 			  psprintf("Capture instance \"%s\" was dropped before finalize read up to the start of the newer "
 					   "instance \"%s\" (LSN %s).", t->capture_instance ? t->capture_instance : "?",
-					   p->instance->name, fmt_lsn(&p->instance->start_lsn)),
-			  instant_or(ir->has_min_time, ir->min_time_local, cfg, max_instant));
+					   p->instance->name, fmt_lsn(&p->instance->start_lsn)));
 }

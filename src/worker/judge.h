@@ -48,7 +48,8 @@ typedef struct TableWrite
 	bool		resume;			/* DATA_LOSS or RESUME: restart at resume_at */
 	bool		automatic;
 	Lsn			resume_at;
-	TimestampTz resume_time;
+	TimestampTz resume_time;	/* the new offset's commit time (earliest) */
+	TimestampTz lost_until;		/* the lost range's end (latest reading) */
 	Jsonb	   *resume_detail;
 	Condition	condition;		/* WRITE_CONDITION (COND_NONE clears) */
 	char	   *condition_detail;

@@ -46,8 +46,8 @@ apply_write(void *arg)
 							w->capture_instance, w->detail,
 							w->resume ? NULL : "data_lost", w->state_detail);
 			if (w->resume)
-				ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->capture_instance,
-									 true, w->resume_detail);
+				ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->lost_until,
+									 w->capture_instance, true, w->resume_detail);
 			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_SCHEMA_BLOCKED:
@@ -56,8 +56,8 @@ apply_write(void *arg)
 			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_RESUME:
-			ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->capture_instance,
-								 false, w->resume_detail);
+			ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->lost_until,
+								 w->capture_instance, false, w->resume_detail);
 			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_CONDITION:

@@ -508,21 +508,27 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7)", 7, types, values, nulls);
 }
 
-/* Restarts a table after a data loss at new_offset (see _resume_after_loss). */
+/*
+ * Restarts a table after a data loss at new_offset (see _resume_after_loss);
+ * lost_until ends the lost range of commit times.
+ */
 void
 ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
-					 const char *capture_instance, bool automatic, const Jsonb *detail)
+					 TimestampTz lost_until, const char *capture_instance, bool automatic,
+					 const Jsonb *detail)
 {
-	Oid			types[6] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, JSONBOID};
-	Datum		values[6];
+	Oid			types[7] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, JSONBOID};
+	Datum		values[7];
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = ws_lsn_datum(new_offset);
 	values[2] = TimestampTzGetDatum(new_offset_time);
-	values[3] = CStringGetTextDatum(capture_instance);
-	values[4] = BoolGetDatum(automatic);
-	values[5] = JsonbPGetDatum(detail);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6)", 6, types, values, NULL);
+	values[3] = TimestampTzGetDatum(lost_until);
+	values[4] = CStringGetTextDatum(capture_instance);
+	values[5] = BoolGetDatum(automatic);
+	values[6] = JsonbPGetDatum(detail);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6, $7)", 7, types, values,
+					 NULL);
 }
 
 /* Records a failed poll of the source and when the next attempt is due. */

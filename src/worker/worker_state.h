@@ -69,7 +69,8 @@ extern void ws_set_capture_instance(int64 table_id, const char *capture_instance
 extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 						 TimestampTz server_time, Condition condition, const char *message);
 extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
-								 const char *capture_instance, bool automatic, const Jsonb *detail);
+								 TimestampTz lost_until, const char *capture_instance, bool automatic,
+								 const Jsonb *detail);
 extern void ws_source_failed(const char *server_name, Condition condition, const char *error,
 							 TimestampTz next_attempt);
 extern void ws_purge_facts(void);

@@ -51,7 +51,7 @@ def lose_hours_10_to_12(pg, table):
            "'0x00000000000000000400', 'dbo_events', '{\"cause\": \"cleanup\"}', 'data_lost', 'purged')", (table,))
     pg.sql("SELECT finalize.resume_table(%s)", (table,))
     pg.sql("SELECT finalize._resume_after_loss(finalize._tracked_id(%s), '0x000000000000000003FF', "
-           "'2026-11-29 12:20+00', 'dbo_events', false, '{}')", (table,))
+           "'2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_events', false, '{}')", (table,))
     pg.sql("SELECT finalize.record_range(%s, '0x000000000000000003FF', '0x00000000000000000500', "
            "'2026-11-30 01:00+00')", (table,))
 

@@ -58,3 +58,45 @@ def test_verdict_never_leads_across_dst(pg, zone, start):
                 assert_chain(env.facts(table))
     finally:
         env.cleanup()
+
+
+def utc(hour, minute):
+    return datetime.datetime(2026, 10, 25, hour, minute, tzinfo=UTC)
+
+
+def test_a_loss_ending_in_the_fall_back_hour_covers_both_readings(pg):
+    """Berlin's clocks go back at 01:00 UTC on 2026-10-25, so local 02:00-03:00 happens twice. Changes
+    lost to cleanup in the second 02:xx hour end the lost range at the LATER reading of the first kept
+    commit's local time: the quarter they lie in stays not final until acknowledged. (The earlier
+    reading, right for every commit time the verdict builds on, would end the loss an hour too soon
+    here and call that quarter final.)"""
+    env = Env(pg)
+    try:
+        with sim_clock(timezone="Europe/Berlin", start_time="2026-10-25T00:40:00Z", dummy_interval=120) as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, timezone="Europe/Berlin")
+            env.track("dst.lossy", "erp", granularity="15 minutes", on_data_loss="resume")
+            env.wait_caught_up("dst.lossy", sim)
+            pg.sql("ALTER SYSTEM SET finalize.enabled = off")
+            pg.reload()
+            pg.wait_for(lambda: env.one("SELECT count(*) FROM pg_stat_activity "
+                                        "WHERE backend_type = 'finalize worker'") == 0, what="the worker to stop")
+            sim.call("sim.commit", at=utc(1, 20), inserts=2)            # 02:20 CET, the second 02:20: lost
+            kept = sim.call("sim.commit", at=utc(1, 25), inserts=1)[0][0]["start_lsn"]    # 02:25 CET: kept
+            sim.call("sim.advance", to=utc(2, 10))
+            sim.call("sim.cleanup", low_lsn=kept)
+            pg.sql("ALTER SYSTEM RESET finalize.enabled")
+            pg.reload()
+            env.wait_caught_up("dst.lossy", sim)
+            lost_from, lost_to = pg.sql("SELECT lost_from, lost_to FROM finalize.loss l JOIN finalize.tracked_table t "
+                                        "USING (table_id) WHERE t.table_name = 'dst.lossy'")[0]
+            assert as_utc(lost_to) == utc(1, 25) and as_utc(lost_from) < utc(1, 20), (lost_from, lost_to)
+            assert env.one("SELECT finalize.finalized_until('dst.lossy')") >= utc(1, 45)
+            final = {q: env.one("SELECT finalize.is_final('dst.lossy', %s)", (utc(1, q),)) for q in (15, 30)}
+            assert final == {15: False, 30: True}, final
+            assert_never_leads(env, "dst.lossy", sim)
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.enabled")
+        pg.reload()
+        env.cleanup()

@@ -1586,16 +1586,21 @@ BEGIN ATOMIC
 END;
 
 -- Restarts a table after a data loss, at new_offset (just below its capture
--- instance's min LSN): records the lost LSN range as a "resumed" event and
--- as a loss (the commit times from the offset before the restart to the
--- new one), moves the offset and makes the table active again. The verdict
+-- instance's min LSN, whose commit time is new_offset_time): records the
+-- lost LSN range as a "resumed" event and as a loss (the commit times from
+-- the offset before the restart to lost_until, the latest instant the lost
+-- commits may have: the worker reads the local time of a fall-back hour
+-- both ways), moves the offset and makes the table active again. The verdict
 -- is untouched: it moves again with the next range recorded, but the
 -- periods of the loss stay not final, here and in the derived tables that
 -- use this one, until finalize.acknowledge_loss() covers them.
-CREATE OR REPLACE FUNCTION @extschema@._resume_after_loss(
+-- 0.2.0 adds lost_until: the signature changes.
+DROP FUNCTION @extschema@._resume_after_loss(bigint, text, timestamptz, text, boolean, jsonb);
+CREATE FUNCTION @extschema@._resume_after_loss(
     table_id         bigint,
     new_offset       text,
     new_offset_time  timestamptz,
+    lost_until       timestamptz,
     capture_instance text,
     automatic        boolean,
     detail           jsonb)
@@ -1620,7 +1625,7 @@ BEGIN
                 'after', 'data_loss',
                 'by', CASE WHEN automatic THEN 'finalize worker (on_data_loss = resume)' ELSE requested_by END,
                 'lost_from_lsn', wm.offset_lsn, 'lost_to_lsn', new_offset,
-                'lost_from_time', wm.offset_commit_time, 'lost_to_time', new_offset_time));
+                'lost_from_time', wm.offset_commit_time, 'lost_to_time', lost_until));
     UPDATE @extschema@.watermark w
        SET offset_lsn = @extschema@._lsn_arg(new_offset, 'new_offset'),
            offset_commit_time = new_offset_time,
@@ -1630,7 +1635,7 @@ BEGIN
        SET state = 'active', state_detail = NULL, state_since = now(),
            capture_instance = coalesce(_resume_after_loss.capture_instance, t.capture_instance)
      WHERE t.table_id = _resume_after_loss.table_id;
-    PERFORM @extschema@._record_loss(_resume_after_loss.table_id, wm, new_offset, new_offset_time);
+    PERFORM @extschema@._record_loss(_resume_after_loss.table_id, wm, new_offset, lost_until);
 END
 $$;
 
@@ -1640,7 +1645,7 @@ $$;
 -- flags the table and its derived tables. clock_timestamp(): only an
 -- acknowledgement made after this covers it (see _acked).
 CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
-                                         new_offset text, new_offset_time timestamptz)
+                                         new_offset text, lost_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1648,7 +1653,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     lost_from timestamptz := coalesce(prior.offset_commit_time, '-infinity');
-    lost_to timestamptz := coalesce(new_offset_time, 'infinity');
+    lost_to timestamptz := coalesce(lost_until, 'infinity');
 BEGIN
     INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
     VALUES (table_id,
