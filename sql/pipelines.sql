@@ -111,7 +111,7 @@ SELECT finalize.report_progress('pl.orders', 'spark-orders', NULL);
 SELECT finalize.report_processed('pl.orders', 'spark-orders', '2026-11-29 16:00+00');
 
 -- Who may report: a consumer's reporter (and admins); a consumer without
--- one, any pipeline role. A pipeline role writes nothing else.
+-- one, only admins. A pipeline role writes nothing else.
 CREATE ROLE regress_pipe_a LOGIN IN ROLE finalize_pipeline;
 CREATE ROLE regress_pipe_b LOGIN IN ROLE finalize_pipeline;
 CREATE ROLE regress_pl_admin LOGIN IN ROLE finalize_admin;
@@ -144,6 +144,35 @@ RESET ROLE;
 SET ROLE regress_pl_admin;
 SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000510');
 RESET ROLE;
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'flink-orders',
+                                   '0x00000000000000000510', '0x00000000000000000500', '2026-11-29 16:01+00');
+SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
+
+-- Changing a consumer in place. A reporter must be a role that exists.
+SELECT finalize.add_consumer('pl.orders', 'ghost', reporter => '-');
+SELECT finalize.add_consumer('pl.orders', 'ghost', reporter => '4000000000');
+SELECT finalize.alter_consumer('pl.orders', 'nosuch', required => false);
+SELECT finalize.alter_consumer('pl.orders', 'odd-reporter', reporter => 'regress_pipe_b');
+SET ROLE regress_pipe_b;
+SELECT finalize.report_progress('pl.orders', 'odd-reporter', '0x00000000000000000500');
+RESET ROLE;
+-- A reporter role renamed or dropped (its OID may one day name another
+-- role) reports no more until an admin names one again.
+CREATE ROLE regress_pipe_c LOGIN IN ROLE finalize_pipeline;
+SELECT finalize.alter_consumer('pl.orders', 'odd-reporter', reporter => 'regress_pipe_c');
+ALTER ROLE regress_pipe_c RENAME TO regress_pipe_d;
+SET ROLE regress_pipe_d;
+SELECT finalize.report_progress('pl.orders', 'odd-reporter', '0x00000000000000000600');
+RESET ROLE;
+DROP ROLE regress_pipe_d;
+SELECT finalize.alter_consumer('pl.orders', 'odd-reporter', reporter => 'regress_pl_reader');
+-- reset forgets a wrong report (here one above anything SQL Server will
+-- reach): the verdict stays where it is and waits for the next report.
+SELECT finalize.report_progress('pl.orders', 'flink-orders', '0xFFFFFFFFFFFFFFFFFFFF');
+SELECT finalize.alter_consumer('pl.orders', 'flink-orders', reset => true);
+SELECT consumer, reported_lsn, commit_time FROM finalize.consumers WHERE consumer = 'flink-orders';
+SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
+SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000510');
 SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'flink-orders',
                                    '0x00000000000000000510', '0x00000000000000000500', '2026-11-29 16:01+00');
 SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
@@ -186,10 +215,12 @@ SELECT finalize._advance_payload(t, w, w.finalized_until)
 SELECT finalize.track_derived('pl.hourly_copy', ARRAY['pl.order_facts'], '30 minutes') > 0 AS derived;
 SELECT finalize.add_consumer('pl.hourly_copy', 'late-job');
 SELECT reason FROM finalize.explain_verdict('pl.hourly_copy', '2026-11-29 23:30+00');
+-- An optional consumer holds nothing: making it optional releases the verdict.
+SELECT finalize.alter_consumer('pl.hourly_copy', 'late-job', required => false);
 SELECT finalize.drop_consumer('pl.hourly_copy', 'late-job');
 SELECT finalize.track_table('pl.refunds', 'erp', 'dbo.refunds') > 0 AS tracked;
 SELECT finalize.track_derived('pl.refund_copy', ARRAY['pl.refunds'], '30 minutes') > 0 AS derived;
-SELECT finalize.add_consumer('pl.refund_copy', 'copy-job');
+SELECT finalize.add_consumer('pl.refund_copy', 'copy-job', reporter => 'regress_pipe_b');
 SELECT finalize.record_range('pl.refunds', NULL, '0x00000000000000000100', '2026-11-30 00:10+00');
 SELECT table_name, source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name LIKE 'pl.refund%' ORDER BY table_name;
 SELECT reason FROM finalize.explain_verdict('pl.refund_copy', '2026-11-29 23:00+00');

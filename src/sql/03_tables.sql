@@ -205,6 +205,7 @@ CREATE TABLE @extschema@.consumer (
                       CHECK (length(consumer) BETWEEN 1 AND 255),
     required          boolean NOT NULL DEFAULT true,
     reporter          regrole,
+    reporter_name     name,
     reported_lsn      @extschema@.lsn,
     reported_at       timestamptz,
     processed_until   timestamptz,
@@ -224,7 +225,9 @@ CREATE TABLE @extschema@.consumer (
 COMMENT ON TABLE @extschema@.consumer IS
     'Pipelines that write a table; a required one holds the verdict until it has applied (or processed) a period';
 COMMENT ON COLUMN @extschema@.consumer.reporter IS
-    'Only members of this role (and finalize_admin) may report for the consumer; NULL lets any finalize_pipeline member report';
+    'Only members of this role (and finalize_admin) may report for the consumer; NULL: only finalize_admin members';
+COMMENT ON COLUMN @extschema@.consumer.reporter_name IS
+    'The reporter role''s name when it was named: a report is refused once the OID names another role (dropped, renamed)';
 COMMENT ON COLUMN @extschema@.consumer.reported_lsn IS
     'Tracked tables: every change with commit LSN at or below it is durably in the lake (finalize.report_progress)';
 COMMENT ON COLUMN @extschema@.consumer.processed_until IS

@@ -41,19 +41,28 @@ BEGIN
 END
 $$;
 
+-- What a derived table's inputs are final until (the least of their
+-- verdicts, NULL while one has none): a job cannot have processed complete
+-- input beyond it.
+CREATE FUNCTION @extschema@._inputs_final_until(table_id bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.finalized_until) THEN min(w.finalized_until) END
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     WHERE d.table_id = _inputs_final_until.table_id;
+END;
+
+
 -- The source verdict of a derived table: the period start of its inputs'
 -- least finalized_until, NULL while any input has none.
 CREATE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.finalized_until)
-                THEN @extschema@.period_start(min(w.finalized_until), _inputs_until.granularity) END
-      FROM @extschema@.derived_input d
-      JOIN @extschema@.watermark w ON w.table_id = d.input_id
-     WHERE d.table_id = _inputs_until.table_id;
-END;
+RETURN @extschema@.period_start(@extschema@._inputs_final_until(table_id), granularity);
 
 -- The payload of an advance on channel "finalize": the table, the old and
 -- new verdicts, the offset of its facts (LSN and commit time, null for a
@@ -77,21 +86,51 @@ RETURN CASE WHEN (tt).kind = 'source'
                                    'commit_time', @extschema@._utc_iso((wm).offset_commit_time),
                                    'kind', (tt).kind)::text END;
 
+-- Like _lock_tracked(table_id, false), but NULL instead of waiting when
+-- another transaction holds the table's row or verdict.
+CREATE FUNCTION @extschema@._try_lock_tracked(table_id bigint)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+BEGIN
+    PERFORM FROM @extschema@.tracked_table t
+     WHERE t.table_id = _try_lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM FROM @extschema@.watermark w WHERE w.table_id = _try_lock_tracked.table_id FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _try_lock_tracked.table_id;
+    RETURN tt;
+END
+$$;
+
 -- The one function that moves a verdict: locks the table's verdict, takes a
 -- derived table's source verdict from its inputs, then sets finalized_until
 -- to the greatest of its old value and _effective_until, with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
 -- this one follow in the same transaction. The inputs form a DAG
--- (track_derived refuses cycles), so the recursion ends. Returns
--- finalized_until, NULL for a table no longer tracked.
-CREATE FUNCTION @extschema@._advance(table_id bigint)
+-- (track_derived refuses cycles), so the recursion ends. A derived table
+-- whose verdict another transaction holds is skipped (wait false): an input's
+-- advance never waits for a pipeline's open transaction, nor two sources'
+-- workers for each other; the worker's _refresh_derived catches it up on the
+-- next cycle. Returns finalized_until, NULL for a table no longer tracked
+-- (or skipped).
+CREATE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._lock_tracked(table_id, false);
+    tt @extschema@.tracked_table := CASE WHEN wait THEN @extschema@._lock_tracked(table_id, false)
+                                         ELSE @extschema@._try_lock_tracked(table_id) END;
     wm @extschema@.watermark;
     from_inputs timestamptz;
     new_until timestamptz;
@@ -100,12 +139,14 @@ BEGIN
     IF tt.table_id IS NULL THEN
         RETURN NULL;
     END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF tt.kind = 'derived' THEN
         from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity);
-        UPDATE @extschema@.watermark w SET source_until = from_inputs
-         WHERE w.table_id = tt.table_id AND from_inputs > coalesce(w.source_until, '-infinity');
+        IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
+            UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
+            wm.source_until := from_inputs;
+        END IF;
     END IF;
-    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     new_until := GREATEST(wm.finalized_until, @extschema@._effective_until(tt, wm.source_until));
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
         RETURN new_until;
@@ -117,7 +158,7 @@ BEGIN
                        JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
                       WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
                       ORDER BY d.table_id LOOP
-        PERFORM @extschema@._advance(dependent);
+        PERFORM @extschema@._advance(dependent, false);
     END LOOP;
     RETURN new_until;
 END

@@ -21,10 +21,52 @@ BEGIN
 END
 $$;
 
+-- The reporter role a consumer is declared with, checked: it must exist
+-- (a bare OID such as '-' or '4000000000' names no role).
+CREATE FUNCTION @extschema@._check_reporter(reporter regrole)
+RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    role_name name;
+BEGIN
+    SELECT r.rolname INTO role_name FROM pg_catalog.pg_roles r WHERE r.oid = reporter::oid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'invalid value for argument reporter: role with OID % does not exist', reporter::oid
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'The reporter is the role whose members may report for the consumer.',
+                  HINT = 'Name an existing role, for example reporter => ''spark_orders''.';
+    END IF;
+    RETURN role_name;
+END
+$$;
+
+-- Warns when a reporter role cannot call the report functions yet.
+CREATE FUNCTION @extschema@._reporter_notice(reporter regrole, tt @extschema@.tracked_table, consumer text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF reporter IS NULL THEN
+        RAISE NOTICE 'only members of finalize_admin may report for consumer "%" of table "%"', consumer, (tt).table_name
+            USING DETAIL = 'The consumer has no reporter role, so no pipeline role may report for it.',
+                  HINT = format('Let the pipeline''s role report with SELECT finalize.alter_consumer(%L, %L, reporter => ''<role>'');',
+                                (tt).table_name, consumer);
+    ELSIF NOT pg_catalog.pg_has_role(reporter::oid, 'finalize_pipeline'::name, 'MEMBER') THEN
+        RAISE NOTICE 'role % cannot report for consumer "%" of table "%" yet', reporter, consumer, (tt).table_name
+            USING DETAIL = 'Reporting takes EXECUTE on finalize.report_progress() or finalize.report_processed(), which role finalize_pipeline has.',
+                  HINT = format('GRANT finalize_pipeline TO %s;', reporter);
+    END IF;
+END
+$$;
+
 -- The body of finalize.add_consumer: declares a pipeline that writes the
 -- table. A required one holds the verdict from now on (what was final
--- stays final); reporter, when given, is the only role (with
--- finalize_admin) that may report for it.
+-- stays final). Only members of reporter (and of finalize_admin) may
+-- report for it; without one, only admins may: a pipeline must never be
+-- able to release another pipeline's table.
 CREATE FUNCTION @extschema@._add_consumer(
     caller name,
     table_name text,
@@ -38,23 +80,23 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
 BEGIN
     PERFORM @extschema@._check_consumer_name(consumer);
     PERFORM @extschema@._require(required, 'required');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
     PERFORM @extschema@._lock_tracked(tt.table_id);
     BEGIN
-        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, created_by)
-        VALUES (tt.table_id, consumer, required, reporter, caller);
+        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, reporter_name, created_by)
+        VALUES (tt.table_id, consumer, required, reporter, reporter_name, caller);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'consumer "%" of table "%" already exists', consumer, tt.table_name
             USING ERRCODE = 'duplicate_object',
-                  HINT = 'Drop it first with finalize.drop_consumer(), or choose another name.';
+                  HINT = 'Change it with finalize.alter_consumer() (dropping and adding it again would let the verdict move past what it applied).';
     END;
-    IF reporter IS NOT NULL AND NOT pg_has_role(reporter::oid, 'finalize_pipeline'::name, 'MEMBER') THEN
-        RAISE NOTICE 'role % cannot report for consumer "%" of table "%" yet', reporter, consumer, tt.table_name
-            USING DETAIL = 'Reporting takes EXECUTE on finalize.report_progress() or finalize.report_processed(), which role finalize_pipeline has.',
-                  HINT = format('GRANT finalize_pipeline TO %s;', reporter);
-    END IF;
+    PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
 END
 $$;
 
@@ -68,10 +110,78 @@ AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
-    'Declare a pipeline that writes a table; a required one holds the verdict until it reports that it applied a period';
+    'Declare a pipeline that writes a table; a required one holds the verdict until it reports that it applied a period; only members of reporter (and admins) may report for it';
 
--- The body of finalize.drop_consumer: forgets a consumer (the verdict may
--- then move at once). Returns whether it existed.
+-- The body of finalize.alter_consumer: changes a consumer in place, so the
+-- verdict never moves past what it applied meanwhile (dropping and adding
+-- it again would let it). NULL keeps a setting. reset forgets what it
+-- reported (a wrong LSN, a report from another database): the verdict
+-- stays where it is (verdicts never move back) and waits for its next
+-- report. Making it optional lets the verdict move at once.
+CREATE FUNCTION @extschema@._alter_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT NULL,
+    reporter regrole DEFAULT NULL,
+    reset boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM @extschema@._require(reset, 'reset');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    UPDATE @extschema@.consumer c
+       SET required = coalesce(_alter_consumer.required, c.required),
+           reporter = coalesce(_alter_consumer.reporter, c.reporter),
+           reporter_name = coalesce(reporter_name, c.reporter_name)
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Declare it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    END IF;
+    IF reset THEN
+        UPDATE @extschema@.consumer c
+           SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
+               mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
+         WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+        RAISE NOTICE 'consumer "%" of table "%" starts again from nothing', consumer, tt.table_name
+            USING DETAIL = 'What is final stays final; the verdict waits for the consumer''s next report.';
+    END IF;
+    IF reporter IS NOT NULL THEN
+        PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+    END IF;
+    IF required IS NOT NULL AND NOT required THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.alter_consumer(
+    table_name text,
+    consumer text,
+    required boolean DEFAULT NULL,
+    reporter regrole DEFAULT NULL,
+    reset boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.alter_consumer(text, text, boolean, regrole, boolean) IS
+    'Change a pipeline of a table in place (required, reporter; reset forgets what it reported); NULL keeps a setting';
+
+-- The body of finalize.drop_consumer: forgets a consumer; the verdict may
+-- then move at once, and a NOTICE says how far. Returns whether it existed.
 CREATE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -80,14 +190,22 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    before timestamptz;
+    after timestamptz;
 BEGIN
     PERFORM @extschema@._require(consumer, 'consumer');
     PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM @extschema@._advance(tt.table_id);
+    after := @extschema@._advance(tt.table_id);
+    IF after IS DISTINCT FROM before THEN
+        RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
+                     tt.table_name, after, coalesce(before::text, 'nothing'), consumer
+            USING DETAIL = 'The periods in between are final whether or not the consumer applied them.';
+    END IF;
     RETURN true;
 END
 $$;
@@ -100,10 +218,13 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.drop_consumer(text, text) IS
     'Forget a pipeline of a table (the verdict no longer waits for it); returns whether it existed';
 
--- The consumer of a table a caller reports for, locked for the report:
--- it must exist, and the caller must be a member of its reporter role (any
--- caller when it has none) or of finalize_admin. The errors name both.
-CREATE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text)
+-- The consumer of a table a caller reports for (locked when lock is
+-- true): it must exist, and the caller must be a member of finalize_admin
+-- or of its reporter role, which must still be the role it was declared
+-- with (a dropped role's OID may one day name another role). The errors
+-- name both.
+CREATE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+                                                lock boolean)
 RETURNS @extschema@.consumer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -111,22 +232,47 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     c @extschema@.consumer;
+    current_name name;
 BEGIN
     PERFORM @extschema@._require(consumer, 'consumer');
-    SELECT x.* INTO c FROM @extschema@.consumer x
-     WHERE x.table_id = tt.table_id AND x.consumer = consumer FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
-            USING ERRCODE = 'undefined_object',
-                  HINT = format('An admin declares it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    IF lock THEN
+        SELECT x.* INTO c FROM @extschema@.consumer x
+         WHERE x.table_id = tt.table_id AND x.consumer = consumer FOR UPDATE;
+    ELSE
+        SELECT x.* INTO c FROM @extschema@.consumer x
+         WHERE x.table_id = tt.table_id AND x.consumer = consumer;
     END IF;
-    IF c.reporter IS NOT NULL AND NOT pg_has_role(caller, 'finalize_admin'::name, 'MEMBER')
-       AND NOT pg_has_role(caller, c.reporter::oid, 'MEMBER') THEN
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', pg_catalog.left(consumer, 255), tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('An admin declares it with finalize.add_consumer(%L, %L).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
+    END IF;
+    IF pg_catalog.pg_has_role(caller, 'finalize_admin'::name, 'MEMBER') THEN
+        RETURN c;
+    END IF;
+    IF c.reporter IS NULL THEN
+        RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The consumer has no reporter role, so only members of finalize_admin may report for it; role %s is not one.', caller),
+                  HINT = format('An admin lets the pipeline''s role report with SELECT finalize.alter_consumer(%L, %L, reporter => %L);',
+                                tt.table_name, consumer, caller);
+    END IF;
+    SELECT r.rolname INTO current_name FROM pg_catalog.pg_roles r WHERE r.oid = c.reporter::oid;
+    IF current_name IS DISTINCT FROM c.reporter_name THEN
+        RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Its reporter role %s was dropped or renamed (OID %s is now %s), so only members of finalize_admin may report for it.',
+                                  c.reporter_name, c.reporter::oid, coalesce(current_name::text, 'no role')),
+                  HINT = format('An admin names the reporter again with SELECT finalize.alter_consumer(%L, %L, reporter => ''<role>'');',
+                                tt.table_name, consumer);
+    END IF;
+    IF NOT pg_catalog.pg_has_role(caller, c.reporter::oid, 'MEMBER') THEN
         RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('Only members of role %s, the consumer''s reporter, and of finalize_admin may report for it; role %s is neither.',
-                                  c.reporter, caller),
-                  HINT = format('If %s runs this pipeline, an admin can run GRANT %s TO %s;', caller, c.reporter, caller);
+                                  c.reporter_name, caller),
+                  HINT = format('If %s runs this pipeline, an admin can run GRANT %s TO %s;', caller, c.reporter_name, caller);
     END IF;
     RETURN c;
 END
@@ -154,9 +300,9 @@ $$;
 
 -- The body of finalize.report_progress: a consumer of a tracked table has
 -- durably applied every change with commit LSN at or below lsn. A lower or
--- equal LSN (a replay) changes nothing and says so; the worker resolves a
--- new one to a commit time on its next cycle, which may advance the
--- verdict. Returns whether the report moved.
+-- equal LSN (a replay) changes nothing, takes no lock and says so; the
+-- worker resolves a new one to a commit time on its next cycle, which may
+-- advance the verdict. Returns whether the report moved.
 CREATE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -172,16 +318,20 @@ BEGIN
         RAISE EXCEPTION 'table "%" is a derived table, so its consumers report with finalize.report_processed()', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has fully processed.',
-                  HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name, consumer);
+                  HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
     END IF;
     reported := @extschema@._reported_lsn(lsn, tt, consumer);
-    c := @extschema@._reporting_consumer(caller, tt, consumer);
-    IF reported <= c.reported_lsn THEN
-        RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
-                     c.reported_lsn, reported
-            USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
-        RETURN false;
-    END IF;
+    -- A replay is answered without a lock; a move is checked again under one.
+    FOR i IN 1..2 LOOP
+        c := @extschema@._reporting_consumer(caller, tt, consumer, i = 2);
+        IF reported <= c.reported_lsn THEN
+            RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
+                         c.reported_lsn, reported
+                USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
+            RETURN false;
+        END IF;
+    END LOOP;
     UPDATE @extschema@.consumer x SET reported_lsn = reported, reported_at = now()
      WHERE x.table_id = tt.table_id AND x.consumer = consumer;
     RETURN true;
@@ -196,9 +346,26 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.report_progress(text, text, text) IS
     'A pipeline has durably applied every change with commit LSN at or below lsn (0x and 20 hex digits, or Debezium''s commit_lsn); returns whether it moved';
 
+-- Says that a report_processed changed nothing (a rerun reports an older
+-- watermark again).
+CREATE FUNCTION @extschema@._processed_replay(tt @extschema@.tracked_table, c @extschema@.consumer,
+                                              processed_until timestamptz)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE NOTICE 'consumer "%" of table "%" already reported it processed its inputs until %; % is ignored',
+                 (c).consumer, (tt).table_name, (c).processed_until, processed_until
+        USING DETAIL = 'Reports only move forward (a rerun may report an older watermark again), so nothing changed.';
+END
+$$;
+
 -- The body of finalize.report_processed: a consumer of a derived table has
--- fully processed its inputs up to processed_until. An earlier or equal
--- time changes nothing and says so; a later one advances the verdict in
+-- fully processed its inputs up to processed_until. A time beyond what the
+-- inputs are final until counts only up to that (the rest was processed
+-- from input that may still change); an earlier or equal time changes
+-- nothing, takes no lock and says so; a later one advances the verdict in
 -- this transaction as far as the inputs allow. Returns whether it moved.
 CREATE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
                                               processed_until timestamptz)
@@ -210,12 +377,15 @@ AS $$
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
     c @extschema@.consumer;
+    inputs_until timestamptz;
+    upto timestamptz := processed_until;
 BEGIN
     IF tt.kind <> 'derived' THEN
         RAISE EXCEPTION 'table "%" is fed by SQL Server, so its consumers report with finalize.report_progress()', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A consumer of a tracked table reports the commit LSN it has applied; report_processed takes the input watermark of a derived table''s job, and a time is never read as an LSN.',
-                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name, consumer);
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
     END IF;
     PERFORM @extschema@._require(processed_until, 'processed_until');
     IF NOT isfinite(processed_until) THEN
@@ -223,15 +393,31 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A consumer reports the input watermark its job has fully processed: a finite time.';
     END IF;
-    PERFORM @extschema@._lock_tracked(tt.table_id);
-    c := @extschema@._reporting_consumer(caller, tt, consumer);
+    c := @extschema@._reporting_consumer(caller, tt, consumer, false);
     IF processed_until <= c.processed_until THEN
-        RAISE NOTICE 'consumer "%" of table "%" already reported it processed its inputs until %; % is ignored',
-                     consumer, tt.table_name, c.processed_until, processed_until
-            USING DETAIL = 'Reports only move forward (a rerun may report an older watermark again), so nothing changed.';
+        PERFORM @extschema@._processed_replay(tt, c, processed_until);
         RETURN false;
     END IF;
-    UPDATE @extschema@.consumer x SET processed_until = _report_processed.processed_until, reported_at = now()
+    inputs_until := @extschema@._inputs_final_until(tt.table_id);
+    IF inputs_until IS NULL OR upto > inputs_until THEN
+        upto := inputs_until;
+        RAISE NOTICE 'the inputs of table "%" are final only until %; consumer "%" counts as having processed them until then',
+                     tt.table_name, coalesce(inputs_until::text, '(nothing yet)'), consumer
+            USING DETAIL = format('It reported %s, but input beyond what is final may still change, so what the job made of it is not final either.',
+                                  processed_until),
+                  HINT = 'Report the least finalized_until of the inputs the job read before it ran (finalize.finalized_until(ARRAY[...])).';
+        IF upto IS NULL OR upto <= c.processed_until THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- Checked again under the lock: another report may have moved meanwhile.
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    c := @extschema@._reporting_consumer(caller, tt, consumer, true);
+    IF upto <= c.processed_until THEN
+        PERFORM @extschema@._processed_replay(tt, c, processed_until);
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.consumer x SET processed_until = upto, reported_at = now()
      WHERE x.table_id = tt.table_id AND x.consumer = consumer;
     PERFORM @extschema@._advance(tt.table_id);
     RETURN true;

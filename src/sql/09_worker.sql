@@ -431,6 +431,33 @@ BEGIN
 END
 $$;
 
+-- Lets the derived tables that use the server's tracked tables catch up,
+-- once per successful cycle: an input's advance skips a derived table
+-- whose verdict another transaction held (see _advance).
+CREATE FUNCTION @extschema@._refresh_derived(server_name text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    derived bigint;
+BEGIN
+    FOR derived IN
+        WITH RECURSIVE served(id) AS (
+            SELECT t.table_id FROM @extschema@.tracked_table t
+             WHERE t.server_name = _refresh_derived.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+            UNION
+            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
+        SELECT t.table_id FROM served JOIN @extschema@.tracked_table t ON t.table_id = served.id
+         WHERE t.kind = 'derived' AND t.untracked_at IS NULL
+         ORDER BY t.table_id
+    LOOP
+        PERFORM @extschema@._advance(derived, false);
+    END LOOP;
+END
+$$;
+
 -- finalize.consumer_stall_threshold as an interval (no days: comparing it
 -- with now() - reported_at is exact in every session zone).
 CREATE FUNCTION @extschema@._consumer_stall_threshold()

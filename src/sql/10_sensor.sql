@@ -166,9 +166,13 @@ BEGIN ATOMIC
                                    FILTER (WHERE x.until >= _explain_final.period_end))
                    ELSE '' END
            || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) > 0
-                   THEN format(' It was final before %s declared; a verdict never moves back.',
-                               string_agg(format('consumer "%s" was', c.consumer), ' and ' ORDER BY c.consumer)
-                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end))
+                   THEN format(' It was final before %s %s declared; a verdict never moves back.',
+                               CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                    THEN 'consumer' ELSE 'consumers' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end)
+                               || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                       THEN ' was' ELSE ' were' END)
                    ELSE '' END
       FROM (SELECT 1) AS one
       LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required

@@ -55,6 +55,7 @@ GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
 -- as members of finalize_pipeline, may report for any consumer).
 GRANT EXECUTE ON FUNCTION
     @extschema@.add_consumer(text, text, boolean, regrole),
+    @extschema@.alter_consumer(text, text, boolean, regrole, boolean),
     @extschema@.drop_consumer(text, text),
     @extschema@.track_derived(text, text[], interval),
     @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text)

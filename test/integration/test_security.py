@@ -42,7 +42,8 @@ PUBLISHER = READER | {
 }
 ADMIN = PUBLISHER | PIPELINE | {
     "track_table(text,text,text,interval,text,text,text)", "untrack_table(text,boolean,boolean)",
-    "add_consumer(text,text,boolean,regrole)", "drop_consumer(text,text)", "track_derived(text,text[],interval)",
+    "add_consumer(text,text,boolean,regrole)", "alter_consumer(text,text,boolean,regrole,boolean)",
+    "drop_consumer(text,text)", "track_derived(text,text[],interval)",
     "acknowledge_loss(text,timestamp with time zone,timestamp with time zone,text)",
     "alter_tracked_table(text,interval,text,text)", "resume_table(text)", "release_source(text)",
     "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
@@ -249,6 +250,9 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT finalize.set_projection('sec.evil', 'h={hour}/', '2026-11-01', '2026-12-01')")
         run(conn, "SELECT finalize.purge_facts('3650 days')")
         run(conn, "SELECT finalize.quote_mssql_ident('a]b')")
+        run(conn, "SELECT finalize.add_consumer('sec.evil', 'evil-job', reporter => 'sec_pipeline')")
+        run(conn, "SELECT finalize.alter_consumer('sec.evil', 'evil-job', required => false, reset => true)")
+        run(conn, "SELECT finalize.drop_consumer('sec.evil', 'evil-job')")
         run(conn, "SELECT finalize.untrack_table('sec.evil', false)")
         assert run(conn, "SELECT finalize.release_source('sec_held')")[0][0] is True
     finally:
@@ -293,7 +297,18 @@ def test_a_pipeline_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT * FROM finalize.explain_verdict('sec.daily', '2026-11-27 00:00+00')")
     finally:
         conn.close()
+    # A consumer without a reporter role: only admins may report for it, so another
+    # team's pipeline cannot release it.
+    pg.sql("SELECT finalize.add_consumer(%s, 'sec-other', reporter => NULL)", (TABLE,))
+    conn = connect(pg, "sec_pipeline")
+    try:
+        with pytest.raises(psycopg2.Error) as refused:
+            run(conn, "SELECT finalize.report_progress(%s, 'sec-other', '0x00000000000000000150')", (TABLE,))
+        assert refused.value.pgcode == "42501" and "no reporter role" in refused.value.diag.message_detail
+    finally:
+        conn.close()
         pg.sql("SELECT finalize.drop_consumer(%s, 'sec-pipe')", (TABLE,))
+        pg.sql("SELECT finalize.drop_consumer(%s, 'sec-other')", (TABLE,))
         pg.sql("SELECT finalize.untrack_table('sec.daily', false)")
     assert_never_ran_as_another_role(pg)
     drop_plants(pg)

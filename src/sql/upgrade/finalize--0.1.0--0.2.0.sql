@@ -661,6 +661,7 @@ CREATE TABLE @extschema@.consumer (
                       CHECK (length(consumer) BETWEEN 1 AND 255),
     required          boolean NOT NULL DEFAULT true,
     reporter          regrole,
+    reporter_name     name,
     reported_lsn      @extschema@.lsn,
     reported_at       timestamptz,
     processed_until   timestamptz,
@@ -680,7 +681,9 @@ CREATE TABLE @extschema@.consumer (
 COMMENT ON TABLE @extschema@.consumer IS
     'Pipelines that write a table; a required one holds the verdict until it has applied (or processed) a period';
 COMMENT ON COLUMN @extschema@.consumer.reporter IS
-    'Only members of this role (and finalize_admin) may report for the consumer; NULL lets any finalize_pipeline member report';
+    'Only members of this role (and finalize_admin) may report for the consumer; NULL: only finalize_admin members';
+COMMENT ON COLUMN @extschema@.consumer.reporter_name IS
+    'The reporter role''s name when it was named: a report is refused once the OID names another role (dropped, renamed)';
 COMMENT ON COLUMN @extschema@.consumer.reported_lsn IS
     'Tracked tables: every change with commit LSN at or below it is durably in the lake (finalize.report_progress)';
 COMMENT ON COLUMN @extschema@.consumer.processed_until IS
@@ -909,19 +912,28 @@ BEGIN
 END
 $$;
 
+-- What a derived table's inputs are final until (the least of their
+-- verdicts, NULL while one has none): a job cannot have processed complete
+-- input beyond it.
+CREATE FUNCTION @extschema@._inputs_final_until(table_id bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.finalized_until) THEN min(w.finalized_until) END
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     WHERE d.table_id = _inputs_final_until.table_id;
+END;
+
+
 -- The source verdict of a derived table: the period start of its inputs'
 -- least finalized_until, NULL while any input has none.
 CREATE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.finalized_until)
-                THEN @extschema@.period_start(min(w.finalized_until), _inputs_until.granularity) END
-      FROM @extschema@.derived_input d
-      JOIN @extschema@.watermark w ON w.table_id = d.input_id
-     WHERE d.table_id = _inputs_until.table_id;
-END;
+RETURN @extschema@.period_start(@extschema@._inputs_final_until(table_id), granularity);
 
 -- The payload of an advance on channel "finalize": the table, the old and
 -- new verdicts, the offset of its facts (LSN and commit time, null for a
@@ -945,21 +957,51 @@ RETURN CASE WHEN (tt).kind = 'source'
                                    'commit_time', @extschema@._utc_iso((wm).offset_commit_time),
                                    'kind', (tt).kind)::text END;
 
+-- Like _lock_tracked(table_id, false), but NULL instead of waiting when
+-- another transaction holds the table's row or verdict.
+CREATE FUNCTION @extschema@._try_lock_tracked(table_id bigint)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+BEGIN
+    PERFORM FROM @extschema@.tracked_table t
+     WHERE t.table_id = _try_lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM FROM @extschema@.watermark w WHERE w.table_id = _try_lock_tracked.table_id FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _try_lock_tracked.table_id;
+    RETURN tt;
+END
+$$;
+
 -- The one function that moves a verdict: locks the table's verdict, takes a
 -- derived table's source verdict from its inputs, then sets finalized_until
 -- to the greatest of its old value and _effective_until, with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
 -- this one follow in the same transaction. The inputs form a DAG
--- (track_derived refuses cycles), so the recursion ends. Returns
--- finalized_until, NULL for a table no longer tracked.
-CREATE FUNCTION @extschema@._advance(table_id bigint)
+-- (track_derived refuses cycles), so the recursion ends. A derived table
+-- whose verdict another transaction holds is skipped (wait false): an input's
+-- advance never waits for a pipeline's open transaction, nor two sources'
+-- workers for each other; the worker's _refresh_derived catches it up on the
+-- next cycle. Returns finalized_until, NULL for a table no longer tracked
+-- (or skipped).
+CREATE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._lock_tracked(table_id, false);
+    tt @extschema@.tracked_table := CASE WHEN wait THEN @extschema@._lock_tracked(table_id, false)
+                                         ELSE @extschema@._try_lock_tracked(table_id) END;
     wm @extschema@.watermark;
     from_inputs timestamptz;
     new_until timestamptz;
@@ -968,12 +1010,14 @@ BEGIN
     IF tt.table_id IS NULL THEN
         RETURN NULL;
     END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF tt.kind = 'derived' THEN
         from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity);
-        UPDATE @extschema@.watermark w SET source_until = from_inputs
-         WHERE w.table_id = tt.table_id AND from_inputs > coalesce(w.source_until, '-infinity');
+        IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
+            UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
+            wm.source_until := from_inputs;
+        END IF;
     END IF;
-    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     new_until := GREATEST(wm.finalized_until, @extschema@._effective_until(tt, wm.source_until));
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
         RETURN new_until;
@@ -985,7 +1029,7 @@ BEGIN
                        JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
                       WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
                       ORDER BY d.table_id LOOP
-        PERFORM @extschema@._advance(dependent);
+        PERFORM @extschema@._advance(dependent, false);
     END LOOP;
     RETURN new_until;
 END
@@ -1124,10 +1168,52 @@ BEGIN
 END
 $$;
 
+-- The reporter role a consumer is declared with, checked: it must exist
+-- (a bare OID such as '-' or '4000000000' names no role).
+CREATE FUNCTION @extschema@._check_reporter(reporter regrole)
+RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    role_name name;
+BEGIN
+    SELECT r.rolname INTO role_name FROM pg_catalog.pg_roles r WHERE r.oid = reporter::oid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'invalid value for argument reporter: role with OID % does not exist', reporter::oid
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'The reporter is the role whose members may report for the consumer.',
+                  HINT = 'Name an existing role, for example reporter => ''spark_orders''.';
+    END IF;
+    RETURN role_name;
+END
+$$;
+
+-- Warns when a reporter role cannot call the report functions yet.
+CREATE FUNCTION @extschema@._reporter_notice(reporter regrole, tt @extschema@.tracked_table, consumer text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF reporter IS NULL THEN
+        RAISE NOTICE 'only members of finalize_admin may report for consumer "%" of table "%"', consumer, (tt).table_name
+            USING DETAIL = 'The consumer has no reporter role, so no pipeline role may report for it.',
+                  HINT = format('Let the pipeline''s role report with SELECT finalize.alter_consumer(%L, %L, reporter => ''<role>'');',
+                                (tt).table_name, consumer);
+    ELSIF NOT pg_catalog.pg_has_role(reporter::oid, 'finalize_pipeline'::name, 'MEMBER') THEN
+        RAISE NOTICE 'role % cannot report for consumer "%" of table "%" yet', reporter, consumer, (tt).table_name
+            USING DETAIL = 'Reporting takes EXECUTE on finalize.report_progress() or finalize.report_processed(), which role finalize_pipeline has.',
+                  HINT = format('GRANT finalize_pipeline TO %s;', reporter);
+    END IF;
+END
+$$;
+
 -- The body of finalize.add_consumer: declares a pipeline that writes the
 -- table. A required one holds the verdict from now on (what was final
--- stays final); reporter, when given, is the only role (with
--- finalize_admin) that may report for it.
+-- stays final). Only members of reporter (and of finalize_admin) may
+-- report for it; without one, only admins may: a pipeline must never be
+-- able to release another pipeline's table.
 CREATE FUNCTION @extschema@._add_consumer(
     caller name,
     table_name text,
@@ -1141,23 +1227,23 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
 BEGIN
     PERFORM @extschema@._check_consumer_name(consumer);
     PERFORM @extschema@._require(required, 'required');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
     PERFORM @extschema@._lock_tracked(tt.table_id);
     BEGIN
-        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, created_by)
-        VALUES (tt.table_id, consumer, required, reporter, caller);
+        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, reporter_name, created_by)
+        VALUES (tt.table_id, consumer, required, reporter, reporter_name, caller);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'consumer "%" of table "%" already exists', consumer, tt.table_name
             USING ERRCODE = 'duplicate_object',
-                  HINT = 'Drop it first with finalize.drop_consumer(), or choose another name.';
+                  HINT = 'Change it with finalize.alter_consumer() (dropping and adding it again would let the verdict move past what it applied).';
     END;
-    IF reporter IS NOT NULL AND NOT pg_has_role(reporter::oid, 'finalize_pipeline'::name, 'MEMBER') THEN
-        RAISE NOTICE 'role % cannot report for consumer "%" of table "%" yet', reporter, consumer, tt.table_name
-            USING DETAIL = 'Reporting takes EXECUTE on finalize.report_progress() or finalize.report_processed(), which role finalize_pipeline has.',
-                  HINT = format('GRANT finalize_pipeline TO %s;', reporter);
-    END IF;
+    PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
 END
 $$;
 
@@ -1171,10 +1257,78 @@ AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
-    'Declare a pipeline that writes a table; a required one holds the verdict until it reports that it applied a period';
+    'Declare a pipeline that writes a table; a required one holds the verdict until it reports that it applied a period; only members of reporter (and admins) may report for it';
 
--- The body of finalize.drop_consumer: forgets a consumer (the verdict may
--- then move at once). Returns whether it existed.
+-- The body of finalize.alter_consumer: changes a consumer in place, so the
+-- verdict never moves past what it applied meanwhile (dropping and adding
+-- it again would let it). NULL keeps a setting. reset forgets what it
+-- reported (a wrong LSN, a report from another database): the verdict
+-- stays where it is (verdicts never move back) and waits for its next
+-- report. Making it optional lets the verdict move at once.
+CREATE FUNCTION @extschema@._alter_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT NULL,
+    reporter regrole DEFAULT NULL,
+    reset boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM @extschema@._require(reset, 'reset');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    UPDATE @extschema@.consumer c
+       SET required = coalesce(_alter_consumer.required, c.required),
+           reporter = coalesce(_alter_consumer.reporter, c.reporter),
+           reporter_name = coalesce(reporter_name, c.reporter_name)
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Declare it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    END IF;
+    IF reset THEN
+        UPDATE @extschema@.consumer c
+           SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
+               mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
+         WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+        RAISE NOTICE 'consumer "%" of table "%" starts again from nothing', consumer, tt.table_name
+            USING DETAIL = 'What is final stays final; the verdict waits for the consumer''s next report.';
+    END IF;
+    IF reporter IS NOT NULL THEN
+        PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+    END IF;
+    IF required IS NOT NULL AND NOT required THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.alter_consumer(
+    table_name text,
+    consumer text,
+    required boolean DEFAULT NULL,
+    reporter regrole DEFAULT NULL,
+    reset boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.alter_consumer(text, text, boolean, regrole, boolean) IS
+    'Change a pipeline of a table in place (required, reporter; reset forgets what it reported); NULL keeps a setting';
+
+-- The body of finalize.drop_consumer: forgets a consumer; the verdict may
+-- then move at once, and a NOTICE says how far. Returns whether it existed.
 CREATE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -1183,14 +1337,22 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    before timestamptz;
+    after timestamptz;
 BEGIN
     PERFORM @extschema@._require(consumer, 'consumer');
     PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM @extschema@._advance(tt.table_id);
+    after := @extschema@._advance(tt.table_id);
+    IF after IS DISTINCT FROM before THEN
+        RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
+                     tt.table_name, after, coalesce(before::text, 'nothing'), consumer
+            USING DETAIL = 'The periods in between are final whether or not the consumer applied them.';
+    END IF;
     RETURN true;
 END
 $$;
@@ -1203,10 +1365,13 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.drop_consumer(text, text) IS
     'Forget a pipeline of a table (the verdict no longer waits for it); returns whether it existed';
 
--- The consumer of a table a caller reports for, locked for the report:
--- it must exist, and the caller must be a member of its reporter role (any
--- caller when it has none) or of finalize_admin. The errors name both.
-CREATE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text)
+-- The consumer of a table a caller reports for (locked when lock is
+-- true): it must exist, and the caller must be a member of finalize_admin
+-- or of its reporter role, which must still be the role it was declared
+-- with (a dropped role's OID may one day name another role). The errors
+-- name both.
+CREATE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+                                                lock boolean)
 RETURNS @extschema@.consumer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1214,22 +1379,47 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     c @extschema@.consumer;
+    current_name name;
 BEGIN
     PERFORM @extschema@._require(consumer, 'consumer');
-    SELECT x.* INTO c FROM @extschema@.consumer x
-     WHERE x.table_id = tt.table_id AND x.consumer = consumer FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
-            USING ERRCODE = 'undefined_object',
-                  HINT = format('An admin declares it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    IF lock THEN
+        SELECT x.* INTO c FROM @extschema@.consumer x
+         WHERE x.table_id = tt.table_id AND x.consumer = consumer FOR UPDATE;
+    ELSE
+        SELECT x.* INTO c FROM @extschema@.consumer x
+         WHERE x.table_id = tt.table_id AND x.consumer = consumer;
     END IF;
-    IF c.reporter IS NOT NULL AND NOT pg_has_role(caller, 'finalize_admin'::name, 'MEMBER')
-       AND NOT pg_has_role(caller, c.reporter::oid, 'MEMBER') THEN
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', pg_catalog.left(consumer, 255), tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('An admin declares it with finalize.add_consumer(%L, %L).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
+    END IF;
+    IF pg_catalog.pg_has_role(caller, 'finalize_admin'::name, 'MEMBER') THEN
+        RETURN c;
+    END IF;
+    IF c.reporter IS NULL THEN
+        RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The consumer has no reporter role, so only members of finalize_admin may report for it; role %s is not one.', caller),
+                  HINT = format('An admin lets the pipeline''s role report with SELECT finalize.alter_consumer(%L, %L, reporter => %L);',
+                                tt.table_name, consumer, caller);
+    END IF;
+    SELECT r.rolname INTO current_name FROM pg_catalog.pg_roles r WHERE r.oid = c.reporter::oid;
+    IF current_name IS DISTINCT FROM c.reporter_name THEN
+        RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Its reporter role %s was dropped or renamed (OID %s is now %s), so only members of finalize_admin may report for it.',
+                                  c.reporter_name, c.reporter::oid, coalesce(current_name::text, 'no role')),
+                  HINT = format('An admin names the reporter again with SELECT finalize.alter_consumer(%L, %L, reporter => ''<role>'');',
+                                tt.table_name, consumer);
+    END IF;
+    IF NOT pg_catalog.pg_has_role(caller, c.reporter::oid, 'MEMBER') THEN
         RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('Only members of role %s, the consumer''s reporter, and of finalize_admin may report for it; role %s is neither.',
-                                  c.reporter, caller),
-                  HINT = format('If %s runs this pipeline, an admin can run GRANT %s TO %s;', caller, c.reporter, caller);
+                                  c.reporter_name, caller),
+                  HINT = format('If %s runs this pipeline, an admin can run GRANT %s TO %s;', caller, c.reporter_name, caller);
     END IF;
     RETURN c;
 END
@@ -1257,9 +1447,9 @@ $$;
 
 -- The body of finalize.report_progress: a consumer of a tracked table has
 -- durably applied every change with commit LSN at or below lsn. A lower or
--- equal LSN (a replay) changes nothing and says so; the worker resolves a
--- new one to a commit time on its next cycle, which may advance the
--- verdict. Returns whether the report moved.
+-- equal LSN (a replay) changes nothing, takes no lock and says so; the
+-- worker resolves a new one to a commit time on its next cycle, which may
+-- advance the verdict. Returns whether the report moved.
 CREATE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -1275,16 +1465,20 @@ BEGIN
         RAISE EXCEPTION 'table "%" is a derived table, so its consumers report with finalize.report_processed()', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has fully processed.',
-                  HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name, consumer);
+                  HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
     END IF;
     reported := @extschema@._reported_lsn(lsn, tt, consumer);
-    c := @extschema@._reporting_consumer(caller, tt, consumer);
-    IF reported <= c.reported_lsn THEN
-        RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
-                     c.reported_lsn, reported
-            USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
-        RETURN false;
-    END IF;
+    -- A replay is answered without a lock; a move is checked again under one.
+    FOR i IN 1..2 LOOP
+        c := @extschema@._reporting_consumer(caller, tt, consumer, i = 2);
+        IF reported <= c.reported_lsn THEN
+            RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
+                         c.reported_lsn, reported
+                USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
+            RETURN false;
+        END IF;
+    END LOOP;
     UPDATE @extschema@.consumer x SET reported_lsn = reported, reported_at = now()
      WHERE x.table_id = tt.table_id AND x.consumer = consumer;
     RETURN true;
@@ -1299,9 +1493,26 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.report_progress(text, text, text) IS
     'A pipeline has durably applied every change with commit LSN at or below lsn (0x and 20 hex digits, or Debezium''s commit_lsn); returns whether it moved';
 
+-- Says that a report_processed changed nothing (a rerun reports an older
+-- watermark again).
+CREATE FUNCTION @extschema@._processed_replay(tt @extschema@.tracked_table, c @extschema@.consumer,
+                                              processed_until timestamptz)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE NOTICE 'consumer "%" of table "%" already reported it processed its inputs until %; % is ignored',
+                 (c).consumer, (tt).table_name, (c).processed_until, processed_until
+        USING DETAIL = 'Reports only move forward (a rerun may report an older watermark again), so nothing changed.';
+END
+$$;
+
 -- The body of finalize.report_processed: a consumer of a derived table has
--- fully processed its inputs up to processed_until. An earlier or equal
--- time changes nothing and says so; a later one advances the verdict in
+-- fully processed its inputs up to processed_until. A time beyond what the
+-- inputs are final until counts only up to that (the rest was processed
+-- from input that may still change); an earlier or equal time changes
+-- nothing, takes no lock and says so; a later one advances the verdict in
 -- this transaction as far as the inputs allow. Returns whether it moved.
 CREATE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
                                               processed_until timestamptz)
@@ -1313,12 +1524,15 @@ AS $$
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
     c @extschema@.consumer;
+    inputs_until timestamptz;
+    upto timestamptz := processed_until;
 BEGIN
     IF tt.kind <> 'derived' THEN
         RAISE EXCEPTION 'table "%" is fed by SQL Server, so its consumers report with finalize.report_progress()', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A consumer of a tracked table reports the commit LSN it has applied; report_processed takes the input watermark of a derived table''s job, and a time is never read as an LSN.',
-                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name, consumer);
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
     END IF;
     PERFORM @extschema@._require(processed_until, 'processed_until');
     IF NOT isfinite(processed_until) THEN
@@ -1326,15 +1540,31 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A consumer reports the input watermark its job has fully processed: a finite time.';
     END IF;
-    PERFORM @extschema@._lock_tracked(tt.table_id);
-    c := @extschema@._reporting_consumer(caller, tt, consumer);
+    c := @extschema@._reporting_consumer(caller, tt, consumer, false);
     IF processed_until <= c.processed_until THEN
-        RAISE NOTICE 'consumer "%" of table "%" already reported it processed its inputs until %; % is ignored',
-                     consumer, tt.table_name, c.processed_until, processed_until
-            USING DETAIL = 'Reports only move forward (a rerun may report an older watermark again), so nothing changed.';
+        PERFORM @extschema@._processed_replay(tt, c, processed_until);
         RETURN false;
     END IF;
-    UPDATE @extschema@.consumer x SET processed_until = _report_processed.processed_until, reported_at = now()
+    inputs_until := @extschema@._inputs_final_until(tt.table_id);
+    IF inputs_until IS NULL OR upto > inputs_until THEN
+        upto := inputs_until;
+        RAISE NOTICE 'the inputs of table "%" are final only until %; consumer "%" counts as having processed them until then',
+                     tt.table_name, coalesce(inputs_until::text, '(nothing yet)'), consumer
+            USING DETAIL = format('It reported %s, but input beyond what is final may still change, so what the job made of it is not final either.',
+                                  processed_until),
+                  HINT = 'Report the least finalized_until of the inputs the job read before it ran (finalize.finalized_until(ARRAY[...])).';
+        IF upto IS NULL OR upto <= c.processed_until THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- Checked again under the lock: another report may have moved meanwhile.
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    c := @extschema@._reporting_consumer(caller, tt, consumer, true);
+    IF upto <= c.processed_until THEN
+        PERFORM @extschema@._processed_replay(tt, c, processed_until);
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.consumer x SET processed_until = upto, reported_at = now()
      WHERE x.table_id = tt.table_id AND x.consumer = consumer;
     PERFORM @extschema@._advance(tt.table_id);
     RETURN true;
@@ -1763,6 +1993,33 @@ BEGIN
 END
 $$;
 
+-- Lets the derived tables that use the server's tracked tables catch up,
+-- once per successful cycle: an input's advance skips a derived table
+-- whose verdict another transaction held (see _advance).
+CREATE FUNCTION @extschema@._refresh_derived(server_name text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    derived bigint;
+BEGIN
+    FOR derived IN
+        WITH RECURSIVE served(id) AS (
+            SELECT t.table_id FROM @extschema@.tracked_table t
+             WHERE t.server_name = _refresh_derived.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+            UNION
+            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
+        SELECT t.table_id FROM served JOIN @extschema@.tracked_table t ON t.table_id = served.id
+         WHERE t.kind = 'derived' AND t.untracked_at IS NULL
+         ORDER BY t.table_id
+    LOOP
+        PERFORM @extschema@._advance(derived, false);
+    END LOOP;
+END
+$$;
+
 -- finalize.consumer_stall_threshold as an interval (no days: comparing it
 -- with now() - reported_at is exact in every session zone).
 CREATE FUNCTION @extschema@._consumer_stall_threshold()
@@ -1956,9 +2213,13 @@ BEGIN ATOMIC
                                    FILTER (WHERE x.until >= _explain_final.period_end))
                    ELSE '' END
            || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) > 0
-                   THEN format(' It was final before %s declared; a verdict never moves back.',
-                               string_agg(format('consumer "%s" was', c.consumer), ' and ' ORDER BY c.consumer)
-                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end))
+                   THEN format(' It was final before %s %s declared; a verdict never moves back.',
+                               CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                    THEN 'consumer' ELSE 'consumers' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end)
+                               || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                       THEN ' was' ELSE ' were' END)
                    ELSE '' END
       FROM (SELECT 1) AS one
       LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
@@ -2086,6 +2347,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     @extschema@.untrack_table(text, boolean, boolean),
     @extschema@.add_consumer(text, text, boolean, regrole),
+    @extschema@.alter_consumer(text, text, boolean, regrole, boolean),
     @extschema@.drop_consumer(text, text),
     @extschema@.track_derived(text, text[], interval),
     @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text)
