@@ -414,3 +414,32 @@ def test_a_consumer_that_stops_reporting_is_stalled_with_an_alert(env, sim, pg):
         listener.close()
         pg.sql("ALTER SYSTEM RESET finalize.consumer_stall_threshold")
         pg.sql("SELECT pg_reload_conf()")
+
+
+def test_a_pipelines_open_transaction_never_holds_the_worker_up(env, sim):
+    """A pipeline that reported for a derived table and keeps its transaction open holds that
+    table's verdict row. The worker's advance of the input must not wait for it (a lock timeout
+    would cost the input its range, another team's table): it skips the derived table, and its
+    next cycle after the pipeline commits brings the derived verdict up to date."""
+    start_tracking(env, sim)
+    env.sql("SELECT finalize.track_derived('sales.hourly', ARRAY[%s])", (TABLE,))
+    env.sql("SELECT finalize.add_consumer('sales.hourly', 'agg', required => false)")
+    commit(sim, at(9, 5), inserts=1)
+    sim.call("sim.advance", to=at(10, 5))
+    wait_until(env, at(10, 0))
+    derived = lambda: env.one("SELECT finalize.finalized_until('sales.hourly')")
+    assert derived() == at(10, 0)
+    held = env.pg.connect(autocommit=False)
+    try:
+        held.cursor().execute("SELECT finalize.report_processed('sales.hourly', 'agg', %s)", (at(10, 0),))
+        # The transaction stays open, holding the derived table's verdict row.
+        commit(sim, at(10, 30), inserts=1)
+        sim.call("sim.advance", to=at(11, 5))
+        wait_until(env, at(11, 0), what="the input's verdict while a pipeline holds the derived one")
+        assert env.status(TABLE)["condition"] is None
+        assert derived() == at(10, 0)
+    finally:
+        held.commit()
+        held.close()
+    env.pg.wait_for(lambda: derived() == at(11, 0), what="the derived verdict to catch up")
+    assert_never_leads(env, TABLE, sim)
