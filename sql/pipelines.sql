@@ -261,8 +261,10 @@ SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders', NULL]);
 SELECT finalize.track_derived('pl.bad', NULL);
 SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders'], '1 mon');
 SELECT finalize.track_derived(' ', ARRAY['pl.orders']);
+SELECT finalize.track_derived(E'pl.bad\nLOG:  forged', ARRAY['pl.orders']);
 SELECT finalize.track_derived('pl.lines', ARRAY['pl.orders']);
--- pl.orders feeds pl.daily_revenue (through pl.order_facts): a cycle.
+-- pl.orders feeds pl.daily_revenue (through pl.order_facts): no cycle can be
+-- built, since a derived table's name must be new and its inputs exist.
 SELECT finalize.track_derived('pl.orders', ARRAY['pl.daily_revenue']);
 SELECT count(*) AS tracked FROM finalize.tracked_table WHERE table_name = 'pl.bad';
 
@@ -360,6 +362,131 @@ SELECT finalize.is_final('pl.events', '2026-11-29 10:00+00') AS hour_10,
        finalize.is_final('pl.events', '2026-11-29 11:00+00') AS hour_11,
        finalize.is_final('pl.events', '2026-11-29 12:00+00') AS hour_12;
 SELECT table_name, loss_blocked FROM finalize.status WHERE table_name LIKE 'pl.events%' ORDER BY table_name;
+
+-- finalized_until never runs ahead of a loss: every period ending at or
+-- before it must be complete, so while a loss is not acknowledged it stops
+-- at the start of the first period the loss holds (is_final may still say
+-- that later periods are final). finalize.status shows the watermark.
+SELECT finalize.track_table('pl.la', 'erp', 'dbo.la') > 0 AS tracked;
+SELECT finalize.record_range('pl.la', NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00');
+SELECT finalize.record_range('pl.la', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 10:15+00',
+                             1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00');
+-- Its derived tables: a job that builds pl.la_job hourly (a required
+-- consumer, declared before the loss), a view without consumers, a daily
+-- table built from pl.la_job by a job of its own (three levels), and a copy
+-- of pl.la_job without consumers.
+SELECT finalize.track_derived('pl.la_job', ARRAY['pl.la']) > 0 AS derived;
+SELECT finalize.add_consumer('pl.la_job', 'la-job');
+SELECT finalize.track_derived('pl.la_view', ARRAY['pl.la']) > 0 AS derived;
+SELECT finalize.track_derived('pl.la_daily', ARRAY['pl.la_job'], '1 day') > 0 AS derived;
+SELECT finalize.add_consumer('pl.la_daily', 'la-daily-job');
+SELECT finalize.track_derived('pl.la_copy', ARRAY['pl.la_job']) > 0 AS derived;
+SELECT finalize._record_event(finalize._tracked_id('pl.la'), 'data_loss', '0x00000000000000000200',
+                              '0x00000000000000000400', 'dbo_la', '{"cause": "cleanup"}', 'data_lost', 'purged');
+SELECT finalize.resume_table('pl.la');
+SELECT finalize._resume_after_loss(finalize._tracked_id('pl.la'), '0x000000000000000003FF',
+                                   '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_la', false, '{}');
+SELECT finalize.record_range('pl.la', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-30 01:00+00');
+-- The jobs had processed everything their inputs allowed, the lost hours
+-- from incomplete data.
+SELECT finalize.report_processed('pl.la_job', 'la-job', '2026-11-30 01:00+00');
+SELECT finalize.report_processed('pl.la_daily', 'la-daily-job', '2026-11-30 00:00+00');
+SELECT * FROM verdicts WHERE table_name LIKE 'pl.la%';
+-- Hours 10 to 12 intersect [10:15, 12:20]: the verdict stops at 10:00.
+SELECT finalize.finalized_until('pl.la') AS la, finalize.finalized_until('pl.la_view') AS la_view,
+       finalize.finalized_until('pl.la_daily') AS la_daily;
+SELECT finalize.is_final('pl.la', '2026-11-29 09:00+00') AS hour_9, finalize.is_final('pl.la', '2026-11-29 11:00+00') AS hour_11,
+       finalize.is_final('pl.la', '2026-11-29 13:00+00') AS hour_13;
+SELECT finalize.finalized_until(ARRAY['pl.orders', 'pl.la']) AS with_orders,
+       finalize.finalized_until(ARRAY['pl.la_view', 'pl.la_daily']) AS view_and_daily;
+SELECT period_start, is_final, finalized_until FROM finalize.explain_verdict('pl.la');
+SELECT finalized_until AS watermark, loss_blocked FROM finalize.status WHERE table_name = 'pl.la';
+SELECT finalize._loss_cap(finalize._tracked_id('pl.la')) AS la, finalize._loss_cap(finalize._tracked_id('pl.la_daily')) AS la_daily,
+       finalize._loss_cap(finalize._tracked_id('pl.orders')) AS no_loss;
+-- Part of it acknowledged: the verdict moves to the first hour still held.
+SELECT finalize.acknowledge_loss('pl.la', '2026-11-29 10:00+00', '2026-11-29 11:00+00', 'hour 10 re-snapshotted');
+SELECT finalize.finalized_until('pl.la') AS la, finalize.is_final('pl.la', '2026-11-29 10:00+00') AS hour_10;
+
+-- Acknowledging the input releases the derived tables without a required
+-- consumer (nothing to rebuild), not those whose job built the lost
+-- periods from incomplete data: they wait for an acknowledgement of their
+-- own, once the job has rebuilt them.
+SELECT is_final, reason FROM finalize.explain_verdict('pl.la_copy', '2026-11-29 11:00+00');
+SELECT finalize.acknowledge_loss('pl.la', '2026-11-29 11:00+00', '2026-11-29 13:00+00', 're-snapshotted');
+SELECT t AS table_name, finalize.is_final(t, '2026-11-29 11:00+00') AS hour_11, finalize.finalized_until(t)
+  FROM unnest(ARRAY['pl.la', 'pl.la_view', 'pl.la_job', 'pl.la_copy', 'pl.la_daily']) AS t;
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.la%';
+SELECT is_final, reason FROM finalize.explain_verdict('pl.la_job', '2026-11-29 11:00+00');
+SELECT is_final, reason FROM finalize.explain_verdict('pl.la_daily', '2026-11-29 00:00+00');
+SELECT finalize.is_final(ARRAY['pl.la', 'pl.la_view'], '2026-11-29 11:00+00') AS without_jobs,
+       finalize.is_final(ARRAY['pl.la', 'pl.la_job'], '2026-11-29 11:00+00') AS with_job;
+-- A derived table with nothing to rebuild is still refused; the others
+-- take their own period boundaries.
+SELECT finalize.acknowledge_loss('pl.la_view', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'x');
+SELECT finalize.acknowledge_loss('pl.la_daily', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'x');
+SELECT finalize.acknowledge_loss('pl.la_job', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'la-job rebuilt hours 10 to 12');
+SELECT t AS table_name, finalize.is_final(t, '2026-11-29 11:00+00') AS hour_11, finalize.finalized_until(t)
+  FROM unnest(ARRAY['pl.la_job', 'pl.la_copy', 'pl.la_daily']) AS t;
+SELECT is_final, reason FROM finalize.explain_verdict('pl.la_daily', '2026-11-29 00:00+00');
+SELECT finalize.acknowledge_loss('pl.la_daily', '2026-11-29 00:00+00', '2026-11-30 00:00+00', 'la-daily-job rebuilt day 29');
+SELECT finalize.is_final('pl.la_daily', '2026-11-29 00:00+00') AS day_29, finalize.finalized_until('pl.la_daily');
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.la%';
+SELECT t.table_name, f.detail ->> 'losses' AS losses, f.detail ->> 'period_from' AS period_from,
+       f.detail ->> 'period_to' AS period_to, f.detail ->> 'note' AS note
+  FROM finalize.fact f JOIN finalize.tracked_table t USING (table_id)
+ WHERE f.event = 'loss_acknowledged' AND t.table_name LIKE 'pl.la%' ORDER BY f.fact_id;
+-- Whether a derived table must acknowledge follows its required consumers
+-- as they change; one declared after the input's acknowledgement built from
+-- repaired data and needs none (declaring one never retracts what was final).
+SELECT finalize.track_table('pl.lb', 'erp', 'dbo.lb') > 0 AS tracked;
+SELECT finalize.record_range('pl.lb', NULL, '0x00000000000000000100', '2026-11-29 10:15+00');
+SELECT finalize.track_derived('pl.lb_job', ARRAY['pl.lb']) > 0 AS derived;
+SELECT finalize.add_consumer('pl.lb_job', 'lb-job', required => false);
+SELECT finalize._record_event(finalize._tracked_id('pl.lb'), 'data_loss', '0x00000000000000000100',
+                              '0x00000000000000000200', 'dbo_lb', '{"cause": "cleanup"}', 'data_lost', 'purged');
+SELECT finalize.resume_table('pl.lb');
+SELECT finalize._resume_after_loss(finalize._tracked_id('pl.lb'), '0x000000000000000001FF',
+                                   '2026-11-29 11:20+00', '2026-11-29 11:20+00', 'dbo_lb', false, '{}');
+SELECT finalize.record_range('pl.lb', '0x000000000000000001FF', '0x00000000000000000300', '2026-11-29 14:00+00');
+SELECT finalize.acknowledge_loss('pl.lb', '2026-11-29 10:00+00', '2026-11-29 12:00+00', 're-snapshotted');
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
+SELECT finalize.alter_consumer('pl.lb_job', 'lb-job', required => true);
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
+SELECT finalize.drop_consumer('pl.lb_job', 'lb-job');
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
+SELECT finalize.add_consumer('pl.lb_job', 'lb-job-2');
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
+SELECT finalize.acknowledge_loss('pl.lb_job', '2026-11-29 10:00+00', '2026-11-29 12:00+00', 'x');
+-- A loss without a start (nothing was recorded before it) leaves nothing
+-- that finalized_until can promise until it is acknowledged.
+SELECT finalize.track_table('pl.lc', 'erp', 'dbo.lc') > 0 AS tracked;
+SELECT finalize._record_event(finalize._tracked_id('pl.lc'), 'data_loss', NULL, '0x00000000000000000200',
+                              'dbo_lc', '{"cause": "cleanup"}', 'data_lost', 'purged');
+SELECT finalize.resume_table('pl.lc');
+SELECT finalize._resume_after_loss(finalize._tracked_id('pl.lc'), '0x000000000000000001FF',
+                                   '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_lc', false, '{}');
+SELECT finalize.record_range('pl.lc', '0x000000000000000001FF', '0x00000000000000000300', '2026-11-29 14:00+00');
+SELECT finalize.finalized_until('pl.lc'), finalize.finalized_until(ARRAY['pl.lc', 'pl.lb']) AS with_lb,
+       finalize.is_final('pl.lc', '2026-11-29 13:00+00') AS hour_13, finalize._loss_cap(finalize._tracked_id('pl.lc'));
+SELECT finalize.acknowledge_loss('pl.lc', '-infinity', '2026-11-29 13:00+00', 'rebuilt from scratch');
+SELECT finalize.finalized_until('pl.lc'), finalize.is_final('pl.lc', '2026-11-29 12:00+00') AS hour_12;
+
+-- Untracking with cascade untracks each dependent once, also in a diamond:
+-- pl.dm3 uses pl.dm2 and pl.dm1, pl.dm2 uses pl.dm1.
+SELECT finalize.track_table('pl.dm1', 'erp', 'dbo.dm1') > 0 AS tracked;
+SELECT finalize.track_derived('pl.dm2', ARRAY['pl.dm1']) > 0 AS derived;
+SELECT finalize.track_derived('pl.dm3', ARRAY['pl.dm2', 'pl.dm1']) > 0 AS derived;
+SELECT finalize.untrack_table('pl.dm1', true, true);
+SELECT table_name, untracked_at IS NOT NULL AS untracked FROM finalize.tracked_table
+ WHERE table_name LIKE 'pl.dm%' ORDER BY table_name;
+SELECT finalize.track_table('pl.dm1', 'erp', 'dbo.dm1') > 0 AS tracked;
+SELECT finalize.track_derived('pl.dm2', ARRAY['pl.dm1']) > 0 AS derived;
+SELECT finalize.track_derived('pl.dm3', ARRAY['pl.dm1', 'pl.dm2']) > 0 AS derived;
+SELECT finalize.track_derived('pl.dm0', ARRAY['pl.dm3', 'pl.dm2']) > 0 AS derived;
+SELECT finalize.untrack_table('pl.dm1', false, true);
+SELECT count(*) AS left_active FROM finalize.tracked_table WHERE table_name LIKE 'pl.dm%' AND untracked_at IS NULL;
+SELECT finalize.untrack_table(t, false)
+  FROM unnest(ARRAY['pl.la_copy', 'pl.la_daily', 'pl.la_job', 'pl.la_view', 'pl.la', 'pl.lb_job', 'pl.lb', 'pl.lc']) AS t;
 
 -- The release gate works on a derived table as on a tracked one: a final
 -- period is released, a period that is not final is refused with the

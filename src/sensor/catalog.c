@@ -7,8 +7,9 @@
  * (genam) under an MVCC snapshot, when verdict_cache.c has no current copy.
  * That also keeps them free of search_path and of table privileges: EXECUTE
  * on the function is the whole permission model. Everything else uses SQL:
- * among it, whether a loss holds a period (finalize._loss_blocks), which is
- * asked only while the watermark's loss_blocked flag is set, and then as the
+ * among it, whether a loss holds a period (finalize._loss_blocks) and where
+ * losses stop finalized_until (finalize._loss_cap), which are asked only
+ * while the watermark's loss_blocked flag is set, and then as the
  * extension's owner, so that EXECUTE on the sensor stays the whole model.
  */
 #include "postgres.h"
@@ -20,6 +21,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -322,55 +324,70 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 		catalog_not_tracked(TextDatumGetCString(table_name));
 }
 
-/* One question to finalize._loss_blocks, and its answer. */
-typedef struct LossQuestion
-{
-	Datum		args[3];		/* table_id, period_start, period_end */
-	Snapshot	snapshot;
-	bool		blocks;
-} LossQuestion;
-
 /*
- * The query, prepared once per backend and kept: planning the inlined body
- * (lineage, losses, acknowledgements) costs more than running it. The plan
- * cache replans it when the functions it inlined change (ALTER EXTENSION),
- * always inside ask_loss_blocks, hence as the owner.
+ * One question to a function of finalize's that the sensors ask as the
+ * extension's owner (_loss_blocks, _loss_cap), and its answer.
  */
-static SPIPlanPtr loss_plan = NULL;
+typedef struct OwnerQuestion
+{
+	const char *function;		/* its name in schema finalize */
+	SPIPlanPtr *plan;			/* where its kept plan is */
+	int			nargs;
+	Oid			types[3];
+	Datum		args[3];
+	Snapshot	snapshot;
+	Datum		answer;			/* copied out of SPI's memory */
+	bool		isnull;
+} OwnerQuestion;
 
 /*
- * Asks finalize._loss_blocks, as run_as_owner's step: schema-qualified with
- * typed parameters, so that nothing of the caller's search_path takes part,
- * and under the given snapshot, so that the answer and the verdict it
+ * The queries, prepared once per backend and kept: planning the inlined
+ * bodies (lineage, losses, acknowledgements) costs more than running them.
+ * The plan cache replans one when the functions it inlined change (ALTER
+ * EXTENSION), always inside ask_as_owner, hence as the owner.
+ */
+static SPIPlanPtr loss_blocks_plan = NULL;
+static SPIPlanPtr loss_cap_plan = NULL;
+
+/*
+ * Asks the question, as run_as_owner's step: schema-qualified with typed
+ * parameters, so that nothing of the caller's search_path takes part, and
+ * under the given snapshot, so that the answer and the verdict it
  * qualifies describe one committed state.
  */
 static void
-ask_loss_blocks(void *arg)
+ask_as_owner(void *arg)
 {
-	LossQuestion *q = (LossQuestion *) arg;
+	OwnerQuestion *q = (OwnerQuestion *) arg;
+	Form_pg_attribute att;
 	Datum		d;
-	bool		isnull;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (loss_plan == NULL)
+	if (*q->plan == NULL)
 	{
-		Oid			types[3] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-		char	   *sql = psprintf("SELECT %s._loss_blocks($1, $2, $3)", quote_identifier(FINALIZE_SCHEMA));
-		SPIPlanPtr	plan = SPI_prepare(sql, 3, types);
+		StringInfoData sql;
+		SPIPlanPtr	plan;
 
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT %s.%s(", quote_identifier(FINALIZE_SCHEMA),
+						 quote_identifier(q->function));
+		for (int i = 0; i < q->nargs; i++)
+			appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
+		appendStringInfoChar(&sql, ')');
+		plan = SPI_prepare(sql.data, q->nargs, q->types);
 		if (plan == NULL)
-			elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+			elog(ERROR, "could not prepare \"%s\": %s", sql.data, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not keep the plan of \"%s\"", sql);
-		loss_plan = plan;
+			elog(ERROR, "could not keep the plan of \"%s\"", sql.data);
+		*q->plan = plan;
 	}
-	if (SPI_execute_snapshot(loss_plan, q->args, NULL, q->snapshot, InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
+	if (SPI_execute_snapshot(*q->plan, q->args, NULL, q->snapshot, InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "could not ask %s._loss_blocks", FINALIZE_SCHEMA);
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	/* No answer is no proof that nothing was lost. */
-	q->blocks = isnull || DatumGetBool(d);
+		elog(ERROR, "could not ask %s.%s", FINALIZE_SCHEMA, q->function);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &q->isnull);
+	att = TupleDescAttr(SPI_tuptable->tupdesc, 0);
+	q->answer = q->isnull ? (Datum) 0 : SPI_datumTransfer(d, att->attbyval, att->attlen);
 	SPI_finish();
 }
 
@@ -385,13 +402,45 @@ bool
 catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
 					TimestampTz period_end, Snapshot snapshot)
 {
-	LossQuestion q;
+	OwnerQuestion q = {0};
 
+	q.function = "_loss_blocks";
+	q.plan = &loss_blocks_plan;
+	q.nargs = 3;
+	q.types[0] = INT8OID;
+	q.types[1] = TIMESTAMPTZOID;
+	q.types[2] = TIMESTAMPTZOID;
 	q.args[0] = Int64GetDatum(table_id);
 	q.args[1] = TimestampTzGetDatum(period_start);
 	q.args[2] = TimestampTzGetDatum(period_end);
 	q.snapshot = snapshot;
-	q.blocks = true;
-	run_as_owner(owner, ask_loss_blocks, &q);
-	return q.blocks;
+	run_as_owner(owner, ask_as_owner, &q);
+	/* No answer is no proof that nothing was lost. */
+	return q.isnull || DatumGetBool(q.answer);
+}
+
+/*
+ * Where finalized_until must stop for the table while a loss may hold some
+ * of its periods (finalize._loss_cap): the start of the earliest period an
+ * unacknowledged loss may hold, infinity when none does, -infinity when
+ * such a loss has no start. Asked as catalog_loss_blocks asks; false when
+ * there is no answer, which proves nothing (the caller then calls nothing
+ * final).
+ */
+bool
+catalog_loss_cap(Oid owner, int64 table_id, Snapshot snapshot, TimestampTz *cap)
+{
+	OwnerQuestion q = {0};
+
+	q.function = "_loss_cap";
+	q.plan = &loss_cap_plan;
+	q.nargs = 1;
+	q.types[0] = INT8OID;
+	q.args[0] = Int64GetDatum(table_id);
+	q.snapshot = snapshot;
+	run_as_owner(owner, ask_as_owner, &q);
+	if (q.isnull)
+		return false;
+	*cap = DatumGetTimestampTz(q.answer);
+	return true;
 }

@@ -15,7 +15,7 @@ typedef struct TrackedVerdict
 	Interval	granularity;
 	bool		has_watermark;	/* false while nothing is final */
 	TimestampTz finalized_until;
-	bool		loss_blocked;	/* a loss may hold periods: ask _loss_blocks */
+	bool		loss_blocked;	/* a loss may hold periods: ask _loss_blocks, _loss_cap */
 } TrackedVerdict;
 
 /*
@@ -29,5 +29,6 @@ extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot
 extern void catalog_not_tracked(const char *table_name) pg_attribute_noreturn();
 extern bool catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
 								TimestampTz period_end, Snapshot snapshot);
+extern bool catalog_loss_cap(Oid owner, int64 table_id, Snapshot snapshot, TimestampTz *cap);
 
 #endif							/* FINALIZE_CATALOG_H */

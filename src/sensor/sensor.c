@@ -6,9 +6,12 @@
  * A period is final when the watermark has passed it and no loss holds it.
  * The first half comes from verdict_cache.c (no SPI); the second is asked of
  * finalize._loss_blocks only while the table's loss_blocked flag is set,
- * which it is only between a data loss and its acknowledgement: then both
+ * which it is only between a data loss and its acknowledgements: then both
  * halves are read again under one snapshot, so that the answer describes one
- * committed state and never runs ahead of it.
+ * committed state and never runs ahead of it. finalized_until is the
+ * watermark, stopped while that flag is set at the first period a loss may
+ * hold (finalize._loss_cap, asked the same way): every period before it
+ * must be complete.
  */
 #include "postgres.h"
 
@@ -130,20 +133,58 @@ final_despite_losses(Oid owner, Datum table_name, TimestampTz ts)
 }
 
 /*
+ * The verdict finalized_until answers for one table (read as v, from the
+ * cache): its watermark, or while its loss flag is set the watermark and
+ * _loss_cap read again under one fresh snapshot (as final_despite_losses
+ * does), the least of the two, asked as the owner of fn (the calling
+ * function: the extension's owner). False while nothing is final, which a
+ * loss without a start (-infinity) or a question without an answer also
+ * means.
+ */
+static bool
+verdict_until(Oid fn, Datum table_name, const TrackedVerdict *v, TimestampTz *until)
+{
+	Snapshot	snapshot;
+	TrackedVerdict fresh;
+	TimestampTz cap;
+	bool		has;
+
+	*until = v->finalized_until;
+	if (!v->has_watermark || !v->loss_blocked)
+		return v->has_watermark;
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	catalog_read_verdict(table_name, &fresh, snapshot);
+	has = fresh.has_watermark;
+	*until = fresh.finalized_until;
+	if (has && fresh.loss_blocked)
+	{
+		if (!catalog_loss_cap(function_owner(fn), fresh.table_id, snapshot, &cap) || TIMESTAMP_IS_NOBEGIN(cap))
+			has = false;
+		else if (cap < *until)
+			*until = cap;
+	}
+	UnregisterSnapshot(snapshot);
+	return has;
+}
+
+/*
  * finalize.finalized_until(table_name): every period ending at or before the
- * result is complete; NULL while nothing is final. A loss does not move it:
- * it holds the periods it intersects, which only is_final can say.
+ * result is complete; NULL while nothing is final. While a loss is not
+ * acknowledged everywhere it must be, the result stops at the start of the
+ * first period it may hold (later periods it does not hold may be final:
+ * is_final says which).
  */
 Datum
 finalize_finalized_until(PG_FUNCTION_ARGS)
 {
 	TrackedVerdict v;
+	TimestampTz until;
 
 	require_table_name(fcinfo);
 	verdict_cache_read(PG_GETARG_DATUM(0), &v);
-	if (!v.has_watermark)
+	if (!verdict_until(fcinfo->flinfo->fn_oid, PG_GETARG_DATUM(0), &v, &until))
 		PG_RETURN_NULL();
-	PG_RETURN_TIMESTAMPTZ(v.finalized_until);
+	PG_RETURN_TIMESTAMPTZ(until);
 }
 
 /*
@@ -172,30 +213,34 @@ finalize_is_final(PG_FUNCTION_ARGS)
 
 /*
  * finalize.finalized_until(table_names text[]): the least verdict of the
- * tables, NULL if any has none (nothing is final in all of them). Every name
- * is checked, in order, before any answer, so that a misspelt name is an
- * error whatever the verdicts are.
+ * tables as finalized_until(text) answers each (losses included), NULL if
+ * any has none (nothing is final in all of them). Every name is checked, in
+ * order, before any answer, so that a misspelt name is an error whatever
+ * the verdicts are; losses are asked only when every table has a verdict.
  */
 Datum
 finalize_finalized_until_all(PG_FUNCTION_ARGS)
 {
 	int			count;
 	Datum	   *names = table_names_arg(fcinfo, &count);
-	bool		all_have = true;
+	TrackedVerdict *v;
 	TimestampTz least = DT_NOEND;
 
+	v = palloc(sizeof(TrackedVerdict) * count);
+	for (int i = 0; i < count; i++)
+		verdict_cache_read(names[i], &v[i]);
+	for (int i = 0; i < count; i++)
+		if (!v[i].has_watermark)
+			PG_RETURN_NULL();
 	for (int i = 0; i < count; i++)
 	{
-		TrackedVerdict v;
+		TimestampTz until;
 
-		verdict_cache_read(names[i], &v);
-		if (!v.has_watermark)
-			all_have = false;
-		else if (v.finalized_until < least)
-			least = v.finalized_until;
+		if (!verdict_until(fcinfo->flinfo->fn_oid, names[i], &v[i], &until))
+			PG_RETURN_NULL();
+		if (until < least)
+			least = until;
 	}
-	if (!all_have)
-		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(least);
 }
 

@@ -15,8 +15,10 @@
  * An entry holds only what those two tables say (granularity,
  * finalized_until, loss_blocked). Consumers, derived inputs, losses and
  * acknowledgements reach a verdict only through a write of watermark
- * (_advance, _refresh_loss_blocked), and whether a loss holds a period is
- * never cached: sensor.c asks it afresh while loss_blocked is set. The same
+ * (_advance, _refresh_loss_blocked, also run by a trigger when required
+ * consumers change), and neither whether a loss holds a period nor where
+ * losses stop finalized_until is ever cached: sensor.c asks both afresh
+ * (_loss_blocks, _loss_cap) while loss_blocked is set. The same
  * trigger on those four tables only makes entries go stale sooner; nothing
  * here depends on it.
  *

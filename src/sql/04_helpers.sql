@@ -61,6 +61,25 @@ RETURNS @extschema@.lsn
 AS 'MODULE_PATHNAME', 'finalize_lsn_normalize'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+-- Checks the name of a new tracked or derived table: the name consumers
+-- use, 1 to 255 characters, not only spaces, no control characters (a
+-- newline in a name would forge lines in logs and explanations).
+CREATE FUNCTION @extschema@._check_table_name(table_name text, example text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(table_name, 'table_name');
+    IF table_name !~ '\S' OR length(table_name) > 255 OR table_name ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'invalid value for argument table_name: "%"',
+                        pg_catalog.regexp_replace(pg_catalog.left(table_name, 255), '[[:cntrl:]]', '?', 'g')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('A tracked table name is the name consumers use (for example %s): 1 to 255 characters, not only spaces, no control characters.', example);
+    END IF;
+END
+$$;
+
 -- The one error for a table name that is not tracked.
 CREATE FUNCTION @extschema@._not_tracked(table_name text)
 RETURNS void
@@ -68,7 +87,8 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RAISE EXCEPTION 'table "%" is not tracked by finalize', table_name
+    RAISE EXCEPTION 'table "%" is not tracked by finalize',
+                    pg_catalog.left(table_name, 255) || CASE WHEN length(table_name) > 255 THEN '...' ELSE '' END
         USING ERRCODE = 'undefined_object',
               HINT = 'Check the name in finalize.status, or start tracking it with finalize.track_table().';
 END

@@ -106,12 +106,7 @@ DECLARE
     srv pg_foreign_server;
     who name := caller;
 BEGIN
-    PERFORM @extschema@._require(_track_table.table_name, 'table_name');
-    IF _track_table.table_name !~ '\S' OR length(_track_table.table_name) > 255 THEN
-        RAISE EXCEPTION 'invalid value for argument table_name: "%"', _track_table.table_name
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A tracked table name is the name consumers use (for example sales.orders): 1 to 255 characters, not only spaces.';
-    END IF;
+    PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
     srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
     -- The worker reads tracked tables with the server's login: tracking a
     -- table through a server is using it.
@@ -187,7 +182,8 @@ END;
 
 -- Stops tracking a table. A derived table that uses it would stop for
 -- ever, so that is refused unless cascade, which first untracks those
--- derived tables (and the ones using them) the same way.
+-- derived tables (and the ones using them) the same way, each once: in a
+-- diamond, a derived table that uses two of them is gone with the first.
 CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
                                           cascade boolean DEFAULT false)
 RETURNS void
@@ -221,6 +217,8 @@ BEGIN
                                 untrack_table.table_name);
     END IF;
     FOREACH dependent IN ARRAY users LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                                   WHERE t.table_name = dependent AND t.untracked_at IS NULL);
         PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
         RAISE NOTICE 'derived table "%" is untracked too: it used table "%"', dependent, untrack_table.table_name;
     END LOOP;

@@ -3,8 +3,11 @@
 -- (watermark.source_until: what SQL Server captured, or for a derived table
 -- what its inputs allow) and the verdict of every required consumer, never
 -- below where it was. Losses never move it: they hold the periods they
--- intersect until an acknowledgement covers them (_loss_blocks), and
--- watermark.loss_blocked says when that must be asked.
+-- intersect until acknowledgements cover them (_loss_blocks; on the table
+-- that lost the data and on the derived tables whose jobs must rebuild
+-- them, _loss_ackers), finalized_until() stops at the first of those
+-- periods (_loss_cap), and watermark.loss_blocked says when that must be
+-- asked.
 -- See docs/design/pipelines.md.
 
 -- The verdict of one consumer: the period start of the commit time it has
@@ -164,24 +167,12 @@ BEGIN
 END
 $$;
 
--- The table and its inputs, transitively (a derived table inherits their
--- losses).
-CREATE FUNCTION @extschema@._lineage(table_id bigint)
-RETURNS TABLE (member_id bigint, member_granularity interval)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    WITH RECURSIVE up(id) AS (
-        SELECT _lineage.table_id
-        UNION
-        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
-    SELECT t.table_id, t.granularity FROM up JOIN @extschema@.tracked_table t ON t.table_id = up.id;
-END;
-
--- Whether the acknowledgements of a table recorded after a loss (since)
--- cover every instant of [s, e); adjacent or overlapping ones join.
-CREATE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
-RETURNS boolean
+-- How far from s the acknowledgements of a table recorded after a loss
+-- (since) reach without a gap, adjacent or overlapping ones joined: at
+-- least e once they cover every instant of [s, e). Where they stop, the
+-- loss still holds periods (_acked, _loss_cap).
+CREATE FUNCTION @extschema@._ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -195,31 +186,134 @@ BEGIN
          WHERE a.table_id = table_id AND a.acknowledged_at > since
            AND a.period_from <= reach AND a.period_to > reach;
         IF further IS NULL THEN
-            RETURN false;
+            RETURN reach;
         END IF;
         reach := further;
     END LOOP;
-    RETURN true;
+    RETURN reach;
+END
+$$;
+
+-- Whether the acknowledgements of a table recorded after a loss (since)
+-- cover every instant of [s, e).
+CREATE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._ack_reach(table_id, s, e, since) >= e;
+
+-- The periods of granularity g that the lost commit times [lost_from,
+-- lost_to] touch, as [span_from, span_to): what an acknowledgement on a
+-- table of that granularity must cover. An infinite end stays infinite.
+CREATE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval,
+                                       OUT span_from timestamptz, OUT span_to timestamptz)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN isfinite(_loss_span.lost_from) THEN @extschema@.period_start(_loss_span.lost_from, _loss_span.g)
+                ELSE _loss_span.lost_from END,
+           CASE WHEN isfinite(_loss_span.lost_to) THEN @extschema@.period_end(_loss_span.lost_to, _loss_span.g)
+                ELSE _loss_span.lost_to END;
+END;
+
+-- Every loss a table inherits or has (its own, its inputs', transitively),
+-- with each table it must be acknowledged on before it stops holding the
+-- table's periods: the table that lost the data, and every derived table
+-- of the lineage downstream of it (on a path from the table to it) with a
+-- required consumer, whose job may have built those periods from the
+-- incomplete data and must rebuild them (a derived table without one, a
+-- view say, has nothing to rebuild). A consumer declared after the loss
+-- was acknowledged on the table that lost it built from repaired data, and
+-- declaring one never retracts what was final: it does not count.
+-- span_from, span_to: the loss's periods in the granularity of that table
+-- (as _loss_span). PL/pgSQL for its cached plan, since the sensors ask
+-- through it on every call while a loss holds periods; without JIT, which
+-- the pessimistic estimates of the recursion over a few rows would buy at
+-- hundreds of milliseconds a call.
+CREATE FUNCTION @extschema@._loss_ackers(table_id bigint)
+RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval,
+               span_from timestamptz, span_to timestamptz)
+LANGUAGE plpgsql STABLE ROWS 10
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    -- Every path from the table up its inputs: each member with the
+    -- members between the table (included) and it.
+    WITH RECURSIVE up(id, path) AS (
+        SELECT _loss_ackers.table_id, '{}'::bigint[]
+        UNION
+        SELECT d.input_id, up.path || up.id
+          FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id),
+    held AS (
+        SELECT l.loss_id AS id, l.table_id AS lost_id, l.lost_from, l.lost_to, l.created_at, t.granularity AS g,
+               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity)
+                    ELSE l.lost_from END AS lost_span_from,
+               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity)
+                    ELSE l.lost_to END AS lost_span_to
+          FROM @extschema@.tracked_table t
+          JOIN @extschema@.loss l ON l.table_id = t.table_id
+         WHERE t.table_id IN (SELECT up.id FROM up)),
+    ackers AS (
+        SELECT h.id, h.lost_id AS acker, h.g, h.lost_from, h.lost_to FROM held h
+        UNION ALL
+        SELECT DISTINCT h.id, k.table_id, k.granularity, h.lost_from, h.lost_to
+          FROM held h
+          JOIN up p ON p.id = h.lost_id
+         CROSS JOIN LATERAL unnest(p.path) AS on_path(id)
+          JOIN @extschema@.tracked_table k ON k.table_id = on_path.id
+         WHERE EXISTS (SELECT FROM @extschema@.consumer c
+                        WHERE c.table_id = k.table_id AND c.required
+                          AND c.created_at < coalesce(
+                                  (SELECT max(a.acknowledged_at) FROM @extschema@.loss_ack a
+                                    WHERE a.table_id = h.lost_id AND a.acknowledged_at > h.created_at
+                                      AND a.period_from < h.lost_span_to AND a.period_to > h.lost_span_from),
+                                  'infinity')))
+    SELECT x.id, x.acker, x.g,
+           CASE WHEN isfinite(x.lost_from) THEN @extschema@.period_start(x.lost_from, x.g) ELSE x.lost_from END,
+           CASE WHEN isfinite(x.lost_to) THEN @extschema@.period_end(x.lost_to, x.g) ELSE x.lost_to END
+      FROM ackers x;
 END
 $$;
 
 -- The losses (of the table or of an input, transitively) that hold the
--- period [period_start, period_end): they intersect it, and the periods of
--- their own table that they share with it are not all acknowledged.
+-- period [period_start, period_end), each with every table it has yet to be
+-- acknowledged on for it (_loss_ackers): the loss intersects the period,
+-- and that table's periods it shares with it are not all acknowledged.
+CREATE FUNCTION @extschema@._open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
+RETURNS TABLE (loss_id bigint, acker_id bigint)
+LANGUAGE plpgsql STABLE ROWS 10
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT a.loss_id, a.acker_id
+      FROM @extschema@._loss_ackers(_open_loss_ackers.table_id) AS a
+      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+     WHERE l.lost_from < _open_loss_ackers.period_end AND l.lost_to >= _open_loss_ackers.period_start
+       AND NOT @extschema@._acked(a.acker_id,
+               @extschema@.period_start(GREATEST(_open_loss_ackers.period_start, l.lost_from), a.acker_granularity),
+               @extschema@.period_end(LEAST(_open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
+                                      a.acker_granularity),
+               l.created_at);
+END
+$$;
+
+-- The losses (of the table or of an input, transitively) that hold the
+-- period [period_start, period_end) (see _open_loss_ackers).
 CREATE FUNCTION @extschema@._open_losses(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS SETOF @extschema@.loss
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT l.*
-      FROM @extschema@._lineage(_open_losses.table_id) AS x
-      JOIN @extschema@.loss l ON l.table_id = x.member_id
-     WHERE l.lost_from < _open_losses.period_end AND l.lost_to >= _open_losses.period_start
-       AND NOT @extschema@._acked(x.member_id,
-               @extschema@.period_start(GREATEST(_open_losses.period_start, l.lost_from), x.member_granularity),
-               @extschema@.period_end(LEAST(_open_losses.period_end - interval '1 microsecond', l.lost_to),
-                                      x.member_granularity),
-               l.created_at)
+      FROM @extschema@.loss l
+     WHERE l.loss_id IN (SELECT o.loss_id
+                           FROM @extschema@._open_loss_ackers(_open_losses.table_id, _open_losses.period_start,
+                                                              _open_losses.period_end) AS o)
      ORDER BY l.loss_id;
 END;
 
@@ -232,25 +326,57 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN EXISTS (SELECT FROM @extschema@._open_losses(table_id, period_start, period_end));
 
--- Whether the table or an input (transitively) has a loss whose periods
--- the acknowledgements recorded after it do not all cover.
+-- Where finalized_until() stops while losses hold periods, since every
+-- period ending at or before it must be complete: the start of the table's
+-- earliest period (its own granularity) that a loss may still hold, for
+-- want of an acknowledgement on any table it needs one on (_loss_ackers);
+-- 'infinity' when none does, '-infinity' when such a loss has no start.
+-- It may name an earlier period than the first one a loss holds (the
+-- acknowledgements count only from a period start of the table they are
+-- on), never a later one. The C sensors ask it (as the extension's owner)
+-- only while watermark.loss_blocked is set.
+CREATE FUNCTION @extschema@._loss_cap(table_id bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    cap timestamptz;
+BEGIN
+    SELECT min(CASE WHEN isfinite(h.held_from) THEN @extschema@.period_start(h.held_from, t.granularity)
+                    ELSE h.held_from END) INTO cap
+      FROM @extschema@.tracked_table t
+     CROSS JOIN LATERAL (
+           SELECT GREATEST(CASE WHEN isfinite(r.reach) THEN @extschema@.period_start(r.reach, a.acker_granularity)
+                                ELSE r.reach END,
+                           l.lost_from) AS held_from
+             FROM @extschema@._loss_ackers(t.table_id) AS a
+             JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+            CROSS JOIN LATERAL (SELECT @extschema@._ack_reach(a.acker_id, a.span_from, a.span_to,
+                                                              l.created_at) AS reach) AS r
+            WHERE r.reach < a.span_to) AS h
+     WHERE t.table_id = _loss_cap.table_id;
+    RETURN coalesce(cap, 'infinity');
+END
+$$;
+
+-- Whether the table or an input (transitively) has a loss that a table it
+-- must be acknowledged on (_loss_ackers) has not acknowledged for all its
+-- periods.
 CREATE FUNCTION @extschema@._has_open_loss(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN EXISTS (
-    SELECT FROM @extschema@._lineage(table_id) AS x
-      JOIN @extschema@.loss l ON l.table_id = x.member_id
-     WHERE NOT @extschema@._acked(x.member_id,
-               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, x.member_granularity)
-                    ELSE l.lost_from END,
-               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, x.member_granularity)
-                    ELSE l.lost_to END,
-               l.created_at));
+    SELECT FROM @extschema@._loss_ackers(table_id) AS a
+      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+     WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
 
 -- Recomputes watermark.loss_blocked of a table and of every derived table
--- that uses it (transitively): after a loss, an acknowledgement, a new
--- derived table or a new granularity.
+-- that uses it (transitively): after a loss, an acknowledgement (on the
+-- table that lost the data or on a derived table), a new derived table, a
+-- new granularity or a change of required consumers.
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE sql
@@ -266,6 +392,37 @@ BEGIN ATOMIC
       FROM flags f
      WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked;
 END;
+
+-- Keeps watermark.loss_blocked current when a table's required consumers
+-- change (add_consumer, alter_consumer, drop_consumer, however they do it):
+-- whether a derived table must acknowledge its inputs' losses itself
+-- depends on them (_loss_ackers).
+CREATE FUNCTION @extschema@._consumer_loss_refresh()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id bigint;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        id := OLD.table_id;
+    ELSIF TG_OP = 'UPDATE' AND OLD.required IS NOT DISTINCT FROM NEW.required THEN
+        RETURN NULL;
+    ELSE
+        id := NEW.table_id;
+    END IF;
+    -- A consumer deleted with its table (untrack_table) changes nothing.
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_id = id AND t.untracked_at IS NULL) THEN
+        PERFORM @extschema@._refresh_loss_blocked(id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER loss_blocked_refresh
+    AFTER INSERT OR DELETE OR UPDATE OF required ON @extschema@.consumer
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._consumer_loss_refresh();
 
 -- Whether the period starting at period_start is final for the table, as
 -- the sensors answer it: the watermark has passed it (_period_final, the

@@ -262,8 +262,8 @@ BEGIN
     IF current_name IS DISTINCT FROM c.reporter_name THEN
         RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
             USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('Its reporter role %s was dropped or renamed (OID %s is now %s), so only members of finalize_admin may report for it.',
-                                  c.reporter_name, c.reporter::oid, coalesce(current_name::text, 'no role')),
+                  DETAIL = format('Its reporter role %s was dropped or renamed (its OID now names %s), so only members of finalize_admin may report for it.',
+                                  c.reporter_name, coalesce('role ' || current_name, 'no role')),
                   HINT = format('An admin names the reporter again with SELECT finalize.alter_consumer(%L, %L, reporter => ''<role>'');',
                                 tt.table_name, consumer);
     END IF;
@@ -455,7 +455,9 @@ BEGIN
     FOREACH input IN ARRAY inputs LOOP
         IF input = table_name THEN
             RAISE EXCEPTION 'derived table "%" cannot be its own input', table_name
-                USING ERRCODE = 'invalid_object_definition';
+                USING ERRCODE = 'invalid_object_definition',
+                      DETAIL = 'A derived table is computed from other tables: its verdict follows theirs.',
+                      HINT = 'Remove it from inputs.';
         END IF;
         SELECT t.table_id INTO id FROM @extschema@.tracked_table t
          WHERE t.table_name = input AND t.untracked_at IS NULL FOR SHARE;
@@ -463,7 +465,9 @@ BEGIN
             PERFORM @extschema@._not_tracked(input);
         ELSIF id = ANY (ids) THEN
             RAISE EXCEPTION 'input "%" is listed twice', input
-                USING ERRCODE = 'invalid_parameter_value';
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Derived table "%s" lists each of its inputs once.', table_name),
+                      HINT = 'Remove the repetition from inputs.';
         END IF;
         ids := ids || id;
     END LOOP;
@@ -473,7 +477,9 @@ $$;
 
 -- Refuses inputs that use a table of this name (transitively): the
 -- derived table would depend on itself. Inputs are fixed when a derived
--- table is created, so with this check the inputs always form a DAG.
+-- table is created and must exist, and its name must be new, so no cycle
+-- can be built today; this check keeps the DAG the recursions rely on
+-- should inputs ever become changeable.
 CREATE FUNCTION @extschema@._check_no_cycle(table_name text, input_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -499,6 +505,19 @@ BEGIN
 END
 $$;
 
+-- The error for a derived table whose name is tracked already.
+CREATE FUNCTION @extschema@._already_tracked(table_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'table "%" is already tracked', table_name
+        USING ERRCODE = 'duplicate_object',
+              HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+END
+$$;
+
 -- The body of finalize.track_derived: a lake table computed from tracked
 -- or derived tables. Its granularity defaults to the coarsest input's; its
 -- verdict (the period start of its inputs' least verdict, capped by its
@@ -519,11 +538,10 @@ DECLARE
     g interval;
     new_id bigint;
 BEGIN
-    PERFORM @extschema@._require(table_name, 'table_name');
-    IF table_name !~ '\S' OR length(table_name) > 255 THEN
-        RAISE EXCEPTION 'invalid value for argument table_name: "%"', table_name
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A tracked table name is the name consumers use (for example sales.daily_revenue): 1 to 255 characters, not only spaces.';
+    PERFORM @extschema@._check_table_name(table_name, 'sales.daily_revenue');
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = _track_derived.table_name
+                                                        AND t.untracked_at IS NULL) THEN
+        PERFORM @extschema@._already_tracked(table_name);
     END IF;
     ids := @extschema@._derived_inputs(table_name, inputs);
     PERFORM @extschema@._check_no_cycle(table_name, ids);
@@ -534,9 +552,7 @@ BEGIN
         VALUES (table_name, 'derived', g, caller)
         RETURNING tracked_table.table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'table "%" is already tracked', table_name
-            USING ERRCODE = 'duplicate_object',
-                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+        PERFORM @extschema@._already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
     INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
@@ -574,12 +590,16 @@ END
 $$;
 
 -- The body of finalize.acknowledge_loss: an admin says the periods of
--- [period_from, period_to) were repaired after the losses recorded so far
--- (for example, the lake table was re-snapshotted); they no longer hold
--- those periods, here and in the derived tables that use the table. A loss
--- recorded later needs an acknowledgement of its own. Recorded with who,
--- when and the note, also as an event fact. Returns how many losses the
--- range (partly) covers.
+-- [period_from, period_to) were repaired after the losses recorded so far:
+-- on the table that lost the data (for example, the lake table was
+-- re-snapshotted), or on a derived table with a required consumer whose job
+-- has rebuilt them from the repaired input (the input's acknowledgement
+-- alone does not release such a table: see _loss_ackers). A loss no longer
+-- holds those periods, here and in the derived tables that use the table,
+-- once every table it needs an acknowledgement on has one. A loss recorded
+-- later needs an acknowledgement of its own. Recorded with who, when and
+-- the note, also as an event fact. Returns how many losses the range
+-- (partly) covers.
 CREATE FUNCTION @extschema@._acknowledge_loss(
     caller name,
     table_name text,
@@ -595,11 +615,12 @@ DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
     covered integer;
 BEGIN
-    IF tt.kind = 'derived' THEN
-        RAISE EXCEPTION 'table "%" is a derived table and has no losses of its own', tt.table_name
+    IF tt.kind = 'derived' AND NOT EXISTS (SELECT FROM @extschema@._loss_ackers(tt.table_id) AS a
+                                            WHERE a.acker_id = tt.table_id) THEN
+        RAISE EXCEPTION 'table "%" is a derived table with no loss to acknowledge', tt.table_name
             USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'A derived table holds the periods its inputs lost; it is released when the loss is acknowledged on the input that lost the data.',
-                  HINT = 'finalize.explain_verdict() on the derived table names that input.';
+                  DETAIL = 'A derived table holds the periods its inputs lost. It needs an acknowledgement of its own only when it has a required consumer, whose job must rebuild them; otherwise it is released when the loss is acknowledged on the input that lost the data.',
+                  HINT = 'finalize.explain_verdict() on the derived table names the table to acknowledge the loss on.';
     END IF;
     PERFORM @extschema@._check_period_bound(tt, period_from, 'period_from');
     PERFORM @extschema@._check_period_bound(tt, period_to, 'period_to');
@@ -615,8 +636,11 @@ BEGIN
                   DETAIL = 'The note is kept with the acknowledgement, for example ''orders re-snapshotted from SQL Server on 2026-12-01, ticket DATA-123''.';
     END IF;
     PERFORM @extschema@._lock_tracked(tt.table_id);
+    -- Its own losses, or for a derived table the ones it must acknowledge.
     SELECT count(*) INTO covered FROM @extschema@.loss l
-     WHERE l.table_id = tt.table_id AND l.lost_from < period_to AND l.lost_to >= period_from;
+     WHERE l.loss_id IN (SELECT a.loss_id FROM @extschema@._loss_ackers(tt.table_id) AS a
+                          WHERE a.acker_id = tt.table_id)
+       AND l.lost_from < period_to AND l.lost_to >= period_from;
     -- clock_timestamp(): a loss recorded after this (under the same lock)
     -- is never covered by it, even one whose transaction began earlier.
     INSERT INTO @extschema@.loss_ack (table_id, period_from, period_to, note, acknowledged_by, acknowledged_at)
@@ -628,7 +652,8 @@ BEGIN
                                'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
     IF covered = 0 THEN
-        RAISE NOTICE 'no loss of table "%" recorded so far intersects the periods from % to %', tt.table_name,
+        RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',
+                     CASE WHEN tt.kind = 'derived' THEN 'inherited by' ELSE 'of' END, tt.table_name,
                      period_from, period_to
             USING DETAIL = 'The acknowledgement is kept, but it covers no loss recorded after it.';
     END IF;
@@ -643,4 +668,4 @@ AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text) IS
-    'Say that the periods of [period_from, period_to) were repaired after the losses recorded so far (for example re-snapshotted); returns how many losses it covers';
+    'Say that the periods of [period_from, period_to) were repaired after the losses recorded so far (re-snapshotted, or rebuilt by a derived table''s job); returns how many losses it covers';

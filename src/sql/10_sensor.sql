@@ -14,7 +14,7 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_is_final'
 LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.is_final(text, timestamptz) IS
-    'True iff the whole period containing period_start ends at or before finalized_until';
+    'True iff the whole period containing period_start is complete: the watermark has passed it and no unacknowledged loss holds it';
 
 -- The same for sensors that wait on several tables: the least verdict
 -- (NULL if any is NULL), and whether the period is final for every table.
@@ -123,25 +123,43 @@ BEGIN ATOMIC
 END;
 
 -- The losses that hold a period, each with its table, times, LSNs and the
--- call that acknowledges it once repaired; NULL when none does.
+-- calls that release it: on the table that lost the data once the lake was
+-- re-snapshotted, and on each derived table with a required consumer once
+-- its job has rebuilt the periods (_loss_ackers), inputs first (a derived
+-- table is tracked after its inputs); NULL when none does.
 CREATE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
                                             period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT string_agg(format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts); run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
-                             t.table_name,
-                             CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
-                             l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'),
-                             t.table_name,
-                             CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity)
-                                  ELSE l.lost_from END,
-                             CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity)
-                                  ELSE l.lost_to END),
-                      ' ' ORDER BY l.loss_id)
-      FROM @extschema@._open_losses((tt).table_id, _explain_losses.period_start, _explain_losses.period_end) AS l
-      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id;
+    SELECT string_agg(x.sentence, ' ' ORDER BY x.loss_id)
+      FROM (SELECT l.loss_id,
+                   format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
+                          t.table_name,
+                          CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                          l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'))
+                   || CASE WHEN bool_or(o.acker_id = l.table_id)
+                           THEN format('; run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
+                                       t.table_name, ls.span_from, ls.span_to)
+                                || coalesce(' Also, '
+                                            || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" too once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                                 k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                                          '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                            || '.', '')
+                           ELSE format(' and were acknowledged on input "%s"; ', t.table_name)
+                                || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                     k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                              '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                || '.' END AS sentence
+              FROM @extschema@._open_loss_ackers((tt).table_id, _explain_losses.period_start,
+                                                 _explain_losses.period_end) AS o
+              JOIN @extschema@.loss l ON l.loss_id = o.loss_id
+              JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+              JOIN @extschema@.tracked_table k ON k.table_id = o.acker_id
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, t.granularity) AS ls
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, k.granularity) AS ks
+             GROUP BY l.loss_id, t.table_id, t.table_name, ls.span_from, ls.span_to) AS x;
 END;
 
 -- Why a final period is final: how far the source verdict reached, the
@@ -196,22 +214,31 @@ DECLARE
     v   @extschema@.verdict;
     why text;
     losses text;
+    cap timestamptz;
+    verdict_until timestamptz;
 BEGIN
     tt := @extschema@._tracked(table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
+    -- What finalized_until() answers: the watermark, stopped at the first
+    -- period a loss may still hold (_loss_cap, NULL for '-infinity').
+    verdict_until := wm.finalized_until;
+    IF wm.loss_blocked THEN
+        cap := @extschema@._loss_cap(tt.table_id);
+        verdict_until := CASE WHEN cap > '-infinity' THEN LEAST(wm.finalized_until, cap) END;
+    END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
     v.table_name := tt.table_name;
     v.period_start := @extschema@.period_start(
-        coalesce(period_start, wm.finalized_until, now()), tt.granularity);
+        coalesce(period_start, verdict_until, now()), tt.granularity);
     v.period_end := @extschema@.period_end(v.period_start, tt.granularity);
     v.is_final := @extschema@._period_final(v.period_start, tt.granularity, wm.finalized_until);
-    v.finalized_until := wm.finalized_until;
+    v.finalized_until := verdict_until;
     v.captured_until := wm.offset_commit_time;
-    v.lag := now() - wm.finalized_until;
+    v.lag := now() - verdict_until;
     v.state := tt.state;
     IF wm.loss_blocked THEN
         losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);

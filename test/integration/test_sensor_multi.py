@@ -1,6 +1,7 @@
 """The C sensors beyond one table and one watermark: the multi-table forms of
-is_final and finalized_until, losses (asked of finalize._loss_blocks as the
-extension's owner, only while watermark.loss_blocked is set), consumers and
+is_final and finalized_until, losses (asked of finalize._loss_blocks and
+finalize._loss_cap as the extension's owner, only while
+watermark.loss_blocked is set), consumers and
 derived tables through the verdict cache, and a catalog from before the
 loss_blocked column. The verdict may lag a commit by one call, never run
 ahead of what is committed."""
@@ -110,35 +111,49 @@ def test_bad_name_lists_are_errors_naming_what_is_wrong(pg3, tables, call):
 
 def test_a_loss_holds_its_periods_for_a_reader_without_execute_on_internals(pg3, tables):
     lose_hours_10_to_12(pg3, "m.events")
-    # The sensor asks _loss_blocks as the extension's owner: EXECUTE on the
-    # sensor function is all a reader needs, whatever _loss_blocks' grants.
-    fn = "finalize._loss_blocks(bigint, timestamptz, timestamptz)"
-    granted = pg3.sql("SELECT has_function_privilege('finalize_reader', %s, 'EXECUTE')", (fn,))[0][0]
-    pg3.sql(f"REVOKE EXECUTE ON FUNCTION {fn} FROM finalize_reader")
+    # The sensors ask _loss_blocks and _loss_cap as the extension's owner:
+    # EXECUTE on the sensor function is all a reader needs, whatever their
+    # grants.
+    fns = ["finalize._loss_blocks(bigint, timestamptz, timestamptz)", "finalize._loss_cap(bigint)"]
+    granted = [fn for fn in fns
+               if pg3.sql("SELECT has_function_privilege('finalize_reader', %s, 'EXECUTE')", (fn,))[0][0]]
+    for fn in fns:
+        pg3.sql(f"REVOKE EXECUTE ON FUNCTION {fn} FROM finalize_reader")
     try:
         reader = pg3.connect(user="sm_reader")
-        assert one(reader, "SELECT has_function_privilege('finalize._loss_blocks(bigint, timestamptz, timestamptz)',"
-                           " 'EXECUTE')") is False
-        # A look-alike in the reader's path is never called (schema-qualified).
+        for fn in fns:
+            assert one(reader, "SELECT has_function_privilege(%s, 'EXECUTE')", (fn,)) is False
+        # Look-alikes in the reader's path are never called (schema-qualified).
         with reader.cursor() as cur:
             cur.execute("CREATE FUNCTION pg_temp._loss_blocks(bigint, timestamptz, timestamptz) RETURNS boolean "
                         "LANGUAGE sql AS 'SELECT false'")
+            cur.execute("CREATE FUNCTION pg_temp._loss_cap(bigint) RETURNS timestamptz "
+                        "LANGUAGE sql AS 'SELECT ''infinity''::timestamptz'")
             cur.execute("SET search_path = pg_temp, finalize, pg_catalog")
         expected = [True, False, False, False, True]
         assert hours_final(reader, "m.events") == expected
         assert hours_final(reader, "m.events") == expected  # cached verdicts, losses asked afresh
         assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders', 'm.events'], '2026-11-29 11:00+00')") is False
         assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders', 'm.events'], '2026-11-29 13:00+00')") is True
-        # finalized_until is the watermark: a loss holds periods, it does not move it back.
-        assert one(reader, "SELECT finalize.finalized_until('m.events')").isoformat() == "2026-11-30T01:00:00+00:00"
+        # The watermark is at 2026-11-30 01:00, but every period ending at or
+        # before finalized_until must be complete: it stops at hour 10, the
+        # first one the loss holds (hour 13 is final all the same).
+        assert one(reader, "SELECT finalize.finalized_until('m.events')").isoformat() == "2026-11-29T10:00:00+00:00"
+        assert one(reader, "SELECT finalize.finalized_until('m.events')").isoformat() == "2026-11-29T10:00:00+00:00"
+        assert one(reader, "SELECT finalize.finalized_until(ARRAY['m.orders', 'm.events'])").isoformat() \
+            == "2026-11-29T10:00:00+00:00"
         # An acknowledgement committed by another session is seen by the next call.
         pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 12:00+00', 'ok')")
         assert hours_final(reader, "m.events") == [True, True, True, False, True]
+        assert one(reader, "SELECT finalize.finalized_until('m.events')").isoformat() == "2026-11-29T12:00:00+00:00"
         pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 12:00+00', '2026-11-29 13:00+00', 'ok')")
         assert hours_final(reader, "m.events") == [True] * 5
         assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders', 'm.events'], '2026-11-29 11:00+00')") is True
+        assert one(reader, "SELECT finalize.finalized_until('m.events')").isoformat() == "2026-11-30T01:00:00+00:00"
+        assert one(reader, "SELECT finalize.finalized_until(ARRAY['m.orders', 'm.events'])").isoformat() \
+            == "2026-11-29T14:00:00+00:00"
     finally:
-        if granted:
+        for fn in granted:
             pg3.sql(f"GRANT EXECUTE ON FUNCTION {fn} TO finalize_reader")
 
 
@@ -152,12 +167,39 @@ def test_derived_tables_inherit_a_loss_through_the_cache(pg3, tables):
     assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is False
     pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000100', '0x00000000000000000200', "
             "'2026-11-30 00:00+00')")
-    assert one(reader, "SELECT finalize.finalized_until('m.events_daily')").isoformat() == "2026-11-30T00:00:00+00:00"
+    # Its watermark moves to 2026-11-30, but the loss holds day 29: finalized_until stays.
+    assert one(reader, "SELECT finalize.finalized_until('m.events_daily')").isoformat() == "2026-11-29T00:00:00+00:00"
     assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is False
     assert one(reader, "SELECT finalize.is_final(ARRAY['m.daily', 'm.events_daily'], '2026-11-29 00:00+00')") is False
     pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
     assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is True
     assert one(reader, "SELECT finalize.is_final(ARRAY['m.daily', 'm.events_daily'], '2026-11-29 00:00+00')") is True
+    assert one(reader, "SELECT finalize.finalized_until('m.events_daily')").isoformat() == "2026-11-30T00:00:00+00:00"
+
+
+def test_a_derived_table_whose_job_built_lost_periods_waits_for_its_own_acknowledgement(pg3, tables):
+    """Acknowledging the loss on the input releases a derived table without
+    a required consumer, not one whose job may have built the lost periods
+    from incomplete data: that one waits until the loss is acknowledged on
+    it too (once the job rebuilt them). Seen by another session's sensors."""
+    reader = pg3.connect(user="sm_reader")
+    lose_hours_10_to_12(pg3, "m.events")
+    pg3.sql("SELECT finalize.track_derived('m.events_job', ARRAY['m.events'])")
+    pg3.sql("SELECT finalize.add_consumer('m.events_job', 'job')")
+    pg3.sql("SELECT finalize.report_processed('m.events_job', 'job', '2026-11-30 01:00+00')")
+    pg3.sql("SELECT finalize.track_derived('m.events_view', ARRAY['m.events'])")
+    held = [True, False, False, False, True]
+    assert hours_final(reader, "m.events_job") == hours_final(reader, "m.events_view") == held
+    pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+    assert hours_final(reader, "m.events") == hours_final(reader, "m.events_view") == [True] * 5
+    assert hours_final(reader, "m.events_job") == held
+    assert one(reader, "SELECT finalize.finalized_until('m.events_job')").isoformat() == "2026-11-29T10:00:00+00:00"
+    assert one(reader, "SELECT finalize.is_final(ARRAY['m.events', 'm.events_job'], '2026-11-29 11:00+00')") is False
+    pg3.sql("SELECT finalize.acknowledge_loss('m.events_job', '2026-11-29 10:00+00', '2026-11-29 13:00+00', "
+            "'job rebuilt hours 10 to 12')")
+    assert hours_final(reader, "m.events_job") == [True] * 5
+    assert one(reader, "SELECT finalize.finalized_until('m.events_job')").isoformat() == "2026-11-30T01:00:00+00:00"
+    assert one(reader, "SELECT finalize.is_final(ARRAY['m.events', 'm.events_job'], '2026-11-29 11:00+00')") is True
 
 
 def test_a_loss_in_the_readers_own_transaction_is_seen(pg3, tables):

@@ -343,9 +343,12 @@ def test_losses_recorded_before_the_update_hold_their_periods(pg, databases, ver
         return [r[0] for r in sql("SELECT is_final FROM finalize.changes_by_period('up.events', "
                                   "'2026-11-02 09:00+00', '2026-11-02 14:00+00') ORDER BY period_start")]
     assert final() == [True] * 5
+    assert sql("SELECT finalize.finalized_until('up.events')") == [(datetime(2026, 11, 2, 14, tzinfo=timezone.utc),)]
     pg.sql("ALTER EXTENSION finalize UPDATE", dbname=db)
-    # Hours 10 to 12 intersect the lost commit times [10:15, 12:20].
+    # Hours 10 to 12 intersect the lost commit times [10:15, 12:20]; the
+    # verdict stops at the first of them until the loss is acknowledged.
     assert final() == final_by_facts() == [True, False, False, False, True]
+    assert sql("SELECT finalize.finalized_until('up.events')") == [(datetime(2026, 11, 2, 10, tzinfo=timezone.utc),)]
     assert sql("SELECT lost_from, lost_to, from_lsn, to_lsn, fact_id IS NOT NULL FROM finalize.loss") == [
         (datetime(2026, 11, 2, 10, 15, tzinfo=timezone.utc), datetime(2026, 11, 2, 12, 20, tzinfo=timezone.utc),
          "0x00000000000000000020", "0x0000000000000000008F", True)]
@@ -355,3 +358,4 @@ def test_losses_recorded_before_the_update_hold_their_periods(pg, databases, ver
                "'re-snapshotted')") == [(1,)]
     assert final() == final_by_facts() == [True] * 5
     assert sql("SELECT loss_blocked FROM finalize.watermark") == [(False,)]
+    assert sql("SELECT finalize.finalized_until('up.events')") == [(datetime(2026, 11, 2, 14, tzinfo=timezone.utc),)]

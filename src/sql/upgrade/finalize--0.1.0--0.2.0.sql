@@ -72,6 +72,111 @@ ALTER TABLE @extschema@.source_status
     ADD CONSTRAINT source_status_held_by_check
         CHECK (held_by IN ('commit_time_ahead'));
 
+-- 3a. Names of new tables are checked by one function (no control
+-- characters now), and the not-tracked error echoes at most 255 characters.
+
+-- Checks the name of a new tracked or derived table: the name consumers
+-- use, 1 to 255 characters, not only spaces, no control characters (a
+-- newline in a name would forge lines in logs and explanations).
+CREATE FUNCTION @extschema@._check_table_name(table_name text, example text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(table_name, 'table_name');
+    IF table_name !~ '\S' OR length(table_name) > 255 OR table_name ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'invalid value for argument table_name: "%"',
+                        pg_catalog.regexp_replace(pg_catalog.left(table_name, 255), '[[:cntrl:]]', '?', 'g')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('A tracked table name is the name consumers use (for example %s): 1 to 255 characters, not only spaces, no control characters.', example);
+    END IF;
+END
+$$;
+
+-- The one error for a table name that is not tracked.
+CREATE OR REPLACE FUNCTION @extschema@._not_tracked(table_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'table "%" is not tracked by finalize',
+                    pg_catalog.left(table_name, 255) || CASE WHEN length(table_name) > 255 THEN '...' ELSE '' END
+        USING ERRCODE = 'undefined_object',
+              HINT = 'Check the name in finalize.status, or start tracking it with finalize.track_table().';
+END
+$$;
+
+-- The body of finalize.track_table, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE OR REPLACE FUNCTION @extschema@._track_table(
+    caller name,
+    table_name   text,
+    server_name  text,
+    source_table text,
+    granularity  interval DEFAULT interval '1 hour',
+    start_from   text DEFAULT 'max_lsn',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    parts text[];
+    new_id bigint;
+    srv pg_foreign_server;
+    who name := caller;
+BEGIN
+    PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
+    srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
+    -- The worker reads tracked tables with the server's login: tracking a
+    -- table through a server is using it.
+    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', _track_table.server_name, who);
+    END IF;
+    -- The worker logs in with the user mapping of the server's owner when
+    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
+    -- must not read through a login it could not use itself.
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
+                                  _track_table.server_name, srv.srvowner::regrole, who),
+                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
+                                srv.srvowner::regrole);
+    END IF;
+    PERFORM @extschema@._require(_track_table.source_table, 'source_table');
+    parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
+    PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
+    PERFORM @extschema@._check_choice(_track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
+        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
+    PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
+    PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
+
+    BEGIN
+        INSERT INTO @extschema@.tracked_table
+            (table_name, server_name, source_schema, source_name, granularity, start_from,
+             ddl_policy, on_data_loss, created_by)
+        VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
+                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who)
+        RETURNING table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'table "%" is already tracked', _track_table.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    RETURN new_id;
+END
+$$;
+
 -- 3. One lookup of a tracked table by name (_tracked), used by _tracked_id,
 -- resume_table, explain_verdict and changes_by_period instead of a copy each.
 
@@ -188,22 +293,31 @@ DECLARE
     v   @extschema@.verdict;
     why text;
     losses text;
+    cap timestamptz;
+    verdict_until timestamptz;
 BEGIN
     tt := @extschema@._tracked(table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
+    -- What finalized_until() answers: the watermark, stopped at the first
+    -- period a loss may still hold (_loss_cap, NULL for '-infinity').
+    verdict_until := wm.finalized_until;
+    IF wm.loss_blocked THEN
+        cap := @extschema@._loss_cap(tt.table_id);
+        verdict_until := CASE WHEN cap > '-infinity' THEN LEAST(wm.finalized_until, cap) END;
+    END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
     v.table_name := tt.table_name;
     v.period_start := @extschema@.period_start(
-        coalesce(period_start, wm.finalized_until, now()), tt.granularity);
+        coalesce(period_start, verdict_until, now()), tt.granularity);
     v.period_end := @extschema@.period_end(v.period_start, tt.granularity);
     v.is_final := @extschema@._period_final(v.period_start, tt.granularity, wm.finalized_until);
-    v.finalized_until := wm.finalized_until;
+    v.finalized_until := verdict_until;
     v.captured_until := wm.offset_commit_time;
-    v.lag := now() - wm.finalized_until;
+    v.lag := now() - verdict_until;
     v.state := tt.state;
     IF wm.loss_blocked THEN
         losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
@@ -776,7 +890,8 @@ DROP FUNCTION @extschema@.untrack_table(text, boolean);
 
 -- Stops tracking a table. A derived table that uses it would stop for
 -- ever, so that is refused unless cascade, which first untracks those
--- derived tables (and the ones using them) the same way.
+-- derived tables (and the ones using them) the same way, each once: in a
+-- diamond, a derived table that uses two of them is gone with the first.
 CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
                                           cascade boolean DEFAULT false)
 RETURNS void
@@ -810,6 +925,8 @@ BEGIN
                                 untrack_table.table_name);
     END IF;
     FOREACH dependent IN ARRAY users LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                                   WHERE t.table_name = dependent AND t.untracked_at IS NULL);
         PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
         RAISE NOTICE 'derived table "%" is untracked too: it used table "%"', dependent, untrack_table.table_name;
     END LOOP;
@@ -1035,24 +1152,12 @@ BEGIN
 END
 $$;
 
--- The table and its inputs, transitively (a derived table inherits their
--- losses).
-CREATE FUNCTION @extschema@._lineage(table_id bigint)
-RETURNS TABLE (member_id bigint, member_granularity interval)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    WITH RECURSIVE up(id) AS (
-        SELECT _lineage.table_id
-        UNION
-        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
-    SELECT t.table_id, t.granularity FROM up JOIN @extschema@.tracked_table t ON t.table_id = up.id;
-END;
-
--- Whether the acknowledgements of a table recorded after a loss (since)
--- cover every instant of [s, e); adjacent or overlapping ones join.
-CREATE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
-RETURNS boolean
+-- How far from s the acknowledgements of a table recorded after a loss
+-- (since) reach without a gap, adjacent or overlapping ones joined: at
+-- least e once they cover every instant of [s, e). Where they stop, the
+-- loss still holds periods (_acked, _loss_cap).
+CREATE FUNCTION @extschema@._ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1066,31 +1171,134 @@ BEGIN
          WHERE a.table_id = table_id AND a.acknowledged_at > since
            AND a.period_from <= reach AND a.period_to > reach;
         IF further IS NULL THEN
-            RETURN false;
+            RETURN reach;
         END IF;
         reach := further;
     END LOOP;
-    RETURN true;
+    RETURN reach;
+END
+$$;
+
+-- Whether the acknowledgements of a table recorded after a loss (since)
+-- cover every instant of [s, e).
+CREATE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._ack_reach(table_id, s, e, since) >= e;
+
+-- The periods of granularity g that the lost commit times [lost_from,
+-- lost_to] touch, as [span_from, span_to): what an acknowledgement on a
+-- table of that granularity must cover. An infinite end stays infinite.
+CREATE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval,
+                                       OUT span_from timestamptz, OUT span_to timestamptz)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN isfinite(_loss_span.lost_from) THEN @extschema@.period_start(_loss_span.lost_from, _loss_span.g)
+                ELSE _loss_span.lost_from END,
+           CASE WHEN isfinite(_loss_span.lost_to) THEN @extschema@.period_end(_loss_span.lost_to, _loss_span.g)
+                ELSE _loss_span.lost_to END;
+END;
+
+-- Every loss a table inherits or has (its own, its inputs', transitively),
+-- with each table it must be acknowledged on before it stops holding the
+-- table's periods: the table that lost the data, and every derived table
+-- of the lineage downstream of it (on a path from the table to it) with a
+-- required consumer, whose job may have built those periods from the
+-- incomplete data and must rebuild them (a derived table without one, a
+-- view say, has nothing to rebuild). A consumer declared after the loss
+-- was acknowledged on the table that lost it built from repaired data, and
+-- declaring one never retracts what was final: it does not count.
+-- span_from, span_to: the loss's periods in the granularity of that table
+-- (as _loss_span). PL/pgSQL for its cached plan, since the sensors ask
+-- through it on every call while a loss holds periods; without JIT, which
+-- the pessimistic estimates of the recursion over a few rows would buy at
+-- hundreds of milliseconds a call.
+CREATE FUNCTION @extschema@._loss_ackers(table_id bigint)
+RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval,
+               span_from timestamptz, span_to timestamptz)
+LANGUAGE plpgsql STABLE ROWS 10
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    -- Every path from the table up its inputs: each member with the
+    -- members between the table (included) and it.
+    WITH RECURSIVE up(id, path) AS (
+        SELECT _loss_ackers.table_id, '{}'::bigint[]
+        UNION
+        SELECT d.input_id, up.path || up.id
+          FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id),
+    held AS (
+        SELECT l.loss_id AS id, l.table_id AS lost_id, l.lost_from, l.lost_to, l.created_at, t.granularity AS g,
+               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity)
+                    ELSE l.lost_from END AS lost_span_from,
+               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity)
+                    ELSE l.lost_to END AS lost_span_to
+          FROM @extschema@.tracked_table t
+          JOIN @extschema@.loss l ON l.table_id = t.table_id
+         WHERE t.table_id IN (SELECT up.id FROM up)),
+    ackers AS (
+        SELECT h.id, h.lost_id AS acker, h.g, h.lost_from, h.lost_to FROM held h
+        UNION ALL
+        SELECT DISTINCT h.id, k.table_id, k.granularity, h.lost_from, h.lost_to
+          FROM held h
+          JOIN up p ON p.id = h.lost_id
+         CROSS JOIN LATERAL unnest(p.path) AS on_path(id)
+          JOIN @extschema@.tracked_table k ON k.table_id = on_path.id
+         WHERE EXISTS (SELECT FROM @extschema@.consumer c
+                        WHERE c.table_id = k.table_id AND c.required
+                          AND c.created_at < coalesce(
+                                  (SELECT max(a.acknowledged_at) FROM @extschema@.loss_ack a
+                                    WHERE a.table_id = h.lost_id AND a.acknowledged_at > h.created_at
+                                      AND a.period_from < h.lost_span_to AND a.period_to > h.lost_span_from),
+                                  'infinity')))
+    SELECT x.id, x.acker, x.g,
+           CASE WHEN isfinite(x.lost_from) THEN @extschema@.period_start(x.lost_from, x.g) ELSE x.lost_from END,
+           CASE WHEN isfinite(x.lost_to) THEN @extschema@.period_end(x.lost_to, x.g) ELSE x.lost_to END
+      FROM ackers x;
 END
 $$;
 
 -- The losses (of the table or of an input, transitively) that hold the
--- period [period_start, period_end): they intersect it, and the periods of
--- their own table that they share with it are not all acknowledged.
+-- period [period_start, period_end), each with every table it has yet to be
+-- acknowledged on for it (_loss_ackers): the loss intersects the period,
+-- and that table's periods it shares with it are not all acknowledged.
+CREATE FUNCTION @extschema@._open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
+RETURNS TABLE (loss_id bigint, acker_id bigint)
+LANGUAGE plpgsql STABLE ROWS 10
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT a.loss_id, a.acker_id
+      FROM @extschema@._loss_ackers(_open_loss_ackers.table_id) AS a
+      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+     WHERE l.lost_from < _open_loss_ackers.period_end AND l.lost_to >= _open_loss_ackers.period_start
+       AND NOT @extschema@._acked(a.acker_id,
+               @extschema@.period_start(GREATEST(_open_loss_ackers.period_start, l.lost_from), a.acker_granularity),
+               @extschema@.period_end(LEAST(_open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
+                                      a.acker_granularity),
+               l.created_at);
+END
+$$;
+
+-- The losses (of the table or of an input, transitively) that hold the
+-- period [period_start, period_end) (see _open_loss_ackers).
 CREATE FUNCTION @extschema@._open_losses(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS SETOF @extschema@.loss
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT l.*
-      FROM @extschema@._lineage(_open_losses.table_id) AS x
-      JOIN @extschema@.loss l ON l.table_id = x.member_id
-     WHERE l.lost_from < _open_losses.period_end AND l.lost_to >= _open_losses.period_start
-       AND NOT @extschema@._acked(x.member_id,
-               @extschema@.period_start(GREATEST(_open_losses.period_start, l.lost_from), x.member_granularity),
-               @extschema@.period_end(LEAST(_open_losses.period_end - interval '1 microsecond', l.lost_to),
-                                      x.member_granularity),
-               l.created_at)
+      FROM @extschema@.loss l
+     WHERE l.loss_id IN (SELECT o.loss_id
+                           FROM @extschema@._open_loss_ackers(_open_losses.table_id, _open_losses.period_start,
+                                                              _open_losses.period_end) AS o)
      ORDER BY l.loss_id;
 END;
 
@@ -1103,25 +1311,57 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN EXISTS (SELECT FROM @extschema@._open_losses(table_id, period_start, period_end));
 
--- Whether the table or an input (transitively) has a loss whose periods
--- the acknowledgements recorded after it do not all cover.
+-- Where finalized_until() stops while losses hold periods, since every
+-- period ending at or before it must be complete: the start of the table's
+-- earliest period (its own granularity) that a loss may still hold, for
+-- want of an acknowledgement on any table it needs one on (_loss_ackers);
+-- 'infinity' when none does, '-infinity' when such a loss has no start.
+-- It may name an earlier period than the first one a loss holds (the
+-- acknowledgements count only from a period start of the table they are
+-- on), never a later one. The C sensors ask it (as the extension's owner)
+-- only while watermark.loss_blocked is set.
+CREATE FUNCTION @extschema@._loss_cap(table_id bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    cap timestamptz;
+BEGIN
+    SELECT min(CASE WHEN isfinite(h.held_from) THEN @extschema@.period_start(h.held_from, t.granularity)
+                    ELSE h.held_from END) INTO cap
+      FROM @extschema@.tracked_table t
+     CROSS JOIN LATERAL (
+           SELECT GREATEST(CASE WHEN isfinite(r.reach) THEN @extschema@.period_start(r.reach, a.acker_granularity)
+                                ELSE r.reach END,
+                           l.lost_from) AS held_from
+             FROM @extschema@._loss_ackers(t.table_id) AS a
+             JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+            CROSS JOIN LATERAL (SELECT @extschema@._ack_reach(a.acker_id, a.span_from, a.span_to,
+                                                              l.created_at) AS reach) AS r
+            WHERE r.reach < a.span_to) AS h
+     WHERE t.table_id = _loss_cap.table_id;
+    RETURN coalesce(cap, 'infinity');
+END
+$$;
+
+-- Whether the table or an input (transitively) has a loss that a table it
+-- must be acknowledged on (_loss_ackers) has not acknowledged for all its
+-- periods.
 CREATE FUNCTION @extschema@._has_open_loss(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN EXISTS (
-    SELECT FROM @extschema@._lineage(table_id) AS x
-      JOIN @extschema@.loss l ON l.table_id = x.member_id
-     WHERE NOT @extschema@._acked(x.member_id,
-               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, x.member_granularity)
-                    ELSE l.lost_from END,
-               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, x.member_granularity)
-                    ELSE l.lost_to END,
-               l.created_at));
+    SELECT FROM @extschema@._loss_ackers(table_id) AS a
+      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+     WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
 
 -- Recomputes watermark.loss_blocked of a table and of every derived table
--- that uses it (transitively): after a loss, an acknowledgement, a new
--- derived table or a new granularity.
+-- that uses it (transitively): after a loss, an acknowledgement (on the
+-- table that lost the data or on a derived table), a new derived table, a
+-- new granularity or a change of required consumers.
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE sql
@@ -1137,6 +1377,37 @@ BEGIN ATOMIC
       FROM flags f
      WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked;
 END;
+
+-- Keeps watermark.loss_blocked current when a table's required consumers
+-- change (add_consumer, alter_consumer, drop_consumer, however they do it):
+-- whether a derived table must acknowledge its inputs' losses itself
+-- depends on them (_loss_ackers).
+CREATE FUNCTION @extschema@._consumer_loss_refresh()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id bigint;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        id := OLD.table_id;
+    ELSIF TG_OP = 'UPDATE' AND OLD.required IS NOT DISTINCT FROM NEW.required THEN
+        RETURN NULL;
+    ELSE
+        id := NEW.table_id;
+    END IF;
+    -- A consumer deleted with its table (untrack_table) changes nothing.
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_id = id AND t.untracked_at IS NULL) THEN
+        PERFORM @extschema@._refresh_loss_blocked(id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER loss_blocked_refresh
+    AFTER INSERT OR DELETE OR UPDATE OF required ON @extschema@.consumer
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._consumer_loss_refresh();
 
 -- Whether the period starting at period_start is final for the table, as
 -- the sensors answer it: the watermark has passed it (_period_final, the
@@ -1409,8 +1680,8 @@ BEGIN
     IF current_name IS DISTINCT FROM c.reporter_name THEN
         RAISE EXCEPTION 'permission denied to report for consumer "%" of table "%"', consumer, tt.table_name
             USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('Its reporter role %s was dropped or renamed (OID %s is now %s), so only members of finalize_admin may report for it.',
-                                  c.reporter_name, c.reporter::oid, coalesce(current_name::text, 'no role')),
+                  DETAIL = format('Its reporter role %s was dropped or renamed (its OID now names %s), so only members of finalize_admin may report for it.',
+                                  c.reporter_name, coalesce('role ' || current_name, 'no role')),
                   HINT = format('An admin names the reporter again with SELECT finalize.alter_consumer(%L, %L, reporter => ''<role>'');',
                                 tt.table_name, consumer);
     END IF;
@@ -1602,7 +1873,9 @@ BEGIN
     FOREACH input IN ARRAY inputs LOOP
         IF input = table_name THEN
             RAISE EXCEPTION 'derived table "%" cannot be its own input', table_name
-                USING ERRCODE = 'invalid_object_definition';
+                USING ERRCODE = 'invalid_object_definition',
+                      DETAIL = 'A derived table is computed from other tables: its verdict follows theirs.',
+                      HINT = 'Remove it from inputs.';
         END IF;
         SELECT t.table_id INTO id FROM @extschema@.tracked_table t
          WHERE t.table_name = input AND t.untracked_at IS NULL FOR SHARE;
@@ -1610,7 +1883,9 @@ BEGIN
             PERFORM @extschema@._not_tracked(input);
         ELSIF id = ANY (ids) THEN
             RAISE EXCEPTION 'input "%" is listed twice', input
-                USING ERRCODE = 'invalid_parameter_value';
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Derived table "%s" lists each of its inputs once.', table_name),
+                      HINT = 'Remove the repetition from inputs.';
         END IF;
         ids := ids || id;
     END LOOP;
@@ -1620,7 +1895,9 @@ $$;
 
 -- Refuses inputs that use a table of this name (transitively): the
 -- derived table would depend on itself. Inputs are fixed when a derived
--- table is created, so with this check the inputs always form a DAG.
+-- table is created and must exist, and its name must be new, so no cycle
+-- can be built today; this check keeps the DAG the recursions rely on
+-- should inputs ever become changeable.
 CREATE FUNCTION @extschema@._check_no_cycle(table_name text, input_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -1646,6 +1923,19 @@ BEGIN
 END
 $$;
 
+-- The error for a derived table whose name is tracked already.
+CREATE FUNCTION @extschema@._already_tracked(table_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'table "%" is already tracked', table_name
+        USING ERRCODE = 'duplicate_object',
+              HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+END
+$$;
+
 -- The body of finalize.track_derived: a lake table computed from tracked
 -- or derived tables. Its granularity defaults to the coarsest input's; its
 -- verdict (the period start of its inputs' least verdict, capped by its
@@ -1666,11 +1956,10 @@ DECLARE
     g interval;
     new_id bigint;
 BEGIN
-    PERFORM @extschema@._require(table_name, 'table_name');
-    IF table_name !~ '\S' OR length(table_name) > 255 THEN
-        RAISE EXCEPTION 'invalid value for argument table_name: "%"', table_name
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A tracked table name is the name consumers use (for example sales.daily_revenue): 1 to 255 characters, not only spaces.';
+    PERFORM @extschema@._check_table_name(table_name, 'sales.daily_revenue');
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = _track_derived.table_name
+                                                        AND t.untracked_at IS NULL) THEN
+        PERFORM @extschema@._already_tracked(table_name);
     END IF;
     ids := @extschema@._derived_inputs(table_name, inputs);
     PERFORM @extschema@._check_no_cycle(table_name, ids);
@@ -1681,9 +1970,7 @@ BEGIN
         VALUES (table_name, 'derived', g, caller)
         RETURNING tracked_table.table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'table "%" is already tracked', table_name
-            USING ERRCODE = 'duplicate_object',
-                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+        PERFORM @extschema@._already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
     INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
@@ -1721,12 +2008,16 @@ END
 $$;
 
 -- The body of finalize.acknowledge_loss: an admin says the periods of
--- [period_from, period_to) were repaired after the losses recorded so far
--- (for example, the lake table was re-snapshotted); they no longer hold
--- those periods, here and in the derived tables that use the table. A loss
--- recorded later needs an acknowledgement of its own. Recorded with who,
--- when and the note, also as an event fact. Returns how many losses the
--- range (partly) covers.
+-- [period_from, period_to) were repaired after the losses recorded so far:
+-- on the table that lost the data (for example, the lake table was
+-- re-snapshotted), or on a derived table with a required consumer whose job
+-- has rebuilt them from the repaired input (the input's acknowledgement
+-- alone does not release such a table: see _loss_ackers). A loss no longer
+-- holds those periods, here and in the derived tables that use the table,
+-- once every table it needs an acknowledgement on has one. A loss recorded
+-- later needs an acknowledgement of its own. Recorded with who, when and
+-- the note, also as an event fact. Returns how many losses the range
+-- (partly) covers.
 CREATE FUNCTION @extschema@._acknowledge_loss(
     caller name,
     table_name text,
@@ -1742,11 +2033,12 @@ DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
     covered integer;
 BEGIN
-    IF tt.kind = 'derived' THEN
-        RAISE EXCEPTION 'table "%" is a derived table and has no losses of its own', tt.table_name
+    IF tt.kind = 'derived' AND NOT EXISTS (SELECT FROM @extschema@._loss_ackers(tt.table_id) AS a
+                                            WHERE a.acker_id = tt.table_id) THEN
+        RAISE EXCEPTION 'table "%" is a derived table with no loss to acknowledge', tt.table_name
             USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'A derived table holds the periods its inputs lost; it is released when the loss is acknowledged on the input that lost the data.',
-                  HINT = 'finalize.explain_verdict() on the derived table names that input.';
+                  DETAIL = 'A derived table holds the periods its inputs lost. It needs an acknowledgement of its own only when it has a required consumer, whose job must rebuild them; otherwise it is released when the loss is acknowledged on the input that lost the data.',
+                  HINT = 'finalize.explain_verdict() on the derived table names the table to acknowledge the loss on.';
     END IF;
     PERFORM @extschema@._check_period_bound(tt, period_from, 'period_from');
     PERFORM @extschema@._check_period_bound(tt, period_to, 'period_to');
@@ -1762,8 +2054,11 @@ BEGIN
                   DETAIL = 'The note is kept with the acknowledgement, for example ''orders re-snapshotted from SQL Server on 2026-12-01, ticket DATA-123''.';
     END IF;
     PERFORM @extschema@._lock_tracked(tt.table_id);
+    -- Its own losses, or for a derived table the ones it must acknowledge.
     SELECT count(*) INTO covered FROM @extschema@.loss l
-     WHERE l.table_id = tt.table_id AND l.lost_from < period_to AND l.lost_to >= period_from;
+     WHERE l.loss_id IN (SELECT a.loss_id FROM @extschema@._loss_ackers(tt.table_id) AS a
+                          WHERE a.acker_id = tt.table_id)
+       AND l.lost_from < period_to AND l.lost_to >= period_from;
     -- clock_timestamp(): a loss recorded after this (under the same lock)
     -- is never covered by it, even one whose transaction began earlier.
     INSERT INTO @extschema@.loss_ack (table_id, period_from, period_to, note, acknowledged_by, acknowledged_at)
@@ -1775,7 +2070,8 @@ BEGIN
                                'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
     IF covered = 0 THEN
-        RAISE NOTICE 'no loss of table "%" recorded so far intersects the periods from % to %', tt.table_name,
+        RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',
+                     CASE WHEN tt.kind = 'derived' THEN 'inherited by' ELSE 'of' END, tt.table_name,
                      period_from, period_to
             USING DETAIL = 'The acknowledgement is kept, but it covers no loss recorded after it.';
     END IF;
@@ -1790,7 +2086,7 @@ AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text) IS
-    'Say that the periods of [period_from, period_to) were repaired after the losses recorded so far (for example re-snapshotted); returns how many losses it covers';
+    'Say that the periods of [period_from, period_to) were repaired after the losses recorded so far (re-snapshotted, or rebuilt by a derived table''s job); returns how many losses it covers';
 
 -- The active tables of a source, with what the worker needs to plan them
 -- (one read per cycle); never a derived table, which has no source.
@@ -2077,6 +2373,10 @@ BEGIN
 END
 $$;
 
+-- is_final also answers for losses (and finalized_until stops at them).
+COMMENT ON FUNCTION @extschema@.is_final(text, timestamptz) IS
+    'True iff the whole period containing period_start is complete: the watermark has passed it and no unacknowledged loss holds it';
+
 -- The same for sensors that wait on several tables: the least verdict
 -- (NULL if any is NULL), and whether the period is final for every table.
 -- The first name that is not tracked is the error. A literal name still
@@ -2170,25 +2470,43 @@ BEGIN ATOMIC
 END;
 
 -- The losses that hold a period, each with its table, times, LSNs and the
--- call that acknowledges it once repaired; NULL when none does.
+-- calls that release it: on the table that lost the data once the lake was
+-- re-snapshotted, and on each derived table with a required consumer once
+-- its job has rebuilt the periods (_loss_ackers), inputs first (a derived
+-- table is tracked after its inputs); NULL when none does.
 CREATE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
                                             period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT string_agg(format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts); run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
-                             t.table_name,
-                             CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
-                             l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'),
-                             t.table_name,
-                             CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity)
-                                  ELSE l.lost_from END,
-                             CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity)
-                                  ELSE l.lost_to END),
-                      ' ' ORDER BY l.loss_id)
-      FROM @extschema@._open_losses((tt).table_id, _explain_losses.period_start, _explain_losses.period_end) AS l
-      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id;
+    SELECT string_agg(x.sentence, ' ' ORDER BY x.loss_id)
+      FROM (SELECT l.loss_id,
+                   format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
+                          t.table_name,
+                          CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                          l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'))
+                   || CASE WHEN bool_or(o.acker_id = l.table_id)
+                           THEN format('; run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
+                                       t.table_name, ls.span_from, ls.span_to)
+                                || coalesce(' Also, '
+                                            || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" too once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                                 k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                                          '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                            || '.', '')
+                           ELSE format(' and were acknowledged on input "%s"; ', t.table_name)
+                                || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                     k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                              '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                || '.' END AS sentence
+              FROM @extschema@._open_loss_ackers((tt).table_id, _explain_losses.period_start,
+                                                 _explain_losses.period_end) AS o
+              JOIN @extschema@.loss l ON l.loss_id = o.loss_id
+              JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+              JOIN @extschema@.tracked_table k ON k.table_id = o.acker_id
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, t.granularity) AS ls
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, k.granularity) AS ks
+             GROUP BY l.loss_id, t.table_id, t.table_name, ls.span_from, ls.span_to) AS x;
 END;
 
 -- Why a final period is final: how far the source verdict reached, the
