@@ -9,7 +9,8 @@
 # within 0.9 of SELECT 1"); a derived table built from it; both at once
 # (the text[] form); and, for information, a table whose loss flag is set,
 # so that every otherwise final period is asked of _loss_blocks through SPI
-# (the slow path: rare, between a data loss and its acknowledgement).
+# and finalized_until of _loss_cap (the slow path: rare, between a data loss
+# and its acknowledgement).
 # Ratios are printed, not asserted.
 #   test/bench/sensor.sh [seconds-per-run] [clients] [rounds]
 set -euo pipefail
@@ -57,7 +58,7 @@ SELECT finalize._record_event(finalize._tracked_id('bench.lossy'), 'data_loss', 
                               '0x00000000000000000400', 'dbo_lossy', '{}', 'data_lost', 'purged');
 SELECT finalize.resume_table('bench.lossy');
 SELECT finalize._resume_after_loss(finalize._tracked_id('bench.lossy'), '0x000000000000000003FF',
-                                   '2026-11-29 12:20+00', 'dbo_lossy', false, '{}');
+                                   '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_lossy', false, '{}');
 SELECT finalize.record_range('bench.lossy', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-29 14:00+00');
 SQL
 
@@ -70,6 +71,7 @@ SELECT finalize.is_final('bench.t500', '2026-11-29 13:00+00')
    AND finalize.is_final(ARRAY['bench.consumed', 'bench.derived'], '2026-11-28 13:00+00')
    AND finalize.is_final('bench.lossy', '2026-11-29 09:00+00')
    AND NOT finalize.is_final('bench.lossy', '2026-11-29 11:00+00')
+   AND finalize.finalized_until('bench.lossy') = '2026-11-29 10:00+00'
    AND (SELECT w.loss_blocked FROM finalize.watermark w WHERE w.table_id = finalize._tracked_id('bench.lossy'))
    AND (SELECT count(*) = 1 FROM finalize.consumer WHERE required)
 SQL
@@ -87,7 +89,8 @@ echo "SELECT finalize.is_final('bench.derived', '2026-11-28 13:00+00');" > "$wor
 echo "SELECT finalize.is_final(ARRAY['bench.consumed', 'bench.derived'], '2026-11-28 13:00+00');" \
   > "$work/is_final_two.sql"
 echo "SELECT finalize.is_final('bench.lossy', '2026-11-29 09:00+00');" > "$work/is_final_lossy.sql"
-cases="is_final finalized_until is_final_consumer is_final_derived is_final_two is_final_lossy"
+echo "SELECT finalize.finalized_until('bench.lossy');" > "$work/finalized_until_lossy.sql"
+cases="is_final finalized_until is_final_consumer is_final_derived is_final_two is_final_lossy finalized_until_lossy"
 
 # Runs one pgbench script and prints its tps (excluding connection time).
 tps() {
