@@ -5,27 +5,54 @@ every step, against the simulator's ground truth: no verdict ever led the
 truth, and every recorded range holds exactly the changes committed in it
 (nothing lost, nothing counted twice).
 
+The lake side runs along (issue 12): a required consumer of c.orders and one
+of c.payments apply the simulator's changes late, in random batches, crash
+(losing what they had not reported yet) and replay older LSNs, in finalize's
+and Debezium's forms; a derived table c.orders_hourly over both has a
+consumer reporting a lagging processed_until and replaying older ones. After
+every step: no verdict, tracked or derived, claims a period holding a commit
+a consumer has not applied (first commit above its last accepted LSN, from
+the simulator's truth) or that its job has not processed; derived verdicts
+are whole periods below their inputs'; no verdict ever moves back; every
+forward report moves and every replay is ignored with a NOTICE. At the end
+the consumers fall an hour behind and hold every verdict back, then catch up,
+and the verdicts reach their sources'.
+
 FINALIZE_CHAOS_STEPS (default 40) and FINALIZE_CHAOS_SEED make longer or
 repeatable runs; the seed and the count of every event are printed.
 
 At the end, with every table active again, the worker's memory must stay
-flat over a few hundred more cycles of traffic (bytes per cycle printed)."""
+flat over a few hundred more cycles of traffic (bytes per cycle printed),
+while the pipelines keep up with it (the worker resolves their reports)."""
 
 import collections
+import contextlib
+import datetime
 import os
 import random
 import signal
+import threading
 import time
 
+import psycopg2
+
 from pgcluster import kill
+from test_consumers_worker import debezium
 from test_worker_hardening import memory_per_cycle, reconfigure
-from worker_env import Env, lsn_text, new_cluster, sim_clock, sim_max_lsn, truth_watermark
+from worker_env import Env, as_utc, lsn_text, new_cluster, sim_clock, sim_max_lsn, truth_watermark
 
 TABLES = {  # lake table -> (source table, track_table options)
     "c.orders": ("dbo.orders", dict(granularity="1 hour", ddl_policy="warn", on_data_loss="resume")),
     "c.orders_strict": ("dbo.orders", dict(granularity="15 minutes", ddl_policy="block", on_data_loss="stop")),
     "c.payments": ("dbo.payments", dict(granularity="5 minutes")),
 }
+CONSUMERS = {"c.orders": "spark-orders", "c.payments": "spark-payments"}   # lake table -> its required consumer
+DERIVED = "c.orders_hourly"                     # built from DERIVED_INPUTS, hourly, by DERIVED_CONSUMER
+DERIVED_INPUTS = ["c.orders", "c.payments"]
+DERIVED_GRANULARITY = datetime.timedelta(hours=1)
+DERIVED_CONSUMER = "airflow-hourly"
+NOTHING = "0x" + "00" * 10                      # the LSN of a consumer that has applied nothing
+EPOCH = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 def worker_pid(pg):
@@ -85,6 +112,309 @@ def check_invariants(env, sim, counters):
         counters["events:" + t] = len(events)
 
 
+def verdict(env, table):
+    return env.one("SELECT finalize.finalized_until(%s)", (table,))
+
+
+def call_noticing(pg, query, args):
+    """Runs one statement in its own connection: (its value, the NOTICEs it raised)."""
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query, args)
+            return cur.fetchone()[0], list(conn.notices)
+    finally:
+        conn.close()
+
+
+class Pipelines:
+    """The lake side: the pipelines writing the lake tables, as finalize sees them.
+
+    A tracked table's consumer keeps the LSN it has applied in memory (lost when it crashes) and
+    the greatest LSN finalize accepted from it (durable: it restarts from there). It applies only
+    what CDC has captured (up to max LSN), a few commits of its source at a time and not on every
+    step, sometimes up to an LSN between two commits; it reports on some steps only, in one of the
+    accepted forms, and after a crash or as an at-least-once redelivery it reports an LSN it
+    reported before, which must be ignored. The derived table's job reads its inputs' verdict and
+    reports a lagging processed_until, and after a crash an older one again."""
+
+    def __init__(self, env, sim, rng, n, seed):
+        self.env, self.sim, self.rng, self.n, self.seed = env, sim, rng, n, seed
+        self.applied = {t: NOTHING for t in CONSUMERS}
+        self.durable = {t: None for t in CONSUMERS}
+        self.history = {t: [] for t in CONSUMERS}
+        self.processed = None                    # the derived job's last accepted processed_until
+        self.processed_history = []
+        self.floor = {}                          # verdicts when the consumers were declared
+        self.last = {}                           # verdicts at the previous check
+        self.step = "setup"
+
+    def declare(self):
+        """The consumers of the tracked tables, the derived table and its consumer (after the
+        baselines: declaring a consumer never retracts a verdict, so the verdicts then are floors)."""
+        for t, consumer in CONSUMERS.items():
+            self.env.sql("SELECT finalize.add_consumer(%s, %s)", (t, consumer))
+        self.env.sql("SELECT finalize.track_derived(%s, %s, %s::interval)",
+                     (DERIVED, DERIVED_INPUTS, "%d seconds" % DERIVED_GRANULARITY.total_seconds()))
+        self.env.sql("SELECT finalize.add_consumer(%s, %s)", (DERIVED, DERIVED_CONSUMER))
+        for t in list(CONSUMERS) + [DERIVED]:
+            self.floor[t] = self.env.status(t)["finalized_until"]
+
+    def fail(self, message):
+        self.n["violations"] += 1
+        raise AssertionError(f"seed {self.seed}, step {self.step}: {message}")
+
+    def report(self, table, value, expected):
+        """One report (LSN text or processed_until); it must move exactly when expected, and say why not."""
+        if table == DERIVED:
+            query, consumer = "SELECT finalize.report_processed(%s, %s, %s)", DERIVED_CONSUMER
+        else:
+            query, consumer = "SELECT finalize.report_progress(%s, %s, %s)", CONSUMERS[table]
+        moved, notices = call_noticing(self.env.pg, query, (table, consumer, value))
+        self.n["consumer_reports"] += 1
+        if moved is not expected:
+            self.fail(f"{consumer} of {table} reported {value}: returned {moved}, expected {expected} "
+                      f"(last accepted {self.processed if table == DERIVED else self.durable[table]})")
+        if not moved:
+            self.n["consumer_reports_ignored"] += 1
+            if not any("ignored" in m for m in notices):
+                self.fail(f"{consumer} of {table}: the ignored report {value} raised no NOTICE: {notices}")
+        return moved
+
+    def lsn_form(self, lsn, rng=None):
+        """finalize's form (either case of hex digits) or Debezium's (either case)."""
+        return (rng or self.rng).choice([lsn, "0x" + lsn[2:].lower(), debezium(lsn), debezium(lsn).upper()])
+
+    def apply(self, table):
+        """The consumer applies a few more commits of its source that CDC has captured."""
+        src = TABLES[table][0]
+        top = sim_max_lsn(self.sim)
+        ahead = [lsn_text(c["commit_lsn"]) for c in self.sim.call("sim.truth_commits", table=src)[0]]
+        ahead = [lsn for lsn in ahead if self.applied[table] < lsn <= top]
+        if not ahead:
+            return
+        k = min(len(ahead), self.rng.randint(1, 4))
+        new = ahead[k - 1]
+        if self.rng.random() < 0.25:        # a position between two commits of the source
+            lo = int(new, 16)
+            hi = int(ahead[k], 16) - 1 if k < len(ahead) else int(top, 16)
+            if hi > lo:
+                new = "0x%020X" % self.rng.randint(lo + 1, hi)
+        self.applied[table] = new
+        self.n["consumer_applied"] += 1
+
+    def act(self, step):
+        """One step of every pipeline."""
+        self.step = step
+        rng = self.rng
+        for t in CONSUMERS:
+            durable = self.durable[t] or NOTHING
+            if rng.random() < 0.08:             # crash: back to the last report, which it sends again
+                self.applied[t] = durable
+                self.n["consumer_crashes"] += 1
+                if self.history[t]:
+                    self.report(t, self.lsn_form(rng.choice(self.history[t][-3:])), False)
+                continue
+            if rng.random() < 0.5:
+                self.apply(t)
+            if self.applied[t] > durable and rng.random() < 0.6:
+                self.report(t, self.lsn_form(self.applied[t]), True)
+                self.durable[t] = self.applied[t]
+                self.history[t].append(self.applied[t])
+            elif self.history[t] and rng.random() < 0.1:     # at-least-once: the same report again
+                self.report(t, self.lsn_form(self.durable[t]), False)
+        for t in DERIVED_INPUTS + [DERIVED]:          # now and then an operator repairs a loss
+            if rng.random() < 0.15 and self.env.status(t)["loss_blocked"]:
+                self.acknowledge(t)
+        if rng.random() < 0.08:
+            self.n["consumer_crashes"] += 1
+            if self.processed_history:
+                self.report(DERIVED, rng.choice(self.processed_history[-3:]), False)
+        elif rng.random() < 0.45:
+            # A run of the job: it read its inputs' verdict and processed up to it, or less.
+            inputs = self.env.one("SELECT finalize.finalized_until(%s::text[])", (DERIVED_INPUTS,))
+            if inputs is not None and (self.processed is None or inputs > self.processed):
+                room = 7200 if self.processed is None else int((inputs - self.processed).total_seconds()) - 1
+                done = inputs - datetime.timedelta(seconds=rng.choice([0, 0, rng.randint(0, max(room, 0))]))
+                self.report(DERIVED, done, True)
+                self.processed = done
+                self.processed_history.append(done)
+            elif self.processed_history and rng.random() < 0.2:     # a rerun with nothing new
+                self.report(DERIVED, self.processed, False)
+
+    def verdicts(self):
+        """What a sensor reads (finalized_until(), which stops at an unacknowledged loss) and the
+        watermark (finalize.status) of every table, the derived table's first: an input's only grow."""
+        out = {}
+        for t in [DERIVED] + list(TABLES):
+            sensor = verdict(self.env, t)            # before the watermark, which only grows
+            out[t] = (sensor, self.env.status(t)["finalized_until"])
+        return out
+
+    def check(self, sim):
+        """No verdict claims what a consumer has not applied or processed; none moves back."""
+        verdicts = self.verdicts()
+        truth = truth_watermark(sim)
+        for t, (sensor, mark) in verdicts.items():
+            if sensor is not None and (mark is None or sensor > mark):
+                self.fail(f"{t}: finalized_until() {sensor} is beyond the watermark {mark}")
+            for what, until in (("finalized_until()", sensor), ("the watermark", mark)):
+                before = self.last.get((t, what))
+                if before is not None and (until is None or until < before):
+                    self.fail(f"{t}: {what} moved back from {before} to {until}")
+                self.last[(t, what)] = until
+        for t, consumer in CONSUMERS.items():
+            mark, applied = verdicts[t][1], self.durable[t] or NOTHING
+            if mark is not None and mark > truth:
+                self.fail(f"{t}: verdict {mark} leads the truth watermark {truth}")
+            pending = [as_utc(c["commit_time_utc"]) for c in sim.call("sim.truth_commits", table=TABLES[t][0])[0]
+                       if lsn_text(c["commit_lsn"]) > applied]
+            first = min(pending) if pending else None
+            floor = self.floor[t]
+            if mark is not None and first is not None and mark > first and (floor is None or mark > floor):
+                self.fail(f"{t}: verdict {mark} claims the commit at {first} that {consumer} has not applied "
+                          f"(it reported {applied}; verdict when declared {floor})")
+        (sensor, mark), floor = verdicts[DERIVED], self.floor[DERIVED]
+        if mark is not None and (floor is None or mark > floor):
+            inputs = {t: verdicts[t][1] for t in DERIVED_INPUTS}
+            if any(i is None or mark > i for i in inputs.values()):
+                self.fail(f"{DERIVED}: verdict {mark} leads its inputs {inputs}")
+            if self.processed is None or mark > self.processed:
+                self.fail(f"{DERIVED}: verdict {mark} leads what {DERIVED_CONSUMER} processed ({self.processed})")
+        if sensor is not None:
+            inputs = {t: verdicts[t][0] for t in DERIVED_INPUTS}
+            if any(i is None or sensor > i for i in inputs.values()):
+                self.fail(f"{DERIVED}: finalized_until() {sensor} leads its inputs' {inputs}")
+        for until in (sensor, mark):
+            if until is not None and (until - EPOCH) % DERIVED_GRANULARITY:
+                self.fail(f"{DERIVED}: verdict {until} is not a period boundary of {DERIVED_GRANULARITY}")
+        held = self.env.one("SELECT count(*) FROM finalize.status WHERE held_back_by IS NOT NULL")
+        self.n["consumer_held"] += held
+
+    def acknowledge(self, table):
+        """The lake was re-snapshotted: every loss of the table so far is acknowledged. A derived
+        table acknowledges only the losses its job rebuilt (it has a required consumer)."""
+        try:
+            self.env.sql("SELECT finalize.acknowledge_loss(%s, '-infinity', 'infinity', %s)",
+                         (table, f"chaos step {self.step}: re-snapshotted"))
+            self.n["loss_acknowledged"] += 1
+        except psycopg2.Error as e:
+            if table != DERIVED or e.pgcode != "42809":      # no loss inherited to acknowledge
+                raise
+
+    @contextlib.contextmanager
+    def keeping_up(self):
+        """While the block runs, the pipelines keep up with the traffic, from a thread with its own
+        connections: a few times a second every consumer reports max LSN (what CDC has captured),
+        the derived job its inputs' verdict. The worker's memory is then measured while it resolves
+        consumers and moves every verdict, as without consumers."""
+        stop = threading.Event()
+        errors = []
+
+        def run():
+            rng = random.Random(self.seed)
+            conn = self.env.pg.connect()
+            mssql = None
+            try:
+                while not stop.wait(0.2):
+                    try:
+                        if mssql is None:
+                            mssql = self.sim.connect()
+                        cur = mssql.cursor()
+                        cur.execute("SELECT sys.fn_cdc_get_max_lsn()")
+                        top = lsn_text(cur.fetchall()[0][0])
+                    except Exception:               # a fault still armed, a killed session: next time
+                        mssql = None
+                        continue
+                    with conn.cursor() as pgcur:
+                        for t, consumer in CONSUMERS.items():
+                            if top is None or top <= (self.durable[t] or NOTHING):
+                                continue
+                            pgcur.execute("SELECT finalize.report_progress(%s, %s, %s)",
+                                          (t, consumer, self.lsn_form(top, rng)))
+                            self.n["consumer_reports_live"] += 1
+                            if pgcur.fetchone()[0] is not True:
+                                errors.append(f"{consumer} of {t}: the report of {top} did not move "
+                                              f"(last accepted {self.durable[t]})")
+                            self.applied[t] = self.durable[t] = top
+                            self.history[t].append(top)
+                        pgcur.execute("SELECT finalize.finalized_until(%s::text[])", (DERIVED_INPUTS,))
+                        inputs = pgcur.fetchone()[0]
+                        if inputs is not None and (self.processed is None or inputs > self.processed):
+                            pgcur.execute("SELECT finalize.report_processed(%s, %s, %s)",
+                                          (DERIVED, DERIVED_CONSUMER, inputs))
+                            self.n["consumer_reports_live"] += 1
+                            if pgcur.fetchone()[0] is not True:
+                                errors.append(f"{DERIVED_CONSUMER}: the report of {inputs} did not move "
+                                              f"(last accepted {self.processed})")
+                            self.processed = inputs
+                            self.processed_history.append(inputs)
+            except Exception as e:
+                errors.append(repr(e))
+            finally:
+                conn.close()
+                if mssql is not None:
+                    mssql.close()
+
+        self.step = "memory"
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(30)
+        if thread.is_alive():
+            self.fail("the pipelines' thread is stuck in a report (30 s)")
+        if errors:
+            self.fail(errors[0])
+
+    def catch_up(self, pg):
+        """The consumers stop keeping up: with new commits an hour later, every consumer holds its
+        table's verdict below its source's, and the derived job holds the derived table. Then every
+        consumer reports everything (max LSN): the verdicts reach their source's. Once the losses
+        are acknowledged, finalized_until() says so too; the derived job reports its inputs'
+        verdict, and the derived verdict reaches the inputs' (in whole hours)."""
+        self.step = "end"
+        for src in sorted({TABLES[t][0] for t in CONSUMERS}):
+            self.sim.call("sim.commit", table=src, inserts=1)
+        self.sim.call("sim.advance", seconds=3900)
+        pg.wait_for(lambda: settled(self.env, self.sim), timeout=60, what="the tables to catch up at the end")
+        self.check(self.sim)
+        for t, consumer in CONSUMERS.items():
+            st = self.env.status(t)
+            if not (st["held_back_by"] == consumer and st["finalized_until"] < st["source_until"]):
+                self.fail(f"{t}: {consumer} reported nothing of the last hour, yet it holds nothing: {st}")
+        top = sim_max_lsn(self.sim)
+        for t in CONSUMERS:
+            self.report(t, self.lsn_form(top), True)
+            self.applied[t] = self.durable[t] = top
+        for t in CONSUMERS:
+            pg.wait_for(lambda: (lambda st: st["held_back_by"] is None
+                                 and st["finalized_until"] == st["source_until"])(self.env.status(t)),
+                        timeout=30, what=lambda: f"seed {self.seed}: {t} to reach its source's verdict once "
+                                                 f"{CONSUMERS[t]} reported max LSN {top}: {self.env.status(t)}")
+            self.acknowledge(t)
+            st = self.env.status(t)
+            if verdict(self.env, t) != st["finalized_until"] or st["loss_blocked"]:
+                self.fail(f"{t}: finalized_until() {verdict(self.env, t)} once every loss is acknowledged: {st}")
+        self.check(self.sim)
+        inputs = self.env.one("SELECT finalize.finalized_until(%s::text[])", (DERIVED_INPUTS,))
+        expected = inputs - (inputs - EPOCH) % DERIVED_GRANULARITY
+        st = self.env.status(DERIVED)
+        if not (st["held_back_by"] == DERIVED_CONSUMER and st["finalized_until"] < st["source_until"] == expected):
+            self.fail(f"{DERIVED}: {DERIVED_CONSUMER} has not processed the last hour, yet it holds nothing "
+                      f"(inputs until {inputs}): {st}")
+        self.report(DERIVED, inputs, True)
+        self.processed = inputs
+        self.acknowledge(DERIVED)
+        pg.wait_for(lambda: verdict(self.env, DERIVED) == expected == self.env.status(DERIVED)["source_until"]
+                    == self.env.status(DERIVED)["finalized_until"],
+                    timeout=30, what=lambda: f"seed {self.seed}: {DERIVED} to reach {expected} once "
+                                             f"{DERIVED_CONSUMER} reported {inputs}: {self.env.status(DERIVED)}")
+        self.check(self.sim)
+
+
 def memory_after_chaos(env, sim, pg):
     """Every table active again and no fault armed; then, polling every 100 ms with traffic,
     the growth of the worker's memory per cycle after a warm-up (memory_per_cycle)."""
@@ -126,6 +456,9 @@ def test_chaos():
             for t, (src, opts) in TABLES.items():
                 env.track(t, "erp", source_table=src, **opts)
             pg.wait_for(lambda: settled(env, sim), timeout=60, what="baselines")
+            lake = Pipelines(env, sim, random.Random(f"lake {seed}"), n, seed)   # the actions stay the seed's
+            lake.declare()
+            lake.check(sim)
             ddl_no = version = 0
             for step in range(steps):
                 if sim.proc.poll() is not None:
@@ -200,18 +533,29 @@ def test_chaos():
                         if env.status(t)["state"] in ("data_lost", "schema_blocked"):
                             env.one("SELECT finalize.resume_table(%s)", (t,))
                             n["resumed"] += 1
+                lake.act(step)
                 sim.call("sim.advance", seconds=rng.randint(6, 120))
                 pg.wait_for(lambda: settled(env, sim), timeout=60,
                             what=lambda: f"step {step} ({action}, seed {seed}) to settle: "
                                          f"{[(t, env.status(t)['state'], env.status(t)['condition']) for t in TABLES]}")
                 check_invariants(env, sim, n)
-            per_cycle = memory_after_chaos(env, sim, pg)
+                lake.check(sim)
+            with lake.keeping_up():
+                per_cycle = memory_after_chaos(env, sim, pg)
+            check_invariants(env, sim, n)
+            lake.check(sim)
+            lake.catch_up(pg)
             check_invariants(env, sim, n)
             assert per_cycle < 64, f"the worker's memory grew by {per_cycle:.0f} bytes per cycle after the chaos"
             events = collections.Counter(r[0] for r in pg.sql("SELECT event FROM finalize.fact WHERE event IS NOT NULL"))
-            print(f"chaos seed {seed}: {steps} steps; actions {dict(sorted((k, v) for k, v in n.items() if ':' not in k or k.startswith('fault')))}; "
+            lake_keys = ("consumer_", "violations", "loss_acknowledged")
+            print(f"chaos seed {seed}: {steps} steps; actions {dict(sorted((k, v) for k, v in n.items() if (':' not in k or k.startswith('fault')) and not k.startswith(lake_keys)))}; "
                   f"events recorded {dict(events)}; truth watermark {truth_watermark(sim)}; "
-                  f"worker memory {per_cycle:.1f} bytes per cycle")
+                  f"worker memory {per_cycle:.1f} bytes per cycle; "
+                  f"consumers: {n['consumer_reports']} reports, {n['consumer_reports_ignored']} ignored, "
+                  f"{n['consumer_crashes']} crashes, {n['consumer_applied']} batches applied, "
+                  f"{n['consumer_held']} table-steps held back by a consumer, {n['loss_acknowledged']} losses acknowledged, "
+                  f"{n['consumer_reports_live']} more reports keeping up with the traffic; violations: {n['violations']}")
     except Exception:
         print("--- simulator output ---\n" + sim.output()[-4000:])
         print("--- server log (crashes) ---\n" + "\n".join(
