@@ -38,7 +38,7 @@ DATA       = $(filter-out %/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard src/sql/r
 PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
 # The workers compare it with the catalog's version (pg_extension.extversion).
 PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK  = -lsybdb -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2)
+SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2)
 
 # Every object depends on the headers it includes (a struct that changes
 # must rebuild every file that uses it).
@@ -93,6 +93,7 @@ $(DATA_built): $(SQL_PARTS) src/sql $(EXTENSION).control
 # it tests, with the server's headers and libpgport, no server needed.
 UNIT_SOURCES_test_plan = src/worker/plan.c src/common/lsn.c
 UNIT_SOURCES_test_clock_check = src/worker/clock_check.c
+UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -32,6 +32,24 @@ ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '100000000 days 2562047
 ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '106751991 days');
 ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '20 minutes');
 
+-- Encryption: off, request or require (the default), the certificate
+-- verified unless trust_server_certificate; ca_file an absolute path that
+-- FreeTDS's configuration can carry; host_name_in_certificate only the host
+-- (FreeTDS 1.3 checks no other name). Hosts that would break FreeTDS's
+-- configuration file are refused too.
+ALTER SERVER src_ok OPTIONS (ADD encrypt 'require', ADD trust_server_certificate 'false',
+                             ADD ca_file '/etc/ssl/certs/ca-certificates.crt');
+ALTER SERVER src_ok OPTIONS (SET encrypt 'yes');
+ALTER SERVER src_ok OPTIONS (SET encrypt 'strict');
+ALTER SERVER src_ok OPTIONS (SET trust_server_certificate 'maybe');
+ALTER SERVER src_ok OPTIONS (SET ca_file 'certs/ca.pem');
+ALTER SERVER src_ok OPTIONS (SET ca_file '/etc/ssl/ca.pem;encryption = off');
+ALTER SERVER src_ok OPTIONS (SET host 'sql1.example.com#x');
+ALTER SERVER src_ok OPTIONS (SET host E'sql1\nencryption = off');
+ALTER SERVER src_ok OPTIONS (ADD host_name_in_certificate 'sql1.internal.example.com');
+ALTER SERVER src_ok OPTIONS (ADD host_name_in_certificate 'SQL1.example.com');
+ALTER SERVER src_ok OPTIONS (DROP host_name_in_certificate, SET encrypt 'off', DROP ca_file);
+
 -- Unknown options list the valid ones.
 ALTER SERVER src_ok OPTIONS (ADD hostname 'x');
 CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (dbname 'erp');

@@ -31,6 +31,7 @@ static const char *const condition_names[COND_COUNT] = {
 	[COND_TIMEZONE_MISMATCH] = "timezone_mismatch",
 	[COND_CLOCK_SKEW] = "clock_skew",
 	[COND_INTERNAL_ERROR] = "internal_error",
+	[COND_TLS_FAILED] = "tls_failed",
 	[COND_CONSUMER_STALLED] = "consumer_stalled",
 };
 

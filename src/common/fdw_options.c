@@ -25,6 +25,7 @@
 #include "common/fdw_options.h"
 #include "common/period.h"
 #include "common/subxact.h"
+#include "mssql/tds_conf.h"
 
 PG_FUNCTION_INFO_V1(finalize_mssql_validator);
 PG_FUNCTION_INFO_V1(finalize_s3_validator);
@@ -63,16 +64,42 @@ check_login(const char *value)
 	return check_sysname(value) && strchr(value, '\\') == NULL;
 }
 
-/* Accepts a host name or address, without a port or an instance name. */
+/*
+ * Accepts a host name or address, without a port or an instance name, that
+ * FreeTDS's configuration can carry (tds_conf.c).
+ */
 static bool
 check_host(const char *value)
 {
-	if (value[0] == '\0')
+	if (!tds_conf_value_ok(value))
 		return false;
 	for (const char *s = value; *s; s++)
 		if (isspace((unsigned char) *s) || *s == ':' || *s == '\\' || *s == '/')
 			return false;
 	return true;
+}
+
+/* Accepts how a connection is encrypted: off, request or require. */
+static bool
+check_encrypt(const char *value)
+{
+	return strcmp(value, "off") == 0 || strcmp(value, "request") == 0 || strcmp(value, "require") == 0;
+}
+
+/* Accepts a boolean as PostgreSQL spells one (true, false, on, off, ...). */
+static bool
+check_bool(const char *value)
+{
+	bool		b;
+
+	return parse_bool(value, &b);
+}
+
+/* Accepts the absolute path of a PEM file FreeTDS's configuration can carry. */
+static bool
+check_ca_file(const char *value)
+{
+	return value[0] == '/' && tds_conf_value_ok(value);
 }
 
 /* Accepts a TCP port, 1 to 65535. */
@@ -139,6 +166,14 @@ static const FdwOption mssql_options[] = {
 	"The time zone is the IANA name of the SQL Server machine's clock zone, such as UTC or Europe/Berlin (see pg_timezone_names)."},
 	{"tds_version", ForeignServerRelationId, false, check_tds_version,
 	"The TDS version is one of 7.1, 7.2, 7.3 or 7.4."},
+	{"encrypt", ForeignServerRelationId, false, check_encrypt,
+	"The encrypt option is off, request or require (the default: an encrypted connection whose certificate is verified)."},
+	{"trust_server_certificate", ForeignServerRelationId, false, check_bool,
+	"The trust_server_certificate option is a boolean (false by default: the certificate must chain to ca_file, or to the system's trusted CAs, and name the host)."},
+	{"ca_file", ForeignServerRelationId, false, check_ca_file,
+	"The ca_file option is the absolute path of a PEM file of CA certificates the PostgreSQL server can read, at most 200 characters, without ; # [ ] = or control characters."},
+	{"host_name_in_certificate", ForeignServerRelationId, false, check_host,
+	"The host_name_in_certificate option is a host name, without a port."},
 	{"capture_stall_threshold", ForeignServerRelationId, false, check_positive_interval,
 	"The threshold is a positive interval without months, such as '15 minutes': how far the commit time of SQL Server's max LSN may lag its clock before the capture counts as stalled. Keep it above the idle dummy-row cadence (about 5 minutes)."},
 	{"username", UserMappingRelationId, false, check_login,
@@ -253,6 +288,21 @@ valid_names(const FdwOption *options, Oid context)
 }
 
 /*
+ * A value as an error may echo it: control characters become '?', so that
+ * a value cannot start a forged line in the server log.
+ */
+static char *
+printable(const char *value)
+{
+	char	   *copy = pstrdup(value);
+
+	for (unsigned char *c = (unsigned char *) copy; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	return copy;
+}
+
+/*
  * Checks a list of options (DefElems) against a wrapper's table. Unknown or
  * misplaced options and bad values raise errors that name the option, list
  * what is valid and never show a secret value.
@@ -302,10 +352,32 @@ validate_options(const char *wrapper, const FdwOption *options, List *opts, Oid 
 						 errdetail("%s", opt->rule)));
 			ereport(ERROR,
 					(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
-					 errmsg("invalid value for option \"%s\" of a %s %s: \"%s\"", opt->name, wrapper, context_name(context), value),
+					 errmsg("invalid value for option \"%s\" of a %s %s: \"%s\"", opt->name, wrapper, context_name(context),
+							printable(value)),
 					 errdetail("%s", opt->rule)));
 		}
 	}
+}
+
+/*
+ * host_name_in_certificate must be the host: FreeTDS 1.3 (Debian 12's)
+ * checks the certificate against the name it connects to and cannot be
+ * told another one. Refusing it says so, instead of checking a name the
+ * user did not mean.
+ */
+static void
+check_certificate_name(List *opts)
+{
+	const char *host = fdw_option_value(opts, "host", NULL);
+	const char *name = fdw_option_value(opts, "host_name_in_certificate", NULL);
+
+	if (name != NULL && (host == NULL || pg_strcasecmp(host, name) != 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("option \"host_name_in_certificate\" (\"%s\") must equal option \"host\" (\"%s\")",
+						name, host ? host : ""),
+				 errdetail("FreeTDS 1.3 checks SQL Server's certificate against the host it connects to and cannot check another name."),
+				 errhint("Set host to the name in the certificate (add it to /etc/hosts or DNS if needed), or drop host_name_in_certificate.")));
 }
 
 /*
@@ -318,6 +390,8 @@ finalize_mssql_validator(PG_FUNCTION_ARGS)
 	Oid			context = PG_GETARG_OID(1);
 
 	validate_options("finalize_mssql", mssql_options, opts, context);
+	if (context == ForeignServerRelationId)
+		check_certificate_name(opts);
 	PG_RETURN_VOID();
 }
 

@@ -18,10 +18,18 @@
  * connection, which does not exist before the login ends), so a timer
  * watches for a cancel or a termination during a login and shuts the
  * login's socket down (login_watch).
+ *
+ * Every connection reads its own FreeTDS configuration (tds_conf.c): the
+ * encryption it requires and the CA that must have signed the server's
+ * certificate, never the machine's freetds.conf. A failed TLS handshake is
+ * explained from FreeTDS's log of it, since DB-Library only says
+ * "Adaptive Server connection failed".
  */
 #include "postgres.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "miscadmin.h"
 #include "utils/datetime.h"
@@ -35,6 +43,8 @@
 
 #include "common/io_interrupts.h"
 #include "mssql/mssql.h"
+#include "mssql/tds_conf.h"
+#include "mssql/tls_reason.h"
 #include "mssql/tsql.h"
 
 struct MssqlConn
@@ -192,12 +202,21 @@ handle_interrupt(void *dbproc pg_attribute_unused())
 	return INT_CANCEL;
 }
 
-/* Initializes DB-Library once per process (dbinit resets the handlers). */
+/*
+ * Initializes DB-Library once per process (dbinit resets the handlers).
+ * FreeTDS lets environment variables override any configuration, the host
+ * whose name the certificate must carry included (TDSHOST), and TDSDUMP logs
+ * every packet: none of them may reach a source's connection.
+ */
 static void
 ensure_dblib(void)
 {
+	static const char *const overrides[] = {"TDSHOST", "TDSPORT", "TDSVER", "TDSDUMP", "TDSDUMPCONFIG"};
+
 	if (dblib_ready)
 		return;
+	for (size_t i = 0; i < lengthof(overrides); i++)
+		unsetenv(overrides[i]);
 	if (dbinit() == FAIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -221,9 +240,132 @@ tds_version_code(const char *name)
 }
 
 /*
+ * Writes the connection's private FreeTDS configuration (mode 0600) and
+ * empties its log. False, with err set, when it cannot.
+ */
+static bool
+write_conf(const MssqlConnInfo *info, MssqlError *err)
+{
+	TdsConf		conf;
+	char		text[2048];
+	int			len;
+	int			fd;
+	bool		ok;
+
+	conf.section = info->section;
+	conf.host = info->host;
+	conf.port = info->port;
+	conf.encrypt = info->encrypt;
+	conf.ca_file = info->ca_file;
+	conf.dump_path = info->log_path;
+	len = tds_conf_format(text, sizeof(text), &conf);
+	if (len < 0)
+	{
+		err->set = true;
+		snprintf(err->message, sizeof(err->message),
+				 "the host or ca_file option cannot be written to FreeTDS's configuration (at most 200 "
+				 "characters, none of ; # [ ] = or control characters)");
+		return false;
+	}
+	fd = open(info->conf_path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY, S_IRUSR | S_IWUSR);
+	ok = fd >= 0 && write(fd, text, len) == len;
+	if (fd >= 0 && close(fd) != 0)
+		ok = false;
+	if (ok && truncate(info->log_path, 0) != 0 && errno != ENOENT)
+		ok = false;
+	if (!ok)
+	{
+		err->set = true;
+		snprintf(err->message, sizeof(err->message), "could not write FreeTDS's configuration \"%s\": %m",
+				 info->conf_path);
+	}
+	return ok;
+}
+
+/* FreeTDS's log of the last login (at most 64 kB), or NULL. */
+static char *
+read_log(const char *path)
+{
+	char	   *buf = palloc(65536);
+	int			fd = open(path, O_RDONLY | PG_BINARY, 0);
+	ssize_t		n = fd >= 0 ? read(fd, buf, 65535) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	if (n < 0)
+	{
+		pfree(buf);
+		return NULL;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/*
+ * Replaces DB-Library's "Adaptive Server connection failed" by what went
+ * wrong in TLS, when FreeTDS's log says so: the certificate's verification
+ * status in GnuTLS's words, a name mismatch, a CA file it could not load, or
+ * a server that did not agree to encrypt when encryption is required. The
+ * connection is never retried in plaintext.
+ */
+static void
+explain_tls_failure(const MssqlConnInfo *info, MssqlError *err)
+{
+	char	   *log;
+	char		detail[512];
+	char		status_text[512];
+	unsigned	status;
+	TlsFailure	failure;
+	const char *against = info->ca_file == NULL ? "nothing" :
+		strcmp(info->ca_file, "system") == 0 ? "the system's trusted CAs" : info->ca_file;
+
+	if (err->from_server || err->number != SYBEFCON)
+		return;
+	log = read_log(info->log_path);
+	failure = tds_conf_tls_failure(log, &status, detail, sizeof(detail));
+	if (failure != TLS_FAILURE_NONE && strcmp(info->encrypt, "off") == 0)
+	{
+		/* It offered no encryption; the server asked for it (REQ) and hung up. */
+		snprintf(err->message, sizeof(err->message),
+				 "TLS: SQL Server requires encryption (Force Encryption) and closed the connection, which "
+				 "encrypt 'off' does not offer (SQL Server logs error 17835); set encrypt to 'require' "
+				 "(FreeTDS: %s)", detail[0] ? detail : "login refused");
+		err->tls_failed = true;
+		return;
+	}
+	switch (failure)
+	{
+		case TLS_FAILURE_NONE:
+			return;
+		case TLS_FAILURE_CERT_STATUS:
+			tls_status_text(status, status_text, sizeof(status_text));
+			snprintf(err->message, sizeof(err->message),
+					 "TLS: SQL Server's certificate failed verification against %s: %s (GnuTLS status %u)",
+					 against, status_text, status);
+			break;
+		case TLS_FAILURE_HOSTNAME:
+			snprintf(err->message, sizeof(err->message),
+					 "TLS: SQL Server's certificate does not name the host \"%s\" (%s)", info->host, detail);
+			break;
+		case TLS_FAILURE_STEP:
+			snprintf(err->message, sizeof(err->message), "TLS: %s (ca_file: %s)", detail, against);
+			break;
+		case TLS_FAILURE_NOT_NEGOTIATED:
+			if (strcmp(info->encrypt, "require") != 0)
+				return;
+			snprintf(err->message, sizeof(err->message),
+					 "TLS: SQL Server did not agree to encrypt the connection, which encrypt 'require' demands "
+					 "(does the server have a certificate?)");
+			break;
+	}
+	err->tls_failed = true;
+}
+
+/*
  * Logs in to SQL Server with SQL authentication, as application "finalize",
- * UTF-8, the given TDS version and database. NULL on failure, with err set
- * (the password never appears in it).
+ * UTF-8, the given TDS version and database, through the connection's
+ * private FreeTDS configuration. NULL on failure, with err set (the
+ * password never appears in it).
  */
 MssqlConn *
 mssql_connect(const MssqlConnInfo *info, MssqlError *err)
@@ -231,11 +373,16 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 	LOGINREC   *login;
 	DBPROCESS  *dbproc;
 	MssqlConn  *conn;
-	char		server[1100];
+	char		no_file[1] = "";
 
 	ensure_dblib();
 	io_interrupts_begin();
 	begin_call(err);
+	if (!write_conf(info, err))
+	{
+		current_error = NULL;
+		return NULL;
+	}
 
 	dbsetlogintime(info->login_timeout);
 	dbsettime(info->query_timeout);
@@ -255,17 +402,27 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 	DBSETLDBNAME(login, info->database);
 	DBSETLVERSION(login, tds_version_code(info->tds_version));
 
-	snprintf(server, sizeof(server), "%s:%d", info->host, info->port);
 	if (login_watch_id == MAX_TIMEOUTS)
 		login_watch_id = RegisterTimeout(USER_TIMEOUT, login_watch);
 	login_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), info->login_timeout * 1000);
 	login_timed_out = false;
 	enable_timeout_every(login_watch_id,
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOGIN_WATCH_MS), LOGIN_WATCH_MS);
-	dbproc = (ProcDiePending || QueryCancelPending) ? NULL : dbopen(login, server);
+	dbsetifile(unconstify(char *, info->conf_path));
+	dbproc = (ProcDiePending || QueryCancelPending) ? NULL : dbopen(login, info->section);
+	dbsetifile(no_file);
 	disable_timeout(login_watch_id, false);
 	dbloginfree(login);
 	current_error = NULL;
+	if (dbproc == NULL && err->set)
+	{
+		char	   *at = strstr(err->message, info->section);
+
+		explain_tls_failure(info, err);
+		/* "connection failed (finalize-16384.invalid)" names the section, not the server. */
+		if (!err->tls_failed && at != NULL)
+			snprintf(at, sizeof(err->message) - (at - err->message), "%s:%d)", info->host, info->port);
+	}
 	if (dbproc == NULL && (ProcDiePending || QueryCancelPending))
 	{
 		err->set = true;

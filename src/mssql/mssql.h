@@ -16,6 +16,7 @@ typedef struct MssqlError
 	bool		from_server;	/* SQL Server sent the message */
 	bool		timed_out;		/* the query or login timed out */
 	bool		interrupted;	/* a PostgreSQL interrupt cancelled the wait */
+	bool		tls_failed;		/* the login failed in TLS (verification, negotiation) */
 	int			number;			/* SQL Server's error number, or DB-Library's (20xxx) */
 	int			severity;
 	int			state;
@@ -33,6 +34,11 @@ typedef struct MssqlConnInfo
 	const char *tds_version;	/* "7.1" .. "7.4" */
 	int			login_timeout;	/* seconds */
 	int			query_timeout;	/* seconds */
+	const char *encrypt;		/* "off", "request" or "require" */
+	const char *ca_file;		/* NULL: verify nothing; "system": the system's CAs */
+	const char *conf_path;		/* the connection's private FreeTDS configuration */
+	const char *log_path;		/* FreeTDS's log of the connection's errors */
+	const char *section;		/* the configuration's section: finalize-<oid>.invalid */
 } MssqlConnInfo;
 
 typedef struct MssqlConn MssqlConn;

@@ -154,7 +154,7 @@ CREATE TABLE @extschema@.source_status (
                       CHECK (condition IN ('starting', 'ok', 'capture_stalled', 'no_worker', 'server_dropped',
                                            'configuration', 'commit_time_ahead', 'unreachable', 'timeout',
                                            'cancelled', 'sql_error', 'no_max_lsn', 'timezone_mismatch',
-                                           'clock_skew', 'internal_error')),
+                                           'clock_skew', 'internal_error', 'tls_failed')),
     condition_since   timestamptz NOT NULL DEFAULT now(),
     last_poll         timestamptz,
     last_success      timestamptz,

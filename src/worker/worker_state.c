@@ -9,12 +9,15 @@
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
+
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/fd.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -104,6 +107,38 @@ spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
 }
 
 /*
+ * How the source's connection is encrypted and verified (in the current
+ * context), and where its private FreeTDS configuration and log live: in
+ * pg_finalize/tds under the data directory, readable by PostgreSQL's user
+ * only, one pair per server. encrypt defaults to require and the
+ * certificate is verified unless trust_server_certificate says not to:
+ * against ca_file, else the system's trusted CAs.
+ */
+static void
+load_tls(ForeignServer *server, SourceConfig *cfg)
+{
+	bool		trust = false;
+
+	cfg->conn.encrypt = pstrdup(fdw_option_value(server->options, "encrypt", "require"));
+	(void) parse_bool(fdw_option_value(server->options, "trust_server_certificate", "false"), &trust);
+	if (trust || strcmp(cfg->conn.encrypt, "off") == 0)
+		cfg->conn.ca_file = NULL;
+	else
+		cfg->conn.ca_file = pstrdup(fdw_option_value(server->options, "ca_file", "system"));
+	if (MakePGDirectory("pg_finalize") < 0 && errno != EEXIST)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create directory \"pg_finalize\" in the data directory: %m")));
+	if (MakePGDirectory("pg_finalize/tds") < 0 && errno != EEXIST)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create directory \"pg_finalize/tds\" in the data directory: %m")));
+	cfg->conn.conf_path = psprintf("%s/pg_finalize/tds/%u.conf", DataDir, server->serverid);
+	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/%u.log", DataDir, server->serverid);
+	cfg->conn.section = psprintf("finalize-%u.invalid", server->serverid);
+}
+
+/*
  * The server's options into cfg (in cxt). Returns NULL, or what is wrong
  * with them.
  */
@@ -124,6 +159,7 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);
+	load_tls(server, cfg);
 	MemoryContextSwitchTo(oldcxt);
 
 	if (!option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),

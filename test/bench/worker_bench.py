@@ -8,11 +8,13 @@ real PostgreSQL), each printed with a baseline measured in the same run:
            that wakes at random times lags half of it on average)
   tables   one cycle of 1,000 tracked tables on one source, as time per cycle
            and per table; baseline: the same cycle with one table
+  tls      one cycle over a kept connection and with a fresh login, with TLS
+           (full and login-only) and without; baseline: plaintext
   range    recording the facts of a range of 1,000,000 change rows; baseline:
            a plain FreeTDS (DB-Library) client fetching the same rows
 
 Run as root after the extension is installed (test/bench/worker.sh does both):
-    test/bench/worker_bench.py [lag] [tables] [range] [--rows N] [--tables N] [--trials N]
+    test/bench/worker_bench.py [lag] [tables] [tls] [range] [--rows N] [--tables N] [--trials N]
 """
 import argparse
 import datetime
@@ -136,6 +138,52 @@ def bench_tables(ntables, trials):
     print(f"  ratio per table ({ntables} tables / 1 table): {(many / ntables) / one:.3f}")
 
 
+def bench_tls(trials):
+    """One cycle's latency over a kept connection and with a fresh login, without and with TLS."""
+    from certs import make_test_pki
+    print("== tls: one cycle (1 table, poll 100 ms), plaintext vs TLS 1.2 (full) vs login-only TLS")
+    tmp = tempfile.mkdtemp(prefix="worker-bench-tls-")
+    os.chmod(tmp, 0o755)
+    pki = make_test_pki(tmp)
+    results = {}
+    modes = [("plaintext", {"encrypt": "off"}), ("TLS (full)", {"encrypt": "require", "ca_file": pki.ca}),
+             ("TLS (login only)", {"encrypt": "request", "ca_file": pki.ca})]
+    try:
+        for name, options in modes:
+            pg = cluster("100ms")
+            try:
+                with Simulator(clock="sim", start_time="2026-11-02T08:59:00Z", dummy_interval=0, cleanup_time="",
+                               tls_cert=pki.good.cert, tls_key=pki.good.key) as sim:
+                    env = Env(pg)
+                    sim.call("sim.commit", inserts=1)
+                    sim.call("sim.advance", seconds=10)
+                    env.add_source("erp", sim, **options)
+                    env.track("t1", "erp")
+                    env.wait_caught_up("t1", sim, timeout=60)
+                    kept, fresh = [], []
+                    for i in range(2 * trials):
+                        if i % 2:
+                            sim.call("sim.kill_sessions")     # the next cycle logs in again
+                        sim.call("sim.commit", inserts=3, updates=1)
+                        sim.call("sim.advance", seconds=6)
+                        target = sim_max(sim)
+                        t0 = time.monotonic()
+                        pg.wait_for(lambda: env.status("t1")["offset_lsn"] == target, timeout=60, interval=0.005,
+                                    what="a cycle")
+                        (fresh if i % 2 else kept).append(time.monotonic() - t0)
+                    assert pg.sql("SELECT condition FROM finalize.source_status")[0][0] == "ok"
+                    results[name] = (statistics.median(kept), statistics.median(fresh))
+            finally:
+                pg.cleanup()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    base_kept, base_fresh = results["plaintext"]
+    for name, (kept, fresh) in results.items():
+        print(f"  {name:17s} kept connection {1000 * kept:7.1f} ms (ratio {kept / base_kept:.2f})   "
+              f"fresh login {1000 * fresh:7.1f} ms (ratio {fresh / base_fresh:.2f})   median of {trials}")
+    print("  (times include up to one 100 ms poll interval; the ratios are against plaintext in this run)")
+
+
 def bench_range(rows):
     """Recording a range of many change rows vs fetching those rows."""
     print(f"== range: a range of {rows} change rows")
@@ -189,6 +237,8 @@ def main():
     ap.add_argument("--tables", type=int, default=1000)
     ap.add_argument("--trials", type=int, default=10)
     args = ap.parse_args()
+    if "tls" in args.parts:
+        bench_tls(args.trials)
     if "lag" in args.parts:
         bench_lag(args.trials)
     if "tables" in args.parts:

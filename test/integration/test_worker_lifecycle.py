@@ -144,7 +144,7 @@ def test_drop_database_with_a_stalled_worker():
             fin("CREATE EXTENSION finalize")
             sim.call("sim.commit", inserts=1)
             sim.call("sim.advance", seconds=10)
-            fin(f"CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', port '{sim.port}', database 'demo')")
+            fin(f"CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', port '{sim.port}', database 'demo', encrypt 'off')")
             fin("CREATE USER MAPPING FOR CURRENT_USER SERVER erp OPTIONS (username 'sa', password 'Passw0rd!')")
             fin("SELECT finalize.track_table('sales.orders', 'erp', 'dbo.orders')")
             pg.wait_for(lambda: fin("SELECT offset_lsn FROM finalize.status")[0][0], what="the baseline")

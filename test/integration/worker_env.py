@@ -57,7 +57,10 @@ class Env:
         return rows[0][0] if rows else None
 
     def add_source(self, name, sim, login="sa", password="Passw0rd!", timezone=None, port=None, **options):
-        """CREATE SERVER + user mapping for a simulator; options are more server options."""
+        """CREATE SERVER + user mapping for a simulator; options are more server options. The
+        connection is not encrypted unless options say so (encrypt, ca_file): the simulator speaks
+        TLS only when started with a certificate, and test_tls.py covers that."""
+        options.setdefault("encrypt", "off")
         opts = "host '127.0.0.1', port '%d', database '%s'" % (port or sim.port, sim.database)
         if timezone:
             opts += ", timezone '%s'" % timezone

@@ -7,7 +7,8 @@ import sys
 
 from .config import Config
 
-DESCRIPTION = """SQL Server 2019/2022 CDC simulator speaking TDS 7.4 (plain TCP, no TLS).
+DESCRIPTION = """SQL Server 2019/2022 CDC simulator speaking TDS 7.1 to 7.4, with TLS like SQL Server
+when given a certificate (--tls-cert; --force-encryption).
 
 Serves database 'demo' with CDC enabled on dbo.orders (capture instance
 dbo_orders) to FreeTDS, tedious and other TDS clients.  Control it over TDS with
@@ -62,6 +63,15 @@ def parse_args(argv):
     p.add_argument("--commit-time-offset", type=int, default=d.commit_time_offset,
                    help="minutes added to the local clock when stamping tran_begin_time/tran_end_time/ddl_time "
                    "(default %(default)s)")
+    p.add_argument("--tls-cert", default=d.tls_cert, metavar="FILE",
+                   help="PEM server certificate (chain): the server can encrypt; PRELOGIN answers like a SQL "
+                   "Server with a certificate (client OFF -> login-only TLS, ON -> full TLS, NOT_SUP -> plain). "
+                   "Without it: ENCRYPT_NOT_SUP, and a client requiring encryption is disconnected")
+    p.add_argument("--tls-key", default=d.tls_key, metavar="FILE",
+                   help="PEM private key of --tls-cert (default: in the certificate file)")
+    p.add_argument("--force-encryption", action="store_true",
+                   help="SQL Server's Force Encryption: every session fully encrypted (client OFF -> REQ); a "
+                   "client that cannot encrypt (NOT_SUP) gets REQ and is disconnected (needs --tls-cert)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -74,7 +84,8 @@ def config_from(args):
                   dummy_interval=args.dummy_interval, dummy_on_idle_log=args.dummy_on_idle_log == "yes",
                   map_absent=args.map_absent, traffic=args.traffic, traffic_rate=args.traffic_rate,
                   traffic_tables=args.traffic_tables, seed=args.seed, version=args.sql_version,
-                  demo=not args.no_demo, collation=args.collation, commit_time_offset=args.commit_time_offset)
+                  demo=not args.no_demo, collation=args.collation, commit_time_offset=args.commit_time_offset,
+                  tls_cert=args.tls_cert, tls_key=args.tls_key, force_encryption=args.force_encryption)
 
 
 def main(argv=None):
@@ -88,7 +99,17 @@ def main(argv=None):
     except Exception:
         print("mssql-sim: unknown time zone %r" % args.timezone, file=sys.stderr)
         return 2
-    server = Server(config_from(args))
+    if args.force_encryption and not args.tls_cert:
+        print("mssql-sim: --force-encryption needs --tls-cert", file=sys.stderr)
+        return 2
+    if args.tls_key and not args.tls_cert:
+        print("mssql-sim: --tls-key needs --tls-cert", file=sys.stderr)
+        return 2
+    try:
+        server = Server(config_from(args))
+    except (OSError, ValueError) as e:          # ssl.SSLError is an OSError
+        print("mssql-sim: cannot load the TLS certificate/key: %s" % e, file=sys.stderr)
+        return 2
     port = server.listen()
     if args.ready_file:
         tmp = args.ready_file + ".tmp"

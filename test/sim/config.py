@@ -30,3 +30,6 @@ class Config:
     collation: str = "SQL_Latin1_General_CP1_CI_AS"   # database collation ("_CS_": case-sensitive names/strings)
     commit_time_offset: int = 0       # minutes added to the local clock in lsn_time_mapping/ddl_history times
     packet_size_max: int = 32767
+    tls_cert: str = ""                # PEM certificate (chain) for TLS; '' = no certificate (ENCRYPT_NOT_SUP)
+    tls_key: str = ""                 # its PEM private key ('' = in tls_cert)
+    force_encryption: bool = False    # SQL Server's "Force Encryption": every connection fully encrypted

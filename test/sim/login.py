@@ -19,15 +19,13 @@ def parse_prelogin(payload):
     return opts
 
 
-def prelogin_reply(version=(15, 0, 2000)):
-    """PRELOGIN response: VERSION, ENCRYPTION=NOT_SUP, INSTOPT, THREADID, MARS off.
-
-    NOT_SUP keeps FreeTDS (encryption = off) and tedious (encrypt: false) in
-    clear text; answering OFF would make FreeTDS start TLS for the login."""
+def prelogin_reply(version=(15, 0, 2000), encryption=ENCRYPT_NOT_SUP):
+    """PRELOGIN response: VERSION, ENCRYPTION (the negotiated byte, see tls.negotiate), INSTOPT,
+    THREADID, MARS off."""
     major, minor, build = version
     data = [
         (0x00, struct.pack(">BBHH", major, minor, build, 0)),
-        (0x01, bytes([ENCRYPT_NOT_SUP])),
+        (0x01, bytes([encryption])),
         (0x02, b"\x00"),
         (0x03, b""),
         (0x04, b"\x00"),

@@ -2,6 +2,7 @@
 import collections
 import select
 import socket
+import ssl
 import struct
 
 from .errors import Attention, ClientGone
@@ -14,15 +15,43 @@ STATUS_EOM, STATUS_IGNORE, STATUS_RESET = 0x01, 0x02, 0x08
 FLUSH_AT = 256 * 1024          # bytes of tokens buffered before packets are written
 
 
+class SocketIO:
+    """Plain TCP transport (``prefix``: bytes already read from the socket, served first)."""
+
+    def __init__(self, sock, prefix=b""):
+        self.sock = sock
+        self.prefix = bytearray(prefix)
+
+    def recv(self, n):
+        """Some bytes, b"" at EOF (OSError on a socket error)."""
+        if self.prefix:
+            data = bytes(self.prefix[:n])
+            del self.prefix[:n]
+            return data
+        return self.sock.recv(n)
+
+    def readable(self):
+        return bool(self.prefix) or bool(select.select([self.sock], [], [], 0)[0])
+
+    def sendall(self, data):
+        self.sock.sendall(data)
+
+    def after_packet(self):
+        return self
+
+
 class Channel:
     """One client socket: reads whole messages and writes responses in packets.
 
     Responses are cut at the negotiated packet size with EOM only on the last
     packet; between large writes it polls the socket so an ATTENTION can stop
-    a running result (``Attention`` is raised to the executor)."""
+    a running result (``Attention`` is raised to the executor).  Bytes go
+    through a transport, ``self.io``: plain TCP, or TLS after ``start_tls``."""
 
     def __init__(self, sock, spid):
         self.sock = sock
+        self.io = SocketIO(sock)
+        self.encryption = None      # None (plain), 'full', or 'login' (the LOGIN7 packet only), once TLS started
         self.spid = spid
         self.packet_size = 4096
         self.tds = 0x74000004       # negotiated TDS version (LOGINACK); DONE tokens depend on it
@@ -42,7 +71,7 @@ class Channel:
         """Read exactly n bytes (ClientGone on EOF or a socket error)."""
         while len(self.rbuf) < n:
             try:
-                chunk = self.sock.recv(max(65536, n - len(self.rbuf)))
+                chunk = self.io.recv(max(65536, n - len(self.rbuf)))
             except OSError as e:
                 raise ClientGone(str(e))
             if not chunk:
@@ -57,7 +86,9 @@ class Channel:
         typ, status, length, _spid, _pid, _win = HEADER.unpack(self._recv(8))
         if length < 8:
             raise ClientGone("bad packet length %d" % length)
-        return typ, status, self._recv(length - 8)
+        payload = self._recv(length - 8)
+        self.io = self.io.after_packet()        # login-only encryption ends after the LOGIN7 packet
+        return typ, status, payload
 
     def read_message(self):
         """A whole client message (packets up to EOM) -> (type, status, payload)."""
@@ -80,10 +111,10 @@ class Channel:
         message is kept for later (clients without MARS should not send one)."""
         if self.attention:
             raise Attention()
-        while self.rbuf or select.select([self.sock], [], [], 0)[0]:
+        while self.rbuf or self.io.readable():
             if len(self.rbuf) < 8:
                 try:
-                    chunk = self.sock.recv(65536)
+                    chunk = self.io.recv(65536)
                 except OSError as e:
                     raise ClientGone(str(e))
                 if not chunk:
@@ -109,7 +140,7 @@ class Channel:
         if len(self.wbuf) >= FLUSH_AT:
             self._send_full_packets()
 
-    def _packets(self, data, last):
+    def _packets(self, data, last, typ=REPLY):
         size = self.packet_size - 8
         out = []
         n = len(data)
@@ -119,7 +150,7 @@ class Channel:
             chunk = mv[pos:pos + size]
             pos += len(chunk)
             eom = last and pos >= n
-            out.append(HEADER.pack(REPLY, STATUS_EOM if eom else 0, len(chunk) + 8,
+            out.append(HEADER.pack(typ, STATUS_EOM if eom else 0, len(chunk) + 8,
                                    self.spid, self.packet_id, 0))
             out.append(chunk)
             self.packet_id = (self.packet_id + 1) & 0xFF
@@ -129,7 +160,7 @@ class Channel:
 
     def _sendall(self, data):
         try:
-            self.sock.sendall(data)
+            self.io.sendall(data)
         except OSError as e:
             raise ClientGone(str(e))
 
@@ -187,6 +218,50 @@ class Channel:
     def send_raw_packet(self, typ, payload):
         """Send a single packet with EOM (the PRELOGIN reply)."""
         self._sendall(HEADER.pack(typ, STATUS_EOM, len(payload) + 8, self.spid, 1, 0) + payload)
+
+    # --- TLS ---------------------------------------------------------------------
+
+    def start_tls(self, context, login_only):
+        """Server side of the TLS handshake carried in PRELOGIN (0x12) packets, then switch the
+        transport to TLS records on the socket (MS-TDS 2.2.6.5, 3.3.5.2).
+
+        Each server flight goes out as one message of 0x12 packets (cut at the packet size, EOM on
+        the last), answering the client packet that completed the client's flight: tedious sends one
+        PRELOGIN message per flight and reads exactly one message back; FreeTDS reads packets until
+        its TLS library is satisfied.  Returns a description (protocol, cipher); ClientGone if the
+        handshake fails or the client leaves (e.g. after rejecting the certificate)."""
+        inb, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(inb, outb, server_side=True)
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                out = outb.read()
+                if out:
+                    self._sendall(self._packets(out, last=True, typ=PRELOGIN))
+                typ, _status, payload = self.read_packet()
+                if typ != PRELOGIN:
+                    raise ClientGone("expected a TLS handshake packet (0x12), got type 0x%02x" % typ)
+                inb.write(payload)
+            except ssl.SSLError as e:
+                out = outb.read()           # the alert, if any
+                if out:
+                    try:
+                        self._sendall(self._packets(out, last=True, typ=PRELOGIN))
+                    except ClientGone:
+                        pass
+                raise ClientGone("TLS handshake failed: %s" % e)
+        out = outb.read()
+        if out:
+            self._sendall(self._packets(out, last=True, typ=PRELOGIN))
+        from .tls import TlsIO
+        self.io = TlsIO(self.sock, tls, inb, outb, login_only=login_only)
+        self.encryption = "login" if login_only else "full"
+        if self.rbuf:                        # raw TLS bytes read along with the last handshake packet
+            inb.write(bytes(self.rbuf))
+            self.rbuf.clear()
+        return self.io.describe()
 
     def close(self):
         """Close the socket, ignoring errors (the client may be gone already)."""

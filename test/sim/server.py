@@ -6,6 +6,7 @@ import threading
 from . import cleanup, control, sysprocs  # noqa: F401  (registers procedures)
 from . import lsn as L
 from . import sqltypes as T
+from . import tls as TLS
 from .faults import Faults
 from .model import Database
 from .scheduler import Scheduler
@@ -32,6 +33,11 @@ class Server:
 
     def __init__(self, cfg):
         self.cfg = cfg
+        if cfg.force_encryption and not cfg.tls_cert:
+            raise ValueError("--force-encryption needs a certificate (--tls-cert)")
+        # loaded first: a bad certificate stops the start before any storage exists
+        self.tls_context = TLS.server_context(cfg.tls_cert, cfg.tls_key or None) if cfg.tls_cert else None
+        self.tls_mode = TLS.FORCED if cfg.force_encryption else TLS.OPTIONAL if cfg.tls_cert else TLS.NO_CERT
         self.version, self.version_string, self.version_text = VERSIONS.get(cfg.version, VERSIONS["2019"])
         major, minor, build = self.version
         self.microsoft_version = (major << 24) | (minor << 16) | build

@@ -8,6 +8,7 @@ from . import packets as PK
 from . import rpc as R
 from . import sqltypes as T
 from . import timeutil
+from . import tls as TLS
 from . import tokens as K
 from .errors import Attention, ClientGone, SqlError
 from .executor import Executor
@@ -76,8 +77,11 @@ class Session:
     def handshake(self):
         typ, status, payload = self.channel.read_message()
         if typ == PK.PRELOGIN:
-            self.channel.send_raw_packet(PK.REPLY, LG.prelogin_reply(self.server.version))
+            if not self.prelogin(payload):
+                return False
             typ, status, payload = self.channel.read_message()
+        elif self.server.tls_mode == TLS.FORCED:
+            return False                    # no PRELOGIN, no encryption: refused like SQL Server
         if typ != PK.LOGIN7:
             return False
         lg = LG.parse_login7(payload)
@@ -106,6 +110,29 @@ class Session:
                 + K.done(0, 0, 0, tds=tds))
         self.channel.send_message(resp)
         self.channel.packet_size = size
+        return True
+
+    def prelogin(self, payload):
+        """Answer PRELOGIN with the negotiated ENCRYPTION byte (tls.ANSWER), then run the TLS handshake
+        if encryption was agreed.  False when the connection ends here."""
+        opt = LG.parse_prelogin(payload).get(0x01)
+        client = opt[0] if opt else None
+        answer, then = TLS.negotiate(client, self.server.tls_mode)
+        self.channel.send_raw_packet(PK.REPLY, LG.prelogin_reply(self.server.version, answer))
+        if then == TLS.CLOSE:
+            if answer == TLS.ENCRYPT_REQ:
+                log.warning("%s [CLIENT: %s]", TLS.MSG_17835, self.peer[0] if self.peer else "?")
+            else:
+                log.warning("client %s requires encryption (PRELOGIN ENCRYPTION 0x%02x) but the server has no "
+                            "certificate (--tls-cert): connection closed", self.peer and self.peer[0], client)
+            return False
+        if then in (TLS.FULL, TLS.LOGIN_ONLY):
+            try:
+                desc = self.channel.start_tls(self.server.tls_context, login_only=then == TLS.LOGIN_ONLY)
+            except ClientGone as e:          # e.g. the client rejected the certificate and hung up
+                log.info("session %d: no TLS session: %s", self.spid, e)
+                raise
+            log.info("session %d: %s, encryption %s", self.spid, desc, self.channel.encryption)
         return True
 
     def authenticate(self, lg):

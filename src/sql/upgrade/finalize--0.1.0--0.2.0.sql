@@ -68,7 +68,7 @@ ALTER TABLE @extschema@.source_status
         CHECK (condition IN ('starting', 'ok', 'capture_stalled', 'no_worker', 'server_dropped',
                              'configuration', 'commit_time_ahead', 'unreachable', 'timeout',
                              'cancelled', 'sql_error', 'no_max_lsn', 'timezone_mismatch',
-                             'clock_skew', 'internal_error')),
+                             'clock_skew', 'internal_error', 'tls_failed')),
     ADD CONSTRAINT source_status_held_by_check
         CHECK (held_by IN ('commit_time_ahead'));
 

@@ -1,5 +1,7 @@
-"""A minimal raw TDS 7.1-7.4 client for byte-level checks of the simulator's responses."""
+"""A minimal raw TDS 7.1-7.4 client for byte-level checks of the simulator's responses (optionally over
+TLS negotiated in PRELOGIN, like SQL Server clients do)."""
 import socket
+import ssl
 import struct
 
 
@@ -21,18 +23,75 @@ class Raw:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.packet_size = packet_size
         self.tds = tds              # TDSVersion sent in LOGIN7 (ALL_HEADERS and LOGIN7 size follow it)
+        self.tls = None             # ssl.SSLObject once start_tls() is done (None again after login-only)
+        self.login_only = False
+        self.plain = bytearray()    # decrypted bytes not yet consumed
+        self.wire_in = bytearray()  # every raw byte received from the socket
+        self.handshake_messages = []    # per server flight: list of (type, status, length) of its packets
+
+    def _send_raw(self, data):
+        if self.tls is not None:
+            self.tls.write(data)
+            data = self._outb.read()
+        self.sock.sendall(data)
+
+    def _sock_recv(self):
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("server closed")
+        self.wire_in += chunk
+        return chunk
 
     def send(self, typ, payload, status=1):
-        self.sock.sendall(struct.pack(">BBHHBB", typ, status, len(payload) + 8, 0, 1, 0) + payload)
+        self._send_raw(struct.pack(">BBHHBB", typ, status, len(payload) + 8, 0, 1, 0) + payload)
+        if self.login_only and typ == 0x10:
+            self.tls = None         # login-only encryption: only the LOGIN7 packet goes through TLS
 
     def recv_exact(self, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("server closed")
-            buf += chunk
-        return buf
+        while len(self.plain) < n:
+            if self.tls is None:
+                self.plain += self._sock_recv()
+                continue
+            try:
+                self.plain += self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                self._inb.write(self._sock_recv())
+        data = bytes(self.plain[:n])
+        del self.plain[:n]
+        return data
+
+    def start_tls(self, cafile=None, hostname=None, login_only=False):
+        """Client side of the TLS handshake in PRELOGIN (0x12) packets, after prelogin() got an answer
+        that agrees on encryption: each flight goes out as one 0x12 packet, each server flight is read
+        as one message (kept in ``handshake_messages``).  Verifies against ``cafile`` (and ``hostname``)
+        if given.  Returns (protocol, cipher)."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        if cafile:
+            ctx.load_verify_locations(cafile)
+            ctx.check_hostname = hostname is not None
+        else:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        self._inb, self._outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(self._inb, self._outb, server_hostname=hostname)
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                out = self._outb.read()
+                if out:
+                    self.send(0x12, out)
+                pkts, payload = self.message()
+                self.handshake_messages.append([p[:3] for p in pkts])
+                self._inb.write(payload)
+        out = self._outb.read()
+        if out:
+            self.send(0x12, out)
+        self.tls = tls
+        self.login_only = login_only
+        return tls.version(), tls.cipher()[0]
 
     def packet(self):
         """-> (type, status, length, spid, payload)"""
@@ -49,8 +108,12 @@ class Raw:
             if p[1] & 1:
                 return pkts, b"".join(x[4] for x in pkts)
 
-    def prelogin(self):
-        opts = [(0, b"\x0f\x00\x07\xd0\x00\x00"), (1, b"\x02"), (2, b"\x00"), (3, b"\x00\x00\x00\x00"), (4, b"\x00")]
+    def prelogin(self, encryption=0x02):
+        """Send PRELOGIN with that ENCRYPTION byte (None: without the option) -> the reply packet."""
+        opts = [(0, b"\x0f\x00\x07\xd0\x00\x00"), (1, bytes([encryption or 0])), (2, b"\x00"),
+                (3, b"\x00\x00\x00\x00"), (4, b"\x00")]
+        if encryption is None:
+            del opts[1]
         off = 5 * len(opts) + 1
         table, data = b"", b""
         for tok, d in opts:
@@ -92,6 +155,16 @@ class Raw:
 
     def close(self):
         self.sock.close()
+
+
+def prelogin_options(payload):
+    """PRELOGIN option table -> {token: bytes}."""
+    i, opts = 0, {}
+    while payload[i] != 0xFF:
+        tok, off, ln = payload[i], *struct.unpack(">HH", payload[i + 1:i + 5])
+        opts[tok] = payload[off:off + ln]
+        i += 5
+    return opts
 
 
 def loginack_version(payload):
