@@ -359,3 +359,29 @@ def test_losses_recorded_before_the_update_hold_their_periods(pg, databases, ver
     assert final() == final_by_facts() == [True] * 5
     assert sql("SELECT loss_blocked FROM finalize.watermark") == [(False,)]
     assert sql("SELECT finalize.finalized_until('up.events')") == [(datetime(2026, 11, 2, 14, tzinfo=timezone.utc),)]
+
+
+@pytest.mark.parametrize("version", [v for v in released_versions() if vkey(v) < vkey("0.2.0")])
+def test_servers_declared_before_encryption_keep_working_after_the_update(pg, databases, version):
+    """0.2.0 encrypts and verifies by default. A server declared under an older release (which
+    encrypted only when SQL Server offered it and verified nothing) keeps that behaviour through
+    the update, said in a WARNING; one that already says how to encrypt is left alone."""
+    db = databases("up_tls_from_%s" % version.replace(".", "_"), version)
+    pg.sql("CREATE SERVER legacy FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')",
+           dbname=db)
+    pg.sql("CREATE SERVER other_fdw_server FOREIGN DATA WRAPPER finalize_s3 OPTIONS (bucket 'lake')", dbname=db)
+    conn = pg.connect(dbname=db)
+    try:
+        conn.cursor().execute("ALTER EXTENSION finalize UPDATE")
+        notices = "".join(conn.notices)
+    finally:
+        conn.close()
+    options = dict(pg.sql("SELECT srvname, srvoptions FROM pg_foreign_server ORDER BY srvname", dbname=db))
+    assert "encrypt=request" in options["legacy"] and "trust_server_certificate=true" in options["legacy"]
+    assert not any(o.startswith("encrypt") for o in options["other_fdw_server"])
+    assert 'server "legacy" keeps the unverified encryption' in notices, notices
+    # A server created after the update gets the verified default (no options added).
+    pg.sql("CREATE SERVER fresh FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')",
+           dbname=db)
+    assert pg.sql("SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'fresh'", dbname=db)[0][0] == \
+        ["host=127.0.0.1", "database=erp"]

@@ -2673,6 +2673,42 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON @extschema@.consumer, @extschema@.derived_input, @extschema@.loss, @extschema@.loss_ack
     TO finalize_admin;
 
+-- 7. Encryption (issue 13): a new server encrypts and verifies by default.
+-- A server declared under 0.1.0 keeps what 0.1.0 did (FreeTDS encrypted
+-- when SQL Server offered it and verified nothing: encrypt 'request',
+-- trust_server_certificate 'true'), so that the update breaks no source;
+-- a WARNING (an extension script shows no NOTICE) names each one so that
+-- its owner can switch to verified TLS.
+DO $tls$
+DECLARE
+    srv record;
+BEGIN
+    FOR srv IN
+        SELECT s.srvname, s.srvoptions
+          FROM pg_catalog.pg_foreign_server s
+          JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+         WHERE w.fdwname = 'finalize_mssql'
+           AND NOT EXISTS (SELECT FROM pg_catalog.unnest(s.srvoptions) o WHERE o LIKE 'encrypt=%')
+         ORDER BY s.srvname
+    LOOP
+        BEGIN
+            IF EXISTS (SELECT FROM pg_catalog.unnest(srv.srvoptions) o WHERE o LIKE 'trust\_server\_certificate=%') THEN
+                EXECUTE pg_catalog.format('ALTER SERVER %I OPTIONS (ADD encrypt %L)', srv.srvname, 'request');
+            ELSE
+                EXECUTE pg_catalog.format('ALTER SERVER %I OPTIONS (ADD encrypt %L, ADD trust_server_certificate %L)',
+                                          srv.srvname, 'request', 'true');
+            END IF;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE WARNING 'server "%" now requires a verified encrypted connection: the role running the update may not change it', srv.srvname
+                USING HINT = pg_catalog.format('Its owner keeps 0.1.0''s behaviour with ALTER SERVER %I OPTIONS (ADD encrypt ''request'', ADD trust_server_certificate ''true''), or adds ca_file.', srv.srvname);
+            CONTINUE;
+        END;
+        RAISE WARNING 'server "%" keeps the unverified encryption of finalize 0.1.0 (encrypt ''request'', trust_server_certificate ''true'')', srv.srvname
+            USING HINT = pg_catalog.format('To verify SQL Server''s certificate: ALTER SERVER %I OPTIONS (SET encrypt ''require'', SET trust_server_certificate ''false'', ADD ca_file ''/path/to/ca.pem'');', srv.srvname);
+    END LOOP;
+END
+$tls$;
+
 -- Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the
 -- update must not own code that the owner's functions run.
