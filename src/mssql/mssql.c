@@ -28,6 +28,7 @@
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -262,13 +263,18 @@ write_conf(const MssqlConnInfo *info, MssqlError *err)
 	if (len < 0)
 	{
 		err->set = true;
+		err->local_failed = true;
 		snprintf(err->message, sizeof(err->message),
-				 "the host or ca_file option cannot be written to FreeTDS's configuration (at most 200 "
-				 "characters, none of ; # [ ] = or control characters)");
+				 "FreeTDS's configuration cannot carry the host or ca_file option, or the data directory's "
+				 "path \"%s\" (at most 200 characters, none of ; # [ ] = or control characters)",
+				 info->log_path);
 		return false;
 	}
+	errno = 0;
 	fd = open(info->conf_path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY, S_IRUSR | S_IWUSR);
 	ok = fd >= 0 && write(fd, text, len) == len;
+	if (fd >= 0 && !ok && errno == 0)
+		errno = ENOSPC;			/* a short write without an error: the disk is full */
 	if (fd >= 0 && close(fd) != 0)
 		ok = false;
 	if (ok && truncate(info->log_path, 0) != 0 && errno != ENOENT)
@@ -276,6 +282,7 @@ write_conf(const MssqlConnInfo *info, MssqlError *err)
 	if (!ok)
 	{
 		err->set = true;
+		err->local_failed = true;
 		snprintf(err->message, sizeof(err->message), "could not write FreeTDS's configuration \"%s\": %m",
 				 info->conf_path);
 	}
@@ -348,7 +355,12 @@ explain_tls_failure(const MssqlConnInfo *info, MssqlError *err)
 					 "TLS: SQL Server's certificate does not name the host \"%s\" (%s)", info->host, detail);
 			break;
 		case TLS_FAILURE_STEP:
-			snprintf(err->message, sizeof(err->message), "TLS: %s (ca_file: %s)", detail, against);
+			/* GnuTLS loads no certificate from an empty or DER file, and says "Success". */
+			if (strncmp(detail, "loading CA file failed: Success", 31) == 0)
+				snprintf(err->message, sizeof(err->message), "TLS: the ca_file %s holds no PEM certificate",
+						 against);
+			else
+				snprintf(err->message, sizeof(err->message), "TLS: %s (ca_file: %s)", detail, against);
 			break;
 		case TLS_FAILURE_NOT_NEGOTIATED:
 			if (strcmp(info->encrypt, "require") != 0)
@@ -359,6 +371,71 @@ explain_tls_failure(const MssqlConnInfo *info, MssqlError *err)
 			break;
 	}
 	err->tls_failed = true;
+	err->number = 0;			/* the message says it all; 20002 would only mislead */
+}
+
+/*
+ * Whether SQL Server's first reply after the login arrives inside TLS: a
+ * TLS record (application data, 0x17, version 3.x) where a plaintext TDS
+ * reply would start with its packet type. FreeTDS 1.3 accepts a server
+ * that answers ENCRYPT_OFF to encrypt 'require' and encrypts the login only:
+ * a machine in the middle that rewrites the PRELOGIN would then read and
+ * change every LSN and commit time. A plaintext reply must start with a TDS
+ * header FreeTDS can parse, which 0x17 is not, so the check cannot be
+ * fooled that way. Sends a trivial batch and peeks at the reply's first
+ * bytes before DB-Library reads them; the batch's results are drained.
+ */
+static bool
+replies_encrypted(MssqlConn *conn, MssqlError *err)
+{
+	struct pollfd p;
+	unsigned char head[3];
+	ssize_t		n = 0;
+	MssqlError	step;
+	int			r;
+
+	io_interrupts_begin();
+	begin_call(err);
+	if (dbcmd(conn->dbproc, "SELECT 1") == FAIL || dbsqlsend(conn->dbproc) == FAIL)
+	{
+		current_error = NULL;
+		if (!err->set)
+		{
+			err->set = true;
+			set_message(err, "the connection to SQL Server was lost");
+		}
+		return false;
+	}
+	conn->pending = true;
+	p.fd = dbiordesc(conn->dbproc);
+	p.events = POLLIN;
+	p.revents = 0;
+	if (poll(&p, 1, conn->query_timeout * 1000) == 1)
+		n = recv(p.fd, head, sizeof(head), MSG_PEEK);
+	if (dbsqlok(conn->dbproc) == FAIL)
+	{
+		current_error = NULL;
+		if (!err->set)
+		{
+			err->set = true;
+			set_message(err, "SQL Server refused the batch");
+		}
+		return false;
+	}
+	current_error = NULL;
+	while ((r = mssql_next_result(conn, &step)) > 0)
+		while (mssql_next_row(conn, &step) == 1)
+			;
+	if (n == (ssize_t) sizeof(head) && head[0] == 0x17 && head[1] == 0x03 && head[2] >= 0x01 && head[2] <= 0x04)
+		return true;
+	err->set = true;
+	err->tls_failed = true;
+	err->number = 0;
+	snprintf(err->message, sizeof(err->message),
+			 "TLS: SQL Server's replies after the login are not encrypted, although encrypt is 'require': the "
+			 "server encrypted only the login (it answered ENCRYPT_OFF; a machine in the middle may have rewritten "
+			 "the negotiation); the connection is closed. Turn Force Encryption on in SQL Server");
+	return false;
 }
 
 /*
@@ -429,6 +506,7 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 		err->from_server = false;
 		err->number = 0;
 		err->interrupted = true;
+		err->tls_failed = false;
 		set_message(err, "the login was interrupted");
 	}
 	else if (dbproc == NULL && login_timed_out)
@@ -437,6 +515,7 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 		err->from_server = false;
 		err->number = 0;
 		err->timed_out = true;
+		err->tls_failed = false;
 		snprintf(err->message, sizeof(err->message),
 				 "SQL Server did not complete the login within finalize.login_timeout (%d s)", info->login_timeout);
 	}
@@ -455,7 +534,8 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 	conn = MemoryContextAllocZero(TopMemoryContext, sizeof(MssqlConn));
 	conn->dbproc = dbproc;
 	conn->query_timeout = info->query_timeout;
-	if (!mssql_run(conn, tsql_session_setup(), err))
+	if ((strcmp(info->encrypt, "require") == 0 && !replies_encrypted(conn, err)) ||
+		!mssql_run(conn, tsql_session_setup(), err))
 	{
 		mssql_close(conn);
 		return NULL;

@@ -17,6 +17,7 @@ typedef struct MssqlError
 	bool		timed_out;		/* the query or login timed out */
 	bool		interrupted;	/* a PostgreSQL interrupt cancelled the wait */
 	bool		tls_failed;		/* the login failed in TLS (verification, negotiation) */
+	bool		local_failed;	/* nothing was sent: this machine could not prepare the login */
 	int			number;			/* SQL Server's error number, or DB-Library's (20xxx) */
 	int			severity;
 	int			state;

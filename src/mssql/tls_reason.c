@@ -25,6 +25,13 @@ tls_status_text(unsigned status, char *buf, size_t size)
 	if (gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &out, 0) < 0 || out.data == NULL)
 		snprintf(buf, size, "verification status %u", status);
 	else
-		snprintf(buf, size, "%.*s", (int) out.size, (const char *) out.data);
+	{
+		size_t		len = out.size;
+
+		/* GnuTLS ends its sentences with a blank. */
+		while (len > 0 && (out.data[len - 1] == ' ' || out.data[len - 1] == '\0'))
+			len--;
+		snprintf(buf, size, "%.*s", (int) len, (const char *) out.data);
+	}
 	gnutls_free(out.data);
 }

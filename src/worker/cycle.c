@@ -213,7 +213,8 @@ connect_source(Cycle *c)
 	run->conn = mssql_connect(&c->cfg.conn, &err);
 	io_interrupts_rethrow();
 	if (run->conn == NULL)
-		return fail(c, err.tls_failed ? COND_TLS_FAILED : err.timed_out ? COND_TIMEOUT : COND_UNREACHABLE,
+		return fail(c, err.local_failed ? COND_CONFIGURATION : err.tls_failed ? COND_TLS_FAILED :
+					err.timed_out ? COND_TIMEOUT : COND_UNREACHABLE,
 					psprintf("Could not log in to SQL Server %s:%d, database \"%s\", as \"%s\": %s",
 							 c->cfg.conn.host, c->cfg.conn.port, c->cfg.database, c->cfg.conn.username,
 							 mssql_error_text(&err)));

@@ -112,12 +112,14 @@ spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
  * pg_finalize/tds under the data directory, readable by PostgreSQL's user
  * only, one pair per server. encrypt defaults to require and the
  * certificate is verified unless trust_server_certificate says not to:
- * against ca_file, else the system's trusted CAs.
+ * against ca_file, else the system's trusted CAs. Returns NULL, or what is
+ * wrong with the CA file.
  */
-static void
+static char *
 load_tls(ForeignServer *server, SourceConfig *cfg)
 {
 	bool		trust = false;
+	struct stat st;
 
 	cfg->conn.encrypt = pstrdup(fdw_option_value(server->options, "encrypt", "require"));
 	(void) parse_bool(fdw_option_value(server->options, "trust_server_certificate", "false"), &trust);
@@ -136,6 +138,22 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 	cfg->conn.conf_path = psprintf("%s/pg_finalize/tds/%u.conf", DataDir, server->serverid);
 	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/%u.log", DataDir, server->serverid);
 	cfg->conn.section = psprintf("finalize-%u.invalid", server->serverid);
+
+	/*
+	 * GnuTLS reads the CA file whole, in this process: a FIFO would block the
+	 * worker and /dev/zero would exhaust its memory. Only a regular file of
+	 * a sensible size is handed to it.
+	 */
+	if (cfg->conn.ca_file != NULL && strcmp(cfg->conn.ca_file, "system") != 0)
+	{
+		if (stat(cfg->conn.ca_file, &st) != 0)
+			return psprintf("the ca_file \"%s\" of server \"%s\" cannot be read: %m",
+							cfg->conn.ca_file, server->servername);
+		if (!S_ISREG(st.st_mode) || st.st_size > 1024 * 1024)
+			return psprintf("the ca_file \"%s\" of server \"%s\" is not a regular file of at most 1 MB of "
+							"PEM certificates", cfg->conn.ca_file, server->servername);
+	}
+	return NULL;
 }
 
 /*
@@ -159,8 +177,10 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);
-	load_tls(server, cfg);
+	problem = load_tls(server, cfg);
 	MemoryContextSwitchTo(oldcxt);
+	if (problem != NULL)
+		return problem;
 
 	if (!option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),
 							   &cfg->stall_threshold) || cfg->stall_threshold <= 0)

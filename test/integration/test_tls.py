@@ -150,14 +150,98 @@ def test_encrypt_off_against_force_encryption_is_refused(env, pki):
         sim.stop()
 
 
-def test_a_missing_ca_file_is_named(env, pki):
+@pytest.mark.parametrize("ca_file,reason", [
+    ("/nonexistent/ca.pem", "cannot be read"),
+    ("/dev/zero", "not a regular file"),          # GnuTLS would read it until memory runs out
+    ("fifo", "not a regular file"),               # GnuTLS would block the worker on it
+])
+def test_a_ca_file_that_is_not_a_readable_pem_file_is_named(env, pki, ca_file, reason):
+    if ca_file == "fifo":
+        ca_file = os.path.join(pki.dir, "ca.fifo")
+        if not os.path.exists(ca_file):
+            os.mkfifo(ca_file, 0o644)
     sim = tls_sim(pki.good)
     try:
-        env.add_source("erp", sim, encrypt="require", ca_file="/nonexistent/ca.pem")
+        env.add_source("erp", sim, encrypt="require", ca_file=ca_file)
+        env.track(TABLE, "erp")
+        error = wait_condition(env, "configuration")
+        assert reason in error and ca_file in error, error
+    finally:
+        sim.stop()
+
+
+class Downgrader:
+    """A machine in the middle on loopback: rewrites the ENCRYPTION option of the client's PRELOGIN from
+    ON to OFF (the server then encrypts the login only) and relays everything else untouched, so the
+    server's genuine certificate still verifies."""
+
+    def __init__(self, port):
+        self.target = port
+        self.rewrote = False
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self.first, args=(client, server), daemon=True).start()
+
+    @staticmethod
+    def recvn(sock, n):
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise OSError("eof")
+            data += chunk
+        return data
+
+    def first(self, client, server):
+        try:
+            header = self.recvn(client, 8)
+            body = bytearray(self.recvn(client, int.from_bytes(header[2:4], "big") - 8))
+            if header[0] == 0x12:           # PRELOGIN: option table of (token, offset, length)
+                i = 0
+                while body[i] != 0xFF:
+                    offset = int.from_bytes(body[i + 1:i + 3], "big")
+                    if body[i] == 0x01 and body[offset] == 0x01:
+                        body[offset] = 0x00
+                        self.rewrote = True
+                    i += 5
+            server.sendall(header + bytes(body))
+        except OSError:
+            return
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=Recorder.pump, args=(self, a, b), daemon=True).start()
+
+    data = bytearray()
+    lock = threading.Lock()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_downgrade_to_login_only_encryption_is_refused(env, pki):
+    """FreeTDS 1.3 accepts ENCRYPT_OFF in answer to encrypt 'require' and then talks in plaintext after the
+    login; finalize checks that the replies after the login are TLS records and refuses otherwise."""
+    sim = tls_sim(pki.good)
+    mitm = Downgrader(sim.port)
+    try:
+        env.add_source("erp", sim, port=mitm.port, encrypt="require", ca_file=pki.ca)
         env.track(TABLE, "erp")
         error = wait_condition(env, "tls_failed")
-        assert "loading CA file failed" in error and "/nonexistent/ca.pem" in error, error
+        assert mitm.rewrote and "not encrypted" in error and "encrypted only the login" in error, error
+        status = env.status(TABLE)
+        assert status["finalized_until"] is None and status["offset_lsn"] is None
     finally:
+        mitm.close()
         sim.stop()
 
 
@@ -229,4 +313,18 @@ def test_the_password_crosses_the_wire_in_clear_only_when_encrypt_is_off(env, pk
         assert (obfuscated(PASSWORD) in wire) == visible, f"encrypt {encrypt}"
     finally:
         proxy.close()
+        sim.stop()
+
+
+def test_a_ca_file_without_a_pem_certificate_is_named(env, pki):
+    empty = os.path.join(pki.dir, "empty.pem")
+    open(empty, "w").close()
+    os.chmod(empty, 0o644)
+    sim = tls_sim(pki.good)
+    try:
+        env.add_source("erp", sim, encrypt="require", ca_file=empty)
+        env.track(TABLE, "erp")
+        error = wait_condition(env, "tls_failed")
+        assert "holds no PEM certificate" in error and empty in error, error
+    finally:
         sim.stop()

@@ -2698,8 +2698,8 @@ BEGIN
                 EXECUTE pg_catalog.format('ALTER SERVER %I OPTIONS (ADD encrypt %L, ADD trust_server_certificate %L)',
                                           srv.srvname, 'request', 'true');
             END IF;
-        EXCEPTION WHEN insufficient_privilege THEN
-            RAISE WARNING 'server "%" now requires a verified encrypted connection: the role running the update may not change it', srv.srvname
+        EXCEPTION WHEN insufficient_privilege OR fdw_invalid_attribute_value THEN
+            RAISE WARNING 'server "%" now requires a verified encrypted connection: the update could not change it (%)', srv.srvname, SQLERRM
                 USING HINT = pg_catalog.format('Its owner keeps 0.1.0''s behaviour with ALTER SERVER %I OPTIONS (ADD encrypt ''request'', ADD trust_server_certificate ''true''), or adds ca_file.', srv.srvname);
             CONTINUE;
         END;
