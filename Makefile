@@ -94,6 +94,7 @@ $(DATA_built): $(SQL_PARTS) src/sql $(EXTENSION).control
 UNIT_SOURCES_test_plan = src/worker/plan.c src/common/lsn.c
 UNIT_SOURCES_test_clock_check = src/worker/clock_check.c
 UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
+UNIT_SOURCES_test_sketch = src/common/sketch.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 
@@ -101,7 +102,7 @@ EXTRA_CLEAN += $(UNIT_TESTS)
 test/unit/test_%: test/unit/test_%.c $$(UNIT_SOURCES_$$(notdir $$@))
 	$(CC) $(CPPFLAGS) -I$(srcdir)/src -Wall -Wextra -Werror \
 	  -Wno-missing-field-initializers -o $@ $< $(UNIT_SOURCES_$(notdir $@)) \
-	  -L$(shell $(PG_CONFIG) --libdir) -L$(shell $(PG_CONFIG) --pkglibdir) -lpgport
+	  -L$(shell $(PG_CONFIG) --libdir) -L$(shell $(PG_CONFIG) --pkglibdir) -lpgport -lm
 
 .PHONY: unitcheck
 unitcheck: $(UNIT_TESTS)
