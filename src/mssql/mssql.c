@@ -330,6 +330,8 @@ explain_tls_failure(const MssqlConnInfo *info, MssqlError *err)
 		return;
 	log = read_log(info->log_path);
 	failure = tds_conf_tls_failure(log, &status, detail, sizeof(detail));
+	if (log != NULL)
+		pfree(log);				/* a source that keeps failing retries for days */
 	if (failure != TLS_FAILURE_NONE && strcmp(info->encrypt, "off") == 0)
 	{
 		/* It offered no encryption; the server asked for it (REQ) and hung up. */
