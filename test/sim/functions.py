@@ -306,6 +306,14 @@ def register(conn, session):
             fail(SqlError(8134, "Divide by zero error encountered.", 16, 1))
         return x
 
+    def log(x, base):
+        """LOG: Msg 3623 where SQL Server's floating point operation is invalid."""
+        if x is None:
+            return None
+        if x <= 0 or (base is not None and (base <= 0 or base == 1)):
+            fail(SqlError(3623, "An invalid floating point operation occurred.", 16, 1))
+        return math.log(x) if base is None else math.log(x) / math.log(base)
+
     def binconcat(a, b):
         if a is None or b is None:
             return None
@@ -324,6 +332,7 @@ def register(conn, session):
            ("sim_reverse", 1, lambda s: None if s is None else str(s)[::-1]),
            ("sim_ceiling", 1, lambda x: None if x is None else math.ceil(x)),
            ("sim_floor", 1, lambda x: None if x is None else math.floor(x)),
+           ("sim_log", 2, log),
            ("sim_newid", 0, lambda: str(uuid.uuid4()).upper())]
     for name, n, f in fns:
         conn.create_function(name, n, f, deterministic=name not in ("sim_newid",))

@@ -121,3 +121,21 @@ def test_scalar_subqueries_need_no_names(db):
     with pytest.raises(pymssql.Error) as e:
         db.query("SELECT * FROM (SELECT COUNT(*) FROM cdc.dbo_orders_CT) AS s")
     assert "8155" in str(e.value)
+
+
+def test_log_and_ceiling_bucket_lateness_as_sql_server_does(db):
+    """LOG(x [, base]) is float; the event-time sketch's bucket CEILING(LOG(x) / LOG(g)) groups rows; an
+    invalid argument is SQL Server's Msg 3623."""
+    import math
+    assert abs(one(db, "SELECT LOG(10.0)") - math.log(10)) < 1e-12
+    assert abs(one(db, "SELECT LOG(8, 2)") - 3.0) < 1e-12
+    gamma = 1.01 / 0.99
+    rows = db.query("SELECT CEILING(LOG(CAST(x AS float)) / LOG(%r)) AS b, COUNT_BIG(*) AS n "
+                    "FROM (SELECT 60000 AS x UNION ALL SELECT 60001 UNION ALL SELECT 1000) AS t "
+                    "GROUP BY CEILING(LOG(CAST(x AS float)) / LOG(%r)) ORDER BY b" % (gamma, gamma))
+    assert [(int(r["b"]), r["n"]) for r in rows] == sorted(
+        [(math.ceil(math.log(1000) / math.log(gamma)), 1), (math.ceil(math.log(60000) / math.log(gamma)), 2)])
+    for bad in ("SELECT LOG(0)", "SELECT LOG(-1.0)", "SELECT LOG(8, 1)"):
+        with pytest.raises(pymssql.Error) as e:
+            db.execute(bad)
+        assert "3623" in str(e.value) and "invalid floating point operation" in str(e.value), bad

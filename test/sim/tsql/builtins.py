@@ -211,6 +211,16 @@ def f_math1(tr, e, scope):
     return "%s(%s)" % (fn, a), t
 
 
+@builtin("log")
+def f_log(tr, e, scope):
+    """LOG(x [, base]): the natural (or base) logarithm as float; SQL Server raises 3623 for x <= 0
+    and for a base <= 0 or 1 (the event-time sketch buckets lateness with CEILING(LOG(x) / LOG(g)))."""
+    args = tr.args(e, scope)
+    if len(args) not in (1, 2):
+        raise SqlError(189, "The log function requires 1 to 2 arguments.", 15, 1)
+    return "sim_log(%s, %s)" % (args[0][0], args[1][0] if len(args) > 1 else "NULL"), T.FLOAT
+
+
 @builtin("round")
 def f_round(tr, e, scope):
     args = tr.args(e, scope)
