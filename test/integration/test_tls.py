@@ -170,81 +170,6 @@ def test_a_ca_file_that_is_not_a_readable_pem_file_is_named(env, pki, ca_file, r
         sim.stop()
 
 
-class Downgrader:
-    """A machine in the middle on loopback: rewrites the ENCRYPTION option of the client's PRELOGIN from
-    ON to OFF (the server then encrypts the login only) and relays everything else untouched, so the
-    server's genuine certificate still verifies."""
-
-    def __init__(self, port):
-        self.target = port
-        self.rewrote = False
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(8)
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self.first, args=(client, server), daemon=True).start()
-
-    @staticmethod
-    def recvn(sock, n):
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise OSError("eof")
-            data += chunk
-        return data
-
-    def first(self, client, server):
-        try:
-            header = self.recvn(client, 8)
-            body = bytearray(self.recvn(client, int.from_bytes(header[2:4], "big") - 8))
-            if header[0] == 0x12:           # PRELOGIN: option table of (token, offset, length)
-                i = 0
-                while body[i] != 0xFF:
-                    offset = int.from_bytes(body[i + 1:i + 3], "big")
-                    if body[i] == 0x01 and body[offset] == 0x01:
-                        body[offset] = 0x00
-                        self.rewrote = True
-                    i += 5
-            server.sendall(header + bytes(body))
-        except OSError:
-            return
-        for a, b in ((client, server), (server, client)):
-            threading.Thread(target=Recorder.pump, args=(self, a, b), daemon=True).start()
-
-    data = bytearray()
-    lock = threading.Lock()
-
-    def close(self):
-        self.listener.close()
-
-
-def test_a_downgrade_to_login_only_encryption_is_refused(env, pki):
-    """FreeTDS 1.3 accepts ENCRYPT_OFF in answer to encrypt 'require' and then talks in plaintext after the
-    login; finalize checks that the replies after the login are TLS records and refuses otherwise."""
-    sim = tls_sim(pki.good)
-    mitm = Downgrader(sim.port)
-    try:
-        env.add_source("erp", sim, port=mitm.port, encrypt="require", ca_file=pki.ca)
-        env.track(TABLE, "erp")
-        error = wait_condition(env, "tls_failed")
-        assert mitm.rewrote and "not encrypted" in error and "encrypted only the login" in error, error
-        status = env.status(TABLE)
-        assert status["finalized_until"] is None and status["offset_lsn"] is None
-    finally:
-        mitm.close()
-        sim.stop()
-
-
 class Recorder:
     """A TCP proxy on loopback that forwards to the simulator and keeps every byte both ways."""
 
@@ -288,6 +213,71 @@ class Recorder:
 
     def close(self):
         self.listener.close()
+
+
+class Downgrader(Recorder):
+    """A machine in the middle on loopback: rewrites the ENCRYPTION option of the client's PRELOGIN from
+    ON to OFF (the server then encrypts the login only) and relays everything else untouched, so the
+    server's genuine certificate still verifies."""
+
+    def __init__(self, port):
+        self.rewrote = False
+        super().__init__(port)
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self.first, args=(client, server), daemon=True).start()
+
+    @staticmethod
+    def recvn(sock, n):
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise OSError("eof")
+            data += chunk
+        return data
+
+    def first(self, client, server):
+        """Rewrites the first client packet when it is a PRELOGIN, then relays both ways."""
+        try:
+            header = self.recvn(client, 8)
+            body = bytearray(self.recvn(client, int.from_bytes(header[2:4], "big") - 8))
+            if header[0] == 0x12:           # PRELOGIN: option table of (token, offset, length)
+                i = 0
+                while body[i] != 0xFF:
+                    offset = int.from_bytes(body[i + 1:i + 3], "big")
+                    if body[i] == 0x01 and body[offset] == 0x01:
+                        body[offset] = 0x00
+                        self.rewrote = True
+                    i += 5
+            server.sendall(header + bytes(body))
+        except OSError:
+            return
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+
+def test_a_downgrade_to_login_only_encryption_is_refused(env, pki):
+    """FreeTDS 1.3 accepts ENCRYPT_OFF in answer to encrypt 'require' and then talks in plaintext after the
+    login; finalize checks that the replies after the login are TLS records and refuses otherwise."""
+    sim = tls_sim(pki.good)
+    mitm = Downgrader(sim.port)
+    try:
+        env.add_source("erp", sim, port=mitm.port, encrypt="require", ca_file=pki.ca)
+        env.track(TABLE, "erp")
+        error = wait_condition(env, "tls_failed")
+        assert mitm.rewrote and "not encrypted" in error and "encrypted only the login" in error, error
+        status = env.status(TABLE)
+        assert status["finalized_until"] is None and status["offset_lsn"] is None
+    finally:
+        mitm.close()
+        sim.stop()
 
 
 def obfuscated(password):
