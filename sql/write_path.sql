@@ -143,7 +143,7 @@ SELECT (SELECT table_id FROM finalize.tracked_table WHERE table_name = 'w.fresh'
 SELECT finalize.untrack_table('w.fresh');
 SELECT finalize.track_table('w.fresh', 'erp', 'dbo.orders') > :old_id AS tracked_again;
 SELECT finalize._record_range(:old_id, NULL, '0x00000000000000000100', '2026-11-29 13:00+00', 0, 0, 0,
-                              NULL, NULL, NULL, NULL, NULL);
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
 SELECT finalize.finalized_until('w.fresh');
 SELECT finalize.untrack_table('w.fresh', false);
 

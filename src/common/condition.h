@@ -20,6 +20,7 @@ typedef enum Condition
 	COND_LSN_REGRESSED,
 	COND_RECORD_FAILED,
 	COND_LOCK_TIMEOUT,
+	COND_EVENT_COLUMN_INVALID,
 
 	/* A source's (finalize.source_status). */
 	COND_STARTING,

@@ -29,11 +29,13 @@ int			finalize_lock_timeout_ms = 1000;
 int			finalize_max_clock_skew_s = 3600;
 int			finalize_s3_max_pages = 100000;
 int			finalize_consumer_stall_threshold_s = 15 * 60;
+int			finalize_late_data_alert_interval_s = 60 * 60;
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
 PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
 PG_FUNCTION_INFO_V1(finalize_consumer_stall_threshold);
+PG_FUNCTION_INFO_V1(finalize_late_data_alert_interval);
 
 /* The settings of the background workers: where they run, how often, how long they wait. */
 static void
@@ -146,6 +148,16 @@ define_trust_settings(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("finalize.late_data_alert_interval",
+							"How often at most an alert goes out for late data in one event period of a table.",
+							"Rows that land in an event period already declared final are counted every time; "
+							"the alert on finalize_alert repeats for the same table and period only after this long.",
+							&finalize_late_data_alert_interval_s,
+							60 * 60, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("finalize.generation_retention",
 							"How long a superseded generation is kept before finalize.retired_generations() lists it.",
 							"Readers and replays that still use the old generation need it this long.",
@@ -252,5 +264,18 @@ finalize_consumer_stall_threshold(PG_FUNCTION_ARGS)
 	Interval   *result = palloc0(sizeof(Interval));
 
 	result->time = (int64) finalize_consumer_stall_threshold_s * USECS_PER_SEC;
+	PG_RETURN_INTERVAL_P(result);
+}
+
+/*
+ * finalize._late_data_alert_interval(): finalize.late_data_alert_interval
+ * as an interval without days, exact across DST changes.
+ */
+Datum
+finalize_late_data_alert_interval(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = (int64) finalize_late_data_alert_interval_s * USECS_PER_SEC;
 	PG_RETURN_INTERVAL_P(result);
 }

@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #define SKETCH_ALPHA 0.01
+/* (1 + alpha) / (1 - alpha): bucket i holds lateness in (gamma^(i-1), gamma^i] ms. */
+#define SKETCH_GAMMA ((1.0 + SKETCH_ALPHA) / (1.0 - SKETCH_ALPHA))
 /* Buckets 0 .. SKETCH_BUCKETS-1 cover 1 ms to beyond a century at 1%. */
 #define SKETCH_BUCKETS 2048
 /* At most this many non-empty buckets are stored: the lowest collapse upward. */

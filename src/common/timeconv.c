@@ -154,3 +154,40 @@ finalize_local_to_instant(PG_FUNCTION_ARGS)
 		PG_RETURN_TIMESTAMPTZ(local);
 	PG_RETURN_TIMESTAMPTZ(local_to_instant_earliest(local, tz));
 }
+
+/*
+ * The least and greatest UTC offset (seconds east) tz uses at any instant
+ * of [from, to]: how far a difference of two local times in it can be from
+ * the difference of their instants. After many transitions (a span of
+ * centuries) it gives up and widens to every offset a zone can have, which
+ * only errs on the safe side for its callers.
+ */
+void
+local_offset_range(const pg_tz *tz, TimestampTz from, TimestampTz to, long *min_s, long *max_s)
+{
+	pg_time_t	t = (pg_time_t) (from / USECS_PER_SEC) + PG_UNIX_EPOCH_DIFF_SECS;
+	pg_time_t	end = (pg_time_t) (to / USECS_PER_SEC) + PG_UNIX_EPOCH_DIFF_SECS;
+	int			i;
+
+	*min_s = *max_s = local_offset_at(from, tz);
+	for (i = 0; i < 1000 && t < end; i++)
+	{
+		long		before;
+		long		after;
+		int			before_dst;
+		int			after_dst;
+		pg_time_t	boundary;
+
+		if (pg_next_dst_boundary(&t, &before, &before_dst, &boundary, &after, &after_dst, tz) != 1 ||
+			boundary > end || boundary <= t)
+			break;
+		*min_s = Min(*min_s, Min(before, after));
+		*max_s = Max(*max_s, Max(before, after));
+		t = boundary;
+	}
+	if (i == 1000)
+	{
+		*min_s = -12 * 3600;
+		*max_s = 14 * 3600;
+	}
+}

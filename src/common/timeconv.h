@@ -11,5 +11,6 @@
 extern TimestampTz local_to_instant_earliest(Timestamp local, const pg_tz *tz);
 extern TimestampTz local_to_instant_latest(Timestamp local, const pg_tz *tz);
 extern long local_offset_at(TimestampTz instant, const pg_tz *tz);
+extern void local_offset_range(const pg_tz *tz, TimestampTz from, TimestampTz to, long *min_s, long *max_s);
 
 #endif							/* FINALIZE_TIMECONV_H */

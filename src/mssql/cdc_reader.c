@@ -17,6 +17,7 @@
 #include "lib/stringinfo.h"
 
 #include "common/io_interrupts.h"
+#include "common/sketch.h"
 #include "mssql/cdc_reader.h"
 #include "mssql/tsql.h"
 
@@ -151,7 +152,9 @@ typedef enum StatementKind
 	STMT_RANGE,
 	STMT_MIN_LSN,
 	STMT_DDL,
-	STMT_LSN_MAPPING
+	STMT_LSN_MAPPING,
+	STMT_EVENTS,
+	STMT_COLUMNS
 } StatementKind;
 
 typedef struct Statement
@@ -160,6 +163,8 @@ typedef struct Statement
 	CdcRange   *range;			/* STMT_RANGE */
 	CdcInstance *inst;			/* STMT_MIN_LSN, STMT_DDL */
 	CdcLsnMapping *map;			/* STMT_LSN_MAPPING */
+	CdcEvents  *events;			/* STMT_EVENTS */
+	CdcColumns *columns;		/* STMT_COLUMNS */
 	bool		started;		/* its marker arrived: it ran */
 	bool		done;			/* its result arrived whole */
 	int			error_number;	/* SQL Server's error of this statement, or 0 */
@@ -180,8 +185,74 @@ statement_columns(StatementKind kind)
 			return TSQL_DDL_TIME;
 		case STMT_LSN_MAPPING:
 			return TSQL_MAP_END_TIME;
+		case STMT_EVENTS:
+			return TSQL_EV_MAX_MS;
+		case STMT_COLUMNS:
+			return TSQL_CAPTURED_TYPE;
 	}
 	return PG_INT32_MAX;
+}
+
+/*
+ * Decodes one row of the event-time facts of a range: a slot row, a bucket
+ * row or the grand total, told apart by GROUPING(). A count that does not
+ * decode fails the statement.
+ */
+static bool
+read_events_row(MssqlConn *conn, CdcEvents *ev)
+{
+	int64		gk;
+	int64		gb;
+	int64		rows;
+
+	if (!mssql_get_int64(conn, TSQL_EV_GROUPING_K, &gk) || !mssql_get_int64(conn, TSQL_EV_GROUPING_B, &gb) ||
+		!mssql_get_int64(conn, TSQL_EV_ROWS, &rows) || rows < 0)
+		return false;
+	if (ev->capacity == 0)
+	{
+		ev->capacity = 64;
+		ev->slots = palloc(sizeof(CdcEventSlot) * ev->capacity);
+		ev->buckets = palloc(sizeof(CdcLateBucket) * ev->capacity);
+	}
+	if (ev->nslots == ev->capacity || ev->nbuckets == ev->capacity)
+	{
+		ev->capacity *= 2;
+		ev->slots = repalloc(ev->slots, sizeof(CdcEventSlot) * ev->capacity);
+		ev->buckets = repalloc(ev->buckets, sizeof(CdcLateBucket) * ev->capacity);
+	}
+	if (gk == 0 && gb == 1)
+	{
+		CdcEventSlot *s = &ev->slots[ev->nslots];
+		int64		op;
+
+		if (!mssql_get_int64(conn, TSQL_EV_OP, &op))
+			return false;
+		s->op = (int) op;
+		s->rows = rows;
+		s->null_event = !mssql_get_int64(conn, TSQL_EV_SLOT, &s->slot);
+		ev->nslots++;
+		return true;
+	}
+	if (gk == 1 && gb == 0)
+	{
+		CdcLateBucket *b = &ev->buckets[ev->nbuckets];
+
+		/* rows whose event time is NULL have no lateness: their bucket is NULL */
+		if (!mssql_get_int64(conn, TSQL_EV_BUCKET, &b->bucket))
+			return true;
+		b->rows = rows;
+		ev->nbuckets++;
+		return true;
+	}
+	if (gk == 1 && gb == 1)
+	{
+		ev->has_total = true;
+		ev->rows = rows;
+		ev->has_span = mssql_get_int64(conn, TSQL_EV_MIN_MS, &ev->min_ms) &&
+			mssql_get_int64(conn, TSQL_EV_MAX_MS, &ev->max_ms);
+		return true;
+	}
+	return false;
 }
 
 /*
@@ -227,6 +298,27 @@ read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
 				if (d->command == NULL || !mssql_get_lsn(conn, TSQL_DDL_LSN, &d->lsn))
 					return false;
 				ir->nddl++;
+				return true;
+			}
+		case STMT_EVENTS:
+			return read_events_row(conn, st->events);
+		case STMT_COLUMNS:
+			{
+				CdcColumns *c = st->columns;
+
+				if (c->ncolumns == c->capacity)
+				{
+					c->capacity = c->capacity ? c->capacity * 2 : 16;
+					c->names = c->names ? repalloc(c->names, sizeof(char *) * c->capacity)
+						: palloc(sizeof(char *) * c->capacity);
+					c->types = c->types ? repalloc(c->types, sizeof(char *) * c->capacity)
+						: palloc(sizeof(char *) * c->capacity);
+				}
+				c->names[c->ncolumns] = mssql_get_text(conn, TSQL_CAPTURED_NAME);
+				c->types[c->ncolumns] = mssql_get_text(conn, TSQL_CAPTURED_TYPE);
+				if (c->names[c->ncolumns] == NULL || c->types[c->ncolumns] == NULL)
+					return false;
+				c->ncolumns++;
 				return true;
 			}
 		case STMT_LSN_MAPPING:
@@ -291,9 +383,14 @@ read_statement_result(MssqlConn *conn, Statement *cur, MssqlError *step)
 			decoded = read_statement_row(conn, cur, &ddl_capacity);
 		rows++;
 	}
-	/* An aggregate and a min LSN read are one row each, a mapping row at most one. */
+	/*
+	 * An aggregate and a min LSN read are one row each, a mapping row at
+	 * most one; the event-time facts always end with their grand total.
+	 */
 	if (r == 0 && cur->error == NULL &&
-		(!decoded || (cur->kind == STMT_LSN_MAPPING ? rows > 1 : cur->kind != STMT_DDL && rows != 1)))
+		(!decoded || (cur->kind == STMT_LSN_MAPPING ? rows > 1
+					  : cur->kind == STMT_EVENTS ? !cur->events->has_total
+					  : cur->kind != STMT_DDL && cur->kind != STMT_COLUMNS && rows != 1)))
 		cur->error = psprintf("SQL Server returned %d row(s) of %d column(s) for it, or a value that could "
 							  "not be decoded (first columns: %s, %s)", rows, mssql_num_columns(conn),
 							  mssql_column_type_name(conn, 1), mssql_column_type_name(conn, 2));
@@ -401,6 +498,10 @@ statement_outcome(Statement *st)
 			return &st->range->outcome;
 		case STMT_LSN_MAPPING:
 			return &st->map->outcome;
+		case STMT_EVENTS:
+			return &st->events->outcome;
+		case STMT_COLUMNS:
+			return &st->columns->outcome;
 		case STMT_MIN_LSN:
 		case STMT_DDL:
 			break;
@@ -441,7 +542,7 @@ bool
 cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *insts, int ninsts,
 				MssqlError *err)
 {
-	Statement  *stmts = palloc0(sizeof(Statement) * (nranges + 2 * ninsts + 1));
+	Statement  *stmts = palloc0(sizeof(Statement) * (2 * nranges + 2 * ninsts + 1));
 	int			nstmts = 0;
 	StringInfoData sql;
 	bool		alive;
@@ -449,8 +550,15 @@ cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *in
 	initStringInfo(&sql);
 	for (int i = 0; i < nranges; i++)
 	{
+		CdcEvents  *ev = ranges[i]->events;
+
 		add_statement(&sql, stmts, &nstmts, STMT_RANGE)->range = ranges[i];
 		tsql_append_range_aggregate(&sql, ranges[i]->instance, &ranges[i]->start, &ranges[i]->end);
+		if (ev == NULL)
+			continue;
+		add_statement(&sql, stmts, &nstmts, STMT_EVENTS)->events = ev;
+		tsql_append_range_events(&sql, ranges[i]->instance, ev->column, ev->utc, &ranges[i]->start,
+								 &ranges[i]->end, ev->slot_seconds, SKETCH_GAMMA);
 	}
 	for (int i = 0; i < ninsts; i++)
 	{
@@ -468,9 +576,43 @@ cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *in
 	io_interrupts_rethrow();
 
 	for (int i = 0; i < nranges; i++)
+	{
 		ranges[i]->outcome.ok = true;
+		if (ranges[i]->events != NULL)
+			ranges[i]->events->outcome.ok = true;
+	}
 	for (int i = 0; i < ninsts; i++)
 		insts[i].outcome.ok = true;
+	for (int i = 0; i < nstmts; i++)
+		settle(statement_outcome(&stmts[i]), &stmts[i], i, alive, err);
+	return alive;
+}
+
+/*
+ * Reads, in one batch, the captured columns of capture instances (what an
+ * event column is checked against). A statement that fails (22981: the
+ * login may not read the instance) fails only its own instance. Returns
+ * false only when the connection was lost.
+ */
+bool
+cdc_read_captured_columns(MssqlConn *conn, CdcColumns *cols, int ncols, MssqlError *err)
+{
+	Statement  *stmts = palloc0(sizeof(Statement) * (ncols + 1));
+	int			nstmts = 0;
+	StringInfoData sql;
+	bool		alive;
+
+	initStringInfo(&sql);
+	for (int i = 0; i < ncols; i++)
+	{
+		memset(&cols[i].outcome, 0, sizeof(CdcOutcome));
+		cols[i].outcome.ok = true;
+		cols[i].ncolumns = 0;
+		add_statement(&sql, stmts, &nstmts, STMT_COLUMNS)->columns = &cols[i];
+		tsql_append_captured_columns(&sql, cols[i].instance);
+	}
+	alive = run_statements(conn, sql.data, stmts, nstmts, err);
+	io_interrupts_rethrow();
 	for (int i = 0; i < nstmts; i++)
 		settle(statement_outcome(&stmts[i]), &stmts[i], i, alive, err);
 	return alive;

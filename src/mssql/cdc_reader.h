@@ -50,6 +50,52 @@ typedef struct CdcOutcome
 	bool		nolock_lost;	/* one of its statements ended with error 601 */
 } CdcOutcome;
 
+/* Rows of a range with one operation whose event times lie in one slot. */
+typedef struct CdcEventSlot
+{
+	bool		null_event;		/* rows whose event time is NULL */
+	int64		slot;			/* whole slots since 1900-01-01 (local), -1 before */
+	int			op;				/* __$operation: 2 insert, 4 update, 1 delete */
+	int64		rows;
+} CdcEventSlot;
+
+/* Rows of a range per lateness bucket (-1: zero lateness, -2: event after commit). */
+typedef struct CdcLateBucket
+{
+	int64		bucket;
+	int64		rows;
+} CdcLateBucket;
+
+/* The event-time facts of a range, computed on SQL Server (tsql_append_range_events). */
+typedef struct CdcEvents
+{
+	const char *column;			/* in: the event column */
+	bool		utc;			/* in: a datetimeoffset column, read in UTC */
+	int64		slot_seconds;	/* in */
+	CdcOutcome	outcome;
+	CdcEventSlot *slots;
+	int			nslots;
+	CdcLateBucket *buckets;
+	int			nbuckets;
+	bool		has_total;		/* the grand-total row arrived */
+	int64		rows;			/* every row of the range */
+	bool		has_span;		/* some row has an event time */
+	int64		min_ms;			/* least and greatest event time, ms since 1900-01-01 */
+	int64		max_ms;
+	int			capacity;		/* of slots and buckets */
+} CdcEvents;
+
+/* The captured columns of a capture instance (sys.sp_cdc_get_captured_columns). */
+typedef struct CdcColumns
+{
+	const char *instance;		/* in */
+	CdcOutcome	outcome;
+	int			ncolumns;
+	char	  **names;
+	char	  **types;
+	int			capacity;
+} CdcColumns;
+
 /* The aggregate of a range (start, end] of a capture instance. */
 typedef struct CdcRange
 {
@@ -64,6 +110,7 @@ typedef struct CdcRange
 	Timestamp	first_local;
 	bool		has_last;
 	Timestamp	last_local;
+	CdcEvents  *events;			/* in: read the event-time facts too (or NULL) */
 } CdcRange;
 
 /* One DDL statement a capture instance recorded. */
@@ -106,6 +153,7 @@ extern bool cdc_read_state(MssqlConn *conn, const char *tds_version, const char 
 						   int64 *object_ids, int nnames, CdcState *snap, MssqlError *err);
 extern bool cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *insts, int ninsts,
 							MssqlError *err);
+extern bool cdc_read_captured_columns(MssqlConn *conn, CdcColumns *cols, int ncols, MssqlError *err);
 extern bool cdc_map_lsns(MssqlConn *conn, CdcLsnMapping **maps, int nmaps, MssqlError *err);
 
 #endif							/* FINALIZE_CDC_READER_H */

@@ -149,6 +149,82 @@ tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
 }
 
 /*
+ * Appends one statement that computes, on the server, the event-time facts
+ * of the range (start, end] of a capture instance for an event column
+ * (docs/design/event_time.md), in one result whose rows are told apart by
+ * GROUPING(): per (event slot, operation) the rows (slot = whole @slot
+ * seconds since 1900-01-01 of the event's local time, -1 before 1900, NULL
+ * for a NULL event time); per lateness bucket the rows (the sketch's
+ * CEILING(LOG(ms) / LOG(@gamma)), -1 for 0 ms, -2 for an event after its
+ * commit); and the grand total with the least and greatest event time in
+ * milliseconds since 1900-01-01. Transfer is O(slots + buckets) whatever
+ * the number of rows. Lateness is commit time minus event time read as
+ * local wall times; the worker corrects it for zones (never smaller).
+ *
+ * The commit time of each transaction is mapped once (DISTINCT LSNs), not
+ * per row. A datetimeoffset column is converted to UTC first
+ * (utc_offset true), every other type read as it is.
+ */
+void
+tsql_append_range_events(StringInfo buf, const char *capture_instance, const char *event_column,
+						 bool utc_offset, const Lsn *start_exclusive, const Lsn *end_inclusive,
+						 int64 slot_seconds, double gamma)
+{
+	char	   *fn = mssql_quote_ident(psprintf("fn_cdc_get_all_changes_%s", capture_instance));
+	const char *col = mssql_quote_ident(event_column);
+	StringInfoData stmt;
+	Lsn			from;
+
+	initStringInfo(&stmt);
+	appendStringInfoString(&stmt,
+						   "SELECT GROUPING(x.k) AS gk, GROUPING(x.b) AS gb, x.k, x.op, x.b, COUNT_BIG(*) AS n,\n"
+						   "       DATEDIFF_BIG(millisecond, '19000101', MIN(x.ev)) AS min_ms,\n"
+						   "       DATEDIFF_BIG(millisecond, '19000101', MAX(x.ev)) AS max_ms\n"
+						   "  FROM (SELECT r.op, r.ev,\n"
+						   "               CASE WHEN r.ev IS NULL THEN NULL WHEN r.ev < '19000101' THEN CONVERT(bigint, -1)\n"
+						   "                    ELSE DATEDIFF_BIG(second, '19000101', r.ev) / @slot END AS k,\n"
+						   "               CASE WHEN r.ev IS NULL THEN NULL\n"
+						   "                    WHEN DATEDIFF_BIG(millisecond, r.ev, t.ct) > 0\n"
+						   "                    THEN CONVERT(bigint, CEILING(LOG(CONVERT(float, DATEDIFF_BIG(millisecond, r.ev, t.ct))) / LOG(@gamma)))\n"
+						   "                    WHEN DATEDIFF_BIG(millisecond, r.ev, t.ct) = 0 THEN CONVERT(bigint, -1)\n"
+						   "                    ELSE CONVERT(bigint, -2) END AS b\n"
+						   "          FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op, ");
+	if (utc_offset)
+		appendStringInfo(&stmt, "CONVERT(datetime2(7), SWITCHOFFSET(a.%s, '+00:00'))", col);
+	else
+		appendStringInfo(&stmt, "CONVERT(datetime2(7), a.%s)", col);
+	appendStringInfo(&stmt, " AS ev\n"
+					 "                  FROM [cdc].%s(@from, @to, N'all') AS a) AS r\n"
+					 "          JOIN (SELECT d.l, sys.fn_cdc_map_lsn_to_time(d.l) AS ct\n"
+					 "                  FROM (SELECT DISTINCT f.[__$start_lsn] AS l\n"
+					 "                          FROM [cdc].%s(@from, @to, N'all') AS f) AS d) AS t ON t.l = r.l) AS x\n"
+					 " GROUP BY GROUPING SETS ((x.k, x.op), (x.b), ())", fn, fn);
+
+	if (!lsn_increment(start_exclusive, &from))
+		from = *end_inclusive;
+	appendStringInfoString(buf, "EXEC sys.sp_executesql ");
+	appendStringInfoString(buf, mssql_quote_literal(stmt.data));
+	appendStringInfoString(buf, ", N'@from binary(10), @to binary(10), @slot bigint, @gamma float', @from = ");
+	append_lsn(buf, &from);
+	appendStringInfoString(buf, ", @to = ");
+	append_lsn(buf, end_inclusive);
+	appendStringInfo(buf, ", @slot = %lld, @gamma = %.17g;\n", (long long) slot_seconds, gamma);
+	pfree(stmt.data);
+}
+
+/*
+ * Appends the call that lists the captured columns of a capture instance
+ * with their types (what an event column is checked against).
+ */
+void
+tsql_append_captured_columns(StringInfo buf, const char *capture_instance)
+{
+	appendStringInfoString(buf, "EXEC sys.sp_cdc_get_captured_columns @capture_instance = ");
+	appendStringInfoString(buf, mssql_quote_literal(capture_instance));
+	appendStringInfoString(buf, ";\n");
+}
+
+/*
  * Appends the statement that reads a capture instance's low water mark and
  * its commit time (where a table resumes after a loss). One plan for every
  * instance: the name is a parameter.

@@ -34,6 +34,17 @@ enum
 };
 enum
 {
+	/* event-time facts of a range (GROUPING SETS) */
+	TSQL_EV_GROUPING_K = 1, TSQL_EV_GROUPING_B, TSQL_EV_SLOT, TSQL_EV_OP, TSQL_EV_BUCKET, TSQL_EV_ROWS,
+	TSQL_EV_MIN_MS, TSQL_EV_MAX_MS
+};
+enum
+{
+	/* sys.sp_cdc_get_captured_columns: column_name, column_type */
+	TSQL_CAPTURED_NAME = 4, TSQL_CAPTURED_TYPE = 7
+};
+enum
+{
 	/* min LSN */
 	TSQL_MIN_LSN = 1, TSQL_MIN_TIME
 };
@@ -57,6 +68,10 @@ extern char *tsql_qualified_name(const char *schema, const char *object);
 extern void tsql_append_marker(StringInfo buf, int n);
 extern void tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
 										const Lsn *start_exclusive, const Lsn *end_inclusive);
+extern void tsql_append_range_events(StringInfo buf, const char *capture_instance, const char *event_column,
+									 bool utc_offset, const Lsn *start_exclusive, const Lsn *end_inclusive,
+									 int64 slot_seconds, double gamma);
+extern void tsql_append_captured_columns(StringInfo buf, const char *capture_instance);
 extern void tsql_append_min_lsn(StringInfo buf, const char *capture_instance);
 extern void tsql_append_ddl_history(StringInfo buf, const char *capture_instance);
 extern void tsql_append_lsn_mapping(StringInfo buf, const Lsn *lsn);

@@ -35,12 +35,38 @@ CREATE TABLE @extschema@.tracked_table (
     kind              text NOT NULL DEFAULT 'source'
                       CONSTRAINT tracked_table_kind_check CHECK (kind IN ('source', 'derived')),
     CONSTRAINT tracked_table_source_check
-        CHECK ((kind = 'source') = (server_name IS NOT NULL AND source_schema IS NOT NULL AND source_name IS NOT NULL))
+        CHECK ((kind = 'source') = (server_name IS NOT NULL AND source_schema IS NOT NULL AND source_name IS NOT NULL)),
+    event_time_column text
+                      CONSTRAINT tracked_table_event_time_column_check
+                      CHECK (length(event_time_column) BETWEEN 1 AND 128),
+    event_time_zone   text,
+    lateness_policy   text NOT NULL DEFAULT 'exact'
+                      CONSTRAINT tracked_table_lateness_policy_check
+                      CHECK (lateness_policy IN ('exact', 'quantile')),
+    allowed_lateness  interval NOT NULL DEFAULT interval '0'
+                      CONSTRAINT tracked_table_allowed_lateness_check
+                      CHECK (allowed_lateness >= interval '0'),
+    lateness_quantile double precision
+                      CONSTRAINT tracked_table_lateness_quantile_check
+                      CHECK (lateness_quantile > 0 AND lateness_quantile < 1),
+    lateness_window   interval NOT NULL DEFAULT interval '7 days'
+                      CONSTRAINT tracked_table_lateness_window_check
+                      CHECK (lateness_window > interval '0'),
+    CONSTRAINT tracked_table_event_time_check
+        CHECK (event_time_column IS NULL OR kind = 'source'),
+    CONSTRAINT tracked_table_quantile_check
+        CHECK ((lateness_policy = 'quantile') = (lateness_quantile IS NOT NULL))
 );
 COMMENT ON TABLE @extschema@.tracked_table IS
     'Logical tables whose completeness finalize tracks, and their SQL Server source';
 COMMENT ON COLUMN @extschema@.tracked_table.kind IS
     'source: fed by a SQL Server table through the worker; derived: computed from other tracked tables (finalize.track_derived)';
+COMMENT ON COLUMN @extschema@.tracked_table.event_time_column IS
+    'A captured date/time column of the source table that partitions the lake table (event time); NULL: partitioned by commit time';
+COMMENT ON COLUMN @extschema@.tracked_table.event_time_zone IS
+    'IANA zone the event column''s values are written in (NULL: the server''s timezone option; unused for datetimeoffset)';
+COMMENT ON COLUMN @extschema@.tracked_table.lateness_policy IS
+    'exact: an event period is final once the commit-time verdict passed its end plus allowed_lateness; quantile: plus the lateness_quantile of the lateness observed in lateness_window (at least allowed_lateness)';
 
 -- Sensors and the write path look tables up by name among the tracked ones.
 CREATE UNIQUE INDEX tracked_table_active_name_idx
@@ -62,7 +88,9 @@ CREATE TABLE @extschema@.watermark (
     schema_ack_lsn      @extschema@.lsn,
     blocked_ddl_lsn     @extschema@.lsn,
     source_until        timestamptz,
-    loss_blocked        boolean NOT NULL DEFAULT false
+    loss_blocked        boolean NOT NULL DEFAULT false,
+    commit_until        timestamptz,
+    event_allowance     interval
 );
 COMMENT ON TABLE @extschema@.watermark IS
     'Per table: every period ending at or before finalized_until is complete; offset_lsn is the end of the last recorded range';
@@ -76,6 +104,10 @@ COMMENT ON COLUMN @extschema@.watermark.source_until IS
     'The source verdict: for a tracked table what SQL Server has captured (period start of the last range''s commit time), for a derived one the period start of its inputs'' least finalized_until; finalized_until is at most this and every required consumer''s verdict';
 COMMENT ON COLUMN @extschema@.watermark.loss_blocked IS
     'True while the table or one of its inputs (transitively) has a loss not covered by acknowledgements: then finalize._loss_blocks() decides whether a period is final';
+COMMENT ON COLUMN @extschema@.watermark.commit_until IS
+    'The commit-time verdict (source verdict and required consumers, monotonic); equal to finalized_until unless the table is partitioned by event time, whose finalized_until is the event-time verdict drawn from it';
+COMMENT ON COLUMN @extschema@.watermark.event_allowance IS
+    'Event-time tables: the lateness allowance the verdict was last computed with (allowed_lateness, or the observed quantile)';
 
 -- What the worker observed. kind = 'range': one CDC range (start exclusive,
 -- end inclusive) with its row counts; ranges of a table chain without gaps or
@@ -97,10 +129,14 @@ CREATE TABLE @extschema@.fact (
     capture_instance   text,
     event              text CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch',
                                              'data_loss', 'schema_blocked', 'resume_requested', 'resumed',
-                                             'loss_acknowledged')),
+                                             'loss_acknowledged', 'late_data')),
     detail             jsonb,
     ranges             integer NOT NULL DEFAULT 1 CHECK (ranges >= 1),
     recorded_at        timestamptz NOT NULL DEFAULT now(),
+    sketch             bytea,
+    first_event_time   timestamptz,
+    last_event_time    timestamptz,
+    late_rows          bigint NOT NULL DEFAULT 0 CONSTRAINT fact_late_rows_check CHECK (late_rows >= 0),
     CHECK (start_lsn < end_lsn),
     CHECK (first_commit_time <= last_commit_time),
     CHECK ((first_commit_time IS NULL) = (inserts + updates + deletes = 0)),
@@ -109,6 +145,10 @@ CREATE TABLE @extschema@.fact (
 );
 COMMENT ON TABLE @extschema@.fact IS
     'Facts recorded per CDC range (counts, LSN and commit-time spans) and events (data loss, schema change, ...)';
+COMMENT ON COLUMN @extschema@.fact.sketch IS
+    'Event-time tables: the lateness sketch of the range (commit time minus event time, DDSketch at 1% relative accuracy; finalize.lateness_quantile reads it)';
+COMMENT ON COLUMN @extschema@.fact.late_rows IS
+    'Event-time tables: rows of the range whose event period was already final when it was recorded';
 
 -- Ranges chain by end LSN: the write path finds the previous range and
 -- re-recorded ranges through this index.
@@ -138,7 +178,7 @@ CREATE TABLE @extschema@.table_condition (
     condition         text NOT NULL
                       CONSTRAINT table_condition_condition_check
                       CHECK (condition IN ('no_access', 'read_failed', 'no_capture_instance', 'source_replaced',
-                                           'lsn_regressed', 'record_failed', 'lock_timeout')),
+                                           'lsn_regressed', 'record_failed', 'lock_timeout', 'event_column_invalid')),
     detail            text,
     since             timestamptz NOT NULL DEFAULT now()
 );
@@ -274,6 +314,55 @@ COMMENT ON TABLE @extschema@.loss_ack IS
     'Acknowledged losses: who said the periods in [period_from, period_to) were repaired (for example re-snapshotted), when and why';
 CREATE INDEX loss_ack_table_idx ON @extschema@.loss_ack (table_id);
 
+-- Event-time tables: the rows of each recorded range per event period (the
+-- period of the table's granularity that holds the event time; NULL for
+-- rows without one), and how many of them arrived after their period was
+-- already final (late).
+CREATE TABLE @extschema@.event_fact (
+    fact_id       bigint NOT NULL REFERENCES @extschema@.fact ON DELETE CASCADE,
+    table_id      bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    event_period  timestamptz,
+    inserts       bigint NOT NULL DEFAULT 0 CHECK (inserts >= 0),
+    updates       bigint NOT NULL DEFAULT 0 CHECK (updates >= 0),
+    deletes       bigint NOT NULL DEFAULT 0 CHECK (deletes >= 0),
+    late_rows     bigint NOT NULL DEFAULT 0 CHECK (late_rows >= 0),
+    CHECK (late_rows <= inserts + updates + deletes)
+);
+COMMENT ON TABLE @extschema@.event_fact IS
+    'Event-time tables: rows per event period of each recorded range, and how many were late';
+CREATE UNIQUE INDEX event_fact_fact_period_idx
+    ON @extschema@.event_fact (fact_id, event_period) NULLS NOT DISTINCT;
+-- Per-period questions (changes_by_event_period, the release gate).
+CREATE INDEX event_fact_period_idx ON @extschema@.event_fact (table_id, event_period);
+
+-- Event-time tables: the lateness sketches of the ranges recorded, merged
+-- per hour of their commit time, so that a quantile over a window of days
+-- merges a few hundred sketches rather than every range's.
+CREATE TABLE @extschema@.lateness_hour (
+    table_id  bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    hour      timestamptz NOT NULL,
+    sketch    bytea NOT NULL,
+    rows      bigint NOT NULL CHECK (rows >= 0),
+    PRIMARY KEY (table_id, hour)
+);
+COMMENT ON TABLE @extschema@.lateness_hour IS
+    'Event-time tables: lateness sketches merged per commit-time hour (the window of lateness_policy quantile)';
+
+-- Event-time tables: event periods that received rows after they were
+-- final. One row per table and period, counting every late row it got.
+CREATE TABLE @extschema@.late_period (
+    table_id            bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    event_period        timestamptz NOT NULL,
+    rows                bigint NOT NULL CHECK (rows > 0),
+    first_seen          timestamptz NOT NULL,
+    last_seen           timestamptz NOT NULL,
+    verdict_at_arrival  timestamptz NOT NULL,
+    alerted_at          timestamptz,
+    PRIMARY KEY (table_id, event_period)
+);
+COMMENT ON TABLE @extschema@.late_period IS
+    'Event-time tables: periods that received rows after they were declared final (see the view finalize.late_data)';
+
 -- pg_dump keeps the contents of these tables with the extension.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.tracked_table', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.watermark', '');
@@ -286,6 +375,9 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_ack', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_loss_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.loss_ack_ack_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.event_fact', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.lateness_hour', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.late_period', '');
 
 -- Every committed change of a verdict or a tracked table, or of what a
 -- verdict depends on (consumers, inputs, losses and their

@@ -94,7 +94,13 @@ CREATE FUNCTION @extschema@._track_table(
     granularity  interval DEFAULT interval '1 hour',
     start_from   text DEFAULT 'max_lsn',
     ddl_policy   text DEFAULT 'warn',
-    on_data_loss text DEFAULT 'stop')
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days')
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -135,13 +141,35 @@ BEGIN
         'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
     PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
     PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
+    PERFORM @extschema@._require(_track_table.lateness_policy, 'lateness_policy');
+    PERFORM @extschema@._require(_track_table.allowed_lateness, 'allowed_lateness');
+    PERFORM @extschema@._require(_track_table.lateness_window, 'lateness_window');
+    IF _track_table.event_time_column IS NULL
+       AND (_track_table.event_time_zone IS NOT NULL OR _track_table.lateness_policy <> 'exact'
+            OR _track_table.allowed_lateness <> interval '0' OR _track_table.lateness_quantile IS NOT NULL) THEN
+        RAISE EXCEPTION 'lateness settings need an event_time_column'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table without an event column is partitioned by commit time, which is exact: it has no lateness.',
+                  HINT = 'Pass event_time_column => ''<captured date/time column>'' too.';
+    END IF;
+    PERFORM @extschema@._check_event_time(_track_table.event_time_column, _track_table.event_time_zone,
+                                          _track_table.lateness_policy, _track_table.allowed_lateness,
+                                          _track_table.lateness_quantile, _track_table.lateness_window,
+                                          _track_table.granularity);
 
     BEGIN
+        -- Lengths of time are kept without days, so that adding them is
+        -- the same in every session TimeZone.
         INSERT INTO @extschema@.tracked_table
             (table_name, server_name, source_schema, source_name, granularity, start_from,
-             ddl_policy, on_data_loss, created_by)
+             ddl_policy, on_data_loss, created_by, event_time_column, event_time_zone, lateness_policy,
+             allowed_lateness, lateness_quantile, lateness_window)
         VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
-                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who)
+                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who,
+                _track_table.event_time_column, _track_table.event_time_zone, _track_table.lateness_policy,
+                make_interval(secs => extract(epoch FROM _track_table.allowed_lateness)),
+                _track_table.lateness_quantile,
+                make_interval(secs => extract(epoch FROM _track_table.lateness_window)))
         RETURNING table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'table "%" is already tracked', _track_table.table_name
@@ -160,13 +188,20 @@ CREATE FUNCTION @extschema@.track_table(
     granularity  interval DEFAULT interval '1 hour',
     start_from   text DEFAULT 'max_lsn',
     ddl_policy   text DEFAULT 'warn',
-    on_data_loss text DEFAULT 'stop')
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days')
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text) IS
-    'Start tracking a logical table fed by a SQL Server table with CDC enabled';
+COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text,
+                                            text, text, text, interval, double precision, interval) IS
+    'Start tracking a logical table fed by a SQL Server table with CDC enabled; event_time_column partitions it by a time in its rows';
 
 -- The names of the tracked derived tables that use a table as an input.
 CREATE FUNCTION @extschema@._dependents(table_id bigint)
@@ -237,7 +272,13 @@ CREATE FUNCTION @extschema@.alter_tracked_table(
     table_name   text,
     granularity  interval DEFAULT NULL,
     ddl_policy   text DEFAULT NULL,
-    on_data_loss text DEFAULT NULL)
+    on_data_loss text DEFAULT NULL,
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT NULL,
+    allowed_lateness  interval DEFAULT NULL,
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -246,6 +287,9 @@ AS $$
 DECLARE
     id bigint;
     kind text;
+    cur @extschema@.tracked_table;
+    has_verdict boolean;
+    event_changed boolean;
 BEGIN
     PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
     IF granularity IS NOT NULL THEN
@@ -262,17 +306,60 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
     END IF;
-    IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL) THEN
+    IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
+                             OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
+                             OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
+                             OR lateness_window IS NOT NULL) THEN
         RAISE EXCEPTION 'table "%" is a derived table: only its granularity can be changed', alter_tracked_table.table_name
             USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'ddl_policy and on_data_loss say how the worker reads a SQL Server table; a derived table has none.';
+                  DETAIL = 'ddl_policy, on_data_loss and the event-time settings say how the worker reads a SQL Server table; a derived table has none.';
     END IF;
+    SELECT t.* INTO cur FROM @extschema@.tracked_table t WHERE t.table_id = id;
+    SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
+    event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
+                     OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
+    -- What the verdict means changes with the partitioning time: a verdict
+    -- given in commit time (or another column's time) cannot be kept.
+    IF event_changed AND has_verdict THEN
+        RAISE EXCEPTION 'table "%" already has a verdict, so its event column cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its periods up to %s were declared final in %s; a verdict never moves back.',
+                                  @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
+                                  CASE WHEN cur.event_time_column IS NULL THEN 'commit time'
+                                       ELSE format('the time of column "%s"', cur.event_time_column) END),
+                  HINT = 'Track the table again under a new name with finalize.track_table(..., event_time_column => ...), then untrack this one.';
+    END IF;
+    IF coalesce(event_time_column, cur.event_time_column) IS NULL
+       AND (event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL OR allowed_lateness IS NOT NULL
+            OR lateness_quantile IS NOT NULL OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" has no event_time_column, so it has no lateness settings', cur.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table partitioned by commit time is exact: it has no lateness.';
+    END IF;
+    PERFORM @extschema@._check_event_time(
+        coalesce(event_time_column, cur.event_time_column), coalesce(event_time_zone, cur.event_time_zone),
+        coalesce(lateness_policy, cur.lateness_policy), coalesce(allowed_lateness, cur.allowed_lateness),
+        CASE WHEN coalesce(lateness_policy, cur.lateness_policy) = 'exact' AND lateness_quantile IS NULL THEN NULL
+             ELSE coalesce(lateness_quantile, cur.lateness_quantile) END,
+        coalesce(lateness_window, cur.lateness_window), coalesce(granularity, cur.granularity));
     -- The verdict stays valid under any granularity: it is an instant before
     -- which every commit is captured; only later advances use the new one.
+    -- A stricter lateness policy applies from now on: periods already
+    -- final stay final (a verdict never moves back).
     UPDATE @extschema@.tracked_table t
        SET granularity = coalesce(alter_tracked_table.granularity, t.granularity),
            ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
-           on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss)
+           on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss),
+           event_time_column = coalesce(alter_tracked_table.event_time_column, t.event_time_column),
+           event_time_zone = coalesce(alter_tracked_table.event_time_zone, t.event_time_zone),
+           lateness_policy = coalesce(alter_tracked_table.lateness_policy, t.lateness_policy),
+           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.allowed_lateness)),
+                                       t.allowed_lateness),
+           lateness_quantile = CASE WHEN coalesce(alter_tracked_table.lateness_policy, t.lateness_policy) = 'exact'
+                                    THEN NULL
+                                    ELSE coalesce(alter_tracked_table.lateness_quantile, t.lateness_quantile) END,
+           lateness_window = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.lateness_window)),
+                                      t.lateness_window)
      WHERE t.table_id = id;
     -- Which periods a loss holds depends on the granularity; a derived
     -- table's verdict may move at once under a finer one.
@@ -284,8 +371,9 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text) IS
-    'Change the granularity, DDL policy or data-loss policy of a tracked table (only the granularity of a derived one)';
+COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                                    double precision, interval) IS
+    'Change the granularity, DDL policy, data-loss policy or event-time settings of a tracked table (only the granularity of a derived one)';
 
 -- Lets a stopped table go on. After a schema change that blocked it, the DDL
 -- counts as reviewed and the verdict continues from where it stopped. After

@@ -115,8 +115,11 @@ END
 $$;
 
 -- The one function that moves a verdict: locks the table's verdict, takes a
--- derived table's source verdict from its inputs, then sets finalized_until
--- to the greatest of its old value and _effective_until, with a NOTIFY on
+-- derived table's source verdict from its inputs, moves the commit-time
+-- verdict commit_until to the greatest of its old value and
+-- _effective_until, then finalized_until to the greatest of its old value
+-- and that (on an event-time table: the event-time verdict _event_until
+-- draws from it, held by losses as _loss_cap says), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
 -- this one follow in the same transaction. The inputs form a DAG
 -- (track_derived refuses cycles), so the recursion ends. A derived table
@@ -136,7 +139,9 @@ DECLARE
                                          ELSE @extschema@._try_lock_tracked(table_id) END;
     wm @extschema@.watermark;
     from_inputs timestamptz;
+    new_commit timestamptz;
     new_until timestamptz;
+    ev record;
     dependent bigint;
 BEGIN
     IF tt.table_id IS NULL THEN
@@ -150,7 +155,22 @@ BEGIN
             wm.source_until := from_inputs;
         END IF;
     END IF;
-    new_until := GREATEST(wm.finalized_until, @extschema@._effective_until(tt, wm.source_until));
+    new_commit := GREATEST(wm.commit_until, @extschema@._effective_until(tt, wm.source_until));
+    IF tt.event_time_column IS NULL THEN
+        new_until := GREATEST(wm.finalized_until, new_commit);
+    ELSE
+        -- The event-time verdict, from the commit-time one held by losses.
+        ev := @extschema@._event_until(tt, CASE WHEN wm.loss_blocked
+                                                THEN LEAST(new_commit, @extschema@._loss_cap(tt.table_id))
+                                                ELSE new_commit END);
+        new_until := GREATEST(wm.finalized_until, ev.until);
+        IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
+            UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;
+        END IF;
+    END IF;
+    IF new_commit IS DISTINCT FROM wm.commit_until THEN
+        UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
+    END IF;
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
         RETURN new_until;
     END IF;

@@ -186,9 +186,10 @@ END
 $$;
 
 -- Stores the fact of a checked range that chains onto the facts of its
--- table. Consecutive empty ranges coalesce into one fact, so an idle table
--- keeps a bounded number of rows; any other range is a fact of its own (the
--- first one, without start, marks where tracking started).
+-- table and returns its id. Consecutive empty ranges coalesce into one
+-- fact, so an idle table keeps a bounded number of rows; any other range is
+-- a fact of its own (the first one, without start, marks where tracking
+-- started).
 CREATE FUNCTION @extschema@._store_range_fact(
     table_id          bigint,
     s                 @extschema@.lsn,
@@ -202,13 +203,14 @@ CREATE FUNCTION @extschema@._store_range_fact(
     capture_instance  text,
     event             text,
     detail            jsonb)
-RETURNS void
+RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
     prev bigint;
+    stored bigint;
 BEGIN
     IF inserts + updates + deletes = 0 AND event IS NULL AND s IS NOT NULL THEN
         SELECT f.fact_id INTO prev FROM @extschema@.fact f
@@ -221,6 +223,7 @@ BEGIN
            SET end_lsn = e, end_commit_time = _store_range_fact.end_commit_time,
                ranges = f.ranges + 1, recorded_at = now()
          WHERE f.fact_id = prev;
+        RETURN prev;
     ELSE
         INSERT INTO @extschema@.fact
             (table_id, kind, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
@@ -228,17 +231,20 @@ BEGIN
         VALUES
             (_store_range_fact.table_id, 'range', s, e, end_commit_time, inserts, updates, deletes,
              first_commit_time, last_commit_time, capture_instance,
-             CASE WHEN s IS NULL THEN 'tracking_started' ELSE event END, detail);
+             CASE WHEN s IS NULL THEN 'tracking_started' ELSE event END, detail)
+        RETURNING fact_id INTO stored;
     END IF;
+    RETURN stored;
 END
 $$;
 
 -- The write path itself, by table id (the worker's way; record_range is the
 -- same by name): the arguments are checked (and the table's verdict locked),
--- the range must chain onto the recorded ones, its fact is stored, the
--- source verdict moves and _advance moves the verdict (and the derived
--- tables that use it) as far as the consumers allow, all in the caller's
--- transaction.
+-- the range must chain onto the recorded ones, its fact is stored (with its
+-- event-time facts on an event-time table, late rows judged against the
+-- verdict before it), the source verdict moves and _advance moves the
+-- verdict (and the derived tables that use it) as far as the consumers
+-- allow, all in the caller's transaction.
 CREATE FUNCTION @extschema@._record_range(
     table_id          bigint,
     start_lsn         text,
@@ -251,7 +257,11 @@ CREATE FUNCTION @extschema@._record_range(
     last_commit_time  timestamptz,
     capture_instance  text,
     event             text,
-    detail            jsonb)
+    detail            jsonb,
+    event_periods     jsonb,
+    lateness_sketch   bytea,
+    first_event_time  timestamptz,
+    last_event_time   timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -262,6 +272,7 @@ DECLARE
     e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
     tt    @extschema@.tracked_table;
     wm    @extschema@.watermark;
+    fid   bigint;
 BEGIN
     tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                         first_commit_time, last_commit_time, event);
@@ -270,8 +281,29 @@ BEGIN
                                       first_commit_time, last_commit_time, event) THEN
         RETURN wm.finalized_until;
     END IF;
-    PERFORM @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
-                                          first_commit_time, last_commit_time, capture_instance, event, detail);
+    IF tt.event_time_column IS NULL
+       AND (event_periods IS NOT NULL OR lateness_sketch IS NOT NULL OR first_event_time IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time, so its ranges carry no event-time facts',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave event_periods, lateness_sketch and the event times NULL, or set an event column first.';
+    END IF;
+    IF first_event_time > last_event_time OR (first_event_time IS NULL) <> (last_event_time IS NULL) THEN
+        RAISE EXCEPTION 'invalid event-time span for table "%": % to %', tt.table_name, first_event_time, last_event_time
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range with event times needs first_event_time <= last_event_time; one without has neither.';
+    END IF;
+    fid := @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                         first_commit_time, last_commit_time, capture_instance, event, detail);
+    IF tt.event_time_column IS NOT NULL AND inserts + updates + deletes > 0 THEN
+        UPDATE @extschema@.fact f
+           SET sketch = lateness_sketch, first_event_time = _record_range.first_event_time,
+               last_event_time = _record_range.last_event_time
+         WHERE f.fact_id = fid;
+        -- Late data is judged against the event-time verdict before this range moves it.
+        PERFORM @extschema@._store_event_facts(tt, fid, event_periods, lateness_sketch, end_commit_time, e,
+                                               wm.finalized_until);
+    END IF;
 
     UPDATE @extschema@.watermark w
        SET source_until = GREATEST(w.source_until, @extschema@.period_start(end_commit_time, tt.granularity)),
@@ -295,15 +327,21 @@ CREATE FUNCTION @extschema@.record_range(
     last_commit_time  timestamptz DEFAULT NULL,
     capture_instance  text DEFAULT NULL,
     event             text DEFAULT NULL,
-    detail            jsonb DEFAULT NULL)
+    detail            jsonb DEFAULT NULL,
+    event_periods     jsonb DEFAULT NULL,
+    lateness_sketch   bytea DEFAULT NULL,
+    first_event_time  timestamptz DEFAULT NULL,
+    last_event_time   timestamptz DEFAULT NULL)
 RETURNS timestamptz
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 RETURN @extschema@._record_range(@extschema@._tracked_id(table_name), start_lsn, end_lsn, end_commit_time,
                                  inserts, updates, deletes, first_commit_time, last_commit_time,
-                                 capture_instance, event, detail);
+                                 capture_instance, event, detail, event_periods, lateness_sketch,
+                                 first_event_time, last_event_time);
 COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
-                                             timestamptz, timestamptz, text, text, jsonb) IS
+                                             timestamptz, timestamptz, text, text, jsonb,
+                                             jsonb, bytea, timestamptz, timestamptz) IS
     'Record the facts of one CDC range (start exclusive, end inclusive) and advance the verdict';
 
 -- Removes facts older than the retention (finalize.facts_retention unless
@@ -327,6 +365,8 @@ BEGIN
        AND NOT EXISTS (SELECT FROM @extschema@.watermark w
                         WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
     GET DIAGNOSTICS removed = ROW_COUNT;
+    DELETE FROM @extschema@.lateness_hour h WHERE h.hour < now() - keep;
+    DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id

@@ -250,13 +250,16 @@ BEGIN
         RETURN v;
     ELSIF v.is_final THEN
         v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        IF tt.event_time_column IS NOT NULL THEN
+            v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
+        END IF;
         RETURN v;
     END IF;
 
     why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
                      @extschema@._explain_consumers(tt, v.period_end));
     v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
-                       coalesce(why, format('the verdict stands at %s', wm.finalized_until)));
+                       coalesce(nullif(why, ''), format('the verdict stands at %s', wm.finalized_until)));
     IF tt.state <> 'active' THEN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
@@ -274,6 +277,9 @@ BEGIN
     END IF;
     IF losses IS NOT NULL THEN
         v.reason := v.reason || ' It also waits for a loss to be acknowledged: ' || losses;
+    END IF;
+    IF tt.event_time_column IS NOT NULL THEN
+        v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
     END IF;
     RETURN v;
 END
@@ -314,7 +320,11 @@ SELECT t.table_name,
        t.kind,
        w.source_until,
        hb.consumer AS held_back_by,
-       w.loss_blocked
+       w.loss_blocked,
+       t.event_time_column,
+       w.commit_until,
+       w.event_allowance,
+       (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint AS late_rows
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
@@ -328,7 +338,7 @@ SELECT t.table_name,
                                  CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
                                  t.granularity) AS until) u
                       WHERE x.table_id = t.table_id AND x.required
-                        AND w.source_until > coalesce(w.finalized_until, '-infinity')
+                        AND w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
                         AND w.source_until > coalesce(u.until, '-infinity')
                       ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1) hb ON true
  WHERE t.untracked_at IS NULL;

@@ -37,13 +37,16 @@ GRANT EXECUTE ON FUNCTION
 -- Admins manage tracked tables, may record ranges by hand (the worker's write
 -- path) and read the catalog tables.
 GRANT EXECUTE ON FUNCTION
-    @extschema@.track_table(text, text, text, interval, text, text, text),
+    @extschema@.track_table(text, text, text, interval, text, text, text,
+                            text, text, text, interval, double precision, interval),
     @extschema@.untrack_table(text, boolean, boolean),
-    @extschema@.alter_tracked_table(text, interval, text, text),
+    @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                    double precision, interval),
     @extschema@.resume_table(text),
     @extschema@.release_source(text),
     @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
-                             timestamptz, timestamptz, text, text, jsonb),
+                             timestamptz, timestamptz, text, text, jsonb,
+                             jsonb, bytea, timestamptz, timestamptz),
     @extschema@.purge_facts(interval),
     @extschema@.quote_mssql_ident(text)
     TO finalize_admin;
@@ -81,4 +84,16 @@ GRANT EXECUTE ON FUNCTION
     TO finalize_admin;
 GRANT SELECT ON @extschema@.partition_registration, @extschema@.projection,
                 @extschema@.release, @extschema@.published
+    TO finalize_admin;
+
+-- Event time: readers see late data and the lateness their verdict uses,
+-- publishers the rows per event period, admins the tables behind them.
+GRANT SELECT ON @extschema@.late_data TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.lateness(text, double precision, interval)
+    TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.changes_by_event_period(text, timestamptz, timestamptz)
+    TO finalize_publisher;
+GRANT SELECT ON @extschema@.event_fact, @extschema@.lateness_hour, @extschema@.late_period
     TO finalize_admin;

@@ -37,6 +37,8 @@
 #include "worker/clock_check.h"
 #include "worker/consumers.h"
 #include "worker/cycle.h"
+#include "worker/event_columns.h"
+#include "worker/event_facts.h"
 #include "worker/judge.h"
 #include "worker/plan.h"
 #include "worker/record.h"
@@ -110,6 +112,13 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 			r->instance = p->seg[s].instance->name;
 			r->start = p->seg[s].start;
 			r->end = p->seg[s].end;
+			if (jobs[j]->table->event_column != NULL)
+			{
+				r->events = palloc0(sizeof(CdcEvents));
+				r->events->column = jobs[j]->table->event_column;
+				r->events->utc = jobs[j]->event_utc[s];
+				r->events->slot_seconds = event_slot_seconds(jobs[j]->table->granularity_usecs);
+			}
 			ranges[nranges++] = r;
 			jobs[j]->inst[s] = instance_read(insts, &ninsts, p->seg[s].instance->name, true);
 		}
@@ -122,13 +131,17 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 	for (int j = 0; j < njobs; j++)
 	{
 		TableJob   *job = jobs[j];
-		const CdcOutcome *outcomes[4];
+		const CdcOutcome *outcomes[6];
 		const CdcOutcome *first = NULL;
 		int			n = 0;
 		bool		retry = false;
 
 		for (int s = 0; s < job->plan->nsegments; s++)
+		{
 			outcomes[n++] = &job->seg[s].outcome;
+			if (job->seg[s].events != NULL)
+				outcomes[n++] = &job->seg[s].events->outcome;
+		}
 		for (int s = 0; s < Max(job->plan->nsegments, 1); s++)
 			if (job->inst[s] != NULL)
 				outcomes[n++] = &job->inst[s]->outcome;
@@ -365,8 +378,24 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 	}
 	if (nread == 0)
 		return true;
-	pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
 	memset(&err, 0, sizeof(err));
+	/* Event columns are checked first: a table whose column cannot be read is not read. */
+	pgstat_report_activity(STATE_RUNNING, "finalize: checking event columns");
+	if (!event_columns_check(c->run->conn, c->cfg.conn.username, to_read, nread, &err))
+		return fail(c, failure_condition(c->run->conn, &err),
+					psprintf("Listing the captured columns in database \"%s\" failed: %s", c->cfg.database,
+							 mssql_error_text(&err)));
+	{
+		int			kept = 0;
+
+		for (int j = 0; j < nread; j++)
+			if (to_read[j]->event_problem == NULL)
+				to_read[kept++] = to_read[j];
+		nread = kept;
+	}
+	if (nread == 0)
+		return true;
+	pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
 	read_jobs(c->run->conn, to_read, nread, &err, NOLOCK_RETRIES);
 	io_interrupts_rethrow();
 	/* A lost connection or a timeout is the source's failure, not the tables'. */
@@ -416,7 +445,10 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 			w->facts[0].capture_instance = p->instance->name;
 			break;
 		case PLAN_READ:
-			judge_read(&c->cfg, &jobs[i], c->max_instant, w);
+			if (jobs[i].event_problem != NULL)
+				write_condition(w, jobs[i].event_condition, jobs[i].event_problem);
+			else
+				judge_read(&c->cfg, &jobs[i], c->max_instant, w);
 			break;
 		case PLAN_RESUME:
 			judge_resume(&c->cfg, &jobs[i], c->max_instant, w);

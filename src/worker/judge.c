@@ -15,6 +15,7 @@
 #include "common/json_build.h"
 #include "common/settings.h"
 #include "common/timeconv.h"
+#include "worker/event_facts.h"
 #include "worker/judge.h"
 
 /* Fills a condition write (COND_NONE clears the table's condition). */
@@ -107,6 +108,7 @@ typedef struct DdlSeen
 	const CdcDdl *first;		/* the earliest */
 	const char *instance;		/* its capture instance */
 	int			count;
+	const CdcDdl *event_ddl;	/* the first that names the table's event column */
 } DdlSeen;
 
 /* Adds the unreviewed DDL of an instance in a segment to the list. */
@@ -120,6 +122,9 @@ collect_ddl(const TrackedSource *t, const CdcInstance *ir, const RangeSegment *s
 
 		if (!plan_ddl_in_range(t, seg, &d->lsn))
 			continue;
+		if (t->event_column != NULL && plan_ddl_mentions(d->command, t->event_column) &&
+			(seen->event_ddl == NULL || lsn_cmp(&d->lsn, &seen->event_ddl->lsn) < 0))
+			seen->event_ddl = d;
 		if (seen->first == NULL || lsn_cmp(&d->lsn, &seen->first->lsn) < 0)
 		{
 			seen->first = d;
@@ -235,13 +240,39 @@ reads_usable(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Ta
 	return true;
 }
 
-/* Whether the DDL blocks the table (ddl_policy = block); then w says so. */
+/*
+ * Whether the DDL blocks the table (ddl_policy = block, or whatever the
+ * policy a statement that names its event column: it may drop or retype
+ * the column every event period is drawn from); then w says so.
+ */
 static bool
 ddl_blocks(const TableJob *job, const DdlSeen *seen, TableWrite *w)
 {
 	const TrackedSource *t = job->table;
 	JsonbParseState *st = NULL;
 
+	if (seen->event_ddl != NULL)
+	{
+		const CdcDdl *d = seen->event_ddl;
+
+		w->kind = WRITE_SCHEMA_BLOCKED;
+		w->capture_instance = seen->instance;
+		w->event_start = t->offset;
+		w->event_end = d->lsn;
+		jb_begin_object(&st, NULL);
+		jb_text(&st, "ddl_lsn", fmt_lsn(&d->lsn));
+		jb_text(&st, "ddl_command", d->command);
+		jb_text(&st, "event_time_column", t->event_column);
+		push_ddl_seen(&st, seen);
+		w->detail = jb_finish(jb_end_object(&st));
+		w->state_detail = psprintf("A schema change names the event column \"%s\" of this table (at LSN %s: %s), "
+								   "so the event periods of its rows may no longer be what they were; this blocks "
+								   "the verdict whatever the ddl_policy. Check the column is still captured with a "
+								   "date/time type, then run SELECT finalize.resume_table(%s) to go on.",
+								   t->event_column, fmt_lsn(&d->lsn), d->command,
+								   quote_literal_cstr(t->table_name));
+		return true;
+	}
 	if (!plan_ddl_blocks(t, seen->count))
 		return false;
 	w->kind = WRITE_SCHEMA_BLOCKED;
@@ -340,6 +371,16 @@ segment_fact(const SourceConfig *cfg, const TableJob *job, int s, const DdlSeen 
 	f->event = event == SEGMENT_INSTANCE_SWITCH ? "instance_switch"
 		: event == SEGMENT_SCHEMA_CHANGE ? "schema_change" : NULL;
 	f->detail = event_detail(job, s, event, seen);
+	if (sr->events != NULL && f->has_rows)
+	{
+		char	   *problem = event_facts_build(sr->events, job->table, cfg->tz, f);
+
+		if (problem != NULL)
+		{
+			write_condition(w, COND_READ_FAILED, problem);
+			return false;
+		}
+	}
 	return true;
 }
 

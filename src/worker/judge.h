@@ -21,6 +21,9 @@ typedef struct TableJob
 	CdcRange	seg[2];			/* per segment of the plan */
 	CdcInstance *inst[2];		/* per segment, or [0] for RESUME and GAP */
 	char	   *error;			/* set when its reads failed */
+	bool		event_utc[2];	/* per segment: the event column is a datetimeoffset */
+	Condition	event_condition;	/* why the event column cannot be read (or COND_NONE) */
+	char	   *event_problem;
 } TableJob;
 
 /* What the cycle does for one table in the write transaction. */

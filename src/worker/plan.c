@@ -259,6 +259,38 @@ plan_ddl_in_range(const TrackedSource *table, const RangeSegment *seg, const Lsn
 	return !(table->has_schema_ack && lsn_cmp(ddl_lsn, &table->schema_ack) <= 0);
 }
 
+/* Whether c may be part of a SQL Server identifier written without brackets. */
+static bool
+ident_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+		c == '@' || c == '#' || c == '$' || (unsigned char) c >= 0x80;
+}
+
+/*
+ * Whether a DDL statement names a column (case-insensitively, as a whole
+ * identifier, bare, bracketed or quoted): a schema change that may drop or
+ * retype a table's event column. It may say yes for a statement that only
+ * mentions the name (a default, another table's column): that blocks the
+ * verdict for a person to look, which errs on the safe side.
+ */
+bool
+plan_ddl_mentions(const char *command, const char *column)
+{
+	size_t		n = strlen(column);
+
+	if (n == 0)
+		return false;
+	for (const char *p = command; *p; p++)
+	{
+		if (pg_strncasecmp(p, column, n) != 0)
+			continue;
+		if ((p == command || !ident_char(p[-1])) && !ident_char(p[n]))
+			return true;
+	}
+	return false;
+}
+
 /*
  * Whether unreviewed DDL stops the table (ddl_policy = block): then nothing
  * of its range is recorded, so the verdict stays before the change.

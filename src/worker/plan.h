@@ -31,6 +31,9 @@ typedef struct TrackedSource
 	Lsn			schema_ack;		/* DDL up to here was reviewed */
 	bool		has_last_loss;
 	TimestampTz last_loss;		/* when the previous data loss was recorded */
+	char	   *event_column;	/* event_time_column, or NULL: partitioned by commit time */
+	char	   *event_zone;		/* event_time_zone, or NULL: the server's timezone option */
+	int64		granularity_usecs;
 } TrackedSource;
 
 typedef enum PlanAction
@@ -94,6 +97,7 @@ extern void plan_table(const TrackedSource *table, const CaptureInstance *instan
 extern RangeVerdict judge_range(const Lsn *start_exclusive, const Lsn *min_lsn_after_read);
 extern bool plan_ddl_in_range(const TrackedSource *table, const RangeSegment *seg, const Lsn *ddl_lsn);
 extern bool plan_ddl_blocks(const TrackedSource *table, int nddl);
+extern bool plan_ddl_mentions(const char *command, const char *column);
 extern SegmentEvent plan_segment_event(const TablePlan *plan, int s, bool ddl_seen);
 extern TimestampTz plan_segment_end_time(const TablePlan *plan, int s, const TrackedSource *table,
 										 bool has_rows, TimestampTz last_row_time, TimestampTz max_instant);

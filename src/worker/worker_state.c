@@ -253,6 +253,11 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	d = SPI_getbinval(tup, desc, 13, &isnull);
 	ts->has_last_loss = !isnull;
 	ts->last_loss = isnull ? 0 : DatumGetTimestampTz(d);
+	ts->event_column = spi_text(tup, desc, 14, cxt);
+	ts->event_zone = spi_text(tup, desc, 15, cxt);
+	d = SPI_getbinval(tup, desc, 16, &isnull);
+	if (isnull || !interval_usecs(DatumGetIntervalP(d), &ts->granularity_usecs))
+		ts->granularity_usecs = 0;
 }
 
 /* The active tables of a source, with their offsets (in cxt). */
@@ -265,8 +270,10 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 
 	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
 							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
-							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss"
-							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t",
+							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
+							  "       x.event_time_column, x.event_time_zone, x.granularity"
+							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
+							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tracked tables of server \"%s\"", server_name);
 	if (SPI_processed == 0)
@@ -406,16 +413,17 @@ void
 ws_record_range(void *arg)
 {
 	RangeFacts *f = (RangeFacts *) arg;
-	Datum		values[12];
-	char		nulls[12];
+	Datum		values[16];
+	char		nulls[16];
 	int			rc;
 
 	if (record_range_plan == NULL)
 	{
-		Oid			types[12] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
-		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-									   12, types);
+		Oid			types[16] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
+			INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, BYTEAOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID};
+		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, "
+									   "$10, $11, $12, $13, $14, $15, $16)", 16, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "could not prepare finalize._record_range: %s", SPI_result_code_string(SPI_result));
@@ -446,6 +454,21 @@ ws_record_range(void *arg)
 		values[11] = JsonbPGetDatum(f->detail);
 	else
 		nulls[11] = 'n';
+	if (f->event_periods != NULL)
+		values[12] = JsonbPGetDatum(f->event_periods);
+	else
+		nulls[12] = 'n';
+	if (f->sketch != NULL)
+		values[13] = PointerGetDatum(f->sketch);
+	else
+		nulls[13] = 'n';
+	if (f->has_event_span)
+	{
+		values[14] = TimestampTzGetDatum(f->first_event);
+		values[15] = TimestampTzGetDatum(f->last_event);
+	}
+	else
+		nulls[14] = nulls[15] = 'n';
 
 	rc = SPI_execute_plan(record_range_plan, values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)

@@ -57,6 +57,12 @@ typedef struct RangeFacts
 	const char *capture_instance;
 	const char *event;			/* NULL, schema_change, instance_switch */
 	const Jsonb *detail;
+	/* event-time tables: rows per event period, lateness sketch, event-time span */
+	const Jsonb *event_periods;
+	const bytea *sketch;
+	bool		has_event_span;
+	TimestampTz first_event;
+	TimestampTz last_event;
 } RangeFacts;
 
 extern bool ws_still_tracked(int64 table_id);

@@ -62,7 +62,7 @@ ALTER TABLE @extschema@.tracked_table
 ALTER TABLE @extschema@.table_condition
     ADD CONSTRAINT table_condition_condition_check
         CHECK (condition IN ('no_access', 'read_failed', 'no_capture_instance', 'source_replaced',
-                             'lsn_regressed', 'record_failed', 'lock_timeout'));
+                             'lsn_regressed', 'record_failed', 'lock_timeout', 'event_column_invalid'));
 ALTER TABLE @extschema@.source_status
     ADD CONSTRAINT source_status_condition_check
         CHECK (condition IN ('starting', 'ok', 'capture_stalled', 'no_worker', 'server_dropped',
@@ -329,13 +329,16 @@ BEGIN
         RETURN v;
     ELSIF v.is_final THEN
         v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        IF tt.event_time_column IS NOT NULL THEN
+            v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
+        END IF;
         RETURN v;
     END IF;
 
     why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
                      @extschema@._explain_consumers(tt, v.period_end));
     v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
-                       coalesce(why, format('the verdict stands at %s', wm.finalized_until)));
+                       coalesce(nullif(why, ''), format('the verdict stands at %s', wm.finalized_until)));
     IF tt.state <> 'active' THEN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
@@ -353,6 +356,9 @@ BEGIN
     END IF;
     IF losses IS NOT NULL THEN
         v.reason := v.reason || ' It also waits for a loss to be acknowledged: ' || losses;
+    END IF;
+    IF tt.event_time_column IS NOT NULL THEN
+        v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
     END IF;
     RETURN v;
 END
@@ -598,9 +604,10 @@ END
 $$;
 
 -- Stores the fact of a checked range that chains onto the facts of its
--- table. Consecutive empty ranges coalesce into one fact, so an idle table
--- keeps a bounded number of rows; any other range is a fact of its own (the
--- first one, without start, marks where tracking started).
+-- table and returns its id. Consecutive empty ranges coalesce into one
+-- fact, so an idle table keeps a bounded number of rows; any other range is
+-- a fact of its own (the first one, without start, marks where tracking
+-- started).
 CREATE FUNCTION @extschema@._store_range_fact(
     table_id          bigint,
     s                 @extschema@.lsn,
@@ -614,13 +621,14 @@ CREATE FUNCTION @extschema@._store_range_fact(
     capture_instance  text,
     event             text,
     detail            jsonb)
-RETURNS void
+RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
     prev bigint;
+    stored bigint;
 BEGIN
     IF inserts + updates + deletes = 0 AND event IS NULL AND s IS NOT NULL THEN
         SELECT f.fact_id INTO prev FROM @extschema@.fact f
@@ -633,6 +641,7 @@ BEGIN
            SET end_lsn = e, end_commit_time = _store_range_fact.end_commit_time,
                ranges = f.ranges + 1, recorded_at = now()
          WHERE f.fact_id = prev;
+        RETURN prev;
     ELSE
         INSERT INTO @extschema@.fact
             (table_id, kind, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
@@ -640,8 +649,10 @@ BEGIN
         VALUES
             (_store_range_fact.table_id, 'range', s, e, end_commit_time, inserts, updates, deletes,
              first_commit_time, last_commit_time, capture_instance,
-             CASE WHEN s IS NULL THEN 'tracking_started' ELSE event END, detail);
+             CASE WHEN s IS NULL THEN 'tracking_started' ELSE event END, detail)
+        RETURNING fact_id INTO stored;
     END IF;
+    RETURN stored;
 END
 $$;
 
@@ -750,7 +761,110 @@ ALTER TABLE @extschema@.fact
     ADD CONSTRAINT fact_event_check
         CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch',
                          'data_loss', 'schema_blocked', 'resume_requested', 'resumed',
-                         'loss_acknowledged'));
+                         'loss_acknowledged', 'late_data'));
+
+-- Event-time partitions (docs/design/event_time.md): the settings of a
+-- tracked table, the commit-time verdict beside the table's verdict, the
+-- event-time facts of each range, late data.
+ALTER TABLE @extschema@.tracked_table
+    ADD COLUMN event_time_column text
+        CONSTRAINT tracked_table_event_time_column_check
+        CHECK (length(event_time_column) BETWEEN 1 AND 128),
+    ADD COLUMN event_time_zone text,
+    ADD COLUMN lateness_policy text NOT NULL DEFAULT 'exact'
+        CONSTRAINT tracked_table_lateness_policy_check
+        CHECK (lateness_policy IN ('exact', 'quantile')),
+    ADD COLUMN allowed_lateness interval NOT NULL DEFAULT interval '0'
+        CONSTRAINT tracked_table_allowed_lateness_check
+        CHECK (allowed_lateness >= interval '0'),
+    ADD COLUMN lateness_quantile double precision
+        CONSTRAINT tracked_table_lateness_quantile_check
+        CHECK (lateness_quantile > 0 AND lateness_quantile < 1),
+    ADD COLUMN lateness_window interval NOT NULL DEFAULT interval '7 days'
+        CONSTRAINT tracked_table_lateness_window_check
+        CHECK (lateness_window > interval '0'),
+    ADD CONSTRAINT tracked_table_event_time_check
+        CHECK (event_time_column IS NULL OR kind = 'source'),
+    ADD CONSTRAINT tracked_table_quantile_check
+        CHECK ((lateness_policy = 'quantile') = (lateness_quantile IS NOT NULL));
+COMMENT ON COLUMN @extschema@.tracked_table.event_time_column IS
+    'A captured date/time column of the source table that partitions the lake table (event time); NULL: partitioned by commit time';
+COMMENT ON COLUMN @extschema@.tracked_table.event_time_zone IS
+    'IANA zone the event column''s values are written in (NULL: the server''s timezone option; unused for datetimeoffset)';
+COMMENT ON COLUMN @extschema@.tracked_table.lateness_policy IS
+    'exact: an event period is final once the commit-time verdict passed its end plus allowed_lateness; quantile: plus the lateness_quantile of the lateness observed in lateness_window (at least allowed_lateness)';
+ALTER TABLE @extschema@.watermark
+    ADD COLUMN commit_until timestamptz,
+    ADD COLUMN event_allowance interval;
+-- Every verdict so far was given in commit time.
+UPDATE @extschema@.watermark SET commit_until = finalized_until;
+COMMENT ON COLUMN @extschema@.watermark.commit_until IS
+    'The commit-time verdict (source verdict and required consumers, monotonic); equal to finalized_until unless the table is partitioned by event time, whose finalized_until is the event-time verdict drawn from it';
+COMMENT ON COLUMN @extschema@.watermark.event_allowance IS
+    'Event-time tables: the lateness allowance the verdict was last computed with (allowed_lateness, or the observed quantile)';
+ALTER TABLE @extschema@.fact
+    ADD COLUMN sketch bytea,
+    ADD COLUMN first_event_time timestamptz,
+    ADD COLUMN last_event_time timestamptz,
+    ADD COLUMN late_rows bigint NOT NULL DEFAULT 0 CONSTRAINT fact_late_rows_check CHECK (late_rows >= 0);
+COMMENT ON COLUMN @extschema@.fact.sketch IS
+    'Event-time tables: the lateness sketch of the range (commit time minus event time, DDSketch at 1% relative accuracy; finalize.lateness_quantile reads it)';
+COMMENT ON COLUMN @extschema@.fact.late_rows IS
+    'Event-time tables: rows of the range whose event period was already final when it was recorded';
+
+-- Event-time tables: the rows of each recorded range per event period (the
+-- period of the table's granularity that holds the event time; NULL for
+-- rows without one), and how many of them arrived after their period was
+-- already final (late).
+CREATE TABLE @extschema@.event_fact (
+    fact_id       bigint NOT NULL REFERENCES @extschema@.fact ON DELETE CASCADE,
+    table_id      bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    event_period  timestamptz,
+    inserts       bigint NOT NULL DEFAULT 0 CHECK (inserts >= 0),
+    updates       bigint NOT NULL DEFAULT 0 CHECK (updates >= 0),
+    deletes       bigint NOT NULL DEFAULT 0 CHECK (deletes >= 0),
+    late_rows     bigint NOT NULL DEFAULT 0 CHECK (late_rows >= 0),
+    CHECK (late_rows <= inserts + updates + deletes)
+);
+COMMENT ON TABLE @extschema@.event_fact IS
+    'Event-time tables: rows per event period of each recorded range, and how many were late';
+CREATE UNIQUE INDEX event_fact_fact_period_idx
+    ON @extschema@.event_fact (fact_id, event_period) NULLS NOT DISTINCT;
+-- Per-period questions (changes_by_event_period, the release gate).
+CREATE INDEX event_fact_period_idx ON @extschema@.event_fact (table_id, event_period);
+
+-- Event-time tables: the lateness sketches of the ranges recorded, merged
+-- per hour of their commit time, so that a quantile over a window of days
+-- merges a few hundred sketches rather than every range's.
+CREATE TABLE @extschema@.lateness_hour (
+    table_id  bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    hour      timestamptz NOT NULL,
+    sketch    bytea NOT NULL,
+    rows      bigint NOT NULL CHECK (rows >= 0),
+    PRIMARY KEY (table_id, hour)
+);
+COMMENT ON TABLE @extschema@.lateness_hour IS
+    'Event-time tables: lateness sketches merged per commit-time hour (the window of lateness_policy quantile)';
+
+-- Event-time tables: event periods that received rows after they were
+-- final. One row per table and period, counting every late row it got.
+CREATE TABLE @extschema@.late_period (
+    table_id            bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    event_period        timestamptz NOT NULL,
+    rows                bigint NOT NULL CHECK (rows > 0),
+    first_seen          timestamptz NOT NULL,
+    last_seen           timestamptz NOT NULL,
+    verdict_at_arrival  timestamptz NOT NULL,
+    alerted_at          timestamptz,
+    PRIMARY KEY (table_id, event_period)
+);
+COMMENT ON TABLE @extschema@.late_period IS
+    'Event-time tables: periods that received rows after they were declared final (see the view finalize.late_data)';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.event_fact', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.lateness_hour', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.late_period', '');
+
 
 -- The inputs of each derived table: a DAG (finalize.track_derived refuses
 -- cycles). A derived table is final for a period only when every input is.
@@ -1100,8 +1214,11 @@ END
 $$;
 
 -- The one function that moves a verdict: locks the table's verdict, takes a
--- derived table's source verdict from its inputs, then sets finalized_until
--- to the greatest of its old value and _effective_until, with a NOTIFY on
+-- derived table's source verdict from its inputs, moves the commit-time
+-- verdict commit_until to the greatest of its old value and
+-- _effective_until, then finalized_until to the greatest of its old value
+-- and that (on an event-time table: the event-time verdict _event_until
+-- draws from it, held by losses as _loss_cap says), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
 -- this one follow in the same transaction. The inputs form a DAG
 -- (track_derived refuses cycles), so the recursion ends. A derived table
@@ -1121,7 +1238,9 @@ DECLARE
                                          ELSE @extschema@._try_lock_tracked(table_id) END;
     wm @extschema@.watermark;
     from_inputs timestamptz;
+    new_commit timestamptz;
     new_until timestamptz;
+    ev record;
     dependent bigint;
 BEGIN
     IF tt.table_id IS NULL THEN
@@ -1135,7 +1254,22 @@ BEGIN
             wm.source_until := from_inputs;
         END IF;
     END IF;
-    new_until := GREATEST(wm.finalized_until, @extschema@._effective_until(tt, wm.source_until));
+    new_commit := GREATEST(wm.commit_until, @extschema@._effective_until(tt, wm.source_until));
+    IF tt.event_time_column IS NULL THEN
+        new_until := GREATEST(wm.finalized_until, new_commit);
+    ELSE
+        -- The event-time verdict, from the commit-time one held by losses.
+        ev := @extschema@._event_until(tt, CASE WHEN wm.loss_blocked
+                                                THEN LEAST(new_commit, @extschema@._loss_cap(tt.table_id))
+                                                ELSE new_commit END);
+        new_until := GREATEST(wm.finalized_until, ev.until);
+        IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
+            UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;
+        END IF;
+    END IF;
+    IF new_commit IS DISTINCT FROM wm.commit_until THEN
+        UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
+    END IF;
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
         RETURN new_until;
     END IF;
@@ -2578,7 +2712,11 @@ SELECT t.table_name,
        t.kind,
        w.source_until,
        hb.consumer AS held_back_by,
-       w.loss_blocked
+       w.loss_blocked,
+       t.event_time_column,
+       w.commit_until,
+       w.event_allowance,
+       (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint AS late_rows
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
@@ -2592,7 +2730,7 @@ SELECT t.table_name,
                                  CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
                                  t.granularity) AS until) u
                       WHERE x.table_id = t.table_id AND x.required
-                        AND w.source_until > coalesce(w.finalized_until, '-infinity')
+                        AND w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
                         AND w.source_until > coalesce(u.until, '-infinity')
                       ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1) hb ON true
  WHERE t.untracked_at IS NULL;
@@ -2708,6 +2846,827 @@ BEGIN
     END LOOP;
 END
 $tls$;
+
+
+-- Event-time partitions (docs/design/event_time.md). A table with an
+-- event_time_column is partitioned by a business time in its rows: its
+-- verdict (watermark.finalized_until) is the event-time verdict, drawn by
+-- _advance from the commit-time verdict (watermark.commit_until) shifted
+-- back by the table's lateness allowance. Each recorded range brings its
+-- rows per event period and a lateness sketch, computed on SQL Server;
+-- rows that land in a period already final are late data, counted exactly.
+
+-- The period arithmetic and the sketches are C (event_time_sql.c): no SQL
+-- copy depends on the session's TimeZone.
+CREATE FUNCTION @extschema@._event_bound(commit_until timestamptz, allowance interval, granularity interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_event_bound'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@._instant_minus(ts timestamptz, iv interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_instant_minus'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@._sketch_merge(a bytea, b bytea)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'finalize_sketch_merge'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- The sketch of every sketch aggregated (NULL for none).
+CREATE AGGREGATE @extschema@._sketch_union(bytea) (
+    SFUNC = @extschema@._sketch_merge,
+    STYPE = bytea
+);
+
+CREATE FUNCTION @extschema@._sketch_quantile_ms(sketch bytea, quantile double precision)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_sketch_quantile_ms'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@._sketch_rows(sketch bytea)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_sketch_rows'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@._sketch_info(sketch bytea, OUT rows bigint, OUT event_after_commit bigint,
+                                         OUT zero_lateness bigint, OUT min_ms bigint, OUT max_ms bigint)
+AS 'MODULE_PATHNAME', 'finalize_sketch_info'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- finalize.late_data_alert_interval as an interval without days.
+CREATE FUNCTION @extschema@._late_data_alert_interval()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_late_data_alert_interval'
+LANGUAGE C STABLE;
+
+-- The event-time options of track_table and alter_tracked_table, checked
+-- together; the errors name the option and say what it takes.
+CREATE FUNCTION @extschema@._check_event_time(
+    event_time_column text,
+    event_time_zone   text,
+    lateness_policy   text,
+    allowed_lateness  interval,
+    lateness_quantile double precision,
+    lateness_window   interval,
+    granularity       interval)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF event_time_column IS NOT NULL
+       AND (length(event_time_column) NOT BETWEEN 1 AND 128 OR event_time_column ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'invalid value for argument event_time_column: "%"', left(event_time_column, 140)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It names a captured column of the SQL Server table: 1 to 128 characters, without control characters, as SQL Server spells it (no brackets).';
+    END IF;
+    IF event_time_zone IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_timezone_names z WHERE z.name = event_time_zone) THEN
+        RAISE EXCEPTION 'invalid value for argument event_time_zone: "%"', left(event_time_zone, 140)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It is not a time zone name PostgreSQL knows (pg_timezone_names).',
+                  HINT = 'Use an IANA name such as ''Europe/Berlin'' or ''UTC''; leave it NULL to use the server''s timezone option.';
+    END IF;
+    PERFORM @extschema@._check_choice(lateness_policy, 'lateness_policy', ARRAY['exact', 'quantile'],
+        'With exact, an event period is final once the commit-time verdict passed its end plus allowed_lateness; with quantile, plus the lateness_quantile of the lateness observed over lateness_window (never less than allowed_lateness).');
+    IF date_part('month', allowed_lateness) <> 0 OR date_part('year', allowed_lateness) <> 0 THEN
+        RAISE EXCEPTION 'invalid value for argument allowed_lateness: "%" is not a fixed length of time', allowed_lateness
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Months and years have no fixed length; days count as 24 hours.',
+                  HINT = 'Give it in days, hours, minutes or seconds, for example ''2 hours''.';
+    END IF;
+    IF date_part('month', lateness_window) <> 0 OR date_part('year', lateness_window) <> 0 THEN
+        RAISE EXCEPTION 'invalid value for argument lateness_window: "%" is not a fixed length of time', lateness_window
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Months and years have no fixed length; days count as 24 hours.',
+                  HINT = 'Give it in days or hours, for example ''7 days''.';
+    END IF;
+    IF allowed_lateness IS NOT NULL THEN
+        IF allowed_lateness < interval '0' THEN
+            RAISE EXCEPTION 'invalid value for argument allowed_lateness: "%" is negative', allowed_lateness
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF lateness_window IS NOT NULL THEN
+        IF lateness_window <= interval '0' THEN
+            RAISE EXCEPTION 'invalid value for argument lateness_window: "%" is not positive', lateness_window
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF lateness_quantile IS NOT NULL AND NOT (lateness_quantile > 0 AND lateness_quantile < 1) THEN
+        RAISE EXCEPTION 'invalid value for argument lateness_quantile: %', lateness_quantile
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A quantile lies strictly between 0 and 1, for example 0.999.';
+    END IF;
+    IF lateness_policy = 'quantile' AND lateness_quantile IS NULL THEN
+        RAISE EXCEPTION 'lateness_policy quantile needs a lateness_quantile'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass lateness_quantile => 0.999, for example.';
+    END IF;
+    IF lateness_policy = 'exact' AND lateness_quantile IS NOT NULL THEN
+        RAISE EXCEPTION 'lateness_quantile is only used with lateness_policy quantile'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass lateness_policy => ''quantile'' too, or leave lateness_quantile out.';
+    END IF;
+    IF event_time_column IS NOT NULL AND granularity IS NOT NULL
+       AND NOT (granularity <= interval '1 day' AND 86400 % extract(epoch FROM granularity)::numeric = 0) THEN
+        RAISE EXCEPTION 'granularity % cannot partition by event time', granularity
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'SQL Server groups event times in slots of whole seconds that must tile a day: the granularity of an event-time table divides one day.',
+                  HINT = 'Use for example ''1 hour'', ''15 minutes'' or ''1 day''.';
+    END IF;
+END
+$$;
+
+-- The lateness allowance of an event-time table whose commit-time verdict
+-- is commit_until: allowed_lateness, or under policy quantile the greater
+-- of it and the lateness_quantile of the lateness recorded in the
+-- lateness_window before commit_until (by commit time; rounded up, so it
+-- errs long). With no rows in the window, allowed_lateness alone.
+CREATE FUNCTION @extschema@._lateness_allowance(tt @extschema@.tracked_table, commit_until timestamptz)
+RETURNS interval
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q_ms bigint;
+BEGIN
+    IF tt.lateness_policy <> 'quantile' OR commit_until IS NULL OR NOT isfinite(commit_until) THEN
+        RETURN tt.allowed_lateness;
+    END IF;
+    SELECT @extschema@._sketch_quantile_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile)
+      INTO q_ms
+      FROM @extschema@.lateness_hour h
+     WHERE h.table_id = tt.table_id
+       AND h.hour >= coalesce(@extschema@._instant_minus(commit_until, tt.lateness_window), '-infinity');
+    RETURN GREATEST(tt.allowed_lateness, make_interval(secs => coalesce(q_ms, 0) / 1000.0));
+END
+$$;
+
+-- The event-time verdict of a table whose commit-time verdict is
+-- commit_until (capped by the losses that hold it): the greatest event
+-- period boundary that, plus the allowance, the commit-time verdict has
+-- passed; NULL while there is none.
+CREATE FUNCTION @extschema@._event_until(tt @extschema@.tracked_table, commit_until timestamptz,
+                                         OUT until timestamptz, OUT allowance interval)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    allowance := @extschema@._lateness_allowance(tt, commit_until);
+    IF commit_until IS NULL OR NOT isfinite(commit_until) THEN
+        until := NULL;
+    ELSE
+        until := @extschema@._event_bound(commit_until, allowance, tt.granularity);
+    END IF;
+END
+$$;
+
+-- Stores the event-time facts of a range just recorded as fact fact_id:
+-- its rows per event period (periods: a JSON array of {"period": ISO 8601
+-- instant or null, "inserts", "updates", "deletes"}), late where the
+-- period was already final under the verdict before this range
+-- (verdict_before); its lateness sketch merged into the hour of its commit
+-- time. Late rows are counted per period in late_period, recorded as a
+-- late_data event and sent on finalize_alert at most once per table and
+-- period per finalize.late_data_alert_interval. Returns the late rows.
+CREATE FUNCTION @extschema@._store_event_facts(
+    tt              @extschema@.tracked_table,
+    fact_id         bigint,
+    periods         jsonb,
+    sketch          bytea,
+    end_commit_time timestamptz,
+    end_lsn         @extschema@.lsn,
+    verdict_before  timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    late bigint;
+    late_list jsonb;
+    to_alert jsonb;
+BEGIN
+    IF periods IS NOT NULL AND jsonb_typeof(periods) <> 'array' THEN
+        RAISE EXCEPTION 'invalid value for argument event_periods of table "%": a JSON array is expected',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Each element is {"period": "<UTC instant>", "inserts": n, "updates": n, "deletes": n}.';
+    END IF;
+    INSERT INTO @extschema@.event_fact (fact_id, table_id, event_period, inserts, updates, deletes, late_rows)
+    SELECT fact_id, tt.table_id, p.period, sum(p.inserts), sum(p.updates), sum(p.deletes),
+           CASE WHEN p.period IS NOT NULL AND verdict_before IS NOT NULL
+                     AND @extschema@._period_final(p.period, tt.granularity, verdict_before)
+                THEN sum(p.inserts + p.updates + p.deletes) ELSE 0 END
+      FROM (SELECT CASE WHEN x.period IS NULL THEN NULL
+                        ELSE @extschema@.period_start(x.period, tt.granularity) END AS period,
+                   coalesce(x.inserts, 0) AS inserts, coalesce(x.updates, 0) AS updates,
+                   coalesce(x.deletes, 0) AS deletes
+              FROM jsonb_to_recordset(coalesce(periods, '[]')) AS x(period timestamptz, inserts bigint,
+                                                                    updates bigint, deletes bigint)) AS p
+     GROUP BY p.period;
+
+    IF sketch IS NOT NULL THEN
+        INSERT INTO @extschema@.lateness_hour AS h (table_id, hour, sketch, rows)
+        VALUES (tt.table_id, @extschema@.period_start(end_commit_time, interval '1 hour'), sketch,
+                @extschema@._sketch_rows(sketch))
+        ON CONFLICT (table_id, hour) DO UPDATE
+           SET sketch = @extschema@._sketch_merge(h.sketch, EXCLUDED.sketch),
+               rows = h.rows + EXCLUDED.rows;
+    END IF;
+
+    SELECT coalesce(sum(e.late_rows), 0),
+           jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(e.event_period), 'rows', e.late_rows)
+                     ORDER BY e.event_period) FILTER (WHERE e.late_rows > 0)
+      INTO late, late_list
+      FROM @extschema@.event_fact e WHERE e.fact_id = _store_event_facts.fact_id;
+    IF late = 0 THEN
+        RETURN 0;
+    END IF;
+    UPDATE @extschema@.fact f SET late_rows = late WHERE f.fact_id = _store_event_facts.fact_id;
+
+    -- Counted per period; the first late rows of a period say which verdict they violated.
+    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival)
+    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before
+      FROM @extschema@.event_fact e
+     WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0
+    ON CONFLICT (table_id, event_period) DO UPDATE
+       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen;
+
+    INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
+    VALUES (tt.table_id, 'event', end_lsn, end_commit_time, 'late_data',
+            jsonb_build_object('rows', late, 'periods', late_list,
+                               'verdict', @extschema@._utc_iso(verdict_before),
+                               'range_fact_id', fact_id));
+
+    -- One alert per table and period per finalize.late_data_alert_interval.
+    WITH due AS (
+        UPDATE @extschema@.late_period l SET alerted_at = now()
+         WHERE l.table_id = tt.table_id
+           AND l.event_period IN (SELECT e.event_period FROM @extschema@.event_fact e
+                                   WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0)
+           AND (l.alerted_at IS NULL
+                OR l.alerted_at <= now() - @extschema@._late_data_alert_interval())
+        RETURNING l.event_period, l.rows)
+    SELECT jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(d.event_period), 'rows', d.rows)
+                     ORDER BY d.event_period)
+      INTO to_alert FROM due d;
+    IF to_alert IS NOT NULL THEN
+        PERFORM @extschema@._alert(jsonb_build_object(
+            'alert', 'late_data', 'table', tt.table_name,
+            'rows', late, 'periods', to_alert,
+            'verdict', @extschema@._utc_iso(verdict_before),
+            'message', format('%s row(s) of table "%s" landed in event period(s) already declared final; a correction of those partitions is due.',
+                              late, tt.table_name)));
+    END IF;
+    RETURN late;
+END
+$$;
+
+-- Event periods that received rows after they were declared final.
+CREATE VIEW @extschema@.late_data AS
+SELECT t.table_name, l.event_period,
+       @extschema@.period_end(l.event_period, t.granularity) AS period_end,
+       l.rows, l.first_seen, l.last_seen, l.verdict_at_arrival, l.alerted_at
+  FROM @extschema@.late_period l
+  JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.late_data IS
+    'Event-time tables: periods that received rows after they were declared final (late data), with how many and when';
+
+-- Rows per event period of an event-time table, from the recorded facts,
+-- with how many of them arrived late. Columns as changes_by_period, plus
+-- late_rows: covered when the facts reach back before the period (by the
+-- clock skew a row's event may run ahead of its commit) and no loss
+-- intersects the period or its lateness allowance; exact when covered and
+-- final (a period that is not final may still receive rows).
+CREATE FUNCTION @extschema@.changes_by_event_period(table_name text, from_time timestamptz, to_time timestamptz)
+RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
+               inserts bigint, updates bigint, deletes bigint, late_rows bigint,
+               straddling_ranges bigint, exact boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    covered_after timestamptz;
+    allowance interval;
+BEGIN
+    PERFORM @extschema@._require(changes_by_event_period.table_name, 'table_name');
+    PERFORM @extschema@._require(from_time, 'from_time');
+    PERFORM @extschema@._require(to_time, 'to_time');
+    tt := @extschema@._tracked(changes_by_event_period.table_name);
+    IF tt.event_time_column IS NULL THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Use finalize.changes_by_period() for it, or set an event column with finalize.alter_tracked_table(..., event_time_column => ...).';
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    allowance := coalesce(wm.event_allowance, tt.allowed_lateness);
+    SELECT min(f.end_commit_time) INTO covered_after
+      FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    RETURN QUERY
+    WITH periods AS (
+        SELECT g.period_start AS ps, g.period_end AS pe,
+               coalesce(@extschema@._instant_minus(g.period_start, @extschema@._max_clock_skew()), '-infinity')
+                   > coalesce(covered_after, 'infinity')
+               AND NOT EXISTS (
+                   SELECT FROM @extschema@.loss l
+                    WHERE l.table_id = tt.table_id AND l.lost_to >= g.period_start
+                      AND l.lost_from < coalesce(g.period_end + allowance, 'infinity')) AS covered
+          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
+    SELECT p.ps, p.pe,
+           @extschema@._final(tt, wm, p.ps),
+           p.covered,
+           coalesce(sum(e.inserts), 0)::bigint,
+           coalesce(sum(e.updates), 0)::bigint,
+           coalesce(sum(e.deletes), 0)::bigint,
+           coalesce(sum(e.late_rows), 0)::bigint,
+           0::bigint,
+           p.covered AND @extschema@._final(tt, wm, p.ps)
+      FROM periods AS p
+      LEFT JOIN @extschema@.event_fact e ON e.table_id = tt.table_id AND e.event_period = p.ps
+     GROUP BY p.ps, p.pe, p.covered
+     ORDER BY p.ps;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.changes_by_event_period(text, timestamptz, timestamptz) IS
+    'Event-time tables: rows inserted, updated and deleted per event period, and how many arrived late';
+
+-- The lateness an event-time table's rows showed (commit time minus event
+-- time), from the sketches recorded over the window before its
+-- commit-time verdict (the table's lateness_window unless given): the
+-- quantile q (the table's lateness_quantile, else 0.999), rounded up to
+-- the sketch's 1% accuracy, and how many rows it describes.
+CREATE FUNCTION @extschema@.lateness(table_name text, quantile double precision DEFAULT NULL,
+                                     window_length interval DEFAULT NULL,
+                                     OUT lateness interval, OUT rows bigint, OUT allowance interval)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    s bytea;
+BEGIN
+    PERFORM @extschema@._require(lateness.table_name, 'table_name');
+    tt := @extschema@._tracked(lateness.table_name);
+    IF tt.event_time_column IS NULL THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Set an event column with finalize.track_table(..., event_time_column => ...).';
+    END IF;
+    IF window_length IS NOT NULL THEN
+        PERFORM @extschema@._instant_minus('2000-01-01 00:00+00', window_length);
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    SELECT @extschema@._sketch_union(h.sketch) INTO s
+      FROM @extschema@.lateness_hour h
+     WHERE h.table_id = tt.table_id
+       AND h.hour >= coalesce(@extschema@._instant_minus(coalesce(wm.commit_until, now()),
+                                                         coalesce(window_length, tt.lateness_window)), '-infinity');
+    rows := coalesce(@extschema@._sketch_rows(s), 0);
+    lateness := make_interval(secs => @extschema@._sketch_quantile_ms(s, coalesce(quantile, tt.lateness_quantile, 0.999)) / 1000.0);
+    allowance := wm.event_allowance;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.lateness(text, double precision, interval) IS
+    'Event-time tables: a quantile of the observed lateness (commit time minus event time) over a window, and the allowance the verdict uses';
+
+-- When the commit-time verdict lets an event period ending at period_end
+-- be final: its end plus the allowance (kept without days, so the sum is
+-- the same in every session TimeZone).
+CREATE FUNCTION @extschema@._event_reach(period_end timestamptz, allowance interval)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN period_end + make_interval(secs => extract(epoch FROM allowance));
+
+-- What explain_verdict says of an event-time table: the column and zone,
+-- the policy and the allowance it gave, and where the commit-time verdict
+-- stands against the end of the period plus that allowance.
+CREATE FUNCTION @extschema@._explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                                period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN format('This table is partitioned by event time (column "%s"%s): a period is final once the commit-time verdict has passed its end plus the lateness allowance, %s (%s); the commit-time verdict stands at %s%s.',
+              (tt).event_time_column,
+              CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
+              coalesce((wm).event_allowance, (tt).allowed_lateness),
+              CASE WHEN (tt).lateness_policy = 'exact'
+                   THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
+                   ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',
+                               (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END,
+              coalesce((wm).commit_until::text, 'nothing yet'),
+              CASE WHEN (wm).commit_until IS NOT NULL AND isfinite(_explain_event_time.period_end)
+                   THEN format(', and must reach %s for this period',
+                               @extschema@._event_reach(_explain_event_time.period_end,
+                                                        coalesce((wm).event_allowance, (tt).allowed_lateness)))
+                   ELSE '' END);
+
+-- The write path and the tracking functions take the event-time settings
+-- and facts: their signatures change.
+DROP FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
+                                      timestamptz, timestamptz, text, text, jsonb);
+DROP FUNCTION @extschema@._record_range(bigint, text, text, timestamptz, bigint, bigint, bigint,
+                                       timestamptz, timestamptz, text, text, jsonb);
+DROP FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text);
+DROP FUNCTION @extschema@._track_table(name, text, text, text, interval, text, text, text);
+DROP FUNCTION @extschema@.alter_tracked_table(text, interval, text, text);
+
+-- The body of finalize.track_table, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._track_table(
+    caller name,
+    table_name   text,
+    server_name  text,
+    source_table text,
+    granularity  interval DEFAULT interval '1 hour',
+    start_from   text DEFAULT 'max_lsn',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    parts text[];
+    new_id bigint;
+    srv pg_foreign_server;
+    who name := caller;
+BEGIN
+    PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
+    srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
+    -- The worker reads tracked tables with the server's login: tracking a
+    -- table through a server is using it.
+    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', _track_table.server_name, who);
+    END IF;
+    -- The worker logs in with the user mapping of the server's owner when
+    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
+    -- must not read through a login it could not use itself.
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
+                                  _track_table.server_name, srv.srvowner::regrole, who),
+                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
+                                srv.srvowner::regrole);
+    END IF;
+    PERFORM @extschema@._require(_track_table.source_table, 'source_table');
+    parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
+    PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
+    PERFORM @extschema@._check_choice(_track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
+        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
+    PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
+    PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
+    PERFORM @extschema@._require(_track_table.lateness_policy, 'lateness_policy');
+    PERFORM @extschema@._require(_track_table.allowed_lateness, 'allowed_lateness');
+    PERFORM @extschema@._require(_track_table.lateness_window, 'lateness_window');
+    IF _track_table.event_time_column IS NULL
+       AND (_track_table.event_time_zone IS NOT NULL OR _track_table.lateness_policy <> 'exact'
+            OR _track_table.allowed_lateness <> interval '0' OR _track_table.lateness_quantile IS NOT NULL) THEN
+        RAISE EXCEPTION 'lateness settings need an event_time_column'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table without an event column is partitioned by commit time, which is exact: it has no lateness.',
+                  HINT = 'Pass event_time_column => ''<captured date/time column>'' too.';
+    END IF;
+    PERFORM @extschema@._check_event_time(_track_table.event_time_column, _track_table.event_time_zone,
+                                          _track_table.lateness_policy, _track_table.allowed_lateness,
+                                          _track_table.lateness_quantile, _track_table.lateness_window,
+                                          _track_table.granularity);
+
+    BEGIN
+        -- Lengths of time are kept without days, so that adding them is
+        -- the same in every session TimeZone.
+        INSERT INTO @extschema@.tracked_table
+            (table_name, server_name, source_schema, source_name, granularity, start_from,
+             ddl_policy, on_data_loss, created_by, event_time_column, event_time_zone, lateness_policy,
+             allowed_lateness, lateness_quantile, lateness_window)
+        VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
+                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who,
+                _track_table.event_time_column, _track_table.event_time_zone, _track_table.lateness_policy,
+                make_interval(secs => extract(epoch FROM _track_table.allowed_lateness)),
+                _track_table.lateness_quantile,
+                make_interval(secs => extract(epoch FROM _track_table.lateness_window)))
+        RETURNING table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'table "%" is already tracked', _track_table.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.track_table(
+    table_name   text,
+    server_name  text,
+    source_table text,
+    granularity  interval DEFAULT interval '1 hour',
+    start_from   text DEFAULT 'max_lsn',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text,
+                                            text, text, text, interval, double precision, interval) IS
+    'Start tracking a logical table fed by a SQL Server table with CDC enabled; event_time_column partitions it by a time in its rows';
+
+-- Changes how a tracked table is handled; NULL keeps a setting.
+CREATE FUNCTION @extschema@.alter_tracked_table(
+    table_name   text,
+    granularity  interval DEFAULT NULL,
+    ddl_policy   text DEFAULT NULL,
+    on_data_loss text DEFAULT NULL,
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT NULL,
+    allowed_lateness  interval DEFAULT NULL,
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint;
+    kind text;
+    cur @extschema@.tracked_table;
+    has_verdict boolean;
+    event_changed boolean;
+BEGIN
+    PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._check_granularity(granularity, 'granularity');
+    END IF;
+    IF ddl_policy IS NOT NULL THEN
+        PERFORM @extschema@._check_ddl_policy(ddl_policy);
+    END IF;
+    IF on_data_loss IS NOT NULL THEN
+        PERFORM @extschema@._check_on_data_loss(on_data_loss);
+    END IF;
+    SELECT t.table_id, t.kind INTO id, kind FROM @extschema@.tracked_table t
+     WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+    END IF;
+    IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
+                             OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
+                             OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
+                             OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity can be changed', alter_tracked_table.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'ddl_policy, on_data_loss and the event-time settings say how the worker reads a SQL Server table; a derived table has none.';
+    END IF;
+    SELECT t.* INTO cur FROM @extschema@.tracked_table t WHERE t.table_id = id;
+    SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
+    event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
+                     OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
+    -- What the verdict means changes with the partitioning time: a verdict
+    -- given in commit time (or another column's time) cannot be kept.
+    IF event_changed AND has_verdict THEN
+        RAISE EXCEPTION 'table "%" already has a verdict, so its event column cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its periods up to %s were declared final in %s; a verdict never moves back.',
+                                  @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
+                                  CASE WHEN cur.event_time_column IS NULL THEN 'commit time'
+                                       ELSE format('the time of column "%s"', cur.event_time_column) END),
+                  HINT = 'Track the table again under a new name with finalize.track_table(..., event_time_column => ...), then untrack this one.';
+    END IF;
+    IF coalesce(event_time_column, cur.event_time_column) IS NULL
+       AND (event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL OR allowed_lateness IS NOT NULL
+            OR lateness_quantile IS NOT NULL OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" has no event_time_column, so it has no lateness settings', cur.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table partitioned by commit time is exact: it has no lateness.';
+    END IF;
+    PERFORM @extschema@._check_event_time(
+        coalesce(event_time_column, cur.event_time_column), coalesce(event_time_zone, cur.event_time_zone),
+        coalesce(lateness_policy, cur.lateness_policy), coalesce(allowed_lateness, cur.allowed_lateness),
+        CASE WHEN coalesce(lateness_policy, cur.lateness_policy) = 'exact' AND lateness_quantile IS NULL THEN NULL
+             ELSE coalesce(lateness_quantile, cur.lateness_quantile) END,
+        coalesce(lateness_window, cur.lateness_window), coalesce(granularity, cur.granularity));
+    -- The verdict stays valid under any granularity: it is an instant before
+    -- which every commit is captured; only later advances use the new one.
+    -- A stricter lateness policy applies from now on: periods already
+    -- final stay final (a verdict never moves back).
+    UPDATE @extschema@.tracked_table t
+       SET granularity = coalesce(alter_tracked_table.granularity, t.granularity),
+           ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
+           on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss),
+           event_time_column = coalesce(alter_tracked_table.event_time_column, t.event_time_column),
+           event_time_zone = coalesce(alter_tracked_table.event_time_zone, t.event_time_zone),
+           lateness_policy = coalesce(alter_tracked_table.lateness_policy, t.lateness_policy),
+           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.allowed_lateness)),
+                                       t.allowed_lateness),
+           lateness_quantile = CASE WHEN coalesce(alter_tracked_table.lateness_policy, t.lateness_policy) = 'exact'
+                                    THEN NULL
+                                    ELSE coalesce(alter_tracked_table.lateness_quantile, t.lateness_quantile) END,
+           lateness_window = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.lateness_window)),
+                                      t.lateness_window)
+     WHERE t.table_id = id;
+    -- Which periods a loss holds depends on the granularity; a derived
+    -- table's verdict may move at once under a finer one.
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._refresh_loss_blocked(id);
+        IF kind = 'derived' THEN
+            PERFORM @extschema@._advance(id);
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                                    double precision, interval) IS
+    'Change the granularity, DDL policy, data-loss policy or event-time settings of a tracked table (only the granularity of a derived one)';
+
+-- The write path itself, by table id (the worker's way; record_range is the
+-- same by name): the arguments are checked (and the table's verdict locked),
+-- the range must chain onto the recorded ones, its fact is stored (with its
+-- event-time facts on an event-time table, late rows judged against the
+-- verdict before it), the source verdict moves and _advance moves the
+-- verdict (and the derived tables that use it) as far as the consumers
+-- allow, all in the caller's transaction.
+CREATE FUNCTION @extschema@._record_range(
+    table_id          bigint,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    capture_instance  text,
+    event             text,
+    detail            jsonb,
+    event_periods     jsonb,
+    lateness_sketch   bytea,
+    first_event_time  timestamptz,
+    last_event_time   timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    s     @extschema@.lsn := @extschema@._lsn_arg(start_lsn, 'start_lsn');
+    e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
+    tt    @extschema@.tracked_table;
+    wm    @extschema@.watermark;
+    fid   bigint;
+BEGIN
+    tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                        first_commit_time, last_commit_time, event);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF @extschema@._check_range_chain(tt, wm.offset_lsn, s, e, inserts, updates, deletes,
+                                      first_commit_time, last_commit_time, event) THEN
+        RETURN wm.finalized_until;
+    END IF;
+    IF tt.event_time_column IS NULL
+       AND (event_periods IS NOT NULL OR lateness_sketch IS NOT NULL OR first_event_time IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time, so its ranges carry no event-time facts',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave event_periods, lateness_sketch and the event times NULL, or set an event column first.';
+    END IF;
+    IF first_event_time > last_event_time OR (first_event_time IS NULL) <> (last_event_time IS NULL) THEN
+        RAISE EXCEPTION 'invalid event-time span for table "%": % to %', tt.table_name, first_event_time, last_event_time
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range with event times needs first_event_time <= last_event_time; one without has neither.';
+    END IF;
+    fid := @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                         first_commit_time, last_commit_time, capture_instance, event, detail);
+    IF tt.event_time_column IS NOT NULL AND inserts + updates + deletes > 0 THEN
+        UPDATE @extschema@.fact f
+           SET sketch = lateness_sketch, first_event_time = _record_range.first_event_time,
+               last_event_time = _record_range.last_event_time
+         WHERE f.fact_id = fid;
+        -- Late data is judged against the event-time verdict before this range moves it.
+        PERFORM @extschema@._store_event_facts(tt, fid, event_periods, lateness_sketch, end_commit_time, e,
+                                               wm.finalized_until);
+    END IF;
+
+    UPDATE @extschema@.watermark w
+       SET source_until = GREATEST(w.source_until, @extschema@.period_start(end_commit_time, tt.granularity)),
+           offset_lsn = e,
+           offset_commit_time = end_commit_time,
+           recorded_at = now()
+     WHERE w.table_id = tt.table_id;
+    RETURN @extschema@._advance(tt.table_id);
+END
+$$;
+
+CREATE FUNCTION @extschema@.record_range(
+    table_name        text,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint DEFAULT 0,
+    updates           bigint DEFAULT 0,
+    deletes           bigint DEFAULT 0,
+    first_commit_time timestamptz DEFAULT NULL,
+    last_commit_time  timestamptz DEFAULT NULL,
+    capture_instance  text DEFAULT NULL,
+    event             text DEFAULT NULL,
+    detail            jsonb DEFAULT NULL,
+    event_periods     jsonb DEFAULT NULL,
+    lateness_sketch   bytea DEFAULT NULL,
+    first_event_time  timestamptz DEFAULT NULL,
+    last_event_time   timestamptz DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._record_range(@extschema@._tracked_id(table_name), start_lsn, end_lsn, end_commit_time,
+                                 inserts, updates, deletes, first_commit_time, last_commit_time,
+                                 capture_instance, event, detail, event_periods, lateness_sketch,
+                                 first_event_time, last_event_time);
+COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
+                                             timestamptz, timestamptz, text, text, jsonb,
+                                             jsonb, bytea, timestamptz, timestamptz) IS
+    'Record the facts of one CDC range (start exclusive, end inclusive) and advance the verdict';
+
+-- Removes facts older than the retention (finalize.facts_retention unless
+-- given), and untracked tables with no facts left. The fact a table's offset
+-- points at is kept, so the chain of ranges can always be checked.
+CREATE OR REPLACE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    keep interval := coalesce(older_than, @extschema@._facts_retention());
+    removed bigint;
+BEGIN
+    IF keep < interval '0' THEN
+        RAISE EXCEPTION 'invalid value for argument older_than: "%" is negative', keep
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    DELETE FROM @extschema@.fact f
+     WHERE f.recorded_at < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.watermark w
+                        WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    DELETE FROM @extschema@.lateness_hour h WHERE h.hour < now() - keep;
+    DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    DELETE FROM @extschema@.tracked_table t
+     WHERE t.untracked_at < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id
+                        AND f.recorded_at >= now() - keep);
+    RETURN removed;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.purge_facts(interval) IS
+    'Delete facts older than the retention (finalize.facts_retention by default); returns how many';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.track_table(text, text, text, interval, text, text, text,
+                            text, text, text, interval, double precision, interval),
+    @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                    double precision, interval),
+    @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
+                             timestamptz, timestamptz, text, text, jsonb,
+                             jsonb, bytea, timestamptz, timestamptz)
+    TO finalize_admin;
+-- Event time: readers see late data and the lateness their verdict uses,
+-- publishers the rows per event period, admins the tables behind them.
+GRANT SELECT ON @extschema@.late_data TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.lateness(text, double precision, interval)
+    TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.changes_by_event_period(text, timestamptz, timestamptz)
+    TO finalize_publisher;
+GRANT SELECT ON @extschema@.event_fact, @extschema@.lateness_hour, @extschema@.late_period
+    TO finalize_admin;
 
 -- Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the
