@@ -24,6 +24,7 @@ PG_FUNCTION_INFO_V1(finalize_event_bound);
 PG_FUNCTION_INFO_V1(finalize_instant_minus);
 PG_FUNCTION_INFO_V1(finalize_sketch_merge);
 PG_FUNCTION_INFO_V1(finalize_sketch_quantile_ms);
+PG_FUNCTION_INFO_V1(finalize_sketch_quantile_bound_ms);
 PG_FUNCTION_INFO_V1(finalize_sketch_rows);
 PG_FUNCTION_INFO_V1(finalize_sketch_info);
 
@@ -139,17 +140,15 @@ finalize_sketch_merge(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._sketch_quantile_ms(sketch, q): the q-quantile of the lateness
- * in milliseconds, rounded up to the upper bound of its bucket so that an
- * allowance drawn from it errs long, never short; rows whose event lies
- * after their commit count as 0. NULL for an empty sketch.
+ * The q-quantile (argument 1) of the lateness in the sketch (argument 0),
+ * in milliseconds, within SKETCH_ALPHA of the truth; rows whose event lies
+ * after their commit count as 0. False for an empty sketch.
  */
-Datum
-finalize_sketch_quantile_ms(PG_FUNCTION_ARGS)
+static bool
+quantile_arg(FunctionCallInfo fcinfo, double *ms)
 {
 	Sketch	   *s = palloc(sizeof(Sketch));
 	double		q = PG_GETARG_FLOAT8(1);
-	double		ms;
 
 	if (!(q > 0 && q <= 1))
 		ereport(ERROR,
@@ -157,9 +156,36 @@ finalize_sketch_quantile_ms(PG_FUNCTION_ARGS)
 				 errmsg("invalid value for argument quantile: %g", q),
 				 errhint("A quantile lies in (0, 1], for example 0.999.")));
 	sketch_arg(PG_GETARG_BYTEA_PP(0), s);
-	if (!sketch_quantile(s, q, &ms))
+	return sketch_quantile(s, q, ms);
+}
+
+/*
+ * finalize._sketch_quantile_ms(sketch, q): the q-quantile of the lateness
+ * in milliseconds, within 1% of the truth (for people: finalize.lateness).
+ * NULL for an empty sketch.
+ */
+Datum
+finalize_sketch_quantile_ms(PG_FUNCTION_ARGS)
+{
+	double		ms;
+
+	if (!quantile_arg(fcinfo, &ms))
 		PG_RETURN_NULL();
-	/* the bucket's estimate is within alpha of every value in it: its upper bound */
+	PG_RETURN_INT64((int64) llround(ms));
+}
+
+/*
+ * finalize._sketch_quantile_bound_ms(sketch, q): the same quantile raised
+ * to the upper bound of its bucket, at or above the true value: what a
+ * lateness allowance is drawn from, so that it errs long, never short.
+ */
+Datum
+finalize_sketch_quantile_bound_ms(PG_FUNCTION_ARGS)
+{
+	double		ms;
+
+	if (!quantile_arg(fcinfo, &ms))
+		PG_RETURN_NULL();
 	PG_RETURN_INT64((int64) ceil(ms * (1.0 + SKETCH_ALPHA)));
 }
 

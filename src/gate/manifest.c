@@ -7,6 +7,7 @@
  *    "prefix": "day=27/hour=08/g-47/",           optional, default partition + "/"
  *    "period_start": "2026-11-27 08:00+00",       optional
  *    "empty": true,                               optional
+ *    "built_at": "2026-11-27 10:02+00",           optional: when the generation's data was read
  *    "files": {"path": size, "path": {"size": n, "etag": "..."}}
  *             or [{"path": "...", "size": n, "etag": "..."}, ...]}
  *
@@ -58,6 +59,37 @@ is_iso_timestamp(const char *text)
 {
 	return DatumGetBool(DirectFunctionCall2Coll(textregexeq, C_COLLATION_OID, CStringGetTextDatum(text),
 												CStringGetTextDatum(ISO_TIMESTAMP_RE)));
+}
+
+/* A top-level field, or NULL when absent. */
+static JsonbValue *field_of(JsonbContainer *c, const char *name);
+
+/*
+ * An optional timestamp field: ISO 8601 with its UTC offset, finite; false
+ * when absent.
+ */
+static bool
+timestamp_field(JsonbContainer *root, const char *name, TimestampTz *out)
+{
+	JsonbValue *v = field_of(root, name);
+	char	   *text;
+	Datum		ts;
+
+	if (v == NULL || v->type == jbvNull)
+		return false;
+	if (v->type != jbvString)
+		bad_manifest(name, "must be a timestamp string such as \"2026-11-27 08:00+00\"");
+	text = pnstrdup(v->val.string.val, v->val.string.len);
+	if (!is_iso_timestamp(text))
+		bad_manifest(name, "\"%s\" is not an ISO 8601 timestamp with a UTC offset, such as "
+					 "\"2026-11-27T08:00:00Z\" or \"2026-11-27 08:00+00\" (the session's time zone "
+					 "and date style must not decide what it means)", text);
+	if (!subxact_input(timestamptz_in, text, &ts))
+		bad_manifest(name, "\"%s\" is not a timestamp", text);
+	*out = DatumGetTimestampTz(ts);
+	if (TIMESTAMP_NOT_FINITE(*out))
+		bad_manifest(name, "must be finite");
+	return true;
 }
 
 /* A top-level field, or NULL when absent. */
@@ -280,7 +312,6 @@ manifest_parse(Jsonb *jb, Manifest *m)
 {
 	JsonbContainer *root = &jb->root;
 	JsonbValue *v;
-	Datum		ts;
 
 	memset(m, 0, sizeof(*m));
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
@@ -310,25 +341,8 @@ manifest_parse(Jsonb *jb, Manifest *m)
 		m->prefix = psprintf("%s/", bare);
 	}
 
-	v = field_of(root, "period_start");
-	if (v != NULL && v->type != jbvNull)
-	{
-		char	   *text;
-
-		if (v->type != jbvString)
-			bad_manifest("period_start", "must be a timestamp string such as \"2026-11-27 08:00+00\"");
-		text = pnstrdup(v->val.string.val, v->val.string.len);
-		if (!is_iso_timestamp(text))
-			bad_manifest("period_start", "\"%s\" is not an ISO 8601 timestamp with a UTC offset, such as "
-						 "\"2026-11-27T08:00:00Z\" or \"2026-11-27 08:00+00\" (the session's time zone "
-						 "and date style must not decide which period is checked)", text);
-		if (!subxact_input(timestamptz_in, text, &ts))
-			bad_manifest("period_start", "\"%s\" is not a timestamp", text);
-		m->period_start = DatumGetTimestampTz(ts);
-		if (TIMESTAMP_NOT_FINITE(m->period_start))
-			bad_manifest("period_start", "must be finite");
-		m->has_period = true;
-	}
+	m->has_period = timestamp_field(root, "period_start", &m->period_start);
+	m->has_built_at = timestamp_field(root, "built_at", &m->built_at);
 
 	v = field_of(root, "empty");
 	if (v != NULL && v->type != jbvNull)

@@ -20,6 +20,8 @@ typedef struct Manifest
 	bool		has_period;
 	TimestampTz period_start;
 	bool		empty;			/* an intentionally empty partition */
+	bool		has_built_at;
+	TimestampTz built_at;		/* when the generation's data was read (optional) */
 	Inventory	files;
 } Manifest;
 

@@ -219,6 +219,25 @@ empty_problem(char **f, ProblemList *problems)
 }
 
 /*
+ * Adds the late_data problem of an event-time table's partition whose
+ * period received late rows after its previous release, unless the
+ * manifest's built_at says its data was read after the last of them.
+ */
+static void
+late_data_problem(const Manifest *m, ProblemList *problems)
+{
+	Oid			types[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[4] = {CStringGetTextDatum(m->table), CStringGetTextDatum(m->partition),
+	TimestampTzGetDatum(m->period_start), TimestampTzGetDatum(m->built_at)};
+	char		nulls[4] = {' ', ' ', ' ', m->has_built_at ? ' ' : 'n'};
+	char	  **why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4)",
+								4, types, values, nulls, 1);
+
+	if (why[0] != NULL)
+		problem_add(problems, "late_data", NULL, why[0]);
+}
+
+/*
  * Reads what the CDC facts say about the manifest's period and adds their
  * problems: a period that is not final yet (with the verdict's reason), an
  * emptiness they do not confirm. The facts as JSON text, for the report.
@@ -239,6 +258,7 @@ check_period_facts(const Manifest *m, const Inventory *listing, ProblemList *pro
 
 		problem_add(problems, "not_finalized", NULL, why[0] ? why[0] : pstrdup("The period is not final yet."));
 	}
+	late_data_problem(m, problems);
 	if (listing->n == 0 && m->empty)
 		empty_problem(f, problems);
 	return f[FACT_FACTS];

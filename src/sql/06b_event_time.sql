@@ -34,6 +34,11 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_quantile_ms'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+CREATE FUNCTION @extschema@._sketch_quantile_bound_ms(sketch bytea, quantile double precision)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_sketch_quantile_bound_ms'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 CREATE FUNCTION @extschema@._sketch_rows(sketch bytea)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_rows'
@@ -145,7 +150,7 @@ BEGIN
     IF tt.lateness_policy <> 'quantile' OR commit_until IS NULL OR NOT isfinite(commit_until) THEN
         RETURN tt.allowed_lateness;
     END IF;
-    SELECT @extschema@._sketch_quantile_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile)
+    SELECT @extschema@._sketch_quantile_bound_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile)
       INTO q_ms
       FROM @extschema@.lateness_hour h
      WHERE h.table_id = tt.table_id
@@ -260,9 +265,12 @@ BEGIN
            AND (l.alerted_at IS NULL
                 OR l.alerted_at <= now() - @extschema@._late_data_alert_interval())
         RETURNING l.event_period, l.rows)
-    SELECT jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(d.event_period), 'rows', d.rows)
+    SELECT jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(d.event_period), 'rows', e.late_rows,
+                                        'rows_so_far', d.rows)
                      ORDER BY d.event_period)
-      INTO to_alert FROM due d;
+      INTO to_alert
+      FROM due d
+      JOIN @extschema@.event_fact e ON e.fact_id = _store_event_facts.fact_id AND e.event_period = d.event_period;
     IF to_alert IS NOT NULL THEN
         PERFORM @extschema@._alert(jsonb_build_object(
             'alert', 'late_data', 'table', tt.table_name,
@@ -350,8 +358,9 @@ COMMENT ON FUNCTION @extschema@.changes_by_event_period(text, timestamptz, times
 -- The lateness an event-time table's rows showed (commit time minus event
 -- time), from the sketches recorded over the window before its
 -- commit-time verdict (the table's lateness_window unless given): the
--- quantile q (the table's lateness_quantile, else 0.999), rounded up to
--- the sketch's 1% accuracy, and how many rows it describes.
+-- quantile q (the table's lateness_quantile, else 0.999) within the
+-- sketch's 1% accuracy, how many rows it describes, and the allowance the
+-- verdict last used (drawn from the quantile's upper bound).
 CREATE FUNCTION @extschema@.lateness(table_name text, quantile double precision DEFAULT NULL,
                                      window_length interval DEFAULT NULL,
                                      OUT lateness interval, OUT rows bigint, OUT allowance interval)

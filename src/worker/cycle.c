@@ -367,6 +367,9 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 	int			nread = 0;
 	MssqlError	err;
 
+	TableJob  **to_check = palloc0(sizeof(TableJob *) * (c->ntables + 1));
+	int			ncheck = 0;
+
 	for (int i = 0; i < c->ntables; i++)
 	{
 		plan_table(&c->tables[i], c->snap.instances, c->snap.ninstances, &c->snap.max_lsn, &plans[i]);
@@ -375,13 +378,18 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 		if (plans[i].action == PLAN_READ || plans[i].action == PLAN_RESUME ||
 			plans[i].action == PLAN_INSTANCE_GAP)
 			to_read[nread++] = &jobs[i];
+		if (c->tables[i].event_column != NULL &&
+			(plans[i].action == PLAN_READ || plans[i].action == PLAN_BASELINE))
+			to_check[ncheck++] = &jobs[i];
 	}
-	if (nread == 0)
-		return true;
 	memset(&err, 0, sizeof(err));
-	/* Event columns are checked first: a table whose column cannot be read is not read. */
+	/*
+	 * Event columns are checked first (a baseline's too, so that a wrong
+	 * column shows at once): a table whose column cannot be read is not
+	 * read, and nothing is recorded for it.
+	 */
 	pgstat_report_activity(STATE_RUNNING, "finalize: checking event columns");
-	if (!event_columns_check(c->run->conn, c->cfg.conn.username, to_read, nread, &err))
+	if (ncheck > 0 && !event_columns_check(c->run->conn, c->cfg.conn.username, to_check, ncheck, &err))
 		return fail(c, failure_condition(c->run->conn, &err),
 					psprintf("Listing the captured columns in database \"%s\" failed: %s", c->cfg.database,
 							 mssql_error_text(&err)));
@@ -389,7 +397,7 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 		int			kept = 0;
 
 		for (int j = 0; j < nread; j++)
-			if (to_read[j]->event_problem == NULL)
+			if (to_read[j]->event_problem == NULL || to_read[j]->plan->action != PLAN_READ)
 				to_read[kept++] = to_read[j];
 		nread = kept;
 	}
@@ -435,6 +443,11 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 			write_condition(w, COND_NONE, NULL);
 			break;
 		case PLAN_BASELINE:
+			if (jobs[i].event_problem != NULL)
+			{
+				write_condition(w, jobs[i].event_condition, jobs[i].event_problem);
+				break;
+			}
 			w->kind = WRITE_RANGES;
 			w->nfacts = 1;
 			w->capture_instance = p->instance->name;

@@ -69,10 +69,12 @@ static void
 check_job(TableJob *job, CdcColumns *list, int n, const char *login)
 {
 	const TrackedSource *t = job->table;
+	/* a baseline reads no segment: its instance is checked, so a wrong column shows at once */
+	int			nseg = Max(job->plan->nsegments, 1);
 
-	for (int s = 0; s < job->plan->nsegments; s++)
+	for (int s = 0; s < nseg; s++)
 	{
-		const char *ci = job->plan->seg[s].instance->name;
+		const char *ci = job->plan->nsegments > 0 ? job->plan->seg[s].instance->name : job->plan->instance->name;
 		CdcColumns *c = columns_of(list, &n, ci);
 		int			i;
 
@@ -123,8 +125,12 @@ event_columns_check(MssqlConn *conn, const char *login, TableJob **jobs, int njo
 
 	for (int j = 0; j < njobs; j++)
 		if (jobs[j]->table->event_column != NULL)
+		{
 			for (int s = 0; s < jobs[j]->plan->nsegments; s++)
 				(void) columns_of(list, &n, jobs[j]->plan->seg[s].instance->name);
+			if (jobs[j]->plan->nsegments == 0)
+				(void) columns_of(list, &n, jobs[j]->plan->instance->name);
+		}
 	if (n == 0)
 		return true;
 	alive = cdc_read_captured_columns(conn, list, n, err);

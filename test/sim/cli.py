@@ -53,6 +53,10 @@ def parse_args(argv):
     p.add_argument("--traffic-rate", type=float, default=d.traffic_rate,
                    help="generated transactions per second (default %(default)s)")
     p.add_argument("--traffic-tables", default=d.traffic_tables, help="comma list (default %(default)s)")
+    p.add_argument("--lateness", type=_lateness, default=d.lateness, metavar="SPEC",
+                   help="event time of generated date/time values: none (up to 2 s before the commit, UTC), "
+                   "exp:MEAN_SECONDS, pareto:ALPHA:SCALE_SECONDS, uniform:MAX_SECONDS, optionally ,neg:FRACTION "
+                   "(that fraction 0-2 s after the commit); written as the server's local time (default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="random seed (default %(default)s)")
     p.add_argument("--version", dest="sql_version", choices=["2019", "2022"], default=d.version,
                    help="SQL Server version to announce (default %(default)s)")
@@ -76,6 +80,15 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def _lateness(spec):
+    from .commits import parse_lateness
+    try:
+        parse_lateness(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError("invalid lateness %r: %s" % (spec, e))
+    return spec
+
+
 def config_from(args):
     return Config(host=args.host, port=args.port, database=args.database, login=args.login,
                   password=args.password, timezone=args.timezone, clock=args.clock, start_time=args.start_time,
@@ -83,7 +96,7 @@ def config_from(args):
                   retention=args.retention, threshold=args.threshold, cleanup_time=args.cleanup_time,
                   dummy_interval=args.dummy_interval, dummy_on_idle_log=args.dummy_on_idle_log == "yes",
                   map_absent=args.map_absent, traffic=args.traffic, traffic_rate=args.traffic_rate,
-                  traffic_tables=args.traffic_tables, seed=args.seed, version=args.sql_version,
+                  traffic_tables=args.traffic_tables, lateness=args.lateness, seed=args.seed, version=args.sql_version,
                   demo=not args.no_demo, collation=args.collation, commit_time_offset=args.commit_time_offset,
                   tls_cert=args.tls_cert, tls_key=args.tls_key, force_encryption=args.force_encryption)
 

@@ -1,5 +1,6 @@
 """Committing transactions to source tables: generated or explicit rows -> log + source table."""
 import json
+import math
 from decimal import Decimal
 
 from . import timeutil
@@ -10,8 +11,104 @@ _WORDS = ["new", "paid", "shipped", "packed", "returned", "open", "held", "north
           "Zürich", "Łódź", "São Paulo", "O'Brien", "naïve", "東京"]
 
 
-def _gen_value(col, rng, commit_t300, tz):
-    """A plausible random value for a column (deterministic through ``rng``)."""
+class Lateness:
+    """How far before its commit a generated date/time value lies (``--lateness``, ``@lateness``).
+
+    SPEC: ``exp:MEAN`` (exponential, mean seconds), ``pareto:ALPHA:SCALE`` (Pareto type I: at least SCALE
+    seconds, P(lateness > x) = (SCALE / x) ** ALPHA), ``uniform:MAX`` (0 .. MAX seconds), each optionally
+    followed by ``,neg:FRACTION``: that fraction of the values lies 0 .. 2 s *after* the commit (clock skew).
+    ``none`` (or NULL/empty) is no Lateness at all: the generator's original values (up to two seconds
+    before the commit, in UTC)."""
+
+    def __init__(self, spec, kind, params, neg):
+        self.spec, self.kind, self.params, self.neg = spec, kind, params, neg
+
+    def draw(self, rng):
+        """Seconds before the commit (negative: after it), drawn from ``rng``."""
+        if self.neg and rng.random() < self.neg:
+            return -rng.uniform(0.0, 2.0)
+        if self.kind == "exp":
+            return rng.expovariate(1.0 / self.params[0])
+        if self.kind == "pareto":
+            alpha, scale = self.params
+            return scale * rng.paretovariate(alpha)
+        return rng.uniform(0.0, self.params[0])
+
+
+def parse_lateness(spec):
+    """SPEC text -> Lateness, or None for ``none``; ValueError with the reason when it is not one."""
+    text = (spec or "").strip()
+    if text.lower() in ("", "none"):
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    neg = 0.0
+    if len(parts) == 2 and parts[1].lower().startswith("neg:"):
+        neg = _number(parts[1][4:], "neg")
+        if not 0.0 <= neg <= 1.0:
+            raise ValueError("neg:FRACTION must be between 0 and 1")
+    elif len(parts) != 1:
+        raise ValueError("expected DIST[,neg:FRACTION]")
+    fields = parts[0].split(":")
+    kind = fields[0].lower()
+    want = {"exp": 1, "pareto": 2, "uniform": 1}
+    if kind not in want:
+        raise ValueError("the distribution is none, exp:MEAN, pareto:ALPHA:SCALE or uniform:MAX")
+    if len(fields) - 1 != want[kind]:
+        raise ValueError("%s takes %d number(s)" % (kind, want[kind]))
+    params = [_number(f, kind) for f in fields[1:]]
+    if kind in ("exp", "pareto") and min(params) <= 0:
+        raise ValueError("%s needs positive numbers" % kind)
+    if kind == "uniform" and params[0] < 0:
+        raise ValueError("uniform:MAX needs MAX >= 0")
+    return Lateness(text, kind, params, neg)
+
+
+def _number(text, what):
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError("%r is not a number (%s)" % (text, what))
+    if not math.isfinite(v):
+        raise ValueError("%r is not a finite number (%s)" % (text, what))
+    return v
+
+
+def lateness_arg(spec):
+    """A @lateness argument -> Lateness or None (Msg 50000 naming the problem)."""
+    try:
+        return parse_lateness(spec)
+    except ValueError as e:
+        raise SqlError(50000, "Invalid @lateness '%s': %s." % (spec, e), 16, 1)
+
+
+def _late_value(t, seconds, commit_t300, tz):
+    """The value an application writing SYSDATETIME() (SYSDATETIMEOFFSET() for datetimeoffset) stores for an
+    event ``seconds`` before the commit instant: the server zone's local wall time of that instant, in the
+    column's type."""
+    days, tick = divmod(commit_t300, timeutil.TICKS_PER_DAY)
+    commit_ns = (days + timeutil._ORD_1900 - 1) * timeutil.NS100_PER_DAY + timeutil.ns_of_ticks(tick)
+    ev = commit_ns - int(round(seconds * 10_000_000))
+    d, ns = divmod(ev, timeutil.NS100_PER_DAY)
+    off = timeutil.offset_minutes(tz, timeutil.text_to_naive(timeutil.canon(d, ns)))
+    d, ns = divmod(ev + off * 600_000_000, timeutil.NS100_PER_DAY)
+    text = timeutil.canon(d, ns)
+    n = t.name
+    if n == "datetime":
+        return timeutil.to_datetime(text)
+    if n == "smalldatetime":
+        return timeutil.to_smalldatetime(text)
+    if n == "date":
+        return timeutil.to_date(text)
+    if n == "datetimeoffset":
+        return timeutil.dto_text(timeutil.canon(d, timeutil.round_ns(ns, t.scale)), off)
+    if n == "time":
+        return timeutil.to_datetime2(text, t.scale)[11:]
+    return timeutil.to_datetime2(text, t.scale)
+
+
+def _gen_value(col, rng, commit_t300, tz, lateness=None):
+    """A plausible random value for a column (deterministic through ``rng``); date/time values follow
+    ``lateness`` when given."""
     t = col.type
     n = t.name
     if n in ("int", "bigint", "smallint"):
@@ -31,12 +128,16 @@ def _gen_value(col, rng, commit_t300, tz):
         k = 8 if t.length in (-1, 0) else min(t.length, 8)
         return bytes(rng.getrandbits(8) for _ in range(k))
     if t.is_temporal:
+        if lateness is not None:
+            return _late_value(t, lateness.draw(rng), commit_t300, tz)
         # Event time: up to two seconds before the commit, in UTC.
         ev = commit_t300 - rng.randint(0, 600)
         naive = timeutil.t300_to_naive(ev)
         text = timeutil.naive_text(naive)
         if n == "datetime":
             return timeutil.to_datetime(text)
+        if n == "smalldatetime":
+            return timeutil.to_smalldatetime(text)
         if n == "datetimeoffset":
             return timeutil.dto_text(text, 0)
         if n == "date":
@@ -62,29 +163,39 @@ def normalize(col, v):
         if t.is_temporal:
             if t.name == "datetime":
                 return timeutil.to_datetime(str(v))
+            if t.name == "smalldatetime":
+                return timeutil.to_smalldatetime(str(v))
+            if t.name == "date":
+                return timeutil.to_date(str(v))
             if t.name == "datetimeoffset":
                 days, ns, off = timeutil.parse(str(v))
                 return timeutil.dto_text(timeutil.canon(days, ns), off or 0)
             return timeutil.to_datetime2(str(v), t.scale if t.name == "datetime2" else 7)
         return str(v)
+    except timeutil.OutOfRange:
+        raise SqlError(242, "The conversion of a nvarchar data type to a %s data type resulted in an out-of-range "
+                       "value." % t.type_name(), 16, 3)
     except (ValueError, TypeError):
         raise SqlError(245, "Conversion failed when converting the value '%s' to data type %s." % (v, t.type_name()),
                        16, 1)
 
 
-def commit(db, table, inserts=0, updates=0, deletes=0, rows=None, at=None, duration_ms=0):
+def commit(db, table, inserts=0, updates=0, deletes=0, rows=None, at=None, duration_ms=0, lateness=None):
     """Commit one transaction on ``table`` (caller holds db.lock) and return the LogTxn.
 
     Generated operations: ``inserts`` new rows (next key), ``updates`` of
     random existing rows (one non-key column changes), ``deletes`` of random
     existing rows.  Explicit ``rows``: JSON list of objects with "op"
-    (insert/update/delete) and column values (the key column picks the row)."""
+    (insert/update/delete) and column values (the key column picks the row).  ``lateness`` (a Lateness):
+    generated date/time values lie that far before the commit, in the server's local time."""
     rng = db.rng
     cols = table.columns
     key = cols[table.key]
     commit_t300 = max(db.now_t300(), db.last_commit_t300) if at is None else None
     if at is not None:
         commit_t300 = timeutil.t300_of(at.replace(tzinfo=None))
+        if lateness is not None:
+            commit_t300 = max(commit_t300, db.last_commit_t300)     # the instant record_commit stamps
     begin_lsn = db.next_lsn()
     changes = []
     ins = upd = dele = 0
@@ -125,7 +236,7 @@ def commit(db, table, inserts=0, updates=0, deletes=0, rows=None, at=None, durat
                     vals = tuple(k if i == table.key else normalize(col, given.get(col.name.lower()))
                                  for i, col in enumerate(cols))
                 else:
-                    vals = tuple(k if i == table.key else _gen_value(col, rng, commit_t300, db.tz)
+                    vals = tuple(k if i == table.key else _gen_value(col, rng, commit_t300, db.tz, lateness)
                                  for i, col in enumerate(cols))
                 pending_inserts.append(vals)
                 table.add_key(k)
@@ -165,7 +276,7 @@ def commit(db, table, inserts=0, updates=0, deletes=0, rows=None, at=None, durat
                         # Only a key column: the update rewrites the row unchanged (the key stays).
                         changed = {cols[table.key].name}
                     else:
-                        new[i] = _gen_value(cols[i], rng, commit_t300, db.tz)
+                        new[i] = _gen_value(cols[i], rng, commit_t300, db.tz, lateness)
                         changed = {cols[i].name}
                 new = tuple(new)
                 c.execute("UPDATE %s SET %s WHERE %s = ?" % (

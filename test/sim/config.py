@@ -24,6 +24,7 @@ class Config:
     traffic: bool = False
     traffic_rate: float = 2.0         # transactions per second (average, Poisson)
     traffic_tables: str = "dbo.orders"
+    lateness: str = "none"            # generated date/time values: none | exp:M | pareto:A:S | uniform:M [,neg:F]
     seed: int = 1
     version: str = "2019"             # 2019 | 2022 (only @@VERSION and LOGINACK differ)
     demo: bool = True                 # create dbo.orders with CDC enabled at start

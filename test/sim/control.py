@@ -104,16 +104,19 @@ COMMIT_COLS = [("start_lsn", LSN), ("tran_begin_lsn", LSN), ("commit_time_utc", 
 
 
 @proc("sim.commit", [("table", NV, "dbo.orders"), ("inserts", INT, 0), ("updates", INT, 0), ("deletes", INT, 0),
-                     ("rows", NV, None), ("at", DT2, None), ("transactions", INT, 1), ("duration_ms", INT, 0)], SYS)
-def commit(s, table, inserts, updates, deletes, rows, at, transactions, duration_ms):
-    """Commit transactions (generated operations or explicit JSON @rows); @at = UTC commit time (sim clock)."""
+                     ("rows", NV, None), ("at", DT2, None), ("transactions", INT, 1), ("duration_ms", INT, 0),
+                     ("lateness", NV, None)], SYS)
+def commit(s, table, inserts, updates, deletes, rows, at, transactions, duration_ms, lateness):
+    """Commit transactions (generated operations or explicit JSON @rows); @at = UTC commit time (sim clock);
+    @lateness = distribution of generated date/time values (see --lateness; NULL/'none': up to 2 s, UTC)."""
     db = s.db
     t = db.user_table(table)
+    late = commits.lateness_arg(lateness)
     when = _at(s, at)
     out = []
     for _ in range(max(1, transactions or 1)):
         txn = commits.commit(db, t, inserts or 0, updates or 0, deletes or 0, rows, at=when,
-                             duration_ms=duration_ms or 0)
+                             duration_ms=duration_ms or 0, lateness=late)
         out.append((L.to_bytes(txn.commit_lsn), L.to_bytes(txn.begin_lsn), timeutil.t300_text(txn.end_t300),
                     db.stamp_text(txn.end_t300)) + tuple(txn.counts))
     return [ResultSet(COMMIT_COLS, out)]
@@ -411,10 +414,15 @@ def kill_sessions(s, login):
     return [ResultSet([("killed", INT)], [(n,)])]
 
 
-@proc("sim.traffic", [("enabled", BIT, 1), ("rate", FLOAT, None), ("tables", NV, None)], SYS)
-def traffic(s, enabled, rate, tables):
-    """Turn the traffic generator on/off (@rate transactions per second, @tables comma list)."""
+@proc("sim.traffic", [("enabled", BIT, 1), ("rate", FLOAT, None), ("tables", NV, None), ("lateness", NV, None)],
+      SYS)
+def traffic(s, enabled, rate, tables, lateness):
+    """Turn the traffic generator on/off (@rate transactions per second, @tables comma list, @lateness SPEC
+    as --lateness; NULL = unchanged)."""
     cfg = s.db.cfg
+    if lateness is not None:
+        late = commits.lateness_arg(lateness)
+        cfg.lateness = late.spec if late is not None else "none"
     if rate is not None:
         cfg.traffic_rate = float(rate)
     if tables is not None:
@@ -447,6 +455,23 @@ def truth_counts(s, capture_instance, table, granularity_seconds, **kw):
     """True inserts/updates/deletes per UTC period [from, to) (instance: commits after it was created)."""
     oid, after = _truth_target(s, capture_instance, table)
     return [truth.counts(s.db, oid, after, kw["from"], kw["to"], granularity_seconds)]
+
+
+@proc("sim.truth_event_counts", [("table", NV, REQUIRED), ("column", SYSNAME, REQUIRED),
+                                  ("granularity_seconds", INT, 3600), ("after_lsn", LSN, None), ("upto_lsn", LSN, None),
+                                  ("capture_instance", SYSNAME, None)], SYS)
+def truth_event_counts(s, table, column, granularity_seconds, after_lsn, upto_lsn, capture_instance):
+    """Inserts/updates/deletes of the captured change rows with after_lsn < commit LSN <= upto_lsn per UTC event
+    period of @column (local values read in the server zone, earliest instant; datetimeoffset by its offset)."""
+    return [truth.event_counts(s.db, table, column, granularity_seconds, after_lsn, upto_lsn, capture_instance)]
+
+
+@proc("sim.truth_lateness", [("table", NV, REQUIRED), ("column", SYSNAME, REQUIRED), ("after_lsn", LSN, None),
+                             ("upto_lsn", LSN, None), ("quantiles", NV, "0.5,0.9,0.99,0.999"),
+                             ("capture_instance", SYSNAME, None)], SYS)
+def truth_lateness(s, table, column, after_lsn, upto_lsn, quantiles, capture_instance):
+    """Exact nearest-rank quantiles of commit instant minus event instant (ms) over those change rows."""
+    return [truth.lateness(s.db, table, column, after_lsn, upto_lsn, quantiles, capture_instance)]
 
 
 @proc("sim.truth_commits", [("table", NV, None), ("from", DT2, None), ("to", DT2, None)], SYS)

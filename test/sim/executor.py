@@ -36,7 +36,7 @@ _SET_OPTIONS = {"ANSI_NULLS", "ANSI_NULL_DFLT_ON", "ANSI_NULL_DFLT_OFF", "ANSI_P
 # current scope (batch, procedure, sp_executesql/EXEC() body) and the caller goes on; conversion errors
 # and 601 abort the whole batch, every scope.
 SCOPE_ABORT = {207, 208, 209, 4104, 4121, 137, 8155, 205, 116, 141}
-BATCH_ABORT = {241, 245, 8114, 601, 102, 105}
+BATCH_ABORT = {241, 242, 245, 8114, 601, 102, 105}
 
 
 def abort_level(err):

@@ -6,6 +6,7 @@ form, CAST/CONVERT, catalog lookups.  A function that must raise a SQL Server
 error stores it on the session (``udf_error``) and raises; the executor then
 reports that error instead of sqlite's generic one."""
 import datetime as _dt
+import functools
 import uuid
 
 from . import lsn as L
@@ -78,7 +79,10 @@ def register(conn, session):
         if not isinstance(x, str):
             fail(SqlError(241, "Conversion failed when converting date and/or time from character string.", 16, 1))
         try:
-            return timeutil.to_datetime(x) if kind == "datetime" else timeutil.to_datetime2(x)
+            return _TO_KIND.get(kind, timeutil.to_datetime2)(x)
+        except timeutil.OutOfRange:
+            fail(SqlError(242, "The conversion of a varchar data type to a %s data type resulted in an "
+                          "out-of-range value." % kind, 16, 3))
         except ValueError:
             fail(SqlError(241, "Conversion failed when converting date and/or time from character string.", 16, 1))
 
@@ -151,6 +155,11 @@ def register(conn, session):
         text = timeutil.canon(days, ns)
         if decl == "datetime":
             text = timeutil.to_datetime(text)
+        elif decl == "smalldatetime":
+            try:
+                text = timeutil.to_smalldatetime(text)
+            except timeutil.OutOfRange:
+                fail(SqlError(517, "Adding a value to a 'smalldatetime' column caused an overflow.", 16, 1))
         if decl.startswith("datetimeoffset"):
             text = timeutil.dto_text(text, off or 0)
         return text
@@ -206,7 +215,7 @@ def register(conn, session):
 
     def cast(x, target, source, style):
         try:
-            return convert(x, T.parse_type(target), T.parse_type(source) if source else None, style)
+            return convert(x, _type(target), _type(source) if source else None, style)
         except SqlError as e:
             fail(e)
 
@@ -366,7 +375,7 @@ def convert(x, t, source=None, style=None):
                 else:
                     s = x.decode("utf-16-le" if source is not None and source.name.startswith("n") else "latin-1",
                                  "replace")
-            elif source is not None and source.name == "datetime" and isinstance(x, str):
+            elif source is not None and source.name in ("datetime", "smalldatetime") and isinstance(x, str):
                 s = _datetime_display(x)
             elif isinstance(x, float) and x.is_integer() and (source is None or source.name != "float"):
                 s = str(int(x))
@@ -397,14 +406,21 @@ def convert(x, t, source=None, style=None):
                                % (source.type_name() if source else T.value_type_name(x), t.type_name()), 16, 2)
             if n == "datetime":
                 return timeutil.to_datetime(x)
+            if n == "smalldatetime":
+                return timeutil.to_smalldatetime(x)
             if n == "date":
-                return timeutil.to_datetime2(x)[:10] + " 00:00:00.0000000"
+                return timeutil.to_date(x)
+            if n == "datetime2" and t.scale == 7 and len(x) == 27 and x[19] == "." and x[10] == " ":
+                return x                    # already canonical datetime2(7) (a datetime2(7) column)
             if n == "datetimeoffset":
                 days, ns, off = timeutil.parse(x)
                 return timeutil.dto_text(timeutil.canon(days, timeutil.round_ns(ns, t.scale)), off or 0)
             if n == "time":
                 return timeutil.to_datetime2("1900-01-01 " + x if len(x) < 19 else x, t.scale)[11:]
             return timeutil.to_datetime2(x, t.scale)
+    except timeutil.OutOfRange:
+        raise SqlError(242, "The conversion of a %s data type to a %s data type resulted in an out-of-range "
+                       "value." % (source.type_name() if source else T.value_type_name(x), t.type_name()), 16, 3)
     except (ValueError, OverflowError):
         if t.is_temporal:
             raise SqlError(241, "Conversion failed when converting date and/or time from character string.", 16, 1)
@@ -415,6 +431,15 @@ def convert(x, t, source=None, style=None):
         raise SqlError(245, "Conversion failed when converting the %s value '%s' to data type %s."
                        % (src, x, t.type_name()), 16, 1)
     raise SqlError(529, "Explicit conversion to %s is not supported by the simulator." % t.type_name(), 16, 2)
+
+
+@functools.lru_cache(maxsize=1024)
+def _type(text):
+    """T.parse_type of a type text the translator wrote (cached: CONVERT runs once per row)."""
+    return T.parse_type(text)
+
+
+_TO_KIND = {"datetime": timeutil.to_datetime, "smalldatetime": timeutil.to_smalldatetime, "date": timeutil.to_date}
 
 
 def _datetime_display(x):

@@ -205,7 +205,7 @@ def _convert_fixed(name, raw):
         return timeutil.t300_text(days * timeutil.TICKS_PER_DAY + ticks), T.DATETIME
     if name == "smalldatetime":
         days, mins = struct.unpack("<HH", raw)
-        return timeutil.t300_text(days * timeutil.TICKS_PER_DAY + mins * 18000), T.DATETIME
+        return timeutil.t300_text(days * timeutil.TICKS_PER_DAY + mins * 18000), T.SqlType("smalldatetime")
     if name in ("money", "smallmoney"):
         if len(raw) == 8:
             hi, lo = struct.unpack("<iI", raw)

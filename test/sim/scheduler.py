@@ -113,7 +113,7 @@ class Scheduler:
         upd = min(upd, len(table.key_list))
         dele = min(dele, max(0, len(table.key_list) - upd))
         at = t if db.clock.simulated else None
-        return commits.commit(db, table, ins, upd, dele, at=at)
+        return commits.commit(db, table, ins, upd, dele, at=at, lateness=commits.parse_lateness(self.cfg.lateness))
 
     def advance(self, until):
         """sim clock: run the timetable up to ``until`` and set the clock there."""

@@ -203,7 +203,7 @@ def parse_type(text):
     if name == "sysname":
         return SYSNAME
     if name in _INT_SIZES or name in ("bit", "float", "date", "datetime", "smalldatetime"):
-        return SqlType("datetime" if name == "smalldatetime" else name)
+        return SqlType(name)
     if name == "real":
         return FLOAT
     if name in ("datetime2", "datetimeoffset", "time"):
@@ -239,6 +239,8 @@ def type_info(t):
         return b"\x6D\x08" if t.nullable else b"\x3E"
     if n == "datetime":
         return b"\x6F\x08" if t.nullable else b"\x3D"
+    if n == "smalldatetime":
+        return b"\x6F\x04" if t.nullable else b"\x3A"
     if n == "date":
         return b"\x28"
     if n == "datetime2":
@@ -453,6 +455,13 @@ def encoder(t, limit=None):
         if not t.nullable:
             return lambda v: _datetime_bytes(v)[1:]
         return lambda v: b"\x00" if v is None else _datetime_bytes(v)
+    if n == "smalldatetime":
+        def enc_sdt(v):
+            body = struct.pack("<HH", *timeutil.smalldatetime_wire(v)) if v is not None else None
+            if not t.nullable:
+                return body
+            return b"\x00" if body is None else b"\x04" + body
+        return enc_sdt
     if n == "date":
         def enc_date(v):
             if v is None:

@@ -72,7 +72,7 @@ def _type_facts(t):
         return None, 53, 2, None, None
     if n == "datetime":
         return None, None, None, None, 3
-    if n == "date":
+    if n in ("date", "smalldatetime"):
         return None, None, None, None, 0
     if t.is_temporal:
         return None, None, None, None, t.scale

@@ -10,6 +10,7 @@ Commit instants are integers of 1/300 s since 1900-01-01 ("t300"), so that a
 commit's UTC instant and its local ``datetime`` rendering are both exact.
 """
 import datetime as _dt
+import functools
 import re
 from zoneinfo import ZoneInfo
 
@@ -28,6 +29,11 @@ class BadDateTime(ValueError):
     """A string that is not a date/time SQL Server would accept (-> Msg 241)."""
 
 
+class OutOfRange(ValueError):
+    """A date/time outside the target type's range (-> Msg 242)."""
+
+
+@functools.lru_cache(maxsize=65536)
 def parse(text):
     """Parse a T-SQL date/time string -> (days since 0001-01-01, 100ns of day, offset minutes or None).
 
@@ -85,6 +91,36 @@ def to_datetime2(text, scale=7):
     """Normalise a date/time string to canonical datetime2(scale) text (offset dropped)."""
     days, ns, _ = parse(text)
     return canon(days, round_ns(ns, scale))
+
+
+def to_date(text):
+    """Canonical text of the date part (time 00:00): conversion to date truncates."""
+    days, _, _ = parse(text)
+    return canon(days, 0)
+
+
+_SDT_MIN = _dt.date(1900, 1, 1).toordinal() - 1
+_SDT_MAX = _dt.date(2079, 6, 6).toordinal() - 1
+
+
+def to_smalldatetime(text):
+    """Canonical text at smalldatetime precision: the nearest minute (SQL Server's smalldatetime docs: 29.998
+    seconds or less round down, 29.999 or more up; the value is first taken to the millisecond), within
+    1900-01-01 .. 2079-06-06 23:59 (else OutOfRange)."""
+    days, ns, _ = parse(text)
+    ms = (ns + 5_000) // 10_000
+    minute = ms // 60_000 + (1 if ms % 60_000 >= 29_999 else 0)
+    days += minute // 1440
+    minute %= 1440
+    if not _SDT_MIN <= days <= _SDT_MAX:
+        raise OutOfRange(text)
+    return canon(days, minute * 600_000_000)
+
+
+def smalldatetime_wire(text):
+    """Canonical text -> (days since 1900-01-01, minutes of day) for SMALLDATETIME / DATETIMN(4)."""
+    days, ns, _ = parse(text)
+    return days - _SDT_MIN, ns // 600_000_000
 
 
 # --- datetime (1/300 s) ---------------------------------------------------

@@ -41,7 +41,9 @@ SubQ = _node("SubQ", "select")
 Keyword = _node("Keyword", "word")                 # DATEPART(TZOFFSET, ...) first argument
 
 # SELECT
-Select = _node("Select", "distinct top items from_ where group having order offset fetch unions text")
+Select = _node("Select", "distinct top items from_ where group having order offset fetch unions text gsets")
+# gsets: GROUP BY GROUPING SETS / ROLLUP / CUBE / () expanded to a list of grouping sets (lists of
+# expressions); None for a plain GROUP BY list (in ``group``)
 Item = _node("Item", "expr alias assign")
 TableRef = _node("TableRef", "parts alias args")   # args not None => table-valued function
 Derived = _node("Derived", "select alias")

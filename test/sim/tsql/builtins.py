@@ -9,8 +9,8 @@ from .. import timeutil
 from ..catalog import q
 from ..errors import SqlError
 
-_PREC = ["datetimeoffset", "datetime2", "datetime", "date", "time", "float", "decimal", "numeric", "bigint", "int",
-         "smallint", "tinyint", "bit", "nvarchar", "nchar", "varchar", "char", "varbinary", "binary"]
+_PREC = ["datetimeoffset", "datetime2", "datetime", "smalldatetime", "date", "time", "float", "decimal", "numeric",
+         "bigint", "int", "smallint", "tinyint", "bit", "nvarchar", "nchar", "varchar", "char", "varbinary", "binary"]
 MAP_OPS = {"largest less than": ("MAX", "<"), "largest less than or equal": ("MAX", "<="),
            "smallest greater than": ("MIN", ">"), "smallest greater than or equal": ("MIN", ">=")}
 
@@ -105,6 +105,46 @@ def f_minmax(tr, e, scope):
 def f_string_agg(tr, e, scope):
     (s, t), (sep, _) = tr.args(e, scope, 2)
     return "group_concat(%s, %s)" % (s, sep), T.NVARCHAR_MAX
+
+
+def _grouping_args(tr, e, scope, fn):
+    """SQL of GROUPING/GROUPING_ID arguments, each of which must be a GROUP BY expression (Msg 8161)."""
+    g = tr.gs
+    out = []
+    for i, a in enumerate(e.args, 1):
+        sql = None
+        if g is not None and not g.suspended:
+            g.suspended += 1
+            try:
+                sql, _ = tr.expr(a, scope)
+            finally:
+                g.suspended -= 1
+        if sql is None or sql not in g.keys:
+            raise SqlError(8161, "Argument %d of the %s function does not match any of the expressions in the "
+                           "GROUP BY clause." % (i, fn), 16, 1)
+        out.append(sql)
+    return out
+
+
+@builtin("grouping")
+def f_grouping(tr, e, scope):
+    """GROUPING(col): tinyint 1 when the row's grouping set aggregates the GROUP BY expression away."""
+    if len(e.args) != 1 or e.star:
+        raise SqlError(174, "The grouping function requires 1 argument(s).", 15, 1)
+    sql, = _grouping_args(tr, e, scope, "GROUPING")
+    return ("1" if sql in tr.gs.away else "0"), T.TINYINT.null(False)
+
+
+@builtin("grouping_id")
+def f_grouping_id(tr, e, scope):
+    """GROUPING_ID(a, b, ...): int whose bits (first argument most significant) are GROUPING of each."""
+    if not e.args or e.star:
+        raise SqlError(174, "The grouping_id function requires 1 to 32 arguments.", 15, 1)
+    keys = _grouping_args(tr, e, scope, "GROUPING_ID")
+    v = 0
+    for sql in keys:
+        v = v * 2 + (1 if sql in tr.gs.away else 0)
+    return str(v), T.INT.null(False)
 
 
 @builtin("row_number", "rank", "dense_rank")
@@ -301,13 +341,28 @@ def f_dateadd(tr, e, scope):
     return "sim_dateadd('%s', %s, %s, '%s')" % (part, n, s, t.decl()), t
 
 
+def _datediff_arg(tr, node, scope):
+    """DATEDIFF "implicitly casts string literals as a datetime2 type" (its documentation)."""
+    s, t = tr.expr(node, scope)
+    if t.is_string:
+        if isinstance(node, A.Lit):
+            try:
+                return "'%s'" % timeutil.to_datetime2(node.value)
+            except ValueError:
+                raise SqlError(241, "Conversion failed when converting date and/or time from character string.",
+                               16, 1)
+        return "sim_dtnorm(%s, 'datetime2')" % s
+    return s
+
+
 @builtin("datediff", "datediff_big")
 def f_datediff(tr, e, scope):
+    """DATEDIFF[_BIG](datepart, start, end): datepart boundaries crossed (int / bigint)."""
     if len(e.args) != 3:
         raise SqlError(174, "The datediff function requires 3 argument(s).", 15, 1)
     part = _part(tr, e, scope, "datediff")
-    a, _ = _temporal_arg(tr, e.args[1], scope)
-    b, _ = _temporal_arg(tr, e.args[2], scope)
+    a = _datediff_arg(tr, e.args[1], scope)
+    b = _datediff_arg(tr, e.args[2], scope)
     return "sim_datediff('%s', %s, %s)" % (part, a, b), T.BIGINT if e.parts[-1].lower().endswith("big") else T.INT
 
 

@@ -32,11 +32,13 @@ class Compiled:
 class Source:
     """A FROM item visible to column references."""
 
-    def __init__(self, alias, sql_alias, columns, table=None):
+    def __init__(self, alias, sql_alias, columns, table=None, display=None):
         self.alias = alias                       # as written (None for an unaliased derived table)
         self.sql_alias = sql_alias
         self.columns = columns                   # [(name, SqlType)]
         self.table = table
+        self.display = display or alias          # how SQL Server names it in Msg 8120 ('x', 'dbo.orders')
+        self.remap = None                        # {column: sql} when the source is read through a CTE
         self._by_name = {}
         for n, t in columns:
             self._by_name.setdefault(fold(n), (n, t))
@@ -44,6 +46,62 @@ class Source:
     def find(self, name):
         """A column of this source under the database collation."""
         return self._by_name.get(fold(name))
+
+    def ref(self, name):
+        """sqlite SQL of column ``name`` (as ``find`` returned it)."""
+        if self.remap is not None:
+            return self.remap[name]
+        return "%s.%s" % (self.sql_alias, q(name))
+
+
+AGGREGATES = {"count", "count_big", "sum", "avg", "min", "max", "string_agg", "stdev", "stdevp", "var", "varp",
+              "checksum_agg"}
+
+
+def is_aggregate(e):
+    """An aggregate function call (not a window function)."""
+    return isinstance(e, A.Call) and e.over is None and len(e.parts) == 1 and e.parts[0].lower() in AGGREGATES
+
+
+def has_aggregate(node):
+    """An aggregate call anywhere in ``node`` (an AST node or a list of them), outside nested SELECTs."""
+    if isinstance(node, (list, tuple)):
+        return any(has_aggregate(x) for x in node)
+    if not isinstance(node, A.Node) or isinstance(node, (A.SubQ, A.Exists, A.Select)):
+        return False
+    if is_aggregate(node):
+        return True
+    if isinstance(node, A.InList):
+        return has_aggregate(node.expr) or has_aggregate(node.items)
+    return any(has_aggregate(getattr(node, f, None)) for f in node.__slots__ if f != "text")
+
+
+class GroupCtx:
+    """The grouping of one query level while its select list, HAVING and ORDER BY compile.
+
+    ``keys``: sqlite SQL of every GROUP BY expression (of every grouping set) -> its type; ``away``:
+    the keys aggregated away in the grouping set being compiled (they read as NULL there, GROUPING()
+    gives 1).  Column references outside aggregates collect in ``pending`` until an enclosing
+    expression turns out to be a key; what is left is Msg 8120 (8121 HAVING, 8127 ORDER BY)."""
+
+    def __init__(self, keys, away=(), composite=False):
+        self.keys = keys
+        self.away = set(away)
+        self.composite = composite               # some key is an expression, not a bare column
+        self.pending = []
+        self.suspended = 0                       # > 0 inside an aggregate's arguments
+        self.raw = False                         # compiling without replacing keys (see Translator.expr)
+        self.replaced = 0                        # keys replaced by NULL so far
+        self.saw_agg = False
+
+
+_NOT_GROUPED = {
+    8120: "Column '%s' is invalid in the select list because it is not contained in either an aggregate "
+          "function or the GROUP BY clause.",
+    8121: "Column '%s' is invalid in the HAVING clause because it is not contained in either an aggregate "
+          "function or the GROUP BY clause.",
+    8127: 'Column "%s" is invalid in the ORDER BY clause because it is not contained in either an aggregate '
+          'function or the GROUP BY clause.'}
 
 
 class Scope:
@@ -80,12 +138,17 @@ class Translator:
         self.reads = []
         self.n_alias = 0
         self.var_params = {}
+        self.gs = None                  # GroupCtx of the query level whose select list is compiling
+        self.ctes = []                  # 'name AS MATERIALIZED (...)' prepended to the statement
+        self.outer_hits = []            # scopes outer column references resolved to (correlation)
+        self.scope_of = {}              # id(Source) -> the Scope it belongs to
 
     # --- entry points -----------------------------------------------------------
 
     def compile_select(self, sel):
         scope = Scope()
         sql, cols = self.select(sel, scope, top=True)
+        sql = self.with_ctes(sql)
         assigns = None
         if any(it.assign for it in sel.items):
             if not all(it.assign for it in sel.items):
@@ -97,7 +160,13 @@ class Translator:
     def compile_expr(self, e):
         """A scalar expression outside any FROM (DECLARE/SET/EXEC arguments)."""
         sql, t = self.expr(e, Scope())
-        return Compiled("SELECT " + sql, self.params, [("", t)], self.reads)
+        return Compiled(self.with_ctes("SELECT " + sql), self.params, [("", t)], self.reads)
+
+    def with_ctes(self, sql):
+        """The statement with the common table expressions grouping sets materialise."""
+        if not self.ctes:
+            return sql
+        return "WITH %s %s" % (", ".join(self.ctes), sql)
 
     # --- SELECT -----------------------------------------------------------------------
 
@@ -107,46 +176,40 @@ class Translator:
 
     def select(self, sel, outer, top=False, derived=False):
         """-> (sqlite SQL, [(name, SqlType)]); a derived table needs a name for every column."""
+        saved, self.gs = self.gs, None           # a nested query has its own grouping
+        try:
+            return self._select(sel, outer, derived)
+        finally:
+            self.gs = saved
+
+    def _select(self, sel, outer, derived):
         scope = Scope(outer)
+        hits_mark = len(self.outer_hits)
         from_sql = self.from_(sel.from_, scope) if sel.from_ is not None else None
-        items_sql, cols = [], []
-        for i, it in enumerate(sel.items):
-            if isinstance(it.expr, A.Star):
-                srcs = scope.sources
-                if it.expr.qualifier:
-                    srcs = [self.source_by_qualifier(scope, it.expr.qualifier, "*")]
-                if not srcs:
-                    raise SqlError(263, "Must specify table to select from.", 16, 1)
-                for s in srcs:
-                    for n, t in s.columns:
-                        items_sql.append("%s.%s" % (s.sql_alias, q(n)))
-                        cols.append((n, t))
-                continue
-            sql, t = self.expr(it.expr, scope)
-            name = it.alias
-            if name is None and isinstance(it.expr, A.Name):
-                name = it.expr.parts[-1]
-            if name is None and derived:
-                raise SqlError(8155, "No column name was specified for column %d of '%s'." % (i + 1, derived),
-                               16, 2)
-            if name is not None:
-                items_sql.append("%s AS %s" % (sql, q(name)))
-                scope.aliases.setdefault(fold(name), (q(name), t))
-            else:
-                items_sql.append(sql)
-            cols.append((name or "", t))
-        out = ["SELECT"]
-        if sel.distinct:
-            out.append("DISTINCT")
-        out.append(", ".join(items_sql))
-        if from_sql:
-            out.append("FROM " + from_sql)
-        if sel.where is not None:
-            out.append("WHERE " + self.expr(sel.where, scope)[0])
-        if sel.group:
-            out.append("GROUP BY " + ", ".join(self.expr(g, scope)[0] for g in sel.group))
-        if sel.having is not None:
-            out.append("HAVING " + self.expr(sel.having, scope)[0])
+        where_sql = self.expr(sel.where, scope)[0] if sel.where is not None else None
+        order_done = False
+        if sel.gsets is not None:
+            core, cols, order_done = self.grouping_sets(sel, scope, outer, from_sql, where_sql, hits_mark, derived)
+            out = [core]
+        else:
+            group_sql = []
+            if sel.group or has_aggregate([it.expr for it in sel.items]) or has_aggregate(sel.having):
+                keys = {}
+                group_sql = [self.group_key(g, scope, keys) for g in sel.group or []]
+                self.gs = GroupCtx(keys)
+            items_sql, cols = self.select_items(sel, scope, derived)
+            out = ["SELECT"]
+            if sel.distinct:
+                out.append("DISTINCT")
+            out.append(", ".join("%s AS %s" % (x, q(n)) if n else x for x, (n, _) in zip(items_sql, cols)))
+            if from_sql:
+                out.append("FROM " + from_sql)
+            if where_sql is not None:
+                out.append("WHERE " + where_sql)
+            if group_sql:
+                out.append("GROUP BY " + ", ".join(group_sql))
+            if sel.having is not None:
+                out.append("HAVING " + self.checked(sel.having, scope, 8121)[0])
         for kind, other in sel.unions or []:
             osql, ocols = self.select(other, outer)
             if len(ocols) != len(cols):
@@ -154,7 +217,7 @@ class Translator:
                                "equal number of expressions in their target lists.", 16, 1)
             cols = [(n, unify([t, ot])) for (n, t), (_, ot) in zip(cols, ocols)]
             out.append(kind + " " + osql)
-        if sel.order:
+        if sel.order and not order_done:
             parts = []
             for e, desc in sel.order:
                 if isinstance(e, A.Lit) and e.kind == "int":
@@ -162,7 +225,7 @@ class Translator:
                 elif isinstance(e, A.Name) and len(e.parts) == 1 and fold(e.parts[0]) in scope.aliases:
                     s = scope.aliases[fold(e.parts[0])][0]
                 else:
-                    s = self.expr(e, scope)[0]
+                    s = self.checked(e, scope, 8127)[0]
                 parts.append(s + (" DESC" if desc else ""))
             out.append("ORDER BY " + ", ".join(parts))
         limit = None
@@ -174,6 +237,170 @@ class Translator:
         elif limit is not None:
             out.append("LIMIT " + limit)
         return " ".join(out), cols
+
+    def checked(self, e, scope, number):
+        """Compile ``e`` of a grouped query: a column outside aggregates and GROUP BY keys is Msg ``number``."""
+        g = self.gs
+        if g is not None:
+            del g.pending[:]
+        sql, t = self.expr(e, scope)
+        if g is not None and g.pending:
+            raise SqlError(number, _NOT_GROUPED[number] % g.pending[0], 16, 1)
+        return sql, t
+
+    def select_items(self, sel, scope, derived):
+        """The select list -> ([sqlite SQL], [(name, SqlType)]), registering aliases for ORDER BY."""
+        items_sql, cols = [], []
+        g = self.gs
+        for i, it in enumerate(sel.items):
+            if isinstance(it.expr, A.Star):
+                srcs = scope.sources
+                if it.expr.qualifier:
+                    srcs = [self.source_by_qualifier(scope, it.expr.qualifier, "*")]
+                if not srcs:
+                    raise SqlError(263, "Must specify table to select from.", 16, 1)
+                for s in srcs:
+                    for n, t in s.columns:
+                        sql = s.ref(n)
+                        if g is not None:
+                            if sql not in g.keys:
+                                raise SqlError(8120, _NOT_GROUPED[8120] % (
+                                    "%s.%s" % (s.display, n) if s.display else n), 16, 1)
+                            if sql in g.away:
+                                sql, t = "NULL", t.null(True)
+                        items_sql.append(sql)
+                        cols.append((n, t))
+                continue
+            sql, t = self.checked(it.expr, scope, 8120)
+            name = it.alias
+            if name is None and isinstance(it.expr, A.Name):
+                name = it.expr.parts[-1]
+            if name is None and derived:
+                raise SqlError(8155, "No column name was specified for column %d of '%s'." % (i + 1, derived),
+                               16, 2)
+            if name is not None:
+                scope.aliases.setdefault(fold(name), (q(name), t))
+            items_sql.append(sql)
+            cols.append((name or "", t))
+        return items_sql, cols
+
+    def group_key(self, g, scope, keys):
+        """Compile one GROUP BY expression into ``keys``; Msg 164 without a column of this query, 144 with an
+        aggregate."""
+        probe = GroupCtx({})
+        saved, self.gs = self.gs, probe
+        try:
+            sql, t = self.expr(g, scope)
+        finally:
+            self.gs = saved
+        if probe.saw_agg or isinstance(g, (A.SubQ, A.Exists)):
+            raise SqlError(144, "Cannot use an aggregate or a subquery in an expression used for the group by "
+                           "list of a GROUP BY clause.", 15, 1)
+        if not probe.pending:
+            raise SqlError(164, "Each GROUP BY expression must contain at least one column that is not an outer "
+                           "reference.", 15, 1)
+        keys.setdefault(sql, t)
+        return sql
+
+    def grouping_sets(self, sel, scope, outer, from_sql, where_sql, hits_mark, derived):
+        """GROUP BY GROUPING SETS / ROLLUP / CUBE / (): one GROUP BY per grouping set over the same rows,
+        combined with UNION ALL; in each, the keys outside the set read NULL and GROUPING() gives 1.
+        The FROM/WHERE rows are computed once (a materialised CTE) unless they are correlated with an
+        outer query.  An empty set is the grand total: one row even over no rows, as on SQL Server.
+        -> (SQL, columns, whether ORDER BY was applied)."""
+        ancestors = set()
+        s = outer
+        while s is not None:
+            ancestors.add(id(s))
+            s = s.parent
+        correlated = any(id(h) in ancestors for h in self.outer_hits[hits_mark:])
+        if from_sql is None:
+            rows_from = ""
+        elif correlated:
+            rows_from = "FROM " + from_sql + (" WHERE " + where_sql if where_sql is not None else "")
+        else:
+            name = "_gs%d" % (len(self.ctes) + 1)
+            body = []
+            for src in scope.sources:
+                src.remap = {}
+                for i, (n, _) in enumerate(src.columns):
+                    cname = "%s_%d" % (src.sql_alias, i)
+                    body.append("%s.%s AS %s" % (src.sql_alias, q(n), q(cname)))
+                    src.remap[n] = "%s.%s" % (name, q(cname))
+            self.ctes.append("%s AS MATERIALIZED (SELECT %s FROM %s%s)" % (
+                name, ", ".join(body) or "1 AS _one", from_sql,
+                " WHERE " + where_sql if where_sql is not None else ""))
+            rows_from = "FROM " + name
+        keys, sets = {}, []
+        for gset in sel.gsets:
+            ss = []
+            for g in gset:
+                k = self.group_key(g, scope, keys)
+                if k not in ss:
+                    ss.append(k)
+            sets.append(ss)
+        # ORDER BY: select-list positions and aliases read the result; other expressions are hidden columns
+        # computed in every branch.
+        names = []
+        for it in sel.items:
+            if isinstance(it.expr, A.Star):
+                names = None
+                break
+            names.append(it.alias or (it.expr.parts[-1] if isinstance(it.expr, A.Name) else None))
+        order, hidden = [], []
+        if sel.order and not sel.unions:
+            for e, desc in sel.order:
+                ref = None
+                if isinstance(e, A.Lit) and e.kind == "int":
+                    ref = e.value - 1
+                elif isinstance(e, A.Name) and len(e.parts) == 1 and names:
+                    hit = [i for i, n in enumerate(names) if n is not None and fold(n) == fold(e.parts[0])]
+                    ref = hit[0] if hit else None
+                if ref is None:
+                    if sel.distinct:
+                        raise SqlError(145, "ORDER BY items must appear in the select list if SELECT DISTINCT is "
+                                       "specified.", 15, 1)
+                    hidden.append(e)
+                    order.append(("_o%d" % (len(hidden) - 1), desc))
+                else:
+                    order.append(("_c%d" % ref, desc))
+        composite = any(not isinstance(g, A.Name) for gset in sel.gsets for g in gset)
+        branches, cols = [], None
+        for ss in sets:
+            g = self.gs = GroupCtx(keys, [k for k in keys if k not in ss], composite)
+            items_sql, bcols = self.select_items(sel, scope, derived)
+            having = self.checked(sel.having, scope, 8121)[0] if sel.having is not None else None
+            hid = [self.checked(e, scope, 8127)[0] for e in hidden]
+            if cols is None:
+                cols = bcols
+            else:
+                cols = [(n, t.null(t.nullable or bt.nullable)) for (n, t), (_, bt) in zip(cols, bcols)]
+            sel_list = ["%s AS %s" % (x, q("_c%d" % i)) for i, x in enumerate(items_sql)]
+            sel_list += ["%s AS %s" % (h, q("_o%d" % i)) for i, h in enumerate(hid)]
+            parts = ["SELECT " + ", ".join(sel_list)]
+            if not ss and not g.saw_agg:
+                parts.append("FROM (SELECT 1) AS _one")
+                if having is not None:
+                    parts.append("WHERE " + having)
+            else:
+                if rows_from:
+                    parts.append(rows_from)
+                if ss:
+                    parts.append("GROUP BY " + ", ".join(ss))
+                if having is not None:
+                    parts.append("HAVING " + having)
+            branches.append(" ".join(parts))
+        for ref, _ in order:
+            if ref.startswith("_c") and not 0 <= int(ref[2:]) < len(cols):
+                raise SqlError(108, "The ORDER BY position number %d is out of range of the number of items in "
+                               "the select list." % (int(ref[2:]) + 1), 15, 1)
+        outer_list = ", ".join("_gw.%s%s" % (q("_c%d" % i), " AS " + q(n) if n else "")
+                               for i, (n, _) in enumerate(cols))
+        sql = "SELECT %s%s FROM (%s) AS _gw" % ("DISTINCT " if sel.distinct else "", outer_list,
+                                                " UNION ALL ".join(branches))
+        if order:
+            sql += " ORDER BY " + ", ".join("_gw.%s%s" % (q(r), " DESC" if d else "") for r, d in order)
+        return sql, cols, bool(order)
 
     def source_by_qualifier(self, scope, parts, colname):
         want = [fold(p) for p in parts]
@@ -202,7 +429,7 @@ class Translator:
         if isinstance(node, A.Derived):
             sql, cols = self.select(node.select, Scope(scope.parent), derived=node.alias)
             alias = self.new_alias()
-            scope.sources.append(Source(node.alias, alias, cols))
+            self.add_source(scope, Source(node.alias, alias, cols))
             return "(%s) AS %s" % (sql, alias)
         if node.args is not None:
             return self.tvf(node, scope)
@@ -210,8 +437,13 @@ class Translator:
         self.check_read(table)
         alias = self.new_alias()
         cols = [(c.name, c.type) for c in table.columns]
-        scope.sources.append(Source(node.alias or table.name, alias, cols, table))
+        self.add_source(scope, Source(node.alias or table.name, alias, cols, table,
+                                      node.alias or ".".join(node.parts)))
         return "%s AS %s" % (table.phys, alias)
+
+    def add_source(self, scope, src):
+        scope.sources.append(src)
+        self.scope_of[id(src)] = scope
 
     def resolve_parts(self, parts):
         """[db.]schema.name -> (schema, name) in the current database, or Msg 208."""
@@ -298,7 +530,7 @@ class Translator:
         else:
             sql, cols = self.net_changes(inst, lo, hi, opt)
         alias = self.new_alias()
-        scope.sources.append(Source(node.alias or fname, alias, cols))
+        self.add_source(scope, Source(node.alias or fname, alias, cols))
         return "(%s) AS %s" % (sql, alias)
 
     def net_changes(self, inst, lo, hi, opt):
@@ -327,9 +559,45 @@ class Translator:
     # --- expressions -----------------------------------------------------------------
 
     def expr(self, e, scope):
-        """-> (sqlite SQL, SqlType)"""
+        """-> (sqlite SQL, SqlType).  In a grouped query (``self.gs``) an expression that is a GROUP BY key
+        of the current grouping set stands for the key (NULL when the set aggregates it away)."""
         m = getattr(self, "x_" + type(e).__name__)
-        return m(e, scope)
+        g = self.gs
+        if g is None or g.suspended or g.raw:
+            return m(e, scope)
+        if is_aggregate(e):
+            g.suspended += 1
+            g.saw_agg = True
+            try:
+                return m(e, scope)
+            finally:
+                g.suspended -= 1
+        mark, replaced = len(g.pending), g.replaced
+        sql, t = m(e, scope)
+        if g.composite and g.replaced > replaced:
+            # A part of this expression was a key aggregated away; the whole may still be another key
+            # (GROUPING SETS ((b), (b + 1))): compare it as written.
+            g.raw = True
+            try:
+                raw, _ = m(e, scope)
+            finally:
+                g.raw = False
+            if raw in g.keys:
+                sql = raw
+        if sql in g.keys:
+            del g.pending[mark:]
+            if sql in g.away:
+                g.replaced += 1
+                return "NULL", t.null(True)
+        return sql, t
+
+    def column_ref(self, src, name, local):
+        """A column of ``src``; ``local``: of the query being compiled (else an outer reference)."""
+        if not local:
+            self.outer_hits.append(self.scope_of.get(id(src)))
+        elif self.gs is not None and not self.gs.suspended:
+            self.gs.pending.append("%s.%s" % (src.display, name) if src.display else name)
+        return src.ref(name)
 
     def x_Lit(self, e, scope):
         k, v = e.kind, e.value
@@ -375,7 +643,7 @@ class Translator:
                     raise SqlError(209, "Ambiguous column name '%s'." % col, 16, 1)
                 if hits:
                     n, t = hits[0].find(col)
-                    return "%s.%s" % (hits[0].sql_alias, q(n)), t
+                    return self.column_ref(hits[0], n, s is scope), t
                 if fold(col) in s.aliases and s is scope:
                     return s.aliases[fold(col)]
                 s = s.parent
@@ -384,7 +652,7 @@ class Translator:
         hit = src.find(col)
         if hit is None:
             raise invalid_column(col)
-        return "%s.%s" % (src.sql_alias, q(hit[0])), hit[1]
+        return self.column_ref(src, hit[0], any(x is src for x in scope.sources)), hit[1]
 
     def x_Star(self, e, scope):
         raise SqlError(102, "Incorrect syntax near '*'.", 15, 1)
@@ -422,10 +690,16 @@ class Translator:
         return ls, lt, rs, rt
 
     def as_temporal(self, node, sql, t):
-        kind = "datetime" if t.name == "datetime" else "datetime2"
+        """A string compared with a date/time of type ``t``: converted to ``t`` (a literal at compile time)."""
+        kind = t.name if t.name in ("datetime", "smalldatetime", "date") else "datetime2"
         if isinstance(node, A.Lit) and node.kind in ("str", "nstr"):
+            conv = {"datetime": timeutil.to_datetime, "smalldatetime": timeutil.to_smalldatetime,
+                    "date": timeutil.to_date}.get(kind, timeutil.to_datetime2)
             try:
-                v = timeutil.to_datetime(node.value) if kind == "datetime" else timeutil.to_datetime2(node.value)
+                v = conv(node.value)
+            except timeutil.OutOfRange:
+                raise SqlError(242, "The conversion of a varchar data type to a %s data type resulted in an "
+                               "out-of-range value." % kind, 16, 3)
             except ValueError:
                 raise SqlError(241, "Conversion failed when converting date and/or time from character string.",
                                16, 1)
