@@ -42,7 +42,7 @@ bad_manifest(const char *field, const char *fmt,...)
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid manifest: field \"%s\" %s", field, detail),
 			 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}} "
-					 "with optional \"prefix\", \"period_start\", \"empty\" and {\"size\": n, \"etag\": \"...\"} per file.")));
+					 "with optional \"prefix\", \"period_start\", \"empty\", \"built_at\" and {\"size\": n, \"etag\": \"...\"} per file.")));
 }
 
 /*

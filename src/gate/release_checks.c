@@ -212,6 +212,10 @@ empty_problem(char **f, ProblemList *problems)
 					psprintf("The manifest says the partition is empty, but the CDC facts record %s change(s) "
 							 "committed in its period%s, so it cannot be empty.", f[FACT_CHANGES],
 							 strcmp(f[FACT_EXACT], "t") == 0 ? "" : " (ranges that straddle its boundaries may hold some)"));
+	else if (strcmp(f[FACT_EXACT], "t") != 0 && strcmp(f[FACT_STRADDLING], "0") == 0)
+		problem_add(problems, "empty_location", NULL,
+					psprintf("The manifest says the partition is empty, but its period is not final yet, so rows "
+							 "may still arrive in it and that cannot be confirmed."));
 	else if (strcmp(f[FACT_EXACT], "t") != 0)
 		problem_add(problems, "empty_location", NULL,
 					psprintf("The manifest says the partition is empty, but %s CDC range(s) with changes "
@@ -230,9 +234,17 @@ late_data_problem(const Manifest *m, ProblemList *problems)
 	Datum		values[4] = {CStringGetTextDatum(m->table), CStringGetTextDatum(m->partition),
 	TimestampTzGetDatum(m->period_start), TimestampTzGetDatum(m->built_at)};
 	char		nulls[4] = {' ', ' ', ' ', m->has_built_at ? ' ' : 'n'};
-	char	  **why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4)",
-								4, types, values, nulls, 1);
+	char	  **why;
 
+	/*
+	 * A catalog older than this library (before ALTER EXTENSION UPDATE) has
+	 * no event-time tables, so none of its partitions can have late data.
+	 */
+	why = query_row("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._late_data_problem(text, text, "
+					"timestamptz, timestamptz)') IS NOT NULL", 0, NULL, NULL, NULL, 1);
+	if (why[0] == NULL || strcmp(why[0], "t") != 0)
+		return;
+	why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4)", 4, types, values, nulls, 1);
 	if (why[0] != NULL)
 		problem_add(problems, "late_data", NULL, why[0]);
 }

@@ -174,7 +174,7 @@ BEGIN ATOMIC
     SELECT CASE WHEN (tt).kind = 'source'
                 THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
                             _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
-                            (wm).offset_lsn, (wm).finalized_until)
+                            (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
                 ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
            || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0

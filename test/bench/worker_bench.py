@@ -12,9 +12,13 @@ real PostgreSQL), each printed with a baseline measured in the same run:
            (full and login-only) and without; baseline: plaintext
   range    recording the facts of a range of 1,000,000 change rows; baseline:
            a plain FreeTDS (DB-Library) client fetching the same rows
+  event    recording a range of 1,000,000 change rows of a table partitioned
+           by event time (late rows, exponential lateness), and the bytes of
+           facts stored for it; baseline: the same range of the table
+           partitioned by commit time
 
 Run as root after the extension is installed (test/bench/worker.sh does both):
-    test/bench/worker_bench.py [lag] [tables] [tls] [range] [--rows N] [--tables N] [--trials N]
+    test/bench/worker_bench.py [lag] [tables] [tls] [range] [event] [--rows N] [--tables N] [--trials N]
 """
 import argparse
 import datetime
@@ -230,6 +234,120 @@ def bench_range(rows):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def set_worker(pg, on):
+    """Starts or stops the source workers (finalize.enabled) and waits for it."""
+    if on:
+        pg.sql("ALTER SYSTEM RESET finalize.enabled")
+    else:
+        pg.sql("ALTER SYSTEM SET finalize.enabled = off")
+    pg.reload()
+    if not on:
+        pg.wait_for(lambda: not pg.sql("SELECT 1 FROM pg_stat_activity WHERE backend_type = 'finalize worker'"),
+                    what="the worker to stop")
+
+
+# The statements the worker sends for a range (src/mssql/tsql.c: the range
+# aggregate and tsql_append_range_events), timed from a plain client to
+# tell SQL Server's (here: the simulator's) share of a recording from
+# finalize's own.
+RANGE_SQL = ("SELECT COUNT_BIG(CASE WHEN c.[__$operation] = 2 THEN 1 END) AS ins, "
+             "COUNT_BIG(CASE WHEN c.[__$operation] = 4 THEN 1 END) AS upd, "
+             "COUNT_BIG(CASE WHEN c.[__$operation] = 1 THEN 1 END) AS del, "
+             "sys.fn_cdc_map_lsn_to_time(MIN(c.[__$start_lsn])) AS first_time, "
+             "sys.fn_cdc_map_lsn_to_time(MAX(c.[__$start_lsn])) AS last_time "
+             "FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N'all') AS c")
+EVENTS_SQL = """SELECT GROUPING(x.k) AS gk, GROUPING(x.b) AS gb, x.k, x.op, x.b, COUNT_BIG(*) AS n,
+       DATEDIFF_BIG(millisecond, '19000101', MIN(x.ev)) AS min_ms,
+       DATEDIFF_BIG(millisecond, '19000101', MAX(x.ev)) AS max_ms
+  FROM (SELECT r.op, r.ev,
+               CASE WHEN r.ev IS NULL THEN NULL WHEN r.ev < '19000101' THEN CONVERT(bigint, -1)
+                    ELSE DATEDIFF_BIG(second, '19000101', r.ev) / @slot END AS k,
+               CASE WHEN r.ev IS NULL THEN NULL
+                    WHEN DATEDIFF_BIG(millisecond, r.ev, t.ct) > 0
+                    THEN CONVERT(bigint, CEILING(LOG(CONVERT(float, DATEDIFF_BIG(millisecond, r.ev, t.ct))) / LOG(@gamma)))
+                    WHEN DATEDIFF_BIG(millisecond, r.ev, t.ct) = 0 THEN CONVERT(bigint, -1)
+                    ELSE CONVERT(bigint, -2) END AS b
+          FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op, CONVERT(datetime2(7), a.[created_at]) AS ev
+                  FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N'all') AS a) AS r
+          JOIN (SELECT d.l, sys.fn_cdc_map_lsn_to_time(d.l) AS ct
+                  FROM (SELECT DISTINCT f.[__$start_lsn] AS l
+                          FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N'all') AS f) AS d) AS t ON t.l = r.l) AS x
+ GROUP BY GROUPING SETS ((x.k, x.op), (x.b), ())"""
+
+
+def time_statement(sim, stmt):
+    """Seconds one statement of the worker takes on the simulator for the whole capture instance."""
+    q = ("DECLARE @lo binary(10) = sys.fn_cdc_get_min_lsn(N'dbo_orders'), @hi binary(10) = sys.fn_cdc_get_max_lsn(); "
+         "EXEC sys.sp_executesql N'" + stmt.replace("'", "''") + "', N'@from binary(10), @to binary(10), @slot bigint, "
+         "@gamma float', @from = @lo, @to = @hi, @slot = 900, @gamma = 1.0202020202020201")
+    t = time.monotonic()
+    sim.query(q)
+    return time.monotonic() - t
+
+
+def bench_event(rows, trials):
+    """Recording one range of many rows with and without an event column."""
+    print(f"== event: a range of {rows} change rows, partitioned by event time vs by commit time")
+    pg = cluster("100ms")
+    try:
+        with Simulator(clock="sim", start_time="2026-11-02T08:59:00Z", dummy_interval=0, cleanup_time="",
+                       maxtrans=100000) as sim:
+            env = Env(pg)
+            env.add_source("erp", sim)
+            set_worker(pg, False)
+            t = time.monotonic()
+            left = rows
+            while left > 0:
+                sim.call("sim.commit", inserts=min(50_000, left), lateness="exp:300")
+                left -= 50_000
+                sim.call("sim.advance", seconds=60)
+            print(f"  loaded in {time.monotonic() - t:.1f} s")
+            times = {"commit time": [], "event time": []}
+            stored = None
+            for trial in range(trials):
+                for kind in ("commit time", "event time"):
+                    name = "bench_%s_%d" % (kind.split()[0], trial)
+                    extra = ", event_time_column => 'created_at', lateness_policy => 'quantile', " \
+                            "lateness_quantile => 0.999" if kind == "event time" else ""
+                    env.sql("SELECT finalize.track_table(%%s, 'erp', 'dbo.orders', start_from => 'capture_start'%s)"
+                            % extra, (name,))
+                    t0 = time.monotonic()
+                    set_worker(pg, True)
+                    env.wait_caught_up(name, sim, timeout=900)
+                    times[kind].append(time.monotonic() - t0)
+                    set_worker(pg, False)
+                    n = env.one("SELECT sum(inserts + updates + deletes) FROM finalize.fact f "
+                                "JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = %s", (name,))
+                    assert n == rows + 0, (name, n)
+                    if kind == "event time":
+                        stored = env.sql(
+                            "SELECT count(*), max(octet_length(f.sketch)), "
+                            "       max(pg_column_size(f.*)) + coalesce(max(e.bytes), 0), max(e.periods) "
+                            "  FROM finalize.fact f JOIN finalize.tracked_table t USING (table_id) "
+                            "  LEFT JOIN LATERAL (SELECT sum(pg_column_size(x.*)) AS bytes, count(*) AS periods "
+                            "                       FROM finalize.event_fact x WHERE x.fact_id = f.fact_id) e ON true "
+                            " WHERE t.table_name = %s AND f.kind = 'range' AND f.sketch IS NOT NULL", (name,))[0]
+                    env.sql("SELECT finalize.untrack_table(%s, false)", (name,))
+            base = statistics.median(times["commit time"])
+            ev = statistics.median(times["event time"])
+            print(f"  commit time (baseline): median {base:7.3f} s of {trials} ({', '.join('%.2f' % x for x in times['commit time'])})")
+            print(f"  event time:             median {ev:7.3f} s of {trials} ({', '.join('%.2f' % x for x in times['event time'])})")
+            print(f"  ratio event / commit time: {ev / base:.2f} (target <= 2)")
+            ranges, sketch, row_bytes, periods = stored
+            print(f"  facts of the event-time range(s): {ranges} range(s), sketch {sketch} B, "
+                  f"fact row + event periods {row_bytes} B ({periods} event periods) (target < 1 KB)")
+            plain = statistics.median(time_statement(sim, RANGE_SQL) for _ in range(trials))
+            events = statistics.median(time_statement(sim, EVENTS_SQL) for _ in range(trials))
+            print(f"  the simulator's share, timed from a plain client: range aggregate {plain:.3f} s, "
+                  f"event statement {events:.3f} s ({events / plain:.1f}x: per-row Python in sqlite)")
+            own_base = max(base - plain, 1e-3)
+            own_ev = max(ev - plain - events, 1e-3)
+            print(f"  finalize's own share (recording minus the statements): commit time {own_base:.3f} s, "
+                  f"event time {own_ev:.3f} s, ratio {own_ev / own_base:.2f}")
+    finally:
+        pg.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="*", default=["lag", "tables", "range"])
@@ -245,6 +363,8 @@ def main():
         bench_tables(args.tables, max(3, args.trials // 3))
     if "range" in args.parts:
         bench_range(args.rows)
+    if "event" in args.parts:
+        bench_event(args.rows, max(2, args.trials // 5))
 
 
 if __name__ == "__main__":

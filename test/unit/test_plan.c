@@ -375,6 +375,60 @@ test_judge_rules(void)
 	}
 }
 
+/*
+ * Whether a DDL statement names the event column (plan_ddl_mentions):
+ * case-insensitively, as a whole identifier, bare, [bracketed] or "quoted".
+ */
+static void
+test_ddl_mentions(void)
+{
+	check(plan_ddl_mentions("ALTER TABLE dbo.orders ALTER COLUMN created_at datetime2(3)", "created_at"),
+		  "ddl_mentions: a bare column name in an ALTER COLUMN");
+	check(plan_ddl_mentions("ALTER TABLE dbo.orders DROP COLUMN CREATED_AT", "created_at") &&
+		  plan_ddl_mentions("alter table dbo.orders drop column created_at", "Created_At"),
+		  "ddl_mentions: case-insensitive both ways");
+	check(plan_ddl_mentions("ALTER TABLE [dbo].[orders] DROP COLUMN [created_at];", "created_at"),
+		  "ddl_mentions: a [bracketed] name");
+	check(plan_ddl_mentions("ALTER TABLE \"dbo\".\"orders\" ALTER COLUMN \"Created_At\" date", "created_at"),
+		  "ddl_mentions: a \"quoted\" name");
+	check(plan_ddl_mentions("created_at", "created_at"), "ddl_mentions: the whole command is the name");
+	check(plan_ddl_mentions("created_at datetime2 NOT NULL", "created_at"),
+		  "ddl_mentions: a name at the start of the command");
+	check(plan_ddl_mentions("ALTER TABLE dbo.orders DROP COLUMN created_at", "created_at"),
+		  "ddl_mentions: a name at the end of the command");
+	check(plan_ddl_mentions("ALTER TABLE dbo.orders DROP COLUMN a,created_at,b", "created_at") &&
+		  plan_ddl_mentions("EXEC sp_rename 'dbo.orders.created_at', 'made_at', 'COLUMN'", "created_at") &&
+		  plan_ddl_mentions("ALTER TABLE dbo.orders ALTER COLUMN created_at\tdatetime\n", "created_at") &&
+		  plan_ddl_mentions("ALTER TABLE o ADD CONSTRAINT c CHECK(created_at>'2020')", "created_at"),
+		  "ddl_mentions: punctuation, quotes, a dot and white space delimit an identifier");
+	check(!plan_ddl_mentions("ALTER TABLE dbo.orders ADD created_at2 datetime", "created_at"),
+		  "ddl_mentions: a longer name with the column as prefix (created_at2) is not it");
+	check(!plan_ddl_mentions("ALTER TABLE dbo.orders ADD created_at_utc datetime", "created_at"),
+		  "ddl_mentions: created_at_utc is not created_at");
+	check(!plan_ddl_mentions("ALTER TABLE dbo.orders DROP COLUMN my_created_at", "created_at"),
+		  "ddl_mentions: a longer name with the column as suffix (my_created_at) is not it");
+	check(!plan_ddl_mentions("ALTER TABLE dbo.orders DROP COLUMN [my_created_at2]", "created_at"),
+		  "ddl_mentions: a bracketed longer name containing the column is not it");
+	check(!plan_ddl_mentions("DECLARE @created_at datetime; SELECT #created_at, created_at$", "created_at"),
+		  "ddl_mentions: @, # and $ are identifier characters, not delimiters");
+	check(!plan_ddl_mentions("ALTER TABLE o DROP COLUMN \xc3\xa9" "created_at", "created_at"),
+		  "ddl_mentions: a non-ASCII letter next to the name makes another identifier");
+	check(plan_ddl_mentions("ALTER TABLE o ADD created_at2 int; ALTER TABLE o DROP COLUMN created_at", "created_at"),
+		  "ddl_mentions: a whole mention after a non-matching prefix is still found");
+	check(plan_ddl_mentions("ALTER TABLE o ADD my_created_at int, [created_at] int", "created_at"),
+		  "ddl_mentions: a whole mention after a non-matching suffix is still found");
+	check(!plan_ddl_mentions("ALTER TABLE o DROP COLUMN created_a", "created_at"),
+		  "ddl_mentions: a truncated name at the end of the command is not it");
+	check(!plan_ddl_mentions("ALTER TABLE dbo.orders ADD note nvarchar(10)", "created_at") &&
+		  !plan_ddl_mentions("", "created_at"),
+		  "ddl_mentions: a command without the name, or empty, does not mention it");
+	check(!plan_ddl_mentions("ALTER TABLE dbo.orders DROP COLUMN created_at", "") &&
+		  !plan_ddl_mentions("", ""),
+		  "ddl_mentions: an empty column name never matches");
+	check(plan_ddl_mentions("ALTER TABLE o ALTER COLUMN [order date] date", "order date"),
+		  "ddl_mentions: a bracketed name with a space");
+}
+
 int
 main(void)
 {
@@ -383,5 +437,6 @@ main(void)
 	test_plan_consumer();
 	test_plan();
 	test_judge_rules();
+	test_ddl_mentions();
 	return tap_done();
 }

@@ -2655,7 +2655,7 @@ BEGIN ATOMIC
     SELECT CASE WHEN (tt).kind = 'source'
                 THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
                             _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
-                            (wm).offset_lsn, (wm).finalized_until)
+                            (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
                 ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
            || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
@@ -3654,6 +3654,79 @@ END
 $$;
 COMMENT ON FUNCTION @extschema@.purge_facts(interval) IS
     'Delete facts older than the retention (finalize.facts_retention by default); returns how many';
+
+-- The release gate reads the facts of event-time tables per event period, and refuses
+-- a partition that late rows landed in after its release, until a correction.
+CREATE OR REPLACE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz)
+RETURNS TABLE (facts jsonb, is_final boolean, covered boolean, exact boolean, changes bigint,
+               straddling_ranges bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- An event-time table's partitions hold event periods: their facts are
+    -- the rows per event period (with the late ones), not per commit time.
+    IF (@extschema@._tracked(_period_facts.table_name)).event_time_column IS NOT NULL THEN
+        RETURN QUERY
+        SELECT jsonb_build_object('period_start', c.period_start, 'period_end', c.period_end,
+                                  'is_final', c.is_final, 'covered', c.covered, 'exact', c.exact,
+                                  'inserts', c.inserts, 'updates', c.updates, 'deletes', c.deletes,
+                                  'late_rows', c.late_rows, 'partitioned_by', 'event_time'),
+               c.is_final, c.covered, c.exact, c.inserts + c.updates + c.deletes, c.straddling_ranges
+          FROM @extschema@.changes_by_event_period(_period_facts.table_name, _period_facts.period_start,
+                                                   _period_facts.period_start + interval '1 microsecond') AS c
+         LIMIT 1;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT jsonb_build_object('period_start', c.period_start, 'period_end', c.period_end,
+                              'is_final', c.is_final, 'covered', c.covered, 'exact', c.exact,
+                              'inserts', c.inserts, 'updates', c.updates, 'deletes', c.deletes,
+                              'straddling_ranges', c.straddling_ranges),
+           c.is_final, c.covered, c.exact, c.inserts + c.updates + c.deletes, c.straddling_ranges
+      FROM @extschema@.changes_by_period(_period_facts.table_name, _period_facts.period_start,
+                                         _period_facts.period_start + interval '1 microsecond') AS c
+     LIMIT 1;
+END
+$$;
+
+-- Why an event-time table's partition must not be released as it is, or
+-- NULL: late rows landed in its period after its previous generation was
+-- released, and this generation does not say it was built after the last
+-- of them (the manifest's built_at): a correction is due.
+CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
+                                               built_at timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    lp @extschema@.late_period;
+    pub @extschema@.published;
+BEGIN
+    IF tt.event_time_column IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT l.* INTO lp FROM @extschema@.late_period l
+     WHERE l.table_id = tt.table_id AND l.event_period = @extschema@.period_start(period_start, tt.granularity);
+    IF NOT FOUND OR built_at >= lp.last_seen THEN
+        RETURN NULL;
+    END IF;
+    SELECT p.* INTO pub FROM @extschema@.published p
+     WHERE p.table_id = tt.table_id AND p.partition = _late_data_problem.partition;
+    IF built_at IS NULL AND (NOT FOUND OR pub.published_at >= lp.last_seen) THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('%s late row(s) landed in this event period after it was declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
+                  lp.rows, lp.last_seen,
+                  CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
+                       ELSE format(', after generation "%s" was released (%s)', pub.generation, pub.published_at) END,
+                  lp.last_seen);
+END
+$$;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
