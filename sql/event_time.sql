@@ -109,7 +109,42 @@ SELECT finalize._event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour') AT T
        finalize._event_bound('2026-11-29 12:00+00', '0', '1 hour') AT TIME ZONE 'UTC' AS b2,
        finalize._event_bound('2026-11-29 12:00+00', '1 day', '1 day') AT TIME ZONE 'UTC' AS b3,
        finalize._event_bound('infinity', '0', '1 hour') AS b4;
-RESET TimeZone;
+SET TimeZone = 'UTC';
+
+-- The granularity of an event-time table with facts cannot change (its
+-- facts count in the periods they were recorded with); a granularity that
+-- is not whole seconds is refused.
+SELECT finalize.alter_tracked_table('ev.orders', granularity => '15 minutes');
+SELECT finalize.track_table('ev.half', 'erp', 'dbo.orders', event_time_column => 'created_at',
+                            granularity => '0.5 seconds');
+
+-- Under policy quantile the allowance needs 1 / (1 - q) rows of observed
+-- lateness in the window: without them the event-time verdict waits.
+SELECT finalize.alter_tracked_table('ev.orders', lateness_policy => 'quantile', lateness_quantile => 0.99);
+SELECT finalize.record_range('ev.orders', '0x00000000000000000500', '0x00000000000000000600', '2026-11-29 18:10+00');
+SELECT finalized_until AT TIME ZONE 'UTC' AS event_until, commit_until AT TIME ZONE 'UTC' AS commit_until, event_allowance
+  FROM finalize.watermark w JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.orders';
+SELECT reason FROM finalize.explain_verdict('ev.orders', '2026-11-29 12:00+00');
+SELECT finalize.alter_tracked_table('ev.orders', lateness_policy => 'exact');
+
+-- A loss on an event-time table holds event times: from its start less the
+-- allowance (3 hours) to its end plus finalize.max_clock_skew (1 hour).
+SELECT finalize._record_loss(t.table_id, w, '0x00000000000000000700', '2026-11-29 19:30+00')
+  FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'ev.orders';
+SELECT lost_from AT TIME ZONE 'UTC' AS lost_from, lost_to AT TIME ZONE 'UTC' AS lost_to FROM finalize.loss;
+UPDATE finalize.watermark w SET offset_lsn = '0x00000000000000000700', offset_commit_time = '2026-11-29 19:30+00'
+  FROM finalize.tracked_table t WHERE t.table_id = w.table_id AND t.table_name = 'ev.orders';
+SELECT finalize.record_range('ev.orders', '0x00000000000000000700', '0x00000000000000000800', '2026-11-29 23:10+00');
+SELECT finalize.finalized_until('ev.orders') AT TIME ZONE 'UTC' AS until,
+       finalize.is_final('ev.orders', '2026-11-29 14:00+00') AS h14, finalize.is_final('ev.orders', '2026-11-29 15:00+00') AS h15,
+       finalize.is_final('ev.orders', '2026-11-29 19:00+00') AS h19;
+SELECT reason FROM finalize.explain_verdict('ev.orders', '2026-11-29 15:00+00');
+-- An acknowledgement must cover the event periods the loss holds: 15:00
+-- is one of them; once it is covered the verdict moves at once.
+SELECT finalize.acknowledge_loss('ev.orders', '2026-11-29 16:00+00', '2026-11-29 21:00+00', 'rows of 16:00 to 21:00 re-snapshotted');
+SELECT finalize.finalized_until('ev.orders') AT TIME ZONE 'UTC' AS until, finalize.is_final('ev.orders', '2026-11-29 15:00+00') AS h15;
+SELECT finalize.acknowledge_loss('ev.orders', '2026-11-29 15:00+00', '2026-11-29 16:00+00', 'and 15:00');
+SELECT finalize.finalized_until('ev.orders') AT TIME ZONE 'UTC' AS until, finalize.is_final('ev.orders', '2026-11-29 15:00+00') AS h15;
 
 -- Later tests start from no tables and no server.
 SELECT finalize.untrack_table('ev.orders', keep_facts => false);

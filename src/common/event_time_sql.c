@@ -178,6 +178,9 @@ finalize_sketch_quantile_ms(PG_FUNCTION_ARGS)
  * finalize._sketch_quantile_bound_ms(sketch, q): the same quantile raised
  * to the upper bound of its bucket, at or above the true value: what a
  * lateness allowance is drawn from, so that it errs long, never short.
+ * The estimate of bucket i is gamma^i (1 - alpha), its upper bound
+ * gamma^i; an estimate capped at the exact maximum is raised the same
+ * way, which only errs long.
  */
 Datum
 finalize_sketch_quantile_bound_ms(PG_FUNCTION_ARGS)
@@ -186,7 +189,7 @@ finalize_sketch_quantile_bound_ms(PG_FUNCTION_ARGS)
 
 	if (!quantile_arg(fcinfo, &ms))
 		PG_RETURN_NULL();
-	PG_RETURN_INT64((int64) ceil(ms * (1.0 + SKETCH_ALPHA)));
+	PG_RETURN_INT64((int64) ceil(ms / (1.0 - SKETCH_ALPHA)));
 }
 
 /* finalize._sketch_rows(sketch): how many rows it describes. */

@@ -307,12 +307,20 @@ sketch_deserialize(const uint8_t *buf, size_t len, Sketch *s)
 			return false;
 		if (!first && v == 0)
 			return false;
+		/* checked before adding: a delta of 2^64 - k must not wrap the index below 0 */
+		if (v >= SKETCH_BUCKETS || index + (int64_t) v >= SKETCH_BUCKETS)
+			return false;
 		index += (int64_t) v;
-		if (index >= SKETCH_BUCKETS)
+		if (s->positive + count < s->positive)
 			return false;
 		s->counts[index] = count;
 		s->positive += count;
 		first = false;
 	}
+	/* the totals must add up, and a sketch with rows has min <= max */
+	if (s->positive + s->negative < s->positive || s->positive + s->negative + s->zero < s->zero)
+		return false;
+	if (sketch_count(s) > 0 && s->min_ms > s->max_ms)
+		return false;
 	return true;
 }

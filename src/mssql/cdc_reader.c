@@ -225,11 +225,19 @@ read_events_row(MssqlConn *conn, CdcEvents *ev)
 		CdcEventSlot *s = &ev->slots[ev->nslots];
 		int64		op;
 
-		if (!mssql_get_int64(conn, TSQL_EV_OP, &op))
+		if (ev->nslots >= CDC_MAX_EVENT_SLOTS)
+		{
+			ev->too_many = true;
+			return false;
+		}
+		if (!mssql_get_int64(conn, TSQL_EV_OP, &op) || (op != 1 && op != 2 && op != 4))
 			return false;
 		s->op = (int) op;
 		s->rows = rows;
 		s->null_event = !mssql_get_int64(conn, TSQL_EV_SLOT, &s->slot);
+		/* slots of 9999-12-31 are below 4e11 seconds since 1900: anything else is not one */
+		if (!s->null_event && (s->slot < -1 || s->slot > INT64CONST(400000000000) / ev->slot_seconds))
+			return false;
 		ev->nslots++;
 		return true;
 	}
@@ -250,7 +258,9 @@ read_events_row(MssqlConn *conn, CdcEvents *ev)
 		ev->rows = rows;
 		ev->has_span = mssql_get_int64(conn, TSQL_EV_MIN_MS, &ev->min_ms) &&
 			mssql_get_int64(conn, TSQL_EV_MAX_MS, &ev->max_ms);
-		return true;
+		/* 0001-01-01 .. 9999-12-31 in ms around 1900-01-01 */
+		return !ev->has_span || (ev->min_ms >= -INT64CONST(60000000000000) &&
+								 ev->max_ms <= INT64CONST(400000000000000) && ev->min_ms <= ev->max_ms);
 	}
 	return false;
 }
@@ -387,6 +397,11 @@ read_statement_result(MssqlConn *conn, Statement *cur, MssqlError *step)
 	 * An aggregate and a min LSN read are one row each, a mapping row at
 	 * most one; the event-time facts always end with their grand total.
 	 */
+	if (r == 0 && cur->error == NULL && cur->kind == STMT_EVENTS && cur->events->too_many)
+		cur->error = psprintf("the range's rows have event times in more than %d slots of %lld s (a backfill, or "
+							  "event times spread over years): finalize stores at most that many event periods "
+							  "per range; check the values of the event column \"%s\"", CDC_MAX_EVENT_SLOTS,
+							  (long long) cur->events->slot_seconds, cur->events->column);
 	if (r == 0 && cur->error == NULL &&
 		(!decoded || (cur->kind == STMT_LSN_MAPPING ? rows > 1
 					  : cur->kind == STMT_EVENTS ? !cur->events->has_total

@@ -83,7 +83,11 @@ typedef struct CdcEvents
 	int64		min_ms;			/* least and greatest event time, ms since 1900-01-01 */
 	int64		max_ms;
 	int			capacity;		/* of slots and buckets */
+	bool		too_many;		/* more than CDC_MAX_EVENT_SLOTS slots */
 } CdcEvents;
+
+/* Slot rows one range may bring: beyond, its read fails with a message. */
+#define CDC_MAX_EVENT_SLOTS 100000
 
 /* The captured columns of a capture instance (sys.sp_cdc_get_captured_columns). */
 typedef struct CdcColumns

@@ -293,7 +293,7 @@ CREATE TABLE @extschema@.loss (
     CHECK (lost_from <= lost_to)
 );
 COMMENT ON TABLE @extschema@.loss IS
-    'Commit-time ranges whose changes were lost before finalize read them; their periods are not final until acknowledged';
+    'Commit-time ranges (event times on an event-time table) whose changes were lost before finalize read them; their periods are not final until acknowledged';
 COMMENT ON COLUMN @extschema@.loss.fact_id IS
     'The data_loss event fact (NULL once retention removed it; the loss stays)';
 CREATE INDEX loss_table_idx ON @extschema@.loss (table_id);

@@ -318,6 +318,16 @@ BEGIN
     SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
     event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
                      OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
+    -- Event facts are stored per period of the granularity they were
+    -- recorded with: a new one would split or merge them.
+    IF granularity IS NOT NULL AND granularity IS DISTINCT FROM cur.granularity
+       AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
+        RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its granularity cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Rows per event period, late data and the release gate count in periods of the granularity the facts were recorded with.',
+                  HINT = 'Track the table again under a new name with the new granularity, then untrack this one.';
+    END IF;
     -- What the verdict means changes with the partitioning time: a verdict
     -- given in commit time (or another column's time) cannot be kept.
     IF event_changed AND has_verdict THEN

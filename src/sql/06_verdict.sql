@@ -119,7 +119,7 @@ $$;
 -- verdict commit_until to the greatest of its old value and
 -- _effective_until, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says), with a NOTIFY on
+-- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
 -- this one follow in the same transaction. The inputs form a DAG
 -- (track_derived refuses cycles), so the recursion ends. A derived table
@@ -142,6 +142,7 @@ DECLARE
     new_commit timestamptz;
     new_until timestamptz;
     ev record;
+    cap timestamptz;
     dependent bigint;
 BEGIN
     IF tt.table_id IS NULL THEN
@@ -159,10 +160,14 @@ BEGIN
     IF tt.event_time_column IS NULL THEN
         new_until := GREATEST(wm.finalized_until, new_commit);
     ELSE
-        -- The event-time verdict, from the commit-time one held by losses.
-        ev := @extschema@._event_until(tt, CASE WHEN wm.loss_blocked
-                                                THEN LEAST(new_commit, @extschema@._loss_cap(tt.table_id))
-                                                ELSE new_commit END);
+        -- The event-time verdict, held by losses (whose spans are event times
+        -- on an event-time table, see _record_loss).
+        ev := @extschema@._event_until(tt, new_commit);
+        IF wm.loss_blocked THEN
+            cap := @extschema@._loss_cap(tt.table_id);
+            -- a loss without a start holds every period
+            ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
+        END IF;
         new_until := GREATEST(wm.finalized_until, ev.until);
         IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
             UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;

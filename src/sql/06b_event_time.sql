@@ -72,13 +72,15 @@ AS $$
 BEGIN
     IF event_time_column IS NOT NULL
        AND (length(event_time_column) NOT BETWEEN 1 AND 128 OR event_time_column ~ '[[:cntrl:]]') THEN
-        RAISE EXCEPTION 'invalid value for argument event_time_column: "%"', left(event_time_column, 140)
+        RAISE EXCEPTION 'invalid value for argument event_time_column: "%"',
+                        regexp_replace(left(event_time_column, 140), '[[:cntrl:]]', '?', 'g')
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'It names a captured column of the SQL Server table: 1 to 128 characters, without control characters, as SQL Server spells it (no brackets).';
     END IF;
     IF event_time_zone IS NOT NULL
        AND NOT EXISTS (SELECT FROM pg_timezone_names z WHERE z.name = event_time_zone) THEN
-        RAISE EXCEPTION 'invalid value for argument event_time_zone: "%"', left(event_time_zone, 140)
+        RAISE EXCEPTION 'invalid value for argument event_time_zone: "%"',
+                        regexp_replace(left(event_time_zone, 140), '[[:cntrl:]]', '?', 'g')
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'It is not a time zone name PostgreSQL knows (pg_timezone_names).',
                   HINT = 'Use an IANA name such as ''Europe/Berlin'' or ''UTC''; leave it NULL to use the server''s timezone option.';
@@ -125,10 +127,12 @@ BEGIN
                   HINT = 'Pass lateness_policy => ''quantile'' too, or leave lateness_quantile out.';
     END IF;
     IF event_time_column IS NOT NULL AND granularity IS NOT NULL
-       AND NOT (granularity <= interval '1 day' AND 86400 % extract(epoch FROM granularity)::numeric = 0) THEN
+       AND NOT (granularity <= interval '1 day' AND granularity >= interval '1 second'
+                AND extract(epoch FROM granularity) = trunc(extract(epoch FROM granularity))
+                AND 86400 % extract(epoch FROM granularity)::numeric = 0) THEN
         RAISE EXCEPTION 'granularity % cannot partition by event time', granularity
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'SQL Server groups event times in slots of whole seconds that must tile a day: the granularity of an event-time table divides one day.',
+                  DETAIL = 'SQL Server groups event times in slots of whole seconds that must tile a day: the granularity of an event-time table is a whole number of seconds that divides one day.',
                   HINT = 'Use for example ''1 hour'', ''15 minutes'' or ''1 day''.';
     END IF;
 END
@@ -137,8 +141,11 @@ $$;
 -- The lateness allowance of an event-time table whose commit-time verdict
 -- is commit_until: allowed_lateness, or under policy quantile the greater
 -- of it and the lateness_quantile of the lateness recorded in the
--- lateness_window before commit_until (by commit time; rounded up, so it
--- errs long). With no rows in the window, allowed_lateness alone.
+-- lateness_window before commit_until (by commit time; the upper bound of
+-- its bucket, so it errs long). A quantile q needs at least 1 / (1 - q)
+-- rows to mean anything: with fewer in the window (a new table, one idle
+-- for longer than the window) there is no allowance, NULL, and the
+-- event-time verdict waits.
 CREATE FUNCTION @extschema@._lateness_allowance(tt @extschema@.tracked_table, commit_until timestamptz)
 RETURNS interval
 LANGUAGE plpgsql STABLE
@@ -146,18 +153,31 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q_ms bigint;
+    n bigint;
 BEGIN
     IF tt.lateness_policy <> 'quantile' OR commit_until IS NULL OR NOT isfinite(commit_until) THEN
         RETURN tt.allowed_lateness;
     END IF;
-    SELECT @extschema@._sketch_quantile_bound_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile)
-      INTO q_ms
+    SELECT @extschema@._sketch_quantile_bound_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile),
+           sum(h.rows)
+      INTO q_ms, n
       FROM @extschema@.lateness_hour h
      WHERE h.table_id = tt.table_id
        AND h.hour >= coalesce(@extschema@._instant_minus(commit_until, tt.lateness_window), '-infinity');
-    RETURN GREATEST(tt.allowed_lateness, make_interval(secs => coalesce(q_ms, 0) / 1000.0));
+    IF q_ms IS NULL OR coalesce(n, 0) < @extschema@._quantile_min_rows(tt.lateness_quantile) THEN
+        RETURN NULL;
+    END IF;
+    RETURN GREATEST(tt.allowed_lateness, make_interval(secs => q_ms / 1000.0));
 END
 $$;
+
+-- How many rows of observed lateness a quantile needs: 1 / (1 - q), so that
+-- the rows beyond it are at least one.
+CREATE FUNCTION @extschema@._quantile_min_rows(quantile double precision)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN ceil(1 / (1 - quantile))::bigint;
 
 -- The event-time verdict of a table whose commit-time verdict is
 -- commit_until (capped by the losses that hold it): the greatest event
@@ -170,7 +190,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     allowance := @extschema@._lateness_allowance(tt, commit_until);
-    IF commit_until IS NULL OR NOT isfinite(commit_until) THEN
+    IF commit_until IS NULL OR NOT isfinite(commit_until) OR allowance IS NULL THEN
         until := NULL;
     ELSE
         until := @extschema@._event_bound(commit_until, allowance, tt.granularity);
@@ -312,7 +332,6 @@ DECLARE
     tt @extschema@.tracked_table;
     wm @extschema@.watermark;
     covered_after timestamptz;
-    allowance interval;
 BEGIN
     PERFORM @extschema@._require(changes_by_event_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
@@ -324,7 +343,6 @@ BEGIN
                   HINT = 'Use finalize.changes_by_period() for it, or set an event column with finalize.alter_tracked_table(..., event_time_column => ...).';
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
-    allowance := coalesce(wm.event_allowance, tt.allowed_lateness);
     SELECT min(f.end_commit_time) INTO covered_after
       FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
     RETURN QUERY
@@ -333,9 +351,10 @@ BEGIN
                coalesce(@extschema@._instant_minus(g.period_start, @extschema@._max_clock_skew()), '-infinity')
                    > coalesce(covered_after, 'infinity')
                AND NOT EXISTS (
+                   -- losses of an event-time table span event times (_record_loss)
                    SELECT FROM @extschema@.loss l
                     WHERE l.table_id = tt.table_id AND l.lost_to >= g.period_start
-                      AND l.lost_from < coalesce(g.period_end + allowance, 'infinity')) AS covered
+                      AND l.lost_from < g.period_end) AS covered
           FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
     SELECT p.ps, p.pe,
            @extschema@._final(tt, wm, p.ps),
@@ -417,14 +436,16 @@ SET search_path = pg_catalog, pg_temp
 RETURN format('This table is partitioned by event time (column "%s"%s): a period is final once the commit-time verdict has passed its end plus the lateness allowance, %s (%s); the commit-time verdict stands at %s%s.',
               (tt).event_time_column,
               CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
-              coalesce((wm).event_allowance, (tt).allowed_lateness),
+              coalesce((wm).event_allowance::text,
+                       format('not known yet (the quantile needs %s rows of observed lateness in the window)',
+                              @extschema@._quantile_min_rows((tt).lateness_quantile))),
               CASE WHEN (tt).lateness_policy = 'exact'
                    THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
                    ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',
                                (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END,
               coalesce((wm).commit_until::text, 'nothing yet'),
               CASE WHEN (wm).commit_until IS NOT NULL AND isfinite(_explain_event_time.period_end)
+                        AND (wm).event_allowance IS NOT NULL
                    THEN format(', and must reach %s for this period',
-                               @extschema@._event_reach(_explain_event_time.period_end,
-                                                        coalesce((wm).event_allowance, (tt).allowed_lateness)))
+                               @extschema@._event_reach(_explain_event_time.period_end, (wm).event_allowance))
                    ELSE '' END);

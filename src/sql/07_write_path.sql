@@ -365,7 +365,10 @@ BEGIN
        AND NOT EXISTS (SELECT FROM @extschema@.watermark w
                         WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
     GET DIAGNOSTICS removed = ROW_COUNT;
-    DELETE FROM @extschema@.lateness_hour h WHERE h.hour < now() - keep;
+    -- Lateness sketches are kept as long as the lateness window that reads them.
+    DELETE FROM @extschema@.lateness_hour h
+     USING @extschema@.tracked_table t
+     WHERE t.table_id = h.table_id AND h.hour < now() - GREATEST(keep, t.lateness_window);
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep

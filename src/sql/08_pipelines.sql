@@ -651,6 +651,11 @@ BEGIN
                                'period_from', CASE WHEN isfinite(period_from) THEN @extschema@._utc_iso(period_from) ELSE period_from::text END,
                                'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    -- An event-time verdict was held back by the loss itself (_advance): it
+    -- moves now, and the derived tables that use it with it.
+    IF tt.event_time_column IS NOT NULL THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
     IF covered = 0 THEN
         RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',
                      CASE WHEN tt.kind = 'derived' THEN 'inherited by' ELSE 'of' END, tt.table_name,

@@ -153,7 +153,13 @@ $$;
 -- it (or -infinity) to the restart's (or infinity), in either order, and
 -- the lost LSN range, linked to the table's latest data_loss fact; then
 -- flags the table and its derived tables. clock_timestamp(): only an
--- acknowledgement made after this covers it (see _acked).
+-- acknowledgement made after this covers it (see _acked). On a table
+-- partitioned by event time the loss holds the event times the lost rows
+-- may have: from its start less the lateness allowance (rows later than
+-- that are late data by the table's own policy) to its end plus
+-- finalize.max_clock_skew (an event stamped after its commit), so that
+-- every period the loss touches, and every acknowledgement it needs, is
+-- an event period.
 CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
                                          new_offset text, lost_until timestamptz)
 RETURNS void
@@ -164,7 +170,19 @@ AS $$
 DECLARE
     lost_from timestamptz := coalesce(prior.offset_commit_time, '-infinity');
     lost_to timestamptz := coalesce(lost_until, 'infinity');
+    tt @extschema@.tracked_table;
+    lo timestamptz;
 BEGIN
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _record_loss.table_id;
+    IF tt.event_time_column IS NOT NULL THEN
+        lo := LEAST(lost_from, lost_to);
+        lost_to := GREATEST(lost_from, lost_to);
+        lost_from := coalesce(@extschema@._instant_minus(lo, GREATEST(tt.allowed_lateness, prior.event_allowance)),
+                              '-infinity');
+        IF isfinite(lost_to) THEN
+            lost_to := lost_to + @extschema@._max_clock_skew();
+        END IF;
+    END IF;
     INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
     VALUES (table_id,
             (SELECT max(f.fact_id) FROM @extschema@.fact f

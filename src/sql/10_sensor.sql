@@ -135,9 +135,12 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT string_agg(x.sentence, ' ' ORDER BY x.loss_id)
       FROM (SELECT l.loss_id,
-                   format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
+                   format('changes of table "%s"%s %s from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
                           t.table_name,
                           CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                          CASE WHEN t.event_time_column IS NOT NULL
+                               THEN 'with event times (within the lateness allowance) possibly'
+                               ELSE 'committed' END,
                           l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'))
                    || CASE WHEN bool_or(o.acker_id = l.table_id)
                            THEN format('; run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',

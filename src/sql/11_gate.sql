@@ -340,9 +340,11 @@ END
 $$;
 
 -- Why an event-time table's partition must not be released as it is, or
--- NULL: late rows landed in its period after its previous generation was
--- released, and this generation does not say it was built after the last
--- of them (the manifest's built_at): a correction is due.
+-- NULL: late rows landed in its period (after it was declared final), and
+-- this generation does not say it was built after the last of them (the
+-- manifest's built_at): a correction is due. Without built_at only a
+-- period whose late rows all landed before its previous release passes:
+-- that release's generation was checked against them.
 CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
                                                built_at timestamptz)
 RETURNS text
@@ -365,13 +367,15 @@ BEGIN
     END IF;
     SELECT p.* INTO pub FROM @extschema@.published p
      WHERE p.table_id = tt.table_id AND p.partition = _late_data_problem.partition;
-    IF built_at IS NULL AND (NOT FOUND OR pub.published_at >= lp.last_seen) THEN
+    IF built_at IS NULL AND FOUND AND pub.published_at >= lp.last_seen THEN
         RETURN NULL;
     END IF;
     RETURN format('%s late row(s) landed in this event period after it was declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
                   lp.rows, lp.last_seen,
                   CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
-                       ELSE format(', after generation "%s" was released (%s)', pub.generation, pub.published_at) END,
+                       WHEN pub.generation IS NOT NULL
+                       THEN format(', after generation "%s" was released (%s)', pub.generation, pub.published_at)
+                       ELSE ', and this manifest does not say when its data was read' END,
                   lp.last_seen);
 END
 $$;

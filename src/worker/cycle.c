@@ -115,7 +115,7 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 			if (jobs[j]->table->event_column != NULL)
 			{
 				r->events = palloc0(sizeof(CdcEvents));
-				r->events->column = jobs[j]->table->event_column;
+				r->events->column = jobs[j]->event_name[s] ? jobs[j]->event_name[s] : jobs[j]->table->event_column;
 				r->events->utc = jobs[j]->event_utc[s];
 				r->events->slot_seconds = event_slot_seconds(jobs[j]->table->granularity_usecs);
 			}

@@ -99,6 +99,7 @@ check_job(TableJob *job, CdcColumns *list, int n, const char *login)
 										  quote_literal_cstr(t->table_name));
 			return;
 		}
+		job->event_name[s] = c->names[i];
 		if (!event_type_supported(c->types[i], &job->event_utc[s]))
 		{
 			job->event_condition = COND_EVENT_COLUMN_INVALID;

@@ -37,6 +37,9 @@
 /* 1900-01-01 00:00, the origin of SQL Server's slots and milliseconds, as a PostgreSQL timestamp. */
 #define ORIGIN_1900 ((Timestamp) -36524 * USECS_PER_DAY)
 
+/* How far around a span its zone's offsets are looked at (see wall_shortfall_ms). */
+#define DST_MARGIN ((int64) 3 * USECS_PER_HOUR)
+
 /* A zone offset is a multiple of 15 minutes (every zone in use today). */
 #define OFFSET_QUANTUM_S 900
 
@@ -190,9 +193,15 @@ wall_shortfall_ms(const pg_tz *event_tz, const pg_tz *server_tz, TimestampTz fir
 	long		smin;
 	long		smax;
 
+	/*
+	 * Both spans are widened by a few hours: their ends are the earliest
+	 * readings of local times, and in a fall-back hour a range can lie
+	 * wholly inside the repeated hour with its transition just outside.
+	 */
 	if (event_tz != NULL)
-		local_offset_range(event_tz, first_event, last_event, &emin, &emax);
-	local_offset_range(server_tz, Min(first_commit, last_commit), last_commit, &smin, &smax);
+		local_offset_range(event_tz, first_event - DST_MARGIN, last_event + DST_MARGIN, &emin, &emax);
+	local_offset_range(server_tz, Min(first_commit, last_commit) - DST_MARGIN, last_commit + DST_MARGIN,
+					   &smin, &smax);
 	return Max(0, (int64) (emax - smin) * 1000);
 }
 

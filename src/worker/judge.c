@@ -267,8 +267,9 @@ ddl_blocks(const TableJob *job, const DdlSeen *seen, TableWrite *w)
 		w->detail = jb_finish(jb_end_object(&st));
 		w->state_detail = psprintf("A schema change names the event column \"%s\" of this table (at LSN %s: %s), "
 								   "so the event periods of its rows may no longer be what they were; this blocks "
-								   "the verdict whatever the ddl_policy. Check the column is still captured with a "
-								   "date/time type, then run SELECT finalize.resume_table(%s) to go on.",
+								   "the verdict whatever the ddl_policy. Check that the column still exists in the "
+								   "source table (sys.columns: a dropped column stays listed as captured, with NULL "
+								   "values) with a date/time type, then run SELECT finalize.resume_table(%s) to go on.",
 								   t->event_column, fmt_lsn(&d->lsn), d->command,
 								   quote_literal_cstr(t->table_name));
 		return true;

@@ -22,6 +22,7 @@ typedef struct TableJob
 	CdcInstance *inst[2];		/* per segment, or [0] for RESUME and GAP */
 	char	   *error;			/* set when its reads failed */
 	bool		event_utc[2];	/* per segment: the event column is a datetimeoffset */
+	const char *event_name[2];	/* per segment: the column as the instance spells it */
 	Condition	event_condition;	/* why the event column cannot be read (or COND_NONE) */
 	char	   *event_problem;
 } TableJob;

@@ -310,18 +310,23 @@ def test_late_rows_after_a_release_need_a_generation_built_after_them(pg, tables
     assert gate(pg, dict(m4, built_at=iso(last_seen(pg, "08")))) == (True, "g4", [])
 
 
-def test_late_rows_before_the_first_release_are_in_it(pg, tables, store):
-    # Hour 10's late row lands before any release of hour 10: the first generation includes it.
+def test_late_rows_before_the_first_release_need_built_at(pg, tables, store):
+    # Hour 10's late row lands before any release of hour 10: whether the
+    # first generation holds it only its manifest can say (built_at).
     late_rows(pg, 4, at("12:20"), at("12:15"), {"10": 1})
     assert pg.sql("SELECT rows FROM finalize.late_data WHERE table_name = %s", (EV,)) == [(1,)]
     files1 = publish(pg, store, EV, "10", "g1")
-    assert gate(pg, manifest(store, EV, "10", "g1", files1)) == (True, "g1", [])
+    released, _, problems = gate(pg, manifest(store, EV, "10", "g1", files1))
+    assert not released and codes(problems) == ["late_data"]
+    assert "does not say when its data was read" in detail(problems, "late_data")
+    # A generation that says it was read before they arrived is refused too.
+    released, _, problems = gate(pg, manifest(store, EV, "10", "g1", files1, built_at=f"{DAY}T12:30:00Z"))
+    assert not released and codes(problems) == ["late_data"]
+    # One read after them is released; the next generation, released after
+    # the late rows, needs no built_at.
+    assert gate(pg, manifest(store, EV, "10", "g1", files1, built_at=iso(last_seen(pg, "10")))) == (True, "g1", [])
     files2 = publish(pg, store, EV, "10", "g2")
     assert gate(pg, manifest(store, EV, "10", "g2", files2)) == (True, "g2", [])
-    # But a generation that says it was read before they arrived is refused.
-    files3 = publish(pg, store, EV, "10", "g3")
-    released, _, problems = gate(pg, manifest(store, EV, "10", "g3", files3, built_at=f"{DAY}T12:30:00Z"))
-    assert not released and codes(problems) == ["late_data"]
     # Late rows of another period never hold this one.
     files = publish(pg, store, EV, "08", "g1")
     assert gate(pg, manifest(store, EV, "08", "g1", files, built_at=f"{DAY}T12:30:00Z")) == (True, "g1", [])

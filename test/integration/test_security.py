@@ -33,33 +33,38 @@ READER = {
     "mssql_local_to_instant(timestamp without time zone,text)",
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
     "finalized_until(text[])", "is_final(text[],timestamp with time zone)",
+    "lateness(text,double precision,interval)",
 }
 PIPELINE = READER | {"report_progress(text,text,text)", "report_processed(text,text,timestamp with time zone)"}
 PUBLISHER = READER | {
     "changes_by_period(text,timestamp with time zone,timestamp with time zone)",
+    "changes_by_event_period(text,timestamp with time zone,timestamp with time zone)",
     "release_gate(jsonb)", "compare_inventories(jsonb,jsonb,text)", "register_partition(text,text,text)",
     "retired_generations(text,interval)",
 }
 ADMIN = PUBLISHER | PIPELINE | {
-    "track_table(text,text,text,interval,text,text,text)", "untrack_table(text,boolean,boolean)",
+    "track_table(text,text,text,interval,text,text,text,text,text,text,interval,double precision,interval)",
+    "untrack_table(text,boolean,boolean)",
     "add_consumer(text,text,boolean,regrole)", "alter_consumer(text,text,boolean,regrole,boolean)",
     "drop_consumer(text,text)", "track_derived(text,text[],interval)",
     "acknowledge_loss(text,timestamp with time zone,timestamp with time zone,text)",
-    "alter_tracked_table(text,interval,text,text)", "resume_table(text)", "release_source(text)",
+    "alter_tracked_table(text,interval,text,text,text,text,text,interval,double precision,interval)",
+    "resume_table(text)", "release_source(text)",
     "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
-    "timestamp with time zone,text,text,jsonb)",
+    "timestamp with time zone,text,text,jsonb,jsonb,bytea,timestamp with time zone,timestamp with time zone)",
     "purge_facts(interval)", "quote_mssql_ident(text)",
     "set_projection(text,text,timestamp with time zone,timestamp with time zone)",
 }
 MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
                "sec_nobody": set()}
 MAY_SELECT = {
-    "sec_reader": {"status", "consumers"},
-    "sec_pipeline": {"status", "consumers"},
-    "sec_publisher": {"status", "consumers", "facts", "releases"},
+    "sec_reader": {"status", "consumers", "late_data"},
+    "sec_pipeline": {"status", "consumers", "late_data"},
+    "sec_publisher": {"status", "consumers", "facts", "releases", "late_data"},
     "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
                   "table_condition", "consumer", "derived_input", "loss", "loss_ack",
-                  "partition_registration", "projection", "release", "published"},
+                  "partition_registration", "projection", "release", "published", "late_data",
+                  "event_fact", "lateness_hour", "late_period"},
     "sec_nobody": set(),
 }
 

@@ -178,5 +178,23 @@ main(void)
 
 		check(!sketch_deserialize(bad, sizeof(bad), &back), "a bucket beyond the last is refused");
 	}
+	{
+		/* a first delta of 2^64 - 2^40 would wrap the index below 0: refused, nothing written */
+		uint8_t		bad[] = {1, 0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0xe0, 0xff, 0xff, 0xff, 0x01, 1};
+
+		check(!sketch_deserialize(bad, sizeof(bad), &back), "a delta that wraps the index is refused");
+	}
+	{
+		/* min 5 ms, max 1 ms, one row in bucket 10 */
+		uint8_t		bad[] = {1, 0, 0, 10, 2, 10, 1};
+
+		check(!sketch_deserialize(bad, sizeof(bad), &back), "min above max with rows is refused");
+	}
+	{
+		uint8_t		bad[] = {1, 0, 0, 0, 0, 10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+		1, 2};
+
+		check(!sketch_deserialize(bad, sizeof(bad), &back), "counts that overflow are refused");
+	}
 	return tap_done();
 }

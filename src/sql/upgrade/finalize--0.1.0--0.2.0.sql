@@ -937,7 +937,7 @@ CREATE TABLE @extschema@.loss (
     CHECK (lost_from <= lost_to)
 );
 COMMENT ON TABLE @extschema@.loss IS
-    'Commit-time ranges whose changes were lost before finalize read them; their periods are not final until acknowledged';
+    'Commit-time ranges (event times on an event-time table) whose changes were lost before finalize read them; their periods are not final until acknowledged';
 COMMENT ON COLUMN @extschema@.loss.fact_id IS
     'The data_loss event fact (NULL once retention removed it; the loss stays)';
 CREATE INDEX loss_table_idx ON @extschema@.loss (table_id);
@@ -1218,7 +1218,7 @@ $$;
 -- verdict commit_until to the greatest of its old value and
 -- _effective_until, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says), with a NOTIFY on
+-- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
 -- this one follow in the same transaction. The inputs form a DAG
 -- (track_derived refuses cycles), so the recursion ends. A derived table
@@ -1241,6 +1241,7 @@ DECLARE
     new_commit timestamptz;
     new_until timestamptz;
     ev record;
+    cap timestamptz;
     dependent bigint;
 BEGIN
     IF tt.table_id IS NULL THEN
@@ -1258,10 +1259,14 @@ BEGIN
     IF tt.event_time_column IS NULL THEN
         new_until := GREATEST(wm.finalized_until, new_commit);
     ELSE
-        -- The event-time verdict, from the commit-time one held by losses.
-        ev := @extschema@._event_until(tt, CASE WHEN wm.loss_blocked
-                                                THEN LEAST(new_commit, @extschema@._loss_cap(tt.table_id))
-                                                ELSE new_commit END);
+        -- The event-time verdict, held by losses (whose spans are event times
+        -- on an event-time table, see _record_loss).
+        ev := @extschema@._event_until(tt, new_commit);
+        IF wm.loss_blocked THEN
+            cap := @extschema@._loss_cap(tt.table_id);
+            -- a loss without a start holds every period
+            ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
+        END IF;
         new_until := GREATEST(wm.finalized_until, ev.until);
         IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
             UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;
@@ -2203,6 +2208,11 @@ BEGIN
                                'period_from', CASE WHEN isfinite(period_from) THEN @extschema@._utc_iso(period_from) ELSE period_from::text END,
                                'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    -- An event-time verdict was held back by the loss itself (_advance): it
+    -- moves now, and the derived tables that use it with it.
+    IF tt.event_time_column IS NOT NULL THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
     IF covered = 0 THEN
         RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',
                      CASE WHEN tt.kind = 'derived' THEN 'inherited by' ELSE 'of' END, tt.table_name,
@@ -2303,7 +2313,13 @@ $$;
 -- it (or -infinity) to the restart's (or infinity), in either order, and
 -- the lost LSN range, linked to the table's latest data_loss fact; then
 -- flags the table and its derived tables. clock_timestamp(): only an
--- acknowledgement made after this covers it (see _acked).
+-- acknowledgement made after this covers it (see _acked). On a table
+-- partitioned by event time the loss holds the event times the lost rows
+-- may have: from its start less the lateness allowance (rows later than
+-- that are late data by the table's own policy) to its end plus
+-- finalize.max_clock_skew (an event stamped after its commit), so that
+-- every period the loss touches, and every acknowledgement it needs, is
+-- an event period.
 CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
                                          new_offset text, lost_until timestamptz)
 RETURNS void
@@ -2314,7 +2330,19 @@ AS $$
 DECLARE
     lost_from timestamptz := coalesce(prior.offset_commit_time, '-infinity');
     lost_to timestamptz := coalesce(lost_until, 'infinity');
+    tt @extschema@.tracked_table;
+    lo timestamptz;
 BEGIN
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _record_loss.table_id;
+    IF tt.event_time_column IS NOT NULL THEN
+        lo := LEAST(lost_from, lost_to);
+        lost_to := GREATEST(lost_from, lost_to);
+        lost_from := coalesce(@extschema@._instant_minus(lo, GREATEST(tt.allowed_lateness, prior.event_allowance)),
+                              '-infinity');
+        IF isfinite(lost_to) THEN
+            lost_to := lost_to + @extschema@._max_clock_skew();
+        END IF;
+    END IF;
     INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
     VALUES (table_id,
             (SELECT max(f.fact_id) FROM @extschema@.fact f
@@ -2616,9 +2644,12 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT string_agg(x.sentence, ' ' ORDER BY x.loss_id)
       FROM (SELECT l.loss_id,
-                   format('changes of table "%s"%s committed from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
+                   format('changes of table "%s"%s %s from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
                           t.table_name,
                           CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                          CASE WHEN t.event_time_column IS NOT NULL
+                               THEN 'with event times (within the lateness allowance) possibly'
+                               ELSE 'committed' END,
                           l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'))
                    || CASE WHEN bool_or(o.acker_id = l.table_id)
                            THEN format('; run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
@@ -2922,13 +2953,15 @@ AS $$
 BEGIN
     IF event_time_column IS NOT NULL
        AND (length(event_time_column) NOT BETWEEN 1 AND 128 OR event_time_column ~ '[[:cntrl:]]') THEN
-        RAISE EXCEPTION 'invalid value for argument event_time_column: "%"', left(event_time_column, 140)
+        RAISE EXCEPTION 'invalid value for argument event_time_column: "%"',
+                        regexp_replace(left(event_time_column, 140), '[[:cntrl:]]', '?', 'g')
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'It names a captured column of the SQL Server table: 1 to 128 characters, without control characters, as SQL Server spells it (no brackets).';
     END IF;
     IF event_time_zone IS NOT NULL
        AND NOT EXISTS (SELECT FROM pg_timezone_names z WHERE z.name = event_time_zone) THEN
-        RAISE EXCEPTION 'invalid value for argument event_time_zone: "%"', left(event_time_zone, 140)
+        RAISE EXCEPTION 'invalid value for argument event_time_zone: "%"',
+                        regexp_replace(left(event_time_zone, 140), '[[:cntrl:]]', '?', 'g')
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'It is not a time zone name PostgreSQL knows (pg_timezone_names).',
                   HINT = 'Use an IANA name such as ''Europe/Berlin'' or ''UTC''; leave it NULL to use the server''s timezone option.';
@@ -2975,10 +3008,12 @@ BEGIN
                   HINT = 'Pass lateness_policy => ''quantile'' too, or leave lateness_quantile out.';
     END IF;
     IF event_time_column IS NOT NULL AND granularity IS NOT NULL
-       AND NOT (granularity <= interval '1 day' AND 86400 % extract(epoch FROM granularity)::numeric = 0) THEN
+       AND NOT (granularity <= interval '1 day' AND granularity >= interval '1 second'
+                AND extract(epoch FROM granularity) = trunc(extract(epoch FROM granularity))
+                AND 86400 % extract(epoch FROM granularity)::numeric = 0) THEN
         RAISE EXCEPTION 'granularity % cannot partition by event time', granularity
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'SQL Server groups event times in slots of whole seconds that must tile a day: the granularity of an event-time table divides one day.',
+                  DETAIL = 'SQL Server groups event times in slots of whole seconds that must tile a day: the granularity of an event-time table is a whole number of seconds that divides one day.',
                   HINT = 'Use for example ''1 hour'', ''15 minutes'' or ''1 day''.';
     END IF;
 END
@@ -2987,8 +3022,11 @@ $$;
 -- The lateness allowance of an event-time table whose commit-time verdict
 -- is commit_until: allowed_lateness, or under policy quantile the greater
 -- of it and the lateness_quantile of the lateness recorded in the
--- lateness_window before commit_until (by commit time; rounded up, so it
--- errs long). With no rows in the window, allowed_lateness alone.
+-- lateness_window before commit_until (by commit time; the upper bound of
+-- its bucket, so it errs long). A quantile q needs at least 1 / (1 - q)
+-- rows to mean anything: with fewer in the window (a new table, one idle
+-- for longer than the window) there is no allowance, NULL, and the
+-- event-time verdict waits.
 CREATE FUNCTION @extschema@._lateness_allowance(tt @extschema@.tracked_table, commit_until timestamptz)
 RETURNS interval
 LANGUAGE plpgsql STABLE
@@ -2996,18 +3034,31 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q_ms bigint;
+    n bigint;
 BEGIN
     IF tt.lateness_policy <> 'quantile' OR commit_until IS NULL OR NOT isfinite(commit_until) THEN
         RETURN tt.allowed_lateness;
     END IF;
-    SELECT @extschema@._sketch_quantile_bound_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile)
-      INTO q_ms
+    SELECT @extschema@._sketch_quantile_bound_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile),
+           sum(h.rows)
+      INTO q_ms, n
       FROM @extschema@.lateness_hour h
      WHERE h.table_id = tt.table_id
        AND h.hour >= coalesce(@extschema@._instant_minus(commit_until, tt.lateness_window), '-infinity');
-    RETURN GREATEST(tt.allowed_lateness, make_interval(secs => coalesce(q_ms, 0) / 1000.0));
+    IF q_ms IS NULL OR coalesce(n, 0) < @extschema@._quantile_min_rows(tt.lateness_quantile) THEN
+        RETURN NULL;
+    END IF;
+    RETURN GREATEST(tt.allowed_lateness, make_interval(secs => q_ms / 1000.0));
 END
 $$;
+
+-- How many rows of observed lateness a quantile needs: 1 / (1 - q), so that
+-- the rows beyond it are at least one.
+CREATE FUNCTION @extschema@._quantile_min_rows(quantile double precision)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN ceil(1 / (1 - quantile))::bigint;
 
 -- The event-time verdict of a table whose commit-time verdict is
 -- commit_until (capped by the losses that hold it): the greatest event
@@ -3020,7 +3071,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     allowance := @extschema@._lateness_allowance(tt, commit_until);
-    IF commit_until IS NULL OR NOT isfinite(commit_until) THEN
+    IF commit_until IS NULL OR NOT isfinite(commit_until) OR allowance IS NULL THEN
         until := NULL;
     ELSE
         until := @extschema@._event_bound(commit_until, allowance, tt.granularity);
@@ -3162,7 +3213,6 @@ DECLARE
     tt @extschema@.tracked_table;
     wm @extschema@.watermark;
     covered_after timestamptz;
-    allowance interval;
 BEGIN
     PERFORM @extschema@._require(changes_by_event_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
@@ -3174,7 +3224,6 @@ BEGIN
                   HINT = 'Use finalize.changes_by_period() for it, or set an event column with finalize.alter_tracked_table(..., event_time_column => ...).';
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
-    allowance := coalesce(wm.event_allowance, tt.allowed_lateness);
     SELECT min(f.end_commit_time) INTO covered_after
       FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
     RETURN QUERY
@@ -3183,9 +3232,10 @@ BEGIN
                coalesce(@extschema@._instant_minus(g.period_start, @extschema@._max_clock_skew()), '-infinity')
                    > coalesce(covered_after, 'infinity')
                AND NOT EXISTS (
+                   -- losses of an event-time table span event times (_record_loss)
                    SELECT FROM @extschema@.loss l
                     WHERE l.table_id = tt.table_id AND l.lost_to >= g.period_start
-                      AND l.lost_from < coalesce(g.period_end + allowance, 'infinity')) AS covered
+                      AND l.lost_from < g.period_end) AS covered
           FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
     SELECT p.ps, p.pe,
            @extschema@._final(tt, wm, p.ps),
@@ -3267,16 +3317,18 @@ SET search_path = pg_catalog, pg_temp
 RETURN format('This table is partitioned by event time (column "%s"%s): a period is final once the commit-time verdict has passed its end plus the lateness allowance, %s (%s); the commit-time verdict stands at %s%s.',
               (tt).event_time_column,
               CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
-              coalesce((wm).event_allowance, (tt).allowed_lateness),
+              coalesce((wm).event_allowance::text,
+                       format('not known yet (the quantile needs %s rows of observed lateness in the window)',
+                              @extschema@._quantile_min_rows((tt).lateness_quantile))),
               CASE WHEN (tt).lateness_policy = 'exact'
                    THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
                    ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',
                                (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END,
               coalesce((wm).commit_until::text, 'nothing yet'),
               CASE WHEN (wm).commit_until IS NOT NULL AND isfinite(_explain_event_time.period_end)
+                        AND (wm).event_allowance IS NOT NULL
                    THEN format(', and must reach %s for this period',
-                               @extschema@._event_reach(_explain_event_time.period_end,
-                                                        coalesce((wm).event_allowance, (tt).allowed_lateness)))
+                               @extschema@._event_reach(_explain_event_time.period_end, (wm).event_allowance))
                    ELSE '' END);
 
 -- The write path and the tracking functions take the event-time settings
@@ -3459,6 +3511,16 @@ BEGIN
     SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
     event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
                      OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
+    -- Event facts are stored per period of the granularity they were
+    -- recorded with: a new one would split or merge them.
+    IF granularity IS NOT NULL AND granularity IS DISTINCT FROM cur.granularity
+       AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
+        RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its granularity cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Rows per event period, late data and the release gate count in periods of the granularity the facts were recorded with.',
+                  HINT = 'Track the table again under a new name with the new granularity, then untrack this one.';
+    END IF;
     -- What the verdict means changes with the partitioning time: a verdict
     -- given in commit time (or another column's time) cannot be kept.
     IF event_changed AND has_verdict THEN
@@ -3643,7 +3705,10 @@ BEGIN
        AND NOT EXISTS (SELECT FROM @extschema@.watermark w
                         WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
     GET DIAGNOSTICS removed = ROW_COUNT;
-    DELETE FROM @extschema@.lateness_hour h WHERE h.hour < now() - keep;
+    -- Lateness sketches are kept as long as the lateness window that reads them.
+    DELETE FROM @extschema@.lateness_hour h
+     USING @extschema@.tracked_table t
+     WHERE t.table_id = h.table_id AND h.hour < now() - GREATEST(keep, t.lateness_window);
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
@@ -3692,9 +3757,11 @@ END
 $$;
 
 -- Why an event-time table's partition must not be released as it is, or
--- NULL: late rows landed in its period after its previous generation was
--- released, and this generation does not say it was built after the last
--- of them (the manifest's built_at): a correction is due.
+-- NULL: late rows landed in its period (after it was declared final), and
+-- this generation does not say it was built after the last of them (the
+-- manifest's built_at): a correction is due. Without built_at only a
+-- period whose late rows all landed before its previous release passes:
+-- that release's generation was checked against them.
 CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
                                                built_at timestamptz)
 RETURNS text
@@ -3717,16 +3784,23 @@ BEGIN
     END IF;
     SELECT p.* INTO pub FROM @extschema@.published p
      WHERE p.table_id = tt.table_id AND p.partition = _late_data_problem.partition;
-    IF built_at IS NULL AND (NOT FOUND OR pub.published_at >= lp.last_seen) THEN
+    IF built_at IS NULL AND FOUND AND pub.published_at >= lp.last_seen THEN
         RETURN NULL;
     END IF;
     RETURN format('%s late row(s) landed in this event period after it was declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
                   lp.rows, lp.last_seen,
                   CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
-                       ELSE format(', after generation "%s" was released (%s)', pub.generation, pub.published_at) END,
+                       WHEN pub.generation IS NOT NULL
+                       THEN format(', after generation "%s" was released (%s)', pub.generation, pub.published_at)
+                       ELSE ', and this manifest does not say when its data was read' END,
                   lp.last_seen);
 END
 $$;
+
+-- Why an event-time table's partition must not be released as it is, or
+-- NULL: late rows landed in its period after its previous generation was
+-- released, and this generation does not say it was built after the last
+-- of them (the manifest's built_at): a correction is due.
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
