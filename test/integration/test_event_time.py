@@ -236,6 +236,14 @@ def test_dst_fall_back_and_odd_offset_zones_count_like_the_truth(env):
             truth = truth_by_period(s, "created_at", 3600, base)
             assert recorded == truth, zone
             assert len(truth) >= 2
+            # Lateness measured on wall times across the fall-back is raised,
+            # never lowered: every quantile bound is at or above the truth.
+            for r in s.call("sim.truth_lateness", table="dbo.orders", column="created_at",
+                            after_lsn=bytes.fromhex(base[2:]), quantiles="0.5,0.9,0.99,1")[0]:
+                bound = env.one("SELECT finalize._sketch_quantile_bound_ms(finalize._sketch_union(h.sketch), %s) "
+                                "FROM finalize.lateness_hour h JOIN finalize.tracked_table t USING (table_id) "
+                                "WHERE t.table_name = 'ev.zoned'", (r["quantile"],))
+                assert bound >= r["lateness_ms"], (zone, r, bound)
         finally:
             env.cleanup()
             s.stop()
