@@ -572,7 +572,8 @@ cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *in
 		if (ev == NULL)
 			continue;
 		add_statement(&sql, stmts, &nstmts, STMT_EVENTS)->events = ev;
-		tsql_append_range_events(&sql, ranges[i]->instance, ev->column, ev->utc, &ranges[i]->start,
+		tsql_append_range_events(&sql, ranges[i]->instance, ev->column, ev->utc, ev->server_offset_minutes,
+								 &ranges[i]->start,
 								 &ranges[i]->end, ev->slot_seconds, SKETCH_GAMMA);
 	}
 	for (int i = 0; i < ninsts; i++)

@@ -71,6 +71,7 @@ typedef struct CdcEvents
 {
 	const char *column;			/* in: the event column */
 	bool		utc;			/* in: a datetimeoffset column, read in UTC */
+	int			server_offset_minutes;	/* in: SQL Server's UTC offset now (its lateness is read in it) */
 	int64		slot_seconds;	/* in */
 	CdcOutcome	outcome;
 	CdcEventSlot *slots;

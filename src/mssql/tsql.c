@@ -162,38 +162,44 @@ tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
  * local wall times; the worker corrects it for zones (never smaller).
  *
  * The commit time of each transaction is mapped once (DISTINCT LSNs), not
- * per row. A datetimeoffset column is converted to UTC first
- * (utc_offset true), every other type read as it is.
+ * per row. A datetimeoffset column (utc_offset true) is converted to UTC
+ * for its slots, and for its lateness to the wall time of the server's
+ * current UTC offset (server_offset_minutes), the zone commit times are
+ * stamped in; every other type is read as it is.
  */
 void
 tsql_append_range_events(StringInfo buf, const char *capture_instance, const char *event_column,
-						 bool utc_offset, const Lsn *start_exclusive, const Lsn *end_inclusive,
-						 int64 slot_seconds, double gamma)
+						 bool utc_offset, int server_offset_minutes, const Lsn *start_exclusive,
+						 const Lsn *end_inclusive, int64 slot_seconds, double gamma)
 {
 	char	   *fn = mssql_quote_ident(psprintf("fn_cdc_get_all_changes_%s", capture_instance));
 	const char *col = mssql_quote_ident(event_column);
+	const char *lv = utc_offset ? "r.lv" : "r.ev";
+	int			off = Abs(server_offset_minutes);
 	StringInfoData stmt;
 	Lsn			from;
 
 	initStringInfo(&stmt);
-	appendStringInfoString(&stmt,
-						   "SELECT GROUPING(x.k) AS gk, GROUPING(x.b) AS gb, x.k, x.op, x.b, COUNT_BIG(*) AS n,\n"
-						   "       DATEDIFF_BIG(millisecond, '19000101', MIN(x.ev)) AS min_ms,\n"
-						   "       DATEDIFF_BIG(millisecond, '19000101', MAX(x.ev)) AS max_ms\n"
-						   "  FROM (SELECT r.op, r.ev,\n"
-						   "               CASE WHEN r.ev IS NULL THEN NULL WHEN r.ev < '19000101' THEN CONVERT(bigint, -1)\n"
-						   "                    ELSE DATEDIFF_BIG(second, '19000101', r.ev) / @slot END AS k,\n"
-						   "               CASE WHEN r.ev IS NULL THEN NULL\n"
-						   "                    WHEN DATEDIFF_BIG(millisecond, r.ev, t.ct) > 0\n"
-						   "                    THEN CONVERT(bigint, CEILING(LOG(CONVERT(float, DATEDIFF_BIG(millisecond, r.ev, t.ct))) / LOG(@gamma)))\n"
-						   "                    WHEN DATEDIFF_BIG(millisecond, r.ev, t.ct) = 0 THEN CONVERT(bigint, -1)\n"
-						   "                    ELSE CONVERT(bigint, -2) END AS b\n"
-						   "          FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op, ");
+	appendStringInfo(&stmt,
+					 "SELECT GROUPING(x.k) AS gk, GROUPING(x.b) AS gb, x.k, x.op, x.b, COUNT_BIG(*) AS n,\n"
+					 "       DATEDIFF_BIG(millisecond, '19000101', MIN(x.ev)) AS min_ms,\n"
+					 "       DATEDIFF_BIG(millisecond, '19000101', MAX(x.ev)) AS max_ms\n"
+					 "  FROM (SELECT r.op, r.ev,\n"
+					 "               CASE WHEN r.ev IS NULL THEN NULL WHEN r.ev < '19000101' THEN CONVERT(bigint, -1)\n"
+					 "                    ELSE DATEDIFF_BIG(second, '19000101', r.ev) / @slot END AS k,\n"
+					 "               CASE WHEN r.ev IS NULL THEN NULL\n"
+					 "                    WHEN DATEDIFF_BIG(millisecond, %s, t.ct) > 0\n"
+					 "                    THEN CONVERT(bigint, CEILING(LOG(CONVERT(float, DATEDIFF_BIG(millisecond, %s, t.ct))) / LOG(@gamma)))\n"
+					 "                    WHEN DATEDIFF_BIG(millisecond, %s, t.ct) = 0 THEN CONVERT(bigint, -1)\n"
+					 "                    ELSE CONVERT(bigint, -2) END AS b\n"
+					 "          FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op, ", lv, lv, lv);
 	if (utc_offset)
-		appendStringInfo(&stmt, "CONVERT(datetime2(7), SWITCHOFFSET(a.%s, '+00:00'))", col);
+		appendStringInfo(&stmt, "CONVERT(datetime2(7), SWITCHOFFSET(a.%s, '+00:00')) AS ev, "
+						 "CONVERT(datetime2(7), SWITCHOFFSET(a.%s, '%c%02d:%02d')) AS lv", col, col,
+						 server_offset_minutes < 0 ? '-' : '+', off / 60, off % 60);
 	else
-		appendStringInfo(&stmt, "CONVERT(datetime2(7), a.%s)", col);
-	appendStringInfo(&stmt, " AS ev\n"
+		appendStringInfo(&stmt, "CONVERT(datetime2(7), a.%s) AS ev", col);
+	appendStringInfo(&stmt, "\n"
 					 "                  FROM [cdc].%s(@from, @to, N'all') AS a) AS r\n"
 					 "          JOIN (SELECT d.l, sys.fn_cdc_map_lsn_to_time(d.l) AS ct\n"
 					 "                  FROM (SELECT DISTINCT f.[__$start_lsn] AS l\n"

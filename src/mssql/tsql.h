@@ -69,8 +69,8 @@ extern void tsql_append_marker(StringInfo buf, int n);
 extern void tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
 										const Lsn *start_exclusive, const Lsn *end_inclusive);
 extern void tsql_append_range_events(StringInfo buf, const char *capture_instance, const char *event_column,
-									 bool utc_offset, const Lsn *start_exclusive, const Lsn *end_inclusive,
-									 int64 slot_seconds, double gamma);
+									 bool utc_offset, int server_offset_minutes, const Lsn *start_exclusive,
+									 const Lsn *end_inclusive, int64 slot_seconds, double gamma);
 extern void tsql_append_captured_columns(StringInfo buf, const char *capture_instance);
 extern void tsql_append_min_lsn(StringInfo buf, const char *capture_instance);
 extern void tsql_append_ddl_history(StringInfo buf, const char *capture_instance);

@@ -89,7 +89,7 @@ instance_read(CdcInstance *list, int *n, const char *name, bool want_ddl)
  * scan that lost its place when rows moved) are read again on their own.
  */
 static void
-read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int attempts)
+read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int attempts, int server_offset_minutes)
 {
 	CdcInstance *insts = palloc0(sizeof(CdcInstance) * (2 * njobs + 1));
 	CdcRange  **ranges = palloc0(sizeof(CdcRange *) * (2 * njobs + 1));
@@ -117,6 +117,7 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 				r->events = palloc0(sizeof(CdcEvents));
 				r->events->column = jobs[j]->event_name[s] ? jobs[j]->event_name[s] : jobs[j]->table->event_column;
 				r->events->utc = jobs[j]->event_utc[s];
+				r->events->server_offset_minutes = server_offset_minutes;
 				r->events->slot_seconds = event_slot_seconds(jobs[j]->table->granularity_usecs);
 			}
 			ranges[nranges++] = r;
@@ -160,7 +161,7 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 			again[nagain++] = job;
 	}
 	for (int j = 0; j < nagain; j++)
-		read_jobs(conn, &again[j], 1, err, attempts - 1);
+		read_jobs(conn, &again[j], 1, err, attempts - 1, server_offset_minutes);
 }
 
 /* Records a failed cycle's condition and message for the caller. */
@@ -404,7 +405,7 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 	if (nread == 0)
 		return true;
 	pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
-	read_jobs(c->run->conn, to_read, nread, &err, NOLOCK_RETRIES);
+	read_jobs(c->run->conn, to_read, nread, &err, NOLOCK_RETRIES, (int) c->snap.tz_offset_minutes);
 	io_interrupts_rethrow();
 	/* A lost connection or a timeout is the source's failure, not the tables'. */
 	if (mssql_is_dead(c->run->conn))

@@ -12,10 +12,12 @@
  *     period;
  *   - the lateness sketch: SQL Server buckets commit time minus event time
  *     as local wall times. Where the zones' offsets differ over the range
- *     (a DST change between event and commit, or an event zone other than
- *     the server's) the wall difference can be short of the real one by at
- *     most the spread of the offsets: every row's lateness is raised by that
- *     much, so an allowance drawn from the sketch errs long, never short;
+ *     (a DST change between event and commit, an event zone other than the
+ *     server's, a datetimeoffset read at the server's current offset) the
+ *     wall difference can be off by up to the spread of the offsets: every
+ *     row's lateness is moved by the bound of that error from the top of
+ *     its bucket, so an allowance drawn from the sketch errs long, never
+ *     short;
  *   - the span of event times.
  */
 #include "postgres.h"
@@ -37,7 +39,7 @@
 /* 1900-01-01 00:00, the origin of SQL Server's slots and milliseconds, as a PostgreSQL timestamp. */
 #define ORIGIN_1900 ((Timestamp) -36524 * USECS_PER_DAY)
 
-/* How far around a span its zone's offsets are looked at (see wall_shortfall_ms). */
+/* How far around a span its zone's offsets are looked at (see wall_correction_ms). */
 #define DST_MARGIN ((int64) 3 * USECS_PER_HOUR)
 
 /* A zone offset is a multiple of 15 minutes (every zone in use today). */
@@ -179,17 +181,20 @@ periods_json(const CdcEvents *ev, const pg_tz *tz, int64 stride)
 }
 
 /*
- * How much the wall-time lateness SQL Server measured may fall short of the
- * real one over this range, in ms (0 when the offsets agree throughout):
- * real = wall - offset(commit) + offset(event) <= wall + max offset(event)
- * - min offset(commit).
+ * How far the wall-time lateness SQL Server measured may be from the real
+ * one over this range, in ms: real = wall - offset(commit) + offset(event)
+ * <= wall + max offset(event) - min offset(commit). Adding this to every
+ * row keeps each at or above its real lateness (it is 0 when the offsets
+ * agree throughout; below 0 when the events' offsets are smaller, as for a
+ * datetimeoffset column read in UTC). event_tz NULL: the events were read
+ * at a fixed offset, event_offset_s.
  */
 static int64
-wall_shortfall_ms(const pg_tz *event_tz, const pg_tz *server_tz, TimestampTz first_event,
-				  TimestampTz last_event, TimestampTz first_commit, TimestampTz last_commit)
+wall_correction_ms(const pg_tz *event_tz, long event_offset_s, const pg_tz *server_tz, TimestampTz first_event,
+				   TimestampTz last_event, TimestampTz first_commit, TimestampTz last_commit)
 {
-	long		emin = 0;
-	long		emax = 0;
+	long		emin = event_offset_s;
+	long		emax = event_offset_s;
 	long		smin;
 	long		smax;
 
@@ -202,16 +207,16 @@ wall_shortfall_ms(const pg_tz *event_tz, const pg_tz *server_tz, TimestampTz fir
 		local_offset_range(event_tz, first_event - DST_MARGIN, last_event + DST_MARGIN, &emin, &emax);
 	local_offset_range(server_tz, Min(first_commit, last_commit) - DST_MARGIN, last_commit + DST_MARGIN,
 					   &smin, &smax);
-	return Max(0, (int64) (emax - smin) * 1000);
+	return (int64) (emax - smin) * 1000;
 }
 
 /*
- * The sketch of the buckets SQL Server counted, every row's lateness
- * raised by shortfall_ms (rows with an event after their commit count as
- * that much late once it is positive).
+ * The sketch of the buckets SQL Server counted, every row's lateness moved
+ * by correction_ms (see wall_correction_ms): from the upper bound of its
+ * bucket, so that it stays at or above the real lateness.
  */
 static void
-build_sketch(const CdcEvents *ev, int64 shortfall_ms, Sketch *s)
+build_sketch(const CdcEvents *ev, int64 correction_ms, Sketch *s)
 {
 	int			lowest = SKETCH_BUCKETS;
 	int			highest = -1;
@@ -224,7 +229,7 @@ build_sketch(const CdcEvents *ev, int64 shortfall_ms, Sketch *s)
 
 		if (b->rows <= 0)
 			continue;
-		if (shortfall_ms == 0)
+		if (correction_ms == 0)
 		{
 			if (b->bucket == -2)
 				sketch_add(s, -1, b->rows);
@@ -238,12 +243,15 @@ build_sketch(const CdcEvents *ev, int64 shortfall_ms, Sketch *s)
 				highest = Max(highest, index);
 			}
 		}
+		else if (b->bucket == -2 && correction_ms < 0)
+			sketch_add(s, -1, b->rows);		/* still an event after its commit */
 		else
 		{
-			/* the bucket's upper bound, raised: never shorter than any row in it */
+			/* a negative wall lateness is below 0: its upper bound is 0 */
 			double		upper = b->bucket < 0 ? 0.0 : pow(SKETCH_GAMMA, index);
+			int64		moved = (int64) ceil(upper) + correction_ms;
 
-			sketch_add(s, (int64) ceil(upper) + shortfall_ms, b->rows);
+			sketch_add(s, moved < 0 ? -1 : moved, b->rows);
 		}
 	}
 	/*
@@ -273,7 +281,7 @@ event_facts_build(const CdcEvents *ev, const TrackedSource *t, const pg_tz *serv
 	const pg_tz *tz = server_tz;
 	int64		stride = t->granularity_usecs;
 	int64		event_rows = 0;
-	int64		shortfall = 0;
+	int64		correction = 0;
 	Sketch	   *s;
 
 	if (ev->utc)
@@ -300,11 +308,11 @@ event_facts_build(const CdcEvents *ev, const TrackedSource *t, const pg_tz *serv
 		if (f->first_event > f->last_event)
 			f->first_event = f->last_event;
 		if (f->has_rows)
-			shortfall = wall_shortfall_ms(tz, server_tz, f->first_event, f->last_event, f->first_time,
-										  f->last_time);
+			correction = wall_correction_ms(tz, (long) ev->server_offset_minutes * 60, server_tz, f->first_event,
+											f->last_event, f->first_time, f->last_time);
 	}
 	s = palloc(sizeof(Sketch));
-	build_sketch(ev, shortfall, s);
+	build_sketch(ev, correction, s);
 	f->sketch = sketch_count(s) > 0 ? sketch_bytea(s) : NULL;
 	return NULL;
 }

@@ -263,6 +263,30 @@ def test_a_datetimeoffset_column_reads_in_utc(env, sim):
     assert recorded_by_period(env, "ev.events") == {utc(2026, 11, 2, 9): (3, 0, 0), utc(2026, 11, 2, 10): (1, 0, 0)}
 
 
+def test_a_datetimeoffset_column_on_a_server_east_of_utc_measures_true_lateness(env):
+    """Events carry their offset, commits are Berlin wall times: lateness is
+    measured at the server's offset, not an hour long."""
+    s = sim_clock(timezone="Europe/Berlin", start_time="2026-11-02T09:00:00Z").start()
+    try:
+        s.call("sim.create_table", name="events", columns="[id] int NOT NULL, [happened_at] datetimeoffset(3)")
+        s.call("sim.enable_table", name="events")
+        base = track_event(env, s, table="ev.dto", tz="Europe/Berlin", source_table="dbo.events",
+                           event_time_column="happened_at",
+                           lateness_policy="quantile", lateness_quantile=0.9)
+        for _ in range(10):
+            s.call("sim.commit", table="dbo.events", inserts=30, lateness="uniform:120")
+            step(env, s, "ev.dto", seconds=60)
+        for r in s.call("sim.truth_lateness", table="dbo.events", column="happened_at",
+                        after_lsn=bytes.fromhex(base[2:]), quantiles="0.5,0.9")[0]:
+            got = env.one("SELECT extract(epoch FROM l.lateness) * 1000 FROM finalize.lateness('ev.dto', %s) AS l",
+                          (r["quantile"],))
+            assert abs(float(got) - r["lateness_ms"]) <= 0.03 * r["lateness_ms"] + 5, (r, got)
+        assert recorded_by_period(env, "ev.dto") == truth_by_period(s, "happened_at", 3600, base, table="dbo.events")
+    finally:
+        env.cleanup()
+        s.stop()
+
+
 def test_an_event_column_that_is_not_captured_or_not_a_time_stops_the_table(env, sim):
     sim.call("sim.commit", inserts=1)
     sim.call("sim.advance", seconds=10)
