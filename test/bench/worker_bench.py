@@ -322,7 +322,7 @@ def bench_event(rows, trials):
                     if kind == "event time":
                         stored = env.sql(
                             "SELECT count(*), max(octet_length(f.sketch)), "
-                            "       max(pg_column_size(f.*)) + coalesce(max(e.bytes), 0), max(e.periods) "
+                            "       max(octet_length(f.sketch)) + coalesce(max(e.bytes), 0), max(e.periods) "
                             "  FROM finalize.fact f JOIN finalize.tracked_table t USING (table_id) "
                             "  LEFT JOIN LATERAL (SELECT sum(pg_column_size(x.*)) AS bytes, count(*) AS periods "
                             "                       FROM finalize.event_fact x WHERE x.fact_id = f.fact_id) e ON true "
@@ -334,8 +334,8 @@ def bench_event(rows, trials):
             print(f"  event time:             median {ev:7.3f} s of {trials} ({', '.join('%.2f' % x for x in times['event time'])})")
             print(f"  ratio event / commit time: {ev / base:.2f} (target <= 2)")
             ranges, sketch, row_bytes, periods = stored
-            print(f"  facts of the event-time range(s): {ranges} range(s), sketch {sketch} B, "
-                  f"fact row + event periods {row_bytes} B ({periods} event periods) (target < 1 KB)")
+            print(f"  event-time facts of the range: {ranges} range(s), sketch {sketch} B, sketch + rows per "
+                  f"event period {row_bytes} B ({periods} event periods) (target < 1 KB)")
             plain = statistics.median(time_statement(sim, RANGE_SQL) for _ in range(trials))
             events = statistics.median(time_statement(sim, EVENTS_SQL) for _ in range(trials))
             print(f"  the simulator's share, timed from a plain client: range aggregate {plain:.3f} s, "
