@@ -146,6 +146,33 @@ SELECT finalize.finalized_until('ev.orders') AT TIME ZONE 'UTC' AS until, finali
 SELECT finalize.acknowledge_loss('ev.orders', '2026-11-29 15:00+00', '2026-11-29 16:00+00', 'and 15:00');
 SELECT finalize.finalized_until('ev.orders') AT TIME ZONE 'UTC' AS until, finalize.is_final('ev.orders', '2026-11-29 15:00+00') AS h15;
 
+-- A loss on a table whose verdict waits (policy quantile without enough
+-- observed rows) leaves it waiting: the loss caps a verdict, never makes one.
+SELECT finalize.track_table('ev.q', 'erp', 'dbo.orders', event_time_column => 'created_at',
+                            lateness_policy => 'quantile', lateness_quantile => 0.999) > 0 AS tracked;
+SELECT finalize.record_range('ev.q', NULL, '0x00000000000000000100', '2026-11-29 09:00+00');
+SELECT finalize.record_range('ev.q', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 10:05+00',
+                             1, 0, 0, '2026-11-29 10:01+00', '2026-11-29 10:01+00',
+                             event_periods => '[{"period": "2026-11-29T10:00:00Z", "inserts": 1}]');
+SELECT finalize._record_loss(t.table_id, w, '0x00000000000000000300', '2026-11-29 11:30+00')
+  FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'ev.q';
+UPDATE finalize.watermark w SET offset_lsn = '0x00000000000000000300', offset_commit_time = '2026-11-29 11:30+00'
+  FROM finalize.tracked_table t WHERE t.table_id = w.table_id AND t.table_name = 'ev.q';
+SELECT finalize.record_range('ev.q', '0x00000000000000000300', '0x00000000000000000400', '2026-11-29 14:05+00');
+SELECT finalize.finalized_until('ev.q') AS until, w.finalized_until, w.commit_until AT TIME ZONE 'UTC' AS commit_until
+  FROM finalize.watermark w JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.q';
+-- When the allowance grows (here by hand: allowed_lateness from 0 to 2
+-- hours), the loss reaches back from its commit-time start by the new
+-- allowance: the lost rows may lie further back.
+SELECT lost_from AT TIME ZONE 'UTC' AS lost_from, commit_from AT TIME ZONE 'UTC' AS commit_from FROM finalize.loss l
+  JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.q';
+SELECT finalize.alter_tracked_table('ev.q', lateness_policy => 'exact', allowed_lateness => '2 hours');
+SELECT finalize.record_range('ev.q', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 14:10+00');
+SELECT lost_from AT TIME ZONE 'UTC' AS lost_from, commit_from AT TIME ZONE 'UTC' AS commit_from FROM finalize.loss l
+  JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.q';
+SELECT finalize.finalized_until('ev.q') AT TIME ZONE 'UTC' AS until, finalize.is_final('ev.q', '2026-11-29 07:00+00') AS h07;
+SELECT finalize.untrack_table('ev.q', keep_facts => false);
+
 -- Later tests start from no tables and no server.
 SELECT finalize.untrack_table('ev.orders', keep_facts => false);
 SELECT finalize.untrack_table('ct.orders', keep_facts => false);

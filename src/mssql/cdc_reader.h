@@ -88,7 +88,7 @@ typedef struct CdcEvents
 } CdcEvents;
 
 /* Slot rows one range may bring: beyond, its read fails with a message. */
-#define CDC_MAX_EVENT_SLOTS 100000
+#define CDC_MAX_EVENT_SLOTS 1000000
 
 /* The captured columns of a capture instance (sys.sp_cdc_get_captured_columns). */
 typedef struct CdcColumns

@@ -290,12 +290,15 @@ CREATE TABLE @extschema@.loss (
     from_lsn    @extschema@.lsn,
     to_lsn      @extschema@.lsn,
     created_at  timestamptz NOT NULL DEFAULT now(),
+    commit_from timestamptz,
     CHECK (lost_from <= lost_to)
 );
 COMMENT ON TABLE @extschema@.loss IS
     'Commit-time ranges (event times on an event-time table) whose changes were lost before finalize read them; their periods are not final until acknowledged';
 COMMENT ON COLUMN @extschema@.loss.fact_id IS
     'The data_loss event fact (NULL once retention removed it; the loss stays)';
+COMMENT ON COLUMN @extschema@.loss.commit_from IS
+    'Event-time tables: the commit time the lost range starts at; lost_from reaches back from it by the lateness allowance, and further when the allowance grows';
 CREATE INDEX loss_table_idx ON @extschema@.loss (table_id);
 
 -- Acknowledgements of losses (finalize.acknowledge_loss): the periods in

@@ -322,7 +322,8 @@ BEGIN
     -- recorded with: a new one would split or merge them.
     IF granularity IS NOT NULL AND granularity IS DISTINCT FROM cur.granularity
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
+       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its granularity cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'Rows per event period, late data and the release gate count in periods of the granularity the facts were recorded with.',
@@ -330,8 +331,9 @@ BEGIN
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
     -- given in commit time (or another column's time) cannot be kept.
-    IF event_changed AND has_verdict THEN
-        RAISE EXCEPTION 'table "%" already has a verdict, so its event column cannot change', cur.table_name
+    IF event_changed AND (has_verdict OR EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+                          OR EXISTS (SELECT FROM @extschema@.lateness_hour h WHERE h.table_id = id)) THEN
+        RAISE EXCEPTION 'table "%" already has a verdict or event facts, so its event column cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = format('Its periods up to %s were declared final in %s; a verdict never moves back.',
                                   @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),

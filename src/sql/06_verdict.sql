@@ -163,9 +163,25 @@ BEGIN
         -- The event-time verdict, held by losses (whose spans are event times
         -- on an event-time table, see _record_loss).
         ev := @extschema@._event_until(tt, new_commit);
-        IF wm.loss_blocked THEN
+        -- A loss holds the event times its rows may have under the
+        -- allowance: when the allowance grows (or becomes known), its start
+        -- reaches further back, never into periods already final.
+        IF ev.allowance IS NOT NULL AND ev.allowance > coalesce(wm.event_allowance, interval '0')
+           AND EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL) THEN
+            UPDATE @extschema@.loss l
+               SET lost_from = GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                                        coalesce(wm.finalized_until, '-infinity'))
+             WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL
+               AND GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                            coalesce(wm.finalized_until, '-infinity')) < l.lost_from;
+            IF FOUND THEN
+                PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                SELECT w.loss_blocked INTO wm.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+            END IF;
+        END IF;
+        IF wm.loss_blocked AND ev.until IS NOT NULL THEN
             cap := @extschema@._loss_cap(tt.table_id);
-            -- a loss without a start holds every period
+            -- a loss without a start holds every period (LEAST skips NULLs: never pass one)
             ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
         END IF;
         new_until := GREATEST(wm.finalized_until, ev.until);

@@ -177,7 +177,7 @@ CREATE FUNCTION @extschema@._quantile_min_rows(quantile double precision)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-RETURN ceil(1 / (1 - quantile))::bigint;
+RETURN ceil(round((1 / (1 - quantile))::numeric, 9))::bigint;
 
 -- The event-time verdict of a table whose commit-time verdict is
 -- commit_until (capped by the losses that hold it): the greatest event
@@ -437,8 +437,9 @@ RETURN format('This table is partitioned by event time (column "%s"%s): a period
               (tt).event_time_column,
               CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
               coalesce((wm).event_allowance::text,
-                       format('not known yet (the quantile needs %s rows of observed lateness in the window)',
-                              @extschema@._quantile_min_rows((tt).lateness_quantile))),
+                       CASE WHEN (tt).lateness_policy = 'exact' THEN (tt).allowed_lateness::text
+                            ELSE format('not known yet (the quantile needs %s rows of observed lateness in the window)',
+                                        @extschema@._quantile_min_rows((tt).lateness_quantile)) END),
               CASE WHEN (tt).lateness_policy = 'exact'
                    THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
                    ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',

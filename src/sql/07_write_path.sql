@@ -367,8 +367,10 @@ BEGIN
     GET DIAGNOSTICS removed = ROW_COUNT;
     -- Lateness sketches are kept as long as the lateness window that reads them.
     DELETE FROM @extschema@.lateness_hour h
-     USING @extschema@.tracked_table t
-     WHERE t.table_id = h.table_id AND h.hour < now() - GREATEST(keep, t.lateness_window);
+     USING @extschema@.tracked_table t, @extschema@.watermark w
+     WHERE t.table_id = h.table_id AND w.table_id = h.table_id
+       AND h.hour < LEAST(now() - keep,
+                          coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep

@@ -159,7 +159,8 @@ $$;
 -- that are late data by the table's own policy) to its end plus
 -- finalize.max_clock_skew (an event stamped after its commit), so that
 -- every period the loss touches, and every acknowledgement it needs, is
--- an event period.
+-- an event period; commit_from keeps its commit-time start, from which
+-- _advance reaches further back when the allowance grows.
 CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
                                          new_offset text, lost_until timestamptz)
 RETURNS void
@@ -183,12 +184,12 @@ BEGIN
             lost_to := lost_to + @extschema@._max_clock_skew();
         END IF;
     END IF;
-    INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
+    INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at, commit_from)
     VALUES (table_id,
             (SELECT max(f.fact_id) FROM @extschema@.fact f
               WHERE f.table_id = _record_loss.table_id AND f.event = 'data_loss'),
             LEAST(lost_from, lost_to), GREATEST(lost_from, lost_to),
-            prior.offset_lsn, @extschema@._lsn_arg(new_offset, 'new_offset'), clock_timestamp());
+            prior.offset_lsn, @extschema@._lsn_arg(new_offset, 'new_offset'), clock_timestamp(), lo);
     PERFORM @extschema@._refresh_loss_blocked(table_id);
 END
 $$;

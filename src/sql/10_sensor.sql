@@ -229,7 +229,8 @@ BEGIN
     verdict_until := wm.finalized_until;
     IF wm.loss_blocked THEN
         cap := @extschema@._loss_cap(tt.table_id);
-        verdict_until := CASE WHEN cap > '-infinity' THEN LEAST(wm.finalized_until, cap) END;
+        verdict_until := CASE WHEN cap > '-infinity' AND wm.finalized_until IS NOT NULL
+                              THEN LEAST(wm.finalized_until, cap) END;
     END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the

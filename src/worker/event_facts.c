@@ -39,8 +39,11 @@
 /* 1900-01-01 00:00, the origin of SQL Server's slots and milliseconds, as a PostgreSQL timestamp. */
 #define ORIGIN_1900 ((Timestamp) -36524 * USECS_PER_DAY)
 
-/* How far around a span its zone's offsets are looked at (see wall_correction_ms). */
-#define DST_MARGIN ((int64) 3 * USECS_PER_HOUR)
+/*
+ * How far past the end of a span its zone's offsets are looked at (see
+ * wall_correction_ms): the largest DST shift any zone has made.
+ */
+#define DST_MARGIN ((int64) 2 * USECS_PER_HOUR)
 
 /* A zone offset is a multiple of 15 minutes (every zone in use today). */
 #define OFFSET_QUANTUM_S 900
@@ -199,14 +202,15 @@ wall_correction_ms(const pg_tz *event_tz, long event_offset_s, const pg_tz *serv
 	long		smax;
 
 	/*
-	 * Both spans are widened by a few hours: their ends are the earliest
-	 * readings of local times, and in a fall-back hour a range can lie
-	 * wholly inside the repeated hour with its transition just outside.
+	 * Both spans end at the earliest reading of a local time, which in a
+	 * fall-back hour lies up to the DST shift before the real instant (a
+	 * range can lie wholly inside the repeated hour, its transition just
+	 * after): the ends are widened by the largest shift, the starts need
+	 * not be.
 	 */
 	if (event_tz != NULL)
-		local_offset_range(event_tz, first_event - DST_MARGIN, last_event + DST_MARGIN, &emin, &emax);
-	local_offset_range(server_tz, Min(first_commit, last_commit) - DST_MARGIN, last_commit + DST_MARGIN,
-					   &smin, &smax);
+		local_offset_range(event_tz, first_event, last_event + DST_MARGIN, &emin, &emax);
+	local_offset_range(server_tz, Min(first_commit, last_commit), last_commit + DST_MARGIN, &smin, &smax);
 	return (int64) (emax - smin) * 1000;
 }
 

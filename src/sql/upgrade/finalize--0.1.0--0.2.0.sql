@@ -305,7 +305,8 @@ BEGIN
     verdict_until := wm.finalized_until;
     IF wm.loss_blocked THEN
         cap := @extschema@._loss_cap(tt.table_id);
-        verdict_until := CASE WHEN cap > '-infinity' THEN LEAST(wm.finalized_until, cap) END;
+        verdict_until := CASE WHEN cap > '-infinity' AND wm.finalized_until IS NOT NULL
+                              THEN LEAST(wm.finalized_until, cap) END;
     END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
@@ -934,12 +935,15 @@ CREATE TABLE @extschema@.loss (
     from_lsn    @extschema@.lsn,
     to_lsn      @extschema@.lsn,
     created_at  timestamptz NOT NULL DEFAULT now(),
+    commit_from timestamptz,
     CHECK (lost_from <= lost_to)
 );
 COMMENT ON TABLE @extschema@.loss IS
     'Commit-time ranges (event times on an event-time table) whose changes were lost before finalize read them; their periods are not final until acknowledged';
 COMMENT ON COLUMN @extschema@.loss.fact_id IS
     'The data_loss event fact (NULL once retention removed it; the loss stays)';
+COMMENT ON COLUMN @extschema@.loss.commit_from IS
+    'Event-time tables: the commit time the lost range starts at; lost_from reaches back from it by the lateness allowance, and further when the allowance grows';
 CREATE INDEX loss_table_idx ON @extschema@.loss (table_id);
 
 -- Acknowledgements of losses (finalize.acknowledge_loss): the periods in
@@ -1262,9 +1266,25 @@ BEGIN
         -- The event-time verdict, held by losses (whose spans are event times
         -- on an event-time table, see _record_loss).
         ev := @extschema@._event_until(tt, new_commit);
-        IF wm.loss_blocked THEN
+        -- A loss holds the event times its rows may have under the
+        -- allowance: when the allowance grows (or becomes known), its start
+        -- reaches further back, never into periods already final.
+        IF ev.allowance IS NOT NULL AND ev.allowance > coalesce(wm.event_allowance, interval '0')
+           AND EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL) THEN
+            UPDATE @extschema@.loss l
+               SET lost_from = GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                                        coalesce(wm.finalized_until, '-infinity'))
+             WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL
+               AND GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                            coalesce(wm.finalized_until, '-infinity')) < l.lost_from;
+            IF FOUND THEN
+                PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                SELECT w.loss_blocked INTO wm.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+            END IF;
+        END IF;
+        IF wm.loss_blocked AND ev.until IS NOT NULL THEN
             cap := @extschema@._loss_cap(tt.table_id);
-            -- a loss without a start holds every period
+            -- a loss without a start holds every period (LEAST skips NULLs: never pass one)
             ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
         END IF;
         new_until := GREATEST(wm.finalized_until, ev.until);
@@ -2319,7 +2339,8 @@ $$;
 -- that are late data by the table's own policy) to its end plus
 -- finalize.max_clock_skew (an event stamped after its commit), so that
 -- every period the loss touches, and every acknowledgement it needs, is
--- an event period.
+-- an event period; commit_from keeps its commit-time start, from which
+-- _advance reaches further back when the allowance grows.
 CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
                                          new_offset text, lost_until timestamptz)
 RETURNS void
@@ -2343,12 +2364,12 @@ BEGIN
             lost_to := lost_to + @extschema@._max_clock_skew();
         END IF;
     END IF;
-    INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at)
+    INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at, commit_from)
     VALUES (table_id,
             (SELECT max(f.fact_id) FROM @extschema@.fact f
               WHERE f.table_id = _record_loss.table_id AND f.event = 'data_loss'),
             LEAST(lost_from, lost_to), GREATEST(lost_from, lost_to),
-            prior.offset_lsn, @extschema@._lsn_arg(new_offset, 'new_offset'), clock_timestamp());
+            prior.offset_lsn, @extschema@._lsn_arg(new_offset, 'new_offset'), clock_timestamp(), lo);
     PERFORM @extschema@._refresh_loss_blocked(table_id);
 END
 $$;
@@ -3058,7 +3079,7 @@ CREATE FUNCTION @extschema@._quantile_min_rows(quantile double precision)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-RETURN ceil(1 / (1 - quantile))::bigint;
+RETURN ceil(round((1 / (1 - quantile))::numeric, 9))::bigint;
 
 -- The event-time verdict of a table whose commit-time verdict is
 -- commit_until (capped by the losses that hold it): the greatest event
@@ -3318,8 +3339,9 @@ RETURN format('This table is partitioned by event time (column "%s"%s): a period
               (tt).event_time_column,
               CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
               coalesce((wm).event_allowance::text,
-                       format('not known yet (the quantile needs %s rows of observed lateness in the window)',
-                              @extschema@._quantile_min_rows((tt).lateness_quantile))),
+                       CASE WHEN (tt).lateness_policy = 'exact' THEN (tt).allowed_lateness::text
+                            ELSE format('not known yet (the quantile needs %s rows of observed lateness in the window)',
+                                        @extschema@._quantile_min_rows((tt).lateness_quantile)) END),
               CASE WHEN (tt).lateness_policy = 'exact'
                    THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
                    ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',
@@ -3515,7 +3537,8 @@ BEGIN
     -- recorded with: a new one would split or merge them.
     IF granularity IS NOT NULL AND granularity IS DISTINCT FROM cur.granularity
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
+       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its granularity cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'Rows per event period, late data and the release gate count in periods of the granularity the facts were recorded with.',
@@ -3523,8 +3546,9 @@ BEGIN
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
     -- given in commit time (or another column's time) cannot be kept.
-    IF event_changed AND has_verdict THEN
-        RAISE EXCEPTION 'table "%" already has a verdict, so its event column cannot change', cur.table_name
+    IF event_changed AND (has_verdict OR EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+                          OR EXISTS (SELECT FROM @extschema@.lateness_hour h WHERE h.table_id = id)) THEN
+        RAISE EXCEPTION 'table "%" already has a verdict or event facts, so its event column cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = format('Its periods up to %s were declared final in %s; a verdict never moves back.',
                                   @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
@@ -3707,8 +3731,10 @@ BEGIN
     GET DIAGNOSTICS removed = ROW_COUNT;
     -- Lateness sketches are kept as long as the lateness window that reads them.
     DELETE FROM @extschema@.lateness_hour h
-     USING @extschema@.tracked_table t
-     WHERE t.table_id = h.table_id AND h.hour < now() - GREATEST(keep, t.lateness_window);
+     USING @extschema@.tracked_table t, @extschema@.watermark w
+     WHERE t.table_id = h.table_id AND w.table_id = h.table_id
+       AND h.hour < LEAST(now() - keep,
+                          coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
@@ -3797,10 +3823,6 @@ BEGIN
 END
 $$;
 
--- Why an event-time table's partition must not be released as it is, or
--- NULL: late rows landed in its period after its previous generation was
--- released, and this generation does not say it was built after the last
--- of them (the manifest's built_at): a correction is due.
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
