@@ -372,6 +372,7 @@ BEGIN
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    DELETE FROM @extschema@.alert a WHERE a.state = 'resolved' AND a.last_seen < now() - keep;
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id

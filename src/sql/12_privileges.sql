@@ -97,3 +97,8 @@ GRANT EXECUTE ON FUNCTION
     TO finalize_publisher;
 GRANT SELECT ON @extschema@.event_fact, @extschema@.lateness_hour, @extschema@.late_period
     TO finalize_admin;
+
+-- Alerts: readers see the incidents, admins acknowledge them.
+GRANT SELECT ON @extschema@.alerts TO finalize_reader;
+GRANT EXECUTE ON FUNCTION @extschema@.acknowledge_alert(bigint, text) TO finalize_admin;
+GRANT SELECT ON @extschema@.alert TO finalize_admin;

@@ -52,19 +52,19 @@ ADMIN = PUBLISHER | PIPELINE | {
     "resume_table(text)", "release_source(text)",
     "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
     "timestamp with time zone,text,text,jsonb,jsonb,bytea,timestamp with time zone,timestamp with time zone)",
-    "purge_facts(interval)", "quote_mssql_ident(text)",
+    "purge_facts(interval)", "quote_mssql_ident(text)", "acknowledge_alert(bigint,text)",
     "set_projection(text,text,timestamp with time zone,timestamp with time zone)",
 }
 MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
                "sec_nobody": set()}
 MAY_SELECT = {
-    "sec_reader": {"status", "consumers", "late_data"},
-    "sec_pipeline": {"status", "consumers", "late_data"},
-    "sec_publisher": {"status", "consumers", "facts", "releases", "late_data"},
+    "sec_reader": {"status", "consumers", "late_data", "alerts"},
+    "sec_pipeline": {"status", "consumers", "late_data", "alerts"},
+    "sec_publisher": {"status", "consumers", "facts", "releases", "late_data", "alerts"},
     "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
                   "table_condition", "consumer", "derived_input", "loss", "loss_ack",
                   "partition_registration", "projection", "release", "published", "late_data",
-                  "event_fact", "lateness_hour", "late_period"},
+                  "event_fact", "lateness_hour", "late_period", "alerts", "alert"},
     "sec_nobody": set(),
 }
 

@@ -3736,6 +3736,7 @@ BEGIN
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    DELETE FROM @extschema@.alert a WHERE a.state = 'resolved' AND a.last_seen < now() - keep;
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id
@@ -3824,6 +3825,154 @@ END
 $$;
 
 
+-- The durable alert log (docs/design/alerts.md): one row per incident,
+-- deduplicated while it is open, resolved when its condition clears or
+-- acknowledged by a person. NOTIFY finalize_alert (_alert) stays for
+-- listeners; the incidents are what a person (or a webhook) reads later.
+
+CREATE TABLE @extschema@.alert (
+    alert_id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind             text NOT NULL
+                     CONSTRAINT alert_kind_check
+                     CHECK (kind IN ('unreachable', 'timeout', 'tls_failed', 'configuration', 'sql_error',
+                                     'no_max_lsn', 'internal_error', 'server_dropped', 'timezone_mismatch',
+                                     'clock_skew', 'commit_time_ahead', 'capture_stalled', 'no_access',
+                                     'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
+                                     'no_capture_instance', 'source_replaced', 'event_column_invalid',
+                                     'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
+                                     'late_data', 'release_rejected', 'freshness')),
+    severity         text NOT NULL
+                     CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
+    table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,
+    table_name       text,
+    server_name      text,
+    subject          text NOT NULL DEFAULT '',
+    state            text NOT NULL DEFAULT 'open'
+                     CONSTRAINT alert_state_check CHECK (state IN ('open', 'acknowledged', 'resolved')),
+    opened_at        timestamptz NOT NULL DEFAULT now(),
+    last_seen        timestamptz NOT NULL DEFAULT now(),
+    count            bigint NOT NULL DEFAULT 1 CHECK (count >= 1),
+    message          text NOT NULL,
+    detail           jsonb,
+    resolved_at      timestamptz,
+    acknowledged_at  timestamptz,
+    acknowledged_by  name,
+    acknowledge_note text,
+    CHECK ((state = 'resolved') = (resolved_at IS NOT NULL)),
+    CHECK ((state = 'acknowledged') <= (acknowledged_at IS NOT NULL))
+);
+COMMENT ON TABLE @extschema@.alert IS
+    'Incidents: one row per condition that froze or endangered a verdict, deduplicated while open, resolved when it clears';
+-- At most one incident per condition is not resolved: raising it again updates that one.
+CREATE UNIQUE INDEX alert_open_idx
+    ON @extschema@.alert (kind, coalesce(table_id, 0), coalesce(server_name, ''), subject)
+    WHERE state <> 'resolved';
+-- Retention deletes resolved incidents by age.
+CREATE INDEX alert_last_seen_idx ON @extschema@.alert (last_seen);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_alert_id_seq', '');
+
+-- Opens an incident, or when one of the same kind, table, source and
+-- subject is not resolved, counts it again (an acknowledged one stays
+-- acknowledged: a person already knows). Returns its id. Runs in the
+-- caller's transaction, so the incident commits with what raised it.
+CREATE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
+                                         subject text, message text, detail jsonb DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    id bigint;
+BEGIN
+    INSERT INTO @extschema@.alert AS a (kind, severity, table_id, table_name, server_name, subject, message, detail)
+    VALUES (_raise_alert.kind, _raise_alert.severity, _raise_alert.table_id,
+            (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id),
+            _raise_alert.server_name, coalesce(_raise_alert.subject, ''), _raise_alert.message, _raise_alert.detail)
+    ON CONFLICT (kind, coalesce(table_id, 0), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
+    DO UPDATE SET last_seen = now(), count = a.count + 1, message = EXCLUDED.message, detail = EXCLUDED.detail,
+                  severity = EXCLUDED.severity
+    RETURNING a.alert_id INTO id;
+    RETURN id;
+END
+$$;
+
+-- Resolves the incident of a condition that cleared (none: nothing).
+-- Returns how many it resolved.
+CREATE FUNCTION @extschema@._resolve_alerts(kind text, table_id bigint, server_name text, subject text DEFAULT '')
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    n integer;
+BEGIN
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = _resolve_alerts.kind AND a.state <> 'resolved'
+       AND coalesce(a.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
+       AND coalesce(a.server_name, '') = coalesce(_resolve_alerts.server_name, '')
+       AND a.subject = coalesce(_resolve_alerts.subject, '');
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+-- The body of finalize.acknowledge_alert, run as the extension's owner by
+-- its C entry point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._acknowledge_alert(caller name, alert_id bigint, note text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    a @extschema@.alert;
+BEGIN
+    PERFORM @extschema@._require(alert_id, 'alert_id');
+    PERFORM @extschema@._require(note, 'note');
+    IF note !~ '\S' THEN
+        RAISE EXCEPTION 'invalid value for argument note: it must say what is being done'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The note is kept with the incident, for example ''SQL Server login fixed, ticket OPS-42''.';
+    END IF;
+    SELECT x.* INTO a FROM @extschema@.alert x WHERE x.alert_id = _acknowledge_alert.alert_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'alert % does not exist', alert_id
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'See the open incidents in finalize.alerts.';
+    ELSIF a.state = 'resolved' THEN
+        RAISE EXCEPTION 'alert % is already resolved', alert_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its condition cleared at %s; a new incident opens if it comes back.', a.resolved_at);
+    END IF;
+    UPDATE @extschema@.alert x
+       SET state = 'acknowledged', acknowledged_at = now(), acknowledged_by = caller, acknowledge_note = note
+     WHERE x.alert_id = a.alert_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.acknowledge_alert(alert_id bigint, note text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.acknowledge_alert(bigint, text) IS
+    'Say that a person handles an open incident; it stays acknowledged until its condition clears';
+
+-- The incidents, newest first, for people and dashboards.
+CREATE VIEW @extschema@.alerts AS
+SELECT a.alert_id, a.kind, a.severity, coalesce(t.table_name, a.table_name) AS table_name, a.server_name,
+       a.subject, a.state, a.opened_at, a.last_seen, a.count, a.message, a.detail, a.resolved_at,
+       a.acknowledged_at, a.acknowledged_by, a.acknowledge_note
+  FROM @extschema@.alert a
+  LEFT JOIN @extschema@.tracked_table t ON t.table_id = a.table_id
+ ORDER BY a.alert_id DESC;
+COMMENT ON VIEW @extschema@.alerts IS
+    'Incidents: what froze or endangered a verdict, since when, how often, and whether it was resolved or acknowledged';
+
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     @extschema@.track_table(text, text, text, interval, text, text, text,
@@ -3845,6 +3994,11 @@ GRANT EXECUTE ON FUNCTION
     TO finalize_publisher;
 GRANT SELECT ON @extschema@.event_fact, @extschema@.lateness_hour, @extschema@.late_period
     TO finalize_admin;
+
+-- Alerts: readers see the incidents, admins acknowledge them.
+GRANT SELECT ON @extschema@.alerts TO finalize_reader;
+GRANT EXECUTE ON FUNCTION @extschema@.acknowledge_alert(bigint, text) TO finalize_admin;
+GRANT SELECT ON @extschema@.alert TO finalize_admin;
 
 -- Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the

@@ -1,0 +1,44 @@
+-- The durable alert log (docs/design/alerts.md): an incident per
+-- condition, deduplicated while open, resolved when it clears, acknowledged
+-- by a person. The worker's hooks raise them (issue 15); here the internal
+-- functions are called as the worker would.
+\i sql/include/preamble.sql
+
+CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
+SELECT finalize.track_table('al.orders', 'erp', 'dbo.orders') > 0 AS tracked;
+
+-- A condition that persists is one incident, counted.
+SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in: 18456 Login failed for user ''cdc''.') AS first \gset
+SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in: 20009 unreachable.') = :first AS same_incident;
+SELECT finalize._raise_alert('read_failed', 'critical', finalize._tracked_id('al.orders'), 'erp', '', 'Msg 229: SELECT denied.') <> :first AS another_incident;
+SELECT kind, severity, table_name, server_name, state, count, message FROM finalize.alerts ORDER BY alert_id;
+
+-- Cleared: resolved, with the time; raised again later: a new incident.
+SELECT finalize._resolve_alerts('unreachable', NULL, 'erp') AS resolved;
+SELECT finalize._resolve_alerts('unreachable', NULL, 'erp') AS resolved_again;
+SELECT state, resolved_at IS NOT NULL AS has_resolved_at FROM finalize.alerts WHERE kind = 'unreachable';
+SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in again.') > (SELECT min(alert_id) FROM finalize.alert) AS reopened_as_new;
+SELECT state, count FROM finalize.alerts WHERE kind = 'unreachable' ORDER BY alert_id;
+
+-- A person acknowledges an open incident; it stays acknowledged while it
+-- goes on, and resolves when it clears.
+\set VERBOSITY default
+SELECT finalize.acknowledge_alert((SELECT alert_id FROM finalize.alerts WHERE kind = 'read_failed'), 'SQL Server grants fixed in OPS-42');
+SELECT finalize._raise_alert('read_failed', 'critical', finalize._tracked_id('al.orders'), 'erp', '', 'Msg 229 again.') > 0 AS counted;
+SELECT kind, state, count, acknowledged_by IS NOT NULL AS by_whom, acknowledge_note FROM finalize.alerts WHERE kind = 'read_failed';
+SELECT finalize.acknowledge_alert((SELECT alert_id FROM finalize.alerts WHERE kind = 'read_failed'), '   ');
+SELECT finalize.acknowledge_alert(999, 'no such incident');
+\set VERBOSITY terse
+SELECT finalize.acknowledge_alert((SELECT min(alert_id) FROM finalize.alerts WHERE kind = 'unreachable'), 'already resolved');
+SELECT finalize._resolve_alerts('read_failed', finalize._tracked_id('al.orders'), 'erp') AS resolved;
+-- Unknown kinds and severities are refused: the list is the contract.
+SELECT finalize._raise_alert('bored', 'critical', NULL, 'erp', '', 'x');
+
+-- Untracking keeps the incident and its table's name.
+SELECT finalize.untrack_table('al.orders', keep_facts => false);
+SELECT table_name, state FROM finalize.alerts WHERE kind = 'read_failed';
+-- Retention removes resolved incidents, not open ones.
+SELECT finalize.purge_facts('0') >= 0 AS purged;
+SELECT kind, state FROM finalize.alerts ORDER BY alert_id;
+DELETE FROM finalize.alert;
+DROP SERVER erp CASCADE;
