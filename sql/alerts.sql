@@ -4,6 +4,11 @@
 -- functions are called as the worker would.
 \i sql/include/preamble.sql
 
+-- Earlier tests raised incidents through the worker's functions (data
+-- losses, stalled consumers): start from none.
+SELECT count(*) > 0 AS earlier_tests_raised_some FROM finalize.alert;
+DELETE FROM finalize.alert;
+ALTER SEQUENCE finalize.alert_alert_id_seq RESTART;
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('al.orders', 'erp', 'dbo.orders') > 0 AS tracked;
 
@@ -37,7 +42,26 @@ SELECT finalize._raise_alert('bored', 'critical', NULL, 'erp', '', 'x');
 -- Untracking keeps the incident and its table's name.
 SELECT finalize.untrack_table('al.orders', keep_facts => false);
 SELECT table_name, state FROM finalize.alerts WHERE kind = 'read_failed';
+-- A table's condition opens an incident once it lasted
+-- finalize.alert_after (5 minutes), and clearing it resolves it; a
+-- source's likewise, except conditions that make SQL Server's times
+-- untrusted, which open one at once.
+SELECT finalize.track_table('al.lines', 'erp', 'dbo.lines') AS lines_id \gset
+SELECT finalize._set_condition(:lines_id, 'read_failed', 'Msg 229, Level 14: The SELECT permission was denied.');
+SELECT count(*) AS incidents_at_once FROM finalize.alerts WHERE kind = 'read_failed' AND state = 'open';
+UPDATE finalize.table_condition SET since = now() - interval '6 minutes' WHERE table_id = :lines_id;
+SELECT finalize._set_condition(:lines_id, 'read_failed', 'Msg 229, Level 14: The SELECT permission was denied (again).');
+SELECT kind, severity, table_name, state, message FROM finalize.alerts WHERE kind = 'read_failed' AND state = 'open';
+SELECT finalize._set_condition(:lines_id, NULL, NULL);
+SELECT kind, state FROM finalize.alerts WHERE table_name = 'al.lines';
+SELECT finalize._source_failed('erp', NULL, 'clock_skew', 'SQL Server''s clock is ahead.', now());
+SELECT kind, severity, server_name, state FROM finalize.alerts WHERE kind = 'clock_skew';
+SELECT finalize._source_ok('erp', NULL, '0x00000000000000000100', now(), now());
+SELECT kind, state FROM finalize.alerts WHERE kind = 'clock_skew';
+SELECT finalize.untrack_table('al.lines', keep_facts => false);
+
 -- Retention removes resolved incidents, not open ones.
+SELECT finalize._raise_alert('freshness', 'warning', NULL, 'erp', '', 'still behind') > 0 AS opened;
 SELECT finalize.purge_facts('0') >= 0 AS purged;
 SELECT kind, state FROM finalize.alerts ORDER BY alert_id;
 DELETE FROM finalize.alert;

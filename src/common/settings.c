@@ -30,12 +30,14 @@ int			finalize_max_clock_skew_s = 3600;
 int			finalize_s3_max_pages = 100000;
 int			finalize_consumer_stall_threshold_s = 15 * 60;
 int			finalize_late_data_alert_interval_s = 60 * 60;
+int			finalize_alert_after_s = 5 * 60;
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
 PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
 PG_FUNCTION_INFO_V1(finalize_consumer_stall_threshold);
 PG_FUNCTION_INFO_V1(finalize_late_data_alert_interval);
+PG_FUNCTION_INFO_V1(finalize_alert_after);
 
 /* The settings of the background workers: where they run, how often, how long they wait. */
 static void
@@ -144,6 +146,16 @@ define_trust_settings(void)
 							"finalize_alert; its verdict is held either way.",
 							&finalize_consumer_stall_threshold_s,
 							15 * 60, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.alert_after",
+							"How long a condition that stops a source or a table lasts before it opens an incident.",
+							"Rides out blips (a login refused once, a timeout); conditions that make SQL Server's "
+							"times untrusted open one at once.",
+							&finalize_alert_after_s,
+							5 * 60, 0, INT_MAX,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
@@ -277,5 +289,18 @@ finalize_late_data_alert_interval(PG_FUNCTION_ARGS)
 	Interval   *result = palloc0(sizeof(Interval));
 
 	result->time = (int64) finalize_late_data_alert_interval_s * USECS_PER_SEC;
+	PG_RETURN_INTERVAL_P(result);
+}
+
+/*
+ * finalize._alert_after(): finalize.alert_after as an interval without
+ * days, exact across DST changes.
+ */
+Datum
+finalize_alert_after(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = (int64) finalize_alert_after_s * USECS_PER_SEC;
 	PG_RETURN_INTERVAL_P(result);
 }

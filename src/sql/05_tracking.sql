@@ -257,6 +257,9 @@ BEGIN
         PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
         RAISE NOTICE 'derived table "%" is untracked too: it used table "%"', dependent, untrack_table.table_name;
     END LOOP;
+    -- Nothing is watched for an untracked table: its incidents end here.
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.table_id = id AND a.state <> 'resolved';
     IF keep_facts THEN
         UPDATE @extschema@.tracked_table SET untracked_at = now() WHERE table_id = id;
     ELSE
@@ -437,6 +440,7 @@ BEGIN
         UPDATE @extschema@.tracked_table t
            SET state = 'active', state_detail = NULL, state_since = now()
          WHERE t.table_id = tt.table_id;
+        PERFORM @extschema@._resolve_alerts('schema_blocked', tt.table_id, tt.server_name);
         RETURN format('Table "%s" resumes; the DDL at LSN %s counts as reviewed.', tt.table_name, ddl_lsn);
     ELSIF tt.state = 'data_lost' THEN
         INSERT INTO @extschema@.fact (table_id, kind, event, capture_instance, detail)

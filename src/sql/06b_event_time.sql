@@ -291,6 +291,15 @@ BEGIN
       INTO to_alert
       FROM due d
       JOIN @extschema@.event_fact e ON e.fact_id = _store_event_facts.fact_id AND e.event_period = d.event_period;
+    -- One incident per late period, counted each time rows land in it.
+    PERFORM @extschema@._raise_alert('late_data', 'warning', tt.table_id, tt.server_name,
+                                     @extschema@._utc_iso(e.event_period),
+                                     format('%s late row(s) of table "%s" landed in event period %s, already declared final; a correction of that partition is due.',
+                                            l.rows, tt.table_name, @extschema@._utc_iso(e.event_period)),
+                                     jsonb_build_object('rows', l.rows, 'verdict', @extschema@._utc_iso(verdict_before)))
+       FROM @extschema@.event_fact e
+       JOIN @extschema@.late_period l ON l.table_id = tt.table_id AND l.event_period = e.event_period
+      WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0;
     IF to_alert IS NOT NULL THEN
         PERFORM @extschema@._alert(jsonb_build_object(
             'alert', 'late_data', 'table', tt.table_name,

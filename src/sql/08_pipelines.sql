@@ -656,6 +656,11 @@ BEGIN
     IF tt.event_time_column IS NOT NULL THEN
         PERFORM @extschema@._advance(tt.table_id);
     END IF;
+    -- The data_loss incident of the table that lost the data is resolved
+    -- once every table has acknowledged all it must.
+    IF tt.kind = 'source' AND NOT @extschema@._has_open_loss(tt.table_id) THEN
+        PERFORM @extschema@._resolve_alerts('data_loss', tt.table_id, tt.server_name);
+    END IF;
     IF covered = 0 THEN
         RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',
                      CASE WHEN tt.kind = 'derived' THEN 'inherited by' ELSE 'of' END, tt.table_name,

@@ -93,6 +93,13 @@ BEGIN
             'table', tt.table_name,
             'capture_instance', capture_instance, 'start_lsn', start_lsn, 'end_lsn', end_lsn,
             'detail', state_detail));
+        PERFORM @extschema@._raise_alert(event, 'critical', tt.table_id, tt.server_name, '',
+                                         coalesce(state_detail,
+                                                  format('Changes of table "%s" from LSN %s to %s were lost before finalize read them (%s); the periods they touch are not final until finalize.acknowledge_loss() covers them.',
+                                                         tt.table_name, coalesce(detail ->> 'lost_from_lsn', start_lsn),
+                                                         coalesce(detail ->> 'lost_to_lsn', end_lsn),
+                                                         coalesce(detail ->> 'cause', event))),
+                                         detail);
     END IF;
 END
 $$;
@@ -206,6 +213,7 @@ AS $$
 BEGIN
     IF condition IS NULL THEN
         DELETE FROM @extschema@.table_condition c WHERE c.table_id = _set_condition.table_id;
+        PERFORM @extschema@._table_alerts(_set_condition.table_id, NULL, NULL, NULL);
         RETURN;
     END IF;
     INSERT INTO @extschema@.table_condition AS c (table_id, condition, detail)
@@ -217,6 +225,8 @@ BEGIN
            detail = excluded.detail,
            since = CASE WHEN c.condition = excluded.condition THEN c.since ELSE now() END
      WHERE (c.condition, c.detail) IS DISTINCT FROM (excluded.condition, excluded.detail);
+    PERFORM @extschema@._table_alerts(c.table_id, c.condition, c.detail, c.since)
+       FROM @extschema@.table_condition c WHERE c.table_id = _set_condition.table_id;
 END
 $$;
 
@@ -285,6 +295,9 @@ BEGIN
         PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_resumed', 'server', server_name,
             'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time));
     END IF;
+    PERFORM @extschema@._source_alerts(server_name, condition, message,
+                                       (SELECT s.condition_since FROM @extschema@.source_status s
+                                         WHERE s.server_name = _source_ok.server_name));
 END
 $$;
 
@@ -338,6 +351,9 @@ BEGIN
         PERFORM @extschema@._alert(jsonb_build_object('alert', condition, 'server', server_name,
             'detail', error));
     END IF;
+    PERFORM @extschema@._source_alerts(server_name, condition, error,
+                                       (SELECT s.condition_since FROM @extschema@.source_status s
+                                         WHERE s.server_name = _source_failed.server_name));
 END
 $$;
 
@@ -526,9 +542,15 @@ BEGIN
                 'consumer_until', r.until, 'source_until', r.source_until,
                 'detail', format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                                  r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until)));
+            PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id,
+                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer,
+                format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
+                       r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
         ELSIF NOT r.stalled AND r.condition IS NOT NULL THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id,
+                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer);
         END IF;
     END LOOP;
 END

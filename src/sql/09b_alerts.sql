@@ -36,9 +36,11 @@ CREATE TABLE @extschema@.alert (
 );
 COMMENT ON TABLE @extschema@.alert IS
     'Incidents: one row per condition that froze or endangered a verdict, deduplicated while open, resolved when it clears';
--- At most one incident per condition is not resolved: raising it again updates that one.
+-- At most one incident per condition is not resolved: raising it again
+-- updates that one. By table name, which stays when a deleted table's id
+-- turns NULL (two tables' incidents never collapse into one).
 CREATE UNIQUE INDEX alert_open_idx
-    ON @extschema@.alert (kind, coalesce(table_id, 0), coalesce(server_name, ''), subject)
+    ON @extschema@.alert (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject)
     WHERE state <> 'resolved';
 -- Retention deletes resolved incidents by age.
 CREATE INDEX alert_last_seen_idx ON @extschema@.alert (last_seen);
@@ -63,7 +65,7 @@ BEGIN
     VALUES (_raise_alert.kind, _raise_alert.severity, _raise_alert.table_id,
             (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id),
             _raise_alert.server_name, coalesce(_raise_alert.subject, ''), _raise_alert.message, _raise_alert.detail)
-    ON CONFLICT (kind, coalesce(table_id, 0), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
+    ON CONFLICT (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
     DO UPDATE SET last_seen = now(), count = a.count + 1, message = EXCLUDED.message, detail = EXCLUDED.detail,
                   severity = EXCLUDED.severity
     RETURNING a.alert_id INTO id;
@@ -144,3 +146,69 @@ SELECT a.alert_id, a.kind, a.severity, coalesce(t.table_name, a.table_name) AS t
  ORDER BY a.alert_id DESC;
 COMMENT ON VIEW @extschema@.alerts IS
     'Incidents: what froze or endangered a verdict, since when, how often, and whether it was resolved or acknowledged';
+
+-- finalize.alert_after as an interval without days.
+CREATE FUNCTION @extschema@._alert_after()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_alert_after'
+LANGUAGE C STABLE;
+
+-- The incidents of a source's condition, as its worker records it each
+-- cycle (_source_ok, _source_failed): a condition that stops the source
+-- opens one once it has lasted finalize.alert_after (at once for those
+-- that make SQL Server's times untrusted, and for a stalled capture);
+-- every other source condition's incident is resolved.
+CREATE FUNCTION @extschema@._source_alerts(server_name text, condition text, message text, since timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    kinds text[] := ARRAY['unreachable', 'timeout', 'tls_failed', 'configuration', 'sql_error', 'no_max_lsn',
+                          'internal_error', 'server_dropped', 'timezone_mismatch', 'clock_skew',
+                          'commit_time_ahead', 'capture_stalled'];
+BEGIN
+    -- one statement, through the index of open incidents: it runs every cycle
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
+       AND coalesce(a.table_id, 0) = 0 AND coalesce(a.server_name, '') = coalesce(_source_alerts.server_name, '')
+       AND a.subject = '';
+    IF condition = ANY (kinds)
+       AND (condition IN ('timezone_mismatch', 'clock_skew', 'commit_time_ahead', 'capture_stalled')
+            OR since <= now() - @extschema@._alert_after()) THEN
+        PERFORM @extschema@._raise_alert(condition,
+                                         CASE WHEN condition = 'capture_stalled' THEN 'warning' ELSE 'critical' END,
+                                         NULL, server_name, '',
+                                         coalesce(message, format('Source "%s": %s.', server_name, condition)),
+                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+    END IF;
+END
+$$;
+
+-- The incidents of a table's condition (_set_condition): one opens once
+-- the condition has lasted finalize.alert_after; a cleared or changed
+-- condition resolves the others.
+CREATE FUNCTION @extschema@._table_alerts(table_id bigint, condition text, message text, since timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    kinds text[] := ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
+                          'no_capture_instance', 'source_replaced', 'event_column_invalid'];
+    server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = _table_alerts.table_id);
+BEGIN
+    -- one statement, through the index of open incidents: it runs every cycle
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
+       AND coalesce(a.table_id, 0) = coalesce(_table_alerts.table_id, 0)
+       AND coalesce(a.server_name, '') = coalesce(server, '') AND a.subject = '';
+    IF condition = ANY (kinds) AND since <= now() - @extschema@._alert_after() THEN
+        PERFORM @extschema@._raise_alert(condition, CASE WHEN condition = 'lock_timeout' THEN 'warning' ELSE 'critical' END,
+                                         table_id, server, '', coalesce(message, condition),
+                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+    END IF;
+END
+$$;

@@ -257,6 +257,7 @@ BEGIN
         UPDATE @extschema@.tracked_table t
            SET state = 'active', state_detail = NULL, state_since = now()
          WHERE t.table_id = tt.table_id;
+        PERFORM @extschema@._resolve_alerts('schema_blocked', tt.table_id, tt.server_name);
         RETURN format('Table "%s" resumes; the DDL at LSN %s counts as reviewed.', tt.table_name, ddl_lsn);
     ELSIF tt.state = 'data_lost' THEN
         INSERT INTO @extschema@.fact (table_id, kind, event, capture_instance, detail)
@@ -1048,6 +1049,9 @@ BEGIN
         PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
         RAISE NOTICE 'derived table "%" is untracked too: it used table "%"', dependent, untrack_table.table_name;
     END LOOP;
+    -- Nothing is watched for an untracked table: its incidents end here.
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.table_id = id AND a.state <> 'resolved';
     IF keep_facts THEN
         UPDATE @extschema@.tracked_table SET untracked_at = now() WHERE table_id = id;
     ELSE
@@ -2233,6 +2237,11 @@ BEGIN
     IF tt.event_time_column IS NOT NULL THEN
         PERFORM @extschema@._advance(tt.table_id);
     END IF;
+    -- The data_loss incident of the table that lost the data is resolved
+    -- once every table has acknowledged all it must.
+    IF tt.kind = 'source' AND NOT @extschema@._has_open_loss(tt.table_id) THEN
+        PERFORM @extschema@._resolve_alerts('data_loss', tt.table_id, tt.server_name);
+    END IF;
     IF covered = 0 THEN
         RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',
                      CASE WHEN tt.kind = 'derived' THEN 'inherited by' ELSE 'of' END, tt.table_name,
@@ -2548,9 +2557,15 @@ BEGIN
                 'consumer_until', r.until, 'source_until', r.source_until,
                 'detail', format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                                  r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until)));
+            PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id,
+                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer,
+                format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
+                       r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
         ELSIF NOT r.stalled AND r.condition IS NOT NULL THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id,
+                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer);
         END IF;
     END LOOP;
 END
@@ -3193,6 +3208,15 @@ BEGIN
       INTO to_alert
       FROM due d
       JOIN @extschema@.event_fact e ON e.fact_id = _store_event_facts.fact_id AND e.event_period = d.event_period;
+    -- One incident per late period, counted each time rows land in it.
+    PERFORM @extschema@._raise_alert('late_data', 'warning', tt.table_id, tt.server_name,
+                                     @extschema@._utc_iso(e.event_period),
+                                     format('%s late row(s) of table "%s" landed in event period %s, already declared final; a correction of that partition is due.',
+                                            l.rows, tt.table_name, @extschema@._utc_iso(e.event_period)),
+                                     jsonb_build_object('rows', l.rows, 'verdict', @extschema@._utc_iso(verdict_before)))
+       FROM @extschema@.event_fact e
+       JOIN @extschema@.late_period l ON l.table_id = tt.table_id AND l.event_period = e.event_period
+      WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0;
     IF to_alert IS NOT NULL THEN
         PERFORM @extschema@._alert(jsonb_build_object(
             'alert', 'late_data', 'table', tt.table_name,
@@ -3863,9 +3887,11 @@ CREATE TABLE @extschema@.alert (
 );
 COMMENT ON TABLE @extschema@.alert IS
     'Incidents: one row per condition that froze or endangered a verdict, deduplicated while open, resolved when it clears';
--- At most one incident per condition is not resolved: raising it again updates that one.
+-- At most one incident per condition is not resolved: raising it again
+-- updates that one. By table name, which stays when a deleted table's id
+-- turns NULL (two tables' incidents never collapse into one).
 CREATE UNIQUE INDEX alert_open_idx
-    ON @extschema@.alert (kind, coalesce(table_id, 0), coalesce(server_name, ''), subject)
+    ON @extschema@.alert (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject)
     WHERE state <> 'resolved';
 -- Retention deletes resolved incidents by age.
 CREATE INDEX alert_last_seen_idx ON @extschema@.alert (last_seen);
@@ -3890,7 +3916,7 @@ BEGIN
     VALUES (_raise_alert.kind, _raise_alert.severity, _raise_alert.table_id,
             (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id),
             _raise_alert.server_name, coalesce(_raise_alert.subject, ''), _raise_alert.message, _raise_alert.detail)
-    ON CONFLICT (kind, coalesce(table_id, 0), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
+    ON CONFLICT (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
     DO UPDATE SET last_seen = now(), count = a.count + 1, message = EXCLUDED.message, detail = EXCLUDED.detail,
                   severity = EXCLUDED.severity
     RETURNING a.alert_id INTO id;
@@ -3972,6 +3998,252 @@ SELECT a.alert_id, a.kind, a.severity, coalesce(t.table_name, a.table_name) AS t
 COMMENT ON VIEW @extschema@.alerts IS
     'Incidents: what froze or endangered a verdict, since when, how often, and whether it was resolved or acknowledged';
 
+-- finalize.alert_after as an interval without days.
+CREATE FUNCTION @extschema@._alert_after()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_alert_after'
+LANGUAGE C STABLE;
+
+-- The incidents of a source's condition, as its worker records it each
+-- cycle (_source_ok, _source_failed): a condition that stops the source
+-- opens one once it has lasted finalize.alert_after (at once for those
+-- that make SQL Server's times untrusted, and for a stalled capture);
+-- every other source condition's incident is resolved.
+CREATE FUNCTION @extschema@._source_alerts(server_name text, condition text, message text, since timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    kinds text[] := ARRAY['unreachable', 'timeout', 'tls_failed', 'configuration', 'sql_error', 'no_max_lsn',
+                          'internal_error', 'server_dropped', 'timezone_mismatch', 'clock_skew',
+                          'commit_time_ahead', 'capture_stalled'];
+BEGIN
+    -- one statement, through the index of open incidents: it runs every cycle
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
+       AND coalesce(a.table_id, 0) = 0 AND coalesce(a.server_name, '') = coalesce(_source_alerts.server_name, '')
+       AND a.subject = '';
+    IF condition = ANY (kinds)
+       AND (condition IN ('timezone_mismatch', 'clock_skew', 'commit_time_ahead', 'capture_stalled')
+            OR since <= now() - @extschema@._alert_after()) THEN
+        PERFORM @extschema@._raise_alert(condition,
+                                         CASE WHEN condition = 'capture_stalled' THEN 'warning' ELSE 'critical' END,
+                                         NULL, server_name, '',
+                                         coalesce(message, format('Source "%s": %s.', server_name, condition)),
+                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+    END IF;
+END
+$$;
+
+-- The incidents of a table's condition (_set_condition): one opens once
+-- the condition has lasted finalize.alert_after; a cleared or changed
+-- condition resolves the others.
+CREATE FUNCTION @extschema@._table_alerts(table_id bigint, condition text, message text, since timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    kinds text[] := ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
+                          'no_capture_instance', 'source_replaced', 'event_column_invalid'];
+    server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = _table_alerts.table_id);
+BEGIN
+    -- one statement, through the index of open incidents: it runs every cycle
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
+       AND coalesce(a.table_id, 0) = coalesce(_table_alerts.table_id, 0)
+       AND coalesce(a.server_name, '') = coalesce(server, '') AND a.subject = '';
+    IF condition = ANY (kinds) AND since <= now() - @extschema@._alert_after() THEN
+        PERFORM @extschema@._raise_alert(condition, CASE WHEN condition = 'lock_timeout' THEN 'warning' ELSE 'critical' END,
+                                         table_id, server, '', coalesce(message, condition),
+                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+    END IF;
+END
+$$;
+
+-- Late copies of functions 0.1.0 had (alerts): kept equal to their parts.
+CREATE OR REPLACE FUNCTION @extschema@._set_condition(table_id bigint, condition text, detail text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    IF condition IS NULL THEN
+        DELETE FROM @extschema@.table_condition c WHERE c.table_id = _set_condition.table_id;
+        PERFORM @extschema@._table_alerts(_set_condition.table_id, NULL, NULL, NULL);
+        RETURN;
+    END IF;
+    INSERT INTO @extschema@.table_condition AS c (table_id, condition, detail)
+    SELECT t.table_id, _set_condition.condition, _set_condition.detail
+      FROM @extschema@.tracked_table t
+     WHERE t.table_id = _set_condition.table_id AND t.untracked_at IS NULL
+    ON CONFLICT ON CONSTRAINT table_condition_pkey DO UPDATE
+       SET condition = excluded.condition,
+           detail = excluded.detail,
+           since = CASE WHEN c.condition = excluded.condition THEN c.since ELSE now() END
+     WHERE (c.condition, c.detail) IS DISTINCT FROM (excluded.condition, excluded.detail);
+    PERFORM @extschema@._table_alerts(c.table_id, c.condition, c.detail, c.since)
+       FROM @extschema@.table_condition c WHERE c.table_id = _set_condition.table_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@._source_ok(
+    server_name  text,
+    worker_pid   integer,
+    max_lsn      text,
+    max_lsn_time timestamptz,
+    server_time  timestamptz,
+    condition    text DEFAULT 'ok',
+    message      text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    previous text;
+BEGIN
+    SELECT s.condition INTO previous FROM @extschema@.source_status s
+     WHERE s.server_name = _source_ok.server_name FOR UPDATE;
+    INSERT INTO @extschema@.source_status AS s
+        (server_name, worker_pid, condition, condition_since, last_poll, last_success, failures, cycles,
+         next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew, last_error, last_error_at)
+    VALUES (_source_ok.server_name, _source_ok.worker_pid, condition, now(), now(), now(), 0, 1,
+            NULL, _source_ok.max_lsn, _source_ok.max_lsn_time, now(), _source_ok.server_time,
+            _source_ok.server_time - now(), message, CASE WHEN message IS NOT NULL THEN now() END)
+    ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
+       SET worker_pid = excluded.worker_pid,
+           condition = excluded.condition,
+           condition_since = CASE WHEN s.condition = excluded.condition THEN s.condition_since ELSE now() END,
+           last_poll = now(),
+           last_success = now(),
+           last_error = coalesce(excluded.last_error, s.last_error),
+           last_error_at = coalesce(excluded.last_error_at, s.last_error_at),
+           failures = 0,
+           cycles = s.cycles + 1,
+           next_attempt = NULL,
+           max_lsn = excluded.max_lsn,
+           max_lsn_time = excluded.max_lsn_time,
+           max_lsn_changed = CASE WHEN s.max_lsn IS DISTINCT FROM excluded.max_lsn
+                                    OR s.max_lsn_time IS DISTINCT FROM excluded.max_lsn_time
+                                  THEN now() ELSE s.max_lsn_changed END,
+           server_time = excluded.server_time,
+           clock_skew = excluded.clock_skew;
+    IF condition = 'capture_stalled' AND previous IS DISTINCT FROM 'capture_stalled' THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_stalled', 'server', server_name,
+            'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time, 'server_time', server_time, 'detail', message));
+    ELSIF condition = 'ok' AND previous = 'capture_stalled' THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_resumed', 'server', server_name,
+            'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time));
+    END IF;
+    PERFORM @extschema@._source_alerts(server_name, condition, message,
+                                       (SELECT s.condition_since FROM @extschema@.source_status s
+                                         WHERE s.server_name = _source_ok.server_name));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@._source_failed(
+    server_name  text,
+    worker_pid   integer,
+    condition    text,
+    error        text,
+    next_attempt timestamptz)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    previous text;
+BEGIN
+    SELECT s.condition INTO previous FROM @extschema@.source_status s
+     WHERE s.server_name = _source_failed.server_name FOR UPDATE;
+    INSERT INTO @extschema@.source_status AS s
+        (server_name, worker_pid, condition, condition_since, last_poll, last_error, last_error_at,
+         failures, cycles, next_attempt)
+    VALUES (_source_failed.server_name, _source_failed.worker_pid, _source_failed.condition, now(), now(),
+            _source_failed.error, now(), 1, CASE WHEN _source_failed.condition = 'no_worker' THEN 0 ELSE 1 END,
+            _source_failed.next_attempt)
+    ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
+       SET worker_pid = excluded.worker_pid,
+           condition = excluded.condition,
+           condition_since = CASE WHEN s.condition = excluded.condition THEN s.condition_since ELSE now() END,
+           last_poll = now(),
+           last_error = excluded.last_error,
+           last_error_at = now(),
+           failures = s.failures + 1,
+           cycles = s.cycles + CASE WHEN excluded.condition = 'no_worker' THEN 0 ELSE 1 END,
+           next_attempt = excluded.next_attempt;
+    IF condition = 'commit_time_ahead' THEN
+        UPDATE @extschema@.source_status s
+           SET held_by = condition, held_since = coalesce(s.held_since, now())
+         WHERE s.server_name = _source_failed.server_name;
+    END IF;
+    IF condition IN ('commit_time_ahead', 'clock_skew', 'timezone_mismatch')
+       AND previous IS DISTINCT FROM condition THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', condition, 'server', server_name,
+            'detail', error));
+    END IF;
+    PERFORM @extschema@._source_alerts(server_name, condition, error,
+                                       (SELECT s.condition_since FROM @extschema@.source_status s
+                                         WHERE s.server_name = _source_failed.server_name));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@._record_event(
+    table_id         bigint,
+    event            text,
+    start_lsn        text,
+    end_lsn          text,
+    capture_instance text,
+    detail           jsonb,
+    new_state        text DEFAULT NULL,
+    state_detail     text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(_record_event.table_id);
+BEGIN
+    INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+    VALUES (_record_event.table_id, 'event', event,
+            @extschema@._lsn_arg(start_lsn, 'start_lsn'), @extschema@._lsn_arg(end_lsn, 'end_lsn'),
+            capture_instance, detail);
+    IF new_state IS NOT NULL THEN
+        UPDATE @extschema@.tracked_table t
+           SET state = new_state, state_detail = _record_event.state_detail, state_since = now()
+         WHERE t.table_id = _record_event.table_id;
+    END IF;
+    -- resume_table acknowledges this LSN, whatever happens to the fact.
+    IF event = 'schema_blocked' THEN
+        UPDATE @extschema@.watermark w
+           SET blocked_ddl_lsn = @extschema@._lsn_arg(end_lsn, 'end_lsn')
+         WHERE w.table_id = _record_event.table_id;
+    END IF;
+    IF event IN ('data_loss', 'schema_blocked') THEN
+        PERFORM @extschema@._alert(jsonb_build_object(
+            'alert', event,
+            'table', tt.table_name,
+            'capture_instance', capture_instance, 'start_lsn', start_lsn, 'end_lsn', end_lsn,
+            'detail', state_detail));
+        PERFORM @extschema@._raise_alert(event, 'critical', tt.table_id, tt.server_name, '',
+                                         coalesce(state_detail,
+                                                  format('Changes of table "%s" from LSN %s to %s were lost before finalize read them (%s); the periods they touch are not final until finalize.acknowledge_loss() covers them.',
+                                                         tt.table_name, coalesce(detail ->> 'lost_from_lsn', start_lsn),
+                                                         coalesce(detail ->> 'lost_to_lsn', end_lsn),
+                                                         coalesce(detail ->> 'cause', event))),
+                                         detail);
+    END IF;
+END
+$$;
+
+-- End of late copies.
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
