@@ -56,6 +56,9 @@ SELECT finalize._set_condition(:lines_id, NULL, NULL);
 SELECT kind, state FROM finalize.alerts WHERE table_name = 'al.lines';
 SELECT finalize._source_failed('erp', NULL, 'clock_skew', 'SQL Server''s clock is ahead.', now());
 SELECT kind, severity, server_name, state FROM finalize.alerts WHERE kind = 'clock_skew';
+-- A worker that is not running says nothing about SQL Server: the incident stays.
+SELECT finalize._source_failed('erp', NULL, 'no_worker', 'The worker is not running.', now());
+SELECT kind, state FROM finalize.alerts WHERE kind = 'clock_skew';
 SELECT finalize._source_ok('erp', NULL, '0x00000000000000000100', now(), now());
 SELECT kind, state FROM finalize.alerts WHERE kind = 'clock_skew';
 SELECT finalize.untrack_table('al.lines', keep_facts => false);

@@ -157,7 +157,9 @@ LANGUAGE C STABLE;
 -- cycle (_source_ok, _source_failed): a condition that stops the source
 -- opens one once it has lasted finalize.alert_after (at once for those
 -- that make SQL Server's times untrusted, and for a stalled capture);
--- every other source condition's incident is resolved.
+-- every other source condition's incident is resolved. A condition that
+-- says nothing about SQL Server (a worker starting, cancelled, or not
+-- running) changes no incident.
 CREATE FUNCTION @extschema@._source_alerts(server_name text, condition text, message text, since timestamptz)
 RETURNS void
 LANGUAGE plpgsql
@@ -169,6 +171,9 @@ DECLARE
                           'internal_error', 'server_dropped', 'timezone_mismatch', 'clock_skew',
                           'commit_time_ahead', 'capture_stalled'];
 BEGIN
+    IF condition NOT IN ('ok', 'capture_stalled') AND NOT (condition = ANY (kinds)) THEN
+        RETURN;
+    END IF;
     -- one statement, through the index of open incidents: it runs every cycle
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
