@@ -63,6 +63,17 @@ SELECT finalize._source_ok('erp', NULL, '0x00000000000000000100', now(), now());
 SELECT kind, state FROM finalize.alerts WHERE kind = 'clock_skew';
 SELECT finalize.untrack_table('al.lines', keep_facts => false);
 
+-- A schema change the verdict went on across is an informational
+-- incident, born resolved.
+SELECT finalize.track_table('al.ddl', 'erp', 'dbo.orders') > 0 AS tracked;
+SELECT finalize.record_range('al.ddl', NULL, '0x00000000000000000100', '2026-11-29 09:00+00') IS NOT NULL AS baseline_recorded;
+SELECT finalize.record_range('al.ddl', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 09:10+00',
+                             event => 'schema_change',
+                             detail => '{"summary": "ALTER TABLE dbo.orders ADD note nvarchar(10) (capture instance \"dbo_orders\")"}')
+       IS NOT NULL AS recorded;
+SELECT kind, severity, table_name, state, message FROM finalize.alerts WHERE kind = 'schema_change';
+SELECT finalize.untrack_table('al.ddl', keep_facts => false);
+
 -- Retention removes resolved incidents, not open ones.
 SELECT finalize._raise_alert('freshness', 'warning', NULL, 'erp', '', 'still behind') > 0 AS opened;
 SELECT finalize.purge_facts('0') >= 0 AS purged;

@@ -295,6 +295,15 @@ BEGIN
     END IF;
     fid := @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                          first_commit_time, last_commit_time, capture_instance, event, detail);
+    -- A schema change the verdict went on across (ddl_policy warn) is an
+    -- incident for the record: informational, born resolved.
+    IF event = 'schema_change' THEN
+        PERFORM @extschema@._raise_alert('schema_change', 'info', tt.table_id, tt.server_name, '',
+                                         format('Table "%s": %s', tt.table_name,
+                                                coalesce(detail ->> 'summary', 'a schema change was recorded')),
+                                         detail);
+        PERFORM @extschema@._resolve_alerts('schema_change', tt.table_id, tt.server_name);
+    END IF;
     IF tt.event_time_column IS NOT NULL AND inserts + updates + deletes > 0 THEN
         UPDATE @extschema@.fact f
            SET sketch = lateness_sketch, first_event_time = _record_range.first_event_time,
