@@ -448,7 +448,10 @@ def test_memory_stays_flat_over_hundreds_of_cycles(env, sim, pg):
         assert_chain(facts)
         assert sum(f["inserts"] for f in facts) == commits, "the measured cycles recorded the traffic"
         assert commits >= 50
-        assert per_cycle < 64, f"the worker's memory grew by {per_cycle:.0f} bytes per cycle ({before} -> {after})"
+        # A context grows in blocks of 8-16 kB: over a third of the cycles (about 100) one more
+        # block reads as 80-160 bytes per cycle without any leak; 256 still catches a leak 50
+        # times smaller than the 12 kB per cycle this test was written for.
+        assert per_cycle < 256, f"the worker's memory grew by {per_cycle:.0f} bytes per cycle ({before} -> {after})"
     finally:
         reconfigure(pg, "finalize.poll_interval", previous)
 
