@@ -1,25 +1,25 @@
 /*
  * objstore.c
- *     The one interface to object stores over HTTP: S3 ListObjectsV2 through
- *     libcurl, answers parsed with libxml2.
+ *     The one interface to object stores: S3 ListObjectsV2 over
+ *     common/http.c (the one file that calls the HTTP library), answers
+ *     parsed with libxml2.
  *
- * Requests are signed by libcurl (CURLOPT_AWS_SIGV4). libcurl 7.88 signs the
- * query string exactly as written, so it is built here already in SigV4's
- * canonical form (parameters sorted, every byte outside A-Z a-z 0-9 - _ . ~
- * percent-encoded), and x-amz-content-sha256 is sent explicitly. Pages are
- * followed through continuation tokens.
+ * Requests are signed by http.c (SigV4, HttpRequest.aws_sigv4). Its library
+ * (7.88) signs the query string exactly as written, so it is built here
+ * already in SigV4's canonical form (parameters sorted, every byte outside
+ * A-Z a-z 0-9 - _ . ~ percent-encoded), and x-amz-content-sha256 is sent
+ * explicitly. Pages are followed through continuation tokens, on one
+ * connection.
  *
- * Callbacks never raise errors: the write callback fills a bounded malloc'd
- * buffer, the progress callback aborts the transfer on a cancel or a
- * termination (and serves other interrupts, see io_interrupts.c), and the
- * caller raises once curl_easy_perform has returned. A listing ends: a
- * continuation token seen before, or more pages than the location allows,
- * is an error rather than a loop. The handle is cleaned up even when an error is raised between
- * requests (PG_FINALLY), so no socket outlives the statement.
+ * Nothing here raises for a failed listing: http.c reports a transfer's
+ * failure (a cancel included) in its result, mapped here to S3Error codes,
+ * and the caller raises. A listing ends: a continuation token seen before,
+ * or more pages than the location allows, is an error rather than a loop.
+ * The client is released even when an error is raised between requests
+ * (PG_FINALLY), so no socket outlives the statement.
  */
 #include "postgres.h"
 
-#include <curl/curl.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
@@ -28,71 +28,14 @@
 #include "miscadmin.h"
 #include "utils/hsearch.h"
 
+#include "common/http.h"
 #include "common/io_interrupts.h"
 #include "gate/objstore.h"
-
-#if LIBCURL_VERSION_NUM < 0x074b00
-#error "finalize needs libcurl 7.75 or later (CURLOPT_AWS_SIGV4)"
-#endif
 
 /* SHA-256 of an empty body: a GET's x-amz-content-sha256. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 /* One page of a listing is about 250 kB for 1000 keys; refuse absurd ones. */
 #define MAX_RESPONSE_BYTES (64 * 1024 * 1024)
-
-static bool curl_ready = false;
-
-/*
- * What the write callback collects: in malloc'd memory, because a callback
- * must not raise (palloc would, when out of memory) while libcurl is on the
- * stack.
- */
-typedef struct Response
-{
-	char	   *data;
-	size_t		len;
-	size_t		cap;
-	bool		too_large;
-	bool		no_memory;
-} Response;
-
-/* Appends received bytes; stops (returns short) beyond the limit. */
-static size_t
-on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	Response   *r = (Response *) userdata;
-	size_t		n = size * nmemb;
-
-	if (r->len + n > MAX_RESPONSE_BYTES)
-	{
-		r->too_large = true;
-		return 0;
-	}
-	if (r->len + n > r->cap)
-	{
-		size_t		cap = Max(Max(r->cap * 2, r->len + n), 64 * 1024);
-		char	   *grown = realloc(r->data, cap);
-
-		if (grown == NULL)
-		{
-			r->no_memory = true;
-			return 0;
-		}
-		r->data = grown;
-		r->cap = cap;
-	}
-	memcpy(r->data + r->len, ptr, n);
-	r->len += n;
-	return n;
-}
-
-/* Aborts a transfer on a cancel or a termination; other interrupts are served. */
-static int
-on_progress(void *clientp pg_attribute_unused(), curl_off_t dltotal pg_attribute_unused(), curl_off_t dlnow pg_attribute_unused(),
-			curl_off_t ultotal pg_attribute_unused(), curl_off_t ulnow pg_attribute_unused())
-{
-	return io_must_stop() ? 1 : 0;
-}
 
 /* A continuation token seen in this listing, by its hash. */
 typedef struct SeenToken
@@ -116,42 +59,6 @@ remember_token(HTAB *seen, const char *token)
 		return false;
 	entry->token = pstrdup(token);
 	return true;
-}
-
-/* Whether a header value is safe to send: no CR, LF or other control bytes. */
-static bool
-header_safe(const char *value)
-{
-	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
-		if (*c < 0x20 || *c == 0x7f)
-			return false;
-	return true;
-}
-
-/*
- * Percent-encodes a string as SigV4 wants it in a query: every byte outside
- * A-Z a-z 0-9 - _ . ~ becomes %XX (upper-case hex), '/' included.
- */
-char *
-s3_uri_encode(const char *s)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (const unsigned char *c = (const unsigned char *) s; *c; c++)
-	{
-		if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
-			*c == '-' || *c == '_' || *c == '.' || *c == '~')
-			appendStringInfoChar(&buf, (char) *c);
-		else
-		{
-			appendStringInfoChar(&buf, '%');
-			appendStringInfoChar(&buf, hex[*c >> 4]);
-			appendStringInfoChar(&buf, hex[*c & 15]);
-		}
-	}
-	return buf.data;
 }
 
 /* Sets an error's fields. */
@@ -181,15 +88,15 @@ child_text(xmlNodePtr parent, const char *name)
 
 /* Parses an XML body; NULL when it is not XML. */
 static xmlDocPtr
-parse_xml(const Response *r)
+parse_xml(const HttpResponse *r)
 {
-	return xmlReadMemory(r->data ? r->data : "", (int) r->len, "s3.xml", NULL,
+	return xmlReadMemory(r->body ? r->body : "", (int) r->len, "s3.xml", NULL,
 						 XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_NOBLANKS);
 }
 
 /* Reads S3's <Error><Code/><Message/></Error> of a failed request. */
 static void
-read_error(const Response *r, long status, S3Error *err)
+read_error(const HttpResponse *r, long status, S3Error *err)
 {
 	xmlDocPtr	doc = parse_xml(r);
 	xmlNodePtr	root = doc ? xmlDocGetRootElement(doc) : NULL;
@@ -213,7 +120,7 @@ read_error(const Response *r, long status, S3Error *err)
  * set on a malformed document; sets *truncated and *next_token.
  */
 static bool
-read_page(const Response *r, Inventory *out, bool *truncated, char **next_token, S3Error *err)
+read_page(const HttpResponse *r, Inventory *out, bool *truncated, char **next_token, S3Error *err)
 {
 	xmlDocPtr	doc = parse_xml(r);
 	xmlNodePtr	root = doc ? xmlDocGetRootElement(doc) : NULL;
@@ -281,11 +188,11 @@ list_url(const S3Location *loc, const char *prefix, const char *token)
 		appendStringInfo(&url, "%.*s%s.%.*s/?", (int) (scheme_end + 3 - loc->endpoint), loc->endpoint,
 						 loc->bucket, (int) (elen - (scheme_end + 3 - loc->endpoint)), scheme_end + 3);
 	else
-		appendStringInfo(&url, "%.*s/%s?", (int) elen, loc->endpoint, s3_uri_encode(loc->bucket));
+		appendStringInfo(&url, "%.*s/%s?", (int) elen, loc->endpoint, http_uri_encode(loc->bucket));
 	/* Sorted: continuation-token < list-type < prefix. */
 	if (token != NULL)
-		appendStringInfo(&url, "continuation-token=%s&", s3_uri_encode(token));
-	appendStringInfo(&url, "list-type=2&prefix=%s", s3_uri_encode(prefix));
+		appendStringInfo(&url, "continuation-token=%s&", http_uri_encode(token));
+	appendStringInfo(&url, "list-type=2&prefix=%s", http_uri_encode(prefix));
 	return url.data;
 }
 
@@ -297,8 +204,8 @@ list_url(const S3Location *loc, const char *prefix, const char *token)
 static bool
 credentials_safe(const S3Location *loc, S3Error *err)
 {
-	if (!header_safe(loc->access_key) || !header_safe(loc->secret_key) ||
-		(loc->session_token != NULL && !header_safe(loc->session_token)))
+	if (!http_header_safe(loc->access_key) || !http_header_safe(loc->secret_key) ||
+		(loc->session_token != NULL && !http_header_safe(loc->session_token)))
 	{
 		set_error(err, 0, "InvalidCredentials",
 				  "a key or the session token of the user mapping contains a control character (CR, LF, ...)");
@@ -308,84 +215,75 @@ credentials_safe(const S3Location *loc, S3Error *err)
 }
 
 /*
- * A new easy handle (libcurl initialised once per backend), or NULL with
- * err set: a failure to start is reported like any other listing failure.
- */
-static CURL *
-new_handle(S3Error *err)
-{
-	CURL	   *curl;
-
-	if (!curl_ready)
-	{
-		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		{
-			set_error(err, 0, "CurlInitFailed", "curl_global_init failed");
-			return NULL;
-		}
-		curl_ready = true;
-	}
-	curl = curl_easy_init();
-	if (curl == NULL)
-		set_error(err, 0, "CurlInitFailed", "curl_easy_init failed");
-	return curl;
-}
-
-/*
- * Sets what every request of a listing shares: signing with the caller's
- * keys, timeouts, http(s) only, and the callbacks that collect the answer
- * and abort on a cancel.
+ * What every request of a listing shares: a signed GET with the caller's
+ * keys, its headers, the timeouts and the page limit; the URL is set per
+ * page.
  */
 static void
-configure_handle(CURL *curl, const S3Location *loc, struct curl_slist *headers, char *errbuf)
+list_request(const S3Location *loc, HttpRequest *req)
 {
-	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, psprintf("aws:amz:%s:s3", loc->region));
-	curl_easy_setopt(curl, CURLOPT_USERNAME, loc->access_key);
-	curl_easy_setopt(curl, CURLOPT_PASSWORD, loc->secret_key);
-	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, loc->connect_timeout_ms);
-	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, loc->timeout_ms);
-	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(curl, CURLOPT_USERAGENT, "finalize (PostgreSQL extension)");
+	memset(req, 0, sizeof(*req));
+	req->method = "GET";
+	req->headers = list_make1("x-amz-content-sha256: " EMPTY_SHA256);
+	if (loc->session_token != NULL)
+		req->headers = lappend(req->headers, psprintf("x-amz-security-token: %s", loc->session_token));
+	req->connect_timeout_ms = loc->connect_timeout_ms;
+	req->timeout_ms = loc->timeout_ms;
+	req->aws_sigv4 = psprintf("aws:amz:%s:s3", loc->region);
+	req->username = loc->access_key;
+	req->password = loc->secret_key;
+	req->max_response_bytes = MAX_RESPONSE_BYTES;
 }
 
 /*
- * Requests one page into *r and reads it into out; false with err set
- * when the transfer failed or the store refused. The caller frees r->data
- * (also when an error is raised meanwhile).
+ * Requests one page and reads it into out; false with err set when the
+ * transfer failed or the store refused, in the codes the gate's hints and
+ * tests know.
  */
 static bool
-fetch_page(CURL *curl, const char *url, char *errbuf, Response *r, Inventory *out, bool *truncated,
-		   char **token, S3Error *err)
+fetch_page(HttpClient *client, const HttpRequest *req, Inventory *out, bool *truncated, char **token,
+		   S3Error *err)
 {
-	CURLcode	rc;
-	long		status = 0;
+	HttpResponse r;
+	bool		ok = false;
 
-	memset(r, 0, sizeof(*r));
-	errbuf[0] = '\0';
-	curl_easy_setopt(curl, CURLOPT_URL, url);
-	curl_easy_setopt(curl, CURLOPT_WRITEDATA, r);
-	rc = curl_easy_perform(curl);
-	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-	if (rc == CURLE_ABORTED_BY_CALLBACK)
-		set_error(err, 0, "Interrupted", "the listing was interrupted");
-	else if (r->too_large)
-		set_error(err, status, "ResponseTooLarge", "one page of the listing exceeded 64 MB");
-	else if (r->no_memory)
-		set_error(err, status, "OutOfMemory", "no memory for one page of the listing");
-	else if (rc != CURLE_OK)
-		set_error(err, 0, rc == CURLE_OPERATION_TIMEDOUT ? "Timeout" : "ConnectionFailed",
-				  psprintf("%s%s%s", curl_easy_strerror(rc), errbuf[0] ? ": " : "", errbuf));
-	else if (status != 200)
-		read_error(r, status, err);
-	else
-		return read_page(r, out, truncated, token, err);
-	return false;
+	http_perform(client, req, &r);
+	switch (r.failure)
+	{
+		case HTTP_OK:
+			if (r.status != 200)
+				read_error(&r, r.status, err);
+			else
+				ok = read_page(&r, out, truncated, token, err);
+			break;
+		case HTTP_INTERRUPTED:
+			set_error(err, 0, "Interrupted", "the listing was interrupted");
+			break;
+		case HTTP_TOO_LARGE:
+			set_error(err, r.status, "ResponseTooLarge", "one page of the listing exceeded 64 MB");
+			break;
+		case HTTP_NO_MEMORY:
+			set_error(err, r.status, "OutOfMemory", "no memory for one page of the listing");
+			break;
+		case HTTP_TIMEOUT:
+			set_error(err, 0, "Timeout", r.error);
+			break;
+		case HTTP_CONNECT_FAILED:
+			set_error(err, 0, "ConnectionFailed", r.error);
+			break;
+		case HTTP_BAD_HEADER:
+			/* credentials_safe() and the region's validator come first. */
+			set_error(err, 0, "InvalidCredentials", r.error);
+			break;
+		case HTTP_INIT_FAILED:
+			set_error(err, 0, "CurlInitFailed", r.error);
+			break;
+	}
+	/* A listing of many pages must not keep them all. */
+	pfree(r.body);
+	if (r.retry_after != NULL)
+		pfree(r.retry_after);
+	return ok;
 }
 
 /*
@@ -417,9 +315,9 @@ may_continue(HTAB *seen, const char *token, int *pages, int max_pages, S3Error *
  * false with err set at the first failure.
  */
 static bool
-list_pages(CURL *curl, const S3Location *loc, const char *prefix, char *errbuf, Response *r, Inventory *out,
-		   S3Error *err)
+list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Inventory *out, S3Error *err)
 {
+	HttpRequest req;
 	char	   *token = NULL;
 	bool		truncated = true;
 	bool		ok = true;
@@ -431,13 +329,13 @@ list_pages(CURL *curl, const S3Location *loc, const char *prefix, char *errbuf, 
 	ctl.entrysize = sizeof(SeenToken);
 	ctl.hcxt = CurrentMemoryContext;
 	seen = hash_create("finalize listing tokens", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	list_request(loc, &req);
 	while (ok && truncated)
 	{
 		char	   *url = list_url(loc, prefix, token);
 
-		ok = fetch_page(curl, url, errbuf, r, out, &truncated, &token, err);
-		free(r->data);
-		r->data = NULL;
+		req.url = url;
+		ok = fetch_page(client, &req, out, &truncated, &token, err);
 		pfree(url);
 		if (ok && truncated)
 			ok = may_continue(seen, token, &pages, loc->max_pages, err);
@@ -454,34 +352,28 @@ list_pages(CURL *curl, const S3Location *loc, const char *prefix, char *errbuf, 
 bool
 objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error *err)
 {
-	CURL	   *curl;
-	struct curl_slist *volatile headers = NULL;
-	char		errbuf[CURL_ERROR_SIZE];
+	HttpClient *client;
+	HttpResponse init;
 	volatile bool ok = true;
-	Response	r = {0};
 
 	memset(err, 0, sizeof(*err));
 	io_interrupts_begin();
 	if (!credentials_safe(loc, err))
 		return false;
-	curl = new_handle(err);
-	if (curl == NULL)
+	client = http_client_create(CurrentMemoryContext, &init);
+	if (client == NULL)
+	{
+		set_error(err, 0, "CurlInitFailed", init.error);
 		return false;
-
-	headers = curl_slist_append(headers, "x-amz-content-sha256: " EMPTY_SHA256);
-	if (loc->session_token != NULL)
-		headers = curl_slist_append(headers, psprintf("x-amz-security-token: %s", loc->session_token));
-	/* The handle and its socket are released even when an error is raised. */
+	}
+	/* The connection is released at once, even when an error is raised. */
 	PG_TRY();
 	{
-		configure_handle(curl, loc, headers, errbuf);
-		ok = list_pages(curl, loc, prefix, errbuf, &r, out, err);
+		ok = list_pages(client, loc, prefix, out, err);
 	}
 	PG_FINALLY();
 	{
-		free(r.data);
-		curl_slist_free_all(headers);
-		curl_easy_cleanup(curl);
+		http_client_destroy(client);
 	}
 	PG_END_TRY();
 	return ok;

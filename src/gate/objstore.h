@@ -1,6 +1,6 @@
 /*
  * objstore.h
- *     The one interface to object stores over HTTP (libcurl).
+ *     The one interface to object stores (S3 over common/http.c).
  */
 #ifndef FINALIZE_OBJSTORE_H
 #define FINALIZE_OBJSTORE_H
@@ -31,6 +31,5 @@ typedef struct S3Error
 } S3Error;
 
 extern bool objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error *err);
-extern char *s3_uri_encode(const char *s);
 
 #endif							/* FINALIZE_OBJSTORE_H */

@@ -1,0 +1,504 @@
+/*
+ * http.c
+ *     HTTP for finalize: the one file that calls libcurl, shared by the S3
+ *     listing (gate/objstore.c) and webhook delivery.
+ *
+ * One file per foreign library (as mssql/mssql.c is for DB-Library): the
+ * rules libcurl must be held to are kept in one place instead of in each
+ * caller, and callers see PostgreSQL types only. Those rules:
+ *
+ * - Callbacks never raise an error, since libcurl is on the stack. The write
+ *   callback fills a bounded malloc'd buffer (palloc could raise), copied
+ *   into palloc'd memory once curl_easy_perform has returned and then freed,
+ *   whatever happened; the header callback keeps Retry-After in a fixed
+ *   buffer; the progress callback aborts the transfer on a cancel or a
+ *   termination and serves other interrupts (see io_interrupts.c). Nothing
+ *   between building a request and freeing its malloc'd memory raises.
+ * - No signals (CURLOPT_NOSIGNAL: a backend owns its signal handlers), http
+ *   and https only, no redirects followed, timeouts from the request.
+ * - Nothing sent can be split into extra headers: a header, a key or the
+ *   SigV4 string with a control byte is refused before sending.
+ * - A handle belongs to a memory context and is cleaned up with it, so an
+ *   error raised between requests never leaks a socket.
+ *
+ * A client reuses one easy handle, hence one connection, across requests
+ * (the pages of a listing); what differs per request is set again on each.
+ */
+#include "postgres.h"
+
+#include <curl/curl.h>
+
+#include "lib/stringinfo.h"
+
+#include "common/http.h"
+#include "common/io_interrupts.h"
+
+#if LIBCURL_VERSION_NUM < 0x074b00
+#error "finalize needs libcurl 7.75 or later (CURLOPT_AWS_SIGV4)"
+#endif
+
+/* Room for a Retry-After value: seconds, or an HTTP date (29 bytes). */
+#define RETRY_AFTER_MAX 128
+
+struct HttpClient
+{
+	CURL	   *curl;			/* NULL once released */
+	MemoryContextCallback release;	/* cleans the handle up with its context */
+	char		errbuf[CURL_ERROR_SIZE];	/* CURLOPT_ERRORBUFFER */
+};
+
+/*
+ * What the callbacks collect during one request: in malloc'd memory and
+ * fixed buffers, because a callback must not raise (palloc would, when out
+ * of memory) while libcurl is on the stack.
+ */
+typedef struct Collected
+{
+	char	   *data;			/* malloc'd */
+	size_t		len;
+	size_t		cap;
+	size_t		limit;			/* max_response_bytes */
+	bool		too_large;
+	bool		no_memory;
+	char		retry_after[RETRY_AFTER_MAX];	/* "" when none */
+} Collected;
+
+static bool curl_ready = false;
+
+/*
+ * Whether a value is safe in a header: no CR, LF or other control bytes,
+ * which could end the header and start another.
+ */
+bool
+http_header_safe(const char *value)
+{
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			return false;
+	return true;
+}
+
+/*
+ * Percent-encodes a string for a URL's path segment or query value: every
+ * byte outside RFC 3986's unreserved A-Z a-z 0-9 - _ . ~ becomes %XX
+ * (upper-case hex), '/' included, which is also SigV4's canonical form.
+ */
+char *
+http_uri_encode(const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (const unsigned char *c = (const unsigned char *) s; *c; c++)
+	{
+		if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+			*c == '-' || *c == '_' || *c == '.' || *c == '~')
+			appendStringInfoChar(&buf, (char) *c);
+		else
+		{
+			appendStringInfoChar(&buf, '%');
+			appendStringInfoChar(&buf, hex[*c >> 4]);
+			appendStringInfoChar(&buf, hex[*c & 15]);
+		}
+	}
+	return buf.data;
+}
+
+/* Appends received bytes; stops (returns short) beyond the limit. */
+static size_t
+on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	Collected  *c = (Collected *) userdata;
+	size_t		n = size * nmemb;
+
+	if (n > c->limit - c->len)
+	{
+		c->too_large = true;
+		return 0;
+	}
+	if (c->len + n > c->cap)
+	{
+		size_t		cap = Min(Max(Max(c->cap * 2, c->len + n), 64 * 1024), c->limit);
+		char	   *grown = realloc(c->data, cap);
+
+		if (grown == NULL)
+		{
+			c->no_memory = true;
+			return 0;
+		}
+		c->data = grown;
+		c->cap = cap;
+	}
+	memcpy(c->data + c->len, ptr, n);
+	c->len += n;
+	return n;
+}
+
+/*
+ * Keeps the Retry-After of the last response (a 429 or 503 says when to
+ * come back). A status line starts a response, and forgets what an earlier
+ * one (a 100 Continue) said. A value too long or with control bytes is no
+ * value.
+ */
+static size_t
+on_header(char *line, size_t size, size_t nitems, void *userdata)
+{
+	static const char name[] = "Retry-After:";
+	Collected  *c = (Collected *) userdata;
+	size_t		n = size * nitems;
+
+	if (n >= 5 && strncmp(line, "HTTP/", 5) == 0)
+		c->retry_after[0] = '\0';
+	else if (n > strlen(name) && pg_strncasecmp(line, name, strlen(name)) == 0)
+	{
+		const char *value = line + strlen(name);
+		const char *end = line + n;
+
+		while (value < end && (*value == ' ' || *value == '\t'))
+			value++;
+		while (end > value && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+			end--;
+		c->retry_after[0] = '\0';
+		if (end - value < RETRY_AFTER_MAX)
+		{
+			memcpy(c->retry_after, value, end - value);
+			c->retry_after[end - value] = '\0';
+			if (!http_header_safe(c->retry_after))
+				c->retry_after[0] = '\0';
+		}
+	}
+	return n;
+}
+
+/* Aborts a transfer on a cancel or a termination; other interrupts are served. */
+static int
+on_progress(void *clientp pg_attribute_unused(), curl_off_t dltotal pg_attribute_unused(), curl_off_t dlnow pg_attribute_unused(),
+			curl_off_t ultotal pg_attribute_unused(), curl_off_t ulnow pg_attribute_unused())
+{
+	return io_must_stop() ? 1 : 0;
+}
+
+/*
+ * Empties a response before a request, so that every exit leaves it in a
+ * known state.
+ */
+static void
+response_clear(HttpResponse *resp)
+{
+	memset(resp, 0, sizeof(*resp));
+	resp->failure = HTTP_OK;
+}
+
+/*
+ * Ends a request that got no answer, in words the caller can show; the body
+ * is "" as promised. Called only once nothing malloc'd is left, since
+ * palloc may raise.
+ */
+static bool
+fail(HttpResponse *resp, HttpFailure failure, const char *message)
+{
+	resp->failure = failure;
+	strlcpy(resp->error, message, sizeof(resp->error));
+	if (resp->body == NULL)
+	{
+		resp->body = palloc0(1);
+		resp->len = 0;
+	}
+	return false;
+}
+
+/*
+ * The reset callback of the client's memory context: the handle and its
+ * connection go with the context, even when an error unwinds past the
+ * caller. Never raises.
+ */
+static void
+release_handle(void *arg)
+{
+	HttpClient *client = (HttpClient *) arg;
+
+	if (client->curl != NULL)
+	{
+		curl_easy_cleanup(client->curl);
+		client->curl = NULL;
+	}
+}
+
+/*
+ * Sets what every request of a client shares: no signals, http(s) only, no
+ * redirects, and the callbacks that collect the answer and abort on a
+ * cancel.
+ */
+static CURLcode
+configure_handle(HttpClient *client)
+{
+	CURL	   *curl = client->curl;
+	CURLcode	rc;
+
+	if ((rc = curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L)) != CURLE_OK ||
+#if LIBCURL_VERSION_NUM >= 0x075500
+		(rc = curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https")) != CURLE_OK ||
+#else
+		(rc = curl_easy_setopt(curl, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS))) != CURLE_OK ||
+#endif
+		(rc = curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->errbuf)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_USERAGENT, "finalize (PostgreSQL extension)")) != CURLE_OK)
+		return rc;
+	return CURLE_OK;
+}
+
+/*
+ * A client whose handle lives as long as cxt (libcurl initialised once per
+ * backend), or NULL with *failure_out (when given) saying why: a failure to
+ * start is reported like a failed request, not raised.
+ */
+HttpClient *
+http_client_create(MemoryContext cxt, HttpResponse *failure_out)
+{
+	HttpResponse ignored;
+	HttpResponse *resp = failure_out ? failure_out : &ignored;
+	HttpClient *client;
+	CURLcode	rc;
+
+	response_clear(resp);
+	if (!curl_ready)
+	{
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		{
+			fail(resp, HTTP_INIT_FAILED, "curl_global_init failed");
+			return NULL;
+		}
+		curl_ready = true;
+	}
+	/* Allocated first: palloc may raise, and nothing is to be cleaned up yet. */
+	client = MemoryContextAllocZero(cxt, sizeof(HttpClient));
+	client->curl = curl_easy_init();
+	if (client->curl == NULL)
+	{
+		pfree(client);
+		fail(resp, HTTP_INIT_FAILED, "curl_easy_init failed");
+		return NULL;
+	}
+	rc = configure_handle(client);
+	if (rc != CURLE_OK)
+	{
+		curl_easy_cleanup(client->curl);
+		pfree(client);
+		fail(resp, HTTP_INIT_FAILED, psprintf("could not set up the handle: %s", curl_easy_strerror(rc)));
+		return NULL;
+	}
+	client->release.func = release_handle;
+	client->release.arg = client;
+	MemoryContextRegisterResetCallback(cxt, &client->release);
+	return client;
+}
+
+/*
+ * Releases the handle and its connection now rather than with the memory
+ * context. The client's memory stays until the context goes (its reset
+ * callback cannot be unregistered), and it makes no more requests.
+ */
+void
+http_client_destroy(HttpClient *client)
+{
+	if (client != NULL)
+		release_handle(client);
+}
+
+/*
+ * Whether nothing of the request can add a header: the headers themselves,
+ * and the keys and SigV4 string that libcurl writes into Authorization.
+ */
+static bool
+request_safe(const HttpRequest *req)
+{
+	ListCell   *lc;
+
+	foreach(lc, req->headers)
+		if (!http_header_safe((const char *) lfirst(lc)))
+			return false;
+	return (req->aws_sigv4 == NULL || http_header_safe(req->aws_sigv4)) &&
+		(req->username == NULL || http_header_safe(req->username)) &&
+		(req->password == NULL || http_header_safe(req->password));
+}
+
+/*
+ * The request's headers as libcurl wants them (malloc'd), or NULL when
+ * there are none or memory ran out (*no_memory).
+ */
+static struct curl_slist *
+header_list(const HttpRequest *req, bool *no_memory)
+{
+	struct curl_slist *list = NULL;
+	ListCell   *lc;
+
+	*no_memory = false;
+	foreach(lc, req->headers)
+	{
+		struct curl_slist *longer = curl_slist_append(list, (const char *) lfirst(lc));
+
+		if (longer == NULL)
+		{
+			curl_slist_free_all(list);
+			*no_memory = true;
+			return NULL;
+		}
+		list = longer;
+	}
+	return list;
+}
+
+/*
+ * Sets what is this request's own on a handle that may have served another:
+ * URL, headers, method and body, signing, timeouts, and where the callbacks
+ * collect.
+ */
+static CURLcode
+configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_slist *headers, Collected *c)
+{
+	CURLcode	rc;
+
+	if ((rc = curl_easy_setopt(curl, CURLOPT_URL, req->url)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, req->timeout_ms)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_WRITEDATA, c)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_HEADERDATA, c)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_USERNAME, req->username)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_PASSWORD, req->password)) != CURLE_OK)
+		return rc;
+
+	/*
+	 * Setting a SigV4 string switches signing on; clearing it does not
+	 * switch it off, so a request without one goes back to basic.
+	 */
+	if (req->aws_sigv4 != NULL)
+		rc = curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, req->aws_sigv4);
+	else if ((rc = curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, (char *) NULL)) == CURLE_OK)
+		rc = curl_easy_setopt(curl, CURLOPT_HTTPAUTH, (long) CURLAUTH_BASIC);
+	if (rc != CURLE_OK)
+		return rc;
+
+	/*
+	 * A POST sends the caller's body as it is (not copied: it stays valid
+	 * during the call); a GET forgets an earlier request's body.
+	 */
+	if (post)
+	{
+		if ((rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len)) != CURLE_OK ||
+			(rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req->body ? req->body : "")) != CURLE_OK)
+			return rc;
+	}
+	else if ((rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) -1)) != CURLE_OK ||
+			 (rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, (char *) NULL)) != CURLE_OK ||
+			 (rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L)) != CURLE_OK)
+		return rc;
+	return CURLE_OK;
+}
+
+/*
+ * Sends one request on the client's connection and fills *resp (palloc'd
+ * in the current memory context). True when an HTTP answer arrived,
+ * whatever its status; false with resp->failure and resp->error saying why
+ * not. Raises nothing but out of memory once the transfer is over, so the
+ * caller raises, after io_interrupts_rethrow(), for a cancel.
+ */
+bool
+http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
+{
+	Collected	c;
+	struct curl_slist *headers;
+	bool		post;
+	bool		no_memory;
+	CURLcode	setup_rc;
+	CURLcode	rc = CURLE_OK;
+	long		status = 0;
+	HttpFailure failure = HTTP_OK;
+
+	if (client == NULL || client->curl == NULL)
+		elog(ERROR, "HTTP request on a released client");
+	if (strcmp(req->method, "GET") == 0)
+		post = false;
+	else if (strcmp(req->method, "POST") == 0)
+		post = true;
+	else
+		elog(ERROR, "unsupported HTTP method \"%s\"", req->method);
+
+	response_clear(resp);
+	io_interrupts_begin();
+	if (!request_safe(req))
+		return fail(resp, HTTP_BAD_HEADER,
+					"a header, a key or the signing string contains a control character (CR, LF, ...)");
+
+	/* From here until free(c.data), nothing raises. */
+	memset(&c, 0, sizeof(c));
+	c.limit = req->max_response_bytes;
+	headers = header_list(req, &no_memory);
+	if (no_memory)
+		return fail(resp, HTTP_NO_MEMORY, "out of memory for the request's headers");
+	setup_rc = configure_request(client->curl, req, post, headers, &c);
+	if (setup_rc == CURLE_OK)
+	{
+		client->errbuf[0] = '\0';
+		rc = curl_easy_perform(client->curl);
+		curl_easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &status);
+	}
+	/* The handle must not keep the list, which is freed now. */
+	curl_easy_setopt(client->curl, CURLOPT_HTTPHEADER, (struct curl_slist *) NULL);
+	curl_slist_free_all(headers);
+
+	if (setup_rc != CURLE_OK)
+		failure = setup_rc == CURLE_OUT_OF_MEMORY ? HTTP_NO_MEMORY : HTTP_INIT_FAILED;
+	else if (rc == CURLE_ABORTED_BY_CALLBACK)
+		failure = HTTP_INTERRUPTED;
+	else if (c.too_large)
+		failure = HTTP_TOO_LARGE;
+	else if (c.no_memory)
+		failure = HTTP_NO_MEMORY;
+	else if (rc != CURLE_OK)
+		failure = rc == CURLE_OPERATION_TIMEDOUT ? HTTP_TIMEOUT : HTTP_CONNECT_FAILED;
+	else
+	{
+		/* Not allowed to raise: the malloc'd buffer is still to be freed. */
+		resp->body = palloc_extended(c.len + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+		if (resp->body == NULL)
+			failure = HTTP_NO_MEMORY;
+		else
+		{
+			if (c.len > 0)
+				memcpy(resp->body, c.data, c.len);
+			resp->body[c.len] = '\0';
+			resp->len = c.len;
+		}
+	}
+	free(c.data);
+
+	resp->status = status;
+	if (c.retry_after[0] != '\0')
+		resp->retry_after = pstrdup(c.retry_after);
+	switch (failure)
+	{
+		case HTTP_OK:
+			return true;
+		case HTTP_INIT_FAILED:
+		case HTTP_NO_MEMORY:
+			if (setup_rc != CURLE_OK)
+				return fail(resp, failure, psprintf("could not set up the request: %s", curl_easy_strerror(setup_rc)));
+			return fail(resp, failure, "out of memory for the response");
+		case HTTP_TOO_LARGE:
+			return fail(resp, failure, psprintf("the response exceeded %zu bytes", req->max_response_bytes));
+		case HTTP_BAD_HEADER:
+		case HTTP_INTERRUPTED:
+		case HTTP_TIMEOUT:
+		case HTTP_CONNECT_FAILED:
+			break;
+	}
+	return fail(resp, failure,
+				psprintf("%s%s%s", curl_easy_strerror(rc), client->errbuf[0] ? ": " : "", client->errbuf));
+}
