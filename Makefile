@@ -17,9 +17,9 @@ EXTENSION  = finalize
 EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
 
 # One folder per subsystem (see README, Development): common, mssql, worker,
-# sensor, gate; src/finalize.c holds only _PG_init.
+# sensor, gate, alert; src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-SUBSYSTEMS = common mssql worker sensor gate
+SUBSYSTEMS = common mssql worker sensor gate alert
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # The install script of the current version is assembled from src/sql/*.sql
@@ -54,7 +54,7 @@ FINALIZE_WERROR ?= -Werror
 PG_CFLAGS += -Wall -Wextra -Wno-missing-field-initializers \
              -Wno-sign-compare $(FINALIZE_WERROR)
 
-REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines event_time alerts privileges
+REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines event_time alerts alert_delivery privileges
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
 
 # make installcheck runs pg_regress in a temporary instance it starts and
@@ -95,6 +95,7 @@ UNIT_SOURCES_test_plan = src/worker/plan.c src/common/lsn.c
 UNIT_SOURCES_test_clock_check = src/worker/clock_check.c
 UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
 UNIT_SOURCES_test_sketch = src/common/sketch.c
+UNIT_SOURCES_test_outcome = src/alert/outcome.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -29,6 +29,7 @@
 
 PG_FUNCTION_INFO_V1(finalize_mssql_validator);
 PG_FUNCTION_INFO_V1(finalize_s3_validator);
+PG_FUNCTION_INFO_V1(finalize_webhook_validator);
 
 /* Checks one option value; false means invalid. */
 typedef bool (*OptionCheck) (const char *value);
@@ -255,6 +256,83 @@ static const FdwOption s3_options[] = {
 	{NULL}
 };
 
+/*
+ * Whether a host is this machine: plain http is accepted only there (a
+ * local relay, tests), since alerts carry table names and error texts.
+ */
+static bool
+loopback_host(const char *host, size_t len)
+{
+	return (len == 9 && pg_strncasecmp(host, "localhost", 9) == 0) ||
+		(len >= 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len) ||
+		(len == 5 && strncmp(host, "[::1]", 5) == 0);
+}
+
+/*
+ * Accepts a webhook URL: https:// and a host, or http:// to a loopback
+ * host; no credentials in it (user@), no fragment, no whitespace or
+ * control bytes.
+ */
+static bool
+check_webhook_url(const char *value)
+{
+	bool		plain = strncmp(value, "http://", 7) == 0;
+	const char *host = plain ? value + 7 : value + 8;
+	size_t		hostlen;
+
+	if (!plain && strncmp(value, "https://", 8) != 0)
+		return false;
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+		if (*c <= 0x20 || *c == 0x7f || *c == '#')
+			return false;
+	hostlen = strcspn(host, "/?");
+	if (hostlen == 0 || host[0] == ':' || memchr(host, '@', hostlen) != NULL)
+		return false;
+	if (host[0] == '[')
+		hostlen = strcspn(host, "]") + 1;
+	else
+		hostlen = strcspn(host, ":/?");
+	return !plain || loopback_host(host, hostlen);
+}
+
+/* Accepts the payload formats of webhook targets. */
+static bool
+check_webhook_format(const char *value)
+{
+	return strcmp(value, "json") == 0 || strcmp(value, "slack") == 0 ||
+		strcmp(value, "pagerduty_v2") == 0 || strcmp(value, "opsgenie") == 0;
+}
+
+/* Accepts a severity of an incident. */
+static bool
+check_severity(const char *value)
+{
+	return strcmp(value, "info") == 0 || strcmp(value, "warning") == 0 || strcmp(value, "critical") == 0;
+}
+
+/* A URL may be the secret itself (Slack's), so it is never echoed. */
+static const FdwOption webhook_options[] = {
+	{"url", ForeignServerRelationId, true, check_webhook_url,
+	"The URL is https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment; put it in the user mapping instead when it is itself the secret, as Slack's are."},
+	{"format", ForeignServerRelationId, false, check_webhook_format,
+	"The format is json (finalize's signed schema), slack, pagerduty_v2 or opsgenie."},
+	{"min_severity", ForeignServerRelationId, false, check_severity,
+	"The minimum severity is info, warning (the default) or critical."},
+	{"timeout", ForeignServerRelationId, false, check_positive_interval,
+	"The timeout is a positive interval without months, such as '10 seconds': how long one delivery may take."},
+	{"url", UserMappingRelationId, true, check_webhook_url,
+	"The URL is https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment."},
+	{"bearer_token", UserMappingRelationId, true, check_header_value,
+	"The bearer token must not be empty, and has no control characters (CR, LF, ...)."},
+	{"routing_key", UserMappingRelationId, true, check_header_value,
+	"The routing key (PagerDuty's integration key) must not be empty, and has no control characters."},
+	{"api_key", UserMappingRelationId, true, check_header_value,
+	"The API key (Opsgenie's GenieKey) must not be empty, and has no control characters."},
+	{"hmac_key", UserMappingRelationId, true, check_header_value,
+	"The HMAC key signs json deliveries (X-Finalize-Signature); it must not be empty, and has no control characters."},
+	{NULL}
+};
+
 /* What a catalog is called in messages. */
 static const char *
 context_name(Oid context)
@@ -318,8 +396,9 @@ validate_options(const char *wrapper, const FdwOption *options, List *opts, Oid 
 		const FdwOption *opt = NULL;
 		const char *value;
 
+		/* An option may belong to two catalogs (a webhook's url). */
 		for (const FdwOption *o = options; o->name; o++)
-			if (strcmp(o->name, def->defname) == 0)
+			if (strcmp(o->name, def->defname) == 0 && (opt == NULL || o->context == context))
 				opt = o;
 
 		if (opt == NULL || opt->context != context)
@@ -405,6 +484,19 @@ finalize_s3_validator(PG_FUNCTION_ARGS)
 	Oid			context = PG_GETARG_OID(1);
 
 	validate_options("finalize_s3", s3_options, opts, context);
+	PG_RETURN_VOID();
+}
+
+/*
+ * Validator of the finalize_webhook wrapper (targets of alert delivery).
+ */
+Datum
+finalize_webhook_validator(PG_FUNCTION_ARGS)
+{
+	List	   *opts = untransformRelOptions(PG_GETARG_DATUM(0));
+	Oid			context = PG_GETARG_OID(1);
+
+	validate_options("finalize_webhook", webhook_options, opts, context);
 	PG_RETURN_VOID();
 }
 

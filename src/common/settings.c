@@ -31,6 +31,7 @@ int			finalize_s3_max_pages = 100000;
 int			finalize_consumer_stall_threshold_s = 15 * 60;
 int			finalize_late_data_alert_interval_s = 60 * 60;
 int			finalize_alert_after_s = 5 * 60;
+int			finalize_alert_retry_limit = 15;
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
@@ -158,6 +159,16 @@ define_trust_settings(void)
 							5 * 60, 0, INT_MAX,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.alert_retry_limit",
+							"How many times the alerts worker tries to deliver one message to a webhook target.",
+							"Retries back off exponentially with jitter (1 s doubling to 10 minutes, at least the "
+							"target's Retry-After); after the last one the delivery is marked failed.",
+							&finalize_alert_retry_limit,
+							15, 1, 1000,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("finalize.late_data_alert_interval",

@@ -143,6 +143,24 @@ slot_is_running(SlotKind kind, Oid dboid, Oid serverid)
 	return found;
 }
 
+/* The pid of the live process holding a slot, or 0. */
+pid_t
+slot_pid(SlotKind kind, Oid dboid, Oid serverid)
+{
+	pid_t		pid = 0;
+
+	SpinLockAcquire(&finalize_shared->mutex);
+	for (int i = 0; i < FINALIZE_MAX_SLOTS && pid == 0; i++)
+	{
+		WorkerSlot *s = &finalize_shared->slots[i];
+
+		if (s->kind == kind && s->dboid == dboid && s->serverid == serverid && slot_alive(s))
+			pid = s->pid;
+	}
+	SpinLockRelease(&finalize_shared->mutex);
+	return pid;
+}
+
 /* Copies the live slots of a kind in a database; returns how many. */
 int
 slot_list(SlotKind kind, Oid dboid, WorkerSlot *out, int max)

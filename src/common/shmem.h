@@ -8,14 +8,15 @@
 #include "port/atomics.h"
 #include "storage/spin.h"
 
-/* Launcher, schedulers and source workers together (one slot each). */
+/* Launcher, schedulers, alerts workers and source workers together (one slot each). */
 #define FINALIZE_MAX_SLOTS 128
 
 typedef enum SlotKind
 {
 	SLOT_FREE = 0,
 	SLOT_SCHEDULER,				/* one per database */
-	SLOT_WORKER					/* one per source (foreign server) */
+	SLOT_WORKER,				/* one per source (foreign server) */
+	SLOT_ALERTS					/* one per database: webhook delivery */
 } SlotKind;
 
 typedef struct WorkerSlot
@@ -47,6 +48,7 @@ extern bool slot_claim(SlotKind kind, Oid dboid, Oid serverid);
 extern bool slot_is_running(SlotKind kind, Oid dboid, Oid serverid);
 extern int	slot_list(SlotKind kind, Oid dboid, WorkerSlot *out, int max);
 extern int	slot_signal_database(Oid dboid, int signo);
+extern pid_t slot_pid(SlotKind kind, Oid dboid, Oid serverid);
 extern void set_paused_database(Oid dboid);
 extern Oid	paused_database(void);
 

@@ -55,7 +55,9 @@ CREATE TABLE @extschema@.tracked_table (
     CONSTRAINT tracked_table_event_time_check
         CHECK (event_time_column IS NULL OR kind = 'source'),
     CONSTRAINT tracked_table_quantile_check
-        CHECK ((lateness_policy = 'quantile') = (lateness_quantile IS NOT NULL))
+        CHECK ((lateness_policy = 'quantile') = (lateness_quantile IS NOT NULL)),
+    max_lag           interval
+                      CONSTRAINT tracked_table_max_lag_check CHECK (max_lag > interval '0')
 );
 COMMENT ON TABLE @extschema@.tracked_table IS
     'Logical tables whose completeness finalize tracks, and their SQL Server source';
@@ -65,6 +67,8 @@ COMMENT ON COLUMN @extschema@.tracked_table.event_time_column IS
     'A captured date/time column of the source table that partitions the lake table (event time); NULL: partitioned by commit time';
 COMMENT ON COLUMN @extschema@.tracked_table.event_time_zone IS
     'IANA zone the event column''s values are written in (NULL: the server''s timezone option; unused for datetimeoffset)';
+COMMENT ON COLUMN @extschema@.tracked_table.max_lag IS
+    'Freshness SLA: an incident opens when now() - finalized_until exceeds it (NULL: none)';
 COMMENT ON COLUMN @extschema@.tracked_table.lateness_policy IS
     'exact: an event period is final once the commit-time verdict passed its end plus allowed_lateness; quantile: plus the lateness_quantile of the lateness observed in lateness_window (at least allowed_lateness)';
 

@@ -281,7 +281,8 @@ CREATE FUNCTION @extschema@.alter_tracked_table(
     lateness_policy   text DEFAULT NULL,
     allowed_lateness  interval DEFAULT NULL,
     lateness_quantile double precision DEFAULT NULL,
-    lateness_window   interval DEFAULT NULL)
+    lateness_window   interval DEFAULT NULL,
+    max_lag           interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -304,6 +305,11 @@ BEGIN
     IF on_data_loss IS NOT NULL THEN
         PERFORM @extschema@._check_on_data_loss(on_data_loss);
     END IF;
+    IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0) THEN
+        RAISE EXCEPTION 'invalid value for argument max_lag: %', max_lag
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The freshness SLA is a length of time without months, such as ''2 hours''; 0 removes it.';
+    END IF;
     SELECT t.table_id, t.kind INTO id, kind FROM @extschema@.tracked_table t
      WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -313,7 +319,7 @@ BEGIN
                              OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
                              OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
                              OR lateness_window IS NOT NULL) THEN
-        RAISE EXCEPTION 'table "%" is a derived table: only its granularity can be changed', alter_tracked_table.table_name
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity and max_lag can be changed', alter_tracked_table.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'ddl_policy, on_data_loss and the event-time settings say how the worker reads a SQL Server table; a derived table has none.';
     END IF;
@@ -374,7 +380,11 @@ BEGIN
                                     THEN NULL
                                     ELSE coalesce(alter_tracked_table.lateness_quantile, t.lateness_quantile) END,
            lateness_window = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.lateness_window)),
-                                      t.lateness_window)
+                                      t.lateness_window),
+           -- without days, like every length of time here; 0 removes the SLA
+           max_lag = CASE WHEN alter_tracked_table.max_lag IS NULL THEN t.max_lag
+                          WHEN alter_tracked_table.max_lag = interval '0' THEN NULL
+                          ELSE make_interval(secs => extract(epoch FROM alter_tracked_table.max_lag)) END
      WHERE t.table_id = id;
     -- Which periods a loss holds depends on the granularity; a derived
     -- table's verdict may move at once under a finer one.
@@ -387,8 +397,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
-                                                    double precision, interval) IS
-    'Change the granularity, DDL policy, data-loss policy or event-time settings of a tracked table (only the granularity of a derived one)';
+                                                    double precision, interval, interval) IS
+    'Change the granularity, DDL policy, data-loss policy, event-time settings or freshness SLA (max_lag) of a tracked table (only the granularity and max_lag of a derived one)';
 
 -- Lets a stopped table go on. After a schema change that blocked it, the DDL
 -- counts as reviewed and the verdict continues from where it stopped. After

@@ -41,7 +41,7 @@ GRANT EXECUTE ON FUNCTION
                             text, text, text, interval, double precision, interval),
     @extschema@.untrack_table(text, boolean, boolean),
     @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
-                                    double precision, interval),
+                                    double precision, interval, interval),
     @extschema@.resume_table(text),
     @extschema@.release_source(text),
     @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
@@ -102,3 +102,7 @@ GRANT SELECT ON @extschema@.event_fact, @extschema@.lateness_hour, @extschema@.l
 GRANT SELECT ON @extschema@.alerts TO finalize_reader;
 GRANT EXECUTE ON FUNCTION @extschema@.acknowledge_alert(bigint, text) TO finalize_admin;
 GRANT SELECT ON @extschema@.alert TO finalize_admin;
+-- Webhook deliveries: readers see them (what reached whom), admins the
+-- queue and the targets' breakers.
+GRANT SELECT ON @extschema@.alert_deliveries TO finalize_reader;
+GRANT SELECT ON @extschema@.alert_delivery, @extschema@.alert_target_state TO finalize_admin;

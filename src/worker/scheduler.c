@@ -2,8 +2,10 @@
  * scheduler.c
  *     The scheduler: one dynamic background worker in finalize.database. It
  *     keeps one source worker running per foreign server that has tracked
- *     tables, stops those whose source is gone, and applies the facts
- *     retention. It idles while the extension is not installed.
+ *     tables, stops those whose source is gone, applies the facts
+ *     retention, checks the tables' freshness SLAs, and keeps the alerts
+ *     worker running while there are webhook targets or deliveries. It idles
+ *     while the extension is not installed.
  */
 #include "postgres.h"
 
@@ -51,13 +53,39 @@ typedef struct StartedWorker
 static StartedWorker started[FINALIZE_MAX_SLOTS];
 static int	nstarted = 0;
 
+/* The alerts worker this scheduler registered, until it is seen running or stopped. */
+static BackgroundWorkerHandle *alerts_handle = NULL;
+
+/*
+ * Checks the freshness SLAs (incidents of tables whose verdict lags) and
+ * says whether the alerts worker is needed: webhook targets or pending
+ * deliveries exist. A catalog older than the library has neither.
+ */
+static bool
+check_alerts(void)
+{
+	bool		isnull;
+
+	if (SPI_execute("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._check_freshness()') IS NOT NULL",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not look for finalize's alert functions");
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return false;
+	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
+					"(EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) OR "
+					"EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))",
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not check finalize's freshness SLAs");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /*
  * Reads the sources that have tracked tables, in a short transaction; also
- * purges old facts once an hour. Returns -1 while the extension is not
- * installed.
+ * purges old facts once an hour, checks freshness and sets *want_alerts.
+ * Returns -1 while the extension is not installed.
  */
 static int
-read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
+read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge, bool *want_alerts)
 {
 	int			n = 0;
 
@@ -85,6 +113,7 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 		ws_purge_facts();
 		*last_purge = GetCurrentTimestamp();
 	}
+	*want_alerts = check_alerts();
 	ws_commit();
 	return n;
 }
@@ -122,13 +151,39 @@ record_no_worker(const WantedSource *src)
 	ws_commit();
 }
 
+/* Starts the alerts worker unless it runs or is starting. */
+static void
+ensure_alerts_worker(void)
+{
+	pid_t		pid;
+	char		name[BGW_MAXLEN];
+
+	if (slot_is_running(SLOT_ALERTS, MyDatabaseId, InvalidOid))
+		return;
+	if (alerts_handle != NULL && GetBackgroundWorkerPid(alerts_handle, &pid) != BGWH_STOPPED)
+		return;
+	snprintf(name, sizeof(name), "finalize alerts for database %s", finalize_database);
+	if (!start_dynamic_worker("finalize_alerts_main", "finalize alerts", name, MyDatabaseId, InvalidOid,
+							  &alerts_handle))
+	{
+		alerts_handle = NULL;
+		ereport(WARNING,
+				(errmsg("finalize could not start its alerts worker"),
+				 errdetail("Incidents are recorded in finalize.alerts, but no webhook is sent until it runs."),
+				 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
+						 "one for its scheduler, one for webhook delivery and one per source.")));
+	}
+}
+
 /* One round: start the missing workers, stop the unneeded ones. */
 static void
 schedule(TimestampTz *last_purge)
 {
 	WantedSource wanted[FINALIZE_MAX_SLOTS];
 	WorkerSlot	running[FINALIZE_MAX_SLOTS];
-	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge) : 0;
+	bool		want_alerts = false;
+	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge,
+																 &want_alerts) : 0;
 	int			nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
 
 	for (int i = 0; i < nrunning; i++)
@@ -154,6 +209,8 @@ schedule(TimestampTz *last_purge)
 		else
 			record_no_worker(&wanted[j]);
 	}
+	if (want_alerts)
+		ensure_alerts_worker();
 }
 
 /* Entry point of the scheduler; bgw_extra holds the database OID. */

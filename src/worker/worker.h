@@ -1,7 +1,7 @@
 /*
  * worker.h
- *     Background processes: launcher, per-database scheduler, per-source
- *     worker.
+ *     Background processes: launcher, per-database scheduler and alerts
+ *     worker, per-source worker.
  */
 #ifndef FINALIZE_WORKER_H
 #define FINALIZE_WORKER_H
@@ -17,5 +17,6 @@ extern bool start_dynamic_worker(const char *function, const char *type, const c
 PGDLLEXPORT void finalize_launcher_main(Datum arg);
 PGDLLEXPORT void finalize_scheduler_main(Datum arg);
 PGDLLEXPORT void finalize_worker_main(Datum arg);
+PGDLLEXPORT void finalize_alerts_main(Datum arg);
 
 #endif							/* FINALIZE_WORKER_H */

@@ -48,7 +48,7 @@ ADMIN = PUBLISHER | PIPELINE | {
     "add_consumer(text,text,boolean,regrole)", "alter_consumer(text,text,boolean,regrole,boolean)",
     "drop_consumer(text,text)", "track_derived(text,text[],interval)",
     "acknowledge_loss(text,timestamp with time zone,timestamp with time zone,text)",
-    "alter_tracked_table(text,interval,text,text,text,text,text,interval,double precision,interval)",
+    "alter_tracked_table(text,interval,text,text,text,text,text,interval,double precision,interval,interval)",
     "resume_table(text)", "release_source(text)",
     "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
     "timestamp with time zone,text,text,jsonb,jsonb,bytea,timestamp with time zone,timestamp with time zone)",
@@ -58,13 +58,14 @@ ADMIN = PUBLISHER | PIPELINE | {
 MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
                "sec_nobody": set()}
 MAY_SELECT = {
-    "sec_reader": {"status", "consumers", "late_data", "alerts"},
-    "sec_pipeline": {"status", "consumers", "late_data", "alerts"},
-    "sec_publisher": {"status", "consumers", "facts", "releases", "late_data", "alerts"},
+    "sec_reader": {"status", "consumers", "late_data", "alerts", "alert_deliveries"},
+    "sec_pipeline": {"status", "consumers", "late_data", "alerts", "alert_deliveries"},
+    "sec_publisher": {"status", "consumers", "facts", "releases", "late_data", "alerts", "alert_deliveries"},
     "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
                   "table_condition", "consumer", "derived_input", "loss", "loss_ack",
                   "partition_registration", "projection", "release", "published", "late_data",
-                  "event_fact", "lateness_hour", "late_period", "alerts", "alert"},
+                  "event_fact", "lateness_hour", "late_period", "alerts", "alert",
+                  "alert_deliveries", "alert_delivery", "alert_target_state"},
     "sec_nobody": set(),
 }
 

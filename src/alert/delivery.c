@@ -1,0 +1,332 @@
+/*
+ * delivery.c
+ *     The alerts worker: one dynamic background worker per database, started
+ *     by the scheduler while webhook targets or pending deliveries exist. It
+ *     drains finalize.alert_delivery.
+ *
+ * Each delivery takes three steps, and no transaction is open during the
+ * HTTP request: a short transaction claims the next due delivery
+ * (_claim_delivery, which counts the attempt) and reads its target; the
+ * request goes out through common/http.c; a short transaction records the
+ * outcome (_delivery_result: delivered, retried with backoff, or failed;
+ * the target's circuit breaker). A receiver that stalls costs this worker
+ * its timeout, never a source worker or a verdict. The worker sleeps until
+ * the next delivery falls due; the queue's trigger wakes it at commit
+ * (wake.c). A crash between the request and the record re-sends the same
+ * request under the same idempotency key, which receivers deduplicate.
+ */
+#include "postgres.h"
+
+#include <signal.h>
+#include <time.h>
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "alert/outcome.h"
+#include "alert/payload.h"
+#include "alert/target.h"
+#include "common/http.h"
+#include "common/settings.h"
+#include "common/shmem.h"
+#include "worker/worker.h"
+#include "worker/worker_state.h"
+
+/* Without a wake-up, the queue is looked at this often. */
+#define IDLE_NAP_MS 10000
+/* Deliveries sent before the worker looks at its latch and settings again. */
+#define DELIVERIES_PER_ROUND 50
+/* An answer's body kept in last_error, at most. */
+#define ERROR_EXCERPT 300
+
+/* One claimed delivery, with the request to send or why there is none. */
+typedef struct Claimed
+{
+	int64		delivery_id;
+	char	   *target_name;
+	AlertTarget *target;
+	AlertRequest *request;
+	char	   *error;			/* set: fails at once, nothing is sent */
+} Claimed;
+
+/* What one attempt came to, for _delivery_result. */
+typedef struct Attempt
+{
+	bool		delivered;
+	long		status;			/* 0: no HTTP answer */
+	char	   *error;
+	double		retry_after;	/* seconds, -1 when none */
+	bool		permanent;
+} Attempt;
+
+static HttpClient *client = NULL;
+
+/* Whether the catalog has the delivery queue (an older version has not). */
+static bool
+queue_exists(void)
+{
+	if (!OidIsValid(get_extension_oid("finalize", true)))
+		return false;
+	if (SPI_execute("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._claim_delivery()') IS NOT NULL",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not look for finalize's delivery queue");
+	return strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "t") == 0;
+}
+
+/*
+ * Claims the next due delivery and builds its request (in cxt); false when
+ * none is due. *gone is set when the worker has nothing left to serve (the
+ * extension, or every target and pending delivery, is gone).
+ */
+static bool
+claim_next(MemoryContext cxt, Claimed *c, bool *gone)
+{
+	bool		isnull;
+	Oid			target_id;
+	Jsonb	   *event;
+	MemoryContext old;
+
+	ws_begin("finalize: claiming an alert delivery");
+	if (!queue_exists())
+	{
+		*gone = true;
+		ws_commit();
+		return false;
+	}
+	if (SPI_execute("SELECT d.delivery_id, d.target_id, d.target_name, d.event FROM "
+					FINALIZE_SCHEMA "._claim_delivery() AS d", false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not claim an alert delivery");
+	if (SPI_processed == 0)
+	{
+		if (SPI_execute("SELECT NOT EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) "
+						"AND NOT EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending')",
+						true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not look for webhook targets");
+		*gone = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		ws_commit();
+		return false;
+	}
+	old = MemoryContextSwitchTo(cxt);
+	memset(c, 0, sizeof(*c));
+	c->delivery_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	target_id = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	c->target_name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	event = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	c->target = alert_target_load(target_id, cxt, &c->error);
+	if (c->target != NULL)
+	{
+		c->request = alert_build_request(c->target->format, c->target->url, event, &c->target->secrets, &c->error);
+		if (c->request == NULL)
+			c->error = psprintf("webhook target \"%s\": %s", c->target->name, c->error);
+	}
+	MemoryContextSwitchTo(old);
+	ws_commit();
+	return true;
+}
+
+/*
+ * At most ERROR_EXCERPT bytes of what a receiver or libcurl said, printable
+ * ASCII only: it goes into a text column and the server log, whatever
+ * bytes the receiver sent.
+ */
+static char *
+excerpt(const char *s, size_t len)
+{
+	size_t		n = Min(len, ERROR_EXCERPT);
+	char	   *out = palloc(n + 1);
+
+	for (size_t i = 0; i < n; i++)
+		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+	out[n] = '\0';
+	return out;
+}
+
+/* Sends a claimed delivery's request; no transaction is open. */
+static void
+send_request(Claimed *c, Attempt *a)
+{
+	HttpRequest req;
+	HttpResponse resp;
+
+	memset(a, 0, sizeof(*a));
+	a->retry_after = -1;
+	if (c->error != NULL)
+	{
+		a->error = c->error;
+		a->permanent = true;
+		return;
+	}
+	if (client == NULL)
+		client = http_client_create(TopMemoryContext, &resp);
+	if (client == NULL)
+	{
+		a->error = psprintf("could not start an HTTP client: %s", resp.error);
+		return;
+	}
+	memset(&req, 0, sizeof(req));
+	req.method = "POST";
+	req.url = c->request->url;
+	req.headers = c->request->headers;
+	req.body = c->request->body;
+	req.body_len = strlen(c->request->body);
+	req.timeout_ms = c->target->timeout_ms;
+	req.connect_timeout_ms = c->target->timeout_ms;
+	req.max_response_bytes = 1024 * 1024;
+	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: delivering an alert to \"%s\"", c->target->name));
+	(void) http_perform(client, &req, &resp);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	/* A cancel or a termination is served now, after libcurl returned. */
+	CHECK_FOR_INTERRUPTS();
+	a->status = resp.failure == HTTP_OK ? resp.status : 0;
+	switch (delivery_verdict(resp.failure == HTTP_OK, resp.status))
+	{
+		case DELIVERY_DONE:
+			a->delivered = true;
+			break;
+		case DELIVERY_PERMANENT:
+			a->permanent = true;
+			/* FALLTHROUGH */
+		case DELIVERY_RETRY:
+			if (resp.failure != HTTP_OK)
+				a->error = alert_redact(c->target, excerpt(resp.error, strlen(resp.error)));
+			else
+				a->error = alert_redact(c->target, psprintf("HTTP %ld%s%s", resp.status, resp.len > 0 ? ": " : "",
+															excerpt(resp.body, resp.len)));
+			a->retry_after = delivery_retry_after(resp.retry_after, time(NULL));
+			break;
+	}
+}
+
+/* Records an attempt's outcome in a short transaction. */
+static void
+record_attempt(const Claimed *c, const Attempt *a)
+{
+	Oid			types[7] = {INT8OID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, INT4OID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = Int64GetDatum(c->delivery_id);
+	values[1] = BoolGetDatum(a->delivered);
+	values[2] = Int32GetDatum((int32) a->status);
+	if (a->status == 0)
+		nulls[2] = 'n';
+	if (a->error != NULL)
+		values[3] = CStringGetTextDatum(a->error);
+	else
+		nulls[3] = 'n';
+	values[4] = Float8GetDatum(a->retry_after);
+	if (a->retry_after < 0)
+		nulls[4] = 'n';
+	values[5] = BoolGetDatum(a->permanent);
+	values[6] = Int32GetDatum(finalize_alert_retry_limit);
+	ws_begin("finalize: recording an alert delivery");
+	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._delivery_result($1, $2, $3, $4, $5, $6, $7)",
+							  7, types, values, nulls, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not record an alert delivery");
+	ws_commit();
+}
+
+/* Milliseconds until the next pending delivery falls due, at most IDLE_NAP_MS. */
+static long
+nap_ms(void)
+{
+	long		nap = IDLE_NAP_MS;
+	bool		isnull;
+	Datum		due;
+
+	ws_begin("finalize: waiting for alert deliveries");
+	if (queue_exists())
+	{
+		if (SPI_execute("SELECT " FINALIZE_SCHEMA "._next_delivery()", true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read when the next alert delivery is due");
+		due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(GetCurrentTimestamp(), DatumGetTimestampTz(due), &secs, &usecs);
+			nap = Min(nap, secs * 1000 + usecs / 1000 + 1);
+		}
+	}
+	ws_commit();
+	return nap;
+}
+
+/* Claims and sends due deliveries; returns false when nothing is left to serve. */
+static bool
+deliver_round(MemoryContext cxt)
+{
+	for (int i = 0; i < DELIVERIES_PER_ROUND; i++)
+	{
+		Claimed		c;
+		Attempt		a;
+		bool		gone = false;
+
+		MemoryContextReset(cxt);
+		if (!claim_next(cxt, &c, &gone))
+			return !gone;
+		send_request(&c, &a);
+		record_attempt(&c, &a);
+	}
+	return true;
+}
+
+/* Entry point of the alerts worker; bgw_extra holds the database OID. */
+void
+finalize_alerts_main(Datum arg pg_attribute_unused())
+{
+	Oid			dboid;
+	MemoryContext cxt;
+
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	connect_worker_to_database(dboid);
+	if (!slot_claim(SLOT_ALERTS, dboid, InvalidOid))
+		proc_exit(0);
+	cxt = AllocSetContextCreate(TopMemoryContext, "finalize alerts", ALLOCSET_DEFAULT_SIZES);
+
+	/* What a previous run claimed and never recorded is due again. */
+	ws_begin("finalize: releasing alert deliveries");
+	if (queue_exists() &&
+		SPI_execute("SELECT " FINALIZE_SCHEMA "._release_claims()", false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not release claimed alert deliveries");
+	ws_commit();
+
+	for (;;)
+	{
+		long		nap;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (paused_database() == MyDatabaseId)
+			proc_exit(0);
+		ResetLatch(MyLatch);
+		if (!deliver_round(cxt))
+			proc_exit(0);
+		MemoryContextReset(cxt);
+		nap = nap_ms();
+		if (nap > 0)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, nap, PG_WAIT_EXTENSION);
+	}
+}

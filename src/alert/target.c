@@ -1,0 +1,142 @@
+/*
+ * target.c
+ *     Reads a webhook target in the alerts worker's transaction: the
+ *     finalize_webhook server's options and the secrets of the user mapping
+ *     of its owner (else PUBLIC's), the mapping the owner set up, as the
+ *     source workers read their logins.
+ */
+#include "postgres.h"
+
+#include "foreign/foreign.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "alert/target.h"
+#include "common/fdw_options.h"
+#include "common/period.h"
+
+#define DEFAULT_TIMEOUT_MS 10000
+
+/* A secret option copied into cxt and remembered for redaction; NULL when absent. */
+static const char *
+load_secret(AlertTarget *t, List *options, const char *name)
+{
+	const char *value = fdw_option_value(options, name, NULL);
+
+	if (value == NULL)
+		return NULL;
+	value = pstrdup(value);
+	t->secret_values = lappend(t->secret_values, (char *) value);
+	return value;
+}
+
+/* The timeout option in milliseconds (the validator checked it). */
+static long
+timeout_ms(const char *text)
+{
+	int64		usecs;
+
+	if (text == NULL)
+		return DEFAULT_TIMEOUT_MS;
+	if (!interval_usecs(DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
+															  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1))),
+						&usecs) || usecs <= 0)
+		return DEFAULT_TIMEOUT_MS;
+	return (long) Min(Max(usecs / 1000, 1), (int64) 3600 * 1000);
+}
+
+/*
+ * The target of a delivery, copied into cxt; NULL with *error set when it
+ * was dropped, belongs to another wrapper, or has no URL anywhere. Errors
+ * name the server, never a secret.
+ */
+AlertTarget *
+alert_target_load(Oid serverid, MemoryContext cxt, char **error)
+{
+	ForeignServer *server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
+	MemoryContext old;
+	AlertTarget *t;
+	List	   *um_options = NIL;
+
+	*error = NULL;
+	if (server == NULL)
+	{
+		*error = pstrdup("the webhook target was dropped (DROP SERVER) before its delivery");
+		return NULL;
+	}
+	if (strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_webhook") != 0)
+	{
+		*error = psprintf("server \"%s\" is no longer a finalize_webhook target", server->servername);
+		return NULL;
+	}
+	if (SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(server->owner), ObjectIdGetDatum(serverid)) ||
+		SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid), ObjectIdGetDatum(serverid)))
+		um_options = GetUserMapping(server->owner, serverid)->options;
+
+	old = MemoryContextSwitchTo(cxt);
+	t = palloc0(sizeof(AlertTarget));
+	t->id = serverid;
+	t->name = pstrdup(server->servername);
+	t->format = pstrdup(fdw_option_value(server->options, "format", "json"));
+	t->timeout_ms = timeout_ms(fdw_option_value(server->options, "timeout", NULL));
+	t->url = (char *) load_secret(t, um_options, "url");
+	if (t->url != NULL)
+	{
+		/* A receiver quotes the path it was sent, not the whole URL. */
+		const char *host = strstr(t->url, "://");
+		const char *path = host ? strchr(host + 3, '/') : NULL;
+
+		if (path != NULL && strlen(path) > 1)
+			t->secret_values = lappend(t->secret_values, pstrdup(path));
+	}
+	else if (fdw_option_value(server->options, "url", NULL) != NULL)
+		t->url = (char *) load_secret(t, server->options, "url");
+	t->secrets.bearer_token = load_secret(t, um_options, "bearer_token");
+	t->secrets.routing_key = load_secret(t, um_options, "routing_key");
+	t->secrets.api_key = load_secret(t, um_options, "api_key");
+	t->secrets.hmac_key = load_secret(t, um_options, "hmac_key");
+	MemoryContextSwitchTo(old);
+	if (t->url == NULL)
+	{
+		*error = psprintf("webhook target \"%s\" has no url: set it on the server or in its owner's user mapping",
+						  t->name);
+		return NULL;
+	}
+	return t;
+}
+
+/*
+ * A text (an answer's body, curl's words) with every secret of the target
+ * replaced, so that a receiver echoing a header or a URL cannot put one
+ * into the delivery's last_error.
+ */
+char *
+alert_redact(const AlertTarget *target, const char *text)
+{
+	char	   *out = pstrdup(text);
+	ListCell   *lc;
+
+	foreach(lc, target->secret_values)
+	{
+		const char *secret = (const char *) lfirst(lc);
+		size_t		slen = strlen(secret);
+		StringInfoData buf;
+		const char *from = out;
+		const char *hit;
+
+		if (slen < 4)
+			continue;
+		initStringInfo(&buf);
+		while ((hit = strstr(from, secret)) != NULL)
+		{
+			appendBinaryStringInfo(&buf, from, hit - from);
+			appendStringInfoString(&buf, "[redacted]");
+			from = hit + slen;
+		}
+		appendStringInfoString(&buf, from);
+		out = buf.data;
+	}
+	return out;
+}

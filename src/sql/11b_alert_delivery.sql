@@ -1,0 +1,395 @@
+-- Alert delivery (docs/design/alerts.md): the incidents of release
+-- rejections and freshness SLAs, webhook targets, and the queue the
+-- "finalize alerts" background worker drains. After the gate's part, since
+-- a release that was refused opens an incident.
+
+-- A release that was refused is an informational incident of its
+-- partition; the next released generation resolves it. Runs in the gate's
+-- transaction, as the extension's owner (who records releases).
+CREATE FUNCTION @extschema@._release_alert()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    codes text;
+BEGIN
+    IF NEW.released THEN
+        PERFORM @extschema@._resolve_alerts('release_rejected', NEW.table_id, NULL, NEW.partition);
+        RETURN NULL;
+    END IF;
+    SELECT string_agg(format('%s %s', c.n, c.code), ', ' ORDER BY c.n DESC, c.code) INTO codes
+      FROM (SELECT p->>'code' AS code, count(*) AS n
+              FROM jsonb_array_elements(CASE jsonb_typeof(NEW.problems) WHEN 'array' THEN NEW.problems
+                                             ELSE '[]'::jsonb END) AS p
+             GROUP BY 1) c;
+    PERFORM @extschema@._raise_alert(
+        'release_rejected', 'info', NEW.table_id, NULL, NEW.partition,
+        format('Generation "%s" of partition "%s" was not released: %s.', NEW.generation, NEW.partition,
+               coalesce(codes, 'no problem was recorded')),
+        jsonb_build_object('release_id', NEW.release_id, 'generation', NEW.generation,
+                           'problems', jsonb_array_length(CASE jsonb_typeof(NEW.problems) WHEN 'array'
+                                                               THEN NEW.problems ELSE '[]'::jsonb END),
+                           'requested_by', NEW.requested_by));
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER release_alert AFTER INSERT ON @extschema@.release
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._release_alert();
+
+-- The freshness SLA of every table that has one (tracked_table.max_lag),
+-- run by the scheduler each round: a table whose verdict lags now() by more
+-- than its max_lag opens one incident (refreshed at most once a minute
+-- while it lasts); one back within, untracked, or without an SLA any more
+-- is resolved. A table without a verdict yet lags from when it was
+-- tracked. Returns how many tables are over their SLA.
+CREATE FUNCTION @extschema@._check_freshness()
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = 'freshness' AND a.state <> 'resolved'
+       AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                         JOIN @extschema@.watermark w ON w.table_id = t.table_id
+                        WHERE t.table_id = a.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
+                          AND now() - coalesce(w.finalized_until, t.created_at) > t.max_lag);
+    FOR r IN
+        SELECT t.table_id, t.table_name, t.server_name, t.max_lag, w.finalized_until,
+               make_interval(secs => floor(extract(epoch FROM now() - coalesce(w.finalized_until, t.created_at))))
+                   AS lag,
+               (SELECT a.last_seen FROM @extschema@.alert a
+                 WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
+          FROM @extschema@.tracked_table t
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
+           AND now() - coalesce(w.finalized_until, t.created_at) > t.max_lag
+    LOOP
+        n := n + 1;
+        CONTINUE WHEN r.seen > now() - interval '1 minute';
+        PERFORM @extschema@._raise_alert(
+            'freshness', 'warning', r.table_id, r.server_name, '',
+            CASE WHEN r.finalized_until IS NULL
+                 THEN format('Table "%s" has no verdict %s after it was tracked; its freshness SLA (max_lag) is %s.',
+                             r.table_name, r.lag, r.max_lag)
+                 ELSE format('Table "%s" is final only until %s, %s ago; its freshness SLA (max_lag) is %s.',
+                             r.table_name, @extschema@._utc_iso(r.finalized_until),
+                             r.lag, r.max_lag) END,
+            jsonb_build_object('finalized_until', @extschema@._utc_iso(r.finalized_until),
+                               'lag_seconds', floor(extract(epoch FROM r.lag)),
+                               'max_lag_seconds', extract(epoch FROM r.max_lag)));
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- Webhook targets are foreign servers of finalize_webhook; secrets (a
+-- bearer token, a routing key, an API key, an HMAC key, or the URL itself
+-- when it is the secret, as Slack's are) live in the user mapping of the
+-- server's owner, which only its owner and superusers can read.
+CREATE FUNCTION @extschema@._webhook_validator(options text[], catalog oid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_webhook_validator'
+LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER finalize_webhook
+    VALIDATOR @extschema@._webhook_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_webhook IS
+    'Webhook targets the finalize alerts worker delivers incidents to (json, slack, pagerduty_v2, opsgenie)';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_webhook TO finalize_admin;
+
+-- One message to one target about one transition of an incident. The
+-- event is the incident as it was at the transition (the json format's
+-- body), so a retry sends the same bytes under the same idempotency key.
+CREATE TABLE @extschema@.alert_delivery (
+    delivery_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    alert_id        bigint NOT NULL REFERENCES @extschema@.alert ON DELETE CASCADE,
+    target_id       oid NOT NULL,
+    target_name     text NOT NULL,
+    transition      text NOT NULL
+                    CONSTRAINT alert_delivery_transition_check
+                    CHECK (transition IN ('open', 'acknowledge', 'resolve')),
+    idempotency_key text NOT NULL,
+    event           jsonb NOT NULL,
+    state           text NOT NULL DEFAULT 'pending'
+                    CONSTRAINT alert_delivery_state_check CHECK (state IN ('pending', 'delivered', 'failed')),
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt    timestamptz NOT NULL DEFAULT now(),
+    claimed_at      timestamptz,
+    last_attempt_at timestamptz,
+    last_status     integer,
+    last_error      text,
+    delivered_at    timestamptz,
+    UNIQUE (target_id, idempotency_key)
+);
+CREATE INDEX alert_delivery_due_idx ON @extschema@.alert_delivery (next_attempt) WHERE state = 'pending';
+CREATE INDEX alert_delivery_alert_idx ON @extschema@.alert_delivery (alert_id, target_id);
+COMMENT ON TABLE @extschema@.alert_delivery IS
+    'Webhook deliveries: one per incident transition and target, retried with backoff until delivered or failed';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_delivery', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_delivery_delivery_id_seq', '');
+
+-- The circuit breaker of each target: after five failures in a row it
+-- opens for 30 s, doubling to 10 minutes while probes fail; one delivery
+-- probes it once it is due again.
+CREATE TABLE @extschema@.alert_target_state (
+    target_id            oid PRIMARY KEY,
+    target_name          text NOT NULL,
+    consecutive_failures integer NOT NULL DEFAULT 0,
+    open_until           timestamptz,
+    last_success         timestamptz,
+    last_failure         timestamptz,
+    last_error           text
+);
+COMMENT ON TABLE @extschema@.alert_target_state IS
+    'Webhook targets'' circuit breakers: failures in a row and until when no delivery is tried';
+
+-- The webhook targets: foreign servers of finalize_webhook with their
+-- options (never the user mapping's secrets).
+CREATE FUNCTION @extschema@._alert_targets()
+RETURNS TABLE (target_id oid, target_name text, format text, min_severity text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT s.oid, s.srvname::text,
+           coalesce((SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o
+                      WHERE o.option_name = 'format'), 'json'),
+           coalesce((SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o
+                      WHERE o.option_name = 'min_severity'), 'warning')
+      FROM pg_catalog.pg_foreign_server s
+      JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+     WHERE w.fdwname = 'finalize_webhook';
+END;
+
+-- The rank of a severity, for min_severity.
+CREATE FUNCTION @extschema@._severity_rank(severity text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE severity WHEN 'info' THEN 1 WHEN 'warning' THEN 2 WHEN 'critical' THEN 3 END;
+
+-- The documented body of the json format: the incident at one transition.
+-- dedup_key names the incident (PagerDuty's dedup_key, Opsgenie's alias);
+-- idempotency_key names the transition.
+CREATE FUNCTION @extschema@._alert_event(a @extschema@.alert, transition text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT jsonb_build_object(
+        'schema', 'finalize.alert/1',
+        'event', transition,
+        'dedup_key', format('finalize/%s/%s', current_database(), (a).alert_id),
+        'idempotency_key', format('finalize/%s/%s/%s', current_database(), (a).alert_id, transition),
+        'database', current_database(),
+        'alert', jsonb_build_object(
+            'id', (a).alert_id, 'kind', (a).kind, 'severity', (a).severity, 'state', (a).state,
+            'table', (a).table_name, 'source', (a).server_name, 'subject', nullif((a).subject, ''),
+            'message', (a).message, 'detail', (a).detail, 'count', (a).count,
+            'opened_at', @extschema@._utc_iso((a).opened_at), 'last_seen', @extschema@._utc_iso((a).last_seen),
+            'resolved_at', @extschema@._utc_iso((a).resolved_at),
+            'acknowledged_at', @extschema@._utc_iso((a).acknowledged_at),
+            'acknowledged_by', (a).acknowledged_by, 'acknowledge_note', (a).acknowledge_note));
+END;
+
+-- Wakes the alerts worker once the transaction that queued deliveries
+-- commits (a no-op without one).
+CREATE FUNCTION @extschema@._wake_alert_delivery()
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_wake_alert_delivery'
+LANGUAGE C VOLATILE;
+
+-- Queues the deliveries of an incident's transition: its opening to every
+-- target whose min_severity it reaches; its acknowledgement and its
+-- resolution to the targets that were told it opened (a target created
+-- later hears of the next incident, never of a resolution alone). An
+-- incident born resolved (informational) opens and resolves at once.
+CREATE FUNCTION @extschema@._queue_alert_delivery()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    transitions text[];
+    tr text;
+    n integer := 0;
+    k integer;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        transitions := CASE WHEN NEW.state = 'resolved' THEN ARRAY['open', 'resolve'] ELSE ARRAY['open'] END;
+    ELSIF NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN ('acknowledged', 'resolved') THEN
+        transitions := ARRAY[CASE NEW.state WHEN 'acknowledged' THEN 'acknowledge' ELSE 'resolve' END];
+    ELSE
+        RETURN NULL;
+    END IF;
+    FOREACH tr IN ARRAY transitions LOOP
+        INSERT INTO @extschema@.alert_delivery (alert_id, target_id, target_name, transition, idempotency_key, event)
+        SELECT NEW.alert_id, t.target_id, t.target_name, tr, e.event->>'idempotency_key', e.event
+          FROM @extschema@._alert_targets() t,
+               LATERAL (SELECT @extschema@._alert_event(NEW, tr) AS event) e
+         WHERE CASE WHEN tr = 'open'
+                    THEN @extschema@._severity_rank(NEW.severity) >= @extschema@._severity_rank(t.min_severity)
+                    ELSE EXISTS (SELECT FROM @extschema@.alert_delivery d
+                                  WHERE d.alert_id = NEW.alert_id AND d.target_id = t.target_id
+                                    AND d.transition = 'open') END
+        ON CONFLICT (target_id, idempotency_key) DO NOTHING;
+        GET DIAGNOSTICS k = ROW_COUNT;
+        n := n + k;
+    END LOOP;
+    IF n > 0 THEN
+        PERFORM @extschema@._wake_alert_delivery();
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER alert_delivery_queue AFTER INSERT OR UPDATE OF state ON @extschema@.alert
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._queue_alert_delivery();
+
+-- Claims the next due delivery for the alerts worker (one at a time, so a
+-- breaker that opens stops the very next one): pending, due, its target's
+-- breaker closed or due for a probe, and every earlier transition of its
+-- incident to that target settled (a resolution never overtakes its
+-- opening), and not already claimed (in flight until its outcome is
+-- recorded, or until the worker restarts: _release_claims). Counts the
+-- attempt before it is made: a crash mid-request costs an attempt, never
+-- a silent retry for ever.
+CREATE FUNCTION @extschema@._claim_delivery()
+RETURNS TABLE (delivery_id bigint, target_id oid, target_name text, event jsonb, attempts integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH due AS (
+        SELECT d.delivery_id
+          FROM @extschema@.alert_delivery d
+          LEFT JOIN @extschema@.alert_target_state s ON s.target_id = d.target_id
+         WHERE d.state = 'pending' AND d.next_attempt <= now() AND d.claimed_at IS NULL
+           AND (s.open_until IS NULL OR s.open_until <= now())
+           AND NOT EXISTS (SELECT FROM @extschema@.alert_delivery e
+                            WHERE e.alert_id = d.alert_id AND e.target_id = d.target_id
+                              AND e.state = 'pending' AND e.delivery_id < d.delivery_id)
+         ORDER BY d.next_attempt, d.delivery_id
+         LIMIT 1
+           FOR UPDATE OF d SKIP LOCKED)
+    UPDATE @extschema@.alert_delivery d
+       SET attempts = d.attempts + 1, claimed_at = now(), last_attempt_at = now()
+      FROM due
+     WHERE d.delivery_id = due.delivery_id
+    RETURNING d.delivery_id, d.target_id, d.target_name, d.event, d.attempts;
+END
+$$;
+
+-- When the next pending delivery falls due (NULL: none), so that the
+-- alerts worker sleeps until then.
+CREATE FUNCTION @extschema@._next_delivery()
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT min(greatest(d.next_attempt, coalesce(s.open_until, d.next_attempt)))
+      FROM @extschema@.alert_delivery d
+      LEFT JOIN @extschema@.alert_target_state s ON s.target_id = d.target_id
+     WHERE d.state = 'pending';
+END;
+
+-- Records the outcome of one attempt. Delivered: the target's breaker
+-- closes. Failed: the breaker counts it; the delivery is retried after
+-- an exponential backoff with jitter (1 s doubling to 10 minutes, at
+-- least the target's Retry-After), or fails for good when the answer
+-- cannot change (permanent) or retry_limit attempts were made.
+CREATE FUNCTION @extschema@._delivery_result(delivery_id bigint, delivered boolean, http_status integer,
+                                             error text, retry_after double precision, permanent boolean,
+                                             retry_limit integer)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    d @extschema@.alert_delivery;
+    failures integer;
+    backoff double precision;
+BEGIN
+    SELECT x.* INTO d FROM @extschema@.alert_delivery x WHERE x.delivery_id = _delivery_result.delivery_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;        -- its incident was purged meanwhile
+    END IF;
+    IF delivered THEN
+        UPDATE @extschema@.alert_delivery x
+           SET state = 'delivered', delivered_at = now(), last_status = http_status, last_error = NULL,
+               claimed_at = NULL
+         WHERE x.delivery_id = d.delivery_id;
+        INSERT INTO @extschema@.alert_target_state AS s (target_id, target_name, last_success)
+        VALUES (d.target_id, d.target_name, now())
+        ON CONFLICT (target_id) DO UPDATE
+           SET consecutive_failures = 0, open_until = NULL, last_success = now(), target_name = EXCLUDED.target_name;
+        RETURN 'delivered';
+    END IF;
+    INSERT INTO @extschema@.alert_target_state AS s (target_id, target_name, consecutive_failures, last_failure, last_error)
+    VALUES (d.target_id, d.target_name, 1, now(), error)
+    ON CONFLICT (target_id) DO UPDATE
+       SET consecutive_failures = s.consecutive_failures + 1, last_failure = now(), last_error = EXCLUDED.last_error,
+           target_name = EXCLUDED.target_name
+    RETURNING s.consecutive_failures INTO failures;
+    IF failures >= 5 THEN
+        UPDATE @extschema@.alert_target_state s
+           SET open_until = now() + make_interval(secs => least(600, 30 * power(2, least(failures - 5, 10))))
+         WHERE s.target_id = d.target_id;
+    END IF;
+    IF permanent OR d.attempts >= retry_limit THEN
+        UPDATE @extschema@.alert_delivery x
+           SET state = 'failed', last_status = http_status, last_error = error, claimed_at = NULL
+         WHERE x.delivery_id = d.delivery_id;
+        RETURN 'failed';
+    END IF;
+    -- full jitter in the upper half: retries of many incidents spread out
+    backoff := least(600, power(2, least(d.attempts - 1, 20))) * (0.5 + random() / 2);
+    UPDATE @extschema@.alert_delivery x
+       SET last_status = http_status, last_error = error, claimed_at = NULL,
+           next_attempt = now() + make_interval(secs => greatest(backoff, least(coalesce(retry_after, 0), 3600)))
+     WHERE x.delivery_id = d.delivery_id;
+    RETURN 'retry';
+END
+$$;
+
+-- After a restart of the alerts worker, deliveries it had claimed are
+-- due again (their attempt was counted).
+CREATE FUNCTION @extschema@._release_claims()
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.alert_delivery d SET claimed_at = NULL WHERE d.state = 'pending' AND d.claimed_at IS NOT NULL;
+END;
+
+-- The request a delivery sends (format, URL, event, secrets as jsonb):
+-- what the alerts worker builds, for tests. Not granted: its headers hold
+-- the secrets.
+CREATE FUNCTION @extschema@._alert_request(format text, url text, event jsonb, secrets jsonb,
+                                           OUT request_url text, OUT headers text[], OUT body text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'finalize_alert_request'
+LANGUAGE C STABLE STRICT;
+
+-- Deliveries per incident and target, for people: attempts, the last HTTP
+-- status and error, and the target's breaker.
+CREATE VIEW @extschema@.alert_deliveries AS
+SELECT d.delivery_id, d.alert_id, a.kind, a.severity, d.target_name AS target, d.transition, d.state,
+       d.attempts, CASE WHEN d.state = 'pending' THEN d.next_attempt END AS next_attempt,
+       d.last_attempt_at, d.last_status, d.last_error, d.delivered_at, d.created_at,
+       CASE WHEN s.open_until > now() THEN s.open_until END AS breaker_open_until
+  FROM @extschema@.alert_delivery d
+  JOIN @extschema@.alert a ON a.alert_id = d.alert_id
+  LEFT JOIN @extschema@.alert_target_state s ON s.target_id = d.target_id
+ ORDER BY d.delivery_id DESC;
+COMMENT ON VIEW @extschema@.alert_deliveries IS
+    'Webhook deliveries of incidents: per target and transition, attempts, last HTTP status and error';
