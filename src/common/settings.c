@@ -55,7 +55,7 @@ define_worker_settings(void)
 
 	DefineCustomBoolVariable("finalize.enabled",
 							 "Whether finalize's workers poll their sources.",
-							 "Off stops every worker; sensors keep answering from the recorded verdicts.",
+							 "Off stops polling every source; sensors keep answering from the recorded verdicts, and freshness SLAs and alert delivery go on.",
 							 &finalize_enabled,
 							 true,
 							 PGC_SIGHUP,

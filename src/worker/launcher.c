@@ -125,8 +125,12 @@ finalize_launcher_main(Datum arg pg_attribute_unused())
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		if (finalize_enabled)
-			ensure_scheduler(&handle);
+		/*
+		 * Also with finalize.enabled off: the scheduler then polls no source
+		 * but still checks freshness SLAs and delivers alerts, so that a
+		 * paused finalize still tells people its verdicts stopped.
+		 */
+		ensure_scheduler(&handle);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 LAUNCHER_NAP_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

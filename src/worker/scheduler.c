@@ -182,10 +182,22 @@ schedule(TimestampTz *last_purge)
 	WantedSource wanted[FINALIZE_MAX_SLOTS];
 	WorkerSlot	running[FINALIZE_MAX_SLOTS];
 	bool		want_alerts = false;
+	int			nrunning;
 	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge,
 																 &want_alerts) : 0;
-	int			nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
 
+	/*
+	 * With finalize.enabled off no source is polled, so every verdict
+	 * stops: the freshness SLAs and the deliveries that tell people go on.
+	 */
+	if (!finalize_enabled)
+	{
+		ws_begin("finalize: checking freshness");
+		want_alerts = OidIsValid(get_extension_oid("finalize", true)) && check_alerts();
+		ws_commit();
+	}
+
+	nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
 	for (int i = 0; i < nrunning; i++)
 	{
 		bool		keep = false;

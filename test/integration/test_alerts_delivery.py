@@ -270,3 +270,68 @@ def test_secrets_never_reach_the_log_or_the_tables(pg, rx):
         assert rows and all(r[0] is None for r in rows)
     finally:
         pg.sql("DROP ROLE nosy")
+
+
+def test_a_paused_finalize_still_pages_when_verdicts_stop(pg, rx):
+    """finalize.enabled = off stops polling, so the verdict stops; the
+    freshness SLA opens an incident that reaches the webhook, and resuming
+    resolves it. (A simulator on the real clock with live traffic: the SLA
+    compares the verdict with now().)"""
+    from simproc import Simulator
+    from worker_env import Env
+    target(pg, "ops", rx.url_for("/fresh"), min_severity="warning")
+    with Simulator(clock="real", pollinginterval=1, dummy_interval=2, traffic=True, traffic_rate=3) as sim:
+        env = Env(pg)
+        try:
+            env.add_source("live", sim)
+            env.sql("SELECT finalize.track_table('d.live', 'live', 'dbo.orders', granularity => '1 second')")
+            env.wait_status("d.live", lambda s: s.get("finalized_until") is not None, timeout=60)
+            env.sql("SELECT finalize.alter_tracked_table('d.live', max_lag => '8 seconds')")
+            pg.sql("ALTER SYSTEM SET finalize.enabled = off")
+            pg.reload()
+            opened, = rx.wait_for(lambda r: r.json and r.json["event"] == "open", timeout=60)
+            alert = opened.json["alert"]
+            assert alert["kind"] == "freshness" and alert["table"] == "d.live" and alert["severity"] == "warning"
+            assert "freshness SLA (max_lag) is 00:00:08" in alert["message"]
+            pg.sql("ALTER SYSTEM RESET finalize.enabled")
+            pg.reload()
+            resolved, = rx.wait_for(lambda r: r.json and r.json["event"] == "resolve", timeout=60)
+            assert resolved.json["dedup_key"] == opened.json["dedup_key"]
+            assert pg.sql("SELECT state FROM finalize.alerts WHERE kind = 'freshness'") == [("resolved",)]
+        finally:
+            pg.sql("ALTER SYSTEM RESET finalize.enabled")
+            pg.reload()
+            env.cleanup()
+
+
+def test_the_alerts_worker_keeps_its_memory_flat(pg, rx):
+    """Hundreds of deliveries: the alerts worker's memory (Grand total of its
+    contexts) does not grow with them (median of three thirds, as the source
+    worker's test measures it)."""
+    from worker_env import memory_total
+    target(pg, "mem", rx.url_for("/mem"))
+    conn = pg.connect()
+    cur = conn.cursor()
+
+    def deliver(n):
+        start = len(rx.requests("/mem"))
+        for i in range(n):
+            cur.execute("SELECT finalize._raise_alert('unreachable', 'critical', NULL, %s, '', 'memory')",
+                        ("m%d-%d" % (start, i),))
+        rx.wait_for(lambda r: True, count=start + n, timeout=120)
+        pg.wait_for(lambda: not pg.sql("SELECT 1 FROM finalize.alert_delivery WHERE state = 'pending'"),
+                    what="deliveries recorded")
+
+    try:
+        deliver(100)
+        pid = pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize alerts'")[0][0]
+        totals = [memory_total(pg, pid)]
+        for _ in range(3):
+            deliver(150)
+            totals.append(memory_total(pg, pid))
+        assert pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize alerts'")[0][0] == pid
+    finally:
+        conn.close()
+    thirds = sorted((totals[i + 1] - totals[i]) / 150 for i in range(3))
+    print("\nalerts worker %d memory: %s bytes; per delivery %s" % (pid, " -> ".join(map(str, totals)), thirds))
+    assert thirds[1] < 256, "the alerts worker's memory grew by %.0f bytes per delivery (%s)" % (thirds[1], totals)

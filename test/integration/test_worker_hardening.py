@@ -10,7 +10,6 @@ Every test says what the code before the fix did."""
 import datetime
 import json
 import os
-import re
 import select
 import socket
 import threading
@@ -21,7 +20,7 @@ import pytest
 
 from pgcluster import free_port
 from test_worker_guards import lose_data
-from worker_env import assert_chain, assert_never_leads, lsn_text, new_cluster, sim_clock, sim_max_lsn
+from worker_env import assert_chain, assert_never_leads, lsn_text, memory_total, new_cluster, sim_clock, sim_max_lsn
 
 UTC = datetime.timezone.utc
 
@@ -172,22 +171,6 @@ class Traffic:
         self.stopping.set()
         self.thread.join(30)
         assert self.error is None, f"the traffic thread failed: {self.error!r}"
-
-
-def memory_total(pg, pid, samples=3):
-    """Asks the worker to log its memory contexts (pg_log_backend_memory_contexts) and reads the
-    bytes of its "Grand total" line from the server log; the smallest of a few samples, so that
-    one taken in the middle of a cycle's transaction does not count."""
-    pattern = re.compile(r"\[%d\] .*Grand total: (\d+) bytes in (\d+) blocks; (\d+) free" % pid)
-    totals = []
-    for _ in range(samples):
-        seen = len(pattern.findall(pg.log()))
-        assert pg.sql("SELECT pg_log_backend_memory_contexts(%s)", (pid,))[0][0], f"no process {pid}"
-        found = pg.wait_for(lambda: pattern.findall(pg.log())[seen:], timeout=30,
-                            what=f"the memory contexts of {pid} in the log")
-        totals.append(int(found[0][0]))
-        time.sleep(0.15)
-    return min(totals)
 
 
 def memory_per_cycle(env, sim, source, warmup=50, measured=300, table="dbo.orders"):

@@ -5,6 +5,7 @@ simulator's ground truth."""
 
 import datetime
 import os
+import re
 import sys
 import time
 
@@ -174,3 +175,19 @@ def new_cluster(**conf):
 
 def wait(seconds):
     time.sleep(seconds)
+
+
+def memory_total(pg, pid, samples=3):
+    """Asks the worker to log its memory contexts (pg_log_backend_memory_contexts) and reads the
+    bytes of its "Grand total" line from the server log; the smallest of a few samples, so that
+    one taken in the middle of a cycle's transaction does not count."""
+    pattern = re.compile(r"\[%d\] .*Grand total: (\d+) bytes in (\d+) blocks; (\d+) free" % pid)
+    totals = []
+    for _ in range(samples):
+        seen = len(pattern.findall(pg.log()))
+        assert pg.sql("SELECT pg_log_backend_memory_contexts(%s)", (pid,))[0][0], f"no process {pid}"
+        found = pg.wait_for(lambda: pattern.findall(pg.log())[seen:], timeout=30,
+                            what=f"the memory contexts of {pid} in the log")
+        totals.append(int(found[0][0]))
+        time.sleep(0.15)
+    return min(totals)

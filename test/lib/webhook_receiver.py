@@ -226,6 +226,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
+        # Answers go out in two writes (head, body): without TCP_NODELAY the
+        # body waits for the client's delayed ACK (40 ms), as no real
+        # service's answer does.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.receiver = self.server.receiver
         self.conn_id = self.receiver._connection_opened(self.connection)
 
