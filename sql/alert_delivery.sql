@@ -149,9 +149,17 @@ VALUES (:orders_id, 'dt=2026-11-29', 'g1', 'file:///lake', 'orders/dt=2026-11-29
         '{}', 'postgres');
 SELECT kind, severity, table_name, subject, state, message, detail->>'generation' AS generation
   FROM finalize.alerts WHERE kind = 'release_rejected';
-INSERT INTO finalize.release (table_id, partition, generation, store, prefix, released, problems, report, requested_by)
-VALUES (:orders_id, 'dt=2026-11-29', 'g2', 'file:///lake', 'orders/dt=2026-11-29/g2/', true, '[]', '{}', 'postgres');
-SELECT kind, subject, state FROM finalize.alerts WHERE kind = 'release_rejected';
+-- Late rows in that period called for a correction (an event-time table's
+-- late_data incident, subject the period): releasing it resolves that too.
+SELECT finalize._raise_alert('late_data', 'warning', :orders_id, 'erp', finalize._utc_iso('2026-11-29 00:00+00'),
+                             '2 late row(s) landed in event period 2026-11-29T00:00:00Z') > 0 AS late;
+SELECT finalize._raise_alert('late_data', 'warning', :orders_id, 'erp', finalize._utc_iso('2026-11-30 00:00+00'),
+                             '1 late row(s) landed in event period 2026-11-30T00:00:00Z') > 0 AS late;
+INSERT INTO finalize.release (table_id, partition, generation, store, prefix, released, period_start, problems,
+                              report, requested_by)
+VALUES (:orders_id, 'dt=2026-11-29', 'g2', 'file:///lake', 'orders/dt=2026-11-29/g2/', true, '2026-11-29 00:00+00',
+        '[]', '{}', 'postgres');
+SELECT kind, subject, state FROM finalize.alerts WHERE kind IN ('release_rejected', 'late_data') ORDER BY alert_id;
 
 -- Freshness: an SLA per table; a table without a verdict lags from when
 -- it was tracked. Incidents open over it and resolve back within it.

@@ -4098,8 +4098,9 @@ $$;
 -- a release that was refused opens an incident.
 
 -- A release that was refused is an informational incident of its
--- partition; the next released generation resolves it. Runs in the gate's
--- transaction, as the extension's owner (who records releases).
+-- partition; the next released generation resolves it, and the late_data
+-- incident of its period. Runs in the gate's transaction, as the
+-- extension's owner (who records releases).
 CREATE FUNCTION @extschema@._release_alert()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -4110,6 +4111,11 @@ DECLARE
 BEGIN
     IF NEW.released THEN
         PERFORM @extschema@._resolve_alerts('release_rejected', NEW.table_id, NULL, NEW.partition);
+        -- The gate released the period only with a build after its late
+        -- rows (problem late_data): the correction they called for is out.
+        UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+         WHERE a.kind = 'late_data' AND a.table_id = NEW.table_id AND a.state <> 'resolved'
+           AND NEW.period_start IS NOT NULL AND a.subject = @extschema@._utc_iso(NEW.period_start);
         RETURN NULL;
     END IF;
     SELECT string_agg(format('%s %s', c.n, c.code), ', ' ORDER BY c.n DESC, c.code) INTO codes
