@@ -200,6 +200,10 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- A consumer that is gone stalls nothing any more.
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = 'consumer_stalled' AND a.table_id = tt.table_id AND a.subject = consumer
+       AND a.state <> 'resolved';
     after := @extschema@._advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
         RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
@@ -657,7 +661,8 @@ BEGIN
         PERFORM @extschema@._advance(tt.table_id);
     END IF;
     -- The data_loss incident of the table that lost the data is resolved
-    -- once every table has acknowledged all it must.
+    -- once that table has acknowledged all its losses; a derived table
+    -- that inherited one acknowledges it on its own (its verdict waits).
     IF tt.kind = 'source' AND NOT @extschema@._has_open_loss(tt.table_id) THEN
         PERFORM @extschema@._resolve_alerts('data_loss', tt.table_id, tt.server_name);
     END IF;
