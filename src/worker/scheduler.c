@@ -58,7 +58,8 @@ static BackgroundWorkerHandle *alerts_handle = NULL;
 
 /*
  * Checks the freshness SLAs (incidents of tables whose verdict lags) and
- * says whether the alerts worker is needed: webhook targets or pending
+ * the sources dropped under tracked tables, and says whether the alerts
+ * worker is needed: webhook targets or pending
  * deliveries exist. A catalog older than the library has neither.
  */
 static bool
@@ -72,6 +73,7 @@ check_alerts(void)
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 		return false;
 	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
+					FINALIZE_SCHEMA "._check_dropped_sources() >= 0 AND "
 					"(EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) OR "
 					"EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))",
 					false, 1) != SPI_OK_SELECT || SPI_processed != 1)

@@ -114,7 +114,8 @@ record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 		return;
 	PG_TRY();
 	{
-		ws_begin("finalize: recording a failed cycle");
+		/* Bounded like the cycle's write: a held row must not stop the worker. */
+		ws_begin_write("finalize: recording a failed cycle");
 		ws_source_failed(run->server_name, outcome->condition, outcome->message,
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
 		ws_commit();

@@ -4193,6 +4193,56 @@ BEGIN
 END
 $$;
 
+-- Sources whose foreign server was dropped while tables are still
+-- tracked through it, run by the scheduler each round: their worker is
+-- gone and their verdicts stopped, which no worker can report any more.
+-- Opens one server_dropped incident per such source at once (dropping is
+-- deliberate; finalize.alert_after rides out blips, not decisions) and
+-- shows it in source_status; resolved once a server of that name exists
+-- again or its tables are untracked. Returns how many sources are so.
+CREATE FUNCTION @extschema@._check_dropped_sources()
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    n integer := 0;
+    msg text;
+BEGIN
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = 'server_dropped' AND a.state <> 'resolved'
+       AND (EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                      JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                     WHERE s.srvname = a.server_name AND w.fdwname = 'finalize_mssql')
+            OR NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                            WHERE t.server_name = a.server_name AND t.untracked_at IS NULL));
+    FOR r IN
+        SELECT t.server_name, count(*) AS tables, string_agg(format('"%s"', t.table_name), ', ' ORDER BY t.table_name) AS names,
+               EXISTS (SELECT FROM @extschema@.alert a WHERE a.kind = 'server_dropped' AND a.server_name = t.server_name
+                          AND a.state <> 'resolved') AS raised
+          FROM @extschema@.tracked_table t
+         WHERE t.untracked_at IS NULL AND t.kind = 'source'
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                             JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                            WHERE s.srvname = t.server_name AND w.fdwname = 'finalize_mssql')
+         GROUP BY t.server_name
+    LOOP
+        n := n + 1;
+        CONTINUE WHEN r.raised;
+        msg := format('Server "%s" no longer exists (DROP SERVER) while %s table(s) are tracked through it (%s): their verdicts stopped. Create the server again, or untrack the tables.',
+                      r.server_name, r.tables, left(r.names, 1000));
+        PERFORM @extschema@._raise_alert('server_dropped', 'critical', NULL, r.server_name, '', msg,
+                                         jsonb_build_object('tables', r.tables));
+        UPDATE @extschema@.source_status st
+           SET condition = 'server_dropped', condition_since = now(), last_error = msg, last_error_at = now(),
+               worker_pid = NULL
+         WHERE st.server_name = r.server_name AND st.condition <> 'server_dropped';
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- Webhook targets are foreign servers of finalize_webhook; secrets (a
 -- bearer token, a routing key, an API key, an HMAC key, or the URL itself
 -- when it is the secret, as Slack's are) live in the user mapping of the
