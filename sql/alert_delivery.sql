@@ -48,10 +48,16 @@ UPDATE finalize.alert SET state = 'resolved', resolved_at = now() WHERE alert_id
 SELECT target, transition FROM finalize.alert_deliveries WHERE alert_id = :info ORDER BY delivery_id;
 -- The stored event is the json format's body: the incident at the transition.
 SELECT event->>'schema' AS schema, event->>'event' AS event, event->'alert'->>'state' AS state,
-       event->>'dedup_key' = format('finalize/%s/%s', current_database(), :crit) AS dedup_key,
-       event->>'idempotency_key' = format('finalize/%s/%s/acknowledge', current_database(), :crit) AS idempotency_key,
+       event->>'dedup_key' = (SELECT a.dedup_key FROM finalize.alert a WHERE a.alert_id = :crit) AS dedup_key,
+       event->>'idempotency_key' = (SELECT a.dedup_key || '-acknowledge' FROM finalize.alert a WHERE a.alert_id = :crit)
+           AS idempotency_key,
+       event->>'dedup_key' ~ '^finalize-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AS random_key,
        event->'alert'->>'acknowledge_note' AS note
   FROM finalize.alert_delivery WHERE alert_id = :crit AND target_name = 'hook_json' AND transition = 'acknowledge';
+
+-- Every incident's key is random (a uuid): the requests below show it masked.
+CREATE FUNCTION pg_temp.mask(t text) RETURNS text LANGUAGE sql
+RETURN regexp_replace(t, 'finalize-[0-9a-f-]{36}', 'finalize-<uuid>', 'g');
 
 -- The requests: json signed with HMAC-SHA256 of the exact body (checked
 -- against pgcrypto-free SQL: sha256 of the padded key, RFC 2104).
@@ -64,21 +70,22 @@ CREATE FUNCTION pg_temp.hmac_sha256(key bytea, msg bytea) RETURNS text LANGUAGE 
 $$;
 SELECT d.event AS ev FROM finalize.alert_delivery d WHERE d.alert_id = :crit AND d.target_name = 'hook_json'
    AND d.transition = 'open' \gset
-SELECT r.request_url, r.headers[1:4] AS headers,
+SELECT r.request_url, pg_temp.mask(r.headers[1:4]::text) AS headers,
        r.headers[5] = 'X-Finalize-Signature: sha256=' || pg_temp.hmac_sha256('k3y', convert_to(r.body, 'UTF8')) AS signed,
        r.body::jsonb = :'ev'::jsonb AS body_is_the_event
   FROM finalize._alert_request('json', 'http://127.0.0.1:9/hook', :'ev', '{"hmac_key": "k3y", "bearer_token": "tok-123"}') r;
-SELECT r.request_url, r.headers, r.body::jsonb->>'text' AS text, jsonb_array_length(r.body::jsonb->'blocks') AS blocks
+SELECT r.request_url, pg_temp.mask(r.headers::text) AS headers, r.body::jsonb->>'text' AS text,
+       jsonb_array_length(r.body::jsonb->'blocks') AS blocks
   FROM finalize._alert_request('slack', 'https://hooks.slack.com/services/T0/B0/x',
                                jsonb_set(:'ev', '{alert,message}', '"a <b> & c"'), '{}') r;
-SELECT r.body::jsonb - 'payload' AS envelope, (r.body::jsonb->'payload') - 'timestamp' AS payload
+SELECT pg_temp.mask((r.body::jsonb - 'payload')::text) AS envelope, (r.body::jsonb->'payload') - 'timestamp' AS payload
   FROM finalize._alert_request('pagerduty_v2', 'https://events.pagerduty.com/v2/enqueue', :'ev', '{"routing_key": "R0UTINGKEY"}') r;
-SELECT r.body::jsonb AS resolve_body
+SELECT pg_temp.mask(r.body) AS resolve_body
   FROM finalize._alert_request('pagerduty_v2', 'https://events.pagerduty.com/v2/enqueue',
                                jsonb_set(:'ev', '{event}', '"resolve"'), '{"routing_key": "R0UTINGKEY"}') r;
-SELECT r.request_url, r.headers, r.body::jsonb - 'details' AS body
+SELECT r.request_url, pg_temp.mask(r.headers::text) AS headers, pg_temp.mask((r.body::jsonb - 'details')::text) AS body
   FROM finalize._alert_request('opsgenie', 'https://api.opsgenie.com/', :'ev', '{"api_key": "g3nie"}') r;
-SELECT r.request_url, r.body::jsonb AS body
+SELECT pg_temp.mask(r.request_url) AS request_url, r.body::jsonb AS body
   FROM finalize._alert_request('opsgenie', 'https://api.eu.opsgenie.com',
                                jsonb_set(:'ev', '{event}', '"acknowledge"'), '{"api_key": "g3nie"}') r;
 -- Long messages are cut where each service requires, never mid-character.
@@ -88,6 +95,10 @@ SELECT length(r.body::jsonb->'payload'->>'summary') AS pagerduty_summary
 SELECT length(r.body::jsonb->>'message') AS opsgenie_message
   FROM finalize._alert_request('opsgenie', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('é', 2000))),
                                '{"api_key": "k"}') r;
+SELECT length(r.body::jsonb->'blocks'->0->'text'->>'text') AS slack_section,
+       r.body::jsonb->'blocks'->0->'text'->>'text' ~ '&amp;\.\.\.$|[^&]\.\.\.$' AS cut_whole
+  FROM finalize._alert_request('slack', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('<&>', 3000))),
+                               '{}') r;
 -- A format's secret missing is an error that names it, not the others' values.
 \set VERBOSITY default
 SELECT * FROM finalize._alert_request('pagerduty_v2', 'https://x.example', :'ev', '{"hmac_key": "k3y"}');
@@ -195,6 +206,12 @@ SELECT has_table_privilege('finalize_reader', 'finalize.alert_deliveries', 'SELE
        has_function_privilege('finalize_admin', 'finalize._alert_request(text, text, jsonb, jsonb)', 'EXECUTE') AS admin_builds_requests,
        has_foreign_data_wrapper_privilege('finalize_admin', 'finalize_webhook', 'USAGE') AS admin_creates_targets;
 
+-- A receiver's answer may quote what it was sent: readers see the status, not the text.
+SET ROLE finalize_reader;
+SELECT count(*) > 0 AS reader_sees_deliveries, bool_and(last_error IS NULL) AS without_error_texts
+  FROM finalize.alert_deliveries;
+RESET ROLE;
+SELECT count(last_error) > 0 AS admins_see_error_texts FROM finalize.alert_deliveries;
 SELECT finalize.untrack_table('ad.orders', keep_facts => false);
 DELETE FROM finalize.alert;
 DELETE FROM finalize.alert_target_state;

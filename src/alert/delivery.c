@@ -52,6 +52,10 @@
 #define DELIVERIES_PER_ROUND 50
 /* An answer's body kept in last_error, at most. */
 #define ERROR_EXCERPT 300
+/* An answer's body read, at most: a longer one is cut, not a failure. */
+#define MAX_ANSWER (64 * 1024)
+/* The shortest nap: a queue that has nothing claimable never spins. */
+#define MIN_NAP_MS 100
 
 /* One claimed delivery, with the request to send or why there is none. */
 typedef struct Claimed
@@ -96,7 +100,6 @@ static bool
 claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 {
 	bool		isnull;
-	Oid			target_id;
 	Jsonb	   *event;
 	MemoryContext old;
 
@@ -107,7 +110,7 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 		ws_commit();
 		return false;
 	}
-	if (SPI_execute("SELECT d.delivery_id, d.target_id, d.target_name, d.event FROM "
+	if (SPI_execute("SELECT d.delivery_id, d.target_name, d.event FROM "
 					FINALIZE_SCHEMA "._claim_delivery() AS d", false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not claim an alert delivery");
 	if (SPI_processed == 0)
@@ -123,10 +126,9 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 	old = MemoryContextSwitchTo(cxt);
 	memset(c, 0, sizeof(*c));
 	c->delivery_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	target_id = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	c->target_name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
-	event = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-	c->target = alert_target_load(target_id, cxt, &c->error);
+	c->target_name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	event = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	c->target = alert_target_load(c->target_name, cxt, &c->error);
 	if (c->target != NULL)
 	{
 		c->request = alert_build_request(c->target->format, c->target->url, event, &c->target->secrets, &c->error);
@@ -144,9 +146,9 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
  * bytes the receiver sent.
  */
 static char *
-excerpt(const char *s, size_t len)
+excerpt(const char *s)
 {
-	size_t		n = Min(len, ERROR_EXCERPT);
+	size_t		n = Min(strlen(s), ERROR_EXCERPT);
 	char	   *out = palloc(n + 1);
 
 	for (size_t i = 0; i < n; i++)
@@ -161,6 +163,7 @@ send_request(Claimed *c, Attempt *a)
 {
 	HttpRequest req;
 	HttpResponse resp;
+	bool		answered;
 
 	memset(a, 0, sizeof(*a));
 	a->retry_after = -1;
@@ -185,14 +188,19 @@ send_request(Claimed *c, Attempt *a)
 	req.body_len = strlen(c->request->body);
 	req.timeout_ms = c->target->timeout_ms;
 	req.connect_timeout_ms = c->target->timeout_ms;
-	req.max_response_bytes = 1024 * 1024;
+	req.max_response_bytes = MAX_ANSWER;
 	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: delivering an alert to \"%s\"", c->target->name));
 	(void) http_perform(client, &req, &resp);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* A cancel or a termination is served now, after libcurl returned. */
 	CHECK_FOR_INTERRUPTS();
-	a->status = resp.failure == HTTP_OK ? resp.status : 0;
-	switch (delivery_verdict(resp.failure == HTTP_OK, resp.status))
+	/*
+	 * An answer longer than MAX_ANSWER still answered: a 2xx with a big body
+	 * is delivered, not sent again.
+	 */
+	answered = resp.failure == HTTP_OK || (resp.failure == HTTP_TOO_LARGE && resp.status > 0);
+	a->status = answered ? resp.status : 0;
+	switch (delivery_verdict(answered, resp.status))
 	{
 		case DELIVERY_DONE:
 			a->delivered = true;
@@ -201,11 +209,12 @@ send_request(Claimed *c, Attempt *a)
 			a->permanent = true;
 			/* FALLTHROUGH */
 		case DELIVERY_RETRY:
-			if (resp.failure != HTTP_OK)
-				a->error = alert_redact(c->target, excerpt(resp.error, strlen(resp.error)));
+			/* Redacted whole, then cut: a cut must not split a secret. */
+			if (!answered)
+				a->error = excerpt(alert_redact(c->target, resp.error));
 			else
-				a->error = alert_redact(c->target, psprintf("HTTP %ld%s%s", resp.status, resp.len > 0 ? ": " : "",
-															excerpt(resp.body, resp.len)));
+				a->error = psprintf("HTTP %ld%s%s", resp.status, resp.len > 0 ? ": " : "",
+									excerpt(alert_redact(c->target, resp.body)));
 			a->retry_after = delivery_retry_after(resp.retry_after, time(NULL));
 			break;
 	}
@@ -218,6 +227,7 @@ record_attempt(const Claimed *c, const Attempt *a)
 	Oid			types[7] = {INT8OID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, INT4OID};
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	char	   *outcome;
 
 	values[0] = Int64GetDatum(c->delivery_id);
 	values[1] = BoolGetDatum(a->delivered);
@@ -235,12 +245,24 @@ record_attempt(const Claimed *c, const Attempt *a)
 	values[6] = Int32GetDatum(finalize_alert_retry_limit);
 	ws_begin("finalize: recording an alert delivery");
 	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._delivery_result($1, $2, $3, $4, $5, $6, $7)",
-							  7, types, values, nulls, false, 1) != SPI_OK_SELECT)
+							  7, types, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not record an alert delivery");
+	outcome = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	/* A message that will never arrive must not go unnoticed. */
+	if (outcome != NULL && strcmp(outcome, "failed") == 0)
+		ereport(WARNING,
+				(errmsg("finalize could not deliver an alert to webhook target \"%s\"", c->target_name),
+				 errdetail("Delivery %lld failed for good after %s: %s", (long long) c->delivery_id,
+						   a->permanent ? "an answer no retry can change" : "finalize.alert_retry_limit attempts",
+						   a->error ? a->error : "no error text"),
+				 errhint("See finalize.alert_deliveries; the incident itself is in finalize.alerts.")));
 	ws_commit();
 }
 
-/* Milliseconds until the next pending delivery falls due, at most IDLE_NAP_MS. */
+/*
+ * Milliseconds until the next claimable delivery falls due, at most
+ * IDLE_NAP_MS, at least MIN_NAP_MS.
+ */
 static long
 nap_ms(void)
 {
@@ -260,7 +282,7 @@ nap_ms(void)
 			int			usecs;
 
 			TimestampDifference(GetCurrentTimestamp(), DatumGetTimestampTz(due), &secs, &usecs);
-			nap = Min(nap, secs * 1000 + usecs / 1000 + 1);
+			nap = Max(Min(nap, secs * 1000 + usecs / 1000 + 1), MIN_NAP_MS);
 		}
 	}
 	ws_commit();
@@ -277,11 +299,20 @@ deliver_round(MemoryContext cxt)
 		Attempt		a;
 		bool		gone = false;
 
+		bool		more;
+
 		MemoryContextReset(cxt);
-		if (!claim_next(cxt, &c, &gone))
+		/* Everything of one delivery lives in cxt (ws_commit returns to it). */
+		MemoryContextSwitchTo(cxt);
+		more = claim_next(cxt, &c, &gone);
+		if (more)
+		{
+			send_request(&c, &a);
+			record_attempt(&c, &a);
+		}
+		MemoryContextSwitchTo(TopMemoryContext);
+		if (!more)
 			return !gone;
-		send_request(&c, &a);
-		record_attempt(&c, &a);
 	}
 	return true;
 }
@@ -322,10 +353,12 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 		if (paused_database() == MyDatabaseId)
 			proc_exit(0);
 		ResetLatch(MyLatch);
-		if (!deliver_round(cxt))
+		if (!finalize_alerts_enabled || !deliver_round(cxt))
 			proc_exit(0);
 		MemoryContextReset(cxt);
+		MemoryContextSwitchTo(cxt);
 		nap = nap_ms();
+		MemoryContextSwitchTo(TopMemoryContext);
 		if (nap > 0)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, nap, PG_WAIT_EXTENSION);
 	}

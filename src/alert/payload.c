@@ -35,6 +35,9 @@
 #include "common/http.h"
 #include "common/json_build.h"
 
+/* Slack's limit for the text of a section or context element. */
+#define SLACK_TEXT_MAX 3000
+
 /* The fields of an event this file uses. */
 typedef struct AlertEvent
 {
@@ -164,23 +167,33 @@ summary(const AlertEvent *ev)
 	return psprintf("%s[%s] %s on %s: %s", state, sev, ev->kind, subject_line(ev), ev->message);
 }
 
-/* Escapes &, < and > as Slack's mrkdwn requires. */
+/*
+ * Escapes &, < and > as Slack's mrkdwn requires, in at most max bytes:
+ * Slack refuses a block whose text is longer than 3000 characters, so a
+ * longer text ends in "..." (never inside an entity or a character).
+ */
 static char *
-slack_escape(const char *s)
+slack_escape(const char *s, int max)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	for (; *s; s++)
+	while (*s)
 	{
-		if (*s == '&')
-			appendStringInfoString(&buf, "&amp;");
-		else if (*s == '<')
-			appendStringInfoString(&buf, "&lt;");
-		else if (*s == '>')
-			appendStringInfoString(&buf, "&gt;");
+		int			len = pg_mblen(s);
+		const char *piece = *s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : NULL;
+		int			plen = piece ? strlen(piece) : len;
+
+		if (buf.len + plen > max - 3)
+		{
+			appendStringInfoString(&buf, "...");
+			break;
+		}
+		if (piece)
+			appendStringInfoString(&buf, piece);
 		else
-			appendStringInfoChar(&buf, *s);
+			appendBinaryStringInfo(&buf, s, len);
+		s += len;
 	}
 	return buf.data;
 }
@@ -198,17 +211,12 @@ add_header(AlertRequest *req, const char *name, const char *value, char **error)
 	return true;
 }
 
-/* finalize's own format: the event, signed when the target has a key. */
+/* finalize's own format: the event (signed by the caller when the target has a key). */
 static bool
-build_json(AlertRequest *req, Jsonb *event, const AlertEvent *ev, const AlertSecrets *sec, char **error)
+build_json(AlertRequest *req, Jsonb *event, const AlertEvent *ev, char **error)
 {
 	req->body = JsonbToCString(NULL, &event->root, VARSIZE(event));
-	if (!add_header(req, "X-Finalize-Event", ev->transition, error))
-		return false;
-	if (sec->hmac_key != NULL &&
-		!add_header(req, "X-Finalize-Signature", alert_signature(sec->hmac_key, req->body, strlen(req->body)), error))
-		return false;
-	return true;
+	return add_header(req, "X-Finalize-Event", ev->transition, error);
 }
 
 /* A Slack incoming-webhook message. */
@@ -220,7 +228,7 @@ build_slack(AlertRequest *req, const AlertEvent *ev)
 		: strcmp(ev->transition, "acknowledge") == 0 ? ":eyes:"
 		: strcmp(ev->severity, "critical") == 0 ? ":red_circle:"
 		: strcmp(ev->severity, "warning") == 0 ? ":warning:" : ":information_source:";
-	char	   *text = psprintf("%s %s", icon, slack_escape(summary(ev)));
+	char	   *text = psprintf("%s %s", icon, slack_escape(summary(ev), SLACK_TEXT_MAX - 32));
 	StringInfoData ctx;
 
 	initStringInfo(&ctx);
@@ -249,7 +257,7 @@ build_slack(AlertRequest *req, const AlertEvent *ev)
 	jb_begin_array(&st, "elements");
 	jb_begin_object(&st, NULL);
 	jb_text(&st, "type", "mrkdwn");
-	jb_text(&st, "text", slack_escape(ctx.data));
+	jb_text(&st, "text", slack_escape(ctx.data, SLACK_TEXT_MAX));
 	jb_end_object(&st);
 	jb_end_array(&st);
 	jb_end_object(&st);
@@ -346,7 +354,7 @@ build_opsgenie(AlertRequest *req, const AlertEvent *ev, const AlertSecrets *sec,
 		jb_text(&st, "description", clip(ev->message, 15000));
 		jb_text(&st, "priority", strcmp(ev->severity, "critical") == 0 ? "P1"
 				: strcmp(ev->severity, "warning") == 0 ? "P3" : "P5");
-		jb_text(&st, "entity", ev->table ? ev->table : ev->source ? ev->source : ev->database);
+		jb_text(&st, "entity", clip(ev->table ? ev->table : ev->source ? ev->source : ev->database, 512));
 		jb_begin_array(&st, "tags");
 		jb_text(&st, NULL, "finalize");
 		jb_text(&st, NULL, ev->kind);
@@ -365,7 +373,7 @@ build_opsgenie(AlertRequest *req, const AlertEvent *ev, const AlertSecrets *sec,
 			jb_text(&st, "note", psprintf("Resolved by finalize at %s: the condition cleared.",
 										  ev->resolved_at ? ev->resolved_at : "?"));
 		else if (ev->acknowledge_note != NULL)
-			jb_text(&st, "note", ev->acknowledge_note);
+			jb_text(&st, "note", clip(ev->acknowledge_note, 25000));
 	}
 	req->body = jb_finish_text(jb_end_object(&st));
 	return true;
@@ -395,7 +403,7 @@ alert_build_request(const char *format, const char *url, Jsonb *event, const Ale
 		!add_header(req, "Authorization", psprintf("Bearer %s", secrets->bearer_token), error))
 		return NULL;
 	if (strcmp(format, "json") == 0)
-		ok = build_json(req, event, &ev, secrets, error);
+		ok = build_json(req, event, &ev, error);
 	else if (strcmp(format, "slack") == 0)
 		ok = build_slack(req, &ev);
 	else if (strcmp(format, "pagerduty_v2") == 0)
@@ -407,7 +415,16 @@ alert_build_request(const char *format, const char *url, Jsonb *event, const Ale
 		*error = psprintf("unknown format \"%s\"", format);
 		ok = false;
 	}
-	return ok ? req : NULL;
+	if (!ok)
+		return NULL;
+	/* JSON on the wire is UTF-8, whatever the database's encoding. */
+	req->body = pg_server_to_any(req->body, strlen(req->body), PG_UTF8);
+	/* Signed last: over exactly the bytes sent. */
+	if (strcmp(format, "json") == 0 && secrets->hmac_key != NULL &&
+		!add_header(req, "X-Finalize-Signature", alert_signature(secrets->hmac_key, req->body, strlen(req->body)),
+					error))
+		return NULL;
+	return req;
 }
 
 /*

@@ -15,6 +15,7 @@
 
 #include "alert/target.h"
 #include "common/fdw_options.h"
+#include "common/http.h"
 #include "common/period.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
@@ -44,28 +45,31 @@ timeout_ms(const char *text)
 															  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1))),
 						&usecs) || usecs <= 0)
 		return DEFAULT_TIMEOUT_MS;
-	return (long) Min(Max(usecs / 1000, 1), (int64) 3600 * 1000);
+	return (long) Min(Max(usecs / 1000, 1), (int64) 60 * 1000);
 }
 
 /*
- * The target of a delivery, copied into cxt; NULL with *error set when it
- * was dropped, belongs to another wrapper, or has no URL anywhere. Errors
- * name the server, never a secret.
+ * The target of a delivery by name (a dump and restore keeps names, not
+ * OIDs), copied into cxt; NULL with *error set when it was dropped or
+ * renamed, belongs to another wrapper, or has no URL anywhere. Errors name
+ * the server, never a secret.
  */
 AlertTarget *
-alert_target_load(Oid serverid, MemoryContext cxt, char **error)
+alert_target_load(const char *name, MemoryContext cxt, char **error)
 {
-	ForeignServer *server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
+	ForeignServer *server = GetForeignServerByName(name, true);
 	MemoryContext old;
 	AlertTarget *t;
 	List	   *um_options = NIL;
+	Oid			serverid;
 
 	*error = NULL;
 	if (server == NULL)
 	{
-		*error = pstrdup("the webhook target was dropped (DROP SERVER) before its delivery");
+		*error = psprintf("webhook target \"%s\" was dropped or renamed before this delivery", name);
 		return NULL;
 	}
+	serverid = server->serverid;
 	if (strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_webhook") != 0)
 	{
 		*error = psprintf("server \"%s\" is no longer a finalize_webhook target", server->servername);
@@ -77,7 +81,6 @@ alert_target_load(Oid serverid, MemoryContext cxt, char **error)
 
 	old = MemoryContextSwitchTo(cxt);
 	t = palloc0(sizeof(AlertTarget));
-	t->id = serverid;
 	t->name = pstrdup(server->servername);
 	t->format = pstrdup(fdw_option_value(server->options, "format", "json"));
 	t->timeout_ms = timeout_ms(fdw_option_value(server->options, "timeout", NULL));
@@ -89,7 +92,16 @@ alert_target_load(Oid serverid, MemoryContext cxt, char **error)
 		const char *path = host ? strchr(host + 3, '/') : NULL;
 
 		if (path != NULL && strlen(path) > 1)
+		{
+			char	   *segments = pstrdup(path + 1);
+			char	   *save = NULL;
+
 			t->secret_values = lappend(t->secret_values, pstrdup(path));
+			/* and each part of it long enough to be a token */
+			for (char *seg = strtok_r(segments, "/?&=", &save); seg; seg = strtok_r(NULL, "/?&=", &save))
+				if (strlen(seg) >= 8)
+					t->secret_values = lappend(t->secret_values, pstrdup(seg));
+		}
 	}
 	else if (fdw_option_value(server->options, "url", NULL) != NULL)
 		t->url = (char *) load_secret(t, server->options, "url");
@@ -109,9 +121,48 @@ alert_target_load(Oid serverid, MemoryContext cxt, char **error)
 
 /*
  * A text (an answer's body, curl's words) with every secret of the target
- * replaced, so that a receiver echoing a header or a URL cannot put one
- * into the delivery's last_error.
+ * replaced, as sent, JSON-escaped or percent-encoded, so that a receiver
+ * echoing a header or a URL cannot put one into the delivery's last_error.
+ * Applied to the whole text before it is cut.
  */
+/* text with every occurrence of secret (4 bytes or more) replaced. */
+static char *
+replace_all(char *text, const char *secret)
+{
+	size_t		slen = strlen(secret);
+	StringInfoData buf;
+	const char *from = text;
+	const char *hit;
+
+	if (slen < 4 || strstr(text, secret) == NULL)
+		return text;
+	initStringInfo(&buf);
+	while ((hit = strstr(from, secret)) != NULL)
+	{
+		appendBinaryStringInfo(&buf, from, hit - from);
+		appendStringInfoString(&buf, "[redacted]");
+		from = hit + slen;
+	}
+	appendStringInfoString(&buf, from);
+	return buf.data;
+}
+
+/* A secret as JSON writes it with '/' escaped ("\/"), as some servers echo it. */
+static char *
+json_slashes(const char *secret)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (const char *c = secret; *c; c++)
+	{
+		if (*c == '/')
+			appendStringInfoChar(&buf, '\\');
+		appendStringInfoChar(&buf, *c);
+	}
+	return buf.data;
+}
+
 char *
 alert_redact(const AlertTarget *target, const char *text)
 {
@@ -121,22 +172,10 @@ alert_redact(const AlertTarget *target, const char *text)
 	foreach(lc, target->secret_values)
 	{
 		const char *secret = (const char *) lfirst(lc);
-		size_t		slen = strlen(secret);
-		StringInfoData buf;
-		const char *from = out;
-		const char *hit;
 
-		if (slen < 4)
-			continue;
-		initStringInfo(&buf);
-		while ((hit = strstr(from, secret)) != NULL)
-		{
-			appendBinaryStringInfo(&buf, from, hit - from);
-			appendStringInfoString(&buf, "[redacted]");
-			from = hit + slen;
-		}
-		appendStringInfoString(&buf, from);
-		out = buf.data;
+		out = replace_all(out, secret);
+		out = replace_all(out, json_slashes(secret));
+		out = replace_all(out, http_uri_encode(secret));
 	}
 	return out;
 }

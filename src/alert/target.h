@@ -10,7 +10,6 @@
 
 typedef struct AlertTarget
 {
-	Oid			id;
 	char	   *name;
 	char	   *format;			/* json | slack | pagerduty_v2 | opsgenie */
 	char	   *url;			/* the user mapping's, else the server's */
@@ -19,7 +18,7 @@ typedef struct AlertTarget
 	List	   *secret_values;	/* every secret, to keep out of messages */
 } AlertTarget;
 
-extern AlertTarget *alert_target_load(Oid serverid, MemoryContext cxt, char **error);
+extern AlertTarget *alert_target_load(const char *name, MemoryContext cxt, char **error);
 extern char *alert_redact(const AlertTarget *target, const char *text);
 
 #endif							/* FINALIZE_ALERT_TARGET_H */

@@ -310,6 +310,20 @@ check_severity(const char *value)
 	return strcmp(value, "info") == 0 || strcmp(value, "warning") == 0 || strcmp(value, "critical") == 0;
 }
 
+/*
+ * Accepts a delivery timeout: positive and at most a minute, since one
+ * worker delivers to every target in turn and a slow one delays the rest.
+ */
+static bool
+check_webhook_timeout(const char *value)
+{
+	Datum		iv;
+	int64		usecs;
+
+	return subxact_input(interval_in, value, &iv) &&
+		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0 && usecs <= 60 * USECS_PER_SEC;
+}
+
 /* A URL may be the secret itself (Slack's), so it is never echoed. */
 static const FdwOption webhook_options[] = {
 	{"url", ForeignServerRelationId, true, check_webhook_url,
@@ -318,8 +332,8 @@ static const FdwOption webhook_options[] = {
 	"The format is json (finalize's signed schema), slack, pagerduty_v2 or opsgenie."},
 	{"min_severity", ForeignServerRelationId, false, check_severity,
 	"The minimum severity is info, warning (the default) or critical."},
-	{"timeout", ForeignServerRelationId, false, check_positive_interval,
-	"The timeout is a positive interval without months, such as '10 seconds': how long one delivery may take."},
+	{"timeout", ForeignServerRelationId, false, check_webhook_timeout,
+	"The timeout is a positive interval of at most a minute, such as '10 seconds' (the default): how long one delivery may take."},
 	{"url", UserMappingRelationId, true, check_webhook_url,
 	"The URL is https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment."},
 	{"bearer_token", UserMappingRelationId, true, check_header_value,

@@ -32,6 +32,7 @@ int			finalize_consumer_stall_threshold_s = 15 * 60;
 int			finalize_late_data_alert_interval_s = 60 * 60;
 int			finalize_alert_after_s = 5 * 60;
 int			finalize_alert_retry_limit = 15;
+bool		finalize_alerts_enabled = true;
 
 PG_FUNCTION_INFO_V1(finalize_facts_retention);
 PG_FUNCTION_INFO_V1(finalize_generation_retention);
@@ -160,6 +161,16 @@ define_trust_settings(void)
 							PGC_SIGHUP,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("finalize.alerts_enabled",
+							 "Whether finalize's alerts worker delivers incidents to webhook targets.",
+							 "Off stops webhook delivery (deliveries wait in the queue); incidents are still "
+							 "recorded. With finalize.enabled off as well, no finalize process does any I/O.",
+							 &finalize_alerts_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("finalize.alert_retry_limit",
 							"How many times the alerts worker tries to deliver one message to a webhook target.",

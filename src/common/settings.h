@@ -27,6 +27,7 @@ extern int	finalize_consumer_stall_threshold_s;
 extern int	finalize_late_data_alert_interval_s;
 extern int	finalize_alert_after_s;
 extern int	finalize_alert_retry_limit;
+extern bool finalize_alerts_enabled;
 
 extern void settings_define(void);
 

@@ -305,7 +305,8 @@ BEGIN
     IF on_data_loss IS NOT NULL THEN
         PERFORM @extschema@._check_on_data_loss(on_data_loss);
     END IF;
-    IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0) THEN
+    IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0
+                                OR extract(year FROM max_lag) <> 0) THEN
         RAISE EXCEPTION 'invalid value for argument max_lag: %', max_lag
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'The freshness SLA is a length of time without months, such as ''2 hours''; 0 removes it.';

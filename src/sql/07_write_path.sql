@@ -381,7 +381,10 @@ BEGIN
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
-    DELETE FROM @extschema@.alert a WHERE a.state = 'resolved' AND a.last_seen < now() - keep;
+    -- never an incident whose resolution a webhook target has still to hear
+    DELETE FROM @extschema@.alert a
+     WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.alert_delivery d WHERE d.alert_id = a.alert_id AND d.state = 'pending');
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id

@@ -31,6 +31,11 @@ CREATE TABLE @extschema@.alert (
     acknowledged_at  timestamptz,
     acknowledged_by  name,
     acknowledge_note text,
+    -- The incident's name at webhook targets (PagerDuty's dedup_key,
+    -- Opsgenie's alias): random, so two clusters, a reinstall or a copy
+    -- restored elsewhere never share an incident there, and kept with the
+    -- row, so a restore or a renamed database resolves what it opened.
+    dedup_key        text NOT NULL UNIQUE DEFAULT 'finalize-' || pg_catalog.gen_random_uuid()::text,
     CHECK ((state = 'resolved') = (resolved_at IS NOT NULL)),
     CHECK ((state = 'acknowledged') <= (acknowledged_at IS NOT NULL))
 );
@@ -140,7 +145,7 @@ COMMENT ON FUNCTION @extschema@.acknowledge_alert(bigint, text) IS
 CREATE VIEW @extschema@.alerts AS
 SELECT a.alert_id, a.kind, a.severity, coalesce(t.table_name, a.table_name) AS table_name, a.server_name,
        a.subject, a.state, a.opened_at, a.last_seen, a.count, a.message, a.detail, a.resolved_at,
-       a.acknowledged_at, a.acknowledged_by, a.acknowledge_note
+       a.acknowledged_at, a.acknowledged_by, a.acknowledge_note, a.dedup_key
   FROM @extschema@.alert a
   LEFT JOIN @extschema@.tracked_table t ON t.table_id = a.table_id
  ORDER BY a.alert_id DESC;

@@ -83,11 +83,11 @@ check_alerts(void)
 
 /*
  * Reads the sources that have tracked tables, in a short transaction; also
- * purges old facts once an hour, checks freshness and sets *want_alerts.
- * Returns -1 while the extension is not installed.
+ * purges old facts once an hour. Returns -1 while the extension is not
+ * installed.
  */
 static int
-read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge, bool *want_alerts)
+read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 {
 	int			n = 0;
 
@@ -115,7 +115,6 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge, bool
 		ws_purge_facts();
 		*last_purge = GetCurrentTimestamp();
 	}
-	*want_alerts = check_alerts();
 	ws_commit();
 	return n;
 }
@@ -153,6 +152,38 @@ record_no_worker(const WantedSource *src)
 	ws_commit();
 }
 
+/*
+ * Runs check_alerts in a transaction of its own, bounded by
+ * finalize.lock_timeout (an admin's open transaction that holds an
+ * incident must not stall the scheduling of sources), and never lets its
+ * error stop the scheduler: it is logged, and the next round tries again.
+ * Returns whether the alerts worker is needed.
+ */
+static bool
+guarded_alert_checks(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool want = false;
+
+	PG_TRY();
+	{
+		ws_begin_write("finalize: checking freshness and dropped sources");
+		want = OidIsValid(get_extension_oid("finalize", true)) && check_alerts();
+		ws_commit();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		want = slot_is_running(SLOT_ALERTS, MyDatabaseId, InvalidOid);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	return want;
+}
+
 /* Starts the alerts worker unless it runs or is starting. */
 static void
 ensure_alerts_worker(void)
@@ -183,21 +214,8 @@ schedule(TimestampTz *last_purge)
 {
 	WantedSource wanted[FINALIZE_MAX_SLOTS];
 	WorkerSlot	running[FINALIZE_MAX_SLOTS];
-	bool		want_alerts = false;
 	int			nrunning;
-	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge,
-																 &want_alerts) : 0;
-
-	/*
-	 * With finalize.enabled off no source is polled, so every verdict
-	 * stops: the freshness SLAs and the deliveries that tell people go on.
-	 */
-	if (!finalize_enabled)
-	{
-		ws_begin("finalize: checking freshness");
-		want_alerts = OidIsValid(get_extension_oid("finalize", true)) && check_alerts();
-		ws_commit();
-	}
+	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge) : 0;
 
 	nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
 	for (int i = 0; i < nrunning; i++)
@@ -223,7 +241,11 @@ schedule(TimestampTz *last_purge)
 		else
 			record_no_worker(&wanted[j]);
 	}
-	if (want_alerts)
+	/*
+	 * Also with finalize.enabled off: no source is polled then, so every
+	 * verdict stops, and the freshness SLAs and deliveries tell people.
+	 */
+	if (guarded_alert_checks() && finalize_alerts_enabled)
 		ensure_alerts_worker();
 }
 

@@ -3550,7 +3550,8 @@ BEGIN
     IF on_data_loss IS NOT NULL THEN
         PERFORM @extschema@._check_on_data_loss(on_data_loss);
     END IF;
-    IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0) THEN
+    IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0
+                                OR extract(year FROM max_lag) <> 0) THEN
         RAISE EXCEPTION 'invalid value for argument max_lag: %', max_lag
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'The freshness SLA is a length of time without months, such as ''2 hours''; 0 removes it.';
@@ -3788,7 +3789,10 @@ BEGIN
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
     DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
-    DELETE FROM @extschema@.alert a WHERE a.state = 'resolved' AND a.last_seen < now() - keep;
+    -- never an incident whose resolution a webhook target has still to hear
+    DELETE FROM @extschema@.alert a
+     WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.alert_delivery d WHERE d.alert_id = a.alert_id AND d.state = 'pending');
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id
@@ -3910,6 +3914,11 @@ CREATE TABLE @extschema@.alert (
     acknowledged_at  timestamptz,
     acknowledged_by  name,
     acknowledge_note text,
+    -- The incident's name at webhook targets (PagerDuty's dedup_key,
+    -- Opsgenie's alias): random, so two clusters, a reinstall or a copy
+    -- restored elsewhere never share an incident there, and kept with the
+    -- row, so a restore or a renamed database resolves what it opened.
+    dedup_key        text NOT NULL UNIQUE DEFAULT 'finalize-' || pg_catalog.gen_random_uuid()::text,
     CHECK ((state = 'resolved') = (resolved_at IS NOT NULL)),
     CHECK ((state = 'acknowledged') <= (acknowledged_at IS NOT NULL))
 );
@@ -4019,7 +4028,7 @@ COMMENT ON FUNCTION @extschema@.acknowledge_alert(bigint, text) IS
 CREATE VIEW @extschema@.alerts AS
 SELECT a.alert_id, a.kind, a.severity, coalesce(t.table_name, a.table_name) AS table_name, a.server_name,
        a.subject, a.state, a.opened_at, a.last_seen, a.count, a.message, a.detail, a.resolved_at,
-       a.acknowledged_at, a.acknowledged_by, a.acknowledge_note
+       a.acknowledged_at, a.acknowledged_by, a.acknowledge_note, a.dedup_key
   FROM @extschema@.alert a
   LEFT JOIN @extschema@.tracked_table t ON t.table_id = a.table_id
  ORDER BY a.alert_id DESC;
@@ -4264,7 +4273,7 @@ GRANT USAGE ON FOREIGN DATA WRAPPER finalize_webhook TO finalize_admin;
 CREATE TABLE @extschema@.alert_delivery (
     delivery_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     alert_id        bigint NOT NULL REFERENCES @extschema@.alert ON DELETE CASCADE,
-    target_id       oid NOT NULL,
+    -- by name, not OID: a dump and restore or pg_upgrade keeps names only
     target_name     text NOT NULL,
     transition      text NOT NULL
                     CONSTRAINT alert_delivery_transition_check
@@ -4281,10 +4290,10 @@ CREATE TABLE @extschema@.alert_delivery (
     last_status     integer,
     last_error      text,
     delivered_at    timestamptz,
-    UNIQUE (target_id, idempotency_key)
+    UNIQUE (target_name, idempotency_key)
 );
 CREATE INDEX alert_delivery_due_idx ON @extschema@.alert_delivery (next_attempt) WHERE state = 'pending';
-CREATE INDEX alert_delivery_alert_idx ON @extschema@.alert_delivery (alert_id, target_id);
+CREATE INDEX alert_delivery_alert_idx ON @extschema@.alert_delivery (alert_id, target_name);
 COMMENT ON TABLE @extschema@.alert_delivery IS
     'Webhook deliveries: one per incident transition and target, retried with backoff until delivered or failed';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_delivery', '');
@@ -4294,8 +4303,7 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_delivery_delivery_
 -- opens for 30 s, doubling to 10 minutes while probes fail; one delivery
 -- probes it once it is due again.
 CREATE TABLE @extschema@.alert_target_state (
-    target_id            oid PRIMARY KEY,
-    target_name          text NOT NULL,
+    target_name          text PRIMARY KEY,
     consecutive_failures integer NOT NULL DEFAULT 0,
     open_until           timestamptz,
     last_success         timestamptz,
@@ -4308,11 +4316,11 @@ COMMENT ON TABLE @extschema@.alert_target_state IS
 -- The webhook targets: foreign servers of finalize_webhook with their
 -- options (never the user mapping's secrets).
 CREATE FUNCTION @extschema@._alert_targets()
-RETURNS TABLE (target_id oid, target_name text, format text, min_severity text)
+RETURNS TABLE (target_name text, format text, min_severity text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT s.oid, s.srvname::text,
+    SELECT s.srvname::text,
            coalesce((SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o
                       WHERE o.option_name = 'format'), 'json'),
            coalesce((SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o
@@ -4340,8 +4348,8 @@ BEGIN ATOMIC
     SELECT jsonb_build_object(
         'schema', 'finalize.alert/1',
         'event', transition,
-        'dedup_key', format('finalize/%s/%s', current_database(), (a).alert_id),
-        'idempotency_key', format('finalize/%s/%s/%s', current_database(), (a).alert_id, transition),
+        'dedup_key', (a).dedup_key,
+        'idempotency_key', format('%s-%s', (a).dedup_key, transition),
         'database', current_database(),
         'alert', jsonb_build_object(
             'id', (a).alert_id, 'kind', (a).kind, 'severity', (a).severity, 'state', (a).state,
@@ -4384,16 +4392,16 @@ BEGIN
         RETURN NULL;
     END IF;
     FOREACH tr IN ARRAY transitions LOOP
-        INSERT INTO @extschema@.alert_delivery (alert_id, target_id, target_name, transition, idempotency_key, event)
-        SELECT NEW.alert_id, t.target_id, t.target_name, tr, e.event->>'idempotency_key', e.event
+        INSERT INTO @extschema@.alert_delivery (alert_id, target_name, transition, idempotency_key, event)
+        SELECT NEW.alert_id, t.target_name, tr, e.event->>'idempotency_key', e.event
           FROM @extschema@._alert_targets() t,
                LATERAL (SELECT @extschema@._alert_event(NEW, tr) AS event) e
          WHERE CASE WHEN tr = 'open'
                     THEN @extschema@._severity_rank(NEW.severity) >= @extschema@._severity_rank(t.min_severity)
                     ELSE EXISTS (SELECT FROM @extschema@.alert_delivery d
-                                  WHERE d.alert_id = NEW.alert_id AND d.target_id = t.target_id
+                                  WHERE d.alert_id = NEW.alert_id AND d.target_name = t.target_name
                                     AND d.transition = 'open') END
-        ON CONFLICT (target_id, idempotency_key) DO NOTHING;
+        ON CONFLICT (target_name, idempotency_key) DO NOTHING;
         GET DIAGNOSTICS k = ROW_COUNT;
         n := n + k;
     END LOOP;
@@ -4407,16 +4415,34 @@ $$;
 CREATE TRIGGER alert_delivery_queue AFTER INSERT OR UPDATE OF state ON @extschema@.alert
     FOR EACH ROW EXECUTE FUNCTION @extschema@._queue_alert_delivery();
 
+-- The deliveries the alerts worker may send, and from when: pending, not
+-- in flight, every earlier transition of the incident to that target
+-- settled (a resolution never overtakes its opening), due at their
+-- next_attempt or when their target's breaker lets a probe through.
+CREATE FUNCTION @extschema@._claimable_deliveries()
+RETURNS TABLE (delivery_id bigint, due timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT d.delivery_id, greatest(d.next_attempt, coalesce(s.open_until, d.next_attempt))
+      FROM @extschema@.alert_delivery d
+      LEFT JOIN @extschema@.alert_target_state s ON s.target_name = d.target_name
+     WHERE d.state = 'pending' AND d.claimed_at IS NULL
+       AND NOT EXISTS (SELECT FROM @extschema@.alert_delivery e
+                        WHERE e.alert_id = d.alert_id AND e.target_name = d.target_name
+                          AND e.state = 'pending' AND e.delivery_id < d.delivery_id);
+END;
+
 -- Claims the next due delivery for the alerts worker (one at a time, so a
--- breaker that opens stops the very next one): pending, due, its target's
--- breaker closed or due for a probe, and every earlier transition of its
--- incident to that target settled (a resolution never overtakes its
+-- breaker that opens stops the very next one), critical incidents first:
+-- its target's breaker closed or due for a probe, and every earlier
+-- transition of its incident to that target settled (a resolution never overtakes its
 -- opening), and not already claimed (in flight until its outcome is
 -- recorded, or until the worker restarts: _release_claims). Counts the
 -- attempt before it is made: a crash mid-request costs an attempt, never
 -- a silent retry for ever.
 CREATE FUNCTION @extschema@._claim_delivery()
-RETURNS TABLE (delivery_id bigint, target_id oid, target_name text, event jsonb, attempts integer)
+RETURNS TABLE (delivery_id bigint, target_name text, event jsonb, attempts integer)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4425,21 +4451,17 @@ BEGIN
     RETURN QUERY
     WITH due AS (
         SELECT d.delivery_id
-          FROM @extschema@.alert_delivery d
-          LEFT JOIN @extschema@.alert_target_state s ON s.target_id = d.target_id
-         WHERE d.state = 'pending' AND d.next_attempt <= now() AND d.claimed_at IS NULL
-           AND (s.open_until IS NULL OR s.open_until <= now())
-           AND NOT EXISTS (SELECT FROM @extschema@.alert_delivery e
-                            WHERE e.alert_id = d.alert_id AND e.target_id = d.target_id
-                              AND e.state = 'pending' AND e.delivery_id < d.delivery_id)
-         ORDER BY d.next_attempt, d.delivery_id
+          FROM @extschema@._claimable_deliveries() c
+          JOIN @extschema@.alert_delivery d ON d.delivery_id = c.delivery_id
+         WHERE c.due <= now()
+         ORDER BY @extschema@._severity_rank(d.event->'alert'->>'severity') DESC, c.due, d.delivery_id
          LIMIT 1
            FOR UPDATE OF d SKIP LOCKED)
     UPDATE @extschema@.alert_delivery d
        SET attempts = d.attempts + 1, claimed_at = now(), last_attempt_at = now()
       FROM due
      WHERE d.delivery_id = due.delivery_id
-    RETURNING d.delivery_id, d.target_id, d.target_name, d.event, d.attempts;
+    RETURNING d.delivery_id, d.target_name, d.event, d.attempts;
 END
 $$;
 
@@ -4450,10 +4472,7 @@ RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT min(greatest(d.next_attempt, coalesce(s.open_until, d.next_attempt)))
-      FROM @extschema@.alert_delivery d
-      LEFT JOIN @extschema@.alert_target_state s ON s.target_id = d.target_id
-     WHERE d.state = 'pending';
+    SELECT min(c.due) FROM @extschema@._claimable_deliveries() c;
 END;
 
 -- Records the outcome of one attempt. Delivered: the target's breaker
@@ -4483,22 +4502,21 @@ BEGIN
            SET state = 'delivered', delivered_at = now(), last_status = http_status, last_error = NULL,
                claimed_at = NULL
          WHERE x.delivery_id = d.delivery_id;
-        INSERT INTO @extschema@.alert_target_state AS s (target_id, target_name, last_success)
-        VALUES (d.target_id, d.target_name, now())
-        ON CONFLICT (target_id) DO UPDATE
-           SET consecutive_failures = 0, open_until = NULL, last_success = now(), target_name = EXCLUDED.target_name;
+        INSERT INTO @extschema@.alert_target_state AS s (target_name, last_success)
+        VALUES (d.target_name, now())
+        ON CONFLICT (target_name) DO UPDATE
+           SET consecutive_failures = 0, open_until = NULL, last_success = now();
         RETURN 'delivered';
     END IF;
-    INSERT INTO @extschema@.alert_target_state AS s (target_id, target_name, consecutive_failures, last_failure, last_error)
-    VALUES (d.target_id, d.target_name, 1, now(), error)
-    ON CONFLICT (target_id) DO UPDATE
-       SET consecutive_failures = s.consecutive_failures + 1, last_failure = now(), last_error = EXCLUDED.last_error,
-           target_name = EXCLUDED.target_name
+    INSERT INTO @extschema@.alert_target_state AS s (target_name, consecutive_failures, last_failure, last_error)
+    VALUES (d.target_name, 1, now(), error)
+    ON CONFLICT (target_name) DO UPDATE
+       SET consecutive_failures = s.consecutive_failures + 1, last_failure = now(), last_error = EXCLUDED.last_error
     RETURNING s.consecutive_failures INTO failures;
     IF failures >= 5 THEN
         UPDATE @extschema@.alert_target_state s
            SET open_until = now() + make_interval(secs => least(600, 30 * power(2, least(failures - 5, 10))))
-         WHERE s.target_id = d.target_id;
+         WHERE s.target_name = d.target_name;
     END IF;
     IF permanent OR d.attempts >= retry_limit THEN
         UPDATE @extschema@.alert_delivery x
@@ -4540,11 +4558,14 @@ LANGUAGE C STABLE STRICT;
 CREATE VIEW @extschema@.alert_deliveries AS
 SELECT d.delivery_id, d.alert_id, a.kind, a.severity, d.target_name AS target, d.transition, d.state,
        d.attempts, CASE WHEN d.state = 'pending' THEN d.next_attempt END AS next_attempt,
-       d.last_attempt_at, d.last_status, d.last_error, d.delivered_at, d.created_at,
+       d.last_attempt_at, d.last_status,
+       -- a receiver's answer may quote what it was sent: admins only
+       CASE WHEN pg_catalog.pg_has_role('finalize_admin', 'MEMBER') THEN d.last_error END AS last_error,
+       d.delivered_at, d.created_at,
        CASE WHEN s.open_until > now() THEN s.open_until END AS breaker_open_until
   FROM @extschema@.alert_delivery d
   JOIN @extschema@.alert a ON a.alert_id = d.alert_id
-  LEFT JOIN @extschema@.alert_target_state s ON s.target_id = d.target_id
+  LEFT JOIN @extschema@.alert_target_state s ON s.target_name = d.target_name
  ORDER BY d.delivery_id DESC;
 COMMENT ON VIEW @extschema@.alert_deliveries IS
     'Webhook deliveries of incidents: per target and transition, attempts, last HTTP status and error';
