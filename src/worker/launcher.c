@@ -103,7 +103,7 @@ ensure_scheduler(BackgroundWorkerHandle **handle)
 		ereport(WARNING,
 				(errmsg("finalize could not start its scheduler for database \"%s\"", finalize_database),
 				 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
-						 "one for its scheduler and one per source.")));
+						 "one for its scheduler, one for webhook delivery and one per source.")));
 }
 
 /* Entry point of the launcher. */

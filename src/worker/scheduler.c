@@ -144,7 +144,7 @@ record_no_worker(const WantedSource *src)
 	ereport(WARNING,
 			(errmsg("finalize could not start a worker for source \"%s\"", src->name),
 			 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
-					 "one for its scheduler and one per source.")));
+					 "one for its scheduler, one for webhook delivery and one per source.")));
 	ws_begin("finalize: recording a missing worker");
 	ws_source_failed(src->name, COND_NO_WORKER,
 					 "No background worker slot was free (max_worker_processes); the source is not polled.",

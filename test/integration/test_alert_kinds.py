@@ -330,9 +330,9 @@ def test_a_cycle_that_fails_in_postgresql_is_an_internal_error_incident(env, sim
     wait_resolved(env, "internal_error", server="src_internal")
 
 
-@pytest.mark.xfail(strict=True, reason="product gap: the worker records a failed cycle without "
-                   "finalize.lock_timeout, so while another session holds its source_status row the "
-                   "internal_error is never recorded and no incident opens, however long it lasts")
+@pytest.mark.xfail(strict=True, reason="product gap: while another session holds the source's "
+                   "source_status row, the worker cannot record its failed cycles (the record needs that row; "
+                   "it is bounded by finalize.lock_timeout and only logged), so no incident opens")
 def test_a_long_held_source_row_is_an_internal_error_incident(env, sim, pg):
     start(env, sim, "k.internal2", "src_internal2")
     holder = pg.connect(autocommit=False)
@@ -540,6 +540,11 @@ def test_a_consumer_that_never_reports_is_a_consumer_stalled_warning(env, sim):
     # It reports what it applied: the stall ends.
     assert env.one("SELECT finalize.report_progress('k.consumer', 'nightly', %s)", (sim_max_lsn(sim),)) is True
     wait_resolved(env, "consumer_stalled", "k.consumer", "src_consumer", subject="nightly")
+    # A consumer that is gone: dropping it ends its incident too.
+    env.sql("SELECT finalize.add_consumer('k.consumer', 'retired')")
+    wait_counted(env, "consumer_stalled", "k.consumer", "src_consumer", subject="retired", at_least=1)
+    env.sql("SELECT finalize.drop_consumer('k.consumer', 'retired')")
+    wait_resolved(env, "consumer_stalled", "k.consumer", "src_consumer", subject="retired")
 
 
 def track_event_table(env, sim, table, source):
