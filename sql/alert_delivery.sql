@@ -11,7 +11,7 @@ DELETE FROM finalize.alert;
 -- in the user mapping and never echoed.
 CREATE SERVER hook_json FOREIGN DATA WRAPPER finalize_webhook
     OPTIONS (url 'http://127.0.0.1:9/hook', format 'json', min_severity 'info', timeout '2 seconds');
-CREATE USER MAPPING FOR postgres SERVER hook_json OPTIONS (hmac_key 'k3y', bearer_token 'tok-123');
+CREATE USER MAPPING FOR postgres SERVER hook_json OPTIONS (hmac_key 'k3y-s1gning', bearer_token 'tok-12345');
 CREATE SERVER hook_slack FOREIGN DATA WRAPPER finalize_webhook OPTIONS (format 'slack');
 CREATE USER MAPPING FOR postgres SERVER hook_slack OPTIONS (url 'https://hooks.slack.com/services/T0/B0/secretpath');
 CREATE SERVER hook_pd FOREIGN DATA WRAPPER finalize_webhook
@@ -29,6 +29,7 @@ CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (routing_key 'R0
 CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (password 'x');
 CREATE USER MAPPING FOR postgres SERVER hook_slack OPTIONS (format 'json');
 ALTER USER MAPPING FOR postgres SERVER hook_json OPTIONS (SET bearer_token E'tok\r\nX-Evil: 1');
+ALTER USER MAPPING FOR postgres SERVER hook_json OPTIONS (SET hmac_key 'short');
 \set VERBOSITY terse
 SELECT target_name, format, min_severity FROM finalize._alert_targets() ORDER BY 1;
 
@@ -46,6 +47,13 @@ SELECT alert_id = :crit AS critical, target, transition, state, attempts
 SELECT finalize._raise_alert('schema_change', 'info', NULL, 'erp', 'x', 'ALTER TABLE') AS info \gset
 UPDATE finalize.alert SET state = 'resolved', resolved_at = now() WHERE alert_id = :info;
 SELECT target, transition FROM finalize.alert_deliveries WHERE alert_id = :info ORDER BY delivery_id;
+-- A row pg_restore brings back (with its old times) was news once: it
+-- queues nothing, its deliveries come back with the queue's own rows.
+INSERT INTO finalize.alert (kind, severity, server_name, message, opened_at, last_seen)
+VALUES ('unreachable', 'critical', 'old', 'restored from a dump', now() - interval '1 day', now() - interval '1 day')
+RETURNING alert_id AS restored \gset
+SELECT count(*) AS queued_for_a_restored_row FROM finalize.alert_delivery WHERE alert_id = :restored;
+DELETE FROM finalize.alert WHERE alert_id = :restored;
 -- The stored event is the json format's body: the incident at the transition.
 SELECT event->>'schema' AS schema, event->>'event' AS event, event->'alert'->>'state' AS state,
        event->>'dedup_key' = (SELECT a.dedup_key FROM finalize.alert a WHERE a.alert_id = :crit) AS dedup_key,

@@ -92,6 +92,48 @@ queue_exists(void)
 }
 
 /*
+ * Loads the claimed delivery's target and builds its request, in a
+ * transaction of its own; whatever goes wrong (a target dropped, a secret
+ * missing, text that has no UTF-8 form) becomes c->error, a failure of this
+ * delivery alone: an error must not stop the worker, or the next claim of
+ * the same delivery would stop it again.
+ */
+static void
+prepare_request(MemoryContext cxt, Claimed *c, Jsonb *event)
+{
+	PG_TRY();
+	{
+		ws_begin("finalize: preparing an alert delivery");
+		c->target = alert_target_load(c->target_name, cxt, &c->error);
+		if (c->target != NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			c->request = alert_build_request(c->target->format, c->target->url, event, &c->target->secrets,
+											 &c->error);
+			if (c->request == NULL)
+				c->error = psprintf("webhook target \"%s\": %s", c->target->name, c->error);
+			MemoryContextSwitchTo(old);
+		}
+		ws_commit();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		MemoryContextSwitchTo(cxt);
+		c->request = NULL;
+		c->error = psprintf("the request to webhook target \"%s\" could not be built: %s", c->target_name,
+							edata->message);
+	}
+	PG_END_TRY();
+}
+
+/*
  * Claims the next due delivery and builds its request (in cxt); false when
  * none is due. *gone is set when the worker has nothing left to serve (the
  * extension, or every target and pending delivery, is gone).
@@ -128,15 +170,10 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 	c->delivery_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	c->target_name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	event = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	c->target = alert_target_load(c->target_name, cxt, &c->error);
-	if (c->target != NULL)
-	{
-		c->request = alert_build_request(c->target->format, c->target->url, event, &c->target->secrets, &c->error);
-		if (c->request == NULL)
-			c->error = psprintf("webhook target \"%s\": %s", c->target->name, c->error);
-	}
 	MemoryContextSwitchTo(old);
+	/* The claim (its counted attempt) commits before anything can fail. */
 	ws_commit();
+	prepare_request(cxt, c, event);
 	return true;
 }
 
@@ -224,9 +261,9 @@ send_request(Claimed *c, Attempt *a)
 static void
 record_attempt(const Claimed *c, const Attempt *a)
 {
-	Oid			types[7] = {INT8OID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, INT4OID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[8] = {INT8OID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, INT4OID, BOOLOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *outcome;
 
 	values[0] = Int64GetDatum(c->delivery_id);
@@ -243,9 +280,11 @@ record_attempt(const Claimed *c, const Attempt *a)
 		nulls[4] = 'n';
 	values[5] = BoolGetDatum(a->permanent);
 	values[6] = Int32GetDatum(finalize_alert_retry_limit);
+	/* Nothing was sent when the request could not be prepared. */
+	values[7] = BoolGetDatum(c->error == NULL);
 	ws_begin("finalize: recording an alert delivery");
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._delivery_result($1, $2, $3, $4, $5, $6, $7)",
-							  7, types, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._delivery_result($1, $2, $3, $4, $5, $6, $7, $8)",
+							  8, types, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not record an alert delivery");
 	outcome = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	/* A message that will never arrive must not go unnoticed. */
@@ -301,6 +340,15 @@ deliver_round(MemoryContext cxt)
 
 		bool		more;
 
+		/* Switched off or paused: stop before the next one, not after a round. */
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!finalize_alerts_enabled || paused_database() == MyDatabaseId)
+			return false;
+		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(cxt);
 		/* Everything of one delivery lives in cxt (ws_commit returns to it). */
 		MemoryContextSwitchTo(cxt);

@@ -380,6 +380,42 @@ build_opsgenie(AlertRequest *req, const AlertEvent *ev, const AlertSecrets *sec,
 }
 
 /*
+ * The body as UTF-8, which JSON on the wire is, whatever the database's
+ * encoding. SQL_ASCII promises nothing about its bytes: a sequence that is
+ * not UTF-8 becomes '?'. Another encoding is converted (an error for a
+ * character UTF-8 cannot hold; the alerts worker fails that delivery).
+ */
+static char *
+utf8_body(char *body)
+{
+	StringInfoData buf;
+
+	if (GetDatabaseEncoding() == PG_UTF8)
+		return body;
+	if (GetDatabaseEncoding() != PG_SQL_ASCII)
+		return pg_server_to_any(body, strlen(body), PG_UTF8);
+	initStringInfo(&buf);
+	for (const unsigned char *c = (const unsigned char *) body; *c;)
+	{
+		int			len = pg_utf_mblen(c);
+
+		if (*c < 0x80)
+			appendStringInfoChar(&buf, (char) *c++);
+		else if (len > 1 && strnlen((const char *) c, len) == (size_t) len && pg_utf8_islegal(c, len))
+		{
+			appendBinaryStringInfo(&buf, (const char *) c, len);
+			c += len;
+		}
+		else
+		{
+			appendStringInfoChar(&buf, '?');
+			c++;
+		}
+	}
+	return buf.data;
+}
+
+/*
  * The request of one delivery; NULL with *error set when it cannot be
  * built (an event without its fields, a format's secret missing). The
  * error never contains a secret.
@@ -417,8 +453,7 @@ alert_build_request(const char *format, const char *url, Jsonb *event, const Ale
 	}
 	if (!ok)
 		return NULL;
-	/* JSON on the wire is UTF-8, whatever the database's encoding. */
-	req->body = pg_server_to_any(req->body, strlen(req->body), PG_UTF8);
+	req->body = utf8_body(req->body);
 	/* Signed last: over exactly the bytes sent. */
 	if (strcmp(format, "json") == 0 && secrets->hmac_key != NULL &&
 		!add_header(req, "X-Finalize-Signature", alert_signature(secrets->hmac_key, req->body, strlen(req->body)),

@@ -147,6 +147,16 @@ replace_all(char *text, const char *secret)
 	return buf.data;
 }
 
+/* list_sort comparator: longer strings first. */
+static int
+longest_first(const ListCell *a, const ListCell *b)
+{
+	size_t		la = strlen((const char *) lfirst(a));
+	size_t		lb = strlen((const char *) lfirst(b));
+
+	return la > lb ? -1 : la < lb ? 1 : 0;
+}
+
 /* A secret as JSON writes it with '/' escaped ("\/"), as some servers echo it. */
 static char *
 json_slashes(const char *secret)
@@ -169,13 +179,19 @@ alert_redact(const AlertTarget *target, const char *text)
 	char	   *out = pstrdup(text);
 	ListCell   *lc;
 
+	List	   *forms = NIL;
+
+	/* Every form of every secret, longest first: a secret that holds another is replaced whole. */
 	foreach(lc, target->secret_values)
 	{
 		const char *secret = (const char *) lfirst(lc);
 
-		out = replace_all(out, secret);
-		out = replace_all(out, json_slashes(secret));
-		out = replace_all(out, http_uri_encode(secret));
+		forms = lappend(forms, (char *) secret);
+		forms = lappend(forms, json_slashes(secret));
+		forms = lappend(forms, http_uri_encode(secret));
 	}
+	list_sort(forms, longest_first);
+	foreach(lc, forms)
+		out = replace_all(out, (const char *) lfirst(lc));
 	return out;
 }

@@ -324,6 +324,17 @@ check_webhook_timeout(const char *value)
 		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0 && usecs <= 60 * USECS_PER_SEC;
 }
 
+/*
+ * Accepts a webhook secret: at least 8 bytes (a shorter one could not be
+ * told from ordinary text when it is redacted from a receiver's answer)
+ * and no control characters, since it goes into a header or a body.
+ */
+static bool
+check_webhook_secret(const char *value)
+{
+	return strlen(value) >= 8 && check_header_value(value);
+}
+
 /* A URL may be the secret itself (Slack's), so it is never echoed. */
 static const FdwOption webhook_options[] = {
 	{"url", ForeignServerRelationId, true, check_webhook_url,
@@ -336,14 +347,14 @@ static const FdwOption webhook_options[] = {
 	"The timeout is a positive interval of at most a minute, such as '10 seconds' (the default): how long one delivery may take."},
 	{"url", UserMappingRelationId, true, check_webhook_url,
 	"The URL is https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment."},
-	{"bearer_token", UserMappingRelationId, true, check_header_value,
-	"The bearer token must not be empty, and has no control characters (CR, LF, ...)."},
-	{"routing_key", UserMappingRelationId, true, check_header_value,
-	"The routing key (PagerDuty's integration key) must not be empty, and has no control characters."},
-	{"api_key", UserMappingRelationId, true, check_header_value,
-	"The API key (Opsgenie's GenieKey) must not be empty, and has no control characters."},
-	{"hmac_key", UserMappingRelationId, true, check_header_value,
-	"The HMAC key signs json deliveries (X-Finalize-Signature); it must not be empty, and has no control characters."},
+	{"bearer_token", UserMappingRelationId, true, check_webhook_secret,
+	"The bearer token has at least 8 characters and no control characters (CR, LF, ...)."},
+	{"routing_key", UserMappingRelationId, true, check_webhook_secret,
+	"The routing key (PagerDuty's integration key) has at least 8 characters and no control characters."},
+	{"api_key", UserMappingRelationId, true, check_webhook_secret,
+	"The API key (Opsgenie's GenieKey) has at least 8 characters and no control characters."},
+	{"hmac_key", UserMappingRelationId, true, check_webhook_secret,
+	"The HMAC key signs json deliveries (X-Finalize-Signature); it has at least 8 characters and no control characters."},
 	{NULL}
 };
 

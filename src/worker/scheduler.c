@@ -55,6 +55,13 @@ static int	nstarted = 0;
 
 /* The alerts worker this scheduler registered, until it is seen running or stopped. */
 static BackgroundWorkerHandle *alerts_handle = NULL;
+/* When it was last started: one that keeps failing is restarted every few seconds, not every round. */
+static TimestampTz alerts_started = 0;
+/* When a failure of the alert checks was last logged: the same one each second would flood the log. */
+static TimestampTz checks_error_logged = 0;
+
+#define ALERTS_RESTART_MS 5000
+#define CHECKS_ERROR_LOG_MS (5 * 60 * 1000)
 
 /*
  * Checks the freshness SLAs (incidents of tables whose verdict lags) and
@@ -156,7 +163,8 @@ record_no_worker(const WantedSource *src)
  * Runs check_alerts in a transaction of its own, bounded by
  * finalize.lock_timeout (an admin's open transaction that holds an
  * incident must not stall the scheduling of sources), and never lets its
- * error stop the scheduler: it is logged, and the next round tries again.
+ * error stop the scheduler: it is logged (the same failure at most every
+ * five minutes), and the next round tries again.
  * Returns whether the alerts worker is needed.
  */
 static bool
@@ -174,9 +182,14 @@ guarded_alert_checks(void)
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		EmitErrorReport();
+		if (TimestampDifferenceExceeds(checks_error_logged, GetCurrentTimestamp(), CHECKS_ERROR_LOG_MS))
+		{
+			EmitErrorReport();
+			checks_error_logged = GetCurrentTimestamp();
+		}
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
 		want = slot_is_running(SLOT_ALERTS, MyDatabaseId, InvalidOid);
 	}
 	PG_END_TRY();
@@ -195,6 +208,9 @@ ensure_alerts_worker(void)
 		return;
 	if (alerts_handle != NULL && GetBackgroundWorkerPid(alerts_handle, &pid) != BGWH_STOPPED)
 		return;
+	if (!TimestampDifferenceExceeds(alerts_started, GetCurrentTimestamp(), ALERTS_RESTART_MS))
+		return;
+	alerts_started = GetCurrentTimestamp();
 	snprintf(name, sizeof(name), "finalize alerts for database %s", finalize_database);
 	if (!start_dynamic_worker("finalize_alerts_main", "finalize alerts", name, MyDatabaseId, InvalidOid,
 							  &alerts_handle))

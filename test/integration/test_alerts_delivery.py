@@ -338,3 +338,20 @@ def test_the_alerts_worker_keeps_its_memory_flat(pg, rx):
     thirds = sorted((totals[i + 1] - totals[i]) / 150 for i in range(3))
     print("\nalerts worker %d memory: %s bytes; per delivery %s" % (pid, " -> ".join(map(str, totals)), thirds))
     assert thirds[1] < 256, "the alerts worker's memory grew by %.0f bytes per delivery (%s)" % (thirds[1], totals)
+
+
+def test_bytes_of_a_sql_ascii_database_go_out_as_utf8(pg):
+    """SQL_ASCII promises nothing about its bytes; JSON on the wire is UTF-8:
+    a sequence that is not UTF-8 becomes '?', one that is stays."""
+    pg.sql("DROP DATABASE IF EXISTS ascii_db")
+    pg.sql("CREATE DATABASE ascii_db ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    try:
+        pg.sql("CREATE EXTENSION finalize", dbname="ascii_db")
+        body, = pg.sql("SELECT encode(convert_to(r.body, 'SQL_ASCII'), 'hex') FROM finalize._alert_request('json', 'https://x.example', "
+                       "jsonb_build_object('event', 'open', 'dedup_key', 'finalize-x', 'idempotency_key', 'finalize-x-open',"
+                       " 'alert', jsonb_build_object('id', 1, 'kind', 'sql_error', 'severity', 'critical', "
+                       "'message', E'caf\\xe9 ' || convert_from('\\xc3a9'::bytea, 'SQL_ASCII'))), '{}') r",
+                       dbname="ascii_db")[0]
+        assert json.loads(bytes.fromhex(body).decode("utf-8"))["alert"]["message"] == "caf? \u00e9"
+    finally:
+        pg.sql("DROP DATABASE ascii_db")

@@ -4114,7 +4114,8 @@ $$;
 -- A release that was refused is an informational incident of its
 -- partition; the next released generation resolves it, and the late_data
 -- incident of its period. Runs in the gate's transaction, as the
--- extension's owner (who records releases).
+-- extension's owner (who records releases); rows a restore brings back are
+-- not attempts of now and change nothing.
 CREATE FUNCTION @extschema@._release_alert()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -4123,6 +4124,10 @@ AS $$
 DECLARE
     codes text;
 BEGIN
+    -- A row restored by pg_restore keeps its old time: history, not news.
+    IF NEW.requested_at IS DISTINCT FROM now() THEN
+        RETURN NULL;
+    END IF;
     IF NEW.released THEN
         PERFORM @extschema@._resolve_alerts('release_rejected', NEW.table_id, NULL, NEW.partition);
         -- The gate released the period only with a build after its late
@@ -4163,20 +4168,30 @@ RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_variable
 DECLARE
     r record;
     n integer := 0;
+    msg text;
+    detail jsonb;
 BEGIN
+    -- Rows another session holds (an admin's open transaction) are skipped
+    -- this round, never waited for: the scheduler must go on.
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind = 'freshness' AND a.state <> 'resolved'
-       AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
-                         JOIN @extschema@.watermark w ON w.table_id = t.table_id
-                        WHERE t.table_id = a.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                          AND now() - coalesce(w.finalized_until, t.created_at) > t.max_lag);
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = 'freshness' AND x.state <> 'resolved'
+           AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                             JOIN @extschema@.watermark w ON w.table_id = t.table_id
+                            WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
+                              AND now() - coalesce(w.finalized_until, t.created_at) > t.max_lag)
+           FOR UPDATE SKIP LOCKED);
     FOR r IN
         SELECT t.table_id, t.table_name, t.server_name, t.max_lag, w.finalized_until,
                make_interval(secs => floor(extract(epoch FROM now() - coalesce(w.finalized_until, t.created_at))))
                    AS lag,
+               (SELECT a.alert_id FROM @extschema@.alert a
+                 WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS open_id,
                (SELECT a.last_seen FROM @extschema@.alert a
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
@@ -4186,17 +4201,23 @@ BEGIN
     LOOP
         n := n + 1;
         CONTINUE WHEN r.seen > now() - interval '1 minute';
-        PERFORM @extschema@._raise_alert(
-            'freshness', 'warning', r.table_id, r.server_name, '',
-            CASE WHEN r.finalized_until IS NULL
+        msg := CASE WHEN r.finalized_until IS NULL
                  THEN format('Table "%s" has no verdict %s after it was tracked; its freshness SLA (max_lag) is %s.',
                              r.table_name, r.lag, r.max_lag)
                  ELSE format('Table "%s" is final only until %s, %s ago; its freshness SLA (max_lag) is %s.',
                              r.table_name, @extschema@._utc_iso(r.finalized_until),
-                             r.lag, r.max_lag) END,
-            jsonb_build_object('finalized_until', @extschema@._utc_iso(r.finalized_until),
-                               'lag_seconds', floor(extract(epoch FROM r.lag)),
-                               'max_lag_seconds', extract(epoch FROM r.max_lag)));
+                             r.lag, r.max_lag) END;
+        detail := jsonb_build_object('finalized_until', @extschema@._utc_iso(r.finalized_until),
+                                     'lag_seconds', floor(extract(epoch FROM r.lag)),
+                                     'max_lag_seconds', extract(epoch FROM r.max_lag));
+        IF r.open_id IS NULL THEN
+            PERFORM @extschema@._raise_alert('freshness', 'warning', r.table_id, r.server_name, '', msg, detail);
+        ELSE
+            -- counted again, unless another session holds it just now
+            UPDATE @extschema@.alert a SET last_seen = now(), count = a.count + 1, message = msg, detail = detail
+             WHERE a.alert_id IN (SELECT x.alert_id FROM @extschema@.alert x WHERE x.alert_id = r.open_id
+                                     FOR UPDATE SKIP LOCKED);
+        END IF;
     END LOOP;
     RETURN n;
 END
@@ -4220,12 +4241,15 @@ DECLARE
     msg text;
 BEGIN
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind = 'server_dropped' AND a.state <> 'resolved'
-       AND (EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
-                      JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
-                     WHERE s.srvname = a.server_name AND w.fdwname = 'finalize_mssql')
-            OR NOT EXISTS (SELECT FROM @extschema@.tracked_table t
-                            WHERE t.server_name = a.server_name AND t.untracked_at IS NULL));
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = 'server_dropped' AND x.state <> 'resolved'
+           AND (EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                          JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                         WHERE s.srvname = x.server_name AND w.fdwname = 'finalize_mssql')
+                OR NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                                WHERE t.server_name = x.server_name AND t.untracked_at IS NULL))
+           FOR UPDATE SKIP LOCKED);
     FOR r IN
         SELECT t.server_name, count(*) AS tables, string_agg(format('"%s"', t.table_name), ', ' ORDER BY t.table_name) AS names,
                EXISTS (SELECT FROM @extschema@.alert a WHERE a.kind = 'server_dropped' AND a.server_name = t.server_name
@@ -4280,6 +4304,8 @@ CREATE TABLE @extschema@.alert_delivery (
                     CHECK (transition IN ('open', 'acknowledge', 'resolve')),
     idempotency_key text NOT NULL,
     event           jsonb NOT NULL,
+    -- the incident's severity as a rank (3 critical .. 1 info): claimed first
+    priority        smallint NOT NULL,
     state           text NOT NULL DEFAULT 'pending'
                     CONSTRAINT alert_delivery_state_check CHECK (state IN ('pending', 'delivered', 'failed')),
     created_at      timestamptz NOT NULL DEFAULT now(),
@@ -4292,7 +4318,7 @@ CREATE TABLE @extschema@.alert_delivery (
     delivered_at    timestamptz,
     UNIQUE (target_name, idempotency_key)
 );
-CREATE INDEX alert_delivery_due_idx ON @extschema@.alert_delivery (next_attempt) WHERE state = 'pending';
+CREATE INDEX alert_delivery_due_idx ON @extschema@.alert_delivery (priority DESC, next_attempt) WHERE state = 'pending';
 CREATE INDEX alert_delivery_alert_idx ON @extschema@.alert_delivery (alert_id, target_name);
 COMMENT ON TABLE @extschema@.alert_delivery IS
     'Webhook deliveries: one per incident transition and target, retried with backoff until delivered or failed';
@@ -4384,7 +4410,11 @@ DECLARE
     n integer := 0;
     k integer;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
+    -- A row restored by pg_restore keeps its old opened_at: it was news
+    -- once, and its deliveries come back with the queue's own rows.
+    IF TG_OP = 'INSERT' AND NEW.opened_at IS DISTINCT FROM now() THEN
+        RETURN NULL;
+    ELSIF TG_OP = 'INSERT' THEN
         transitions := CASE WHEN NEW.state = 'resolved' THEN ARRAY['open', 'resolve'] ELSE ARRAY['open'] END;
     ELSIF NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN ('acknowledged', 'resolved') THEN
         transitions := ARRAY[CASE NEW.state WHEN 'acknowledged' THEN 'acknowledge' ELSE 'resolve' END];
@@ -4392,8 +4422,9 @@ BEGIN
         RETURN NULL;
     END IF;
     FOREACH tr IN ARRAY transitions LOOP
-        INSERT INTO @extschema@.alert_delivery (alert_id, target_name, transition, idempotency_key, event)
-        SELECT NEW.alert_id, t.target_name, tr, e.event->>'idempotency_key', e.event
+        INSERT INTO @extschema@.alert_delivery (alert_id, target_name, transition, idempotency_key, event, priority)
+        SELECT NEW.alert_id, t.target_name, tr, e.event->>'idempotency_key', e.event,
+               @extschema@._severity_rank(NEW.severity)
           FROM @extschema@._alert_targets() t,
                LATERAL (SELECT @extschema@._alert_event(NEW, tr) AS event) e
          WHERE CASE WHEN tr = 'open'
@@ -4454,7 +4485,7 @@ BEGIN
           FROM @extschema@._claimable_deliveries() c
           JOIN @extschema@.alert_delivery d ON d.delivery_id = c.delivery_id
          WHERE c.due <= now()
-         ORDER BY @extschema@._severity_rank(d.event->'alert'->>'severity') DESC, c.due, d.delivery_id
+         ORDER BY d.priority DESC, c.due, d.delivery_id
          LIMIT 1
            FOR UPDATE OF d SKIP LOCKED)
     UPDATE @extschema@.alert_delivery d
@@ -4479,10 +4510,12 @@ END;
 -- closes. Failed: the breaker counts it; the delivery is retried after
 -- an exponential backoff with jitter (1 s doubling to 10 minutes, at
 -- least the target's Retry-After), or fails for good when the answer
--- cannot change (permanent) or retry_limit attempts were made.
+-- cannot change (permanent) or retry_limit attempts were made; one that
+-- never reached its target (target_answered false: dropped, renamed, or
+-- no request could be built) fails at once without touching the breaker.
 CREATE FUNCTION @extschema@._delivery_result(delivery_id bigint, delivered boolean, http_status integer,
                                              error text, retry_after double precision, permanent boolean,
-                                             retry_limit integer)
+                                             retry_limit integer, target_answered boolean DEFAULT true)
 RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -4507,6 +4540,18 @@ BEGIN
         ON CONFLICT (target_name) DO UPDATE
            SET consecutive_failures = 0, open_until = NULL, last_success = now();
         RETURN 'delivered';
+    END IF;
+    -- A target that is gone (or a request that could not be built) fails
+    -- the delivery, not the target: its breaker is left alone, and the
+    -- state of a target no longer there is forgotten.
+    IF NOT target_answered THEN
+        UPDATE @extschema@.alert_delivery x
+           SET state = 'failed', last_status = NULL, last_error = error, claimed_at = NULL
+         WHERE x.delivery_id = d.delivery_id;
+        DELETE FROM @extschema@.alert_target_state s
+         WHERE s.target_name = d.target_name
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server f WHERE f.srvname = d.target_name);
+        RETURN 'failed';
     END IF;
     INSERT INTO @extschema@.alert_target_state AS s (target_name, consecutive_failures, last_failure, last_error)
     VALUES (d.target_name, 1, now(), error)
@@ -4560,7 +4605,10 @@ SELECT d.delivery_id, d.alert_id, a.kind, a.severity, d.target_name AS target, d
        d.attempts, CASE WHEN d.state = 'pending' THEN d.next_attempt END AS next_attempt,
        d.last_attempt_at, d.last_status,
        -- a receiver's answer may quote what it was sent: admins only
-       CASE WHEN pg_catalog.pg_has_role('finalize_admin', 'MEMBER') THEN d.last_error END AS last_error,
+       -- (by name; a renamed role shows nobody the texts, never everybody)
+       CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles r
+                          WHERE r.rolname = 'finalize_admin' AND pg_catalog.pg_has_role(r.oid, 'MEMBER'))
+            THEN d.last_error END AS last_error,
        d.delivered_at, d.created_at,
        CASE WHEN s.open_until > now() THEN s.open_until END AS breaker_open_until
   FROM @extschema@.alert_delivery d
