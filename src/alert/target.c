@@ -39,11 +39,7 @@ timeout_ms(const char *text)
 {
 	int64		usecs;
 
-	if (text == NULL)
-		return DEFAULT_TIMEOUT_MS;
-	if (!interval_usecs(DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
-															  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1))),
-						&usecs) || usecs <= 0)
+	if (text == NULL || !fdw_option_usecs(text, &usecs) || usecs <= 0)
 		return DEFAULT_TIMEOUT_MS;
 	return (long) Min(Max(usecs / 1000, 1), (int64) 60 * 1000);
 }

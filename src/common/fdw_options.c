@@ -543,3 +543,16 @@ fdw_option_value(List *options, const char *name, const char *dflt)
 	}
 	return dflt;
 }
+
+/*
+ * An interval option in microseconds; false when it does not fit (the
+ * validators refuse such values, so only an option set before they did).
+ */
+bool
+fdw_option_usecs(const char *text, int64 *out)
+{
+	Interval   *iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
+														  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+
+	return interval_usecs(iv, out);
+}

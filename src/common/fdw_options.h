@@ -9,5 +9,6 @@
 #include "nodes/pg_list.h"
 
 extern const char *fdw_option_value(List *options, const char *name, const char *dflt);
+extern bool fdw_option_usecs(const char *text, int64 *out);
 
 #endif							/* FINALIZE_FDW_OPTIONS_H */

@@ -84,19 +84,6 @@ ws_commit(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
-/*
- * An interval option in microseconds; false when it does not fit (the
- * validator refuses such values, so only an option set before it did).
- */
-static bool
-option_interval_usecs(const char *text, int64 *out)
-{
-	Interval   *iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
-														  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
-
-	return interval_usecs(iv, out);
-}
-
 /* Copies an SPI text value into cxt (NULL stays NULL). */
 static char *
 spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
@@ -182,8 +169,8 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	if (problem != NULL)
 		return problem;
 
-	if (!option_interval_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),
-							   &cfg->stall_threshold) || cfg->stall_threshold <= 0)
+	if (!fdw_option_usecs(fdw_option_value(server->options, "capture_stall_threshold", "15 minutes"),
+						  &cfg->stall_threshold) || cfg->stall_threshold <= 0)
 		problem = psprintf("the capture_stall_threshold option of server \"%s\" is out of range; set it again "
 						   "(ALTER SERVER %s OPTIONS (SET capture_stall_threshold '15 minutes'))",
 						   server->servername, quote_identifier(server->servername));

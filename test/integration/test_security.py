@@ -247,11 +247,25 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
         plant(conn, "sec_admin")
         run(conn, "SELECT finalize.track_table('sec.evil', 'src', 'dbo.orders', '1 day', 'max_lsn', 'block', 'stop')")
         run(conn, "SELECT finalize.alter_tracked_table('sec.evil', granularity => '1 hour')")
+        # A webhook target of the admin's own, and a freshness SLA: incidents
+        # now queue deliveries (triggers run as the owner) while look-alikes wait.
+        run(conn, "CREATE SERVER sec_hook FOREIGN DATA WRAPPER finalize_webhook "
+                  "OPTIONS (url 'http://127.0.0.1:9/sec', min_severity 'info')")
+        run(conn, "CREATE USER MAPPING FOR sec_admin SERVER sec_hook OPTIONS (hmac_key 'sec-hmac-key')")
+        run(conn, "SELECT finalize.alter_tracked_table('sec.evil', max_lag => '1 hour')")
         run(conn, "SELECT finalize.record_range('sec.evil', NULL, '0x00000000000000000100', '2026-11-27 06:00+00')")
         run(conn, "SELECT finalize.record_range('sec.evil', '0x00000000000000000100', '0x00000000000000000200', "
                   "'2026-11-27 07:00+00', 1, 0, 0, '2026-11-27 06:30+00', '2026-11-27 06:30+00', 'ci', "
                   "'schema_change', '{\"summary\": \"x\"}')")
         assert run(conn, "SELECT finalize.finalized_until('sec.evil')")[0][0].isoformat() == "2026-11-27T07:00:00+00:00"
+        # the schema change is an incident born resolved: opened and resolved at the target
+        assert run(conn, "SELECT transition FROM finalize.alert_deliveries WHERE target = 'sec_hook' "
+                         "AND kind = 'schema_change' ORDER BY delivery_id") == [("open",), ("resolve",)]
+        pg.sql("SELECT finalize._raise_alert('read_failed', 'critical', finalize._tracked_id('sec.evil'), 'src', '', "
+               "'Msg 229: SELECT denied.')")
+        run(conn, "SELECT finalize.acknowledge_alert((SELECT alert_id FROM finalize.alerts WHERE kind = 'read_failed' "
+                  "AND table_name = 'sec.evil'), 'sec admin is on it')")
+        assert ("acknowledge",) in run(conn, "SELECT transition FROM finalize.alert_deliveries WHERE kind = 'read_failed'")
         run(conn, "SELECT finalize.resume_table('sec.evil')")
         run(conn, "SELECT finalize.set_projection('sec.evil', 'h={hour}/', '2026-11-01', '2026-12-01')")
         run(conn, "SELECT finalize.purge_facts('3650 days')")
@@ -261,9 +275,11 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT finalize.drop_consumer('sec.evil', 'evil-job')")
         run(conn, "SELECT finalize.untrack_table('sec.evil', false)")
         assert run(conn, "SELECT finalize.release_source('sec_held')")[0][0] is True
+        run(conn, "DROP SERVER sec_hook CASCADE")
     finally:
         conn.close()
         pg.sql("DELETE FROM finalize.source_status WHERE server_name = 'sec_held'")
+        pg.sql("DROP SERVER IF EXISTS sec_hook CASCADE")
     assert_never_ran_as_another_role(pg)
     drop_plants(pg)
 
@@ -279,6 +295,8 @@ def test_a_reader_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT finalize.released_generation(%s, 'p08'), finalize.render_location('d={day}/', now())",
             (TABLE,))
         run(conn, "SELECT finalize.mssql_local_to_instant('2026-03-08 02:30', 'America/New_York')")
+        run(conn, "SELECT * FROM finalize.alerts")
+        run(conn, "SELECT * FROM finalize.alert_deliveries")
     finally:
         conn.close()
     assert_never_ran_as_another_role(pg)
