@@ -292,6 +292,7 @@ record_attempt(const Claimed *c, const Attempt *a)
 		ereport(WARNING,
 				(errmsg("finalize could not deliver an alert to webhook target \"%s\"", c->target_name),
 				 errdetail("Delivery %lld failed for good after %s: %s", (long long) c->delivery_id,
+						   c->error != NULL ? "it could not be sent" :
 						   a->permanent ? "an answer no retry can change" : "finalize.alert_retry_limit attempts",
 						   a->error ? a->error : "no error text"),
 				 errhint("See finalize.alert_deliveries; the incident itself is in finalize.alerts.")));
