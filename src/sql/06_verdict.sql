@@ -21,28 +21,31 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE processed_until END, granularity);
 
--- The verdict a table may have now: the least of its source verdict and
--- its required consumers' verdicts, or NULL (no advance) when any of them
--- is NULL: a consumer that has not reported holds everything.
-CREATE FUNCTION @extschema@._effective_until(tt @extschema@.tracked_table, source_until timestamptz)
-RETURNS timestamptz
-LANGUAGE plpgsql STABLE
+-- The verdict each of some tables may have now: the least of its source
+-- verdict (watermark.source_until) and its required consumers' verdicts, or
+-- NULL (no advance) when any of them is NULL: a consumer that has not
+-- reported holds everything. One query for many tables, so that a worker
+-- cycle over thousands of tables (_advance_sources) and _advance for one
+-- share the rule.
+CREATE FUNCTION @extschema@._effective_untils(table_ids bigint[])
+RETURNS TABLE (table_id bigint, until timestamptz)
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    unreported boolean;
-    least_consumer timestamptz;
-BEGIN
-    SELECT bool_or(x.until IS NULL), min(x.until) INTO unreported, least_consumer
-      FROM (SELECT @extschema@._consumer_until(tt.kind, tt.granularity, c.commit_time, c.processed_until) AS until
-              FROM @extschema@.consumer c
-             WHERE c.table_id = tt.table_id AND c.required) AS x;
-    IF source_until IS NULL OR unreported THEN
-        RETURN NULL;
-    END IF;
-    RETURN LEAST(source_until, least_consumer);
-END
-$$;
+BEGIN ATOMIC
+    SELECT t.table_id,
+           CASE WHEN w.source_until IS NOT NULL AND NOT coalesce(c.unreported, false)
+                THEN LEAST(w.source_until, c.least_until) END
+      FROM @extschema@.tracked_table t
+      JOIN @extschema@.watermark w ON w.table_id = t.table_id
+      LEFT JOIN (SELECT rc.table_id, bool_or(x.until IS NULL) AS unreported, min(x.until) AS least_until
+                   FROM @extschema@.consumer rc
+                   JOIN @extschema@.tracked_table ct ON ct.table_id = rc.table_id
+                  CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(ct.kind, ct.granularity, rc.commit_time,
+                                                                        rc.processed_until) AS until) x
+                  WHERE rc.table_id = ANY (_effective_untils.table_ids) AND rc.required
+                  GROUP BY rc.table_id) c ON c.table_id = t.table_id
+     WHERE t.table_id = ANY (_effective_untils.table_ids);
+END;
 
 -- What a derived table's inputs are final until (the least of their
 -- verdicts, NULL while one has none): a job cannot have processed complete
@@ -114,10 +117,50 @@ BEGIN
 END
 $$;
 
+-- _advance for source tables partitioned by commit time, many at once (a
+-- worker's cycle records thousands of tables in one transaction): each
+-- verdict, which the caller has locked, moves commit_until to the greatest
+-- of its old value and _effective_untils, then finalized_until likewise,
+-- with a NOTIFY on channel "finalize" for each one that moved. Returns the
+-- tables whose finalized_until moved: the caller lets their derived tables
+-- follow. Other tables (derived, event-time) are left alone.
+CREATE FUNCTION @extschema@._advance_sources(table_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH cur AS (
+        SELECT t.table_id, t AS tt, w AS wm, GREATEST(w.commit_until, e.until) AS new_commit
+          FROM @extschema@.tracked_table t
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+          JOIN @extschema@._effective_untils(table_ids) e ON e.table_id = t.table_id
+         WHERE t.table_id = ANY (table_ids) AND t.kind = 'source' AND t.event_time_column IS NULL),
+    moved AS (
+        UPDATE @extschema@.watermark w
+           SET commit_until = c.new_commit,
+               finalized_until = GREATEST(w.finalized_until, c.new_commit),
+               advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
+                                  THEN now() ELSE w.advanced_at END
+          FROM cur c
+         WHERE w.table_id = c.table_id
+           AND (c.new_commit IS DISTINCT FROM w.commit_until
+                OR GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until)
+        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until),
+    advanced AS (
+        SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
+    SELECT a.table_id
+      FROM advanced a
+     CROSS JOIN LATERAL pg_catalog.pg_notify('finalize', @extschema@._advance_payload(a.tt, a.wm, a.new_until)) n
+     ORDER BY a.table_id;
+END
+$$;
+
 -- The one function that moves a verdict: locks the table's verdict, takes a
 -- derived table's source verdict from its inputs, moves the commit-time
 -- verdict commit_until to the greatest of its old value and
--- _effective_until, then finalized_until to the greatest of its old value
+-- _effective_untils, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
 -- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
@@ -148,6 +191,19 @@ BEGIN
     IF tt.table_id IS NULL THEN
         RETURN NULL;
     END IF;
+    -- A source table partitioned by commit time: the way of a worker's
+    -- cycle, for one table.
+    IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
+        IF EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id])) THEN
+            FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
+                               JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                              WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
+                              ORDER BY d.table_id LOOP
+                PERFORM @extschema@._advance(dependent, false);
+            END LOOP;
+        END IF;
+        RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF tt.kind = 'derived' THEN
         from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity);
@@ -156,7 +212,8 @@ BEGIN
             wm.source_until := from_inputs;
         END IF;
     END IF;
-    new_commit := GREATEST(wm.commit_until, @extschema@._effective_until(tt, wm.source_until));
+    new_commit := GREATEST(wm.commit_until,
+                           (SELECT e.until FROM @extschema@._effective_untils(ARRAY[tt.table_id]) e));
     IF tt.event_time_column IS NULL THEN
         new_until := GREATEST(wm.finalized_until, new_commit);
     ELSE

@@ -185,11 +185,66 @@ BEGIN
 END
 $$;
 
--- Stores the fact of a checked range that chains onto the facts of its
--- table and returns its id. Consecutive empty ranges coalesce into one
--- fact, so an idle table keeps a bounded number of rows; any other range is
--- a fact of its own (the first one, without start, marks where tracking
--- started).
+-- Stores the facts of checked ranges that chain onto the facts of their
+-- tables (one range per table) and returns their ids. Consecutive empty
+-- ranges coalesce into one fact, so an idle table keeps a bounded number of
+-- rows; any other range is a fact of its own (the first one, without start,
+-- marks where tracking started). One statement for a worker's whole cycle
+-- (_record_ranges) or one range (_store_range_fact).
+CREATE FUNCTION @extschema@._store_range_facts(
+    table_ids          bigint[],
+    starts             @extschema@.lsn[],
+    ends               @extschema@.lsn[],
+    end_commit_times   timestamptz[],
+    inserts            bigint[],
+    updates            bigint[],
+    deletes            bigint[],
+    first_commit_times timestamptz[],
+    last_commit_times  timestamptz[],
+    capture_instances  text[],
+    events             text[],
+    details            jsonb[])
+RETURNS TABLE (table_id bigint, fact_id bigint)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH r AS (
+        SELECT * FROM unnest(_store_range_facts.table_ids, _store_range_facts.starts, _store_range_facts.ends,
+                             _store_range_facts.end_commit_times, _store_range_facts.inserts,
+                             _store_range_facts.updates, _store_range_facts.deletes,
+                             _store_range_facts.first_commit_times, _store_range_facts.last_commit_times,
+                             _store_range_facts.capture_instances, _store_range_facts.events,
+                             _store_range_facts.details)
+                   AS r(table_id, s, e, end_time, ins, upd, del, first_time, last_time, ci, event, detail)),
+    prev AS (
+        SELECT r.table_id, f.fact_id, r.e, r.end_time
+          FROM r
+          JOIN @extschema@.fact f
+            ON f.table_id = r.table_id AND f.kind = 'range' AND f.end_lsn = r.s
+           AND f.event IS NULL AND f.inserts + f.updates + f.deletes = 0
+           AND f.capture_instance IS NOT DISTINCT FROM r.ci
+         WHERE r.ins + r.upd + r.del = 0 AND r.event IS NULL AND r.s IS NOT NULL),
+    coalesced AS (
+        UPDATE @extschema@.fact f
+           SET end_lsn = p.e, end_commit_time = p.end_time, ranges = f.ranges + 1, recorded_at = now()
+          FROM prev p
+         WHERE f.fact_id = p.fact_id
+        RETURNING f.table_id, f.fact_id),
+    stored AS (
+        INSERT INTO @extschema@.fact
+            (table_id, kind, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
+             first_commit_time, last_commit_time, capture_instance, event, detail)
+        SELECT r.table_id, 'range', r.s, r.e, r.end_time, r.ins, r.upd, r.del, r.first_time, r.last_time, r.ci,
+               CASE WHEN r.s IS NULL THEN 'tracking_started' ELSE r.event END, r.detail
+          FROM r
+         WHERE NOT EXISTS (SELECT FROM prev p WHERE p.table_id = r.table_id)
+        RETURNING fact.table_id, fact.fact_id)
+    SELECT c.table_id, c.fact_id FROM coalesced c
+    UNION ALL
+    SELECT s.table_id, s.fact_id FROM stored s;
+END;
+
+-- The same for one range: its fact's id.
 CREATE FUNCTION @extschema@._store_range_fact(
     table_id          bigint,
     s                 @extschema@.lsn,
@@ -204,39 +259,35 @@ CREATE FUNCTION @extschema@._store_range_fact(
     event             text,
     detail            jsonb)
 RETURNS bigint
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_variable
-DECLARE
-    prev bigint;
-    stored bigint;
-BEGIN
-    IF inserts + updates + deletes = 0 AND event IS NULL AND s IS NOT NULL THEN
-        SELECT f.fact_id INTO prev FROM @extschema@.fact f
-         WHERE f.table_id = _store_range_fact.table_id AND f.kind = 'range' AND f.end_lsn = s
-           AND f.event IS NULL AND f.inserts + f.updates + f.deletes = 0
-           AND f.capture_instance IS NOT DISTINCT FROM _store_range_fact.capture_instance;
-    END IF;
-    IF prev IS NOT NULL THEN
-        UPDATE @extschema@.fact f
-           SET end_lsn = e, end_commit_time = _store_range_fact.end_commit_time,
-               ranges = f.ranges + 1, recorded_at = now()
-         WHERE f.fact_id = prev;
-        RETURN prev;
-    ELSE
-        INSERT INTO @extschema@.fact
-            (table_id, kind, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
-             first_commit_time, last_commit_time, capture_instance, event, detail)
-        VALUES
-            (_store_range_fact.table_id, 'range', s, e, end_commit_time, inserts, updates, deletes,
-             first_commit_time, last_commit_time, capture_instance,
-             CASE WHEN s IS NULL THEN 'tracking_started' ELSE event END, detail)
-        RETURNING fact_id INTO stored;
-    END IF;
-    RETURN stored;
-END
-$$;
+BEGIN ATOMIC
+    SELECT f.fact_id
+      FROM @extschema@._store_range_facts(ARRAY[_store_range_fact.table_id], ARRAY[s], ARRAY[e],
+                                          ARRAY[end_commit_time], ARRAY[inserts], ARRAY[updates],
+                                          ARRAY[deletes], ARRAY[first_commit_time], ARRAY[last_commit_time],
+                                          ARRAY[capture_instance], ARRAY[event], ARRAY[detail]) f;
+END;
+
+-- Moves the offsets of tables whose ranges were just stored to the ends of
+-- those ranges, and their source verdicts to the periods those ends' commit
+-- times start (never back): the step of the write path between the fact and
+-- the verdict, for one table or a cycle's many.
+CREATE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.watermark w
+       SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity)),
+           offset_lsn = r.e,
+           offset_commit_time = r.end_time,
+           recorded_at = now()
+      FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
+               AS r(table_id, e, end_time)
+      JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
+     WHERE w.table_id = r.table_id;
+END;
 
 -- The write path itself, by table id (the worker's way; record_range is the
 -- same by name): the arguments are checked (and the table's verdict locked),
@@ -314,13 +365,106 @@ BEGIN
                                                wm.finalized_until);
     END IF;
 
-    UPDATE @extschema@.watermark w
-       SET source_until = GREATEST(w.source_until, @extschema@.period_start(end_commit_time, tt.granularity)),
-           offset_lsn = e,
-           offset_commit_time = end_commit_time,
-           recorded_at = now()
-     WHERE w.table_id = tt.table_id;
+    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time]);
     RETURN @extschema@._advance(tt.table_id);
+END
+$$;
+
+-- The write path for a worker's cycle over many tables: one statement per
+-- step instead of one round of _record_range per table. It takes only the
+-- ranges that plainly continue their table's facts: an active source table
+-- partitioned by commit time, with no condition or open incident to clear,
+-- that neither this transaction nor another holds, one range per table
+-- starting exactly at the table's offset, with counts, spans and commit
+-- times that _check_range_args would accept. Every other range (a first
+-- one, a repeat, one with an event or event-time facts, anything doubtful)
+-- is returned untouched, and the worker records it through _record_range,
+-- whose checks and errors decide. What is taken is stored as _record_range
+-- stores it (_store_range_facts, _store_offsets, _advance_sources), in the
+-- caller's transaction. Returns the table ids left to the caller.
+CREATE FUNCTION @extschema@._record_ranges(
+    table_ids          bigint[],
+    start_lsns         text[],
+    end_lsns           text[],
+    end_commit_times   timestamptz[],
+    inserts            bigint[],
+    updates            bigint[],
+    deletes            bigint[],
+    first_commit_times timestamptz[],
+    last_commit_times  timestamptz[],
+    capture_instances  text[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    horizon timestamptz := clock_timestamp() + @extschema@._max_clock_skew();
+    locked  bigint[];
+    ok      record;
+    moved   bigint[];
+    dependent bigint;
+BEGIN
+    -- The tables' rows, then their verdicts, in the order _lock_tracked
+    -- takes them; a row another session holds is left to _record_range,
+    -- which waits for it (finalize.lock_timeout) and says so.
+    SELECT pg_catalog.array_agg(x.table_id) INTO locked
+      FROM (SELECT t.table_id FROM @extschema@.tracked_table t
+             WHERE t.table_id = ANY (table_ids) AND t.untracked_at IS NULL
+             ORDER BY t.table_id FOR KEY SHARE SKIP LOCKED) x;
+    SELECT pg_catalog.array_agg(x.table_id) INTO locked
+      FROM (SELECT w.table_id FROM @extschema@.watermark w
+             WHERE w.table_id = ANY (locked)
+             ORDER BY w.table_id FOR UPDATE SKIP LOCKED) x;
+
+    SELECT pg_catalog.array_agg(r.table_id ORDER BY r.table_id) AS ids,
+           pg_catalog.array_agg(r.s ORDER BY r.table_id) AS s,
+           pg_catalog.array_agg(r.e ORDER BY r.table_id) AS e,
+           pg_catalog.array_agg(r.end_time ORDER BY r.table_id) AS end_time,
+           pg_catalog.array_agg(r.ins ORDER BY r.table_id) AS ins,
+           pg_catalog.array_agg(r.upd ORDER BY r.table_id) AS upd,
+           pg_catalog.array_agg(r.del ORDER BY r.table_id) AS del,
+           pg_catalog.array_agg(r.first_time ORDER BY r.table_id) AS first_time,
+           pg_catalog.array_agg(r.last_time ORDER BY r.table_id) AS last_time,
+           pg_catalog.array_agg(r.ci ORDER BY r.table_id) AS ci
+      INTO ok
+      FROM (SELECT u.table_id, u.s::@extschema@.lsn AS s, u.e::@extschema@.lsn AS e, u.end_time,
+                   u.ins, u.upd, u.del, u.first_time, u.last_time, u.ci,
+                   pg_catalog.count(*) OVER (PARTITION BY u.table_id) AS n
+              FROM unnest(table_ids, start_lsns, end_lsns, end_commit_times, inserts, updates, deletes,
+                          first_commit_times, last_commit_times, capture_instances)
+                       AS u(table_id, s, e, end_time, ins, upd, del, first_time, last_time, ci)) r
+      JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
+      JOIN @extschema@.watermark w ON w.table_id = r.table_id
+     WHERE r.n = 1 AND r.table_id = ANY (locked)
+       AND t.kind = 'source' AND t.state = 'active' AND t.event_time_column IS NULL
+       AND w.offset_lsn IS NOT NULL AND r.s = w.offset_lsn AND r.e > r.s
+       AND r.end_time <= horizon
+       AND r.ins >= 0 AND r.upd >= 0 AND r.del >= 0
+       AND (r.ins + r.upd + r.del = 0) = (r.first_time IS NULL)
+       AND (r.first_time IS NULL) = (r.last_time IS NULL)
+       AND (r.first_time IS NULL OR (r.first_time <= r.last_time AND r.last_time <= horizon))
+       AND NOT EXISTS (SELECT FROM @extschema@.table_condition c WHERE c.table_id = r.table_id)
+       AND NOT EXISTS (SELECT FROM @extschema@.alert a WHERE a.table_id = r.table_id AND a.state <> 'resolved');
+
+    IF ok.ids IS NOT NULL THEN
+        PERFORM @extschema@._store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
+                                               ok.first_time, ok.last_time, ok.ci,
+                                               pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
+                                               pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
+        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
+        UPDATE @extschema@.tracked_table t SET capture_instance = r.ci
+          FROM unnest(ok.ids, ok.ci) AS r(table_id, ci)
+         WHERE t.table_id = r.table_id AND r.ci IS NOT NULL AND t.capture_instance IS DISTINCT FROM r.ci;
+        moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
+        FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
+                           JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                          WHERE d.input_id = ANY (moved) AND t.untracked_at IS NULL
+                          ORDER BY d.table_id LOOP
+            PERFORM @extschema@._advance(dependent, false);
+        END LOOP;
+    END IF;
+    RETURN QUERY SELECT x FROM unnest(table_ids) x WHERE x <> ALL (coalesce(ok.ids, '{}'));
 END
 $$;
 

@@ -196,6 +196,20 @@ BEGIN
 END
 $$;
 
+-- Of some tables, those with a condition or an open incident: the worker
+-- clears the condition of every table it read (_set_condition), and a
+-- cycle over thousands of idle tables needs no write for the others.
+CREATE FUNCTION @extschema@._held_conditions(table_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c.table_id FROM @extschema@.table_condition c WHERE c.table_id = ANY (_held_conditions.table_ids)
+    UNION
+    SELECT a.table_id FROM @extschema@.alert a
+     WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved';
+END;
+
 -- The incidents of a table's condition (_set_condition): one opens once
 -- the condition has lasted finalize.alert_after; a cleared or changed
 -- condition resolves the others.

@@ -534,8 +534,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 
 	/* Record everything in one short transaction. */
 	ws_begin_write("finalize: recording facts");
-	for (int i = 0; i < c.ntables; i++)
-		record_write(&writes[i]);
+	record_writes(writes, c.ntables);
 	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
 				 c.source_message);

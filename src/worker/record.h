@@ -1,6 +1,7 @@
 /*
  * record.h
- *     Recording a table's write (worker/judge.h) in the write transaction.
+ *     Recording the tables' writes (worker/judge.h) in the write transaction:
+ *     a cycle's at once (record_batch.c), or one table's (record.c).
  */
 #ifndef FINALIZE_RECORD_H
 #define FINALIZE_RECORD_H
@@ -8,5 +9,6 @@
 #include "worker/judge.h"
 
 extern void record_write(TableWrite *w);
+extern void record_writes(TableWrite *writes, int n);
 
 #endif							/* FINALIZE_RECORD_H */

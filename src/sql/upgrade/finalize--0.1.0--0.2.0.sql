@@ -4797,6 +4797,481 @@ BEGIN
 END
 $$;
 
+-- Late copies for set-based recording (issue 16): kept equal to their parts.
+-- The verdict each of some tables may have now: the least of its source
+-- verdict (watermark.source_until) and its required consumers' verdicts, or
+-- NULL (no advance) when any of them is NULL: a consumer that has not
+-- reported holds everything. One query for many tables, so that a worker
+-- cycle over thousands of tables (_advance_sources) and _advance for one
+-- share the rule.
+CREATE FUNCTION @extschema@._effective_untils(table_ids bigint[])
+RETURNS TABLE (table_id bigint, until timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT t.table_id,
+           CASE WHEN w.source_until IS NOT NULL AND NOT coalesce(c.unreported, false)
+                THEN LEAST(w.source_until, c.least_until) END
+      FROM @extschema@.tracked_table t
+      JOIN @extschema@.watermark w ON w.table_id = t.table_id
+      LEFT JOIN (SELECT rc.table_id, bool_or(x.until IS NULL) AS unreported, min(x.until) AS least_until
+                   FROM @extschema@.consumer rc
+                   JOIN @extschema@.tracked_table ct ON ct.table_id = rc.table_id
+                  CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(ct.kind, ct.granularity, rc.commit_time,
+                                                                        rc.processed_until) AS until) x
+                  WHERE rc.table_id = ANY (_effective_untils.table_ids) AND rc.required
+                  GROUP BY rc.table_id) c ON c.table_id = t.table_id
+     WHERE t.table_id = ANY (_effective_untils.table_ids);
+END;
+
+-- _advance for source tables partitioned by commit time, many at once (a
+-- worker's cycle records thousands of tables in one transaction): each
+-- verdict, which the caller has locked, moves commit_until to the greatest
+-- of its old value and _effective_untils, then finalized_until likewise,
+-- with a NOTIFY on channel "finalize" for each one that moved. Returns the
+-- tables whose finalized_until moved: the caller lets their derived tables
+-- follow. Other tables (derived, event-time) are left alone.
+CREATE FUNCTION @extschema@._advance_sources(table_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH cur AS (
+        SELECT t.table_id, t AS tt, w AS wm, GREATEST(w.commit_until, e.until) AS new_commit
+          FROM @extschema@.tracked_table t
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+          JOIN @extschema@._effective_untils(table_ids) e ON e.table_id = t.table_id
+         WHERE t.table_id = ANY (table_ids) AND t.kind = 'source' AND t.event_time_column IS NULL),
+    moved AS (
+        UPDATE @extschema@.watermark w
+           SET commit_until = c.new_commit,
+               finalized_until = GREATEST(w.finalized_until, c.new_commit),
+               advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
+                                  THEN now() ELSE w.advanced_at END
+          FROM cur c
+         WHERE w.table_id = c.table_id
+           AND (c.new_commit IS DISTINCT FROM w.commit_until
+                OR GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until)
+        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until),
+    advanced AS (
+        SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
+    SELECT a.table_id
+      FROM advanced a
+     CROSS JOIN LATERAL pg_catalog.pg_notify('finalize', @extschema@._advance_payload(a.tt, a.wm, a.new_until)) n
+     ORDER BY a.table_id;
+END
+$$;
+
+-- The one function that moves a verdict: locks the table's verdict, takes a
+-- derived table's source verdict from its inputs, moves the commit-time
+-- verdict commit_until to the greatest of its old value and
+-- _effective_untils, then finalized_until to the greatest of its old value
+-- and that (on an event-time table: the event-time verdict _event_until
+-- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
+-- channel "finalize" when it moved, and lets every derived table that uses
+-- this one follow in the same transaction. The inputs form a DAG
+-- (track_derived refuses cycles), so the recursion ends. A derived table
+-- whose verdict another transaction holds is skipped (wait false): an input's
+-- advance never waits for a pipeline's open transaction, nor two sources'
+-- workers for each other; the worker's _refresh_derived catches it up on the
+-- next cycle. Returns finalized_until, NULL for a table no longer tracked
+-- (or skipped).
+CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := CASE WHEN wait THEN @extschema@._lock_tracked(table_id, false)
+                                         ELSE @extschema@._try_lock_tracked(table_id) END;
+    wm @extschema@.watermark;
+    from_inputs timestamptz;
+    new_commit timestamptz;
+    new_until timestamptz;
+    ev record;
+    cap timestamptz;
+    dependent bigint;
+BEGIN
+    IF tt.table_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A source table partitioned by commit time: the way of a worker's
+    -- cycle, for one table.
+    IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
+        IF EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id])) THEN
+            FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
+                               JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                              WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
+                              ORDER BY d.table_id LOOP
+                PERFORM @extschema@._advance(dependent, false);
+            END LOOP;
+        END IF;
+        RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind = 'derived' THEN
+        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity);
+        IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
+            UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
+            wm.source_until := from_inputs;
+        END IF;
+    END IF;
+    new_commit := GREATEST(wm.commit_until,
+                           (SELECT e.until FROM @extschema@._effective_untils(ARRAY[tt.table_id]) e));
+    IF tt.event_time_column IS NULL THEN
+        new_until := GREATEST(wm.finalized_until, new_commit);
+    ELSE
+        -- The event-time verdict, held by losses (whose spans are event times
+        -- on an event-time table, see _record_loss).
+        ev := @extschema@._event_until(tt, new_commit);
+        -- A loss holds the event times its rows may have under the
+        -- allowance: when the allowance grows (or becomes known), its start
+        -- reaches further back, never into periods already final.
+        IF ev.allowance IS NOT NULL AND ev.allowance > coalesce(wm.event_allowance, interval '0')
+           AND EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL) THEN
+            UPDATE @extschema@.loss l
+               SET lost_from = GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                                        coalesce(wm.finalized_until, '-infinity'))
+             WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL
+               AND GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                            coalesce(wm.finalized_until, '-infinity')) < l.lost_from;
+            IF FOUND THEN
+                PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                SELECT w.loss_blocked INTO wm.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+            END IF;
+        END IF;
+        IF wm.loss_blocked AND ev.until IS NOT NULL THEN
+            cap := @extschema@._loss_cap(tt.table_id);
+            -- a loss without a start holds every period (LEAST skips NULLs: never pass one)
+            ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
+        END IF;
+        new_until := GREATEST(wm.finalized_until, ev.until);
+        IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
+            UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;
+        END IF;
+    END IF;
+    IF new_commit IS DISTINCT FROM wm.commit_until THEN
+        UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
+    END IF;
+    IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        RETURN new_until;
+    END IF;
+    UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
+     WHERE w.table_id = tt.table_id;
+    PERFORM pg_notify('finalize', @extschema@._advance_payload(tt, wm, new_until));
+    FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
+                       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                      WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
+                      ORDER BY d.table_id LOOP
+        PERFORM @extschema@._advance(dependent, false);
+    END LOOP;
+    RETURN new_until;
+END
+$$;
+
+-- Stores the facts of checked ranges that chain onto the facts of their
+-- tables (one range per table) and returns their ids. Consecutive empty
+-- ranges coalesce into one fact, so an idle table keeps a bounded number of
+-- rows; any other range is a fact of its own (the first one, without start,
+-- marks where tracking started). One statement for a worker's whole cycle
+-- (_record_ranges) or one range (_store_range_fact).
+CREATE FUNCTION @extschema@._store_range_facts(
+    table_ids          bigint[],
+    starts             @extschema@.lsn[],
+    ends               @extschema@.lsn[],
+    end_commit_times   timestamptz[],
+    inserts            bigint[],
+    updates            bigint[],
+    deletes            bigint[],
+    first_commit_times timestamptz[],
+    last_commit_times  timestamptz[],
+    capture_instances  text[],
+    events             text[],
+    details            jsonb[])
+RETURNS TABLE (table_id bigint, fact_id bigint)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH r AS (
+        SELECT * FROM unnest(_store_range_facts.table_ids, _store_range_facts.starts, _store_range_facts.ends,
+                             _store_range_facts.end_commit_times, _store_range_facts.inserts,
+                             _store_range_facts.updates, _store_range_facts.deletes,
+                             _store_range_facts.first_commit_times, _store_range_facts.last_commit_times,
+                             _store_range_facts.capture_instances, _store_range_facts.events,
+                             _store_range_facts.details)
+                   AS r(table_id, s, e, end_time, ins, upd, del, first_time, last_time, ci, event, detail)),
+    prev AS (
+        SELECT r.table_id, f.fact_id, r.e, r.end_time
+          FROM r
+          JOIN @extschema@.fact f
+            ON f.table_id = r.table_id AND f.kind = 'range' AND f.end_lsn = r.s
+           AND f.event IS NULL AND f.inserts + f.updates + f.deletes = 0
+           AND f.capture_instance IS NOT DISTINCT FROM r.ci
+         WHERE r.ins + r.upd + r.del = 0 AND r.event IS NULL AND r.s IS NOT NULL),
+    coalesced AS (
+        UPDATE @extschema@.fact f
+           SET end_lsn = p.e, end_commit_time = p.end_time, ranges = f.ranges + 1, recorded_at = now()
+          FROM prev p
+         WHERE f.fact_id = p.fact_id
+        RETURNING f.table_id, f.fact_id),
+    stored AS (
+        INSERT INTO @extschema@.fact
+            (table_id, kind, start_lsn, end_lsn, end_commit_time, inserts, updates, deletes,
+             first_commit_time, last_commit_time, capture_instance, event, detail)
+        SELECT r.table_id, 'range', r.s, r.e, r.end_time, r.ins, r.upd, r.del, r.first_time, r.last_time, r.ci,
+               CASE WHEN r.s IS NULL THEN 'tracking_started' ELSE r.event END, r.detail
+          FROM r
+         WHERE NOT EXISTS (SELECT FROM prev p WHERE p.table_id = r.table_id)
+        RETURNING fact.table_id, fact.fact_id)
+    SELECT c.table_id, c.fact_id FROM coalesced c
+    UNION ALL
+    SELECT s.table_id, s.fact_id FROM stored s;
+END;
+
+-- The same for one range: its fact's id.
+CREATE OR REPLACE FUNCTION @extschema@._store_range_fact(
+    table_id          bigint,
+    s                 @extschema@.lsn,
+    e                 @extschema@.lsn,
+    end_commit_time   timestamptz,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    capture_instance  text,
+    event             text,
+    detail            jsonb)
+RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT f.fact_id
+      FROM @extschema@._store_range_facts(ARRAY[_store_range_fact.table_id], ARRAY[s], ARRAY[e],
+                                          ARRAY[end_commit_time], ARRAY[inserts], ARRAY[updates],
+                                          ARRAY[deletes], ARRAY[first_commit_time], ARRAY[last_commit_time],
+                                          ARRAY[capture_instance], ARRAY[event], ARRAY[detail]) f;
+END;
+
+-- Moves the offsets of tables whose ranges were just stored to the ends of
+-- those ranges, and their source verdicts to the periods those ends' commit
+-- times start (never back): the step of the write path between the fact and
+-- the verdict, for one table or a cycle's many.
+CREATE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.watermark w
+       SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity)),
+           offset_lsn = r.e,
+           offset_commit_time = r.end_time,
+           recorded_at = now()
+      FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
+               AS r(table_id, e, end_time)
+      JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
+     WHERE w.table_id = r.table_id;
+END;
+
+-- The write path itself, by table id (the worker's way; record_range is the
+-- same by name): the arguments are checked (and the table's verdict locked),
+-- the range must chain onto the recorded ones, its fact is stored (with its
+-- event-time facts on an event-time table, late rows judged against the
+-- verdict before it), the source verdict moves and _advance moves the
+-- verdict (and the derived tables that use it) as far as the consumers
+-- allow, all in the caller's transaction.
+CREATE OR REPLACE FUNCTION @extschema@._record_range(
+    table_id          bigint,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    capture_instance  text,
+    event             text,
+    detail            jsonb,
+    event_periods     jsonb,
+    lateness_sketch   bytea,
+    first_event_time  timestamptz,
+    last_event_time   timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    s     @extschema@.lsn := @extschema@._lsn_arg(start_lsn, 'start_lsn');
+    e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
+    tt    @extschema@.tracked_table;
+    wm    @extschema@.watermark;
+    fid   bigint;
+BEGIN
+    tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                        first_commit_time, last_commit_time, event);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF @extschema@._check_range_chain(tt, wm.offset_lsn, s, e, inserts, updates, deletes,
+                                      first_commit_time, last_commit_time, event) THEN
+        RETURN wm.finalized_until;
+    END IF;
+    IF tt.event_time_column IS NULL
+       AND (event_periods IS NOT NULL OR lateness_sketch IS NOT NULL OR first_event_time IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time, so its ranges carry no event-time facts',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave event_periods, lateness_sketch and the event times NULL, or set an event column first.';
+    END IF;
+    IF first_event_time > last_event_time OR (first_event_time IS NULL) <> (last_event_time IS NULL) THEN
+        RAISE EXCEPTION 'invalid event-time span for table "%": % to %', tt.table_name, first_event_time, last_event_time
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range with event times needs first_event_time <= last_event_time; one without has neither.';
+    END IF;
+    fid := @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                         first_commit_time, last_commit_time, capture_instance, event, detail);
+    -- A schema change the verdict went on across (ddl_policy warn) is an
+    -- incident for the record: informational, born resolved.
+    IF event = 'schema_change' THEN
+        PERFORM @extschema@._raise_alert('schema_change', 'info', tt.table_id, tt.server_name, '',
+                                         format('Table "%s": %s', tt.table_name,
+                                                coalesce(detail ->> 'summary', 'a schema change was recorded')),
+                                         detail);
+        PERFORM @extschema@._resolve_alerts('schema_change', tt.table_id, tt.server_name);
+    END IF;
+    IF tt.event_time_column IS NOT NULL AND inserts + updates + deletes > 0 THEN
+        UPDATE @extschema@.fact f
+           SET sketch = lateness_sketch, first_event_time = _record_range.first_event_time,
+               last_event_time = _record_range.last_event_time
+         WHERE f.fact_id = fid;
+        -- Late data is judged against the event-time verdict before this range moves it.
+        PERFORM @extschema@._store_event_facts(tt, fid, event_periods, lateness_sketch, end_commit_time, e,
+                                               wm.finalized_until);
+    END IF;
+
+    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time]);
+    RETURN @extschema@._advance(tt.table_id);
+END
+$$;
+
+-- The write path for a worker's cycle over many tables: one statement per
+-- step instead of one round of _record_range per table. It takes only the
+-- ranges that plainly continue their table's facts: an active source table
+-- partitioned by commit time, with no condition or open incident to clear,
+-- that neither this transaction nor another holds, one range per table
+-- starting exactly at the table's offset, with counts, spans and commit
+-- times that _check_range_args would accept. Every other range (a first
+-- one, a repeat, one with an event or event-time facts, anything doubtful)
+-- is returned untouched, and the worker records it through _record_range,
+-- whose checks and errors decide. What is taken is stored as _record_range
+-- stores it (_store_range_facts, _store_offsets, _advance_sources), in the
+-- caller's transaction. Returns the table ids left to the caller.
+CREATE FUNCTION @extschema@._record_ranges(
+    table_ids          bigint[],
+    start_lsns         text[],
+    end_lsns           text[],
+    end_commit_times   timestamptz[],
+    inserts            bigint[],
+    updates            bigint[],
+    deletes            bigint[],
+    first_commit_times timestamptz[],
+    last_commit_times  timestamptz[],
+    capture_instances  text[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    horizon timestamptz := clock_timestamp() + @extschema@._max_clock_skew();
+    locked  bigint[];
+    ok      record;
+    moved   bigint[];
+    dependent bigint;
+BEGIN
+    -- The tables' rows, then their verdicts, in the order _lock_tracked
+    -- takes them; a row another session holds is left to _record_range,
+    -- which waits for it (finalize.lock_timeout) and says so.
+    SELECT pg_catalog.array_agg(x.table_id) INTO locked
+      FROM (SELECT t.table_id FROM @extschema@.tracked_table t
+             WHERE t.table_id = ANY (table_ids) AND t.untracked_at IS NULL
+             ORDER BY t.table_id FOR KEY SHARE SKIP LOCKED) x;
+    SELECT pg_catalog.array_agg(x.table_id) INTO locked
+      FROM (SELECT w.table_id FROM @extschema@.watermark w
+             WHERE w.table_id = ANY (locked)
+             ORDER BY w.table_id FOR UPDATE SKIP LOCKED) x;
+
+    SELECT pg_catalog.array_agg(r.table_id ORDER BY r.table_id) AS ids,
+           pg_catalog.array_agg(r.s ORDER BY r.table_id) AS s,
+           pg_catalog.array_agg(r.e ORDER BY r.table_id) AS e,
+           pg_catalog.array_agg(r.end_time ORDER BY r.table_id) AS end_time,
+           pg_catalog.array_agg(r.ins ORDER BY r.table_id) AS ins,
+           pg_catalog.array_agg(r.upd ORDER BY r.table_id) AS upd,
+           pg_catalog.array_agg(r.del ORDER BY r.table_id) AS del,
+           pg_catalog.array_agg(r.first_time ORDER BY r.table_id) AS first_time,
+           pg_catalog.array_agg(r.last_time ORDER BY r.table_id) AS last_time,
+           pg_catalog.array_agg(r.ci ORDER BY r.table_id) AS ci
+      INTO ok
+      FROM (SELECT u.table_id, u.s::@extschema@.lsn AS s, u.e::@extschema@.lsn AS e, u.end_time,
+                   u.ins, u.upd, u.del, u.first_time, u.last_time, u.ci,
+                   pg_catalog.count(*) OVER (PARTITION BY u.table_id) AS n
+              FROM unnest(table_ids, start_lsns, end_lsns, end_commit_times, inserts, updates, deletes,
+                          first_commit_times, last_commit_times, capture_instances)
+                       AS u(table_id, s, e, end_time, ins, upd, del, first_time, last_time, ci)) r
+      JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
+      JOIN @extschema@.watermark w ON w.table_id = r.table_id
+     WHERE r.n = 1 AND r.table_id = ANY (locked)
+       AND t.kind = 'source' AND t.state = 'active' AND t.event_time_column IS NULL
+       AND w.offset_lsn IS NOT NULL AND r.s = w.offset_lsn AND r.e > r.s
+       AND r.end_time <= horizon
+       AND r.ins >= 0 AND r.upd >= 0 AND r.del >= 0
+       AND (r.ins + r.upd + r.del = 0) = (r.first_time IS NULL)
+       AND (r.first_time IS NULL) = (r.last_time IS NULL)
+       AND (r.first_time IS NULL OR (r.first_time <= r.last_time AND r.last_time <= horizon))
+       AND NOT EXISTS (SELECT FROM @extschema@.table_condition c WHERE c.table_id = r.table_id)
+       AND NOT EXISTS (SELECT FROM @extschema@.alert a WHERE a.table_id = r.table_id AND a.state <> 'resolved');
+
+    IF ok.ids IS NOT NULL THEN
+        PERFORM @extschema@._store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
+                                               ok.first_time, ok.last_time, ok.ci,
+                                               pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
+                                               pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
+        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
+        UPDATE @extschema@.tracked_table t SET capture_instance = r.ci
+          FROM unnest(ok.ids, ok.ci) AS r(table_id, ci)
+         WHERE t.table_id = r.table_id AND r.ci IS NOT NULL AND t.capture_instance IS DISTINCT FROM r.ci;
+        moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
+        FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
+                           JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                          WHERE d.input_id = ANY (moved) AND t.untracked_at IS NULL
+                          ORDER BY d.table_id LOOP
+            PERFORM @extschema@._advance(dependent, false);
+        END LOOP;
+    END IF;
+    RETURN QUERY SELECT x FROM unnest(table_ids) x WHERE x <> ALL (coalesce(ok.ids, '{}'));
+END
+$$;
+
+-- Of some tables, those with a condition or an open incident: the worker
+-- clears the condition of every table it read (_set_condition), and a
+-- cycle over thousands of idle tables needs no write for the others.
+CREATE FUNCTION @extschema@._held_conditions(table_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c.table_id FROM @extschema@.table_condition c WHERE c.table_id = ANY (_held_conditions.table_ids)
+    UNION
+    SELECT a.table_id FROM @extschema@.alert a
+     WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved';
+END;
+
+DROP FUNCTION @extschema@._effective_until(@extschema@.tracked_table, timestamptz);
+
+-- End of late copies for set-based recording.
 -- End of late copies.
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;

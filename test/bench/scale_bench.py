@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""Scale of one source: a worker cycle over many tracked tables (real
+PostgreSQL, real FreeTDS, the SQL Server simulator), each figure printed with
+a baseline measured in the same run:
+
+  cycle    one cycle in which every table has new rows, at 1, 1,000 and
+           10,000 tables (--sizes): wall time, CPU of the worker process
+           (finalize's own work: planning, the TDS client, recording in
+           PostgreSQL) and CPU of the simulator (SQL Server's share, measured
+           apart because the simulator is Python and not what is measured);
+           baseline: the 1-table cycle. Targets: finalize's CPU per table
+           <= 0.1 ms at 10,000 tables, and the cycle minus the simulator's
+           time <= 5x the 1-table cycle.
+  idle     CPU of the worker per second at the largest size with a 1 s poll
+           and no changes on SQL Server (most cycles of a real source);
+           baseline: the same at 1 table
+  status   SELECT * FROM finalize.status at the largest size (median of 20);
+           baseline: SELECT * FROM finalize.watermark (the same rows, no
+           view). Target: < 50 ms.
+
+Run as root after the extension is installed (test/bench/scale.sh does both):
+    test/bench/scale_bench.py [--sizes 1,1000,10000] [--trials 3]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+from pgcluster import Cluster  # noqa: E402
+from simproc import Simulator  # noqa: E402
+from worker_env import Env, lsn_text  # noqa: E402
+
+
+def cpu_seconds(pid):
+    """User + system CPU of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sim_max(sim):
+    return lsn_text(sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"])
+
+
+def caught_up(pg, n, target):
+    return pg.sql("SELECT count(*) FROM finalize.watermark WHERE offset_lsn = %s", (target,))[0][0] == n
+
+
+def worker_pid(pg):
+    return pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize worker'")[0][0]
+
+
+def timed(pg, query, runs):
+    """Median and max milliseconds of a query, over one connection."""
+    conn = pg.connect()
+    cur = conn.cursor()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        cur.execute(query)
+        cur.fetchall()
+        out.append(1000 * (time.perf_counter() - t0))
+    conn.close()
+    return statistics.median(out), max(out)
+
+
+def measure(n, trials, want_idle, want_status):
+    """One size: cycles with changes, then idle CPU and status timings."""
+    pg = Cluster(conf={"finalize.poll_interval": "100ms", "max_connections": "50"})
+    pg.start()
+    pg.sql("CREATE EXTENSION finalize")
+    res = {}
+    try:
+        with Simulator(clock="sim", start_time="2026-11-02T08:59:00Z", dummy_interval=0, cleanup_time="") as sim:
+            env = Env(pg)
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim)
+            pg.sql("SELECT finalize.track_table('t' || i, 'erp', 'dbo.orders') FROM generate_series(1, %s) i", (n,))
+            target = sim_max(sim)
+            pg.wait_for(lambda: caught_up(pg, n, target), timeout=1800, what="baselines")
+            wpid, spid = worker_pid(pg), sim.proc.pid
+            walls, wcpu, scpu = [], [], []
+            for _ in range(trials):
+                sim.call("sim.commit", inserts=3, updates=1)
+                sim.call("sim.advance", seconds=6)
+                target = sim_max(sim)
+                w0, s0, t0 = cpu_seconds(wpid), cpu_seconds(spid), time.monotonic()
+                pg.wait_for(lambda: caught_up(pg, n, target), timeout=1800, interval=0.01, what="a cycle")
+                walls.append(time.monotonic() - t0)
+                wcpu.append(cpu_seconds(wpid) - w0)
+                scpu.append(cpu_seconds(spid) - s0)
+                rows = pg.sql("SELECT count(*) FROM finalize.facts WHERE inserts = 3 AND end_lsn = %s", (target,))
+                assert rows[0][0] == n, f"{rows[0][0]} of {n} tables recorded the range"
+            res["wall"], res["worker"], res["sim"] = map(statistics.median, (walls, wcpu, scpu))
+            if want_idle:
+                pg.sql("ALTER SYSTEM SET finalize.poll_interval = '1s'")
+                pg.sql("SELECT pg_reload_conf()")
+                time.sleep(3)
+                w0, t0 = cpu_seconds(wpid), time.monotonic()
+                time.sleep(10)
+                res["idle"] = (cpu_seconds(wpid) - w0) / (time.monotonic() - t0)
+            if want_status:
+                res["status"] = timed(pg, "SELECT * FROM finalize.status", 20)
+                res["watermark"] = timed(pg, "SELECT * FROM finalize.watermark", 20)
+    finally:
+        pg.cleanup()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,1000,10000")
+    ap.add_argument("--trials", type=int, default=3)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    big = max(sizes)
+    print(f"== cycle: every table has new rows; sizes {sizes}, median of {args.trials} cycles each")
+    results = {}
+    for n in sizes:
+        results[n] = r = measure(n, args.trials, n in (1, big), n == big)
+        print(f"  {n:6} tables: cycle {r['wall']:7.3f} s   worker CPU {r['worker']:7.3f} s "
+              f"({1000 * r['worker'] / n:6.3f} ms per table)   simulator CPU {r['sim']:7.3f} s", flush=True)
+    one = results[min(sizes)]
+    for n in sizes:
+        if n == min(sizes):
+            continue
+        r = results[n]
+        own = max(r["wall"] - r["sim"], 0)
+        print(f"  {n:6} tables: cycle minus simulator {own:6.3f} s = {own / one['wall']:5.2f}x the 1-table cycle "
+              f"({one['wall']:.3f} s; target <= 5x)   worker CPU per table {1000 * r['worker'] / n:.3f} ms "
+              f"(target <= 0.1 ms)")
+    print("== idle: no changes on SQL Server, poll 1 s")
+    print(f"  1 table: worker CPU {1000 * one['idle']:6.1f} ms per second   {big} tables: "
+          f"{1000 * results[big]['idle']:6.1f} ms per second ({1000 * results[big]['idle'] / big:.4f} ms per table "
+          f"per cycle; ratio to 1 table {results[big]['idle'] / max(one['idle'], 1e-6):.1f})")
+    st, wm = results[big]["status"], results[big]["watermark"]
+    print(f"== status at {big} tables (median / max of 20)")
+    print(f"  SELECT * FROM finalize.status     {st[0]:7.1f} ms / {st[1]:7.1f} ms   (target < 50 ms)")
+    print(f"  SELECT * FROM finalize.watermark  {wm[0]:7.1f} ms / {wm[1]:7.1f} ms   ratio status/watermark "
+          f"{st[0] / wm[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
