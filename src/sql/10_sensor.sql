@@ -318,9 +318,7 @@ SELECT t.table_name,
        s.last_error_at,
        s.next_attempt,
        s.clock_skew,
-       CASE WHEN s.worker_pid IS NOT NULL
-             AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(s.worker_pid))
-            THEN s.worker_pid END AS worker_pid,
+       s.live_pid AS worker_pid,
        t.kind,
        w.source_until,
        hb.consumer AS held_back_by,
@@ -332,7 +330,13 @@ SELECT t.table_name,
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
-  LEFT JOIN @extschema@.source_status s ON s.server_name = t.server_name
+  -- Whether a source's worker runs, asked once per source, not per table
+  -- (OFFSET 0 keeps the subquery from being flattened into each row).
+  LEFT JOIN (SELECT ss.*,
+                    CASE WHEN ss.worker_pid IS NOT NULL
+                          AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(ss.worker_pid))
+                         THEN ss.worker_pid END AS live_pid
+               FROM @extschema@.source_status ss OFFSET 0) s ON s.server_name = t.server_name
   LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
                       WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
                       ORDER BY f.fact_id DESC LIMIT 1) sc ON true

@@ -24,10 +24,20 @@
 static int
 table_index(const TrackedSource *tables, int ntables, int64 table_id)
 {
-	for (int t = 0; t < ntables; t++)
-		if (tables[t].table_id == table_id)
-			return t;
-	return -1;
+	int			lo = 0,
+				hi = ntables;
+
+	/* ws_load_source reads the tables in table_id order */
+	while (lo < hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (tables[mid].table_id < table_id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < ntables && tables[lo].table_id == table_id ? lo : -1;
 }
 
 /*

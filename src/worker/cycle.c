@@ -22,9 +22,11 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "common/int.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -39,6 +41,7 @@
 #include "worker/cycle.h"
 #include "worker/event_columns.h"
 #include "worker/event_facts.h"
+#include "worker/instances.h"
 #include "worker/judge.h"
 #include "worker/plan.h"
 #include "worker/record.h"
@@ -63,16 +66,57 @@ typedef struct Cycle
 	CycleOutcome *out;			/* why the cycle failed, for the caller */
 } Cycle;
 
-/* Finds or adds the read of an instance in a list. */
-static CdcInstance *
-instance_read(CdcInstance *list, int *n, const char *name, bool want_ddl)
+/* An instance's place in a cycle's list of instance reads, by name. */
+typedef struct InstanceSlot
 {
-	for (int i = 0; i < *n; i++)
-		if (strcmp(list[i].name, name) == 0)
-		{
-			list[i].want_ddl |= want_ddl;
-			return &list[i];
-		}
+	const char *name;			/* hash key: the string it points to */
+	int			index;
+} InstanceSlot;
+
+/* Hashes the name a key points to. */
+static uint32
+name_hash(const void *key, Size keysize pg_attribute_unused())
+{
+	const char *name = *(const char *const *) key;
+
+	return hash_bytes((const unsigned char *) name, (int) strlen(name));
+}
+
+/* Compares the names two keys point to. */
+static int
+name_match(const void *key1, const void *key2, Size keysize pg_attribute_unused())
+{
+	return strcmp(*(const char *const *) key1, *(const char *const *) key2);
+}
+
+/* A table of instance reads by name, in the current memory context. */
+static HTAB *
+instance_slots(int size)
+{
+	HASHCTL		ctl = {0};
+
+	ctl.keysize = sizeof(const char *);
+	ctl.entrysize = sizeof(InstanceSlot);
+	ctl.hash = name_hash;
+	ctl.match = name_match;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create("finalize instance reads", Max(size, 16), &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+}
+
+/* Finds or adds the read of an instance in a list (slots: the list by name). */
+static CdcInstance *
+instance_read(CdcInstance *list, int *n, HTAB *slots, const char *name, bool want_ddl)
+{
+	bool		found;
+	InstanceSlot *slot = hash_search(slots, &name, HASH_ENTER, &found);
+
+	if (found)
+	{
+		list[slot->index].want_ddl |= want_ddl;
+		return &list[slot->index];
+	}
+	slot->index = *n;
 	memset(&list[*n], 0, sizeof(CdcInstance));
 	list[*n].name = name;
 	list[*n].want_ddl = want_ddl;
@@ -98,6 +142,7 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 	bool		alive;
 	TableJob  **again = palloc0(sizeof(TableJob *) * (njobs + 1));
 	int			nagain = 0;
+	HTAB	   *slots = instance_slots(2 * njobs + 1);
 
 	for (int j = 0; j < njobs; j++)
 	{
@@ -121,10 +166,10 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 				r->events->slot_seconds = event_slot_seconds(jobs[j]->table->granularity_usecs);
 			}
 			ranges[nranges++] = r;
-			jobs[j]->inst[s] = instance_read(insts, &ninsts, p->seg[s].instance->name, true);
+			jobs[j]->inst[s] = instance_read(insts, &ninsts, slots, p->seg[s].instance->name, true);
 		}
 		if (p->action == PLAN_RESUME || p->action == PLAN_INSTANCE_GAP)
-			jobs[j]->inst[0] = instance_read(insts, &ninsts, p->instance->name, false);
+			jobs[j]->inst[0] = instance_read(insts, &ninsts, slots, p->instance->name, false);
 	}
 	alive = cdc_read_ranges(conn, ranges, nranges, insts, ninsts, err);
 
@@ -370,10 +415,15 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 
 	TableJob  **to_check = palloc0(sizeof(TableJob *) * (c->ntables + 1));
 	int			ncheck = 0;
+	InstanceIndex index;
 
+	instance_index_build(&index, c->snap.instances, c->snap.ninstances);
 	for (int i = 0; i < c->ntables; i++)
 	{
-		plan_table(&c->tables[i], c->snap.instances, c->snap.ninstances, &c->snap.max_lsn, &plans[i]);
+		CaptureInstance *mine;
+		int			nmine = instances_of(&index, &c->tables[i], &mine);
+
+		plan_table(&c->tables[i], mine, nmine, &c->snap.max_lsn, &plans[i]);
 		jobs[i].table = &c->tables[i];
 		jobs[i].plan = &plans[i];
 		if (plans[i].action == PLAN_READ || plans[i].action == PLAN_RESUME ||

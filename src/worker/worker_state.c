@@ -260,7 +260,8 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
 							  "       x.event_time_column, x.event_time_zone, x.granularity"
 							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
-							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id",
+							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id"
+							  " ORDER BY t.table_id",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tracked tables of server \"%s\"", server_name);
 	if (SPI_processed == 0)

@@ -4,7 +4,8 @@ PostgreSQL, real FreeTDS, the SQL Server simulator), each figure printed with
 a baseline measured in the same run:
 
   cycle    one cycle in which every table has new rows, at 1, 1,000 and
-           10,000 tables (--sizes): wall time, CPU of the worker process
+           10,000 tables (--sizes), each its own source table with its own
+           capture instance: wall time, CPU of the worker process
            (finalize's own work: planning, the TDS client, recording in
            PostgreSQL) and CPU of the simulator (SQL Server's share, measured
            apart because the simulator is Python and not what is measured);
@@ -37,10 +38,13 @@ from worker_env import Env, lsn_text  # noqa: E402
 
 
 def cpu_seconds(pid):
-    """User + system CPU of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of a process so far, all its threads (schedstat: nanoseconds,
+    where /proc/<pid>/stat counts 10 ms ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
 
 
 def sim_max(sim):
@@ -49,6 +53,12 @@ def sim_max(sim):
 
 def caught_up(pg, n, target):
     return pg.sql("SELECT count(*) FROM finalize.watermark WHERE offset_lsn = %s", (target,))[0][0] == n
+
+
+def commit_all(sim, n, **counts):
+    """One transaction in each of the n tables."""
+    for i in range(n):
+        sim.call("sim.commit", table=f"dbo.t{i}", **(counts or {"inserts": 1}))
 
 
 def worker_pid(pg):
@@ -76,18 +86,24 @@ def measure(n, trials, want_idle, want_status):
     pg.sql("CREATE EXTENSION finalize")
     res = {}
     try:
-        with Simulator(clock="sim", start_time="2026-11-02T08:59:00Z", dummy_interval=0, cleanup_time="") as sim:
+        with Simulator(clock="sim", start_time="2026-11-02T08:59:00Z", dummy_interval=0, cleanup_time="",
+                       maxtrans=10 * n + 1000) as sim:
             env = Env(pg)
-            sim.call("sim.commit", inserts=1)
+            # n source tables, each with its own capture instance
+            for i in range(n):
+                sim.call("sim.create_table", name=f"t{i}", columns="[id] int NOT NULL, [v] nvarchar(20)")
+                sim.call("sim.enable_table", name=f"t{i}")
+            commit_all(sim, n)
             sim.call("sim.advance", seconds=10)
             env.add_source("erp", sim)
-            pg.sql("SELECT finalize.track_table('t' || i, 'erp', 'dbo.orders') FROM generate_series(1, %s) i", (n,))
+            pg.sql("SELECT finalize.track_table('t' || i, 'erp', 'dbo.t' || i) FROM generate_series(0, %s - 1) i",
+                   (n,))
             target = sim_max(sim)
             pg.wait_for(lambda: caught_up(pg, n, target), timeout=1800, what="baselines")
             wpid, spid = worker_pid(pg), sim.proc.pid
             walls, wcpu, scpu = [], [], []
             for _ in range(trials):
-                sim.call("sim.commit", inserts=3, updates=1)
+                commit_all(sim, n, inserts=3, updates=1)
                 sim.call("sim.advance", seconds=6)
                 target = sim_max(sim)
                 w0, s0, t0 = cpu_seconds(wpid), cpu_seconds(spid), time.monotonic()

@@ -141,9 +141,14 @@ class Database:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def new_oid(self):
-        oid = self.next_oid
-        self.next_oid += OID_STEP
-        return oid
+        """A fresh object id: a positive int, as SQL Server's are. The step
+        wraps modulo 2**31 - 1 (both prime, so every value comes round once)
+        and skips ids in use and the low ones system objects have."""
+        while True:
+            oid = self.next_oid
+            self.next_oid = (self.next_oid + OID_STEP) % 2147483647
+            if oid >= 1000 and oid not in self.by_oid:
+                return oid
 
     def next_lsn(self):
         """Allocate one LSN (every log record consumes one, captured or not)."""

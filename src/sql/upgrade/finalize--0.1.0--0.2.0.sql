@@ -2782,9 +2782,7 @@ SELECT t.table_name,
        s.last_error_at,
        s.next_attempt,
        s.clock_skew,
-       CASE WHEN s.worker_pid IS NOT NULL
-             AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(s.worker_pid))
-            THEN s.worker_pid END AS worker_pid,
+       s.live_pid AS worker_pid,
        t.kind,
        w.source_until,
        hb.consumer AS held_back_by,
@@ -2796,7 +2794,13 @@ SELECT t.table_name,
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
-  LEFT JOIN @extschema@.source_status s ON s.server_name = t.server_name
+  -- Whether a source's worker runs, asked once per source, not per table
+  -- (OFFSET 0 keeps the subquery from being flattened into each row).
+  LEFT JOIN (SELECT ss.*,
+                    CASE WHEN ss.worker_pid IS NOT NULL
+                          AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(ss.worker_pid))
+                         THEN ss.worker_pid END AS live_pid
+               FROM @extschema@.source_status ss OFFSET 0) s ON s.server_name = t.server_name
   LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
                       WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
                       ORDER BY f.fact_id DESC LIMIT 1) sc ON true
@@ -4798,6 +4802,18 @@ END
 $$;
 
 -- Late copies for set-based recording (issue 16): kept equal to their parts.
+-- The payload of an advance on channel "finalize": the table, the old and
+-- new verdicts, the offset of its facts (LSN and commit time, null for a
+-- derived table), and "kind": "derived" for a derived table only, so that a
+-- tracked table's payload stays what it always was. In C (thousands of
+-- advances in one statement), in json_build_object's layout.
+CREATE OR REPLACE FUNCTION @extschema@._advance_payload(table_name text, kind text, old_until timestamptz,
+                                             new_until timestamptz, offset_lsn text,
+                                             offset_commit_time timestamptz)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_advance_payload'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
 -- The verdict each of some tables may have now: the least of its source
 -- verdict (watermark.source_until) and its required consumers' verdicts, or
 -- NULL (no advance) when any of them is NULL: a consumer that has not
@@ -4859,7 +4875,10 @@ BEGIN
         SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
     SELECT a.table_id
       FROM advanced a
-     CROSS JOIN LATERAL pg_catalog.pg_notify('finalize', @extschema@._advance_payload(a.tt, a.wm, a.new_until)) n
+     CROSS JOIN LATERAL pg_catalog.pg_notify('finalize',
+                            @extschema@._advance_payload((a.tt).table_name, (a.tt).kind, (a.wm).finalized_until,
+                                                         a.new_until, (a.wm).offset_lsn,
+                                                         (a.wm).offset_commit_time)) n
      ORDER BY a.table_id;
 END
 $$;
@@ -4961,7 +4980,8 @@ BEGIN
     END IF;
     UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
      WHERE w.table_id = tt.table_id;
-    PERFORM pg_notify('finalize', @extschema@._advance_payload(tt, wm, new_until));
+    PERFORM pg_notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
+                                                               wm.offset_lsn, wm.offset_commit_time));
     FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
                        JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
                       WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
@@ -5270,6 +5290,7 @@ BEGIN ATOMIC
 END;
 
 DROP FUNCTION @extschema@._effective_until(@extschema@.tracked_table, timestamptz);
+DROP FUNCTION @extschema@._advance_payload(@extschema@.tracked_table, @extschema@.watermark, timestamptz);
 
 -- End of late copies for set-based recording.
 -- End of late copies.
