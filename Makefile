@@ -54,7 +54,7 @@ FINALIZE_WERROR ?= -Werror
 PG_CFLAGS += -Wall -Wextra -Wno-missing-field-initializers \
              -Wno-sign-compare $(FINALIZE_WERROR)
 
-REGRESS      = setup fdw_options tracking write_path record_batch sensor_api facts time_conversion gate pipelines event_time alerts alert_delivery privileges
+REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines event_time alerts alert_delivery record_batch privileges
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
 
 # make installcheck runs pg_regress in a temporary instance it starts and

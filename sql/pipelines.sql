@@ -25,7 +25,8 @@ SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
 SELECT kind, source_until, held_back_by, loss_blocked FROM finalize.status WHERE table_name = 'pl.orders';
 -- A tracked table's NOTIFY payload has the keys it always had; a derived
 -- table's also says "kind".
-SELECT finalize._advance_payload(t, w, '2026-11-29 14:00+00')
+SELECT finalize._advance_payload(t.table_name, t.kind, w.finalized_until, '2026-11-29 14:00+00', w.offset_lsn,
+                                 w.offset_commit_time)
   FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'pl.orders';
 
 -- A required consumer holds the verdict from now on; what was final stays final.
@@ -207,7 +208,8 @@ SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), c, '0x0000
 SELECT * FROM verdicts;
 COMMIT;
 SELECT finalize.is_final('pl.revenue_report', '2026-11-29 10:00+00') AS report_day_29;
-SELECT finalize._advance_payload(t, w, w.finalized_until)
+SELECT finalize._advance_payload(t.table_name, t.kind, w.finalized_until, w.finalized_until, w.offset_lsn,
+                                 w.offset_commit_time)
   FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'pl.daily_revenue';
 -- A derived table's own job caps it, through report_processed, in the
 -- same transaction. (A consumer declared after a period became final does

@@ -112,9 +112,10 @@ SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'db
 SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 10;
 
--- Which tables have a condition or an incident to clear: only b.10.
+-- Which tables have a condition or an open incident to clear: b.10 (its
+-- condition) and b.9 (the incident of its loss).
 SELECT t.table_name FROM finalize._held_conditions((SELECT array_agg(id('b.' || n)) FROM generate_series(1, 11) n)) h
-  JOIN finalize.tracked_table t ON t.table_id = h;
+  JOIN finalize.tracked_table t ON t.table_id = h ORDER BY t.table_id;
 
 -- An empty range continuing an empty one: one fact, its end moved.
 SELECT finalize._record_ranges(ARRAY[id('b.2')], ARRAY['0x00000000000000000200'], ARRAY['0x00000000000000000400'],
@@ -123,3 +124,11 @@ SELECT finalize._record_ranges(ARRAY[id('b.2')], ARRAY['0x00000000000000000200']
                                ARRAY['dbo_t']) AS left_id;
 SELECT finalized_until, offset_lsn FROM finalize.watermark WHERE table_id = id('b.2');
 SELECT start_lsn, end_lsn, ranges FROM finalize.fact WHERE table_id = id('b.2') ORDER BY fact_id;
+
+SELECT count(*) AS untracked FROM (
+    SELECT finalize.untrack_table(t.table_name, false, true) FROM finalize.tracked_table t
+     WHERE t.untracked_at IS NULL AND t.table_name ~ '^[br]\.' AND t.kind = 'source') x;
+SELECT finalize.purge_facts('0 seconds') >= 0 AS purged;
+SELECT count(*) AS left_behind FROM finalize.tracked_table;
+DROP FUNCTION id(text);
+DROP SERVER erp;
