@@ -7,6 +7,8 @@ READ and SERIALIZABLE are refused. No timing is asserted: each test waits for
 the waiter to be asleep (its wait event) before it commits, and then only
 for the waiter's answer."""
 
+import os
+import socket
 import threading
 
 import psycopg2
@@ -247,3 +249,17 @@ def test_transactions_with_one_snapshot_are_refused(pgw, orders, isolation):
         assert cur.fetchone()[0] is True
     conn.rollback()
     conn.close()
+
+
+def test_a_client_gone_is_noticed_with_client_connection_check_interval(pgw, orders):
+    w = Waiter(pgw, "SELECT finalize.wait_final('w.orders', '2026-11-29 15:00+00', %s)", (LONG,),
+               setup="SET client_connection_check_interval = '100ms'")
+    w.wait_asleep()
+    # The client vanishes without a word: its connection is shut down under
+    # the driver (which then fails in the waiter's thread).
+    gone = socket.socket(fileno=os.dup(w.conn.fileno()))
+    gone.shutdown(socket.SHUT_RDWR)
+    gone.close()
+    pgw.wait_for(lambda: pgw.sql("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = %s", (w.pid,))[0][0],
+                 timeout=60, what="the backend of the vanished client to exit")
+    assert "connection to client lost" in pgw.log()
