@@ -31,6 +31,28 @@ SELECT p, finalize.is_final('s.orders', p)
 SELECT finalize.is_final('s.orders', '2026-11-29 14:59:59+01') AS in_cet,
        finalize.is_final('s.orders', '2026-11-29 09:30-05') AS in_est;
 
+-- wait_final answers as is_final does: at once when final, after one check
+-- with a timeout of 0 (test_wait_final.py waits for real).
+SELECT p, finalize.wait_final('s.orders', p, '0') AS waited,
+       finalize.wait_final(ARRAY['s.orders'], p, '0') AS waited_all,
+       finalize.wait_final('s.orders', p, '0') = finalize.is_final('s.orders', p) AS agrees
+  FROM unnest(ARRAY['2026-11-29 13:00+00', '2026-11-29 14:00+00']::timestamptz[]) AS p;
+SELECT finalize.wait_final('s.orders', '2026-11-29 13:00+00') AS final_at_once;
+SELECT finalize.wait_final('s.orders', '2026-11-29 14:00+00', '10 ms') AS not_final_at_timeout;
+-- Its arguments are checked as is_final's are, and the timeout too.
+SELECT finalize.wait_final('s.nosuch', '2026-11-29 13:00+00', '0');
+SELECT finalize.wait_final(NULL::text, '2026-11-29 13:00+00');
+SELECT finalize.wait_final('s.orders', NULL);
+SELECT finalize.wait_final('s.orders', '2026-11-29 13:00+00', NULL);
+SELECT finalize.wait_final('s.orders', '2026-11-29 13:00+00', '-1 second');
+SELECT finalize.wait_final('s.orders', '2026-11-29 13:00+00', '1 day -25 hours');
+SELECT finalize.wait_final('{}'::text[], '2026-11-29 13:00+00', '0');
+SELECT finalize.wait_final(ARRAY['s.orders', NULL], '2026-11-29 13:00+00', '0');
+-- A transaction whose snapshot lasts as long as itself may not wait.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT finalize.wait_final('s.orders', '2026-11-29 13:00+00', '0');
+ROLLBACK;
+
 -- explain_verdict: final and not final, with the reason.
 SELECT table_name, period_start, period_end, is_final, finalized_until, captured_until, state, reason
   FROM finalize.explain_verdict('s.orders', '2026-11-29 13:15+00');

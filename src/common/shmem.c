@@ -48,6 +48,11 @@ finalize_shmem_startup(void)
 	{
 		memset(finalize_shared, 0, sizeof(FinalizeShared));
 		pg_atomic_init_u64(&finalize_shared->verdict_epoch, 1);
+		for (int i = 0; i < FINALIZE_WAKE_SHARDS; i++)
+		{
+			pg_atomic_init_u64(&finalize_shared->wake_epoch[i], 1);
+			ConditionVariableInit(&finalize_shared->wake_cv[i].cv);
+		}
 		SpinLockInit(&finalize_shared->mutex);
 	}
 	LWLockRelease(AddinShmemInitLock);

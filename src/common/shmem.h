@@ -1,11 +1,13 @@
 /*
  * shmem.h
- *     finalize's shared memory: the verdict epoch and the worker slots.
+ *     finalize's shared memory: the verdict epoch, the wake-up shards of
+ *     finalize.wait_final and the worker slots.
  */
 #ifndef FINALIZE_SHMEM_H
 #define FINALIZE_SHMEM_H
 
 #include "port/atomics.h"
+#include "storage/condition_variable.h"
 #include "storage/spin.h"
 
 /* Launcher, schedulers, alerts workers and source workers together (one slot each). */
@@ -27,6 +29,18 @@ typedef struct WorkerSlot
 	pid_t		pid;
 } WorkerSlot;
 
+/*
+ * Waiters of finalize.wait_final sleep on one of these condition variables,
+ * chosen by the id of the table they wait for, so that an advance of one
+ * table wakes only the few waiters whose tables share its shard, not all
+ * of them. A power of two (see wait_shard()); building with
+ * -DFINALIZE_WAKE_SHARDS=1 gives one condition variable for all waiters,
+ * the baseline test/bench/wait.sh compares against.
+ */
+#ifndef FINALIZE_WAKE_SHARDS
+#define FINALIZE_WAKE_SHARDS 256
+#endif
+
 typedef struct FinalizeShared
 {
 	/*
@@ -34,6 +48,15 @@ typedef struct FinalizeShared
 	 * backends know when their cached verdicts may be stale.
 	 */
 	pg_atomic_uint64 verdict_epoch;
+
+	/*
+	 * Per shard: bumped, then broadcast, after every commit that may have
+	 * changed the verdict of a table of the shard (all shards for a change
+	 * that may concern any table). A waiter reads the counter before it
+	 * checks, and sleeps only while it has not moved.
+	 */
+	pg_atomic_uint64 wake_epoch[FINALIZE_WAKE_SHARDS];
+	ConditionVariableMinimallyPadded wake_cv[FINALIZE_WAKE_SHARDS];
 
 	slock_t		mutex;			/* protects the fields below */
 	Oid			paused_dboid;	/* a database being dropped or renamed */
@@ -51,5 +74,19 @@ extern int	slot_signal_database(Oid dboid, int signo);
 extern pid_t slot_pid(SlotKind kind, Oid dboid, Oid serverid);
 extern void set_paused_database(Oid dboid);
 extern Oid	paused_database(void);
+
+/*
+ * The wake-up shard of a tracked table (its table_id): Fibonacci hashing,
+ * so that consecutive ids spread over the shards.
+ */
+static inline int
+wait_shard(int64 table_id)
+{
+	uint64		h = (uint64) table_id * UINT64CONST(0x9E3779B97F4A7C15);
+
+	StaticAssertStmt((FINALIZE_WAKE_SHARDS & (FINALIZE_WAKE_SHARDS - 1)) == 0,
+					 "FINALIZE_WAKE_SHARDS must be a power of two");
+	return (int) (h >> 40) & (FINALIZE_WAKE_SHARDS - 1);
+}
 
 #endif							/* FINALIZE_SHMEM_H */

@@ -3,7 +3,9 @@
  *     The one way finalize catches an error and goes on: the step runs in a
  *     subtransaction that is rolled back when it fails, so whatever the step
  *     did (locks, buffers, half-written rows, open relations) is released by
- *     PostgreSQL, not guessed at by the caller.
+ *     PostgreSQL, not guessed at by the caller. A read repeated while its
+ *     caller waits (wait_final) runs in a subtransaction that is always
+ *     rolled back, for the same reason: what it took is released at once.
  */
 #include "postgres.h"
 
@@ -53,6 +55,44 @@ subxact_try(void (*fn) (void *), void *arg, ErrorData **error)
 	if (error != NULL)
 		*error = edata;
 	return ok;
+}
+
+/*
+ * Runs fn(arg) in a subtransaction that is rolled back whatever happens, so
+ * that everything the step took (its locks above all, which a subtransaction
+ * that commits would hand to the transaction around it) is released at
+ * once: for reads repeated while the caller waits. An error is raised again
+ * once the subtransaction is rolled back. Allocations go to the caller's
+ * memory context, which survives the rollback.
+ */
+void
+subxact_rolled_back(void (*fn) (void *), void *arg)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		fn(arg);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
 }
 
 /* One call of a type's input function, as a subxact_try step. */

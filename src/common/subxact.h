@@ -8,6 +8,7 @@
 #include "fmgr.h"
 
 extern bool subxact_try(void (*fn) (void *), void *arg, ErrorData **error);
+extern void subxact_rolled_back(void (*fn) (void *), void *arg);
 extern bool subxact_input(PGFunction infunc, const char *text, Datum *result);
 
 #endif							/* FINALIZE_SUBXACT_H */

@@ -1,7 +1,8 @@
 /*
  * sensor.c
  *     The verdict functions that sensors poll: finalized_until and is_final,
- *     for one table or for several at once.
+ *     for one table or for several at once. is_final's answer is
+ *     sensor_period_final, which wait_final (wait.c) asks too.
  *
  * A period is final when the watermark has passed it and no loss holds it.
  * The first half comes from verdict_cache.c (no SPI); the second is asked of
@@ -23,6 +24,7 @@
 
 #include "common/owner.h"
 #include "common/period.h"
+#include "sensor/sensor.h"
 #include "sensor/verdict_cache.h"
 
 PG_FUNCTION_INFO_V1(finalize_finalized_until);
@@ -34,8 +36,8 @@ PG_FUNCTION_INFO_V1(finalize_is_final_all);
  * A sensor that passes no table name has a bug: say so rather than answer
  * NULL, which a sensor could read as "not final yet" forever.
  */
-static void
-require_table_name(FunctionCallInfo fcinfo)
+void
+sensor_require_table_name(FunctionCallInfo fcinfo)
 {
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -43,9 +45,9 @@ require_table_name(FunctionCallInfo fcinfo)
 				 errmsg("argument table_name must not be NULL")));
 }
 
-/* The same for period_start, the second argument of both is_final forms. */
-static void
-require_period_start(FunctionCallInfo fcinfo)
+/* The same for period_start, the second argument of is_final and wait_final. */
+void
+sensor_require_period_start(FunctionCallInfo fcinfo)
 {
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -59,8 +61,8 @@ require_period_start(FunctionCallInfo fcinfo)
  * empty or multi-dimensional one, or a NULL element is the caller's bug, and
  * answering would hide it (a NULL name has no verdict to combine).
  */
-static Datum *
-table_names_arg(FunctionCallInfo fcinfo, int *count)
+Datum *
+sensor_table_names_arg(FunctionCallInfo fcinfo, int *count)
 {
 	ArrayType  *names;
 	Datum	   *elems;
@@ -180,7 +182,7 @@ finalize_finalized_until(PG_FUNCTION_ARGS)
 	TrackedVerdict v;
 	TimestampTz until;
 
-	require_table_name(fcinfo);
+	sensor_require_table_name(fcinfo);
 	verdict_cache_read(PG_GETARG_DATUM(0), &v);
 	if (!verdict_until(fcinfo->flinfo->fn_oid, PG_GETARG_DATUM(0), &v, &until))
 		PG_RETURN_NULL();
@@ -196,19 +198,13 @@ finalize_finalized_until(PG_FUNCTION_ARGS)
 Datum
 finalize_is_final(PG_FUNCTION_ARGS)
 {
-	TrackedVerdict v;
-	TimestampTz start;
-	TimestampTz end;
+	Datum		name;
 
-	require_table_name(fcinfo);
-	require_period_start(fcinfo);
-	verdict_cache_read(PG_GETARG_DATUM(0), &v);
-	if (!passed_by_watermark(&v, PG_GETARG_TIMESTAMPTZ(1), &start, &end))
-		PG_RETURN_BOOL(false);
-	if (!v.loss_blocked)
-		PG_RETURN_BOOL(true);
-	PG_RETURN_BOOL(final_despite_losses(function_owner(fcinfo->flinfo->fn_oid),
-										PG_GETARG_DATUM(0), PG_GETARG_TIMESTAMPTZ(1)));
+	sensor_require_table_name(fcinfo);
+	sensor_require_period_start(fcinfo);
+	name = PG_GETARG_DATUM(0);
+	PG_RETURN_BOOL(sensor_period_final(fcinfo->flinfo->fn_oid, &name, 1,
+									   PG_GETARG_TIMESTAMPTZ(1), NULL));
 }
 
 /*
@@ -222,7 +218,7 @@ Datum
 finalize_finalized_until_all(PG_FUNCTION_ARGS)
 {
 	int			count;
-	Datum	   *names = table_names_arg(fcinfo, &count);
+	Datum	   *names = sensor_table_names_arg(fcinfo, &count);
 	TrackedVerdict *v;
 	TimestampTz least = DT_NOEND;
 
@@ -245,35 +241,51 @@ finalize_finalized_until_all(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Whether the period containing ts is final in every one of the tables (in
+ * each one's own granularity): is_final's answer, for one table or several,
+ * and the one wait_final waits for. fn is the calling function (its owner,
+ * the extension's, asks about losses). Every name is read first (errors in
+ * order, as finalized_until); losses are asked only when every watermark
+ * has passed, so one table that is behind answers without SPI. When the
+ * answer is false and holding is not NULL, it is set to the id of a table
+ * that holds the period back: the first one behind, else the first one a
+ * loss holds.
+ */
+bool
+sensor_period_final(Oid fn, const Datum *names, int count, TimestampTz ts, int64 *holding)
+{
+	TrackedVerdict one;
+	TrackedVerdict *v = count == 1 ? &one : palloc(sizeof(TrackedVerdict) * count);
+	TimestampTz start;
+	TimestampTz end;
+	int			behind = -1;
+
+	for (int i = 0; i < count; i++)
+		verdict_cache_read(names[i], &v[i]);
+	for (int i = 0; i < count; i++)
+		if (!passed_by_watermark(&v[i], ts, &start, &end) && behind < 0)
+			behind = i;
+	if (behind < 0)
+		for (int i = 0; i < count && behind < 0; i++)
+			if (v[i].loss_blocked && !final_despite_losses(function_owner(fn), names[i], ts))
+				behind = i;
+	if (behind >= 0 && holding != NULL)
+		*holding = v[behind].table_id;
+	return behind < 0;
+}
+
+/*
  * finalize.is_final(table_names text[], period_start): true iff the period
  * of each table's own granularity containing period_start is final in that
- * table. Every name is read first (errors in order, as finalized_until);
- * losses are asked only when every watermark has passed, so one table that
- * is behind answers without SPI.
+ * table.
  */
 Datum
 finalize_is_final_all(PG_FUNCTION_ARGS)
 {
 	int			count;
-	Datum	   *names = table_names_arg(fcinfo, &count);
-	TrackedVerdict *v;
-	TimestampTz ts;
-	TimestampTz start;
-	TimestampTz end;
-	bool		passed = true;
+	Datum	   *names = sensor_table_names_arg(fcinfo, &count);
 
-	require_period_start(fcinfo);
-	ts = PG_GETARG_TIMESTAMPTZ(1);
-	v = palloc(sizeof(TrackedVerdict) * count);
-	for (int i = 0; i < count; i++)
-		verdict_cache_read(names[i], &v[i]);
-	for (int i = 0; i < count; i++)
-		passed = passed_by_watermark(&v[i], ts, &start, &end) && passed;
-	if (!passed)
-		PG_RETURN_BOOL(false);
-	for (int i = 0; i < count; i++)
-		if (v[i].loss_blocked &&
-			!final_despite_losses(function_owner(fcinfo->flinfo->fn_oid), names[i], ts))
-			PG_RETURN_BOOL(false);
-	PG_RETURN_BOOL(true);
+	sensor_require_period_start(fcinfo);
+	PG_RETURN_BOOL(sensor_period_final(fcinfo->flinfo->fn_oid, names, count,
+									   PG_GETARG_TIMESTAMPTZ(1), NULL));
 }

@@ -22,6 +22,15 @@
  * trigger on those four tables only makes entries go stale sooner; nothing
  * here depends on it.
  *
+ * The same commit callback wakes finalize.wait_final's waiters (wait.c):
+ * after the epoch it bumps the wake-up counter of each shard whose verdicts
+ * may have changed and broadcasts its condition variable. A row trigger on
+ * watermark, fired only when finalized_until or loss_blocked changes, names
+ * the shard of that row's table; a change of tracked_table, loss or
+ * loss_ack, or an insert, delete or truncate of watermark, may concern any
+ * table and wakes every shard. consumer and derived_input change verdicts
+ * only through a watermark write, which wakes its own shard.
+ *
  * Entries also carry catalog_generation, so DDL on the relations read here
  * (DROP or ALTER EXTENSION, such as the update adding watermark.loss_blocked)
  * makes them stale. Bypassed where the epoch cannot be trusted: on a standby
@@ -30,19 +39,24 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 
 #include "common/shmem.h"
 #include "sensor/verdict_cache.h"
 
 PG_FUNCTION_INFO_V1(finalize_verdict_changed);
+PG_FUNCTION_INFO_V1(finalize_verdict_wake);
 
 /* Longest tracked table name (tracked_table's CHECK) plus the terminator. */
 #define CACHE_KEY_SIZE 256
@@ -60,6 +74,35 @@ typedef struct CacheEntry
 static HTAB *cache = NULL;
 static bool changed_in_xact = false;
 static bool callbacks_registered = false;
+
+/* The wake-up shards this transaction's commit must wake (see the header). */
+static bool wake_all_shards = false;
+static uint64 wake_shards[(FINALIZE_WAKE_SHARDS + 63) / 64];
+
+/* Forgets the shards marked by the transaction that just ended. */
+static void
+clear_wake_marks(void)
+{
+	wake_all_shards = false;
+	memset(wake_shards, 0, sizeof(wake_shards));
+}
+
+/*
+ * Wakes the waiters of the shards a committed transaction marked: bumps
+ * each counter first, so that a waiter that reads it before sleeping
+ * cannot miss the broadcast that follows.
+ */
+static void
+wake_marked_shards(void)
+{
+	for (int i = 0; i < FINALIZE_WAKE_SHARDS; i++)
+	{
+		if (!wake_all_shards && (wake_shards[i / 64] & (UINT64CONST(1) << (i % 64))) == 0)
+			continue;
+		pg_atomic_fetch_add_u64(&finalize_shared->wake_epoch[i], 1);
+		ConditionVariableBroadcast(&finalize_shared->wake_cv[i].cv);
+	}
+}
 
 /*
  * Publishes a committed change of the verdict tables to every backend, and
@@ -81,13 +124,18 @@ cache_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (changed_in_xact && finalize_shared != NULL)
+			{
 				pg_atomic_fetch_add_u64(&finalize_shared->verdict_epoch, 1);
+				wake_marked_shards();
+			}
 			changed_in_xact = false;
+			clear_wake_marks();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			changed_in_xact = false;
+			clear_wake_marks();
 			break;
 		default:
 			break;
@@ -106,19 +154,85 @@ register_callbacks(void)
 }
 
 /*
+ * Whether the statement's changes are left to the row trigger
+ * _verdict_wake, which wakes only the shards of the rows whose verdict
+ * moved: updates of watermark once that trigger exists (a catalog from
+ * before it wakes every shard, as does any insert, delete or truncate).
+ */
+static bool
+woken_by_rows(TriggerData *trigdata)
+{
+	Relation	rel = trigdata->tg_relation;
+	TriggerDesc *desc = rel->trigdesc;
+
+	if (!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
+		strcmp(RelationGetRelationName(rel), "watermark") != 0 || desc == NULL)
+		return false;
+	for (int i = 0; i < desc->numtriggers; i++)
+		if (TRIGGER_FOR_ROW(desc->triggers[i].tgtype) &&
+			strcmp(desc->triggers[i].tgname, "verdict_wake") == 0)
+			return true;
+	return false;
+}
+
+/*
  * finalize._verdict_changed(): statement trigger on tracked_table, watermark
  * and what verdicts depend on, that marks the transaction, so its commit
- * bumps the epoch.
+ * bumps the epoch, and that decides which waiters of wait_final it wakes.
  */
 Datum
 finalize_verdict_changed(PG_FUNCTION_ARGS)
 {
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	const char *relname;
+
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("finalize._verdict_changed() must be called as a trigger")));
 	register_callbacks();
 	changed_in_xact = true;
+	relname = RelationGetRelationName(trigdata->tg_relation);
+	/* Their changes reach a verdict only through a write of watermark. */
+	if (strcmp(relname, "consumer") == 0 || strcmp(relname, "derived_input") == 0)
+		return PointerGetDatum(NULL);
+	if (!woken_by_rows(trigdata))
+		wake_all_shards = true;
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * finalize._verdict_wake(): row trigger on watermark, fired when a row's
+ * finalized_until or loss_blocked changed (its WHEN clause), that marks
+ * the shard of its table, so that the commit wakes the waiters of
+ * wait_final there and nowhere else.
+ */
+Datum
+finalize_verdict_wake(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	HeapTuple	tuple;
+	int			attnum;
+	bool		isnull;
+	Datum		id;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("finalize._verdict_wake() must be called as a row trigger")));
+	register_callbacks();
+	changed_in_xact = true;
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	attnum = SPI_fnumber(RelationGetDescr(trigdata->tg_relation), "table_id");
+	id = attnum > 0 ? heap_getattr(tuple, attnum, RelationGetDescr(trigdata->tg_relation), &isnull) : (Datum) 0;
+	if (attnum <= 0 || isnull)
+		wake_all_shards = true;
+	else
+	{
+		int			shard = wait_shard(DatumGetInt64(id));
+
+		wake_shards[shard / 64] |= UINT64CONST(1) << (shard % 64);
+	}
 	return PointerGetDatum(NULL);
 }
 

@@ -412,3 +412,17 @@ CREATE TRIGGER verdict_changed
 CREATE TRIGGER verdict_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.loss_ack
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._verdict_changed();
+
+-- Waiters of finalize.wait_final sleep until a commit wakes them: a verdict
+-- that moves (finalized_until or loss_blocked) wakes only the waiters of its
+-- table's shard (verdict_cache.c); any other change above wakes them all.
+CREATE FUNCTION @extschema@._verdict_wake()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'finalize_verdict_wake'
+LANGUAGE C;
+CREATE TRIGGER verdict_wake
+    AFTER UPDATE OF finalized_until, loss_blocked ON @extschema@.watermark
+    FOR EACH ROW
+    WHEN (OLD.finalized_until IS DISTINCT FROM NEW.finalized_until
+          OR OLD.loss_blocked IS DISTINCT FROM NEW.loss_blocked)
+    EXECUTE FUNCTION @extschema@._verdict_wake();

@@ -34,6 +34,29 @@ LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.is_final(text[], timestamptz) IS
     'True iff the period containing period_start is final in every one of the tables';
 
+-- is_final that waits: true as soon as the period is final, false once
+-- timeout has passed (interval '0' checks once). It sleeps on a condition
+-- variable that commits moving a verdict wake, holding no lock and no
+-- snapshot of its own while it sleeps (each check runs in a subtransaction
+-- that is rolled back); the calling statement's snapshot stays, as for any
+-- statement that runs, so keep timeouts bounded. READ COMMITTED only.
+-- VOLATILE and PARALLEL UNSAFE: it waits, and checks in subtransactions.
+CREATE FUNCTION @extschema@.wait_final(table_name text, period_start timestamptz,
+                                       timeout interval DEFAULT '1 hour')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_wait_final'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.wait_final(text, timestamptz, interval) IS
+    'Waits until is_final(table_name, period_start) is true (returns true) or timeout has passed (returns false); READ COMMITTED only';
+
+CREATE FUNCTION @extschema@.wait_final(table_names text[], period_start timestamptz,
+                                       timeout interval DEFAULT '1 hour')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_wait_final_all'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.wait_final(text[], timestamptz, interval) IS
+    'Waits until the period containing period_start is final in every one of the tables (true) or timeout has passed (false)';
+
 CREATE TYPE @extschema@.verdict AS (
     table_name       text,
     period_start     timestamptz,

@@ -13,6 +13,8 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.is_final(text, timestamptz),
     @extschema@.finalized_until(text[]),
     @extschema@.is_final(text[], timestamptz),
+    @extschema@.wait_final(text, timestamptz, interval),
+    @extschema@.wait_final(text[], timestamptz, interval),
     @extschema@.explain_verdict(text, timestamptz),
     @extschema@.period_start(timestamptz, interval),
     @extschema@.period_end(timestamptz, interval),

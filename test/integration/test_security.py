@@ -34,6 +34,7 @@ READER = {
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
     "finalized_until(text[])", "is_final(text[],timestamp with time zone)",
     "lateness(text,double precision,interval)",
+    "wait_final(text,timestamp with time zone,interval)", "wait_final(text[],timestamp with time zone,interval)",
 }
 PIPELINE = READER | {"report_progress(text,text,text)", "report_processed(text,text,timestamp with time zone)"}
 PUBLISHER = READER | {
@@ -290,6 +291,11 @@ def test_a_reader_with_look_alikes_everywhere_cannot_escalate(pg):
         plant(conn, "sec_reader")
         run(conn, "SELECT finalize.is_final(%s, '2026-11-27 08:00+00'), finalize.finalized_until(%s)",
             (TABLE, TABLE))
+        # wait_final answers at once, after one check, and after sleeping.
+        assert run(conn, "SELECT finalize.wait_final(%s, '2026-11-27 08:00+00'), "
+                         "finalize.wait_final(%s, '2026-11-27 09:00+00', '0'), "
+                         "finalize.wait_final(ARRAY[%s], '2026-11-27 09:00+00', '20 ms')",
+                   (TABLE, TABLE, TABLE)) == [(True, False, False)]
         run(conn, "SELECT * FROM finalize.explain_verdict(%s)", (TABLE,))
         run(conn, "SELECT * FROM finalize.status")
         run(conn, "SELECT finalize.released_generation(%s, 'p08'), finalize.render_location('d={day}/', now())",
@@ -317,6 +323,8 @@ def test_a_pipeline_with_look_alikes_everywhere_cannot_escalate(pg):
         assert run(conn, "SELECT finalize.report_processed('sec.daily', 'sec-job', '2026-11-27 10:00+00')") == [(True,)]
         run(conn, "SELECT finalize.is_final(%s, '2026-11-27 08:00+00'), finalize.finalized_until(%s)", (TABLE, TABLE))
         run(conn, "SELECT finalize.is_final(ARRAY[%s, 'sec.daily'], '2026-11-27 08:00+00')", (TABLE,))
+        run(conn, "SELECT finalize.wait_final(ARRAY[%s, 'sec.daily'], '2026-11-27 08:00+00', '20 ms')", (TABLE,))
+        run(conn, "SELECT finalize.wait_final('sec.daily', '2026-11-27 00:00+00', '0')")
         run(conn, "SELECT * FROM finalize.consumers")
         run(conn, "SELECT * FROM finalize.explain_verdict('sec.daily', '2026-11-27 00:00+00')")
     finally:

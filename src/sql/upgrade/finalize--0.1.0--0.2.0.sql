@@ -4622,6 +4622,45 @@ SELECT d.delivery_id, d.alert_id, a.kind, a.severity, d.target_name AS target, d
 COMMENT ON VIEW @extschema@.alert_deliveries IS
     'Webhook deliveries of incidents: per target and transition, attempts, last HTTP status and error';
 
+-- 8. finalize.wait_final: sensors that wait rather than poll. Kept equal
+-- to their parts (03_tables.sql, 10_sensor.sql).
+-- Waiters of finalize.wait_final sleep until a commit wakes them: a verdict
+-- that moves (finalized_until or loss_blocked) wakes only the waiters of its
+-- table's shard (verdict_cache.c); any other change above wakes them all.
+CREATE FUNCTION @extschema@._verdict_wake()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'finalize_verdict_wake'
+LANGUAGE C;
+CREATE TRIGGER verdict_wake
+    AFTER UPDATE OF finalized_until, loss_blocked ON @extschema@.watermark
+    FOR EACH ROW
+    WHEN (OLD.finalized_until IS DISTINCT FROM NEW.finalized_until
+          OR OLD.loss_blocked IS DISTINCT FROM NEW.loss_blocked)
+    EXECUTE FUNCTION @extschema@._verdict_wake();
+
+-- is_final that waits: true as soon as the period is final, false once
+-- timeout has passed (interval '0' checks once). It sleeps on a condition
+-- variable that commits moving a verdict wake, holding no lock and no
+-- snapshot of its own while it sleeps (each check runs in a subtransaction
+-- that is rolled back); the calling statement's snapshot stays, as for any
+-- statement that runs, so keep timeouts bounded. READ COMMITTED only.
+-- VOLATILE and PARALLEL UNSAFE: it waits, and checks in subtransactions.
+CREATE FUNCTION @extschema@.wait_final(table_name text, period_start timestamptz,
+                                       timeout interval DEFAULT '1 hour')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_wait_final'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.wait_final(text, timestamptz, interval) IS
+    'Waits until is_final(table_name, period_start) is true (returns true) or timeout has passed (returns false); READ COMMITTED only';
+
+CREATE FUNCTION @extschema@.wait_final(table_names text[], period_start timestamptz,
+                                       timeout interval DEFAULT '1 hour')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_wait_final_all'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.wait_final(text[], timestamptz, interval) IS
+    'Waits until the period containing period_start is final in every one of the tables (true) or timeout has passed (false)';
+
 -- Late copies of functions 0.1.0 had (alerts): kept equal to their parts.
 CREATE OR REPLACE FUNCTION @extschema@._set_condition(table_id bigint, condition text, detail text)
 RETURNS void
@@ -5325,6 +5364,11 @@ GRANT SELECT ON @extschema@.alert TO finalize_admin;
 -- queue and the targets' breakers.
 GRANT SELECT ON @extschema@.alert_deliveries TO finalize_reader;
 GRANT SELECT ON @extschema@.alert_delivery, @extschema@.alert_target_state TO finalize_admin;
+-- Sensors that wait: granted as is_final is.
+GRANT EXECUTE ON FUNCTION
+    @extschema@.wait_final(text, timestamptz, interval),
+    @extschema@.wait_final(text[], timestamptz, interval)
+    TO finalize_reader;
 
 -- Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the

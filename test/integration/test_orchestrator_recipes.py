@@ -1,0 +1,164 @@
+"""The README's orchestrator recipes (Sensors: Airflow and friends), run as
+SQL against a real server. The SQL is read from README.md itself: the
+fenced block after each `<!-- recipe: name -->` marker, its Python string
+constants named *_SQL (found with ast, so the code must parse) or the block
+itself for SQL; so the examples cannot drift from what is tested. Airflow,
+Dagster and dbt are not installed: each statement is run the way the tool
+runs it (psycopg2 with the same parameters; dbt's freshness query as the
+README writes it down, checked against its sources.yml) as a login in
+finalize_reader, and its answers are checked before and after a range is
+recorded."""
+
+import ast
+import os
+import re
+import threading
+
+import psycopg2
+import pytest
+import yaml
+
+from pgcluster import cluster_with_source
+
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+DB = "warehouse"  # the database of the dbt recipe
+
+
+def recipe(name):
+    """(language, body) of the fenced block after the recipe's marker."""
+    with open(README) as f:
+        text = f.read()
+    m = re.search(r"<!-- recipe: %s -->\n```(\w+)\n(.*?)\n```" % re.escape(name), text, re.S)
+    assert m, f"README.md has no recipe {name}"
+    return m.group(1), m.group(2)
+
+
+def sql_constants(name):
+    """The string constants named *_SQL of a Python recipe."""
+    lang, body = recipe(name)
+    assert lang == "python"
+    found = {}
+    for node in ast.parse(body).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id.endswith("_SQL"):
+                    found[target.id] = node.value.value
+    assert found, f"recipe {name} has no *_SQL constant"
+    return found
+
+
+@pytest.fixture(scope="module")
+def pgr():
+    cluster = cluster_with_source({"finalize.enabled": "off"})
+    cluster.sql(f"CREATE DATABASE {DB}")
+    cluster.sql("CREATE EXTENSION finalize", dbname=DB)
+    cluster.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql "
+                "OPTIONS (host '127.0.0.1', database 'demo')", dbname=DB)
+    cluster.sql("CREATE ROLE orchestrator LOGIN IN ROLE finalize_reader")
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def orders(pgr):
+    """sales.orders, hourly, tracked: nothing final yet."""
+    pgr.sql("SELECT finalize.track_table('sales.orders', 'src', 'dbo.orders')", dbname=DB)
+    yield "sales.orders"
+    pgr.sql("DELETE FROM finalize.tracked_table", dbname=DB)
+
+
+def reader(pg):
+    return pg.connect(dbname=DB, user="orchestrator")
+
+
+def rows(conn, sql, args=None):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall()
+
+
+def record(pg, start, end, commit_time):
+    pg.sql("SELECT finalize.record_range('sales.orders', %s, %s, %s)", (start, end, commit_time), dbname=DB)
+
+
+def test_airflow_sql_sensor_pokes_false_then_true(pgr, orders):
+    sql = sql_constants("airflow-sql-sensor")["IS_FINAL_SQL"]
+    # What SqlSensor hands psycopg2: the README's parameters, rendered
+    # (data_interval_start renders as an ISO 8601 instant).
+    params = {"table": "sales.orders", "period": "2026-11-29T14:00:00+00:00"}
+    conn = reader(pgr)
+    assert rows(conn, sql, params) == [(False,)]
+    record(pgr, None, "0x00000000000000000100", "2026-11-29 14:30+00")
+    assert rows(conn, sql, params) == [(False,)]
+    record(pgr, "0x00000000000000000100", "0x00000000000000000200", "2026-11-29 15:00:02+00")
+    assert rows(conn, sql, params) == [(True,)]
+    conn.close()
+
+
+def test_airflow_trigger_returns_true_when_another_session_advances(pgr, orders):
+    sql = sql_constants("airflow-trigger")["WAIT_FINAL_SQL"]
+    assert "interval '5 minutes'" in sql  # bounded waits, as the README says
+    record(pgr, None, "0x00000000000000000100", "2026-11-29 14:30+00")
+    answer = {}
+
+    def trigger_query():
+        conn = reader(pgr)
+        try:
+            answer["final"] = rows(conn, sql, ("sales.orders", "2026-11-29T14:00:00+00:00"))
+        except psycopg2.Error as e:
+            answer["error"] = e
+        finally:
+            conn.close()
+
+    t = threading.Thread(target=trigger_query, daemon=True)
+    t.start()
+    # The trigger's query sleeps in wait_final before the range commits.
+    pgr.wait_for(lambda: pgr.sql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'orchestrator' "
+                                 "AND wait_event_type = 'Extension'")[0][0] == 1,
+                 timeout=60, what="the trigger's wait_final to sleep")
+    record(pgr, "0x00000000000000000100", "0x00000000000000000200", "2026-11-29 15:00:02+00")
+    t.join(120)
+    assert not t.is_alive(), "wait_final did not return"
+    assert answer == {"final": [(True,)]}
+
+
+def test_dagster_sensor_sees_each_final_hour_once(pgr, orders):
+    sql = sql_constants("dagster-sensor")["FINAL_HOURS_SQL"]
+    conn = reader(pgr)
+    hours = lambda after: [p.isoformat() for (p,) in rows(conn, sql, {"table": "sales.orders", "after": after})]
+    # Nothing final (finalized_until is NULL): no run.
+    assert hours("2026-11-29 00:00+00") == []
+    record(pgr, None, "0x00000000000000000100", "2026-11-29 02:10+00")
+    assert hours("2026-11-29 00:00+00") == ["2026-11-29T00:00:00+00:00", "2026-11-29T01:00:00+00:00"]
+    # The cursor moves past the last hour run: the next evaluation sees only new hours.
+    assert hours("2026-11-29 02:00+00") == []
+    record(pgr, "0x00000000000000000100", "0x00000000000000000200", "2026-11-29 04:00:01+00")
+    assert hours("2026-11-29 02:00+00") == ["2026-11-29T02:00:00+00:00", "2026-11-29T03:00:00+00:00"]
+    conn.close()
+
+
+def test_dbt_freshness_query_returns_the_verdict(pgr, orders):
+    lang, sources = recipe("dbt-sources")
+    assert lang == "yaml"
+    lang, sql = recipe("dbt-freshness-sql")
+    assert lang == "sql"
+    # The query is what dbt's collect_freshness renders from the sources file:
+    # max(loaded_at_field), now(), the quoted relation and the filter.
+    table = yaml.safe_load(sources)["sources"][0]
+    src, t = table, table["tables"][0]
+    expected = ("select max({field}) as max_loaded_at, now() as snapshotted_at "
+                'from "{db}"."{schema}"."{ident}" where {filter}').format(
+        field=t["config"]["loaded_at_field"], db=src["database"], schema=src["schema"],
+        ident=t["identifier"], filter=t["config"]["freshness"]["filter"])
+    assert " ".join(sql.split()) == expected
+    assert src["database"] == DB
+
+    conn = reader(pgr)
+    # Tracked, nothing final: NULL, which dbt reports as never loaded.
+    (max_loaded_at, snapshotted_at), = rows(conn, sql)
+    assert max_loaded_at is None and snapshotted_at is not None
+    record(pgr, None, "0x00000000000000000100", "2026-11-29 14:30+00")
+    (max_loaded_at, _), = rows(conn, sql)
+    assert max_loaded_at == rows(conn, "SELECT finalize.finalized_until('sales.orders')")[0][0]
+    assert max_loaded_at.isoformat() == "2026-11-29T14:00:00+00:00"
+    conn.close()
