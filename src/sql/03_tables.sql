@@ -215,10 +215,13 @@ CREATE TABLE @extschema@.source_status (
     held_by           text
                       CONSTRAINT source_status_held_by_check
                       CHECK (held_by IN ('commit_time_ahead')),
-    held_since        timestamptz
+    held_since        timestamptz,
+    cycle_time        interval
 );
 COMMENT ON COLUMN @extschema@.source_status.condition IS
     'ok, or why the last cycle could not read the source (unreachable, sql_error, no_max_lsn, timezone_mismatch, ...)';
+COMMENT ON COLUMN @extschema@.source_status.cycle_time IS
+    'How long the last successful cycle took, from reading the tracked tables to committing their facts: keep it below finalize.poll_interval';
 COMMENT ON COLUMN @extschema@.source_status.held_by IS
     'A condition that stops the source until finalize.release_source() (commit_time_ahead): it may not show on every cycle, but once seen no commit time of the source can be trusted';
 COMMENT ON COLUMN @extschema@.source_status.cycles IS

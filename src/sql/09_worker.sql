@@ -253,7 +253,8 @@ CREATE FUNCTION @extschema@._source_ok(
     max_lsn_time timestamptz,
     server_time  timestamptz,
     condition    text DEFAULT 'ok',
-    message      text DEFAULT NULL)
+    message      text DEFAULT NULL,
+    cycle_started timestamptz DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -261,15 +262,17 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     previous text;
+    took interval := clock_timestamp() - cycle_started;
 BEGIN
     SELECT s.condition INTO previous FROM @extschema@.source_status s
      WHERE s.server_name = _source_ok.server_name FOR UPDATE;
     INSERT INTO @extschema@.source_status AS s
         (server_name, worker_pid, condition, condition_since, last_poll, last_success, failures, cycles,
-         next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew, last_error, last_error_at)
+         next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew, last_error, last_error_at,
+         cycle_time)
     VALUES (_source_ok.server_name, _source_ok.worker_pid, condition, now(), now(), now(), 0, 1,
             NULL, _source_ok.max_lsn, _source_ok.max_lsn_time, now(), _source_ok.server_time,
-            _source_ok.server_time - now(), message, CASE WHEN message IS NOT NULL THEN now() END)
+            _source_ok.server_time - now(), message, CASE WHEN message IS NOT NULL THEN now() END, took)
     ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
        SET worker_pid = excluded.worker_pid,
            condition = excluded.condition,
@@ -287,7 +290,8 @@ BEGIN
                                     OR s.max_lsn_time IS DISTINCT FROM excluded.max_lsn_time
                                   THEN now() ELSE s.max_lsn_changed END,
            server_time = excluded.server_time,
-           clock_skew = excluded.clock_skew;
+           clock_skew = excluded.clock_skew,
+           cycle_time = excluded.cycle_time;
     IF condition = 'capture_stalled' AND previous IS DISTINCT FROM 'capture_stalled' THEN
         PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_stalled', 'server', server_name,
             'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time, 'server_time', server_time, 'detail', message));

@@ -349,7 +349,8 @@ SELECT t.table_name,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
-       (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint AS late_rows
+       (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint AS late_rows,
+       s.cycle_time AS source_cycle_time
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id

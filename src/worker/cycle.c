@@ -64,6 +64,7 @@ typedef struct Cycle
 	Condition	source_condition;	/* COND_OK, or COND_CAPTURE_STALLED */
 	char	   *source_message;
 	CycleOutcome *out;			/* why the cycle failed, for the caller */
+	TimestampTz started;		/* for source_status.cycle_time */
 } Cycle;
 
 /* An instance's place in a cycle's list of instance reads, by name. */
@@ -560,7 +561,7 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 bool
 run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 {
-	Cycle		c = {.run = run, .source_condition = COND_OK, .out = out};
+	Cycle		c = {.run = run, .source_condition = COND_OK, .out = out, .started = GetCurrentTimestamp()};
 	TablePlan  *plans;
 	TableJob   *jobs;
 	TableWrite *writes;
@@ -587,7 +588,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 	record_writes(writes, c.ntables);
 	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
-				 c.source_message);
+				 c.source_message, c.started);
 	ws_commit();
 	return true;
 }

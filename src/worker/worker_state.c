@@ -555,15 +555,17 @@ ws_set_capture_instance(int64 table_id, const char *capture_instance)
 
 /*
  * Records a successful poll of the source; condition is COND_OK or
- * COND_CAPTURE_STALLED (with its message).
+ * COND_CAPTURE_STALLED (with its message). started is when the cycle began,
+ * for source_status.cycle_time.
  */
 void
 ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
-			 TimestampTz server_time, Condition condition, const char *message)
+			 TimestampTz server_time, Condition condition, const char *message, TimestampTz started)
 {
-	Oid			types[7] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[8] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID,
+	TIMESTAMPTZOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = CStringGetTextDatum(server_name);
 	values[1] = Int32GetDatum(MyProcPid);
@@ -572,7 +574,9 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 	values[4] = TimestampTzGetDatum(server_time);
 	values[5] = CStringGetTextDatum(condition_name(condition));
 	values[6] = text_or_null(message, nulls, 6);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7)", 7, types, values, nulls);
+	values[7] = TimestampTzGetDatum(started);
+	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7, $8)", 8, types, values,
+					 nulls);
 }
 
 /*

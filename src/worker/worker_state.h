@@ -73,7 +73,8 @@ extern void ws_record_event(int64 table_id, const char *event, const Lsn *start,
 extern void ws_set_condition(int64 table_id, Condition condition, const char *detail);
 extern void ws_set_capture_instance(int64 table_id, const char *capture_instance);
 extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
-						 TimestampTz server_time, Condition condition, const char *message);
+						 TimestampTz server_time, Condition condition, const char *message,
+						 TimestampTz started);
 extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
 								 TimestampTz lost_until, const char *capture_instance, bool automatic,
 								 const Jsonb *detail);

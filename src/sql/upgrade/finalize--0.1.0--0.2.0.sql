@@ -793,6 +793,9 @@ ALTER TABLE @extschema@.tracked_table
         CONSTRAINT tracked_table_max_lag_check CHECK (max_lag > interval '0');
 COMMENT ON COLUMN @extschema@.tracked_table.max_lag IS
     'Freshness SLA: an incident opens when now() - finalized_until exceeds it (NULL: none)';
+ALTER TABLE @extschema@.source_status ADD COLUMN cycle_time interval;
+COMMENT ON COLUMN @extschema@.source_status.cycle_time IS
+    'How long the last successful cycle took, from reading the tracked tables to committing their facts: keep it below finalize.poll_interval';
 COMMENT ON COLUMN @extschema@.tracked_table.event_time_column IS
     'A captured date/time column of the source table that partitions the lake table (event time); NULL: partitioned by commit time';
 COMMENT ON COLUMN @extschema@.tracked_table.event_time_zone IS
@@ -2790,7 +2793,8 @@ SELECT t.table_name,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
-       (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint AS late_rows
+       (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint AS late_rows,
+       s.cycle_time AS source_cycle_time
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
@@ -5328,8 +5332,72 @@ BEGIN ATOMIC
      WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved';
 END;
 
+-- A cycle that read the source: what it saw. condition is ok, or
+-- capture_stalled (with a message) when the commit time of max LSN lags
+-- SQL Server's clock by more than the source's threshold; entering and
+-- leaving that condition sends an alert.
+CREATE OR REPLACE FUNCTION @extschema@._source_ok(
+    server_name  text,
+    worker_pid   integer,
+    max_lsn      text,
+    max_lsn_time timestamptz,
+    server_time  timestamptz,
+    condition    text DEFAULT 'ok',
+    message      text DEFAULT NULL,
+    cycle_started timestamptz DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    previous text;
+    took interval := clock_timestamp() - cycle_started;
+BEGIN
+    SELECT s.condition INTO previous FROM @extschema@.source_status s
+     WHERE s.server_name = _source_ok.server_name FOR UPDATE;
+    INSERT INTO @extschema@.source_status AS s
+        (server_name, worker_pid, condition, condition_since, last_poll, last_success, failures, cycles,
+         next_attempt, max_lsn, max_lsn_time, max_lsn_changed, server_time, clock_skew, last_error, last_error_at,
+         cycle_time)
+    VALUES (_source_ok.server_name, _source_ok.worker_pid, condition, now(), now(), now(), 0, 1,
+            NULL, _source_ok.max_lsn, _source_ok.max_lsn_time, now(), _source_ok.server_time,
+            _source_ok.server_time - now(), message, CASE WHEN message IS NOT NULL THEN now() END, took)
+    ON CONFLICT ON CONSTRAINT source_status_pkey DO UPDATE
+       SET worker_pid = excluded.worker_pid,
+           condition = excluded.condition,
+           condition_since = CASE WHEN s.condition = excluded.condition THEN s.condition_since ELSE now() END,
+           last_poll = now(),
+           last_success = now(),
+           last_error = coalesce(excluded.last_error, s.last_error),
+           last_error_at = coalesce(excluded.last_error_at, s.last_error_at),
+           failures = 0,
+           cycles = s.cycles + 1,
+           next_attempt = NULL,
+           max_lsn = excluded.max_lsn,
+           max_lsn_time = excluded.max_lsn_time,
+           max_lsn_changed = CASE WHEN s.max_lsn IS DISTINCT FROM excluded.max_lsn
+                                    OR s.max_lsn_time IS DISTINCT FROM excluded.max_lsn_time
+                                  THEN now() ELSE s.max_lsn_changed END,
+           server_time = excluded.server_time,
+           clock_skew = excluded.clock_skew,
+           cycle_time = excluded.cycle_time;
+    IF condition = 'capture_stalled' AND previous IS DISTINCT FROM 'capture_stalled' THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_stalled', 'server', server_name,
+            'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time, 'server_time', server_time, 'detail', message));
+    ELSIF condition = 'ok' AND previous = 'capture_stalled' THEN
+        PERFORM @extschema@._alert(jsonb_build_object('alert', 'capture_resumed', 'server', server_name,
+            'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time));
+    END IF;
+    PERFORM @extschema@._source_alerts(server_name, condition, message,
+                                       (SELECT s.condition_since FROM @extschema@.source_status s
+                                         WHERE s.server_name = _source_ok.server_name));
+END
+$$;
+
 DROP FUNCTION @extschema@._effective_until(@extschema@.tracked_table, timestamptz);
 DROP FUNCTION @extschema@._advance_payload(@extschema@.tracked_table, @extschema@.watermark, timestamptz);
+DROP FUNCTION @extschema@._source_ok(text, integer, text, timestamptz, timestamptz, text, text);
 
 -- End of late copies for set-based recording.
 -- End of late copies.
