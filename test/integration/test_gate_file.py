@@ -92,7 +92,7 @@ def test_a_matching_release_is_published_with_its_report(pg, table, store):
     assert gate(pg, manifest(store, "gen-1", files)) == (True, "gen-1", [])
     assert published(pg) == "gen-1"
     (report, current, who), = pg.sql(
-        "SELECT r.report, v.current, v.requested_by FROM finalize.release r "
+        "SELECT finalize.release_report(r.release_id), v.current, v.requested_by FROM finalize.release r "
         "JOIN finalize.releases v USING (release_id)")
     assert current is True and who == "postgres"
     assert report["listing"] == report["manifest"]["files"] == files
@@ -371,7 +371,7 @@ def test_a_prefix_through_a_symlink_has_no_objects(pg, table, store, link):
         released, _, problems = gate(pg, manifest(store, "gen-1", files))
         assert released is False
         assert codes(problems) == [("empty_location", None)] + sorted(("missing_object", p) for p in files)
-        (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+        (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
         assert report["listing"] == {}
         assert published(pg) is None
         # The store's root itself may be a link (an administrator's choice): that one is followed.
@@ -400,7 +400,7 @@ def test_links_inside_the_prefix_are_not_objects(pg, table, store):
         os.symlink("/nonexistent/target", os.path.join(gen, "dangling.parquet"))
         register(pg, "gen-1")
         assert gate(pg, manifest(store, "gen-1", files)) == (True, "gen-1", [])
-        (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+        (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
         assert report["listing"] == files
         # A real stray next to them still counts (the walk itself works).
         write(store, "day=27/hour=08/gen-1/sub/real-stray.parquet", b"!")
@@ -460,7 +460,7 @@ def test_a_fifo_is_not_an_object_and_never_blocks_the_gate(pg, table, store):
     released, generation, problems = outcome["row"]
     assert (released, generation) == (False, "gen-1")
     assert codes(problems) == [("missing_object", fifo)]
-    (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+    (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
     assert fifo not in report["listing"]
     assert report["listing"][first]["etag"].strip('"') == first_md5
 
