@@ -420,6 +420,9 @@ def test_finalize_s3_max_pages_caps_a_listing(pg, s3, table):
         (listed,) = pg.sql("SELECT count(*) FROM jsonb_object_keys("
                            "(SELECT finalize.release_report(release_id)->'listing' FROM finalize.release))")[0]
         assert listed == 2600
+        # Three pages went through the comparison one at a time; the summary counts them all.
+        (summary,) = pg.sql("SELECT report->'listing_summary' FROM finalize.release")[0]
+        assert summary["objects"] == 2600 and summary["bytes"] == sum(objects.values()), summary
     finally:
         conn.close()
 
