@@ -96,6 +96,7 @@ UNIT_SOURCES_test_clock_check = src/worker/clock_check.c
 UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
 UNIT_SOURCES_test_sketch = src/common/sketch.c
 UNIT_SOURCES_test_outcome = src/alert/outcome.c
+UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

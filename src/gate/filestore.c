@@ -8,7 +8,10 @@
  * carries one, since reading every file would dominate the gate's cost.
  * Symbolic links are not followed anywhere below the root, and only
  * regular files are ever opened, so a listing never leaves the store and
- * never blocks on a FIFO.
+ * never blocks on a FIFO. The files go to the listing's sink a batch at a
+ * time (at most LISTING_BATCH, in a memory context reset after each), so
+ * a walk of ten million files holds one batch and one open directory per
+ * level, never the whole listing.
  */
 #include "postgres.h"
 
@@ -21,6 +24,7 @@
 #include "common/md5.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
+#include "utils/memutils.h"
 
 #include "gate/filestore.h"
 
@@ -40,6 +44,28 @@ filestore_root(const char *url)
 	while (len > 1 && path[len - 1] == '/')
 		len--;
 	return pnstrdup(path, len);
+}
+
+/* One walk of a store: where its files go. */
+typedef struct FileWalk
+{
+	const char *root;
+	ListingSink *sink;
+	WantsChecksum wants;
+	void	   *arg;
+	MemoryContext batch_cxt;	/* the batch's objects and their strings */
+	Inventory	batch;
+} FileWalk;
+
+/* Hands the batch to the sink, then frees it. */
+static void
+flush_batch(FileWalk *w)
+{
+	if (w->batch.n == 0)
+		return;
+	w->sink->consume(w->sink, &w->batch);
+	MemoryContextReset(w->batch_cxt);
+	memset(&w->batch, 0, sizeof(w->batch));
 }
 
 /* Flags of every open below the root: never through a symbolic link. */
@@ -142,30 +168,31 @@ file_md5(int dirfd, const char *name)
 
 /*
  * Adds the regular files under an open directory (key prefix key_dir) to
- * out, recursively. Takes ownership of dirfd (from open_counted).
- * Subdirectories are opened relative to their parent without following
- * links, so the walk never leaves the directory it started in; links,
- * sockets and devices are not objects.
+ * the walk's batches, recursively. Takes ownership of dirfd (from
+ * open_counted). Subdirectories are opened relative to their parent without
+ * following links, so the walk never leaves the directory it started in;
+ * links, sockets and devices are not objects.
  */
 static void
-walk(const char *root, int dirfd, const char *key_dir, Inventory *out, WantsChecksum wants, void *arg)
+walk(FileWalk *w, int dirfd, const char *key_dir)
 {
 	DIR		   *volatile dir = fdopendir(dirfd);
 
 	if (dir == NULL)
 	{
 		close_counted(dirfd);
-		unreadable(root, key_dir);
+		unreadable(w->root, key_dir);
 	}
 	PG_TRY();
 	{
 		struct dirent *de;
+		int			dir_len = strlen(key_dir);
 
-		errno = 0;
-		while ((de = readdir(dir)) != NULL)
+		/* errno is cleared before each read: a file that vanished is not an error. */
+		while ((errno = 0, de = readdir(dir)) != NULL)
 		{
-			char	   *key;
 			struct stat st;
+			int			name_len;
 
 			CHECK_FOR_INTERRUPTS();
 			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -174,28 +201,54 @@ walk(const char *root, int dirfd, const char *key_dir, Inventory *out, WantsChec
 			if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
 				(!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
 				continue;		/* vanished meanwhile, or not an object */
-			key = key_dir[0] ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
+			name_len = strlen(de->d_name);
 			if (S_ISDIR(st.st_mode))
 			{
+				char	   *key = dir_len ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
 				int			sub;
 
 				check_stack_depth();	/* a tree of any depth is someone's choice */
 				sub = open_counted(dirfd, de->d_name, NOFOLLOW_FLAGS | O_DIRECTORY);
 
 				if (sub >= 0)
-					walk(root, sub, key, out, wants, arg);
+					walk(w, sub, key);
 				else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP)
-					unreadable(root, key);
+					unreadable(w->root, key);
+				pfree(key);
 			}
-			else if (wants != NULL && wants(key, arg))
-				inventory_add(out, key, (int64) st.st_size, file_md5(dirfd, de->d_name));
 			else
-				inventory_add(out, key, (int64) st.st_size, NULL);
-			pfree(key);
-			errno = 0;
+			{
+				MemoryContext old = MemoryContextSwitchTo(w->batch_cxt);
+				InvObject	o = {0};
+				char	   *key = palloc(dir_len + 1 + name_len + 1);
+
+				if (dir_len)
+				{
+					memcpy(key, key_dir, dir_len);
+					key[dir_len] = '/';
+					memcpy(key + dir_len + 1, de->d_name, name_len + 1);
+					o.path_len = dir_len + 1 + name_len;
+				}
+				else
+				{
+					memcpy(key, de->d_name, name_len + 1);
+					o.path_len = name_len;
+				}
+				o.path = key;
+				o.size = (int64) st.st_size;
+				if (w->wants != NULL && w->wants(key, w->arg))
+				{
+					o.etag = file_md5(dirfd, de->d_name);
+					o.etag_len = o.etag ? strlen(o.etag) : 0;
+				}
+				inventory_append(&w->batch, &o);
+				MemoryContextSwitchTo(old);
+				if (w->batch.n >= LISTING_BATCH)
+					flush_batch(w);
+			}
 		}
 		if (errno != 0)
-			unreadable(root, key_dir);
+			unreadable(w->root, key_dir);
 	}
 	PG_FINALLY();
 	{
@@ -207,18 +260,19 @@ walk(const char *root, int dirfd, const char *key_dir, Inventory *out, WantsChec
 
 /*
  * Lists the files whose keys start with prefix (which ends in "/") under a
- * local store's root. The root may be reached through links (an
- * administrator's choice); below it, no part of the prefix is: a prefix
- * that passes through a link has no objects.
+ * local store's root into sink, a batch at a time. The root may be reached
+ * through links (an administrator's choice); below it, no part of the
+ * prefix is: a prefix that passes through a link has no objects.
  */
 void
-filestore_list(const char *root, const char *prefix, Inventory *out,
+filestore_list(const char *root, const char *prefix, ListingSink *sink,
 			   WantsChecksum wants_checksum, void *arg)
 {
 	int			fd = open_counted(AT_FDCWD, root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char	   *dir = pstrdup(prefix);
 	char	   *part;
 	char	   *save = NULL;
+	FileWalk	w = {0};
 
 	if (fd < 0)
 		ereport(ERROR,
@@ -240,6 +294,13 @@ filestore_list(const char *root, const char *prefix, Inventory *out,
 		}
 		fd = next;
 	}
+	w.root = root;
+	w.sink = sink;
+	w.wants = wants_checksum;
+	w.arg = arg;
+	w.batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize listing batch", ALLOCSET_DEFAULT_SIZES);
 	/* Keys are the prefix (without its last "/") and the names below it. */
-	walk(root, fd, pnstrdup(prefix, Max((int) strlen(prefix) - 1, 0)), out, wants_checksum, arg);
+	walk(&w, fd, pnstrdup(prefix, Max((int) strlen(prefix) - 1, 0)));
+	flush_batch(&w);
+	MemoryContextDelete(w.batch_cxt);
 }

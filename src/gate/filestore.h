@@ -10,7 +10,7 @@
 typedef bool (*WantsChecksum) (const char *path, void *arg);
 
 extern char *filestore_root(const char *url);
-extern void filestore_list(const char *root, const char *prefix, Inventory *out,
+extern void filestore_list(const char *root, const char *prefix, ListingSink *sink,
 						   WantsChecksum wants_checksum, void *arg);
 
 #endif							/* FINALIZE_FILESTORE_H */

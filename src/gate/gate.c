@@ -12,10 +12,15 @@
  * facts, and storing the attempt. The attempt, its report and (when it
  * passed) the switch of the published marker are written in the caller's
  * transaction, so a release is all or nothing.
+ *
+ * The listing is compared with the manifest while it is read, a batch at a
+ * time (a directory, an S3 page), and never held whole: the gate's memory
+ * is the manifest's (its jsonb and one hash entry per file) plus one batch.
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -23,7 +28,9 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
+#include "common/json_build.h"
 #include "common/owner.h"
+#include "common/settings.h"
 #include "gate/inventory.h"
 #include "gate/manifest.h"
 #include "gate/release_checks.h"
@@ -32,12 +39,15 @@
 
 PG_FUNCTION_INFO_V1(finalize_release_gate);
 PG_FUNCTION_INFO_V1(finalize_compare_inventories);
+PG_FUNCTION_INFO_V1(finalize_release_report);
 
 /* One release_gate call, shared by the steps that run as the owner. */
 typedef struct GateRun
 {
 	const Manifest *m;
-	const Inventory *listing;
+	Jsonb	   *manifest_jsonb;
+	const InvComparison *listing;
+	ProblemList *found;			/* the comparison's problems, then the rest */
 	const char *requested_by;
 	Jsonb	   *problems;		/* the problems found, as returned */
 	int64		table_id;
@@ -63,19 +73,20 @@ check_step(void *arg)
 {
 	GateRun    *run = (GateRun *) arg;
 	MemoryContext caller_cxt = CurrentMemoryContext;
-	ProblemList problems = {0};
 	ReleaseAttempt attempt = {0};
 
 	SPI_connect();
 	attempt.table_id = run->table_id;
 	attempt.manifest = run->m;
+	attempt.manifest_jsonb = run->manifest_jsonb;
 	attempt.listing = run->listing;
 	attempt.requested_by = run->requested_by;
-	check_partition(run->m, run->table_id, run->listing, &problems, &attempt.catalog_json, &attempt.facts_json);
+	check_partition(run->m, run->table_id, run->listing->listed, run->found, &attempt.catalog_json,
+					&attempt.facts_json);
 
 	/* The attempt, with its full report; the marker switches if it passed. */
-	attempt.released = problems.n == 0;
-	attempt.problems = problems_to_jsonb(&problems);
+	attempt.released = run->found->n == 0;
+	attempt.problems = problems_to_jsonb(run->found);
 	record_release(&attempt);
 
 	run->released = attempt.released;
@@ -94,7 +105,9 @@ Datum
 finalize_release_gate(PG_FUNCTION_ARGS)
 {
 	Manifest	m;
-	Inventory	listing = {0};
+	Jsonb	   *manifest_jsonb;
+	InvComparison listing;
+	ProblemList found = {0};
 	TupleDesc	desc;
 	Datum		result[3];
 	bool		nulls[3] = {false, false, false};
@@ -107,16 +120,21 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 				 errmsg("invalid manifest: it is NULL")));
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	manifest_parse(PG_GETARG_JSONB_P(0), &m);
+	manifest_jsonb = PG_GETARG_JSONB_P(0);
+	manifest_parse(manifest_jsonb, &m);
 	run.m = &m;
+	run.manifest_jsonb = manifest_jsonb;
 	run.listing = &listing;
+	run.found = &found;
 	run.requested_by = GetUserNameFromId(GetUserId(), false);
 	owner = function_owner(fcinfo->flinfo->fn_oid);
 
 	/* An untracked table is an error before anything goes over the network. */
 	run_as_owner(owner, lookup_step, &run);
-	/* The store, as the caller. */
+	/* The store, as the caller, compared with the manifest as it is listed. */
+	inventory_compare_begin(&listing, &m.files, m.prefix, &found, true);
 	list_store(&m, &listing);
+	inventory_compare_end(&listing);
 	/* The catalog, as the extension's owner. */
 	run_as_owner(owner, check_step, &run);
 
@@ -168,4 +186,101 @@ finalize_compare_inventories(PG_FUNCTION_ARGS)
 		inventory_compare(&files, &listing, prefix, &problems);
 	}
 	PG_RETURN_JSONB_P(problems_to_jsonb(&problems));
+}
+
+/*
+ * finalize.release_report(release_id) -> jsonb
+ *
+ * A stored attempt's full report, as release_gate stored it before the
+ * listing was kept compactly: {"manifest": {"prefix", "empty", "files"},
+ * "listing", "catalog", "facts", "problems", "listing_summary"}. The
+ * listing is rebuilt from the stored manifest and what differed from it; a
+ * row stored whole (by 0.1.0) is returned as it is. Reads the row as the
+ * caller (it needs SELECT on finalize.release); NULL for no such attempt.
+ */
+Datum
+finalize_release_report(PG_FUNCTION_ARGS)
+{
+	MemoryContext caller_cxt = CurrentMemoryContext;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {PG_GETARG_DATUM(0)};
+	bool		isnull;
+	Jsonb	   *report;
+	Jsonb	   *manifest;
+	bytea	   *delta;
+	char	   *prefix;
+	Inventory	files = {0};
+	Inventory	listing = {0};
+	JsonbValue	v;
+	JsonbValue *f;
+	JsonbParseState *st = NULL;
+	JsonbIterator *it;
+	JsonbValue	k;
+	JsonbIteratorToken tok;
+	Jsonb	   *out;
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT r.report, r.manifest, r.listing_delta, r.prefix FROM "
+							  FINALIZE_SCHEMA ".release r WHERE r.release_id = $1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read release attempt " INT64_FORMAT, PG_GETARG_INT64(0));
+	if (SPI_processed == 0)
+	{
+		SPI_finish();
+		PG_RETURN_NULL();
+	}
+	report = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	manifest = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (isnull)
+	{
+		/* Stored whole, before the compact form. */
+		out = MemoryContextAlloc(caller_cxt, VARSIZE(report));
+		memcpy(out, report, VARSIZE(report));
+		SPI_finish();
+		PG_RETURN_JSONB_P(out);
+	}
+	delta = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
+
+	f = getKeyJsonValueFromContainer(&manifest->root, "files", 5, NULL);
+	inventory_from_jsonb(f, "files", &files);
+	if (isnull || !inventory_rebuild(&files, prefix, VARDATA_ANY(delta), VARSIZE_ANY_EXHDR(delta), &listing))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", PG_GETARG_INT64(0))));
+
+	/* The stored report, with the two inventories put back. */
+	jb_begin_object(&st, NULL);
+	it = JsonbIteratorInit(&report->root);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&it, &v, true);
+		if (k.val.string.len == 8 && memcmp(k.val.string.val, "manifest", 8) == 0 && v.type == jbvBinary)
+		{
+			JsonbIterator *mit = JsonbIteratorInit(v.val.binary.data);
+			JsonbValue	mk;
+			JsonbValue	mv;
+
+			jb_begin_object(&st, "manifest");
+			while ((tok = JsonbIteratorNext(&mit, &mk, true)) != WJB_DONE)
+				if (tok == WJB_KEY)
+				{
+					(void) JsonbIteratorNext(&mit, &mv, true);
+					pushJsonbValue(&st, WJB_KEY, &mk);
+					pushJsonbValue(&st, WJB_VALUE, &mv);
+				}
+			inventory_push_jsonb(&st, "files", &files);
+			jb_end_object(&st);
+			continue;
+		}
+		pushJsonbValue(&st, WJB_KEY, &k);
+		pushJsonbValue(&st, WJB_VALUE, &v);
+	}
+	inventory_push_jsonb(&st, "listing", &listing);
+	MemoryContextSwitchTo(caller_cxt);
+	out = jb_finish(jb_end_object(&st));
+	SPI_finish();
+	PG_RETURN_JSONB_P(out);
 }

@@ -15,33 +15,40 @@
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/jsonb.h"
 
 #include "common/json_build.h"
 #include "gate/inventory.h"
 
-/* A manifest entry in the hash table. */
+/*
+ * A manifest entry in the hash table: the key is the manifest's object
+ * itself, so a path is never copied (it points into the manifest's jsonb).
+ */
 typedef struct PathEntry
 {
-	const char *key;
+	const InvObject *key;
 	uint32		hash;
 	char		status;
-	const InvObject *object;
-	bool		seen;
 } PathEntry;
 
 #define SH_PREFIX pathtab
 #define SH_ELEMENT_TYPE PathEntry
-#define SH_KEY_TYPE const char *
+#define SH_KEY_TYPE const InvObject *
 #define SH_KEY key
-#define SH_HASH_KEY(tb, k) hash_bytes((const unsigned char *) (k), strlen(k))
-#define SH_EQUAL(tb, a, b) (strcmp((a), (b)) == 0)
+#define SH_HASH_KEY(tb, k) hash_bytes((const unsigned char *) (k)->path, (k)->path_len)
+#define SH_EQUAL(tb, a, b) ((a)->path_len == (b)->path_len && memcmp((a)->path, (b)->path, (a)->path_len) == 0)
 #define SH_SCOPE static inline
 #define SH_STORE_HASH
 #define SH_GET_HASH(tb, a) ((a)->hash)
 #define SH_DECLARE
 #define SH_DEFINE
 #include "lib/simplehash.h"
+
+/* What the comparison knows of each manifest object (by its index). */
+#define M_UNSEEN 0
+#define M_SEEN 1
+#define M_OUTSIDE 2				/* not under the prefix: wrong_prefix */
 
 /* Appends an object to an inventory (the strings are copied). */
 void
@@ -59,6 +66,22 @@ inventory_add(Inventory *inv, const char *path, int64 size, const char *etag)
 	inv->items[inv->n].etag = etag ? pstrdup(etag) : NULL;
 	inv->items[inv->n].etag_len = etag ? strlen(etag) : 0;
 	inv->n++;
+}
+
+/*
+ * Appends an object whose strings stay where they are (a manifest's paths
+ * and ETags point into its jsonb: a million of them are not copied).
+ */
+void
+inventory_append(Inventory *inv, const InvObject *o)
+{
+	if (inv->n == inv->capacity)
+	{
+		inv->capacity = inv->capacity ? inv->capacity * 2 : 64;
+		inv->items = inv->items ? repalloc_huge(inv->items, sizeof(InvObject) * inv->capacity)
+			: palloc_extended(sizeof(InvObject) * inv->capacity, MCXT_ALLOC_HUGE);
+	}
+	inv->items[inv->n++] = *o;
 }
 
 /* Appends a problem. */
@@ -110,20 +133,18 @@ path_is_safe(const char *path, int len)
 
 	if (len == 0 || path[0] == '/' || len > 1024 || memchr(path, '\0', len) != NULL)
 		return false;
-	for (const char *c = path;; c++)
+	for (;;)
 	{
-		if (c == end || *c == '/')
-		{
-			size_t		plen = c - part;
+		const char *slash = memchr(part, '/', end - part);
+		const char *stop = slash ? slash : end;
+		size_t		plen = stop - part;
 
-			if (plen == 0 && c != end)
-				return false;
-			if ((plen == 1 && part[0] == '.') || (plen == 2 && part[0] == '.' && part[1] == '.'))
-				return false;
-			if (c == end)
-				return true;
-			part = c + 1;
-		}
+		if ((plen == 0 && slash != NULL) || (plen == 1 && part[0] == '.') ||
+			(plen == 2 && part[0] == '.' && part[1] == '.'))
+			return false;
+		if (slash == NULL)
+			return true;
+		part = slash + 1;
 	}
 }
 
@@ -143,6 +164,8 @@ etags_equal(const char *a, int alen, const char *b, int blen)
 	}
 	if (alen != blen)
 		return false;
+	if (memcmp(a, b, alen) == 0)
+		return true;			/* the usual case: no case to fold */
 	for (int i = 0; i < alen; i++)
 		if (pg_ascii_tolower((unsigned char) a[i]) != pg_ascii_tolower((unsigned char) b[i]))
 			return false;
@@ -274,6 +297,197 @@ inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, Pro
 }
 
 /*
+ * The digest of a listing: the sum (mod 2^64, in two lanes with seeds 0
+ * and 1) of the hash of "path\nsize\netag" of every object, so it does not
+ * depend on the order the store gave them in. The same figure in SQL:
+ * sum(hashtextextended(path || E'\n' || size || E'\n' || coalesce(etag, ''),
+ * seed)) mod 2^64. It checks that a rebuilt listing is the one the gate
+ * saw (against accidents, not an adversary: sums of hashes can be forged).
+ */
+void
+inventory_digest_add(uint64 digest[2], const char *path, int path_len, int64 size, const char *etag, int etag_len)
+{
+	char		local[1200];
+	int			len = path_len + 2 + MAXINT8LEN + etag_len;
+	char	   *buf = len <= (int) sizeof(local) ? local : palloc(len);
+	int			n = 0;
+
+	memcpy(buf, path, path_len);
+	n = path_len;
+	buf[n++] = '\n';
+	n += pg_lltoa(size, buf + n);
+	buf[n++] = '\n';
+	if (etag != NULL)
+	{
+		memcpy(buf + n, etag, etag_len);
+		n += etag_len;
+	}
+	digest[0] += hash_bytes_extended((const unsigned char *) buf, n, 0);
+	digest[1] += hash_bytes_extended((const unsigned char *) buf, n, 1);
+	if (buf != local)
+		pfree(buf);
+}
+
+/* A digest as 32 hex digits (lane 0, then lane 1). */
+char *
+inventory_digest_hex(const uint64 digest[2])
+{
+	return psprintf("%016" INT64_MODIFIER "x%016" INT64_MODIFIER "x", digest[0], digest[1]);
+}
+
+/* Appends bytes to the comparison's stored form (the codec's writer). */
+static void
+stored_append(void *arg, const void *data, size_t len)
+{
+	appendBinaryStringInfo((StringInfo) arg, data, (int) len);
+}
+
+/* Adds a record to the stored form, when one is kept. */
+static void
+keep_record(InvComparison *c, char kind, const InvObject *o)
+{
+	if (c->encoder == NULL)
+		return;
+	if (!inv_encode(c->encoder, kind, o->path, o->path_len, o->size, o->etag, o->etag_len))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("object key of %d bytes is too long to store", o->path_len),
+				 errdetail("The key begins \"%s\".", pnstrdup(o->path, Min(o->path_len, 64)))));
+}
+
+/* Whether a listed object is exactly its manifest entry (nothing to store). */
+static inline bool
+same_as_manifest(const InvObject *m, const InvObject *l)
+{
+	if (m->size != l->size || (m->etag == NULL) != (l->etag == NULL))
+		return false;
+	return m->etag == NULL || (m->etag_len == l->etag_len && memcmp(m->etag, l->etag, m->etag_len) == 0);
+}
+
+/* The listing's consumer: each batch is compared as it arrives. */
+static void
+comparison_consume(ListingSink *sink, const Inventory *batch)
+{
+	inventory_compare_batch((InvComparison *) sink, batch);
+}
+
+/*
+ * Starts comparing a manifest with a listing of the keys under prefix that
+ * will arrive in batches: the manifest's paths under the prefix go into a
+ * hash table (pointing at the manifest, not copied); those outside are
+ * wrong_prefix at once. With keep_stored, the listing's stored form is
+ * built as well. Everything lives in the current memory context.
+ */
+void
+inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char *prefix, ProblemList *out,
+						bool keep_stored)
+{
+	memset(c, 0, sizeof(*c));
+	c->sink.consume = comparison_consume;
+	c->manifest = manifest;
+	c->prefix = prefix;
+	c->prefix_len = strlen(prefix);
+	c->out = out;
+	c->first = out->n;
+	c->cxt = CurrentMemoryContext;
+	c->tab = pathtab_create(CurrentMemoryContext, Max(manifest->n, 16), NULL);
+	c->state = palloc0(Max(manifest->n, 1));
+	for (int i = 0; i < manifest->n; i++)
+	{
+		const InvObject *m = &manifest->items[i];
+		bool		found;
+
+		if (!under(m, prefix, c->prefix_len))
+		{
+			wrong_prefix(m, prefix, out);
+			c->state[i] = M_OUTSIDE;
+			continue;
+		}
+		(void) pathtab_insert(c->tab, m, &found);
+	}
+	if (keep_stored)
+	{
+		c->stored = makeStringInfo();
+		/* Room for a bytea's header, so the stored form needs no copy. */
+		appendStringInfoSpaces(c->stored, VARHDRSZ);
+		c->encoder = palloc(sizeof(InvEncoder));
+		inv_encoder_init(c->encoder, stored_append, c->stored);
+	}
+}
+
+/*
+ * Compares one batch of the listing: each object is looked up once;
+ * stray_object, size_mismatch and checksum_mismatch are added, and what
+ * the stored form needs is recorded. The batch may be freed afterwards.
+ */
+void
+inventory_compare_batch(InvComparison *c, const Inventory *batch)
+{
+	MemoryContext old = MemoryContextSwitchTo(c->cxt);
+
+	for (int i = 0; i < batch->n; i++)
+	{
+		const InvObject *l = &batch->items[i];
+		PathEntry  *e;
+
+		if ((i & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+		c->listed++;
+		c->bytes += l->size;
+		inventory_digest_add(c->digest, l->path, l->path_len, l->size, l->etag, l->etag_len);
+		e = pathtab_lookup(c->tab, l);
+		if (e == NULL)
+		{
+			stray(l, c->prefix, c->out);
+			keep_record(c, INVCODEC_LISTED, l);
+			continue;
+		}
+		c->state[e->key - c->manifest->items] = M_SEEN;
+		compare_object(e->key, l, c->out);
+		if (!same_as_manifest(e->key, l))
+			keep_record(c, INVCODEC_LISTED, l);
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Whether the manifest gives path a checksum: a local store computes one
+ * only for those (reading every file would dominate the gate's cost).
+ */
+bool
+inventory_wants_checksum(InvComparison *c, const char *path, int path_len)
+{
+	InvObject	key = {.path = (char *) path,.path_len = path_len};
+	PathEntry  *e = pathtab_lookup(c->tab, &key);
+
+	return e != NULL && e->key->etag != NULL;
+}
+
+/*
+ * Ends the comparison: every manifest object under the prefix that was not
+ * listed is missing_object; the comparison's problems are sorted.
+ */
+void
+inventory_compare_end(InvComparison *c)
+{
+	MemoryContext old = MemoryContextSwitchTo(c->cxt);
+
+	for (int i = 0; i < c->manifest->n; i++)
+		if (c->state[i] == M_UNSEEN)
+		{
+			missing(&c->manifest->items[i], c->prefix, c->out);
+			keep_record(c, INVCODEC_ABSENT, &c->manifest->items[i]);
+		}
+	pathtab_destroy(c->tab);
+	c->tab = NULL;
+	if (c->stored != NULL)
+		SET_VARSIZE(c->stored->data, c->stored->len);
+	if (c->out->n - c->first > 1)
+		qsort(c->out->items + c->first, c->out->n - c->first, sizeof(Problem), problem_cmp);
+	MemoryContextSwitchTo(old);
+}
+
+/*
  * Compares a manifest with a listing of the keys under prefix and appends
  * the problems: wrong_prefix (a manifest path outside the prefix),
  * missing_object, stray_object, size_mismatch, checksum_mismatch.
@@ -282,58 +496,66 @@ void
 inventory_compare(const Inventory *manifest, const Inventory *listing,
 				  const char *prefix, ProblemList *out)
 {
+	InvComparison c;
+
+	inventory_compare_begin(&c, manifest, prefix, out, false);
+	inventory_compare_batch(&c, listing);
+	inventory_compare_end(&c);
+}
+
+/*
+ * Rebuilds a listing from its manifest and its stored form (data, len): the
+ * manifest's objects under the prefix, less those recorded absent, with
+ * those recorded listed in their place, plus the listed ones the manifest
+ * lacks. False when the stored form is malformed.
+ */
+bool
+inventory_rebuild(const Inventory *manifest, const char *prefix, const char *data, size_t len, Inventory *out)
+{
 	int			prefix_len = strlen(prefix);
 	pathtab_hash *tab = pathtab_create(CurrentMemoryContext, Max(manifest->n, 16), NULL);
-	int			first = out->n;
+	char	   *state = palloc0(Max(manifest->n, 1));
+	InvDecoder *d = palloc(sizeof(InvDecoder));
+	InvRecord	r;
 
 	for (int i = 0; i < manifest->n; i++)
 	{
-		const InvObject *m = &manifest->items[i];
 		bool		found;
-		PathEntry  *e;
 
-		if (!under(m, prefix, prefix_len))
-		{
-			wrong_prefix(m, prefix, out);
-			continue;
-		}
-		e = pathtab_insert(tab, m->path, &found);
-		e->object = m;
-		e->seen = false;
+		if (under(&manifest->items[i], prefix, prefix_len))
+			(void) pathtab_insert(tab, &manifest->items[i], &found);
+		else
+			state[i] = M_OUTSIDE;
 	}
-
-	for (int i = 0; i < listing->n; i++)
+	if (!inv_decoder_init(d, data, len))
+		return false;
+	while (inv_decode_next(d, &r))
 	{
-		const InvObject *l = &listing->items[i];
-		PathEntry  *e = pathtab_lookup(tab, l->path);
+		InvObject	key = {.path = (char *) r.path,.path_len = r.path_len};
+		PathEntry  *e = pathtab_lookup(tab, &key);
 
-		CHECK_FOR_INTERRUPTS();
-		if (e == NULL)
+		/* The manifest's own entry gives way to the record. */
+		if (e != NULL)
+			state[e->key - manifest->items] = M_SEEN;
+		if (r.kind == INVCODEC_LISTED)
 		{
-			stray(l, prefix, out);
-			continue;
-		}
-		e->seen = true;
-		compare_object(e->object, l, out);
-	}
+			InvObject	o = {0};
 
+			o.path = pnstrdup(r.path, r.path_len);
+			o.path_len = r.path_len;
+			o.size = r.size;
+			o.etag = r.etag ? pnstrdup(r.etag, r.etag_len) : NULL;
+			o.etag_len = r.etag_len;
+			inventory_append(out, &o);
+		}
+	}
+	if (d->error)
+		return false;
 	for (int i = 0; i < manifest->n; i++)
-	{
-		const InvObject *m = &manifest->items[i];
-		PathEntry  *e;
-
-		if (!under(m, prefix, prefix_len))
-			continue;
-		e = pathtab_lookup(tab, m->path);
-		if (e != NULL && !e->seen)
-		{
-			e->seen = true;		/* report each path once */
-			missing(m, prefix, out);
-		}
-	}
+		if (state[i] == M_UNSEEN)
+			inventory_append(out, &manifest->items[i]);
 	pathtab_destroy(tab);
-	if (out->n - first > 1)
-		qsort(out->items + first, out->n - first, sizeof(Problem), problem_cmp);
+	return true;
 }
 
 /*

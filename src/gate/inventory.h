@@ -6,7 +6,10 @@
 #ifndef FINALIZE_INVENTORY_H
 #define FINALIZE_INVENTORY_H
 
+#include "lib/stringinfo.h"
 #include "utils/jsonb.h"
+
+#include "gate/inventory_codec.h"
 
 /* One object: a path (key) inside a store, its size and its checksum. */
 typedef struct InvObject
@@ -51,10 +54,59 @@ typedef struct ProblemList
 	int			capacity;
 } ProblemList;
 
+/*
+ * Where a store's listing goes, a batch at a time (a directory's files, an
+ * S3 page): the listing is never held whole. The batch and its strings are
+ * freed once consume returns.
+ */
+typedef struct ListingSink
+{
+	void		(*consume) (struct ListingSink *sink, const Inventory *batch);
+} ListingSink;
+
+/* Objects per batch of a listing (S3 pages hold 1,000 keys). */
+#define LISTING_BATCH 1000
+
+/*
+ * A comparison of a manifest with a listing that arrives in batches
+ * (inventory_compare_begin, _batch, _end). Besides the problems it keeps
+ * what the release stores of the listing: how many objects and bytes, an
+ * order-independent digest, and (when stored is set) the objects that differ
+ * from the manifest in the compact stored form (inventory_codec.c).
+ */
+typedef struct InvComparison
+{
+	ListingSink sink;			/* first: the comparison is a sink */
+	const Inventory *manifest;
+	const char *prefix;
+	int			prefix_len;
+	struct pathtab_hash *tab;	/* manifest paths under the prefix */
+	char	   *state;			/* per manifest object: unseen, seen, outside */
+	ProblemList *out;
+	int			first;			/* out's first problem of this comparison */
+	MemoryContext cxt;			/* where problems and the stored form grow */
+	int64		listed;
+	int64		bytes;
+	uint64		digest[2];
+	StringInfo	stored;			/* NULL: not kept (compare_inventories) */
+	InvEncoder *encoder;
+} InvComparison;
+
 extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
+extern void inventory_append(Inventory *inv, const InvObject *o);
 extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
 extern void inventory_compare(const Inventory *manifest, const Inventory *listing,
 							  const char *prefix, ProblemList *out);
+extern void inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char *prefix,
+									ProblemList *out, bool keep_stored);
+extern void inventory_compare_batch(InvComparison *c, const Inventory *batch);
+extern void inventory_compare_end(InvComparison *c);
+extern bool inventory_wants_checksum(InvComparison *c, const char *path, int path_len);
+extern char *inventory_digest_hex(const uint64 digest[2]);
+extern void inventory_digest_add(uint64 digest[2], const char *path, int path_len, int64 size,
+								 const char *etag, int etag_len);
+extern bool inventory_rebuild(const Inventory *manifest, const char *prefix, const char *data, size_t len,
+							  Inventory *out);
 extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, ProblemList *out);
 extern char *etag_normalize(const char *etag);
 extern bool path_is_safe(const char *path, int len);

@@ -119,6 +119,55 @@ string_field(JsonbContainer *c, const char *name, bool required)
 }
 
 /*
+ * The on-disk header of a numeric in its short form (numeric.c; on-disk,
+ * so pg_upgrade keeps it stable): a positive one with display scale 0 is
+ * a whole number, whose base-10000 digits are read directly.
+ */
+#define NUM_SHORT_FLAGS_MASK 0xE000	/* the short flag and its sign */
+#define NUM_SHORT_POSITIVE 0x8000
+#define NUM_SHORT_DSCALE_MASK 0x1F80
+#define NUM_SHORT_WEIGHT_SIGN 0x0040
+#define NUM_SHORT_WEIGHT_MASK 0x003F
+
+/*
+ * A positive whole number of at most 16 decimal digits, read without the
+ * function-call machinery (a manifest holds millions of sizes); false for
+ * anything else, which size_of reads the general way.
+ */
+static bool
+size_fast(Numeric n, int64 *out)
+{
+	const char *data = VARDATA_ANY(n);
+	int			len = VARSIZE_ANY_EXHDR(n);
+	uint16		header;
+	const int16 *digits;
+	int			ndigits;
+	int			weight;
+	int64		v = 0;
+
+	if (len < (int) sizeof(uint16))
+		return false;
+	memcpy(&header, data, sizeof(uint16));
+	if ((header & NUM_SHORT_FLAGS_MASK) != NUM_SHORT_POSITIVE || (header & NUM_SHORT_DSCALE_MASK) != 0 ||
+		(header & NUM_SHORT_WEIGHT_SIGN) != 0)
+		return false;
+	weight = header & NUM_SHORT_WEIGHT_MASK;
+	digits = (const int16 *) (data + sizeof(uint16));
+	ndigits = (len - sizeof(uint16)) / sizeof(int16);
+	if (ndigits == 0)
+	{
+		*out = 0;				/* zero has no digits */
+		return true;
+	}
+	if (weight > 3 || ndigits > weight + 1)
+		return false;
+	for (int i = 0; i <= weight; i++)
+		v = v * 10000 + (i < ndigits ? digits[i] : 0);
+	*out = v;
+	return true;
+}
+
+/*
  * A size: a JSON number that is a non-negative whole number. (Read without
  * going through text: a manifest can hold a million of them.)
  */
@@ -131,6 +180,8 @@ size_of(JsonbValue *v, const char *field, const char *path, int path_len)
 	if (v == NULL || v->type != jbvNumeric)
 		bad_manifest(field, "entry \"%s\": the size must be a number of bytes", pnstrdup(path, path_len));
 	n = v->val.numeric;
+	if (size_fast(n, &size))
+		return size;
 	if (numeric_is_nan(n) || numeric_is_inf(n) ||
 		DatumGetInt32(DirectFunctionCall1(numeric_scale, NumericGetDatum(n))) > 0)
 		bad_manifest(field, "entry \"%s\": the size %s is not a whole number of bytes", pnstrdup(path, path_len),
@@ -184,14 +235,17 @@ read_file(const char *field, bool check_path, const char *path, int path_len, Js
 		out->size = size_of(v, field, path, path_len);
 }
 
-/* Checks and adds one file of a manifest or a listing (copying it). */
+/*
+ * Checks and adds one file of a manifest or a listing; its path and ETag
+ * stay in the jsonb, which outlives the inventory.
+ */
 static void
 add_file(Inventory *inv, const char *field, bool check_path, const char *path, int path_len, JsonbValue *v)
 {
 	InvObject	o;
 
 	read_file(field, check_path, path, path_len, v, &o);
-	inventory_add(inv, pnstrdup(path, path_len), o.size, o.etag ? pnstrdup(o.etag, o.etag_len) : NULL);
+	inventory_append(inv, &o);
 }
 
 /* State of a cursor over a jsonb object of files. */
@@ -242,11 +296,15 @@ jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor)
 	return true;
 }
 
-/* Orders objects by path, to find duplicates. */
+/* Orders objects by path (bytes, then length), to find duplicates. */
 static int
 object_cmp(const void *a, const void *b)
 {
-	return strcmp(((const InvObject *) a)->path, ((const InvObject *) b)->path);
+	const InvObject *x = a;
+	const InvObject *y = b;
+	int			c = memcmp(x->path, y->path, Min(x->path_len, y->path_len));
+
+	return c != 0 ? c : (x->path_len > y->path_len) - (x->path_len < y->path_len);
 }
 
 /*
@@ -298,8 +356,8 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 		{
 			qsort(inv->items, inv->n, sizeof(InvObject), object_cmp);
 			for (int i = 1; i < inv->n; i++)
-				if (strcmp(inv->items[i - 1].path, inv->items[i].path) == 0)
-					bad_manifest(field, "lists \"%s\" twice", inv->items[i].path);
+				if (object_cmp(&inv->items[i - 1], &inv->items[i]) == 0)
+					bad_manifest(field, "lists \"%s\" twice", pnstrdup(inv->items[i].path, inv->items[i].path_len));
 		}
 	}
 	else
@@ -360,6 +418,55 @@ manifest_parse(Jsonb *jb, Manifest *m)
 					 "checked against the CDC facts of that period");
 }
 
+/* Pushes a key of len bytes. */
+static void
+push_key(JsonbParseState **st, const char *key, int len)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = len;
+	pushJsonbValue(st, WJB_KEY, &k);
+}
+
+/* Pushes an object's value: a size. */
+static void
+push_size(JsonbParseState **st, int64 size)
+{
+	JsonbValue	v;
+
+	v.type = jbvNumeric;
+	v.val.numeric = int64_to_numeric(size);
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/*
+ * Pushes one object as {"path": size} or {"path": {"size", "etag"}} into
+ * an open jsonb object.
+ */
+void
+inventory_push_object(JsonbParseState **st, const InvObject *o)
+{
+	push_key(st, o->path, o->path_len);
+	if (o->etag == NULL)
+		push_size(st, o->size);
+	else
+	{
+		JsonbValue	v;
+
+		pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+		push_key(st, "etag", 4);
+		v.type = jbvString;
+		v.val.string.val = (char *) o->etag;
+		v.val.string.len = o->etag_len;
+		pushJsonbValue(st, WJB_VALUE, &v);
+		push_key(st, "size", 4);
+		push_size(st, o->size);
+		pushJsonbValue(st, WJB_END_OBJECT, NULL);
+	}
+}
+
 /*
  * Pushes an inventory as a jsonb object {"path": size} or {"path": {"size",
  * "etag"}}, as the value of key (or as an element or the document when key
@@ -371,18 +478,6 @@ inventory_push_jsonb(JsonbParseState **st, const char *key, const Inventory *inv
 {
 	jb_begin_object(st, key);
 	for (int i = 0; i < inv->n; i++)
-	{
-		const InvObject *o = &inv->items[i];
-
-		if (o->etag == NULL)
-			jb_int(st, o->path, o->size);
-		else
-		{
-			jb_begin_object(st, o->path);
-			jb_int(st, "size", o->size);
-			jb_text(st, "etag", o->etag);
-			jb_end_object(st);
-		}
-	}
+		inventory_push_object(st, &inv->items[i]);
 	jb_end_object(st);
 }

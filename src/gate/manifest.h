@@ -28,6 +28,7 @@ typedef struct Manifest
 extern void manifest_parse(Jsonb *jb, Manifest *m);
 extern void inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv);
 extern bool jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor);
+extern void inventory_push_object(JsonbParseState **st, const InvObject *o);
 extern void inventory_push_jsonb(JsonbParseState **st, const char *key, const Inventory *inv);
 
 #endif							/* FINALIZE_MANIFEST_H */

@@ -16,7 +16,10 @@
  * and the caller raises. A listing ends: a continuation token seen before,
  * or more pages than the location allows, is an error rather than a loop.
  * The client is released even when an error is raised between requests
- * (PG_FINALLY), so no socket outlives the statement.
+ * (PG_FINALLY), so no socket outlives the statement. Each page goes to the
+ * listing's sink as soon as it is read, and its memory (the answer, the XML
+ * tree, the keys) is freed before the next request: a listing of ten
+ * million keys holds one page at a time.
  */
 #include "postgres.h"
 
@@ -27,6 +30,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/hsearch.h"
+#include "utils/memutils.h"
 
 #include "common/http.h"
 #include "common/io_interrupts.h"
@@ -315,7 +319,7 @@ may_continue(HTAB *seen, const char *token, int *pages, int max_pages, S3Error *
  * false with err set at the first failure.
  */
 static bool
-list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Inventory *out, S3Error *err)
+list_pages(HttpClient *client, const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err)
 {
 	HttpRequest req;
 	char	   *token = NULL;
@@ -324,6 +328,8 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Invent
 	int			pages = 0;
 	HASHCTL		ctl;
 	HTAB	   *seen;
+	MemoryContext page_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize listing page",
+												   ALLOCSET_DEFAULT_SIZES);
 
 	ctl.keysize = sizeof(uint64);
 	ctl.entrysize = sizeof(SeenToken);
@@ -333,24 +339,38 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Invent
 	while (ok && truncated)
 	{
 		char	   *url = list_url(loc, prefix, token);
+		Inventory	page = {0};
+		MemoryContext old;
+		char	   *prev = token;
 
 		req.url = url;
-		ok = fetch_page(client, &req, out, &truncated, &token, err);
+		old = MemoryContextSwitchTo(page_cxt);
+		ok = fetch_page(client, &req, &page, &truncated, &token, err);
+		MemoryContextSwitchTo(old);
 		pfree(url);
+		/* The token outlives the page's memory: it names the next page. */
+		token = token ? pstrdup(token) : NULL;
+		if (prev != NULL)
+			pfree(prev);
+		if (ok)
+			sink->consume(sink, &page);
+		MemoryContextReset(page_cxt);
 		if (ok && truncated)
 			ok = may_continue(seen, token, &pages, loc->max_pages, err);
 	}
+	MemoryContextDelete(page_cxt);
 	return ok;
 }
 
 /*
- * Lists every object whose key starts with prefix. Returns false with err
+ * Lists every object whose key starts with prefix into sink, a page at a
+ * time. Returns false with err
  * set when the store answers with an error, cannot be reached, times out,
  * or sends something that is not a listing; the caller raises (after
  * checking for interrupts, which also abort a transfer).
  */
 bool
-objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error *err)
+objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err)
 {
 	HttpClient *client;
 	HttpResponse init;
@@ -369,7 +389,7 @@ objstore_list(const S3Location *loc, const char *prefix, Inventory *out, S3Error
 	/* The connection is released at once, even when an error is raised. */
 	PG_TRY();
 	{
-		ok = list_pages(client, loc, prefix, out, err);
+		ok = list_pages(client, loc, prefix, sink, err);
 	}
 	PG_FINALLY();
 	{

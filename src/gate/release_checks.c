@@ -255,7 +255,7 @@ late_data_problem(const Manifest *m, ProblemList *problems)
  * emptiness they do not confirm. The facts as JSON text, for the report.
  */
 static char *
-check_period_facts(const Manifest *m, const Inventory *listing, ProblemList *problems)
+check_period_facts(const Manifest *m, int64 listed, ProblemList *problems)
 {
 	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
 	Datum		values[2] = {CStringGetTextDatum(m->table), TimestampTzGetDatum(m->period_start)};
@@ -271,19 +271,21 @@ check_period_facts(const Manifest *m, const Inventory *listing, ProblemList *pro
 		problem_add(problems, "not_finalized", NULL, why[0] ? why[0] : pstrdup("The period is not final yet."));
 	}
 	late_data_problem(m, problems);
-	if (listing->n == 0 && m->empty)
+	if (listed == 0 && m->empty)
 		empty_problem(f, problems);
 	return f[FACT_FACTS];
 }
 
 /*
- * Locks the partition, then checks the manifest against the listing, the
- * catalog view and the CDC facts, in that order, adding every problem
- * found. Runs as the owner, inside the caller's SPI connection. Returns the
- * catalog view and the facts (NULL without a period) as JSON text.
+ * Locks the partition, then checks the catalog view and the CDC facts, in
+ * that order, adding every problem found after those of the manifest
+ * against the listing (compared while it was listed, as the caller; listed
+ * is how many objects the store had). Runs as the owner, inside the
+ * caller's SPI connection. Returns the catalog view and the facts (NULL
+ * without a period) as JSON text.
  */
 void
-check_partition(const Manifest *m, int64 table_id, const Inventory *listing, ProblemList *problems,
+check_partition(const Manifest *m, int64 table_id, int64 listed, ProblemList *problems,
 				const char **catalog_json, const char **facts_json)
 {
 	PartitionArgs a;
@@ -291,13 +293,11 @@ check_partition(const Manifest *m, int64 table_id, const Inventory *listing, Pro
 	partition_args(m, table_id, &a);
 	(void) query_row("SELECT " FINALIZE_SCHEMA "._lock_partition($1, $2)", 2, a.types, a.values, NULL, 1);
 
-	/* The manifest against the listing. */
-	inventory_compare(&m->files, listing, m->prefix, problems);
 	/* The catalog view of the partition. */
 	*catalog_json = check_catalog(m, &a, problems);
 	/* What the CDC facts say about the period. */
-	*facts_json = m->has_period ? check_period_facts(m, listing, problems) : NULL;
-	if (listing->n == 0 && !m->empty)
+	*facts_json = m->has_period ? check_period_facts(m, listed, problems) : NULL;
+	if (listed == 0 && !m->empty)
 		problem_add(problems, "empty_location", NULL,
 					psprintf("There are no objects under \"%s\": an empty location is never a release by itself. "
 							 "A partition that is empty on purpose says \"empty\": true in its manifest.", m->prefix));

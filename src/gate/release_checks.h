@@ -10,7 +10,7 @@
 #include "gate/manifest.h"
 
 extern int64 tracked_table_id(const Manifest *m);
-extern void check_partition(const Manifest *m, int64 table_id, const Inventory *listing, ProblemList *problems,
+extern void check_partition(const Manifest *m, int64 table_id, int64 listed, ProblemList *problems,
 							const char **catalog_json, const char **facts_json);
 
 #endif							/* FINALIZE_RELEASE_CHECKS_H */

@@ -21,22 +21,30 @@
 
 /*
  * The report stored with a release attempt, so a refusal can be explained
- * later: the manifest's set, the listing, the catalog view, the CDC facts
- * and the problems. The two inventories (possibly millions of entries) are
- * pushed as values, not printed and parsed again.
+ * later: the catalog view, the CDC facts, the problems, and a summary of
+ * the listing (objects, bytes, digest). The two inventories are not in it:
+ * the manifest is stored as the publisher gave it (its own column) and the
+ * listing as what differs from it (listing_delta, inventory_codec.c);
+ * finalize.release_report() rebuilds the full report from the three.
  */
 static Jsonb *
 build_report(const ReleaseAttempt *a)
 {
 	JsonbParseState *st = NULL;
+	const InvComparison *l = a->listing;
 
 	jb_begin_object(&st, NULL);
 	jb_begin_object(&st, "manifest");
 	jb_text(&st, "prefix", a->manifest->prefix);
 	jb_bool(&st, "empty", a->manifest->empty);
-	inventory_push_jsonb(&st, "files", &a->manifest->files);
 	jb_end_object(&st);
-	inventory_push_jsonb(&st, "listing", a->listing);
+	jb_begin_object(&st, "listing_summary");
+	jb_int(&st, "objects", l->listed);
+	jb_int(&st, "bytes", l->bytes);
+	jb_text(&st, "digest", inventory_digest_hex(l->digest));
+	jb_int(&st, "manifest_files", a->manifest->files.n);
+	jb_int(&st, "stored_records", (int64) l->encoder->records);
+	jb_end_object(&st);
 	jb_json_text(&st, "catalog", a->catalog_json);
 	jb_json_text(&st, "facts", a->facts_json);
 	jb_jsonb(&st, "problems", a->problems);
@@ -44,18 +52,58 @@ build_report(const ReleaseAttempt *a)
 }
 
 /*
+ * The report as a catalog older than this library stores it (before ALTER
+ * EXTENSION UPDATE gave finalize.release its manifest and listing_delta
+ * columns): whole, with the manifest's files and the listing, rebuilt from
+ * the stored form since the listing was never held.
+ */
+static Jsonb *
+build_whole_report(const ReleaseAttempt *a)
+{
+	JsonbParseState *st = NULL;
+	Inventory	listing = {0};
+	bytea	   *stored = (bytea *) a->listing->stored->data;
+
+	if (!inventory_rebuild(&a->manifest->files, a->manifest->prefix, VARDATA(stored), VARSIZE(stored) - VARHDRSZ,
+						   &listing))
+		elog(ERROR, "could not rebuild the listing of partition \"%s\"", a->manifest->partition);
+	jb_begin_object(&st, NULL);
+	jb_begin_object(&st, "manifest");
+	jb_text(&st, "prefix", a->manifest->prefix);
+	jb_bool(&st, "empty", a->manifest->empty);
+	inventory_push_jsonb(&st, "files", &a->manifest->files);
+	jb_end_object(&st);
+	inventory_push_jsonb(&st, "listing", &listing);
+	jb_json_text(&st, "catalog", a->catalog_json);
+	jb_json_text(&st, "facts", a->facts_json);
+	jb_jsonb(&st, "problems", a->problems);
+	return jb_finish(jb_end_object(&st));
+}
+
+/* Whether finalize.release has the columns of the compact form (0.2.0 on). */
+static bool
+catalog_has_compact_form(void)
+{
+	if (SPI_execute("SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) "
+					"'" FINALIZE_SCHEMA ".release'::pg_catalog.regclass AND a.attname OPERATOR(pg_catalog.=) "
+					"'listing_delta' AND NOT a.attisdropped", true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the columns of " FINALIZE_SCHEMA ".release");
+	return SPI_processed == 1;
+}
+
+/*
  * Inserts the attempt's row; its release_id. The insert runs as a generic
- * plan: a custom plan would fold the report (possibly hundreds of
+ * plan: a custom plan would fold the manifest (possibly hundreds of
  * megabytes) into a constant, copying it.
  */
 static Datum
-insert_attempt(const ReleaseAttempt *a, Jsonb *report)
+insert_attempt(const ReleaseAttempt *a, Jsonb *report, bool compact)
 {
 	const Manifest *m = a->manifest;
-	Oid			types[10] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID,
-	TIMESTAMPTZOID};
-	Datum		values[10];
-	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', m->has_period ? ' ' : 'n'};
+	Oid			types[12] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID,
+	TIMESTAMPTZOID, JSONBOID, BYTEAOID};
+	Datum		values[12];
+	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', m->has_period ? ' ' : 'n', ' ', ' '};
 	SPIPlanPtr	plan;
 	bool		isnull;
 	Datum		release_id;
@@ -70,11 +118,19 @@ insert_attempt(const ReleaseAttempt *a, Jsonb *report)
 	values[7] = JsonbPGetDatum(report);
 	values[8] = DirectFunctionCall1(namein, CStringGetDatum(a->requested_by));
 	values[9] = m->has_period ? TimestampTzGetDatum(m->period_start) : (Datum) 0;
+	values[10] = JsonbPGetDatum(a->manifest_jsonb);
+	values[11] = PointerGetDatum(a->listing->stored->data);
 
-	plan = SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
-							  "prefix, released, problems, report, requested_by, period_start) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING release_id",
-							  10, types, CURSOR_OPT_GENERIC_PLAN);
+	plan = compact
+		? SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
+							 "prefix, released, problems, report, requested_by, period_start, manifest, "
+							 "listing_delta) "
+							 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING release_id",
+							 12, types, CURSOR_OPT_GENERIC_PLAN)
+		: SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
+							 "prefix, released, problems, report, requested_by, period_start) "
+							 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING release_id",
+							 10, types, CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL || SPI_execute_plan(plan, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING ||
 		SPI_processed != 1)
 		elog(ERROR, "could not store the release attempt of partition \"%s\"", m->partition);
@@ -117,7 +173,8 @@ publish(const ReleaseAttempt *a, Datum release_id)
 void
 record_release(const ReleaseAttempt *a)
 {
-	Datum		release_id = insert_attempt(a, build_report(a));
+	bool		compact = catalog_has_compact_form();
+	Datum		release_id = insert_attempt(a, compact ? build_report(a) : build_whole_report(a), compact);
 
 	if (a->released)
 		publish(a, release_id);

@@ -13,7 +13,8 @@ typedef struct ReleaseAttempt
 {
 	int64		table_id;
 	const Manifest *manifest;
-	const Inventory *listing;
+	Jsonb	   *manifest_jsonb;	/* the manifest as the publisher gave it */
+	const InvComparison *listing;	/* the listing's summary and stored form */
 	const char *catalog_json;	/* the catalog view, as JSON text */
 	const char *facts_json;		/* the CDC facts, or NULL without a period */
 	Jsonb	   *problems;		/* an array; empty when released */

@@ -31,42 +31,15 @@
 #define server_usage_check(srv, role) pg_foreign_server_aclcheck((srv), (role), ACL_USAGE)
 #endif
 
-/* The sorted paths of the manifest entries that carry a checksum. */
-typedef struct EtagPaths
-{
-	const char **paths;
-	int			n;
-} EtagPaths;
-
-/* Orders C strings, so manifest paths can be found by bsearch. */
-static int
-str_cmp(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *) a, *(const char *const *) b);
-}
-
 /*
- * For the file store: whether a listed file needs a checksum computed
- * (hashing every file would read the whole partition for nothing).
+ * For the file store: whether a listed file needs a checksum computed,
+ * which only the manifest entries with an ETag do (hashing every file would
+ * read the whole partition for nothing).
  */
 static bool
 manifest_has_etag(const char *path, void *arg)
 {
-	const EtagPaths *e = (const EtagPaths *) arg;
-
-	return bsearch(&path, e->paths, e->n, sizeof(char *), str_cmp) != NULL;
-}
-
-/* Collects the manifest paths with a checksum, sorted for lookups. */
-static void
-etag_paths(const Inventory *files, EtagPaths *out)
-{
-	out->paths = palloc(sizeof(char *) * Max(files->n, 1));
-	out->n = 0;
-	for (int i = 0; i < files->n; i++)
-		if (files->items[i].etag != NULL)
-			out->paths[out->n++] = files->items[i].path;
-	qsort(out->paths, out->n, sizeof(char *), str_cmp);
+	return inventory_wants_checksum((InvComparison *) arg, path, strlen(path));
 }
 
 /* A hint for an S3 error code: what the publisher can do. */
@@ -99,10 +72,10 @@ s3_hint(const S3Error *err)
  * server's files anyway, since the listing reveals names and sizes.
  */
 static void
-list_file_store(const Manifest *m, Oid caller, Inventory *listing)
+list_file_store(const Manifest *m, Oid caller, InvComparison *cmp)
 {
 	char	   *root;
-	EtagPaths	etags;
+	bool		any_etag = false;
 
 	if (!has_privs_of_role(caller, ROLE_PG_READ_SERVER_FILES))
 		ereport(ERROR,
@@ -111,8 +84,9 @@ list_file_store(const Manifest *m, Oid caller, Inventory *listing)
 				 errdetail("Listing files on the database server needs the privileges of pg_read_server_files."),
 				 errhint("Publish through a finalize_s3 server, or have an administrator grant pg_read_server_files.")));
 	root = filestore_root(m->store);
-	etag_paths(&m->files, &etags);
-	filestore_list(root, m->prefix, listing, etags.n > 0 ? manifest_has_etag : NULL, &etags);
+	for (int i = 0; i < m->files.n && !any_etag; i++)
+		any_etag = m->files.items[i].etag != NULL;
+	filestore_list(root, m->prefix, &cmp->sink, any_etag ? manifest_has_etag : NULL, cmp);
 }
 
 /*
@@ -184,7 +158,7 @@ s3_location(const ForeignServer *server, const UserMapping *um, S3Location *loc)
  * raised here, in SQL terms, since objstore.c must not raise mid-transfer.
  */
 static void
-list_s3_store(const Manifest *m, Oid caller, Inventory *listing)
+list_s3_store(const Manifest *m, Oid caller, InvComparison *cmp)
 {
 	ForeignServer *server = s3_server(m, caller);
 	UserMapping *um = GetUserMapping(caller, server->serverid);
@@ -193,7 +167,7 @@ list_s3_store(const Manifest *m, Oid caller, Inventory *listing)
 	bool		ok;
 
 	s3_location(server, um, &loc);
-	ok = objstore_list(&loc, m->prefix, listing, &err);
+	ok = objstore_list(&loc, m->prefix, &cmp->sink, &err);
 	/* An interrupt that arrived meanwhile (a cancel) is served first. */
 	io_interrupts_rethrow();
 	if (!ok)
@@ -211,15 +185,16 @@ list_s3_store(const Manifest *m, Oid caller, Inventory *listing)
 
 /*
  * Lists the manifest's prefix in its store, as the caller, with the
- * caller's credentials: the facts the manifest is compared with.
+ * caller's credentials, into the comparison with the manifest (begun by
+ * the caller), a batch at a time: the listing is never held whole.
  */
 void
-list_store(const Manifest *m, Inventory *listing)
+list_store(const Manifest *m, InvComparison *cmp)
 {
 	Oid			caller = GetUserId();
 
 	if (strncmp(m->store, "file://", 7) == 0)
-		list_file_store(m, caller, listing);
+		list_file_store(m, caller, cmp);
 	else
-		list_s3_store(m, caller, listing);
+		list_s3_store(m, caller, cmp);
 }

@@ -8,6 +8,6 @@
 
 #include "gate/manifest.h"
 
-extern void list_store(const Manifest *m, Inventory *listing);
+extern void list_store(const Manifest *m, InvComparison *cmp);
 
 #endif							/* FINALIZE_STORE_LISTING_H */

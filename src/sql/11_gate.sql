@@ -40,7 +40,13 @@ CREATE TABLE @extschema@.projection (
 COMMENT ON TABLE @extschema@.projection IS
     'Partition projection: a location template and the range of periods it makes visible';
 
--- Every release attempt, with its full comparison report.
+-- Every release attempt, with its full comparison report: the report
+-- column holds the catalog view, the facts, the problems and a summary of
+-- the listing; the manifest is kept as the publisher gave it, and the
+-- listing as what differs from it (listing_delta, the compact form of
+-- src/gate/inventory_codec.c). finalize.release_report() rebuilds the full
+-- report. Attempts stored by 0.1.0 hold the whole listing in report and
+-- NULL in the two columns.
 CREATE TABLE @extschema@.release (
     release_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
@@ -53,21 +59,28 @@ CREATE TABLE @extschema@.release (
     problems       jsonb NOT NULL,
     report         jsonb NOT NULL,
     requested_by   name NOT NULL,
-    requested_at   timestamptz NOT NULL DEFAULT now()
+    requested_at   timestamptz NOT NULL DEFAULT now(),
+    manifest       jsonb,
+    listing_delta  bytea
 );
 CREATE INDEX release_partition_idx ON @extschema@.release (table_id, partition, release_id);
--- Reports of large partitions hold millions of entries: lz4 compresses them
--- several times faster than pglz, where the server was built with it.
+-- Manifests of large partitions hold millions of entries: lz4 compresses
+-- them several times faster than pglz, where the server was built with it.
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_settings
                 WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
-        ALTER TABLE @extschema@.release ALTER COLUMN report SET COMPRESSION lz4;
+        ALTER TABLE @extschema@.release ALTER COLUMN report SET COMPRESSION lz4,
+            ALTER COLUMN manifest SET COMPRESSION lz4, ALTER COLUMN listing_delta SET COMPRESSION lz4;
     END IF;
 END
 $$;
 COMMENT ON TABLE @extschema@.release IS
     'Release attempts: manifest, listing, catalog view, problems and outcome';
+COMMENT ON COLUMN @extschema@.release.manifest IS
+    'The manifest as the publisher gave it (NULL for attempts stored by 0.1.0, whose report holds it)';
+COMMENT ON COLUMN @extschema@.release.listing_delta IS
+    'The listing as what differs from the manifest, front-coded (finalize.release_report rebuilds it)';
 
 -- The published generation of each partition: what readers see.
 CREATE TABLE @extschema@.published (
@@ -399,6 +412,16 @@ AS 'MODULE_PATHNAME', 'finalize_compare_inventories'
 LANGUAGE C IMMUTABLE;
 COMMENT ON FUNCTION @extschema@.compare_inventories(jsonb, jsonb, text) IS
     'The problems the gate finds between a manifest''s files and a listing under a prefix';
+
+-- A release attempt's full report: the stored one with the manifest's files
+-- and the listing put back (rebuilt from the manifest and listing_delta).
+CREATE FUNCTION @extschema@.release_report(release_id bigint)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'finalize_release_report'
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.release_report(bigint) IS
+    'The full report of a release attempt: manifest files, listing, catalog view, facts and problems';
 
 CREATE FUNCTION @extschema@.released_generation(table_name text, partition text)
 RETURNS text

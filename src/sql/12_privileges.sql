@@ -82,7 +82,8 @@ GRANT EXECUTE ON FUNCTION
     TO finalize_publisher;
 GRANT SELECT ON @extschema@.releases TO finalize_publisher;
 GRANT EXECUTE ON FUNCTION
-    @extschema@.set_projection(text, text, timestamptz, timestamptz)
+    @extschema@.set_projection(text, text, timestamptz, timestamptz),
+    @extschema@.release_report(bigint)
     TO finalize_admin;
 GRANT SELECT ON @extschema@.partition_registration, @extschema@.projection,
                 @extschema@.release, @extschema@.published

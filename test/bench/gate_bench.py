@@ -8,26 +8,41 @@ faster):
            jsonb inputs stored in a table (STORAGE EXTERNAL, as a large
            manifest would be), versus the reference on the same Python dicts
   files    finalize.release_gate(manifest) on a file:// store (walk, sizes,
-           catalog view, facts, storing the attempt with its full report),
-           versus the reference parsing the same manifest text, walking the
-           same directory with os.scandir and comparing
+           catalog view, facts, storing the attempt with its manifest and
+           listing), versus the reference parsing the same manifest text,
+           walking the same directory with os.scandir and comparing
 
 Every input holds a few planted problems (missing, stray, size and checksum
 mismatches, a path outside the prefix); both sides must find exactly the
 same ones, or the benchmark fails. Time per file at each size shows the
-growth (O(F): the per-file time stays flat).
+growth (O(F): the per-file time stays flat); --large N adds a size where
+only the gate runs (the reference would need gigabytes), and the ratio of
+its per-file time to the smallest size's is printed.
+
+Two floors are measured on the same inputs, since the gate cannot go below
+them: PostgreSQL parsing the manifest's text into jsonb (the argument, before
+the gate runs) and `find -printf %s` walking the store (one stat per file,
+the kernel's name lookup). Peak backend memory is the largest private
+memory (RssAnon of /proc/<pid>/status, sampled every 10 ms) of the backend
+during one gate call, on a fresh connection, and its VmHWM (which also
+counts the shared buffers it touched).
+
+Stores are made of sparse files on a tmpfs: /dev/shm when it has the
+inodes, else one the benchmark mounts (as root) for the run.
 
 Run as root after the extension is installed (test/bench/gate.sh does both):
-    test/bench/gate_bench.py [memory] [files] [--memory-sizes 10000,1000000]
-                             [--file-sizes 10000,1000000] [--trials 3]
+    test/bench/gate_bench.py [memory] [files] [--memory-sizes 10000,100000,1000000]
+                             [--file-sizes 10000,100000,1000000] [--large 3000000] [--trials 3]
 """
 import argparse
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -123,13 +138,17 @@ def make_store(root, n):
     for i in range(n):
         rel = f"{PREFIX}b={i // 1000:04d}/part-{i:07d}.parquet"
         manifest[rel] = 1000 + i % 5000
-    dirs = {os.path.dirname(p) for p in manifest}
-    for d in dirs:
-        os.makedirs(os.path.join(root, d), exist_ok=True)
-    for rel, size in manifest.items():
-        fd = os.open(os.path.join(root, rel), os.O_WRONLY | os.O_CREAT, 0o644)
-        os.ftruncate(fd, size)
-        os.close(fd)
+    for b in range((n + 999) // 1000):
+        d = os.path.join(root, f"{PREFIX}b={b:04d}")
+        os.makedirs(d, exist_ok=True)
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for i in range(b * 1000, min(n, b * 1000 + 1000)):
+                fd = os.open(f"part-{i:07d}.parquet", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=dfd)
+                os.ftruncate(fd, 1000 + i % 5000)
+                os.close(fd)
+        finally:
+            os.close(dfd)
     keys = sorted(manifest)
     os.unlink(os.path.join(root, keys[n // 2]))                               # missing
     with open(os.path.join(root, keys[n // 3] + " (copy)"), "wb") as f:       # stray
@@ -157,14 +176,66 @@ def walk(root, prefix):
     return out
 
 
-def bench_files(pg, sizes, trials):
-    print("== release_gate on a file:// store (walk + compare + catalog + stored report) ==")
-    print(f"{'files':>10} {'finalize s':>11} {'reference s':>12} {'ratio':>7} {'finalize us/file':>17}")
+class PeakMemory:
+    """The peak private memory (RssAnon, sampled) and VmHWM of a backend
+    during a block, in MB."""
+
+    def __init__(self, pid):
+        self.pid, self.peak_anon, self.hwm = pid, 0, 0
+        self._stop = threading.Event()
+
+    def _read(self):
+        out = {}
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("RssAnon", "VmHWM"):
+                    out[k] = int(v.split()[0]) // 1024
+        return out
+
+    def _sample(self):
+        while not self._stop.wait(0.01):
+            self.peak_anon = max(self.peak_anon, self._read().get("RssAnon", 0))
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        last = self._read()
+        self.peak_anon = max(self.peak_anon, last.get("RssAnon", 0))
+        self.hwm = last.get("VmHWM", 0)
+
+
+def store_base(n):
+    """A tmpfs with room for n files: /dev/shm, or one mounted for the run
+    (root only; returns the mount point to unmount, or None)."""
+    st = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
+    if st is not None and st.f_favail > n + n // 500 + 1000:
+        return "/dev/shm", None
+    if os.geteuid() != 0:
+        raise SystemExit(f"{n} files need a tmpfs with more inodes than /dev/shm has: run as root")
+    mnt = tempfile.mkdtemp(prefix="finalize-bench-tmpfs.")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=32g,nr_inodes={n + n // 100 + 10000},mode=755",
+                    "finalize-bench", mnt], check=True)
+    return mnt, mnt
+
+
+def bench_files(pg, sizes, large, trials):
+    print("== release_gate on a file:// store (walk + compare + catalog + stored attempt) ==")
+    print("   floors: parse = the manifest text into jsonb (PostgreSQL, before the gate runs); "
+          "walk = find -printf %s on the store")
+    print(f"{'files':>10} {'finalize s':>11} {'reference s':>12} {'ratio':>7} {'us/file':>8} "
+          f"{'parse us/f':>11} {'walk us/f':>10} {'rest us/f':>10} {'peak MB':>8} {'VmHWM MB':>9}")
     pg.sql("SELECT finalize.track_table('bench.orders', 'src', 'dbo.orders')")
     pg.sql("SELECT finalize.register_partition('bench.orders', 'day=27/hour=08', %s)", (PREFIX,))
-    per_file = []
-    for n in sizes:
-        root = tempfile.mkdtemp(prefix="finalize-bench-store.")
+    per_file = {}
+    for n in sizes + ([large] if large else []):
+        base, mounted = store_base(n)
+        root = tempfile.mkdtemp(prefix="finalize-bench-store.", dir=base)
         os.chmod(root, 0o755)
         try:
             t = time.perf_counter()
@@ -172,41 +243,65 @@ def bench_files(pg, sizes, trials):
             setup = time.perf_counter() - t
             text = json.dumps({"table": "bench.orders", "partition": "day=27/hour=08", "generation": "gen-1",
                                "store": "file://" + root, "prefix": PREFIX, "files": manifest})
-            conn = pg.connect()
-            cur = conn.cursor()
+            del manifest
+            peak = [0, 0]
 
             def run_c():
-                cur.execute("SELECT problems FROM finalize.release_gate(%s)", (text,))
-                return sorted(((p["code"], p["path"]) for p in cur.fetchone()[0]
-                               if p["code"] != "catalog_mismatch"), key=lambda x: (x[1], x[0]))
+                conn = pg.connect()
+                cur = conn.cursor()
+                cur.execute("SELECT pg_backend_pid()")
+                with PeakMemory(cur.fetchone()[0]) as mem:
+                    cur.execute("SELECT problems FROM finalize.release_gate(%s)", (text,))
+                    problems = cur.fetchone()[0]
+                peak[:] = [max(peak[0], mem.peak_anon), max(peak[1], mem.hwm)]
+                conn.close()
+                return sorted(((p["code"], p["path"]) for p in problems if p["code"] != "catalog_mismatch"),
+                              key=lambda x: (x[1], x[0]))
 
             def run_ref():
                 m = json.loads(text)["files"]
                 return reference(m, walk(root, PREFIX), PREFIX)
 
-            c_best, c_med, c_result = best(run_c, trials)
-            r_best, r_med, r_result = best(run_ref, trials)
+            conn = pg.connect()
+            cur = conn.cursor()
+            parse, _, _ = best(lambda: cur.execute("SELECT jsonb_typeof(%s::jsonb)", (text,)), trials)
             conn.close()
-            if c_result != r_result:
-                raise SystemExit(f"finalize and the reference disagree at {n} files:\n{c_result}\n{r_result}")
+            find, _, _ = best(lambda: subprocess.run(["find", root, "-type", "f", "-printf", "%s\n"],
+                                                     stdout=subprocess.DEVNULL, check=True), trials)
+            c_best, c_med, c_result = best(run_c, trials)
             assert len(c_result) == 4, c_result
-            per_file.append(c_best / n * 1e6)
-            print(f"{n:>10} {c_best:>11.4f} {r_best:>12.4f} {r_best / c_best:>7.2f} {per_file[-1]:>17.3f}"
-                  f"   (medians {c_med:.4f} / {r_med:.4f}; store built in {setup:.1f} s)")
+            if n != large:
+                r_best, r_med, r_result = best(run_ref, trials)
+                if c_result != r_result:
+                    raise SystemExit(f"finalize and the reference disagree at {n} files:\n{c_result}\n{r_result}")
+                ref = f"{r_best:>12.3f} {r_best / c_best:>7.2f}"
+            else:
+                ref = f"{'-':>12} {'-':>7}"
+            per_file[n] = c_best / n * 1e6
+            print(f"{n:>10} {c_best:>11.3f} {ref} {per_file[n]:>8.3f} {parse / n * 1e6:>11.3f} "
+                  f"{find / n * 1e6:>10.3f} {(c_best - parse - find) / n * 1e6:>10.3f} {peak[0]:>8} {peak[1]:>9}"
+                  f"   (medians {c_med:.3f}; store built in {setup:.1f} s)")
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    if len(per_file) > 1:
-        print(f"growth: time per file at {sizes[-1]} / at {sizes[0]} = {per_file[-1] / per_file[0]:.2f} "
-              f"(1.00 is linear)")
-    (attempts,) = pg.sql("SELECT count(*) FROM finalize.release")[0]
-    print(f"({attempts} attempts stored, each with its full report)")
+            if mounted:
+                subprocess.run(["umount", mounted], check=False)
+                os.rmdir(mounted)
+    first = min(per_file)
+    for n in sorted(per_file)[1:]:
+        print(f"growth: time per file at {n} / at {first} = {per_file[n] / per_file[first]:.2f} (1.00 is linear)")
+    (attempts, stored) = pg.sql("SELECT count(*), pg_size_pretty(sum(pg_column_size(manifest) + "
+                                "pg_column_size(listing_delta) + pg_column_size(report))) FROM finalize.release")[0]
+    print(f"({attempts} attempts stored: {stored} with their manifests, listings and reports)")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", nargs="*", help="memory, files (default: both)")
-    ap.add_argument("--memory-sizes", default="10000,1000000")
-    ap.add_argument("--file-sizes", default="10000,1000000")
+    ap.add_argument("--memory-sizes", default="10000,100000,1000000")
+    ap.add_argument("--file-sizes", default="10000,100000,1000000")
+    ap.add_argument("--large", type=int, default=0,
+                    help="add a file:// size where only the gate runs, e.g. 3000000 (slow to build; a jsonb "
+                         "manifest holds at most about 4 million such files: 10 million cannot be passed)")
     ap.add_argument("--trials", type=int, default=3)
     args = ap.parse_args()
     what = args.what or ["memory", "files"]
@@ -218,7 +313,7 @@ def main():
         if "memory" in what:
             bench_memory(pg, [int(x) for x in args.memory_sizes.split(",")], args.trials)
         if "files" in what:
-            bench_files(pg, [int(x) for x in args.file_sizes.split(",")], args.trials)
+            bench_files(pg, [int(x) for x in args.file_sizes.split(",")], args.large, args.trials)
     finally:
         pg.cleanup()
 

@@ -92,7 +92,7 @@ def test_a_matching_release_is_published_with_its_report(pg, table, store):
     assert gate(pg, manifest(store, "gen-1", files)) == (True, "gen-1", [])
     assert published(pg) == "gen-1"
     (report, current, who), = pg.sql(
-        "SELECT r.report, v.current, v.requested_by FROM finalize.release r "
+        "SELECT finalize.release_report(r.release_id), v.current, v.requested_by FROM finalize.release r "
         "JOIN finalize.releases v USING (release_id)")
     assert current is True and who == "postgres"
     assert report["listing"] == report["manifest"]["files"] == files
@@ -100,6 +100,86 @@ def test_a_matching_release_is_published_with_its_report(pg, table, store):
     assert report["catalog"]["location"] == "day=27/hour=08/gen-1/"
     assert report["facts"]["is_final"] is True and report["facts"]["inserts"] == 5
     assert report["problems"] == []
+
+
+def listing_digest(pg, listing):
+    """The digest of a listing as the gate documents it, computed by
+    PostgreSQL's own hashtextextended: sum over objects of the hash of
+    "path\\nsize\\netag", mod 2^64, with seeds 0 and 1."""
+    (a, b), = pg.sql(
+        "SELECT sum(hashtextextended(e.key || E'\\n' || s.size || E'\\n' || coalesce(s.etag, ''), 0)::numeric), "
+        "       sum(hashtextextended(e.key || E'\\n' || s.size || E'\\n' || coalesce(s.etag, ''), 1)::numeric) "
+        "FROM jsonb_each(%s::jsonb) AS e, LATERAL (SELECT CASE jsonb_typeof(e.value) WHEN 'object' "
+        "THEN e.value ->> 'size' ELSE e.value #>> '{}' END AS size, e.value ->> 'etag' AS etag) AS s",
+        (json.dumps(listing),))
+    return "%016x%016x" % (int(a) % 2 ** 64, int(b) % 2 ** 64)
+
+
+def test_a_listing_larger_than_a_batch_is_stored_compactly_and_rebuilt(pg, table, store):
+    # 2,500 objects (more than two batches of the walk), in two directories,
+    # with one problem of each kind the listing can show.
+    prefix = "day=27/hour=08/gen-1/"
+    files = {}
+    for i in range(2500):
+        path = f"{prefix}{'a' if i < 1300 else 'b/c'}/part-{i:05d}.parquet"
+        write(store, path, b"x" * (i % 7))
+        files[path] = i % 7
+    etagged = f"{prefix}a/part-00003.parquet"
+    files[etagged] = {"size": 3, "etag": hashlib.md5(b"xxx").hexdigest()}
+    wrong_md5 = f"{prefix}a/part-00010.parquet"
+    write(store, wrong_md5, b"yyy")
+    files[wrong_md5] = {"size": 3, "etag": '"' + hashlib.md5(b"xxx").hexdigest().upper() + '"'}
+    resized = f"{prefix}b/c/part-02000.parquet"
+    write(store, resized, b"longer than the manifest says")
+    gone = f"{prefix}a/part-00500.parquet"
+    os.unlink(os.path.join(store, gone))
+    stray = f"{prefix}b/c/stray.parquet"
+    write(store, stray, b"!")
+    register(pg, "gen-1")
+    released, _, problems = gate(pg, manifest(store, "gen-1", files))
+    assert released is False
+    assert codes(problems) == sorted([("checksum_mismatch", wrong_md5), ("size_mismatch", resized),
+                                      ("missing_object", gone), ("stray_object", stray)])
+    # What the store holds, as a walk sees it (checksums where the manifest has one).
+    on_disk = {}
+    for dirpath, _, names in os.walk(os.path.join(store, prefix)):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            key = os.path.relpath(full, store)
+            size = os.path.getsize(full)
+            if isinstance(files.get(key), dict):
+                on_disk[key] = {"size": size, "etag": hashlib.md5(open(full, "rb").read()).hexdigest()}
+            else:
+                on_disk[key] = size
+    (release_id, report, full, delta_bytes), = pg.sql(
+        "SELECT release_id, report, finalize.release_report(release_id), pg_column_size(listing_delta) "
+        "FROM finalize.release")
+    # Stored: only what differs from the manifest (4 records), not 2,500 objects.
+    assert "listing" not in report and "files" not in report["manifest"]
+    summary = report["listing_summary"]
+    assert summary["stored_records"] == 4 and delta_bytes < 400, (summary, delta_bytes)
+    assert summary["objects"] == len(on_disk) == 2500
+    assert summary["bytes"] == sum(v["size"] if isinstance(v, dict) else v for v in on_disk.values())
+    assert summary["manifest_files"] == len(files)
+    # Rebuilt: the full report, listing and manifest files as the gate saw them.
+    assert full["listing"] == on_disk
+    assert full["manifest"] == {"prefix": prefix, "empty": False, "files": files}
+    assert full["problems"] == problems and full["catalog"] == report["catalog"]
+    assert full["listing_summary"] == summary
+    # The digest taken while listing matches the rebuilt listing's.
+    assert summary["digest"] == listing_digest(pg, full["listing"])
+    assert summary["digest"] != listing_digest(pg, dict(on_disk, **{stray: 2}))
+    # A release whose listing agrees stores nothing but the header.
+    os.unlink(os.path.join(store, stray))
+    fixed = {k: (on_disk[k] if k in on_disk else v) for k, v in files.items()}
+    del fixed[gone]
+    released, _, problems = gate(pg, manifest(store, "gen-1", fixed))
+    assert (released, problems) == (True, [])
+    (report, full), = pg.sql("SELECT report, finalize.release_report(release_id) FROM finalize.release "
+                             "WHERE release_id > %s", (release_id,))
+    assert report["listing_summary"]["stored_records"] == 0
+    assert full["listing"] == fixed
+    assert pg.sql("SELECT finalize.release_report(-1)") == [(None,)]
 
 
 def test_one_missing_object_is_rejected_and_the_marker_stays(pg, table, store):
@@ -371,7 +451,7 @@ def test_a_prefix_through_a_symlink_has_no_objects(pg, table, store, link):
         released, _, problems = gate(pg, manifest(store, "gen-1", files))
         assert released is False
         assert codes(problems) == [("empty_location", None)] + sorted(("missing_object", p) for p in files)
-        (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+        (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
         assert report["listing"] == {}
         assert published(pg) is None
         # The store's root itself may be a link (an administrator's choice): that one is followed.
@@ -400,7 +480,7 @@ def test_links_inside_the_prefix_are_not_objects(pg, table, store):
         os.symlink("/nonexistent/target", os.path.join(gen, "dangling.parquet"))
         register(pg, "gen-1")
         assert gate(pg, manifest(store, "gen-1", files)) == (True, "gen-1", [])
-        (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+        (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
         assert report["listing"] == files
         # A real stray next to them still counts (the walk itself works).
         write(store, "day=27/hour=08/gen-1/sub/real-stray.parquet", b"!")
@@ -460,7 +540,7 @@ def test_a_fifo_is_not_an_object_and_never_blocks_the_gate(pg, table, store):
     released, generation, problems = outcome["row"]
     assert (released, generation) == (False, "gen-1")
     assert codes(problems) == [("missing_object", fifo)]
-    (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+    (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
     assert fifo not in report["listing"]
     assert report["listing"][first]["etag"].strip('"') == first_md5
 

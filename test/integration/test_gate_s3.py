@@ -100,7 +100,7 @@ def test_a_release_lists_through_signed_requests(pg, s3, table):
     assert reqs[0]["style"] == "path" and reqs[0]["bucket"] == "lake"
     assert "prefix=day%3D27%2Fhour%3D08%2Fgen-1%2F" in reqs[0]["query"]
     # The stored report holds the listing as the store gave it: sizes and ETags.
-    (report,) = pg.sql("SELECT report FROM finalize.release")[0]
+    (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
     assert report["listing"] == files
 
 
@@ -418,8 +418,11 @@ def test_finalize_s3_max_pages_caps_a_listing(pg, s3, table):
         assert gate(conn, manifest("gen-1", objects)) == (True, "gen-1", [])
         assert len(listings(s3)) == 3
         (listed,) = pg.sql("SELECT count(*) FROM jsonb_object_keys("
-                           "(SELECT report->'listing' FROM finalize.release))")[0]
+                           "(SELECT finalize.release_report(release_id)->'listing' FROM finalize.release))")[0]
         assert listed == 2600
+        # Three pages went through the comparison one at a time; the summary counts them all.
+        (summary,) = pg.sql("SELECT report->'listing_summary' FROM finalize.release")[0]
+        assert summary["objects"] == 2600 and summary["bytes"] == sum(objects.values()), summary
     finally:
         conn.close()
 

@@ -2895,6 +2895,24 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON @extschema@.consumer, @extschema@.derived_input, @extschema@.loss, @extschema@.loss_ack
     TO finalize_admin;
 
+-- 6c. The release gate keeps a release's listing compactly (issue 16): the
+-- manifest as given, the listing as what differs from it; report keeps the
+-- rest. Attempts stored before keep their whole report and NULL here.
+ALTER TABLE @extschema@.release ADD COLUMN manifest jsonb, ADD COLUMN listing_delta bytea;
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_settings
+                WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
+        ALTER TABLE @extschema@.release ALTER COLUMN manifest SET COMPRESSION lz4,
+            ALTER COLUMN listing_delta SET COMPRESSION lz4;
+    END IF;
+END
+$$;
+COMMENT ON COLUMN @extschema@.release.manifest IS
+    'The manifest as the publisher gave it (NULL for attempts stored by 0.1.0, whose report holds it)';
+COMMENT ON COLUMN @extschema@.release.listing_delta IS
+    'The listing as what differs from the manifest, front-coded (finalize.release_report rebuilds it)';
+
 -- 7. Encryption (issue 13): a new server encrypts and verifies by default.
 -- A server declared under 0.1.0 keeps what 0.1.0 did (FreeTDS encrypted
 -- when SQL Server offered it and verified nothing: encrypt 'request',
@@ -4844,6 +4862,16 @@ BEGIN
 END
 $$;
 
+-- A release attempt's full report: the stored one with the manifest's files
+-- and the listing put back (rebuilt from the manifest and listing_delta).
+CREATE FUNCTION @extschema@.release_report(release_id bigint)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'finalize_release_report'
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.release_report(bigint) IS
+    'The full report of a release attempt: manifest files, listing, catalog view, facts and problems';
+
 -- Late copies for set-based recording (issue 16): kept equal to their parts.
 -- The payload of an advance on channel "finalize": the table, the old and
 -- new verdicts, the offset of its facts (LSN and commit time, null for a
@@ -5403,6 +5431,7 @@ DROP FUNCTION @extschema@._source_ok(text, integer, text, timestamptz, timestamp
 -- End of late copies.
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.release_report(bigint) TO finalize_admin;
 GRANT EXECUTE ON FUNCTION
     @extschema@.track_table(text, text, text, interval, text, text, text,
                             text, text, text, interval, double precision, interval),
