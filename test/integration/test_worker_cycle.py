@@ -256,3 +256,59 @@ def test_a_dropped_connection_is_reopened(env, sim):
     env.wait_caught_up("sales.orders", sim)
     assert sum(f["inserts"] for f in env.facts("sales.orders")) == 2
     assert_chain(env.facts("sales.orders"))
+
+
+def test_a_cycle_over_many_tables_records_them_at_once_and_odd_ones_one_by_one(env, sim, pg):
+    """40 tables of one source: the plain ranges go through the set-based
+    write (_record_ranges); a table whose verdict row another session holds
+    and a table with a condition to clear are handed back and recorded one
+    by one. Every table ends with the simulator's truth, and the batch never
+    fell back to one by one as a whole (the log would say so)."""
+    names = [f"dbo.m{i}" for i in range(40)]
+    for n in names:
+        sim.call("sim.create_table", name=n[4:], columns="[id] int NOT NULL, [v] int")
+        sim.call("sim.enable_table", name=n[4:])
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("erp", sim)
+    for n in names:
+        env.track("many." + n[4:], "erp", source_table=n)
+    for n in names:
+        env.wait_caught_up("many." + n[4:], sim)
+    log_before = open(pg.logfile).read()
+    # How many facts each INSERT statement stores: the batch stores many at once.
+    pg.sql("CREATE TABLE public.fact_inserts (n bigint)")
+    pg.sql("CREATE FUNCTION public.count_fact_inserts() RETURNS trigger LANGUAGE plpgsql AS "
+           "$$BEGIN INSERT INTO public.fact_inserts SELECT count(*) FROM new_rows; RETURN NULL; END$$")
+    pg.sql("CREATE TRIGGER count_inserts AFTER INSERT ON finalize.fact REFERENCING NEW TABLE AS new_rows "
+           "FOR EACH STATEMENT EXECUTE FUNCTION public.count_fact_inserts()")
+    # m0: a condition to clear (the one-by-one way clears it);
+    # m1: its verdict row held by another session until after a cycle.
+    env.sql("SELECT finalize._set_condition(finalize._tracked_id('many.m0'), 'read_failed', 'left by the test')")
+    holder = pg.connect(autocommit=False)
+    try:
+        holder.cursor().execute("SELECT finalize.resume_table('many.m1')")
+        for n in names:
+            sim.call("sim.commit", table=n, inserts=2, updates=1)
+        sim.call("sim.advance", seconds=6)
+        for n in names[2:]:
+            env.wait_caught_up("many." + n[4:], sim)
+        env.wait_caught_up("many.m0", sim)
+        env.wait_status("many.m1", lambda s: s["condition"] == "lock_timeout", what="m1's lock_timeout")
+        assert env.status("many.m0")["condition"] is None
+    finally:
+        holder.commit()
+        holder.close()
+        pg.sql("DROP TRIGGER count_inserts ON finalize.fact")
+    assert pg.sql("SELECT max(n) FROM public.fact_inserts")[0][0] >= 38, "the plain ranges were stored at once"
+    pg.sql("DROP TABLE public.fact_inserts")
+    pg.sql("DROP FUNCTION public.count_fact_inserts()")
+    env.wait_caught_up("many.m1", sim)
+    env.wait_status("many.m1", lambda s: s["condition"] is None, what="m1's condition cleared")
+    for n in names:
+        facts = env.facts("many." + n[4:])
+        assert_chain(facts)
+        assert sum(f["inserts"] for f in facts) == 2 and sum(f["updates"] for f in facts) == 1, (n, facts)
+    cycle = env.sql("SELECT cycle_time FROM finalize.source_status WHERE server_name = 'erp'")[0][0]
+    assert cycle is not None and cycle > datetime.timedelta(0)
+    assert "one by one this cycle" not in open(pg.logfile).read()[len(log_before):]
