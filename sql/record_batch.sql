@@ -13,6 +13,11 @@ SELECT finalize.track_table('b.11', 'erp', 'dbo.t11', event_time_column => 'chan
 SELECT count(finalize.record_range(t.table_name, NULL, '0x00000000000000000100', '2026-11-29 10:30+00'))
   FROM finalize.tracked_table t WHERE t.untracked_at IS NULL;
 CREATE FUNCTION id(name text) RETURNS bigint LANGUAGE sql RETURN finalize._tracked_id(name);
+-- The worker follows a capture instance once a table's first range is
+-- recorded; the batch takes only ranges of the instance a table follows.
+SELECT count(*) AS following FROM (SELECT finalize._set_capture_instance(id('b.' || i), 'dbo_t')
+                                   FROM generate_series(1, 12) i) x;
+SELECT finalize._set_capture_instance(id('b.3'), 'dbo_t3_before_a_switch');
 
 -- Tables the batch must refuse, whatever their ranges: a derived table, a
 -- table whose data was lost, one with a condition, one partitioned by
@@ -24,8 +29,9 @@ SELECT finalize._set_condition(id('b.10'), 'read_failed', 'a read failed');
 CREATE TEMP TABLE gone AS SELECT id('b.12') AS table_id;
 SELECT finalize.untrack_table('b.12');
 
--- The inputs, one per table: plain ranges (b.1..b.3: rows, empty, empty
--- again), and every kind of doubt.
+-- The inputs, one per table: plain ranges (b.1, b.2: rows, empty; b.3
+-- empty but of another instance than the one it follows), and every kind
+-- of doubt.
 CREATE TEMP TABLE input (n int, s text, e text, t timestamptz, ins bigint, upd bigint, del bigint,
                          t1 timestamptz, t2 timestamptz, why text);
 INSERT INTO input VALUES
@@ -47,7 +53,7 @@ INSERT INTO input VALUES
 SELECT i.n, i.why, finalize.record_range('r.' || i.n, i.s, i.e, i.t, i.ins, i.upd, i.del, i.t1, i.t2, 'dbo_t')
   FROM input i WHERE i.n <= 3 ORDER BY i.n;
 
--- The batch: b.1..b.3 taken, every other table handed back (a NULL start,
+-- The batch: b.2 taken, every other table handed back (a NULL start,
 -- a repeated table and the untracked table too).
 SELECT t.table_name, x.why
   FROM finalize._record_ranges(
@@ -68,6 +74,12 @@ SELECT t.table_name, x.why
 SELECT finalize.record_range('b.1', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 12:00:01+00',
                              3, 1, 0, '2026-11-29 11:00+00', '2026-11-29 11:59+00', 'dbo_t');
 
+-- b.3 was handed back (it follows another instance than the range's); the
+-- one-by-one way records it and follows the new instance.
+SELECT finalize._record_range(id('b.3'), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+  FROM input WHERE n = 3;
+SELECT finalize._set_capture_instance(id('b.3'), 'dbo_t');
+
 -- What the batch recorded is what record_range recorded: verdicts, offsets,
 -- facts (empty ranges coalesced into one fact).
 SELECT substr(t.table_name, 3) AS n, t.table_name LIKE 'b.%' AS batch,
@@ -80,10 +92,6 @@ SELECT substr(t.table_name, 3) AS n, t.table_name LIKE 'b.%' AS batch, f.start_l
   FROM finalize.fact f JOIN finalize.tracked_table t USING (table_id)
  WHERE t.table_name IN ('b.1', 'b.2', 'b.3', 'r.1', 'r.2', 'r.3')
  ORDER BY 1, 2, f.end_lsn;
--- Like the worker's one-by-one way, the batch follows the capture
--- instance it read (record_range, an admin's, leaves it alone).
-SELECT t.table_name, t.capture_instance FROM finalize.tracked_table t
- WHERE t.table_name IN ('b.2', 'b.3', 'r.2') ORDER BY 1;
 -- The derived table followed b.1.
 SELECT finalized_until FROM finalize.watermark WHERE table_id = id('b.derived');
 
@@ -112,8 +120,9 @@ SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'db
 SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 10;
 
--- Which tables have a condition or an open incident to clear: b.10 (its
--- condition) and b.9 (the incident of its loss).
+-- Which tables have a condition or an open incident of one to clear: b.10.
+-- b.9's open data-loss incident is not a condition's (acknowledging the
+-- loss resolves it), so it does not keep b.9 from the batch.
 SELECT t.table_name FROM finalize._held_conditions((SELECT array_agg(id('b.' || n)) FROM generate_series(1, 11) n)) h
   JOIN finalize.tracked_table t ON t.table_id = h ORDER BY t.table_id;
 
@@ -124,6 +133,23 @@ SELECT finalize._record_ranges(ARRAY[id('b.2')], ARRAY['0x00000000000000000200']
                                ARRAY['dbo_t']) AS left_id;
 SELECT finalized_until, offset_lsn FROM finalize.watermark WHERE table_id = id('b.2');
 SELECT start_lsn, end_lsn, ranges FROM finalize.fact WHERE table_id = id('b.2') ORDER BY fact_id;
+
+-- The NOTIFY payload built in C is json_build_object's text with
+-- finalize._utc_iso's times, byte for byte: names that need escaping,
+-- fractions, infinities, NULLs, a derived table's "kind".
+SELECT count(*) AS payloads, count(*) FILTER (WHERE c = j) AS identical FROM (
+    SELECT finalize._advance_payload(n, k, o, nw, l, o) AS c,
+           CASE WHEN k = 'source'
+                THEN json_build_object('table', n, 'old', finalize._utc_iso(o), 'new', finalize._utc_iso(nw),
+                                       'lsn', l, 'commit_time', finalize._utc_iso(o))::text
+                ELSE json_build_object('table', n, 'old', finalize._utc_iso(o), 'new', finalize._utc_iso(nw),
+                                       'lsn', l, 'commit_time', finalize._utc_iso(o), 'kind', k)::text END AS j
+      FROM unnest(ARRAY['plain', 'quo"te', E'back\\slash', E'tab\there', 'ünïcødé', E'nl\nx', 'ctl' || chr(1)]) n,
+           unnest(ARRAY['source', 'derived']) k,
+           unnest(ARRAY[NULL, '2026-11-29 13:00+00', '2026-11-29 13:00:00.5+00', '2026-11-29 13:00:00.000001+00',
+                        'infinity', '-infinity', '0044-03-15 12:00+00 BC']::timestamptz[]) o,
+           unnest(ARRAY['2026-11-29 14:00+00', '1999-12-31 23:59:59.999999+05']::timestamptz[]) nw,
+           unnest(ARRAY[NULL, '0x0000002D00000E580004']) l) x;
 
 SELECT count(*) AS untracked FROM (
     SELECT finalize.untrack_table(t.table_name, false, true) FROM finalize.tracked_table t

@@ -34,8 +34,9 @@ append_utc(StringInfo buf, bool isnull, TimestampTz ts)
 		appendStringInfoString(buf, "null");
 		return;
 	}
-	appendStringInfo(buf, "\"%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year, tm.tm_mon, tm.tm_mday,
-					 tm.tm_hour, tm.tm_min, tm.tm_sec);
+	/* to_char's YYYY: the year without era (1 BC is year 0 in pg_tm) */
+	appendStringInfo(buf, "\"%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year > 0 ? tm.tm_year : 1 - tm.tm_year,
+					 tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 	if (fsec != 0)
 		appendStringInfo(buf, ".%06d", (int) fsec);
 	appendStringInfoString(buf, "Z\"");

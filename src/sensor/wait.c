@@ -29,7 +29,8 @@
  * holds back vacuum's horizon for the wait; in REPEATABLE READ or
  * SERIALIZABLE that would be the transaction's snapshot, whose later reads
  * could not even see the verdict waited for, so wait_final refuses to run
- * there.
+ * there, as in a transaction that has written (its row locks may be the
+ * ones the worker needs to move the verdict).
  */
 #include "postgres.h"
 
@@ -130,6 +131,17 @@ require_read_committed(void)
 						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
 				 errdetail("The transaction's snapshot would hold back vacuum for the whole wait, and the transaction's later reads would not see the verdict it waited for."),
 				 errhint("Call it in a READ COMMITTED transaction (the default) or outside a transaction block, or poll with finalize.is_final.")));
+	/*
+	 * A transaction that has written holds row locks (record_range,
+	 * report_processed lock the verdict rows) that the worker needs to move
+	 * the very verdict waited for: the wait could only time out.
+	 */
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("finalize.wait_final cannot wait in a transaction that has written"),
+				 errdetail("The transaction's row locks (for example from finalize.record_range or finalize.report_processed) would keep the worker from moving the verdict waited for until the transaction ends."),
+				 errhint("Commit the writes first and call finalize.wait_final in its own transaction (autocommit).")));
 }
 
 /* The verdict epoch (0 without finalize's shared memory). */

@@ -444,8 +444,8 @@ BEGIN
        AND (r.ins + r.upd + r.del = 0) = (r.first_time IS NULL)
        AND (r.first_time IS NULL) = (r.last_time IS NULL)
        AND (r.first_time IS NULL OR (r.first_time <= r.last_time AND r.last_time <= horizon))
-       AND NOT EXISTS (SELECT FROM @extschema@.table_condition c WHERE c.table_id = r.table_id)
-       AND NOT EXISTS (SELECT FROM @extschema@.alert a WHERE a.table_id = r.table_id AND a.state <> 'resolved');
+       AND t.capture_instance IS NOT DISTINCT FROM r.ci
+       AND r.table_id NOT IN (SELECT h FROM @extschema@._held_conditions(table_ids) h);
 
     IF ok.ids IS NOT NULL THEN
         PERFORM @extschema@._store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
@@ -453,9 +453,6 @@ BEGIN
                                                pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
                                                pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
         PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
-        UPDATE @extschema@.tracked_table t SET capture_instance = r.ci
-          FROM unnest(ok.ids, ok.ci) AS r(table_id, ci)
-         WHERE t.table_id = r.table_id AND r.ci IS NOT NULL AND t.capture_instance IS DISTINCT FROM r.ci;
         moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
         FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
                            JOIN @extschema@.tracked_table t ON t.table_id = d.table_id

@@ -196,9 +196,19 @@ BEGIN
 END
 $$;
 
--- Of some tables, those with a condition or an open incident: the worker
--- clears the condition of every table it read (_set_condition), and a
--- cycle over thousands of idle tables needs no write for the others.
+-- The incident kinds of a table's conditions: what _set_condition opens
+-- and resolves (the other table incidents, such as freshness, late_data or
+-- release_rejected, have their own lives).
+CREATE FUNCTION @extschema@._condition_alert_kinds()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
+             'no_capture_instance', 'source_replaced', 'event_column_invalid'];
+
+-- Of some tables, those with a condition or an open incident of one: the
+-- worker clears the condition of every table it read (_set_condition), and
+-- a cycle over thousands of idle tables needs no write for the others.
 CREATE FUNCTION @extschema@._held_conditions(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
@@ -207,7 +217,8 @@ BEGIN ATOMIC
     SELECT c.table_id FROM @extschema@.table_condition c WHERE c.table_id = ANY (_held_conditions.table_ids)
     UNION
     SELECT a.table_id FROM @extschema@.alert a
-     WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved';
+     WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved' AND a.subject = ''
+       AND a.kind = ANY (@extschema@._condition_alert_kinds());
 END;
 
 -- The incidents of a table's condition (_set_condition): one opens once
@@ -220,8 +231,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    kinds text[] := ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
-                          'no_capture_instance', 'source_replaced', 'event_column_invalid'];
+    kinds text[] := @extschema@._condition_alert_kinds();
     server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = _table_alerts.table_id);
 BEGIN
     -- one statement, through the index of open incidents: it runs every cycle

@@ -264,9 +264,18 @@ record_writes(TableWrite *writes, int n)
 				done[i] = true;
 	}
 	else if (b.n > 0 || b.nclear > 0)
-		ereport(LOG,
+	{
+		/* at most one LOG every 10 minutes: a failure that persists is the same news each cycle */
+		static TimestampTz last_logged = 0;
+		TimestampTz now = GetCurrentTimestamp();
+		bool		say = TimestampDifferenceExceeds(last_logged, now, 10 * 60 * 1000);
+
+		if (say)
+			last_logged = now;
+		ereport(say ? LOG : DEBUG1,
 				(errmsg("finalize records %d tables one by one this cycle: recording them at once failed: %s",
 						b.n + b.nclear, e->message)));
+	}
 
 	for (int i = 0; i < n; i++)
 		if (!done[i])

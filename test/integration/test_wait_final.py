@@ -251,6 +251,21 @@ def test_transactions_with_one_snapshot_are_refused(pgw, orders, isolation):
     conn.close()
 
 
+def test_a_transaction_that_has_written_is_refused(pgw, orders):
+    """Its row locks could be the ones the worker needs to move the verdict:
+    the wait could only time out, so it is refused at once."""
+    conn = pgw.connect(autocommit=False)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TEMP TABLE wrote (x int)")
+        cur.execute("INSERT INTO wrote VALUES (1)")
+        with pytest.raises(psycopg2.errors.InvalidTransactionState,
+                           match="finalize.wait_final cannot wait in a transaction that has written") as e:
+            cur.execute("SELECT finalize.wait_final('w.orders', '2026-11-29 12:00+00', '1 minute')")
+    assert "Commit the writes first" in e.value.diag.message_hint
+    conn.rollback()
+    conn.close()
+
+
 def test_a_client_gone_is_noticed_with_client_connection_check_interval(pgw, orders):
     w = Waiter(pgw, "SELECT finalize.wait_final('w.orders', '2026-11-29 15:00+00', %s)", (LONG,),
                setup="SET client_connection_check_interval = '100ms'")

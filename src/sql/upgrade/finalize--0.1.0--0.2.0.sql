@@ -5322,8 +5322,8 @@ BEGIN
        AND (r.ins + r.upd + r.del = 0) = (r.first_time IS NULL)
        AND (r.first_time IS NULL) = (r.last_time IS NULL)
        AND (r.first_time IS NULL OR (r.first_time <= r.last_time AND r.last_time <= horizon))
-       AND NOT EXISTS (SELECT FROM @extschema@.table_condition c WHERE c.table_id = r.table_id)
-       AND NOT EXISTS (SELECT FROM @extschema@.alert a WHERE a.table_id = r.table_id AND a.state <> 'resolved');
+       AND t.capture_instance IS NOT DISTINCT FROM r.ci
+       AND r.table_id NOT IN (SELECT h FROM @extschema@._held_conditions(table_ids) h);
 
     IF ok.ids IS NOT NULL THEN
         PERFORM @extschema@._store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
@@ -5331,9 +5331,6 @@ BEGIN
                                                pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
                                                pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
         PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
-        UPDATE @extschema@.tracked_table t SET capture_instance = r.ci
-          FROM unnest(ok.ids, ok.ci) AS r(table_id, ci)
-         WHERE t.table_id = r.table_id AND r.ci IS NOT NULL AND t.capture_instance IS DISTINCT FROM r.ci;
         moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
         FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
                            JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
@@ -5346,9 +5343,19 @@ BEGIN
 END
 $$;
 
--- Of some tables, those with a condition or an open incident: the worker
--- clears the condition of every table it read (_set_condition), and a
--- cycle over thousands of idle tables needs no write for the others.
+-- The incident kinds of a table's conditions: what _set_condition opens
+-- and resolves (the other table incidents, such as freshness, late_data or
+-- release_rejected, have their own lives).
+CREATE FUNCTION @extschema@._condition_alert_kinds()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
+             'no_capture_instance', 'source_replaced', 'event_column_invalid'];
+
+-- Of some tables, those with a condition or an open incident of one: the
+-- worker clears the condition of every table it read (_set_condition), and
+-- a cycle over thousands of idle tables needs no write for the others.
 CREATE FUNCTION @extschema@._held_conditions(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
@@ -5357,8 +5364,35 @@ BEGIN ATOMIC
     SELECT c.table_id FROM @extschema@.table_condition c WHERE c.table_id = ANY (_held_conditions.table_ids)
     UNION
     SELECT a.table_id FROM @extschema@.alert a
-     WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved';
+     WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved' AND a.subject = ''
+       AND a.kind = ANY (@extschema@._condition_alert_kinds());
 END;
+
+-- The incidents of a table's condition (_set_condition): one opens once
+-- the condition has lasted finalize.alert_after; a cleared or changed
+-- condition resolves the others.
+CREATE OR REPLACE FUNCTION @extschema@._table_alerts(table_id bigint, condition text, message text, since timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    kinds text[] := @extschema@._condition_alert_kinds();
+    server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = _table_alerts.table_id);
+BEGIN
+    -- one statement, through the index of open incidents: it runs every cycle
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
+       AND coalesce(a.table_id, 0) = coalesce(_table_alerts.table_id, 0)
+       AND coalesce(a.server_name, '') = coalesce(server, '') AND a.subject = '';
+    IF condition = ANY (kinds) AND since <= now() - @extschema@._alert_after() THEN
+        PERFORM @extschema@._raise_alert(condition, CASE WHEN condition = 'lock_timeout' THEN 'warning' ELSE 'critical' END,
+                                         table_id, server, '', coalesce(message, condition),
+                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+    END IF;
+END
+$$;
 
 -- A cycle that read the source: what it saw. condition is ok, or
 -- capture_stalled (with a message) when the commit time of max LSN lags
