@@ -97,6 +97,7 @@ UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
 UNIT_SOURCES_test_sketch = src/common/sketch.c
 UNIT_SOURCES_test_outcome = src/alert/outcome.c
 UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
+UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -10,7 +10,8 @@
  * - Callbacks never raise an error, since libcurl is on the stack. The write
  *   callback fills a bounded malloc'd buffer (palloc could raise), copied
  *   into palloc'd memory once curl_easy_perform has returned and then freed,
- *   whatever happened; the header callback keeps Retry-After in a fixed
+ *   whatever happened, or (body_to_fd, for an object too large to hold)
+ *   writes each chunk to the caller's file descriptor with write(2); the header callback keeps Retry-After in a fixed
  *   buffer; the progress callback aborts the transfer on a cancel or a
  *   termination and serves other interrupts (see io_interrupts.c). Nothing
  *   between building a request and freeing its malloc'd memory raises.
@@ -25,6 +26,8 @@
  * (the pages of a listing); what differs per request is set again on each.
  */
 #include "postgres.h"
+
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -60,6 +63,8 @@ typedef struct Collected
 	size_t		limit;			/* max_response_bytes */
 	bool		too_large;
 	bool		no_memory;
+	int			fd;				/* body_to_fd: where the body goes; else -1 */
+	int			write_errno;	/* why writing to fd failed; 0 when it did not */
 	char		retry_after[RETRY_AFTER_MAX];	/* "" when none */
 } Collected;
 
@@ -116,6 +121,25 @@ on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 	{
 		c->too_large = true;
 		return 0;
+	}
+	if (c->fd >= 0)
+	{
+		/* Straight to the file: write(2) raises nothing. */
+		for (size_t done = 0; done < n;)
+		{
+			ssize_t		w = write(c->fd, ptr + done, n - done);
+
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+			{
+				c->write_errno = w < 0 ? errno : ENOSPC;
+				return 0;
+			}
+			done += w;
+		}
+		c->len += n;
+		return n;
 	}
 	if (c->len + n > c->cap)
 	{
@@ -439,6 +463,7 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 	/* From here until free(c.data), nothing raises. */
 	memset(&c, 0, sizeof(c));
 	c.limit = req->max_response_bytes;
+	c.fd = req->body_to_fd ? req->body_fd : -1;
 	headers = header_list(req, &no_memory);
 	if (no_memory)
 		return fail(resp, HTTP_NO_MEMORY, "out of memory for the request's headers");
@@ -461,20 +486,22 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 		failure = HTTP_TOO_LARGE;
 	else if (c.no_memory)
 		failure = HTTP_NO_MEMORY;
+	else if (c.write_errno != 0)
+		failure = HTTP_WRITE_FAILED;
 	else if (rc != CURLE_OK)
 		failure = rc == CURLE_OPERATION_TIMEDOUT ? HTTP_TIMEOUT : HTTP_CONNECT_FAILED;
 	else
 	{
 		/* Not allowed to raise: the malloc'd buffer is still to be freed. */
-		resp->body = palloc_extended(c.len + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+		resp->body = palloc_extended(c.fd >= 0 ? 1 : c.len + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
 		if (resp->body == NULL)
 			failure = HTTP_NO_MEMORY;
 		else
 		{
-			if (c.len > 0)
+			if (c.fd < 0 && c.len > 0)
 				memcpy(resp->body, c.data, c.len);
-			resp->body[c.len] = '\0';
-			resp->len = c.len;
+			resp->body[c.fd >= 0 ? 0 : c.len] = '\0';
+			resp->len = c.len;	/* with body_to_fd: the bytes written */
 		}
 	}
 	free(c.data);
@@ -493,6 +520,9 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 			return fail(resp, failure, "out of memory for the response");
 		case HTTP_TOO_LARGE:
 			return fail(resp, failure, psprintf("the response exceeded %zu bytes", req->max_response_bytes));
+		case HTTP_WRITE_FAILED:
+			return fail(resp, failure, psprintf("could not write the response to a temporary file: %s",
+												strerror(c.write_errno)));
 		case HTTP_BAD_HEADER:
 		case HTTP_INTERRUPTED:
 		case HTTP_TIMEOUT:

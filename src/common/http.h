@@ -24,7 +24,8 @@ typedef enum HttpFailure
 	HTTP_CONNECT_FAILED,		/* any other transfer error (refused, reset,
 								 * DNS, TLS, ...) */
 	HTTP_TOO_LARGE,				/* the body exceeded max_response_bytes */
-	HTTP_NO_MEMORY
+	HTTP_NO_MEMORY,
+	HTTP_WRITE_FAILED			/* body_to_fd: the body could not be written */
 } HttpFailure;
 
 /* One request; the caller keeps everything it points to valid during it. */
@@ -43,6 +44,9 @@ typedef struct HttpRequest
 								 * HTTP basic authentication; NULL for none */
 	const char *password;		/* with aws_sigv4: the secret key */
 	size_t		max_response_bytes; /* a longer body is HTTP_TOO_LARGE */
+	bool		body_to_fd;		/* write the body to body_fd as it arrives
+								 * (a large object), not into memory */
+	int			body_fd;
 } HttpRequest;
 
 /* What came back, palloc'd in the caller's memory context. */
@@ -50,8 +54,8 @@ typedef struct HttpResponse
 {
 	HttpFailure failure;
 	long		status;			/* 0 when no HTTP answer */
-	char	   *body;			/* NUL-terminated; "" when none or when
-								 * failure != HTTP_OK */
+	char	   *body;			/* NUL-terminated; "" when none, when
+								 * failure != HTTP_OK or with body_to_fd */
 	size_t		len;
 	char	   *retry_after;	/* the last response's Retry-After, trimmed,
 								 * or NULL */

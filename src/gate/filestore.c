@@ -304,3 +304,76 @@ filestore_list(const char *root, const char *prefix, ListingSink *sink,
 	flush_batch(&w);
 	MemoryContextDelete(w.batch_cxt);
 }
+
+/*
+ * Reads one object of the store (a manifest's files_location) a chunk at a
+ * time into fn: opened part by part from the root without following a
+ * link, and only if it is a regular file, like every file of a listing. A
+ * file that cannot be opened or read is an error in the system's words.
+ */
+void
+filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg)
+{
+	int			fd = open_counted(AT_FDCWD, root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char	   *parts = pstrdup(key);
+	char	   *save = NULL;
+	char	   *part = strtok_r(parts, "/", &save);
+	volatile int file = -1;
+
+	if (fd < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FILE),
+				 errmsg("local store \"file://%s\" does not exist", root),
+				 errhint("Check the \"store\" field of the manifest.")));
+	while (part != NULL)
+	{
+		char	   *next_part = strtok_r(NULL, "/", &save);
+		int			next = open_counted(fd, part, NOFOLLOW_FLAGS | (next_part ? O_DIRECTORY : O_NONBLOCK));
+		int			saved_errno = errno;
+
+		close_counted(fd);
+		if (next < 0)
+		{
+			errno = saved_errno;
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not open manifest object \"file://%s/%s\": %m", root, key),
+					 errdetail("Below the store's root no symbolic link is followed."),
+					 errhint("Check the \"files_location\" field of the manifest.")));
+		}
+		fd = next;
+		part = next_part;
+	}
+	file = fd;
+	PG_TRY();
+	{
+		struct stat st;
+		char	   *buf = palloc(65536);
+		ssize_t		n;
+
+		if (fstat(file, &st) != 0 || !S_ISREG(st.st_mode))
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("manifest object \"file://%s/%s\" is not a regular file", root, key),
+					 errhint("Check the \"files_location\" field of the manifest.")));
+		while ((n = read(file, buf, 65536)) != 0)
+		{
+			if (n < 0)
+			{
+				if (errno == EINTR)
+					continue;
+				ereport(ERROR,
+						(errcode_for_file_access(),
+						 errmsg("could not read manifest object \"file://%s/%s\": %m", root, key)));
+			}
+			CHECK_FOR_INTERRUPTS();
+			fn(arg, buf, n);
+		}
+		pfree(buf);
+	}
+	PG_FINALLY();
+	{
+		close_counted(file);
+	}
+	PG_END_TRY();
+}

@@ -9,7 +9,11 @@
 
 typedef bool (*WantsChecksum) (const char *path, void *arg);
 
+/* Where the bytes of an object go as they are read. */
+typedef void (*FileChunkFn) (void *arg, const char *data, size_t len);
+
 extern char *filestore_root(const char *url);
+extern void filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg);
 extern void filestore_list(const char *root, const char *prefix, ListingSink *sink,
 						   WantsChecksum wants_checksum, void *arg);
 

@@ -16,6 +16,9 @@
  * The listing is compared with the manifest while it is read, a batch at a
  * time (a directory, an S3 page), and never held whole: the gate's memory
  * is the manifest's (its jsonb and one hash entry per file) plus one batch.
+ * A manifest that names its files' object (files_location) instead is
+ * read from the store as the caller too, and both sides go through a
+ * tuplesort (work_mem each) and are merged: nothing is held whole.
  */
 #include "postgres.h"
 
@@ -131,10 +134,31 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 
 	/* An untracked table is an error before anything goes over the network. */
 	run_as_owner(owner, lookup_step, &run);
-	/* The store, as the caller, compared with the manifest as it is listed. */
-	inventory_compare_begin(&listing, &m.files, m.prefix, &found, true);
-	list_store(&m, &listing);
-	inventory_compare_end(&listing);
+	if (m.files_location == NULL)
+	{
+		/* The store, as the caller, compared with the manifest as it is listed. */
+		inventory_compare_begin(&listing, &m.files, m.prefix, &found, true);
+		list_store(&m, &listing);
+		inventory_compare_end(&listing);
+	}
+	else
+	{
+		/*
+		 * A manifest too large for one value: its files are read from the
+		 * store and sorted, the listing too, then the two are merged.
+		 */
+		ManifestLines lines;
+		InvCursor	files;
+
+		manifest_lines_begin(&lines, m.files_location);
+		read_manifest_files(&m, &lines);
+		manifest_lines_end(&lines, &m);
+		inventory_compare_begin_sorted(&listing, m.prefix, &found, m.files_any_etag);
+		list_store(&m, &listing);
+		sorted_inventory_cursor(lines.sort, &files, m.files_location);
+		inventory_compare_end_sorted(&listing, &files);
+		sorted_inventory_end(lines.sort);
+	}
 	/* The catalog, as the extension's owner. */
 	run_as_owner(owner, check_step, &run);
 
@@ -186,6 +210,83 @@ finalize_compare_inventories(PG_FUNCTION_ARGS)
 		inventory_compare(&files, &listing, prefix, &problems);
 	}
 	PG_RETURN_JSONB_P(problems_to_jsonb(&problems));
+}
+
+/*
+ * The report of an attempt whose manifest named its files' object
+ * (files_location): the files were never held, so the listing cannot be
+ * rebuilt here; the stored report gets "listing_delta", what the listing
+ * had that differs from the object's lines: {"listed": {"path": size |
+ * {"size", "etag"}}, "absent": ["path", ...]}. The listing is the
+ * object's files under the prefix, less the absent ones, with the listed
+ * ones in their place. Built in cxt.
+ */
+static Jsonb *
+report_with_delta(Jsonb *report, const char *data, size_t len, int64 release_id, MemoryContext cxt)
+{
+	JsonbParseState *st = NULL;
+	JsonbIterator *it;
+	JsonbValue	k;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	InvDecoder *d = palloc(sizeof(InvDecoder));
+	InvRecord	r;
+	Inventory	listed = {0};
+	List	   *absent = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+	Jsonb	   *out;
+
+	if (!inv_decoder_init(d, data, len))
+		d->error = true;
+	while (!d->error && inv_decode_next(d, &r))
+	{
+		if (r.kind == INVCODEC_LISTED)
+		{
+			InvObject	o = {0};
+
+			o.path = pnstrdup(r.path, r.path_len);
+			o.path_len = r.path_len;
+			o.size = r.size;
+			o.etag = r.etag ? pnstrdup(r.etag, r.etag_len) : NULL;
+			o.etag_len = r.etag_len;
+			inventory_append(&listed, &o);
+		}
+		else
+			absent = lappend(absent, pnstrdup(r.path, r.path_len));
+	}
+	if (d->error)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", release_id)));
+	jb_begin_object(&st, NULL);
+	it = JsonbIteratorInit(&report->root);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&it, &v, true);
+		pushJsonbValue(&st, WJB_KEY, &k);
+		pushJsonbValue(&st, WJB_VALUE, &v);
+	}
+	jb_begin_object(&st, "listing_delta");
+	inventory_push_jsonb(&st, "listed", &listed);
+	jb_begin_array(&st, "absent");
+	foreach(lc, absent)
+	{
+		JsonbValue	p;
+
+		p.type = jbvString;
+		p.val.string.val = lfirst(lc);
+		p.val.string.len = strlen(p.val.string.val);
+		pushJsonbValue(&st, WJB_ELEM, &p);
+	}
+	jb_end_array(&st);
+	jb_end_object(&st);
+	old = MemoryContextSwitchTo(cxt);
+	out = jb_finish(jb_end_object(&st));
+	MemoryContextSwitchTo(old);
+	return out;
 }
 
 /*
@@ -242,6 +343,18 @@ finalize_release_report(PG_FUNCTION_ARGS)
 	delta = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
 
+	if (getKeyJsonValueFromContainer(&manifest->root, "files_location", 14, NULL) != NULL)
+	{
+		/* The manifest's files are in the store: the differences only. */
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", PG_GETARG_INT64(0))));
+		out = report_with_delta(report, VARDATA_ANY(delta), VARSIZE_ANY_EXHDR(delta), PG_GETARG_INT64(0),
+								caller_cxt);
+		SPI_finish();
+		PG_RETURN_JSONB_P(out);
+	}
 	f = getKeyJsonValueFromContainer(&manifest->root, "files", 5, NULL);
 	inventory_from_jsonb(f, "files", &files);
 	if (isnull || !inventory_rebuild(&files, prefix, VARDATA_ANY(delta), VARSIZE_ANY_EXHDR(delta), &listing))

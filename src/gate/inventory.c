@@ -20,6 +20,8 @@
 
 #include "common/json_build.h"
 #include "gate/inventory.h"
+#include "gate/inventory_merge.h"
+#include "gate/sorted_inventory.h"
 
 /*
  * A manifest entry in the hash table: the key is the manifest's object
@@ -148,30 +150,6 @@ path_is_safe(const char *path, int len)
 	}
 }
 
-/* Two ETags equal once quotes and case are set aside. */
-static bool
-etags_equal(const char *a, int alen, const char *b, int blen)
-{
-	if (alen >= 2 && a[0] == '"' && a[alen - 1] == '"')
-	{
-		a++;
-		alen -= 2;
-	}
-	if (blen >= 2 && b[0] == '"' && b[blen - 1] == '"')
-	{
-		b++;
-		blen -= 2;
-	}
-	if (alen != blen)
-		return false;
-	if (memcmp(a, b, alen) == 0)
-		return true;			/* the usual case: no case to fold */
-	for (int i = 0; i < alen; i++)
-		if (pg_ascii_tolower((unsigned char) a[i]) != pg_ascii_tolower((unsigned char) b[i]))
-			return false;
-	return true;
-}
-
 /* Problems sorted by path, then code, for stable reports. */
 static int
 problem_cmp(const void *a, const void *b)
@@ -183,23 +161,33 @@ problem_cmp(const void *a, const void *b)
 	return c != 0 ? c : strcmp(pa->code, pb->code);
 }
 
-/* The problems of one path found on both sides (size, then checksum). */
+/*
+ * The problems of one path found on both sides, by the one rule every
+ * comparison shares (inv_verdict), in words a publisher can act on.
+ */
 static void
 compare_object(const InvObject *m, const InvObject *l, ProblemList *out)
 {
-	if (m->size != l->size)
-		problem_add(out, "size_mismatch", pnstrdup(l->path, l->path_len),
-					psprintf("The manifest says " INT64_FORMAT " bytes, the store has " INT64_FORMAT
-							 " bytes: the object was overwritten or truncated.", m->size, l->size));
-	else if (m->etag != NULL && (l->etag == NULL || !etags_equal(m->etag, m->etag_len, l->etag, l->etag_len)))
+	switch (inv_verdict(m, l))
 	{
-		char	   *want = etag_normalize(pnstrdup(m->etag, m->etag_len));
+		case INV_AGREE:
+			break;
+		case INV_SIZE_MISMATCH:
+			problem_add(out, "size_mismatch", pnstrdup(l->path, l->path_len),
+						psprintf("The manifest says " INT64_FORMAT " bytes, the store has " INT64_FORMAT
+								 " bytes: the object was overwritten or truncated.", m->size, l->size));
+			break;
+		case INV_CHECKSUM_MISMATCH:
+			{
+				char	   *want = etag_normalize(pnstrdup(m->etag, m->etag_len));
 
-		problem_add(out, "checksum_mismatch", pnstrdup(l->path, l->path_len),
-					l->etag ? psprintf("The manifest says checksum %s, the store has %s: the object was "
-									   "overwritten with other content of the same size.",
-									   want, etag_normalize(pnstrdup(l->etag, l->etag_len)))
-					: psprintf("The manifest says checksum %s, but the store gave none to compare.", want));
+				problem_add(out, "checksum_mismatch", pnstrdup(l->path, l->path_len),
+							l->etag ? psprintf("The manifest says checksum %s, the store has %s: the object was "
+											   "overwritten with other content of the same size.",
+											   want, etag_normalize(pnstrdup(l->etag, l->etag_len)))
+							: psprintf("The manifest says checksum %s, but the store gave none to compare.", want));
+			}
+			break;
 	}
 }
 
@@ -229,20 +217,54 @@ missing(const InvObject *m, const char *prefix, ProblemList *out)
 						 "object under \"%s\".", m->size, prefix));
 }
 
-/* Whether a path starts with the prefix. */
-static inline bool
-under(const InvObject *o, const char *prefix, int prefix_len)
+/* Where a merge's findings go: problems only (compare_inventories). */
+typedef struct MergeProblems
 {
-	return o->path_len >= prefix_len && memcmp(o->path, prefix, prefix_len) == 0;
+	const char *prefix;
+	ProblemList *out;
+	int			n;
+} MergeProblems;
+
+/* A merge's manifest path outside the prefix. */
+static void
+merge_outside(void *arg, const InvObject *m)
+{
+	MergeProblems *mp = arg;
+
+	wrong_prefix(m, mp->prefix, mp->out);
 }
 
-/* jsonb key order: shorter first, then bytes. */
-static inline int
-key_cmp(const InvObject *a, const InvObject *b)
+/* A merge's manifest object that is not listed. */
+static void
+merge_missing(void *arg, const InvObject *m)
 {
-	if (a->path_len != b->path_len)
-		return a->path_len < b->path_len ? -1 : 1;
-	return memcmp(a->path, b->path, a->path_len);
+	MergeProblems *mp = arg;
+
+	if ((++mp->n & 1023) == 0)
+		CHECK_FOR_INTERRUPTS();
+	missing(m, mp->prefix, mp->out);
+}
+
+/* A merge's listed object that the manifest lacks. */
+static void
+merge_stray(void *arg, const InvObject *l)
+{
+	MergeProblems *mp = arg;
+
+	if ((++mp->n & 1023) == 0)
+		CHECK_FOR_INTERRUPTS();
+	stray(l, mp->prefix, mp->out);
+}
+
+/* A merge's path found on both sides. */
+static void
+merge_both(void *arg, const InvObject *m, const InvObject *l)
+{
+	MergeProblems *mp = arg;
+
+	if ((++mp->n & 1023) == 0)
+		CHECK_FOR_INTERRUPTS();
+	compare_object(m, l, mp->out);
 }
 
 /*
@@ -253,45 +275,11 @@ key_cmp(const InvObject *a, const InvObject *b)
 void
 inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, ProblemList *out)
 {
-	int			prefix_len = strlen(prefix);
+	MergeProblems mp = {prefix, out, 0};
+	InvMergeEvents ev = {merge_outside, merge_missing, merge_stray, merge_both, &mp};
 	int			first = out->n;
-	InvObject	m;
-	InvObject	l;
-	bool		have_m;
-	bool		have_l;
 
-	/* Next manifest object under the prefix; the others are wrong_prefix. */
-#define NEXT_M() \
-	do { \
-		while ((have_m = manifest->next(manifest, &m)) && !under(&m, prefix, prefix_len)) \
-			wrong_prefix(&m, prefix, out); \
-	} while (0)
-
-	NEXT_M();
-	have_l = listing->next(listing, &l);
-	while (have_m || have_l)
-	{
-		int			c = !have_m ? 1 : !have_l ? -1 : key_cmp(&m, &l);
-
-		CHECK_FOR_INTERRUPTS();
-		if (c < 0)
-		{
-			missing(&m, prefix, out);
-			NEXT_M();
-		}
-		else if (c > 0)
-		{
-			stray(&l, prefix, out);
-			have_l = listing->next(listing, &l);
-		}
-		else
-		{
-			compare_object(&m, &l, out);
-			NEXT_M();
-			have_l = listing->next(listing, &l);
-		}
-	}
-#undef NEXT_M
+	inv_merge(manifest, listing, prefix, strlen(prefix), INV_ORDER_JSONB, &ev);
 	if (out->n - first > 1)
 		qsort(out->items + first, out->n - first, sizeof(Problem), problem_cmp);
 }
@@ -355,20 +343,24 @@ keep_record(InvComparison *c, char kind, const InvObject *o)
 				 errdetail("The key begins \"%s\".", pnstrdup(o->path, Min(o->path_len, 64)))));
 }
 
-/* Whether a listed object is exactly its manifest entry (nothing to store). */
-static inline bool
-same_as_manifest(const InvObject *m, const InvObject *l)
-{
-	if (m->size != l->size || (m->etag == NULL) != (l->etag == NULL))
-		return false;
-	return m->etag == NULL || (m->etag_len == l->etag_len && memcmp(m->etag, l->etag, m->etag_len) == 0);
-}
-
 /* The listing's consumer: each batch is compared as it arrives. */
 static void
 comparison_consume(ListingSink *sink, const Inventory *batch)
 {
-	inventory_compare_batch((InvComparison *) sink, batch);
+	InvComparison *c = (InvComparison *) sink;
+
+	if (c->sorted_listing == NULL)
+	{
+		inventory_compare_batch(c, batch);
+		return;
+	}
+	/* Sorted: counted and compared once the manifest's sort is merged. */
+	for (int i = 0; i < batch->n; i++)
+	{
+		if ((i & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+		sorted_inventory_put(c->sorted_listing, &batch->items[i]);
+	}
 }
 
 /*
@@ -397,7 +389,7 @@ inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char 
 		const InvObject *m = &manifest->items[i];
 		bool		found;
 
-		if (!under(m, prefix, c->prefix_len))
+		if (!inv_under(m, prefix, c->prefix_len))
 		{
 			wrong_prefix(m, prefix, out);
 			c->state[i] = M_OUTSIDE;
@@ -444,7 +436,7 @@ inventory_compare_batch(InvComparison *c, const Inventory *batch)
 		}
 		c->state[e->key - c->manifest->items] = M_SEEN;
 		compare_object(e->key, l, c->out);
-		if (!same_as_manifest(e->key, l))
+		if (!inv_same_as_manifest(e->key, l))
 			keep_record(c, INVCODEC_LISTED, l);
 	}
 	MemoryContextSwitchTo(old);
@@ -458,7 +450,11 @@ bool
 inventory_wants_checksum(InvComparison *c, const char *path, int path_len)
 {
 	InvObject	key = {.path = (char *) path,.path_len = path_len};
-	PathEntry  *e = pathtab_lookup(c->tab, &key);
+	PathEntry  *e;
+
+	if (c->tab == NULL)
+		return c->any_etag;		/* sorted: the manifest is not at hand */
+	e = pathtab_lookup(c->tab, &key);
 
 	return e != NULL && e->key->etag != NULL;
 }
@@ -482,6 +478,111 @@ inventory_compare_end(InvComparison *c)
 	c->tab = NULL;
 	if (c->stored != NULL)
 		SET_VARSIZE(c->stored->data, c->stored->len);
+	if (c->out->n - c->first > 1)
+		qsort(c->out->items + c->first, c->out->n - c->first, sizeof(Problem), problem_cmp);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Starts a comparison whose manifest is too large to hold (read from the
+ * store): the listing is sorted as it arrives (sorted_inventory.c) and
+ * merged with the manifest's sorted stream at the end. The stored form is
+ * always kept. any_etag says whether a file store must compute checksums
+ * (for every file: the manifest cannot be asked per path).
+ */
+void
+inventory_compare_begin_sorted(InvComparison *c, const char *prefix, ProblemList *out, bool any_etag)
+{
+	memset(c, 0, sizeof(*c));
+	c->sink.consume = comparison_consume;
+	c->prefix = prefix;
+	c->prefix_len = strlen(prefix);
+	c->out = out;
+	c->first = out->n;
+	c->cxt = CurrentMemoryContext;
+	c->any_etag = any_etag;
+	c->sorted_listing = sorted_inventory_begin();
+	c->stored = makeStringInfo();
+	appendStringInfoSpaces(c->stored, VARHDRSZ);
+	c->encoder = palloc(sizeof(InvEncoder));
+	inv_encoder_init(c->encoder, stored_append, c->stored);
+}
+
+/* A sorted merge's manifest path outside the prefix. */
+static void
+sorted_outside(void *arg, const InvObject *m)
+{
+	InvComparison *c = arg;
+
+	wrong_prefix(m, c->prefix, c->out);
+}
+
+/* A sorted merge's manifest object that is not listed: stored as absent. */
+static void
+sorted_missing(void *arg, const InvObject *m)
+{
+	InvComparison *c = arg;
+
+	missing(m, c->prefix, c->out);
+	keep_record(c, INVCODEC_ABSENT, m);
+}
+
+/* Counts a listed object into the listing's summary. */
+static void
+sorted_count(InvComparison *c, const InvObject *l)
+{
+	c->listed++;
+	c->bytes += l->size;
+	inventory_digest_add(c->digest, l->path, l->path_len, l->size, l->etag, l->etag_len);
+}
+
+/* A sorted merge's listed object that the manifest lacks: stored. */
+static void
+sorted_stray(void *arg, const InvObject *l_in)
+{
+	InvComparison *c = arg;
+	InvObject	l = *l_in;
+
+	/* A file store computed its checksum only because it could not ask. */
+	if (c->etags_computed)
+		l.etag = NULL, l.etag_len = 0;
+	sorted_count(c, &l);
+	stray(&l, c->prefix, c->out);
+	keep_record(c, INVCODEC_LISTED, &l);
+}
+
+/* A sorted merge's path on both sides: stored unless exactly the manifest's. */
+static void
+sorted_both(void *arg, const InvObject *m, const InvObject *l_in)
+{
+	InvComparison *c = arg;
+	InvObject	l = *l_in;
+
+	if (c->etags_computed && m->etag == NULL)
+		l.etag = NULL, l.etag_len = 0;
+	sorted_count(c, &l);
+	compare_object(m, &l, c->out);
+	if (!inv_same_as_manifest(m, &l))
+		keep_record(c, INVCODEC_LISTED, &l);
+}
+
+/*
+ * Ends a sorted comparison: the listing's sort is merged with the
+ * manifest's (a cursor in INV_ORDER_BYTES), by the rules every comparison
+ * shares, and both sorts' temporary files go.
+ */
+void
+inventory_compare_end_sorted(InvComparison *c, InvCursor *manifest)
+{
+	MemoryContext old = MemoryContextSwitchTo(c->cxt);
+	InvMergeEvents ev = {sorted_outside, sorted_missing, sorted_stray, sorted_both, c};
+	InvCursor	listing;
+
+	sorted_inventory_cursor(c->sorted_listing, &listing, NULL);
+	inv_merge(manifest, &listing, c->prefix, c->prefix_len, INV_ORDER_BYTES, &ev);
+	sorted_inventory_end(c->sorted_listing);
+	c->sorted_listing = NULL;
+	SET_VARSIZE(c->stored->data, c->stored->len);
 	if (c->out->n - c->first > 1)
 		qsort(c->out->items + c->first, c->out->n - c->first, sizeof(Problem), problem_cmp);
 	MemoryContextSwitchTo(old);
@@ -522,7 +623,7 @@ inventory_rebuild(const Inventory *manifest, const char *prefix, const char *dat
 	{
 		bool		found;
 
-		if (under(&manifest->items[i], prefix, prefix_len))
+		if (inv_under(&manifest->items[i], prefix, prefix_len))
 			(void) pathtab_insert(tab, &manifest->items[i], &found);
 		else
 			state[i] = M_OUTSIDE;

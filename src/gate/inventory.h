@@ -90,6 +90,12 @@ typedef struct InvComparison
 	uint64		digest[2];
 	StringInfo	stored;			/* NULL: not kept (compare_inventories) */
 	InvEncoder *encoder;
+	struct SortedInventory *sorted_listing; /* sorted comparison: the listing
+											 * goes here (no hash table) */
+	bool		any_etag;		/* sorted: some manifest entry has an ETag */
+	bool		etags_computed; /* sorted: the store computed every ETag (a
+								 * file store); kept only where the manifest
+								 * has one, as the hash path would */
 } InvComparison;
 
 extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
@@ -101,6 +107,9 @@ extern void inventory_compare_begin(InvComparison *c, const Inventory *manifest,
 									ProblemList *out, bool keep_stored);
 extern void inventory_compare_batch(InvComparison *c, const Inventory *batch);
 extern void inventory_compare_end(InvComparison *c);
+extern void inventory_compare_begin_sorted(InvComparison *c, const char *prefix, ProblemList *out,
+										   bool any_etag);
+extern void inventory_compare_end_sorted(InvComparison *c, InvCursor *manifest);
 extern bool inventory_wants_checksum(InvComparison *c, const char *path, int path_len);
 extern char *inventory_digest_hex(const uint64 digest[2]);
 extern void inventory_digest_add(uint64 digest[2], const char *path, int path_len, int64 size,

@@ -9,7 +9,11 @@
  *    "empty": true,                               optional
  *    "built_at": "2026-11-27 10:02+00",           optional: when the generation's data was read
  *    "files": {"path": size, "path": {"size": n, "etag": "..."}}
- *             or [{"path": "...", "size": n, "etag": "..."}, ...]}
+ *             or [{"path": "...", "size": n, "etag": "..."}, ...],
+ *    or "files_location": "s3://bucket/key" | "file:///path"
+ *             a JSON Lines object in the same store, one
+ *             {"path": "...", "size": n, "etag": "..."} per line
+ *             (read by manifest_lines.c, for manifests too large for jsonb)}
  *
  * A malformed manifest is an error (SQLSTATE 22023) that names the field,
  * so a publisher learns what to fix before anything is compared.
@@ -321,7 +325,8 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 	bool		check_path = paths_checked(field);
 
 	if (v == NULL || v->type == jbvNull)
-		bad_manifest(field, "is missing");
+		bad_manifest(field, "%s", strcmp(field, "files") == 0 ? "is missing (give \"files\" or \"files_location\")"
+					 : "is missing");
 	if (v->type != jbvBinary)
 		bad_manifest(field, "must be an object {\"path\": size} or an array of {\"path\", \"size\"}");
 
@@ -410,7 +415,19 @@ manifest_parse(Jsonb *jb, Manifest *m)
 		m->empty = v->val.boolean;
 	}
 
-	inventory_from_jsonb(field_of(root, "files"), "files", &m->files);
+	v = field_of(root, "files_location");
+	if (v != NULL && v->type != jbvNull)
+	{
+		JsonbValue *f = field_of(root, "files");
+
+		if (f != NULL && f->type != jbvNull)
+			bad_manifest("files_location", "cannot be given with \"files\": a manifest gives its files inline "
+						 "or names the object that lists them, not both");
+		/* Read from the store later, as the caller (store_listing.c). */
+		m->files_location = string_field(root, "files_location", true);
+	}
+	else
+		inventory_from_jsonb(field_of(root, "files"), "files", &m->files);
 	if (m->empty && m->files.n > 0)
 		bad_manifest("files", "must be empty when \"empty\" is true");
 	if (m->empty && !m->has_period)

@@ -22,7 +22,14 @@ typedef struct Manifest
 	bool		empty;			/* an intentionally empty partition */
 	bool		has_built_at;
 	TimestampTz built_at;		/* when the generation's data was read (optional) */
-	Inventory	files;
+	Inventory	files;			/* inline "files"; empty with files_location */
+	char	   *files_location; /* s3://bucket/key or file:///path of a JSON
+								 * Lines object of the files; NULL when inline */
+	/* What was read from files_location (its summary, as stored). */
+	int64		files_count;
+	int64		files_bytes;
+	uint64		files_digest[2];
+	bool		files_any_etag;
 } Manifest;
 
 extern void manifest_parse(Jsonb *jb, Manifest *m);

@@ -23,6 +23,8 @@
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
@@ -269,6 +271,9 @@ fetch_page(HttpClient *client, const HttpRequest *req, Inventory *out, bool *tru
 		case HTTP_NO_MEMORY:
 			set_error(err, r.status, "OutOfMemory", "no memory for one page of the listing");
 			break;
+		case HTTP_WRITE_FAILED:
+			set_error(err, 0, "WriteFailed", r.error);
+			break;
 		case HTTP_TIMEOUT:
 			set_error(err, 0, "Timeout", r.error);
 			break;
@@ -390,6 +395,131 @@ objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Er
 	PG_TRY();
 	{
 		ok = list_pages(client, loc, prefix, sink, err);
+	}
+	PG_FINALLY();
+	{
+		http_client_destroy(client);
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/* The URL of one object: its key percent-encoded part by part ("/" kept). */
+static char *
+object_url(const S3Location *loc, const char *key)
+{
+	StringInfoData url;
+	const char *scheme_end = strstr(loc->endpoint, "://");
+	size_t		elen = strlen(loc->endpoint);
+	const char *part = key;
+
+	while (elen > 0 && loc->endpoint[elen - 1] == '/')
+		elen--;
+	initStringInfo(&url);
+	if (loc->virtual_host && scheme_end != NULL)
+		appendStringInfo(&url, "%.*s%s.%.*s/", (int) (scheme_end + 3 - loc->endpoint), loc->endpoint,
+						 loc->bucket, (int) (elen - (scheme_end + 3 - loc->endpoint)), scheme_end + 3);
+	else
+		appendStringInfo(&url, "%.*s/%s/", (int) elen, loc->endpoint, http_uri_encode(loc->bucket));
+	for (;;)
+	{
+		const char *slash = strchr(part, '/');
+		char	   *seg = slash ? pnstrdup(part, slash - part) : pstrdup(part);
+
+		appendStringInfoString(&url, http_uri_encode(seg));
+		if (slash == NULL)
+			break;
+		appendStringInfoChar(&url, '/');
+		part = slash + 1;
+	}
+	return url.data;
+}
+
+/*
+ * Reads S3's error document of a failed GET back from the start of the
+ * file its body went to (at most 64 kB: an error document is small).
+ */
+static void
+read_error_from_fd(int fd, long status, S3Error *err)
+{
+	HttpResponse r = {0};
+	char	   *buf = palloc(65537);
+	ssize_t		n = pread(fd, buf, 65536, 0);
+
+	r.body = buf;
+	r.len = n > 0 ? n : 0;
+	buf[r.len] = '\0';
+	read_error(&r, status, err);
+	pfree(buf);
+}
+
+/*
+ * Gets one object (a manifest's files_location) with the caller's keys,
+ * its body written to fd as it arrives, so an object of any size is never
+ * held in memory. Returns false with err set as objstore_list does; the
+ * caller raises, and reads fd back.
+ */
+bool
+objstore_get(const S3Location *loc, const char *key, int fd, S3Error *err)
+{
+	HttpClient *client;
+	HttpResponse init;
+	volatile bool ok = false;
+
+	memset(err, 0, sizeof(*err));
+	io_interrupts_begin();
+	if (!credentials_safe(loc, err))
+		return false;
+	client = http_client_create(CurrentMemoryContext, &init);
+	if (client == NULL)
+	{
+		set_error(err, 0, "CurlInitFailed", init.error);
+		return false;
+	}
+	PG_TRY();
+	{
+		HttpRequest req;
+		HttpResponse r;
+
+		list_request(loc, &req);
+		req.url = object_url(loc, key);
+		req.max_response_bytes = (size_t) 1 << 40;	/* a manifest of any real size */
+		req.body_to_fd = true;
+		req.body_fd = fd;
+		http_perform(client, &req, &r);
+		switch (r.failure)
+		{
+			case HTTP_OK:
+				if (r.status == 200)
+					ok = true;
+				else
+					read_error_from_fd(fd, r.status, err);
+				break;
+			case HTTP_INTERRUPTED:
+				set_error(err, 0, "Interrupted", "reading the object was interrupted");
+				break;
+			case HTTP_TIMEOUT:
+				set_error(err, 0, "Timeout", r.error);
+				break;
+			case HTTP_CONNECT_FAILED:
+				set_error(err, 0, "ConnectionFailed", r.error);
+				break;
+			case HTTP_BAD_HEADER:
+				set_error(err, 0, "InvalidCredentials", r.error);
+				break;
+			case HTTP_TOO_LARGE:
+				set_error(err, r.status, "ResponseTooLarge", r.error);
+				break;
+			case HTTP_NO_MEMORY:
+				set_error(err, r.status, "OutOfMemory", r.error);
+				break;
+			case HTTP_WRITE_FAILED:
+				set_error(err, 0, "WriteFailed", r.error);
+				break;
+			case HTTP_INIT_FAILED:
+				set_error(err, 0, "CurlInitFailed", r.error);
+				break;
+		}
 	}
 	PG_FINALLY();
 	{

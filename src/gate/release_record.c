@@ -22,7 +22,9 @@
 /*
  * The report stored with a release attempt, so a refusal can be explained
  * later: the catalog view, the CDC facts, the problems, and a summary of
- * the listing (objects, bytes, digest). The two inventories are not in it:
+ * the listing (objects, bytes, digest), and for a manifest that names its
+ * files' object (files_location) that location with the count, bytes and
+ * digest of what was read from it. The two inventories are not in it:
  * the manifest is stored as the publisher gave it (its own column) and the
  * listing as what differs from it (listing_delta, inventory_codec.c);
  * finalize.release_report() rebuilds the full report from the three.
@@ -32,17 +34,29 @@ build_report(const ReleaseAttempt *a)
 {
 	JsonbParseState *st = NULL;
 	const InvComparison *l = a->listing;
+	const Manifest *m = a->manifest;
 
 	jb_begin_object(&st, NULL);
+
 	jb_begin_object(&st, "manifest");
-	jb_text(&st, "prefix", a->manifest->prefix);
-	jb_bool(&st, "empty", a->manifest->empty);
+	jb_text(&st, "prefix", m->prefix);
+	jb_bool(&st, "empty", m->empty);
+	if (m->files_location != NULL)
+	{
+		/* The files stay in the store's object: what was read of it. */
+		jb_text(&st, "files_location", m->files_location);
+		jb_begin_object(&st, "files_summary");
+		jb_int(&st, "files", m->files_count);
+		jb_int(&st, "bytes", m->files_bytes);
+		jb_text(&st, "digest", inventory_digest_hex(m->files_digest));
+		jb_end_object(&st);
+	}
 	jb_end_object(&st);
 	jb_begin_object(&st, "listing_summary");
 	jb_int(&st, "objects", l->listed);
 	jb_int(&st, "bytes", l->bytes);
 	jb_text(&st, "digest", inventory_digest_hex(l->digest));
-	jb_int(&st, "manifest_files", a->manifest->files.n);
+	jb_int(&st, "manifest_files", m->files_location ? m->files_count : m->files.n);
 	jb_int(&st, "stored_records", (int64) l->encoder->records);
 	jb_end_object(&st);
 	jb_json_text(&st, "catalog", a->catalog_json);
@@ -64,6 +78,12 @@ build_whole_report(const ReleaseAttempt *a)
 	Inventory	listing = {0};
 	bytea	   *stored = (bytea *) a->listing->stored->data;
 
+	if (a->manifest->files_location != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a manifest with \"files_location\" needs the extension's catalog of version 0.2.0"),
+				 errdetail("The catalog stores every attempt whole; this one's files are not held."),
+				 errhint("Run ALTER EXTENSION finalize UPDATE.")));
 	if (!inventory_rebuild(&a->manifest->files, a->manifest->prefix, VARDATA(stored), VARSIZE(stored) - VARHDRSZ,
 						   &listing))
 		elog(ERROR, "could not rebuild the listing of partition \"%s\"", a->manifest->partition);

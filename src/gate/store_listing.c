@@ -12,6 +12,7 @@
 
 #include "catalog/pg_authid.h"
 #include "catalog/pg_foreign_server.h"
+#include "storage/fd.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -68,6 +69,21 @@ s3_hint(const S3Error *err)
 }
 
 /*
+ * A local store is only for callers who could read the server's files
+ * anyway: its listing and its objects reveal names, sizes and contents.
+ */
+static void
+check_file_store_access(const Manifest *m, Oid caller)
+{
+	if (!has_privs_of_role(caller, ROLE_PG_READ_SERVER_FILES))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to list local store \"%s\"", m->store),
+				 errdetail("Listing files on the database server needs the privileges of pg_read_server_files."),
+				 errhint("Publish through a finalize_s3 server, or have an administrator grant pg_read_server_files.")));
+}
+
+/*
  * Lists a local file:// store: only for callers who could read the
  * server's files anyway, since the listing reveals names and sizes.
  */
@@ -77,13 +93,10 @@ list_file_store(const Manifest *m, Oid caller, InvComparison *cmp)
 	char	   *root;
 	bool		any_etag = false;
 
-	if (!has_privs_of_role(caller, ROLE_PG_READ_SERVER_FILES))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to list local store \"%s\"", m->store),
-				 errdetail("Listing files on the database server needs the privileges of pg_read_server_files."),
-				 errhint("Publish through a finalize_s3 server, or have an administrator grant pg_read_server_files.")));
+	check_file_store_access(m, caller);
 	root = filestore_root(m->store);
+	any_etag = m->files_any_etag;
+	cmp->etags_computed = cmp->sorted_listing != NULL && any_etag;
 	for (int i = 0; i < m->files.n && !any_etag; i++)
 		any_etag = m->files.items[i].etag != NULL;
 	filestore_list(root, m->prefix, &cmp->sink, any_etag ? manifest_has_etag : NULL, cmp);
@@ -197,4 +210,112 @@ list_store(const Manifest *m, InvComparison *cmp)
 		list_file_store(m, caller, cmp);
 	else
 		list_s3_store(m, caller, cmp);
+}
+
+/*
+ * The key a manifest's files_location names in its own store, or an error:
+ * the manifest must not make the gate read anything else with the
+ * caller's credentials (another bucket, another server, a file outside the
+ * local store's root). base is "file://<root>/" or "s3://<bucket>/".
+ */
+static char *
+location_key(const Manifest *m, const char *base)
+{
+	size_t		blen = strlen(base);
+	const char *key = m->files_location + blen;
+
+	if (strncmp(m->files_location, base, blen) != 0 || !path_is_safe(key, strlen(key)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: field \"files_location\" \"%s\" is not an object of the partition's store",
+						m->files_location),
+				 errdetail("The manifest's files are read from the store \"%s\" with the caller's rights, so the "
+						   "location must be %s<key>, the key relative, without empty, \".\" or \"..\" parts.",
+						   m->store, base),
+				 errhint("Write the manifest object into the same store as the data, next to the generation's prefix.")));
+	return pstrdup(key);
+}
+
+/* Feeds what a local store's read gives to the manifest's lines. */
+static void
+feed_lines(void *arg, const char *data, size_t len)
+{
+	manifest_lines_feed((ManifestLines *) arg, data, len);
+}
+
+/*
+ * Reads the manifest object of a finalize_s3 server: a signed GET with the
+ * caller's keys whose body goes to a temporary file as it arrives (libcurl
+ * is on the stack meanwhile, and nothing may raise there), then read back
+ * a chunk at a time into the manifest's lines. The file is deleted on
+ * close, and at the end of the transaction whatever happens.
+ */
+static void
+read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
+{
+	ForeignServer *server = s3_server(m, caller);
+	UserMapping *um = GetUserMapping(caller, server->serverid);
+	S3Location	loc;
+	S3Error		err;
+	File		tmp;
+	char	   *key;
+	char	   *buf;
+	off_t		off = 0;
+	int			n;
+
+	s3_location(server, um, &loc);
+	key = location_key(m, psprintf("s3://%s/", loc.bucket));
+	tmp = OpenTemporaryFile(false);
+	if (!objstore_get(&loc, key, FileGetRawDesc(tmp), &err))
+	{
+		io_interrupts_rethrow();
+		FileClose(tmp);
+		ereport(ERROR,
+				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+				 errmsg("could not read manifest object \"%s\" of server \"%s\": %s",
+						m->files_location, server->servername, err.code),
+				 err.http_status > 0
+				 ? errdetail("The store answered HTTP %ld: %s", err.http_status, err.message)
+				 : errdetail("%s", err.message),
+				 errhint("%s", strcmp(err.code, "NoSuchKey") == 0
+						 ? "Check the \"files_location\" field of the manifest: the pipeline writes that object before it calls the gate."
+						 : s3_hint(&err))));
+	}
+	io_interrupts_rethrow();
+	buf = palloc(65536);
+	while ((n = FileRead(tmp, buf, 65536, off, 0)) != 0)
+	{
+		if (n < 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not read the temporary copy of manifest object \"%s\": %m", m->files_location)));
+		manifest_lines_feed(lines, buf, n);
+		off += n;
+	}
+	pfree(buf);
+	FileClose(tmp);
+}
+
+/*
+ * Reads the manifest's files_location, as the caller and with the same
+ * checks as the listing, into lines: a local store's file below its root,
+ * or an object of the server's bucket.
+ */
+void
+read_manifest_files(const Manifest *m, ManifestLines *lines)
+{
+	Oid			caller = GetUserId();
+
+	if (strncmp(m->store, "file://", 7) == 0)
+	{
+		char	   *root;
+		char	   *key;
+
+		check_file_store_access(m, caller);
+		root = filestore_root(m->store);
+		key = location_key(m, psprintf("file://%s%s", root, strcmp(root, "/") == 0 ? "" : "/"));
+		filestore_read(root, key, feed_lines, lines);
+	}
+	else
+		read_s3_manifest(m, caller, lines);
 }

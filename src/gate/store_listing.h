@@ -7,7 +7,9 @@
 #define FINALIZE_STORE_LISTING_H
 
 #include "gate/manifest.h"
+#include "gate/manifest_lines.h"
 
 extern void list_store(const Manifest *m, InvComparison *cmp);
+extern void read_manifest_files(const Manifest *m, ManifestLines *lines);
 
 #endif							/* FINALIZE_STORE_LISTING_H */

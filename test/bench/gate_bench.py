@@ -30,8 +30,15 @@ counts the shared buffers it touched).
 Stores are made of sparse files on a tmpfs: /dev/shm when it has the
 inodes, else one the benchmark mounts (as root) for the run.
 
+  streamed release_gate with "files_location": the manifest's files as a JSON
+           Lines object in the same file:// store (read streamed, both sides
+           sorted by tuplesort within work_mem, merged), versus the reference
+           reading the same JSON Lines file and walking the store; --large N
+           adds a size where only the gate runs (10,000,000 works: nothing
+           is passed as one value)
+
 Run as root after the extension is installed (test/bench/gate.sh does both):
-    test/bench/gate_bench.py [memory] [files] [--memory-sizes 10000,100000,1000000]
+    test/bench/gate_bench.py [memory] [files] [streamed] [--streamed-sizes 10000,100000,1000000] [--memory-sizes 10000,100000,1000000]
                              [--file-sizes 10000,100000,1000000] [--large 3000000] [--trials 3]
 """
 import argparse
@@ -294,6 +301,80 @@ def bench_files(pg, sizes, large, trials):
     print(f"({attempts} attempts stored: {stored} with their manifests, listings and reports)")
 
 
+def bench_streamed(pg, sizes, large, trials):
+    print("== release_gate with files_location on a file:// store (JSON Lines manifest, tuplesort + merge) ==")
+    (wm,), = pg.sql("SHOW work_mem")
+    print(f"   work_mem = {wm} (each of the two sorts)")
+    print(f"{'files':>10} {'finalize s':>11} {'reference s':>12} {'ratio':>7} {'us/file':>8} "
+          f"{'peak MB':>8} {'VmHWM MB':>9}")
+    pg.sql("SELECT finalize.track_table('bench.streamed', 'src', 'dbo.orders')")
+    pg.sql("SELECT finalize.register_partition('bench.streamed', 'day=27/hour=08', %s)", (PREFIX,))
+    per_file = {}
+    for n in sizes + ([large] if large else []):
+        base, mounted = store_base(n)
+        root = tempfile.mkdtemp(prefix="finalize-bench-store.", dir=base)
+        os.chmod(root, 0o755)
+        try:
+            t = time.perf_counter()
+            manifest = make_store(root, n)
+            key = "day=27/hour=08/gen-1.files.jsonl"
+            with open(os.path.join(root, key), "w") as f:
+                for path, size in manifest.items():
+                    f.write('{"path": "%s", "size": %d}\n' % (path, size))
+            os.chmod(os.path.join(root, key), 0o644)
+            del manifest
+            setup = time.perf_counter() - t
+            text = json.dumps({"table": "bench.streamed", "partition": "day=27/hour=08", "generation": "gen-1",
+                               "store": "file://" + root, "prefix": PREFIX,
+                               "files_location": f"file://{root}/{key}"})
+            peak = [0, 0]
+
+            def run_c():
+                conn = pg.connect()
+                cur = conn.cursor()
+                cur.execute("SELECT pg_backend_pid()")
+                with PeakMemory(cur.fetchone()[0]) as mem:
+                    cur.execute("SELECT problems FROM finalize.release_gate(%s)", (text,))
+                    problems = cur.fetchone()[0]
+                peak[:] = [max(peak[0], mem.peak_anon), max(peak[1], mem.hwm)]
+                conn.close()
+                return sorted(((p["code"], p["path"]) for p in problems if p["code"] != "catalog_mismatch"),
+                              key=lambda x: (x[1], x[0]))
+
+            def run_ref():
+                m = {}
+                with open(os.path.join(root, key)) as f:
+                    for line in f:
+                        e = json.loads(line)
+                        m[e["path"]] = e["size"] if "etag" not in e else {"size": e["size"], "etag": e["etag"]}
+                return reference(m, walk(root, PREFIX), PREFIX)
+
+            c_best, c_med, c_result = best(run_c, trials)
+            assert len(c_result) == 4, c_result
+            if n != large or n <= 1000000:
+                r_best, r_med, r_result = best(run_ref, trials)
+                if c_result != r_result:
+                    raise SystemExit(f"finalize and the reference disagree at {n} files:\n{c_result}\n{r_result}")
+                ref = f"{r_best:>12.3f} {r_best / c_best:>7.2f}"
+            else:
+                ref = f"{'-':>12} {'-':>7}"
+            per_file[n] = c_best / n * 1e6
+            print(f"{n:>10} {c_best:>11.3f} {ref} {per_file[n]:>8.3f} {peak[0]:>8} {peak[1]:>9}"
+                  f"   (medians {c_med:.3f}; store built in {setup:.1f} s)", flush=True)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+            if mounted:
+                subprocess.run(["umount", mounted], check=False)
+                os.rmdir(mounted)
+    first = min(per_file)
+    for n in sorted(per_file)[1:]:
+        print(f"growth: time per file at {n} / at {first} = {per_file[n] / per_file[first]:.2f} (1.00 is linear)")
+    (size,), = pg.sql("SELECT pg_size_pretty(max(pg_column_size(manifest) + pg_column_size(listing_delta) + "
+                      "pg_column_size(report))::bigint) FROM finalize.release r JOIN finalize.tracked_table t USING (table_id) "
+                      "WHERE t.table_name = 'bench.streamed'")
+    print(f"(largest stored streamed attempt: {size})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", nargs="*", help="memory, files (default: both)")
@@ -302,18 +383,21 @@ def main():
     ap.add_argument("--large", type=int, default=0,
                     help="add a file:// size where only the gate runs, e.g. 3000000 (slow to build; a jsonb "
                          "manifest holds at most about 4 million such files: 10 million cannot be passed)")
+    ap.add_argument("--streamed-sizes", default="10000,100000,1000000")
     ap.add_argument("--trials", type=int, default=3)
     args = ap.parse_args()
     what = args.what or ["memory", "files"]
     for w in what:
-        if w not in ("memory", "files"):
-            ap.error(f"unknown benchmark {w!r}: choose memory or files")
+        if w not in ("memory", "files", "streamed"):
+            ap.error(f"unknown benchmark {w!r}: choose memory, files or streamed")
     pg = cluster_with_source({"finalize.enabled": "off", "shared_buffers": "512MB", "work_mem": "64MB"})
     try:
         if "memory" in what:
             bench_memory(pg, [int(x) for x in args.memory_sizes.split(",")], args.trials)
         if "files" in what:
             bench_files(pg, [int(x) for x in args.file_sizes.split(",")], args.large, args.trials)
+        if "streamed" in what:
+            bench_streamed(pg, [int(x) for x in args.streamed_sizes.split(",")], args.large, args.trials)
     finally:
         pg.cleanup()
 

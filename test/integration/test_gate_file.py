@@ -856,3 +856,152 @@ def test_retired_generations_never_offer_where_the_catalog_sends_readers(pg, tab
     pg.sql("SELECT finalize.set_projection(%s, 'day={day}/hour={hour}/gen-2/', '2026-11-28+00', '2026-11-29+00')",
            (TABLE,))
     assert pg.sql(retired, (TABLE,)) == [("gen-1",), ("gen-2",)]
+
+
+def write_lines(root, key, files, extra_lines=()):
+    """A JSON Lines manifest object: one {"path", "size"[, "etag"]} per line."""
+    lines = []
+    for path, v in files.items():
+        entry = {"path": path, **(v if isinstance(v, dict) else {"size": v})}
+        lines.append(json.dumps(entry))
+    lines.extend(extra_lines)
+    write(root, key, ("\n".join(lines) + "\n").encode())
+    return "file://" + os.path.join(root, key)
+
+
+def streamed(root, generation, location, **extra):
+    m = manifest(root, generation, None, **extra)
+    del m["files"]
+    m["files_location"] = location
+    return m
+
+
+def test_a_streamed_manifest_finds_what_the_inline_one_finds(pg, table, store):
+    # 2,500 files (two walk batches), every kind of problem; the same files
+    # inline and as a JSON Lines object give the same problems, and the
+    # streamed attempt stores the location and a digest, not the files.
+    prefix = "day=27/hour=08/gen-1/"
+    files = {}
+    for i in range(2500):
+        path = f"{prefix}{'a' if i % 2 else 'b/c'}/part-{i:05d}.parquet"
+        write(store, path, b"x" * (i % 5))
+        files[path] = i % 5
+    data = b"checked content"
+    write(store, prefix + "sum.bin", data)
+    files[prefix + "sum.bin"] = {"size": len(data), "etag": hashlib.md5(b"other!!!!!!!!!!").hexdigest()}
+    files[prefix + "a/part-00001.parquet"] = 7                  # size_mismatch
+    files[prefix + "gone.parquet"] = 3                          # missing_object
+    files["day=27/hour=08/gen-0/old.parquet"] = 1               # wrong_prefix
+    write(store, prefix + "b/c/stray.parquet", b"s")            # stray_object
+    register(pg, "gen-1")
+    released, _, inline_problems = gate(pg, manifest(store, "gen-1", files))
+    location = write_lines(store, "day=27/hour=08/gen-1.files.jsonl", files)
+    released2, gen, problems = gate(pg, streamed(store, "gen-1", location))
+    assert (released, released2, gen) == (False, False, "gen-1")
+    assert problems == inline_problems
+    assert codes(problems) == sorted([
+        ("checksum_mismatch", prefix + "sum.bin"), ("size_mismatch", prefix + "a/part-00001.parquet"),
+        ("missing_object", prefix + "gone.parquet"), ("wrong_prefix", "day=27/hour=08/gen-0/old.parquet"),
+        ("stray_object", prefix + "b/c/stray.parquet")])
+    (manifest_col, report, delta_len), = pg.sql(
+        "SELECT manifest, finalize.release_report(release_id), length(listing_delta) FROM finalize.release "
+        "ORDER BY release_id DESC LIMIT 1")
+    assert "files" not in manifest_col and manifest_col["files_location"] == location
+    assert delta_len < 400
+    summary = report["manifest"]["files_summary"]
+    assert summary["files"] == len(files)
+    assert summary["bytes"] == sum(v["size"] if isinstance(v, dict) else v for v in files.values())
+    assert summary["digest"] == listing_digest(pg, files)
+    assert report["listing_summary"]["manifest_files"] == len(files)
+    assert report["listing_delta"]["absent"] == [prefix + "gone.parquet"]
+    assert set(report["listing_delta"]["listed"]) == {
+        prefix + "sum.bin", prefix + "a/part-00001.parquet", prefix + "b/c/stray.parquet"}
+    # Once the files agree, the streamed manifest releases the generation.
+    del files[prefix + "gone.parquet"], files["day=27/hour=08/gen-0/old.parquet"]
+    files[prefix + "a/part-00001.parquet"] = 1
+    files[prefix + "b/c/stray.parquet"] = 1
+    files[prefix + "sum.bin"]["etag"] = hashlib.md5(data).hexdigest()
+    location = write_lines(store, "day=27/hour=08/gen-1.files.jsonl", files)
+    assert gate(pg, streamed(store, "gen-1", location)) == (True, "gen-1", [])
+    assert published(pg) == "gen-1"
+
+
+@pytest.mark.parametrize("line,expected", [
+    ('{"path": "day=27/hour=08/gen-1/a", "size": 1', "line 2 of"),
+    ('["day=27/hour=08/gen-1/a", 1]', "line 2 of"),
+    ('{"path": "day=27/hour=08/gen-1/a", "size": "1"}', "the size must be a number"),
+    ('{"path": "day=27/hour=08/gen-1/a", "size": 1.5}', "not a whole non-negative number"),
+    ('{"path": "../etc/passwd", "size": 1}', "a path must be relative"),
+    ('{"size": 1}', "has no \"path\" string"),
+])
+def test_a_malformed_line_names_the_object_and_the_line(pg, table, store, line, expected):
+    location = write_lines(store, "m.jsonl", {"day=27/hour=08/gen-1/ok": 1}, [line])
+    with pytest.raises(psycopg2.Error) as e:
+        gate(pg, streamed(store, "gen-1", location))
+    assert e.value.pgcode == "22023"
+    assert f'line 2 of "{location}"' in e.value.pgerror and expected in e.value.pgerror
+    assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+
+
+def test_files_location_is_checked_and_read_only_inside_the_store(pg, table, store):
+    outside = outside_dir()
+    write(outside, "m.jsonl", b'{"path": "day=27/hour=08/gen-1/a", "size": 1}\n')
+    both = manifest(store, "gen-1", {})
+    both["files_location"] = "file://" + store + "/m.jsonl"
+    for m, code, text in [
+        (both, "22023", "cannot be given with \"files\""),
+        (streamed(store, "gen-1", "file://" + outside + "/m.jsonl"), "22023", "not an object of the partition's store"),
+        (streamed(store, "gen-1", "file://" + store + "/../m.jsonl"), "22023", "not an object of the partition's store"),
+        (streamed(store, "gen-1", "s3://lake/m.jsonl"), "22023", "not an object of the partition's store"),
+        (streamed(store, "gen-1", "file://" + store + "/nothing.jsonl"), "58P01", "No such file or directory"),
+    ]:
+        with pytest.raises(psycopg2.Error) as e:
+            gate(pg, m)
+        assert e.value.pgcode == code and text in e.value.pgerror, e.value.pgerror
+    # A link below the root is not followed, even to a file inside the store.
+    write(store, "real.jsonl", b"")
+    os.symlink(os.path.join(store, "real.jsonl"), os.path.join(store, "link.jsonl"))
+    with pytest.raises(psycopg2.Error) as e:
+        gate(pg, streamed(store, "gen-1", "file://" + store + "/link.jsonl"))
+    assert "could not open manifest object" in e.value.pgerror
+    # Reading it needs the same privilege as listing the store.
+    pg.sql("DROP ROLE IF EXISTS pub_stream")
+    pg.sql("CREATE ROLE pub_stream LOGIN IN ROLE finalize_publisher")
+    try:
+        with pytest.raises(psycopg2.Error) as e:
+            gate(pg, streamed(store, "gen-1", "file://" + store + "/real.jsonl"), user="pub_stream")
+        assert e.value.pgcode == "42501"
+    finally:
+        pg.sql("DROP ROLE pub_stream")
+    assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+
+
+def test_a_streamed_manifest_that_lists_a_file_twice_is_refused(pg, table, store):
+    location = write_lines(store, "m.jsonl", {"day=27/hour=08/gen-1/a": 1},
+                           ['{"path": "day=27/hour=08/gen-1/a", "size": 2}'])
+    with pytest.raises(psycopg2.Error) as e:
+        gate(pg, streamed(store, "gen-1", location))
+    assert e.value.pgcode == "22023" and 'lists "day=27/hour=08/gen-1/a" twice' in e.value.pgerror
+
+
+def test_a_streamed_sort_larger_than_work_mem_spills_and_agrees(pg, table, store):
+    # 20,000 files with work_mem at its minimum (64 kB): both sorts spill to
+    # temporary files; the one stray and the one missing file are found.
+    prefix = "day=27/hour=08/gen-1/"
+    files = {f"{prefix}d{i % 7}/p-{i:06d}": 0 for i in range(20000)}
+    for path in files:
+        write(store, path, b"")
+    write(store, prefix + "d0/zz-stray", b"")
+    files[prefix + "d3/aa-missing"] = 0
+    location = write_lines(store, "day=27/hour=08/gen-1.jsonl", files)
+    register(pg, "gen-1")
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET work_mem = '64kB'")
+            cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(streamed(store, "gen-1", location)),))
+            released, _, problems = cur.fetchone()
+    finally:
+        conn.close()
+    assert released is False
+    assert codes(problems) == [("missing_object", prefix + "d3/aa-missing"), ("stray_object", prefix + "d0/zz-stray")]

@@ -653,3 +653,44 @@ def test_a_table_tracked_again_during_the_listing_gets_no_release(pg, s3, table)
     finally:
         t.join(60)
         s3.clear(what="faults")
+
+
+def jsonl(files):
+    return ("".join(json.dumps({"path": p, **v}) + "\n" for p, v in files.items())).encode()
+
+
+def test_a_streamed_manifest_is_read_with_a_signed_get_from_the_bucket(pg, s3, table):
+    files = upload(s3, "gen-1", ["a.parquet", "b c.parquet", "ü.parquet"])
+    a = sorted(files)[0]
+    s3.put("lake", "day=27/hour=08/gen-1/stray.parquet", b"stray")
+    s3.put("lake", "day=27/hour=08/gen-1.files.jsonl", jsonl(files))
+    register(pg, "gen-1")
+    m = manifest("gen-1", None, files_location="s3://lake/day=27/hour=08/gen-1.files.jsonl")
+    del m["files"]
+    s3.clear(what="requests")
+    released, _, problems = gate(pg, m)
+    assert released is False
+    assert [(p["code"], p["path"]) for p in problems] == [("stray_object", "day=27/hour=08/gen-1/stray.parquet")]
+    gets = [r for r in s3.requests() if r["method"] == "GET" and "list-type=2" not in (r["query"] or "")]
+    assert len(gets) == 1 and gets[0]["signature_ok"] and gets[0]["path"].endswith("gen-1.files.jsonl")
+    (report,) = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")[0]
+    assert report["manifest"]["files_summary"]["files"] == 3
+    assert report["listing_delta"]["absent"] == []
+    assert list(report["listing_delta"]["listed"]) == ["day=27/hour=08/gen-1/stray.parquet"]
+    # S3's ETags agree with the manifest's, so only the stray object is stored.
+    s3.delete("lake", "day=27/hour=08/gen-1/stray.parquet")
+    assert gate(pg, m) == (True, "gen-1", [])
+    assert a in files
+
+
+def test_a_streamed_manifest_outside_the_bucket_or_missing_is_refused(pg, s3, table):
+    m = manifest("gen-1", None, files_location="s3://other-bucket/m.jsonl")
+    del m["files"]
+    s3.clear(what="requests")
+    err = release_error(pg, m)
+    assert err.pgcode == "22023" and "not an object of the partition's store" in err.pgerror
+    assert s3.requests() == []
+    m["files_location"] = "s3://lake/no/such.jsonl"
+    err = release_error(pg, m)
+    assert "NoSuchKey" in err.pgerror and "HTTP 404" in err.pgerror
+    assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
