@@ -30,6 +30,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/numeric.h"
 
 #include "common/json_build.h"
 #include "common/owner.h"
@@ -299,6 +300,40 @@ report_with_delta(Jsonb *report, const char *data, size_t len, int64 release_id,
  * row stored whole (by 0.1.0) is returned as it is. Reads the row as the
  * caller (it needs SELECT on finalize.release); NULL for no such attempt.
  */
+/*
+ * A rebuilt listing must be the one the gate saw: its count and digest are
+ * those the report's listing_summary recorded at the time, or the stored
+ * form was damaged (or the manifest column changed) and the report would
+ * describe a listing that never was.
+ */
+static void
+check_rebuilt_listing(Jsonb *report, const Inventory *listing, int64 release_id)
+{
+	JsonbValue *summary = getKeyJsonValueFromContainer(&report->root, "listing_summary", 15, NULL);
+	JsonbValue *objects;
+	JsonbValue *digest;
+	uint64		sum[2] = {0, 0};
+	char	   *hex;
+
+	if (summary == NULL || summary->type != jbvBinary)
+		return;					/* written before summaries existed */
+	objects = getKeyJsonValueFromContainer(summary->val.binary.data, "objects", 7, NULL);
+	digest = getKeyJsonValueFromContainer(summary->val.binary.data, "digest", 6, NULL);
+	for (int i = 0; i < listing->n; i++)
+		inventory_digest_add(sum, listing->items[i].path, listing->items[i].path_len, listing->items[i].size,
+							 listing->items[i].etag, listing->items[i].etag_len);
+	hex = inventory_digest_hex(sum);
+	if (objects == NULL || objects->type != jbvNumeric || digest == NULL || digest->type != jbvString ||
+		DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(objects->val.numeric))) != listing->n ||
+		digest->val.string.len != (int) strlen(hex) || memcmp(digest->val.string.val, hex, strlen(hex)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("stored listing of release attempt " INT64_FORMAT " does not match its summary", release_id),
+				 errdetail("The listing rebuilt from the manifest and listing_delta has %d objects and digest %s; the report's listing_summary recorded others.",
+						   listing->n, hex),
+				 errhint("The row of finalize.release was changed or damaged after the attempt; its report (catalog, facts, problems) is still as stored.")));
+}
+
 Datum
 finalize_release_report(PG_FUNCTION_ARGS)
 {
@@ -361,6 +396,7 @@ finalize_release_report(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", PG_GETARG_INT64(0))));
+	check_rebuilt_listing(report, &listing, PG_GETARG_INT64(0));
 
 	/* The stored report, with the two inventories put back. */
 	jb_begin_object(&st, NULL);

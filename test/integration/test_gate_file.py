@@ -180,6 +180,14 @@ def test_a_listing_larger_than_a_batch_is_stored_compactly_and_rebuilt(pg, table
     assert report["listing_summary"]["stored_records"] == 0
     assert full["listing"] == fixed
     assert pg.sql("SELECT finalize.release_report(-1)") == [(None,)]
+    # A stored row changed afterwards (here the manifest's size of one file)
+    # would rebuild a listing the gate never saw: refused, not shown.
+    some = sorted(fixed)[0]
+    pg.sql("UPDATE finalize.release SET manifest = jsonb_set(manifest, ARRAY['files', %s], to_jsonb(123456789)) "
+           "WHERE release_id > %s", (some, release_id))
+    with pytest.raises(psycopg2.errors.DataCorrupted, match="does not match its summary"):
+        pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release WHERE release_id > %s",
+               (release_id,))
 
 
 def test_one_missing_object_is_rejected_and_the_marker_stays(pg, table, store):
