@@ -139,8 +139,8 @@ require_read_committed(void)
 	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("finalize.wait_final cannot wait in a transaction that has written"),
-				 errdetail("The transaction's row locks (for example from finalize.record_range or finalize.report_processed) would keep the worker from moving the verdict waited for until the transaction ends."),
+				 errmsg("finalize.wait_final cannot wait in a transaction that has a transaction id"),
+				 errdetail("The transaction has written or locked rows (for example through finalize.record_range or finalize.report_processed); its row locks could keep the worker from moving the verdict waited for until the transaction ends."),
 				 errhint("Commit the writes first and call finalize.wait_final in its own transaction (autocommit).")));
 }
 

@@ -259,7 +259,7 @@ def test_a_transaction_that_has_written_is_refused(pgw, orders):
         cur.execute("CREATE TEMP TABLE wrote (x int)")
         cur.execute("INSERT INTO wrote VALUES (1)")
         with pytest.raises(psycopg2.errors.InvalidTransactionState,
-                           match="finalize.wait_final cannot wait in a transaction that has written") as e:
+                           match="finalize.wait_final cannot wait in a transaction that has a transaction id") as e:
             cur.execute("SELECT finalize.wait_final('w.orders', '2026-11-29 12:00+00', '1 minute')")
     assert "Commit the writes first" in e.value.diag.message_hint
     conn.rollback()
