@@ -951,6 +951,18 @@ def test_a_malformed_line_names_the_object_and_the_line(pg, table, store, line, 
     assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
 
 
+def test_a_line_that_is_not_valid_utf8_names_the_object_and_the_line(pg, table, store):
+    # PostgreSQL 15's JSON parser passes raw bytes: the gate checks them.
+    write(store, "m.jsonl", b'{"path": "day=27/hour=08/gen-1/ok", "size": 1}\n'
+                            b'{"path": "day=27/hour=08/gen-1/caf\xe9", "size": 1}\n')
+    location = "file://" + os.path.join(store, "m.jsonl")
+    with pytest.raises(psycopg2.Error) as e:
+        gate(pg, streamed(store, "gen-1", location))
+    assert e.value.pgcode == "22023"
+    assert f'line 2 of "{location}" is not valid UTF8' in e.value.pgerror
+    assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+
+
 def test_files_location_is_checked_and_read_only_inside_the_store(pg, table, store):
     outside = outside_dir()
     write(outside, "m.jsonl", b'{"path": "day=27/hour=08/gen-1/a", "size": 1}\n')
