@@ -11,10 +11,12 @@
  *   callback fills a bounded malloc'd buffer (palloc could raise), copied
  *   into palloc'd memory once curl_easy_perform has returned and then freed,
  *   whatever happened, or (body_to_fd, for an object too large to hold)
- *   writes each chunk to the caller's file descriptor with write(2); the header callback keeps Retry-After in a fixed
- *   buffer; the progress callback aborts the transfer on a cancel or a
- *   termination and serves other interrupts (see io_interrupts.c). Nothing
- *   between building a request and freeing its malloc'd memory raises.
+ *   writes each chunk to the caller's file descriptor with write(2), which
+ *   no temp_file_limit sees, so max_response_bytes bounds that body too;
+ *   the header callback keeps Retry-After in a fixed buffer; the progress
+ *   callback aborts the transfer on a cancel or a termination and serves
+ *   other interrupts (see io_interrupts.c). Nothing between building a
+ *   request and freeing its malloc'd memory raises.
  * - No signals (CURLOPT_NOSIGNAL: a backend owns its signal handlers), http
  *   and https only, no redirects followed, timeouts from the request.
  * - Nothing sent can be split into extra headers: a header, a key or the
@@ -110,7 +112,11 @@ http_uri_encode(const char *s)
 	return buf.data;
 }
 
-/* Appends received bytes; stops (returns short) beyond the limit. */
+/*
+ * Appends received bytes, in memory or to the caller's file; stops (returns
+ * short) before the body would pass max_response_bytes, so neither memory
+ * nor a file ever holds more.
+ */
 static size_t
 on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 {

@@ -43,7 +43,9 @@ typedef struct HttpRequest
 	const char *username;		/* with aws_sigv4: the access key; without:
 								 * HTTP basic authentication; NULL for none */
 	const char *password;		/* with aws_sigv4: the secret key */
-	size_t		max_response_bytes; /* a longer body is HTTP_TOO_LARGE */
+	size_t		max_response_bytes; /* a longer body is HTTP_TOO_LARGE (with
+									 * body_to_fd too: nothing past it is
+									 * written) */
 	bool		body_to_fd;		/* write the body to body_fd as it arrives
 								 * (a large object), not into memory */
 	int			body_fd;

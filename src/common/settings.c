@@ -28,6 +28,8 @@ int			finalize_generation_retention_min = 7 * 24 * 60;
 int			finalize_lock_timeout_ms = 1000;
 int			finalize_max_clock_skew_s = 3600;
 int			finalize_s3_max_pages = 100000;
+int			finalize_gate_max_problems = 1000;
+int			finalize_gate_max_delta_kb = 256 * 1024;
 int			finalize_consumer_stall_threshold_s = 15 * 60;
 int			finalize_late_data_alert_interval_s = 60 * 60;
 int			finalize_alert_after_s = 5 * 60;
@@ -232,6 +234,26 @@ define_gate_settings(void)
 							100000, 1, INT_MAX,
 							PGC_SUSET,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.gate_max_problems",
+							"Most problems of each code one release attempt lists.",
+							"The rest are counted in one entry per code, so a listing that disagrees on millions of "
+							"files neither exhausts the backend's memory nor makes a report too large to store.",
+							&finalize_gate_max_problems,
+							1000, 1, 1000000,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.gate_max_delta",
+							"Largest stored listing_delta of one release attempt.",
+							"Past it the records are left out and the attempt's report says the delta is "
+							"truncated; release_report then returns the records kept instead of a listing.",
+							&finalize_gate_max_delta_kb,
+							256 * 1024, 1, 512 * 1024,
+							PGC_USERSET,
+							GUC_UNIT_KB,
 							NULL, NULL, NULL);
 }
 

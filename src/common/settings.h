@@ -23,6 +23,8 @@ extern int	finalize_generation_retention_min;
 extern int	finalize_lock_timeout_ms;
 extern int	finalize_max_clock_skew_s;
 extern int	finalize_s3_max_pages;
+extern int	finalize_gate_max_problems;
+extern int	finalize_gate_max_delta_kb;
 extern int	finalize_consumer_stall_threshold_s;
 extern int	finalize_late_data_alert_interval_s;
 extern int	finalize_alert_after_s;

@@ -106,6 +106,33 @@ close_counted(int fd)
 	ReleaseExternalFD();
 }
 
+/*
+ * One step down a path: opens name below parent and closes parent, which
+ * is closed (and its count released) even when the open raises, since
+ * nothing else would ever close it. -1 with errno set when the open fails.
+ */
+static int
+open_step(int parent, const char *name, int flags)
+{
+	int			fd;
+	int			save_errno;
+
+	PG_TRY();
+	{
+		fd = open_counted(parent, name, flags);
+	}
+	PG_CATCH();
+	{
+		close_counted(parent);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	save_errno = errno;
+	close_counted(parent);
+	errno = save_errno;
+	return fd;
+}
+
 /* Raises the error for a directory of the store that cannot be read. */
 static void
 unreadable(const char *root, const char *key_dir)
@@ -281,10 +308,9 @@ filestore_list(const char *root, const char *prefix, ListingSink *sink,
 				 errhint("Check the \"store\" field of the manifest.")));
 	for (part = strtok_r(dir, "/", &save); part != NULL; part = strtok_r(NULL, "/", &save))
 	{
-		int			next = open_counted(fd, part, NOFOLLOW_FLAGS | O_DIRECTORY);
+		int			next = open_step(fd, part, NOFOLLOW_FLAGS | O_DIRECTORY);
 		int			saved_errno = errno;
 
-		close_counted(fd);
 		if (next < 0)
 		{
 			if (saved_errno == ENOENT || saved_errno == ENOTDIR || saved_errno == ELOOP)
@@ -328,10 +354,9 @@ filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg)
 	while (part != NULL)
 	{
 		char	   *next_part = strtok_r(NULL, "/", &save);
-		int			next = open_counted(fd, part, NOFOLLOW_FLAGS | (next_part ? O_DIRECTORY : O_NONBLOCK));
+		int			next = open_step(fd, part, NOFOLLOW_FLAGS | (next_part ? O_DIRECTORY : O_NONBLOCK));
 		int			saved_errno = errno;
 
-		close_counted(fd);
 		if (next < 0)
 		{
 			errno = saved_errno;

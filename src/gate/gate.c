@@ -89,6 +89,7 @@ check_step(void *arg)
 					&attempt.facts_json);
 
 	/* The attempt, with its full report; the marker switches if it passed. */
+	problems_summarize(run->found);
 	attempt.released = run->found->n == 0;
 	attempt.problems = problems_to_jsonb(run->found);
 	record_release(&attempt);
@@ -131,6 +132,7 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 	run.listing = &listing;
 	run.found = &found;
 	run.requested_by = GetUserNameFromId(GetUserId(), false);
+	found.max_per_code = finalize_gate_max_problems;
 	owner = function_owner(fcinfo->flinfo->fn_oid);
 
 	/* An untracked table is an error before anything goes over the network. */
@@ -139,6 +141,7 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 	{
 		/* The store, as the caller, compared with the manifest as it is listed. */
 		inventory_compare_begin(&listing, &m.files, m.prefix, &found, true);
+		listing.stored_max = (size_t) finalize_gate_max_delta_kb * 1024;
 		list_store(&m, &listing);
 		inventory_compare_end(&listing);
 	}
@@ -155,6 +158,7 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 		read_manifest_files(&m, &lines);
 		manifest_lines_end(&lines, &m);
 		inventory_compare_begin_sorted(&listing, m.prefix, &found, m.files_any_etag);
+		listing.stored_max = (size_t) finalize_gate_max_delta_kb * 1024;
 		list_store(&m, &listing);
 		sorted_inventory_cursor(lines.sort, &files, m.files_location);
 		inventory_compare_end_sorted(&listing, &files);
@@ -191,6 +195,7 @@ finalize_compare_inventories(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("arguments manifest_files and listing must not be NULL")));
+	problems.max_per_code = finalize_gate_max_problems;
 	prefix = PG_ARGISNULL(2) ? pstrdup("") : text_to_cstring(PG_GETARG_TEXT_PP(2));
 	if (prefix[0] != '\0')
 		prefix = location_with_slash(prefix);
@@ -210,33 +215,27 @@ finalize_compare_inventories(PG_FUNCTION_ARGS)
 		inventory_from_jsonb(&w, "listing", &listing);
 		inventory_compare(&files, &listing, prefix, &problems);
 	}
+	problems_summarize(&problems);
 	PG_RETURN_JSONB_P(problems_to_jsonb(&problems));
 }
 
 /*
- * The report of an attempt whose manifest named its files' object
- * (files_location): the files were never held, so the listing cannot be
- * rebuilt here; the stored report gets "listing_delta", what the listing
- * had that differs from the object's lines: {"listed": {"path": size |
- * {"size", "etag"}}, "absent": ["path", ...]}. The listing is the
- * object's files under the prefix, less the absent ones, with the listed
- * ones in their place. Built in cxt.
+ * Pushes "listing_delta", what the listing had that differs from the
+ * manifest's files, as decoded from its stored form (data, len): {"listed":
+ * {"path": size | {"size", "etag"}}, "absent": ["path", ...]}, with
+ * "truncated": true when the gate left records out (finalize.gate_max_delta).
+ * For a manifest that named its files' object (files_location), whose files
+ * were never held, the listing is the object's files under the prefix, less
+ * the absent ones, with the listed ones in their place.
  */
-static Jsonb *
-report_with_delta(Jsonb *report, const char *data, size_t len, int64 release_id, MemoryContext cxt)
+static void
+push_delta(JsonbParseState **st, const char *data, size_t len, int64 release_id, bool truncated)
 {
-	JsonbParseState *st = NULL;
-	JsonbIterator *it;
-	JsonbValue	k;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
 	InvDecoder *d = palloc(sizeof(InvDecoder));
 	InvRecord	r;
 	Inventory	listed = {0};
 	List	   *absent = NIL;
 	ListCell   *lc;
-	MemoryContext old;
-	Jsonb	   *out;
 
 	if (!inv_decoder_init(d, data, len))
 		d->error = true;
@@ -260,19 +259,9 @@ report_with_delta(Jsonb *report, const char *data, size_t len, int64 release_id,
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", release_id)));
-	jb_begin_object(&st, NULL);
-	it = JsonbIteratorInit(&report->root);
-	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
-	{
-		if (tok != WJB_KEY)
-			continue;
-		(void) JsonbIteratorNext(&it, &v, true);
-		pushJsonbValue(&st, WJB_KEY, &k);
-		pushJsonbValue(&st, WJB_VALUE, &v);
-	}
-	jb_begin_object(&st, "listing_delta");
-	inventory_push_jsonb(&st, "listed", &listed);
-	jb_begin_array(&st, "absent");
+	jb_begin_object(st, "listing_delta");
+	inventory_push_jsonb(st, "listed", &listed);
+	jb_begin_array(st, "absent");
 	foreach(lc, absent)
 	{
 		JsonbValue	p;
@@ -280,26 +269,71 @@ report_with_delta(Jsonb *report, const char *data, size_t len, int64 release_id,
 		p.type = jbvString;
 		p.val.string.val = lfirst(lc);
 		p.val.string.len = strlen(p.val.string.val);
-		pushJsonbValue(&st, WJB_ELEM, &p);
+		pushJsonbValue(st, WJB_ELEM, &p);
 	}
-	jb_end_array(&st);
-	jb_end_object(&st);
-	old = MemoryContextSwitchTo(cxt);
-	out = jb_finish(jb_end_object(&st));
-	MemoryContextSwitchTo(old);
-	return out;
+	jb_end_array(st);
+	if (truncated)
+		jb_bool(st, "truncated", true);
+	jb_end_object(st);
 }
 
 /*
- * finalize.release_report(release_id) -> jsonb
- *
- * A stored attempt's full report, as release_gate stored it before the
- * listing was kept compactly: {"manifest": {"prefix", "empty", "files"},
- * "listing", "catalog", "facts", "problems", "listing_summary"}. The
- * listing is rebuilt from the stored manifest and what differed from it; a
- * row stored whole (by 0.1.0) is returned as it is. Reads the row as the
- * caller (it needs SELECT on finalize.release); NULL for no such attempt.
+ * Pushes the stored report's keys; with files (an inline manifest), the
+ * "manifest" key gets the manifest's files back.
  */
+static void
+push_report(JsonbParseState **st, Jsonb *report, const Inventory *files)
+{
+	JsonbIterator *it = JsonbIteratorInit(&report->root);
+	JsonbIteratorToken tok;
+	JsonbValue	k;
+	JsonbValue	v;
+
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&it, &v, true);
+		if (files != NULL && k.val.string.len == 8 && memcmp(k.val.string.val, "manifest", 8) == 0 &&
+			v.type == jbvBinary)
+		{
+			JsonbIterator *mit = JsonbIteratorInit(v.val.binary.data);
+			JsonbValue	mk;
+			JsonbValue	mv;
+
+			jb_begin_object(st, "manifest");
+			while ((tok = JsonbIteratorNext(&mit, &mk, true)) != WJB_DONE)
+				if (tok == WJB_KEY)
+				{
+					(void) JsonbIteratorNext(&mit, &mv, true);
+					pushJsonbValue(st, WJB_KEY, &mk);
+					pushJsonbValue(st, WJB_VALUE, &mv);
+				}
+			inventory_push_jsonb(st, "files", files);
+			jb_end_object(st);
+			continue;
+		}
+		pushJsonbValue(st, WJB_KEY, &k);
+		pushJsonbValue(st, WJB_VALUE, &v);
+	}
+}
+
+/*
+ * Whether the gate left records out of the attempt's listing_delta
+ * (listing_summary.delta_truncated): the listing cannot be rebuilt then.
+ */
+static bool
+delta_truncated(Jsonb *report)
+{
+	JsonbValue *summary = getKeyJsonValueFromContainer(&report->root, "listing_summary", 15, NULL);
+	JsonbValue *t;
+
+	if (summary == NULL || summary->type != jbvBinary)
+		return false;
+	t = getKeyJsonValueFromContainer(summary->val.binary.data, "delta_truncated", 15, NULL);
+	return t != NULL && t->type == jbvBool && t->val.boolean;
+}
+
 /*
  * A rebuilt listing must be the one the gate saw: its count and digest are
  * those the report's listing_summary recorded at the time, or the stored
@@ -323,8 +357,10 @@ check_rebuilt_listing(Jsonb *report, const Inventory *listing, int64 release_id)
 		inventory_digest_add(sum, listing->items[i].path, listing->items[i].path_len, listing->items[i].size,
 							 listing->items[i].etag, listing->items[i].etag_len);
 	hex = inventory_digest_hex(sum);
+	/* Compared as numerics: a NaN, 1.5 or 1e30 is a mismatch, not a cast error. */
 	if (objects == NULL || objects->type != jbvNumeric || digest == NULL || digest->type != jbvString ||
-		DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(objects->val.numeric))) != listing->n ||
+		!DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(objects->val.numeric),
+										  NumericGetDatum(int64_to_numeric(listing->n)))) ||
 		digest->val.string.len != (int) strlen(hex) || memcmp(digest->val.string.val, hex, strlen(hex)) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
@@ -334,10 +370,23 @@ check_rebuilt_listing(Jsonb *report, const Inventory *listing, int64 release_id)
 				 errhint("The row of finalize.release was changed or damaged after the attempt; its report (catalog, facts, problems) is still as stored.")));
 }
 
+/*
+ * finalize.release_report(release_id) -> jsonb
+ *
+ * A stored attempt's full report, as release_gate stored it before the
+ * listing was kept compactly: {"manifest": {"prefix", "empty", "files"},
+ * "listing", "catalog", "facts", "problems", "listing_summary"}. The
+ * listing is rebuilt from the stored manifest and what differed from it; a
+ * row stored whole (by 0.1.0) is returned as it is. When the manifest
+ * named its files' object, or the gate cut the delta short, "listing_delta"
+ * takes the listing's place. Reads the row as the caller (it needs SELECT
+ * on finalize.release); NULL for no such attempt.
+ */
 Datum
 finalize_release_report(PG_FUNCTION_ARGS)
 {
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	int64		release_id = PG_GETARG_INT64(0);
 	Oid			types[1] = {INT8OID};
 	Datum		values[1] = {PG_GETARG_DATUM(0)};
 	bool		isnull;
@@ -347,19 +396,17 @@ finalize_release_report(PG_FUNCTION_ARGS)
 	char	   *prefix;
 	Inventory	files = {0};
 	Inventory	listing = {0};
-	JsonbValue	v;
 	JsonbValue *f;
 	JsonbParseState *st = NULL;
-	JsonbIterator *it;
-	JsonbValue	k;
-	JsonbIteratorToken tok;
+	bool		streamed;
+	bool		truncated;
 	Jsonb	   *out;
 
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT r.report, r.manifest, r.listing_delta, r.prefix FROM "
 							  FINALIZE_SCHEMA ".release r WHERE r.release_id = $1",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read release attempt " INT64_FORMAT, PG_GETARG_INT64(0));
+		elog(ERROR, "could not read release attempt " INT64_FORMAT, release_id);
 	if (SPI_processed == 0)
 	{
 		SPI_finish();
@@ -375,59 +422,40 @@ finalize_release_report(PG_FUNCTION_ARGS)
 		SPI_finish();
 		PG_RETURN_JSONB_P(out);
 	}
-	delta = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
-
-	if (getKeyJsonValueFromContainer(&manifest->root, "files_location", 14, NULL) != NULL)
-	{
-		/* The manifest's files are in the store: the differences only. */
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", PG_GETARG_INT64(0))));
-		out = report_with_delta(report, VARDATA_ANY(delta), VARSIZE_ANY_EXHDR(delta), PG_GETARG_INT64(0),
-								caller_cxt);
-		SPI_finish();
-		PG_RETURN_JSONB_P(out);
-	}
-	f = getKeyJsonValueFromContainer(&manifest->root, "files", 5, NULL);
-	inventory_from_jsonb(f, "files", &files);
-	if (isnull || !inventory_rebuild(&files, prefix, VARDATA_ANY(delta), VARSIZE_ANY_EXHDR(delta), &listing))
+	values[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", PG_GETARG_INT64(0))));
-	check_rebuilt_listing(report, &listing, PG_GETARG_INT64(0));
+				 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", release_id),
+				 errdetail("The attempt has a manifest but no listing_delta.")));
+	delta = DatumGetByteaPP(values[0]);
+	prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
 
-	/* The stored report, with the two inventories put back. */
-	jb_begin_object(&st, NULL);
-	it = JsonbIteratorInit(&report->root);
-	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	/* "files_location": null is an inline manifest, as manifest_parse reads it. */
+	f = getKeyJsonValueFromContainer(&manifest->root, "files_location", 14, NULL);
+	streamed = f != NULL && f->type != jbvNull;
+	truncated = delta_truncated(report);
+	if (!streamed)
 	{
-		if (tok != WJB_KEY)
-			continue;
-		(void) JsonbIteratorNext(&it, &v, true);
-		if (k.val.string.len == 8 && memcmp(k.val.string.val, "manifest", 8) == 0 && v.type == jbvBinary)
-		{
-			JsonbIterator *mit = JsonbIteratorInit(v.val.binary.data);
-			JsonbValue	mk;
-			JsonbValue	mv;
-
-			jb_begin_object(&st, "manifest");
-			while ((tok = JsonbIteratorNext(&mit, &mk, true)) != WJB_DONE)
-				if (tok == WJB_KEY)
-				{
-					(void) JsonbIteratorNext(&mit, &mv, true);
-					pushJsonbValue(&st, WJB_KEY, &mk);
-					pushJsonbValue(&st, WJB_VALUE, &mv);
-				}
-			inventory_push_jsonb(&st, "files", &files);
-			jb_end_object(&st);
-			continue;
-		}
-		pushJsonbValue(&st, WJB_KEY, &k);
-		pushJsonbValue(&st, WJB_VALUE, &v);
+		f = getKeyJsonValueFromContainer(&manifest->root, "files", 5, NULL);
+		inventory_from_jsonb(f, "files", &files);
 	}
-	inventory_push_jsonb(&st, "listing", &listing);
+	jb_begin_object(&st, NULL);
+	push_report(&st, report, streamed ? NULL : &files);
+	if (streamed || truncated)
+	{
+		/* The files are in the store, or the delta is cut short: the differences only. */
+		push_delta(&st, VARDATA_ANY(delta), VARSIZE_ANY_EXHDR(delta), release_id, truncated);
+	}
+	else
+	{
+		if (!inventory_rebuild(&files, prefix, VARDATA_ANY(delta), VARSIZE_ANY_EXHDR(delta), &listing))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("stored listing of release attempt " INT64_FORMAT " is corrupt", release_id)));
+		check_rebuilt_listing(report, &listing, release_id);
+		inventory_push_jsonb(&st, "listing", &listing);
+	}
 	MemoryContextSwitchTo(caller_cxt);
 	out = jb_finish(jb_end_object(&st));
 	SPI_finish();

@@ -86,9 +86,9 @@ inventory_append(Inventory *inv, const InvObject *o)
 	inv->items[inv->n++] = *o;
 }
 
-/* Appends a problem. */
-void
-problem_add(ProblemList *list, const char *code, const char *path, char *detail)
+/* Appends a problem whose path (palloc'd, or NULL) it takes as it is. */
+static void
+problem_push(ProblemList *list, const char *code, char *path, char *detail)
 {
 	if (list->n == list->capacity)
 	{
@@ -97,9 +97,72 @@ problem_add(ProblemList *list, const char *code, const char *path, char *detail)
 			: palloc_extended(sizeof(Problem) * list->capacity, MCXT_ALLOC_HUGE);
 	}
 	list->items[list->n].code = code;
-	list->items[list->n].path = path ? pstrdup(path) : NULL;
+	list->items[list->n].path = path;
 	list->items[list->n].detail = detail;
 	list->n++;
+}
+
+/*
+ * Counts a problem of code and says whether it is to be listed: the first
+ * max_per_code of each code are, the rest only counted, so that a listing
+ * that disagrees on millions of files costs a counter, not a million
+ * entries (callers ask before building the entry's strings).
+ */
+bool
+problem_room(ProblemList *list, const char *code)
+{
+	ProblemTally *t = NULL;
+
+	for (int i = 0; i < list->ncodes; i++)
+		if (strcmp(list->tally[i].code, code) == 0)
+		{
+			t = &list->tally[i];
+			break;
+		}
+	if (t == NULL)
+	{
+		if (list->ncodes == PROBLEM_CODES_MAX)
+			return true;		/* not followed: listed, as before limits */
+		t = &list->tally[list->ncodes++];
+		t->code = code;
+		t->kept = t->dropped = 0;
+	}
+	if (list->max_per_code > 0 && t->kept >= list->max_per_code)
+	{
+		t->dropped++;
+		return false;
+	}
+	t->kept++;
+	return true;
+}
+
+/* Appends a problem (the path is copied), unless its code has had its share. */
+void
+problem_add(ProblemList *list, const char *code, const char *path, char *detail)
+{
+	if (problem_room(list, code))
+		problem_push(list, code, path ? pstrdup(path) : NULL, detail);
+}
+
+/*
+ * Appends, after the listed problems, one entry per code that had more than
+ * max_per_code, with the number left out: the result still says what is
+ * wrong, of what kind and how much, and released stays false.
+ */
+void
+problems_summarize(ProblemList *list)
+{
+	for (int i = 0; i < list->ncodes; i++)
+	{
+		ProblemTally *t = &list->tally[i];
+
+		if (t->dropped == 0)
+			continue;
+		problem_push(list, t->code, NULL,
+					 psprintf(INT64_FORMAT " more %s problems are not listed: an attempt lists at most %d of "
+							  "each code (finalize.gate_max_problems).", t->dropped, t->code, list->max_per_code));
+		t->dropped = 0;
+	}
 }
 
 /*
@@ -173,15 +236,18 @@ compare_object(const InvObject *m, const InvObject *l, ProblemList *out)
 		case INV_AGREE:
 			break;
 		case INV_SIZE_MISMATCH:
-			problem_add(out, "size_mismatch", pnstrdup(l->path, l->path_len),
+			if (!problem_room(out, "size_mismatch"))
+				break;
+			problem_push(out, "size_mismatch", pnstrdup(l->path, l->path_len),
 						psprintf("The manifest says " INT64_FORMAT " bytes, the store has " INT64_FORMAT
 								 " bytes: the object was overwritten or truncated.", m->size, l->size));
 			break;
 		case INV_CHECKSUM_MISMATCH:
+			if (problem_room(out, "checksum_mismatch"))
 			{
 				char	   *want = etag_normalize(pnstrdup(m->etag, m->etag_len));
 
-				problem_add(out, "checksum_mismatch", pnstrdup(l->path, l->path_len),
+				problem_push(out, "checksum_mismatch", pnstrdup(l->path, l->path_len),
 							l->etag ? psprintf("The manifest says checksum %s, the store has %s: the object was "
 											   "overwritten with other content of the same size.",
 											   want, etag_normalize(pnstrdup(l->etag, l->etag_len)))
@@ -195,7 +261,8 @@ compare_object(const InvObject *m, const InvObject *l, ProblemList *out)
 static void
 wrong_prefix(const InvObject *m, const char *prefix, ProblemList *out)
 {
-	problem_add(out, "wrong_prefix", pnstrdup(m->path, m->path_len),
+	if (problem_room(out, "wrong_prefix"))
+		problem_push(out, "wrong_prefix", pnstrdup(m->path, m->path_len),
 				psprintf("The manifest lists it outside the generation's location \"%s\".", prefix));
 }
 
@@ -203,7 +270,8 @@ wrong_prefix(const InvObject *m, const char *prefix, ProblemList *out)
 static void
 stray(const InvObject *l, const char *prefix, ProblemList *out)
 {
-	problem_add(out, "stray_object", pnstrdup(l->path, l->path_len),
+	if (problem_room(out, "stray_object"))
+		problem_push(out, "stray_object", pnstrdup(l->path, l->path_len),
 				psprintf("It is in the store under \"%s\" (" INT64_FORMAT " bytes) but not in the manifest, "
 						 "so readers of the location would read it too.", prefix, l->size));
 }
@@ -212,7 +280,8 @@ stray(const InvObject *l, const char *prefix, ProblemList *out)
 static void
 missing(const InvObject *m, const char *prefix, ProblemList *out)
 {
-	problem_add(out, "missing_object", pnstrdup(m->path, m->path_len),
+	if (problem_room(out, "missing_object"))
+		problem_push(out, "missing_object", pnstrdup(m->path, m->path_len),
 				psprintf("The manifest lists it with " INT64_FORMAT " bytes, but the store has no such "
 						 "object under \"%s\".", m->size, prefix));
 }
@@ -330,12 +399,25 @@ stored_append(void *arg, const void *data, size_t len)
 	appendBinaryStringInfo((StringInfo) arg, data, (int) len);
 }
 
-/* Adds a record to the stored form, when one is kept. */
+/* Most bytes one record of the stored form takes besides its key and ETag. */
+#define RECORD_OVERHEAD 48
+
+/*
+ * Adds a record to the stored form, when one is kept. Past stored_max no
+ * record is added and the form is marked truncated: the records kept still
+ * decode, and the report says the listing cannot be rebuilt from them.
+ */
 static void
 keep_record(InvComparison *c, char kind, const InvObject *o)
 {
-	if (c->encoder == NULL)
+	if (c->encoder == NULL || c->stored_truncated)
 		return;
+	if (c->stored_max > 0 &&
+		(size_t) c->stored->len + o->path_len + o->etag_len + RECORD_OVERHEAD > c->stored_max)
+	{
+		c->stored_truncated = true;
+		return;
+	}
 	if (!inv_encode(c->encoder, kind, o->path, o->path_len, o->size, o->etag, o->etag_len))
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),

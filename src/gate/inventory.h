@@ -47,11 +47,31 @@ typedef struct Problem
 	char	   *detail;
 } Problem;
 
+/* How many problems of one code were found, and how many of them are listed. */
+typedef struct ProblemTally
+{
+	const char *code;
+	int64		kept;
+	int64		dropped;
+} ProblemTally;
+
+/* Distinct codes a tally follows (the gate has ten). */
+#define PROBLEM_CODES_MAX 16
+
+/*
+ * The problems of an attempt. With max_per_code > 0 at most that many of
+ * each code are kept in detail and the rest are only counted (a listing
+ * that disagrees on ten million files must not make ten million entries);
+ * problems_summarize then adds one entry per code that had more.
+ */
 typedef struct ProblemList
 {
 	Problem    *items;
 	int			n;
 	int			capacity;
+	int			max_per_code;	/* 0: keep every problem */
+	int			ncodes;
+	ProblemTally tally[PROBLEM_CODES_MAX];
 } ProblemList;
 
 /*
@@ -90,6 +110,9 @@ typedef struct InvComparison
 	uint64		digest[2];
 	StringInfo	stored;			/* NULL: not kept (compare_inventories) */
 	InvEncoder *encoder;
+	size_t		stored_max;		/* most bytes the stored form may take; 0:
+								 * no limit */
+	bool		stored_truncated;	/* records were left out past stored_max */
 	struct SortedInventory *sorted_listing; /* sorted comparison: the listing
 											 * goes here (no hash table) */
 	bool		any_etag;		/* sorted: some manifest entry has an ETag */
@@ -101,6 +124,8 @@ typedef struct InvComparison
 extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
 extern void inventory_append(Inventory *inv, const InvObject *o);
 extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
+extern bool problem_room(ProblemList *list, const char *code);
+extern void problems_summarize(ProblemList *list);
 extern void inventory_compare(const Inventory *manifest, const Inventory *listing,
 							  const char *prefix, ProblemList *out);
 extern void inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char *prefix,

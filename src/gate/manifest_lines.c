@@ -9,8 +9,9 @@
  * read from the store; each line is parsed by PostgreSQL's JSON parser
  * (pg_parse_json, no jsonb built), checked like an inline entry, counted
  * into the manifest's summary (count, bytes, the listing's digest) and put
- * into a tuplesort. A malformed line is an error that names the object and
- * the line number, before anything is compared or stored.
+ * into a tuplesort. A malformed line (or one that is not valid in the
+ * database's encoding) is an error that names the object and the line
+ * number, before anything is compared or stored.
  */
 #include "postgres.h"
 
@@ -181,6 +182,14 @@ read_line(ManifestLines *r, char *line, int len)
 			goto parse;
 	return;						/* a blank line */
 parse:
+
+	/*
+	 * PostgreSQL 15's JSON parser takes raw bytes as they come: a path in
+	 * another encoding (or cut in the middle of a character) would reach the
+	 * comparison, the problems and the stored attempt.
+	 */
+	if (!pg_verify_mbstr(GetDatabaseEncoding(), line, len, true))
+		bad_line(r, "is not valid %s", GetDatabaseEncodingName());
 	sem.semstate = &st;
 	sem.object_start = line_open;
 	sem.object_end = line_close;

@@ -456,11 +456,13 @@ read_error_from_fd(int fd, long status, S3Error *err)
 /*
  * Gets one object (a manifest's files_location) with the caller's keys,
  * its body written to fd as it arrives, so an object of any size is never
- * held in memory. Returns false with err set as objstore_list does; the
- * caller raises, and reads fd back.
+ * held in memory; a body longer than max_bytes stops the transfer
+ * (ResponseTooLarge), since writes to fd escape temp_file_limit. Returns
+ * false with err set as objstore_list does; the caller raises, and reads
+ * fd back.
  */
 bool
-objstore_get(const S3Location *loc, const char *key, int fd, S3Error *err)
+objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S3Error *err)
 {
 	HttpClient *client;
 	HttpResponse init;
@@ -483,7 +485,7 @@ objstore_get(const S3Location *loc, const char *key, int fd, S3Error *err)
 
 		list_request(loc, &req);
 		req.url = object_url(loc, key);
-		req.max_response_bytes = (size_t) 1 << 40;	/* a manifest of any real size */
+		req.max_response_bytes = max_bytes;
 		req.body_to_fd = true;
 		req.body_fd = fd;
 		http_perform(client, &req, &r);

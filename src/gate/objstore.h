@@ -30,7 +30,7 @@ typedef struct S3Error
 	char		message[1024];
 } S3Error;
 
-extern bool objstore_get(const S3Location *loc, const char *key, int fd, S3Error *err);
+extern bool objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S3Error *err);
 extern bool objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err);
 
 #endif							/* FINALIZE_OBJSTORE_H */

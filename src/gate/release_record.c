@@ -58,6 +58,8 @@ build_report(const ReleaseAttempt *a)
 	jb_text(&st, "digest", inventory_digest_hex(l->digest));
 	jb_int(&st, "manifest_files", m->files_location ? m->files_count : m->files.n);
 	jb_int(&st, "stored_records", (int64) l->encoder->records);
+	if (l->stored_truncated)
+		jb_bool(&st, "delta_truncated", true);
 	jb_end_object(&st);
 	jb_json_text(&st, "catalog", a->catalog_json);
 	jb_json_text(&st, "facts", a->facts_json);

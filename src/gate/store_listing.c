@@ -12,11 +12,13 @@
 
 #include "catalog/pg_authid.h"
 #include "catalog/pg_foreign_server.h"
+#include "commands/tablespace.h"
 #include "storage/fd.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/syscache.h"
 
 #include "common/fdw_options.h"
@@ -236,6 +238,32 @@ location_key(const Manifest *m, const char *base)
 	return pstrdup(key);
 }
 
+/*
+ * Largest manifest object copied from S3 when temp_file_limit is -1 (no
+ * limit): 64 GiB, some hundred million lines, past what one gate call can
+ * compare in reasonable time; a bound so a wrong key cannot fill the disk.
+ */
+#define MANIFEST_OBJECT_MAX ((size_t) 64 << 30)
+
+/*
+ * Raises the error for a manifest object larger than the temporary copy
+ * may be: the object, the limit and what to change.
+ */
+static void
+manifest_too_large(const Manifest *m, const ForeignServer *server, size_t limit)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("manifest object \"%s\" of server \"%s\" is too large", m->files_location, server->servername),
+			 temp_file_limit >= 0
+			 ? errdetail("It is longer than temp_file_limit (%dkB): the object is copied to a temporary file "
+						 "before its lines are read.", temp_file_limit)
+			 : errdetail("It is longer than %zu bytes, the most the gate copies to a temporary file when "
+						 "temp_file_limit is -1.", limit),
+			 errhint("Raise temp_file_limit for the session that calls finalize.release_gate (a superuser "
+					 "setting), or check the \"files_location\" field of the manifest.")));
+}
+
 /* Feeds what a local store's read gives to the manifest's lines. */
 static void
 feed_lines(void *arg, const char *data, size_t len)
@@ -248,7 +276,10 @@ feed_lines(void *arg, const char *data, size_t len)
  * caller's keys whose body goes to a temporary file as it arrives (libcurl
  * is on the stack meanwhile, and nothing may raise there), then read back
  * a chunk at a time into the manifest's lines. The file is deleted on
- * close, and at the end of the transaction whatever happens.
+ * close, and at the end of the transaction whatever happens. It goes to
+ * temp_tablespaces like any temporary file, and since libcurl writes it
+ * directly (fd.c does not see those writes), the body is stopped at
+ * temp_file_limit here.
  */
 static void
 read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
@@ -258,6 +289,7 @@ read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
 	S3Location	loc;
 	S3Error		err;
 	File		tmp;
+	size_t		limit = temp_file_limit >= 0 ? (size_t) temp_file_limit * 1024 : MANIFEST_OBJECT_MAX;
 	char	   *key;
 	char	   *buf;
 	off_t		off = 0;
@@ -265,11 +297,15 @@ read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
 
 	s3_location(server, um, &loc);
 	key = location_key(m, psprintf("s3://%s/", loc.bucket));
+	/* OpenTemporaryFile uses temp_tablespaces only once they are prepared. */
+	PrepareTempTablespaces();
 	tmp = OpenTemporaryFile(false);
-	if (!objstore_get(&loc, key, FileGetRawDesc(tmp), &err))
+	if (!objstore_get(&loc, key, FileGetRawDesc(tmp), limit, &err))
 	{
 		io_interrupts_rethrow();
 		FileClose(tmp);
+		if (strcmp(err.code, "ResponseTooLarge") == 0)
+			manifest_too_large(m, server, limit);
 		ereport(ERROR,
 				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
 				 errmsg("could not read manifest object \"%s\" of server \"%s\": %s",

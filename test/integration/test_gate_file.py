@@ -831,14 +831,91 @@ def test_a_gate_waits_for_an_open_projection_change_and_then_sees_it(pg, table, 
 def test_thousands_of_problems_come_back_whole(pg, table, store):
     """The problems the gate returns outlive its catalog step (they were
     allocated in SPI's memory, freed before they were returned: a few
-    thousand of them crashed the server)."""
+    thousand of them crashed the server). finalize.gate_max_problems (1000
+    by default) lists the first of each code and counts the rest."""
     pg.sql("SELECT finalize.register_partition(%s, 'day=27/hour=08', 'day=27/hour=08/gen-1/')", (TABLE,))
     files = {f"day=27/hour=08/gen-1/part-{i:05d}.parquet": i + 1 for i in range(5000)}
     released, _, problems = gate(pg, manifest(store, "gen-1", files))
     assert released is False
-    assert codes(problems) == [("empty_location", None)] + sorted(("missing_object", p) for p in files)
+    listed = [p for p in problems if p["code"] == "missing_object" and p["path"] is not None]
+    assert len(listed) == 1000 and {p["path"] for p in listed} <= set(files)
+    assert [(p["code"], p["path"]) for p in problems if p["path"] is None] == [
+        ("empty_location", None), ("missing_object", None)]
+    assert problems[-1]["detail"].startswith("4000 more missing_object problems are not listed")
     (stored,) = pg.sql("SELECT problems FROM finalize.release")[0]
     assert stored == problems
+
+
+def gate_with(pg, m, *settings):
+    """release_gate in a session with the given SET statements."""
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            for s in settings:
+                cur.execute(s)
+            cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(m),))
+            return cur.fetchone()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("form", ["inline", "streamed"])
+def test_a_massive_disagreement_is_bounded_and_still_recorded(pg, table, store, form):
+    # The store holds 1,500 objects the manifest does not name, the manifest
+    # 1,500 the store lacks (a wrong generation): 3,000 problems. With
+    # gate_max_problems 10 and gate_max_delta 8kB the attempt lists 10 of
+    # each code plus one count per code, and stores a delta cut short,
+    # which release_report returns as such instead of a wrong listing.
+    prefix = "day=27/hour=08/gen-1/"
+    for i in range(1500):
+        write(store, f"{prefix}s/stray-{i:05d}", b"x")
+    files = {f"{prefix}m/missing-{i:05d}": 1 for i in range(1500)}
+    register(pg, "gen-1")
+    m = manifest(store, "gen-1", files)
+    if form == "streamed":
+        m = streamed(store, "gen-1", write_lines(store, "day=27/hour=08/gen-1.jsonl", files))
+    released, _, problems = gate_with(pg, m, "SET finalize.gate_max_problems = 10",
+                                      "SET finalize.gate_max_delta = '8kB'")
+    assert released is False
+    assert len(problems) == 22
+    for code in ("missing_object", "stray_object"):
+        assert len([p for p in problems if p["code"] == code and p["path"] is not None]) == 10
+        (summary,) = [p for p in problems if p["code"] == code and p["path"] is None]
+        assert summary["detail"].startswith(f"1490 more {code} problems are not listed")
+    (count, stored, report, delta_len), = pg.sql(
+        "SELECT count(*) OVER (), problems, finalize.release_report(release_id), length(listing_delta) "
+        "FROM finalize.release")
+    assert count == 1 and stored == problems
+    assert delta_len <= 8192
+    summary = report["listing_summary"]
+    assert summary["delta_truncated"] is True and summary["objects"] == 1500
+    assert "listing" not in report
+    delta = report["listing_delta"]
+    assert delta["truncated"] is True
+    assert 0 < len(delta["listed"]) + len(delta["absent"]) == summary["stored_records"] < 3000
+    if form == "inline":
+        assert report["manifest"]["files"] == files
+
+
+def test_a_null_files_location_is_an_inline_manifest_in_the_report(pg, table, store):
+    files = publish_files(store, "gen-1")
+    register(pg, "gen-1")
+    assert gate(pg, manifest(store, "gen-1", files, files_location=None)) == (True, "gen-1", [])
+    (report,), = pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")
+    assert report["listing"] == report["manifest"]["files"] == files
+    assert "listing_delta" not in report
+
+
+def test_a_damaged_summary_count_is_reported_as_corruption(pg, table, store):
+    files = publish_files(store, "gen-1")
+    register(pg, "gen-1")
+    assert gate(pg, manifest(store, "gen-1", files))[0]
+    for bad in ("1e30", "1.5", "-1"):
+        pg.sql("UPDATE finalize.release SET report = jsonb_set(report, '{listing_summary,objects}', %s::jsonb)",
+               (bad,))
+        with pytest.raises(psycopg2.Error) as e:
+            pg.sql("SELECT finalize.release_report(release_id) FROM finalize.release")
+        assert e.value.pgcode == "XX001" and "does not match its summary" in e.value.pgerror
 
 
 def test_retired_generations_never_offer_where_the_catalog_sends_readers(pg, table, store):
@@ -948,6 +1025,18 @@ def test_a_malformed_line_names_the_object_and_the_line(pg, table, store, line, 
         gate(pg, streamed(store, "gen-1", location))
     assert e.value.pgcode == "22023"
     assert f'line 2 of "{location}"' in e.value.pgerror and expected in e.value.pgerror
+    assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+
+
+def test_a_line_that_is_not_valid_utf8_names_the_object_and_the_line(pg, table, store):
+    # PostgreSQL 15's JSON parser passes raw bytes: the gate checks them.
+    write(store, "m.jsonl", b'{"path": "day=27/hour=08/gen-1/ok", "size": 1}\n'
+                            b'{"path": "day=27/hour=08/gen-1/caf\xe9", "size": 1}\n')
+    location = "file://" + os.path.join(store, "m.jsonl")
+    with pytest.raises(psycopg2.Error) as e:
+        gate(pg, streamed(store, "gen-1", location))
+    assert e.value.pgcode == "22023"
+    assert f'line 2 of "{location}" is not valid UTF8' in e.value.pgerror
     assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
 
 

@@ -694,3 +694,30 @@ def test_a_streamed_manifest_outside_the_bucket_or_missing_is_refused(pg, s3, ta
     err = release_error(pg, m)
     assert "NoSuchKey" in err.pgerror and "HTTP 404" in err.pgerror
     assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+
+
+def test_a_streamed_manifest_larger_than_temp_file_limit_is_refused(pg, s3, table):
+    # The object is copied to a temporary file by libcurl's writes, which
+    # fd.c does not count: the gate stops the body at temp_file_limit.
+    files = upload(s3, "gen-1", [f"part-{i:03d}.parquet" for i in range(60)])
+    body = jsonl(files)
+    assert len(body) > 4096
+    s3.put("lake", "day=27/hour=08/gen-1.files.jsonl", body)
+    register(pg, "gen-1")
+    m = manifest("gen-1", None, files_location="s3://lake/day=27/hour=08/gen-1.files.jsonl")
+    del m["files"]
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET temp_file_limit = '4kB'")
+            with pytest.raises(psycopg2.Error) as e:
+                cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(m),))
+            assert e.value.pgcode == "53400"
+            assert ('manifest object "s3://lake/day=27/hour=08/gen-1.files.jsonl" of server "lake" is too large'
+                    in e.value.pgerror)
+            assert "temp_file_limit (4kB)" in e.value.pgerror
+            cur.execute("SET temp_file_limit = '64kB'")
+            assert gate(conn, m) == (True, "gen-1", [])
+    finally:
+        conn.close()
+    assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 1
