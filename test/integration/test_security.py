@@ -55,6 +55,7 @@ ADMIN = PUBLISHER | PIPELINE | {
     "timestamp with time zone,text,text,jsonb,jsonb,bytea,timestamp with time zone,timestamp with time zone)",
     "purge_facts(interval)", "quote_mssql_ident(text)", "acknowledge_alert(bigint,text)",
     "set_projection(text,text,timestamp with time zone,timestamp with time zone)",
+    "release_report(bigint)",
 }
 MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
                "sec_nobody": set()}
