@@ -150,6 +150,28 @@ BEGIN
 END
 $$;
 
+-- Lets the derived tables that use any of the given tables follow them,
+-- each once, in table order: _advance without waiting, so that an input's
+-- advance never waits for a pipeline's open transaction (the worker's
+-- _refresh_derived catches a skipped one up next cycle). The one loop of
+-- _advance and _record_ranges.
+CREATE FUNCTION @extschema@._advance_dependents(input_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dependent bigint;
+BEGIN
+    FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
+                       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                      WHERE d.input_id = ANY (input_ids) AND t.untracked_at IS NULL
+                      ORDER BY d.table_id LOOP
+        PERFORM @extschema@._advance(dependent, false);
+    END LOOP;
+END
+$$;
+
 -- The one function that moves a verdict: locks the table's verdict, takes a
 -- derived table's source verdict from its inputs, moves the commit-time
 -- verdict commit_until to the greatest of its old value and
@@ -179,7 +201,7 @@ DECLARE
     new_until timestamptz;
     ev record;
     cap timestamptz;
-    dependent bigint;
+    moved boolean;
 BEGIN
     IF tt.table_id IS NULL THEN
         RETURN NULL;
@@ -187,14 +209,10 @@ BEGIN
     -- A source table partitioned by commit time: the way of a worker's
     -- cycle, for one table.
     IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
-        IF EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id])) THEN
-            FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
-                               JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
-                              WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
-                              ORDER BY d.table_id LOOP
-                PERFORM @extschema@._advance(dependent, false);
-            END LOOP;
-        END IF;
+        moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- run on every call (for no table when nothing moved): its plan is
+        -- made at the first call, not at the first advance hours later
+        PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
         RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
@@ -249,12 +267,7 @@ BEGIN
      WHERE w.table_id = tt.table_id;
     PERFORM pg_notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
                                                                wm.offset_lsn, wm.offset_commit_time));
-    FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
-                       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
-                      WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
-                      ORDER BY d.table_id LOOP
-        PERFORM @extschema@._advance(dependent, false);
-    END LOOP;
+    PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;
 END
 $$;

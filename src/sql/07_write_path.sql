@@ -403,7 +403,6 @@ DECLARE
     locked  bigint[];
     ok      record;
     moved   bigint[];
-    dependent bigint;
 BEGIN
     -- The tables' rows, then their verdicts, in the order _lock_tracked
     -- takes them; a row another session holds is left to _record_range,
@@ -454,13 +453,10 @@ BEGIN
                                                pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
         PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
         moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
-        FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
-                           JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
-                          WHERE d.input_id = ANY (moved) AND t.untracked_at IS NULL
-                          ORDER BY d.table_id LOOP
-            PERFORM @extschema@._advance(dependent, false);
-        END LOOP;
     END IF;
+    -- on every call, for no table when nothing moved: its plan is made at
+    -- the first cycle, not at the first advance (a worker's memory stays flat)
+    PERFORM @extschema@._advance_dependents(coalesce(moved, '{}'));
     RETURN QUERY SELECT x FROM unnest(table_ids) x WHERE x <> ALL (coalesce(ok.ids, '{}'));
 END
 $$;

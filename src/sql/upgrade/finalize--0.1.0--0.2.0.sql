@@ -4954,6 +4954,28 @@ BEGIN
 END
 $$;
 
+-- Lets the derived tables that use any of the given tables follow them,
+-- each once, in table order: _advance without waiting, so that an input's
+-- advance never waits for a pipeline's open transaction (the worker's
+-- _refresh_derived catches a skipped one up next cycle). The one loop of
+-- _advance and _record_ranges.
+CREATE FUNCTION @extschema@._advance_dependents(input_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dependent bigint;
+BEGIN
+    FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
+                       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                      WHERE d.input_id = ANY (input_ids) AND t.untracked_at IS NULL
+                      ORDER BY d.table_id LOOP
+        PERFORM @extschema@._advance(dependent, false);
+    END LOOP;
+END
+$$;
+
 -- The one function that moves a verdict: locks the table's verdict, takes a
 -- derived table's source verdict from its inputs, moves the commit-time
 -- verdict commit_until to the greatest of its old value and
@@ -4983,7 +5005,7 @@ DECLARE
     new_until timestamptz;
     ev record;
     cap timestamptz;
-    dependent bigint;
+    moved boolean;
 BEGIN
     IF tt.table_id IS NULL THEN
         RETURN NULL;
@@ -4991,14 +5013,10 @@ BEGIN
     -- A source table partitioned by commit time: the way of a worker's
     -- cycle, for one table.
     IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
-        IF EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id])) THEN
-            FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
-                               JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
-                              WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
-                              ORDER BY d.table_id LOOP
-                PERFORM @extschema@._advance(dependent, false);
-            END LOOP;
-        END IF;
+        moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- run on every call (for no table when nothing moved): its plan is
+        -- made at the first call, not at the first advance hours later
+        PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
         RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
@@ -5053,12 +5071,7 @@ BEGIN
      WHERE w.table_id = tt.table_id;
     PERFORM pg_notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
                                                                wm.offset_lsn, wm.offset_commit_time));
-    FOR dependent IN SELECT d.table_id FROM @extschema@.derived_input d
-                       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
-                      WHERE d.input_id = tt.table_id AND t.untracked_at IS NULL
-                      ORDER BY d.table_id LOOP
-        PERFORM @extschema@._advance(dependent, false);
-    END LOOP;
+    PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;
 END
 $$;
@@ -5281,7 +5294,6 @@ DECLARE
     locked  bigint[];
     ok      record;
     moved   bigint[];
-    dependent bigint;
 BEGIN
     -- The tables' rows, then their verdicts, in the order _lock_tracked
     -- takes them; a row another session holds is left to _record_range,
@@ -5332,13 +5344,10 @@ BEGIN
                                                pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
         PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
         moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
-        FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
-                           JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
-                          WHERE d.input_id = ANY (moved) AND t.untracked_at IS NULL
-                          ORDER BY d.table_id LOOP
-            PERFORM @extschema@._advance(dependent, false);
-        END LOOP;
     END IF;
+    -- on every call, for no table when nothing moved: its plan is made at
+    -- the first cycle, not at the first advance (a worker's memory stays flat)
+    PERFORM @extschema@._advance_dependents(coalesce(moved, '{}'));
     RETURN QUERY SELECT x FROM unnest(table_ids) x WHERE x <> ALL (coalesce(ok.ids, '{}'));
 END
 $$;
