@@ -35,16 +35,14 @@ BEGIN ATOMIC
     SELECT t.table_id,
            CASE WHEN w.source_until IS NOT NULL AND NOT coalesce(c.unreported, false)
                 THEN LEAST(w.source_until, c.least_until) END
-      FROM @extschema@.tracked_table t
+      FROM (SELECT DISTINCT i.id FROM unnest(_effective_untils.table_ids) AS i(id)) i
+      JOIN @extschema@.tracked_table t ON t.table_id = i.id
       JOIN @extschema@.watermark w ON w.table_id = t.table_id
-      LEFT JOIN (SELECT rc.table_id, bool_or(x.until IS NULL) AS unreported, min(x.until) AS least_until
-                   FROM @extschema@.consumer rc
-                   JOIN @extschema@.tracked_table ct ON ct.table_id = rc.table_id
-                  CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(ct.kind, ct.granularity, rc.commit_time,
-                                                                        rc.processed_until) AS until) x
-                  WHERE rc.table_id = ANY (_effective_untils.table_ids) AND rc.required
-                  GROUP BY rc.table_id) c ON c.table_id = t.table_id
-     WHERE t.table_id = ANY (_effective_untils.table_ids);
+     CROSS JOIN LATERAL (SELECT bool_or(x.until IS NULL) AS unreported, min(x.until) AS least_until
+                           FROM @extschema@.consumer rc
+                          CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, rc.commit_time,
+                                                                                rc.processed_until) AS until) x
+                          WHERE rc.table_id = t.table_id AND rc.required) c;
 END;
 
 -- What a derived table's inputs are final until (the least of their
@@ -123,10 +121,10 @@ BEGIN
     RETURN QUERY
     WITH cur AS (
         SELECT t.table_id, t AS tt, w AS wm, GREATEST(w.commit_until, e.until) AS new_commit
-          FROM @extschema@.tracked_table t
+          FROM @extschema@._effective_untils(table_ids) e
+          JOIN @extschema@.tracked_table t ON t.table_id = e.table_id
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
-          JOIN @extschema@._effective_untils(table_ids) e ON e.table_id = t.table_id
-         WHERE t.table_id = ANY (table_ids) AND t.kind = 'source' AND t.event_time_column IS NULL),
+         WHERE t.kind = 'source' AND t.event_time_column IS NULL),
     moved AS (
         UPDATE @extschema@.watermark w
            SET commit_until = c.new_commit,

@@ -407,14 +407,17 @@ BEGIN
     -- The tables' rows, then their verdicts, in the order _lock_tracked
     -- takes them; a row another session holds is left to _record_range,
     -- which waits for it (finalize.lock_timeout) and says so.
+    -- (Joins with the arrays, never "= ANY (array)": with thousands of ids
+    -- a generic plan would compare every row with every id.)
     SELECT pg_catalog.array_agg(x.table_id) INTO locked
       FROM (SELECT t.table_id FROM @extschema@.tracked_table t
-             WHERE t.table_id = ANY (table_ids) AND t.untracked_at IS NULL
-             ORDER BY t.table_id FOR KEY SHARE SKIP LOCKED) x;
+              JOIN (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i ON i.id = t.table_id
+             WHERE t.untracked_at IS NULL
+             ORDER BY t.table_id FOR KEY SHARE OF t SKIP LOCKED) x;
     SELECT pg_catalog.array_agg(x.table_id) INTO locked
       FROM (SELECT w.table_id FROM @extschema@.watermark w
-             WHERE w.table_id = ANY (locked)
-             ORDER BY w.table_id FOR UPDATE SKIP LOCKED) x;
+              JOIN unnest(locked) AS i(id) ON i.id = w.table_id
+             ORDER BY w.table_id FOR UPDATE OF w SKIP LOCKED) x;
 
     SELECT pg_catalog.array_agg(r.table_id ORDER BY r.table_id) AS ids,
            pg_catalog.array_agg(r.s ORDER BY r.table_id) AS s,
@@ -433,9 +436,12 @@ BEGIN
               FROM unnest(table_ids, start_lsns, end_lsns, end_commit_times, inserts, updates, deletes,
                           first_commit_times, last_commit_times, capture_instances)
                        AS u(table_id, s, e, end_time, ins, upd, del, first_time, last_time, ci)) r
+      JOIN unnest(locked) AS l(table_id) ON l.table_id = r.table_id
       JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
       JOIN @extschema@.watermark w ON w.table_id = r.table_id
-     WHERE r.n = 1 AND r.table_id = ANY (locked)
+      LEFT JOIN (SELECT DISTINCT h.h FROM @extschema@._held_conditions(table_ids) AS h(h)) held
+             ON held.h = r.table_id
+     WHERE r.n = 1 AND held.h IS NULL
        AND t.kind = 'source' AND t.state = 'active' AND t.event_time_column IS NULL
        AND w.offset_lsn IS NOT NULL AND r.s = w.offset_lsn AND r.e > r.s
        AND r.end_time <= horizon
@@ -443,8 +449,7 @@ BEGIN
        AND (r.ins + r.upd + r.del = 0) = (r.first_time IS NULL)
        AND (r.first_time IS NULL) = (r.last_time IS NULL)
        AND (r.first_time IS NULL OR (r.first_time <= r.last_time AND r.last_time <= horizon))
-       AND t.capture_instance IS NOT DISTINCT FROM r.ci
-       AND r.table_id NOT IN (SELECT h FROM @extschema@._held_conditions(table_ids) h);
+       AND t.capture_instance IS NOT DISTINCT FROM r.ci;
 
     IF ok.ids IS NOT NULL THEN
         PERFORM @extschema@._store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
@@ -457,7 +462,9 @@ BEGIN
     -- on every call, for no table when nothing moved: its plan is made at
     -- the first cycle, not at the first advance (a worker's memory stays flat)
     PERFORM @extschema@._advance_dependents(coalesce(moved, '{}'));
-    RETURN QUERY SELECT x FROM unnest(table_ids) x WHERE x <> ALL (coalesce(ok.ids, '{}'));
+    RETURN QUERY SELECT u.x FROM unnest(table_ids) AS u(x)
+                  LEFT JOIN unnest(ok.ids) AS k(x) ON k.x = u.x
+                 WHERE k.x IS NULL;
 END
 $$;
 
