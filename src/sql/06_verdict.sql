@@ -30,6 +30,9 @@ RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE 
 CREATE FUNCTION @extschema@._effective_untils(table_ids bigint[])
 RETURNS TABLE (table_id bigint, until timestamptz)
 LANGUAGE sql STABLE
+-- Most calls are for one table (_advance): joins over its result must probe
+-- indexes, not hash whole tables (the default estimate is 1,000 rows).
+ROWS 10
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT t.table_id,

@@ -4894,6 +4894,9 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 CREATE FUNCTION @extschema@._effective_untils(table_ids bigint[])
 RETURNS TABLE (table_id bigint, until timestamptz)
 LANGUAGE sql STABLE
+-- Most calls are for one table (_advance): joins over its result must probe
+-- indexes, not hash whole tables (the default estimate is 1,000 rows).
+ROWS 10
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT t.table_id,
