@@ -368,6 +368,27 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Listin
 }
 
 /*
+ * What every request to the store starts with: err cleared, interrupts
+ * watched, the keys checked, a client made. NULL with err set when one of
+ * them fails.
+ */
+static HttpClient *
+open_client(const S3Location *loc, S3Error *err)
+{
+	HttpClient *client;
+	HttpResponse init;
+
+	memset(err, 0, sizeof(*err));
+	io_interrupts_begin();
+	if (!credentials_safe(loc, err))
+		return NULL;
+	client = http_client_create(CurrentMemoryContext, &init);
+	if (client == NULL)
+		set_error(err, 0, "CurlInitFailed", init.error);
+	return client;
+}
+
+/*
  * Lists every object whose key starts with prefix into sink, a page at a
  * time. Returns false with err
  * set when the store answers with an error, cannot be reached, times out,
@@ -378,19 +399,11 @@ bool
 objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err)
 {
 	HttpClient *client;
-	HttpResponse init;
 	volatile bool ok = true;
 
-	memset(err, 0, sizeof(*err));
-	io_interrupts_begin();
-	if (!credentials_safe(loc, err))
-		return false;
-	client = http_client_create(CurrentMemoryContext, &init);
+	client = open_client(loc, err);
 	if (client == NULL)
-	{
-		set_error(err, 0, "CurlInitFailed", init.error);
 		return false;
-	}
 	/* The connection is released at once, even when an error is raised. */
 	PG_TRY();
 	{
@@ -465,19 +478,11 @@ bool
 objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S3Error *err)
 {
 	HttpClient *client;
-	HttpResponse init;
 	volatile bool ok = false;
 
-	memset(err, 0, sizeof(*err));
-	io_interrupts_begin();
-	if (!credentials_safe(loc, err))
-		return false;
-	client = http_client_create(CurrentMemoryContext, &init);
+	client = open_client(loc, err);
 	if (client == NULL)
-	{
-		set_error(err, 0, "CurlInitFailed", init.error);
 		return false;
-	}
 	PG_TRY();
 	{
 		HttpRequest req;
