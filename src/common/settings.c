@@ -17,6 +17,7 @@
 char	   *finalize_database = NULL;
 bool		finalize_enabled = true;
 int			finalize_poll_interval_ms = 5000;
+int			finalize_full_check_interval_ms = 60000;
 int			finalize_login_timeout = 10;
 int			finalize_query_timeout = 30;
 int			finalize_max_retry_interval_ms = 60000;
@@ -70,6 +71,17 @@ define_worker_settings(void)
 							NULL,
 							&finalize_poll_interval_ms,
 							5000, 100, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.full_check_interval",
+							"Longest time an idle source goes without a full check of its tables.",
+							"While SQL Server's max LSN stays where every table already is, a cycle asks only "
+							"for max LSN; a full check (object ids, capture instances) still runs this often, "
+							"so renamed tables and dropped capture instances show. 0 checks fully every cycle.",
+							&finalize_full_check_interval_ms,
+							60000, 0, 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

@@ -87,13 +87,14 @@ decode_instance_row(MssqlConn *conn, CdcState *snap, int *capacity)
 /*
  * Reads batch 1: the max LSN row, the object ids of the given (quoted,
  * schema-qualified) names into object_ids (0: not visible), then the
- * capture instances. Returns false with err set on a SQL Server failure
+ * capture instances unless with_instances is false (a settled source's
+ * idle cycle asks only for the state row). Returns false with err set on a SQL Server failure
  * (snap->results says how far it got), or with snap->problem set when a
  * value could not be decoded.
  */
 bool
 cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *names, int64 *object_ids,
-			   int nnames, CdcState *snap, MssqlError *err)
+			   int nnames, bool with_instances, CdcState *snap, MssqlError *err)
 {
 	int			resultno = 0;
 	int			r;
@@ -108,7 +109,7 @@ cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *name
 	for (int i = 0; i < nnames; i++)
 		object_ids[i] = 0;
 	initStringInfo(&sql);
-	tsql_source_state(&sql, names, nnames);
+	tsql_source_state(&sql, names, nnames, with_instances);
 
 	/* An error already (the first statement failed) is the cycle's failure. */
 	if (!mssql_execute(conn, sql.data, err) || err->set)

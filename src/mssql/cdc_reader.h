@@ -155,7 +155,7 @@ typedef struct CdcLsnMapping
 } CdcLsnMapping;
 
 extern bool cdc_read_state(MssqlConn *conn, const char *tds_version, const char *const *names,
-						   int64 *object_ids, int nnames, CdcState *snap, MssqlError *err);
+						   int64 *object_ids, int nnames, bool with_instances, CdcState *snap, MssqlError *err);
 extern bool cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *insts, int ninsts,
 							MssqlError *err);
 extern bool cdc_read_captured_columns(MssqlConn *conn, CdcColumns *cols, int ncols, MssqlError *err);

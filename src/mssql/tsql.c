@@ -58,7 +58,7 @@ tsql_session_setup(void)
  *    and start LSNs (sp_cdc_help_change_data_capture needs no SELECT on cdc.*).
  */
 void
-tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames)
+tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames, bool with_instances)
 {
 	appendStringInfoString(buf,
 						   "DECLARE @max_lsn binary(10) = sys.fn_cdc_get_max_lsn();\n"
@@ -75,7 +75,8 @@ tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames
 		appendStringInfo(buf, "%s SELECT %d AS finalize_table, OBJECT_ID(%s) AS object_id%s\n",
 						 first ? "" : "UNION ALL", i, mssql_quote_literal(qualified_names[i]), last ? ";" : "");
 	}
-	appendStringInfoString(buf, "EXEC sys.sp_cdc_help_change_data_capture;\n");
+	if (with_instances)
+		appendStringInfoString(buf, "EXEC sys.sp_cdc_help_change_data_capture;\n");
 }
 
 /* A schema-qualified name, quoted, for OBJECT_ID. */

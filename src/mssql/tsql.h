@@ -63,7 +63,8 @@ enum
 #define TSQL_NAMES_PER_STATEMENT 100
 
 extern const char *tsql_session_setup(void);
-extern void tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames);
+extern void tsql_source_state(StringInfo buf, const char *const *qualified_names, int nnames,
+							  bool with_instances);
 extern char *tsql_qualified_name(const char *schema, const char *object);
 extern void tsql_append_marker(StringInfo buf, int n);
 extern void tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,

@@ -5,7 +5,8 @@
  *
  *   1. tracked tables and the source's options          (short transaction)
  *   2. max LSN, its commit time, SQL Server's clock and offset, the tables'
- *      object ids, the capture instances               (SQL Server, batch 1)
+ *      object ids, the capture instances               (SQL Server, batch 1;
+ *      a settled source first asks only for max LSN, see cycle_is_idle)
  *   3. the times checked: zone, commits ahead of the clock, clock skew, stall
  *   4. per table, its range(s) aggregated on the server; then, AFTER all of
  *      them, each instance's min LSN and the DDL it recorded (SQL Server, batch 2);
@@ -281,9 +282,13 @@ connect_source(Cycle *c)
 	return true;
 }
 
-/* Step 2b: SQL Server's CDC state (batch 1), every value decoded. */
+/*
+ * Step 2b: SQL Server's CDC state (batch 1), every value decoded; without
+ * the tables' object ids and the capture instances when with_instances is
+ * false.
+ */
 static bool
-read_state(Cycle *c)
+read_state(Cycle *c, bool with_instances)
 {
 	SourceRun  *run = c->run;
 	MssqlError	err;
@@ -294,7 +299,8 @@ read_state(Cycle *c)
 	for (int i = 0; i < c->ntables; i++)
 		names[i] = tsql_qualified_name(c->tables[i].source_schema, c->tables[i].source_name);
 	pgstat_report_activity(STATE_RUNNING, "finalize: reading SQL Server's max LSN");
-	ok = cdc_read_state(run->conn, c->cfg.conn.tds_version, names, ids, c->ntables, &c->snap, &err);
+	ok = cdc_read_state(run->conn, c->cfg.conn.tds_version, names, ids, with_instances ? c->ntables : 0,
+						with_instances, &c->snap, &err);
 	io_interrupts_rethrow();
 	for (int i = 0; i < c->ntables; i++)
 		c->tables[i].object_id = ids[i];
@@ -554,6 +560,47 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 }
 
 /*
+ * Whether this cycle may first ask SQL Server only for max LSN: the last
+ * full check, less than finalize.full_check_interval ago, found every table at
+ * max LSN with nothing to do, and every table is still there (tracked,
+ * resumed or re-pointed tables have no offset there, or are resuming).
+ * Most cycles of a source are idle; asking for 10,000 object ids and the
+ * instance list each poll costs SQL Server far more than the state row.
+ * Nothing is recorded for a table in between (its offset already is max
+ * LSN, and any move of max LSN brings the full check back before anything
+ * is read), so a renamed table or a dropped instance only shows its
+ * condition up to the interval later.
+ */
+static bool
+cycle_may_be_idle(const Cycle *c)
+{
+	const SourceRun *run = c->run;
+
+	if (!run->settled || finalize_full_check_interval_ms == 0 ||
+		TimestampDifferenceExceeds(run->settled_at, c->started, finalize_full_check_interval_ms))
+		return false;
+	for (int i = 0; i < c->ntables; i++)
+	{
+		const TrackedSource *t = &c->tables[i];
+
+		if (!t->has_offset || t->resuming || t->capture_instance == NULL ||
+			lsn_cmp(&t->offset, &run->settled_lsn) != 0)
+			return false;
+	}
+	return true;
+}
+
+/* Whether a full check found every table at max LSN with nothing to do. */
+static bool
+all_settled(const Cycle *c, const TablePlan *plans)
+{
+	for (int i = 0; i < c->ntables; i++)
+		if (plans[i].action != PLAN_NOTHING || c->tables[i].resuming)
+			return false;
+	return true;
+}
+
+/*
  * Runs one cycle for a source. Returns true when SQL Server was read and
  * everything recorded; false with a condition and a message otherwise (the
  * caller records them and backs off).
@@ -565,30 +612,60 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 	TablePlan  *plans;
 	TableJob   *jobs;
 	TableWrite *writes;
+	bool		idle;
 
 	if (!load_source(&c, cxt))
 		return false;
 	/* Tables in a stopped state are not read; nothing to ask SQL Server. */
 	if (c.ntables == 0)
 		return true;
-	if (!connect_source(&c) || !read_state(&c) || !check_times(&c))
+	idle = cycle_may_be_idle(&c);
+	/* Only a cycle that ends well keeps the source settled. */
+	run->settled = false;
+	if (!connect_source(&c))
+		return false;
+	if (idle)
+	{
+		if (!read_state(&c, false) || !check_times(&c))
+			return false;
+		idle = lsn_cmp(&c.snap.max_lsn, &run->settled_lsn) == 0;
+	}
+	if (!idle && (!read_state(&c, true) || !check_times(&c)))
 		return false;
 
 	plans = palloc0(sizeof(TablePlan) * c.ntables);
 	jobs = palloc0(sizeof(TableJob) * c.ntables);
 	writes = palloc0(sizeof(TableWrite) * c.ntables);
-	if (!plan_and_read(&c, plans, jobs))
+	if (idle)
+	{
+		/* Every table is at max LSN: nothing to read or write for any. */
+		for (int i = 0; i < c.ntables; i++)
+		{
+			plans[i].action = PLAN_NOTHING;
+			jobs[i].table = &c.tables[i];
+			jobs[i].plan = &plans[i];
+		}
+	}
+	else if (!plan_and_read(&c, plans, jobs))
 		return false;
 	resolve_consumers(&c, plans);
-	for (int i = 0; i < c.ntables; i++)
-		decide_write(&c, i, &plans[i], jobs, &writes[i]);
+	if (!idle)
+		for (int i = 0; i < c.ntables; i++)
+			decide_write(&c, i, &plans[i], jobs, &writes[i]);
 
 	/* Record everything in one short transaction. */
 	ws_begin_write("finalize: recording facts");
-	record_writes(writes, c.ntables);
+	if (!idle)
+		record_writes(writes, c.ntables);
 	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
 				 c.source_message, c.started);
 	ws_commit();
+	if (!idle && all_settled(&c, plans))
+	{
+		run->settled_lsn = c.snap.max_lsn;
+		run->settled_at = c.started;
+	}
+	run->settled = idle || all_settled(&c, plans);
 	return true;
 }

@@ -5,7 +5,10 @@
 #ifndef FINALIZE_CYCLE_H
 #define FINALIZE_CYCLE_H
 
+#include "datatype/timestamp.h"
+
 #include "common/condition.h"
+#include "common/lsn.h"
 #include "mssql/mssql.h"
 
 /* What a source worker keeps between cycles. */
@@ -17,6 +20,9 @@ typedef struct SourceRun
 	int			failures;		/* consecutive failed cycles */
 	bool		server_gone;	/* the foreign server was dropped: exit */
 	char	   *consumer_log;	/* unresolved consumers logged last cycle (TopMemoryContext) */
+	bool		settled;		/* the last full check found every table at settled_lsn */
+	Lsn			settled_lsn;	/* SQL Server's max LSN then */
+	TimestampTz settled_at;		/* when that full check started */
 } SourceRun;
 
 /* Why a cycle failed: the source's condition and a message for people. */

@@ -77,6 +77,9 @@ record_write(TableWrite *w)
 	ErrorData  *e;
 	TableWrite	cw;
 
+	/* Nothing to write needs no subtransaction and no lookup. */
+	if (w->kind == WRITE_NONE)
+		return;
 	if (subxact_try(apply_write, w, &e))
 		return;
 	memset(&cw, 0, sizeof(cw));

@@ -312,3 +312,59 @@ def test_a_cycle_over_many_tables_records_them_at_once_and_odd_ones_one_by_one(e
     cycle = env.sql("SELECT cycle_time FROM finalize.source_status WHERE server_name = 'erp'")[0][0]
     assert cycle is not None and cycle > datetime.timedelta(0)
     assert "one by one this cycle" not in open(pg.logfile).read()[len(log_before):]
+
+
+def test_an_idle_source_asks_only_for_max_lsn_until_the_full_check(env, sim, pg):
+    """Once a full check found every table at max LSN, a cycle asks SQL
+    Server only for max LSN until it moves or finalize.full_check_interval
+    passes. The proof is a fault armed on the instance list: idle cycles
+    never send it, a full check does (and fails on it), and a move of max
+    LSN brings the full check back at once, before anything is recorded."""
+    pg.sql("ALTER SYSTEM SET finalize.full_check_interval = '1h'")
+    pg.reload()
+    try:
+        start_tracking(env, sim)
+        sim.call("sim.commit", table="dbo.orders", inserts=1)
+        sim.call("sim.advance", seconds=10)
+        env.wait_caught_up("sales.orders", sim)
+        # The cycle after the one that recorded the range checks fully and
+        # finds nothing to do: the source is settled from then on.
+        recorded = env.source_status("erp")["last_success"]
+        env.pg.wait_for(lambda: env.source_status("erp")["last_success"] > recorded + datetime.timedelta(seconds=1),
+                        what="a settled source")
+        sim.call("sim.fault_error", number=50001, message="The instance list was asked for.",
+                 pattern="sp_cdc_help_change_data_capture", count=1)
+        st0 = env.source_status("erp")
+        # Many idle cycles (poll 200 ms): none sends the instance list.
+        env.pg.wait_for(lambda: env.source_status("erp")["last_success"] > st0["last_success"] +
+                        datetime.timedelta(seconds=2), what="idle cycles")
+        st = env.source_status("erp")
+        assert st["condition"] == "ok" and st["last_error_at"] == st0["last_error_at"], st
+
+        # SQL Server moves: the next cycle is a full one (the fault fires), and
+        # the range is recorded only by a full cycle after it.
+        offset = env.status("sales.orders")["offset_lsn"]
+        sim.call("sim.commit", table="dbo.orders", inserts=2)
+        sim.call("sim.advance", seconds=10)
+        st = env.wait_status("sales.orders", lambda s: "The instance list was asked for." in (s.get("last_error") or ""),
+                             what="the full check")
+        assert st["offset_lsn"] == offset, "nothing is recorded by the cycle that failed"
+        env.wait_caught_up("sales.orders", sim)
+        assert sum(f["inserts"] for f in env.facts("sales.orders")) == 3
+        assert_chain(env.facts("sales.orders"))
+
+        # Settled again; a capture instance dropped without a move of max LSN
+        # shows once the interval passes (1 s here), and nothing moves meanwhile.
+        before = env.status("sales.orders")["finalized_until"]
+        pg.sql("ALTER SYSTEM SET finalize.full_check_interval = '1s'")
+        pg.reload()
+        max_before = sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"]
+        sim.call("sim.disable_table", name="orders", capture_instance="dbo_orders")
+        assert sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"] == max_before, \
+            "the simulator's disable must not move max LSN, or this checks nothing"
+        st = env.wait_status("sales.orders", lambda s: s.get("condition") == "no_capture_instance",
+                             what="the dropped instance to show")
+        assert st["finalized_until"] == before
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.full_check_interval")
+        pg.reload()
