@@ -73,6 +73,12 @@ ws_begin_write(const char *activity)
  * memory context current again: CommitTransactionCommand leaves
  * TopMemoryContext current, where everything the worker allocated next
  * would live (and leak) for the life of the process.
+ *
+ * Then it hands the transaction's table statistics to the shared stats
+ * (at most once a second; pending ones wait for a later commit): a
+ * background worker has no main loop that does it, and without them
+ * autovacuum never sees the rows the workers insert and update, so fact,
+ * watermark and source_status would never be vacuumed or analyzed.
  */
 void
 ws_commit(void)
@@ -81,6 +87,7 @@ ws_commit(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(caller_cxt);
+	(void) pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 

@@ -368,3 +368,23 @@ def test_an_idle_source_asks_only_for_max_lsn_until_the_full_check(env, sim, pg)
     finally:
         pg.sql("ALTER SYSTEM RESET finalize.full_check_interval")
         pg.reload()
+
+
+def test_the_workers_writes_reach_the_statistics_autovacuum_reads(env, sim):
+    """A background worker has no main loop that reports its table
+    statistics: without its own report, autovacuum never learns of the facts
+    and verdict updates it writes, and never vacuums or analyzes them."""
+    start_tracking(env, sim)
+
+    def counts():
+        return env.sql("SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables "
+                       "WHERE schemaname = 'finalize' AND relname IN ('fact', 'watermark') ORDER BY relname")
+    before = {r[0]: r[1:] for r in counts()}
+    sim.call("sim.commit", table="dbo.orders", inserts=2)
+    sim.call("sim.advance", seconds=10)
+    env.wait_caught_up("sales.orders", sim)
+    # Only the worker wrote facts and verdicts since; its report comes at a
+    # commit at least a second after its previous one.
+    env.pg.wait_for(lambda: (lambda now: now["fact"][0] > before["fact"][0] and
+                             now["watermark"][1] > before["watermark"][1])({r[0]: r[1:] for r in counts()}),
+                    what="the worker's writes in pg_stat_user_tables")
