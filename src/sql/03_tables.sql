@@ -164,6 +164,13 @@ CREATE INDEX fact_commit_time_idx
 -- Status and explanations look up a table's latest events.
 CREATE INDEX fact_event_idx
     ON @extschema@.fact (table_id, fact_id) WHERE event IS NOT NULL;
+-- Status shows each table's latest schema change: DDL events are rare, so
+-- an index of them alone makes that a join over a few rows rather than a
+-- probe per table (which, over thousands of tables, also costs the view
+-- past jit_above_cost).
+CREATE INDEX fact_ddl_idx
+    ON @extschema@.fact (table_id, fact_id DESC)
+    WHERE event IS NOT NULL AND detail OPERATOR(pg_catalog.?) 'ddl';
 -- Retention deletes by age.
 CREATE INDEX fact_recorded_at_idx
     ON @extschema@.fact (recorded_at);

@@ -344,7 +344,17 @@ SELECT t.table_name,
        s.live_pid AS worker_pid,
        t.kind,
        w.source_until,
-       hb.consumer AS held_back_by,
+       -- The required consumer furthest behind, while the verdict waits for
+       -- it (asked only then: most rows need no look at consumers).
+       CASE WHEN w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
+            THEN (SELECT x.consumer FROM @extschema@.consumer x
+                   CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+                              CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
+                              t.granularity) AS until) u
+                   WHERE x.table_id = t.table_id AND x.required
+                     AND w.source_until > coalesce(u.until, '-infinity')
+                   ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
+       END AS held_back_by,
        w.loss_blocked,
        t.event_time_column,
        w.commit_until,
@@ -361,18 +371,11 @@ SELECT t.table_name,
                           AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(ss.worker_pid))
                          THEN ss.worker_pid END AS live_pid
                FROM @extschema@.source_status ss OFFSET 0) s ON s.server_name = t.server_name
-  LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
-                      WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
-                      ORDER BY f.fact_id DESC LIMIT 1) sc ON true
-  -- The required consumer furthest behind, while the verdict waits for it.
-  LEFT JOIN LATERAL (SELECT x.consumer FROM @extschema@.consumer x
-                      CROSS JOIN LATERAL (SELECT @extschema@.period_start(
-                                 CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
-                                 t.granularity) AS until) u
-                      WHERE x.table_id = t.table_id AND x.required
-                        AND w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
-                        AND w.source_until > coalesce(u.until, '-infinity')
-                      ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1) hb ON true
+  -- Each table's latest schema change, from the few DDL events (fact_ddl_idx).
+  LEFT JOIN (SELECT DISTINCT ON (f.table_id) f.table_id, f.detail, f.recorded_at
+               FROM @extschema@.fact f
+              WHERE f.event IS NOT NULL AND f.detail OPERATOR(pg_catalog.?) 'ddl'
+              ORDER BY f.table_id, f.fact_id DESC) sc ON sc.table_id = t.table_id
  WHERE t.untracked_at IS NULL;
 COMMENT ON VIEW @extschema@.status IS
     'One row per tracked table: state, verdict, lag and what its source''s worker last saw';

@@ -2759,6 +2759,11 @@ BEGIN ATOMIC
 END;
 
 -- One row per tracked table: its verdict and what its source's worker saw.
+-- Status reads each table's latest schema change from the DDL events alone.
+CREATE INDEX fact_ddl_idx
+    ON @extschema@.fact (table_id, fact_id DESC)
+    WHERE event IS NOT NULL AND detail OPERATOR(pg_catalog.?) 'ddl';
+
 CREATE OR REPLACE VIEW @extschema@.status AS
 SELECT t.table_name,
        t.server_name,
@@ -2788,7 +2793,17 @@ SELECT t.table_name,
        s.live_pid AS worker_pid,
        t.kind,
        w.source_until,
-       hb.consumer AS held_back_by,
+       -- The required consumer furthest behind, while the verdict waits for
+       -- it (asked only then: most rows need no look at consumers).
+       CASE WHEN w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
+            THEN (SELECT x.consumer FROM @extschema@.consumer x
+                   CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+                              CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
+                              t.granularity) AS until) u
+                   WHERE x.table_id = t.table_id AND x.required
+                     AND w.source_until > coalesce(u.until, '-infinity')
+                   ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
+       END AS held_back_by,
        w.loss_blocked,
        t.event_time_column,
        w.commit_until,
@@ -2805,18 +2820,11 @@ SELECT t.table_name,
                           AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(ss.worker_pid))
                          THEN ss.worker_pid END AS live_pid
                FROM @extschema@.source_status ss OFFSET 0) s ON s.server_name = t.server_name
-  LEFT JOIN LATERAL (SELECT f.detail, f.recorded_at FROM @extschema@.fact f
-                      WHERE f.table_id = t.table_id AND f.event IS NOT NULL AND f.detail ? 'ddl'
-                      ORDER BY f.fact_id DESC LIMIT 1) sc ON true
-  -- The required consumer furthest behind, while the verdict waits for it.
-  LEFT JOIN LATERAL (SELECT x.consumer FROM @extschema@.consumer x
-                      CROSS JOIN LATERAL (SELECT @extschema@.period_start(
-                                 CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
-                                 t.granularity) AS until) u
-                      WHERE x.table_id = t.table_id AND x.required
-                        AND w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
-                        AND w.source_until > coalesce(u.until, '-infinity')
-                      ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1) hb ON true
+  -- Each table's latest schema change, from the few DDL events (fact_ddl_idx).
+  LEFT JOIN (SELECT DISTINCT ON (f.table_id) f.table_id, f.detail, f.recorded_at
+               FROM @extschema@.fact f
+              WHERE f.event IS NOT NULL AND f.detail OPERATOR(pg_catalog.?) 'ddl'
+              ORDER BY f.table_id, f.fact_id DESC) sc ON sc.table_id = t.table_id
  WHERE t.untracked_at IS NULL;
 COMMENT ON VIEW @extschema@.status IS
     'One row per tracked table: state, verdict, lag and what its source''s worker last saw';
@@ -5517,6 +5525,27 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.wait_final(text, timestamptz, interval),
     @extschema@.wait_final(text[], timestamptz, interval)
     TO finalize_reader;
+
+-- Statistics for the extension's tables (new ones are empty). A table never
+-- analyzed is planned as if it spanned 10 pages, so a view that probes
+-- several of them per tracked table (finalize.status over 10,000 tables)
+-- is costed past jit_above_cost and spends most of a second compiling.
+-- ANALYZE records them as empty; autovacuum keeps the figures current as
+-- they fill (the workers report their writes to the statistics system).
+DO $analyze$
+DECLARE
+    rel record;
+BEGIN
+    FOR rel IN
+        SELECT c.oid::pg_catalog.regclass::text AS name
+          FROM pg_catalog.pg_class c
+         WHERE c.relnamespace = '@extschema@'::pg_catalog.regnamespace AND c.relkind = 'r'
+         ORDER BY c.relname
+    LOOP
+        EXECUTE pg_catalog.format('ANALYZE %s', rel.name);
+    END LOOP;
+END
+$analyze$;
 
 -- Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the
