@@ -8,13 +8,18 @@ DO $analyze$
 DECLARE
     rel record;
 BEGIN
+    -- The extension's own tables only (not whatever else the schema holds).
     FOR rel IN
-        SELECT c.oid::pg_catalog.regclass::text AS name
-          FROM pg_catalog.pg_class c
-         WHERE c.relnamespace = '@extschema@'::pg_catalog.regnamespace AND c.relkind = 'r'
+        SELECT n.nspname, c.relname
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_class c ON c.oid = d.objid
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
+           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize')
+           AND c.relkind = 'r'
          ORDER BY c.relname
     LOOP
-        EXECUTE pg_catalog.format('ANALYZE %s', rel.name);
+        EXECUTE pg_catalog.format('ANALYZE %I.%I', rel.nspname, rel.relname);
     END LOOP;
 END
 $analyze$;

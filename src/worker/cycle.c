@@ -6,7 +6,7 @@
  *   1. tracked tables and the source's options          (short transaction)
  *   2. max LSN, its commit time, SQL Server's clock and offset, the tables'
  *      object ids, the capture instances               (SQL Server, batch 1;
- *      a settled source first asks only for max LSN, see cycle_is_idle)
+ *      a settled source first asks only for max LSN, see cycle_may_be_idle)
  *   3. the times checked: zone, commits ahead of the clock, clock skew, stall
  *   4. per table, its range(s) aggregated on the server; then, AFTER all of
  *      them, each instance's min LSN and the DDL it recorded (SQL Server, batch 2);
@@ -65,6 +65,8 @@ typedef struct Cycle
 	Condition	source_condition;	/* COND_OK, or COND_CAPTURE_STALLED */
 	char	   *source_message;
 	CycleOutcome *out;			/* why the cycle failed, for the caller */
+	bool		was_settled;	/* the source was settled when the cycle began */
+	bool		reconnected;	/* this cycle opened a new connection */
 	TimestampTz started;		/* for source_status.cycle_time */
 } Cycle;
 
@@ -271,6 +273,7 @@ connect_source(Cycle *c)
 	if (run->conn != NULL)
 		return true;
 	pgstat_report_activity(STATE_RUNNING, "finalize: connecting to SQL Server");
+	c->reconnected = true;
 	run->conn = mssql_connect(&c->cfg.conn, &err);
 	io_interrupts_rethrow();
 	if (run->conn == NULL)
@@ -388,6 +391,9 @@ check_times(Cycle *c)
 {
 	SourceTimes t;
 
+	/* A second reading in the same cycle (after an idle check) starts afresh. */
+	c->source_condition = COND_OK;
+	c->source_message = NULL;
 	t.server_now = (TimestampTz) c->snap.utc_now;
 	t.reported_offset_s = c->snap.tz_offset_minutes * 60;
 	t.expected_offset_s = local_offset_at(t.server_now, c->cfg.tz);
@@ -569,14 +575,16 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
  * Nothing is recorded for a table in between (its offset already is max
  * LSN, and any move of max LSN brings the full check back before anything
  * is read), so a renamed table or a dropped instance only shows its
- * condition up to the interval later.
+ * condition up to the interval later. A new connection (a failover, a
+ * changed user mapping) and a clock stepped back get a full check at once.
  */
 static bool
 cycle_may_be_idle(const Cycle *c)
 {
 	const SourceRun *run = c->run;
 
-	if (!run->settled || finalize_full_check_interval_ms == 0 ||
+	if (!c->was_settled || c->reconnected || finalize_full_check_interval_ms == 0 ||
+		c->started < run->settled_at ||
 		TimestampDifferenceExceeds(run->settled_at, c->started, finalize_full_check_interval_ms))
 		return false;
 	for (int i = 0; i < c->ntables; i++)
@@ -608,22 +616,24 @@ all_settled(const Cycle *c, const TablePlan *plans)
 bool
 run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 {
-	Cycle		c = {.run = run, .source_condition = COND_OK, .out = out, .started = GetCurrentTimestamp()};
+	Cycle		c = {.run = run, .source_condition = COND_OK, .out = out, .started = GetCurrentTimestamp(),
+	.was_settled = run->settled};
 	TablePlan  *plans;
 	TableJob   *jobs;
 	TableWrite *writes;
 	bool		idle;
+	bool		recorded = true;
 
+	/* Only a cycle that ends well keeps the source settled. */
+	run->settled = false;
 	if (!load_source(&c, cxt))
 		return false;
 	/* Tables in a stopped state are not read; nothing to ask SQL Server. */
 	if (c.ntables == 0)
 		return true;
-	idle = cycle_may_be_idle(&c);
-	/* Only a cycle that ends well keeps the source settled. */
-	run->settled = false;
 	if (!connect_source(&c))
 		return false;
+	idle = cycle_may_be_idle(&c);
 	if (idle)
 	{
 		if (!read_state(&c, false) || !check_times(&c))
@@ -656,16 +666,17 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 	/* Record everything in one short transaction. */
 	ws_begin_write("finalize: recording facts");
 	if (!idle)
-		record_writes(writes, c.ntables);
+		recorded = record_writes(writes, c.ntables);
 	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
 				 c.source_message, c.started);
 	ws_commit();
-	if (!idle && all_settled(&c, plans))
+	/* A table whose write failed keeps a condition: the next cycle looks again. */
+	if (!idle && recorded && all_settled(&c, plans))
 	{
 		run->settled_lsn = c.snap.max_lsn;
 		run->settled_at = c.started;
 	}
-	run->settled = idle || all_settled(&c, plans);
+	run->settled = idle || (recorded && all_settled(&c, plans));
 	return true;
 }

@@ -69,9 +69,9 @@ apply_write(void *arg)
 /*
  * Records one table's write in its own subtransaction, so that one table's
  * failure does not lose the others'. A lock held too long by another session
- * and any other failure become the table's condition.
+ * and any other failure become the table's condition (and false).
  */
-void
+bool
 record_write(TableWrite *w)
 {
 	ErrorData  *e;
@@ -79,9 +79,9 @@ record_write(TableWrite *w)
 
 	/* Nothing to write needs no subtransaction and no lookup. */
 	if (w->kind == WRITE_NONE)
-		return;
+		return true;
 	if (subxact_try(apply_write, w, &e))
-		return;
+		return true;
 	memset(&cw, 0, sizeof(cw));
 	cw.table = w->table;
 	if (e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
@@ -98,4 +98,5 @@ record_write(TableWrite *w)
 						w->table->table_name, e->message)));
 	}
 	(void) subxact_try(apply_write, &cw, NULL);
+	return false;
 }

@@ -8,7 +8,7 @@
 
 #include "worker/judge.h"
 
-extern void record_write(TableWrite *w);
-extern void record_writes(TableWrite *writes, int n);
+extern bool record_write(TableWrite *w);
+extern bool record_writes(TableWrite *writes, int n);
 
 #endif							/* FINALIZE_RECORD_H */

@@ -194,12 +194,14 @@ cmp_int64(const void *a, const void *b)
 /*
  * Records every write of a cycle in the current (write) transaction: the
  * plain ranges in one batch, every other write, and any the batch handed
- * back or could not record, one table at a time.
+ * back or could not record, one table at a time. False when a table's write
+ * failed (the table got a condition instead).
  */
-void
+bool
 record_writes(TableWrite *writes, int n)
 {
 	RangeBatch	b = {0};
+	bool		all_recorded = true;
 	bool	   *done = palloc0(sizeof(bool) * (n + 1));
 	ErrorData  *e;
 
@@ -278,6 +280,7 @@ record_writes(TableWrite *writes, int n)
 	}
 
 	for (int i = 0; i < n; i++)
-		if (!done[i])
-			record_write(&writes[i]);
+		if (!done[i] && !record_write(&writes[i]))
+			all_recorded = false;
+	return all_recorded;
 }
