@@ -2808,7 +2808,11 @@ SELECT t.table_name,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
-       (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint AS late_rows,
+       -- Only event-time tables have late rows (a table with some keeps its
+       -- event_time_column): commit-time rows skip the look.
+       CASE WHEN t.event_time_column IS NOT NULL
+            THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
+       END AS late_rows,
        s.cycle_time AS source_cycle_time
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
