@@ -13,7 +13,8 @@
  *      then the mapping rows of the LSNs consumers reported (batch 3)
  *   5. per table: record_range, a data-loss or schema event, a resume, or
  *      why it could not be read; per consumer its resolution, then the stall
- *      check; the source's status                        (short transaction)
+ *      check; the source's status     (short transaction; the writes that go
+ *      one table at a time commit every few dozen tables, record_batch.c)
  *
  * Whether the times can be trusted is decided in clock_check.c, what is read
  * and what a read proves in plan.c (pure, unit-tested), how the reads become

@@ -24,6 +24,14 @@
 #include "common/settings.h"
 #include "common/subxact.h"
 #include "worker/record.h"
+#include "worker/worker_state.h"
+
+/*
+ * Tables recorded one by one in one transaction: each may take two
+ * subtransactions (its write, then its condition), and PostgreSQL caches
+ * 64 subtransaction xids per backend before snapshots overflow.
+ */
+#define ONE_BY_ONE_PER_TRANSACTION 30
 
 /* _record_ranges and _held_conditions are planned once per process. */
 static SPIPlanPtr record_ranges_plan = NULL;
@@ -202,7 +210,9 @@ record_writes(TableWrite *writes, int n)
 {
 	RangeBatch	b = {0};
 	bool		all_recorded = true;
-	bool	   *done = palloc0(sizeof(bool) * (n + 1));
+	/* outlives the commits of the one-by-one writes below */
+	bool	   *done = MemoryContextAllocZero(ws_caller_context(), sizeof(bool) * (n + 1));
+	int			one_by_one = 0;
 	ErrorData  *e;
 
 	b.writes = palloc(sizeof(TableWrite *) * (n + 1));
@@ -280,7 +290,22 @@ record_writes(TableWrite *writes, int n)
 	}
 
 	for (int i = 0; i < n; i++)
-		if (!done[i] && !record_write(&writes[i]))
+	{
+		if (done[i])
+			continue;
+		/*
+		 * Commit every ONE_BY_ONE_PER_TRANSACTION tables: a committed
+		 * subtransaction keeps its memory (its NOTIFY, its context) until
+		 * the transaction ends, about 50 kB a table, and more than 64 of
+		 * them with an xid make every other session's snapshots overflow
+		 * to pg_subtrans. A first cycle over 10,000 tables held 500 MB.
+		 * Each table's write is whole in one transaction either way.
+		 */
+		if (one_by_one > 0 && one_by_one % ONE_BY_ONE_PER_TRANSACTION == 0)
+			ws_commit_and_continue();
+		one_by_one++;
+		if (!record_write(&writes[i]))
 			all_recorded = false;
+	}
 	return all_recorded;
 }

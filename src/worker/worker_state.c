@@ -91,6 +91,30 @@ ws_commit(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/*
+ * Commits the write transaction and starts the next one in its place (same
+ * activity, same lock timeout): for a long run of one-table writes, so that
+ * a transaction never holds more than a few dozen subtransactions. The
+ * caller's allocations must live in ws_caller_context(): SPI's own end with
+ * the commit.
+ */
+void
+ws_commit_and_continue(void)
+{
+	MemoryContext keep = caller_cxt;
+
+	ws_commit();
+	ws_begin_write("finalize: recording facts");
+	caller_cxt = keep;
+}
+
+/* The memory context that was current when the open transaction began. */
+MemoryContext
+ws_caller_context(void)
+{
+	return caller_cxt;
+}
+
 /* Copies an SPI text value into cxt (NULL stays NULL). */
 static char *
 spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)

@@ -39,6 +39,8 @@ extern void ws_exec_internal(const char *sql, int nargs, Oid *types, Datum *valu
 extern void ws_begin(const char *activity);
 extern void ws_begin_write(const char *activity);
 extern void ws_commit(void);
+extern void ws_commit_and_continue(void);
+extern MemoryContext ws_caller_context(void);
 
 /* One range for _record_range. */
 typedef struct RangeFacts
