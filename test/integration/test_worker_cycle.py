@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from worker_env import at, as_utc, assert_chain, assert_never_leads, new_cluster, truth_counts
+from worker_env import at, as_utc, assert_chain, assert_never_leads, lsn_text, new_cluster, truth_counts
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2026, 11, 2, 8, 59, tzinfo=UTC)
@@ -388,3 +388,22 @@ def test_the_workers_writes_reach_the_statistics_autovacuum_reads(env, sim):
     env.pg.wait_for(lambda: (lambda now: now["fact"][0] > before["fact"][0] and
                              now["watermark"][1] > before["watermark"][1])({r[0]: r[1:] for r in counts()}),
                     what="the worker's writes in pg_stat_user_tables")
+
+
+def test_one_by_one_writes_commit_every_30_tables(env, sim):
+    """A first cycle over many tables records every baseline one by one; a
+    committed subtransaction keeps its memory until the transaction ends,
+    so those writes commit every 30 tables instead of all at once. A fact's
+    recorded_at is its transaction's start, so the groups show the commits."""
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("erp", sim)
+    env.sql("SELECT finalize.track_table('chunk' || i, 'erp', 'dbo.orders') FROM generate_series(1, 100) i")
+    target = sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"]
+    env.pg.wait_for(lambda: env.one("SELECT count(*) FROM finalize.watermark w JOIN finalize.tracked_table t "
+                                    "USING (table_id) WHERE t.table_name LIKE 'chunk%%' AND w.offset_lsn = %s",
+                                    (lsn_text(target),)) == 100, what="100 baselines")
+    groups = [r[0] for r in env.sql("SELECT count(*) FROM finalize.fact f JOIN finalize.tracked_table t USING (table_id) "
+                                    "WHERE t.table_name LIKE 'chunk%%' AND f.event = 'tracking_started' "
+                                    "GROUP BY f.recorded_at")]
+    assert sum(groups) == 100 and len(groups) >= 4 and max(groups) <= 30, groups
