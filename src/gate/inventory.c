@@ -583,7 +583,7 @@ inventory_compare_begin_sorted(InvComparison *c, const char *prefix, ProblemList
 	c->first = out->n;
 	c->cxt = CurrentMemoryContext;
 	c->any_etag = any_etag;
-	c->sorted_listing = sorted_inventory_begin();
+	c->sorted_listing = sorted_inventory_begin("listing");
 	c->stored = makeStringInfo();
 	appendStringInfoSpaces(c->stored, VARHDRSZ);
 	c->encoder = palloc(sizeof(InvEncoder));
