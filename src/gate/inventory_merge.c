@@ -1,8 +1,9 @@
 /*
  * inventory_merge.c
  *     The gate's comparison rules, apart from any memory or I/O: whether a
- *     manifest entry and the listed object of its path agree, and the merge
- *     of a manifest and a listing that arrive sorted alike.
+ *     manifest entry and the listed object of its path agree, the merge of
+ *     a manifest and a listing that arrive sorted alike, and which paths
+ *     stay inside a store.
  *
  * Every way the gate compares (a hash lookup per listed object, the merge
  * of two jsonb objects, the merge of two tuplesorts for a manifest read
@@ -72,6 +73,38 @@ bool
 inv_under(const InvObject *o, const char *prefix, int prefix_len)
 {
 	return o->path_len >= prefix_len && memcmp(o->path, prefix, prefix_len) == 0;
+}
+
+/*
+ * Whether a path of len bytes stays inside its store: relative, no empty,
+ * "." or ".." parts (an empty last part, "a/", is allowed), no NUL, at most
+ * 1024 bytes (S3's key limit). One pass over the bytes: every manifest
+ * path is checked, a million of them per large manifest.
+ */
+bool
+path_is_safe(const char *path, int len)
+{
+	const char *end = path + len;
+	const char *part = path;
+
+	if (len == 0 || path[0] == '/' || len > 1024)
+		return false;
+	for (const char *c = path;; c++)
+	{
+		if (c == end || *c == '/')
+		{
+			long		plen = c - part;
+
+			if ((plen == 0 && c != end) || (plen == 1 && part[0] == '.') ||
+				(plen == 2 && part[0] == '.' && part[1] == '.'))
+				return false;
+			if (c == end)
+				return true;
+			part = c + 1;
+		}
+		else if (*c == '\0')
+			return false;
+	}
 }
 
 /*
