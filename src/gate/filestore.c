@@ -389,15 +389,24 @@ walk(FileWalk *w, int dirfd, const char *key_dir)
 			visit(w, dirfd, key_dir, &entries[i]);
 		w->held -= held;
 		MemoryContextReset(entries_cxt);
-		/* Too many to hold: the rest as they come (the listing is sorted). */
+		/*
+		 * Too many to hold, or no order wanted: the rest as they come (a
+		 * sorted comparison sorts them), their names freed every batch.
+		 */
 		if (!complete)
 		{
+			int			since_reset = 0;
+
 			old = MemoryContextSwitchTo(entries_cxt);
 			while (next_entry(w, dir, dirfd, key_dir, &e))
 			{
 				MemoryContextSwitchTo(old);
 				visit(w, dirfd, key_dir, &e);
-				MemoryContextReset(entries_cxt);
+				if (++since_reset >= LISTING_BATCH)
+				{
+					MemoryContextReset(entries_cxt);
+					since_reset = 0;
+				}
 				MemoryContextSwitchTo(entries_cxt);
 			}
 			MemoryContextSwitchTo(old);
