@@ -78,32 +78,29 @@ inv_under(const InvObject *o, const char *prefix, int prefix_len)
 /*
  * Whether a path of len bytes stays inside its store: relative, no empty,
  * "." or ".." parts (an empty last part, "a/", is allowed), no NUL, at most
- * 1024 bytes (S3's key limit). One pass over the bytes: every manifest
- * path is checked, a million of them per large manifest.
+ * 1024 bytes (S3's key limit). Every manifest path is checked: memchr finds
+ * the NUL and each "/" a word at a time, faster than a loop over the bytes.
  */
 bool
 path_is_safe(const char *path, int len)
 {
-	const char *end = path + len;
 	const char *part = path;
+	const char *end = path + len;
 
-	if (len == 0 || path[0] == '/' || len > 1024)
+	if (len == 0 || path[0] == '/' || len > 1024 || memchr(path, '\0', len) != NULL)
 		return false;
-	for (const char *c = path;; c++)
+	for (;;)
 	{
-		if (c == end || *c == '/')
-		{
-			long		plen = c - part;
+		const char *slash = memchr(part, '/', end - part);
+		const char *stop = slash ? slash : end;
+		size_t		plen = stop - part;
 
-			if ((plen == 0 && c != end) || (plen == 1 && part[0] == '.') ||
-				(plen == 2 && part[0] == '.' && part[1] == '.'))
-				return false;
-			if (c == end)
-				return true;
-			part = c + 1;
-		}
-		else if (*c == '\0')
+		if ((plen == 0 && slash != NULL) || (plen == 1 && part[0] == '.') ||
+			(plen == 2 && part[0] == '.' && part[1] == '.'))
 			return false;
+		if (slash == NULL)
+			return true;
+		part = slash + 1;
 	}
 }
 
