@@ -207,6 +207,9 @@ paths_checked(const char *field)
 	return strcmp(field, "listing") != 0;
 }
 
+static void object_fields(const JsonbContainer *c, JsonbValue *size, JsonbValue **size_out,
+						  JsonbValue *etag, JsonbValue **etag_out);
+
 /*
  * Checks one file (path, value) of a manifest or a listing and fills *out;
  * the path and etag point into the jsonb (not NUL-terminated).
@@ -223,10 +226,13 @@ read_file(const char *field, bool check_path, const char *path, int path_len, Js
 	out->etag_len = 0;
 	if (v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data))
 	{
-		JsonbValue *e = getKeyJsonValueFromContainer(v->val.binary.data, "etag", 4, NULL);
+		JsonbValue	size_v;
+		JsonbValue	etag_v;
+		JsonbValue *s;
+		JsonbValue *e;
 
-		out->size = size_of(getKeyJsonValueFromContainer(v->val.binary.data, "size", 4, NULL), field,
-							path, path_len);
+		object_fields(v->val.binary.data, &size_v, &s, &etag_v, &e);
+		out->size = size_of(s, field, path, path_len);
 		if (e != NULL && e->type != jbvNull)
 		{
 			if (e->type != jbvString || e->val.string.len == 0)
@@ -312,6 +318,45 @@ fill_value(const char *base, uint32 offset, uint32 len, JEntry je, JsonbValue *v
 		v->type = jbvBinary;
 		v->val.binary.data = (JsonbContainer *) (base + INTALIGN(offset));
 		v->val.binary.len = len - (INTALIGN(offset) - offset);
+	}
+}
+
+/*
+ * The "size" and "etag" of a file given as {"size": n, "etag": "..."}, in
+ * one pass over the object's pairs (NULL when absent; other keys are
+ * ignored): a tenth of a large manifest's files carry one, and a lookup by
+ * key per field cost more than the rest of reading the file.
+ */
+static void
+object_fields(const JsonbContainer *c, JsonbValue *size, JsonbValue **size_out, JsonbValue *etag,
+			  JsonbValue **etag_out)
+{
+	int			n = JsonContainerSize(c);
+	const char *base = (const char *) &c->children[2 * n];
+	uint32		key_off = 0;
+	uint32		val_off = n > 0 ? getJsonbOffset(c, n) : 0;
+
+	*size_out = NULL;
+	*etag_out = NULL;
+	for (int i = 0; i < n; i++)
+	{
+		JEntry		kje = c->children[i];
+		JEntry		vje = c->children[n + i];
+		uint32		klen = child_len(kje, key_off);
+		uint32		vlen = child_len(vje, val_off);
+
+		if (klen == 4 && memcmp(base + key_off, "size", 4) == 0)
+		{
+			fill_value(base, val_off, vlen, vje, size);
+			*size_out = size;
+		}
+		else if (klen == 4 && memcmp(base + key_off, "etag", 4) == 0)
+		{
+			fill_value(base, val_off, vlen, vje, etag);
+			*etag_out = etag;
+		}
+		key_off += klen;
+		val_off += vlen;
 	}
 }
 
