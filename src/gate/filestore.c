@@ -207,7 +207,10 @@ typedef struct DirEntry
 	int64		size;
 } DirEntry;
 
-/* Byte order of sort keys (bytes, then shorter first: INV_ORDER_BYTES). */
+/*
+ * Orders a directory's entries as their keys sort in the merge (bytes,
+ * then shorter first: INV_ORDER_BYTES), so the walk's keys need no sort.
+ */
 static int
 dir_entry_cmp(const void *a, const void *b)
 {
