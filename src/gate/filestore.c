@@ -55,6 +55,8 @@ typedef struct FileWalk
 	void	   *arg;
 	MemoryContext batch_cxt;	/* the batch's objects and their strings */
 	Inventory	batch;
+	size_t		budget;			/* bytes of directory entries held at once */
+	size_t		held;			/* held by the directories being walked */
 } FileWalk;
 
 /* Hands the batch to the sink, then frees it. */
@@ -194,106 +196,247 @@ file_md5(int dirfd, const char *name)
 }
 
 /*
+ * One entry of a directory, stat'ed: its sort key is its name, with a "/"
+ * after a directory's (see walk).
+ */
+typedef struct DirEntry
+{
+	char	   *key;			/* name, plus "/" for a directory */
+	int			key_len;
+	bool		is_dir;
+	int64		size;
+} DirEntry;
+
+/*
+ * Orders a directory's entries as their keys sort in the merge (bytes,
+ * then shorter first: INV_ORDER_BYTES), so the walk's keys need no sort.
+ */
+static int
+dir_entry_cmp(const void *a, const void *b)
+{
+	const DirEntry *ea = a;
+	const DirEntry *eb = b;
+	int			c = memcmp(ea->key, eb->key, Min(ea->key_len, eb->key_len));
+
+	if (c != 0)
+		return c;
+	return (ea->key_len > eb->key_len) - (ea->key_len < eb->key_len);
+}
+
+/*
+ * Reads the next object of an open directory: false at its end. Entries
+ * that vanished meanwhile, links, sockets and devices are skipped; a read
+ * error raises.
+ */
+static bool
+next_entry(FileWalk *w, DIR *dir, int dirfd, const char *key_dir, DirEntry *out)
+{
+	struct dirent *de;
+
+	/* errno is cleared before each read: a file that vanished is not an error. */
+	while ((errno = 0, de = readdir(dir)) != NULL)
+	{
+		struct stat st;
+		int			name_len;
+
+		CHECK_FOR_INTERRUPTS();
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		/* Relative to the open directory: no walk of the whole path per file. */
+		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+			(!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
+			continue;			/* vanished meanwhile, or not an object */
+		name_len = strlen(de->d_name);
+		out->is_dir = S_ISDIR(st.st_mode);
+		out->key_len = name_len + (out->is_dir ? 1 : 0);
+		out->key = palloc(out->key_len + 1);
+		memcpy(out->key, de->d_name, name_len);
+		if (out->is_dir)
+			out->key[name_len] = '/';
+		out->key[out->key_len] = '\0';
+		out->size = (int64) st.st_size;
+		return true;
+	}
+	if (errno != 0)
+		unreadable(w->root, key_dir);
+	return false;
+}
+
+static void walk(FileWalk *w, int dirfd, const char *key_dir);
+
+/*
+ * Adds one entry of an open directory to the walk: a file to the batch
+ * (with its checksum, when wanted), a directory walked recursively.
+ */
+static void
+visit(FileWalk *w, int dirfd, const char *key_dir, DirEntry *e)
+{
+	int			dir_len = strlen(key_dir);
+
+	if (e->is_dir)
+	{
+		char	   *name = pnstrdup(e->key, e->key_len - 1);
+		char	   *key = dir_len ? psprintf("%s/%s", key_dir, name) : pstrdup(name);
+		int			sub;
+
+		check_stack_depth();	/* a tree of any depth is someone's choice */
+		sub = open_counted(dirfd, name, NOFOLLOW_FLAGS | O_DIRECTORY);
+		if (sub >= 0)
+			walk(w, sub, key);
+		else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP)
+			unreadable(w->root, key);
+		pfree(key);
+		pfree(name);
+	}
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(w->batch_cxt);
+		InvObject	o = {0};
+		int			name_len = e->key_len;
+		char	   *key = palloc(dir_len + 1 + name_len + 1);
+
+		if (dir_len)
+		{
+			memcpy(key, key_dir, dir_len);
+			key[dir_len] = '/';
+			memcpy(key + dir_len + 1, e->key, name_len + 1);
+			o.path_len = dir_len + 1 + name_len;
+		}
+		else
+		{
+			memcpy(key, e->key, name_len + 1);
+			o.path_len = name_len;
+		}
+		o.path = key;
+		o.size = e->size;
+		if (w->wants != NULL && w->wants(key, w->arg))
+		{
+			o.etag = file_md5(dirfd, e->key);
+			o.etag_len = o.etag ? strlen(o.etag) : 0;
+		}
+		inventory_append(&w->batch, &o);
+		MemoryContextSwitchTo(old);
+		if (w->batch.n >= LISTING_BATCH)
+			flush_batch(w);
+	}
+}
+
+/*
  * Adds the regular files under an open directory (key prefix key_dir) to
  * the walk's batches, recursively. Takes ownership of dirfd (from
  * open_counted). Subdirectories are opened relative to their parent without
  * following links, so the walk never leaves the directory it started in;
  * links, sockets and devices are not objects.
+ *
+ * The files come in byte order of their keys, so the sorted comparison
+ * can spool the listing instead of sorting it (sorted_inventory.c checks
+ * the order anyway and sorts whatever does not come in it): a directory's
+ * entries are sorted by name with a "/" after a directory's name, and each
+ * directory is walked where it sorts. That is the order of the full keys:
+ * every key below an entry starts with its sort key (a file's key is its
+ * name; a directory's keys continue after its "/"), so when two sort keys
+ * differ within the shorter one, all keys below the two differ there too;
+ * and the shorter cannot be a prefix of the other unless it is a file's
+ * name, whose one key then sorts first, as bytes do (names hold no "/").
+ * Plain names would be wrong: "a/x" (in directory "a") sorts after the
+ * file "a.b", since "." is below "/". A directory with more entries than
+ * work_mem holds (all levels of the walk together) is listed as it is read,
+ * and sorted later.
  */
 static void
 walk(FileWalk *w, int dirfd, const char *key_dir)
 {
 	DIR		   *volatile dir = fdopendir(dirfd);
+	MemoryContext parent_cxt = CurrentMemoryContext;
+	MemoryContext entries_cxt;
 
 	if (dir == NULL)
 	{
 		close_counted(dirfd);
 		unreadable(w->root, key_dir);
 	}
+	entries_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize directory entries", ALLOCSET_DEFAULT_SIZES);
 	PG_TRY();
 	{
-		struct dirent *de;
-		int			dir_len = strlen(key_dir);
+		MemoryContext old = MemoryContextSwitchTo(entries_cxt);
+		DirEntry   *entries = NULL;
+		int			n = 0;
+		int			cap = 0;
+		size_t		held = 0;
+		bool		complete = false;
+		DirEntry	e;
 
-		/* errno is cleared before each read: a file that vanished is not an error. */
-		while ((errno = 0, de = readdir(dir)) != NULL)
+		/* The entries, as long as they fit, then sorted. */
+		while (w->held + held < w->budget)
 		{
-			struct stat st;
-			int			name_len;
-
-			CHECK_FOR_INTERRUPTS();
-			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-				continue;
-			/* Relative to the open directory: no walk of the whole path per file. */
-			if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-				(!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))
-				continue;		/* vanished meanwhile, or not an object */
-			name_len = strlen(de->d_name);
-			if (S_ISDIR(st.st_mode))
+			if (!next_entry(w, dir, dirfd, key_dir, &e))
 			{
-				char	   *key = dir_len ? psprintf("%s/%s", key_dir, de->d_name) : pstrdup(de->d_name);
-				int			sub;
-
-				check_stack_depth();	/* a tree of any depth is someone's choice */
-				sub = open_counted(dirfd, de->d_name, NOFOLLOW_FLAGS | O_DIRECTORY);
-
-				if (sub >= 0)
-					walk(w, sub, key);
-				else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP)
-					unreadable(w->root, key);
-				pfree(key);
+				complete = true;
+				break;
 			}
-			else
+			if (n == cap)
 			{
-				MemoryContext old = MemoryContextSwitchTo(w->batch_cxt);
-				InvObject	o = {0};
-				char	   *key = palloc(dir_len + 1 + name_len + 1);
-
-				if (dir_len)
-				{
-					memcpy(key, key_dir, dir_len);
-					key[dir_len] = '/';
-					memcpy(key + dir_len + 1, de->d_name, name_len + 1);
-					o.path_len = dir_len + 1 + name_len;
-				}
-				else
-				{
-					memcpy(key, de->d_name, name_len + 1);
-					o.path_len = name_len;
-				}
-				o.path = key;
-				o.size = (int64) st.st_size;
-				if (w->wants != NULL && w->wants(key, w->arg))
-				{
-					o.etag = file_md5(dirfd, de->d_name);
-					o.etag_len = o.etag ? strlen(o.etag) : 0;
-				}
-				inventory_append(&w->batch, &o);
-				MemoryContextSwitchTo(old);
-				if (w->batch.n >= LISTING_BATCH)
-					flush_batch(w);
+				cap = cap ? cap * 2 : 64;
+				entries = entries ? repalloc_huge(entries, sizeof(DirEntry) * cap)
+					: palloc_extended(sizeof(DirEntry) * cap, MCXT_ALLOC_HUGE);
 			}
+			entries[n++] = e;
+			/* With the allocator's chunk header: a bound, not a guess. */
+			held += sizeof(DirEntry) + MAXALIGN(e.key_len + 1) + 16;
 		}
-		if (errno != 0)
-			unreadable(w->root, key_dir);
+		MemoryContextSwitchTo(old);
+		if (complete)
+			qsort(entries, n, sizeof(DirEntry), dir_entry_cmp);
+		w->held += held;
+		for (int i = 0; i < n; i++)
+			visit(w, dirfd, key_dir, &entries[i]);
+		w->held -= held;
+		MemoryContextReset(entries_cxt);
+		/*
+		 * Too many to hold, or no order wanted: the rest as they come (a
+		 * sorted comparison sorts them), their names freed every batch.
+		 */
+		if (!complete)
+		{
+			int			since_reset = 0;
+
+			old = MemoryContextSwitchTo(entries_cxt);
+			while (next_entry(w, dir, dirfd, key_dir, &e))
+			{
+				MemoryContextSwitchTo(old);
+				visit(w, dirfd, key_dir, &e);
+				if (++since_reset >= LISTING_BATCH)
+				{
+					MemoryContextReset(entries_cxt);
+					since_reset = 0;
+				}
+				MemoryContextSwitchTo(entries_cxt);
+			}
+			MemoryContextSwitchTo(old);
+		}
 	}
 	PG_FINALLY();
 	{
 		closedir(dir);
 		ReleaseExternalFD();
+		/* An error may have left the entries' context current. */
+		MemoryContextSwitchTo(parent_cxt);
+		MemoryContextDelete(entries_cxt);
 	}
 	PG_END_TRY();
 }
 
 /*
  * Lists the files whose keys start with prefix (which ends in "/") under a
- * local store's root into sink, a batch at a time. The root may be reached
- * through links (an administrator's choice); below it, no part of the
- * prefix is: a prefix that passes through a link has no objects.
+ * local store's root into sink, a batch at a time; with in_order, in byte
+ * order of their keys as far as work_mem allows (see walk), for a sink that
+ * would otherwise sort them. The root may be reached through links (an
+ * administrator's choice); below it, no part of the prefix is: a prefix
+ * that passes through a link has no objects.
  */
 void
 filestore_list(const char *root, const char *prefix, ListingSink *sink,
-			   WantsChecksum wants_checksum, void *arg)
+			   WantsChecksum wants_checksum, void *arg, bool in_order)
 {
 	int			fd = open_counted(AT_FDCWD, root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char	   *dir = pstrdup(prefix);
@@ -325,6 +468,7 @@ filestore_list(const char *root, const char *prefix, ListingSink *sink,
 	w.wants = wants_checksum;
 	w.arg = arg;
 	w.batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize listing batch", ALLOCSET_DEFAULT_SIZES);
+	w.budget = in_order ? (size_t) work_mem * 1024 : 0;
 	/* Keys are the prefix (without its last "/") and the names below it. */
 	walk(&w, fd, pnstrdup(prefix, Max((int) strlen(prefix) - 1, 0)));
 	flush_batch(&w);

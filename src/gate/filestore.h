@@ -15,6 +15,6 @@ typedef void (*FileChunkFn) (void *arg, const char *data, size_t len);
 extern char *filestore_root(const char *url);
 extern void filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg);
 extern void filestore_list(const char *root, const char *prefix, ListingSink *sink,
-						   WantsChecksum wants_checksum, void *arg);
+						   WantsChecksum wants_checksum, void *arg, bool in_order);
 
 #endif							/* FINALIZE_FILESTORE_H */

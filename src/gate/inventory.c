@@ -186,33 +186,6 @@ etag_normalize(const char *etag)
 	return out;
 }
 
-/*
- * Whether a path of len bytes stays inside its store: relative, no empty,
- * "." or ".." parts, at most 1024 bytes (S3's key limit).
- */
-bool
-path_is_safe(const char *path, int len)
-{
-	const char *part = path;
-	const char *end = path + len;
-
-	if (len == 0 || path[0] == '/' || len > 1024 || memchr(path, '\0', len) != NULL)
-		return false;
-	for (;;)
-	{
-		const char *slash = memchr(part, '/', end - part);
-		const char *stop = slash ? slash : end;
-		size_t		plen = stop - part;
-
-		if ((plen == 0 && slash != NULL) || (plen == 1 && part[0] == '.') ||
-			(plen == 2 && part[0] == '.' && part[1] == '.'))
-			return false;
-		if (slash == NULL)
-			return true;
-		part = slash + 1;
-	}
-}
-
 /* Problems sorted by path, then code, for stable reports. */
 static int
 problem_cmp(const void *a, const void *b)
@@ -583,7 +556,7 @@ inventory_compare_begin_sorted(InvComparison *c, const char *prefix, ProblemList
 	c->first = out->n;
 	c->cxt = CurrentMemoryContext;
 	c->any_etag = any_etag;
-	c->sorted_listing = sorted_inventory_begin();
+	c->sorted_listing = sorted_inventory_begin("listing");
 	c->stored = makeStringInfo();
 	appendStringInfoSpaces(c->stored, VARHDRSZ);
 	c->encoder = palloc(sizeof(InvEncoder));

@@ -1,8 +1,9 @@
 /*
  * inventory_merge.c
  *     The gate's comparison rules, apart from any memory or I/O: whether a
- *     manifest entry and the listed object of its path agree, and the merge
- *     of a manifest and a listing that arrive sorted alike.
+ *     manifest entry and the listed object of its path agree, the merge of
+ *     a manifest and a listing that arrive sorted alike, and which paths
+ *     stay inside a store.
  *
  * Every way the gate compares (a hash lookup per listed object, the merge
  * of two jsonb objects, the merge of two tuplesorts for a manifest read
@@ -72,6 +73,35 @@ bool
 inv_under(const InvObject *o, const char *prefix, int prefix_len)
 {
 	return o->path_len >= prefix_len && memcmp(o->path, prefix, prefix_len) == 0;
+}
+
+/*
+ * Whether a path of len bytes stays inside its store: relative, no empty,
+ * "." or ".." parts (an empty last part, "a/", is allowed), no NUL, at most
+ * 1024 bytes (S3's key limit). Every manifest path is checked: memchr finds
+ * the NUL and each "/" a word at a time, faster than a loop over the bytes.
+ */
+bool
+path_is_safe(const char *path, int len)
+{
+	const char *part = path;
+	const char *end = path + len;
+
+	if (len == 0 || path[0] == '/' || len > 1024 || memchr(path, '\0', len) != NULL)
+		return false;
+	for (;;)
+	{
+		const char *slash = memchr(part, '/', end - part);
+		const char *stop = slash ? slash : end;
+		size_t		plen = stop - part;
+
+		if ((plen == 0 && slash != NULL) || (plen == 1 && part[0] == '.') ||
+			(plen == 2 && part[0] == '.' && part[1] == '.'))
+			return false;
+		if (slash == NULL)
+			return true;
+		part = slash + 1;
+	}
 }
 
 /*

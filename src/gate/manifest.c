@@ -207,6 +207,9 @@ paths_checked(const char *field)
 	return strcmp(field, "listing") != 0;
 }
 
+static void object_fields(const JsonbContainer *c, JsonbValue *size, JsonbValue **size_out,
+						  JsonbValue *etag, JsonbValue **etag_out);
+
 /*
  * Checks one file (path, value) of a manifest or a listing and fills *out;
  * the path and etag point into the jsonb (not NUL-terminated).
@@ -223,10 +226,13 @@ read_file(const char *field, bool check_path, const char *path, int path_len, Js
 	out->etag_len = 0;
 	if (v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data))
 	{
-		JsonbValue *e = getKeyJsonValueFromContainer(v->val.binary.data, "etag", 4, NULL);
+		JsonbValue	size_v;
+		JsonbValue	etag_v;
+		JsonbValue *s;
+		JsonbValue *e;
 
-		out->size = size_of(getKeyJsonValueFromContainer(v->val.binary.data, "size", 4, NULL), field,
-							path, path_len);
+		object_fields(v->val.binary.data, &size_v, &s, &etag_v, &e);
+		out->size = size_of(s, field, path, path_len);
 		if (e != NULL && e->type != jbvNull)
 		{
 			if (e->type != jbvString || e->val.string.len == 0)
@@ -252,32 +258,132 @@ add_file(Inventory *inv, const char *field, bool check_path, const char *path, i
 	inventory_append(inv, &o);
 }
 
-/* State of a cursor over a jsonb object of files. */
+/*
+ * State of a cursor over a jsonb object of files. It reads the object's
+ * pairs in place, through the JEntry layout jsonb.h documents (keys first,
+ * then values, each entry a length or, every JB_OFFSET_STRIDE, an end
+ * offset): a million pairs through JsonbIteratorNext cost as much again as
+ * the comparison itself, and the order is the object's own.
+ */
 typedef struct JsonbFilesCursor
 {
-	JsonbIterator *it;
+	const JsonbContainer *c;
+	const char *base;			/* the data after the JEntry array */
+	int			n;				/* pairs */
+	int			i;				/* the next pair */
+	uint32		key_off;		/* where the next key's data starts */
+	uint32		val_off;		/* where the next value's data starts */
 	const char *field;
 	bool		check_path;
 } JsonbFilesCursor;
+
+/*
+ * The length of a child whose data starts at offset (its JEntry holds
+ * either the length or, every JB_OFFSET_STRIDE children, its end).
+ */
+static inline uint32
+child_len(JEntry je, uint32 offset)
+{
+	return JBE_HAS_OFF(je) ? JBE_OFFLENFLD(je) - offset : JBE_OFFLENFLD(je);
+}
+
+/*
+ * A value of a container as a JsonbValue, as jsonb_util.c's fillJsonbValue
+ * fills one (not exported): numerics and containers are int-aligned.
+ */
+static void
+fill_value(const char *base, uint32 offset, uint32 len, JEntry je, JsonbValue *v)
+{
+	if (JBE_ISNULL(je))
+		v->type = jbvNull;
+	else if (JBE_ISSTRING(je))
+	{
+		v->type = jbvString;
+		v->val.string.val = (char *) base + offset;
+		v->val.string.len = len;
+	}
+	else if (JBE_ISNUMERIC(je))
+	{
+		v->type = jbvNumeric;
+		v->val.numeric = (Numeric) (base + INTALIGN(offset));
+	}
+	else if (JBE_ISBOOL_TRUE(je) || JBE_ISBOOL_FALSE(je))
+	{
+		v->type = jbvBool;
+		v->val.boolean = JBE_ISBOOL_TRUE(je);
+	}
+	else
+	{
+		Assert(JBE_ISCONTAINER(je));
+		v->type = jbvBinary;
+		v->val.binary.data = (JsonbContainer *) (base + INTALIGN(offset));
+		v->val.binary.len = len - (INTALIGN(offset) - offset);
+	}
+}
+
+/*
+ * The "size" and "etag" of a file given as {"size": n, "etag": "..."}, in
+ * one pass over the object's pairs (NULL when absent; other keys are
+ * ignored): a tenth of a large manifest's files carry one, and a lookup by
+ * key per field cost more than the rest of reading the file.
+ */
+static void
+object_fields(const JsonbContainer *c, JsonbValue *size, JsonbValue **size_out, JsonbValue *etag,
+			  JsonbValue **etag_out)
+{
+	int			n = JsonContainerSize(c);
+	const char *base = (const char *) &c->children[2 * n];
+	uint32		key_off = 0;
+	uint32		val_off = n > 0 ? getJsonbOffset(c, n) : 0;
+
+	*size_out = NULL;
+	*etag_out = NULL;
+	for (int i = 0; i < n; i++)
+	{
+		JEntry		kje = c->children[i];
+		JEntry		vje = c->children[n + i];
+		uint32		klen = child_len(kje, key_off);
+		uint32		vlen = child_len(vje, val_off);
+
+		if (klen == 4 && memcmp(base + key_off, "size", 4) == 0)
+		{
+			fill_value(base, val_off, vlen, vje, size);
+			*size_out = size;
+		}
+		else if (klen == 4 && memcmp(base + key_off, "etag", 4) == 0)
+		{
+			fill_value(base, val_off, vlen, vje, etag);
+			*etag_out = etag;
+		}
+		key_off += klen;
+		val_off += vlen;
+	}
+}
 
 /* Next file of a jsonb object, in jsonb key order. */
 static bool
 jsonb_files_next(InvCursor *cursor, InvObject *out)
 {
 	JsonbFilesCursor *st = (JsonbFilesCursor *) cursor->state;
-	JsonbValue	k;
+	JEntry		kje;
+	JEntry		vje;
+	uint32		klen;
+	uint32		vlen;
 	JsonbValue	v;
-	JsonbIteratorToken tok;
 
-	while ((tok = JsonbIteratorNext(&st->it, &k, true)) != WJB_DONE)
-	{
-		if (tok != WJB_KEY)
-			continue;
-		(void) JsonbIteratorNext(&st->it, &v, true);
-		read_file(st->field, st->check_path, k.val.string.val, k.val.string.len, &v, out);
-		return true;
-	}
-	return false;
+	if (st->i >= st->n)
+		return false;
+	kje = st->c->children[st->i];
+	vje = st->c->children[st->n + st->i];
+	Assert(JBE_ISSTRING(kje));
+	klen = child_len(kje, st->key_off);
+	vlen = child_len(vje, st->val_off);
+	fill_value(st->base, st->val_off, vlen, vje, &v);
+	read_file(st->field, st->check_path, st->base + st->key_off, klen, &v, out);
+	st->key_off += klen;
+	st->val_off += vlen;
+	st->i++;
+	return true;
 }
 
 /*
@@ -288,11 +394,18 @@ bool
 jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor)
 {
 	JsonbFilesCursor *st;
+	JsonbContainer *c;
 
 	if (v == NULL || v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
 		return false;
+	c = v->val.binary.data;
 	st = palloc(sizeof(JsonbFilesCursor));
-	st->it = JsonbIteratorInit(v->val.binary.data);
+	st->c = c;
+	st->n = JsonContainerSize(c);
+	st->base = (const char *) &c->children[2 * st->n];
+	st->i = 0;
+	st->key_off = 0;
+	st->val_off = st->n > 0 ? getJsonbOffset(c, st->n) : 0;
 	st->field = field;
 	st->check_path = paths_checked(field);
 	cursor->next = jsonb_files_next;
@@ -319,7 +432,6 @@ void
 inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 {
 	JsonbIterator *it;
-	JsonbValue	k;
 	JsonbValue	val;
 	JsonbIteratorToken tok;
 	bool		check_path = paths_checked(field);
@@ -330,19 +442,18 @@ inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv)
 	if (v->type != jbvBinary)
 		bad_manifest(field, "must be an object {\"path\": size} or an array of {\"path\", \"size\"}");
 
-	it = JsonbIteratorInit(v->val.binary.data);
 	if (JsonContainerIsObject(v->val.binary.data))
 	{
-		while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
-		{
-			if (tok != WJB_KEY)
-				continue;
-			tok = JsonbIteratorNext(&it, &val, true);
-			add_file(inv, field, check_path, k.val.string.val, k.val.string.len, &val);
-		}
+		InvCursor	cursor;
+		InvObject	o;
+
+		(void) jsonb_files_cursor(v, field, &cursor);
+		while (cursor.next(&cursor, &o))
+			inventory_append(inv, &o);
 	}
 	else if (JsonContainerIsArray(v->val.binary.data))
 	{
+		it = JsonbIteratorInit(v->val.binary.data);
 		while ((tok = JsonbIteratorNext(&it, &val, true)) != WJB_DONE)
 		{
 			JsonbValue *p;

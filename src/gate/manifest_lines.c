@@ -236,7 +236,7 @@ manifest_lines_begin(ManifestLines *r, const char *source)
 {
 	memset(r, 0, sizeof(*r));
 	r->source = source;
-	r->sort = sorted_inventory_begin();
+	r->sort = sorted_inventory_begin("manifest object");
 	initStringInfo(&r->partial);
 	r->line_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize manifest lines", ALLOCSET_DEFAULT_SIZES);
 }

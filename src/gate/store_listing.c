@@ -101,7 +101,9 @@ list_file_store(const Manifest *m, Oid caller, InvComparison *cmp)
 	cmp->etags_computed = cmp->sorted_listing != NULL && any_etag;
 	for (int i = 0; i < m->files.n && !any_etag; i++)
 		any_etag = m->files.items[i].etag != NULL;
-	filestore_list(root, m->prefix, &cmp->sink, any_etag ? manifest_has_etag : NULL, cmp);
+	/* A sorted comparison spools a listing that comes in order instead of sorting it. */
+	filestore_list(root, m->prefix, &cmp->sink, any_etag ? manifest_has_etag : NULL, cmp,
+				   cmp->sorted_listing != NULL);
 }
 
 /*

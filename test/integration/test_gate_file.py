@@ -1102,3 +1102,82 @@ def test_a_streamed_sort_larger_than_work_mem_spills_and_agrees(pg, table, store
         conn.close()
     assert released is False
     assert codes(problems) == [("missing_object", prefix + "d3/aa-missing"), ("stray_object", prefix + "d0/zz-stray")]
+
+
+def gate_debug(pg, m, work_mem=None):
+    """The gate's result and its DEBUG1 notes on how each side of a streamed
+    comparison was ordered (spooled as it came, or sorted)."""
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET client_min_messages = debug1")
+            if work_mem:
+                cur.execute("SET work_mem = %s", (work_mem,))
+            cur.execute("SELECT * FROM finalize.release_gate(%s)", (json.dumps(m),))
+            released, _, problems = cur.fetchone()
+        notes = [n.split("DEBUG:  ", 1)[-1].strip() for n in conn.notices if "finalize: " in n]
+    finally:
+        conn.close()
+    return released, problems, notes
+
+
+# Names whose byte order is not the order of a walk over sorted names:
+# "." (0x2e) and "-" sort before "/" (0x2f), so the file "a.b" and the
+# directory "a-" come before everything in the directory "a".
+AWKWARD = ["a.b", "a/x", "a-/y", "a0", "a/b/c", "a/b.c", "a/b-c", "a/b/c.d", "ab", "A", "caf\u00e9", "a b",
+           "a~", "a/b/", "a./z", "b/a", "b.a"]
+
+
+def test_a_walk_in_byte_order_is_spooled_not_sorted_even_for_awkward_names(pg, table, store):
+    # The local store is walked in byte order of whole keys (a directory
+    # sorts as its name plus "/"); a manifest written in that order is
+    # spooled too; both are checked object by object and find exactly what
+    # the inline manifest finds.
+    prefix = "day=27/hour=08/gen-1/"
+    files = {}
+    for i, name in enumerate(n for n in AWKWARD if not n.endswith("/")):
+        write(store, prefix + name, b"x" * i)
+        files[prefix + name] = i
+    write(store, prefix + "a/stray", b"")                     # stray_object
+    files[prefix + "a/b/missing"] = 1                         # missing_object
+    files[prefix + "a.b"] = 99                                # size_mismatch
+    register(pg, "gen-1")
+    _, _, inline = gate(pg, manifest(store, "gen-1", files))
+    expected = sorted([("missing_object", prefix + "a/b/missing"), ("size_mismatch", prefix + "a.b"),
+                       ("stray_object", prefix + "a/stray")])
+    assert codes(inline) == expected
+    ordered = dict(sorted(files.items(), key=lambda kv: kv[0].encode()))
+    location = write_lines(store, "day=27/hour=08/gen-1.jsonl", ordered)
+    released, problems, notes = gate_debug(pg, streamed(store, "gen-1", location))
+    assert released is False and problems == inline
+    assert f"finalize: manifest object of {len(files)} objects came in path order, not sorted" in notes, notes
+    assert f"finalize: listing of {len(files)} objects came in path order, not sorted" in notes, notes
+    # The same manifest in another order is sorted, with the same result.
+    location = write_lines(store, "day=27/hour=08/gen-1.jsonl", dict(reversed(list(ordered.items()))))
+    released, problems, notes = gate_debug(pg, streamed(store, "gen-1", location))
+    assert released is False and problems == inline
+    assert f"finalize: manifest object of {len(files)} objects came out of order and was sorted" in notes, notes
+
+
+def test_an_object_out_of_order_after_a_spilled_spool_is_sorted_and_agrees(pg, table, store):
+    # work_mem at 64 kB: 20,000 objects in 200 small directories are walked
+    # in order and spooled to a temporary file; the manifest is in order but
+    # for its last line, so its spool (spilled too) moves into a sort.
+    prefix = "day=27/hour=08/gen-1/"
+    files = {f"{prefix}d{i // 100:03d}/p-{i:06d}": 0 for i in range(20000)}
+    for path in files:
+        write(store, path, b"")
+    write(store, prefix + "d050/zz-stray", b"")
+    del files[f"{prefix}d100/p-010000"]
+    os.unlink(os.path.join(store, f"{prefix}d101/p-010100"))
+    files[prefix + "d000/aa-late"] = 0
+    write(store, prefix + "d000/aa-late", b"")
+    location = write_lines(store, "day=27/hour=08/gen-1.jsonl", files)
+    register(pg, "gen-1")
+    released, problems, notes = gate_debug(pg, streamed(store, "gen-1", location), work_mem="64kB")
+    assert released is False
+    assert codes(problems) == [("missing_object", f"{prefix}d101/p-010100"),
+                               ("stray_object", f"{prefix}d050/zz-stray"),
+                               ("stray_object", f"{prefix}d100/p-010000")]
+    assert "finalize: manifest object of 20000 objects came out of order and was sorted" in notes, notes
+    assert "finalize: listing of 20001 objects came in path order, not sorted" in notes, notes

@@ -90,6 +90,67 @@ merge(const InvObject *m, int mn, const InvObject *l, int ln, InvOrder order)
 	return seen;
 }
 
+/*
+ * The rule path_is_safe implements, written the plainest way (one byte at
+ * a time): the reference the exhaustive check below compares with.
+ */
+static bool
+path_is_safe_reference(const char *path, int len)
+{
+	const char *end = path + len;
+	const char *part = path;
+
+	if (len == 0 || path[0] == '/' || len > 1024)
+		return false;
+	for (const char *c = path;; c++)
+	{
+		if (c == end || *c == '/')
+		{
+			long		plen = c - part;
+
+			if ((plen == 0 && c != end) || (plen == 1 && part[0] == '.') ||
+				(plen == 2 && part[0] == '.' && part[1] == '.'))
+				return false;
+			if (c == end)
+				return true;
+			part = c + 1;
+		}
+		else if (*c == '\0')
+			return false;
+	}
+}
+
+/*
+ * Whether path_is_safe agrees with the reference on every path of up to
+ * six bytes drawn from the bytes that matter ("/", ".", "a", NUL): 5,461
+ * paths, each edge (leading, trailing, doubled slashes, "." and ".." parts
+ * anywhere, a NUL inside) among them.
+ */
+static bool
+path_is_safe_agrees(void)
+{
+	static const char alphabet[] = {'/', '.', 'a', '\0'};
+	char		path[8];
+
+	for (int len = 0; len <= 6; len++)
+	{
+		int			total = 1;
+
+		for (int i = 0; i < len; i++)
+			total *= 4;
+		for (int code = 0; code < total; code++)
+		{
+			int			x = code;
+
+			for (int i = 0; i < len; i++, x /= 4)
+				path[i] = alphabet[x % 4];
+			if (path_is_safe(path, len) != path_is_safe_reference(path, len))
+				return false;
+		}
+	}
+	return true;
+}
+
 int
 main(void)
 {
@@ -125,5 +186,8 @@ main(void)
 		  "an empty manifest makes every listed object stray");
 	check(strcmp(merge(m_jsonb, 2, NULL, 0, INV_ORDER_JSONB), "missing:p/b;missing:p/aa;") == 0,
 		  "an empty listing makes every manifest object missing");
+	check(path_is_safe_agrees(), "path_is_safe agrees with a byte-by-byte reading of its rule on every short path");
+	check(path_is_safe("a/b/", 4) && !path_is_safe("a//b", 4) && !path_is_safe("a/../b", 6) &&
+		  !path_is_safe("/a", 2) && !path_is_safe("a/.", 3), "path_is_safe: a trailing slash only is allowed");
 	return tap_done();
 }
