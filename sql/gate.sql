@@ -52,6 +52,10 @@ SELECT finalize.compare_inventories('{"p/a": 1}', '{"p/a": 1, "p/../x": 2}', 'p/
 SELECT finalize.compare_inventories('{"p/../x": 2}', '{}', 'p/');
 SELECT finalize.compare_inventories('{"p/a": 1.5}', '{}', 'p/');
 SELECT finalize.compare_inventories('{"p/a": "big"}', '{}', 'p/');
+-- Sizes beyond bigint name the entry too (not a bare "bigint out of range").
+SELECT finalize.compare_inventories('{"p/a": 1e20}', '{}', 'p/');
+SELECT finalize.compare_inventories('{"p/a": -1e20}', '{}', 'p/');
+SELECT finalize.compare_inventories('{"p/a": -1}', '{}', 'p/');
 
 -- Malformed manifests are errors with SQLSTATE 22023 that name the field.
 \set VERBOSITY sqlstate

@@ -339,9 +339,9 @@ visit(FileWalk *w, int dirfd, const char *key_dir, DirEntry *e)
  * and the shorter cannot be a prefix of the other unless it is a file's
  * name, whose one key then sorts first, as bytes do (names hold no "/").
  * Plain names would be wrong: "a/x" (in directory "a") sorts after the
- * file "a.b", since "." is below "/". A directory with more entries than
- * work_mem holds (all levels of the walk together) is listed as it is read,
- * and sorted later.
+ * file "a.b", since "." is below "/". A directory with more entries than a
+ * quarter of work_mem holds (all levels of the walk together) is listed as
+ * it is read, and sorted later.
  */
 static void
 walk(FileWalk *w, int dirfd, const char *key_dir)
@@ -360,14 +360,18 @@ walk(FileWalk *w, int dirfd, const char *key_dir)
 	{
 		MemoryContext old = MemoryContextSwitchTo(entries_cxt);
 		DirEntry   *entries = NULL;
-		int			n = 0;
-		int			cap = 0;
+		size_t		n = 0;
+		size_t		cap = 0;
 		size_t		held = 0;
 		bool		complete = false;
 		DirEntry	e;
 
-		/* The entries, as long as they fit, then sorted. */
-		while (w->held + held < w->budget)
+		/*
+		 * The entries, as long as they fit, then sorted. What they hold is
+		 * the context's own count of its blocks (names rounded up by the
+		 * allocator, the array's spare half), not an estimate.
+		 */
+		while (w->held + held < w->budget && n < MaxAllocHugeSize / sizeof(DirEntry) / 2)
 		{
 			if (!next_entry(w, dir, dirfd, key_dir, &e))
 			{
@@ -381,14 +385,15 @@ walk(FileWalk *w, int dirfd, const char *key_dir)
 					: palloc_extended(sizeof(DirEntry) * cap, MCXT_ALLOC_HUGE);
 			}
 			entries[n++] = e;
-			/* With the allocator's chunk header: a bound, not a guess. */
-			held += sizeof(DirEntry) + MAXALIGN(e.key_len + 1) + 16;
+			if (n % 64 == 0)
+				held = MemoryContextMemAllocated(entries_cxt, true);
 		}
+		held = MemoryContextMemAllocated(entries_cxt, true);
 		MemoryContextSwitchTo(old);
 		if (complete)
 			qsort(entries, n, sizeof(DirEntry), dir_entry_cmp);
 		w->held += held;
-		for (int i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++)
 			visit(w, dirfd, key_dir, &entries[i]);
 		w->held -= held;
 		MemoryContextReset(entries_cxt);
@@ -468,7 +473,12 @@ filestore_list(const char *root, const char *prefix, ListingSink *sink,
 	w.wants = wants_checksum;
 	w.arg = arg;
 	w.batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize listing batch", ALLOCSET_DEFAULT_SIZES);
-	w.budget = in_order ? (size_t) work_mem * 1024 : 0;
+	/*
+	 * A quarter of work_mem for the entries held over all levels: the two
+	 * sets being compared take work_mem each (and both a spool and its sort
+	 * for a moment when one turns out of order).
+	 */
+	w.budget = in_order ? (size_t) work_mem * 1024 / 4 : 0;
 	/* Keys are the prefix (without its last "/") and the names below it. */
 	walk(&w, fd, pnstrdup(prefix, Max((int) strlen(prefix) - 1, 0)));
 	flush_batch(&w);

@@ -190,9 +190,15 @@ size_of(JsonbValue *v, const char *field, const char *path, int path_len)
 		DatumGetInt32(DirectFunctionCall1(numeric_scale, NumericGetDatum(n))) > 0)
 		bad_manifest(field, "entry \"%s\": the size %s is not a whole number of bytes", pnstrdup(path, path_len),
 					 DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(n))));
+	/* numeric_int8's own error would name neither the field nor the entry */
+	if (DatumGetBool(DirectFunctionCall2(numeric_lt, NumericGetDatum(n), NumericGetDatum(int64_to_numeric(0)))))
+		bad_manifest(field, "entry \"%s\": the size %s is negative", pnstrdup(path, path_len),
+					 DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(n))));
+	if (DatumGetBool(DirectFunctionCall2(numeric_gt, NumericGetDatum(n),
+										 NumericGetDatum(int64_to_numeric(PG_INT64_MAX)))))
+		bad_manifest(field, "entry \"%s\": the size %s is larger than any object", pnstrdup(path, path_len),
+					 DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(n))));
 	size = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(n)));
-	if (size < 0)
-		bad_manifest(field, "entry \"%s\": the size " INT64_FORMAT " is negative", pnstrdup(path, path_len), size);
 	return size;
 }
 

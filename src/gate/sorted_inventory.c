@@ -20,7 +20,9 @@
  * takes the rest. The order the merge relies on is thus checked for every
  * object, never assumed. Values handed to the store are built in a scratch
  * context reset every thousand objects, so memory stays at work_mem per
- * set plus a batch.
+ * set plus a batch; while a spool moves into its sort both are held (two
+ * work_mem for that set, for the time of the move), and a file:// walk
+ * holds up to a quarter of work_mem of directory entries (filestore.c).
  */
 #include "postgres.h"
 

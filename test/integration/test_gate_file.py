@@ -1160,9 +1160,10 @@ def test_a_walk_in_byte_order_is_spooled_not_sorted_even_for_awkward_names(pg, t
 
 
 def test_an_object_out_of_order_after_a_spilled_spool_is_sorted_and_agrees(pg, table, store):
-    # work_mem at 64 kB: 20,000 objects in 200 small directories are walked
-    # in order and spooled to a temporary file; the manifest is in order but
-    # for its last line, so its spool (spilled too) moves into a sort.
+    # work_mem at 256 kB: 20,000 objects in 200 small directories are walked
+    # in order (the walk holds a quarter of work_mem of entries) and spooled
+    # to a temporary file; the manifest is in order but for its last line,
+    # so its spool (spilled too) moves into a sort.
     prefix = "day=27/hour=08/gen-1/"
     files = {f"{prefix}d{i // 100:03d}/p-{i:06d}": 0 for i in range(20000)}
     for path in files:
@@ -1174,7 +1175,7 @@ def test_an_object_out_of_order_after_a_spilled_spool_is_sorted_and_agrees(pg, t
     write(store, prefix + "d000/aa-late", b"")
     location = write_lines(store, "day=27/hour=08/gen-1.jsonl", files)
     register(pg, "gen-1")
-    released, problems, notes = gate_debug(pg, streamed(store, "gen-1", location), work_mem="64kB")
+    released, problems, notes = gate_debug(pg, streamed(store, "gen-1", location), work_mem="256kB")
     assert released is False
     assert codes(problems) == [("missing_object", f"{prefix}d101/p-010100"),
                                ("stray_object", f"{prefix}d050/zz-stray"),
