@@ -242,16 +242,7 @@ push_delta(JsonbParseState **st, const char *data, size_t len, int64 release_id,
 	while (!d->error && inv_decode_next(d, &r))
 	{
 		if (r.kind == INVCODEC_LISTED)
-		{
-			InvObject	o = {0};
-
-			o.path = pnstrdup(r.path, r.path_len);
-			o.path_len = r.path_len;
-			o.size = r.size;
-			o.etag = r.etag ? pnstrdup(r.etag, r.etag_len) : NULL;
-			o.etag_len = r.etag_len;
-			inventory_append(&listed, &o);
-		}
+			inventory_append_record(&listed, &r);
 		else
 			absent = lappend(absent, pnstrdup(r.path, r.path_len));
 	}

@@ -86,6 +86,20 @@ inventory_append(Inventory *inv, const InvObject *o)
 	inv->items[inv->n++] = *o;
 }
 
+/* Appends a copy of a decoded listed record (its strings copied here). */
+void
+inventory_append_record(Inventory *inv, const InvRecord *r)
+{
+	InvObject	o = {0};
+
+	o.path = pnstrdup(r->path, r->path_len);
+	o.path_len = r->path_len;
+	o.size = r->size;
+	o.etag = r->etag ? pnstrdup(r->etag, r->etag_len) : NULL;
+	o.etag_len = r->etag_len;
+	inventory_append(inv, &o);
+}
+
 /* Appends a problem whose path (palloc'd, or NULL) it takes as it is. */
 static void
 problem_push(ProblemList *list, const char *code, char *path, char *detail)
@@ -694,16 +708,7 @@ inventory_rebuild(const Inventory *manifest, const char *prefix, const char *dat
 		if (e != NULL)
 			state[e->key - manifest->items] = M_SEEN;
 		if (r.kind == INVCODEC_LISTED)
-		{
-			InvObject	o = {0};
-
-			o.path = pnstrdup(r.path, r.path_len);
-			o.path_len = r.path_len;
-			o.size = r.size;
-			o.etag = r.etag ? pnstrdup(r.etag, r.etag_len) : NULL;
-			o.etag_len = r.etag_len;
-			inventory_append(out, &o);
-		}
+			inventory_append_record(out, &r);
 	}
 	if (d->error)
 		return false;

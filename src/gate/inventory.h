@@ -123,6 +123,7 @@ typedef struct InvComparison
 
 extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
 extern void inventory_append(Inventory *inv, const InvObject *o);
+extern void inventory_append_record(Inventory *inv, const InvRecord *r);
 extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
 extern bool problem_room(ProblemList *list, const char *code);
 extern void problems_summarize(ProblemList *list);

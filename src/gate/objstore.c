@@ -179,22 +179,38 @@ read_page(const HttpResponse *r, Inventory *out, bool *truncated, char **next_to
 	return true;
 }
 
-/* The URL of one ListObjectsV2 request, its query in canonical order. */
-static char *
-list_url(const S3Location *loc, const char *prefix, const char *token)
+/*
+ * Starts a request URL with the bucket's address, without a trailing "/":
+ * "https://bucket.host" (virtual-hosted style) or "https://host/bucket"
+ * (path style). Returns whether it is virtual-hosted.
+ */
+static bool
+bucket_url(StringInfo url, const S3Location *loc)
 {
-	StringInfoData url;
 	const char *scheme_end = strstr(loc->endpoint, "://");
 	size_t		elen = strlen(loc->endpoint);
 
 	while (elen > 0 && loc->endpoint[elen - 1] == '/')
 		elen--;
-	initStringInfo(&url);
 	if (loc->virtual_host && scheme_end != NULL)
-		appendStringInfo(&url, "%.*s%s.%.*s/?", (int) (scheme_end + 3 - loc->endpoint), loc->endpoint,
+	{
+		appendStringInfo(url, "%.*s%s.%.*s", (int) (scheme_end + 3 - loc->endpoint), loc->endpoint,
 						 loc->bucket, (int) (elen - (scheme_end + 3 - loc->endpoint)), scheme_end + 3);
-	else
-		appendStringInfo(&url, "%.*s/%s?", (int) elen, loc->endpoint, http_uri_encode(loc->bucket));
+		return true;
+	}
+	appendStringInfo(url, "%.*s/%s", (int) elen, loc->endpoint, http_uri_encode(loc->bucket));
+	return false;
+}
+
+/* The URL of one ListObjectsV2 request, its query in canonical order. */
+static char *
+list_url(const S3Location *loc, const char *prefix, const char *token)
+{
+	StringInfoData url;
+
+	initStringInfo(&url);
+	/* the bucket's root: "/" after a host, nothing after a path's bucket */
+	appendStringInfoString(&url, bucket_url(&url, loc) ? "/?" : "?");
 	/* Sorted: continuation-token < list-type < prefix. */
 	if (token != NULL)
 		appendStringInfo(&url, "continuation-token=%s&", http_uri_encode(token));
@@ -422,18 +438,11 @@ static char *
 object_url(const S3Location *loc, const char *key)
 {
 	StringInfoData url;
-	const char *scheme_end = strstr(loc->endpoint, "://");
-	size_t		elen = strlen(loc->endpoint);
 	const char *part = key;
 
-	while (elen > 0 && loc->endpoint[elen - 1] == '/')
-		elen--;
 	initStringInfo(&url);
-	if (loc->virtual_host && scheme_end != NULL)
-		appendStringInfo(&url, "%.*s%s.%.*s/", (int) (scheme_end + 3 - loc->endpoint), loc->endpoint,
-						 loc->bucket, (int) (elen - (scheme_end + 3 - loc->endpoint)), scheme_end + 3);
-	else
-		appendStringInfo(&url, "%.*s/%s/", (int) elen, loc->endpoint, http_uri_encode(loc->bucket));
+	(void) bucket_url(&url, loc);
+	appendStringInfoChar(&url, '/');
 	for (;;)
 	{
 		const char *slash = strchr(part, '/');
