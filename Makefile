@@ -85,6 +85,10 @@ BITCODE_CFLAGS += -MF /dev/null
 
 -include $(OBJS:.o=.d)
 
+# FINALIZE_VERSION comes from the control file: the files that compare it
+# with the catalog's version are rebuilt when it changes.
+src/worker/worker_state.o src/gate/release_checks.o: $(EXTENSION).control
+
 # src/sql itself too: renaming a part keeps its time but changes the folder's.
 $(DATA_built): $(SQL_PARTS) src/sql $(EXTENSION).control
 	cat $(SQL_PARTS) > $@
@@ -98,6 +102,7 @@ UNIT_SOURCES_test_sketch = src/common/sketch.c
 UNIT_SOURCES_test_outcome = src/alert/outcome.c
 UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
 UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
+UNIT_SOURCES_test_period = src/common/period.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -105,10 +105,11 @@ SELECT finalize.lateness('ct.orders');
 SELECT finalize._sketch_rows('\x0102'::bytea);
 
 -- The event-time bound is C period arithmetic: the same in every zone.
-SELECT finalize._event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour') AT TIME ZONE 'UTC' AS b1,
-       finalize._event_bound('2026-11-29 12:00+00', '0', '1 hour') AT TIME ZONE 'UTC' AS b2,
-       finalize._event_bound('2026-11-29 12:00+00', '1 day', '1 day') AT TIME ZONE 'UTC' AS b3,
-       finalize._event_bound('infinity', '0', '1 hour') AS b4;
+SELECT finalize._event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour', 'UTC') AT TIME ZONE 'UTC' AS b1,
+       finalize._event_bound('2026-11-29 12:00+00', '0', '1 hour', 'UTC') AT TIME ZONE 'UTC' AS b2,
+       finalize._event_bound('2026-11-29 12:00+00', '1 day', '1 day', 'UTC') AT TIME ZONE 'UTC' AS b3,
+       finalize._event_bound('infinity', '0', '1 hour', 'UTC') AS b4,
+       finalize._event_bound('2026-11-29 12:00+00', '0', '1 day', 'Asia/Seoul') AT TIME ZONE 'UTC' AS b5;
 SET TimeZone = 'UTC';
 
 -- The granularity of an event-time table with facts cannot change (its

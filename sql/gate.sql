@@ -31,6 +31,10 @@ SELECT finalize.register_partition('g.orders', 'day=27/hour=09', 'a/../b');
 SELECT finalize.register_partition('g.nosuch', 'p', 'l');
 SELECT finalize.render_location('year={year}/month={month}/day={day}/hour={hour}/minute={minute}/', '2026-03-07 05:04+00');
 SELECT finalize.render_location('dt={year}-{month}-{day}/', '2026-03-07 23:30-02');
+-- In a zone: {date} is the local date of the period's start, so a local
+-- day of Seoul renders as its own date.
+SELECT finalize.render_location('dt={date}/hour={hour}/', '2026-11-27 15:00+00', 'Asia/Seoul') AS seoul,
+       finalize.render_location('dt={date}/', '2026-11-27 15:00+00') AS utc;
 SELECT finalize.set_projection('g.orders', 'day={day}/hour={hour}/', '2026-11-01', '2026-12-01');
 SELECT finalize.set_projection('g.orders', 'day={dag}/', '2026-11-01', '2026-12-01');
 SELECT finalize.set_projection('g.orders', 'static/', '2026-11-01', '2026-12-01');
@@ -86,7 +90,23 @@ SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "ge
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "03/04/2026 08:00+00", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-13-45 08:00+00", "files": {}}');
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "empty": "yes", "files": {}}');
-SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "empty": true, "files": {}}');
+-- Fields the gate does not know are refused, not ignored: a misspelt
+-- period_end would have it check one period of a whole day.
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-11-28T00:00:00Z", "periodend": "2026-11-29T00:00:00Z", "files": {}}');
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_end": "2026-11-29T00:00:00Z", "files": {}}');
+-- A partition holds whole periods of its table (hours of UTC here): a
+-- start or an end inside a period names the nearest boundaries, before
+-- anything goes over the network.
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-11-28T00:00:00+09:30", "files": {}}');
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-11-28T00:00:00Z", "period_end": "2026-11-28T10:15:00Z", "files": {}}');
+SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-11-28T10:00:00Z", "period_end": "2026-11-28T10:00:00Z", "files": {}}');
+SELECT * FROM finalize.release_gate('{"table": "g.nosuch", "partition": "p", "generation": "g", "store": "lake", "period_start": "2026-11-28T00:30:00Z", "files": {}}');
+-- Registrations hold whole periods too.
+SELECT finalize.register_partition('g.orders', 'day=28', 'day=28/', '2026-11-28 00:00+00', '2026-11-29 00:00+00');
+SELECT finalize.register_partition('g.orders', 'day=28', 'day=28/', '2026-11-28 00:20+00');
+SELECT finalize.register_partition('g.orders', 'day=28', 'day=28/', '2026-11-28 00:00+00', '2026-11-28 23:59+00');
+SELECT finalize.register_partition('g.orders', 'day=28', 'day=28/', period_end => '2026-11-29 00:00+00');
+SELECT partition, location, period_start, period_end FROM finalize.partition_registration WHERE partition = 'day=28';
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "lake", "empty": true, "period_start": "2026-11-27 08:00+00", "files": {"p/a": 1}}');
 -- Stores: unknown servers, servers of another wrapper, bad file URLs.
 SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "generation": "g", "store": "nosuch", "files": {}}');

@@ -261,7 +261,7 @@ SELECT finalize.track_derived('pl.bad', ARRAY['pl.bad']);
 SELECT finalize.track_derived('pl.bad', '{}');
 SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders', NULL]);
 SELECT finalize.track_derived('pl.bad', NULL);
-SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders'], '1 mon');
+SELECT finalize.track_derived('pl.bad', ARRAY['pl.orders'], '1 mon 1 day');
 SELECT finalize.track_derived(' ', ARRAY['pl.orders']);
 SELECT finalize.track_derived(E'pl.bad\nLOG:  forged', ARRAY['pl.orders']);
 SELECT finalize.track_derived('pl.lines', ARRAY['pl.orders']);

@@ -88,14 +88,27 @@ SELECT table_name, server_name, source_table, granularity, state, finalized_unti
   FROM finalize.status ORDER BY table_name;
 SELECT lag = now() - finalized_until AS lag_is_age_of_watermark FROM finalize.status WHERE table_name = 's.orders';
 
--- Period arithmetic, aligned like date_bin with origin 2000-01-01 00:00 UTC.
+-- Period arithmetic without a zone (0.2.0's): UTC strides aligned like
+-- date_bin with origin 2000-01-01 00:00 UTC, whole weeks too.
 SELECT g, finalize.period_start('2026-11-29 14:37:12.5+00', g) AS start,
        finalize.period_end('2026-11-29 14:37:12.5+00', g) AS "end",
        finalize.period_start('2026-11-29 14:37:12.5+00', g) = date_bin(g, '2026-11-29 14:37:12.5+00', '2000-01-01 00:00+00') AS same_as_date_bin
-  FROM unnest(ARRAY['1 hour', '15 minutes', '1 day', '7 days', '90 seconds', '1 second']::interval[]) AS g;
+  FROM unnest(ARRAY['1 hour', '15 minutes', '1 day', '7 days', '168 hours', '90 seconds', '1 second']::interval[]) AS g;
 SELECT finalize.period_start('1999-12-31 23:30+00', '1 hour') AS before_origin,
        finalize.period_start('2000-01-01 00:00+00', '1 day') AS at_origin;
-SELECT finalize.period_start(now(), '1 mon');
+-- A table's periods, in its zone: ISO weeks (whole weeks written in days
+-- start on Monday), months, quarters and years, in UTC and in Seoul; a DST
+-- day lasts 23 or 25 hours.
+SELECT g, finalize.period_start('2026-11-29 14:37+00', g, 'UTC') AS utc_start,
+       finalize.period_end('2026-11-29 14:37+00', g, 'UTC') AS utc_end,
+       finalize.period_start('2026-11-29 14:37+00', g, 'Asia/Seoul') AS seoul_start,
+       finalize.period_end('2026-11-29 14:37+00', g, 'Asia/Seoul') AS seoul_end
+  FROM unnest(ARRAY['1 week', '1 mon', '3 mons', '1 year']::interval[]) AS g;
+SELECT d, finalize.period_end(d, '1 day', 'America/New_York') - finalize.period_start(d, '1 day', 'America/New_York') AS length
+  FROM unnest(ARRAY['2026-03-08 12:00+00', '2026-06-01 12:00+00', '2026-11-01 12:00+00']::timestamptz[]) AS d;
+SELECT finalize.period_start('2026-11-29 14:37+00', '1 hour', 'Asia/Kathmandu') AS kathmandu_hour;
+SELECT finalize.period_start('2026-11-29 14:37+00', '1 day', 'Mars/Olympus');
+SELECT finalize.period_start('2026-11-29 14:37+00', '5 mons');
 SELECT finalize.period_start(now(), '-1 hour');
 SELECT finalize.period_end('294276-12-31 23:00+00', '1 day') AS saturates;
 

@@ -47,9 +47,11 @@ SELECT finalize._split_mssql_name(n, 'source_table')
 SELECT finalize.quote_mssql_ident(i)
   FROM unnest(ARRAY['orders', 'order lines', 'a]b', ']]', 'x''; DROP TABLE t; --']) AS i;
 
--- Granularity: positive, without months or years.
-SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 month');
-SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 year');
+-- Granularity: a positive length, or calendar months that tile a year
+-- (alone: a month and a day is no period).
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '5 months');
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 month 1 day');
+SELECT finalize.track_table('t', 'erp', 'dbo.orders', '-1 month');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '0');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '-1 hour');
 SELECT finalize.track_table('t', 'erp', 'dbo.orders', '1 day -25 hours');
@@ -69,12 +71,13 @@ END
 $$;
 SELECT g AS granularity, finalize._granularity_valid(g) AS table_check, pg_temp.accepted(g) AS functions
   FROM unnest(ARRAY['15 minutes', '1 day', '1 day -23 hours', '00:00:00.000001', '106751991 days',
-                    '0', '-1 hour', '1 day -24 hours', '1 mon', '1 year -365 days', '1000000000 days',
+                    '0', '-1 hour', '1 day -24 hours', '1 mon', '3 mons', '1 year', '2 years', '5 mons',
+                    '1 mon 1 day', '1 year -365 days', '1000000000 days',
                     '2147483647 days 23:59:59']::interval[]) AS g;
 SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'tracked_table_granularity_check';
 \set VERBOSITY terse
 UPDATE finalize.tracked_table SET granularity = '1000000000 days' WHERE table_name = 't_daily';
-UPDATE finalize.tracked_table SET granularity = '1 mon' WHERE table_name = 't_daily';
+UPDATE finalize.tracked_table SET granularity = '7 mons' WHERE table_name = 't_daily';
 \set VERBOSITY default
 SELECT granularity FROM finalize.tracked_table WHERE table_name = 't_daily';
 
@@ -106,7 +109,7 @@ SELECT table_name, ddl_policy, on_data_loss, start_from FROM finalize.tracked_ta
  WHERE table_name IN ('t_pol', 'sales.orders') ORDER BY table_name;
 SELECT finalize.alter_tracked_table('t_pol', ddl_policy => 'warn');
 SELECT finalize.alter_tracked_table('t_pol', granularity => '1 day', on_data_loss => 'stop');
-SELECT finalize.alter_tracked_table('t_pol', granularity => '1 mon');
+SELECT finalize.alter_tracked_table('t_pol', granularity => '1 mon 2 hours');
 SELECT finalize.alter_tracked_table('t_pol', granularity => '2147483647 days 23:59:59');
 SELECT finalize.alter_tracked_table('t_nosuch', ddl_policy => 'warn');
 SELECT table_name, granularity, ddl_policy, on_data_loss FROM finalize.tracked_table WHERE table_name = 't_pol';

@@ -16,8 +16,8 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "common/period.h"
 #include "common/event_time_sql.h"
+#include "common/period_zone.h"
 #include "common/sketch.h"
 
 PG_FUNCTION_INFO_V1(finalize_event_bound);
@@ -67,25 +67,32 @@ finalize_instant_minus(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._event_bound(commit_until, allowance, granularity): the
+ * finalize._event_bound(commit_until, allowance, granularity, zone): the
  * event-time verdict a commit-time verdict allows, the greatest period
- * boundary b of the granularity with b + allowance <= commit_until. Every
- * row whose event time lies before b and whose lateness is within the
- * allowance committed before commit_until, so it is captured. NULL when
- * there is none (an infinite or too early commit_until).
+ * boundary b of the table's periods with b + allowance <= commit_until.
+ * Every row whose event time lies before b and whose lateness is within
+ * the allowance committed before commit_until, so it is captured. NULL
+ * when there is none (an infinite or too early commit_until). A catalog
+ * of 0.2.0 declares it without zone (between the new library's start and
+ * ALTER EXTENSION UPDATE): its UTC periods then, as 0.2.0 cut them.
  */
 Datum
 finalize_event_bound(PG_FUNCTION_ARGS)
 {
 	TimestampTz until = PG_GETARG_TIMESTAMPTZ(0);
 	int64		allowance = fixed_usecs(PG_GETARG_INTERVAL_P(1), "allowance");
-	int64		stride = period_stride(PG_GETARG_INTERVAL_P(2), "granularity");
+	bool		zoned = PG_NARGS() > 3;
+	PeriodSpec	spec;
 	TimestampTz shifted;
+	TimestampTz bound;
 
+	period_spec_of(PG_GETARG_INTERVAL_P(2),
+				   zoned ? period_zone_of(text_to_cstring(PG_GETARG_TEXT_PP(3)), "zone") : NULL,
+				   zoned, "granularity", &spec);
 	if (TIMESTAMP_NOT_FINITE(until) || pg_sub_s64_overflow(until, allowance, &shifted) ||
-		!IS_VALID_TIMESTAMP(shifted) || !IS_VALID_TIMESTAMP(shifted - stride))
+		!IS_VALID_TIMESTAMP(shifted) || period_floor(&spec, shifted, &bound) != PERIOD_OK)
 		PG_RETURN_NULL();
-	PG_RETURN_TIMESTAMPTZ(period_floor(shifted, stride, "commit_until"));
+	PG_RETURN_TIMESTAMPTZ(bound);
 }
 
 /* A stored sketch, decoded; an error names the table's column when it is not one. */

@@ -1,32 +1,49 @@
 /*
  * period.c
- *     Period arithmetic of the verdict.
+ *     Period arithmetic of the verdict (see period.h for the rules).
  *
- * A period of granularity g is [origin + k*g, origin + (k+1)*g) with origin
- * 2000-01-01 00:00 UTC, which is PostgreSQL's timestamp epoch, so the
- * arithmetic is plain integer arithmetic on microseconds (like date_bin).
- * Everything works on absolute instants: time zones and DST never enter.
+ * The grid is laid on local wall time (a Timestamp without zone), its
+ * points resolved to instants (TimestampTz). A wall time can be shown by
+ * no instant (a DST gap), by one, or by several (a repeated hour). So that
+ * every instant lies in exactly one period:
+ *
+ *   resolve(w)  = the earliest instant whose wall time is w, or the end of
+ *                 the gap that skips w;
+ *   floor(t)    = resolve(grid_floor(M(t))), where M(t) is the greatest
+ *                 wall time shown at or before t (past a fall-back it is
+ *                 the wall time just before the clocks went back);
+ *   end(start)  = resolve(grid_next(grid_floor(M(start)))).
+ *
+ * resolve is monotonic, and resolve(g) <= t exactly when g <= M(t), which
+ * is why floor is the last boundary at or before t. (That holds while no
+ * fall-back shows again, within ZONE_WINDOW, local times that a gap just
+ * before it skipped: no zone of the database has such a pair of changes,
+ * as a scan of every zone file found at the time of writing.) Nothing here reports
+ * errors or allocates: faults are returned, and an end that cannot be
+ * computed is +infinity (a period never final), never an earlier instant.
  */
 #include "postgres.h"
 
 #include "common/int.h"
-#include "fmgr.h"
-#include "funcapi.h"
-#include "utils/builtins.h"
-#include "utils/timestamp.h"
-#include "utils/tuplestore.h"
 
 #include "common/period.h"
 
-PG_FUNCTION_INFO_V1(finalize_period_start);
-PG_FUNCTION_INFO_V1(finalize_period_end);
-PG_FUNCTION_INFO_V1(finalize_period_final);
-PG_FUNCTION_INFO_V1(finalize_check_granularity);
-PG_FUNCTION_INFO_V1(finalize_granularity_valid);
-PG_FUNCTION_INFO_V1(finalize_periods);
+/*
+ * How far around an instant the zone's changes are looked at: a wall time
+ * is shown by instants at most its largest offset away (offsets have
+ * stayed within about 16 hours of UTC), and a fall-back never set clocks
+ * back by more than a day.
+ */
+#define ZONE_WINDOW ((int64) 30 * USECS_PER_HOUR)
 
-/* Most periods one call of finalize._periods() lists. */
-#define MAX_PERIODS 100000
+/* Most offset changes a zone makes in two windows: more is a broken zone. */
+#define MAX_CHANGES 16
+
+/* Monday 2000-01-03 00:00, the origin of strides of whole weeks (ISO weeks). */
+#define WEEK_ORIGIN ((Timestamp) 2 * USECS_PER_DAY)
+
+/* Days from 1970-01-01 to 2000-01-01, PostgreSQL's epoch. */
+#define EPOCH_DAYS_1970 10957
 
 /*
  * The length of an interval without months in microseconds, with days as
@@ -47,107 +64,334 @@ interval_usecs(const Interval *iv, int64 *out)
 	return true;
 }
 
-/*
- * The rule for a granularity, in one place: it defines periods when it has
- * no months (their length varies), its length fits in 64 bits of
- * microseconds and is positive. Sets *stride to that length when it does.
- */
-typedef enum GranularityFault
+/* a / b rounded toward minus infinity, for b > 0. */
+static int64
+floor_div(int64 a, int64 b)
 {
-	GRANULARITY_OK,
-	GRANULARITY_HAS_MONTHS,
-	GRANULARITY_OUT_OF_RANGE,
-	GRANULARITY_NOT_POSITIVE,
-} GranularityFault;
+	int64		q = a / b;
+
+	return (a % b != 0 && a < 0) ? q - 1 : q;
+}
 
 /*
- * What is wrong with a granularity, if anything (and its length in
- * microseconds): the one rule, raised by period_stride and answered as a
- * boolean by the table's CHECK.
+ * The days of a proleptic Gregorian date since 2000-01-01 (PostgreSQL's
+ * date2j, less its epoch): kept here, on plain integers, so that this
+ * module needs nothing of the server (H. Hinnant's days_from_civil).
  */
-static GranularityFault
-granularity_fault(const Interval *granularity, int64 *stride)
+int64
+civil_to_days(int year, int month, int day)
 {
+	int64		y = (int64) year - (month <= 2 ? 1 : 0);
+	int64		era = floor_div(y, 400);
+	int64		yoe = y - era * 400;
+	int64		doy = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1;
+	int64		doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+
+	return era * 146097 + doe - 719468 - EPOCH_DAYS_1970;
+}
+
+/* The inverse of civil_to_days (PostgreSQL's j2date). */
+void
+days_to_civil(int64 days, int *year, int *month, int *day)
+{
+	int64		z = days + EPOCH_DAYS_1970 + 719468;
+	int64		era = floor_div(z, 146097);
+	int64		doe = z - era * 146097;
+	int64		yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	int64		doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	int64		mp = (5 * doy + 2) / 153;
+	int			m = (int) (mp < 10 ? mp + 3 : mp - 9);
+
+	*day = (int) (doy - (153 * mp + 2) / 5 + 1);
+	*month = m;
+	*year = (int) (yoe + era * 400 + (m <= 2 ? 1 : 0));
+}
+
+/*
+ * A granularity's periods in a zone (NULL: UTC), or what is wrong with it:
+ * the one rule, raised by the server's callers and answered as a boolean
+ * by the CHECK of tracked_table.granularity. Months come alone and tile a
+ * year (1, 2, 3, 4, 6 months or whole years); any other granularity is a
+ * positive length that fits in 64 bits of microseconds. With iso_weeks,
+ * whole weeks written in days start on Monday; without, every stride
+ * counts from 2000-01-01 (a Saturday), as in 0.2.0, whose catalogs and
+ * zoneless callers keep their periods so.
+ */
+GranularityFault
+period_spec_make(const Interval *granularity, const PeriodZone *zone, bool iso_weeks, PeriodSpec *out)
+{
+	int64		stride;
+
+	memset(out, 0, sizeof(*out));
+	out->zone = zone;
+	out->granularity = *granularity;
 	if (granularity->month != 0)
-		return GRANULARITY_HAS_MONTHS;
-	if (!interval_usecs(granularity, stride))
+	{
+		if (granularity->day != 0 || granularity->time != 0)
+			return GRANULARITY_MIXED_MONTHS;
+		if (granularity->month < 0)
+			return GRANULARITY_NOT_POSITIVE;
+		if (12 % granularity->month != 0 && granularity->month % 12 != 0)
+			return GRANULARITY_BAD_MONTHS;
+		out->unit = PERIOD_MONTHS;
+		out->months = granularity->month;
+		return GRANULARITY_OK;
+	}
+	if (!interval_usecs(granularity, &stride))
 		return GRANULARITY_OUT_OF_RANGE;
-	if (*stride <= 0)
+	if (stride <= 0)
 		return GRANULARITY_NOT_POSITIVE;
+	out->unit = PERIOD_STRIDE;
+	out->stride = stride;
+	/* Written as weeks (days only, a multiple of 7): ISO weeks. */
+	out->origin = (iso_weeks && granularity->time == 0 && granularity->day % 7 == 0) ? WEEK_ORIGIN : 0;
 	return GRANULARITY_OK;
 }
 
-/*
- * Length of one period in microseconds. A granularity that breaks the rule
- * is an error that names the argument the caller got it from.
- */
-int64
-period_stride(const Interval *granularity, const char *argname)
+/* Whether the periods are cut in UTC, where wall time is the instant. */
+bool
+period_is_utc(const PeriodSpec *spec)
 {
-	int64		stride = 0;
+	return spec->zone == NULL || (spec->zone->fixed && spec->zone->offset == 0);
+}
 
-	switch (granularity_fault(granularity, &stride))
-	{
-		case GRANULARITY_OK:
-			break;
-		case GRANULARITY_HAS_MONTHS:
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid value for argument %s: the granularity contains months or years", argname),
-					 errdetail("Periods are aligned on a fixed origin (2000-01-01 00:00 UTC), and months have no fixed length."),
-					 errhint("Use days, hours, minutes or seconds, for example '1 day' or '15 minutes'.")));
-			break;
-		case GRANULARITY_OUT_OF_RANGE:
-			ereport(ERROR,
-					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-					 errmsg("invalid value for argument %s: the granularity is out of range", argname),
-					 errhint("A period is at most 106751991 days (about 292,000 years) long.")));
-			break;
-		case GRANULARITY_NOT_POSITIVE:
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid value for argument %s: the granularity is not positive", argname),
-					 errhint("Use a positive interval, for example '1 hour'.")));
-			break;
-	}
-	return stride;
+/* The UTC offset of the zone at t, in microseconds. */
+static int64
+offset_usecs(const PeriodZone *zone, TimestampTz t)
+{
+	if (zone == NULL)
+		return 0;
+	if (zone->fixed)
+		return (int64) zone->offset * USECS_PER_SEC;
+	if (t > zone->fixed_after)
+		return (int64) zone->offset_after * USECS_PER_SEC;
+	return (int64) zone->offset_at(zone, t) * USECS_PER_SEC;
+}
+
+/* Whether the zone changes no offset after t (no lookups needed past it). */
+static bool
+quiet_after(const PeriodZone *zone, TimestampTz t)
+{
+	return zone == NULL || zone->fixed || t > zone->fixed_after;
+}
+
+/* The local wall time of instant t in the zone. */
+Timestamp
+period_wall_time(const PeriodZone *zone, TimestampTz t)
+{
+	return t + offset_usecs(zone, t);
 }
 
 /*
- * Start of the period containing ts. Infinite instants have no period.
+ * The zone's changes of offset in (after, until], at most MAX_CHANGES;
+ * their number, or -1 for more (a broken zone).
  */
-TimestampTz
-period_floor(TimestampTz ts, int64 stride, const char *argname)
+static int
+changes_between(const PeriodZone *zone, TimestampTz after, TimestampTz until, ZoneChange *out)
 {
-	int64		rem;
+	int			n = 0;
+
+	if (quiet_after(zone, after))
+		return 0;
+	while (zone->next_change(zone, after, until, &out[n]))
+	{
+		if (out[n].at <= after || n + 1 >= MAX_CHANGES)
+			return -1;
+		after = out[n].at;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * M(t): the greatest wall time shown at or before t. Past a fall-back
+ * within the window it is the wall time just before the clocks went back.
+ */
+static PeriodFault
+max_wall_before(const PeriodZone *zone, TimestampTz t, Timestamp *out)
+{
+	ZoneChange	changes[MAX_CHANGES];
+	int			n;
+
+	*out = period_wall_time(zone, t);
+	if (quiet_after(zone, t - ZONE_WINDOW))
+		return PERIOD_OK;
+	n = changes_between(zone, t - ZONE_WINDOW, t, changes);
+	if (n < 0)
+		return PERIOD_ZONE_FAILED;
+	for (int i = 0; i < n; i++)
+		if (changes[i].before > changes[i].after)
+		{
+			Timestamp	last = changes[i].at + (int64) changes[i].before * USECS_PER_SEC - 1;
+
+			if (last > *out)
+				*out = last;
+		}
+	return PERIOD_OK;
+}
+
+/*
+ * The instant a wall time resolves to: the earliest that shows it, or the
+ * end of the gap that skips it.
+ */
+PeriodFault
+period_resolve_wall(const PeriodZone *zone, Timestamp wall, TimestampTz *out)
+{
+	ZoneChange	changes[MAX_CHANGES];
+	int32		offsets[MAX_CHANGES + 1];
+	int			n;
+	bool		found = false;
+
+	if (zone == NULL || zone->fixed)
+	{
+		*out = wall - offset_usecs(zone, 0);
+		return PERIOD_OK;
+	}
+	if (quiet_after(zone, wall - ZONE_WINDOW))
+	{
+		/* Every instant that can show it lies past the zone's last change. */
+		*out = wall - (int64) zone->offset_after * USECS_PER_SEC;
+		return PERIOD_OK;
+	}
+	n = changes_between(zone, wall - ZONE_WINDOW, wall + ZONE_WINDOW, changes);
+	if (n < 0)
+		return PERIOD_ZONE_FAILED;
+	if (n == 0)
+	{
+		/* One offset around: one instant shows it. */
+		*out = wall - offset_usecs(zone, wall);
+		return PERIOD_OK;
+	}
+	/* Every offset in use around it; the earliest instant that really shows it. */
+	offsets[0] = changes[0].before;
+	for (int i = 0; i < n; i++)
+		offsets[i + 1] = changes[i].after;
+	for (int i = 0; i <= n; i++)
+	{
+		TimestampTz t = wall - (int64) offsets[i] * USECS_PER_SEC;
+
+		if (offset_usecs(zone, t) == (int64) offsets[i] * USECS_PER_SEC && (!found || t < *out))
+		{
+			*out = t;
+			found = true;
+		}
+	}
+	if (found)
+		return PERIOD_OK;
+	/* Skipped: the clocks jumped over it at a change. */
+	for (int i = 0; i < n; i++)
+		if (changes[i].after > changes[i].before &&
+			changes[i].at + (int64) changes[i].before * USECS_PER_SEC <= wall &&
+			wall < changes[i].at + (int64) changes[i].after * USECS_PER_SEC)
+		{
+			*out = changes[i].at;
+			return PERIOD_OK;
+		}
+	return PERIOD_ZONE_FAILED;
+}
+
+/* The last grid point at or before wall time w; false when it would overflow. */
+static bool
+grid_floor(const PeriodSpec *spec, Timestamp w, Timestamp *g)
+{
+	if (spec->unit == PERIOD_STRIDE)
+	{
+		int64		rem = (w - spec->origin) % spec->stride;
+
+		if (rem < 0)
+			rem += spec->stride;
+		return !pg_sub_s64_overflow(w, rem, g);
+	}
+	else
+	{
+		int			y;
+		int			m;
+		int			d;
+		int64		index;
+		int64		first;
+
+		days_to_civil(floor_div(w, USECS_PER_DAY), &y, &m, &d);
+		index = ((int64) y - 2000) * 12 + (m - 1);
+		first = floor_div(index, spec->months) * spec->months;
+		return !pg_mul_s64_overflow(civil_to_days((int) (2000 + floor_div(first, 12)),
+												  (int) (first - floor_div(first, 12) * 12) + 1, 1),
+									USECS_PER_DAY, g);
+	}
+}
+
+/* The grid point after grid point g; false when it would overflow. */
+static bool
+grid_next(const PeriodSpec *spec, Timestamp g, Timestamp *next)
+{
+	if (spec->unit == PERIOD_STRIDE)
+		return !pg_add_s64_overflow(g, spec->stride, next);
+	else
+	{
+		int			y;
+		int			m;
+		int			d;
+		int64		index;
+
+		days_to_civil(floor_div(g, USECS_PER_DAY), &y, &m, &d);
+		index = ((int64) y - 2000) * 12 + (m - 1) + spec->months;
+		if (2000 + floor_div(index, 12) > 300000)
+			return false;
+		return !pg_mul_s64_overflow(civil_to_days((int) (2000 + floor_div(index, 12)),
+												  (int) (index - floor_div(index, 12) * 12) + 1, 1),
+									USECS_PER_DAY, next);
+	}
+}
+
+/*
+ * The start of the period containing ts: the last boundary at or before
+ * it. Infinite instants lie in no period; a period starting before the
+ * timestamp range is refused.
+ */
+PeriodFault
+period_floor(const PeriodSpec *spec, TimestampTz ts, TimestampTz *start)
+{
+	Timestamp	m;
+	Timestamp	g;
+	PeriodFault f;
 
 	if (TIMESTAMP_NOT_FINITE(ts))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for argument %s: an infinite timestamp lies in no period", argname)));
-
-	/* C's % truncates toward zero; periods before the origin floor down. */
-	rem = ts % stride;
-	if (rem < 0)
-		rem += stride;
-	if (!IS_VALID_TIMESTAMP(ts - rem))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("invalid value for argument %s: its period starts before the timestamp range", argname)));
-	return ts - rem;
+		return PERIOD_INFINITE;
+	if ((f = max_wall_before(spec->zone, ts, &m)) != PERIOD_OK)
+		return f;
+	if (!grid_floor(spec, m, &g))
+		return PERIOD_BEFORE_RANGE;
+	if (period_is_utc(spec))
+		*start = g;
+	else if ((f = period_resolve_wall(spec->zone, g, start)) != PERIOD_OK)
+		return f;
+	if (!IS_VALID_TIMESTAMP(*start))
+		return PERIOD_BEFORE_RANGE;
+	return PERIOD_OK;
 }
 
 /*
- * End (exclusive) of the period starting at start, saturating at +infinity
- * so a period at the end of the timestamp range is simply never final.
+ * The end (exclusive) of the period starting at start: the next boundary.
+ * +infinity when it lies past the timestamp range or the zone cannot say,
+ * so such a period is simply never final.
  */
 TimestampTz
-period_end_of(TimestampTz start, int64 stride)
+period_end_of(const PeriodSpec *spec, TimestampTz start)
 {
+	Timestamp	m;
+	Timestamp	g;
+	Timestamp	next;
 	TimestampTz end;
 
-	if (pg_add_s64_overflow(start, stride, &end) || !IS_VALID_TIMESTAMP(end))
-		TIMESTAMP_NOEND(end);
+	if (TIMESTAMP_NOT_FINITE(start) ||
+		max_wall_before(spec->zone, start, &m) != PERIOD_OK ||
+		!grid_floor(spec, m, &g) || !grid_next(spec, g, &next))
+		return DT_NOEND;
+	if (period_is_utc(spec))
+		end = next;
+	else if (period_resolve_wall(spec->zone, next, &end) != PERIOD_OK)
+		return DT_NOEND;
+	if (!IS_VALID_TIMESTAMP(end) || end <= start)
+		return DT_NOEND;
 	return end;
 }
 
@@ -156,152 +400,15 @@ period_end_of(TimestampTz start, int64 stride)
  * watermark. No watermark yet means nothing is final.
  */
 bool
-period_is_final(TimestampTz period_start, int64 stride,
+period_is_final(const PeriodSpec *spec, TimestampTz period_start,
 				bool have_watermark, TimestampTz finalized_until)
 {
-	TimestampTz end = period_end_of(period_start, stride);
+	TimestampTz end;
 
-	if (!have_watermark || TIMESTAMP_NOT_FINITE(end))
+	if (!have_watermark)
+		return false;
+	end = period_end_of(spec, period_start);
+	if (TIMESTAMP_NOT_FINITE(end))
 		return false;
 	return end <= finalized_until;
-}
-
-/*
- * finalize.period_start(ts, granularity)
- */
-Datum
-finalize_period_start(PG_FUNCTION_ARGS)
-{
-	TimestampTz ts = PG_GETARG_TIMESTAMPTZ(0);
-	int64		stride = period_stride(PG_GETARG_INTERVAL_P(1), "granularity");
-
-	PG_RETURN_TIMESTAMPTZ(period_floor(ts, stride, "ts"));
-}
-
-/*
- * finalize.period_end(ts, granularity)
- */
-Datum
-finalize_period_end(PG_FUNCTION_ARGS)
-{
-	TimestampTz ts = PG_GETARG_TIMESTAMPTZ(0);
-	int64		stride = period_stride(PG_GETARG_INTERVAL_P(1), "granularity");
-
-	PG_RETURN_TIMESTAMPTZ(period_end_of(period_floor(ts, stride, "ts"), stride));
-}
-
-/*
- * finalize._period_final(ts, granularity, finalized_until): the verdict for
- * the period containing ts, as is_final gives it. The SQL functions that
- * report finality (explain_verdict, changes_by_period, the gate) call this
- * rather than add the granularity to a timestamptz themselves, which would
- * be calendar arithmetic in the session's TimeZone.
- */
-Datum
-finalize_period_final(PG_FUNCTION_ARGS)
-{
-	int64		stride;
-	TimestampTz start;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("arguments ts and granularity must not be NULL")));
-	stride = period_stride(PG_GETARG_INTERVAL_P(1), "granularity");
-	start = period_floor(PG_GETARG_TIMESTAMPTZ(0), stride, "ts");
-	PG_RETURN_BOOL(period_is_final(start, stride, !PG_ARGISNULL(2),
-								   PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2)));
-}
-
-/*
- * finalize._periods(from_time, to_time, granularity): the periods that
- * intersect [from_time, to_time), each as (period_start, period_end), at
- * most MAX_PERIODS of them. Fixed strides on absolute instants, like
- * period_start: a day is always 24 hours, whatever the session's zone.
- */
-Datum
-finalize_periods(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TimestampTz from_time;
-	TimestampTz to_time;
-	TimestampTz start;
-	int64		stride;
-	int64		span;
-	char	   *from_text;
-	char	   *to_text;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("arguments from_time, to_time and granularity must not be NULL")));
-	from_time = PG_GETARG_TIMESTAMPTZ(0);
-	to_time = PG_GETARG_TIMESTAMPTZ(1);
-	stride = period_stride(PG_GETARG_INTERVAL_P(2), "granularity");
-	if (TIMESTAMP_NOT_FINITE(to_time))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for argument to_time: it must be finite")));
-	start = period_floor(from_time, stride, "from_time");
-	/* For messages (timestamptz_to_str returns a static buffer). */
-	from_text = pstrdup(timestamptz_to_str(from_time));
-	to_text = pstrdup(timestamptz_to_str(to_time));
-	if (to_time <= from_time)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid period range from %s to %s", from_text, to_text),
-				 errdetail("to_time must be after from_time.")));
-	/* Both are valid timestamps, so only their distance can overflow. */
-	if (pg_sub_s64_overflow(to_time, start, &span) || (span - 1) / stride >= MAX_PERIODS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid period range from %s to %s", from_text, to_text),
-				 errdetail("The range may span at most %d periods of the table's granularity.", MAX_PERIODS)));
-
-	InitMaterializedSRF(fcinfo, 0);
-	while (start < to_time)
-	{
-		Datum		values[2];
-		bool		nulls[2] = {false, false};
-		TimestampTz end = period_end_of(start, stride);
-
-		values[0] = TimestampTzGetDatum(start);
-		values[1] = TimestampTzGetDatum(end);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		if (TIMESTAMP_NOT_FINITE(end))
-			break;
-		start = end;
-	}
-	return (Datum) 0;
-}
-
-/*
- * finalize._check_granularity(granularity, argname): the granularity
- * defines periods (no months, positive, a length that fits), checked by the
- * same code that computes them; the error names the argument.
- */
-Datum
-finalize_check_granularity(PG_FUNCTION_ARGS)
-{
-	const char *argname = PG_ARGISNULL(1) ? "granularity" : text_to_cstring(PG_GETARG_TEXT_PP(1));
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument %s must not be NULL", argname)));
-	(void) period_stride(PG_GETARG_INTERVAL_P(0), argname);
-	PG_RETURN_VOID();
-}
-
-/*
- * finalize._granularity_valid(granularity): the same rule as a boolean, for
- * the CHECK constraint of finalize.tracked_table.granularity, so the table
- * and the functions that take a granularity can never disagree.
- */
-Datum
-finalize_granularity_valid(PG_FUNCTION_ARGS)
-{
-	int64		stride;
-
-	PG_RETURN_BOOL(granularity_fault(PG_GETARG_INTERVAL_P(0), &stride) == GRANULARITY_OK);
 }

@@ -48,23 +48,23 @@ PG_FUNCTION_INFO_V1(finalize_release_report);
 /* One release_gate call, shared by the steps that run as the owner. */
 typedef struct GateRun
 {
-	const Manifest *m;
+	Manifest   *m;
 	Jsonb	   *manifest_jsonb;
 	const InvComparison *listing;
 	ProblemList *found;			/* the comparison's problems, then the rest */
 	const char *requested_by;
 	Jsonb	   *problems;		/* the problems found, as returned */
-	int64		table_id;
+	GateTable	table;
 	bool		released;
 } GateRun;
 
-/* Step: the tracked table of the manifest. */
+/* Step: the tracked table of the manifest, and the manifest's periods checked against its. */
 static void
 lookup_step(void *arg)
 {
 	GateRun    *run = (GateRun *) arg;
 
-	run->table_id = tracked_table_id(run->m);
+	gate_table_lookup(run->m, &run->table);
 }
 
 /*
@@ -80,13 +80,13 @@ check_step(void *arg)
 	ReleaseAttempt attempt = {0};
 
 	SPI_connect();
-	attempt.table_id = run->table_id;
+	attempt.table_id = run->table.table_id;
 	attempt.manifest = run->m;
 	attempt.manifest_jsonb = run->manifest_jsonb;
 	attempt.listing = run->listing;
 	attempt.requested_by = run->requested_by;
-	check_partition(run->m, run->table_id, run->listing->listed, run->found, &attempt.catalog_json,
-					&attempt.facts_json);
+	check_partition(run->m, &run->table, run->listing->listed, run->found, &attempt.catalog_json,
+					&attempt.facts_json, &attempt.period);
 
 	/* The attempt, with its full report; the marker switches if it passed. */
 	problems_summarize(run->found);
@@ -135,7 +135,10 @@ finalize_release_gate(PG_FUNCTION_ARGS)
 	found.max_per_code = finalize_gate_max_problems;
 	owner = function_owner(fcinfo->flinfo->fn_oid);
 
-	/* An untracked table is an error before anything goes over the network. */
+	/*
+	 * An untracked table, or periods that are not the table's, are errors
+	 * before anything goes over the network.
+	 */
 	run_as_owner(owner, lookup_step, &run);
 	if (m.files_location == NULL)
 	{

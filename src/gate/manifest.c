@@ -5,7 +5,8 @@
  *   {"table": "sales.orders", "partition": "day=27/hour=08",
  *    "generation": "g-47", "store": "lake" | "file:///srv/lake",
  *    "prefix": "day=27/hour=08/g-47/",           optional, default partition + "/"
- *    "period_start": "2026-11-27 08:00+00",       optional
+ *    "period_start": "2026-11-27 08:00+00",       optional: the first period it holds (a boundary)
+ *    "period_end": "2026-11-28 08:00+00",         optional: the end of the last (default: one period)
  *    "empty": true,                               optional
  *    "built_at": "2026-11-27 10:02+00",           optional: when the generation's data was read
  *    "files": {"path": size, "path": {"size": n, "etag": "..."}}
@@ -16,7 +17,9 @@
  *             (read by manifest_lines.c, for manifests too large for jsonb)}
  *
  * A malformed manifest is an error (SQLSTATE 22023) that names the field,
- * so a publisher learns what to fix before anything is compared.
+ * so a publisher learns what to fix before anything is compared; so is a
+ * field that is not one of these (a misspelt "period_end" ignored would
+ * let the gate check one period of many).
  */
 #include "postgres.h"
 
@@ -46,7 +49,58 @@ bad_manifest(const char *field, const char *fmt,...)
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid manifest: field \"%s\" %s", field, detail),
 			 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}} "
-					 "with optional \"prefix\", \"period_start\", \"empty\", \"built_at\" and {\"size\": n, \"etag\": \"...\"} per file.")));
+					 "with optional \"prefix\", \"period_start\", \"period_end\", \"empty\", \"built_at\" and "
+					 "{\"size\": n, \"etag\": \"...\"} per file.")));
+}
+
+/* The fields a manifest may have. */
+static const char *const manifest_fields[] = {
+	"table", "partition", "generation", "store", "prefix", "period_start", "period_end", "empty",
+	"built_at", "files", "files_location"
+};
+
+/*
+ * Refuses a field that is not a manifest's: counted first (the common
+ * case costs one lookup per known field), named when there is one.
+ */
+static void
+check_known_fields(JsonbContainer *root)
+{
+	int			known = 0;
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	k;
+
+	for (int i = 0; i < lengthof(manifest_fields); i++)
+		if (getKeyJsonValueFromContainer(root, manifest_fields[i], strlen(manifest_fields[i]), NULL) != NULL)
+			known++;
+	if (known == (int) JsonContainerSize(root))
+		return;
+	it = JsonbIteratorInit(root);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		bool		found = false;
+
+		if (tok != WJB_KEY)
+			continue;
+		for (int i = 0; i < lengthof(manifest_fields) && !found; i++)
+			found = k.val.string.len == strlen(manifest_fields[i]) &&
+				memcmp(k.val.string.val, manifest_fields[i], k.val.string.len) == 0;
+		if (!found)
+			bad_manifest(pnstrdup(k.val.string.val, Min(k.val.string.len, 200)),
+						 "is not a field of a manifest: a field the gate would ignore could change what it "
+						 "checks (a whole day's \"period_end\" misspelt would check its first period only)");
+	}
+}
+
+/*
+ * The error for a manifest whose field is off, for the checks made once
+ * the manifest's table is known (release_checks.c).
+ */
+void
+manifest_field_error(const char *field, const char *detail)
+{
+	bad_manifest(field, "%s", detail);
 }
 
 /*
@@ -500,6 +554,7 @@ manifest_parse(Jsonb *jb, Manifest *m)
 				 errmsg("invalid manifest: it must be a JSON object"),
 				 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}}.")));
 
+	check_known_fields(root);
 	m->table = string_field(root, "table", true);
 	m->partition = string_field(root, "partition", true);
 	m->generation = string_field(root, "generation", true);
@@ -522,6 +577,10 @@ manifest_parse(Jsonb *jb, Manifest *m)
 	}
 
 	m->has_period = timestamp_field(root, "period_start", &m->period_start);
+	m->has_period_end = timestamp_field(root, "period_end", &m->period_end);
+	if (m->has_period_end && !m->has_period)
+		bad_manifest("period_end", "needs \"period_start\": a partition's periods are given by their first start "
+					 "and their last end");
 	m->has_built_at = timestamp_field(root, "built_at", &m->built_at);
 
 	v = field_of(root, "empty");
@@ -547,9 +606,6 @@ manifest_parse(Jsonb *jb, Manifest *m)
 		inventory_from_jsonb(field_of(root, "files"), "files", &m->files);
 	if (m->empty && m->files.n > 0)
 		bad_manifest("files", "must be empty when \"empty\" is true");
-	if (m->empty && !m->has_period)
-		bad_manifest("period_start", "is required for an intentionally empty partition: its emptiness is "
-					 "checked against the CDC facts of that period");
 }
 
 /* Pushes a key of len bytes. */

@@ -19,6 +19,8 @@ typedef struct Manifest
 	char	   *prefix;			/* the generation's location, ending in "/" */
 	bool		has_period;
 	TimestampTz period_start;
+	bool		has_period_end;
+	TimestampTz period_end;		/* exclusive: a partition may hold several periods */
 	bool		empty;			/* an intentionally empty partition */
 	bool		has_built_at;
 	TimestampTz built_at;		/* when the generation's data was read (optional) */
@@ -33,6 +35,7 @@ typedef struct Manifest
 } Manifest;
 
 extern void manifest_parse(Jsonb *jb, Manifest *m);
+extern void manifest_field_error(const char *field, const char *detail) pg_attribute_noreturn();
 extern void inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv);
 extern bool jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor);
 extern void inventory_push_object(JsonbParseState **st, const InvObject *o);

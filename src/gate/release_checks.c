@@ -5,11 +5,19 @@
  * A partition is released only when its manifest, the store's listing and
  * the catalog agree: the manifest's files must be what the store holds,
  * the catalog must send readers to this generation's location, the CDC
- * facts must say the period is final, and an empty location must be meant
- * (and confirmed by the facts). Each disagreement is a problem, in words a
- * publisher can act on; the partition's lock comes first, so a
- * registration cannot change the catalog view between the check and the
- * release.
+ * facts must say every period the partition holds is final, and an empty
+ * location must be meant (and confirmed by the facts). Each disagreement
+ * is a problem, in words a publisher can act on; the partition's lock
+ * comes first, so a registration cannot change the catalog view between
+ * the check and the release.
+ *
+ * A partition holds whole periods of its table (granularity in its
+ * period_zone): the manifest's period_start must be a boundary (and its
+ * period_end, for several periods, a later one), else the manifest is
+ * refused before anything goes over the network. Without period_start the
+ * period is the one registered with the partition; a release whose period
+ * is known nowhere is refused (no_period): no release is published without
+ * the finality check.
  *
  * Every query is schema-qualified and uses no operator, cast or
  * unqualified name: it runs as the extension's owner.
@@ -23,6 +31,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "common/period_zone.h"
 #include "common/settings.h"
 #include "gate/release_checks.h"
 
@@ -69,36 +78,136 @@ query_row(const char *sql, int nargs, Oid *types, Datum *values, const char *nul
 }
 
 /*
- * The id of the manifest's table, or the not-tracked error: looked up
- * first, so an untracked table fails before anything goes over the network.
+ * The gate binds periods and stores attempts in the catalog of its own
+ * version: between `make install` plus a restart and ALTER EXTENSION
+ * UPDATE, an older catalog would have it guess at what it may publish.
  */
-int64
-tracked_table_id(const Manifest *m)
+static void
+require_catalog_version(void)
+{
+	char	   *version = query_row("SELECT e.extversion FROM pg_catalog.pg_extension e "
+									"WHERE e.extname OPERATOR(pg_catalog.=) 'finalize'", 0, NULL, NULL, NULL, 1)[0];
+
+	if (version == NULL || strcmp(version, FINALIZE_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension finalize is at version %s in this database but the loaded library is version %s",
+						version ? version : "(none)", FINALIZE_VERSION),
+				 errdetail("The release gate publishes nothing until they match."),
+				 errhint("Run ALTER EXTENSION finalize UPDATE as the extension's owner.")));
+}
+
+/*
+ * Checks that the manifest's periods are whole periods of the table and
+ * sets its period_end (the end of the one period at period_start when it
+ * gives none). An instant inside a period would have the gate check the
+ * wrong one (a local day's start read as the UTC day containing it).
+ */
+static void
+bind_manifest_period(Manifest *m, const GateTable *t)
+{
+	TimestampTz start;
+	TimestampTz end;
+
+	if (!m->has_period)
+		return;
+	start = period_start_of(&t->periods, m->period_start, "period_start");
+	if (start != m->period_start)
+		manifest_field_error("period_start",
+							 psprintf("%s is not a period boundary of table \"%s\": its periods are %s long in "
+									  "zone %s, and the nearest boundaries are %s and %s",
+									  period_format_local(t->periods.zone, m->period_start), m->table,
+									  t->granularity, t->zone, period_format_local(t->periods.zone, start),
+									  period_format_local(t->periods.zone, period_end_of(&t->periods, start))));
+	if (!m->has_period_end)
+	{
+		m->period_end = period_end_of(&t->periods, start);
+		return;
+	}
+	end = period_start_of(&t->periods, m->period_end, "period_end");
+	if (m->period_end <= m->period_start)
+		manifest_field_error("period_end",
+							 psprintf("%s is not after \"period_start\" %s", period_format_local(t->periods.zone,
+																								m->period_end),
+									  period_format_local(t->periods.zone, m->period_start)));
+	if (end != m->period_end)
+		manifest_field_error("period_end",
+							 psprintf("%s is not a period boundary of table \"%s\": its periods are %s long in "
+									  "zone %s, and the nearest boundaries are %s and %s",
+									  period_format_local(t->periods.zone, m->period_end), m->table,
+									  t->granularity, t->zone, period_format_local(t->periods.zone, end),
+									  period_format_local(t->periods.zone, period_end_of(&t->periods, end))));
+}
+
+/*
+ * The manifest's table (or the not-tracked error) with its periods, and
+ * the manifest's periods checked against them: all before anything goes
+ * over the network. Needs no SPI connection of the caller's.
+ */
+void
+gate_table_lookup(Manifest *m, GateTable *t)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
-	int64		id;
+	bool		isnull;
+	const PeriodZone *zone;
+	MemoryContext caller_cxt = CurrentMemoryContext;
 
 	SPI_connect();
+	require_catalog_version();
 	values[0] = CStringGetTextDatum(m->table);
-	id = pg_strtoint64(query_row("SELECT " FINALIZE_SCHEMA "._tracked_id($1)", 1, types, values, NULL, 1)[0]);
+	if (SPI_execute_with_args("SELECT t.table_id, t.granularity, t.period_zone FROM " FINALIZE_SCHEMA
+							  "._tracked($1) AS t", 1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read tracked table \"%s\"", m->table);
+	t->table_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	t->granularity = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	t->zone = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	zone = period_zone_of(t->zone, "period_zone");
+	period_spec_of(DatumGetIntervalP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
+				   zone, true, "granularity", &t->periods);
+	/* Out of SPI's memory, which SPI_finish frees. */
+	t->granularity = MemoryContextStrdup(caller_cxt, t->granularity);
+	t->zone = MemoryContextStrdup(caller_cxt, t->zone);
+	bind_manifest_period(m, t);
 	SPI_finish();
-	return id;
 }
 
 /* Fills the arguments shared by the lock and the catalog view. */
 static void
-partition_args(const Manifest *m, int64 table_id, PartitionArgs *a)
+partition_args(const Manifest *m, int64 table_id, const GatePeriod *p, PartitionArgs *a)
 {
 	a->types[0] = INT8OID;
 	a->types[1] = TEXTOID;
 	a->types[2] = TIMESTAMPTZOID;
 	a->values[0] = Int64GetDatum(table_id);
 	a->values[1] = CStringGetTextDatum(m->partition);
-	a->values[2] = m->has_period ? TimestampTzGetDatum(m->period_start) : (Datum) 0;
+	a->values[2] = p->known ? TimestampTzGetDatum(p->start) : (Datum) 0;
 	a->nulls[0] = ' ';
 	a->nulls[1] = ' ';
-	a->nulls[2] = m->has_period ? ' ' : 'n';
+	a->nulls[2] = p->known ? ' ' : 'n';
+}
+
+/*
+ * The period registered with the partition, if one is (read with the
+ * latest snapshot, after the partition's lock: see check_catalog_unchanged).
+ */
+static bool
+registered_period(const Manifest *m, int64 table_id, TimestampTz *start, TimestampTz *end)
+{
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2] = {Int64GetDatum(table_id), CStringGetTextDatum(m->partition)};
+	bool		null_start;
+	bool		null_end;
+
+	if (SPI_execute_with_args("SELECT r.period_start, r.period_end FROM " FINALIZE_SCHEMA
+							  "._registered_period($1, $2) AS r", 2, types, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the registration of partition \"%s\"", m->partition);
+	if (SPI_processed != 1)
+		return false;
+	*start = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &null_start));
+	*end = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &null_end));
+	return !null_start && !null_end;
 }
 
 /*
@@ -132,18 +241,26 @@ check_catalog_unchanged(const Manifest *m, const char *seen, PartitionArgs *a)
 	SPI_freeplan(plan);
 }
 
+/* "[start, end)" in the table's zone, for problems. */
+static char *
+span_text(const GateTable *t, TimestampTz start, TimestampTz end)
+{
+	return psprintf("[%s, %s)", period_format_local(t->periods.zone, start), period_format_local(t->periods.zone, end));
+}
+
 /*
  * The problem with the catalog view, if any: readers must find the
  * partition, and find it at this generation's location (by registration
  * or by a projection whose range covers the period).
  */
 static void
-catalog_problem(const Manifest *m, char **row, ProblemList *problems)
+catalog_problem(const Manifest *m, const GatePeriod *p, char **row, ProblemList *problems)
 {
 	if (strcmp(row[CAT_SOURCE], "none") == 0)
 		problem_add(problems, "catalog_mismatch", NULL,
 					psprintf("Partition \"%s\" of \"%s\" is neither registered nor projected, so no reader can find "
-							 "it; register it with finalize.register_partition(%s, %s, %s) or declare a projection.",
+							 "it; register it with finalize.register_partition(%s, %s, %s, period_start => ...) or "
+							 "declare a projection.",
 							 m->partition, m->table, quote_literal_cstr(m->table), quote_literal_cstr(m->partition),
 							 quote_literal_cstr(m->prefix)));
 	else if (strcmp(row[CAT_SOURCE], "registration") == 0)
@@ -156,19 +273,58 @@ catalog_problem(const Manifest *m, char **row, ProblemList *problems)
 								 m->partition, row[CAT_LOCATION], row[CAT_REGISTERED_BY], row[CAT_REGISTERED_AT],
 								 m->prefix));
 	}
-	else if (row[CAT_LOCATION] == NULL)
-		problem_add(problems, "catalog_mismatch", NULL,
-					psprintf("The table uses a projection (%s), but the manifest has no period_start to project; "
-							 "add period_start.", row[CAT_CATALOG]));
+	else if (!p->known)
+		;						/* no_period says it: a projection places periods */
 	else if (row[CAT_IN_RANGE] == NULL || strcmp(row[CAT_IN_RANGE], "t") != 0)
 		problem_add(problems, "projection_gap", NULL,
 					psprintf("The projection's range [%s, %s) omits this partition's period (starting %s), so "
 							 "no reader sees it; extend it with finalize.set_projection().",
-							 row[CAT_RANGE_START], row[CAT_RANGE_END], timestamptz_to_str(m->period_start)));
+							 row[CAT_RANGE_START], row[CAT_RANGE_END], timestamptz_to_str(p->start)));
 	else if (strcmp(location_with_slash(row[CAT_LOCATION]), m->prefix) != 0)
 		problem_add(problems, "catalog_mismatch", NULL,
 					psprintf("The projection places this partition at \"%s\", not at this generation's location "
 							 "\"%s\".", row[CAT_LOCATION], m->prefix));
+}
+
+/*
+ * The periods the release holds: the manifest's, else those registered
+ * with the partition. A manifest and a registration that disagree are a
+ * catalog_mismatch (readers were told the partition holds other periods);
+ * periods known nowhere are no_period.
+ */
+static void
+resolve_period(const Manifest *m, const GateTable *t, ProblemList *problems, GatePeriod *p)
+{
+	TimestampTz reg_start;
+	TimestampTz reg_end;
+	bool		registered = registered_period(m, t->table_id, &reg_start, &reg_end);
+
+	p->known = m->has_period;
+	if (m->has_period)
+	{
+		p->start = m->period_start;
+		p->end = m->period_end;
+		if (registered && (reg_start != p->start || reg_end != p->end))
+			problem_add(problems, "catalog_mismatch", NULL,
+						psprintf("The catalog registers partition \"%s\" as holding the periods %s, but the manifest "
+								 "says %s; register the partition again with the periods it holds, or fix the "
+								 "manifest.", m->partition, span_text(t, reg_start, reg_end),
+								 span_text(t, p->start, p->end)));
+	}
+	else if (registered)
+	{
+		p->known = true;
+		p->start = reg_start;
+		p->end = reg_end;
+	}
+	else
+		problem_add(problems, "no_period", NULL,
+					psprintf("Neither the manifest nor the catalog says which periods partition \"%s\" of \"%s\" "
+							 "holds, so whether they are final cannot be checked. Give \"period_start\" (and "
+							 "\"period_end\" for several periods) in the manifest, or register the partition "
+							 "with them: finalize.register_partition(%s, %s, %s, period_start => ...).",
+							 m->partition, m->table, quote_literal_cstr(m->table), quote_literal_cstr(m->partition),
+							 quote_literal_cstr(m->prefix)));
 }
 
 /*
@@ -177,7 +333,7 @@ catalog_problem(const Manifest *m, char **row, ProblemList *problems)
  * problem; the view as JSON text, for the report.
  */
 static char *
-check_catalog(const Manifest *m, PartitionArgs *a, ProblemList *problems)
+check_catalog(const Manifest *m, const GatePeriod *p, PartitionArgs *a, ProblemList *problems)
 {
 	char	  **row = query_row(GATE_CATALOG_SQL, 3, a->types, a->values, a->nulls, CAT_NCOLS);
 
@@ -185,19 +341,20 @@ check_catalog(const Manifest *m, PartitionArgs *a, ProblemList *problems)
 		elog(ERROR, "could not read the catalog view of partition \"%s\"", m->partition);
 	if (IsolationUsesXactSnapshot())
 		check_catalog_unchanged(m, row[CAT_CATALOG], a);
-	catalog_problem(m, row, problems);
+	catalog_problem(m, p, row, problems);
 	return row[CAT_CATALOG];
 }
 
 /* The columns of the CDC facts query, by position. */
 enum
 {
-	FACT_FACTS, FACT_IS_FINAL, FACT_COVERED, FACT_EXACT, FACT_CHANGES, FACT_STRADDLING, FACT_NCOLS
+	FACT_FACTS, FACT_IS_FINAL, FACT_COVERED, FACT_EXACT, FACT_CHANGES, FACT_STRADDLING, FACT_REASON,
+	FACT_NCOLS
 };
 
 /*
  * An intentionally empty partition with nothing listed is released only
- * when the CDC facts confirm no change was committed in its period.
+ * when the CDC facts confirm no change was committed in its periods.
  */
 static void
 empty_problem(char **f, ProblemList *problems)
@@ -205,17 +362,17 @@ empty_problem(char **f, ProblemList *problems)
 	if (f[FACT_COVERED] == NULL || strcmp(f[FACT_COVERED], "t") != 0)
 		problem_add(problems, "empty_location", NULL,
 					psprintf("The manifest says the partition is empty, but the CDC facts do not cover its "
-							 "period (tracking began later, or the facts were lost or expired), so that "
+							 "periods (tracking began later, or the facts were lost or expired), so that "
 							 "cannot be confirmed."));
 	else if (strcmp(f[FACT_CHANGES], "0") != 0)
 		problem_add(problems, "empty_location", NULL,
 					psprintf("The manifest says the partition is empty, but the CDC facts record %s change(s) "
-							 "committed in its period%s, so it cannot be empty.", f[FACT_CHANGES],
-							 strcmp(f[FACT_EXACT], "t") == 0 ? "" : " (ranges that straddle its boundaries may hold some)"));
+							 "committed in its periods%s, so it cannot be empty.", f[FACT_CHANGES],
+							 strcmp(f[FACT_EXACT], "t") == 0 ? "" : " (ranges that straddle their boundaries may hold some)"));
 	else if (strcmp(f[FACT_EXACT], "t") != 0 && strcmp(f[FACT_STRADDLING], "0") == 0)
 		problem_add(problems, "empty_location", NULL,
-					psprintf("The manifest says the partition is empty, but its period is not final yet, so rows "
-							 "may still arrive in it and that cannot be confirmed."));
+					psprintf("The manifest says the partition is empty, but its periods are not final yet, so rows "
+							 "may still arrive in them and that cannot be confirmed."));
 	else if (strcmp(f[FACT_EXACT], "t") != 0)
 		problem_add(problems, "empty_location", NULL,
 					psprintf("The manifest says the partition is empty, but %s CDC range(s) with changes "
@@ -224,79 +381,75 @@ empty_problem(char **f, ProblemList *problems)
 
 /*
  * Adds the late_data problem of an event-time table's partition whose
- * period received late rows after its previous release, unless the
+ * periods received late rows after its previous release, unless the
  * manifest's built_at says its data was read after the last of them.
  */
 static void
-late_data_problem(const Manifest *m, ProblemList *problems)
+late_data_problem(const Manifest *m, const GatePeriod *p, ProblemList *problems)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[4] = {CStringGetTextDatum(m->table), CStringGetTextDatum(m->partition),
-	TimestampTzGetDatum(m->period_start), TimestampTzGetDatum(m->built_at)};
-	char		nulls[4] = {' ', ' ', ' ', m->has_built_at ? ' ' : 'n'};
+	Oid			types[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[5] = {CStringGetTextDatum(m->table), CStringGetTextDatum(m->partition),
+	TimestampTzGetDatum(p->start), TimestampTzGetDatum(p->end), TimestampTzGetDatum(m->built_at)};
+	char		nulls[5] = {' ', ' ', ' ', ' ', m->has_built_at ? ' ' : 'n'};
 	char	  **why;
 
-	/*
-	 * A catalog older than this library (before ALTER EXTENSION UPDATE) has
-	 * no event-time tables, so none of its partitions can have late data.
-	 */
-	why = query_row("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._late_data_problem(text, text, "
-					"timestamptz, timestamptz)') IS NOT NULL", 0, NULL, NULL, NULL, 1);
-	if (why[0] == NULL || strcmp(why[0], "t") != 0)
-		return;
-	why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4)", 4, types, values, nulls, 1);
+	why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4, $5)", 5, types, values, nulls, 1);
 	if (why[0] != NULL)
 		problem_add(problems, "late_data", NULL, why[0]);
 }
 
 /*
- * Reads what the CDC facts say about the manifest's period and adds their
- * problems: a period that is not final yet (with the verdict's reason), an
- * emptiness they do not confirm. The facts as JSON text, for the report.
+ * Reads what the CDC facts say about the periods and adds their problems:
+ * a period that is not final yet (with the verdict's reason for the first
+ * one), an emptiness they do not confirm. The facts as JSON text, for the
+ * report.
  */
 static char *
-check_period_facts(const Manifest *m, int64 listed, ProblemList *problems)
+check_period_facts(const Manifest *m, const GatePeriod *p, int64 listed, ProblemList *problems)
 {
-	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
-	Datum		values[2] = {CStringGetTextDatum(m->table), TimestampTzGetDatum(m->period_start)};
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[3] = {CStringGetTextDatum(m->table), TimestampTzGetDatum(p->start),
+	TimestampTzGetDatum(p->end)};
 	char	  **f;
 
-	f = query_row("SELECT x.facts, x.is_final, x.covered, x.exact, x.changes, x.straddling_ranges "
-				  "FROM " FINALIZE_SCHEMA "._period_facts($1, $2) AS x", 2, types, values, NULL, FACT_NCOLS);
+	f = query_row("SELECT x.facts, x.is_final, x.covered, x.exact, x.changes, x.straddling_ranges, "
+				  "x.not_final_reason FROM " FINALIZE_SCHEMA "._period_facts($1, $2, $3) AS x", 3, types, values,
+				  NULL, FACT_NCOLS);
+	/* No answer is no proof: only a true is_final passes. */
 	if (f[FACT_IS_FINAL] == NULL || strcmp(f[FACT_IS_FINAL], "t") != 0)
-	{
-		char	  **why = query_row("SELECT v.reason FROM " FINALIZE_SCHEMA ".explain_verdict($1, $2) AS v",
-									2, types, values, NULL, 1);
-
-		problem_add(problems, "not_finalized", NULL, why[0] ? why[0] : pstrdup("The period is not final yet."));
-	}
-	late_data_problem(m, problems);
+		problem_add(problems, "not_finalized", NULL,
+					f[FACT_REASON] ? f[FACT_REASON] : pstrdup("The period is not final yet."));
+	late_data_problem(m, p, problems);
 	if (listed == 0 && m->empty)
 		empty_problem(f, problems);
 	return f[FACT_FACTS];
 }
 
 /*
- * Locks the partition, then checks the catalog view and the CDC facts, in
- * that order, adding every problem found after those of the manifest
- * against the listing (compared while it was listed, as the caller; listed
- * is how many objects the store had). Runs as the owner, inside the
- * caller's SPI connection. Returns the catalog view and the facts (NULL
- * without a period) as JSON text.
+ * Locks the partition, then resolves the periods it holds and checks the
+ * catalog view and the CDC facts, in that order, adding every problem
+ * found after those of the manifest against the listing (compared while
+ * it was listed, as the caller; listed is how many objects the store
+ * had). Runs as the owner, inside the caller's SPI connection. Returns the
+ * catalog view and the facts (NULL without a period) as JSON text, and
+ * the periods checked.
  */
 void
-check_partition(const Manifest *m, int64 table_id, int64 listed, ProblemList *problems,
-				const char **catalog_json, const char **facts_json)
+check_partition(const Manifest *m, const GateTable *t, int64 listed, ProblemList *problems,
+				const char **catalog_json, const char **facts_json, GatePeriod *period)
 {
 	PartitionArgs a;
+	GatePeriod	none = {0};
 
-	partition_args(m, table_id, &a);
+	partition_args(m, t->table_id, &none, &a);
 	(void) query_row("SELECT " FINALIZE_SCHEMA "._lock_partition($1, $2)", 2, a.types, a.values, NULL, 1);
 
-	/* The catalog view of the partition. */
-	*catalog_json = check_catalog(m, &a, problems);
-	/* What the CDC facts say about the period. */
-	*facts_json = m->has_period ? check_period_facts(m, listed, problems) : NULL;
+	/* The periods the release holds, then the catalog view of the partition. */
+	resolve_period(m, t, problems, period);
+	partition_args(m, t->table_id, period, &a);
+	*catalog_json = check_catalog(m, period, &a, problems);
+	/* What the CDC facts say about those periods. */
+	*facts_json = period->known ? check_period_facts(m, period, listed, problems) : NULL;
 	if (listed == 0 && !m->empty)
 		problem_add(problems, "empty_location", NULL,
 					psprintf("There are no objects under \"%s\": an empty location is never a release by itself. "

@@ -1,16 +1,34 @@
 /*
  * release_checks.h
  *     What the gate checks as the extension's owner before a release: the
- *     tracked table, the manifest against the listing, the catalog view of
- *     the partition and the CDC facts of its period.
+ *     tracked table and the periods the manifest names, the catalog view
+ *     of the partition and the CDC facts of its periods.
  */
 #ifndef FINALIZE_RELEASE_CHECKS_H
 #define FINALIZE_RELEASE_CHECKS_H
 
+#include "common/period.h"
 #include "gate/manifest.h"
 
-extern int64 tracked_table_id(const Manifest *m);
-extern void check_partition(const Manifest *m, int64 table_id, int64 listed, ProblemList *problems,
-							const char **catalog_json, const char **facts_json);
+/* The manifest's table, as the gate checks against it. */
+typedef struct GateTable
+{
+	int64		table_id;
+	PeriodSpec	periods;		/* its granularity in its zone */
+	char	   *granularity;	/* as text, for messages */
+	char	   *zone;
+} GateTable;
+
+/* The periods a release holds, from the manifest or the catalog. */
+typedef struct GatePeriod
+{
+	bool		known;
+	TimestampTz start;
+	TimestampTz end;			/* exclusive */
+} GatePeriod;
+
+extern void gate_table_lookup(Manifest *m, GateTable *table);
+extern void check_partition(const Manifest *m, const GateTable *table, int64 listed, ProblemList *problems,
+							const char **catalog_json, const char **facts_json, GatePeriod *period);
 
 #endif							/* FINALIZE_RELEASE_CHECKS_H */

@@ -68,64 +68,19 @@ build_report(const ReleaseAttempt *a)
 }
 
 /*
- * The report as a catalog older than this library stores it (before ALTER
- * EXTENSION UPDATE gave finalize.release its manifest and listing_delta
- * columns): whole, with the manifest's files and the listing, rebuilt from
- * the stored form since the listing was never held.
- */
-static Jsonb *
-build_whole_report(const ReleaseAttempt *a)
-{
-	JsonbParseState *st = NULL;
-	Inventory	listing = {0};
-	bytea	   *stored = (bytea *) a->listing->stored->data;
-
-	if (a->manifest->files_location != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a manifest with \"files_location\" needs the extension's catalog of version 0.2.0"),
-				 errdetail("The catalog stores every attempt whole; this one's files are not held."),
-				 errhint("Run ALTER EXTENSION finalize UPDATE.")));
-	if (!inventory_rebuild(&a->manifest->files, a->manifest->prefix, VARDATA(stored), VARSIZE(stored) - VARHDRSZ,
-						   &listing))
-		elog(ERROR, "could not rebuild the listing of partition \"%s\"", a->manifest->partition);
-	jb_begin_object(&st, NULL);
-	jb_begin_object(&st, "manifest");
-	jb_text(&st, "prefix", a->manifest->prefix);
-	jb_bool(&st, "empty", a->manifest->empty);
-	inventory_push_jsonb(&st, "files", &a->manifest->files);
-	jb_end_object(&st);
-	inventory_push_jsonb(&st, "listing", &listing);
-	jb_json_text(&st, "catalog", a->catalog_json);
-	jb_json_text(&st, "facts", a->facts_json);
-	jb_jsonb(&st, "problems", a->problems);
-	return jb_finish(jb_end_object(&st));
-}
-
-/* Whether finalize.release has the columns of the compact form (0.2.0 on). */
-static bool
-catalog_has_compact_form(void)
-{
-	if (SPI_execute("SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) "
-					"'" FINALIZE_SCHEMA ".release'::pg_catalog.regclass AND a.attname OPERATOR(pg_catalog.=) "
-					"'listing_delta' AND NOT a.attisdropped", true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the columns of " FINALIZE_SCHEMA ".release");
-	return SPI_processed == 1;
-}
-
-/*
  * Inserts the attempt's row; its release_id. The insert runs as a generic
  * plan: a custom plan would fold the manifest (possibly hundreds of
  * megabytes) into a constant, copying it.
  */
 static Datum
-insert_attempt(const ReleaseAttempt *a, Jsonb *report, bool compact)
+insert_attempt(const ReleaseAttempt *a, Jsonb *report)
 {
 	const Manifest *m = a->manifest;
-	Oid			types[12] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID,
-	TIMESTAMPTZOID, JSONBOID, BYTEAOID};
-	Datum		values[12];
-	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', m->has_period ? ' ' : 'n', ' ', ' '};
+	Oid			types[13] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, JSONBOID, JSONBOID, NAMEOID,
+	TIMESTAMPTZOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID};
+	Datum		values[13];
+	char		known = a->period.known ? ' ' : 'n';
+	char		nulls[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', known, ' ', ' ', known};
 	SPIPlanPtr	plan;
 	bool		isnull;
 	Datum		release_id;
@@ -139,20 +94,16 @@ insert_attempt(const ReleaseAttempt *a, Jsonb *report, bool compact)
 	values[6] = JsonbPGetDatum(a->problems);
 	values[7] = JsonbPGetDatum(report);
 	values[8] = DirectFunctionCall1(namein, CStringGetDatum(a->requested_by));
-	values[9] = m->has_period ? TimestampTzGetDatum(m->period_start) : (Datum) 0;
+	values[9] = a->period.known ? TimestampTzGetDatum(a->period.start) : (Datum) 0;
 	values[10] = JsonbPGetDatum(a->manifest_jsonb);
 	values[11] = PointerGetDatum(a->listing->stored->data);
+	values[12] = a->period.known ? TimestampTzGetDatum(a->period.end) : (Datum) 0;
 
-	plan = compact
-		? SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
-							 "prefix, released, problems, report, requested_by, period_start, manifest, "
-							 "listing_delta) "
-							 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING release_id",
-							 12, types, CURSOR_OPT_GENERIC_PLAN)
-		: SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
-							 "prefix, released, problems, report, requested_by, period_start) "
-							 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING release_id",
-							 10, types, CURSOR_OPT_GENERIC_PLAN);
+	plan = SPI_prepare_cursor("INSERT INTO " FINALIZE_SCHEMA ".release (table_id, partition, generation, store, "
+							  "prefix, released, problems, report, requested_by, period_start, manifest, "
+							  "listing_delta, period_end) "
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING release_id",
+							  13, types, CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL || SPI_execute_plan(plan, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING ||
 		SPI_processed != 1)
 		elog(ERROR, "could not store the release attempt of partition \"%s\"", m->partition);
@@ -195,8 +146,7 @@ publish(const ReleaseAttempt *a, Datum release_id)
 void
 record_release(const ReleaseAttempt *a)
 {
-	bool		compact = catalog_has_compact_form();
-	Datum		release_id = insert_attempt(a, compact ? build_report(a) : build_whole_report(a), compact);
+	Datum		release_id = insert_attempt(a, build_report(a));
 
 	if (a->released)
 		publish(a, release_id);

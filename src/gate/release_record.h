@@ -7,6 +7,7 @@
 #define FINALIZE_RELEASE_RECORD_H
 
 #include "gate/manifest.h"
+#include "gate/release_checks.h"
 
 /* One release attempt: what was checked and what was found. */
 typedef struct ReleaseAttempt
@@ -17,6 +18,7 @@ typedef struct ReleaseAttempt
 	const InvComparison *listing;	/* the listing's summary and stored form */
 	const char *catalog_json;	/* the catalog view, as JSON text */
 	const char *facts_json;		/* the CDC facts, or NULL without a period */
+	GatePeriod	period;			/* the periods checked, from the manifest or the catalog */
 	Jsonb	   *problems;		/* an array; empty when released */
 	bool		released;
 	const char *requested_by;

@@ -32,6 +32,7 @@
 
 #include "sensor/catalog.h"
 #include "common/owner.h"
+#include "common/period_zone.h"
 #include "common/settings.h"
 
 /*
@@ -50,6 +51,7 @@ typedef struct SensorCatalog
 	AttrNumber	tt_table_id;
 	AttrNumber	tt_table_name;
 	AttrNumber	tt_granularity;
+	AttrNumber	tt_period_zone; /* InvalidAttrNumber before 0.3.0: UTC */
 	AttrNumber	tt_untracked_at;
 	AttrNumber	wm_table_id;
 	AttrNumber	wm_finalized_until;
@@ -150,6 +152,25 @@ loss_blocked_attnum(Oid wm_relid)
 }
 
 /*
+ * Attribute number of tracked_table.period_zone, or InvalidAttrNumber when
+ * the catalog predates it (0.2.0, not yet updated: every table's periods
+ * were UTC's then). A column of another type is a broken catalog.
+ */
+static AttrNumber
+period_zone_attnum(Oid tt_relid)
+{
+	AttrNumber	attnum = get_attnum(tt_relid, "period_zone");
+
+	if (attnum != InvalidAttrNumber && get_atttype(tt_relid, attnum) != TEXTOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("column period_zone of relation %s.tracked_table is not text", FINALIZE_SCHEMA),
+				 errdetail("The verdict functions cannot tell which periods a table has."),
+				 errhint("Update the extension with ALTER EXTENSION finalize UPDATE, or reinstall it.")));
+	return attnum;
+}
+
+/*
  * Fills the cache of OIDs and column numbers if it is not valid. It stays
  * not valid when an invalidation arrived during the look-ups (the caller,
  * open_sensor_relations, then looks them up again).
@@ -170,6 +191,7 @@ sensor_catalog_get(void)
 	c.tt_table_id = finalize_attnum(c.tt_relid, "table_id");
 	c.tt_table_name = finalize_attnum(c.tt_relid, "table_name");
 	c.tt_granularity = finalize_attnum(c.tt_relid, "granularity");
+	c.tt_period_zone = period_zone_attnum(c.tt_relid);
 	c.tt_untracked_at = finalize_attnum(c.tt_relid, "untracked_at");
 	c.wm_table_id = finalize_attnum(c.wm_relid, "table_id");
 	c.wm_finalized_until = finalize_attnum(c.wm_relid, "finalized_until");
@@ -231,8 +253,8 @@ open_sensor_relations(Relation *tt, Relation *wm)
 }
 
 /*
- * Reads the id and granularity of the active tracked table named table_name
- * (a text datum); false when there is none.
+ * Reads the id and periods (granularity in period_zone) of the active
+ * tracked table named table_name (a text datum); false when there is none.
  */
 static bool
 read_tracked_table(const SensorCatalog *c, Relation rel, Datum table_name, Snapshot snapshot,
@@ -244,6 +266,9 @@ read_tracked_table(const SensorCatalog *c, Relation rel, Datum table_name, Snaps
 	HeapTuple	tup;
 	bool		found = false;
 	bool		isnull;
+	Interval	granularity;
+	char	   *zone = NULL;
+	const PeriodZone *pz;
 
 	/* By name among the active ones (partial index). */
 	ScanKeyInit(&key, c->tt_table_name, BTEqualStrategyNumber, F_TEXTEQ, table_name);
@@ -255,12 +280,33 @@ read_tracked_table(const SensorCatalog *c, Relation rel, Datum table_name, Snaps
 		if (!isnull)
 			continue;
 		out->table_id = DatumGetInt64(heap_getattr(tup, c->tt_table_id, desc, &isnull));
-		out->granularity = *DatumGetIntervalP(heap_getattr(tup, c->tt_granularity, desc, &isnull));
+		granularity = *DatumGetIntervalP(heap_getattr(tup, c->tt_granularity, desc, &isnull));
+		if (c->tt_period_zone != InvalidAttrNumber)
+		{
+			Datum		d = heap_getattr(tup, c->tt_period_zone, desc, &isnull);
+
+			zone = isnull ? NULL : TextDatumGetCString(d);
+		}
 		found = true;
 		break;
 	}
 	systable_endscan(scan);
-	return found;
+	if (!found)
+		return false;
+	/* 'UTC' and NULL (a catalog before 0.3.0) need no zone at all. */
+	if (zone != NULL && strcmp(zone, "UTC") == 0)
+		zone = NULL;
+	if (!period_zone_lookup(zone, &pz))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the period_zone \"%s\" of table \"%s\" is not a time zone this server knows", zone,
+						TextDatumGetCString(table_name)),
+				 errdetail("The zone database of the server changed since the table was tracked."),
+				 errhint("Set a zone it knows with finalize.alter_tracked_table(%s, period_zone => ...).",
+						 quote_literal_cstr(TextDatumGetCString(table_name)))));
+	/* A catalog before 0.3.0 counts weeks written in days from Saturday, as it did. */
+	period_spec_of(&granularity, pz, c->tt_period_zone != InvalidAttrNumber, "granularity", &out->periods);
+	return true;
 }
 
 /*

@@ -8,11 +8,13 @@
 #include "datatype/timestamp.h"
 #include "utils/snapshot.h"
 
+#include "common/period.h"
+
 /* What a sensor needs to know about one tracked table. */
 typedef struct TrackedVerdict
 {
 	int64		table_id;
-	Interval	granularity;
+	PeriodSpec	periods;		/* granularity in period_zone */
 	bool		has_watermark;	/* false while nothing is final */
 	TimestampTz finalized_until;
 	bool		loss_blocked;	/* a loss may hold periods: ask _loss_blocks, _loss_cap */

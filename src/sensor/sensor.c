@@ -23,7 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "common/owner.h"
-#include "common/period.h"
+#include "common/period_zone.h"
 #include "sensor/sensor.h"
 #include "sensor/verdict_cache.h"
 
@@ -98,17 +98,68 @@ sensor_table_names_arg(FunctionCallInfo fcinfo, int *count)
 }
 
 /*
+ * The periods a sensor computed last, per backend: sensors ask about the
+ * same period again and again, and a period of a zone with DST takes a few
+ * lookups in the zone's transitions (a UTC one a few divisions). The period containing an instant
+ * depends on nothing but the periods and the instant, and a zone's data
+ * stays for the backend's life, so an answer can be reused as is.
+ */
+#define PERIOD_MEMO_SIZE 8
+
+typedef struct PeriodMemo
+{
+	bool		used;
+	PeriodSpec	periods;
+	TimestampTz start;
+	TimestampTz end;
+} PeriodMemo;
+
+static PeriodMemo period_memo[PERIOD_MEMO_SIZE];
+static int	period_memo_next = 0;
+
+/* Whether two tables' periods are the same (granularity, origin, zone). */
+static bool
+same_periods(const PeriodSpec *a, const PeriodSpec *b)
+{
+	return a->unit == b->unit && a->stride == b->stride && a->origin == b->origin &&
+		a->months == b->months && a->zone == b->zone;
+}
+
+/* The period of a table's periods that contains ts, [start, end). */
+static void
+period_containing(const PeriodSpec *periods, TimestampTz ts, TimestampTz *start, TimestampTz *end)
+{
+	PeriodMemo *m;
+
+	for (int i = 0; i < PERIOD_MEMO_SIZE; i++)
+	{
+		m = &period_memo[i];
+		if (m->used && m->start <= ts && ts < m->end && same_periods(&m->periods, periods))
+		{
+			*start = m->start;
+			*end = m->end;
+			return;
+		}
+	}
+	*start = period_start_of(periods, ts, "period_start");
+	*end = period_end_of(periods, *start);
+	m = &period_memo[period_memo_next];
+	period_memo_next = (period_memo_next + 1) % PERIOD_MEMO_SIZE;
+	m->periods = *periods;
+	m->start = *start;
+	m->end = *end;
+	m->used = true;
+}
+
+/*
  * The period of a table's granularity that contains ts, and whether the
  * watermark has passed it: the whole verdict unless v->loss_blocked.
  */
 static bool
 passed_by_watermark(const TrackedVerdict *v, TimestampTz ts, TimestampTz *start, TimestampTz *end)
 {
-	int64		stride = period_stride(&v->granularity, "granularity");
-
-	*start = period_floor(ts, stride, "period_start");
-	*end = period_end_of(*start, stride);
-	return period_is_final(*start, stride, v->has_watermark, v->finalized_until);
+	period_containing(&v->periods, ts, start, end);
+	return v->has_watermark && !TIMESTAMP_NOT_FINITE(*end) && *end <= v->finalized_until;
 }
 
 /*
@@ -135,13 +186,34 @@ final_despite_losses(Oid owner, Datum table_name, TimestampTz ts)
 }
 
 /*
+ * A table's watermark as a boundary of its periods: rounded down, since it
+ * may have been set under other periods (alter_tracked_table keeps it as
+ * the instant it is). False when it has none, or none that rounds.
+ */
+static bool
+watermark_boundary(const TrackedVerdict *v, TimestampTz *until)
+{
+	TimestampTz end;
+
+	if (!v->has_watermark)
+		return false;
+	if (TIMESTAMP_NOT_FINITE(v->finalized_until))
+	{
+		*until = v->finalized_until;
+		return true;
+	}
+	period_containing(&v->periods, v->finalized_until, until, &end);
+	return true;
+}
+
+/*
  * The verdict finalized_until answers for one table (read as v, from the
- * cache): its watermark, or while its loss flag is set the watermark and
- * _loss_cap read again under one fresh snapshot (as final_despite_losses
- * does), the least of the two, asked as the owner of fn (the calling
- * function: the extension's owner). False while nothing is final, which a
- * loss without a start (-infinity) or a question without an answer also
- * means.
+ * cache): its watermark rounded down to a start of its periods, or while
+ * its loss flag is set the watermark and _loss_cap read again under one
+ * fresh snapshot (as final_despite_losses does), the least of the two,
+ * asked as the owner of fn (the calling function: the extension's owner).
+ * False while nothing is final, which a loss without a start (-infinity)
+ * or a question without an answer also means.
  */
 static bool
 verdict_until(Oid fn, Datum table_name, const TrackedVerdict *v, TimestampTz *until)
@@ -151,13 +223,11 @@ verdict_until(Oid fn, Datum table_name, const TrackedVerdict *v, TimestampTz *un
 	TimestampTz cap;
 	bool		has;
 
-	*until = v->finalized_until;
 	if (!v->has_watermark || !v->loss_blocked)
-		return v->has_watermark;
+		return watermark_boundary(v, until);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	catalog_read_verdict(table_name, &fresh, snapshot);
-	has = fresh.has_watermark;
-	*until = fresh.finalized_until;
+	has = watermark_boundary(&fresh, until);
 	if (has && fresh.loss_blocked)
 	{
 		if (!catalog_loss_cap(function_owner(fn), fresh.table_id, snapshot, &cap) || TIMESTAMP_IS_NOBEGIN(cap))

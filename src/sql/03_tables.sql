@@ -57,7 +57,10 @@ CREATE TABLE @extschema@.tracked_table (
     CONSTRAINT tracked_table_quantile_check
         CHECK ((lateness_policy = 'quantile') = (lateness_quantile IS NOT NULL)),
     max_lag           interval
-                      CONSTRAINT tracked_table_max_lag_check CHECK (max_lag > interval '0')
+                      CONSTRAINT tracked_table_max_lag_check CHECK (max_lag > interval '0'),
+    -- The zone its periods are cut in, as the zone database spells it.
+    period_zone       text NOT NULL DEFAULT 'UTC'
+                      CONSTRAINT tracked_table_period_zone_check CHECK (@extschema@._zone_valid(period_zone))
 );
 COMMENT ON TABLE @extschema@.tracked_table IS
     'Logical tables whose completeness finalize tracks, and their SQL Server source';
@@ -67,6 +70,8 @@ COMMENT ON COLUMN @extschema@.tracked_table.event_time_column IS
     'A captured date/time column of the source table that partitions the lake table (event time); NULL: partitioned by commit time';
 COMMENT ON COLUMN @extschema@.tracked_table.event_time_zone IS
     'IANA zone the event column''s values are written in (NULL: the server''s timezone option; unused for datetimeoffset)';
+COMMENT ON COLUMN @extschema@.tracked_table.period_zone IS
+    'IANA zone the table''s periods are cut in: local days, weeks, months and hours (UTC: as before 0.3.0)';
 COMMENT ON COLUMN @extschema@.tracked_table.max_lag IS
     'Freshness SLA: an incident opens when now() - finalized_until exceeds it (NULL: none)';
 COMMENT ON COLUMN @extschema@.tracked_table.lateness_policy IS

@@ -100,7 +100,8 @@ CREATE FUNCTION @extschema@._track_table(
     lateness_policy   text DEFAULT 'exact',
     allowed_lateness  interval DEFAULT interval '0',
     lateness_quantile double precision DEFAULT NULL,
-    lateness_window   interval DEFAULT interval '7 days')
+    lateness_window   interval DEFAULT interval '7 days',
+    period_zone       text DEFAULT 'UTC')
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -111,6 +112,7 @@ DECLARE
     new_id bigint;
     srv pg_foreign_server;
     who name := caller;
+    zone text;
 BEGIN
     PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
     srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
@@ -137,6 +139,7 @@ BEGIN
     PERFORM @extschema@._require(_track_table.source_table, 'source_table');
     parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
+    zone := @extschema@._check_zone(_track_table.period_zone, 'period_zone');
     PERFORM @extschema@._check_choice(_track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
         'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
     PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
@@ -163,13 +166,13 @@ BEGIN
         INSERT INTO @extschema@.tracked_table
             (table_name, server_name, source_schema, source_name, granularity, start_from,
              ddl_policy, on_data_loss, created_by, event_time_column, event_time_zone, lateness_policy,
-             allowed_lateness, lateness_quantile, lateness_window)
+             allowed_lateness, lateness_quantile, lateness_window, period_zone)
         VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
                 _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who,
                 _track_table.event_time_column, _track_table.event_time_zone, _track_table.lateness_policy,
                 make_interval(secs => extract(epoch FROM _track_table.allowed_lateness)),
                 _track_table.lateness_quantile,
-                make_interval(secs => extract(epoch FROM _track_table.lateness_window)))
+                make_interval(secs => extract(epoch FROM _track_table.lateness_window)), zone)
         RETURNING table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'table "%" is already tracked', _track_table.table_name
@@ -194,14 +197,15 @@ CREATE FUNCTION @extschema@.track_table(
     lateness_policy   text DEFAULT 'exact',
     allowed_lateness  interval DEFAULT interval '0',
     lateness_quantile double precision DEFAULT NULL,
-    lateness_window   interval DEFAULT interval '7 days')
+    lateness_window   interval DEFAULT interval '7 days',
+    period_zone       text DEFAULT 'UTC')
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text,
-                                            text, text, text, interval, double precision, interval) IS
-    'Start tracking a logical table fed by a SQL Server table with CDC enabled; event_time_column partitions it by a time in its rows';
+                                            text, text, text, interval, double precision, interval, text) IS
+    'Start tracking a logical table fed by a SQL Server table with CDC enabled; event_time_column partitions it by a time in its rows, period_zone cuts its periods in a zone';
 
 -- The names of the tracked derived tables that use a table as an input.
 CREATE FUNCTION @extschema@._dependents(table_id bigint)
@@ -282,7 +286,8 @@ CREATE FUNCTION @extschema@.alter_tracked_table(
     allowed_lateness  interval DEFAULT NULL,
     lateness_quantile double precision DEFAULT NULL,
     lateness_window   interval DEFAULT NULL,
-    max_lag           interval DEFAULT NULL)
+    max_lag           interval DEFAULT NULL,
+    period_zone       text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -294,10 +299,15 @@ DECLARE
     cur @extschema@.tracked_table;
     has_verdict boolean;
     event_changed boolean;
+    zone text;
+    periods_changed boolean;
 BEGIN
     PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
     IF granularity IS NOT NULL THEN
         PERFORM @extschema@._check_granularity(granularity, 'granularity');
+    END IF;
+    IF period_zone IS NOT NULL THEN
+        zone := @extschema@._check_zone(period_zone, 'period_zone');
     END IF;
     IF ddl_policy IS NOT NULL THEN
         PERFORM @extschema@._check_ddl_policy(ddl_policy);
@@ -320,7 +330,7 @@ BEGIN
                              OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
                              OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
                              OR lateness_window IS NOT NULL) THEN
-        RAISE EXCEPTION 'table "%" is a derived table: only its granularity and max_lag can be changed', alter_tracked_table.table_name
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity, period_zone and max_lag can be changed', alter_tracked_table.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'ddl_policy, on_data_loss and the event-time settings say how the worker reads a SQL Server table; a derived table has none.';
     END IF;
@@ -328,16 +338,21 @@ BEGIN
     SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
     event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
                      OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
-    -- Event facts are stored per period of the granularity they were
-    -- recorded with: a new one would split or merge them.
-    IF granularity IS NOT NULL AND granularity IS DISTINCT FROM cur.granularity
+    -- Whether the periods change: a new granularity (compared as written:
+    -- '7 days' are ISO weeks, '168 hours' a stride from Saturday 2000-01-01,
+    -- and the two intervals are equal) or a new zone.
+    periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
+                       OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
+    -- Event facts are stored per period they were recorded in: new periods
+    -- would split or merge them.
+    IF periods_changed
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
        AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
             OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
-        RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its granularity cannot change', cur.table_name
+        RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Rows per event period, late data and the release gate count in periods of the granularity the facts were recorded with.',
-                  HINT = 'Track the table again under a new name with the new granularity, then untrack this one.';
+                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
     -- given in commit time (or another column's time) cannot be kept.
@@ -364,12 +379,11 @@ BEGIN
         CASE WHEN coalesce(lateness_policy, cur.lateness_policy) = 'exact' AND lateness_quantile IS NULL THEN NULL
              ELSE coalesce(lateness_quantile, cur.lateness_quantile) END,
         coalesce(lateness_window, cur.lateness_window), coalesce(granularity, cur.granularity));
-    -- The verdict stays valid under any granularity: it is an instant before
-    -- which every commit is captured; only later advances use the new one.
     -- A stricter lateness policy applies from now on: periods already
     -- final stay final (a verdict never moves back).
     UPDATE @extschema@.tracked_table t
        SET granularity = coalesce(alter_tracked_table.granularity, t.granularity),
+           period_zone = coalesce(zone, t.period_zone),
            ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
            on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss),
            event_time_column = coalesce(alter_tracked_table.event_time_column, t.event_time_column),
@@ -387,19 +401,23 @@ BEGIN
                           WHEN alter_tracked_table.max_lag = interval '0' THEN NULL
                           ELSE make_interval(secs => extract(epoch FROM alter_tracked_table.max_lag)) END
      WHERE t.table_id = id;
-    -- Which periods a loss holds depends on the granularity; a derived
-    -- table's verdict may move at once under a finer one.
-    IF granularity IS NOT NULL THEN
+    -- The verdict stays valid under any periods: it is an instant before
+    -- which everything is complete, so it is kept as it is, and what reads
+    -- it as a boundary (finalized_until(), explain_verdict, the status
+    -- view) rounds it down to one of the new periods, never up: every new
+    -- period ending at or before it is final, none it only reaches into.
+    -- Going back to finer periods loses nothing. Which periods a loss holds
+    -- depends on the periods; a derived table's verdict may move at once
+    -- under finer ones.
+    IF periods_changed THEN
         PERFORM @extschema@._refresh_loss_blocked(id);
-        IF kind = 'derived' THEN
-            PERFORM @extschema@._advance(id);
-        END IF;
+        PERFORM @extschema@._advance(id);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
-                                                    double precision, interval, interval) IS
-    'Change the granularity, DDL policy, data-loss policy, event-time settings or freshness SLA (max_lag) of a tracked table (only the granularity and max_lag of a derived one)';
+                                                    double precision, interval, interval, text) IS
+    'Change the periods (granularity, period_zone), DDL policy, data-loss policy, event-time settings or freshness SLA (max_lag) of a tracked table (only the periods and max_lag of a derived one)';
 
 -- Lets a stopped table go on. After a schema change that blocked it, the DDL
 -- counts as reviewed and the verdict continues from where it stopped. After

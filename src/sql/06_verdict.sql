@@ -10,16 +10,17 @@
 -- asked.
 -- See docs/design/pipelines.md.
 
--- The verdict of one consumer: the period start of the commit time it has
--- applied up to (a tracked table's consumer, as the worker resolved its
--- LSN) or of the input watermark its job processed (a derived table's);
--- NULL while it has none.
-CREATE FUNCTION @extschema@._consumer_until(kind text, granularity interval,
+-- The verdict of one consumer: the period start (the table's periods:
+-- granularity in zone) of the commit time it has applied up to (a tracked
+-- table's consumer, as the worker resolved its LSN) or of the input
+-- watermark its job processed (a derived table's); NULL while it has none.
+CREATE FUNCTION @extschema@._consumer_until(kind text, granularity interval, zone text,
                                             commit_time timestamptz, processed_until timestamptz)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE processed_until END, granularity);
+RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE processed_until END, granularity,
+                                zone);
 
 -- The verdict each of some tables may have now: the least of its source
 -- verdict (watermark.source_until) and its required consumers' verdicts, or
@@ -43,8 +44,9 @@ BEGIN ATOMIC
       JOIN @extschema@.watermark w ON w.table_id = t.table_id
      CROSS JOIN LATERAL (SELECT bool_or(x.until IS NULL) AS unreported, min(x.until) AS least_until
                            FROM @extschema@.consumer rc
-                          CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, rc.commit_time,
-                                                                                rc.processed_until) AS until) x
+                          CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, t.period_zone,
+                                                                                rc.commit_time, rc.processed_until)
+                                                       AS until) x
                           WHERE rc.table_id = t.table_id AND rc.required) c;
 END;
 
@@ -63,13 +65,15 @@ BEGIN ATOMIC
 END;
 
 
--- The source verdict of a derived table: the period start of its inputs'
--- least finalized_until, NULL while any input has none.
-CREATE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval)
+-- The source verdict of a derived table: its inputs' least
+-- finalized_until rounded down to a start of its own periods (granularity
+-- in zone, which may differ from its inputs'), NULL while any input has
+-- none.
+CREATE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval, zone text)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@.period_start(@extschema@._inputs_final_until(table_id), granularity);
+RETURN @extschema@.period_start(@extschema@._inputs_final_until(table_id), granularity, zone);
 
 -- The payload of an advance on channel "finalize": the table, the old and
 -- new verdicts, the offset of its facts (LSN and commit time, null for a
@@ -218,7 +222,7 @@ BEGIN
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF tt.kind = 'derived' THEN
-        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity);
+        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity, tt.period_zone);
         IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
             UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
             wm.source_until := from_inputs;
@@ -308,17 +312,20 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN @extschema@._ack_reach(table_id, s, e, since) >= e;
 
--- The periods of granularity g that the lost commit times [lost_from,
--- lost_to] touch, as [span_from, span_to): what an acknowledgement on a
--- table of that granularity must cover. An infinite end stays infinite.
-CREATE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval,
+-- The periods (granularity g in zone z) that the lost commit times
+-- [lost_from, lost_to] touch, as [span_from, span_to): what an
+-- acknowledgement on a table of those periods must cover. An infinite end
+-- stays infinite.
+CREATE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval, z text,
                                        OUT span_from timestamptz, OUT span_to timestamptz)
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT CASE WHEN isfinite(_loss_span.lost_from) THEN @extschema@.period_start(_loss_span.lost_from, _loss_span.g)
+    SELECT CASE WHEN isfinite(_loss_span.lost_from)
+                THEN @extschema@.period_start(_loss_span.lost_from, _loss_span.g, _loss_span.z)
                 ELSE _loss_span.lost_from END,
-           CASE WHEN isfinite(_loss_span.lost_to) THEN @extschema@.period_end(_loss_span.lost_to, _loss_span.g)
+           CASE WHEN isfinite(_loss_span.lost_to)
+                THEN @extschema@.period_end(_loss_span.lost_to, _loss_span.g, _loss_span.z)
                 ELSE _loss_span.lost_to END;
 END;
 
@@ -331,13 +338,13 @@ END;
 -- view say, has nothing to rebuild). A consumer declared after the loss
 -- was acknowledged on the table that lost it built from repaired data, and
 -- declaring one never retracts what was final: it does not count.
--- span_from, span_to: the loss's periods in the granularity of that table
--- (as _loss_span). PL/pgSQL for its cached plan, since the sensors ask
+-- span_from, span_to: the loss's periods in the periods of that table
+-- (acker_granularity in acker_zone, as _loss_span). PL/pgSQL for its cached plan, since the sensors ask
 -- through it on every call while a loss holds periods; without JIT, which
 -- the pessimistic estimates of the recursion over a few rows would buy at
 -- hundreds of milliseconds a call.
 CREATE FUNCTION @extschema@._loss_ackers(table_id bigint)
-RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval,
+RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval, acker_zone text,
                span_from timestamptz, span_to timestamptz)
 LANGUAGE plpgsql STABLE ROWS 10
 SET search_path = pg_catalog, pg_temp
@@ -355,17 +362,18 @@ BEGIN
           FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id),
     held AS (
         SELECT l.loss_id AS id, l.table_id AS lost_id, l.lost_from, l.lost_to, l.created_at, t.granularity AS g,
-               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity)
+               t.period_zone AS z,
+               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity, t.period_zone)
                     ELSE l.lost_from END AS lost_span_from,
-               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity)
+               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity, t.period_zone)
                     ELSE l.lost_to END AS lost_span_to
           FROM @extschema@.tracked_table t
           JOIN @extschema@.loss l ON l.table_id = t.table_id
          WHERE t.table_id IN (SELECT up.id FROM up)),
     ackers AS (
-        SELECT h.id, h.lost_id AS acker, h.g, h.lost_from, h.lost_to FROM held h
+        SELECT h.id, h.lost_id AS acker, h.g, h.z, h.lost_from, h.lost_to FROM held h
         UNION ALL
-        SELECT DISTINCT h.id, k.table_id, k.granularity, h.lost_from, h.lost_to
+        SELECT DISTINCT h.id, k.table_id, k.granularity, k.period_zone, h.lost_from, h.lost_to
           FROM held h
           JOIN up p ON p.id = h.lost_id
          CROSS JOIN LATERAL unnest(p.path) AS on_path(id)
@@ -377,9 +385,9 @@ BEGIN
                                     WHERE a.table_id = h.lost_id AND a.acknowledged_at > h.created_at
                                       AND a.period_from < h.lost_span_to AND a.period_to > h.lost_span_from),
                                   'infinity')))
-    SELECT x.id, x.acker, x.g,
-           CASE WHEN isfinite(x.lost_from) THEN @extschema@.period_start(x.lost_from, x.g) ELSE x.lost_from END,
-           CASE WHEN isfinite(x.lost_to) THEN @extschema@.period_end(x.lost_to, x.g) ELSE x.lost_to END
+    SELECT x.id, x.acker, x.g, x.z,
+           CASE WHEN isfinite(x.lost_from) THEN @extschema@.period_start(x.lost_from, x.g, x.z) ELSE x.lost_from END,
+           CASE WHEN isfinite(x.lost_to) THEN @extschema@.period_end(x.lost_to, x.g, x.z) ELSE x.lost_to END
       FROM ackers x;
 END
 $$;
@@ -401,9 +409,10 @@ BEGIN
       JOIN @extschema@.loss l ON l.loss_id = a.loss_id
      WHERE l.lost_from < _open_loss_ackers.period_end AND l.lost_to >= _open_loss_ackers.period_start
        AND NOT @extschema@._acked(a.acker_id,
-               @extschema@.period_start(GREATEST(_open_loss_ackers.period_start, l.lost_from), a.acker_granularity),
+               @extschema@.period_start(GREATEST(_open_loss_ackers.period_start, l.lost_from), a.acker_granularity,
+                                        a.acker_zone),
                @extschema@.period_end(LEAST(_open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
-                                      a.acker_granularity),
+                                      a.acker_granularity, a.acker_zone),
                l.created_at);
 END
 $$;
@@ -450,11 +459,12 @@ AS $$
 DECLARE
     cap timestamptz;
 BEGIN
-    SELECT min(CASE WHEN isfinite(h.held_from) THEN @extschema@.period_start(h.held_from, t.granularity)
+    SELECT min(CASE WHEN isfinite(h.held_from) THEN @extschema@.period_start(h.held_from, t.granularity, t.period_zone)
                     ELSE h.held_from END) INTO cap
       FROM @extschema@.tracked_table t
      CROSS JOIN LATERAL (
-           SELECT GREATEST(CASE WHEN isfinite(r.reach) THEN @extschema@.period_start(r.reach, a.acker_granularity)
+           SELECT GREATEST(CASE WHEN isfinite(r.reach)
+                                THEN @extschema@.period_start(r.reach, a.acker_granularity, a.acker_zone)
                                 ELSE r.reach END,
                            l.lost_from) AS held_from
              FROM @extschema@._loss_ackers(t.table_id) AS a
@@ -538,7 +548,7 @@ CREATE FUNCTION @extschema@._final(tt @extschema@.tracked_table, wm @extschema@.
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@._period_final(period_start, (tt).granularity, (wm).finalized_until)
+RETURN @extschema@._period_final(period_start, (tt).granularity, (tt).period_zone, (wm).finalized_until)
    AND NOT ((wm).loss_blocked
             AND @extschema@._loss_blocks((tt).table_id, period_start,
-                                         @extschema@.period_end(period_start, (tt).granularity)));
+                                         @extschema@.period_end(period_start, (tt).granularity, (tt).period_zone)));

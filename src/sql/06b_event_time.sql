@@ -8,7 +8,8 @@
 
 -- The period arithmetic and the sketches are C (event_time_sql.c): no SQL
 -- copy depends on the session's TimeZone.
-CREATE FUNCTION @extschema@._event_bound(commit_until timestamptz, allowance interval, granularity interval)
+CREATE FUNCTION @extschema@._event_bound(commit_until timestamptz, allowance interval, granularity interval,
+                                         zone text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_event_bound'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -126,14 +127,17 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass lateness_policy => ''quantile'' too, or leave lateness_quantile out.';
     END IF;
+    -- Calendar months, or whole seconds that divide a day or are whole days.
     IF event_time_column IS NOT NULL AND granularity IS NOT NULL
-       AND NOT (granularity <= interval '1 day' AND granularity >= interval '1 second'
+       AND extract(year FROM granularity) * 12 + extract(month FROM granularity) = 0
+       AND NOT (extract(epoch FROM granularity) >= 1
                 AND extract(epoch FROM granularity) = trunc(extract(epoch FROM granularity))
-                AND 86400 % extract(epoch FROM granularity)::numeric = 0) THEN
+                AND (86400 % extract(epoch FROM granularity)::numeric = 0
+                     OR extract(epoch FROM granularity)::numeric % 86400 = 0)) THEN
         RAISE EXCEPTION 'granularity % cannot partition by event time', granularity
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'SQL Server groups event times in slots of whole seconds that must tile a day: the granularity of an event-time table is a whole number of seconds that divides one day.',
-                  HINT = 'Use for example ''1 hour'', ''15 minutes'' or ''1 day''.';
+                  DETAIL = 'SQL Server groups event times in slots of whole seconds, which must tile the periods: the granularity of an event-time table is a whole number of seconds that divides one day, whole days or weeks, or calendar months.',
+                  HINT = 'Use for example ''1 hour'', ''15 minutes'', ''1 day'' or ''1 month''.';
     END IF;
 END
 $$;
@@ -193,7 +197,7 @@ BEGIN
     IF commit_until IS NULL OR NOT isfinite(commit_until) OR allowance IS NULL THEN
         until := NULL;
     ELSE
-        until := @extschema@._event_bound(commit_until, allowance, tt.granularity);
+        until := @extschema@._event_bound(commit_until, allowance, tt.granularity, tt.period_zone);
     END IF;
 END
 $$;
@@ -233,10 +237,10 @@ BEGIN
     INSERT INTO @extschema@.event_fact (fact_id, table_id, event_period, inserts, updates, deletes, late_rows)
     SELECT fact_id, tt.table_id, p.period, sum(p.inserts), sum(p.updates), sum(p.deletes),
            CASE WHEN p.period IS NOT NULL AND verdict_before IS NOT NULL
-                     AND @extschema@._period_final(p.period, tt.granularity, verdict_before)
+                     AND @extschema@._period_final(p.period, tt.granularity, tt.period_zone, verdict_before)
                 THEN sum(p.inserts + p.updates + p.deletes) ELSE 0 END
       FROM (SELECT CASE WHEN x.period IS NULL THEN NULL
-                        ELSE @extschema@.period_start(x.period, tt.granularity) END AS period,
+                        ELSE @extschema@.period_start(x.period, tt.granularity, tt.period_zone) END AS period,
                    coalesce(x.inserts, 0) AS inserts, coalesce(x.updates, 0) AS updates,
                    coalesce(x.deletes, 0) AS deletes
               FROM jsonb_to_recordset(coalesce(periods, '[]')) AS x(period timestamptz, inserts bigint,
@@ -315,7 +319,7 @@ $$;
 -- Event periods that received rows after they were declared final.
 CREATE VIEW @extschema@.late_data AS
 SELECT t.table_name, l.event_period,
-       @extschema@.period_end(l.event_period, t.granularity) AS period_end,
+       @extschema@.period_end(l.event_period, t.granularity, t.period_zone) AS period_end,
        l.rows, l.first_seen, l.last_seen, l.verdict_at_arrival, l.alerted_at
   FROM @extschema@.late_period l
   JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
@@ -364,7 +368,7 @@ BEGIN
                    SELECT FROM @extschema@.loss l
                     WHERE l.table_id = tt.table_id AND l.lost_to >= g.period_start
                       AND l.lost_from < g.period_end) AS covered
-          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
     SELECT p.ps, p.pe,
            @extschema@._final(tt, wm, p.ps),
            p.covered,

@@ -279,7 +279,7 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.watermark w
-       SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity)),
+       SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
            recorded_at = now()

@@ -523,15 +523,17 @@ END
 $$;
 
 -- The body of finalize.track_derived: a lake table computed from tracked
--- or derived tables. Its granularity defaults to the coarsest input's; its
--- verdict (the period start of its inputs' least verdict, capped by its
--- required consumers) is computed at once and follows every input advance
--- in the same transaction. Returns its id.
+-- or derived tables. Its granularity defaults to the coarsest input's, its
+-- period_zone to the inputs' zone (which must then be one); its verdict
+-- (its inputs' least verdict rounded down to a start of its own periods,
+-- capped by its required consumers) is computed at once and follows every
+-- input advance in the same transaction. Returns its id.
 CREATE FUNCTION @extschema@._track_derived(
     caller name,
     table_name text,
     inputs text[],
-    granularity interval DEFAULT NULL)
+    granularity interval DEFAULT NULL,
+    period_zone text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -540,6 +542,8 @@ AS $$
 DECLARE
     ids bigint[];
     g interval;
+    z text;
+    zones text[];
     new_id bigint;
 BEGIN
     PERFORM @extschema@._check_table_name(table_name, 'sales.daily_revenue');
@@ -551,9 +555,23 @@ BEGIN
     PERFORM @extschema@._check_no_cycle(table_name, ids);
     g := coalesce(granularity, (SELECT max(t.granularity) FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)));
     PERFORM @extschema@._check_granularity(g, 'granularity');
+    IF period_zone IS NOT NULL THEN
+        z := @extschema@._check_zone(period_zone, 'period_zone');
+    ELSE
+        SELECT array_agg(DISTINCT t.period_zone ORDER BY t.period_zone) INTO zones
+          FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids);
+        IF cardinality(zones) > 1 THEN
+            RAISE EXCEPTION 'the inputs of derived table "%" cut their periods in different zones (%)', table_name,
+                            array_to_string(zones, ', ')
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'A derived table''s periods are cut in one zone, and its inputs'' verdicts are rounded down to them.',
+                      HINT = format('Pass period_zone => %L (or another zone) to finalize.track_derived.', zones[1]);
+        END IF;
+        z := zones[1];
+    END IF;
     BEGIN
-        INSERT INTO @extschema@.tracked_table (table_name, kind, granularity, created_by)
-        VALUES (table_name, 'derived', g, caller)
+        INSERT INTO @extschema@.tracked_table (table_name, kind, granularity, period_zone, created_by)
+        VALUES (table_name, 'derived', g, z, caller)
         RETURNING tracked_table.table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
         PERFORM @extschema@._already_tracked(table_name);
@@ -566,12 +584,13 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.track_derived(table_name text, inputs text[], granularity interval DEFAULT NULL)
+CREATE FUNCTION @extschema@.track_derived(table_name text, inputs text[], granularity interval DEFAULT NULL,
+                                          period_zone text DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION @extschema@.track_derived(text, text[], interval) IS
+COMMENT ON FUNCTION @extschema@.track_derived(text, text[], interval, text) IS
     'Track a lake table derived from tracked or derived tables: final for a period once its inputs and its required consumers are';
 
 -- Checks a bound of an acknowledged range: a period boundary of the table
@@ -583,12 +602,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM @extschema@._require(bound, argname);
-    IF isfinite(bound) AND @extschema@.period_start(bound, tt.granularity) <> bound THEN
+    IF isfinite(bound) AND @extschema@.period_start(bound, tt.granularity, tt.period_zone) <> bound THEN
         RAISE EXCEPTION 'invalid value for argument %: % is not a period boundary of table "%"', argname, bound, tt.table_name
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = format('Its periods are %s long; an acknowledgement covers whole periods.', tt.granularity),
-                  HINT = format('Use %s or %s.', @extschema@.period_start(bound, tt.granularity),
-                                @extschema@.period_end(bound, tt.granularity));
+                  DETAIL = format('Its periods are %s long in zone %s; an acknowledgement covers whole periods.',
+                                  tt.granularity, tt.period_zone),
+                  HINT = format('Use %s or %s.', @extschema@.period_start(bound, tt.granularity, tt.period_zone),
+                                @extschema@.period_end(bound, tt.granularity, tt.period_zone));
     END IF;
 END
 $$;

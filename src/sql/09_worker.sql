@@ -534,7 +534,7 @@ BEGIN
           JOIN @extschema@.tracked_table t ON t.table_id = served.id AND t.untracked_at IS NULL
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
           JOIN @extschema@.consumer c ON c.table_id = t.table_id
-         CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, c.commit_time,
+         CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, t.period_zone, c.commit_time,
                                                                  c.processed_until) AS until) x
          ORDER BY c.table_id, c.consumer
     LOOP

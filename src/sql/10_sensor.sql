@@ -81,7 +81,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF @extschema@._period_final(period_start, tt.granularity, wm.source_until) THEN
+    IF @extschema@._period_final(period_start, tt.granularity, tt.period_zone, wm.source_until) THEN
         RETURN NULL;
     ELSIF tt.kind = 'derived' THEN
         RETURN @extschema@._explain_inputs(tt.table_id, period_end);
@@ -139,8 +139,8 @@ BEGIN ATOMIC
                '; ' ORDER BY x.until NULLS FIRST, c.consumer)
            || format('; the period ends at %s', _explain_consumers.period_end)
       FROM @extschema@.consumer c
-     CROSS JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, c.commit_time,
-                                                             c.processed_until) AS until) x
+     CROSS JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
+                                                             c.commit_time, c.processed_until) AS until) x
      WHERE c.table_id = (tt).table_id AND c.required
        AND (x.until IS NULL OR x.until < _explain_consumers.period_end);
 END;
@@ -183,8 +183,8 @@ BEGIN ATOMIC
               JOIN @extschema@.loss l ON l.loss_id = o.loss_id
               JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
               JOIN @extschema@.tracked_table k ON k.table_id = o.acker_id
-             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, t.granularity) AS ls
-             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, k.granularity) AS ks
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, t.granularity, t.period_zone) AS ls
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, k.granularity, k.period_zone) AS ks
              GROUP BY l.loss_id, t.table_id, t.table_name, ls.span_from, ls.span_to) AS x;
 END;
 
@@ -220,8 +220,8 @@ BEGIN ATOMIC
                    ELSE '' END
       FROM (SELECT 1) AS one
       LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
-      LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, c.commit_time,
-                                                             c.processed_until) AS until) x ON true;
+      LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
+                                                             c.commit_time, c.processed_until) AS until) x ON true;
 END;
 
 -- Explains a verdict in one sentence, for people and sensor failure
@@ -247,22 +247,24 @@ BEGIN
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
-    -- What finalized_until() answers: the watermark, stopped at the first
-    -- period a loss may still hold (_loss_cap, NULL for '-infinity').
-    verdict_until := wm.finalized_until;
+    -- What finalized_until() answers: the watermark rounded down to a start
+    -- of the table's periods (they may have changed since it was set),
+    -- stopped at the first period a loss may still hold (_loss_cap, NULL for
+    -- '-infinity').
+    verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
     IF wm.loss_blocked THEN
         cap := @extschema@._loss_cap(tt.table_id);
-        verdict_until := CASE WHEN cap > '-infinity' AND wm.finalized_until IS NOT NULL
-                              THEN LEAST(wm.finalized_until, cap) END;
+        verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
+                              THEN LEAST(verdict_until, cap) END;
     END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
     v.table_name := tt.table_name;
     v.period_start := @extschema@.period_start(
-        coalesce(period_start, verdict_until, now()), tt.granularity);
-    v.period_end := @extschema@.period_end(v.period_start, tt.granularity);
-    v.is_final := @extschema@._period_final(v.period_start, tt.granularity, wm.finalized_until);
+        coalesce(period_start, verdict_until, now()), tt.granularity, tt.period_zone);
+    v.period_end := @extschema@.period_end(v.period_start, tt.granularity, tt.period_zone);
+    v.is_final := @extschema@._period_final(v.period_start, tt.granularity, tt.period_zone, wm.finalized_until);
     v.finalized_until := verdict_until;
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - verdict_until;
@@ -327,8 +329,14 @@ SELECT t.table_name,
        c.detail AS condition_detail,
        sc.detail ->> 'summary' AS last_schema_change,
        sc.recorded_at AS last_schema_change_at,
-       w.finalized_until,
-       now() - w.finalized_until AS lag,
+       -- rounded down to a start of its periods (they may have changed
+       -- since; period_start, which readers may call, not _round_down)
+       CASE WHEN isfinite(w.finalized_until)
+            THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
+            ELSE w.finalized_until END AS finalized_until,
+       now() - CASE WHEN isfinite(w.finalized_until)
+                    THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
+                    ELSE w.finalized_until END AS lag,
        w.offset_lsn,
        w.offset_commit_time AS captured_until,
        w.advanced_at,
@@ -350,7 +358,7 @@ SELECT t.table_name,
             THEN (SELECT x.consumer FROM @extschema@.consumer x
                    CROSS JOIN LATERAL (SELECT @extschema@.period_start(
                               CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
-                              t.granularity) AS until) u
+                              t.granularity, t.period_zone) AS until) u
                    WHERE x.table_id = t.table_id AND x.required
                      AND w.source_until > coalesce(u.until, '-infinity')
                    ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
@@ -364,7 +372,8 @@ SELECT t.table_name,
        CASE WHEN t.event_time_column IS NOT NULL
             THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
        END AS late_rows,
-       s.cycle_time AS source_cycle_time
+       s.cycle_time AS source_cycle_time,
+       t.period_zone
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
@@ -407,7 +416,7 @@ SELECT t.table_name,
   JOIN @extschema@.watermark w USING (table_id)
  CROSS JOIN LATERAL (SELECT @extschema@.period_start(
             CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
-            t.granularity) AS until) u
+            t.granularity, t.period_zone) AS until) u
  WHERE t.untracked_at IS NULL;
 COMMENT ON VIEW @extschema@.consumers IS
     'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
@@ -469,7 +478,7 @@ BEGIN
         RETURN QUERY
         SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
                NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
-          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g;
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
         RETURN;
     END IF;
     -- Facts count every commit after the end of the oldest range kept.
@@ -488,7 +497,7 @@ BEGIN
                AND NOT EXISTS (
                    SELECT FROM @extschema@.loss l
                     WHERE l.table_id = tt.table_id AND l.lost_from < g.period_end AND l.lost_to >= g.period_start) AS covered
-          FROM @extschema@._periods(from_time, to_time, tt.granularity) AS g)
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
     SELECT p.ps, p.pe,
            @extschema@._final(tt, wm, p.ps),
            p.covered,

@@ -22,10 +22,16 @@ CREATE TABLE @extschema@.partition_registration (
     location       text NOT NULL,
     registered_at  timestamptz NOT NULL DEFAULT now(),
     registered_by  name NOT NULL,
-    PRIMARY KEY (table_id, partition)
+    PRIMARY KEY (table_id, partition),
+    period_start   timestamptz,
+    period_end     timestamptz,
+    CONSTRAINT partition_registration_period_check
+        CHECK ((period_start IS NULL) = (period_end IS NULL) AND period_end > period_start)
 );
 COMMENT ON TABLE @extschema@.partition_registration IS
     'Explicitly registered partition locations (prefixes inside the store)';
+COMMENT ON COLUMN @extschema@.partition_registration.period_start IS
+    'The periods the partition holds, [period_start, period_end), whole periods of its table (NULL: not registered; the manifest must give them)';
 
 -- A projection rule: partitions whose period starts in [range_start,
 -- range_end) are visible at the location the template renders (UTC).
@@ -61,7 +67,8 @@ CREATE TABLE @extschema@.release (
     requested_by   name NOT NULL,
     requested_at   timestamptz NOT NULL DEFAULT now(),
     manifest       jsonb,
-    listing_delta  bytea
+    listing_delta  bytea,
+    period_end     timestamptz
 );
 CREATE INDEX release_partition_idx ON @extschema@.release (table_id, partition, release_id);
 -- Manifests of large partitions hold millions of entries: lz4 compresses
@@ -79,6 +86,8 @@ COMMENT ON TABLE @extschema@.release IS
     'Release attempts: manifest, listing, catalog view, problems and outcome';
 COMMENT ON COLUMN @extschema@.release.manifest IS
     'The manifest as the publisher gave it (NULL for attempts stored by 0.1.0, whose report holds it)';
+COMMENT ON COLUMN @extschema@.release.period_end IS
+    'With period_start: the periods the release held and was checked for, [period_start, period_end)';
 COMMENT ON COLUMN @extschema@.release.listing_delta IS
     'The listing as what differs from the manifest, front-coded (finalize.release_report rebuilds it)';
 
@@ -177,46 +186,86 @@ $$;
 -- point (owner.c) with the caller taken before the switch.
 CREATE FUNCTION @extschema@._register_partition(
     caller name,
-    table_name text, partition text, location text)
+    table_name text, partition text, location text,
+    period_start timestamptz DEFAULT NULL, period_end timestamptz DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    id bigint := @extschema@._tracked_id(table_name);
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    span_end timestamptz;
 BEGIN
     PERFORM @extschema@._require(partition, 'partition');
     PERFORM @extschema@._check_location(location, 'location', true);
-    PERFORM @extschema@._lock_partition(id, partition);
-    INSERT INTO @extschema@.partition_registration AS r (table_id, partition, location, registered_by)
-    VALUES (id, partition, location, caller)
+    IF period_end IS NOT NULL AND period_start IS NULL THEN
+        RAISE EXCEPTION 'argument period_end needs period_start'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give the start of the first period the partition holds as well.';
+    END IF;
+    -- Whole periods of the table, so that the gate checks the right ones.
+    IF period_start IS NOT NULL THEN
+        span_end := @extschema@._check_period_span(period_start, period_end, tt.granularity, tt.period_zone,
+                                                   format('partition "%s" of "%s"', partition, tt.table_name));
+    END IF;
+    PERFORM @extschema@._lock_partition(tt.table_id, partition);
+    INSERT INTO @extschema@.partition_registration AS r (table_id, partition, location, registered_by,
+                                                         period_start, period_end)
+    VALUES (tt.table_id, partition, location, caller, period_start, span_end)
     ON CONFLICT ON CONSTRAINT partition_registration_pkey DO UPDATE
-       SET location = excluded.location, registered_at = now(), registered_by = excluded.registered_by;
+       SET location = excluded.location, registered_at = now(), registered_by = excluded.registered_by,
+           period_start = excluded.period_start, period_end = excluded.period_end;
 END
 $$;
 
-CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text)
+CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text,
+                                               period_start timestamptz DEFAULT NULL,
+                                               period_end timestamptz DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION @extschema@.register_partition(text, text, text) IS
-    'Register (or move) the location of a partition in the catalog view';
+COMMENT ON FUNCTION @extschema@.register_partition(text, text, text, timestamptz, timestamptz) IS
+    'Register (or move) the location of a partition in the catalog view, with the periods it holds';
 
--- Renders a projection template for a period start (UTC, zero-padded).
+-- The periods registered with a partition (no row when it is not
+-- registered; NULLs when it was registered without them).
+CREATE FUNCTION @extschema@._registered_period(table_id bigint, partition text,
+                                               OUT period_start timestamptz, OUT period_end timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT r.period_start, r.period_end FROM @extschema@.partition_registration r
+     WHERE r.table_id = _registered_period.table_id AND r.partition = _registered_period.partition;
+END;
+
+-- Renders a projection template for a period start, in the local time of
+-- the table's zone (zero-padded): dt={date} is the local date of a local
+-- day. A period that starts at the end of a DST gap renders the local time
+-- it starts at.
+CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN replace(replace(replace(replace(replace(replace(location_template,
+        '{year}', to_char(timezone(zone, period_start), 'YYYY')),
+        '{month}', to_char(timezone(zone, period_start), 'MM')),
+        '{day}', to_char(timezone(zone, period_start), 'DD')),
+        '{hour}', to_char(timezone(zone, period_start), 'HH24')),
+        '{minute}', to_char(timezone(zone, period_start), 'MI')),
+        '{date}', to_char(timezone(zone, period_start), 'YYYY-MM-DD'));
+COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz, text) IS
+    'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute} {date}, in the local time of the zone)';
+
 CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-RETURN replace(replace(replace(replace(replace(location_template,
-        '{year}', to_char(period_start AT TIME ZONE 'UTC', 'YYYY')),
-        '{month}', to_char(period_start AT TIME ZONE 'UTC', 'MM')),
-        '{day}', to_char(period_start AT TIME ZONE 'UTC', 'DD')),
-        '{hour}', to_char(period_start AT TIME ZONE 'UTC', 'HH24')),
-        '{minute}', to_char(period_start AT TIME ZONE 'UTC', 'MI'));
+RETURN @extschema@.render_location(location_template, period_start, 'UTC');
 COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
-    'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute}, UTC)';
+    'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute} {date}, UTC)';
 
 -- The body of finalize.set_projection, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
@@ -236,14 +285,15 @@ BEGIN
     PERFORM @extschema@._require(location_template, 'location_template');
     PERFORM @extschema@._require(range_start, 'range_start');
     PERFORM @extschema@._require(range_end, 'range_end');
-    rest := regexp_replace(location_template, '\{(year|month|day|hour|minute)\}', '', 'g');
-    IF rest ~ '[{}]' OR location_template !~ '\{(year|month|day|hour|minute)\}' THEN
+    rest := regexp_replace(location_template, '\{(year|month|day|hour|minute|date)\}', '', 'g');
+    IF rest ~ '[{}]' OR location_template !~ '\{(year|month|day|hour|minute|date)\}' THEN
         RAISE EXCEPTION 'invalid value for argument location_template: "%"', location_template
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A template uses the placeholders {year}, {month}, {day}, {hour} and {minute}, and no other braces.',
-                  HINT = 'For example ''year={year}/month={month}/day={day}/hour={hour}/''.';
+                  DETAIL = 'A template uses the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date, YYYY-MM-DD, in the table''s period_zone), and no other braces.',
+                  HINT = 'For example ''dt={date}/'' or ''year={year}/month={month}/day={day}/hour={hour}/''.';
     END IF;
-    PERFORM @extschema@._check_location(@extschema@.render_location(location_template, range_start),
+    PERFORM @extschema@._check_location(@extschema@.render_location(location_template, range_start,
+                                                                    (@extschema@._tracked(table_name)).period_zone),
                                         'location_template', true);
     IF range_end <= range_start THEN
         RAISE EXCEPTION 'invalid projection range from % to %', range_start, range_end
@@ -279,12 +329,16 @@ AS $$
 DECLARE
     reg @extschema@.partition_registration;
     proj @extschema@.projection;
+    zone text;
 BEGIN
     SELECT r.* INTO reg FROM @extschema@.partition_registration r
      WHERE r.table_id = _catalog_view.table_id AND r.partition = _catalog_view.partition;
     IF FOUND THEN
         RETURN jsonb_build_object('source', 'registration', 'location', reg.location,
-                                  'registered_at', reg.registered_at, 'registered_by', reg.registered_by);
+                                  'registered_at', reg.registered_at, 'registered_by', reg.registered_by)
+               || CASE WHEN reg.period_start IS NOT NULL
+                       THEN jsonb_build_object('period_start', reg.period_start, 'period_end', reg.period_end)
+                       ELSE '{}' END;
     END IF;
     SELECT p.* INTO proj FROM @extschema@.projection p WHERE p.table_id = _catalog_view.table_id;
     IF NOT FOUND THEN
@@ -295,10 +349,11 @@ BEGIN
                                   'range_start', proj.range_start, 'range_end', proj.range_end,
                                   'location', NULL);
     END IF;
+    SELECT t.period_zone INTO zone FROM @extschema@.tracked_table t WHERE t.table_id = _catalog_view.table_id;
     RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
                               'range_start', proj.range_start, 'range_end', proj.range_end,
                               'in_range', period_start >= proj.range_start AND period_start < proj.range_end,
-                              'location', @extschema@.render_location(proj.location_template, period_start));
+                              'location', @extschema@.render_location(proj.location_template, period_start, zone));
 END
 $$;
 
@@ -315,12 +370,14 @@ BEGIN ATOMIC
       FROM @extschema@._catalog_view(table_id, partition, period_start) AS c;
 END;
 
--- What the CDC facts say about the period containing period_start: final,
--- covered, exact, how many changes (finality from the C period arithmetic,
--- through changes_by_period).
-CREATE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz)
+-- What the CDC facts say about the periods [period_start, period_end) of a
+-- release (whole periods of the table): final when every one is (losses
+-- included), covered and exact when every one is, the changes in them, and
+-- why the first one that is not final is not (explain_verdict). Finality
+-- comes from the C period arithmetic, through changes_by_period.
+CREATE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz, period_end timestamptz)
 RETURNS TABLE (facts jsonb, is_final boolean, covered boolean, exact boolean, changes bigint,
-               straddling_ranges bigint)
+               straddling_ranges bigint, not_final_reason text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -330,36 +387,43 @@ BEGIN
     -- the rows per event period (with the late ones), not per commit time.
     IF (@extschema@._tracked(_period_facts.table_name)).event_time_column IS NOT NULL THEN
         RETURN QUERY
-        SELECT jsonb_build_object('period_start', c.period_start, 'period_end', c.period_end,
-                                  'is_final', c.is_final, 'covered', c.covered, 'exact', c.exact,
-                                  'inserts', c.inserts, 'updates', c.updates, 'deletes', c.deletes,
-                                  'late_rows', c.late_rows, 'partitioned_by', 'event_time'),
-               c.is_final, c.covered, c.exact, c.inserts + c.updates + c.deletes, c.straddling_ranges
+        SELECT jsonb_build_object('period_start', min(c.period_start), 'period_end', max(c.period_end),
+                                  'periods', count(*), 'is_final', bool_and(c.is_final),
+                                  'covered', bool_and(c.covered), 'exact', bool_and(c.exact),
+                                  'inserts', sum(c.inserts), 'updates', sum(c.updates), 'deletes', sum(c.deletes),
+                                  'late_rows', sum(c.late_rows), 'partitioned_by', 'event_time'),
+               bool_and(c.is_final), bool_and(c.covered), bool_and(c.exact),
+               sum(c.inserts + c.updates + c.deletes)::bigint, sum(c.straddling_ranges)::bigint,
+               (@extschema@.explain_verdict(_period_facts.table_name,
+                                            min(c.period_start) FILTER (WHERE NOT c.is_final))).reason
           FROM @extschema@.changes_by_event_period(_period_facts.table_name, _period_facts.period_start,
-                                                   _period_facts.period_start + interval '1 microsecond') AS c
-         LIMIT 1;
+                                                   _period_facts.period_end) AS c;
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT jsonb_build_object('period_start', c.period_start, 'period_end', c.period_end,
-                              'is_final', c.is_final, 'covered', c.covered, 'exact', c.exact,
-                              'inserts', c.inserts, 'updates', c.updates, 'deletes', c.deletes,
-                              'straddling_ranges', c.straddling_ranges),
-           c.is_final, c.covered, c.exact, c.inserts + c.updates + c.deletes, c.straddling_ranges
+    SELECT jsonb_build_object('period_start', min(c.period_start), 'period_end', max(c.period_end),
+                              'periods', count(*), 'is_final', bool_and(c.is_final),
+                              'covered', bool_and(c.covered), 'exact', bool_and(c.exact),
+                              'inserts', sum(c.inserts), 'updates', sum(c.updates), 'deletes', sum(c.deletes),
+                              'straddling_ranges', sum(c.straddling_ranges)),
+           bool_and(c.is_final), bool_and(c.covered), bool_and(c.exact),
+           sum(c.inserts + c.updates + c.deletes)::bigint, sum(c.straddling_ranges)::bigint,
+           (@extschema@.explain_verdict(_period_facts.table_name,
+                                        min(c.period_start) FILTER (WHERE NOT c.is_final))).reason
       FROM @extschema@.changes_by_period(_period_facts.table_name, _period_facts.period_start,
-                                         _period_facts.period_start + interval '1 microsecond') AS c
-     LIMIT 1;
+                                         _period_facts.period_end) AS c;
 END
 $$;
 
 -- Why an event-time table's partition must not be released as it is, or
--- NULL: late rows landed in its period (after it was declared final), and
--- this generation does not say it was built after the last of them (the
--- manifest's built_at): a correction is due. Without built_at only a
--- period whose late rows all landed before its previous release passes:
--- that release's generation was checked against them.
+-- NULL: late rows landed in its periods [period_start, period_end) (after
+-- they were declared final), and this generation does not say it was built
+-- after the last of them (the manifest's built_at): a correction is due.
+-- Without built_at only a partition whose late rows all landed before its
+-- previous release passes: that release's generation was checked against
+-- them.
 CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
-                                               built_at timestamptz)
+                                               period_end timestamptz, built_at timestamptz)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -367,29 +431,30 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
-    lp @extschema@.late_period;
+    late_rows bigint;
+    last_seen timestamptz;
     pub @extschema@.published;
 BEGIN
     IF tt.event_time_column IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT l.* INTO lp FROM @extschema@.late_period l
-     WHERE l.table_id = tt.table_id AND l.event_period = @extschema@.period_start(period_start, tt.granularity);
-    IF NOT FOUND OR built_at >= lp.last_seen THEN
+    SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
+     WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+    IF last_seen IS NULL OR built_at >= last_seen THEN
         RETURN NULL;
     END IF;
     SELECT p.* INTO pub FROM @extschema@.published p
      WHERE p.table_id = tt.table_id AND p.partition = _late_data_problem.partition;
-    IF built_at IS NULL AND FOUND AND pub.published_at >= lp.last_seen THEN
+    IF built_at IS NULL AND FOUND AND pub.published_at >= last_seen THEN
         RETURN NULL;
     END IF;
-    RETURN format('%s late row(s) landed in this event period after it was declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
-                  lp.rows, lp.last_seen,
+    RETURN format('%s late row(s) landed in this partition''s event periods after they were declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
+                  late_rows, last_seen,
                   CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
                        WHEN pub.generation IS NOT NULL
                        THEN format(', after generation "%s" was released (%s)', pub.generation, pub.published_at)
                        ELSE ', and this manifest does not say when its data was read' END,
-                  lp.last_seen);
+                  last_seen);
 END
 $$;
 
@@ -484,12 +549,15 @@ RETURN right(_overlaps_live.prefix, 1) <> '/'
     OR EXISTS (SELECT FROM @extschema@.partition_registration g
                 WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
     OR EXISTS (SELECT FROM @extschema@.projection j
+                 JOIN @extschema@.tracked_table t ON t.table_id = j.table_id
                 WHERE j.table_id = _overlaps_live.table_id
                   AND _overlaps_live.period_start >= j.range_start AND _overlaps_live.period_start < j.range_end
-                  AND (starts_with(@extschema@.render_location(j.location_template, _overlaps_live.period_start),
+                  AND (starts_with(@extschema@.render_location(j.location_template, _overlaps_live.period_start,
+                                                               t.period_zone),
                                    _overlaps_live.prefix)
                        OR starts_with(_overlaps_live.prefix,
-                                      @extschema@.render_location(j.location_template, _overlaps_live.period_start))));
+                                      @extschema@.render_location(j.location_template, _overlaps_live.period_start,
+                                                                  t.period_zone))));
 
 -- Generations that were published, then superseded longer ago than the
 -- retention: their objects may be deleted. The current one never appears.

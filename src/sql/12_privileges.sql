@@ -18,6 +18,8 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.explain_verdict(text, timestamptz),
     @extschema@.period_start(timestamptz, interval),
     @extschema@.period_end(timestamptz, interval),
+    @extschema@.period_start(timestamptz, interval, text),
+    @extschema@.period_end(timestamptz, interval, text),
     @extschema@.mssql_local_to_instant(timestamp, text)
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
@@ -40,10 +42,10 @@ GRANT EXECUTE ON FUNCTION
 -- path) and read the catalog tables.
 GRANT EXECUTE ON FUNCTION
     @extschema@.track_table(text, text, text, interval, text, text, text,
-                            text, text, text, interval, double precision, interval),
+                            text, text, text, interval, double precision, interval, text),
     @extschema@.untrack_table(text, boolean, boolean),
     @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
-                                    double precision, interval, interval),
+                                    double precision, interval, interval, text),
     @extschema@.resume_table(text),
     @extschema@.release_source(text),
     @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
@@ -62,7 +64,7 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.add_consumer(text, text, boolean, regrole),
     @extschema@.alter_consumer(text, text, boolean, regrole, boolean),
     @extschema@.drop_consumer(text, text),
-    @extschema@.track_derived(text, text[], interval),
+    @extschema@.track_derived(text, text[], interval, text),
     @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text)
     TO finalize_admin;
 GRANT SELECT ON @extschema@.consumer, @extschema@.derived_input, @extschema@.loss, @extschema@.loss_ack
@@ -72,12 +74,13 @@ GRANT SELECT ON @extschema@.consumer, @extschema@.derived_input, @extschema@.los
 -- published generation; admins manage the catalog view.
 GRANT EXECUTE ON FUNCTION
     @extschema@.released_generation(text, text),
-    @extschema@.render_location(text, timestamptz)
+    @extschema@.render_location(text, timestamptz),
+    @extschema@.render_location(text, timestamptz, text)
     TO finalize_reader;
 GRANT EXECUTE ON FUNCTION
     @extschema@.release_gate(jsonb),
     @extschema@.compare_inventories(jsonb, jsonb, text),
-    @extschema@.register_partition(text, text, text),
+    @extschema@.register_partition(text, text, text, timestamptz, timestamptz),
     @extschema@.retired_generations(text, interval)
     TO finalize_publisher;
 GRANT SELECT ON @extschema@.releases TO finalize_publisher;

@@ -168,7 +168,7 @@ read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int atte
 				r->events->column = jobs[j]->event_name[s] ? jobs[j]->event_name[s] : jobs[j]->table->event_column;
 				r->events->utc = jobs[j]->event_utc[s];
 				r->events->server_offset_minutes = server_offset_minutes;
-				r->events->slot_seconds = event_slot_seconds(jobs[j]->table->granularity_usecs);
+				r->events->slot_seconds = event_slot_seconds(&jobs[j]->table->granularity);
 			}
 			ranges[nranges++] = r;
 			jobs[j]->inst[s] = instance_read(insts, &ninsts, slots, p->seg[s].instance->name, true);

@@ -4,12 +4,13 @@
  *     the write path stores (docs/design/event_time.md):
  *
  *   - rows per event period: SQL Server groups event times in local slots
- *     of whole seconds (a divisor of both the granularity and 15 minutes,
- *     so that every zone's offset keeps a slot inside one UTC period); each
- *     slot becomes the earliest instant its start may denote (the rule of
- *     commit times: in a fall-back hour a row may be counted an hour early,
- *     which can only make it look late, never hide lateness), then its
- *     period;
+ *     of whole seconds (a divisor of both the granularity and 15 minutes:
+ *     zones are offset by multiples of 15 minutes, so a slot lies inside
+ *     one period of the table's zone); each slot becomes the earliest
+ *     instant its start may denote (the rule of commit times: in a
+ *     fall-back hour a row may be counted an hour early, which can only
+ *     make it look late, never hide lateness), then its period, cut in the
+ *     table's period_zone;
  *   - the lateness sketch: SQL Server buckets commit time minus event time
  *     as local wall times. Where the zones' offsets differ over the range
  *     (a DST change between event and commit, an event zone other than the
@@ -31,7 +32,7 @@
 
 #include "common/event_time_sql.h"
 #include "common/json_build.h"
-#include "common/period.h"
+#include "common/period_zone.h"
 #include "common/sketch.h"
 #include "common/timeconv.h"
 #include "worker/event_facts.h"
@@ -45,20 +46,22 @@
  */
 #define DST_MARGIN ((int64) 2 * USECS_PER_HOUR)
 
-/* A zone offset is a multiple of 15 minutes (every zone in use today). */
-#define OFFSET_QUANTUM_S 900
-
 /*
  * The slot SQL Server groups event times by, in seconds: the greatest
- * common divisor of the granularity and 15 minutes (granularities of
- * event-time tables divide a day, so they are whole seconds).
+ * common divisor of the granularity and 15 minutes, the quantum of zone
+ * offsets (granularities of event-time tables are whole seconds that
+ * divide a day or whole days, or calendar months: 15 minutes).
  */
 int64
-event_slot_seconds(int64 granularity_usecs)
+event_slot_seconds(const Interval *granularity)
 {
-	int64		a = granularity_usecs / USECS_PER_SEC;
-	int64		b = OFFSET_QUANTUM_S;
+	int64		usecs;
+	int64		a;
+	int64		b = PERIOD_OFFSET_QUANTUM / USECS_PER_SEC;
 
+	if (!interval_usecs(granularity, &usecs))
+		return b;
+	a = usecs / USECS_PER_SEC;
 	if (a <= 0)
 		return 1;
 	while (b != 0)
@@ -136,7 +139,7 @@ period_rows_cmp(const void *a, const void *b)
 
 /* The rows per event period as the JSON array _record_range takes. */
 static Jsonb *
-periods_json(const CdcEvents *ev, const pg_tz *tz, int64 stride)
+periods_json(const CdcEvents *ev, const pg_tz *tz, const PeriodSpec *spec)
 {
 	PeriodRows *rows = palloc0(sizeof(PeriodRows) * (ev->nslots + 1));
 	JsonbParseState *st = NULL;
@@ -149,8 +152,8 @@ periods_json(const CdcEvents *ev, const pg_tz *tz, int64 stride)
 
 		r->null_event = s->null_event;
 		if (!s->null_event)
-			r->period = period_floor(event_instant(ORIGIN_1900 + s->slot * slot_usecs, tz), stride,
-									 "event time");
+			r->period = period_start_of(spec, event_instant(ORIGIN_1900 + s->slot * slot_usecs, tz),
+										"event time");
 		if (s->op == 2)
 			r->inserts = s->rows;
 		else if (s->op == 4)
@@ -283,7 +286,8 @@ char *
 event_facts_build(const CdcEvents *ev, const TrackedSource *t, const pg_tz *server_tz, RangeFacts *f)
 {
 	const pg_tz *tz = server_tz;
-	int64		stride = t->granularity_usecs;
+	const PeriodZone *period_zone;
+	PeriodSpec	spec;
 	int64		event_rows = 0;
 	int64		correction = 0;
 	Sketch	   *s;
@@ -293,8 +297,11 @@ event_facts_build(const CdcEvents *ev, const TrackedSource *t, const pg_tz *serv
 	else if (t->event_zone != NULL && (tz = pg_tzset(t->event_zone)) == NULL)
 		return psprintf("The event_time_zone \"%s\" of table \"%s\" is not a time zone this server knows.",
 						t->event_zone, t->table_name);
-	if (stride <= 0)
-		return psprintf("Table \"%s\" has no fixed granularity.", t->table_name);
+	if (!period_zone_lookup(t->period_zone, &period_zone))
+		return psprintf("The period_zone \"%s\" of table \"%s\" is not a time zone this server knows.",
+						t->period_zone, t->table_name);
+	if (period_spec_make(&t->granularity, period_zone, true, &spec) != GRANULARITY_OK)
+		return psprintf("Table \"%s\" has a granularity that defines no periods.", t->table_name);
 	for (int i = 0; i < ev->nslots; i++)
 		event_rows += ev->slots[i].rows;
 	if (event_rows != f->inserts + f->updates + f->deletes)
@@ -303,7 +310,7 @@ event_facts_build(const CdcEvents *ev, const TrackedSource *t, const pg_tz *serv
 						(long long) event_rows, (long long) (f->inserts + f->updates + f->deletes),
 						f->capture_instance);
 
-	f->event_periods = periods_json(ev, tz, stride);
+	f->event_periods = periods_json(ev, tz, &spec);
 	f->has_event_span = ev->has_span;
 	if (ev->has_span)
 	{

@@ -12,7 +12,7 @@
 #include "mssql/cdc_reader.h"
 #include "worker/worker_state.h"
 
-extern int64 event_slot_seconds(int64 granularity_usecs);
+extern int64 event_slot_seconds(const Interval *granularity);
 extern bool event_type_supported(const char *sql_server_type, bool *utc);
 extern char *event_facts_build(const CdcEvents *ev, const TrackedSource *t, const pg_tz *server_tz,
 							   RangeFacts *f);

@@ -33,7 +33,8 @@ typedef struct TrackedSource
 	TimestampTz last_loss;		/* when the previous data loss was recorded */
 	char	   *event_column;	/* event_time_column, or NULL: partitioned by commit time */
 	char	   *event_zone;		/* event_time_zone, or NULL: the server's timezone option */
-	int64		granularity_usecs;
+	Interval	granularity;	/* its periods: granularity in period_zone */
+	char	   *period_zone;
 } TrackedSource;
 
 typedef enum PlanAction

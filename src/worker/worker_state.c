@@ -274,8 +274,9 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	ts->event_column = spi_text(tup, desc, 14, cxt);
 	ts->event_zone = spi_text(tup, desc, 15, cxt);
 	d = SPI_getbinval(tup, desc, 16, &isnull);
-	if (isnull || !interval_usecs(DatumGetIntervalP(d), &ts->granularity_usecs))
-		ts->granularity_usecs = 0;
+	if (!isnull)
+		ts->granularity = *DatumGetIntervalP(d);
+	ts->period_zone = spi_text(tup, desc, 17, cxt);
 }
 
 /* The active tables of a source, with their offsets (in cxt). */
@@ -289,7 +290,7 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
 							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
 							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
-							  "       x.event_time_column, x.event_time_zone, x.granularity"
+							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone"
 							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
 							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id"
 							  " ORDER BY t.table_id",

@@ -235,6 +235,18 @@ def store_base(n):
     return mnt, mnt
 
 
+# The partition's period: final, so that the gate's finality check passes and
+# what it reports is the comparison measured.
+PERIOD = "2026-11-27T08:00:00Z"
+
+
+def final_until(pg, table):
+    """Records the facts that make the partition's hour final."""
+    pg.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-27 06:00+00')", (table,))
+    pg.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+           "'2026-11-27 10:00+00')", (table,))
+
+
 def bench_files(pg, sizes, large, trials):
     print("== release_gate on a file:// store (walk + compare + catalog + stored attempt) ==")
     print("   floors: parse = the manifest text into jsonb (PostgreSQL, before the gate runs); "
@@ -242,6 +254,7 @@ def bench_files(pg, sizes, large, trials):
     print(f"{'files':>10} {'finalize s':>11} {'reference s':>12} {'ratio':>7} {'us/file':>8} "
           f"{'parse us/f':>11} {'walk us/f':>10} {'rest us/f':>10} {'peak MB':>8} {'VmHWM MB':>9}")
     pg.sql("SELECT finalize.track_table('bench.orders', 'src', 'dbo.orders')")
+    final_until(pg, 'bench.orders')
     pg.sql("SELECT finalize.register_partition('bench.orders', 'day=27/hour=08', %s)", (PREFIX,))
     per_file = {}
     for n in sizes + ([large] if large else []):
@@ -253,6 +266,7 @@ def bench_files(pg, sizes, large, trials):
             manifest = make_store(root, n)
             setup = time.perf_counter() - t
             text = json.dumps({"table": "bench.orders", "partition": "day=27/hour=08", "generation": "gen-1",
+                               "period_start": PERIOD,
                                "store": "file://" + root, "prefix": PREFIX, "files": manifest})
             del manifest
             peak = [0, 0]
@@ -315,6 +329,7 @@ def bench_streamed(pg, sizes, large, trials):
           f"{'walk us/f':>10} {'above us/f':>11} {'peak MB':>8} {'VmHWM MB':>9}")
     above = {}
     pg.sql("SELECT finalize.track_table('bench.streamed', 'src', 'dbo.orders')")
+    final_until(pg, 'bench.streamed')
     pg.sql("SELECT finalize.register_partition('bench.streamed', 'day=27/hour=08', %s)", (PREFIX,))
     per_file = {}
     for n in sizes + ([large] if large else []):
@@ -332,6 +347,7 @@ def bench_streamed(pg, sizes, large, trials):
             del manifest
             setup = time.perf_counter() - t
             text = json.dumps({"table": "bench.streamed", "partition": "day=27/hour=08", "generation": "gen-1",
+                               "period_start": PERIOD,
                                "store": "file://" + root, "prefix": PREFIX,
                                "files_location": f"file://{root}/{key}"})
             peak = [0, 0]

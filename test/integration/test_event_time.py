@@ -117,7 +117,7 @@ def check_counts_and_late_rows(env, sim, base):
     st = env.sql("SELECT w.finalized_until, w.commit_until, w.event_allowance FROM finalize.watermark w "
                  "JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.orders'")[0]
     assert st[2] == datetime.timedelta(minutes=10)
-    assert st[0] == env.one("SELECT finalize._event_bound(%s, '10 minutes', '1 hour')", (st[1],))
+    assert st[0] == env.one("SELECT finalize._event_bound(%s, '10 minutes', '1 hour', 'UTC')", (st[1],))
     final_until = st[0]
     assert env.one("SELECT finalize.finalized_until('ev.orders')") == final_until
     # Only deletes were late: every late row of a period is a delete of it.
@@ -252,6 +252,50 @@ def test_dst_fall_back_and_odd_offset_zones_count_like_the_truth(env):
         finally:
             env.cleanup()
             s.stop()
+
+
+def test_local_days_of_a_datetime2_column(env):
+    """The common SQL Server case: created_at is a datetime2 of the server's local wall time, and the lake is
+    cut in local days of that zone (period_zone). Across New York's 25-hour day (2026-11-01), inserts per local
+    event day equal the truth (its 15-minute UTC periods summed by the reference's local days), none is late
+    within the allowance, and no day is final before the truth has passed its end plus the allowance. (The
+    event-time verdict is drawn from the commit-time verdict, itself in whole local days: a day is final
+    once the truth has passed the end of the next one, less the allowance.)"""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+    from periods_ref import period as ref_period
+    from worker_env import truth_watermark
+    zone = "America/New_York"
+    s = sim_clock(timezone=zone, start_time="2026-10-31T12:00:00Z", dummy_interval=600).start()
+    try:
+        base = track_event(env, s, table="ev.local_days", tz=zone, granularity="1 day", period_zone=zone,
+                           allowed_lateness="10 minutes")
+        rnd = random.Random(26)
+        seen_final = set()
+        for _ in range(36):
+            s.call("sim.commit", inserts=rnd.randint(2, 6), lateness="uniform:300",
+                   transactions=2)
+            step(env, s, "ev.local_days", seconds=rnd.randint(3600, 5400))
+            truth = truth_watermark(s)
+            for day in ("2026-10-31", "2026-11-01", "2026-11-02"):
+                start, end = ref_period(datetime.datetime.fromisoformat(day + "T12:00:00-04:00"), "1 day", zone)
+                final = env.one("SELECT finalize.is_final('ev.local_days', %s)", (start,))
+                assert not final or end + datetime.timedelta(minutes=10) <= truth, (day, truth)
+                if final:
+                    seen_final.add(day)
+        recorded = recorded_by_period(env, "ev.local_days")
+        by_day = {}
+        for p, counts in truth_by_period(s, "created_at", 900, base).items():
+            day = ref_period(p, "1 day", zone)[0]
+            by_day[day] = tuple(a + b for a, b in zip(by_day.get(day, (0, 0, 0)), counts))
+        assert recorded == by_day and len(by_day) >= 2, (recorded, by_day)
+        assert datetime.datetime(2026, 11, 1, 4, tzinfo=UTC) in recorded      # the 25-hour day
+        assert late_rows(env, "ev.local_days") == {}
+        assert "2026-10-31" in seen_final, seen_final
+    finally:
+        env.cleanup()
+        s.stop()
 
 
 def test_a_datetimeoffset_column_reads_in_utc(env, sim):

@@ -558,7 +558,7 @@ def test_a_fifo_is_not_an_object_and_never_blocks_the_gate(pg, table, store):
 ITEMS = "lake.items"
 
 
-def release_at(pg, root, table, partition, generation, prefix, names, period_start=None):
+def release_at(pg, root, table, partition, generation, prefix, names, period_start=P09):
     """Writes files under prefix, registers the partition there and releases it (must pass)."""
     files = {}
     for i, name in enumerate(names):
@@ -568,15 +568,17 @@ def release_at(pg, root, table, partition, generation, prefix, names, period_sta
         files[path] = len(data)
     pg.sql("SELECT finalize.register_partition(%s, %s, %s)", (table, partition, prefix))
     m = {"table": table, "partition": partition, "generation": generation, "store": "file://" + root,
-         "prefix": prefix, "files": files}
-    if period_start is not None:
-        m["period_start"] = period_start
+         "prefix": prefix, "files": files, "period_start": period_start}
     assert gate(pg, m) == (True, generation, []), (table, partition, generation)
     return files
 
 
 def test_retired_generations_never_overlap_a_published_prefix(pg, table, store):
     pg.sql("SELECT finalize.track_table(%s, 'src', 'dbo.items')", (ITEMS,))
+    # Final until 10:00, so that its releases pass the finality check.
+    pg.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-27 06:00+00')", (ITEMS,))
+    pg.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+           "'2026-11-27 10:00+00')", (ITEMS,))
     # Another table's generation at "day=27/": the ancestor of every prefix of lake.orders below.
     release_at(pg, store, ITEMS, "p4", "g1", "day=27/", ["seed.parquet"])
     release_at(pg, store, ITEMS, "p4", "g2", "items/p4/g2/", ["a.parquet"])

@@ -162,3 +162,97 @@ def test_dbt_freshness_query_returns_the_verdict(pgr, orders):
     assert max_loaded_at == rows(conn, "SELECT finalize.finalized_until('sales.orders')")[0][0]
     assert max_loaded_at.isoformat() == "2026-11-29T14:00:00+00:00"
     conn.close()
+
+
+def call_keyword(name, keyword):
+    """The string given as keyword `keyword` in a call of a Python recipe (SqlSensor(sql=...))."""
+    lang, body = recipe(name)
+    assert lang == "python"
+    for node in ast.walk(ast.parse(body)):
+        if isinstance(node, ast.keyword) and node.arg == keyword and isinstance(node.value, ast.Constant):
+            return node.value.value
+    raise AssertionError(f"recipe {name} has no {keyword}= string")
+
+
+@pytest.fixture
+def seoul_days(pgr):
+    """sales.orders_daily, Seoul days, tracked: nothing final yet."""
+    pgr.sql("SELECT finalize.track_table('sales.orders_daily', 'src', 'dbo.orders', '1 day', "
+            "period_zone => 'Asia/Seoul')", dbname=DB)
+    yield "sales.orders_daily"
+    pgr.sql("DELETE FROM finalize.tracked_table", dbname=DB)
+
+
+def record_daily(pg, start, end, commit_time):
+    pg.sql("SELECT finalize.record_range('sales.orders_daily', %s, %s, %s)", (start, end, commit_time), dbname=DB)
+
+
+def test_airflow_daily_dag_in_a_zone_asks_for_its_local_day(pgr, seoul_days):
+    """A @daily DAG with a start_date in Asia/Seoul: data_interval_start of the run for 2026-11-28 renders as
+    2026-11-27T15:00:00+00:00 (Seoul midnight, in UTC), and the sensor's query answers for that Seoul day."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+    sql = call_keyword("airflow-daily-zone", "sql")
+    start = datetime(2026, 11, 28, tzinfo=ZoneInfo("Asia/Seoul")).astimezone(ZoneInfo("UTC"))
+    params = {"table": "sales.orders_daily", "day": start.isoformat()}
+    assert params["day"] == "2026-11-27T15:00:00+00:00"
+    conn = reader(pgr)
+    assert rows(conn, sql, params) == [(False,)]
+    record_daily(pgr, None, "0x00000000000000000100", "2026-11-27 20:00+00")
+    record_daily(pgr, "0x00000000000000000100", "0x00000000000000000200", "2026-11-28 14:59:59+00")
+    assert rows(conn, sql, params) == [(False,)]    # one second before Seoul's midnight
+    record_daily(pgr, "0x00000000000000000200", "0x00000000000000000300", "2026-11-28 15:00:01+00")
+    assert rows(conn, sql, params) == [(True,)]
+    conn.close()
+
+
+def test_dagster_daily_partitions_in_a_zone_see_each_final_local_day_once(pgr, seoul_days):
+    sql = sql_constants("dagster-daily-zone")["FINAL_DAYS_SQL"]
+    conn = reader(pgr)
+
+    def final_days(after):
+        out = []
+        for p, final in rows(conn, sql, {"table": "sales.orders_daily", "after": after, "zone": "Asia/Seoul"}):
+            if not final:
+                break
+            # The recipe's partition key: the local date.
+            out.append(p.astimezone(ZoneInfo("Asia/Seoul")).strftime("%Y-%m-%d"))
+        return out
+    from zoneinfo import ZoneInfo
+    assert final_days("2026-11-25T00:00:00+09:00") == []
+    record_daily(pgr, None, "0x00000000000000000100", "2026-11-24 20:00+00")
+    record_daily(pgr, "0x00000000000000000100", "0x00000000000000000200", "2026-11-27 15:30+00")
+    assert final_days("2026-11-25T00:00:00+09:00") == ["2026-11-25", "2026-11-26", "2026-11-27"]
+    # The cursor past the last day run: only the days final since.
+    assert final_days("2026-11-28T00:00:00+09:00") == []
+    conn.close()
+
+
+def test_the_local_day_recipe_from_track_table_to_the_gate(pgr, store):
+    """The README's local-day block, statement by statement (the store is a local one here): the Seoul day
+    2026-11-28 is released only once it is final, and the projection places it at dt=2026-11-28/."""
+    import json
+    from conftest import write_file
+    lang, block = recipe("local-day")
+    assert lang == "sql"
+    statements = [s.strip() for s in re.split(r";\s*(?:--[^\n]*)?\n", block + "\n") if s.strip()
+                  and not all(line.strip().startswith("--") for line in s.strip().splitlines())]
+    statements = ["\n".join(line for line in s.splitlines() if not line.strip().startswith("--")) for s in statements]
+    write_file(store, "dt=2026-11-28/part-0.parquet", b"x" * 1048576)
+    results = []
+    for s in statements:
+        s = s.replace('"store": "lake"', json.dumps({"store": "file://" + store})[1:-1]).replace("'erp'", "'src'")
+        results.append(pgr.sql(s, dbname=DB))
+    assert results[1] == [(False,)] and results[2] == [(None,)]
+    released, generation, problems = results[4][0]
+    assert (released, [p["code"] for p in problems]) == (False, ["not_finalized"]), problems
+    pgr.sql("SELECT finalize.record_range('sales.orders_daily', NULL, '0x00000000000000000100', "
+            "'2026-11-27 00:00+00')", dbname=DB)
+    pgr.sql("SELECT finalize.record_range('sales.orders_daily', '0x00000000000000000100', "
+            "'0x00000000000000000200', '2026-11-28 15:00:01+00')", dbname=DB)
+    released, generation, problems = pgr.sql(statements[4].replace('"store": "lake"', json.dumps(
+        {"store": "file://" + store})[1:-1]), dbname=DB)[0]
+    assert (released, generation, problems) == (True, "g1", [])
+    assert pgr.sql("SELECT finalize.finalized_until('sales.orders_daily')", dbname=DB)[0][0].isoformat() == \
+        "2026-11-28T15:00:00+00:00"
+    pgr.sql("DELETE FROM finalize.tracked_table", dbname=DB)

@@ -1,13 +1,13 @@
 """Every function that reports finality agrees with is_final, whatever the
-session's TimeZone: period arithmetic lives in C, on absolute instants, and
-the SQL functions (explain_verdict, changes_by_period, the gate's
-not_finalized check) use it instead of adding a granularity to a timestamptz
-(which would be calendar arithmetic in the session's zone: a "1 day" period
-of 23 or 25 hours on a DST day).
+session's TimeZone: period arithmetic lives in C, and the SQL functions
+(explain_verdict, changes_by_period, the gate's not_finalized check) use it
+instead of adding a granularity to a timestamptz (which would be calendar
+arithmetic in the session's zone, not the table's).
 
 Watermarks sit at 23:00 UTC on DST days of several zones, recorded with an
-hourly granularity; the granularity then changes (1 day, 2 days, 90 minutes,
-25 hours), so the watermark lies off the new period boundaries."""
+hourly granularity; the periods then change (1 day, 2 days, 90 minutes,
+25 hours in UTC, and local days, ISO weeks and months in the zones of
+PERIOD_ZONES), so the watermark lies off the new period boundaries."""
 
 import datetime
 import json
@@ -25,6 +25,9 @@ UTC = datetime.timezone.utc
 ZONES = ["UTC", "America/New_York", "Australia/Lord_Howe", "Pacific/Kiritimati", "America/St_Johns",
          "Asia/Kathmandu", "Europe/London", "Pacific/Chatham"]
 GRANULARITIES = ["1 day", "2 days", "90 minutes", "25 hours"]
+# Calendar periods cut in a zone, asked from sessions of every zone above.
+PERIODS_IN_ZONES = [("1 day", "America/New_York"), ("1 week", "Europe/London"), ("1 month", "Australia/Lord_Howe"),
+                    ("1 day", "Asia/Kathmandu"), ("1 hour", "Australia/Lord_Howe"), ("1 day", "America/Santiago")]
 # 23:00 UTC on days whose local length is not 24 hours somewhere in ZONES.
 WATERMARKS = {
     "dst.ny_spring": datetime.datetime(2026, 3, 8, 23, tzinfo=UTC),      # New York, St. John's: 23 h
@@ -62,11 +65,11 @@ def answers(pg, zone, table, wm):
             cur.execute("""
                 SELECT i,
                        finalize.is_final(%(t)s, i),
-                       finalize.period_start(i, g), finalize.period_end(i, g),
+                       finalize.period_start(i, g, z), finalize.period_end(i, g, z),
                        e.is_final, e.period_start, e.period_end,
                        c.is_final, c.period_start, c.period_end
                   FROM generate_series(%(from)s::timestamptz, %(to)s::timestamptz, interval '30 minutes') AS i,
-                       (SELECT t.granularity AS g FROM finalize.tracked_table t
+                       (SELECT t.granularity AS g, t.period_zone AS z FROM finalize.tracked_table t
                          WHERE t.table_name = %(t)s AND t.untracked_at IS NULL) AS tt,
                        LATERAL finalize.explain_verdict(%(t)s, i) AS e,
                        LATERAL (SELECT * FROM finalize.changes_by_period(%(t)s, i, i + interval '1 microsecond')
@@ -104,10 +107,41 @@ def test_sql_functions_agree_with_is_final_in_every_zone(pg, granularity):
     assert 0 < finals < checked
 
 
+@pytest.mark.parametrize("granularity,period_zone", PERIODS_IN_ZONES)
+def test_calendar_periods_agree_with_is_final_in_every_session_zone(pg, granularity, period_zone):
+    """The same agreement with the tables' periods cut in a zone: explain_verdict and changes_by_period
+    name the periods of the table's zone, whatever the session's, and call them final exactly when
+    is_final does; the periods are those of the reference (test/lib/periods_ref.py)."""
+    from periods_ref import period as ref_period
+    checked = finals = 0
+    for table in WATERMARKS:
+        pg.sql("SELECT finalize.alter_tracked_table(%s, granularity => %s, period_zone => %s)",
+               (table, granularity, period_zone))
+    try:
+        for table, wm in WATERMARKS.items():
+            for zone in ZONES[:5]:
+                for (i, sensor, ps, pe, explained, e_start, e_end, by_period, c_start,
+                     c_end) in answers(pg, zone, table, wm):
+                    where = f"{table} {granularity} {period_zone} in a {zone} session at {i}"
+                    assert (ps, pe) == ref_period(i, granularity, period_zone), where
+                    assert explained == sensor and by_period == sensor, where
+                    assert (e_start, e_end) == (c_start, c_end) == (ps, pe), where
+                    assert sensor == (pe <= wm), where
+                    checked += 1
+                    finals += sensor
+    finally:
+        for table in WATERMARKS:
+            pg.sql("SELECT finalize.alter_tracked_table(%s, granularity => '1 hour', period_zone => 'UTC')",
+                   (table,))
+    assert 0 < finals < checked
+
+
 @pytest.mark.parametrize("zone", ["America/New_York", "Australia/Lord_Howe", "Pacific/Kiritimati"])
 def test_the_gate_agrees_with_is_final_in_every_zone(pg, store, zone):
     """release_gate's not_finalized check, for the day periods around each
-    watermark (one of them straddles it), from a session in the zone."""
+    watermark (one of them straddles it), from a session in the zone. A
+    partition's period_start is its period's start (any other instant is
+    refused: test_gate_periods.py)."""
     write_file(store, "p/f", b"x")
     seen = set()
     conn = pg.connect()
@@ -118,7 +152,8 @@ def test_the_gate_agrees_with_is_final_in_every_zone(pg, store, zone):
                 cur.execute("SELECT finalize.alter_tracked_table(%s, granularity => '1 day')", (table,))
                 cur.execute("SELECT finalize.register_partition(%s, 'p', 'p/')", (table,))
                 for hours in (-30, -23, -1, 0, 1, 23, 30):
-                    at = wm + datetime.timedelta(hours=hours)
+                    at = pg.sql("SELECT finalize.period_start(%s, '1 day')",
+                                (wm + datetime.timedelta(hours=hours),))[0][0]
                     manifest = {"table": table, "partition": "p", "generation": f"g{hours}",
                                 "store": "file://" + store, "prefix": "p/", "files": {"p/f": 1},
                                 "period_start": at.isoformat()}

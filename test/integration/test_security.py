@@ -30,8 +30,10 @@ READER = {
     "finalized_until(text)", "is_final(text,timestamp with time zone)",
     "explain_verdict(text,timestamp with time zone)",
     "period_start(timestamp with time zone,interval)", "period_end(timestamp with time zone,interval)",
+    "period_start(timestamp with time zone,interval,text)", "period_end(timestamp with time zone,interval,text)",
     "mssql_local_to_instant(timestamp without time zone,text)",
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
+    "render_location(text,timestamp with time zone,text)",
     "finalized_until(text[])", "is_final(text[],timestamp with time zone)",
     "lateness(text,double precision,interval)",
     "wait_final(text,timestamp with time zone,interval)", "wait_final(text[],timestamp with time zone,interval)",
@@ -40,16 +42,16 @@ PIPELINE = READER | {"report_progress(text,text,text)", "report_processed(text,t
 PUBLISHER = READER | {
     "changes_by_period(text,timestamp with time zone,timestamp with time zone)",
     "changes_by_event_period(text,timestamp with time zone,timestamp with time zone)",
-    "release_gate(jsonb)", "compare_inventories(jsonb,jsonb,text)", "register_partition(text,text,text)",
+    "release_gate(jsonb)", "compare_inventories(jsonb,jsonb,text)", "register_partition(text,text,text,timestamp with time zone,timestamp with time zone)",
     "retired_generations(text,interval)",
 }
 ADMIN = PUBLISHER | PIPELINE | {
-    "track_table(text,text,text,interval,text,text,text,text,text,text,interval,double precision,interval)",
+    "track_table(text,text,text,interval,text,text,text,text,text,text,interval,double precision,interval,text)",
     "untrack_table(text,boolean,boolean)",
     "add_consumer(text,text,boolean,regrole)", "alter_consumer(text,text,boolean,regrole,boolean)",
-    "drop_consumer(text,text)", "track_derived(text,text[],interval)",
+    "drop_consumer(text,text)", "track_derived(text,text[],interval,text)",
     "acknowledge_loss(text,timestamp with time zone,timestamp with time zone,text)",
-    "alter_tracked_table(text,interval,text,text,text,text,text,interval,double precision,interval,interval)",
+    "alter_tracked_table(text,interval,text,text,text,text,text,interval,double precision,interval,interval,text)",
     "resume_table(text)", "release_source(text)",
     "record_range(text,text,text,timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,"
     "timestamp with time zone,text,text,jsonb,jsonb,bytea,timestamp with time zone,timestamp with time zone)",

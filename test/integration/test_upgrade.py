@@ -153,9 +153,27 @@ def versions_to_update_from():
     return older or released_versions()[-1:]
 
 
+def old_release(sql, manifest, released):
+    """A release attempt as an older version's gate stored it: that gate's
+    library is not loaded here, and this one's publishes nothing into a
+    catalog of another version (it refuses: the gate never guesses what an
+    older catalog means)."""
+    sql("INSERT INTO finalize.release (table_id, partition, generation, store, prefix, released, period_start, "
+        "problems, report, requested_by) VALUES (finalize._tracked_id(%s), %s, %s, %s, %s, %s, %s, '[]', "
+        "jsonb_build_object('manifest', %s::jsonb), current_user) RETURNING release_id",
+        (manifest["table"], manifest["partition"], manifest["generation"], manifest["store"], manifest["prefix"],
+         released, manifest["period_start"], json.dumps(manifest)))
+    if released:
+        sql("INSERT INTO finalize.published (table_id, partition, generation, prefix, release_id, published_at) "
+            "SELECT r.table_id, r.partition, r.generation, r.prefix, r.release_id, r.requested_at "
+            "FROM finalize.release r WHERE r.release_id = (SELECT max(release_id) FROM finalize.release)")
+
+
 def make_history(pg, dbname, store):
     """Facts, verdicts, events, conditions and releases, made through the
-    SQL API (and the worker's functions) of whatever version is installed."""
+    SQL API (and the worker's functions) of whatever version is installed;
+    releases through the gate when it is this version's, else as that
+    version stored them (old_release)."""
     def sql(query, args=None):
         return pg.sql(query, args, dbname=dbname)
     sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
@@ -193,9 +211,19 @@ def make_history(pg, dbname, store):
     sql("SELECT finalize.register_partition('up.orders', 'hour=09', 'hour=09/gen-1/')")
     manifest = {"table": "up.orders", "partition": "hour=09", "generation": "gen-1", "store": "file://" + store,
                 "prefix": "hour=09/gen-1/", "files": files, "period_start": "2026-11-02 09:00+00"}
-    assert sql("SELECT released FROM finalize.release_gate(%s)", (json.dumps(manifest),)) == [(True,)]
+    current = sql("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'finalize'")[0][0] == \
+        default_version()
+    if current:
+        assert sql("SELECT released FROM finalize.release_gate(%s)", (json.dumps(manifest),)) == [(True,)]
+    else:
+        with pytest.raises(Exception, match="the release gate publishes nothing|publishes nothing until"):
+            sql("SELECT released FROM finalize.release_gate(%s)", (json.dumps(manifest),))
+        old_release(sql, manifest, True)
     manifest.update(generation="gen-2", prefix="hour=09/gen-2/")
-    assert sql("SELECT released FROM finalize.release_gate(%s)", (json.dumps(manifest),)) == [(False,)]
+    if current:
+        assert sql("SELECT released FROM finalize.release_gate(%s)", (json.dumps(manifest),)) == [(False,)]
+    else:
+        old_release(sql, manifest, False)
     sql("SELECT finalize.set_projection('up.orders', 'hour={hour}/', '2026-11-01', '2026-12-01')")
 
 
@@ -385,3 +413,69 @@ def test_servers_declared_before_encryption_keep_working_after_the_update(pg, da
            dbname=db)
     assert pg.sql("SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'fresh'", dbname=db)[0][0] == \
         ["host=127.0.0.1", "database=erp"]
+
+
+def test_the_new_library_answers_a_0_2_0_catalog_in_its_periods(pg, databases):
+    """Between the new library's start and ALTER EXTENSION UPDATE, the C functions run against the 0.2.0
+    declarations, which pass no zone: they answer in UTC as 0.2.0 did (an event-time table records its
+    ranges through _event_bound's three arguments; reading a fourth crashed the server)."""
+    db = databases("up_mixed_0_2_0", "0.2.0")
+
+    def sql(query, args=None):
+        return pg.sql(query, args, dbname=db)
+    assert sql("SELECT finalize._event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour'), "
+               "finalize.period_start('2026-11-28 12:00+00', '7 days'), "
+               "finalize._period_final('2026-11-28 12:00+00', '1 day', '2026-11-29 00:00+00')") == \
+        [(datetime(2026, 11, 29, 11, tzinfo=timezone.utc), datetime(2026, 11, 28, tzinfo=timezone.utc), True)]
+    sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
+    sql("SELECT finalize.track_table('up.events', 'up', 'dbo.orders', '1 hour', event_time_column => 'created_at', "
+        "allowed_lateness => '10 minutes')")
+    sql("SELECT finalize.record_range('up.events', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
+    sql("SELECT finalize.record_range('up.events', '0x00000000000000000010', '0x00000000000000000020', "
+        "'2026-11-02 11:00:05+00')")
+    assert sql("SELECT finalize.finalized_until('up.events')") == [(datetime(2026, 11, 2, 10, tzinfo=timezone.utc),)]
+
+
+@pytest.mark.parametrize("version", [v for v in released_versions() if vkey(v) < vkey("0.3.0")])
+def test_every_table_keeps_its_periods_through_the_update(pg, databases, version):
+    """0.3.0 cuts periods in a table's zone and reads whole weeks written in days as ISO weeks (from
+    Monday); before, every table's periods were UTC's and '7 days' counted from Saturday 2000-01-01. The
+    update gives every table period_zone 'UTC' and writes such granularities in hours, which keeps those
+    periods: every answer about a period is the one it was, and a WARNING names the tables."""
+    db = databases("up_periods_from_%s" % version.replace(".", "_"), version)
+
+    def sql(query, args=None):
+        return pg.sql(query, args, dbname=db)
+    sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
+    grains = {"up.weekly": "7 days", "up.fortnight": "14 days", "up.hours168": "168 hours", "up.daily": "1 day",
+              "up.quarter_hours": "15 minutes"}
+    for t, g in grains.items():
+        sql("SELECT finalize.track_table(%s, 'up', 'dbo.orders', %s)", (t, g))
+        sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000010', '2026-10-01 00:00+00')", (t,))
+        sql("SELECT finalize.record_range(%s, '0x00000000000000000010', '0x00000000000000000020', "
+            "'2026-11-26 13:20+00', 2, 0, 0, '2026-11-20 10:00+00', '2026-11-25 10:00+00')", (t,))
+    probes = ["2026-11-14 12:00+00", "2026-11-21 00:00+00", "2026-11-22 12:00+00", "2026-11-26 13:10+00"]
+    question = ("SELECT t, p, finalize.is_final(t, p::timestamptz), e.period_start, e.period_end, e.is_final, "
+                "e.finalized_until FROM unnest(%s) AS t, unnest(%s) AS p, "
+                "LATERAL finalize.explain_verdict(t, p::timestamptz) AS e ORDER BY 1, 2")
+    before = sql(question, (list(grains), probes))
+    by_period = {t: sql("SELECT * FROM finalize.changes_by_period(%s, '2026-11-10', '2026-11-27')", (t,))
+                 for t in grains}
+    conn = pg.connect(dbname=db)
+    try:
+        conn.cursor().execute("ALTER EXTENSION finalize UPDATE")
+        notices = "".join(conn.notices)
+    finally:
+        conn.close()
+    if vkey(version) < vkey("0.3.0"):
+        assert "up.fortnight, up.weekly" in notices and "ISO weeks" in notices, notices
+    assert sql(question, (list(grains), probes)) == before
+    assert {t: sql("SELECT * FROM finalize.changes_by_period(%s, '2026-11-10', '2026-11-27')", (t,))
+            for t in grains} == by_period
+    assert dict(sql("SELECT table_name, period_zone FROM finalize.tracked_table")) == dict.fromkeys(grains, "UTC")
+    assert sql("SELECT granularity::text FROM finalize.tracked_table WHERE table_name = 'up.weekly'") == \
+        [("168:00:00",)]
+    # A table tracked now with '7 days' gets ISO weeks: Monday 2026-11-23.
+    sql("SELECT finalize.track_table('up.iso', 'up', 'dbo.orders', '7 days')")
+    assert sql("SELECT period_start FROM finalize.explain_verdict('up.iso', '2026-11-26 12:00+00')") == \
+        [(datetime(2026, 11, 23, tzinfo=timezone.utc),)]

@@ -1,0 +1,2029 @@
+-- finalize 0.2.0 to 0.3.0, run by ALTER EXTENSION finalize UPDATE: calendar
+-- periods in a table's own zone (period_zone), partitions bound to whole
+-- periods, and a release gate that never publishes without the finality
+-- check. Every change here is also made in the parts under src/sql/, which
+-- build a fresh 0.3.0 install: test/integration/test_upgrade.py checks that
+-- both give the same catalog, and that facts, verdicts and releases are
+-- kept (every existing table gets period_zone 'UTC', whose periods are the
+-- ones 0.2.0 computed).
+
+\echo Use "ALTER EXTENSION finalize UPDATE TO '0.3.0'" to load this file. \quit
+
+-- 0. Before anything changes: the library this server loaded must be 0.3.0's
+-- (it is preloaded, so `make install` takes effect at the next restart).
+-- Failing here changes nothing.
+DO $probe$
+BEGIN
+    CREATE FUNCTION @extschema@._upgrade_probe(text, text) RETURNS text
+        AS 'MODULE_PATHNAME', 'finalize_check_zone' LANGUAGE C;
+    DROP FUNCTION @extschema@._upgrade_probe(text, text);
+EXCEPTION WHEN undefined_function THEN
+    RAISE EXCEPTION 'the finalize library loaded in this server is older than version 0.3.0'
+        USING DETAIL = SQLERRM,
+              HINT = 'Restart PostgreSQL after installing the new version (the library is preloaded), '
+                     'then run ALTER EXTENSION finalize UPDATE again.';
+END
+$probe$;
+
+-- 1. The period arithmetic in a zone (src/common/period.c): the forms of
+-- period_start and period_end with a zone, the zone checks, and the
+-- internal functions that take the table's zone. _check_granularity and
+-- _granularity_valid keep their names and now also take calendar months.
+
+CREATE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval, zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_period_start'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.period_start(timestamptz, interval, text) IS
+    'Start of the period of the given granularity, cut in the given zone, that contains ts';
+
+CREATE FUNCTION @extschema@.period_end(ts timestamptz, granularity interval, zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_period_end'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.period_end(timestamptz, interval, text) IS
+    'End (exclusive) of the period of the given granularity, cut in the given zone, that contains ts';
+
+CREATE OR REPLACE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_period_start'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.period_start(timestamptz, interval) IS
+    'Start of the period of the given granularity (in UTC) that contains ts';
+
+CREATE OR REPLACE FUNCTION @extschema@.period_end(ts timestamptz, granularity interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_period_end'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.period_end(timestamptz, interval) IS
+    'End (exclusive) of the period of the given granularity (in UTC) that contains ts';
+
+-- A zone name of the zone database, as it spells it ('asia/seoul' is
+-- 'Asia/Seoul'), or the error that names the argument.
+CREATE FUNCTION @extschema@._check_zone(zone text, argname text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_check_zone'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+-- For the CHECK constraint of finalize.tracked_table.period_zone: a zone
+-- the server knows, spelt as _check_zone spells it.
+CREATE FUNCTION @extschema@._zone_valid(zone text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_zone_valid'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- The verdict for the period containing ts under a watermark, as is_final
+-- gives it (false while there is no watermark). Every SQL function that
+-- reports finality uses this: adding a granularity to a timestamptz in SQL
+-- would be calendar arithmetic in the session's TimeZone.
+CREATE FUNCTION @extschema@._period_final(ts timestamptz, granularity interval, zone text,
+                                          finalized_until timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_period_final'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- The periods that intersect [from_time, to_time), at most 100000.
+CREATE FUNCTION @extschema@._periods(from_time timestamptz, to_time timestamptz, granularity interval,
+                                     zone text, OUT period_start timestamptz, OUT period_end timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'finalize_periods'
+LANGUAGE C IMMUTABLE PARALLEL SAFE ROWS 24;
+
+-- The end of a span of whole periods [period_start, period_end) of a
+-- table (period_end NULL: the one period at period_start), or the error
+-- that names the boundary that is off, the object (what) and the nearest
+-- boundaries: a partition holds whole periods.
+CREATE FUNCTION @extschema@._check_period_span(period_start timestamptz, period_end timestamptz,
+                                               granularity interval, zone text, what text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_check_period_span'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- An instant rounded down to a start of a table's periods (infinite and
+-- NULL ones stay): how a verdict is kept when its periods change.
+CREATE FUNCTION @extschema@._round_down(ts timestamptz, granularity interval, zone text)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN isfinite(ts) THEN @extschema@.period_start(ts, granularity, zone) ELSE ts END;
+
+-- 2. A table's zone. The functions with SQL bodies that take a
+-- tracked_table row block adding a column to it: they are made again in 5.
+DROP FUNCTION @extschema@._final(@extschema@.tracked_table, @extschema@.watermark, timestamptz);
+DROP FUNCTION @extschema@._explain_event_time(@extschema@.tracked_table, @extschema@.watermark, timestamptz);
+DROP FUNCTION @extschema@._explain_consumers(@extschema@.tracked_table, timestamptz);
+DROP FUNCTION @extschema@._explain_losses(@extschema@.tracked_table, timestamptz, timestamptz);
+DROP FUNCTION @extschema@._explain_final(@extschema@.tracked_table, @extschema@.watermark, timestamptz, timestamptz);
+
+-- Every existing table's periods stay UTC's. A
+-- granularity of whole weeks written in days ('7 days') now means ISO weeks
+-- from Monday; 0.2.0 counted it from Saturday 2000-01-01, which the same
+-- length written in hours keeps: so such a table keeps its periods.
+ALTER TABLE @extschema@.tracked_table
+    ADD COLUMN period_zone text NOT NULL DEFAULT 'UTC'
+        CONSTRAINT tracked_table_period_zone_check CHECK (@extschema@._zone_valid(period_zone));
+COMMENT ON COLUMN @extschema@.tracked_table.period_zone IS
+    'IANA zone the table''s periods are cut in: local days, weeks, months and hours (UTC: as before 0.3.0)';
+DO $weeks$
+DECLARE
+    kept text;
+BEGIN
+    WITH moved AS (
+        UPDATE @extschema@.tracked_table t
+           SET granularity = pg_catalog.make_interval(hours => pg_catalog.date_part('day', t.granularity)::integer * 24)
+         WHERE pg_catalog.date_part('day', t.granularity)::integer % 7 = 0
+           AND pg_catalog.date_part('day', t.granularity) <> 0
+           AND t.granularity = pg_catalog.make_interval(days => pg_catalog.date_part('day', t.granularity)::integer)
+        RETURNING t.table_name)
+    SELECT pg_catalog.string_agg(m.table_name, ', ' ORDER BY m.table_name) INTO kept FROM moved m;
+    IF kept IS NOT NULL THEN
+        RAISE WARNING 'the granularity of tables % is now written in hours, which keeps their periods', kept
+            USING DETAIL = 'Whole weeks written in days are ISO weeks from Monday since 0.3.0; these tables counted theirs from Saturday 2000-01-01.',
+                  HINT = 'To cut them in ISO weeks, run finalize.alter_tracked_table(name, granularity => ''1 week'').';
+    END IF;
+END
+$weeks$;
+
+-- 3. Partitions bound to their periods: a registration records the
+-- periods its partition holds, an attempt the periods it was checked for.
+ALTER TABLE @extschema@.partition_registration
+    ADD COLUMN period_start timestamptz,
+    ADD COLUMN period_end timestamptz,
+    ADD CONSTRAINT partition_registration_period_check
+        CHECK ((period_start IS NULL) = (period_end IS NULL) AND period_end > period_start);
+COMMENT ON COLUMN @extschema@.partition_registration.period_start IS
+    'The periods the partition holds, [period_start, period_end), whole periods of its table (NULL: not registered; the manifest must give them)';
+ALTER TABLE @extschema@.release ADD COLUMN period_end timestamptz;
+COMMENT ON COLUMN @extschema@.release.period_end IS
+    'With period_start: the periods the release held and was checked for, [period_start, period_end)';
+
+-- 4. Internal functions that now take the table's zone (new signatures;
+-- the old ones are dropped in 6, once nothing refers to them).
+
+-- The verdict of one consumer: the period start (the table's periods:
+-- granularity in zone) of the commit time it has applied up to (a tracked
+-- table's consumer, as the worker resolved its LSN) or of the input
+-- watermark its job processed (a derived table's); NULL while it has none.
+CREATE FUNCTION @extschema@._consumer_until(kind text, granularity interval, zone text,
+                                            commit_time timestamptz, processed_until timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE processed_until END, granularity,
+                                zone);
+
+-- The source verdict of a derived table: its inputs' least
+-- finalized_until rounded down to a start of its own periods (granularity
+-- in zone, which may differ from its inputs'), NULL while any input has
+-- none.
+CREATE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval, zone text)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@.period_start(@extschema@._inputs_final_until(table_id), granularity, zone);
+
+-- The periods (granularity g in zone z) that the lost commit times
+-- [lost_from, lost_to] touch, as [span_from, span_to): what an
+-- acknowledgement on a table of those periods must cover. An infinite end
+-- stays infinite.
+CREATE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval, z text,
+                                       OUT span_from timestamptz, OUT span_to timestamptz)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN isfinite(_loss_span.lost_from)
+                THEN @extschema@.period_start(_loss_span.lost_from, _loss_span.g, _loss_span.z)
+                ELSE _loss_span.lost_from END,
+           CASE WHEN isfinite(_loss_span.lost_to)
+                THEN @extschema@.period_end(_loss_span.lost_to, _loss_span.g, _loss_span.z)
+                ELSE _loss_span.lost_to END;
+END;
+
+-- The period arithmetic and the sketches are C (event_time_sql.c): no SQL
+-- copy depends on the session's TimeZone.
+CREATE FUNCTION @extschema@._event_bound(commit_until timestamptz, allowance interval, granularity interval,
+                                         zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_event_bound'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- What the CDC facts say about the periods [period_start, period_end) of a
+-- release (whole periods of the table): final when every one is (losses
+-- included), covered and exact when every one is, the changes in them, and
+-- why the first one that is not final is not (explain_verdict). Finality
+-- comes from the C period arithmetic, through changes_by_period.
+CREATE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz, period_end timestamptz)
+RETURNS TABLE (facts jsonb, is_final boolean, covered boolean, exact boolean, changes bigint,
+               straddling_ranges bigint, not_final_reason text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- An event-time table's partitions hold event periods: their facts are
+    -- the rows per event period (with the late ones), not per commit time.
+    IF (@extschema@._tracked(_period_facts.table_name)).event_time_column IS NOT NULL THEN
+        RETURN QUERY
+        SELECT jsonb_build_object('period_start', min(c.period_start), 'period_end', max(c.period_end),
+                                  'periods', count(*), 'is_final', bool_and(c.is_final),
+                                  'covered', bool_and(c.covered), 'exact', bool_and(c.exact),
+                                  'inserts', sum(c.inserts), 'updates', sum(c.updates), 'deletes', sum(c.deletes),
+                                  'late_rows', sum(c.late_rows), 'partitioned_by', 'event_time'),
+               bool_and(c.is_final), bool_and(c.covered), bool_and(c.exact),
+               sum(c.inserts + c.updates + c.deletes)::bigint, sum(c.straddling_ranges)::bigint,
+               (@extschema@.explain_verdict(_period_facts.table_name,
+                                            min(c.period_start) FILTER (WHERE NOT c.is_final))).reason
+          FROM @extschema@.changes_by_event_period(_period_facts.table_name, _period_facts.period_start,
+                                                   _period_facts.period_end) AS c;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT jsonb_build_object('period_start', min(c.period_start), 'period_end', max(c.period_end),
+                              'periods', count(*), 'is_final', bool_and(c.is_final),
+                              'covered', bool_and(c.covered), 'exact', bool_and(c.exact),
+                              'inserts', sum(c.inserts), 'updates', sum(c.updates), 'deletes', sum(c.deletes),
+                              'straddling_ranges', sum(c.straddling_ranges)),
+           bool_and(c.is_final), bool_and(c.covered), bool_and(c.exact),
+           sum(c.inserts + c.updates + c.deletes)::bigint, sum(c.straddling_ranges)::bigint,
+           (@extschema@.explain_verdict(_period_facts.table_name,
+                                        min(c.period_start) FILTER (WHERE NOT c.is_final))).reason
+      FROM @extschema@.changes_by_period(_period_facts.table_name, _period_facts.period_start,
+                                         _period_facts.period_end) AS c;
+END
+$$;
+
+-- Why an event-time table's partition must not be released as it is, or
+-- NULL: late rows landed in its periods [period_start, period_end) (after
+-- they were declared final), and this generation does not say it was built
+-- after the last of them (the manifest's built_at): a correction is due.
+-- Without built_at only a partition whose late rows all landed before its
+-- previous release passes: that release's generation was checked against
+-- them.
+CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
+                                               period_end timestamptz, built_at timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    late_rows bigint;
+    last_seen timestamptz;
+    pub @extschema@.published;
+BEGIN
+    IF tt.event_time_column IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
+     WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+    IF last_seen IS NULL OR built_at >= last_seen THEN
+        RETURN NULL;
+    END IF;
+    SELECT p.* INTO pub FROM @extschema@.published p
+     WHERE p.table_id = tt.table_id AND p.partition = _late_data_problem.partition;
+    IF built_at IS NULL AND FOUND AND pub.published_at >= last_seen THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('%s late row(s) landed in this partition''s event periods after they were declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
+                  late_rows, last_seen,
+                  CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
+                       WHEN pub.generation IS NOT NULL
+                       THEN format(', after generation "%s" was released (%s)', pub.generation, pub.published_at)
+                       ELSE ', and this manifest does not say when its data was read' END,
+                  last_seen);
+END
+$$;
+
+-- The periods registered with a partition (no row when it is not
+-- registered; NULLs when it was registered without them).
+CREATE FUNCTION @extschema@._registered_period(table_id bigint, partition text,
+                                               OUT period_start timestamptz, OUT period_end timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT r.period_start, r.period_end FROM @extschema@.partition_registration r
+     WHERE r.table_id = _registered_period.table_id AND r.partition = _registered_period.partition;
+END;
+
+-- Renders a projection template for a period start, in the local time of
+-- the table's zone (zero-padded): dt={date} is the local date of a local
+-- day. A period that starts at the end of a DST gap renders the local time
+-- it starts at.
+CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN replace(replace(replace(replace(replace(replace(location_template,
+        '{year}', to_char(timezone(zone, period_start), 'YYYY')),
+        '{month}', to_char(timezone(zone, period_start), 'MM')),
+        '{day}', to_char(timezone(zone, period_start), 'DD')),
+        '{hour}', to_char(timezone(zone, period_start), 'HH24')),
+        '{minute}', to_char(timezone(zone, period_start), 'MI')),
+        '{date}', to_char(timezone(zone, period_start), 'YYYY-MM-DD'));
+COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz, text) IS
+    'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute} {date}, in the local time of the zone)';
+
+CREATE OR REPLACE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@.render_location(location_template, period_start, 'UTC');
+COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
+    'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute} {date}, UTC)';
+
+-- 5. Every function and view that names a period cuts it in the table's
+-- zone. _loss_ackers returns each acknowledging table's zone too: a new
+-- row type, so it and the two functions whose SQL bodies use it are made
+-- again.
+DROP FUNCTION @extschema@._refresh_loss_blocked(bigint);
+DROP FUNCTION @extschema@._has_open_loss(bigint);
+DROP FUNCTION @extschema@._loss_ackers(bigint);
+
+-- Every loss a table inherits or has (its own, its inputs', transitively),
+-- with each table it must be acknowledged on before it stops holding the
+-- table's periods: the table that lost the data, and every derived table
+-- of the lineage downstream of it (on a path from the table to it) with a
+-- required consumer, whose job may have built those periods from the
+-- incomplete data and must rebuild them (a derived table without one, a
+-- view say, has nothing to rebuild). A consumer declared after the loss
+-- was acknowledged on the table that lost it built from repaired data, and
+-- declaring one never retracts what was final: it does not count.
+-- span_from, span_to: the loss's periods in the periods of that table
+-- (acker_granularity in acker_zone, as _loss_span). PL/pgSQL for its cached plan, since the sensors ask
+-- through it on every call while a loss holds periods; without JIT, which
+-- the pessimistic estimates of the recursion over a few rows would buy at
+-- hundreds of milliseconds a call.
+CREATE FUNCTION @extschema@._loss_ackers(table_id bigint)
+RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval, acker_zone text,
+               span_from timestamptz, span_to timestamptz)
+LANGUAGE plpgsql STABLE ROWS 10
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    -- Every path from the table up its inputs: each member with the
+    -- members between the table (included) and it.
+    WITH RECURSIVE up(id, path) AS (
+        SELECT _loss_ackers.table_id, '{}'::bigint[]
+        UNION
+        SELECT d.input_id, up.path || up.id
+          FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id),
+    held AS (
+        SELECT l.loss_id AS id, l.table_id AS lost_id, l.lost_from, l.lost_to, l.created_at, t.granularity AS g,
+               t.period_zone AS z,
+               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity, t.period_zone)
+                    ELSE l.lost_from END AS lost_span_from,
+               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity, t.period_zone)
+                    ELSE l.lost_to END AS lost_span_to
+          FROM @extschema@.tracked_table t
+          JOIN @extschema@.loss l ON l.table_id = t.table_id
+         WHERE t.table_id IN (SELECT up.id FROM up)),
+    ackers AS (
+        SELECT h.id, h.lost_id AS acker, h.g, h.z, h.lost_from, h.lost_to FROM held h
+        UNION ALL
+        SELECT DISTINCT h.id, k.table_id, k.granularity, k.period_zone, h.lost_from, h.lost_to
+          FROM held h
+          JOIN up p ON p.id = h.lost_id
+         CROSS JOIN LATERAL unnest(p.path) AS on_path(id)
+          JOIN @extschema@.tracked_table k ON k.table_id = on_path.id
+         WHERE EXISTS (SELECT FROM @extschema@.consumer c
+                        WHERE c.table_id = k.table_id AND c.required
+                          AND c.created_at < coalesce(
+                                  (SELECT max(a.acknowledged_at) FROM @extschema@.loss_ack a
+                                    WHERE a.table_id = h.lost_id AND a.acknowledged_at > h.created_at
+                                      AND a.period_from < h.lost_span_to AND a.period_to > h.lost_span_from),
+                                  'infinity')))
+    SELECT x.id, x.acker, x.g, x.z,
+           CASE WHEN isfinite(x.lost_from) THEN @extschema@.period_start(x.lost_from, x.g, x.z) ELSE x.lost_from END,
+           CASE WHEN isfinite(x.lost_to) THEN @extschema@.period_end(x.lost_to, x.g, x.z) ELSE x.lost_to END
+      FROM ackers x;
+END
+$$;
+
+-- Whether the table or an input (transitively) has a loss that a table it
+-- must be acknowledged on (_loss_ackers) has not acknowledged for all its
+-- periods.
+CREATE FUNCTION @extschema@._has_open_loss(table_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN EXISTS (
+    SELECT FROM @extschema@._loss_ackers(table_id) AS a
+      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+     WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
+
+-- Recomputes watermark.loss_blocked of a table and of every derived table
+-- that uses it (transitively): after a loss, an acknowledgement (on the
+-- table that lost the data or on a derived table), a new derived table, a
+-- new granularity or a change of required consumers.
+CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE down(id) AS (
+        SELECT _refresh_loss_blocked.table_id
+        UNION
+        SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id),
+    flags AS (
+        SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
+    UPDATE @extschema@.watermark w SET loss_blocked = f.blocked
+      FROM flags f
+     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked;
+END;
+
+-- Whether the period starting at period_start is final for the table, as
+-- the sensors answer it: the watermark has passed it (_period_final, the
+-- C rule of is_final) and no loss holds it.
+CREATE FUNCTION @extschema@._final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                   period_start timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._period_final(period_start, (tt).granularity, (tt).period_zone, (wm).finalized_until)
+   AND NOT ((wm).loss_blocked
+            AND @extschema@._loss_blocks((tt).table_id, period_start,
+                                         @extschema@.period_end(period_start, (tt).granularity, (tt).period_zone)));
+
+-- What explain_verdict says of an event-time table: the column and zone,
+-- the policy and the allowance it gave, and where the commit-time verdict
+-- stands against the end of the period plus that allowance.
+CREATE FUNCTION @extschema@._explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                                period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN format('This table is partitioned by event time (column "%s"%s): a period is final once the commit-time verdict has passed its end plus the lateness allowance, %s (%s); the commit-time verdict stands at %s%s.',
+              (tt).event_time_column,
+              CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
+              coalesce((wm).event_allowance::text,
+                       CASE WHEN (tt).lateness_policy = 'exact' THEN (tt).allowed_lateness::text
+                            ELSE format('not known yet (the quantile needs %s rows of observed lateness in the window)',
+                                        @extschema@._quantile_min_rows((tt).lateness_quantile)) END),
+              CASE WHEN (tt).lateness_policy = 'exact'
+                   THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
+                   ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',
+                               (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END,
+              coalesce((wm).commit_until::text, 'nothing yet'),
+              CASE WHEN (wm).commit_until IS NOT NULL AND isfinite(_explain_event_time.period_end)
+                        AND (wm).event_allowance IS NOT NULL
+                   THEN format(', and must reach %s for this period',
+                               @extschema@._event_reach(_explain_event_time.period_end, (wm).event_allowance))
+                   ELSE '' END);
+
+-- The required consumers that hold a period back, each with how far it got,
+-- or NULL when none does.
+CREATE FUNCTION @extschema@._explain_consumers(tt @extschema@.tracked_table, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(CASE
+               WHEN (tt).kind = 'derived' AND c.processed_until IS NULL
+               THEN format('consumer "%s" has not reported any processed input yet', c.consumer)
+               WHEN (tt).kind = 'derived'
+               THEN format('consumer "%s" has processed its inputs up to %s', c.consumer, c.processed_until)
+               WHEN c.reported_lsn IS NULL
+               THEN format('consumer "%s" has not reported any progress yet', c.consumer)
+               WHEN c.commit_time IS NULL
+               THEN format('consumer "%s" has reported LSN %s, which the worker has not resolved to a commit time yet%s',
+                           c.consumer, c.reported_lsn, ' (' || c.resolve_error || ')')
+               WHEN c.reported_lsn = c.resolved_for_lsn
+               THEN format('consumer "%s" has applied up to LSN %s (commit %s)', c.consumer, c.reported_lsn, c.commit_time)
+               ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet%s',
+                           c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn, ' (' || c.resolve_error || ')') END,
+               '; ' ORDER BY x.until NULLS FIRST, c.consumer)
+           || format('; the period ends at %s', _explain_consumers.period_end)
+      FROM @extschema@.consumer c
+     CROSS JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
+                                                             c.commit_time, c.processed_until) AS until) x
+     WHERE c.table_id = (tt).table_id AND c.required
+       AND (x.until IS NULL OR x.until < _explain_consumers.period_end);
+END;
+
+-- The losses that hold a period, each with its table, times, LSNs and the
+-- calls that release it: on the table that lost the data once the lake was
+-- re-snapshotted, and on each derived table with a required consumer once
+-- its job has rebuilt the periods (_loss_ackers), inputs first (a derived
+-- table is tracked after its inputs); NULL when none does.
+CREATE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
+                                            period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(x.sentence, ' ' ORDER BY x.loss_id)
+      FROM (SELECT l.loss_id,
+                   format('changes of table "%s"%s %s from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
+                          t.table_name,
+                          CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                          CASE WHEN t.event_time_column IS NOT NULL
+                               THEN 'with event times (within the lateness allowance) possibly'
+                               ELSE 'committed' END,
+                          l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'))
+                   || CASE WHEN bool_or(o.acker_id = l.table_id)
+                           THEN format('; run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
+                                       t.table_name, ls.span_from, ls.span_to)
+                                || coalesce(' Also, '
+                                            || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" too once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                                 k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                                          '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                            || '.', '')
+                           ELSE format(' and were acknowledged on input "%s"; ', t.table_name)
+                                || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                     k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                              '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                || '.' END AS sentence
+              FROM @extschema@._open_loss_ackers((tt).table_id, _explain_losses.period_start,
+                                                 _explain_losses.period_end) AS o
+              JOIN @extschema@.loss l ON l.loss_id = o.loss_id
+              JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+              JOIN @extschema@.tracked_table k ON k.table_id = o.acker_id
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, t.granularity, t.period_zone) AS ls
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, k.granularity, k.period_zone) AS ks
+             GROUP BY l.loss_id, t.table_id, t.table_name, ls.span_from, ls.span_to) AS x;
+END;
+
+-- Why a final period is final: how far the source verdict reached, the
+-- required consumers that have applied (or processed) it, and those
+-- declared after it became final (a verdict never moves back).
+CREATE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                           period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN (tt).kind = 'source'
+                THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
+                            (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
+                ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
+                   THEN format(' Its required consumers have %s it: %s.',
+                               CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until >= _explain_final.period_end))
+                   ELSE '' END
+           || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) > 0
+                   THEN format(' It was final before %s %s declared; a verdict never moves back.',
+                               CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                    THEN 'consumer' ELSE 'consumers' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end)
+                               || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                       THEN ' was' ELSE ' were' END)
+                   ELSE '' END
+      FROM (SELECT 1) AS one
+      LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
+      LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
+                                                             c.commit_time, c.processed_until) AS until) x ON true;
+END;
+
+-- The verdict each of some tables may have now: the least of its source
+-- verdict (watermark.source_until) and its required consumers' verdicts, or
+-- NULL (no advance) when any of them is NULL: a consumer that has not
+-- reported holds everything. One query for many tables, so that a worker
+-- cycle over thousands of tables (_advance_sources) and _advance for one
+-- share the rule.
+CREATE OR REPLACE FUNCTION @extschema@._effective_untils(table_ids bigint[])
+RETURNS TABLE (table_id bigint, until timestamptz)
+LANGUAGE sql STABLE
+-- Most calls are for one table (_advance): joins over its result must probe
+-- indexes, not hash whole tables (the default estimate is 1,000 rows).
+ROWS 10
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT t.table_id,
+           CASE WHEN w.source_until IS NOT NULL AND NOT coalesce(c.unreported, false)
+                THEN LEAST(w.source_until, c.least_until) END
+      FROM (SELECT DISTINCT i.id FROM unnest(_effective_untils.table_ids) AS i(id)) i
+      JOIN @extschema@.tracked_table t ON t.table_id = i.id
+      JOIN @extschema@.watermark w ON w.table_id = t.table_id
+     CROSS JOIN LATERAL (SELECT bool_or(x.until IS NULL) AS unreported, min(x.until) AS least_until
+                           FROM @extschema@.consumer rc
+                          CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, t.period_zone,
+                                                                                rc.commit_time, rc.processed_until)
+                                                       AS until) x
+                          WHERE rc.table_id = t.table_id AND rc.required) c;
+END;
+
+-- The one function that moves a verdict: locks the table's verdict, takes a
+-- derived table's source verdict from its inputs, moves the commit-time
+-- verdict commit_until to the greatest of its old value and
+-- _effective_untils, then finalized_until to the greatest of its old value
+-- and that (on an event-time table: the event-time verdict _event_until
+-- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
+-- channel "finalize" when it moved, and lets every derived table that uses
+-- this one follow in the same transaction. The inputs form a DAG
+-- (track_derived refuses cycles), so the recursion ends. A derived table
+-- whose verdict another transaction holds is skipped (wait false): an input's
+-- advance never waits for a pipeline's open transaction, nor two sources'
+-- workers for each other; the worker's _refresh_derived catches it up on the
+-- next cycle. Returns finalized_until, NULL for a table no longer tracked
+-- (or skipped).
+CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := CASE WHEN wait THEN @extschema@._lock_tracked(table_id, false)
+                                         ELSE @extschema@._try_lock_tracked(table_id) END;
+    wm @extschema@.watermark;
+    from_inputs timestamptz;
+    new_commit timestamptz;
+    new_until timestamptz;
+    ev record;
+    cap timestamptz;
+    moved boolean;
+BEGIN
+    IF tt.table_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A source table partitioned by commit time: the way of a worker's
+    -- cycle, for one table.
+    IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
+        moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- run on every call (for no table when nothing moved): its plan is
+        -- made at the first call, not at the first advance hours later
+        PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
+        RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind = 'derived' THEN
+        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity, tt.period_zone);
+        IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
+            UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
+            wm.source_until := from_inputs;
+        END IF;
+    END IF;
+    new_commit := GREATEST(wm.commit_until,
+                           (SELECT e.until FROM @extschema@._effective_untils(ARRAY[tt.table_id]) e));
+    IF tt.event_time_column IS NULL THEN
+        new_until := GREATEST(wm.finalized_until, new_commit);
+    ELSE
+        -- The event-time verdict, held by losses (whose spans are event times
+        -- on an event-time table, see _record_loss).
+        ev := @extschema@._event_until(tt, new_commit);
+        -- A loss holds the event times its rows may have under the
+        -- allowance: when the allowance grows (or becomes known), its start
+        -- reaches further back, never into periods already final.
+        IF ev.allowance IS NOT NULL AND ev.allowance > coalesce(wm.event_allowance, interval '0')
+           AND EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL) THEN
+            UPDATE @extschema@.loss l
+               SET lost_from = GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                                        coalesce(wm.finalized_until, '-infinity'))
+             WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL
+               AND GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                            coalesce(wm.finalized_until, '-infinity')) < l.lost_from;
+            IF FOUND THEN
+                PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                SELECT w.loss_blocked INTO wm.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+            END IF;
+        END IF;
+        IF wm.loss_blocked AND ev.until IS NOT NULL THEN
+            cap := @extschema@._loss_cap(tt.table_id);
+            -- a loss without a start holds every period (LEAST skips NULLs: never pass one)
+            ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
+        END IF;
+        new_until := GREATEST(wm.finalized_until, ev.until);
+        IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
+            UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;
+        END IF;
+    END IF;
+    IF new_commit IS DISTINCT FROM wm.commit_until THEN
+        UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
+    END IF;
+    IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        RETURN new_until;
+    END IF;
+    UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
+     WHERE w.table_id = tt.table_id;
+    PERFORM pg_notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
+                                                               wm.offset_lsn, wm.offset_commit_time));
+    PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
+    RETURN new_until;
+END
+$$;
+
+-- The losses (of the table or of an input, transitively) that hold the
+-- period [period_start, period_end), each with every table it has yet to be
+-- acknowledged on for it (_loss_ackers): the loss intersects the period,
+-- and that table's periods it shares with it are not all acknowledged.
+CREATE OR REPLACE FUNCTION @extschema@._open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
+RETURNS TABLE (loss_id bigint, acker_id bigint)
+LANGUAGE plpgsql STABLE ROWS 10
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT a.loss_id, a.acker_id
+      FROM @extschema@._loss_ackers(_open_loss_ackers.table_id) AS a
+      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+     WHERE l.lost_from < _open_loss_ackers.period_end AND l.lost_to >= _open_loss_ackers.period_start
+       AND NOT @extschema@._acked(a.acker_id,
+               @extschema@.period_start(GREATEST(_open_loss_ackers.period_start, l.lost_from), a.acker_granularity,
+                                        a.acker_zone),
+               @extschema@.period_end(LEAST(_open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
+                                      a.acker_granularity, a.acker_zone),
+               l.created_at);
+END
+$$;
+
+-- Where finalized_until() stops while losses hold periods, since every
+-- period ending at or before it must be complete: the start of the table's
+-- earliest period (its own granularity) that a loss may still hold, for
+-- want of an acknowledgement on any table it needs one on (_loss_ackers);
+-- 'infinity' when none does, '-infinity' when such a loss has no start.
+-- It may name an earlier period than the first one a loss holds (the
+-- acknowledgements count only from a period start of the table they are
+-- on), never a later one. The C sensors ask it (as the extension's owner)
+-- only while watermark.loss_blocked is set.
+CREATE OR REPLACE FUNCTION @extschema@._loss_cap(table_id bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    cap timestamptz;
+BEGIN
+    SELECT min(CASE WHEN isfinite(h.held_from) THEN @extschema@.period_start(h.held_from, t.granularity, t.period_zone)
+                    ELSE h.held_from END) INTO cap
+      FROM @extschema@.tracked_table t
+     CROSS JOIN LATERAL (
+           SELECT GREATEST(CASE WHEN isfinite(r.reach)
+                                THEN @extschema@.period_start(r.reach, a.acker_granularity, a.acker_zone)
+                                ELSE r.reach END,
+                           l.lost_from) AS held_from
+             FROM @extschema@._loss_ackers(t.table_id) AS a
+             JOIN @extschema@.loss l ON l.loss_id = a.loss_id
+            CROSS JOIN LATERAL (SELECT @extschema@._ack_reach(a.acker_id, a.span_from, a.span_to,
+                                                              l.created_at) AS reach) AS r
+            WHERE r.reach < a.span_to) AS h
+     WHERE t.table_id = _loss_cap.table_id;
+    RETURN coalesce(cap, 'infinity');
+END
+$$;
+
+-- The event-time verdict of a table whose commit-time verdict is
+-- commit_until (capped by the losses that hold it): the greatest event
+-- period boundary that, plus the allowance, the commit-time verdict has
+-- passed; NULL while there is none.
+CREATE OR REPLACE FUNCTION @extschema@._event_until(tt @extschema@.tracked_table, commit_until timestamptz,
+                                         OUT until timestamptz, OUT allowance interval)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    allowance := @extschema@._lateness_allowance(tt, commit_until);
+    IF commit_until IS NULL OR NOT isfinite(commit_until) OR allowance IS NULL THEN
+        until := NULL;
+    ELSE
+        until := @extschema@._event_bound(commit_until, allowance, tt.granularity, tt.period_zone);
+    END IF;
+END
+$$;
+
+-- The event-time options of track_table and alter_tracked_table, checked
+-- together; the errors name the option and say what it takes.
+CREATE OR REPLACE FUNCTION @extschema@._check_event_time(
+    event_time_column text,
+    event_time_zone   text,
+    lateness_policy   text,
+    allowed_lateness  interval,
+    lateness_quantile double precision,
+    lateness_window   interval,
+    granularity       interval)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF event_time_column IS NOT NULL
+       AND (length(event_time_column) NOT BETWEEN 1 AND 128 OR event_time_column ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'invalid value for argument event_time_column: "%"',
+                        regexp_replace(left(event_time_column, 140), '[[:cntrl:]]', '?', 'g')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It names a captured column of the SQL Server table: 1 to 128 characters, without control characters, as SQL Server spells it (no brackets).';
+    END IF;
+    IF event_time_zone IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_timezone_names z WHERE z.name = event_time_zone) THEN
+        RAISE EXCEPTION 'invalid value for argument event_time_zone: "%"',
+                        regexp_replace(left(event_time_zone, 140), '[[:cntrl:]]', '?', 'g')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It is not a time zone name PostgreSQL knows (pg_timezone_names).',
+                  HINT = 'Use an IANA name such as ''Europe/Berlin'' or ''UTC''; leave it NULL to use the server''s timezone option.';
+    END IF;
+    PERFORM @extschema@._check_choice(lateness_policy, 'lateness_policy', ARRAY['exact', 'quantile'],
+        'With exact, an event period is final once the commit-time verdict passed its end plus allowed_lateness; with quantile, plus the lateness_quantile of the lateness observed over lateness_window (never less than allowed_lateness).');
+    IF date_part('month', allowed_lateness) <> 0 OR date_part('year', allowed_lateness) <> 0 THEN
+        RAISE EXCEPTION 'invalid value for argument allowed_lateness: "%" is not a fixed length of time', allowed_lateness
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Months and years have no fixed length; days count as 24 hours.',
+                  HINT = 'Give it in days, hours, minutes or seconds, for example ''2 hours''.';
+    END IF;
+    IF date_part('month', lateness_window) <> 0 OR date_part('year', lateness_window) <> 0 THEN
+        RAISE EXCEPTION 'invalid value for argument lateness_window: "%" is not a fixed length of time', lateness_window
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Months and years have no fixed length; days count as 24 hours.',
+                  HINT = 'Give it in days or hours, for example ''7 days''.';
+    END IF;
+    IF allowed_lateness IS NOT NULL THEN
+        IF allowed_lateness < interval '0' THEN
+            RAISE EXCEPTION 'invalid value for argument allowed_lateness: "%" is negative', allowed_lateness
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF lateness_window IS NOT NULL THEN
+        IF lateness_window <= interval '0' THEN
+            RAISE EXCEPTION 'invalid value for argument lateness_window: "%" is not positive', lateness_window
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF lateness_quantile IS NOT NULL AND NOT (lateness_quantile > 0 AND lateness_quantile < 1) THEN
+        RAISE EXCEPTION 'invalid value for argument lateness_quantile: %', lateness_quantile
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A quantile lies strictly between 0 and 1, for example 0.999.';
+    END IF;
+    IF lateness_policy = 'quantile' AND lateness_quantile IS NULL THEN
+        RAISE EXCEPTION 'lateness_policy quantile needs a lateness_quantile'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass lateness_quantile => 0.999, for example.';
+    END IF;
+    IF lateness_policy = 'exact' AND lateness_quantile IS NOT NULL THEN
+        RAISE EXCEPTION 'lateness_quantile is only used with lateness_policy quantile'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass lateness_policy => ''quantile'' too, or leave lateness_quantile out.';
+    END IF;
+    -- Calendar months, or whole seconds that divide a day or are whole days.
+    IF event_time_column IS NOT NULL AND granularity IS NOT NULL
+       AND extract(year FROM granularity) * 12 + extract(month FROM granularity) = 0
+       AND NOT (extract(epoch FROM granularity) >= 1
+                AND extract(epoch FROM granularity) = trunc(extract(epoch FROM granularity))
+                AND (86400 % extract(epoch FROM granularity)::numeric = 0
+                     OR extract(epoch FROM granularity)::numeric % 86400 = 0)) THEN
+        RAISE EXCEPTION 'granularity % cannot partition by event time', granularity
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'SQL Server groups event times in slots of whole seconds, which must tile the periods: the granularity of an event-time table is a whole number of seconds that divides one day, whole days or weeks, or calendar months.',
+                  HINT = 'Use for example ''1 hour'', ''15 minutes'', ''1 day'' or ''1 month''.';
+    END IF;
+END
+$$;
+
+-- Stores the event-time facts of a range just recorded as fact fact_id:
+-- its rows per event period (periods: a JSON array of {"period": ISO 8601
+-- instant or null, "inserts", "updates", "deletes"}), late where the
+-- period was already final under the verdict before this range
+-- (verdict_before); its lateness sketch merged into the hour of its commit
+-- time. Late rows are counted per period in late_period, recorded as a
+-- late_data event and sent on finalize_alert at most once per table and
+-- period per finalize.late_data_alert_interval. Returns the late rows.
+CREATE OR REPLACE FUNCTION @extschema@._store_event_facts(
+    tt              @extschema@.tracked_table,
+    fact_id         bigint,
+    periods         jsonb,
+    sketch          bytea,
+    end_commit_time timestamptz,
+    end_lsn         @extschema@.lsn,
+    verdict_before  timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    late bigint;
+    late_list jsonb;
+    to_alert jsonb;
+BEGIN
+    IF periods IS NOT NULL AND jsonb_typeof(periods) <> 'array' THEN
+        RAISE EXCEPTION 'invalid value for argument event_periods of table "%": a JSON array is expected',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Each element is {"period": "<UTC instant>", "inserts": n, "updates": n, "deletes": n}.';
+    END IF;
+    INSERT INTO @extschema@.event_fact (fact_id, table_id, event_period, inserts, updates, deletes, late_rows)
+    SELECT fact_id, tt.table_id, p.period, sum(p.inserts), sum(p.updates), sum(p.deletes),
+           CASE WHEN p.period IS NOT NULL AND verdict_before IS NOT NULL
+                     AND @extschema@._period_final(p.period, tt.granularity, tt.period_zone, verdict_before)
+                THEN sum(p.inserts + p.updates + p.deletes) ELSE 0 END
+      FROM (SELECT CASE WHEN x.period IS NULL THEN NULL
+                        ELSE @extschema@.period_start(x.period, tt.granularity, tt.period_zone) END AS period,
+                   coalesce(x.inserts, 0) AS inserts, coalesce(x.updates, 0) AS updates,
+                   coalesce(x.deletes, 0) AS deletes
+              FROM jsonb_to_recordset(coalesce(periods, '[]')) AS x(period timestamptz, inserts bigint,
+                                                                    updates bigint, deletes bigint)) AS p
+     GROUP BY p.period;
+
+    IF sketch IS NOT NULL THEN
+        INSERT INTO @extschema@.lateness_hour AS h (table_id, hour, sketch, rows)
+        VALUES (tt.table_id, @extschema@.period_start(end_commit_time, interval '1 hour'), sketch,
+                @extschema@._sketch_rows(sketch))
+        ON CONFLICT (table_id, hour) DO UPDATE
+           SET sketch = @extschema@._sketch_merge(h.sketch, EXCLUDED.sketch),
+               rows = h.rows + EXCLUDED.rows;
+    END IF;
+
+    SELECT coalesce(sum(e.late_rows), 0),
+           jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(e.event_period), 'rows', e.late_rows)
+                     ORDER BY e.event_period) FILTER (WHERE e.late_rows > 0)
+      INTO late, late_list
+      FROM @extschema@.event_fact e WHERE e.fact_id = _store_event_facts.fact_id;
+    IF late = 0 THEN
+        RETURN 0;
+    END IF;
+    UPDATE @extschema@.fact f SET late_rows = late WHERE f.fact_id = _store_event_facts.fact_id;
+
+    -- Counted per period; the first late rows of a period say which verdict they violated.
+    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival)
+    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before
+      FROM @extschema@.event_fact e
+     WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0
+    ON CONFLICT (table_id, event_period) DO UPDATE
+       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen;
+
+    INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
+    VALUES (tt.table_id, 'event', end_lsn, end_commit_time, 'late_data',
+            jsonb_build_object('rows', late, 'periods', late_list,
+                               'verdict', @extschema@._utc_iso(verdict_before),
+                               'range_fact_id', fact_id));
+
+    -- One alert per table and period per finalize.late_data_alert_interval.
+    WITH due AS (
+        UPDATE @extschema@.late_period l SET alerted_at = now()
+         WHERE l.table_id = tt.table_id
+           AND l.event_period IN (SELECT e.event_period FROM @extschema@.event_fact e
+                                   WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0)
+           AND (l.alerted_at IS NULL
+                OR l.alerted_at <= now() - @extschema@._late_data_alert_interval())
+        RETURNING l.event_period, l.rows)
+    SELECT jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(d.event_period), 'rows', e.late_rows,
+                                        'rows_so_far', d.rows)
+                     ORDER BY d.event_period)
+      INTO to_alert
+      FROM due d
+      JOIN @extschema@.event_fact e ON e.fact_id = _store_event_facts.fact_id AND e.event_period = d.event_period;
+    -- One incident per late period, counted each time rows land in it.
+    PERFORM @extschema@._raise_alert('late_data', 'warning', tt.table_id, tt.server_name,
+                                     @extschema@._utc_iso(e.event_period),
+                                     format('%s late row(s) of table "%s" landed in event period %s, already declared final; a correction of that partition is due.',
+                                            l.rows, tt.table_name, @extschema@._utc_iso(e.event_period)),
+                                     jsonb_build_object('rows', l.rows, 'verdict', @extschema@._utc_iso(verdict_before)))
+       FROM @extschema@.event_fact e
+       JOIN @extschema@.late_period l ON l.table_id = tt.table_id AND l.event_period = e.event_period
+      WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0;
+    IF to_alert IS NOT NULL THEN
+        PERFORM @extschema@._alert(jsonb_build_object(
+            'alert', 'late_data', 'table', tt.table_name,
+            'rows', late, 'periods', to_alert,
+            'verdict', @extschema@._utc_iso(verdict_before),
+            'message', format('%s row(s) of table "%s" landed in event period(s) already declared final; a correction of those partitions is due.',
+                              late, tt.table_name)));
+    END IF;
+    RETURN late;
+END
+$$;
+
+-- Rows per event period of an event-time table, from the recorded facts,
+-- with how many of them arrived late. Columns as changes_by_period, plus
+-- late_rows: covered when the facts reach back before the period (by the
+-- clock skew a row's event may run ahead of its commit) and no loss
+-- intersects the period or its lateness allowance; exact when covered and
+-- final (a period that is not final may still receive rows).
+CREATE OR REPLACE FUNCTION @extschema@.changes_by_event_period(table_name text, from_time timestamptz, to_time timestamptz)
+RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
+               inserts bigint, updates bigint, deletes bigint, late_rows bigint,
+               straddling_ranges bigint, exact boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    covered_after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(changes_by_event_period.table_name, 'table_name');
+    PERFORM @extschema@._require(from_time, 'from_time');
+    PERFORM @extschema@._require(to_time, 'to_time');
+    tt := @extschema@._tracked(changes_by_event_period.table_name);
+    IF tt.event_time_column IS NULL THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Use finalize.changes_by_period() for it, or set an event column with finalize.alter_tracked_table(..., event_time_column => ...).';
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    SELECT min(f.end_commit_time) INTO covered_after
+      FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    RETURN QUERY
+    WITH periods AS (
+        SELECT g.period_start AS ps, g.period_end AS pe,
+               coalesce(@extschema@._instant_minus(g.period_start, @extschema@._max_clock_skew()), '-infinity')
+                   > coalesce(covered_after, 'infinity')
+               AND NOT EXISTS (
+                   -- losses of an event-time table span event times (_record_loss)
+                   SELECT FROM @extschema@.loss l
+                    WHERE l.table_id = tt.table_id AND l.lost_to >= g.period_start
+                      AND l.lost_from < g.period_end) AS covered
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
+    SELECT p.ps, p.pe,
+           @extschema@._final(tt, wm, p.ps),
+           p.covered,
+           coalesce(sum(e.inserts), 0)::bigint,
+           coalesce(sum(e.updates), 0)::bigint,
+           coalesce(sum(e.deletes), 0)::bigint,
+           coalesce(sum(e.late_rows), 0)::bigint,
+           0::bigint,
+           p.covered AND @extschema@._final(tt, wm, p.ps)
+      FROM periods AS p
+      LEFT JOIN @extschema@.event_fact e ON e.table_id = tt.table_id AND e.event_period = p.ps
+     GROUP BY p.ps, p.pe, p.covered
+     ORDER BY p.ps;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.changes_by_event_period(text, timestamptz, timestamptz) IS
+    'Event-time tables: rows inserted, updated and deleted per event period, and how many arrived late';
+
+-- Moves the offsets of tables whose ranges were just stored to the ends of
+-- those ranges, and their source verdicts to the periods those ends' commit
+-- times start (never back): the step of the write path between the fact and
+-- the verdict, for one table or a cycle's many.
+CREATE OR REPLACE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.watermark w
+       SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity, t.period_zone)),
+           offset_lsn = r.e,
+           offset_commit_time = r.end_time,
+           recorded_at = now()
+      FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
+               AS r(table_id, e, end_time)
+      JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
+     WHERE w.table_id = r.table_id;
+END;
+
+-- Checks a bound of an acknowledged range: a period boundary of the table
+-- (or infinite), so that it names whole periods.
+CREATE OR REPLACE FUNCTION @extschema@._check_period_bound(tt @extschema@.tracked_table, bound timestamptz, argname text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(bound, argname);
+    IF isfinite(bound) AND @extschema@.period_start(bound, tt.granularity, tt.period_zone) <> bound THEN
+        RAISE EXCEPTION 'invalid value for argument %: % is not a period boundary of table "%"', argname, bound, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its periods are %s long in zone %s; an acknowledgement covers whole periods.',
+                                  tt.granularity, tt.period_zone),
+                  HINT = format('Use %s or %s.', @extschema@.period_start(bound, tt.granularity, tt.period_zone),
+                                @extschema@.period_end(bound, tt.granularity, tt.period_zone));
+    END IF;
+END
+$$;
+
+-- Once per successful cycle of a source, in its write transaction: a
+-- consumer of its tables (or of the derived tables that use them) that has
+-- not reported for finalize.consumer_stall_threshold while the table's
+-- source verdict is past the consumer's own is consumer_stalled. Entering
+-- the condition sends an alert on finalize_alert; reporting (or the source
+-- standing still) clears it. Writes only what changed.
+CREATE OR REPLACE FUNCTION @extschema@._check_consumers(server_name text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    threshold interval := @extschema@._consumer_stall_threshold();
+    r record;
+BEGIN
+    FOR r IN
+        WITH RECURSIVE served(id) AS (
+            SELECT t.table_id FROM @extschema@.tracked_table t
+             WHERE t.server_name = _check_consumers.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+            UNION
+            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
+        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name,
+               w.source_until, x.until,
+               coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
+                        AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
+          FROM served
+          JOIN @extschema@.tracked_table t ON t.table_id = served.id AND t.untracked_at IS NULL
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+          JOIN @extschema@.consumer c ON c.table_id = t.table_id
+         CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, t.period_zone, c.commit_time,
+                                                                 c.processed_until) AS until) x
+         ORDER BY c.table_id, c.consumer
+    LOOP
+        IF r.stalled AND r.condition IS NULL THEN
+            UPDATE @extschema@.consumer c SET condition = 'consumer_stalled', condition_since = now()
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+            PERFORM @extschema@._alert(jsonb_build_object('alert', 'consumer_stalled', 'table', r.table_name,
+                'consumer', r.consumer, 'reported_lsn', r.reported_lsn, 'reported_at', r.reported_at,
+                'consumer_until', r.until, 'source_until', r.source_until,
+                'detail', format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
+                                 r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until)));
+            PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id,
+                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer,
+                format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
+                       r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
+        ELSIF NOT r.stalled AND r.condition IS NOT NULL THEN
+            UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id,
+                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Why the source verdict holds a period back, or NULL when it does not: for
+-- a tracked table how far SQL Server's capture has come, for a derived one
+-- which inputs are not final that far.
+CREATE OR REPLACE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                            period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF @extschema@._period_final(period_start, tt.granularity, tt.period_zone, wm.source_until) THEN
+        RETURN NULL;
+    ELSIF tt.kind = 'derived' THEN
+        RETURN @extschema@._explain_inputs(tt.table_id, period_end);
+    ELSIF wm.offset_lsn IS NULL THEN
+        RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
+    ELSIF wm.offset_commit_time >= period_end THEN
+        RETURN format('the watermark only moves in whole periods and stands at %s', wm.source_until);
+    END IF;
+    RETURN format('SQL Server''s capture has reached %s (LSN %s), %s before the period ends',
+                  wm.offset_commit_time, wm.offset_lsn,
+                  CASE WHEN isfinite(period_end) THEN (period_end - wm.offset_commit_time)::text
+                       ELSE 'for ever' END);
+END
+$$;
+
+-- Explains a verdict in one sentence, for people and sensor failure
+-- callbacks. Without a period, it explains the first period not yet final.
+CREATE OR REPLACE FUNCTION @extschema@.explain_verdict(table_name text, period_start timestamptz DEFAULT NULL)
+RETURNS @extschema@.verdict
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt  @extschema@.tracked_table;
+    wm  @extschema@.watermark;
+    src @extschema@.source_status;
+    cnd @extschema@.table_condition;
+    v   @extschema@.verdict;
+    why text;
+    losses text;
+    cap timestamptz;
+    verdict_until timestamptz;
+BEGIN
+    tt := @extschema@._tracked(table_name);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
+    SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
+    -- What finalized_until() answers: the watermark rounded down to a start
+    -- of the table's periods (they may have changed since it was set),
+    -- stopped at the first period a loss may still hold (_loss_cap, NULL for
+    -- '-infinity').
+    verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
+    IF wm.loss_blocked THEN
+        cap := @extschema@._loss_cap(tt.table_id);
+        verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
+                              THEN LEAST(verdict_until, cap) END;
+    END IF;
+
+    -- Period bounds and finality come from the C period arithmetic, the
+    -- one is_final uses: never from timestamptz + interval in this zone.
+    v.table_name := tt.table_name;
+    v.period_start := @extschema@.period_start(
+        coalesce(period_start, verdict_until, now()), tt.granularity, tt.period_zone);
+    v.period_end := @extschema@.period_end(v.period_start, tt.granularity, tt.period_zone);
+    v.is_final := @extschema@._period_final(v.period_start, tt.granularity, tt.period_zone, wm.finalized_until);
+    v.finalized_until := verdict_until;
+    v.captured_until := wm.offset_commit_time;
+    v.lag := now() - verdict_until;
+    v.state := tt.state;
+    IF wm.loss_blocked THEN
+        losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
+    END IF;
+
+    IF v.is_final AND losses IS NOT NULL THEN
+        v.is_final := false;
+        v.reason := format('Period [%s, %s) is not final: %s', v.period_start, v.period_end, losses);
+        RETURN v;
+    ELSIF v.is_final THEN
+        v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        IF tt.event_time_column IS NOT NULL THEN
+            v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
+        END IF;
+        RETURN v;
+    END IF;
+
+    why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
+                     @extschema@._explain_consumers(tt, v.period_end));
+    v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
+                       coalesce(nullif(why, ''), format('the verdict stands at %s', wm.finalized_until)));
+    IF tt.state <> 'active' THEN
+        v.reason := v.reason || format(' The table is in state %s since %s: %s',
+                                       tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
+    END IF;
+    IF src.condition = 'capture_stalled' THEN
+        v.reason := v.reason || format(' SQL Server''s capture is stalled on source "%s" since %s: %s',
+                                       tt.server_name, src.condition_since, src.last_error);
+    END IF;
+    IF cnd.condition IS NOT NULL THEN
+        v.reason := v.reason || format(' The worker cannot read this table (%s since %s): %s',
+                                       cnd.condition, cnd.since, cnd.detail);
+    END IF;
+    IF src.condition NOT IN ('ok', 'capture_stalled') AND src.last_error IS NOT NULL THEN
+        v.reason := v.reason || format(' The source "%s" failed at %s: %s', tt.server_name, src.last_error_at, src.last_error);
+    END IF;
+    IF losses IS NOT NULL THEN
+        v.reason := v.reason || ' It also waits for a loss to be acknowledged: ' || losses;
+    END IF;
+    IF tt.event_time_column IS NOT NULL THEN
+        v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
+    END IF;
+    RETURN v;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.explain_verdict(text, timestamptz) IS
+    'Why a period of a table is or is not final, with the watermark and its lag';
+
+-- Changes per period between two instants. A period is covered when every
+-- commit in it lies after the start of the recorded facts (tracking began, or
+-- retention removed older facts, before it) and outside every range lost to
+-- retention cleanup. A range whose rows all committed
+-- inside one period counts there; a range whose rows straddle a period
+-- boundary is counted in straddling_ranges of every period it touches (its
+-- rows may belong to either). Counts are exact where the period is covered
+-- and no range straddles it. is_final is what is_final() answers, losses
+-- included. A derived table has no facts of its own: its periods are never
+-- covered nor exact, and their counts are NULL (unknown), so the release
+-- gate checks that they are final and cannot confirm an empty one.
+CREATE OR REPLACE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
+RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
+               inserts bigint, updates bigint, deletes bigint,
+               straddling_ranges bigint, exact boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    covered_after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
+    PERFORM @extschema@._require(from_time, 'from_time');
+    PERFORM @extschema@._require(to_time, 'to_time');
+    tt := @extschema@._tracked(changes_by_period.table_name);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind = 'derived' THEN
+        RETURN QUERY
+        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
+        RETURN;
+    END IF;
+    -- Facts count every commit after the end of the oldest range kept.
+    SELECT min(f.end_commit_time) INTO covered_after
+      FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    -- Periods, their ends and finality come from the C period arithmetic
+    -- (_periods checks the range and caps it at 100000 periods).
+    RETURN QUERY
+    WITH periods AS (
+        SELECT g.period_start AS ps, g.period_end AS pe,
+               g.period_start > coalesce(covered_after, 'infinity') AND NOT EXISTS (
+                   SELECT FROM @extschema@.fact e
+                    WHERE e.table_id = tt.table_id AND e.event = 'resumed' AND e.detail ->> 'after' = 'data_loss'
+                      AND coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity') < g.period_end
+                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.period_start)
+               AND NOT EXISTS (
+                   SELECT FROM @extschema@.loss l
+                    WHERE l.table_id = tt.table_id AND l.lost_from < g.period_end AND l.lost_to >= g.period_start) AS covered
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
+    SELECT p.ps, p.pe,
+           @extschema@._final(tt, wm, p.ps),
+           p.covered,
+           coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
+           coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
+           coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
+           count(f.fact_id) FILTER (WHERE NOT f.inside),
+           p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+      FROM periods AS p
+      LEFT JOIN LATERAL (
+            SELECT x.fact_id, x.inserts, x.updates, x.deletes,
+                   x.first_commit_time >= p.ps AND x.last_commit_time < p.pe AS inside
+              FROM @extschema@.fact x
+             WHERE x.table_id = tt.table_id AND x.kind = 'range'
+               AND x.end_commit_time >= p.ps
+               AND x.last_commit_time >= p.ps
+               AND x.first_commit_time < p.pe) f ON true
+     GROUP BY p.ps, p.pe, p.covered
+     ORDER BY p.ps;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz) IS
+    'Rows inserted, updated and deleted per period, from the recorded facts';
+
+-- The catalog view of one partition, as the gate sees it: where the catalog
+-- points (registration first, else projection), or why it cannot.
+CREATE OR REPLACE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    reg @extschema@.partition_registration;
+    proj @extschema@.projection;
+    zone text;
+BEGIN
+    SELECT r.* INTO reg FROM @extschema@.partition_registration r
+     WHERE r.table_id = _catalog_view.table_id AND r.partition = _catalog_view.partition;
+    IF FOUND THEN
+        RETURN jsonb_build_object('source', 'registration', 'location', reg.location,
+                                  'registered_at', reg.registered_at, 'registered_by', reg.registered_by)
+               || CASE WHEN reg.period_start IS NOT NULL
+                       THEN jsonb_build_object('period_start', reg.period_start, 'period_end', reg.period_end)
+                       ELSE '{}' END;
+    END IF;
+    SELECT p.* INTO proj FROM @extschema@.projection p WHERE p.table_id = _catalog_view.table_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('source', 'none');
+    END IF;
+    IF period_start IS NULL THEN
+        RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
+                                  'range_start', proj.range_start, 'range_end', proj.range_end,
+                                  'location', NULL);
+    END IF;
+    SELECT t.period_zone INTO zone FROM @extschema@.tracked_table t WHERE t.table_id = _catalog_view.table_id;
+    RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
+                              'range_start', proj.range_start, 'range_end', proj.range_end,
+                              'in_range', period_start >= proj.range_start AND period_start < proj.range_end,
+                              'location', @extschema@.render_location(proj.location_template, period_start, zone));
+END
+$$;
+
+-- The body of finalize.set_projection, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE OR REPLACE FUNCTION @extschema@._set_projection(
+    caller name,
+    table_name text, location_template text,
+                                           range_start timestamptz, range_end timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint := @extschema@._tracked_id(table_name);
+    rest text;
+BEGIN
+    PERFORM @extschema@._require(location_template, 'location_template');
+    PERFORM @extschema@._require(range_start, 'range_start');
+    PERFORM @extschema@._require(range_end, 'range_end');
+    rest := regexp_replace(location_template, '\{(year|month|day|hour|minute|date)\}', '', 'g');
+    IF rest ~ '[{}]' OR location_template !~ '\{(year|month|day|hour|minute|date)\}' THEN
+        RAISE EXCEPTION 'invalid value for argument location_template: "%"', location_template
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A template uses the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date, YYYY-MM-DD, in the table''s period_zone), and no other braces.',
+                  HINT = 'For example ''dt={date}/'' or ''year={year}/month={month}/day={day}/hour={hour}/''.';
+    END IF;
+    PERFORM @extschema@._check_location(@extschema@.render_location(location_template, range_start,
+                                                                    (@extschema@._tracked(table_name)).period_zone),
+                                        'location_template', true);
+    IF range_end <= range_start THEN
+        RAISE EXCEPTION 'invalid projection range from % to %', range_start, range_end
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'range_end must be after range_start.';
+    END IF;
+    PERFORM @extschema@._lock_table_catalog(id, true);
+    INSERT INTO @extschema@.projection AS p (table_id, location_template, range_start, range_end, set_by)
+    VALUES (id, location_template, range_start, range_end, caller)
+    ON CONFLICT ON CONSTRAINT projection_pkey DO UPDATE
+       SET location_template = excluded.location_template, range_start = excluded.range_start,
+           range_end = excluded.range_end, set_at = now(), set_by = excluded.set_by;
+END
+$$;
+
+-- Whether a generation's prefix (ending in "/") contains or lies inside a
+-- location readers may be sent to: a published prefix or a registered
+-- location of any partition, or what its table's projection gives its
+-- period. Descendants are a range: in bytewise order every key starting
+-- with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
+CREATE OR REPLACE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN right(_overlaps_live.prefix, 1) <> '/'
+    OR EXISTS (SELECT FROM @extschema@.published q
+                WHERE (q.prefix COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
+                  AND (q.prefix COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+    OR EXISTS (SELECT FROM @extschema@.published q
+                WHERE (q.prefix COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+    OR EXISTS (SELECT FROM @extschema@.partition_registration g
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
+                  AND ((rtrim(g.location, '/') || '/') COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+    OR EXISTS (SELECT FROM @extschema@.partition_registration g
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+    OR EXISTS (SELECT FROM @extschema@.projection j
+                 JOIN @extschema@.tracked_table t ON t.table_id = j.table_id
+                WHERE j.table_id = _overlaps_live.table_id
+                  AND _overlaps_live.period_start >= j.range_start AND _overlaps_live.period_start < j.range_end
+                  AND (starts_with(@extschema@.render_location(j.location_template, _overlaps_live.period_start,
+                                                               t.period_zone),
+                                   _overlaps_live.prefix)
+                       OR starts_with(_overlaps_live.prefix,
+                                      @extschema@.render_location(j.location_template, _overlaps_live.period_start,
+                                                                  t.period_zone))));
+
+-- One row per tracked table: its verdict and what its source's worker saw.
+CREATE OR REPLACE VIEW @extschema@.status AS
+SELECT t.table_name,
+       t.server_name,
+       t.source_schema || '.' || t.source_name AS source_table,
+       t.capture_instance,
+       t.granularity,
+       t.state,
+       t.state_detail,
+       c.condition,
+       c.detail AS condition_detail,
+       sc.detail ->> 'summary' AS last_schema_change,
+       sc.recorded_at AS last_schema_change_at,
+       -- rounded down to a start of its periods (they may have changed
+       -- since; period_start, which readers may call, not _round_down)
+       CASE WHEN isfinite(w.finalized_until)
+            THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
+            ELSE w.finalized_until END AS finalized_until,
+       now() - CASE WHEN isfinite(w.finalized_until)
+                    THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
+                    ELSE w.finalized_until END AS lag,
+       w.offset_lsn,
+       w.offset_commit_time AS captured_until,
+       w.advanced_at,
+       w.recorded_at,
+       s.condition AS source_condition,
+       s.max_lsn AS source_max_lsn,
+       s.last_poll,
+       s.last_success,
+       s.last_error,
+       s.last_error_at,
+       s.next_attempt,
+       s.clock_skew,
+       s.live_pid AS worker_pid,
+       t.kind,
+       w.source_until,
+       -- The required consumer furthest behind, while the verdict waits for
+       -- it (asked only then: most rows need no look at consumers).
+       CASE WHEN w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
+            THEN (SELECT x.consumer FROM @extschema@.consumer x
+                   CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+                              CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
+                              t.granularity, t.period_zone) AS until) u
+                   WHERE x.table_id = t.table_id AND x.required
+                     AND w.source_until > coalesce(u.until, '-infinity')
+                   ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
+       END AS held_back_by,
+       w.loss_blocked,
+       t.event_time_column,
+       w.commit_until,
+       w.event_allowance,
+       -- Only event-time tables have late rows (a table with some keeps its
+       -- event_time_column): commit-time rows skip the look.
+       CASE WHEN t.event_time_column IS NOT NULL
+            THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
+       END AS late_rows,
+       s.cycle_time AS source_cycle_time,
+       t.period_zone
+  FROM @extschema@.tracked_table t
+  JOIN @extschema@.watermark w USING (table_id)
+  LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
+  -- Whether a source's worker runs, asked once per source, not per table
+  -- (OFFSET 0 keeps the subquery from being flattened into each row).
+  LEFT JOIN (SELECT ss.*,
+                    CASE WHEN ss.worker_pid IS NOT NULL
+                          AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(ss.worker_pid))
+                         THEN ss.worker_pid END AS live_pid
+               FROM @extschema@.source_status ss OFFSET 0) s ON s.server_name = t.server_name
+  -- Each table's latest schema change, from the few DDL events (fact_ddl_idx).
+  LEFT JOIN (SELECT DISTINCT ON (f.table_id) f.table_id, f.detail, f.recorded_at
+               FROM @extschema@.fact f
+              WHERE f.event IS NOT NULL AND f.detail OPERATOR(pg_catalog.?) 'ddl'
+              ORDER BY f.table_id, f.fact_id DESC) sc ON sc.table_id = t.table_id
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.status IS
+    'One row per tracked table: state, verdict, lag and what its source''s worker last saw';
+
+-- One row per consumer of a tracked (or derived) table: how far it got
+-- (the LSN it reported and its commit time; for a derived table's job, the
+-- processed input watermark in consumer_until), how far its verdict lags
+-- the source verdict, and whether it is stalled.
+CREATE OR REPLACE VIEW @extschema@.consumers AS
+SELECT t.table_name,
+       c.consumer,
+       c.required,
+       c.reporter,
+       c.reported_lsn,
+       c.reported_at,
+       c.commit_time,
+       u.until AS consumer_until,
+       CASE WHEN w.source_until > u.until THEN w.source_until - u.until
+            WHEN w.source_until <= u.until THEN interval '0' END AS lag,
+       c.condition,
+       c.condition_since,
+       c.resolve_error
+  FROM @extschema@.consumer c
+  JOIN @extschema@.tracked_table t USING (table_id)
+  JOIN @extschema@.watermark w USING (table_id)
+ CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+            CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
+            t.granularity, t.period_zone) AS until) u
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.consumers IS
+    'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
+
+-- Event periods that received rows after they were declared final.
+CREATE OR REPLACE VIEW @extschema@.late_data AS
+SELECT t.table_name, l.event_period,
+       @extschema@.period_end(l.event_period, t.granularity, t.period_zone) AS period_end,
+       l.rows, l.first_seen, l.last_seen, l.verdict_at_arrival, l.alerted_at
+  FROM @extschema@.late_period l
+  JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.late_data IS
+    'Event-time tables: periods that received rows after they were declared final (late data), with how many and when';
+
+-- 6. The forms that took no zone.
+DROP FUNCTION @extschema@._consumer_until(text, interval, timestamptz, timestamptz);
+DROP FUNCTION @extschema@._inputs_until(bigint, interval);
+DROP FUNCTION @extschema@._loss_span(timestamptz, timestamptz, interval);
+DROP FUNCTION @extschema@._event_bound(timestamptz, interval, interval);
+DROP FUNCTION @extschema@._period_facts(text, timestamptz);
+DROP FUNCTION @extschema@._late_data_problem(text, text, timestamptz, timestamptz);
+DROP FUNCTION @extschema@._period_final(timestamptz, interval, timestamptz);
+DROP FUNCTION @extschema@._periods(timestamptz, timestamptz, interval);
+
+-- 7. The functions that take a period_zone (track_table, track_derived,
+-- alter_tracked_table) or a partition's periods (register_partition): a
+-- new last argument with a default, so every call of 0.2.0 still works.
+DROP FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text, text, text, text, interval,
+                                      double precision, interval);
+DROP FUNCTION @extschema@._track_table(name, text, text, text, interval, text, text, text, text, text, text,
+                                       interval, double precision, interval);
+DROP FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                              double precision, interval, interval);
+DROP FUNCTION @extschema@.track_derived(text, text[], interval);
+DROP FUNCTION @extschema@._track_derived(name, text, text[], interval);
+DROP FUNCTION @extschema@.register_partition(text, text, text);
+DROP FUNCTION @extschema@._register_partition(name, text, text, text);
+
+-- The body of finalize.track_table, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._track_table(
+    caller name,
+    table_name   text,
+    server_name  text,
+    source_table text,
+    granularity  interval DEFAULT interval '1 hour',
+    start_from   text DEFAULT 'max_lsn',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days',
+    period_zone       text DEFAULT 'UTC')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    parts text[];
+    new_id bigint;
+    srv pg_foreign_server;
+    who name := caller;
+    zone text;
+BEGIN
+    PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
+    srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
+    -- The worker reads tracked tables with the server's login: tracking a
+    -- table through a server is using it.
+    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', _track_table.server_name, who);
+    END IF;
+    -- The worker logs in with the user mapping of the server's owner when
+    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
+    -- must not read through a login it could not use itself.
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
+                                  _track_table.server_name, srv.srvowner::regrole, who),
+                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
+                                srv.srvowner::regrole);
+    END IF;
+    PERFORM @extschema@._require(_track_table.source_table, 'source_table');
+    parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
+    PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
+    zone := @extschema@._check_zone(_track_table.period_zone, 'period_zone');
+    PERFORM @extschema@._check_choice(_track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
+        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
+    PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
+    PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
+    PERFORM @extschema@._require(_track_table.lateness_policy, 'lateness_policy');
+    PERFORM @extschema@._require(_track_table.allowed_lateness, 'allowed_lateness');
+    PERFORM @extschema@._require(_track_table.lateness_window, 'lateness_window');
+    IF _track_table.event_time_column IS NULL
+       AND (_track_table.event_time_zone IS NOT NULL OR _track_table.lateness_policy <> 'exact'
+            OR _track_table.allowed_lateness <> interval '0' OR _track_table.lateness_quantile IS NOT NULL) THEN
+        RAISE EXCEPTION 'lateness settings need an event_time_column'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table without an event column is partitioned by commit time, which is exact: it has no lateness.',
+                  HINT = 'Pass event_time_column => ''<captured date/time column>'' too.';
+    END IF;
+    PERFORM @extschema@._check_event_time(_track_table.event_time_column, _track_table.event_time_zone,
+                                          _track_table.lateness_policy, _track_table.allowed_lateness,
+                                          _track_table.lateness_quantile, _track_table.lateness_window,
+                                          _track_table.granularity);
+
+    BEGIN
+        -- Lengths of time are kept without days, so that adding them is
+        -- the same in every session TimeZone.
+        INSERT INTO @extschema@.tracked_table
+            (table_name, server_name, source_schema, source_name, granularity, start_from,
+             ddl_policy, on_data_loss, created_by, event_time_column, event_time_zone, lateness_policy,
+             allowed_lateness, lateness_quantile, lateness_window, period_zone)
+        VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
+                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who,
+                _track_table.event_time_column, _track_table.event_time_zone, _track_table.lateness_policy,
+                make_interval(secs => extract(epoch FROM _track_table.allowed_lateness)),
+                _track_table.lateness_quantile,
+                make_interval(secs => extract(epoch FROM _track_table.lateness_window)), zone)
+        RETURNING table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'table "%" is already tracked', _track_table.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.track_table(
+    table_name   text,
+    server_name  text,
+    source_table text,
+    granularity  interval DEFAULT interval '1 hour',
+    start_from   text DEFAULT 'max_lsn',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days',
+    period_zone       text DEFAULT 'UTC')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text,
+                                            text, text, text, interval, double precision, interval, text) IS
+    'Start tracking a logical table fed by a SQL Server table with CDC enabled; event_time_column partitions it by a time in its rows, period_zone cuts its periods in a zone';
+
+-- Changes how a tracked table is handled; NULL keeps a setting.
+CREATE FUNCTION @extschema@.alter_tracked_table(
+    table_name   text,
+    granularity  interval DEFAULT NULL,
+    ddl_policy   text DEFAULT NULL,
+    on_data_loss text DEFAULT NULL,
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT NULL,
+    allowed_lateness  interval DEFAULT NULL,
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT NULL,
+    max_lag           interval DEFAULT NULL,
+    period_zone       text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint;
+    kind text;
+    cur @extschema@.tracked_table;
+    has_verdict boolean;
+    event_changed boolean;
+    zone text;
+    periods_changed boolean;
+BEGIN
+    PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._check_granularity(granularity, 'granularity');
+    END IF;
+    IF period_zone IS NOT NULL THEN
+        zone := @extschema@._check_zone(period_zone, 'period_zone');
+    END IF;
+    IF ddl_policy IS NOT NULL THEN
+        PERFORM @extschema@._check_ddl_policy(ddl_policy);
+    END IF;
+    IF on_data_loss IS NOT NULL THEN
+        PERFORM @extschema@._check_on_data_loss(on_data_loss);
+    END IF;
+    IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0
+                                OR extract(year FROM max_lag) <> 0) THEN
+        RAISE EXCEPTION 'invalid value for argument max_lag: %', max_lag
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The freshness SLA is a length of time without months, such as ''2 hours''; 0 removes it.';
+    END IF;
+    SELECT t.table_id, t.kind INTO id, kind FROM @extschema@.tracked_table t
+     WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+    END IF;
+    IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
+                             OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
+                             OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
+                             OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity, period_zone and max_lag can be changed', alter_tracked_table.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'ddl_policy, on_data_loss and the event-time settings say how the worker reads a SQL Server table; a derived table has none.';
+    END IF;
+    SELECT t.* INTO cur FROM @extschema@.tracked_table t WHERE t.table_id = id;
+    SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
+    event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
+                     OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
+    -- Whether the periods change: a new granularity (compared as written:
+    -- '7 days' are ISO weeks, '168 hours' a stride from Saturday 2000-01-01,
+    -- and the two intervals are equal) or a new zone.
+    periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
+                       OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
+    -- Event facts are stored per period they were recorded in: new periods
+    -- would split or merge them.
+    IF periods_changed
+       AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
+       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+        RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
+    END IF;
+    -- What the verdict means changes with the partitioning time: a verdict
+    -- given in commit time (or another column's time) cannot be kept.
+    IF event_changed AND (has_verdict OR EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+                          OR EXISTS (SELECT FROM @extschema@.lateness_hour h WHERE h.table_id = id)) THEN
+        RAISE EXCEPTION 'table "%" already has a verdict or event facts, so its event column cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its periods up to %s were declared final in %s; a verdict never moves back.',
+                                  @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
+                                  CASE WHEN cur.event_time_column IS NULL THEN 'commit time'
+                                       ELSE format('the time of column "%s"', cur.event_time_column) END),
+                  HINT = 'Track the table again under a new name with finalize.track_table(..., event_time_column => ...), then untrack this one.';
+    END IF;
+    IF coalesce(event_time_column, cur.event_time_column) IS NULL
+       AND (event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL OR allowed_lateness IS NOT NULL
+            OR lateness_quantile IS NOT NULL OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" has no event_time_column, so it has no lateness settings', cur.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table partitioned by commit time is exact: it has no lateness.';
+    END IF;
+    PERFORM @extschema@._check_event_time(
+        coalesce(event_time_column, cur.event_time_column), coalesce(event_time_zone, cur.event_time_zone),
+        coalesce(lateness_policy, cur.lateness_policy), coalesce(allowed_lateness, cur.allowed_lateness),
+        CASE WHEN coalesce(lateness_policy, cur.lateness_policy) = 'exact' AND lateness_quantile IS NULL THEN NULL
+             ELSE coalesce(lateness_quantile, cur.lateness_quantile) END,
+        coalesce(lateness_window, cur.lateness_window), coalesce(granularity, cur.granularity));
+    -- A stricter lateness policy applies from now on: periods already
+    -- final stay final (a verdict never moves back).
+    UPDATE @extschema@.tracked_table t
+       SET granularity = coalesce(alter_tracked_table.granularity, t.granularity),
+           period_zone = coalesce(zone, t.period_zone),
+           ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
+           on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss),
+           event_time_column = coalesce(alter_tracked_table.event_time_column, t.event_time_column),
+           event_time_zone = coalesce(alter_tracked_table.event_time_zone, t.event_time_zone),
+           lateness_policy = coalesce(alter_tracked_table.lateness_policy, t.lateness_policy),
+           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.allowed_lateness)),
+                                       t.allowed_lateness),
+           lateness_quantile = CASE WHEN coalesce(alter_tracked_table.lateness_policy, t.lateness_policy) = 'exact'
+                                    THEN NULL
+                                    ELSE coalesce(alter_tracked_table.lateness_quantile, t.lateness_quantile) END,
+           lateness_window = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.lateness_window)),
+                                      t.lateness_window),
+           -- without days, like every length of time here; 0 removes the SLA
+           max_lag = CASE WHEN alter_tracked_table.max_lag IS NULL THEN t.max_lag
+                          WHEN alter_tracked_table.max_lag = interval '0' THEN NULL
+                          ELSE make_interval(secs => extract(epoch FROM alter_tracked_table.max_lag)) END
+     WHERE t.table_id = id;
+    -- The verdict stays valid under any periods: it is an instant before
+    -- which everything is complete, so it is kept as it is, and what reads
+    -- it as a boundary (finalized_until(), explain_verdict, the status
+    -- view) rounds it down to one of the new periods, never up: every new
+    -- period ending at or before it is final, none it only reaches into.
+    -- Going back to finer periods loses nothing. Which periods a loss holds
+    -- depends on the periods; a derived table's verdict may move at once
+    -- under finer ones.
+    IF periods_changed THEN
+        PERFORM @extschema@._refresh_loss_blocked(id);
+        PERFORM @extschema@._advance(id);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                                    double precision, interval, interval, text) IS
+    'Change the periods (granularity, period_zone), DDL policy, data-loss policy, event-time settings or freshness SLA (max_lag) of a tracked table (only the periods and max_lag of a derived one)';
+
+-- The body of finalize.track_derived: a lake table computed from tracked
+-- or derived tables. Its granularity defaults to the coarsest input's, its
+-- period_zone to the inputs' zone (which must then be one); its verdict
+-- (its inputs' least verdict rounded down to a start of its own periods,
+-- capped by its required consumers) is computed at once and follows every
+-- input advance in the same transaction. Returns its id.
+CREATE FUNCTION @extschema@._track_derived(
+    caller name,
+    table_name text,
+    inputs text[],
+    granularity interval DEFAULT NULL,
+    period_zone text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    g interval;
+    z text;
+    zones text[];
+    new_id bigint;
+BEGIN
+    PERFORM @extschema@._check_table_name(table_name, 'sales.daily_revenue');
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = _track_derived.table_name
+                                                        AND t.untracked_at IS NULL) THEN
+        PERFORM @extschema@._already_tracked(table_name);
+    END IF;
+    ids := @extschema@._derived_inputs(table_name, inputs);
+    PERFORM @extschema@._check_no_cycle(table_name, ids);
+    g := coalesce(granularity, (SELECT max(t.granularity) FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)));
+    PERFORM @extschema@._check_granularity(g, 'granularity');
+    IF period_zone IS NOT NULL THEN
+        z := @extschema@._check_zone(period_zone, 'period_zone');
+    ELSE
+        SELECT array_agg(DISTINCT t.period_zone ORDER BY t.period_zone) INTO zones
+          FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids);
+        IF cardinality(zones) > 1 THEN
+            RAISE EXCEPTION 'the inputs of derived table "%" cut their periods in different zones (%)', table_name,
+                            array_to_string(zones, ', ')
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'A derived table''s periods are cut in one zone, and its inputs'' verdicts are rounded down to them.',
+                      HINT = format('Pass period_zone => %L (or another zone) to finalize.track_derived.', zones[1]);
+        END IF;
+        z := zones[1];
+    END IF;
+    BEGIN
+        INSERT INTO @extschema@.tracked_table (table_name, kind, granularity, period_zone, created_by)
+        VALUES (table_name, 'derived', g, z, caller)
+        RETURNING tracked_table.table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        PERFORM @extschema@._already_tracked(table_name);
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
+    PERFORM @extschema@._refresh_loss_blocked(new_id);
+    PERFORM @extschema@._advance(new_id);
+    RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.track_derived(table_name text, inputs text[], granularity interval DEFAULT NULL,
+                                          period_zone text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.track_derived(text, text[], interval, text) IS
+    'Track a lake table derived from tracked or derived tables: final for a period once its inputs and its required consumers are';
+
+-- The body of finalize.register_partition, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE FUNCTION @extschema@._register_partition(
+    caller name,
+    table_name text, partition text, location text,
+    period_start timestamptz DEFAULT NULL, period_end timestamptz DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    span_end timestamptz;
+BEGIN
+    PERFORM @extschema@._require(partition, 'partition');
+    PERFORM @extschema@._check_location(location, 'location', true);
+    IF period_end IS NOT NULL AND period_start IS NULL THEN
+        RAISE EXCEPTION 'argument period_end needs period_start'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give the start of the first period the partition holds as well.';
+    END IF;
+    -- Whole periods of the table, so that the gate checks the right ones.
+    IF period_start IS NOT NULL THEN
+        span_end := @extschema@._check_period_span(period_start, period_end, tt.granularity, tt.period_zone,
+                                                   format('partition "%s" of "%s"', partition, tt.table_name));
+    END IF;
+    PERFORM @extschema@._lock_partition(tt.table_id, partition);
+    INSERT INTO @extschema@.partition_registration AS r (table_id, partition, location, registered_by,
+                                                         period_start, period_end)
+    VALUES (tt.table_id, partition, location, caller, period_start, span_end)
+    ON CONFLICT ON CONSTRAINT partition_registration_pkey DO UPDATE
+       SET location = excluded.location, registered_at = now(), registered_by = excluded.registered_by,
+           period_start = excluded.period_start, period_end = excluded.period_end;
+END
+$$;
+
+CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text,
+                                               period_start timestamptz DEFAULT NULL,
+                                               period_end timestamptz DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.register_partition(text, text, text, timestamptz, timestamptz) IS
+    'Register (or move) the location of a partition in the catalog view, with the periods it holds';
+
+-- 8. Privileges, as src/sql/12_privileges.sql gives them.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.period_start(timestamptz, interval, text),
+    @extschema@.period_end(timestamptz, interval, text),
+    @extschema@.render_location(text, timestamptz, text)
+    TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.track_table(text, text, text, interval, text, text, text,
+                            text, text, text, interval, double precision, interval, text),
+    @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                    double precision, interval, interval, text),
+    @extschema@.track_derived(text, text[], interval, text)
+    TO finalize_admin;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.register_partition(text, text, text, timestamptz, timestamptz)
+    TO finalize_publisher;
+
+
+
+-- 9. Last: objects this script created belong to whoever ran it. Hand them to
+-- the extension's owner, as a fresh install has them: a role that ran the
+-- update must not own code that the owner's functions run.
+DO $owner$
+DECLARE
+    ext oid := (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize');
+    owner oid := (SELECT e.extowner FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize');
+    obj record;
+BEGIN
+    FOR obj IN
+        SELECT p.oid::pg_catalog.regprocedure::text AS name, 'ROUTINE' AS kind
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.deptype = 'e'
+           AND d.refobjid = ext AND p.proowner OPERATOR(pg_catalog.<>) owner
+        UNION ALL
+        SELECT c.oid::pg_catalog.regclass::text, 'TABLE'
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
+           AND c.relkind IN ('r', 'v', 'p') AND d.refobjid = ext AND c.relowner OPERATOR(pg_catalog.<>) owner
+    LOOP
+        -- ALTER TABLE also hands over views and a table's identity sequences.
+        EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', obj.kind, obj.name, pg_catalog.pg_get_userbyid(owner));
+    END LOOP;
+END
+$owner$;
+
