@@ -106,18 +106,20 @@ def test_case_2_a_registered_partition_without_period_start_is_checked_against_i
     verdict at 10:00. A partition registered with its period is checked against it; one registered without
     a period, or never registered, is refused with no_period."""
     files = one_file(store, "h=12/g1/")
-    pg.sql("SELECT finalize.register_partition('g.hourly', 'h=12', 'h=12/g1/', '2026-11-28 12:00+00')")
     m = {"table": "g.hourly", "partition": "h=12", "generation": "g1", "store": "file://" + store,
          "prefix": "h=12/g1/", "files": files}
-    released, codes, problems = gate(pg, m)
-    assert (released, codes) == (False, ["not_finalized"]), problems
-    stored = pg.sql("SELECT period_start, period_end FROM finalize.release ORDER BY release_id DESC LIMIT 1")[0]
-    assert stored == (datetime.datetime(2026, 11, 28, 12, tzinfo=UTC), datetime.datetime(2026, 11, 28, 13, tzinfo=UTC))
-    # Registered without a period (as 0.2.0 registered every partition): the period is known nowhere.
+    # Registered without a period (as 0.2.0 registered every partition), no period_start: 0.2.0 released it.
     pg.sql("SELECT finalize.register_partition('g.hourly', 'h=12', 'h=12/g1/')")
     released, codes, problems = gate(pg, m)
     assert (released, codes) == (False, ["no_period"]), problems
     assert "register_partition" in problems[0]["detail"] and "period_start" in problems[0]["detail"]
+    assert pg.sql("SELECT finalize.released_generation('g.hourly', 'h=12')")[0][0] is None
+    # Registered with the hour it holds: checked against it.
+    pg.sql("SELECT finalize.register_partition('g.hourly', 'h=12', 'h=12/g1/', '2026-11-28 12:00+00')")
+    released, codes, problems = gate(pg, m)
+    assert (released, codes) == (False, ["not_finalized"]), problems
+    stored = pg.sql("SELECT period_start, period_end FROM finalize.release ORDER BY release_id DESC LIMIT 1")[0]
+    assert stored == (datetime.datetime(2026, 11, 28, 12, tzinfo=UTC), datetime.datetime(2026, 11, 28, 13, tzinfo=UTC))
     # A period hour that is final, registered: released, without period_start in the manifest.
     files = one_file(store, "h=09/g1/")
     pg.sql("SELECT finalize.register_partition('g.hourly', 'h=09', 'h=09/g1/', '2026-11-28 09:00+00')")
