@@ -123,18 +123,25 @@ tps() {
 }
 
 echo "pgbench -M prepared -c $clients -T $secs, $rounds rounds, PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')"
-declare -A sum=([select1]=0)
-for s in $cases; do sum[$s]=0; done
+declare -A sum=([select1]=0) ratios=()
+for s in $cases; do sum[$s]=0; ratios[$s]=""; done
 for r in $(seq "$rounds"); do
-  for s in select1 $cases; do
+  base=$(tps select1)
+  printf '  round %d  %-26s %10.0f tps\n' "$r" select1 "$base"
+  sum[select1]=$(awk -v a="${sum[select1]}" -v b="$base" 'BEGIN{print a+b}')
+  for s in $cases; do
     t=$(tps "$s")
-    printf '  round %d  %-18s %10.0f tps\n' "$r" "$s" "$t"
+    printf '  round %d  %-26s %10.0f tps\n' "$r" "$s" "$t"
     sum[$s]=$(awk -v a="${sum[$s]}" -v b="$t" 'BEGIN{print a+b}')
+    ratios[$s]="${ratios[$s]} $(awk -v a="$t" -v b="$base" 'BEGIN{printf "%.3f", a/b}')"
   done
 done
+# The mean over rounds, and the median of each round's ratio to that
+# round's SELECT 1 (steadier when the machine's speed drifts between rounds).
 for s in $cases; do
-  awk -v n="$s" -v a="${sum[$s]}" -v b="${sum[select1]}" -v r="$rounds" \
-    'BEGIN{printf "%-18s %10.0f tps  vs SELECT 1 %10.0f tps  ratio %.2f\n", n, a/r, b/r, a/b}'
+  med=$(printf '%s\n' ${ratios[$s]} | sort -n | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}')
+  awk -v n="$s" -v a="${sum[$s]}" -v b="${sum[select1]}" -v r="$rounds" -v m="$med" \
+    'BEGIN{printf "%-26s %10.0f tps  vs SELECT 1 %10.0f tps  ratio %.2f  median of rounds %.2f\n", n, a/r, b/r, a/b, m}'
 done
 echo "targets (printed, not asserted): issue 12, is_final_consumer ratio >= 0.90; issue 26, is_final_seoul_day" \
      "ratio >= 0.95 like is_final"
