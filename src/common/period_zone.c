@@ -376,50 +376,87 @@ period_format_local(const PeriodZone *zone, TimestampTz ts)
 }
 
 /*
+ * Whether [start, end) is a span of whole periods of spec (without end:
+ * the one period at start), the one rule of a partition's periods, which
+ * register_partition and the gate's manifests both keep: start and end
+ * are boundaries, end after start. Sets *span_end to its end; where a
+ * bound is off, *near to the start of the period that bound lies in.
+ */
+PeriodSpanFault
+period_span_check(const PeriodSpec *spec, TimestampTz start, bool has_end, TimestampTz end,
+				  TimestampTz *span_end, TimestampTz *near)
+{
+	*near = period_start_of(spec, start, "period_start");
+	if (*near != start)
+		return SPAN_START_OFF;
+	*span_end = period_end_of(spec, start);
+	if (!has_end)
+		return SPAN_OK;
+	if (TIMESTAMP_NOT_FINITE(end) || end <= start)
+		return SPAN_END_NOT_AFTER;
+	*near = period_start_of(spec, end, "period_end");
+	if (*near != end)
+		return SPAN_END_OFF;
+	*span_end = end;
+	return SPAN_OK;
+}
+
+/*
+ * "periods are 1 day long in zone Asia/Seoul: the nearest boundaries are
+ * ... and ...", for errors about an instant inside the period at near.
+ */
+char *
+period_nearest_text(const PeriodSpec *spec, const char *zone_name, TimestampTz near)
+{
+	return psprintf("periods are %s long in zone %s: the nearest boundaries are %s and %s",
+					DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(&spec->granularity))),
+					zone_name, period_format_local(spec->zone, near),
+					period_format_local(spec->zone, period_end_of(spec, near)));
+}
+
+/*
  * The end of a span of whole periods of spec (whose zone is named
  * zone_name) that starts at start and ends at end (or, without one, at the
- * end of the period at start): both must be boundaries, end after start,
- * else the error names the argument (start_name, end_name), the object
- * (what) and the nearest boundaries. A partition holds whole periods: a
- * start inside a period would let the gate check the wrong one.
+ * end of the period at start), or the error that names the argument
+ * (start_name, end_name), the object (what) and the nearest boundaries
+ * (period_span_check's rule). A partition holds whole periods: a start
+ * inside a period would let the gate check the wrong one.
  */
 TimestampTz
 period_span_end(const PeriodSpec *spec, const char *zone_name, TimestampTz start, bool has_end, TimestampTz end,
 				const char *start_name, const char *end_name, const char *what)
 {
-	const char *granularity = DatumGetCString(DirectFunctionCall1(interval_out,
-																  IntervalPGetDatum(&spec->granularity)));
-	TimestampTz floor_start = period_start_of(spec, start, start_name);
-	TimestampTz next;
+	TimestampTz span_end = 0;
+	TimestampTz near = 0;
+	PeriodSpanFault fault = period_span_check(spec, start, has_end, end, &span_end, &near);
 
-	if (floor_start != start)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for %s of %s: %s is not a period boundary", start_name, what,
-						period_format_local(spec->zone, start)),
-				 errdetail("Its periods are %s long in zone %s: the nearest boundaries are %s and %s.",
-						   granularity, zone_name, period_format_local(spec->zone, floor_start),
-						   period_format_local(spec->zone, period_end_of(spec, floor_start))),
-				 errhint("A partition holds whole periods: give the start of the first one.")));
-	next = period_end_of(spec, start);
-	if (!has_end)
-		return next;
-	if (TIMESTAMP_NOT_FINITE(end) || end <= start)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for %s of %s: %s is not after %s %s", end_name, what,
-						period_format_local(spec->zone, end), start_name, period_format_local(spec->zone, start)),
-				 errhint("Give the end (exclusive) of the last period the partition holds, such as %s.",
-						 period_format_local(spec->zone, next))));
-	floor_start = period_start_of(spec, end, end_name);
-	if (floor_start != end)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for %s of %s: %s is not a period boundary", end_name, what,
-						period_format_local(spec->zone, end)),
-				 errdetail("Its periods are %s long in zone %s: the nearest boundaries are %s and %s.",
-						   granularity, zone_name, period_format_local(spec->zone, floor_start),
-						   period_format_local(spec->zone, period_end_of(spec, floor_start))),
-				 errhint("A partition holds whole periods: give the end (exclusive) of the last one.")));
-	return end;
+	switch (fault)
+	{
+		case SPAN_OK:
+			break;
+		case SPAN_START_OFF:
+		case SPAN_END_OFF:
+			{
+				bool		at_start = fault == SPAN_START_OFF;
+				const char *argname = at_start ? start_name : end_name;
+
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for %s of %s: %s is not a period boundary", argname, what,
+								period_format_local(spec->zone, at_start ? start : end)),
+						 errdetail("Its %s.", period_nearest_text(spec, zone_name, near)),
+						 errhint(at_start ? "A partition holds whole periods: give the start of the first one."
+								 : "A partition holds whole periods: give the end (exclusive) of the last one.")));
+			}
+			break;
+		case SPAN_END_NOT_AFTER:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for %s of %s: %s is not after %s %s", end_name, what,
+							period_format_local(spec->zone, end), start_name, period_format_local(spec->zone, start)),
+					 errhint("Give the end (exclusive) of the last period the partition holds, such as %s.",
+							 period_format_local(spec->zone, span_end))));
+			break;
+	}
+	return span_end;
 }

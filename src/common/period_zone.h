@@ -18,6 +18,19 @@ extern void period_spec_of(const Interval *granularity, const PeriodZone *zone, 
 						   const char *argname, PeriodSpec *out);
 extern TimestampTz period_start_of(const PeriodSpec *spec, TimestampTz ts, const char *argname);
 extern char *period_format_local(const PeriodZone *zone, TimestampTz ts);
+
+/* What is wrong with a span of periods [start, end), if anything. */
+typedef enum PeriodSpanFault
+{
+	SPAN_OK,
+	SPAN_START_OFF,				/* start is no boundary */
+	SPAN_END_NOT_AFTER,			/* end is not after start */
+	SPAN_END_OFF				/* end is no boundary */
+} PeriodSpanFault;
+
+extern PeriodSpanFault period_span_check(const PeriodSpec *spec, TimestampTz start, bool has_end,
+										 TimestampTz end, TimestampTz *span_end, TimestampTz *near);
+extern char *period_nearest_text(const PeriodSpec *spec, const char *zone_name, TimestampTz near);
 extern TimestampTz period_span_end(const PeriodSpec *spec, const char *zone_name, TimestampTz start,
 								   bool has_end, TimestampTz end, const char *start_name,
 								   const char *end_name, const char *what);

@@ -106,37 +106,29 @@ require_catalog_version(void)
 static void
 bind_manifest_period(Manifest *m, const GateTable *t)
 {
-	TimestampTz start;
-	TimestampTz end;
+	TimestampTz near = 0;
+	TimestampTz span_end = 0;
+	const PeriodZone *zone = t->periods.zone;
+	PeriodSpanFault fault;
 
 	if (!m->has_period)
 		return;
-	start = period_start_of(&t->periods, m->period_start, "period_start");
-	if (start != m->period_start)
+	fault = period_span_check(&t->periods, m->period_start, m->has_period_end, m->period_end, &span_end, &near);
+	if (fault == SPAN_START_OFF)
 		manifest_field_error("period_start",
-							 psprintf("%s is not a period boundary of table \"%s\": its periods are %s long in "
-									  "zone %s, and the nearest boundaries are %s and %s",
-									  period_format_local(t->periods.zone, m->period_start), m->table,
-									  t->granularity, t->zone, period_format_local(t->periods.zone, start),
-									  period_format_local(t->periods.zone, period_end_of(&t->periods, start))));
-	if (!m->has_period_end)
-	{
-		m->period_end = period_end_of(&t->periods, start);
-		return;
-	}
-	end = period_start_of(&t->periods, m->period_end, "period_end");
-	if (m->period_end <= m->period_start)
+							 psprintf("%s is not a period boundary of table \"%s\": its %s",
+									  period_format_local(zone, m->period_start), m->table,
+									  period_nearest_text(&t->periods, t->zone, near)));
+	if (fault == SPAN_END_OFF)
 		manifest_field_error("period_end",
-							 psprintf("%s is not after \"period_start\" %s", period_format_local(t->periods.zone,
-																								m->period_end),
-									  period_format_local(t->periods.zone, m->period_start)));
-	if (end != m->period_end)
+							 psprintf("%s is not a period boundary of table \"%s\": its %s",
+									  period_format_local(zone, m->period_end), m->table,
+									  period_nearest_text(&t->periods, t->zone, near)));
+	if (fault == SPAN_END_NOT_AFTER)
 		manifest_field_error("period_end",
-							 psprintf("%s is not a period boundary of table \"%s\": its periods are %s long in "
-									  "zone %s, and the nearest boundaries are %s and %s",
-									  period_format_local(t->periods.zone, m->period_end), m->table,
-									  t->granularity, t->zone, period_format_local(t->periods.zone, end),
-									  period_format_local(t->periods.zone, period_end_of(&t->periods, end))));
+							 psprintf("%s is not after \"period_start\" %s", period_format_local(zone, m->period_end),
+									  period_format_local(zone, m->period_start)));
+	m->period_end = span_end;
 }
 
 /*

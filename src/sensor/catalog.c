@@ -132,40 +132,22 @@ finalize_attnum(Oid relid, const char *attname)
 }
 
 /*
- * Attribute number of watermark.loss_blocked, or InvalidAttrNumber when the
- * catalog predates it (0.1.0, not yet updated: it has no losses either, so
- * "no loss" is the truth there). A column of another type is a broken
- * catalog, and guessing could call a lost period final.
+ * Attribute number of a column that a catalog of an older version may not
+ * have yet (InvalidAttrNumber then: its callers say what that meant), of
+ * type typid. A column of another type is a broken catalog, and guessing
+ * could call a period final: lost tells what the sensors could not know.
  */
 static AttrNumber
-loss_blocked_attnum(Oid wm_relid)
+optional_attnum(Oid relid, const char *attname, Oid typid, const char *lost)
 {
-	AttrNumber	attnum = get_attnum(wm_relid, "loss_blocked");
+	AttrNumber	attnum = get_attnum(relid, attname);
 
-	if (attnum != InvalidAttrNumber && get_atttype(wm_relid, attnum) != BOOLOID)
+	if (attnum != InvalidAttrNumber && get_atttype(relid, attnum) != typid)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("column loss_blocked of relation %s.watermark is not boolean", FINALIZE_SCHEMA),
-				 errdetail("The verdict functions cannot tell whether a loss holds a period."),
-				 errhint("Update the extension with ALTER EXTENSION finalize UPDATE, or reinstall it.")));
-	return attnum;
-}
-
-/*
- * Attribute number of tracked_table.period_zone, or InvalidAttrNumber when
- * the catalog predates it (0.2.0, not yet updated: every table's periods
- * were UTC's then). A column of another type is a broken catalog.
- */
-static AttrNumber
-period_zone_attnum(Oid tt_relid)
-{
-	AttrNumber	attnum = get_attnum(tt_relid, "period_zone");
-
-	if (attnum != InvalidAttrNumber && get_atttype(tt_relid, attnum) != TEXTOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("column period_zone of relation %s.tracked_table is not text", FINALIZE_SCHEMA),
-				 errdetail("The verdict functions cannot tell which periods a table has."),
+				 errmsg("column %s of relation %s.%s is not of type %s", attname, FINALIZE_SCHEMA,
+						get_rel_name(relid), format_type_be(typid)),
+				 errdetail("The verdict functions cannot tell %s.", lost),
 				 errhint("Update the extension with ALTER EXTENSION finalize UPDATE, or reinstall it.")));
 	return attnum;
 }
@@ -191,11 +173,13 @@ sensor_catalog_get(void)
 	c.tt_table_id = finalize_attnum(c.tt_relid, "table_id");
 	c.tt_table_name = finalize_attnum(c.tt_relid, "table_name");
 	c.tt_granularity = finalize_attnum(c.tt_relid, "granularity");
-	c.tt_period_zone = period_zone_attnum(c.tt_relid);
+	/* Before 0.3.0 every table's periods were UTC's. */
+	c.tt_period_zone = optional_attnum(c.tt_relid, "period_zone", TEXTOID, "which periods a table has");
 	c.tt_untracked_at = finalize_attnum(c.tt_relid, "untracked_at");
 	c.wm_table_id = finalize_attnum(c.wm_relid, "table_id");
 	c.wm_finalized_until = finalize_attnum(c.wm_relid, "finalized_until");
-	c.wm_loss_blocked = loss_blocked_attnum(c.wm_relid);
+	/* Before 0.2.0 there were no losses: "no loss" is the truth there. */
+	c.wm_loss_blocked = optional_attnum(c.wm_relid, "loss_blocked", BOOLOID, "whether a loss holds a period");
 	c.valid = !fill_interrupted;
 	sensor_catalog = c;
 	return &sensor_catalog;

@@ -1468,14 +1468,8 @@ SELECT t.table_name,
        c.detail AS condition_detail,
        sc.detail ->> 'summary' AS last_schema_change,
        sc.recorded_at AS last_schema_change_at,
-       -- rounded down to a start of its periods (they may have changed
-       -- since; period_start, which readers may call, not _round_down)
-       CASE WHEN isfinite(w.finalized_until)
-            THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
-            ELSE w.finalized_until END AS finalized_until,
-       now() - CASE WHEN isfinite(w.finalized_until)
-                    THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
-                    ELSE w.finalized_until END AS lag,
+       r.until AS finalized_until,
+       now() - r.until AS lag,
        w.offset_lsn,
        w.offset_commit_time AS captured_until,
        w.advanced_at,
@@ -1515,6 +1509,11 @@ SELECT t.table_name,
        t.period_zone
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
+  -- The watermark rounded down to a start of the table's periods (they may
+  -- have changed since it was set); period_start, which readers may call.
+ CROSS JOIN LATERAL (SELECT CASE WHEN isfinite(w.finalized_until)
+                                 THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
+                                 ELSE w.finalized_until END AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table
   -- (OFFSET 0 keeps the subquery from being flattened into each row).
