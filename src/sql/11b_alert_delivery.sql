@@ -54,7 +54,9 @@ CREATE TRIGGER release_alert AFTER INSERT ON @extschema@.release
 -- than its max_lag opens one incident (refreshed at most once a minute
 -- while it lasts); one back within, untracked, or without an SLA any more
 -- is resolved. A table without a verdict yet lags from when it was
--- tracked. Returns how many tables are over their SLA.
+-- tracked. The verdict is the watermark as finalized_until() reads it, a
+-- start of the table's periods (they may have changed since it was set),
+-- as finalize.status shows its lag. Returns how many tables are over their SLA.
 CREATE FUNCTION @extschema@._check_freshness()
 RETURNS integer
 LANGUAGE plpgsql
@@ -76,20 +78,23 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                              JOIN @extschema@.watermark w ON w.table_id = t.table_id
                             WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                              AND now() - coalesce(w.finalized_until, t.created_at) > t.max_lag)
+                              AND now() - coalesce(@extschema@._round_down(w.finalized_until, t.granularity,
+                                                                           t.period_zone),
+                                                   t.created_at) > t.max_lag)
            FOR UPDATE SKIP LOCKED);
     FOR r IN
-        SELECT t.table_id, t.table_name, t.server_name, t.max_lag, w.finalized_until,
-               make_interval(secs => floor(extract(epoch FROM now() - coalesce(w.finalized_until, t.created_at))))
-                   AS lag,
+        SELECT t.table_id, t.table_name, t.server_name, t.max_lag, v.until AS finalized_until,
+               make_interval(secs => floor(extract(epoch FROM now() - coalesce(v.until, t.created_at)))) AS lag,
                (SELECT a.alert_id FROM @extschema@.alert a
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS open_id,
                (SELECT a.last_seen FROM @extschema@.alert a
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         CROSS JOIN LATERAL (SELECT @extschema@._round_down(w.finalized_until, t.granularity, t.period_zone)
+                                    AS until) v
          WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-           AND now() - coalesce(w.finalized_until, t.created_at) > t.max_lag
+           AND now() - coalesce(v.until, t.created_at) > t.max_lag
     LOOP
         n := n + 1;
         CONTINUE WHEN r.seen > now() - interval '1 minute';

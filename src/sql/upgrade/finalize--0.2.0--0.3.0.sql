@@ -1455,6 +1455,77 @@ RETURN right(_overlaps_live.prefix, 1) <> '/'
                                       @extschema@.render_location(j.location_template, _overlaps_live.period_start,
                                                                   t.period_zone))));
 
+-- The freshness SLA of every table that has one (tracked_table.max_lag),
+-- run by the scheduler each round: a table whose verdict lags now() by more
+-- than its max_lag opens one incident (refreshed at most once a minute
+-- while it lasts); one back within, untracked, or without an SLA any more
+-- is resolved. A table without a verdict yet lags from when it was
+-- tracked. The verdict is the watermark as finalized_until() reads it, a
+-- start of the table's periods (they may have changed since it was set),
+-- as finalize.status shows its lag. Returns how many tables are over their SLA.
+CREATE OR REPLACE FUNCTION @extschema@._check_freshness()
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    r record;
+    n integer := 0;
+    msg text;
+    detail jsonb;
+BEGIN
+    -- Rows another session holds (an admin's open transaction) are skipped
+    -- this round, never waited for: the scheduler must go on.
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = 'freshness' AND x.state <> 'resolved'
+           AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                             JOIN @extschema@.watermark w ON w.table_id = t.table_id
+                            WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
+                              AND now() - coalesce(@extschema@._round_down(w.finalized_until, t.granularity,
+                                                                           t.period_zone),
+                                                   t.created_at) > t.max_lag)
+           FOR UPDATE SKIP LOCKED);
+    FOR r IN
+        SELECT t.table_id, t.table_name, t.server_name, t.max_lag, v.until AS finalized_until,
+               make_interval(secs => floor(extract(epoch FROM now() - coalesce(v.until, t.created_at)))) AS lag,
+               (SELECT a.alert_id FROM @extschema@.alert a
+                 WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS open_id,
+               (SELECT a.last_seen FROM @extschema@.alert a
+                 WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
+          FROM @extschema@.tracked_table t
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         CROSS JOIN LATERAL (SELECT @extschema@._round_down(w.finalized_until, t.granularity, t.period_zone)
+                                    AS until) v
+         WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
+           AND now() - coalesce(v.until, t.created_at) > t.max_lag
+    LOOP
+        n := n + 1;
+        CONTINUE WHEN r.seen > now() - interval '1 minute';
+        msg := CASE WHEN r.finalized_until IS NULL
+                 THEN format('Table "%s" has no verdict %s after it was tracked; its freshness SLA (max_lag) is %s.',
+                             r.table_name, r.lag, r.max_lag)
+                 ELSE format('Table "%s" is final only until %s, %s ago; its freshness SLA (max_lag) is %s.',
+                             r.table_name, @extschema@._utc_iso(r.finalized_until),
+                             r.lag, r.max_lag) END;
+        detail := jsonb_build_object('finalized_until', @extschema@._utc_iso(r.finalized_until),
+                                     'lag_seconds', floor(extract(epoch FROM r.lag)),
+                                     'max_lag_seconds', extract(epoch FROM r.max_lag));
+        IF r.open_id IS NULL THEN
+            PERFORM @extschema@._raise_alert('freshness', 'warning', r.table_id, r.server_name, '', msg, detail);
+        ELSE
+            -- counted again, unless another session holds it just now
+            UPDATE @extschema@.alert a SET last_seen = now(), count = a.count + 1, message = msg, detail = detail
+             WHERE a.alert_id IN (SELECT x.alert_id FROM @extschema@.alert x WHERE x.alert_id = r.open_id
+                                     FOR UPDATE SKIP LOCKED);
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- One row per tracked table: its verdict and what its source's worker saw.
 CREATE OR REPLACE VIEW @extschema@.status AS
 SELECT t.table_name,
