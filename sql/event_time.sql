@@ -84,6 +84,20 @@ SELECT finalize.record_range('ev.orders', '0x00000000000000000400', '0x000000000
 SELECT finalize.record_range('ev.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 13:30+00',
                              1, 0, 0, '2026-11-29 13:25+00', '2026-11-29 13:25+00',
                              first_event_time => '2026-11-29 13:25+00', last_event_time => '2026-11-29 13:20+00');
+-- The event-time facts must count the range's rows: rows per event period
+-- that add up to other counts, or none for a range with rows, would tell
+-- the event-time verdict and the late-data counts another story.
+SELECT finalize.record_range('ev.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 13:30+00',
+                             2, 0, 0, '2026-11-29 13:25+00', '2026-11-29 13:25+00',
+                             event_periods => '[{"period": "2026-11-29T13:00:00Z", "inserts": 0}]');
+SELECT finalize.record_range('ev.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 13:30+00',
+                             3, 0, 0, '2026-11-29 13:25+00', '2026-11-29 13:25+00');
+SELECT finalize.record_range('ev.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 13:30+00',
+                             1, 1, 0, '2026-11-29 13:25+00', '2026-11-29 13:25+00',
+                             event_periods => '[{"period": "2026-11-29T13:00:00Z", "inserts": 2, "updates": -1}]');
+SELECT finalize.record_range('ev.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 13:30+00',
+                             0, 0, 0, NULL, NULL,
+                             event_periods => '[{"period": "2026-11-29T13:00:00Z", "inserts": 5}]');
 SELECT finalize.changes_by_event_period('ct.orders', '2026-11-29 10:00+00', '2026-11-29 11:00+00');
 
 -- The event column cannot change once there is a verdict; the policy can,

@@ -202,6 +202,66 @@ BEGIN
 END
 $$;
 
+-- Checks that the event-time facts of a range count the range's rows: its
+-- rows per event period (periods) add up to its inserts, updates and
+-- deletes, and its lateness sketch, when it has one, counts exactly the
+-- rows that have an event time (a NULL one has no lateness), so that a
+-- range recorded by hand cannot tell the event-time verdict and the
+-- late-data counts another story than its facts. The worker computes both
+-- from the same change rows, and refuses a range whose counts changed
+-- between its reads. A range without a sketch (SQL has no way to build
+-- one) adds no observed lateness.
+CREATE FUNCTION @extschema@._check_event_facts(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
+                                               end_lsn @extschema@.lsn, inserts bigint, updates bigint,
+                                               deletes bigint, periods jsonb, sketch bytea)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    p_ins bigint;
+    p_upd bigint;
+    p_del bigint;
+    with_time bigint;
+    sketched bigint := coalesce(@extschema@._sketch_rows(sketch), 0);
+    range_text text := format('(%s, %s]', coalesce(start_lsn::text, 'its start'), end_lsn);
+BEGIN
+    IF periods IS NOT NULL AND jsonb_typeof(periods) <> 'array' THEN
+        RAISE EXCEPTION 'invalid value for argument event_periods of table "%": a JSON array is expected',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Each element is {"period": "<UTC instant>", "inserts": n, "updates": n, "deletes": n}.';
+    END IF;
+    SELECT coalesce(sum(x.inserts), 0), coalesce(sum(x.updates), 0), coalesce(sum(x.deletes), 0),
+           coalesce(sum(coalesce(x.inserts, 0) + coalesce(x.updates, 0) + coalesce(x.deletes, 0))
+                        FILTER (WHERE x.period IS NOT NULL), 0)
+      INTO p_ins, p_upd, p_del, with_time
+      FROM jsonb_to_recordset(coalesce(periods, '[]')) AS x(period timestamptz, inserts bigint, updates bigint,
+                                                             deletes bigint);
+    IF EXISTS (SELECT FROM jsonb_to_recordset(coalesce(periods, '[]'))
+                      AS x(inserts bigint, updates bigint, deletes bigint)
+                WHERE x.inserts < 0 OR x.updates < 0 OR x.deletes < 0) THEN
+        RAISE EXCEPTION 'invalid value for argument event_periods of range % of table "%": a count is negative',
+                        range_text, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF (p_ins, p_upd, p_del) IS DISTINCT FROM (inserts, updates, deletes) THEN
+        RAISE EXCEPTION 'the event-time facts of range % of table "%" do not count its rows', range_text, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('The range has %s insert(s), %s update(s) and %s delete(s); its event_periods count %s, %s and %s.',
+                                  inserts, updates, deletes, p_ins, p_upd, p_del),
+                  HINT = 'Give event_periods that count every row of the range by its event period (a row without an event time under "period": null), as the worker does.';
+    END IF;
+    IF sketch IS NOT NULL AND sketched <> with_time THEN
+        RAISE EXCEPTION 'the lateness sketch of range % of table "%" does not count its rows', range_text, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its event_periods give %s row(s) an event time; the sketch counts %s.', with_time, sketched),
+                  HINT = 'The sketch holds the lateness of every row that has an event time; leave it NULL to record none.';
+    END IF;
+END
+$$;
+
 -- Stores the event-time facts of a range just recorded as fact fact_id:
 -- its rows per event period (periods: a JSON array of {"period": ISO 8601
 -- instant or null, "inserts", "updates", "deletes"}), late where the
@@ -228,12 +288,6 @@ DECLARE
     late_list jsonb;
     to_alert jsonb;
 BEGIN
-    IF periods IS NOT NULL AND jsonb_typeof(periods) <> 'array' THEN
-        RAISE EXCEPTION 'invalid value for argument event_periods of table "%": a JSON array is expected',
-                        tt.table_name
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'Each element is {"period": "<UTC instant>", "inserts": n, "updates": n, "deletes": n}.';
-    END IF;
     INSERT INTO @extschema@.event_fact (fact_id, table_id, event_period, inserts, updates, deletes, late_rows)
     SELECT fact_id, tt.table_id, p.period, sum(p.inserts), sum(p.updates), sum(p.deletes),
            CASE WHEN p.period IS NOT NULL AND verdict_before IS NOT NULL

@@ -344,6 +344,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A range with event times needs first_event_time <= last_event_time; one without has neither.';
     END IF;
+    IF tt.event_time_column IS NOT NULL THEN
+        PERFORM @extschema@._check_event_facts(tt, s, e, inserts, updates, deletes, event_periods, lateness_sketch);
+    END IF;
     fid := @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                          first_commit_time, last_commit_time, capture_instance, event, detail);
     -- A schema change the verdict went on across (ddl_policy warn) is an

@@ -254,6 +254,44 @@ def test_dst_fall_back_and_odd_offset_zones_count_like_the_truth(env):
             s.stop()
 
 
+def test_a_hand_recorded_range_must_count_its_rows_as_its_sketch_does(env, sim):
+    """The worker's facts pass the write path's check (its rows per event period and its sketch count the
+    range's rows); the same sketch with a range of one row more, or rows per period that add up to other
+    counts, is refused by record_range, whoever records it (before, both were accepted and told the verdict
+    and the late-data counts another story than the range)."""
+    track_event(env, sim)
+    sim.call("sim.commit", inserts=4, lateness="uniform:60")
+    step(env, sim, "ev.orders")
+    inserts, sketch, first, last = env.sql(
+        "SELECT f.inserts, f.sketch, f.first_event_time, f.last_event_time FROM finalize.fact f "
+        "JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.orders' AND f.sketch IS NOT NULL")[0]
+    assert inserts == 4 and env.one("SELECT finalize._sketch_rows(%s)", (sketch,)) == 4
+    env.sql("CREATE SERVER hand FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', port '1', "
+            "database 'demo')")
+    try:
+        env.sql("SELECT finalize.track_table('ev.hand', 'hand', 'dbo.orders', event_time_column => 'created_at')")
+        env.sql("SELECT finalize.record_range('ev.hand', NULL, '0x00000000000000000100', '2026-11-02 09:00+00')")
+        period = json.dumps([{"period": "2026-11-02T09:00:00Z", "inserts": 5}])
+        with pytest.raises(Exception, match="the lateness sketch of range .* does not count its rows"):
+            env.sql("SELECT finalize.record_range('ev.hand', '0x00000000000000000100', '0x00000000000000000200', "
+                    "'2026-11-02 09:30+00', 5, 0, 0, %s, %s, event_periods => %s, lateness_sketch => %s, "
+                    "first_event_time => %s, last_event_time => %s)", (first, last, period, sketch, first, last))
+        with pytest.raises(Exception, match="event-time facts of range .* do not count its rows"):
+            env.sql("SELECT finalize.record_range('ev.hand', '0x00000000000000000100', '0x00000000000000000200', "
+                    "'2026-11-02 09:30+00', 4, 0, 0, %s, %s, lateness_sketch => %s, "
+                    "first_event_time => %s, last_event_time => %s)", (first, last, sketch, first, last))
+        # Counted alike, the same facts are taken.
+        period = json.dumps([{"period": "2026-11-02T09:00:00Z", "inserts": 4}])
+        env.sql("SELECT finalize.record_range('ev.hand', '0x00000000000000000100', '0x00000000000000000200', "
+                "'2026-11-02 09:30+00', 4, 0, 0, %s, %s, event_periods => %s, lateness_sketch => %s, "
+                "first_event_time => %s, last_event_time => %s)", (first, last, period, sketch, first, last))
+        assert env.one("SELECT count(*) FROM finalize.event_fact e JOIN finalize.tracked_table t USING (table_id) "
+                       "WHERE t.table_name = 'ev.hand'") == 1
+    finally:
+        env.sql("DELETE FROM finalize.tracked_table WHERE table_name = 'ev.hand'")
+        env.sql("DROP SERVER hand CASCADE")
+
+
 def test_local_days_of_a_datetime2_column(env):
     """The common SQL Server case: created_at is a datetime2 of the server's local wall time, and the lake is
     cut in local days of that zone (period_zone). Across New York's 25-hour day (2026-11-01), inserts per local

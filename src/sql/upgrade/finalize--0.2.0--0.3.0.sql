@@ -904,12 +904,6 @@ DECLARE
     late_list jsonb;
     to_alert jsonb;
 BEGIN
-    IF periods IS NOT NULL AND jsonb_typeof(periods) <> 'array' THEN
-        RAISE EXCEPTION 'invalid value for argument event_periods of table "%": a JSON array is expected',
-                        tt.table_name
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'Each element is {"period": "<UTC instant>", "inserts": n, "updates": n, "deletes": n}.';
-    END IF;
     INSERT INTO @extschema@.event_fact (fact_id, table_id, event_period, inserts, updates, deletes, late_rows)
     SELECT fact_id, tt.table_id, p.period, sum(p.inserts), sum(p.updates), sum(p.deletes),
            CASE WHEN p.period IS NOT NULL AND verdict_before IS NOT NULL
@@ -2051,7 +2045,154 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.register_partition(text, text, text, timestamptz, timestamptz) IS
     'Register (or move) the location of a partition in the catalog view, with the periods it holds';
 
--- 8. Privileges, as src/sql/12_privileges.sql gives them.
+-- 8. The write path checks that a range's event-time facts count its rows
+-- (a range recorded by hand could tell the event-time verdict another story).
+
+-- Checks that the event-time facts of a range count the range's rows: its
+-- rows per event period (periods) add up to its inserts, updates and
+-- deletes, and its lateness sketch, when it has one, counts exactly the
+-- rows that have an event time (a NULL one has no lateness), so that a
+-- range recorded by hand cannot tell the event-time verdict and the
+-- late-data counts another story than its facts. The worker computes both
+-- from the same change rows, and refuses a range whose counts changed
+-- between its reads. A range without a sketch (SQL has no way to build
+-- one) adds no observed lateness.
+CREATE FUNCTION @extschema@._check_event_facts(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
+                                               end_lsn @extschema@.lsn, inserts bigint, updates bigint,
+                                               deletes bigint, periods jsonb, sketch bytea)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    p_ins bigint;
+    p_upd bigint;
+    p_del bigint;
+    with_time bigint;
+    sketched bigint := coalesce(@extschema@._sketch_rows(sketch), 0);
+    range_text text := format('(%s, %s]', coalesce(start_lsn::text, 'its start'), end_lsn);
+BEGIN
+    IF periods IS NOT NULL AND jsonb_typeof(periods) <> 'array' THEN
+        RAISE EXCEPTION 'invalid value for argument event_periods of table "%": a JSON array is expected',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Each element is {"period": "<UTC instant>", "inserts": n, "updates": n, "deletes": n}.';
+    END IF;
+    SELECT coalesce(sum(x.inserts), 0), coalesce(sum(x.updates), 0), coalesce(sum(x.deletes), 0),
+           coalesce(sum(coalesce(x.inserts, 0) + coalesce(x.updates, 0) + coalesce(x.deletes, 0))
+                        FILTER (WHERE x.period IS NOT NULL), 0)
+      INTO p_ins, p_upd, p_del, with_time
+      FROM jsonb_to_recordset(coalesce(periods, '[]')) AS x(period timestamptz, inserts bigint, updates bigint,
+                                                             deletes bigint);
+    IF EXISTS (SELECT FROM jsonb_to_recordset(coalesce(periods, '[]'))
+                      AS x(inserts bigint, updates bigint, deletes bigint)
+                WHERE x.inserts < 0 OR x.updates < 0 OR x.deletes < 0) THEN
+        RAISE EXCEPTION 'invalid value for argument event_periods of range % of table "%": a count is negative',
+                        range_text, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF (p_ins, p_upd, p_del) IS DISTINCT FROM (inserts, updates, deletes) THEN
+        RAISE EXCEPTION 'the event-time facts of range % of table "%" do not count its rows', range_text, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('The range has %s insert(s), %s update(s) and %s delete(s); its event_periods count %s, %s and %s.',
+                                  inserts, updates, deletes, p_ins, p_upd, p_del),
+                  HINT = 'Give event_periods that count every row of the range by its event period (a row without an event time under "period": null), as the worker does.';
+    END IF;
+    IF sketch IS NOT NULL AND sketched <> with_time THEN
+        RAISE EXCEPTION 'the lateness sketch of range % of table "%" does not count its rows', range_text, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its event_periods give %s row(s) an event time; the sketch counts %s.', with_time, sketched),
+                  HINT = 'The sketch holds the lateness of every row that has an event time; leave it NULL to record none.';
+    END IF;
+END
+$$;
+
+-- The write path itself, by table id (the worker's way; record_range is the
+-- same by name): the arguments are checked (and the table's verdict locked),
+-- the range must chain onto the recorded ones, its fact is stored (with its
+-- event-time facts on an event-time table, late rows judged against the
+-- verdict before it), the source verdict moves and _advance moves the
+-- verdict (and the derived tables that use it) as far as the consumers
+-- allow, all in the caller's transaction.
+CREATE OR REPLACE FUNCTION @extschema@._record_range(
+    table_id          bigint,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    capture_instance  text,
+    event             text,
+    detail            jsonb,
+    event_periods     jsonb,
+    lateness_sketch   bytea,
+    first_event_time  timestamptz,
+    last_event_time   timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    s     @extschema@.lsn := @extschema@._lsn_arg(start_lsn, 'start_lsn');
+    e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
+    tt    @extschema@.tracked_table;
+    wm    @extschema@.watermark;
+    fid   bigint;
+BEGIN
+    tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                        first_commit_time, last_commit_time, event);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF @extschema@._check_range_chain(tt, wm.offset_lsn, s, e, inserts, updates, deletes,
+                                      first_commit_time, last_commit_time, event) THEN
+        RETURN wm.finalized_until;
+    END IF;
+    IF tt.event_time_column IS NULL
+       AND (event_periods IS NOT NULL OR lateness_sketch IS NOT NULL OR first_event_time IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time, so its ranges carry no event-time facts',
+                        tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave event_periods, lateness_sketch and the event times NULL, or set an event column first.';
+    END IF;
+    IF first_event_time > last_event_time OR (first_event_time IS NULL) <> (last_event_time IS NULL) THEN
+        RAISE EXCEPTION 'invalid event-time span for table "%": % to %', tt.table_name, first_event_time, last_event_time
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range with event times needs first_event_time <= last_event_time; one without has neither.';
+    END IF;
+    IF tt.event_time_column IS NOT NULL THEN
+        PERFORM @extschema@._check_event_facts(tt, s, e, inserts, updates, deletes, event_periods, lateness_sketch);
+    END IF;
+    fid := @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
+                                         first_commit_time, last_commit_time, capture_instance, event, detail);
+    -- A schema change the verdict went on across (ddl_policy warn) is an
+    -- incident for the record: informational, born resolved.
+    IF event = 'schema_change' THEN
+        PERFORM @extschema@._raise_alert('schema_change', 'info', tt.table_id, tt.server_name, '',
+                                         format('Table "%s": %s', tt.table_name,
+                                                coalesce(detail ->> 'summary', 'a schema change was recorded')),
+                                         detail);
+        PERFORM @extschema@._resolve_alerts('schema_change', tt.table_id, tt.server_name);
+    END IF;
+    IF tt.event_time_column IS NOT NULL AND inserts + updates + deletes > 0 THEN
+        UPDATE @extschema@.fact f
+           SET sketch = lateness_sketch, first_event_time = _record_range.first_event_time,
+               last_event_time = _record_range.last_event_time
+         WHERE f.fact_id = fid;
+        -- Late data is judged against the event-time verdict before this range moves it.
+        PERFORM @extschema@._store_event_facts(tt, fid, event_periods, lateness_sketch, end_commit_time, e,
+                                               wm.finalized_until);
+    END IF;
+
+    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time]);
+    RETURN @extschema@._advance(tt.table_id);
+END
+$$;
+
+-- 9. Privileges, as src/sql/12_privileges.sql gives them.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     @extschema@.period_start(timestamptz, interval, text),
@@ -2071,7 +2212,7 @@ GRANT EXECUTE ON FUNCTION
 
 
 
--- 9. Last: objects this script created belong to whoever ran it. Hand them to
+-- 10. Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the
 -- update must not own code that the owner's functions run.
 DO $owner$
