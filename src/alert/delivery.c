@@ -206,7 +206,8 @@ send_request(Claimed *c, Attempt *a)
 	a->retry_after = -1;
 	if (c->error != NULL)
 	{
-		a->error = c->error;
+		/* The request's words may quote its URL: redacted as an answer's are. */
+		a->error = c->target != NULL ? alert_redact(c->target, c->error) : c->error;
 		a->permanent = true;
 		return;
 	}

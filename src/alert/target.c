@@ -45,6 +45,32 @@ timeout_ms(const char *text)
 }
 
 /*
+ * Remembers every part of a secret URL (from the user mapping) for
+ * redaction, not only the whole: a receiver quotes the path it was sent,
+ * curl names the host it could not resolve or reach (a service whose token
+ * is a sub-domain), an error may quote the user info, the query or the
+ * fragment; and each piece of them long enough to be a token (labels of
+ * the host, segments of the path, names and values of the query).
+ */
+static void
+redact_url_parts(AlertTarget *t)
+{
+	ListCell   *lc;
+
+	foreach(lc, http_url_parts(t->url))
+	{
+		char	   *part = (char *) lfirst(lc);
+		char	   *pieces = pstrdup(part);
+		char	   *save = NULL;
+
+		t->secret_values = lappend(t->secret_values, part);
+		for (char *piece = strtok_r(pieces, "/?&=.:@;#", &save); piece; piece = strtok_r(NULL, "/?&=.:@;#", &save))
+			if (strlen(piece) >= 8)
+				t->secret_values = lappend(t->secret_values, pstrdup(piece));
+	}
+}
+
+/*
  * The target of a delivery by name (a dump and restore keeps names, not
  * OIDs), copied into cxt; NULL with *error set when it was dropped or
  * renamed, belongs to another wrapper, or has no URL anywhere. Errors name
@@ -82,23 +108,7 @@ alert_target_load(const char *name, MemoryContext cxt, char **error)
 	t->timeout_ms = timeout_ms(fdw_option_value(server->options, "timeout", NULL));
 	t->url = (char *) load_secret(t, um_options, "url");
 	if (t->url != NULL)
-	{
-		/* A receiver quotes the path it was sent, not the whole URL. */
-		const char *host = strstr(t->url, "://");
-		const char *path = host ? strchr(host + 3, '/') : NULL;
-
-		if (path != NULL && strlen(path) > 1)
-		{
-			char	   *segments = pstrdup(path + 1);
-			char	   *save = NULL;
-
-			t->secret_values = lappend(t->secret_values, pstrdup(path));
-			/* and each part of it long enough to be a token */
-			for (char *seg = strtok_r(segments, "/?&=", &save); seg; seg = strtok_r(NULL, "/?&=", &save))
-				if (strlen(seg) >= 8)
-					t->secret_values = lappend(t->secret_values, pstrdup(seg));
-		}
-	}
+		redact_url_parts(t);
 	else if (fdw_option_value(server->options, "url", NULL) != NULL)
 		t->url = (char *) load_secret(t, server->options, "url");
 	t->secrets.bearer_token = load_secret(t, um_options, "bearer_token");

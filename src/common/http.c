@@ -113,6 +113,41 @@ http_uri_encode(const char *s)
 }
 
 /*
+ * The parts of a URL as libcurl reads it (user, password, options, host,
+ * path, query, fragment), each that is there and not empty, in the
+ * caller's memory context: what a text quoting the URL, or curl's words
+ * about it ("Could not resolve host: ..."), may echo of a secret URL.
+ * NIL when libcurl cannot parse it (its whole text is all there is then).
+ */
+List *
+http_url_parts(const char *url)
+{
+	static const CURLUPart parts[] = {
+		CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS, CURLUPART_HOST,
+		CURLUPART_PATH, CURLUPART_QUERY, CURLUPART_FRAGMENT
+	};
+	CURLU	   *u = curl_url();
+	List	   *out = NIL;
+
+	if (u == NULL)
+		return NIL;
+	if (curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK)
+		for (int i = 0; i < lengthof(parts); i++)
+		{
+			char	   *value = NULL;
+
+			if (curl_url_get(u, parts[i], &value, 0) == CURLUE_OK && value != NULL)
+			{
+				if (value[0] != '\0' && strcmp(value, "/") != 0)
+					out = lappend(out, pstrdup(value));
+				curl_free(value);
+			}
+		}
+	curl_url_cleanup(u);
+	return out;
+}
+
+/*
  * Appends received bytes, in memory or to the caller's file; stops (returns
  * short) before the body would pass max_response_bytes, so neither memory
  * nor a file ever holds more.

@@ -69,5 +69,6 @@ extern bool http_perform(HttpClient *client, const HttpRequest *req, HttpRespons
 extern void http_client_destroy(HttpClient *client);
 extern bool http_header_safe(const char *value);
 extern char *http_uri_encode(const char *s);
+extern List *http_url_parts(const char *url);
 
 #endif							/* FINALIZE_HTTP_H */

@@ -273,6 +273,40 @@ def test_secrets_never_reach_the_log_or_the_tables(pg, rx):
         pg.sql("DROP ROLE nosy")
 
 
+def test_a_secret_in_the_url_host_or_user_info_stays_secret(pg, rx):
+    """Services whose secret is a sub-domain: curl's words ("Could not resolve host: tok9f3a7c2e1d.invalid",
+    "Failed to connect to ...") name the host, and the delivery that fails for good logs a WARNING; neither
+    finalize.alert_deliveries nor the server log shows the host or the query of a URL kept in a user mapping
+    (before, only its path was redacted; user info and fragments the validator refuses)."""
+    pg.sql("ALTER SYSTEM SET finalize.alert_retry_limit = 1")
+    pg.reload()
+    dns = "tok9f3a7c2e1d.invalid"
+    pg.sql("CREATE SERVER sub_dns FOREIGN DATA WRAPPER finalize_webhook OPTIONS (format 'json')")
+    pg.sql("CREATE USER MAPPING FOR postgres SERVER sub_dns OPTIONS (url %s)",
+           ("https://%s/hook?sig=qu3ry-s3cret-v4lue" % dns,))
+    pg.sql("CREATE SERVER sub_refused FOREIGN DATA WRAPPER finalize_webhook OPTIONS (format 'json')")
+    # *.localhost is loopback, where nothing listens on port 1: curl names the host it could not reach
+    pg.sql("CREATE USER MAPPING FOR postgres SERVER sub_refused OPTIONS (url %s)",
+           ("https://h0st-s3cret-x9.localhost:1/hook",))
+    try:
+        raise_alert(pg, message="host secret check")
+        pg.wait_for(lambda: {d[0] for d in deliveries(pg) if d[2] == "failed"} >= {"sub_dns", "sub_refused"},
+                    timeout=60, what=lambda: "both deliveries failed for good: %s" % deliveries(pg))
+        errors = [d[5] for d in deliveries(pg) if d[0] in ("sub_dns", "sub_refused")]
+        assert all(e for e in errors) and any("[redacted]" in e for e in errors), errors
+        dump = "\n".join(str(r) for r in pg.sql(
+            "SELECT d::text FROM finalize.alert_delivery d UNION ALL SELECT v::text FROM finalize.alert_deliveries v "
+            "UNION ALL SELECT s::text FROM finalize.alert_target_state s"))
+        log = pg.log()
+        assert "failed for good" in log
+        for secret in (dns, "tok9f3a7c2e1d", "h0st-s3cret-x9", "qu3ry-s3cret-v4lue"):
+            assert secret not in dump, (secret, errors)
+            assert secret not in log, secret
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.alert_retry_limit")
+        pg.reload()
+
+
 def test_a_paused_finalize_still_pages_when_verdicts_stop(pg, rx):
     """finalize.enabled = off stops polling, so the verdict stops; the
     freshness SLA opens an incident that reaches the webhook, and resuming
