@@ -48,6 +48,8 @@ finalize_shmem_startup(void)
 	{
 		memset(finalize_shared, 0, sizeof(FinalizeShared));
 		pg_atomic_init_u64(&finalize_shared->verdict_epoch, 1);
+		pg_atomic_init_u64(&finalize_shared->notify_dropped, 0);
+		pg_atomic_init_u64(&finalize_shared->notify_logged_at, 0);
 		for (int i = 0; i < FINALIZE_WAKE_SHARDS; i++)
 		{
 			pg_atomic_init_u64(&finalize_shared->wake_epoch[i], 1);

@@ -1,7 +1,8 @@
 /*
  * shmem.h
  *     finalize's shared memory: the verdict epoch, the wake-up shards of
- *     finalize.wait_final and the worker slots.
+ *     finalize.wait_final, the count of notifications not sent and the
+ *     worker slots.
  */
 #ifndef FINALIZE_SHMEM_H
 #define FINALIZE_SHMEM_H
@@ -57,6 +58,13 @@ typedef struct FinalizeShared
 	 */
 	pg_atomic_uint64 wake_epoch[FINALIZE_WAKE_SHARDS];
 	ConditionVariableMinimallyPadded wake_cv[FINALIZE_WAKE_SHARDS];
+
+	/*
+	 * Notifications finalize did not send because the NOTIFY queue was half
+	 * full (notify.c), and when the log last said so (a TimestampTz).
+	 */
+	pg_atomic_uint64 notify_dropped;
+	pg_atomic_uint64 notify_logged_at;
 
 	slock_t		mutex;			/* protects the fields below */
 	Oid			paused_dboid;	/* a database being dropped or renamed */

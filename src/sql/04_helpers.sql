@@ -164,6 +164,23 @@ RETURN CASE WHEN date_trunc('second', ts AT TIME ZONE 'UTC') = ts AT TIME ZONE '
             THEN to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
             ELSE to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END;
 
+-- pg_notify that never stops a write from committing (src/common/notify.c):
+-- the notification is kept with the transaction and sent at its commit
+-- only while the cluster's shared NOTIFY queue is less than half full,
+-- else dropped and counted (finalize.dropped_notifications(), the log).
+-- Nothing of finalize waits for a notification.
+CREATE FUNCTION @extschema@._notify(channel text, payload text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_notify'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION @extschema@.dropped_notifications()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_dropped_notifications'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.dropped_notifications() IS
+    'Notifications on channels finalize and finalize_alert not sent since the server started, because the NOTIFY queue was half full';
+
 -- Sends an alert on channel finalize_alert. A NOTIFY payload must be shorter
 -- than 8000 bytes, and an alert must never fail (and take the event it
 -- reports with it) for its size: long values are cut, names and LSNs are
@@ -198,6 +215,6 @@ BEGIN
          WHERE e.key IN ('alert', 'table', 'server', 'truncated') OR octet_length(e.value::text) <= 200;
         body := payload::text;
     END IF;
-    PERFORM pg_notify('finalize_alert', body);
+    PERFORM @extschema@._notify('finalize_alert', body);
 END
 $$;

@@ -147,7 +147,7 @@ BEGIN
         SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
     SELECT a.table_id
       FROM advanced a
-     CROSS JOIN LATERAL pg_catalog.pg_notify('finalize',
+     CROSS JOIN LATERAL @extschema@._notify('finalize',
                             @extschema@._advance_payload((a.tt).table_name, (a.tt).kind, (a.wm).finalized_until,
                                                          a.new_until, (a.wm).offset_lsn,
                                                          (a.wm).offset_commit_time)) n
@@ -270,7 +270,7 @@ BEGIN
     END IF;
     UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
      WHERE w.table_id = tt.table_id;
-    PERFORM pg_notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
+    PERFORM @extschema@._notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
                                                                wm.offset_lsn, wm.offset_commit_time));
     PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;

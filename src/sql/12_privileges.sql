@@ -20,7 +20,8 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.period_end(timestamptz, interval),
     @extschema@.period_start(timestamptz, interval, text),
     @extschema@.period_end(timestamptz, interval, text),
-    @extschema@.mssql_local_to_instant(timestamp, text)
+    @extschema@.mssql_local_to_instant(timestamp, text),
+    @extschema@.dropped_notifications()
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
 

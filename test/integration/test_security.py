@@ -31,7 +31,7 @@ READER = {
     "explain_verdict(text,timestamp with time zone)",
     "period_start(timestamp with time zone,interval)", "period_end(timestamp with time zone,interval)",
     "period_start(timestamp with time zone,interval,text)", "period_end(timestamp with time zone,interval,text)",
-    "mssql_local_to_instant(timestamp without time zone,text)",
+    "mssql_local_to_instant(timestamp without time zone,text)", "dropped_notifications()",
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
     "render_location(text,timestamp with time zone,text)",
     "finalized_until(text[])", "is_final(text[],timestamp with time zone)",

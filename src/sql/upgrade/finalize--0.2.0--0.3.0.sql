@@ -705,7 +705,7 @@ BEGIN
     END IF;
     UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
      WHERE w.table_id = tt.table_id;
-    PERFORM pg_notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
+    PERFORM @extschema@._notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
                                                                wm.offset_lsn, wm.offset_commit_time));
     PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;
@@ -2192,12 +2192,215 @@ BEGIN
 END
 $$;
 
+-- 8b. Notifications never stop a write from committing: they are sent at
+-- commit only while the cluster's NOTIFY queue is less than half full
+-- (src/common/notify.c), else dropped and counted.
+
+-- pg_notify that never stops a write from committing (src/common/notify.c):
+-- the notification is kept with the transaction and sent at its commit
+-- only while the cluster's shared NOTIFY queue is less than half full,
+-- else dropped and counted (finalize.dropped_notifications(), the log).
+-- Nothing of finalize waits for a notification.
+CREATE FUNCTION @extschema@._notify(channel text, payload text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_notify'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION @extschema@.dropped_notifications()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_dropped_notifications'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.dropped_notifications() IS
+    'Notifications on channels finalize and finalize_alert not sent since the server started, because the NOTIFY queue was half full';
+
+-- Sends an alert on channel finalize_alert. A NOTIFY payload must be shorter
+-- than 8000 bytes, and an alert must never fail (and take the event it
+-- reports with it) for its size: long values are cut, names and LSNs are
+-- kept, and "truncated" says so. The full text stays in the facts.
+CREATE OR REPLACE FUNCTION @extschema@._alert(payload jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    body text := payload::text;
+BEGIN
+    IF octet_length(body) >= 7900 THEN
+        -- What names the alert is never changed (a table name is at most
+        -- 255 characters); other values longer than 500 characters are cut.
+        SELECT jsonb_object_agg(e.key,
+                   CASE WHEN e.key IN ('alert', 'table', 'server') THEN e.value
+                        WHEN jsonb_typeof(e.value) = 'string' AND length(e.value #>> '{}') > 500
+                        THEN to_jsonb(left(e.value #>> '{}', 500) || '...')
+                        WHEN jsonb_typeof(e.value) IN ('object', 'array') AND length(e.value::text) > 500
+                        THEN to_jsonb(left(e.value::text, 500) || '...')
+                        ELSE e.value END)
+               || jsonb_build_object('truncated', true)
+          INTO payload
+          FROM jsonb_each(payload) AS e;
+        body := payload::text;
+    END IF;
+    IF octet_length(body) >= 7900 THEN
+        -- Many long values: keep only what identifies the alert.
+        SELECT jsonb_object_agg(e.key, e.value) INTO payload
+          FROM jsonb_each(payload) AS e
+         WHERE e.key IN ('alert', 'table', 'server', 'truncated') OR octet_length(e.value::text) <= 200;
+        body := payload::text;
+    END IF;
+    PERFORM @extschema@._notify('finalize_alert', body);
+END
+$$;
+
+-- _advance for source tables partitioned by commit time, many at once (a
+-- worker's cycle records thousands of tables in one transaction): each
+-- verdict, which the caller has locked, moves commit_until to the greatest
+-- of its old value and _effective_untils, then finalized_until likewise,
+-- with a NOTIFY on channel "finalize" for each one that moved. Returns the
+-- tables whose finalized_until moved: the caller lets their derived tables
+-- follow. Other tables (derived, event-time) are left alone.
+CREATE OR REPLACE FUNCTION @extschema@._advance_sources(table_ids bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH cur AS (
+        SELECT t.table_id, t AS tt, w AS wm, GREATEST(w.commit_until, e.until) AS new_commit
+          FROM @extschema@._effective_untils(table_ids) e
+          JOIN @extschema@.tracked_table t ON t.table_id = e.table_id
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.kind = 'source' AND t.event_time_column IS NULL),
+    moved AS (
+        UPDATE @extschema@.watermark w
+           SET commit_until = c.new_commit,
+               finalized_until = GREATEST(w.finalized_until, c.new_commit),
+               advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
+                                  THEN now() ELSE w.advanced_at END
+          FROM cur c
+         WHERE w.table_id = c.table_id
+           AND (c.new_commit IS DISTINCT FROM w.commit_until
+                OR GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until)
+        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until),
+    advanced AS (
+        SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
+    SELECT a.table_id
+      FROM advanced a
+     CROSS JOIN LATERAL @extschema@._notify('finalize',
+                            @extschema@._advance_payload((a.tt).table_name, (a.tt).kind, (a.wm).finalized_until,
+                                                         a.new_until, (a.wm).offset_lsn,
+                                                         (a.wm).offset_commit_time)) n
+     ORDER BY a.table_id;
+END
+$$;
+
+-- The one function that moves a verdict: locks the table's verdict, takes a
+-- derived table's source verdict from its inputs, moves the commit-time
+-- verdict commit_until to the greatest of its old value and
+-- _effective_untils, then finalized_until to the greatest of its old value
+-- and that (on an event-time table: the event-time verdict _event_until
+-- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
+-- channel "finalize" when it moved, and lets every derived table that uses
+-- this one follow in the same transaction. The inputs form a DAG
+-- (track_derived refuses cycles), so the recursion ends. A derived table
+-- whose verdict another transaction holds is skipped (wait false): an input's
+-- advance never waits for a pipeline's open transaction, nor two sources'
+-- workers for each other; the worker's _refresh_derived catches it up on the
+-- next cycle. Returns finalized_until, NULL for a table no longer tracked
+-- (or skipped).
+CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := CASE WHEN wait THEN @extschema@._lock_tracked(table_id, false)
+                                         ELSE @extschema@._try_lock_tracked(table_id) END;
+    wm @extschema@.watermark;
+    from_inputs timestamptz;
+    new_commit timestamptz;
+    new_until timestamptz;
+    ev record;
+    cap timestamptz;
+    moved boolean;
+BEGIN
+    IF tt.table_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A source table partitioned by commit time: the way of a worker's
+    -- cycle, for one table.
+    IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
+        moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- run on every call (for no table when nothing moved): its plan is
+        -- made at the first call, not at the first advance hours later
+        PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
+        RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind = 'derived' THEN
+        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity, tt.period_zone);
+        IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
+            UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
+            wm.source_until := from_inputs;
+        END IF;
+    END IF;
+    new_commit := GREATEST(wm.commit_until,
+                           (SELECT e.until FROM @extschema@._effective_untils(ARRAY[tt.table_id]) e));
+    IF tt.event_time_column IS NULL THEN
+        new_until := GREATEST(wm.finalized_until, new_commit);
+    ELSE
+        -- The event-time verdict, held by losses (whose spans are event times
+        -- on an event-time table, see _record_loss).
+        ev := @extschema@._event_until(tt, new_commit);
+        -- A loss holds the event times its rows may have under the
+        -- allowance: when the allowance grows (or becomes known), its start
+        -- reaches further back, never into periods already final.
+        IF ev.allowance IS NOT NULL AND ev.allowance > coalesce(wm.event_allowance, interval '0')
+           AND EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL) THEN
+            UPDATE @extschema@.loss l
+               SET lost_from = GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                                        coalesce(wm.finalized_until, '-infinity'))
+             WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL
+               AND GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                            coalesce(wm.finalized_until, '-infinity')) < l.lost_from;
+            IF FOUND THEN
+                PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                SELECT w.loss_blocked INTO wm.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+            END IF;
+        END IF;
+        IF wm.loss_blocked AND ev.until IS NOT NULL THEN
+            cap := @extschema@._loss_cap(tt.table_id);
+            -- a loss without a start holds every period (LEAST skips NULLs: never pass one)
+            ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
+        END IF;
+        new_until := GREATEST(wm.finalized_until, ev.until);
+        IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
+            UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;
+        END IF;
+    END IF;
+    IF new_commit IS DISTINCT FROM wm.commit_until THEN
+        UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
+    END IF;
+    IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        RETURN new_until;
+    END IF;
+    UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
+     WHERE w.table_id = tt.table_id;
+    PERFORM @extschema@._notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
+                                                               wm.offset_lsn, wm.offset_commit_time));
+    PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
+    RETURN new_until;
+END
+$$;
+
 -- 9. Privileges, as src/sql/12_privileges.sql gives them.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     @extschema@.period_start(timestamptz, interval, text),
     @extschema@.period_end(timestamptz, interval, text),
-    @extschema@.render_location(text, timestamptz, text)
+    @extschema@.render_location(text, timestamptz, text),
+    @extschema@.dropped_notifications()
     TO finalize_reader;
 GRANT EXECUTE ON FUNCTION
     @extschema@.track_table(text, text, text, interval, text, text, text,
