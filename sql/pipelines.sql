@@ -1,10 +1,15 @@
 -- Pipelines and derived tables (docs/design/pipelines.md): required
 -- consumers hold the verdict until they applied a period, derived tables
--- follow their inputs in the same transaction, and a period that lost data
--- is never final until a human acknowledges the loss. The worker's
--- resolution of a reported LSN is simulated with _consumer_resolved, as
--- the worker calls it.
+-- follow their inputs, and a period that lost data is never final until a
+-- human acknowledges the loss. The worker's resolution of a reported LSN is
+-- simulated with _consumer_resolved, as the worker calls it.
 \i sql/include/preamble.sql
+
+-- A session's transaction moves only the table it writes; the derived
+-- tables that use it follow in the scheduler's next round
+-- (_refresh_derived). This database has no scheduler, so the test takes
+-- that step itself (:follow, which says how many derived tables moved).
+\set follow 'SELECT finalize._refresh_derived() AS followed;'
 
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('pl.orders', 'erp', 'dbo.orders') > 0 AS tracked;
@@ -194,8 +199,11 @@ SELECT t.table_name, array_agg(i.table_name ORDER BY i.table_name) AS inputs
 SELECT reason FROM finalize.explain_verdict('pl.order_facts', '2026-11-29 14:00+00');
 SELECT reason FROM finalize.explain_verdict('pl.order_facts', '2026-11-29 12:00+00');
 SELECT reason FROM finalize.explain_verdict('pl.daily_revenue', '2026-11-29 00:00+00');
--- One range of an input moves the whole chain in its transaction.
+-- One range of an input moves the input in its transaction, and the whole
+-- chain in the scheduler's next round: not before.
 SELECT finalize.record_range('pl.lines', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 23:59:59+00');
+SELECT table_name, source_until FROM verdicts WHERE kind = 'derived';
+:follow
 SELECT * FROM verdicts;
 SELECT finalize.record_range('pl.lines', '0x00000000000000000200', '0x00000000000000000300', '2026-11-30 00:00:01+00');
 SELECT finalize.record_range('pl.orders', '0x00000000000000000500', '0x00000000000000000600', '2026-11-30 00:05+00');
@@ -207,6 +215,8 @@ SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), c, '0x0000
   FROM unnest(ARRAY['flink-orders', 'spark-orders']) AS c;
 SELECT * FROM verdicts;
 COMMIT;
+:follow
+SELECT * FROM verdicts;
 SELECT finalize.is_final('pl.revenue_report', '2026-11-29 10:00+00') AS report_day_29;
 SELECT finalize._advance_payload(t.table_name, t.kind, w.finalized_until, w.finalized_until, w.offset_lsn,
                                  w.offset_commit_time)
@@ -224,6 +234,7 @@ SELECT finalize.track_table('pl.refunds', 'erp', 'dbo.refunds') > 0 AS tracked;
 SELECT finalize.track_derived('pl.refund_copy', ARRAY['pl.refunds'], '30 minutes') > 0 AS derived;
 SELECT finalize.add_consumer('pl.refund_copy', 'copy-job', reporter => 'regress_pipe_b');
 SELECT finalize.record_range('pl.refunds', NULL, '0x00000000000000000100', '2026-11-30 00:10+00');
+:follow
 SELECT table_name, source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name LIKE 'pl.refund%' ORDER BY table_name;
 SELECT reason FROM finalize.explain_verdict('pl.refund_copy', '2026-11-29 23:00+00');
 SET ROLE regress_pipe_b;
@@ -311,6 +322,7 @@ SELECT finalize._resume_after_loss(finalize._tracked_id('pl.events'), '0x0000000
 SELECT table_name, lost_from, lost_to, from_lsn, to_lsn, fact_id IS NOT NULL AS linked
   FROM finalize.loss JOIN finalize.tracked_table USING (table_id);
 SELECT finalize.record_range('pl.events', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-30 01:00+00');
+:follow
 SELECT * FROM verdicts WHERE table_name LIKE 'pl.events%';
 -- Hours 10, 11 and 12 intersect [10:15, 12:20]; 9 and 13 do not.
 SELECT p, finalize.is_final('pl.events', p)
@@ -336,6 +348,7 @@ SELECT finalize.acknowledge_loss('pl.orders', '2026-11-29 10:00+00', '2026-11-29
 -- Part of it: hours 10 and 11 are final, hour 12 still waits.
 SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 10:00+00', '2026-11-29 12:00+00',
                                  'events re-snapshotted from SQL Server, ticket DATA-123');
+:follow
 SELECT p, finalize.is_final('pl.events', p)
   FROM unnest(ARRAY['2026-11-29 10:00+00', '2026-11-29 11:00+00', '2026-11-29 12:00+00']::timestamptz[]) AS p;
 SELECT * FROM verdicts WHERE table_name LIKE 'pl.events%';
@@ -343,6 +356,10 @@ SELECT finalize.is_final('pl.events_daily', '2026-11-29 00:00+00') AS day_29;
 -- The rest: an adjacent acknowledgement joins the first.
 SELECT finalize.acknowledge_loss('pl.events', '2026-11-29 12:00+00', '2026-11-29 13:00+00',
                                  'hour 12 re-snapshotted too');
+-- The acknowledging session releases its own table; the derived tables
+-- are released in the scheduler's next round.
+SELECT * FROM verdicts WHERE table_name LIKE 'pl.events%';
+:follow
 SELECT * FROM verdicts WHERE table_name LIKE 'pl.events%';
 SELECT finalize.is_final('pl.events', '2026-11-29 12:00+00') AS hour_12,
        finalize.is_final('pl.events_daily', '2026-11-29 00:00+00') AS day_29,
@@ -389,10 +406,12 @@ SELECT finalize.resume_table('pl.la');
 SELECT finalize._resume_after_loss(finalize._tracked_id('pl.la'), '0x000000000000000003FF',
                                    '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_la', false, '{}');
 SELECT finalize.record_range('pl.la', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-30 01:00+00');
+:follow
 -- The jobs had processed everything their inputs allowed, the lost hours
 -- from incomplete data.
 SELECT finalize.report_processed('pl.la_job', 'la-job', '2026-11-30 01:00+00');
 SELECT finalize.report_processed('pl.la_daily', 'la-daily-job', '2026-11-30 00:00+00');
+:follow
 SELECT * FROM verdicts WHERE table_name LIKE 'pl.la%';
 -- Hours 10 to 12 intersect [10:15, 12:20]: the verdict stops at 10:00.
 SELECT finalize.finalized_until('pl.la') AS la, finalize.finalized_until('pl.la_view') AS la_view,
@@ -415,6 +434,7 @@ SELECT finalize.finalized_until('pl.la') AS la, finalize.is_final('pl.la', '2026
 -- own, once the job has rebuilt them.
 SELECT is_final, reason FROM finalize.explain_verdict('pl.la_copy', '2026-11-29 11:00+00');
 SELECT finalize.acknowledge_loss('pl.la', '2026-11-29 11:00+00', '2026-11-29 13:00+00', 're-snapshotted');
+:follow
 SELECT t AS table_name, finalize.is_final(t, '2026-11-29 11:00+00') AS hour_11, finalize.finalized_until(t)
   FROM unnest(ARRAY['pl.la', 'pl.la_view', 'pl.la_job', 'pl.la_copy', 'pl.la_daily']) AS t;
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.la%';
@@ -427,6 +447,7 @@ SELECT finalize.is_final(ARRAY['pl.la', 'pl.la_view'], '2026-11-29 11:00+00') AS
 SELECT finalize.acknowledge_loss('pl.la_view', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'x');
 SELECT finalize.acknowledge_loss('pl.la_daily', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'x');
 SELECT finalize.acknowledge_loss('pl.la_job', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'la-job rebuilt hours 10 to 12');
+:follow
 SELECT t AS table_name, finalize.is_final(t, '2026-11-29 11:00+00') AS hour_11, finalize.finalized_until(t)
   FROM unnest(ARRAY['pl.la_job', 'pl.la_copy', 'pl.la_daily']) AS t;
 SELECT is_final, reason FROM finalize.explain_verdict('pl.la_daily', '2026-11-29 00:00+00');
@@ -450,7 +471,9 @@ SELECT finalize.resume_table('pl.lb');
 SELECT finalize._resume_after_loss(finalize._tracked_id('pl.lb'), '0x000000000000000001FF',
                                    '2026-11-29 11:20+00', '2026-11-29 11:20+00', 'dbo_lb', false, '{}');
 SELECT finalize.record_range('pl.lb', '0x000000000000000001FF', '0x00000000000000000300', '2026-11-29 14:00+00');
+:follow
 SELECT finalize.acknowledge_loss('pl.lb', '2026-11-29 10:00+00', '2026-11-29 12:00+00', 're-snapshotted');
+:follow
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
 SELECT finalize.alter_consumer('pl.lb_job', 'lb-job', required => true);
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';

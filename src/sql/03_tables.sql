@@ -296,6 +296,24 @@ COMMENT ON COLUMN @extschema@.consumer.resolve_error IS
 COMMENT ON COLUMN @extschema@.consumer.commit_time IS
     'Commit time of mapped_lsn, the greatest mapping row at or below min(reported LSN, max LSN) when the worker resolved resolved_for_lsn: every commit before it is applied';
 
+-- Consumers whose row another transaction held when the worker had to
+-- write it (a pipeline's report_progress, or an admin's change, left
+-- uncommitted): the worker skips such a row (SKIP LOCKED) instead of
+-- waiting, which would cost every table of the source its cycle time, and
+-- tries again next cycle. Written once when the hold is first seen and
+-- deleted once it is over, it shows as the consumer's condition
+-- consumer_locked in finalize.consumers and opens an incident after
+-- finalize.alert_after (_check_consumers). No foreign key to consumer:
+-- checking one would lock the very row the other transaction holds.
+CREATE TABLE @extschema@.consumer_hold (
+    table_id          bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    consumer          text COLLATE "C" NOT NULL,
+    since             timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_id, consumer)
+);
+COMMENT ON TABLE @extschema@.consumer_hold IS
+    'Consumers whose row another transaction held when the worker had to write it, since when (condition consumer_locked)';
+
 -- Commit-time ranges lost to CDC retention (or a dropped capture instance)
 -- before the worker read them: [lost_from, lost_to], both included, and the
 -- LSN range (from_lsn, to_lsn]. A period that intersects one is not final

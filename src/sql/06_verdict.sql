@@ -50,18 +50,29 @@ BEGIN ATOMIC
                           WHERE rc.table_id = t.table_id AND rc.required) c;
 END;
 
--- What a derived table's inputs are final until (the least of their
--- verdicts, NULL while one has none): a job cannot have processed complete
+-- What derived tables' inputs are final until (the least of their
+-- verdicts, NULL while one has none), many at once (the scheduler looks at
+-- every derived table each round): a job cannot have processed complete
 -- input beyond it.
+CREATE FUNCTION @extschema@._inputs_final_untils(table_ids bigint[])
+RETURNS TABLE (table_id bigint, until timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT d.table_id, CASE WHEN count(*) = count(w.finalized_until) THEN min(w.finalized_until) END
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     WHERE d.table_id = ANY (_inputs_final_untils.table_ids)
+     GROUP BY d.table_id;
+END;
+
+-- What one derived table's inputs are final until (_inputs_final_untils).
 CREATE FUNCTION @extschema@._inputs_final_until(table_id bigint)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.finalized_until) THEN min(w.finalized_until) END
-      FROM @extschema@.derived_input d
-      JOIN @extschema@.watermark w ON w.table_id = d.input_id
-     WHERE d.table_id = _inputs_final_until.table_id;
+    SELECT u.until FROM @extschema@._inputs_final_untils(ARRAY[_inputs_final_until.table_id]) AS u;
 END;
 
 
@@ -155,11 +166,23 @@ BEGIN
 END
 $$;
 
+-- Whether this process is one of finalize's background workers, whose
+-- transactions end within milliseconds (src/common/background.c).
+CREATE FUNCTION @extschema@._in_background()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_in_background'
+LANGUAGE C STABLE PARALLEL SAFE;
+
 -- Lets the derived tables that use any of the given tables follow them,
--- each once, in table order: _advance without waiting, so that an input's
--- advance never waits for a pipeline's open transaction (the worker's
--- _refresh_derived catches a skipped one up next cycle). The one loop of
--- _advance and _record_ranges.
+-- each once, in table order, in a background worker's transaction only:
+-- a row it locks there is released within milliseconds. A session's
+-- transaction (a pipeline's report, an admin's change) moves only the
+-- table it writes, never the derived tables of other teams, which it
+-- would hold until it ends; the scheduler's _refresh_derived moves them
+-- within a round of its commit. _advance without waiting, so that an
+-- input's advance never waits for a pipeline's open transaction either
+-- (_refresh_derived catches a skipped one up). The one loop of _advance
+-- and _record_ranges.
 CREATE FUNCTION @extschema@._advance_dependents(input_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
@@ -168,6 +191,9 @@ AS $$
 DECLARE
     dependent bigint;
 BEGIN
+    IF NOT @extschema@._in_background() THEN
+        RETURN;
+    END IF;
     FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
                        JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
                       WHERE d.input_id = ANY (input_ids) AND t.untracked_at IS NULL
@@ -184,13 +210,13 @@ $$;
 -- and that (on an event-time table: the event-time verdict _event_until
 -- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
--- this one follow in the same transaction. The inputs form a DAG
--- (track_derived refuses cycles), so the recursion ends. A derived table
--- whose verdict another transaction holds is skipped (wait false): an input's
--- advance never waits for a pipeline's open transaction, nor two sources'
--- workers for each other; the worker's _refresh_derived catches it up on the
--- next cycle. Returns finalized_until, NULL for a table no longer tracked
--- (or skipped).
+-- this one follow in the same transaction when it is a background
+-- worker's (_advance_dependents). The inputs form a DAG (track_derived
+-- refuses cycles), so the recursion ends. A derived table whose verdict
+-- another transaction holds is skipped (wait false): an input's advance
+-- never waits for a pipeline's open transaction, nor two sources' workers
+-- for each other; the scheduler's _refresh_derived catches it up. Returns
+-- finalized_until, NULL for a table no longer tracked (or skipped).
 CREATE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -492,7 +518,13 @@ RETURN EXISTS (
 -- Recomputes watermark.loss_blocked of a table and of every derived table
 -- that uses it (transitively): after a loss, an acknowledgement (on the
 -- table that lost the data or on a derived table), a new derived table, a
--- new granularity or a change of required consumers.
+-- new granularity or a change of required consumers. A derived table that
+-- must become blocked is blocked in this transaction, whoever runs it (a
+-- sensor must never read a lost period as final); one that is released is
+-- released here only in a background worker's transaction: a session's
+-- (an admin's acknowledgement left open) must not hold the verdicts of
+-- other teams' tables, and the scheduler's _refresh_derived releases them
+-- within a round of its commit.
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE sql
@@ -506,7 +538,8 @@ BEGIN ATOMIC
         SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
     UPDATE @extschema@.watermark w SET loss_blocked = f.blocked
       FROM flags f
-     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked;
+     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked
+       AND (f.blocked OR f.id = _refresh_loss_blocked.table_id OR @extschema@._in_background());
 END;
 
 -- Keeps watermark.loss_blocked current when a table's required consumers

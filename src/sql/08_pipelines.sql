@@ -200,9 +200,10 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- A consumer that is gone stalls nothing any more.
+    -- A consumer that is gone stalls nothing any more, nor is it held.
+    DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = tt.table_id AND h.consumer = consumer;
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind = 'consumer_stalled' AND a.table_id = tt.table_id AND a.subject = consumer
+     WHERE a.kind IN ('consumer_stalled', 'consumer_locked') AND a.table_id = tt.table_id AND a.subject = consumer
        AND a.state <> 'resolved';
     after := @extschema@._advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN

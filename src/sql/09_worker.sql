@@ -389,13 +389,55 @@ BEGIN ATOMIC
      ORDER BY c.table_id, c.consumer;
 END;
 
+-- Notes that another transaction held a consumer's row when the worker had
+-- to write it: once, when first seen (finalize.consumers shows it as
+-- consumer_locked); _check_consumers clears it once the row is free and
+-- opens an incident if it lasts finalize.alert_after.
+CREATE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.consumer_hold (table_id, consumer)
+    VALUES (_consumer_held.table_id, _consumer_held.consumer)
+    ON CONFLICT (table_id, consumer) DO NOTHING;
+END;
+
+-- Locks a consumer's row for the worker's write without waiting: false
+-- (and the hold noted) when another transaction holds it, or when the
+-- consumer is gone. A pipeline may keep its own report uncommitted for as
+-- long as it likes; that must cost its own consumer's resolution only,
+-- not its source's cycle time (finalize.lock_timeout for every table).
+CREATE FUNCTION @extschema@._lock_consumer(table_id bigint, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM FROM @extschema@.consumer c WHERE c.table_id = _lock_consumer.table_id AND c.consumer = consumer
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT FROM @extschema@.consumer c WHERE c.table_id = _lock_consumer.table_id AND c.consumer = consumer) THEN
+        PERFORM @extschema@._consumer_held(table_id, consumer);
+    END IF;
+    RETURN false;
+END
+$$;
+
 -- Stores what the worker resolved a consumer's LSN to: mapped_lsn, the
 -- greatest mapping row at or below for_lsn (itself at most the reported LSN
 -- and the cycle's max LSN), and its commit time; every commit before that
 -- time is applied. Ignored when the consumer no longer reports at least
 -- for_lsn (dropped, or added again lower, since the worker read it) or its
 -- table is gone; a commit time never moves back. Then the verdict may
--- advance, in the worker's write transaction.
+-- advance, in the worker's write transaction. A verdict or consumer row
+-- that another transaction holds (an admin's change or a pipeline's
+-- report left uncommitted) is skipped, never waited for: the resolution is
+-- tried again next cycle, and a held consumer row is noted
+-- (_consumer_held).
 CREATE FUNCTION @extschema@._consumer_resolved(
     table_id    bigint,
     consumer    text,
@@ -420,8 +462,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A consumer''s LSN resolves to the greatest mapping row at or below it.';
     END IF;
-    tt := @extschema@._lock_tracked(table_id, false);
-    IF tt.table_id IS NULL THEN
+    tt := @extschema@._try_lock_tracked(table_id);
+    IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, consumer) THEN
         RETURN;
     END IF;
     PERFORM @extschema@._check_commit_time(tt.table_name, 'commit_time', commit_time);
@@ -443,7 +485,8 @@ $$;
 -- finalize.consumers and explain_verdict show it; the verdict stays where
 -- it was. Written only when the reason changes (every write of a consumer
 -- row makes backends drop their cached verdicts), and only while the
--- consumer still reports at least for_lsn.
+-- consumer still reports at least for_lsn; skipped, like
+-- _consumer_resolved, while another transaction holds the row.
 CREATE FUNCTION @extschema@._consumer_unresolved(
     table_id    bigint,
     consumer    text,
@@ -463,37 +506,67 @@ BEGIN
     PERFORM 1 FROM @extschema@.consumer c
      WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f
        AND c.resolve_error IS DISTINCT FROM reason;
-    IF FOUND THEN
+    IF FOUND AND @extschema@._lock_consumer(_consumer_unresolved.table_id, consumer) THEN
         UPDATE @extschema@.consumer c SET resolve_error = reason
          WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     END IF;
 END
 $$;
 
--- Lets the derived tables that use the server's tracked tables catch up,
--- once per successful cycle: an input's advance skips a derived table
--- whose verdict another transaction held (see _advance).
-CREATE FUNCTION @extschema@._refresh_derived(server_name text)
-RETURNS void
+-- Brings every derived table whose inputs are final beyond its source
+-- verdict up to date, and releases those whose inputs' losses were
+-- acknowledged (_refresh_loss_blocked), without waiting for one whose
+-- verdict another transaction holds (it is tried again next round). The scheduler runs it
+-- every round, in a transaction of its own: this is how a derived table
+-- follows a report on one of its inputs, at most a round (a second, or
+-- finalize.poll_interval if shorter) after the report commits, and how one
+-- skipped by an input's advance catches up. Passes are repeated while one
+-- moved a verdict, so that a chain of derived tables comes up to date in
+-- one call, also in a session (where _advance does not cascade). Returns
+-- how many derived tables were released or their source verdicts moved.
+CREATE FUNCTION @extschema@._refresh_derived()
+RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_variable
 DECLARE
     derived bigint;
+    before timestamptz;
+    moved integer := 0;
+    pass integer;
 BEGIN
-    FOR derived IN
-        WITH RECURSIVE served(id) AS (
-            SELECT t.table_id FROM @extschema@.tracked_table t
-             WHERE t.server_name = _refresh_derived.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
-            UNION
-            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
-        SELECT t.table_id FROM served JOIN @extschema@.tracked_table t ON t.table_id = served.id
-         WHERE t.kind = 'derived' AND t.untracked_at IS NULL
-         ORDER BY t.table_id
+    UPDATE @extschema@.watermark w SET loss_blocked = false
+     WHERE w.table_id IN (SELECT x.table_id FROM @extschema@.watermark x
+                            JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+                           WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
+                             AND NOT @extschema@._has_open_loss(x.table_id)
+                             FOR NO KEY UPDATE OF x SKIP LOCKED);
+    GET DIAGNOSTICS moved = ROW_COUNT;
     LOOP
-        PERFORM @extschema@._advance(derived, false);
+        pass := 0;
+        -- Those behind (_inputs_until, for every derived table in one
+        -- statement); _advance then does the exact work.
+        FOR derived, before IN
+            SELECT t.table_id, w.source_until
+              FROM @extschema@._inputs_final_untils(ARRAY(
+                       SELECT x.table_id FROM @extschema@.tracked_table x
+                        WHERE x.kind = 'derived' AND x.untracked_at IS NULL)) AS i
+              JOIN @extschema@.tracked_table t ON t.table_id = i.table_id
+              JOIN @extschema@.watermark w ON w.table_id = t.table_id
+             WHERE @extschema@.period_start(i.until, t.granularity, t.period_zone)
+                   > coalesce(w.source_until, '-infinity')
+             ORDER BY t.table_id
+        LOOP
+            PERFORM @extschema@._advance(derived, false);
+            IF (SELECT w.source_until FROM @extschema@.watermark w WHERE w.table_id = derived)
+               IS DISTINCT FROM before THEN
+                pass := pass + 1;
+            END IF;
+        END LOOP;
+        moved := moved + pass;
+        EXIT WHEN pass = 0;
     END LOOP;
+    RETURN moved;
 END
 $$;
 
@@ -504,12 +577,32 @@ RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_consumer_stall_threshold'
 LANGUAGE C STABLE;
 
+-- The tables a source's worker answers for: the server's tracked tables
+-- and every derived table that uses one of them, directly or not.
+CREATE FUNCTION @extschema@._served_tables(server_name text)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE served(id) AS (
+        SELECT t.table_id FROM @extschema@.tracked_table t
+         WHERE t.server_name = _served_tables.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+        UNION
+        SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
+    SELECT t.table_id FROM served JOIN @extschema@.tracked_table t ON t.table_id = served.id
+     WHERE t.untracked_at IS NULL;
+END;
+
 -- Once per successful cycle of a source, in its write transaction: a
 -- consumer of its tables (or of the derived tables that use them) that has
 -- not reported for finalize.consumer_stall_threshold while the table's
 -- source verdict is past the consumer's own is consumer_stalled. Entering
 -- the condition sends an alert on finalize_alert; reporting (or the source
--- standing still) clears it. Writes only what changed.
+-- standing still) clears it. Writes only what changed. A consumer row
+-- another transaction holds is not waited for: its change waits for the
+-- next cycle. Then the holds: one that is over (the row is free, or the
+-- consumer gone) is forgotten and its incident resolved; one that has
+-- lasted finalize.alert_after opens an incident (consumer_locked).
 CREATE FUNCTION @extschema@._check_consumers(server_name text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -521,24 +614,19 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        WITH RECURSIVE served(id) AS (
-            SELECT t.table_id FROM @extschema@.tracked_table t
-             WHERE t.server_name = _check_consumers.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
-            UNION
-            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
-        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name,
+        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name, t.server_name,
                w.source_until, x.until,
                coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
                         AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
-          FROM served
-          JOIN @extschema@.tracked_table t ON t.table_id = served.id AND t.untracked_at IS NULL
+          FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id)
+          JOIN @extschema@.tracked_table t ON t.table_id = s.id
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
           JOIN @extschema@.consumer c ON c.table_id = t.table_id
          CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, t.period_zone, c.commit_time,
                                                                  c.processed_until) AS until) x
          ORDER BY c.table_id, c.consumer
     LOOP
-        IF r.stalled AND r.condition IS NULL THEN
+        IF r.stalled AND r.condition IS NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = 'consumer_stalled', condition_since = now()
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
             PERFORM @extschema@._alert(jsonb_build_object('alert', 'consumer_stalled', 'table', r.table_name,
@@ -546,15 +634,31 @@ BEGIN
                 'consumer_until', r.until, 'source_until', r.source_until,
                 'detail', format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                                  r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until)));
-            PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id,
-                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer,
+            PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                        r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
-        ELSIF NOT r.stalled AND r.condition IS NOT NULL THEN
+        ELSIF NOT r.stalled AND r.condition IS NOT NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
-            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id,
-                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer);
+            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id, r.server_name, r.consumer);
+        END IF;
+    END LOOP;
+    FOR r IN
+        SELECT h.table_id, h.consumer, h.since, t.table_name, t.server_name
+          FROM @extschema@.consumer_hold h
+          JOIN @extschema@.tracked_table t ON t.table_id = h.table_id
+         WHERE h.table_id IN (SELECT s.id FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id))
+         ORDER BY h.table_id, h.consumer
+    LOOP
+        IF @extschema@._lock_consumer(r.table_id, r.consumer)
+           OR NOT EXISTS (SELECT FROM @extschema@.consumer c WHERE c.table_id = r.table_id AND c.consumer = r.consumer) THEN
+            DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = r.table_id AND h.consumer = r.consumer;
+            PERFORM @extschema@._resolve_alerts('consumer_locked', r.table_id, r.server_name, r.consumer);
+        ELSIF r.since <= now() - @extschema@._alert_after() THEN
+            PERFORM @extschema@._raise_alert('consumer_locked', 'warning', r.table_id, r.server_name, r.consumer,
+                format('Another transaction has held the row of consumer "%s" of table "%s" since %s, so the worker cannot record what it reports; the verdict waits for it.',
+                       r.consumer, r.table_name, r.since),
+                jsonb_build_object('since', @extschema@._utc_iso(r.since)));
         END IF;
     END LOOP;
 END

@@ -13,7 +13,7 @@ CREATE TABLE @extschema@.alert (
                                      'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
                                      'no_capture_instance', 'source_replaced', 'event_column_invalid',
                                      'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
-                                     'late_data', 'release_rejected', 'freshness')),
+                                     'late_data', 'release_rejected', 'freshness', 'consumer_locked')),
     severity         text NOT NULL
                      CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
     table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,

@@ -395,7 +395,9 @@ COMMENT ON VIEW @extschema@.status IS
 -- One row per consumer of a tracked (or derived) table: how far it got
 -- (the LSN it reported and its commit time; for a derived table's job, the
 -- processed input watermark in consumer_until), how far its verdict lags
--- the source verdict, and whether it is stalled.
+-- the source verdict, and whether it is stalled (consumer_stalled) or its
+-- row was held by another transaction when the worker had to write it
+-- (consumer_locked).
 CREATE VIEW @extschema@.consumers AS
 SELECT t.table_name,
        c.consumer,
@@ -407,12 +409,13 @@ SELECT t.table_name,
        u.until AS consumer_until,
        CASE WHEN w.source_until > u.until THEN w.source_until - u.until
             WHEN w.source_until <= u.until THEN interval '0' END AS lag,
-       c.condition,
-       c.condition_since,
+       coalesce(c.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END) AS condition,
+       CASE WHEN c.condition IS NOT NULL THEN c.condition_since ELSE h.since END AS condition_since,
        c.resolve_error
   FROM @extschema@.consumer c
   JOIN @extschema@.tracked_table t USING (table_id)
   JOIN @extschema@.watermark w USING (table_id)
+  LEFT JOIN @extschema@.consumer_hold h USING (table_id, consumer)
  CROSS JOIN LATERAL (SELECT @extschema@.period_start(
             CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
             t.granularity, t.period_zone) AS until) u

@@ -68,7 +68,8 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.track_derived(text, text[], interval, text),
     @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text)
     TO finalize_admin;
-GRANT SELECT ON @extschema@.consumer, @extschema@.derived_input, @extschema@.loss, @extschema@.loss_ack
+GRANT SELECT ON @extschema@.consumer, @extschema@.consumer_hold, @extschema@.derived_input, @extschema@.loss,
+                @extschema@.loss_ack
     TO finalize_admin;
 
 -- The release gate: publishers release and read releases; readers see the

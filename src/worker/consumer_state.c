@@ -110,20 +110,6 @@ ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 }
 
 /*
- * Lets the derived tables over the source's tables catch up with their
- * inputs (an input's advance skips one whose verdict another transaction
- * held), once per successful cycle.
- */
-void
-ws_refresh_derived(const char *server_name)
-{
-	Oid			type = TEXTOID;
-	Datum		value = CStringGetTextDatum(server_name);
-
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._refresh_derived($1)", 1, &type, &value, NULL);
-}
-
-/*
  * Sets and clears the source's consumer_stalled conditions (and sends their
  * alerts), once per successful cycle, after its tables' writes.
  */

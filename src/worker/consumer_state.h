@@ -27,6 +27,5 @@ extern void ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn
 extern void ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 								   const char *error);
 extern void ws_check_consumers(const char *server_name);
-extern void ws_refresh_derived(const char *server_name);
 
 #endif							/* FINALIZE_CONSUMER_STATE_H */

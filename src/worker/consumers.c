@@ -213,19 +213,15 @@ check_step(void *arg)
 	ws_check_consumers((const char *) arg);
 }
 
-/* Lets the derived tables over the source's tables catch up (a subxact_try step). */
-static void
-refresh_step(void *arg)
-{
-	ws_refresh_derived((const char *) arg);
-}
-
 /*
  * In the cycle's write transaction, after the tables' writes: every
  * resolution (or reason it failed) in its own subtransaction (one
- * consumer's failure, a lock held too long say, costs only that consumer;
- * it is resolved again next cycle), then the stall check and the derived tables' catch-up once each, also
- * confined: a failure there must not lose the facts already recorded.
+ * consumer's failure costs only that consumer; it is resolved again next
+ * cycle; a row another transaction holds is skipped in SQL, never waited
+ * for), then the stall check once, also confined: a failure there must
+ * not lose the facts already recorded. The derived tables over the
+ * source's tables follow in this transaction (_advance_dependents) or in
+ * the scheduler's next round (_refresh_derived).
  */
 void
 consumers_record(const char *server_name, ConsumerJob *jobs, int njobs)
@@ -244,9 +240,5 @@ consumers_record(const char *server_name, ConsumerJob *jobs, int njobs)
 	if (!subxact_try(check_step, unconstify(char *, server_name), &e))
 		ereport(WARNING,
 				(errmsg("finalize could not check the consumers of server \"%s\" for stalls: %s",
-						server_name, e->message)));
-	if (!subxact_try(refresh_step, unconstify(char *, server_name), &e))
-		ereport(WARNING,
-				(errmsg("finalize could not bring the derived tables over server \"%s\" up to date: %s",
 						server_name, e->message)));
 }

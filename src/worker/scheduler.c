@@ -2,7 +2,8 @@
  * scheduler.c
  *     The scheduler: one dynamic background worker in finalize.database. It
  *     keeps one source worker running per foreign server that has tracked
- *     tables, stops those whose source is gone, applies the facts
+ *     tables, stops those whose source is gone, brings the derived tables
+ *     up to date with their inputs' reports, applies the facts
  *     retention, checks the tables' freshness SLAs, and keeps the alerts
  *     worker running while there are webhook targets or deliveries. It idles
  *     while the extension is not installed.
@@ -57,8 +58,9 @@ static int	nstarted = 0;
 static BackgroundWorkerHandle *alerts_handle = NULL;
 /* When it was last started: one that keeps failing is restarted every few seconds, not every round. */
 static TimestampTz alerts_started = 0;
-/* When a failure of the alert checks was last logged: the same one each second would flood the log. */
+/* When a failure of a step was last logged: the same one each second would flood the log. */
 static TimestampTz checks_error_logged = 0;
+static TimestampTz refresh_error_logged = 0;
 
 #define ALERTS_RESTART_MS 5000
 #define CHECKS_ERROR_LOG_MS (5 * 60 * 1000)
@@ -160,41 +162,63 @@ record_no_worker(const WantedSource *src)
 }
 
 /*
- * Runs check_alerts in a transaction of its own, bounded by
- * finalize.lock_timeout (an admin's open transaction that holds an
- * incident must not stall the scheduling of sources), and never lets its
- * error stop the scheduler: it is logged (the same failure at most every
- * five minutes), and the next round tries again.
- * Returns whether the alerts worker is needed.
+ * Brings the derived tables up to date with their inputs. A session's
+ * report moves only the table it writes (_advance_dependents): this is how
+ * the derived tables that use it follow, within a round of its commit. A
+ * catalog older than the library has no _refresh_derived() (its reports
+ * still move the derived tables themselves). Returns true.
  */
 static bool
-guarded_alert_checks(void)
+refresh_derived(void)
+{
+	bool		isnull;
+
+	if (SPI_execute("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._refresh_derived()') IS NOT NULL",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not look for finalize's _refresh_derived()");
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return true;
+	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._refresh_derived()", false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not bring finalize's derived tables up to date");
+	return true;
+}
+
+/*
+ * Runs one step of a round (check_alerts, refresh_derived) in a
+ * transaction of its own, bounded by finalize.lock_timeout (an admin's
+ * open transaction that holds an incident must not stall the scheduling
+ * of sources), and never lets its error stop the scheduler: it is logged
+ * (the same step's failure at most every five minutes, *logged_at), and
+ * the next round tries again. Returns the step's answer, or on_error.
+ */
+static bool
+guarded_step(bool (*step) (void), const char *activity, TimestampTz *logged_at, bool on_error)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool want = false;
+	volatile bool answer = false;
 
 	PG_TRY();
 	{
-		ws_begin_write("finalize: checking freshness and dropped sources");
-		want = OidIsValid(get_extension_oid("finalize", true)) && check_alerts();
+		ws_begin_write(activity);
+		answer = OidIsValid(get_extension_oid("finalize", true)) && step();
 		ws_commit();
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		if (TimestampDifferenceExceeds(checks_error_logged, GetCurrentTimestamp(), CHECKS_ERROR_LOG_MS))
+		if (TimestampDifferenceExceeds(*logged_at, GetCurrentTimestamp(), CHECKS_ERROR_LOG_MS))
 		{
 			EmitErrorReport();
-			checks_error_logged = GetCurrentTimestamp();
+			*logged_at = GetCurrentTimestamp();
 		}
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
 		pgstat_report_activity(STATE_IDLE, NULL);
-		want = slot_is_running(SLOT_ALERTS, MyDatabaseId, InvalidOid);
+		answer = on_error;
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
-	return want;
+	return answer;
 }
 
 /* Starts the alerts worker unless it runs or is starting. */
@@ -258,10 +282,14 @@ schedule(TimestampTz *last_purge)
 			record_no_worker(&wanted[j]);
 	}
 	/*
-	 * Also with finalize.enabled off: no source is polled then, so every
-	 * verdict stops, and the freshness SLAs and deliveries tell people.
+	 * Also with finalize.enabled off: no source is polled then, but
+	 * pipelines still report (their derived tables follow), the freshness
+	 * SLAs tell people that every verdict stopped, and deliveries go on.
 	 */
-	if (guarded_alert_checks() && finalize_alerts_enabled)
+	(void) guarded_step(refresh_derived, "finalize: bringing derived tables up to date",
+						&refresh_error_logged, false);
+	if (guarded_step(check_alerts, "finalize: checking freshness and dropped sources", &checks_error_logged,
+					 slot_is_running(SLOT_ALERTS, MyDatabaseId, InvalidOid)) && finalize_alerts_enabled)
 		ensure_alerts_worker();
 }
 

@@ -443,3 +443,152 @@ def test_a_pipelines_open_transaction_never_holds_the_worker_up(env, sim):
         held.close()
     env.pg.wait_for(lambda: derived() == at(11, 0), what="the derived verdict to catch up")
     assert_never_leads(env, TABLE, sim)
+
+
+def reconfigure(pg, name, value):
+    """ALTER SYSTEM SET and reload; waits until sessions see it. Returns what to reset."""
+    pg.sql(f"ALTER SYSTEM SET {name} = %s", (value,))
+    pg.sql("SELECT pg_reload_conf()")
+    pg.wait_for(lambda: pg.sql("SELECT current_setting(%s)", (name,))[0][0] == value,
+                what=f"{name} to become {value}")
+
+
+def cycle_times(env, n, source="erp"):
+    """The cycle_time of each of the source's next n cycles (sampled as cycles completes)."""
+    times, last = [], env.one("SELECT cycles FROM finalize.source_status WHERE server_name = %s", (source,))
+    while len(times) < n:
+        row = env.pg.wait_for(
+            lambda: (lambda r: r if r and r[0] > last else None)(
+                env.pg.sql("SELECT cycles, cycle_time FROM finalize.source_status WHERE server_name = %s",
+                           (source,))[0]),
+            what=f"a cycle of {source} after cycle {last}")
+        last = row[0]
+        times.append(row[1])
+    return times
+
+
+def test_a_consumer_row_held_by_an_open_report_costs_only_that_consumer(env, sim, pg):
+    """Before the fix, a pipeline that left report_progress uncommitted held its consumer's row,
+    and every cycle of the source waited finalize.lock_timeout for it in _consumer_resolved
+    (cycle time 3 ms -> lock_timeout for every table of the source) and logged a WARNING. Now the
+    worker skips the row (SKIP LOCKED) and tries again next cycle: the source's cycles never wait,
+    its other tables move, nothing is logged per cycle, and the hold shows once, as the
+    consumer's condition consumer_locked, with an incident after finalize.alert_after. Once the
+    pipeline commits, the condition and the incident clear and its report is resolved."""
+    reconfigure(pg, "finalize.lock_timeout", "4s")
+    reconfigure(pg, "finalize.alert_after", "1s")
+    try:
+        sim.call("sim.create_table", name="held_lines", columns="[id] int NOT NULL, [v] int")
+        sim.call("sim.enable_table", name="held_lines")
+        start_tracking(env, sim)
+        env.track("sales.lines", "erp", "dbo.held_lines")
+        env.wait_caught_up("sales.lines", sim)
+        env.sql("SELECT finalize.add_consumer(%s, 'debezium')", (TABLE,))
+        first = commit(sim, at(9, 5), inserts=1)
+        sim.call("sim.advance", to=at(9, 10))
+        assert report(env, "debezium", plus(first, 0x100000)) is True   # beyond max LSN: follows it
+        wait_resolved(env, "debezium", sim_max_lsn(sim))
+        warnings_before = len(server_log_lines(pg, 'could not record the progress of consumer "debezium"'))
+
+        holder = pg.connect(autocommit=False)
+        try:
+            holder.cursor().execute("SELECT finalize.report_progress(%s, 'debezium', %s)",
+                                    (TABLE, plus(first, 0x200000)))
+            # The pipeline's transaction stays open. SQL Server moves on: each cycle has the
+            # consumer to resolve at the new max LSN, and its row is held.
+            for minute in (20, 40, 59):
+                sim.call("sim.commit", table="dbo.held_lines", inserts=1, at=at(9, minute))
+                commit(sim, at(9, minute), inserts=1)
+            sim.call("sim.advance", to=at(10, 5))
+            env.wait_caught_up("sales.lines", sim)
+            env.pg.wait_for(lambda: env.one("SELECT finalize.finalized_until('sales.lines')") == at(10, 0),
+                            what="the other table of the source to move while the row is held")
+            times = cycle_times(env, 6)
+            assert max(times) < datetime.timedelta(seconds=4), \
+                f"a cycle waited for the held row (finalize.lock_timeout is 4 s): {times}"
+            row = env.pg.wait_for(lambda: (lambda r: r if r["condition"] == "consumer_locked" else None)(
+                consumer_view(env, "debezium")), what=lambda: f"the hold on the consumer: {consumer_view(env, 'debezium')}")
+            assert row["condition_since"] is not None
+            incident = env.pg.wait_for(lambda: env.pg.sql(
+                "SELECT kind, severity, subject, state, message FROM finalize.alerts "
+                "WHERE kind = 'consumer_locked' AND state = 'open'"), what="the consumer_locked incident")
+            assert incident[0][1:4] == ("warning", "debezium", "open"), incident
+            assert "debezium" in incident[0][4] and TABLE in incident[0][4], incident
+            assert len(server_log_lines(pg, 'could not record the progress of consumer "debezium"')) \
+                == warnings_before, "the hold was logged per cycle"
+            assert until(env) == at(9, 0), "the consumer applied only hour 9's first commit as far as it committed"
+            assert_truth(env, sim, plus(first, 0x100000))
+        finally:
+            holder.commit()
+            holder.close()
+
+        # Committed: the report is resolved, the condition and the incident clear.
+        top = sim_max_lsn(sim)
+        wait_resolved(env, "debezium", top)
+        wait_until(env, at(10, 0))
+        env.pg.wait_for(lambda: consumer_view(env, "debezium")["condition"] is None,
+                        what=lambda: f"the hold to clear: {consumer_view(env, 'debezium')}")
+        env.pg.wait_for(lambda: env.one("SELECT state FROM finalize.alerts WHERE kind = 'consumer_locked'")
+                        == "resolved", what="the consumer_locked incident to be resolved")
+        assert env.one("SELECT count(*) FROM finalize.consumer_hold") == 0
+        assert_truth(env, sim, top)
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.lock_timeout")
+        pg.sql("ALTER SYSTEM RESET finalize.alert_after")
+        pg.sql("SELECT pg_reload_conf()")
+        pg.sql("DELETE FROM finalize.alert")
+
+
+def test_one_teams_open_report_never_holds_another_teams_derived_table(env, sim, pg):
+    """Before the fix, team A's report on its derived table p.der_a advanced, in team A's own
+    transaction, every derived table that uses it, and so locked team B's p.der_b (built from
+    p.der_a and team B's input) until team A committed: team B's report_processed hung, the
+    worker's catch-up skipped p.der_b, and admin calls on it waited. Now a session's transaction
+    moves only the table it writes: p.der_b's row stays free while team A's transaction is open,
+    and the scheduler brings p.der_b up to date within a round once team A commits."""
+    for role in ("tenant_a", "tenant_b"):
+        pg.sql(f"DROP ROLE IF EXISTS {role}")
+        pg.sql(f"CREATE ROLE {role} LOGIN IN ROLE finalize_pipeline")
+    start_tracking(env, sim)
+    env.sql("SELECT finalize.track_derived('p.der_a', ARRAY[%s])", (TABLE,))
+    env.sql("SELECT finalize.track_derived('p.der_b', ARRAY[%s, 'p.der_a'])", (TABLE,))
+    env.sql("SELECT finalize.add_consumer('p.der_a', 'da', reporter => 'tenant_a')")
+    env.sql("SELECT finalize.add_consumer('p.der_b', 'db', required => false, reporter => 'tenant_b')")
+    commit(sim, at(9, 5), inserts=1)
+    sim.call("sim.advance", to=at(11, 5))
+    wait_until(env, at(11, 0))
+    der_b = env.one("SELECT finalize._tracked_id('p.der_b')")
+    verdict = lambda t: env.one("SELECT finalize.finalized_until(%s)", (t,))
+    before = verdict("p.der_a")
+    assert before < at(10, 0) and verdict("p.der_b") == before, "team A's consumer holds both"
+
+    team_a = pg.connect(user="tenant_a", autocommit=False)
+    team_b = pg.connect(user="tenant_b")
+    try:
+        with team_a.cursor() as cur:
+            cur.execute("SELECT finalize.report_processed('p.der_a', 'da', %s)", (at(10, 0),))
+            assert cur.fetchone()[0] is True
+        # Team A's transaction stays open. Team B's row of p.der_b is free ...
+        locker = pg.connect(autocommit=False)
+        try:
+            with locker.cursor() as cur:
+                cur.execute("SELECT 1 FROM finalize.watermark WHERE table_id = %s FOR UPDATE NOWAIT", (der_b,))
+        finally:
+            locker.rollback()
+            locker.close()
+        # ... so team B reports and an admin changes p.der_b without waiting for team A.
+        with team_b.cursor() as cur:
+            cur.execute("SET statement_timeout = '10s'")
+            cur.execute("SELECT finalize.report_processed('p.der_b', 'db', %s)", (at(11, 0),))
+        env.sql("SET statement_timeout = '10s'; SELECT finalize.alter_consumer('p.der_b', 'db', required => false)")
+        # Team A's report is not committed: nothing it reported is final anywhere yet.
+        assert verdict("p.der_a") == verdict("p.der_b") == before
+    finally:
+        team_a.commit()
+        team_a.close()
+        team_b.close()
+    # Committed: p.der_a moves in team A's transaction, p.der_b in the scheduler's next round.
+    assert verdict("p.der_a") == at(10, 0)
+    env.pg.wait_for(lambda: verdict("p.der_b") == at(10, 0),
+                    what=lambda: f"p.der_b to follow p.der_a: {env.status('p.der_b')}")
+    assert_never_leads(env, TABLE, sim)

@@ -66,7 +66,7 @@ MAY_SELECT = {
     "sec_pipeline": {"status", "consumers", "late_data", "alerts", "alert_deliveries"},
     "sec_publisher": {"status", "consumers", "facts", "releases", "late_data", "alerts", "alert_deliveries"},
     "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
-                  "table_condition", "consumer", "derived_input", "loss", "loss_ack",
+                  "table_condition", "consumer", "consumer_hold", "derived_input", "loss", "loss_ack",
                   "partition_registration", "projection", "release", "published", "late_data",
                   "event_fact", "lateness_hour", "late_period", "alerts", "alert",
                   "alert_deliveries", "alert_delivery", "alert_target_state"},

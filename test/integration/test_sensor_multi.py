@@ -23,6 +23,12 @@ def pg3():
     cluster.cleanup()
 
 
+def follow(pg):
+    """What the scheduler does within a round of a session's commit: the derived tables follow their
+    inputs (a session's transaction moves only the table it writes). Taken at once, not waited for."""
+    pg.sql("SELECT finalize._refresh_derived()")
+
+
 @pytest.fixture
 def tables(pg3):
     """m.orders (hourly, final until 14:00), m.lines (hourly, nothing final),
@@ -167,11 +173,13 @@ def test_derived_tables_inherit_a_loss_through_the_cache(pg3, tables):
     assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is False
     pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000100', '0x00000000000000000200', "
             "'2026-11-30 00:00+00')")
+    follow(pg3)
     # Its watermark moves to 2026-11-30, but the loss holds day 29: finalized_until stays.
     assert one(reader, "SELECT finalize.finalized_until('m.events_daily')").isoformat() == "2026-11-29T00:00:00+00:00"
     assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is False
     assert one(reader, "SELECT finalize.is_final(ARRAY['m.daily', 'm.events_daily'], '2026-11-29 00:00+00')") is False
     pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+    follow(pg3)
     assert one(reader, "SELECT finalize.is_final('m.events_daily', '2026-11-29 00:00+00')") is True
     assert one(reader, "SELECT finalize.is_final(ARRAY['m.daily', 'm.events_daily'], '2026-11-29 00:00+00')") is True
     assert one(reader, "SELECT finalize.finalized_until('m.events_daily')").isoformat() == "2026-11-30T00:00:00+00:00"
@@ -191,6 +199,7 @@ def test_a_derived_table_whose_job_built_lost_periods_waits_for_its_own_acknowle
     held = [True, False, False, False, True]
     assert hours_final(reader, "m.events_job") == hours_final(reader, "m.events_view") == held
     pg3.sql("SELECT finalize.acknowledge_loss('m.events', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+    follow(pg3)
     assert hours_final(reader, "m.events") == hours_final(reader, "m.events_view") == [True] * 5
     assert hours_final(reader, "m.events_job") == held
     assert one(reader, "SELECT finalize.finalized_until('m.events_job')").isoformat() == "2026-11-29T10:00:00+00:00"

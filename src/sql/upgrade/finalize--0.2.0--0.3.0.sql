@@ -333,6 +333,115 @@ RETURN @extschema@.render_location(location_template, period_start, 'UTC');
 COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
     'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute} {date}, UTC)';
 
+-- 4b. No session's transaction holds another team's rows: a session's
+-- advance moves only the table it writes (_in_background), the scheduler
+-- brings the derived tables up to date (_refresh_derived, 8c), and the
+-- worker skips a consumer row another transaction holds (consumer_hold).
+
+-- Whether this process is one of finalize's background workers, whose
+-- transactions end within milliseconds (src/common/background.c).
+CREATE FUNCTION @extschema@._in_background()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_in_background'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+CREATE TABLE @extschema@.consumer_hold (
+    table_id          bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    consumer          text COLLATE "C" NOT NULL,
+    since             timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_id, consumer)
+);
+COMMENT ON TABLE @extschema@.consumer_hold IS
+    'Consumers whose row another transaction held when the worker had to write it, since when (condition consumer_locked)';
+ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
+    ADD CONSTRAINT alert_kind_check
+        CHECK (kind IN ('unreachable', 'timeout', 'tls_failed', 'configuration', 'sql_error',
+                        'no_max_lsn', 'internal_error', 'server_dropped', 'timezone_mismatch',
+                        'clock_skew', 'commit_time_ahead', 'capture_stalled', 'no_access',
+                        'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
+                        'no_capture_instance', 'source_replaced', 'event_column_invalid',
+                        'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
+                        'late_data', 'release_rejected', 'freshness', 'consumer_locked'));
+
+-- The tables a source's worker answers for: the server's tracked tables
+-- and every derived table that uses one of them, directly or not.
+CREATE FUNCTION @extschema@._served_tables(server_name text)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE served(id) AS (
+        SELECT t.table_id FROM @extschema@.tracked_table t
+         WHERE t.server_name = _served_tables.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+        UNION
+        SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
+    SELECT t.table_id FROM served JOIN @extschema@.tracked_table t ON t.table_id = served.id
+     WHERE t.untracked_at IS NULL;
+END;
+
+-- Notes that another transaction held a consumer's row when the worker had
+-- to write it: once, when first seen (finalize.consumers shows it as
+-- consumer_locked); _check_consumers clears it once the row is free and
+-- opens an incident if it lasts finalize.alert_after.
+CREATE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.consumer_hold (table_id, consumer)
+    VALUES (_consumer_held.table_id, _consumer_held.consumer)
+    ON CONFLICT (table_id, consumer) DO NOTHING;
+END;
+
+-- Locks a consumer's row for the worker's write without waiting: false
+-- (and the hold noted) when another transaction holds it, or when the
+-- consumer is gone. A pipeline may keep its own report uncommitted for as
+-- long as it likes; that must cost its own consumer's resolution only,
+-- not its source's cycle time (finalize.lock_timeout for every table).
+CREATE FUNCTION @extschema@._lock_consumer(table_id bigint, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM FROM @extschema@.consumer c WHERE c.table_id = _lock_consumer.table_id AND c.consumer = consumer
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT FROM @extschema@.consumer c WHERE c.table_id = _lock_consumer.table_id AND c.consumer = consumer) THEN
+        PERFORM @extschema@._consumer_held(table_id, consumer);
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- What derived tables' inputs are final until (the least of their
+-- verdicts, NULL while one has none), many at once (the scheduler looks at
+-- every derived table each round): a job cannot have processed complete
+-- input beyond it.
+CREATE FUNCTION @extschema@._inputs_final_untils(table_ids bigint[])
+RETURNS TABLE (table_id bigint, until timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT d.table_id, CASE WHEN count(*) = count(w.finalized_until) THEN min(w.finalized_until) END
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     WHERE d.table_id = ANY (_inputs_final_untils.table_ids)
+     GROUP BY d.table_id;
+END;
+
+-- What one derived table's inputs are final until (_inputs_final_untils).
+CREATE OR REPLACE FUNCTION @extschema@._inputs_final_until(table_id bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT u.until FROM @extschema@._inputs_final_untils(ARRAY[_inputs_final_until.table_id]) AS u;
+END;
+
 -- 5. Every function and view that names a period cuts it in the table's
 -- zone. _loss_ackers returns each acknowledging table's zone too: a new
 -- row type, so it and the two functions whose SQL bodies use it are made
@@ -419,7 +528,13 @@ RETURN EXISTS (
 -- Recomputes watermark.loss_blocked of a table and of every derived table
 -- that uses it (transitively): after a loss, an acknowledgement (on the
 -- table that lost the data or on a derived table), a new derived table, a
--- new granularity or a change of required consumers.
+-- new granularity or a change of required consumers. A derived table that
+-- must become blocked is blocked in this transaction, whoever runs it (a
+-- sensor must never read a lost period as final); one that is released is
+-- released here only in a background worker's transaction: a session's
+-- (an admin's acknowledgement left open) must not hold the verdicts of
+-- other teams' tables, and the scheduler's _refresh_derived releases them
+-- within a round of its commit.
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE sql
@@ -433,7 +548,8 @@ BEGIN ATOMIC
         SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
     UPDATE @extschema@.watermark w SET loss_blocked = f.blocked
       FROM flags f
-     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked;
+     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked
+       AND (f.blocked OR f.id = _refresh_loss_blocked.table_id OR @extschema@._in_background());
 END;
 
 -- Whether the period starting at period_start is final for the table, as
@@ -619,13 +735,13 @@ END;
 -- and that (on an event-time table: the event-time verdict _event_until
 -- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
--- this one follow in the same transaction. The inputs form a DAG
--- (track_derived refuses cycles), so the recursion ends. A derived table
--- whose verdict another transaction holds is skipped (wait false): an input's
--- advance never waits for a pipeline's open transaction, nor two sources'
--- workers for each other; the worker's _refresh_derived catches it up on the
--- next cycle. Returns finalized_until, NULL for a table no longer tracked
--- (or skipped).
+-- this one follow in the same transaction when it is a background
+-- worker's (_advance_dependents). The inputs form a DAG (track_derived
+-- refuses cycles), so the recursion ends. A derived table whose verdict
+-- another transaction holds is skipped (wait false): an input's advance
+-- never waits for a pipeline's open transaction, nor two sources' workers
+-- for each other; the scheduler's _refresh_derived catches it up. Returns
+-- finalized_until, NULL for a table no longer tracked (or skipped).
 CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -1091,7 +1207,11 @@ $$;
 -- not reported for finalize.consumer_stall_threshold while the table's
 -- source verdict is past the consumer's own is consumer_stalled. Entering
 -- the condition sends an alert on finalize_alert; reporting (or the source
--- standing still) clears it. Writes only what changed.
+-- standing still) clears it. Writes only what changed. A consumer row
+-- another transaction holds is not waited for: its change waits for the
+-- next cycle. Then the holds: one that is over (the row is free, or the
+-- consumer gone) is forgotten and its incident resolved; one that has
+-- lasted finalize.alert_after opens an incident (consumer_locked).
 CREATE OR REPLACE FUNCTION @extschema@._check_consumers(server_name text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -1103,24 +1223,19 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        WITH RECURSIVE served(id) AS (
-            SELECT t.table_id FROM @extschema@.tracked_table t
-             WHERE t.server_name = _check_consumers.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
-            UNION
-            SELECT d.table_id FROM @extschema@.derived_input d JOIN served ON d.input_id = served.id)
-        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name,
+        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name, t.server_name,
                w.source_until, x.until,
                coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
                         AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
-          FROM served
-          JOIN @extschema@.tracked_table t ON t.table_id = served.id AND t.untracked_at IS NULL
+          FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id)
+          JOIN @extschema@.tracked_table t ON t.table_id = s.id
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
           JOIN @extschema@.consumer c ON c.table_id = t.table_id
          CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, t.period_zone, c.commit_time,
                                                                  c.processed_until) AS until) x
          ORDER BY c.table_id, c.consumer
     LOOP
-        IF r.stalled AND r.condition IS NULL THEN
+        IF r.stalled AND r.condition IS NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = 'consumer_stalled', condition_since = now()
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
             PERFORM @extschema@._alert(jsonb_build_object('alert', 'consumer_stalled', 'table', r.table_name,
@@ -1128,15 +1243,31 @@ BEGIN
                 'consumer_until', r.until, 'source_until', r.source_until,
                 'detail', format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                                  r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until)));
-            PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id,
-                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer,
+            PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                        r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
-        ELSIF NOT r.stalled AND r.condition IS NOT NULL THEN
+        ELSIF NOT r.stalled AND r.condition IS NOT NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
-            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id,
-                (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = r.table_id), r.consumer);
+            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id, r.server_name, r.consumer);
+        END IF;
+    END LOOP;
+    FOR r IN
+        SELECT h.table_id, h.consumer, h.since, t.table_name, t.server_name
+          FROM @extschema@.consumer_hold h
+          JOIN @extschema@.tracked_table t ON t.table_id = h.table_id
+         WHERE h.table_id IN (SELECT s.id FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id))
+         ORDER BY h.table_id, h.consumer
+    LOOP
+        IF @extschema@._lock_consumer(r.table_id, r.consumer)
+           OR NOT EXISTS (SELECT FROM @extschema@.consumer c WHERE c.table_id = r.table_id AND c.consumer = r.consumer) THEN
+            DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = r.table_id AND h.consumer = r.consumer;
+            PERFORM @extschema@._resolve_alerts('consumer_locked', r.table_id, r.server_name, r.consumer);
+        ELSIF r.since <= now() - @extschema@._alert_after() THEN
+            PERFORM @extschema@._raise_alert('consumer_locked', 'warning', r.table_id, r.server_name, r.consumer,
+                format('Another transaction has held the row of consumer "%s" of table "%s" since %s, so the worker cannot record what it reports; the verdict waits for it.',
+                       r.consumer, r.table_name, r.since),
+                jsonb_build_object('since', @extschema@._utc_iso(r.since)));
         END IF;
     END LOOP;
 END
@@ -1599,7 +1730,9 @@ COMMENT ON VIEW @extschema@.status IS
 -- One row per consumer of a tracked (or derived) table: how far it got
 -- (the LSN it reported and its commit time; for a derived table's job, the
 -- processed input watermark in consumer_until), how far its verdict lags
--- the source verdict, and whether it is stalled.
+-- the source verdict, and whether it is stalled (consumer_stalled) or its
+-- row was held by another transaction when the worker had to write it
+-- (consumer_locked).
 CREATE OR REPLACE VIEW @extschema@.consumers AS
 SELECT t.table_name,
        c.consumer,
@@ -1611,12 +1744,13 @@ SELECT t.table_name,
        u.until AS consumer_until,
        CASE WHEN w.source_until > u.until THEN w.source_until - u.until
             WHEN w.source_until <= u.until THEN interval '0' END AS lag,
-       c.condition,
-       c.condition_since,
+       coalesce(c.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END) AS condition,
+       CASE WHEN c.condition IS NOT NULL THEN c.condition_since ELSE h.since END AS condition_since,
        c.resolve_error
   FROM @extschema@.consumer c
   JOIN @extschema@.tracked_table t USING (table_id)
   JOIN @extschema@.watermark w USING (table_id)
+  LEFT JOIN @extschema@.consumer_hold h USING (table_id, consumer)
  CROSS JOIN LATERAL (SELECT @extschema@.period_start(
             CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
             t.granularity, t.period_zone) AS until) u
@@ -2301,13 +2435,13 @@ $$;
 -- and that (on an event-time table: the event-time verdict _event_until
 -- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
 -- channel "finalize" when it moved, and lets every derived table that uses
--- this one follow in the same transaction. The inputs form a DAG
--- (track_derived refuses cycles), so the recursion ends. A derived table
--- whose verdict another transaction holds is skipped (wait false): an input's
--- advance never waits for a pipeline's open transaction, nor two sources'
--- workers for each other; the worker's _refresh_derived catches it up on the
--- next cycle. Returns finalized_until, NULL for a table no longer tracked
--- (or skipped).
+-- this one follow in the same transaction when it is a background
+-- worker's (_advance_dependents). The inputs form a DAG (track_derived
+-- refuses cycles), so the recursion ends. A derived table whose verdict
+-- another transaction holds is skipped (wait false): an input's advance
+-- never waits for a pipeline's open transaction, nor two sources' workers
+-- for each other; the scheduler's _refresh_derived catches it up. Returns
+-- finalized_until, NULL for a table no longer tracked (or skipped).
 CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -2394,6 +2528,219 @@ BEGIN
 END
 $$;
 
+-- 8c. The derived tables follow a session's report in the scheduler's
+-- round, not in the session's transaction; the worker never waits for a
+-- consumer row another transaction holds.
+DROP FUNCTION @extschema@._refresh_derived(text);
+
+-- Brings every derived table whose inputs are final beyond its source
+-- verdict up to date, and releases those whose inputs' losses were
+-- acknowledged (_refresh_loss_blocked), without waiting for one whose
+-- verdict another transaction holds (it is tried again next round). The scheduler runs it
+-- every round, in a transaction of its own: this is how a derived table
+-- follows a report on one of its inputs, at most a round (a second, or
+-- finalize.poll_interval if shorter) after the report commits, and how one
+-- skipped by an input's advance catches up. Passes are repeated while one
+-- moved a verdict, so that a chain of derived tables comes up to date in
+-- one call, also in a session (where _advance does not cascade). Returns
+-- how many derived tables were released or their source verdicts moved.
+CREATE FUNCTION @extschema@._refresh_derived()
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    derived bigint;
+    before timestamptz;
+    moved integer := 0;
+    pass integer;
+BEGIN
+    UPDATE @extschema@.watermark w SET loss_blocked = false
+     WHERE w.table_id IN (SELECT x.table_id FROM @extschema@.watermark x
+                            JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+                           WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
+                             AND NOT @extschema@._has_open_loss(x.table_id)
+                             FOR NO KEY UPDATE OF x SKIP LOCKED);
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    LOOP
+        pass := 0;
+        -- Those behind (_inputs_until, for every derived table in one
+        -- statement); _advance then does the exact work.
+        FOR derived, before IN
+            SELECT t.table_id, w.source_until
+              FROM @extschema@._inputs_final_untils(ARRAY(
+                       SELECT x.table_id FROM @extschema@.tracked_table x
+                        WHERE x.kind = 'derived' AND x.untracked_at IS NULL)) AS i
+              JOIN @extschema@.tracked_table t ON t.table_id = i.table_id
+              JOIN @extschema@.watermark w ON w.table_id = t.table_id
+             WHERE @extschema@.period_start(i.until, t.granularity, t.period_zone)
+                   > coalesce(w.source_until, '-infinity')
+             ORDER BY t.table_id
+        LOOP
+            PERFORM @extschema@._advance(derived, false);
+            IF (SELECT w.source_until FROM @extschema@.watermark w WHERE w.table_id = derived)
+               IS DISTINCT FROM before THEN
+                pass := pass + 1;
+            END IF;
+        END LOOP;
+        moved := moved + pass;
+        EXIT WHEN pass = 0;
+    END LOOP;
+    RETURN moved;
+END
+$$;
+
+-- Lets the derived tables that use any of the given tables follow them,
+-- each once, in table order, in a background worker's transaction only:
+-- a row it locks there is released within milliseconds. A session's
+-- transaction (a pipeline's report, an admin's change) moves only the
+-- table it writes, never the derived tables of other teams, which it
+-- would hold until it ends; the scheduler's _refresh_derived moves them
+-- within a round of its commit. _advance without waiting, so that an
+-- input's advance never waits for a pipeline's open transaction either
+-- (_refresh_derived catches a skipped one up). The one loop of _advance
+-- and _record_ranges.
+CREATE OR REPLACE FUNCTION @extschema@._advance_dependents(input_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dependent bigint;
+BEGIN
+    IF NOT @extschema@._in_background() THEN
+        RETURN;
+    END IF;
+    FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
+                       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
+                      WHERE d.input_id = ANY (input_ids) AND t.untracked_at IS NULL
+                      ORDER BY d.table_id LOOP
+        PERFORM @extschema@._advance(dependent, false);
+    END LOOP;
+END
+$$;
+
+-- Stores what the worker resolved a consumer's LSN to: mapped_lsn, the
+-- greatest mapping row at or below for_lsn (itself at most the reported LSN
+-- and the cycle's max LSN), and its commit time; every commit before that
+-- time is applied. Ignored when the consumer no longer reports at least
+-- for_lsn (dropped, or added again lower, since the worker read it) or its
+-- table is gone; a commit time never moves back. Then the verdict may
+-- advance, in the worker's write transaction. A verdict or consumer row
+-- that another transaction holds (an admin's change or a pipeline's
+-- report left uncommitted) is skipped, never waited for: the resolution is
+-- tried again next cycle, and a held consumer row is noted
+-- (_consumer_held).
+CREATE OR REPLACE FUNCTION @extschema@._consumer_resolved(
+    table_id    bigint,
+    consumer    text,
+    for_lsn     text,
+    mapped_lsn  text,
+    commit_time timestamptz)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    f @extschema@.lsn := @extschema@._lsn_arg(for_lsn, 'for_lsn');
+    m @extschema@.lsn := @extschema@._lsn_arg(mapped_lsn, 'mapped_lsn');
+    tt @extschema@.tracked_table;
+BEGIN
+    PERFORM @extschema@._require(f, 'for_lsn');
+    PERFORM @extschema@._require(m, 'mapped_lsn');
+    PERFORM @extschema@._require(commit_time, 'commit_time');
+    IF m > f THEN
+        RAISE EXCEPTION 'mapped LSN % lies above the LSN % it resolves', m, f
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer''s LSN resolves to the greatest mapping row at or below it.';
+    END IF;
+    tt := @extschema@._try_lock_tracked(table_id);
+    IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, consumer) THEN
+        RETURN;
+    END IF;
+    PERFORM @extschema@._check_commit_time(tt.table_name, 'commit_time', commit_time);
+    UPDATE @extschema@.consumer c
+       SET resolved_for_lsn = GREATEST(c.resolved_for_lsn, f),
+           mapped_lsn = CASE WHEN c.commit_time IS NULL OR commit_time > c.commit_time THEN m ELSE c.mapped_lsn END,
+           commit_time = GREATEST(c.commit_time, commit_time),
+           resolved_at = now(),
+           resolve_error = NULL
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
+    IF FOUND THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+-- Stores why the worker could not resolve a consumer's LSN (SQL Server's
+-- own message, or a mapping row missing after cleanup), so that
+-- finalize.consumers and explain_verdict show it; the verdict stays where
+-- it was. Written only when the reason changes (every write of a consumer
+-- row makes backends drop their cached verdicts), and only while the
+-- consumer still reports at least for_lsn; skipped, like
+-- _consumer_resolved, while another transaction holds the row.
+CREATE OR REPLACE FUNCTION @extschema@._consumer_unresolved(
+    table_id    bigint,
+    consumer    text,
+    for_lsn     text,
+    error       text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    f @extschema@.lsn := @extschema@._lsn_arg(for_lsn, 'for_lsn');
+    reason text := pg_catalog.left(error, 2000);
+BEGIN
+    PERFORM @extschema@._require(f, 'for_lsn');
+    PERFORM @extschema@._require(reason, 'error');
+    PERFORM 1 FROM @extschema@.consumer c
+     WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f
+       AND c.resolve_error IS DISTINCT FROM reason;
+    IF FOUND AND @extschema@._lock_consumer(_consumer_unresolved.table_id, consumer) THEN
+        UPDATE @extschema@.consumer c SET resolve_error = reason
+         WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
+    END IF;
+END
+$$;
+
+-- The body of finalize.drop_consumer: forgets a consumer; the verdict may
+-- then move at once, and a NOTICE says how far. Returns whether it existed.
+CREATE OR REPLACE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    before timestamptz;
+    after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- A consumer that is gone stalls nothing any more, nor is it held.
+    DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = tt.table_id AND h.consumer = consumer;
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind IN ('consumer_stalled', 'consumer_locked') AND a.table_id = tt.table_id AND a.subject = consumer
+       AND a.state <> 'resolved';
+    after := @extschema@._advance(tt.table_id);
+    IF after IS DISTINCT FROM before THEN
+        RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
+                     tt.table_name, after, coalesce(before::text, 'nothing'), consumer
+            USING DETAIL = 'The periods in between are final whether or not the consumer applied them.';
+    END IF;
+    RETURN true;
+END
+$$;
+
 -- 9. Privileges, as src/sql/12_privileges.sql gives them.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
@@ -2412,6 +2759,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     @extschema@.register_partition(text, text, text, timestamptz, timestamptz)
     TO finalize_publisher;
+GRANT SELECT ON @extschema@.consumer_hold TO finalize_admin;
 
 
 
