@@ -452,6 +452,10 @@ SELECT t AS table_name, finalize.is_final(t, '2026-11-29 11:00+00') AS hour_11, 
   FROM unnest(ARRAY['pl.la_job', 'pl.la_copy', 'pl.la_daily']) AS t;
 SELECT is_final, reason FROM finalize.explain_verdict('pl.la_daily', '2026-11-29 00:00+00');
 SELECT finalize.acknowledge_loss('pl.la_daily', '2026-11-29 00:00+00', '2026-11-30 00:00+00', 'la-daily-job rebuilt day 29');
+-- A derived table is released by the scheduler (it makes sure first that no
+-- transaction is recording a loss upstream), not by the acknowledging session.
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name = 'pl.la_daily';
+:follow
 SELECT finalize.is_final('pl.la_daily', '2026-11-29 00:00+00') AS day_29, finalize.finalized_until('pl.la_daily');
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.la%';
 SELECT t.table_name, f.detail ->> 'losses' AS losses, f.detail ->> 'period_from' AS period_from,
@@ -478,6 +482,7 @@ SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
 SELECT finalize.alter_consumer('pl.lb_job', 'lb-job', required => true);
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
 SELECT finalize.drop_consumer('pl.lb_job', 'lb-job');
+:follow
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';
 SELECT finalize.add_consumer('pl.lb_job', 'lb-job-2');
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.lb%';

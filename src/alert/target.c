@@ -67,6 +67,7 @@ redact_url_parts(AlertTarget *t)
 		for (char *piece = strtok_r(pieces, "/?&=.:@;#", &save); piece; piece = strtok_r(NULL, "/?&=.:@;#", &save))
 			if (strlen(piece) >= 8)
 				t->secret_values = lappend(t->secret_values, pstrdup(piece));
+		pfree(pieces);
 	}
 }
 

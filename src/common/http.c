@@ -114,9 +114,11 @@ http_uri_encode(const char *s)
 
 /*
  * The parts of a URL as libcurl reads it (user, password, options, host,
- * path, query, fragment), each that is there and not empty, in the
- * caller's memory context: what a text quoting the URL, or curl's words
- * about it ("Could not resolve host: ..."), may echo of a secret URL.
+ * path, query, fragment), each that is there and not empty, as written
+ * and percent-decoded (and a host in its punycode form, as a resolver's
+ * error names it), in the caller's memory context: what a text quoting the
+ * URL, or curl's words about it ("Could not resolve host: ..."), may echo
+ * of a secret URL.
  * NIL when libcurl cannot parse it (its whole text is all there is then).
  */
 List *
@@ -126,6 +128,15 @@ http_url_parts(const char *url)
 		CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS, CURLUPART_HOST,
 		CURLUPART_PATH, CURLUPART_QUERY, CURLUPART_FRAGMENT
 	};
+	/* as written, percent-decoded, and a host as DNS sees it (IDN) */
+	static const unsigned int forms[] = {
+		0, CURLU_URLDECODE,
+#ifdef CURLU_PUNYCODE
+		CURLU_PUNYCODE,
+#else
+		0,
+#endif
+	};
 	CURLU	   *u = curl_url();
 	List	   *out = NIL;
 
@@ -133,16 +144,19 @@ http_url_parts(const char *url)
 		return NIL;
 	if (curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK)
 		for (int i = 0; i < lengthof(parts); i++)
-		{
-			char	   *value = NULL;
-
-			if (curl_url_get(u, parts[i], &value, 0) == CURLUE_OK && value != NULL)
+			for (int f = 0; f < lengthof(forms); f++)
 			{
-				if (value[0] != '\0' && strcmp(value, "/") != 0)
-					out = lappend(out, pstrdup(value));
-				curl_free(value);
+				char	   *value = NULL;
+
+				if (forms[f] == 0 && f > 0)
+					continue;
+				if (curl_url_get(u, parts[i], &value, forms[f]) == CURLUE_OK && value != NULL)
+				{
+					if (value[0] != '\0' && strcmp(value, "/") != 0)
+						out = lappend(out, pstrdup(value));
+					curl_free(value);
+				}
 			}
-		}
 	curl_url_cleanup(u);
 	return out;
 }

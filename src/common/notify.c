@@ -14,18 +14,22 @@
  * the answer). So notifications are kept with the transaction (dropped
  * with a subtransaction that aborts) and handed to PostgreSQL just before
  * it adds them to the queue at commit, and only when the queue is less
- * than half full; otherwise they are dropped, counted in shared memory
+ * than half full (counting what this transaction adds: from PostgreSQL 17
+ * on, max_notify_queue_pages can make the queue small); otherwise they are
+ * dropped, counted in shared memory
  * (finalize.dropped_notifications()) and said in the log at most every
- * five minutes. Half a queue is gigabytes: no session fills it between the
- * look and the commit.
+ * five minutes. Half a queue is gigabytes by default: no session fills
+ * it between the look and the commit.
  */
 #include "postgres.h"
 
+#include "access/slru.h"
 #include "access/xact.h"
 #include "commands/async.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -77,6 +81,43 @@ count_dropped(int n, double usage)
 						 "and end it.")));
 }
 
+/*
+ * The bytes pg_notification_queue_usage() is a share of: max_notify_queue_pages
+ * pages from PostgreSQL 17 on (which may be set small), half of the SLRU's
+ * pages before (8 GB).
+ */
+static double
+queue_bytes(void)
+{
+#if PG_VERSION_NUM >= 170000
+	const char *pages = GetConfigOption("max_notify_queue_pages", true, false);
+
+	if (pages != NULL)
+		return atof(pages) * BLCKSZ;
+#endif
+	return (double) SLRU_PAGES_PER_SEGMENT * 0x10000 / 2 * BLCKSZ;
+}
+
+/*
+ * The queue's share the pending notifications will take, at least: each
+ * entry is a header of four 4-byte fields, the channel and the payload
+ * with their terminators, 4-byte aligned (async.c's AsyncQueueEntry).
+ */
+static double
+pending_share(void)
+{
+	double		bytes = 0;
+	ListCell   *lc;
+
+	foreach(lc, pending)
+	{
+		PendingNotify *p = (PendingNotify *) lfirst(lc);
+
+		bytes += TYPEALIGN(4, 16 + strlen(p->channel) + 1 + strlen(p->payload) + 1);
+	}
+	return bytes / queue_bytes();
+}
+
 /* At PRE_COMMIT: hands the transaction's notifications over, or drops them. */
 static void
 send_pending(void)
@@ -87,7 +128,7 @@ send_pending(void)
 	if (pending == NIL)
 		return;
 	usage = DatumGetFloat8(DirectFunctionCall1(pg_notification_queue_usage, (Datum) 0));
-	if (usage >= QUEUE_LIMIT)
+	if (usage + pending_share() >= QUEUE_LIMIT)
 	{
 		count_dropped(list_length(pending), usage);
 		return;

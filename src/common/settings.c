@@ -115,8 +115,10 @@ define_worker_settings(void)
 
 	DefineCustomIntVariable("finalize.lock_timeout",
 							"Longest wait of a worker's write for a lock another session holds.",
-							"A table whose row stays locked longer (an open transaction that called "
-							"finalize.resume_table, say) shows the condition lock_timeout; the others are recorded.",
+							"A tracked table's rows, a consumer's row and an incident another session holds "
+							"are not waited for at all (the table shows the condition lock_timeout, the "
+							"consumer consumer_locked); this bounds the other waits, such as the source's "
+							"status row.",
 							&finalize_lock_timeout_ms,
 							1000, 1, 3600 * 1000,
 							PGC_SIGHUP,

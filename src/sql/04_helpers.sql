@@ -121,11 +121,23 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN (@extschema@._tracked(table_name)).table_id;
 
+-- Whether this process is one of finalize's background workers, whose
+-- transactions end within milliseconds (src/common/background.c).
+CREATE FUNCTION @extschema@._in_background()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_in_background'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
 -- Locks the verdict row of a table for a write and returns the table, which
 -- must still be tracked: every write of the worker names its table by id, so
 -- a name untracked and tracked again meanwhile (a new table_id, maybe on
 -- another server) never receives what was read for the old one.
 -- With must_exist false, a table no longer tracked is NULL, not an error.
+-- A session waits for a lock another transaction holds; finalize's
+-- background workers never do (NOWAIT: lock_not_available at once): a
+-- session may keep a table's rows for as long as it likes, and waiting
+-- would cost every table of the source its cycle time. The worker records
+-- that table's condition lock_timeout and tries again next cycle.
 CREATE FUNCTION @extschema@._lock_tracked(table_id bigint, must_exist boolean DEFAULT true)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql
@@ -138,10 +150,20 @@ BEGIN
     -- The table's row first (a key-share lock, which no admin function's
     -- update conflicts with), then its verdict: the order every path that
     -- takes both uses, so untrack_table's delete cannot deadlock with it.
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
+    IF @extschema@._in_background() THEN
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t
+         WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE NOWAIT;
+        IF FOUND THEN
+            PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE NOWAIT;
+        END IF;
+    ELSE
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t
+         WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
+        IF FOUND THEN
+            PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE;
+        END IF;
+    END IF;
     IF FOUND THEN
-        PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE;
         SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked.table_id;
     END IF;
     IF NOT FOUND AND NOT must_exist THEN

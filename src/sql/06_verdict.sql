@@ -166,13 +166,6 @@ BEGIN
 END
 $$;
 
--- Whether this process is one of finalize's background workers, whose
--- transactions end within milliseconds (src/common/background.c).
-CREATE FUNCTION @extschema@._in_background()
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'finalize_in_background'
-LANGUAGE C STABLE PARALLEL SAFE;
-
 -- Lets the derived tables that use any of the given tables follow them,
 -- each once, in table order, in a background worker's transaction only:
 -- a row it locks there is released within milliseconds. A session's
@@ -518,29 +511,56 @@ RETURN EXISTS (
 -- Recomputes watermark.loss_blocked of a table and of every derived table
 -- that uses it (transitively): after a loss, an acknowledgement (on the
 -- table that lost the data or on a derived table), a new derived table, a
--- new granularity or a change of required consumers. A derived table that
--- must become blocked is blocked in this transaction, whoever runs it (a
--- sensor must never read a lost period as final); one that is released is
--- released here only in a background worker's transaction: a session's
--- (an admin's acknowledgement left open) must not hold the verdicts of
--- other teams' tables, and the scheduler's _refresh_derived releases them
--- within a round of its commit.
+-- new granularity or a change of required consumers. The caller holds the
+-- table's verdict (_lock_tracked).
+-- A table that must become blocked is blocked in this transaction, whoever
+-- runs it: a sensor must never read a lost period as final. A tracked
+-- table that may be released is released here too: every transaction that
+-- records a loss of it holds its verdict as well, so they take turns. A
+-- derived table is released only by the scheduler (_refresh_derived),
+-- which first makes sure that no transaction is recording a loss upstream
+-- that this one cannot see; and a session's transaction (an admin's
+-- acknowledgement left open) then holds no other team's table. In a
+-- background worker the derived tables to block are locked without
+-- waiting (lock_not_available at once): the worker records the loss next
+-- cycle rather than make every table of its source wait for a pipeline's
+-- open transaction.
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    blocked boolean[];
+BEGIN
     WITH RECURSIVE down(id) AS (
         SELECT _refresh_loss_blocked.table_id
         UNION
         SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id),
     flags AS (
         SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
-    UPDATE @extschema@.watermark w SET loss_blocked = f.blocked
+    SELECT pg_catalog.array_agg(f.id ORDER BY f.id), pg_catalog.array_agg(f.blocked ORDER BY f.id)
+      INTO ids, blocked
       FROM flags f
-     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked
-       AND (f.blocked OR f.id = _refresh_loss_blocked.table_id OR @extschema@._in_background());
-END;
+      JOIN @extschema@.watermark w ON w.table_id = f.id
+      JOIN @extschema@.tracked_table t ON t.table_id = f.id
+     WHERE w.loss_blocked IS DISTINCT FROM f.blocked
+       AND (f.blocked OR (f.id = _refresh_loss_blocked.table_id AND t.kind = 'source'));
+    IF ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF @extschema@._in_background() THEN
+        PERFORM FROM @extschema@.watermark w
+         WHERE w.table_id = ANY (ids) AND w.table_id <> _refresh_loss_blocked.table_id
+         ORDER BY w.table_id FOR NO KEY UPDATE NOWAIT;
+    END IF;
+    UPDATE @extschema@.watermark w SET loss_blocked = c.blocked
+      FROM unnest(ids, blocked) AS c(id, blocked)
+     WHERE w.table_id = c.id;
+END
+$$;
 
 -- Keeps watermark.loss_blocked current when a table's required consumers
 -- change (add_consumer, alter_consumer, drop_consumer, however they do it):

@@ -409,7 +409,8 @@ DECLARE
 BEGIN
     -- The tables' rows, then their verdicts, in the order _lock_tracked
     -- takes them; a row another session holds is left to _record_range,
-    -- which waits for it (finalize.lock_timeout) and says so.
+    -- which in the worker does not wait for it either and says so (the
+    -- table's condition lock_timeout).
     -- (Joins with the arrays, never "= ANY (array)": with thousands of ids
     -- a generic plan would compare every row with every id.)
     SELECT pg_catalog.array_agg(x.table_id) INTO locked

@@ -200,8 +200,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- A consumer that is gone stalls nothing any more, nor is it held.
-    DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = tt.table_id AND h.consumer = consumer;
+    -- A consumer that is gone stalls nothing any more, nor is it held (the
+    -- worker forgets its hold, _check_consumers).
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.kind IN ('consumer_stalled', 'consumer_locked') AND a.table_id = tt.table_id AND a.subject = consumer
        AND a.state <> 'resolved';

@@ -392,15 +392,18 @@ END;
 -- Notes that another transaction held a consumer's row when the worker had
 -- to write it: once, when first seen (finalize.consumers shows it as
 -- consumer_locked); _check_consumers clears it once the row is free and
--- opens an incident if it lasts finalize.alert_after.
+-- opens an incident if it lasts finalize.alert_after. Only the worker
+-- writes consumer_hold, and only when no row is there (ON CONFLICT would
+-- wait for a transaction deleting one).
 CREATE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     INSERT INTO @extschema@.consumer_hold (table_id, consumer)
-    VALUES (_consumer_held.table_id, _consumer_held.consumer)
-    ON CONFLICT (table_id, consumer) DO NOTHING;
+    SELECT _consumer_held.table_id, _consumer_held.consumer
+     WHERE NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
+                        WHERE h.table_id = _consumer_held.table_id AND h.consumer = _consumer_held.consumer);
 END;
 
 -- Locks a consumer's row for the worker's write without waiting: false
@@ -532,16 +535,39 @@ AS $$
 DECLARE
     derived bigint;
     before timestamptz;
+    upstream bigint[];
     moved integer := 0;
     pass integer;
 BEGIN
-    UPDATE @extschema@.watermark w SET loss_blocked = false
-     WHERE w.table_id IN (SELECT x.table_id FROM @extschema@.watermark x
-                            JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
-                           WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
-                             AND NOT @extschema@._has_open_loss(x.table_id)
-                             FOR NO KEY UPDATE OF x SKIP LOCKED);
-    GET DIAGNOSTICS moved = ROW_COUNT;
+    -- Releases (see _refresh_loss_blocked): the derived table, then every
+    -- table it is built from, locked without waiting; one held by another
+    -- transaction may be recording a loss this snapshot cannot see, so the
+    -- table waits for a later round. Under those locks no transaction can
+    -- add a loss or an obligation to acknowledge one upstream, and the
+    -- second look (a statement of its own: a new snapshot) sees every one
+    -- that committed before.
+    FOR derived IN
+        SELECT x.table_id FROM @extschema@.watermark x
+          JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+         WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
+         ORDER BY x.table_id
+    LOOP
+        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        WITH RECURSIVE up(id) AS (
+            SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = derived
+            UNION
+            SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+        SELECT pg_catalog.array_agg(up.id) INTO upstream FROM up;
+        CONTINUE WHEN (SELECT count(*) FROM (SELECT FROM @extschema@.watermark w
+                                              WHERE w.table_id = ANY (upstream)
+                                                FOR SHARE OF w SKIP LOCKED) AS held)
+                      < pg_catalog.cardinality(upstream);
+        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        UPDATE @extschema@.watermark w SET loss_blocked = false WHERE w.table_id = derived;
+        moved := moved + 1;
+    END LOOP;
     LOOP
         pass := 0;
         -- Those behind (_inputs_until, for every derived table in one
@@ -601,8 +627,9 @@ END;
 -- standing still) clears it. Writes only what changed. A consumer row
 -- another transaction holds is not waited for: its change waits for the
 -- next cycle. Then the holds: one that is over (the row is free, or the
--- consumer gone) is forgotten and its incident resolved; one that has
--- lasted finalize.alert_after opens an incident (consumer_locked).
+-- consumer gone) is forgotten; one that has lasted finalize.alert_after
+-- opens an incident (consumer_locked). Last, the incidents of both kinds
+-- whose condition is gone are resolved.
 CREATE FUNCTION @extschema@._check_consumers(server_name text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -640,7 +667,6 @@ BEGIN
         ELSIF NOT r.stalled AND r.condition IS NOT NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
-            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id, r.server_name, r.consumer);
         END IF;
     END LOOP;
     FOR r IN
@@ -653,7 +679,6 @@ BEGIN
         IF @extschema@._lock_consumer(r.table_id, r.consumer)
            OR NOT EXISTS (SELECT FROM @extschema@.consumer c WHERE c.table_id = r.table_id AND c.consumer = r.consumer) THEN
             DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = r.table_id AND h.consumer = r.consumer;
-            PERFORM @extschema@._resolve_alerts('consumer_locked', r.table_id, r.server_name, r.consumer);
         ELSIF r.since <= now() - @extschema@._alert_after() THEN
             PERFORM @extschema@._raise_alert('consumer_locked', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Another transaction has held the row of consumer "%s" of table "%s" since %s, so the worker cannot record what it reports; the verdict waits for it.',
@@ -661,5 +686,19 @@ BEGIN
                 jsonb_build_object('since', @extschema@._utc_iso(r.since)));
         END IF;
     END LOOP;
+    -- The incidents whose condition is gone (one statement, through the
+    -- index of open incidents; one another transaction holds is left for
+    -- the next cycle).
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind IN ('consumer_stalled', 'consumer_locked') AND x.state <> 'resolved'
+           AND x.table_id IN (SELECT s.id FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id))
+           AND NOT EXISTS (SELECT FROM @extschema@.consumer c
+                            WHERE x.kind = 'consumer_stalled' AND c.table_id = x.table_id
+                              AND c.consumer = x.subject AND c.condition = 'consumer_stalled')
+           AND NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
+                            WHERE x.kind = 'consumer_locked' AND h.table_id = x.table_id AND h.consumer = x.subject)
+           FOR NO KEY UPDATE SKIP LOCKED);
 END
 $$;

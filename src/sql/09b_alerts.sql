@@ -55,7 +55,10 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_alert_id_seq', '')
 -- Opens an incident, or when one of the same kind, table, source and
 -- subject is not resolved, counts it again (an acknowledged one stays
 -- acknowledged: a person already knows). Returns its id. Runs in the
--- caller's transaction, so the incident commits with what raised it.
+-- caller's transaction, so the incident commits with what raised it. In a
+-- background worker an open incident another transaction holds (an
+-- acknowledge_alert left uncommitted) is not waited for: it is counted
+-- again next time.
 CREATE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
                                          subject text, message text, detail jsonb DEFAULT NULL)
 RETURNS bigint
@@ -65,10 +68,22 @@ AS $$
 #variable_conflict use_column
 DECLARE
     id bigint;
+    tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id);
 BEGIN
+    IF @extschema@._in_background() THEN
+        SELECT a.alert_id INTO id FROM @extschema@.alert a
+         WHERE a.kind = _raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
+           AND coalesce(a.server_name, '') = coalesce(_raise_alert.server_name, '')
+           AND a.subject = coalesce(_raise_alert.subject, '') AND a.state <> 'resolved';
+        IF FOUND THEN
+            PERFORM FROM @extschema@.alert a WHERE a.alert_id = id FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                RETURN id;
+            END IF;
+        END IF;
+    END IF;
     INSERT INTO @extschema@.alert AS a (kind, severity, table_id, table_name, server_name, subject, message, detail)
-    VALUES (_raise_alert.kind, _raise_alert.severity, _raise_alert.table_id,
-            (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id),
+    VALUES (_raise_alert.kind, _raise_alert.severity, _raise_alert.table_id, tname,
             _raise_alert.server_name, coalesce(_raise_alert.subject, ''), _raise_alert.message, _raise_alert.detail)
     ON CONFLICT (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
     DO UPDATE SET last_seen = now(), count = a.count + 1, message = EXCLUDED.message, detail = EXCLUDED.detail,
@@ -79,7 +94,9 @@ END
 $$;
 
 -- Resolves the incident of a condition that cleared (none: nothing).
--- Returns how many it resolved.
+-- Returns how many it resolved. In a background worker one that another
+-- transaction holds is left for a later call: every caller there looks
+-- again each cycle (_source_alerts, _table_alerts, _check_consumers).
 CREATE FUNCTION @extschema@._resolve_alerts(kind text, table_id bigint, server_name text, subject text DEFAULT '')
 RETURNS integer
 LANGUAGE plpgsql
@@ -89,11 +106,22 @@ AS $$
 DECLARE
     n integer;
 BEGIN
-    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind = _resolve_alerts.kind AND a.state <> 'resolved'
-       AND coalesce(a.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
-       AND coalesce(a.server_name, '') = coalesce(_resolve_alerts.server_name, '')
-       AND a.subject = coalesce(_resolve_alerts.subject, '');
+    IF @extschema@._in_background() THEN
+        UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+         WHERE a.alert_id IN (
+            SELECT x.alert_id FROM @extschema@.alert x
+             WHERE x.kind = _resolve_alerts.kind AND x.state <> 'resolved'
+               AND coalesce(x.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
+               AND coalesce(x.server_name, '') = coalesce(_resolve_alerts.server_name, '')
+               AND x.subject = coalesce(_resolve_alerts.subject, '')
+               FOR NO KEY UPDATE SKIP LOCKED);
+    ELSE
+        UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+         WHERE a.kind = _resolve_alerts.kind AND a.state <> 'resolved'
+           AND coalesce(a.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
+           AND coalesce(a.server_name, '') = coalesce(_resolve_alerts.server_name, '')
+           AND a.subject = coalesce(_resolve_alerts.subject, '');
+    END IF;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
@@ -179,11 +207,16 @@ BEGIN
     IF condition NOT IN ('ok', 'capture_stalled') AND NOT (condition = ANY (kinds)) THEN
         RETURN;
     END IF;
-    -- one statement, through the index of open incidents: it runs every cycle
+    -- one statement, through the index of open incidents: it runs every
+    -- cycle, so one another transaction holds (an acknowledge_alert left
+    -- uncommitted) is skipped, never waited for, and resolved later
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
-       AND coalesce(a.table_id, 0) = 0 AND coalesce(a.server_name, '') = coalesce(_source_alerts.server_name, '')
-       AND a.subject = '';
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = ANY (kinds) AND x.kind IS DISTINCT FROM condition AND x.state <> 'resolved'
+           AND coalesce(x.table_id, 0) = 0 AND coalesce(x.server_name, '') = coalesce(_source_alerts.server_name, '')
+           AND x.subject = ''
+           FOR NO KEY UPDATE SKIP LOCKED);
     IF condition = ANY (kinds)
        AND (condition IN ('timezone_mismatch', 'clock_skew', 'commit_time_ahead', 'capture_stalled')
             OR since <= now() - @extschema@._alert_after()) THEN
@@ -234,11 +267,16 @@ DECLARE
     kinds text[] := @extschema@._condition_alert_kinds();
     server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = _table_alerts.table_id);
 BEGIN
-    -- one statement, through the index of open incidents: it runs every cycle
+    -- one statement, through the index of open incidents: it runs every
+    -- cycle while the table has a condition or an open incident
+    -- (_held_conditions), so one another transaction holds is skipped
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind = ANY (kinds) AND a.kind IS DISTINCT FROM condition AND a.state <> 'resolved'
-       AND coalesce(a.table_id, 0) = coalesce(_table_alerts.table_id, 0)
-       AND coalesce(a.server_name, '') = coalesce(server, '') AND a.subject = '';
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = ANY (kinds) AND x.kind IS DISTINCT FROM condition AND x.state <> 'resolved'
+           AND coalesce(x.table_id, 0) = coalesce(_table_alerts.table_id, 0)
+           AND coalesce(x.server_name, '') = coalesce(server, '') AND x.subject = ''
+           FOR NO KEY UPDATE SKIP LOCKED);
     IF condition = ANY (kinds) AND since <= now() - @extschema@._alert_after() THEN
         PERFORM @extschema@._raise_alert(condition, CASE WHEN condition = 'lock_timeout' THEN 'warning' ELSE 'critical' END,
                                          table_id, server, '', coalesce(message, condition),

@@ -68,8 +68,9 @@ apply_write(void *arg)
 
 /*
  * Records one table's write in its own subtransaction, so that one table's
- * failure does not lose the others'. A lock held too long by another session
- * and any other failure become the table's condition (and false).
+ * failure does not lose the others'. A lock another session holds on the
+ * table's rows (never waited for: _lock_tracked takes it NOWAIT in the
+ * worker) and any other failure become the table's condition (and false).
  */
 bool
 record_write(TableWrite *w)
@@ -86,10 +87,11 @@ record_write(TableWrite *w)
 	cw.table = w->table;
 	if (e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 		write_condition(&cw, COND_LOCK_TIMEOUT,
-					  psprintf("Recording waited longer than finalize.lock_timeout (%d ms) for a lock that another "
-							   "session holds on this table's rows (for example an open transaction that called "
-							   "finalize.resume_table or finalize.record_range): %s. Nothing was lost; the next cycle "
-							   "records it once the lock is released.", finalize_lock_timeout_ms, e->message));
+					  psprintf("Another session holds a lock on this table's rows (for example an open transaction "
+							   "that called finalize.resume_table, finalize.record_range or finalize.acknowledge_loss): "
+							   "%s. The worker does not wait for it, which would slow every table of the source; "
+							   "nothing was lost, and the next cycle records it once the lock is released.",
+							   e->message));
 	else
 	{
 		write_condition(&cw, COND_RECORD_FAILED, psprintf("Recording failed: %s", e->message));

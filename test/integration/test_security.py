@@ -721,10 +721,11 @@ class Attack:
     runs, stop() after it; crafted inputs are checked to fail as they must. prepare says how much
     of its own pipeline the attacker runs first, once SQL Server moved: "both" (its source's and
     its derived job's reports), "source" (the attack is the derived job's report) or "none" (the
-    attack is its source's report)."""
+    attack is its source's report). early attacks start before SQL Server moves on, so that the
+    worker has the attacker's changes to record while the attack lasts."""
 
-    def __init__(self, name, start, stop=None, prepare="both"):
-        self.name, self._start, self._stop, self.prepare = name, start, stop, prepare
+    def __init__(self, name, start, stop=None, prepare="both", early=False):
+        self.name, self._start, self._stop, self.prepare, self.early = name, start, stop, prepare, early
 
     def start(self, t, team):
         self.state = self._start(t, team)
@@ -774,6 +775,29 @@ def end_flood(state):
     stop.set()
     for th in threads:
         th.join(30)
+
+
+def held_incident(t, team):
+    """An incident of the team's own that its admin acknowledges in a transaction left open,
+    and whose condition then clears: the worker has it to resolve. The incident: its pipeline
+    reports beyond max LSN (the worker follows max LSN for it), then reports again in a
+    transaction it keeps open while SQL Server moves on (within the round's hour) and past
+    finalize.alert_after (consumer_locked); then it commits."""
+    pg, sim = t["pg"], t["sim"]
+    tenant_report(pg, team, "SELECT finalize.report_progress(%s, %s, %s)",
+                  (team.source, team.source_consumer, "0x" + "F" * 19 + "0"))
+    holder = open_txn(t, team, "SELECT finalize.report_progress(%s, %s, %s)",
+                      (team.source, team.source_consumer, "0x" + "F" * 20), team.pipe)
+    try:
+        sim.call("sim.commit", table=team.sim_table, inserts=1)
+        sim.call("sim.advance", seconds=60)
+        alert_id = pg.wait_for(lambda: tenant_one(
+            pg, "SELECT alert_id FROM finalize.alerts WHERE kind = 'consumer_locked' AND subject = %s "
+                "AND state = 'open'", (team.source_consumer,)), timeout=20, what="the consumer_locked incident")
+        admin = open_txn(t, team, "SELECT finalize.acknowledge_alert(%s, 'looking into it')", (alert_id,), team.admin)
+    finally:
+        end_txn(holder)
+    return admin
 
 
 def wait_sessions(t, team, n=8):
@@ -871,6 +895,12 @@ ATTACKS = [
     Attack("its admin's acknowledge_loss left uncommitted",
            lambda t, team: open_txn(t, team, "SELECT finalize.acknowledge_loss(%s, '2026-11-01 00:00+00', "
                                     "'2026-11-01 01:00+00', 'nothing lost')", (team.source,), team.admin), end_txn),
+    Attack("its admin's acknowledge_loss left uncommitted while its source changes",
+           lambda t, team: open_txn(t, team, "SELECT finalize.acknowledge_loss(%s, '2026-11-01 02:00+00', "
+                                    "'2026-11-01 03:00+00', 'nothing lost')", (team.source,), team.admin),
+           end_txn, prepare="none", early=True),
+    Attack("its admin's acknowledge_alert left uncommitted while the incident clears",
+           lambda t, team: held_incident(t, team), end_txn, prepare="none"),
     Attack("a repeatable-read transaction reading everything, left open",
            lambda t, team: open_txn(t, team, "BEGIN ISOLATION LEVEL REPEATABLE READ; "
                                     "SELECT count(*) FROM finalize.status, finalize.consumers", None, team.pipe),
@@ -896,8 +926,10 @@ def tenant_round(t, attacker, victim, attack, measure=True):
     """One round: SQL Server moves on, the attacker's own pipeline reports what the attack leaves
     to it, the attack runs while the victim's pipeline does, then the attack ends and the
     attacker's pipeline catches up."""
-    target = tenant_advance(t)
     pg, sim = t["pg"], t["sim"]
+    if attack is not None and attack.early:
+        attack.start(t, attacker)
+    target = tenant_advance(t)
     prepare = "both" if attack is None else attack.prepare
 
     def source_report():
@@ -914,7 +946,7 @@ def tenant_round(t, attacker, victim, attack, measure=True):
         source_report()
     if prepare == "both":
         derived_report()
-    if attack is not None:
+    if attack is not None and not attack.early:
         attack.start(t, attacker)
     found = {}
     try:

@@ -343,7 +343,7 @@ COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
 CREATE FUNCTION @extschema@._in_background()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_in_background'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 CREATE TABLE @extschema@.consumer_hold (
     table_id          bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
@@ -382,15 +382,18 @@ END;
 -- Notes that another transaction held a consumer's row when the worker had
 -- to write it: once, when first seen (finalize.consumers shows it as
 -- consumer_locked); _check_consumers clears it once the row is free and
--- opens an incident if it lasts finalize.alert_after.
+-- opens an incident if it lasts finalize.alert_after. Only the worker
+-- writes consumer_hold, and only when no row is there (ON CONFLICT would
+-- wait for a transaction deleting one).
 CREATE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     INSERT INTO @extschema@.consumer_hold (table_id, consumer)
-    VALUES (_consumer_held.table_id, _consumer_held.consumer)
-    ON CONFLICT (table_id, consumer) DO NOTHING;
+    SELECT _consumer_held.table_id, _consumer_held.consumer
+     WHERE NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
+                        WHERE h.table_id = _consumer_held.table_id AND h.consumer = _consumer_held.consumer);
 END;
 
 -- Locks a consumer's row for the worker's write without waiting: false
@@ -528,29 +531,56 @@ RETURN EXISTS (
 -- Recomputes watermark.loss_blocked of a table and of every derived table
 -- that uses it (transitively): after a loss, an acknowledgement (on the
 -- table that lost the data or on a derived table), a new derived table, a
--- new granularity or a change of required consumers. A derived table that
--- must become blocked is blocked in this transaction, whoever runs it (a
--- sensor must never read a lost period as final); one that is released is
--- released here only in a background worker's transaction: a session's
--- (an admin's acknowledgement left open) must not hold the verdicts of
--- other teams' tables, and the scheduler's _refresh_derived releases them
--- within a round of its commit.
+-- new granularity or a change of required consumers. The caller holds the
+-- table's verdict (_lock_tracked).
+-- A table that must become blocked is blocked in this transaction, whoever
+-- runs it: a sensor must never read a lost period as final. A tracked
+-- table that may be released is released here too: every transaction that
+-- records a loss of it holds its verdict as well, so they take turns. A
+-- derived table is released only by the scheduler (_refresh_derived),
+-- which first makes sure that no transaction is recording a loss upstream
+-- that this one cannot see; and a session's transaction (an admin's
+-- acknowledgement left open) then holds no other team's table. In a
+-- background worker the derived tables to block are locked without
+-- waiting (lock_not_available at once): the worker records the loss next
+-- cycle rather than make every table of its source wait for a pipeline's
+-- open transaction.
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    blocked boolean[];
+BEGIN
     WITH RECURSIVE down(id) AS (
         SELECT _refresh_loss_blocked.table_id
         UNION
         SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id),
     flags AS (
         SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
-    UPDATE @extschema@.watermark w SET loss_blocked = f.blocked
+    SELECT pg_catalog.array_agg(f.id ORDER BY f.id), pg_catalog.array_agg(f.blocked ORDER BY f.id)
+      INTO ids, blocked
       FROM flags f
-     WHERE w.table_id = f.id AND w.loss_blocked IS DISTINCT FROM f.blocked
-       AND (f.blocked OR f.id = _refresh_loss_blocked.table_id OR @extschema@._in_background());
-END;
+      JOIN @extschema@.watermark w ON w.table_id = f.id
+      JOIN @extschema@.tracked_table t ON t.table_id = f.id
+     WHERE w.loss_blocked IS DISTINCT FROM f.blocked
+       AND (f.blocked OR (f.id = _refresh_loss_blocked.table_id AND t.kind = 'source'));
+    IF ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF @extschema@._in_background() THEN
+        PERFORM FROM @extschema@.watermark w
+         WHERE w.table_id = ANY (ids) AND w.table_id <> _refresh_loss_blocked.table_id
+         ORDER BY w.table_id FOR NO KEY UPDATE NOWAIT;
+    END IF;
+    UPDATE @extschema@.watermark w SET loss_blocked = c.blocked
+      FROM unnest(ids, blocked) AS c(id, blocked)
+     WHERE w.table_id = c.id;
+END
+$$;
 
 -- Whether the period starting at period_start is final for the table, as
 -- the sensors answer it: the watermark has passed it (_period_final, the
@@ -1210,8 +1240,9 @@ $$;
 -- standing still) clears it. Writes only what changed. A consumer row
 -- another transaction holds is not waited for: its change waits for the
 -- next cycle. Then the holds: one that is over (the row is free, or the
--- consumer gone) is forgotten and its incident resolved; one that has
--- lasted finalize.alert_after opens an incident (consumer_locked).
+-- consumer gone) is forgotten; one that has lasted finalize.alert_after
+-- opens an incident (consumer_locked). Last, the incidents of both kinds
+-- whose condition is gone are resolved.
 CREATE OR REPLACE FUNCTION @extschema@._check_consumers(server_name text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -1249,7 +1280,6 @@ BEGIN
         ELSIF NOT r.stalled AND r.condition IS NOT NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
-            PERFORM @extschema@._resolve_alerts('consumer_stalled', r.table_id, r.server_name, r.consumer);
         END IF;
     END LOOP;
     FOR r IN
@@ -1262,7 +1292,6 @@ BEGIN
         IF @extschema@._lock_consumer(r.table_id, r.consumer)
            OR NOT EXISTS (SELECT FROM @extschema@.consumer c WHERE c.table_id = r.table_id AND c.consumer = r.consumer) THEN
             DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = r.table_id AND h.consumer = r.consumer;
-            PERFORM @extschema@._resolve_alerts('consumer_locked', r.table_id, r.server_name, r.consumer);
         ELSIF r.since <= now() - @extschema@._alert_after() THEN
             PERFORM @extschema@._raise_alert('consumer_locked', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Another transaction has held the row of consumer "%s" of table "%s" since %s, so the worker cannot record what it reports; the verdict waits for it.',
@@ -1270,6 +1299,20 @@ BEGIN
                 jsonb_build_object('since', @extschema@._utc_iso(r.since)));
         END IF;
     END LOOP;
+    -- The incidents whose condition is gone (one statement, through the
+    -- index of open incidents; one another transaction holds is left for
+    -- the next cycle).
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind IN ('consumer_stalled', 'consumer_locked') AND x.state <> 'resolved'
+           AND x.table_id IN (SELECT s.id FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id))
+           AND NOT EXISTS (SELECT FROM @extschema@.consumer c
+                            WHERE x.kind = 'consumer_stalled' AND c.table_id = x.table_id
+                              AND c.consumer = x.subject AND c.condition = 'consumer_stalled')
+           AND NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
+                            WHERE x.kind = 'consumer_locked' AND h.table_id = x.table_id AND h.consumer = x.subject)
+           FOR NO KEY UPDATE SKIP LOCKED);
 END
 $$;
 
@@ -2530,7 +2573,7 @@ $$;
 
 -- 8c. The derived tables follow a session's report in the scheduler's
 -- round, not in the session's transaction; the worker never waits for a
--- consumer row another transaction holds.
+-- table's, a consumer's or an incident's row another transaction holds.
 DROP FUNCTION @extschema@._refresh_derived(text);
 
 -- Brings every derived table whose inputs are final beyond its source
@@ -2552,16 +2595,39 @@ AS $$
 DECLARE
     derived bigint;
     before timestamptz;
+    upstream bigint[];
     moved integer := 0;
     pass integer;
 BEGIN
-    UPDATE @extschema@.watermark w SET loss_blocked = false
-     WHERE w.table_id IN (SELECT x.table_id FROM @extschema@.watermark x
-                            JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
-                           WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
-                             AND NOT @extschema@._has_open_loss(x.table_id)
-                             FOR NO KEY UPDATE OF x SKIP LOCKED);
-    GET DIAGNOSTICS moved = ROW_COUNT;
+    -- Releases (see _refresh_loss_blocked): the derived table, then every
+    -- table it is built from, locked without waiting; one held by another
+    -- transaction may be recording a loss this snapshot cannot see, so the
+    -- table waits for a later round. Under those locks no transaction can
+    -- add a loss or an obligation to acknowledge one upstream, and the
+    -- second look (a statement of its own: a new snapshot) sees every one
+    -- that committed before.
+    FOR derived IN
+        SELECT x.table_id FROM @extschema@.watermark x
+          JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+         WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
+         ORDER BY x.table_id
+    LOOP
+        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        WITH RECURSIVE up(id) AS (
+            SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = derived
+            UNION
+            SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+        SELECT pg_catalog.array_agg(up.id) INTO upstream FROM up;
+        CONTINUE WHEN (SELECT count(*) FROM (SELECT FROM @extschema@.watermark w
+                                              WHERE w.table_id = ANY (upstream)
+                                                FOR SHARE OF w SKIP LOCKED) AS held)
+                      < pg_catalog.cardinality(upstream);
+        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        UPDATE @extschema@.watermark w SET loss_blocked = false WHERE w.table_id = derived;
+        moved := moved + 1;
+    END LOOP;
     LOOP
         pass := 0;
         -- Those behind (_inputs_until, for every derived table in one
@@ -2726,8 +2792,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- A consumer that is gone stalls nothing any more, nor is it held.
-    DELETE FROM @extschema@.consumer_hold h WHERE h.table_id = tt.table_id AND h.consumer = consumer;
+    -- A consumer that is gone stalls nothing any more, nor is it held (the
+    -- worker forgets its hold, _check_consumers).
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.kind IN ('consumer_stalled', 'consumer_locked') AND a.table_id = tt.table_id AND a.subject = consumer
        AND a.state <> 'resolved';
@@ -2738,6 +2804,303 @@ BEGIN
             USING DETAIL = 'The periods in between are final whether or not the consumer applied them.';
     END IF;
     RETURN true;
+END
+$$;
+
+-- Locks the verdict row of a table for a write and returns the table, which
+-- must still be tracked: every write of the worker names its table by id, so
+-- a name untracked and tracked again meanwhile (a new table_id, maybe on
+-- another server) never receives what was read for the old one.
+-- With must_exist false, a table no longer tracked is NULL, not an error.
+-- A session waits for a lock another transaction holds; finalize's
+-- background workers never do (NOWAIT: lock_not_available at once): a
+-- session may keep a table's rows for as long as it likes, and waiting
+-- would cost every table of the source its cycle time. The worker records
+-- that table's condition lock_timeout and tries again next cycle.
+CREATE OR REPLACE FUNCTION @extschema@._lock_tracked(table_id bigint, must_exist boolean DEFAULT true)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+BEGIN
+    -- The table's row first (a key-share lock, which no admin function's
+    -- update conflicts with), then its verdict: the order every path that
+    -- takes both uses, so untrack_table's delete cannot deadlock with it.
+    IF @extschema@._in_background() THEN
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t
+         WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE NOWAIT;
+        IF FOUND THEN
+            PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE NOWAIT;
+        END IF;
+    ELSE
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t
+         WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
+        IF FOUND THEN
+            PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE;
+        END IF;
+    END IF;
+    IF FOUND THEN
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked.table_id;
+    END IF;
+    IF NOT FOUND AND NOT must_exist THEN
+        RETURN NULL;
+    ELSIF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked table with id % is no longer tracked', table_id
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'It was untracked (and perhaps tracked again under a new id) after its source was read; nothing read for it is recorded.';
+    END IF;
+    RETURN tt;
+END
+$$;
+
+-- Opens an incident, or when one of the same kind, table, source and
+-- subject is not resolved, counts it again (an acknowledged one stays
+-- acknowledged: a person already knows). Returns its id. Runs in the
+-- caller's transaction, so the incident commits with what raised it. In a
+-- background worker an open incident another transaction holds (an
+-- acknowledge_alert left uncommitted) is not waited for: it is counted
+-- again next time.
+CREATE OR REPLACE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
+                                         subject text, message text, detail jsonb DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    id bigint;
+    tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id);
+BEGIN
+    IF @extschema@._in_background() THEN
+        SELECT a.alert_id INTO id FROM @extschema@.alert a
+         WHERE a.kind = _raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
+           AND coalesce(a.server_name, '') = coalesce(_raise_alert.server_name, '')
+           AND a.subject = coalesce(_raise_alert.subject, '') AND a.state <> 'resolved';
+        IF FOUND THEN
+            PERFORM FROM @extschema@.alert a WHERE a.alert_id = id FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                RETURN id;
+            END IF;
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.alert AS a (kind, severity, table_id, table_name, server_name, subject, message, detail)
+    VALUES (_raise_alert.kind, _raise_alert.severity, _raise_alert.table_id, tname,
+            _raise_alert.server_name, coalesce(_raise_alert.subject, ''), _raise_alert.message, _raise_alert.detail)
+    ON CONFLICT (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
+    DO UPDATE SET last_seen = now(), count = a.count + 1, message = EXCLUDED.message, detail = EXCLUDED.detail,
+                  severity = EXCLUDED.severity
+    RETURNING a.alert_id INTO id;
+    RETURN id;
+END
+$$;
+
+-- Resolves the incident of a condition that cleared (none: nothing).
+-- Returns how many it resolved. In a background worker one that another
+-- transaction holds is left for a later call: every caller there looks
+-- again each cycle (_source_alerts, _table_alerts, _check_consumers).
+CREATE OR REPLACE FUNCTION @extschema@._resolve_alerts(kind text, table_id bigint, server_name text, subject text DEFAULT '')
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    n integer;
+BEGIN
+    IF @extschema@._in_background() THEN
+        UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+         WHERE a.alert_id IN (
+            SELECT x.alert_id FROM @extschema@.alert x
+             WHERE x.kind = _resolve_alerts.kind AND x.state <> 'resolved'
+               AND coalesce(x.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
+               AND coalesce(x.server_name, '') = coalesce(_resolve_alerts.server_name, '')
+               AND x.subject = coalesce(_resolve_alerts.subject, '')
+               FOR NO KEY UPDATE SKIP LOCKED);
+    ELSE
+        UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+         WHERE a.kind = _resolve_alerts.kind AND a.state <> 'resolved'
+           AND coalesce(a.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
+           AND coalesce(a.server_name, '') = coalesce(_resolve_alerts.server_name, '')
+           AND a.subject = coalesce(_resolve_alerts.subject, '');
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+-- The incidents of a source's condition, as its worker records it each
+-- cycle (_source_ok, _source_failed): a condition that stops the source
+-- opens one once it has lasted finalize.alert_after (at once for those
+-- that make SQL Server's times untrusted, and for a stalled capture);
+-- every other source condition's incident is resolved. A condition that
+-- says nothing about SQL Server (a worker starting, cancelled, or not
+-- running) changes no incident.
+CREATE OR REPLACE FUNCTION @extschema@._source_alerts(server_name text, condition text, message text, since timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    kinds text[] := ARRAY['unreachable', 'timeout', 'tls_failed', 'configuration', 'sql_error', 'no_max_lsn',
+                          'internal_error', 'server_dropped', 'timezone_mismatch', 'clock_skew',
+                          'commit_time_ahead', 'capture_stalled'];
+BEGIN
+    IF condition NOT IN ('ok', 'capture_stalled') AND NOT (condition = ANY (kinds)) THEN
+        RETURN;
+    END IF;
+    -- one statement, through the index of open incidents: it runs every
+    -- cycle, so one another transaction holds (an acknowledge_alert left
+    -- uncommitted) is skipped, never waited for, and resolved later
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = ANY (kinds) AND x.kind IS DISTINCT FROM condition AND x.state <> 'resolved'
+           AND coalesce(x.table_id, 0) = 0 AND coalesce(x.server_name, '') = coalesce(_source_alerts.server_name, '')
+           AND x.subject = ''
+           FOR NO KEY UPDATE SKIP LOCKED);
+    IF condition = ANY (kinds)
+       AND (condition IN ('timezone_mismatch', 'clock_skew', 'commit_time_ahead', 'capture_stalled')
+            OR since <= now() - @extschema@._alert_after()) THEN
+        PERFORM @extschema@._raise_alert(condition,
+                                         CASE WHEN condition = 'capture_stalled' THEN 'warning' ELSE 'critical' END,
+                                         NULL, server_name, '',
+                                         coalesce(message, format('Source "%s": %s.', server_name, condition)),
+                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+    END IF;
+END
+$$;
+
+-- The incidents of a table's condition (_set_condition): one opens once
+-- the condition has lasted finalize.alert_after; a cleared or changed
+-- condition resolves the others.
+CREATE OR REPLACE FUNCTION @extschema@._table_alerts(table_id bigint, condition text, message text, since timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    kinds text[] := @extschema@._condition_alert_kinds();
+    server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = _table_alerts.table_id);
+BEGIN
+    -- one statement, through the index of open incidents: it runs every
+    -- cycle while the table has a condition or an open incident
+    -- (_held_conditions), so one another transaction holds is skipped
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = ANY (kinds) AND x.kind IS DISTINCT FROM condition AND x.state <> 'resolved'
+           AND coalesce(x.table_id, 0) = coalesce(_table_alerts.table_id, 0)
+           AND coalesce(x.server_name, '') = coalesce(server, '') AND x.subject = ''
+           FOR NO KEY UPDATE SKIP LOCKED);
+    IF condition = ANY (kinds) AND since <= now() - @extschema@._alert_after() THEN
+        PERFORM @extschema@._raise_alert(condition, CASE WHEN condition = 'lock_timeout' THEN 'warning' ELSE 'critical' END,
+                                         table_id, server, '', coalesce(message, condition),
+                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+    END IF;
+END
+$$;
+
+-- The write path for a worker's cycle over many tables: one statement per
+-- step instead of one round of _record_range per table. It takes only the
+-- ranges that plainly continue their table's facts: an active source table
+-- partitioned by commit time, with no condition or open incident to clear,
+-- that neither this transaction nor another holds, one range per table
+-- starting exactly at the table's offset, with counts, spans and commit
+-- times that _check_range_args would accept. Every other range (a first
+-- one, a repeat, one with an event or event-time facts, anything doubtful)
+-- is returned untouched, and the worker records it through _record_range,
+-- whose checks and errors decide. What is taken is stored as _record_range
+-- stores it (_store_range_facts, _store_offsets, _advance_sources), in the
+-- caller's transaction. Returns the table ids left to the caller.
+CREATE OR REPLACE FUNCTION @extschema@._record_ranges(
+    table_ids          bigint[],
+    start_lsns         text[],
+    end_lsns           text[],
+    end_commit_times   timestamptz[],
+    inserts            bigint[],
+    updates            bigint[],
+    deletes            bigint[],
+    first_commit_times timestamptz[],
+    last_commit_times  timestamptz[],
+    capture_instances  text[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    horizon timestamptz := clock_timestamp() + @extschema@._max_clock_skew();
+    locked  bigint[];
+    ok      record;
+    moved   bigint[];
+BEGIN
+    -- The tables' rows, then their verdicts, in the order _lock_tracked
+    -- takes them; a row another session holds is left to _record_range,
+    -- which in the worker does not wait for it either and says so (the
+    -- table's condition lock_timeout).
+    -- (Joins with the arrays, never "= ANY (array)": with thousands of ids
+    -- a generic plan would compare every row with every id.)
+    SELECT pg_catalog.array_agg(x.table_id) INTO locked
+      FROM (SELECT t.table_id FROM @extschema@.tracked_table t
+              JOIN (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i ON i.id = t.table_id
+             WHERE t.untracked_at IS NULL
+             ORDER BY t.table_id FOR KEY SHARE OF t SKIP LOCKED) x;
+    SELECT pg_catalog.array_agg(x.table_id) INTO locked
+      FROM (SELECT w.table_id FROM @extschema@.watermark w
+              JOIN unnest(locked) AS i(id) ON i.id = w.table_id
+             ORDER BY w.table_id FOR UPDATE OF w SKIP LOCKED) x;
+
+    SELECT pg_catalog.array_agg(r.table_id ORDER BY r.table_id) AS ids,
+           pg_catalog.array_agg(r.s ORDER BY r.table_id) AS s,
+           pg_catalog.array_agg(r.e ORDER BY r.table_id) AS e,
+           pg_catalog.array_agg(r.end_time ORDER BY r.table_id) AS end_time,
+           pg_catalog.array_agg(r.ins ORDER BY r.table_id) AS ins,
+           pg_catalog.array_agg(r.upd ORDER BY r.table_id) AS upd,
+           pg_catalog.array_agg(r.del ORDER BY r.table_id) AS del,
+           pg_catalog.array_agg(r.first_time ORDER BY r.table_id) AS first_time,
+           pg_catalog.array_agg(r.last_time ORDER BY r.table_id) AS last_time,
+           pg_catalog.array_agg(r.ci ORDER BY r.table_id) AS ci
+      INTO ok
+      FROM (SELECT u.table_id, u.s::@extschema@.lsn AS s, u.e::@extschema@.lsn AS e, u.end_time,
+                   u.ins, u.upd, u.del, u.first_time, u.last_time, u.ci,
+                   pg_catalog.count(*) OVER (PARTITION BY u.table_id) AS n
+              FROM unnest(table_ids, start_lsns, end_lsns, end_commit_times, inserts, updates, deletes,
+                          first_commit_times, last_commit_times, capture_instances)
+                       AS u(table_id, s, e, end_time, ins, upd, del, first_time, last_time, ci)) r
+      JOIN unnest(locked) AS l(table_id) ON l.table_id = r.table_id
+      JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
+      JOIN @extschema@.watermark w ON w.table_id = r.table_id
+      LEFT JOIN (SELECT DISTINCT h.h FROM @extschema@._held_conditions(table_ids) AS h(h)) held
+             ON held.h = r.table_id
+     WHERE r.n = 1 AND held.h IS NULL
+       AND t.kind = 'source' AND t.state = 'active' AND t.event_time_column IS NULL
+       AND w.offset_lsn IS NOT NULL AND r.s = w.offset_lsn AND r.e > r.s
+       AND r.end_time <= horizon
+       AND r.ins >= 0 AND r.upd >= 0 AND r.del >= 0
+       AND (r.ins + r.upd + r.del = 0) = (r.first_time IS NULL)
+       AND (r.first_time IS NULL) = (r.last_time IS NULL)
+       AND (r.first_time IS NULL OR (r.first_time <= r.last_time AND r.last_time <= horizon))
+       AND t.capture_instance IS NOT DISTINCT FROM r.ci;
+
+    IF ok.ids IS NOT NULL THEN
+        PERFORM @extschema@._store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
+                                               ok.first_time, ok.last_time, ok.ci,
+                                               pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
+                                               pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
+        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
+        moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
+    END IF;
+    -- on every call, for no table when nothing moved: its plan is made at
+    -- the first cycle, not at the first advance (a worker's memory stays flat)
+    PERFORM @extschema@._advance_dependents(coalesce(moved, '{}'));
+    RETURN QUERY SELECT u.x FROM unnest(table_ids) AS u(x)
+                  LEFT JOIN unnest(ok.ids) AS k(x) ON k.x = u.x
+                 WHERE k.x IS NULL;
 END
 $$;
 
