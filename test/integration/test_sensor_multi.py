@@ -267,3 +267,52 @@ def test_a_catalog_before_the_update_and_the_update_in_one_session(pg3):
         conn.close()
     finally:
         pg3.sql('DROP DATABASE IF EXISTS sm_old WITH (FORCE)')
+
+
+def test_a_loss_recorded_while_the_scheduler_releases_a_derived_table_still_holds_it(pg3, tables):
+    """m.both is derived from m.ev1 and m.ev2. m.ev1's loss is acknowledged, so the scheduler may
+    release m.both; meanwhile a transaction records a loss of m.ev2 and has not committed. The
+    scheduler's snapshot cannot see that loss and the transaction never touches m.both's row (its
+    flag is already set): before the fix the scheduler released m.both, and once the loss
+    committed m.both read a lost period of m.ev2 as final. Now the scheduler first locks, without
+    waiting, every table m.both is built from and skips it while one is held."""
+    reader = pg3.connect(user="sm_reader")
+    lose_hours_10_to_12(pg3, "m.ev1")
+    pg3.sql("SELECT finalize.track_table('m.ev2', 'src', 'dbo.ev2')")
+    pg3.sql("SELECT finalize.record_range('m.ev2', NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00')")
+    pg3.sql("SELECT finalize.record_range('m.ev2', '0x00000000000000000100', '0x00000000000000000200', "
+            "'2026-11-29 10:15+00', 1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00')")
+    pg3.sql("SELECT finalize.track_derived('m.both', ARRAY['m.ev1', 'm.ev2'])")
+    # A probe: a derived table that only the scheduler's round moves.
+    pg3.sql("SELECT finalize.track_derived('m.probe', ARRAY['m.orders'])")
+    blocked = lambda: pg3.sql("SELECT loss_blocked FROM finalize.watermark "
+                              "WHERE table_id = finalize._tracked_id('m.both')")[0][0]
+    assert blocked()
+
+    loss = pg3.connect(autocommit=False)
+    try:
+        with loss.cursor() as cur:       # the loss of m.ev2, as the worker records it, not committed yet
+            cur.execute("SELECT finalize._record_event(finalize._tracked_id('m.ev2'), 'data_loss', "
+                        "'0x00000000000000000200', '0x00000000000000000400', 'dbo_ev2', '{\"cause\": \"cleanup\"}', "
+                        "'data_lost', 'purged')")
+            cur.execute("SELECT finalize.resume_table('m.ev2')")
+            cur.execute("SELECT finalize._resume_after_loss(finalize._tracked_id('m.ev2'), '0x000000000000000003FF', "
+                        "'2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_ev2', false, '{}')")
+        pg3.sql("SELECT finalize.acknowledge_loss('m.ev1', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+        # A round of the scheduler that began after the acknowledgement.
+        probe = pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0]
+        pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000100', '0x00000000000000000200', "
+                "'2026-11-29 18:00+00')")
+        pg3.wait_for(lambda: pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0] != probe,
+                     what="a round of the scheduler")
+        assert blocked(), "released while a loss upstream was being recorded"
+    finally:
+        loss.commit()
+        loss.close()
+    probe = pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0]
+    pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000200', '0x00000000000000000300', "
+            "'2026-11-29 20:00+00')")
+    pg3.wait_for(lambda: pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0] != probe,
+                 what="another round of the scheduler")
+    assert blocked()
+    assert hours_final(reader, "m.both")[1:4] == [False, False, False], hours_final(reader, "m.both")
