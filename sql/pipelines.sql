@@ -10,6 +10,9 @@
 -- (_refresh_derived). This database has no scheduler, so the test takes
 -- that step itself (:follow, which says how many derived tables moved).
 \set follow 'SELECT finalize._refresh_derived() AS followed;'
+-- A loss flag holds the tables built from its table at once
+-- (_lineage_blocked, which the sensors read); verdicts shows each table's
+-- own flag, which the scheduler's step sets and clears below it.
 
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('pl.orders', 'erp', 'dbo.orders') > 0 AS tracked;
@@ -405,6 +408,10 @@ SELECT finalize._record_event(finalize._tracked_id('pl.la'), 'data_loss', '0x000
 SELECT finalize.resume_table('pl.la');
 SELECT finalize._resume_after_loss(finalize._tracked_id('pl.la'), '0x000000000000000003FF',
                                    '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_la', false, '{}');
+-- Before anyone sets the derived tables' own flags, pl.la's holds them
+-- (what the sensors, the status view and explain_verdict read).
+SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.la%';
+SELECT table_name, loss_blocked FROM finalize.status WHERE table_name LIKE 'pl.la%' ORDER BY table_name;
 SELECT finalize.record_range('pl.la', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-30 01:00+00');
 :follow
 -- The jobs had processed everything their inputs allowed, the lost hours
@@ -452,10 +459,9 @@ SELECT t AS table_name, finalize.is_final(t, '2026-11-29 11:00+00') AS hour_11, 
   FROM unnest(ARRAY['pl.la_job', 'pl.la_copy', 'pl.la_daily']) AS t;
 SELECT is_final, reason FROM finalize.explain_verdict('pl.la_daily', '2026-11-29 00:00+00');
 SELECT finalize.acknowledge_loss('pl.la_daily', '2026-11-29 00:00+00', '2026-11-30 00:00+00', 'la-daily-job rebuilt day 29');
--- A derived table is released by the scheduler (it makes sure first that no
--- transaction is recording a loss upstream), not by the acknowledging session.
+-- The acknowledging session clears the flag of the table it acknowledges
+-- (its verdict it holds), never those of the tables built from it.
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name = 'pl.la_daily';
-:follow
 SELECT finalize.is_final('pl.la_daily', '2026-11-29 00:00+00') AS day_29, finalize.finalized_until('pl.la_daily');
 SELECT table_name, loss_blocked FROM verdicts WHERE table_name LIKE 'pl.la%';
 SELECT t.table_name, f.detail ->> 'losses' AS losses, f.detail ->> 'period_from' AS period_from,

@@ -9,8 +9,10 @@
  * on the function is the whole permission model. Everything else uses SQL:
  * among it, whether a loss holds a period (finalize._loss_blocks) and where
  * losses stop finalized_until (finalize._loss_cap), which are asked only
- * while the watermark's loss_blocked flag is set, and then as the
- * extension's owner, so that EXECUTE on the sensor stays the whole model.
+ * while the loss_blocked flag of the table or of a table it is built from
+ * is set (finalize._lineage_blocked, read here through derived_input), and
+ * then as the extension's owner, so that EXECUTE on the sensor stays the
+ * whole model.
  */
 #include "postgres.h"
 
@@ -56,7 +58,14 @@ typedef struct SensorCatalog
 	AttrNumber	wm_table_id;
 	AttrNumber	wm_finalized_until;
 	AttrNumber	wm_loss_blocked;	/* InvalidAttrNumber before 0.2.0 */
+	Oid			di_relid;		/* derived_input; InvalidOid before 0.2.0 */
+	Oid			di_pkey;		/* derived_input_pkey (table_id, input_id) */
+	AttrNumber	di_table_id;
+	AttrNumber	di_input_id;
 } SensorCatalog;
+
+/* Tables of a lineage the sensors follow at most (track_derived refuses cycles). */
+#define LINEAGE_MAX 1024
 
 static SensorCatalog sensor_catalog;
 static bool callback_registered = false;
@@ -78,7 +87,7 @@ invalidate_sensor_catalog(Datum arg pg_attribute_unused(), Oid relid)
 	fill_interrupted = true;
 	if (!OidIsValid(relid) || relid == sensor_catalog.tt_relid ||
 		relid == sensor_catalog.wm_relid || relid == sensor_catalog.tt_name_idx ||
-		relid == sensor_catalog.wm_pkey)
+		relid == sensor_catalog.wm_pkey || relid == sensor_catalog.di_relid || relid == sensor_catalog.di_pkey)
 	{
 		sensor_catalog.valid = false;
 		catalog_generation++;
@@ -180,6 +189,11 @@ sensor_catalog_get(void)
 	c.wm_finalized_until = finalize_attnum(c.wm_relid, "finalized_until");
 	/* Before 0.2.0 there were no losses: "no loss" is the truth there. */
 	c.wm_loss_blocked = optional_attnum(c.wm_relid, "loss_blocked", BOOLOID, "whether a loss holds a period");
+	/* Before 0.2.0 there were no derived tables either. */
+	c.di_relid = get_relname_relid("derived_input", get_namespace_oid(FINALIZE_SCHEMA, false));
+	c.di_pkey = OidIsValid(c.di_relid) ? finalize_relid("derived_input_pkey") : InvalidOid;
+	c.di_table_id = OidIsValid(c.di_relid) ? finalize_attnum(c.di_relid, "table_id") : InvalidAttrNumber;
+	c.di_input_id = OidIsValid(c.di_relid) ? finalize_attnum(c.di_relid, "input_id") : InvalidAttrNumber;
 	c.valid = !fill_interrupted;
 	sensor_catalog = c;
 	return &sensor_catalog;
@@ -215,7 +229,7 @@ catalog_not_tracked(const char *table_name)
  * call a lost period final).
  */
 static const SensorCatalog *
-open_sensor_relations(Relation *tt, Relation *wm)
+open_sensor_relations(Relation *tt, Relation *wm, Relation *di)
 {
 	for (;;)
 	{
@@ -223,8 +237,11 @@ open_sensor_relations(Relation *tt, Relation *wm)
 
 		*tt = try_relation_open(c->tt_relid, AccessShareLock);
 		*wm = *tt != NULL ? try_relation_open(c->wm_relid, AccessShareLock) : NULL;
-		if (*wm != NULL && sensor_catalog.valid)
+		*di = *wm != NULL && OidIsValid(c->di_relid) ? try_relation_open(c->di_relid, AccessShareLock) : NULL;
+		if (*wm != NULL && (*di != NULL || !OidIsValid(c->di_relid)) && sensor_catalog.valid)
 			return c;
+		if (*di != NULL)
+			relation_close(*di, AccessShareLock);
 		if (*wm != NULL)
 			relation_close(*wm, AccessShareLock);
 		if (*tt != NULL)
@@ -330,6 +347,64 @@ read_watermark(const SensorCatalog *c, Relation rel, Snapshot snapshot, TrackedV
 	systable_endscan(scan);
 }
 
+/* The loss flag of one table's watermark tuple (false when it has none). */
+static bool
+watermark_loss_blocked(const SensorCatalog *c, Relation rel, Snapshot snapshot, int64 table_id)
+{
+	TrackedVerdict v;
+
+	v.table_id = table_id;
+	read_watermark(c, rel, snapshot, &v);
+	return v.loss_blocked;
+}
+
+/*
+ * Whether the loss flag of any table out->table_id is built from
+ * (transitively) is set: a transaction that gives a table a loss to wait
+ * for sets the flag of the one table it holds, not of the tables built
+ * from it (finalize._lineage_blocked, the same rule in SQL). Breadth first
+ * over derived_input by its primary key; a source table costs one probe.
+ */
+static bool
+lineage_blocked(const SensorCatalog *c, Relation wm, Relation di, Snapshot snapshot, int64 table_id)
+{
+	int64		seen[LINEAGE_MAX];
+	int			nseen = 1;
+	bool		blocked = false;
+
+	seen[0] = table_id;
+	for (int next = 0; next < nseen && !blocked; next++)
+	{
+		SysScanDesc scan;
+		ScanKeyData key;
+		HeapTuple	tup;
+		bool		isnull;
+
+		ScanKeyInit(&key, c->di_table_id, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(seen[next]));
+		scan = systable_beginscan(di, c->di_pkey, true, snapshot, 1, &key);
+		while (!blocked && HeapTupleIsValid(tup = systable_getnext(scan)))
+		{
+			int64		input = DatumGetInt64(heap_getattr(tup, c->di_input_id, RelationGetDescr(di), &isnull));
+			bool		known = false;
+
+			for (int i = 0; i < nseen && !known; i++)
+				known = seen[i] == input;
+			if (known)
+				continue;
+			/* A lineage this long is not one track_derived builds: ask, do not guess. */
+			if (nseen == LINEAGE_MAX)
+				blocked = true;
+			else
+			{
+				seen[nseen++] = input;
+				blocked = watermark_loss_blocked(c, wm, snapshot, input);
+			}
+		}
+		systable_endscan(scan);
+	}
+	return blocked;
+}
+
 /*
  * Reads the granularity, verdict and loss flag of the tracked table named
  * table_name (a text datum) under snapshot (NULL: the statement's); raises
@@ -340,7 +415,8 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 {
 	Relation	tt;
 	Relation	wm;
-	const SensorCatalog *c = open_sensor_relations(&tt, &wm);
+	Relation	di;
+	const SensorCatalog *c = open_sensor_relations(&tt, &wm, &di);
 	bool		found;
 
 	if (snapshot == NULL)
@@ -348,6 +424,10 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 	found = read_tracked_table(c, tt, table_name, snapshot, out);
 	if (found)
 		read_watermark(c, wm, snapshot, out);
+	if (found && !out->loss_blocked && di != NULL)
+		out->loss_blocked = lineage_blocked(c, wm, di, snapshot, out->table_id);
+	if (di != NULL)
+		relation_close(di, AccessShareLock);
 	relation_close(wm, AccessShareLock);
 	relation_close(tt, AccessShareLock);
 	if (!found)

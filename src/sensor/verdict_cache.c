@@ -201,11 +201,31 @@ finalize_verdict_changed(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
+/* Whether an update of watermark changed the row's loss_blocked. */
+static bool
+loss_flag_changed(TriggerData *trigdata)
+{
+	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
+	int			attnum = SPI_fnumber(desc, "loss_blocked");
+	bool		old_null,
+				new_null;
+	Datum		old_value,
+				new_value;
+
+	if (attnum <= 0 || !TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		return false;
+	old_value = heap_getattr(trigdata->tg_trigtuple, attnum, desc, &old_null);
+	new_value = heap_getattr(trigdata->tg_newtuple, attnum, desc, &new_null);
+	return old_null != new_null || (!old_null && DatumGetBool(old_value) != DatumGetBool(new_value));
+}
+
 /*
  * finalize._verdict_wake(): row trigger on watermark, fired when a row's
  * finalized_until or loss_blocked changed (its WHEN clause), that marks
  * the shard of its table, so that the commit wakes the waiters of
- * wait_final there and nowhere else.
+ * wait_final there and nowhere else. A loss flag holds the tables built
+ * from its table too (_lineage_blocked), whose waiters sit in other
+ * shards: a change of it wakes them all (losses are rare).
  */
 Datum
 finalize_verdict_wake(PG_FUNCTION_ARGS)
@@ -225,7 +245,7 @@ finalize_verdict_wake(PG_FUNCTION_ARGS)
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	attnum = SPI_fnumber(RelationGetDescr(trigdata->tg_relation), "table_id");
 	id = attnum > 0 ? heap_getattr(tuple, attnum, RelationGetDescr(trigdata->tg_relation), &isnull) : (Datum) 0;
-	if (attnum <= 0 || isnull)
+	if (attnum <= 0 || isnull || loss_flag_changed(trigdata))
 		wake_all_shards = true;
 	else
 	{

@@ -177,6 +177,24 @@ BEGIN
 END
 $$;
 
+-- Before the worker changes a tracked table's own row (its state, its
+-- capture instance): takes the row without waiting in a background worker
+-- (lock_not_available at once, the table's condition lock_timeout; an
+-- admin's open track_derived holds the rows of its inputs FOR SHARE). A
+-- session's UPDATE waits as usual.
+CREATE FUNCTION @extschema@._lock_tracked_row(table_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF @extschema@._in_background() THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked_row.table_id
+           FOR NO KEY UPDATE NOWAIT;
+    END IF;
+END
+$$;
+
 -- ISO 8601 in UTC for JSON payloads, independent of the session's TimeZone.
 CREATE FUNCTION @extschema@._utc_iso(ts timestamptz)
 RETURNS text

@@ -326,6 +326,10 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
     END IF;
+    -- Its verdict too, before anything is read to decide on: new periods
+    -- may give it a loss to wait for, and a loss recorded meanwhile (which
+    -- holds the verdict) must be seen (_refresh_loss_blocked).
+    PERFORM @extschema@._lock_tracked(id);
     IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
                              OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
                              OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL

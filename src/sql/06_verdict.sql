@@ -508,23 +508,54 @@ RETURN EXISTS (
       JOIN @extschema@.loss l ON l.loss_id = a.loss_id
      WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
 
--- Recomputes watermark.loss_blocked of a table and of every derived table
--- that uses it (transitively): after a loss, an acknowledgement (on the
--- table that lost the data or on a derived table), a new derived table, a
--- new granularity or a change of required consumers. The caller holds the
--- table's verdict (_lock_tracked).
--- A table that must become blocked is blocked in this transaction, whoever
--- runs it: a sensor must never read a lost period as final. A tracked
--- table that may be released is released here too: every transaction that
--- records a loss of it holds its verdict as well, so they take turns. A
--- derived table is released only by the scheduler (_refresh_derived),
--- which first makes sure that no transaction is recording a loss upstream
--- that this one cannot see; and a session's transaction (an admin's
--- acknowledgement left open) then holds no other team's table. In a
--- background worker the derived tables to block are locked without
--- waiting (lock_not_available at once): the worker records the loss next
--- cycle rather than make every table of its source wait for a pipeline's
--- open transaction.
+-- Whether a loss may hold periods of a table, as the sensors read it
+-- (src/sensor/catalog.c does the same in C): the loss_blocked flag of the
+-- table or of any table it is built from, transitively, is set. Every
+-- transaction that gives a table a loss to wait for (a loss recorded, a
+-- consumer made required, new periods, a longer lateness allowance) sets
+-- the flag of the one table it holds (_lock_tracked), so that the tables
+-- built from it are held at once without their rows: a pipeline may keep
+-- those in an open transaction for as long as it likes.
+CREATE FUNCTION @extschema@._lineage_blocked(table_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE up(id) AS (
+        SELECT _lineage_blocked.table_id
+        UNION
+        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT EXISTS (SELECT FROM up JOIN @extschema@.watermark w ON w.table_id = up.id WHERE w.loss_blocked);
+END;
+
+-- The tables built from a table (transitively, not itself) that have a
+-- loss to wait for and no flag of their own yet: while there is one, the
+-- table's own flag holds it (_lineage_blocked) and may not be cleared.
+CREATE FUNCTION @extschema@._unflagged_below(table_id bigint)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE down(id) AS (
+        SELECT d.table_id FROM @extschema@.derived_input d WHERE d.input_id = _unflagged_below.table_id
+        UNION
+        SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id)
+    SELECT down.id FROM down JOIN @extschema@.watermark w ON w.table_id = down.id
+     WHERE NOT w.loss_blocked AND @extschema@._has_open_loss(down.id)
+     ORDER BY down.id;
+END;
+
+-- Recomputes watermark.loss_blocked of a table whose verdict the caller
+-- holds (_lock_tracked): after a loss, an acknowledgement (on the table
+-- that lost the data or on a derived table), a new derived table, a new
+-- granularity, a longer lateness allowance or a change of required
+-- consumers. Set when the table has a loss to wait for; cleared when it has
+-- none and every table built from it that has one has its own flag (until
+-- then this flag holds them). Only this table's row is written, so that no
+-- transaction holds another team's table: the tables built from it are
+-- held through _lineage_blocked at once, and their own flags follow in the
+-- worker's transaction when their rows are free (SKIP LOCKED) or in the
+-- scheduler's next round (_refresh_derived).
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -532,33 +563,41 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    ids bigint[];
-    blocked boolean[];
+    was boolean := (SELECT w.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = _refresh_loss_blocked.table_id);
+    now_blocked boolean;
 BEGIN
-    WITH RECURSIVE down(id) AS (
-        SELECT _refresh_loss_blocked.table_id
-        UNION
-        SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id),
-    flags AS (
-        SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
-    SELECT pg_catalog.array_agg(f.id ORDER BY f.id), pg_catalog.array_agg(f.blocked ORDER BY f.id)
-      INTO ids, blocked
-      FROM flags f
-      JOIN @extschema@.watermark w ON w.table_id = f.id
-      JOIN @extschema@.tracked_table t ON t.table_id = f.id
-     WHERE w.loss_blocked IS DISTINCT FROM f.blocked
-       AND (f.blocked OR (f.id = _refresh_loss_blocked.table_id AND t.kind = 'source'));
-    IF ids IS NULL THEN
-        RETURN;
+    now_blocked := @extschema@._has_open_loss(table_id)
+                   OR (was AND EXISTS (SELECT FROM @extschema@._unflagged_below(table_id)));
+    IF now_blocked IS DISTINCT FROM was THEN
+        UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = _refresh_loss_blocked.table_id;
     END IF;
-    IF @extschema@._in_background() THEN
-        PERFORM FROM @extschema@.watermark w
-         WHERE w.table_id = ANY (ids) AND w.table_id <> _refresh_loss_blocked.table_id
-         ORDER BY w.table_id FOR NO KEY UPDATE NOWAIT;
+    IF now_blocked AND @extschema@._in_background() THEN
+        PERFORM @extschema@._flag_below(table_id);
     END IF;
-    UPDATE @extschema@.watermark w SET loss_blocked = c.blocked
-      FROM unnest(ids, blocked) AS c(id, blocked)
-     WHERE w.table_id = c.id;
+END
+$$;
+
+-- Gives the tables built from a table that have a loss to wait for their
+-- own flag, each whose row no other transaction holds (SKIP LOCKED: one a
+-- pipeline holds keeps being held through the table's flag and is flagged
+-- later). Returns how many it flagged. Background workers only.
+CREATE FUNCTION @extschema@._flag_below(table_id bigint)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    below bigint;
+    n integer := 0;
+BEGIN
+    FOR below IN SELECT u.id FROM @extschema@._unflagged_below(table_id) AS u(id) LOOP
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = below FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE @extschema@.watermark w SET loss_blocked = true WHERE w.table_id = below AND NOT w.loss_blocked;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
 END
 $$;
 
@@ -602,6 +641,6 @@ RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN @extschema@._period_final(period_start, (tt).granularity, (tt).period_zone, (wm).finalized_until)
-   AND NOT ((wm).loss_blocked
+   AND NOT (((wm).loss_blocked OR @extschema@._lineage_blocked((tt).table_id))
             AND @extschema@._loss_blocks((tt).table_id, period_start,
                                          @extschema@.period_end(period_start, (tt).granularity, (tt).period_zone)));

@@ -77,6 +77,7 @@ BEGIN
             @extschema@._lsn_arg(start_lsn, 'start_lsn'), @extschema@._lsn_arg(end_lsn, 'end_lsn'),
             capture_instance, detail);
     IF new_state IS NOT NULL THEN
+        PERFORM @extschema@._lock_tracked_row(_record_event.table_id);
         UPDATE @extschema@.tracked_table t
            SET state = new_state, state_detail = _record_event.state_detail, state_since = now()
          WHERE t.table_id = _record_event.table_id;
@@ -148,6 +149,7 @@ BEGIN
            offset_commit_time = new_offset_time,
            recorded_at = now()
      WHERE w.table_id = _resume_after_loss.table_id;
+    PERFORM @extschema@._lock_tracked_row(_resume_after_loss.table_id);
     UPDATE @extschema@.tracked_table t
        SET state = 'active', state_detail = NULL, state_since = now(),
            capture_instance = coalesce(_resume_after_loss.capture_instance, t.capture_instance)
@@ -236,6 +238,9 @@ RETURNS void
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
+    SELECT @extschema@._lock_tracked_row(t.table_id) FROM @extschema@.tracked_table t
+     WHERE t.table_id = _set_capture_instance.table_id AND t.untracked_at IS NULL
+       AND t.capture_instance IS DISTINCT FROM _set_capture_instance.capture_instance;
     UPDATE @extschema@.tracked_table t
        SET capture_instance = _set_capture_instance.capture_instance
      WHERE t.table_id = _set_capture_instance.table_id AND t.untracked_at IS NULL
@@ -392,9 +397,10 @@ END;
 -- Notes that another transaction held a consumer's row when the worker had
 -- to write it: once, when first seen (finalize.consumers shows it as
 -- consumer_locked); _check_consumers clears it once the row is free and
--- opens an incident if it lasts finalize.alert_after. Only the worker
--- writes consumer_hold, and only when no row is there (ON CONFLICT would
--- wait for a transaction deleting one).
+-- opens an incident if it lasts finalize.alert_after. Only the workers
+-- write consumer_hold, and only when no row is there: ON CONFLICT alone
+-- would wait for a transaction deleting one (it is there for two workers
+-- serving one derived table's consumer).
 CREATE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
 RETURNS void
 LANGUAGE sql
@@ -403,7 +409,8 @@ BEGIN ATOMIC
     INSERT INTO @extschema@.consumer_hold (table_id, consumer)
     SELECT _consumer_held.table_id, _consumer_held.consumer
      WHERE NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
-                        WHERE h.table_id = _consumer_held.table_id AND h.consumer = _consumer_held.consumer);
+                        WHERE h.table_id = _consumer_held.table_id AND h.consumer = _consumer_held.consumer)
+    ON CONFLICT (table_id, consumer) DO NOTHING;
 END;
 
 -- Locks a consumer's row for the worker's write without waiting: false
@@ -517,16 +524,16 @@ END
 $$;
 
 -- Brings every derived table whose inputs are final beyond its source
--- verdict up to date, and releases those whose inputs' losses were
--- acknowledged (_refresh_loss_blocked), without waiting for one whose
--- verdict another transaction holds (it is tried again next round). The scheduler runs it
+-- verdict up to date, and the loss flags up to date (_refresh_loss_blocked),
+-- without waiting for a table whose verdict another transaction holds (it
+-- is tried again next round). The scheduler runs it
 -- every round, in a transaction of its own: this is how a derived table
 -- follows a report on one of its inputs, at most a round (a second, or
 -- finalize.poll_interval if shorter) after the report commits, and how one
 -- skipped by an input's advance catches up. Passes are repeated while one
 -- moved a verdict, so that a chain of derived tables comes up to date in
 -- one call, also in a session (where _advance does not cascade). Returns
--- how many derived tables were released or their source verdicts moved.
+-- how many loss flags and source verdicts of derived tables it moved.
 CREATE FUNCTION @extschema@._refresh_derived()
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
@@ -535,36 +542,30 @@ AS $$
 DECLARE
     derived bigint;
     before timestamptz;
-    upstream bigint[];
     moved integer := 0;
     pass integer;
 BEGIN
-    -- Releases (see _refresh_loss_blocked): the derived table, then every
-    -- table it is built from, locked without waiting; one held by another
-    -- transaction may be recording a loss this snapshot cannot see, so the
-    -- table waits for a later round. Under those locks no transaction can
-    -- add a loss or an obligation to acknowledge one upstream, and the
-    -- second look (a statement of its own: a new snapshot) sees every one
-    -- that committed before.
+    -- The loss flags (_refresh_loss_blocked): a table that has a loss to
+    -- wait for below a flagged one gets its own flag (a worker skipped it,
+    -- say, while a pipeline held it); then a flag whose table has none and
+    -- holds no unflagged table below it is cleared, looked at again under
+    -- the table's lock (a statement of its own: a new snapshot). A table
+    -- another transaction holds waits for a later round.
     FOR derived IN
-        SELECT x.table_id FROM @extschema@.watermark x
-          JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
-         WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
-         ORDER BY x.table_id
+        SELECT w.table_id FROM @extschema@.watermark w WHERE w.loss_blocked ORDER BY w.table_id
     LOOP
-        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        moved := moved + @extschema@._flag_below(derived);
+    END LOOP;
+    FOR derived IN
+        SELECT w.table_id FROM @extschema@.watermark w
+          JOIN @extschema@.tracked_table t ON t.table_id = w.table_id
+         WHERE w.loss_blocked AND t.untracked_at IS NULL
+         ORDER BY w.table_id
+    LOOP
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
-        WITH RECURSIVE up(id) AS (
-            SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = derived
-            UNION
-            SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
-        SELECT pg_catalog.array_agg(up.id) INTO upstream FROM up;
-        CONTINUE WHEN (SELECT count(*) FROM (SELECT FROM @extschema@.watermark w
-                                              WHERE w.table_id = ANY (upstream)
-                                                FOR SHARE OF w SKIP LOCKED) AS held)
-                      < pg_catalog.cardinality(upstream);
-        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
         UPDATE @extschema@.watermark w SET loss_blocked = false WHERE w.table_id = derived;
         moved := moved + 1;
     END LOOP;

@@ -57,8 +57,12 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_alert_id_seq', '')
 -- acknowledged: a person already knows). Returns its id. Runs in the
 -- caller's transaction, so the incident commits with what raised it. In a
 -- background worker an open incident another transaction holds (an
--- acknowledge_alert left uncommitted) is not waited for: it is counted
--- again next time.
+-- acknowledge_alert left uncommitted) is not waited for when its
+-- condition is looked at again every cycle: it is counted again next time.
+-- The others (a loss, a schema block, late rows, a refused release) are
+-- raised once, and their holder may be resolving them (release_gate does
+-- late_data's): they wait, at most finalize.lock_timeout, and the worker
+-- records them again next cycle if that was not enough.
 CREATE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
                                          subject text, message text, detail jsonb DEFAULT NULL)
 RETURNS bigint
@@ -70,7 +74,8 @@ DECLARE
     id bigint;
     tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id);
 BEGIN
-    IF @extschema@._in_background() THEN
+    IF @extschema@._in_background()
+       AND _raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected') THEN
         SELECT a.alert_id INTO id FROM @extschema@.alert a
          WHERE a.kind = _raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
            AND coalesce(a.server_name, '') = coalesce(_raise_alert.server_name, '')

@@ -242,6 +242,7 @@ DECLARE
     losses text;
     cap timestamptz;
     verdict_until timestamptz;
+    blocked boolean;
 BEGIN
     tt := @extschema@._tracked(table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
@@ -252,7 +253,8 @@ BEGIN
     -- stopped at the first period a loss may still hold (_loss_cap, NULL for
     -- '-infinity').
     verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
-    IF wm.loss_blocked THEN
+    blocked := @extschema@._lineage_blocked(tt.table_id);
+    IF blocked THEN
         cap := @extschema@._loss_cap(tt.table_id);
         verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
                               THEN LEAST(verdict_until, cap) END;
@@ -269,7 +271,7 @@ BEGIN
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - verdict_until;
     v.state := tt.state;
-    IF wm.loss_blocked THEN
+    IF blocked THEN
         losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
     END IF;
 
@@ -357,7 +359,14 @@ SELECT t.table_name,
                      AND w.source_until > coalesce(u.until, '-infinity')
                    ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
        END AS held_back_by,
-       w.loss_blocked,
+       -- Held by its own flag or any input's, transitively, as the sensors
+       -- read it (_lineage_blocked; inlined: readers may not call it).
+       w.loss_blocked OR (t.kind = 'derived' AND EXISTS (
+           WITH RECURSIVE up(id) AS (
+               SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
+               UNION
+               SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+           SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked)) AS loss_blocked,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,

@@ -64,6 +64,13 @@ connect_worker_to_database(Oid dboid)
 {
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * Every statement its own snapshot, whatever the database's default: the
+	 * scheduler looks again at a loss flag after locking its table
+	 * (_refresh_derived), and a write that skips or fails on a held row
+	 * must see the next cycle's state.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /* Delay before the next cycle: the poll interval, or a capped backoff. */

@@ -271,11 +271,12 @@ def test_a_catalog_before_the_update_and_the_update_in_one_session(pg3):
 
 def test_a_loss_recorded_while_the_scheduler_releases_a_derived_table_still_holds_it(pg3, tables):
     """m.both is derived from m.ev1 and m.ev2. m.ev1's loss is acknowledged, so the scheduler may
-    release m.both; meanwhile a transaction records a loss of m.ev2 and has not committed. The
-    scheduler's snapshot cannot see that loss and the transaction never touches m.both's row (its
-    flag is already set): before the fix the scheduler released m.both, and once the loss
-    committed m.both read a lost period of m.ev2 as final. Now the scheduler first locks, without
-    waiting, every table m.both is built from and skips it while one is held."""
+    clear m.both's loss flag; meanwhile a transaction records a loss of m.ev2 (and moves m.ev2 on)
+    and has not committed. The scheduler's snapshot cannot see that loss, and the transaction never
+    touches m.both's row. Before the fix the scheduler cleared m.both's flag, and once the loss
+    committed and the scheduler moved m.both's verdict past it, m.both read the lost hours of
+    m.ev2 as final. Now the flag of m.ev2, set by that transaction, holds m.both at once (the
+    sensors read the flags of the tables a table is built from)."""
     reader = pg3.connect(user="sm_reader")
     lose_hours_10_to_12(pg3, "m.ev1")
     pg3.sql("SELECT finalize.track_table('m.ev2', 'src', 'dbo.ev2')")
@@ -285,9 +286,14 @@ def test_a_loss_recorded_while_the_scheduler_releases_a_derived_table_still_hold
     pg3.sql("SELECT finalize.track_derived('m.both', ARRAY['m.ev1', 'm.ev2'])")
     # A probe: a derived table that only the scheduler's round moves.
     pg3.sql("SELECT finalize.track_derived('m.probe', ARRAY['m.orders'])")
-    blocked = lambda: pg3.sql("SELECT loss_blocked FROM finalize.watermark "
-                              "WHERE table_id = finalize._tracked_id('m.both')")[0][0]
-    assert blocked()
+
+    def scheduler_round(until):
+        probe = pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0]
+        offset = pg3.sql("SELECT offset_lsn FROM finalize.status WHERE table_name = 'm.orders'")[0][0]
+        pg3.sql("SELECT finalize.record_range('m.orders', %s, %s, %s)",
+                (offset, "0x%020X" % (int(offset, 16) + 0x100), until))
+        pg3.wait_for(lambda: pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0] != probe,
+                     what="a round of the scheduler")
 
     loss = pg3.connect(autocommit=False)
     try:
@@ -298,21 +304,47 @@ def test_a_loss_recorded_while_the_scheduler_releases_a_derived_table_still_hold
             cur.execute("SELECT finalize.resume_table('m.ev2')")
             cur.execute("SELECT finalize._resume_after_loss(finalize._tracked_id('m.ev2'), '0x000000000000000003FF', "
                         "'2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_ev2', false, '{}')")
+            cur.execute("SELECT finalize.record_range('m.ev2', '0x000000000000000003FF', '0x00000000000000000500', "
+                        "'2026-11-30 01:00+00')")
         pg3.sql("SELECT finalize.acknowledge_loss('m.ev1', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
-        # A round of the scheduler that began after the acknowledgement.
-        probe = pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0]
-        pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000100', '0x00000000000000000200', "
-                "'2026-11-29 18:00+00')")
-        pg3.wait_for(lambda: pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0] != probe,
-                     what="a round of the scheduler")
-        assert blocked(), "released while a loss upstream was being recorded"
+        scheduler_round('2026-11-29 18:00+00')     # one that began after the acknowledgement
     finally:
         loss.commit()
         loss.close()
-    probe = pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0]
-    pg3.sql("SELECT finalize.record_range('m.orders', '0x00000000000000000200', '0x00000000000000000300', "
-            "'2026-11-29 20:00+00')")
-    pg3.wait_for(lambda: pg3.sql("SELECT finalize.finalized_until('m.probe')")[0][0] != probe,
-                 what="another round of the scheduler")
-    assert blocked()
+    # At once, and after the scheduler moved m.both on: hours 10 to 12 of m.ev2 were lost.
     assert hours_final(reader, "m.both")[1:4] == [False, False, False], hours_final(reader, "m.both")
+    scheduler_round('2026-11-29 20:00+00')
+    assert one(reader, "SELECT finalize.finalized_until(ARRAY['m.ev1', 'm.ev2'])") is not None
+    assert pg3.sql("SELECT source_until FROM finalize.status WHERE table_name = 'm.both'")[0][0].isoformat() \
+        == "2026-11-30T01:00:00+00:00"
+    assert hours_final(reader, "m.both")[1:4] == [False, False, False], hours_final(reader, "m.both")
+    assert pg3.sql("SELECT loss_blocked FROM finalize.status WHERE table_name = 'm.both'")[0][0] is True
+    assert one(reader, "SELECT finalize.finalized_until('m.both')").isoformat() == "2026-11-29T10:00:00+00:00"
+
+
+def test_a_derived_table_tracked_while_its_input_gains_a_loss_to_wait_for_is_held(pg3, tables):
+    """track_derived computes the new table's loss flag from its snapshot; an admin makes a
+    consumer of its input required meanwhile (the input then has a loss to acknowledge). Before the
+    fix the new table's flag stayed clear and its sensors read the lost hours as final; now the
+    input's flag holds it."""
+    reader = pg3.connect(user="sm_reader")
+    lose_hours_10_to_12(pg3, "m.ev1")
+    pg3.sql("SELECT finalize.track_derived('m.job', ARRAY['m.ev1'])")
+    pg3.sql("SELECT finalize.add_consumer('m.job', 'job', required => false)")
+    pg3.sql("SELECT finalize.acknowledge_loss('m.ev1', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+    follow(pg3)
+    pg3.sql("SELECT finalize.report_processed('m.job', 'job', '2026-11-30 01:00+00')")
+    assert hours_final(reader, "m.job")[1:4] == [True, True, True], "released: its consumer is not required"
+    tracker = pg3.connect(autocommit=False)
+    try:
+        with tracker.cursor() as cur:
+            cur.execute("SELECT finalize.track_derived('m.job_copy', ARRAY['m.job'])")
+        # Declared before the acknowledgement, the consumer now counts: m.job has a loss to acknowledge.
+        pg3.sql("SELECT finalize.alter_consumer('m.job', 'job', required => true)")
+    finally:
+        tracker.commit()
+        tracker.close()
+    follow(pg3)
+    assert one(reader, "SELECT finalize.finalized_until('m.job_copy')") is not None
+    assert hours_final(reader, "m.job")[1:4] == [False, False, False], "m.job must acknowledge the loss itself"
+    assert hours_final(reader, "m.job_copy")[1:4] == [False, False, False], hours_final(reader, "m.job_copy")

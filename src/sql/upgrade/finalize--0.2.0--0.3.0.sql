@@ -382,9 +382,10 @@ END;
 -- Notes that another transaction held a consumer's row when the worker had
 -- to write it: once, when first seen (finalize.consumers shows it as
 -- consumer_locked); _check_consumers clears it once the row is free and
--- opens an incident if it lasts finalize.alert_after. Only the worker
--- writes consumer_hold, and only when no row is there (ON CONFLICT would
--- wait for a transaction deleting one).
+-- opens an incident if it lasts finalize.alert_after. Only the workers
+-- write consumer_hold, and only when no row is there: ON CONFLICT alone
+-- would wait for a transaction deleting one (it is there for two workers
+-- serving one derived table's consumer).
 CREATE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
 RETURNS void
 LANGUAGE sql
@@ -393,7 +394,8 @@ BEGIN ATOMIC
     INSERT INTO @extschema@.consumer_hold (table_id, consumer)
     SELECT _consumer_held.table_id, _consumer_held.consumer
      WHERE NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
-                        WHERE h.table_id = _consumer_held.table_id AND h.consumer = _consumer_held.consumer);
+                        WHERE h.table_id = _consumer_held.table_id AND h.consumer = _consumer_held.consumer)
+    ON CONFLICT (table_id, consumer) DO NOTHING;
 END;
 
 -- Locks a consumer's row for the worker's write without waiting: false
@@ -435,6 +437,44 @@ BEGIN ATOMIC
      WHERE d.table_id = ANY (_inputs_final_untils.table_ids)
      GROUP BY d.table_id;
 END;
+
+-- Whether a loss may hold periods of a table, as the sensors read it
+-- (src/sensor/catalog.c does the same in C): the loss_blocked flag of the
+-- table or of any table it is built from, transitively, is set. Every
+-- transaction that gives a table a loss to wait for (a loss recorded, a
+-- consumer made required, new periods, a longer lateness allowance) sets
+-- the flag of the one table it holds (_lock_tracked), so that the tables
+-- built from it are held at once without their rows: a pipeline may keep
+-- those in an open transaction for as long as it likes.
+CREATE FUNCTION @extschema@._lineage_blocked(table_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE up(id) AS (
+        SELECT _lineage_blocked.table_id
+        UNION
+        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT EXISTS (SELECT FROM up JOIN @extschema@.watermark w ON w.table_id = up.id WHERE w.loss_blocked);
+END;
+
+-- Before the worker changes a tracked table's own row (its state, its
+-- capture instance): takes the row without waiting in a background worker
+-- (lock_not_available at once, the table's condition lock_timeout; an
+-- admin's open track_derived holds the rows of its inputs FOR SHARE). A
+-- session's UPDATE waits as usual.
+CREATE FUNCTION @extschema@._lock_tracked_row(table_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF @extschema@._in_background() THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked_row.table_id
+           FOR NO KEY UPDATE NOWAIT;
+    END IF;
+END
+$$;
 
 -- What one derived table's inputs are final until (_inputs_final_untils).
 CREATE OR REPLACE FUNCTION @extschema@._inputs_final_until(table_id bigint)
@@ -528,23 +568,17 @@ RETURN EXISTS (
       JOIN @extschema@.loss l ON l.loss_id = a.loss_id
      WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
 
--- Recomputes watermark.loss_blocked of a table and of every derived table
--- that uses it (transitively): after a loss, an acknowledgement (on the
--- table that lost the data or on a derived table), a new derived table, a
--- new granularity or a change of required consumers. The caller holds the
--- table's verdict (_lock_tracked).
--- A table that must become blocked is blocked in this transaction, whoever
--- runs it: a sensor must never read a lost period as final. A tracked
--- table that may be released is released here too: every transaction that
--- records a loss of it holds its verdict as well, so they take turns. A
--- derived table is released only by the scheduler (_refresh_derived),
--- which first makes sure that no transaction is recording a loss upstream
--- that this one cannot see; and a session's transaction (an admin's
--- acknowledgement left open) then holds no other team's table. In a
--- background worker the derived tables to block are locked without
--- waiting (lock_not_available at once): the worker records the loss next
--- cycle rather than make every table of its source wait for a pipeline's
--- open transaction.
+-- Recomputes watermark.loss_blocked of a table whose verdict the caller
+-- holds (_lock_tracked): after a loss, an acknowledgement (on the table
+-- that lost the data or on a derived table), a new derived table, a new
+-- granularity, a longer lateness allowance or a change of required
+-- consumers. Set when the table has a loss to wait for; cleared when it has
+-- none and every table built from it that has one has its own flag (until
+-- then this flag holds them). Only this table's row is written, so that no
+-- transaction holds another team's table: the tables built from it are
+-- held through _lineage_blocked at once, and their own flags follow in the
+-- worker's transaction when their rows are free (SKIP LOCKED) or in the
+-- scheduler's next round (_refresh_derived).
 CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -552,33 +586,17 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    ids bigint[];
-    blocked boolean[];
+    was boolean := (SELECT w.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = _refresh_loss_blocked.table_id);
+    now_blocked boolean;
 BEGIN
-    WITH RECURSIVE down(id) AS (
-        SELECT _refresh_loss_blocked.table_id
-        UNION
-        SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id),
-    flags AS (
-        SELECT down.id, @extschema@._has_open_loss(down.id) AS blocked FROM down)
-    SELECT pg_catalog.array_agg(f.id ORDER BY f.id), pg_catalog.array_agg(f.blocked ORDER BY f.id)
-      INTO ids, blocked
-      FROM flags f
-      JOIN @extschema@.watermark w ON w.table_id = f.id
-      JOIN @extschema@.tracked_table t ON t.table_id = f.id
-     WHERE w.loss_blocked IS DISTINCT FROM f.blocked
-       AND (f.blocked OR (f.id = _refresh_loss_blocked.table_id AND t.kind = 'source'));
-    IF ids IS NULL THEN
-        RETURN;
+    now_blocked := @extschema@._has_open_loss(table_id)
+                   OR (was AND EXISTS (SELECT FROM @extschema@._unflagged_below(table_id)));
+    IF now_blocked IS DISTINCT FROM was THEN
+        UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = _refresh_loss_blocked.table_id;
     END IF;
-    IF @extschema@._in_background() THEN
-        PERFORM FROM @extschema@.watermark w
-         WHERE w.table_id = ANY (ids) AND w.table_id <> _refresh_loss_blocked.table_id
-         ORDER BY w.table_id FOR NO KEY UPDATE NOWAIT;
+    IF now_blocked AND @extschema@._in_background() THEN
+        PERFORM @extschema@._flag_below(table_id);
     END IF;
-    UPDATE @extschema@.watermark w SET loss_blocked = c.blocked
-      FROM unnest(ids, blocked) AS c(id, blocked)
-     WHERE w.table_id = c.id;
 END
 $$;
 
@@ -591,7 +609,7 @@ RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN @extschema@._period_final(period_start, (tt).granularity, (tt).period_zone, (wm).finalized_until)
-   AND NOT ((wm).loss_blocked
+   AND NOT (((wm).loss_blocked OR @extschema@._lineage_blocked((tt).table_id))
             AND @extschema@._loss_blocks((tt).table_id, period_start,
                                          @extschema@.period_end(period_start, (tt).granularity, (tt).period_zone)));
 
@@ -1360,6 +1378,7 @@ DECLARE
     losses text;
     cap timestamptz;
     verdict_until timestamptz;
+    blocked boolean;
 BEGIN
     tt := @extschema@._tracked(table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
@@ -1370,7 +1389,8 @@ BEGIN
     -- stopped at the first period a loss may still hold (_loss_cap, NULL for
     -- '-infinity').
     verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
-    IF wm.loss_blocked THEN
+    blocked := @extschema@._lineage_blocked(tt.table_id);
+    IF blocked THEN
         cap := @extschema@._loss_cap(tt.table_id);
         verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
                               THEN LEAST(verdict_until, cap) END;
@@ -1387,7 +1407,7 @@ BEGIN
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - verdict_until;
     v.state := tt.state;
-    IF wm.loss_blocked THEN
+    IF blocked THEN
         losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
     END IF;
 
@@ -1735,7 +1755,14 @@ SELECT t.table_name,
                      AND w.source_until > coalesce(u.until, '-infinity')
                    ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
        END AS held_back_by,
-       w.loss_blocked,
+       -- Held by its own flag or any input's, transitively, as the sensors
+       -- read it (_lineage_blocked; inlined: readers may not call it).
+       w.loss_blocked OR (t.kind = 'derived' AND EXISTS (
+           WITH RECURSIVE up(id) AS (
+               SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
+               UNION
+               SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+           SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked)) AS loss_blocked,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
@@ -2011,6 +2038,10 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
     END IF;
+    -- Its verdict too, before anything is read to decide on: new periods
+    -- may give it a loss to wait for, and a loss recorded meanwhile (which
+    -- holds the verdict) must be seen (_refresh_loss_blocked).
+    PERFORM @extschema@._lock_tracked(id);
     IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
                              OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
                              OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
@@ -2576,17 +2607,58 @@ $$;
 -- table's, a consumer's or an incident's row another transaction holds.
 DROP FUNCTION @extschema@._refresh_derived(text);
 
+-- The tables built from a table (transitively, not itself) that have a
+-- loss to wait for and no flag of their own yet: while there is one, the
+-- table's own flag holds it (_lineage_blocked) and may not be cleared.
+CREATE FUNCTION @extschema@._unflagged_below(table_id bigint)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE down(id) AS (
+        SELECT d.table_id FROM @extschema@.derived_input d WHERE d.input_id = _unflagged_below.table_id
+        UNION
+        SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id)
+    SELECT down.id FROM down JOIN @extschema@.watermark w ON w.table_id = down.id
+     WHERE NOT w.loss_blocked AND @extschema@._has_open_loss(down.id)
+     ORDER BY down.id;
+END;
+
+-- Gives the tables built from a table that have a loss to wait for their
+-- own flag, each whose row no other transaction holds (SKIP LOCKED: one a
+-- pipeline holds keeps being held through the table's flag and is flagged
+-- later). Returns how many it flagged. Background workers only.
+CREATE FUNCTION @extschema@._flag_below(table_id bigint)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    below bigint;
+    n integer := 0;
+BEGIN
+    FOR below IN SELECT u.id FROM @extschema@._unflagged_below(table_id) AS u(id) LOOP
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = below FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE @extschema@.watermark w SET loss_blocked = true WHERE w.table_id = below AND NOT w.loss_blocked;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- Brings every derived table whose inputs are final beyond its source
--- verdict up to date, and releases those whose inputs' losses were
--- acknowledged (_refresh_loss_blocked), without waiting for one whose
--- verdict another transaction holds (it is tried again next round). The scheduler runs it
+-- verdict up to date, and the loss flags up to date (_refresh_loss_blocked),
+-- without waiting for a table whose verdict another transaction holds (it
+-- is tried again next round). The scheduler runs it
 -- every round, in a transaction of its own: this is how a derived table
 -- follows a report on one of its inputs, at most a round (a second, or
 -- finalize.poll_interval if shorter) after the report commits, and how one
 -- skipped by an input's advance catches up. Passes are repeated while one
 -- moved a verdict, so that a chain of derived tables comes up to date in
 -- one call, also in a session (where _advance does not cascade). Returns
--- how many derived tables were released or their source verdicts moved.
+-- how many loss flags and source verdicts of derived tables it moved.
 CREATE FUNCTION @extschema@._refresh_derived()
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
@@ -2595,36 +2667,30 @@ AS $$
 DECLARE
     derived bigint;
     before timestamptz;
-    upstream bigint[];
     moved integer := 0;
     pass integer;
 BEGIN
-    -- Releases (see _refresh_loss_blocked): the derived table, then every
-    -- table it is built from, locked without waiting; one held by another
-    -- transaction may be recording a loss this snapshot cannot see, so the
-    -- table waits for a later round. Under those locks no transaction can
-    -- add a loss or an obligation to acknowledge one upstream, and the
-    -- second look (a statement of its own: a new snapshot) sees every one
-    -- that committed before.
+    -- The loss flags (_refresh_loss_blocked): a table that has a loss to
+    -- wait for below a flagged one gets its own flag (a worker skipped it,
+    -- say, while a pipeline held it); then a flag whose table has none and
+    -- holds no unflagged table below it is cleared, looked at again under
+    -- the table's lock (a statement of its own: a new snapshot). A table
+    -- another transaction holds waits for a later round.
     FOR derived IN
-        SELECT x.table_id FROM @extschema@.watermark x
-          JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
-         WHERE x.loss_blocked AND t.kind = 'derived' AND t.untracked_at IS NULL
-         ORDER BY x.table_id
+        SELECT w.table_id FROM @extschema@.watermark w WHERE w.loss_blocked ORDER BY w.table_id
     LOOP
-        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        moved := moved + @extschema@._flag_below(derived);
+    END LOOP;
+    FOR derived IN
+        SELECT w.table_id FROM @extschema@.watermark w
+          JOIN @extschema@.tracked_table t ON t.table_id = w.table_id
+         WHERE w.loss_blocked AND t.untracked_at IS NULL
+         ORDER BY w.table_id
+    LOOP
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
-        WITH RECURSIVE up(id) AS (
-            SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = derived
-            UNION
-            SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
-        SELECT pg_catalog.array_agg(up.id) INTO upstream FROM up;
-        CONTINUE WHEN (SELECT count(*) FROM (SELECT FROM @extschema@.watermark w
-                                              WHERE w.table_id = ANY (upstream)
-                                                FOR SHARE OF w SKIP LOCKED) AS held)
-                      < pg_catalog.cardinality(upstream);
-        CONTINUE WHEN @extschema@._has_open_loss(derived);
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
         UPDATE @extschema@.watermark w SET loss_blocked = false WHERE w.table_id = derived;
         moved := moved + 1;
     END LOOP;
@@ -2861,8 +2927,12 @@ $$;
 -- acknowledged: a person already knows). Returns its id. Runs in the
 -- caller's transaction, so the incident commits with what raised it. In a
 -- background worker an open incident another transaction holds (an
--- acknowledge_alert left uncommitted) is not waited for: it is counted
--- again next time.
+-- acknowledge_alert left uncommitted) is not waited for when its
+-- condition is looked at again every cycle: it is counted again next time.
+-- The others (a loss, a schema block, late rows, a refused release) are
+-- raised once, and their holder may be resolving them (release_gate does
+-- late_data's): they wait, at most finalize.lock_timeout, and the worker
+-- records them again next cycle if that was not enough.
 CREATE OR REPLACE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
                                          subject text, message text, detail jsonb DEFAULT NULL)
 RETURNS bigint
@@ -2874,7 +2944,8 @@ DECLARE
     id bigint;
     tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id);
 BEGIN
-    IF @extschema@._in_background() THEN
+    IF @extschema@._in_background()
+       AND _raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected') THEN
         SELECT a.alert_id INTO id FROM @extschema@.alert a
          WHERE a.kind = _raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
            AND coalesce(a.server_name, '') = coalesce(_raise_alert.server_name, '')
@@ -3103,6 +3174,126 @@ BEGIN
                  WHERE k.x IS NULL;
 END
 $$;
+
+-- Records an event fact (data loss, ...) and, when new_state is given, moves
+-- the table to that state. Never touches the verdict or the offset.
+CREATE OR REPLACE FUNCTION @extschema@._record_event(
+    table_id         bigint,
+    event            text,
+    start_lsn        text,
+    end_lsn          text,
+    capture_instance text,
+    detail           jsonb,
+    new_state        text DEFAULT NULL,
+    state_detail     text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(_record_event.table_id);
+BEGIN
+    INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+    VALUES (_record_event.table_id, 'event', event,
+            @extschema@._lsn_arg(start_lsn, 'start_lsn'), @extschema@._lsn_arg(end_lsn, 'end_lsn'),
+            capture_instance, detail);
+    IF new_state IS NOT NULL THEN
+        PERFORM @extschema@._lock_tracked_row(_record_event.table_id);
+        UPDATE @extschema@.tracked_table t
+           SET state = new_state, state_detail = _record_event.state_detail, state_since = now()
+         WHERE t.table_id = _record_event.table_id;
+    END IF;
+    -- resume_table acknowledges this LSN, whatever happens to the fact.
+    IF event = 'schema_blocked' THEN
+        UPDATE @extschema@.watermark w
+           SET blocked_ddl_lsn = @extschema@._lsn_arg(end_lsn, 'end_lsn')
+         WHERE w.table_id = _record_event.table_id;
+    END IF;
+    IF event IN ('data_loss', 'schema_blocked') THEN
+        PERFORM @extschema@._alert(jsonb_build_object(
+            'alert', event,
+            'table', tt.table_name,
+            'capture_instance', capture_instance, 'start_lsn', start_lsn, 'end_lsn', end_lsn,
+            'detail', state_detail));
+        PERFORM @extschema@._raise_alert(event, 'critical', tt.table_id, tt.server_name, '',
+                                         coalesce(state_detail,
+                                                  format('Changes of table "%s" from LSN %s to %s were lost before finalize read them (%s); the periods they touch are not final until finalize.acknowledge_loss() covers them.',
+                                                         tt.table_name, coalesce(detail ->> 'lost_from_lsn', start_lsn),
+                                                         coalesce(detail ->> 'lost_to_lsn', end_lsn),
+                                                         coalesce(detail ->> 'cause', event))),
+                                         detail);
+    END IF;
+END
+$$;
+
+-- Restarts a table after a data loss, at new_offset (just below its capture
+-- instance's min LSN, whose commit time is new_offset_time): records the
+-- lost LSN range as a "resumed" event and as a loss (the commit times from
+-- the offset before the restart to lost_until, the latest instant the lost
+-- commits may have: the worker reads the local time of a fall-back hour
+-- both ways), moves the offset and makes the table active again. The verdict
+-- is untouched: it moves again with the next range recorded, but the
+-- periods of the loss stay not final, here and in the derived tables that
+-- use this one, until finalize.acknowledge_loss() covers them.
+CREATE OR REPLACE FUNCTION @extschema@._resume_after_loss(
+    table_id         bigint,
+    new_offset       text,
+    new_offset_time  timestamptz,
+    lost_until       timestamptz,
+    capture_instance text,
+    automatic        boolean,
+    detail           jsonb)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    wm @extschema@.watermark;
+    requested_by name;
+BEGIN
+    PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
+    SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
+     WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
+     ORDER BY f.fact_id DESC LIMIT 1;
+    INSERT INTO @extschema@.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
+    VALUES (_resume_after_loss.table_id, 'event', 'resumed', wm.offset_lsn,
+            @extschema@._lsn_arg(new_offset, 'new_offset'), capture_instance,
+            detail || jsonb_build_object(
+                'after', 'data_loss',
+                'by', CASE WHEN automatic THEN 'finalize worker (on_data_loss = resume)' ELSE requested_by END,
+                'lost_from_lsn', wm.offset_lsn, 'lost_to_lsn', new_offset,
+                'lost_from_time', wm.offset_commit_time, 'lost_to_time', lost_until));
+    UPDATE @extschema@.watermark w
+       SET offset_lsn = @extschema@._lsn_arg(new_offset, 'new_offset'),
+           offset_commit_time = new_offset_time,
+           recorded_at = now()
+     WHERE w.table_id = _resume_after_loss.table_id;
+    PERFORM @extschema@._lock_tracked_row(_resume_after_loss.table_id);
+    UPDATE @extschema@.tracked_table t
+       SET state = 'active', state_detail = NULL, state_since = now(),
+           capture_instance = coalesce(_resume_after_loss.capture_instance, t.capture_instance)
+     WHERE t.table_id = _resume_after_loss.table_id;
+    PERFORM @extschema@._record_loss(_resume_after_loss.table_id, wm, new_offset, lost_until);
+END
+$$;
+
+-- Remembers the capture instance the worker follows for a table.
+CREATE OR REPLACE FUNCTION @extschema@._set_capture_instance(table_id bigint, capture_instance text)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT @extschema@._lock_tracked_row(t.table_id) FROM @extschema@.tracked_table t
+     WHERE t.table_id = _set_capture_instance.table_id AND t.untracked_at IS NULL
+       AND t.capture_instance IS DISTINCT FROM _set_capture_instance.capture_instance;
+    UPDATE @extschema@.tracked_table t
+       SET capture_instance = _set_capture_instance.capture_instance
+     WHERE t.table_id = _set_capture_instance.table_id AND t.untracked_at IS NULL
+       AND t.capture_instance IS DISTINCT FROM _set_capture_instance.capture_instance;
+END;
 
 -- 9. Privileges, as src/sql/12_privileges.sql gives them.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
