@@ -54,6 +54,15 @@ FINALIZE_WERROR ?= -Werror
 PG_CFLAGS += -Wall -Wextra -Wno-missing-field-initializers \
              -Wno-sign-compare $(FINALIZE_WERROR)
 
+# The user's guide (docs/*.md), installed with the extension (PGXS DOCS:
+# share/doc/postgresql/extension/ on Debian). Owned by the docs; add pages here.
+DOCS = $(sort $(wildcard docs/*.md))
+
+# PostgreSQL's isolation tester (specs/*.spec, expected/<name>.out), run by
+# make installcheck after the regression tests.
+ISOLATION      =
+ISOLATION_OPTS =
+
 REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines event_time alerts alert_delivery record_batch privileges
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
 
