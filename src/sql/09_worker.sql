@@ -547,8 +547,8 @@ DECLARE
 BEGIN
     -- The loss flags (_refresh_loss_blocked): a table that has a loss to
     -- wait for below a flagged one gets its own flag (a worker skipped it,
-    -- say, while a pipeline held it); then a flag whose table has none and
-    -- holds no unflagged table below it is cleared, looked at again under
+    -- say, while a pipeline held it); then a flag is cleared whose table
+    -- has none and no table below it has one (_open_below), looked at again under
     -- the table's lock (a statement of its own: a new snapshot). A table
     -- another transaction holds waits for a later round.
     FOR derived IN
@@ -562,10 +562,10 @@ BEGIN
          WHERE w.loss_blocked AND t.untracked_at IS NULL
          ORDER BY w.table_id
     LOOP
-        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR @extschema@._open_below(derived);
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
-        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR @extschema@._open_below(derived);
         UPDATE @extschema@.watermark w SET loss_blocked = false WHERE w.table_id = derived;
         moved := moved + 1;
     END LOOP;

@@ -348,3 +348,48 @@ def test_a_derived_table_tracked_while_its_input_gains_a_loss_to_wait_for_is_hel
     assert one(reader, "SELECT finalize.finalized_until('m.job_copy')") is not None
     assert hours_final(reader, "m.job")[1:4] == [False, False, False], "m.job must acknowledge the loss itself"
     assert hours_final(reader, "m.job_copy")[1:4] == [False, False, False], hours_final(reader, "m.job_copy")
+
+
+def test_two_acknowledgements_that_each_rely_on_the_others_flag_keep_the_hold(pg3, tables):
+    """m.job is derived from m.ev1 and its consumer is required, so it must acknowledge m.ev1's
+    losses itself. Its admin acknowledges the first loss in a transaction left open; meanwhile a
+    second loss of m.ev1 is recorded and acknowledged on m.ev1. Before the fix, that acknowledgement
+    cleared m.ev1's flag because m.job's (committed) flag was still set, and m.job's commit then
+    cleared that one: neither flag was left, and the sensors read m.job's hours of the second loss
+    as final although it was never acknowledged on m.job (a write skew found by the review of
+    issue 27). Now a flag stays while any table built from it has a loss to wait for."""
+    reader = pg3.connect(user="sm_reader")
+    lose_hours_10_to_12(pg3, "m.ev1")
+    pg3.sql("SELECT finalize.track_derived('m.job', ARRAY['m.ev1'])")
+    pg3.sql("SELECT finalize.add_consumer('m.job', 'job', required => true)")
+    pg3.sql("SELECT finalize.acknowledge_loss('m.ev1', '2026-11-29 10:00+00', '2026-11-29 13:00+00', 'ok')")
+    follow(pg3)
+    admin = pg3.connect(autocommit=False)
+    try:
+        with admin.cursor() as cur:     # m.job's admin: the first loss, acknowledged, not committed yet
+            cur.execute("SELECT finalize.acknowledge_loss('m.job', '2026-11-29 10:00+00', "
+                        "'2026-11-29 13:00+00', 'rebuilt')")
+        # A second loss of m.ev1, commit times [2026-11-30 01:00, 03:20], and the source moves on.
+        pg3.sql("SELECT finalize._record_event(finalize._tracked_id('m.ev1'), 'data_loss', "
+                "'0x00000000000000000500', '0x00000000000000000700', 'dbo_events', '{\"cause\": \"cleanup\"}', "
+                "'data_lost', 'purged')")
+        pg3.sql("SELECT finalize.resume_table('m.ev1')")
+        pg3.sql("SELECT finalize._resume_after_loss(finalize._tracked_id('m.ev1'), '0x000000000000000006FF', "
+                "'2026-11-30 03:20+00', '2026-11-30 03:20+00', 'dbo_events', false, '{}')")
+        pg3.sql("SELECT finalize.record_range('m.ev1', '0x000000000000000006FF', '0x00000000000000000800', "
+                "'2026-11-30 06:00+00')")
+        pg3.sql("SELECT finalize.acknowledge_loss('m.ev1', '2026-11-30 01:00+00', '2026-11-30 04:00+00', 'ok')")
+    finally:
+        admin.commit()
+        admin.close()
+    pg3.sql("SELECT finalize.report_processed('m.job', 'job', '2026-11-30 06:00+00')")
+    follow(pg3)
+    follow(pg3)
+    later = ["2026-11-30 %02d:00+00" % h for h in (0, 1, 2, 3, 4)]
+    with reader.cursor() as cur:
+        cur.execute("SELECT finalize.is_final('m.job', p::timestamptz) FROM unnest(%s::text[]) AS p", (later,))
+        finals = [r[0] for r in cur.fetchall()]
+    assert finals == [True, False, False, False, True], finals
+    assert hours_final(reader, "m.job")[1:4] == [True, True, True], "the first loss is acknowledged on m.job"
+    assert one(reader, "SELECT finalize.finalized_until('m.job')").isoformat() == "2026-11-30T01:00:00+00:00"
+    assert pg3.sql("SELECT loss_blocked FROM finalize.status WHERE table_name = 'm.job'")[0][0] is True

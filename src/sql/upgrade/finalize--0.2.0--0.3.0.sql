@@ -572,9 +572,9 @@ RETURN EXISTS (
 -- holds (_lock_tracked): after a loss, an acknowledgement (on the table
 -- that lost the data or on a derived table), a new derived table, a new
 -- granularity, a longer lateness allowance or a change of required
--- consumers. Set when the table has a loss to wait for; cleared when it has
--- none and every table built from it that has one has its own flag (until
--- then this flag holds them). Only this table's row is written, so that no
+-- consumers. Set when the table has a loss to wait for; cleared when
+-- neither it nor any table built from it has one (_open_below: until then
+-- this flag may be what holds them). Only this table's row is written, so that no
 -- transaction holds another team's table: the tables built from it are
 -- held through _lineage_blocked at once, and their own flags follow in the
 -- worker's transaction when their rows are free (SKIP LOCKED) or in the
@@ -590,7 +590,7 @@ DECLARE
     now_blocked boolean;
 BEGIN
     now_blocked := @extschema@._has_open_loss(table_id)
-                   OR (was AND EXISTS (SELECT FROM @extschema@._unflagged_below(table_id)));
+                   OR (was AND @extschema@._open_below(table_id));
     IF now_blocked IS DISTINCT FROM was THEN
         UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = _refresh_loss_blocked.table_id;
     END IF;
@@ -2624,6 +2624,23 @@ BEGIN ATOMIC
      ORDER BY down.id;
 END;
 
+-- Whether any table built from a table (transitively, not itself) has a
+-- loss to wait for, flagged or not. A flag is kept while one has: clearing
+-- it because the tables below carry flags of their own would rely on rows
+-- another transaction may be clearing at the same time (each would see the
+-- other's flag still set, and both would go).
+CREATE FUNCTION @extschema@._open_below(table_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE down(id) AS (
+        SELECT d.table_id FROM @extschema@.derived_input d WHERE d.input_id = _open_below.table_id
+        UNION
+        SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id)
+    SELECT EXISTS (SELECT FROM down WHERE @extschema@._has_open_loss(down.id));
+END;
+
 -- Gives the tables built from a table that have a loss to wait for their
 -- own flag, each whose row no other transaction holds (SKIP LOCKED: one a
 -- pipeline holds keeps being held through the table's flag and is flagged
@@ -2672,8 +2689,8 @@ DECLARE
 BEGIN
     -- The loss flags (_refresh_loss_blocked): a table that has a loss to
     -- wait for below a flagged one gets its own flag (a worker skipped it,
-    -- say, while a pipeline held it); then a flag whose table has none and
-    -- holds no unflagged table below it is cleared, looked at again under
+    -- say, while a pipeline held it); then a flag is cleared whose table
+    -- has none and no table below it has one (_open_below), looked at again under
     -- the table's lock (a statement of its own: a new snapshot). A table
     -- another transaction holds waits for a later round.
     FOR derived IN
@@ -2687,10 +2704,10 @@ BEGIN
          WHERE w.loss_blocked AND t.untracked_at IS NULL
          ORDER BY w.table_id
     LOOP
-        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR @extschema@._open_below(derived);
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
-        CONTINUE WHEN @extschema@._has_open_loss(derived) OR EXISTS (SELECT FROM @extschema@._unflagged_below(derived));
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR @extschema@._open_below(derived);
         UPDATE @extschema@.watermark w SET loss_blocked = false WHERE w.table_id = derived;
         moved := moved + 1;
     END LOOP;
