@@ -508,6 +508,17 @@ RETURN EXISTS (
       JOIN @extschema@.loss l ON l.loss_id = a.loss_id
      WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
 
+-- Whether an unacknowledged loss holds some periods of a table, for
+-- finalize.status (whose readers may not read the losses themselves: hence
+-- SECURITY DEFINER, granted to finalize_reader; it answers only this). The
+-- view asks it only while a flag of the table's lineage is set: a flag may
+-- stay set for a table built from it that still has to acknowledge.
+CREATE FUNCTION @extschema@._loss_holds(table_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._has_open_loss(table_id);
+
 -- Whether a loss may hold periods of a table, as the sensors read it
 -- (src/sensor/catalog.c does the same in C): the loss_blocked flag of the
 -- table or of any table it is built from, transitively, is set. Every

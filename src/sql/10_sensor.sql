@@ -359,14 +359,16 @@ SELECT t.table_name,
                      AND w.source_until > coalesce(u.until, '-infinity')
                    ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
        END AS held_back_by,
-       -- Held by its own flag or any input's, transitively, as the sensors
-       -- read it (_lineage_blocked; inlined: readers may not call it).
-       w.loss_blocked OR (t.kind = 'derived' AND EXISTS (
-           WITH RECURSIVE up(id) AS (
-               SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
-               UNION
-               SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
-           SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked)) AS loss_blocked,
+       -- Whether a loss holds some periods: asked (_loss_holds) only while
+       -- its own flag or any input's, transitively, is set, as the sensors
+       -- read it (_lineage_blocked, inlined here: readers may not call it).
+       CASE WHEN w.loss_blocked OR (t.kind = 'derived' AND EXISTS (
+                     WITH RECURSIVE up(id) AS (
+                         SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
+                         UNION
+                         SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+                     SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked))
+            THEN @extschema@._loss_holds(t.table_id) ELSE false END AS loss_blocked,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,

@@ -21,7 +21,10 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.period_start(timestamptz, interval, text),
     @extschema@.period_end(timestamptz, interval, text),
     @extschema@.mssql_local_to_instant(timestamp, text),
-    @extschema@.dropped_notifications()
+    @extschema@.dropped_notifications(),
+    -- Internal, for finalize.status (whose readers call it): whether a
+    -- loss holds a table.
+    @extschema@._loss_holds(bigint)
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
 

@@ -29,13 +29,14 @@ from pgcluster import cluster_with_source  # noqa: E402
 TABLE = "sec.orders"
 PASSWORD_SECRET = "do-not-leak-0451"
 
-# What each role may execute in schema finalize (the README's role table).
+# What each role may execute in schema finalize (the role table of docs/reference.md, Roles).
 READER = {
     "finalized_until(text)", "is_final(text,timestamp with time zone)",
     "explain_verdict(text,timestamp with time zone)",
     "period_start(timestamp with time zone,interval)", "period_end(timestamp with time zone,interval)",
     "period_start(timestamp with time zone,interval,text)", "period_end(timestamp with time zone,interval,text)",
     "mssql_local_to_instant(timestamp without time zone,text)", "dropped_notifications()",
+    "_loss_holds(bigint)",  # internal, asked by finalize.status
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
     "render_location(text,timestamp with time zone,text)",
     "finalized_until(text[])", "is_final(text[],timestamp with time zone)",

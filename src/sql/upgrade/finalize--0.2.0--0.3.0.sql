@@ -568,6 +568,17 @@ RETURN EXISTS (
       JOIN @extschema@.loss l ON l.loss_id = a.loss_id
      WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
 
+-- Whether an unacknowledged loss holds some periods of a table, for
+-- finalize.status (whose readers may not read the losses themselves: hence
+-- SECURITY DEFINER, granted to finalize_reader; it answers only this). The
+-- view asks it only while a flag of the table's lineage is set: a flag may
+-- stay set for a table built from it that still has to acknowledge.
+CREATE FUNCTION @extschema@._loss_holds(table_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._has_open_loss(table_id);
+
 -- Recomputes watermark.loss_blocked of a table whose verdict the caller
 -- holds (_lock_tracked): after a loss, an acknowledgement (on the table
 -- that lost the data or on a derived table), a new derived table, a new
@@ -1755,14 +1766,16 @@ SELECT t.table_name,
                      AND w.source_until > coalesce(u.until, '-infinity')
                    ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
        END AS held_back_by,
-       -- Held by its own flag or any input's, transitively, as the sensors
-       -- read it (_lineage_blocked; inlined: readers may not call it).
-       w.loss_blocked OR (t.kind = 'derived' AND EXISTS (
-           WITH RECURSIVE up(id) AS (
-               SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
-               UNION
-               SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
-           SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked)) AS loss_blocked,
+       -- Whether a loss holds some periods: asked (_loss_holds) only while
+       -- its own flag or any input's, transitively, is set, as the sensors
+       -- read it (_lineage_blocked, inlined here: readers may not call it).
+       CASE WHEN w.loss_blocked OR (t.kind = 'derived' AND EXISTS (
+                     WITH RECURSIVE up(id) AS (
+                         SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
+                         UNION
+                         SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+                     SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked))
+            THEN @extschema@._loss_holds(t.table_id) ELSE false END AS loss_blocked,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
@@ -3331,6 +3344,7 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.register_partition(text, text, text, timestamptz, timestamptz)
     TO finalize_publisher;
 GRANT SELECT ON @extschema@.consumer_hold TO finalize_admin;
+GRANT EXECUTE ON FUNCTION @extschema@._loss_holds(bigint) TO finalize_reader;
 
 
 
