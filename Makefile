@@ -5,7 +5,7 @@
 #                                   the library (test/regress.conf); not as root
 #   make installcheck USE_EXISTING=1
 #                                   the same against a running server that preloads
-#                                   it (PGHOST, PGPORT; PGUSER=postgres, a superuser)
+#                                   it (PGHOST, PGPORT; PGUSER: any superuser)
 #   make unitcheck                  build and run the C unit tests of the pure modules
 #   make meta                       rewrite META.json's versions from the control file
 #
@@ -16,10 +16,11 @@ PG_CONFIG ?= pg_config
 EXTENSION  = finalize
 EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
 
-# One folder per subsystem (see README, Development): common, mssql, worker,
-# sensor, gate, alert; src/finalize.c holds only _PG_init.
+# One folder per subsystem, bottom layer first (src/README.md: which folder
+# may include which): core, mssql, worker, sensor, gate, alert;
+# src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-SUBSYSTEMS = common mssql worker sensor gate alert
+SUBSYSTEMS = core mssql worker sensor gate alert
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # The install script of the current version is assembled from src/sql/*.sql
@@ -54,14 +55,18 @@ FINALIZE_WERROR ?= -Werror
 PG_CFLAGS += -Wall -Wextra -Wno-missing-field-initializers \
              -Wno-sign-compare $(FINALIZE_WERROR)
 
-# The user's guide (docs/*.md), installed with the extension (PGXS DOCS:
-# share/doc/postgresql/extension/ on Debian). Owned by the docs; add pages here.
-DOCS = $(sort $(wildcard docs/*.md))
+# The user's guide (docs/*.md) is installed in a folder of its own,
+# $(docdir)/extension/finalize/ (/usr/share/doc/postgresql-doc-15/extension/
+# finalize on Debian): PGXS's DOCS would put README.md and friends straight
+# into extension/, next to every other extension's.
+FINALIZE_DOCS = $(sort $(wildcard docs/*.md))
 
 # PostgreSQL's isolation tester (specs/*.spec, expected/<name>.out), run by
 # make installcheck after the regression tests.
-ISOLATION      =
-ISOLATION_OPTS =
+ISOLATION      = verdict_visibility verdict_rollback notify_commit gate_locks
+ISOLATION_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8 --outputdir=$(REGRESS_OUTPUTDIR)/output_iso \
+                 $(if $(USE_EXISTING),,--temp-instance=$(REGRESS_TMP)/instance --temp-config=$(srcdir)/test/regress.conf \
+                                       --bindir=$(REGRESS_TMP)/bin)
 
 REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines event_time alerts alert_delivery record_batch privileges
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
@@ -104,14 +109,14 @@ $(DATA_built): $(SQL_PARTS) src/sql $(EXTENSION).control
 
 # C unit tests (test/unit/test_*.c, TAP output): each links the pure modules
 # it tests, with the server's headers and libpgport, no server needed.
-UNIT_SOURCES_test_plan = src/worker/plan.c src/common/lsn.c
+UNIT_SOURCES_test_plan = src/worker/plan.c src/core/lsn.c
 UNIT_SOURCES_test_clock_check = src/worker/clock_check.c
 UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
-UNIT_SOURCES_test_sketch = src/common/sketch.c
+UNIT_SOURCES_test_sketch = src/core/sketch.c
 UNIT_SOURCES_test_outcome = src/alert/outcome.c
 UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
 UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
-UNIT_SOURCES_test_period = src/common/period.c
+UNIT_SOURCES_test_period = src/core/period.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 
@@ -125,12 +130,12 @@ test/unit/test_%: test/unit/test_%.c $$(UNIT_SOURCES_$$(notdir $$@))
 unitcheck: $(UNIT_TESTS)
 	@status=0; for t in $(UNIT_TESTS); do ./$$t || status=1; done; exit $$status
 
-# The expected output names the superuser postgres, as in every test cluster
-# (test/lib), but pg_regress's initdb would name it after the user running
-# make and take the locale from the environment; so the temporary instance
-# runs through wrappers (tmp_check/bin): initdb as test/lib's start_cluster
-# runs it (-U postgres -E UTF8 --locale=C.UTF-8), psql as postgres, the
-# server's own postgres and pg_ctl.
+# The temporary instance runs through wrappers (tmp_check/bin): initdb as
+# test/lib's start_cluster runs it (-E UTF8 --locale=C.UTF-8, not the
+# locale of the environment), and the server's own postgres, pg_ctl and
+# psql. The superuser is named after the user running make, as initdb names
+# it: the expected output never names it (the tests compare with
+# current_user), so any user may run the tests.
 .PHONY: regress-bin
 regress-bin:
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -138,10 +143,20 @@ regress-bin:
 	       "(test/run-tests runs it as postgres), or against a running server with USE_EXISTING=1" >&2; \
 	  exit 2; fi
 	@rm -rf '$(REGRESS_TMP)/bin' && mkdir -p '$(REGRESS_TMP)/bin'
-	@ln -s '$(bindir)/postgres' '$(bindir)/pg_ctl' '$(REGRESS_TMP)/bin/'
-	@printf '#!/bin/sh\nexec "%s/initdb" -U postgres -E UTF8 --locale=C.UTF-8 "$$@"\n' '$(bindir)' >'$(REGRESS_TMP)/bin/initdb'
-	@printf '#!/bin/sh\nPGUSER=postgres exec "%s/psql" "$$@"\n' '$(bindir)' >'$(REGRESS_TMP)/bin/psql'
-	@chmod +x '$(REGRESS_TMP)/bin/initdb' '$(REGRESS_TMP)/bin/psql'
+	@ln -s '$(bindir)/postgres' '$(bindir)/pg_ctl' '$(bindir)/psql' '$(REGRESS_TMP)/bin/'
+	@printf '#!/bin/sh\nexec "%s/initdb" -E UTF8 --locale=C.UTF-8 "$$@"\n' '$(bindir)' >'$(REGRESS_TMP)/bin/initdb'
+	@chmod +x '$(REGRESS_TMP)/bin/initdb'
+
+install: install-finalize-docs
+uninstall: uninstall-finalize-docs
+
+.PHONY: install-finalize-docs uninstall-finalize-docs
+install-finalize-docs:
+	$(MKDIR_P) '$(DESTDIR)$(docdir)/extension/finalize'
+	$(INSTALL_DATA) $(addprefix $(srcdir)/, $(FINALIZE_DOCS)) '$(DESTDIR)$(docdir)/extension/finalize/'
+
+uninstall-finalize-docs:
+	rm -rf '$(DESTDIR)$(docdir)/extension/finalize'
 
 .PHONY: meta
 meta:

@@ -8,8 +8,8 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
-#include "common/settings.h"
-#include "common/shmem.h"
+#include "core/settings.h"
+#include "core/shmem.h"
 #include "worker/worker.h"
 
 PG_MODULE_MAGIC;

@@ -7,7 +7,7 @@
  * Each delivery takes three steps, and no transaction is open during the
  * HTTP request: a short transaction claims the next due delivery
  * (_claim_delivery, which counts the attempt) and reads its target; the
- * request goes out through common/http.c; a short transaction records the
+ * request goes out through core/http.c; a short transaction records the
  * outcome (_delivery_result: delivered, retried with backoff, or failed;
  * the target's circuit breaker). A receiver that stalls costs this worker
  * its timeout, never a source worker or a verdict. The worker sleeps until
@@ -40,11 +40,11 @@
 #include "alert/outcome.h"
 #include "alert/payload.h"
 #include "alert/target.h"
-#include "common/http.h"
-#include "common/settings.h"
-#include "common/shmem.h"
-#include "worker/worker.h"
-#include "worker/worker_state.h"
+#include "core/background.h"
+#include "core/db.h"
+#include "core/http.h"
+#include "core/settings.h"
+#include "core/shmem.h"
 
 /* Without a wake-up, the queue is looked at this often. */
 #define IDLE_NAP_MS 10000
@@ -85,10 +85,7 @@ queue_exists(void)
 {
 	if (!OidIsValid(get_extension_oid("finalize", true)))
 		return false;
-	if (SPI_execute("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._claim_delivery()') IS NOT NULL",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not look for finalize's delivery queue");
-	return strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "t") == 0;
+	return db_function_exists(FINALIZE_SCHEMA "._claim_delivery()", "finalize's delivery queue");
 }
 
 /*
@@ -103,7 +100,7 @@ prepare_request(MemoryContext cxt, Claimed *c, Jsonb *event)
 {
 	PG_TRY();
 	{
-		ws_begin("finalize: preparing an alert delivery");
+		db_begin("finalize: preparing an alert delivery");
 		c->target = alert_target_load(c->target_name, cxt, &c->error);
 		if (c->target != NULL)
 		{
@@ -115,7 +112,7 @@ prepare_request(MemoryContext cxt, Claimed *c, Jsonb *event)
 				c->error = psprintf("webhook target \"%s\": %s", c->target->name, c->error);
 			MemoryContextSwitchTo(old);
 		}
-		ws_commit();
+		db_commit();
 	}
 	PG_CATCH();
 	{
@@ -145,11 +142,11 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 	Jsonb	   *event;
 	MemoryContext old;
 
-	ws_begin("finalize: claiming an alert delivery");
+	db_begin("finalize: claiming an alert delivery");
 	if (!queue_exists())
 	{
 		*gone = true;
-		ws_commit();
+		db_commit();
 		return false;
 	}
 	if (SPI_execute("SELECT d.delivery_id, d.target_name, d.event FROM "
@@ -162,7 +159,7 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 						true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not look for webhook targets");
 		*gone = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		ws_commit();
+		db_commit();
 		return false;
 	}
 	old = MemoryContextSwitchTo(cxt);
@@ -172,7 +169,7 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 	event = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	MemoryContextSwitchTo(old);
 	/* The claim (its counted attempt) commits before anything can fail. */
-	ws_commit();
+	db_commit();
 	prepare_request(cxt, c, event);
 	return true;
 }
@@ -283,7 +280,7 @@ record_attempt(const Claimed *c, const Attempt *a)
 	values[6] = Int32GetDatum(finalize_alert_retry_limit);
 	/* Nothing was sent when the request could not be prepared. */
 	values[7] = BoolGetDatum(c->error == NULL);
-	ws_begin("finalize: recording an alert delivery");
+	db_begin("finalize: recording an alert delivery");
 	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._delivery_result($1, $2, $3, $4, $5, $6, $7, $8)",
 							  8, types, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not record an alert delivery");
@@ -297,7 +294,7 @@ record_attempt(const Claimed *c, const Attempt *a)
 						   a->permanent ? "an answer no retry can change" : "finalize.alert_retry_limit attempts",
 						   a->error ? a->error : "no error text"),
 				 errhint("See finalize.alert_deliveries; the incident itself is in finalize.alerts.")));
-	ws_commit();
+	db_commit();
 }
 
 /*
@@ -311,7 +308,7 @@ nap_ms(void)
 	bool		isnull;
 	Datum		due;
 
-	ws_begin("finalize: waiting for alert deliveries");
+	db_begin("finalize: waiting for alert deliveries");
 	if (queue_exists())
 	{
 		if (SPI_execute("SELECT " FINALIZE_SCHEMA "._next_delivery()", true, 1) != SPI_OK_SELECT)
@@ -326,7 +323,7 @@ nap_ms(void)
 			nap = Max(Min(nap, secs * 1000 + usecs / 1000 + 1), MIN_NAP_MS);
 		}
 	}
-	ws_commit();
+	db_commit();
 	return nap;
 }
 
@@ -352,7 +349,7 @@ deliver_round(MemoryContext cxt)
 			return false;
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(cxt);
-		/* Everything of one delivery lives in cxt (ws_commit returns to it). */
+		/* Everything of one delivery lives in cxt (db_commit returns to it). */
 		MemoryContextSwitchTo(cxt);
 		more = claim_next(cxt, &c, &gone);
 		if (more)
@@ -366,6 +363,9 @@ deliver_round(MemoryContext cxt)
 	}
 	return true;
 }
+
+/* The alerts worker's entry point, which the scheduler starts by name. */
+PGDLLEXPORT void finalize_alerts_main(Datum arg);
 
 /* Entry point of the alerts worker; bgw_extra holds the database OID. */
 void
@@ -384,11 +384,11 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 	cxt = AllocSetContextCreate(TopMemoryContext, "finalize alerts", ALLOCSET_DEFAULT_SIZES);
 
 	/* What a previous run claimed and never recorded is due again. */
-	ws_begin("finalize: releasing alert deliveries");
+	db_begin("finalize: releasing alert deliveries");
 	if (queue_exists() &&
 		SPI_execute("SELECT " FINALIZE_SCHEMA "._release_claims()", false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not release claimed alert deliveries");
-	ws_commit();
+	db_commit();
 
 	for (;;)
 	{

@@ -32,8 +32,8 @@
 #include "utils/numeric.h"
 
 #include "alert/payload.h"
-#include "common/http.h"
-#include "common/json_build.h"
+#include "core/http.h"
+#include "core/json_build.h"
 
 /* Slack's limit for the text of a section or context element. */
 #define SLACK_TEXT_MAX 3000

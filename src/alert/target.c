@@ -14,9 +14,9 @@
 #include "utils/timestamp.h"
 
 #include "alert/target.h"
-#include "common/fdw_options.h"
-#include "common/http.h"
-#include "common/period.h"
+#include "core/fdw_options.h"
+#include "core/http.h"
+#include "core/period.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
 

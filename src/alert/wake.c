@@ -18,7 +18,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
-#include "common/shmem.h"
+#include "core/shmem.h"
 
 PG_FUNCTION_INFO_V1(finalize_wake_alert_delivery);
 

@@ -322,6 +322,80 @@ visit(FileWalk *w, int dirfd, const char *key_dir, DirEntry *e)
 }
 
 /*
+ * Visits a directory's entries in their sorted order, as many as the walk's
+ * budget holds: what they hold is the context's own count of its blocks
+ * (names rounded up by the allocator, the array's spare half), not an
+ * estimate. They are read into entries_cxt, which is reset afterwards.
+ * False when the directory has more entries, which are left unread (and
+ * the ones visited were visited as they came, unsorted).
+ */
+static bool
+visit_sorted(FileWalk *w, DIR *dir, int dirfd, const char *key_dir, MemoryContext entries_cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(entries_cxt);
+	DirEntry   *entries = NULL;
+	size_t		n = 0;
+	size_t		cap = 0;
+	size_t		held = 0;
+	bool		complete = false;
+	DirEntry	e;
+
+	while (w->held + held < w->budget && n < MaxAllocHugeSize / sizeof(DirEntry) / 2)
+	{
+		if (!next_entry(w, dir, dirfd, key_dir, &e))
+		{
+			complete = true;
+			break;
+		}
+		if (n == cap)
+		{
+			cap = cap ? cap * 2 : 64;
+			entries = entries ? repalloc_huge(entries, sizeof(DirEntry) * cap)
+				: palloc_extended(sizeof(DirEntry) * cap, MCXT_ALLOC_HUGE);
+		}
+		entries[n++] = e;
+		if (n % 64 == 0)
+			held = MemoryContextMemAllocated(entries_cxt, true);
+	}
+	held = MemoryContextMemAllocated(entries_cxt, true);
+	MemoryContextSwitchTo(old);
+	if (complete)
+		qsort(entries, n, sizeof(DirEntry), dir_entry_cmp);
+	w->held += held;
+	for (size_t i = 0; i < n; i++)
+		visit(w, dirfd, key_dir, &entries[i]);
+	w->held -= held;
+	MemoryContextReset(entries_cxt);
+	return complete;
+}
+
+/*
+ * Visits the rest of a directory too large to hold, or whose order is not
+ * wanted, as its entries come (a sorted comparison sorts them), their names
+ * freed every batch.
+ */
+static void
+visit_rest(FileWalk *w, DIR *dir, int dirfd, const char *key_dir, MemoryContext entries_cxt)
+{
+	int			since_reset = 0;
+	MemoryContext old = MemoryContextSwitchTo(entries_cxt);
+	DirEntry	e;
+
+	while (next_entry(w, dir, dirfd, key_dir, &e))
+	{
+		MemoryContextSwitchTo(old);
+		visit(w, dirfd, key_dir, &e);
+		if (++since_reset >= LISTING_BATCH)
+		{
+			MemoryContextReset(entries_cxt);
+			since_reset = 0;
+		}
+		MemoryContextSwitchTo(entries_cxt);
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
  * Adds the regular files under an open directory (key prefix key_dir) to
  * the walk's batches, recursively. Takes ownership of dirfd (from
  * open_counted). Subdirectories are opened relative to their parent without
@@ -358,67 +432,8 @@ walk(FileWalk *w, int dirfd, const char *key_dir)
 	entries_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize directory entries", ALLOCSET_DEFAULT_SIZES);
 	PG_TRY();
 	{
-		MemoryContext old = MemoryContextSwitchTo(entries_cxt);
-		DirEntry   *entries = NULL;
-		size_t		n = 0;
-		size_t		cap = 0;
-		size_t		held = 0;
-		bool		complete = false;
-		DirEntry	e;
-
-		/*
-		 * The entries, as long as they fit, then sorted. What they hold is
-		 * the context's own count of its blocks (names rounded up by the
-		 * allocator, the array's spare half), not an estimate.
-		 */
-		while (w->held + held < w->budget && n < MaxAllocHugeSize / sizeof(DirEntry) / 2)
-		{
-			if (!next_entry(w, dir, dirfd, key_dir, &e))
-			{
-				complete = true;
-				break;
-			}
-			if (n == cap)
-			{
-				cap = cap ? cap * 2 : 64;
-				entries = entries ? repalloc_huge(entries, sizeof(DirEntry) * cap)
-					: palloc_extended(sizeof(DirEntry) * cap, MCXT_ALLOC_HUGE);
-			}
-			entries[n++] = e;
-			if (n % 64 == 0)
-				held = MemoryContextMemAllocated(entries_cxt, true);
-		}
-		held = MemoryContextMemAllocated(entries_cxt, true);
-		MemoryContextSwitchTo(old);
-		if (complete)
-			qsort(entries, n, sizeof(DirEntry), dir_entry_cmp);
-		w->held += held;
-		for (size_t i = 0; i < n; i++)
-			visit(w, dirfd, key_dir, &entries[i]);
-		w->held -= held;
-		MemoryContextReset(entries_cxt);
-		/*
-		 * Too many to hold, or no order wanted: the rest as they come (a
-		 * sorted comparison sorts them), their names freed every batch.
-		 */
-		if (!complete)
-		{
-			int			since_reset = 0;
-
-			old = MemoryContextSwitchTo(entries_cxt);
-			while (next_entry(w, dir, dirfd, key_dir, &e))
-			{
-				MemoryContextSwitchTo(old);
-				visit(w, dirfd, key_dir, &e);
-				if (++since_reset >= LISTING_BATCH)
-				{
-					MemoryContextReset(entries_cxt);
-					since_reset = 0;
-				}
-				MemoryContextSwitchTo(entries_cxt);
-			}
-			MemoryContextSwitchTo(old);
-		}
+		if (!visit_sorted(w, dir, dirfd, key_dir, entries_cxt))
+			visit_rest(w, dir, dirfd, key_dir, entries_cxt);
 	}
 	PG_FINALLY();
 	{

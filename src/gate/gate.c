@@ -32,9 +32,9 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-#include "common/json_build.h"
-#include "common/owner.h"
-#include "common/settings.h"
+#include "core/db.h"
+#include "core/json_build.h"
+#include "core/settings.h"
 #include "gate/inventory.h"
 #include "gate/manifest.h"
 #include "gate/release_checks.h"

@@ -16,9 +16,7 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/jsonb.h"
 
-#include "common/json_build.h"
 #include "gate/inventory.h"
 #include "gate/inventory_merge.h"
 #include "gate/sorted_inventory.h"
@@ -100,85 +98,6 @@ inventory_append_record(Inventory *inv, const InvRecord *r)
 	inventory_append(inv, &o);
 }
 
-/* Appends a problem whose path (palloc'd, or NULL) it takes as it is. */
-static void
-problem_push(ProblemList *list, const char *code, char *path, char *detail)
-{
-	if (list->n == list->capacity)
-	{
-		list->capacity = list->capacity ? list->capacity * 2 : 16;
-		list->items = list->items ? repalloc_huge(list->items, sizeof(Problem) * list->capacity)
-			: palloc_extended(sizeof(Problem) * list->capacity, MCXT_ALLOC_HUGE);
-	}
-	list->items[list->n].code = code;
-	list->items[list->n].path = path;
-	list->items[list->n].detail = detail;
-	list->n++;
-}
-
-/*
- * Counts a problem of code and says whether it is to be listed: the first
- * max_per_code of each code are, the rest only counted, so that a listing
- * that disagrees on millions of files costs a counter, not a million
- * entries (callers ask before building the entry's strings).
- */
-bool
-problem_room(ProblemList *list, const char *code)
-{
-	ProblemTally *t = NULL;
-
-	for (int i = 0; i < list->ncodes; i++)
-		if (strcmp(list->tally[i].code, code) == 0)
-		{
-			t = &list->tally[i];
-			break;
-		}
-	if (t == NULL)
-	{
-		if (list->ncodes == PROBLEM_CODES_MAX)
-			return true;		/* not followed: listed, as before limits */
-		t = &list->tally[list->ncodes++];
-		t->code = code;
-		t->kept = t->dropped = 0;
-	}
-	if (list->max_per_code > 0 && t->kept >= list->max_per_code)
-	{
-		t->dropped++;
-		return false;
-	}
-	t->kept++;
-	return true;
-}
-
-/* Appends a problem (the path is copied), unless its code has had its share. */
-void
-problem_add(ProblemList *list, const char *code, const char *path, char *detail)
-{
-	if (problem_room(list, code))
-		problem_push(list, code, path ? pstrdup(path) : NULL, detail);
-}
-
-/*
- * Appends, after the listed problems, one entry per code that had more than
- * max_per_code, with the number left out: the result still says what is
- * wrong, of what kind and how much, and released stays false.
- */
-void
-problems_summarize(ProblemList *list)
-{
-	for (int i = 0; i < list->ncodes; i++)
-	{
-		ProblemTally *t = &list->tally[i];
-
-		if (t->dropped == 0)
-			continue;
-		problem_push(list, t->code, NULL,
-					 psprintf(INT64_FORMAT " more %s problems are not listed: an attempt lists at most %d of "
-							  "each code (finalize.gate_max_problems).", t->dropped, t->code, list->max_per_code));
-		t->dropped = 0;
-	}
-}
-
 /*
  * An ETag as compared: without the quotes S3 puts around it, lower case.
  * (A multipart ETag "abc-3" stays as it is, minus quotes.)
@@ -200,79 +119,6 @@ etag_normalize(const char *etag)
 	return out;
 }
 
-/* Problems sorted by path, then code, for stable reports. */
-static int
-problem_cmp(const void *a, const void *b)
-{
-	const Problem *pa = a;
-	const Problem *pb = b;
-	int			c = strcmp(pa->path ? pa->path : "", pb->path ? pb->path : "");
-
-	return c != 0 ? c : strcmp(pa->code, pb->code);
-}
-
-/*
- * The problems of one path found on both sides, by the one rule every
- * comparison shares (inv_verdict), in words a publisher can act on.
- */
-static void
-compare_object(const InvObject *m, const InvObject *l, ProblemList *out)
-{
-	switch (inv_verdict(m, l))
-	{
-		case INV_AGREE:
-			break;
-		case INV_SIZE_MISMATCH:
-			if (!problem_room(out, "size_mismatch"))
-				break;
-			problem_push(out, "size_mismatch", pnstrdup(l->path, l->path_len),
-						psprintf("The manifest says " INT64_FORMAT " bytes, the store has " INT64_FORMAT
-								 " bytes: the object was overwritten or truncated.", m->size, l->size));
-			break;
-		case INV_CHECKSUM_MISMATCH:
-			if (problem_room(out, "checksum_mismatch"))
-			{
-				char	   *want = etag_normalize(pnstrdup(m->etag, m->etag_len));
-
-				problem_push(out, "checksum_mismatch", pnstrdup(l->path, l->path_len),
-							l->etag ? psprintf("The manifest says checksum %s, the store has %s: the object was "
-											   "overwritten with other content of the same size.",
-											   want, etag_normalize(pnstrdup(l->etag, l->etag_len)))
-							: psprintf("The manifest says checksum %s, but the store gave none to compare.", want));
-			}
-			break;
-	}
-}
-
-/* A manifest path outside the generation's location. */
-static void
-wrong_prefix(const InvObject *m, const char *prefix, ProblemList *out)
-{
-	if (problem_room(out, "wrong_prefix"))
-		problem_push(out, "wrong_prefix", pnstrdup(m->path, m->path_len),
-				psprintf("The manifest lists it outside the generation's location \"%s\".", prefix));
-}
-
-/* A listed object the manifest does not have. */
-static void
-stray(const InvObject *l, const char *prefix, ProblemList *out)
-{
-	if (problem_room(out, "stray_object"))
-		problem_push(out, "stray_object", pnstrdup(l->path, l->path_len),
-				psprintf("It is in the store under \"%s\" (" INT64_FORMAT " bytes) but not in the manifest, "
-						 "so readers of the location would read it too.", prefix, l->size));
-}
-
-/* A manifest object the store does not have. */
-static void
-missing(const InvObject *m, const char *prefix, ProblemList *out)
-{
-	if (problem_room(out, "missing_object"))
-		problem_push(out, "missing_object", pnstrdup(m->path, m->path_len),
-				psprintf("The manifest lists it with " INT64_FORMAT " bytes, but the store has no such "
-						 "object under \"%s\".", m->size, prefix));
-}
-
 /* Where a merge's findings go: problems only (compare_inventories). */
 typedef struct MergeProblems
 {
@@ -287,7 +133,7 @@ merge_outside(void *arg, const InvObject *m)
 {
 	MergeProblems *mp = arg;
 
-	wrong_prefix(m, mp->prefix, mp->out);
+	problem_wrong_prefix(m, mp->prefix, mp->out);
 }
 
 /* A merge's manifest object that is not listed. */
@@ -298,7 +144,7 @@ merge_missing(void *arg, const InvObject *m)
 
 	if ((++mp->n & 1023) == 0)
 		CHECK_FOR_INTERRUPTS();
-	missing(m, mp->prefix, mp->out);
+	problem_missing(m, mp->prefix, mp->out);
 }
 
 /* A merge's listed object that the manifest lacks. */
@@ -309,7 +155,7 @@ merge_stray(void *arg, const InvObject *l)
 
 	if ((++mp->n & 1023) == 0)
 		CHECK_FOR_INTERRUPTS();
-	stray(l, mp->prefix, mp->out);
+	problem_stray(l, mp->prefix, mp->out);
 }
 
 /* A merge's path found on both sides. */
@@ -320,7 +166,7 @@ merge_both(void *arg, const InvObject *m, const InvObject *l)
 
 	if ((++mp->n & 1023) == 0)
 		CHECK_FOR_INTERRUPTS();
-	compare_object(m, l, mp->out);
+	problem_compare(m, l, mp->out);
 }
 
 /*
@@ -336,8 +182,7 @@ inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, Pro
 	int			first = out->n;
 
 	inv_merge(manifest, listing, prefix, strlen(prefix), INV_ORDER_JSONB, &ev);
-	if (out->n - first > 1)
-		qsort(out->items + first, out->n - first, sizeof(Problem), problem_cmp);
+	problems_sort(out, first);
 }
 
 /*
@@ -460,7 +305,7 @@ inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char 
 
 		if (!inv_under(m, prefix, c->prefix_len))
 		{
-			wrong_prefix(m, prefix, out);
+			problem_wrong_prefix(m, prefix, out);
 			c->state[i] = M_OUTSIDE;
 			continue;
 		}
@@ -499,12 +344,12 @@ inventory_compare_batch(InvComparison *c, const Inventory *batch)
 		e = pathtab_lookup(c->tab, l);
 		if (e == NULL)
 		{
-			stray(l, c->prefix, c->out);
+			problem_stray(l, c->prefix, c->out);
 			keep_record(c, INVCODEC_LISTED, l);
 			continue;
 		}
 		c->state[e->key - c->manifest->items] = M_SEEN;
-		compare_object(e->key, l, c->out);
+		problem_compare(e->key, l, c->out);
 		if (!inv_same_as_manifest(e->key, l))
 			keep_record(c, INVCODEC_LISTED, l);
 	}
@@ -540,15 +385,14 @@ inventory_compare_end(InvComparison *c)
 	for (int i = 0; i < c->manifest->n; i++)
 		if (c->state[i] == M_UNSEEN)
 		{
-			missing(&c->manifest->items[i], c->prefix, c->out);
+			problem_missing(&c->manifest->items[i], c->prefix, c->out);
 			keep_record(c, INVCODEC_ABSENT, &c->manifest->items[i]);
 		}
 	pathtab_destroy(c->tab);
 	c->tab = NULL;
 	if (c->stored != NULL)
 		SET_VARSIZE(c->stored->data, c->stored->len);
-	if (c->out->n - c->first > 1)
-		qsort(c->out->items + c->first, c->out->n - c->first, sizeof(Problem), problem_cmp);
+	problems_sort(c->out, c->first);
 	MemoryContextSwitchTo(old);
 }
 
@@ -583,7 +427,7 @@ sorted_outside(void *arg, const InvObject *m)
 {
 	InvComparison *c = arg;
 
-	wrong_prefix(m, c->prefix, c->out);
+	problem_wrong_prefix(m, c->prefix, c->out);
 }
 
 /* A sorted merge's manifest object that is not listed: stored as absent. */
@@ -592,7 +436,7 @@ sorted_missing(void *arg, const InvObject *m)
 {
 	InvComparison *c = arg;
 
-	missing(m, c->prefix, c->out);
+	problem_missing(m, c->prefix, c->out);
 	keep_record(c, INVCODEC_ABSENT, m);
 }
 
@@ -616,7 +460,7 @@ sorted_stray(void *arg, const InvObject *l_in)
 	if (c->etags_computed)
 		l.etag = NULL, l.etag_len = 0;
 	sorted_count(c, &l);
-	stray(&l, c->prefix, c->out);
+	problem_stray(&l, c->prefix, c->out);
 	keep_record(c, INVCODEC_LISTED, &l);
 }
 
@@ -630,7 +474,7 @@ sorted_both(void *arg, const InvObject *m, const InvObject *l_in)
 	if (c->etags_computed && m->etag == NULL)
 		l.etag = NULL, l.etag_len = 0;
 	sorted_count(c, &l);
-	compare_object(m, &l, c->out);
+	problem_compare(m, &l, c->out);
 	if (!inv_same_as_manifest(m, &l))
 		keep_record(c, INVCODEC_LISTED, &l);
 }
@@ -652,8 +496,7 @@ inventory_compare_end_sorted(InvComparison *c, InvCursor *manifest)
 	sorted_inventory_end(c->sorted_listing);
 	c->sorted_listing = NULL;
 	SET_VARSIZE(c->stored->data, c->stored->len);
-	if (c->out->n - c->first > 1)
-		qsort(c->out->items + c->first, c->out->n - c->first, sizeof(Problem), problem_cmp);
+	problems_sort(c->out, c->first);
 	MemoryContextSwitchTo(old);
 }
 
@@ -730,27 +573,4 @@ location_with_slash(const char *location)
 	size_t		len = strlen(location);
 
 	return len > 0 && location[len - 1] == '/' ? pstrdup(location) : psprintf("%s/", location);
-}
-
-/*
- * The problems as a jsonb array of {"code", "path", "detail"}: what
- * release_gate returns and stores, and what compare_inventories returns.
- */
-Jsonb *
-problems_to_jsonb(const ProblemList *list)
-{
-	JsonbParseState *st = NULL;
-
-	jb_begin_array(&st, NULL);
-	for (int i = 0; i < list->n; i++)
-	{
-		const Problem *p = &list->items[i];
-
-		jb_begin_object(&st, NULL);
-		jb_text(&st, "code", p->code);
-		jb_text(&st, "path", p->path);
-		jb_text(&st, "detail", p->detail);
-		jb_end_object(&st);
-	}
-	return jb_finish(jb_end_array(&st));
 }

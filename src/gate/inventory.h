@@ -1,7 +1,8 @@
 /*
  * inventory.h
- *     Sets of objects (a manifest's files, a store's listing) and their
- *     comparison. Pure logic: no I/O, no catalog.
+ *     Sets of objects (a manifest's files, a store's listing), their
+ *     comparison (inventory.c) and the problems it finds (problems.c). Pure
+ *     logic: no I/O, no catalog.
  */
 #ifndef FINALIZE_INVENTORY_H
 #define FINALIZE_INVENTORY_H
@@ -121,12 +122,10 @@ typedef struct InvComparison
 								 * has one, as the hash path would */
 } InvComparison;
 
+/* in inventory.c */
 extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
 extern void inventory_append(Inventory *inv, const InvObject *o);
 extern void inventory_append_record(Inventory *inv, const InvRecord *r);
-extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
-extern bool problem_room(ProblemList *list, const char *code);
-extern void problems_summarize(ProblemList *list);
 extern void inventory_compare(const Inventory *manifest, const Inventory *listing,
 							  const char *prefix, ProblemList *out);
 extern void inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char *prefix,
@@ -146,6 +145,16 @@ extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char 
 extern char *etag_normalize(const char *etag);
 extern bool path_is_safe(const char *path, int len);
 extern char *location_with_slash(const char *location);
+
+/* in problems.c */
+extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
+extern bool problem_room(ProblemList *list, const char *code);
+extern void problems_summarize(ProblemList *list);
+extern void problem_compare(const InvObject *m, const InvObject *l, ProblemList *out);
+extern void problem_wrong_prefix(const InvObject *m, const char *prefix, ProblemList *out);
+extern void problem_stray(const InvObject *l, const char *prefix, ProblemList *out);
+extern void problem_missing(const InvObject *m, const char *prefix, ProblemList *out);
+extern void problems_sort(ProblemList *list, int first);
 extern Jsonb *problems_to_jsonb(const ProblemList *list);
 
 #endif							/* FINALIZE_INVENTORY_H */

@@ -1,6 +1,7 @@
 /*
  * manifest.h
- *     A release manifest: parsed and validated from jsonb.
+ *     A release manifest: parsed and validated from jsonb (manifest.c), its
+ *     files read and written as jsonb (manifest_files.c).
  */
 #ifndef FINALIZE_MANIFEST_H
 #define FINALIZE_MANIFEST_H
@@ -34,8 +35,12 @@ typedef struct Manifest
 	bool		files_any_etag;
 } Manifest;
 
+/* in manifest.c */
 extern void manifest_parse(Jsonb *jb, Manifest *m);
+extern void manifest_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
 extern void manifest_field_error(const char *field, const char *detail) pg_attribute_noreturn();
+
+/* in manifest_files.c */
 extern void inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv);
 extern bool jsonb_files_cursor(JsonbValue *v, const char *field, InvCursor *cursor);
 extern void inventory_push_object(JsonbParseState **st, const InvObject *o);

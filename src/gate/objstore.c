@@ -1,7 +1,7 @@
 /*
  * objstore.c
  *     The one interface to object stores: S3 ListObjectsV2 over
- *     common/http.c (the one file that calls the HTTP library), answers
+ *     core/http.c (the one file that calls the HTTP library), answers
  *     parsed with libxml2.
  *
  * Requests are signed by http.c (SigV4, HttpRequest.aws_sigv4). Its library
@@ -34,8 +34,8 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "common/http.h"
-#include "common/io_interrupts.h"
+#include "core/http.h"
+#include "core/io_interrupts.h"
 #include "gate/objstore.h"
 
 /* SHA-256 of an empty body: a GET's x-amz-content-sha256. */

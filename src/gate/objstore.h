@@ -1,6 +1,6 @@
 /*
  * objstore.h
- *     The one interface to object stores (S3 over common/http.c).
+ *     The one interface to object stores (S3 over core/http.c).
  */
 #ifndef FINALIZE_OBJSTORE_H
 #define FINALIZE_OBJSTORE_H

@@ -31,8 +31,9 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "common/period_zone.h"
-#include "common/settings.h"
+#include "core/db.h"
+#include "core/period_zone.h"
+#include "core/settings.h"
 #include "gate/release_checks.h"
 
 /* The catalog view of a partition, as the gate reads it. */
@@ -69,11 +70,7 @@ query_row(const char *sql, int nargs, Oid *types, Datum *values, const char *nul
 		elog(ERROR, "could not run \"%s\"", sql);
 	if (SPI_processed == 1)
 		for (int i = 0; i < ncols; i++)
-		{
-			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1);
-
-			out[i] = v ? MemoryContextStrdup(CurrentMemoryContext, v) : NULL;
-		}
+			out[i] = db_text_copy(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, CurrentMemoryContext);
 	return out;
 }
 

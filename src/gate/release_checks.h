@@ -7,7 +7,7 @@
 #ifndef FINALIZE_RELEASE_CHECKS_H
 #define FINALIZE_RELEASE_CHECKS_H
 
-#include "common/period.h"
+#include "core/period.h"
 #include "gate/manifest.h"
 
 /* The manifest's table, as the gate checks against it. */

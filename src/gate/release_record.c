@@ -15,8 +15,8 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
-#include "common/json_build.h"
-#include "common/settings.h"
+#include "core/json_build.h"
+#include "core/settings.h"
 #include "gate/release_record.h"
 
 /*

@@ -21,9 +21,9 @@
 #include "utils/guc.h"
 #include "utils/syscache.h"
 
-#include "common/fdw_options.h"
-#include "common/io_interrupts.h"
-#include "common/settings.h"
+#include "core/fdw_options.h"
+#include "core/io_interrupts.h"
+#include "core/settings.h"
 #include "gate/filestore.h"
 #include "gate/objstore.h"
 #include "gate/store_listing.h"

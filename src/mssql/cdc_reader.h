@@ -1,15 +1,16 @@
 /*
  * cdc_reader.h
- *     Reading SQL Server's CDC state and ranges: the T-SQL of each batch (from
- *     tsql.c) and the decoding of its results, in one place. No PostgreSQL
- *     catalog access; the worker decides what to read and what it means.
+ *     Reading SQL Server's CDC state (cdc_state.c) and ranges (cdc_reader.c):
+ *     the T-SQL of each batch (from tsql.c) and the decoding of its results.
+ *     No PostgreSQL catalog access; the worker decides what to read and what
+ *     it means.
  */
 #ifndef FINALIZE_CDC_READER_H
 #define FINALIZE_CDC_READER_H
 
 #include "datatype/timestamp.h"
 
-#include "common/lsn.h"
+#include "core/lsn.h"
 #include "mssql/mssql.h"
 
 /* A capture instance the login may read (sys.sp_cdc_help_change_data_capture). */

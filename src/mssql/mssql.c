@@ -1,7 +1,7 @@
 /*
  * mssql.c
  *     The one interface to SQL Server: every DB-Library call of the extension
- *     is in this file.
+ *     is in this file (what a login needs besides DB-Library is login.c's).
  *
  * DB-Library reports problems through two process-global callbacks. They must
  * never longjmp (ereport) out of FreeTDS, so they only copy the first error
@@ -14,38 +14,25 @@
  * drop the connection (other interrupts are served and the wait goes on, see
  * io_interrupts.c). A query timeout does the same, since a server that
  * stalls may never acknowledge an attention either; the next cycle
- * reconnects. A login cannot take those callbacks (they belong to a
- * connection, which does not exist before the login ends), so a timer
- * watches for a cancel or a termination during a login and shuts the
- * login's socket down (login_watch).
- *
- * Every connection reads its own FreeTDS configuration (tds_conf.c): the
- * encryption it requires and the CA that must have signed the server's
- * certificate, never the machine's freetds.conf. A failed TLS handshake is
- * explained from FreeTDS's log of it, since DB-Library only says
- * "Adaptive Server connection failed".
+ * reconnects. A login has no such callbacks: login.c watches it.
  */
 #include "postgres.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "miscadmin.h"
 #include "utils/datetime.h"
 #include "utils/memutils.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 /* MSDBLIB (set by the Makefile) gives Microsoft semantics: no exit(). */
 #include <sybfront.h>
 #include <sybdb.h>
 
-#include "common/io_interrupts.h"
+#include "core/io_interrupts.h"
+#include "mssql/login.h"
 #include "mssql/mssql.h"
-#include "mssql/tds_conf.h"
-#include "mssql/tls_reason.h"
 #include "mssql/tsql.h"
 
 struct MssqlConn
@@ -73,6 +60,17 @@ static void
 set_message(MssqlError *err, const char *text)
 {
 	strlcpy(err->message, text ? text : "", sizeof(err->message));
+}
+
+/* Fails a call with text, unless a callback already said what went wrong. */
+static void
+fail_unless_set(MssqlError *err, const char *text)
+{
+	if (!err->set)
+	{
+		err->set = true;
+		set_message(err, text);
+	}
 }
 
 /*
@@ -146,56 +144,6 @@ check_interrupt(void *dbproc pg_attribute_unused())
 	return io_must_stop() ? TRUE : FALSE;
 }
 
-/* Highest file descriptor login_watch looks at. */
-#define LOGIN_MAX_FD 4096
-/* How often login_watch runs during a login. */
-#define LOGIN_WATCH_MS 200
-
-/* The timeout that runs login_watch (registered once per process). */
-static TimeoutId login_watch_id = MAX_TIMEOUTS;
-/* When the login in progress must have ended, and whether it was too late. */
-static TimestampTz login_deadline;
-static volatile sig_atomic_t login_timed_out = false;
-
-/*
- * Runs every LOGIN_WATCH_MS during a login, in signal context: once a cancel
- * or a termination is pending, or the login's deadline has passed, shuts
- * down the login's TCP socket, so that FreeTDS's wait ends at once and it
- * fails the login and cleans up by itself; dbopen then returns and the
- * interrupt is served as usual. A worker has no other TCP sockets than
- * FreeTDS's (background workers hold no client connection or listening
- * socket), and it runs again until the login ends, so a socket created
- * after the signal (a slow name lookup) is caught too.
- *
- * The deadline is enforced here because FreeTDS counts its login timeout
- * in one-second polls and adds back any poll a signal interrupts: with these
- * ticks its own timeout would never expire. Only async-signal-safe calls
- * (GetCurrentTimestamp is what PostgreSQL's own SIGALRM handler calls).
- */
-static void
-login_watch(void)
-{
-	int			save_errno = errno;
-
-	if (GetCurrentTimestamp() >= login_deadline)
-		login_timed_out = true;
-	if (!ProcDiePending && !QueryCancelPending && !login_timed_out)
-		return;
-	for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
-	{
-		struct sockaddr_storage addr;
-		socklen_t	addrlen = sizeof(addr);
-		int			type;
-		socklen_t	typelen = sizeof(type);
-
-		if (getsockname(fd, (struct sockaddr *) &addr, &addrlen) == 0 &&
-			(addr.ss_family == AF_INET || addr.ss_family == AF_INET6) &&
-			getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0 && type == SOCK_STREAM)
-			shutdown(fd, SHUT_RDWR);
-	}
-	errno = save_errno;
-}
-
 /* What DB-Library does about a pending interrupt: stop waiting. */
 static int
 handle_interrupt(void *dbproc pg_attribute_unused())
@@ -241,142 +189,6 @@ tds_version_code(const char *name)
 }
 
 /*
- * Writes the connection's private FreeTDS configuration (mode 0600) and
- * empties its log. False, with err set, when it cannot.
- */
-static bool
-write_conf(const MssqlConnInfo *info, MssqlError *err)
-{
-	TdsConf		conf;
-	char		text[2048];
-	int			len;
-	int			fd;
-	bool		ok;
-
-	conf.section = info->section;
-	conf.host = info->host;
-	conf.port = info->port;
-	conf.encrypt = info->encrypt;
-	conf.ca_file = info->ca_file;
-	conf.dump_path = info->log_path;
-	len = tds_conf_format(text, sizeof(text), &conf);
-	if (len < 0)
-	{
-		err->set = true;
-		err->local_failed = true;
-		snprintf(err->message, sizeof(err->message),
-				 "FreeTDS's configuration cannot carry the host or ca_file option, or the data directory's "
-				 "path \"%s\" (at most 200 characters, none of ; # [ ] = or control characters)",
-				 info->log_path);
-		return false;
-	}
-	errno = 0;
-	fd = open(info->conf_path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY, S_IRUSR | S_IWUSR);
-	ok = fd >= 0 && write(fd, text, len) == len;
-	if (fd >= 0 && !ok && errno == 0)
-		errno = ENOSPC;			/* a short write without an error: the disk is full */
-	if (fd >= 0 && close(fd) != 0)
-		ok = false;
-	if (ok && truncate(info->log_path, 0) != 0 && errno != ENOENT)
-		ok = false;
-	if (!ok)
-	{
-		err->set = true;
-		err->local_failed = true;
-		snprintf(err->message, sizeof(err->message), "could not write FreeTDS's configuration \"%s\": %m",
-				 info->conf_path);
-	}
-	return ok;
-}
-
-/* FreeTDS's log of the last login (at most 64 kB), or NULL. */
-static char *
-read_log(const char *path)
-{
-	char	   *buf = palloc(65536);
-	int			fd = open(path, O_RDONLY | PG_BINARY, 0);
-	ssize_t		n = fd >= 0 ? read(fd, buf, 65535) : -1;
-
-	if (fd >= 0)
-		close(fd);
-	if (n < 0)
-	{
-		pfree(buf);
-		return NULL;
-	}
-	buf[n] = '\0';
-	return buf;
-}
-
-/*
- * Replaces DB-Library's "Adaptive Server connection failed" by what went
- * wrong in TLS, when FreeTDS's log says so: the certificate's verification
- * status in GnuTLS's words, a name mismatch, a CA file it could not load, or
- * a server that did not agree to encrypt when encryption is required. The
- * connection is never retried in plaintext.
- */
-static void
-explain_tls_failure(const MssqlConnInfo *info, MssqlError *err)
-{
-	char	   *log;
-	char		detail[512];
-	char		status_text[512];
-	unsigned	status;
-	TlsFailure	failure;
-	const char *against = info->ca_file == NULL ? "nothing" :
-		strcmp(info->ca_file, "system") == 0 ? "the system's trusted CAs" : info->ca_file;
-
-	if (err->from_server || err->number != SYBEFCON)
-		return;
-	log = read_log(info->log_path);
-	failure = tds_conf_tls_failure(log, &status, detail, sizeof(detail));
-	if (log != NULL)
-		pfree(log);				/* a source that keeps failing retries for days */
-	if (failure != TLS_FAILURE_NONE && strcmp(info->encrypt, "off") == 0)
-	{
-		/* It offered no encryption; the server asked for it (REQ) and hung up. */
-		snprintf(err->message, sizeof(err->message),
-				 "TLS: SQL Server requires encryption (Force Encryption) and closed the connection, which "
-				 "encrypt 'off' does not offer (SQL Server logs error 17835); set encrypt to 'require' "
-				 "(FreeTDS: %s)", detail[0] ? detail : "login refused");
-		err->tls_failed = true;
-		return;
-	}
-	switch (failure)
-	{
-		case TLS_FAILURE_NONE:
-			return;
-		case TLS_FAILURE_CERT_STATUS:
-			tls_status_text(status, status_text, sizeof(status_text));
-			snprintf(err->message, sizeof(err->message),
-					 "TLS: SQL Server's certificate failed verification against %s: %s (GnuTLS status %u)",
-					 against, status_text, status);
-			break;
-		case TLS_FAILURE_HOSTNAME:
-			snprintf(err->message, sizeof(err->message),
-					 "TLS: SQL Server's certificate does not name the host \"%s\" (%s)", info->host, detail);
-			break;
-		case TLS_FAILURE_STEP:
-			/* GnuTLS loads no certificate from an empty or DER file, and says "Success". */
-			if (strncmp(detail, "loading CA file failed: Success", 31) == 0)
-				snprintf(err->message, sizeof(err->message), "TLS: the ca_file %s holds no PEM certificate",
-						 against);
-			else
-				snprintf(err->message, sizeof(err->message), "TLS: %s (ca_file: %s)", detail, against);
-			break;
-		case TLS_FAILURE_NOT_NEGOTIATED:
-			if (strcmp(info->encrypt, "require") != 0)
-				return;
-			snprintf(err->message, sizeof(err->message),
-					 "TLS: SQL Server did not agree to encrypt the connection, which encrypt 'require' demands "
-					 "(does the server have a certificate?)");
-			break;
-	}
-	err->tls_failed = true;
-	err->number = 0;			/* the message says it all; 20002 would only mislead */
-}
-
-/*
  * Whether SQL Server's first reply after the login arrives inside TLS: a
  * TLS record (application data, 0x17, version 3.x) where a plaintext TDS
  * reply would start with its packet type. FreeTDS 1.3 accepts a server
@@ -401,11 +213,7 @@ replies_encrypted(MssqlConn *conn, MssqlError *err)
 	if (dbcmd(conn->dbproc, "SELECT 1") == FAIL || dbsqlsend(conn->dbproc) == FAIL)
 	{
 		current_error = NULL;
-		if (!err->set)
-		{
-			err->set = true;
-			set_message(err, "the connection to SQL Server was lost");
-		}
+		fail_unless_set(err, "the connection to SQL Server was lost");
 		return false;
 	}
 	conn->pending = true;
@@ -417,11 +225,7 @@ replies_encrypted(MssqlConn *conn, MssqlError *err)
 	if (dbsqlok(conn->dbproc) == FAIL)
 	{
 		current_error = NULL;
-		if (!err->set)
-		{
-			err->set = true;
-			set_message(err, "SQL Server refused the batch");
-		}
+		fail_unless_set(err, "SQL Server refused the batch");
 		return false;
 	}
 	current_error = NULL;
@@ -441,6 +245,55 @@ replies_encrypted(MssqlConn *conn, MssqlError *err)
 }
 
 /*
+ * A login record for SQL authentication, as application "finalize", UTF-8,
+ * the given TDS version and database; NULL with err set when none could be
+ * allocated. Sets DB-Library's login and query timeouts too.
+ */
+static LOGINREC *
+new_login(const MssqlConnInfo *info, MssqlError *err)
+{
+	LOGINREC   *login;
+
+	dbsetlogintime(info->login_timeout);
+	dbsettime(info->query_timeout);
+
+	login = dblogin();
+	if (login == NULL)
+	{
+		err->set = true;
+		set_message(err, "could not allocate a DB-Library login record");
+		return NULL;
+	}
+	DBSETLUSER(login, info->username);
+	DBSETLPWD(login, info->password);
+	DBSETLAPP(login, "finalize");
+	DBSETLCHARSET(login, "UTF-8");
+	DBSETLDBNAME(login, info->database);
+	DBSETLVERSION(login, tds_version_code(info->tds_version));
+	return login;
+}
+
+/*
+ * Opens the connection with a login record, through the connection's
+ * private FreeTDS configuration, under login.c's watch; frees the record.
+ * NULL when the login failed (the callbacks recorded why).
+ */
+static DBPROCESS *
+open_login(const MssqlConnInfo *info, LOGINREC *login)
+{
+	DBPROCESS  *dbproc;
+	char		no_file[1] = "";
+
+	login_watch_start(info->login_timeout);
+	dbsetifile(unconstify(char *, info->conf_path));
+	dbproc = (ProcDiePending || QueryCancelPending) ? NULL : dbopen(login, info->section);
+	dbsetifile(no_file);
+	login_watch_stop();
+	dbloginfree(login);
+	return dbproc;
+}
+
+/*
  * Logs in to SQL Server with SQL authentication, as application "finalize",
  * UTF-8, the given TDS version and database, through the connection's
  * private FreeTDS configuration. NULL on failure, with err set (the
@@ -452,83 +305,21 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 	LOGINREC   *login;
 	DBPROCESS  *dbproc;
 	MssqlConn  *conn;
-	char		no_file[1] = "";
 
 	ensure_dblib();
 	io_interrupts_begin();
 	begin_call(err);
-	if (!write_conf(info, err))
+	if (!login_write_conf(info, err) || (login = new_login(info, err)) == NULL)
 	{
 		current_error = NULL;
 		return NULL;
 	}
-
-	dbsetlogintime(info->login_timeout);
-	dbsettime(info->query_timeout);
-
-	login = dblogin();
-	if (login == NULL)
-	{
-		err->set = true;
-		set_message(err, "could not allocate a DB-Library login record");
-		current_error = NULL;
-		return NULL;
-	}
-	DBSETLUSER(login, info->username);
-	DBSETLPWD(login, info->password);
-	DBSETLAPP(login, "finalize");
-	DBSETLCHARSET(login, "UTF-8");
-	DBSETLDBNAME(login, info->database);
-	DBSETLVERSION(login, tds_version_code(info->tds_version));
-
-	if (login_watch_id == MAX_TIMEOUTS)
-		login_watch_id = RegisterTimeout(USER_TIMEOUT, login_watch);
-	login_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), info->login_timeout * 1000);
-	login_timed_out = false;
-	enable_timeout_every(login_watch_id,
-						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOGIN_WATCH_MS), LOGIN_WATCH_MS);
-	dbsetifile(unconstify(char *, info->conf_path));
-	dbproc = (ProcDiePending || QueryCancelPending) ? NULL : dbopen(login, info->section);
-	dbsetifile(no_file);
-	disable_timeout(login_watch_id, false);
-	dbloginfree(login);
+	dbproc = open_login(info, login);
 	current_error = NULL;
-	if (dbproc == NULL && err->set)
-	{
-		char	   *at = strstr(err->message, info->section);
-
-		explain_tls_failure(info, err);
-		/* "connection failed (finalize-16384.invalid)" names the section, not the server. */
-		if (!err->tls_failed && at != NULL)
-			snprintf(at, sizeof(err->message) - (at - err->message), "%s:%d)", info->host, info->port);
-	}
-	if (dbproc == NULL && (ProcDiePending || QueryCancelPending))
-	{
-		err->set = true;
-		err->from_server = false;
-		err->number = 0;
-		err->interrupted = true;
-		err->tls_failed = false;
-		set_message(err, "the login was interrupted");
-	}
-	else if (dbproc == NULL && login_timed_out)
-	{
-		err->set = true;
-		err->from_server = false;
-		err->number = 0;
-		err->timed_out = true;
-		err->tls_failed = false;
-		snprintf(err->message, sizeof(err->message),
-				 "SQL Server did not complete the login within finalize.login_timeout (%d s)", info->login_timeout);
-	}
-
 	if (dbproc == NULL)
 	{
-		if (!err->set)
-		{
-			err->set = true;
-			set_message(err, "could not connect to SQL Server");
-		}
+		/* DB-Library's 20002: what went wrong in TLS may be in FreeTDS's log. */
+		login_failed(info, err, !err->from_server && err->number == SYBEFCON);
 		return NULL;
 	}
 	dbsetinterrupt(dbproc, check_interrupt, handle_interrupt);
@@ -587,12 +378,8 @@ mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err)
 	current_error = NULL;
 	if (rc == FAIL)
 	{
-		if (!err->set)
-		{
-			err->set = true;
-			set_message(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
+		fail_unless_set(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
 						: "SQL Server refused the batch");
-		}
 		return false;
 	}
 	return true;
@@ -618,12 +405,8 @@ mssql_next_result(MssqlConn *conn, MssqlError *err)
 	}
 	if (rc == SUCCEED)
 		return 1;
-	if (!err->set)
-	{
-		err->set = true;
-		set_message(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
+	fail_unless_set(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
 					: "a statement of the batch failed");
-	}
 	return -1;
 }
 
@@ -683,12 +466,8 @@ mssql_next_row(MssqlConn *conn, MssqlError *err)
 		return 0;
 	if (st == REG_ROW)
 		return 1;
-	if (!err->set)
-	{
-		err->set = true;
-		set_message(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost while reading rows"
+	fail_unless_set(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost while reading rows"
 					: "SQL Server sent a row that could not be read");
-	}
 	return -1;
 }
 
@@ -806,26 +585,4 @@ mssql_get_text(MssqlConn *conn, int col)
 	if (data == NULL)
 		return NULL;
 	return pnstrdup((const char *) data, len);
-}
-
-/*
- * One line describing an error, for logs, status and explain_verdict:
- * "SQL Server error 208 (severity 16): Invalid object name 'x'." or the
- * DB-Library error.
- */
-const char *
-mssql_error_text(const MssqlError *err)
-{
-	static char buf[sizeof(err->message) + 64];
-
-	if (!err->set)
-		return "unknown error";
-	if (err->from_server)
-		snprintf(buf, sizeof(buf), "SQL Server error %d (severity %d, state %d): %s",
-				 err->number, err->severity, err->state, err->message);
-	else if (err->number != 0)
-		snprintf(buf, sizeof(buf), "DB-Library error %d: %s", err->number, err->message);
-	else
-		snprintf(buf, sizeof(buf), "%s", err->message);
-	return buf;
 }

@@ -7,7 +7,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "common/lsn.h"
+#include "core/lsn.h"
 
 /* What went wrong, in SQL Server's words when it said something. */
 typedef struct MssqlError

@@ -17,7 +17,7 @@
  * as 20002 "Adaptive Server connection failed"; the reason (GnuTLS's
  * verification status, a hostname mismatch, an unreadable CA file) is
  * written only to its log. The section therefore also names a log of the
- * connection's errors, which mssql.c reads back after a failed login.
+ * connection's errors, which login.c reads back after a failed login.
  *
  * Nothing here does I/O or allocates: the unit tests link it alone.
  */
@@ -53,7 +53,7 @@ tds_conf_value_ok(const char *value)
  * The configuration file of one connection into buf. Returns its length,
  * or -1 when a value cannot be written safely or buf is too small. The log
  * keeps errors only (debug flags 0x6: severe and error; no packet dumps, so
- * no password), appended to a file mssql.c empties before each login.
+ * no password), appended to a file login.c empties before each login.
  */
 int
 tds_conf_format(char *buf, size_t size, const TdsConf *conf)

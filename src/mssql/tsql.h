@@ -8,7 +8,7 @@
 
 #include "lib/stringinfo.h"
 
-#include "common/lsn.h"
+#include "core/lsn.h"
 
 /* Columns of the results the worker reads, 1-based as DB-Library counts. */
 enum

@@ -32,10 +32,10 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "core/db.h"
+#include "core/period_zone.h"
+#include "core/settings.h"
 #include "sensor/catalog.h"
-#include "common/owner.h"
-#include "common/period_zone.h"
-#include "common/settings.h"
 
 /*
  * OIDs and column numbers of the relations the sensors read, looked up once
@@ -506,7 +506,7 @@ ask_as_owner(void *arg)
  * asked under snapshot (registered by the caller, the one its verdict was
  * read with) as owner: the extension's owner, because the caller only needs
  * EXECUTE on the sensor function, not on finalize's internals. The query
- * runs as a security-restricted operation (see common/owner.c).
+ * runs as a security-restricted operation (see core/owner.c).
  */
 bool
 catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,

@@ -8,7 +8,7 @@
 #include "datatype/timestamp.h"
 #include "utils/snapshot.h"
 
-#include "common/period.h"
+#include "core/period.h"
 
 /* What a sensor needs to know about one tracked table. */
 typedef struct TrackedVerdict

@@ -22,8 +22,8 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "common/owner.h"
-#include "common/period_zone.h"
+#include "core/db.h"
+#include "core/period_zone.h"
 #include "sensor/sensor.h"
 #include "sensor/verdict_cache.h"
 

@@ -52,7 +52,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "common/shmem.h"
+#include "core/shmem.h"
 #include "sensor/verdict_cache.h"
 
 PG_FUNCTION_INFO_V1(finalize_verdict_changed);

@@ -47,8 +47,8 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "common/shmem.h"
-#include "common/subxact.h"
+#include "core/db.h"
+#include "core/shmem.h"
 #include "sensor/sensor.h"
 
 PG_FUNCTION_INFO_V1(finalize_wait_final);

@@ -1,5 +1,5 @@
 -- Period arithmetic and time conversion, in C so the sensors, the write
--- path and the catalog share one implementation (src/common/period.c).
+-- path and the catalog share one implementation (src/core/period.c).
 -- A table's periods are its granularity cut in its zone (period_zone): a
 -- fixed stride of local time counted from 2000-01-01 00:00 (whole weeks
 -- from Monday 2000-01-03: ISO weeks), or calendar months (1, 2, 3, 4, 6

@@ -186,7 +186,7 @@ CREATE INDEX fact_recorded_at_idx
 -- transaction that called resume_table, say) cannot keep the worker from
 -- saying so, and so that a condition never invalidates cached verdicts.
 -- The condition codes here and in source_status are the worker's (one enum
--- and its names in src/common/condition.c): a new code goes into both, and
+-- and its names in src/core/condition.c): a new code goes into both, and
 -- into an upgrade script.
 CREATE TABLE @extschema@.table_condition (
     table_id          bigint PRIMARY KEY

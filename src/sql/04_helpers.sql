@@ -55,7 +55,7 @@ $$;
 
 -- A reported LSN in the stored form: 0x and 20 hex digits, or Debezium's
 -- source.commit_lsn (0000002d:00000f2a:0002), which is the same 10 bytes;
--- anything else is an error (22023), never a guess (common/lsn_sql.c).
+-- anything else is an error (22023), never a guess (core/lsn_sql.c).
 CREATE FUNCTION @extschema@._lsn_normalize(lsn text)
 RETURNS @extschema@.lsn
 AS 'MODULE_PATHNAME', 'finalize_lsn_normalize'
@@ -122,7 +122,7 @@ SET search_path = pg_catalog, pg_temp
 RETURN (@extschema@._tracked(table_name)).table_id;
 
 -- Whether this process is one of finalize's background workers, whose
--- transactions end within milliseconds (src/common/background.c).
+-- transactions end within milliseconds (src/core/background.c).
 CREATE FUNCTION @extschema@._in_background()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_in_background'
@@ -204,7 +204,7 @@ RETURN CASE WHEN date_trunc('second', ts AT TIME ZONE 'UTC') = ts AT TIME ZONE '
             THEN to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
             ELSE to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END;
 
--- pg_notify that never stops a write from committing (src/common/notify.c):
+-- pg_notify that never stops a write from committing (src/core/notify.c):
 -- the notification is kept with the transaction and sent at its commit
 -- only while the cluster's shared NOTIFY queue is less than half full,
 -- else dropped and counted (finalize.dropped_notifications(), the log).

@@ -14,9 +14,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "common/settings.h"
+#include "core/db.h"
+#include "core/settings.h"
 #include "worker/consumer_state.h"
-#include "worker/worker_state.h"
 
 /*
  * One row of _source_consumers (strings in cxt). An LSN the catalog holds
@@ -83,10 +83,10 @@ ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn *for_lsn, c
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(consumer);
-	values[2] = ws_lsn_datum(for_lsn);
-	values[3] = ws_lsn_datum(mapped_lsn);
+	values[2] = db_lsn_datum(for_lsn);
+	values[3] = db_lsn_datum(mapped_lsn);
 	values[4] = TimestampTzGetDatum(commit_time);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_resolved($1, $2, $3, $4, $5)",
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_resolved($1, $2, $3, $4, $5)",
 					 5, types, values, NULL);
 }
 
@@ -103,9 +103,9 @@ ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(consumer);
-	values[2] = ws_lsn_datum(for_lsn);
+	values[2] = db_lsn_datum(for_lsn);
 	values[3] = CStringGetTextDatum(error);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_unresolved($1, $2, $3, $4)",
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_unresolved($1, $2, $3, $4)",
 					 4, types, values, NULL);
 }
 
@@ -119,5 +119,5 @@ ws_check_consumers(const char *server_name)
 	Oid			type = TEXTOID;
 	Datum		value = CStringGetTextDatum(server_name);
 
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._check_consumers($1)", 1, &type, &value, NULL);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._check_consumers($1)", 1, &type, &value, NULL);
 }

@@ -8,7 +8,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "common/lsn.h"
+#include "core/lsn.h"
 
 /* A consumer that reported an LSN (a row of finalize._source_consumers). */
 typedef struct SourceConsumer

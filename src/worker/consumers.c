@@ -15,9 +15,9 @@
 #include "pgstat.h"
 #include "utils/memutils.h"
 
-#include "common/fmt.h"
-#include "common/subxact.h"
-#include "common/timeconv.h"
+#include "core/db.h"
+#include "core/fmt.h"
+#include "core/timeconv.h"
 #include "worker/consumers.h"
 
 /* The tracked table a consumer writes, or -1 when this cycle did not read it. */

@@ -9,7 +9,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "common/lsn.h"
+#include "core/lsn.h"
 #include "mssql/cdc_reader.h"
 #include "mssql/mssql.h"
 #include "worker/consumer_state.h"

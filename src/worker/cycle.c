@@ -19,34 +19,32 @@
  * Whether the times can be trusted is decided in clock_check.c, what is read
  * and what a read proves in plan.c (pure, unit-tested), how the reads become
  * a table's write in judge.c, how a write is recorded in record.c, how
- * consumers are resolved in consumers.c; the T-SQL and its results are
- * mssql/cdc_reader.c's.
+ * consumers are resolved in consumers.c, how the tables' ranges are read in
+ * range_reads.c; the T-SQL and its results are mssql/cdc_reader.c's.
  */
 #include "postgres.h"
 
-#include "common/hashfn.h"
-#include "common/int.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "common/fmt.h"
-#include "common/io_interrupts.h"
-#include "common/settings.h"
-#include "common/timeconv.h"
+#include "core/db.h"
+#include "core/fmt.h"
+#include "core/io_interrupts.h"
+#include "core/settings.h"
+#include "core/timeconv.h"
 #include "mssql/cdc_reader.h"
 #include "mssql/tsql.h"
 #include "worker/clock_check.h"
 #include "worker/consumers.h"
 #include "worker/cycle.h"
-#include "worker/event_columns.h"
 #include "worker/event_facts.h"
 #include "worker/instances.h"
 #include "worker/judge.h"
 #include "worker/plan.h"
 #include "worker/record.h"
+#include "worker/table_reads.h"
 #include "worker/worker_state.h"
 
 /* One cycle's state, step to step. */
@@ -70,149 +68,6 @@ typedef struct Cycle
 	bool		reconnected;	/* this cycle opened a new connection */
 	TimestampTz started;		/* for source_status.cycle_time */
 } Cycle;
-
-/* An instance's place in a cycle's list of instance reads, by name. */
-typedef struct InstanceSlot
-{
-	const char *name;			/* hash key: the string it points to */
-	int			index;
-} InstanceSlot;
-
-/* Hashes the name a key points to. */
-static uint32
-name_hash(const void *key, Size keysize pg_attribute_unused())
-{
-	const char *name = *(const char *const *) key;
-
-	return hash_bytes((const unsigned char *) name, (int) strlen(name));
-}
-
-/* Compares the names two keys point to. */
-static int
-name_match(const void *key1, const void *key2, Size keysize pg_attribute_unused())
-{
-	return strcmp(*(const char *const *) key1, *(const char *const *) key2);
-}
-
-/* A table of instance reads by name, in the current memory context. */
-static HTAB *
-instance_slots(int size)
-{
-	HASHCTL		ctl = {0};
-
-	ctl.keysize = sizeof(const char *);
-	ctl.entrysize = sizeof(InstanceSlot);
-	ctl.hash = name_hash;
-	ctl.match = name_match;
-	ctl.hcxt = CurrentMemoryContext;
-	return hash_create("finalize instance reads", Max(size, 16), &ctl,
-					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
-}
-
-/* Finds or adds the read of an instance in a list (slots: the list by name). */
-static CdcInstance *
-instance_read(CdcInstance *list, int *n, HTAB *slots, const char *name, bool want_ddl)
-{
-	bool		found;
-	InstanceSlot *slot = hash_search(slots, &name, HASH_ENTER, &found);
-
-	if (found)
-	{
-		list[slot->index].want_ddl |= want_ddl;
-		return &list[slot->index];
-	}
-	slot->index = *n;
-	memset(&list[*n], 0, sizeof(CdcInstance));
-	list[*n].name = name;
-	list[*n].want_ddl = want_ddl;
-	return &list[(*n)++];
-}
-
-/* How often a job is read again after error 601 (a NOLOCK scan lost its place). */
-#define NOLOCK_RETRIES 3
-
-/*
- * Reads batch 2 for a set of tables (cdc_read_ranges). A statement that
- * fails costs only the tables that need it; tables whose statements never
- * ran (an error that aborts the batch) or were cut by error 601 (a NOLOCK
- * scan that lost its place when rows moved) are read again on their own.
- */
-static void
-read_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, int attempts, int server_offset_minutes)
-{
-	CdcInstance *insts = palloc0(sizeof(CdcInstance) * (2 * njobs + 1));
-	CdcRange  **ranges = palloc0(sizeof(CdcRange *) * (2 * njobs + 1));
-	int			ninsts = 0;
-	int			nranges = 0;
-	bool		alive;
-	TableJob  **again = palloc0(sizeof(TableJob *) * (njobs + 1));
-	int			nagain = 0;
-	HTAB	   *slots = instance_slots(2 * njobs + 1);
-
-	for (int j = 0; j < njobs; j++)
-	{
-		TablePlan  *p = jobs[j]->plan;
-
-		memset(jobs[j]->seg, 0, sizeof(jobs[j]->seg));
-		jobs[j]->error = NULL;
-		for (int s = 0; s < p->nsegments; s++)
-		{
-			CdcRange   *r = &jobs[j]->seg[s];
-
-			r->instance = p->seg[s].instance->name;
-			r->start = p->seg[s].start;
-			r->end = p->seg[s].end;
-			if (jobs[j]->table->event_column != NULL)
-			{
-				r->events = palloc0(sizeof(CdcEvents));
-				r->events->column = jobs[j]->event_name[s] ? jobs[j]->event_name[s] : jobs[j]->table->event_column;
-				r->events->utc = jobs[j]->event_utc[s];
-				r->events->server_offset_minutes = server_offset_minutes;
-				r->events->slot_seconds = event_slot_seconds(&jobs[j]->table->granularity);
-			}
-			ranges[nranges++] = r;
-			jobs[j]->inst[s] = instance_read(insts, &ninsts, slots, p->seg[s].instance->name, true);
-		}
-		if (p->action == PLAN_RESUME || p->action == PLAN_INSTANCE_GAP)
-			jobs[j]->inst[0] = instance_read(insts, &ninsts, slots, p->instance->name, false);
-	}
-	alive = cdc_read_ranges(conn, ranges, nranges, insts, ninsts, err);
-
-	/* Each table's first error in the batch; which tables to read again. */
-	for (int j = 0; j < njobs; j++)
-	{
-		TableJob   *job = jobs[j];
-		const CdcOutcome *outcomes[6];
-		const CdcOutcome *first = NULL;
-		int			n = 0;
-		bool		retry = false;
-
-		for (int s = 0; s < job->plan->nsegments; s++)
-		{
-			outcomes[n++] = &job->seg[s].outcome;
-			if (job->seg[s].events != NULL)
-				outcomes[n++] = &job->seg[s].events->outcome;
-		}
-		for (int s = 0; s < Max(job->plan->nsegments, 1); s++)
-			if (job->inst[s] != NULL)
-				outcomes[n++] = &job->inst[s]->outcome;
-		for (int i = 0; i < n; i++)
-		{
-			if (outcomes[i]->ok)
-				continue;
-			if (first == NULL || outcomes[i]->position < first->position)
-				first = outcomes[i];
-			if (alive && (outcomes[i]->nolock_lost || (outcomes[i]->never_ran && njobs > 1)))
-				retry = true;
-		}
-		if (first != NULL)
-			job->error = pstrdup(first->error);
-		if (retry && attempts > 0)
-			again[nagain++] = job;
-	}
-	for (int j = 0; j < nagain; j++)
-		read_jobs(conn, &again[j], 1, err, attempts - 1, server_offset_minutes);
-}
 
 /* Records a failed cycle's condition and message for the caller. */
 static bool
@@ -469,7 +324,7 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 	if (nread == 0)
 		return true;
 	pgstat_report_activity(STATE_RUNNING, "finalize: reading CDC ranges");
-	read_jobs(c->run->conn, to_read, nread, &err, NOLOCK_RETRIES, (int) c->snap.tz_offset_minutes);
+	read_table_jobs(c->run->conn, to_read, nread, &err, NOLOCK_RETRIES, (int) c->snap.tz_offset_minutes);
 	io_interrupts_rethrow();
 	/* A lost connection or a timeout is the source's failure, not the tables'. */
 	if (mssql_is_dead(c->run->conn))
@@ -665,13 +520,13 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 			decide_write(&c, i, &plans[i], jobs, &writes[i]);
 
 	/* Record everything in one short transaction. */
-	ws_begin_write("finalize: recording facts");
+	db_begin_write("finalize: recording facts");
 	if (!idle)
 		recorded = record_writes(writes, c.ntables);
 	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
 				 c.source_message, c.started);
-	ws_commit();
+	db_commit();
 	/* A table whose write failed keeps a condition: the next cycle looks again. */
 	if (!idle && recorded && all_settled(&c, plans))
 	{

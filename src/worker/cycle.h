@@ -7,8 +7,8 @@
 
 #include "datatype/timestamp.h"
 
-#include "common/condition.h"
-#include "common/lsn.h"
+#include "core/condition.h"
+#include "core/lsn.h"
 #include "mssql/mssql.h"
 
 /* What a source worker keeps between cycles. */

@@ -28,7 +28,7 @@
 #include "utils/acl.h"
 #include "utils/syscache.h"
 
-#include "common/shmem.h"
+#include "core/shmem.h"
 #include "worker/worker.h"
 
 /* How long to wait for finalize's processes to leave a database. */

@@ -14,10 +14,10 @@
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 
-#include "common/io_interrupts.h"
+#include "core/io_interrupts.h"
 #include "mssql/cdc_reader.h"
-#include "worker/event_columns.h"
 #include "worker/event_facts.h"
+#include "worker/table_reads.h"
 
 /* The read of an instance's columns in a list, added when missing. */
 static CdcColumns *

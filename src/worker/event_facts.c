@@ -30,11 +30,11 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
-#include "common/event_time_sql.h"
-#include "common/json_build.h"
-#include "common/period_zone.h"
-#include "common/sketch.h"
-#include "common/timeconv.h"
+#include "core/event_time_sql.h"
+#include "core/json_build.h"
+#include "core/period_zone.h"
+#include "core/sketch.h"
+#include "core/timeconv.h"
 #include "worker/event_facts.h"
 
 /* 1900-01-01 00:00, the origin of SQL Server's slots and milliseconds, as a PostgreSQL timestamp. */

@@ -11,10 +11,10 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "common/fmt.h"
-#include "common/json_build.h"
-#include "common/settings.h"
-#include "common/timeconv.h"
+#include "core/fmt.h"
+#include "core/json_build.h"
+#include "core/settings.h"
+#include "core/timeconv.h"
 #include "worker/event_facts.h"
 #include "worker/judge.h"
 

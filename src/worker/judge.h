@@ -8,7 +8,7 @@
 
 #include "utils/jsonb.h"
 
-#include "common/condition.h"
+#include "core/condition.h"
 #include "mssql/cdc_reader.h"
 #include "worker/plan.h"
 #include "worker/worker_state.h"

@@ -26,8 +26,9 @@
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 
-#include "common/settings.h"
-#include "common/shmem.h"
+#include "core/background.h"
+#include "core/settings.h"
+#include "core/shmem.h"
 #include "worker/worker.h"
 
 /* How often the launcher looks for the database (it also wakes on signals). */

@@ -7,7 +7,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "common/lsn.h"
+#include "core/lsn.h"
 #include "mssql/cdc_reader.h"
 
 /* A tracked table as the worker sees it at the start of a cycle. */

@@ -6,8 +6,8 @@
  */
 #include "postgres.h"
 
-#include "common/settings.h"
-#include "common/subxact.h"
+#include "core/db.h"
+#include "core/settings.h"
 #include "worker/judge.h"
 #include "worker/record.h"
 

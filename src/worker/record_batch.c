@@ -21,8 +21,8 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "common/settings.h"
-#include "common/subxact.h"
+#include "core/db.h"
+#include "core/settings.h"
 #include "worker/record.h"
 #include "worker/worker_state.h"
 
@@ -200,6 +200,81 @@ cmp_int64(const void *a, const void *b)
 }
 
 /*
+ * Gathers the plain ranges of a cycle's writes into the batch's columns,
+ * and the tables whose condition is to be cleared (arrays for n writes, in
+ * the current memory context).
+ */
+static void
+gather_batch(TableWrite *writes, int n, RangeBatch *b)
+{
+	b->writes = palloc(sizeof(TableWrite *) * (n + 1));
+	b->table_ids = palloc(sizeof(Datum) * (n + 1));
+	b->starts = palloc(sizeof(Datum) * (n + 1));
+	b->ends = palloc(sizeof(Datum) * (n + 1));
+	b->end_times = palloc(sizeof(Datum) * (n + 1));
+	b->inserts = palloc(sizeof(Datum) * (n + 1));
+	b->updates = palloc(sizeof(Datum) * (n + 1));
+	b->deletes = palloc(sizeof(Datum) * (n + 1));
+	b->first_times = palloc(sizeof(Datum) * (n + 1));
+	b->last_times = palloc(sizeof(Datum) * (n + 1));
+	b->times_null = palloc(sizeof(bool) * (n + 1));
+	b->instances = palloc(sizeof(Datum) * (n + 1));
+	b->clear_ids = palloc(sizeof(Datum) * (n + 1));
+	for (int i = 0; i < n; i++)
+	{
+		const RangeFacts *f = &writes[i].facts[0];
+		int			k = b->n;
+
+		if (writes[i].kind == WRITE_CONDITION && writes[i].condition == COND_NONE)
+		{
+			b->clear_ids[b->nclear++] = Int64GetDatum(writes[i].table->table_id);
+			continue;
+		}
+		if (!plain_range(&writes[i]))
+			continue;
+		b->writes[k] = &writes[i];
+		b->table_ids[k] = Int64GetDatum(f->table_id);
+		b->starts[k] = db_lsn_datum(&f->start);
+		b->ends[k] = db_lsn_datum(&f->end);
+		b->end_times[k] = TimestampTzGetDatum(f->end_time);
+		b->inserts[k] = Int64GetDatum(f->inserts);
+		b->updates[k] = Int64GetDatum(f->updates);
+		b->deletes[k] = Int64GetDatum(f->deletes);
+		b->times_null[k] = !f->has_rows;
+		b->first_times[k] = f->has_rows ? TimestampTzGetDatum(f->first_time) : (Datum) 0;
+		b->last_times[k] = f->has_rows ? TimestampTzGetDatum(f->last_time) : (Datum) 0;
+		b->instances[k] = CStringGetTextDatum(f->capture_instance);
+		b->n++;
+	}
+}
+
+/*
+ * Marks done what the batch recorded: its ranges, unless handed back, and
+ * the conditions to clear where there was none to clear.
+ */
+static void
+mark_batch_done(const RangeBatch *b, TableWrite *writes, int n, bool *done)
+{
+	/* Taken by the batch, unless handed back. */
+	if (b->nleft > 0)
+		qsort(b->left, b->nleft, sizeof(int64), cmp_int64);
+	for (int k = 0; k < b->n; k++)
+	{
+		int64		id = b->writes[k]->facts[0].table_id;
+
+		if (b->nleft == 0 || bsearch(&id, b->left, b->nleft, sizeof(int64), cmp_int64) == NULL)
+			done[b->writes[k] - writes] = true;
+	}
+	/* A condition to clear where there is none needs no write. */
+	if (b->nheld > 0)
+		qsort(b->held, b->nheld, sizeof(int64), cmp_int64);
+	for (int i = 0; i < n; i++)
+		if (writes[i].kind == WRITE_CONDITION && writes[i].condition == COND_NONE &&
+			(b->nheld == 0 || bsearch(&writes[i].table->table_id, b->held, b->nheld, sizeof(int64), cmp_int64) == NULL))
+			done[i] = true;
+}
+
+/*
  * Records every write of a cycle in the current (write) transaction: the
  * plain ranges in one batch, every other write, and any the batch handed
  * back or could not record, one table at a time. False when a table's write
@@ -211,70 +286,13 @@ record_writes(TableWrite *writes, int n)
 	RangeBatch	b = {0};
 	bool		all_recorded = true;
 	/* outlives the commits of the one-by-one writes below */
-	bool	   *done = MemoryContextAllocZero(ws_caller_context(), sizeof(bool) * (n + 1));
+	bool	   *done = MemoryContextAllocZero(db_caller_context(), sizeof(bool) * (n + 1));
 	int			one_by_one = 0;
 	ErrorData  *e;
 
-	b.writes = palloc(sizeof(TableWrite *) * (n + 1));
-	b.table_ids = palloc(sizeof(Datum) * (n + 1));
-	b.starts = palloc(sizeof(Datum) * (n + 1));
-	b.ends = palloc(sizeof(Datum) * (n + 1));
-	b.end_times = palloc(sizeof(Datum) * (n + 1));
-	b.inserts = palloc(sizeof(Datum) * (n + 1));
-	b.updates = palloc(sizeof(Datum) * (n + 1));
-	b.deletes = palloc(sizeof(Datum) * (n + 1));
-	b.first_times = palloc(sizeof(Datum) * (n + 1));
-	b.last_times = palloc(sizeof(Datum) * (n + 1));
-	b.times_null = palloc(sizeof(bool) * (n + 1));
-	b.instances = palloc(sizeof(Datum) * (n + 1));
-	b.clear_ids = palloc(sizeof(Datum) * (n + 1));
-	for (int i = 0; i < n; i++)
-	{
-		const RangeFacts *f = &writes[i].facts[0];
-		int			k = b.n;
-
-		if (writes[i].kind == WRITE_CONDITION && writes[i].condition == COND_NONE)
-		{
-			b.clear_ids[b.nclear++] = Int64GetDatum(writes[i].table->table_id);
-			continue;
-		}
-		if (!plain_range(&writes[i]))
-			continue;
-		b.writes[k] = &writes[i];
-		b.table_ids[k] = Int64GetDatum(f->table_id);
-		b.starts[k] = ws_lsn_datum(&f->start);
-		b.ends[k] = ws_lsn_datum(&f->end);
-		b.end_times[k] = TimestampTzGetDatum(f->end_time);
-		b.inserts[k] = Int64GetDatum(f->inserts);
-		b.updates[k] = Int64GetDatum(f->updates);
-		b.deletes[k] = Int64GetDatum(f->deletes);
-		b.times_null[k] = !f->has_rows;
-		b.first_times[k] = f->has_rows ? TimestampTzGetDatum(f->first_time) : (Datum) 0;
-		b.last_times[k] = f->has_rows ? TimestampTzGetDatum(f->last_time) : (Datum) 0;
-		b.instances[k] = CStringGetTextDatum(f->capture_instance);
-		b.n++;
-	}
-
+	gather_batch(writes, n, &b);
 	if ((b.n > 0 || b.nclear > 0) && subxact_try(run_batch, &b, &e))
-	{
-		/* Taken by the batch, unless handed back. */
-		if (b.nleft > 0)
-			qsort(b.left, b.nleft, sizeof(int64), cmp_int64);
-		for (int k = 0; k < b.n; k++)
-		{
-			int64		id = b.writes[k]->facts[0].table_id;
-
-			if (b.nleft == 0 || bsearch(&id, b.left, b.nleft, sizeof(int64), cmp_int64) == NULL)
-				done[b.writes[k] - writes] = true;
-		}
-		/* A condition to clear where there is none needs no write. */
-		if (b.nheld > 0)
-			qsort(b.held, b.nheld, sizeof(int64), cmp_int64);
-		for (int i = 0; i < n; i++)
-			if (writes[i].kind == WRITE_CONDITION && writes[i].condition == COND_NONE &&
-				(b.nheld == 0 || bsearch(&writes[i].table->table_id, b.held, b.nheld, sizeof(int64), cmp_int64) == NULL))
-				done[i] = true;
-	}
+		mark_batch_done(&b, writes, n, done);
 	else if (b.n > 0 || b.nclear > 0)
 	{
 		/* at most one LOG every 10 minutes: a failure that persists is the same news each cycle */
@@ -302,7 +320,7 @@ record_writes(TableWrite *writes, int n)
 		 * Each table's write is whole in one transaction either way.
 		 */
 		if (one_by_one > 0 && one_by_one % ONE_BY_ONE_PER_TRANSACTION == 0)
-			ws_commit_and_continue();
+			db_commit_and_continue("finalize: recording facts");
 		one_by_one++;
 		if (!record_write(&writes[i]))
 			all_recorded = false;

@@ -29,8 +29,10 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "common/settings.h"
-#include "common/shmem.h"
+#include "core/background.h"
+#include "core/db.h"
+#include "core/settings.h"
+#include "core/shmem.h"
 #include "worker/worker.h"
 #include "worker/worker_state.h"
 
@@ -76,10 +78,7 @@ check_alerts(void)
 {
 	bool		isnull;
 
-	if (SPI_execute("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._check_freshness()') IS NOT NULL",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not look for finalize's alert functions");
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	if (!db_function_exists(FINALIZE_SCHEMA "._check_freshness()", "finalize's alert functions"))
 		return false;
 	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
 					FINALIZE_SCHEMA "._check_dropped_sources() >= 0 AND "
@@ -100,10 +99,10 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 {
 	int			n = 0;
 
-	ws_begin("finalize: listing sources");
+	db_begin("finalize: listing sources");
 	if (!OidIsValid(get_extension_oid("finalize", true)))
 	{
-		ws_commit();
+		db_commit();
 		return -1;
 	}
 	if (SPI_execute("SELECT s.serverid, s.server_name FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
@@ -124,7 +123,7 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 		ws_purge_facts();
 		*last_purge = GetCurrentTimestamp();
 	}
-	ws_commit();
+	db_commit();
 	return n;
 }
 
@@ -154,11 +153,11 @@ record_no_worker(const WantedSource *src)
 			(errmsg("finalize could not start a worker for source \"%s\"", src->name),
 			 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
 					 "one for its scheduler, one for webhook delivery and one per source.")));
-	ws_begin("finalize: recording a missing worker");
+	db_begin("finalize: recording a missing worker");
 	ws_source_failed(src->name, COND_NO_WORKER,
 					 "No background worker slot was free (max_worker_processes); the source is not polled.",
 					 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SCHEDULER_NAP_MS));
-	ws_commit();
+	db_commit();
 }
 
 /*
@@ -171,12 +170,7 @@ record_no_worker(const WantedSource *src)
 static bool
 refresh_derived(void)
 {
-	bool		isnull;
-
-	if (SPI_execute("SELECT pg_catalog.to_regprocedure('" FINALIZE_SCHEMA "._refresh_derived()') IS NOT NULL",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not look for finalize's _refresh_derived()");
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	if (!db_function_exists(FINALIZE_SCHEMA "._refresh_derived()", "finalize's _refresh_derived()"))
 		return true;
 	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._refresh_derived()", false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not bring finalize's derived tables up to date");
@@ -199,9 +193,9 @@ guarded_step(bool (*step) (void), const char *activity, TimestampTz *logged_at, 
 
 	PG_TRY();
 	{
-		ws_begin_write(activity);
+		db_begin_write(activity);
 		answer = OidIsValid(get_extension_oid("finalize", true)) && step();
-		ws_commit();
+		db_commit();
 	}
 	PG_CATCH();
 	{

@@ -23,55 +23,13 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "core/background.h"
+#include "core/db.h"
+#include "core/settings.h"
+#include "core/shmem.h"
 #include "worker/cycle.h"
-#include "common/settings.h"
-#include "common/shmem.h"
 #include "worker/worker.h"
 #include "worker/worker_state.h"
-
-/*
- * Registers a dynamic background worker of this library for a database (and
- * a source). The postmaster signals the caller when it starts or stops.
- */
-bool
-start_dynamic_worker(const char *function, const char *type, const char *name,
-					 Oid dboid, Oid serverid, BackgroundWorkerHandle **handle)
-{
-	BackgroundWorker bgw;
-
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = BGW_NEVER_RESTART;	/* the parent restarts it */
-	strlcpy(bgw.bgw_library_name, "finalize", BGW_MAXLEN);
-	strlcpy(bgw.bgw_function_name, function, BGW_MAXLEN);
-	strlcpy(bgw.bgw_type, type, BGW_MAXLEN);
-	strlcpy(bgw.bgw_name, name, BGW_MAXLEN);
-	bgw.bgw_main_arg = ObjectIdGetDatum(serverid);
-	memcpy(bgw.bgw_extra, &dboid, sizeof(Oid));
-	bgw.bgw_notify_pid = MyProcPid;
-	return RegisterDynamicBackgroundWorker(&bgw, handle);
-}
-
-/*
- * Connects a scheduler or source worker to its database (as the bootstrap
- * superuser) with search_path pinned: everything these processes run is
- * schema-qualified, and nothing another role creates in a schema on the
- * default path can stand in for it.
- */
-void
-connect_worker_to_database(Oid dboid)
-{
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-	/*
-	 * Every statement its own snapshot, whatever the database's default: the
-	 * scheduler looks again at a loss flag after locking its table
-	 * (_refresh_derived), and a write that skips or fails on a held row
-	 * must see the next cycle's state.
-	 */
-	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
-}
 
 /* Delay before the next cycle: the poll interval, or a capped backoff. */
 static long
@@ -122,10 +80,10 @@ record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 	PG_TRY();
 	{
 		/* Bounded like the cycle's write: a held row must not stop the worker. */
-		ws_begin_write("finalize: recording a failed cycle");
+		db_begin_write("finalize: recording a failed cycle");
 		ws_source_failed(run->server_name, outcome->condition, outcome->message,
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
-		ws_commit();
+		db_commit();
 	}
 	PG_CATCH();
 	{

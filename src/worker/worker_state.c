@@ -5,124 +5,33 @@
  * Reads happen in one short transaction at the start of a cycle; writes in
  * one short transaction at its end, through the same SQL functions an admin
  * would use (record_range is the only write path of the verdict). No
- * transaction is ever open while the worker talks to SQL Server.
+ * transaction is ever open while the worker talks to SQL Server; how the
+ * transactions begin and end is core/db.c's.
  */
 #include "postgres.h"
 
 #include <sys/stat.h>
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "storage/fd.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "common/condition.h"
-#include "common/fdw_options.h"
-#include "common/settings.h"
-#include "common/period.h"
+#include "core/condition.h"
+#include "core/db.h"
+#include "core/fdw_options.h"
+#include "core/period.h"
+#include "core/settings.h"
 #include "worker/worker_state.h"
 
 /* _record_range is planned once per process. */
 static SPIPlanPtr record_range_plan = NULL;
-
-/* The memory context that was current when ws_begin started a transaction. */
-static MemoryContext caller_cxt = NULL;
-
-/* Starts a short transaction with SPI and a snapshot. */
-void
-ws_begin(const char *activity)
-{
-	caller_cxt = CurrentMemoryContext;
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, activity);
-}
-
-/*
- * Starts the transaction that records a cycle. Its lock waits are bounded
- * by finalize.lock_timeout: a session that holds a table's row (an open
- * transaction that called resume_table, say) then costs that table one
- * condition, instead of stalling every table of the source unseen.
- */
-void
-ws_begin_write(const char *activity)
-{
-	char		value[32];
-
-	ws_begin(activity);
-	snprintf(value, sizeof(value), "%dms", finalize_lock_timeout_ms);
-	(void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-}
-
-/*
- * Commits the transaction started by ws_begin, and makes the caller's
- * memory context current again: CommitTransactionCommand leaves
- * TopMemoryContext current, where everything the worker allocated next
- * would live (and leak) for the life of the process.
- *
- * Then it hands the transaction's table statistics to the shared stats
- * (at most once a second; pending ones wait for a later commit): a
- * background worker has no main loop that does it, and without them
- * autovacuum never sees the rows the workers insert and update, so fact,
- * watermark and source_status would never be vacuumed or analyzed.
- */
-void
-ws_commit(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(caller_cxt);
-	(void) pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
-/*
- * Commits the write transaction and starts the next one in its place (same
- * activity, same lock timeout): for a long run of one-table writes, so that
- * a transaction never holds more than a few dozen subtransactions. The
- * caller's allocations must live in ws_caller_context(): SPI's own end with
- * the commit.
- */
-void
-ws_commit_and_continue(void)
-{
-	MemoryContext keep = caller_cxt;
-
-	ws_commit();
-	ws_begin_write("finalize: recording facts");
-	caller_cxt = keep;
-}
-
-/* The memory context that was current when the open transaction began. */
-MemoryContext
-ws_caller_context(void)
-{
-	return caller_cxt;
-}
-
-/* Copies an SPI text value into cxt (NULL stays NULL). */
-static char *
-spi_text(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
-{
-	char	   *v = SPI_getvalue(tup, desc, col);
-
-	return v ? MemoryContextStrdup(cxt, v) : NULL;
-}
 
 /*
  * How the source's connection is encrypted and verified (in the current
@@ -254,10 +163,10 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	char	   *ack;
 
 	ts->table_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	ts->table_name = spi_text(tup, desc, 2, cxt);
-	ts->source_schema = spi_text(tup, desc, 3, cxt);
-	ts->source_name = spi_text(tup, desc, 4, cxt);
-	ts->capture_instance = spi_text(tup, desc, 5, cxt);
+	ts->table_name = db_text_copy(tup, desc, 2, cxt);
+	ts->source_schema = db_text_copy(tup, desc, 3, cxt);
+	ts->source_name = db_text_copy(tup, desc, 4, cxt);
+	ts->capture_instance = db_text_copy(tup, desc, 5, cxt);
 	ts->start_at_capture = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 	offset = SPI_getvalue(tup, desc, 7);
 	ts->has_offset = offset != NULL && lsn_parse(offset, &ts->offset);
@@ -271,12 +180,12 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	d = SPI_getbinval(tup, desc, 13, &isnull);
 	ts->has_last_loss = !isnull;
 	ts->last_loss = isnull ? 0 : DatumGetTimestampTz(d);
-	ts->event_column = spi_text(tup, desc, 14, cxt);
-	ts->event_zone = spi_text(tup, desc, 15, cxt);
+	ts->event_column = db_text_copy(tup, desc, 14, cxt);
+	ts->event_zone = db_text_copy(tup, desc, 15, cxt);
 	d = SPI_getbinval(tup, desc, 16, &isnull);
 	if (!isnull)
 		ts->granularity = *DatumGetIntervalP(d);
-	ts->period_zone = spi_text(tup, desc, 17, cxt);
+	ts->period_zone = db_text_copy(tup, desc, 17, cxt);
 }
 
 /* The active tables of a source, with their offsets (in cxt). */
@@ -373,21 +282,21 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	*nconsumers = 0;
 	*consumers = NULL;
 	memset(cfg, 0, sizeof(*cfg));
-	ws_begin("finalize: reading tracked tables");
+	db_begin("finalize: reading tracked tables");
 
 	server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
 	if (server == NULL ||
 		strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_mssql") != 0)
 	{
 		*server_gone = true;
-		ws_commit();
+		db_commit();
 		return pstrdup("the foreign server no longer exists");
 	}
 	problem = check_catalog_version();
 	if (problem != NULL)
 	{
 		problem = MemoryContextStrdup(cxt, problem);
-		ws_commit();
+		db_commit();
 		return problem;
 	}
 	problem = load_options(server, cxt, cfg);
@@ -398,30 +307,8 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 	load_hold(server->servername, cfg);
 	if (problem != NULL)
 		problem = MemoryContextStrdup(cxt, problem);
-	ws_commit();
+	db_commit();
 	return problem;
-}
-
-/* Text datum of an LSN (the lsn domain's form). */
-Datum
-ws_lsn_datum(const Lsn *lsn)
-{
-	char		text[LSN_TEXT_LEN + 1];
-
-	lsn_format(lsn, text);
-	return CStringGetTextDatum(text);
-}
-
-/* Text datum or NULL. */
-static Datum
-text_or_null(const char *s, char *nulls, int i)
-{
-	if (s == NULL)
-	{
-		nulls[i] = 'n';
-		return (Datum) 0;
-	}
-	return CStringGetTextDatum(s);
 }
 
 /*
@@ -453,10 +340,10 @@ ws_record_range(void *arg)
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(f->table_id);
 	if (f->has_start)
-		values[1] = ws_lsn_datum(&f->start);
+		values[1] = db_lsn_datum(&f->start);
 	else
 		nulls[1] = 'n';
-	values[2] = ws_lsn_datum(&f->end);
+	values[2] = db_lsn_datum(&f->end);
 	values[3] = TimestampTzGetDatum(f->end_time);
 	values[4] = Int64GetDatum(f->inserts);
 	values[5] = Int64GetDatum(f->updates);
@@ -468,8 +355,8 @@ ws_record_range(void *arg)
 	}
 	else
 		nulls[7] = nulls[8] = 'n';
-	values[9] = text_or_null(f->capture_instance, nulls, 9);
-	values[10] = text_or_null(f->event, nulls, 10);
+	values[9] = db_text_or_null(f->capture_instance, nulls, 9);
+	values[10] = db_text_or_null(f->event, nulls, 10);
 	if (f->detail != NULL)
 		values[11] = JsonbPGetDatum(f->detail);
 	else
@@ -514,19 +401,6 @@ ws_still_tracked(int64 table_id)
 	return !isnull && DatumGetBool(result);
 }
 
-/*
- * Runs a statement of the worker's internal functions; any failure is an
- * error, which the caller's subtransaction (if any) confines.
- */
-void
-ws_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls)
-{
-	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
-
-	if (rc < 0)
-		elog(ERROR, "could not run \"%s\": %s", sql, SPI_result_code_string(rc));
-}
-
 /* Records an event fact and optionally a new state (data loss, ...). */
 void
 ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *end,
@@ -541,21 +415,21 @@ ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(event);
 	if (start)
-		values[2] = ws_lsn_datum(start);
+		values[2] = db_lsn_datum(start);
 	else
 		nulls[2] = 'n';
 	if (end)
-		values[3] = ws_lsn_datum(end);
+		values[3] = db_lsn_datum(end);
 	else
 		nulls[3] = 'n';
-	values[4] = text_or_null(capture_instance, nulls, 4);
+	values[4] = db_text_or_null(capture_instance, nulls, 4);
 	if (detail)
 		values[5] = JsonbPGetDatum(detail);
 	else
 		nulls[5] = 'n';
-	values[6] = text_or_null(new_state, nulls, 6);
-	values[7] = text_or_null(state_detail, nulls, 7);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._record_event($1, $2, $3, $4, $5, $6, $7, $8)",
+	values[6] = db_text_or_null(new_state, nulls, 6);
+	values[7] = db_text_or_null(state_detail, nulls, 7);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_event($1, $2, $3, $4, $5, $6, $7, $8)",
 				  8, types, values, nulls);
 }
 
@@ -568,9 +442,9 @@ ws_set_condition(int64 table_id, Condition condition, const char *detail)
 	char		nulls[3] = {' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(table_id);
-	values[1] = text_or_null(condition_name(condition), nulls, 1);
-	values[2] = text_or_null(detail, nulls, 2);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._set_condition($1, $2, $3)", 3, types, values, nulls);
+	values[1] = db_text_or_null(condition_name(condition), nulls, 1);
+	values[2] = db_text_or_null(detail, nulls, 2);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._set_condition($1, $2, $3)", 3, types, values, nulls);
 }
 
 /* Remembers the capture instance a table is read from. */
@@ -582,7 +456,7 @@ ws_set_capture_instance(int64 table_id, const char *capture_instance)
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(capture_instance);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._set_capture_instance($1, $2)", 2, types, values, NULL);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._set_capture_instance($1, $2)", 2, types, values, NULL);
 }
 
 /*
@@ -601,13 +475,13 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 
 	values[0] = CStringGetTextDatum(server_name);
 	values[1] = Int32GetDatum(MyProcPid);
-	values[2] = ws_lsn_datum(max_lsn);
+	values[2] = db_lsn_datum(max_lsn);
 	values[3] = TimestampTzGetDatum(max_time);
 	values[4] = TimestampTzGetDatum(server_time);
 	values[5] = CStringGetTextDatum(condition_name(condition));
-	values[6] = text_or_null(message, nulls, 6);
+	values[6] = db_text_or_null(message, nulls, 6);
 	values[7] = TimestampTzGetDatum(started);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7, $8)", 8, types, values,
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7, $8)", 8, types, values,
 					 nulls);
 }
 
@@ -624,13 +498,13 @@ ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offs
 	Datum		values[7];
 
 	values[0] = Int64GetDatum(table_id);
-	values[1] = ws_lsn_datum(new_offset);
+	values[1] = db_lsn_datum(new_offset);
 	values[2] = TimestampTzGetDatum(new_offset_time);
 	values[3] = TimestampTzGetDatum(lost_until);
 	values[4] = CStringGetTextDatum(capture_instance);
 	values[5] = BoolGetDatum(automatic);
 	values[6] = JsonbPGetDatum(detail);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6, $7)", 7, types, values,
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6, $7)", 7, types, values,
 					 NULL);
 }
 
@@ -647,12 +521,12 @@ ws_source_failed(const char *server_name, Condition condition, const char *error
 	values[2] = CStringGetTextDatum(condition_name(condition));
 	values[3] = CStringGetTextDatum(error);
 	values[4] = TimestampTzGetDatum(next_attempt);
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
 }
 
 /* Applies the facts retention (finalize.facts_retention). */
 void
 ws_purge_facts(void)
 {
-	ws_exec_internal("SELECT " FINALIZE_SCHEMA ".purge_facts()", 0, NULL, NULL, NULL);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA ".purge_facts()", 0, NULL, NULL, NULL);
 }

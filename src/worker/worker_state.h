@@ -9,8 +9,8 @@
 #include "pgtime.h"
 #include "utils/jsonb.h"
 
-#include "common/condition.h"
-#include "common/lsn.h"
+#include "core/condition.h"
+#include "core/lsn.h"
 #include "mssql/mssql.h"
 #include "worker/consumer_state.h"
 #include "worker/plan.h"
@@ -32,15 +32,6 @@ typedef struct SourceConfig
 extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 							TrackedSource **tables, int *ntables, SourceConsumer **consumers,
 							int *nconsumers, bool *server_gone);
-
-extern Datum ws_lsn_datum(const Lsn *lsn);
-extern void ws_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls);
-
-extern void ws_begin(const char *activity);
-extern void ws_begin_write(const char *activity);
-extern void ws_commit(void);
-extern void ws_commit_and_continue(void);
-extern MemoryContext ws_caller_context(void);
 
 /* One range for _record_range. */
 typedef struct RangeFacts

@@ -37,13 +37,18 @@ def test_make_derives_install_script_name():
     assert out.strip() == f"finalize--{control_version()}.sql"
 
 
-def test_no_header_of_ours_shadows_one_of_postgresql():
-    """src/common/ shares its prefix with PostgreSQL's common/ headers (and
-    -I src comes first): a file of ours named like one of theirs would
-    silently replace it in every #include "common/..."."""
+def pg_includedir():
+    """PostgreSQL's server include directory (pg_config --includedir-server)."""
     pg_config = os.environ.get("PG_CONFIG") or shutil.which("pg_config") or "/usr/lib/postgresql/15/bin/pg_config"
-    includedir = subprocess.run([pg_config, "--includedir-server"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run([pg_config, "--includedir-server"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_no_header_of_ours_shadows_one_of_postgresql():
+    """-I src comes before PostgreSQL's headers: a file of ours with the
+    path of one of theirs (src/utils/x.h and utils/x.h) would silently
+    replace it in every #include of it."""
+    includedir = pg_includedir()
     src = os.path.join(TOP, "src")
     ours = {os.path.join(d, f) for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))
             for f in os.listdir(os.path.join(src, d)) if f.endswith(".h")}
@@ -54,8 +59,8 @@ def test_no_header_of_ours_shadows_one_of_postgresql():
 
 
 def c_condition_names():
-    """The condition names of src/common/condition.c's table."""
-    src = open(os.path.join(TOP, "src", "common", "condition.c")).read()
+    """The condition names of src/core/condition.c's table."""
+    src = open(os.path.join(TOP, "src", "core", "condition.c")).read()
     return set(re.findall(r'\[COND_[A-Z_]+\] = "([a-z_]+)"', src))
 
 
@@ -81,3 +86,146 @@ def test_condition_codes_agree_between_c_and_sql():
     assert table | source | consumer == c, (sorted(c - (table | source | consumer)),
                                             sorted((table | source | consumer) - c))
     assert not table & source and not table & consumer and not source & consumer
+
+
+# The layers of src/ (src/README.md), bottom first: the finalize folders each
+# folder's files may include. src/finalize.c (only _PG_init) may include any.
+LAYERS = {
+    "core": set(),
+    "mssql": {"core"},
+    "worker": {"core", "mssql"},
+    "sensor": {"core"},
+    "gate": {"core"},
+    "alert": {"core"},
+}
+
+# One file per foreign library: the headers only that file includes.
+LIBRARY_FILES = {
+    "DB-Library": (r"<(sybdb|sybfront)\.h>", "mssql/mssql.c"),
+    "libcurl": (r"<curl/", "core/http.c"),
+    "libxml2": (r"<libxml/", "gate/objstore.c"),
+    "GnuTLS": (r"<gnutls/", "mssql/tls_reason.c"),
+    "Avro": (r"<avro[./]", None),  # none yet: at most one file when it comes
+}
+
+# The limits of the layout (src/README.md).
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def c_files():
+    """The C sources and headers of src/, as paths relative to src/."""
+    src = os.path.join(TOP, "src")
+    out = []
+    for root, _, files in os.walk(src):
+        for f in files:
+            if f.endswith((".c", ".h")):
+                out.append(os.path.relpath(os.path.join(root, f), src))
+    assert out, "no C files found under src/"
+    return sorted(out)
+
+
+def read_src(rel):
+    with open(os.path.join(TOP, "src", rel)) as f:
+        return f.read()
+
+
+def folder_of(rel):
+    """The folder of a file under src/ ("" for src/finalize.c)."""
+    return rel.split(os.sep)[0] if os.sep in rel else ""
+
+
+def folder_includes():
+    """(file, folder it includes) for every #include "folder/..." of ours."""
+    folders = "|".join(LAYERS)
+    pattern = re.compile(r'^\s*#\s*include\s+"(' + folders + r')/[^"]+"', re.M)
+    return [(rel, m.group(1)) for rel in c_files() for m in pattern.finditer(read_src(rel))]
+
+
+def test_folders_are_the_layers():
+    """Every folder of C files under src/ has its row in LAYERS, and the
+    Makefile builds exactly those folders."""
+    src = os.path.join(TOP, "src")
+    folders = {d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))
+               and any(f.endswith(".c") for f in os.listdir(os.path.join(src, d)))}
+    assert folders == set(LAYERS), (sorted(folders - set(LAYERS)), sorted(set(LAYERS) - folders))
+    out = subprocess.run(["make", "-s", "-C", TOP, "--eval", "show-subsystems: ; @echo $(SUBSYSTEMS)",
+                          "show-subsystems"], capture_output=True, text=True, check=True).stdout
+    assert set(out.split()) == set(LAYERS)
+
+
+def test_no_folder_of_ours_is_one_of_postgresql():
+    """A folder of ours named like a folder of PostgreSQL's headers (as
+    src/common was) makes its #include lines read like PostgreSQL's, and
+    one header name away from shadowing theirs."""
+    includedir = pg_includedir()
+    theirs = {d for d in os.listdir(includedir) if os.path.isdir(os.path.join(includedir, d))}
+    assert not set(LAYERS) & theirs, sorted(set(LAYERS) & theirs)
+
+
+def test_includes_follow_the_layers():
+    """Each file includes only the folders its own folder may (LAYERS): the
+    bottom layer (core) no other finalize folder, alert not worker."""
+    wrong = [(rel, inc) for rel, inc in folder_includes()
+             if folder_of(rel) and inc != folder_of(rel) and inc not in LAYERS[folder_of(rel)]]
+    assert not wrong, wrong
+    assert not [rel for rel, inc in folder_includes() if folder_of(rel) == "core" and inc != "core"]
+    assert not [rel for rel, inc in folder_includes() if folder_of(rel) == "alert" and inc == "worker"]
+
+
+def test_no_include_circle_between_folders():
+    """The folders' #include lines (as found, not as LAYERS allows) form no
+    circle: every folder can be built and read on top of the ones below."""
+    edges = {}
+    for rel, inc in folder_includes():
+        if folder_of(rel) and inc != folder_of(rel):
+            edges.setdefault(folder_of(rel), set()).add(inc)
+    done, path = set(), []
+
+    def visit(folder):
+        assert folder not in path, " -> ".join(path + [folder])
+        if folder in done:
+            return
+        path.append(folder)
+        for below in sorted(edges.get(folder, ())):
+            visit(below)
+        path.pop()
+        done.add(folder)
+
+    for folder in sorted(edges):
+        visit(folder)
+
+
+def test_one_file_per_foreign_library():
+    """Each foreign library's headers are included by one file only, the one
+    src/README.md names: its rules are kept in one place."""
+    for library, (pattern, owner) in LIBRARY_FILES.items():
+        rx = re.compile(r"^\s*#\s*include\s+" + pattern, re.M)
+        users = [rel for rel in c_files() if rx.search(read_src(rel))]
+        if owner is None:
+            assert len(users) <= 1, (library, users)
+        else:
+            assert users == [owner.replace("/", os.sep)], (library, users)
+
+
+def blocks(text):
+    """(first line number, lines) of every block from a line starting with
+    "{" (a function's body, at column 0 in this tree's style) to the next
+    line starting with "}", both counted."""
+    start = None
+    for i, line in enumerate(text.split("\n"), 1):
+        if line.startswith("{"):
+            start = i
+        elif line.startswith("}") and start is not None:
+            yield start, i - start + 1
+            start = None
+
+
+def test_files_and_functions_within_limits():
+    """No C file (or header) of src/ over MAX_FILE_LINES lines, no function
+    body over MAX_FUNCTION_LINES lines: a longer one is split, by job."""
+    long_files = [(rel, n) for rel in c_files() if (n := read_src(rel).count("\n")) > MAX_FILE_LINES]
+    assert not long_files, long_files
+    long_functions = [(rel, line, n) for rel in c_files() for line, n in blocks(read_src(rel))
+                      if n > MAX_FUNCTION_LINES]
+    assert not long_functions, long_functions

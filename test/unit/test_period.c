@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/period.h"
+#include "core/period.h"
 
 #include "tap.h"
 

@@ -7,7 +7,7 @@
  */
 #include "postgres.h"
 
-#include "common/lsn.h"
+#include "core/lsn.h"
 #include "worker/plan.h"
 
 #include "tap.h"

@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "common/sketch.h"
+#include "core/sketch.h"
 
 #include "tap.h"
 

@@ -339,7 +339,7 @@ COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
 -- worker skips a consumer row another transaction holds (consumer_hold).
 
 -- Whether this process is one of finalize's background workers, whose
--- transactions end within milliseconds (src/common/background.c).
+-- transactions end within milliseconds (src/core/background.c).
 CREATE FUNCTION @extschema@._in_background()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_in_background'
@@ -2417,7 +2417,7 @@ $$;
 -- commit only while the cluster's NOTIFY queue is less than half full
 -- (src/common/notify.c), else dropped and counted.
 
--- pg_notify that never stops a write from committing (src/common/notify.c):
+-- pg_notify that never stops a write from committing (src/core/notify.c):
 -- the notification is kept with the transaction and sent at its commit
 -- only while the cluster's shared NOTIFY queue is less than half full,
 -- else dropped and counted (finalize.dropped_notifications(), the log).

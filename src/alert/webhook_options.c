@@ -1,0 +1,137 @@
+/*
+ * webhook_options.c
+ *     The validator of the finalize_webhook wrapper (targets of alert
+ *     delivery): its options, where each belongs and what each accepts. The
+ *     checking itself is core/fdw_options.c's; the alerts worker reads the
+ *     options (target.c).
+ */
+#include "postgres.h"
+
+#include "access/reloptions.h"
+#include "catalog/pg_foreign_server.h"
+#include "catalog/pg_user_mapping.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "core/db.h"
+#include "core/fdw_options.h"
+#include "core/period.h"
+
+PG_FUNCTION_INFO_V1(finalize_webhook_validator);
+
+/*
+ * Whether a host is this machine: plain http is accepted only there (a
+ * local relay, tests), since alerts carry table names and error texts.
+ */
+static bool
+loopback_host(const char *host, size_t len)
+{
+	return (len == 9 && pg_strncasecmp(host, "localhost", 9) == 0) ||
+		(len >= 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len) ||
+		(len == 5 && strncmp(host, "[::1]", 5) == 0);
+}
+
+/*
+ * Accepts a webhook URL: https:// and a host, or http:// to a loopback
+ * host; no credentials in it (user@), no fragment, no whitespace or
+ * control bytes.
+ */
+static bool
+check_webhook_url(const char *value)
+{
+	bool		plain = strncmp(value, "http://", 7) == 0;
+	const char *host = plain ? value + 7 : value + 8;
+	size_t		hostlen;
+
+	if (!plain && strncmp(value, "https://", 8) != 0)
+		return false;
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+		if (*c <= 0x20 || *c == 0x7f || *c == '#')
+			return false;
+	hostlen = strcspn(host, "/?");
+	if (hostlen == 0 || host[0] == ':' || memchr(host, '@', hostlen) != NULL)
+		return false;
+	if (host[0] == '[')
+		hostlen = strcspn(host, "]") + 1;
+	else
+		hostlen = strcspn(host, ":/?");
+	return !plain || loopback_host(host, hostlen);
+}
+
+/* Accepts the payload formats of webhook targets. */
+static bool
+check_webhook_format(const char *value)
+{
+	return strcmp(value, "json") == 0 || strcmp(value, "slack") == 0 ||
+		strcmp(value, "pagerduty_v2") == 0 || strcmp(value, "opsgenie") == 0;
+}
+
+/* Accepts a severity of an incident. */
+static bool
+check_severity(const char *value)
+{
+	return strcmp(value, "info") == 0 || strcmp(value, "warning") == 0 || strcmp(value, "critical") == 0;
+}
+
+/*
+ * Accepts a delivery timeout: positive and at most a minute, since one
+ * worker delivers to every target in turn and a slow one delays the rest.
+ */
+static bool
+check_webhook_timeout(const char *value)
+{
+	Datum		iv;
+	int64		usecs;
+
+	return subxact_input(interval_in, value, &iv) &&
+		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0 && usecs <= 60 * USECS_PER_SEC;
+}
+
+/*
+ * Accepts a webhook secret: at least 8 bytes (a shorter one could not be
+ * told from ordinary text when it is redacted from a receiver's answer)
+ * and no control characters, since it goes into a header or a body.
+ */
+static bool
+check_webhook_secret(const char *value)
+{
+	return strlen(value) >= 8 && fdw_check_header_value(value);
+}
+
+/* A URL may be the secret itself (Slack's), so it is never echoed. */
+static const FdwOption webhook_options[] = {
+	{"url", ForeignServerRelationId, true, check_webhook_url,
+	"The URL is https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment; put it in the user mapping instead when it is itself the secret, as Slack's are."},
+	{"format", ForeignServerRelationId, false, check_webhook_format,
+	"The format is json (finalize's signed schema), slack, pagerduty_v2 or opsgenie."},
+	{"min_severity", ForeignServerRelationId, false, check_severity,
+	"The minimum severity is info, warning (the default) or critical."},
+	{"timeout", ForeignServerRelationId, false, check_webhook_timeout,
+	"The timeout is a positive interval of at most a minute, such as '10 seconds' (the default): how long one delivery may take."},
+	{"url", UserMappingRelationId, true, check_webhook_url,
+	"The URL is https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment."},
+	{"bearer_token", UserMappingRelationId, true, check_webhook_secret,
+	"The bearer token has at least 8 characters and no control characters (CR, LF, ...)."},
+	{"routing_key", UserMappingRelationId, true, check_webhook_secret,
+	"The routing key (PagerDuty's integration key) has at least 8 characters and no control characters."},
+	{"api_key", UserMappingRelationId, true, check_webhook_secret,
+	"The API key (Opsgenie's GenieKey) has at least 8 characters and no control characters."},
+	{"hmac_key", UserMappingRelationId, true, check_webhook_secret,
+	"The HMAC key signs json deliveries (X-Finalize-Signature); it has at least 8 characters and no control characters."},
+	{NULL}
+};
+
+/*
+ * Validator of the finalize_webhook wrapper (targets of alert delivery).
+ */
+Datum
+finalize_webhook_validator(PG_FUNCTION_ARGS)
+{
+	List	   *opts = untransformRelOptions(PG_GETARG_DATUM(0));
+	Oid			context = PG_GETARG_OID(1);
+
+	fdw_validate_options("finalize_webhook", webhook_options, opts, context);
+	PG_RETURN_VOID();
+}
+

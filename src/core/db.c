@@ -1,0 +1,167 @@
+/*
+ * db.c
+ *     The short transactions of finalize's background processes (the
+ *     source workers, the scheduler and the alerts worker) and the SPI
+ *     statements they run: the one place that starts, commits and continues
+ *     them and returns to the caller's memory context.
+ *
+ * A background process keeps no transaction open while it waits for
+ * anything outside PostgreSQL (SQL Server, a webhook): it reads in one
+ * short transaction, talks to the other side with none open, and writes in
+ * another. What each process reads and writes is its subsystem's own
+ * (worker/worker_state.c, alert/delivery.c, ...); how a transaction begins
+ * and ends is this file's.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "core/db.h"
+#include "core/settings.h"
+
+/* The memory context that was current when db_begin started a transaction. */
+static MemoryContext caller_cxt = NULL;
+
+/* Starts a short transaction with SPI and a snapshot. */
+void
+db_begin(const char *activity)
+{
+	caller_cxt = CurrentMemoryContext;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+/*
+ * Starts a transaction that writes (the one that records a cycle, say).
+ * Its lock waits are bounded by finalize.lock_timeout: a session that holds
+ * a table's row (an open transaction that called resume_table, say) then
+ * costs that table one condition, instead of stalling every table of the
+ * source unseen.
+ */
+void
+db_begin_write(const char *activity)
+{
+	char		value[32];
+
+	db_begin(activity);
+	snprintf(value, sizeof(value), "%dms", finalize_lock_timeout_ms);
+	(void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * Commits the transaction started by db_begin, and makes the caller's
+ * memory context current again: CommitTransactionCommand leaves
+ * TopMemoryContext current, where everything the process allocated next
+ * would live (and leak) for the life of the process.
+ *
+ * Then it hands the transaction's table statistics to the shared stats
+ * (at most once a second; pending ones wait for a later commit): a
+ * background worker has no main loop that does it, and without them
+ * autovacuum never sees the rows the workers insert and update, so fact,
+ * watermark and source_status would never be vacuumed or analyzed.
+ */
+void
+db_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(caller_cxt);
+	(void) pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
+ * Commits the write transaction and starts the next one in its place (the
+ * given activity, the same lock timeout): for a long run of one-table
+ * writes, so that a transaction never holds more than a few dozen
+ * subtransactions. The caller's allocations must live in
+ * db_caller_context(): SPI's own end with the commit.
+ */
+void
+db_commit_and_continue(const char *activity)
+{
+	MemoryContext keep = caller_cxt;
+
+	db_commit();
+	db_begin_write(activity);
+	caller_cxt = keep;
+}
+
+/* The memory context that was current when the open transaction began. */
+MemoryContext
+db_caller_context(void)
+{
+	return caller_cxt;
+}
+
+/*
+ * Runs a statement of finalize's internal functions; any failure is an
+ * error, which the caller's subtransaction (if any) confines.
+ */
+void
+db_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls)
+{
+	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "could not run \"%s\": %s", sql, SPI_result_code_string(rc));
+}
+
+/*
+ * Whether the catalog has a function (signature as to_regprocedure reads
+ * it, such as "finalize._claim_delivery()"): a catalog older than the
+ * library lacks the newer ones. what names it in the error.
+ */
+bool
+db_function_exists(const char *signature, const char *what)
+{
+	bool		isnull;
+
+	if (SPI_execute(psprintf("SELECT pg_catalog.to_regprocedure('%s') IS NOT NULL", signature),
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not look for %s", what);
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Text datum of an LSN (the lsn domain's form). */
+Datum
+db_lsn_datum(const Lsn *lsn)
+{
+	char		text[LSN_TEXT_LEN + 1];
+
+	lsn_format(lsn, text);
+	return CStringGetTextDatum(text);
+}
+
+/* Text datum of s, or NULL (nulls[i] set to 'n') when s is NULL. */
+Datum
+db_text_or_null(const char *s, char *nulls, int i)
+{
+	if (s == NULL)
+	{
+		nulls[i] = 'n';
+		return (Datum) 0;
+	}
+	return CStringGetTextDatum(s);
+}
+
+/* Copies an SPI text value into cxt (NULL stays NULL). */
+char *
+db_text_copy(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
+{
+	char	   *v = SPI_getvalue(tup, desc, col);
+
+	return v ? MemoryContextStrdup(cxt, v) : NULL;
+}

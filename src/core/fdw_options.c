@@ -1,0 +1,174 @@
+/*
+ * fdw_options.c
+ *     The checking of finalize's foreign-data wrapper options, and reading
+ *     the options it checked.
+ *
+ * Sources are declared as foreign servers, their logins as user mappings, so
+ * credentials get PostgreSQL's own protection (pg_user_mappings shows them
+ * only to the mapping's user and the server owner). Each wrapper's
+ * validator (mssql/mssql_options.c, gate/s3_options.c,
+ * alert/webhook_options.c) checks its options against its table here, when
+ * they are set: every error names the option and never echoes a secret.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_foreign_data_wrapper.h"
+#include "catalog/pg_foreign_server.h"
+#include "catalog/pg_foreign_table.h"
+#include "catalog/pg_user_mapping.h"
+#include "commands/defrem.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "core/fdw_options.h"
+#include "core/period.h"
+
+/* Accepts a value sent in an HTTP header: no CR, LF or other control bytes. */
+bool
+fdw_check_header_value(const char *value)
+{
+	if (value[0] == '\0')
+		return false;
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			return false;
+	return true;
+}
+
+/* What a catalog is called in messages. */
+static const char *
+context_name(Oid context)
+{
+	switch (context)
+	{
+		case ForeignDataWrapperRelationId:
+			return "foreign-data wrapper";
+		case ForeignServerRelationId:
+			return "server";
+		case UserMappingRelationId:
+			return "user mapping";
+		case ForeignTableRelationId:
+			return "foreign table";
+		default:
+			return "column";
+	}
+}
+
+/* The comma-separated names of the options valid in a context. */
+static char *
+valid_names(const FdwOption *options, Oid context)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (const FdwOption *o = options; o->name; o++)
+		if (o->context == context)
+			appendStringInfo(&buf, "%s%s", buf.len > 0 ? ", " : "", o->name);
+	return buf.data;
+}
+
+/*
+ * A value as an error may echo it: control characters become '?', so that
+ * a value cannot start a forged line in the server log.
+ */
+static char *
+printable(const char *value)
+{
+	char	   *copy = pstrdup(value);
+
+	for (unsigned char *c = (unsigned char *) copy; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	return copy;
+}
+
+/*
+ * Checks a list of options (DefElems) against a wrapper's table. Unknown or
+ * misplaced options and bad values raise errors that name the option, list
+ * what is valid and never show a secret value.
+ */
+void
+fdw_validate_options(const char *wrapper, const FdwOption *options, List *opts, Oid context)
+{
+	ListCell   *cell;
+
+	foreach(cell, opts)
+	{
+		DefElem    *def = (DefElem *) lfirst(cell);
+		const FdwOption *opt = NULL;
+		const char *value;
+
+		/* An option may belong to two catalogs (a webhook's url). */
+		for (const FdwOption *o = options; o->name; o++)
+			if (strcmp(o->name, def->defname) == 0 && (opt == NULL || o->context == context))
+				opt = o;
+
+		if (opt == NULL || opt->context != context)
+		{
+			char	   *valid = valid_names(options, context);
+
+			if (opt != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+						 errmsg("option \"%s\" is not valid for a %s %s", def->defname, wrapper, context_name(context)),
+						 errdetail("Option \"%s\" belongs to a %s.", def->defname, context_name(opt->context)),
+						 opt->context == UserMappingRelationId ?
+						 errhint("Credentials go in a user mapping: CREATE USER MAPPING FOR ... SERVER ... OPTIONS (%s '...').", def->defname) :
+						 errhint("Set it on the %s instead.", context_name(opt->context))));
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+					 errmsg("invalid option \"%s\" for a %s %s", def->defname, wrapper, context_name(context)),
+					 valid[0] != '\0' ?
+					 errhint("Valid options for a %s %s are: %s.", wrapper, context_name(context), valid) :
+					 errhint("A %s %s takes no options.", wrapper, context_name(context))));
+		}
+
+		value = defGetString(def);
+		if (opt->check != NULL && !opt->check(value))
+		{
+			if (opt->secret)
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+						 errmsg("invalid value for option \"%s\" of a %s %s", opt->name, wrapper, context_name(context)),
+						 errdetail("%s", opt->rule)));
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+					 errmsg("invalid value for option \"%s\" of a %s %s: \"%s\"", opt->name, wrapper, context_name(context),
+							printable(value)),
+					 errdetail("%s", opt->rule)));
+		}
+	}
+}
+
+/*
+ * The value of a generic option of a server or user mapping, or a default:
+ * the validators above have checked it when it was set.
+ */
+const char *
+fdw_option_value(List *options, const char *name, const char *dflt)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *def = (DefElem *) lfirst(lc);
+
+		if (strcmp(def->defname, name) == 0)
+			return defGetString(def);
+	}
+	return dflt;
+}
+
+/*
+ * An interval option in microseconds; false when it does not fit (the
+ * validators refuse such values, so only an option set before they did).
+ */
+bool
+fdw_option_usecs(const char *text, int64 *out)
+{
+	Interval   *iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
+														  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+
+	return interval_usecs(iv, out);
+}

@@ -1,0 +1,30 @@
+/*
+ * fdw_options.h
+ *     The checking of finalize's foreign-data wrapper options (each
+ *     wrapper's validator gives its table of options), and reading the
+ *     generic options they validated.
+ */
+#ifndef FINALIZE_FDW_OPTIONS_H
+#define FINALIZE_FDW_OPTIONS_H
+
+#include "nodes/pg_list.h"
+
+/* Checks one option value; false means invalid. */
+typedef bool (*OptionCheck) (const char *value);
+
+/* One valid option of a wrapper (a table ends with {NULL}). */
+typedef struct FdwOption
+{
+	const char *name;
+	Oid			context;		/* catalog the option belongs to */
+	bool		secret;			/* never echo its value */
+	OptionCheck check;
+	const char *rule;			/* errdetail when the check fails */
+} FdwOption;
+
+extern void fdw_validate_options(const char *wrapper, const FdwOption *options, List *opts, Oid context);
+extern bool fdw_check_header_value(const char *value);
+extern const char *fdw_option_value(List *options, const char *name, const char *dflt);
+extern bool fdw_option_usecs(const char *text, int64 *out);
+
+#endif							/* FINALIZE_FDW_OPTIONS_H */

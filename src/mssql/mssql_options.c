@@ -1,0 +1,190 @@
+/*
+ * mssql_options.c
+ *     The validator of the finalize_mssql wrapper (sources: SQL Server
+ *     databases): its options, where each belongs and what each accepts,
+ *     as FreeTDS's configuration can carry them (tds_conf.c). The checking
+ *     itself is core/fdw_options.c's; the worker reads the options
+ *     (worker/worker_state.c).
+ */
+#include "postgres.h"
+
+#include "access/reloptions.h"
+#include "catalog/pg_foreign_server.h"
+#include "catalog/pg_user_mapping.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "pgtime.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "core/db.h"
+#include "core/fdw_options.h"
+#include "core/period.h"
+#include "mssql/tds_conf.h"
+
+PG_FUNCTION_INFO_V1(finalize_mssql_validator);
+
+/* Accepts a non-empty value. */
+static bool
+check_nonempty(const char *value)
+{
+	return value[0] != '\0';
+}
+
+/* Accepts a SQL Server identifier (sysname: 1 to 128 characters). */
+static bool
+check_sysname(const char *value)
+{
+	return value[0] != '\0' && pg_mbstrlen(value) <= 128;
+}
+
+/* Accepts a SQL Server login: Windows logins (domain\user) make FreeTDS switch to NTLM. */
+static bool
+check_login(const char *value)
+{
+	return check_sysname(value) && strchr(value, '\\') == NULL;
+}
+
+/*
+ * Accepts a host name or address, without a port or an instance name, that
+ * FreeTDS's configuration can carry (tds_conf.c).
+ */
+static bool
+check_host(const char *value)
+{
+	if (!tds_conf_value_ok(value))
+		return false;
+	for (const char *s = value; *s; s++)
+		if (isspace((unsigned char) *s) || *s == ':' || *s == '\\' || *s == '/')
+			return false;
+	return true;
+}
+
+/* Accepts how a connection is encrypted: off, request or require. */
+static bool
+check_encrypt(const char *value)
+{
+	return strcmp(value, "off") == 0 || strcmp(value, "request") == 0 || strcmp(value, "require") == 0;
+}
+
+/* Accepts a boolean as PostgreSQL spells one (true, false, on, off, ...). */
+static bool
+check_bool(const char *value)
+{
+	bool		b;
+
+	return parse_bool(value, &b);
+}
+
+/* Accepts the absolute path of a PEM file FreeTDS's configuration can carry. */
+static bool
+check_ca_file(const char *value)
+{
+	return value[0] == '/' && tds_conf_value_ok(value);
+}
+
+/* Accepts a TCP port, 1 to 65535. */
+static bool
+check_port(const char *value)
+{
+	char	   *end;
+	long		port;
+
+	errno = 0;
+	port = strtol(value, &end, 10);
+	return errno == 0 && end != value && *end == '\0' && port >= 1 && port <= 65535;
+}
+
+/* Accepts a time zone name PostgreSQL knows (the IANA database). */
+static bool
+check_timezone(const char *value)
+{
+	return value[0] != '\0' && pg_tzset(value) != NULL;
+}
+
+/*
+ * Accepts a positive interval without months, such as '15 minutes' or
+ * '900 s', whose length fits in 64 bits of microseconds.
+ */
+static bool
+check_positive_interval(const char *value)
+{
+	Datum		iv;
+	int64		usecs;
+
+	return subxact_input(interval_in, value, &iv) &&
+		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0;
+}
+
+/* Accepts the TDS versions FreeTDS speaks to SQL Server 2005 and later. */
+static bool
+check_tds_version(const char *value)
+{
+	return strcmp(value, "7.1") == 0 || strcmp(value, "7.2") == 0 ||
+		strcmp(value, "7.3") == 0 || strcmp(value, "7.4") == 0;
+}
+
+static const FdwOption mssql_options[] = {
+	{"host", ForeignServerRelationId, false, check_host,
+	"The host is a name or an address of the SQL Server machine, without a port or instance name (use the port option)."},
+	{"port", ForeignServerRelationId, false, check_port,
+	"The port is an integer from 1 to 65535 (SQL Server listens on 1433 by default)."},
+	{"database", ForeignServerRelationId, false, check_sysname,
+	"The database is the name of a SQL Server database with change data capture, 1 to 128 characters."},
+	{"timezone", ForeignServerRelationId, false, check_timezone,
+	"The time zone is the IANA name of the SQL Server machine's clock zone, such as UTC or Europe/Berlin (see pg_timezone_names)."},
+	{"tds_version", ForeignServerRelationId, false, check_tds_version,
+	"The TDS version is one of 7.1, 7.2, 7.3 or 7.4."},
+	{"encrypt", ForeignServerRelationId, false, check_encrypt,
+	"The encrypt option is off, request or require (the default: an encrypted connection whose certificate is verified)."},
+	{"trust_server_certificate", ForeignServerRelationId, false, check_bool,
+	"The trust_server_certificate option is a boolean (false by default: the certificate must chain to ca_file, or to the system's trusted CAs, and name the host)."},
+	{"ca_file", ForeignServerRelationId, false, check_ca_file,
+	"The ca_file option is the absolute path of a PEM file of CA certificates the PostgreSQL server can read, at most 200 characters, without ; # [ ] = or control characters."},
+	{"host_name_in_certificate", ForeignServerRelationId, false, check_host,
+	"The host_name_in_certificate option is a host name, without a port."},
+	{"capture_stall_threshold", ForeignServerRelationId, false, check_positive_interval,
+	"The threshold is a positive interval without months, such as '15 minutes': how far the commit time of SQL Server's max LSN may lag its clock before the capture counts as stalled. Keep it above the idle dummy-row cadence (about 5 minutes)."},
+	{"username", UserMappingRelationId, false, check_login,
+	"The username is a SQL Server login of 1 to 128 characters; Windows logins (domain\\user) are not supported."},
+	{"password", UserMappingRelationId, true, check_nonempty,
+	"The password must not be empty."},
+	{NULL}
+};
+
+/*
+ * host_name_in_certificate must be the host: FreeTDS 1.3 (Debian 12's)
+ * checks the certificate against the name it connects to and cannot be
+ * told another one. Refusing it says so, instead of checking a name the
+ * user did not mean.
+ */
+static void
+check_certificate_name(List *opts)
+{
+	const char *host = fdw_option_value(opts, "host", NULL);
+	const char *name = fdw_option_value(opts, "host_name_in_certificate", NULL);
+
+	if (name != NULL && (host == NULL || pg_strcasecmp(host, name) != 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("option \"host_name_in_certificate\" (\"%s\") must equal option \"host\" (\"%s\")",
+						name, host ? host : ""),
+				 errdetail("FreeTDS 1.3 checks SQL Server's certificate against the host it connects to and cannot check another name."),
+				 errhint("Set host to the name in the certificate (add it to /etc/hosts or DNS if needed), or drop host_name_in_certificate.")));
+}
+
+/*
+ * Validator of the finalize_mssql wrapper (sources: SQL Server databases).
+ */
+Datum
+finalize_mssql_validator(PG_FUNCTION_ARGS)
+{
+	List	   *opts = untransformRelOptions(PG_GETARG_DATUM(0));
+	Oid			context = PG_GETARG_OID(1);
+
+	fdw_validate_options("finalize_mssql", mssql_options, opts, context);
+	if (context == ForeignServerRelationId)
+		check_certificate_name(opts);
+	PG_RETURN_VOID();
+}
+
