@@ -11,12 +11,12 @@ DELETE FROM finalize.alert;
 -- in the user mapping and never echoed.
 CREATE SERVER hook_json FOREIGN DATA WRAPPER finalize_webhook
     OPTIONS (url 'http://127.0.0.1:9/hook', format 'json', min_severity 'info', timeout '2 seconds');
-CREATE USER MAPPING FOR postgres SERVER hook_json OPTIONS (hmac_key 'k3y-s1gning', bearer_token 'tok-12345');
+CREATE USER MAPPING FOR CURRENT_USER SERVER hook_json OPTIONS (hmac_key 'k3y-s1gning', bearer_token 'tok-12345');
 CREATE SERVER hook_slack FOREIGN DATA WRAPPER finalize_webhook OPTIONS (format 'slack');
-CREATE USER MAPPING FOR postgres SERVER hook_slack OPTIONS (url 'https://hooks.slack.com/services/T0/B0/secretpath');
+CREATE USER MAPPING FOR CURRENT_USER SERVER hook_slack OPTIONS (url 'https://hooks.slack.com/services/T0/B0/secretpath');
 CREATE SERVER hook_pd FOREIGN DATA WRAPPER finalize_webhook
     OPTIONS (url 'https://events.pagerduty.com/v2/enqueue', format 'pagerduty_v2', min_severity 'critical');
-CREATE USER MAPPING FOR postgres SERVER hook_pd OPTIONS (routing_key 'R0UTINGKEY');
+CREATE USER MAPPING FOR CURRENT_USER SERVER hook_pd OPTIONS (routing_key 'R0UTINGKEY');
 \set VERBOSITY default
 CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (url 'http://hooks.example.com/x');
 CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (url 'ftp://127.0.0.1/x');
@@ -27,9 +27,12 @@ CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (min_severity 'f
 CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (timeout '-1 second');
 CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (routing_key 'R0UTINGKEY');
 CREATE SERVER bad FOREIGN DATA WRAPPER finalize_webhook OPTIONS (password 'x');
-CREATE USER MAPPING FOR postgres SERVER hook_slack OPTIONS (format 'json');
-ALTER USER MAPPING FOR postgres SERVER hook_json OPTIONS (SET bearer_token E'tok\r\nX-Evil: 1');
-ALTER USER MAPPING FOR postgres SERVER hook_json OPTIONS (SET hmac_key 'short');
+-- (the error names the user; its code alone keeps the output the same for any superuser)
+\set VERBOSITY sqlstate
+CREATE USER MAPPING FOR CURRENT_USER SERVER hook_slack OPTIONS (format 'json');
+\set VERBOSITY default
+ALTER USER MAPPING FOR CURRENT_USER SERVER hook_json OPTIONS (SET bearer_token E'tok\r\nX-Evil: 1');
+ALTER USER MAPPING FOR CURRENT_USER SERVER hook_json OPTIONS (SET hmac_key 'short');
 \set VERBOSITY terse
 SELECT target_name, format, min_severity FROM finalize._alert_targets() ORDER BY 1;
 
@@ -165,7 +168,7 @@ SELECT finalize.track_table('ad.orders', 'erp', 'dbo.orders') AS orders_id \gset
 INSERT INTO finalize.release (table_id, partition, generation, store, prefix, released, problems, report, requested_by)
 VALUES (:orders_id, 'dt=2026-11-29', 'g1', 'file:///lake', 'orders/dt=2026-11-29/g1/', false,
         '[{"code": "missing_object", "path": "a"}, {"code": "missing_object", "path": "b"}, {"code": "not_finalized"}]',
-        '{}', 'postgres');
+        '{}', current_user);
 SELECT kind, severity, table_name, subject, state, message, detail->>'generation' AS generation
   FROM finalize.alerts WHERE kind = 'release_rejected';
 -- Late rows in that period called for a correction (an event-time table's
@@ -177,7 +180,7 @@ SELECT finalize._raise_alert('late_data', 'warning', :orders_id, 'erp', finalize
 INSERT INTO finalize.release (table_id, partition, generation, store, prefix, released, period_start, problems,
                               report, requested_by)
 VALUES (:orders_id, 'dt=2026-11-29', 'g2', 'file:///lake', 'orders/dt=2026-11-29/g2/', true, '2026-11-29 00:00+00',
-        '[]', '{}', 'postgres');
+        '[]', '{}', current_user);
 SELECT kind, subject, state FROM finalize.alerts WHERE kind IN ('release_rejected', 'late_data') ORDER BY alert_id;
 
 -- Freshness: an SLA per table; a table without a verdict lags from when

@@ -69,4 +69,5 @@ ALTER FOREIGN DATA WRAPPER finalize_mssql OPTIONS (ADD host 'h');
 SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'src_ok';
 SELECT umoptions FROM pg_user_mappings WHERE srvname = 'src_ok';
 
-DROP SERVER src_ok CASCADE;
+DROP USER MAPPING FOR CURRENT_USER SERVER src_ok;
+DROP SERVER src_ok;

@@ -141,7 +141,8 @@ SELECT * FROM finalize.release_gate('{"table": "g.orders", "partition": "p", "ge
 RESET ROLE;
 
 SELECT finalize.untrack_table('g.orders', false);
-DROP SERVER lake CASCADE;
-DROP SERVER nobucket CASCADE;
+DROP USER MAPPING FOR CURRENT_USER SERVER lake;
+DROP USER MAPPING FOR CURRENT_USER SERVER nobucket;
+DROP SERVER lake, nobucket;
 DROP SERVER erp;
 DROP ROLE regress_gate_reader, regress_gate_publisher;

@@ -368,9 +368,9 @@ SELECT finalize.is_final('pl.events', '2026-11-29 12:00+00') AS hour_12,
        finalize.is_final('pl.events_daily', '2026-11-29 00:00+00') AS day_29,
        finalize.is_final('pl.events_6h', '2026-11-29 12:00+00') AS from_12h;
 SELECT period_start, is_final, covered FROM finalize.changes_by_period('pl.events', '2026-11-29 11:00+00', '2026-11-29 13:00+00');
-SELECT event, detail - 'by' AS detail, detail ->> 'by' AS by FROM finalize.facts
+SELECT event, detail - 'by' AS detail, detail ->> 'by' = current_user AS by_current_user FROM finalize.facts
  WHERE table_name = 'pl.events' AND event IN ('loss_acknowledged', 'resumed') ORDER BY fact_id;
-SELECT acknowledged_by, period_from, period_to, note FROM finalize.loss_ack ORDER BY ack_id;
+SELECT acknowledged_by = current_user AS by_current_user, period_from, period_to, note FROM finalize.loss_ack ORDER BY ack_id;
 -- An acknowledgement covers only the losses recorded before it: a later
 -- loss in the same periods holds them again.
 SELECT finalize._record_event(finalize._tracked_id('pl.events'), 'data_loss', '0x00000000000000000500',

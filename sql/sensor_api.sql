@@ -68,7 +68,7 @@ UPDATE finalize.tracked_table SET state = 'data_lost', state_detail = 'Rows were
 INSERT INTO finalize.source_status (server_name, condition, last_error, last_error_at)
 VALUES ('erp', 'unreachable', 'SQL Server error 18456: Login failed for user ''cdc''.', '2026-11-29 14:52+00');
 SELECT state, reason FROM finalize.explain_verdict('s.orders', '2026-11-29 14:15+00');
--- Conditions are the worker's codes (src/common/condition.c); the tables
+-- Conditions are the worker's codes (src/core/condition.c); the tables
 -- refuse any other.
 SELECT c.conname, x.code[1] AS code
   FROM pg_constraint c, regexp_matches(pg_get_constraintdef(c.oid), '''([a-z_]+)''', 'g') WITH ORDINALITY AS x(code, n)

@@ -119,8 +119,9 @@ SELECT finalize.resume_table('t_pol');
 -- After a data loss the worker restarts the table; resume only asks it to.
 UPDATE finalize.tracked_table SET state = 'data_lost', state_detail = 'lost' WHERE table_name = 't_pol';
 SELECT finalize.resume_table('t_pol');
-SELECT state, state_detail LIKE 'postgres asked to resume at %' AS explained FROM finalize.tracked_table WHERE table_name = 't_pol';
-SELECT event, detail FROM finalize.facts WHERE table_name = 't_pol' ORDER BY fact_id;
+SELECT state, state_detail LIKE current_user || ' asked to resume at %' AS explained FROM finalize.tracked_table WHERE table_name = 't_pol';
+SELECT event, detail - 'by' AS detail, detail ->> 'by' = current_user AS by_current_user
+  FROM finalize.facts WHERE table_name = 't_pol' ORDER BY fact_id;
 -- After a blocking schema change, the DDL counts as reviewed.
 UPDATE finalize.tracked_table SET state = 'schema_blocked' WHERE table_name = 't_pol';
 INSERT INTO finalize.fact (table_id, kind, event, start_lsn, end_lsn, capture_instance, detail)
@@ -130,7 +131,8 @@ SELECT table_id, 'event', 'schema_blocked', '0x00000000000000000100', '0x0000000
 SELECT finalize.resume_table('t_pol');
 SELECT t.state, w.schema_ack_lsn FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id)
  WHERE t.table_name = 't_pol';
-SELECT event, detail FROM finalize.facts WHERE table_name = 't_pol' AND event = 'resumed';
+SELECT event, detail - 'by' AS detail, detail ->> 'by' = current_user AS by_current_user
+  FROM finalize.facts WHERE table_name = 't_pol' AND event = 'resumed';
 UPDATE finalize.tracked_table SET state = 'paused' WHERE table_name = 't_pol';
 SELECT finalize.resume_table('t_pol');
 SELECT finalize.resume_table('t_nosuch');
