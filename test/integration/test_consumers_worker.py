@@ -309,20 +309,20 @@ def test_a_replayed_lower_lsn_changes_nothing(env, sim):
 
 
 def readme_login_without_mapping_grant():
-    """The README's least-privilege login script, without any line that grants SELECT on
+    """The least-privilege login script of docs/sql-server.md, without any line that grants SELECT on
     cdc.lsn_time_mapping (what a DBA who set finalize up before consumers existed has)."""
     from test_mssql_realism import readme_login_script
     return "\n".join(line for line in readme_login_script().splitlines() if "lsn_time_mapping" not in line)
 
 
 def test_a_login_that_may_not_read_the_mapping_leaves_the_consumer_unresolved(env, pg):
-    from test_mssql_realism import run_script
+    from test_mssql_realism import GATING_ROLE, LOGIN, run_script
     sim = sim_clock(database="erp", start_time="2026-11-02T08:59:00Z").start()
     try:
         sim.call("sim.disable_table", name="orders")
-        sim.call("sim.enable_table", name="orders", role_name="cdc_reader")
+        sim.call("sim.enable_table", name="orders", role_name=GATING_ROLE)
         run_script(sim, readme_login_without_mapping_grant().replace("<password>", PASSWORD))
-        start_tracking(env, sim, login="finalize_reader", password=PASSWORD)
+        start_tracking(env, sim, login=LOGIN, password=PASSWORD)
         env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "spark-orders"))
         held = until(env)
         a = commit(sim, at(9, 5), inserts=1)
@@ -335,7 +335,7 @@ def test_a_login_that_may_not_read_the_mapping_leaves_the_consumer_unresolved(en
         env.pg.wait_for(lambda: server_log_lines(pg, DENIED), what="the 229 in the server log")
         wait_cycles(env, 4)
         lines = server_log_lines(pg, DENIED)
-        assert len(lines) == 1 and '"spark-orders"' in lines[0] and "finalize_reader" in lines[0], lines
+        assert len(lines) == 1 and '"spark-orders"' in lines[0] and LOGIN in lines[0], lines
         st = env.status(TABLE)
         assert st["source_until"] == at(10, 0) and st["finalized_until"] == held
         assert st["held_back_by"] == "spark-orders" and st["source_condition"] == "ok"
@@ -348,8 +348,8 @@ def test_a_login_that_may_not_read_the_mapping_leaves_the_consumer_unresolved(en
         assert '"spark-orders"' in why and DENIED in why, why
         assert_truth(env, sim, a)
 
-        # The README's GRANT lets the worker resolve it.
-        run_script(sim, "GRANT SELECT ON [cdc].[lsn_time_mapping] TO [finalize_reader];")
+        # The script's GRANT lets the worker resolve it.
+        run_script(sim, "GRANT SELECT ON [cdc].[lsn_time_mapping] TO [%s];" % LOGIN)
         row = wait_resolved(env, "spark-orders", a)
         assert as_utc(row["commit_time"]) == at(9, 5) and row["resolve_error"] is None
         assert wait_until(env, at(9, 0)) == assert_truth(env, sim, a)

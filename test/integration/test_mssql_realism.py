@@ -1,5 +1,5 @@
 """The worker against a simulator as strict as SQL Server's documentation:
-exactly the README's least-privilege login (no SELECT on the cdc schema),
+exactly the least-privilege login of docs/sql-server.md (no SELECT on the cdc schema),
 every accepted TDS version, commit times stamped in another zone than the
 server's clock, DDL longer than the default TEXTSIZE, a case-sensitive
 database, a NOLOCK scan that loses its place (601) and a compile error in
@@ -18,7 +18,9 @@ import pytest
 from worker_env import at, as_utc, assert_chain, assert_never_leads, new_cluster, sim_clock, truth_counts
 
 UTC = datetime.timezone.utc
-README = Path(__file__).resolve().parents[2] / "README.md"
+LOGIN_PAGE = Path(__file__).resolve().parents[2] / "docs" / "sql-server.md"
+LOGIN = "svc_finalize"        # the SQL Server login the page's script creates
+GATING_ROLE = "cdc_gate"      # the capture instance's @role_name the script adds it to
 PASSWORD = "Fin4lize-Reader!"
 
 
@@ -30,10 +32,10 @@ def pg():
 
 
 def readme_login_script():
-    """The T-SQL block the README gives a DBA to create finalize's login."""
-    text = README.read_text()
+    """The T-SQL block docs/sql-server.md gives a DBA to create finalize's login."""
+    text = LOGIN_PAGE.read_text()
     m = re.search(r"<!-- least-privilege-login -->\s*```sql\n(.*?)```", text, re.S)
-    assert m, "README.md has no least-privilege login script"
+    assert m, "docs/sql-server.md has no least-privilege login script"
     return m.group(1)
 
 
@@ -78,14 +80,14 @@ def test_the_readme_login_is_all_the_worker_needs(env, pg):
     try:
         # The source table has a gating role, as a careful DBA sets it up.
         sim.call("sim.disable_table", name="orders")
-        sim.call("sim.enable_table", name="orders", role_name="cdc_reader")
+        sim.call("sim.enable_table", name="orders", role_name=GATING_ROLE)
         run_script(sim, readme_login_script().replace("<password>", PASSWORD))
         # The login may use the query functions, not the change table.
         with pytest.raises(pymssql.Error, match="229"):
-            run_script(sim, "SELECT TOP (1) * FROM cdc.dbo_orders_CT", login="finalize_reader", password=PASSWORD)
+            run_script(sim, "SELECT TOP (1) * FROM cdc.dbo_orders_CT", login=LOGIN, password=PASSWORD)
 
         first_commit(sim)
-        env.add_source("erp", sim, login="finalize_reader", password=PASSWORD)
+        env.add_source("erp", sim, login=LOGIN, password=PASSWORD)
         env.track("sales.orders", "erp")
         env.wait_caught_up("sales.orders", sim)
         for when, ops in [(at(9, 5), dict(inserts=3)), (at(9, 30), dict(updates=2)), (at(9, 59), dict(deletes=1)),
@@ -119,12 +121,12 @@ def test_the_readme_login_is_all_the_worker_needs(env, pg):
         assert st["offset_lsn"] == offset
 
         # Without the gating role the instance is invisible to the login.
-        run_script(sim, "ALTER ROLE [cdc_reader] DROP MEMBER [finalize_reader];")
+        run_script(sim, "ALTER ROLE [%s] DROP MEMBER [%s];" % (GATING_ROLE, LOGIN))
         env.sql("SELECT finalize.untrack_table('sales.orders')")
         env.track("sales.orders", "erp")
         st = env.wait_status("sales.orders", lambda s: s.get("condition") == "no_capture_instance",
                              what="no capture instance without the gating role")
-        assert "finalize_reader" in st["condition_detail"]
+        assert LOGIN in st["condition_detail"]
     finally:
         sim.stop()
 

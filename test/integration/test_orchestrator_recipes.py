@@ -1,15 +1,19 @@
-"""The README's orchestrator recipes (Sensors: Airflow and friends), run as
-SQL against a real server. The SQL is read from README.md itself: the
-fenced block after each `<!-- recipe: name -->` marker, its Python string
+"""The documentation's orchestrator recipes (docs/orchestrators.md, the
+local-day block of docs/periods.md, the Airflow sensor the README repeats),
+run as SQL against a real server. The SQL is read from the pages themselves
+(README.md and docs/*.md): the fenced block after each
+`<!-- recipe: name -->` marker (a recipe given on two pages must be the same
+on both), its Python string
 constants named *_SQL (found with ast, so the code must parse) or the block
 itself for SQL; so the examples cannot drift from what is tested. Airflow,
 Dagster and dbt are not installed: each statement is run the way the tool
 runs it (psycopg2 with the same parameters; dbt's freshness query as the
-README writes it down, checked against its sources.yml) as a login in
+page writes it down, checked against its sources.yml) as a login in
 finalize_reader, and its answers are checked before and after a range is
 recorded."""
 
 import ast
+import glob
 import os
 import re
 import threading
@@ -20,17 +24,22 @@ import yaml
 
 from pgcluster import cluster_with_source
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+TOP = os.path.join(os.path.dirname(__file__), "..", "..")
+PAGES = [os.path.join(TOP, "README.md")] + sorted(glob.glob(os.path.join(TOP, "docs", "*.md")))
 DB = "warehouse"  # the database of the dbt recipe
 
 
 def recipe(name):
-    """(language, body) of the fenced block after the recipe's marker."""
-    with open(README) as f:
-        text = f.read()
-    m = re.search(r"<!-- recipe: %s -->\n```(\w+)\n(.*?)\n```" % re.escape(name), text, re.S)
-    assert m, f"README.md has no recipe {name}"
-    return m.group(1), m.group(2)
+    """(language, body) of the fenced block after the recipe's marker, on every page that gives it."""
+    found = {}
+    for page in PAGES:
+        with open(page) as f:
+            text = f.read()
+        for m in re.finditer(r"<!-- recipe: %s -->\n```(\w+)\n(.*?)\n```" % re.escape(name), text, re.S):
+            found.setdefault((m.group(1), m.group(2)), []).append(os.path.relpath(page, TOP))
+    assert found, f"no page (README.md, docs/*.md) has recipe {name}"
+    assert len(found) == 1, f"recipe {name} differs between {list(found.values())}"
+    return next(iter(found))
 
 
 def sql_constants(name):
@@ -83,7 +92,7 @@ def record(pg, start, end, commit_time):
 
 def test_airflow_sql_sensor_pokes_false_then_true(pgr, orders):
     sql = sql_constants("airflow-sql-sensor")["IS_FINAL_SQL"]
-    # What SqlSensor hands psycopg2: the README's parameters, rendered
+    # What SqlSensor hands psycopg2: the recipe's parameters, rendered
     # (data_interval_start renders as an ISO 8601 instant).
     params = {"table": "sales.orders", "period": "2026-11-29T14:00:00+00:00"}
     conn = reader(pgr)
@@ -97,7 +106,7 @@ def test_airflow_sql_sensor_pokes_false_then_true(pgr, orders):
 
 def test_airflow_trigger_returns_true_when_another_session_advances(pgr, orders):
     sql = sql_constants("airflow-trigger")["WAIT_FINAL_SQL"]
-    assert "interval '5 minutes'" in sql  # bounded waits, as the README says
+    assert "interval '5 minutes'" in sql  # bounded waits, as the page says
     record(pgr, None, "0x00000000000000000100", "2026-11-29 14:30+00")
     answer = {}
 
@@ -229,10 +238,10 @@ def test_dagster_daily_partitions_in_a_zone_see_each_final_local_day_once(pgr, s
 
 
 def test_the_local_day_recipe_from_track_table_to_the_gate(pgr, store):
-    """The README's local-day block, statement by statement (the store is a local one here): the Seoul day
+    """The local-day block of docs/periods.md, statement by statement (the store is a local one here): the Seoul day
     2026-11-28 is released only once it is final, and the projection places it at dt=2026-11-28/."""
     import json
-    from conftest import write_file
+    from storefiles import write_file
     lang, block = recipe("local-day")
     assert lang == "sql"
     statements = [s.strip() for s in re.split(r";\s*(?:--[^\n]*)?\n", block + "\n") if s.strip()

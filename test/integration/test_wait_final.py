@@ -191,7 +191,7 @@ def test_a_sleeping_waiter_holds_no_lock_and_no_transaction_id(pgw, orders):
     assert pgw.sql("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
                    "WHERE l.pid = %s AND n.nspname = 'finalize'", (w.pid,))[0][0] == 0
-    # The statement's own snapshot remains (the README says so): an xmin,
+    # The statement's own snapshot remains (docs/orchestrators.md says so): an xmin,
     # but no transaction id.
     xid, xmin = pgw.sql("SELECT backend_xid, backend_xmin FROM pg_stat_activity WHERE pid = %s", (w.pid,))[0]
     assert xid is None and xmin is not None

@@ -13,6 +13,8 @@ MAPPING = ("EXEC sys.sp_executesql N'SELECT TOP (1) m.start_lsn, m.tran_end_time
            "FROM [cdc].[lsn_time_mapping] AS m WHERE m.start_lsn <= @lsn "
            "ORDER BY m.start_lsn DESC', N'@lsn binary(10)', @lsn = %s;")
 PASSWORD = "Str0ng!pw"
+LOGIN = "svc_finalize"   # the SQL Server login of docs/sql-server.md's script
+GATING_ROLE = "cdc_gate"  # the gating role (@role_name) that script adds it to
 DENIED = "The SELECT permission was denied on the object 'lsn_time_mapping', database 'demo', schema 'cdc'."
 
 
@@ -40,8 +42,8 @@ def three(make_sim):
     return sim, rows
 
 
-def login(sim, name="pipe_reader"):
-    """The README's least-privilege login (a user in demo, SELECT on dbo.orders) -> a connection."""
+def login(sim, name=LOGIN):
+    """The least-privilege login of docs/sql-server.md (a user in demo, SELECT on dbo.orders) -> a connection."""
     sim.execute("CREATE LOGIN [%s] WITH PASSWORD = N'%s', CHECK_POLICY = OFF; USE [demo]; "
                 "CREATE USER [%s] FOR LOGIN [%s]; GRANT SELECT ON [dbo].[orders] TO [%s];"
                 % (name, PASSWORD, name, name, name))
@@ -83,10 +85,10 @@ def test_least_privilege_login_is_refused_with_sql_servers_229(three):
     # The rights of the query functions (SELECT on the source table, membership in the gating role)
     # do not open a cdc table: the login reads the change data and still not the mapping table.
     sim.call("sim.disable_table", name="orders")
-    sim.call("sim.enable_table", name="orders", role_name="cdc_reader")
+    sim.call("sim.enable_table", name="orders", role_name=GATING_ROLE)
     sim.call("sim.commit", inserts=1)
     sim.call("sim.advance", seconds=10)
-    sim.execute("ALTER ROLE [cdc_reader] ADD MEMBER [pipe_reader]")
+    sim.execute("ALTER ROLE [%s] ADD MEMBER [%s]" % (GATING_ROLE, LOGIN))
     cur = conn.cursor()
     cur.execute("SELECT COUNT_BIG(*) FROM cdc.fn_cdc_get_all_changes_dbo_orders("
                 "sys.fn_cdc_get_min_lsn(N'dbo_orders'), sys.fn_cdc_get_max_lsn(), N'all')")
@@ -99,15 +101,15 @@ def test_least_privilege_login_is_refused_with_sql_servers_229(three):
 def test_grant_on_the_table_or_the_schema_allows_it(three):
     sim, (a, _, _) = three
     conn = login(sim)
-    sim.execute("GRANT SELECT ON cdc.lsn_time_mapping TO [pipe_reader]")
+    sim.execute("GRANT SELECT ON cdc.lsn_time_mapping TO [%s]" % LOGIN)
     assert mapping(conn, a["start_lsn"])[0][0] == a["start_lsn"]
     # It opens that table only, not the change tables.
     with pytest.raises(pymssql.Error, match="dbo_orders_CT"):
         conn.cursor().execute("SELECT COUNT_BIG(*) FROM cdc.dbo_orders_CT")
-    sim.execute("REVOKE SELECT ON cdc.lsn_time_mapping FROM [pipe_reader]")
+    sim.execute("REVOKE SELECT ON cdc.lsn_time_mapping FROM [%s]" % LOGIN)
     with pytest.raises(pymssql.Error, match="229"):
         mapping(conn, a["start_lsn"])
-    sim.execute("GRANT SELECT ON SCHEMA::[cdc] TO [pipe_reader]")
+    sim.execute("GRANT SELECT ON SCHEMA::[cdc] TO [%s]" % LOGIN)
     assert mapping(conn, a["start_lsn"])[0][0] == a["start_lsn"]
     conn.close()
 
@@ -120,6 +122,6 @@ def test_229_ends_only_its_statement_inside_a_marked_batch(three):
                "AS m WHERE m.start_lsn <= @lsn ORDER BY m.start_lsn DESC', N'@lsn binary(10)', @lsn = %s;"
                % lit(a["start_lsn"]))
     batch = "SELECT 0 AS finalize_statement; %s SELECT 1 AS finalize_statement; %s" % (one_int, one_int)
-    assert rows_and_errors(raw_batch(sim, batch, login="pipe_reader", password=PASSWORD)) == [
+    assert rows_and_errors(raw_batch(sim, batch, login=LOGIN, password=PASSWORD)) == [
         ("row", [0]), ("error", 229), ("row", [1]), ("error", 229)]
     assert rows_and_errors(raw_batch(sim, batch)) == [("row", [0]), ("row", [10]), ("row", [1]), ("row", [10])]
