@@ -50,16 +50,3 @@ def store():
     os.chmod(root, 0o755)
     yield root
     shutil.rmtree(root, ignore_errors=True)
-
-
-def write_file(root, path, data):
-    """Writes a file of a local store, every directory readable by the server."""
-    full = os.path.join(root, path)
-    os.makedirs(os.path.dirname(full), exist_ok=True)
-    d = os.path.dirname(full)
-    while d.startswith(root) and d != root:
-        os.chmod(d, 0o755)
-        d = os.path.dirname(d)
-    with open(full, "wb") as f:
-        f.write(data)
-    os.chmod(full, 0o644)

@@ -44,7 +44,7 @@ import tempfile
 
 import pytest
 
-from conftest import write_file
+from storefiles import write_file
 from worker_env import at, new_cluster, sim_clock, sim_max_lsn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))

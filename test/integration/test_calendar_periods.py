@@ -1,7 +1,7 @@
 """Calendar periods in a table's own zone (period_zone), against ground
 truth.
 
-1. The period arithmetic (one implementation, src/common/period.c) gives
+1. The period arithmetic (one implementation, src/core/period.c) gives
    the periods an independent reference computes from the rules and
    Python's zoneinfo (test/lib/periods_ref.py): hours, days, ISO weeks,
    months, quarters and years in zones with 23- and 25-hour days, 30-minute

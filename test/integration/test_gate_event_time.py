@@ -18,7 +18,7 @@ import os
 import psycopg2
 import pytest
 
-from conftest import write_file as write
+from storefiles import write_file as write
 from pgcluster import cluster_with_source
 
 EV = "g.ev"        # partitioned by created_at, 10 minutes of allowed lateness

@@ -17,7 +17,7 @@ import threading
 import psycopg2
 import pytest
 
-from conftest import write_file as write
+from storefiles import write_file as write
 from pgcluster import cluster_with_source
 
 TABLE = "lake.orders"

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from conftest import write_file
+from storefiles import write_file
 from pgcluster import cluster_with_source
 
 from zoneinfo import ZoneInfo

@@ -2,7 +2,7 @@
 with no privileges keeps a session LISTENing in an open transaction (which
 holds the queue's tail) and fills the queue from another. Facts and
 verdicts must commit whatever the queue does: finalize's notifications are
-best effort (src/common/notify.c), counted when dropped, and said in the
+best effort (src/core/notify.c), counted when dropped, and said in the
 log; nothing of finalize waits for one.
 
 Filling the queue writes its 8 GB once (about 40 s here): it is the only

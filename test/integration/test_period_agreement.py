@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 
-from conftest import write_file  # noqa: E402
+from storefiles import write_file  # noqa: E402
 from pgcluster import cluster_with_source  # noqa: E402
 
 UTC = datetime.timezone.utc

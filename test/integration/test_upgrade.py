@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import write_file
+from storefiles import write_file
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RELEASES = os.path.join(TOP, "src", "sql", "release")

@@ -1,4 +1,4 @@
-"""An independent reference for finalize's periods (src/common/period.c),
+"""An independent reference for finalize's periods (src/core/period.c),
 written from the rules, not from the C: Python's zoneinfo reads the zone
 database, and the period containing an instant is found among the resolved
 grid points around it (the C code computes it from the greatest wall time
