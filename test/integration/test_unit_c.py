@@ -2,6 +2,7 @@
 each is built by the Makefile against the extension's sources and
 PostgreSQL's headers, and every TAP line it prints becomes a pytest case."""
 
+import fcntl
 import glob
 import os
 import subprocess
@@ -13,13 +14,17 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 def build_and_run(name):
     """Builds test/unit/<name> with the Makefile's rule (PGXS flags, no
-    hard-coded paths) and runs it."""
+    hard-coded paths) and runs it. Every pytest-xdist worker collects this
+    file, so the build and the run hold a lock: one worker's link must not
+    replace a program another is running."""
     target = os.path.join("test", "unit", name[:-2])
     make = ["make", "-s", "-C", TOP, target]
     if os.environ.get("PG_CONFIG"):
         make.append("PG_CONFIG=" + os.environ["PG_CONFIG"])
-    subprocess.run(make, check=True)
-    return subprocess.run([os.path.join(TOP, target)], capture_output=True, text=True)
+    with open(os.path.join(TOP, "test", "unit", ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(make, check=True)
+        return subprocess.run([os.path.join(TOP, target)], capture_output=True, text=True)
 
 
 def cases():
