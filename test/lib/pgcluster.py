@@ -66,6 +66,7 @@ class Cluster:
     """One PostgreSQL cluster in a temporary directory."""
 
     def __init__(self, conf=None, port=None, keep=False):
+        self.port_chosen = port is None     # a port of our choosing may be changed when taken
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="finalize-pg.")
         os.chmod(self.dir, 0o755)
@@ -109,11 +110,12 @@ class Cluster:
         """Starts the server; on a port another process took since free_port() chose it (tests
         run in parallel), on a new one."""
         for attempt in range(5):
+            seen = len(self.log())
             try:
                 _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60", "start"])
                 return self
             except subprocess.CalledProcessError:
-                if attempt == 4 or "could not bind" not in self.log():
+                if attempt == 4 or not self.port_chosen or "could not bind" not in self.log()[seen:]:
                     raise
                 self.port = free_port()
                 self.conf["port"] = str(self.port)
