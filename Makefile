@@ -158,6 +158,12 @@ install-finalize-docs:
 uninstall-finalize-docs:
 	rm -rf '$(DESTDIR)$(docdir)/extension/finalize'
 
+# The names of every pg_regress and isolation test (test/run-tests checks
+# that each ran).
+.PHONY: print-tests
+print-tests:
+	@echo $(REGRESS) $(ISOLATION)
+
 .PHONY: meta
 meta:
 	python3 -c 'import json,sys; m=json.load(open("META.json")); m["version"]=sys.argv[1]; \

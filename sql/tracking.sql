@@ -105,6 +105,11 @@ SELECT finalize.track_table('t_pol', 'erp', 'dbo.orders', ddl_policy => 'block',
 SELECT finalize.track_table('t_bad', 'erp', 'dbo.orders', ddl_policy => 'ignore');
 SELECT finalize.track_table('t_bad', 'erp', 'dbo.orders', on_data_loss => 'skip');
 SELECT finalize.track_table('t_bad', 'erp', 'dbo.orders', start_from => 'yesterday');
+SELECT finalize.track_table('t_bad', 'erp', 'dbo.orders', start_from => '0x0000002D00000E58');
+-- An LSN in Debezium's form is stored in finalize's.
+SELECT finalize.track_table('t_lsn', 'erp', 'dbo.orders', start_from => '0000002d:00000e58:0003') > 0 AS tracked;
+SELECT start_from FROM finalize.tracked_table WHERE table_name = 't_lsn';
+SELECT finalize.untrack_table('t_lsn', keep_facts => false);
 SELECT table_name, ddl_policy, on_data_loss, start_from FROM finalize.tracked_table
  WHERE table_name IN ('t_pol', 'sales.orders') ORDER BY table_name;
 SELECT finalize.alter_tracked_table('t_pol', ddl_policy => 'warn');

@@ -17,6 +17,7 @@ static const char *const condition_names[COND_COUNT] = {
 	[COND_RECORD_FAILED] = "record_failed",
 	[COND_LOCK_TIMEOUT] = "lock_timeout",
 	[COND_EVENT_COLUMN_INVALID] = "event_column_invalid",
+	[COND_START_UNREADABLE] = "start_unreadable",
 	[COND_STARTING] = "starting",
 	[COND_OK] = "ok",
 	[COND_CAPTURE_STALLED] = "capture_stalled",

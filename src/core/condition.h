@@ -21,6 +21,7 @@ typedef enum Condition
 	COND_RECORD_FAILED,
 	COND_LOCK_TIMEOUT,
 	COND_EVENT_COLUMN_INVALID,
+	COND_START_UNREADABLE,
 
 	/* A source's (finalize.source_status). */
 	COND_STARTING,

@@ -23,8 +23,11 @@ CREATE TABLE @extschema@.tracked_table (
                       CHECK (state IN ('active', 'paused', 'data_lost', 'schema_blocked', 'resuming')),
     state_detail      text,
     state_since       timestamptz NOT NULL DEFAULT now(),
+    -- max_lsn, capture_start, or the LSN the lake's copy ends at (stored
+    -- as 0x and 20 upper-case hex digits): its facts begin right after it.
     start_from        text NOT NULL DEFAULT 'max_lsn'
-                      CHECK (start_from IN ('max_lsn', 'capture_start')),
+                      CONSTRAINT tracked_table_start_from_check
+                      CHECK (start_from IN ('max_lsn', 'capture_start') OR start_from ~ '^0x[0-9A-F]{20}$'),
     ddl_policy        text NOT NULL DEFAULT 'warn'
                       CHECK (ddl_policy IN ('warn', 'block')),
     on_data_loss      text NOT NULL DEFAULT 'stop'
@@ -194,7 +197,8 @@ CREATE TABLE @extschema@.table_condition (
     condition         text NOT NULL
                       CONSTRAINT table_condition_condition_check
                       CHECK (condition IN ('no_access', 'read_failed', 'no_capture_instance', 'source_replaced',
-                                           'lsn_regressed', 'record_failed', 'lock_timeout', 'event_column_invalid')),
+                                           'lsn_regressed', 'record_failed', 'lock_timeout', 'event_column_invalid',
+                                           'start_unreadable')),
     detail            text,
     since             timestamptz NOT NULL DEFAULT now()
 );

@@ -86,6 +86,36 @@ $$;
 
 -- The body of finalize.track_table, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
+-- The start_from of a new tracked table in its stored form: max_lsn,
+-- capture_start, or an LSN in either text form (finalize's, or Debezium's
+-- source.commit_lsn), normalized. Whether SQL Server still holds the
+-- changes after that LSN, and has reached it, only the worker can tell: it
+-- looks before the first range and records nothing while it cannot
+-- (condition start_unreadable).
+CREATE FUNCTION @extschema@._check_start_from(table_name text, value text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(value, 'start_from');
+    IF value IN ('max_lsn', 'capture_start') THEN
+        RETURN value;
+    END IF;
+    BEGIN
+        RETURN @extschema@._lsn_normalize(value)::text;
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'invalid value for argument start_from of table "%": "%"', table_name, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Tracking starts at SQL Server''s current max LSN (max_lsn, the default), at the '
+                           'start of the capture instance (capture_start), or right after the LSN the lake''s '
+                           'copy of the table ends at, written as 0x and 20 hexadecimal digits '
+                           '(0x0000002D00000E580003) or as Debezium writes it (0000002d:00000e58:0003).',
+                  HINT = 'For a copy made by a Debezium snapshot, give the commit_lsn its snapshot records carry.';
+    END;
+END
+$$;
+
 CREATE FUNCTION @extschema@._track_table(
     caller name,
     table_name   text,
@@ -113,6 +143,7 @@ DECLARE
     srv pg_foreign_server;
     who name := caller;
     zone text;
+    start_at text;
 BEGIN
     PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
     srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
@@ -140,8 +171,7 @@ BEGIN
     parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
     zone := @extschema@._check_zone(_track_table.period_zone, 'period_zone');
-    PERFORM @extschema@._check_choice(_track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
-        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
+    start_at := @extschema@._check_start_from(_track_table.table_name, _track_table.start_from);
     PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
     PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
     PERFORM @extschema@._require(_track_table.lateness_policy, 'lateness_policy');
@@ -168,7 +198,7 @@ BEGIN
              ddl_policy, on_data_loss, created_by, event_time_column, event_time_zone, lateness_policy,
              allowed_lateness, lateness_quantile, lateness_window, period_zone)
         VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
-                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who,
+                start_at, _track_table.ddl_policy, _track_table.on_data_loss, who,
                 _track_table.event_time_column, _track_table.event_time_zone, _track_table.lateness_policy,
                 make_interval(secs => extract(epoch FROM _track_table.allowed_lateness)),
                 _track_table.lateness_quantile,

@@ -13,7 +13,8 @@ CREATE TABLE @extschema@.alert (
                                      'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
                                      'no_capture_instance', 'source_replaced', 'event_column_invalid',
                                      'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
-                                     'late_data', 'release_rejected', 'freshness', 'consumer_locked')),
+                                     'late_data', 'release_rejected', 'freshness', 'consumer_locked',
+                                     'start_unreadable')),
     severity         text NOT NULL
                      CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
     table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,
@@ -242,7 +243,7 @@ RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
-             'no_capture_instance', 'source_replaced', 'event_column_invalid'];
+             'no_capture_instance', 'source_replaced', 'event_column_invalid', 'start_unreadable'];
 
 -- Of some tables, those with a condition or an open incident of one: the
 -- worker clears the condition of every table it read (_set_condition), and

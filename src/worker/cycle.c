@@ -352,6 +352,28 @@ resolve_consumers(Cycle *c, const TablePlan *plans)
 	io_interrupts_rethrow();
 }
 
+/*
+ * Why a table tracked from an LSN (start_from) cannot start: SQL Server no
+ * longer holds every change after it, or has not reached it. Nothing is
+ * recorded: a lake copy continued from anywhere else would be wrong.
+ */
+static char *
+start_unreadable_detail(const TrackedSource *t, const TablePlan *p, const Lsn *max_lsn)
+{
+	const CaptureInstance *inst = p->instance;
+
+	if (lsn_cmp(&t->start_lsn, max_lsn) > 0)
+		return psprintf("The LSN this table was tracked from (start_from %s) is beyond SQL Server's max LSN %s: "
+						"it is not an LSN of this database yet. Nothing is recorded until max LSN passes it; "
+						"if it was mistyped, untrack the table and track it again from the LSN the lake's copy "
+						"ends at.", fmt_lsn(&t->start_lsn), fmt_lsn(max_lsn));
+	return psprintf("The LSN this table was tracked from (start_from %s) is below the start LSN %s of capture "
+					"instance \"%s\": its changes right after that LSN may have been cleaned up, so the lake's "
+					"copy cannot be continued from it. Nothing is recorded. Take a new copy (a snapshot) of "
+					"the table, then untrack it and track it again from the new copy's LSN.",
+					fmt_lsn(&t->start_lsn), fmt_lsn(&inst->start_lsn), inst->name);
+}
+
 /* Step 5a: what one table's plan and reads mean for it. */
 static void
 decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
@@ -411,6 +433,9 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 								   c->tables[i].source_schema, c->tables[i].source_name,
 								   (long long) c->tables[i].object_id, p->instance->name,
 								   (long long) p->instance->source_object_id));
+			break;
+		case PLAN_START_UNREADABLE:
+			write_condition(w, COND_START_UNREADABLE, start_unreadable_detail(&c->tables[i], p, &c->snap.max_lsn));
 			break;
 		case PLAN_LSN_REGRESSED:
 			write_condition(w, COND_LSN_REGRESSED,

@@ -94,9 +94,12 @@ plan_replaced(const TrackedSource *table, const CaptureInstance *instances, int 
 }
 
 /*
- * A table without an offset starts at max_lsn (its facts begin there), or,
- * with start_from = 'capture_start', just before the start LSN of its
- * capture instance.
+ * A table without an offset starts at max_lsn (its facts begin there),
+ * with start_from = 'capture_start' just before the start LSN of its
+ * capture instance, or right after start_from's LSN (where the lake's copy
+ * ends): that needs every change after it, so an LSN below the instance's
+ * start (cleanup may have removed changes after it) or beyond max_lsn (not
+ * this database's, or not yet) reads nothing.
  */
 static void
 plan_first(const TrackedSource *table, const CaptureInstance *newest, const Lsn *max_lsn, TablePlan *out)
@@ -113,6 +116,19 @@ plan_first(const TrackedSource *table, const CaptureInstance *newest, const Lsn 
 	if (lsn_cmp(&newest->start_lsn, max_lsn) > 0)
 	{
 		out->action = PLAN_NOTHING;
+		return;
+	}
+	if (table->has_start_lsn)
+	{
+		if (lsn_cmp(&table->start_lsn, &newest->start_lsn) < 0 || lsn_cmp(&table->start_lsn, max_lsn) > 0)
+			out->action = PLAN_START_UNREADABLE;
+		else if (lsn_cmp(&table->start_lsn, max_lsn) == 0)
+			out->action = PLAN_BASELINE;
+		else
+		{
+			out->action = PLAN_READ;
+			add_segment(out, newest, &table->start_lsn, max_lsn, false);
+		}
 		return;
 	}
 	if (!table->start_at_capture)

@@ -21,6 +21,8 @@ typedef struct TrackedSource
 								 * this cycle, with the database's collation (0: not visible) */
 	char	   *capture_instance;	/* the one followed so far, or NULL */
 	bool		start_at_capture;	/* start_from = 'capture_start' */
+	bool		has_start_lsn;	/* start_from is an LSN: facts begin right after it */
+	Lsn			start_lsn;
 	bool		resuming;		/* resume_table() asked to restart after a loss */
 	bool		ddl_block;		/* ddl_policy = 'block' */
 	bool		auto_resume;	/* on_data_loss = 'resume' */
@@ -47,6 +49,8 @@ typedef enum PlanAction
 	PLAN_INSTANCE_GAP,			/* the followed instance was dropped before the
 								 * newer one's start was reached: data loss */
 	PLAN_RESUME,				/* restart after a loss at the instance's min LSN */
+	PLAN_START_UNREADABLE,		/* start_from's LSN is below the instance's min LSN
+								 * or beyond max_lsn: nothing can be read from it */
 	PLAN_SOURCE_REPLACED		/* the followed instance captures another object
 								 * than the table's name now resolves to */
 } PlanAction;

@@ -161,6 +161,7 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	char	   *offset;
 	Datum		d;
 	char	   *ack;
+	char	   *start;
 
 	ts->table_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 	ts->table_name = db_text_copy(tup, desc, 2, cxt);
@@ -186,6 +187,8 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	if (!isnull)
 		ts->granularity = *DatumGetIntervalP(d);
 	ts->period_zone = db_text_copy(tup, desc, 17, cxt);
+	start = SPI_getvalue(tup, desc, 18);
+	ts->has_start_lsn = start != NULL && lsn_parse(start, &ts->start_lsn);
 }
 
 /* The active tables of a source, with their offsets (in cxt). */
@@ -199,7 +202,7 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
 							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
 							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
-							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone"
+							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from"
 							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
 							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id"
 							  " ORDER BY t.table_id",

@@ -208,6 +208,29 @@ test_plan(void)
 		  "start_from capture_start reads from just before the instance's start LSN");
 	t.start_at_capture = false;
 
+	/* start_from an LSN (where a lake's copy ends): (lsn, max] on the newest instance. */
+	t.has_start_lsn = true;
+	t.start_lsn = L("0x00000000000000000340");
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_READ && p.nsegments == 1 && p.instance == &cis[1] &&
+		  lsn_eq(p.seg[0].start, "0x00000000000000000340") && lsn_eq(p.seg[0].end, "0x00000000000000000500"),
+		  "start_from an LSN reads from right after it to max LSN");
+	t.start_lsn = L("0x00000000000000000300");
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_READ && lsn_eq(p.seg[0].start, "0x00000000000000000300"),
+		  "start_from the instance's start LSN itself is readable");
+	t.start_lsn = L("0x000000000000000002FF");
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_START_UNREADABLE,
+		  "start_from below the instance's start LSN reads nothing (changes after it may be cleaned up)");
+	t.start_lsn = L("0x00000000000000000501");
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_START_UNREADABLE, "start_from beyond max LSN reads nothing");
+	t.start_lsn = max;
+	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_BASELINE, "start_from max LSN itself is a baseline at max LSN");
+	t.has_start_lsn = false;
+
 	/* Only the old instance: read (offset, max] on it. */
 	t.capture_instance = "dbo_orders";
 	t.has_offset = true;

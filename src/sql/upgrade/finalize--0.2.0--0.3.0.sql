@@ -25,7 +25,7 @@ EXCEPTION WHEN undefined_function THEN
 END
 $probe$;
 
--- 1. The period arithmetic in a zone (src/common/period.c): the forms of
+-- 1. The period arithmetic in a zone (src/core/period.c): the forms of
 -- period_start and period_end with a zone, the zone checks, and the
 -- internal functions that take the table's zone. _check_granularity and
 -- _granularity_valid keep their names and now also take calendar months.
@@ -361,7 +361,30 @@ ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
                         'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
                         'no_capture_instance', 'source_replaced', 'event_column_invalid',
                         'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
-                        'late_data', 'release_rejected', 'freshness', 'consumer_locked'));
+                        'late_data', 'release_rejected', 'freshness', 'consumer_locked',
+                        'start_unreadable'));
+
+-- 4c. Tracking from an LSN (track_table's start_from: where a lake's copy
+-- ends, e.g. a Debezium snapshot's commit_lsn), and the table condition
+-- start_unreadable when SQL Server no longer holds what follows it.
+ALTER TABLE @extschema@.tracked_table DROP CONSTRAINT tracked_table_start_from_check,
+    ADD CONSTRAINT tracked_table_start_from_check
+        CHECK (start_from IN ('max_lsn', 'capture_start') OR start_from ~ '^0x[0-9A-F]{20}$');
+ALTER TABLE @extschema@.table_condition DROP CONSTRAINT table_condition_condition_check,
+    ADD CONSTRAINT table_condition_condition_check
+        CHECK (condition IN ('no_access', 'read_failed', 'no_capture_instance', 'source_replaced',
+                             'lsn_regressed', 'record_failed', 'lock_timeout', 'event_column_invalid',
+                             'start_unreadable'));
+
+-- The incident kinds of a table's conditions: what _set_condition opens
+-- and resolves (the other table incidents, such as freshness, late_data or
+-- release_rejected, have their own lives).
+CREATE OR REPLACE FUNCTION @extschema@._condition_alert_kinds()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
+             'no_capture_instance', 'source_replaced', 'event_column_invalid', 'start_unreadable'];
 
 -- The tables a source's worker answers for: the server's tracked tables
 -- and every derived table that uses one of them, directly or not.
@@ -1878,6 +1901,36 @@ DROP FUNCTION @extschema@._register_partition(name, text, text, text);
 
 -- The body of finalize.track_table, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
+-- The start_from of a new tracked table in its stored form: max_lsn,
+-- capture_start, or an LSN in either text form (finalize's, or Debezium's
+-- source.commit_lsn), normalized. Whether SQL Server still holds the
+-- changes after that LSN, and has reached it, only the worker can tell: it
+-- looks before the first range and records nothing while it cannot
+-- (condition start_unreadable).
+CREATE FUNCTION @extschema@._check_start_from(table_name text, value text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(value, 'start_from');
+    IF value IN ('max_lsn', 'capture_start') THEN
+        RETURN value;
+    END IF;
+    BEGIN
+        RETURN @extschema@._lsn_normalize(value)::text;
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'invalid value for argument start_from of table "%": "%"', table_name, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Tracking starts at SQL Server''s current max LSN (max_lsn, the default), at the '
+                           'start of the capture instance (capture_start), or right after the LSN the lake''s '
+                           'copy of the table ends at, written as 0x and 20 hexadecimal digits '
+                           '(0x0000002D00000E580003) or as Debezium writes it (0000002d:00000e58:0003).',
+                  HINT = 'For a copy made by a Debezium snapshot, give the commit_lsn its snapshot records carry.';
+    END;
+END
+$$;
+
 CREATE FUNCTION @extschema@._track_table(
     caller name,
     table_name   text,
@@ -1905,6 +1958,7 @@ DECLARE
     srv pg_foreign_server;
     who name := caller;
     zone text;
+    start_at text;
 BEGIN
     PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
     srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
@@ -1932,8 +1986,7 @@ BEGIN
     parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
     zone := @extschema@._check_zone(_track_table.period_zone, 'period_zone');
-    PERFORM @extschema@._check_choice(_track_table.start_from, 'start_from', ARRAY['max_lsn', 'capture_start'],
-        'Tracking starts at SQL Server''s current max LSN (max_lsn, the default) or at the start of the capture instance (capture_start).');
+    start_at := @extschema@._check_start_from(_track_table.table_name, _track_table.start_from);
     PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
     PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
     PERFORM @extschema@._require(_track_table.lateness_policy, 'lateness_policy');
@@ -1960,7 +2013,7 @@ BEGIN
              ddl_policy, on_data_loss, created_by, event_time_column, event_time_zone, lateness_policy,
              allowed_lateness, lateness_quantile, lateness_window, period_zone)
         VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
-                _track_table.start_from, _track_table.ddl_policy, _track_table.on_data_loss, who,
+                start_at, _track_table.ddl_policy, _track_table.on_data_loss, who,
                 _track_table.event_time_column, _track_table.event_time_zone, _track_table.lateness_policy,
                 make_interval(secs => extract(epoch FROM _track_table.allowed_lateness)),
                 _track_table.lateness_quantile,
@@ -2415,7 +2468,7 @@ $$;
 
 -- 8b. Notifications never stop a write from committing: they are sent at
 -- commit only while the cluster's NOTIFY queue is less than half full
--- (src/common/notify.c), else dropped and counted.
+-- (src/core/notify.c), else dropped and counted.
 
 -- pg_notify that never stops a write from committing (src/core/notify.c):
 -- the notification is kept with the transaction and sent at its commit
