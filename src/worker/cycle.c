@@ -368,9 +368,10 @@ start_unreadable_detail(const TrackedSource *t, const TablePlan *p, const Lsn *m
 						"if it was mistyped, untrack the table and track it again from the LSN the lake's copy "
 						"ends at.", fmt_lsn(&t->start_lsn), fmt_lsn(max_lsn));
 	return psprintf("The LSN this table was tracked from (start_from %s) is below the start LSN %s of capture "
-					"instance \"%s\": its changes right after that LSN may have been cleaned up, so the lake's "
-					"copy cannot be continued from it. Nothing is recorded. Take a new copy (a snapshot) of "
-					"the table, then untrack it and track it again from the new copy's LSN.",
+					"instance \"%s\", the newest of the table: its changes right after that LSN may have been "
+					"cleaned up, so the lake's copy cannot be continued from it. Nothing is recorded. Take a new "
+					"copy (a snapshot) of the table, then untrack it (cascade => true if derived tables use it) "
+					"and track it again from the new copy's LSN.",
 					fmt_lsn(&t->start_lsn), fmt_lsn(&inst->start_lsn), inst->name);
 }
 

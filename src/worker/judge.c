@@ -293,9 +293,14 @@ ddl_blocks(const TableJob *job, const DdlSeen *seen, TableWrite *w)
 
 /*
  * The fact that marks where a table read from its capture instance's start
- * (start_from = 'capture_start') begins: like any table's first fact, it
- * has no start; the range follows in the same transaction, so the verdict
- * the baseline alone would give is never seen.
+ * (start_from = 'capture_start') or from an LSN (start_from '0x...')
+ * begins: like any table's first fact, it has no start; the range follows
+ * in the same transaction, so the verdict the baseline alone would give is
+ * never seen. Its commit time is where the facts' coverage of periods
+ * starts (changes_by_period): the instance's min time for capture_start;
+ * for an LSN, whose own commit time is not read, the cycle's max instant,
+ * so that no period before it reads as covered with changes uncounted (the
+ * periods between the LSN and that instant read as not covered: lagging).
  */
 static void
 baseline_fact(const SourceConfig *cfg, const TableJob *job, TimestampTz max_instant, RangeFacts *b)
@@ -306,7 +311,7 @@ baseline_fact(const SourceConfig *cfg, const TableJob *job, TimestampTz max_inst
 	b->table_id = job->table->table_id;
 	b->has_start = false;
 	b->end = job->plan->seg[0].start;
-	b->end_time = Min(at, max_instant);
+	b->end_time = job->table->has_start_lsn ? max_instant : Min(at, max_instant);
 	b->capture_instance = job->plan->seg[0].instance->name;
 }
 

@@ -120,7 +120,7 @@ plan_first(const TrackedSource *table, const CaptureInstance *newest, const Lsn 
 	}
 	if (table->has_start_lsn)
 	{
-		if (lsn_cmp(&table->start_lsn, &newest->start_lsn) < 0 || lsn_cmp(&table->start_lsn, max_lsn) > 0)
+		if (lsn_range_starts_below(&table->start_lsn, &newest->start_lsn) || lsn_cmp(&table->start_lsn, max_lsn) > 0)
 			out->action = PLAN_START_UNREADABLE;
 		else if (lsn_cmp(&table->start_lsn, max_lsn) == 0)
 			out->action = PLAN_BASELINE;

@@ -49,8 +49,9 @@ typedef enum PlanAction
 	PLAN_INSTANCE_GAP,			/* the followed instance was dropped before the
 								 * newer one's start was reached: data loss */
 	PLAN_RESUME,				/* restart after a loss at the instance's min LSN */
-	PLAN_START_UNREADABLE,		/* start_from's LSN is below the instance's min LSN
-								 * or beyond max_lsn: nothing can be read from it */
+	PLAN_START_UNREADABLE,		/* start_from's LSN starts below the newest
+								 * instance's start LSN, or is beyond max_lsn:
+								 * nothing is read from it */
 	PLAN_SOURCE_REPLACED		/* the followed instance captures another object
 								 * than the table's name now resolves to */
 } PlanAction;

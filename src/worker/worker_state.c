@@ -188,7 +188,13 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 		ts->granularity = *DatumGetIntervalP(d);
 	ts->period_zone = db_text_copy(tup, desc, 17, cxt);
 	start = SPI_getvalue(tup, desc, 18);
-	ts->has_start_lsn = start != NULL && lsn_parse(start, &ts->start_lsn);
+	if (start != NULL && strcmp(start, "max_lsn") != 0 && strcmp(start, "capture_start") != 0)
+	{
+		/* An LSN (the CHECK constraint says so); one that did not parse is never readable. */
+		ts->has_start_lsn = true;
+		if (!lsn_parse(start, &ts->start_lsn))
+			memset(&ts->start_lsn, 0xFF, sizeof(ts->start_lsn));
+	}
 }
 
 /* The active tables of a source, with their offsets (in cxt). */

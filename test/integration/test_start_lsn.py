@@ -44,6 +44,9 @@ def test_facts_begin_right_after_the_lsn_the_lake_copy_ends_at(env, sim):
     facts = env.facts("boot.orders")
     assert facts[0]["event"] == "tracking_started" and facts[0]["start_lsn"] is None
     assert facts[0]["end_lsn"] == snapshot, "the first fact marks where the lake's copy ends"
+    # Its commit time is where the facts' coverage of periods starts: never before the changes they
+    # count (finalize does not read the LSN's own commit time, so it takes the first cycle's).
+    assert facts[0]["end_commit_time"] >= at(9, 40)
     ranges = [f for f in facts[1:]]
     assert ranges and ranges[0]["start_lsn"] == snapshot
     counted = (sum(f["inserts"] for f in ranges), sum(f["updates"] for f in ranges),

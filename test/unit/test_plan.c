@@ -221,8 +221,12 @@ test_plan(void)
 		  "start_from the instance's start LSN itself is readable");
 	t.start_lsn = L("0x000000000000000002FF");
 	plan_table(&t, cis, 3, &max, &p);
+	check(p.action == PLAN_READ && lsn_eq(p.seg[0].start, "0x000000000000000002FF"),
+		  "start_from just before the instance's start LSN is readable (as capture_start reads)");
+	t.start_lsn = L("0x000000000000000002FE");
+	plan_table(&t, cis, 3, &max, &p);
 	check(p.action == PLAN_START_UNREADABLE,
-		  "start_from below the instance's start LSN reads nothing (changes after it may be cleaned up)");
+		  "start_from further below the newest instance's start LSN reads nothing (changes after it may be cleaned up)");
 	t.start_lsn = L("0x00000000000000000501");
 	plan_table(&t, cis, 3, &max, &p);
 	check(p.action == PLAN_START_UNREADABLE, "start_from beyond max LSN reads nothing");
