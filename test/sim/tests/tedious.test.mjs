@@ -1,5 +1,6 @@
 // tedious (Node's TDS client) against the SQL Server CDC simulator: login, typed values,
-// sp_executesql parameters, RPC by name, SQL Server-shaped errors, cancel/timeout, wrong password.
+// sp_executesql parameters (and OUTPUT ones), prepare/execute/unprepare, RPC by name, SQL Server-shaped errors,
+// cancel/timeout, wrong password.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -41,7 +42,7 @@ function connect({ user = 'sa', password = 'Passw0rd!', requestTimeout = 15000, 
     const c = new Connection({
       server: '127.0.0.1',
       authentication: { type: 'default', options: { userName: user, password } },
-      options: { port, encrypt: false, database: 'demo', requestTimeout, cancelTimeout: 3000, tdsVersion },
+      options: { port, encrypt: false, database: 'demo', requestTimeout, cancelTimeout: 30000, tdsVersion },
     });
     c.on('connect', (err) => (err ? reject(err) : resolve(c)));
     c.on('error', () => {});
@@ -118,6 +119,56 @@ test('RPC by name with RETURNSTATUS', async () => {
   assert.equal(sets[0].columns.length, 15);
   assert.equal(sets[0].rows[0][2], 'dbo_orders');
   assert.equal(sets[0].rows[0][14], '[order_id], [customer], [amount], [status], [created_at]');
+  c.close();
+});
+
+test('sp_executesql OUTPUT parameters come back as RETURNVALUE tokens', async () => {
+  const c = await connect();
+  const values = {};
+  const { err } = await run(c, 'SET @n = @a * 2; SET @s = N\'x\' + @t; EXEC @rc = sys.sp_cdc_help_jobs', {
+    onRequest: (r) => {
+      r.addParameter('a', TYPES.Int, 21);
+      r.addParameter('t', TYPES.NVarChar, 'yz');
+      r.addOutputParameter('n', TYPES.Int);
+      r.addOutputParameter('s', TYPES.NVarChar, null, { length: 10 });
+      r.addOutputParameter('rc', TYPES.Int);
+      r.on('returnValue', (name, value) => { values[name] = value; });
+    },
+  });
+  assert.equal(err, undefined);
+  assert.deepEqual(values, { n: 42, s: 'xyz', rc: 0 });
+  c.close();
+});
+
+test('prepare / execute / unprepare (sp_prepare, sp_execute, sp_unprepare by ProcID)', async () => {
+  const c = await connect();
+  const r = new Request('SELECT @a + 1 AS v, @b AS b', () => {});
+  r.addParameter('a', TYPES.Int);
+  r.addParameter('b', TYPES.NVarChar);
+  await new Promise((resolve, reject) => {
+    r.on('prepared', resolve);
+    r.on('error', reject);
+    c.prepare(r);
+  });
+  assert.ok(r.handle > 0);
+  for (const [a, b] of [[1, 'x'], [41, 'y']]) {
+    const rows = [];
+    await new Promise((resolve, reject) => {
+      // tedious calls the prepared Request's callback after each execution
+      Object.assign(r, { callback: (err) => (err ? reject(err) : resolve()) });
+      r.removeAllListeners('row');
+      r.on('row', (cols) => rows.push(cols.map((x) => x.value)));
+      c.execute(r, { a, b });
+    });
+    assert.deepEqual(rows, [[a + 1, b]]);
+  }
+  const handle = r.handle;
+  await new Promise((resolve, reject) => {
+    Object.assign(r, { callback: (err) => (err ? reject(err) : resolve()) });
+    c.unprepare(r);
+  });
+  const again = await run(c, `EXEC sp_execute ${handle}`, { batch: true });
+  assert.equal(again.err.number, 8179);
   c.close();
 });
 
