@@ -48,6 +48,7 @@ class Table:
     key_pos: dict = field(default_factory=dict)
     next_key: int = 1
     create_date: str = ""
+    dynamic: bool = False          # a sys view computed per statement (sysviews.dynamic_sql)
 
     @property
     def display(self):
@@ -168,7 +169,9 @@ META_TABLES = {
 
 SYS_VIEWS = {
     "databases": _cols([("name", T.SYSNAME.null(False)), ("database_id", T.INT.null(False)),
-                        ("is_cdc_enabled", T.BIT.null(False))]),
+                        ("is_cdc_enabled", T.BIT.null(False)), ("snapshot_isolation_state", T.TINYINT),
+                        ("snapshot_isolation_state_desc", T.nvarchar(60)),
+                        ("is_read_committed_snapshot_on", T.BIT)]),
     "schemas": _cols([("name", T.SYSNAME.null(False)), ("schema_id", T.INT.null(False))]),
     "tables": _cols([("name", T.SYSNAME.null(False)), ("object_id", T.INT.null(False)),
                      ("schema_id", T.INT.null(False)), ("is_tracked_by_cdc", T.BIT.null(False))]),

@@ -339,6 +339,8 @@ def register(conn, session):
            ("sim_serverproperty", 1, serverproperty), ("sim_binconcat", 2, binconcat),
            ("sim_databasepropertyex", 2, databasepropertyex), ("sim_nonzero", 1, nonzero),
            ("sim_reverse", 1, lambda s: None if s is None else str(s)[::-1]),
+           ("sim_replicate", 3, lambda s, n, limit: None if s is None or n is None or n < 0 else
+            (str(s) * int(n))[:limit] if limit else str(s) * int(n)),
            ("sim_ceiling", 1, lambda x: None if x is None else math.ceil(x)),
            ("sim_floor", 1, lambda x: None if x is None else math.floor(x)),
            ("sim_log", 2, log),

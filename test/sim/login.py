@@ -49,9 +49,63 @@ class Login:
     password: str
     appname: str
     servername: str
+    client_interface: str
     database: str
     language: str
     sspi: bool
+    odbc: bool = False              # OptionFlags2 fODBC (0x02): ODBC defaults, among them TEXTSIZE infinite
+    features: list = None           # [(FeatureId, FeatureData)] of FeatureExt (TDS 7.4), in the client's order
+
+
+# LOGIN7 FeatureExt feature ids (MS-TDS 2.2.6.4) and the names the simulator logs them by.
+FEATURE_NAMES = {0x01: "SESSIONRECOVERY", 0x02: "FEDAUTH", 0x04: "COLUMNENCRYPTION", 0x05: "GLOBALTRANSACTIONS",
+                 0x08: "AZURESQLSUPPORT", 0x09: "DATACLASSIFICATION", 0x0A: "UTF8_SUPPORT",
+                 0x0B: "AZURESQLDNSCACHING", 0x0D: "JSONSUPPORT", 0x0E: "VECTORSUPPORT",
+                 0x0F: "ENHANCEDROUTINGSUPPORT", 0x10: "USERAGENT"}
+UTF8_SUPPORT = 0x0A
+FEATURE_TERMINATOR = 0xFF
+
+
+def feature_name(fid):
+    return FEATURE_NAMES.get(fid, "0x%02X" % fid)
+
+
+def parse_feature_ext(p):
+    """LOGIN7 FeatureExt (MS-TDS 2.2.6.4): when OptionFlags3 has fExtension (0x10), ibExtension/cbExtension
+    point to a DWORD holding the offset of FeatureExt: FeatureOpt* (FeatureId BYTE, FeatureDataLen DWORD,
+    FeatureData) ended by TERMINATOR 0xFF.  -> [(id, data)] or None without fExtension; ValueError when the
+    structure does not hold (offsets outside the packet, no terminator)."""
+    if not p[27] & 0x10:
+        return None
+    ib, cb = struct.unpack("<HH", p[56:60])
+    if cb != 4 or ib + 4 > len(p):
+        raise ValueError("LOGIN7 fExtension with cbExtension %d at %d" % (cb, ib))
+    off = struct.unpack("<I", p[ib:ib + 4])[0]
+    out = []
+    while True:
+        if off >= len(p):
+            raise ValueError("LOGIN7 FeatureExt without TERMINATOR")
+        fid = p[off]
+        if fid == FEATURE_TERMINATOR:
+            return out
+        if off + 5 > len(p):
+            raise ValueError("LOGIN7 FeatureExt truncated")
+        n = struct.unpack("<I", p[off + 1:off + 5])[0]
+        if off + 5 + n > len(p):
+            raise ValueError("LOGIN7 FeatureExt data of feature 0x%02X past the packet" % fid)
+        out.append((fid, bytes(p[off + 5:off + 5 + n])))
+        off += 5 + n
+
+
+def feature_acks(features):
+    """FeatureAckOpt list the simulator answers in FEATUREEXTACK (MS-TDS 2.2.7.11: optional, and only for
+    features the client asked for): UTF8_SUPPORT with 0x01 (the server supports UTF-8 collations, as SQL
+    Server 2019 and 2022 do).  Everything else goes unacknowledged, which tells the client the server does
+    not support it: SESSIONRECOVERY (no connection resiliency: the simulator keeps no session state to
+    recover), COLUMNENCRYPTION (no Always Encrypted), DATACLASSIFICATION, GLOBALTRANSACTIONS, the Azure
+    features, JSON/VECTOR (SQL Server 2025), USERAGENT."""
+    asked = {fid for fid, _ in features or ()}
+    return [(UTF8_SUPPORT, b"\x01")] if UTF8_SUPPORT in asked else []
 
 
 def decode_password(raw):
@@ -95,7 +149,10 @@ def parse_login7(p):
         password=field(44, password=True),
         appname=field(48),
         servername=field(52),
+        client_interface=field(60),
         language=field(64),
         database=field(68),
         sspi=bool(flags2 & 0x80) and sspi_len > 0,
+        odbc=bool(flags2 & 0x02),
+        features=parse_feature_ext(p) if tds_version >= 0x74000004 else None,
     )

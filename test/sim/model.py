@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from . import lsn as L
-from . import timeutil
+from . import sysviews, timeutil
 from . import catalog
 from .catalog import (META_TABLES, SYS_VIEWS, Column, Instance, Login, Table, create_sql, ct_columns, fold, q,
                       update_mask)
@@ -112,10 +112,13 @@ class Database:
         self.conn.execute("CREATE TABLE sim_truth (commit_t300 INTEGER, commit_lsn BLOB, table_oid INTEGER,"
                           " ins INTEGER, upd INTEGER, del INTEGER, tracked INTEGER)")
         self.conn.execute("CREATE INDEX sim_truth_i ON sim_truth(table_oid, commit_t300)")
-        for name, cols in SYS_VIEWS.items():
+        self.allow_snapshot_isolation = False      # ALTER DATABASE ... SET ALLOW_SNAPSHOT_ISOLATION (default OFF)
+        for name, cols in list(SYS_VIEWS.items()) + list(sysviews.STORED.items()):
             t = self._register(Table(self.new_oid(), "sys", name, cols, kind="sys",
                                      phys=q("sys." + name)))
             self.conn.execute(create_sql(t.phys, cols))
+        for name, cols in sysviews.DYNAMIC.items():
+            self._register(Table(self.new_oid(), "sys", name, cols, kind="sys", phys="", dynamic=True))
         self.refresh_sys()
 
     # --- storage ---------------------------------------------------------------
@@ -169,8 +172,9 @@ class Database:
         c = self.conn
         c.execute("BEGIN")
         c.execute('DELETE FROM "sys.databases"')
-        c.execute('INSERT INTO "sys.databases" VALUES (?, 1, 0), (?, 5, ?)',
-                  ("master", self.name, int(self.cdc_enabled)))
+        snap = int(self.allow_snapshot_isolation)
+        c.execute('INSERT INTO "sys.databases" VALUES (?, 1, 0, 1, ?, 0), (?, 5, ?, ?, ?, 0)',
+                  ("master", "ON", self.name, int(self.cdc_enabled), snap, "ON" if snap else "OFF"))
         c.execute('DELETE FROM "sys.schemas"')
         c.executemany('INSERT INTO "sys.schemas" VALUES (?, ?)', list(self.schemas.items()))
         c.execute('DELETE FROM "sys.tables"')
@@ -178,6 +182,12 @@ class Database:
         c.executemany('INSERT INTO "sys.tables" VALUES (?, ?, ?, ?)',
                       [(t.name, t.object_id, self.schemas.get(fold(t.schema), 1), int(t.object_id in tracked))
                        for t in self.tables.values() if t.kind in ("user", "change_table", "cdc_meta")])
+        views = sysviews.stored_rows([t for t in self.tables.values() if t.kind in ("user", "change_table",
+                                                                                      "cdc_meta")])
+        for name, rows in views.items():
+            c.execute('DELETE FROM "sys.%s"' % name)
+            if rows:
+                c.executemany('INSERT INTO "sys.%s" VALUES (%s)' % (name, ", ".join("?" * len(rows[0]))), rows)
         c.execute("COMMIT")
 
     # --- time --------------------------------------------------------------------

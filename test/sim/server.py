@@ -3,7 +3,7 @@ import logging
 import socket
 import threading
 
-from . import cleanup, control, sysprocs  # noqa: F401  (registers procedures)
+from . import catalogprocs, cleanup, control, sysprocs  # noqa: F401  (registers procedures)
 from . import lsn as L
 from . import sqltypes as T
 from . import tls as TLS
@@ -95,6 +95,11 @@ class Server:
                 sess = Session(self, conn, spid, peer)
                 self.sessions[spid] = sess
             threading.Thread(target=sess.run, name="sim-session-%d" % spid, daemon=True).start()
+
+    def session_list(self):
+        """The connected sessions, by SPID."""
+        with self.sessions_lock:
+            return sorted(self.sessions.values(), key=lambda s: s.spid)
 
     def forget(self, sess):
         with self.sessions_lock:

@@ -1,5 +1,6 @@
 """One client connection: PRELOGIN, LOGIN7, then requests until the client leaves."""
 import logging
+import struct
 
 from . import collation, functions
 from . import permissions as P
@@ -35,6 +36,18 @@ class Session:
         self.trancount = 0
         self.tran_id = 0
         self.wire = T.Wire()        # negotiated TDS version and TEXTSIZE (set at login, SET TEXTSIZE)
+        self.table_vars = {}        # DECLARE @t TABLE: name -> catalog.Table (a sqlite temp table), per scope
+        self.tv_tables = []         # temp tables of this request's table variables (dropped when it ends)
+        self.tv_counter = 0
+        self.prepared = {}          # sp_prepare/sp_prepexec handle -> (parameter declarations, statement)
+        self.next_handle = 1
+        self.implicit_transactions = False      # SET IMPLICIT_TRANSACTIONS (the JDBC driver's autocommit off)
+        self.lock_timeout = -1                  # SET LOCK_TIMEOUT (ms; -1 = wait forever)
+        self.isolation = 2                      # sys.dm_exec_sessions.transaction_isolation_level: READ COMMITTED
+        self.savepoints = []                    # SAVE TRANSACTION names of the open transaction
+        self.tran_name = None
+        self.login_time = None
+        self.client_interface = ""
         self.executor = Executor(self)
         self.closed = False
 
@@ -84,13 +97,27 @@ class Session:
             return False                    # no PRELOGIN, no encryption: refused like SQL Server
         if typ != PK.LOGIN7:
             return False
-        lg = LG.parse_login7(payload)
+        try:
+            lg = LG.parse_login7(payload)
+        except (ValueError, struct.error) as e:
+            log.warning("session %d: malformed LOGIN7 (%s): connection closed", self.spid, e)
+            return False
         self.hostname, self.appname = lg.hostname, lg.appname
+        self.client_interface = lg.client_interface
+        acks = LG.feature_acks(lg.features)
+        log.debug("session %d: LOGIN7 TDS 0x%08X%s features %s; ack %s", self.spid, lg.tds_version,
+                  " fODBC" if lg.odbc else "",
+                  " ".join("%s(%d)" % (LG.feature_name(f), len(d)) for f, d in lg.features or ()) or "none",
+                  " ".join(LG.feature_name(f) for f, _ in acks) or "none")
         tds = LG.negotiate(lg.tds_version)
         err = self.authenticate(lg) if tds else [SqlError(
             50000, "The simulator speaks TDS 7.1 to 7.4; the client asked for 0x%08X." % lg.tds_version, 16, 1)]
         if tds:
             self.wire.tds = self.channel.tds = tds
+        if lg.odbc:
+            # MS-TDS 2.2.6.4 fODBC: the server sets the ODBC defaults, TEXTSIZE infinite among them (the JDBC
+            # driver sets it and never sends SET TEXTSIZE)
+            self.wire.set_textsize(T.UNLIMITED_TEXTSIZE)
         if err:
             msgs = b"".join(K.message(e.number, e.message, e.cls, e.state, tds=self.channel.tds) for e in err)
             self.channel.send_message(msgs + K.done(K.ERROR, 0, 0, tds=self.channel.tds))
@@ -100,12 +127,14 @@ class Session:
             size = self.server.cfg.packet_size_max
         self.conn = self.db.connect(readonly=True)
         functions.register(self.conn, self)
+        self.login_time = self.constant("getdate", self.db.now())
         resp = (K.env_database(self.database, "master")
                 + K.message(5701, "Changed database context to '%s'." % self.database, 0, 2, tds=tds)
                 + collation.env_change(self.db.collation)
                 + K.env_language("us_english")
                 + K.message(5703, "Changed language setting to us_english.", 0, 1, tds=tds)
                 + K.loginack("Microsoft SQL Server", self.server.version, tds)
+                + (K.featureextack(acks) if acks else b"")
                 + K.env_packet_size(size, 4096)
                 + K.done(0, 0, 0, tds=tds))
         self.channel.send_message(resp)
@@ -173,9 +202,14 @@ class Session:
                 continue
             try:
                 if typ == PK.SQL_BATCH:
-                    self.executor.sql_batch(R.batch_text(payload, headers))
+                    text = R.batch_text(payload, headers)
+                    log.debug("session %d: batch %r", self.spid, text)
+                    self.executor.sql_batch(text)
                 elif typ == PK.RPC:
-                    self.executor.rpc(R.parse_rpc(payload, headers))
+                    call = R.parse_rpc(payload, headers)
+                    log.debug("session %d: rpc %s %r", self.spid, call.name,
+                              [(p.name, p.value, p.type.decl(), p.output) for p in call.params])
+                    self.executor.rpc(call)
                 elif typ == PK.TRANS_MGR:
                     ch.send_message(K.message(50000, "The simulator does not support transaction manager requests.",
                                               16, 1, tds=ch.tds) + K.done(K.ERROR, 0, 0, tds=ch.tds))
@@ -208,6 +242,34 @@ class Session:
             raise SqlError(102, "Incorrect syntax near '%s'." % text, 15, 1)
         self.wire.set_textsize(n)
 
+    def set_lock_timeout(self, words):
+        """SET LOCK_TIMEOUT n: milliseconds, -1 = no time-out (an integer constant, else Msg 102)."""
+        text = "".join(words)
+        try:
+            n = int(text)
+        except ValueError:
+            raise SqlError(102, "Incorrect syntax near '%s'." % (words[-1] if words else "LOCK_TIMEOUT"), 15, 1)
+        if n < -1 or n > 2147483647:
+            raise SqlError(102, "Incorrect syntax near '%s'." % text, 15, 1)
+        self.lock_timeout = n
+
+    ISOLATION_LEVELS = {"READ UNCOMMITTED": 1, "READ COMMITTED": 2, "REPEATABLE READ": 3, "SERIALIZABLE": 4,
+                        "SNAPSHOT": 5}
+
+    def set_isolation(self, words):
+        """SET TRANSACTION ISOLATION LEVEL {READ UNCOMMITTED | READ COMMITTED | REPEATABLE READ | SNAPSHOT |
+        SERIALIZABLE} (the words after TRANSACTION)."""
+        text = " ".join(w.upper() for w in words)
+        if not text.startswith("ISOLATION LEVEL ") or text[16:] not in self.ISOLATION_LEVELS:
+            raise SqlError(102, "Incorrect syntax near '%s'." % (words[-1] if words else "TRANSACTION"), 15, 1)
+        self.isolation = self.ISOLATION_LEVELS[text[16:]]
+
+    def set_on_off(self, words):
+        """The ON/OFF of a SET option (Msg 102 for anything else)."""
+        if len(words) != 1 or words[0].upper() not in ("ON", "OFF"):
+            raise SqlError(102, "Incorrect syntax near '%s'." % (words[-1] if words else "SET"), 15, 1)
+        return words[0].upper() == "ON"
+
     # --- context for the translator --------------------------------------------------------
 
     def variable(self, name):
@@ -222,8 +284,10 @@ class Session:
                  "SERVERNAME": ("MSSQLSIM", T.nvarchar(128)), "SERVICENAME": ("MSSQLSERVER", T.nvarchar(128)),
                  "TRANCOUNT": (self.trancount, T.INT), "ROWCOUNT": (0, T.INT), "ERROR": (0, T.INT),
                  "LANGUAGE": ("us_english", T.nvarchar(128)), "DATEFIRST": (7, T.TINYINT),
-                 "LOCK_TIMEOUT": (-1, T.INT), "MAX_PRECISION": (38, T.TINYINT), "TEXTSIZE": (self.wire.textsize, T.INT),
-                 "IDENTITY": (None, T.SqlType("decimal", precision=38, scale=0)), "OPTIONS": (5496, T.INT),
+                 "LOCK_TIMEOUT": (self.lock_timeout, T.INT), "MAX_PRECISION": (38, T.TINYINT),
+                 "TEXTSIZE": (self.wire.textsize, T.INT),
+                 "IDENTITY": (None, T.SqlType("decimal", precision=38, scale=0)),
+                 "OPTIONS": (5496 | (2 if self.implicit_transactions else 0), T.INT),     # 2: IMPLICIT_TRANS.
                  "MICROSOFTVERSION": (srv.microsoft_version, T.INT)}
         if name not in table:
             raise SqlError(137, 'Must declare the scalar variable "@@%s".' % name, 15, 2)

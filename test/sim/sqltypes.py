@@ -647,3 +647,15 @@ def infer_type(value):
         return varbinary(max(1, len(value))) if len(value) <= 8000 else VARBINARY_MAX
     s = str(value)
     return nvarchar(max(1, len(s))) if len(s) <= 4000 else NVARCHAR_MAX
+
+
+def returnvalue(ordinal, name, t, value, wire=None):
+    """RETURNVALUE token (0xAC, MS-TDS 2.2.7.19) of an output parameter: ParamOrdinal (its position in the
+    RPC, 0-based), ParamName (B_VARCHAR), Status 0x01 (output parameter), UserType (ULONG; USHORT in TDS 7.1),
+    Flags (nullable), TYPE_INFO and the value, encoded as a column of ``t`` would be."""
+    wire = wire or WIRE74
+    wt, adapt = wire_type(t.null(True), wire)
+    nm = (name or "")[:128]
+    head = struct.pack("<I" if wire.tds >= TDS72 else "<H", 0) + struct.pack("<H", 0x0001)
+    return (b"\xAC" + struct.pack("<H", ordinal) + bytes([len(nm)]) + nm.encode("utf-16-le") + b"\x01" + head
+            + type_info(wt) + _adapted(encoder(wt, wire.limit), adapt)(value))

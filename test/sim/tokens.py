@@ -72,6 +72,11 @@ def loginack(prog_name, version, tds=TDS74):
     return b"\xAD" + struct.pack("<H", len(body)) + body
 
 
+def featureextack(acks):
+    """FEATUREEXTACK (0xAE, MS-TDS 2.2.7.11): (FeatureId, FeatureAckDataLen DWORD, data)* then 0xFF."""
+    return b"\xAE" + b"".join(bytes([fid]) + struct.pack("<I", len(d)) + d for fid, d in acks) + b"\xFF"
+
+
 def env_transaction(kind, descriptor):
     """ENVCHANGE 8 (begin), 9 (commit) or 10 (rollback) with the 8-byte transaction descriptor."""
     if kind == 8:

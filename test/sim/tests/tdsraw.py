@@ -122,7 +122,13 @@ class Raw:
         self.send(0x12, table + b"\xff" + data)
         return self.packet()
 
-    def login(self, user="sa", password="Passw0rd!", database="demo"):
+    def login(self, user="sa", password="Passw0rd!", database="demo", flags2=0x03, features=None, feature_ext=None):
+        """LOGIN7 with SQL authentication; ``flags2`` is OptionFlags2 (default fLanguage + fODBC, as FreeTDS,
+        the ODBC and the JDBC drivers send it).  ``features`` [(FeatureId, data)] adds a FeatureExt (TDS 7.4:
+        fExtension in OptionFlags3, ibExtension pointing to its offset, TERMINATOR appended); ``feature_ext``
+        gives the FeatureExt bytes as they are (to send a malformed one)."""
+        if features is not None:
+            feature_ext = b"".join(bytes([f]) + struct.pack("<I", len(d)) + d for f, d in features) + b"\xff"
         fields = [("host", "rawhost"), ("user", user), ("pw", None), ("app", "raw"), ("server", "x"),
                   ("ext", ""), ("lib", "raw"), ("lang", ""), ("db", database)]
         var = b""
@@ -130,10 +136,16 @@ class Raw:
         pos = fixed = 94 if self.tds >= 0x72000000 else 86
         for name, val in fields:
             raw = crypt(password) if name == "pw" else (val or "").encode("utf-16-le")
-            offs.append((pos + len(var), len(raw) // 2))
+            if name == "ext" and feature_ext is not None:
+                raw = b"\x00\x00\x00\x00"          # the DWORD offset of FeatureExt, filled in below
+            offs.append((pos + len(var), len(raw) if name == "ext" else len(raw) // 2))
             var += raw
+        ext_at = None
+        if feature_ext is not None:
+            ext_at = offs[5][0] - pos
+            var = var[:ext_at] + struct.pack("<I", pos + len(var)) + var[ext_at + 4:] + feature_ext
         head = struct.pack("<IIIIII", 0, self.tds, self.packet_size, 7, 1234, 0)
-        head += bytes([0xE0, 0x03, 0, 0]) + struct.pack("<iI", 0, 0x409)
+        head += bytes([0xE0, flags2, 0, 0x10 if feature_ext is not None else 0]) + struct.pack("<iI", 0, 0x409)
         for o, n in offs:
             head += struct.pack("<HH", o, n)
         head += b"\x00" * 6 + struct.pack("<HH", 0, 0) + struct.pack("<HH", 0, 0)

@@ -112,19 +112,34 @@ def test_tds72_dates_are_nvarchar_of_the_string_length(sim):
 
 
 def tsql(sim, script):
-    """The tsql command line (FreeTDS without a 'text size' setting: no SET TEXTSIZE at login)."""
+    """The tsql command line (FreeTDS without a 'text size' setting: no SET TEXTSIZE at login; its LOGIN7 sets
+    fODBC in OptionFlags2, like the ODBC driver and the JDBC driver)."""
     p = subprocess.run(["tsql", "-H", "127.0.0.1", "-p", str(sim.port), "-U", "sa", "-P", "Passw0rd!"],
                        input=script, capture_output=True, text=True, timeout=30, env=dict(os.environ))
     return p.stdout + p.stderr
 
 
-def test_textsize_defaults_to_4096_bytes_and_set_textsize_changes_it(sim):
-    out = tsql(sim, "SELECT @@TEXTSIZE AS ts, %s AS big\ngo\nSET TEXTSIZE 2147483647\nSELECT @@TEXTSIZE AS ts, "
-                    "%s AS big\ngo\nSET TEXTSIZE 0\nSELECT @@TEXTSIZE AS ts\ngo\n" % (BIG_SQL, BIG_SQL))
+def test_textsize_of_an_odbc_login_is_infinite_and_set_textsize_changes_it(sim):
+    """MS-TDS 2.2.6.4 LOGIN7 fODBC: the server sets the ODBC defaults, TEXTSIZE infinite (2 GB up to TDS 7.2);
+    SET TEXTSIZE 0 restores SQL Server's default of 4,096 bytes."""
+    out = tsql(sim, "SELECT @@TEXTSIZE AS ts, %s AS big\ngo\nSET TEXTSIZE 0\nSELECT @@TEXTSIZE AS ts, "
+                    "%s AS big\ngo\nSET TEXTSIZE 2147483647\nSELECT @@TEXTSIZE AS ts\ngo\n" % (BIG_SQL, BIG_SQL))
     lines = [ln for ln in out.splitlines() if ln.startswith(("4096\t", "2147483647\t"))]
-    assert lines[0] == "4096\t" + "x" * 2048                      # 4096 bytes of UTF-16: 2,048 characters
-    assert lines[1] == "2147483647\t" + "x" * BIG
-    assert "\n4096\n" in out
+    assert lines[0] == "2147483647\t" + "x" * BIG
+    assert lines[1] == "4096\t" + "x" * 2048                      # 4096 bytes of UTF-16: 2,048 characters
+    assert "\n2147483647\n" in out
+
+
+def test_textsize_without_fodbc_defaults_to_4096_bytes(sim):
+    """A LOGIN7 without fODBC gets SQL Server's default TEXTSIZE (SET TEXTSIZE: 4,096 bytes)."""
+    r = Raw(sim.port)
+    r.prelogin()
+    r.login(flags2=0x01)
+    r.batch("SELECT @@TEXTSIZE AS ts")
+    p = _result(r)
+    row = p.index(b"\xd1")
+    assert p[row + 1] == 4 and struct.unpack_from("<i", p, row + 2)[0] == 4096         # INTN, length 4
+    r.close()
 
 
 def test_textsize_applies_to_procedure_results_and_odd_sizes_keep_whole_characters(sim):

@@ -51,14 +51,20 @@ Join = _node("Join", "kind left right on")
 
 # statements
 SelectStmt = _node("SelectStmt", "select text")
-ExecStmt = _node("ExecStmt", "parts args dynamic text")     # args: [(name|None, expr|'DEFAULT', output)]
+ExecStmt = _node("ExecStmt", "parts args dynamic text ret")  # args: [(name|None, expr|'DEFAULT', output)];
+#                                                             ret: variable of EXEC @ret = proc, or None
 Declare = _node("Declare", "decls text")                     # [(name, type_text, expr|None)]
 SetVar = _node("SetVar", "name expr text")
 SetOption = _node("SetOption", "words text")
 Use = _node("Use", "database text")
 Print = _node("Print", "expr text")
 WaitFor = _node("WaitFor", "delay text")
-Tran = _node("Tran", "action text")                          # BEGIN / COMMIT / ROLLBACK
+Tran = _node("Tran", "action text name")                     # BEGIN / COMMIT / ROLLBACK / SAVE [name]
+If = _node("If", "cond then else_ text")                     # IF cond stmt [ELSE stmt]
+Block = _node("Block", "stmts text")                         # BEGIN stmt ... END
+DeclareTable = _node("DeclareTable", "name columns text")    # DECLARE @t TABLE (...): [(name, type_text, nullable)]
+InsertVar = _node("InsertVar", "name columns source text")   # INSERT [INTO] @t [(cols)] EXEC ... | SELECT ... | VALUES
+AlterDb = _node("AlterDb", "database option value text")     # ALTER DATABASE d SET option ON|OFF
 Unsupported = _node("Unsupported", "keyword text")
 # CREATE/DROP LOGIN|USER|ROLE, ALTER ROLE, GRANT/REVOKE: action such as 'CREATE LOGIN'; args: dict
 Security = _node("Security", "action args text")

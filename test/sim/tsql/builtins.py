@@ -225,6 +225,18 @@ def f_replace(tr, e, scope):
     return "replace(%s, %s, %s)" % (a, b, c), T.nvarchar(4000) if not t.is_string else t
 
 
+@builtin("replicate")
+def f_replicate(tr, e, scope):
+    """REPLICATE(string, n): NULL for a negative count; the result keeps the string's type, and like
+    SQL Server it is cut at 8,000 bytes unless the string is a (max) type."""
+    (a, t), (n, _) = tr.args(e, scope, 2)
+    rt = t if t.is_string else T.SqlType("varchar", 30)
+    limit = 0 if rt.length == T.MAX else (4000 if rt.name in ("nvarchar", "nchar") else 8000)
+    return "sim_replicate(%s, %s, %d)" % (a, n, limit), T.SqlType(
+        "nvarchar" if rt.name in ("nvarchar", "nchar") else "varchar",
+        T.MAX if rt.length == T.MAX else limit)
+
+
 @builtin("charindex")
 def f_charindex(tr, e, scope):
     args = tr.args(e, scope)

@@ -115,11 +115,154 @@ class Parser:
                 pass
             if self.tok.kind == "eof":
                 return out
-            start = self.tok.pos
-            stmt = self.statement()
-            end = self.toks[self.i - 1].end if self.i else start
-            stmt.text = self.src[start:end].strip()
-            out.append(stmt)
+            out.append(self.texted_statement())
+
+    def texted_statement(self):
+        """One statement with its source text (fault patterns and logs match it)."""
+        start = self.tok.pos
+        stmt = self.statement()
+        end = self.toks[self.i - 1].end if self.i else start
+        stmt.text = self.src[start:end].strip()
+        return stmt
+
+    def if_statement(self):
+        """IF condition statement [ELSE statement] (no ';' before ELSE, as in T-SQL)."""
+        cond = self.expr()
+        if self.tok.kind == "eof" or self.is_op(";"):
+            self.fail()
+        then = self.texted_statement()
+        else_ = None
+        if self.accept_word("ELSE"):
+            else_ = self.texted_statement()
+        return A.If(cond, then, else_)
+
+    def block(self):
+        """BEGIN statement ... END."""
+        stmts = []
+        while True:
+            while self.accept_op(";"):
+                pass
+            if self.accept_word("END"):
+                return A.Block(stmts)
+            if self.tok.kind == "eof":
+                self.fail()
+            stmts.append(self.texted_statement())
+
+    def tran_name(self):
+        """The optional transaction or savepoint name after TRAN[SACTION]: a name or a variable."""
+        if self.tok.kind == "var":
+            return "@" + self.advance().value.lower()
+        if self.tok.kind == "qid" or (self.tok.kind == "word" and self.tok.value.upper() not in _STMT_START
+                                      and self.tok.value.upper() not in _RESERVED | {"ELSE"}):
+            return self.advance().value
+        return None
+
+    def tran_statement(self, w):
+        """BEGIN TRAN[SACTION] [name [WITH MARK ['...']]], COMMIT [TRAN[SACTION] | WORK] [name]
+        [WITH (DELAYED_DURABILITY = ON|OFF)], ROLLBACK [TRAN[SACTION] | WORK] [name], SAVE TRAN[SACTION] name."""
+        name = None
+        if w == "SAVE":
+            self.expect_word("TRAN", "TRANSACTION")
+            name = self.tran_name()
+            if name is None:
+                self.fail()
+            return A.Tran("SAVE", None, name)
+        if self.accept_word("TRAN", "TRANSACTION"):
+            name = self.tran_name()
+        else:
+            self.accept_word("WORK")
+        if w == "BEGIN" and name is not None and self.is_word("WITH") and self.is_word("MARK", tok=self.peek()):
+            self.advance()
+            self.advance()
+            if self.tok.kind in ("str", "nstr"):
+                self.advance()
+        if w == "COMMIT" and self.is_word("WITH") and self.is_op("(", tok=self.peek()):
+            self.advance()
+            self.advance()
+            while not self.accept_op(")"):
+                if self.tok.kind == "eof":
+                    self.fail()
+                self.advance()
+        return A.Tran(w, None, name)
+
+    def declare_table(self, name):
+        """DECLARE @t TABLE (column type [NULL | NOT NULL] [PRIMARY KEY] [COLLATE c], ...)."""
+        self.expect_op("(")
+        cols = []
+        while True:
+            cname = self.ident()
+            tt = self.type_name()
+            nullable = True
+            while True:
+                if self.accept_word("NOT"):
+                    self.expect_word("NULL")
+                    nullable = False
+                elif self.accept_word("NULL"):
+                    nullable = True
+                elif self.accept_word("PRIMARY"):
+                    self.expect_word("KEY")
+                    nullable = False
+                elif self.accept_word("COLLATE"):
+                    self.ident()
+                else:
+                    break
+            cols.append((cname, tt, nullable))
+            if not self.accept_op(","):
+                break
+        self.expect_op(")")
+        return A.DeclareTable(name, cols)
+
+    def insert(self):
+        """INSERT [INTO] @table_variable [(columns)] EXEC ... | SELECT ... | VALUES (...)[, (...)]: the only
+        INSERT the simulator runs (tables change through sim.commit); any other target is None."""
+        save = self.i
+        self.accept_word("INTO")
+        if self.tok.kind != "var":
+            self.i = save
+            return None
+        name = self.advance().value.lower()
+        cols = None
+        if self.is_op("(") and not self.is_word("SELECT", tok=self.peek()):
+            self.advance()
+            cols = [self.ident()]
+            while self.accept_op(","):
+                cols.append(self.ident())
+            self.expect_op(")")
+        if self.accept_word("EXEC", "EXECUTE"):
+            return A.InsertVar(name, cols, self.exec_stmt())
+        if self.is_word("SELECT") or self.is_op("("):
+            return A.InsertVar(name, cols, self.select_expr())
+        if self.accept_word("VALUES"):
+            rows = []
+            while True:
+                self.expect_op("(")
+                row = [self.expr()]
+                while self.accept_op(","):
+                    row.append(self.expr())
+                self.expect_op(")")
+                rows.append(row)
+                if not self.accept_op(","):
+                    break
+            return A.InsertVar(name, cols, rows)
+        self.fail()
+
+    def alter_database(self):
+        """ALTER DATABASE name|CURRENT SET ALLOW_SNAPSHOT_ISOLATION ON|OFF (the only option modelled);
+        None (unsupported) for anything else."""
+        save = self.i
+        self.advance()          # ALTER
+        self.advance()          # DATABASE
+        db = self.advance()
+        if db.kind not in ("word", "qid") or not self.accept_word("SET"):
+            self.i = save
+            return None
+        opt = self.tok
+        if not self.is_word("ALLOW_SNAPSHOT_ISOLATION"):
+            self.i = save
+            return None
+        self.advance()
+        val = self.expect_word("ON", "OFF").value.upper()
+        return A.AlterDb(db.value, opt.value.upper(), val)
 
     def statement(self):
         t = self.tok
@@ -146,7 +289,7 @@ class Parser:
             while self.tok.kind != "eof" and not self.is_op(";") and not (
                     self.tok.kind == "word" and self.tok.value.upper() in _STMT_START - {"ON"} and words
                     and self.tok.value.upper() not in ("LEVEL", "READ", "COMMITTED")):
-                if self.is_word("SET") and words:
+                if self.is_word("SET", "ELSE") and words:
                     break
                 words.append(self.advance().text(self.src))
             if not words:
@@ -165,10 +308,27 @@ class Parser:
         if w in ("BEGIN", "COMMIT", "ROLLBACK") and (w != "BEGIN" or self.is_word("TRAN", "TRANSACTION",
                                                                                   tok=self.peek())):
             self.advance()
-            if self.accept_word("TRAN", "TRANSACTION", "WORK") and self.is_ident() and not (
-                    self.tok.kind == "word" and self.tok.value.upper() in _STMT_START):
-                self.advance()
-            return A.Tran(w)
+            return self.tran_statement(w)
+        if w == "SAVE" and self.is_word("TRAN", "TRANSACTION", tok=self.peek()):
+            self.advance()
+            return self.tran_statement(w)
+        if w == "BEGIN" and not self.is_word("TRY", "CATCH", "DISTRIBUTED", "DIALOG", "CONVERSATION",
+                                             tok=self.peek()):
+            self.advance()
+            return self.block()
+        if w == "IF":
+            self.advance()
+            return self.if_statement()
+        if w == "INSERT":
+            self.advance()
+            ins = self.insert()
+            if ins is not None:
+                return ins
+            self.i -= 1
+        if w == "ALTER" and self.is_word("DATABASE", tok=self.peek()):
+            alt = self.alter_database()
+            if alt is not None:
+                return alt
         if w == "WITH":
             raise SqlError(102, "Incorrect syntax near 'WITH'.", 15, 1, batch_abort=True)
         sec = self.security_statement(w)
@@ -347,13 +507,14 @@ class Parser:
                 e = A.Bin("+", e, self.expr())
             self.expect_op(")")
             return A.ExecStmt(None, [], e)
+        ret = None
         if self.tok.kind == "var" and self.is_op("=", tok=self.peek()):
-            self.advance()
+            ret = self.advance().value.lower()
             self.advance()
         parts = self.multipart()
         args = []
         if self.tok.kind != "eof" and not self.is_op(";") and not (
-                self.tok.kind == "word" and self.tok.value.upper() in _STMT_START):
+                self.tok.kind == "word" and self.tok.value.upper() in _STMT_START | {"ELSE"}):
             while True:
                 name = None
                 if self.tok.kind == "var" and self.is_op("=", tok=self.peek()):
@@ -371,7 +532,7 @@ class Parser:
                 args.append((name, val, out))
                 if not self.accept_op(","):
                     break
-        return A.ExecStmt(parts, args, None)
+        return A.ExecStmt(parts, args, None, None, ret)
 
     def declare(self):
         decls = []
@@ -380,6 +541,9 @@ class Parser:
                 self.fail()
             name = self.advance().value.lower()
             self.accept_word("AS")
+            if self.is_word("TABLE") and not decls:
+                self.advance()
+                return self.declare_table(name)
             type_text = self.type_name()
             init = None
             if self.accept_op("="):
@@ -659,6 +823,9 @@ class Parser:
             if alias is None:
                 self.fail()
             return A.Derived(sel, alias)
+        if self.tok.kind == "var":
+            name = "@" + self.advance().value.lower()
+            return A.TableRef([name], self.table_alias(), None)
         parts = self.multipart()
         args = None
         if self.accept_op("("):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from . import ast as A
 from .. import permissions as P
 from .. import sqltypes as T
-from .. import timeutil
+from .. import sysviews, timeutil
 from .. import catalog
 from ..catalog import fold, q
 from ..errors import SqlError, insufficient_args, invalid_column, invalid_object, permission_denied
@@ -439,7 +439,8 @@ class Translator:
         cols = [(c.name, c.type) for c in table.columns]
         self.add_source(scope, Source(node.alias or table.name, alias, cols, table,
                                       node.alias or ".".join(node.parts)))
-        return "%s AS %s" % (table.phys, alias)
+        phys = sysviews.dynamic_sql(table.name, self.ctx) if table.dynamic else table.phys
+        return "%s AS %s" % (phys, alias)
 
     def add_source(self, scope, src):
         scope.sources.append(src)
@@ -461,6 +462,11 @@ class Translator:
         raise invalid_object(written)
 
     def resolve_table(self, parts):
+        if len(parts) == 1 and parts[0].startswith("@"):
+            tv = getattr(self.ctx, "table_vars", {}).get(parts[0][1:])
+            if tv is None:
+                raise SqlError(1087, 'Must declare the table variable "%s".' % parts[0], 15, 2)
+            return tv
         schema, name, written = self.resolve_parts(parts)
         t = None
         if self.ctx.database.lower() == self.db.name.lower() or fold(schema) == "sys":
@@ -469,8 +475,20 @@ class Translator:
             raise invalid_object(written)
         return t
 
+    def check_snapshot(self):
+        """SNAPSHOT isolation reads data only where ALLOW_SNAPSHOT_ISOLATION is ON (Msg 3952;
+        learn.microsoft.com SET TRANSACTION ISOLATION LEVEL)."""
+        if getattr(self.ctx, "isolation", 2) == 5 and not self.db.allow_snapshot_isolation:
+            raise SqlError(3952, "Snapshot isolation transaction failed accessing database '%s' because snapshot "
+                           "isolation is not allowed in this database. Use ALTER DATABASE to allow snapshot "
+                           "isolation." % self.db.name, 16, 1)
+
     def check_read(self, table):
         login = self.ctx.login
+        if table.kind == "tablevar":
+            return
+        if table.kind in ("user", "change_table", "cdc_meta"):
+            self.check_snapshot()
         if table.kind == "change_table":
             inst = table.instance
             if not P.can_read_change_table(login, inst):
@@ -497,6 +515,7 @@ class Translator:
         fname = kind + inst.name
         if not P.can_access_instance(self.ctx.login, inst):
             raise permission_denied(fname, self.db.name, "cdc")
+        self.check_snapshot()
         if len(node.args) != 3:
             raise SqlError(216 if len(node.args) < 3 else 8144,
                            "Parameters were not supplied for the function 'cdc.%s'." % fname
@@ -791,6 +810,9 @@ class Translator:
             t = T.parse_type(e.type_text)
         except T.UnknownType:
             raise SqlError(243, "Type %s is not a defined system type." % e.type_text, 16, 2)
+        if "(" not in e.type_text and not t.alias and t.name in ("char", "varchar", "nchar", "nvarchar", "binary",
+                                                                  "varbinary"):
+            t = T.SqlType(t.name, 30)        # CAST/CONVERT without a length: 30 (learn.microsoft.com CAST)
         s, st = self.expr(e.expr, scope)
         style = self.expr(e.style, scope)[0] if e.style is not None else "NULL"
         if t.is_integer and st.is_numeric and e.style is None:
