@@ -5,12 +5,15 @@ run as SQL against a real server. The SQL is read from the pages themselves
 `<!-- recipe: name -->` marker (a recipe given on two pages must be the same
 on both), its Python string
 constants named *_SQL (found with ast, so the code must parse) or the block
-itself for SQL; so the examples cannot drift from what is tested. Airflow,
-Dagster and dbt are not installed: each statement is run the way the tool
-runs it (psycopg2 with the same parameters; dbt's freshness query as the
-page writes it down, checked against its sources.yml) as a login in
-finalize_reader, and its answers are checked before and after a range is
-recorded."""
+itself for SQL; so the examples cannot drift from what is tested. Here, with
+Debian's interpreter, each statement is run the way the tool runs it
+(psycopg2 with the same parameters; dbt's freshness query as the page writes
+it down, checked against its sources.yml) as a login in finalize_reader, and
+its answers are checked before and after a range is recorded. The tools
+themselves run every recipe as printed in test/peers/ (test/run-tests peers:
+Airflow's dag.test(), Dagster's sensor evaluation, dbt source freshness),
+each in its own virtual environment; the last test here checks that no
+recipe of the orchestrators' page is left out there."""
 
 import ast
 import glob
@@ -265,3 +268,19 @@ def test_the_local_day_recipe_from_track_table_to_the_gate(pgr, store):
     assert pgr.sql("SELECT finalize.finalized_until('sales.orders_daily')", dbname=DB)[0][0].isoformat() == \
         "2026-11-28T15:00:00+00:00"
     pgr.sql("DELETE FROM finalize.tracked_table", dbname=DB)
+
+
+def test_every_orchestrator_recipe_is_run_by_its_tool():
+    """Each Python and YAML recipe of docs/orchestrators.md (and the README's) is written out and run by a
+    test of test/peers/, which name it as write_recipe("name", ...)."""
+    names = set()
+    for page in (os.path.join(TOP, "README.md"), os.path.join(TOP, "docs", "orchestrators.md")):
+        with open(page) as f:
+            names |= set(re.findall(r"<!-- recipe: ([\w-]+) -->\n```(?:python|yaml)\n", f.read()))
+    assert names >= {"airflow-sql-sensor", "airflow-daily-zone", "airflow-trigger", "dagster-sensor",
+                     "dagster-daily-zone", "dbt-sources"}, names
+    run = set()
+    for path in glob.glob(os.path.join(TOP, "test", "peers", "test_*.py")):
+        with open(path) as f:
+            run |= set(re.findall(r"write_recipe\(\"([\w-]+)\"", f.read()))
+    assert names <= run, f"recipes no peer test runs: {sorted(names - run)}"
