@@ -7,6 +7,7 @@ When a cycle finds the log drained and the mapping table has been silent for
 ``dummy_interval`` seconds, it writes a dummy row (``tran_id = 0x00``)."""
 from collections import defaultdict
 
+from . import dmviews
 from . import lsn as L
 from .catalog import fold, update_mask
 
@@ -39,12 +40,19 @@ def _project(txn, inst, cache):
     return out
 
 
+def _rec_lsn(rec):
+    """The LSN a log record sits at (a transaction's commit, a DDL's or an enable's own)."""
+    return rec.commit_lsn if rec.kind == "txn" else rec.lsn
+
+
 def scan(db, limit):
     """Process up to ``limit`` log records in one transaction; returns how many were read."""
     batch = []
     while db.log and len(batch) < limit:
         batch.append(db.log.popleft())
+    now = db.now_t300()
     if not batch:
+        dmviews.record_scan(db, now, now, 0, None, None, 0, 0, 0, None)
         return 0
     per_inst = defaultdict(list)
     mapping, ddl, enabled = [], [], []
@@ -91,6 +99,10 @@ def scan(db, limit):
         db.last_mapping_t300 = max(r.end_t300 for r in batch if r.kind == "txn")
         db.lsn_at_last_mapping = L.from_bytes(db.max_lsn)
     db.stats["scans"] += 1
+    first, last = batch[0], batch[-1]
+    dmviews.record_scan(db, now, db.now_t300(), len(batch), L.to_bytes(_rec_lsn(first)), L.to_bytes(_rec_lsn(last)),
+                        len(mapping), sum(len(r) for r in per_inst.values()), len(ddl),
+                        (mapping[-1][0], mapping[-1][2]) if mapping else None)
     db.stats["captured_records"] += len(batch)
     return len(batch)
 

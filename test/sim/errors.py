@@ -8,8 +8,9 @@ class SqlError(Exception):
     exactly what a real server would send; ``batch_abort`` marks errors that end
     the whole batch instead of only the current statement."""
 
-    def __init__(self, number, message, cls=16, state=1, batch_abort=False, line=1, proc=""):
+    def __init__(self, number, message, cls=16, state=1, batch_abort=False, line=1, proc="", preceding=()):
         super().__init__(message)
+        self.preceding = list(preceding)     # errors SQL Server sends first for the same failure (300 before 297)
         self.number = number
         self.message = message
         self.cls = cls

@@ -45,7 +45,7 @@ _SET_OPTIONS = {"ANSI_NULLS", "ANSI_NULL_DFLT_ON", "ANSI_NULL_DFLT_OFF", "ANSI_P
 # found when a statement is compiled at run time (deferred name resolution: 207, 208, ...) abort the
 # current scope (batch, procedure, sp_executesql/EXEC() body) and the caller goes on; conversion errors
 # and 601 abort the whole batch, every scope.
-SCOPE_ABORT = {207, 208, 209, 4104, 4121, 137, 8155, 205, 116, 141, 1087}
+SCOPE_ABORT = {207, 208, 209, 4104, 4121, 137, 8155, 8156, 8158, 8159, 239, 1033, 205, 116, 141, 1087}
 BATCH_ABORT = {241, 242, 245, 8114, 601, 102, 105}
 
 
@@ -122,6 +122,8 @@ class Response:
         self.any = True
 
     def error_msg(self, err, server="MSSQLSIM"):
+        for first in getattr(err, "preceding", ()):
+            self.error_msg(first, server)
         log.debug("session %s: Msg %d, Level %d, State %d: %s", getattr(self.ch, "spid", "?"), err.number,
                   err.cls, err.state, err.message)
         self.token(K.message(err.number, err.message, err.cls, err.state, server, err.proc, err.line, self.ch.tds))

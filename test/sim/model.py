@@ -93,6 +93,9 @@ class Database:
         self.instances = {}            # capture instance lower -> Instance
         self.cdc_enabled = False
         self.capture_running = True
+        started = self.clock.now().astimezone(self.tz)   # sys.dm_server_services.last_startup_time
+        self.started_dto = timeutil.dto_text(timeutil.naive_text(started.replace(tzinfo=None)),
+                                             int(started.utcoffset().total_seconds() // 60))
         self.log = collections.deque()
         self.max_lsn = None            # bytes, cache of MAX(start_lsn) of cdc.lsn_time_mapping
         self.last_mapping_t300 = None  # UTC instant of the newest mapping row (or of enabling CDC)

@@ -7,6 +7,7 @@ schema) has an effect; other permissions are accepted and recorded nowhere.
 Who may run them and the errors otherwise follow SQL Server:
 CREATE LOGIN needs ALTER ANY LOGIN (sysadmin here, else Msg 15247); user, role
 and permission statements need db_owner (else 15247 / 15151 / 4613)."""
+from . import dmviews
 from . import permissions as P
 from .catalog import fold
 from .errors import SqlError
@@ -196,6 +197,9 @@ def grant(s, a):
     if key is not None and select:
         for g in sets:
             g.add(key)
+    if key is None and "VIEW DATABASE STATE" in a["perms"]:
+        for g in sets:
+            g.add(dmviews.VIEW_DATABASE_STATE)
 
 
 def revoke(s, a):
@@ -204,3 +208,6 @@ def revoke(s, a):
     if key is not None and select:
         for g in sets:
             g.discard(key)
+    if key is None and "VIEW DATABASE STATE" in a["perms"]:
+        for g in sets:
+            g.discard(dmviews.VIEW_DATABASE_STATE)

@@ -193,9 +193,10 @@ def change_job(s, job_type, maxtrans, maxscans, continuous, pollinginterval, ret
             cfg.threshold = threshold
 
 
-@proc("sys.sp_cdc_help_jobs", [])
+@proc("sys.sp_cdc_help_jobs", [], privilege="db_owner")
 def help_jobs(s):
-    """Job settings (msdb.dbo.cdc_jobs shape)."""
+    """Job settings (msdb.dbo.cdc_jobs shape); "Requires membership in the db_owner fixed database role"
+    (learn.microsoft.com sys.sp_cdc_help_jobs), else Msg 22904."""
     cfg = s.db.cfg
     cols = [("job_id", T.nvarchar(36)), ("job_type", T.nvarchar(20)), ("job_name", SYSNAME), ("maxtrans", INT),
             ("maxscans", INT), ("continuous", BIT), ("pollinginterval", T.BIGINT), ("retention", T.BIGINT),

@@ -6,6 +6,7 @@ computed when a statement reads them (``dynamic_sql``), since sessions and row c
 Column lists follow the views' documentation on learn.microsoft.com (a subset of their columns)."""
 from dataclasses import dataclass, field
 
+from . import dmviews
 from . import sqltypes as T
 from .catalog import Column, q
 
@@ -58,6 +59,8 @@ DYNAMIC = {
         ("used_page_count", T.BIGINT.null(False)), ("reserved_page_count", T.BIGINT.null(False)),
         ("row_count", T.BIGINT.null(False))]),
 }
+
+DYNAMIC.update(dmviews.COLUMNS)
 
 # sys.types ids (system_type_id, user_type_id) of the types the simulator has.
 TYPE_IDS = {"tinyint": 48, "smallint": 52, "int": 56, "bigint": 127, "bit": 104, "decimal": 106, "numeric": 108,
@@ -179,4 +182,6 @@ def dynamic_sql(name, ctx):
                 p = pages(n)
                 rows.append((t.object_id * 256 + ix.index_id, t.object_id, ix.index_id, 1, p, p, p, p, p, n))
         return _values_sql(DYNAMIC[name], rows)
+    if name in dmviews.COLUMNS:
+        return _values_sql(DYNAMIC[name], dmviews.rows(name, ctx))
     raise KeyError(name)

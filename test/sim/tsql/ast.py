@@ -41,9 +41,11 @@ SubQ = _node("SubQ", "select")
 Keyword = _node("Keyword", "word")                 # DATEPART(TZOFFSET, ...) first argument
 
 # SELECT
-Select = _node("Select", "distinct top items from_ where group having order offset fetch unions text gsets")
+Select = _node("Select", "distinct top items from_ where group having order offset fetch unions text gsets ctes")
 # gsets: GROUP BY GROUPING SETS / ROLLUP / CUBE / () expanded to a list of grouping sets (lists of
 # expressions); None for a plain GROUP BY list (in ``group``)
+# ctes: the WITH clause's common table expressions (list of Cte) on the statement's outermost SELECT
+Cte = _node("Cte", "name columns select")
 Item = _node("Item", "expr alias assign")
 TableRef = _node("TableRef", "parts alias args")   # args not None => table-valued function
 Derived = _node("Derived", "select alias")

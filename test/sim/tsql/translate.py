@@ -10,15 +10,12 @@ from dataclasses import dataclass, field
 from . import ast as A
 from .. import permissions as P
 from .. import sqltypes as T
-from .. import sysviews, timeutil
+from .. import dmviews, sysviews, timeutil
 from .. import catalog
 from ..catalog import fold, q
-from ..errors import SqlError, insufficient_args, invalid_column, invalid_object, permission_denied
+from ..errors import SqlError, invalid_column, invalid_object, permission_denied
+from . import cdc_tvf, cte
 from .builtins import BUILTINS, unify
-
-ALL_CHANGES = "fn_cdc_get_all_changes_"
-NET_CHANGES = "fn_cdc_get_net_changes_"
-
 
 @dataclass
 class Compiled:
@@ -112,6 +109,9 @@ class Scope:
 
 
 def lit_str(s):
+    """A string as a sqlite literal (a NUL character, which sqlite's SQL text cannot hold, as char(0))."""
+    if "\x00" in s:
+        return "(%s)" % " || char(0) || ".join(lit_str(p) for p in s.split("\x00"))
     return "'" + s.replace("'", "''") + "'"
 
 
@@ -140,6 +140,7 @@ class Translator:
         self.var_params = {}
         self.gs = None                  # GroupCtx of the query level whose select list is compiling
         self.ctes = []                  # 'name AS MATERIALIZED (...)' prepended to the statement
+        self.cte_frames = []            # the WITH clauses in scope: [{folded name: cte.CteDef}]
         self.outer_hits = []            # scopes outer column references resolved to (correlation)
         self.scope_of = {}              # id(Source) -> the Scope it belongs to
 
@@ -177,10 +178,14 @@ class Translator:
     def select(self, sel, outer, top=False, derived=False):
         """-> (sqlite SQL, [(name, SqlType)]); a derived table needs a name for every column."""
         saved, self.gs = self.gs, None           # a nested query has its own grouping
+        frames = len(self.cte_frames)
         try:
+            if sel.ctes:
+                cte.define(self, sel.ctes, Scope)
             return self._select(sel, outer, derived)
         finally:
             self.gs = saved
+            del self.cte_frames[frames:]
 
     def _select(self, sel, outer, derived):
         scope = Scope(outer)
@@ -427,12 +432,18 @@ class Translator:
             kind = {"INNER": "JOIN", "LEFT": "LEFT JOIN", "RIGHT": "RIGHT JOIN", "FULL": "FULL JOIN"}[node.kind]
             return "%s %s %s ON %s" % (left, kind, right, on)
         if isinstance(node, A.Derived):
+            cte.check_order_by(node.select)
             sql, cols = self.select(node.select, Scope(scope.parent), derived=node.alias)
             alias = self.new_alias()
             self.add_source(scope, Source(node.alias, alias, cols))
             return "(%s) AS %s" % (sql, alias)
         if node.args is not None:
             return self.tvf(node, scope)
+        named = cte.lookup(self, node.parts)
+        if named is not None:
+            alias = self.new_alias()
+            self.add_source(scope, Source(node.alias or named.name, alias, named.columns))
+            return "%s AS %s" % (named.sql_name, alias)
         table = self.resolve_table(node.parts)
         self.check_read(table)
         alias = self.new_alias()
@@ -487,6 +498,8 @@ class Translator:
         login = self.ctx.login
         if table.kind == "tablevar":
             return
+        if table.dynamic:
+            dmviews.check(table.name, self.ctx)
         if table.kind in ("user", "change_table", "cdc_meta"):
             self.check_snapshot()
         if table.kind == "change_table":
@@ -498,82 +511,8 @@ class Translator:
             raise permission_denied(table.name, self.db.name, table.schema)
 
     def tvf(self, node, scope):
-        """cdc.fn_cdc_get_all_changes_<ci>(from, to, option) as a derived table."""
-        schema, name, written = self.resolve_parts(node.parts)
-        lname = fold(name)
-        inst = None
-        if fold(schema) == "cdc" and self.db.cdc_enabled and self.ctx.database.lower() == self.db.name.lower():
-            for prefix in (ALL_CHANGES, NET_CHANGES):
-                if lname.startswith(prefix):
-                    inst = self.db.instances.get(lname[len(prefix):])
-                    if inst is not None and prefix == NET_CHANGES and not inst.supports_net_changes:
-                        inst = None
-                    kind = prefix
-                    break
-        if inst is None:
-            raise invalid_object(written)
-        fname = kind + inst.name
-        if not P.can_access_instance(self.ctx.login, inst):
-            raise permission_denied(fname, self.db.name, "cdc")
-        self.check_snapshot()
-        if len(node.args) != 3:
-            raise SqlError(216 if len(node.args) < 3 else 8144,
-                           "Parameters were not supplied for the function 'cdc.%s'." % fname
-                           if len(node.args) < 3 else
-                           "Procedure or function cdc.%s has too many arguments specified." % fname, 16, 1)
-        args_sql = [self.expr(a, Scope())[0] for a in node.args]
-        lo, hi, opt = self.ctx.evaluate("SELECT " + ", ".join(args_sql), self.params)
-        opt = (opt or "").strip().lower() if isinstance(opt, str) else None
-        max_lsn = self.ctx.evaluate("SELECT MAX(start_lsn) FROM cdc.lsn_time_mapping", {})[0]
-        fn313 = insufficient_args("cdc.%s ... " % kind)     # SQL Server: "... cdc.fn_cdc_get_all_changes_ ... ."
-        ok_opts = ("all", "all update old") if kind == ALL_CHANGES else ("all", "all with mask", "all with merge")
-        if (opt not in ok_opts or not isinstance(lo, bytes) or not isinstance(hi, bytes) or max_lsn is None
-                or inst.start_lsn is None):
-            raise fn313
-        lo, hi = lo.ljust(10, b"\0")[:10], hi.ljust(10, b"\0")[:10]
-        if lo < inst.start_lsn or hi > max_lsn or lo > hi:
-            raise fn313
-        self.reads.append(inst)
-        ct = inst.ct.phys
-        cap = [c.name for c in inst.captured]
-        if kind == ALL_CHANGES:
-            cols = [("__$start_lsn", T.LSN.null(False)), ("__$seqval", T.LSN.null(False)),
-                    ("__$operation", T.INT.null(False)), ("__$update_mask", T.varbinary(128))]
-            cols += [(c.name, c.type.null(True)) for c in inst.captured]
-            where = '"__$start_lsn" >= %s AND "__$start_lsn" <= %s' % (lit_value(lo), lit_value(hi))
-            if opt == "all":
-                where += ' AND "__$operation" <> 3'
-            sql = ('SELECT "__$start_lsn", "__$seqval", "__$operation", "__$update_mask"%s FROM %s WHERE %s '
-                   'ORDER BY "__$start_lsn", "__$seqval", "__$operation"'
-                   % ("".join(", " + q(n) for n in cap), ct, where))
-        else:
-            sql, cols = self.net_changes(inst, lo, hi, opt)
-        alias = self.new_alias()
-        self.add_source(scope, Source(node.alias or fname, alias, cols))
-        return "(%s) AS %s" % (sql, alias)
-
-    def net_changes(self, inst, lo, hi, opt):
-        """Net changes per key: the last image of each row changed in [lo, hi]."""
-        key = q(inst.index_columns[0])
-        cap = [q(c.name) for c in inst.captured]
-        rng = '"__$start_lsn" >= %s AND "__$start_lsn" <= %s' % (lit_value(lo), lit_value(hi))
-        ct = inst.ct.phys
-        op = ('CASE WHEN f."__$operation" = 2 AND l."__$operation" = 1 THEN NULL '
-              'WHEN l."__$operation" = 1 THEN 1 WHEN f."__$operation" = 2 THEN %s ELSE %s END'
-              % ("5" if opt == "all with merge" else "2", "5" if opt == "all with merge" else "4"))
-        mask = 'l."__$update_mask"' if opt == "all with mask" else "NULL"
-        sql = ("SELECT * FROM (SELECT l.\"__$start_lsn\" AS \"__$start_lsn\", %s AS \"__$operation\", "
-               "%s AS \"__$update_mask\"%s FROM "
-               "(SELECT %s AS k, MIN(\"__$start_lsn\" || \"__$seqval\") AS fk, MAX(\"__$start_lsn\" || \"__$seqval\") "
-               "AS lk FROM %s WHERE %s AND \"__$operation\" <> 3 GROUP BY %s) AS g "
-               "JOIN %s AS f ON f.%s = g.k AND (f.\"__$start_lsn\" || f.\"__$seqval\") = g.fk "
-               "AND f.\"__$operation\" <> 3 "
-               "JOIN %s AS l ON l.%s = g.k AND (l.\"__$start_lsn\" || l.\"__$seqval\") = g.lk "
-               "AND l.\"__$operation\" <> 3) WHERE \"__$operation\" IS NOT NULL ORDER BY \"__$start_lsn\""
-               % (op, mask, "".join(", l.%s AS %s" % (c, c) for c in cap), key, ct, rng, key, ct, key, ct, key))
-        cols = [("__$start_lsn", T.LSN.null(False)), ("__$operation", T.INT), ("__$update_mask", T.varbinary(128))]
-        cols += [(c.name, c.type.null(True)) for c in inst.captured]
-        return sql, cols
+        """cdc.fn_cdc_get_all_changes_<ci> / fn_cdc_get_net_changes_<ci> as a derived table (cdc_tvf.py)."""
+        return cdc_tvf.tvf(self, node, scope, Scope, Source)
 
     # --- expressions -----------------------------------------------------------------
 

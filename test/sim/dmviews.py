@@ -1,0 +1,119 @@
+"""Server- and CDC-state dynamic management views: ``sys.dm_server_services`` and
+``sys.dm_cdc_log_scan_sessions`` (columns and permissions as learn.microsoft.com documents them).
+
+* sys.dm_server_services: "Requires VIEW SERVER STATE permission on the server."  Without it SQL Server
+  sends Msg 300 "VIEW SERVER STATE permission was denied on object 'server', database 'master'." (class 14)
+  followed by Msg 297 "The user does not have permission to perform this action." (class 16).  Rows: the
+  Database Engine and SQL Server Agent services, both running (the capture and cleanup jobs are Agent jobs;
+  stopping the capture job with sp_cdc_stop_job does not stop the Agent).
+* sys.dm_cdc_log_scan_sessions: "Requires VIEW DATABASE STATE permission" (a database-scoped DMV): Msg 262
+  "VIEW DATABASE STATE permission denied in database 'demo'." (class 14), then 297.  One row per log scan
+  session of the capture job (capture.scan), the newest last, and the aggregate row ``session_id = 0``.
+  LSNs are ``nvarchar(23)`` texts ``xxxxxxxx:xxxxxxxx:xxxx`` plus the terminating NUL that fills the 23rd
+  character (a session that found no CDC transaction has start_lsn ``00000000:00000000:0000``).
+Holders: sysadmin has VIEW SERVER STATE (which implies VIEW DATABASE STATE); db_owner has VIEW DATABASE STATE
+(CONTROL on the database); ``GRANT VIEW DATABASE STATE TO user`` gives it too."""
+import collections
+import os
+
+from . import sqltypes as T
+from .catalog import Column
+from .errors import SqlError
+
+KEEP_SESSIONS = 1000           # scan sessions kept (SQL Server resets the view at restart)
+EMPTY_LSN = "00000000:00000000:0000\x00"
+VIEW_DATABASE_STATE = "perm::view database state"
+
+
+def _cols(spec):
+    """Column objects of a view from (name, type) pairs."""
+    return [Column(n, t, t.nullable, i) for i, (n, t) in enumerate(spec, 1)]
+
+
+_LSN = T.nvarchar(23)
+COLUMNS = {
+    "dm_server_services": _cols([
+        ("servicename", T.nvarchar(256).null(False)), ("startup_type", T.INT), ("startup_type_desc",
+                                                                              T.nvarchar(256).null(False)),
+        ("status", T.INT), ("status_desc", T.nvarchar(256).null(False)), ("process_id", T.INT.null(False)),
+        ("last_startup_time", T.datetimeoffset(7)), ("service_account", T.nvarchar(256).null(False)),
+        ("filename", T.nvarchar(256).null(False)), ("is_clustered", T.nvarchar(1).null(False)),
+        ("cluster_nodename", T.nvarchar(256)), ("instant_file_initialization_enabled", T.nvarchar(1))]),
+    "dm_cdc_log_scan_sessions": _cols([
+        ("session_id", T.INT), ("start_time", T.DATETIME), ("end_time", T.DATETIME), ("duration", T.INT),
+        ("scan_phase", T.nvarchar(200)), ("error_count", T.INT), ("start_lsn", _LSN), ("current_lsn", _LSN),
+        ("end_lsn", _LSN), ("tran_count", T.BIGINT), ("last_commit_lsn", _LSN), ("last_commit_time", T.DATETIME),
+        ("log_record_count", T.BIGINT), ("schema_change_count", T.INT), ("command_count", T.BIGINT),
+        ("first_begin_cdc_lsn", _LSN), ("last_commit_cdc_lsn", _LSN), ("last_commit_cdc_time", T.DATETIME),
+        ("latency", T.INT), ("empty_scan_count", T.INT), ("failed_sessions_count", T.INT)]),
+}
+
+
+def lsn_text(raw):
+    """10-byte LSN -> the view's text form (with the NUL in the 23rd position); None stays None."""
+    if raw is None:
+        return None
+    raw = bytes(raw).rjust(10, b"\0")
+    return "%s:%s:%s\x00" % (raw[:4].hex(), raw[4:8].hex(), raw[8:10].hex())
+
+
+def check(name, ctx):
+    """Raise SQL Server's permission errors for a view the session's login may not read."""
+    login = ctx.login
+    if name == "dm_server_services" and not login.sysadmin:
+        raise SqlError(297, "The user does not have permission to perform this action.", 16, 1, preceding=[
+            SqlError(300, "VIEW SERVER STATE permission was denied on object 'server', database 'master'.", 14, 1)])
+    if name == "dm_cdc_log_scan_sessions" and not has_view_database_state(login):
+        raise SqlError(297, "The user does not have permission to perform this action.", 16, 1, preceding=[
+            SqlError(262, "VIEW DATABASE STATE permission denied in database '%s'." % ctx.db.name, 14, 1)])
+
+
+def has_view_database_state(login):
+    """sysadmin (VIEW SERVER STATE), db_owner (CONTROL), or a grant of VIEW DATABASE STATE."""
+    return login.sysadmin or login.db_owner or VIEW_DATABASE_STATE in login.effective_grants()
+
+
+def record_scan(db, start_t300, end_t300, records, first_lsn, last_lsn, trans, commands, ddls, last_commit):
+    """Append one log scan session (called by capture.scan, also for a scan that found nothing)."""
+    sessions = getattr(db, "scan_sessions", None)
+    if sessions is None:
+        sessions = db.scan_sessions = collections.deque(maxlen=KEEP_SESSIONS)
+        db.scan_session_ids = 0
+        db.scan_empty_run = 0
+    db.scan_session_ids += 1
+    db.scan_empty_run = 0 if trans else db.scan_empty_run + 1
+    sessions.append({
+        "id": db.scan_session_ids, "start": db.local_text(start_t300), "end": db.local_text(end_t300),
+        "duration": (end_t300 - start_t300) // 300, "start_lsn": lsn_text(first_lsn) if records else EMPTY_LSN,
+        "end_lsn": lsn_text(last_lsn) if records else EMPTY_LSN, "trans": trans, "records": records,
+        "commands": commands, "ddls": ddls, "last_commit": last_commit, "empty": db.scan_empty_run})
+
+
+def rows(name, ctx):
+    """The view's rows as the session may see them (after ``check``)."""
+    db = ctx.db
+    if name == "dm_server_services":
+        started = getattr(db, "started_dto", None)
+        return [("SQL Server (MSSQLSERVER)", 2, "Automatic", 4, "Running", os.getpid(), started,
+                 "NT Service\\MSSQLSERVER", '"C:\\Program Files\\Microsoft SQL Server\\MSSQL\\Binn\\sqlservr.exe" '
+                 "-sMSSQLSERVER", "N", None, "Y"),
+                ("SQL Server Agent (MSSQLSERVER)", 2, "Automatic", 4, "Running", os.getpid(), started,
+                 "NT Service\\SQLSERVERAGENT", '"C:\\Program Files\\Microsoft SQL Server\\MSSQL\\Binn\\SQLAGENT.EXE" '
+                 "-i MSSQLSERVER", "N", None, None)]
+    sessions = list(getattr(db, "scan_sessions", ()))
+    out = []
+    for s in sessions:
+        lc_lsn, lc_time = s["last_commit"] or (None, None)
+        out.append((s["id"], s["start"], s["end"], s["duration"], "Done", 0, s["start_lsn"], EMPTY_LSN,
+                    s["end_lsn"], s["trans"], lsn_text(lc_lsn), lc_time, s["records"], s["ddls"], s["commands"],
+                    s["start_lsn"], lsn_text(lc_lsn), lc_time, 0, s["empty"], 0))
+    if sessions:
+        last = sessions[-1]
+        busy = [s for s in sessions if s["trans"]]
+        lc = next((s["last_commit"] for s in reversed(busy)), None) or (None, None)
+        out.insert(0, (0, sessions[0]["start"], last["end"], sum(s["duration"] for s in busy), "Aggregate", 0,
+                       last["start_lsn"], EMPTY_LSN, last["end_lsn"], sum(s["trans"] for s in sessions),
+                       lsn_text(lc[0]), lc[1], sum(s["records"] for s in sessions),
+                       sum(s["ddls"] for s in sessions), sum(s["commands"] for s in sessions),
+                       busy[0]["start_lsn"] if busy else EMPTY_LSN, lsn_text(lc[0]), lc[1], 0, last["empty"], 0))
+    return out
