@@ -142,7 +142,10 @@ def test_every_accepted_tds_version_reads_the_same_facts(env, sim, tds_version):
     env.wait_caught_up("sales.orders", sim)
     st = env.status("sales.orders")
     assert st["finalized_until"] == at(10, 0) and st["condition"] is None
-    assert [(f["inserts"], f["updates"], f["deletes"]) for f in env.facts("sales.orders")][1:] == [(2, 1, 0)]
+    # One range, or more when a worker cycle ran while sim.advance was still moving the clock: the
+    # commit's counts once, every other range empty.
+    ranges = [(f["inserts"], f["updates"], f["deletes"]) for f in env.facts("sales.orders")][1:]
+    assert sorted(ranges, reverse=True) == [(2, 1, 0)] + [(0, 0, 0)] * (len(ranges) - 1), ranges
     # SQL Server's clock decoded (below 7.3 datetime2 would arrive as nvarchar).
     src = env.source_status("erp")
     clock = as_utc(sim.call("sim.state")[0][0]["clock_utc"])
