@@ -1,0 +1,78 @@
+"""Jars from Maven Central, pinned by sha256 and cached: what the Java peers (jdbc/, debezium/) share.
+
+A lock file lists one artifact per line, ``groupId:artifactId:version sha256-of-the-jar`` (``#`` starts a
+comment). ``fetch_all(lock)`` puts each jar into ${FINALIZE_CACHE:-/var/cache/finalize-tests}/maven, in
+Maven's repository layout, downloading only what is missing or does not have its hash, and returns the
+paths in the lock's order. A jar whose download does not have the locked hash is refused (and not kept)."""
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.request
+
+CENTRAL = "https://repo1.maven.org/maven2"
+
+
+def cache_dir():
+    """The local Maven repository the peers share."""
+    return os.path.join(os.environ.get("FINALIZE_CACHE") or "/var/cache/finalize-tests", "maven")
+
+
+def read_lock(path):
+    """A lock file -> [(group, artifact, version, sha256)]."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            coords, sha = line.split()
+            group, artifact, version = coords.split(":")
+            out.append((group, artifact, version, sha.lower()))
+    return out
+
+
+def sha256(path):
+    """The hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch(cache, group, artifact, version, sha):
+    """The jar in the cache (downloaded and verified if missing or wrong) -> (path, downloaded?)."""
+    rel = "%s/%s/%s/%s-%s.jar" % (group.replace(".", "/"), artifact, version, artifact, version)
+    path = os.path.join(cache, rel)
+    if os.path.exists(path) and sha256(path) == sha:
+        return path, False
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen("%s/%s" % (CENTRAL, rel), timeout=60) as r:
+            shutil.copyfileobj(r, out)
+        got = sha256(tmp)
+        if got != sha:
+            raise RuntimeError("%s:%s:%s: sha256 %s, the lock says %s" % (group, artifact, version, got, sha))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path, True
+
+
+def fetch_all(lock_path, report=print):
+    """Every jar of a lock file, cached -> [(group, artifact, version, path)]; reports what it did."""
+    cache = cache_dir()
+    out = []
+    fetched = 0
+    for group, artifact, version, sha in read_lock(lock_path):
+        path, new = fetch(cache, group, artifact, version, sha)
+        fetched += new
+        out.append((group, artifact, version, path))
+    report("# %d jars of %s: %d downloaded, %d cached" % (len(out), os.path.basename(os.path.dirname(lock_path))
+                                                          + "/" + os.path.basename(lock_path), fetched,
+                                                          len(out) - fetched))
+    return out
