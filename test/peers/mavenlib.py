@@ -4,10 +4,13 @@ A lock file lists one artifact per line, ``groupId:artifactId:version sha256-of-
 comment). ``fetch_all(lock)`` puts each jar into ${FINALIZE_CACHE:-/var/cache/finalize-tests}/maven, in
 Maven's repository layout, downloading only what is missing or does not have its hash, and returns the
 paths in the lock's order. A jar whose download does not have the locked hash is refused (and not kept)."""
+import glob
 import hashlib
 import os
 import shutil
 import tempfile
+import time
+import urllib.error
 import urllib.request
 
 CENTRAL = "https://repo1.maven.org/maven2"
@@ -48,10 +51,13 @@ def fetch(cache, group, artifact, version, sha):
     if os.path.exists(path) and sha256(path) == sha:
         return path, False
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    for stale in glob.glob(os.path.join(os.path.dirname(path), ".part-*")):
+        if time.time() - os.path.getmtime(stale) > 3600:      # left by a download that was killed
+            os.unlink(stale)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".part-")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen("%s/%s" % (CENTRAL, rel), timeout=60) as r:
-            shutil.copyfileobj(r, out)
+        with os.fdopen(fd, "wb") as out:
+            download("%s/%s" % (CENTRAL, rel), out, "%s:%s:%s" % (group, artifact, version))
         got = sha256(tmp)
         if got != sha:
             raise RuntimeError("%s:%s:%s: sha256 %s, the lock says %s" % (group, artifact, version, got, sha))
@@ -61,6 +67,21 @@ def fetch(cache, group, artifact, version, sha):
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path, True
+
+
+def download(url, out, name, attempts=3):
+    """Copies url into the open file out, trying again (after 2 s, then 4 s) on a network error."""
+    for attempt in range(attempts):
+        try:
+            out.seek(0)
+            out.truncate()
+            with urllib.request.urlopen(url, timeout=60) as r:
+                shutil.copyfileobj(r, out)
+            return
+        except (OSError, urllib.error.URLError) as e:
+            if attempt == attempts - 1:
+                raise RuntimeError("downloading %s from %s failed: %s" % (name, url, e)) from e
+            time.sleep(2 ** (attempt + 1))
 
 
 def fetch_all(lock_path, report=print):

@@ -21,9 +21,10 @@ import io.debezium.engine.format.Json;
  * Properties: every "debezium.*" key goes to the engine without its prefix; lake.dir; finalize.url,
  * finalize.table, finalize.consumer, finalize.database (FinalizeProgress's arguments); crash.after.apply = N
  * ends the process abruptly (halt, no shutdown) after the N-th durable apply that held streaming changes,
- * before its report, as a crash between the lake's commit and the report would (with
- * wrong.report.before.apply = true, the order a pipeline must not use: after the report, before the apply,
- * which the test's check must catch). SIGTERM stops the engine
+ * before its report, as a crash between the lake's commit and the report would;
+ * broken.lake.loses.writes.after = N makes the lake drop every write from the N-th streaming batch on while
+ * the reports go on (a broken pipeline, which the test's check must catch). SIGTERM, or the end of standard
+ * input (the test that started it is gone), stops the engine
  * cleanly (offsets flushed). Prints "pipeline: applied N" per batch and "pipeline: stopped" at the end.
  */
 public final class LakePipeline {
@@ -44,8 +45,10 @@ public final class LakePipeline {
                 conf.getProperty("finalize.table"), conf.getProperty("finalize.consumer"),
                 conf.getProperty("finalize.database"));
         int[] crashAfter = { Integer.parseInt(conf.getProperty("crash.after.apply", "0")) };
-        // The wrong order, for the test of the test: report, then apply (a crash in between loses data).
-        boolean reportFirst = Boolean.parseBoolean(conf.getProperty("wrong.report.before.apply", "false"));
+        // A broken lake, for the test of the test: from the N-th streaming batch on, writes are lost
+        // while the reports go on.
+        int[] loseAfter = { Integer.parseInt(conf.getProperty("broken.lake.loses.writes.after", "0")) };
+        boolean[] losing = { false };
         CountDownLatch done = new CountDownLatch(1);
 
         DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
@@ -53,18 +56,16 @@ public final class LakePipeline {
                 .notifying((List<ChangeEvent<String, String>> batch,
                             DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer) -> {
                     try {
-                        if (reportFirst) {
-                            progress.afterDurableApply(batch);
-                            crashPoint(crashAfter, batch, "between report and apply");
+                        if (loseAfter[0] > 0 && hasStreaming(batch) && --loseAfter[0] == 0) {
+                            losing[0] = true;
+                            System.out.println("pipeline: the lake loses every write from here on");
                         }
-                        int n = lake.apply(batch);
+                        int n = losing[0] ? 0 : lake.apply(batch);
                         if (n > 0) {
                             System.out.println("pipeline: applied " + n);
                         }
-                        if (!reportFirst) {
-                            crashPoint(crashAfter, batch, "between apply and report");
-                            progress.afterDurableApply(batch);
-                        }
+                        crashPoint(crashAfter, batch, "between apply and report");
+                        progress.afterDurableApply(batch);
                     } catch (Exception e) {
                         throw new RuntimeException("the lake's apply failed", e);
                     }
@@ -93,6 +94,18 @@ public final class LakePipeline {
             System.out.flush();
         }));
         executor.execute(engine);
+        Thread parent = new Thread(() -> {
+            try {
+                while (System.in.read() >= 0) {
+                    // nothing: wait for the end of standard input
+                }
+            } catch (java.io.IOException e) {
+                // as the end
+            }
+            System.exit(0);                         // runs the shutdown hook: the engine closes
+        });
+        parent.setDaemon(true);
+        parent.start();
         done.await();
         executor.shutdown();
     }
