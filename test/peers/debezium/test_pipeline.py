@@ -41,11 +41,6 @@ LOGIN_GRANTS = "dbo.orders,cdc.change_tables,cdc.captured_columns,cdc.lsn_time_m
 pytestmark = pytest.mark.skipif(not CLASSPATH, reason="run by test/peers/debezium/run (DEBEZIUM_CLASSPATH)")
 
 
-def lsn_bytes(text):
-    """Debezium's LSN text (0000002d:00000f2a:0002) -> the 10 bytes."""
-    return bytes.fromhex(text.replace(":", ""))
-
-
 def debezium_lsn(raw):
     """The 10 bytes -> Debezium's text form."""
     h = bytes(raw).hex()
@@ -193,10 +188,6 @@ class World:
         raw = self.sim.query("SELECT MAX(start_lsn) AS m FROM cdc.lsn_time_mapping WHERE tran_id <> 0x00")[0]["m"]
         return debezium_lsn(raw)
 
-    def commit_times(self):
-        """Every mapping row's LSN (Debezium's form) -> its commit time, UTC."""
-        return {k: end for k, (_, end) in self.mapping().items()}
-
     def mapping(self):
         """Every mapping row's LSN (Debezium's form) -> (tran_begin_time, tran_end_time), UTC."""
         rows = self.sim.query("SELECT start_lsn, tran_begin_time, tran_end_time FROM cdc.lsn_time_mapping")
@@ -260,9 +251,9 @@ class World:
         self.checks += 1
         if until is None:
             return None
-        first = floor(self.commit_times()[self.snapshot_lsn]) + GRAIN   # periods wholly after the snapshot
-        changes = self.lake_changes()
         times = self.mapping()
+        first = floor(times[self.snapshot_lsn][1]) + GRAIN   # the periods wholly after the snapshot
+        changes = self.lake_changes()
         lake = {}
         for (commit_lsn, _, _), e in changes.items():
             begin, t = times[commit_lsn]
@@ -359,13 +350,12 @@ def run_pipeline_story(world, mode, login, full=True):
     # A crash between the lake's commit and the report: the verdict stays; after the restart, Debezium
     # replays from its offsets, the lake ignores what it has, and the report follows.
     if full:
-        p = crash_and_recover(world, p, mode, login, last)
-        last = p.last
+        p, last = crash_and_recover(world, p, mode, login, last)
     finish(world, p, mode, 8 if full else 5, last)
 
 
 def crash_and_recover(world, p, mode, login, last):
-    """The crash step of the story; returns the pipeline running after it (its ``last`` commit time)."""
+    """The crash step of the story -> (the pipeline running after it, the last commit's time)."""
     p.stop()
     reported = world.one("SELECT reported_lsn FROM finalize.consumers WHERE consumer = 'debezium'")
     batches = len(glob.glob(os.path.join(world.lake, "batch-*.jsonl")))
@@ -388,8 +378,7 @@ def crash_and_recover(world, p, mode, login, last):
     last = traffic(world, p, int((t - START) / GRAIN) + 1, 2, seed=3)
     world.wait_verdict(floor(last), p)
     assert len(world.lake_events()) > len(world.lake_changes()) + 20, "nothing was replayed after the crash"
-    p.last = last
-    return p
+    return p, last
 
 
 def finish(world, p, mode, periods, last):
