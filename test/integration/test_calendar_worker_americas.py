@@ -1,0 +1,23 @@
+"""Calendar verdicts never lead the simulator's truth (calendar_worker.py), in the Americas' zones."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from calendar_worker import check_zone  # noqa: E402
+from worker_env import new_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def worker_pg():
+    cluster = new_cluster()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.mark.parametrize("zone", ['America/Havana', 'America/New_York', 'America/Santiago'])
+def test_calendar_verdicts_never_lead_the_simulators_truth(worker_pg, zone):
+    check_zone(worker_pg, zone)
