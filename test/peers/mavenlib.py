@@ -17,8 +17,14 @@ CENTRAL = "https://repo1.maven.org/maven2"
 
 
 def cache_dir():
-    """The local Maven repository the peers share."""
-    return os.path.join(os.environ.get("FINALIZE_CACHE") or "/var/cache/finalize-tests", "maven")
+    """The local Maven repository the peers share, under the cache setup-venv uses."""
+    if os.environ.get("FINALIZE_CACHE"):
+        top = os.environ["FINALIZE_CACHE"]
+    elif os.geteuid() == 0:
+        top = "/var/cache/finalize-tests"
+    else:
+        top = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "finalize-tests")
+    return os.path.join(top, "maven")
 
 
 def read_lock(path):
