@@ -17,10 +17,10 @@ EXTENSION  = finalize
 EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
 
 # One folder per subsystem, bottom layer first (src/README.md: which folder
-# may include which): core, mssql, worker, sensor, gate, alert;
+# may include which): core, mssql, worker, sensor, gate, alert, lake;
 # src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-SUBSYSTEMS = core mssql worker sensor gate alert
+SUBSYSTEMS = core mssql worker sensor gate alert lake
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # The install script of the current version is assembled from src/sql/*.sql
@@ -101,7 +101,7 @@ BITCODE_CFLAGS += -MF /dev/null
 
 # FINALIZE_VERSION comes from the control file: the files that compare it
 # with the catalog's version are rebuilt when it changes.
-src/worker/worker_state.o src/gate/release_checks.o: $(EXTENSION).control
+src/worker/worker_state.o src/gate/release_checks.o src/lake/lake_state.o: $(EXTENSION).control
 
 # src/sql itself too: renaming a part keeps its time but changes the folder's.
 $(DATA_built): $(SQL_PARTS) src/sql $(EXTENSION).control
@@ -117,6 +117,7 @@ UNIT_SOURCES_test_outcome = src/alert/outcome.c
 UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
 UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
 UNIT_SOURCES_test_period = src/core/period.c
+UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -20,43 +20,11 @@
 
 PG_FUNCTION_INFO_V1(finalize_webhook_validator);
 
-/*
- * Whether a host is this machine: plain http is accepted only there (a
- * local relay, tests), since alerts carry table names and error texts.
- */
-static bool
-loopback_host(const char *host, size_t len)
-{
-	return (len == 9 && pg_strncasecmp(host, "localhost", 9) == 0) ||
-		(len >= 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len) ||
-		(len == 5 && strncmp(host, "[::1]", 5) == 0);
-}
-
-/*
- * Accepts a webhook URL: https:// and a host, or http:// to a loopback
- * host; no credentials in it (user@), no fragment, no whitespace or
- * control bytes.
- */
+/* Accepts a webhook URL (core/fdw_options.c's rule for a service's URL). */
 static bool
 check_webhook_url(const char *value)
 {
-	bool		plain = strncmp(value, "http://", 7) == 0;
-	const char *host = plain ? value + 7 : value + 8;
-	size_t		hostlen;
-
-	if (!plain && strncmp(value, "https://", 8) != 0)
-		return false;
-	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
-		if (*c <= 0x20 || *c == 0x7f || *c == '#')
-			return false;
-	hostlen = strcspn(host, "/?");
-	if (hostlen == 0 || host[0] == ':' || memchr(host, '@', hostlen) != NULL)
-		return false;
-	if (host[0] == '[')
-		hostlen = strcspn(host, "]") + 1;
-	else
-		hostlen = strcspn(host, ":/?");
-	return !plain || loopback_host(host, hostlen);
+	return fdw_check_service_url(value);
 }
 
 /* Accepts the payload formats of webhook targets. */

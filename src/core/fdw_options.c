@@ -36,6 +36,46 @@ fdw_check_header_value(const char *value)
 	return true;
 }
 
+/*
+ * Whether a host is this machine: plain http is accepted only there (a
+ * local relay, tests), since what finalize sends (alerts' table names and
+ * error texts, a catalog's tokens) must not cross a network in the clear.
+ */
+static bool
+loopback_host(const char *host, size_t len)
+{
+	return (len == 9 && pg_strncasecmp(host, "localhost", 9) == 0) ||
+		(len >= 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len) ||
+		(len == 5 && strncmp(host, "[::1]", 5) == 0);
+}
+
+/*
+ * Accepts the URL of a service finalize calls (a webhook, an Iceberg
+ * catalog): https:// and a host, or http:// to a loopback host; no
+ * credentials in it (user@), no fragment, no whitespace or control bytes.
+ */
+bool
+fdw_check_service_url(const char *value)
+{
+	bool		plain = strncmp(value, "http://", 7) == 0;
+	const char *host = plain ? value + 7 : value + 8;
+	size_t		hostlen;
+
+	if (!plain && strncmp(value, "https://", 8) != 0)
+		return false;
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+		if (*c <= 0x20 || *c == 0x7f || *c == '#')
+			return false;
+	hostlen = strcspn(host, "/?");
+	if (hostlen == 0 || host[0] == ':' || memchr(host, '@', hostlen) != NULL)
+		return false;
+	if (host[0] == '[')
+		hostlen = strcspn(host, "]") + 1;
+	else
+		hostlen = strcspn(host, ":/?");
+	return !plain || loopback_host(host, hostlen);
+}
+
 /* What a catalog is called in messages. */
 static const char *
 context_name(Oid context)

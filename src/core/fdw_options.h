@@ -24,6 +24,7 @@ typedef struct FdwOption
 
 extern void fdw_validate_options(const char *wrapper, const FdwOption *options, List *opts, Oid context);
 extern bool fdw_check_header_value(const char *value);
+extern bool fdw_check_service_url(const char *value);
 extern const char *fdw_option_value(List *options, const char *name, const char *dflt);
 extern bool fdw_option_usecs(const char *text, int64 *out);
 

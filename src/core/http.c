@@ -67,6 +67,7 @@ typedef struct Collected
 	int			fd;				/* body_to_fd: where the body goes; else -1 */
 	int			write_errno;	/* why writing to fd failed; 0 when it did not */
 	char		retry_after[RETRY_AFTER_MAX];	/* "" when none */
+	char		etag[RETRY_AFTER_MAX];	/* "" when none */
 } Collected;
 
 static bool curl_ready = false;
@@ -174,6 +175,34 @@ on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 }
 
 /*
+ * Keeps the value of one header line into buf (RETRY_AFTER_MAX bytes),
+ * trimmed, when the line is that header's; a value too long or with a
+ * control byte is kept as "" (no value), never cut.
+ */
+static void
+keep_header(const char *line, size_t n, const char *name, char *buf)
+{
+	size_t		namelen = strlen(name);
+	const char *value = line + namelen;
+	const char *end = line + n;
+
+	if (n <= namelen || pg_strncasecmp(line, name, namelen) != 0)
+		return;
+	while (value < end && (*value == ' ' || *value == '\t'))
+		value++;
+	while (end > value && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+		end--;
+	buf[0] = '\0';
+	if (end - value < RETRY_AFTER_MAX)
+	{
+		memcpy(buf, value, end - value);
+		buf[end - value] = '\0';
+		if (!http_header_safe(buf))
+			buf[0] = '\0';
+	}
+}
+
+/*
  * Keeps the Retry-After of the last response (a 429 or 503 says when to
  * come back). A status line starts a response, and forgets what an earlier
  * one (a 100 Continue) said. A value too long or with control bytes is no
@@ -182,29 +211,19 @@ on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 static size_t
 on_header(char *line, size_t size, size_t nitems, void *userdata)
 {
-	static const char name[] = "Retry-After:";
 	Collected  *c = (Collected *) userdata;
 	size_t		n = size * nitems;
 
+	/* A new status line (a redirect, a 100 Continue) starts over. */
 	if (n >= 5 && strncmp(line, "HTTP/", 5) == 0)
-		c->retry_after[0] = '\0';
-	else if (n > strlen(name) && pg_strncasecmp(line, name, strlen(name)) == 0)
 	{
-		const char *value = line + strlen(name);
-		const char *end = line + n;
-
-		while (value < end && (*value == ' ' || *value == '\t'))
-			value++;
-		while (end > value && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
-			end--;
 		c->retry_after[0] = '\0';
-		if (end - value < RETRY_AFTER_MAX)
-		{
-			memcpy(c->retry_after, value, end - value);
-			c->retry_after[end - value] = '\0';
-			if (!http_header_safe(c->retry_after))
-				c->retry_after[0] = '\0';
-		}
+		c->etag[0] = '\0';
+	}
+	else
+	{
+		keep_header(line, n, "Retry-After:", c->retry_after);
+		keep_header(line, n, "ETag:", c->etag);
 	}
 	return n;
 }
@@ -568,6 +587,8 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 	resp->status = status;
 	if (c.retry_after[0] != '\0')
 		resp->retry_after = pstrdup(c.retry_after);
+	if (c.etag[0] != '\0')
+		resp->etag = pstrdup(c.etag);
 	if (failure == HTTP_OK)
 		return true;
 	return fail(resp, failure, failure_text(client, req, failure, setup_rc, rc, &c));

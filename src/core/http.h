@@ -62,6 +62,7 @@ typedef struct HttpResponse
 	size_t		len;
 	char	   *retry_after;	/* the last response's Retry-After, trimmed,
 								 * or NULL */
+	char	   *etag;			/* its ETag, trimmed, or NULL */
 	char		error[512];		/* in curl's words when failure != HTTP_OK */
 } HttpResponse;
 

@@ -124,6 +124,7 @@ slot_claim(SlotKind kind, Oid dboid, Oid serverid)
 		s->dboid = dboid;
 		s->serverid = serverid;
 		s->pid = MyProcPid;
+		s->cycle_requested = false;
 		my_slot = free_slot;
 	}
 	SpinLockRelease(&finalize_shared->mutex);
@@ -166,6 +167,52 @@ slot_pid(SlotKind kind, Oid dboid, Oid serverid)
 	}
 	SpinLockRelease(&finalize_shared->mutex);
 	return pid;
+}
+
+/*
+ * Asks the live process of a slot to run its cycle now instead of when it
+ * is due (the lake worker recorded a report the source worker should
+ * resolve): sets the slot's flag and its latch (SIGUSR1 sets a background
+ * worker's latch). Returns whether such a process runs.
+ */
+bool
+slot_request_cycle(SlotKind kind, Oid dboid, Oid serverid)
+{
+	pid_t		pid = 0;
+
+	SpinLockAcquire(&finalize_shared->mutex);
+	for (int i = 0; i < FINALIZE_MAX_SLOTS && pid == 0; i++)
+	{
+		WorkerSlot *s = &finalize_shared->slots[i];
+
+		if (s->kind == kind && s->dboid == dboid && s->serverid == serverid && slot_alive(s))
+		{
+			s->cycle_requested = true;
+			pid = s->pid;
+		}
+	}
+	SpinLockRelease(&finalize_shared->mutex);
+	if (pid != 0)
+		kill(pid, SIGUSR1);
+	return pid != 0;
+}
+
+/* Whether this process's slot was asked for a cycle since it last looked (and clears it). */
+bool
+slot_take_cycle_request(void)
+{
+	bool		requested = false;
+
+	if (my_slot < 0 || finalize_shared == NULL)
+		return false;
+	SpinLockAcquire(&finalize_shared->mutex);
+	if (finalize_shared->slots[my_slot].pid == MyProcPid)
+	{
+		requested = finalize_shared->slots[my_slot].cycle_requested;
+		finalize_shared->slots[my_slot].cycle_requested = false;
+	}
+	SpinLockRelease(&finalize_shared->mutex);
+	return requested;
 }
 
 /* Copies the live slots of a kind in a database; returns how many. */

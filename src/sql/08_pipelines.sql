@@ -303,6 +303,30 @@ EXCEPTION WHEN invalid_parameter_value THEN
 END
 $$;
 
+-- Refuses a report for a consumer whose progress is an Iceberg table's:
+-- only what its snapshots prove may move it.
+CREATE FUNCTION @extschema@._refuse_lake_report(tt @extschema@.tracked_table, consumer text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    l record;
+BEGIN
+    SELECT x.iceberg_table, x.server_name INTO l FROM @extschema@.lake_consumer x
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    IF FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" reads its progress from Iceberg table %', consumer, tt.table_name,
+                        l.iceberg_table
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = format('The lake worker records the LSN property of its snapshots (catalog %s); a report could release periods the table does not hold.',
+                                  l.server_name),
+                  HINT = 'Commit the LSN with the data (snapshot property), or declare another consumer for this pipeline.';
+    END IF;
+END
+$$;
+
 -- The body of finalize.report_progress: a consumer of a tracked table has
 -- durably applied every change with commit LSN at or below lsn. A lower or
 -- equal LSN (a replay) changes nothing, takes no lock and says so; the
@@ -327,6 +351,7 @@ BEGIN
                                 pg_catalog.left(consumer, 255));
     END IF;
     reported := @extschema@._reported_lsn(lsn, tt, consumer);
+    PERFORM @extschema@._refuse_lake_report(tt, consumer);
     -- A replay is answered without a lock; a move is checked again under one.
     FOR i IN 1..2 LOOP
         c := @extschema@._reporting_consumer(caller, tt, consumer, i = 2);
@@ -337,9 +362,7 @@ BEGIN
             RETURN false;
         END IF;
     END LOOP;
-    UPDATE @extschema@.consumer x SET reported_lsn = reported, reported_at = now()
-     WHERE x.table_id = tt.table_id AND x.consumer = consumer;
-    RETURN true;
+    RETURN @extschema@._advance_report(tt.table_id, consumer, reported);
 END
 $$;
 

@@ -378,7 +378,12 @@ SELECT t.table_name,
             THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
        END AS late_rows,
        s.cycle_time AS source_cycle_time,
-       t.period_zone
+       t.period_zone,
+       -- The conditions of the table's Iceberg consumers ("consumer:
+       -- condition"), NULL while they read their catalogs.
+       (SELECT string_agg(l.consumer || ': ' || l.condition, ', ' ORDER BY l.consumer)
+          FROM @extschema@.lake_consumer l
+         WHERE l.table_id = t.table_id AND l.condition IS NOT NULL) AS consumer_conditions
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   -- The watermark rounded down to a start of the table's periods (they may
@@ -420,13 +425,20 @@ SELECT t.table_name,
        u.until AS consumer_until,
        CASE WHEN w.source_until > u.until THEN w.source_until - u.until
             WHEN w.source_until <= u.until THEN interval '0' END AS lag,
-       coalesce(c.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END) AS condition,
-       CASE WHEN c.condition IS NOT NULL THEN c.condition_since ELSE h.since END AS condition_since,
-       c.resolve_error
+       coalesce(l.condition, c.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END) AS condition,
+       CASE WHEN l.condition IS NOT NULL THEN l.condition_since
+            WHEN c.condition IS NOT NULL THEN c.condition_since ELSE h.since END AS condition_since,
+       coalesce(CASE WHEN l.condition IS NOT NULL THEN l.last_error END, c.resolve_error) AS resolve_error,
+       l.server_name AS iceberg_server,
+       l.iceberg_table,
+       l.ref AS iceberg_ref,
+       l.seen_snapshot_id AS iceberg_snapshot_id,
+       l.polled_at AS iceberg_polled_at
   FROM @extschema@.consumer c
   JOIN @extschema@.tracked_table t USING (table_id)
   JOIN @extschema@.watermark w USING (table_id)
   LEFT JOIN @extschema@.consumer_hold h USING (table_id, consumer)
+  LEFT JOIN @extschema@.lake_consumer l USING (table_id, consumer)
  CROSS JOIN LATERAL (SELECT @extschema@.period_start(
             CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
             t.granularity, t.period_zone) AS until) u

@@ -66,13 +66,14 @@ GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
 -- as members of finalize_pipeline, may report for any consumer).
 GRANT EXECUTE ON FUNCTION
     @extschema@.add_consumer(text, text, boolean, regrole),
+    @extschema@.add_consumer(text, text, text, text, text, text, boolean),
     @extschema@.alter_consumer(text, text, boolean, regrole, boolean),
     @extschema@.drop_consumer(text, text),
     @extschema@.track_derived(text, text[], interval, text),
     @extschema@.acknowledge_loss(text, timestamptz, timestamptz, text)
     TO finalize_admin;
 GRANT SELECT ON @extschema@.consumer, @extschema@.consumer_hold, @extschema@.derived_input, @extschema@.loss,
-                @extschema@.loss_ack
+                @extschema@.loss_ack, @extschema@.lake_consumer
     TO finalize_admin;
 
 -- The release gate: publishers release and read releases; readers see the

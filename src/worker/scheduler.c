@@ -39,11 +39,12 @@
 #define SCHEDULER_NAP_MS 1000
 #define PURGE_INTERVAL_MS (60 * 60 * 1000)
 
-/* A source that should have a worker. */
+/* A source (or an Iceberg catalog: lake) that should have a worker. */
 typedef struct WantedSource
 {
 	Oid			serverid;
 	char		name[NAMEDATALEN];
+	bool		lake;
 } WantedSource;
 
 /* A worker this scheduler registered and has not seen stop. */
@@ -105,7 +106,15 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 		db_commit();
 		return -1;
 	}
-	if (SPI_execute("SELECT s.serverid, s.server_name FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
+	/*
+	 * The Iceberg catalogs with consumers too (their lake workers), once the
+	 * catalog is at this library's version: an older one has no
+	 * _wanted_catalogs().
+	 */
+	if (SPI_execute(db_function_exists(FINALIZE_SCHEMA "._wanted_catalogs()", "finalize's lake functions")
+					? "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s "
+					"UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_SCHEMA "._wanted_catalogs() AS c"
+					: "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
 					true, max) != SPI_OK_SELECT)
 		elog(ERROR, "could not list finalize's sources");
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -116,6 +125,7 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 															SPI_tuptable->tupdesc, 1, &isnull));
 		strlcpy(wanted[n].name, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2),
 				NAMEDATALEN);
+		wanted[n].lake = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
 		n++;
 	}
 	if (TimestampDifferenceExceeds(*last_purge, GetCurrentTimestamp(), PURGE_INTERVAL_MS))
@@ -251,29 +261,41 @@ schedule(TimestampTz *last_purge)
 	int			nrunning;
 	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge) : 0;
 
-	nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
-	for (int i = 0; i < nrunning; i++)
+	for (int k = 0; k < 2; k++)
 	{
-		bool		keep = false;
+		SlotKind	kind = k == 0 ? SLOT_WORKER : SLOT_LAKE;
 
-		for (int j = 0; j < nwanted && !keep; j++)
-			keep = wanted[j].serverid == running[i].serverid;
-		if (!keep)
-			kill(running[i].pid, SIGTERM);
+		nrunning = slot_list(kind, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
+		for (int i = 0; i < nrunning; i++)
+		{
+			bool		keep = false;
+
+			for (int j = 0; j < nwanted && !keep; j++)
+				keep = wanted[j].serverid == running[i].serverid && wanted[j].lake == (kind == SLOT_LAKE);
+			if (!keep)
+				kill(running[i].pid, SIGTERM);
+		}
 	}
 	for (int j = 0; j < nwanted; j++)
 	{
 		char		name[BGW_MAXLEN];
+		SlotKind	kind = wanted[j].lake ? SLOT_LAKE : SLOT_WORKER;
 
-		if (slot_is_running(SLOT_WORKER, MyDatabaseId, wanted[j].serverid) ||
+		if (slot_is_running(kind, MyDatabaseId, wanted[j].serverid) ||
 			worker_starting(wanted[j].serverid) || nstarted >= FINALIZE_MAX_SLOTS)
 			continue;
-		snprintf(name, sizeof(name), "finalize worker for server %s", wanted[j].name);
-		if (start_dynamic_worker("finalize_worker_main", "finalize worker", name,
+		snprintf(name, sizeof(name), wanted[j].lake ? "finalize lake worker for catalog %s"
+				 : "finalize worker for server %s", wanted[j].name);
+		if (start_dynamic_worker(wanted[j].lake ? "finalize_lake_main" : "finalize_worker_main",
+								 wanted[j].lake ? "finalize lake worker" : "finalize worker", name,
 								 MyDatabaseId, wanted[j].serverid, &started[nstarted].handle))
 			started[nstarted++].serverid = wanted[j].serverid;
-		else
+		else if (!wanted[j].lake)
 			record_no_worker(&wanted[j]);
+		else
+			ereport(WARNING,
+					(errmsg("finalize could not start a lake worker for catalog \"%s\"", wanted[j].name),
+					 errhint("Increase max_worker_processes: finalize needs one process per Iceberg catalog with consumers too.")));
 	}
 	/*
 	 * Also with finalize.enabled off: no source is polled then, but

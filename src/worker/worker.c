@@ -47,7 +47,8 @@ next_delay_ms(int failures)
  * Sleeps until the next cycle is due. The latch also wakes up for reasons
  * that are no cause for a cycle (a timer's tick, a ProcSignal such as a
  * request to log memory contexts): those are served and the sleep goes on.
- * A reload ends it, so a new poll interval applies at once.
+ * A reload ends it, so a new poll interval applies at once, and so does a
+ * request for a cycle (the lake worker recorded a report to resolve).
  */
 static void
 sleep_until(TimestampTz due)
@@ -56,7 +57,7 @@ sleep_until(TimestampTz due)
 	{
 		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due);
 
-		if (ms <= 0 || ConfigReloadPending)
+		if (ms <= 0 || ConfigReloadPending || slot_take_cycle_request())
 			return;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -1,0 +1,170 @@
+/*
+ * lake_state.c
+ *     The lake worker's reads and writes of finalize's catalog, through
+ *     SPI in the transactions the worker opens (core/db.h).
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "foreign/foreign.h"
+#include "utils/builtins.h"
+
+#include "core/db.h"
+#include "core/settings.h"
+#include "lake/lake_state.h"
+
+#define OBSERVE_SIGNATURE FINALIZE_SCHEMA "._lake_observe(bigint, text, text, text, bigint, bigint, text, text, boolean, text, text)"
+
+/*
+ * NULL when the catalog is at this library's version and has the lake's
+ * functions; else why the worker waits (as a source worker waits: the
+ * library must not guess at an older catalog's functions).
+ */
+char *
+lake_catalog_version_problem(void)
+{
+	char	   *version;
+
+	if (!OidIsValid(get_extension_oid("finalize", true)))
+		return pstrdup("extension finalize is not installed in this database");
+	if (SPI_execute("SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize'",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the version of extension finalize");
+	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (strcmp(version, FINALIZE_VERSION) != 0 || !db_function_exists(OBSERVE_SIGNATURE, "finalize's lake functions"))
+		return psprintf("extension finalize is at version %s in this database but the loaded library is version %s; "
+						"no Iceberg table is read until they match: run ALTER EXTENSION finalize UPDATE",
+						version, FINALIZE_VERSION);
+	return NULL;
+}
+
+/* A bigint column, or 0 with *has false when NULL. */
+static int64
+int8_col(HeapTuple tup, TupleDesc desc, int col, bool *has)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	*has = !isnull;
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * Reads the catalog's options and the consumers it serves, copied into
+ * cxt, in one transaction. False when the worker has nothing to do: the
+ * server is gone or is no catalog, or has no consumer left (*problem says
+ * why when it is an error to log).
+ */
+bool
+lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeConsumer **consumers,
+					int *nconsumers, char **problem)
+{
+	ForeignServer *server;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1];
+	LakeConsumer *out;
+
+	*problem = NULL;
+	*nconsumers = 0;
+	*consumers = NULL;
+	*cat = NULL;
+	db_begin("finalize: reading Iceberg consumers");
+	*problem = lake_catalog_version_problem();
+	if (*problem != NULL)
+	{
+		*problem = MemoryContextStrdup(cxt, *problem);
+		db_commit();
+		return false;
+	}
+	server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
+	if (server == NULL)
+	{
+		db_commit();
+		return false;
+	}
+	*cat = lake_catalog_config(serverid, cxt, problem);
+	if (*cat == NULL)
+	{
+		*problem = MemoryContextStrdup(cxt, *problem);
+		db_commit();
+		return false;
+	}
+	args[0] = CStringGetTextDatum(server->servername);
+	if (SPI_execute_with_args("SELECT c.table_id, c.table_name, c.consumer, c.iceberg_table, c.ref, c.lsn_property, "
+							  "c.seen_snapshot_id, c.seen_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid "
+							  "FROM " FINALIZE_SCHEMA "._lake_consumers($1) AS c",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list the Iceberg consumers of server \"%s\"", server->servername);
+	out = MemoryContextAllocZero(cxt, sizeof(LakeConsumer) * (SPI_processed + 1));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		LakeConsumer *c = &out[i];
+		bool		has;
+		char	   *lsn;
+
+		c->table_id = int8_col(tup, desc, 1, &has);
+		c->table_name = db_text_copy(tup, desc, 2, cxt);
+		c->consumer = db_text_copy(tup, desc, 3, cxt);
+		c->iceberg_table = db_text_copy(tup, desc, 4, cxt);
+		c->ref = db_text_copy(tup, desc, 5, cxt);
+		c->lsn_property = db_text_copy(tup, desc, 6, cxt);
+		c->seen.snapshot_id = int8_col(tup, desc, 7, &c->seen.any);
+		c->seen.sequence = int8_col(tup, desc, 8, &has);
+		lsn = db_text_copy(tup, desc, 9, cxt);
+		c->seen.any = c->seen.any && lsn != NULL && lsn_parse(lsn, &c->seen.lsn);
+		c->seen.table_uuid = db_text_copy(tup, desc, 10, cxt);
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(tup, desc, 11, &isnull);
+
+			c->source_serverid = isnull ? InvalidOid : DatumGetObjectId(d);
+		}
+	}
+	*nconsumers = (int) SPI_processed;
+	*consumers = out;
+	db_commit();
+	return *nconsumers > 0;
+}
+
+/*
+ * Records one observation (finalize._lake_observe) in the caller's write
+ * transaction; returns whether the consumer's report moved.
+ */
+bool
+lake_record(const LakeObservation *obs)
+{
+	Oid			types[11] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, BOOLOID,
+	TEXTOID, TEXTOID};
+	Datum		values[11];
+	char		nulls[11];
+	char		lsn[LSN_TEXT_LEN + 1];
+	char		held[LSN_TEXT_LEN + 1];
+	bool		isnull;
+	const char *condition = lake_condition_name(obs->condition);
+
+	memset(nulls, ' ', sizeof(nulls));
+	lsn_format(&obs->lsn, lsn);
+	lsn_format(&obs->held_lsn, held);
+	values[0] = Int64GetDatum(obs->consumer->table_id);
+	values[1] = CStringGetTextDatum(obs->consumer->consumer);
+	values[2] = db_text_or_null(condition, nulls, 2);
+	values[3] = db_text_or_null(obs->detail, nulls, 3);
+	values[4] = Int64GetDatum(obs->snapshot_id);
+	nulls[4] = obs->has_carrier ? ' ' : 'n';
+	values[5] = Int64GetDatum(obs->sequence);
+	nulls[5] = obs->has_carrier ? ' ' : 'n';
+	values[6] = db_text_or_null(obs->has_carrier ? lsn : NULL, nulls, 6);
+	values[7] = db_text_or_null(obs->table_uuid, nulls, 7);
+	values[8] = BoolGetDatum(obs->rolled_back);
+	values[9] = db_text_or_null(obs->rolled_back && obs->held_known ? held : NULL, nulls, 9);
+	values[10] = db_text_or_null(obs->reason, nulls, 10);
+	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._lake_observe($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+							  11, types, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not record what Iceberg table %s holds for consumer \"%s\"",
+			 obs->consumer->iceberg_table, obs->consumer->consumer);
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
+}

@@ -1,0 +1,48 @@
+/*
+ * lake_state.h
+ *     The lake worker's PostgreSQL reads and writes: the consumers it polls
+ *     (finalize._lake_consumers) and what it saw of each
+ *     (finalize._lake_observe), in short transactions.
+ */
+#ifndef FINALIZE_LAKE_STATE_H
+#define FINALIZE_LAKE_STATE_H
+
+#include "lake/catalog.h"
+#include "lake/snapshots.h"
+
+/* A consumer whose progress is an Iceberg table's, and what was recorded of it. */
+typedef struct LakeConsumer
+{
+	int64		table_id;
+	char	   *table_name;
+	char	   *consumer;
+	char	   *iceberg_table;
+	char	   *ref;
+	char	   *lsn_property;
+	LakeSeen	seen;
+	Oid			source_serverid;	/* whose worker resolves its reports */
+} LakeConsumer;
+
+/* What one poll found, to be recorded. */
+typedef struct LakeObservation
+{
+	const LakeConsumer *consumer;
+	LakeCondition condition;
+	char	   *detail;			/* the condition's sentence */
+	bool		has_carrier;
+	int64		snapshot_id;
+	int64		sequence;
+	Lsn			lsn;
+	const char *table_uuid;
+	bool		rolled_back;
+	bool		held_known;
+	Lsn			held_lsn;
+	const char *reason;
+} LakeObservation;
+
+extern char *lake_catalog_version_problem(void);
+extern bool lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeConsumer **consumers,
+								int *nconsumers, char **problem);
+extern bool lake_record(const LakeObservation *obs);
+
+#endif							/* FINALIZE_LAKE_STATE_H */

@@ -1,0 +1,229 @@
+/*
+ * metadata.c
+ *     Reads an Iceberg REST catalog's JSON answers with PostgreSQL's JSON
+ *     parser (jsonb): the table metadata of loadTable (its refs, its
+ *     snapshots' ids, parents, sequence numbers and the one summary
+ *     property finalize follows), the config's overrides, an OAuth2 token
+ *     and an error's message. Anything else in them is ignored. An answer
+ *     that is not what the REST specification says is refused with a
+ *     sentence saying what was wrong, never half read.
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
+
+#include "core/db.h"
+#include "lake/metadata.h"
+
+/* A JSON text as jsonb, or NULL when it is not JSON (the parser's error is swallowed). */
+static Jsonb *
+parse_json(const char *body)
+{
+	Datum		d;
+
+	if (body == NULL || !subxact_input(jsonb_in, body, &d))
+		return NULL;
+	return DatumGetJsonbP(d);
+}
+
+/* The value of a key of an object container, or NULL. */
+static JsonbValue *
+field(JsonbContainer *obj, const char *key)
+{
+	if (obj == NULL || !JsonContainerIsObject(obj))
+		return NULL;
+	return getKeyJsonValueFromContainer(obj, key, strlen(key), NULL);
+}
+
+/* The container of an object or array value, or NULL for a scalar. */
+static JsonbContainer *
+container(JsonbValue *v)
+{
+	return v != NULL && v->type == jbvBinary ? v->val.binary.data : NULL;
+}
+
+/* A JSON number that is an integer of 64 bits, into *out. */
+static bool
+int64_value(JsonbValue *v, int64 *out)
+{
+	char	   *text;
+	char	   *end;
+
+	if (v == NULL || v->type != jbvNumeric)
+		return false;
+	text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
+	errno = 0;
+	*out = strtoll(text, &end, 10);
+	return errno == 0 && end != text && *end == '\0';
+}
+
+/* A JSON string value as a C string, or NULL. */
+static char *
+string_value(JsonbValue *v)
+{
+	if (v == NULL || v->type != jbvString)
+		return NULL;
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* Reads one snapshot object; false with *error when it is not one. */
+static bool
+read_snapshot(JsonbContainer *obj, const char *lsn_property, LakeSnapshot *s, char **error)
+{
+	JsonbValue *v;
+	JsonbContainer *summary;
+	int64		n;
+
+	memset(s, 0, sizeof(*s));
+	if (obj == NULL || !JsonContainerIsObject(obj) || !int64_value(field(obj, "snapshot-id"), &n))
+	{
+		*error = pstrdup("a snapshot has no integer \"snapshot-id\"");
+		return false;
+	}
+	s->id = n;
+	v = field(obj, "parent-snapshot-id");
+	if (v != NULL && v->type != jbvNull)
+	{
+		if (!int64_value(v, &n))
+		{
+			*error = psprintf("snapshot %lld has a \"parent-snapshot-id\" that is not an integer", (long long) s->id);
+			return false;
+		}
+		s->has_parent = true;
+		s->parent_id = n;
+	}
+	if (int64_value(field(obj, "sequence-number"), &n))
+		s->sequence = n;
+	if (int64_value(field(obj, "timestamp-ms"), &n))
+		s->timestamp_ms = n;
+	summary = container(field(obj, "summary"));
+	if (summary != NULL && JsonContainerIsObject(summary))
+	{
+		s->operation = string_value(field(summary, "operation"));
+		v = field(summary, lsn_property);
+		/* A property that is there but no string is malformed, not absent. */
+		if (v != NULL)
+			s->lsn_text = v->type == jbvString ? string_value(v) : "";
+	}
+	return true;
+}
+
+/* Reads where the ref points; false with *error when the refs are malformed. */
+static bool
+read_ref(JsonbContainer *meta, const char *ref, LakeMetadata *md, char **error)
+{
+	JsonbContainer *refs = container(field(meta, "refs"));
+	int64		n;
+
+	if (refs != NULL && JsonContainerIsObject(refs))
+	{
+		JsonbContainer *r = container(field(refs, ref));
+
+		if (r == NULL)
+			return true;
+		if (!int64_value(field(r, "snapshot-id"), &n))
+		{
+			*error = psprintf("ref \"%s\" has no integer \"snapshot-id\"", ref);
+			return false;
+		}
+		md->ref_found = true;
+		md->ref_snapshot_id = n;
+		return true;
+	}
+	/* Format v1 metadata without refs: main is the current snapshot. */
+	if (strcmp(ref, "main") == 0 && int64_value(field(meta, "current-snapshot-id"), &n) && n >= 0)
+	{
+		md->ref_found = true;
+		md->ref_snapshot_id = n;
+	}
+	return true;
+}
+
+/*
+ * Reads a loadTable answer ({"metadata": {...}}) into md, in the current
+ * memory context: where ref points, every snapshot with the LSN property's
+ * value. False with *error (a sentence) when it is not table metadata.
+ */
+bool
+lake_parse_metadata(const char *body, const char *ref, const char *lsn_property, LakeMetadata *md,
+					char **error)
+{
+	Jsonb	   *doc = parse_json(body);
+	JsonbContainer *meta;
+	JsonbContainer *list;
+	int			n;
+
+	memset(md, 0, sizeof(*md));
+	*error = NULL;
+	if (doc == NULL)
+	{
+		*error = pstrdup("the answer is not JSON");
+		return false;
+	}
+	meta = container(field(&doc->root, "metadata"));
+	if (meta == NULL || !JsonContainerIsObject(meta))
+	{
+		*error = pstrdup("the answer has no \"metadata\" object");
+		return false;
+	}
+	md->table_uuid = string_value(field(meta, "table-uuid"));
+	if (!read_ref(meta, ref, md, error))
+		return false;
+	list = container(field(meta, "snapshots"));
+	if (field(meta, "snapshots") != NULL && (list == NULL || !JsonContainerIsArray(list)))
+	{
+		*error = pstrdup("\"snapshots\" is not an array");
+		return false;
+	}
+	n = list != NULL ? (int) JsonContainerSize(list) : 0;
+	md->snapshots = palloc0(sizeof(LakeSnapshot) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		if (!read_snapshot(container(getIthJsonbValueFromContainer(list, i)), lsn_property,
+						   &md->snapshots[md->nsnapshots++], error))
+			return false;
+	lake_sort_snapshots(md);
+	for (int i = 1; i < md->nsnapshots; i++)
+		if (md->snapshots[i].id == md->snapshots[i - 1].id)
+		{
+			*error = psprintf("snapshot %lld is listed twice", (long long) md->snapshots[i].id);
+			return false;
+		}
+	return true;
+}
+
+/*
+ * A string at body.path1 (or body.path1.path2) of a JSON answer, or NULL:
+ * a token's access_token, a config's overrides.prefix, an error's
+ * error.message.
+ */
+char *
+lake_json_string(const char *body, const char *path1, const char *path2)
+{
+	Jsonb	   *doc = parse_json(body);
+	JsonbValue *v;
+
+	if (doc == NULL)
+		return NULL;
+	v = field(&doc->root, path1);
+	if (path2 != NULL)
+		v = field(container(v), path2);
+	return string_value(v);
+}
+
+/* A number at body.key (an OAuth2 token's expires_in), into *out. */
+bool
+lake_json_seconds(const char *body, const char *key, double *out)
+{
+	Jsonb	   *doc = parse_json(body);
+	JsonbValue *v;
+
+	if (doc == NULL)
+		return false;
+	v = field(&doc->root, key);
+	if (v == NULL || v->type != jbvNumeric)
+		return false;
+	*out = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
+	return true;
+}

@@ -1,0 +1,17 @@
+/*
+ * metadata.h
+ *     An Iceberg REST catalog's loadTable answer, read into what
+ *     snapshots.c judges (and the catalog's other answers: its config, an
+ *     OAuth2 token, an error).
+ */
+#ifndef FINALIZE_LAKE_METADATA_H
+#define FINALIZE_LAKE_METADATA_H
+
+#include "lake/snapshots.h"
+
+extern bool lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
+								LakeMetadata *md, char **error);
+extern char *lake_json_string(const char *body, const char *path1, const char *path2);
+extern bool lake_json_seconds(const char *body, const char *key, double *out);
+
+#endif							/* FINALIZE_LAKE_METADATA_H */

@@ -1,0 +1,78 @@
+/*
+ * snapshots.h
+ *     What an Iceberg table's snapshots prove about a pipeline's progress
+ *     (docs/design/lake.md): the newest snapshot on a ref's ancestry that
+ *     carries the LSN property, and whether the ref still descends from the
+ *     snapshot recorded last. Pure: the metadata is parsed elsewhere
+ *     (metadata.c), nothing here reads or writes anything.
+ */
+#ifndef FINALIZE_LAKE_SNAPSHOTS_H
+#define FINALIZE_LAKE_SNAPSHOTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/lsn.h"
+
+/* One snapshot of a table's metadata, as far as the verdict needs it. */
+typedef struct LakeSnapshot
+{
+	int64_t		id;
+	bool		has_parent;
+	int64_t		parent_id;
+	int64_t		sequence;		/* sequence-number; 0 when absent (format v1) */
+	int64_t		timestamp_ms;
+	const char *operation;		/* the summary's operation, or NULL */
+	const char *lsn_text;		/* the LSN property's value, or NULL */
+} LakeSnapshot;
+
+/* The snapshots of a table and where its ref points. */
+typedef struct LakeMetadata
+{
+	LakeSnapshot *snapshots;	/* sorted by id (lake_sort_snapshots) */
+	int			nsnapshots;
+	bool		ref_found;		/* the ref exists (a table without a
+								 * snapshot has no main) */
+	int64_t		ref_snapshot_id;
+	const char *table_uuid;		/* the table's table-uuid, or NULL */
+} LakeMetadata;
+
+/* What was recorded at the last poll that found a carrier. */
+typedef struct LakeSeen
+{
+	bool		any;			/* false before the first carrier */
+	int64_t		snapshot_id;
+	int64_t		sequence;
+	Lsn			lsn;
+	const char *table_uuid;		/* the table-uuid then, or NULL */
+} LakeSeen;
+
+typedef enum LakeOutcome
+{
+	LAKE_NOTHING,				/* no snapshot of the ref carries the property */
+	LAKE_SAME,					/* what was recorded still holds */
+	LAKE_ADVANCE,				/* a newer carrier with a greater LSN */
+	LAKE_ROLLBACK,				/* data the recorded LSN covered left the ref */
+	LAKE_MALFORMED				/* the newest carrier's property is no LSN */
+} LakeOutcome;
+
+/* What one poll's metadata proves. */
+typedef struct LakeVerdict
+{
+	LakeOutcome outcome;
+	const LakeSnapshot *carrier;	/* the newest carrier on the ref's ancestry,
+									 * or NULL */
+	Lsn			lsn;			/* its LSN (ADVANCE, SAME, and ROLLBACK with
+								 * a carrier) */
+	bool		held_known;		/* ROLLBACK: held_lsn is what the ref still
+								 * provably holds (false: nothing) */
+	Lsn			held_lsn;
+	const char *reason;			/* ROLLBACK and MALFORMED: why, in English */
+	int			walked;			/* snapshots looked at */
+} LakeVerdict;
+
+extern void lake_sort_snapshots(LakeMetadata *md);
+extern const LakeSnapshot *lake_find_snapshot(const LakeMetadata *md, int64_t id);
+extern LakeVerdict lake_judge(const LakeMetadata *md, const LakeSeen *seen);
+
+#endif							/* FINALIZE_LAKE_SNAPSHOTS_H */

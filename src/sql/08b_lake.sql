@@ -1,0 +1,411 @@
+-- Consumers that are Iceberg tables (docs/design/lake.md): a pipeline's
+-- progress read from the snapshots its writes committed, through an Iceberg
+-- REST catalog (a foreign server of finalize_iceberg), so that the
+-- pipeline never calls finalize. The lake worker of each catalog loads the
+-- table's metadata every poll interval and records the LSN property of the
+-- newest snapshot on the ref's ancestry through the same rule as
+-- report_progress (_advance_report); the source worker resolves it to a
+-- commit time as it resolves every report. A rollback of the ref records a
+-- loss.
+
+-- Iceberg REST catalogs are foreign servers of finalize_iceberg; their
+-- credentials (a bearer token, OAuth2 client credentials, AWS keys) live in
+-- user mappings only.
+CREATE FUNCTION @extschema@.finalize_iceberg_validator(text[], oid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_iceberg_validator'
+LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER finalize_iceberg
+    VALIDATOR @extschema@.finalize_iceberg_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_iceberg IS
+    'Iceberg REST catalogs whose tables'' snapshots say how far a pipeline got (finalize.add_consumer(..., iceberg_server => ...))';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_iceberg TO finalize_admin;
+
+-- The consumers whose progress is an Iceberg table's: where to read it and
+-- what the lake worker saw last.
+CREATE TABLE @extschema@.lake_consumer (
+    table_id          bigint NOT NULL,
+    consumer          text COLLATE "C" NOT NULL,
+    server_name       text NOT NULL,
+    iceberg_table     text NOT NULL,
+    ref               text NOT NULL,
+    lsn_property      text NOT NULL,
+    seen_snapshot_id  bigint,
+    seen_sequence     bigint,
+    seen_lsn          @extschema@.lsn,
+    seen_table_uuid   text,
+    seen_at           timestamptz,
+    polled_at         timestamptz,
+    loaded_at         timestamptz,
+    condition         text
+                      CONSTRAINT lake_consumer_condition_check
+                      CHECK (condition IN ('catalog_unreachable', 'catalog_auth_failed', 'table_not_found',
+                                           'property_malformed', 'metadata_malformed')),
+    condition_since   timestamptz,
+    last_error        text,
+    PRIMARY KEY (table_id, consumer),
+    FOREIGN KEY (table_id, consumer) REFERENCES @extschema@.consumer ON DELETE CASCADE,
+    CHECK ((condition IS NULL) = (condition_since IS NULL))
+);
+COMMENT ON TABLE @extschema@.lake_consumer IS
+    'Consumers whose progress is the LSN property of an Iceberg table''s snapshots, read through a finalize_iceberg catalog';
+COMMENT ON COLUMN @extschema@.lake_consumer.seen_snapshot_id IS
+    'The snapshot whose property was recorded last: the next poll checks that the ref still descends from it';
+COMMENT ON COLUMN @extschema@.lake_consumer.polled_at IS
+    'When the lake worker last looked (written when something changed, else at most once a minute)';
+CREATE INDEX lake_consumer_server_idx ON @extschema@.lake_consumer (server_name);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.lake_consumer', '');
+
+-- The one rule of a report (report_progress and the lake worker): a
+-- consumer's LSN only moves forward; a lower or equal one changes nothing.
+-- The caller holds the consumer's row. Returns whether it moved.
+CREATE FUNCTION @extschema@._advance_report(table_id bigint, consumer text, reported @extschema@.lsn)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    UPDATE @extschema@.consumer x SET reported_lsn = reported, reported_at = now()
+     WHERE x.table_id = _advance_report.table_id AND x.consumer = consumer
+       AND (x.reported_lsn IS NULL OR x.reported_lsn < reported);
+    RETURN FOUND;
+END
+$$;
+
+-- A finalize_iceberg server a caller may name for a consumer: it exists, is
+-- an Iceberg catalog, and the caller has USAGE on it and may use the user
+-- mapping the lake worker reads (its owner's), as for track_table.
+CREATE FUNCTION @extschema@._iceberg_server(caller name, server_name text)
+RETURNS pg_foreign_server
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    srv pg_foreign_server;
+    wrapper name;
+BEGIN
+    PERFORM @extschema@._require(server_name, 'iceberg_server');
+    SELECT s.* INTO srv FROM pg_foreign_server s WHERE s.srvname = server_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'server "%" does not exist', server_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create it with CREATE SERVER ... FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri ''https://...''), then a user mapping for its credentials.';
+    END IF;
+    SELECT w.fdwname INTO wrapper FROM pg_foreign_data_wrapper w WHERE w.oid = srv.srvfdw;
+    IF wrapper <> 'finalize_iceberg' THEN
+        RAISE EXCEPTION 'server "%" is not an Iceberg catalog', server_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = format('It uses the foreign-data wrapper "%s"; a lake consumer needs a server of finalize_iceberg.', wrapper),
+                  HINT = 'Create one with CREATE SERVER ... FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri ''https://...'').';
+    END IF;
+    IF NOT has_server_privilege(caller, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the lake worker reads the table with its credentials.', caller),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', server_name, caller);
+    END IF;
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(caller, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The lake worker reads through the user mapping of the server''s owner %s, which role %s may not use.',
+                                  srv.srvowner::regrole, caller);
+    END IF;
+    RETURN srv;
+END
+$$;
+
+-- Checks an Iceberg table name: namespace levels and the table, joined by
+-- dots (ns.orders, lake.sales.orders); each part non-empty, no control
+-- characters.
+CREATE FUNCTION @extschema@._check_iceberg_table(iceberg_table text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(iceberg_table, 'iceberg_table');
+    IF iceberg_table !~ '^[^.[:cntrl:]]+(\.[^.[:cntrl:]]+)+$' OR length(iceberg_table) > 1024 THEN
+        RAISE EXCEPTION 'invalid value for argument iceberg_table: "%"', iceberg_table
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'An Iceberg table is named by its namespace and its name joined by dots, such as sales.orders (a nested namespace: lake.sales.orders); no part may be empty or hold a dot.';
+    END IF;
+END
+$$;
+
+-- Checks a ref or a property name: 1 to 255 characters without control
+-- characters.
+CREATE FUNCTION @extschema@._check_lake_word(value text, argname text, example text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(value, argname);
+    IF value !~ '^[^[:cntrl:]]{1,255}$' OR value !~ '\S' THEN
+        RAISE EXCEPTION 'invalid value for argument %: "%"', argname, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It has 1 to 255 characters without control characters, such as %s.', example);
+    END IF;
+END
+$$;
+
+-- The body of finalize.add_consumer(table, consumer, iceberg_server, ...):
+-- declares a pipeline whose progress is the LSN property (lsn_property) of
+-- the snapshots of an Iceberg table's ref. Nobody reports for it: the lake
+-- worker reads it. Like every new required consumer, it holds the verdict
+-- from now on until its table proves a period (what was final stays final).
+CREATE FUNCTION @extschema@._add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    iceberg_server text,
+    iceberg_table text,
+    ref text DEFAULT 'main',
+    lsn_property text DEFAULT 'finalize.lsn',
+    required boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    srv pg_foreign_server;
+BEGIN
+    IF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so an Iceberg table cannot report LSNs for it', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',
+                  HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
+                                tt.table_name, consumer);
+    END IF;
+    srv := @extschema@._iceberg_server(caller, iceberg_server);
+    PERFORM @extschema@._check_iceberg_table(iceberg_table);
+    PERFORM @extschema@._check_lake_word(ref, 'ref', 'main or audit');
+    PERFORM @extschema@._check_lake_word(lsn_property, 'lsn_property', 'finalize.lsn');
+    PERFORM @extschema@._add_consumer(caller, table_name, consumer, required, NULL::regrole);
+    INSERT INTO @extschema@.lake_consumer (table_id, consumer, server_name, iceberg_table, ref, lsn_property)
+    VALUES (tt.table_id, consumer, srv.srvname, iceberg_table, ref, lsn_property);
+END
+$$;
+
+CREATE FUNCTION @extschema@.add_consumer(
+    table_name text,
+    consumer text,
+    iceberg_server text,
+    iceberg_table text,
+    ref text DEFAULT 'main',
+    lsn_property text DEFAULT 'finalize.lsn',
+    required boolean DEFAULT true)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.add_consumer(text, text, text, text, text, text, boolean) IS
+    'Declare a pipeline whose progress is the LSN property of an Iceberg table''s snapshots on a ref, read through a finalize_iceberg catalog; nobody reports for it';
+
+-- The catalogs the lake workers serve: finalize_iceberg servers with a
+-- consumer of a tracked table (the scheduler keeps one worker per row).
+CREATE FUNCTION @extschema@._wanted_catalogs()
+RETURNS TABLE (serverid oid, server_name text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT DISTINCT s.oid, s.srvname::text
+      FROM @extschema@.lake_consumer l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+      JOIN pg_foreign_server s ON s.srvname = l.server_name
+      JOIN pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+     WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_iceberg';
+END;
+
+-- The consumers a lake worker polls, those looked at longest ago first (a
+-- cycle cut short by a slow catalog serves the others first next time),
+-- with the source server whose worker resolves their reports.
+CREATE FUNCTION @extschema@._lake_consumers(server_name text)
+RETURNS TABLE (table_id bigint, table_name text, consumer text, iceberg_table text, ref text,
+               lsn_property text, seen_snapshot_id bigint, seen_sequence bigint, seen_lsn text,
+               seen_table_uuid text, source_serverid oid)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT l.table_id, t.table_name, l.consumer, l.iceberg_table, l.ref, l.lsn_property, l.seen_snapshot_id,
+           l.seen_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid
+      FROM @extschema@.lake_consumer l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+      LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
+     WHERE l.server_name = _lake_consumers.server_name AND t.untracked_at IS NULL
+     ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
+END;
+
+-- Where a rollback's loss starts: the earliest commit time a change with an
+-- LSN above held may have, from the table's range facts (a range that ends
+-- above held holds such changes no earlier than its first commit, or its
+-- end when it has none); a table read no further than held: where it was
+-- read to; held NULL (the ref holds nothing provable), or facts that no
+-- longer reach back to held (retention): -infinity.
+CREATE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE
+        WHEN held IS NULL THEN '-infinity'::timestamptz
+        WHEN NOT EXISTS (SELECT FROM @extschema@.fact f
+                          WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.start_lsn <= held)
+             AND EXISTS (SELECT FROM @extschema@.fact f
+                          WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range')
+            THEN '-infinity'::timestamptz
+        ELSE coalesce((SELECT min(coalesce(f.first_commit_time, f.end_commit_time)) FROM @extschema@.fact f
+                        WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.end_lsn > held),
+                      (SELECT w.offset_commit_time FROM @extschema@.watermark w
+                        WHERE w.table_id = _lake_lost_from.table_id),
+                      '-infinity'::timestamptz)
+    END;
+END;
+
+-- A rollback of a lake consumer's ref: data the verdict covered left the
+-- Iceberg table. Records a loss from the earliest commit time a change
+-- above held may have (_lake_lost_from; reaching back by the lateness
+-- allowance on an event-time table) to infinity, so that those periods are
+-- not final until finalize.acknowledge_loss(); the consumer's report goes
+-- down to what the ref still claims (new_lsn, NULL for nothing) and waits
+-- for its resolution again; an incident (data_loss) and a NOTIFY on
+-- finalize_alert say so. The caller holds the table's verdict and the
+-- consumer's row.
+CREATE FUNCTION @extschema@._lake_rollback(tt @extschema@.tracked_table, l @extschema@.lake_consumer,
+                                           new_lsn @extschema@.lsn, held @extschema@.lsn, reason text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    wm @extschema@.watermark;
+    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held);
+    commit_from timestamptz;
+    fact bigint;
+    message text;
+BEGIN
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.event_time_column IS NOT NULL THEN
+        commit_from := lost_from;
+        lost_from := coalesce(@extschema@._instant_minus(lost_from, GREATEST(tt.allowed_lateness, wm.event_allowance)),
+                              '-infinity');
+    END IF;
+    message := format('Iceberg table %s (ref %s, catalog %s) no longer holds what consumer "%s" of table "%s" had committed: %s. It proved LSN %s; it now holds %s. The periods from %s on are not final until finalize.acknowledge_loss().',
+                      l.iceberg_table, l.ref, l.server_name, l.consumer, tt.table_name, reason, l.seen_lsn,
+                      coalesce('LSN ' || held::text, 'nothing provable'),
+                      CASE WHEN isfinite(lost_from) THEN @extschema@._utc_iso(lost_from) ELSE 'the start' END);
+    INSERT INTO @extschema@.fact (table_id, kind, event, detail)
+    VALUES (tt.table_id, 'event', 'data_loss',
+            jsonb_build_object('cause', 'lake_rollback', 'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
+                               'ref', l.ref, 'catalog', l.server_name, 'reason', reason,
+                               'proved_lsn', l.seen_lsn, 'held_lsn', held, 'new_lsn', new_lsn,
+                               'lost_from', CASE WHEN isfinite(lost_from) THEN @extschema@._utc_iso(lost_from)
+                                                 ELSE lost_from::text END))
+    RETURNING fact_id INTO fact;
+    INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at, commit_from)
+    VALUES (tt.table_id, fact, lost_from, 'infinity', held, l.seen_lsn, clock_timestamp(), commit_from);
+    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    UPDATE @extschema@.consumer c
+       SET reported_lsn = new_lsn, reported_at = now(), resolved_for_lsn = NULL, mapped_lsn = NULL,
+           commit_time = NULL, resolved_at = NULL, resolve_error = NULL
+     WHERE c.table_id = tt.table_id AND c.consumer = l.consumer;
+    PERFORM @extschema@._alert(jsonb_build_object('alert', 'data_loss', 'table', tt.table_name,
+                                                  'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
+                                                  'detail', message));
+    PERFORM @extschema@._raise_alert('data_loss', 'critical', tt.table_id, l.server_name, l.consumer, message,
+                                     jsonb_build_object('cause', 'lake_rollback', 'iceberg_table', l.iceberg_table,
+                                                        'ref', l.ref, 'proved_lsn', l.seen_lsn, 'held_lsn', held));
+END
+$$;
+
+-- What a lake worker saw of one consumer's table this poll, recorded in
+-- its write transaction: the condition (NULL when the metadata was read)
+-- and its sentence, and when read: the newest carrier on the ref (its
+-- snapshot, sequence number, LSN and the table-uuid), or a rollback (with
+-- the LSN the ref still provably holds). A condition that has lasted
+-- finalize.alert_after opens an incident of its name; one that clears
+-- resolves it. A consumer or verdict row another transaction holds is
+-- skipped (the next poll sees the same again). Returns whether the
+-- consumer's report moved, so that its source's worker resolves it now.
+CREATE FUNCTION @extschema@._lake_observe(
+    table_id bigint,
+    consumer text,
+    condition text,
+    detail text,
+    snapshot_id bigint,
+    sequence bigint,
+    lsn text,
+    table_uuid text,
+    rolled_back boolean,
+    held_lsn text,
+    reason text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+    l @extschema@.lake_consumer;
+    new_lsn @extschema@.lsn := @extschema@._lsn_arg(lsn, 'lsn');
+    moved boolean := false;
+    since timestamptz;
+BEGIN
+    tt := @extschema@._try_lock_tracked(table_id);
+    IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, consumer) THEN
+        RETURN false;
+    END IF;
+    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    since := CASE WHEN condition IS NULL THEN NULL
+                  WHEN l.condition IS NOT DISTINCT FROM condition THEN l.condition_since ELSE now() END;
+    UPDATE @extschema@.lake_consumer x
+       SET polled_at = now(),
+           loaded_at = CASE WHEN condition IS NULL THEN now() ELSE x.loaded_at END,
+           condition = _lake_observe.condition,
+           condition_since = since,
+           last_error = CASE WHEN condition IS NULL THEN x.last_error ELSE detail END
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer
+       AND ((x.condition, x.last_error) IS DISTINCT FROM (_lake_observe.condition, coalesce(detail, x.last_error))
+            OR rolled_back OR new_lsn IS DISTINCT FROM x.seen_lsn
+            OR x.polled_at IS NULL OR x.polled_at < now() - interval '1 minute');
+    -- An incident is opened only while its condition lasts: leaving the
+    -- condition resolves it.
+    IF l.condition IS NOT NULL AND l.condition IS DISTINCT FROM condition THEN
+        PERFORM @extschema@._resolve_alerts(l.condition, tt.table_id, l.server_name, consumer);
+    END IF;
+    IF condition IS NOT NULL AND since <= now() - @extschema@._alert_after() THEN
+        PERFORM @extschema@._raise_alert(condition, 'warning', tt.table_id, l.server_name, consumer,
+            format('Consumer "%s" of table "%s" reads Iceberg table %s through catalog %s, which has failed since %s: %s The verdict waits for it.',
+                   consumer, tt.table_name, l.iceberg_table, l.server_name, since, detail));
+    END IF;
+    IF condition IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    IF rolled_back THEN
+        PERFORM @extschema@._lake_rollback(tt, l, new_lsn, @extschema@._lsn_arg(held_lsn, 'held_lsn'), reason);
+        moved := true;
+    ELSIF new_lsn IS NOT NULL THEN
+        moved := @extschema@._advance_report(tt.table_id, consumer, new_lsn);
+    END IF;
+    IF rolled_back OR new_lsn IS NOT NULL THEN
+        UPDATE @extschema@.lake_consumer x
+           SET seen_snapshot_id = CASE WHEN new_lsn IS NULL THEN NULL ELSE snapshot_id END,
+               seen_sequence = CASE WHEN new_lsn IS NULL THEN NULL ELSE sequence END,
+               seen_lsn = new_lsn,
+               seen_table_uuid = table_uuid,
+               seen_at = now()
+         WHERE x.table_id = tt.table_id AND x.consumer = consumer
+           AND (x.seen_snapshot_id, x.seen_lsn, x.seen_table_uuid) IS DISTINCT FROM (snapshot_id, new_lsn, table_uuid);
+    END IF;
+    RETURN moved;
+END
+$$;
