@@ -10,6 +10,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
@@ -17,15 +18,34 @@
 #include "core/db.h"
 #include "lake/metadata.h"
 
-/* A JSON text as jsonb, or NULL when it is not JSON (the parser's error is swallowed). */
+/*
+ * A JSON text as jsonb in the current memory context, or NULL when it is
+ * not JSON (the parser's error is swallowed: a subtransaction confines
+ * it). The lake worker reads answers between its transactions: then a
+ * transaction of its own holds the subtransaction.
+ */
 static Jsonb *
 parse_json(const char *body)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		own = !IsTransactionState();
+	bool		ok;
 	Datum		d;
 
-	if (body == NULL || !subxact_input(jsonb_in, body, &d))
+	if (body == NULL)
 		return NULL;
-	return DatumGetJsonbP(d);
+	if (own)
+	{
+		StartTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+	}
+	ok = subxact_input(jsonb_in, body, &d);
+	if (own)
+	{
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+	}
+	return ok ? DatumGetJsonbP(d) : NULL;
 }
 
 /* The value of a key of an object container, or NULL. */

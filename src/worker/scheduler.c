@@ -252,6 +252,39 @@ ensure_alerts_worker(void)
 	}
 }
 
+/*
+ * Whether a lake worker for a catalog may start now: at most once every
+ * few seconds each, so that one that keeps failing at start does not
+ * restart in a loop (its errors are logged each time). Remembers the start.
+ */
+static bool
+lake_restart_due(Oid serverid)
+{
+	static struct
+	{
+		Oid			serverid;
+		TimestampTz at;
+	}			starts[FINALIZE_MAX_SLOTS];
+	static int	nstarts = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	int			i;
+
+	for (i = 0; i < nstarts && starts[i].serverid != serverid; i++)
+		;
+	if (i < nstarts && !TimestampDifferenceExceeds(starts[i].at, now, ALERTS_RESTART_MS))
+		return false;
+	if (i == nstarts)
+	{
+		if (nstarts == FINALIZE_MAX_SLOTS)
+			i = 0;				/* forget the oldest slot's: only a delay is lost */
+		else
+			nstarts++;
+	}
+	starts[i].serverid = serverid;
+	starts[i].at = now;
+	return true;
+}
+
 /* One round: start the missing workers, stop the unneeded ones. */
 static void
 schedule(TimestampTz *last_purge)
@@ -282,7 +315,8 @@ schedule(TimestampTz *last_purge)
 		SlotKind	kind = wanted[j].lake ? SLOT_LAKE : SLOT_WORKER;
 
 		if (slot_is_running(kind, MyDatabaseId, wanted[j].serverid) ||
-			worker_starting(wanted[j].serverid) || nstarted >= FINALIZE_MAX_SLOTS)
+			worker_starting(wanted[j].serverid) || nstarted >= FINALIZE_MAX_SLOTS ||
+			(wanted[j].lake && !lake_restart_due(wanted[j].serverid)))
 			continue;
 		snprintf(name, sizeof(name), wanted[j].lake ? "finalize lake worker for catalog %s"
 				 : "finalize worker for server %s", wanted[j].name);

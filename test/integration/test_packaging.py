@@ -97,6 +97,7 @@ LAYERS = {
     "sensor": {"core"},
     "gate": {"core"},
     "alert": {"core"},
+    "lake": {"core"},
 }
 
 # One file per foreign library: the headers only that file includes.

@@ -1,9 +1,11 @@
-"""Jars from Maven Central, pinned by sha256 and cached: what the Java peers (jdbc/, debezium/) share.
+"""Jars from Maven Central, pinned by sha256 and cached: what the Java peers (jdbc/, debezium/, iceberg/) share.
 
 A lock file lists one artifact per line, ``groupId:artifactId:version sha256-of-the-jar`` (``#`` starts a
-comment). ``fetch_all(lock)`` puts each jar into ${FINALIZE_CACHE:-/var/cache/finalize-tests}/maven, in
-Maven's repository layout, downloading only what is missing or does not have its hash, and returns the
-paths in the lock's order. A jar whose download does not have the locked hash is refused (and not kept)."""
+comment); ``groupId:artifactId:version:classifier sha256`` names a classified jar,
+``artifactId-version-classifier.jar`` (Iceberg's ``test-fixtures`` and ``tests`` jars). ``fetch_all(lock)``
+puts each jar into ${FINALIZE_CACHE:-/var/cache/finalize-tests}/maven, in Maven's repository layout,
+downloading only what is missing or does not have its hash, and returns the paths in the lock's order. A jar
+whose download does not have the locked hash is refused (and not kept)."""
 import glob
 import hashlib
 import os
@@ -27,17 +29,28 @@ def cache_dir():
     return os.path.join(top, "maven")
 
 
+class Locked(tuple):
+    """One line of a lock: the tuple (group, artifact, version, sha256), and .classifier (None for a plain jar)."""
+
+    def __new__(cls, group, artifact, version, sha, classifier=None):
+        self = super().__new__(cls, (group, artifact, version, sha))
+        self.classifier = classifier
+        return self
+
+
 def read_lock(path):
-    """A lock file -> [(group, artifact, version, sha256)]."""
+    """A lock file -> [(group, artifact, version, sha256)], each with .classifier (None unless the line gives one)."""
     out = []
     with open(path) as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             coords, sha = line.split()
-            group, artifact, version = coords.split(":")
-            out.append((group, artifact, version, sha.lower()))
+            parts = coords.split(":")
+            if len(parts) not in (3, 4) or not all(parts):
+                raise ValueError("%s:%d: %r is not group:artifact:version[:classifier]" % (path, n, coords))
+            out.append(Locked(parts[0], parts[1], parts[2], sha.lower(), parts[3] if len(parts) == 4 else None))
     return out
 
 
@@ -50,9 +63,11 @@ def sha256(path):
     return h.hexdigest()
 
 
-def fetch(cache, group, artifact, version, sha):
+def fetch(cache, group, artifact, version, sha, classifier=None):
     """The jar in the cache (downloaded and verified if missing or wrong) -> (path, downloaded?)."""
-    rel = "%s/%s/%s/%s-%s.jar" % (group.replace(".", "/"), artifact, version, artifact, version)
+    rel = "%s/%s/%s/%s-%s%s.jar" % (group.replace(".", "/"), artifact, version, artifact, version,
+                                    "-" + classifier if classifier else "")
+    name = "%s:%s:%s%s" % (group, artifact, version, ":" + classifier if classifier else "")
     path = os.path.join(cache, rel)
     if os.path.exists(path) and sha256(path) == sha:
         return path, False
@@ -63,10 +78,10 @@ def fetch(cache, group, artifact, version, sha):
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".part-")
     try:
         with os.fdopen(fd, "wb") as out:
-            download("%s/%s" % (CENTRAL, rel), out, "%s:%s:%s" % (group, artifact, version))
+            download("%s/%s" % (CENTRAL, rel), out, name)
         got = sha256(tmp)
         if got != sha:
-            raise RuntimeError("%s:%s:%s: sha256 %s, the lock says %s" % (group, artifact, version, got, sha))
+            raise RuntimeError("%s: sha256 %s, the lock says %s" % (name, got, sha))
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
@@ -91,12 +106,14 @@ def download(url, out, name, attempts=3):
 
 
 def fetch_all(lock_path, report=print):
-    """Every jar of a lock file, cached -> [(group, artifact, version, path)]; reports what it did."""
+    """Every jar of a lock file, cached -> [(group, artifact, version, path)] (a classified jar's classifier is
+    in its path's name); reports what it did."""
     cache = cache_dir()
     out = []
     fetched = 0
-    for group, artifact, version, sha in read_lock(lock_path):
-        path, new = fetch(cache, group, artifact, version, sha)
+    for entry in read_lock(lock_path):
+        group, artifact, version, sha = entry
+        path, new = fetch(cache, group, artifact, version, sha, entry.classifier)
         fetched += new
         out.append((group, artifact, version, path))
     report("# %d jars of %s: %d downloaded, %d cached" % (len(out), os.path.basename(os.path.dirname(lock_path))
