@@ -141,6 +141,8 @@ read_ref(JsonbContainer *meta, const char *ref, LakeMetadata *md, char **error)
 	{
 		JsonbContainer *r = container(field(refs, ref));
 
+		md->refs_listed = true;
+
 		if (r == NULL)
 			return true;
 		if (!int64_value(field(r, "snapshot-id"), &n))
@@ -152,7 +154,13 @@ read_ref(JsonbContainer *meta, const char *ref, LakeMetadata *md, char **error)
 		md->ref_snapshot_id = n;
 		return true;
 	}
+	if (field(meta, "refs") != NULL)
+	{
+		*error = pstrdup("\"refs\" is not an object");
+		return false;
+	}
 	/* Format v1 metadata without refs: main is the current snapshot. */
+	md->refs_listed = field(meta, "current-snapshot-id") != NULL;
 	if (strcmp(ref, "main") == 0 && int64_value(field(meta, "current-snapshot-id"), &n) && n >= 0)
 	{
 		md->ref_found = true;

@@ -130,6 +130,13 @@ lake_judge(const LakeMetadata *md, const LakeSeen *seen)
 	if (seen->any && seen->table_uuid != NULL && md->table_uuid != NULL &&
 		strcmp(seen->table_uuid, md->table_uuid) != 0)
 		return rollback(v, NULL, "the table was dropped and created again (its table-uuid changed)");
+	if (!md->ref_found && seen->any && !md->refs_listed)
+	{
+		/* Not a table that lost its ref: metadata that says nothing of refs. */
+		v.outcome = LAKE_MALFORMED;
+		v.reason = "the metadata has neither \"refs\" nor \"current-snapshot-id\"";
+		return v;
+	}
 	if (!md->ref_found)
 	{
 		if (seen->any)

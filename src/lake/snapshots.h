@@ -34,6 +34,8 @@ typedef struct LakeMetadata
 	bool		ref_found;		/* the ref exists (a table without a
 								 * snapshot has no main) */
 	int64_t		ref_snapshot_id;
+	bool		refs_listed;	/* the metadata says where its refs point
+								 * ("refs", or v1's current-snapshot-id) */
 	const char *table_uuid;		/* the table's table-uuid, or NULL */
 } LakeMetadata;
 

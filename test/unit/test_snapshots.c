@@ -43,6 +43,7 @@ add(int64_t id, int64_t parent, int64_t seq, const char *lsn)
 	md.nsnapshots = nsnaps;
 	lake_sort_snapshots(&md);
 	md.ref_found = true;
+	md.refs_listed = true;
 	md.ref_snapshot_id = id;
 }
 
@@ -221,6 +222,9 @@ test_odd(void)
 	md.ref_found = false;
 	v = lake_judge(&md, &s);
 	check(v.outcome == LAKE_ROLLBACK && !v.held_known, "a ref that was dropped is a rollback to nothing");
+	md.refs_listed = false;
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_MALFORMED, "metadata that says nothing of refs is malformed, not a rollback");
 
 	reset();
 	add(1, 0, 1, L1);

@@ -1,0 +1,362 @@
+"""A pyiceberg writer as a service: JSON commands on stdin, one JSON answer per line on stdout.
+
+    $(test/peers/setup-venv iceberg)/bin/python writer.py '{"uri": "http://127.0.0.1:PORT", "warehouse": "..."}'
+
+The argument is the catalog's properties for pyiceberg's load_catalog("rest", **props): uri, warehouse,
+and token, credential, scope, oauth2-server-uri, header.* ... when given. Each input line is
+{"cmd": NAME, ...arguments}; the answer is {"result": ...} or {"error": "the exception's text",
+"type": "its class"}. The process ends at end of input. Nothing else is written to stdout (pyiceberg's
+warnings go to stderr).
+
+Commands (a table is "ns.t"; a snapshot is {snapshot_id, parent_id, sequence_number, timestamp_ms,
+operation, summary}):
+  create_namespace(ns)                          -> ns
+  create_table(name, columns=None, properties={}) -> {location, metadata_location}
+      columns: [[name, type], ...], types long int string double boolean date timestamp timestamptz;
+      default SCHEMA below (id long, op string, lsn string, commit_time timestamptz), all optional
+  append(table, rows, properties={}, branch=None) -> snapshot (of the branch's new head)
+      rows: [{column: value}], a timestamptz as ISO 8601 text (e.g. "2024-05-01T10:00:00+00:00");
+      properties go into the snapshot summary (pyiceberg's snapshot_properties)
+  compact(table, branch=None, mode="replace")   -> snapshot
+      rewrites every live data file of the branch's head into one file with the same rows, no custom
+      property. mode "replace": one snapshot with operation=replace (pyiceberg 0.12 has no public API
+      for it: an _OverwriteFiles producer with Operation.REPLACE, see ReplaceFiles). mode "overwrite":
+      the public API, table.overwrite(same rows) -- which commits TWO snapshots, a delete then an append
+      (the answer is the last one; "snapshots" has both).
+  delete(table, filter, branch=None)            -> snapshot, or null when no row matched
+      filter: pyiceberg's row filter text, e.g. "id >= 10". operation=delete when whole data files
+      match; when only part of a file does, pyiceberg rewrites it: operation=overwrite.
+  overwrite(table, rows, filter="true", properties={}, branch=None) -> snapshot (public table.overwrite)
+  create_branch(table, name, snapshot_id=None)  -> refs   (default: main's current snapshot)
+  create_tag(table, name, snapshot_id=None)     -> refs
+  set_ref(table, name, snapshot_id, type="branch") -> refs  (move an existing branch or tag)
+  remove_ref(table, name)                       -> refs
+  rollback(table, snapshot_id)                  -> snapshot (main moved back to an ancestor)
+  set_current_snapshot(table, snapshot_id)      -> snapshot (main moved to any snapshot)
+  expire_snapshots(table, snapshot_ids)         -> [remaining snapshot ids]
+  set_properties(table, properties)             -> table properties
+  snapshots(table)                              -> [snapshot], oldest first
+  current(table, ref="main")                    -> snapshot or null
+  refs(table)                                   -> {name: {type, snapshot_id}}
+  scan(table, ref=None, snapshot_id=None, filter=None) -> rows (sorted by id when there is one)
+  metadata_location(table)                      -> the current metadata file
+  ping                                          -> "pong"
+"""
+import datetime
+import json
+import sys
+import traceback
+
+import pyarrow as pa
+from pyiceberg.catalog import load_catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.types import (BooleanType, DateType, DoubleType, IntegerType, LongType, NestedField, StringType,
+                             TimestampType, TimestamptzType)
+
+TYPES = {
+    "long": (LongType, pa.int64()),
+    "int": (IntegerType, pa.int32()),
+    "string": (StringType, pa.string()),
+    "double": (DoubleType, pa.float64()),
+    "boolean": (BooleanType, pa.bool_()),
+    "date": (DateType, pa.date32()),
+    "timestamp": (TimestampType, pa.timestamp("us")),
+    "timestamptz": (TimestamptzType, pa.timestamp("us", tz="UTC")),
+}
+SCHEMA = [["id", "long"], ["op", "string"], ["lsn", "string"], ["commit_time", "timestamptz"]]
+
+
+def iceberg_schema(columns):
+    return Schema(*[NestedField(field_id=i, name=name, field_type=TYPES[typ][0](), required=False)
+                    for i, (name, typ) in enumerate(columns, 1)])
+
+
+def arrow_schema(table):
+    """The Arrow schema matching the table's Iceberg schema (nullable fields, microsecond timestamps)."""
+    fields = []
+    for f in table.schema().fields:
+        for _, (itype, atype) in TYPES.items():
+            if isinstance(f.field_type, itype):
+                fields.append(pa.field(f.name, atype, nullable=not f.required))
+                break
+        else:
+            raise ValueError("column %s: type %s is not one the writer knows" % (f.name, f.field_type))
+    return pa.schema(fields)
+
+
+def to_value(atype, v):
+    if v is None:
+        return None
+    if pa.types.is_timestamp(atype):
+        if isinstance(v, (int, float)):        # epoch microseconds
+            return datetime.datetime.fromtimestamp(v / 1e6, datetime.timezone.utc)
+        d = datetime.datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+        if atype.tz is not None and d.tzinfo is None:
+            d = d.replace(tzinfo=datetime.timezone.utc)
+        if atype.tz is None and d.tzinfo is not None:
+            d = d.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return d
+    if pa.types.is_date(atype):
+        return datetime.date.fromisoformat(v)
+    return v
+
+
+def arrow_rows(table, rows):
+    schema = arrow_schema(table)
+    names = set(schema.names)
+    for r in rows:
+        extra = set(r) - names
+        if extra:
+            raise ValueError("no column %s in %s (columns: %s)" % (", ".join(sorted(extra)), table.name(),
+                                                                  ", ".join(schema.names)))
+    cols = {f.name: [to_value(f.type, r.get(f.name)) for r in rows] for f in schema}
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+def json_value(v):
+    if isinstance(v, datetime.datetime):
+        return v.isoformat()
+    if isinstance(v, datetime.date):
+        return v.isoformat()
+    return v
+
+
+def snap(s):
+    if s is None:
+        return None
+    summary = s.summary
+    props = dict(summary.additional_properties) if summary is not None else {}
+    if summary is not None:
+        props["operation"] = summary.operation.value
+    return {"snapshot_id": s.snapshot_id, "parent_id": s.parent_snapshot_id,
+            "sequence_number": s.sequence_number, "timestamp_ms": s.timestamp_ms,
+            "operation": summary.operation.value if summary is not None else None, "summary": props}
+
+
+def refs_of(table):
+    return {name: {"type": ref.snapshot_ref_type.value, "snapshot_id": ref.snapshot_id}
+            for name, ref in table.metadata.refs.items()}
+
+
+def head(table, branch):
+    return table.metadata.snapshot_by_name(branch or "main")
+
+
+class Writer:
+    def __init__(self, props):
+        props = dict(props)
+        self.catalog = load_catalog(props.pop("name", "rest"), **dict(props, type="rest"))
+
+    def table(self, name):
+        return self.catalog.load_table(name)
+
+    # -- namespaces and tables
+    def create_namespace(self, ns, properties=None):
+        self.catalog.create_namespace(ns, properties or {})
+        return ns
+
+    def create_table(self, name, columns=None, properties=None):
+        t = self.catalog.create_table(name, schema=iceberg_schema(columns or SCHEMA), properties=properties or {})
+        return {"location": t.location(), "metadata_location": t.metadata_location}
+
+    def drop_table(self, name):
+        self.catalog.drop_table(name)
+        return name
+
+    def set_properties(self, table, properties):
+        t = self.table(table)
+        with t.transaction() as tx:
+            tx.set_properties(properties)
+        return dict(self.table(table).properties)
+
+    # -- commits
+    def append(self, table, rows, properties=None, branch=None):
+        t = self.table(table)
+        t.append(arrow_rows(t, rows), snapshot_properties=properties or {}, branch=branch or "main")
+        return snap(head(t, branch))
+
+    def overwrite(self, table, rows, filter="true", properties=None, branch=None):
+        t = self.table(table)
+        t.overwrite(arrow_rows(t, rows), overwrite_filter=filter if filter != "true" else _always_true(),
+                    snapshot_properties=properties or {}, branch=branch or "main")
+        return snap(head(t, branch))
+
+    def delete(self, table, filter, branch=None):
+        t = self.table(table)
+        before = head(t, branch)
+        t.delete(delete_filter=filter, branch=branch or "main")
+        after = head(t, branch)
+        if before is not None and after is not None and before.snapshot_id == after.snapshot_id:
+            return None
+        return snap(after)
+
+    def compact(self, table, branch=None, mode="replace"):
+        t = self.table(table)
+        branch = branch or "main"
+        start = head(t, branch)
+        if start is None:
+            raise ValueError("%s has no snapshot on %s: nothing to compact" % (table, branch))
+        rows = t.scan(snapshot_id=start.snapshot_id).to_arrow()
+        if mode == "overwrite":
+            t.overwrite(rows, branch=branch)
+            return snap(head(t, branch))
+        if mode != "replace":
+            raise ValueError("compact: mode %r is neither replace nor overwrite" % mode)
+        files = [task.file for task in t.scan(snapshot_id=start.snapshot_id).plan_files()]
+        with t.transaction() as tx:
+            producer = ReplaceFiles(operation=Operation.REPLACE, transaction=tx, io=t.io, branch=branch)
+            for f in files:
+                producer.delete_data_file(f)
+            if rows.num_rows:
+                from pyiceberg.io.pyarrow import _dataframe_to_data_files
+                for f in _dataframe_to_data_files(table_metadata=tx.table_metadata,
+                                                  write_uuid=producer.commit_uuid, df=rows, io=t.io):
+                    producer.append_data_file(f)
+            producer.commit()
+        return snap(head(t, branch))
+
+    # -- refs
+    def create_branch(self, table, name, snapshot_id=None):
+        t = self.table(table)
+        sid = snapshot_id if snapshot_id is not None else t.metadata.current_snapshot_id
+        t.manage_snapshots().create_branch(snapshot_id=sid, branch_name=name).commit()
+        return refs_of(t)
+
+    def create_tag(self, table, name, snapshot_id=None):
+        t = self.table(table)
+        sid = snapshot_id if snapshot_id is not None else t.metadata.current_snapshot_id
+        t.manage_snapshots().create_tag(snapshot_id=sid, tag_name=name).commit()
+        return refs_of(t)
+
+    def set_ref(self, table, name, snapshot_id, type="branch"):
+        # create_branch/create_tag on an existing name moves it (SetSnapshotRef with an
+        # AssertRefSnapshotId of its current snapshot).
+        if type == "tag":
+            return self.create_tag(table, name, snapshot_id)
+        if name == "main":
+            self.set_current_snapshot(table, snapshot_id)
+            return refs_of(self.table(table))
+        return self.create_branch(table, name, snapshot_id)
+
+    def remove_ref(self, table, name):
+        t = self.table(table)
+        ref = t.metadata.refs.get(name)
+        if ref is None:
+            raise ValueError("%s has no ref %s" % (table, name))
+        ms = t.manage_snapshots()
+        (ms.remove_tag(name) if ref.snapshot_ref_type.value == "tag" else ms.remove_branch(name)).commit()
+        return refs_of(t)
+
+    def rollback(self, table, snapshot_id):
+        t = self.table(table)
+        t.manage_snapshots().rollback_to_snapshot(snapshot_id).commit()
+        return snap(t.current_snapshot())
+
+    def set_current_snapshot(self, table, snapshot_id):
+        t = self.table(table)
+        t.manage_snapshots().set_current_snapshot(snapshot_id=snapshot_id).commit()
+        return snap(t.current_snapshot())
+
+    def expire_snapshots(self, table, snapshot_ids):
+        t = self.table(table)
+        t.maintenance.expire_snapshots().by_ids(list(snapshot_ids)).commit()
+        return [s.snapshot_id for s in self.table(table).snapshots()]
+
+    # -- reading
+    def snapshots(self, table):
+        return [snap(s) for s in self.table(table).snapshots()]
+
+    def current(self, table, ref="main"):
+        return snap(self.table(table).snapshot_by_name(ref))
+
+    def refs(self, table):
+        return refs_of(self.table(table))
+
+    def metadata_location(self, table):
+        return self.table(table).metadata_location
+
+    def scan(self, table, ref=None, snapshot_id=None, filter=None):
+        t = self.table(table)
+        if ref is not None:
+            s = t.snapshot_by_name(ref)
+            if s is None:
+                raise ValueError("%s has no ref %s" % (table, ref))
+            snapshot_id = s.snapshot_id
+        kw = {"snapshot_id": snapshot_id} if snapshot_id is not None else {}
+        if filter:
+            kw["row_filter"] = filter
+        rows = t.scan(**kw).to_arrow().to_pylist()
+        if rows and "id" in rows[0]:
+            rows.sort(key=lambda r: (r["id"] is None, r["id"]))
+        return [{k: json_value(v) for k, v in r.items()} for r in rows]
+
+    def ping(self):
+        return "pong"
+
+
+def _always_true():
+    from pyiceberg.expressions import AlwaysTrue
+    return AlwaysTrue()
+
+
+def _replace_files_class():
+    from pyiceberg.table.snapshots import update_snapshot_summaries
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class ReplaceFiles(_OverwriteFiles):
+        """An _OverwriteFiles producer (the delete_data_file/append_data_file one pyiceberg's copy-on-write
+        delete uses) committing operation=replace: pyiceberg 0.12's update_snapshot_summaries refuses
+        REPLACE ("Operation not implemented"), so the totals are computed as for an overwrite and the
+        operation set to replace afterwards. Data and totals are unchanged, as Iceberg's spec says of
+        replace ("data and delete files were added and removed without changing table data")."""
+
+        def _summary(self, snapshot_properties=None):
+            op = self._operation
+            self._operation = Operation.OVERWRITE
+            try:
+                s = super()._summary(snapshot_properties or {})
+            finally:
+                self._operation = op
+            return Summary(Operation.REPLACE, **s.additional_properties)
+
+    assert update_snapshot_summaries  # what the override works around
+    return ReplaceFiles
+
+
+ReplaceFiles = _replace_files_class()
+
+
+def main():
+    props = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    out = sys.stdout
+    sys.stdout = sys.stderr          # anything printed by a library goes to stderr, not into the protocol
+    try:
+        w = Writer(props)
+        ready = {"result": "ready"}
+    except Exception as e:
+        w, ready = None, {"error": "%s: %s" % (type(e).__name__, e), "type": type(e).__name__}
+    out.write(json.dumps(ready) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            req = json.loads(line)
+            cmd = req.pop("cmd")
+            if w is None:
+                raise RuntimeError("the catalog could not be loaded: " + ready["error"])
+            fn = getattr(w, cmd, None)
+            if cmd.startswith("_") or fn is None or not callable(fn) or cmd in ("table", "catalog"):
+                raise ValueError("unknown command %r" % cmd)
+            answer = {"result": fn(**req)}
+        except Exception as e:  # noqa: BLE001 -- every error is an answer
+            answer = {"error": "%s: %s" % (type(e).__name__, e), "type": type(e).__name__,
+                      "traceback": traceback.format_exc(limit=6)}
+        out.write(json.dumps(answer, default=str) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
