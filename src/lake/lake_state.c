@@ -93,7 +93,7 @@ lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeCons
 	}
 	args[0] = CStringGetTextDatum(server->servername);
 	if (SPI_execute_with_args("SELECT c.table_id, c.table_name, c.consumer, c.iceberg_table, c.ref, c.lsn_property, "
-							  "c.seen_snapshot_id, c.seen_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid "
+							  "c.seen_snapshot_id, c.seen_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid, c.quiet "
 							  "FROM " FINALIZE_SCHEMA "._lake_consumers($1) AS c",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list the Iceberg consumers of server \"%s\"", server->servername);
@@ -122,12 +122,26 @@ lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeCons
 			Datum		d = SPI_getbinval(tup, desc, 11, &isnull);
 
 			c->source_serverid = isnull ? InvalidOid : DatumGetObjectId(d);
+			d = SPI_getbinval(tup, desc, 12, &isnull);
+			c->quiet = !isnull && DatumGetBool(d);
 		}
 	}
 	*nconsumers = (int) SPI_processed;
 	*consumers = out;
 	db_commit();
 	return *nconsumers > 0;
+}
+
+/*
+ * Whether an observation has anything to record: a condition, a carrier
+ * (an advance or a rollback), or a consumer whose row wants writing (a
+ * condition to clear, polled_at to refresh). A thousand consumers polled
+ * every 10 seconds whose tables do not move cost no statement.
+ */
+bool
+lake_needs_record(const LakeObservation *obs)
+{
+	return obs->condition != LAKE_OK || obs->has_carrier || obs->rolled_back || !obs->consumer->quiet;
 }
 
 /*

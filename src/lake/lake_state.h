@@ -21,6 +21,9 @@ typedef struct LakeConsumer
 	char	   *lsn_property;
 	LakeSeen	seen;
 	Oid			source_serverid;	/* whose worker resolves its reports */
+	bool		quiet;			/* a poll that finds nothing new writes
+								 * nothing (no condition to clear, polled_at
+								 * fresh) */
 } LakeConsumer;
 
 /* What one poll found, to be recorded. */
@@ -44,5 +47,6 @@ extern char *lake_catalog_version_problem(void);
 extern bool lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeConsumer **consumers,
 								int *nconsumers, char **problem);
 extern bool lake_record(const LakeObservation *obs);
+extern bool lake_needs_record(const LakeObservation *obs);
 
 #endif							/* FINALIZE_LAKE_STATE_H */

@@ -185,15 +185,20 @@ poll_consumer(LakeCatalog *cat, HttpClient *client, const LakeConsumer *c, LakeO
 	etag_keep(c, obs->condition == LAKE_OK && !obs->rolled_back && !obs->has_carrier ? answer.etag : NULL);
 }
 
-/* Records the observations in one write transaction; returns the sources to wake. */
+/* Records the observations that need it in one write transaction; returns the sources to wake. */
 static List *
 record_all(LakeObservation *obs, int n)
 {
 	List	   *wake = NIL;
+	int			todo = 0;
 
+	for (int i = 0; i < n; i++)
+		todo += lake_needs_record(&obs[i]) ? 1 : 0;
+	if (todo == 0)
+		return NIL;
 	db_begin_write("finalize: recording what Iceberg tables hold");
 	for (int i = 0; i < n; i++)
-		if (lake_record(&obs[i]) && OidIsValid(obs[i].consumer->source_serverid))
+		if (lake_needs_record(&obs[i]) && lake_record(&obs[i]) && OidIsValid(obs[i].consumer->source_serverid))
 			wake = list_append_unique_oid(wake, obs[i].consumer->source_serverid);
 	db_commit();
 	return wake;
@@ -216,6 +221,7 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 	TimestampTz start = GetCurrentTimestamp();
 	ListCell   *lc;
 	HttpResponse resp;
+	MemoryContext scratch;
 
 	*delay_ms = IDLE_RETRY_MS;
 	if (!lake_load_consumers(serverid, cxt, &cat, &consumers, &n, &problem))
@@ -232,6 +238,7 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 		return true;
 	}
 	obs = palloc0(sizeof(LakeObservation) * n);
+	scratch = AllocSetContextCreate(cxt, "finalize lake table", ALLOCSET_DEFAULT_SIZES);
 	if (!lake_catalog_prepare(cat, *client, &failure))
 	{
 		/* Nothing can be loaded: every consumer has the catalog's condition. */
@@ -248,8 +255,17 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 		if (done > 0 && TimestampDifferenceExceeds(start, GetCurrentTimestamp(), cat->poll_interval_ms))
 			break;
 		CHECK_FOR_INTERRUPTS();
+		/* A table's metadata (megabytes for some) lives only while it is judged. */
+		MemoryContextReset(scratch);
+		MemoryContextSwitchTo(scratch);
 		poll_consumer(cat, *client, &consumers[done], &obs[done]);
+		MemoryContextSwitchTo(cxt);
+		if (obs[done].detail != NULL)
+			obs[done].detail = pstrdup(obs[done].detail);
+		if (obs[done].table_uuid != NULL)
+			obs[done].table_uuid = pstrdup(obs[done].table_uuid);
 	}
+	MemoryContextDelete(scratch);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	foreach(lc, record_all(obs, done))
 		(void) slot_request_cycle(SLOT_WORKER, MyDatabaseId, lfirst_oid(lc));

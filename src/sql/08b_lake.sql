@@ -225,16 +225,20 @@ END;
 
 -- The consumers a lake worker polls, those looked at longest ago first (a
 -- cycle cut short by a slow catalog serves the others first next time),
--- with the source server whose worker resolves their reports.
+-- with the source server whose worker resolves their reports, and whether
+-- a poll that finds nothing new has anything to write (a condition to
+-- clear, or polled_at older than 50 seconds: _lake_observe writes it at
+-- most once a minute).
 CREATE FUNCTION @extschema@._lake_consumers(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, consumer text, iceberg_table text, ref text,
                lsn_property text, seen_snapshot_id bigint, seen_sequence bigint, seen_lsn text,
-               seen_table_uuid text, source_serverid oid)
+               seen_table_uuid text, source_serverid oid, quiet boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT l.table_id, t.table_name, l.consumer, l.iceberg_table, l.ref, l.lsn_property, l.seen_snapshot_id,
-           l.seen_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid
+           l.seen_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
+           l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds'
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
       LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
