@@ -105,6 +105,38 @@ rollback(LakeVerdict v, const LakeSnapshot *held, const char *reason)
 }
 
 /*
+ * Walks the ref's ancestry from its head: sets *carrier to the newest
+ * snapshot with the property, and *reached when the walk came to the
+ * recorded snapshot (it goes on past the carrier to find it). Returns how
+ * many snapshots it looked at.
+ */
+static int
+walk(const LakeMetadata *md, const LakeSnapshot *head, const LakeSeen *seen, const LakeSnapshot **carrier,
+	 bool *reached)
+{
+	int			walked = 0;
+
+	for (const LakeSnapshot *s = head; s != NULL && walked <= md->nsnapshots; s = parent_of(md, s))
+	{
+		walked++;
+		if (seen->any && s->id == seen->snapshot_id)
+		{
+			*reached = true;
+			if (*carrier == NULL && s->lsn_text != NULL)
+				*carrier = s;
+			break;
+		}
+		if (*carrier == NULL && s->lsn_text != NULL)
+		{
+			*carrier = s;
+			if (!seen->any)
+				break;
+		}
+	}
+	return walked;
+}
+
+/*
  * What the metadata proves, given what was recorded before (seen). The
  * ref's ancestry is walked from its head through the parents to the newest
  * carrier, and on to the recorded snapshot when there was one: reaching it
@@ -151,23 +183,7 @@ lake_judge(const LakeMetadata *md, const LakeSeen *seen)
 		v.reason = "the ref points to a snapshot the metadata does not list";
 		return v;
 	}
-	for (const LakeSnapshot *s = head; s != NULL && v.walked <= md->nsnapshots; s = parent_of(md, s))
-	{
-		v.walked++;
-		if (seen->any && s->id == seen->snapshot_id)
-		{
-			reached = true;
-			if (carrier == NULL && s->lsn_text != NULL)
-				carrier = s;
-			break;
-		}
-		if (carrier == NULL && s->lsn_text != NULL)
-		{
-			carrier = s;
-			if (!seen->any)
-				break;
-		}
-	}
+	v.walked = walk(md, head, seen, &carrier, &reached);
 	v.carrier = carrier;
 	if (carrier != NULL && !lsn_parse_any(carrier->lsn_text, &v.lsn))
 	{
