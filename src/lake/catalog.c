@@ -17,6 +17,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "core/io_interrupts.h"
 #include "lake/catalog.h"
 #include "lake/metadata.h"
 
@@ -33,6 +34,7 @@
 static char *token_key = NULL;
 static char *access_token = NULL;
 static TimestampTz token_refresh_at = 0;
+static bool token_forced_this_poll = false;	/* one forced refresh per poll */
 static char *prefix_key = NULL;
 static char *learned_prefix = NULL;
 
@@ -67,7 +69,26 @@ lake_condition_name(LakeCondition c)
 	return "catalog_unreachable";
 }
 
-/* A text with every secret of the catalog replaced by [redacted]. */
+/* text with every occurrence of secret replaced by [redacted]. */
+static char *
+redact_one(char *text, const char *secret)
+{
+	size_t		n = secret != NULL ? strlen(secret) : 0;
+	char	   *hit;
+
+	if (n == 0)
+		return text;
+	while ((hit = strstr(text, secret)) != NULL)
+		text = psprintf("%.*s[redacted]%s", (int) (hit - text), text, hit + n);
+	return text;
+}
+
+/*
+ * A text with every secret of the catalog (and the OAuth2 token it was
+ * given), as is and percent-encoded, replaced by [redacted]. Applied to
+ * whole texts before they are cut or made printable, so that no cut or
+ * replaced byte can leave part of a secret.
+ */
 char *
 lake_redact(const LakeCatalog *cat, const char *text)
 {
@@ -76,16 +97,10 @@ lake_redact(const LakeCatalog *cat, const char *text)
 
 	foreach(lc, cat->secrets)
 	{
-		const char *secret = (const char *) lfirst(lc);
-		size_t		n = strlen(secret);
-		char	   *hit;
-
-		if (n == 0)
-			continue;
-		while ((hit = strstr(out, secret)) != NULL)
-			out = psprintf("%.*s[redacted]%s", (int) (hit - out), out, hit + n);
+		out = redact_one(out, (const char *) lfirst(lc));
+		out = redact_one(out, http_uri_encode((const char *) lfirst(lc)));
 	}
-	return out;
+	return redact_one(out, access_token);
 }
 
 /* At most 300 printable characters of a catalog's text, for a message. */
@@ -102,13 +117,15 @@ excerpt(const char *s)
 }
 
 /*
- * The catalog's words for a failed answer: the REST error's message and
- * type ({"error": {"message", "type", "code"}}), an OAuth2 error
- * ({"error", "error_description"}), or the start of the body.
+ * The catalog's words for a failed answer, secrets redacted: the REST
+ * error's message and type ({"error": {"message", "type", "code"}}), an
+ * OAuth2 error ({"error", "error_description"}), or the start of the body
+ * (a body over 64 kB is no error message: only its size is said).
  */
 static char *
-catalog_words(const char *body)
+catalog_words(const LakeCatalog *cat, const char *raw)
 {
+	char	   *body = lake_redact(cat, raw != NULL && strlen(raw) <= 65536 ? raw : "");
 	char	   *message = lake_json_string(body, "error", "message");
 	char	   *type = lake_json_string(body, "error", "type");
 	char	   *oauth = lake_json_string(body, "error", NULL);
@@ -118,7 +135,9 @@ catalog_words(const char *body)
 		return type != NULL ? psprintf("%s (%s)", excerpt(message), excerpt(type)) : excerpt(message);
 	if (oauth != NULL)
 		return description != NULL ? psprintf("%s: %s", excerpt(oauth), excerpt(description)) : excerpt(oauth);
-	return body != NULL && body[0] != '\0' ? excerpt(body) : pstrdup("(no body)");
+	if (raw != NULL && strlen(raw) > 65536)
+		return psprintf("(a body of %zu bytes)", strlen(raw));
+	return body[0] != '\0' ? excerpt(body) : pstrdup("(no body)");
 }
 
 /* The condition of an HTTP status other than 200 and 304. */
@@ -169,7 +188,8 @@ perform(LakeCatalog *cat, HttpClient *client, const char *what, const char *meth
 	req.timeout_ms = cat->timeout_ms;
 	req.max_response_bytes = MAX_METADATA_BYTES;
 	(void) http_perform(client, &req, &resp);
-	CHECK_FOR_INTERRUPTS();
+	/* A cancel or a termination that came meanwhile is served now. */
+	io_interrupts_rethrow();
 	out->elapsed_ms = (double) (GetCurrentTimestamp() - start) / 1000.0;
 	if (resp.failure == HTTP_TOO_LARGE && resp.status > 0)
 	{
@@ -195,8 +215,7 @@ perform(LakeCatalog *cat, HttpClient *client, const char *what, const char *meth
 		return;
 	}
 	out->condition = status_condition(resp.status);
-	out->error = lake_redact(cat, psprintf("%s: the catalog answered HTTP %ld: %s", what, resp.status,
-										   catalog_words(resp.body)));
+	out->error = psprintf("%s: the catalog answered HTTP %ld: %s", what, resp.status, catalog_words(cat, resp.body));
 }
 
 /* The key the kept token answers for: the endpoint and the credentials. */
@@ -248,10 +267,11 @@ ensure_token(LakeCatalog *cat, HttpClient *client, bool force, LakeAnswer *out)
 		return false;
 	}
 	(void) lake_json_seconds(out->body, "expires_in", &secs);
+	/* A day at most (a token "valid for ever" is refreshed daily), a second at least. */
+	secs = Min(Max(secs, 1.0), 86400.0);
 	keep(&token_key, key);
 	keep(&access_token, token);
-	token_refresh_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												   (int64) (Max(secs, 1.0) * 800.0));
+	token_refresh_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (secs * 800.0));
 	return true;
 }
 
@@ -269,6 +289,7 @@ lake_catalog_prepare(LakeCatalog *cat, HttpClient *client, LakeAnswer *failure)
 	char	   *prefix;
 
 	memset(failure, 0, sizeof(*failure));
+	token_forced_this_poll = false;
 	if (cat->client_id != NULL && !ensure_token(cat, client, false, failure))
 		return false;
 	if (cat->prefix != NULL)
@@ -286,6 +307,13 @@ lake_catalog_prepare(LakeCatalog *cat, HttpClient *client, LakeAnswer *failure)
 	prefix = lake_json_string(failure->body, "overrides", "prefix");
 	if (prefix == NULL)
 		prefix = lake_json_string(failure->body, "defaults", "prefix");
+	if (prefix != NULL && prefix[0] != '\0' && !lake_prefix_ok(prefix))
+	{
+		failure->condition = LAKE_METADATA_MALFORMED;
+		failure->error = psprintf("reading the catalog's config: its prefix \"%s\" is not a path segment "
+								  "(letters, digits, - . _ ~ and /)", excerpt(lake_redact(cat, prefix)));
+		return false;
+	}
 	keep(&prefix_key, key);
 	keep(&learned_prefix, prefix);
 	return true;
@@ -331,9 +359,13 @@ lake_catalog_load_table(LakeCatalog *cat, HttpClient *client, const char *iceber
 	List	   *headers = etag != NULL ? list_make1(psprintf("If-None-Match: %s", etag)) : NIL;
 
 	perform(cat, client, what, "GET", url, headers, NULL, true, out);
-	if (out->condition == LAKE_AUTH_FAILED && cat->client_id != NULL && cat->token == NULL)
+	/* A catalog that refuses every token costs one new token per poll, not one per table. */
+	if (out->condition == LAKE_AUTH_FAILED && cat->client_id != NULL && cat->token == NULL &&
+		!token_forced_this_poll)
 	{
 		LakeAnswer	token;
+
+		token_forced_this_poll = true;
 
 		if (!ensure_token(cat, client, true, &token))
 		{

@@ -60,4 +60,7 @@ extern void lake_catalog_load_table(LakeCatalog *cat, HttpClient *client, const 
 extern char *lake_redact(const LakeCatalog *cat, const char *text);
 extern const char *lake_condition_name(LakeCondition c);
 
+/* in iceberg_options.c */
+extern bool lake_prefix_ok(const char *value);
+
 #endif							/* FINALIZE_LAKE_CATALOG_H */

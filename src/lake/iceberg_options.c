@@ -18,6 +18,7 @@
 #include "core/db.h"
 #include "core/fdw_options.h"
 #include "core/period.h"
+#include "lake/catalog.h"
 
 PG_FUNCTION_INFO_V1(finalize_iceberg_validator);
 
@@ -50,8 +51,8 @@ check_poll_interval(const char *value)
  * Accepts a path prefix (the config's "prefix", a Glue catalog's
  * "catalogs/123456789012"): letters, digits and -._~/ , no empty segment.
  */
-static bool
-check_prefix(const char *value)
+bool
+lake_prefix_ok(const char *value)
 {
 	size_t		n = strlen(value);
 
@@ -61,6 +62,16 @@ check_prefix(const char *value)
 		if (!(isalnum((unsigned char) *c) || strchr("-._~/", *c) != NULL))
 			return false;
 	return strstr(value, "..") == NULL;
+}
+
+/*
+ * Accepts a catalog's URI: a service URL (https, or http to a loopback
+ * host) without a query, since finalize appends paths to it.
+ */
+static bool
+check_catalog_uri(const char *value)
+{
+	return fdw_check_service_url(value) && strchr(value, '?') == NULL;
 }
 
 /* Accepts a short value sent in a request (a warehouse, a scope, a region). */
@@ -101,11 +112,11 @@ check_id(const char *value)
 }
 
 static const FdwOption iceberg_options[] = {
-	{"uri", ForeignServerRelationId, false, fdw_check_service_url,
-	"The URI is the catalog's base, https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment, such as https://catalog.example.com/api/catalog; finalize appends /v1/..."},
+	{"uri", ForeignServerRelationId, false, check_catalog_uri,
+	"The URI is the catalog's base, https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@, ?query or #fragment, such as https://catalog.example.com/api/catalog; finalize appends /v1/..."},
 	{"warehouse", ForeignServerRelationId, false, check_word,
 	"The warehouse is sent to the catalog's config endpoint as is: at most 1024 characters, no control characters."},
-	{"prefix", ForeignServerRelationId, false, check_prefix,
+	{"prefix", ForeignServerRelationId, false, lake_prefix_ok,
 	"The prefix is the path segment after /v1/ (letters, digits, - . _ ~ and /, no empty segment); without it, the catalog's config says it."},
 	{"oauth_uri", ForeignServerRelationId, false, fdw_check_service_url,
 	"The OAuth2 token endpoint is https:// and a host (plain http:// only to a loopback host); without it, <uri>/v1/oauth/tokens."},

@@ -15,7 +15,7 @@
 #include "core/settings.h"
 #include "lake/lake_state.h"
 
-#define OBSERVE_SIGNATURE FINALIZE_SCHEMA "._lake_observe(bigint, text, text, text, bigint, bigint, text, text, boolean, text, text)"
+#define OBSERVE_SIGNATURE FINALIZE_SCHEMA "._lake_observe(bigint, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
 
 /*
  * NULL when the catalog is at this library's version and has the lake's
@@ -49,6 +49,43 @@ int8_col(HeapTuple tup, TupleDesc desc, int col, bool *has)
 
 	*has = !isnull;
 	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/* A bool column (NULL as false). */
+static bool
+bool_col(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
+/* One row of _lake_consumers, copied into cxt. */
+static void
+read_consumer(HeapTuple tup, TupleDesc desc, MemoryContext cxt, LakeConsumer *c)
+{
+	bool		has;
+	bool		isnull;
+	char	   *lsn;
+	Datum		d;
+
+	c->table_id = int8_col(tup, desc, 1, &has);
+	c->table_name = db_text_copy(tup, desc, 2, cxt);
+	c->consumer = db_text_copy(tup, desc, 3, cxt);
+	c->iceberg_table = db_text_copy(tup, desc, 4, cxt);
+	c->ref = db_text_copy(tup, desc, 5, cxt);
+	c->lsn_property = db_text_copy(tup, desc, 6, cxt);
+	c->seen.head_id = int8_col(tup, desc, 7, &c->seen.any);
+	c->seen.head_sequence = int8_col(tup, desc, 8, &has);
+	lsn = db_text_copy(tup, desc, 9, cxt);
+	c->seen.any = c->seen.any && lsn != NULL && lsn_parse(lsn, &c->seen.lsn);
+	c->seen.table_uuid = db_text_copy(tup, desc, 10, cxt);
+	d = SPI_getbinval(tup, desc, 11, &isnull);
+	c->source_serverid = isnull ? InvalidOid : DatumGetObjectId(d);
+	c->quiet = bool_col(tup, desc, 12);
+	c->lake_id = int8_col(tup, desc, 13, &has);
+	c->allowed = bool_col(tup, desc, 14);
 }
 
 /*
@@ -93,39 +130,13 @@ lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeCons
 	}
 	args[0] = CStringGetTextDatum(server->servername);
 	if (SPI_execute_with_args("SELECT c.table_id, c.table_name, c.consumer, c.iceberg_table, c.ref, c.lsn_property, "
-							  "c.seen_snapshot_id, c.seen_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid, c.quiet "
-							  "FROM " FINALIZE_SCHEMA "._lake_consumers($1) AS c",
+							  "c.seen_head_id, c.seen_head_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid, "
+							  "c.quiet, c.lake_id, c.allowed FROM " FINALIZE_SCHEMA "._lake_consumers($1) AS c",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list the Iceberg consumers of server \"%s\"", server->servername);
 	out = MemoryContextAllocZero(cxt, sizeof(LakeConsumer) * (SPI_processed + 1));
 	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		LakeConsumer *c = &out[i];
-		bool		has;
-		char	   *lsn;
-
-		c->table_id = int8_col(tup, desc, 1, &has);
-		c->table_name = db_text_copy(tup, desc, 2, cxt);
-		c->consumer = db_text_copy(tup, desc, 3, cxt);
-		c->iceberg_table = db_text_copy(tup, desc, 4, cxt);
-		c->ref = db_text_copy(tup, desc, 5, cxt);
-		c->lsn_property = db_text_copy(tup, desc, 6, cxt);
-		c->seen.snapshot_id = int8_col(tup, desc, 7, &c->seen.any);
-		c->seen.sequence = int8_col(tup, desc, 8, &has);
-		lsn = db_text_copy(tup, desc, 9, cxt);
-		c->seen.any = c->seen.any && lsn != NULL && lsn_parse(lsn, &c->seen.lsn);
-		c->seen.table_uuid = db_text_copy(tup, desc, 10, cxt);
-		{
-			bool		isnull;
-			Datum		d = SPI_getbinval(tup, desc, 11, &isnull);
-
-			c->source_serverid = isnull ? InvalidOid : DatumGetObjectId(d);
-			d = SPI_getbinval(tup, desc, 12, &isnull);
-			c->quiet = !isnull && DatumGetBool(d);
-		}
-	}
+		read_consumer(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cxt, &out[i]);
 	*nconsumers = (int) SPI_processed;
 	*consumers = out;
 	db_commit();
@@ -133,15 +144,19 @@ lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeCons
 }
 
 /*
- * Whether an observation has anything to record: a condition, a carrier
- * (an advance or a rollback), or a consumer whose row wants writing (a
- * condition to clear, polled_at to refresh). A thousand consumers polled
- * every 10 seconds whose tables do not move cost no statement.
+ * Whether an observation has anything to record: a condition, a rollback,
+ * a new LSN or head, or a consumer whose row wants writing (a condition to
+ * clear, polled_at to refresh). A thousand consumers polled every 10
+ * seconds whose tables do not move cost no statement.
  */
 bool
 lake_needs_record(const LakeObservation *obs)
 {
-	return obs->condition != LAKE_OK || obs->has_carrier || obs->rolled_back || !obs->consumer->quiet;
+	const LakeSeen *seen = &obs->consumer->seen;
+
+	return obs->condition != LAKE_OK || obs->rolled_back || !obs->consumer->quiet ||
+		(obs->has_lsn && (!seen->any || lsn_cmp(&obs->lsn, &seen->lsn) != 0)) ||
+		(obs->has_head && seen->any && obs->head_id != seen->head_id);
 }
 
 /*
@@ -151,27 +166,27 @@ lake_needs_record(const LakeObservation *obs)
 bool
 lake_record(const LakeObservation *obs)
 {
-	Oid			types[11] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, BOOLOID,
+	Oid			types[11] = {INT8OID, TEXTOID, TEXTOID, INT8OID, INT8OID, INT8OID, TEXTOID, TEXTOID, BOOLOID,
 	TEXTOID, TEXTOID};
 	Datum		values[11];
 	char		nulls[11];
 	char		lsn[LSN_TEXT_LEN + 1];
 	char		held[LSN_TEXT_LEN + 1];
 	bool		isnull;
-	const char *condition = lake_condition_name(obs->condition);
 
 	memset(nulls, ' ', sizeof(nulls));
 	lsn_format(&obs->lsn, lsn);
 	lsn_format(&obs->held_lsn, held);
-	values[0] = Int64GetDatum(obs->consumer->table_id);
-	values[1] = CStringGetTextDatum(obs->consumer->consumer);
-	values[2] = db_text_or_null(condition, nulls, 2);
-	values[3] = db_text_or_null(obs->detail, nulls, 3);
-	values[4] = Int64GetDatum(obs->snapshot_id);
-	nulls[4] = obs->has_carrier ? ' ' : 'n';
-	values[5] = Int64GetDatum(obs->sequence);
+	values[0] = Int64GetDatum(obs->consumer->lake_id);
+	values[1] = db_text_or_null(lake_condition_name(obs->condition), nulls, 1);
+	values[2] = db_text_or_null(obs->detail, nulls, 2);
+	values[3] = Int64GetDatum(obs->head_id);
+	nulls[3] = obs->has_head ? ' ' : 'n';
+	values[4] = Int64GetDatum(obs->head_sequence);
+	nulls[4] = obs->has_head ? ' ' : 'n';
+	values[5] = Int64GetDatum(obs->carrier_id);
 	nulls[5] = obs->has_carrier ? ' ' : 'n';
-	values[6] = db_text_or_null(obs->has_carrier ? lsn : NULL, nulls, 6);
+	values[6] = db_text_or_null(obs->has_lsn ? lsn : NULL, nulls, 6);
 	values[7] = db_text_or_null(obs->table_uuid, nulls, 7);
 	values[8] = BoolGetDatum(obs->rolled_back);
 	values[9] = db_text_or_null(obs->rolled_back && obs->held_known ? held : NULL, nulls, 9);

@@ -13,6 +13,7 @@
 /* A consumer whose progress is an Iceberg table's, and what was recorded of it. */
 typedef struct LakeConsumer
 {
+	int64		lake_id;		/* which declaration (a re-added one is another) */
 	int64		table_id;
 	char	   *table_name;
 	char	   *consumer;
@@ -24,6 +25,8 @@ typedef struct LakeConsumer
 	bool		quiet;			/* a poll that finds nothing new writes
 								 * nothing (no condition to clear, polled_at
 								 * fresh) */
+	bool		allowed;		/* its declarer may still read through the
+								 * server */
 } LakeConsumer;
 
 /* What one poll found, to be recorded. */
@@ -32,9 +35,12 @@ typedef struct LakeObservation
 	const LakeConsumer *consumer;
 	LakeCondition condition;
 	char	   *detail;			/* the condition's sentence */
-	bool		has_carrier;
-	int64		snapshot_id;
-	int64		sequence;
+	bool		has_head;		/* head_id: the ref's head (when read) */
+	int64		head_id;
+	int64		head_sequence;
+	bool		has_carrier;	/* carrier_id: a new carrier's snapshot */
+	int64		carrier_id;
+	bool		has_lsn;		/* lsn: what the ref claims now */
 	Lsn			lsn;
 	const char *table_uuid;
 	bool		rolled_back;

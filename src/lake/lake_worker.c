@@ -26,6 +26,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -41,77 +42,77 @@
 /* How long the worker waits before looking again when it cannot run a poll. */
 #define IDLE_RETRY_MS 10000
 
-/* The ETag of a consumer's last load and what it proved, kept across polls. */
+/*
+ * The ETag of a consumer's last load that proved nothing new, kept across
+ * polls by declaration (lake_id: a consumer added again, or pointed at
+ * another table, is another) with the head it was judged against.
+ */
 typedef struct EtagEntry
 {
-	int64		table_id;
-	char		consumer[256];
+	int64		lake_id;
 	char		etag[128];
-	char		ref[256];
 	bool		seen_any;
-	int64		seen_snapshot_id;
+	int64		seen_head_id;
 } EtagEntry;
 
-static EtagEntry *etags = NULL;
-static int	netags = 0;
-static int	etag_cap = 0;
+static HTAB *etags = NULL;
 
-/* The kept entry of a consumer, or NULL. */
-static EtagEntry *
-etag_find(const LakeConsumer *c)
+/* The table of kept ETags (created on first use). */
+static HTAB *
+etag_table(void)
 {
-	for (int i = 0; i < netags; i++)
-		if (etags[i].table_id == c->table_id && strcmp(etags[i].consumer, c->consumer) == 0)
-			return &etags[i];
-	return NULL;
+	HASHCTL		ctl;
+
+	if (etags == NULL)
+	{
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(EtagEntry);
+		ctl.hcxt = TopMemoryContext;
+		etags = hash_create("finalize lake ETags", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	return etags;
 }
 
-/*
- * Keeps the ETag of a consumer's load, with what was recorded when it
- * came (a 304 proves the same only while nothing else changed it: an
- * admin's reset, a rollback recorded meanwhile).
- */
+/* Keeps (or with NULL forgets) the ETag of a consumer's load. */
 static void
 etag_keep(const LakeConsumer *c, const char *etag)
 {
-	EtagEntry  *e = etag_find(c);
+	EtagEntry  *e;
 
-	if (etag == NULL || strlen(etag) >= sizeof(e->etag) || strlen(c->consumer) >= sizeof(e->consumer) ||
-		strlen(c->ref) >= sizeof(e->ref))
+	if (etag == NULL || strlen(etag) >= sizeof(e->etag))
 	{
-		if (e != NULL)
-			*e = etags[--netags];
+		(void) hash_search(etag_table(), &c->lake_id, HASH_REMOVE, NULL);
 		return;
 	}
-	if (e == NULL)
-	{
-		if (netags == etag_cap)
-		{
-			etag_cap = Max(64, etag_cap * 2);
-			etags = etags == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(EtagEntry) * etag_cap)
-				: repalloc(etags, sizeof(EtagEntry) * etag_cap);
-		}
-		e = &etags[netags++];
-	}
-	memset(e, 0, sizeof(*e));
-	e->table_id = c->table_id;
-	strlcpy(e->consumer, c->consumer, sizeof(e->consumer));
+	e = hash_search(etag_table(), &c->lake_id, HASH_ENTER, NULL);
 	strlcpy(e->etag, etag, sizeof(e->etag));
-	strlcpy(e->ref, c->ref, sizeof(e->ref));
 	e->seen_any = c->seen.any;
-	e->seen_snapshot_id = c->seen.snapshot_id;
+	e->seen_head_id = c->seen.head_id;
 }
 
 /* The ETag to send for a consumer: only while what was recorded is what it was. */
 static const char *
 etag_for(const LakeConsumer *c)
 {
-	EtagEntry  *e = etag_find(c);
+	EtagEntry  *e = hash_search(etag_table(), &c->lake_id, HASH_FIND, NULL);
 
-	if (e == NULL || strcmp(e->ref, c->ref) != 0 || e->seen_any != c->seen.any ||
-		(c->seen.any && e->seen_snapshot_id != c->seen.snapshot_id))
+	if (e == NULL || e->seen_any != c->seen.any || (c->seen.any && e->seen_head_id != c->seen.head_id))
 		return NULL;
 	return e->etag;
+}
+
+/* At most n printable characters of a catalog's text, for a message. */
+static char *
+printable(const char *s, size_t n)
+{
+	size_t		len = Min(strlen(s), n);
+	char	   *out = palloc(len + 4);
+
+	for (size_t i = 0; i < len; i++)
+		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+	strcpy(out + len, strlen(s) > n ? "..." : "");
+	return out;
 }
 
 /* Turns a judged metadata into an observation. */
@@ -120,35 +121,36 @@ observe_metadata(const LakeConsumer *c, const LakeMetadata *md, LakeObservation 
 {
 	LakeVerdict v = lake_judge(md, &c->seen);
 
-	obs->table_uuid = md->table_uuid;
-	switch (v.outcome)
+	obs->table_uuid = md->table_uuid != NULL ? printable(md->table_uuid, 64) : NULL;
+	if (v.outcome == LAKE_MALFORMED)
 	{
-		case LAKE_NOTHING:
-		case LAKE_SAME:
-			break;
-		case LAKE_MALFORMED:
-			obs->condition = v.carrier != NULL ? LAKE_PROPERTY_MALFORMED : LAKE_METADATA_MALFORMED;
-			obs->detail = v.carrier != NULL
-				? psprintf("Snapshot %lld of Iceberg table %s has property %s = \"%s\": %s.",
-						   (long long) v.carrier->id, c->iceberg_table, c->lsn_property, v.carrier->lsn_text, v.reason)
-				: psprintf("The metadata of Iceberg table %s is malformed: %s (ref %s).", c->iceberg_table, v.reason,
-						   c->ref);
-			return;
-		case LAKE_ADVANCE:
-		case LAKE_ROLLBACK:
-			obs->rolled_back = v.outcome == LAKE_ROLLBACK;
-			obs->held_known = v.held_known;
-			obs->held_lsn = v.held_lsn;
-			obs->reason = v.reason;
-			break;
+		obs->condition = v.carrier != NULL ? LAKE_PROPERTY_MALFORMED : LAKE_METADATA_MALFORMED;
+		obs->detail = v.carrier != NULL
+			? psprintf("Snapshot %lld of Iceberg table %s has property %s = \"%s\": %s.",
+					   (long long) v.carrier->id, c->iceberg_table, c->lsn_property,
+					   printable(v.carrier->lsn_text, 64), v.reason)
+			: psprintf("The metadata of Iceberg table %s is malformed: %s (ref %s).", c->iceberg_table, v.reason,
+					   c->ref);
+		return;
 	}
-	if (v.carrier != NULL && (v.outcome == LAKE_ADVANCE || v.outcome == LAKE_ROLLBACK))
+	if (v.outcome == LAKE_NOTHING)
+		return;
+	obs->rolled_back = v.outcome == LAKE_ROLLBACK;
+	obs->held_known = v.held_known;
+	obs->held_lsn = v.held_lsn;
+	obs->reason = v.reason;
+	obs->has_head = v.head != NULL;
+	if (v.head != NULL)
 	{
-		obs->has_carrier = true;
-		obs->snapshot_id = v.carrier->id;
-		obs->sequence = v.carrier->sequence;
-		obs->lsn = v.lsn;
+		obs->head_id = v.head->id;
+		obs->head_sequence = v.head->sequence;
 	}
+	obs->has_carrier = v.carrier != NULL && v.has_lsn;
+	if (obs->has_carrier)
+		obs->carrier_id = v.carrier->id;
+	/* SAME without a new carrier: what was proven still stands, at a new head. */
+	obs->has_lsn = v.has_lsn || v.outcome == LAKE_SAME;
+	obs->lsn = v.has_lsn ? v.lsn : c->seen.lsn;
 }
 
 /* Loads and judges one consumer's table (no transaction is open). */
@@ -161,6 +163,14 @@ poll_consumer(LakeCatalog *cat, HttpClient *client, const LakeConsumer *c, LakeO
 
 	memset(obs, 0, sizeof(*obs));
 	obs->consumer = c;
+	if (!c->allowed)
+	{
+		obs->condition = LAKE_AUTH_FAILED;
+		obs->detail = psprintf("The role that declared consumer \"%s\" may no longer read through catalog %s "
+							   "(USAGE on the server, or the use of its owner's user mapping); it is not read.",
+							   c->consumer, cat->name);
+		return;
+	}
 	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: loading Iceberg table %s", c->iceberg_table));
 	lake_catalog_load_table(cat, client, c->iceberg_table, etag_for(c), &answer);
 	if (answer.condition != LAKE_OK)
@@ -182,10 +192,29 @@ poll_consumer(LakeCatalog *cat, HttpClient *client, const LakeConsumer *c, LakeO
 	}
 	observe_metadata(c, &md, obs);
 	/* Only a load that proved something cleanly may be skipped next time. */
-	etag_keep(c, obs->condition == LAKE_OK && !obs->rolled_back && !obs->has_carrier ? answer.etag : NULL);
+	etag_keep(c, obs->condition == LAKE_OK && !lake_needs_record(obs) ? answer.etag : NULL);
 }
 
-/* Records the observations that need it in one write transaction; returns the sources to wake. */
+/* One observation recorded in a subtransaction (subxact_try's step). */
+typedef struct RecordStep
+{
+	const LakeObservation *obs;
+	bool		moved;
+} RecordStep;
+
+static void
+record_step(void *arg)
+{
+	RecordStep *r = (RecordStep *) arg;
+
+	r->moved = lake_record(r->obs);
+}
+
+/*
+ * Records the observations that need it in one write transaction, each in
+ * a subtransaction of its own: one that fails (logged) loses no other's.
+ * Returns the sources to wake.
+ */
 static List *
 record_all(LakeObservation *obs, int n)
 {
@@ -198,10 +227,43 @@ record_all(LakeObservation *obs, int n)
 		return NIL;
 	db_begin_write("finalize: recording what Iceberg tables hold");
 	for (int i = 0; i < n; i++)
-		if (lake_needs_record(&obs[i]) && lake_record(&obs[i]) && OidIsValid(obs[i].consumer->source_serverid))
+	{
+		RecordStep	r = {&obs[i], false};
+		ErrorData  *error = NULL;
+
+		if (!lake_needs_record(&obs[i]))
+			continue;
+		if (!subxact_try(record_step, &r, &error))
+		{
+			ereport(LOG,
+					(errmsg("finalize: could not record what Iceberg table %s holds for consumer \"%s\" of table \"%s\": %s",
+							obs[i].consumer->iceberg_table, obs[i].consumer->consumer,
+							obs[i].consumer->table_name, error->message),
+					 errdetail("The next poll tries again; the verdict waits for it.")));
+			continue;
+		}
+		if (r.moved && OidIsValid(obs[i].consumer->source_serverid))
 			wake = list_append_unique_oid(wake, obs[i].consumer->source_serverid);
+	}
 	db_commit();
 	return wake;
+}
+
+/* Where the next poll starts in the consumer list (after a poll cut short). */
+static int	resume_at = 0;
+
+/* Rotates a list of consumers left by k (the first k go last). */
+static void
+rotate(LakeConsumer *c, int n, int k)
+{
+	LakeConsumer *tmp;
+
+	if (k <= 0 || k >= n)
+		return;
+	tmp = palloc(sizeof(LakeConsumer) * k);
+	memcpy(tmp, c, sizeof(LakeConsumer) * k);
+	memmove(c, c + k, sizeof(LakeConsumer) * (n - k));
+	memcpy(c + (n - k), tmp, sizeof(LakeConsumer) * k);
 }
 
 /*
@@ -250,6 +312,13 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 		}
 		done = n;
 	}
+	/*
+	 * A poll cut short by a slow catalog starts the next where it stopped
+	 * (the list's order is stable between polls): no consumer waits more
+	 * than a few polls.
+	 */
+	if (done == 0 && n > 0)
+		rotate(consumers, n, resume_at % n);
 	for (; done < n; done++)
 	{
 		if (done > 0 && TimestampDifferenceExceeds(start, GetCurrentTimestamp(), cat->poll_interval_ms))
@@ -266,6 +335,7 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 			obs[done].table_uuid = pstrdup(obs[done].table_uuid);
 	}
 	MemoryContextDelete(scratch);
+	resume_at = done < n ? resume_at + done : 0;
 	pgstat_report_activity(STATE_IDLE, NULL);
 	foreach(lc, record_all(obs, done))
 		(void) slot_request_cycle(SLOT_WORKER, MyDatabaseId, lfirst_oid(lc));

@@ -11,12 +11,34 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
 #include "core/db.h"
 #include "lake/metadata.h"
+
+/* A JSON text to parse, and its jsonb. */
+typedef struct ParseCall
+{
+	const char *body;
+	Datum		result;
+} ParseCall;
+
+/*
+ * Parses a catalog's JSON (subxact_try's step): its bytes are UTF-8, as
+ * JSON's are, converted to the database's encoding first (invalid UTF-8
+ * is an error, caught as malformed).
+ */
+static void
+parse_step(void *arg)
+{
+	ParseCall  *c = (ParseCall *) arg;
+	char	   *text = pg_any_to_server(c->body, strlen(c->body), PG_UTF8);
+
+	c->result = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
+}
 
 /*
  * A JSON text as jsonb in the current memory context, or NULL when it is
@@ -31,6 +53,7 @@ parse_json(const char *body)
 	bool		own = !IsTransactionState();
 	bool		ok;
 	Datum		d;
+	ParseCall	call = {body, (Datum) 0};
 
 	if (body == NULL)
 		return NULL;
@@ -39,7 +62,8 @@ parse_json(const char *body)
 		StartTransactionCommand();
 		MemoryContextSwitchTo(cxt);
 	}
-	ok = subxact_input(jsonb_in, body, &d);
+	ok = subxact_try(parse_step, &call, NULL);
+	d = call.result;
 	if (own)
 	{
 		CommitTransactionCommand();

@@ -13,6 +13,8 @@
  */
 #include "postgres.h"
 
+#include <stdlib.h>
+
 #include "lake/snapshots.h"
 
 /* Orders snapshots by id, for lake_find_snapshot. */
@@ -60,66 +62,79 @@ parent_of(const LakeMetadata *md, const LakeSnapshot *s)
 }
 
 /*
- * Whether snapshot id is an ancestor of (or is) from. The walk is bounded
- * by the number of snapshots, so a metadata whose parents form a loop
- * cannot hang it.
- */
-static bool
-is_ancestor(const LakeMetadata *md, const LakeSnapshot *from, int64_t id)
-{
-	int			steps = 0;
-
-	for (const LakeSnapshot *s = from; s != NULL && steps <= md->nsnapshots; s = parent_of(md, s), steps++)
-		if (s->id == id)
-			return true;
-	return false;
-}
-
-/*
  * The newest carrier of the property on the ancestry shared by the ref's
- * new head and the snapshot recorded before (the first of head's ancestors
+ * new head and the snapshot seen before (the first of head's ancestors
  * that is also one of seen's), or NULL when they share none that carries
- * it or seen is no longer listed.
+ * it. seen's ancestors are marked first (by index: the snapshots are
+ * sorted by id), so the cost is one walk of each, not their product.
  */
 static const LakeSnapshot *
 shared_carrier(const LakeMetadata *md, const LakeSnapshot *head, const LakeSnapshot *seen)
 {
+	bool	   *mine = calloc(md->nsnapshots, sizeof(bool));
+	const LakeSnapshot *found = NULL;
 	int			steps = 0;
 
-	if (seen == NULL)
-		return NULL;
+	if (mine == NULL)
+		return NULL;			/* no memory: nothing shown to be shared */
+	for (const LakeSnapshot *s = seen; s != NULL && steps <= md->nsnapshots; s = parent_of(md, s), steps++)
+		mine[s - md->snapshots] = true;
+	steps = 0;
 	for (const LakeSnapshot *s = head; s != NULL && steps <= md->nsnapshots; s = parent_of(md, s), steps++)
-		if (s->lsn_text != NULL && is_ancestor(md, seen, s->id))
+		if (s->lsn_text != NULL && mine[s - md->snapshots])
+		{
+			found = s;
+			break;
+		}
+	free(mine);
+	return found;
+}
+
+/* The newest snapshot with the property on head's ancestry, or NULL. */
+static const LakeSnapshot *
+newest_carrier(const LakeMetadata *md, const LakeSnapshot *head)
+{
+	int			steps = 0;
+
+	for (const LakeSnapshot *s = head; s != NULL && steps <= md->nsnapshots; s = parent_of(md, s), steps++)
+		if (s->lsn_text != NULL)
 			return s;
 	return NULL;
 }
 
-/* A rollback: what the ref still holds is held's LSN, or nothing provable. */
+/*
+ * A rollback: what the ref still holds is held's LSN (when it is one), or
+ * nothing provable; the ref's new claim is v's carrier's, when valid.
+ */
 static LakeVerdict
 rollback(LakeVerdict v, const LakeSnapshot *held, const char *reason)
 {
 	v.outcome = LAKE_ROLLBACK;
 	v.reason = reason;
 	v.held_known = held != NULL && lsn_parse_any(held->lsn_text, &v.held_lsn);
+	v.has_lsn = v.carrier != NULL && lsn_parse_any(v.carrier->lsn_text, &v.lsn);
 	return v;
 }
 
 /*
- * Walks the ref's ancestry from its head: sets *carrier to the newest
- * snapshot with the property, and *reached when the walk came to the
- * recorded snapshot (it goes on past the carrier to find it). Returns how
- * many snapshots it looked at.
+ * Walks the ref's ancestry from its head to the snapshot seen last (or to
+ * a snapshot whose parent it is: that one may have expired): sets
+ * *carrier to the newest snapshot with the property on the way, *reached
+ * when the walk came there, and *older when it met a snapshot older than
+ * the one seen (a lower sequence number) first. Returns how many snapshots
+ * it looked at; the walk is bounded by their number (a loop of parents
+ * cannot hang it).
  */
 static int
 walk(const LakeMetadata *md, const LakeSnapshot *head, const LakeSeen *seen, const LakeSnapshot **carrier,
-	 bool *reached)
+	 bool *reached, bool *older)
 {
 	int			walked = 0;
 
 	for (const LakeSnapshot *s = head; s != NULL && walked <= md->nsnapshots; s = parent_of(md, s))
 	{
 		walked++;
-		if (seen->any && s->id == seen->snapshot_id)
+		if (seen->any && s->id == seen->head_id)
 		{
 			*reached = true;
 			if (*carrier == NULL && s->lsn_text != NULL)
@@ -132,21 +147,31 @@ walk(const LakeMetadata *md, const LakeSnapshot *head, const LakeSeen *seen, con
 			if (!seen->any)
 				break;
 		}
+		if (seen->any && s->sequence > 0 && seen->head_sequence > 0 && s->sequence < seen->head_sequence)
+		{
+			*older = true;
+			break;
+		}
+		if (seen->any && s->has_parent && s->parent_id == seen->head_id)
+		{
+			*reached = true;
+			break;
+		}
 	}
 	return walked;
 }
 
 /*
  * What the metadata proves, given what was recorded before (seen). The
- * ref's ancestry is walked from its head through the parents to the newest
- * carrier, and on to the recorded snapshot when there was one: reaching it
- * proves the ref descends from it. When the recorded snapshot has expired
- * from the metadata, descent cannot be proven by the walk: a head whose
- * sequence number is below the recorded one went back in time (a
- * rollback); otherwise the ref is taken to descend from it (expiry removes
- * old snapshots, not a branch's recent history) and the LSNs decide. A
- * table created again under the same name (another table-uuid) holds none
- * of what was recorded.
+ * ref's ancestry is walked from its head to the newest carrier, and on to
+ * the head seen last: reaching it (or its child) proves descent, and then
+ * the carrier's LSN against the recorded one decides. Not reaching it is a
+ * rollback: the ref moved off that lineage (what the two share holds), or
+ * went back to an older snapshot, or its history back to the head seen
+ * last has expired, so that it still holds what was proven cannot be
+ * shown. A table created again under the same name (another table-uuid),
+ * or a ref that is gone, holds none of it. Descent is decided before the
+ * carrier's value is read: a malformed property never hides a rollback.
  */
 LakeVerdict
 lake_judge(const LakeMetadata *md, const LakeSeen *seen)
@@ -156,6 +181,7 @@ lake_judge(const LakeMetadata *md, const LakeSeen *seen)
 	const LakeSnapshot *carrier = NULL;
 	const LakeSnapshot *seen_snap;
 	bool		reached = false;
+	bool		older = false;
 	int			cmp;
 
 	memset(&v, 0, sizeof(v));
@@ -183,30 +209,39 @@ lake_judge(const LakeMetadata *md, const LakeSeen *seen)
 		v.reason = "the ref points to a snapshot the metadata does not list";
 		return v;
 	}
-	v.walked = walk(md, head, seen, &carrier, &reached);
+	v.head = head;
+	v.walked = walk(md, head, seen, &carrier, &reached, &older);
 	v.carrier = carrier;
-	if (carrier != NULL && !lsn_parse_any(carrier->lsn_text, &v.lsn))
+	if (seen->any && !reached)
+	{
+		/* The walk may have stopped before the new head's own claim. */
+		if (v.carrier == NULL)
+			v.carrier = newest_carrier(md, head);
+		seen_snap = lake_find_snapshot(md, seen->head_id);
+		if (seen_snap != NULL)
+			return rollback(v, shared_carrier(md, head, seen_snap),
+							"the ref moved to a snapshot that does not descend from the one seen last");
+		if (older)
+			return rollback(v, v.carrier, "the ref moved back to a snapshot older than the one seen last");
+		return rollback(v, NULL, "the ref's history back to the snapshot seen last has expired, so that it "
+						"still holds what was proven cannot be shown");
+	}
+	if (carrier == NULL)
+	{
+		/* Nothing new carries the property: the recorded LSN stands (or there is none). */
+		v.outcome = seen->any ? LAKE_SAME : LAKE_NOTHING;
+		return v;
+	}
+	if (!lsn_parse_any(carrier->lsn_text, &v.lsn))
 	{
 		v.outcome = LAKE_MALFORMED;
 		v.reason = "the property's value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form)";
 		return v;
 	}
+	v.has_lsn = true;
 	if (!seen->any)
 	{
-		v.outcome = carrier != NULL ? LAKE_ADVANCE : LAKE_NOTHING;
-		return v;
-	}
-	seen_snap = lake_find_snapshot(md, seen->snapshot_id);
-	if (!reached && seen_snap != NULL)
-		return rollback(v, shared_carrier(md, head, seen_snap),
-						"the ref moved to a snapshot that does not descend from the one recorded");
-	if (!reached && head->sequence > 0 && seen->sequence > 0 && head->sequence < seen->sequence)
-		return rollback(v, carrier != NULL && lsn_cmp(&v.lsn, &seen->lsn) < 0 ? carrier : NULL,
-						"the ref moved back to a snapshot older than the one recorded");
-	if (carrier == NULL)
-	{
-		/* The recorded carrier expired and nothing newer carries the property. */
-		v.outcome = LAKE_SAME;
+		v.outcome = LAKE_ADVANCE;
 		return v;
 	}
 	cmp = lsn_cmp(&v.lsn, &seen->lsn);

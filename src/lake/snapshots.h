@@ -39,12 +39,16 @@ typedef struct LakeMetadata
 	const char *table_uuid;		/* the table's table-uuid, or NULL */
 } LakeMetadata;
 
-/* What was recorded at the last poll that found a carrier. */
+/*
+ * What was recorded: the LSN the ref proved, and the ref's head when that
+ * was last proven to still hold it (recorded at every poll whose head
+ * moved, so that the next poll's walk meets it, or its child, soon).
+ */
 typedef struct LakeSeen
 {
 	bool		any;			/* false before the first carrier */
-	int64_t		snapshot_id;
-	int64_t		sequence;
+	int64_t		head_id;
+	int64_t		head_sequence;
 	Lsn			lsn;
 	const char *table_uuid;		/* the table-uuid then, or NULL */
 } LakeSeen;
@@ -62,10 +66,12 @@ typedef enum LakeOutcome
 typedef struct LakeVerdict
 {
 	LakeOutcome outcome;
-	const LakeSnapshot *carrier;	/* the newest carrier on the ref's ancestry,
-									 * or NULL */
-	Lsn			lsn;			/* its LSN (ADVANCE, SAME, and ROLLBACK with
-								 * a carrier) */
+	const LakeSnapshot *head;	/* where the ref points, or NULL */
+	const LakeSnapshot *carrier;	/* the newest carrier on the ref's ancestry
+									 * (since the recorded head), or NULL */
+	bool		has_lsn;		/* lsn is the carrier's (ADVANCE, SAME with a
+								 * carrier, ROLLBACK with a valid one) */
+	Lsn			lsn;
 	bool		held_known;		/* ROLLBACK: held_lsn is what the ref still
 								 * provably holds (false: nothing) */
 	Lsn			held_lsn;

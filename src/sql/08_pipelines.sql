@@ -62,6 +62,29 @@ BEGIN
 END
 $$;
 
+-- Inserts a new consumer of a table (add_consumer's, for a pipeline that
+-- reports and for an Iceberg table), under the table's lock; the error
+-- names a consumer that already exists.
+CREATE FUNCTION @extschema@._insert_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+                                             required boolean, reporter regrole, reporter_name name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    BEGIN
+        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, reporter_name, created_by)
+        VALUES (tt.table_id, consumer, required, reporter, reporter_name, caller);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" already exists', consumer, tt.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with finalize.alter_consumer() (dropping and adding it again would let the verdict move past what it applied).';
+    END;
+END
+$$;
+
 -- The body of finalize.add_consumer: declares a pipeline that writes the
 -- table. A required one holds the verdict from now on (what was final
 -- stays final). Only members of reporter (and of finalize_admin) may
@@ -87,15 +110,7 @@ BEGIN
     IF reporter IS NOT NULL THEN
         reporter_name := @extschema@._check_reporter(reporter);
     END IF;
-    PERFORM @extschema@._lock_tracked(tt.table_id);
-    BEGIN
-        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, reporter_name, created_by)
-        VALUES (tt.table_id, consumer, required, reporter, reporter_name, caller);
-    EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'consumer "%" of table "%" already exists', consumer, tt.table_name
-            USING ERRCODE = 'duplicate_object',
-                  HINT = 'Change it with finalize.alter_consumer() (dropping and adding it again would let the verdict move past what it applied).';
-    END;
+    PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, reporter, reporter_name);
     PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
 END
 $$;
@@ -155,6 +170,11 @@ BEGIN
            SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
                mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
          WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+        -- An Iceberg consumer reads its table again as if for the first time.
+        UPDATE @extschema@.lake_consumer l
+           SET seen_snapshot_id = NULL, seen_head_id = NULL, seen_head_sequence = NULL, seen_lsn = NULL,
+               seen_table_uuid = NULL, seen_at = NULL
+         WHERE l.table_id = tt.table_id AND l.consumer = consumer;
         RAISE NOTICE 'consumer "%" of table "%" starts again from nothing', consumer, tt.table_name
             USING DETAIL = 'What is final stays final; the verdict waits for the consumer''s next report.';
     END IF;
@@ -203,8 +223,9 @@ BEGIN
     -- A consumer that is gone stalls nothing any more, nor is it held (the
     -- worker forgets its hold, _check_consumers).
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind IN ('consumer_stalled', 'consumer_locked') AND a.table_id = tt.table_id AND a.subject = consumer
-       AND a.state <> 'resolved';
+     WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'catalog_unreachable', 'catalog_auth_failed',
+                      'table_not_found', 'property_malformed', 'metadata_malformed')
+       AND a.table_id = tt.table_id AND a.subject = consumer AND a.state <> 'resolved';
     after := @extschema@._advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
         RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',

@@ -55,7 +55,7 @@ ref_at(int64_t id)
 	md.ref_snapshot_id = id;
 }
 
-/* What was recorded: a snapshot and its LSN. */
+/* What was recorded: the head seen last and the LSN proven. */
 static LakeSeen
 seen(int64_t id, int64_t seq, const char *lsn)
 {
@@ -63,8 +63,8 @@ seen(int64_t id, int64_t seq, const char *lsn)
 
 	memset(&s, 0, sizeof(s));
 	s.any = true;
-	s.snapshot_id = id;
-	s.sequence = seq;
+	s.head_id = id;
+	s.head_sequence = seq;
 	if (!lsn_parse_any(lsn, &s.lsn))
 	{
 		printf("Bail out! bad LSN in test: %s\n", lsn);
@@ -169,6 +169,17 @@ test_branches(void)
 	check(v.outcome == LAKE_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, L1),
 		  "a ref moved back to an ancestor is a rollback to its carrier");
 
+	/* rolled back to a compaction below the recorded head: its own claim is the carrier below it */
+	reset();
+	add(1, 0, 1, L1);
+	add(2, 1, 2, NULL);
+	add(3, 2, 3, L2);
+	ref_at(2);
+	s = seen(3, 3, L2);
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, L1) && v.has_lsn && lsn_is(&v.lsn, L1),
+		  "a rollback to a compaction claims the carrier below it");
+
 	/* rolled back to a snapshot without any carrier on its ancestry */
 	reset();
 	add(1, 0, 1, NULL);
@@ -207,6 +218,70 @@ test_expired(void)
 	v = lake_judge(&md, &s);
 	check(v.outcome == LAKE_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, L1),
 		  "a head older than the expired recorded snapshot is a rollback");
+	/* main replaced by a branch forked before the head seen last, which has expired */
+	reset();
+	add(9, 3, 9, NULL);
+	s = seen(5, 5, L2);
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_ROLLBACK && !v.held_known,
+		  "a head whose history back to the expired head seen last is gone is a rollback, not the same");
+	snaps[0].lsn_text = L3;
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_ROLLBACK && v.has_lsn && lsn_is(&v.lsn, L3),
+		  "even with a greater LSN: descent cannot be shown");
+}
+
+static void
+test_malformed_after_rollback(void)
+{
+	LakeSeen	s;
+	LakeVerdict v;
+
+	reset();
+	add(1, 0, 1, L1);
+	add(2, 1, 2, L2);
+	add(3, 1, 3, "garbage");
+	ref_at(3);
+	s = seen(2, 2, L2);
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, L1) && !v.has_lsn,
+		  "a malformed property does not hide a rollback");
+
+	reset();
+	add(1, 0, 1, L1);
+	add(2, 1, 2, "garbage");
+	s = seen(1, 1, L1);
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_MALFORMED, "a malformed property on a descendant is malformed");
+}
+
+static void
+test_long_lineages(void)
+{
+	static LakeSnapshot big[20001];
+	LakeMetadata bm = {0};
+	LakeSeen	s;
+	LakeVerdict v;
+
+	/* two lineages of 10,000 forking at the root: the rollback's shared carrier is found at once */
+	for (int i = 0; i < 20001; i++)
+	{
+		memset(&big[i], 0, sizeof(big[i]));
+		big[i].id = i + 1;
+		big[i].sequence = i + 1;
+		big[i].has_parent = i > 0;
+		big[i].parent_id = i <= 10000 ? i : (i == 10001 ? 1 : i);
+		big[i].lsn_text = i == 0 ? L1 : NULL;
+	}
+	bm.snapshots = big;
+	bm.nsnapshots = 20001;
+	bm.ref_found = bm.refs_listed = true;
+	bm.ref_snapshot_id = 20001;
+	lake_sort_snapshots(&bm);
+	s = seen(10001, 10001, L2);
+	v = lake_judge(&bm, &s);
+	check(v.outcome == LAKE_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, L1),
+		  "a rollback across two long lineages finds what they share");
 }
 
 static void
@@ -260,6 +335,8 @@ main(void)
 	test_following();
 	test_branches();
 	test_expired();
+	test_malformed_after_rollback();
+	test_long_lineages();
 	test_odd();
 	return tap_done();
 }

@@ -1751,6 +1751,29 @@ $$;
 
 -- 8b. Consumers that are Iceberg tables (src/sql/08b_lake.sql), and the
 -- one rule of a report they share with report_progress.
+-- Inserts a new consumer of a table (add_consumer's, for a pipeline that
+-- reports and for an Iceberg table), under the table's lock; the error
+-- names a consumer that already exists.
+CREATE OR REPLACE FUNCTION @extschema@._insert_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+                                             required boolean, reporter regrole, reporter_name name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    BEGIN
+        INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, reporter_name, created_by)
+        VALUES (tt.table_id, consumer, required, reporter, reporter_name, caller);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" already exists', consumer, tt.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with finalize.alter_consumer() (dropping and adding it again would let the verdict move past what it applied).';
+    END;
+END
+$$;
+
 -- Consumers that are Iceberg tables (docs/design/lake.md): a pipeline's
 -- progress read from the snapshots its writes committed, through an Iceberg
 -- REST catalog (a foreign server of finalize_iceberg), so that the
@@ -1778,6 +1801,7 @@ GRANT USAGE ON FOREIGN DATA WRAPPER finalize_iceberg TO finalize_admin;
 -- The consumers whose progress is an Iceberg table's: where to read it and
 -- what the lake worker saw last.
 CREATE TABLE @extschema@.lake_consumer (
+    lake_id           bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
     table_id          bigint NOT NULL,
     consumer          text COLLATE "C" NOT NULL,
     server_name       text NOT NULL,
@@ -1785,7 +1809,8 @@ CREATE TABLE @extschema@.lake_consumer (
     ref               text NOT NULL,
     lsn_property      text NOT NULL,
     seen_snapshot_id  bigint,
-    seen_sequence     bigint,
+    seen_head_id      bigint,
+    seen_head_sequence bigint,
     seen_lsn          @extschema@.lsn,
     seen_table_uuid   text,
     seen_at           timestamptz,
@@ -1803,12 +1828,17 @@ CREATE TABLE @extschema@.lake_consumer (
 );
 COMMENT ON TABLE @extschema@.lake_consumer IS
     'Consumers whose progress is the LSN property of an Iceberg table''s snapshots, read through a finalize_iceberg catalog';
+COMMENT ON COLUMN @extschema@.lake_consumer.lake_id IS
+    'Which declaration a lake worker''s observation is for: a consumer dropped and added again mid-poll gets none of the old one''s';
 COMMENT ON COLUMN @extschema@.lake_consumer.seen_snapshot_id IS
-    'The snapshot whose property was recorded last: the next poll checks that the ref still descends from it';
+    'The snapshot whose LSN property was recorded last';
+COMMENT ON COLUMN @extschema@.lake_consumer.seen_head_id IS
+    'The ref''s head when the recorded LSN was last proven: the next poll checks that the ref still descends from it';
 COMMENT ON COLUMN @extschema@.lake_consumer.polled_at IS
     'When the lake worker last looked (written when something changed, else at most once a minute)';
 CREATE INDEX lake_consumer_server_idx ON @extschema@.lake_consumer (server_name);
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.lake_consumer', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.lake_consumer_lake_id_seq', '');
 
 -- The one rule of a report (report_progress and the lake worker): a
 -- consumer's LSN only moves forward; a lower or equal one changes nothing.
@@ -1940,7 +1970,9 @@ BEGIN
     PERFORM @extschema@._check_iceberg_table(iceberg_table);
     PERFORM @extschema@._check_lake_word(ref, 'ref', 'main or audit');
     PERFORM @extschema@._check_lake_word(lsn_property, 'lsn_property', 'finalize.lsn');
-    PERFORM @extschema@._add_consumer(caller, table_name, consumer, required, NULL::regrole);
+    PERFORM @extschema@._check_consumer_name(consumer);
+    PERFORM @extschema@._require(required, 'required');
+    PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, NULL, NULL);
     INSERT INTO @extschema@.lake_consumer (table_id, consumer, server_name, iceberg_table, ref, lsn_property)
     VALUES (tt.table_id, consumer, srv.srvname, iceberg_table, ref, lsn_property);
 END
@@ -1976,25 +2008,34 @@ BEGIN ATOMIC
      WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_iceberg';
 END;
 
--- The consumers a lake worker polls, those looked at longest ago first (a
--- cycle cut short by a slow catalog serves the others first next time),
--- with the source server whose worker resolves their reports, and whether
--- a poll that finds nothing new has anything to write (a condition to
--- clear, or polled_at older than 50 seconds: _lake_observe writes it at
--- most once a minute).
+-- The consumers a lake worker polls, those looked at longest ago first,
+-- with the source server whose worker resolves their reports; whether a
+-- poll that finds nothing new has anything to write (quiet: no condition to
+-- clear, polled_at younger than 50 seconds; _lake_observe writes it at most
+-- once a minute); and whether the role that declared it may still read
+-- through the server (allowed: USAGE on it, and the right to use its
+-- owner's user mapping when there is one, as add_consumer checked: a
+-- server dropped and created again under its name by another role, or
+-- handed to another owner, does not inherit the consumer).
 CREATE FUNCTION @extschema@._lake_consumers(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, consumer text, iceberg_table text, ref text,
-               lsn_property text, seen_snapshot_id bigint, seen_sequence bigint, seen_lsn text,
-               seen_table_uuid text, source_serverid oid, quiet boolean)
+               lsn_property text, seen_head_id bigint, seen_head_sequence bigint, seen_lsn text,
+               seen_table_uuid text, source_serverid oid, quiet boolean, lake_id bigint, allowed boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT l.table_id, t.table_name, l.consumer, l.iceberg_table, l.ref, l.lsn_property, l.seen_snapshot_id,
-           l.seen_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
-           l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds'
+    SELECT l.table_id, t.table_name, l.consumer, l.iceberg_table, l.ref, l.lsn_property, l.seen_head_id,
+           l.seen_head_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
+           l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds', l.lake_id,
+           coalesce(r.oid IS NOT NULL AND has_server_privilege(r.oid, cs.oid, 'USAGE')
+                    AND (NOT EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = cs.oid AND m.umuser = cs.srvowner)
+                         OR pg_has_role(r.oid, cs.srvowner, 'USAGE')), false)
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+      JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
       LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
+      LEFT JOIN pg_foreign_server cs ON cs.srvname = l.server_name
+      LEFT JOIN pg_roles r ON r.rolname = c.created_by
      WHERE l.server_name = _lake_consumers.server_name AND t.untracked_at IS NULL
      ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
 END;
@@ -2042,7 +2083,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     wm @extschema@.watermark;
-    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held);
+    -- A shared carrier above what was proven (LSNs that went up and down)
+    -- holds no more than what was proven.
+    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, LEAST(held, l.seen_lsn));
     commit_from timestamptz;
     fact bigint;
     message text;
@@ -2066,7 +2109,8 @@ BEGIN
                                                  ELSE lost_from::text END))
     RETURNING fact_id INTO fact;
     INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at, commit_from)
-    VALUES (tt.table_id, fact, lost_from, 'infinity', held, l.seen_lsn, clock_timestamp(), commit_from);
+    VALUES (tt.table_id, fact, lost_from, 'infinity', LEAST(held, l.seen_lsn), l.seen_lsn, clock_timestamp(),
+            commit_from);
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
     UPDATE @extschema@.consumer c
        SET reported_lsn = new_lsn, reported_at = now(), resolved_for_lsn = NULL, mapped_lsn = NULL,
@@ -2082,21 +2126,22 @@ END
 $$;
 
 -- What a lake worker saw of one consumer's table this poll, recorded in
--- its write transaction: the condition (NULL when the metadata was read)
--- and its sentence, and when read: the newest carrier on the ref (its
--- snapshot, sequence number, LSN and the table-uuid), or a rollback (with
--- the LSN the ref still provably holds). A condition that has lasted
--- finalize.alert_after opens an incident of its name; one that clears
--- resolves it. A consumer or verdict row another transaction holds is
--- skipped (the next poll sees the same again). Returns whether the
+-- its write transaction, for the declaration it polled (lake_id): the
+-- condition (NULL when the metadata was read) and its sentence; when read,
+-- the ref's head (recorded when it moved, so the next walk meets it), the
+-- newest carrier's snapshot and LSN (NULL: none new), the table-uuid, or a
+-- rollback (with the LSN the ref still provably holds). A condition that
+-- has lasted finalize.alert_after opens an incident of its name; one that
+-- clears resolves it. A consumer or verdict row another transaction holds
+-- is skipped (the next poll sees the same again). Returns whether the
 -- consumer's report moved, so that its source's worker resolves it now.
 CREATE FUNCTION @extschema@._lake_observe(
-    table_id bigint,
-    consumer text,
+    lake_id bigint,
     condition text,
     detail text,
-    snapshot_id bigint,
-    sequence bigint,
+    head_id bigint,
+    head_sequence bigint,
+    carrier_id bigint,
     lsn text,
     table_uuid text,
     rolled_back boolean,
@@ -2114,11 +2159,16 @@ DECLARE
     moved boolean := false;
     since timestamptz;
 BEGIN
-    tt := @extschema@._try_lock_tracked(table_id);
-    IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, consumer) THEN
+    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.lake_id = _lake_observe.lake_id;
+    IF NOT FOUND THEN
         RETURN false;
     END IF;
-    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    tt := @extschema@._try_lock_tracked(l.table_id);
+    IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, l.consumer) THEN
+        RETURN false;
+    END IF;
+    -- Again under the lock: the row may have changed since it was read.
+    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.lake_id = _lake_observe.lake_id;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -2130,19 +2180,19 @@ BEGIN
            condition = _lake_observe.condition,
            condition_since = since,
            last_error = CASE WHEN condition IS NULL THEN x.last_error ELSE detail END
-     WHERE x.table_id = tt.table_id AND x.consumer = consumer
+     WHERE x.lake_id = l.lake_id
        AND ((x.condition, x.last_error) IS DISTINCT FROM (_lake_observe.condition, coalesce(detail, x.last_error))
-            OR rolled_back OR new_lsn IS DISTINCT FROM x.seen_lsn
+            OR rolled_back OR new_lsn IS DISTINCT FROM x.seen_lsn OR head_id IS DISTINCT FROM x.seen_head_id
             OR x.polled_at IS NULL OR x.polled_at < now() - interval '1 minute');
     -- An incident is opened only while its condition lasts: leaving the
     -- condition resolves it.
     IF l.condition IS NOT NULL AND l.condition IS DISTINCT FROM condition THEN
-        PERFORM @extschema@._resolve_alerts(l.condition, tt.table_id, l.server_name, consumer);
+        PERFORM @extschema@._resolve_alerts(l.condition, tt.table_id, l.server_name, l.consumer);
     END IF;
     IF condition IS NOT NULL AND since <= now() - @extschema@._alert_after() THEN
-        PERFORM @extschema@._raise_alert(condition, 'warning', tt.table_id, l.server_name, consumer,
+        PERFORM @extschema@._raise_alert(condition, 'warning', tt.table_id, l.server_name, l.consumer,
             format('Consumer "%s" of table "%s" reads Iceberg table %s through catalog %s, which has failed since %s: %s The verdict waits for it.',
-                   consumer, tt.table_name, l.iceberg_table, l.server_name, since, detail));
+                   l.consumer, tt.table_name, l.iceberg_table, l.server_name, since, detail));
     END IF;
     IF condition IS NOT NULL THEN
         RETURN false;
@@ -2151,25 +2201,62 @@ BEGIN
         PERFORM @extschema@._lake_rollback(tt, l, new_lsn, @extschema@._lsn_arg(held_lsn, 'held_lsn'), reason);
         moved := true;
     ELSIF new_lsn IS NOT NULL THEN
-        moved := @extschema@._advance_report(tt.table_id, consumer, new_lsn);
+        moved := @extschema@._advance_report(tt.table_id, l.consumer, new_lsn);
     END IF;
     IF rolled_back OR new_lsn IS NOT NULL THEN
+        -- What the ref holds now: the head, its newest carrier and LSN (after
+        -- a rollback to nothing provable, nothing: the next carrier starts
+        -- again).
         UPDATE @extschema@.lake_consumer x
-           SET seen_snapshot_id = CASE WHEN new_lsn IS NULL THEN NULL ELSE snapshot_id END,
-               seen_sequence = CASE WHEN new_lsn IS NULL THEN NULL ELSE sequence END,
+           SET seen_snapshot_id = CASE WHEN new_lsn IS NULL THEN NULL ELSE coalesce(carrier_id, x.seen_snapshot_id) END,
+               seen_head_id = CASE WHEN new_lsn IS NULL THEN NULL ELSE head_id END,
+               seen_head_sequence = CASE WHEN new_lsn IS NULL THEN NULL ELSE head_sequence END,
                seen_lsn = new_lsn,
-               seen_table_uuid = table_uuid,
+               seen_table_uuid = CASE WHEN new_lsn IS NULL THEN NULL ELSE table_uuid END,
                seen_at = now()
-         WHERE x.table_id = tt.table_id AND x.consumer = consumer
-           AND (x.seen_snapshot_id, x.seen_lsn, x.seen_table_uuid) IS DISTINCT FROM (snapshot_id, new_lsn, table_uuid);
+         WHERE x.lake_id = l.lake_id
+           -- Without a rollback, what was proven only moves forward.
+           AND (rolled_back OR x.seen_lsn IS NULL OR new_lsn >= x.seen_lsn)
+           AND (x.seen_head_id, x.seen_lsn, x.seen_table_uuid, x.seen_snapshot_id)
+               IS DISTINCT FROM (head_id, new_lsn, table_uuid, coalesce(carrier_id, x.seen_snapshot_id));
     END IF;
     RETURN moved;
 END
 $$;
 
+-- The body of finalize.add_consumer: declares a pipeline that writes the
+-- table. A required one holds the verdict from now on (what was final
+-- stays final). Only members of reporter (and of finalize_admin) may
+-- report for it; without one, only admins may: a pipeline must never be
+-- able to release another pipeline's table.
+CREATE OR REPLACE FUNCTION @extschema@._add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT true,
+    reporter regrole DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
+BEGIN
+    PERFORM @extschema@._check_consumer_name(consumer);
+    PERFORM @extschema@._require(required, 'required');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
+    PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, reporter, reporter_name);
+    PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+END
+$$;
+
 -- Refuses a report for a consumer whose progress is an Iceberg table's:
 -- only what its snapshots prove may move it.
-CREATE FUNCTION @extschema@._refuse_lake_report(tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._refuse_lake_report(tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -2227,6 +2314,66 @@ BEGIN
         END IF;
     END LOOP;
     RETURN @extschema@._advance_report(tt.table_id, consumer, reported);
+END
+$$;
+
+-- The body of finalize.alter_consumer: changes a consumer in place, so the
+-- verdict never moves past what it applied meanwhile (dropping and adding
+-- it again would let it). NULL keeps a setting. reset forgets what it
+-- reported (a wrong LSN, a report from another database): the verdict
+-- stays where it is (verdicts never move back) and waits for its next
+-- report. Making it optional lets the verdict move at once.
+CREATE OR REPLACE FUNCTION @extschema@._alter_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT NULL,
+    reporter regrole DEFAULT NULL,
+    reset boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM @extschema@._require(reset, 'reset');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    UPDATE @extschema@.consumer c
+       SET required = coalesce(_alter_consumer.required, c.required),
+           reporter = coalesce(_alter_consumer.reporter, c.reporter),
+           reporter_name = coalesce(reporter_name, c.reporter_name)
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Declare it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    END IF;
+    IF reset THEN
+        UPDATE @extschema@.consumer c
+           SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
+               mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
+         WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+        -- An Iceberg consumer reads its table again as if for the first time.
+        UPDATE @extschema@.lake_consumer l
+           SET seen_snapshot_id = NULL, seen_head_id = NULL, seen_head_sequence = NULL, seen_lsn = NULL,
+               seen_table_uuid = NULL, seen_at = NULL
+         WHERE l.table_id = tt.table_id AND l.consumer = consumer;
+        RAISE NOTICE 'consumer "%" of table "%" starts again from nothing', consumer, tt.table_name
+            USING DETAIL = 'What is final stays final; the verdict waits for the consumer''s next report.';
+    END IF;
+    IF reporter IS NOT NULL THEN
+        PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+    END IF;
+    IF required IS NOT NULL AND NOT required THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
 END
 $$;
 
@@ -3339,8 +3486,9 @@ BEGIN
     -- A consumer that is gone stalls nothing any more, nor is it held (the
     -- worker forgets its hold, _check_consumers).
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.kind IN ('consumer_stalled', 'consumer_locked') AND a.table_id = tt.table_id AND a.subject = consumer
-       AND a.state <> 'resolved';
+     WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'catalog_unreachable', 'catalog_auth_failed',
+                      'table_not_found', 'property_malformed', 'metadata_malformed')
+       AND a.table_id = tt.table_id AND a.subject = consumer AND a.state <> 'resolved';
     after := @extschema@._advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
         RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
@@ -3797,6 +3945,7 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.add_consumer(text, text, text, text, text, text, boolean)
     TO finalize_admin;
 GRANT SELECT ON @extschema@.lake_consumer TO finalize_admin;
+REVOKE ALL ON SEQUENCE @extschema@.lake_consumer_lake_id_seq FROM PUBLIC;
 
 
 
