@@ -53,7 +53,8 @@ PUBLISHER = READER | {
 ADMIN = PUBLISHER | PIPELINE | {
     "track_table(text,text,text,interval,text,text,text,text,text,text,interval,double precision,interval,text)",
     "untrack_table(text,boolean,boolean)",
-    "add_consumer(text,text,boolean,regrole)", "alter_consumer(text,text,boolean,regrole,boolean)",
+    "add_consumer(text,text,boolean,regrole)", "add_consumer(text,text,text,text,text,text,boolean)",
+    "alter_consumer(text,text,boolean,regrole,boolean)",
     "drop_consumer(text,text)", "track_derived(text,text[],interval,text)",
     "acknowledge_loss(text,timestamp with time zone,timestamp with time zone,text)",
     "alter_tracked_table(text,interval,text,text,text,text,text,interval,double precision,interval,interval,text)",
@@ -71,7 +72,7 @@ MAY_SELECT = {
     "sec_pipeline": {"status", "consumers", "late_data", "alerts", "alert_deliveries"},
     "sec_publisher": {"status", "consumers", "facts", "releases", "late_data", "alerts", "alert_deliveries"},
     "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
-                  "table_condition", "consumer", "consumer_hold", "derived_input", "loss", "loss_ack",
+                  "table_condition", "consumer", "consumer_hold", "derived_input", "loss", "loss_ack", "lake_consumer",
                   "partition_registration", "projection", "release", "published", "late_data",
                   "event_fact", "lateness_hour", "late_period", "alerts", "alert",
                   "alert_deliveries", "alert_delivery", "alert_target_state"},
@@ -282,6 +283,18 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT finalize.add_consumer('sec.evil', 'evil-job', reporter => 'sec_pipeline')")
         run(conn, "SELECT finalize.alter_consumer('sec.evil', 'evil-job', required => false, reset => true)")
         run(conn, "SELECT finalize.drop_consumer('sec.evil', 'evil-job')")
+        # An Iceberg catalog of the admin's own and a consumer reading it (no
+        # lake worker runs without a source worker's cluster: only the SQL).
+        run(conn, "CREATE SERVER sec_lake FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri 'http://127.0.0.1:9')")
+        run(conn, "CREATE USER MAPPING FOR sec_admin SERVER sec_lake OPTIONS (token 'sec-lake-token')")
+        run(conn, "SELECT finalize.add_consumer('sec.evil', 'evil-lake', iceberg_server => 'sec_lake', "
+                  "iceberg_table => 'ns.evil')")
+        with pytest.raises(psycopg2.Error) as e:
+            run(conn, "SELECT finalize.report_progress('sec.evil', 'evil-lake', '0x00000000000000000300')")
+        assert e.value.pgcode == "42809" and "reads its progress from Iceberg table" in str(e.value)
+        run(conn, "SELECT finalize.alter_consumer('sec.evil', 'evil-lake', reset => true)")
+        run(conn, "SELECT finalize.drop_consumer('sec.evil', 'evil-lake')")
+        run(conn, "DROP SERVER sec_lake CASCADE")
         run(conn, "SELECT finalize.untrack_table('sec.evil', false)")
         assert run(conn, "SELECT finalize.release_source('sec_held')")[0][0] is True
         run(conn, "DROP SERVER sec_hook CASCADE")
@@ -438,6 +451,33 @@ def test_tracking_through_a_server_needs_usage_on_it(pg):
     finally:
         conn.close()
         pg.sql("DROP SERVER sec_other CASCADE")
+
+
+def test_an_iceberg_consumer_needs_usage_on_its_catalog(pg):
+    pg.sql("CREATE SERVER sec_cat FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri 'https://c.example.com')")
+    pg.sql("CREATE USER MAPPING FOR PUBLIC SERVER sec_cat OPTIONS (token 'owner-token-1')")
+    pg.sql("CREATE SERVER sec_src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'x')")
+    pg.sql("GRANT USAGE ON FOREIGN SERVER sec_src TO sec_admin")
+    conn = connect(pg, "sec_admin")
+    add = ("SELECT finalize.add_consumer('sec.lake', 'job', iceberg_server => 'sec_cat', "
+           "iceberg_table => 'ns.t')")
+    try:
+        run(conn, "SELECT finalize.track_table('sec.lake', 'sec_src', 'dbo.orders')")
+        assert "GRANT USAGE ON FOREIGN SERVER sec_cat TO sec_admin" in denied(conn, add)
+        pg.sql("GRANT USAGE ON FOREIGN SERVER sec_cat TO sec_admin")
+        run(conn, add)
+        run(conn, "SELECT finalize.drop_consumer('sec.lake', 'job')")
+        # The owner's own mapping is lent to nobody.
+        pg.sql("CREATE USER MAPPING FOR postgres SERVER sec_cat OPTIONS (token 'owner-token-2')")
+        assert "user mapping of the server's owner" in denied(conn, add)
+        assert pg.sql("SELECT count(*) FROM finalize.lake_consumer") == [(0,)]
+        # And the credentials are no role's to read but the owner's.
+        assert run(conn, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'sec_cat'") == [(None,), (None,)]
+    finally:
+        conn.close()
+        pg.sql("DELETE FROM finalize.tracked_table WHERE table_name = 'sec.lake'")
+        pg.sql("DROP SERVER sec_cat CASCADE")
+        pg.sql("DROP SERVER sec_src CASCADE")
 
 
 def test_a_role_that_may_not_drop_the_database_cannot_stop_finalize(pg):
