@@ -198,8 +198,10 @@ def test_purge_during_the_read_is_data_loss(env, sim):
     start_tracking(env, sim)
     offset = env.status("sales.orders")["offset_lsn"]
     sim.call("sim.commit", inserts=3, at=at(9, 10))
-    sim.call("sim.advance", to=at(9, 20))
+    # Armed before the capture makes the commit visible: a worker fast enough
+    # to read it between the two calls would see no purge at all.
     sim.call("sim.fault_purge", capture_instance="dbo_orders")
+    sim.call("sim.advance", to=at(9, 20))
     st = env.wait_status("sales.orders", lambda s: s.get("state") == "data_lost", what="data loss")
     assert st["offset_lsn"] == offset, "nothing from the purged read was recorded"
     assert sum(f["inserts"] for f in env.facts("sales.orders")) == 0
