@@ -8,6 +8,7 @@
     p.set_pass()                         # forwarded as they are
     p.require_oauth("id", "secret", expires_in=60)   # POST /v1/oauth/tokens, then Bearer tokens only
     p.require_token("static-token")      # a static bearer token only
+    p.require_sigv4("AKID", "secret", "eu-west-1", "glue")   # AWS SigV4 only (check_sigv4)
     p.no_auth()
     p.set_etag(True)                     # emulate ETag / If-None-Match -> 304 on loadTable (the real one has none)
     p.count("/v1/namespaces/ns/tables/t"), p.counts, p.last_headers, p.requests, p.reset()
@@ -24,7 +25,9 @@ a token to anybody).
 Errors are the Iceberg REST ErrorModel, {"error": {"message", "type", "code"}}; the OAuth token endpoint's
 own errors are the spec's OAuthError, {"error": "invalid_client", "error_description": ...}."""
 import base64
+import calendar
 import hashlib
+import hmac
 import http.client
 import http.server
 import json
@@ -105,6 +108,58 @@ def spoil(kind, status, body):
     return 200, json.dumps(doc).encode()
 
 
+def _uri_encode(text, slash):
+    """AWS's URI encoding: every byte but unreserved ones (and '/' when slash) as %XX."""
+    return urllib.parse.quote(text, safe="-_.~" + ("/" if slash else ""))
+
+
+def check_sigv4(auth, method, path, query, headers, body):
+    """None when the request carries a valid AWS SigV4 signature for the credentials, else why not.
+    Per AWS's "Create a signed AWS API request": the canonical request (path segments encoded twice
+    for services other than s3), the string to sign over the credential scope, and the signing key
+    derived from the secret; the signature must be within 15 minutes and sign host and x-amz-date."""
+    _, access_key, secret_key, region, service, session_token = auth
+    value = headers.get("Authorization") or ""
+    m = re.match(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, *"
+                 r"SignedHeaders=([^,]+), *Signature=([0-9a-f]{64})$", value)
+    if not m:
+        return "missing or malformed AWS4-HMAC-SHA256 authorization"
+    key_id, day, reg, svc, signed, signature = m.groups()
+    if key_id != access_key:
+        return "unknown access key"
+    if (reg, svc) != (region, service):
+        return "credential scope %s/%s, expected %s/%s" % (reg, svc, region, service)
+    lower = {k.lower(): v for k, v in headers.items()}
+    amz_date = lower.get("x-amz-date", "")
+    try:
+        when = calendar.timegm(time.strptime(amz_date, "%Y%m%dT%H%M%SZ"))
+    except ValueError:
+        return "missing x-amz-date"
+    if abs(time.time() - when) > 900 or amz_date[:8] != day:
+        return "request time too skewed"
+    names = signed.split(";")
+    if "host" not in names or "x-amz-date" not in names:
+        return "host and x-amz-date must be signed"
+    if session_token is not None and lower.get("x-amz-security-token") != session_token:
+        return "missing or wrong security token"
+    segments = path if service == "s3" else "/".join(_uri_encode(seg, False) for seg in path.split("/"))
+    canonical_uri = _uri_encode(segments, True) if service != "s3" else path
+    pairs = sorted((_uri_encode(urllib.parse.unquote(k), False), _uri_encode(urllib.parse.unquote(v), False))
+                   for k, _, v in (p.partition("=") for p in query.split("&") if p))
+    canonical_query = "&".join("%s=%s" % kv for kv in pairs)
+    canonical_headers = "".join("%s:%s\n" % (n, " ".join(lower.get(n, "").split())) for n in names)
+    payload = hashlib.sha256(body or b"").hexdigest()
+    creq = "\n".join([method, canonical_uri, canonical_query, canonical_headers, signed, payload])
+    scope = "%s/%s/%s/aws4_request" % (day, region, service)
+    sts = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(creq.encode()).hexdigest()])
+    k = ("AWS4" + secret_key).encode()
+    for part in (day, region, service, "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    if not hmac.compare_digest(hmac.new(k, sts.encode(), hashlib.sha256).hexdigest(), signature):
+        return "The request signature we calculated does not match the signature you provided."
+    return None
+
+
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -181,6 +236,10 @@ class FaultProxy:
 
     def require_token(self, token):
         self._set(auth=("token", token))
+
+    def require_sigv4(self, access_key, secret_key, region, service, session_token=None):
+        """AWS Signature Version 4 only (as AWS Glue's and S3 Tables' Iceberg endpoints check it)."""
+        self._set(auth=("sigv4", access_key, secret_key, region, service, session_token))
 
     def no_auth(self):
         self._set(auth=None)
@@ -305,7 +364,12 @@ class FaultProxy:
             # 2. authentication
             if auth and auth[0] == "oauth" and path == self.upstream_prefix + TOKEN_PATH and h.command == "POST":
                 return self._token(auth, body, headers)
-            if auth:
+            if auth and auth[0] == "sigv4":
+                denied = check_sigv4(auth, h.command, path, query, headers, body)
+                if denied:
+                    return 403, {"Content-Type": "application/json"}, json.dumps(
+                        {"error": {"message": denied, "type": "SignatureDoesNotMatch", "code": 403}}).encode()
+            elif auth:
                 denied = self._check_bearer(auth, headers)
                 if denied:
                     return self._auth_error(denied)

@@ -182,6 +182,33 @@ def test_a_static_token_and_etags(env, sim, writer, table, proxy):
     assert "HTTP 401" in row["resolve_error"] and "another-token-456" not in row["resolve_error"], row
 
 
+@pytest.mark.parametrize("service", ["s3tables"])
+def test_aws_sigv4(env, sim, writer, table, proxy, service):
+    track(env, sim, "sales.aws", "erp")
+    proxy.require_sigv4("AKIDFINALIZE", "aws-secret-key-1", "eu-west-1", service, session_token="session-token-1")
+    add_catalog(env, "aws", proxy.uri, mapping={"access_key_id": "AKIDFINALIZE", "secret_access_key": "aws-secret-key-1",
+                                                "session_token": "session-token-1"},
+                region="eu-west-1", signing_name=service)
+    add_catalog(env, "aws_wrong", proxy.uri, mapping={"access_key_id": "AKIDFINALIZE",
+                                                      "secret_access_key": "not-the-key-9",
+                                                      "session_token": "session-token-1"},
+                region="eu-west-1", signing_name=service)
+    add_consumer(env, "sales.aws", "spark", "aws", table)
+    add_consumer(env, "sales.aws", "wrong", "aws_wrong", table)
+    c = [commit(sim, START + datetime.timedelta(seconds=10))]
+    sim.call("sim.advance", seconds=100)
+    env.wait_caught_up("sales.aws", sim)
+    Pipeline(writer, table).apply(c)
+    row = condition(env, "sales.aws", "wrong", "catalog_auth_failed")
+    assert "HTTP 403" in row["resolve_error"] and "signature" in row["resolve_error"], row
+    assert "not-the-key-9" not in row["resolve_error"]
+    wait_consumer(env, "sales.aws", "spark", lambda r: r["reported_lsn"] == c[0]["lsn"], "a signed load")
+    signed = [r for r in proxy.requests if "/tables/" in r["path"] and r["status"] == 200]
+    assert signed and all(r["headers"]["Authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIDFINALIZE/")
+                          and "/eu-west-1/%s/aws4_request" % service in r["headers"]["Authorization"]
+                          for r in signed)
+
+
 @pytest.mark.parametrize("mapping", [None])
 def test_secrets_are_never_echoed(env, mapping):
     for bad in ["OPTIONS (token 'short')", "OPTIONS (client_id 'x')",
