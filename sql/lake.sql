@@ -39,28 +39,35 @@ SELECT consumer, required, reporter, iceberg_server, iceberg_table, iceberg_ref,
 -- Nobody reports for it.
 SELECT finalize.report_progress('lk.orders', 'spark', '0x00000000000000000100');
 
--- The lake worker's write (_lake_observe), for the declaration it polled:
--- a condition, then an LSN that only moves forward, then a rollback, which
--- records a loss. An observation for another declaration (dropped and added
--- again mid-poll) changes nothing.
+-- The lake worker's write (_lake_observe), for the declaration it polled
+-- and the state it judged (head, LSN): a condition, then an LSN that only
+-- moves forward, then a rollback, which records a loss; then a rollback to
+-- nothing provable. An observation for another declaration (dropped and
+-- added again mid-poll), or judged against another state (a reset
+-- meanwhile), changes nothing.
 \set lake_id '(SELECT l.lake_id FROM finalize.lake_consumer l WHERE l.consumer = ''spark'')'
-SELECT finalize._lake_observe(:lake_id, 'catalog_unreachable', 'no answer', NULL, NULL, NULL, NULL, NULL,
-                              false, NULL, NULL) AS moved;
+SELECT finalize._lake_observe(:lake_id, NULL, NULL, 'catalog_unreachable', 'no answer', NULL, NULL, NULL, NULL,
+                              NULL, false, NULL, NULL) AS moved;
 SELECT consumer, condition, resolve_error FROM finalize.consumers WHERE table_name = 'lk.orders';
 SELECT table_name, consumer_conditions FROM finalize.status WHERE table_name = 'lk.orders';
-SELECT finalize._lake_observe(:lake_id, NULL, NULL, 7, 3, 7, '0x00000000000000000200', 'u1', false,
+SELECT finalize._lake_observe(:lake_id, NULL, NULL, NULL, NULL, 7, 3, 7, '0x00000000000000000200', 'u1', false,
                               NULL, NULL) AS moved;
-SELECT finalize._lake_observe(:lake_id, NULL, NULL, 8, 4, 8, '0x00000000000000000100', 'u1', false,
-                              NULL, NULL) AS moved;
-SELECT finalize._lake_observe(:lake_id + 1000, NULL, NULL, 9, 5, 9, '0x00000000000000000900', 'u1', false,
-                              NULL, NULL) AS moved;
+SELECT finalize._lake_observe(:lake_id, 7, '0x00000000000000000200', NULL, NULL, 8, 4, 8, '0x00000000000000000100',
+                              'u1', false, NULL, NULL) AS moved;
+SELECT finalize._lake_observe(:lake_id + 1000, 7, '0x00000000000000000200', NULL, NULL, 9, 5, 9,
+                              '0x00000000000000000900', 'u1', false, NULL, NULL) AS moved;
+SELECT finalize._lake_observe(:lake_id, 99, '0x00000000000000000200', NULL, NULL, 9, 5, 9,
+                              '0x00000000000000000900', 'u1', false, NULL, NULL) AS moved;
 SELECT consumer, reported_lsn, condition, iceberg_snapshot_id FROM finalize.consumers WHERE table_name = 'lk.orders';
-SELECT finalize._lake_observe(:lake_id, NULL, NULL, 5, 1, 5, '0x00000000000000000100', 'u1', true,
-                              '0x00000000000000000100', 'the newest LSN property on the ref went down') AS moved;
+SELECT finalize._lake_observe(:lake_id, 7, '0x00000000000000000200', NULL, NULL, 5, 1, 5, '0x00000000000000000100',
+                              'u1', true, '0x00000000000000000100', 'the newest LSN property on the ref went down') AS moved;
+SELECT consumer, reported_lsn, commit_time, iceberg_snapshot_id FROM finalize.consumers WHERE table_name = 'lk.orders';
+SELECT finalize._lake_observe(:lake_id, 5, '0x00000000000000000100', NULL, NULL, 6, 2, NULL, NULL, 'u2', true,
+                              NULL, 'the table was dropped and created again (its table-uuid changed)') AS moved;
 SELECT consumer, reported_lsn, commit_time, iceberg_snapshot_id FROM finalize.consumers WHERE table_name = 'lk.orders';
 SELECT lost_from, lost_to, from_lsn, to_lsn FROM finalize.loss l JOIN finalize.tracked_table t USING (table_id)
- WHERE t.table_name = 'lk.orders';
-SELECT kind, severity, subject FROM finalize.alerts WHERE table_name = 'lk.orders';
+ WHERE t.table_name = 'lk.orders' ORDER BY l.loss_id;
+SELECT kind, severity, subject, count FROM finalize.alerts WHERE table_name = 'lk.orders';
 
 -- Dropping the consumer forgets where it read.
 SELECT finalize.drop_consumer('lk.orders', 'spark');

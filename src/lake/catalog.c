@@ -215,7 +215,9 @@ perform(LakeCatalog *cat, HttpClient *client, const char *what, const char *meth
 		return;
 	}
 	out->condition = status_condition(resp.status);
-	out->error = psprintf("%s: the catalog answered HTTP %ld: %s", what, resp.status, catalog_words(cat, resp.body));
+	/* Redacted again once unescaped: a catalog may echo a secret JSON-escaped. */
+	out->error = lake_redact(cat, psprintf("%s: the catalog answered HTTP %ld: %s", what, resp.status,
+										   catalog_words(cat, resp.body)));
 }
 
 /* The key the kept token answers for: the endpoint and the credentials. */

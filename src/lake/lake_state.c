@@ -15,7 +15,7 @@
 #include "core/settings.h"
 #include "lake/lake_state.h"
 
-#define OBSERVE_SIGNATURE FINALIZE_SCHEMA "._lake_observe(bigint, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
+#define OBSERVE_SIGNATURE FINALIZE_SCHEMA "._lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
 
 /*
  * NULL when the catalog is at this library's version and has the lake's
@@ -144,19 +144,30 @@ lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeCons
 }
 
 /*
- * Whether an observation has anything to record: a condition, a rollback,
- * a new LSN or head, or a consumer whose row wants writing (a condition to
- * clear, polled_at to refresh). A thousand consumers polled every 10
- * seconds whose tables do not move cost no statement.
+ * Whether an observation says something new: a condition, a rollback, a
+ * new LSN or head. Only an answer that says nothing new may be skipped
+ * next time with its ETag.
+ */
+bool
+lake_observation_new(const LakeObservation *obs)
+{
+	const LakeSeen *seen = &obs->consumer->seen;
+
+	return obs->condition != LAKE_OK || obs->rolled_back ||
+		(obs->has_lsn && (!seen->any || lsn_cmp(&obs->lsn, &seen->lsn) != 0)) ||
+		(obs->has_head && seen->any && obs->head_id != seen->head_id);
+}
+
+/*
+ * Whether an observation has anything to record: something new, or a
+ * consumer whose row wants writing (a condition to clear, polled_at to
+ * refresh). A thousand consumers polled every 10 seconds whose tables do
+ * not move cost no statement.
  */
 bool
 lake_needs_record(const LakeObservation *obs)
 {
-	const LakeSeen *seen = &obs->consumer->seen;
-
-	return obs->condition != LAKE_OK || obs->rolled_back || !obs->consumer->quiet ||
-		(obs->has_lsn && (!seen->any || lsn_cmp(&obs->lsn, &seen->lsn) != 0)) ||
-		(obs->has_head && seen->any && obs->head_id != seen->head_id);
+	return lake_observation_new(obs) || !obs->consumer->quiet;
 }
 
 /*
@@ -166,33 +177,40 @@ lake_needs_record(const LakeObservation *obs)
 bool
 lake_record(const LakeObservation *obs)
 {
-	Oid			types[11] = {INT8OID, TEXTOID, TEXTOID, INT8OID, INT8OID, INT8OID, TEXTOID, TEXTOID, BOOLOID,
-	TEXTOID, TEXTOID};
-	Datum		values[11];
-	char		nulls[11];
+	Oid			types[13] = {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, INT8OID, INT8OID, INT8OID, TEXTOID,
+	TEXTOID, BOOLOID, TEXTOID, TEXTOID};
+	Datum		values[13];
+	char		nulls[13];
 	char		lsn[LSN_TEXT_LEN + 1];
 	char		held[LSN_TEXT_LEN + 1];
+	char		judged[LSN_TEXT_LEN + 1];
+	const LakeSeen *seen = &obs->consumer->seen;
 	bool		isnull;
 
 	memset(nulls, ' ', sizeof(nulls));
 	lsn_format(&obs->lsn, lsn);
 	lsn_format(&obs->held_lsn, held);
+	lsn_format(&seen->lsn, judged);
 	values[0] = Int64GetDatum(obs->consumer->lake_id);
-	values[1] = db_text_or_null(lake_condition_name(obs->condition), nulls, 1);
-	values[2] = db_text_or_null(obs->detail, nulls, 2);
-	values[3] = Int64GetDatum(obs->head_id);
-	nulls[3] = obs->has_head ? ' ' : 'n';
-	values[4] = Int64GetDatum(obs->head_sequence);
-	nulls[4] = obs->has_head ? ' ' : 'n';
-	values[5] = Int64GetDatum(obs->carrier_id);
-	nulls[5] = obs->has_carrier ? ' ' : 'n';
-	values[6] = db_text_or_null(obs->has_lsn ? lsn : NULL, nulls, 6);
-	values[7] = db_text_or_null(obs->table_uuid, nulls, 7);
-	values[8] = BoolGetDatum(obs->rolled_back);
-	values[9] = db_text_or_null(obs->rolled_back && obs->held_known ? held : NULL, nulls, 9);
-	values[10] = db_text_or_null(obs->reason, nulls, 10);
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._lake_observe($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-							  11, types, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	values[1] = Int64GetDatum(seen->head_id);
+	nulls[1] = seen->any ? ' ' : 'n';
+	values[2] = db_text_or_null(seen->any ? judged : NULL, nulls, 2);
+	values[3] = db_text_or_null(lake_condition_name(obs->condition), nulls, 3);
+	values[4] = db_text_or_null(obs->detail, nulls, 4);
+	values[5] = Int64GetDatum(obs->head_id);
+	nulls[5] = obs->has_head ? ' ' : 'n';
+	values[6] = Int64GetDatum(obs->head_sequence);
+	nulls[6] = obs->has_head ? ' ' : 'n';
+	values[7] = Int64GetDatum(obs->carrier_id);
+	nulls[7] = obs->has_carrier ? ' ' : 'n';
+	values[8] = db_text_or_null(obs->has_lsn ? lsn : NULL, nulls, 8);
+	values[9] = db_text_or_null(obs->table_uuid, nulls, 9);
+	values[10] = BoolGetDatum(obs->rolled_back);
+	values[11] = db_text_or_null(obs->rolled_back && obs->held_known ? held : NULL, nulls, 11);
+	values[12] = db_text_or_null(obs->reason, nulls, 12);
+	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._lake_observe($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
+							  "$11, $12, $13)", 13, types, values, nulls, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
 		elog(ERROR, "could not record what Iceberg table %s holds for consumer \"%s\"",
 			 obs->consumer->iceberg_table, obs->consumer->consumer);
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;

@@ -24,7 +24,8 @@ typedef struct LakeConsumer
 	Oid			source_serverid;	/* whose worker resolves its reports */
 	bool		quiet;			/* a poll that finds nothing new writes
 								 * nothing (no condition to clear, polled_at
-								 * fresh) */
+								 * fresh); cleared for every consumer a poll
+								 * cut short reached */
 	bool		allowed;		/* its declarer may still read through the
 								 * server */
 } LakeConsumer;
@@ -54,5 +55,6 @@ extern bool lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **c
 								int *nconsumers, char **problem);
 extern bool lake_record(const LakeObservation *obs);
 extern bool lake_needs_record(const LakeObservation *obs);
+extern bool lake_observation_new(const LakeObservation *obs);
 
 #endif							/* FINALIZE_LAKE_STATE_H */

@@ -121,9 +121,16 @@ observe_metadata(const LakeConsumer *c, const LakeMetadata *md, LakeObservation 
 {
 	LakeVerdict v = lake_judge(md, &c->seen);
 
-	obs->table_uuid = md->table_uuid != NULL ? printable(md->table_uuid, 64) : NULL;
+	obs->table_uuid = md->table_uuid;	/* a UUID: metadata.c refuses anything else */
 	if (v.outcome == LAKE_MALFORMED)
 	{
+		/* Shown to descend from the head seen last: that head moves on. */
+		obs->has_head = v.descends && v.head != NULL;
+		if (obs->has_head)
+		{
+			obs->head_id = v.head->id;
+			obs->head_sequence = v.head->sequence;
+		}
 		obs->condition = v.carrier != NULL ? LAKE_PROPERTY_MALFORMED : LAKE_METADATA_MALFORMED;
 		obs->detail = v.carrier != NULL
 			? psprintf("Snapshot %lld of Iceberg table %s has property %s = \"%s\": %s.",
@@ -192,7 +199,7 @@ poll_consumer(LakeCatalog *cat, HttpClient *client, const LakeConsumer *c, LakeO
 	}
 	observe_metadata(c, &md, obs);
 	/* Only a load that proved something cleanly may be skipped next time. */
-	etag_keep(c, obs->condition == LAKE_OK && !lake_needs_record(obs) ? answer.etag : NULL);
+	etag_keep(c, !lake_observation_new(obs) ? answer.etag : NULL);
 }
 
 /* One observation recorded in a subtransaction (subxact_try's step). */
@@ -249,23 +256,6 @@ record_all(LakeObservation *obs, int n)
 	return wake;
 }
 
-/* Where the next poll starts in the consumer list (after a poll cut short). */
-static int	resume_at = 0;
-
-/* Rotates a list of consumers left by k (the first k go last). */
-static void
-rotate(LakeConsumer *c, int n, int k)
-{
-	LakeConsumer *tmp;
-
-	if (k <= 0 || k >= n)
-		return;
-	tmp = palloc(sizeof(LakeConsumer) * k);
-	memcpy(tmp, c, sizeof(LakeConsumer) * k);
-	memmove(c, c + k, sizeof(LakeConsumer) * (n - k));
-	memcpy(c + (n - k), tmp, sizeof(LakeConsumer) * k);
-}
-
 /*
  * One poll of the catalog: returns false when the worker should exit (no
  * consumer left, the server gone), with *delay_ms until the next one.
@@ -312,13 +302,6 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 		}
 		done = n;
 	}
-	/*
-	 * A poll cut short by a slow catalog starts the next where it stopped
-	 * (the list's order is stable between polls): no consumer waits more
-	 * than a few polls.
-	 */
-	if (done == 0 && n > 0)
-		rotate(consumers, n, resume_at % n);
 	for (; done < n; done++)
 	{
 		if (done > 0 && TimestampDifferenceExceeds(start, GetCurrentTimestamp(), cat->poll_interval_ms))
@@ -335,7 +318,13 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 			obs[done].table_uuid = pstrdup(obs[done].table_uuid);
 	}
 	MemoryContextDelete(scratch);
-	resume_at = done < n ? resume_at + done : 0;
+	/*
+	 * A poll cut short by a slow catalog writes when it looked at each
+	 * consumer it reached, so that the next poll (longest ago first) starts
+	 * with the ones it did not reach.
+	 */
+	for (int i = 0; done < n && i < done; i++)
+		consumers[i].quiet = false;
 	pgstat_report_activity(STATE_IDLE, NULL);
 	foreach(lc, record_all(obs, done))
 		(void) slot_request_cycle(SLOT_WORKER, MyDatabaseId, lfirst_oid(lc));

@@ -221,6 +221,12 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 		return false;
 	}
 	md->table_uuid = string_value(field(meta, "table-uuid"));
+	if (md->table_uuid != NULL &&
+		(strlen(md->table_uuid) != 36 || strspn(md->table_uuid, "0123456789abcdefABCDEF-") != 36))
+	{
+		*error = pstrdup("\"table-uuid\" is not a UUID");
+		return false;
+	}
 	if (!read_ref(meta, ref, md, error))
 		return false;
 	list = container(field(meta, "snapshots"));

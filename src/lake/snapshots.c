@@ -116,72 +116,84 @@ rollback(LakeVerdict v, const LakeSnapshot *held, const char *reason)
 	return v;
 }
 
+/* What a walk of the ref's ancestry found. */
+typedef struct Walk
+{
+	const LakeSnapshot *carrier;	/* the newest snapshot with the property */
+	const LakeSnapshot *valid;	/* the newest whose property is an LSN */
+	Lsn			valid_lsn;
+	const LakeSnapshot *older;	/* the first snapshot older than the head
+								 * seen last, or NULL */
+	bool		reached;		/* it came to the head seen last (or to its
+								 * child) */
+	int			walked;
+} Walk;
+
 /*
  * Walks the ref's ancestry from its head to the snapshot seen last (or to
- * a snapshot whose parent it is: that one may have expired): sets
- * *carrier to the newest snapshot with the property on the way, *reached
- * when the walk came there, and *older when it met a snapshot older than
- * the one seen (a lower sequence number) first. Returns how many snapshots
- * it looked at; the walk is bounded by their number (a loop of parents
- * cannot hang it).
+ * a snapshot whose parent it is: that one may have expired), noting the
+ * newest carrier of the property, the newest valid one, and the first
+ * snapshot older than the one seen (a lower sequence number), where it
+ * stops. Without a head seen before it stops at the first valid carrier.
+ * The walk is bounded by the number of snapshots (a loop of parents cannot
+ * hang it).
  */
-static int
-walk(const LakeMetadata *md, const LakeSnapshot *head, const LakeSeen *seen, const LakeSnapshot **carrier,
-	 bool *reached, bool *older)
+static Walk
+walk(const LakeMetadata *md, const LakeSnapshot *head, const LakeSeen *seen)
 {
-	int			walked = 0;
+	Walk		w;
 
-	for (const LakeSnapshot *s = head; s != NULL && walked <= md->nsnapshots; s = parent_of(md, s))
+	memset(&w, 0, sizeof(w));
+	for (const LakeSnapshot *s = head; s != NULL && w.walked <= md->nsnapshots; s = parent_of(md, s))
 	{
-		walked++;
+		w.walked++;
 		if (seen->any && s->id == seen->head_id)
 		{
-			*reached = true;
-			if (*carrier == NULL && s->lsn_text != NULL)
-				*carrier = s;
+			w.reached = true;
 			break;
-		}
-		if (*carrier == NULL && s->lsn_text != NULL)
-		{
-			*carrier = s;
-			if (!seen->any)
-				break;
 		}
 		if (seen->any && s->sequence > 0 && seen->head_sequence > 0 && s->sequence < seen->head_sequence)
 		{
-			*older = true;
+			w.older = s;
 			break;
+		}
+		if (s->lsn_text != NULL && w.carrier == NULL)
+			w.carrier = s;
+		if (s->lsn_text != NULL && w.valid == NULL && lsn_parse_any(s->lsn_text, &w.valid_lsn))
+		{
+			w.valid = s;
+			if (!seen->any)
+				break;
 		}
 		if (seen->any && s->has_parent && s->parent_id == seen->head_id)
 		{
-			*reached = true;
+			w.reached = true;
 			break;
 		}
 	}
-	return walked;
+	return w;
 }
 
 /*
  * What the metadata proves, given what was recorded before (seen). The
- * ref's ancestry is walked from its head to the newest carrier, and on to
- * the head seen last: reaching it (or its child) proves descent, and then
- * the carrier's LSN against the recorded one decides. Not reaching it is a
- * rollback: the ref moved off that lineage (what the two share holds), or
- * went back to an older snapshot, or its history back to the head seen
- * last has expired, so that it still holds what was proven cannot be
- * shown. A table created again under the same name (another table-uuid),
- * or a ref that is gone, holds none of it. Descent is decided before the
- * carrier's value is read: a malformed property never hides a rollback.
+ * ref's ancestry is walked from its head to the head seen last: reaching
+ * it (or its child) proves descent, and then the newest carrier's LSN
+ * against the recorded one decides. Not reaching it is a rollback: the ref
+ * moved off that lineage (what the two share holds), or went back to an
+ * older snapshot (what that snapshot's ancestry holds), or its history back
+ * to the head seen last has expired, so that it still holds what was
+ * proven cannot be shown. A table created again under the same name
+ * (another table-uuid), or a ref that is gone, holds none of it. Descent
+ * is decided before the newest carrier's value is read, and a malformed
+ * newest carrier never hides a valid one below it that went down.
  */
 LakeVerdict
 lake_judge(const LakeMetadata *md, const LakeSeen *seen)
 {
 	LakeVerdict v;
 	const LakeSnapshot *head;
-	const LakeSnapshot *carrier = NULL;
 	const LakeSnapshot *seen_snap;
-	bool		reached = false;
-	bool		older = false;
+	Walk		w;
 	int			cmp;
 
 	memset(&v, 0, sizeof(v));
@@ -210,43 +222,49 @@ lake_judge(const LakeMetadata *md, const LakeSeen *seen)
 		return v;
 	}
 	v.head = head;
-	v.walked = walk(md, head, seen, &carrier, &reached, &older);
-	v.carrier = carrier;
-	if (seen->any && !reached)
+	w = walk(md, head, seen);
+	v.walked = w.walked;
+	v.carrier = w.carrier;
+	if (seen->any && !w.reached)
 	{
-		/* The walk may have stopped before the new head's own claim. */
-		if (v.carrier == NULL)
-			v.carrier = newest_carrier(md, head);
+		/* The new head's own claim, wherever the walk stopped. */
+		v.carrier = newest_carrier(md, head);
 		seen_snap = lake_find_snapshot(md, seen->head_id);
 		if (seen_snap != NULL)
 			return rollback(v, shared_carrier(md, head, seen_snap),
 							"the ref moved to a snapshot that does not descend from the one seen last");
-		if (older)
-			return rollback(v, v.carrier, "the ref moved back to a snapshot older than the one seen last");
+		if (w.older != NULL)
+			return rollback(v, newest_carrier(md, w.older),
+							"the ref moved back to a snapshot older than the one seen last");
 		return rollback(v, NULL, "the ref's history back to the snapshot seen last has expired, so that it "
 						"still holds what was proven cannot be shown");
 	}
-	if (carrier == NULL)
+	v.descends = seen->any;
+	if (w.valid != NULL && seen->any && lsn_cmp(&w.valid_lsn, &seen->lsn) < 0)
 	{
-		/* Nothing new carries the property: the recorded LSN stands (or there is none). */
-		v.outcome = seen->any ? LAKE_SAME : LAKE_NOTHING;
-		return v;
+		v.carrier = w.valid;
+		return rollback(v, w.valid, "the newest LSN property on the ref went down");
 	}
-	if (!lsn_parse_any(carrier->lsn_text, &v.lsn))
+	if (w.carrier != NULL && w.carrier != w.valid)
 	{
 		v.outcome = LAKE_MALFORMED;
 		v.reason = "the property's value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form)";
 		return v;
 	}
+	if (w.valid == NULL)
+	{
+		/* Nothing new carries the property: the recorded LSN stands (or there is none). */
+		v.outcome = seen->any ? LAKE_SAME : LAKE_NOTHING;
+		return v;
+	}
 	v.has_lsn = true;
+	v.lsn = w.valid_lsn;
 	if (!seen->any)
 	{
 		v.outcome = LAKE_ADVANCE;
 		return v;
 	}
 	cmp = lsn_cmp(&v.lsn, &seen->lsn);
-	if (cmp < 0)
-		return rollback(v, carrier, "the newest LSN property on the ref went down");
 	v.outcome = cmp > 0 ? LAKE_ADVANCE : LAKE_SAME;
 	return v;
 }

@@ -75,6 +75,8 @@ typedef struct LakeVerdict
 	bool		held_known;		/* ROLLBACK: held_lsn is what the ref still
 								 * provably holds (false: nothing) */
 	Lsn			held_lsn;
+	bool		descends;		/* the ref was shown to descend from the head
+								 * seen last (SAME, ADVANCE, MALFORMED) */
 	const char *reason;			/* ROLLBACK and MALFORMED: why, in English */
 	int			walked;			/* snapshots looked at */
 } LakeVerdict;

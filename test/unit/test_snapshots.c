@@ -229,6 +229,15 @@ test_expired(void)
 	v = lake_judge(&md, &s);
 	check(v.outcome == LAKE_ROLLBACK && v.has_lsn && lsn_is(&v.lsn, L3),
 		  "even with a greater LSN: descent cannot be shown");
+
+	/* seen head S (seq 4) expired; the ref reset to P (L1, seq 1), then H on P claims L3 */
+	reset();
+	add(1, 0, 1, L1);
+	add(9, 1, 9, L3);
+	s = seen(4, 4, L2);
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, L1) && v.has_lsn && lsn_is(&v.lsn, L3),
+		  "after a reset to an older snapshot, what is held is that snapshot's, not the new claim");
 }
 
 static void
@@ -252,8 +261,19 @@ test_malformed_after_rollback(void)
 	add(2, 1, 2, "garbage");
 	s = seen(1, 1, L1);
 	v = lake_judge(&md, &s);
-	check(v.outcome == LAKE_MALFORMED, "a malformed property on a descendant is malformed");
+	check(v.outcome == LAKE_MALFORMED && v.descends, "a malformed property on a descendant is malformed");
+
+	/* S (L2, seen) <- C (L1) <- M (garbage): the valid carrier below went down */
+	reset();
+	add(1, 0, 1, L2);
+	add(2, 1, 2, L1);
+	add(3, 2, 3, "garbage");
+	s = seen(1, 1, L2);
+	v = lake_judge(&md, &s);
+	check(v.outcome == LAKE_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, L1),
+		  "a malformed newest carrier does not hide a valid one that went down");
 }
+
 
 static void
 test_long_lineages(void)

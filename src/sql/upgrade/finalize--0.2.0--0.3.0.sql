@@ -2085,7 +2085,9 @@ DECLARE
     wm @extschema@.watermark;
     -- A shared carrier above what was proven (LSNs that went up and down)
     -- holds no more than what was proven.
-    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, LEAST(held, l.seen_lsn));
+    -- (LEAST skips a NULL: nothing held must stay nothing held.)
+    held_capped @extschema@.lsn := CASE WHEN held IS NOT NULL THEN LEAST(held, l.seen_lsn) END;
+    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held_capped);
     commit_from timestamptz;
     fact bigint;
     message text;
@@ -2109,8 +2111,7 @@ BEGIN
                                                  ELSE lost_from::text END))
     RETURNING fact_id INTO fact;
     INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at, commit_from)
-    VALUES (tt.table_id, fact, lost_from, 'infinity', LEAST(held, l.seen_lsn), l.seen_lsn, clock_timestamp(),
-            commit_from);
+    VALUES (tt.table_id, fact, lost_from, 'infinity', held_capped, l.seen_lsn, clock_timestamp(), commit_from);
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
     UPDATE @extschema@.consumer c
        SET reported_lsn = new_lsn, reported_at = now(), resolved_for_lsn = NULL, mapped_lsn = NULL,
@@ -2126,7 +2127,9 @@ END
 $$;
 
 -- What a lake worker saw of one consumer's table this poll, recorded in
--- its write transaction, for the declaration it polled (lake_id): the
+-- its write transaction, for the declaration it polled (lake_id) as it
+-- was when judged (the head and LSN seen then; changed since, nothing is
+-- recorded and the next poll judges again): the
 -- condition (NULL when the metadata was read) and its sentence; when read,
 -- the ref's head (recorded when it moved, so the next walk meets it), the
 -- newest carrier's snapshot and LSN (NULL: none new), the table-uuid, or a
@@ -2137,6 +2140,8 @@ $$;
 -- consumer's report moved, so that its source's worker resolves it now.
 CREATE FUNCTION @extschema@._lake_observe(
     lake_id bigint,
+    judged_head_id bigint,
+    judged_lsn text,
     condition text,
     detail text,
     head_id bigint,
@@ -2167,9 +2172,12 @@ BEGIN
     IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, l.consumer) THEN
         RETURN false;
     END IF;
-    -- Again under the lock: the row may have changed since it was read.
+    -- Again under the lock: the row may have changed since it was read, and
+    -- an observation judged against another state (a reset meanwhile) is
+    -- not this row's.
     SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.lake_id = _lake_observe.lake_id;
-    IF NOT FOUND THEN
+    IF NOT FOUND OR l.seen_head_id IS DISTINCT FROM judged_head_id
+       OR l.seen_lsn IS DISTINCT FROM @extschema@._lsn_arg(judged_lsn, 'judged_lsn') THEN
         RETURN false;
     END IF;
     since := CASE WHEN condition IS NULL THEN NULL
@@ -2195,6 +2203,12 @@ BEGIN
                    l.consumer, tt.table_name, l.iceberg_table, l.server_name, since, detail));
     END IF;
     IF condition IS NOT NULL THEN
+        -- A malformed property on a ref shown to descend from the head seen
+        -- last: that head moves on, so the next walk meets it.
+        IF condition = 'property_malformed' AND head_id IS NOT NULL AND l.seen_lsn IS NOT NULL THEN
+            UPDATE @extschema@.lake_consumer x SET seen_head_id = head_id, seen_head_sequence = head_sequence
+             WHERE x.lake_id = l.lake_id AND x.seen_head_id IS DISTINCT FROM head_id;
+        END IF;
         RETURN false;
     END IF;
     IF rolled_back THEN
