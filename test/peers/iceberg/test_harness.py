@@ -67,7 +67,6 @@ def test_catalog_answers_config_on_loopback(catalog):
     assert status == 200 and body["defaults"] == {} and body["overrides"] == {}
     assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}" in body["endpoints"]
     assert catalog.warehouse.startswith("file:///")
-    assert catalog.start_seconds < 30
 
 
 def test_append_property_is_in_load_table_summary(catalog, writer, table):
@@ -202,8 +201,8 @@ def test_load_table_of_50_snapshots(catalog, writer, table):
         times.append(time.monotonic() - t)
     assert len(md["snapshots"]) == 50
     times.sort()
+    # Measured, not asserted (test/bench/lake.sh compares it with finalize's lag).
     print("\n# loadTable, 50 snapshots: median %.1f ms, max %.1f ms" % (times[10] * 1000, times[-1] * 1000))
-    assert times[10] < 1.0
 
 
 # -- what the real server does not do (the fault proxy emulates it)
