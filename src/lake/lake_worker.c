@@ -178,6 +178,13 @@ poll_consumer(LakeCatalog *cat, HttpClient *client, const LakeConsumer *c, LakeO
 							   c->consumer, cat->name);
 		return;
 	}
+	if (strchr(c->iceberg_table, '.') == NULL)
+	{
+		/* add_consumer refuses such a name; a row written by hand is not trusted either. */
+		obs->condition = LAKE_TABLE_NOT_FOUND;
+		obs->detail = psprintf("\"%s\" is not namespace.table.", printable(c->iceberg_table, 255));
+		return;
+	}
 	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: loading Iceberg table %s", c->iceberg_table));
 	lake_catalog_load_table(cat, client, c->iceberg_table, etag_for(c), &answer);
 	if (answer.condition != LAKE_OK)
