@@ -453,33 +453,6 @@ def test_tracking_through_a_server_needs_usage_on_it(pg):
         pg.sql("DROP SERVER sec_other CASCADE")
 
 
-def test_an_iceberg_consumer_needs_usage_on_its_catalog(pg):
-    pg.sql("CREATE SERVER sec_cat FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri 'https://c.example.com')")
-    pg.sql("CREATE USER MAPPING FOR PUBLIC SERVER sec_cat OPTIONS (token 'owner-token-1')")
-    pg.sql("CREATE SERVER sec_src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'x')")
-    pg.sql("GRANT USAGE ON FOREIGN SERVER sec_src TO sec_admin")
-    conn = connect(pg, "sec_admin")
-    add = ("SELECT finalize.add_consumer('sec.lake', 'job', iceberg_server => 'sec_cat', "
-           "iceberg_table => 'ns.t')")
-    try:
-        run(conn, "SELECT finalize.track_table('sec.lake', 'sec_src', 'dbo.orders')")
-        assert "GRANT USAGE ON FOREIGN SERVER sec_cat TO sec_admin" in denied(conn, add)
-        pg.sql("GRANT USAGE ON FOREIGN SERVER sec_cat TO sec_admin")
-        run(conn, add)
-        run(conn, "SELECT finalize.drop_consumer('sec.lake', 'job')")
-        # The owner's own mapping is lent to nobody.
-        pg.sql("CREATE USER MAPPING FOR postgres SERVER sec_cat OPTIONS (token 'owner-token-2')")
-        assert "user mapping of the server's owner" in denied(conn, add)
-        assert pg.sql("SELECT count(*) FROM finalize.lake_consumer") == [(0,)]
-        # And the credentials are no role's to read but the owner's.
-        assert run(conn, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'sec_cat'") == [(None,), (None,)]
-    finally:
-        conn.close()
-        pg.sql("DELETE FROM finalize.tracked_table WHERE table_name = 'sec.lake'")
-        pg.sql("DROP SERVER sec_cat CASCADE")
-        pg.sql("DROP SERVER sec_src CASCADE")
-
-
 def test_a_role_that_may_not_drop_the_database_cannot_stop_finalize(pg):
     """DROP DATABASE, ALTER DATABASE RENAME and SET TABLESPACE of
     finalize.database stop finalize's processes first: only for a role that
@@ -508,6 +481,35 @@ def test_a_role_that_may_not_drop_the_database_cannot_stop_finalize(pg):
     # test's source may end by itself meanwhile: that is not a stop).
     assert pg.sql(scheduler) == before
     assert "terminating background worker" not in pg.log()
+
+
+# After the test above: its source worker, stopped when the test drops its
+# source, must not be in the log that test reads.
+def test_an_iceberg_consumer_needs_usage_on_its_catalog(pg):
+    pg.sql("CREATE SERVER sec_cat FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri 'https://c.example.com')")
+    pg.sql("CREATE USER MAPPING FOR PUBLIC SERVER sec_cat OPTIONS (token 'owner-token-1')")
+    pg.sql("CREATE SERVER sec_src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'x')")
+    pg.sql("GRANT USAGE ON FOREIGN SERVER sec_src TO sec_admin")
+    conn = connect(pg, "sec_admin")
+    add = ("SELECT finalize.add_consumer('sec.lake', 'job', iceberg_server => 'sec_cat', "
+           "iceberg_table => 'ns.t')")
+    try:
+        run(conn, "SELECT finalize.track_table('sec.lake', 'sec_src', 'dbo.orders')")
+        assert "GRANT USAGE ON FOREIGN SERVER sec_cat TO sec_admin" in denied(conn, add)
+        pg.sql("GRANT USAGE ON FOREIGN SERVER sec_cat TO sec_admin")
+        run(conn, add)
+        run(conn, "SELECT finalize.drop_consumer('sec.lake', 'job')")
+        # The owner's own mapping is lent to nobody.
+        pg.sql("CREATE USER MAPPING FOR postgres SERVER sec_cat OPTIONS (token 'owner-token-2')")
+        assert "user mapping of the server's owner" in denied(conn, add)
+        assert pg.sql("SELECT count(*) FROM finalize.lake_consumer") == [(0,)]
+        # And the credentials are no role's to read but the owner's.
+        assert run(conn, "SELECT umoptions FROM pg_user_mappings WHERE srvname = 'sec_cat'") == [(None,), (None,)]
+    finally:
+        conn.close()
+        pg.sql("DELETE FROM finalize.tracked_table WHERE table_name = 'sec.lake'")
+        pg.sql("DROP SERVER sec_cat CASCADE")
+        pg.sql("DROP SERVER sec_src CASCADE")
 
 
 def test_code_of_one_role_run_by_another_acts_as_its_own_role(pg):
