@@ -114,6 +114,9 @@ def test_a_cdc_pipeline_into_iceberg_moves_the_verdict_without_calling_finalize(
                 columns=[["id", "long"], ["op", "string"], ["lsn", "string"], ["seqval", "string"]])
     pipeline = PipelineProcess(str(cfg_path), str(tmp_path / "pipeline.log"))
     pipeline.start()
+    # Its imports (pyarrow, pyiceberg) take seconds on a loaded machine: the story starts once it runs.
+    env.pg.wait_for(lambda: '"started_from"' in pipeline.output(), timeout=120,
+                    what=lambda: "the pipeline to start: %s" % pipeline.output()[-1500:])
     rng = random.Random(30)
     ids = []
     t = START + datetime.timedelta(seconds=15)
@@ -121,10 +124,15 @@ def test_a_cdc_pipeline_into_iceberg_moves_the_verdict_without_calling_finalize(
     try:
         for step in range(16):
             if step == 7:
-                # Killed between two commits: whatever it read and did not commit is read again.
+                # Killed between two commits, once it has committed some: whatever it read and did not
+                # commit is read again.
+                env.pg.wait_for(lambda: '"lsn"' in pipeline.output(), timeout=120,
+                                what=lambda: "a first commit of the pipeline: %s" % pipeline.output()[-1500:])
                 pipeline.kill()
             if step == 10:
                 pipeline.start()
+                env.pg.wait_for(lambda: pipeline.output().count('"started_from"') == 2, timeout=120,
+                                what=lambda: "the pipeline to start again: %s" % pipeline.output()[-1500:])
             for _ in range(rng.randint(0, 3)):
                 traffic(sim, rng, t, ids)
                 t += datetime.timedelta(seconds=rng.randint(1, 8))
@@ -151,7 +159,11 @@ def test_a_cdc_pipeline_into_iceberg_moves_the_verdict_without_calling_finalize(
         assert final >= want and finals == sorted(finals), finals
         out = pipeline.output()
         assert out.count('"started_from"') == 2, out
-        assert json.loads(out.splitlines()[0])["started_from"] == start_lsn
+        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert lines[0]["started_from"] == start_lsn
+        # The second start resumed from the lake's own property: the last LSN the first one committed.
+        second = next(i for i, line in enumerate(lines) if i > 0 and "started_from" in line)
+        assert lines[second]["started_from"] == [line["lsn"] for line in lines[:second] if "lsn" in line][-1]
         assert env.one("SELECT condition FROM finalize.consumers WHERE consumer = 'cdc-to-iceberg'") is None
     finally:
         if pipeline.alive():
