@@ -1857,6 +1857,27 @@ BEGIN
 END
 $$;
 
+-- Why a role may not read through a server, or NULL when it may: 'usage'
+-- without USAGE on it; 'owner_mapping' when the server's owner has a user
+-- mapping of its own (the one the worker reads with) that the role may not
+-- use. A role that no longer exists may not. The one rule add_consumer
+-- checks and the lake worker checks again every poll.
+CREATE FUNCTION @extschema@._server_use_refused(who oid, server oid)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = who) THEN 'usage'
+        WHEN NOT pg_catalog.has_server_privilege(who, server, 'USAGE') THEN 'usage'
+        WHEN EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                       JOIN pg_catalog.pg_user_mapping m ON m.umserver = s.oid AND m.umuser = s.srvowner
+                      WHERE s.oid = server)
+             AND NOT pg_catalog.pg_has_role(who, (SELECT s.srvowner FROM pg_catalog.pg_foreign_server s
+                                                   WHERE s.oid = server), 'USAGE') THEN 'owner_mapping'
+    END;
+END;
+
 -- A finalize_iceberg server a caller may name for a consumer: it exists, is
 -- an Iceberg catalog, and the caller has USAGE on it and may use the user
 -- mapping the lake worker reads (its owner's), as for track_table.
@@ -1869,6 +1890,7 @@ AS $$
 DECLARE
     srv pg_foreign_server;
     wrapper name;
+    refused text;
 BEGIN
     PERFORM @extschema@._require(server_name, 'iceberg_server');
     SELECT s.* INTO srv FROM pg_foreign_server s WHERE s.srvname = server_name;
@@ -1884,14 +1906,15 @@ BEGIN
                   DETAIL = format('It uses the foreign-data wrapper "%s"; a lake consumer needs a server of finalize_iceberg.', wrapper),
                   HINT = 'Create one with CREATE SERVER ... FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri ''https://...'').';
     END IF;
-    IF NOT has_server_privilege(caller, srv.oid, 'USAGE') THEN
+    refused := @extschema@._server_use_refused((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
+                                               srv.oid);
+    IF refused = 'usage' THEN
         RAISE EXCEPTION 'permission denied for server %', server_name
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('Role %s has no USAGE on the server, and the lake worker reads the table with its credentials.', caller),
                   HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', server_name, caller);
     END IF;
-    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
-       AND NOT pg_has_role(caller, srv.srvowner, 'USAGE') THEN
+    IF refused = 'owner_mapping' THEN
         RAISE EXCEPTION 'permission denied for server %', server_name
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('The lake worker reads through the user mapping of the server''s owner %s, which role %s may not use.',
@@ -2027,9 +2050,7 @@ BEGIN ATOMIC
     SELECT l.table_id, t.table_name, l.consumer, l.iceberg_table, l.ref, l.lsn_property, l.seen_head_id,
            l.seen_head_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
            l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds', l.lake_id,
-           coalesce(r.oid IS NOT NULL AND has_server_privilege(r.oid, cs.oid, 'USAGE')
-                    AND (NOT EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = cs.oid AND m.umuser = cs.srvowner)
-                         OR pg_has_role(r.oid, cs.srvowner, 'USAGE')), false)
+           r.oid IS NOT NULL AND cs.oid IS NOT NULL AND @extschema@._server_use_refused(r.oid, cs.oid) IS NULL
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
       JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
