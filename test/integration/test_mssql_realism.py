@@ -115,8 +115,10 @@ def test_the_readme_login_is_all_the_worker_needs(env, pg):
         # with this login (the query function refuses the range: 313).
         offset = env.status("sales.orders")["offset_lsn"]
         sim.call("sim.commit", inserts=2, at=at(11, 10))
-        sim.call("sim.advance", to=at(11, 20))
+        # Armed before the capture makes the commit visible (as in test_worker_cycle's purge
+        # test): a worker fast enough to read it between the two calls would see no purge.
         sim.call("sim.fault_purge", capture_instance="dbo_orders")
+        sim.call("sim.advance", to=at(11, 20))
         st = env.wait_status("sales.orders", lambda s: s.get("state") == "data_lost", what="data loss")
         assert st["offset_lsn"] == offset
 
