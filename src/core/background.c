@@ -9,6 +9,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "utils/memutils.h"
 #include "utils/guc.h"
 
 #include "core/background.h"
@@ -17,13 +18,17 @@ PG_FUNCTION_INFO_V1(finalize_in_background);
 
 /*
  * Registers a dynamic background worker of this library for a database (and
- * a source). The postmaster signals the caller when it starts or stops.
+ * a source, or a pool index). The postmaster signals the caller when it
+ * starts or stops. The handle is allocated in TopMemoryContext (the caller
+ * pfrees it once the worker is seen stopped).
  */
 bool
 start_dynamic_worker(const char *function, const char *type, const char *name,
-					 Oid dboid, Oid serverid, BackgroundWorkerHandle **handle)
+					 Oid dboid, Oid serverid, int32 index, BackgroundWorkerHandle **handle)
 {
 	BackgroundWorker bgw;
+	MemoryContext oldcxt;
+	bool		ok;
 
 	memset(&bgw, 0, sizeof(bgw));
 	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -35,8 +40,13 @@ start_dynamic_worker(const char *function, const char *type, const char *name,
 	strlcpy(bgw.bgw_name, name, BGW_MAXLEN);
 	bgw.bgw_main_arg = ObjectIdGetDatum(serverid);
 	memcpy(bgw.bgw_extra, &dboid, sizeof(Oid));
+	memcpy(bgw.bgw_extra + sizeof(Oid), &index, sizeof(int32));
 	bgw.bgw_notify_pid = MyProcPid;
-	return RegisterDynamicBackgroundWorker(&bgw, handle);
+	/* The handle outlives the caller's round: it is watched until the worker stops. */
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	ok = RegisterDynamicBackgroundWorker(&bgw, handle);
+	MemoryContextSwitchTo(oldcxt);
+	return ok;
 }
 
 /*

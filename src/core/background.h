@@ -9,7 +9,7 @@
 #include "postmaster/bgworker.h"
 
 extern bool start_dynamic_worker(const char *function, const char *type, const char *name,
-								 Oid dboid, Oid serverid, BackgroundWorkerHandle **handle);
+								 Oid dboid, Oid serverid, int32 index, BackgroundWorkerHandle **handle);
 extern void connect_worker_to_database(Oid dboid);
 
 #endif							/* FINALIZE_BACKGROUND_H */

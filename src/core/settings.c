@@ -17,6 +17,9 @@
 char	   *finalize_database = NULL;
 bool		finalize_enabled = true;
 int			finalize_poll_interval_ms = 5000;
+int			finalize_max_source_workers = 4;
+int			finalize_worker_connections = 256;
+int			finalize_max_sources = 4096;
 int			finalize_full_check_interval_ms = 60000;
 int			finalize_login_timeout = 10;
 int			finalize_query_timeout = 30;
@@ -43,6 +46,41 @@ PG_FUNCTION_INFO_V1(finalize_max_clock_skew);
 PG_FUNCTION_INFO_V1(finalize_consumer_stall_threshold);
 PG_FUNCTION_INFO_V1(finalize_late_data_alert_interval);
 PG_FUNCTION_INFO_V1(finalize_alert_after);
+
+/* The settings of the pool of source workers: how many, how many connections, how many sources. */
+static void
+define_pool_settings(void)
+{
+	DefineCustomIntVariable("finalize.max_source_workers",
+							"Number of source worker processes that serve all the sources of finalize.database.",
+							"Each source keeps its own poll interval, backoff and connection; 0 runs one process per "
+							"source instead (the isolation of a process each, at a process each).",
+							&finalize_max_source_workers,
+							4, 0, 64,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.worker_connections",
+							"SQL Server connections each source worker keeps open between cycles.",
+							"Beyond it the least recently used one is closed (its source logs in again at its next "
+							"cycle). Also bounded by the file descriptors PostgreSQL lets a process hold for "
+							"connections of its own (a third of max_files_per_process and the open-files limit).",
+							&finalize_worker_connections,
+							256, 1, 100000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.max_sources",
+							"Number of sources (foreign servers with tracked tables) finalize can serve.",
+							"Sizes finalize's shared table of sources when the server starts (about 48 bytes each).",
+							&finalize_max_sources,
+							4096, 16, 100000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+}
 
 /* The settings of the background workers: where they run, how often, how long they wait. */
 static void
@@ -281,6 +319,7 @@ void
 settings_define(void)
 {
 	define_worker_settings();
+	define_pool_settings();
 	define_trust_settings();
 	define_alert_settings();
 	define_gate_settings();

@@ -12,6 +12,9 @@
 extern char *finalize_database;
 extern bool finalize_enabled;
 extern int	finalize_poll_interval_ms;
+extern int	finalize_max_source_workers;
+extern int	finalize_worker_connections;
+extern int	finalize_max_sources;
 extern int	finalize_full_check_interval_ms;
 extern int	finalize_login_timeout;
 extern int	finalize_query_timeout;

@@ -17,6 +17,7 @@
 #include "storage/shmem.h"
 
 #include "core/shmem.h"
+#include "core/source_table.h"
 
 FinalizeShared *finalize_shared = NULL;
 
@@ -31,6 +32,8 @@ finalize_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(FinalizeShared)));
+	RequestAddinShmemSpace(MAXALIGN(source_table_shmem_size()));
+	RequestNamedLWLockTranche("finalize", 1);
 }
 
 /* Creates or attaches the struct; the first process initializes it. */
@@ -57,6 +60,7 @@ finalize_shmem_startup(void)
 		}
 		SpinLockInit(&finalize_shared->mutex);
 	}
+	source_table_shmem_init(ShmemInitStruct("finalize sources", source_table_shmem_size(), &found), found);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -101,6 +105,13 @@ slot_release(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 bool
 slot_claim(SlotKind kind, Oid dboid, Oid serverid)
 {
+	return slot_claim_at(kind, dboid, serverid, 0);
+}
+
+/* Claims the slot for (kind, database, server, index): a pool worker's index is its own. */
+bool
+slot_claim_at(SlotKind kind, Oid dboid, Oid serverid, int index)
+{
 	int			free_slot = -1;
 
 	SpinLockAcquire(&finalize_shared->mutex);
@@ -108,7 +119,8 @@ slot_claim(SlotKind kind, Oid dboid, Oid serverid)
 	{
 		WorkerSlot *s = &finalize_shared->slots[i];
 
-		if (s->kind == kind && s->dboid == dboid && s->serverid == serverid && slot_alive(s))
+		if (s->kind == kind && s->dboid == dboid && s->serverid == serverid && s->index == index &&
+			slot_alive(s))
 		{
 			SpinLockRelease(&finalize_shared->mutex);
 			return false;
@@ -124,7 +136,7 @@ slot_claim(SlotKind kind, Oid dboid, Oid serverid)
 		s->dboid = dboid;
 		s->serverid = serverid;
 		s->pid = MyProcPid;
-		s->cycle_requested = false;
+		s->index = index;
 		my_slot = free_slot;
 	}
 	SpinLockRelease(&finalize_shared->mutex);
@@ -167,52 +179,6 @@ slot_pid(SlotKind kind, Oid dboid, Oid serverid)
 	}
 	SpinLockRelease(&finalize_shared->mutex);
 	return pid;
-}
-
-/*
- * Asks the live process of a slot to run its cycle now instead of when it
- * is due (the lake worker recorded a report the source worker should
- * resolve): sets the slot's flag and its latch (SIGUSR1 sets a background
- * worker's latch). Returns whether such a process runs.
- */
-bool
-slot_request_cycle(SlotKind kind, Oid dboid, Oid serverid)
-{
-	pid_t		pid = 0;
-
-	SpinLockAcquire(&finalize_shared->mutex);
-	for (int i = 0; i < FINALIZE_MAX_SLOTS && pid == 0; i++)
-	{
-		WorkerSlot *s = &finalize_shared->slots[i];
-
-		if (s->kind == kind && s->dboid == dboid && s->serverid == serverid && slot_alive(s))
-		{
-			s->cycle_requested = true;
-			pid = s->pid;
-		}
-	}
-	SpinLockRelease(&finalize_shared->mutex);
-	if (pid != 0)
-		kill(pid, SIGUSR1);
-	return pid != 0;
-}
-
-/* Whether this process's slot was asked for a cycle since it last looked (and clears it). */
-bool
-slot_take_cycle_request(void)
-{
-	bool		requested = false;
-
-	if (my_slot < 0 || finalize_shared == NULL)
-		return false;
-	SpinLockAcquire(&finalize_shared->mutex);
-	if (finalize_shared->slots[my_slot].pid == MyProcPid)
-	{
-		requested = finalize_shared->slots[my_slot].cycle_requested;
-		finalize_shared->slots[my_slot].cycle_requested = false;
-	}
-	SpinLockRelease(&finalize_shared->mutex);
-	return requested;
 }
 
 /* Copies the live slots of a kind in a database; returns how many. */

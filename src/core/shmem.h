@@ -18,7 +18,8 @@ typedef enum SlotKind
 {
 	SLOT_FREE = 0,
 	SLOT_SCHEDULER,				/* one per database */
-	SLOT_WORKER,				/* one per source (foreign server) */
+	SLOT_WORKER,				/* a source worker: of the pool (serverid invalid,
+								 * index set), or one per source */
 	SLOT_ALERTS,				/* one per database: webhook delivery */
 	SLOT_LAKE					/* one per Iceberg catalog (foreign server) */
 } SlotKind;
@@ -29,8 +30,7 @@ typedef struct WorkerSlot
 	Oid			dboid;
 	Oid			serverid;		/* InvalidOid for a scheduler */
 	pid_t		pid;
-	bool		cycle_requested;	/* a source worker: run a cycle now
-									 * (slot_request_cycle) */
+	int			index;			/* a pool worker: its index + 1; 0 otherwise */
 } WorkerSlot;
 
 /*
@@ -79,12 +79,11 @@ extern FinalizeShared *finalize_shared;
 
 extern void shmem_install_hooks(void);
 extern bool slot_claim(SlotKind kind, Oid dboid, Oid serverid);
+extern bool slot_claim_at(SlotKind kind, Oid dboid, Oid serverid, int index);
 extern bool slot_is_running(SlotKind kind, Oid dboid, Oid serverid);
 extern int	slot_list(SlotKind kind, Oid dboid, WorkerSlot *out, int max);
 extern int	slot_signal_database(Oid dboid, int signo);
 extern pid_t slot_pid(SlotKind kind, Oid dboid, Oid serverid);
-extern bool slot_request_cycle(SlotKind kind, Oid dboid, Oid serverid);
-extern bool slot_take_cycle_request(void);
 extern void set_paused_database(Oid dboid);
 extern Oid	paused_database(void);
 

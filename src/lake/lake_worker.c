@@ -34,6 +34,7 @@
 #include "core/db.h"
 #include "core/settings.h"
 #include "core/shmem.h"
+#include "core/source_table.h"
 #include "lake/catalog.h"
 #include "lake/lake_state.h"
 #include "lake/metadata.h"
@@ -334,7 +335,7 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 		consumers[i].quiet = false;
 	pgstat_report_activity(STATE_IDLE, NULL);
 	foreach(lc, record_all(obs, done))
-		(void) slot_request_cycle(SLOT_WORKER, MyDatabaseId, lfirst_oid(lc));
+		(void) source_table_request_cycle(MyDatabaseId, lfirst_oid(lc));
 	*delay_ms = Max(cat->poll_interval_ms - TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()), 0);
 	return true;
 }

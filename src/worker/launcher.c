@@ -99,12 +99,15 @@ ensure_scheduler(BackgroundWorkerHandle **handle)
 	/* One registered but not running yet: give it time. */
 	if (*handle != NULL && GetBackgroundWorkerPid(*handle, &pid) != BGWH_STOPPED)
 		return;
+	if (*handle != NULL)
+		pfree(*handle);
+	*handle = NULL;
 	if (!start_dynamic_worker("finalize_scheduler_main", "finalize scheduler",
-							  "finalize scheduler", dboid, InvalidOid, handle))
+							  "finalize scheduler", dboid, InvalidOid, 0, handle))
 		ereport(WARNING,
 				(errmsg("finalize could not start its scheduler for database \"%s\"", finalize_database),
 				 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
-						 "one for its scheduler, one for webhook delivery and one per source.")));
+						 "one for its scheduler, one for webhook delivery and finalize.max_source_workers for its sources.")));
 }
 
 /* Entry point of the launcher. */

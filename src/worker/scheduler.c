@@ -1,8 +1,11 @@
 /*
  * scheduler.c
  *     The scheduler: one dynamic background worker in finalize.database. It
- *     keeps one source worker running per foreign server that has tracked
- *     tables, stops those whose source is gone, brings the derived tables
+ *     lists the sources (foreign servers with tracked tables) in the shared
+ *     source table, keeps the pool of source workers running (as many as
+ *     finalize.max_source_workers, no more than there are sources; or one
+ *     process per source when it is 0) and a lake worker per Iceberg
+ *     catalog with consumers, stops those no longer needed, brings the derived tables
  *     up to date with their inputs' reports, applies the facts
  *     retention, checks the tables' freshness SLAs, and keeps the alerts
  *     worker running while there are webhook targets or deliveries. It idles
@@ -33,6 +36,8 @@
 #include "core/db.h"
 #include "core/settings.h"
 #include "core/shmem.h"
+#include "core/source_table.h"
+#include "worker/scheduler_steps.h"
 #include "worker/worker.h"
 #include "worker/worker_state.h"
 
@@ -50,7 +55,8 @@ typedef struct WantedSource
 /* A worker this scheduler registered and has not seen stop. */
 typedef struct StartedWorker
 {
-	Oid			serverid;
+	Oid			serverid;		/* InvalidOid for a pool worker */
+	int			index;			/* a pool worker's index + 1, else 0 */
 	BackgroundWorkerHandle *handle;
 } StartedWorker;
 
@@ -64,40 +70,27 @@ static TimestampTz alerts_started = 0;
 /* When a failure of a step was last logged: the same one each second would flood the log. */
 static TimestampTz checks_error_logged = 0;
 static TimestampTz refresh_error_logged = 0;
+/* When the sources finalize.max_sources left out, or the lack of a pool worker, were last logged or recorded. */
+static TimestampTz capacity_logged = 0;
+static TimestampTz no_pool_recorded = 0;
+static TimestampTz pool_start_logged = 0;
 
 #define ALERTS_RESTART_MS 5000
+#define POOL_HINT "Increase max_worker_processes: finalize needs one process for its launcher, one for its " \
+	"scheduler, one for webhook delivery and finalize.max_source_workers for its sources."
 #define CHECKS_ERROR_LOG_MS (5 * 60 * 1000)
 
 /*
- * Checks the freshness SLAs (incidents of tables whose verdict lags) and
- * the sources dropped under tracked tables, and says whether the alerts
- * worker is needed: webhook targets or pending
- * deliveries exist. A catalog older than the library has neither.
- */
-static bool
-check_alerts(void)
-{
-	bool		isnull;
-
-	if (!db_function_exists(FINALIZE_SCHEMA "._check_freshness()", "finalize's alert functions"))
-		return false;
-	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
-					FINALIZE_SCHEMA "._check_dropped_sources() >= 0 AND "
-					"(EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) OR "
-					"EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))",
-					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not check finalize's freshness SLAs");
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
- * Reads the sources that have tracked tables, in a short transaction; also
+ * Reads the sources that have tracked tables and the Iceberg catalogs with
+ * consumers (*wanted, in the current context), in a short transaction; also
  * purges old facts once an hour. Returns -1 while the extension is not
  * installed.
  */
 static int
-read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
+read_wanted_sources(WantedSource **wanted_out, TimestampTz *last_purge)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+	WantedSource *wanted;
 	int			n = 0;
 
 	db_begin("finalize: listing sources");
@@ -115,8 +108,10 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 					? "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s "
 					"UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_SCHEMA "._wanted_catalogs() AS c"
 					: "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
-					true, max) != SPI_OK_SELECT)
+					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list finalize's sources");
+	wanted = MemoryContextAllocZero(cxt, sizeof(WantedSource) * Max(SPI_processed, 1));
+	*wanted_out = wanted;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -137,22 +132,43 @@ read_wanted_sources(WantedSource *wanted, int max, TimestampTz *last_purge)
 	return n;
 }
 
-/* Whether this scheduler registered a worker for the source that is still starting. */
+/* Whether this scheduler registered a worker for the source (or pool index) that is still starting. */
 static bool
-worker_starting(Oid serverid)
+worker_starting(Oid serverid, int index)
 {
 	for (int i = 0; i < nstarted; i++)
 	{
 		pid_t		pid;
 
-		if (started[i].serverid != serverid)
+		if (started[i].serverid != serverid || started[i].index != index)
 			continue;
 		if (GetBackgroundWorkerPid(started[i].handle, &pid) != BGWH_STOPPED)
 			return true;
+		pfree(started[i].handle);
 		started[i] = started[--nstarted];
 		i--;
 	}
 	return false;
+}
+
+/*
+ * Forgets the workers this scheduler started that have stopped, whatever
+ * they served (a dropped source's, a dedicated one after a switch to the
+ * pool): their handles would fill the list.
+ */
+static void
+prune_started(void)
+{
+	for (int i = 0; i < nstarted; i++)
+	{
+		pid_t		pid;
+
+		if (GetBackgroundWorkerPid(started[i].handle, &pid) != BGWH_STOPPED)
+			continue;
+		pfree(started[i].handle);
+		started[i] = started[--nstarted];
+		i--;
+	}
 }
 
 /* Records that a source has no worker for lack of processes. */
@@ -161,30 +177,13 @@ record_no_worker(const WantedSource *src)
 {
 	ereport(WARNING,
 			(errmsg("finalize could not start a worker for source \"%s\"", src->name),
-			 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
-					 "one for its scheduler, one for webhook delivery and one per source.")));
+			 errhint("Increase max_worker_processes: with finalize.max_source_workers = 0 finalize needs one "
+					 "process for its launcher, one for its scheduler, one for webhook delivery and one per source.")));
 	db_begin("finalize: recording a missing worker");
 	ws_source_failed(src->name, COND_NO_WORKER,
 					 "No background worker slot was free (max_worker_processes); the source is not polled.",
 					 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SCHEDULER_NAP_MS));
 	db_commit();
-}
-
-/*
- * Brings the derived tables up to date with their inputs. A session's
- * report moves only the table it writes (_advance_dependents): this is how
- * the derived tables that use it follow, within a round of its commit. A
- * catalog older than the library has no _refresh_derived() (its reports
- * still move the derived tables themselves). Returns true.
- */
-static bool
-refresh_derived(void)
-{
-	if (!db_function_exists(FINALIZE_SCHEMA "._refresh_derived()", "finalize's _refresh_derived()"))
-		return true;
-	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._refresh_derived()", false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not bring finalize's derived tables up to date");
-	return true;
 }
 
 /*
@@ -236,11 +235,14 @@ ensure_alerts_worker(void)
 		return;
 	if (alerts_handle != NULL && GetBackgroundWorkerPid(alerts_handle, &pid) != BGWH_STOPPED)
 		return;
+	if (alerts_handle != NULL)
+		pfree(alerts_handle);
+	alerts_handle = NULL;
 	if (!TimestampDifferenceExceeds(alerts_started, GetCurrentTimestamp(), ALERTS_RESTART_MS))
 		return;
 	alerts_started = GetCurrentTimestamp();
 	snprintf(name, sizeof(name), "finalize alerts for database %s", finalize_database);
-	if (!start_dynamic_worker("finalize_alerts_main", "finalize alerts", name, MyDatabaseId, InvalidOid,
+	if (!start_dynamic_worker("finalize_alerts_main", "finalize alerts", name, MyDatabaseId, InvalidOid, 0,
 							  &alerts_handle))
 	{
 		alerts_handle = NULL;
@@ -248,7 +250,7 @@ ensure_alerts_worker(void)
 				(errmsg("finalize could not start its alerts worker"),
 				 errdetail("Incidents are recorded in finalize.alerts, but no webhook is sent until it runs."),
 				 errhint("Increase max_worker_processes: finalize needs one process for its launcher, "
-						 "one for its scheduler, one for webhook delivery and one per source.")));
+						 "one for its scheduler, one for webhook delivery and finalize.max_source_workers for its sources.")));
 	}
 }
 
@@ -285,60 +287,238 @@ lake_restart_due(Oid serverid)
 	return true;
 }
 
-/* One round: start the missing workers, stop the unneeded ones. */
+/*
+ * Records that no source is polled because no worker of the pool could
+ * start (at most once a minute: every source's status row is written).
+ */
 static void
-schedule(TimestampTz *last_purge)
+record_no_pool(const WantedSource *wanted, int nwanted)
 {
-	WantedSource wanted[FINALIZE_MAX_SLOTS];
-	WorkerSlot	running[FINALIZE_MAX_SLOTS];
-	int			nrunning;
-	int			nwanted = finalize_enabled ? read_wanted_sources(wanted, FINALIZE_MAX_SLOTS, last_purge) : 0;
+	if (!TimestampDifferenceExceeds(no_pool_recorded, GetCurrentTimestamp(), 60 * 1000))
+		return;
+	no_pool_recorded = GetCurrentTimestamp();
+	ereport(WARNING,
+			(errmsg("finalize could not start a source worker"),
+			 errhint(POOL_HINT)));
+	db_begin("finalize: recording a missing worker");
+	for (int j = 0; j < nwanted; j++)
+		if (!wanted[j].lake)
+			ws_source_failed(wanted[j].name, COND_NO_WORKER,
+							 "No background worker slot was free (max_worker_processes); the source is not polled.",
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SCHEDULER_NAP_MS));
+	db_commit();
+}
 
-	for (int k = 0; k < 2; k++)
+/*
+ * Lists the sources in the shared source table, where the workers find
+ * them; logs (every five minutes) those finalize.max_sources leaves out.
+ */
+static void
+list_sources(const WantedSource *wanted, int nwanted)
+{
+	Oid		   *oids = palloc(sizeof(Oid) * Max(nwanted, 1));
+	int			n = 0;
+	int			missing;
+
+	for (int j = 0; j < nwanted; j++)
+		if (!wanted[j].lake)
+			oids[n++] = wanted[j].serverid;
+	missing = source_table_sync(MyDatabaseId, oids, n, GetCurrentTimestamp());
+	if (missing > 0 && TimestampDifferenceExceeds(capacity_logged, GetCurrentTimestamp(), CHECKS_ERROR_LOG_MS))
 	{
-		SlotKind	kind = k == 0 ? SLOT_WORKER : SLOT_LAKE;
+		capacity_logged = GetCurrentTimestamp();
+		ereport(WARNING,
+				(errmsg("finalize cannot serve %d of its %d sources", missing, n),
+				 errdetail("Its shared table of sources holds finalize.max_sources = %d entries.",
+						   finalize_max_sources),
+				 errhint("Raise finalize.max_sources and restart PostgreSQL.")));
+	}
+	pfree(oids);
+}
 
-		nrunning = slot_list(kind, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
-		for (int i = 0; i < nrunning; i++)
-		{
-			bool		keep = false;
+/* How many of the wanted entries are sources (not catalogs). */
+static int
+count_sources(const WantedSource *wanted, int nwanted)
+{
+	int			n = 0;
 
+	for (int j = 0; j < nwanted; j++)
+		n += !wanted[j].lake;
+	return n;
+}
+
+/*
+ * Stops the source workers no longer needed: with a pool, those beyond its
+ * size (and any dedicated one); without, those whose source is gone (and
+ * any of a pool).
+ */
+static void
+stop_source_workers(const WantedSource *wanted, int nwanted, int pool_size)
+{
+	WorkerSlot	running[FINALIZE_MAX_SLOTS];
+	int			nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
+
+	for (int i = 0; i < nrunning; i++)
+	{
+		bool		keep = false;
+
+		if (finalize_max_source_workers > 0)
+			keep = running[i].index > 0 && running[i].index <= pool_size;
+		else if (running[i].index == 0)
 			for (int j = 0; j < nwanted && !keep; j++)
-				keep = wanted[j].serverid == running[i].serverid && wanted[j].lake == (kind == SLOT_LAKE);
-			if (!keep)
-				kill(running[i].pid, SIGTERM);
+				keep = !wanted[j].lake && wanted[j].serverid == running[i].serverid;
+		if (!keep)
+			kill(running[i].pid, SIGTERM);
+	}
+}
+
+/* Starts the workers of the pool that do not run (indexes 0 to pool_size - 1). */
+static void
+start_pool(const WantedSource *wanted, int nwanted, int pool_size)
+{
+	WorkerSlot	running[FINALIZE_MAX_SLOTS];
+	int			nrunning = slot_list(SLOT_WORKER, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
+	bool		failed = false;
+	int			alive = 0;
+	int			starting = 0;
+
+	for (int i = 0; i < pool_size; i++)
+	{
+		char		name[BGW_MAXLEN];
+		bool		runs = false;
+
+		for (int k = 0; k < nrunning && !runs; k++)
+			runs = running[k].index == i + 1;
+		alive += runs;
+		if (runs || worker_starting(InvalidOid, i + 1) || nstarted >= FINALIZE_MAX_SLOTS)
+		{
+			starting += !runs;
+			continue;
 		}
+		snprintf(name, sizeof(name), "finalize source worker %d for database %s", i + 1, finalize_database);
+		if (start_dynamic_worker("finalize_worker_main", "finalize worker", name, MyDatabaseId, InvalidOid, i,
+								 &started[nstarted].handle))
+		{
+			started[nstarted].serverid = InvalidOid;
+			started[nstarted++].index = i + 1;
+			starting++;
+		}
+		else
+			failed = true;
+	}
+	if (failed && alive == 0 && starting == 0)
+		record_no_pool(wanted, nwanted);
+	else if (failed && TimestampDifferenceExceeds(pool_start_logged, GetCurrentTimestamp(), CHECKS_ERROR_LOG_MS))
+	{
+		pool_start_logged = GetCurrentTimestamp();
+		ereport(WARNING,
+				(errmsg("finalize runs %d of its %d source workers", alive, pool_size),
+				 errdetail("No background worker slot was free (max_worker_processes); the running workers serve every source."),
+				 errhint(POOL_HINT)));
+	}
+}
+
+/* Starts a dedicated worker for each source without one (finalize.max_source_workers = 0). */
+static void
+start_dedicated(const WantedSource *wanted, int nwanted)
+{
+	for (int j = 0; j < nwanted; j++)
+	{
+		char		name[BGW_MAXLEN];
+
+		if (wanted[j].lake || slot_is_running(SLOT_WORKER, MyDatabaseId, wanted[j].serverid) ||
+			worker_starting(wanted[j].serverid, 0) || nstarted >= FINALIZE_MAX_SLOTS)
+			continue;
+		snprintf(name, sizeof(name), "finalize worker for server %s", wanted[j].name);
+		if (start_dynamic_worker("finalize_worker_main", "finalize worker", name, MyDatabaseId,
+								 wanted[j].serverid, -1, &started[nstarted].handle))
+		{
+			started[nstarted].serverid = wanted[j].serverid;
+			started[nstarted++].index = 0;
+			continue;
+		}
+		/* No slot for this one, so none for the rest: say so once a minute, not every round. */
+		if (TimestampDifferenceExceeds(no_pool_recorded, GetCurrentTimestamp(), 60 * 1000))
+		{
+			no_pool_recorded = GetCurrentTimestamp();
+			for (int k = j; k < nwanted; k++)
+				if (!wanted[k].lake && !slot_is_running(SLOT_WORKER, MyDatabaseId, wanted[k].serverid))
+					record_no_worker(&wanted[k]);
+		}
+		break;
+	}
+}
+
+/* Starts a lake worker for each Iceberg catalog with consumers, stops the others. */
+static void
+keep_lake_workers(const WantedSource *wanted, int nwanted)
+{
+	WorkerSlot	running[FINALIZE_MAX_SLOTS];
+	int			nrunning = slot_list(SLOT_LAKE, MyDatabaseId, running, FINALIZE_MAX_SLOTS);
+
+	for (int i = 0; i < nrunning; i++)
+	{
+		bool		keep = false;
+
+		for (int j = 0; j < nwanted && !keep; j++)
+			keep = wanted[j].lake && wanted[j].serverid == running[i].serverid;
+		if (!keep)
+			kill(running[i].pid, SIGTERM);
 	}
 	for (int j = 0; j < nwanted; j++)
 	{
 		char		name[BGW_MAXLEN];
-		SlotKind	kind = wanted[j].lake ? SLOT_LAKE : SLOT_WORKER;
 
-		if (slot_is_running(kind, MyDatabaseId, wanted[j].serverid) ||
-			worker_starting(wanted[j].serverid) || nstarted >= FINALIZE_MAX_SLOTS ||
-			(wanted[j].lake && !lake_restart_due(wanted[j].serverid)))
+		if (!wanted[j].lake || slot_is_running(SLOT_LAKE, MyDatabaseId, wanted[j].serverid) ||
+			worker_starting(wanted[j].serverid, 0) || nstarted >= FINALIZE_MAX_SLOTS ||
+			!lake_restart_due(wanted[j].serverid))
 			continue;
-		snprintf(name, sizeof(name), wanted[j].lake ? "finalize lake worker for catalog %s"
-				 : "finalize worker for server %s", wanted[j].name);
-		if (start_dynamic_worker(wanted[j].lake ? "finalize_lake_main" : "finalize_worker_main",
-								 wanted[j].lake ? "finalize lake worker" : "finalize worker", name,
-								 MyDatabaseId, wanted[j].serverid, &started[nstarted].handle))
-			started[nstarted++].serverid = wanted[j].serverid;
-		else if (!wanted[j].lake)
-			record_no_worker(&wanted[j]);
+		snprintf(name, sizeof(name), "finalize lake worker for catalog %s", wanted[j].name);
+		if (start_dynamic_worker("finalize_lake_main", "finalize lake worker", name, MyDatabaseId,
+								 wanted[j].serverid, 0, &started[nstarted].handle))
+		{
+			started[nstarted].serverid = wanted[j].serverid;
+			started[nstarted++].index = 0;
+		}
 		else
 			ereport(WARNING,
 					(errmsg("finalize could not start a lake worker for catalog \"%s\"", wanted[j].name),
 					 errhint("Increase max_worker_processes: finalize needs one process per Iceberg catalog with consumers too.")));
 	}
+}
+
+/*
+ * One round: list the sources, start the missing workers, stop the
+ * unneeded ones (in round_cxt, reset by the caller).
+ */
+static void
+schedule(TimestampTz *last_purge)
+{
+	WantedSource *wanted = NULL;
+	int			nwanted = finalize_enabled ? read_wanted_sources(&wanted, last_purge) : 0;
+	int			nsources;
+	int			pool_size;
+
+	if (nwanted < 0)
+		nwanted = 0;
+	prune_started();
+	nsources = count_sources(wanted, nwanted);
+	pool_size = Min(finalize_max_source_workers, nsources);
+	list_sources(wanted, nwanted);
+	stop_source_workers(wanted, nwanted, pool_size);
+	if (finalize_max_source_workers > 0)
+		start_pool(wanted, nwanted, pool_size);
+	else
+		start_dedicated(wanted, nwanted);
+	keep_lake_workers(wanted, nwanted);
 	/*
 	 * Also with finalize.enabled off: no source is polled then, but
 	 * pipelines still report (their derived tables follow), the freshness
 	 * SLAs tell people that every verdict stopped, and deliveries go on.
 	 */
-	(void) guarded_step(refresh_derived, "finalize: bringing derived tables up to date",
+	(void) guarded_step(scheduler_refresh_derived, "finalize: bringing derived tables up to date",
 						&refresh_error_logged, false);
-	if (guarded_step(check_alerts, "finalize: checking freshness and dropped sources", &checks_error_logged,
+	if (guarded_step(scheduler_check_alerts, "finalize: checking freshness and dropped sources", &checks_error_logged,
 					 slot_is_running(SLOT_ALERTS, MyDatabaseId, InvalidOid)) && finalize_alerts_enabled)
 		ensure_alerts_worker();
 }
@@ -349,6 +529,7 @@ finalize_scheduler_main(Datum arg pg_attribute_unused())
 {
 	Oid			dboid;
 	TimestampTz last_purge = 0;
+	MemoryContext round_cxt;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -357,6 +538,7 @@ finalize_scheduler_main(Datum arg pg_attribute_unused())
 	connect_worker_to_database(dboid);
 	if (!slot_claim(SLOT_SCHEDULER, dboid, InvalidOid))
 		proc_exit(0);
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "finalize scheduler round", ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
@@ -365,10 +547,15 @@ finalize_scheduler_main(Datum arg pg_attribute_unused())
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* A shorter poll interval applies at once. */
+			source_table_reschedule(MyDatabaseId, finalize_poll_interval_ms);
 		}
 		if (paused_database() == MyDatabaseId)
 			proc_exit(0);
+		MemoryContextReset(round_cxt);
+		MemoryContextSwitchTo(round_cxt);
 		schedule(&last_purge);
+		MemoryContextSwitchTo(TopMemoryContext);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(SCHEDULER_NAP_MS, finalize_poll_interval_ms), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

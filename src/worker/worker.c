@@ -1,13 +1,19 @@
 /*
  * worker.c
- *     The source worker: one process per SQL Server source, running cycles
- *     (cycle.c) every finalize.poll_interval, backing off after failures.
+ *     The source workers: a pool of finalize.max_source_workers processes
+ *     serving every source of finalize.database (or, with 0, one process per
+ *     source), each cycle (cycle.c) of a source when it is due, its backoff
+ *     after failures its own.
  *
- * Errors never kill the worker: a failed cycle is recorded in
- * finalize.source_status with SQL Server's message and retried after a
- * capped exponential backoff. pg_cancel_backend cancels the cycle in
- * progress; SIGTERM and pg_terminate_backend end the process at once, also
- * while SQL Server stalls (DB-Library checks for interrupts every second).
+ * A worker takes the due source that waited longest (core/source_pick.c),
+ * runs its cycle, gives it back with when the next one is due, and keeps
+ * its connection for the next time (source_runs.c). Errors never kill the
+ * worker: a failed cycle is recorded in finalize.source_status with SQL
+ * Server's message and retried after a capped exponential backoff.
+ * pg_cancel_backend cancels the cycle in progress; SIGTERM and
+ * pg_terminate_backend end the process at once, also while SQL Server
+ * stalls (DB-Library checks for interrupts every second); the cycle it
+ * held is given back and another worker takes it.
  */
 #include "postgres.h"
 
@@ -27,9 +33,14 @@
 #include "core/db.h"
 #include "core/settings.h"
 #include "core/shmem.h"
+#include "core/source_table.h"
 #include "worker/cycle.h"
+#include "worker/source_runs.h"
 #include "worker/worker.h"
 #include "worker/worker_state.h"
+
+/* The longest a worker sleeps without looking at the table again. */
+#define IDLE_NAP_MS 1000
 
 /* Delay before the next cycle: the poll interval, or a capped backoff. */
 static long
@@ -44,27 +55,38 @@ next_delay_ms(int failures)
 }
 
 /*
- * Sleeps until the next cycle is due. The latch also wakes up for reasons
- * that are no cause for a cycle (a timer's tick, a ProcSignal such as a
- * request to log memory contexts): those are served and the sleep goes on.
- * A reload ends it, so a new poll interval applies at once, and so does a
- * request for a cycle (the lake worker recorded a report to resolve).
+ * Sleeps until a source may be due, or the latch is set (a source was
+ * listed or asked for, a failing cycle ended, a reload). The latch also
+ * wakes up for reasons that are no cause for a cycle (a ProcSignal such as
+ * a request to log memory contexts): those are served on the way.
  */
 static void
-sleep_until(TimestampTz due)
+nap_until(TimestampTz wake_at)
 {
-	for (;;)
-	{
-		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due);
+	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake_at);
 
-		if (ms <= 0 || ConfigReloadPending || slot_take_cycle_request())
-			return;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		/* Between cycles a cancel has nothing to cancel. */
-		QueryCancelPending = false;
-		CHECK_FOR_INTERRUPTS();
-	}
+	if (ms <= 0)
+		return;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, Min(ms, IDLE_NAP_MS),
+					 PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	/* Between cycles a cancel has nothing to cancel. */
+	QueryCancelPending = false;
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * How long another worker's source must have been due before this one takes
+ * it: a tenth of the poll interval, between 100 ms and 1 s. Below, the home
+ * worker (which keeps the source's connection) is about to be free; above,
+ * it is most likely held by a source that does not answer.
+ */
+static int64
+steal_after_us(void)
+{
+	int64		ms = Max(100, Min(1000, finalize_poll_interval_ms / 10));
+
+	return ms * 1000;
 }
 
 /* Records a failed cycle, logging it; never lets a second error escape. */
@@ -132,36 +154,85 @@ guarded_cycle(SourceRun *run, MemoryContext cycle_cxt, CycleOutcome *outcome)
 }
 
 /*
- * Entry point of a source worker: bgw_main_arg is the foreign server, the
- * database OID is in bgw_extra.
+ * Runs one claimed cycle and gives it back: the failures counted, when the
+ * next one is due, the failure recorded. Returns false when the source is
+ * gone (its server was dropped).
+ */
+static bool
+serve(KeptRun *kept, MemoryContext cycle_cxt)
+{
+	SourceRun  *run = &kept->run;
+	CycleOutcome outcome = {COND_NONE, NULL};
+	bool		ok;
+	long		delay;
+
+	ok = guarded_cycle(run, cycle_cxt, &outcome);
+	if (run->server_gone)
+	{
+		source_table_finish(run->serverid, run->failures, 0, true);
+		runs_forget(kept);
+		return false;
+	}
+	if (ok)
+		run->failures = 0;
+	else
+	{
+		run->failures++;
+		if (run->conn != NULL && mssql_is_dead(run->conn))
+		{
+			mssql_close(run->conn);
+			run->conn = NULL;
+		}
+	}
+	delay = next_delay_ms(run->failures);
+	if (!ok)
+		record_failure(run, &outcome, delay);
+	runs_after_cycle(kept);
+	source_table_finish(run->serverid, run->failures,
+						TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay), false);
+	return true;
+}
+
+/*
+ * Entry point of a source worker: bgw_main_arg is its one source for a
+ * dedicated worker (finalize.max_source_workers = 0), InvalidOid for a
+ * worker of the pool; bgw_extra holds the database OID, then the pool index.
  */
 void
 finalize_worker_main(Datum arg)
 {
-	Oid			serverid = DatumGetObjectId(arg);
+	Oid			only = DatumGetObjectId(arg);
 	Oid			dboid;
+	int32		index;
 	MemoryContext cycle_cxt;
-	SourceRun	run;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(Oid), sizeof(int32));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	connect_worker_to_database(dboid);
 
-	/* Another worker already serves this source: leave it alone. */
-	if (!slot_claim(SLOT_WORKER, dboid, serverid))
+	/* Another worker already serves this source, or holds this index: leave it alone. */
+	if (OidIsValid(only) ? !slot_claim(SLOT_WORKER, dboid, only) : !slot_claim_at(SLOT_WORKER, dboid, InvalidOid, index + 1))
+	{
+		elog(LOG, "finalize: source worker %d exits: another process holds its slot", index + 1);
 		proc_exit(0);
+	}
+	if (!source_table_attach(OidIsValid(only) ? -1 : index))
+	{
+		elog(LOG, "finalize: source worker %d exits: another process holds its place in the source table", index + 1);
+		proc_exit(0);
+	}
 
-	memset(&run, 0, sizeof(run));
-	run.serverid = serverid;
+	runs_init();
 	cycle_cxt = AllocSetContextCreate(TopMemoryContext, "finalize cycle", ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
-		CycleOutcome outcome = {COND_NONE, NULL};
-		bool		ok;
-		long		delay;
+		SourceClaim claim;
+		TimestampTz now;
+		TimestampTz wake_at;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -171,31 +242,18 @@ finalize_worker_main(Datum arg)
 		}
 		if (!finalize_enabled)
 			proc_exit(0);
+		runs_sweep();
 
-		ok = guarded_cycle(&run, cycle_cxt, &outcome);
-
-		if (run.server_gone)
+		now = GetCurrentTimestamp();
+		wake_at = TimestampTzPlusMilliseconds(now, IDLE_NAP_MS);
+		if (!source_table_claim(only, now, steal_after_us(), &claim, &wake_at))
 		{
-			if (run.conn)
-				mssql_close(run.conn);
+			pgstat_report_activity(STATE_IDLE, NULL);
+			nap_until(wake_at);
+			continue;
+		}
+		if (!serve(runs_take(&claim), cycle_cxt) && OidIsValid(only))
 			proc_exit(0);
-		}
-		if (ok)
-			run.failures = 0;
-		else
-		{
-			run.failures++;
-			if (run.conn != NULL && mssql_is_dead(run.conn))
-			{
-				mssql_close(run.conn);
-				run.conn = NULL;
-			}
-		}
-		delay = next_delay_ms(run.failures);
-		if (!ok)
-			record_failure(&run, &outcome, delay);
-
 		pgstat_report_activity(STATE_IDLE, NULL);
-		sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay));
 	}
 }

@@ -28,6 +28,7 @@
 #include "core/fdw_options.h"
 #include "core/period.h"
 #include "core/settings.h"
+#include "core/source_table.h"
 #include "worker/worker_state.h"
 
 /* _record_range is planned once per process. */
@@ -37,7 +38,7 @@ static SPIPlanPtr record_range_plan = NULL;
  * How the source's connection is encrypted and verified (in the current
  * context), and where its private FreeTDS configuration and log live: in
  * pg_finalize/tds under the data directory, readable by PostgreSQL's user
- * only, one pair per server. encrypt defaults to require and the
+ * only, one per server and a log per worker. encrypt defaults to require and the
  * certificate is verified unless trust_server_certificate says not to:
  * against ca_file, else the system's trusted CAs. Returns NULL, or what is
  * wrong with the CA file.
@@ -63,7 +64,13 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"pg_finalize/tds\" in the data directory: %m")));
 	cfg->conn.conf_path = psprintf("%s/pg_finalize/tds/%u.conf", DataDir, server->serverid);
-	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/%u.log", DataDir, server->serverid);
+	/*
+	 * FreeTDS keeps one log open per process (the first login's "dump
+	 * file"; later logins append to it), so the log is the worker's, not the
+	 * server's: emptied before each login and read after a failed one, one
+	 * login at a time.
+	 */
+	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/worker-%d.log", DataDir, source_table_my_index() + 1);
 	cfg->conn.section = psprintf("finalize-%u.invalid", server->serverid);
 
 	/*

@@ -1,22 +1,30 @@
 #!/usr/bin/python3
-"""Many sources on one PostgreSQL, in today's design (one background worker per source): the
-baseline that issue 31's pool of source workers is to be measured against, in the same run.
+"""Many sources on one PostgreSQL: the pool of source workers (finalize.max_source_workers = 4)
+against one process per source (finalize.max_source_workers = 0, the design before the pool), in
+the same run, against one SQL Server simulator.
 
-  N foreign servers (--sizes, default 10,50,100) against one SQL Server simulator, one tracked table
-  each, finalize.poll_interval --poll (default 5s). For each N, once every source has its worker and
-  has caught up: finalize's processes (launcher, scheduler, source workers), their total PSS
-  (/proc/<pid>/smaps_rollup) and PSS per source, and the CPU of the source workers per source per
-  cycle over --seconds (schedstat). Baseline: the same at N = 1. The largest N is bounded by
-  max_worker_processes (set to N + 8 here), by finalize's 128 worker slots (launcher, scheduler and
-  alerts worker included: at most 125 sources) and by the machine's memory; the run says where it
-  stops.
+  memory   N foreign servers (one tracked table each, finalize.poll_interval --poll) in each design:
+           once every source caught up, finalize's processes, their total PSS
+           (/proc/<pid>/smaps_rollup), PSS per source, and the source workers' CPU per source per
+           cycle (schedstat over --seconds, cycles counted in finalize.source_status). One process
+           per source runs at --dedicated sizes until it stops (max_worker_processes, finalize's
+           128 process slots); the pool at --pool sizes.
+  lag      --lag-sources sources through the pool, --hung percent of them against a TCP listener
+           that never answers a login: a commit captured on the simulator, then the wall time
+           until each healthy source's table shows it (its offset reaches the new max LSN);
+           median, p99 and max against the poll interval, over --trials boundaries.
+  sensor   with those sources present: pgbench is_final() against SELECT 1 (ratio).
 
-Run as root after the extension is installed:
-    test/bench/sources_bench.py [--sizes 10,50,100] [--poll 5s] [--seconds 30]
+Ratios are printed, not asserted. Run as root after the extension is installed:
+    test/bench/sources_bench.py [--dedicated 1,50,100,125] [--pool 100,500,1000] [--poll 5s]
+                                [--lag-sources 1000] [--hung 5] [--trials 5] [--seconds 30]
 """
 import argparse
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,7 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 from pgcluster import Cluster  # noqa: E402
-from worker_env import Env, sim_clock  # noqa: E402
+from worker_env import Env, SilentServer, sim_clock, sim_max_lsn  # noqa: E402
 
 
 def cpu_seconds(pid):
@@ -46,63 +54,165 @@ def pss_kb(pid):
 
 
 def finalize_pids(pg):
-    rows = pg.sql("SELECT pid, backend_type FROM pg_stat_activity WHERE backend_type LIKE 'finalize%%'")
-    return [(pid, kind) for pid, kind in rows]
+    return pg.sql("SELECT pid, backend_type FROM pg_stat_activity WHERE backend_type LIKE 'finalize%%'")
 
 
-def measure(n, poll, seconds):
-    pg = Cluster(conf={"finalize.poll_interval": poll, "max_worker_processes": str(n + 8)})
+def cluster(workers, n, poll):
+    pg = Cluster(conf={"finalize.poll_interval": poll, "finalize.max_source_workers": str(workers),
+                       "max_worker_processes": str(n + 8 if workers == 0 else 16),
+                       "max_connections": "50"})
     pg.start()
     pg.sql("CREATE EXTENSION finalize")
+    return pg
+
+
+def add_sources(pg, env, sim, n, silent=None, hung=0):
+    """n sources (the first `hung` against the silent listener), one table each, in one transaction."""
+    stmts = []
+    for i in range(n):
+        port = silent.port if i < hung else sim.port
+        stmts.append("CREATE SERVER src%d FOREIGN DATA WRAPPER finalize_mssql OPTIONS "
+                     "(host '127.0.0.1', port '%d', database 'demo', encrypt 'off');" % (i, port))
+        stmts.append("CREATE USER MAPPING FOR CURRENT_USER SERVER src%d OPTIONS (username 'sa', password "
+                     "'Passw0rd!');" % i)
+        stmts.append("SELECT finalize.track_table('bench.t%d', 'src%d', 'dbo.orders');" % (i, i))
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write("BEGIN;\n" + "\n".join(stmts) + "\nCOMMIT;\n")
+    os.chmod(f.name, 0o644)
+    subprocess.run(["/usr/lib/postgresql/15/bin/psql", "-X", "-q", "-h", pg.dir, "-p", str(pg.port),
+                    "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-f", f.name], check=True,
+                   stdout=subprocess.DEVNULL)
+    os.unlink(f.name)
+
+
+def measure(workers, n, poll, seconds):
+    """Memory and CPU of n sources in one design."""
+    pg = cluster(workers, n, poll)
     sim = sim_clock(start_time="2026-11-02T08:59:00Z").start()
     env = Env(pg)
     try:
         sim.call("sim.commit", inserts=1)
         sim.call("sim.advance", seconds=10)
-        for i in range(n):
-            env.add_source("src%d" % i, sim)
-            env.track("bench.t%d" % i, "src%d" % i)
+        add_sources(pg, env, sim, n)
         pg.wait_for(lambda: pg.sql("SELECT count(*) FROM finalize.status WHERE offset_lsn IS NOT NULL")[0][0] == n,
-                    timeout=120 + n, what="every source caught up")
+                    timeout=300 + n, interval=1, what="every source caught up")
+        time.sleep(2)
         procs = finalize_pids(pg)
-        workers = [pid for pid, kind in procs if kind == "finalize worker"]
-        cpu0 = sum(cpu_seconds(p) for p in workers)
+        wpids = [pid for pid, kind in procs if kind == "finalize worker"]
+        cpu0 = sum(cpu_seconds(p) for p in wpids)
+        cycles0 = int(pg.sql("SELECT sum(cycles) FROM finalize.source_status")[0][0])
         t0 = time.monotonic()
         time.sleep(seconds)
         elapsed = time.monotonic() - t0
-        cpu1 = sum(cpu_seconds(p) for p in workers)
-        poll_s = pg.sql("SELECT extract(epoch FROM %s::interval)::float8", (poll,))[0][0]
-        # Each worker runs one cycle per poll interval.
-        cycles = (elapsed / poll_s) * len(workers)
+        cpu1 = sum(cpu_seconds(p) for p in wpids)
+        cycles1 = int(pg.sql("SELECT sum(cycles) FROM finalize.source_status")[0][0])
         pss = sum(pss_kb(p) for p, _ in finalize_pids(pg))
-        return {"n": n, "processes": len(procs), "workers": len(workers), "pss_kb": pss,
-                "cpu_per_source_cycle_ms": 1000 * (cpu1 - cpu0) / max(cycles or 1, 1),
-                "cpu_per_source_s": (cpu1 - cpu0) / elapsed / max(len(workers), 1)}
+        return {"n": n, "processes": len(procs), "workers": len(wpids), "pss_kb": pss,
+                "cycles": cycles1 - cycles0, "cycles_per_s": (cycles1 - cycles0) / elapsed,
+                "cpu_per_cycle_ms": 1000 * (cpu1 - cpu0) / max(cycles1 - cycles0, 1)}
     finally:
+        sim.stop()
+        pg.cleanup()
+
+
+def report(design, r, base):
+    print("%-9s N=%4d: %4d finalize processes (%3d source workers), PSS %7.1f MiB in all, %5.2f MiB per "
+          "source; %6.1f cycles/s, source workers' CPU %.3f ms per source per cycle (x%.2f of %s)"
+          % (design, r["n"], r["processes"], r["workers"], r["pss_kb"] / 1024, r["pss_kb"] / 1024 / r["n"],
+             r["cycles_per_s"], r["cpu_per_cycle_ms"], r["cpu_per_cycle_ms"] / max(base["cpu_per_cycle_ms"], 1e-9),
+             "one process per source at N=%d" % base["n"]), flush=True)
+
+
+def pgbench_tps(pg, script, seconds):
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write(script + "\n")
+    os.chmod(f.name, 0o644)
+    out = subprocess.run(["/usr/lib/postgresql/15/bin/pgbench", "-n", "-M", "prepared", "-c", "2", "-j", "2",
+                          "-T", str(seconds), "-h", pg.dir, "-p", str(pg.port), "-U", "postgres", "-f", f.name,
+                          "postgres"], check=True, capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    return float(next(line.split("=")[1].split()[0] for line in out.splitlines() if line.startswith("tps")))
+
+
+def lag(n, hung_pct, poll, trials, seconds):
+    """Lag of the healthy sources from a capture boundary to their verdict, with hung_pct % hanging;
+    then the sensor against SELECT 1 with those sources present."""
+    hung = n * hung_pct // 100
+    pg = cluster(4, n, poll)
+    sim = sim_clock(start_time="2026-11-02T08:59:00Z").start()
+    silent = SilentServer()
+    env = Env(pg)
+    poll_s = pg.sql("SELECT extract(epoch FROM %s::interval)::float8", (poll,))[0][0]
+    try:
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=10)
+        add_sources(pg, env, sim, n, silent=silent, hung=hung)
+        healthy = n - hung
+        pg.wait_for(lambda: pg.sql("SELECT count(*) FROM finalize.status WHERE offset_lsn IS NOT NULL")[0][0]
+                    == healthy, timeout=300 + n, interval=1, what="every healthy source caught up")
+        pg.wait_for(lambda: pg.sql("SELECT count(*) FROM finalize.source_status WHERE condition = 'timeout'")[0][0]
+                    == hung, timeout=300, interval=1, what="every hung source to have timed out once")
+        lags = []
+        for _ in range(trials):
+            time.sleep(poll_s * 0.37)       # a boundary anywhere in the poll cycle
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            target = sim_max_lsn(sim)
+            t0 = time.monotonic()
+            seen = {}
+            while len(seen) < healthy and time.monotonic() - t0 < 10 * poll_s:
+                for (name,) in pg.sql("SELECT table_name FROM finalize.status WHERE offset_lsn = %s", (target,)):
+                    seen.setdefault(name, time.monotonic() - t0)
+                time.sleep(0.05)
+            assert len(seen) == healthy, "%d of %d healthy sources saw the boundary" % (len(seen), healthy)
+            lags.extend(seen.values())
+        lags.sort()
+        p99 = lags[int(0.99 * (len(lags) - 1))]
+        print("lag      N=%4d, %d hung (%d%%), %d trials: healthy sources' lag from a capture boundary to the "
+              "verdict: median %.2f s, p99 %.2f s, max %.2f s = x%.2f / x%.2f / x%.2f of the poll interval (%.1f s)"
+              % (n, hung, hung_pct, trials, statistics.median(lags), p99, lags[-1], statistics.median(lags) / poll_s,
+                 p99 / poll_s, lags[-1] / poll_s, poll_s), flush=True)
+        print("workers  " + "; ".join("worker %s: %d cycles, %d connections kept" % (w, c, k) for w, c, k in
+                                     pg.sql("SELECT worker, cycles, connections FROM finalize.source_workers ORDER BY worker")))
+        one = pgbench_tps(pg, "SELECT 1;", seconds)
+        final = pgbench_tps(pg, "SELECT finalize.is_final('bench.t%d', now() - interval '3 hours');" % (n - 1), seconds)
+        print("sensor   with %d sources: is_final %.0f tps, SELECT 1 %.0f tps: ratio %.2f" % (n, final, one, final / one),
+              flush=True)
+    finally:
+        silent.close()
         sim.stop()
         pg.cleanup()
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--sizes", default="10,50,100")
+    p.add_argument("--dedicated", default="1,50,100,125")
+    p.add_argument("--pool", default="100,500,1000")
     p.add_argument("--poll", default="5s")
     p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--lag-sources", type=int, default=1000)
+    p.add_argument("--hung", type=int, default=5)
+    p.add_argument("--trials", type=int, default=5)
     args = p.parse_args()
-    sizes = [1] + [int(x) for x in args.sizes.split(",") if int(x) != 1]
     base = None
-    for n in sizes:
+    dedicated = {}
+    for n in [int(x) for x in args.dedicated.split(",") if x]:
         try:
-            r = measure(n, args.poll, args.seconds)
-        except Exception as e:          # noqa: BLE001 (where today's design stops is a result)
-            print("N=%d: stopped: %s: %s" % (n, type(e).__name__, str(e).splitlines()[0][:300]))
+            r = measure(0, n, args.poll, args.seconds)
+        except Exception as e:          # noqa: BLE001 (where one process per source stops is a result)
+            print("dedicated N=%4d: stopped: %s: %s" % (n, type(e).__name__, str(e).splitlines()[0][:300]))
             break
         base = base or r
-        print("N=%4d: %4d finalize processes (%d source workers), PSS %7.1f MiB in all, %5.2f MiB per source "
-              "(x%.2f of N=1); source workers' CPU %.3f ms per source per cycle, %.2f ms/s per source"
-              % (n, r["processes"], r["workers"], r["pss_kb"] / 1024, r["pss_kb"] / 1024 / n,
-                 (r["pss_kb"] / n) / max(base["pss_kb"], 1), r["cpu_per_source_cycle_ms"],
-                 1000 * r["cpu_per_source_s"]), flush=True)
+        dedicated[n] = r
+        report("dedicated", r, base)
+    for n in [int(x) for x in args.pool.split(",") if x]:
+        r = measure(4, n, args.poll, args.seconds)
+        report("pool(4)", r, base)
+        if n in dedicated:
+            print("pool(4)  N=%4d: PSS x%.3f of one process per source at the same N"
+                  % (n, r["pss_kb"] / dedicated[n]["pss_kb"]), flush=True)
+    if args.lag_sources:
+        lag(args.lag_sources, args.hung, args.poll, args.trials, min(args.seconds, 10))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import datetime
 import json
 import os
 import select
-import socket
 import threading
 import time
 
@@ -19,7 +18,8 @@ import psycopg2
 import pytest
 
 from test_worker_guards import lose_data
-from worker_env import assert_chain, assert_never_leads, lsn_text, memory_total, new_cluster, sim_clock, sim_max_lsn
+from worker_env import (SilentServer, assert_chain, assert_never_leads, lsn_text, memory_total, new_cluster,
+                        sim_clock, sim_max_lsn)
 
 UTC = datetime.timezone.utc
 
@@ -308,36 +308,6 @@ def test_other_interrupts_do_not_end_a_wait_for_sql_server(env, sim, pg):
 
 
 # 3. SIGTERM during a login -------------------------------------------------------------------
-
-class SilentServer:
-    """A TCP listener that accepts connections and never sends a byte: a login that never ends."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = []
-        self.closing = threading.Event()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self):
-        while not self.closing.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            self.accepted.append(conn)
-
-    def close(self):
-        self.closing.set()
-        self.thread.join(5)
-        self.sock.close()
-        for conn in self.accepted:
-            conn.close()
-
 
 def track_on_silent_server(env, pg, server, table):
     """Tracks a table on a source whose host accepts connections and never answers."""

@@ -1,0 +1,52 @@
+/*
+ * scheduler_steps.c
+ *     The scheduler's SQL steps of a round, each run in a transaction of its
+ *     own by scheduler.c's guarded_step: the freshness and dropped-source
+ *     checks, and bringing the derived tables up to date.
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+
+#include "core/db.h"
+#include "core/settings.h"
+#include "worker/scheduler_steps.h"
+
+/*
+ * Checks the freshness SLAs (incidents of tables whose verdict lags) and
+ * the sources dropped under tracked tables, and says whether the alerts
+ * worker is needed: webhook targets or pending
+ * deliveries exist. A catalog older than the library has neither.
+ */
+bool
+scheduler_check_alerts(void)
+{
+	bool		isnull;
+
+	if (!db_function_exists(FINALIZE_SCHEMA "._check_freshness()", "finalize's alert functions"))
+		return false;
+	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
+					FINALIZE_SCHEMA "._check_dropped_sources() >= 0 AND "
+					"(EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) OR "
+					"EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))",
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not check finalize's freshness SLAs");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Brings the derived tables up to date with their inputs. A session's
+ * report moves only the table it writes (_advance_dependents): this is how
+ * the derived tables that use it follow, within a round of its commit. A
+ * catalog older than the library has no _refresh_derived() (its reports
+ * still move the derived tables themselves). Returns true.
+ */
+bool
+scheduler_refresh_derived(void)
+{
+	if (!db_function_exists(FINALIZE_SCHEMA "._refresh_derived()", "finalize's _refresh_derived()"))
+		return true;
+	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._refresh_derived()", false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not bring finalize's derived tables up to date");
+	return true;
+}

@@ -1,0 +1,254 @@
+"""The pool of source workers (finalize.max_source_workers): many sources on a
+fixed number of processes, each source with its own poll, backoff, connection
+and status; sources that hang (a login never answered, a query never
+answered), refuse logins or present a certificate that does not verify are
+retried on at most half the pool, so the other workers keep every healthy
+source's poll; a worker killed while it serves one source is replaced and no
+other source loses anything; the connection budget; and one process per
+source again with finalize.max_source_workers = 0.
+
+Real PostgreSQL, real FreeTDS over TCP against simulators (and a silent TCP
+listener), real TLS."""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import pytest
+
+from worker_env import Env, SilentServer, new_cluster, sim_clock
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+from certs import make_test_pki  # noqa: E402
+
+HEALTHY = [f"h{i}" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def pg():
+    cluster = new_cluster(**{"finalize.max_source_workers": "2", "finalize.login_timeout": "4s",
+                             "finalize.query_timeout": "4s"})
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def env(pg):
+    e = Env(pg)
+    yield e
+    e.cleanup()
+
+
+@pytest.fixture(scope="module")
+def pki():
+    d = tempfile.mkdtemp(prefix="finalize-pki.")
+    os.chmod(d, 0o755)
+    yield make_test_pki(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def started_sim(**options):
+    sim = sim_clock(start_time="2026-11-02T08:59:00Z", **options).start()
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    return sim
+
+
+def worker_pids(pg):
+    return sorted(r[0] for r in pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize worker'"))
+
+
+def cycles(env, names):
+    rows = env.sql("SELECT server_name, cycles, condition FROM finalize.source_status WHERE server_name = ANY(%s)",
+                   (list(names),))
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def finalize_processes(pg):
+    """What finalize's processes do, for failure messages."""
+    return pg.sql("SELECT pid, backend_type, state, query FROM pg_stat_activity WHERE backend_type LIKE 'finalize%%'"), \
+        pg.sql("SELECT * FROM finalize.source_workers")
+
+
+def add_silent(env, server, name="silent"):
+    env.sql(f"CREATE SERVER {name} FOREIGN DATA WRAPPER finalize_mssql "
+            "OPTIONS (host '127.0.0.1', port '%d', database 'demo', encrypt 'off')" % server.port)
+    env.sql(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {name} OPTIONS (username 'sa', password 'x')")
+    env.sources[name] = None
+
+
+def condition_of(env, name):
+    rows = env.sql("SELECT condition, last_error, failures FROM finalize.source_status WHERE server_name = %s", (name,))
+    return rows[0] if rows else (None, None, None)
+
+
+def test_a_pool_of_two_keeps_every_healthy_poll_while_sources_hang_refuse_and_fail_tls(env, pg, pki):
+    healthy = started_sim()
+    stalled = started_sim()
+    tls = sim_clock(start_time="2026-11-02T08:59:00Z", tls_cert=pki.wrong_ca.cert, tls_key=pki.wrong_ca.key).start()
+    silent = SilentServer()
+    try:
+        for name in HEALTHY:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        add_silent(env, silent)
+        env.track("pool.silent", "silent")
+        env.add_source("refused", healthy, password="wrong")
+        env.track("pool.refused", "refused")
+        env.add_source("badcert", tls, encrypt="require", ca_file=pki.ca)
+        env.track("pool.badcert", "badcert")
+        env.add_source("stalled", stalled)
+        env.track("pool.stalled", "stalled")
+        # Every statement of the finalize login on that server is never answered (within the test).
+        pg.wait_for(lambda: condition_of(env, "stalled")[0] == "ok", what="the stalled source's first cycle")
+        stalled.call("sim.fault_stall", seconds=60, count=-1)
+
+        pg.wait_for(lambda: all(c == "ok" for _, c in cycles(env, HEALTHY).values()) and
+                    len(cycles(env, HEALTHY)) == len(HEALTHY), what=lambda: f"healthy sources: {cycles(env, HEALTHY)}")
+        st = pg.wait_for(lambda: condition_of(env, "silent")[0] == "timeout" and condition_of(env, "silent"),
+                         what=lambda: f"the silent login to time out: {condition_of(env, 'silent')}")
+        assert "finalize.login_timeout (4 s)" in st[1], st
+        st = pg.wait_for(lambda: condition_of(env, "stalled")[0] == "timeout" and condition_of(env, "stalled"),
+                         what=lambda: f"the stalled query to time out: {condition_of(env, 'stalled')}")
+        st = pg.wait_for(lambda: condition_of(env, "refused")[0] not in (None, "ok") and condition_of(env, "refused"),
+                         what="the refused login")
+        assert "Login failed for user" in st[1], st          # SQL Server's own words
+        st = pg.wait_for(lambda: condition_of(env, "badcert")[0] == "tls_failed" and condition_of(env, "badcert"),
+                         what=lambda: f"the certificate to fail: {condition_of(env, 'badcert')}")
+        assert "The certificate issuer is unknown" in st[1], st      # GnuTLS's reason, per source
+
+        # Twelve sources, two processes; an admin (not a superuser) sees them.
+        assert len(worker_pids(pg)) == 2
+        env.sql("DROP ROLE IF EXISTS pool_admin")
+        env.sql("CREATE ROLE pool_admin LOGIN IN ROLE finalize_admin")
+        try:
+            assert pg.sql("SELECT count(*) FROM finalize.source_workers WHERE worker IS NOT NULL",
+                          user="pool_admin")[0][0] == 2
+        finally:
+            env.sql("DROP ROLE pool_admin")
+
+        # While the two hanging sources keep hanging (each attempt costs its timeout), every
+        # healthy source keeps being polled, and never more than one worker (the retry lane of a
+        # pool of two) runs the cycle of a failing source: sampled all along.
+        before = cycles(env, HEALTHY)
+        silent_before = len(silent.accepted)
+        stalled_failures = condition_of(env, "stalled")[2]
+        lane_samples = []
+
+        def progressed():
+            lane_samples.append(env.one("SELECT count(*) FROM finalize.source_workers WHERE retrying"))
+            now = cycles(env, HEALTHY)
+            return (all(now[n][0] >= before[n][0] + 5 for n in HEALTHY) and
+                    len(silent.accepted) >= silent_before + 2 and
+                    condition_of(env, "stalled")[2] >= stalled_failures + 2)
+        pg.wait_for(progressed, timeout=90, interval=0.05,
+                    what=lambda: f"progress: {cycles(env, HEALTHY)} silent logins {len(silent.accepted)} "
+                                 f"stalled {condition_of(env, 'stalled')}")
+        assert max(lane_samples) == 1 and len(lane_samples) > 20, lane_samples
+        assert all(c == "ok" for _, c in cycles(env, HEALTHY).values())
+        assert all(env.status(f"pool.{n}")["finalized_until"] is not None for n in HEALTHY)
+    finally:
+        silent.close()
+        stalled.call("sim.fault_clear")
+        for s in (healthy, stalled, tls):
+            s.stop()
+
+
+def test_a_worker_killed_while_serving_a_hung_source_is_replaced_and_no_other_source_loses_state(env, pg):
+    healthy = started_sim()
+    silent = SilentServer()
+    try:
+        for name in HEALTHY[:4]:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        add_silent(env, silent)
+        env.track("pool.silent", "silent")
+        pg.wait_for(lambda: len(cycles(env, HEALTHY[:4])) == 4 and
+                    all(c[1] == "ok" for c in cycles(env, HEALTHY[:4]).values()), what="the healthy sources")
+        pg.wait_for(lambda: condition_of(env, "silent")[0] == "timeout",
+                    what=lambda: f"the silent login to time out: {condition_of(env, 'silent')} {finalize_processes(pg)}")
+        pg.wait_for(lambda: env.one("SELECT pid FROM finalize.source_workers WHERE serving = 'silent'"),
+                    what="a worker serving the silent source again")
+        victim = env.one("SELECT pid FROM finalize.source_workers WHERE serving = 'silent'")
+        kept = {n: env.status(f"pool.{n}")["offset_lsn"] for n in HEALTHY[:4]}
+        failures = condition_of(env, "silent")[2]
+        before = cycles(env, HEALTHY[:4])
+        assert pg.sql("SELECT pg_terminate_backend(%s)", (victim,))[0][0]
+
+        # The scheduler starts a worker in its place; the others never stopped.
+        pg.wait_for(lambda: len(worker_pids(pg)) == 2 and victim not in worker_pids(pg),
+                    what=lambda: f"a replacement for {victim}: {finalize_processes(pg)}")
+        pg.wait_for(lambda: all(c[0] >= before[n][0] + 3 for n, c in cycles(env, HEALTHY[:4]).items()),
+                    what=lambda: f"healthy sources to go on: {cycles(env, HEALTHY[:4])}")
+        for n in HEALTHY[:4]:
+            assert env.status(f"pool.{n}")["offset_lsn"] == kept[n], "the offsets stay where they were"
+        # The silent source's own state goes on too: its failures keep counting, its next login comes.
+        pg.wait_for(lambda: (condition_of(env, "silent")[2] or 0) > failures,
+                    what=lambda: f"the silent source to be retried: {condition_of(env, 'silent')}")
+        assert not any(f"server process (PID {victim})" in line and "terminated by signal" in line
+                       for line in pg.log().splitlines()), "a terminated worker is not a crash"
+    finally:
+        silent.close()
+        healthy.stop()
+
+
+def test_the_connection_budget_closes_the_least_recently_used(env, pg):
+    healthy = started_sim()
+    previous = pg.sql("SELECT current_setting('finalize.worker_connections')")[0][0]
+    try:
+        pg.sql("ALTER SYSTEM SET finalize.worker_connections = 2")
+        pg.sql("SELECT pg_reload_conf()")
+        for name in HEALTHY[:6]:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        pg.wait_for(lambda: len(cycles(env, HEALTHY[:6])) == 6 and
+                    all(c[0] >= 3 and c[1] == "ok" for c in cycles(env, HEALTHY[:6]).values()),
+                    what=lambda: f"six sources polled: {cycles(env, HEALTHY[:6])}")
+        # Each of the two workers keeps at most two connections open between cycles.
+        samples = [env.sql("SELECT coalesce(max(connections), 0), coalesce(sum(connections), 0) "
+                           "FROM finalize.source_workers")[0] for _ in range(20)]
+        assert all(m <= 2 and s <= 4 for m, s in samples), samples
+        sessions = healthy.query("SELECT count(*) AS n FROM sys.dm_exec_sessions WHERE program_name = 'finalize'")
+        assert sessions[0]["n"] <= 2 * 2 + 2, sessions        # kept ones, plus cycles in flight
+        # A larger budget keeps one connection per source.
+        pg.sql("ALTER SYSTEM SET finalize.worker_connections = 100")
+        pg.sql("SELECT pg_reload_conf()")
+        pg.wait_for(lambda: env.one("SELECT sum(connections) FROM finalize.source_workers") == 6,
+                    what=lambda: f"one connection kept per source: {env.sql('SELECT * FROM finalize.source_workers')}")
+    finally:
+        pg.sql("ALTER SYSTEM SET finalize.worker_connections = %s", (previous,))
+        pg.sql("SELECT pg_reload_conf()")
+        healthy.stop()
+
+
+def test_zero_workers_is_one_process_per_source_and_the_pool_comes_back(env, pg):
+    healthy = started_sim()
+    try:
+        for name in HEALTHY[:3]:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        pg.wait_for(lambda: len(worker_pids(pg)) == 2 and len(cycles(env, HEALTHY[:3])) == 3, what="the pool of two")
+        pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 0")
+        pg.sql("SELECT pg_reload_conf()")
+        pg.wait_for(lambda: env.one("SELECT count(*) FROM finalize.source_workers WHERE worker IS NULL") == 3 and
+                    len(worker_pids(pg)) == 3, what=lambda: f"a process per source: {env.sql('SELECT * FROM finalize.source_workers')}")
+        names = {r[0] for r in pg.sql("SELECT backend_type FROM pg_stat_activity WHERE pid = ANY(%s)",
+                                      (worker_pids(pg),))}
+        assert names == {"finalize worker"}
+        before = pg.wait_for(lambda: len(cycles(env, HEALTHY[:3])) == 3 and cycles(env, HEALTHY[:3]),
+                             what="the three sources' first cycles")
+        pg.wait_for(lambda: all(c[0] >= before[n][0] + 3 for n, c in cycles(env, HEALTHY[:3]).items()),
+                    what="each dedicated worker to poll its source")
+        pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 2")
+        pg.sql("SELECT pg_reload_conf()")
+        pg.wait_for(lambda: env.one("SELECT count(*) FROM finalize.source_workers WHERE worker IS NOT NULL") == 2 and
+                    len(worker_pids(pg)) == 2, what="the pool again")
+        before = cycles(env, HEALTHY[:3])
+        pg.wait_for(lambda: all(c[0] >= before[n][0] + 3 for n, c in cycles(env, HEALTHY[:3]).items()),
+                    what="the pool to poll the three sources")
+    finally:
+        pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 2")
+        pg.sql("SELECT pg_reload_conf()")
+        healthy.stop()
