@@ -68,7 +68,7 @@ ISOLATION_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8 --outputd
                  $(if $(USE_EXISTING),,--temp-instance=$(REGRESS_TMP)/instance --temp-config=$(srcdir)/test/regress.conf \
                                        --bindir=$(REGRESS_TMP)/bin)
 
-REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines lake event_time alerts alert_delivery record_batch privileges
+REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines lake event_time alerts alert_delivery record_batch privileges sharded
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
 
 # make installcheck runs pg_regress in a temporary instance it starts and
@@ -118,6 +118,7 @@ UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
 UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
 UNIT_SOURCES_test_period = src/core/period.c
 UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
+UNIT_SOURCES_test_source_pick = src/core/source_pick.c
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -5,6 +5,8 @@
  *   {"table": "sales.orders", "partition": "day=27/hour=08",
  *    "generation": "g-47", "store": "lake" | "file:///srv/lake",
  *    "prefix": "day=27/hour=08/g-47/",           optional, default partition + "/"
+ *    "shard": "db07",                             optional: the shard of a sharded table's
+ *                                                 partition (default: its key's shard=<label>)
  *    "period_start": "2026-11-27 08:00+00",       optional: the first period it holds (a boundary)
  *    "period_end": "2026-11-28 08:00+00",         optional: the end of the last (default: one period)
  *    "empty": true,                               optional
@@ -50,7 +52,7 @@ manifest_error(const char *field, const char *fmt,...)
 
 /* The fields a manifest may have. */
 static const char *const manifest_fields[] = {
-	"table", "partition", "generation", "store", "prefix", "period_start", "period_end", "empty",
+	"table", "partition", "generation", "store", "prefix", "shard", "period_start", "period_end", "empty",
 	"built_at", "files", "files_location"
 };
 
@@ -191,6 +193,8 @@ manifest_parse(Jsonb *jb, Manifest *m)
 	m->generation = string_field(root, "generation", true);
 	m->store = string_field(root, "store", true);
 	m->prefix = string_field(root, "prefix", false);
+	/* Which shard, the sharded table decides (release_checks.c). */
+	m->shard = string_field(root, "shard", false);
 	if (!path_is_safe(m->partition, strlen(m->partition)))
 		manifest_error("partition", "\"%s\" must be a relative key such as day=27/hour=08, without a leading /, "
 					 "empty, \".\" or \"..\" parts", m->partition);

@@ -18,6 +18,7 @@ typedef struct Manifest
 	char	   *generation;
 	char	   *store;			/* a finalize_s3 server name or a file:// URL */
 	char	   *prefix;			/* the generation's location, ending in "/" */
+	char	   *shard;			/* the shard of a sharded table's partition, or NULL */
 	bool		has_period;
 	TimestampTz period_start;
 	bool		has_period_end;

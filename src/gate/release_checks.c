@@ -19,6 +19,10 @@
  * is known nowhere is refused (no_period): no release is published without
  * the finality check.
  *
+ * A partition of a sharded table may hold one shard (the manifest's
+ * "shard", else its key's shard=<label>): its periods are final when that
+ * shard's are, and a shard the table does not have is unknown_shard.
+ *
  * Every query is schema-qualified and uses no operator, cast or
  * unqualified name: it runs as the extension's owner.
  */
@@ -39,7 +43,7 @@
 /* The catalog view of a partition, as the gate reads it. */
 #define GATE_CATALOG_SQL \
 	"SELECT c.catalog, c.source, c.location, c.in_range, c.range_start, c.range_end, " \
-	"c.registered_at, c.registered_by FROM " FINALIZE_SCHEMA "._gate_catalog($1, $2, $3) AS c"
+	"c.registered_at, c.registered_by FROM " FINALIZE_SCHEMA "._gate_catalog($1, $2, $3, $4) AS c"
 
 /* The columns of GATE_CATALOG_SQL, by position. */
 enum
@@ -48,12 +52,12 @@ enum
 	CAT_REGISTERED_AT, CAT_REGISTERED_BY, CAT_NCOLS
 };
 
-/* The arguments that name a partition: table id, partition, period start. */
+/* The arguments that name a partition: table id, partition, period start, shard. */
 typedef struct PartitionArgs
 {
-	Oid			types[3];
-	Datum		values[3];
-	char		nulls[3];
+	Oid			types[4];
+	Datum		values[4];
+	char		nulls[4];
 } PartitionArgs;
 
 /*
@@ -128,16 +132,27 @@ bind_manifest_period(Manifest *m, const GateTable *t)
 	m->period_end = span_end;
 }
 
+/* A text column of the first row of SPI's result, copied to cxt (NULL for NULL). */
+static char *
+result_text(int col, MemoryContext cxt)
+{
+	char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col);
+
+	return v == NULL ? NULL : MemoryContextStrdup(cxt, v);
+}
+
 /*
- * The manifest's table (or the not-tracked error) with its periods, and
- * the manifest's periods checked against them: all before anything goes
- * over the network. Needs no SPI connection of the caller's.
+ * The manifest's table (or the not-tracked error) with its periods, the
+ * table whose verdict decides (on a sharded table, the partition's shard),
+ * and the manifest's periods checked against them: all before anything
+ * goes over the network. Needs no SPI connection of the caller's.
  */
 void
 gate_table_lookup(Manifest *m, GateTable *t)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', m->shard ? ' ' : 'n'};
 	bool		isnull;
 	const PeriodZone *zone;
 	MemoryContext caller_cxt = CurrentMemoryContext;
@@ -145,36 +160,43 @@ gate_table_lookup(Manifest *m, GateTable *t)
 	SPI_connect();
 	require_catalog_version();
 	values[0] = CStringGetTextDatum(m->table);
-	if (SPI_execute_with_args("SELECT t.table_id, t.granularity, t.period_zone FROM " FINALIZE_SCHEMA
-							  "._tracked($1) AS t", 1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+	values[1] = CStringGetTextDatum(m->partition);
+	values[2] = m->shard ? CStringGetTextDatum(m->shard) : (Datum) 0;
+	if (SPI_execute_with_args("SELECT t.table_id, t.granularity, t.period_zone, t.verdict_table, t.shard, "
+							  "t.shard_problem FROM " FINALIZE_SCHEMA "._gate_table($1, $2, $3) AS t",
+							  3, types, values, nulls, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read tracked table \"%s\"", m->table);
 	t->table_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	t->granularity = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	t->zone = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	/* Out of SPI's memory, which SPI_finish frees. */
+	t->granularity = result_text(2, caller_cxt);
+	t->zone = result_text(3, caller_cxt);
+	t->verdict_table = result_text(4, caller_cxt);
+	t->shard = result_text(5, caller_cxt);
+	t->shard_problem = result_text(6, caller_cxt);
 	zone = period_zone_of(t->zone, "period_zone");
 	period_spec_of(DatumGetIntervalP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
 				   zone, true, "granularity", &t->periods);
-	/* Out of SPI's memory, which SPI_finish frees. */
-	t->granularity = MemoryContextStrdup(caller_cxt, t->granularity);
-	t->zone = MemoryContextStrdup(caller_cxt, t->zone);
 	bind_manifest_period(m, t);
 	SPI_finish();
 }
 
 /* Fills the arguments shared by the lock and the catalog view. */
 static void
-partition_args(const Manifest *m, int64 table_id, const GatePeriod *p, PartitionArgs *a)
+partition_args(const Manifest *m, const GateTable *t, const GatePeriod *p, PartitionArgs *a)
 {
 	a->types[0] = INT8OID;
 	a->types[1] = TEXTOID;
 	a->types[2] = TIMESTAMPTZOID;
-	a->values[0] = Int64GetDatum(table_id);
+	a->types[3] = TEXTOID;
+	a->values[0] = Int64GetDatum(t->table_id);
 	a->values[1] = CStringGetTextDatum(m->partition);
 	a->values[2] = p->known ? TimestampTzGetDatum(p->start) : (Datum) 0;
+	a->values[3] = t->shard ? CStringGetTextDatum(t->shard) : (Datum) 0;
 	a->nulls[0] = ' ';
 	a->nulls[1] = ' ';
 	a->nulls[2] = p->known ? ' ' : 'n';
+	a->nulls[3] = t->shard ? ' ' : 'n';
 }
 
 /*
@@ -211,7 +233,7 @@ registered_period(const Manifest *m, int64 table_id, TimestampTz *start, Timesta
 static void
 check_catalog_unchanged(const Manifest *m, const char *seen, PartitionArgs *a)
 {
-	SPIPlanPtr	plan = SPI_prepare(GATE_CATALOG_SQL, 3, a->types);
+	SPIPlanPtr	plan = SPI_prepare(GATE_CATALOG_SQL, 4, a->types);
 	char	   *latest;
 
 	if (plan == NULL ||
@@ -324,7 +346,7 @@ resolve_period(const Manifest *m, const GateTable *t, ProblemList *problems, Gat
 static char *
 check_catalog(const Manifest *m, const GatePeriod *p, PartitionArgs *a, ProblemList *problems)
 {
-	char	  **row = query_row(GATE_CATALOG_SQL, 3, a->types, a->values, a->nulls, CAT_NCOLS);
+	char	  **row = query_row(GATE_CATALOG_SQL, 4, a->types, a->values, a->nulls, CAT_NCOLS);
 
 	if (row[CAT_CATALOG] == NULL)
 		elog(ERROR, "could not read the catalog view of partition \"%s\"", m->partition);
@@ -371,33 +393,38 @@ empty_problem(char **f, ProblemList *problems)
 /*
  * Adds the late_data problem of an event-time table's partition whose
  * periods received late rows after its previous release, unless the
- * manifest's built_at says its data was read after the last of them.
+ * manifest's built_at says its data was read after the last of them (on
+ * a sharded table, the late rows of the partition's shard, or of all).
  */
 static void
-late_data_problem(const Manifest *m, const GatePeriod *p, ProblemList *problems)
+late_data_problem(const Manifest *m, const GateTable *t, const GatePeriod *p, ProblemList *problems)
 {
-	Oid			types[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[5] = {CStringGetTextDatum(m->table), CStringGetTextDatum(m->partition),
-	TimestampTzGetDatum(p->start), TimestampTzGetDatum(p->end), TimestampTzGetDatum(m->built_at)};
-	char		nulls[5] = {' ', ' ', ' ', ' ', m->has_built_at ? ' ' : 'n'};
+	Oid			types[6] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[6] = {CStringGetTextDatum(m->table), CStringGetTextDatum(m->partition),
+		TimestampTzGetDatum(p->start), TimestampTzGetDatum(p->end), TimestampTzGetDatum(m->built_at),
+	t->shard ? CStringGetTextDatum(t->shard) : (Datum) 0};
+	char		nulls[6] = {' ', ' ', ' ', ' ', m->has_built_at ? ' ' : 'n', t->shard ? ' ' : 'n'};
 	char	  **why;
 
-	why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4, $5)", 5, types, values, nulls, 1);
+	why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4, $5, $6)", 6, types, values, nulls,
+					1);
 	if (why[0] != NULL)
 		problem_add(problems, "late_data", NULL, why[0]);
 }
 
 /*
- * Reads what the CDC facts say about the periods and adds their problems:
+ * Reads what the CDC facts of the table whose verdict decides (a shard's,
+ * for a shard's partition) say about the periods and adds their problems:
  * a period that is not final yet (with the verdict's reason for the first
  * one), an emptiness they do not confirm. The facts as JSON text, for the
  * report.
  */
 static char *
-check_period_facts(const Manifest *m, const GatePeriod *p, int64 listed, ProblemList *problems)
+check_period_facts(const Manifest *m, const GateTable *t, const GatePeriod *p, int64 listed,
+				   ProblemList *problems)
 {
 	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[3] = {CStringGetTextDatum(m->table), TimestampTzGetDatum(p->start),
+	Datum		values[3] = {CStringGetTextDatum(t->verdict_table), TimestampTzGetDatum(p->start),
 	TimestampTzGetDatum(p->end)};
 	char	  **f;
 
@@ -408,7 +435,7 @@ check_period_facts(const Manifest *m, const GatePeriod *p, int64 listed, Problem
 	if (f[FACT_IS_FINAL] == NULL || strcmp(f[FACT_IS_FINAL], "t") != 0)
 		problem_add(problems, "not_finalized", NULL,
 					f[FACT_REASON] ? f[FACT_REASON] : pstrdup("The period is not final yet."));
-	late_data_problem(m, p, problems);
+	late_data_problem(m, t, p, problems);
 	if (listed == 0 && m->empty)
 		empty_problem(f, problems);
 	return f[FACT_FACTS];
@@ -430,15 +457,19 @@ check_partition(const Manifest *m, const GateTable *t, int64 listed, ProblemList
 	PartitionArgs a;
 	GatePeriod	none = {0};
 
-	partition_args(m, t->table_id, &none, &a);
+	partition_args(m, t, &none, &a);
 	(void) query_row("SELECT " FINALIZE_SCHEMA "._lock_partition($1, $2)", 2, a.types, a.values, NULL, 1);
 
 	/* The periods the release holds, then the catalog view of the partition. */
 	resolve_period(m, t, problems, period);
-	partition_args(m, t->table_id, period, &a);
+	partition_args(m, t, period, &a);
 	*catalog_json = check_catalog(m, period, &a, problems);
+	/* A shard the sharded table does not have has no verdict to check against. */
+	if (t->shard_problem != NULL)
+		problem_add(problems, "unknown_shard", NULL, t->shard_problem);
 	/* What the CDC facts say about those periods. */
-	*facts_json = period->known ? check_period_facts(m, period, listed, problems) : NULL;
+	*facts_json = period->known && t->verdict_table != NULL ?
+		check_period_facts(m, t, period, listed, problems) : NULL;
 	if (listed == 0 && !m->empty)
 		problem_add(problems, "empty_location", NULL,
 					psprintf("There are no objects under \"%s\": an empty location is never a release by itself. "

@@ -17,6 +17,10 @@ typedef struct GateTable
 	PeriodSpec	periods;		/* its granularity in its zone */
 	char	   *granularity;	/* as text, for messages */
 	char	   *zone;
+	char	   *verdict_table;	/* whose verdict decides: the table, or the
+								 * partition's shard; NULL for an unknown shard */
+	char	   *shard;			/* the partition's shard, or NULL */
+	char	   *shard_problem;	/* why the shard is unknown, or NULL */
 } GateTable;
 
 /* The periods a release holds, from the manifest or the catalog. */

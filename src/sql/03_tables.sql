@@ -36,7 +36,7 @@ CREATE TABLE @extschema@.tracked_table (
     created_by        name NOT NULL,
     untracked_at      timestamptz,
     kind              text NOT NULL DEFAULT 'source'
-                      CONSTRAINT tracked_table_kind_check CHECK (kind IN ('source', 'derived')),
+                      CONSTRAINT tracked_table_kind_check CHECK (kind IN ('source', 'derived', 'sharded')),
     CONSTRAINT tracked_table_source_check
         CHECK ((kind = 'source') = (server_name IS NOT NULL AND source_schema IS NOT NULL AND source_name IS NOT NULL)),
     event_time_column text
@@ -56,19 +56,35 @@ CREATE TABLE @extschema@.tracked_table (
                       CONSTRAINT tracked_table_lateness_window_check
                       CHECK (lateness_window > interval '0'),
     CONSTRAINT tracked_table_event_time_check
-        CHECK (event_time_column IS NULL OR kind = 'source'),
+        CHECK (event_time_column IS NULL OR kind IN ('source', 'sharded')),
     CONSTRAINT tracked_table_quantile_check
         CHECK ((lateness_policy = 'quantile') = (lateness_quantile IS NOT NULL)),
     max_lag           interval
                       CONSTRAINT tracked_table_max_lag_check CHECK (max_lag > interval '0'),
     -- The zone its periods are cut in, as the zone database spells it.
     period_zone       text NOT NULL DEFAULT 'UTC'
-                      CONSTRAINT tracked_table_period_zone_check CHECK (@extschema@._zone_valid(period_zone))
+                      CONSTRAINT tracked_table_period_zone_check CHECK (@extschema@._zone_valid(period_zone)),
+    -- A shard (finalize.add_shard): a source table that is one part of a
+    -- sharded table (its table_id), named <sharded table>/<shard>. No
+    -- foreign key: a restore (pg_dump keeps this table's rows, in no
+    -- particular order) could load a shard before its sharded table. The
+    -- functions keep it: a sharded table's row goes only with its shards'
+    -- (untrack_table, purge_facts).
+    shard_of          bigint,
+    shard             text COLLATE "C"
+                      CONSTRAINT tracked_table_shard_label_check
+                      CHECK (length(shard) BETWEEN 1 AND 63 AND shard !~ '[/[:cntrl:]]'),
+    CONSTRAINT tracked_table_shard_check
+        CHECK ((shard_of IS NULL) = (shard IS NULL) AND (shard_of IS NULL OR kind = 'source'))
 );
 COMMENT ON TABLE @extschema@.tracked_table IS
     'Logical tables whose completeness finalize tracks, and their SQL Server source';
 COMMENT ON COLUMN @extschema@.tracked_table.kind IS
-    'source: fed by a SQL Server table through the worker; derived: computed from other tracked tables (finalize.track_derived)';
+    'source: fed by a SQL Server table through the worker; derived: computed from other tracked tables (finalize.track_derived); sharded: one lake table fed by many shards (finalize.track_sharded), final for a period once every shard is';
+COMMENT ON COLUMN @extschema@.tracked_table.shard_of IS
+    'A shard: the sharded table it is part of (finalize.add_shard); NULL for every other table';
+COMMENT ON COLUMN @extschema@.tracked_table.shard IS
+    'A shard: its label, unique in its sharded table, as the lake''s partition paths write it (shard=<label>)';
 COMMENT ON COLUMN @extschema@.tracked_table.event_time_column IS
     'A captured date/time column of the source table that partitions the lake table (event time); NULL: partitioned by commit time';
 COMMENT ON COLUMN @extschema@.tracked_table.event_time_zone IS
@@ -86,6 +102,13 @@ CREATE UNIQUE INDEX tracked_table_active_name_idx
 -- The worker lists the tables of one source.
 CREATE INDEX tracked_table_server_idx
     ON @extschema@.tracked_table (server_name) WHERE untracked_at IS NULL;
+-- A shard label names one shard of its sharded table, and two shards never
+-- read the same SQL Server table (its changes would count twice).
+CREATE UNIQUE INDEX tracked_table_shard_idx
+    ON @extschema@.tracked_table (shard_of, shard) WHERE untracked_at IS NULL;
+CREATE UNIQUE INDEX tracked_table_shard_source_idx
+    ON @extschema@.tracked_table (shard_of, server_name, source_schema, source_name)
+    WHERE shard_of IS NOT NULL AND untracked_at IS NULL;
 
 -- The verdict of each table: finalized_until and the offset it came from.
 -- One row per tracked table, created with it.

@@ -253,6 +253,9 @@ END;
 -- ever, so that is refused unless cascade, which first untracks those
 -- derived tables (and the ones using them) the same way, each once: in a
 -- diamond, a derived table that uses two of them is gone with the first.
+-- A sharded table's shards are parts of it: they are untracked with it
+-- (and so are, with cascade, the derived tables built from one of them);
+-- a shard alone leaves its sharded table through finalize.drop_shard.
 CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
                                           cascade boolean DEFAULT false)
 RETURNS void
@@ -262,22 +265,45 @@ AS $$
 #variable_conflict use_column
 DECLARE
     id bigint;
+    tkind text;
+    part_of bigint;
+    label text;
     users text[];
     dependent text;
 BEGIN
     PERFORM @extschema@._require(untrack_table.table_name, 'table_name');
     PERFORM @extschema@._require(keep_facts, 'keep_facts');
     PERFORM @extschema@._require(untrack_table.cascade, 'cascade');
-    SELECT t.table_id INTO id
+    SELECT t.table_id, t.kind, t.shard_of, t.shard INTO id, tkind, part_of, label
       FROM @extschema@.tracked_table t
      WHERE t.table_name = untrack_table.table_name AND t.untracked_at IS NULL
        FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(untrack_table.table_name);
     END IF;
+    IF part_of IS NOT NULL THEN
+        RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%"', untrack_table.table_name, label,
+                        (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of)
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A shard leaves its sharded table with finalize.drop_shard(), or is untracked with it.',
+                  HINT = format('Call finalize.drop_shard(%L, %L).',
+                                (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of), label);
+    END IF;
     users := @extschema@._dependents(id);
+    IF tkind = 'sharded' THEN
+        users := ARRAY(SELECT DISTINCT x.name
+                         FROM unnest(users || ARRAY(
+                                  SELECT u.name FROM @extschema@.tracked_table s
+                                   CROSS JOIN LATERAL unnest(@extschema@._dependents(s.table_id)) AS u(name)
+                                   WHERE s.shard_of = id AND s.untracked_at IS NULL
+                                     AND u.name <> untrack_table.table_name)) AS x(name)
+                        ORDER BY x.name);
+    END IF;
     IF cardinality(users) > 0 AND NOT untrack_table.cascade THEN
-        RAISE EXCEPTION 'table "%" is an input of derived %', untrack_table.table_name,
+        RAISE EXCEPTION '% is an input of derived %',
+                        CASE WHEN tkind = 'sharded'
+                             THEN format('sharded table "%s" or one of its shards', untrack_table.table_name)
+                             ELSE format('table "%s"', untrack_table.table_name) END,
                         (SELECT CASE WHEN count(*) > 1 THEN 'tables ' ELSE 'table ' END
                                 || string_agg(format('"%s"', u), ', ') FROM unnest(users) AS u)
             USING ERRCODE = 'dependent_objects_still_exist',
@@ -289,22 +315,31 @@ BEGIN
         CONTINUE WHEN NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                                    WHERE t.table_name = dependent AND t.untracked_at IS NULL);
         PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
-        RAISE NOTICE 'derived table "%" is untracked too: it used table "%"', dependent, untrack_table.table_name;
+        RAISE NOTICE 'derived table "%" is untracked too: it used table "%"%', dependent, untrack_table.table_name,
+                     CASE WHEN tkind = 'sharded' THEN ' or one of its shards' ELSE '' END;
     END LOOP;
-    -- Nothing is watched for an untracked table: its incidents end here.
+    -- Nothing is watched for an untracked table: its incidents end here
+    -- (a sharded table's shards' too).
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-     WHERE a.table_id = id AND a.state <> 'resolved';
+     WHERE (a.table_id = id
+            OR a.table_id IN (SELECT s.table_id FROM @extschema@.tracked_table s
+                               WHERE s.shard_of = id AND s.untracked_at IS NULL))
+       AND a.state <> 'resolved';
     IF keep_facts THEN
-        UPDATE @extschema@.tracked_table SET untracked_at = now() WHERE table_id = id;
+        UPDATE @extschema@.tracked_table t SET untracked_at = now()
+         WHERE t.table_id = id OR (t.shard_of = id AND t.untracked_at IS NULL);
     ELSE
-        DELETE FROM @extschema@.tracked_table WHERE table_id = id;
+        -- its shards with it, the ones dropped before too
+        DELETE FROM @extschema@.tracked_table t WHERE t.table_id = id OR t.shard_of = id;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.untrack_table(text, boolean, boolean) IS
-    'Stop tracking a table; its facts stay until retention removes them unless keep_facts is false; cascade untracks the derived tables that use it';
+    'Stop tracking a table (a sharded table with its shards); its facts stay until retention removes them unless keep_facts is false; cascade untracks the derived tables that use it';
 
--- Changes how a tracked table is handled; NULL keeps a setting.
+-- Changes how a tracked table is handled; NULL keeps a setting. The
+-- settings of a sharded table are every shard's: they change on each of
+-- its shards, then on it; a shard's own are only its max_lag.
 CREATE FUNCTION @extschema@.alter_tracked_table(
     table_name   text,
     granularity  interval DEFAULT NULL,
@@ -324,13 +359,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    id bigint;
-    kind text;
-    cur @extschema@.tracked_table;
-    has_verdict boolean;
-    event_changed boolean;
+    tt @extschema@.tracked_table;
     zone text;
-    periods_changed boolean;
+    part bigint;
 BEGIN
     PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
     IF granularity IS NOT NULL THEN
@@ -351,24 +382,92 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'The freshness SLA is a length of time without months, such as ''2 hours''; 0 removes it.';
     END IF;
-    SELECT t.table_id, t.kind INTO id, kind FROM @extschema@.tracked_table t
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t
      WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+    END IF;
+    IF tt.shard_of IS NOT NULL
+       AND (granularity IS NOT NULL OR period_zone IS NOT NULL OR ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL
+            OR event_time_column IS NOT NULL OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
+            OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%": only its max_lag can be changed',
+                        tt.table_name, tt.shard, (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = tt.shard_of)
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Its periods, its DDL and data-loss policies and its event-time settings are its sharded table''s, the same for every shard.',
+                  HINT = format('Change them on the sharded table: finalize.alter_tracked_table(%L, ...).',
+                                (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = tt.shard_of));
+    END IF;
+    -- A sharded table first (its verdict before its shards', in the order
+    -- add_shard and drop_shard take them), then each of its shards.
+    PERFORM @extschema@._alter_tracked(tt.table_id, granularity, ddl_policy, on_data_loss, event_time_column,
+                                       event_time_zone, lateness_policy, allowed_lateness, lateness_quantile,
+                                       lateness_window, max_lag, zone);
+    IF tt.kind = 'sharded' THEN
+        FOR part IN SELECT x.table_id FROM @extschema@.tracked_table x
+                     WHERE x.shard_of = tt.table_id AND x.untracked_at IS NULL
+                     ORDER BY x.table_id FOR NO KEY UPDATE LOOP
+            PERFORM @extschema@._alter_tracked(part, granularity, ddl_policy, on_data_loss, event_time_column,
+                                               event_time_zone, lateness_policy, allowed_lateness,
+                                               lateness_quantile, lateness_window, NULL, zone);
+        END LOOP;
+        -- its verdict under new periods, once its shards have them
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                                    double precision, interval, interval, text) IS
+    'Change the periods (granularity, period_zone), DDL policy, data-loss policy, event-time settings or freshness SLA (max_lag) of a tracked table (only the periods and max_lag of a derived one, only max_lag of a shard; a sharded table''s change on every shard)';
+
+-- The body of alter_tracked_table for one table, whose row the caller
+-- holds, with its arguments checked (period_zone as _check_zone spells it).
+CREATE FUNCTION @extschema@._alter_tracked(
+    table_id     bigint,
+    granularity  interval,
+    ddl_policy   text,
+    on_data_loss text,
+    event_time_column text,
+    event_time_zone   text,
+    lateness_policy   text,
+    allowed_lateness  interval,
+    lateness_quantile double precision,
+    lateness_window   interval,
+    max_lag           interval,
+    period_zone       text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint := _alter_tracked.table_id;
+    kind text;
+    cur @extschema@.tracked_table;
+    has_verdict boolean;
+    event_changed boolean;
+    zone text := _alter_tracked.period_zone;
+    periods_changed boolean;
+BEGIN
+    SELECT t.kind INTO kind FROM @extschema@.tracked_table t
+     WHERE t.table_id = id AND t.untracked_at IS NULL FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked table with id % is no longer tracked', id
+            USING ERRCODE = 'undefined_object';
     END IF;
     -- Its verdict too, before anything is read to decide on: new periods
     -- may give it a loss to wait for, and a loss recorded meanwhile (which
     -- holds the verdict) must be seen (_refresh_loss_blocked).
     PERFORM @extschema@._lock_tracked(id);
+    SELECT t.* INTO cur FROM @extschema@.tracked_table t WHERE t.table_id = id;
     IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
                              OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
                              OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
                              OR lateness_window IS NOT NULL) THEN
-        RAISE EXCEPTION 'table "%" is a derived table: only its granularity, period_zone and max_lag can be changed', alter_tracked_table.table_name
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity, period_zone and max_lag can be changed', cur.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'ddl_policy, on_data_loss and the event-time settings say how the worker reads a SQL Server table; a derived table has none.';
     END IF;
-    SELECT t.* INTO cur FROM @extschema@.tracked_table t WHERE t.table_id = id;
     SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
     event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
                      OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
@@ -398,7 +497,8 @@ BEGIN
                                   @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
                                   CASE WHEN cur.event_time_column IS NULL THEN 'commit time'
                                        ELSE format('the time of column "%s"', cur.event_time_column) END),
-                  HINT = 'Track the table again under a new name with finalize.track_table(..., event_time_column => ...), then untrack this one.';
+                  HINT = format('Track the table again under a new name with finalize.%s(..., event_time_column => ...), then untrack this one.',
+                                CASE WHEN kind = 'sharded' THEN 'track_sharded' ELSE 'track_table' END);
     END IF;
     IF coalesce(event_time_column, cur.event_time_column) IS NULL
        AND (event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL OR allowed_lateness IS NOT NULL
@@ -416,24 +516,24 @@ BEGIN
     -- A stricter lateness policy applies from now on: periods already
     -- final stay final (a verdict never moves back).
     UPDATE @extschema@.tracked_table t
-       SET granularity = coalesce(alter_tracked_table.granularity, t.granularity),
+       SET granularity = coalesce(_alter_tracked.granularity, t.granularity),
            period_zone = coalesce(zone, t.period_zone),
-           ddl_policy = coalesce(alter_tracked_table.ddl_policy, t.ddl_policy),
-           on_data_loss = coalesce(alter_tracked_table.on_data_loss, t.on_data_loss),
-           event_time_column = coalesce(alter_tracked_table.event_time_column, t.event_time_column),
-           event_time_zone = coalesce(alter_tracked_table.event_time_zone, t.event_time_zone),
-           lateness_policy = coalesce(alter_tracked_table.lateness_policy, t.lateness_policy),
-           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.allowed_lateness)),
+           ddl_policy = coalesce(_alter_tracked.ddl_policy, t.ddl_policy),
+           on_data_loss = coalesce(_alter_tracked.on_data_loss, t.on_data_loss),
+           event_time_column = coalesce(_alter_tracked.event_time_column, t.event_time_column),
+           event_time_zone = coalesce(_alter_tracked.event_time_zone, t.event_time_zone),
+           lateness_policy = coalesce(_alter_tracked.lateness_policy, t.lateness_policy),
+           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM _alter_tracked.allowed_lateness)),
                                        t.allowed_lateness),
-           lateness_quantile = CASE WHEN coalesce(alter_tracked_table.lateness_policy, t.lateness_policy) = 'exact'
+           lateness_quantile = CASE WHEN coalesce(_alter_tracked.lateness_policy, t.lateness_policy) = 'exact'
                                     THEN NULL
-                                    ELSE coalesce(alter_tracked_table.lateness_quantile, t.lateness_quantile) END,
-           lateness_window = coalesce(make_interval(secs => extract(epoch FROM alter_tracked_table.lateness_window)),
+                                    ELSE coalesce(_alter_tracked.lateness_quantile, t.lateness_quantile) END,
+           lateness_window = coalesce(make_interval(secs => extract(epoch FROM _alter_tracked.lateness_window)),
                                       t.lateness_window),
            -- without days, like every length of time here; 0 removes the SLA
-           max_lag = CASE WHEN alter_tracked_table.max_lag IS NULL THEN t.max_lag
-                          WHEN alter_tracked_table.max_lag = interval '0' THEN NULL
-                          ELSE make_interval(secs => extract(epoch FROM alter_tracked_table.max_lag)) END
+           max_lag = CASE WHEN _alter_tracked.max_lag IS NULL THEN t.max_lag
+                          WHEN _alter_tracked.max_lag = interval '0' THEN NULL
+                          ELSE make_interval(secs => extract(epoch FROM _alter_tracked.max_lag)) END
      WHERE t.table_id = id;
     -- The verdict stays valid under any periods: it is an instant before
     -- which everything is complete, so it is kept as it is, and what reads
@@ -449,9 +549,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
-                                                    double precision, interval, interval, text) IS
-    'Change the periods (granularity, period_zone), DDL policy, data-loss policy, event-time settings or freshness SLA (max_lag) of a tracked table (only the periods and max_lag of a derived one)';
 
 -- Lets a stopped table go on. After a schema change that blocked it, the DDL
 -- counts as reviewed and the verdict continues from where it stopped. After

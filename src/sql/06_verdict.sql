@@ -240,7 +240,9 @@ BEGIN
         RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
-    IF tt.kind = 'derived' THEN
+    -- A sharded table is derived from its shards (derived_input): the
+    -- least of their verdicts, NULL while one has none or it has no shard.
+    IF tt.kind IN ('derived', 'sharded') THEN
         from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity, tt.period_zone);
         IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
             UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
@@ -249,7 +251,9 @@ BEGIN
     END IF;
     new_commit := GREATEST(wm.commit_until,
                            (SELECT e.until FROM @extschema@._effective_untils(ARRAY[tt.table_id]) e));
-    IF tt.event_time_column IS NULL THEN
+    -- (A sharded table partitioned by event time takes its shards'
+    -- event-time verdicts as they are: each is drawn from its own.)
+    IF tt.event_time_column IS NULL OR tt.kind = 'sharded' THEN
         new_until := GREATEST(wm.finalized_until, new_commit);
     ELSE
         -- The event-time verdict, held by losses (whose spans are event times

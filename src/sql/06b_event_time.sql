@@ -386,7 +386,9 @@ COMMENT ON VIEW @extschema@.late_data IS
 -- late_rows: covered when the facts reach back before the period (by the
 -- clock skew a row's event may run ahead of its commit) and no loss
 -- intersects the period or its lateness allowance; exact when covered and
--- final (a period that is not final may still receive rows).
+-- final (a period that is not final may still receive rows). A sharded
+-- table has no facts of its own (its shards have them): its periods are
+-- never covered nor exact, and their counts are NULL, as a derived table's.
 CREATE FUNCTION @extschema@.changes_by_event_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint, late_rows bigint,
@@ -410,6 +412,14 @@ BEGIN
                   HINT = 'Use finalize.changes_by_period() for it, or set an event column with finalize.alter_tracked_table(..., event_time_column => ...).';
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    -- A sharded table's facts are its shards': ask a shard for its counts.
+    IF tt.kind = 'sharded' THEN
+        RETURN QUERY
+        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
+        RETURN;
+    END IF;
     SELECT min(f.end_commit_time) INTO covered_after
       FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
     RETURN QUERY
@@ -446,7 +456,9 @@ COMMENT ON FUNCTION @extschema@.changes_by_event_period(text, timestamptz, times
 -- commit-time verdict (the table's lateness_window unless given): the
 -- quantile q (the table's lateness_quantile, else 0.999) within the
 -- sketch's 1% accuracy, how many rows it describes, and the allowance the
--- verdict last used (drawn from the quantile's upper bound).
+-- verdict last used (drawn from the quantile's upper bound). Of a sharded
+-- table: the lateness of all its shards' rows, and the longest allowance a
+-- shard's verdict uses.
 CREATE FUNCTION @extschema@.lateness(table_name text, quantile double precision DEFAULT NULL,
                                      window_length interval DEFAULT NULL,
                                      OUT lateness interval, OUT rows bigint, OUT allowance interval)
@@ -470,14 +482,28 @@ BEGIN
         PERFORM @extschema@._instant_minus('2000-01-01 00:00+00', window_length);
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
-    SELECT @extschema@._sketch_union(h.sketch) INTO s
-      FROM @extschema@.lateness_hour h
-     WHERE h.table_id = tt.table_id
-       AND h.hour >= coalesce(@extschema@._instant_minus(coalesce(wm.commit_until, now()),
-                                                         coalesce(window_length, tt.lateness_window)), '-infinity');
+    IF tt.kind = 'sharded' THEN
+        -- A sharded table's rows are its shards': their sketches merged,
+        -- each over the window before its own commit-time verdict; the
+        -- allowance is the longest a shard's verdict uses.
+        SELECT @extschema@._sketch_union(h.sketch) INTO s
+          FROM @extschema@._shards(tt.table_id) AS p
+          JOIN @extschema@.watermark pw ON pw.table_id = p.table_id
+          JOIN @extschema@.lateness_hour h ON h.table_id = p.table_id
+         WHERE h.hour >= coalesce(@extschema@._instant_minus(coalesce(pw.commit_until, now()),
+                                                             coalesce(window_length, tt.lateness_window)), '-infinity');
+        SELECT max(pw.event_allowance) INTO allowance
+          FROM @extschema@._shards(tt.table_id) AS p JOIN @extschema@.watermark pw ON pw.table_id = p.table_id;
+    ELSE
+        SELECT @extschema@._sketch_union(h.sketch) INTO s
+          FROM @extschema@.lateness_hour h
+         WHERE h.table_id = tt.table_id
+           AND h.hour >= coalesce(@extschema@._instant_minus(coalesce(wm.commit_until, now()),
+                                                             coalesce(window_length, tt.lateness_window)), '-infinity');
+        allowance := wm.event_allowance;
+    END IF;
     rows := coalesce(@extschema@._sketch_rows(s), 0);
     lateness := make_interval(secs => @extschema@._sketch_quantile_ms(s, coalesce(quantile, tt.lateness_quantile, 0.999)) / 1000.0);
-    allowance := wm.event_allowance;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.lateness(text, double precision, interval) IS
@@ -494,13 +520,22 @@ RETURN period_end + make_interval(secs => extract(epoch FROM allowance));
 
 -- What explain_verdict says of an event-time table: the column and zone,
 -- the policy and the allowance it gave, and where the commit-time verdict
--- stands against the end of the period plus that allowance.
+-- stands against the end of the period plus that allowance (of a sharded
+-- table: that each shard's verdict is its own event-time verdict).
 CREATE FUNCTION @extschema@._explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                                 period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN format('This table is partitioned by event time (column "%s"%s): a period is final once the commit-time verdict has passed its end plus the lateness allowance, %s (%s); the commit-time verdict stands at %s%s.',
+RETURN CASE WHEN (tt).kind = 'sharded'
+THEN format('Its shards are partitioned by event time (column "%s"%s, %s): each shard''s verdict is drawn from its own commit-time verdict and lateness allowance, and this table''s is the least of them.',
+            (tt).event_time_column,
+            CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
+            CASE WHEN (tt).lateness_policy = 'exact'
+                 THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
+                 ELSE format('policy quantile: the %s quantile of each shard''s lateness observed over %s, at least %s',
+                             (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END)
+ELSE format('This table is partitioned by event time (column "%s"%s): a period is final once the commit-time verdict has passed its end plus the lateness allowance, %s (%s); the commit-time verdict stands at %s%s.',
               (tt).event_time_column,
               CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
               coalesce((wm).event_allowance::text,
@@ -516,4 +551,4 @@ RETURN format('This table is partitioned by event time (column "%s"%s): a period
                         AND (wm).event_allowance IS NOT NULL
                    THEN format(', and must reach %s for this period',
                                @extschema@._event_reach(_explain_event_time.period_end, (wm).event_allowance))
-                   ELSE '' END);
+                   ELSE '' END) END;

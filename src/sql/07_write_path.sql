@@ -66,6 +66,11 @@ BEGIN
         RAISE EXCEPTION 'table "%" is a derived table, so no range can be recorded', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A derived table has no SQL Server source: its verdict follows its inputs and the jobs that report with finalize.report_processed().';
+    ELSIF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so no range can be recorded', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A sharded table has no SQL Server source of its own: its verdict follows its shards, each read from its own database.',
+                  HINT = format('Record the range on its shard, such as finalize.record_range(%L, ...).', tt.table_name || '/<shard>');
     END IF;
     IF inserts < 0 OR updates < 0 OR deletes < 0 THEN
         RAISE EXCEPTION 'invalid row counts for table "%": inserts %, updates %, deletes %',
@@ -533,10 +538,13 @@ BEGIN
     DELETE FROM @extschema@.alert a
      WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.alert_delivery d WHERE d.alert_id = a.alert_id AND d.state = 'pending');
+    -- (a sharded table, which has no facts of its own, stays while a shard
+    -- of it does: deleting it would delete them with it)
     DELETE FROM @extschema@.tracked_table t
      WHERE t.untracked_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id
-                        AND f.recorded_at >= now() - keep);
+                        AND f.recorded_at >= now() - keep)
+       AND NOT EXISTS (SELECT FROM @extschema@.tracked_table s WHERE s.shard_of = t.table_id);
     RETURN removed;
 END
 $$;

@@ -89,7 +89,8 @@ $$;
 -- table. A required one holds the verdict from now on (what was final
 -- stays final). Only members of reporter (and of finalize_admin) may
 -- report for it; without one, only admins may: a pipeline must never be
--- able to release another pipeline's table.
+-- able to release another pipeline's table. On a sharded table it is
+-- declared on each shard, now and when one is added (_add_sharded_consumer).
 CREATE FUNCTION @extschema@._add_consumer(
     caller name,
     table_name text,
@@ -110,7 +111,12 @@ BEGIN
     IF reporter IS NOT NULL THEN
         reporter_name := @extschema@._check_reporter(reporter);
     END IF;
-    PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, reporter, reporter_name);
+    -- On a sharded table: on every shard, and on every shard added later.
+    IF tt.kind = 'sharded' THEN
+        PERFORM @extschema@._add_sharded_consumer(caller, tt, consumer, required, reporter, reporter_name);
+    ELSE
+        PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, reporter, reporter_name);
+    END IF;
     PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
 END
 $$;
@@ -132,7 +138,9 @@ COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
 -- it again would let it). NULL keeps a setting. reset forgets what it
 -- reported (a wrong LSN, a report from another database): the verdict
 -- stays where it is (verdicts never move back) and waits for its next
--- report. Making it optional lets the verdict move at once.
+-- report. Making it optional lets the verdict move at once. On a sharded
+-- table it changes the consumer of every shard; on a shard, a consumer
+-- declared on its sharded table may only be reset.
 CREATE FUNCTION @extschema@._alter_consumer(
     caller name,
     table_name text,
@@ -153,6 +161,13 @@ BEGIN
     PERFORM @extschema@._require(reset, 'reset');
     IF reporter IS NOT NULL THEN
         reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
+    IF tt.kind = 'sharded' THEN
+        PERFORM @extschema@._alter_sharded_consumer(tt, consumer, required, reporter, reporter_name, reset);
+        RETURN;
+    ELSIF required IS NOT NULL OR reporter IS NOT NULL THEN
+        -- a shard's consumer declared on its sharded table changes there
+        PERFORM @extschema@._refuse_shard_consumer(tt, consumer, 'alter_consumer');
     END IF;
     PERFORM @extschema@._lock_tracked(tt.table_id);
     UPDATE @extschema@.consumer c
@@ -202,6 +217,8 @@ COMMENT ON FUNCTION @extschema@.alter_consumer(text, text, boolean, regrole, boo
 
 -- The body of finalize.drop_consumer: forgets a consumer; the verdict may
 -- then move at once, and a NOTICE says how far. Returns whether it existed.
+-- On a sharded table it forgets the consumer of every shard; a shard's
+-- consumer declared on its sharded table is dropped there.
 CREATE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -214,6 +231,10 @@ DECLARE
     after timestamptz;
 BEGIN
     PERFORM @extschema@._require(consumer, 'consumer');
+    IF tt.kind = 'sharded' THEN
+        RETURN @extschema@._drop_sharded_consumer(tt, consumer);
+    END IF;
+    PERFORM @extschema@._refuse_shard_consumer(tt, consumer, 'drop_consumer');
     PERFORM @extschema@._lock_tracked(tt.table_id);
     SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
@@ -364,7 +385,13 @@ DECLARE
     reported @extschema@.lsn;
     c @extschema@.consumer;
 BEGIN
-    IF tt.kind <> 'source' THEN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so its consumers report per shard', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own: a report names the shard whose changes the pipeline applied (a Debezium record names it in source.db).',
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>) for each shard.', tt.table_name || '/<shard>',
+                                pg_catalog.left(consumer, 255));
+    ELSIF tt.kind <> 'source' THEN
         RAISE EXCEPTION 'table "%" is a derived table, so its consumers report with finalize.report_processed()', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has fully processed.',
@@ -429,7 +456,13 @@ DECLARE
     inputs_until timestamptz;
     upto timestamptz := processed_until;
 BEGIN
-    IF tt.kind <> 'derived' THEN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so its consumers report per shard with finalize.report_progress()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A consumer of a sharded table is a consumer of each of its shards, which reports the commit LSN it has applied in that shard''s database.',
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>) for each shard.', tt.table_name || '/<shard>',
+                                pg_catalog.left(consumer, 255));
+    ELSIF tt.kind <> 'derived' THEN
         RAISE EXCEPTION 'table "%" is fed by SQL Server, so its consumers report with finalize.report_progress()', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A consumer of a tracked table reports the commit LSN it has applied; report_processed takes the input watermark of a derived table''s job, and a time is never read as an LSN.',
@@ -684,6 +717,12 @@ DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
     covered integer;
 BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table: a loss is acknowledged on the shard that lost the data', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A sharded table holds the periods its shards lost; each shard''s loss is released by an acknowledgement on that shard, once the lake''s copy of its data was repaired.',
+                  HINT = 'finalize.explain_verdict() on the sharded table names the shard and the call to make.';
+    END IF;
     IF tt.kind = 'derived' AND NOT EXISTS (SELECT FROM @extschema@._loss_ackers(tt.table_id) AS a
                                             WHERE a.acker_id = tt.table_id) THEN
         RAISE EXCEPTION 'table "%" is a derived table with no loss to acknowledge', tt.table_name

@@ -206,7 +206,13 @@ DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
     srv pg_foreign_server;
 BEGIN
-    IF tt.kind <> 'source' THEN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so an Iceberg table cannot report LSNs for it as a whole', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own.',
+                  HINT = format('Declare the Iceberg consumer on each shard, such as finalize.add_consumer(%L, %L, ...), with the snapshot property that carries that shard''s LSN (lsn_property).',
+                                tt.table_name || '/<shard>', consumer);
+    ELSIF tt.kind <> 'source' THEN
         RAISE EXCEPTION 'table "%" is a derived table, so an Iceberg table cannot report LSNs for it', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',

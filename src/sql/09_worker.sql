@@ -577,7 +577,7 @@ BEGIN
             SELECT t.table_id, w.source_until
               FROM @extschema@._inputs_final_untils(ARRAY(
                        SELECT x.table_id FROM @extschema@.tracked_table x
-                        WHERE x.kind = 'derived' AND x.untracked_at IS NULL)) AS i
+                        WHERE x.kind IN ('derived', 'sharded') AND x.untracked_at IS NULL)) AS i
               JOIN @extschema@.tracked_table t ON t.table_id = i.table_id
               JOIN @extschema@.watermark w ON w.table_id = t.table_id
              WHERE @extschema@.period_start(i.until, t.granularity, t.period_zone)
@@ -703,3 +703,18 @@ BEGIN
            FOR NO KEY UPDATE SKIP LOCKED);
 END
 $$;
+
+-- The source workers and what each does now, from finalize's shared memory:
+-- the pool (worker = its number) or one dedicated process per source
+-- (worker NULL, finalize.max_source_workers = 0).
+CREATE FUNCTION @extschema@._source_workers(
+    OUT pid integer, OUT worker integer, OUT serving text, OUT serving_since timestamptz,
+    OUT retrying boolean, OUT connections integer, OUT cycles bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'finalize_source_workers'
+LANGUAGE C VOLATILE;
+CREATE VIEW @extschema@.source_workers AS
+SELECT w.pid, w.worker, w.serving, w.serving_since, w.retrying, w.connections, w.cycles
+  FROM @extschema@._source_workers() AS w;
+COMMENT ON VIEW @extschema@.source_workers IS
+    'The source workers: the source whose cycle each runs and since when, whether it is a retry of a failing source, the SQL Server connections each keeps open';

@@ -73,7 +73,8 @@ COMMENT ON TYPE @extschema@.verdict IS
 
 -- Why the source verdict holds a period back, or NULL when it does not: for
 -- a tracked table how far SQL Server's capture has come, for a derived one
--- which inputs are not final that far.
+-- which inputs are not final that far, for a sharded one which shards
+-- (_explain_shards).
 CREATE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                             period_start timestamptz, period_end timestamptz)
 RETURNS text
@@ -85,6 +86,8 @@ BEGIN
         RETURN NULL;
     ELSIF tt.kind = 'derived' THEN
         RETURN @extschema@._explain_inputs(tt.table_id, period_end);
+    ELSIF tt.kind = 'sharded' THEN
+        RETURN @extschema@._explain_shards(tt, wm, period_start, period_end);
     ELSIF wm.offset_lsn IS NULL THEN
         RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
     ELSIF wm.offset_commit_time >= period_end THEN
@@ -114,6 +117,47 @@ BEGIN ATOMIC
      WHERE d.table_id = _explain_inputs.table_id
        AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
 END;
+
+-- The shards of a sharded table that hold a period back (the least
+-- verdicts first, at most five named), each with its own explanation; a
+-- sharded table without shards is never final.
+CREATE FUNCTION @extschema@._explain_shards(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                            period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    holding bigint;
+    named text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM @extschema@._shards(tt.table_id)) THEN
+        RETURN 'it has no shard, and a sharded table is final only for the periods every shard is final for: add one with finalize.add_shard()';
+    END IF;
+    SELECT count(*) INTO holding
+      FROM @extschema@._shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
+     WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
+    IF holding = 0 THEN
+        RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
+                      coalesce(wm.finalized_until::text, 'nothing yet'));
+    END IF;
+    -- Each shard's own reason, without its first words (the period) and
+    -- speaking of the shard where it says "this table".
+    SELECT string_agg(format('shard "%s" holds it back: %s', x.shard,
+                             rtrim(replace(regexp_replace((@extschema@.explain_verdict(x.table_name, period_start)).reason,
+                                                          '^Period \[[^)]*\) is not final( yet)?: ', ''),
+                                           'This table is', 'The shard is'), '.')),
+                      '; ' ORDER BY x.ord)
+      INTO named
+      FROM (SELECT s.shard, s.table_name,
+                   row_number() OVER (ORDER BY w.finalized_until NULLS FIRST, s.shard) AS ord
+              FROM @extschema@._shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
+             WHERE w.finalized_until IS NULL OR w.finalized_until < period_end
+             ORDER BY w.finalized_until NULLS FIRST, s.shard LIMIT 5) AS x;
+    RETURN named || CASE WHEN holding > 5 THEN format('; %s more shards are not final for it', holding - 5) ELSE '' END;
+END
+$$;
 
 -- The required consumers that hold a period back, each with how far it got,
 -- or NULL when none does.
@@ -160,7 +204,8 @@ BEGIN ATOMIC
       FROM (SELECT l.loss_id,
                    format('changes of table "%s"%s %s from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
                           t.table_name,
-                          CASE WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                          CASE WHEN t.shard_of = (tt).table_id THEN format(', shard "%s" of this table,', t.shard)
+                               WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
                           CASE WHEN t.event_time_column IS NOT NULL
                                THEN 'with event times (within the lateness allowance) possibly'
                                ELSE 'committed' END,
@@ -201,6 +246,9 @@ BEGIN ATOMIC
                 THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
                             _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
                             (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
+                WHEN (tt).kind = 'sharded'
+                THEN format('Period [%s, %s) is final: every shard of this sharded table is final for it, and its verdict stands at %s.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until)
                 ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
            || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
@@ -362,7 +410,7 @@ SELECT t.table_name,
        -- Whether a loss holds some periods: asked (_loss_holds) only while
        -- its own flag or any input's, transitively, is set, as the sensors
        -- read it (_lineage_blocked, inlined here: readers may not call it).
-       CASE WHEN w.loss_blocked OR (t.kind = 'derived' AND EXISTS (
+       CASE WHEN w.loss_blocked OR (t.kind IN ('derived', 'sharded') AND EXISTS (
                      WITH RECURSIVE up(id) AS (
                          SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
                          UNION
@@ -373,8 +421,13 @@ SELECT t.table_name,
        w.commit_until,
        w.event_allowance,
        -- Only event-time tables have late rows (a table with some keeps its
-       -- event_time_column): commit-time rows skip the look.
-       CASE WHEN t.event_time_column IS NOT NULL
+       -- event_time_column): commit-time rows skip the look. A sharded
+       -- table's are its shards'.
+       CASE WHEN t.event_time_column IS NOT NULL AND t.kind = 'sharded'
+            THEN (SELECT sum(l.rows) FROM @extschema@.tracked_table x
+                    JOIN @extschema@.late_period l ON l.table_id = x.table_id
+                   WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL)::bigint
+            WHEN t.event_time_column IS NOT NULL
             THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
        END AS late_rows,
        s.cycle_time AS source_cycle_time,
@@ -383,7 +436,24 @@ SELECT t.table_name,
        -- condition"), NULL while they read their catalogs.
        (SELECT string_agg(l.consumer || ': ' || l.condition, ', ' ORDER BY l.consumer)
           FROM @extschema@.lake_consumer l
-         WHERE l.table_id = t.table_id AND l.condition IS NOT NULL) AS consumer_conditions
+         WHERE l.table_id = t.table_id AND l.condition IS NOT NULL) AS consumer_conditions,
+       -- A shard: its sharded table and its label; a sharded table: how
+       -- many shards it has and the one furthest behind (nothing final
+       -- first), asked only for those rows.
+       CASE WHEN t.shard_of IS NOT NULL
+            THEN (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = t.shard_of)
+       END AS sharded_table,
+       t.shard,
+       CASE WHEN t.kind = 'sharded'
+            THEN (SELECT count(*) FROM @extschema@.tracked_table x
+                   WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL)
+       END AS shards,
+       CASE WHEN t.kind = 'sharded'
+            THEN (SELECT x.shard FROM @extschema@.tracked_table x
+                    JOIN @extschema@.watermark xw ON xw.table_id = x.table_id
+                   WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL
+                   ORDER BY xw.finalized_until NULLS FIRST, x.shard LIMIT 1)
+       END AS slowest_shard
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   -- The watermark rounded down to a start of the table's periods (they may
@@ -406,7 +476,7 @@ SELECT t.table_name,
               ORDER BY f.table_id, f.fact_id DESC) sc ON sc.table_id = t.table_id
  WHERE t.untracked_at IS NULL;
 COMMENT ON VIEW @extschema@.status IS
-    'One row per tracked table: state, verdict, lag and what its source''s worker last saw';
+    'One row per tracked table (a sharded table and each of its shards): state, verdict, lag and what its source''s worker last saw';
 
 -- One row per consumer of a tracked (or derived) table: how far it got
 -- (the LSN it reported and its commit time; for a derived table's job, the
@@ -433,7 +503,15 @@ SELECT t.table_name,
        l.iceberg_table,
        l.ref AS iceberg_ref,
        l.seen_snapshot_id AS iceberg_snapshot_id,
-       l.polled_at AS iceberg_polled_at
+       l.polled_at AS iceberg_polled_at,
+       -- A shard's consumer: its sharded table and shard, and whether it
+       -- was declared on the sharded table (a consumer of every shard).
+       CASE WHEN t.shard_of IS NOT NULL
+            THEN (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = t.shard_of)
+       END AS sharded_table,
+       t.shard,
+       EXISTS (SELECT FROM @extschema@.shard_consumer x
+                WHERE x.table_id = t.shard_of AND x.consumer = c.consumer) AS table_wide
   FROM @extschema@.consumer c
   JOIN @extschema@.tracked_table t USING (table_id)
   JOIN @extschema@.watermark w USING (table_id)
@@ -480,7 +558,8 @@ COMMENT ON VIEW @extschema@.facts IS
 -- and no range straddles it. is_final is what is_final() answers, losses
 -- included. A derived table has no facts of its own: its periods are never
 -- covered nor exact, and their counts are NULL (unknown), so the release
--- gate checks that they are final and cannot confirm an empty one.
+-- gate checks that they are final and cannot confirm an empty one; nor has
+-- a sharded table (its shards have them: ask a shard).
 CREATE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint,
@@ -499,7 +578,7 @@ BEGIN
     PERFORM @extschema@._require(to_time, 'to_time');
     tt := @extschema@._tracked(changes_by_period.table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
-    IF tt.kind = 'derived' THEN
+    IF tt.kind IN ('derived', 'sharded') THEN
         RETURN QUERY
         SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
                NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false

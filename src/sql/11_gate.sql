@@ -259,6 +259,16 @@ RETURN replace(replace(replace(replace(replace(replace(location_template,
 COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz, text) IS
     'The location a projection template gives a period (placeholders {year} {month} {day} {hour} {minute} {date}, in the local time of the zone)';
 
+-- The same for a shard's partition of a sharded table: {shard} is the
+-- shard's label (as in shard={shard}/dt={date}/).
+CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text, shard text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN replace(@extschema@.render_location(location_template, period_start, zone), '{shard}', shard);
+COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz, text, text) IS
+    'The location a projection template gives a period of a shard (placeholders {year} {month} {day} {hour} {minute} {date} in the local time of the zone, and {shard})';
+
 CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -279,18 +289,26 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    id bigint := @extschema@._tracked_id(table_name);
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    id bigint := tt.table_id;
     rest text;
 BEGIN
     PERFORM @extschema@._require(location_template, 'location_template');
     PERFORM @extschema@._require(range_start, 'range_start');
     PERFORM @extschema@._require(range_end, 'range_end');
-    rest := regexp_replace(location_template, '\{(year|month|day|hour|minute|date)\}', '', 'g');
+    rest := regexp_replace(location_template, '\{(year|month|day|hour|minute|date|shard)\}', '', 'g');
     IF rest ~ '[{}]' OR location_template !~ '\{(year|month|day|hour|minute|date)\}' THEN
         RAISE EXCEPTION 'invalid value for argument location_template: "%"', location_template
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A template uses the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date, YYYY-MM-DD, in the table''s period_zone), and no other braces.',
+                  DETAIL = 'A template uses the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date, YYYY-MM-DD, in the table''s period_zone), on a sharded table also {shard}, and no other braces.',
                   HINT = 'For example ''dt={date}/'' or ''year={year}/month={month}/day={day}/hour={hour}/''.';
+    END IF;
+    -- {shard} is the label of a shard of a sharded table (finalize.add_shard).
+    IF location_template ~ '\{shard\}' AND tt.kind <> 'sharded' THEN
+        RAISE EXCEPTION 'invalid value for argument location_template: table "%" is not sharded, so it has no {shard}', tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The placeholder {shard} is the label of the shard a partition of a sharded table holds (finalize.track_sharded, finalize.add_shard).',
+                  HINT = 'Remove {shard} from the template.';
     END IF;
     PERFORM @extschema@._check_location(@extschema@.render_location(location_template, range_start,
                                                                     (@extschema@._tracked(table_name)).period_zone),
@@ -319,8 +337,11 @@ COMMENT ON FUNCTION @extschema@.set_projection(text, text, timestamptz, timestam
     'Declare partition projection for a table: a location template and the range of visible periods';
 
 -- The catalog view of one partition, as the gate sees it: where the catalog
--- points (registration first, else projection), or why it cannot.
-CREATE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz)
+-- points (registration first, else projection), or why it cannot. shard:
+-- the label of the shard the partition holds, on a sharded table ({shard}
+-- of a projection; without one the template keeps it, and places the
+-- partition nowhere a generation is).
+CREATE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz, shard text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -338,7 +359,8 @@ BEGIN
                                   'registered_at', reg.registered_at, 'registered_by', reg.registered_by)
                || CASE WHEN reg.period_start IS NOT NULL
                        THEN jsonb_build_object('period_start', reg.period_start, 'period_end', reg.period_end)
-                       ELSE '{}' END;
+                       ELSE '{}' END
+               || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
     END IF;
     SELECT p.* INTO proj FROM @extschema@.projection p WHERE p.table_id = _catalog_view.table_id;
     IF NOT FOUND THEN
@@ -347,19 +369,22 @@ BEGIN
     IF period_start IS NULL THEN
         RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
                                   'range_start', proj.range_start, 'range_end', proj.range_end,
-                                  'location', NULL);
+                                  'location', NULL)
+               || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
     END IF;
     SELECT t.period_zone INTO zone FROM @extschema@.tracked_table t WHERE t.table_id = _catalog_view.table_id;
     RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
                               'range_start', proj.range_start, 'range_end', proj.range_end,
                               'in_range', period_start >= proj.range_start AND period_start < proj.range_end,
-                              'location', @extschema@.render_location(proj.location_template, period_start, zone));
+                              'location', @extschema@.render_location(proj.location_template, period_start, zone,
+                                                                      coalesce(shard, '{shard}')))
+           || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
 END
 $$;
 
 -- The catalog view of a partition as typed columns, for the gate's C code
 -- (which then needs no operators of its own).
-CREATE FUNCTION @extschema@._gate_catalog(table_id bigint, partition text, period_start timestamptz)
+CREATE FUNCTION @extschema@._gate_catalog(table_id bigint, partition text, period_start timestamptz, shard text)
 RETURNS TABLE (catalog jsonb, source text, location text, in_range boolean, range_start text,
                range_end text, registered_at text, registered_by text)
 LANGUAGE sql STABLE
@@ -367,8 +392,79 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT c, c ->> 'source', c ->> 'location', (c ->> 'in_range')::boolean, c ->> 'range_start',
            c ->> 'range_end', c ->> 'registered_at', c ->> 'registered_by'
-      FROM @extschema@._catalog_view(table_id, partition, period_start) AS c;
+      FROM @extschema@._catalog_view(table_id, partition, period_start, shard) AS c;
 END;
+
+-- The manifest's table as the gate checks it (or the not-tracked error):
+-- its id and periods, the table whose verdict and facts decide whether the
+-- partition's periods are final (verdict_table), and on a sharded table
+-- the shard the partition holds: the manifest's "shard" (manifest_shard),
+-- else the partition key's shard=<label>. A shard's partition is final
+-- when that shard is; a partition of no shard, when every shard is. A
+-- partition of a shard the table does not have gets no verdict_table and
+-- says why in shard_problem (the gate's problem unknown_shard). A "shard"
+-- on a table that is not sharded, or one that the partition key
+-- contradicts, is a malformed manifest (22023).
+CREATE FUNCTION @extschema@._gate_table(table_name text, partition text, manifest_shard text)
+RETURNS TABLE (table_id bigint, granularity interval, period_zone text, verdict_table text, shard text,
+               shard_problem text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(_gate_table.table_name);
+    named text[];
+    label text;
+    part text;
+    dropped timestamptz;
+BEGIN
+    IF tt.kind <> 'sharded' THEN
+        IF manifest_shard IS NOT NULL THEN
+            RAISE EXCEPTION 'invalid manifest: field "shard" names a shard of table "%", which is not sharded', tt.table_name
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Only a sharded table (finalize.track_sharded) has shards.',
+                      HINT = 'Remove "shard" from the manifest, or name the sharded table in "table".';
+        END IF;
+        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(_gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
+                    ORDER BY 1);
+    IF cardinality(named) > 1 THEN
+        RAISE EXCEPTION 'invalid manifest: field "partition" names % shards (%)', cardinality(named),
+                        array_to_string(named, ', ')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('A partition of sharded table "%s" holds one shard (shard=<label>) or all of them (no shard).', tt.table_name);
+    END IF;
+    IF manifest_shard IS NOT NULL AND named[1] IS NOT NULL AND named[1] <> manifest_shard THEN
+        RAISE EXCEPTION 'invalid manifest: field "shard" is "%" but the partition key "%" names shard "%"',
+                        manifest_shard, _gate_table.partition, named[1]
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give the shard the partition holds, or leave "shard" out.';
+    END IF;
+    label := coalesce(manifest_shard, named[1]);
+    IF label IS NULL THEN
+        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    SELECT t.table_name INTO part FROM @extschema@.tracked_table t
+     WHERE t.shard_of = tt.table_id AND t.shard = label AND t.untracked_at IS NULL;
+    IF FOUND THEN
+        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, part, label, NULL::text;
+        RETURN;
+    END IF;
+    SELECT max(t.untracked_at) INTO dropped FROM @extschema@.tracked_table t
+     WHERE t.shard_of = tt.table_id AND t.shard = label;
+    RETURN QUERY
+    SELECT tt.table_id, tt.granularity, tt.period_zone, NULL::text, label,
+           format('Partition "%s" holds shard "%s", which sharded table "%s" %s, so whether its periods are final cannot be checked: check the partition key (or the manifest''s "shard"), or add the shard with finalize.add_shard(%L, %L, ...).',
+                  _gate_table.partition, left(label, 63), tt.table_name,
+                  CASE WHEN dropped IS NOT NULL THEN format('no longer has (it was dropped at %s)', dropped)
+                       ELSE 'does not have' END,
+                  tt.table_name, left(label, 63));
+END
+$$;
 
 -- What the CDC facts say about the periods [period_start, period_end) of a
 -- release (whole periods of the table): final when every one is (losses
@@ -421,9 +517,10 @@ $$;
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
--- them.
+-- them. On a sharded table the late rows are those of the partition's
+-- shard, or of every shard for a partition of no shard (shard NULL).
 CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
-                                               period_end timestamptz, built_at timestamptz)
+                                               period_end timestamptz, built_at timestamptz, shard text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -438,8 +535,16 @@ BEGIN
     IF tt.event_time_column IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
-     WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+    IF tt.kind = 'sharded' THEN
+        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen
+          FROM @extschema@.tracked_table x
+          JOIN @extschema@.late_period l ON l.table_id = x.table_id
+         WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard)
+           AND l.event_period >= period_start AND l.event_period < period_end;
+    ELSE
+        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
+         WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+    END IF;
     IF last_seen IS NULL OR built_at >= last_seen THEN
         RETURN NULL;
     END IF;
@@ -531,7 +636,7 @@ RETURN ARRAY(SELECT left(prefix, p) FROM generate_series(1, length(prefix)) AS p
 -- Whether a generation's prefix (ending in "/") contains or lies inside a
 -- location readers may be sent to: a published prefix or a registered
 -- location of any partition, or what its table's projection gives its
--- period. Descendants are a range: in bytewise order every key starting
+-- period (of any shard of a sharded table). Descendants are a range: in bytewise order every key starting
 -- with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
 CREATE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
 RETURNS boolean
@@ -550,14 +655,14 @@ RETURN right(_overlaps_live.prefix, 1) <> '/'
                 WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
     OR EXISTS (SELECT FROM @extschema@.projection j
                  JOIN @extschema@.tracked_table t ON t.table_id = j.table_id
+                 -- every shard the table ever had ({shard}), and the template itself
+                CROSS JOIN LATERAL (SELECT @extschema@.render_location(j.location_template, _overlaps_live.period_start,
+                                                                       t.period_zone, x.label) AS location
+                                      FROM (SELECT s.shard FROM @extschema@.tracked_table s WHERE s.shard_of = t.table_id
+                                            UNION ALL SELECT '{shard}') AS x(label)) AS r
                 WHERE j.table_id = _overlaps_live.table_id
                   AND _overlaps_live.period_start >= j.range_start AND _overlaps_live.period_start < j.range_end
-                  AND (starts_with(@extschema@.render_location(j.location_template, _overlaps_live.period_start,
-                                                               t.period_zone),
-                                   _overlaps_live.prefix)
-                       OR starts_with(_overlaps_live.prefix,
-                                      @extschema@.render_location(j.location_template, _overlaps_live.period_start,
-                                                                  t.period_zone))));
+                  AND (starts_with(r.location, _overlaps_live.prefix) OR starts_with(_overlaps_live.prefix, r.location)));
 
 -- Generations that were published, then superseded longer ago than the
 -- retention: their objects may be deleted. The current one never appears.

@@ -61,6 +61,9 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
                 @extschema@.fact, @extschema@.source_status, @extschema@.table_condition
     TO finalize_admin;
+GRANT SELECT ON @extschema@.source_workers TO finalize_admin;
+-- A view's functions run with the reader's privileges: the admin needs its function too.
+GRANT EXECUTE ON FUNCTION @extschema@._source_workers() TO finalize_admin;
 
 -- Admins declare consumers and derived tables and acknowledge losses (and,
 -- as members of finalize_pipeline, may report for any consumer).
@@ -76,12 +79,22 @@ GRANT SELECT ON @extschema@.consumer, @extschema@.consumer_hold, @extschema@.der
                 @extschema@.loss_ack, @extschema@.lake_consumer
     TO finalize_admin;
 
+-- Admins track sharded tables and their shards.
+GRANT EXECUTE ON FUNCTION
+    @extschema@.track_sharded(text, interval, text, text, text, text, text, interval,
+                              double precision, interval, text),
+    @extschema@.add_shard(text, text, text, text, text),
+    @extschema@.drop_shard(text, text, boolean)
+    TO finalize_admin;
+GRANT SELECT ON @extschema@.shard_consumer TO finalize_admin;
+
 -- The release gate: publishers release and read releases; readers see the
 -- published generation; admins manage the catalog view.
 GRANT EXECUTE ON FUNCTION
     @extschema@.released_generation(text, text),
     @extschema@.render_location(text, timestamptz),
-    @extschema@.render_location(text, timestamptz, text)
+    @extschema@.render_location(text, timestamptz, text),
+    @extschema@.render_location(text, timestamptz, text, text)
     TO finalize_reader;
 GRANT EXECUTE ON FUNCTION
     @extschema@.release_gate(jsonb),

@@ -39,6 +39,7 @@ READER = {
     "_loss_holds(bigint)",  # internal, asked by finalize.status
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
     "render_location(text,timestamp with time zone,text)",
+    "render_location(text,timestamp with time zone,text,text)",
     "finalized_until(text[])", "is_final(text[],timestamp with time zone)",
     "lateness(text,double precision,interval)",
     "wait_final(text,timestamp with time zone,interval)", "wait_final(text[],timestamp with time zone,interval)",
@@ -64,6 +65,8 @@ ADMIN = PUBLISHER | PIPELINE | {
     "purge_facts(interval)", "quote_mssql_ident(text)", "acknowledge_alert(bigint,text)",
     "set_projection(text,text,timestamp with time zone,timestamp with time zone)",
     "release_report(bigint)",
+    "track_sharded(text,interval,text,text,text,text,text,interval,double precision,interval,text)",
+    "add_shard(text,text,text,text,text)", "drop_shard(text,text,boolean)",
 }
 MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
                "sec_nobody": set()}
@@ -73,6 +76,7 @@ MAY_SELECT = {
     "sec_publisher": {"status", "consumers", "facts", "releases", "late_data", "alerts", "alert_deliveries"},
     "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
                   "table_condition", "consumer", "consumer_hold", "derived_input", "loss", "loss_ack", "lake_consumer",
+                  "shard_consumer",
                   "partition_registration", "projection", "release", "published", "late_data",
                   "event_fact", "lateness_hour", "late_period", "alerts", "alert",
                   "alert_deliveries", "alert_delivery", "alert_target_state"},
@@ -363,6 +367,82 @@ def test_a_pipeline_with_look_alikes_everywhere_cannot_escalate(pg):
         pg.sql("SELECT finalize.drop_consumer(%s, 'sec-pipe')", (TABLE,))
         pg.sql("SELECT finalize.drop_consumer(%s, 'sec-other')", (TABLE,))
         pg.sql("SELECT finalize.untrack_table('sec.daily', false)")
+    assert_never_ran_as_another_role(pg)
+    drop_plants(pg)
+
+
+def test_sharded_tables_with_look_alikes_everywhere_cannot_escalate(pg, store):
+    """An admin tracks a sharded table and its shards, a pipeline reports for a shard, a publisher
+    releases a shard's partition and a reader asks about it, each with look-alikes planted: none
+    runs as another role, and everything still works."""
+    conn = connect(pg, "sec_admin")
+    try:
+        plant(conn, "sec_admin")
+        run(conn, "SELECT finalize.track_sharded('sec.sharded', '1 hour', 'block')")
+        run(conn, "SELECT finalize.add_shard('sec.sharded', 's1', 'src', 'dbo.orders')")
+        run(conn, "SELECT finalize.add_shard('sec.sharded', 's2', 'src', 'dbo.lines', 'capture_start')")
+        run(conn, "SELECT finalize.add_consumer('sec.sharded', 'sec-sink', reporter => 'sec_pipeline')")
+        run(conn, "SELECT finalize.alter_consumer('sec.sharded', 'sec-sink', reporter => 'sec_pipeline')")
+        for part in ("s1", "s2"):
+            run(conn, "SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-27 06:00+00')",
+                (f"sec.sharded/{part}",))
+            run(conn, "SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+                      "'2026-11-27 09:30+00')", (f"sec.sharded/{part}",))
+        run(conn, "SELECT finalize.alter_tracked_table('sec.sharded', max_lag => '1 day')")
+        run(conn, "SELECT finalize.set_projection('sec.sharded', 'shard={shard}/h={hour}/', '2026-11-01', '2026-12-01')")
+        run(conn, "SELECT * FROM finalize.status WHERE sharded_table = 'sec.sharded'")
+    finally:
+        conn.close()
+    conn = connect(pg, "sec_pipeline")
+    try:
+        plant(conn, "sec_pipeline")
+        for part in ("s1", "s2"):
+            assert run(conn, "SELECT finalize.report_progress(%s, 'sec-sink', '0x00000000000000000200')",
+                       (f"sec.sharded/{part}",)) == [(True,)]
+        run(conn, "SELECT * FROM finalize.consumers WHERE sharded_table = 'sec.sharded'")
+    finally:
+        conn.close()
+    for part in ("s1", "s2"):
+        pg.sql("SELECT finalize._consumer_resolved(finalize._tracked_id(%s), 'sec-sink', '0x00000000000000000200', "
+               "'0x00000000000000000200', '2026-11-27 09:30+00')", (f"sec.sharded/{part}",))
+    pg.sql("SELECT finalize._refresh_derived()")
+    write_file(store, "shard=s1/h=08/part-0.parquet", b"12345")
+    conn = connect(pg, "sec_publisher")
+    try:
+        plant(conn, "sec_publisher")
+        sharded_manifest = json.dumps({"table": "sec.sharded", "partition": "shard=s1/h=08", "generation": "g1",
+                                       "store": "file://" + store, "prefix": "shard=s1/h=08/",
+                                       "period_start": "2026-11-27 08:00+00",
+                                       "files": {"shard=s1/h=08/part-0.parquet": 5}})
+        assert run(conn, "SELECT * FROM finalize.release_gate(%s)", (sharded_manifest,))[0] == (True, "g1", [])
+        unknown = json.loads(sharded_manifest)
+        unknown["shard"], unknown["partition"] = "s9", "h=08"
+        released, _, problems = run(conn, "SELECT * FROM finalize.release_gate(%s)", (json.dumps(unknown),))[0]
+        assert not released and "unknown_shard" in {p["code"] for p in problems}
+        run(conn, "SELECT * FROM finalize.changes_by_period('sec.sharded/s1', '2026-11-27 06:00+00', "
+                  "'2026-11-27 10:00+00')")
+        run(conn, "SELECT * FROM finalize.retired_generations('sec.sharded', '0')")
+    finally:
+        conn.close()
+    conn = connect(pg, "sec_reader")
+    try:
+        plant(conn, "sec_reader")
+        assert run(conn, "SELECT finalize.is_final('sec.sharded', '2026-11-27 08:00+00'), "
+                         "finalize.is_final('sec.sharded/s2', '2026-11-27 08:00+00')") == [(True, True)]
+        run(conn, "SELECT * FROM finalize.explain_verdict('sec.sharded', '2026-11-27 09:00+00')")
+        run(conn, "SELECT finalize.render_location('shard={shard}/h={hour}/', now(), 'UTC', 's1')")
+        run(conn, "SELECT * FROM finalize.status")
+    finally:
+        conn.close()
+    conn = connect(pg, "sec_admin")
+    try:
+        run(conn, "SET search_path = sec_admin_evil, pg_catalog, public")
+        run(conn, "SELECT finalize.drop_consumer('sec.sharded', 'sec-sink')")
+        run(conn, "SELECT finalize.drop_shard('sec.sharded', 's2')")
+        run(conn, "SELECT finalize.untrack_table('sec.sharded', false)")
+    finally:
+        conn.close()
+    assert pg.sql("SELECT count(*) FROM finalize.tracked_table WHERE table_name LIKE 'sec.sharded%%'") == [(0,)]
     assert_never_ran_as_another_role(pg)
     drop_plants(pg)
 

@@ -6,7 +6,9 @@ simulator's ground truth."""
 import datetime
 import os
 import re
+import socket
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -191,3 +193,33 @@ def memory_total(pg, pid, samples=3):
         totals.append(int(found[0][0]))
         time.sleep(0.15)
     return min(totals)
+
+
+class SilentServer:
+    """A TCP listener that accepts connections and never sends a byte: a login that never ends."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = []
+        self.closing = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.closing.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.accepted.append(conn)
+
+    def close(self):
+        self.closing.set()
+        self.thread.join(5)
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()

@@ -3984,6 +3984,2395 @@ REVOKE ALL ON SEQUENCE @extschema@.lake_consumer_lake_id_seq FROM PUBLIC;
 
 
 
+-- 9c. The pool of source workers (issue 31): what each worker does now.
+
+-- The source workers and what each does now, from finalize's shared memory:
+-- the pool (worker = its number) or one dedicated process per source
+-- (worker NULL, finalize.max_source_workers = 0).
+CREATE FUNCTION @extschema@._source_workers(
+    OUT pid integer, OUT worker integer, OUT serving text, OUT serving_since timestamptz,
+    OUT retrying boolean, OUT connections integer, OUT cycles bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'finalize_source_workers'
+LANGUAGE C VOLATILE;
+CREATE VIEW @extschema@.source_workers AS
+SELECT w.pid, w.worker, w.serving, w.serving_since, w.retrying, w.connections, w.cycles
+  FROM @extschema@._source_workers() AS w;
+COMMENT ON VIEW @extschema@.source_workers IS
+    'The source workers: the source whose cycle each runs and since when, whether it is a retry of a failing source, the SQL Server connections each keeps open';
+REVOKE ALL ON FUNCTION @extschema@._source_workers() FROM PUBLIC;
+REVOKE ALL ON @extschema@.source_workers FROM PUBLIC;
+GRANT SELECT ON @extschema@.source_workers TO finalize_admin;
+GRANT EXECUTE ON FUNCTION @extschema@._source_workers() TO finalize_admin;
+
+-- ===========================================================================
+-- 9d. Sharded tables (issue 31, part 2): one lake table fed by many shards
+-- (src/sql/08c_sharded.sql, docs/sharding.md). A sharded table (kind
+-- sharded) is derived from its shards through derived_input; each shard is
+-- a tracked table of kind source named <table>/<shard> (shard_of, shard).
+-- This section runs after every other change above, so the functions it
+-- replaces end as the parts define them.
+-- ===========================================================================
+
+ALTER TABLE @extschema@.tracked_table
+    DROP CONSTRAINT tracked_table_kind_check,
+    ADD CONSTRAINT tracked_table_kind_check CHECK (kind IN ('source', 'derived', 'sharded')),
+    DROP CONSTRAINT tracked_table_event_time_check,
+    ADD CONSTRAINT tracked_table_event_time_check
+        CHECK (event_time_column IS NULL OR kind IN ('source', 'sharded')),
+    ADD COLUMN shard_of bigint,
+    ADD COLUMN shard text COLLATE "C"
+        CONSTRAINT tracked_table_shard_label_check CHECK (length(shard) BETWEEN 1 AND 63 AND shard !~ '[/[:cntrl:]]'),
+    ADD CONSTRAINT tracked_table_shard_check
+        CHECK ((shard_of IS NULL) = (shard IS NULL) AND (shard_of IS NULL OR kind = 'source'));
+
+COMMENT ON COLUMN @extschema@.tracked_table.kind IS
+    'source: fed by a SQL Server table through the worker; derived: computed from other tracked tables (finalize.track_derived); sharded: one lake table fed by many shards (finalize.track_sharded), final for a period once every shard is';
+
+COMMENT ON COLUMN @extschema@.tracked_table.shard_of IS
+    'A shard: the sharded table it is part of (finalize.add_shard); NULL for every other table';
+
+COMMENT ON COLUMN @extschema@.tracked_table.shard IS
+    'A shard: its label, unique in its sharded table, as the lake''s partition paths write it (shard=<label>)';
+
+-- A shard label names one shard of its sharded table, and two shards never
+-- read the same SQL Server table (its changes would count twice).
+CREATE UNIQUE INDEX tracked_table_shard_idx
+    ON @extschema@.tracked_table (shard_of, shard) WHERE untracked_at IS NULL;
+CREATE UNIQUE INDEX tracked_table_shard_source_idx
+    ON @extschema@.tracked_table (shard_of, server_name, source_schema, source_name)
+    WHERE shard_of IS NOT NULL AND untracked_at IS NULL;
+
+-- The consumers declared on a sharded table (finalize.add_consumer on it):
+-- each is a consumer of every shard, declared on a shard when it is added.
+CREATE TABLE @extschema@.shard_consumer (
+    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
+    consumer       text COLLATE "C" NOT NULL
+                   CHECK (length(consumer) BETWEEN 1 AND 255),
+    required       boolean NOT NULL DEFAULT true,
+    reporter       regrole,
+    reporter_name  name,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    created_by     name NOT NULL,
+    PRIMARY KEY (table_id, consumer)
+);
+COMMENT ON TABLE @extschema@.shard_consumer IS
+    'Consumers declared on a sharded table: each is a consumer of every shard, now and when one is added';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.shard_consumer', '');
+
+-- Checks a shard's label: what the lake's partition paths write
+-- (shard=<label>), so 1 to 63 characters, not only spaces, no "/" and no
+-- control characters.
+CREATE FUNCTION @extschema@._check_shard_label(table_name text, shard text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@._require(shard, 'shard');
+    IF shard !~ '\S' OR length(shard) > 63 OR shard ~ '[/[:cntrl:]]' THEN
+        RAISE EXCEPTION 'invalid value for argument shard of sharded table "%": "%"', table_name,
+                        regexp_replace(left(shard, 70), '[[:cntrl:]]', '?', 'g')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A shard label is what the lake''s partition paths write (shard=<label>): 1 to 63 characters, not only spaces, without "/" or control characters.',
+                  HINT = 'Name the shard after its database, for example ''db07''.';
+    END IF;
+END
+$$;
+
+-- The sharded table of a name (its row, no lock), or the errors for a name
+-- that is not tracked or not a sharded table.
+CREATE FUNCTION @extschema@._sharded(table_name text)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+BEGIN
+    IF tt.kind <> 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is not a sharded table', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = CASE WHEN tt.shard_of IS NOT NULL
+                                THEN format('It is shard "%s" of sharded table "%s".', tt.shard,
+                                            (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = tt.shard_of))
+                                ELSE format('It is a %s table.', tt.kind) END,
+                  HINT = 'A sharded table is tracked with finalize.track_sharded(); its shards are added with finalize.add_shard().';
+    END IF;
+    RETURN tt;
+END
+$$;
+
+-- The body of finalize.track_sharded: a lake table fed by many shards, with
+-- the policy they all follow. Its verdict waits for its first shard's.
+-- Returns its id.
+CREATE FUNCTION @extschema@._track_sharded(
+    caller name,
+    table_name   text,
+    granularity  interval DEFAULT interval '1 hour',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days',
+    period_zone       text DEFAULT 'UTC')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    zone text;
+    new_id bigint;
+BEGIN
+    PERFORM @extschema@._check_table_name(table_name, 'sales.orders');
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = _track_sharded.table_name
+                                                        AND t.untracked_at IS NULL) THEN
+        PERFORM @extschema@._already_tracked(table_name);
+    END IF;
+    PERFORM @extschema@._check_granularity(granularity, 'granularity');
+    zone := @extschema@._check_zone(period_zone, 'period_zone');
+    PERFORM @extschema@._check_ddl_policy(ddl_policy);
+    PERFORM @extschema@._check_on_data_loss(on_data_loss);
+    PERFORM @extschema@._require(lateness_policy, 'lateness_policy');
+    PERFORM @extschema@._require(allowed_lateness, 'allowed_lateness');
+    PERFORM @extschema@._require(lateness_window, 'lateness_window');
+    IF event_time_column IS NULL
+       AND (event_time_zone IS NOT NULL OR lateness_policy <> 'exact' OR allowed_lateness <> interval '0'
+            OR lateness_quantile IS NOT NULL) THEN
+        RAISE EXCEPTION 'lateness settings need an event_time_column'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table without an event column is partitioned by commit time, which is exact: it has no lateness.',
+                  HINT = 'Pass event_time_column => ''<captured date/time column>'' too.';
+    END IF;
+    PERFORM @extschema@._check_event_time(event_time_column, event_time_zone, lateness_policy, allowed_lateness,
+                                          lateness_quantile, lateness_window, granularity);
+    BEGIN
+        -- Lengths of time without days, as track_table keeps them.
+        INSERT INTO @extschema@.tracked_table
+            (table_name, kind, granularity, period_zone, ddl_policy, on_data_loss, created_by, event_time_column,
+             event_time_zone, lateness_policy, allowed_lateness, lateness_quantile, lateness_window)
+        VALUES (table_name, 'sharded', granularity, zone, ddl_policy, on_data_loss, caller, event_time_column,
+                event_time_zone, lateness_policy, make_interval(secs => extract(epoch FROM allowed_lateness)),
+                lateness_quantile, make_interval(secs => extract(epoch FROM lateness_window)))
+        RETURNING tracked_table.table_id INTO new_id;
+    EXCEPTION WHEN unique_violation THEN
+        PERFORM @extschema@._already_tracked(table_name);
+    END;
+    INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.track_sharded(
+    table_name   text,
+    granularity  interval DEFAULT interval '1 hour',
+    ddl_policy   text DEFAULT 'warn',
+    on_data_loss text DEFAULT 'stop',
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT 'exact',
+    allowed_lateness  interval DEFAULT interval '0',
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT interval '7 days',
+    period_zone       text DEFAULT 'UTC')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.track_sharded(text, interval, text, text, text, text, text, interval,
+                                              double precision, interval, text) IS
+    'Track a lake table fed by many shards (the same SQL Server table in many databases): final for a period once every shard is; shards are added with finalize.add_shard';
+
+-- The body of finalize.add_shard: one more shard of a sharded table, the
+-- SQL Server table source_table of server server_name, tracked as
+-- <table_name>/<shard> with the sharded table's policy (track_table's
+-- checks, the caller's USAGE on the server included) and its table-wide
+-- consumers. Until the shard has a verdict of its own the sharded table's
+-- verdict stands still; what was final stays final. Two shards of a table
+-- may share a server (a database holding one schema per tenant, say), not
+-- a source table: its changes would count twice. Returns the shard's id.
+CREATE FUNCTION @extschema@._add_shard(
+    caller name,
+    table_name   text,
+    shard        text,
+    server_name  text,
+    source_table text,
+    start_from   text DEFAULT 'max_lsn')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._sharded(table_name);
+    wm @extschema@.watermark;
+    shard_name text;
+    parts text[];
+    other text;
+    new_id bigint;
+    part @extschema@.tracked_table;
+    c @extschema@.shard_consumer;
+BEGIN
+    PERFORM @extschema@._check_shard_label(tt.table_name, shard);
+    shard_name := tt.table_name || '/' || shard;
+    IF length(shard_name) > 255 THEN
+        RAISE EXCEPTION 'the name of shard "%" of sharded table "%" is longer than 255 characters', shard, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('A shard is tracked as <sharded table>/<shard>, here %s characters.', length(shard_name)),
+                  HINT = 'Choose a shorter label.';
+    END IF;
+    -- Its verdict, so that shards are added and dropped one at a time.
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t
+                WHERE t.shard_of = tt.table_id AND t.shard = _add_shard.shard AND t.untracked_at IS NULL) THEN
+        RAISE EXCEPTION 'shard "%" of sharded table "%" already exists', shard, tt.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = format('Choose another label, or drop it first with finalize.drop_shard(%L, %L).', tt.table_name, shard);
+    END IF;
+    PERFORM @extschema@._require(source_table, 'source_table');
+    parts := @extschema@._split_mssql_name(source_table, 'source_table');
+    SELECT t.shard INTO other FROM @extschema@.tracked_table t
+     WHERE t.shard_of = tt.table_id AND t.untracked_at IS NULL AND t.server_name = _add_shard.server_name
+       AND t.source_schema = parts[1] AND t.source_name = parts[2];
+    IF FOUND THEN
+        RAISE EXCEPTION 'shard "%" of sharded table "%" already reads %.% on server "%"', other, tt.table_name,
+                        parts[1], parts[2], server_name
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = 'Each shard is one SQL Server table: two shards reading the same one would count its changes twice. A server may hold several shards of a table only in different source tables.',
+                  HINT = 'Give this shard the server and table of its own database.';
+    END IF;
+    new_id := @extschema@._track_table(caller, shard_name, server_name, source_table, tt.granularity, start_from,
+                                       tt.ddl_policy, tt.on_data_loss, tt.event_time_column, tt.event_time_zone,
+                                       tt.lateness_policy, tt.allowed_lateness, tt.lateness_quantile,
+                                       tt.lateness_window, tt.period_zone);
+    UPDATE @extschema@.tracked_table t SET shard_of = tt.table_id, shard = _add_shard.shard WHERE t.table_id = new_id;
+    INSERT INTO @extschema@.derived_input (table_id, input_id) VALUES (tt.table_id, new_id);
+    -- The consumers of every shard are this one's too, from the start.
+    SELECT t.* INTO part FROM @extschema@.tracked_table t WHERE t.table_id = new_id;
+    FOR c IN SELECT x.* FROM @extschema@.shard_consumer x WHERE x.table_id = tt.table_id ORDER BY x.consumer LOOP
+        PERFORM @extschema@._insert_consumer(caller, part, c.consumer, c.required, c.reporter, c.reporter_name);
+    END LOOP;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF wm.finalized_until IS NOT NULL THEN
+        RAISE NOTICE 'sharded table "%" is final until %; shard "%" holds it from now on', tt.table_name,
+                     wm.finalized_until, shard
+            USING DETAIL = 'The verdict waits for the shard''s first verdict, then moves only as far as every shard allows. Periods already final stay final (a verdict never moves back): what the shard committed in them must already be in the lake.';
+    END IF;
+    RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.add_shard(
+    table_name   text,
+    shard        text,
+    server_name  text,
+    source_table text,
+    start_from   text DEFAULT 'max_lsn')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.add_shard(text, text, text, text, text) IS
+    'Add a shard to a sharded table: the SQL Server table source_table of server server_name, tracked as <table_name>/<shard>; returns its id';
+
+-- The body of finalize.drop_shard: the shard no longer feeds the sharded
+-- table, whose verdict may then move on (never back). The shard is
+-- untracked; its facts stay until retention removes them unless keep_facts
+-- is false. Refused while another derived table uses the shard, and while
+-- a loss of the shard is not acknowledged: dropping it would release the
+-- sharded table's periods the loss holds.
+CREATE FUNCTION @extschema@._drop_shard(caller name, table_name text, shard text, keep_facts boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._sharded(table_name);
+    part @extschema@.tracked_table;
+    users text[];
+    before timestamptz;
+    after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(shard, 'shard');
+    PERFORM @extschema@._require(keep_facts, 'keep_facts');
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT t.* INTO part FROM @extschema@.tracked_table t
+     WHERE t.shard_of = tt.table_id AND t.shard = _drop_shard.shard AND t.untracked_at IS NULL
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'sharded table "%" has no shard "%"', tt.table_name, left(shard, 63)
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Its shards are the rows of finalize.status with sharded_table = %L.', tt.table_name);
+    END IF;
+    users := ARRAY(SELECT u FROM unnest(@extschema@._dependents(part.table_id)) AS u WHERE u <> tt.table_name);
+    IF cardinality(users) > 0 THEN
+        RAISE EXCEPTION 'shard "%" of sharded table "%" is an input of derived %', shard, tt.table_name,
+                        (SELECT CASE WHEN count(*) > 1 THEN 'tables ' ELSE 'table ' END
+                                || string_agg(format('"%s"', u), ', ') FROM unnest(users) AS u)
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'A derived table is final only as far as its inputs are: without this shard its verdict would stop for ever.',
+                  HINT = 'Untrack those derived tables first.';
+    END IF;
+    IF @extschema@._has_open_loss(part.table_id) THEN
+        RAISE EXCEPTION 'shard "%" of sharded table "%" has a loss that is not acknowledged', shard, tt.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The loss holds periods of the sharded table; dropping the shard would release them while the lake may still miss its changes.',
+                  HINT = format('Acknowledge the loss on the shard first (finalize.explain_verdict(%L) names the call), once the lake''s copy was repaired or the loss accepted, then drop it.',
+                                part.table_name);
+    END IF;
+    SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    DELETE FROM @extschema@.derived_input d WHERE d.table_id = tt.table_id AND d.input_id = part.table_id;
+    -- Nothing is watched for an untracked table: its incidents end here.
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.table_id = part.table_id AND a.state <> 'resolved';
+    IF keep_facts THEN
+        UPDATE @extschema@.tracked_table t SET untracked_at = now() WHERE t.table_id = part.table_id;
+    ELSE
+        DELETE FROM @extschema@.tracked_table t WHERE t.table_id = part.table_id;
+    END IF;
+    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    after := @extschema@._advance(tt.table_id);
+    IF after IS DISTINCT FROM before THEN
+        RAISE NOTICE 'sharded table "%" is now final until % (it was until %): shard "%" no longer holds it',
+                     tt.table_name, after, coalesce(before::text, 'nothing'), shard;
+    END IF;
+    IF NOT EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.shard_of = tt.table_id AND t.untracked_at IS NULL) THEN
+        RAISE NOTICE 'sharded table "%" has no shard left', tt.table_name
+            USING DETAIL = 'Its verdict stays where it is and moves again once a shard is added and has a verdict.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.drop_shard(table_name text, shard text, keep_facts boolean DEFAULT true)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.drop_shard(text, text, boolean) IS
+    'Remove a shard from a sharded table (its verdict may then move on, never back) and untrack it; refused while a loss of the shard is not acknowledged';
+
+-- The active shards of a sharded table, in id order.
+CREATE FUNCTION @extschema@._shards(table_id bigint)
+RETURNS SETOF @extschema@.tracked_table
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT t.* FROM @extschema@.tracked_table t
+     WHERE t.shard_of = _shards.table_id AND t.untracked_at IS NULL
+     ORDER BY t.table_id;
+END;
+
+-- add_consumer on a sharded table: the consumer of every shard, now and
+-- when one is added, so that no shard is ever final before the pipeline
+-- applied it. A shard that has a consumer of that name already (declared
+-- on it alone) is an error naming it.
+CREATE FUNCTION @extschema@._add_sharded_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+                                                  required boolean, reporter regrole, reporter_name name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    part @extschema@.tracked_table;
+    taken text;
+BEGIN
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT t.table_name INTO taken FROM @extschema@._shards(tt.table_id) AS t
+      JOIN @extschema@.consumer c ON c.table_id = t.table_id AND c.consumer = _add_sharded_consumer.consumer
+     ORDER BY t.table_id LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'consumer "%" already exists on shard "%" of sharded table "%"', consumer, taken, tt.table_name
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = 'A consumer declared on a sharded table is declared on each of its shards; this one was declared on the shard alone.',
+                  HINT = format('Name the consumer otherwise, or drop it from the shard first with finalize.drop_consumer(%L, %L).',
+                                taken, consumer);
+    END IF;
+    BEGIN
+        INSERT INTO @extschema@.shard_consumer (table_id, consumer, required, reporter, reporter_name, created_by)
+        VALUES (tt.table_id, consumer, required, reporter, reporter_name, caller);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'consumer "%" of sharded table "%" already exists', consumer, tt.table_name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Change it with finalize.alter_consumer() (dropping and adding it again would let the verdict move past what it applied).';
+    END;
+    FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
+        PERFORM @extschema@._insert_consumer(caller, part, consumer, required, reporter, reporter_name);
+    END LOOP;
+END
+$$;
+
+-- alter_consumer on a sharded table: the same change on the consumer of
+-- every shard (reset forgets what each reported); made optional, the
+-- shards' verdicts and then the sharded table's move at once.
+CREATE FUNCTION @extschema@._alter_sharded_consumer(tt @extschema@.tracked_table, consumer text, required boolean,
+                                                    reporter regrole, reporter_name name, reset boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    part @extschema@.tracked_table;
+BEGIN
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    UPDATE @extschema@.shard_consumer c
+       SET required = coalesce(_alter_sharded_consumer.required, c.required),
+           reporter = coalesce(_alter_sharded_consumer.reporter, c.reporter),
+           reporter_name = coalesce(_alter_sharded_consumer.reporter_name, c.reporter_name)
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of sharded table "%" does not exist', consumer, tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Declare it with finalize.add_consumer(%L, %L), or name the shard whose consumer it is.',
+                                tt.table_name, consumer);
+    END IF;
+    FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
+        PERFORM @extschema@._lock_tracked(part.table_id);
+        UPDATE @extschema@.consumer c
+           SET required = coalesce(_alter_sharded_consumer.required, c.required),
+               reporter = coalesce(_alter_sharded_consumer.reporter, c.reporter),
+               reporter_name = coalesce(_alter_sharded_consumer.reporter_name, c.reporter_name)
+         WHERE c.table_id = part.table_id AND c.consumer = consumer;
+        IF reset THEN
+            UPDATE @extschema@.consumer c
+               SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
+                   mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
+             WHERE c.table_id = part.table_id AND c.consumer = consumer;
+        END IF;
+    END LOOP;
+    IF reset THEN
+        RAISE NOTICE 'consumer "%" of every shard of sharded table "%" starts again from nothing', consumer, tt.table_name
+            USING DETAIL = 'What is final stays final; each shard''s verdict waits for the consumer''s next report for it.';
+    END IF;
+    IF reporter IS NOT NULL THEN
+        PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+    END IF;
+    IF required IS NOT NULL AND NOT required THEN
+        FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
+            PERFORM @extschema@._advance(part.table_id);
+        END LOOP;
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+-- drop_consumer on a sharded table: forgets the consumer of every shard;
+-- the shards' verdicts and then the sharded table's may move at once, and
+-- a NOTICE says how far. Returns whether it was declared.
+CREATE FUNCTION @extschema@._drop_sharded_consumer(tt @extschema@.tracked_table, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    part @extschema@.tracked_table;
+    before timestamptz;
+    after timestamptz;
+BEGIN
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    DELETE FROM @extschema@.shard_consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
+        PERFORM @extschema@._lock_tracked(part.table_id);
+        DELETE FROM @extschema@.consumer c WHERE c.table_id = part.table_id AND c.consumer = consumer;
+        UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+         WHERE a.kind IN ('consumer_stalled', 'consumer_locked')
+           AND a.table_id = part.table_id AND a.subject = consumer AND a.state <> 'resolved';
+        PERFORM @extschema@._advance(part.table_id);
+    END LOOP;
+    after := @extschema@._advance(tt.table_id);
+    IF after IS DISTINCT FROM before THEN
+        RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
+                     tt.table_name, after, coalesce(before::text, 'nothing'), consumer
+            USING DETAIL = 'The periods in between are final whether or not the consumer applied them.';
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- Refuses to change or drop, on one shard, a consumer declared on its
+-- sharded table: it must hold every shard alike (fn names the call that
+-- was refused, for the hint).
+CREATE FUNCTION @extschema@._refuse_shard_consumer(tt @extschema@.tracked_table, consumer text, fn text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    sharded text;
+BEGIN
+    IF tt.shard_of IS NULL
+       OR NOT EXISTS (SELECT FROM @extschema@.shard_consumer c WHERE c.table_id = tt.shard_of AND c.consumer = consumer) THEN
+        RETURN;
+    END IF;
+    SELECT p.table_name INTO sharded FROM @extschema@.tracked_table p WHERE p.table_id = tt.shard_of;
+    RAISE EXCEPTION 'consumer "%" of shard "%" is declared on its sharded table "%"', consumer, tt.table_name, sharded
+        USING ERRCODE = 'wrong_object_type',
+              DETAIL = 'A consumer declared on a sharded table holds every shard alike; on one shard it can only be reset (alter_consumer(..., reset => true)).',
+              HINT = format('Call finalize.%s(%L, %L%s) on the sharded table.', fn, sharded, consumer,
+                            CASE WHEN fn = 'drop_consumer' THEN '' ELSE ', ...' END);
+END
+$$;
+
+-- Stops tracking a table. A derived table that uses it would stop for
+-- ever, so that is refused unless cascade, which first untracks those
+-- derived tables (and the ones using them) the same way, each once: in a
+-- diamond, a derived table that uses two of them is gone with the first.
+-- A sharded table's shards are parts of it: they are untracked with it
+-- (and so are, with cascade, the derived tables built from one of them);
+-- a shard alone leaves its sharded table through finalize.drop_shard.
+CREATE OR REPLACE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
+                                          cascade boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    id bigint;
+    tkind text;
+    part_of bigint;
+    label text;
+    users text[];
+    dependent text;
+BEGIN
+    PERFORM @extschema@._require(untrack_table.table_name, 'table_name');
+    PERFORM @extschema@._require(keep_facts, 'keep_facts');
+    PERFORM @extschema@._require(untrack_table.cascade, 'cascade');
+    SELECT t.table_id, t.kind, t.shard_of, t.shard INTO id, tkind, part_of, label
+      FROM @extschema@.tracked_table t
+     WHERE t.table_name = untrack_table.table_name AND t.untracked_at IS NULL
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(untrack_table.table_name);
+    END IF;
+    IF part_of IS NOT NULL THEN
+        RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%"', untrack_table.table_name, label,
+                        (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of)
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A shard leaves its sharded table with finalize.drop_shard(), or is untracked with it.',
+                  HINT = format('Call finalize.drop_shard(%L, %L).',
+                                (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of), label);
+    END IF;
+    users := @extschema@._dependents(id);
+    IF tkind = 'sharded' THEN
+        users := ARRAY(SELECT DISTINCT x.name
+                         FROM unnest(users || ARRAY(
+                                  SELECT u.name FROM @extschema@.tracked_table s
+                                   CROSS JOIN LATERAL unnest(@extschema@._dependents(s.table_id)) AS u(name)
+                                   WHERE s.shard_of = id AND s.untracked_at IS NULL
+                                     AND u.name <> untrack_table.table_name)) AS x(name)
+                        ORDER BY x.name);
+    END IF;
+    IF cardinality(users) > 0 AND NOT untrack_table.cascade THEN
+        RAISE EXCEPTION '% is an input of derived %',
+                        CASE WHEN tkind = 'sharded'
+                             THEN format('sharded table "%s" or one of its shards', untrack_table.table_name)
+                             ELSE format('table "%s"', untrack_table.table_name) END,
+                        (SELECT CASE WHEN count(*) > 1 THEN 'tables ' ELSE 'table ' END
+                                || string_agg(format('"%s"', u), ', ') FROM unnest(users) AS u)
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'A derived table is final only as far as its inputs are: without this input its verdict would stop for ever.',
+                  HINT = format('Untrack the derived tables first, or call finalize.untrack_table(%L, cascade => true) to untrack them too.',
+                                untrack_table.table_name);
+    END IF;
+    FOREACH dependent IN ARRAY users LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                                   WHERE t.table_name = dependent AND t.untracked_at IS NULL);
+        PERFORM @extschema@.untrack_table(dependent, keep_facts, true);
+        RAISE NOTICE 'derived table "%" is untracked too: it used table "%"%', dependent, untrack_table.table_name,
+                     CASE WHEN tkind = 'sharded' THEN ' or one of its shards' ELSE '' END;
+    END LOOP;
+    -- Nothing is watched for an untracked table: its incidents end here
+    -- (a sharded table's shards' too).
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE (a.table_id = id
+            OR a.table_id IN (SELECT s.table_id FROM @extschema@.tracked_table s
+                               WHERE s.shard_of = id AND s.untracked_at IS NULL))
+       AND a.state <> 'resolved';
+    IF keep_facts THEN
+        UPDATE @extschema@.tracked_table t SET untracked_at = now()
+         WHERE t.table_id = id OR (t.shard_of = id AND t.untracked_at IS NULL);
+    ELSE
+        -- its shards with it, the ones dropped before too
+        DELETE FROM @extschema@.tracked_table t WHERE t.table_id = id OR t.shard_of = id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.untrack_table(text, boolean, boolean) IS
+    'Stop tracking a table (a sharded table with its shards); its facts stay until retention removes them unless keep_facts is false; cascade untracks the derived tables that use it';
+
+-- The body of alter_tracked_table for one table, whose row the caller
+-- holds, with its arguments checked (period_zone as _check_zone spells it).
+CREATE FUNCTION @extschema@._alter_tracked(
+    table_id     bigint,
+    granularity  interval,
+    ddl_policy   text,
+    on_data_loss text,
+    event_time_column text,
+    event_time_zone   text,
+    lateness_policy   text,
+    allowed_lateness  interval,
+    lateness_quantile double precision,
+    lateness_window   interval,
+    max_lag           interval,
+    period_zone       text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    id bigint := _alter_tracked.table_id;
+    kind text;
+    cur @extschema@.tracked_table;
+    has_verdict boolean;
+    event_changed boolean;
+    zone text := _alter_tracked.period_zone;
+    periods_changed boolean;
+BEGIN
+    SELECT t.kind INTO kind FROM @extschema@.tracked_table t
+     WHERE t.table_id = id AND t.untracked_at IS NULL FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked table with id % is no longer tracked', id
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- Its verdict too, before anything is read to decide on: new periods
+    -- may give it a loss to wait for, and a loss recorded meanwhile (which
+    -- holds the verdict) must be seen (_refresh_loss_blocked).
+    PERFORM @extschema@._lock_tracked(id);
+    SELECT t.* INTO cur FROM @extschema@.tracked_table t WHERE t.table_id = id;
+    IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
+                             OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
+                             OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL
+                             OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is a derived table: only its granularity, period_zone and max_lag can be changed', cur.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'ddl_policy, on_data_loss and the event-time settings say how the worker reads a SQL Server table; a derived table has none.';
+    END IF;
+    SELECT w.finalized_until IS NOT NULL INTO has_verdict FROM @extschema@.watermark w WHERE w.table_id = id;
+    event_changed := (event_time_column IS NOT NULL AND event_time_column IS DISTINCT FROM cur.event_time_column)
+                     OR (event_time_zone IS NOT NULL AND event_time_zone IS DISTINCT FROM cur.event_time_zone);
+    -- Whether the periods change: a new granularity (compared as written:
+    -- '7 days' are ISO weeks, '168 hours' a stride from Saturday 2000-01-01,
+    -- and the two intervals are equal) or a new zone.
+    periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
+                       OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
+    -- Event facts are stored per period they were recorded in: new periods
+    -- would split or merge them.
+    IF periods_changed
+       AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
+       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+        RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
+    END IF;
+    -- What the verdict means changes with the partitioning time: a verdict
+    -- given in commit time (or another column's time) cannot be kept.
+    IF event_changed AND (has_verdict OR EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
+                          OR EXISTS (SELECT FROM @extschema@.lateness_hour h WHERE h.table_id = id)) THEN
+        RAISE EXCEPTION 'table "%" already has a verdict or event facts, so its event column cannot change', cur.table_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its periods up to %s were declared final in %s; a verdict never moves back.',
+                                  @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
+                                  CASE WHEN cur.event_time_column IS NULL THEN 'commit time'
+                                       ELSE format('the time of column "%s"', cur.event_time_column) END),
+                  HINT = format('Track the table again under a new name with finalize.%s(..., event_time_column => ...), then untrack this one.',
+                                CASE WHEN kind = 'sharded' THEN 'track_sharded' ELSE 'track_table' END);
+    END IF;
+    IF coalesce(event_time_column, cur.event_time_column) IS NULL
+       AND (event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL OR allowed_lateness IS NOT NULL
+            OR lateness_quantile IS NOT NULL OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" has no event_time_column, so it has no lateness settings', cur.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A table partitioned by commit time is exact: it has no lateness.';
+    END IF;
+    PERFORM @extschema@._check_event_time(
+        coalesce(event_time_column, cur.event_time_column), coalesce(event_time_zone, cur.event_time_zone),
+        coalesce(lateness_policy, cur.lateness_policy), coalesce(allowed_lateness, cur.allowed_lateness),
+        CASE WHEN coalesce(lateness_policy, cur.lateness_policy) = 'exact' AND lateness_quantile IS NULL THEN NULL
+             ELSE coalesce(lateness_quantile, cur.lateness_quantile) END,
+        coalesce(lateness_window, cur.lateness_window), coalesce(granularity, cur.granularity));
+    -- A stricter lateness policy applies from now on: periods already
+    -- final stay final (a verdict never moves back).
+    UPDATE @extschema@.tracked_table t
+       SET granularity = coalesce(_alter_tracked.granularity, t.granularity),
+           period_zone = coalesce(zone, t.period_zone),
+           ddl_policy = coalesce(_alter_tracked.ddl_policy, t.ddl_policy),
+           on_data_loss = coalesce(_alter_tracked.on_data_loss, t.on_data_loss),
+           event_time_column = coalesce(_alter_tracked.event_time_column, t.event_time_column),
+           event_time_zone = coalesce(_alter_tracked.event_time_zone, t.event_time_zone),
+           lateness_policy = coalesce(_alter_tracked.lateness_policy, t.lateness_policy),
+           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM _alter_tracked.allowed_lateness)),
+                                       t.allowed_lateness),
+           lateness_quantile = CASE WHEN coalesce(_alter_tracked.lateness_policy, t.lateness_policy) = 'exact'
+                                    THEN NULL
+                                    ELSE coalesce(_alter_tracked.lateness_quantile, t.lateness_quantile) END,
+           lateness_window = coalesce(make_interval(secs => extract(epoch FROM _alter_tracked.lateness_window)),
+                                      t.lateness_window),
+           -- without days, like every length of time here; 0 removes the SLA
+           max_lag = CASE WHEN _alter_tracked.max_lag IS NULL THEN t.max_lag
+                          WHEN _alter_tracked.max_lag = interval '0' THEN NULL
+                          ELSE make_interval(secs => extract(epoch FROM _alter_tracked.max_lag)) END
+     WHERE t.table_id = id;
+    -- The verdict stays valid under any periods: it is an instant before
+    -- which everything is complete, so it is kept as it is, and what reads
+    -- it as a boundary (finalized_until(), explain_verdict, the status
+    -- view) rounds it down to one of the new periods, never up: every new
+    -- period ending at or before it is final, none it only reaches into.
+    -- Going back to finer periods loses nothing. Which periods a loss holds
+    -- depends on the periods; a derived table's verdict may move at once
+    -- under finer ones.
+    IF periods_changed THEN
+        PERFORM @extschema@._refresh_loss_blocked(id);
+        PERFORM @extschema@._advance(id);
+    END IF;
+END
+$$;
+
+-- Changes how a tracked table is handled; NULL keeps a setting. The
+-- settings of a sharded table are every shard's: they change on each of
+-- its shards, then on it; a shard's own are only its max_lag.
+CREATE OR REPLACE FUNCTION @extschema@.alter_tracked_table(
+    table_name   text,
+    granularity  interval DEFAULT NULL,
+    ddl_policy   text DEFAULT NULL,
+    on_data_loss text DEFAULT NULL,
+    event_time_column text DEFAULT NULL,
+    event_time_zone   text DEFAULT NULL,
+    lateness_policy   text DEFAULT NULL,
+    allowed_lateness  interval DEFAULT NULL,
+    lateness_quantile double precision DEFAULT NULL,
+    lateness_window   interval DEFAULT NULL,
+    max_lag           interval DEFAULT NULL,
+    period_zone       text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+    zone text;
+    part bigint;
+BEGIN
+    PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
+    IF granularity IS NOT NULL THEN
+        PERFORM @extschema@._check_granularity(granularity, 'granularity');
+    END IF;
+    IF period_zone IS NOT NULL THEN
+        zone := @extschema@._check_zone(period_zone, 'period_zone');
+    END IF;
+    IF ddl_policy IS NOT NULL THEN
+        PERFORM @extschema@._check_ddl_policy(ddl_policy);
+    END IF;
+    IF on_data_loss IS NOT NULL THEN
+        PERFORM @extschema@._check_on_data_loss(on_data_loss);
+    END IF;
+    IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0
+                                OR extract(year FROM max_lag) <> 0) THEN
+        RAISE EXCEPTION 'invalid value for argument max_lag: %', max_lag
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The freshness SLA is a length of time without months, such as ''2 hours''; 0 removes it.';
+    END IF;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t
+     WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+    END IF;
+    IF tt.shard_of IS NOT NULL
+       AND (granularity IS NOT NULL OR period_zone IS NOT NULL OR ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL
+            OR event_time_column IS NOT NULL OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
+            OR allowed_lateness IS NOT NULL OR lateness_quantile IS NOT NULL OR lateness_window IS NOT NULL) THEN
+        RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%": only its max_lag can be changed',
+                        tt.table_name, tt.shard, (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = tt.shard_of)
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Its periods, its DDL and data-loss policies and its event-time settings are its sharded table''s, the same for every shard.',
+                  HINT = format('Change them on the sharded table: finalize.alter_tracked_table(%L, ...).',
+                                (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = tt.shard_of));
+    END IF;
+    -- A sharded table first (its verdict before its shards', in the order
+    -- add_shard and drop_shard take them), then each of its shards.
+    PERFORM @extschema@._alter_tracked(tt.table_id, granularity, ddl_policy, on_data_loss, event_time_column,
+                                       event_time_zone, lateness_policy, allowed_lateness, lateness_quantile,
+                                       lateness_window, max_lag, zone);
+    IF tt.kind = 'sharded' THEN
+        FOR part IN SELECT x.table_id FROM @extschema@.tracked_table x
+                     WHERE x.shard_of = tt.table_id AND x.untracked_at IS NULL
+                     ORDER BY x.table_id FOR NO KEY UPDATE LOOP
+            PERFORM @extschema@._alter_tracked(part, granularity, ddl_policy, on_data_loss, event_time_column,
+                                               event_time_zone, lateness_policy, allowed_lateness,
+                                               lateness_quantile, lateness_window, NULL, zone);
+        END LOOP;
+        -- its verdict under new periods, once its shards have them
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
+                                                    double precision, interval, interval, text) IS
+    'Change the periods (granularity, period_zone), DDL policy, data-loss policy, event-time settings or freshness SLA (max_lag) of a tracked table (only the periods and max_lag of a derived one, only max_lag of a shard; a sharded table''s change on every shard)';
+
+-- The one function that moves a verdict: locks the table's verdict, takes a
+-- derived table's source verdict from its inputs, moves the commit-time
+-- verdict commit_until to the greatest of its old value and
+-- _effective_untils, then finalized_until to the greatest of its old value
+-- and that (on an event-time table: the event-time verdict _event_until
+-- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
+-- channel "finalize" when it moved, and lets every derived table that uses
+-- this one follow in the same transaction when it is a background
+-- worker's (_advance_dependents). The inputs form a DAG (track_derived
+-- refuses cycles), so the recursion ends. A derived table whose verdict
+-- another transaction holds is skipped (wait false): an input's advance
+-- never waits for a pipeline's open transaction, nor two sources' workers
+-- for each other; the scheduler's _refresh_derived catches it up. Returns
+-- finalized_until, NULL for a table no longer tracked (or skipped).
+CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := CASE WHEN wait THEN @extschema@._lock_tracked(table_id, false)
+                                         ELSE @extschema@._try_lock_tracked(table_id) END;
+    wm @extschema@.watermark;
+    from_inputs timestamptz;
+    new_commit timestamptz;
+    new_until timestamptz;
+    ev record;
+    cap timestamptz;
+    moved boolean;
+BEGIN
+    IF tt.table_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A source table partitioned by commit time: the way of a worker's
+    -- cycle, for one table.
+    IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
+        moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- run on every call (for no table when nothing moved): its plan is
+        -- made at the first call, not at the first advance hours later
+        PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
+        RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    -- A sharded table is derived from its shards (derived_input): the
+    -- least of their verdicts, NULL while one has none or it has no shard.
+    IF tt.kind IN ('derived', 'sharded') THEN
+        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity, tt.period_zone);
+        IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
+            UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
+            wm.source_until := from_inputs;
+        END IF;
+    END IF;
+    new_commit := GREATEST(wm.commit_until,
+                           (SELECT e.until FROM @extschema@._effective_untils(ARRAY[tt.table_id]) e));
+    -- (A sharded table partitioned by event time takes its shards'
+    -- event-time verdicts as they are: each is drawn from its own.)
+    IF tt.event_time_column IS NULL OR tt.kind = 'sharded' THEN
+        new_until := GREATEST(wm.finalized_until, new_commit);
+    ELSE
+        -- The event-time verdict, held by losses (whose spans are event times
+        -- on an event-time table, see _record_loss).
+        ev := @extschema@._event_until(tt, new_commit);
+        -- A loss holds the event times its rows may have under the
+        -- allowance: when the allowance grows (or becomes known), its start
+        -- reaches further back, never into periods already final.
+        IF ev.allowance IS NOT NULL AND ev.allowance > coalesce(wm.event_allowance, interval '0')
+           AND EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL) THEN
+            UPDATE @extschema@.loss l
+               SET lost_from = GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                                        coalesce(wm.finalized_until, '-infinity'))
+             WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL
+               AND GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+                            coalesce(wm.finalized_until, '-infinity')) < l.lost_from;
+            IF FOUND THEN
+                PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                SELECT w.loss_blocked INTO wm.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+            END IF;
+        END IF;
+        IF wm.loss_blocked AND ev.until IS NOT NULL THEN
+            cap := @extschema@._loss_cap(tt.table_id);
+            -- a loss without a start holds every period (LEAST skips NULLs: never pass one)
+            ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
+        END IF;
+        new_until := GREATEST(wm.finalized_until, ev.until);
+        IF ev.allowance IS DISTINCT FROM wm.event_allowance THEN
+            UPDATE @extschema@.watermark w SET event_allowance = ev.allowance WHERE w.table_id = tt.table_id;
+        END IF;
+    END IF;
+    IF new_commit IS DISTINCT FROM wm.commit_until THEN
+        UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
+    END IF;
+    IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        RETURN new_until;
+    END IF;
+    UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
+     WHERE w.table_id = tt.table_id;
+    PERFORM @extschema@._notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
+                                                               wm.offset_lsn, wm.offset_commit_time));
+    PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
+    RETURN new_until;
+END
+$$;
+
+-- What explain_verdict says of an event-time table: the column and zone,
+-- the policy and the allowance it gave, and where the commit-time verdict
+-- stands against the end of the period plus that allowance (of a sharded
+-- table: that each shard's verdict is its own event-time verdict).
+CREATE OR REPLACE FUNCTION @extschema@._explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                                period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN (tt).kind = 'sharded'
+THEN format('Its shards are partitioned by event time (column "%s"%s, %s): each shard''s verdict is drawn from its own commit-time verdict and lateness allowance, and this table''s is the least of them.',
+            (tt).event_time_column,
+            CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
+            CASE WHEN (tt).lateness_policy = 'exact'
+                 THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
+                 ELSE format('policy quantile: the %s quantile of each shard''s lateness observed over %s, at least %s',
+                             (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END)
+ELSE format('This table is partitioned by event time (column "%s"%s): a period is final once the commit-time verdict has passed its end plus the lateness allowance, %s (%s); the commit-time verdict stands at %s%s.',
+              (tt).event_time_column,
+              CASE WHEN (tt).event_time_zone IS NOT NULL THEN format(', zone %s', (tt).event_time_zone) ELSE '' END,
+              coalesce((wm).event_allowance::text,
+                       CASE WHEN (tt).lateness_policy = 'exact' THEN (tt).allowed_lateness::text
+                            ELSE format('not known yet (the quantile needs %s rows of observed lateness in the window)',
+                                        @extschema@._quantile_min_rows((tt).lateness_quantile)) END),
+              CASE WHEN (tt).lateness_policy = 'exact'
+                   THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
+                   ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',
+                               (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END,
+              coalesce((wm).commit_until::text, 'nothing yet'),
+              CASE WHEN (wm).commit_until IS NOT NULL AND isfinite(_explain_event_time.period_end)
+                        AND (wm).event_allowance IS NOT NULL
+                   THEN format(', and must reach %s for this period',
+                               @extschema@._event_reach(_explain_event_time.period_end, (wm).event_allowance))
+                   ELSE '' END) END;
+
+-- Rows per event period of an event-time table, from the recorded facts,
+-- with how many of them arrived late. Columns as changes_by_period, plus
+-- late_rows: covered when the facts reach back before the period (by the
+-- clock skew a row's event may run ahead of its commit) and no loss
+-- intersects the period or its lateness allowance; exact when covered and
+-- final (a period that is not final may still receive rows). A sharded
+-- table has no facts of its own (its shards have them): its periods are
+-- never covered nor exact, and their counts are NULL, as a derived table's.
+CREATE OR REPLACE FUNCTION @extschema@.changes_by_event_period(table_name text, from_time timestamptz, to_time timestamptz)
+RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
+               inserts bigint, updates bigint, deletes bigint, late_rows bigint,
+               straddling_ranges bigint, exact boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    covered_after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(changes_by_event_period.table_name, 'table_name');
+    PERFORM @extschema@._require(from_time, 'from_time');
+    PERFORM @extschema@._require(to_time, 'to_time');
+    tt := @extschema@._tracked(changes_by_event_period.table_name);
+    IF tt.event_time_column IS NULL THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Use finalize.changes_by_period() for it, or set an event column with finalize.alter_tracked_table(..., event_time_column => ...).';
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    -- A sharded table's facts are its shards': ask a shard for its counts.
+    IF tt.kind = 'sharded' THEN
+        RETURN QUERY
+        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
+        RETURN;
+    END IF;
+    SELECT min(f.end_commit_time) INTO covered_after
+      FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    RETURN QUERY
+    WITH periods AS (
+        SELECT g.period_start AS ps, g.period_end AS pe,
+               coalesce(@extschema@._instant_minus(g.period_start, @extschema@._max_clock_skew()), '-infinity')
+                   > coalesce(covered_after, 'infinity')
+               AND NOT EXISTS (
+                   -- losses of an event-time table span event times (_record_loss)
+                   SELECT FROM @extschema@.loss l
+                    WHERE l.table_id = tt.table_id AND l.lost_to >= g.period_start
+                      AND l.lost_from < g.period_end) AS covered
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
+    SELECT p.ps, p.pe,
+           @extschema@._final(tt, wm, p.ps),
+           p.covered,
+           coalesce(sum(e.inserts), 0)::bigint,
+           coalesce(sum(e.updates), 0)::bigint,
+           coalesce(sum(e.deletes), 0)::bigint,
+           coalesce(sum(e.late_rows), 0)::bigint,
+           0::bigint,
+           p.covered AND @extschema@._final(tt, wm, p.ps)
+      FROM periods AS p
+      LEFT JOIN @extschema@.event_fact e ON e.table_id = tt.table_id AND e.event_period = p.ps
+     GROUP BY p.ps, p.pe, p.covered
+     ORDER BY p.ps;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.changes_by_event_period(text, timestamptz, timestamptz) IS
+    'Event-time tables: rows inserted, updated and deleted per event period, and how many arrived late';
+
+-- The lateness an event-time table's rows showed (commit time minus event
+-- time), from the sketches recorded over the window before its
+-- commit-time verdict (the table's lateness_window unless given): the
+-- quantile q (the table's lateness_quantile, else 0.999) within the
+-- sketch's 1% accuracy, how many rows it describes, and the allowance the
+-- verdict last used (drawn from the quantile's upper bound). Of a sharded
+-- table: the lateness of all its shards' rows, and the longest allowance a
+-- shard's verdict uses.
+CREATE OR REPLACE FUNCTION @extschema@.lateness(table_name text, quantile double precision DEFAULT NULL,
+                                     window_length interval DEFAULT NULL,
+                                     OUT lateness interval, OUT rows bigint, OUT allowance interval)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    s bytea;
+BEGIN
+    PERFORM @extschema@._require(lateness.table_name, 'table_name');
+    tt := @extschema@._tracked(lateness.table_name);
+    IF tt.event_time_column IS NULL THEN
+        RAISE EXCEPTION 'table "%" is not partitioned by event time', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Set an event column with finalize.track_table(..., event_time_column => ...).';
+    END IF;
+    IF window_length IS NOT NULL THEN
+        PERFORM @extschema@._instant_minus('2000-01-01 00:00+00', window_length);
+    END IF;
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind = 'sharded' THEN
+        -- A sharded table's rows are its shards': their sketches merged,
+        -- each over the window before its own commit-time verdict; the
+        -- allowance is the longest a shard's verdict uses.
+        SELECT @extschema@._sketch_union(h.sketch) INTO s
+          FROM @extschema@._shards(tt.table_id) AS p
+          JOIN @extschema@.watermark pw ON pw.table_id = p.table_id
+          JOIN @extschema@.lateness_hour h ON h.table_id = p.table_id
+         WHERE h.hour >= coalesce(@extschema@._instant_minus(coalesce(pw.commit_until, now()),
+                                                             coalesce(window_length, tt.lateness_window)), '-infinity');
+        SELECT max(pw.event_allowance) INTO allowance
+          FROM @extschema@._shards(tt.table_id) AS p JOIN @extschema@.watermark pw ON pw.table_id = p.table_id;
+    ELSE
+        SELECT @extschema@._sketch_union(h.sketch) INTO s
+          FROM @extschema@.lateness_hour h
+         WHERE h.table_id = tt.table_id
+           AND h.hour >= coalesce(@extschema@._instant_minus(coalesce(wm.commit_until, now()),
+                                                             coalesce(window_length, tt.lateness_window)), '-infinity');
+        allowance := wm.event_allowance;
+    END IF;
+    rows := coalesce(@extschema@._sketch_rows(s), 0);
+    lateness := make_interval(secs => @extschema@._sketch_quantile_ms(s, coalesce(quantile, tt.lateness_quantile, 0.999)) / 1000.0);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.lateness(text, double precision, interval) IS
+    'Event-time tables: a quantile of the observed lateness (commit time minus event time) over a window, and the allowance the verdict uses';
+
+-- The arguments of a range for table_id, checked; returns the table with
+-- its verdict locked for the write (_lock_tracked), which serializes the
+-- writers of the table and proves it still tracked. NULL arguments are
+-- refused first, then, with the lock held, what needs the table (its name
+-- in the errors, its state): row counts, commit times, the event and the
+-- order of the LSNs.
+CREATE OR REPLACE FUNCTION @extschema@._check_range_args(
+    table_id          bigint,
+    s                 @extschema@.lsn,
+    e                 @extschema@.lsn,
+    end_commit_time   timestamptz,
+    inserts           bigint,
+    updates           bigint,
+    deletes           bigint,
+    first_commit_time timestamptz,
+    last_commit_time  timestamptz,
+    event             text)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+BEGIN
+    PERFORM @extschema@._require(_check_range_args.table_id, 'table_id');
+    PERFORM @extschema@._require(e, 'end_lsn');
+    PERFORM @extschema@._require(end_commit_time, 'end_commit_time');
+    PERFORM @extschema@._require(inserts, 'inserts');
+    PERFORM @extschema@._require(updates, 'updates');
+    PERFORM @extschema@._require(deletes, 'deletes');
+    tt := @extschema@._lock_tracked(_check_range_args.table_id);
+    IF tt.kind = 'derived' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so no range can be recorded', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server source: its verdict follows its inputs and the jobs that report with finalize.report_processed().';
+    ELSIF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so no range can be recorded', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A sharded table has no SQL Server source of its own: its verdict follows its shards, each read from its own database.',
+                  HINT = format('Record the range on its shard, such as finalize.record_range(%L, ...).', tt.table_name || '/<shard>');
+    END IF;
+    IF inserts < 0 OR updates < 0 OR deletes < 0 THEN
+        RAISE EXCEPTION 'invalid row counts for table "%": inserts %, updates %, deletes %',
+                        tt.table_name, inserts, updates, deletes
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Row counts cannot be negative.';
+    END IF;
+    IF (inserts + updates + deletes = 0) <> (first_commit_time IS NULL)
+       OR (first_commit_time IS NULL) <> (last_commit_time IS NULL)
+       OR first_commit_time > last_commit_time THEN
+        RAISE EXCEPTION 'invalid commit-time span for table "%": % to %',
+                        tt.table_name, first_commit_time, last_commit_time
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range with rows needs first_commit_time <= last_commit_time; an empty range has neither.';
+    END IF;
+    PERFORM @extschema@._check_commit_time(tt.table_name, 'end_commit_time', end_commit_time);
+    PERFORM @extschema@._check_commit_time(tt.table_name, 'last_commit_time', last_commit_time);
+    IF event IS NOT NULL AND event NOT IN ('schema_change', 'instance_switch') THEN
+        RAISE EXCEPTION 'invalid value for argument event: "%"', event
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A range can carry the events schema_change or instance_switch; other events do not advance the verdict.';
+    END IF;
+    IF s IS NOT NULL AND e <= s THEN
+        RAISE EXCEPTION 'range (%, %] of table "%" is empty or reversed', s, e, tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The end LSN of a range must be greater than its (exclusive) start LSN.';
+    END IF;
+    IF tt.state <> 'active' THEN
+        RAISE EXCEPTION 'table "%" is in state %, so no range can be recorded', tt.table_name, tt.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = coalesce(tt.state_detail, 'The verdict of this table is stopped.'),
+                  HINT = 'See finalize.status and the troubleshooting section of the README.';
+    END IF;
+    RETURN tt;
+END
+$$;
+
+-- Removes facts older than the retention (finalize.facts_retention unless
+-- given), and untracked tables with no facts left. The fact a table's offset
+-- points at is kept, so the chain of ranges can always be checked.
+CREATE OR REPLACE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    keep interval := coalesce(older_than, @extschema@._facts_retention());
+    removed bigint;
+BEGIN
+    IF keep < interval '0' THEN
+        RAISE EXCEPTION 'invalid value for argument older_than: "%" is negative', keep
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    DELETE FROM @extschema@.fact f
+     WHERE f.recorded_at < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.watermark w
+                        WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    -- Lateness sketches are kept as long as the lateness window that reads them.
+    DELETE FROM @extschema@.lateness_hour h
+     USING @extschema@.tracked_table t, @extschema@.watermark w
+     WHERE t.table_id = h.table_id AND w.table_id = h.table_id
+       AND h.hour < LEAST(now() - keep,
+                          coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
+    DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    -- never an incident whose resolution a webhook target has still to hear
+    DELETE FROM @extschema@.alert a
+     WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.alert_delivery d WHERE d.alert_id = a.alert_id AND d.state = 'pending');
+    -- (a sharded table, which has no facts of its own, stays while a shard
+    -- of it does: deleting it would delete them with it)
+    DELETE FROM @extschema@.tracked_table t
+     WHERE t.untracked_at < now() - keep
+       AND NOT EXISTS (SELECT FROM @extschema@.fact f WHERE f.table_id = t.table_id
+                        AND f.recorded_at >= now() - keep)
+       AND NOT EXISTS (SELECT FROM @extschema@.tracked_table s WHERE s.shard_of = t.table_id);
+    RETURN removed;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.purge_facts(interval) IS
+    'Delete facts older than the retention (finalize.facts_retention by default); returns how many';
+
+-- The body of finalize.add_consumer: declares a pipeline that writes the
+-- table. A required one holds the verdict from now on (what was final
+-- stays final). Only members of reporter (and of finalize_admin) may
+-- report for it; without one, only admins may: a pipeline must never be
+-- able to release another pipeline's table. On a sharded table it is
+-- declared on each shard, now and when one is added (_add_sharded_consumer).
+CREATE OR REPLACE FUNCTION @extschema@._add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT true,
+    reporter regrole DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
+BEGIN
+    PERFORM @extschema@._check_consumer_name(consumer);
+    PERFORM @extschema@._require(required, 'required');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
+    -- On a sharded table: on every shard, and on every shard added later.
+    IF tt.kind = 'sharded' THEN
+        PERFORM @extschema@._add_sharded_consumer(caller, tt, consumer, required, reporter, reporter_name);
+    ELSE
+        PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, reporter, reporter_name);
+    END IF;
+    PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+END
+$$;
+
+-- The body of finalize.alter_consumer: changes a consumer in place, so the
+-- verdict never moves past what it applied meanwhile (dropping and adding
+-- it again would let it). NULL keeps a setting. reset forgets what it
+-- reported (a wrong LSN, a report from another database): the verdict
+-- stays where it is (verdicts never move back) and waits for its next
+-- report. Making it optional lets the verdict move at once. On a sharded
+-- table it changes the consumer of every shard; on a shard, a consumer
+-- declared on its sharded table may only be reset.
+CREATE OR REPLACE FUNCTION @extschema@._alter_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    required boolean DEFAULT NULL,
+    reporter regrole DEFAULT NULL,
+    reset boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reporter_name name;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM @extschema@._require(reset, 'reset');
+    IF reporter IS NOT NULL THEN
+        reporter_name := @extschema@._check_reporter(reporter);
+    END IF;
+    IF tt.kind = 'sharded' THEN
+        PERFORM @extschema@._alter_sharded_consumer(tt, consumer, required, reporter, reporter_name, reset);
+        RETURN;
+    ELSIF required IS NOT NULL OR reporter IS NOT NULL THEN
+        -- a shard's consumer declared on its sharded table changes there
+        PERFORM @extschema@._refuse_shard_consumer(tt, consumer, 'alter_consumer');
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    UPDATE @extschema@.consumer c
+       SET required = coalesce(_alter_consumer.required, c.required),
+           reporter = coalesce(_alter_consumer.reporter, c.reporter),
+           reporter_name = coalesce(reporter_name, c.reporter_name)
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" does not exist', consumer, tt.table_name
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('Declare it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
+    END IF;
+    IF reset THEN
+        UPDATE @extschema@.consumer c
+           SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
+               mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
+         WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+        -- An Iceberg consumer reads its table again as if for the first time.
+        UPDATE @extschema@.lake_consumer l
+           SET seen_snapshot_id = NULL, seen_head_id = NULL, seen_head_sequence = NULL, seen_lsn = NULL,
+               seen_table_uuid = NULL, seen_at = NULL
+         WHERE l.table_id = tt.table_id AND l.consumer = consumer;
+        RAISE NOTICE 'consumer "%" of table "%" starts again from nothing', consumer, tt.table_name
+            USING DETAIL = 'What is final stays final; the verdict waits for the consumer''s next report.';
+    END IF;
+    IF reporter IS NOT NULL THEN
+        PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+    END IF;
+    IF required IS NOT NULL AND NOT required THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+END
+$$;
+
+-- The body of finalize.drop_consumer: forgets a consumer; the verdict may
+-- then move at once, and a NOTICE says how far. Returns whether it existed.
+-- On a sharded table it forgets the consumer of every shard; a shard's
+-- consumer declared on its sharded table is dropped there.
+CREATE OR REPLACE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    before timestamptz;
+    after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(consumer, 'consumer');
+    IF tt.kind = 'sharded' THEN
+        RETURN @extschema@._drop_sharded_consumer(tt, consumer);
+    END IF;
+    PERFORM @extschema@._refuse_shard_consumer(tt, consumer, 'drop_consumer');
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- A consumer that is gone stalls nothing any more, nor is it held (the
+    -- worker forgets its hold, _check_consumers).
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'catalog_unreachable', 'catalog_auth_failed',
+                      'table_not_found', 'property_malformed', 'metadata_malformed')
+       AND a.table_id = tt.table_id AND a.subject = consumer AND a.state <> 'resolved';
+    after := @extschema@._advance(tt.table_id);
+    IF after IS DISTINCT FROM before THEN
+        RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
+                     tt.table_name, after, coalesce(before::text, 'nothing'), consumer
+            USING DETAIL = 'The periods in between are final whether or not the consumer applied them.';
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- The body of finalize.report_progress: a consumer of a tracked table has
+-- durably applied every change with commit LSN at or below lsn. A lower or
+-- equal LSN (a replay) changes nothing, takes no lock and says so; the
+-- worker resolves a new one to a commit time on its next cycle, which may
+-- advance the verdict. Returns whether the report moved.
+CREATE OR REPLACE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    reported @extschema@.lsn;
+    c @extschema@.consumer;
+BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so its consumers report per shard', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own: a report names the shard whose changes the pipeline applied (a Debezium record names it in source.db).',
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>) for each shard.', tt.table_name || '/<shard>',
+                                pg_catalog.left(consumer, 255));
+    ELSIF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so its consumers report with finalize.report_processed()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has fully processed.',
+                  HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
+    END IF;
+    reported := @extschema@._reported_lsn(lsn, tt, consumer);
+    PERFORM @extschema@._refuse_lake_report(tt, consumer);
+    -- A replay is answered without a lock; a move is checked again under one.
+    FOR i IN 1..2 LOOP
+        c := @extschema@._reporting_consumer(caller, tt, consumer, i = 2);
+        IF reported <= c.reported_lsn THEN
+            RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
+                         c.reported_lsn, reported
+                USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN @extschema@._advance_report(tt.table_id, consumer, reported);
+END
+$$;
+
+-- The body of finalize.report_processed: a consumer of a derived table has
+-- fully processed its inputs up to processed_until. A time beyond what the
+-- inputs are final until counts only up to that (the rest was processed
+-- from input that may still change); an earlier or equal time changes
+-- nothing, takes no lock and says so; a later one advances the verdict in
+-- this transaction as far as the inputs allow. Returns whether it moved.
+CREATE OR REPLACE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
+                                              processed_until timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    c @extschema@.consumer;
+    inputs_until timestamptz;
+    upto timestamptz := processed_until;
+BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so its consumers report per shard with finalize.report_progress()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A consumer of a sharded table is a consumer of each of its shards, which reports the commit LSN it has applied in that shard''s database.',
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>) for each shard.', tt.table_name || '/<shard>',
+                                pg_catalog.left(consumer, 255));
+    ELSIF tt.kind <> 'derived' THEN
+        RAISE EXCEPTION 'table "%" is fed by SQL Server, so its consumers report with finalize.report_progress()', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A consumer of a tracked table reports the commit LSN it has applied; report_processed takes the input watermark of a derived table''s job, and a time is never read as an LSN.',
+                  HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name,
+                                pg_catalog.left(consumer, 255));
+    END IF;
+    PERFORM @extschema@._require(processed_until, 'processed_until');
+    IF NOT isfinite(processed_until) THEN
+        RAISE EXCEPTION 'invalid value for argument processed_until: "%"', processed_until
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A consumer reports the input watermark its job has fully processed: a finite time.';
+    END IF;
+    c := @extschema@._reporting_consumer(caller, tt, consumer, false);
+    IF processed_until <= c.processed_until THEN
+        PERFORM @extschema@._processed_replay(tt, c, processed_until);
+        RETURN false;
+    END IF;
+    inputs_until := @extschema@._inputs_final_until(tt.table_id);
+    IF inputs_until IS NULL OR upto > inputs_until THEN
+        upto := inputs_until;
+        RAISE NOTICE 'the inputs of table "%" are final only until %; consumer "%" counts as having processed them until then',
+                     tt.table_name, coalesce(inputs_until::text, '(nothing yet)'), consumer
+            USING DETAIL = format('It reported %s, but input beyond what is final may still change, so what the job made of it is not final either.',
+                                  processed_until),
+                  HINT = 'Report the least finalized_until of the inputs the job read before it ran (finalize.finalized_until(ARRAY[...])).';
+        IF upto IS NULL OR upto <= c.processed_until THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- Checked again under the lock: another report may have moved meanwhile.
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    c := @extschema@._reporting_consumer(caller, tt, consumer, true);
+    IF upto <= c.processed_until THEN
+        PERFORM @extschema@._processed_replay(tt, c, processed_until);
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.consumer x SET processed_until = upto, reported_at = now()
+     WHERE x.table_id = tt.table_id AND x.consumer = consumer;
+    PERFORM @extschema@._advance(tt.table_id);
+    RETURN true;
+END
+$$;
+
+-- The body of finalize.acknowledge_loss: an admin says the periods of
+-- [period_from, period_to) were repaired after the losses recorded so far:
+-- on the table that lost the data (for example, the lake table was
+-- re-snapshotted), or on a derived table with a required consumer whose job
+-- has rebuilt them from the repaired input (the input's acknowledgement
+-- alone does not release such a table: see _loss_ackers). A loss no longer
+-- holds those periods, here and in the derived tables that use the table,
+-- once every table it needs an acknowledgement on has one. A loss recorded
+-- later needs an acknowledgement of its own. Recorded with who, when and
+-- the note, also as an event fact. Returns how many losses the range
+-- (partly) covers.
+CREATE OR REPLACE FUNCTION @extschema@._acknowledge_loss(
+    caller name,
+    table_name text,
+    period_from timestamptz,
+    period_to timestamptz,
+    note text)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    covered integer;
+BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table: a loss is acknowledged on the shard that lost the data', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A sharded table holds the periods its shards lost; each shard''s loss is released by an acknowledgement on that shard, once the lake''s copy of its data was repaired.',
+                  HINT = 'finalize.explain_verdict() on the sharded table names the shard and the call to make.';
+    END IF;
+    IF tt.kind = 'derived' AND NOT EXISTS (SELECT FROM @extschema@._loss_ackers(tt.table_id) AS a
+                                            WHERE a.acker_id = tt.table_id) THEN
+        RAISE EXCEPTION 'table "%" is a derived table with no loss to acknowledge', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table holds the periods its inputs lost. It needs an acknowledgement of its own only when it has a required consumer, whose job must rebuild them; otherwise it is released when the loss is acknowledged on the input that lost the data.',
+                  HINT = 'finalize.explain_verdict() on the derived table names the table to acknowledge the loss on.';
+    END IF;
+    PERFORM @extschema@._check_period_bound(tt, period_from, 'period_from');
+    PERFORM @extschema@._check_period_bound(tt, period_to, 'period_to');
+    IF period_to <= period_from THEN
+        RAISE EXCEPTION 'invalid range of periods from % to %', period_from, period_to
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'period_to must be after period_from.';
+    END IF;
+    PERFORM @extschema@._require(note, 'note');
+    IF note !~ '\S' THEN
+        RAISE EXCEPTION 'invalid value for argument note: it must say how the loss was repaired'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The note is kept with the acknowledgement, for example ''orders re-snapshotted from SQL Server on 2026-12-01, ticket DATA-123''.';
+    END IF;
+    PERFORM @extschema@._lock_tracked(tt.table_id);
+    -- Its own losses, or for a derived table the ones it must acknowledge.
+    SELECT count(*) INTO covered FROM @extschema@.loss l
+     WHERE l.loss_id IN (SELECT a.loss_id FROM @extschema@._loss_ackers(tt.table_id) AS a
+                          WHERE a.acker_id = tt.table_id)
+       AND l.lost_from < period_to AND l.lost_to >= period_from;
+    -- clock_timestamp(): a loss recorded after this (under the same lock)
+    -- is never covered by it, even one whose transaction began earlier.
+    INSERT INTO @extschema@.loss_ack (table_id, period_from, period_to, note, acknowledged_by, acknowledged_at)
+    VALUES (tt.table_id, period_from, period_to, note, caller, clock_timestamp());
+    INSERT INTO @extschema@.fact (table_id, kind, event, detail)
+    VALUES (tt.table_id, 'event', 'loss_acknowledged',
+            jsonb_build_object('by', caller, 'note', note, 'losses', covered,
+                               'period_from', CASE WHEN isfinite(period_from) THEN @extschema@._utc_iso(period_from) ELSE period_from::text END,
+                               'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
+    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    -- An event-time verdict was held back by the loss itself (_advance): it
+    -- moves now, and the derived tables that use it with it.
+    IF tt.event_time_column IS NOT NULL THEN
+        PERFORM @extschema@._advance(tt.table_id);
+    END IF;
+    -- The data_loss incident of the table that lost the data is resolved
+    -- once that table has acknowledged all its losses; a derived table
+    -- that inherited one acknowledges it on its own (its verdict waits).
+    IF tt.kind = 'source' AND NOT @extschema@._has_open_loss(tt.table_id) THEN
+        PERFORM @extschema@._resolve_alerts('data_loss', tt.table_id, tt.server_name);
+    END IF;
+    IF covered = 0 THEN
+        RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',
+                     CASE WHEN tt.kind = 'derived' THEN 'inherited by' ELSE 'of' END, tt.table_name,
+                     period_from, period_to
+            USING DETAIL = 'The acknowledgement is kept, but it covers no loss recorded after it.';
+    END IF;
+    RETURN covered;
+END
+$$;
+
+-- The body of finalize.add_consumer(table, consumer, iceberg_server, ...):
+-- declares a pipeline whose progress is the LSN property (lsn_property) of
+-- the snapshots of an Iceberg table's ref. Nobody reports for it: the lake
+-- worker reads it. Like every new required consumer, it holds the verdict
+-- from now on until its table proves a period (what was final stays final).
+CREATE OR REPLACE FUNCTION @extschema@._add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    iceberg_server text,
+    iceberg_table text,
+    ref text DEFAULT 'main',
+    lsn_property text DEFAULT 'finalize.lsn',
+    required boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    srv pg_foreign_server;
+BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so an Iceberg table cannot report LSNs for it as a whole', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own.',
+                  HINT = format('Declare the Iceberg consumer on each shard, such as finalize.add_consumer(%L, %L, ...), with the snapshot property that carries that shard''s LSN (lsn_property).',
+                                tt.table_name || '/<shard>', consumer);
+    ELSIF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so an Iceberg table cannot report LSNs for it', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',
+                  HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
+                                tt.table_name, consumer);
+    END IF;
+    srv := @extschema@._iceberg_server(caller, iceberg_server);
+    PERFORM @extschema@._check_iceberg_table(iceberg_table);
+    PERFORM @extschema@._check_lake_word(ref, 'ref', 'main or audit');
+    PERFORM @extschema@._check_lake_word(lsn_property, 'lsn_property', 'finalize.lsn');
+    PERFORM @extschema@._check_consumer_name(consumer);
+    PERFORM @extschema@._require(required, 'required');
+    PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, NULL, NULL);
+    INSERT INTO @extschema@.lake_consumer (table_id, consumer, server_name, iceberg_table, ref, lsn_property)
+    VALUES (tt.table_id, consumer, srv.srvname, iceberg_table, ref, lsn_property);
+END
+$$;
+
+-- Brings every derived table whose inputs are final beyond its source
+-- verdict up to date, and the loss flags up to date (_refresh_loss_blocked),
+-- without waiting for a table whose verdict another transaction holds (it
+-- is tried again next round). The scheduler runs it
+-- every round, in a transaction of its own: this is how a derived table
+-- follows a report on one of its inputs, at most a round (a second, or
+-- finalize.poll_interval if shorter) after the report commits, and how one
+-- skipped by an input's advance catches up. Passes are repeated while one
+-- moved a verdict, so that a chain of derived tables comes up to date in
+-- one call, also in a session (where _advance does not cascade). Returns
+-- how many loss flags and source verdicts of derived tables it moved.
+CREATE OR REPLACE FUNCTION @extschema@._refresh_derived()
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    derived bigint;
+    before timestamptz;
+    moved integer := 0;
+    pass integer;
+BEGIN
+    -- The loss flags (_refresh_loss_blocked): a table that has a loss to
+    -- wait for below a flagged one gets its own flag (a worker skipped it,
+    -- say, while a pipeline held it); then a flag is cleared whose table
+    -- has none and no table below it has one (_open_below), looked at again under
+    -- the table's lock (a statement of its own: a new snapshot). A table
+    -- another transaction holds waits for a later round.
+    FOR derived IN
+        SELECT w.table_id FROM @extschema@.watermark w WHERE w.loss_blocked ORDER BY w.table_id
+    LOOP
+        moved := moved + @extschema@._flag_below(derived);
+    END LOOP;
+    FOR derived IN
+        SELECT w.table_id FROM @extschema@.watermark w
+          JOIN @extschema@.tracked_table t ON t.table_id = w.table_id
+         WHERE w.loss_blocked AND t.untracked_at IS NULL
+         ORDER BY w.table_id
+    LOOP
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR @extschema@._open_below(derived);
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        CONTINUE WHEN @extschema@._has_open_loss(derived) OR @extschema@._open_below(derived);
+        UPDATE @extschema@.watermark w SET loss_blocked = false WHERE w.table_id = derived;
+        moved := moved + 1;
+    END LOOP;
+    LOOP
+        pass := 0;
+        -- Those behind (_inputs_until, for every derived table in one
+        -- statement); _advance then does the exact work.
+        FOR derived, before IN
+            SELECT t.table_id, w.source_until
+              FROM @extschema@._inputs_final_untils(ARRAY(
+                       SELECT x.table_id FROM @extschema@.tracked_table x
+                        WHERE x.kind IN ('derived', 'sharded') AND x.untracked_at IS NULL)) AS i
+              JOIN @extschema@.tracked_table t ON t.table_id = i.table_id
+              JOIN @extschema@.watermark w ON w.table_id = t.table_id
+             WHERE @extschema@.period_start(i.until, t.granularity, t.period_zone)
+                   > coalesce(w.source_until, '-infinity')
+             ORDER BY t.table_id
+        LOOP
+            PERFORM @extschema@._advance(derived, false);
+            IF (SELECT w.source_until FROM @extschema@.watermark w WHERE w.table_id = derived)
+               IS DISTINCT FROM before THEN
+                pass := pass + 1;
+            END IF;
+        END LOOP;
+        moved := moved + pass;
+        EXIT WHEN pass = 0;
+    END LOOP;
+    RETURN moved;
+END
+$$;
+
+-- The shards of a sharded table that hold a period back (the least
+-- verdicts first, at most five named), each with its own explanation; a
+-- sharded table without shards is never final.
+CREATE FUNCTION @extschema@._explain_shards(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                            period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    holding bigint;
+    named text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM @extschema@._shards(tt.table_id)) THEN
+        RETURN 'it has no shard, and a sharded table is final only for the periods every shard is final for: add one with finalize.add_shard()';
+    END IF;
+    SELECT count(*) INTO holding
+      FROM @extschema@._shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
+     WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
+    IF holding = 0 THEN
+        RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
+                      coalesce(wm.finalized_until::text, 'nothing yet'));
+    END IF;
+    -- Each shard's own reason, without its first words (the period) and
+    -- speaking of the shard where it says "this table".
+    SELECT string_agg(format('shard "%s" holds it back: %s', x.shard,
+                             rtrim(replace(regexp_replace((@extschema@.explain_verdict(x.table_name, period_start)).reason,
+                                                          '^Period \[[^)]*\) is not final( yet)?: ', ''),
+                                           'This table is', 'The shard is'), '.')),
+                      '; ' ORDER BY x.ord)
+      INTO named
+      FROM (SELECT s.shard, s.table_name,
+                   row_number() OVER (ORDER BY w.finalized_until NULLS FIRST, s.shard) AS ord
+              FROM @extschema@._shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
+             WHERE w.finalized_until IS NULL OR w.finalized_until < period_end
+             ORDER BY w.finalized_until NULLS FIRST, s.shard LIMIT 5) AS x;
+    RETURN named || CASE WHEN holding > 5 THEN format('; %s more shards are not final for it', holding - 5) ELSE '' END;
+END
+$$;
+
+-- Why the source verdict holds a period back, or NULL when it does not: for
+-- a tracked table how far SQL Server's capture has come, for a derived one
+-- which inputs are not final that far, for a sharded one which shards
+-- (_explain_shards).
+CREATE OR REPLACE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                            period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF @extschema@._period_final(period_start, tt.granularity, tt.period_zone, wm.source_until) THEN
+        RETURN NULL;
+    ELSIF tt.kind = 'derived' THEN
+        RETURN @extschema@._explain_inputs(tt.table_id, period_end);
+    ELSIF tt.kind = 'sharded' THEN
+        RETURN @extschema@._explain_shards(tt, wm, period_start, period_end);
+    ELSIF wm.offset_lsn IS NULL THEN
+        RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
+    ELSIF wm.offset_commit_time >= period_end THEN
+        RETURN format('the watermark only moves in whole periods and stands at %s', wm.source_until);
+    END IF;
+    RETURN format('SQL Server''s capture has reached %s (LSN %s), %s before the period ends',
+                  wm.offset_commit_time, wm.offset_lsn,
+                  CASE WHEN isfinite(period_end) THEN (period_end - wm.offset_commit_time)::text
+                       ELSE 'for ever' END);
+END
+$$;
+
+-- The losses that hold a period, each with its table, times, LSNs and the
+-- calls that release it: on the table that lost the data once the lake was
+-- re-snapshotted, and on each derived table with a required consumer once
+-- its job has rebuilt the periods (_loss_ackers), inputs first (a derived
+-- table is tracked after its inputs); NULL when none does.
+CREATE OR REPLACE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
+                                            period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(x.sentence, ' ' ORDER BY x.loss_id)
+      FROM (SELECT l.loss_id,
+                   format('changes of table "%s"%s %s from %s to %s (LSN range (%s, %s]) were lost before finalize could read them (see its data_loss event in finalize.facts)',
+                          t.table_name,
+                          CASE WHEN t.shard_of = (tt).table_id THEN format(', shard "%s" of this table,', t.shard)
+                               WHEN t.table_id <> (tt).table_id THEN ', an input of this table,' ELSE '' END,
+                          CASE WHEN t.event_time_column IS NOT NULL
+                               THEN 'with event times (within the lateness allowance) possibly'
+                               ELSE 'committed' END,
+                          l.lost_from, l.lost_to, coalesce(l.from_lsn::text, 'its start'), coalesce(l.to_lsn::text, 'unknown'))
+                   || CASE WHEN bool_or(o.acker_id = l.table_id)
+                           THEN format('; run finalize.acknowledge_loss(%L, %L, %L, ''<how it was repaired>'') once the lake was re-snapshotted.',
+                                       t.table_name, ls.span_from, ls.span_to)
+                                || coalesce(' Also, '
+                                            || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" too once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                                 k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                                          '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                            || '.', '')
+                           ELSE format(' and were acknowledged on input "%s"; ', t.table_name)
+                                || string_agg(format('derived table "%s" has a required consumer, so acknowledge the loss on "%s" once its job has rebuilt these periods: run finalize.acknowledge_loss(%L, %L, %L, ''<how it was rebuilt>'')',
+                                                     k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
+                                              '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
+                                || '.' END AS sentence
+              FROM @extschema@._open_loss_ackers((tt).table_id, _explain_losses.period_start,
+                                                 _explain_losses.period_end) AS o
+              JOIN @extschema@.loss l ON l.loss_id = o.loss_id
+              JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+              JOIN @extschema@.tracked_table k ON k.table_id = o.acker_id
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, t.granularity, t.period_zone) AS ls
+             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, k.granularity, k.period_zone) AS ks
+             GROUP BY l.loss_id, t.table_id, t.table_name, ls.span_from, ls.span_to) AS x;
+END;
+
+-- Why a final period is final: how far the source verdict reached, the
+-- required consumers that have applied (or processed) it, and those
+-- declared after it became final (a verdict never moves back).
+CREATE OR REPLACE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+                                           period_start timestamptz, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE WHEN (tt).kind = 'source'
+                THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
+                            (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
+                WHEN (tt).kind = 'sharded'
+                THEN format('Period [%s, %s) is final: every shard of this sharded table is final for it, and its verdict stands at %s.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until)
+                ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
+                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
+                   THEN format(' Its required consumers have %s it: %s.',
+                               CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until >= _explain_final.period_end))
+                   ELSE '' END
+           || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) > 0
+                   THEN format(' It was final before %s %s declared; a verdict never moves back.',
+                               CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                    THEN 'consumer' ELSE 'consumers' END,
+                               string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
+                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end)
+                               || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                       THEN ' was' ELSE ' were' END)
+                   ELSE '' END
+      FROM (SELECT 1) AS one
+      LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
+      LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
+                                                             c.commit_time, c.processed_until) AS until) x ON true;
+END;
+
+-- One row per tracked table: its verdict and what its source's worker saw.
+CREATE OR REPLACE VIEW @extschema@.status AS
+SELECT t.table_name,
+       t.server_name,
+       t.source_schema || '.' || t.source_name AS source_table,
+       t.capture_instance,
+       t.granularity,
+       t.state,
+       t.state_detail,
+       c.condition,
+       c.detail AS condition_detail,
+       sc.detail ->> 'summary' AS last_schema_change,
+       sc.recorded_at AS last_schema_change_at,
+       r.until AS finalized_until,
+       now() - r.until AS lag,
+       w.offset_lsn,
+       w.offset_commit_time AS captured_until,
+       w.advanced_at,
+       w.recorded_at,
+       s.condition AS source_condition,
+       s.max_lsn AS source_max_lsn,
+       s.last_poll,
+       s.last_success,
+       s.last_error,
+       s.last_error_at,
+       s.next_attempt,
+       s.clock_skew,
+       s.live_pid AS worker_pid,
+       t.kind,
+       w.source_until,
+       -- The required consumer furthest behind, while the verdict waits for
+       -- it (asked only then: most rows need no look at consumers).
+       CASE WHEN w.source_until > coalesce(w.commit_until, w.finalized_until, '-infinity')
+            THEN (SELECT x.consumer FROM @extschema@.consumer x
+                   CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+                              CASE WHEN t.kind = 'source' THEN x.commit_time ELSE x.processed_until END,
+                              t.granularity, t.period_zone) AS until) u
+                   WHERE x.table_id = t.table_id AND x.required
+                     AND w.source_until > coalesce(u.until, '-infinity')
+                   ORDER BY u.until NULLS FIRST, x.consumer LIMIT 1)
+       END AS held_back_by,
+       -- Whether a loss holds some periods: asked (_loss_holds) only while
+       -- its own flag or any input's, transitively, is set, as the sensors
+       -- read it (_lineage_blocked, inlined here: readers may not call it).
+       CASE WHEN w.loss_blocked OR (t.kind IN ('derived', 'sharded') AND EXISTS (
+                     WITH RECURSIVE up(id) AS (
+                         SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = t.table_id
+                         UNION
+                         SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+                     SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked))
+            THEN @extschema@._loss_holds(t.table_id) ELSE false END AS loss_blocked,
+       t.event_time_column,
+       w.commit_until,
+       w.event_allowance,
+       -- Only event-time tables have late rows (a table with some keeps its
+       -- event_time_column): commit-time rows skip the look. A sharded
+       -- table's are its shards'.
+       CASE WHEN t.event_time_column IS NOT NULL AND t.kind = 'sharded'
+            THEN (SELECT sum(l.rows) FROM @extschema@.tracked_table x
+                    JOIN @extschema@.late_period l ON l.table_id = x.table_id
+                   WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL)::bigint
+            WHEN t.event_time_column IS NOT NULL
+            THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
+       END AS late_rows,
+       s.cycle_time AS source_cycle_time,
+       t.period_zone,
+       -- The conditions of the table's Iceberg consumers ("consumer:
+       -- condition"), NULL while they read their catalogs.
+       (SELECT string_agg(l.consumer || ': ' || l.condition, ', ' ORDER BY l.consumer)
+          FROM @extschema@.lake_consumer l
+         WHERE l.table_id = t.table_id AND l.condition IS NOT NULL) AS consumer_conditions,
+       -- A shard: its sharded table and its label; a sharded table: how
+       -- many shards it has and the one furthest behind (nothing final
+       -- first), asked only for those rows.
+       CASE WHEN t.shard_of IS NOT NULL
+            THEN (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = t.shard_of)
+       END AS sharded_table,
+       t.shard,
+       CASE WHEN t.kind = 'sharded'
+            THEN (SELECT count(*) FROM @extschema@.tracked_table x
+                   WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL)
+       END AS shards,
+       CASE WHEN t.kind = 'sharded'
+            THEN (SELECT x.shard FROM @extschema@.tracked_table x
+                    JOIN @extschema@.watermark xw ON xw.table_id = x.table_id
+                   WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL
+                   ORDER BY xw.finalized_until NULLS FIRST, x.shard LIMIT 1)
+       END AS slowest_shard
+  FROM @extschema@.tracked_table t
+  JOIN @extschema@.watermark w USING (table_id)
+  -- The watermark rounded down to a start of the table's periods (they may
+  -- have changed since it was set); period_start, which readers may call.
+ CROSS JOIN LATERAL (SELECT CASE WHEN isfinite(w.finalized_until)
+                                 THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
+                                 ELSE w.finalized_until END AS until) r
+  LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
+  -- Whether a source's worker runs, asked once per source, not per table
+  -- (OFFSET 0 keeps the subquery from being flattened into each row).
+  LEFT JOIN (SELECT ss.*,
+                    CASE WHEN ss.worker_pid IS NOT NULL
+                          AND EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(ss.worker_pid))
+                         THEN ss.worker_pid END AS live_pid
+               FROM @extschema@.source_status ss OFFSET 0) s ON s.server_name = t.server_name
+  -- Each table's latest schema change, from the few DDL events (fact_ddl_idx).
+  LEFT JOIN (SELECT DISTINCT ON (f.table_id) f.table_id, f.detail, f.recorded_at
+               FROM @extschema@.fact f
+              WHERE f.event IS NOT NULL AND f.detail OPERATOR(pg_catalog.?) 'ddl'
+              ORDER BY f.table_id, f.fact_id DESC) sc ON sc.table_id = t.table_id
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.status IS
+    'One row per tracked table (a sharded table and each of its shards): state, verdict, lag and what its source''s worker last saw';
+
+-- One row per consumer of a tracked (or derived) table: how far it got
+-- (the LSN it reported and its commit time; for a derived table's job, the
+-- processed input watermark in consumer_until), how far its verdict lags
+-- the source verdict, and whether it is stalled (consumer_stalled) or its
+-- row was held by another transaction when the worker had to write it
+-- (consumer_locked).
+CREATE OR REPLACE VIEW @extschema@.consumers AS
+SELECT t.table_name,
+       c.consumer,
+       c.required,
+       c.reporter,
+       c.reported_lsn,
+       c.reported_at,
+       c.commit_time,
+       u.until AS consumer_until,
+       CASE WHEN w.source_until > u.until THEN w.source_until - u.until
+            WHEN w.source_until <= u.until THEN interval '0' END AS lag,
+       coalesce(l.condition, c.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END) AS condition,
+       CASE WHEN l.condition IS NOT NULL THEN l.condition_since
+            WHEN c.condition IS NOT NULL THEN c.condition_since ELSE h.since END AS condition_since,
+       coalesce(CASE WHEN l.condition IS NOT NULL THEN l.last_error END, c.resolve_error) AS resolve_error,
+       l.server_name AS iceberg_server,
+       l.iceberg_table,
+       l.ref AS iceberg_ref,
+       l.seen_snapshot_id AS iceberg_snapshot_id,
+       l.polled_at AS iceberg_polled_at,
+       -- A shard's consumer: its sharded table and shard, and whether it
+       -- was declared on the sharded table (a consumer of every shard).
+       CASE WHEN t.shard_of IS NOT NULL
+            THEN (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = t.shard_of)
+       END AS sharded_table,
+       t.shard,
+       EXISTS (SELECT FROM @extschema@.shard_consumer x
+                WHERE x.table_id = t.shard_of AND x.consumer = c.consumer) AS table_wide
+  FROM @extschema@.consumer c
+  JOIN @extschema@.tracked_table t USING (table_id)
+  JOIN @extschema@.watermark w USING (table_id)
+  LEFT JOIN @extschema@.consumer_hold h USING (table_id, consumer)
+  LEFT JOIN @extschema@.lake_consumer l USING (table_id, consumer)
+ CROSS JOIN LATERAL (SELECT @extschema@.period_start(
+            CASE WHEN t.kind = 'source' THEN c.commit_time ELSE c.processed_until END,
+            t.granularity, t.period_zone) AS until) u
+ WHERE t.untracked_at IS NULL;
+COMMENT ON VIEW @extschema@.consumers IS
+    'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
+
+-- Changes per period between two instants. A period is covered when every
+-- commit in it lies after the start of the recorded facts (tracking began, or
+-- retention removed older facts, before it) and outside every range lost to
+-- retention cleanup. A range whose rows all committed
+-- inside one period counts there; a range whose rows straddle a period
+-- boundary is counted in straddling_ranges of every period it touches (its
+-- rows may belong to either). Counts are exact where the period is covered
+-- and no range straddles it. is_final is what is_final() answers, losses
+-- included. A derived table has no facts of its own: its periods are never
+-- covered nor exact, and their counts are NULL (unknown), so the release
+-- gate checks that they are final and cannot confirm an empty one; nor has
+-- a sharded table (its shards have them: ask a shard).
+CREATE OR REPLACE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
+RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
+               inserts bigint, updates bigint, deletes bigint,
+               straddling_ranges bigint, exact boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table;
+    wm @extschema@.watermark;
+    covered_after timestamptz;
+BEGIN
+    PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
+    PERFORM @extschema@._require(from_time, 'from_time');
+    PERFORM @extschema@._require(to_time, 'to_time');
+    tt := @extschema@._tracked(changes_by_period.table_name);
+    SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    IF tt.kind IN ('derived', 'sharded') THEN
+        RETURN QUERY
+        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
+        RETURN;
+    END IF;
+    -- Facts count every commit after the end of the oldest range kept.
+    SELECT min(f.end_commit_time) INTO covered_after
+      FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    -- Periods, their ends and finality come from the C period arithmetic
+    -- (_periods checks the range and caps it at 100000 periods).
+    RETURN QUERY
+    WITH periods AS (
+        SELECT g.period_start AS ps, g.period_end AS pe,
+               g.period_start > coalesce(covered_after, 'infinity') AND NOT EXISTS (
+                   SELECT FROM @extschema@.fact e
+                    WHERE e.table_id = tt.table_id AND e.event = 'resumed' AND e.detail ->> 'after' = 'data_loss'
+                      AND coalesce((e.detail ->> 'lost_from_time')::timestamptz, '-infinity') < g.period_end
+                      AND coalesce((e.detail ->> 'lost_to_time')::timestamptz, 'infinity') >= g.period_start)
+               AND NOT EXISTS (
+                   SELECT FROM @extschema@.loss l
+                    WHERE l.table_id = tt.table_id AND l.lost_from < g.period_end AND l.lost_to >= g.period_start) AS covered
+          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
+    SELECT p.ps, p.pe,
+           @extschema@._final(tt, wm, p.ps),
+           p.covered,
+           coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
+           coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
+           coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
+           count(f.fact_id) FILTER (WHERE NOT f.inside),
+           p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+      FROM periods AS p
+      LEFT JOIN LATERAL (
+            SELECT x.fact_id, x.inserts, x.updates, x.deletes,
+                   x.first_commit_time >= p.ps AND x.last_commit_time < p.pe AS inside
+              FROM @extschema@.fact x
+             WHERE x.table_id = tt.table_id AND x.kind = 'range'
+               AND x.end_commit_time >= p.ps
+               AND x.last_commit_time >= p.ps
+               AND x.first_commit_time < p.pe) f ON true
+     GROUP BY p.ps, p.pe, p.covered
+     ORDER BY p.ps;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz) IS
+    'Rows inserted, updated and deleted per period, from the recorded facts';
+
+-- The catalog view and the late-data check take the partition's shard.
+DROP FUNCTION @extschema@._gate_catalog(bigint, text, timestamptz);
+DROP FUNCTION @extschema@._catalog_view(bigint, text, timestamptz);
+DROP FUNCTION @extschema@._late_data_problem(text, text, timestamptz, timestamptz, timestamptz);
+
+-- The same for a shard's partition of a sharded table: {shard} is the
+-- shard's label (as in shard={shard}/dt={date}/).
+CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text, shard text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN replace(@extschema@.render_location(location_template, period_start, zone), '{shard}', shard);
+COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz, text, text) IS
+    'The location a projection template gives a period of a shard (placeholders {year} {month} {day} {hour} {minute} {date} in the local time of the zone, and {shard})';
+
+-- The body of finalize.set_projection, run as the extension's owner by its C entry
+-- point (owner.c) with the caller taken before the switch.
+CREATE OR REPLACE FUNCTION @extschema@._set_projection(
+    caller name,
+    table_name text, location_template text,
+                                           range_start timestamptz, range_end timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    id bigint := tt.table_id;
+    rest text;
+BEGIN
+    PERFORM @extschema@._require(location_template, 'location_template');
+    PERFORM @extschema@._require(range_start, 'range_start');
+    PERFORM @extschema@._require(range_end, 'range_end');
+    rest := regexp_replace(location_template, '\{(year|month|day|hour|minute|date|shard)\}', '', 'g');
+    IF rest ~ '[{}]' OR location_template !~ '\{(year|month|day|hour|minute|date)\}' THEN
+        RAISE EXCEPTION 'invalid value for argument location_template: "%"', location_template
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A template uses the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date, YYYY-MM-DD, in the table''s period_zone), on a sharded table also {shard}, and no other braces.',
+                  HINT = 'For example ''dt={date}/'' or ''year={year}/month={month}/day={day}/hour={hour}/''.';
+    END IF;
+    -- {shard} is the label of a shard of a sharded table (finalize.add_shard).
+    IF location_template ~ '\{shard\}' AND tt.kind <> 'sharded' THEN
+        RAISE EXCEPTION 'invalid value for argument location_template: table "%" is not sharded, so it has no {shard}', tt.table_name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The placeholder {shard} is the label of the shard a partition of a sharded table holds (finalize.track_sharded, finalize.add_shard).',
+                  HINT = 'Remove {shard} from the template.';
+    END IF;
+    PERFORM @extschema@._check_location(@extschema@.render_location(location_template, range_start,
+                                                                    (@extschema@._tracked(table_name)).period_zone),
+                                        'location_template', true);
+    IF range_end <= range_start THEN
+        RAISE EXCEPTION 'invalid projection range from % to %', range_start, range_end
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'range_end must be after range_start.';
+    END IF;
+    PERFORM @extschema@._lock_table_catalog(id, true);
+    INSERT INTO @extschema@.projection AS p (table_id, location_template, range_start, range_end, set_by)
+    VALUES (id, location_template, range_start, range_end, caller)
+    ON CONFLICT ON CONSTRAINT projection_pkey DO UPDATE
+       SET location_template = excluded.location_template, range_start = excluded.range_start,
+           range_end = excluded.range_end, set_at = now(), set_by = excluded.set_by;
+END
+$$;
+
+-- The catalog view of one partition, as the gate sees it: where the catalog
+-- points (registration first, else projection), or why it cannot. shard:
+-- the label of the shard the partition holds, on a sharded table ({shard}
+-- of a projection; without one the template keeps it, and places the
+-- partition nowhere a generation is).
+CREATE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz, shard text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    reg @extschema@.partition_registration;
+    proj @extschema@.projection;
+    zone text;
+BEGIN
+    SELECT r.* INTO reg FROM @extschema@.partition_registration r
+     WHERE r.table_id = _catalog_view.table_id AND r.partition = _catalog_view.partition;
+    IF FOUND THEN
+        RETURN jsonb_build_object('source', 'registration', 'location', reg.location,
+                                  'registered_at', reg.registered_at, 'registered_by', reg.registered_by)
+               || CASE WHEN reg.period_start IS NOT NULL
+                       THEN jsonb_build_object('period_start', reg.period_start, 'period_end', reg.period_end)
+                       ELSE '{}' END
+               || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
+    END IF;
+    SELECT p.* INTO proj FROM @extschema@.projection p WHERE p.table_id = _catalog_view.table_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('source', 'none');
+    END IF;
+    IF period_start IS NULL THEN
+        RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
+                                  'range_start', proj.range_start, 'range_end', proj.range_end,
+                                  'location', NULL)
+               || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
+    END IF;
+    SELECT t.period_zone INTO zone FROM @extschema@.tracked_table t WHERE t.table_id = _catalog_view.table_id;
+    RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
+                              'range_start', proj.range_start, 'range_end', proj.range_end,
+                              'in_range', period_start >= proj.range_start AND period_start < proj.range_end,
+                              'location', @extschema@.render_location(proj.location_template, period_start, zone,
+                                                                      coalesce(shard, '{shard}')))
+           || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
+END
+$$;
+
+-- The catalog view of a partition as typed columns, for the gate's C code
+-- (which then needs no operators of its own).
+CREATE FUNCTION @extschema@._gate_catalog(table_id bigint, partition text, period_start timestamptz, shard text)
+RETURNS TABLE (catalog jsonb, source text, location text, in_range boolean, range_start text,
+               range_end text, registered_at text, registered_by text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c, c ->> 'source', c ->> 'location', (c ->> 'in_range')::boolean, c ->> 'range_start',
+           c ->> 'range_end', c ->> 'registered_at', c ->> 'registered_by'
+      FROM @extschema@._catalog_view(table_id, partition, period_start, shard) AS c;
+END;
+
+-- The manifest's table as the gate checks it (or the not-tracked error):
+-- its id and periods, the table whose verdict and facts decide whether the
+-- partition's periods are final (verdict_table), and on a sharded table
+-- the shard the partition holds: the manifest's "shard" (manifest_shard),
+-- else the partition key's shard=<label>. A shard's partition is final
+-- when that shard is; a partition of no shard, when every shard is. A
+-- partition of a shard the table does not have gets no verdict_table and
+-- says why in shard_problem (the gate's problem unknown_shard). A "shard"
+-- on a table that is not sharded, or one that the partition key
+-- contradicts, is a malformed manifest (22023).
+CREATE FUNCTION @extschema@._gate_table(table_name text, partition text, manifest_shard text)
+RETURNS TABLE (table_id bigint, granularity interval, period_zone text, verdict_table text, shard text,
+               shard_problem text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(_gate_table.table_name);
+    named text[];
+    label text;
+    part text;
+    dropped timestamptz;
+BEGIN
+    IF tt.kind <> 'sharded' THEN
+        IF manifest_shard IS NOT NULL THEN
+            RAISE EXCEPTION 'invalid manifest: field "shard" names a shard of table "%", which is not sharded', tt.table_name
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Only a sharded table (finalize.track_sharded) has shards.',
+                      HINT = 'Remove "shard" from the manifest, or name the sharded table in "table".';
+        END IF;
+        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(_gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
+                    ORDER BY 1);
+    IF cardinality(named) > 1 THEN
+        RAISE EXCEPTION 'invalid manifest: field "partition" names % shards (%)', cardinality(named),
+                        array_to_string(named, ', ')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('A partition of sharded table "%s" holds one shard (shard=<label>) or all of them (no shard).', tt.table_name);
+    END IF;
+    IF manifest_shard IS NOT NULL AND named[1] IS NOT NULL AND named[1] <> manifest_shard THEN
+        RAISE EXCEPTION 'invalid manifest: field "shard" is "%" but the partition key "%" names shard "%"',
+                        manifest_shard, _gate_table.partition, named[1]
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give the shard the partition holds, or leave "shard" out.';
+    END IF;
+    label := coalesce(manifest_shard, named[1]);
+    IF label IS NULL THEN
+        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    SELECT t.table_name INTO part FROM @extschema@.tracked_table t
+     WHERE t.shard_of = tt.table_id AND t.shard = label AND t.untracked_at IS NULL;
+    IF FOUND THEN
+        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, part, label, NULL::text;
+        RETURN;
+    END IF;
+    SELECT max(t.untracked_at) INTO dropped FROM @extschema@.tracked_table t
+     WHERE t.shard_of = tt.table_id AND t.shard = label;
+    RETURN QUERY
+    SELECT tt.table_id, tt.granularity, tt.period_zone, NULL::text, label,
+           format('Partition "%s" holds shard "%s", which sharded table "%s" %s, so whether its periods are final cannot be checked: check the partition key (or the manifest''s "shard"), or add the shard with finalize.add_shard(%L, %L, ...).',
+                  _gate_table.partition, left(label, 63), tt.table_name,
+                  CASE WHEN dropped IS NOT NULL THEN format('no longer has (it was dropped at %s)', dropped)
+                       ELSE 'does not have' END,
+                  tt.table_name, left(label, 63));
+END
+$$;
+
+-- Why an event-time table's partition must not be released as it is, or
+-- NULL: late rows landed in its periods [period_start, period_end) (after
+-- they were declared final), and this generation does not say it was built
+-- after the last of them (the manifest's built_at): a correction is due.
+-- Without built_at only a partition whose late rows all landed before its
+-- previous release passes: that release's generation was checked against
+-- them. On a sharded table the late rows are those of the partition's
+-- shard, or of every shard for a partition of no shard (shard NULL).
+CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
+                                               period_end timestamptz, built_at timestamptz, shard text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    late_rows bigint;
+    last_seen timestamptz;
+    pub @extschema@.published;
+BEGIN
+    IF tt.event_time_column IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF tt.kind = 'sharded' THEN
+        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen
+          FROM @extschema@.tracked_table x
+          JOIN @extschema@.late_period l ON l.table_id = x.table_id
+         WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard)
+           AND l.event_period >= period_start AND l.event_period < period_end;
+    ELSE
+        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
+         WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+    END IF;
+    IF last_seen IS NULL OR built_at >= last_seen THEN
+        RETURN NULL;
+    END IF;
+    SELECT p.* INTO pub FROM @extschema@.published p
+     WHERE p.table_id = tt.table_id AND p.partition = _late_data_problem.partition;
+    IF built_at IS NULL AND FOUND AND pub.published_at >= last_seen THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('%s late row(s) landed in this partition''s event periods after they were declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
+                  late_rows, last_seen,
+                  CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
+                       WHEN pub.generation IS NOT NULL
+                       THEN format(', after generation "%s" was released (%s)', pub.generation, pub.published_at)
+                       ELSE ', and this manifest does not say when its data was read' END,
+                  last_seen);
+END
+$$;
+
+-- Whether a generation's prefix (ending in "/") contains or lies inside a
+-- location readers may be sent to: a published prefix or a registered
+-- location of any partition, or what its table's projection gives its
+-- period (of any shard of a sharded table). Descendants are a range: in bytewise order every key starting
+-- with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
+CREATE OR REPLACE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN right(_overlaps_live.prefix, 1) <> '/'
+    OR EXISTS (SELECT FROM @extschema@.published q
+                WHERE (q.prefix COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
+                  AND (q.prefix COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+    OR EXISTS (SELECT FROM @extschema@.published q
+                WHERE (q.prefix COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+    OR EXISTS (SELECT FROM @extschema@.partition_registration g
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
+                  AND ((rtrim(g.location, '/') || '/') COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+    OR EXISTS (SELECT FROM @extschema@.partition_registration g
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+    OR EXISTS (SELECT FROM @extschema@.projection j
+                 JOIN @extschema@.tracked_table t ON t.table_id = j.table_id
+                 -- every shard the table ever had ({shard}), and the template itself
+                CROSS JOIN LATERAL (SELECT @extschema@.render_location(j.location_template, _overlaps_live.period_start,
+                                                                       t.period_zone, x.label) AS location
+                                      FROM (SELECT s.shard FROM @extschema@.tracked_table s WHERE s.shard_of = t.table_id
+                                            UNION ALL SELECT '{shard}') AS x(label)) AS r
+                WHERE j.table_id = _overlaps_live.table_id
+                  AND _overlaps_live.period_start >= j.range_start AND _overlaps_live.period_start < j.range_end
+                  AND (starts_with(r.location, _overlaps_live.prefix) OR starts_with(_overlaps_live.prefix, r.location)));
+
+-- Privileges, as src/sql/12_privileges.sql gives them.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+REVOKE ALL ON @extschema@.shard_consumer FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.render_location(text, timestamptz, text, text)
+    TO finalize_reader;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.track_sharded(text, interval, text, text, text, text, text, interval,
+                              double precision, interval, text),
+    @extschema@.add_shard(text, text, text, text, text),
+    @extschema@.drop_shard(text, text, boolean)
+    TO finalize_admin;
+GRANT SELECT ON @extschema@.shard_consumer TO finalize_admin;
+-- ===========================================================================
+-- End of 9d (sharded tables).
+-- ===========================================================================
+
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the
 -- update must not own code that the owner's functions run.
