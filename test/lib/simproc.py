@@ -9,6 +9,10 @@ Small API::
         sim.call("sim.commit", table="dbo.orders", inserts=3)      # -> list of result sets
         sim.call("sim.advance", seconds=10)
         rows = sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m")   # -> first result set, list of dicts
+
+    with Simulator(clock="sim", extra_databases="shard_%03d:100") as sim:     # 101 databases, one instance
+        sim.call("sim.commit", database="shard_007", inserts=3)    # in shard_007 (its own LSNs, truth)
+        sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m", database="shard_007")
         conn = sim.connect()                                       # a fresh pymssql connection (autocommit)
         print(sim.host, sim.port, sim.server)                      # '127.0.0.1', 43121, '127.0.0.1:43121'
 
@@ -18,16 +22,25 @@ Small API::
   ``retention``, ``traffic=True``, ``no_demo=True``.  The port is always picked free.
 * ``start()`` / ``stop()`` (SIGTERM, then kill) / ``kill()`` (SIGKILL, e.g. to test a
   vanished server); also a context manager.
-* ``control()``: the cached sa connection used by ``call``/``query``/``execute``.
-* ``call(proc, **params)`` runs ``EXEC proc @k = v, ...`` and returns every result set
-  as a list of lists of dicts; ``query(sql)`` returns the first result set;
-  ``execute(sql)`` returns all of them.
+* ``control(database=None)``: the cached sa connection to that database (default: the
+  login database, ``demo``) used by ``call``/``query``/``execute``.
+* ``call(proc, database=None, **params)`` runs ``EXEC proc @k = v, ...`` in ``database``
+  and returns every result set as a list of lists of dicts; ``query(sql, database=None)``
+  returns the first result set; ``execute(sql, database=None)`` returns all of them.
+  Control procedures act on the database they run in; for those with a ``@database``
+  parameter of their own (the faults, ``sim.kill_sessions``), ``database=`` is also that
+  parameter: ``call("sim.fault_stall", database="shard_007", seconds=60)`` stalls
+  statements in shard_007 only.
+* Many databases: ``Simulator(extra_databases="shard_%03d:100")`` (``--extra-databases``),
+  ``create_database(name, demo=True)`` (``sim.create_database``), ``databases()`` (names
+  from ``sys.databases``, without master).
 * ``freetds_conf(dir)`` writes a private freetds.conf (TDS 7.4, no encryption, UTF-8)
   and returns its path; the Simulator sets ``FREETDSCONF`` to one if it is unset.
 """
 import atexit
 import datetime
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -76,6 +89,7 @@ class Simulator:
         self.host = "127.0.0.1"
         self.port = None
         self._control = None
+        self._controls = {}          # database (lower) -> cached sa connection, besides _control
         self._tmp = tempfile.mkdtemp(prefix="simproc-")
         if "FREETDSCONF" not in os.environ:
             conf_dir = tempfile.mkdtemp(prefix="simproc-freetds-")
@@ -97,8 +111,22 @@ class Simulator:
             args += [flag] if v is True else [flag, str(v)]
         return args
 
-    def start(self, timeout=20):
-        """Start the process and wait until it listens."""
+    def extra_database_count(self):
+        """How many databases ``extra_databases`` asks for (NAME, PATTERN:COUNT, PATTERN:FIRST-LAST items)."""
+        n = 0
+        for item in str(self.options.get("extra_databases") or "").split(","):
+            m = re.fullmatch(r".*%[0-9]*d.*:(\d+)(?:-(\d+))?", item.strip())
+            if m:
+                n += int(m.group(1)) if m.group(2) is None else int(m.group(2)) - int(m.group(1)) + 1
+            elif item.strip():
+                n += 1
+        return n
+
+    def start(self, timeout=None):
+        """Start the process and wait until it listens (default timeout: 20 s, plus 50 ms per extra
+        database)."""
+        if timeout is None:
+            timeout = 20 + 0.05 * self.extra_database_count()
         ready = os.path.join(self._tmp, "port")
         if os.path.exists(ready):
             os.unlink(ready)
@@ -135,15 +163,24 @@ class Simulator:
                                password=self.password if password is None else password,
                                database=database or self.database, **kw)
 
-    def control(self):
-        """The cached sysadmin connection for control procedures."""
-        if self._control is None:
-            self._control = self.connect()
-        return self._control
+    # procedures whose own @database parameter ``database=`` also sets (see call)
+    DATABASE_PARAM = {"sim.fault_error", "sim.fault_stall", "sim.fault_drop", "sim.fault_purge",
+                      "sim.fault_refuse_logins", "sim.fault_hang_login", "sim.kill_sessions"}
 
-    def execute(self, sql):
-        """Run a batch; return every result set as a list of dict rows."""
-        cur = self.control().cursor(as_dict=True)
+    def control(self, database=None):
+        """The cached sysadmin connection for control procedures (in ``database``; default: the login's)."""
+        if database is None or database.lower() == self.database.lower():
+            if self._control is None:
+                self._control = self.connect()
+            return self._control
+        conn = self._controls.get(database.lower())
+        if conn is None:
+            conn = self._controls[database.lower()] = self.connect(database=database)
+        return conn
+
+    def execute(self, sql, database=None):
+        """Run a batch (in ``database``); return every result set as a list of dict rows."""
+        cur = self.control(database).cursor(as_dict=True)
         cur.execute(sql)
         out = []
         while True:
@@ -153,28 +190,44 @@ class Simulator:
                 break
         return out
 
-    def query(self, sql):
-        """First result set of ``sql`` (list of dicts)."""
-        sets = self.execute(sql)
+    def query(self, sql, database=None):
+        """First result set of ``sql`` (list of dicts), run in ``database``."""
+        sets = self.execute(sql, database)
         return sets[0] if sets else []
 
-    def call(self, proc, **params):
-        """EXEC proc @k = v, ... -> list of result sets (lists of dicts)."""
+    def call(self, proc, database=None, **params):
+        """EXEC proc @k = v, ... in ``database`` -> list of result sets (lists of dicts)."""
+        if database is not None and proc.lower() in self.DATABASE_PARAM:
+            params.setdefault("database", database)
         args = ", ".join("@%s = %s" % (k, sql_literal(v)) for k, v in params.items())
-        return self.execute("EXEC %s %s" % (proc, args))
+        return self.execute("EXEC %s %s" % (proc, args), database)
+
+    def create_database(self, name, demo=True):
+        """sim.create_database: a database like the demo one (or empty, CDC not enabled) -> its row."""
+        return self.call("sim.create_database", name=name, demo=bool(demo))[0][0]
+
+    def databases(self):
+        """Names of the user databases (sys.databases without master), by database_id."""
+        return [r["name"] for r in self.query("SELECT name FROM sys.databases WHERE database_id > 4 "
+                                              "ORDER BY database_id")]
+
+    def _close_controls(self):
+        for conn in [self._control] + list(self._controls.values()):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+        self._control = None
+        self._controls = {}
 
     def stop(self):
         """Stop gracefully (SIGTERM), killing it if it does not exit."""
-        if self._control is not None:
-            try:
-                self._control.close()
-            except Exception:
-                pass
-            self._control = None
+        self._close_controls()
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(10)
+                self.proc.wait(10 + 0.02 * self.extra_database_count())     # closing 1,000 databases
             except subprocess.TimeoutExpired:
                 self.kill()
         self.proc = None
@@ -183,6 +236,7 @@ class Simulator:
     def kill(self):
         """SIGKILL the simulator (clients see the connection vanish)."""
         self._control = None
+        self._controls = {}
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)

@@ -11,7 +11,8 @@ DESCRIPTION = """SQL Server 2019/2022 CDC simulator speaking TDS 7.1 to 7.4, wit
 when given a certificate (--tls-cert; --force-encryption).
 
 Serves database 'demo' with CDC enabled on dbo.orders (capture instance
-dbo_orders) to FreeTDS, tedious and other TDS clients.  Control it over TDS with
+dbo_orders) to FreeTDS, tedious and other TDS clients; --extra-databases adds
+more databases like it to the same instance (one clock, per-database CDC).  Control it over TDS with
 EXEC sim.* procedures (see test/sim/README.md)."""
 
 
@@ -23,6 +24,13 @@ def parse_args(argv):
     p.add_argument("--port", type=int, default=d.port, help="TCP port, 0 = pick a free one (default %(default)s)")
     p.add_argument("--ready-file", help="write the port number to this file once listening")
     p.add_argument("--database", default=d.database, help="database name (default %(default)s)")
+    p.add_argument("--extra-databases", default="", metavar="SPEC",
+                   help="more databases on the instance, each like --database (dbo.orders with CDC, or empty with "
+                   "--no-demo): comma-separated NAME, PATTERN:COUNT or PATTERN:FIRST-LAST, PATTERN with one "
+                   "printf integer (shard_%%03d:1000 -> shard_001 .. shard_1000)")
+    p.add_argument("--storage-dir", default="", metavar="DIR",
+                   help="directory for the sqlite files (a temporary directory inside it, removed at exit; default: "
+                   "the system's temporary directory, with --extra-databases /dev/shm if writable with 2 GB free)")
     p.add_argument("--login", default=d.login, help="sysadmin login (default %(default)s)")
     p.add_argument("--password", default=d.password, help="its password (default %(default)s)")
     p.add_argument("--timezone", default=d.timezone, help="IANA zone of the server clock (default %(default)s)")
@@ -90,7 +98,9 @@ def _lateness(spec):
 
 
 def config_from(args):
-    return Config(host=args.host, port=args.port, database=args.database, login=args.login,
+    return Config(host=args.host, port=args.port, database=args.database, extra_databases=args.extra_databases,
+                  storage_dir=args.storage_dir,
+                  login=args.login,
                   password=args.password, timezone=args.timezone, clock=args.clock, start_time=args.start_time,
                   pollinginterval=args.pollinginterval, maxtrans=args.maxtrans, maxscans=args.maxscans,
                   retention=args.retention, threshold=args.threshold, cleanup_time=args.cleanup_time,
@@ -99,6 +109,18 @@ def config_from(args):
                   traffic_tables=args.traffic_tables, lateness=args.lateness, seed=args.seed, version=args.sql_version,
                   demo=not args.no_demo, collation=args.collation, commit_time_offset=args.commit_time_offset,
                   tls_cert=args.tls_cert, tls_key=args.tls_key, force_encryption=args.force_encryption)
+
+
+def _raise_open_files():
+    """Each database keeps its sqlite files open and each session its own connection to them: allow as many
+    descriptors as the hard limit does (1,000 databases and sessions need about 15,000)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def main(argv=None):
@@ -118,6 +140,23 @@ def main(argv=None):
     if args.tls_key and not args.tls_cert:
         print("mssql-sim: --tls-key needs --tls-cert", file=sys.stderr)
         return 2
+    from .server import parse_database_spec
+    try:
+        names = [args.database] + parse_database_spec(args.extra_databases)
+    except ValueError as e:
+        print("mssql-sim: --extra-databases: %s" % e, file=sys.stderr)
+        return 2
+    seen = set()
+    for n in names:
+        if not n or len(n) > 128 or n.lower() in ("master", "tempdb", "model", "msdb") or n.lower() in seen:
+            print("mssql-sim: database name %r is empty, too long, a system database's or given twice" % n,
+                  file=sys.stderr)
+            return 2
+        seen.add(n.lower())
+    if args.storage_dir and not os.path.isdir(args.storage_dir):
+        print("mssql-sim: --storage-dir %r is not a directory" % args.storage_dir, file=sys.stderr)
+        return 2
+    _raise_open_files()
     try:
         server = Server(config_from(args))
     except (OSError, ValueError) as e:          # ssl.SSLError is an OSError

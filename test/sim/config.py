@@ -7,6 +7,8 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 14330
     database: str = "demo"
+    storage_dir: str = ""             # where the sqlite files go ('' = the system's temporary directory)
+    extra_databases: str = ""         # more databases: NAME, PATTERN:COUNT, PATTERN:FIRST-LAST, comma separated
     login: str = "sa"
     password: str = "Passw0rd!"
     timezone: str = "UTC"

@@ -256,7 +256,7 @@ def capture_stop(s):
 def capture_start(s):
     """Start the capture job again (it catches up cycle by cycle)."""
     s.db.capture_running = True
-    s.server.scheduler.reset_capture()
+    s.server.scheduler.reset_capture(s.db)
 
 
 @proc("sim.set_job", [("pollinginterval", FLOAT, None), ("maxtrans", INT, None), ("maxscans", INT, None),
@@ -270,7 +270,7 @@ def set_job(s, **kw):
         if v is not None:
             if k == "cleanup_time":
                 setattr(cfg, k, v)
-                s.server.scheduler.next_cleanup = s.server.scheduler._next_cleanup_after(s.db.now())
+                s.server.scheduler.reset_cleanup(s.db)
             elif k == "dummy_on_idle_log":
                 cfg.dummy_on_idle_log = bool(v)
             elif k == "map_absent":
@@ -280,7 +280,7 @@ def set_job(s, **kw):
             else:
                 setattr(cfg, k, type(getattr(cfg, k))(v))
     if kw.get("pollinginterval") is not None:
-        s.server.scheduler.reset_capture()
+        s.server.scheduler.reset_capture(s.db)
     cols = [("pollinginterval", FLOAT), ("maxtrans", INT), ("maxscans", INT), ("retention", INT), ("threshold", INT),
             ("dummy_interval", FLOAT), ("dummy_on_idle_log", BIT), ("cleanup_time", T.nvarchar(5)),
             ("map_absent", T.nvarchar(10))]
@@ -292,10 +292,11 @@ def set_job(s, **kw):
 def set_clock_quirk(s, commit_time_offset_minutes):
     """Stamp commit/DDL times (lsn_time_mapping, ddl_history) this many minutes off the local clock, while
     SYSDATETIME() & co. keep the real clock; NULL = unchanged.  Applies to rows captured from now on."""
-    cfg = s.db.cfg
     if commit_time_offset_minutes is not None:
-        cfg.commit_time_offset = int(commit_time_offset_minutes)
-    return [ResultSet([("commit_time_offset_minutes", INT)], [(cfg.commit_time_offset,)])]
+        for db in s.server.databases.values():          # the server's clock: every database
+            db.cfg.commit_time_offset = int(commit_time_offset_minutes)
+        s.server.base_cfg.commit_time_offset = int(commit_time_offset_minutes)
+    return [ResultSet([("commit_time_offset_minutes", INT)], [(s.db.cfg.commit_time_offset,)])]
 
 
 def _grant_target(s, obj):
@@ -323,8 +324,15 @@ def _login(s, name):
                            ("cdc_select", BIT, 0), ("tables", NV, None), ("roles", NV, None)], SYS)
 def create_login(s, login, password, db_owner, cdc_select, tables, roles):
     """A login + database user with no permission by default (as CREATE LOGIN + CREATE USER);
-    @cdc_select = 1 grants SELECT ON SCHEMA::cdc; @tables/@roles are comma lists."""
-    lg = s.db.create_login(login, password, db_owner=bool(db_owner))
+    @cdc_select = 1 grants SELECT ON SCHEMA::cdc; @tables/@roles are comma lists.  A login that exists
+    (same password) without a user in the current database gets one here (a login for many databases)."""
+    base = s.server.instance.logins.get(login.lower())
+    if base is not None and base.password == password and not base.sysadmin and s.db.login(login).user is None:
+        lg = s.db.login(login)
+        lg.user = base.name
+        lg.db_owner = bool(db_owner)
+    else:
+        lg = s.db.create_login(login, password, db_owner=bool(db_owner))
     if cdc_select:
         lg.grants.add("schema::cdc")
     for obj in (tables or "").split(","):
@@ -359,58 +367,102 @@ def drop_role_member(s, role, login):
     _login(s, login).roles.discard(fold(role))
 
 
-def _arm(s, **kw):
-    f = s.server.faults.arm(Fault(**kw))
+def _fault_database(s, database):
+    """@database of a fault: NULL (any database) or an existing one (Msg 911 otherwise)."""
+    if database is None:
+        return None
+    if database.lower() != "master" and s.server.instance.database(database) is None:
+        raise SqlError(911, "Database '%s' does not exist. Make sure that the name is entered correctly." % database,
+                       16, 1)
+    return database
+
+
+def _arm(s, database=None, **kw):
+    f = s.server.faults.arm(Fault(database=_fault_database(s, database), **kw))
     return [ResultSet([("fault", T.nvarchar(20)), ("count", INT)], [(f.kind, f.count)])]
 
 
 @proc("sim.fault_error", [("number", INT, 50000), ("message", NV, None), ("class", INT, 16), ("state", INT, 1),
-                          ("pattern", NV, None), ("count", INT, 1)], SYS)
-def fault_error(s, number, message, state, pattern, count, **kw):
-    """The next statement matching @pattern fails with this error (then DONE with the error bit)."""
+                          ("pattern", NV, None), ("count", INT, 1), ("database", SYSNAME, None)], SYS)
+def fault_error(s, number, message, state, pattern, count, database, **kw):
+    """The next statement matching @pattern (in @database; NULL: any) fails with this error (then DONE with
+    the error bit)."""
     return _arm(s, kind="error", number=number, message=message or "Injected error %d" % number,
-                cls=kw.get("class", 16), state=state, pattern=pattern, count=count)
+                cls=kw.get("class", 16), state=state, pattern=pattern, count=count, database=database)
 
 
-@proc("sim.fault_stall", [("seconds", FLOAT, REQUIRED), ("pattern", NV, None), ("count", INT, 1)], SYS)
-def fault_stall(s, seconds, pattern, count):
-    """The next matching statement waits @seconds before answering (an ATTENTION still cancels it)."""
-    return _arm(s, kind="stall", seconds=seconds, pattern=pattern, count=count)
+@proc("sim.fault_stall", [("seconds", FLOAT, REQUIRED), ("pattern", NV, None), ("count", INT, 1),
+                          ("database", SYSNAME, None)], SYS)
+def fault_stall(s, seconds, pattern, count, database):
+    """The next matching statement (in @database; NULL: any) waits @seconds before answering (an ATTENTION
+    still cancels it, sim.fault_clear ends the wait)."""
+    return _arm(s, kind="stall", seconds=seconds, pattern=pattern, count=count, database=database)
 
 
-@proc("sim.fault_drop", [("after_rows", INT, 0), ("pattern", NV, None), ("count", INT, 1)], SYS)
-def fault_drop(s, after_rows, pattern, count):
-    """The connection running the next matching statement is closed after @after_rows result rows."""
-    return _arm(s, kind="drop", after_rows=after_rows, pattern=pattern, count=count)
+@proc("sim.fault_drop", [("after_rows", INT, 0), ("pattern", NV, None), ("count", INT, 1),
+                         ("database", SYSNAME, None)], SYS)
+def fault_drop(s, after_rows, pattern, count, database):
+    """The connection running the next matching statement (in @database; NULL: any) is closed after
+    @after_rows result rows."""
+    return _arm(s, kind="drop", after_rows=after_rows, pattern=pattern, count=count, database=database)
 
 
 @proc("sim.fault_purge", [("low_lsn", LSN, None), ("retention_minutes", INT, None),
-                          ("capture_instance", SYSNAME, None), ("count", INT, 1)], SYS)
-def fault_purge(s, low_lsn, retention_minutes, capture_instance, count):
-    """Cleanup runs in the middle of the next read of a change table (default low watermark: max LSN)."""
+                          ("capture_instance", SYSNAME, None), ("count", INT, 1), ("database", SYSNAME, None)], SYS)
+def fault_purge(s, low_lsn, retention_minutes, capture_instance, count, database):
+    """Cleanup runs in the middle of the next read of a change table (in @database; NULL: any; default low
+    watermark: max LSN of the database read)."""
     return _arm(s, kind="purge", low_lsn=low_lsn, retention=retention_minutes, capture_instance=capture_instance,
-                count=count)
+                count=count, database=database)
 
 
 @proc("sim.fault_refuse_logins", [("count", INT, 1), ("number", INT, 18456), ("message", NV, None),
-                                  ("login", SYSNAME, None)], SYS)
-def fault_refuse_logins(s, count, number, message, login):
-    """Refuse the next @count logins (-1: until sim.fault_clear) with error @number."""
+                                  ("login", SYSNAME, None), ("database", SYSNAME, None)], SYS)
+def fault_refuse_logins(s, count, number, message, login, database):
+    """Refuse the next @count logins (-1: until sim.fault_clear) with error @number (those asking for
+    @database; NULL: any)."""
     return _arm(s, kind="refuse_login", count=count, number=number, message=message, pattern=login,
-                cls=14 if number == 18456 else 16)
+                cls=14 if number == 18456 else 16, database=database)
+
+
+@proc("sim.fault_hang_login", [("database", SYSNAME, None), ("seconds", FLOAT, None), ("count", INT, 1),
+                               ("login", SYSNAME, None)], SYS)
+def fault_hang_login(s, database, seconds, count, login):
+    """The next @count logins (-1: until sim.fault_clear) asking for @database (NULL: any; the LOGIN7
+    database, else the login's default) are never answered: the server reads LOGIN7 and says nothing,
+    the socket open, for @seconds (NULL: until sim.fault_clear), then answers the login as usual."""
+    return _arm(s, kind="hang_login", database=database, seconds=seconds, count=count, pattern=login)
+
+
+@proc("sim.fault_stall_tls", [("seconds", FLOAT, None), ("count", INT, 1)], SYS)
+def fault_stall_tls(s, seconds, count):
+    """The next @count TLS handshakes (-1: until sim.fault_clear) never complete: PRELOGIN is answered,
+    then the server says nothing for @seconds (NULL: until sim.fault_clear), then goes on with the
+    handshake.  For the whole instance: the database is only named later, in LOGIN7."""
+    return _arm(s, kind="stall_tls", seconds=seconds, count=count)
 
 
 @proc("sim.fault_clear", [], SYS)
 def fault_clear(s):
-    """Disarm every fault."""
+    """Disarm every fault (and release the connections a stall or held login keeps waiting)."""
     n = s.server.faults.clear()
     return [ResultSet([("cleared", INT)], [(n,)])]
 
 
-@proc("sim.kill_sessions", [("login", SYSNAME, None)], SYS)
-def kill_sessions(s, login):
-    """Close every other connection (optionally of one login)."""
-    n = s.server.kill_sessions(except_spid=s.spid, login=login)
+@proc("sim.create_database", [("name", SYSNAME, REQUIRED), ("demo", BIT, 1)], SYS)
+def create_database(s, name, demo):
+    """A new database on the instance, like the demo one (@demo = 1: dbo.orders with CDC enabled, capture
+    instance dbo_orders) or empty with CDC disabled (@demo = 0); its job settings are the command line's."""
+    db = s.server.create_database(name, bool(demo))
+    return [ResultSet([("name", SYSNAME), ("database_id", INT), ("is_cdc_enabled", BIT)],
+                      [(db.name, db.db_id, int(db.cdc_enabled))])]
+
+
+@proc("sim.kill_sessions", [("login", SYSNAME, None), ("database", SYSNAME, None)], SYS)
+def kill_sessions(s, login, database):
+    """Close every other connection (optionally of one login, or those whose current database is
+    @database)."""
+    n = s.server.kill_sessions(except_spid=s.spid, login=login, database=database)
     return [ResultSet([("killed", INT)], [(n,)])]
 
 
@@ -427,7 +479,7 @@ def traffic(s, enabled, rate, tables, lateness):
         cfg.traffic_rate = float(rate)
     if tables is not None:
         cfg.traffic_tables = tables
-    s.server.scheduler.enable_traffic(bool(enabled))
+    s.server.scheduler.enable_traffic(s.db, bool(enabled))
 
 
 @proc("sim.truth_watermark", [], SYS)
@@ -490,10 +542,11 @@ def state(s):
     cols = [("clock_utc", DT2), ("clock_local", T.DATETIME), ("timezone", T.nvarchar(64)), ("clock_mode", T.nvarchar(4)),
             ("cdc_enabled", BIT), ("capture_running", BIT), ("max_lsn", LSN), ("log_lsn", LSN),
             ("pending_records", INT), ("cleanup_held_low", LSN), ("dummy_rows", INT), ("capture_cycles", INT),
-            ("sessions", INT)]
+            ("sessions", INT), ("database", SYSNAME), ("databases", INT)]
     row = (timeutil.naive_text(now.replace(tzinfo=None)), db.local_text(t), db.cfg.timezone, db.cfg.clock,
            int(db.cdc_enabled), int(db.capture_running), db.max_lsn, L.to_bytes(db.lsn), len(db.log),
-           db.cleanup.held_low, db.stats["dummy_rows"], db.stats["cycles"], len(s.server.sessions))
+           db.cleanup.held_low, db.stats["dummy_rows"], db.stats["cycles"], len(s.server.sessions), db.name,
+           len(s.server.databases))
     icols = [("capture_instance", SYSNAME), ("source_table", T.nvarchar(257)), ("start_lsn", LSN),
              ("create_lsn", LSN), ("change_rows", T.BIGINT), ("role_name", SYSNAME)]
     irows = []

@@ -73,20 +73,88 @@ def has_view_database_state(login):
     return login.sysadmin or login.db_owner or VIEW_DATABASE_STATE in login.effective_grants()
 
 
-def record_scan(db, start_t300, end_t300, records, first_lsn, last_lsn, trans, commands, ddls, last_commit):
-    """Append one log scan session (called by capture.scan, also for a scan that found nothing)."""
+class _EmptyCycles:
+    """A run of capture cycles that found nothing, accounted in one step by the scheduler (scheduler.py):
+    ``scans`` empty scan sessions per cycle, cycles ``step`` apart from ``t0``; sessions ``lo`` .. ``hi - 1``
+    of the run are still kept."""
+    __slots__ = ("t0", "step", "scans", "first_id", "first_empty", "lo", "hi")
+
+    def __init__(self, t0, step, scans, first_id, first_empty, n):
+        self.t0, self.step, self.scans = t0, step, scans
+        self.first_id, self.first_empty = first_id, first_empty
+        self.lo, self.hi = 0, n
+
+
+def _sessions(db):
     sessions = getattr(db, "scan_sessions", None)
     if sessions is None:
-        sessions = db.scan_sessions = collections.deque(maxlen=KEEP_SESSIONS)
+        sessions = db.scan_sessions = collections.deque()
         db.scan_session_ids = 0
         db.scan_empty_run = 0
+        db.scan_sessions_kept = 0
+    return sessions
+
+
+def _trim(db, sessions):
+    """Keep the newest KEEP_SESSIONS scan sessions."""
+    extra = db.scan_sessions_kept - KEEP_SESSIONS
+    while extra > 0:
+        first = sessions[0]
+        if isinstance(first, _EmptyCycles):
+            k = min(extra, first.hi - first.lo)
+            first.lo += k
+            if first.lo == first.hi:
+                sessions.popleft()
+        else:
+            k = 1
+            sessions.popleft()
+        extra -= k
+        db.scan_sessions_kept -= k
+
+
+def record_scan(db, start_t300, end_t300, records, first_lsn, last_lsn, trans, commands, ddls, last_commit):
+    """Append one log scan session (called by capture.scan, also for a scan that found nothing).  Kept as a
+    tuple of raw values (formatted when the view is read): 1,000 databases keep up to 1,000 sessions each."""
+    sessions = _sessions(db)
     db.scan_session_ids += 1
     db.scan_empty_run = 0 if trans else db.scan_empty_run + 1
-    sessions.append({
-        "id": db.scan_session_ids, "start": db.local_text(start_t300), "end": db.local_text(end_t300),
-        "duration": (end_t300 - start_t300) // 300, "start_lsn": lsn_text(first_lsn) if records else EMPTY_LSN,
-        "end_lsn": lsn_text(last_lsn) if records else EMPTY_LSN, "trans": trans, "records": records,
-        "commands": commands, "ddls": ddls, "last_commit": last_commit, "empty": db.scan_empty_run})
+    sessions.append((db.scan_session_ids, start_t300, end_t300, records, first_lsn if records else None,
+                     last_lsn if records else None, trans, commands, ddls, last_commit, db.scan_empty_run))
+    db.scan_sessions_kept += 1
+    _trim(db, sessions)
+
+
+def record_empty_cycles(db, t0, step, n, scans=1):
+    """``n`` capture cycles from ``t0`` (aware UTC datetime), ``step`` apart, each ``scans`` empty scans."""
+    if n <= 0:
+        return
+    sessions = _sessions(db)
+    total = n * scans
+    sessions.append(_EmptyCycles(t0, step, scans, db.scan_session_ids + 1, db.scan_empty_run + 1, total))
+    db.scan_session_ids += total
+    db.scan_empty_run += total
+    db.scan_sessions_kept += total
+    _trim(db, sessions)
+
+
+def _expand(db):
+    """The kept scan sessions as dicts, oldest first."""
+    from .timeutil import t300_of
+    out = []
+    for e in _sessions(db):
+        if isinstance(e, _EmptyCycles):
+            for i in range(e.lo, e.hi):
+                text = db.local_text(t300_of((e.t0 + (i // e.scans) * e.step).replace(tzinfo=None)))
+                out.append({"id": e.first_id + i, "start": text, "end": text, "duration": 0, "start_lsn": EMPTY_LSN,
+                            "end_lsn": EMPTY_LSN, "trans": 0, "records": 0, "commands": 0, "ddls": 0,
+                            "last_commit": None, "empty": e.first_empty + i})
+            continue
+        sid, start, end, records, first, last, trans, commands, ddls, last_commit, empty = e
+        out.append({"id": sid, "start": db.local_text(start), "end": db.local_text(end),
+                    "duration": (end - start) // 300, "start_lsn": lsn_text(first) if records else EMPTY_LSN,
+                    "end_lsn": lsn_text(last) if records else EMPTY_LSN, "trans": trans, "records": records,
+                    "commands": commands, "ddls": ddls, "last_commit": last_commit, "empty": empty})
+    return out
 
 
 def rows(name, ctx):
@@ -100,7 +168,10 @@ def rows(name, ctx):
                 ("SQL Server Agent (MSSQLSERVER)", 2, "Automatic", 4, "Running", os.getpid(), started,
                  "NT Service\\SQLSERVERAGENT", '"C:\\Program Files\\Microsoft SQL Server\\MSSQL\\Binn\\SQLAGENT.EXE" '
                  "-i MSSQLSERVER", "N", None, None)]
-    sessions = list(getattr(db, "scan_sessions", ()))
+    sched = getattr(db.instance, "scheduler", None)
+    if sched is not None:
+        sched.sync(db)                  # the idle cycles up to now
+    sessions = _expand(db)
     out = []
     for s in sessions:
         lc_lsn, lc_time = s["last_commit"] or (None, None)

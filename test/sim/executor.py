@@ -142,7 +142,11 @@ class Executor:
 
     def __init__(self, session):
         self.s = session
-        self.db = session.db
+
+    @property
+    def db(self):
+        """The session's current database (USE changes it)."""
+        return self.s.db
 
     # --- requests --------------------------------------------------------------------
 
@@ -249,23 +253,28 @@ class Executor:
         if text.lower().lstrip("[").startswith(("exec sim.", "execute sim.", "sim.", "exec [sim]", "sim]")):
             return
         faults = self.s.server.faults
-        f = faults.take("stall", text)
+        database = self.s.database
+        f = faults.take("stall", text, database=database)
         if f:
-            self.sleep(f.seconds)
-        f = faults.take("error", text)
+            try:
+                self.sleep(f.seconds, f.released)
+            finally:
+                faults.done(f)
+        f = faults.take("error", text, database=database)
         if f:
             raise SqlError(f.number, f.message or "Injected error", f.cls, f.state)
-        f = faults.take("drop", text)
+        f = faults.take("drop", text, database=database)
         if f:
             self.s.drop_after_rows = f.after_rows
 
-    def sleep(self, seconds):
-        """Wait (WAITFOR, stall fault) while still honouring an ATTENTION from the client."""
+    def sleep(self, seconds, released=None):
+        """Wait (WAITFOR, stall fault) while still honouring an ATTENTION from the client; a stall also ends
+        when sim.fault_clear releases it (``released``)."""
         end = time.monotonic() + seconds
         while True:
             self.s.channel.poll()
             left = end - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (released is not None and released.is_set()):
                 return
             time.sleep(min(0.02, left))
 
@@ -423,13 +432,13 @@ class Executor:
         """ALTER DATABASE ... SET ALLOW_SNAPSHOT_ISOLATION ON|OFF (sysadmin or db_owner; Msg 5011 otherwise or for
         an unknown database)."""
         name = self.s.database if st.database.upper() == "CURRENT" else st.database
-        login = self.s.login
-        if name.lower() != self.db.name.lower() or not (login.sysadmin or login.db_owner):
+        target = self.s.server.instance.database(name)
+        login = target.login(self.s.login.name) if target is not None else None
+        if target is None or not (login.sysadmin or login.db_owner):
             raise SqlError(5011, "User does not have permission to alter database '%s', the database does not "
                            "exist, or the database is not in a state that allows access checks." % name, 14, 9)
-        with self.db.lock:
-            self.db.allow_snapshot_isolation = st.value == "ON"
-            self.db.refresh_sys()
+        with target.lock:
+            target.allow_snapshot_isolation = st.value == "ON"
 
     # --- table variables ------------------------------------------------------------------
 
@@ -522,16 +531,17 @@ class Executor:
         return [([t for _, t in rs.columns], list(rs.rows)) for rs in result.resultsets]
 
     def use(self, name, resp):
-        known = {self.db.name.lower(): self.db.name, "master": "master"}
-        new = known.get(name.lower())
+        target = self.s.server.instance.database(name)
+        new = "master" if name.lower() == "master" else target.name if target is not None else None
         if new is None:
             raise SqlError(911, "Database '%s' does not exist. Make sure that the name is entered correctly." % name,
                            16, 1)
-        if not P.can_open_database(self.s.login, new, self.db.name):
+        if target is not None and not P.can_open_database(target.login(self.s.login.name), new, target.name):
             raise SqlError(916, 'The server principal "%s" is not able to access the database "%s" under the '
                            'current security context.' % (self.s.login.name, new), 14, 1)
         old = self.s.database
-        self.s.database = new
+        with self.s.server.instance.lock:
+            self.s.switch_database(new)
         resp.token(K.env_database(new, old))
         resp.token(K.message(5701, "Changed database context to '%s'." % new, 0, 2, tds=resp.ch.tds))
 
@@ -614,9 +624,9 @@ class Executor:
             raise self.map_error(e, "")
         if reads and self.s.server.faults.has("purge"):
             f = self.s.server.faults.take("purge", None, lambda f: f.capture_instance is None or any(
-                i.name.lower() == f.capture_instance.lower() for i in reads))
+                i.name.lower() == f.capture_instance.lower() for i in reads), database=self.s.database)
             if f:
-                self.s.server.purge_now(f)
+                self.s.server.purge_now(f, self.db)
         columns = [(n, t) for n, t in columns]
         resp.token(T.colmetadata(columns, self.s.wire))
         encode = T.row_encoder([t for _, t in columns], self.s.wire)
@@ -847,9 +857,15 @@ class Executor:
             raise SqlError(22904, "Caller is not authorized to initiate the requested action. DBO privileges are "
                            "required.", 16, 1)
         bound = PR.bind(pdef, args)
+        sched = self.s.server.scheduler
         try:
             with self.db.lock:
-                result = pdef.func(self.s, **bound)
+                db = self.db
+                sched.sync(db)                  # idle capture cycles up to now, before the procedure
+                try:
+                    result = pdef.func(self.s, **bound)
+                finally:
+                    sched.replan(db)            # it may have made the database busy (a commit, a setting)
         except SqlError as e:
             e.proc = e.proc or pdef.name.split(".")[-1]
             e.in_proc = True                 # raised while the procedure ran (not by lookup or binding)

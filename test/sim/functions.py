@@ -261,11 +261,21 @@ def register(conn, session):
                 return n
         return None
 
+    inst = db.instance
+
     def db_name(i):
-        return {1: "master", 5: db.name}.get(i)
+        if i == 1:
+            return "master"
+        d = inst.by_id.get(i)
+        return d.name if d is not None else None
 
     def db_id(name):
-        return {"master": 1, db.name.lower(): 5}.get(str(name).lower()) if name is not None else None
+        if name is None:
+            return None
+        if str(name).lower() == "master":
+            return 1
+        d = inst.database(str(name))
+        return d.db_id if d is not None else None
 
     def is_bit_set(pos, mask):
         if pos is None or mask is None:
@@ -300,12 +310,15 @@ def register(conn, session):
 
     def databasepropertyex(name, prop):
         """DATABASEPROPERTYEX(db, 'Collation' | 'Status' | 'Updateability' | ...)."""
-        if name is None or prop is None or str(name).lower() not in ("master", db.name.lower()):
+        if name is None or prop is None:
             return None
-        user_db = str(name).lower() == db.name.lower()
-        v = {"collation": db.collation if user_db else "SQL_Latin1_General_CP1_CI_AS", "status": "ONLINE",
+        other = inst.database(str(name))
+        if other is None and str(name).lower() != "master":
+            return None
+        user_db = other is not None
+        v = {"collation": other.collation if user_db else "SQL_Latin1_General_CP1_CI_AS", "status": "ONLINE",
              "updateability": "READ_WRITE", "useraccess": "MULTI_USER", "recovery": "FULL",
-             "version": 904, "isautoshrink": 0, "comparisonstyle": 196608 if db.case_sensitive and user_db
+             "version": 904, "isautoshrink": 0, "comparisonstyle": 196608 if user_db and other.case_sensitive
              else 196609}
         return v.get(str(prop).lower())
 

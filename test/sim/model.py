@@ -6,6 +6,7 @@ readers keep a consistent snapshot while the capture and cleanup jobs write);
 the catalog and the log of not-yet-captured transactions live in Python.
 """
 import collections
+import contextlib
 import os
 import random
 import shutil
@@ -58,6 +59,70 @@ class LogRecord:
         self.commit_lsn = self.lsn
 
 
+def storage_dir(cfg):
+    """Where the instance's sqlite files go: ``--storage-dir``; else, with ``--extra-databases``, /dev/shm when it
+    is a writable tmpfs with room (creating a database's files there costs a fraction of a disk file system's
+    CPU); else the system's temporary directory."""
+    if getattr(cfg, "storage_dir", ""):
+        return cfg.storage_dir
+    if getattr(cfg, "extra_databases", ""):
+        try:
+            if os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= 2 << 30:
+                return "/dev/shm"
+        except OSError:
+            pass
+    return None
+
+
+class InstanceState:
+    """What the databases of one SQL Server instance share: the clock and its time zone, one lock, the server
+    logins, the databases by name (ids from 5, in creation order) and the storage root."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.lock = threading.RLock()
+        self.tz = timeutil.zone(cfg.timezone)
+        self.clock = Clock(cfg.clock, parse_utc(cfg.start_time) if cfg.start_time else None)
+        started = self.clock.now().astimezone(self.tz)   # sys.dm_server_services.last_startup_time
+        self.started_dto = timeutil.dto_text(timeutil.naive_text(started.replace(tzinfo=None)),
+                                             int(started.utcoffset().total_seconds() // 60))
+        self.databases = {}            # name lower -> Database, in creation order
+        self.by_id = {}
+        self.next_db_id = 5            # 1-4: master, tempdb, model, msdb
+        # server principals (name, password, sysadmin, default database); each database keeps its own
+        # view of a login (Database.login) with the user, roles and grants it has there
+        self.logins = {cfg.login.lower(): Login(cfg.login, cfg.password, sysadmin=True, default_db=cfg.database)}
+        self.dir = tempfile.mkdtemp(prefix="mssql-sim-", dir=storage_dir(cfg))
+        self.scheduler = None          # set by the server (scheduler.Scheduler)
+
+    def database(self, name):
+        """The user database ``name`` (case-insensitive, like database names under the server collation)."""
+        return self.databases.get((name or "").lower())
+
+    def add(self, db):
+        self.databases[db.name.lower()] = db
+        self.by_id[db.db_id] = db
+
+    def close(self):
+        for db in list(self.databases.values()):
+            db.close(remove=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _NoStorage:
+    """The connection of a database built from a template until ``open_template``: statements of the
+    creation steps are already in the template's files."""
+
+    def execute(self, *a):
+        return None
+
+    def executemany(self, *a):
+        return None
+
+    def close(self):
+        pass
+
+
 @dataclass
 class CleanupState:
     held_low: bytes = None          # a cleanup raised start_lsn and waits to delete
@@ -68,34 +133,53 @@ class CleanupState:
 
 
 class Database:
-    """One SQL Server database with CDC (plus the server-level logins)."""
+    """One SQL Server database with CDC: its own storage, catalog, LSN space, log and job state, its view of
+    the instance's logins (users, roles, grants); the clock, time zone and lock are the instance's."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, instance=None, name=None, primary=True, template=None):
+        """A database of ``instance`` (a private one when None).  ``cfg`` holds its job settings (each
+        database has its own capture and cleanup job); the primary database (``--database``) draws its random
+        values from ``--seed``, every other one from the seed and its name.
+
+        ``template``: a directory holding the sqlite files of a database created by the same steps (see
+        ``save_template``); the catalog is then built in Python only, with no sqlite statement, and
+        ``open_template`` (after those steps) copies the files in: a thousand databases in seconds."""
         self.cfg = cfg
-        self.name = cfg.database
+        self.instance = instance = instance or InstanceState(cfg)
+        self.name = name or cfg.database
+        self.db_id = instance.next_db_id
+        instance.next_db_id += 1
         self.collation = getattr(cfg, "collation", None) or "SQL_Latin1_General_CP1_CI_AS"
         self.case_sensitive = "_CS_" in self.collation.upper() + "_" or "_BIN" in self.collation.upper()
         catalog.set_case_sensitive(self.case_sensitive)
-        self.lock = threading.RLock()
-        self.dir = tempfile.mkdtemp(prefix="mssql-sim-")
+        self.lock = instance.lock
+        self.dir = os.path.join(instance.dir, str(self.db_id))
+        os.mkdir(self.dir)
         self.main_path = os.path.join(self.dir, "main.db")
         self.cdc_path = os.path.join(self.dir, "cdc.db")
-        self.conn = self.connect(readonly=False)
-        for db in ("main", "cdc"):
-            self.conn.execute("PRAGMA %s.journal_mode=WAL" % db)
-        self.tz = timeutil.zone(cfg.timezone)
-        start = parse_utc(cfg.start_time) if cfg.start_time else None
-        self.clock = Clock(cfg.clock, start)
-        self.lsn = LSN_START
+        self.template = template
+        if template is None:
+            self.conn = self.connect(readonly=False)
+            for db in ("main", "cdc"):
+                if not primary:
+                    # 1 KB pages: sqlite allocates a page cache of 20 pages per file and connection at once,
+                    # 2 x 86 KB with 4 KB pages, a few KB with these; every session connection pays it too
+                    self.conn.execute("PRAGMA %s.page_size=1024" % db)
+                self.conn.execute("PRAGMA %s.journal_mode=WAL" % db)
+                self.conn.execute("PRAGMA %s.journal_size_limit=4194304" % db)
+        else:
+            self.conn = _NoStorage()
+        self.tz = instance.tz
+        self.clock = instance.clock
+        # its own LSN space: every database's log starts in its own virtual log file sequence number
+        self.lsn = LSN_START + ((self.db_id - 5) << 48)
         self.next_oid = OID_START
         self.tables = {}               # (schema lower, name lower) -> Table
         self.by_oid = {}
         self.instances = {}            # capture instance lower -> Instance
         self.cdc_enabled = False
         self.capture_running = True
-        started = self.clock.now().astimezone(self.tz)   # sys.dm_server_services.last_startup_time
-        self.started_dto = timeutil.dto_text(timeutil.naive_text(started.replace(tzinfo=None)),
-                                             int(started.utcoffset().total_seconds() // 60))
+        self.started_dto = instance.started_dto
         self.log = collections.deque()
         self.max_lsn = None            # bytes, cache of MAX(start_lsn) of cdc.lsn_time_mapping
         self.last_mapping_t300 = None  # UTC instant of the newest mapping row (or of enabling CDC)
@@ -105,24 +189,53 @@ class Database:
         self.tran_counter = 0x1A2B00
         self.cleanup = CleanupState()
         self.role_grants = {}          # fold(role) -> grants (GRANT ... TO role)
-        self.logins = {cfg.login.lower(): Login(cfg.login, cfg.password, sysadmin=True, default_db=self.name,
-                                                user="dbo", role_grants=self.role_grants)}
+        self.logins = {}               # login lower -> this database's view of it (see login())
         self.roles = set()             # database roles (fold()ed): CREATE ROLE and gating roles
-        self.rng = random.Random(cfg.seed)
+        self.rng = random.Random(cfg.seed if primary else "%s/%s" % (cfg.seed, self.name.lower()))
         self.stats = collections.Counter()
         self.last_job_error = None
+        self.jobs = None               # the scheduler's timetable of this database's jobs
         self.schemas = {"dbo": 1, "cdc": 5, "sys": 4}
-        self.conn.execute("CREATE TABLE sim_truth (commit_t300 INTEGER, commit_lsn BLOB, table_oid INTEGER,"
-                          " ins INTEGER, upd INTEGER, del INTEGER, tracked INTEGER)")
-        self.conn.execute("CREATE INDEX sim_truth_i ON sim_truth(table_oid, commit_t300)")
         self.allow_snapshot_isolation = False      # ALTER DATABASE ... SET ALLOW_SNAPSHOT_ISOLATION (default OFF)
-        for name, cols in list(SYS_VIEWS.items()) + list(sysviews.STORED.items()):
-            t = self._register(Table(self.new_oid(), "sys", name, cols, kind="sys",
-                                     phys=q("sys." + name)))
-            self.conn.execute(create_sql(t.phys, cols))
-        for name, cols in sysviews.DYNAMIC.items():
-            self._register(Table(self.new_oid(), "sys", name, cols, kind="sys", phys="", dynamic=True))
-        self.refresh_sys()
+        self._bulk = 0
+        with self.bulk():
+            self.conn.execute("CREATE TABLE sim_truth (commit_t300 INTEGER, commit_lsn BLOB, table_oid INTEGER,"
+                              " ins INTEGER, upd INTEGER, del INTEGER, tracked INTEGER)")
+            self.conn.execute("CREATE INDEX sim_truth_i ON sim_truth(table_oid, commit_t300)")
+            # sys.* catalog views are computed from the catalog when a statement reads them (sysviews.dynamic_sql):
+            # no sqlite tables to create or rebuild per database
+            for vname, cols in list(SYS_VIEWS.items()) + list(sysviews.STORED.items()) + list(sysviews.DYNAMIC.items()):
+                if self.table("sys", vname) is not None:
+                    continue
+                self._register(Table(self.new_oid(), "sys", vname, cols, kind="sys", phys="", dynamic=True))
+        self.login(cfg.login)          # the sysadmin login, as dbo
+
+    @contextlib.contextmanager
+    def bulk(self):
+        """Run several catalog changes as one sqlite transaction (creating a database is then a few
+        milliseconds)."""
+        outer = self._bulk == 0
+        if outer:
+            self.conn.execute("BEGIN")
+        self._bulk += 1
+        try:
+            yield
+        except BaseException:
+            self._bulk -= 1
+            if outer:
+                self.conn.execute("ROLLBACK")
+            raise
+        self._bulk -= 1
+        if outer:
+            self.conn.execute("COMMIT")
+
+    def _begin(self):
+        if not self._bulk:
+            self.conn.execute("BEGIN")
+
+    def _commit(self):
+        if not self._bulk:
+            self.conn.execute("COMMIT")
 
     # --- storage ---------------------------------------------------------------
 
@@ -139,12 +252,33 @@ class Database:
             c.execute("PRAGMA query_only=1")
         return c
 
-    def close(self):
-        """Close storage and remove the temporary directory."""
+    def save_template(self, directory):
+        """Copy this (newly created, untouched) database's sqlite files to ``directory`` for ``template``."""
+        os.mkdir(directory)
+        for db in ("main", "cdc"):
+            self.conn.execute("PRAGMA %s.wal_checkpoint(TRUNCATE)" % db)
+        shutil.copyfile(self.main_path, os.path.join(directory, "main.db"))
+        shutil.copyfile(self.cdc_path, os.path.join(directory, "cdc.db"))
+
+    def open_template(self):
+        """The storage of a database built from ``template``: its files, and what differs (creation times)."""
+        shutil.copyfile(os.path.join(self.template, "main.db"), self.main_path)
+        shutil.copyfile(os.path.join(self.template, "cdc.db"), self.cdc_path)
+        self.template = None
+        self.conn = self.connect(readonly=False)
+        for db in ("main", "cdc"):
+            self.conn.execute("PRAGMA %s.journal_size_limit=4194304" % db)
+        if self.instances:
+            self.conn.executemany("UPDATE cdc.change_tables SET create_date = ? WHERE object_id = ?",
+                                  [(i.create_date, i.object_id) for i in self.instances.values()])
+
+    def close(self, remove=True):
+        """Close storage and remove the database's directory (``remove``; the instance removes them all)."""
         try:
             self.conn.close()
         finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            if remove:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
     def new_oid(self):
         """A fresh object id: a positive int, as SQL Server's are. The step
@@ -171,27 +305,18 @@ class Database:
         self.by_oid.pop(t.object_id, None)
 
     def refresh_sys(self):
-        """Rebuild the small sys.* catalog views after DDL."""
-        c = self.conn
-        c.execute("BEGIN")
-        c.execute('DELETE FROM "sys.databases"')
-        snap = int(self.allow_snapshot_isolation)
-        c.execute('INSERT INTO "sys.databases" VALUES (?, 1, 0, 1, ?, 0), (?, 5, ?, ?, ?, 0)',
-                  ("master", "ON", self.name, int(self.cdc_enabled), snap, "ON" if snap else "OFF"))
-        c.execute('DELETE FROM "sys.schemas"')
-        c.executemany('INSERT INTO "sys.schemas" VALUES (?, ?)', list(self.schemas.items()))
-        c.execute('DELETE FROM "sys.tables"')
-        tracked = {i.source.object_id for i in self.instances.values()}
-        c.executemany('INSERT INTO "sys.tables" VALUES (?, ?, ?, ?)',
-                      [(t.name, t.object_id, self.schemas.get(fold(t.schema), 1), int(t.object_id in tracked))
-                       for t in self.tables.values() if t.kind in ("user", "change_table", "cdc_meta")])
-        views = sysviews.stored_rows([t for t in self.tables.values() if t.kind in ("user", "change_table",
-                                                                                      "cdc_meta")])
-        for name, rows in views.items():
-            c.execute('DELETE FROM "sys.%s"' % name)
-            if rows:
-                c.executemany('INSERT INTO "sys.%s" VALUES (%s)' % (name, ", ".join("?" * len(rows[0]))), rows)
-        c.execute("COMMIT")
+        """After DDL: nothing to rebuild, the sys.* views are computed when read (sysviews.dynamic_sql)."""
+
+    def sys_rows(self, name):
+        """Rows of the catalog views sys.schemas, sys.tables, sys.indexes, sys.index_columns, sys.columns."""
+        if name == "schemas":
+            return list(self.schemas.items())
+        objects = [t for t in self.tables.values() if t.kind in ("user", "change_table", "cdc_meta")]
+        if name == "tables":
+            tracked = {i.source.object_id for i in self.instances.values()}
+            return [(t.name, t.object_id, self.schemas.get(fold(t.schema), 1), int(t.object_id in tracked))
+                    for t in objects]
+        return sysviews.stored_rows(objects)[name]
 
     # --- time --------------------------------------------------------------------
 
@@ -262,7 +387,8 @@ class Database:
         oid = self.new_oid()
         t = Table(oid, schema, name, cols, "user", "main.%s" % q("src_%d" % oid), key_idx,
                   create_date=self.local_text(self.now_t300()))
-        self.conn.execute(create_sql(t.phys, cols, ", PRIMARY KEY (%s)" % q(cols[key_idx].name)))
+        if self.template is None:
+            self.conn.execute(create_sql(t.phys, cols, ", PRIMARY KEY (%s)" % q(cols[key_idx].name)))
         self.schemas.setdefault(fold(schema), max(self.schemas.values()) + 1)
         self._register(t)
         self.refresh_sys()
@@ -278,7 +404,8 @@ class Database:
         for name, cols in META_TABLES.items():
             t = Table(self.new_oid(), "cdc", name, cols, "cdc_meta", "cdc.%s" % q(name))
             extra = ", PRIMARY KEY (start_lsn)" if name == "lsn_time_mapping" else ""
-            c.execute(create_sql(t.phys, cols, extra))
+            if self.template is None:
+                c.execute(create_sql(t.phys, cols, extra))
             self._register(t)
         c.execute("CREATE INDEX cdc.lsn_time_mapping_t ON lsn_time_mapping(tran_end_time)")
         self.cdc_enabled = True
@@ -364,7 +491,8 @@ class Database:
         cols = ct_columns(captured)
         # Physical name by object id: sqlite names are case-insensitive, capture instances may not be.
         ct = Table(oid, "cdc", ci + "_CT", cols, "change_table", "cdc.%s" % q("ct_%d" % oid))
-        self.conn.execute(create_sql(ct.phys, cols))
+        if self.template is None:
+            self.conn.execute(create_sql(ct.phys, cols))
         self.conn.execute("CREATE INDEX cdc.%s ON %s(%s, %s, %s)" % (
             q("ct_%d_idx" % oid), q("ct_%d" % oid), q("__$start_lsn"), q("__$seqval"), q("__$operation")))
         now = self.now_t300()
@@ -378,7 +506,7 @@ class Database:
         rec = LogRecord("enable", self.next_lsn(), now, table=src, instance=inst)
         inst.create_lsn = rec.lsn
         c = self.conn
-        c.execute("BEGIN")
+        self._begin()
         c.execute("INSERT INTO cdc.change_tables VALUES (?, 0, ?, ?, NULL, NULL, ?, 0, ?, ?, ?, ?, 0)",
                   (oid, src.object_id, ci, int(inst.supports_net_changes), role_name, inst.index_name,
                    filegroup_name, inst.create_date))
@@ -386,7 +514,7 @@ class Database:
                       [(oid, col.name, col.column_id, col.type.decl(), i)
                        for i, col in enumerate(captured, 1)])
         c.execute("INSERT INTO cdc.index_columns VALUES (?, ?, 1, ?)", (oid, key_col.name, key_col.column_id))
-        c.execute("COMMIT")
+        self._commit()
         self._register(ct)
         self.instances[fold(ci)] = inst
         self.log.append(rec)
@@ -397,10 +525,10 @@ class Database:
         c = self.conn
         c.execute("DROP TABLE IF EXISTS %s" % inst.ct.phys)
         if self.cdc_enabled:
-            c.execute("BEGIN")
+            self._begin()
             for t in ("change_tables", "captured_columns", "index_columns", "ddl_history"):
                 c.execute("DELETE FROM cdc.%s WHERE object_id = ?" % t, (inst.object_id,))
-            c.execute("COMMIT")
+            self._commit()
         self._unregister(inst.ct)
         self.instances.pop(fold(inst.name), None)
 
@@ -457,18 +585,42 @@ class Database:
     # --- logins --------------------------------------------------------------------
 
     def login(self, name):
-        """The server login ``name`` (logins compare case-insensitively, like the server collation)."""
-        return self.logins.get((name or "").lower())
+        """This database's view of the server login ``name`` (logins compare case-insensitively, like the
+        server collation): its user here (a sysadmin is dbo everywhere), roles and grants; None if the login
+        does not exist."""
+        key = (name or "").lower()
+        lg = self.logins.get(key)
+        if lg is None:
+            base = self.instance.logins.get(key)
+            if base is None:
+                return None
+            lg = Login(base.name, base.password, sysadmin=base.sysadmin, default_db=base.default_db,
+                       user="dbo" if base.sysadmin else None, role_grants=self.role_grants)
+            self.logins[key] = lg
+        return lg
 
     def create_login(self, name, password, db_owner=False, sysadmin=False, user=True, default_db=None):
-        """A server login; ``user`` True also maps it to a database user of the same name
+        """A server login; ``user`` True also maps it to a user of the same name in this database
         (sim.create_login), False leaves it without one (CREATE LOGIN)."""
-        if name.lower() in self.logins:
+        key = name.lower()
+        if key in self.instance.logins:
             raise SqlError(15025, "The server principal '%s' already exists." % name, 16, 1)
-        lg = Login(name, password, sysadmin=sysadmin, db_owner=db_owner, default_db=default_db or self.name,
-                   user=name if user else None, role_grants=self.role_grants)
-        self.logins[name.lower()] = lg
+        self.instance.logins[key] = Login(name, password, sysadmin=sysadmin, default_db=default_db or self.name)
+        for db in self.instance.databases.values():
+            db.logins.pop(key, None)
+        lg = self.login(name)
+        if user:
+            lg.user = name
+            lg.db_owner = db_owner
         return lg
+
+    def drop_login(self, name):
+        """DROP LOGIN: the server principal and its view in every database."""
+        key = name.lower()
+        self.instance.logins.pop(key, None)
+        for db in self.instance.databases.values():
+            db.logins.pop(key, None)
+        self.logins.pop(key, None)
 
     def user(self, name):
         """The login whose database user is called ``name`` (or None)."""

@@ -1,8 +1,8 @@
 """T-SQL security statements: CREATE/DROP LOGIN, CREATE/DROP USER, CREATE/DROP ROLE, ALTER ROLE, GRANT, REVOKE.
 
 Mapped onto the simulator's principal model (model.py): a login is a server
-principal; CREATE USER ... FOR LOGIN maps it into the one user database; grants
-and role memberships belong to that user.  Only SELECT (on an object or a
+principal; CREATE USER ... FOR LOGIN maps it into the current user database; grants
+and role memberships belong to that user (each database has its own).  Only SELECT (on an object or a
 schema) has an effect; other permissions are accepted and recorded nowhere.
 Who may run them and the errors otherwise follow SQL Server:
 CREATE LOGIN needs ALTER ANY LOGIN (sysadmin here, else Msg 15247); user, role
@@ -53,11 +53,12 @@ def create_login(s, a):
         raise no_permission()
     opts = a["options"]
     default_db = str(opts.get("DEFAULT_DATABASE") or "master")
-    if default_db.lower() not in ("master", s.db.name.lower()):
+    target = s.server.instance.database(default_db)
+    if default_db.lower() != "master" and target is None:
         raise SqlError(15010, "The database '%s' does not exist. Supply a valid database name. To see available "
                        "databases, use sys.databases." % default_db, 16, 1)
     s.db.create_login(a["name"], str(opts["PASSWORD"]), user=False,
-                      default_db=s.db.name if default_db.lower() == s.db.name.lower() else "master")
+                      default_db=target.name if target is not None else "master")
 
 
 def drop_login(s, a):
@@ -65,9 +66,10 @@ def drop_login(s, a):
     lg = s.db.login(a["name"])
     if not s.login.sysadmin or lg is None:
         raise not_found("drop", "login", a["name"])
-    if lg is s.login or any(x.login is lg for x in list(s.server.sessions.values())):
+    key = lg.name.lower()
+    if any(x.login is not None and x.login.name.lower() == key for x in list(s.server.sessions.values())):
         raise SqlError(15434, "Could not drop login '%s' as the user is currently logged in." % a["name"], 16, 1)
-    del s.db.logins[lg.name.lower()]
+    s.db.drop_login(lg.name)
 
 
 def create_user(s, a):

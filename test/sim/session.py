@@ -1,6 +1,8 @@
 """One client connection: PRELOGIN, LOGIN7, then requests until the client leaves."""
 import logging
+import socket
 import struct
+import time
 
 from . import collation, functions
 from . import permissions as P
@@ -22,7 +24,7 @@ class Session:
 
     def __init__(self, server, sock, spid, peer):
         self.server = server
-        self.db = server.db
+        self.db = server.db          # the current database (in master: the user database used last)
         self.channel = PK.Channel(sock, spid)
         self.spid = spid
         self.peer = peer
@@ -104,6 +106,12 @@ class Session:
             return False
         self.hostname, self.appname = lg.hostname, lg.appname
         self.client_interface = lg.client_interface
+        base = self.server.instance.logins.get((lg.username or "").lower())
+        asked = lg.database or (base.default_db if base else "")
+        f = self.server.faults.take("hang_login", lg.username, database=asked)
+        if f:
+            log.info("session %d: login of %s to %s held (fault)", self.spid, lg.username, asked or "?")
+            self.hold(f)
         acks = LG.feature_acks(lg.features)
         log.debug("session %d: LOGIN7 TDS 0x%08X%s features %s; ack %s", self.spid, lg.tds_version,
                   " fODBC" if lg.odbc else "",
@@ -125,8 +133,7 @@ class Session:
         size = lg.packet_size if 512 <= lg.packet_size <= self.server.cfg.packet_size_max else 4096
         if lg.packet_size > self.server.cfg.packet_size_max:
             size = self.server.cfg.packet_size_max
-        self.conn = self.db.connect(readonly=True)
-        functions.register(self.conn, self)
+        self.open_storage()
         self.login_time = self.constant("getdate", self.db.now())
         resp = (K.env_database(self.database, "master")
                 + K.message(5701, "Changed database context to '%s'." % self.database, 0, 2, tds=tds)
@@ -156,6 +163,10 @@ class Session:
                             "certificate (--tls-cert): connection closed", self.peer and self.peer[0], client)
             return False
         if then in (TLS.FULL, TLS.LOGIN_ONLY):
+            f = self.server.faults.take("stall_tls")
+            if f:
+                log.info("session %d: TLS handshake held (fault)", self.spid)
+                self.hold(f)
             try:
                 desc = self.channel.start_tls(self.server.tls_context, login_only=then == TLS.LOGIN_ONLY)
             except ClientGone as e:          # e.g. the client rejected the certificate and hung up
@@ -168,22 +179,91 @@ class Session:
         """-> list of SqlErrors (empty on success).  Applies the refuse-login fault."""
         name = lg.username
         failed = SqlError(18456, "Login failed for user '%s'." % name, 14, 1)
-        f = self.server.faults.take("refuse_login", name)
+        inst = self.server.instance
+        base = inst.logins.get((name or "").lower())
+        asked = lg.database or (base.default_db if base else "")
+        f = self.server.faults.take("refuse_login", name, database=asked)
         if f:
             return [SqlError(f.number, f.message or failed.message, f.cls, f.state)]
-        account = self.db.login(name)
-        if lg.sspi or account is None or account.password != lg.password:
+        if lg.sspi or base is None or base.password != lg.password:
             return [failed]
-        db = lg.database or account.default_db or self.db.name
-        known = {self.db.name.lower(): self.db.name, "master": "master"}
-        if db.lower() not in known or not P.can_open_database(account, db, self.db.name):
+        dbname = lg.database or base.default_db or self.db.name
+        target = inst.database(dbname)
+        if dbname.lower() == "master":
+            self.database = "master"
+            self.login = self.db.login(name)
+            return []
+        if target is None or not P.can_open_database(target.login(name), dbname, target.name):
             if not lg.database:
                 return [SqlError(4064, "Cannot open user default database. Login failed.", 11, 1), failed]
-            return [SqlError(4060, 'Cannot open database "%s" requested by the login. The login failed.' % db, 11, 1),
-                    failed]
-        self.login = account
-        self.database = known[db.lower()]
+            return [SqlError(4060, 'Cannot open database "%s" requested by the login. The login failed.' % dbname,
+                             11, 1), failed]
+        self.db = target
+        self.login = target.login(name)
+        self.database = target.name
         return []
+
+    def open_storage(self):
+        """The session's read-only sqlite connection to its current database, with the sim_* functions."""
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self.conn = self.db.connect(readonly=True)
+        functions.register(self.conn, self)
+
+    def switch_database(self, name):
+        """USE: ``name`` is master or a user database (checked by the caller)."""
+        if name.lower() == "master":
+            self.database = "master"
+            return
+        db = self.server.instance.database(name)
+        login = db.login(self.login.name)
+        if db is not self.db:
+            self.executor.end_request()          # table variables live in the old connection
+            self.db = db
+            self.open_storage()
+        self.login = login
+        self.database = db.name
+
+    def database_id(self):
+        """DB_ID() of the current database."""
+        return 1 if (self.database or "").lower() == "master" else self.db.db_id
+
+    def hold(self, fault):
+        """Say nothing while a fault holds this connection: until ``fault.seconds`` pass (None: forever),
+        sim.fault_clear releases it, or the client goes away (ClientGone)."""
+        end = None if fault.seconds is None else time.monotonic() + max(0.0, float(fault.seconds))
+        try:
+            while not fault.released.is_set():
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                if self.peer_gone():
+                    raise ClientGone("client left while held by a fault")
+                fault.released.wait(0.05 if left is None else min(0.05, left))
+        finally:
+            self.server.faults.done(fault)
+
+    def peer_gone(self):
+        """Has the client closed or reset the connection?  (Linux TCP_INFO state; else a peek.)"""
+        sock = self.channel.sock
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+            return info[0] not in (1,)                 # TCP_ESTABLISHED
+        except (AttributeError, OSError):
+            pass
+        try:
+            sock.setblocking(False)
+            try:
+                return sock.recv(1, socket.MSG_PEEK) == b""
+            finally:
+                sock.setblocking(True)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
 
     # --- requests --------------------------------------------------------------------------
 

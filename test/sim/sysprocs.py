@@ -145,7 +145,7 @@ def start_job(s, job_type):
     """Start the capture job (cleanup runs on its schedule)."""
     if _job_type(job_type) == "capture":
         s.db.capture_running = True
-        s.server.scheduler.reset_capture()
+        s.server.scheduler.reset_capture(s.db)
 
 
 @proc("sys.sp_cdc_stop_job", [("job_type", SYSNAME, "capture")], privilege="db_owner")

@@ -1,14 +1,16 @@
 """Catalog views of indexes and columns, and the dynamic management views a JDBC client reads.
 
-``sys.indexes``, ``sys.index_columns`` and ``sys.columns`` are stored views (rebuilt at DDL with the
-other sys.* tables, model.refresh_sys); ``sys.dm_exec_sessions`` and ``sys.dm_db_partition_stats`` are
-computed when a statement reads them (``dynamic_sql``), since sessions and row counts change all the time.
+Every sys.* view is computed from the catalog when a statement reads it (``dynamic_sql``): ``sys.databases``
+(every database of the instance), ``sys.schemas``, ``sys.tables``, ``sys.indexes``, ``sys.index_columns`` and
+``sys.columns`` (model.Database.sys_rows), ``sys.dm_exec_sessions`` and ``sys.dm_db_partition_stats``
+(sessions and row counts change all the time) and the views of dmviews.py.  A database has no sqlite tables
+of its own for them, which keeps creating one (and 1,000 of them) cheap.
 Column lists follow the views' documentation on learn.microsoft.com (a subset of their columns)."""
 from dataclasses import dataclass, field
 
 from . import dmviews
 from . import sqltypes as T
-from .catalog import Column, q
+from .catalog import SYS_VIEWS, Column, q
 
 
 def _cols(spec):
@@ -61,6 +63,8 @@ DYNAMIC = {
 }
 
 DYNAMIC.update(dmviews.COLUMNS)
+# sys.databases lists every database of the instance: computed when read (created at run time, 1,000 of them)
+DYNAMIC["databases"] = SYS_VIEWS["databases"]
 
 # sys.types ids (system_type_id, user_type_id) of the types the simulator has.
 TYPE_IDS = {"tinyint": 48, "smallint": 52, "int": 56, "bigint": 127, "bit": 104, "decimal": 106, "numeric": 108,
@@ -148,11 +152,17 @@ def pages(rows):
     return 0 if not rows else 1 + rows // 100
 
 
-def _values_sql(columns, rows):
+def _values_sql(columns, rows, many=False):
     from .tsql.translate import lit_value
     names = [c.name for c in columns]
     if not rows:
         return "(SELECT %s WHERE 0)" % ", ".join("NULL AS %s" % q(n) for n in names)
+    if many or len(rows) > 400:        # a VALUES list: no limit on its rows (a UNION ALL stops at 500 terms)
+        from . import catalog
+        coll = [" COLLATE NOCASE" if c.type.is_string and not catalog.CASE_SENSITIVE else "" for c in columns]
+        return "(SELECT %s FROM (VALUES %s))" % (
+            ", ".join("column%d%s AS %s" % (i, coll[i - 1], q(n)) for i, n in enumerate(names, 1)),
+            ", ".join("(%s)" % ", ".join(lit_value(v) for v in r) for r in rows))
     sel = []
     for r in rows:
         sel.append("SELECT " + ", ".join("%s AS %s" % (lit_value(v), q(n)) for v, n in zip(r, names)))
@@ -161,6 +171,13 @@ def _values_sql(columns, rows):
 
 def dynamic_sql(name, ctx):
     """sqlite SQL (a parenthesised query) of a dynamic view as ``ctx`` (the session) may see it."""
+    if name == "databases":
+        inst = ctx.db.instance
+        rows = [("master", 1, 0, 1, "ON", 0)]
+        for db in sorted(inst.databases.values(), key=lambda d: d.db_id):
+            snap = int(db.allow_snapshot_isolation)
+            rows.append((db.name, db.db_id, int(db.cdc_enabled), snap, "ON" if snap else "OFF", 0))
+        return _values_sql(DYNAMIC[name], rows, many=True)
     if name == "dm_exec_sessions":
         sessions = ctx.server.session_list() if ctx.login.sysadmin else [ctx]
         rows = []
@@ -168,10 +185,12 @@ def dynamic_sql(name, ctx):
             if s.login is None:
                 continue
             rows.append((s.spid, s.login_time, s.hostname, s.appname, s.client_interface, s.login.name,
-                         "running" if s is ctx else "sleeping", 5 if s.database != "master" else 1, 1,
+                         "running" if s is ctx else "sleeping", s.database_id(), 1,
                          s.wire.textsize, "us_english", "mdy", 7, 1, 1, 1, 0, 1, 1, 1, 1, s.isolation,
                          s.lock_timeout, 0, s.trancount))
         return _values_sql(DYNAMIC[name], rows)
+    if name in ("schemas", "tables") or name in STORED:
+        return _values_sql(ctx.db.table("sys", name).columns, ctx.db.sys_rows(name), many=True)
     if name == "dm_db_partition_stats":
         rows = []
         for t in ctx.db.tables.values():
