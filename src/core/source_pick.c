@@ -73,7 +73,12 @@ source_pick(const PoolSource *entries, int n, const PickRules *r, int64_t *wake_
 		mine = !homed_elsewhere(e, r);
 		ready = due;
 		if (!mine)
-			ready = due > INT64_MAX - r->steal_after ? INT64_MAX : due + r->steal_after;
+		{
+			/* A request puts it first, but its home gets steal_after to take it. */
+			int64_t		since = e->requested && e->requested_at < e->due ? e->requested_at : e->due;
+
+			ready = since > INT64_MAX - r->steal_after ? INT64_MAX : since + r->steal_after;
+		}
 		if (ready > r->now)
 		{
 			if (ready < *wake_at)

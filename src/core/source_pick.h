@@ -24,6 +24,7 @@ typedef struct PoolSource
 	int32_t		failures;		/* consecutive failed cycles */
 	int32_t		home;			/* pool index of the worker keeping its connection, or -1 */
 	int32_t		busy;			/* pool index of the worker running its cycle, or -1 */
+	int64_t		requested_at;	/* when a cycle was asked for (if requested) */
 	bool		requested;		/* a cycle was asked for: due now */
 	bool		removed;		/* no longer wanted: freed when its cycle ends */
 } PoolSource;

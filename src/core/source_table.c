@@ -46,6 +46,7 @@ typedef struct SourceTable
 {
 	LWLock	   *lock;
 	int			capacity;		/* finalize.max_sources when shared memory was made */
+	int			used;			/* entries at or after this index are all free */
 	SourceWorker workers[FINALIZE_MAX_SOURCE_WORKERS];
 	PoolSource	entries[FLEXIBLE_ARRAY_MEMBER];
 } SourceTable;
@@ -81,13 +82,15 @@ source_table_shmem_init(void *place, bool found)
 	}
 }
 
-/* Frees an entry (the lock held). */
+/* Frees an entry (the lock held); the scans stop at the last entry in use. */
 static void
 free_entry(PoolSource *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->home = -1;
 	e->busy = -1;
+	while (table->used > 0 && table->entries[table->used - 1].dboid == 0)
+		table->used--;
 }
 
 /* The PGPROC numbers of the workers of a database that run no cycle (the lock held). */
@@ -134,10 +137,11 @@ oid_cmp(const void *a, const void *b)
  * new ones are due now, those no longer wanted are freed (at the end of
  * their cycle if one runs). Entries of other databases that run no cycle are
  * freed too: only the scheduler of finalize.database lists sources. Returns
- * how many sources found no free entry (finalize.max_sources is too low).
+ * how many sources found no free entry (finalize.max_sources is too low);
+ * their serverids go to left_out (room for n), in ascending order.
  */
 int
-source_table_sync(Oid dboid, const Oid *serverids, int n, TimestampTz now)
+source_table_sync(Oid dboid, const Oid *serverids, int n, TimestampTz now, Oid *left_out)
 {
 	Oid		   *sorted = palloc(sizeof(Oid) * Max(n, 1));
 	bool	   *present = palloc0(sizeof(bool) * Max(n, 1));
@@ -150,7 +154,7 @@ source_table_sync(Oid dboid, const Oid *serverids, int n, TimestampTz now)
 	memcpy(sorted, serverids, sizeof(Oid) * n);
 	qsort(sorted, n, sizeof(Oid), oid_cmp);
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < table->capacity; i++)
+	for (int i = table->used - 1; i >= 0; i--)
 	{
 		PoolSource *e = &table->entries[i];
 		Oid		   *hit;
@@ -176,12 +180,13 @@ source_table_sync(Oid dboid, const Oid *serverids, int n, TimestampTz now)
 			next_free++;
 		if (next_free == table->capacity)
 		{
-			missing++;
+			left_out[missing++] = sorted[j];
 			continue;
 		}
 		table->entries[next_free].dboid = dboid;
 		table->entries[next_free].serverid = sorted[j];
 		table->entries[next_free].due = now;
+		table->used = Max(table->used, next_free + 1);
 		added = true;
 	}
 	if (added)
@@ -291,7 +296,7 @@ source_table_claim(Oid only_serverid, TimestampTz now, int64 steal_after_us, Sou
 	rules.retry_lane_open = failing < retry_lane_size(pool);
 	rules.home_alive = alive;
 	rules.nworkers = FINALIZE_MAX_SOURCE_WORKERS;
-	i = source_pick(table->entries, table->capacity, &rules, &wake);
+	i = source_pick(table->entries, table->used, &rules, &wake);
 	if (i >= 0)
 	{
 		PoolSource *e = &table->entries[i];
@@ -386,13 +391,15 @@ source_table_request_cycle(Oid dboid, Oid serverid)
 	if (table == NULL)
 		return false;
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < table->capacity && !found; i++)
+	for (int i = 0; i < table->used && !found; i++)
 	{
 		PoolSource *e = &table->entries[i];
 
 		if (e->dboid != dboid || e->serverid != serverid)
 			continue;
 		found = true;
+		if (!e->requested)
+			e->requested_at = GetCurrentTimestamp();
 		e->requested = true;
 		if (e->home >= 0 && table->workers[e->home].pid != 0 && table->workers[e->home].dboid == dboid)
 			pids[npids++] = table->workers[e->home].pgprocno;
@@ -416,7 +423,7 @@ source_table_reschedule(Oid dboid, int poll_interval_ms)
 	int			npids;
 
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < table->capacity; i++)
+	for (int i = 0; i < table->used; i++)
 	{
 		PoolSource *e = &table->entries[i];
 		TimestampTz due;

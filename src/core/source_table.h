@@ -46,7 +46,7 @@ typedef struct SourceWorkerInfo
 extern Size source_table_shmem_size(void);
 extern void source_table_shmem_init(void *place, bool found);
 
-extern int	source_table_sync(Oid dboid, const Oid *serverids, int n, TimestampTz now);
+extern int	source_table_sync(Oid dboid, const Oid *serverids, int n, TimestampTz now, Oid *left_out);
 extern bool source_table_attach(int index);
 extern bool source_table_claim(Oid only_serverid, TimestampTz now, int64 steal_after_us, SourceClaim *out,
 							   TimestampTz *wake_at);

@@ -547,6 +547,12 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 
 	/* Record everything in one short transaction. */
 	db_begin_write("finalize: recording facts");
+	if (!ws_lock_source(run->serverid, c.cfg.server_name))
+	{
+		db_commit();
+		run->server_gone = true;
+		return fail(&c, COND_SERVER_DROPPED, pstrdup("the foreign server was dropped during the cycle"));
+	}
 	if (!idle)
 		recorded = record_writes(writes, c.ntables);
 	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);

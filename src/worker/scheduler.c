@@ -309,21 +309,34 @@ record_no_pool(const WantedSource *wanted, int nwanted)
 	db_commit();
 }
 
+/* Orders Oids, for bsearch. */
+static int
+oid_order(const void *a, const void *b)
+{
+	Oid			x = *(const Oid *) a;
+	Oid			y = *(const Oid *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
 /*
  * Lists the sources in the shared source table, where the workers find
- * them; logs (every five minutes) those finalize.max_sources leaves out.
+ * them. Those finalize.max_sources leaves out are not polled: each gets the
+ * condition no_worker (so finalize.status and the alerts say so), and the
+ * server log says it every five minutes.
  */
 static void
 list_sources(const WantedSource *wanted, int nwanted)
 {
 	Oid		   *oids = palloc(sizeof(Oid) * Max(nwanted, 1));
+	Oid		   *left_out = palloc(sizeof(Oid) * Max(nwanted, 1));
 	int			n = 0;
 	int			missing;
 
 	for (int j = 0; j < nwanted; j++)
 		if (!wanted[j].lake)
 			oids[n++] = wanted[j].serverid;
-	missing = source_table_sync(MyDatabaseId, oids, n, GetCurrentTimestamp());
+	missing = source_table_sync(MyDatabaseId, oids, n, GetCurrentTimestamp(), left_out);
 	if (missing > 0 && TimestampDifferenceExceeds(capacity_logged, GetCurrentTimestamp(), CHECKS_ERROR_LOG_MS))
 	{
 		capacity_logged = GetCurrentTimestamp();
@@ -332,8 +345,19 @@ list_sources(const WantedSource *wanted, int nwanted)
 				 errdetail("Its shared table of sources holds finalize.max_sources = %d entries.",
 						   finalize_max_sources),
 				 errhint("Raise finalize.max_sources and restart PostgreSQL.")));
+		db_begin("finalize: recording sources left out");
+		for (int j = 0; j < nwanted; j++)
+			if (!wanted[j].lake &&
+				bsearch(&wanted[j].serverid, left_out, missing, sizeof(Oid), oid_order) != NULL)
+				ws_source_failed(wanted[j].name, COND_NO_WORKER,
+								 psprintf("finalize.max_sources (%d) leaves no room for this source in the shared "
+										  "table of sources; it is not polled. Raise finalize.max_sources and "
+										  "restart PostgreSQL.", finalize_max_sources),
+								 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CHECKS_ERROR_LOG_MS));
+		db_commit();
 	}
 	pfree(oids);
+	pfree(left_out);
 }
 
 /* How many of the wanted entries are sources (not catalogs). */

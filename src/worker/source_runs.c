@@ -66,6 +66,38 @@ reset_run(KeptRun *kept)
 	kept->run.serverid = kept->serverid;
 }
 
+/* Closes the least recently used connection but one's; false if there is none. */
+static bool
+close_least_recent(const KeptRun *except)
+{
+	HASH_SEQ_STATUS seq;
+	KeptRun    *k;
+	KeptRun    *oldest = NULL;
+
+	hash_seq_init(&seq, runs);
+	while ((k = hash_seq_search(&seq)) != NULL)
+		if (k != except && k->run.conn != NULL && (oldest == NULL || k->last_used < oldest->last_used))
+			oldest = k;
+	if (oldest == NULL)
+		return false;
+	close_connection(oldest);
+	return true;
+}
+
+/*
+ * Counts the source's connection (to be opened, or open) as an external
+ * descriptor, closing the least recently used others while PostgreSQL has
+ * none to spare; false when not even that frees one.
+ */
+static bool
+hold_descriptor(KeptRun *kept)
+{
+	while (!kept->fd_held && !(kept->fd_held = AcquireExternalFD()))
+		if (!close_least_recent(kept))
+			return false;
+	return true;
+}
+
 /*
  * The kept run of the source just claimed, made fresh when the source comes
  * from another worker (or is new here).
@@ -86,25 +118,14 @@ runs_take(const SourceClaim *claim)
 		reset_run(kept);
 	kept->entry = claim->entry;
 	kept->run.failures = claim->failures;
+	/*
+	 * The descriptor of the login to come is reserved before it, as
+	 * postgres_fdw does; without one the cycle still runs (the login then
+	 * fails if the process has no descriptor left, and says so).
+	 */
+	if (kept->run.conn == NULL)
+		(void) hold_descriptor(kept);
 	return kept;
-}
-
-/* Closes the least recently used connection but one's; false if there is none. */
-static bool
-close_least_recent(const KeptRun *except)
-{
-	HASH_SEQ_STATUS seq;
-	KeptRun    *k;
-	KeptRun    *oldest = NULL;
-
-	hash_seq_init(&seq, runs);
-	while ((k = hash_seq_search(&seq)) != NULL)
-		if (k != except && k->run.conn != NULL && (oldest == NULL || k->last_used < oldest->last_used))
-			oldest = k;
-	if (oldest == NULL)
-		return false;
-	close_connection(oldest);
-	return true;
 }
 
 /*
@@ -121,15 +142,9 @@ runs_after_cycle(KeptRun *kept)
 		ReleaseExternalFD();
 		kept->fd_held = false;
 	}
-	if (kept->run.conn != NULL && !kept->fd_held)
-	{
-		while (!(kept->fd_held = AcquireExternalFD()))
-			if (!close_least_recent(kept))
-				break;
-		/* No descriptor to spare even alone: log in again next cycle. */
-		if (!kept->fd_held)
-			close_connection(kept);
-	}
+	/* No descriptor to spare even alone: log in again next cycle. */
+	if (kept->run.conn != NULL && !hold_descriptor(kept))
+		close_connection(kept);
 	while (runs_connections() > finalize_worker_connections && close_least_recent(kept))
 		;
 	if (runs_connections() > finalize_worker_connections)

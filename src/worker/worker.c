@@ -104,8 +104,9 @@ record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 	{
 		/* Bounded like the cycle's write: a held row must not stop the worker. */
 		db_begin_write("finalize: recording a failed cycle");
-		ws_source_failed(run->server_name, outcome->condition, outcome->message,
-						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
+		if (ws_lock_source(run->serverid, run->server_name))
+			ws_source_failed(run->server_name, outcome->condition, outcome->message,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
 		db_commit();
 	}
 	PG_CATCH();

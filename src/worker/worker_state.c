@@ -12,10 +12,12 @@
 
 #include <sys/stat.h>
 
+#include "catalog/pg_foreign_server.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "storage/fd.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -522,6 +524,23 @@ ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offs
 	values[6] = JsonbPGetDatum(detail);
 	db_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6, $7)", 7, types, values,
 					 NULL);
+}
+
+/*
+ * Whether the source serverid still exists under server_name, called first
+ * in every transaction that writes its status or facts. The lock (DROP
+ * SERVER takes it exclusively) keeps it so until commit: a pool worker
+ * finishing a cycle of a server dropped meanwhile, perhaps re-created under
+ * the same name, must not write its outcome as the new server's.
+ */
+bool
+ws_lock_source(Oid serverid, const char *server_name)
+{
+	ForeignServer *server;
+
+	LockDatabaseObject(ForeignServerRelationId, serverid, 0, AccessShareLock);
+	server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
+	return server != NULL && strcmp(server->servername, server_name) == 0;
 }
 
 /* Records a failed poll of the source and when the next attempt is due. */

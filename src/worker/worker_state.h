@@ -71,6 +71,7 @@ extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampT
 extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
 								 TimestampTz lost_until, const char *capture_instance, bool automatic,
 								 const Jsonb *detail);
+extern bool ws_lock_source(Oid serverid, const char *server_name);
 extern void ws_source_failed(const char *server_name, Condition condition, const char *error,
 							 TimestampTz next_attempt);
 extern void ws_purge_facts(void);

@@ -9,15 +9,18 @@ the same run, against one SQL Server simulator.
            cycle (schedstat over --seconds, cycles counted in finalize.source_status). One process
            per source runs at --dedicated sizes until it stops (max_worker_processes, finalize's
            128 process slots); the pool at --pool sizes.
-  lag      --lag-sources sources through the pool, --hung percent of them against a TCP listener
-           that never answers a login: a commit captured on the simulator, then the wall time
-           until each healthy source's table shows it (its offset reaches the new max LSN);
-           median, p99 and max against the poll interval, over --trials boundaries.
+  lag      --lag-sources sources through the pool (poll --lag-poll), --hung percent of them against
+           a TCP listener that never answers a login, the healthy ones spread over --databases
+           databases of one simulator instance (one clock, an LSN space each, as SQL Server): a
+           commit captured in every database, then the wall time until each healthy source's
+           table shows it (its offset reaches its database's new max LSN); median, p99 and max
+           against the poll interval, over --trials boundaries.
   sensor   with those sources present: pgbench is_final() against SELECT 1 (ratio).
 
 Ratios are printed, not asserted. Run as root after the extension is installed:
     test/bench/sources_bench.py [--dedicated 1,50,100,125] [--pool 100,500,1000] [--poll 5s]
-                                [--lag-sources 1000] [--hung 5] [--trials 5] [--seconds 30]
+                                [--lag-sources 1000] [--lag-poll 30s] [--databases 100] [--hung 5]
+                                [--trials 5] [--seconds 30]
 """
 import argparse
 import os
@@ -32,7 +35,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 from pgcluster import Cluster  # noqa: E402
-from worker_env import Env, SilentServer, sim_clock, sim_max_lsn  # noqa: E402
+from worker_env import Env, SilentServer, lsn_text, sim_clock  # noqa: E402
 
 
 def cpu_seconds(pid):
@@ -66,13 +69,20 @@ def cluster(workers, n, poll):
     return pg
 
 
-def add_sources(pg, env, sim, n, silent=None, hung=0):
-    """n sources (the first `hung` against the silent listener), one table each, in one transaction."""
+def database_of(i, hung, databases):
+    """The simulator database of healthy source i (round robin over `databases`; 0: demo)."""
+    return "demo" if databases == 0 else "shard_%03d" % ((i - hung) % databases)
+
+
+def add_sources(pg, env, sim, n, silent=None, hung=0, databases=0):
+    """n sources (the first `hung` against the silent listener), one table each, in one transaction;
+    the healthy ones spread over `databases` databases of the simulator (0: all on demo)."""
     stmts = []
     for i in range(n):
         port = silent.port if i < hung else sim.port
         stmts.append("CREATE SERVER src%d FOREIGN DATA WRAPPER finalize_mssql OPTIONS "
-                     "(host '127.0.0.1', port '%d', database 'demo', encrypt 'off');" % (i, port))
+                     "(host '127.0.0.1', port '%d', database '%s', encrypt 'off');"
+                     % (i, port, database_of(i, hung, databases)))
         stmts.append("CREATE USER MAPPING FOR CURRENT_USER SERVER src%d OPTIONS (username 'sa', password "
                      "'Passw0rd!');" % i)
         stmts.append("SELECT finalize.track_table('bench.t%d', 'src%d', 'dbo.orders');" % (i, i))
@@ -134,19 +144,29 @@ def pgbench_tps(pg, script, seconds):
     return float(next(line.split("=")[1].split()[0] for line in out.splitlines() if line.startswith("tps")))
 
 
-def lag(n, hung_pct, poll, trials, seconds):
+def commit_everywhere(sim, databases):
+    """One captured commit in every database the sources read; -> {database: its new max LSN}."""
+    names = ["demo"] if databases == 0 else ["shard_%03d" % d for d in range(databases)]
+    for name in names:
+        sim.call("sim.commit", database=name, inserts=1)
+    sim.call("sim.advance", seconds=10)     # one instance, one clock: every database captures
+    return {name: lsn_text(sim.query("SELECT sys.fn_cdc_get_max_lsn() AS m", database=name)[0]["m"])
+            for name in names}
+
+
+def lag(n, hung_pct, poll, trials, seconds, databases):
     """Lag of the healthy sources from a capture boundary to their verdict, with hung_pct % hanging;
     then the sensor against SELECT 1 with those sources present."""
     hung = n * hung_pct // 100
     pg = cluster(4, n, poll)
-    sim = sim_clock(start_time="2026-11-02T08:59:00Z").start()
+    extra = {"extra_databases": "shard_%%03d:%d" % databases} if databases else {}
+    sim = sim_clock(start_time="2026-11-02T08:59:00Z", **extra).start()
     silent = SilentServer()
     env = Env(pg)
     poll_s = pg.sql("SELECT extract(epoch FROM %s::interval)::float8", (poll,))[0][0]
     try:
-        sim.call("sim.commit", inserts=1)
-        sim.call("sim.advance", seconds=10)
-        add_sources(pg, env, sim, n, silent=silent, hung=hung)
+        commit_everywhere(sim, databases)
+        add_sources(pg, env, sim, n, silent=silent, hung=hung, databases=databases)
         healthy = n - hung
         pg.wait_for(lambda: pg.sql("SELECT count(*) FROM finalize.status WHERE offset_lsn IS NOT NULL")[0][0]
                     == healthy, timeout=300 + n, interval=1, what="every healthy source caught up")
@@ -155,22 +175,23 @@ def lag(n, hung_pct, poll, trials, seconds):
         lags = []
         for _ in range(trials):
             time.sleep(poll_s * 0.37)       # a boundary anywhere in the poll cycle
-            sim.call("sim.commit", inserts=1)
-            sim.call("sim.advance", seconds=10)
-            target = sim_max_lsn(sim)
+            targets = commit_everywhere(sim, databases)
             t0 = time.monotonic()
+            want = {"bench.t%d" % i: targets[database_of(i, hung, databases)]
+                    for i in range(hung, n)}
             seen = {}
             while len(seen) < healthy and time.monotonic() - t0 < 10 * poll_s:
-                for (name,) in pg.sql("SELECT table_name FROM finalize.status WHERE offset_lsn = %s", (target,)):
-                    seen.setdefault(name, time.monotonic() - t0)
-                time.sleep(0.05)
+                for name, offset in pg.sql("SELECT table_name, offset_lsn::text FROM finalize.status"):
+                    if name in want and name not in seen and offset is not None and offset >= want[name]:
+                        seen[name] = time.monotonic() - t0
+                time.sleep(0.2)
             assert len(seen) == healthy, "%d of %d healthy sources saw the boundary" % (len(seen), healthy)
             lags.extend(seen.values())
         lags.sort()
         p99 = lags[int(0.99 * (len(lags) - 1))]
-        print("lag      N=%4d, %d hung (%d%%), %d trials: healthy sources' lag from a capture boundary to the "
+        print("lag      N=%4d over %d databases, %d hung (%d%%), %d trials: healthy sources' lag from a capture boundary to the "
               "verdict: median %.2f s, p99 %.2f s, max %.2f s = x%.2f / x%.2f / x%.2f of the poll interval (%.1f s)"
-              % (n, hung, hung_pct, trials, statistics.median(lags), p99, lags[-1], statistics.median(lags) / poll_s,
+              % (n, max(databases, 1), hung, hung_pct, trials, statistics.median(lags), p99, lags[-1], statistics.median(lags) / poll_s,
                  p99 / poll_s, lags[-1] / poll_s, poll_s), flush=True)
         print("workers  " + "; ".join("worker %s: %d cycles, %d connections kept" % (w, c, k) for w, c, k in
                                      pg.sql("SELECT worker, cycles, connections FROM finalize.source_workers ORDER BY worker")))
@@ -193,6 +214,8 @@ def main():
     p.add_argument("--lag-sources", type=int, default=1000)
     p.add_argument("--hung", type=int, default=5)
     p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--lag-poll", default="30s", help="poll interval of the lag phase")
+    p.add_argument("--databases", type=int, default=100, help="simulator databases of the lag phase")
     args = p.parse_args()
     base = None
     dedicated = {}
@@ -212,7 +235,7 @@ def main():
             print("pool(4)  N=%4d: PSS x%.3f of one process per source at the same N"
                   % (n, r["pss_kb"] / dedicated[n]["pss_kb"]), flush=True)
     if args.lag_sources:
-        lag(args.lag_sources, args.hung, args.poll, args.trials, min(args.seconds, 10))
+        lag(args.lag_sources, args.hung, args.lag_poll, args.trials, min(args.seconds, 10), args.databases)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ ADMIN = PUBLISHER | PIPELINE | {
     "release_report(bigint)",
     "track_sharded(text,interval,text,text,text,text,text,interval,double precision,interval,text)",
     "add_shard(text,text,text,text,text)", "drop_shard(text,text,boolean)",
+    "_source_workers()",    # behind the finalize.source_workers view, which runs it as the caller
 }
 MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
                "sec_nobody": set()}
@@ -76,7 +77,7 @@ MAY_SELECT = {
     "sec_publisher": {"status", "consumers", "facts", "releases", "late_data", "alerts", "alert_deliveries"},
     "sec_admin": {"status", "consumers", "facts", "releases", "tracked_table", "watermark", "fact", "source_status",
                   "table_condition", "consumer", "consumer_hold", "derived_input", "loss", "loss_ack", "lake_consumer",
-                  "shard_consumer",
+                  "shard_consumer", "source_workers",
                   "partition_registration", "projection", "release", "published", "late_data",
                   "event_fact", "lateness_hour", "late_period", "alerts", "alert",
                   "alert_deliveries", "alert_delivery", "alert_target_state"},

@@ -252,3 +252,61 @@ def test_zero_workers_is_one_process_per_source_and_the_pool_comes_back(env, pg)
         pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 2")
         pg.sql("SELECT pg_reload_conf()")
         healthy.stop()
+
+
+def test_sources_beyond_max_sources_are_named_not_polled_and_the_others_keep_going():
+    """finalize.max_sources = 16 (its minimum) with 17 sources: one is left out of the shared table
+    and says so in its status (condition no_worker, the setting named), the 16 others are polled."""
+    small = new_cluster(**{"finalize.max_source_workers": "2", "finalize.max_sources": "16"})
+    sim = started_sim()
+    try:
+        e = Env(small)
+        names = [f"m{i:02d}" for i in range(17)]
+        for name in names:
+            e.add_source(name, sim)
+            e.track(f"cap.{name}", name)
+
+        def split():
+            rows = e.sql("SELECT server_name, condition, last_error FROM finalize.source_status "
+                         "WHERE server_name = ANY(%s)", (names,))
+            ok = [r[0] for r in rows if r[1] == "ok"]
+            out = [r for r in rows if r[1] == "no_worker"]
+            return (ok, out) if len(ok) == 16 and len(out) == 1 else None
+        ok, out = small.wait_for(split, timeout=120, what=lambda: e.sql("SELECT server_name, condition, last_error "
+                                                                         "FROM finalize.source_status"))
+        assert "finalize.max_sources (16)" in out[0][2] and "restart PostgreSQL" in out[0][2], out
+        assert out[0][0] not in ok
+        before = cycles(e, ok)
+        small.wait_for(lambda: all(c[0] > before[n][0] for n, c in cycles(e, ok).items()),
+                       what="the 16 sources in the table to keep polling")
+        assert cycles(e, [out[0][0]])[out[0][0]][1] == "no_worker"
+    finally:
+        sim.stop()
+        small.cleanup()
+
+
+def test_a_cycle_of_a_dropped_server_never_writes_as_the_server_recreated_under_its_name(env, pg):
+    """A worker is in a login that never ends when its server is dropped and a new server takes
+    its name: when that login times out, nothing of it is written as the new server's status."""
+    silent = SilentServer()
+    healthy = started_sim()
+    try:
+        add_silent(env, silent, name="reused")
+        env.track("pool.reused", "reused")
+        pg.wait_for(lambda: env.one("SELECT count(*) FROM finalize.source_workers WHERE serving = 'reused'") == 1,
+                    what=lambda: finalize_processes(pg))
+        env.sql("DELETE FROM finalize.tracked_table WHERE table_name = 'pool.reused'")
+        env.sql('DROP SERVER "reused" CASCADE')
+        env.sql("DELETE FROM finalize.source_status WHERE server_name = 'reused'")
+        env.add_source("reused", healthy)
+        env.track("pool.reused", "reused")
+        pg.wait_for(lambda: condition_of(env, "reused")[0] == "ok", what=lambda: condition_of(env, "reused"))
+        # The old login's timeout (finalize.login_timeout = 4s) passes; the new server stays clean.
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            condition, error, failures = condition_of(env, "reused")
+            assert (condition, error, failures) == ("ok", None, 0), (condition, error, failures)
+            time.sleep(0.2)
+    finally:
+        healthy.stop()
+        silent.close()

@@ -117,6 +117,20 @@ main(void)
 	r = rules(0, 10 * SEC, alive);
 	check(source_pick(e, 2, &r, &wake) == 1, "a requested cycle is due at once and goes first");
 
+	/* A requested cycle of a source homed on a live, busy worker: its home gets steal_after first. */
+	e[0] = src(100, 50 * SEC);
+	e[0].home = 2;
+	e[0].requested = true;
+	e[0].requested_at = 10 * SEC;
+	r = rules(0, 10 * SEC + SEC / 4, alive);
+	wake = INT64_MAX;
+	check(source_pick(e, 1, &r, &wake) == -1, "a request does not move a source from its home at once");
+	check(wake == 10 * SEC + SEC / 2, "the other worker looks again steal_after after the request");
+	r = rules(0, 10 * SEC + SEC, alive);
+	check(source_pick(e, 1, &r, &wake) == 0, "a request its busy home did not take in steal_after moves");
+	r = rules(2, 10 * SEC, alive);
+	check(source_pick(e, 1, &r, &wake) == 0, "its home takes a requested cycle at once");
+
 	/* The retry lane. */
 	e[0] = src(100, 1 * SEC);
 	e[0].failures = 3;
