@@ -36,21 +36,44 @@
 /* How often login_watch runs during a login. */
 #define LOGIN_WATCH_MS 200
 
+/*
+ * The TCP sockets open when the login began (by descriptor): a pool worker's
+ * kept connections to other sources, which login_watch must leave alone.
+ */
+static uint8 open_before_login[LOGIN_MAX_FD / 8];
+
 /* The timeout that runs login_watch (registered once per process). */
 static TimeoutId login_watch_id = MAX_TIMEOUTS;
 /* When the login in progress must have ended, and whether it was too late. */
 static TimestampTz login_deadline;
 static volatile sig_atomic_t login_timed_out = false;
 
+/* Whether fd is a TCP socket (async-signal-safe). */
+static bool
+is_tcp_socket(int fd)
+{
+	struct sockaddr_storage addr;
+	socklen_t	addrlen = sizeof(addr);
+	int			type;
+	socklen_t	typelen = sizeof(type);
+
+	return getsockname(fd, (struct sockaddr *) &addr, &addrlen) == 0 &&
+		(addr.ss_family == AF_INET || addr.ss_family == AF_INET6) &&
+		getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0 && type == SOCK_STREAM;
+}
+
 /*
  * Runs every LOGIN_WATCH_MS during a login, in signal context: once a cancel
  * or a termination is pending, or the login's deadline has passed, shuts
  * down the login's TCP socket, so that FreeTDS's wait ends at once and it
  * fails the login and cleans up by itself; dbopen then returns and the
- * interrupt is served as usual. A worker has no other TCP sockets than
- * FreeTDS's (background workers hold no client connection or listening
- * socket), and it runs again until the login ends, so a socket created
- * after the signal (a slow name lookup) is caught too.
+ * interrupt is served as usual. The login's socket is the TCP socket that
+ * was not open when it began: a background worker holds no client
+ * connection or listening socket, and the connections a pool worker keeps
+ * to its other sources stay open during the login (one login at a time),
+ * so their descriptors cannot be reused by it. It runs again until the
+ * login ends, so a socket created after the signal (a slow name lookup) is
+ * caught too.
  *
  * The deadline is enforced here because FreeTDS counts its login timeout
  * in one-second polls and adds back any poll a signal interrupts: with these
@@ -67,17 +90,8 @@ login_watch(void)
 	if (!ProcDiePending && !QueryCancelPending && !login_timed_out)
 		return;
 	for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
-	{
-		struct sockaddr_storage addr;
-		socklen_t	addrlen = sizeof(addr);
-		int			type;
-		socklen_t	typelen = sizeof(type);
-
-		if (getsockname(fd, (struct sockaddr *) &addr, &addrlen) == 0 &&
-			(addr.ss_family == AF_INET || addr.ss_family == AF_INET6) &&
-			getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0 && type == SOCK_STREAM)
+		if ((open_before_login[fd / 8] & (1 << (fd % 8))) == 0 && is_tcp_socket(fd))
 			shutdown(fd, SHUT_RDWR);
-	}
 	errno = save_errno;
 }
 
@@ -90,6 +104,10 @@ login_watch_start(int login_timeout)
 {
 	if (login_watch_id == MAX_TIMEOUTS)
 		login_watch_id = RegisterTimeout(USER_TIMEOUT, login_watch);
+	memset(open_before_login, 0, sizeof(open_before_login));
+	for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
+		if (is_tcp_socket(fd))
+			open_before_login[fd / 8] |= 1 << (fd % 8);
 	login_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), login_timeout * 1000);
 	login_timed_out = false;
 	enable_timeout_every(login_watch_id,

@@ -159,7 +159,7 @@ def lag(n, hung_pct, poll, trials, seconds, databases):
     then the sensor against SELECT 1 with those sources present."""
     hung = n * hung_pct // 100
     pg = cluster(4, n, poll)
-    extra = {"extra_databases": "shard_%%03d:%d" % databases} if databases else {}
+    extra = {"extra_databases": "shard_%%03d:0-%d" % (databases - 1)} if databases else {}
     sim = sim_clock(start_time="2026-11-02T08:59:00Z", **extra).start()
     silent = SilentServer()
     env = Env(pg)

@@ -310,3 +310,38 @@ def test_a_cycle_of_a_dropped_server_never_writes_as_the_server_recreated_under_
     finally:
         healthy.stop()
         silent.close()
+
+
+def test_a_login_timing_out_leaves_the_connections_its_worker_keeps_for_others(env, pg):
+    """A pool of one: the worker keeping every healthy source's connection also runs the logins
+    that never end; each timed-out login shuts down its own socket only, so no healthy source
+    ever fails (a broken kept connection would fail its next cycle)."""
+    healthy = started_sim()
+    silent = SilentServer()
+    try:
+        pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 1")
+        pg.sql("SELECT pg_reload_conf()")
+        for name in HEALTHY[:3]:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        pg.wait_for(lambda: len(worker_pids(pg)) == 1 and
+                    env.one("SELECT count(*) FROM finalize.source_workers WHERE worker IS NOT NULL") == 1,
+                    what="a pool of one")
+        pg.wait_for(lambda: [c for _, c in cycles(env, HEALTHY[:3]).values()] == ["ok"] * 3,
+                    what=lambda: f"healthy sources: {cycles(env, HEALTHY[:3])}")
+        add_silent(env, silent)
+        env.track("pool.silent", "silent")
+        before = cycles(env, HEALTHY[:3])
+        pg.wait_for(lambda: (condition_of(env, "silent")[2] or 0) >= 2, timeout=60,
+                    what=lambda: f"two timed-out logins: {condition_of(env, 'silent')}")
+        pg.wait_for(lambda: all(c[0] >= before[n][0] + 2 for n, c in cycles(env, HEALTHY[:3]).items()),
+                    what="the healthy sources' cycles after the timeouts")
+        assert "finalize.login_timeout" in condition_of(env, "silent")[1]
+        assert env.sql("SELECT server_name, last_error FROM finalize.source_status "
+                       "WHERE server_name = ANY(%s) AND (last_error IS NOT NULL OR failures > 0)",
+                       (HEALTHY[:3],)) == []
+    finally:
+        pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 2")
+        pg.sql("SELECT pg_reload_conf()")
+        silent.close()
+        healthy.stop()
