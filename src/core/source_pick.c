@@ -13,9 +13,11 @@
  *
  * Isolation from sources that fail: a source whose last cycle failed
  * (failures > 0: it did not answer, refused the login, broke the TLS
- * handshake) is taken only while fewer than retry_lane_size() workers run
- * such cycles, so that a few sources that hang until their timeouts never
- * hold every worker: the other workers keep serving the sources that answer.
+ * handshake) or was slow (it took longer than a poll interval: a server
+ * that answers each statement just within its timeout) is taken only while
+ * fewer than retry_lane_size() workers run such cycles, so that a few
+ * sources that hang until their timeouts never hold every worker: the
+ * other workers keep serving the sources that answer.
  */
 #include <stddef.h>
 
@@ -67,7 +69,7 @@ source_pick(const PoolSource *entries, int n, const PickRules *r, int64_t *wake_
 			continue;
 		if (r->only_serverid != 0 && e->serverid != r->only_serverid)
 			continue;
-		if (e->failures > 0 && r->only_serverid == 0 && !r->retry_lane_open)
+		if ((e->failures > 0 || e->slow) && r->only_serverid == 0 && !r->retry_lane_open)
 			continue;			/* the worker that ends a failing cycle wakes the others */
 		due = e->requested ? INT64_MIN : e->due;
 		mine = !homed_elsewhere(e, r);

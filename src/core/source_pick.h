@@ -22,6 +22,7 @@ typedef struct PoolSource
 	int64_t		due;			/* when its next cycle is due */
 	int64_t		last_end;		/* when its last cycle ended; 0: never ran */
 	int32_t		failures;		/* consecutive failed cycles */
+	bool		slow;			/* its last cycle took longer than a poll interval */
 	int32_t		home;			/* pool index of the worker keeping its connection, or -1 */
 	int32_t		busy;			/* pool index of the worker running its cycle, or -1 */
 	int64_t		requested_at;	/* when a cycle was asked for (if requested) */

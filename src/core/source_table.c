@@ -36,7 +36,8 @@ typedef struct SourceWorker
 	pid_t		pid;			/* 0: the index is free */
 	int			pgprocno;		/* its PGPROC, whose latch wakes it */
 	Oid			serving;		/* the source whose cycle it runs, or InvalidOid */
-	bool		serving_failing;	/* that source had failed before this cycle */
+	bool		serving_failing;	/* that source had failed, or was slow, before this cycle */
+	bool		retire;			/* the scheduler wants it to exit between cycles */
 	TimestampTz since;			/* when that cycle began */
 	int			kept;			/* connections it keeps open (source_table_set_kept) */
 	int64		cycles;			/* cycles it ran */
@@ -199,6 +200,18 @@ source_table_sync(Oid dboid, const Oid *serverids, int n, TimestampTz now, Oid *
 }
 
 /*
+ * How long a cycle may take before it counts as slow: a poll interval, at
+ * least a second. A slow cycle cannot keep its source's schedule anyway;
+ * its source is then served in the retry lane like a failing one, and a
+ * cycle running longer takes a place in the lane while it runs.
+ */
+static int64
+slow_after_us(void)
+{
+	return (int64) Max(finalize_poll_interval_ms, 1000) * 1000;
+}
+
+/*
  * Gives back the cycle this process held, and its index, when it exits. A
  * cycle cut short counts as a failure of its source, due again after a
  * poll interval: a source that hangs, or makes its worker fail, is then
@@ -285,7 +298,7 @@ source_table_claim(Oid only_serverid, TimestampTz now, int64 steal_after_us, Sou
 		if (alive[k] && k < FINALIZE_MAX_POOL)
 		{
 			pool++;
-			failing += OidIsValid(w->serving) && w->serving_failing;
+			failing += OidIsValid(w->serving) && (w->serving_failing || now - w->since > slow_after_us());
 		}
 	}
 	rules.dboid = MyDatabaseId;
@@ -309,7 +322,7 @@ source_table_claim(Oid only_serverid, TimestampTz now, int64 steal_after_us, Sou
 		e->home = my_index;
 		e->requested = false;
 		table->workers[my_index].serving = e->serverid;
-		table->workers[my_index].serving_failing = e->failures > 0;
+		table->workers[my_index].serving_failing = e->failures > 0 || e->slow;
 		table->workers[my_index].since = now;
 		table->workers[my_index].cycles++;
 		my_entry = i;
@@ -336,14 +349,17 @@ source_table_finish(Oid serverid, int failures, TimestampTz due, bool gone)
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
 	{
 		PoolSource *e = &table->entries[my_entry];
-		bool		was_failing = table->workers[my_index].serving_failing;
+		TimestampTz now = GetCurrentTimestamp();
+		bool		slow = now - table->workers[my_index].since > slow_after_us();
+		bool		was_failing = table->workers[my_index].serving_failing || slow;
 
 		if (e->serverid == serverid && e->busy == my_index)
 		{
 			e->busy = -1;
 			e->failures = failures;
+			e->slow = slow;
 			e->due = due;
-			e->last_end = GetCurrentTimestamp();
+			e->last_end = now;
 			if (gone || e->removed)
 				free_entry(e);
 		}
@@ -437,6 +453,43 @@ source_table_reschedule(Oid dboid, int poll_interval_ms)
 	npids = idle_workers(dboid, pids);
 	LWLockRelease(table->lock);
 	wake(pids, npids);
+}
+
+/*
+ * Asks pool worker `index` to exit once its cycle ends (the pool shrinks):
+ * unlike a SIGTERM, which cuts the cycle short and counts it as its
+ * source's failure, the source that worker serves loses nothing.
+ */
+void
+source_table_retire(int index)
+{
+	int			procno = -1;
+
+	if (index < 0 || index >= FINALIZE_MAX_POOL)
+		return;
+	LWLockAcquire(table->lock, LW_EXCLUSIVE);
+	if (table->workers[index].pid != 0)
+	{
+		table->workers[index].retire = true;
+		procno = table->workers[index].pgprocno;
+	}
+	LWLockRelease(table->lock);
+	if (procno >= 0)
+		wake(&procno, 1);
+}
+
+/* Whether the scheduler asked this worker to exit (source_table_retire). */
+bool
+source_table_retiring(void)
+{
+	bool		retire;
+
+	if (my_index < 0)
+		return false;
+	LWLockAcquire(table->lock, LW_SHARED);
+	retire = table->workers[my_index].retire;
+	LWLockRelease(table->lock);
+	return retire;
 }
 
 /* Publishes how many connections this worker keeps open (for source_table_workers). */

@@ -54,6 +54,8 @@ extern void source_table_finish(Oid serverid, int failures, TimestampTz due, boo
 extern bool source_table_still_home(int entry, Oid serverid);
 extern bool source_table_request_cycle(Oid dboid, Oid serverid);
 extern void source_table_reschedule(Oid dboid, int poll_interval_ms);
+extern void source_table_retire(int index);
+extern bool source_table_retiring(void);
 extern void source_table_set_kept(int kept);
 extern int	source_table_workers(Oid dboid, SourceWorkerInfo *out);
 extern int	source_table_my_index(void);

@@ -391,7 +391,12 @@ stop_source_workers(const WantedSource *wanted, int nwanted, int pool_size)
 		else if (running[i].index == 0)
 			for (int j = 0; j < nwanted && !keep; j++)
 				keep = !wanted[j].lake && wanted[j].serverid == running[i].serverid;
-		if (!keep)
+		if (keep)
+			continue;
+		/* A pool that shrinks lets its workers finish their cycles; a change of kind stops them. */
+		if (finalize_max_source_workers > 0 && running[i].index > 0)
+			source_table_retire(running[i].index - 1);
+		else
 			kill(running[i].pid, SIGTERM);
 	}
 }

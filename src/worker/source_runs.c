@@ -4,11 +4,11 @@
  *     foreign server, in a memory context of its own.
  *
  * A kept connection saves SQL Server a login (TCP, TLS, LOGIN7) at every
- * cycle; each costs this process a socket and FreeTDS's buffers. A worker
- * keeps at most finalize.worker_connections of them, and no more than
- * PostgreSQL lets a process hold besides its own files (AcquireExternalFD:
- * a third of the descriptors it may use, as postgres_fdw counts its
- * connections); beyond, the connection used least recently is closed and
+ * cycle; each costs this process a socket, an eventfd and FreeTDS's
+ * buffers. A worker keeps at most finalize.worker_connections of them, and
+ * no more than PostgreSQL lets a process hold besides its own files
+ * (AcquireExternalFD, two per connection: a third of the descriptors it may
+ * use, as postgres_fdw counts its connections); beyond, the connection used least recently is closed and
  * its source logs in again at its next cycle. A source another worker took
  * (its home moved) is forgotten here, connection and all: what its last
  * cycle here settled is stale once cycles ran elsewhere.
@@ -41,7 +41,30 @@ runs_init(void)
 	runs = hash_create("finalize source runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
-/* Closes a kept connection and gives back its descriptor. */
+/*
+ * Reserves the descriptors of one connection: FreeTDS holds two, its TCP
+ * socket and an eventfd to wake its own waits (tds_wakeup_init).
+ */
+static bool
+acquire_connection_fds(void)
+{
+	if (!AcquireExternalFD())
+		return false;
+	if (AcquireExternalFD())
+		return true;
+	ReleaseExternalFD();
+	return false;
+}
+
+/* Gives back what acquire_connection_fds reserved. */
+static void
+release_connection_fds(void)
+{
+	ReleaseExternalFD();
+	ReleaseExternalFD();
+}
+
+/* Closes a kept connection and gives back its descriptors. */
 static void
 close_connection(KeptRun *kept)
 {
@@ -49,7 +72,7 @@ close_connection(KeptRun *kept)
 		mssql_close(kept->run.conn);
 	kept->run.conn = NULL;
 	if (kept->fd_held)
-		ReleaseExternalFD();
+		release_connection_fds();
 	kept->fd_held = false;
 }
 
@@ -92,7 +115,7 @@ close_least_recent(const KeptRun *except)
 static bool
 hold_descriptor(KeptRun *kept)
 {
-	while (!kept->fd_held && !(kept->fd_held = AcquireExternalFD()))
+	while (!kept->fd_held && !(kept->fd_held = acquire_connection_fds()))
 		if (!close_least_recent(kept))
 			return false;
 	return true;
@@ -139,7 +162,7 @@ runs_after_cycle(KeptRun *kept)
 	kept->last_used = GetCurrentTimestamp();
 	if (kept->run.conn == NULL && kept->fd_held)
 	{
-		ReleaseExternalFD();
+		release_connection_fds();
 		kept->fd_held = false;
 	}
 	/* No descriptor to spare even alone: log in again next cycle. */

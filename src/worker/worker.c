@@ -89,6 +89,17 @@ steal_after_us(void)
 	return ms * 1000;
 }
 
+/* Applies a reload of the configuration (SIGHUP) that arrived meanwhile. */
+static void
+reload_if_asked(void)
+{
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+}
+
 /* Records a failed cycle, logging it; never lets a second error escape. */
 static void
 record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
@@ -185,6 +196,8 @@ serve(KeptRun *kept, MemoryContext cycle_cxt)
 			run->conn = NULL;
 		}
 	}
+	/* A reload during the cycle (a shorter poll interval) applies to its next one. */
+	reload_if_asked();
 	delay = next_delay_ms(run->failures);
 	if (!ok)
 		record_failure(run, &outcome, delay);
@@ -236,12 +249,8 @@ finalize_worker_main(Datum arg)
 		TimestampTz wake_at;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		if (!finalize_enabled)
+		reload_if_asked();
+		if (!finalize_enabled || source_table_retiring())
 			proc_exit(0);
 		runs_sweep();
 

@@ -313,20 +313,31 @@ def test_a_cycle_of_a_dropped_server_never_writes_as_the_server_recreated_under_
 
 
 def test_a_login_timing_out_leaves_the_connections_its_worker_keeps_for_others(env, pg):
-    """A pool of one: the worker keeping every healthy source's connection also runs the logins
-    that never end; each timed-out login shuts down its own socket only, so no healthy source
-    ever fails (a broken kept connection would fail its next cycle)."""
+    """A pool of two shrinks to one without cutting a cycle short; then the worker keeping every
+    healthy source's connection also runs the logins that never end: each timed-out login shuts
+    down its own socket only, so no healthy source ever fails (a broken kept connection would
+    fail its next cycle)."""
     healthy = started_sim()
     silent = SilentServer()
     try:
         pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 1")
         pg.sql("SELECT pg_reload_conf()")
+        pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 2")
+        pg.sql("SELECT pg_reload_conf()")
         for name in HEALTHY[:3]:
             env.add_source(name, healthy)
             env.track(f"pool.{name}", name)
+        pg.wait_for(lambda: len(worker_pids(pg)) == 2 and all(c[0] >= 3 for c in cycles(env, HEALTHY[:3]).values())
+                    and len(cycles(env, HEALTHY[:3])) == 3, what="a pool of two polling the three sources")
+        # The pool shrinks: the worker it no longer needs ends its cycle and exits, never killed
+        # in the middle of one (which would count a failure of its source).
+        log_mark = len(pg.log())
+        pg.sql("ALTER SYSTEM SET finalize.max_source_workers = 1")
+        pg.sql("SELECT pg_reload_conf()")
         pg.wait_for(lambda: len(worker_pids(pg)) == 1 and
                     env.one("SELECT count(*) FROM finalize.source_workers WHERE worker IS NOT NULL") == 1,
                     what="a pool of one")
+        assert 'terminating background worker "finalize worker"' not in pg.log()[log_mark:]
         pg.wait_for(lambda: [c for _, c in cycles(env, HEALTHY[:3]).values()] == ["ok"] * 3,
                     what=lambda: f"healthy sources: {cycles(env, HEALTHY[:3])}")
         add_silent(env, silent)
@@ -345,3 +356,42 @@ def test_a_login_timing_out_leaves_the_connections_its_worker_keeps_for_others(e
         pg.sql("SELECT pg_reload_conf()")
         silent.close()
         healthy.stop()
+
+
+def test_slow_sources_are_kept_to_the_retry_lane(env, pg):
+    """Two sources whose server answers every statement, but half a second late (within
+    finalize.query_timeout, so their cycles succeed): each cycle outlasts a poll interval, so they
+    are slow and served in the retry lane, by at most one of the two workers at a time, while
+    the healthy sources keep their poll."""
+    healthy = started_sim()
+    slow = started_sim()
+    try:
+        for name in HEALTHY[:3]:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        for name in ("slow1", "slow2"):
+            env.add_source(name, slow)
+            env.track(f"pool.{name}", name)
+        pg.wait_for(lambda: [c for _, c in cycles(env, ["slow1", "slow2"]).values()] == ["ok"] * 2,
+                    what=lambda: f"the slow sources' first cycles: {cycles(env, ['slow1', 'slow2'])}")
+        slow.call("sim.fault_stall", seconds=0.5, count=-1)
+        first = cycles(env, ["slow1", "slow2"])
+        pg.wait_for(lambda: all(c[0] >= first[n][0] + 1 for n, c in cycles(env, ["slow1", "slow2"]).items()),
+                    timeout=60, what="a slow cycle of each")
+        before = cycles(env, HEALTHY[:3] + ["slow1", "slow2"])
+        samples = []
+
+        def progressed():
+            samples.append(env.sql("SELECT count(*) FILTER (WHERE retrying), "
+                                   "count(*) FILTER (WHERE serving IN ('slow1', 'slow2')) "
+                                   "FROM finalize.source_workers WHERE worker IS NOT NULL")[0])
+            now = cycles(env, HEALTHY[:3] + ["slow1", "slow2"])
+            return all(now[n][0] >= before[n][0] + (1 if n.startswith("slow") else 10) for n in now)
+        pg.wait_for(progressed, timeout=90, interval=0.05, what=lambda: f"progress: {cycles(env, HEALTHY[:3])}")
+        assert len(samples) > 20 and max(on_slow for _, on_slow in samples) == 1, samples
+        assert all(c == "ok" for _, c in cycles(env, HEALTHY[:3] + ["slow1", "slow2"]).values()), \
+            env.sql("SELECT server_name, condition, last_error FROM finalize.source_status")
+    finally:
+        slow.call("sim.fault_clear")
+        healthy.stop()
+        slow.stop()

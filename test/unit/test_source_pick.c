@@ -131,6 +131,16 @@ main(void)
 	r = rules(2, 10 * SEC, alive);
 	check(source_pick(e, 1, &r, &wake) == 0, "its home takes a requested cycle at once");
 
+	/* A slow source (its last cycle outlasted a poll interval) waits for the lane like a failing one. */
+	e[0] = src(100, 1 * SEC);
+	e[0].slow = true;
+	e[1] = src(101, 5 * SEC);
+	r = rules(0, 10 * SEC, alive);
+	r.retry_lane_open = false;
+	check(source_pick(e, 2, &r, &wake) == 1, "a slow source is not taken while the retry lane is full");
+	r.retry_lane_open = true;
+	check(source_pick(e, 2, &r, &wake) == 0, "a slow source due longest is taken once the lane has room");
+
 	/* The retry lane. */
 	e[0] = src(100, 1 * SEC);
 	e[0].failures = 3;
