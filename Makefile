@@ -63,7 +63,7 @@ FINALIZE_DOCS = $(sort $(wildcard docs/*.md))
 
 # PostgreSQL's isolation tester (specs/*.spec, expected/<name>.out), run by
 # make installcheck after the regression tests.
-ISOLATION      = verdict_visibility verdict_rollback notify_commit gate_locks
+ISOLATION      = verdict_visibility verdict_rollback notify_commit gate_locks shard_locks
 ISOLATION_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8 --outputdir=$(REGRESS_OUTPUTDIR)/output_iso \
                  $(if $(USE_EXISTING),,--temp-instance=$(REGRESS_TMP)/instance --temp-config=$(srcdir)/test/regress.conf \
                                        --bindir=$(REGRESS_TMP)/bin)

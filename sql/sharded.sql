@@ -242,6 +242,78 @@ SELECT * FROM finalize.release_gate(
     '{"table": "sh.orders", "partition": "shard=db01/hour=23", "shard": 7, "generation": "g1",
       "store": "file:///tmp", "files": {}}');
 
+-- A manifest's "shard" is believed only where the catalog binds the partition to that shard:
+-- its key names it (shard=<label>), or it is not registered and a projection with {shard}
+-- places it. Elsewhere its location may hold every shard: it is checked as a partition of
+-- every shard, and refused (unknown_shard). g.orders: shard a is final until 02:00 on the
+-- 30th, shard b until 11:00 on the 29th.
+SELECT finalize.track_sharded('g.orders') > 0 AS tracked;
+SELECT finalize.add_shard('g.orders', 'a', 'sh_db01', 'dbo.items') > 0 AS added;
+SELECT finalize.add_shard('g.orders', 'b', 'sh_db02', 'dbo.items') > 0 AS added;
+SELECT finalize.record_range('g.orders/a', NULL, '0x00000000000000000100', '2026-11-29 09:10+00');
+SELECT finalize.record_range('g.orders/a', '0x00000000000000000100', '0x00000000000000000200', '2026-11-30 02:10+00');
+SELECT finalize.record_range('g.orders/b', NULL, '0x00000000000000000100', '2026-11-29 09:10+00');
+SELECT finalize.record_range('g.orders/b', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 11:10+00');
+:follow
+CREATE FUNCTION g_gate(partition text, prefix text, shard text, period_start timestamptz,
+                       OUT released boolean, OUT codes text)
+LANGUAGE sql
+BEGIN ATOMIC
+    SELECT g.released, (SELECT string_agg(p ->> 'code', ' ' ORDER BY n) FROM jsonb_array_elements(g.problems)
+                                                                       WITH ORDINALITY AS x(p, n))
+      FROM finalize.release_gate(jsonb_build_object('table', 'g.orders', 'partition', partition,
+                                                    'generation', 'g1', 'store', 'file:///tmp', 'prefix', prefix,
+                                                    'period_start', period_start, 'empty', true, 'files', '{}'::jsonb)
+                                 || CASE WHEN shard IS NULL THEN '{}' ELSE jsonb_build_object('shard', shard) END) AS g;
+END;
+CREATE VIEW g_last_problem AS
+    SELECT x.code, x.detail FROM finalize.release r CROSS JOIN jsonb_to_recordset(r.problems) AS x(code text, detail text)
+     WHERE r.release_id = (SELECT max(release_id) FROM finalize.release) AND x.code = 'unknown_shard';
+SELECT finalize.is_final('g.orders', '2026-11-29 23:00+00') AS table_23, finalize.is_final('g.orders/a', '2026-11-29 23:00+00') AS a_23;
+-- A partition registered at a location of every shard: not final without "shard", nor with it.
+SELECT finalize.register_partition('g.orders', 'dt=2026-11-29/hour=23', 'all/dt=2026-11-29/hour=23/', '2026-11-29 23:00+00');
+SELECT * FROM g_gate('dt=2026-11-29/hour=23', 'all/dt=2026-11-29/hour=23/', NULL, '2026-11-29 23:00+00');
+SELECT * FROM g_gate('dt=2026-11-29/hour=23', 'all/dt=2026-11-29/hour=23/', 'a', '2026-11-29 23:00+00');
+SELECT * FROM g_last_problem;
+SELECT finalize.released_generation('g.orders', 'dt=2026-11-29/hour=23') AS released_23;
+-- A projection whose template has no {shard}: the same.
+SELECT finalize.set_projection('g.orders', 'dt={date}/hour={hour}/', '2026-11-01', '2026-12-01');
+SELECT * FROM g_gate('dt=2026-11-29/hour=22', 'dt=2026-11-29/hour=22/', 'a', '2026-11-29 22:00+00');
+SELECT * FROM g_last_problem;
+-- With {shard}, the projection binds the partition to the manifest's shard (the one location
+-- it accepts); a registration still wins over it.
+SELECT finalize.set_projection('g.orders', 'db={shard}/dt={date}/hour={hour}/', '2026-11-01', '2026-12-01');
+SELECT * FROM g_gate('dt=2026-11-29/hour=22', 'dt=2026-11-29/hour=22/', 'a', '2026-11-29 22:00+00');
+SELECT * FROM g_gate('dt=2026-11-29/hour=22', 'db=a/dt=2026-11-29/hour=22/', 'a', '2026-11-29 22:00+00');
+SELECT * FROM g_gate('dt=2026-11-29/hour=23', 'db=a/dt=2026-11-29/hour=23/', 'a', '2026-11-29 23:00+00');
+-- A partition keeps the scope it was published with (its marker is keyed by the partition
+-- alone): released as shard a's, it is never released as shard b's, though b is final too.
+SELECT * FROM g_gate('dt=2026-11-29/hour=10', 'db=a/dt=2026-11-29/hour=10/', 'a', '2026-11-29 10:00+00');
+SELECT * FROM g_gate('dt=2026-11-29/hour=10', 'db=b/dt=2026-11-29/hour=10/', 'b', '2026-11-29 10:00+00');
+SELECT * FROM g_last_problem;
+-- Shard b's partitions under keys of their own are released.
+SELECT * FROM g_gate('db=b/dt=2026-11-29/hour=10', 'db=b/dt=2026-11-29/hour=10/', 'b', '2026-11-29 10:00+00');
+SELECT * FROM g_gate('shard=b/dt=2026-11-29/hour=10', 'db=b/dt=2026-11-29/hour=10/', NULL, '2026-11-29 10:00+00');
+SELECT partition, generation, prefix FROM finalize.published
+ WHERE table_id = finalize._tracked_id('g.orders') ORDER BY partition;
+SELECT partition, released, report -> 'catalog' ->> 'shard' AS shard, report -> 'catalog' ->> 'location' AS location
+  FROM finalize.release WHERE table_id = finalize._tracked_id('g.orders') ORDER BY release_id;
+SELECT finalize.untrack_table('g.orders', keep_facts => false);
+DROP VIEW g_last_problem;
+DROP FUNCTION g_gate(text, text, text, timestamptz);
+
+-- A shard whose sharded table is no longer tracked (left behind when an add_shard raced
+-- untrack_table, before the two took the same lock: specs/shard_locks.spec) is untracked
+-- on its own; nothing else could remove it.
+SELECT finalize.track_sharded('g.orphans') > 0 AS tracked;
+SELECT finalize.add_shard('g.orphans', 'a', 'sh_db03', 'dbo.items') > 0 AS added;
+UPDATE finalize.tracked_table SET untracked_at = now() WHERE table_name = 'g.orphans';
+SELECT finalize.drop_shard('g.orphans', 'a');
+SELECT finalize.untrack_table('g.orphans/a');
+SELECT table_name, untracked_at IS NOT NULL AS untracked FROM finalize.tracked_table
+ WHERE table_name LIKE 'g.orphans%' ORDER BY table_name;
+DELETE FROM finalize.tracked_table WHERE table_name LIKE 'g.orphans%';
+
 -- Event time: the sharded table's event column and lateness policy are every shard's; its
 -- event-time verdict is the least of theirs.
 SELECT finalize.track_sharded('sh.events', '1 hour', event_time_column => 'created_at',

@@ -255,7 +255,10 @@ END;
 -- diamond, a derived table that uses two of them is gone with the first.
 -- A sharded table's shards are parts of it: they are untracked with it
 -- (and so are, with cascade, the derived tables built from one of them);
--- a shard alone leaves its sharded table through finalize.drop_shard.
+-- a shard alone leaves its sharded table through finalize.drop_shard. A
+-- shard whose sharded table is no longer tracked (left behind when an
+-- add_shard raced untrack_table, before the two took the same lock) is
+-- untracked on its own.
 CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
                                           cascade boolean DEFAULT false)
 RETURNS void
@@ -268,6 +271,7 @@ DECLARE
     tkind text;
     part_of bigint;
     label text;
+    sharded text;
     users text[];
     dependent text;
 BEGIN
@@ -282,12 +286,30 @@ BEGIN
         PERFORM @extschema@._not_tracked(untrack_table.table_name);
     END IF;
     IF part_of IS NOT NULL THEN
-        RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%"', untrack_table.table_name, label,
-                        (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of)
-            USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'A shard leaves its sharded table with finalize.drop_shard(), or is untracked with it.',
-                  HINT = format('Call finalize.drop_shard(%L, %L).',
-                                (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of), label);
+        SELECT p.table_name INTO sharded FROM @extschema@.tracked_table p
+         WHERE p.table_id = part_of AND p.untracked_at IS NULL;
+        IF FOUND THEN
+            RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%"', untrack_table.table_name, label, sharded
+                USING ERRCODE = 'wrong_object_type',
+                      DETAIL = 'A shard leaves its sharded table with finalize.drop_shard(), or is untracked with it.',
+                      HINT = format('Call finalize.drop_shard(%L, %L).', sharded, label);
+        END IF;
+        -- Its sharded table is gone: nothing else could ever untrack it.
+        RAISE NOTICE 'table "%" is shard "%" of a sharded table that is no longer tracked: it is untracked on its own',
+                     untrack_table.table_name, label
+            USING DETAIL = 'It was left tracked when its sharded table was untracked while it was being added.';
+    END IF;
+    -- A sharded table: the lock add_shard and drop_shard take on it
+    -- (_lock_sharded), so that a shard added meanwhile is untracked with
+    -- it, never left behind, and one added after it sees it untracked. Its
+    -- row first, exclusively when it is deleted below: a delete that waited
+    -- for such a call's key share while that call waits for the verdict
+    -- held here would deadlock.
+    IF tkind = 'sharded' THEN
+        IF NOT keep_facts THEN
+            PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
+        END IF;
+        PERFORM @extschema@._lock_tracked(id);
     END IF;
     users := @extschema@._dependents(id);
     IF tkind = 'sharded' THEN

@@ -154,6 +154,32 @@ COMMENT ON FUNCTION @extschema@.track_sharded(text, interval, text, text, text, 
                                               double precision, interval, text) IS
     'Track a lake table fed by many shards (the same SQL Server table in many databases): final for a period once every shard is; shards are added with finalize.add_shard';
 
+-- Locks a sharded table for a change of its shards: its verdict
+-- (_lock_tracked: its row, key share, then its watermark), the lock that
+-- add_shard, drop_shard, alter_tracked_table and untrack_table all take on
+-- it, so that they run one at a time. Returns its row as it is once
+-- locked, never as it was read before: the policy alter_tracked_table
+-- committed meanwhile is the one a new shard takes. A table untracked
+-- meanwhile is an error naming it (a shard added to it would be left
+-- tracked, with nothing that could remove it).
+CREATE FUNCTION @extschema@._lock_sharded(table_id bigint, table_name text)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(table_id, false);
+BEGIN
+    IF tt.table_id IS NULL OR tt.untracked_at IS NOT NULL THEN
+        RAISE EXCEPTION 'sharded table "%" was untracked meanwhile', table_name
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'Another transaction untracked it while this call waited for it; nothing was changed.',
+                  HINT = 'Track it again with finalize.track_sharded() if it is still fed by its shards.';
+    END IF;
+    RETURN tt;
+END
+$$;
+
 -- The body of finalize.add_shard: one more shard of a sharded table, the
 -- SQL Server table source_table of server server_name, tracked as
 -- <table_name>/<shard> with the sharded table's policy (track_table's
@@ -192,8 +218,10 @@ BEGIN
                   DETAIL = format('A shard is tracked as <sharded table>/<shard>, here %s characters.', length(shard_name)),
                   HINT = 'Choose a shorter label.';
     END IF;
-    -- Its verdict, so that shards are added and dropped one at a time.
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    -- Its verdict, so that shards are added and dropped one at a time, and
+    -- its row again once locked: the policy the shard takes is the one
+    -- committed last (alter_tracked_table), not the one read before.
+    tt := @extschema@._lock_sharded(tt.table_id, tt.table_name);
     IF EXISTS (SELECT FROM @extschema@.tracked_table t
                 WHERE t.shard_of = tt.table_id AND t.shard = _add_shard.shard AND t.untracked_at IS NULL) THEN
         RAISE EXCEPTION 'shard "%" of sharded table "%" already exists', shard, tt.table_name
@@ -267,7 +295,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._require(shard, 'shard');
     PERFORM @extschema@._require(keep_facts, 'keep_facts');
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    tt := @extschema@._lock_sharded(tt.table_id, tt.table_name);
     SELECT t.* INTO part FROM @extschema@.tracked_table t
      WHERE t.shard_of = tt.table_id AND t.shard = _drop_shard.shard AND t.untracked_at IS NULL
        FOR NO KEY UPDATE;

@@ -135,18 +135,32 @@ def advance_all(shards, to):
         sim.call("sim.advance", to=to)
 
 
-def gate(env, label, period_start, store, generation):
-    """Releases the partition shard=<label>/hour=HH of the sharded table from a local store holding
-    one file in it; returns (released, problem codes, problems)."""
-    location = env.one("SELECT finalize.render_location('shard={shard}/hour={hour}/', %s, 'UTC', %s)",
-                       (period_start, label))
-    path = location + f"{generation}.parquet"
+def release(env, partition, prefix, period_start, store, generation, shard=None):
+    """Releases a partition of the sharded table at prefix from a local store holding one file
+    there, with the manifest's "shard" when given; returns (released, problem codes, problems)."""
+    path = prefix + f"{generation}.parquet"
     write_file(store, path, b"12345")
-    manifest = {"table": TABLE, "partition": location.rstrip("/"), "generation": generation,
-                "store": "file://" + store, "prefix": location,
+    manifest = {"table": TABLE, "partition": partition, "generation": generation,
+                "store": "file://" + store, "prefix": prefix,
                 "period_start": period_start.isoformat(), "files": {path: 5}}
+    if shard is not None:
+        manifest["shard"] = shard
     released, _, problems = env.sql("SELECT * FROM finalize.release_gate(%s)", (json.dumps(manifest),))[0]
     return released, [p["code"] for p in problems], problems
+
+
+def gate(env, label, period_start, store, generation):
+    """Releases the partition shard=<label>/hour=HH of the sharded table (see release)."""
+    location = env.one("SELECT finalize.render_location('shard={shard}/hour={hour}/', %s, 'UTC', %s)",
+                       (period_start, label))
+    return release(env, location.rstrip("/"), location, period_start, store, generation)
+
+
+def published(env, partition):
+    """The published marker of a partition of the sharded table: (generation, prefix), or None."""
+    rows = env.sql("SELECT p.generation, p.prefix FROM finalize.published p "
+                   "WHERE p.table_id = finalize._tracked_id(%s) AND p.partition = %s", (TABLE, partition))
+    return rows[0] if rows else None
 
 
 # --- tests -----------------------------------------------------------------------------------
@@ -196,6 +210,17 @@ def test_the_sharded_table_is_final_exactly_when_every_shard_has_captured(env, s
     assert env.one("SELECT finalize.released_generation(%s, 'shard=db01/hour=10')", (TABLE,)) == "g1"
     assert env.one("SELECT finalize.released_generation(%s, 'shard=db03/hour=10')", (TABLE,)) is None
 
+    # A partition whose key names no shard, registered at a location that holds every shard, is
+    # not db01's because its manifest says "shard": "db01": the catalog does not bind it to db01,
+    # so it is checked as a partition of every shard, and db03 holds it.
+    env.sql("SELECT finalize.register_partition(%s, 'hour=10', 'all/hour=10/', %s)", (TABLE, at(10, 0)))
+    released, codes, problems = release(env, "hour=10", "all/hour=10/", at(10, 0), store, "g1", shard="db01")
+    assert final(env, TABLE, at(10, 0)) is False
+    assert not released and codes == ["unknown_shard", "not_finalized"], problems
+    assert 'registers it at "all/hour=10/"' in problems[0]["detail"], problems
+    assert 'shard "db03" holds it back' in problems[1]["detail"], problems
+    assert published(env, "hour=10") is None
+
     # Capture resumes on db03: it catches up, and the table with it.
     lagging.call("sim.capture_start")
     lagging.call("sim.advance", seconds=10)
@@ -205,6 +230,43 @@ def test_the_sharded_table_is_final_exactly_when_every_shard_has_captured(env, s
     released, codes, _ = gate(env, "db03", at(10, 0), store, "g1")
     assert (released, codes) == (True, [])
     assert_truth(env, shards)
+    # Now every shard has hour 10: the registered partition is released as every shard's.
+    released, codes, problems = release(env, "hour=10", "all/hour=10/", at(10, 0), store, "g1")
+    assert (released, codes) == (True, []), problems
+    assert published(env, "hour=10") == ("g1", "all/hour=10/")
+
+
+def test_a_partition_is_never_released_again_as_one_shards_once_released_as_every_shards(env, shards, store):
+    # Hour 9 is final in every shard. Projected by a template without {shard}, partition hour=09
+    # is every shard's, and is released as such.
+    assert final(env, TABLE, at(9, 0)) is True
+    env.sql("SELECT finalize.set_projection(%s, 'all/hour={hour}/', '2026-11-01', '2026-12-01')", (TABLE,))
+    released, codes, problems = release(env, "hour=09", "all/hour=09/", at(9, 0), store, "g1")
+    assert (released, codes) == (True, []), problems
+    # Its marker is keyed by the partition alone: projected by shard afterwards, the same
+    # partition is not released as db01's (its readers would be sent to one shard's data), nor
+    # as db02's; the marker stays where it was.
+    env.sql("SELECT finalize.set_projection(%s, 'shard={shard}/hour={hour}/', '2026-11-01', '2026-12-01')", (TABLE,))
+    for label in ("db01", "db02"):
+        released, codes, problems = release(env, "hour=09", f"shard={label}/hour=09/", at(9, 0), store, "g2",
+                                            shard=label)
+        assert not released and "unknown_shard" in codes, problems
+        why = [p["detail"] for p in problems if p["code"] == "unknown_shard"][0]
+        assert "is published as a partition of every shard" in why, why
+        assert published(env, "hour=09") == ("g1", "all/hour=09/")
+    # A shard's partition under a key of its own is released as that shard's.
+    released, codes, problems = release(env, "shard=db01/hour=09", "shard=db01/hour=09/", at(9, 0), store, "g2")
+    assert (released, codes) == (True, []), problems
+    # And one released as db01's is never released as db02's.
+    released, codes, problems = release(env, "db/hour=09", "shard=db01/hour=09/", at(9, 0), store, "g2",
+                                        shard="db01")
+    assert (released, codes) == (True, []), problems
+    released, codes, problems = release(env, "db/hour=09", "shard=db02/hour=09/", at(9, 0), store, "g2",
+                                        shard="db02")
+    assert not released and "unknown_shard" in codes, problems
+    why = [p["detail"] for p in problems if p["code"] == "unknown_shard"][0]
+    assert 'is published as shard "db01"\'s partition' in why, why
+    assert published(env, "db/hour=09") == ("g2", "shard=db01/hour=09/")
 
 
 def debezium(lsn):

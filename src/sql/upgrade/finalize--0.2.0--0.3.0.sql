@@ -4188,6 +4188,32 @@ COMMENT ON FUNCTION @extschema@.track_sharded(text, interval, text, text, text, 
                                               double precision, interval, text) IS
     'Track a lake table fed by many shards (the same SQL Server table in many databases): final for a period once every shard is; shards are added with finalize.add_shard';
 
+-- Locks a sharded table for a change of its shards: its verdict
+-- (_lock_tracked: its row, key share, then its watermark), the lock that
+-- add_shard, drop_shard, alter_tracked_table and untrack_table all take on
+-- it, so that they run one at a time. Returns its row as it is once
+-- locked, never as it was read before: the policy alter_tracked_table
+-- committed meanwhile is the one a new shard takes. A table untracked
+-- meanwhile is an error naming it (a shard added to it would be left
+-- tracked, with nothing that could remove it).
+CREATE FUNCTION @extschema@._lock_sharded(table_id bigint, table_name text)
+RETURNS @extschema@.tracked_table
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(table_id, false);
+BEGIN
+    IF tt.table_id IS NULL OR tt.untracked_at IS NOT NULL THEN
+        RAISE EXCEPTION 'sharded table "%" was untracked meanwhile', table_name
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'Another transaction untracked it while this call waited for it; nothing was changed.',
+                  HINT = 'Track it again with finalize.track_sharded() if it is still fed by its shards.';
+    END IF;
+    RETURN tt;
+END
+$$;
+
 -- The body of finalize.add_shard: one more shard of a sharded table, the
 -- SQL Server table source_table of server server_name, tracked as
 -- <table_name>/<shard> with the sharded table's policy (track_table's
@@ -4226,8 +4252,10 @@ BEGIN
                   DETAIL = format('A shard is tracked as <sharded table>/<shard>, here %s characters.', length(shard_name)),
                   HINT = 'Choose a shorter label.';
     END IF;
-    -- Its verdict, so that shards are added and dropped one at a time.
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    -- Its verdict, so that shards are added and dropped one at a time, and
+    -- its row again once locked: the policy the shard takes is the one
+    -- committed last (alter_tracked_table), not the one read before.
+    tt := @extschema@._lock_sharded(tt.table_id, tt.table_name);
     IF EXISTS (SELECT FROM @extschema@.tracked_table t
                 WHERE t.shard_of = tt.table_id AND t.shard = _add_shard.shard AND t.untracked_at IS NULL) THEN
         RAISE EXCEPTION 'shard "%" of sharded table "%" already exists', shard, tt.table_name
@@ -4301,7 +4329,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._require(shard, 'shard');
     PERFORM @extschema@._require(keep_facts, 'keep_facts');
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    tt := @extschema@._lock_sharded(tt.table_id, tt.table_name);
     SELECT t.* INTO part FROM @extschema@.tracked_table t
      WHERE t.shard_of = tt.table_id AND t.shard = _drop_shard.shard AND t.untracked_at IS NULL
        FOR NO KEY UPDATE;
@@ -4532,7 +4560,10 @@ $$;
 -- diamond, a derived table that uses two of them is gone with the first.
 -- A sharded table's shards are parts of it: they are untracked with it
 -- (and so are, with cascade, the derived tables built from one of them);
--- a shard alone leaves its sharded table through finalize.drop_shard.
+-- a shard alone leaves its sharded table through finalize.drop_shard. A
+-- shard whose sharded table is no longer tracked (left behind when an
+-- add_shard raced untrack_table, before the two took the same lock) is
+-- untracked on its own.
 CREATE OR REPLACE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
                                           cascade boolean DEFAULT false)
 RETURNS void
@@ -4545,6 +4576,7 @@ DECLARE
     tkind text;
     part_of bigint;
     label text;
+    sharded text;
     users text[];
     dependent text;
 BEGIN
@@ -4559,12 +4591,30 @@ BEGIN
         PERFORM @extschema@._not_tracked(untrack_table.table_name);
     END IF;
     IF part_of IS NOT NULL THEN
-        RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%"', untrack_table.table_name, label,
-                        (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of)
-            USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'A shard leaves its sharded table with finalize.drop_shard(), or is untracked with it.',
-                  HINT = format('Call finalize.drop_shard(%L, %L).',
-                                (SELECT p.table_name FROM @extschema@.tracked_table p WHERE p.table_id = part_of), label);
+        SELECT p.table_name INTO sharded FROM @extschema@.tracked_table p
+         WHERE p.table_id = part_of AND p.untracked_at IS NULL;
+        IF FOUND THEN
+            RAISE EXCEPTION 'table "%" is shard "%" of sharded table "%"', untrack_table.table_name, label, sharded
+                USING ERRCODE = 'wrong_object_type',
+                      DETAIL = 'A shard leaves its sharded table with finalize.drop_shard(), or is untracked with it.',
+                      HINT = format('Call finalize.drop_shard(%L, %L).', sharded, label);
+        END IF;
+        -- Its sharded table is gone: nothing else could ever untrack it.
+        RAISE NOTICE 'table "%" is shard "%" of a sharded table that is no longer tracked: it is untracked on its own',
+                     untrack_table.table_name, label
+            USING DETAIL = 'It was left tracked when its sharded table was untracked while it was being added.';
+    END IF;
+    -- A sharded table: the lock add_shard and drop_shard take on it
+    -- (_lock_sharded), so that a shard added meanwhile is untracked with
+    -- it, never left behind, and one added after it sees it untracked. Its
+    -- row first, exclusively when it is deleted below: a delete that waited
+    -- for such a call's key share while that call waits for the verdict
+    -- held here would deadlock.
+    IF tkind = 'sharded' THEN
+        IF NOT keep_facts THEN
+            PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
+        END IF;
+        PERFORM @extschema@._lock_tracked(id);
     END IF;
     users := @extschema@._dependents(id);
     IF tkind = 'sharded' THEN
@@ -6143,11 +6193,84 @@ BEGIN
 END
 $$;
 
+-- Why a partition of a sharded table cannot be released as shard
+-- `shard`'s alone, judged by that shard's verdict (NULL when it can). A
+-- shard's verdict decides only a partition the catalog binds to that
+-- shard: one whose key names it (shard=<label>), or one that is not
+-- registered and that the table's projection places by a template with
+-- {shard} (rendered with the shard: the only location the gate then
+-- accepts). A registered location, or a template without {shard}, may
+-- hold every shard, whatever the manifest's "shard" says. And a partition
+-- keeps the scope it was published with: its marker is keyed by the
+-- partition alone, so a partition published as every shard's, or as
+-- another shard's, is never published again as this shard's (its readers
+-- would be sent to one shard's data, judged by one shard's verdict, where
+-- they read more or other). The gate asks before the partition's lock
+-- (_gate_table) and again after it (_catalog_view).
+CREATE FUNCTION @extschema@._shard_scope_problem(table_id bigint, partition text, shard text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    sharded text;
+    reg @extschema@.partition_registration;
+    template text;
+    pub_generation text;
+    pub_shard text;
+BEGIN
+    IF shard IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT t.table_name INTO sharded FROM @extschema@.tracked_table t WHERE t.table_id = _shard_scope_problem.table_id;
+    IF NOT shard = ANY (ARRAY(SELECT m[1] FROM regexp_matches(partition, '(?:^|/)shard=([^/]*)', 'g') AS m)) THEN
+        SELECT r.* INTO reg FROM @extschema@.partition_registration r
+         WHERE r.table_id = _shard_scope_problem.table_id AND r.partition = _shard_scope_problem.partition;
+        IF FOUND THEN
+            RETURN format('Partition "%s" of sharded table "%s" names no shard (shard=<label>), and the catalog registers it at "%s", a location that may hold every shard, so it cannot be released as shard "%s"''s alone: it is checked as a partition of every shard. Name the shard in the partition key (shard=%s/...), or leave "shard" out of the manifest to release it once every shard is final.',
+                          partition, sharded, reg.location, left(shard, 63), left(shard, 63));
+        END IF;
+        SELECT p.location_template INTO template FROM @extschema@.projection p
+         WHERE p.table_id = _shard_scope_problem.table_id;
+        IF template IS NULL OR strpos(template, '{shard}') = 0 THEN
+            RETURN format('Partition "%s" of sharded table "%s" names no shard (shard=<label>), and %s, so it cannot be released as shard "%s"''s alone: it is checked as a partition of every shard. Name the shard in the partition key (shard=%s/...), project the table with {shard} in its template, or leave "shard" out of the manifest to release it once every shard is final.',
+                          partition, sharded,
+                          CASE WHEN template IS NULL THEN 'the catalog neither registers nor projects it'
+                               ELSE format('the projection places it by template "%s", which has no {shard} and may hold every shard', template) END,
+                          left(shard, 63), left(shard, 63));
+        END IF;
+    END IF;
+    SELECT p.generation, r.report -> 'catalog' ->> 'shard' INTO pub_generation, pub_shard
+      FROM @extschema@.published p JOIN @extschema@.release r ON r.release_id = p.release_id
+     WHERE p.table_id = _shard_scope_problem.table_id AND p.partition = _shard_scope_problem.partition;
+    IF FOUND AND pub_shard IS DISTINCT FROM shard THEN
+        RETURN format('Partition "%s" of sharded table "%s" is published as %s (generation "%s"), and a partition has one marker whatever shard it holds: released as shard "%s"''s, it would send its readers to %s. It is checked as a partition of every shard. %s keys of their own (shard=%s/...).',
+                      partition, sharded,
+                      CASE WHEN pub_shard IS NULL THEN 'a partition of every shard'
+                           ELSE format('shard "%s"''s partition', pub_shard) END,
+                      pub_generation, left(shard, 63),
+                      CASE WHEN pub_shard IS NULL
+                           THEN 'one shard''s data, judged by that shard''s verdict alone, where they read every shard''s'
+                           ELSE 'another shard''s data' END,
+                      CASE WHEN pub_shard IS NULL THEN 'Release it without "shard", or give each shard''s partitions'
+                           ELSE 'Give each shard''s partitions' END,
+                      left(shard, 63));
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- The catalog view of one partition, as the gate sees it: where the catalog
 -- points (registration first, else projection), or why it cannot. shard:
 -- the label of the shard the partition holds, on a sharded table ({shard}
 -- of a projection; without one the template keeps it, and places the
--- partition nowhere a generation is).
+-- partition nowhere a generation is). The gate reads it once it holds the
+-- partition's lock: the shard it judges the partition by (_gate_table,
+-- before the lock) must still be one the catalog binds the partition to,
+-- else a registration, projection or release committed meanwhile changed
+-- that and nothing is released (serialization failure; a retry reports
+-- why).
 CREATE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz, shard text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -6158,7 +6281,17 @@ DECLARE
     reg @extschema@.partition_registration;
     proj @extschema@.projection;
     zone text;
+    unbound text;
 BEGIN
+    unbound := @extschema@._shard_scope_problem(table_id, partition, shard);
+    IF unbound IS NOT NULL THEN
+        RAISE EXCEPTION 'could not serialize access to the catalog of partition "%" of "%"', partition,
+                        (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _catalog_view.table_id)
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = format('Another transaction changed the catalog view or the published marker of the partition while the gate checked it as shard "%s"''s; nothing was released. %s',
+                                  left(shard, 63), unbound),
+                  HINT = 'Retry the release: the gate then reports what the catalog says now.';
+    END IF;
     SELECT r.* INTO reg FROM @extschema@.partition_registration r
      WHERE r.table_id = _catalog_view.table_id AND r.partition = _catalog_view.partition;
     IF FOUND THEN
@@ -6205,13 +6338,18 @@ END;
 -- The manifest's table as the gate checks it (or the not-tracked error):
 -- its id and periods, the table whose verdict and facts decide whether the
 -- partition's periods are final (verdict_table), and on a sharded table
--- the shard the partition holds: the manifest's "shard" (manifest_shard),
--- else the partition key's shard=<label>. A shard's partition is final
+-- the shard the partition holds: the partition key's shard=<label>, else
+-- the manifest's "shard" (manifest_shard) where the catalog binds the
+-- partition to it (_shard_scope_problem). A shard's partition is final
 -- when that shard is; a partition of no shard, when every shard is. A
--- partition of a shard the table does not have gets no verdict_table and
--- says why in shard_problem (the gate's problem unknown_shard). A "shard"
--- on a table that is not sharded, or one that the partition key
--- contradicts, is a malformed manifest (22023).
+-- "shard" the catalog does not bind the partition to, or that is not the
+-- scope the partition was published with, is never believed:
+-- the partition is checked as one of every shard (shard NULL) and
+-- shard_problem says why (the gate's problem unknown_shard, so it is not
+-- released). A partition of a shard the table does not have gets no
+-- verdict_table and says why in shard_problem too. A "shard" on a table
+-- that is not sharded, or one that the partition key contradicts, is a
+-- malformed manifest (22023).
 CREATE FUNCTION @extschema@._gate_table(table_name text, partition text, manifest_shard text)
 RETURNS TABLE (table_id bigint, granularity interval, period_zone text, verdict_table text, shard text,
                shard_problem text)
@@ -6225,6 +6363,7 @@ DECLARE
     label text;
     part text;
     dropped timestamptz;
+    unbound text;
 BEGIN
     IF tt.kind <> 'sharded' THEN
         IF manifest_shard IS NOT NULL THEN
@@ -6250,9 +6389,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Give the shard the partition holds, or leave "shard" out.';
     END IF;
-    label := coalesce(manifest_shard, named[1]);
+    label := coalesce(named[1], manifest_shard);
     IF label IS NULL THEN
         RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    -- Never one shard's verdict for a partition that may hold more.
+    unbound := @extschema@._shard_scope_problem(tt.table_id, _gate_table.partition, label);
+    IF unbound IS NOT NULL THEN
+        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, unbound;
         RETURN;
     END IF;
     SELECT t.table_name INTO part FROM @extschema@.tracked_table t
