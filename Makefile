@@ -35,11 +35,12 @@ DATA       = $(filter-out %/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard src/sql/r
              $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
 
 # DB-Library with Microsoft semantics (INT_EXIT never calls exit()), libcurl
-# for object stores, libxml2 for their XML answers.
+# for object stores, libxml2 for their XML answers, libavro (Apache Avro C)
+# for Iceberg's manifests.
 PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
 # The workers compare it with the catalog's version (pg_extension.extversion).
 PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2)
+SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2) -lavro
 
 # Every object depends on the headers it includes (a struct that changes
 # must rebuild every file that uses it).
@@ -119,6 +120,9 @@ UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
 UNIT_SOURCES_test_period = src/core/period.c
 UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
 UNIT_SOURCES_test_source_pick = src/core/source_pick.c
+UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_read.c src/lake/alloc_watch.c
+# The foreign libraries a unit test links besides libpgport.
+UNIT_LIBS_test_avro_manifest = -lavro
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 
@@ -126,7 +130,8 @@ EXTRA_CLEAN += $(UNIT_TESTS)
 test/unit/test_%: test/unit/test_%.c $$(UNIT_SOURCES_$$(notdir $$@))
 	$(CC) $(CPPFLAGS) -I$(srcdir)/src -Wall -Wextra -Werror \
 	  -Wno-missing-field-initializers -o $@ $< $(UNIT_SOURCES_$(notdir $@)) \
-	  -L$(shell $(PG_CONFIG) --libdir) -L$(shell $(PG_CONFIG) --pkglibdir) -lpgport -lm
+	  -L$(shell $(PG_CONFIG) --libdir) -L$(shell $(PG_CONFIG) --pkglibdir) -lpgport -lm \
+	  $(UNIT_LIBS_$(notdir $@))
 
 .PHONY: unitcheck
 unitcheck: $(UNIT_TESTS)

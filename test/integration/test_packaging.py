@@ -106,7 +106,7 @@ LIBRARY_FILES = {
     "libcurl": (r"<curl/", "core/http.c"),
     "libxml2": (r"<libxml/", "gate/objstore.c"),
     "GnuTLS": (r"<gnutls/", "mssql/tls_reason.c"),
-    "Avro": (r"<avro[./]", None),  # none yet: at most one file when it comes
+    "Avro": (r"<avro[./]", "lake/avro_manifest.c"),
 }
 
 # The limits of the layout (src/README.md).
