@@ -217,8 +217,20 @@ async function main() {
     });
   }
 
-  // A request to s3rver for the control API, fully buffered.
+  // A request to s3rver for the control API, fully buffered. s3rver may
+  // close a kept-alive socket just as a request goes out on it ("socket
+  // hang up", ECONNRESET): the control API's calls are idempotent (PUT,
+  // GET, DELETE of a whole object), so such a call is sent once more.
   async function upstreamCall(method, rawPath, body, headers) {
+    try {
+      return await upstreamCallOnce(method, rawPath, body, headers);
+    } catch (e) {
+      if (e.code !== 'ECONNRESET' || method === 'POST') throw e;
+      return upstreamCallOnce(method, rawPath, body, headers);
+    }
+  }
+
+  async function upstreamCallOnce(method, rawPath, body, headers) {
     const ureq = await upstreamRequest({ method, rawPath, rawQuery: '', body, headers });
     return new Promise((resolve, reject) => {
       ureq.on('response', (ures) => {
@@ -523,7 +535,7 @@ async function main() {
         // refuses non-empty buckets).
         const name = need('name');
         if (!/^[a-z0-9][a-z0-9.-]*$/.test(name)) throw Object.assign(new Error('invalid bucket name'), { status: 400 });
-        await fsp.rm(path.join(dir, name), { recursive: true, force: true });
+        await fsp.rm(path.join(dir, name), { recursive: true, force: true, maxRetries: 5 });
         return sendJson(res, 200, { bucket: name, deleted: true });
       }
       case 'PUT /__control/object':
@@ -550,13 +562,21 @@ async function main() {
         });
         const results = new Array(items.length);
         let next = 0;
+        let failure = null;
+        // On the first failure the others stop taking objects, and the answer
+        // waits for the puts in flight: none lands after it.
         const worker = async () => {
-          while (next < items.length) {
+          while (next < items.length && failure === null) {
             const i = next++;
-            results[i] = await putObject(bucket, items[i].key, items[i].data);
+            try {
+              results[i] = await putObject(bucket, items[i].key, items[i].data);
+            } catch (e) {
+              failure = failure ?? e;
+            }
           }
         };
         await Promise.all(Array.from({ length: Math.min(16, items.length) }, worker));
+        if (failure !== null) throw failure;
         return sendJson(res, 200, { bucket, count: results.length, objects: results });
       }
       case 'POST /__control/fault': {
