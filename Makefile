@@ -20,7 +20,7 @@ EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*
 # may include which): core, mssql, worker, sensor, gate, alert, lake;
 # src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-SUBSYSTEMS = core mssql worker sensor gate alert lake
+SUBSYSTEMS = core mssql worker sensor gate alert lake publish
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # The install script of the current version is assembled from src/sql/*.sql

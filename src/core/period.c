@@ -90,6 +90,127 @@ civil_to_days(int year, int month, int day)
 	return era * 146097 + doe - 719468 - EPOCH_DAYS_1970;
 }
 
+/*
+ * The unit of an Iceberg time transform ("year", "month", "day", "hour"),
+ * false for any other (identity, bucket[N], truncate[W], void).
+ */
+bool
+epoch_unit_of(const char *transform, EpochUnit *unit)
+{
+	static const char *const names[] = {"year", "month", "day", "hour"};
+
+	for (int i = 0; i < 4; i++)
+		if (strcmp(transform, names[i]) == 0)
+		{
+			*unit = (EpochUnit) i;
+			return true;
+		}
+	return false;
+}
+
+/* Years of the units' range: a partition value outside is no period. */
+#define EPOCH_MIN_YEAR 1
+#define EPOCH_MAX_YEAR 9999
+
+/*
+ * The instants [start, end) of the n-th unit since 1970-01-01 00:00 UTC
+ * (n < 0 before it): what Iceberg's year, month, day or hour transform
+ * value n holds. False when the unit lies outside the years 1 to 9999.
+ */
+bool
+epoch_unit_span(EpochUnit unit, int64 n, TimestampTz *start, TimestampTz *end)
+{
+	const int64 day0 = civil_to_days(1970, 1, 1);
+	int64		lo = civil_to_days(EPOCH_MIN_YEAR, 1, 1) - day0;
+	int64		hi = civil_to_days(EPOCH_MAX_YEAR + 1, 1, 1) - day0;
+	int64		first;
+	int64		next;
+
+	switch (unit)
+	{
+		case EPOCH_YEAR:
+			if (n < EPOCH_MIN_YEAR - 1970 || n > EPOCH_MAX_YEAR - 1970)
+				return false;
+			*start = (civil_to_days((int) (1970 + n), 1, 1)) * USECS_PER_DAY;
+			*end = (civil_to_days((int) (1971 + n), 1, 1)) * USECS_PER_DAY;
+			return true;
+		case EPOCH_MONTH:
+			if (n < (EPOCH_MIN_YEAR - 1970) * 12 || n > (EPOCH_MAX_YEAR - 1970) * 12 + 11)
+				return false;
+			first = civil_to_days((int) (1970 + floor_div(n, 12)), (int) (n - floor_div(n, 12) * 12) + 1, 1);
+			next = civil_to_days((int) (1970 + floor_div(n + 1, 12)), (int) (n + 1 - floor_div(n + 1, 12) * 12) + 1, 1);
+			*start = first * USECS_PER_DAY;
+			*end = next * USECS_PER_DAY;
+			return true;
+		case EPOCH_DAY:
+			if (n < lo || n >= hi)
+				return false;
+			*start = (day0 + n) * USECS_PER_DAY;
+			*end = *start + USECS_PER_DAY;
+			return true;
+		case EPOCH_HOUR:
+			if (n < lo * 24 || n >= hi * 24)
+				return false;
+			*start = day0 * USECS_PER_DAY + n * USECS_PER_HOUR;
+			*end = *start + USECS_PER_HOUR;
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Parses a unit as Iceberg writes its partition values in paths and as a
+ * release names them: "2026" (year), "2026-11" (month), "2026-11-27"
+ * (day), "2026-11-27-08" (hour), into its count since 1970. False for any
+ * other text, a date that does not exist or a year outside 1 to 9999.
+ */
+bool
+epoch_unit_parse(EpochUnit unit, const char *text, int64 *n)
+{
+	/* The shape of each unit: digits, and a '-' at the marked places. */
+	static const char *const shapes[] = {"dddd", "dddd-dd", "dddd-dd-dd", "dddd-dd-dd-dd"};
+	const char *shape = shapes[unit];
+	int			part[4] = {0, 1, 1, 0};
+	int			k = 0;
+	int			yy;
+	int			mm;
+	int			dd;
+	int64		days;
+
+	if (strlen(text) != strlen(shape))
+		return false;
+	for (int i = 0; shape[i] != '\0'; i++)
+	{
+		if (shape[i] == '-')
+		{
+			if (text[i] != '-')
+				return false;
+			k++;
+			part[k] = 0;
+			continue;
+		}
+		if (text[i] < '0' || text[i] > '9')
+			return false;
+		part[k] = part[k] * 10 + (text[i] - '0');
+	}
+	if (part[0] < EPOCH_MIN_YEAR || part[1] < 1 || part[1] > 12 || part[2] < 1 || part[2] > 31 || part[3] > 23)
+		return false;
+	days = civil_to_days(part[0], part[1], part[2]);
+	days_to_civil(days, &yy, &mm, &dd);
+	if (yy != part[0] || mm != part[1] || dd != part[2])
+		return false;				/* 2026-02-30 */
+	days -= civil_to_days(1970, 1, 1);
+	if (unit == EPOCH_YEAR)
+		*n = (int64) part[0] - 1970;
+	else if (unit == EPOCH_MONTH)
+		*n = ((int64) part[0] - 1970) * 12 + (part[1] - 1);
+	else if (unit == EPOCH_DAY)
+		*n = days;
+	else
+		*n = days * 24 + part[3];
+	return true;
+}
+
 /* The inverse of civil_to_days (PostgreSQL's j2date). */
 void
 days_to_civil(int64 days, int *year, int *month, int *day)

@@ -114,6 +114,19 @@ extern bool period_is_utc(const PeriodSpec *spec);
 extern Timestamp period_wall_time(const PeriodZone *zone, TimestampTz t);
 extern PeriodFault period_resolve_wall(const PeriodZone *zone, Timestamp wall, TimestampTz *out);
 extern int64 civil_to_days(int year, int month, int day);
+
+/* A calendar unit counted from 1970-01-01 00:00 UTC, as Iceberg's time transforms count. */
+typedef enum EpochUnit
+{
+	EPOCH_YEAR,
+	EPOCH_MONTH,
+	EPOCH_DAY,
+	EPOCH_HOUR
+} EpochUnit;
+
+extern bool epoch_unit_of(const char *transform, EpochUnit *unit);
+extern bool epoch_unit_span(EpochUnit unit, int64 n, TimestampTz *start, TimestampTz *end);
+extern bool epoch_unit_parse(EpochUnit unit, const char *text, int64 *n);
 extern void days_to_civil(int64 days, int *year, int *month, int *day);
 
 #endif							/* FINALIZE_PERIOD_H */

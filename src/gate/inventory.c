@@ -310,6 +310,12 @@ inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char 
 			continue;
 		}
 		(void) pathtab_insert(c->tab, m, &found);
+		/* A manifest of jsonb cannot name a file twice; an Iceberg snapshot's can. */
+		if (found)
+		{
+			problem_duplicate(m, out);
+			c->state[i] = M_OUTSIDE;
+		}
 	}
 	if (keep_stored)
 	{
@@ -342,6 +348,8 @@ inventory_compare_batch(InvComparison *c, const Inventory *batch)
 		c->bytes += l->size;
 		inventory_digest_add(c->digest, l->path, l->path_len, l->size, l->etag, l->etag_len);
 		e = pathtab_lookup(c->tab, l);
+		if (e == NULL && c->strays_ignored)
+			continue;
 		if (e == NULL)
 		{
 			problem_stray(l, c->prefix, c->out);

@@ -56,8 +56,8 @@ typedef struct ProblemTally
 	int64		dropped;
 } ProblemTally;
 
-/* Distinct codes a tally follows (the gate has ten). */
-#define PROBLEM_CODES_MAX 16
+/* Distinct codes a tally follows (the gate and an Iceberg release have 17). */
+#define PROBLEM_CODES_MAX 24
 
 /*
  * The problems of an attempt. With max_per_code > 0 at most that many of
@@ -120,6 +120,9 @@ typedef struct InvComparison
 	bool		etags_computed; /* sorted: the store computed every ETag (a
 								 * file store); kept only where the manifest
 								 * has one, as the hash path would */
+	bool		strays_ignored; /* objects the manifest does not name are
+								 * neither problems nor stored (an Iceberg
+								 * directory holds other snapshots' files) */
 } InvComparison;
 
 /* in inventory.c */
@@ -154,6 +157,7 @@ extern void problem_compare(const InvObject *m, const InvObject *l, ProblemList 
 extern void problem_wrong_prefix(const InvObject *m, const char *prefix, ProblemList *out);
 extern void problem_stray(const InvObject *l, const char *prefix, ProblemList *out);
 extern void problem_missing(const InvObject *m, const char *prefix, ProblemList *out);
+extern void problem_duplicate(const InvObject *m, ProblemList *out);
 extern void problems_sort(ProblemList *list, int first);
 extern Jsonb *problems_to_jsonb(const ProblemList *list);
 

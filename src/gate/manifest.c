@@ -50,6 +50,31 @@ manifest_error(const char *field, const char *fmt,...)
 					 "{\"size\": n, \"etag\": \"...\"} per file.")));
 }
 
+/*
+ * Raises the one error for a malformed release request of an Iceberg
+ * table (finalize.release_iceberg), as manifest_error does a manifest's.
+ */
+void
+request_error(const char *field, const char *fmt,...)
+{
+	char		detail[1024];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid release request: field \"%s\" %s", field, detail),
+			 errhint("A release request is {\"table\", \"catalog\", \"iceberg_table\", \"store\", \"partition\": "
+					 "{\"field\": \"value\", ...}} with one of \"branch\", \"wap_id\" or \"snapshot_id\", and optional "
+					 "\"period_start\", \"period_end\", \"target_branch\" or \"tag\", \"row_count\" and \"built_at\".")));
+}
+
+/* The error of a field of a manifest or (request) of a release request. */
+#define field_error(request, field, ...) \
+	((request) ? request_error((field), __VA_ARGS__) : manifest_error((field), __VA_ARGS__))
+
 /* The fields a manifest may have. */
 static const char *const manifest_fields[] = {
 	"table", "partition", "generation", "store", "prefix", "shard", "period_start", "period_end", "empty",
@@ -91,13 +116,13 @@ check_known_fields(JsonbContainer *root)
 }
 
 /*
- * The error for a manifest whose field is off, for the checks made once
- * the manifest's table is known (release_checks.c).
+ * The error for a manifest (or, request, a release request) whose field
+ * is off, for the checks made once its table is known (release_checks.c).
  */
 void
-manifest_field_error(const char *field, const char *detail)
+manifest_field_error(bool request, const char *field, const char *detail)
 {
-	manifest_error(field, "%s", detail);
+	field_error(request, field, "%s", detail);
 }
 
 /*
@@ -120,11 +145,11 @@ is_iso_timestamp(const char *text)
 static JsonbValue *field_of(JsonbContainer *c, const char *name);
 
 /*
- * An optional timestamp field: ISO 8601 with its UTC offset, finite; false
- * when absent.
+ * An optional timestamp field of a manifest (or, request, a release
+ * request): ISO 8601 with its UTC offset, finite; false when absent.
  */
-static bool
-timestamp_field(JsonbContainer *root, const char *name, TimestampTz *out)
+bool
+manifest_timestamp_field(JsonbContainer *root, const char *name, TimestampTz *out, bool request)
 {
 	JsonbValue *v = field_of(root, name);
 	char	   *text;
@@ -133,17 +158,17 @@ timestamp_field(JsonbContainer *root, const char *name, TimestampTz *out)
 	if (v == NULL || v->type == jbvNull)
 		return false;
 	if (v->type != jbvString)
-		manifest_error(name, "must be a timestamp string such as \"2026-11-27 08:00+00\"");
+		field_error(request, name, "must be a timestamp string such as \"2026-11-27 08:00+00\"");
 	text = pnstrdup(v->val.string.val, v->val.string.len);
 	if (!is_iso_timestamp(text))
-		manifest_error(name, "\"%s\" is not an ISO 8601 timestamp with a UTC offset, such as "
+		field_error(request, name, "\"%s\" is not an ISO 8601 timestamp with a UTC offset, such as "
 					 "\"2026-11-27T08:00:00Z\" or \"2026-11-27 08:00+00\" (the session's time zone "
 					 "and date style must not decide what it means)", text);
 	if (!subxact_input(timestamptz_in, text, &ts))
-		manifest_error(name, "\"%s\" is not a timestamp", text);
+		field_error(request, name, "\"%s\" is not a timestamp", text);
 	*out = DatumGetTimestampTz(ts);
 	if (TIMESTAMP_NOT_FINITE(*out))
-		manifest_error(name, "must be finite");
+		field_error(request, name, "must be finite");
 	return true;
 }
 
@@ -154,22 +179,22 @@ field_of(JsonbContainer *c, const char *name)
 	return getKeyJsonValueFromContainer(c, name, strlen(name), NULL);
 }
 
-/* A required or optional string field. */
-static char *
-string_field(JsonbContainer *c, const char *name, bool required)
+/* A required or optional string field of a manifest (or, request, a release request). */
+char *
+manifest_string_field(JsonbContainer *c, const char *name, bool required, bool request)
 {
 	JsonbValue *v = field_of(c, name);
 
 	if (v == NULL || v->type == jbvNull)
 	{
 		if (required)
-			manifest_error(name, "is missing");
+			field_error(request, name, "is missing");
 		return NULL;
 	}
 	if (v->type != jbvString)
-		manifest_error(name, "must be a string");
+		field_error(request, name, "must be a string");
 	if (v->val.string.len == 0)
-		manifest_error(name, "must not be empty");
+		field_error(request, name, "must not be empty");
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
@@ -188,13 +213,13 @@ manifest_parse(Jsonb *jb, Manifest *m)
 				 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}}.")));
 
 	check_known_fields(root);
-	m->table = string_field(root, "table", true);
-	m->partition = string_field(root, "partition", true);
-	m->generation = string_field(root, "generation", true);
-	m->store = string_field(root, "store", true);
-	m->prefix = string_field(root, "prefix", false);
+	m->table = manifest_string_field(root, "table", true, false);
+	m->partition = manifest_string_field(root, "partition", true, false);
+	m->generation = manifest_string_field(root, "generation", true, false);
+	m->store = manifest_string_field(root, "store", true, false);
+	m->prefix = manifest_string_field(root, "prefix", false, false);
 	/* Which shard, the sharded table decides (release_checks.c). */
-	m->shard = string_field(root, "shard", false);
+	m->shard = manifest_string_field(root, "shard", false, false);
 	if (!path_is_safe(m->partition, strlen(m->partition)))
 		manifest_error("partition", "\"%s\" must be a relative key such as day=27/hour=08, without a leading /, "
 					 "empty, \".\" or \"..\" parts", m->partition);
@@ -211,12 +236,12 @@ manifest_parse(Jsonb *jb, Manifest *m)
 		m->prefix = psprintf("%s/", bare);
 	}
 
-	m->has_period = timestamp_field(root, "period_start", &m->period_start);
-	m->has_period_end = timestamp_field(root, "period_end", &m->period_end);
+	m->has_period = manifest_timestamp_field(root, "period_start", &m->period_start, false);
+	m->has_period_end = manifest_timestamp_field(root, "period_end", &m->period_end, false);
 	if (m->has_period_end && !m->has_period)
 		manifest_error("period_end", "needs \"period_start\": a partition's periods are given by their first start "
 					 "and their last end");
-	m->has_built_at = timestamp_field(root, "built_at", &m->built_at);
+	m->has_built_at = manifest_timestamp_field(root, "built_at", &m->built_at, false);
 
 	v = field_of(root, "empty");
 	if (v != NULL && v->type != jbvNull)
@@ -235,7 +260,7 @@ manifest_parse(Jsonb *jb, Manifest *m)
 			manifest_error("files_location", "cannot be given with \"files\": a manifest gives its files inline "
 						 "or names the object that lists them, not both");
 		/* Read from the store later, as the caller (store_listing.c). */
-		m->files_location = string_field(root, "files_location", true);
+		m->files_location = manifest_string_field(root, "files_location", true, false);
 	}
 	else
 		inventory_from_jsonb(field_of(root, "files"), "files", &m->files);

@@ -34,12 +34,19 @@ typedef struct Manifest
 	int64		files_bytes;
 	uint64		files_digest[2];
 	bool		files_any_etag;
+	bool		external_catalog;	/* the partition's catalog is elsewhere (an
+									 * Iceberg table's): its periods are the
+									 * manifest's, finalize's catalog view is
+									 * not checked */
 } Manifest;
 
 /* in manifest.c */
 extern void manifest_parse(Jsonb *jb, Manifest *m);
 extern void manifest_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
-extern void manifest_field_error(const char *field, const char *detail) pg_attribute_noreturn();
+extern void request_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
+extern void manifest_field_error(bool request, const char *field, const char *detail) pg_attribute_noreturn();
+extern bool manifest_timestamp_field(JsonbContainer *root, const char *name, TimestampTz *out, bool request);
+extern char *manifest_string_field(JsonbContainer *c, const char *name, bool required, bool request);
 
 /* in manifest_files.c */
 extern void inventory_from_jsonb(JsonbValue *v, const char *field, Inventory *inv);

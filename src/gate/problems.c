@@ -176,6 +176,17 @@ problem_missing(const InvObject *m, const char *prefix, ProblemList *out)
 						 "object under \"%s\".", m->size, prefix));
 }
 
+/* A file named twice by the same snapshot: its rows would be read twice. */
+void
+problem_duplicate(const InvObject *m, ProblemList *out)
+{
+	if (problem_room(out, "duplicate_file"))
+		problem_push(out, "duplicate_file", pnstrdup(m->path, m->path_len),
+					 psprintf("The snapshot's manifests reference this file more than once, so readers would "
+							  "read its rows twice; rewrite the snapshot's manifests (for example with a "
+							  "rewrite_manifests procedure) and audit again."));
+}
+
 /*
  * The problems as a jsonb array of {"code", "path", "detail"}: what
  * release_gate returns and stores, and what compare_inventories returns.

@@ -116,17 +116,17 @@ bind_manifest_period(Manifest *m, const GateTable *t)
 		return;
 	fault = period_span_check(&t->periods, m->period_start, m->has_period_end, m->period_end, &span_end, &near);
 	if (fault == SPAN_START_OFF)
-		manifest_field_error("period_start",
+		manifest_field_error(m->external_catalog, "period_start",
 							 psprintf("%s is not a period boundary of table \"%s\": its %s",
 									  period_format_local(zone, m->period_start), m->table,
 									  period_nearest_text(&t->periods, t->zone, near)));
 	if (fault == SPAN_END_OFF)
-		manifest_field_error("period_end",
+		manifest_field_error(m->external_catalog, "period_end",
 							 psprintf("%s is not a period boundary of table \"%s\": its %s",
 									  period_format_local(zone, m->period_end), m->table,
 									  period_nearest_text(&t->periods, t->zone, near)));
 	if (fault == SPAN_END_NOT_AFTER)
-		manifest_field_error("period_end",
+		manifest_field_error(m->external_catalog, "period_end",
 							 psprintf("%s is not after \"period_start\" %s", period_format_local(zone, m->period_end),
 									  period_format_local(zone, m->period_start)));
 	m->period_end = span_end;
@@ -460,10 +460,23 @@ check_partition(const Manifest *m, const GateTable *t, int64 listed, ProblemList
 	partition_args(m, t, &none, &a);
 	(void) query_row("SELECT " FINALIZE_SCHEMA "._lock_partition($1, $2)", 2, a.types, a.values, NULL, 1);
 
-	/* The periods the release holds, then the catalog view of the partition. */
-	resolve_period(m, t, problems, period);
-	partition_args(m, t, period, &a);
-	*catalog_json = check_catalog(m, period, &a, problems);
+	/*
+	 * The periods the release holds, then the catalog view of the
+	 * partition; one in another catalog comes with its periods (bound to
+	 * the table's by gate_table_lookup) and its view (*catalog_json, given).
+	 */
+	if (m->external_catalog)
+	{
+		period->known = m->has_period;
+		period->start = m->period_start;
+		period->end = m->period_end;
+	}
+	else
+	{
+		resolve_period(m, t, problems, period);
+		partition_args(m, t, period, &a);
+		*catalog_json = check_catalog(m, period, &a, problems);
+	}
 	/* A shard the sharded table does not have has no verdict to check against. */
 	if (t->shard_problem != NULL)
 		problem_add(problems, "unknown_shard", NULL, t->shard_problem);

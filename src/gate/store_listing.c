@@ -217,18 +217,33 @@ list_store(const Manifest *m, InvComparison *cmp)
 }
 
 /*
+ * The key a location (s3://bucket/key or file:///path) names in the
+ * manifest's store, or NULL when it is not one of its objects: another
+ * bucket, another server, a file outside the local store's root, a key
+ * with empty, "." or ".." parts. base is "file://<root>/" or "s3://<bucket>/".
+ */
+static char *
+store_key(const char *location, const char *base)
+{
+	size_t		blen = strlen(base);
+	const char *key = location + blen;
+
+	if (strncmp(location, base, blen) != 0 || !path_is_safe(key, strlen(key)))
+		return NULL;
+	return pstrdup(key);
+}
+
+/*
  * The key a manifest's files_location names in its own store, or an error:
  * the manifest must not make the gate read anything else with the
- * caller's credentials (another bucket, another server, a file outside the
- * local store's root). base is "file://<root>/" or "s3://<bucket>/".
+ * caller's credentials.
  */
 static char *
 location_key(const Manifest *m, const char *base)
 {
-	size_t		blen = strlen(base);
-	const char *key = m->files_location + blen;
+	char	   *key = store_key(m->files_location, base);
 
-	if (strncmp(m->files_location, base, blen) != 0 || !path_is_safe(key, strlen(key)))
+	if (key == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid manifest: field \"files_location\" \"%s\" is not an object of the partition's store",
@@ -237,7 +252,7 @@ location_key(const Manifest *m, const char *base)
 						   "location must be %s<key>, the key relative, without empty, \".\" or \"..\" parts.",
 						   m->store, base),
 				 errhint("Write the manifest object into the same store as the data, next to the generation's prefix.")));
-	return pstrdup(key);
+	return key;
 }
 
 /*
@@ -266,7 +281,7 @@ manifest_too_large(const Manifest *m, const ForeignServer *server, size_t limit)
 					 "setting), or check the \"files_location\" field of the manifest.")));
 }
 
-/* Feeds what a local store's read gives to the manifest's lines. */
+/* Feeds what a store's read gives to the manifest's lines. */
 static void
 feed_lines(void *arg, const char *data, size_t len)
 {
@@ -274,7 +289,47 @@ feed_lines(void *arg, const char *data, size_t len)
 }
 
 /*
- * Reads the manifest object of a finalize_s3 server: a signed GET with the
+ * The base of the manifest's store's locations, checked as the caller
+ * (USAGE and a user mapping, or pg_read_server_files): "file://<root>/" or
+ * "s3://<bucket>/"; a location that does not begin with it is no object of
+ * the store.
+ */
+char *
+store_location_base(const Manifest *m)
+{
+	Oid			caller = GetUserId();
+
+	if (strncmp(m->store, "file://", 7) == 0)
+	{
+		char	   *root;
+
+		check_file_store_access(m, caller);
+		root = filestore_root(m->store);
+		return psprintf("file://%s%s", root, strcmp(root, "/") == 0 ? "" : "/");
+	}
+	else
+	{
+		ForeignServer *server = s3_server(m, caller);
+		S3Location	loc;
+
+		s3_location(server, GetUserMapping(caller, server->serverid), &loc);
+		return psprintf("s3://%s/", loc.bucket);
+	}
+}
+
+/*
+ * The key of a location in the manifest's store (see store_location_base),
+ * or NULL when it is not one of its objects.
+ */
+char *
+store_location_key(const char *location, const char *base)
+{
+	return store_key(location, base);
+}
+
+/*
+ * Reads an object of a finalize_s3 server (the manifest's files_location,
+ * or given_key when not NULL): a signed GET with the
  * caller's keys whose body goes to a temporary file as it arrives (libcurl
  * is on the stack meanwhile, and nothing may raise there), then read back
  * a chunk at a time into the manifest's lines. The file is deleted on
@@ -284,7 +339,7 @@ feed_lines(void *arg, const char *data, size_t len)
  * temp_file_limit here.
  */
 static void
-read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
+read_s3_object(const Manifest *m, Oid caller, const char *given_key, FileChunkFn feed, void *arg)
 {
 	ForeignServer *server = s3_server(m, caller);
 	UserMapping *um = GetUserMapping(caller, server->serverid);
@@ -296,9 +351,11 @@ read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
 	char	   *buf;
 	off_t		off = 0;
 	int			n;
+	const char *shown;
 
 	s3_location(server, um, &loc);
-	key = location_key(m, psprintf("s3://%s/", loc.bucket));
+	key = given_key != NULL ? pstrdup(given_key) : location_key(m, psprintf("s3://%s/", loc.bucket));
+	shown = given_key != NULL ? psprintf("s3://%s/%s", loc.bucket, key) : m->files_location;
 	/* OpenTemporaryFile uses temp_tablespaces only once they are prepared. */
 	PrepareTempTablespaces();
 	tmp = OpenTemporaryFile(false);
@@ -310,14 +367,14 @@ read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
 			manifest_too_large(m, server, limit);
 		ereport(ERROR,
 				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-				 errmsg("could not read manifest object \"%s\" of server \"%s\": %s",
-						m->files_location, server->servername, err.code),
+				 errmsg("could not read %s \"%s\" of server \"%s\": %s",
+						given_key != NULL ? "object" : "manifest object", shown, server->servername, err.code),
 				 err.http_status > 0
 				 ? errdetail("The store answered HTTP %ld: %s", err.http_status, err.message)
 				 : errdetail("%s", err.message),
-				 errhint("%s", strcmp(err.code, "NoSuchKey") == 0
-						 ? "Check the \"files_location\" field of the manifest: the pipeline writes that object before it calls the gate."
-						 : s3_hint(&err))));
+				 errhint("%s", strcmp(err.code, "NoSuchKey") != 0 ? s3_hint(&err)
+						 : given_key != NULL ? "The table's metadata names an object the store does not have: check the snapshot, and that it was not expired."
+						 : "Check the \"files_location\" field of the manifest: the pipeline writes that object before it calls the gate.")));
 	}
 	io_interrupts_rethrow();
 	buf = palloc(65536);
@@ -326,8 +383,8 @@ read_s3_manifest(const Manifest *m, Oid caller, ManifestLines *lines)
 		if (n < 0)
 			ereport(ERROR,
 					(errcode_for_file_access(),
-					 errmsg("could not read the temporary copy of manifest object \"%s\": %m", m->files_location)));
-		manifest_lines_feed(lines, buf, n);
+					 errmsg("could not read the temporary copy of object \"%s\": %m", shown)));
+		feed(arg, buf, n);
 		off += n;
 	}
 	pfree(buf);
@@ -355,5 +412,24 @@ read_manifest_files(const Manifest *m, ManifestLines *lines)
 		filestore_read(root, key, feed_lines, lines);
 	}
 	else
-		read_s3_manifest(m, caller, lines);
+		read_s3_object(m, caller, NULL, feed_lines, lines);
+}
+
+/*
+ * Reads the object at key of the manifest's store (see store_location_key),
+ * as the caller, a chunk at a time into feed: what a release through an
+ * Iceberg catalog reads of a snapshot (its manifest list and manifests).
+ */
+void
+store_read_object(const Manifest *m, const char *key, FileChunkFn feed, void *arg)
+{
+	Oid			caller = GetUserId();
+
+	if (strncmp(m->store, "file://", 7) == 0)
+	{
+		check_file_store_access(m, caller);
+		filestore_read(filestore_root(m->store), key, feed, arg);
+	}
+	else
+		read_s3_object(m, caller, key, feed, arg);
 }

@@ -7,9 +7,13 @@
 #define FINALIZE_STORE_LISTING_H
 
 #include "gate/manifest.h"
+#include "gate/filestore.h"
 #include "gate/manifest_lines.h"
 
 extern void list_store(const Manifest *m, InvComparison *cmp);
 extern void read_manifest_files(const Manifest *m, ManifestLines *lines);
+extern char *store_location_base(const Manifest *m);
+extern char *store_location_key(const char *location, const char *base);
+extern void store_read_object(const Manifest *m, const char *key, FileChunkFn feed, void *arg);
 
 #endif							/* FINALIZE_STORE_LISTING_H */

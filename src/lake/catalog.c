@@ -204,6 +204,7 @@ perform(LakeCatalog *cat, HttpClient *client, const char *what, const char *meth
 		return;
 	}
 	out->etag = resp.etag;
+	out->status = resp.status;
 	if (resp.status == 200)
 	{
 		out->body = resp.body;
@@ -321,9 +322,12 @@ lake_catalog_prepare(LakeCatalog *cat, HttpClient *client, LakeAnswer *failure)
 	return true;
 }
 
-/* The loadTable URL of a table named "ns1.ns2.table" (levels joined by %1F). */
+/*
+ * The loadTable URL of a table named "ns1.ns2.table" (levels joined by
+ * %1F), with ?snapshots=all when loading.
+ */
 static char *
-table_url(const LakeCatalog *cat, const char *iceberg_table)
+table_url(const LakeCatalog *cat, const char *iceberg_table, bool loading)
 {
 	StringInfoData buf;
 	const char *prefix = cat->prefix != NULL ? cat->prefix : learned_prefix;
@@ -342,7 +346,7 @@ table_url(const LakeCatalog *cat, const char *iceberg_table)
 		appendStringInfo(&buf, "%s%s", first ? "" : "%1F", http_uri_encode(level));
 		first = false;
 	}
-	appendStringInfo(&buf, "/tables/%s?snapshots=all", http_uri_encode(last + 1));
+	appendStringInfo(&buf, "/tables/%s%s", http_uri_encode(last + 1), loading ? "?snapshots=all" : "");
 	return buf.data;
 }
 
@@ -356,7 +360,7 @@ void
 lake_catalog_load_table(LakeCatalog *cat, HttpClient *client, const char *iceberg_table, const char *etag,
 						LakeAnswer *out)
 {
-	char	   *url = table_url(cat, iceberg_table);
+	char	   *url = table_url(cat, iceberg_table, true);
 	char	   *what = psprintf("loading table %s", iceberg_table);
 	List	   *headers = etag != NULL ? list_make1(psprintf("If-None-Match: %s", etag)) : NIL;
 
@@ -376,4 +380,20 @@ lake_catalog_load_table(LakeCatalog *cat, HttpClient *client, const char *iceber
 		}
 		perform(cat, client, what, "GET", url, headers, NULL, true, out);
 	}
+}
+
+/*
+ * Commits to a table (updateTable: POST /v1/{prefix}/namespaces/{ns}/
+ * tables/{table}) with body's requirements and updates. The catalog
+ * applies all or nothing: 200 is committed, 409 is a requirement that no
+ * longer holds (out->status tells them apart from other failures). Sent
+ * once: a commit whose answer was lost is found out by loading the table
+ * again, never by sending it twice.
+ */
+void
+lake_catalog_commit(LakeCatalog *cat, HttpClient *client, const char *iceberg_table, const char *body,
+					LakeAnswer *out)
+{
+	perform(cat, client, psprintf("committing to table %s", iceberg_table), "POST",
+			table_url(cat, iceberg_table, false), list_make1("Content-Type: application/json"), body, true, out);
 }

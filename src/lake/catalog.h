@@ -3,7 +3,7 @@
  *     An Iceberg REST catalog as the lake worker calls it: a
  *     finalize_iceberg server's options and the credentials of its owner's
  *     user mapping (catalog_config.c), and its requests (catalog.c): the
- *     config, an OAuth2 token, loadTable.
+ *     config, an OAuth2 token, loadTable, and a release's commit (updateTable).
  */
 #ifndef FINALIZE_LAKE_CATALOG_H
 #define FINALIZE_LAKE_CATALOG_H
@@ -48,15 +48,19 @@ typedef struct LakeAnswer
 	LakeCondition condition;
 	char	   *error;			/* a sentence with the catalog's own words */
 	bool		not_modified;	/* 304: the ETag still holds */
+	long		status;			/* the HTTP status; 0 without an answer */
 	char	   *body;
 	char	   *etag;
 	double		elapsed_ms;
 } LakeAnswer;
 
 extern LakeCatalog *lake_catalog_config(Oid serverid, MemoryContext cxt, char **error);
+extern LakeCatalog *lake_catalog_config_as(Oid serverid, Oid user, MemoryContext cxt, char **error);
 extern bool lake_catalog_prepare(LakeCatalog *cat, HttpClient *client, LakeAnswer *failure);
 extern void lake_catalog_load_table(LakeCatalog *cat, HttpClient *client, const char *iceberg_table,
 									const char *etag, LakeAnswer *out);
+extern void lake_catalog_commit(LakeCatalog *cat, HttpClient *client, const char *iceberg_table,
+								const char *body, LakeAnswer *out);
 extern char *lake_redact(const LakeCatalog *cat, const char *text);
 extern const char *lake_condition_name(LakeCondition c);
 

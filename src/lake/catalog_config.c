@@ -3,7 +3,7 @@
  *     Reads a finalize_iceberg server in the lake worker's transaction: its
  *     options (the validator checked each, iceberg_options.c) and the
  *     credentials of its owner's user mapping (else PUBLIC's), as the
- *     alerts worker reads a webhook's.
+ *     alerts worker reads a webhook's; a release's, with its caller's.
  */
 #include "postgres.h"
 
@@ -42,12 +42,23 @@ option_ms(List *options, const char *name, long dflt)
 }
 
 /*
- * The catalog of a foreign server, copied into cxt; NULL with *error (a
+ * The catalog of a foreign server, copied into cxt, with the credentials
+ * of its owner's user mapping (the lake worker's); NULL with *error (a
  * sentence naming the server) when it is gone or is another wrapper's, or
  * its options do not go together.
  */
 LakeCatalog *
 lake_catalog_config(Oid serverid, MemoryContext cxt, char **error)
+{
+	return lake_catalog_config_as(serverid, GetForeignServer(serverid)->owner, cxt, error);
+}
+
+/*
+ * The catalog of a foreign server with the credentials of user's mapping
+ * (else PUBLIC's, else none): a release reads and commits as its caller.
+ */
+LakeCatalog *
+lake_catalog_config_as(Oid serverid, Oid user, MemoryContext cxt, char **error)
 {
 	ForeignServer *server = GetForeignServer(serverid);
 	List	   *um = NIL;
@@ -62,9 +73,9 @@ lake_catalog_config(Oid serverid, MemoryContext cxt, char **error)
 		*error = psprintf("server \"%s\" is not a finalize_iceberg catalog", server->servername);
 		return NULL;
 	}
-	if (SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(server->owner), ObjectIdGetDatum(serverid)) ||
+	if (SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(user), ObjectIdGetDatum(serverid)) ||
 		SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid), ObjectIdGetDatum(serverid)))
-		um = GetUserMapping(server->owner, serverid)->options;
+		um = GetUserMapping(user, serverid)->options;
 
 	old = MemoryContextSwitchTo(cxt);
 	cat = palloc0(sizeof(LakeCatalog));

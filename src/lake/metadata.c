@@ -46,8 +46,8 @@ parse_step(void *arg)
  * it). The lake worker reads answers between its transactions: then a
  * transaction of its own holds the subtransaction.
  */
-static Jsonb *
-parse_json(const char *body)
+Jsonb *
+lake_parse_json(const char *body)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	bool		own = !IsTransactionState();
@@ -73,8 +73,8 @@ parse_json(const char *body)
 }
 
 /* The value of a key of an object container, or NULL. */
-static JsonbValue *
-field(JsonbContainer *obj, const char *key)
+JsonbValue *
+lake_field(JsonbContainer *obj, const char *key)
 {
 	if (obj == NULL || !JsonContainerIsObject(obj))
 		return NULL;
@@ -82,15 +82,15 @@ field(JsonbContainer *obj, const char *key)
 }
 
 /* The container of an object or array value, or NULL for a scalar. */
-static JsonbContainer *
-container(JsonbValue *v)
+JsonbContainer *
+lake_container(JsonbValue *v)
 {
 	return v != NULL && v->type == jbvBinary ? v->val.binary.data : NULL;
 }
 
 /* A JSON number that is an integer of 64 bits, into *out. */
-static bool
-int64_value(JsonbValue *v, int64 *out)
+bool
+lake_int64_value(JsonbValue *v, int64 *out)
 {
 	char	   *text;
 	char	   *end;
@@ -104,8 +104,8 @@ int64_value(JsonbValue *v, int64 *out)
 }
 
 /* A JSON string value as a C string, or NULL. */
-static char *
-string_value(JsonbValue *v)
+char *
+lake_string_value(JsonbValue *v)
 {
 	if (v == NULL || v->type != jbvString)
 		return NULL;
@@ -121,16 +121,16 @@ read_snapshot(JsonbContainer *obj, const char *lsn_property, LakeSnapshot *s, ch
 	int64		n;
 
 	memset(s, 0, sizeof(*s));
-	if (obj == NULL || !JsonContainerIsObject(obj) || !int64_value(field(obj, "snapshot-id"), &n))
+	if (obj == NULL || !JsonContainerIsObject(obj) || !lake_int64_value(lake_field(obj, "snapshot-id"), &n))
 	{
 		*error = pstrdup("a snapshot has no integer \"snapshot-id\"");
 		return false;
 	}
 	s->id = n;
-	v = field(obj, "parent-snapshot-id");
+	v = lake_field(obj, "parent-snapshot-id");
 	if (v != NULL && v->type != jbvNull)
 	{
-		if (!int64_value(v, &n))
+		if (!lake_int64_value(v, &n))
 		{
 			*error = psprintf("snapshot %lld has a \"parent-snapshot-id\" that is not an integer", (long long) s->id);
 			return false;
@@ -138,18 +138,20 @@ read_snapshot(JsonbContainer *obj, const char *lsn_property, LakeSnapshot *s, ch
 		s->has_parent = true;
 		s->parent_id = n;
 	}
-	if (int64_value(field(obj, "sequence-number"), &n))
+	if (lake_int64_value(lake_field(obj, "sequence-number"), &n))
 		s->sequence = n;
-	if (int64_value(field(obj, "timestamp-ms"), &n))
+	if (lake_int64_value(lake_field(obj, "timestamp-ms"), &n))
 		s->timestamp_ms = n;
-	summary = container(field(obj, "summary"));
+	s->manifest_list = lake_string_value(lake_field(obj, "manifest-list"));
+	summary = lake_container(lake_field(obj, "summary"));
 	if (summary != NULL && JsonContainerIsObject(summary))
 	{
-		s->operation = string_value(field(summary, "operation"));
-		v = field(summary, lsn_property);
+		s->operation = lake_string_value(lake_field(summary, "operation"));
+		s->wap_id = lake_string_value(lake_field(summary, "wap.id"));
+		v = lake_field(summary, lsn_property);
 		/* A property that is there but no string is malformed, not absent. */
 		if (v != NULL)
-			s->lsn_text = v->type == jbvString ? string_value(v) : "";
+			s->lsn_text = v->type == jbvString ? lake_string_value(v) : "";
 	}
 	return true;
 }
@@ -158,18 +160,18 @@ read_snapshot(JsonbContainer *obj, const char *lsn_property, LakeSnapshot *s, ch
 static bool
 read_ref(JsonbContainer *meta, const char *ref, LakeMetadata *md, char **error)
 {
-	JsonbContainer *refs = container(field(meta, "refs"));
+	JsonbContainer *refs = lake_container(lake_field(meta, "refs"));
 	int64		n;
 
 	if (refs != NULL && JsonContainerIsObject(refs))
 	{
-		JsonbContainer *r = container(field(refs, ref));
+		JsonbContainer *r = lake_container(lake_field(refs, ref));
 
 		md->refs_listed = true;
 
 		if (r == NULL)
 			return true;
-		if (!int64_value(field(r, "snapshot-id"), &n))
+		if (!lake_int64_value(lake_field(r, "snapshot-id"), &n))
 		{
 			*error = psprintf("ref \"%s\" has no integer \"snapshot-id\"", ref);
 			return false;
@@ -178,14 +180,14 @@ read_ref(JsonbContainer *meta, const char *ref, LakeMetadata *md, char **error)
 		md->ref_snapshot_id = n;
 		return true;
 	}
-	if (field(meta, "refs") != NULL)
+	if (lake_field(meta, "refs") != NULL)
 	{
 		*error = pstrdup("\"refs\" is not an object");
 		return false;
 	}
 	/* Format v1 metadata without refs: main is the current snapshot. */
-	md->refs_listed = field(meta, "current-snapshot-id") != NULL;
-	if (strcmp(ref, "main") == 0 && int64_value(field(meta, "current-snapshot-id"), &n) && n >= 0)
+	md->refs_listed = lake_field(meta, "current-snapshot-id") != NULL;
+	if (strcmp(ref, "main") == 0 && lake_int64_value(lake_field(meta, "current-snapshot-id"), &n) && n >= 0)
 	{
 		md->ref_found = true;
 		md->ref_snapshot_id = n;
@@ -202,7 +204,7 @@ bool
 lake_parse_metadata(const char *body, const char *ref, const char *lsn_property, LakeMetadata *md,
 					char **error)
 {
-	Jsonb	   *doc = parse_json(body);
+	Jsonb	   *doc = lake_parse_json(body);
 	JsonbContainer *meta;
 	JsonbContainer *list;
 	int			n;
@@ -214,13 +216,13 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 		*error = pstrdup("the answer is not JSON");
 		return false;
 	}
-	meta = container(field(&doc->root, "metadata"));
+	meta = lake_container(lake_field(&doc->root, "metadata"));
 	if (meta == NULL || !JsonContainerIsObject(meta))
 	{
 		*error = pstrdup("the answer has no \"metadata\" object");
 		return false;
 	}
-	md->table_uuid = string_value(field(meta, "table-uuid"));
+	md->table_uuid = lake_string_value(lake_field(meta, "table-uuid"));
 	if (md->table_uuid != NULL &&
 		(strlen(md->table_uuid) != 36 || strspn(md->table_uuid, "0123456789abcdefABCDEF-") != 36))
 	{
@@ -229,8 +231,8 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 	}
 	if (!read_ref(meta, ref, md, error))
 		return false;
-	list = container(field(meta, "snapshots"));
-	if (field(meta, "snapshots") != NULL && (list == NULL || !JsonContainerIsArray(list)))
+	list = lake_container(lake_field(meta, "snapshots"));
+	if (lake_field(meta, "snapshots") != NULL && (list == NULL || !JsonContainerIsArray(list)))
 	{
 		*error = pstrdup("\"snapshots\" is not an array");
 		return false;
@@ -238,7 +240,7 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 	n = list != NULL ? (int) JsonContainerSize(list) : 0;
 	md->snapshots = palloc0(sizeof(LakeSnapshot) * Max(n, 1));
 	for (int i = 0; i < n; i++)
-		if (!read_snapshot(container(getIthJsonbValueFromContainer(list, i)), lsn_property,
+		if (!read_snapshot(lake_container(getIthJsonbValueFromContainer(list, i)), lsn_property,
 						   &md->snapshots[md->nsnapshots++], error))
 			return false;
 	lake_sort_snapshots(md);
@@ -259,27 +261,27 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 char *
 lake_json_string(const char *body, const char *path1, const char *path2)
 {
-	Jsonb	   *doc = parse_json(body);
+	Jsonb	   *doc = lake_parse_json(body);
 	JsonbValue *v;
 
 	if (doc == NULL)
 		return NULL;
-	v = field(&doc->root, path1);
+	v = lake_field(&doc->root, path1);
 	if (path2 != NULL)
-		v = field(container(v), path2);
-	return string_value(v);
+		v = lake_field(lake_container(v), path2);
+	return lake_string_value(v);
 }
 
 /* A number at body.key (an OAuth2 token's expires_in), into *out. */
 bool
 lake_json_seconds(const char *body, const char *key, double *out)
 {
-	Jsonb	   *doc = parse_json(body);
+	Jsonb	   *doc = lake_parse_json(body);
 	JsonbValue *v;
 
 	if (doc == NULL)
 		return false;
-	v = field(&doc->root, key);
+	v = lake_field(&doc->root, key);
 	if (v == NULL || v->type != jbvNumeric)
 		return false;
 	*out = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));

@@ -7,11 +7,18 @@
 #ifndef FINALIZE_LAKE_METADATA_H
 #define FINALIZE_LAKE_METADATA_H
 
+#include "utils/jsonb.h"
+
 #include "lake/snapshots.h"
 
 extern bool lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 								LakeMetadata *md, char **error);
 extern char *lake_json_string(const char *body, const char *path1, const char *path2);
+extern Jsonb *lake_parse_json(const char *body);
+extern JsonbValue *lake_field(JsonbContainer *obj, const char *key);
+extern JsonbContainer *lake_container(JsonbValue *v);
+extern bool lake_int64_value(JsonbValue *v, int64 *out);
+extern char *lake_string_value(JsonbValue *v);
 extern bool lake_json_seconds(const char *body, const char *key, double *out);
 
 #endif							/* FINALIZE_LAKE_METADATA_H */

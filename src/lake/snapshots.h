@@ -24,6 +24,8 @@ typedef struct LakeSnapshot
 	int64_t		timestamp_ms;
 	const char *operation;		/* the summary's operation, or NULL */
 	const char *lsn_text;		/* the LSN property's value, or NULL */
+	const char *manifest_list;	/* its manifest-list location, or NULL */
+	const char *wap_id;			/* the summary's wap.id, or NULL */
 } LakeSnapshot;
 
 /* The snapshots of a table and where its ref points. */

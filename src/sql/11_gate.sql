@@ -771,7 +771,9 @@ BEGIN ATOMIC
         SELECT r.table_id, r.partition, r.generation, r.store, r.prefix, r.release_id, r.requested_at,
                r.period_start, lead(r.requested_at) OVER w AS superseded_at
           FROM @extschema@.release r
-         WHERE r.released
+         -- An Iceberg release's files are its snapshots' (Iceberg's
+         -- expire_snapshots deletes them), never a generation's to retire.
+         WHERE r.released AND NOT coalesce(r.manifest ? 'iceberg', false)
         WINDOW w AS (PARTITION BY r.table_id, r.partition ORDER BY r.release_id))
     SELECT t.table_name, x.partition, x.generation, x.store, x.prefix, max(x.superseded_at)
       FROM pubs x

@@ -100,7 +100,8 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.release_gate(jsonb),
     @extschema@.compare_inventories(jsonb, jsonb, text),
     @extschema@.register_partition(text, text, text, timestamptz, timestamptz),
-    @extschema@.retired_generations(text, interval)
+    @extschema@.retired_generations(text, interval),
+    @extschema@.release_iceberg(jsonb)
     TO finalize_publisher;
 GRANT SELECT ON @extschema@.releases TO finalize_publisher;
 GRANT EXECUTE ON FUNCTION

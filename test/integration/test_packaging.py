@@ -98,6 +98,7 @@ LAYERS = {
     "gate": {"core"},
     "alert": {"core"},
     "lake": {"core"},
+    "publish": {"core", "gate", "lake"},
 }
 
 # One file per foreign library: the headers only that file includes.

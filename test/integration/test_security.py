@@ -48,7 +48,7 @@ PIPELINE = READER | {"report_progress(text,text,text)", "report_processed(text,t
 PUBLISHER = READER | {
     "changes_by_period(text,timestamp with time zone,timestamp with time zone)",
     "changes_by_event_period(text,timestamp with time zone,timestamp with time zone)",
-    "release_gate(jsonb)", "compare_inventories(jsonb,jsonb,text)", "register_partition(text,text,text,timestamp with time zone,timestamp with time zone)",
+    "release_gate(jsonb)", "release_iceberg(jsonb)", "compare_inventories(jsonb,jsonb,text)", "register_partition(text,text,text,timestamp with time zone,timestamp with time zone)",
     "retired_generations(text,interval)",
 }
 ADMIN = PUBLISHER | PIPELINE | {

@@ -419,10 +419,49 @@ test_midnight_transitions(void)
 		  "their days tile the year");
 }
 
+/*
+ * Iceberg's time transforms: the n-th year, month, day or hour since
+ * 1970-01-01 UTC, from the values pyiceberg writes (day 20419 is
+ * 2025-11-27; hour 490064 is 2025-11-27 08:00) and back from their text.
+ */
+static void
+test_epoch_units(void)
+{
+	TimestampTz s;
+	TimestampTz e;
+	int64		n;
+	EpochUnit	u;
+	TimestampTz day_2025_11_27 = civil_to_days(2025, 11, 27) * USECS_PER_DAY;
+
+	check(epoch_unit_of("day", &u) && u == EPOCH_DAY, "day is a time transform");
+	check(!epoch_unit_of("identity", &u) && !epoch_unit_of("bucket[16]", &u), "identity and bucket are not");
+	check(epoch_unit_span(EPOCH_DAY, 20419, &s, &e) && s == day_2025_11_27 && e - s == USECS_PER_DAY,
+		  "day 20419 is 2025-11-27");
+	check(epoch_unit_span(EPOCH_HOUR, 20419 * 24 + 8, &s, &e) && s == day_2025_11_27 + 8 * USECS_PER_HOUR &&
+		  e - s == USECS_PER_HOUR, "hour 490064 is 2025-11-27 08:00");
+	check(epoch_unit_span(EPOCH_MONTH, 55 * 12 + 1, &s, &e) && s == civil_to_days(2025, 2, 1) * USECS_PER_DAY &&
+		  e == civil_to_days(2025, 3, 1) * USECS_PER_DAY, "month 661 is February 2025 (28 days)");
+	check(epoch_unit_span(EPOCH_MONTH, -1, &s, &e) && s == civil_to_days(1969, 12, 1) * USECS_PER_DAY &&
+		  e == civil_to_days(1970, 1, 1) * USECS_PER_DAY, "month -1 is December 1969");
+	check(epoch_unit_span(EPOCH_YEAR, 56, &s, &e) && s == civil_to_days(2026, 1, 1) * USECS_PER_DAY &&
+		  e == civil_to_days(2027, 1, 1) * USECS_PER_DAY, "year 56 is 2026");
+	check(!epoch_unit_span(EPOCH_YEAR, 9000, &s, &e) && !epoch_unit_span(EPOCH_DAY, INT64CONST(1) << 40, &s, &e) &&
+		  !epoch_unit_span(EPOCH_HOUR, -(INT64CONST(1) << 50), &s, &e), "units past the year 9999 are refused");
+	check(epoch_unit_parse(EPOCH_DAY, "2025-11-27", &n) && n == 20419, "\"2025-11-27\" is day 20419");
+	check(epoch_unit_parse(EPOCH_HOUR, "2025-11-27-08", &n) && n == 20419 * 24 + 8, "\"2025-11-27-08\" is hour 490064");
+	check(epoch_unit_parse(EPOCH_MONTH, "1969-12", &n) && n == -1, "\"1969-12\" is month -1");
+	check(epoch_unit_parse(EPOCH_YEAR, "2026", &n) && n == 56, "\"2026\" is year 56");
+	check(!epoch_unit_parse(EPOCH_DAY, "2026-02-30", &n) && !epoch_unit_parse(EPOCH_DAY, "2026-11-7", &n) &&
+		  !epoch_unit_parse(EPOCH_DAY, "2026-11-27-08", &n) && !epoch_unit_parse(EPOCH_MONTH, "2026-13", &n) &&
+		  !epoch_unit_parse(EPOCH_HOUR, "2026-11-27-24", &n) && !epoch_unit_parse(EPOCH_YEAR, "0000", &n) &&
+		  !epoch_unit_parse(EPOCH_YEAR, "+202", &n), "texts that are no unit are refused");
+}
+
 int
 main(void)
 {
 	test_calendar();
+	test_epoch_units();
 	test_utc();
 	test_new_york();
 	test_odd_zones();

@@ -5,6 +5,7 @@
     p.set_stall()                        # requests are read and left unanswered until the mode changes
     p.set_malformed("no_metadata")       # loadTable answers spoiled (see MALFORMED)
     p.set_delay(2.0)                     # answered, late
+    p.set_lost_answer(match=COMMIT)      # forwarded (the catalog applies it), the answer never sent
     p.set_pass()                         # forwarded as they are
     p.require_oauth("id", "secret", expires_in=60)   # POST /v1/oauth/tokens, then Bearer tokens only
     p.require_token("static-token")      # a static bearer token only
@@ -14,7 +15,7 @@
     p.count("/v1/namespaces/ns/tables/t"), p.counts, p.last_headers, p.requests, p.reset()
     p.stop()
 
-Faults (pass, status, stall, delay, malformed) and authentication (none, token, oauth) are independent.
+Faults (pass, status, stall, delay, malformed, lost) and authentication (none, token, oauth) are independent.
 A fault applies to the requests its match (a regular expression searched in "METHOD /path?query"; default
 every request, for malformed the loadTable ones) selects, the token endpoint included; status and stall
 come first, as from a load balancer; then authentication (401 unless authorized); then the request is
@@ -40,6 +41,7 @@ import urllib.parse
 
 TOKEN_PATH = "/v1/oauth/tokens"
 LOAD_TABLE = r"^GET /v1/(?:[^/]+/)?namespaces/[^/]+/tables/[^/?]+(?:\?.*)?$"
+COMMIT = r"^POST /v1/(?:[^/]+/)?namespaces/[^/]+/tables/[^/?]+$"
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
        "transfer-encoding", "upgrade", "content-length", "host", "accept-encoding"}
 ERROR_TYPES = {400: "BadRequestException", 401: "NotAuthorizedException", 403: "ForbiddenException",
@@ -223,6 +225,11 @@ class FaultProxy:
         or stop() (then the connection is closed unanswered)."""
         self._set(fault=("stall",), match=match)
 
+    def set_lost_answer(self, match=None):
+        """Forwards each request to the catalog, then closes the connection without its answer: a
+        commit the catalog applied whose client never hears so (a load balancer's timeout)."""
+        self._set(fault=("lost",), match=match)
+
     def set_delay(self, seconds, match=None):
         self._set(fault=("delay", seconds), match=match)
 
@@ -375,6 +382,8 @@ class FaultProxy:
                     return self._auth_error(denied)
             # 3. the catalog's answer, spoiled or tagged as asked
             status, rh, rb = self._forward(h, path, query, body, headers)
+            if kind == "lost":
+                raise _Drop()
             if kind == "malformed" and status == 200:
                 status, rb = spoil(fault[1], status, rb)
                 rh = {k: v for k, v in rh.items() if k.lower() != "content-encoding"}

@@ -11,9 +11,11 @@ warnings go to stderr).
 Commands (a table is "ns.t"; a snapshot is {snapshot_id, parent_id, sequence_number, timestamp_ms,
 operation, summary}):
   create_namespace(ns)                          -> ns
-  create_table(name, columns=None, properties={}) -> {location, metadata_location}
+  create_table(name, columns=None, properties={}, partition=None) -> {location, metadata_location}
       columns: [[name, type], ...], types long int string double boolean date timestamp timestamptz;
-      default SCHEMA below (id long, op string, lsn string, commit_time timestamptz), all optional
+      default SCHEMA below (id long, op string, lsn string, commit_time timestamptz), all optional;
+      partition: [[source column, transform, field name], ...], transforms as Iceberg writes them
+      (identity, year, month, day, hour, bucket[N], truncate[W])
   append(table, rows, properties={}, branch=None) -> snapshot (of the branch's new head)
       rows: [{column: value}], a timestamptz as ISO 8601 text (e.g. "2024-05-01T10:00:00+00:00");
       properties go into the snapshot summary (pyiceberg's snapshot_properties)
@@ -40,6 +42,13 @@ operation, summary}):
   refs(table)                                   -> {name: {type, snapshot_id}}
   scan(table, ref=None, snapshot_id=None, filter=None) -> rows (sorted by id when there is one)
   metadata_location(table)                      -> the current metadata file
+  data_files(table, ref="main")                 -> [{file_path, record_count, file_size_in_bytes,
+      partition, deletes: [file_path, ...]}] of the ref's head (pyiceberg's plan_files)
+  position_delete(table, positions, branch=None) -> snapshot: one position-delete file of
+      positions [[data file path, row position], ...] (all in one partition), committed in a delete
+      manifest (content=deletes), as Iceberg's merge-on-read writers commit them
+  duplicate_file(table, file_path, branch=None)  -> snapshot: a new snapshot that references the data
+      file file_path (already live) once more -- a broken writer's snapshot
   ping                                          -> "pong"
 """
 import datetime
@@ -156,8 +165,17 @@ class Writer:
         self.catalog.create_namespace(ns, properties or {})
         return ns
 
-    def create_table(self, name, columns=None, properties=None):
-        t = self.catalog.create_table(name, schema=iceberg_schema(columns or SCHEMA), properties=properties or {})
+    def create_table(self, name, columns=None, properties=None, partition=None):
+        schema = iceberg_schema(columns or SCHEMA)
+        kw = {}
+        if partition:
+            from pyiceberg.partitioning import PartitionField, PartitionSpec
+            from pyiceberg.transforms import parse_transform
+            kw["partition_spec"] = PartitionSpec(*[
+                PartitionField(source_id=schema.find_field(col).field_id, field_id=1000 + i,
+                               transform=parse_transform(transform), name=field)
+                for i, (col, transform, field) in enumerate(partition)])
+        t = self.catalog.create_table(name, schema=schema, properties=properties or {}, **kw)
         return {"location": t.location(), "metadata_location": t.metadata_location}
 
     def drop_table(self, name):
@@ -291,6 +309,60 @@ class Writer:
             rows.sort(key=lambda r: (r["id"] is None, r["id"]))
         return [{k: json_value(v) for k, v in r.items()} for r in rows]
 
+    def data_files(self, table, ref="main"):
+        t = self.table(table)
+        s = t.snapshot_by_name(ref)
+        if s is None:
+            return []
+        out = []
+        for task in t.scan(snapshot_id=s.snapshot_id).plan_files():
+            f = task.file
+            out.append({"file_path": f.file_path, "record_count": f.record_count,
+                        "file_size_in_bytes": f.file_size_in_bytes,
+                        "partition": [json_value(v) for v in f.partition],
+                        "deletes": sorted(d.file_path for d in task.delete_files)})
+        return sorted(out, key=lambda f: f["file_path"])
+
+    def _live_file(self, t, branch, file_path):
+        s = t.snapshot_by_name(branch or "main")
+        for task in t.scan(snapshot_id=s.snapshot_id).plan_files():
+            if task.file.file_path == file_path:
+                return task.file
+        raise ValueError("%s has no live data file %s on %s" % (t.name(), file_path, branch or "main"))
+
+    def position_delete(self, table, positions, branch=None):
+        import uuid
+        import pyarrow.parquet as pq
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        t = self.table(table)
+        ref = self._live_file(t, branch, positions[0][0])
+        path = "%s/data/delete-%s.parquet" % (t.location(), uuid.uuid4())
+        schema = pa.schema([pa.field("file_path", pa.string(), nullable=False,
+                                     metadata={b"PARQUET:field_id": b"2147483546"}),
+                            pa.field("pos", pa.int64(), nullable=False,
+                                     metadata={b"PARQUET:field_id": b"2147483545"})])
+        rows = pa.Table.from_pydict({"file_path": [p[0] for p in positions], "pos": [p[1] for p in positions]},
+                                    schema=schema)
+        with t.io.new_output(path).create() as out:
+            pq.write_table(rows, out)
+        size = len(t.io.new_input(path).open().read())
+        df = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=path,
+                                file_format=FileFormat.PARQUET, partition=ref.partition,
+                                record_count=len(positions), file_size_in_bytes=size, spec_id=ref.spec_id)
+        with t.transaction() as tx:
+            producer = DeleteAppend(operation=Operation.OVERWRITE, transaction=tx, io=t.io, branch=branch or "main")
+            producer.append_data_file(df)
+            producer.commit()
+        return snap(head(self.table(table), branch))
+
+    def duplicate_file(self, table, file_path, branch=None):
+        t = self.table(table)
+        f = self._live_file(t, branch, file_path)
+        with t.transaction() as tx:
+            with tx.update_snapshot(branch=branch or "main").fast_append() as fa:
+                fa.append_data_file(f)
+        return snap(head(self.table(table), branch))
+
     def ping(self):
         return "pong"
 
@@ -325,6 +397,34 @@ def _replace_files_class():
 
 
 ReplaceFiles = _replace_files_class()
+
+
+def _delete_append_class():
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        """A v2 manifest writer of delete files (content=deletes), which pyiceberg 0.12 has not."""
+
+        def content(self):
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self):
+            return dict(super()._meta, content="deletes")
+
+    class DeleteAppend(_FastAppendFiles):
+        """A fast append whose added files go into a delete manifest: a row delta adding position
+        deletes, as Iceberg's merge-on-read writers commit one (pyiceberg 0.12 writes none)."""
+
+        def new_manifest_writer(self, spec):
+            return DeleteManifestWriter(spec=spec, schema=self.schema(), output_file=self.new_manifest_output(),
+                                        snapshot_id=self._snapshot_id, avro_compression=self._compression)
+
+    return DeleteAppend
+
+
+DeleteAppend = _delete_append_class()
 
 
 def main():

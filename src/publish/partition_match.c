@@ -1,0 +1,129 @@
+/*
+ * partition_match.c
+ *     Which files of a snapshot belong to a release's partition.
+ *
+ * A request names the partition by its Iceberg fields' values as Iceberg
+ * prints them in paths: a time transform's as a date ("2026" for year,
+ * "2026-11" for month, "2026-11-27" for day, "2026-11-27-08" for hour),
+ * any other field's as its value's text (identity, bucket[N] and
+ * truncate[W] values, integers in decimal), null for the null partition.
+ * A file belongs to the partition when every field matches. A file
+ * written under a spec that lacks one of the fields cannot be placed (its
+ * rows may be the partition's or not): the caller makes it a problem,
+ * never a file silently left out.
+ */
+#include "postgres.h"
+
+#include "gate/manifest.h"
+#include "publish/partition_match.h"
+
+/*
+ * Resolves the request's partition against one spec: each field's
+ * transform, a time transform's value read as its unit (a value that is
+ * none is an error naming the field and the form).
+ */
+void
+spec_match_prepare(const IcebergSpec *spec, const ReleaseRequest *r, SpecMatch *out)
+{
+	static const char *const forms[] = {"2026", "2026-11", "2026-11-27", "2026-11-27-08"};
+
+	memset(out, 0, sizeof(*out));
+	out->spec_id = spec->spec_id;
+	out->criteria = palloc0(sizeof(SpecCriterion) * Max(r->ncriteria, 1));
+	for (int i = 0; i < r->ncriteria; i++)
+	{
+		const PartitionCriterion *c = &r->criteria[i];
+		const IcebergSpecField *f = NULL;
+		SpecCriterion *sc = &out->criteria[out->ncriteria++];
+
+		for (int j = 0; j < spec->nfields && f == NULL; j++)
+			if (strcmp(spec->fields[j].name, c->field) == 0)
+				f = &spec->fields[j];
+		sc->c = c;
+		if (f == NULL)
+		{
+			out->missing_field = c->field;
+			continue;
+		}
+		sc->timed = epoch_unit_of(f->transform, &sc->unit);
+		if (sc->timed && !c->is_null && !epoch_unit_parse(sc->unit, c->value, &sc->ordinal))
+			request_error("partition", "field \"%s\" is the %s transform of its column, so its value is written "
+						  "like \"%s\", not \"%s\"", c->field, f->transform, forms[sc->unit], c->value);
+	}
+}
+
+/*
+ * Whether a file's partition tuple is the request's partition. *absent is
+ * set to a requested field the tuple does not carry (then false): its
+ * spec, or the manifest, does not have it.
+ */
+bool
+entry_in_partition(const SpecMatch *m, const IcebergManifestEntry *e, const char **absent)
+{
+	*absent = m->missing_field;
+	if (m->missing_field != NULL)
+		return false;
+	for (int i = 0; i < m->ncriteria; i++)
+	{
+		const SpecCriterion *sc = &m->criteria[i];
+		const IcebergPartitionValue *v = NULL;
+
+		for (int j = 0; j < e->npartition && v == NULL; j++)
+			if (strcmp(e->partition[j].name, sc->c->field) == 0)
+				v = &e->partition[j];
+		if (v == NULL)
+		{
+			*absent = sc->c->field;
+			return false;
+		}
+		if (sc->c->is_null || v->is_null)
+		{
+			if (sc->c->is_null != v->is_null)
+				return false;
+			continue;
+		}
+		if (sc->timed)
+		{
+			if ((v->type != ICEBERG_VALUE_INT && v->type != ICEBERG_VALUE_LONG) || v->int_value != sc->ordinal)
+				return false;
+		}
+		else if (v->text == NULL || strcmp(v->text, sc->c->value) != 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The instants the partition holds by its time fields in spec (the
+ * table's default): the intersection of each time field's span (a day and
+ * its hour: the hour). False when no field of the request is a time
+ * transform of spec there (the request must then give period_start), or
+ * when the fields' spans do not meet.
+ */
+bool
+partition_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start, TimestampTz *end)
+{
+	SpecMatch	m;
+	bool		any = false;
+
+	if (spec == NULL)
+		return false;
+	spec_match_prepare(spec, r, &m);
+	for (int i = 0; i < m.ncriteria; i++)
+	{
+		TimestampTz s;
+		TimestampTz e;
+
+		if (!m.criteria[i].timed || m.criteria[i].c->is_null)
+			continue;
+		if (!epoch_unit_span(m.criteria[i].unit, m.criteria[i].ordinal, &s, &e))
+			request_error("partition", "field \"%s\" names a period outside the years 1 to 9999",
+						  m.criteria[i].c->field);
+		*start = any ? Max(*start, s) : s;
+		*end = any ? Min(*end, e) : e;
+		any = true;
+	}
+	if (any && *start >= *end)
+		request_error("partition", "its time fields name periods that do not overlap, so it holds no rows");
+	return any;
+}

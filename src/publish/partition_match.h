@@ -1,0 +1,40 @@
+/*
+ * partition_match.h
+ *     Which files of a snapshot belong to a release's partition: the
+ *     request's partition fields resolved against each partition spec
+ *     (their transforms), an entry's partition tuple matched against them,
+ *     and the periods a time transform's value holds.
+ */
+#ifndef FINALIZE_PUBLISH_PARTITION_MATCH_H
+#define FINALIZE_PUBLISH_PARTITION_MATCH_H
+
+#include "core/period.h"
+#include "lake/avro_manifest.h"
+#include "lake/release_metadata.h"
+#include "publish/release_request.h"
+
+/* One criterion as a spec's transform reads it. */
+typedef struct SpecCriterion
+{
+	const PartitionCriterion *c;
+	bool		timed;			/* a year, month, day or hour transform */
+	EpochUnit	unit;
+	int64		ordinal;		/* timed: the unit's count since 1970 */
+} SpecCriterion;
+
+/* The request's partition as the files of one spec are matched against it. */
+typedef struct SpecMatch
+{
+	int64		spec_id;
+	const char *missing_field;	/* a requested field the spec has not:
+								 * none of its files can be placed */
+	int			ncriteria;
+	SpecCriterion *criteria;
+} SpecMatch;
+
+extern void spec_match_prepare(const IcebergSpec *spec, const ReleaseRequest *r, SpecMatch *out);
+extern bool entry_in_partition(const SpecMatch *m, const IcebergManifestEntry *e, const char **absent);
+extern bool partition_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start,
+							 TimestampTz *end);
+
+#endif							/* FINALIZE_PUBLISH_PARTITION_MATCH_H */
