@@ -110,7 +110,7 @@ $(DATA_built): $(SQL_PARTS) src/sql $(EXTENSION).control
 
 # C unit tests (test/unit/test_*.c, TAP output): each links the pure modules
 # it tests, with the server's headers and libpgport, no server needed.
-UNIT_SOURCES_test_plan = src/worker/plan.c src/core/lsn.c
+UNIT_SOURCES_test_plan = src/worker/plan.c src/core/lsn.c src/core/period.c
 UNIT_SOURCES_test_clock_check = src/worker/clock_check.c
 UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
 UNIT_SOURCES_test_sketch = src/core/sketch.c

@@ -112,6 +112,41 @@ lake_string_value(JsonbValue *v)
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
+/*
+ * A count of a snapshot summary (whose values are strings): n, 0 when
+ * absent (writers leave out counts of zero), -1 when it is not a count.
+ */
+static int64
+summary_count(JsonbContainer *summary, const char *key)
+{
+	char	   *text = lake_string_value(lake_field(summary, key));
+	char	   *end;
+	long long	n;
+
+	if (text == NULL)
+		return lake_field(summary, key) == NULL ? 0 : -1;
+	errno = 0;
+	n = strtoll(text, &end, 10);
+	return errno == 0 && end != text && *end == '\0' && n >= 0 ? n : -1;
+}
+
+/* Reads the file counts of a snapshot's summary (-1 each without a summary that has them). */
+static void
+read_summary_counts(JsonbContainer *summary, LakeSnapshot *s)
+{
+	int64		deleted;
+	int64		removed;
+
+	s->removed_files = s->total_data_files = s->total_delete_files = -1;
+	if (summary == NULL || !JsonContainerIsObject(summary) || lake_field(summary, "total-data-files") == NULL)
+		return;
+	deleted = summary_count(summary, "deleted-data-files");
+	removed = summary_count(summary, "removed-delete-files");
+	s->removed_files = deleted >= 0 && removed >= 0 ? deleted + removed : -1;
+	s->total_data_files = summary_count(summary, "total-data-files");
+	s->total_delete_files = summary_count(summary, "total-delete-files");
+}
+
 /* Reads one snapshot object; false with *error when it is not one. */
 static bool
 read_snapshot(JsonbContainer *obj, const char *lsn_property, LakeSnapshot *s, char **error)
@@ -144,6 +179,7 @@ read_snapshot(JsonbContainer *obj, const char *lsn_property, LakeSnapshot *s, ch
 		s->timestamp_ms = n;
 	s->manifest_list = lake_string_value(lake_field(obj, "manifest-list"));
 	summary = lake_container(lake_field(obj, "summary"));
+	read_summary_counts(summary, s);
 	if (summary != NULL && JsonContainerIsObject(summary))
 	{
 		s->operation = lake_string_value(lake_field(summary, "operation"));

@@ -127,6 +127,7 @@ lake_parse_layout(const char *body, IcebergLayout *layout, char **error)
 	}
 	(void) lake_int64_value(lake_field(meta, "format-version"), &layout->format_version);
 	(void) lake_int64_value(lake_field(meta, "default-spec-id"), &layout->default_spec_id);
+	layout->table_uuid = lake_string_value(lake_field(meta, "table-uuid"));
 	if (!read_refs(meta, layout, error))
 		return false;
 	specs = lake_container(lake_field(meta, "partition-specs"));

@@ -40,6 +40,7 @@ typedef struct IcebergLayout
 	IcebergSpec *specs;
 	int64		format_version;
 	int64		default_spec_id;
+	char	   *table_uuid;		/* or NULL */
 } IcebergLayout;
 
 extern bool lake_parse_layout(const char *body, IcebergLayout *layout, char **error);

@@ -142,6 +142,33 @@ read_events_row(MssqlConn *conn, CdcEvents *ev)
 }
 
 /*
+ * Decodes one piece row of a split range; false when a value that must be
+ * there did not decode, or there are more pieces than split points allow.
+ */
+static bool
+read_piece_row(MssqlConn *conn, CdcRange *sr)
+{
+	CdcPiece   *p;
+
+	if (sr->npieces > sr->nsplits)
+		return false;
+	if (sr->pieces == NULL)
+		sr->pieces = palloc0(sizeof(CdcPiece) * (sr->nsplits + 1));
+	p = &sr->pieces[sr->npieces];
+	if (!mssql_get_int64(conn, TSQL_RANGE_PIECE, &p->index) || p->index < 0 || p->index > sr->nsplits ||
+		!mssql_get_int64(conn, TSQL_RANGE_INSERTS, &p->inserts) ||
+		!mssql_get_int64(conn, TSQL_RANGE_UPDATES, &p->updates) ||
+		!mssql_get_int64(conn, TSQL_RANGE_DELETES, &p->deletes) ||
+		!mssql_get_lsn(conn, TSQL_RANGE_FIRST_LSN, &p->first_lsn) ||
+		!mssql_get_lsn(conn, TSQL_RANGE_LAST_LSN, &p->last_lsn))
+		return false;
+	p->has_first = mssql_get_local_time(conn, TSQL_RANGE_FIRST_TIME, &p->first_local);
+	p->has_last = mssql_get_local_time(conn, TSQL_RANGE_LAST_TIME, &p->last_local);
+	sr->npieces++;
+	return true;
+}
+
+/*
  * Decodes one row of a statement's result; false when a value that must be
  * there did not decode (the statement then counts as failed: counts that
  * silently stayed 0 would be wrong facts).
@@ -154,7 +181,14 @@ read_statement_row(MssqlConn *conn, Statement *st, int *ddl_capacity)
 		case STMT_RANGE:
 			{
 				CdcRange   *sr = st->range;
+				int64		grouping = 1;
 
+				if (sr->nsplits > 0 && (mssql_num_columns(conn) < TSQL_RANGE_LAST_LSN ||
+										!mssql_get_int64(conn, TSQL_RANGE_GROUPING, &grouping)))
+					return false;
+				if (grouping == 0)
+					return read_piece_row(conn, sr);
+				sr->has_total = true;
 				if (!mssql_get_int64(conn, TSQL_RANGE_INSERTS, &sr->inserts) ||
 					!mssql_get_int64(conn, TSQL_RANGE_UPDATES, &sr->updates) ||
 					!mssql_get_int64(conn, TSQL_RANGE_DELETES, &sr->deletes))
@@ -281,6 +315,7 @@ read_statement_result(MssqlConn *conn, Statement *cur, MssqlError *step)
 	if (r == 0 && cur->error == NULL &&
 		(!decoded || (cur->kind == STMT_LSN_MAPPING ? rows > 1
 					  : cur->kind == STMT_EVENTS ? !cur->events->has_total
+					  : cur->kind == STMT_RANGE && cur->range->nsplits > 0 ? !cur->range->has_total
 					  : cur->kind != STMT_DDL && cur->kind != STMT_COLUMNS && rows != 1)))
 		cur->error = psprintf("SQL Server returned %d row(s) of %d column(s) for it, or a value that could "
 							  "not be decoded (first columns: %s, %s)", rows, mssql_num_columns(conn),
@@ -444,7 +479,8 @@ cdc_read_ranges(MssqlConn *conn, CdcRange **ranges, int nranges, CdcInstance *in
 		CdcEvents  *ev = ranges[i]->events;
 
 		add_statement(&sql, stmts, &nstmts, STMT_RANGE)->range = ranges[i];
-		tsql_append_range_aggregate(&sql, ranges[i]->instance, &ranges[i]->start, &ranges[i]->end);
+		tsql_append_range_aggregate(&sql, ranges[i]->instance, &ranges[i]->start, &ranges[i]->end,
+									ranges[i]->splits, ranges[i]->nsplits);
 		if (ev == NULL)
 			continue;
 		add_statement(&sql, stmts, &nstmts, STMT_EVENTS)->events = ev;

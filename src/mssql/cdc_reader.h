@@ -103,12 +103,35 @@ typedef struct CdcColumns
 } CdcColumns;
 
 /* The aggregate of a range (start, end] of a capture instance. */
+/* One piece of a split range: the rows committed between two split points. */
+typedef struct CdcPiece
+{
+	int64		index;			/* k: before splits[k], not before splits[k - 1] */
+	int64		inserts;
+	int64		updates;
+	int64		deletes;
+	bool		has_first;
+	Timestamp	first_local;
+	bool		has_last;
+	Timestamp	last_local;
+	Lsn			first_lsn;		/* of its first and last row */
+	Lsn			last_lsn;
+} CdcPiece;
+
+/* Most split points a range is read with (a longer span keeps its tail whole). */
+#define CDC_MAX_SPLITS 256
+
 typedef struct CdcRange
 {
 	const char *instance;		/* in */
 	Lsn			start;			/* in */
 	Lsn			end;			/* in */
+	const Timestamp *splits;	/* in: server wall times to split at, ascending */
+	int			nsplits;		/* in: 0 for one aggregate */
 	CdcOutcome	outcome;
+	int			npieces;		/* split: the pieces with rows, in any order */
+	CdcPiece   *pieces;
+	bool		has_total;		/* split: the grand total row arrived */
 	int64		inserts;
 	int64		updates;
 	int64		deletes;

@@ -27,6 +27,8 @@
  */
 #include "postgres.h"
 
+#include "utils/datetime.h"
+
 #include "mssql/mssql_name.h"
 #include "mssql/tsql.h"
 
@@ -104,12 +106,67 @@ tsql_append_marker(StringInfo buf, int n)
 }
 
 /*
+ * A server wall time as a datetime2 literal in ISO 8601 (CONVERT style
+ * 126), which neither DATEFORMAT nor the login's language reads otherwise.
+ */
+static void
+append_wall_time(StringInfo buf, Timestamp t)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+
+	if (timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+		elog(ERROR, "a period boundary is out of range");
+	appendStringInfo(buf, "CONVERT(datetime2(7), '%04d-%02d-%02dT%02d:%02d:%02d.%06d', 126)", tm.tm_year, tm.tm_mon,
+					 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);
+}
+
+/*
+ * The statement text of a range split at server wall times splits[0..n):
+ * the counts and commit times per piece (piece k: rows committed before
+ * splits[k] and not before splits[k - 1]) with each piece's first and last
+ * LSN, and the grand total (GROUPING(x.p) = 1) in the columns of the plain
+ * aggregate. Each transaction's commit time is mapped once (DISTINCT LSNs).
+ */
+static char *
+split_aggregate(const char *fn, const Timestamp *splits, int nsplits)
+{
+	StringInfoData stmt;
+
+	initStringInfo(&stmt);
+	appendStringInfoString(&stmt,
+						   "SELECT COUNT_BIG(CASE WHEN x.op = 2 THEN 1 END) AS ins,\n"
+						   "       COUNT_BIG(CASE WHEN x.op = 4 THEN 1 END) AS upd,\n"
+						   "       COUNT_BIG(CASE WHEN x.op = 1 THEN 1 END) AS del,\n"
+						   "       sys.fn_cdc_map_lsn_to_time(MIN(x.l)) AS first_time,\n"
+						   "       sys.fn_cdc_map_lsn_to_time(MAX(x.l)) AS last_time,\n"
+						   "       GROUPING(x.p) AS gp, x.p, MIN(x.l) AS first_lsn, MAX(x.l) AS last_lsn\n"
+						   "  FROM (SELECT r.l, r.op, CASE");
+	for (int i = 0; i < nsplits; i++)
+	{
+		appendStringInfoString(&stmt, " WHEN t.ct < ");
+		append_wall_time(&stmt, splits[i]);
+		appendStringInfo(&stmt, " THEN %d", i);
+	}
+	appendStringInfo(&stmt, " ELSE %d END AS p\n"
+					 "          FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op\n"
+					 "                  FROM [cdc].%s(@from, @to, N'all') AS a) AS r\n"
+					 "          JOIN (SELECT d.l, sys.fn_cdc_map_lsn_to_time(d.l) AS ct\n"
+					 "                  FROM (SELECT DISTINCT f.[__$start_lsn] AS l\n"
+					 "                          FROM [cdc].%s(@from, @to, N'all') AS f) AS d) AS t ON t.l = r.l) AS x\n"
+					 " GROUP BY GROUPING SETS ((x.p), ())", nsplits, fn, fn);
+	return stmt.data;
+}
+
+/*
  * Appends one statement that aggregates the range (start, end] of a capture
  * instance on the server: rows per operation (2 insert, 4 update
  * after-image, 1 delete; row filter 'all' returns no before-images), and the
  * commit times of the first and last LSN with rows. One row whatever the
  * size of the range, so a range costs the same to transfer with 10 rows or
- * 10 million.
+ * 10 million. With split points (a commit-time table's period boundaries in
+ * the server's wall time, ascending), the same per piece of the range
+ * between them as well (split_aggregate): one row per piece with rows.
  *
  * The query function takes its low end inclusively, so it gets start + 1.
  * When that is below the instance's low water mark (cleanup passed it) the
@@ -117,29 +174,34 @@ tsql_append_marker(StringInfo buf, int n)
  * the loss, which is what decides.
  */
 void
-tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
-							const Lsn *start_exclusive, const Lsn *end_inclusive)
+tsql_append_range_aggregate(StringInfo buf, const char *capture_instance, const Lsn *start_exclusive,
+							const Lsn *end_inclusive, const Timestamp *splits, int nsplits)
 {
 	char	   *fn_name = psprintf("fn_cdc_get_all_changes_%s", capture_instance);
 	StringInfoData stmt;
 	Lsn			from;
 
 	initStringInfo(&stmt);
-	appendStringInfoString(&stmt,
-						   "SELECT COUNT_BIG(CASE WHEN c.[__$operation] = 2 THEN 1 END) AS ins,\n"
-						   "       COUNT_BIG(CASE WHEN c.[__$operation] = 4 THEN 1 END) AS upd,\n"
-						   "       COUNT_BIG(CASE WHEN c.[__$operation] = 1 THEN 1 END) AS del,\n"
-						   "       sys.fn_cdc_map_lsn_to_time(MIN(c.[__$start_lsn])) AS first_time,\n"
-						   "       sys.fn_cdc_map_lsn_to_time(MAX(c.[__$start_lsn])) AS last_time\n"
-						   "  FROM [cdc].");
-	appendStringInfoString(&stmt, mssql_quote_ident(fn_name));
-	appendStringInfoString(&stmt, "(@from, @to, N'all') AS c");
+	if (nsplits > 0)
+		appendStringInfoString(&stmt, split_aggregate(mssql_quote_ident(fn_name), splits, nsplits));
+	else
+	{
+		appendStringInfoString(&stmt,
+							   "SELECT COUNT_BIG(CASE WHEN c.[__$operation] = 2 THEN 1 END) AS ins,\n"
+							   "       COUNT_BIG(CASE WHEN c.[__$operation] = 4 THEN 1 END) AS upd,\n"
+							   "       COUNT_BIG(CASE WHEN c.[__$operation] = 1 THEN 1 END) AS del,\n"
+							   "       sys.fn_cdc_map_lsn_to_time(MIN(c.[__$start_lsn])) AS first_time,\n"
+							   "       sys.fn_cdc_map_lsn_to_time(MAX(c.[__$start_lsn])) AS last_time\n"
+							   "  FROM [cdc].");
+		appendStringInfoString(&stmt, mssql_quote_ident(fn_name));
+		appendStringInfoString(&stmt, "(@from, @to, N'all') AS c");
+	}
+	appendStringInfoString(buf, "EXEC sys.sp_executesql ");
+	appendStringInfoString(buf, mssql_quote_literal(stmt.data));
 
 	/* start < end, so start + 1 exists */
 	if (!lsn_increment(start_exclusive, &from))
 		from = *end_inclusive;
-	appendStringInfoString(buf, "EXEC sys.sp_executesql ");
-	appendStringInfoString(buf, mssql_quote_literal(stmt.data));
 	appendStringInfoString(buf, ", N'@from binary(10), @to binary(10)', @from = ");
 	append_lsn(buf, &from);
 	appendStringInfoString(buf, ", @to = ");

@@ -30,7 +30,9 @@ enum
 enum
 {
 	/* range aggregate */
-	TSQL_RANGE_INSERTS = 1, TSQL_RANGE_UPDATES, TSQL_RANGE_DELETES, TSQL_RANGE_FIRST_TIME, TSQL_RANGE_LAST_TIME
+	TSQL_RANGE_INSERTS = 1, TSQL_RANGE_UPDATES, TSQL_RANGE_DELETES, TSQL_RANGE_FIRST_TIME, TSQL_RANGE_LAST_TIME,
+	/* a split range's: which row (1: the grand total), its piece, the piece's LSNs */
+	TSQL_RANGE_GROUPING, TSQL_RANGE_PIECE, TSQL_RANGE_FIRST_LSN, TSQL_RANGE_LAST_LSN
 };
 enum
 {
@@ -68,7 +70,8 @@ extern void tsql_source_state(StringInfo buf, const char *const *qualified_names
 extern char *tsql_qualified_name(const char *schema, const char *object);
 extern void tsql_append_marker(StringInfo buf, int n);
 extern void tsql_append_range_aggregate(StringInfo buf, const char *capture_instance,
-										const Lsn *start_exclusive, const Lsn *end_inclusive);
+										const Lsn *start_exclusive, const Lsn *end_inclusive,
+										const Timestamp *splits, int nsplits);
 extern void tsql_append_range_events(StringInfo buf, const char *capture_instance, const char *event_column,
 									 bool utc_offset, int server_offset_minutes, const Lsn *start_exclusive,
 									 const Lsn *end_inclusive, int64 slot_seconds, double gamma);

@@ -222,6 +222,51 @@ descends_from(const IcebergTable *t, int64 head)
 	return false;
 }
 
+/* Orders snapshot ids. */
+static int
+id_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The snapshots a fast-forward of the target to the audited snapshot adds
+ * to the target's history (the audited one back to the target's head,
+ * exclusive; its whole ancestry when the target does not exist), sorted
+ * by id into *ids; -1 when the audited snapshot does not descend from the
+ * head (no fast-forward), or its ancestry is cut (an expired parent: what
+ * it changed cannot be read).
+ */
+int
+iceberg_since_head(const IcebergTable *t, int64 **ids)
+{
+	const LakeSnapshot *s = t->audited;
+	int			n = 0;
+
+	*ids = palloc(sizeof(int64) * (t->md.nsnapshots + 1));
+	while (s != NULL && n <= t->md.nsnapshots)
+	{
+		if (t->target != NULL && s->id == t->target->snapshot_id)
+		{
+			qsort(*ids, n, sizeof(int64), id_cmp);
+			return n;
+		}
+		(*ids)[n++] = s->id;
+		if (!s->has_parent)
+			break;
+		s = lake_find_snapshot(&t->md, s->parent_id);
+		if (s == NULL)
+			return -1;
+	}
+	if (t->target != NULL || n > t->md.nsnapshots)
+		return -1;
+	qsort(*ids, n, sizeof(int64), id_cmp);
+	return n;
+}
+
 /* Appends a JSON string (escaped) to buf. */
 static void
 json_string(StringInfo buf, const char *s)
@@ -273,6 +318,31 @@ commit_body(const ReleaseRequest *r, const IcebergTable *t)
 	return b.data;
 }
 
+/*
+ * Checks the catalog's answer to a commit it says it applied: the table's
+ * new metadata must have the target at the audited snapshot, or what was
+ * published is not known (an error: nothing is recorded).
+ */
+static void
+check_committed(const ReleaseRequest *r, const IcebergTable *t, int64 audited_id, const LakeAnswer *a)
+{
+	IcebergLayout after;
+	char	   *error = NULL;
+	const IcebergRef *ref = NULL;
+
+	if (lake_parse_layout(a->body, &after, &error))
+		ref = lake_layout_ref(&after, t->target_name);
+	if (ref == NULL || ref->snapshot_id != audited_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+				 errmsg("catalog \"%s\" answered the publish of snapshot %lld of \"%s\" with metadata whose %s \"%s\" is "
+						"elsewhere", r->catalog, (long long) audited_id, r->iceberg_table, r->to_tag ? "tag" : "branch",
+						t->target_name),
+				 errdetail("%s", error != NULL ? lake_redact(t->cat, error)
+						   : ref == NULL ? "The answer has no such ref." : psprintf("It is at snapshot %lld.", (long long) ref->snapshot_id)),
+				 errhint("Nothing was recorded. Load the table to see where the ref is, then call finalize.release_iceberg again.")));
+}
+
 /* Whether the target ref (as last loaded) is at the audited snapshot. */
 static bool
 target_at_audited(const IcebergTable *t)
@@ -317,7 +387,10 @@ iceberg_publish(const ReleaseRequest *r, IcebergTable *t, char **detail)
 	}
 	lake_catalog_commit(t->cat, t->client, r->iceberg_table, commit_body(r, t), &a);
 	if (a.condition == LAKE_OK)
+	{
+		check_committed(r, t, audited_id, &a);
 		return PUBLISH_DONE;
+	}
 	if (a.status == 409)
 	{
 		/* Someone committed first: the same release (then it is published), or a writer. */

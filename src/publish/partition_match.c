@@ -6,7 +6,9 @@
  * prints them in paths: a time transform's as a date ("2026" for year,
  * "2026-11" for month, "2026-11-27" for day, "2026-11-27-08" for hour),
  * any other field's as its value's text (identity, bucket[N] and
- * truncate[W] values, integers in decimal), null for the null partition.
+ * truncate[W] values, integers in decimal; an identity of a date column,
+ * which Iceberg stores as days since 1970, as its date, 2026-11-27), null
+ * for the null partition.
  * A file belongs to the partition when every field matches. A file
  * written under a spec that lacks one of the fields cannot be placed (its
  * rows may be the partition's or not): the caller makes it a problem,
@@ -46,6 +48,7 @@ spec_match_prepare(const IcebergSpec *spec, const ReleaseRequest *r, SpecMatch *
 			continue;
 		}
 		sc->timed = epoch_unit_of(f->transform, &sc->unit);
+		sc->is_date = !sc->timed && !c->is_null && epoch_unit_parse(EPOCH_DAY, c->value, &sc->days);
 		if (sc->timed && !c->is_null && !epoch_unit_parse(sc->unit, c->value, &sc->ordinal))
 			request_error("partition", "field \"%s\" is the %s transform of its column, so its value is written "
 						  "like \"%s\", not \"%s\"", c->field, f->transform, forms[sc->unit], c->value);
@@ -87,6 +90,11 @@ entry_in_partition(const SpecMatch *m, const IcebergManifestEntry *e, const char
 			if ((v->type != ICEBERG_VALUE_INT && v->type != ICEBERG_VALUE_LONG) || v->int_value != sc->ordinal)
 				return false;
 		}
+		else if (sc->is_date && v->type == ICEBERG_VALUE_INT)
+		{
+			if (v->int_value != sc->days)
+				return false;
+		}
 		else if (v->text == NULL || strcmp(v->text, sc->c->value) != 0)
 			return false;
 	}
@@ -94,21 +102,23 @@ entry_in_partition(const SpecMatch *m, const IcebergManifestEntry *e, const char
 }
 
 /*
- * The instants the partition holds by its time fields in spec (the
- * table's default): the intersection of each time field's span (a day and
- * its hour: the hour). False when no field of the request is a time
- * transform of spec there (the request must then give period_start), or
- * when the fields' spans do not meet.
+ * The instants the files of one spec hold by the request's time fields
+ * there: the intersection of each one's span (a day and its hour: the
+ * hour). False when the spec lacks a requested field (none of its files
+ * is the partition's) or has no time field among them (*untimed).
  */
-bool
-partition_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start, TimestampTz *end)
+static bool
+spec_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start, TimestampTz *end,
+			bool *untimed)
 {
 	SpecMatch	m;
 	bool		any = false;
 
-	if (spec == NULL)
-		return false;
 	spec_match_prepare(spec, r, &m);
+	*untimed = false;
+	if (m.missing_field != NULL)
+		return false;
+	*untimed = true;
 	for (int i = 0; i < m.ncriteria; i++)
 	{
 		TimestampTz s;
@@ -125,5 +135,40 @@ partition_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *
 	}
 	if (any && *start >= *end)
 		request_error("partition", "its time fields name periods that do not overlap, so it holds no rows");
+	*untimed = !any;
+	return any;
+}
+
+/*
+ * The instants the partition holds by its time fields: over every spec of
+ * the table whose files can be the partition's, the union of what they
+ * hold (after a spec's day field became an hour field, a request for the
+ * day holds the whole day, whatever the newer files cut). False when no
+ * spec bounds it by time (the request must then give period_start).
+ */
+bool
+partition_period(const ReleaseRequest *r, const IcebergLayout *layout, TimestampTz *start, TimestampTz *end)
+{
+	bool		any = false;
+	bool		untimed_spec = false;
+
+	for (int i = 0; i < layout->nspecs; i++)
+	{
+		TimestampTz s;
+		TimestampTz e;
+		bool		untimed;
+
+		if (!spec_period(r, &layout->specs[i], &s, &e, &untimed))
+		{
+			untimed_spec |= untimed;
+			continue;
+		}
+		*start = any ? Min(*start, s) : s;
+		*end = any ? Max(*end, e) : e;
+		any = true;
+	}
+	if (any && untimed_spec)
+		request_error("partition", "names time fields of some partition specs of the table that other specs "
+					  "have without a time transform, so which periods its files hold cannot be told");
 	return any;
 }

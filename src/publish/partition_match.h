@@ -20,6 +20,9 @@ typedef struct SpecCriterion
 	bool		timed;			/* a year, month, day or hour transform */
 	EpochUnit	unit;
 	int64		ordinal;		/* timed: the unit's count since 1970 */
+	bool		is_date;		/* not timed, a value like 2026-11-27: an
+								 * identity of a date column holds days */
+	int64		days;
 } SpecCriterion;
 
 /* The request's partition as the files of one spec are matched against it. */
@@ -34,7 +37,7 @@ typedef struct SpecMatch
 
 extern void spec_match_prepare(const IcebergSpec *spec, const ReleaseRequest *r, SpecMatch *out);
 extern bool entry_in_partition(const SpecMatch *m, const IcebergManifestEntry *e, const char **absent);
-extern bool partition_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start,
+extern bool partition_period(const ReleaseRequest *r, const IcebergLayout *layout, TimestampTz *start,
 							 TimestampTz *end);
 
 #endif							/* FINALIZE_PUBLISH_PARTITION_MATCH_H */

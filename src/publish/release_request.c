@@ -75,9 +75,33 @@ criterion_cmp(const void *a, const void *b)
 }
 
 /*
+ * A field name or value as part of the partition's key: "%", "/" and "="
+ * percent-encoded, and the string "null" as "%6Eull" (the key's null is
+ * the JSON null), so that two partitions never share a key (and with it
+ * a lock and a release history).
+ */
+static void
+append_key_part(StringInfo key, const char *s)
+{
+	if (strcmp(s, "null") == 0)
+	{
+		appendStringInfoString(key, "%6Eull");
+		return;
+	}
+	for (; *s != '\0'; s++)
+	{
+		if (*s == '%' || *s == '/' || *s == '=')
+			appendStringInfo(key, "%%%02X", (unsigned char) *s);
+		else
+			appendStringInfoChar(key, *s);
+	}
+}
+
+/*
  * Reads "partition": an object of Iceberg partition field names to their
  * values (strings, integers, or null), and names the partition
- * "field=value/..." in field order ("all" for {}, every file).
+ * "field=value/..." in field order ("all" for {}, every file; see
+ * append_key_part).
  */
 static void
 read_partition(JsonbContainer *root, ReleaseRequest *r)
@@ -117,8 +141,16 @@ read_partition(JsonbContainer *root, ReleaseRequest *r)
 	qsort(r->criteria, r->ncriteria, sizeof(PartitionCriterion), criterion_cmp);
 	initStringInfo(&key);
 	for (int i = 0; i < r->ncriteria; i++)
-		appendStringInfo(&key, "%s%s=%s", i > 0 ? "/" : "", r->criteria[i].field,
-						 r->criteria[i].is_null ? "null" : r->criteria[i].value);
+	{
+		if (i > 0)
+			appendStringInfoChar(&key, '/');
+		append_key_part(&key, r->criteria[i].field);
+		appendStringInfoChar(&key, '=');
+		if (r->criteria[i].is_null)
+			appendStringInfoString(&key, "null");
+		else
+			append_key_part(&key, r->criteria[i].value);
+	}
 	r->partition_key = r->ncriteria > 0 ? key.data : pstrdup("all");
 	if (!path_is_safe(r->partition_key, strlen(r->partition_key)))
 		request_error("partition", "names \"%s\", which is no partition key (a value with \"/\" or an empty, "

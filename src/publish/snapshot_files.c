@@ -6,12 +6,17 @@
  * with the checks of the gate's store: USAGE and a user mapping, or
  * pg_read_server_files), then each of its manifests, one at a time: the
  * memory is one manifest's bytes plus the partition's files. Every live
- * entry (added or existing; a deleted entry is a file this snapshot
- * removed) of the partition is kept with its size and record count: data
- * files, position deletes (one record per deleted row) and equality
- * deletes (whose rows cannot be counted). An entry's content decides, not
- * its manifest's: a writer that put a delete file in a data manifest is
- * still counted right.
+ * entry (added or existing; a deleted entry is a file a snapshot removed)
+ * of the partition is kept with its size, record count and data sequence
+ * number: data files, position deletes and equality deletes. An entry's
+ * content decides, not its manifest's.
+ *
+ * Each object read is checked against what refers to it: a manifest's
+ * length and entry counts against the list's record (an Avro container cut
+ * at a block boundary reads as a valid, shorter file), and the live files
+ * of every partition against the snapshot's summary (by the caller). For a
+ * branch publish, every file added or removed since the branch's head must
+ * be the partition's: a fast-forward publishes the whole snapshot.
  *
  * The Avro reader's callbacks must not raise (avro_manifest.h): they
  * allocate without raising and stop the read when memory runs out, and
@@ -32,7 +37,7 @@
 typedef struct ListedManifest
 {
 	char	   *path;
-	int64		spec_id;
+	IcebergManifestFile mf;		/* its record (path not kept) */
 } ListedManifest;
 
 /* What the callbacks share. */
@@ -40,7 +45,10 @@ typedef struct CollectState
 {
 	SnapshotFiles *out;
 	const char *base;
+	const SinceHead *since;
 	const SpecMatch *match;		/* the current manifest's spec */
+	const IcebergManifestFile *mf;	/* the current manifest's record */
+	int64		by_status[3];	/* its entries per status */
 	ListedManifest *listed;
 	int			nlisted;
 	int			listed_cap;
@@ -72,24 +80,31 @@ strdup_quiet(CollectState *st, const char *s)
 	return p;
 }
 
-/* Grows an array of *cap elements of size to hold one more; false when memory ran out. */
+/*
+ * Grows an array of *cap elements of size to hold n + 1 (doubling, at most
+ * INT_MAX / 2 elements); false when memory ran out or it cannot grow.
+ */
 static bool
 grow_quiet(CollectState *st, void **items, int n, int *cap, size_t size)
 {
+	size_t		bigger_cap;
 	void	   *bigger;
 
 	if (n < *cap)
 		return true;
-	bigger = alloc_quiet(st, size * (size_t) Max(*cap * 2, 64));
-	if (bigger == NULL)
+	bigger_cap = *cap == 0 ? 64 : (size_t) *cap * 2;
+	if (bigger_cap > PG_INT32_MAX / 2 || (bigger = alloc_quiet(st, size * bigger_cap)) == NULL)
+	{
+		st->oom = true;
 		return false;
+	}
 	if (*items != NULL)
 	{
-		memcpy(bigger, *items, size * n);
+		memcpy(bigger, *items, size * (size_t) n);
 		pfree(*items);
 	}
 	*items = bigger;
-	*cap = Max(*cap * 2, 64);
+	*cap = (int) bigger_cap;
 	return true;
 }
 
@@ -108,7 +123,28 @@ iceberg_location(const char *location)
 	return pstrdup(location);
 }
 
-/* The list's callback: keeps each manifest's path and spec. */
+/*
+ * The key a file's location names in the store whose locations begin with
+ * base, as a pointer into path (nothing allocated: callbacks use it), or
+ * NULL when it is no object of that store. A scheme is rewritten only into
+ * the store's own ("file:/x" for a file:// base, "s3a://" for an s3:// one).
+ */
+const char *
+store_key_of(const char *path, const char *base)
+{
+	size_t		blen = strlen(base);
+	const char *key;
+
+	if (strncmp(base, "file://", 7) == 0 && strncmp(path, "file:/", 6) == 0 && strncmp(path, "file://", 7) != 0)
+		key = strncmp(path + 5, base + 7, blen - 7) == 0 ? path + 5 + (blen - 7) : NULL;
+	else if (strncmp(base, "s3://", 5) == 0 && (strncmp(path, "s3a://", 6) == 0 || strncmp(path, "s3n://", 6) == 0))
+		key = strncmp(path + 6, base + 5, blen - 5) == 0 ? path + 6 + (blen - 5) : NULL;
+	else
+		key = strncmp(path, base, blen) == 0 ? path + blen : NULL;
+	return key != NULL && path_is_safe(key, strlen(key)) ? key : NULL;
+}
+
+/* The list's callback: keeps each manifest's record and path. */
 static int
 list_entry(const IcebergManifestFile *mf, void *arg)
 {
@@ -118,9 +154,10 @@ list_entry(const IcebergManifestFile *mf, void *arg)
 	if (!grow_quiet(st, (void **) &st->listed, st->nlisted, &st->listed_cap, sizeof(ListedManifest)))
 		return 1;
 	lm = &st->listed[st->nlisted];
+	lm->mf = *mf;
 	if ((lm->path = strdup_quiet(st, mf->manifest_path)) == NULL)
 		return 1;
-	lm->spec_id = mf->partition_spec_id;
+	lm->mf.manifest_path = NULL;
 	st->nlisted++;
 	return 0;
 }
@@ -143,70 +180,149 @@ narrow_prefix(CollectState *st, const char *key)
 }
 
 /*
- * Keeps a file of the partition: its store key and size in the
- * inventory, its records in the counts. A file outside the store is
- * counted (it cannot be checked), not kept.
+ * An entry's data sequence number: its own, else (an added entry of v2)
+ * its manifest's; -1 when neither says.
+ */
+static int64
+entry_sequence(const CollectState *st, const IcebergManifestEntry *e)
+{
+	if (e->has_sequence_number)
+		return e->sequence_number;
+	if (e->status == 1 && st->mf->has_sequence_number)
+		return st->mf->sequence_number;
+	return -1;
+}
+
+/* Keeps a position-delete file of the partition with the data file it names. */
+static int
+keep_position_delete(CollectState *st, const IcebergManifestEntry *e)
+{
+	SnapshotFiles *out = st->out;
+	PositionDelete *d;
+	const char *ref = e->referenced_data_file != NULL ? store_key_of(e->referenced_data_file, st->base) : NULL;
+
+	if (!grow_quiet(st, (void **) &out->deletes, out->ndeletes, &out->deletes_cap, sizeof(PositionDelete)))
+		return 1;
+	d = &out->deletes[out->ndeletes++];
+	d->referenced = ref != NULL ? strdup_quiet(st, ref) : NULL;
+	d->sequence = entry_sequence(st, e);
+	d->records = e->record_count;
+	return st->oom ? 1 : 0;
+}
+
+/*
+ * Keeps a file of the partition: its store key, size and sequence number,
+ * its records in the counts. A file outside the store is counted (it
+ * cannot be checked), not kept.
  */
 static int
 keep_file(CollectState *st, const IcebergManifestEntry *e)
 {
 	SnapshotFiles *out = st->out;
-	const char *path = e->file_path;
-	size_t		blen = strlen(st->base);
+	const char *at = store_key_of(e->file_path, st->base);
 	char	   *key;
 	InvObject  *o;
 
-	/* Normalized without psprintf (which raises): the two forms differ in their prefix only. */
-	if (strncmp(path, "file:/", 6) == 0 && strncmp(path, "file://", 7) != 0 && strncmp(st->base, "file://", 7) == 0)
-		key = strncmp(path + 5, st->base + 7, blen - 7) == 0 ? strdup_quiet(st, path + 5 + blen - 7) : NULL;
-	else if (strncmp(path, "s3a://", 6) == 0 || strncmp(path, "s3n://", 6) == 0)
-		key = strncmp(path + 6, st->base + 5, blen - 5) == 0 ? strdup_quiet(st, path + 6 + blen - 5) : NULL;
-	else
-		key = strncmp(path, st->base, blen) == 0 ? strdup_quiet(st, path + blen) : NULL;
-	if (st->oom)
-		return 1;
-	if (key == NULL || !path_is_safe(key, strlen(key)))
+	if (at == NULL)
 	{
-		if (out->outside++ == 0 && (out->outside_example = strdup_quiet(st, path)) == NULL)
+		if (out->outside++ == 0 && (out->outside_example = strdup_quiet(st, e->file_path)) == NULL)
 			return 1;
 		return 0;
 	}
-	if (!grow_quiet(st, (void **) &out->files.items, out->files.n, &out->files.capacity, sizeof(InvObject)))
+	if ((key = strdup_quiet(st, at)) == NULL ||
+		!grow_quiet(st, (void **) &out->files.items, out->files.n, &out->files.capacity, sizeof(InvObject)) ||
+		!grow_quiet(st, (void **) &out->sequences, out->files.n, &out->capacity, sizeof(int64)))
 		return 1;
-	o = &out->files.items[out->files.n++];
+	o = &out->files.items[out->files.n];
 	memset(o, 0, sizeof(*o));
 	o->path = key;
 	o->path_len = strlen(key);
 	o->size = e->file_size_in_bytes;
+	out->sequences[out->files.n++] = e->content == 0 ? entry_sequence(st, e) : -2;
 	narrow_prefix(st, key);
 	out->bytes += e->file_size_in_bytes;
 	if (e->content == 0)
 	{
 		out->data_files++;
 		out->records += e->record_count;
+		return 0;
 	}
-	else
-	{
-		out->delete_files++;
-		if (e->content == 1)
-			out->position_deletes += e->record_count;
-		else
-			out->equality_delete_files++;
-	}
+	out->delete_files++;
+	if (e->content == 1)
+		return keep_position_delete(st, e);
+	out->uncountable_deletes++;
 	return 0;
 }
 
-/* A manifest's callback: keeps the live entries of the partition. */
+/*
+ * The index of the snapshot that added (or removed) an entry among those
+ * since the target's head, -1 when it is older, -2 when unknown (then it
+ * counts as new: an unknown change is no proven non-change).
+ */
+static int
+since_index(const CollectState *st, const IcebergManifestEntry *e)
+{
+	int64		id;
+	int			lo = 0;
+	int			hi = st->since->n;
+
+	if (e->has_snapshot_id)
+		id = e->snapshot_id;
+	else if (st->mf->has_added_snapshot_id)
+		id = st->mf->added_snapshot_id;
+	else
+		return -2;
+	while (lo < hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (st->since->ids[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < st->since->n && st->since->ids[lo] == id ? lo : -1;
+}
+
+/*
+ * Notes a change since the target's head: a removal is counted for its
+ * snapshot (checked against the summaries later); one outside the
+ * partition is a change the release did not audit.
+ */
+static int
+note_change(CollectState *st, const IcebergManifestEntry *e, bool in_partition)
+{
+	int			k;
+
+	if (st->since->n == 0 || (k = since_index(st, e)) == -1)
+		return 0;
+	if (e->status == 2 && k >= 0)
+		st->out->removed_seen[k]++;
+	if (!in_partition && st->out->changed_outside++ == 0 &&
+		(st->out->changed_example = strdup_quiet(st, e->file_path)) == NULL)
+		return 1;
+	return 0;
+}
+
+/* A manifest's callback: counts every entry, keeps the live ones of the partition. */
 static int
 manifest_entry(const IcebergManifestEntry *e, void *arg)
 {
 	CollectState *st = (CollectState *) arg;
 	const char *absent;
+	bool		in_partition = entry_in_partition(st->match, e, &absent);
 
+	if (e->status >= 0 && e->status <= 2)
+		st->by_status[e->status]++;
+	if (note_change(st, e, in_partition) != 0)
+		return 1;
 	if (e->status == 2)
-		return 0;				/* removed by this snapshot */
-	st->out->entries++;
-	if (!entry_in_partition(st->match, e, &absent))
+		return 0;				/* removed by a snapshot */
+	if (e->content == 0)
+		st->out->all_data_files++;
+	else
+		st->out->all_delete_files++;
+	if (!in_partition)
 	{
 		if (absent != NULL && st->out->unplaced++ == 0)
 		{
@@ -263,15 +379,69 @@ check_read(int rc, const CollectState *st, const char *what, const char *locatio
 }
 
 /*
+ * Checks a manifest read against its record in the list: its length, and
+ * its entries per status against the counts the list gives (an object cut
+ * at a block boundary, or replaced, is an error, never fewer files).
+ */
+static void
+check_manifest_whole(const CollectState *st, const ListedManifest *lm, size_t len)
+{
+	const IcebergManifestFile *mf = &lm->mf;
+	const char *why = NULL;
+
+	if (mf->manifest_length > 0 && (int64) len != mf->manifest_length)
+		why = psprintf("it is %zu bytes long, the manifest list says " INT64_FORMAT, len, mf->manifest_length);
+	else if ((mf->has_added_files_count && st->by_status[1] != mf->added_files_count) ||
+			 (mf->has_existing_files_count && st->by_status[0] != mf->existing_files_count) ||
+			 (mf->has_deleted_files_count && st->by_status[2] != mf->deleted_files_count))
+		why = psprintf("it holds " INT64_FORMAT " added, " INT64_FORMAT " existing and " INT64_FORMAT
+					   " deleted entries, which are not the counts the manifest list gives",
+					   st->by_status[1], st->by_status[0], st->by_status[2]);
+	if (why != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("manifest \"%s\" is not the one the snapshot's manifest list describes", lm->path),
+				 errdetail("%s; nothing was released.", why),
+				 errhint("The object was cut or replaced after the snapshot was committed: audit a snapshot whose files are whole.")));
+}
+
+/* Reads one manifest of the list and checks it whole. */
+static void
+read_manifest(const Manifest *store, const IcebergLayout *layout, const ReleaseRequest *r, CollectState *st,
+			  const ListedManifest *lm, StringInfo buf)
+{
+	const IcebergSpec *spec = lake_layout_spec(layout, lm->mf.partition_spec_id);
+	SpecMatch	match;
+	char		err[512] = "";
+	int			rc;
+
+	if (spec == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("manifest \"%s\" was written under partition spec %d, which table \"%s\" does not have",
+						lm->path, lm->mf.partition_spec_id, r->iceberg_table),
+				 errhint("The table's metadata and its snapshot disagree; check the catalog's table.")));
+	spec_match_prepare(spec, r, &match);
+	st->match = &match;
+	st->mf = &lm->mf;
+	memset(st->by_status, 0, sizeof(st->by_status));
+	read_object(store, st->base, lm->path, "manifest", buf);
+	rc = avro_manifest_read(buf->data, buf->len, manifest_entry, st, err, sizeof(err));
+	check_read(rc, st, "manifest", lm->path, err);
+	check_manifest_whole(st, lm, buf->len);
+}
+
+/*
  * Collects the partition's files of the snapshot whose manifest list is
  * at manifest_list, from the store (whose locations begin with base), as
- * the caller: out's inventory (keys, sizes), counts, and the files that
- * cannot be checked (outside the store) or placed (a spec without a
- * requested field).
+ * the caller: out's inventory (keys, sizes), counts, the files that cannot
+ * be checked (outside the store) or placed (a spec without a requested
+ * field), and the changes since the target's head (since) outside it.
  */
 void
 snapshot_files_collect(const Manifest *store, const char *base, const char *manifest_list,
-					   const IcebergLayout *layout, const ReleaseRequest *r, SnapshotFiles *out)
+					   const IcebergLayout *layout, const ReleaseRequest *r, const SinceHead *since,
+					   SnapshotFiles *out)
 {
 	StringInfo	buf = makeStringInfo();
 	CollectState st = {0};
@@ -280,29 +450,17 @@ snapshot_files_collect(const Manifest *store, const char *base, const char *mani
 	char	   *slash;
 
 	memset(out, 0, sizeof(*out));
+	out->removed_seen = palloc0(sizeof(int64) * Max(since->n, 1));
 	st.out = out;
 	st.base = base;
+	st.since = since;
 	read_object(store, base, manifest_list, "manifest list", buf);
 	rc = avro_manifest_list_read(buf->data, buf->len, list_entry, &st, err, sizeof(err));
 	check_read(rc, &st, "manifest list", manifest_list, err);
 	for (int i = 0; i < st.nlisted; i++)
 	{
-		const IcebergSpec *spec = lake_layout_spec(layout, st.listed[i].spec_id);
-		SpecMatch	match;
-
 		CHECK_FOR_INTERRUPTS();
-		if (spec == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("manifest \"%s\" was written under partition spec " INT64_FORMAT
-							", which table \"%s\" does not have", st.listed[i].path, st.listed[i].spec_id,
-							r->iceberg_table),
-					 errhint("The table's metadata and its snapshot disagree; check the catalog's table.")));
-		spec_match_prepare(spec, r, &match);
-		st.match = &match;
-		read_object(store, base, st.listed[i].path, "manifest", buf);
-		rc = avro_manifest_read(buf->data, buf->len, manifest_entry, &st, err, sizeof(err));
-		check_read(rc, &st, "manifest", st.listed[i].path, err);
+		read_manifest(store, layout, r, &st, &st.listed[i], buf);
 		out->manifests++;
 	}
 	/* The files' common directory: what the store lists. */
@@ -313,4 +471,5 @@ snapshot_files_collect(const Manifest *store, const char *base, const char *mani
 	else
 		out->prefix[0] = '\0';
 	pfree(buf->data);
+	count_position_deletes(out);
 }

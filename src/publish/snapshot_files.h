@@ -2,7 +2,8 @@
  * snapshot_files.h
  *     The files of an Iceberg snapshot that hold a release's partition:
  *     read from its manifest list and manifests in the store, as the
- *     caller (snapshot_files.c).
+ *     caller (snapshot_files.c), and what their position deletes delete
+ *     (delete_counts.c).
  */
 #ifndef FINALIZE_PUBLISH_SNAPSHOT_FILES_H
 #define FINALIZE_PUBLISH_SNAPSHOT_FILES_H
@@ -12,27 +13,61 @@
 #include "lake/release_metadata.h"
 #include "publish/release_request.h"
 
+/* A position-delete file of the partition, and the data file it names. */
+typedef struct PositionDelete
+{
+	char	   *referenced;		/* the store key of its referenced_data_file, or NULL */
+	int64		sequence;		/* its data sequence number, -1 unknown */
+	int64		records;		/* rows it deletes */
+} PositionDelete;
+
 typedef struct SnapshotFiles
 {
 	Inventory	files;			/* data and delete files: store keys, sizes */
+	int64	   *sequences;		/* per file: a data file's data sequence
+								 * number (-1 unknown), -2 for a delete file */
+	int			capacity;		/* of sequences */
 	int64		data_files;
 	int64		delete_files;
 	int64		records;		/* rows the data files hold */
-	int64		position_deletes;	/* rows the position-delete files delete */
-	int64		equality_delete_files;
+	PositionDelete *deletes;	/* the position-delete files */
+	int			ndeletes;
+	int			deletes_cap;
+	int64		position_deletes;	/* rows they delete that can be counted
+									 * (delete_counts.c) */
+	int64		uncountable_deletes;	/* delete files whose rows cannot be
+										 * counted (equality deletes, position
+										 * deletes without one live data file) */
 	int64		bytes;
 	int64		manifests;		/* manifests read */
-	int64		entries;		/* live entries read */
+	int64		all_data_files; /* live entries of every partition */
+	int64		all_delete_files;
 	char	   *prefix;			/* the files' common directory, "" or ending in "/" */
 	int64		outside;		/* files that are no object of the store */
 	char	   *outside_example;
 	int64		unplaced;		/* files of a spec without a requested field */
 	const char *unplaced_field;
 	int64		unplaced_spec;
+	int64		changed_outside;	/* files of other partitions added or removed
+									 * since the target's head */
+	char	   *changed_example;
+	int64	   *removed_seen;	/* per snapshot since the head: removals seen */
 } SnapshotFiles;
 
+/* The snapshots a publish would add to the target branch (sorted ids). */
+typedef struct SinceHead
+{
+	const int64 *ids;
+	int			n;				/* 0: not checked (a tag) */
+} SinceHead;
+
 extern void snapshot_files_collect(const Manifest *store, const char *base, const char *manifest_list,
-								   const IcebergLayout *layout, const ReleaseRequest *r, SnapshotFiles *out);
+								   const IcebergLayout *layout, const ReleaseRequest *r, const SinceHead *since,
+								   SnapshotFiles *out);
 extern char *iceberg_location(const char *location);
+extern const char *store_key_of(const char *path, const char *base);
+
+/* in delete_counts.c */
+extern void count_position_deletes(SnapshotFiles *f);
 
 #endif							/* FINALIZE_PUBLISH_SNAPSHOT_FILES_H */

@@ -18,36 +18,34 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.release_iceberg(jsonb) IS
     'Audit an Iceberg snapshot''s partition (files, finality, row counts) and publish it through the catalog if nothing disagrees';
 
--- The release that already published this snapshot of the partition to the
--- same target, if any: the same request again is a no-op returning it.
-CREATE FUNCTION @extschema@._iceberg_released(table_id bigint, partition text, generation text,
-                                              catalog text, iceberg_table text, target text)
-RETURNS TABLE (release_id bigint, problems jsonb)
+-- Whether this very request (as stored: the request and the snapshot's
+-- manifest list) released this snapshot of the partition before: the same
+-- request again, when nothing changed, stores nothing.
+CREATE FUNCTION @extschema@._iceberg_released(table_id bigint, partition text, generation text, stored jsonb)
+RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT r.release_id, r.problems
-      FROM @extschema@.release r
-     WHERE r.table_id = _iceberg_released.table_id AND r.partition = _iceberg_released.partition
-       AND r.generation = _iceberg_released.generation AND r.released
-       AND r.report -> 'catalog' ->> 'catalog' = _iceberg_released.catalog
-       AND r.report -> 'catalog' ->> 'iceberg_table' = _iceberg_released.iceberg_table
-       AND r.report -> 'catalog' ->> 'target' = _iceberg_released.target
-     ORDER BY r.release_id DESC
-     LIMIT 1;
+    SELECT EXISTS (
+        SELECT FROM @extschema@.release r
+         WHERE r.table_id = _iceberg_released.table_id AND r.partition = _iceberg_released.partition
+           AND r.generation = _iceberg_released.generation AND r.released
+           AND r.manifest = _iceberg_released.stored);
 END;
 
--- The LSN property of the lake consumer that follows this Iceberg table
--- through this catalog for the tracked table, or NULL when none does.
-CREATE FUNCTION @extschema@._iceberg_lsn_property(table_id bigint, server_name text, iceberg_table text)
+-- The LSN property of the lake consumer that follows this Iceberg table for
+-- the tracked table, through any catalog server (by the table's name, or by
+-- the uuid it was seen with), or NULL when none does.
+CREATE FUNCTION @extschema@._iceberg_lsn_property(table_id bigint, iceberg_table text, table_uuid text)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT l.lsn_property
       FROM @extschema@.lake_consumer l
-     WHERE l.table_id = _iceberg_lsn_property.table_id AND l.server_name = _iceberg_lsn_property.server_name
-       AND l.iceberg_table = _iceberg_lsn_property.iceberg_table
+     WHERE l.table_id = _iceberg_lsn_property.table_id
+       AND (l.iceberg_table = _iceberg_lsn_property.iceberg_table
+            OR l.seen_table_uuid = _iceberg_lsn_property.table_uuid)
      ORDER BY l.consumer
      LIMIT 1;
 END;
@@ -77,7 +75,8 @@ END;
 -- What the CDC facts say against an Iceberg partition of [period_start,
 -- period_end) of table_name (the table whose verdict decides), beyond
 -- finality (checked by the gate's own rule): its row count under the
--- request's rule (records less position deletes against inserts, inserts
+-- request's rule ('default': net for an event-time table, else none;
+-- records less position deletes against inserts, inserts
 -- less deletes, or every change) and, when a lake consumer follows the
 -- table (lsn_property), whether the audited snapshot's committed LSN
 -- reaches every change committed before period_end. A count that cannot be
@@ -85,7 +84,7 @@ END;
 -- nothing is published on a guess.
 CREATE FUNCTION @extschema@._iceberg_checks(table_name text, period_start timestamptz, period_end timestamptz,
                                             row_rule text, records bigint, position_deletes bigint,
-                                            equality_delete_files bigint, lsn_property text,
+                                            uncountable_delete_files bigint, lsn_property text,
                                             committed_lsn @extschema@.lsn, lsn_carrier bigint)
 RETURNS TABLE (code text, detail text)
 LANGUAGE plpgsql STABLE
@@ -100,6 +99,9 @@ DECLARE
     span text := pg_catalog.format('[%s, %s)', period_start, period_end);
     behind record;
 BEGIN
+    IF row_rule = 'default' THEN
+        row_rule := CASE WHEN tt.event_time_column IS NOT NULL THEN 'net' ELSE 'none' END;
+    END IF;
     IF row_rule <> 'none' THEN
         SELECT x.facts, x.is_final, x.exact INTO f
           FROM @extschema@._period_facts(table_name, period_start, period_end) AS x;
@@ -108,12 +110,14 @@ BEGIN
             WHEN 'net' THEN (f.facts ->> 'inserts')::bigint - (f.facts ->> 'deletes')::bigint
             ELSE (f.facts ->> 'inserts')::bigint + (f.facts ->> 'updates')::bigint + (f.facts ->> 'deletes')::bigint
         END;
-        IF equality_delete_files > 0 THEN
+        IF uncountable_delete_files > 0 THEN
             code := 'row_count_unknown';
-            detail := pg_catalog.format('The partition has %s equality-delete file(s), whose deleted rows cannot be '
-                                        'counted from the manifests, so its row count cannot be checked against the '
-                                        'CDC facts; compact them away (rewrite the data files) and audit again, or '
-                                        'release with "row_count": "none".', equality_delete_files);
+            detail := pg_catalog.format('The partition has %s delete file(s) whose deleted rows cannot be counted from '
+                                        'the manifests (equality deletes, or position deletes that do not name one '
+                                        'live data file of the partition written before them, or that share one), so '
+                                        'its row count cannot be checked against the CDC facts; compact them away '
+                                        '(rewrite the data files) and audit again, or release with "row_count": '
+                                        '"none".', uncountable_delete_files);
             RETURN NEXT;
         ELSIF f.is_final IS NOT TRUE THEN
             NULL;       -- not_finalized says it: a count may still change

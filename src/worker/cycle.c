@@ -42,6 +42,7 @@
 #include "worker/event_facts.h"
 #include "worker/instances.h"
 #include "worker/judge.h"
+#include "worker/period_splits.h"
 #include "worker/plan.h"
 #include "worker/record.h"
 #include "worker/table_reads.h"
@@ -295,6 +296,8 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 		plan_table(&c->tables[i], mine, nmine, &c->snap.max_lsn, &plans[i]);
 		jobs[i].table = &c->tables[i];
 		jobs[i].plan = &plans[i];
+		if (plans[i].action == PLAN_READ)
+			job_splits(&c->cfg, c->max_instant, &jobs[i]);
 		if (plans[i].action == PLAN_READ || plans[i].action == PLAN_RESUME ||
 			plans[i].action == PLAN_INSTANCE_GAP)
 			to_read[nread++] = &jobs[i];
@@ -380,6 +383,7 @@ static void
 decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 {
 	w->table = &c->tables[i];
+	w->facts = palloc0(sizeof(RangeFacts) * 3);
 	switch (p->action)
 	{
 		case PLAN_NOTHING:

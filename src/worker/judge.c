@@ -390,6 +390,93 @@ segment_fact(const SourceConfig *cfg, const TableJob *job, int s, const DdlSeen 
 	return true;
 }
 
+/* Orders a split range's pieces by index. */
+static int
+piece_cmp(const void *a, const void *b)
+{
+	int64		x = ((const CdcPiece *) a)->index;
+	int64		y = ((const CdcPiece *) b)->index;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Whether a split range's pieces can be facts of their own: in the order of
+ * their periods their LSNs follow each other (piece k's first row after
+ * piece k - 1's last), their counts add up to the range's, and their rows'
+ * commit times map. SQL Server's commit times follow LSN order, so this
+ * holds unless its clock went back: then the range stays one fact
+ * (straddling its boundaries: those periods read as inexact, never wrong).
+ */
+static bool
+pieces_chain(const CdcRange *sr)
+{
+	int64		ins = 0;
+	int64		upd = 0;
+	int64		del = 0;
+
+	for (int k = 0; k < sr->npieces; k++)
+	{
+		const CdcPiece *p = &sr->pieces[k];
+
+		if (!p->has_first || !p->has_last || lsn_cmp(&p->first_lsn, &p->last_lsn) > 0 ||
+			(k > 0 && (p->index <= sr->pieces[k - 1].index ||
+					   lsn_cmp(&p->first_lsn, &sr->pieces[k - 1].last_lsn) <= 0)))
+			return false;
+		ins += p->inserts;
+		upd += p->updates;
+		del += p->deletes;
+	}
+	return ins == sr->inserts && upd == sr->updates && del == sr->deletes &&
+		lsn_cmp(&sr->pieces[sr->npieces - 1].last_lsn, &sr->end) <= 0 &&
+		lsn_cmp(&sr->pieces[0].first_lsn, &sr->start) > 0;
+}
+
+/*
+ * Replaces the fact of a segment read split at its periods' boundaries
+ * (f[0], made whole by segment_fact) by one fact per piece, in LSN order:
+ * piece k covers (the end of piece k - 1, its last row], the last one up
+ * to the segment's end with its end time, so the facts still chain and the
+ * watermark is the segment's. The first piece keeps the segment's event.
+ * Returns how many facts f now holds (1 when the segment stays whole).
+ */
+static int
+split_segment_fact(const SourceConfig *cfg, CdcRange *sr, RangeFacts *f)
+{
+	RangeFacts	whole = f[0];
+
+	if (sr->npieces < 2 || sr->events != NULL)
+		return 1;
+	qsort(sr->pieces, sr->npieces, sizeof(CdcPiece), piece_cmp);
+	if (!pieces_chain(sr))
+		return 1;
+	for (int k = 0; k < sr->npieces; k++)
+	{
+		const CdcPiece *p = &sr->pieces[k];
+		RangeFacts *x = &f[k];
+		bool		last = k == sr->npieces - 1;
+
+		*x = whole;
+		x->start = k == 0 ? whole.start : sr->pieces[k - 1].last_lsn;
+		x->end = last ? whole.end : p->last_lsn;
+		x->inserts = p->inserts;
+		x->updates = p->updates;
+		x->deletes = p->deletes;
+		x->has_rows = p->inserts + p->updates + p->deletes > 0;
+		x->first_time = local_to_instant_earliest(p->first_local, cfg->tz);
+		x->last_time = local_to_instant_earliest(p->last_local, cfg->tz);
+		if (x->first_time > x->last_time)
+			x->first_time = x->last_time;
+		x->end_time = last ? whole.end_time : x->last_time;
+		if (k > 0)
+		{
+			x->event = NULL;
+			x->detail = NULL;
+		}
+	}
+	return sr->npieces;
+}
+
 /*
  * Turns the reads of a table's segments into its write: the facts (with the
  * instance switch and DDL as events), a data loss, a blocked schema change,
@@ -410,11 +497,16 @@ judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Tabl
 
 	w->kind = WRITE_RANGES;
 	w->nfacts = 0;
+	/* A baseline, and one fact per segment, or per piece of a split one. */
+	w->facts = palloc0(sizeof(RangeFacts) * (1 + job->seg[0].npieces + job->seg[1].npieces + 2));
 	if (!job->table->has_offset)
 		baseline_fact(cfg, job, max_instant, &w->facts[w->nfacts++]);
 	for (int s = 0; s < job->plan->nsegments; s++)
-		if (!segment_fact(cfg, job, s, &seen, max_instant, &w->facts[w->nfacts++], w))
+	{
+		if (!segment_fact(cfg, job, s, &seen, max_instant, &w->facts[w->nfacts], w))
 			return;
+		w->nfacts += split_segment_fact(cfg, &job->seg[s], &w->facts[w->nfacts]);
+	}
 }
 
 /* The write for a table asked to resume after a loss. */

@@ -25,6 +25,9 @@ typedef struct TableJob
 	const char *event_name[2];	/* per segment: the column as the instance spells it */
 	Condition	event_condition;	/* why the event column cannot be read (or COND_NONE) */
 	char	   *event_problem;
+	Timestamp  *splits;			/* a commit-time table's period boundaries in
+								 * the server's wall time, its segments split at */
+	int			nsplits;
 } TableJob;
 
 /* What the cycle does for one table in the write transaction. */
@@ -44,7 +47,8 @@ typedef struct TableWrite
 	const TrackedSource *table;
 	const char *capture_instance;	/* followed after the write */
 	int			nfacts;
-	RangeFacts	facts[3];		/* WRITE_RANGES: a baseline, two segments */
+	RangeFacts *facts;			/* WRITE_RANGES: a baseline, then each segment's
+								 * (one per piece of a split segment) */
 	Lsn			event_start;	/* DATA_LOSS, SCHEMA_BLOCKED: the range */
 	Lsn			event_end;
 	Jsonb	   *detail;

@@ -23,6 +23,7 @@
 
 #include "common/int.h"
 
+#include "core/period.h"
 #include "worker/plan.h"
 
 /*
@@ -392,4 +393,28 @@ plan_consumer(const Lsn *reported, const Lsn *resolved_for, const Lsn *max_lsn, 
 	if (resolved_for != NULL && lsn_cmp(resolved_for, target) == 0)
 		return CONSUMER_NOTHING;
 	return at_max ? CONSUMER_AT_MAX : CONSUMER_LOOKUP;
+}
+
+/*
+ * The boundaries of a commit-time table's periods in (after, until], at
+ * most max, as the server's wall times (each instant plus offset_seconds,
+ * the server's UTC offset, constant over the span): where the next read
+ * splits its range on the server, so that each period's counts are their
+ * own fact (changes_by_period exact). Splitting anywhere is safe (each
+ * piece's counts and commit times are read, not guessed); a boundary that
+ * cannot be computed is simply not split at.
+ */
+int
+plan_period_splits(const PeriodSpec *spec, TimestampTz after, TimestampTz until, int32 offset_seconds,
+				   Timestamp *out, int max)
+{
+	TimestampTz start;
+	int			n = 0;
+
+	if (after >= until || period_floor(spec, after, &start) != PERIOD_OK)
+		return 0;
+	for (TimestampTz b = period_end_of(spec, start); b > start && b <= until && n < max;
+		 start = b, b = period_end_of(spec, b))
+		out[n++] = b + (int64) offset_seconds * USECS_PER_SEC;
+	return n;
 }

@@ -8,6 +8,7 @@
 #include "datatype/timestamp.h"
 
 #include "core/lsn.h"
+#include "core/period.h"
 #include "mssql/cdc_reader.h"
 
 /* A tracked table as the worker sees it at the start of a cycle. */
@@ -108,6 +109,8 @@ extern SegmentEvent plan_segment_event(const TablePlan *plan, int s, bool ddl_se
 extern TimestampTz plan_segment_end_time(const TablePlan *plan, int s, const TrackedSource *table,
 										 bool has_rows, TimestampTz last_row_time, TimestampTz max_instant);
 extern bool plan_loss_resumes(const TrackedSource *table, TimestampTz now, int64 window_usecs);
+extern int	plan_period_splits(const PeriodSpec *spec, TimestampTz after, TimestampTz until, int32 offset_seconds,
+							   Timestamp *out, int max);
 extern ConsumerAction plan_consumer(const Lsn *reported, const Lsn *resolved_for, const Lsn *max_lsn,
 									Lsn *target);
 

@@ -111,6 +111,12 @@ read_table_jobs(MssqlConn *conn, TableJob **jobs, int njobs, MssqlError *err, in
 				r->events->server_offset_minutes = server_offset_minutes;
 				r->events->slot_seconds = event_slot_seconds(&jobs[j]->table->granularity);
 			}
+			else
+			{
+				/* A commit-time table's periods each get facts of their own. */
+				r->splits = jobs[j]->splits;
+				r->nsplits = jobs[j]->nsplits;
+			}
 			ranges[nranges++] = r;
 			jobs[j]->inst[s] = instance_read(insts, &ninsts, slots, p->seg[s].instance->name, true);
 		}

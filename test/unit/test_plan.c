@@ -2,7 +2,8 @@
  * Unit tests of the pure logic of the worker: LSN arithmetic and parsing
  * (lsn.c) and range planning and judging (plan.c: what to read, and what a
  * read means for DDL, events, end times and losses; which consumers need a
- * query), without PostgreSQL or a network.
+ * query; where a commit-time table's read splits at its periods), without
+ * PostgreSQL or a network.
  * Built and run by test/integration/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
@@ -456,9 +457,44 @@ test_ddl_mentions(void)
 		  "ddl_mentions: a bracketed name with a space");
 }
 
+/*
+ * The split points of a read: the period boundaries in (after, until], in
+ * the server's wall time, at most max; none for an empty span.
+ */
+static void
+test_period_splits(void)
+{
+	Interval	hour = {.time = USECS_PER_HOUR};
+	Interval	month = {.month = 1};
+	PeriodSpec	hours;
+	PeriodSpec	months;
+	Timestamp	out[8];
+	TimestampTz t0930 = 9 * USECS_PER_HOUR + 30 * USECS_PER_MINUTE;	/* 2000-01-01 09:30 UTC */
+	int			n;
+
+	check(period_spec_make(&hour, NULL, true, &hours) == GRANULARITY_OK &&
+		  period_spec_make(&month, NULL, true, &months) == GRANULARITY_OK, "hour and month specs");
+	n = plan_period_splits(&hours, t0930, 12 * USECS_PER_HOUR, 0, out, 8);
+	check(n == 3 && out[0] == 10 * USECS_PER_HOUR && out[1] == 11 * USECS_PER_HOUR && out[2] == 12 * USECS_PER_HOUR,
+		  "09:30 to 12:00: 10:00, 11:00 and 12:00 (a boundary at the end is one)");
+	n = plan_period_splits(&hours, t0930, 12 * USECS_PER_HOUR, 3600, out, 8);
+	check(n == 3 && out[0] == 11 * USECS_PER_HOUR, "a server an hour east sees 10:00 UTC as 11:00");
+	check(plan_period_splits(&hours, 10 * USECS_PER_HOUR, 10 * USECS_PER_HOUR + 59 * USECS_PER_MINUTE, 0, out, 8) == 0,
+		  "a span inside one hour has none");
+	check(plan_period_splits(&hours, 10 * USECS_PER_HOUR, 10 * USECS_PER_HOUR, 0, out, 8) == 0 &&
+		  plan_period_splits(&hours, 11 * USECS_PER_HOUR, 10 * USECS_PER_HOUR, 0, out, 8) == 0,
+		  "an empty or backward span has none");
+	check(plan_period_splits(&hours, 0, 100 * USECS_PER_HOUR, 0, out, 8) == 8 && out[7] == 8 * USECS_PER_HOUR,
+		  "at most max, the first ones");
+	n = plan_period_splits(&months, 20 * USECS_PER_DAY, 70 * USECS_PER_DAY, 0, out, 8);
+	check(n == 2 && out[0] == 31 * USECS_PER_DAY && out[1] == 60 * USECS_PER_DAY,
+		  "calendar months: February 1 and March 1 of 2000 (a leap year)");
+}
+
 int
 main(void)
 {
+	test_period_splits();
 	test_lsn();
 	test_lsn_parse_any();
 	test_plan_consumer();

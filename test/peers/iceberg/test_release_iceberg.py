@@ -390,3 +390,48 @@ def test_requests_that_are_wrong_are_errors_naming_the_field(lake):
             lake.release(**kw)
         assert where in str(e.value) and what in str(e.value), (kw, str(e.value))
     assert lake.attempts() == []
+
+
+def test_a_fast_forward_that_would_publish_another_partition_is_refused(lake):
+    """The audit branch also holds a row of hour 10 (not final): fast-forwarding main to it for hour 09
+    would publish hour 10 unaudited. A tag publishes hour 09's audit alone."""
+    commits = lake.hour_09()
+    rows = lake.pipeline.rows(commits)
+    later = {"id": 7000, "op": "i", "lsn": commits[-1]["lsn"], "commit_time": at(10, 2).isoformat()}
+    lake.pipeline.apply(commits, branch="audit", rows=rows + [later])
+    before = lake.main()
+    r = lake.release()
+    assert not r["released"] and codes(r) == ["unaudited_change"], r
+    assert "commit_time_hour=2026-11-02-10" in r["problems"][0]["path"], r
+    assert lake.main() == before
+    assert lake.release(tag=True)["released"]
+
+
+def test_position_deletes_that_name_no_data_file_leave_the_count_unknown(lake):
+    """A position-delete file whose entry does not say which data file it deletes from cannot be
+    counted from the manifests: row_count_unknown, never a subtraction on a guess."""
+    commits = lake.hour_09()
+    rows = lake.pipeline.rows(commits)
+    lake.pipeline.apply(commits, branch="audit", rows=rows + [dict(rows[0], id=999)])
+    (f,) = lake.partition_files()
+    lake.writer.call("position_delete", table=lake.table, positions=[[f["file_path"], 6]], branch="audit",
+                     reference=False)
+    r = lake.release()
+    assert not r["released"] and codes(r) == ["row_count_unknown"], r
+    assert "1 delete file(s)" in r["problems"][0]["detail"], r
+
+
+def test_a_cut_manifest_is_an_error(lake):
+    commits = lake.hour_09()
+    snap = lake.pipeline.apply(commits, branch="audit")
+    snaps = {s["snapshot_id"]: s for s in lake.writer.call("snapshots", table=lake.table)}
+    assert snap["snapshot_id"] in snaps
+    md = lake.catalog.load_table(lake.table)["metadata"]
+    listed = next(s["manifest-list"] for s in md["snapshots"] if s["snapshot-id"] == snap["snapshot_id"])
+    with open(local_path(listed), "r+b") as fh:
+        size = fh.seek(0, 2)
+        fh.truncate(size - 7)
+    with pytest.raises(psycopg2.Error) as e:
+        lake.release()
+    assert "manifest list" in str(e.value) and "nothing was released" in str(e.value).lower(), e.value
+    assert lake.attempts() == []

@@ -44,15 +44,24 @@ operation, summary}):
   metadata_location(table)                      -> the current metadata file
   data_files(table, ref="main")                 -> [{file_path, record_count, file_size_in_bytes,
       partition, deletes: [file_path, ...]}] of the ref's head (pyiceberg's plan_files)
-  position_delete(table, positions, branch=None) -> snapshot: one position-delete file of
-      positions [[data file path, row position], ...] (all in one partition), committed in a delete
-      manifest (content=deletes), as Iceberg's merge-on-read writers commit them
+  position_delete(table, positions, branch=None, reference=True) -> snapshot: one position-delete
+      file of positions [[data file path, row position], ...] (all in one data file), committed in a
+      delete manifest (content=deletes), as Iceberg's merge-on-read writers commit them; with
+      reference, its entry names the data file (referenced_data_file, field 143, optional in v2, as
+      Java's writers set it for a file-scoped delete)
   duplicate_file(table, file_path, branch=None)  -> snapshot: a new snapshot that references the data
       file file_path (already live) once more -- a broken writer's snapshot
+  bench_files(table, count, partition, size=64, branch=None, per_commit=10000) -> snapshot: count
+      placeholder files of size bytes (not Parquet) under data/, referenced as data files of one
+      record each in the partition (a tuple of ints, e.g. [hours since 1970]), per_commit per
+      fast append (one manifest each): for benchmarks of manifest reading only
+  plan_files(table, snapshot_id, filter)        -> {files, seconds}: pyiceberg's own planning of the
+      snapshot's files matching the row filter (manifest list and manifests read, filtered)
   ping                                          -> "pong"
 """
 import datetime
 import json
+import os
 import sys
 import traceback
 
@@ -330,7 +339,7 @@ class Writer:
                 return task.file
         raise ValueError("%s has no live data file %s on %s" % (t.name(), file_path, branch or "main"))
 
-    def position_delete(self, table, positions, branch=None):
+    def position_delete(self, table, positions, branch=None, reference=True):
         import uuid
         import pyarrow.parquet as pq
         from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -346,9 +355,12 @@ class Writer:
         with t.io.new_output(path).create() as out:
             pq.write_table(rows, out)
         size = len(t.io.new_input(path).open().read())
-        df = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=path,
+        # Bound to the v3 struct (v2's fields, then 142-145), whose 143 is referenced_data_file.
+        df = DataFile.from_args(_table_format_version=3, content=DataFileContent.POSITION_DELETES, file_path=path,
                                 file_format=FileFormat.PARQUET, partition=ref.partition,
-                                record_count=len(positions), file_size_in_bytes=size, spec_id=ref.spec_id)
+                                record_count=len(positions), file_size_in_bytes=size,
+                                referenced_data_file=positions[0][0] if reference else None)
+        df.spec_id = ref.spec_id
         with t.transaction() as tx:
             producer = DeleteAppend(operation=Operation.OVERWRITE, transaction=tx, io=t.io, branch=branch or "main")
             producer.append_data_file(df)
@@ -362,6 +374,40 @@ class Writer:
             with tx.update_snapshot(branch=branch or "main").fast_append() as fa:
                 fa.append_data_file(f)
         return snap(head(self.table(table), branch))
+
+    def bench_files(self, table, count, partition, size=64, branch=None, per_commit=10000):
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+        t = self.table(table)
+        folder = "%s/data/bench" % t.location()
+        local = folder[len("file://"):] if folder.startswith("file://") else folder
+        os.makedirs(local, exist_ok=True)
+        blob = b"x" * size
+        done = 0
+        while done < count:
+            n = min(per_commit, count - done)
+            files = []
+            for i in range(done, done + n):
+                with open("%s/f-%07d.parquet" % (local, i), "wb") as fh:
+                    fh.write(blob)
+                files.append(DataFile.from_args(content=DataFileContent.DATA,
+                                                file_path="%s/f-%07d.parquet" % (folder, i),
+                                                file_format=FileFormat.PARQUET, partition=Record(*partition),
+                                                record_count=1, file_size_in_bytes=size, spec_id=0))
+            with t.transaction() as tx:
+                with tx.update_snapshot(branch=branch or "main").fast_append() as fa:
+                    for f in files:
+                        fa.append_data_file(f)
+            t = self.table(table)
+            done += n
+        return snap(head(t, branch))
+
+    def plan_files(self, table, snapshot_id, filter):
+        import time
+        t = self.table(table)
+        t0 = time.perf_counter()
+        files = list(t.scan(snapshot_id=snapshot_id, row_filter=filter).plan_files())
+        return {"files": len(files), "seconds": time.perf_counter() - t0}
 
     def ping(self):
         return "pong"
@@ -404,10 +450,19 @@ def _delete_append_class():
     from pyiceberg.table.update.snapshot import _FastAppendFiles
 
     class DeleteManifestWriter(ManifestWriterV2):
-        """A v2 manifest writer of delete files (content=deletes), which pyiceberg 0.12 has not."""
+        """A v2 manifest writer of delete files (content=deletes), which pyiceberg 0.12 has not, whose
+        data_file struct also has v2's optional referenced_data_file (pyiceberg writes it in v3 only):
+        its entries' struct is v3's, which extends v2's (first_row_id and the DV fields stay null)."""
 
         def content(self):
             return ManifestContent.DELETES
+
+        def new_writer(self):
+            from pyiceberg.avro.file import AvroOutputFile
+            from pyiceberg.manifest import ManifestEntry
+            return AvroOutputFile[ManifestEntry](output_file=self._output_file, file_schema=self._with_partition(3),
+                                                 record_schema=self._with_partition(3), schema_name="manifest_entry",
+                                                 metadata=self._meta)
 
         @property
         def _meta(self):

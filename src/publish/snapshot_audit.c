@@ -1,0 +1,206 @@
+/*
+ * snapshot_audit.c
+ *     The audit of an Iceberg release: the partition's files of the audited
+ *     snapshot against the store and the snapshot's own summaries (as the
+ *     caller), and the CDC facts of its periods (as the owner, in SPI).
+ *
+ * A branch publish makes the whole audited snapshot what the branch's
+ * readers see, not only the partition: every file added or removed since
+ * the branch's head must be the partition's (or that change is published
+ * unaudited, unaudited_change). Additions are told by the snapshot that
+ * added each live entry; removals by the deleted entries the manifests
+ * still hold, counted against what each snapshot's summary says it
+ * removed (a rewritten manifest drops them: then which partition lost
+ * files cannot be told, and that is a problem too).
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "core/db.h"
+#include "core/settings.h"
+#include "gate/store_listing.h"
+#include "publish/release_run.h"
+
+/*
+ * Adds the problems of files the audit cannot check or place: files that
+ * are no object of the release's store, files of a spec without one of
+ * the partition's fields.
+ */
+static void
+unchecked_problems(IcebergRun *run)
+{
+	SnapshotFiles *f = &run->files;
+
+	if (f->outside > 0)
+		problem_add(&run->found, "foreign_file", f->outside_example,
+					psprintf("The snapshot's partition has " INT64_FORMAT " file(s) outside store \"%s\" (this is "
+							 "one), which the audit cannot check; name the store that holds them.", f->outside,
+							 run->r.store));
+	if (f->unplaced > 0)
+		problem_add(&run->found, "catalog_mismatch", NULL,
+					psprintf("The snapshot has " INT64_FORMAT " file(s) written under partition spec " INT64_FORMAT
+							 ", which has no field \"%s\", so whether their rows belong to partition %s cannot be "
+							 "told; rewrite them under the current spec and audit again.", f->unplaced,
+							 f->unplaced_spec, f->unplaced_field, run->r.partition_key));
+}
+
+/*
+ * Checks the files of every partition read from the manifests against the
+ * audited snapshot's summary (total-data-files, total-delete-files): a
+ * manifest list cut at a block boundary, or missing manifests, would read
+ * as fewer files. An error: the snapshot's objects are not what it says.
+ */
+static void
+check_totals(const IcebergRun *run)
+{
+	const LakeSnapshot *s = lake_find_snapshot(&run->it.md, run->audited_id);
+	const SnapshotFiles *f = &run->files;
+
+	if (s == NULL || ((s->total_data_files < 0 || s->total_data_files == f->all_data_files) &&
+					  (s->total_delete_files < 0 || s->total_delete_files == f->all_delete_files)))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("the manifests of snapshot %lld of \"%s\" do not hold the files its summary counts",
+					(long long) run->audited_id, run->r.iceberg_table),
+			 errdetail("They hold " INT64_FORMAT " data and " INT64_FORMAT " delete files; the summary says %lld and "
+					   "%lld. Nothing was released.", f->all_data_files, f->all_delete_files,
+					   (long long) s->total_data_files, (long long) s->total_delete_files),
+			 errhint("A manifest list or manifest was cut or replaced after the commit: audit a snapshot whose files are whole.")));
+}
+
+/*
+ * Adds the problems of changes since the target's head that the audit
+ * did not cover: files of other partitions added or removed, and removals
+ * the manifests no longer show (then their partitions are unknown).
+ */
+static void
+change_problems(IcebergRun *run, const SinceHead *since)
+{
+	SnapshotFiles *f = &run->files;
+
+	if (f->changed_outside > 0)
+		problem_add(&run->found, "unaudited_change", f->changed_example,
+					psprintf("Since %s \"%s\"'s head, " INT64_FORMAT " file(s) of other partitions were added or removed "
+							 "(this is one): fast-forwarding would publish them unaudited. Audit a branch whose "
+							 "commits since %s touch only this partition, or publish a tag.",
+							 run->r.to_tag ? "tag" : "branch", run->it.target_name, f->changed_outside,
+							 run->it.target_name));
+	for (int k = 0; k < since->n; k++)
+	{
+		const LakeSnapshot *s = lake_find_snapshot(&run->it.md, since->ids[k]);
+		int64		removed = s != NULL ? s->removed_files : -1;
+
+		if (removed < 0 && s != NULL && s->operation != NULL && strcmp(s->operation, "append") == 0)
+			removed = 0;
+		if (removed == f->removed_seen[k])
+			continue;
+		problem_add(&run->found, "unaudited_change", NULL,
+					removed < 0
+					? psprintf("Snapshot %lld (since the target's head) does not say in its summary how many files "
+							   "it removed, so what it changed cannot be told.", (long long) since->ids[k])
+					: psprintf("Snapshot %lld (since the target's head) removed %lld file(s), of which the manifests "
+							   "show " INT64_FORMAT " (the others were dropped when manifests were rewritten), so "
+							   "which partitions lost files cannot be told.", (long long) since->ids[k],
+							   (long long) removed, f->removed_seen[k]));
+		break;
+	}
+}
+
+/*
+ * Collects the partition's files from the audited snapshot's manifests and
+ * checks them against the store's listing of their common directory, as
+ * the caller: missing_object, size_mismatch, duplicate_file (objects of
+ * other snapshots there are no problem); then the snapshot's totals and,
+ * for a branch, the changes since its head.
+ */
+void
+audit_files(IcebergRun *run)
+{
+	Manifest   *m = &run->m;
+	char	   *base = store_location_base(m);
+	SnapshotFiles *f = &run->files;
+	SinceHead	since = {NULL, 0};
+	int64	   *ids = NULL;
+
+	if (!run->r.to_tag)
+	{
+		since.n = iceberg_since_head(&run->it, &ids);
+		since.ids = ids;
+		if (since.n < 0)
+		{
+			problem_add(&run->found, "catalog_moved", NULL,
+						psprintf("Snapshot %lld does not descend from branch \"%s\"'s head %lld (or its ancestry was "
+								 "expired), so publishing it would not be a fast-forward: audit a snapshot on top of "
+								 "the branch.", (long long) run->audited_id, run->it.target_name,
+								 (long long) run->target_before));
+			since.n = 0;
+		}
+	}
+	snapshot_files_collect(m, base, run->manifest_list, &run->it.layout, &run->r, &since, f);
+	check_totals(run);
+	m->files = f->files;
+	m->prefix = f->prefix;
+	m->empty = f->files.n == 0;
+	m->files_location = (char *) run->manifest_list;
+	m->files_count = f->files.n;
+	m->files_bytes = f->bytes;
+	for (int i = 0; i < f->files.n; i++)
+		inventory_digest_add(m->files_digest, f->files.items[i].path, f->files.items[i].path_len,
+							 f->files.items[i].size, NULL, 0);
+	unchecked_problems(run);
+	change_problems(run, &since);
+	inventory_compare_begin(&run->listing, &m->files, m->prefix, &run->found, true);
+	run->listing.strays_ignored = true;
+	run->listing.stored_max = (size_t) finalize_gate_max_delta_kb * 1024;
+	if (f->files.n > 0)
+		list_store(m, &run->listing);
+	inventory_compare_end(&run->listing);
+}
+
+/*
+ * Adds what the CDC facts say against the partition beyond finality
+ * (_iceberg_checks): its row count, and whether the snapshot holds the
+ * change log up to the periods' end. Runs as the owner in SPI.
+ */
+void
+check_iceberg_facts(IcebergRun *run, const GatePeriod *p)
+{
+	Oid			types[10] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID,
+	TEXTOID, TEXTOID, INT8OID};
+	Datum		values[10];
+	char		nulls[10] = "          ";
+	char		lsn_text[LSN_TEXT_LEN + 1];
+
+	if (run->table.verdict_table == NULL || !p->known)
+		return;
+	values[0] = CStringGetTextDatum(run->table.verdict_table);
+	values[1] = TimestampTzGetDatum(p->start);
+	values[2] = TimestampTzGetDatum(p->end);
+	values[3] = CStringGetTextDatum(row_count_rule_name(run->r.rows));
+	values[4] = Int64GetDatum(run->files.records);
+	values[5] = Int64GetDatum(run->files.position_deletes);
+	values[6] = Int64GetDatum(run->files.uncountable_deletes);
+	values[7] = db_text_or_null(run->lsn_property, nulls, 7);
+	if (run->has_lsn)
+		lsn_format(&run->lsn, lsn_text);
+	values[8] = db_text_or_null(run->has_lsn ? lsn_text : NULL, nulls, 8);
+	values[9] = Int64GetDatum(run->carrier);
+	if (SPI_execute_with_args("SELECT c.code, c.detail FROM " FINALIZE_SCHEMA
+							  "._iceberg_checks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) c",
+							  10, types, values, nulls, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not check the CDC facts of partition \"%s\"", run->m.partition);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *code = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+
+		/* Problem codes are kept by pointer: the SQL's are copied into constants. */
+		problem_add(&run->found, strcmp(code, "row_count_mismatch") == 0 ? "row_count_mismatch" :
+					strcmp(code, "row_count_unknown") == 0 ? "row_count_unknown" : "lake_behind", NULL,
+					SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2));
+	}
+}
