@@ -126,7 +126,10 @@ append_wall_time(StringInfo buf, Timestamp t)
  * the counts and commit times per piece (piece k: rows committed before
  * splits[k] and not before splits[k - 1]) with each piece's first and last
  * LSN, and the grand total (GROUPING(x.p) = 1) in the columns of the plain
- * aggregate. Each transaction's commit time is mapped once (DISTINCT LSNs).
+ * aggregate. Each transaction's commit time is mapped once (DISTINCT LSNs),
+ * and a piece's first and last commit times are the least and greatest of
+ * its rows' (not those of its least and greatest LSN: a clock that went
+ * back commits later LSNs at earlier times).
  */
 static char *
 split_aggregate(const char *fn, const Timestamp *splits, int nsplits)
@@ -138,10 +141,9 @@ split_aggregate(const char *fn, const Timestamp *splits, int nsplits)
 						   "SELECT COUNT_BIG(CASE WHEN x.op = 2 THEN 1 END) AS ins,\n"
 						   "       COUNT_BIG(CASE WHEN x.op = 4 THEN 1 END) AS upd,\n"
 						   "       COUNT_BIG(CASE WHEN x.op = 1 THEN 1 END) AS del,\n"
-						   "       sys.fn_cdc_map_lsn_to_time(MIN(x.l)) AS first_time,\n"
-						   "       sys.fn_cdc_map_lsn_to_time(MAX(x.l)) AS last_time,\n"
+						   "       MIN(x.ct) AS first_time, MAX(x.ct) AS last_time,\n"
 						   "       GROUPING(x.p) AS gp, x.p, MIN(x.l) AS first_lsn, MAX(x.l) AS last_lsn\n"
-						   "  FROM (SELECT r.l, r.op, CASE");
+						   "  FROM (SELECT r.l, r.op, t.ct, CASE");
 	for (int i = 0; i < nsplits; i++)
 	{
 		appendStringInfoString(&stmt, " WHEN t.ct < ");

@@ -60,8 +60,9 @@ check_totals(const IcebergRun *run)
 	const LakeSnapshot *s = lake_find_snapshot(&run->it.md, run->audited_id);
 	const SnapshotFiles *f = &run->files;
 
-	if (s == NULL || ((s->total_data_files < 0 || s->total_data_files == f->all_data_files) &&
-					  (s->total_delete_files < 0 || s->total_delete_files == f->all_delete_files)))
+	if (s == NULL || s->total_data_files < 0 || s->total_delete_files < 0)
+		return;					/* no totals: unverified_totals says it */
+	if (s->total_data_files == f->all_data_files && s->total_delete_files == f->all_delete_files)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_DATA_CORRUPTED),
@@ -71,6 +72,24 @@ check_totals(const IcebergRun *run)
 					   "%lld. Nothing was released.", f->all_data_files, f->all_delete_files,
 					   (long long) s->total_data_files, (long long) s->total_delete_files),
 			 errhint("A manifest list or manifest was cut or replaced after the commit: audit a snapshot whose files are whole.")));
+}
+
+/*
+ * Adds the problem of a snapshot whose summary has no file totals: then
+ * nothing shows that its manifest list is whole (one cut at an Avro block
+ * boundary reads as a valid, shorter list), so nothing is published.
+ */
+static void
+totals_problem(IcebergRun *run)
+{
+	const LakeSnapshot *s = lake_find_snapshot(&run->it.md, run->audited_id);
+
+	if (s != NULL && s->total_data_files >= 0 && s->total_delete_files >= 0)
+		return;
+	problem_add(&run->found, "catalog_mismatch", NULL,
+				psprintf("The summary of snapshot %lld has no total-data-files and total-delete-files, so whether "
+						 "its manifest list is whole cannot be checked; commit with a writer that writes them "
+						 "(Spark, Flink, pyiceberg and Iceberg's Java library do).", (long long) run->audited_id));
 }
 
 /*
@@ -154,6 +173,7 @@ audit_files(IcebergRun *run)
 							 f->files.items[i].size, NULL, 0);
 	unchecked_problems(run);
 	change_problems(run, &since);
+	totals_problem(run);
 	inventory_compare_begin(&run->listing, &m->files, m->prefix, &run->found, true);
 	run->listing.strays_ignored = true;
 	run->listing.stored_max = (size_t) finalize_gate_max_delta_kb * 1024;

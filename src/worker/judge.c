@@ -370,8 +370,14 @@ segment_fact(const SourceConfig *cfg, const TableJob *job, int s, const DdlSeen 
 		}
 		f->first_time = local_to_instant_earliest(sr->first_local, cfg->tz);
 		f->last_time = local_to_instant_earliest(sr->last_local, cfg->tz);
+		/* Times out of LSN order (a clock that went back): the span is widened, never narrowed. */
 		if (f->first_time > f->last_time)
+		{
+			TimestampTz t = f->first_time;
+
 			f->first_time = f->last_time;
+			f->last_time = t;
+		}
 	}
 	f->end_time = plan_segment_end_time(p, s, job->table, f->has_rows, f->last_time, max_instant);
 	f->event = event == SEGMENT_INSTANCE_SWITCH ? "instance_switch"
@@ -419,7 +425,8 @@ pieces_chain(const CdcRange *sr)
 	{
 		const CdcPiece *p = &sr->pieces[k];
 
-		if (!p->has_first || !p->has_last || lsn_cmp(&p->first_lsn, &p->last_lsn) > 0 ||
+		if (!p->has_first || !p->has_last || p->first_local > p->last_local ||
+			lsn_cmp(&p->first_lsn, &p->last_lsn) > 0 ||
 			(k > 0 && (p->index <= sr->pieces[k - 1].index ||
 					   lsn_cmp(&p->first_lsn, &sr->pieces[k - 1].last_lsn) <= 0)))
 			return false;
@@ -463,12 +470,15 @@ split_segment_fact(const SourceConfig *cfg, CdcRange *sr, RangeFacts *f)
 		x->updates = p->updates;
 		x->deletes = p->deletes;
 		x->has_rows = p->inserts + p->updates + p->deletes > 0;
+		/* The least and greatest commit time of the piece's rows (split_aggregate). */
 		x->first_time = local_to_instant_earliest(p->first_local, cfg->tz);
 		x->last_time = local_to_instant_earliest(p->last_local, cfg->tz);
-		if (x->first_time > x->last_time)
-			x->first_time = x->last_time;
 		x->end_time = last ? whole.end_time : x->last_time;
-		if (k > 0)
+		/*
+		 * An instance switch happens at the segment's start; a schema change
+		 * goes with the fact that moves the verdict past it (the last).
+		 */
+		if ((whole.event != NULL && strcmp(whole.event, "instance_switch") == 0) ? k > 0 : !last)
 		{
 			x->event = NULL;
 			x->detail = NULL;

@@ -12,13 +12,17 @@
 #include "core/timeconv.h"
 #include "worker/period_splits.h"
 
+/* How far from a change of the server's UTC offset a read is not split. */
+#define SPLIT_DST_MARGIN (3 * USECS_PER_HOUR)
+
 /*
  * Sets the split points of a table's read (plan_period_splits): its period
  * boundaries since its offset's commit time up to max_instant (the cycle's
  * max LSN's), in the server's wall time. None for an event-time table (its
  * periods are event periods), before the first range, or when the
- * server's UTC offset changes in the span (a wall time there could name
- * two instants): the range is then one fact, as before.
+ * server's UTC offset changes in the span or within SPLIT_DST_MARGIN of it
+ * (a wall time there could name two instants): the range is then one
+ * fact, as before.
  */
 void
 job_splits(const SourceConfig *cfg, TimestampTz max_instant, TableJob *job)
@@ -34,10 +38,22 @@ job_splits(const SourceConfig *cfg, TimestampTz max_instant, TableJob *job)
 	if (t->event_column != NULL || !t->has_offset || t->offset_time >= max_instant ||
 		!period_zone_lookup(name, &zone) || period_spec_make(&t->granularity, zone, true, &spec) != GRANULARITY_OK)
 		return;
-	local_offset_range(cfg->tz, t->offset_time, max_instant, &min_s, &max_s);
+	/*
+	 * Commit times are read as their earliest instant: within a DST
+	 * fall-back's repeated hour that is an hour early, so a span near an
+	 * offset change (either side, by the margin) is not split.
+	 */
+	local_offset_range(cfg->tz, t->offset_time - SPLIT_DST_MARGIN, max_instant + SPLIT_DST_MARGIN, &min_s, &max_s);
 	if (min_s != max_s)
 		return;
-	job->splits = palloc(sizeof(Timestamp) * CDC_MAX_SPLITS);
-	job->nsplits = plan_period_splits(&spec, t->offset_time, max_instant, (int32) min_s, job->splits,
-									  CDC_MAX_SPLITS);
+	{
+		Timestamp	out[CDC_MAX_SPLITS];
+		int			n = plan_period_splits(&spec, t->offset_time, max_instant, (int32) min_s, out, CDC_MAX_SPLITS);
+
+		if (n == 0)
+			return;
+		job->splits = palloc(sizeof(Timestamp) * n);
+		memcpy(job->splits, out, sizeof(Timestamp) * n);
+		job->nsplits = n;
+	}
 }

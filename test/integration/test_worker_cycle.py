@@ -418,3 +418,35 @@ def test_one_by_one_writes_commit_every_30_tables(env, sim):
                                     "WHERE t.table_name LIKE 'chunk%%' AND f.event = 'tracking_started' "
                                     "GROUP BY f.recorded_at")]
     assert sum(groups) == 100 and len(groups) >= 4 and max(groups) <= 30, groups
+
+
+def test_a_clock_that_went_back_across_a_boundary_leaves_both_periods_inexact(env, sim):
+    """Commits stamped 09:58, 10:02 and then (the server's clock stepped back five minutes) 09:59, read in
+    one range: SQL Server's aggregate per period cannot cut them by LSN, so the read is one fact spanning
+    the least and greatest commit time of its rows (09:58 to 10:02), and neither hour reads as exact --
+    never a 10:00 hour that lost its row to 09:00."""
+    start_tracking(env, sim)
+    # The worker's reads fail meanwhile, so that all three commits come in one range.
+    sim.call("sim.fault_error", number=50000, message="held for the test", pattern="fn_cdc_get_all_changes",
+             count=1000000)
+    sim.call("sim.commit", at=at(9, 58), inserts=1)
+    sim.call("sim.commit", at=at(10, 2), inserts=1)
+    sim.call("sim.advance", to=at(10, 3, 30))
+    sim.call("sim.set_clock_quirk", commit_time_offset_minutes=-5)
+    try:
+        sim.call("sim.commit", at=at(10, 4), inserts=1)
+        sim.call("sim.advance", to=at(10, 5, 30))
+    finally:
+        sim.call("sim.set_clock_quirk", commit_time_offset_minutes=0)
+    stamps = [r["tran_end_time"] for r in sim.query("SELECT tran_end_time FROM cdc.lsn_time_mapping "
+                                                     "WHERE tran_id <> 0x00 ORDER BY start_lsn")][-3:]
+    assert [t.strftime("%H:%M") for t in stamps] == ["09:58", "10:02", "09:59"], stamps
+    sim.call("sim.fault_clear")
+    sim.call("sim.advance", to=at(11, 0, 30))
+    env.wait_caught_up("sales.orders", sim)
+    facts = [f for f in env.facts("sales.orders") if f["inserts"]]
+    assert len(facts) == 1 and facts[0]["inserts"] == 3, facts
+    assert facts[0]["first_commit_time"] == at(9, 58) and facts[0]["last_commit_time"] == at(10, 2), facts
+    rows = env.sql("SELECT period_start, exact, straddling_ranges FROM finalize.changes_by_period("
+                   "'sales.orders', %s, %s)", (at(9, 0), at(11, 0)))
+    assert [(r[1], r[2]) for r in rows] == [(False, 1), (False, 1)], rows

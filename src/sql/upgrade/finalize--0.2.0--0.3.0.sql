@@ -6600,7 +6600,8 @@ BEGIN ATOMIC
      WHERE l.table_id = _iceberg_lsn_property.table_id
        AND (l.iceberg_table = _iceberg_lsn_property.iceberg_table
             OR l.seen_table_uuid = _iceberg_lsn_property.table_uuid)
-     ORDER BY l.consumer
+     ORDER BY l.seen_table_uuid IS NOT DISTINCT FROM _iceberg_lsn_property.table_uuid DESC,
+              l.iceberg_table = _iceberg_lsn_property.iceberg_table DESC, l.consumer
      LIMIT 1;
 END;
 
