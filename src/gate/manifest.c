@@ -32,22 +32,37 @@
 #include "core/db.h"
 #include "gate/manifest.h"
 
+/* What a manifest and a release request are, for their errors' hints. */
+#define MANIFEST_HINT "A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}} " \
+	"with optional \"prefix\", \"period_start\", \"period_end\", \"empty\", \"built_at\" and " \
+	"{\"size\": n, \"etag\": \"...\"} per file."
+#define REQUEST_HINT "A release request is {\"table\", \"catalog\", \"iceberg_table\", \"store\", \"partition\": " \
+	"{\"field\": \"value\", ...}} with one of \"branch\", \"wap_id\" or \"snapshot_id\", and optional " \
+	"\"period_start\", \"period_end\", \"target_branch\" or \"tag\", \"row_count\" and \"built_at\"."
+
+/* Raises the error for a malformed field of a manifest or (request) a release request. */
+static pg_attribute_noreturn() void
+raise_field_error(bool request, const char *field, const char *fmt, va_list ap)
+{
+	char		detail[1024];
+
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid %s: field \"%s\" %s", request ? "release request" : "manifest", field, detail),
+			 errhint("%s", request ? REQUEST_HINT : MANIFEST_HINT)));
+	pg_unreachable();
+}
+
 /* Raises the one error for a malformed manifest. */
 void
 manifest_error(const char *field, const char *fmt,...)
 {
-	char		detail[1024];
 	va_list		ap;
 
 	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
+	raise_field_error(false, field, fmt, ap);
 	va_end(ap);
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid manifest: field \"%s\" %s", field, detail),
-			 errhint("A manifest is {\"table\", \"partition\", \"generation\", \"store\", \"files\": {\"path\": size, ...}} "
-					 "with optional \"prefix\", \"period_start\", \"period_end\", \"empty\", \"built_at\" and "
-					 "{\"size\": n, \"etag\": \"...\"} per file.")));
 }
 
 /*
@@ -57,18 +72,11 @@ manifest_error(const char *field, const char *fmt,...)
 void
 request_error(const char *field, const char *fmt,...)
 {
-	char		detail[1024];
 	va_list		ap;
 
 	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
+	raise_field_error(true, field, fmt, ap);
 	va_end(ap);
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid release request: field \"%s\" %s", field, detail),
-			 errhint("A release request is {\"table\", \"catalog\", \"iceberg_table\", \"store\", \"partition\": "
-					 "{\"field\": \"value\", ...}} with one of \"branch\", \"wap_id\" or \"snapshot_id\", and optional "
-					 "\"period_start\", \"period_end\", \"target_branch\" or \"tag\", \"row_count\" and \"built_at\".")));
 }
 
 /* The error of a field of a manifest or (request) of a release request. */

@@ -102,6 +102,32 @@ entry_in_partition(const SpecMatch *m, const IcebergManifestEntry *e, const char
 }
 
 /*
+ * Refuses a partition that leaves out a time field of a spec its files
+ * may be written under: those files hold rows of any period (a request for
+ * {} on a table partitioned by hour holds every hour), so no period the
+ * request gives could be checked for them.
+ */
+static void
+require_time_fields(const ReleaseRequest *r, const IcebergSpec *spec)
+{
+	for (int j = 0; j < spec->nfields; j++)
+	{
+		EpochUnit	unit;
+		bool		named = false;
+
+		if (!epoch_unit_of(spec->fields[j].transform, &unit))
+			continue;
+		for (int i = 0; i < r->ncriteria && !named; i++)
+			named = strcmp(r->criteria[i].field, spec->fields[j].name) == 0;
+		if (!named)
+			request_error("partition", "does not name field \"%s\" (the %s transform) of partition spec %lld: "
+						  "the partition's files would hold rows of every %s, whose finality no period can "
+						  "vouch for; name its value", spec->fields[j].name, spec->fields[j].transform,
+						  (long long) spec->spec_id, spec->fields[j].transform);
+	}
+}
+
+/*
  * The instants the files of one spec hold by the request's time fields
  * there: the intersection of each one's span (a day and its hour: the
  * hour). False when the spec lacks a requested field (none of its files
@@ -119,6 +145,7 @@ spec_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start
 	if (m.missing_field != NULL)
 		return false;
 	*untimed = true;
+	require_time_fields(r, spec);
 	for (int i = 0; i < m.ncriteria; i++)
 	{
 		TimestampTz s;

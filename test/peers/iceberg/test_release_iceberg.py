@@ -8,6 +8,7 @@ against the store's listing, the hour's finality and its row count against the C
 fast-forwards main through the catalog. Each case checks both sides: what release_iceberg answered and
 recorded, and where main really is (pyiceberg reads it back) -- a refused release never moves main."""
 import datetime
+import json
 import os
 import shutil
 import sys
@@ -134,7 +135,6 @@ class Lake:
         return {k: v for k, v in r.items() if v is not None}
 
     def release(self, **kw):
-        import json
         row = self.env.pg.sql("SELECT released, generation, problems FROM finalize.release_iceberg(%s::jsonb)",
                               (json.dumps(self.request(**kw)),))[0]
         return {"released": row[0], "generation": row[1], "problems": row[2]}
@@ -377,6 +377,8 @@ def test_requests_that_are_wrong_are_errors_naming_the_field(lake):
     lake.hour_09()
     cases = [
         (dict(partition={FIELD: "2026-11-02"}), 'field "partition"', "2026-11-27-08"),
+        # Every file of an hour-partitioned table holds every hour: no one period vouches for them.
+        (dict(partition={}, period_start="2026-11-02T09:00:00Z"), 'field "partition"', 'does not name field "%s"' % FIELD),
         (dict(branch="nope"), 'field "branch"', "not a branch"),
         (dict(period_start="2026-11-02T08:00:00Z"), 'field "period_start"', "disagrees"),
         (dict(row_count="all"), 'field "row_count"', "inserts"),
@@ -435,3 +437,37 @@ def test_a_cut_manifest_is_an_error(lake):
         lake.release()
     assert "manifest list" in str(e.value) and "nothing was released" in str(e.value).lower(), e.value
     assert lake.attempts() == []
+
+
+def test_a_publisher_with_look_alikes_everywhere_cannot_escalate_through_a_release(lake):
+    """release_iceberg runs parts as the extension's owner: a publisher that planted look-alike types,
+    domains, operators and functions in pg_temp and in a schema ahead of pg_catalog (test_security's
+    plant) gets none of them run as anyone else, and its releases still work (one published, one
+    refused)."""
+    from test_security import assert_never_ran_as_another_role, drop_plants, plant, run
+    pg = lake.env.pg
+    pg.sql("CREATE ROLE sec_iceberg LOGIN IN ROLE finalize_publisher, pg_read_server_files")
+    pg.sql("GRANT CREATE ON DATABASE postgres TO sec_iceberg")
+    pg.sql("GRANT USAGE ON FOREIGN SERVER lake_catalog TO sec_iceberg")
+    try:
+        commits = lake.hour_09()
+        lake.pipeline.apply(commits, branch="audit")
+        conn = pg.connect(user="sec_iceberg")
+        try:
+            plant(conn, "sec_iceberg")
+            refused = run(conn, "SELECT released, problems FROM finalize.release_iceberg(%s)",
+                          (json.dumps(lake.request(partition={FIELD: "2026-11-02-10"}, period_start=None)),))[0]
+            assert not refused[0] and "not_finalized" in {p["code"] for p in refused[1]}, refused
+            released = run(conn, "SELECT released, generation, problems FROM finalize.release_iceberg(%s)",
+                           (json.dumps(lake.request()),))[0]
+            assert released == (True, str(lake.audit_head()), []), released
+            assert lake.main() == lake.audit_head()
+            run(conn, "SELECT 'x'::sec_iceberg_evil.text")          # the trap works for its own role
+            assert ("sec_iceberg",) in pg.sql("SELECT who FROM sec_iceberg_evil.log")
+        finally:
+            conn.close()
+        assert_never_ran_as_another_role(pg)
+    finally:
+        drop_plants(pg)
+        pg.sql("DROP OWNED BY sec_iceberg")
+        pg.sql("DROP ROLE sec_iceberg")
