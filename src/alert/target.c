@@ -8,7 +8,6 @@
 #include "postgres.h"
 
 #include "foreign/foreign.h"
-#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -17,6 +16,7 @@
 #include "core/fdw_options.h"
 #include "core/http.h"
 #include "core/period.h"
+#include "core/redact.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
 
@@ -65,7 +65,7 @@ redact_url_parts(AlertTarget *t)
 
 		t->secret_values = lappend(t->secret_values, part);
 		for (char *piece = strtok_r(pieces, "/?&=.:@;#", &save); piece; piece = strtok_r(NULL, "/?&=.:@;#", &save))
-			if (strlen(piece) >= 8)
+			if (strlen(piece) >= REDACT_MIN_SECRET)
 				t->secret_values = lappend(t->secret_values, pstrdup(piece));
 		pfree(pieces);
 	}
@@ -128,77 +128,12 @@ alert_target_load(const char *name, MemoryContext cxt, char **error)
 
 /*
  * A text (an answer's body, curl's words) with every secret of the target
- * replaced, as sent, JSON-escaped or percent-encoded, so that a receiver
- * echoing a header or a URL cannot put one into the delivery's last_error.
- * Applied to the whole text before it is cut.
+ * replaced (core/redact.c), so that a receiver echoing a header or a URL
+ * cannot put one into the delivery's last_error. Applied to the whole
+ * text before it is cut.
  */
-/* text with every occurrence of secret (4 bytes or more) replaced. */
-static char *
-replace_all(char *text, const char *secret)
-{
-	size_t		slen = strlen(secret);
-	StringInfoData buf;
-	const char *from = text;
-	const char *hit;
-
-	if (slen < 4 || strstr(text, secret) == NULL)
-		return text;
-	initStringInfo(&buf);
-	while ((hit = strstr(from, secret)) != NULL)
-	{
-		appendBinaryStringInfo(&buf, from, hit - from);
-		appendStringInfoString(&buf, "[redacted]");
-		from = hit + slen;
-	}
-	appendStringInfoString(&buf, from);
-	return buf.data;
-}
-
-/* list_sort comparator: longer strings first. */
-static int
-longest_first(const ListCell *a, const ListCell *b)
-{
-	size_t		la = strlen((const char *) lfirst(a));
-	size_t		lb = strlen((const char *) lfirst(b));
-
-	return la > lb ? -1 : la < lb ? 1 : 0;
-}
-
-/* A secret as JSON writes it with '/' escaped ("\/"), as some servers echo it. */
-static char *
-json_slashes(const char *secret)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (const char *c = secret; *c; c++)
-	{
-		if (*c == '/')
-			appendStringInfoChar(&buf, '\\');
-		appendStringInfoChar(&buf, *c);
-	}
-	return buf.data;
-}
-
 char *
 alert_redact(const AlertTarget *target, const char *text)
 {
-	char	   *out = pstrdup(text);
-	ListCell   *lc;
-
-	List	   *forms = NIL;
-
-	/* Every form of every secret, longest first: a secret that holds another is replaced whole. */
-	foreach(lc, target->secret_values)
-	{
-		const char *secret = (const char *) lfirst(lc);
-
-		forms = lappend(forms, (char *) secret);
-		forms = lappend(forms, json_slashes(secret));
-		forms = lappend(forms, http_uri_encode(secret));
-	}
-	list_sort(forms, longest_first);
-	foreach(lc, forms)
-		out = replace_all(out, (const char *) lfirst(lc));
-	return out;
+	return redact_secrets(text, target->secret_values);
 }

@@ -18,6 +18,7 @@
 #include "utils/timestamp.h"
 
 #include "core/io_interrupts.h"
+#include "core/redact.h"
 #include "lake/catalog.h"
 #include "lake/metadata.h"
 
@@ -69,38 +70,16 @@ lake_condition_name(LakeCondition c)
 	return "catalog_unreachable";
 }
 
-/* text with every occurrence of secret replaced by [redacted]. */
-static char *
-redact_one(char *text, const char *secret)
-{
-	size_t		n = secret != NULL ? strlen(secret) : 0;
-	char	   *hit;
-
-	if (n == 0)
-		return text;
-	while ((hit = strstr(text, secret)) != NULL)
-		text = psprintf("%.*s[redacted]%s", (int) (hit - text), text, hit + n);
-	return text;
-}
-
 /*
  * A text with every secret of the catalog (and the OAuth2 token it was
- * given), as is and percent-encoded, replaced by [redacted]. Applied to
- * whole texts before they are cut or made printable, so that no cut or
- * replaced byte can leave part of a secret.
+ * given) replaced by [redacted] (core/redact.c). Applied to whole texts
+ * before they are cut or made printable, so that no cut or replaced byte
+ * can leave part of a secret.
  */
 char *
 lake_redact(const LakeCatalog *cat, const char *text)
 {
-	char	   *out = pstrdup(text != NULL ? text : "");
-	ListCell   *lc;
-
-	foreach(lc, cat->secrets)
-	{
-		out = redact_one(out, (const char *) lfirst(lc));
-		out = redact_one(out, http_uri_encode((const char *) lfirst(lc)));
-	}
-	return redact_one(out, access_token);
+	return redact_secrets(text, lappend(list_copy(cat->secrets), access_token));
 }
 
 /* At most 300 printable characters of a catalog's text, for a message. */
@@ -267,6 +246,15 @@ ensure_token(LakeCatalog *cat, HttpClient *client, bool force, LakeAnswer *out)
 		out->condition = LAKE_AUTH_FAILED;
 		out->error = psprintf("getting an OAuth2 token: the answer of %s has no usable access_token",
 							  cat->oauth_uri);
+		return false;
+	}
+	/* Too short to be kept out of messages: never sent, never kept (redact.h). */
+	if (strlen(token) < REDACT_MIN_SECRET)
+	{
+		out->condition = LAKE_METADATA_MALFORMED;
+		out->error = psprintf("getting an OAuth2 token for catalog \"%s\": the answer of %s is malformed: "
+							  "its access_token has %zu characters, fewer than the %d finalize requires of a secret",
+							  cat->name, cat->oauth_uri, strlen(token), REDACT_MIN_SECRET);
 		return false;
 	}
 	(void) lake_json_seconds(out->body, "expires_in", &secs);
