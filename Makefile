@@ -36,11 +36,12 @@ DATA       = $(filter-out %/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard src/sql/r
 
 # DB-Library with Microsoft semantics (INT_EXIT never calls exit()), libcurl
 # for object stores, libxml2 for their XML answers, libavro (Apache Avro C)
-# for Iceberg's manifests.
+# for Iceberg's manifests, and zlib, liblzma and snappy for their blocks'
+# codecs (src/lake/avro_codec.c decompresses them, not libavro).
 PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
 # The workers compare it with the catalog's version (pg_extension.extversion).
 PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2) -lavro
+SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2) -lavro -lz -llzma -lsnappy
 
 # Every object depends on the headers it includes (a struct that changes
 # must rebuild every file that uses it).
@@ -120,9 +121,10 @@ UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
 UNIT_SOURCES_test_period = src/core/period.c
 UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
 UNIT_SOURCES_test_source_pick = src/core/source_pick.c
-UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_read.c src/lake/alloc_watch.c
+UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_read.c src/lake/alloc_watch.c \
+                                  src/lake/avro_container.c src/lake/avro_codec.c src/lake/avro_bound.c
 # The foreign libraries a unit test links besides libpgport.
-UNIT_LIBS_test_avro_manifest = -lavro
+UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

@@ -34,6 +34,7 @@ int			finalize_max_clock_skew_s = 3600;
 int			finalize_s3_max_pages = 100000;
 int			finalize_gate_max_problems = 1000;
 int			finalize_gate_max_delta_kb = 256 * 1024;
+int			finalize_iceberg_max_manifest_kb = 128 * 1024;
 int			finalize_consumer_stall_threshold_s = 15 * 60;
 int			finalize_late_data_alert_interval_s = 60 * 60;
 int			finalize_alert_after_s = 5 * 60;
@@ -310,6 +311,18 @@ define_gate_settings(void)
 							&finalize_gate_max_delta_kb,
 							256 * 1024, 1, 512 * 1024,
 							PGC_USERSET,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("finalize.iceberg_max_manifest_size",
+							"Largest Iceberg manifest list or manifest a release reads, and most bytes its blocks "
+							"may hold decompressed.",
+							"A larger object, a decompression bomb, or a record whose values would take more "
+							"memory, is refused with an error naming the file, so that nothing a lake writer "
+							"puts into a table's files can exhaust the backend's memory.",
+							&finalize_iceberg_max_manifest_kb,
+							128 * 1024, 64, 256 * 1024,
+							PGC_SUSET,
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);
 }

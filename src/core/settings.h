@@ -29,6 +29,7 @@ extern int	finalize_max_clock_skew_s;
 extern int	finalize_s3_max_pages;
 extern int	finalize_gate_max_problems;
 extern int	finalize_gate_max_delta_kb;
+extern int	finalize_iceberg_max_manifest_kb;
 extern int	finalize_consumer_stall_threshold_s;
 extern int	finalize_late_data_alert_interval_s;
 extern int	finalize_alert_after_s;

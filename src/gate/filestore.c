@@ -505,10 +505,13 @@ filestore_list(const char *root, const char *prefix, ListingSink *sink,
  * time into fn: opened part by part from the root without following a
  * link, and only if it is a regular file, like every file of a listing. A
  * file that cannot be opened or read is an error in the system's words.
+ * False, with nothing past max_bytes fed, when it is longer than that.
  */
-void
-filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg)
+bool
+filestore_read(const char *root, const char *key, size_t max_bytes, FileChunkFn fn, void *arg)
 {
+	volatile bool fits = true;
+
 	int			fd = open_counted(AT_FDCWD, root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char	   *parts = pstrdup(key);
 	char	   *save = NULL;
@@ -544,13 +547,15 @@ filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg)
 		struct stat st;
 		char	   *buf = palloc(65536);
 		ssize_t		n;
+		size_t		done = 0;
 
 		if (fstat(file, &st) != 0 || !S_ISREG(st.st_mode))
 			ereport(ERROR,
 					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 					 errmsg("manifest object \"file://%s/%s\" is not a regular file", root, key),
 					 errhint("Check the \"files_location\" field of the manifest.")));
-		while ((n = read(file, buf, 65536)) != 0)
+		fits = (uint64) st.st_size <= max_bytes;
+		while (fits && (n = read(file, buf, 65536)) != 0)
 		{
 			if (n < 0)
 			{
@@ -561,7 +566,13 @@ filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg)
 						 errmsg("could not read manifest object \"file://%s/%s\": %m", root, key)));
 			}
 			CHECK_FOR_INTERRUPTS();
-			fn(arg, buf, n);
+			if ((size_t) n > max_bytes - done)
+				fits = false;	/* it grew meanwhile */
+			else
+			{
+				fn(arg, buf, n);
+				done += n;
+			}
 		}
 		pfree(buf);
 	}
@@ -570,4 +581,5 @@ filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg)
 		close_counted(file);
 	}
 	PG_END_TRY();
+	return fits;
 }

@@ -13,7 +13,7 @@ typedef bool (*WantsChecksum) (const char *path, void *arg);
 typedef void (*FileChunkFn) (void *arg, const char *data, size_t len);
 
 extern char *filestore_root(const char *url);
-extern void filestore_read(const char *root, const char *key, FileChunkFn fn, void *arg);
+extern bool filestore_read(const char *root, const char *key, size_t max_bytes, FileChunkFn fn, void *arg);
 extern void filestore_list(const char *root, const char *prefix, ListingSink *sink,
 						   WantsChecksum wants_checksum, void *arg, bool in_order);
 

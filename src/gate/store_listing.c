@@ -336,17 +336,20 @@ store_location_key(const char *location, const char *base)
  * close, and at the end of the transaction whatever happens. It goes to
  * temp_tablespaces like any temporary file, and since libcurl writes it
  * directly (fd.c does not see those writes), the body is stopped at
- * temp_file_limit here.
+ * temp_file_limit here. False, with nothing fed, when the object is
+ * longer than max_bytes (the caller's limit, when it is the lower).
  */
-static void
-read_s3_object(const Manifest *m, Oid caller, const char *given_key, FileChunkFn feed, void *arg)
+static bool
+read_s3_object(const Manifest *m, Oid caller, const char *given_key, size_t max_bytes, FileChunkFn feed,
+			   void *arg)
 {
 	ForeignServer *server = s3_server(m, caller);
 	UserMapping *um = GetUserMapping(caller, server->serverid);
 	S3Location	loc;
 	S3Error		err;
 	File		tmp;
-	size_t		limit = temp_file_limit >= 0 ? (size_t) temp_file_limit * 1024 : MANIFEST_OBJECT_MAX;
+	size_t		temp_limit = temp_file_limit >= 0 ? (size_t) temp_file_limit * 1024 : MANIFEST_OBJECT_MAX;
+	size_t		limit = Min(temp_limit, max_bytes);
 	char	   *key;
 	char	   *buf;
 	off_t		off = 0;
@@ -363,6 +366,8 @@ read_s3_object(const Manifest *m, Oid caller, const char *given_key, FileChunkFn
 	{
 		io_interrupts_rethrow();
 		FileClose(tmp);
+		if (strcmp(err.code, "ResponseTooLarge") == 0 && limit < temp_limit)
+			return false;
 		if (strcmp(err.code, "ResponseTooLarge") == 0)
 			manifest_too_large(m, server, limit);
 		ereport(ERROR,
@@ -389,6 +394,7 @@ read_s3_object(const Manifest *m, Oid caller, const char *given_key, FileChunkFn
 	}
 	pfree(buf);
 	FileClose(tmp);
+	return true;
 }
 
 /*
@@ -409,27 +415,27 @@ read_manifest_files(const Manifest *m, ManifestLines *lines)
 		check_file_store_access(m, caller);
 		root = filestore_root(m->store);
 		key = location_key(m, psprintf("file://%s%s", root, strcmp(root, "/") == 0 ? "" : "/"));
-		filestore_read(root, key, feed_lines, lines);
+		(void) filestore_read(root, key, SIZE_MAX, feed_lines, lines);
 	}
 	else
-		read_s3_object(m, caller, NULL, feed_lines, lines);
+		(void) read_s3_object(m, caller, NULL, SIZE_MAX, feed_lines, lines);
 }
 
 /*
  * Reads the object at key of the manifest's store (see store_location_key),
  * as the caller, a chunk at a time into feed: what a release through an
  * Iceberg catalog reads of a snapshot (its manifest list and manifests).
+ * False, with nothing past max_bytes fed, when it is longer than that.
  */
-void
-store_read_object(const Manifest *m, const char *key, FileChunkFn feed, void *arg)
+bool
+store_read_object(const Manifest *m, const char *key, size_t max_bytes, FileChunkFn feed, void *arg)
 {
 	Oid			caller = GetUserId();
 
 	if (strncmp(m->store, "file://", 7) == 0)
 	{
 		check_file_store_access(m, caller);
-		filestore_read(filestore_root(m->store), key, feed, arg);
+		return filestore_read(filestore_root(m->store), key, max_bytes, feed, arg);
 	}
-	else
-		read_s3_object(m, caller, key, feed, arg);
+	return read_s3_object(m, caller, key, max_bytes, feed, arg);
 }

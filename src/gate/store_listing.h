@@ -14,6 +14,7 @@ extern void list_store(const Manifest *m, InvComparison *cmp);
 extern void read_manifest_files(const Manifest *m, ManifestLines *lines);
 extern char *store_location_base(const Manifest *m);
 extern char *store_location_key(const char *location, const char *base);
-extern void store_read_object(const Manifest *m, const char *key, FileChunkFn feed, void *arg);
+extern bool store_read_object(const Manifest *m, const char *key, size_t max_bytes, FileChunkFn feed,
+							  void *arg);
 
 #endif							/* FINALIZE_STORE_LISTING_H */

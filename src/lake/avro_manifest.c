@@ -6,19 +6,14 @@
  *     (avro_records.h; manifest_read.c says what they mean), and the
  *     key-value metadata of its header.
  *
- * libavro's file reader takes any failure to read the next block for the
- * end of the file (datafile.c: "For now, ignore errors (e.g. EOF)"): a
- * manifest cut inside a later block would read as a shorter valid one, and
- * the gate would miss files instead of failing. So the blocks are walked
- * first (libavro decodes each count and size), each checked to lie in the
- * buffer and end with the sync marker, and the reader then decodes exactly
- * the records they count. A file cut exactly at a block boundary is a
- * valid, shorter container: only its recorded length shows that (the
- * caller's check). Fields are found by name, once per file (libavro keeps
- * no field-id). All is malloc'd (never palloc) and freed before a read
- * returns, what libavro loses on its error paths too (alloc_watch.c).
+ * The container itself (header, blocks, codecs) is read without libavro
+ * (avro_container.c says why): libavro is given the writer's schema, once
+ * it is known to decode within bounds, and one block's decompressed
+ * records at a time through a memory reader. Fields are found by name,
+ * once per file (libavro keeps no field-id). All is malloc'd (never
+ * palloc) and freed before a read returns, what libavro loses on its
+ * error paths too (alloc_watch.c).
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,29 +23,25 @@
 #include <avro.h>
 
 #include "lake/alloc_watch.h"
+#include "lake/avro_bound.h"
+#include "lake/avro_container.h"
 #include "lake/avro_records.h"
 
-#define SYNC_SIZE 16
-
-/* The codecs Debian's libavro is built with (zlib, snappy, liblzma). */
-static const char *const CODECS[] = {"null", "deflate", "snappy", "lzma"};
-#define NCODECS (sizeof(CODECS) / sizeof(CODECS[0]))
+/* Larger than any manifest's schema (a few kB: the partition's fields are in it). */
+#define MAX_SCHEMA (1 << 20)
 
 /* One container file being read, and where its errors are written. */
 typedef struct Container
 {
-	const char *buf;
-	size_t		len;
+	AvroContainer file;			/* its header and blocks (avro_container.c) */
 	const char *what;			/* "manifest list" or "manifest" */
 	char	   *err;
 	size_t		errlen;
-	avro_value_iface_t *meta_class;
-	bool		has_meta;
-	avro_value_t meta;			/* the header's metadata map */
 	struct avro_allocator_state saved;	/* libavro's allocator outside a watch */
 	AllocWatch	watch;
 	avro_schema_t schema;		/* the writer's schema, or NULL */
-	int64_t		records;		/* the sum of the blocks' counts */
+	AvroShape	shape;			/* its shape (avro_bound.c) */
+	int			root;			/* the records' node */
 	int64_t		current;		/* the record being read, from 1 */
 } Container;
 
@@ -63,7 +54,7 @@ fail(Container *c, const char *fmt,...)
 	va_start(ap, fmt);
 	vsnprintf(c->err, c->errlen, fmt, ap);
 	va_end(ap);
-	return -1;
+	return AVRO_READ_FAILED;
 }
 
 /* A type as a message names it, by avro_type_t. */
@@ -109,96 +100,52 @@ field_value(avro_value_t *rec, int index, bool nullable, avro_value_t *out)
 		(avro_value_get_current_branch(&child, out) == 0 && avro_value_get_type(out) != AVRO_NULL);
 }
 
-/* The bytes of a header metadata key; false when the header has none. */
-static bool
-header_meta(Container *c, const char *key, const void **p, size_t *n)
+/* A libavro type as avro_bound.c makes its shape of it. */
+static void
+describe(const void *schema, ShapeInfo *info)
 {
-	avro_value_t v;
+	static const int types[] = {
+		SHAPE_STRING, SHAPE_BYTES, SHAPE_INT, SHAPE_LONG, SHAPE_FLOAT, SHAPE_DOUBLE, SHAPE_BOOLEAN,
+		SHAPE_NULL, SHAPE_RECORD, SHAPE_ENUM, SHAPE_FIXED, -1, SHAPE_ARRAY, SHAPE_UNION, SHAPE_LINK
+	};
+	avro_schema_t s = (avro_schema_t) schema;
 
-	return avro_value_get_by_name(&c->meta, key, &v, NULL) == 0 && avro_value_get_bytes(&v, p, n) == 0;
+	memset(info, 0, sizeof(*info));
+	info->type = types[avro_typeof(s)];
+	info->words = TYPE_NAMES[avro_typeof(s)];
+	info->nkids = is_avro_record(s) ? (int) avro_schema_record_size(s) :
+		is_avro_union(s) ? (int) avro_schema_union_size(s) : is_avro_array(s) ? 1 : 0;
+	info->size = is_avro_fixed(s) ? avro_schema_fixed_size(s) :
+		is_avro_enum(s) ? avro_schema_enum_number_of_symbols(s) : 0;
+	info->target = is_avro_link(s) ? avro_schema_link_target(s) : NULL;
+	info->name = is_avro_named_type(s) ? avro_schema_name(s) :
+		is_avro_link(s) ? avro_schema_name(avro_schema_link_target(s)) : NULL;
+}
+
+/* The i-th type inside a record (its field's), a union (its branch) or an array (its items). */
+static const void *
+kid(const void *schema, int i)
+{
+	avro_schema_t s = (avro_schema_t) schema;
+
+	return is_avro_record(s) ? avro_schema_record_field_get_by_index(s, i) :
+		is_avro_union(s) ? avro_schema_union_branch(s, i) : avro_schema_array_items(s);
 }
 
 /*
- * Checks every block from off on: its count and size (longs, decoded by
- * libavro), its bytes inside the buffer, the sync marker after them; adds
- * the counts up into c->records.
- */
-static int
-walk_blocks(Container *c, size_t off, const char *sync)
-{
-	avro_reader_t r = avro_reader_memory(c->buf, (int64_t) c->len);
-	avro_value_t count,
-				size;
-	int64_t		block = 0;
-	int			rc = 0;
-
-	if (r == NULL || avro_generic_long_new(&count, 0) != 0)
-		return fail(c, "%s: out of memory", c->what);
-	avro_generic_long_new(&size, 0);
-	while (rc == 0 && off < c->len)
-	{
-		int64_t		n,
-					bytes;
-		size_t		k1,
-					k2,
-					left;
-
-		block++;
-		avro_reader_memory_set_source(r, c->buf + off, (int64_t) (c->len - off));
-		if (avro_value_read(r, &count) != 0 || avro_value_read(r, &size) != 0)
-		{
-			rc = fail(c, "%s is cut short: block %" PRId64 " ends inside its header (%s)",
-					  c->what, block, avro_strerror());
-			break;
-		}
-		avro_value_get_long(&count, &n);
-		avro_value_get_long(&size, &bytes);
-		avro_value_sizeof(&count, &k1);
-		avro_value_sizeof(&size, &k2);
-		left = c->len - off - k1 - k2;
-		if (n < 0 || bytes < 0 || n > INT64_MAX - c->records)
-			rc = fail(c, "%s is corrupt: block %" PRId64 " has a negative count or size",
-					  c->what, block);
-		else if ((uint64_t) bytes > left || left - (size_t) bytes < SYNC_SIZE)
-			rc = fail(c, "%s is cut short: block %" PRId64 " needs %" PRId64
-					  " more bytes (its sync marker's included), %zu remain",
-					  c->what, block, bytes + SYNC_SIZE, left);
-		else if (memcmp(c->buf + off + k1 + k2 + bytes, sync, SYNC_SIZE) != 0)
-			rc = fail(c, "%s is corrupt: block %" PRId64 " does not end with the file's sync marker",
-					  c->what, block);
-		else
-		{
-			c->records += n;
-			off += k1 + k2 + (size_t) bytes + SYNC_SIZE;
-		}
-	}
-	avro_value_decref(&count);
-	avro_value_decref(&size);
-	avro_reader_free(r);
-	return rc;
-}
-
-/*
- * Checks the header's codec and parses its schema: what libavro's file
- * reader would refuse only after allocating (and, on some paths, leaking).
+ * Parses the header's schema and makes its shape: records (not written in
+ * no bytes, which would make a block's count alone a loop) that libavro
+ * decodes within bounds.
  */
 static int
 header_schema(Container *c)
 {
-	const void *p;
-	size_t		n,
-				i = 0;
-
-	if (!header_meta(c, "avro.codec", &p, &n))
-		return fail(c, "%s: its Avro header names no codec (avro.codec)", c->what);
-	while (i < NCODECS && !(strlen(CODECS[i]) == n && memcmp(CODECS[i], p, n) == 0))
-		i++;
-	if (i == NCODECS)
-		return fail(c, "%s: its Avro codec \"%.*s\" is not one libavro reads (null, deflate, snappy, lzma)",
-					c->what, (int) (n > 32 ? 32 : n), (const char *) p);
-	if (!header_meta(c, "avro.schema", &p, &n))
+	const AvroMeta *m = avro_container_meta(&c->file, "avro.schema");
+	if (m == NULL)
 		return fail(c, "%s: its Avro header has no schema (avro.schema)", c->what);
-	if (avro_schema_from_json_length((const char *) p, n, &c->schema) != 0)
+	if (m->len > MAX_SCHEMA)
+		return fail(c, "%s: its Avro schema is larger than %d bytes", c->what, MAX_SCHEMA);
+	if (avro_schema_from_json_length(m->value, m->len, &c->schema) != 0)
 	{
 		c->schema = NULL;
 		return fail(c, "%s: the schema in its Avro header does not parse (%s)",
@@ -206,7 +153,8 @@ header_schema(Container *c)
 	}
 	if (!is_avro_record(c->schema))
 		return fail(c, "%s: its records are %s, not records", c->what, TYPE_NAMES[avro_typeof(c->schema)]);
-	return 0;
+	c->root = avro_shape_build(&c->shape, c->schema, describe, kid, c->what, c->err, c->errlen);
+	return c->root < 0 ? AVRO_READ_FAILED : 0;
 }
 
 /*
@@ -223,54 +171,21 @@ watch(Container *c, bool on)
 }
 
 /*
- * Opens a container: its magic, its header (the metadata map decoded by
- * libavro, then the sync marker), its codec and schema, every block.
+ * Opens a container: its header and blocks (avro_container.c), then its
+ * schema. 0, or a negative AVRO_READ_* with err written.
  */
 static int
-container_open(Container *c, const char *buf, size_t len, const char *what,
-			   char *err, size_t errlen)
+container_open(Container *c, const char *buf, size_t len, const char *what, char *err, size_t errlen)
 {
-	avro_schema_t ms = avro_schema_map(avro_schema_bytes());
-	avro_reader_t r;
-	char		sync[SYNC_SIZE];
-	size_t		msize;
 	int			rc;
 
 	memset(c, 0, sizeof(*c));
 	avro_set_error("%s", "");	/* libavro prefixes some errors to the last one */
-	c->buf = buf;
-	c->len = len;
 	c->what = what;
 	c->err = err;
 	c->errlen = errlen;
-	c->meta_class = ms == NULL ? NULL : avro_generic_class_from_schema(ms);
-	if (ms != NULL)
-		avro_schema_decref(ms); /* the class holds its own reference */
-	if (c->meta_class == NULL || avro_generic_value_new(c->meta_class, &c->meta) != 0)
-		return fail(c, "%s: libavro: %s", what, avro_strerror());
-	c->has_meta = true;
-	if (buf == NULL || len < 4 || memcmp(buf, "Obj\001", 4) != 0)
-		return fail(c, "%s is not an Avro object container file (it does not begin with \"Obj\" and 1)", what);
-	if ((r = avro_reader_memory(buf + 4, (int64_t) (len - 4))) == NULL)
-		return fail(c, "%s: out of memory", what);
-	watch(c, true);				/* libavro leaks the string a buffer cuts short */
-	rc = avro_value_read(r, &c->meta) || avro_read(r, sync, SYNC_SIZE);
-	if (rc != 0)
-		avro_value_decref(&c->meta);
-	c->has_meta = rc == 0;
-	watch(c, false);
-	alloc_watch_end(&c->watch, rc != 0);
-	avro_reader_free(r);
-	if (rc != 0)
-		return fail(c, "%s is cut short or corrupt: its Avro header does not decode (%s)",
-					what, avro_strerror());
-	/* Every writer puts the metadata map in one block, as libavro sizes it. */
-	if (avro_value_sizeof(&c->meta, &msize) != 0 || 4 + msize + SYNC_SIZE > len ||
-		memcmp(buf + 4 + msize, sync, SYNC_SIZE) != 0)
-		return fail(c, "%s is corrupt: its Avro header does not end with its sync marker", what);
-	if (header_schema(c) != 0)
-		return -1;
-	return walk_blocks(c, 4 + msize + SYNC_SIZE, sync);
+	rc = avro_container_open(&c->file, buf, len, what, err, errlen);
+	return rc != 0 ? rc : header_schema(c);
 }
 
 /* Frees what container_open allocated (any part of it). */
@@ -279,61 +194,85 @@ container_close(Container *c)
 {
 	if (c->schema != NULL)
 		avro_schema_decref(c->schema);
-	if (c->has_meta)
-		avro_value_decref(&c->meta);
-	if (c->meta_class != NULL)
-		avro_value_iface_decref(c->meta_class);
+	avro_shape_free(&c->shape);
+	avro_container_close(&c->file);
 }
 
 /*
- * Decodes the container's records with libavro's file reader (which
- * applies the codec), one generic value reused, and hands each to fn
- * (outside the watch). fmemopen gives the reader, which reads only from a
- * FILE, the buffer.
+ * Decodes the record at *p into rec and hands it to fn (outside the watch),
+ * once avro_bound.c found that it lies before end, is one the schema
+ * allows and fits the budget; *p is then past it. The decoding is watched
+ * all the same: what libavro would lose on an error is freed.
+ */
+static int
+read_one(Container *c, avro_reader_t r, const char **p, const char *end, avro_value_t *rec,
+		 int (*fn) (Container *c, avro_value_t *rec, void *state), void *state)
+{
+	const char *at = *p;
+	char		why[256] = "";
+	int			rc;
+
+	rc = avro_container_stop() ? AVRO_READ_STOPPED :
+		avro_bound_record(&c->shape, c->root, p, end, avro_container_budget(), avro_container_stop, why, sizeof(why));
+	if (rc == AVRO_READ_STOPPED)
+		snprintf(c->err, c->errlen, "%s: the read was interrupted", c->what);
+	else if (rc == AVRO_READ_TOO_LARGE)
+		snprintf(c->err, c->errlen, "%s: record %" PRId64 " of %" PRId64 " would take more than %zu bytes "
+				 "of memory to decode", c->what, c->current, c->file.records, avro_container_budget());
+	if (rc == 0)
+	{
+		avro_reader_memory_set_source(r, at, (int64_t) (*p - at));
+		watch(c, true);
+		rc = avro_value_read(r, rec);
+		watch(c, false);
+		snprintf(why, sizeof(why), "%s", avro_strerror());
+	}
+	if (rc != 0 && rc != AVRO_READ_STOPPED && rc != AVRO_READ_TOO_LARGE)
+		return fail(c, "%s: record %" PRId64 " of %" PRId64 " does not decode (%s)",
+					c->what, c->current, c->file.records, why);
+	return rc != 0 ? rc : fn(c, rec, state);
+}
+
+/*
+ * Decodes the container's records, a block at a time (decompressed by
+ * avro_container_next) through a memory reader, one generic value reused,
+ * and hands each to fn.
  */
 static int
 container_each(Container *c, int (*fn) (Container *c, avro_value_t *rec, void *state), void *state)
 {
-	FILE	   *fp;
-	avro_file_reader_t reader;
-	avro_value_iface_t *cls;
+	avro_reader_t r = avro_reader_memory("", 0);
+	avro_value_iface_t *cls = r != NULL ? avro_generic_class_from_schema(c->schema) : NULL;
 	avro_value_t rec;
+	int64_t		count;
+	const char *data;
+	size_t		len;
 	int			rc = 0;
 
-	if (c->records == 0)
-		return 0;				/* libavro's reader cannot open a file of no block */
 	avro_set_error("%s", "");	/* a lookup of an absent field left its error */
-	fp = fmemopen((void *) c->buf, c->len, "rb");
-	if (fp == NULL)
-		return fail(c, "%s: fmemopen: %s", c->what, strerror(errno));
-	if (avro_file_reader_fp(fp, c->what, 1, &reader) != 0)
-		return fail(c, "%s: libavro cannot open it: %s", c->what, avro_strerror());
-	cls = avro_generic_class_from_schema(c->schema);
 	if (cls == NULL || avro_generic_value_new(cls, &rec) != 0)
 	{
 		rc = fail(c, "%s: libavro: %s", c->what, avro_strerror());
 		if (cls != NULL)
 			avro_value_iface_decref(cls);
-		avro_file_reader_close(reader);
+		if (r != NULL)
+			avro_reader_free(r);
 		return rc;
 	}
-	for (c->current = 1; rc == 0 && c->current <= c->records; c->current++)
+	c->current = 1;
+	while (rc == 0 && (rc = avro_container_next(&c->file, &count, &data, &len)) == 1)
 	{
-		watch(c, true);			/* libavro leaks a string a corrupt block cuts short */
-		rc = avro_file_reader_read_value(reader, &rec);
-		watch(c, false);
-		if (rc != 0)
-			rc = fail(c, "%s: record %" PRId64 " of %" PRId64 " does not decode (%s)",
-					  c->what, c->current, c->records, avro_strerror());
-		else
-			rc = fn(c, &rec, state);
+		const char *end = data + len;
+
+		for (rc = 0; rc == 0 && count > 0; count--, c->current++)
+			rc = read_one(c, r, &data, end, &rec, fn, state);
 	}
 	watch(c, true);				/* what the reads allocated leaves the list as freed */
 	avro_value_decref(&rec);
 	avro_value_iface_decref(cls);
-	avro_file_reader_close(reader);
 	watch(c, false);
 	alloc_watch_end(&c->watch, true);	/* what is still listed, nothing reaches */
+	avro_reader_free(r);
 	return rc;
 }
 
@@ -532,7 +471,8 @@ read_record(Container *c, avro_value_t *rec, void *state)
 /*
  * Streams the records of an Avro object container file in memory: each
  * record's fields named by defs, as cells, to fn. 0 when every record was
- * read, -1 with err written, or what fn returned to stop.
+ * read, a negative AVRO_READ_* with err written, or what fn returned to
+ * stop.
  */
 int
 avro_records_read(const char *buf, size_t len, const char *what, const FieldDef *defs,
@@ -563,31 +503,19 @@ avro_records_read(const char *buf, size_t len, const char *what, const FieldDef 
  * Hands each key-value pair of a container's header metadata to cb, in
  * file order: Iceberg's "schema", "partition-spec", "partition-spec-id",
  * "format-version", "content", "snapshot-id", ..., and "avro.schema",
- * "avro.codec" (libavro's file reader keeps them to itself: the header is
- * decoded here). 0, -1 with err written, or what cb returned to stop.
+ * "avro.codec" (avro_container.c decodes the header). 0, a negative
+ * AVRO_READ_* with err written, or what cb returned to stop.
  */
 int
 avro_manifest_metadata(const char *buf, size_t len, AvroMetadataCallback cb,
 					   void *arg, char *err, size_t errlen)
 {
 	Container	c;
-	avro_value_t v;
-	size_t		count = 0;
 	int			rc;
 
 	rc = container_open(&c, buf, len, "Avro file", err, errlen);
-	if (rc == 0)
-		avro_value_get_size(&c.meta, &count);
-	for (size_t i = 0; rc == 0 && i < count; i++)
-	{
-		const char *key;
-		const void *p;
-		size_t		n;
-
-		avro_value_get_by_index(&c.meta, i, &v, &key);
-		avro_value_get_bytes(&v, &p, &n);
-		rc = cb(key, p, n, arg);
-	}
+	for (int i = 0; rc == 0 && i < c.file.nmeta; i++)
+		rc = cb(c.file.meta[i].key, c.file.meta[i].value, c.file.meta[i].len, arg);
 	container_close(&c);
 	return rc;
 }

@@ -14,7 +14,13 @@
  * ereport(ERROR) inside it): libavro's objects and this file's buffers are
  * freed on the way out of the read, which a longjmp would skip. A read that
  * a callback stopped returns the callback's value, err untouched; callers
- * use positive values, -1 is the reader's own failure.
+ * use positive values, the negative AVRO_READ_* are the reader's own.
+ *
+ * What a read may cost is bounded (avro_read_limits): the bytes of a
+ * file's blocks once decompressed, all together, and a stop function
+ * asked while decompressing and between records. A file whose schema
+ * libavro could not decode within bounds (a type that contains itself, an
+ * array or map of items written in no bytes) is refused before any record.
  */
 #ifndef FINALIZE_LAKE_AVRO_MANIFEST_H
 #define FINALIZE_LAKE_AVRO_MANIFEST_H
@@ -110,6 +116,14 @@ typedef struct IcebergManifestEntry
 	const IcebergPartitionValue *partition; /* 102, in the schema's order */
 } IcebergManifestEntry;
 
+/* The reader's own results (besides 0 and a callback's positive value); err says more. */
+#define AVRO_READ_FAILED (-1)	/* not a file the reader can read */
+#define AVRO_READ_TOO_LARGE (-2)	/* its blocks decompress to more than the limit */
+#define AVRO_READ_STOPPED (-3)	/* the stop function asked to */
+
+/* The limit of the decompressed bytes of one file until avro_read_limits sets another. */
+#define AVRO_DEFAULT_MAX_BYTES ((size_t) 128 << 20)
+
 typedef int (*ManifestListCallback) (const IcebergManifestFile *manifest, void *arg);
 typedef int (*ManifestEntryCallback) (const IcebergManifestEntry *entry, void *arg);
 /* value: len bytes, not NUL-terminated (a JSON text or a number, as Iceberg writes them) */
@@ -121,5 +135,6 @@ extern int	avro_manifest_read(const char *buf, size_t len, ManifestEntryCallback
 							   void *arg, char *err, size_t errlen);
 extern int	avro_manifest_metadata(const char *buf, size_t len, AvroMetadataCallback cb,
 								   void *arg, char *err, size_t errlen);
+extern void avro_read_limits(size_t max_bytes, bool (*stop) (void));
 
 #endif							/* FINALIZE_LAKE_AVRO_MANIFEST_H */

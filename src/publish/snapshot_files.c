@@ -20,14 +20,21 @@
  *
  * The Avro reader's callbacks must not raise (avro_manifest.h): they
  * allocate without raising and stop the read when memory runs out, and
- * the error is raised once the reader has freed its own.
+ * the error is raised once the reader has freed its own. So is a cancel:
+ * the reader asks io_must_stop while it decompresses and between records.
+ * Every object is read whole into memory, at most
+ * finalize.iceberg_max_manifest_size of it, and its blocks decompress to
+ * at most as much.
  */
 #include "postgres.h"
 
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "core/io_interrupts.h"
+#include "core/settings.h"
 #include "gate/store_listing.h"
 #include "lake/avro_manifest.h"
 #include "publish/partition_match.h"
@@ -359,13 +366,38 @@ read_object(const Manifest *store, const char *base, const char *location, const
 						   "whose objects begin with \"%s\".", base),
 				 errhint("Name the store that holds the table's warehouse in \"store\".")));
 	resetStringInfo(buf);
-	store_read_object(store, key, append_chunk, buf);
+	if (!store_read_object(store, key, (size_t) finalize_iceberg_max_manifest_kb * 1024, append_chunk, buf))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s \"%s\" is larger than finalize.iceberg_max_manifest_size (%s)", what, location,
+						GetConfigOption("finalize.iceberg_max_manifest_size", false, false)),
+				 errdetail("finalize holds a manifest list or manifest in memory while it reads it; nothing was released."),
+				 errhint("Check who writes the table's files; for a genuine file, a superuser can raise "
+						 "finalize.iceberg_max_manifest_size (at most 256MB).")));
 }
 
-/* Raises a failed read of the reader's, or of memory, for an object. */
+/*
+ * Raises a failed read of the reader's, or of memory, for an object: a
+ * cancel first, then a file over the limit (a decompression bomb, or far
+ * larger than Iceberg writes), then anything else as corrupt.
+ */
 static void
 check_read(int rc, const CollectState *st, const char *what, const char *location, const char *err)
 {
+	io_interrupts_rethrow();
+	if (rc == AVRO_READ_STOPPED)
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("reading %s \"%s\" was interrupted", what, location)));
+	if (rc == AVRO_READ_TOO_LARGE)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("could not read %s \"%s\": %s", what, location, err),
+				 errdetail("finalize reads at most finalize.iceberg_max_manifest_size (%s) of a file's blocks "
+						   "decompressed, and of one record's values in memory; nothing was released.",
+						   GetConfigOption("finalize.iceberg_max_manifest_size", false, false)),
+				 errhint("Check who writes the table's files: Iceberg's writers stay far below it. For a genuine "
+						 "file, a superuser can raise the setting (at most 256MB).")));
 	if (st->oom)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -426,6 +458,7 @@ read_manifest(const Manifest *store, const IcebergLayout *layout, const ReleaseR
 	st->mf = &lm->mf;
 	memset(st->by_status, 0, sizeof(st->by_status));
 	read_object(store, st->base, lm->path, "manifest", buf);
+	io_interrupts_begin();
 	rc = avro_manifest_read(buf->data, buf->len, manifest_entry, st, err, sizeof(err));
 	check_read(rc, st, "manifest", lm->path, err);
 	check_manifest_whole(st, lm, buf->len);
@@ -454,7 +487,10 @@ snapshot_files_collect(const Manifest *store, const char *base, const char *mani
 	st.out = out;
 	st.base = base;
 	st.since = since;
+	/* Bounded and cancellable (core/io_interrupts.c: the reader's stop function). */
+	avro_read_limits((size_t) finalize_iceberg_max_manifest_kb * 1024, io_must_stop);
 	read_object(store, base, manifest_list, "manifest list", buf);
+	io_interrupts_begin();
 	rc = avro_manifest_list_read(buf->data, buf->len, list_entry, &st, err, sizeof(err));
 	check_read(rc, &st, "manifest list", manifest_list, err);
 	for (int i = 0; i < st.nlisted; i++)

@@ -108,6 +108,9 @@ LIBRARY_FILES = {
     "libxml2": (r"<libxml/", "gate/objstore.c"),
     "GnuTLS": (r"<gnutls/", "mssql/tls_reason.c"),
     "Avro": (r"<avro[./]", "lake/avro_manifest.c"),
+    "zlib": (r"<zlib\.h>", "lake/avro_codec.c"),
+    "liblzma": (r"<lzma\.h>", "lake/avro_codec.c"),
+    "snappy": (r"<snappy", "lake/avro_codec.c"),
 }
 
 # The limits of the layout (src/README.md).

@@ -16,7 +16,7 @@ PY=/usr/bin/python3
 
 # Debian packages the build, the servers and the test clients need.
 APT_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR
-  freetds-dev freetds-bin libgnutls28-dev libcurl4-openssl-dev libxml2-dev libavro-dev make gcc openssl
+  freetds-dev freetds-bin libgnutls28-dev libcurl4-openssl-dev libxml2-dev libavro-dev zlib1g-dev liblzma-dev libsnappy-dev make gcc openssl
   python3 python3-pytest python3-pytest-xdist python3-psycopg2 python3-pymssql python3-yaml tzdata python3-venv
   openjdk-17-jdk-headless"
 

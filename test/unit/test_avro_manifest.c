@@ -22,7 +22,11 @@
 #include <string.h>
 
 #include <avro.h>
+#include <lzma.h>
+#include <snappy-c.h>
+#include <zlib.h>
 
+#include "lake/alloc_watch.h"
 #include "lake/avro_manifest.h"
 
 #include "tap.h"
@@ -881,8 +885,8 @@ test_metadata(void)
 	kv[0] = "avro.codec", kv[1] = "zstandard";
 	buf2 = with_meta(buf, len, kv, 1, &len2);
 	s = read_manifest(buf2, len2, &rc, err, sizeof(err));
-	check(rc == -1 && s.n == 0 && strstr(err, "its Avro codec \"zstandard\" is not one libavro reads") != NULL,
-		  "a codec libavro does not have is refused by name");
+	check(rc == -1 && s.n == 0 && strstr(err, "its Avro codec \"zstandard\" is not one finalize reads") != NULL,
+		  "a codec finalize does not read (zstandard) is refused by name");
 	printf("# %s\n", err);
 	free(buf2);
 	free(buf);
@@ -1021,12 +1025,12 @@ test_corrupt_records(void)
 
 	/* the last entry's file_format claims 63 bytes: more than its block holds */
 	fmt[-1] = 0x7e;
-	refused_after(buf, n, 19, "manifest: record 20 of 20 does not decode (Cannot read string value",
-				  "a string longer than its block is refused after the entries before it "
-				  "(what libavro allocated for it is freed)");
-	/* and then 2^31 - 1 bytes: more than the allocator hands out */
+	refused_after(buf, n, 19, "manifest: record 20 of 20 does not decode (",
+				  "a string that claims more bytes than its block holds is refused after the entries before it "
+				  "(before libavro decodes the record)");
+	/* and then 2^31 - 1 bytes: more than the block holds */
 	memcpy(fmt - 1, "\xfe\xff\xff\xff\x0f", 5);
-	refused_after(buf, n, 19, "manifest: record 20 of 20 does not decode (Cannot read string value: Cannot allocate",
+	refused_after(buf, n, 19, "manifest: record 20 of 20 does not decode (it runs past the end of its block)",
 				  "a corrupt length of 2 GiB is refused, not allocated");
 	free(buf);
 
@@ -1090,6 +1094,465 @@ test_not_records(void)
 	check(rc == -1 && strstr(err, "manifest list: its records are a long, not records") != NULL,
 		  "an Avro file of longs is no manifest list");
 	free(buf);
+}
+
+/* ---- limits: decompression bombs, broken compressed blocks, schemas without bounds ---- */
+
+#define MIB ((size_t) 1 << 20)
+
+static const char SYNC[16] = "0123456789abcdef";
+
+/* Writes an Avro long (zig-zag varint) at out; its length. */
+static size_t
+put_long(char *out, int64_t v)
+{
+	uint64_t	u = ((uint64_t) v << 1) ^ (uint64_t) (v >> 63);
+	size_t		n = 0;
+
+	do
+	{
+		unsigned char b = u & 0x7f;
+
+		u >>= 7;
+		out[n++] = (char) (b | (u ? 0x80 : 0));
+	} while (u);
+	return n;
+}
+
+/* Reads an Avro long at *p (the test's own files: no checks). */
+static int64_t
+get_long(const char **p)
+{
+	uint64_t	u = 0;
+	int			shift = 0;
+	unsigned char b;
+
+	do
+	{
+		b = (unsigned char) *(*p)++;
+		u |= (uint64_t) (b & 0x7f) << shift;
+		shift += 7;
+	} while (b & 0x80);
+	return (int64_t) (u >> 1) ^ -(int64_t) (u & 1);
+}
+
+/* One block of a hand-made container: its count and its (compressed) bytes. */
+typedef struct Block
+{
+	int64_t		count;
+	const char *data;
+	size_t		len;
+} Block;
+
+/* Appends an Avro string (its length, then its bytes). */
+static char *
+put_string(char *p, const char *s, size_t n)
+{
+	p += put_long(p, (int64_t) n);
+	memcpy(p, s, n);
+	return p + n;
+}
+
+/*
+ * A container written by hand, as a hostile writer could: a header naming
+ * the schema and the codec, and the blocks with whatever bytes they are
+ * given.
+ */
+static char *
+container(const char *schema_text, const char *codec, const Block *blocks, int nblocks, size_t *len)
+{
+	const char *js = json(schema_text);
+	size_t		room = strlen(js) + strlen(codec) + 128;
+	char	   *out,
+			   *p;
+
+	for (int i = 0; i < nblocks; i++)
+		room += blocks[i].len + 48;
+	p = out = malloc(room);
+	memcpy(p, "Obj\001", 4);
+	p += 4;
+	p += put_long(p, 2);
+	p = put_string(p, "avro.schema", 11);
+	p = put_string(p, js, strlen(js));
+	p = put_string(p, "avro.codec", 10);
+	p = put_string(p, codec, strlen(codec));
+	p += put_long(p, 0);
+	memcpy(p, SYNC, 16);
+	p += 16;
+	for (int i = 0; i < nblocks; i++)
+	{
+		p += put_long(p, blocks[i].count);
+		p = put_string(p, blocks[i].data, blocks[i].len);
+		memcpy(p, SYNC, 16);
+		p += 16;
+	}
+	*len = p - out;
+	return out;
+}
+
+/* Bytes compressed as libavro's codec writes a block (deflate raw, snappy and its CRC32, raw LZMA2). */
+static char *
+squeeze(const char *codec, const char *data, size_t n, size_t *outlen)
+{
+	size_t		room = n + n / 2 + 65536;
+	char	   *out = malloc(room);
+
+	if (strcmp(codec, "deflate") == 0)
+	{
+		z_stream	zs;
+
+		memset(&zs, 0, sizeof(zs));
+		deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY);
+		zs.next_in = (Bytef *) data;
+		zs.avail_in = (uInt) n;
+		zs.next_out = (Bytef *) out;
+		zs.avail_out = (uInt) room;
+		deflate(&zs, Z_FINISH);
+		*outlen = zs.total_out;
+		deflateEnd(&zs);
+	}
+	else if (strcmp(codec, "snappy") == 0)
+	{
+		uLong		crc = crc32_z(0L, (const Bytef *) data, n);
+
+		*outlen = room - 4;
+		snappy_compress(data, n, out, outlen);
+		for (int i = 0; i < 4; i++)
+			out[(*outlen)++] = (char) ((crc >> (24 - 8 * i)) & 0xff);
+	}
+	else if (strcmp(codec, "lzma") == 0)
+	{
+		lzma_options_lzma opt;
+		lzma_filter filters[2] = {{LZMA_FILTER_LZMA2, &opt}, {LZMA_VLI_UNKNOWN, NULL}};
+
+		lzma_lzma_preset(&opt, LZMA_PRESET_DEFAULT);
+		*outlen = 0;
+		lzma_raw_buffer_encode(filters, NULL, (const uint8_t *) data, n, (uint8_t *) out, outlen, room);
+	}
+	else
+	{
+		memcpy(out, data, n);
+		*outlen = n;
+	}
+	return out;
+}
+
+/* The records of the first block of a file libavro wrote with the null codec. */
+static const char *
+first_block(const char *buf, size_t len, int64_t *count, size_t *n)
+{
+	const char *p = buf + block_boundary(buf, len, 0);
+
+	*count = get_long(&p);
+	*n = (size_t) get_long(&p);
+	return p;
+}
+
+/* Reads a manifest list: the result, and err. */
+static int
+read_list(const char *buf, size_t len, char *err, size_t errlen)
+{
+	reset_manifests();
+	snprintf(err, errlen, "untouched");
+	return avro_manifest_list_read(buf, len, keep_manifest, NULL, err, errlen);
+}
+
+/* Checks a read of a hand-made manifest list against what it must come to. */
+static void
+expect(const Block *blocks, int nblocks, const char *codec, int want_rc, int want_n, const char *want,
+	   const char *what)
+{
+	char		err[512];
+	size_t		len;
+	char	   *buf = container(LIST_V2, codec, blocks, nblocks, &len);
+	int			rc = read_list(buf, len, err, sizeof(err));
+	char		label[256];
+
+	snprintf(label, sizeof(label), "%s: %s", codec, what);
+	check(rc == want_rc && ngot == want_n && (want == NULL || strstr(err, want) != NULL), label);
+	printf("# rc %d, %d read, %s\n", rc, ngot, err);
+	free(buf);
+}
+
+/*
+ * Bombs: blocks of zeros (which decode as records of zeros) that inflate
+ * past the limit, in the first block (decompressed, with libavro's reader,
+ * while the file was opened) and after valid records; blocks under the
+ * limit that pass it together; the null codec too.
+ */
+static void
+test_bombs(void)
+{
+	static const char *const codecs[] = {"deflate", "snappy", "lzma"};
+	size_t		n,
+				vlen;
+	int64_t		count;
+	char	   *valid = write_file(LIST_V2, "null", 3, fill_list_v2, &n);
+	const char *records = first_block(valid, n, &count, &vlen);
+	char	   *zeros = calloc(2 * MIB, 1);
+
+	avro_read_limits(MIB, NULL);
+	for (int i = 0; i < 3; i++)
+	{
+		const char *codec = codecs[i];
+		size_t		zlen,
+					hlen,
+					rlen;
+		char	   *bomb = squeeze(codec, zeros, 2 * MIB, &zlen);
+		char	   *half = squeeze(codec, zeros, MIB / 2, &hlen);
+		char	   *r = squeeze(codec, records, vlen, &rlen);
+		Block		first[] = {{1, bomb, zlen}};
+		Block		later[] = {{count, r, rlen}, {1, bomb, zlen}};
+		Block		halves[] = {{1, half, hlen}, {1, half, hlen}, {1, half, hlen}};
+
+		printf("# %s: 2 MiB of zeros in %zu bytes\n", codec, zlen);
+		expect(first, 1, codec, AVRO_READ_TOO_LARGE, 0,
+			   "manifest list holds more than 1048576 bytes once decompressed (block 1 of 1 passes that)",
+			   "a bomb in the first block (2 MiB, the limit 1 MiB) is refused before any record");
+		expect(later, 2, codec, AVRO_READ_TOO_LARGE, 3, "(block 2 of 2 passes that)",
+			   "a bomb in a later block is refused there, after the records before it");
+		expect(halves, 3, codec, AVRO_READ_TOO_LARGE, 2, "(block 3 of 3 passes that)",
+			   "blocks under the limit that pass it together are refused at the block that does");
+		expect(halves, 2, codec, 0, 2, NULL, "blocks that reach the limit exactly are read");
+		free(bomb);
+		free(half);
+		free(r);
+	}
+	{
+		Block		plain[] = {{count, records, vlen}, {1, zeros, MIB}};
+
+		expect(plain, 2, "null", AVRO_READ_TOO_LARGE, 3, "(block 2 of 2 passes that)",
+			   "blocks of the null codec count against the limit too");
+	}
+	avro_read_limits(AVRO_DEFAULT_MAX_BYTES, NULL);
+	free(zeros);
+	free(valid);
+}
+
+/* Compressed blocks that are not their codec's: cut short, garbage, a wrong CRC32. */
+static void
+test_broken_blocks(void)
+{
+	static const char *const codecs[] = {"deflate", "snappy", "lzma"};
+	size_t		n,
+				vlen;
+	int64_t		count;
+	char	   *valid = write_file(LIST_V2, "null", 3, fill_list_v2, &n);
+	const char *records = first_block(valid, n, &count, &vlen);
+	char		garbage[300];
+
+	for (int i = 0; i < (int) sizeof(garbage); i++)
+		garbage[i] = (char) ((i * 7919 + 13) % 251);
+	for (int i = 0; i < 3; i++)
+	{
+		const char *codec = codecs[i];
+		size_t		rlen;
+		char	   *r = squeeze(codec, records, vlen, &rlen);
+		Block		whole[] = {{count, r, rlen}};
+		Block		cut[] = {{count, r, rlen / 2}};
+		Block		junk[] = {{count, garbage, sizeof(garbage)}};
+
+		expect(whole, 1, codec, 0, 3, NULL, "a block written as libavro writes it is read");
+		expect(cut, 1, codec, AVRO_READ_FAILED, 0, "manifest list is corrupt: block 1 does not decompress (",
+			   "compressed data cut short is refused");
+		expect(junk, 1, codec, AVRO_READ_FAILED, 0, "manifest list is corrupt: block 1 does not decompress (",
+			   "garbage is refused");
+		if (strcmp(codec, "snappy") == 0)
+		{
+			r[rlen - 1] ^= 1;
+			expect(whole, 1, codec, AVRO_READ_FAILED, 0, "the CRC32 after the data does not match it",
+				   "a wrong CRC32 is refused");
+		}
+		free(r);
+	}
+	free(valid);
+}
+
+static int	stops_left;
+
+/* A stop function that says stop once it was asked stops_left times. */
+static bool
+stop_after(void)
+{
+	return --stops_left < 0;
+}
+
+/* The stop function ends a read while a block decompresses, and between records. */
+static void
+test_stop(void)
+{
+	char		err[512];
+	size_t		n,
+				zlen,
+				len;
+	char	   *zeros = calloc(8 * MIB, 1);
+	char	   *z = squeeze("deflate", zeros, 8 * MIB, &zlen);
+	Block		big[] = {{1, z, zlen}};
+	char	   *buf = container(LIST_V2, "deflate", big, 1, &len);
+	char	   *valid = write_file(LIST_V2, "null", 3, fill_list_v2, &n);
+	int			rc;
+
+	avro_read_limits(64 * MIB, stop_after);
+	stops_left = 2;
+	rc = read_list(buf, len, err, sizeof(err));
+	check(rc == AVRO_READ_STOPPED && ngot == 0 && stops_left == -1 &&
+		  strcmp(err, "manifest list: the read was interrupted") == 0,
+		  "a stop asked for while a block decompresses (8 MiB: asked every MiB) ends the read");
+	printf("# %s\n", err);
+	stops_left = 1;
+	rc = read_list(valid, n, err, sizeof(err));
+	check(rc == AVRO_READ_STOPPED && ngot == 1, "a stop asked for between records ends the read there");
+	avro_read_limits(AVRO_DEFAULT_MAX_BYTES, NULL);
+	free(buf);
+	free(valid);
+	free(z);
+	free(zeros);
+}
+
+/* The fields a hand-made schema begins with (a manifest list's required ones). */
+#define REQUIRED "{'name':'manifest_path','type':'string'},{'name':'manifest_length','type':'long'}," \
+	"{'name':'partition_spec_id','type':'int'}"
+
+/* Reads a hand-made file of one record (data) with a schema: the result, and err. */
+static int
+read_data(const char *schema, const char *data, size_t n, char *err, size_t errlen)
+{
+	Block		b[] = {{1, data, n}};
+	size_t		len;
+	char	   *buf = container(schema, "null", b, 1, &len);
+	int			rc = read_list(buf, len, err, errlen);
+
+	printf("# rc %d, %d read, %s\n", rc, ngot, err);
+	free(buf);
+	return rc;
+}
+
+/* Reads a hand-made file of one record of zero_bytes zeros with a schema. */
+static int
+read_schema(const char *schema, size_t zero_bytes, char *err, size_t errlen)
+{
+	char	   *zeros = calloc(zero_bytes + 1, 1);
+	int			rc = read_data(schema, zeros, zero_bytes, err, errlen);
+
+	free(zeros);
+	return rc;
+}
+
+/*
+ * Schemas libavro would decode without bound, refused before any record:
+ * a type that contains itself (its data nest as deep as they say: the
+ * stack overflowed), an array of items written in no bytes (its count
+ * alone made libavro loop), records written in no bytes, a schema nested
+ * deeper than any manifest's; a named type used twice is fine.
+ */
+static void
+test_unbounded_schemas(void)
+{
+	char		err[512];
+	char		deep[8192];
+	size_t		at = 0;
+
+	check(read_schema("{'type':'record','name':'R','fields':[" REQUIRED
+					  ",{'name':'next','type':['null','R']}]}", 4, err, sizeof(err)) == AVRO_READ_FAILED &&
+		  ngot == 0 && strstr(err, "manifest list: its schema's type \"R\" contains itself"),
+		  "a record that contains itself is refused");
+	check(read_schema("{'type':'record','name':'R','fields':[" REQUIRED
+					  ",{'name':'junk','type':{'type':'array','items':'null'}}]}", 4, err, sizeof(err)) == -1 &&
+		  ngot == 0 && strstr(err, "its schema has an array of null, whose items are written in no bytes"),
+		  "an array of nulls is refused");
+	check(read_schema("{'type':'record','name':'R','fields':[" REQUIRED
+					  ",{'name':'junk','type':{'type':'array','items':{'type':'record','name':'E','fields':"
+					  "[{'name':'f','type':{'type':'fixed','name':'F','size':0}}]}}}]}", 4, err, sizeof(err)) == -1 &&
+		  ngot == 0 && strstr(err, "its schema has an array of a record, whose items are written in no bytes"),
+		  "an array of records of no bytes is refused");
+	check(read_schema("{'type':'record','name':'R','fields':[{'name':'a','type':'null'}]}", 0, err,
+					  sizeof(err)) == -1 && strstr(err, "manifest list: its records are written in no bytes"),
+		  "records written in no bytes are refused");
+	at += snprintf(deep, sizeof(deep), "{'type':'record','name':'R','fields':[" REQUIRED);
+	for (int i = 0; i < 70; i++)
+		at += snprintf(deep + at, sizeof(deep) - at, ",{'name':'n','type':{'type':'record','name':'N%d','fields':[{'name':'v','type':'int'}", i);
+	for (int i = 0; i < 70; i++)
+		at += snprintf(deep + at, sizeof(deep) - at, "]}}");
+	snprintf(deep + at, sizeof(deep) - at, "]}");
+	check(read_schema(deep, 80, err, sizeof(err)) == -1 && strstr(err, "its schema nests deeper than 64 levels"),
+		  "a schema nested deeper than 64 levels is refused");
+	check(read_schema("{'type':'record','name':'R','fields':[" REQUIRED
+					  ",{'name':'a','type':{'type':'record','name':'P','fields':[{'name':'v','type':'int'}]}},"
+					  "{'name':'b','type':'P'}]}", 5, err, sizeof(err)) == 0 && ngot == 1,
+		  "a named type used a second time (not inside itself) is read");
+	check(read_schema("{'type':'record','name':'R','fields':[" REQUIRED
+					  ",{'name':'m','type':{'type':'map','values':'long'}}]}", 4, err, sizeof(err)) == -1 &&
+		  strstr(err, "its schema has a map, which no Iceberg manifest has"),
+		  "a map is refused (libavro's maps never check an allocation; Iceberg writes none)");
+	reset_manifests();
+}
+
+/*
+ * Records libavro would decode at any cost, refused before it sees them:
+ * an array of 100,000 empty strings (100 kB, 16 MB and more in libavro:
+ * 40 million of them, 40 MB, crashed it once the allocator refused), a
+ * union's branch or an int out of range.
+ */
+static void
+test_unbounded_records(void)
+{
+	enum
+	{
+		NSTR = 100000
+	};
+	char		err[512];
+	char	   *data = calloc(NSTR + 16, 1);
+	size_t		at = 3;
+
+	at += put_long(data + at, NSTR);
+	at += NSTR + 1;				/* the empty strings, the array's end */
+	avro_read_limits(MIB, NULL);
+	check(read_data("{'type':'record','name':'R','fields':[" REQUIRED
+					",{'name':'s','type':{'type':'array','items':'string'}}]}", data, at, err, sizeof(err)) ==
+		  AVRO_READ_TOO_LARGE && ngot == 0 &&
+		  strstr(err, "manifest list: record 1 of 1 would take more than 1048576 bytes of memory to decode"),
+		  "a record whose values would take more memory than the limit is refused before libavro decodes it");
+	avro_read_limits(AVRO_DEFAULT_MAX_BYTES, NULL);
+	check(read_data("{'type':'record','name':'R','fields':[" REQUIRED
+					",{'name':'s','type':{'type':'array','items':'string'}}]}", data, at, err, sizeof(err)) == 0 &&
+		  ngot == 1, "the same record within the limit is read");
+	memcpy(data, "\0\0\0\004", 4);
+	check(read_data("{'type':'record','name':'R','fields':[" REQUIRED ",{'name':'u','type':['null','int']}]}",
+					data, 4, err, sizeof(err)) == -1 && strstr(err, "does not decode (a union's branch is out of range)"),
+		  "a union's branch out of range is refused");
+	at = 2 + put_long(data + 2, INT64_C(1) << 40);
+	check(read_data("{'type':'record','name':'R','fields':[" REQUIRED "]}", data, at, err, sizeof(err)) == -1 &&
+		  strstr(err, "does not decode (an int is out of range)"), "an int out of range is refused");
+	reset_manifests();
+	free(data);
+}
+
+/*
+ * The allocation watch finds a block in a few probes however many are
+ * live: 100,000 blocks freed oldest first, as libavro frees an array's
+ * strings (a list searched from its end looked at 5 billion).
+ */
+static void
+test_watch_cost(void)
+{
+	enum
+	{
+		NBLOCKS = 100000
+	};
+	AllocWatch	w = {0};
+	void	  **blocks = malloc(NBLOCKS * sizeof(void *));
+	uint64_t	probes;
+
+	for (int i = 0; i < NBLOCKS; i++)
+		blocks[i] = alloc_watch(&w, NULL, 0, 16);
+	for (int i = 0; i < NBLOCKS; i++)
+		alloc_watch(&w, blocks[i], 16, 0);
+	probes = w.probes;
+	check(w.n == 0 && probes < 20 * (uint64_t) NBLOCKS,
+		  "the allocation watch finds each of 100,000 live blocks in a few probes");
+	printf("# %" PRIu64 " probes\n", probes);
+	alloc_watch_end(&w, true);
+	free(blocks);
 }
 
 /* ---- printing a file as JSON lines (for the pyiceberg test) ---- */
@@ -1252,6 +1715,12 @@ main(int argc, char **argv)
 	test_metadata();
 	test_refusals(big, len);
 	test_corrupt_records();
+	test_bombs();
+	test_broken_blocks();
+	test_stop();
+	test_unbounded_schemas();
+	test_unbounded_records();
+	test_watch_cost();
 	free(big);
 	free(big_deflate);
 	return tap_done();
