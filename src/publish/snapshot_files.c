@@ -61,6 +61,7 @@ typedef struct CollectState
 	int			listed_cap;
 	size_t		prefix_len;		/* of the first key: the common prefix so far */
 	char	   *first_key;
+	char	   *foreign;		/* a listed manifest that is no object of the store */
 	bool		oom;
 } CollectState;
 
@@ -151,12 +152,23 @@ store_key_of(const char *path, const char *base)
 	return key != NULL && path_is_safe(key, strlen(key)) ? key : NULL;
 }
 
-/* The list's callback: keeps each manifest's record and path. */
+/*
+ * The list's callback: keeps each manifest's record and path. A path that
+ * is no object of the store ends the read there (read_object then says
+ * so), rather than after every record is kept: a list of millions of
+ * empty records, a few bytes each, would take a hundred times its size.
+ */
 static int
 list_entry(const IcebergManifestFile *mf, void *arg)
 {
 	CollectState *st = (CollectState *) arg;
 	ListedManifest *lm;
+
+	if (store_key_of(mf->manifest_path, st->base) == NULL)
+	{
+		st->foreign = strdup_quiet(st, mf->manifest_path);
+		return 1;
+	}
 
 	if (!grow_quiet(st, (void **) &st->listed, st->nlisted, &st->listed_cap, sizeof(ListedManifest)))
 		return 1;
@@ -341,6 +353,13 @@ manifest_entry(const IcebergManifestEntry *e, void *arg)
 	return keep_file(st, e);
 }
 
+/* finalize.iceberg_max_manifest_size as SHOW gives it ("128MB"). */
+static char *
+limit_text(void)
+{
+	return GetConfigOptionByName("finalize.iceberg_max_manifest_size", NULL, false);
+}
+
 /* Appends a chunk the store gave to the buffer. */
 static void
 append_chunk(void *arg, const char *data, size_t len)
@@ -370,7 +389,7 @@ read_object(const Manifest *store, const char *base, const char *location, const
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("%s \"%s\" is larger than finalize.iceberg_max_manifest_size (%s)", what, location,
-						GetConfigOption("finalize.iceberg_max_manifest_size", false, false)),
+						limit_text()),
 				 errdetail("finalize holds a manifest list or manifest in memory while it reads it; nothing was released."),
 				 errhint("Check who writes the table's files; for a genuine file, a superuser can raise "
 						 "finalize.iceberg_max_manifest_size (at most 256MB).")));
@@ -395,7 +414,7 @@ check_read(int rc, const CollectState *st, const char *what, const char *locatio
 				 errmsg("could not read %s \"%s\": %s", what, location, err),
 				 errdetail("finalize reads at most finalize.iceberg_max_manifest_size (%s) of a file's blocks "
 						   "decompressed, and of one record's values in memory; nothing was released.",
-						   GetConfigOption("finalize.iceberg_max_manifest_size", false, false)),
+						   limit_text()),
 				 errhint("Check who writes the table's files: Iceberg's writers stay far below it. For a genuine "
 						 "file, a superuser can raise the setting (at most 256MB).")));
 	if (st->oom)
@@ -493,6 +512,11 @@ snapshot_files_collect(const Manifest *store, const char *base, const char *mani
 	io_interrupts_begin();
 	rc = avro_manifest_list_read(buf->data, buf->len, list_entry, &st, err, sizeof(err));
 	check_read(rc, &st, "manifest list", manifest_list, err);
+	if (st.foreign != NULL)
+	{
+		read_object(store, base, st.foreign, "manifest", buf);	/* raises: no object of the store */
+		elog(ERROR, "manifest \"%s\" was read as no object of store \"%s\"", st.foreign, store->store);
+	}
 	for (int i = 0; i < st.nlisted; i++)
 	{
 		CHECK_FOR_INTERRUPTS();

@@ -8,6 +8,7 @@
     p.set_lost_answer(match=COMMIT)      # forwarded (the catalog applies it), the answer never sent
     p.set_pass()                         # forwarded as they are
     p.require_oauth("id", "secret", expires_in=60)   # POST /v1/oauth/tokens, then Bearer tokens only
+    p.require_oauth("id", "secret", token="e")       # every token it hands out is "e"
     p.require_token("static-token")      # a static bearer token only
     p.require_sigv4("AKID", "secret", "eu-west-1", "glue")   # AWS SigV4 only (check_sigv4)
     p.no_auth()
@@ -178,7 +179,7 @@ class FaultProxy:
         self._stopped = False
         self.fault = ("pass",)
         self.match = None
-        self.auth = None                # None | ("token", token) | ("oauth", id, secret, expires_in)
+        self.auth = None                # None | ("token", token) | ("oauth", id, secret, expires_in, token)
         self.etag = False
         self.tokens = {}                # issued token -> expiry (time.time())
         self.counts = {}
@@ -238,8 +239,9 @@ class FaultProxy:
             raise ValueError("malformed kind %r: one of %s" % (kind, ", ".join(MALFORMED)))
         self._set(fault=("malformed", kind), match=match)
 
-    def require_oauth(self, client_id, client_secret, expires_in=3600):
-        self._set(auth=("oauth", client_id, client_secret, expires_in))
+    def require_oauth(self, client_id, client_secret, expires_in=3600, token=None):
+        """token: the access_token every answer hands out (by default a new random one each time)."""
+        self._set(auth=("oauth", client_id, client_secret, expires_in, token))
 
     def require_token(self, token):
         self._set(auth=("token", token))
@@ -411,7 +413,7 @@ class FaultProxy:
         return None
 
     def _token(self, auth, body, headers):
-        _, client_id, client_secret, expires_in = auth
+        _, client_id, client_secret, expires_in, fixed = auth
         form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
         basic = headers.get("Authorization") or ""
         if basic.lower().startswith("basic "):
@@ -426,7 +428,7 @@ class FaultProxy:
                              "error_description": "grant_type %r is not client_credentials" % form.get("grant_type")}
         if form.get("client_id") != client_id or form.get("client_secret") != client_secret:
             return 401, {}, {"error": "invalid_client", "error_description": "unknown client or wrong secret"}
-        tok = secrets.token_hex(16)
+        tok = fixed if fixed is not None else secrets.token_hex(16)
         with self._cond:
             self.tokens[tok] = time.time() + expires_in
         out = {"access_token": tok, "token_type": "bearer", "expires_in": expires_in,
