@@ -12,6 +12,7 @@
 
 #include "access/xact.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
@@ -276,9 +277,13 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 	n = list != NULL ? (int) JsonContainerSize(list) : 0;
 	md->snapshots = palloc0(sizeof(LakeSnapshot) * Max(n, 1));
 	for (int i = 0; i < n; i++)
+	{
+		/* A 64 MB answer lists a million snapshots: seconds of reading. */
+		CHECK_FOR_INTERRUPTS();
 		if (!read_snapshot(lake_container(getIthJsonbValueFromContainer(list, i)), lsn_property,
 						   &md->snapshots[md->nsnapshots++], error))
 			return false;
+	}
 	lake_sort_snapshots(md);
 	for (int i = 1; i < md->nsnapshots; i++)
 		if (md->snapshots[i].id == md->snapshots[i - 1].id)
