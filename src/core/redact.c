@@ -7,9 +7,11 @@
  *
  * Each form is replaced in one left-to-right pass that resumes after the
  * replacement and never reads what it wrote: "[redacted]" may itself hold
- * a secret's letters, and a pass that started over would never end. The
- * passes are linear in the text (which callers bound: an answer's body,
- * an error message), and check for interrupts between replacements.
+ * a secret's letters, and a pass that started over would never end (nor
+ * is a "[redacted]" already there read again: a text redacted twice is
+ * redacted once). The passes are linear in the text (which callers bound:
+ * an answer's body, an error message), and check for interrupts between
+ * replacements.
  * Secrets shorter than REDACT_MIN_SECRET are left out (see redact.h).
  */
 #include "postgres.h"
@@ -20,27 +22,50 @@
 #include "core/http.h"
 #include "core/redact.h"
 
-/* The text with every occurrence of form replaced, or text itself when there is none. */
+#define MARKER "[redacted]"
+
+/* Appends text[from, stop) with every occurrence of form in it replaced. */
+static void
+replace_between(StringInfo buf, const char *from, const char *stop, const char *form)
+{
+	size_t		n = strlen(form);
+	const char *hit;
+
+	while ((hit = memmem(from, stop - from, form, n)) != NULL)
+	{
+		CHECK_FOR_INTERRUPTS();
+		appendBinaryStringInfo(buf, from, hit - from);
+		appendStringInfoString(buf, MARKER);
+		from = hit + n;
+	}
+	appendBinaryStringInfo(buf, from, stop - from);
+}
+
+/*
+ * The text with every occurrence of form replaced, or text itself when
+ * there is none. What was replaced before is left alone (a secret inside
+ * "[redacted]", such as "redacted", is not replaced again however often a
+ * text is redacted), so redacting is idempotent.
+ */
 static char *
 replace_all(char *text, const char *form)
 {
-	size_t		n = strlen(form);
 	const char *from = text;
-	const char *hit = strstr(text, form);
 	StringInfoData buf;
 
-	if (hit == NULL)
+	if (strstr(text, form) == NULL)
 		return text;
 	initStringInfo(&buf);
-	do
+	for (;;)
 	{
-		CHECK_FOR_INTERRUPTS();
-		appendBinaryStringInfo(&buf, from, hit - from);
-		appendStringInfoString(&buf, "[redacted]");
-		from = hit + n;
-	} while ((hit = strstr(from, form)) != NULL);
-	appendStringInfoString(&buf, from);
-	return buf.data;
+		const char *marker = strstr(from, MARKER);
+
+		replace_between(&buf, from, marker != NULL ? marker : from + strlen(from), form);
+		if (marker == NULL)
+			return buf.data;
+		appendStringInfoString(&buf, MARKER);
+		from = marker + strlen(MARKER);
+	}
 }
 
 /* A secret as a JSON string holds it: '"' and '\' escaped, '/' too when slash. */

@@ -424,3 +424,25 @@ def test_a_one_character_token_is_a_condition_of_the_lake_worker(env, sim, catal
         assert not [r for r in proxy.requests if "Bearer e" in str(r["headers"])], "the token was used"
     finally:
         proxy.stop()
+
+
+def test_a_secret_inside_redacted_is_replaced_once(env, sim, catalog, writer, namespace):
+    """A static token the validator accepts, "redacted", echoed in the catalog's error: "[redacted]"
+    holds it again, and a redaction that started over after each replacement never ended. One pass
+    replaces it once, and a text redacted again (the catalog's words, then the message holding them)
+    stays as it was; the condition shows the catalog's words with the token out of them."""
+    table = "%s.redacted_token" % namespace
+    writer.call("create_table", name=table)
+    track(env, sim, "sales.redacted", "erp")
+    proxy = FaultProxy(catalog.uri)
+    try:
+        proxy.require_token("redacted")
+        proxy.set_status(500, message="token redacted is not welcome here", match=LOAD_TABLE)
+        add_catalog(env, "echo", proxy.uri, mapping={"token": "redacted"})
+        add_consumer(env, "sales.redacted", "spark", "echo", table)
+        row = wait_consumer(env, "sales.redacted", "spark", lambda r: r["condition"] == "catalog_unreachable",
+                            "the catalog's error")
+        assert "token [redacted] is not welcome here" in row["resolve_error"], row
+        assert "[[" not in row["resolve_error"], "redacted twice: %s" % row["resolve_error"]
+    finally:
+        proxy.stop()
