@@ -21,6 +21,7 @@
 #include "utils/timestamp.h"
 
 #include "core/db.h"
+#include "core/json_build.h"
 #include "core/settings.h"
 #include "gate/store_listing.h"
 #include "publish/release_run.h"
@@ -183,18 +184,64 @@ audit_files(IcebergRun *run)
 }
 
 /*
+ * The lake consumers that must hold the partition, with what the audited
+ * snapshot holds of each (for _iceberg_checks and the report): an array of
+ * {table_name, consumer, lsn_property, followed_elsewhere, committed_lsn,
+ * lsn_carrier}.
+ */
+Jsonb *
+lake_holders_json(const IcebergRun *run)
+{
+	JsonbParseState *st = NULL;
+	char		lsn_text[LSN_TEXT_LEN + 1];
+
+	jb_begin_array(&st, NULL);
+	for (int i = 0; i < run->nlake; i++)
+	{
+		const LakeHolder *h = &run->lake[i];
+
+		jb_begin_object(&st, NULL);
+		jb_text(&st, "table_name", h->table);
+		if (h->consumer != NULL)
+		{
+			jb_text(&st, "consumer", h->consumer);
+			jb_text(&st, "lsn_property", h->lsn_property);
+		}
+		jb_bool(&st, "followed_elsewhere", h->followed_elsewhere);
+		if (h->has_lsn)
+		{
+			lsn_format(&h->lsn, lsn_text);
+			jb_text(&st, "committed_lsn", lsn_text);
+			jb_int(&st, "lsn_carrier", h->carrier);
+		}
+		jb_end_object(&st);
+	}
+	return jb_finish(jb_end_array(&st));
+}
+
+/* A problem code of _iceberg_checks as a constant (problems keep codes by pointer). */
+static const char *
+facts_code(const char *code)
+{
+	static const char *const codes[] = {"row_count_mismatch", "row_count_unknown", "lake_consumer_missing"};
+
+	for (int i = 0; i < (int) lengthof(codes); i++)
+		if (strcmp(code, codes[i]) == 0)
+			return codes[i];
+	return "lake_behind";
+}
+
+/*
  * Adds what the CDC facts say against the partition beyond finality
  * (_iceberg_checks): its row count, and whether the snapshot holds the
- * change log up to the periods' end. Runs as the owner in SPI.
+ * change log of each table it holds (each shard's in its own LSNs) up to
+ * the periods' end. Runs as the owner in SPI.
  */
 void
 check_iceberg_facts(IcebergRun *run, const GatePeriod *p)
 {
-	Oid			types[10] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID,
-	TEXTOID, TEXTOID, INT8OID};
-	Datum		values[10];
-	char		nulls[10] = "          ";
-	char		lsn_text[LSN_TEXT_LEN + 1];
+	Oid			types[8] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, JSONBOID};
+	Datum		values[8];
 
 	if (run->table.verdict_table == NULL || !p->known)
 		return;
@@ -205,22 +252,12 @@ check_iceberg_facts(IcebergRun *run, const GatePeriod *p)
 	values[4] = Int64GetDatum(run->files.records);
 	values[5] = Int64GetDatum(run->files.position_deletes);
 	values[6] = Int64GetDatum(run->files.uncountable_deletes);
-	values[7] = db_text_or_null(run->lsn_property, nulls, 7);
-	if (run->has_lsn)
-		lsn_format(&run->lsn, lsn_text);
-	values[8] = db_text_or_null(run->has_lsn ? lsn_text : NULL, nulls, 8);
-	values[9] = Int64GetDatum(run->carrier);
+	values[7] = JsonbPGetDatum(run->lake_json);
 	if (SPI_execute_with_args("SELECT c.code, c.detail FROM " FINALIZE_SCHEMA
-							  "._iceberg_checks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) c",
-							  10, types, values, nulls, false, 0) != SPI_OK_SELECT)
+							  "._iceberg_checks($1, $2, $3, $4, $5, $6, $7, $8) c",
+							  8, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not check the CDC facts of partition \"%s\"", run->m.partition);
 	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		char	   *code = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-
-		/* Problem codes are kept by pointer: the SQL's are copied into constants. */
-		problem_add(&run->found, strcmp(code, "row_count_mismatch") == 0 ? "row_count_mismatch" :
-					strcmp(code, "row_count_unknown") == 0 ? "row_count_unknown" : "lake_behind", NULL,
+		problem_add(&run->found, facts_code(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1)), NULL,
 					SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2));
-	}
 }
