@@ -121,6 +121,7 @@ UNIT_SOURCES_test_period = src/core/period.c
 UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
 UNIT_SOURCES_test_source_pick = src/core/source_pick.c
 UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_read.c src/lake/alloc_watch.c
+UNIT_SOURCES_test_file_bounds = src/publish/file_bounds.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))

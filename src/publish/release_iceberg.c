@@ -54,7 +54,7 @@ first_text(int col)
  * The periods the partition holds: its time fields' (over the table's
  * partition specs), which the request's period_start and period_end, when
  * given, must be; else the request's, which a partition without a time
- * field must give.
+ * field must give, and which then only its files' bounds can prove.
  */
 static void
 resolve_period(IcebergRun *run)
@@ -77,6 +77,7 @@ resolve_period(IcebergRun *run)
 	if (!r->has_period)
 		request_error("period_start", "is missing: partition %s has no year, month, day or hour field in the "
 					  "table's partition specs, so the periods it holds must be given", r->partition_key);
+	run->bounds_required = true;
 	run->m.has_period = true;
 	run->m.period_start = r->period_start;
 	run->m.has_period_end = r->has_period_end;
@@ -273,8 +274,8 @@ stored_request(Jsonb *request, const char *manifest_list)
 
 /*
  * Sets what the gate's view needs once the table is loaded: the target's
- * name (finalize/<table>/<partition> for a tag named by true) and the
- * periods the partition holds.
+ * name (finalize/<table>/<partition> for a tag named by true), the
+ * periods the partition holds and the time column whose bounds show it.
  */
 static void
 prepare_manifest(IcebergRun *run)
@@ -291,6 +292,8 @@ prepare_manifest(IcebergRun *run)
 	run->it.target_name = run->r.target != NULL ? run->r.target
 		: psprintf("finalize/%s/%s", run->r.table, run->r.partition_key);
 	resolve_period(run);
+	run->time_column = release_time_column(&run->r, &run->it.layout, run->bounds_required, &run->time_col,
+										   &run->no_time_column);
 }
 
 /* Says, in an error after the catalog commit, that the snapshot was published. */

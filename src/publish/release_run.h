@@ -41,6 +41,11 @@ typedef struct IcebergRun
 	SnapshotFiles files;
 	InvComparison listing;
 	ProblemList found;
+	bool		bounds_required;	/* no time field places the files: only
+									 * their bounds prove their periods */
+	const char *time_column;	/* whose bounds are checked, or NULL */
+	TimeColumn	time_col;
+	char	   *no_time_column; /* why there is none, or NULL */
 	LakeHolder *lake;			/* the lake consumers that must hold the partition */
 	int			nlake;
 	Jsonb	   *lake_json;		/* them as the checks and the report take them */

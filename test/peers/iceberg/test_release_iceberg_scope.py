@@ -9,9 +9,10 @@ reading the simulator over FreeTDS.
 * Files outside the periods (issue 41, lead 2): a partition without a time field (an unpartitioned
   table, an identity `dt` string) is released for the periods the request names only when every data
   file's lower and upper bounds of the time column lie inside them."""
-import datetime
+import hashlib
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -27,7 +28,7 @@ TABLE = "sales.orders"
 HOUR = "2026-11-02-09"
 FIELD = "commit_time_hour"
 COLUMNS = [["id", "long"], ["op", "string"], ["lsn", "string"], ["shard", "string"], ["dt", "string"],
-           ["commit_time", "timestamptz"]]
+           ["commit_time", "timestamptz"], ["wall", "timestamp"]]
 
 
 @pytest.fixture
@@ -53,8 +54,9 @@ class Lake:
     inserted row (its shard and commit time), each snapshot's summary carrying, per shard, the LSN of the
     last commit of that shard it applied (finalize.lsn.<shard>)."""
 
-    def __init__(self, env, sim, writer, catalog, name):  # noqa: F811
+    def __init__(self, env, sim, writer, catalog, name, tracked=TABLE):  # noqa: F811
         self.env, self.sim, self.writer, self.catalog, self.table = env, sim, writer, catalog, name
+        self.tracked = tracked
         self.store = "file://" + catalog.warehouse_path
         self.next_id = 1
 
@@ -67,19 +69,24 @@ class Lake:
         for c in commits:
             for _ in range(c["inserts"]):
                 out.append({"id": self.next_id, "op": "i", "lsn": c["lsn"], "shard": c.get("db"),
-                            "dt": c["at"].date().isoformat(), "commit_time": c["at"].isoformat()})
+                            "dt": c["at"].date().isoformat(), "commit_time": c["at"].isoformat(),
+                            "wall": c["at"].isoformat()})
                 self.next_id += 1
         return out
 
-    def apply(self, commits, branch=None, properties=None):
+    def apply(self, commits, branch=None, properties=None, rows=None):
         """One snapshot of the commits' rows; each shard's property is its last commit's LSN."""
         props = {"finalize.lsn.%s" % c["db"]: c["lsn"] for c in commits if c.get("db")}
         props.update(properties or {})
-        return self.writer.call("append", table=self.table, rows=self.rows(commits), branch=branch,
-                                properties=props)["snapshot_id"]
+        return self.writer.call("append", table=self.table, rows=rows if rows is not None else self.rows(commits),
+                                branch=branch, properties=props)["snapshot_id"]
+
+    def main(self):
+        refs = self.writer.call("refs", table=self.table)
+        return refs["main"]["snapshot_id"] if "main" in refs else None
 
     def release(self, **kw):
-        r = {"table": TABLE, "catalog": "lake_catalog", "iceberg_table": self.table, "store": self.store}
+        r = {"table": self.tracked, "catalog": "lake_catalog", "iceberg_table": self.table, "store": self.store}
         r.update(kw)
         row = self.env.pg.sql("SELECT released, generation, problems FROM finalize.release_iceberg(%s::jsonb)",
                               (json.dumps({k: v for k, v in r.items() if v is not None}),))[0]
@@ -95,6 +102,12 @@ class Lake:
 
 def codes(result):
     return sorted({p["code"] for p in result["problems"]})
+
+
+def table_name(request, namespace):
+    """ns.<the test's name>, shortened, unique per parameter."""
+    name = re.sub(r"\W", "_", request.node.name.replace("test_", "")).strip("_").lower()
+    return "%s.%s_%s" % (namespace, name[:40], hashlib.sha1(name.encode()).hexdigest()[:6])
 
 
 def add_catalog(env, catalog):  # noqa: F811
@@ -114,7 +127,7 @@ def sharded(request, env, sim, catalog, writer, namespace):  # noqa: F811
     """sales.orders sharded over db01 and db02 (one source server per database), tracked in hours, each
     shard's first commit at 08:59 captured; the Iceberg table partitioned by identity(shard) and
     hour(commit_time), whose main holds both 08:59 rows; the catalog server lake_catalog."""
-    name = "%s.%s" % (namespace, request.node.name.replace("test_", "")[:50])
+    name = table_name(request, namespace)
     writer.call("create_table", name=name, columns=COLUMNS,
                 partition=[["shard", "identity", "shard"], ["commit_time", "hour", FIELD]])
     lake = Lake(env, sim, writer, catalog, name)
@@ -204,3 +217,145 @@ def test_a_shard_without_the_lake_consumer_the_others_have_is_a_problem(sharded)
         assert TABLE + "/db02" in r["problems"][0]["detail"], r
     r = lake.release(partition={"shard": "db01", FIELD: HOUR}, snapshot_id=snap, tag=True)
     assert r["released"] and r["problems"] == [], r
+
+
+# --- files outside the periods ------------------------------------------------------------------
+
+@pytest.fixture
+def plain(request, env, sim, catalog, writer, namespace):  # noqa: F811
+    """orders tracked in hours on the demo database, its first commit (08:59) captured, the catalog
+    server lake_catalog; make(partition, properties) creates the Iceberg table ns.<test> with COLUMNS."""
+    first = sim.call("sim.commit", inserts=1)[0][0]
+    sim.call("sim.advance", seconds=70)
+    env.add_source("db", sim)
+    env.track("orders", "db", granularity="1 hour")
+    env.wait_caught_up("orders", sim)
+    add_catalog(env, catalog)
+    lake = Lake(env, sim, writer, catalog, table_name(request, namespace), tracked="orders")
+    lake.first = {"lsn": lsn_text(first["start_lsn"]), "at": at(8, 59), "inserts": 1}
+
+    def make(partition=None, properties=None):
+        writer.call("create_table", name=lake.table, columns=COLUMNS, partition=partition, properties=properties)
+        return lake
+    return make
+
+
+def hour_09(lake, later=()):
+    """Hour 09's three commits (6 rows) and the (hh, mm) commits of later, the clock past 10:00 (later's
+    hours past too), the worker caught up: hour 09 is final."""
+    commits = [lake.commit(None, 9, 10, 2), lake.commit(None, 9, 20, 1), lake.commit(None, 9, 30, 3)]
+    commits += [lake.commit(None, hh, mm) for hh, mm in later]
+    lake.sim.call("sim.advance", to=at(max([10] + [hh for hh, _ in later]), 5).isoformat())
+    lake.env.wait_caught_up("orders", lake.sim)
+    lake.final("orders", 9)
+    return commits
+
+
+def test_an_unpartitioned_table_is_not_released_on_one_hours_count(plain):
+    """The issue's scenario: main holds an 08:59 row, the audit branch adds 5 of hour 09's 6 rows. A release
+    of {} for hour 09 counted every file of the table against hour 09's facts (6 = 6, the 08:59 row filling
+    the missing one). Nothing places the files in hour 09 but their bounds of the time column: without a
+    time column named it is time_column_unknown, with it the 08:59 file is files_outside_period."""
+    lake = plain()
+    lake.apply([lake.first])
+    lake.writer.call("create_branch", table=lake.table, name="audit")
+    commits = hour_09(lake)
+    rows = lake.rows(commits)
+    lake.apply(commits, branch="audit", rows=rows[:2] + rows[3:])
+    before = lake.main()
+    request = dict(partition={}, period_start="2026-11-02T09:00:00Z", branch="audit", row_count="inserts")
+    r = lake.release(**request)
+    assert not r["released"] and codes(r) == ["time_column_unknown"], r
+    assert "time_column" in r["problems"][0]["detail"], r
+    r = lake.release(time_column="commit_time", **request)
+    assert not r["released"] and codes(r) == ["files_outside_period"], r
+    (p,) = r["problems"]
+    (main_file,) = lake.writer.call("data_files", table=lake.table, ref="main")
+    assert p["path"] == main_file["file_path"], (p, main_file)
+    assert "08:59:00" in p["detail"] and '"commit_time"' in p["detail"], p
+    assert lake.main() == before, "a refused release moved main"
+
+
+def test_an_identity_dt_partition_is_not_released_on_one_hours_finality(plain):
+    """identity(dt) on an hourly table: dt=2026-11-02 holds hour 09 (final) and an 10:30 row (hour 10 is
+    not final). Released with period_start 09:00 it published the day on hour 09's finality."""
+    lake = plain(partition=[["dt", "identity", "dt"]])
+    lake.apply([lake.first])
+    lake.writer.call("create_branch", table=lake.table, name="audit")
+    commits = hour_09(lake)
+    late = lake.commit(None, 10, 30)
+    lake.sim.call("sim.advance", to=at(10, 40).isoformat())
+    lake.apply(commits[:2], branch="audit")
+    lake.apply(commits[2:] + [late], branch="audit")
+    before = lake.main()
+    request = dict(partition={"dt": "2026-11-02"}, period_start="2026-11-02T09:00:00Z", branch="audit")
+    r = lake.release(**request)
+    assert not r["released"] and codes(r) == ["time_column_unknown"], r
+    r = lake.release(time_column="commit_time", **request)
+    assert not r["released"] and codes(r) == ["files_outside_period"], r
+    detail = r["problems"][0]["detail"]
+    # main's 08:59 file and the one with the 10:30 row are outside; the one of 09:10 and 09:20 is not.
+    assert "2 data file(s)" in detail, detail
+    assert lake.main() == before
+
+
+@pytest.mark.parametrize("partition", [None, [["dt", "identity", "dt"]]], ids=["unpartitioned", "identity_dt"])
+def test_files_whose_bounds_lie_inside_the_period_are_released(plain, partition):
+    """A snapshot whose files hold hour 09's rows alone (bounds 09:10 to 09:30) is released for hour 09,
+    counted (inserts) and tagged; the next snapshot, which adds a 10:02 row, is files_outside_period."""
+    lake = plain(partition=partition)
+    commits = hour_09(lake, later=[(10, 2)])
+    lake.apply(commits[:1])
+    s1 = lake.apply(commits[1:3])
+    request = dict(partition={} if partition is None else {"dt": "2026-11-02"}, period_start="2026-11-02T09:00:00Z",
+                   time_column="commit_time", row_count="inserts", tag=True)
+    r = lake.release(snapshot_id=s1, **request)
+    assert r == {"released": True, "generation": str(s1), "problems": []}, r
+    report = lake.env.one("SELECT r.report FROM finalize.release r ORDER BY r.release_id DESC LIMIT 1")
+    assert report["catalog"]["records"] == 6 and report["catalog"]["data_files"] == 2, report["catalog"]
+    s2 = lake.apply(commits[3:])
+    r = lake.release(snapshot_id=s2, **dict(request, tag="hour-09-s2"))
+    assert not r["released"] and "files_outside_period" in codes(r), r
+
+
+def test_files_without_bounds_of_the_time_column_are_refused(plain):
+    """write.metadata.metrics.default=none: pyiceberg writes no bounds, so nothing shows which periods the
+    files of a partition without a time field hold (file_bounds_missing). A table partitioned by
+    hour(commit_time) with the same metrics is released: its partition values place the files."""
+    lake = plain(properties={"write.metadata.metrics.default": "none"})
+    commits = hour_09(lake)
+    snap = lake.apply(commits)
+    r = lake.release(partition={}, period_start="2026-11-02T09:00:00Z", time_column="commit_time",
+                     snapshot_id=snap, tag=True)
+    assert not r["released"] and codes(r) == ["file_bounds_missing"], r
+    assert "write.metadata.metrics.column.commit_time" in r["problems"][0]["detail"], r
+    hourly = Lake(lake.env, lake.sim, lake.writer, lake.catalog, lake.table + "_hourly", tracked="orders")
+    hourly.writer.call("create_table", name=hourly.table, columns=COLUMNS, properties={
+        "write.metadata.metrics.default": "none"}, partition=[["commit_time", "hour", "commit_time_hour"]])
+    snap = hourly.apply(commits)
+    r = hourly.release(partition={"commit_time_hour": HOUR}, snapshot_id=snap, tag=True, row_count="inserts")
+    assert r["released"] and r["problems"] == [], r
+
+
+def test_a_time_column_that_cannot_prove_the_periods_is_an_error(plain):
+    """time_column must be a column of the table, of a date and time type, with a zone where bounds are the
+    proof (a timestamp without zone is a wall-clock time: which instants it names is unknown), and the
+    column of the specs' time fields when they have one."""
+    lake = plain()
+    hour_09(lake)
+    snap = lake.apply([lake.first])
+    attempts = lake.env.one("SELECT count(*) FROM finalize.release")
+    cases = [("nope", "is not a column"), ("dt", "of type string"), ("wall", "of no zone")]
+    for column, what in cases:
+        with pytest.raises(Exception) as e:
+            lake.release(partition={}, period_start="2026-11-02T09:00:00Z", time_column=column, snapshot_id=snap,
+                         tag=True)
+        assert 'field "time_column"' in str(e.value) and what in str(e.value), (column, str(e.value))
+    hourly = Lake(lake.env, lake.sim, lake.writer, lake.catalog, lake.table + "_hourly", tracked="orders")
+    hourly.writer.call("create_table", name=hourly.table, columns=COLUMNS,
+                       partition=[["commit_time", "hour", "commit_time_hour"]])
+    snap = hourly.apply([lake.first])
+    with pytest.raises(Exception) as e:
+        hourly.release(partition={"commit_time_hour": HOUR}, time_column="wall", snapshot_id=snap, tag=True)
+    assert 'field "time_column"' in str(e.value) and "transforms of" in str(e.value), str(e.value)
+    assert lake.env.one("SELECT count(*) FROM finalize.release") == attempts, "an error recorded an attempt"
