@@ -171,6 +171,8 @@ catalog_json(const IcebergRun *run)
 	jb_int(&st, "uncountable_delete_files", f->uncountable_deletes);
 	if (run->nlake > 0)
 		jb_jsonb(&st, "lake_consumers", run->lake_json);
+	if (run->time_column != NULL)
+		jb_text(&st, "time_column", run->time_column);
 	if (run->found.n == 0)
 		jb_text(&st, "outcome", outcomes[run->outcome]);
 	return jb_finish_text(jb_end_object(&st));

@@ -313,6 +313,7 @@ def test_files_whose_bounds_lie_inside_the_period_are_released(plain, partition)
     assert r == {"released": True, "generation": str(s1), "problems": []}, r
     report = lake.env.one("SELECT r.report FROM finalize.release r ORDER BY r.release_id DESC LIMIT 1")
     assert report["catalog"]["records"] == 6 and report["catalog"]["data_files"] == 2, report["catalog"]
+    assert report["catalog"]["time_column"] == "commit_time", report["catalog"]
     s2 = lake.apply(commits[3:])
     r = lake.release(snapshot_id=s2, **dict(request, tag="hour-09-s2"))
     assert not r["released"] and "files_outside_period" in codes(r), r
