@@ -12,9 +12,9 @@
  * object's name, so it works in every language, and it reads no catalog
  * (it runs while the error is being reported, where a lookup that failed
  * would be an error inside an error). So the roles of the objects are
- * listed here, as 12_privileges.sql grants them; test_security.py checks
- * the two agree for every object of the schema. Objects other than the
- * schema are matched by name only, so their hints are given only in the
+ * listed here, as the install script grants them; test_security.py checks
+ * the two agree for every object of the schema. Functions and relations
+ * are matched by name only, so their hints are given only in the
  * database finalize serves (finalize.database): whether the session is in
  * it is read once, when its first statement is parsed, before anything
  * the executor refuses.
@@ -76,6 +76,12 @@ static const GrantedObject granted_relations[] = {
 	{"projection", ADMIN}, {"release", ADMIN}, {"published", ADMIN}, {"event_fact", ADMIN},
 	{"lateness_hour", ADMIN}, {"late_period", ADMIN}, {"alert", ADMIN}, {"alert_delivery", ADMIN},
 	{"alert_target_state", ADMIN},
+};
+
+/* The foreign-data wrappers whose servers admins create. */
+static const GrantedObject granted_wrappers[] = {
+	{"finalize_mssql", ADMIN}, {"finalize_s3", ADMIN}, {"finalize_iceberg", ADMIN},
+	{"finalize_webhook", ADMIN},
 };
 
 static emit_log_hook_type prev_emit_log_hook = NULL;
@@ -140,6 +146,13 @@ privilege_hint(const char *format, const char *message)
 		return pstrdup("An administrator grants one of finalize's roles: finalize_reader to ask for verdicts, "
 					   "finalize_pipeline to report a pipeline's progress, finalize_publisher to release "
 					   "partitions, finalize_admin to track tables (GRANT finalize_reader TO <role>;).");
+	if (strcmp(format, "permission denied for foreign-data wrapper %s") == 0)
+	{
+		object = named_object(message, granted_wrappers, lengthof(granted_wrappers));
+		if (object != NULL)
+			return psprintf("Members of %s may create servers of %s: an administrator can run GRANT %s TO <role>;",
+							object->role, object->name, object->role);
+	}
 	if (in_finalize_database != 1)
 		return NULL;
 	if (strcmp(format, "permission denied for function %s") == 0)

@@ -503,7 +503,8 @@ def test_each_role_reads_exactly_its_relations_and_writes_none(pg, role):
         assert PASSWORD_SECRET not in str(run(conn, "SELECT umoptions FROM pg_user_mappings"))
         # Only admins create sources.
         if role != "sec_admin":
-            denied(conn, "CREATE SERVER rogue FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', database 'd')")
+            msg = denied(conn, "CREATE SERVER rogue FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', database 'd')")
+            assert "HINT:  Members of finalize_admin may create servers of finalize_mssql" in msg, msg
     finally:
         conn.close()
 
