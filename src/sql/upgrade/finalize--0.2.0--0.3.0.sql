@@ -6741,6 +6741,41 @@ GRANT EXECUTE ON FUNCTION @extschema@.release_iceberg(jsonb) TO finalize_publish
 -- End of 9e (Iceberg releases).
 -- ===========================================================================
 
+-- ===========================================================================
+-- 9f. First contact (issue 41): zones stored by their own names, as
+-- src/sql/03_tables.sql creates the trigger; the zones already stored are
+-- renamed the same way (a link is the same zone: no period moves).
+-- ===========================================================================
+-- Zones are stored by the zone's own name, never by a link or another
+-- spelling of it ('ROK' and 'rok' as 'Asia/Seoul', 'Zulu' as 'UTC'; see
+-- _check_zone), however a row is written: tracking, altering, a shard
+-- taking its sharded table's settings, a restore.
+CREATE FUNCTION @extschema@._canonical_zones()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    NEW.period_zone := @extschema@._check_zone(NEW.period_zone, 'period_zone');
+    IF NEW.event_time_zone IS NOT NULL THEN
+        NEW.event_time_zone := @extschema@._check_zone(NEW.event_time_zone, 'event_time_zone');
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER canonical_zones
+    BEFORE INSERT OR UPDATE OF period_zone, event_time_zone ON @extschema@.tracked_table
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._canonical_zones();
+REVOKE ALL ON FUNCTION @extschema@._canonical_zones() FROM PUBLIC;
+UPDATE @extschema@.tracked_table t
+   SET period_zone = t.period_zone, event_time_zone = t.event_time_zone
+ WHERE t.period_zone IS DISTINCT FROM @extschema@._check_zone(t.period_zone, 'period_zone')
+    OR t.event_time_zone IS DISTINCT FROM CASE WHEN t.event_time_zone IS NOT NULL
+                                              THEN @extschema@._check_zone(t.event_time_zone, 'event_time_zone') END;
+-- ===========================================================================
+-- End of 9f (first contact).
+-- ===========================================================================
+
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the
 -- update must not own code that the owner's functions run.
