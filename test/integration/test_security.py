@@ -527,9 +527,10 @@ def assert_names_role_to_grant(pg, msg, kind, name, obj):
         assert "HINT:" not in msg, msg
     elif kind == "function":
         assert f"HINT:  Members of {least} may call finalize.{name}: an administrator can run " \
-               f"GRANT {least} TO <role>;" in msg, msg
+               f"GRANT {least} TO <role>;" in msg, f"{msg} (src/core/privilege_hint.c lists each object's role)"
     else:
-        assert f"HINT:  Members of {least} may read finalize.{name} (GRANT {least} TO <role>;)" in msg, msg
+        assert f"HINT:  Members of {least} may read finalize.{name} (GRANT {least} TO <role>;)" in msg, \
+            f"{msg} (src/core/privilege_hint.c lists each object's role)"
 
 
 def first_column(pg, rel):
