@@ -40,6 +40,10 @@ DATA       = $(filter-out %/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard src/sql/r
 PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
 # The workers compare it with the catalog's version (pg_extension.extversion).
 PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
+# The zone directory of a PostgreSQL built --with-system-tzdata (empty: its
+# own), whose links core/zone_link.c reads.
+FINALIZE_SYSTEM_TZDIR := $(shell $(PG_CONFIG) --configure | tr ' ' '\n' | sed -n "s/^'--with-system-tzdata=\(.*\)'$$/\1/p")
+PG_CPPFLAGS += -DFINALIZE_SYSTEM_TZDIR='"$(FINALIZE_SYSTEM_TZDIR)"'
 SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2) -lavro
 
 # Every object depends on the headers it includes (a struct that changes

@@ -6784,6 +6784,133 @@ GRANT EXECUTE ON FUNCTION @extschema@.release_iceberg(jsonb) TO finalize_publish
 -- End of 9e (Iceberg releases).
 -- ===========================================================================
 
+-- ===========================================================================
+-- 9f. First contact (issue 41): zones stored by their own names, as
+-- src/sql/03_tables.sql creates the trigger; the zones already stored are
+-- renamed the same way (a link is the same zone: no period moves).
+-- ===========================================================================
+-- Zones are stored by the zone's own name, never by a link or another
+-- spelling of it ('ROK' and 'rok' as 'Asia/Seoul', 'Zulu' as 'UTC'; see
+-- _check_zone), however a row is written: tracking, altering, a shard
+-- taking its sharded table's settings, a restore.
+CREATE FUNCTION @extschema@._canonical_zones()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    NEW.period_zone := @extschema@._check_zone(NEW.period_zone, 'period_zone');
+    IF NEW.event_time_zone IS NOT NULL THEN
+        NEW.event_time_zone := @extschema@._check_zone(NEW.event_time_zone, 'event_time_zone');
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER canonical_zones
+    BEFORE INSERT OR UPDATE OF period_zone, event_time_zone ON @extschema@.tracked_table
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._canonical_zones();
+REVOKE ALL ON FUNCTION @extschema@._canonical_zones() FROM PUBLIC;
+UPDATE @extschema@.tracked_table t
+   SET period_zone = t.period_zone, event_time_zone = t.event_time_zone
+ WHERE t.period_zone IS DISTINCT FROM @extschema@._check_zone(t.period_zone, 'period_zone')
+    OR t.event_time_zone IS DISTINCT FROM CASE WHEN t.event_time_zone IS NOT NULL
+                                              THEN @extschema@._check_zone(t.event_time_zone, 'event_time_zone') END;
+-- finalize.source_status drops the sources with no tracked table left
+-- (and their stopped workers' pids), as src/sql/11b_alert_delivery.sql has it.
+CREATE OR REPLACE FUNCTION @extschema@._check_dropped_sources()
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    n integer := 0;
+    msg text;
+BEGIN
+    -- A row its worker holds just now (its last cycle) goes a round later.
+    DELETE FROM @extschema@.source_status st
+     WHERE st.server_name IN (
+        SELECT x.server_name FROM @extschema@.source_status x
+         WHERE NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                            WHERE t.server_name = x.server_name AND t.untracked_at IS NULL AND t.kind = 'source')
+           AND (x.held_by IS NULL
+                OR NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                                 JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                                WHERE s.srvname = x.server_name AND w.fdwname = 'finalize_mssql'))
+           FOR UPDATE SKIP LOCKED);
+    UPDATE @extschema@.source_status st SET worker_pid = NULL
+     WHERE st.server_name IN (
+        SELECT x.server_name FROM @extschema@.source_status x
+         WHERE x.worker_pid IS NOT NULL
+           AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                            WHERE t.server_name = x.server_name AND t.untracked_at IS NULL AND t.kind = 'source')
+           FOR UPDATE SKIP LOCKED);
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = 'server_dropped' AND x.state <> 'resolved'
+           AND (EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                          JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                         WHERE s.srvname = x.server_name AND w.fdwname = 'finalize_mssql')
+                OR NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                                WHERE t.server_name = x.server_name AND t.untracked_at IS NULL))
+           FOR UPDATE SKIP LOCKED);
+    FOR r IN
+        SELECT t.server_name, count(*) AS tables, string_agg(format('"%s"', t.table_name), ', ' ORDER BY t.table_name) AS names,
+               EXISTS (SELECT FROM @extschema@.alert a WHERE a.kind = 'server_dropped' AND a.server_name = t.server_name
+                          AND a.state <> 'resolved') AS raised
+          FROM @extschema@.tracked_table t
+         WHERE t.untracked_at IS NULL AND t.kind = 'source'
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                             JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                            WHERE s.srvname = t.server_name AND w.fdwname = 'finalize_mssql')
+         GROUP BY t.server_name
+    LOOP
+        n := n + 1;
+        CONTINUE WHEN r.raised;
+        msg := format('Server "%s" no longer exists (DROP SERVER) while %s table(s) are tracked through it (%s): their verdicts stopped. Create the server again, or untrack the tables.',
+                      r.server_name, r.tables, left(r.names, 1000));
+        PERFORM @extschema@._raise_alert('server_dropped', 'critical', NULL, r.server_name, '', msg,
+                                         jsonb_build_object('tables', r.tables));
+        UPDATE @extschema@.source_status st
+           SET condition = 'server_dropped', condition_since = now(), last_error = msg, last_error_at = now(),
+               worker_pid = NULL
+         WHERE st.server_name = r.server_name AND st.condition <> 'server_dropped';
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- A resolution's message says it resolved, as src/sql/11b_alert_delivery.sql has it.
+CREATE OR REPLACE FUNCTION @extschema@._alert_event(a @extschema@.alert, transition text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT jsonb_build_object(
+        'schema', 'finalize.alert/1',
+        'event', transition,
+        'dedup_key', (a).dedup_key,
+        'idempotency_key', format('%s-%s', (a).dedup_key, transition),
+        'database', current_database(),
+        'alert', jsonb_build_object(
+            'id', (a).alert_id, 'kind', (a).kind, 'severity', (a).severity, 'state', (a).state,
+            'table', (a).table_name, 'source', (a).server_name, 'subject', nullif((a).subject, ''),
+            'message', CASE WHEN transition = 'resolve' AND (a).resolved_at IS NOT NULL
+                            THEN format('Resolved at %s (open since %s). It was: %s',
+                                        @extschema@._utc_iso((a).resolved_at), @extschema@._utc_iso((a).opened_at),
+                                        (a).message)
+                            ELSE (a).message END,
+            'detail', (a).detail, 'count', (a).count,
+            'opened_at', @extschema@._utc_iso((a).opened_at), 'last_seen', @extschema@._utc_iso((a).last_seen),
+            'resolved_at', @extschema@._utc_iso((a).resolved_at),
+            'acknowledged_at', @extschema@._utc_iso((a).acknowledged_at),
+            'acknowledged_by', (a).acknowledged_by, 'acknowledge_note', (a).acknowledge_note));
+END;
+-- ===========================================================================
+-- End of 9f (first contact).
+-- ===========================================================================
+
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to
 -- the extension's owner, as a fresh install has them: a role that ran the
 -- update must not own code that the owner's functions run.
