@@ -41,6 +41,10 @@ DATA       = $(filter-out %/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard src/sql/r
 PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
 # The workers compare it with the catalog's version (pg_extension.extversion).
 PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
+# The zone directory of a PostgreSQL built --with-system-tzdata (empty: its
+# own), whose links core/zone_link.c reads.
+FINALIZE_SYSTEM_TZDIR := $(shell $(PG_CONFIG) --configure | tr ' ' '\n' | sed -n "s/^'--with-system-tzdata=\(.*\)'$$/\1/p")
+PG_CPPFLAGS += -DFINALIZE_SYSTEM_TZDIR='"$(FINALIZE_SYSTEM_TZDIR)"'
 SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2) -lavro -lz -llzma -lsnappy
 
 # Every object depends on the headers it includes (a struct that changes
@@ -123,6 +127,7 @@ UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
 UNIT_SOURCES_test_source_pick = src/core/source_pick.c
 UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_read.c src/lake/alloc_watch.c \
                                   src/lake/avro_container.c src/lake/avro_codec.c src/lake/avro_bound.c
+UNIT_SOURCES_test_file_bounds = src/publish/file_bounds.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))

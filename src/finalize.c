@@ -8,6 +8,8 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "core/error_boundary.h"
+#include "core/privilege_hint.h"
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "worker/worker.h"
@@ -17,8 +19,9 @@ PG_MODULE_MAGIC;
 void		_PG_init(void);
 
 /*
- * Defines the settings, reserves shared memory and registers the launcher;
- * any other load than shared_preload_libraries is refused with a hint.
+ * Defines the settings, reserves shared memory, installs the hooks (DROP
+ * DATABASE, what users see of errors) and registers the launcher; any other
+ * load than shared_preload_libraries is refused with a hint.
  */
 void
 _PG_init(void)
@@ -32,5 +35,7 @@ _PG_init(void)
 	settings_define();
 	shmem_install_hooks();
 	dbhooks_install();
+	error_boundary_install();
+	privilege_hint_install();
 	register_launcher();
 }

@@ -156,13 +156,15 @@ subject_line(const AlertEvent *ev)
 	return buf.data;
 }
 
-/* One line for people: "[CRITICAL] data_loss on table t: message". */
+/*
+ * One line for people: "[CRITICAL] data_loss on table t: message". A
+ * resolution's message begins with "Resolved at" (finalize._alert_event).
+ */
 static char *
 summary(const AlertEvent *ev)
 {
 	char	   *sev = asc_toupper(ev->severity, strlen(ev->severity));
-	const char *state = strcmp(ev->transition, "resolve") == 0 ? "RESOLVED "
-		: strcmp(ev->transition, "acknowledge") == 0 ? "ACKNOWLEDGED " : "";
+	const char *state = strcmp(ev->transition, "acknowledge") == 0 ? "ACKNOWLEDGED " : "";
 
 	return psprintf("%s[%s] %s on %s: %s", state, sev, ev->kind, subject_line(ev), ev->message);
 }

@@ -29,6 +29,7 @@
 #include "utils/syscache.h"
 
 #include "core/db.h"
+#include "core/error_boundary.h"
 #include "core/settings.h"
 
 PG_FUNCTION_INFO_V1(finalize_as_owner);
@@ -49,25 +50,32 @@ function_owner(Oid fn)
 
 /*
  * Runs step(arg) as owner, in a security-restricted operation; the caller's
- * identity is restored even on error.
+ * identity is restored even on error. The step is an error boundary
+ * (error_boundary.c): an error the caller caused reaches them without the
+ * stack of the SQL the step ran.
  */
 void
 run_as_owner(Oid owner, void (*step) (void *), void *arg)
 {
 	Oid			save_user;
 	int			save_sec;
+	ErrorBoundary boundary;
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
+	error_boundary_enter(&boundary);
 	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	PG_TRY();
 	{
 		step(arg);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		SetUserIdAndSecContext(save_user, save_sec);
+		error_boundary_rethrow(&boundary);
 	}
 	PG_END_TRY();
+	SetUserIdAndSecContext(save_user, save_sec);
+	error_boundary_leave(&boundary);
 }
 
 /* One call of a SQL body on behalf of a caller. */

@@ -13,6 +13,7 @@
 #include "utils/timestamp.h"
 
 #include "core/period_zone.h"
+#include "core/zone_link.h"
 
 /* Seconds between the Unix epoch and PostgreSQL's (2000-01-01). */
 #define UNIX_EPOCH_DIFF_SECS ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY)
@@ -231,16 +232,18 @@ zone_in_database(const char *canonical)
 
 /*
  * The name of a zone as the zone database spells it ('asia/seoul' is
- * 'Asia/Seoul'), or the error that names the argument. Only names of the
- * database are taken: not a POSIX rule such as 'XYZ-3' (which the library
- * would read as a zone of its own), nor a zone with leap seconds, which
- * timestamps do not count.
+ * 'Asia/Seoul'), a link by the zone it links to ('ROK' is 'Asia/Seoul':
+ * see zone_link.c); NULL when name is none of the database. Only names of
+ * the database are taken: not a POSIX rule such as 'XYZ-3' (which the
+ * library would read as a zone of its own), nor a zone with leap seconds,
+ * which timestamps do not count.
  */
 char *
-period_zone_canonical(const char *name, const char *argname)
+period_zone_name(const char *name)
 {
 	pg_tz	   *tz = strlen(name) <= TZ_STRLEN_MAX ? pg_tzset(name) : NULL;
 	const char *canonical = tz != NULL ? pg_get_timezone_name(tz) : NULL;
+	const char *target;
 
 	/*
 	 * Not the files of the zone directory that are no zone: the machine's
@@ -255,13 +258,27 @@ period_zone_canonical(const char *name, const char *argname)
 		 pg_strncasecmp(canonical, "right/", 6) == 0))
 		canonical = NULL;
 	if (canonical == NULL || !pg_tz_acceptable(tz) || !zone_in_database(canonical))
+		return NULL;
+	target = zone_link_target(canonical);
+	if (strcmp(target, canonical) != 0 && zone_in_database(target) && pg_tzset(target) != NULL)
+		canonical = target;
+	return pstrdup(canonical);
+}
+
+/* period_zone_name, or the error that names the argument. */
+char *
+period_zone_canonical(const char *name, const char *argname)
+{
+	char	   *canonical = period_zone_name(name);
+
+	if (canonical == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid value for argument %s: \"%s\" is not a time zone name", argname, name),
 				 errdetail("Periods are cut in a zone of the IANA database, named like 'Asia/Seoul', "
 						   "'America/New_York' or 'UTC'."),
 				 errhint("SELECT name FROM pg_timezone_names lists the names this server knows.")));
-	return pstrdup(canonical);
+	return canonical;
 }
 
 /*

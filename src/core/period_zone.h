@@ -13,6 +13,7 @@
 extern bool period_zone_lookup(const char *name, const PeriodZone **zone);
 extern const PeriodZone *period_zone_of(const char *name, const char *argname);
 extern const PeriodZone *period_zone_of_tz(const pg_tz *tz);
+extern char *period_zone_name(const char *name);
 extern char *period_zone_canonical(const char *name, const char *argname);
 extern void period_spec_of(const Interval *granularity, const PeriodZone *zone, bool iso_weeks,
 						   const char *argname, PeriodSpec *out);

@@ -300,7 +300,7 @@ typedef struct Reading
 	void	   *arg;
 } Reading;
 
-static const char *const KIND_NAMES[] = {"an int", "a long", "a string", "a record", "a record"};
+static const char *const KIND_NAMES[] = {"an int", "a long", "a string", "a record", "a record", "an array of records"};
 
 /* A value type of an Avro type, by avro_type_t; -1 for a type no cell has. */
 static const int VALUE_TYPES[] = {
@@ -369,7 +369,8 @@ resolve_fields(Container *c, Reading *r)
 		ok = t != NULL &&
 			(d->kind == KIND_INT ? is_avro_int32(t) :
 			 d->kind == KIND_LONG ? is_avro_int32(t) || is_avro_int64(t) :
-			 d->kind == KIND_STRING ? is_avro_string(t) : is_avro_record(t));
+			 d->kind == KIND_STRING ? is_avro_string(t) : d->kind != KIND_PAIRS ? is_avro_record(t) :
+			 is_avro_array(t) && is_avro_record(avro_schema_array_items(t)));
 		if (!ok)
 			return fail(c, "%s: field \"%s%s%s\" is %s, not %s", c->what, FIELD_PATH(r, d),
 						type_words(t), KIND_NAMES[d->kind]);
@@ -386,44 +387,50 @@ resolve_fields(Container *c, Reading *r)
 static void
 cell_of(avro_value_t *v, AvroCell *cell)
 {
-	int32_t		i32;
-	float		f;
-	const void *p;
+	int32_t		i32 = 0;
+	float		f = 0;
+	const void *p = NULL;
 
 	cell->present = true;
-	switch (cell->type)
+	if (cell->type == ICEBERG_VALUE_INT && avro_value_get_int(v, &i32) == 0)
+		cell->i = i32;
+	else if (cell->type == ICEBERG_VALUE_BOOLEAN && avro_value_get_boolean(v, &i32) == 0)
+		cell->i = i32 != 0;
+	else if (cell->type == ICEBERG_VALUE_LONG)
+		avro_value_get_long(v, &cell->i);
+	else if (cell->type == ICEBERG_VALUE_FLOAT && avro_value_get_float(v, &f) == 0)
+		cell->d = f;
+	else if (cell->type == ICEBERG_VALUE_DOUBLE)
+		avro_value_get_double(v, &cell->d);
+	else if (cell->type == ICEBERG_VALUE_STRING && avro_value_get_string(v, &cell->s, &cell->n) == 0)
+		cell->n = cell->n > 0 ? cell->n - 1 : 0;	/* libavro counts the NUL */
+	else if (cell->type == ICEBERG_VALUE_BYTES && avro_value_get_bytes(v, &p, &cell->n) == 0)
+		cell->s = p;
+	else if (cell->type == ICEBERG_VALUE_FIXED && avro_value_get_fixed(v, &p, &cell->n) == 0)
+		cell->s = p;
+}
+
+/*
+ * Element k of a KIND_PAIRS cell of the record being read: its two fields
+ * (key, value) as cells; false when there is none or either is no primitive.
+ */
+bool
+avro_records_pair(const AvroCell *cell, size_t k, AvroCell *key, AvroCell *value)
+{
+	AvroCell   *out[2] = {key, value};
+	avro_value_t e;
+	avro_value_t f;
+	bool		ok = avro_value_get_by_index((avro_value_t *) cell->pairs, k, &e, NULL) == 0;
+
+	for (int j = 0; ok && j < 2; j++)
 	{
-		case ICEBERG_VALUE_INT:
-		case ICEBERG_VALUE_BOOLEAN:
-			if (cell->type == ICEBERG_VALUE_INT)
-				avro_value_get_int(v, &i32);
-			else
-				avro_value_get_boolean(v, &i32);
-			cell->i = cell->type == ICEBERG_VALUE_INT ? i32 : i32 != 0;
-			break;
-		case ICEBERG_VALUE_LONG:
-			avro_value_get_long(v, &cell->i);
-			break;
-		case ICEBERG_VALUE_FLOAT:
-			avro_value_get_float(v, &f);
-			cell->d = f;
-			break;
-		case ICEBERG_VALUE_DOUBLE:
-			avro_value_get_double(v, &cell->d);
-			break;
-		case ICEBERG_VALUE_STRING:
-			avro_value_get_string(v, &cell->s, &cell->n);
-			cell->n = cell->n > 0 ? cell->n - 1 : 0;	/* libavro counts the NUL */
-			break;
-		case ICEBERG_VALUE_BYTES:
-		case ICEBERG_VALUE_FIXED:
-			if (cell->type == ICEBERG_VALUE_BYTES)
-				avro_value_get_bytes(v, &p, &cell->n);
-			else
-				avro_value_get_fixed(v, &p, &cell->n);
-			cell->s = p;
-			break;
+		memset(out[j], 0, sizeof(AvroCell));
+		ok = avro_value_get_by_index(&e, j, &f, &out[j]->name) == 0 && VALUE_TYPES[avro_value_get_type(&f)] >= 0;
+		out[j]->type = ok ? VALUE_TYPES[avro_value_get_type(&f)] : ICEBERG_VALUE_INT;
+		if (ok)
+			cell_of(&f, out[j]);
 	}
+	return ok;
 }
 
 /*
@@ -454,6 +461,7 @@ read_record(Container *c, avro_value_t *rec, void *state)
 		{
 			f->value = v;
 			r->cells[i].present = true;
+			r->cells[i].pairs = avro_value_get_size(&v, &r->cells[i].n) == 0 ? &f->value : NULL;
 		}
 		else
 			cell_of(&v, &r->cells[i]);
@@ -461,8 +469,7 @@ read_record(Container *c, avro_value_t *rec, void *state)
 	for (int j = 0; j < r->ntuple; j++)
 	{
 		r->tuple_cells[j].present = false;
-		if (r->cells[r->tuple].present &&
-			field_value(&r->refs[r->tuple].value, j, r->nullable[j], &v))
+		if (r->cells[r->tuple].present && field_value(&r->refs[r->tuple].value, j, r->nullable[j], &v))
 			cell_of(&v, &r->tuple_cells[j]);
 	}
 	return r->fn(r->cells, r->tuple_cells, r->ntuple, r->arg, c->err, c->errlen);

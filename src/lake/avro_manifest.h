@@ -93,6 +93,19 @@ typedef struct IcebergPartitionValue
 } IcebergPartitionValue;
 
 /*
+ * One column's bound in a data file's lower_bounds or upper_bounds (maps
+ * of column id to Iceberg's single-value binary serialization: field ids
+ * 125-127 and 128-130); what the bytes mean depends on the column's type
+ * (publish/file_bounds.c reads time columns').
+ */
+typedef struct IcebergBound
+{
+	int32_t		field_id;		/* the column's id (126, 129) */
+	const char *value;			/* its bound (127, 130), len bytes */
+	size_t		len;
+} IcebergBound;
+
+/*
  * One manifest_entry record of a manifest with its data_file (Iceberg
  * spec, field ids 0-4 and 100-146).
  */
@@ -114,6 +127,10 @@ typedef struct IcebergManifestEntry
 	const char *referenced_data_file;	/* 143, or NULL */
 	int			npartition;
 	const IcebergPartitionValue *partition; /* 102, in the schema's order */
+	int			nlower_bounds;	/* 125: none when absent or null */
+	const IcebergBound *lower_bounds;
+	int			nupper_bounds;	/* 128 */
+	const IcebergBound *upper_bounds;
 } IcebergManifestEntry;
 
 /* The reader's own results (besides 0 and a callback's positive value); err says more. */

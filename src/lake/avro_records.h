@@ -20,8 +20,11 @@ typedef enum FieldKind
 	KIND_LONG,					/* a long, or an int (Avro promotes it) */
 	KIND_STRING,
 	KIND_RECORD,				/* a nested record: the parent of other fields */
-	KIND_TUPLE					/* a nested record whose every field (a
+	KIND_TUPLE,					/* a nested record whose every field (a
 								 * primitive) is read: a partition tuple */
+	KIND_PAIRS					/* an array of records of two fields (Iceberg's
+								 * map with int keys: key, value), each
+								 * element read by avro_records_pair */
 } FieldKind;
 
 /*
@@ -52,7 +55,8 @@ typedef struct AvroCell
 	int64_t		i;				/* INT, LONG, BOOLEAN */
 	double		d;				/* FLOAT, DOUBLE */
 	const char *s;				/* STRING (NUL-terminated), BYTES, FIXED */
-	size_t		n;				/* the bytes of s, without a NUL */
+	size_t		n;				/* the bytes of s, without a NUL; PAIRS: elements */
+	const void *pairs;			/* PAIRS: the array, for avro_records_pair */
 } AvroCell;
 
 /*
@@ -64,6 +68,7 @@ typedef struct AvroCell
 typedef int (*AvroRecordFn) (const AvroCell *cells, const AvroCell *tuple, int ntuple,
 							 void *arg, char *err, size_t errlen);
 
+extern bool avro_records_pair(const AvroCell *cell, size_t k, AvroCell *key, AvroCell *value);
 extern int	avro_records_read(const char *buf, size_t len, const char *what,
 							  const FieldDef *defs, int ndefs, AvroRecordFn fn, void *arg,
 							  char *err, size_t errlen);

@@ -4,7 +4,8 @@
  *     avro_records.h (avro_manifest.c calls libavro): the fields of
  *     manifest_file (the spec's ids 500-517) and of manifest_entry with its
  *     data_file (0-4, 100-143) as tables, copied into avro_manifest.h's
- *     structs, and the partition tuple with each value's text.
+ *     structs, the partition tuple with each value's text, and the data
+ *     file's lower and upper bounds per column (their bytes as written).
  *
  * Optional in a table means "absent from some format version, or null":
  * v1 manifest lists have no content or sequence numbers, v2 entries leave
@@ -47,6 +48,8 @@ static const FieldDef LIST_FIELDS[] = {
 };
 
 #define DATA_FILE 4				/* ENTRY_FIELDS' data_file record */
+#define LOWER_BOUNDS 12			/* ... its lower_bounds and upper_bounds */
+#define UPPER_BOUNDS 13
 
 static const FieldDef ENTRY_FIELDS[] = {
 	{"status", NULL, KIND_INT, true, -1, ME(status), -1},
@@ -62,6 +65,8 @@ static const FieldDef ENTRY_FIELDS[] = {
 	{"file_size_in_bytes", NULL, KIND_LONG, true, DATA_FILE, ME(file_size_in_bytes), -1},
 	{"referenced_data_file", NULL, KIND_STRING, false, DATA_FILE, ME(referenced_data_file), -1},
 	{"partition", NULL, KIND_TUPLE, true, DATA_FILE, -1, -1},
+	[LOWER_BOUNDS] = {"lower_bounds", NULL, KIND_PAIRS, false, DATA_FILE, -1, -1},
+	[UPPER_BOUNDS] = {"upper_bounds", NULL, KIND_PAIRS, false, DATA_FILE, -1, -1},
 };
 
 #define NFIELDS(t) ((int) (sizeof(t) / sizeof((t)[0])))
@@ -130,7 +135,14 @@ typedef struct ValueText
 	size_t		cap;
 } ValueText;
 
-/* The callback of a manifest read, and the partition tuple it hands on. */
+/* Room for one bound map of an entry, kept across records. */
+typedef struct BoundList
+{
+	IcebergBound *items;
+	size_t		cap;
+} BoundList;
+
+/* The callback of a manifest read, and the partition tuple and bounds it hands on. */
 typedef struct EntryRead
 {
 	ManifestEntryCallback cb;
@@ -138,6 +150,8 @@ typedef struct EntryRead
 	int			n;				/* the tuple's fields: fixed for a file */
 	IcebergPartitionValue *values;
 	ValueText  *texts;
+	BoundList	lower;
+	BoundList	upper;
 } EntryRead;
 
 /*
@@ -229,7 +243,38 @@ partition_values(EntryRead *s, const AvroCell *tuple, int n, char *err, size_t e
 	return 0;
 }
 
-/* Hands one manifest_entry record, with its data_file and partition tuple, to the caller. */
+/*
+ * A bound map's elements (column id, bytes) into list; *n of them. An
+ * element whose key is no int or whose value is no bytes is left out (the
+ * column has no bound then: what needs one refuses the file). -1 when out
+ * of memory.
+ */
+static int
+bounds_of(BoundList *list, const AvroCell *cell, int *n)
+{
+	AvroCell	key;
+	AvroCell	value;
+
+	*n = 0;
+	if (!cell->present || cell->pairs == NULL || cell->n == 0)
+		return 0;
+	if (cell->n > list->cap)
+	{
+		IcebergBound *grown = cell->n > INT32_MAX ? NULL : realloc(list->items, cell->n * sizeof(IcebergBound));
+
+		if (grown == NULL)
+			return -1;			/* the old list is freed with the read */
+		list->items = grown;
+		list->cap = cell->n;
+	}
+	for (size_t k = 0; k < cell->n; k++)
+		if (avro_records_pair(cell, k, &key, &value) && key.type == ICEBERG_VALUE_INT &&
+			value.type == ICEBERG_VALUE_BYTES)
+			list->items[(*n)++] = (IcebergBound) {(int32_t) key.i, value.s, value.n};
+	return 0;
+}
+
+/* Hands one manifest_entry record, with its data_file, partition tuple and bounds, to the caller. */
 static int
 entry_record(const AvroCell *cells, const AvroCell *tuple, int ntuple, void *arg,
 			 char *err, size_t errlen)
@@ -241,6 +286,11 @@ entry_record(const AvroCell *cells, const AvroCell *tuple, int ntuple, void *arg
 	cells_to_struct(ENTRY_FIELDS, NFIELDS(ENTRY_FIELDS), cells, &e);
 	if (partition_values(s, tuple, ntuple, err, errlen) != 0)
 		return -1;
+	if (bounds_of(&s->lower, &cells[LOWER_BOUNDS], &e.nlower_bounds) != 0 ||
+		bounds_of(&s->upper, &cells[UPPER_BOUNDS], &e.nupper_bounds) != 0)
+		return out_of_memory(err, errlen);
+	e.lower_bounds = s->lower.items;
+	e.upper_bounds = s->upper.items;
 	e.npartition = ntuple;
 	e.partition = s->values;
 	return s->cb(&e, s->arg);
@@ -255,7 +305,7 @@ int
 avro_manifest_read(const char *buf, size_t len, ManifestEntryCallback cb,
 				   void *arg, char *err, size_t errlen)
 {
-	EntryRead	s = {cb, arg, 0, NULL, NULL};
+	EntryRead	s = {cb, arg, 0, NULL, NULL, {NULL, 0}, {NULL, 0}};
 	int			rc;
 
 	rc = avro_records_read(buf, len, "manifest", ENTRY_FIELDS, NFIELDS(ENTRY_FIELDS),
@@ -264,5 +314,7 @@ avro_manifest_read(const char *buf, size_t len, ManifestEntryCallback cb,
 		free(s.texts[i].hex);
 	free(s.texts);
 	free(s.values);
+	free(s.lower.items);
+	free(s.upper.items);
 	return rc;
 }

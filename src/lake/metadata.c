@@ -183,6 +183,7 @@ read_snapshot(JsonbContainer *obj, const char *lsn_property, LakeSnapshot *s, ch
 	read_summary_counts(summary, s);
 	if (summary != NULL && JsonContainerIsObject(summary))
 	{
+		s->summary = summary;
 		s->operation = lake_string_value(lake_field(summary, "operation"));
 		s->wap_id = lake_string_value(lake_field(summary, "wap.id"));
 		v = lake_field(summary, lsn_property);
@@ -292,6 +293,20 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 			return false;
 		}
 	return true;
+}
+
+/*
+ * A property of a snapshot's summary (a release reads each lake consumer's
+ * from it): *present when the summary has the key, and its text, or NULL
+ * when the value is no string (malformed, not absent).
+ */
+const char *
+lake_summary_text(const LakeSnapshot *s, const char *key, bool *present)
+{
+	JsonbValue *v = s->summary != NULL ? lake_field((JsonbContainer *) s->summary, key) : NULL;
+
+	*present = v != NULL;
+	return v != NULL && v->type == jbvString ? lake_string_value(v) : NULL;
 }
 
 /*

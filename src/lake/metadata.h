@@ -13,6 +13,7 @@
 
 extern bool lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 								LakeMetadata *md, char **error);
+extern const char *lake_summary_text(const LakeSnapshot *s, const char *key, bool *present);
 extern char *lake_json_string(const char *body, const char *path1, const char *path2);
 extern Jsonb *lake_parse_json(const char *body);
 extern JsonbValue *lake_field(JsonbContainer *obj, const char *key);

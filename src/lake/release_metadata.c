@@ -2,13 +2,15 @@
  * release_metadata.c
  *     Reads the refs (branches and tags) and the partition specs of a
  *     loadTable answer, for a release through an Iceberg catalog: which
- *     snapshot a branch names, whether a tag exists, and what transform
- *     made each partition field a manifest's files carry. As metadata.c, an
+ *     snapshot a branch names, whether a tag exists, what transform made
+ *     each partition field a manifest's files carry, and the columns (a
+ *     release's time column: its id and type). As metadata.c, an
  *     answer that is not what the REST specification says is refused with
  *     a sentence, never half read.
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/jsonb.h"
 
 #include "lake/metadata.h"
@@ -104,9 +106,82 @@ read_spec(JsonbContainer *obj, IcebergSpec *spec, char **error)
 	return true;
 }
 
+/* Appends a schema's top-level fields ({"id", "name", "type"}) to the layout's columns. */
+static bool
+read_schema(JsonbContainer *schema, bool current, IcebergLayout *layout, int *cap, char **error)
+{
+	JsonbContainer *fields = schema != NULL ? lake_container(lake_field(schema, "fields")) : NULL;
+
+	if (fields == NULL || !JsonContainerIsArray(fields))
+	{
+		*error = pstrdup("a schema has no \"fields\" array");
+		return false;
+	}
+	for (int i = 0; i < (int) JsonContainerSize(fields); i++)
+	{
+		JsonbContainer *f = lake_container(getIthJsonbValueFromContainer(fields, i));
+		IcebergColumn *c;
+
+		CHECK_FOR_INTERRUPTS();
+		if (layout->ncolumns == *cap)
+		{
+			*cap *= 2;
+			layout->columns = repalloc(layout->columns, sizeof(IcebergColumn) * *cap);
+		}
+		c = &layout->columns[layout->ncolumns++];
+		c->current = current;
+		c->name = f != NULL ? lake_string_value(lake_field(f, "name")) : NULL;
+		c->type = f != NULL ? lake_string_value(lake_field(f, "type")) : NULL;
+		if (c->name == NULL || !lake_int64_value(lake_field(f, "id"), &c->id))
+		{
+			*error = pstrdup("a field of a schema has no \"name\" or no integer \"id\"");
+			return false;
+		}
+	}
+	return true;
+}
+
 /*
- * Reads the refs and partition specs of a loadTable answer into layout, in
- * the current memory context; false with *error (a sentence) when they are
+ * Reads the top-level columns of the table's schemas ("schemas", or v1's
+ * one "schema"), the current schema's first: what a release's time column
+ * is and how its bounds are written.
+ */
+static bool
+read_columns(JsonbContainer *meta, IcebergLayout *layout, char **error)
+{
+	JsonbContainer *schemas = lake_container(lake_field(meta, "schemas"));
+	int64		current = -1;
+	int			cap = 16;
+
+	layout->columns = palloc0(sizeof(IcebergColumn) * cap);
+	if (schemas == NULL || !JsonContainerIsArray(schemas))
+	{
+		if (lake_field(meta, "schemas") != NULL)
+		{
+			*error = pstrdup("\"schemas\" is not an array");
+			return false;
+		}
+		return lake_field(meta, "schema") == NULL ||
+			read_schema(lake_container(lake_field(meta, "schema")), true, layout, &cap, error);
+	}
+	(void) lake_int64_value(lake_field(meta, "current-schema-id"), &current);
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < (int) JsonContainerSize(schemas); i++)
+		{
+			JsonbContainer *schema = lake_container(getIthJsonbValueFromContainer(schemas, i));
+			int64		id = -2;
+
+			if (schema != NULL)
+				(void) lake_int64_value(lake_field(schema, "schema-id"), &id);
+			if ((id == current) == (pass == 0) && !read_schema(schema, pass == 0, layout, &cap, error))
+				return false;
+		}
+	return true;
+}
+
+/*
+ * Reads the refs, partition specs and columns of a loadTable answer into
+ * layout, in the current memory context; false with *error (a sentence) when they are
  * not what the specification says. A v1 table without "partition-specs"
  * has its one "partition-spec" as spec 0.
  */
@@ -141,7 +216,7 @@ lake_parse_layout(const char *body, IcebergLayout *layout, char **error)
 	for (int i = 0; i < layout->nspecs; i++)
 		if (!read_spec(lake_container(getIthJsonbValueFromContainer(specs, i)), &layout->specs[i], error))
 			return false;
-	return true;
+	return read_columns(meta, layout, error);
 }
 
 /* The ref of that name, or NULL. */
@@ -161,5 +236,19 @@ lake_layout_spec(const IcebergLayout *layout, int64 spec_id)
 	for (int i = 0; i < layout->nspecs; i++)
 		if (layout->specs[i].spec_id == spec_id)
 			return &layout->specs[i];
+	return NULL;
+}
+
+/*
+ * A column by name in the current schema (name not NULL), else by id in
+ * any schema (the current one's first); NULL when there is none.
+ */
+const IcebergColumn *
+lake_layout_column(const IcebergLayout *layout, const char *name, int64 id)
+{
+	for (int i = 0; i < layout->ncolumns; i++)
+		if (name != NULL ? layout->columns[i].current && strcmp(layout->columns[i].name, name) == 0
+			: layout->columns[i].id == id)
+			return &layout->columns[i];
 	return NULL;
 }

@@ -26,6 +26,7 @@ typedef struct LakeSnapshot
 	const char *lsn_text;		/* the LSN property's value, or NULL */
 	const char *manifest_list;	/* its manifest-list location, or NULL */
 	const char *wap_id;			/* the summary's wap.id, or NULL */
+	const void *summary;		/* the summary (a JsonbContainer, metadata.c), or NULL */
 	/* The summary's file counts (-1: absent or not a count), for a release's audit. */
 	int64_t		removed_files;	/* deleted-data-files + removed-delete-files */
 	int64_t		total_data_files;

@@ -20,6 +20,7 @@
 #include "core/db.h"
 #include "core/fdw_options.h"
 #include "core/period.h"
+#include "core/period_zone.h"
 #include "mssql/tds_conf.h"
 
 PG_FUNCTION_INFO_V1(finalize_mssql_validator);
@@ -95,11 +96,28 @@ check_port(const char *value)
 	return errno == 0 && end != value && *end == '\0' && port >= 1 && port <= 65535;
 }
 
-/* Accepts a time zone name PostgreSQL knows (the IANA database). */
+/*
+ * Accepts a time zone name PostgreSQL knows (the IANA database), spelt as
+ * the zone's own name: another spelling or a link ('ROK') is refused with
+ * the name to use, since a validator cannot store it instead.
+ */
 static bool
 check_timezone(const char *value)
 {
-	return value[0] != '\0' && pg_tzset(value) != NULL;
+	char	   *zone;
+
+	if (value[0] == '\0' || pg_tzset(value) == NULL)
+		return false;
+	zone = period_zone_name(value);
+	if (zone != NULL && strcmp(zone, value) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("invalid value for option \"timezone\" of a finalize_mssql server: \"%s\" is another name of zone %s",
+						value, zone),
+				 errdetail("A server's options are kept as written, so its clock's zone is named by the zone's own "
+						   "name, not a link or another spelling of it."),
+				 errhint("Use timezone '%s'.", zone)));
+	return true;
 }
 
 /*

@@ -144,17 +144,18 @@ wap_snapshot(const ReleaseRequest *r, const IcebergTable *t)
 }
 
 /*
- * Reads the loaded table's snapshots (with the lake consumer's LSN
- * property, "" without one) and resolves the audited snapshot and the
- * target ref; a name that is not the table's is the request's error.
+ * Reads the loaded table's snapshots (their summaries kept: each lake
+ * consumer's LSN property is read from them) and resolves the audited
+ * snapshot and the target ref; a name that is not the table's is the
+ * request's error.
  */
 void
-iceberg_resolve(const ReleaseRequest *r, const char *lsn_property, IcebergTable *t)
+iceberg_resolve(const ReleaseRequest *r, IcebergTable *t)
 {
 	char	   *error;
 	const IcebergRef *ref;
 
-	if (!lake_parse_metadata(t->body, t->target_name, lsn_property, &t->md, &error))
+	if (!lake_parse_metadata(t->body, t->target_name, "", &t->md, &error))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_JSON_TEXT),
 				 errmsg("catalog \"%s\" answered for table \"%s\" with metadata finalize cannot read", r->catalog,
@@ -186,21 +187,25 @@ iceberg_resolve(const ReleaseRequest *r, const char *lsn_property, IcebergTable 
 }
 
 /*
- * The change log's LSN the audited snapshot holds: the LSN property of the
- * newest snapshot on its ancestry that carries one (*carrier). False when
- * none does, or its value is no LSN (then nothing is proven).
+ * The change log's LSN the audited snapshot holds by a lake consumer's
+ * property: its value in the summary of the newest snapshot on the
+ * audited one's ancestry that carries it (*carrier). False when none
+ * does, or its value is no LSN (then nothing is proven).
  */
 bool
-iceberg_committed_lsn(const IcebergTable *t, Lsn *lsn, int64 *carrier)
+iceberg_committed_lsn(const IcebergTable *t, const char *property, Lsn *lsn, int64 *carrier)
 {
 	const LakeSnapshot *s = t->audited;
 
 	for (int steps = 0; s != NULL && steps <= t->md.nsnapshots; steps++)
 	{
-		if (s->lsn_text != NULL)
+		bool		present;
+		const char *value = lake_summary_text(s, property, &present);
+
+		if (present)
 		{
 			*carrier = s->id;
-			return lsn_parse_any(s->lsn_text, lsn);
+			return value != NULL && lsn_parse_any(value, lsn);
 		}
 		s = s->has_parent ? lake_find_snapshot(&t->md, s->parent_id) : NULL;
 	}
@@ -395,7 +400,7 @@ iceberg_publish(const ReleaseRequest *r, IcebergTable *t, char **detail)
 	{
 		/* Someone committed first: the same release (then it is published), or a writer. */
 		load(r, t);
-		iceberg_resolve(r, "", t);
+		iceberg_resolve(r, t);
 		t->audited = lake_find_snapshot(&t->md, audited_id);
 		if (t->audited != NULL && target_at_audited(t))
 			return PUBLISH_ALREADY;

@@ -34,8 +34,8 @@ typedef enum PublishOutcome
 } PublishOutcome;
 
 extern void iceberg_open(const ReleaseRequest *r, IcebergTable *t);
-extern void iceberg_resolve(const ReleaseRequest *r, const char *lsn_property, IcebergTable *t);
-extern bool iceberg_committed_lsn(const IcebergTable *t, Lsn *lsn, int64 *carrier);
+extern void iceberg_resolve(const ReleaseRequest *r, IcebergTable *t);
+extern bool iceberg_committed_lsn(const IcebergTable *t, const char *property, Lsn *lsn, int64 *carrier);
 extern int	iceberg_since_head(const IcebergTable *t, int64 **ids);
 extern PublishOutcome iceberg_publish(const ReleaseRequest *r, IcebergTable *t, char **detail);
 

@@ -199,3 +199,77 @@ partition_period(const ReleaseRequest *r, const IcebergLayout *layout, Timestamp
 					  "have without a time transform, so which periods its files hold cannot be told");
 	return any;
 }
+
+/*
+ * Whether a column is the source of a time field (year, month, day, hour)
+ * of some spec of the table; *any when the specs have a time field at all.
+ */
+static bool
+time_field_source(const IcebergLayout *layout, int64 id, bool *any, int64 *first, bool *several)
+{
+	bool		found = false;
+	EpochUnit	unit;
+
+	*any = *several = false;
+	for (int i = 0; i < layout->nspecs; i++)
+		for (int j = 0; j < layout->specs[i].nfields; j++)
+		{
+			const IcebergSpecField *f = &layout->specs[i].fields[j];
+
+			if (!epoch_unit_of(f->transform, &unit))
+				continue;
+			*several |= *any && f->source_id != *first;
+			if (!*any)
+				*first = f->source_id;
+			*any = true;
+			found |= f->source_id == id;
+		}
+	return found;
+}
+
+/*
+ * The column whose bounds prove which periods a data file holds, and its
+ * name: the request's time_column (a date or time column of the current
+ * schema, the source of the specs' time fields when they have any), else
+ * the one column the specs' time fields are transforms of. With proof (the
+ * partition has no time field: only bounds can show its files hold the
+ * periods the request names) the column must hold instants (timestamptz):
+ * a wall-clock value of no zone proves no period. NULL when there is none,
+ * with *why; a time_column that cannot be the one is the request's error.
+ */
+const char *
+release_time_column(const ReleaseRequest *r, const IcebergLayout *layout, bool proof, TimeColumn *col,
+					char **why)
+{
+	const IcebergColumn *c = NULL;
+	bool		any;
+	bool		several;
+	int64		first = -1;
+
+	if (r->time_column != NULL && (c = lake_layout_column(layout, r->time_column, 0)) == NULL)
+		request_error("time_column", "\"%s\" is not a column of \"%s\"", r->time_column, r->iceberg_table);
+	(void) time_field_source(layout, c != NULL ? c->id : -1, &any, &first, &several);
+	if (c == NULL && any && !several)
+		c = lake_layout_column(layout, NULL, first);
+	if (r->time_column != NULL && any && !time_field_source(layout, c->id, &any, &first, &several))
+		request_error("time_column", "\"%s\" is not the column the time fields of the table's partition specs are "
+					  "transforms of: leave it out, or name that column", r->time_column);
+	*why = NULL;
+	if (c == NULL)
+		*why = pstrdup(several ? "the time fields of the table's partition specs are transforms of different "
+						"columns, and the request names none in \"time_column\""
+						: "the table has no year, month, day or hour partition field, and the request names no "
+						"\"time_column\"");
+	else if (!time_column_type(c->type, &col->unit, &col->zoned))
+		*why = psprintf("column \"%s\" is %s %s, not a date and time column", c->name,
+						c->type != NULL ? "of type" : "a", c->type != NULL ? c->type : "nested type");
+	else if (proof && !col->zoned)
+		*why = psprintf("column \"%s\" is a %s: its values are wall-clock times of no zone, so its bounds "
+						"cannot prove which instants, and so which periods, a file holds", c->name, c->type);
+	if (*why != NULL && r->time_column != NULL)
+		request_error("time_column", "cannot be used: %s; name a timestamptz column", *why);
+	if (*why != NULL)
+		return NULL;
+	col->field_id = (int32) c->id;
+	return c->name;
+}

@@ -3,7 +3,8 @@
  *     Which files of a snapshot belong to a release's partition: the
  *     request's partition fields resolved against each partition spec
  *     (their transforms), an entry's partition tuple matched against them,
- *     and the periods a time transform's value holds.
+ *     the periods a time transform's value holds, and the time column
+ *     whose bounds prove which periods a file holds.
  */
 #ifndef FINALIZE_PUBLISH_PARTITION_MATCH_H
 #define FINALIZE_PUBLISH_PARTITION_MATCH_H
@@ -11,6 +12,7 @@
 #include "core/period.h"
 #include "lake/avro_manifest.h"
 #include "lake/release_metadata.h"
+#include "publish/file_bounds.h"
 #include "publish/release_request.h"
 
 /* One criterion as a spec's transform reads it. */
@@ -39,5 +41,7 @@ extern void spec_match_prepare(const IcebergSpec *spec, const ReleaseRequest *r,
 extern bool entry_in_partition(const SpecMatch *m, const IcebergManifestEntry *e, const char **absent);
 extern bool partition_period(const ReleaseRequest *r, const IcebergLayout *layout, TimestampTz *start,
 							 TimestampTz *end);
+extern const char *release_time_column(const ReleaseRequest *r, const IcebergLayout *layout, bool proof,
+									   TimeColumn *col, char **why);
 
 #endif							/* FINALIZE_PUBLISH_PARTITION_MATCH_H */

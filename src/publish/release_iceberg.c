@@ -54,7 +54,7 @@ first_text(int col)
  * The periods the partition holds: its time fields' (over the table's
  * partition specs), which the request's period_start and period_end, when
  * given, must be; else the request's, which a partition without a time
- * field must give.
+ * field must give, and which then only its files' bounds can prove.
  */
 static void
 resolve_period(IcebergRun *run)
@@ -77,6 +77,7 @@ resolve_period(IcebergRun *run)
 	if (!r->has_period)
 		request_error("period_start", "is missing: partition %s has no year, month, day or hour field in the "
 					  "table's partition specs, so the periods it holds must be given", r->partition_key);
+	run->bounds_required = true;
 	run->m.has_period = true;
 	run->m.period_start = r->period_start;
 	run->m.has_period_end = r->has_period_end;
@@ -92,31 +93,51 @@ table_step(void *arg)
 	gate_table_lookup(&run->m, &run->table);
 }
 
+/* A text column of SPI's row i copied to cxt, or NULL. */
+static char *
+row_text(uint64 i, int col, MemoryContext cxt)
+{
+	char	   *v = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, col);
+
+	return v != NULL ? MemoryContextStrdup(cxt, v) : NULL;
+}
+
 /*
- * Step: the tracked table with the periods bound, and the LSN property of
- * the lake consumer that follows this Iceberg table for it (by the table's
- * name or its uuid, through any catalog server).
+ * Step: the tracked table with the periods bound, and the lake consumers
+ * that must hold the partition (_iceberg_lake_consumers: the table's own,
+ * its shard's, or every shard's), each following this Iceberg table by
+ * its name or its uuid, through any catalog server.
  */
 static void
 lookup_step(void *arg)
 {
 	IcebergRun *run = (IcebergRun *) arg;
 	MemoryContext caller_cxt = CurrentMemoryContext;
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		values[3];
-	char		nulls[3] = "   ";
-	char	   *prop;
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[4];
+	char		nulls[4] = "    ";
 
 	gate_table_lookup(&run->m, &run->table);
 	SPI_connect();
 	values[0] = Int64GetDatum(run->table.table_id);
-	values[1] = CStringGetTextDatum(run->r.iceberg_table);
-	values[2] = db_text_or_null(run->it.layout.table_uuid, nulls, 2);
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._iceberg_lsn_property($1, $2, $3)", 3, types, values,
-							  nulls, true, 1) != SPI_OK_SELECT)
+	values[1] = db_text_or_null(run->table.shard, nulls, 1);
+	values[2] = CStringGetTextDatum(run->r.iceberg_table);
+	values[3] = db_text_or_null(run->it.layout.table_uuid, nulls, 3);
+	if (SPI_execute_with_args("SELECT l.table_name, l.consumer, l.lsn_property, l.followed_elsewhere FROM "
+							  FINALIZE_SCHEMA "._iceberg_lake_consumers($1, $2, $3, $4) l", 4, types, values,
+							  nulls, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the lake consumers of \"%s\"", run->r.table);
-	prop = first_text(1);
-	run->lsn_property = prop != NULL ? MemoryContextStrdup(caller_cxt, prop) : NULL;
+	run->lake = MemoryContextAllocZero(caller_cxt, sizeof(LakeHolder) * Max(SPI_processed, 1));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		LakeHolder *h = &run->lake[run->nlake++];
+		char	   *elsewhere = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4);
+
+		h->table = row_text(i, 1, caller_cxt);
+		h->consumer = row_text(i, 2, caller_cxt);
+		h->lsn_property = row_text(i, 3, caller_cxt);
+		h->followed_elsewhere = elsewhere != NULL && strcmp(elsewhere, "t") == 0;
+	}
 	SPI_finish();
 }
 
@@ -128,7 +149,6 @@ catalog_json(const IcebergRun *run)
 	const SnapshotFiles *f = &run->files;
 	static const char *const outcomes[] = {"published", "already_published", "catalog_moved"};
 	static const char *const audits[] = {"branch", "wap_id", "snapshot_id"};
-	char		lsn_text[LSN_TEXT_LEN + 1];
 
 	jb_begin_object(&st, NULL);
 	jb_text(&st, "catalog", run->r.catalog);
@@ -149,14 +169,10 @@ catalog_json(const IcebergRun *run)
 	jb_int(&st, "records", f->records);
 	jb_int(&st, "position_deletes", f->position_deletes);
 	jb_int(&st, "uncountable_delete_files", f->uncountable_deletes);
-	if (run->lsn_property != NULL)
-		jb_text(&st, "lsn_property", run->lsn_property);
-	if (run->has_lsn)
-	{
-		lsn_format(&run->lsn, lsn_text);
-		jb_text(&st, "committed_lsn", lsn_text);
-		jb_int(&st, "lsn_carrier", run->carrier);
-	}
+	if (run->nlake > 0)
+		jb_jsonb(&st, "lake_consumers", run->lake_json);
+	if (run->time_column != NULL)
+		jb_text(&st, "time_column", run->time_column);
 	if (run->found.n == 0)
 		jb_text(&st, "outcome", outcomes[run->outcome]);
 	return jb_finish_text(jb_end_object(&st));
@@ -260,8 +276,8 @@ stored_request(Jsonb *request, const char *manifest_list)
 
 /*
  * Sets what the gate's view needs once the table is loaded: the target's
- * name (finalize/<table>/<partition> for a tag named by true) and the
- * periods the partition holds.
+ * name (finalize/<table>/<partition> for a tag named by true), the
+ * periods the partition holds and the time column whose bounds show it.
  */
 static void
 prepare_manifest(IcebergRun *run)
@@ -278,6 +294,8 @@ prepare_manifest(IcebergRun *run)
 	run->it.target_name = run->r.target != NULL ? run->r.target
 		: psprintf("finalize/%s/%s", run->r.table, run->r.partition_key);
 	resolve_period(run);
+	run->time_column = release_time_column(&run->r, &run->it.layout, run->bounds_required, &run->time_col,
+										   &run->no_time_column);
 }
 
 /* Says, in an error after the catalog commit, that the snapshot was published. */
@@ -294,7 +312,8 @@ published_context(void *arg)
 
 /*
  * Loads the catalog's table as the caller, binds the periods to the
- * tracked table's, and resolves the audited snapshot and the target.
+ * tracked table's, resolves the audited snapshot and the target, and
+ * reads what the snapshot holds by each lake consumer's LSN property.
  */
 static void
 open_release(IcebergRun *run, Oid owner)
@@ -306,12 +325,20 @@ open_release(IcebergRun *run, Oid owner)
 	iceberg_open(&run->r, &run->it);
 	prepare_manifest(run);
 	run_as_owner(owner, lookup_step, run);
-	iceberg_resolve(&run->r, run->lsn_property != NULL ? run->lsn_property : "", &run->it);
+	iceberg_resolve(&run->r, &run->it);
 	run->audited_id = run->it.audited->id;
 	run->manifest_list = run->it.audited->manifest_list;
 	run->target_before = run->it.target != NULL ? run->it.target->snapshot_id : -1;
 	run->target_at_audited = run->target_before == run->audited_id;
-	run->has_lsn = run->lsn_property != NULL && iceberg_committed_lsn(&run->it, &run->lsn, &run->carrier);
+	for (int i = 0; i < run->nlake; i++)
+	{
+		LakeHolder *h = &run->lake[i];
+
+		CHECK_FOR_INTERRUPTS();	/* one walk of the ancestry per consumer */
+		h->has_lsn = h->lsn_property != NULL &&
+			iceberg_committed_lsn(&run->it, h->lsn_property, &h->lsn, &h->carrier);
+	}
+	run->lake_json = lake_holders_json(run);
 	run->m.generation = psprintf("%lld", (long long) run->audited_id);
 }
 

@@ -31,7 +31,7 @@
 /* The fields a request may have. */
 static const char *const request_fields[] = {
 	"table", "catalog", "iceberg_table", "store", "partition", "branch", "wap_id", "snapshot_id",
-	"target_branch", "tag", "period_start", "period_end", "row_count", "built_at"
+	"target_branch", "tag", "period_start", "period_end", "row_count", "built_at", "time_column"
 };
 
 /* Refuses a field that is not a request's, by name. */
@@ -278,4 +278,5 @@ release_request_parse(Jsonb *jb, ReleaseRequest *r)
 	if (r->has_period_end && !r->has_period)
 		request_error("period_end", "needs \"period_start\"");
 	r->has_built_at = manifest_timestamp_field(root, "built_at", &r->built_at, true);
+	r->time_column = manifest_string_field(root, "time_column", false, true);
 }

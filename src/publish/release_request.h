@@ -58,6 +58,7 @@ typedef struct ReleaseRequest
 	bool		to_tag;			/* publish by creating a tag, not moving a branch */
 	char	   *target;			/* the branch, or the tag (NULL: the default name) */
 	RowCountRule rows;
+	char	   *time_column;	/* the column whose bounds prove the periods, or NULL */
 } ReleaseRequest;
 
 extern void release_request_parse(Jsonb *jb, ReleaseRequest *r);

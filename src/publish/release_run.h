@@ -12,6 +12,22 @@
 #include "publish/iceberg_catalog.h"
 #include "publish/snapshot_files.h"
 
+/*
+ * A lake consumer of a table the partition holds (the table, its shard, or
+ * each shard), and the LSN the audited snapshot holds in its property; or
+ * a table in scope that no consumer of this Iceberg table follows.
+ */
+typedef struct LakeHolder
+{
+	char	   *table;			/* the consumer's table: the table or a shard */
+	char	   *consumer;		/* NULL: none follows this Iceberg table there */
+	char	   *lsn_property;
+	bool		followed_elsewhere; /* none here, while another shard has one */
+	bool		has_lsn;		/* a snapshot on the ancestry carries it */
+	Lsn			lsn;
+	int64		carrier;		/* the snapshot that carries it */
+} LakeHolder;
+
 typedef struct IcebergRun
 {
 	ReleaseRequest r;
@@ -25,10 +41,14 @@ typedef struct IcebergRun
 	SnapshotFiles files;
 	InvComparison listing;
 	ProblemList found;
-	char	   *lsn_property;	/* of the lake consumer, NULL without one */
-	bool		has_lsn;
-	Lsn			lsn;			/* what the audited snapshot holds */
-	int64		carrier;
+	bool		bounds_required;	/* no time field places the files: only
+									 * their bounds prove their periods */
+	const char *time_column;	/* whose bounds are checked, or NULL */
+	TimeColumn	time_col;
+	char	   *no_time_column; /* why there is none, or NULL */
+	LakeHolder *lake;			/* the lake consumers that must hold the partition */
+	int			nlake;
+	Jsonb	   *lake_json;		/* them as the checks and the report take them */
 	int64		target_before;	/* the target's head as loaded (-1: none) */
 	bool		target_at_audited;	/* ... and it is the audited snapshot */
 	PublishOutcome outcome;
@@ -42,5 +62,6 @@ typedef struct IcebergRun
 /* in snapshot_audit.c */
 extern void audit_files(IcebergRun *run);
 extern void check_iceberg_facts(IcebergRun *run, const GatePeriod *p);
+extern Jsonb *lake_holders_json(const IcebergRun *run);
 
 #endif							/* FINALIZE_PUBLISH_RELEASE_RUN_H */

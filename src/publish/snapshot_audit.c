@@ -16,14 +16,20 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "core/db.h"
+#include "core/json_build.h"
 #include "core/settings.h"
 #include "gate/store_listing.h"
 #include "publish/release_run.h"
+
+/* PostgreSQL's epoch (2000-01-01) in microseconds since 1970, as file_bounds.c counts. */
+#define UNIX_EPOCH_OFFSET_US \
+	((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
 /*
  * Adds the problems of files the audit cannot check or place: files that
@@ -46,6 +52,63 @@ unchecked_problems(IcebergRun *run)
 							 ", which has no field \"%s\", so whether their rows belong to partition %s cannot be "
 							 "told; rewrite them under the current spec and audit again.", f->unplaced,
 							 f->unplaced_spec, f->unplaced_field, run->r.partition_key));
+}
+
+/* An instant as file_bounds.c counts (microseconds since 1970), saturated. */
+static int64
+unix_us(TimestampTz t)
+{
+	int64		us;
+
+	return pg_add_s64_overflow(t, UNIX_EPOCH_OFFSET_US, &us) ? PG_INT64_MAX : us;
+}
+
+/* An instant of file_bounds.c (microseconds since 1970) as text. */
+static const char *
+instant_text(int64 us)
+{
+	TimestampTz t;
+
+	if (pg_sub_s64_overflow(us, UNIX_EPOCH_OFFSET_US, &t) || !IS_VALID_TIMESTAMP(t))
+		return "(out of range)";
+	return timestamptz_to_str(t);
+}
+
+/*
+ * Adds the problems of files that may hold rows outside the release's
+ * periods (by their bounds of the time column, whatever places them), and,
+ * where nothing but bounds can place them (no time field), of files
+ * without bounds and of a table without a time column.
+ */
+static void
+period_problems(IcebergRun *run)
+{
+	SnapshotFiles *f = &run->files;
+	const char *span = psprintf("[%s, %s)", timestamptz_to_str(run->m.period_start),
+								timestamptz_to_str(run->m.period_end));
+
+	if (f->outside_period > 0)
+		problem_add(&run->found, "files_outside_period", f->outside_period_example,
+					psprintf("The partition has " INT64_FORMAT " data file(s) whose bounds of column \"%s\" reach "
+							 "outside the periods released, %s (this one holds [%s, %s)): their rows are not all "
+							 "the periods', and the periods' finality does not vouch for them. Release the periods "
+							 "the files hold, or write each period's rows to files of their own (partition by a "
+							 "time transform of the column).", f->outside_period, run->time_column, span,
+							 instant_text(f->outside_lo_us), instant_text(f->outside_hi_us)));
+	if (!run->bounds_required)
+		return;
+	if (run->time_column == NULL)
+		problem_add(&run->found, "time_column_unknown", NULL,
+					psprintf("Partition %s has no time field, so only its files' bounds of a time column can show "
+							 "that they hold %s alone, but %s. Name the column the table's periods are about in "
+							 "\"time_column\" (a timestamptz).", run->r.partition_key, span, run->no_time_column));
+	else if (f->unbounded > 0)
+		problem_add(&run->found, "file_bounds_missing", f->unbounded_example,
+					psprintf("The partition has " INT64_FORMAT " data file(s) without a lower and upper bound of "
+							 "column \"%s\" (this is one), so whether they hold %s alone cannot be proven: write "
+							 "them with column metrics (write.metadata.metrics.column.%s = full or truncate(16); "
+							 "not none or counts), or partition the table by a time transform of the column.",
+							 f->unbounded, run->time_column, span, run->time_column));
 }
 
 /*
@@ -145,6 +208,7 @@ audit_files(IcebergRun *run)
 	SnapshotFiles *f = &run->files;
 	SinceHead	since = {NULL, 0};
 	int64	   *ids = NULL;
+	PeriodCheck period = {0};
 
 	if (!run->r.to_tag)
 	{
@@ -160,7 +224,11 @@ audit_files(IcebergRun *run)
 			since.n = 0;
 		}
 	}
-	snapshot_files_collect(m, base, run->manifest_list, &run->it.layout, &run->r, &since, f);
+	period.active = run->time_column != NULL;
+	period.col = run->time_col;
+	period.start_us = unix_us(m->period_start);
+	period.end_us = unix_us(m->period_end);
+	snapshot_files_collect(m, base, run->manifest_list, &run->it.layout, &run->r, &since, &period, f);
 	check_totals(run);
 	m->files = f->files;
 	m->prefix = f->prefix;
@@ -172,6 +240,7 @@ audit_files(IcebergRun *run)
 		inventory_digest_add(m->files_digest, f->files.items[i].path, f->files.items[i].path_len,
 							 f->files.items[i].size, NULL, 0);
 	unchecked_problems(run);
+	period_problems(run);
 	change_problems(run, &since);
 	totals_problem(run);
 	inventory_compare_begin(&run->listing, &m->files, m->prefix, &run->found, true);
@@ -183,18 +252,64 @@ audit_files(IcebergRun *run)
 }
 
 /*
+ * The lake consumers that must hold the partition, with what the audited
+ * snapshot holds of each (for _iceberg_checks and the report): an array of
+ * {table_name, consumer, lsn_property, followed_elsewhere, committed_lsn,
+ * lsn_carrier}.
+ */
+Jsonb *
+lake_holders_json(const IcebergRun *run)
+{
+	JsonbParseState *st = NULL;
+	char		lsn_text[LSN_TEXT_LEN + 1];
+
+	jb_begin_array(&st, NULL);
+	for (int i = 0; i < run->nlake; i++)
+	{
+		const LakeHolder *h = &run->lake[i];
+
+		jb_begin_object(&st, NULL);
+		jb_text(&st, "table_name", h->table);
+		if (h->consumer != NULL)
+		{
+			jb_text(&st, "consumer", h->consumer);
+			jb_text(&st, "lsn_property", h->lsn_property);
+		}
+		jb_bool(&st, "followed_elsewhere", h->followed_elsewhere);
+		if (h->has_lsn)
+		{
+			lsn_format(&h->lsn, lsn_text);
+			jb_text(&st, "committed_lsn", lsn_text);
+			jb_int(&st, "lsn_carrier", h->carrier);
+		}
+		jb_end_object(&st);
+	}
+	return jb_finish(jb_end_array(&st));
+}
+
+/* A problem code of _iceberg_checks as a constant (problems keep codes by pointer). */
+static const char *
+facts_code(const char *code)
+{
+	static const char *const codes[] = {"row_count_mismatch", "row_count_unknown", "lake_consumer_missing"};
+
+	for (int i = 0; i < (int) lengthof(codes); i++)
+		if (strcmp(code, codes[i]) == 0)
+			return codes[i];
+	return "lake_behind";
+}
+
+/*
  * Adds what the CDC facts say against the partition beyond finality
  * (_iceberg_checks): its row count, and whether the snapshot holds the
- * change log up to the periods' end. Runs as the owner in SPI.
+ * change log of each table it holds (each shard's in its own LSNs) up to
+ * the periods' end. Runs as the owner in SPI.
  */
 void
 check_iceberg_facts(IcebergRun *run, const GatePeriod *p)
 {
-	Oid			types[10] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID,
-	TEXTOID, TEXTOID, INT8OID};
-	Datum		values[10];
-	char		nulls[10] = "          ";
-	char		lsn_text[LSN_TEXT_LEN + 1];
+	Oid			types[8] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, JSONBOID};
+	Datum		values[8];
 
 	if (run->table.verdict_table == NULL || !p->known)
 		return;
@@ -205,22 +320,12 @@ check_iceberg_facts(IcebergRun *run, const GatePeriod *p)
 	values[4] = Int64GetDatum(run->files.records);
 	values[5] = Int64GetDatum(run->files.position_deletes);
 	values[6] = Int64GetDatum(run->files.uncountable_deletes);
-	values[7] = db_text_or_null(run->lsn_property, nulls, 7);
-	if (run->has_lsn)
-		lsn_format(&run->lsn, lsn_text);
-	values[8] = db_text_or_null(run->has_lsn ? lsn_text : NULL, nulls, 8);
-	values[9] = Int64GetDatum(run->carrier);
+	values[7] = JsonbPGetDatum(run->lake_json);
 	if (SPI_execute_with_args("SELECT c.code, c.detail FROM " FINALIZE_SCHEMA
-							  "._iceberg_checks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) c",
-							  10, types, values, nulls, false, 0) != SPI_OK_SELECT)
+							  "._iceberg_checks($1, $2, $3, $4, $5, $6, $7, $8) c",
+							  8, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not check the CDC facts of partition \"%s\"", run->m.partition);
 	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		char	   *code = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-
-		/* Problem codes are kept by pointer: the SQL's are copied into constants. */
-		problem_add(&run->found, strcmp(code, "row_count_mismatch") == 0 ? "row_count_mismatch" :
-					strcmp(code, "row_count_unknown") == 0 ? "row_count_unknown" : "lake_behind", NULL,
+		problem_add(&run->found, facts_code(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1)), NULL,
 					SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2));
-	}
 }

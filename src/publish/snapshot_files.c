@@ -9,7 +9,8 @@
  * entry (added or existing; a deleted entry is a file a snapshot removed)
  * of the partition is kept with its size, record count and data sequence
  * number: data files, position deletes and equality deletes. An entry's
- * content decides, not its manifest's.
+ * content decides, not its manifest's. Each data file's bounds of the
+ * time column are checked against the release's periods on the way.
  *
  * Each object read is checked against what refers to it: a manifest's
  * length and entry counts against the list's record (an Avro container cut
@@ -53,6 +54,7 @@ typedef struct CollectState
 	SnapshotFiles *out;
 	const char *base;
 	const SinceHead *since;
+	const PeriodCheck *period;
 	const SpecMatch *match;		/* the current manifest's spec */
 	const IcebergManifestFile *mf;	/* the current manifest's record */
 	int64		by_status[3];	/* its entries per status */
@@ -230,6 +232,33 @@ keep_position_delete(CollectState *st, const IcebergManifestEntry *e)
 }
 
 /*
+ * Checks a data file of the partition against the release's periods by
+ * its bounds of the time column: one outside them, or one without bounds
+ * that can be read, is counted (the first named); which of them refuses
+ * the release is the caller's.
+ */
+static int
+check_bounds(CollectState *st, const IcebergManifestEntry *e)
+{
+	SnapshotFiles *out = st->out;
+	int64_t		lo = 0;
+	int64_t		hi = 0;
+	BoundsProof proof = file_bounds_prove(&st->period->col, e, st->period->start_us, st->period->end_us, &lo, &hi);
+
+	if (proof == BOUNDS_OUTSIDE && out->outside_period++ == 0)
+	{
+		out->outside_lo_us = lo;
+		out->outside_hi_us = hi;
+		if ((out->outside_period_example = strdup_quiet(st, e->file_path)) == NULL)
+			return 1;
+	}
+	if ((proof == BOUNDS_MISSING || proof == BOUNDS_MALFORMED) && out->unbounded++ == 0 &&
+		(out->unbounded_example = strdup_quiet(st, e->file_path)) == NULL)
+		return 1;
+	return 0;
+}
+
+/*
  * Keeps a file of the partition: its store key, size and sequence number,
  * its records in the counts. A file outside the store is counted (it
  * cannot be checked), not kept.
@@ -246,7 +275,7 @@ keep_file(CollectState *st, const IcebergManifestEntry *e)
 	{
 		if (out->outside++ == 0 && (out->outside_example = strdup_quiet(st, e->file_path)) == NULL)
 			return 1;
-		return 0;
+		return e->content == 0 && st->period->active ? check_bounds(st, e) : 0;
 	}
 	if ((key = strdup_quiet(st, at)) == NULL ||
 		!grow_quiet(st, (void **) &out->files.items, out->files.n, &out->files.capacity, sizeof(InvObject)) ||
@@ -264,7 +293,7 @@ keep_file(CollectState *st, const IcebergManifestEntry *e)
 	{
 		out->data_files++;
 		out->records += e->record_count;
-		return 0;
+		return st->period->active ? check_bounds(st, e) : 0;
 	}
 	out->delete_files++;
 	if (e->content == 1)
@@ -493,7 +522,7 @@ read_manifest(const Manifest *store, const IcebergLayout *layout, const ReleaseR
 void
 snapshot_files_collect(const Manifest *store, const char *base, const char *manifest_list,
 					   const IcebergLayout *layout, const ReleaseRequest *r, const SinceHead *since,
-					   SnapshotFiles *out)
+					   const PeriodCheck *period, SnapshotFiles *out)
 {
 	StringInfo	buf = makeStringInfo();
 	CollectState st = {0};
@@ -506,6 +535,7 @@ snapshot_files_collect(const Manifest *store, const char *base, const char *mani
 	st.out = out;
 	st.base = base;
 	st.since = since;
+	st.period = period;
 	/* Bounded and cancellable (core/io_interrupts.c: the reader's stop function). */
 	avro_read_limits((size_t) finalize_iceberg_max_manifest_kb * 1024, io_must_stop);
 	read_object(store, base, manifest_list, "manifest list", buf);

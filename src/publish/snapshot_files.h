@@ -11,7 +11,21 @@
 #include "gate/inventory.h"
 #include "gate/manifest.h"
 #include "lake/release_metadata.h"
+#include "publish/file_bounds.h"
 #include "publish/release_request.h"
+
+/*
+ * What the partition's data files' bounds of the time column are checked
+ * against: the release's periods, microseconds since 1970 (active: the
+ * time column is known).
+ */
+typedef struct PeriodCheck
+{
+	bool		active;
+	TimeColumn	col;
+	int64		start_us;
+	int64		end_us;
+} PeriodCheck;
 
 /* A position-delete file of the partition, and the data file it names. */
 typedef struct PositionDelete
@@ -52,6 +66,12 @@ typedef struct SnapshotFiles
 									 * since the target's head */
 	char	   *changed_example;
 	int64	   *removed_seen;	/* per snapshot since the head: removals seen */
+	int64		outside_period; /* data files whose bounds reach outside the periods */
+	char	   *outside_period_example;
+	int64		outside_lo_us;	/* ... and the instants it holds, [lo, hi) */
+	int64		outside_hi_us;
+	int64		unbounded;		/* data files without readable bounds of the column */
+	char	   *unbounded_example;
 } SnapshotFiles;
 
 /* The snapshots a publish would add to the target branch (sorted ids). */
@@ -63,7 +83,7 @@ typedef struct SinceHead
 
 extern void snapshot_files_collect(const Manifest *store, const char *base, const char *manifest_list,
 								   const IcebergLayout *layout, const ReleaseRequest *r, const SinceHead *since,
-								   SnapshotFiles *out);
+								   const PeriodCheck *period, SnapshotFiles *out);
 extern char *iceberg_location(const char *location);
 extern const char *store_key_of(const char *path, const char *base);
 

@@ -110,6 +110,27 @@ CREATE UNIQUE INDEX tracked_table_shard_source_idx
     ON @extschema@.tracked_table (shard_of, server_name, source_schema, source_name)
     WHERE shard_of IS NOT NULL AND untracked_at IS NULL;
 
+-- Zones are stored by the zone's own name, never by a link or another
+-- spelling of it ('ROK' and 'rok' as 'Asia/Seoul', 'Zulu' as 'UTC'; see
+-- _check_zone), however a row is written: tracking, altering, a shard
+-- taking its sharded table's settings, a restore.
+CREATE FUNCTION @extschema@._canonical_zones()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    NEW.period_zone := @extschema@._check_zone(NEW.period_zone, 'period_zone');
+    IF NEW.event_time_zone IS NOT NULL THEN
+        NEW.event_time_zone := @extschema@._check_zone(NEW.event_time_zone, 'event_time_zone');
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER canonical_zones
+    BEFORE INSERT OR UPDATE OF period_zone, event_time_zone ON @extschema@.tracked_table
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._canonical_zones();
+
 -- The verdict of each table: finalized_until and the offset it came from.
 -- One row per tracked table, created with it.
 CREATE TABLE @extschema@.watermark (

@@ -126,7 +126,12 @@ $$;
 -- Opens one server_dropped incident per such source at once (dropping is
 -- deliberate; finalize.alert_after rides out blips, not decisions) and
 -- shows it in source_status; resolved once a server of that name exists
--- again or its tables are untracked. Returns how many sources are so.
+-- again or its tables are untracked. Sources with no tracked table left
+-- (untracked, or dropped with their server) leave source_status, and
+-- with them their stopped worker's pid; only a hold (commit_time_ahead)
+-- stays while its server exists, without a pid: tracking a table through
+-- the server again must not forget that its commit times were not to be
+-- trusted. Returns how many sources are dropped under tracked tables.
 CREATE FUNCTION @extschema@._check_dropped_sources()
 RETURNS integer
 LANGUAGE plpgsql
@@ -137,6 +142,24 @@ DECLARE
     n integer := 0;
     msg text;
 BEGIN
+    -- A row its worker holds just now (its last cycle) goes a round later.
+    DELETE FROM @extschema@.source_status st
+     WHERE st.server_name IN (
+        SELECT x.server_name FROM @extschema@.source_status x
+         WHERE NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                            WHERE t.server_name = x.server_name AND t.untracked_at IS NULL AND t.kind = 'source')
+           AND (x.held_by IS NULL
+                OR NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                                 JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                                WHERE s.srvname = x.server_name AND w.fdwname = 'finalize_mssql'))
+           FOR UPDATE SKIP LOCKED);
+    UPDATE @extschema@.source_status st SET worker_pid = NULL
+     WHERE st.server_name IN (
+        SELECT x.server_name FROM @extschema@.source_status x
+         WHERE x.worker_pid IS NOT NULL
+           AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                            WHERE t.server_name = x.server_name AND t.untracked_at IS NULL AND t.kind = 'source')
+           FOR UPDATE SKIP LOCKED);
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.alert_id IN (
         SELECT x.alert_id FROM @extschema@.alert x
@@ -262,7 +285,8 @@ RETURN CASE severity WHEN 'info' THEN 1 WHEN 'warning' THEN 2 WHEN 'critical' TH
 
 -- The documented body of the json format: the incident at one transition.
 -- dedup_key names the incident (PagerDuty's dedup_key, Opsgenie's alias);
--- idempotency_key names the transition.
+-- idempotency_key names the transition. The message of a resolution says
+-- it resolved (and when), then what the incident was.
 CREATE FUNCTION @extschema@._alert_event(a @extschema@.alert, transition text)
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -277,7 +301,12 @@ BEGIN ATOMIC
         'alert', jsonb_build_object(
             'id', (a).alert_id, 'kind', (a).kind, 'severity', (a).severity, 'state', (a).state,
             'table', (a).table_name, 'source', (a).server_name, 'subject', nullif((a).subject, ''),
-            'message', (a).message, 'detail', (a).detail, 'count', (a).count,
+            'message', CASE WHEN transition = 'resolve' AND (a).resolved_at IS NOT NULL
+                            THEN format('Resolved at %s (open since %s). It was: %s',
+                                        @extschema@._utc_iso((a).resolved_at), @extschema@._utc_iso((a).opened_at),
+                                        (a).message)
+                            ELSE (a).message END,
+            'detail', (a).detail, 'count', (a).count,
             'opened_at', @extschema@._utc_iso((a).opened_at), 'last_seen', @extschema@._utc_iso((a).last_seen),
             'resolved_at', @extschema@._utc_iso((a).resolved_at),
             'acknowledged_at', @extschema@._utc_iso((a).acknowledged_at),

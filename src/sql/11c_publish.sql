@@ -33,22 +33,41 @@ BEGIN ATOMIC
            AND r.manifest = _iceberg_released.stored);
 END;
 
--- The LSN property of the lake consumer that follows this Iceberg table for
--- the tracked table, through any catalog server (by the table's name, or by
--- the uuid it was seen with), or NULL when none does.
-CREATE FUNCTION @extschema@._iceberg_lsn_property(table_id bigint, iceberg_table text, table_uuid text)
-RETURNS text
+-- The lake consumers whose LSN properties must hold a partition's changes
+-- when it is released from an Iceberg table: a plain table's own; on a
+-- sharded table (shards are databases, each with its own LSNs) the
+-- partition's shard's, or every shard's for a partition of no shard. One
+-- row per consumer that follows this Iceberg table (by its name, or the
+-- uuid it was seen with), through any catalog server, and one row with no
+-- consumer for each table in scope that has none: followed_elsewhere when
+-- another shard of the table has one (then the lake's copy of this shard
+-- is not known to be followed, which is a problem, never a skip).
+CREATE FUNCTION @extschema@._iceberg_lake_consumers(table_id bigint, shard text, iceberg_table text,
+                                                    table_uuid text)
+RETURNS TABLE (table_name text, consumer text, lsn_property text, followed_elsewhere boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT l.lsn_property
-      FROM @extschema@.lake_consumer l
-     WHERE l.table_id = _iceberg_lsn_property.table_id
-       AND (l.iceberg_table = _iceberg_lsn_property.iceberg_table
-            OR l.seen_table_uuid = _iceberg_lsn_property.table_uuid)
-     ORDER BY l.seen_table_uuid IS NOT DISTINCT FROM _iceberg_lsn_property.table_uuid DESC,
-              l.iceberg_table = _iceberg_lsn_property.iceberg_table DESC, l.consumer
-     LIMIT 1;
+    WITH scope AS (
+        SELECT t.table_id, t.table_name
+          FROM @extschema@.tracked_table t
+         WHERE t.untracked_at IS NULL
+           AND ((t.table_id = _iceberg_lake_consumers.table_id AND t.kind <> 'sharded')
+                OR (t.shard_of = _iceberg_lake_consumers.table_id
+                    AND (_iceberg_lake_consumers.shard IS NULL OR t.shard = _iceberg_lake_consumers.shard)))),
+    followed AS (
+        SELECT l.table_id, l.consumer, l.lsn_property
+          FROM @extschema@.lake_consumer l
+         WHERE l.iceberg_table = _iceberg_lake_consumers.iceberg_table
+            OR l.seen_table_uuid = _iceberg_lake_consumers.table_uuid)
+    SELECT s.table_name, f.consumer, f.lsn_property,
+           f.consumer IS NULL AND EXISTS (
+               SELECT FROM followed o
+                 JOIN @extschema@.tracked_table t ON t.table_id = o.table_id
+                WHERE t.shard_of = _iceberg_lake_consumers.table_id AND t.untracked_at IS NULL)
+      FROM scope s
+      LEFT JOIN followed f ON f.table_id = s.table_id
+     ORDER BY 1, 2;
 END;
 
 -- The CDC ranges of a table's facts that hold changes committed in
@@ -78,15 +97,17 @@ END;
 -- finality (checked by the gate's own rule): its row count under the
 -- request's rule ('default': net for an event-time table, else none;
 -- records less position deletes against inserts, inserts
--- less deletes, or every change) and, when a lake consumer follows the
--- table (lsn_property), whether the audited snapshot's committed LSN
--- reaches every change committed before period_end. A count that cannot be
--- known (equality deletes, facts that are not exact) is a problem too:
+-- less deletes, or every change) and, for each lake consumer of a table the
+-- partition holds (lake: _iceberg_lake_consumers' rows with the LSN the
+-- audited snapshot's ancestry carries in each one's property), whether
+-- that LSN reaches every change of that table (the shard's own, in its own
+-- LSN space) committed before period_end. A count that cannot be known
+-- (equality deletes, facts that are not exact) and a shard whose lake
+-- consumer is missing where other shards have one are problems too:
 -- nothing is published on a guess.
 CREATE FUNCTION @extschema@._iceberg_checks(table_name text, period_start timestamptz, period_end timestamptz,
                                             row_rule text, records bigint, position_deletes bigint,
-                                            uncountable_delete_files bigint, lsn_property text,
-                                            committed_lsn @extschema@.lsn, lsn_carrier bigint)
+                                            uncountable_delete_files bigint, lake jsonb)
 RETURNS TABLE (code text, detail text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -99,6 +120,8 @@ DECLARE
     actual bigint := records - position_deletes;
     span text := pg_catalog.format('[%s, %s)', period_start, period_end);
     behind record;
+    c record;
+    held bigint;
 BEGIN
     IF row_rule = 'default' THEN
         row_rule := CASE WHEN tt.event_time_column IS NOT NULL THEN 'net' ELSE 'none' END;
@@ -149,27 +172,48 @@ BEGIN
             RETURN NEXT;
         END IF;
     END IF;
-    IF lsn_property IS NOT NULL THEN
-        IF committed_lsn IS NULL THEN
-            code := 'lake_behind';
-            detail := pg_catalog.format('A lake consumer follows this table by the snapshot property "%s", but no '
-                                        'snapshot on the audited snapshot''s ancestry carries it, so which changes it '
-                                        'holds is unknown; write the property with each commit.', lsn_property);
-            RETURN NEXT;
-        ELSE
-            SELECT count(*) AS n, max(x.end_lsn) AS last INTO behind
-              FROM @extschema@.fact x
-             WHERE x.table_id = tt.table_id AND x.kind = 'range' AND x.first_commit_time < period_end
-               AND x.end_lsn > committed_lsn AND x.inserts + x.updates + x.deletes > 0;
-            IF behind.n > 0 THEN
-                code := 'lake_behind';
-                detail := pg_catalog.format('The audited snapshot holds the change log up to %s (snapshot %s''s "%s"), '
-                                            'but %s CDC range(s) with changes committed before %s reach up to %s: the '
-                                            'snapshot may lack some of the period''s rows.', committed_lsn,
-                                            lsn_carrier, lsn_property, behind.n, period_end, behind.last);
+    FOR c IN SELECT x.* FROM pg_catalog.jsonb_to_recordset(lake)
+                   AS x(table_name text, consumer text, lsn_property text, followed_elsewhere boolean,
+                        committed_lsn text, lsn_carrier bigint)
+    LOOP
+        IF c.consumer IS NULL THEN
+            IF c.followed_elsewhere THEN
+                code := 'lake_consumer_missing';
+                detail := pg_catalog.format('No lake consumer of shard "%s" follows this Iceberg table, while other '
+                                            'shards of "%s" have one: whether the audited snapshot holds that '
+                                            'shard''s changes committed before %s cannot be checked. Declare one '
+                                            'with finalize.add_consumer(%L, ..., iceberg_server => ..., iceberg_table '
+                                            '=> ..., lsn_property => ...) with the property that carries its LSN.',
+                                            c.table_name, (SELECT s.table_name FROM @extschema@.tracked_table s
+                                                           WHERE s.table_id = (@extschema@._tracked(c.table_name)).shard_of),
+                                            period_end, c.table_name);
                 RETURN NEXT;
             END IF;
+            CONTINUE;
         END IF;
-    END IF;
+        IF c.committed_lsn IS NULL THEN
+            code := 'lake_behind';
+            detail := pg_catalog.format('Lake consumer "%s" of "%s" follows this table by the snapshot property "%s", '
+                                        'but no snapshot on the audited snapshot''s ancestry carries it, so which '
+                                        'changes it holds is unknown; write the property with each commit.',
+                                        c.consumer, c.table_name, c.lsn_property);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        held := (@extschema@._tracked(c.table_name)).table_id;
+        SELECT count(*) AS n, max(x.end_lsn) AS last INTO behind
+          FROM @extschema@.fact x
+         WHERE x.table_id = held AND x.kind = 'range' AND x.first_commit_time < period_end
+           AND x.end_lsn > c.committed_lsn::@extschema@.lsn AND x.inserts + x.updates + x.deletes > 0;
+        IF behind.n > 0 THEN
+            code := 'lake_behind';
+            detail := pg_catalog.format('The audited snapshot holds the change log of "%s" up to %s (snapshot %s''s '
+                                        '"%s", lake consumer "%s"), but %s CDC range(s) of it with changes committed '
+                                        'before %s reach up to %s: the snapshot may lack some of the period''s rows.',
+                                        c.table_name, c.committed_lsn, c.lsn_carrier, c.lsn_property, c.consumer,
+                                        behind.n, period_end, behind.last);
+            RETURN NEXT;
+        END IF;
+    END LOOP;
 END
 $$;

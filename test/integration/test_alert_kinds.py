@@ -275,6 +275,32 @@ def test_commit_times_ahead_of_the_clock_are_a_commit_time_ahead_incident_until_
         sim.stop()
 
 
+def test_a_held_source_stays_held_when_its_tables_are_untracked(env):
+    """finalize.source_status forgets a source with no tracked table left, but not its hold: commit
+    times that could not be trusted are not forgotten by untracking the tables and tracking them again
+    while the server exists (its row stays, without the stopped worker's pid); dropping the server
+    forgets it."""
+    sim = sim_clock(start_time="2026-11-02T08:59:00Z", commit_time_offset=120).start()
+    try:
+        first_commit(sim)
+        env.add_source("src_held", sim)
+        env.track("k.held", "src_held")
+        wait_counted(env, "commit_time_ahead", server="src_held", at_least=1)
+        env.sql("SELECT finalize.untrack_table('k.held')")
+        env.pg.wait_for(lambda: env.source_status("src_held")["worker_pid"] is None,
+                        what=lambda: f"the stopped worker's pid to go: {env.source_status('src_held')}")
+        assert env.source_status("src_held")["held_by"] == "commit_time_ahead"
+        env.track("k.held", "src_held")
+        assert env.one("SELECT held_by FROM finalize._source_hold('src_held')") == "commit_time_ahead"
+        env.sql("SELECT finalize.untrack_table('k.held')")
+        env.sql("DROP SERVER src_held CASCADE")
+        del env.sources["src_held"]
+        env.pg.wait_for(lambda: env.source_status("src_held") is None,
+                        what=lambda: f"src_held to leave source_status: {env.source_status('src_held')}")
+    finally:
+        sim.stop()
+
+
 def test_a_stopped_capture_job_is_a_capture_stalled_warning(env, sim):
     start(env, sim, "k.stall", "src_stall")
     env.sql("ALTER SERVER src_stall OPTIONS (ADD capture_stall_threshold '10 minutes')")

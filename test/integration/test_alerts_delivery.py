@@ -93,6 +93,11 @@ def test_an_incident_reaches_a_signed_json_webhook_and_resolves(pg, env, sim, rx
     resolved, = rx.wait_for(lambda r: r.json and r.json["event"] == "resolve", timeout=60)
     assert resolved.hmac_ok is True and resolved.json["dedup_key"] == body["dedup_key"]
     assert resolved.json["alert"]["state"] == "resolved" and resolved.json["alert"]["resolved_at"]
+    # Its message says it resolved, when, and what it was.
+    assert resolved.json["alert"]["message"] == "Resolved at %s (open since %s). It was: %s" % (
+        resolved.json["alert"]["resolved_at"], body["alert"]["opened_at"],
+        pg.sql("SELECT message FROM finalize.alerts WHERE alert_id = %s", (body["alert"]["id"],))[0][0])
+    assert "18456" in resolved.json["alert"]["message"]
     assert [r.json["event"] for r in rx.requests()] == ["open", "resolve"]
     pg.wait_for(lambda: all(d[2] == "delivered" for d in deliveries(pg)), what="deliveries recorded")
     assert [(d[1], d[2], d[3], d[4]) for d in deliveries(pg)] == [("open", "delivered", 1, 200),
@@ -139,7 +144,7 @@ def test_slack_pagerduty_and_opsgenie_get_what_their_apis_expect(pg, rx):
     slack = [r.json for r in rx.requests("/slack")]
     assert slack[0]["text"].startswith(":red_circle: [CRITICAL] unreachable on source erp")
     assert slack[1]["text"].startswith(":eyes: ACKNOWLEDGED") and "on it, OPS-7" in json.dumps(slack[1]["blocks"])
-    assert slack[2]["text"].startswith(":large_green_circle: RESOLVED")
+    assert slack[2]["text"].startswith(":large_green_circle: [CRITICAL] unreachable on source erp: Resolved at ")
     assert all(s["blocks"][0]["type"] == "section" for s in slack)
     # the info incident reached only the targets whose min_severity allows it
     assert not any("schema_change" in r.text for r in rx.requests("/slack") + rx.requests("/pd"))
@@ -336,6 +341,10 @@ def test_a_paused_finalize_still_pages_when_verdicts_stop(pg, rx):
             resolved, = rx.wait_for(lambda r: r.json and r.json["event"] == "resolve", timeout=60)
             assert resolved.json["dedup_key"] == opened.json["dedup_key"]
             assert pg.sql("SELECT state FROM finalize.alerts WHERE kind = 'freshness'") == [("resolved",)]
+            # Not the opening message again: it says it resolved, then what it was.
+            assert resolved.json["alert"]["message"].startswith(
+                "Resolved at %s (open since %s). It was: Table \"d.live\" is final only until "
+                % (resolved.json["alert"]["resolved_at"], alert["opened_at"])), resolved.json["alert"]["message"]
         finally:
             pg.sql("ALTER SYSTEM RESET finalize.enabled")
             pg.reload()

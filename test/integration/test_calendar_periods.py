@@ -216,3 +216,61 @@ def test_a_derived_local_day_table_over_hourly_utc_inputs(pg):
     finally:
         pg.sql("SELECT finalize.untrack_table('cal.h1', false, true)")
         pg.sql("SELECT finalize.untrack_table('cal.h2', false, true)")
+
+
+def zone_of_link(name):
+    """The zone a name of the system's zone database names, as its files say (Debian installs links as
+    symbolic links to the zone's file): the reference for what finalize stores. Etc/UTC is spelt UTC."""
+    root = "/usr/share/zoneinfo"
+    zone = os.path.relpath(os.path.realpath(os.path.join(root, name)), os.path.realpath(root))
+    return "UTC" if zone == "Etc/UTC" else zone
+
+
+def test_links_of_the_zone_database_are_stored_as_their_zone(pg):
+    """'ROK', 'US/Eastern', 'Zulu' (links of the tz database) are stored as the zones they name wherever
+    a table takes a zone: track_table (period_zone and event_time_zone), alter_tracked_table,
+    track_sharded and its shards, track_derived; a derived table's inputs given the same zone under two
+    names are in one zone. A server's timezone option, which a validator cannot rewrite, refuses a link
+    and names the zone to use."""
+    links = {"ROK": "Asia/Seoul", "US/Eastern": "America/New_York", "Zulu": "UTC", "Asia/Calcutta": "Asia/Kolkata",
+             "Europe/Kiev": "Europe/Kyiv", "Etc/UTC": "UTC", "Japan": "Asia/Tokyo"}
+    for link, zone in links.items():
+        assert zone_of_link(link) == zone, (link, zone_of_link(link))
+
+    def zones(table):
+        return pg.sql("SELECT period_zone, event_time_zone FROM finalize.tracked_table "
+                      "WHERE table_name = %s AND untracked_at IS NULL", (table,))[0]
+    try:
+        pg.sql("SELECT finalize.track_table('cal.rok', 'src', 'dbo.orders', '1 day', period_zone => 'rok', "
+               "event_time_column => 'created_at', event_time_zone => 'US/Eastern')")
+        assert zones("cal.rok") == (zone_of_link("ROK"), zone_of_link("US/Eastern"))
+        pg.sql("SELECT finalize.track_table('cal.seoul2', 'src', 'dbo.items', '1 day', period_zone => 'Asia/Seoul')")
+        # Two names of one zone: the derived table's inputs agree.
+        pg.sql("SELECT finalize.track_derived('cal.rok_daily', ARRAY['cal.rok', 'cal.seoul2'])")
+        assert zones("cal.rok_daily")[0] == "Asia/Seoul"
+        pg.sql("SELECT finalize.track_derived('cal.zulu_daily', ARRAY['cal.rok'], period_zone => 'Zulu')")
+        assert zones("cal.zulu_daily")[0] == zone_of_link("Zulu")
+        pg.sql("SELECT finalize.alter_tracked_table('cal.seoul2', period_zone => 'Europe/Kiev')")
+        assert zones("cal.seoul2")[0] == zone_of_link("Europe/Kiev")
+        pg.sql("SELECT finalize.alter_tracked_table('cal.zulu_daily', period_zone => 'Japan')")
+        assert zones("cal.zulu_daily")[0] == zone_of_link("Japan")
+        pg.sql("SELECT finalize.track_sharded('cal.sharded', '1 day', period_zone => 'Asia/Calcutta')")
+        pg.sql("SELECT finalize.add_shard('cal.sharded', 'db01', 'src', 'dbo.shard01')")
+        assert zones("cal.sharded")[0] == zone_of_link("Asia/Calcutta")
+        assert pg.sql("SELECT period_zone FROM finalize.tracked_table WHERE shard = 'db01' "
+                      "AND untracked_at IS NULL") == [(zone_of_link("Asia/Calcutta"),)]
+        # The periods are the zone's, as before.
+        assert pg.sql("SELECT finalize.period_start('2026-11-28 03:00+09', '1 day', 'ROK')")[0][0] == \
+            datetime.datetime(2026, 11, 28, tzinfo=ZoneInfo("Asia/Seoul"))
+        with pytest.raises(Exception, match=r'"ROK" is another name of zone Asia/Seoul(.|\n)*'
+                                            r"HINT:  Use timezone 'Asia/Seoul'"):
+            pg.sql("CREATE SERVER cal_rok FOREIGN DATA WRAPPER finalize_mssql "
+                   "OPTIONS (host '127.0.0.1', database 'demo', timezone 'ROK')")
+        with pytest.raises(Exception, match="Use timezone 'Europe/Berlin'"):
+            pg.sql("ALTER SERVER src OPTIONS (ADD timezone 'europe/berlin')")
+        pg.sql("ALTER SERVER src OPTIONS (ADD timezone 'Asia/Seoul')")
+        pg.sql("ALTER SERVER src OPTIONS (DROP timezone)")
+    finally:
+        for t in ("cal.rok_daily", "cal.zulu_daily", "cal.sharded", "cal.rok", "cal.seoul2"):
+            pg.sql("SELECT finalize.untrack_table(%s, false, true) FROM finalize.tracked_table "
+                   "WHERE table_name = %s AND untracked_at IS NULL", (t, t))

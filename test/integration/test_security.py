@@ -474,7 +474,8 @@ def test_each_role_executes_exactly_its_functions(pg, role):
                 types = pg.sql("SELECT array(SELECT format_type(t, NULL) FROM unnest(proargtypes) t) "
                                "FROM pg_proc WHERE oid = %s", (oid,))[0][0]
                 args = ", ".join(f"(SELECT NULL::{t})" for t in types)
-                denied(conn, f"SELECT finalize.{signature.split('(')[0]}({args})")
+                msg = denied(conn, f"SELECT finalize.{signature.split('(')[0]}({args})")
+                assert_names_role_to_grant(pg, msg, "function", signature.split("(")[0], oid)
     finally:
         conn.close()
 
@@ -488,9 +489,11 @@ def test_each_role_reads_exactly_its_relations_and_writes_none(pg, role):
             if rel in MAY_SELECT[role]:
                 run(conn, f"SELECT count(*) FROM finalize.{rel}")
             else:
-                denied(conn, f"SELECT count(*) FROM finalize.{rel}")
+                msg = denied(conn, f"SELECT count(*) FROM finalize.{rel}")
+                assert_names_role_to_grant(pg, msg, "relation", rel, f"finalize.{rel}")
             if kind == "r":
-                denied(conn, f"DELETE FROM finalize.{rel}")
+                msg = denied(conn, f"DELETE FROM finalize.{rel}")
+                assert_names_role_to_grant(pg, msg, "relation", rel, f"finalize.{rel}")
                 denied(conn, f"UPDATE finalize.{rel} SET {first_column(pg, rel)} = {first_column(pg, rel)}")
                 denied(conn, f"TRUNCATE finalize.{rel}")
         for (seq,) in pg.sql("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -500,9 +503,34 @@ def test_each_role_reads_exactly_its_relations_and_writes_none(pg, role):
         assert PASSWORD_SECRET not in str(run(conn, "SELECT umoptions FROM pg_user_mappings"))
         # Only admins create sources.
         if role != "sec_admin":
-            denied(conn, "CREATE SERVER rogue FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', database 'd')")
+            msg = denied(conn, "CREATE SERVER rogue FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', database 'd')")
+            assert "HINT:  Members of finalize_admin may create servers of finalize_mssql" in msg, msg
     finally:
         conn.close()
+
+
+FINALIZE_ROLES = ["finalize_reader", "finalize_pipeline", "finalize_publisher", "finalize_admin"]
+
+
+def assert_names_role_to_grant(pg, msg, kind, name, obj):
+    """A refusal of one of finalize's objects names the role to grant: for the
+    schema (a role with none of finalize's roles) all of them, for a function
+    or a relation the least of finalize's roles that may call or read it, as
+    the catalog says (none for an internal function: a user never calls one)."""
+    if "permission denied for schema finalize" in msg:
+        assert all(r in msg for r in FINALIZE_ROLES) and "HINT:" in msg, msg
+        return
+    check = ("has_function_privilege(%s, %s, 'EXECUTE')" if kind == "function"
+             else "has_table_privilege(%s, %s, 'SELECT')")
+    least = next((r for r in FINALIZE_ROLES if pg.sql(f"SELECT {check}", (r, obj))[0][0]), None)
+    if least is None or (kind == "function" and name.startswith("_")):
+        assert "HINT:" not in msg, msg
+    elif kind == "function":
+        assert f"HINT:  Members of {least} may call finalize.{name}: an administrator can run " \
+               f"GRANT {least} TO <role>;" in msg, f"{msg} (src/core/privilege_hint.c lists each object's role)"
+    else:
+        assert f"HINT:  Members of {least} may read finalize.{name} (GRANT {least} TO <role>;)" in msg, \
+            f"{msg} (src/core/privilege_hint.c lists each object's role)"
 
 
 def first_column(pg, rel):

@@ -56,11 +56,21 @@ def test_one_worker_per_source_following_the_catalog():
         names = {r[0] for r in pg.sql("SELECT backend_type FROM pg_stat_activity "
                                       "WHERE backend_type = 'finalize worker'")}
         assert names == {"finalize worker"} and len(backends(pg, "worker")) == 2
-        # No tracked table left: its worker stops. A dropped server: same.
+        # No tracked table left: its worker stops, and the source leaves finalize.source_status (with
+        # the pid of a worker that is gone). A dropped server: its worker stops too.
         pg.sql("SELECT finalize.untrack_table('b.orders')")
         pg.wait_for(lambda: len(backends(pg, "worker")) == 1, what="src_b's worker to stop")
+        pg.wait_for(lambda: env.source_status("src_b") is None,
+                    what=lambda: f"src_b to leave source_status: {env.source_status('src_b')}")
         pg.sql("DROP SERVER src_a CASCADE")
         pg.wait_for(lambda: len(backends(pg, "worker")) == 0, what="src_a's worker to stop")
+        # Its table is still tracked, so it stays, as server_dropped, without a pid; untracked, it goes.
+        pg.wait_for(lambda: (env.source_status("src_a") or {}).get("condition") == "server_dropped",
+                    what=lambda: f"src_a to show server_dropped: {env.source_status('src_a')}")
+        assert env.source_status("src_a")["worker_pid"] is None
+        pg.sql("SELECT finalize.untrack_table('a.orders')")
+        pg.wait_for(lambda: env.source_status("src_a") is None,
+                    what=lambda: f"src_a to leave source_status: {env.source_status('src_a')}")
 
 
 def test_enabled_switch_and_reload():

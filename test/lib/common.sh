@@ -14,10 +14,15 @@ export PG_BIN
 # Debian's interpreter: the test modules (pytest, psycopg2, pymssql) are Debian packages.
 PY=/usr/bin/python3
 
-# Debian packages the build, the servers and the test clients need.
-APT_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR
-  freetds-dev freetds-bin libgnutls28-dev libcurl4-openssl-dev libxml2-dev libavro-dev zlib1g-dev liblzma-dev libsnappy-dev make gcc openssl
-  python3 python3-pytest python3-pytest-xdist python3-psycopg2 python3-pymssql python3-yaml tzdata python3-venv
+# Debian packages the demo needs: the build, the servers (PostgreSQL, the
+# simulator, the certificates openssl makes) and the demo's clients (psql,
+# pymssql, psycopg2).
+DEMO_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR
+  freetds-dev libgnutls28-dev libcurl4-openssl-dev libxml2-dev libavro-dev zlib1g-dev liblzma-dev libsnappy-dev make gcc openssl
+  python3 python3-psycopg2 python3-pymssql tzdata"
+# And what the tests need besides: tsql, pytest, the peers' virtual
+# environments and Java (Iceberg's REST catalog, JDBC, Debezium).
+APT_PACKAGES="$DEMO_PACKAGES freetds-bin python3-pytest python3-pytest-xdist python3-yaml python3-venv
   openjdk-17-jdk-headless"
 
 log() { printf '== %s\n' "$*" >&2; }
@@ -40,24 +45,26 @@ require_root() {
   fi
 }
 
-# The Debian packages (and Node.js) that are missing, on one line; empty if none.
+# The Debian packages of the list (default APT_PACKAGES) and Node.js that
+# are missing, on one line; empty if none.
 missing_packages() {
-  local installed p missing=""
+  local packages=${1:-$APT_PACKAGES} installed p missing=""
   # shellcheck disable=SC2016,SC2086
-  installed=$(dpkg-query -W -f='${Package} ${Status}\n' $APT_PACKAGES 2>/dev/null |
+  installed=$(dpkg-query -W -f='${Package} ${Status}\n' $packages 2>/dev/null |
                 sed -n 's/ install ok installed$//p' || true)
-  for p in $APT_PACKAGES; do
+  for p in $packages; do
     printf '%s\n' "$installed" | grep -qxF "$p" || missing="$missing $p"
   done
   { command -v node && command -v npm; } >/dev/null || missing="$missing nodejs npm"
   printf '%s\n' "${missing# }"
 }
 
-# Installs the Debian packages that are missing (and Node.js when there is
-# none). Another user than root is only told what is missing, and it fails.
+# Installs the Debian packages of the list (default APT_PACKAGES: every
+# test's) that are missing, and Node.js when there is none. Another user
+# than root is only told what is missing, and it fails.
 install_packages() {
   local missing
-  missing=$(missing_packages)
+  missing=$(missing_packages "${1:-}")
   [ -n "$missing" ] || return 0
   if [ "$(id -u)" != 0 ]; then
     echo "missing Debian packages: $missing" >&2

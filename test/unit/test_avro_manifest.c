@@ -6,7 +6,8 @@
  * through the reader's API: every field of v1 and v2 lists and manifests,
  * optional fields as unions with null, a partition tuple with an identity
  * string, a day-transform date (int) and a timestamp (long), other
- * partition types' text, 10,000 entries over many blocks (the null,
+ * partition types' text, a data file's lower and upper bounds (maps of
+ * column id to bytes, null, empty or not), 10,000 entries over many blocks (the null,
  * deflate, snappy and lzma codecs), the header's key-value metadata Iceberg writes, a callback that
  * stops the read, and refusals with their messages: not Avro, truncated
  * anywhere, a corrupt sync marker, an unknown codec, a required field
@@ -127,6 +128,7 @@ PARTITION_RECORD ","
 "{'name':'file_size_in_bytes','type':'long','field-id':104},"
 MAP_FIELD("column_sizes", 108, 117, 118, "long") ","
 MAP_FIELD("lower_bounds", 125, 126, 127, "bytes") ","
+MAP_FIELD("upper_bounds", 128, 129, 130, "bytes") ","
 "{'name':'split_offsets','type':['null',{'type':'array','items':'long','element-id':133}],'default':null,'field-id':132},"
 "{'name':'equality_ids','type':['null',{'type':'array','items':'int','element-id':136}],'default':null,'field-id':135},"
 "{'name':'sort_order_id','type':['null','int'],'default':null,'field-id':140},"
@@ -476,6 +478,42 @@ static bool e_region_null(int i) { return i % 7 == 0; }
 static bool e_ts_null(int i) { return i % 11 == 0; }
 static int64_t e_ts(int i) { return INT64_C(1700000000000000) + (int64_t) i * 1000; }
 
+/* Entry i's bounds: none (null maps), an empty upper map, or column 1's and a string column 7's. */
+static bool e_no_bounds(int i) { return i % 13 == 0; }
+static bool e_no_upper(int i) { return i % 13 == 1; }
+
+/* Column 1's bound of entry i, as Iceberg serializes a long or timestamp: 8 bytes little-endian. */
+static void
+e_bound(unsigned char *out, int i, bool upper)
+{
+	uint64_t	v = (uint64_t) (e_ts(i) + (upper ? 999 : 0));
+
+	for (int b = 0; b < 8; b++)
+		out[b] = (unsigned char) (v >> (8 * b));
+}
+
+/* Sets a bound map (an array of key-value records) of a data file: n pairs. */
+static void
+set_bounds(avro_value_t *df, const char *name, int n, const int32_t *keys, const unsigned char *const *vals,
+		   const size_t *lens)
+{
+	avro_value_t arr,
+				elem,
+				f;
+
+	if (!target(df, name, &arr))
+		return;
+	avro_value_reset(&arr);		/* the record is reused: its last entry's pairs */
+	for (int k = 0; k < n; k++)
+	{
+		avro_value_append(&arr, &elem, NULL);
+		avro_value_get_by_name(&elem, "key", &f, NULL);
+		avro_value_set_int(&f, keys[k]);
+		avro_value_get_by_name(&elem, "value", &f, NULL);
+		avro_value_set_bytes(&f, (void *) vals[k], lens[k]);
+	}
+}
+
 /* A data file's path: under its partition's directory. */
 static void
 e_path(char *out, size_t n, int i)
@@ -527,7 +565,25 @@ fill_entry_v2(avro_value_t *rec, int i)
 	set_long(&df, "record_count", (int64_t) i * 3 + 1);
 	set_long(&df, "file_size_in_bytes", INT64_C(3000000000) + i * 17);
 	set_null(&df, "column_sizes");
-	set_null(&df, "lower_bounds");
+	if (e_no_bounds(i))
+	{
+		set_null(&df, "lower_bounds");
+		set_null(&df, "upper_bounds");
+	}
+	else
+	{
+		unsigned char lo[8],
+					hi[8];
+		const int32_t keys[2] = {1, 7};
+		const unsigned char *lows[2] = {lo, (const unsigned char *) "ab"};
+		const unsigned char *highs[1] = {hi};
+		const size_t lens[2] = {8, 2};
+
+		e_bound(lo, i, false);
+		e_bound(hi, i, true);
+		set_bounds(&df, "lower_bounds", 2, keys, lows, lens);
+		set_bounds(&df, "upper_bounds", e_no_upper(i) ? 0 : 1, keys, highs, lens);	/* 0: an empty map */
+	}
 	set_null(&df, "split_offsets");
 	set_null(&df, "equality_ids");
 	set_null(&df, "sort_order_id");
@@ -546,6 +602,29 @@ typedef struct Seen
 	char		first_bad[256];
 	int			stop_at;		/* return 7 at this entry (0: never) */
 } Seen;
+
+/* Whether entry e's bounds are the fill's of entry i, else why not. */
+static const char *
+bounds_differ(const IcebergManifestEntry *e, int i)
+{
+	unsigned char lo[8],
+				hi[8];
+
+	e_bound(lo, i, false);
+	e_bound(hi, i, true);
+	if (e_no_bounds(i))
+		return e->nlower_bounds == 0 && e->nupper_bounds == 0 ? NULL : "null bounds read as some";
+	if (e->nlower_bounds != 2 || e->lower_bounds[0].field_id != 1 || e->lower_bounds[0].len != 8 ||
+		memcmp(e->lower_bounds[0].value, lo, 8) != 0 || e->lower_bounds[1].field_id != 7 ||
+		e->lower_bounds[1].len != 2 || memcmp(e->lower_bounds[1].value, "ab", 2) != 0)
+		return "lower_bounds";
+	if (e_no_upper(i))
+		return e->nupper_bounds == 0 ? NULL : "an empty upper_bounds read as some";
+	if (e->nupper_bounds != 1 || e->upper_bounds[0].field_id != 1 || e->upper_bounds[0].len != 8 ||
+		memcmp(e->upper_bounds[0].value, hi, 8) != 0)
+		return "upper_bounds";
+	return NULL;
+}
 
 /* Whether entry e is the fill's entry i, else why not. */
 static const char *
@@ -587,7 +666,7 @@ entry_differs(const IcebergManifestEntry *e, int i)
 	if (e->partition[2].type != ICEBERG_VALUE_LONG || e->partition[2].is_null != e_ts_null(i) ||
 		(!e_ts_null(i) && (strcmp(e->partition[2].text, ts) != 0 || e->partition[2].int_value != e_ts(i))))
 		return "partition event_ts (identity, long)";
-	return NULL;
+	return bounds_differ(e, i);
 }
 
 /* Checks each entry against the fill as it streams by. */
@@ -629,7 +708,7 @@ test_big_manifest(const char *codec, char **keep, size_t *keep_len)
 	if (s.bad)
 		printf("# %s\n", s.first_bad);
 	snprintf(what, sizeof(what), "%s codec: every field of every entry is the one written (status, snapshot id, "
-			 "sequence numbers, content, path, format, counts, size, referenced file, partition)", codec);
+			 "sequence numbers, content, path, format, counts, size, referenced file, partition, bounds)", codec);
 	check(rc == 0 && s.bad == 0, what);
 	if (rc != 0)
 		printf("# %s\n", err);
@@ -1017,7 +1096,7 @@ static void
 test_corrupt_records(void)
 {
 	size_t		n;
-	char	   *buf = write_file(ENTRY_V2, "null", 20, fill_entry_v2, &n);
+	char	   *buf = write_file(ENTRY_V2, "null", 14, fill_entry_v2, &n);	/* the last without bounds */
 	char	   *fmt = last_of(buf, n, "PARQUET");
 	const char *kv[2] = {"avro.schema", "{not json"};
 	char	   *bad;
@@ -1025,12 +1104,12 @@ test_corrupt_records(void)
 
 	/* the last entry's file_format claims 63 bytes: more than its block holds */
 	fmt[-1] = 0x7e;
-	refused_after(buf, n, 19, "manifest: record 20 of 20 does not decode (",
+	refused_after(buf, n, 13, "manifest: record 14 of 14 does not decode (",
 				  "a string that claims more bytes than its block holds is refused after the entries before it "
 				  "(before libavro decodes the record)");
 	/* and then 2^31 - 1 bytes: more than the block holds */
 	memcpy(fmt - 1, "\xfe\xff\xff\xff\x0f", 5);
-	refused_after(buf, n, 19, "manifest: record 20 of 20 does not decode (it runs past the end of its block)",
+	refused_after(buf, n, 13, "manifest: record 14 of 14 does not decode (it runs past the end of its block)",
 				  "a corrupt length of 2 GiB is refused, not allocated");
 	free(buf);
 
@@ -1611,7 +1690,22 @@ print_manifest(const IcebergManifestFile *m, void *arg)
 	return 0;
 }
 
-/* One entry of a manifest as a JSON line; the partition as [name, type, text]. */
+/* A bound map as JSON: [[column id, "hex"], ...]. */
+static void
+print_bounds(const char *key, const IcebergBound *b, int n)
+{
+	printf(",\"%s\":[", key);
+	for (int i = 0; i < n; i++)
+	{
+		printf("%s[%d,\"", i ? "," : "", b[i].field_id);
+		for (size_t k = 0; k < b[i].len; k++)
+			printf("%02x", (unsigned char) b[i].value[k]);
+		fputs("\"]", stdout);
+	}
+	putchar(']');
+}
+
+/* One entry of a manifest as a JSON line; the partition as [name, type, text], bounds by print_bounds. */
 static int
 print_entry(const IcebergManifestEntry *e, void *arg)
 {
@@ -1638,7 +1732,10 @@ print_entry(const IcebergManifestEntry *e, void *arg)
 		print_str(e->partition[i].text);
 		putchar(']');
 	}
-	puts("]}");
+	putchar(']');
+	print_bounds("lower_bounds", e->lower_bounds, e->nlower_bounds);
+	print_bounds("upper_bounds", e->upper_bounds, e->nupper_bounds);
+	puts("}");
 	return 0;
 }
 

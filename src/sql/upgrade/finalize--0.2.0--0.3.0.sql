@@ -6587,22 +6587,41 @@ BEGIN ATOMIC
            AND r.manifest = _iceberg_released.stored);
 END;
 
--- The LSN property of the lake consumer that follows this Iceberg table for
--- the tracked table, through any catalog server (by the table's name, or by
--- the uuid it was seen with), or NULL when none does.
-CREATE FUNCTION @extschema@._iceberg_lsn_property(table_id bigint, iceberg_table text, table_uuid text)
-RETURNS text
+-- The lake consumers whose LSN properties must hold a partition's changes
+-- when it is released from an Iceberg table: a plain table's own; on a
+-- sharded table (shards are databases, each with its own LSNs) the
+-- partition's shard's, or every shard's for a partition of no shard. One
+-- row per consumer that follows this Iceberg table (by its name, or the
+-- uuid it was seen with), through any catalog server, and one row with no
+-- consumer for each table in scope that has none: followed_elsewhere when
+-- another shard of the table has one (then the lake's copy of this shard
+-- is not known to be followed, which is a problem, never a skip).
+CREATE FUNCTION @extschema@._iceberg_lake_consumers(table_id bigint, shard text, iceberg_table text,
+                                                    table_uuid text)
+RETURNS TABLE (table_name text, consumer text, lsn_property text, followed_elsewhere boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT l.lsn_property
-      FROM @extschema@.lake_consumer l
-     WHERE l.table_id = _iceberg_lsn_property.table_id
-       AND (l.iceberg_table = _iceberg_lsn_property.iceberg_table
-            OR l.seen_table_uuid = _iceberg_lsn_property.table_uuid)
-     ORDER BY l.seen_table_uuid IS NOT DISTINCT FROM _iceberg_lsn_property.table_uuid DESC,
-              l.iceberg_table = _iceberg_lsn_property.iceberg_table DESC, l.consumer
-     LIMIT 1;
+    WITH scope AS (
+        SELECT t.table_id, t.table_name
+          FROM @extschema@.tracked_table t
+         WHERE t.untracked_at IS NULL
+           AND ((t.table_id = _iceberg_lake_consumers.table_id AND t.kind <> 'sharded')
+                OR (t.shard_of = _iceberg_lake_consumers.table_id
+                    AND (_iceberg_lake_consumers.shard IS NULL OR t.shard = _iceberg_lake_consumers.shard)))),
+    followed AS (
+        SELECT l.table_id, l.consumer, l.lsn_property
+          FROM @extschema@.lake_consumer l
+         WHERE l.iceberg_table = _iceberg_lake_consumers.iceberg_table
+            OR l.seen_table_uuid = _iceberg_lake_consumers.table_uuid)
+    SELECT s.table_name, f.consumer, f.lsn_property,
+           f.consumer IS NULL AND EXISTS (
+               SELECT FROM followed o
+                 JOIN @extschema@.tracked_table t ON t.table_id = o.table_id
+                WHERE t.shard_of = _iceberg_lake_consumers.table_id AND t.untracked_at IS NULL)
+      FROM scope s
+      LEFT JOIN followed f ON f.table_id = s.table_id
+     ORDER BY 1, 2;
 END;
 
 -- The CDC ranges of a table's facts that hold changes committed in
@@ -6632,15 +6651,17 @@ END;
 -- finality (checked by the gate's own rule): its row count under the
 -- request's rule ('default': net for an event-time table, else none;
 -- records less position deletes against inserts, inserts
--- less deletes, or every change) and, when a lake consumer follows the
--- table (lsn_property), whether the audited snapshot's committed LSN
--- reaches every change committed before period_end. A count that cannot be
--- known (equality deletes, facts that are not exact) is a problem too:
+-- less deletes, or every change) and, for each lake consumer of a table the
+-- partition holds (lake: _iceberg_lake_consumers' rows with the LSN the
+-- audited snapshot's ancestry carries in each one's property), whether
+-- that LSN reaches every change of that table (the shard's own, in its own
+-- LSN space) committed before period_end. A count that cannot be known
+-- (equality deletes, facts that are not exact) and a shard whose lake
+-- consumer is missing where other shards have one are problems too:
 -- nothing is published on a guess.
 CREATE FUNCTION @extschema@._iceberg_checks(table_name text, period_start timestamptz, period_end timestamptz,
                                             row_rule text, records bigint, position_deletes bigint,
-                                            uncountable_delete_files bigint, lsn_property text,
-                                            committed_lsn @extschema@.lsn, lsn_carrier bigint)
+                                            uncountable_delete_files bigint, lake jsonb)
 RETURNS TABLE (code text, detail text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -6653,6 +6674,8 @@ DECLARE
     actual bigint := records - position_deletes;
     span text := pg_catalog.format('[%s, %s)', period_start, period_end);
     behind record;
+    c record;
+    held bigint;
 BEGIN
     IF row_rule = 'default' THEN
         row_rule := CASE WHEN tt.event_time_column IS NOT NULL THEN 'net' ELSE 'none' END;
@@ -6703,42 +6726,189 @@ BEGIN
             RETURN NEXT;
         END IF;
     END IF;
-    IF lsn_property IS NOT NULL THEN
-        IF committed_lsn IS NULL THEN
-            code := 'lake_behind';
-            detail := pg_catalog.format('A lake consumer follows this table by the snapshot property "%s", but no '
-                                        'snapshot on the audited snapshot''s ancestry carries it, so which changes it '
-                                        'holds is unknown; write the property with each commit.', lsn_property);
-            RETURN NEXT;
-        ELSE
-            SELECT count(*) AS n, max(x.end_lsn) AS last INTO behind
-              FROM @extschema@.fact x
-             WHERE x.table_id = tt.table_id AND x.kind = 'range' AND x.first_commit_time < period_end
-               AND x.end_lsn > committed_lsn AND x.inserts + x.updates + x.deletes > 0;
-            IF behind.n > 0 THEN
-                code := 'lake_behind';
-                detail := pg_catalog.format('The audited snapshot holds the change log up to %s (snapshot %s''s "%s"), '
-                                            'but %s CDC range(s) with changes committed before %s reach up to %s: the '
-                                            'snapshot may lack some of the period''s rows.', committed_lsn,
-                                            lsn_carrier, lsn_property, behind.n, period_end, behind.last);
+    FOR c IN SELECT x.* FROM pg_catalog.jsonb_to_recordset(lake)
+                   AS x(table_name text, consumer text, lsn_property text, followed_elsewhere boolean,
+                        committed_lsn text, lsn_carrier bigint)
+    LOOP
+        IF c.consumer IS NULL THEN
+            IF c.followed_elsewhere THEN
+                code := 'lake_consumer_missing';
+                detail := pg_catalog.format('No lake consumer of shard "%s" follows this Iceberg table, while other '
+                                            'shards of "%s" have one: whether the audited snapshot holds that '
+                                            'shard''s changes committed before %s cannot be checked. Declare one '
+                                            'with finalize.add_consumer(%L, ..., iceberg_server => ..., iceberg_table '
+                                            '=> ..., lsn_property => ...) with the property that carries its LSN.',
+                                            c.table_name, (SELECT s.table_name FROM @extschema@.tracked_table s
+                                                           WHERE s.table_id = (@extschema@._tracked(c.table_name)).shard_of),
+                                            period_end, c.table_name);
                 RETURN NEXT;
             END IF;
+            CONTINUE;
         END IF;
-    END IF;
+        IF c.committed_lsn IS NULL THEN
+            code := 'lake_behind';
+            detail := pg_catalog.format('Lake consumer "%s" of "%s" follows this table by the snapshot property "%s", '
+                                        'but no snapshot on the audited snapshot''s ancestry carries it, so which '
+                                        'changes it holds is unknown; write the property with each commit.',
+                                        c.consumer, c.table_name, c.lsn_property);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        held := (@extschema@._tracked(c.table_name)).table_id;
+        SELECT count(*) AS n, max(x.end_lsn) AS last INTO behind
+          FROM @extschema@.fact x
+         WHERE x.table_id = held AND x.kind = 'range' AND x.first_commit_time < period_end
+           AND x.end_lsn > c.committed_lsn::@extschema@.lsn AND x.inserts + x.updates + x.deletes > 0;
+        IF behind.n > 0 THEN
+            code := 'lake_behind';
+            detail := pg_catalog.format('The audited snapshot holds the change log of "%s" up to %s (snapshot %s''s '
+                                        '"%s", lake consumer "%s"), but %s CDC range(s) of it with changes committed '
+                                        'before %s reach up to %s: the snapshot may lack some of the period''s rows.',
+                                        c.table_name, c.committed_lsn, c.lsn_carrier, c.lsn_property, c.consumer,
+                                        behind.n, period_end, behind.last);
+            RETURN NEXT;
+        END IF;
+    END LOOP;
 END
 $$;
 
 REVOKE ALL ON FUNCTION
     @extschema@.release_iceberg(jsonb),
     @extschema@._iceberg_released(bigint, text, text, jsonb),
-    @extschema@._iceberg_lsn_property(bigint, text, text),
+    @extschema@._iceberg_lake_consumers(bigint, text, text, text),
     @extschema@._iceberg_ranges(bigint, timestamptz, timestamptz),
-    @extschema@._iceberg_checks(text, timestamptz, timestamptz, text, bigint, bigint, bigint, text,
-                                @extschema@.lsn, bigint)
+    @extschema@._iceberg_checks(text, timestamptz, timestamptz, text, bigint, bigint, bigint, jsonb)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.release_iceberg(jsonb) TO finalize_publisher;
 -- ===========================================================================
 -- End of 9e (Iceberg releases).
+-- ===========================================================================
+
+-- ===========================================================================
+-- 9f. First contact (issue 41): zones stored by their own names, as
+-- src/sql/03_tables.sql creates the trigger; the zones already stored are
+-- renamed the same way (a link is the same zone: no period moves).
+-- ===========================================================================
+-- Zones are stored by the zone's own name, never by a link or another
+-- spelling of it ('ROK' and 'rok' as 'Asia/Seoul', 'Zulu' as 'UTC'; see
+-- _check_zone), however a row is written: tracking, altering, a shard
+-- taking its sharded table's settings, a restore.
+CREATE FUNCTION @extschema@._canonical_zones()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    NEW.period_zone := @extschema@._check_zone(NEW.period_zone, 'period_zone');
+    IF NEW.event_time_zone IS NOT NULL THEN
+        NEW.event_time_zone := @extschema@._check_zone(NEW.event_time_zone, 'event_time_zone');
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER canonical_zones
+    BEFORE INSERT OR UPDATE OF period_zone, event_time_zone ON @extschema@.tracked_table
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._canonical_zones();
+REVOKE ALL ON FUNCTION @extschema@._canonical_zones() FROM PUBLIC;
+UPDATE @extschema@.tracked_table t
+   SET period_zone = t.period_zone, event_time_zone = t.event_time_zone
+ WHERE t.period_zone IS DISTINCT FROM @extschema@._check_zone(t.period_zone, 'period_zone')
+    OR t.event_time_zone IS DISTINCT FROM CASE WHEN t.event_time_zone IS NOT NULL
+                                              THEN @extschema@._check_zone(t.event_time_zone, 'event_time_zone') END;
+-- finalize.source_status drops the sources with no tracked table left
+-- (and their stopped workers' pids), as src/sql/11b_alert_delivery.sql has it.
+CREATE OR REPLACE FUNCTION @extschema@._check_dropped_sources()
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    n integer := 0;
+    msg text;
+BEGIN
+    -- A row its worker holds just now (its last cycle) goes a round later.
+    DELETE FROM @extschema@.source_status st
+     WHERE st.server_name IN (
+        SELECT x.server_name FROM @extschema@.source_status x
+         WHERE NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                            WHERE t.server_name = x.server_name AND t.untracked_at IS NULL AND t.kind = 'source')
+           AND (x.held_by IS NULL
+                OR NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                                 JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                                WHERE s.srvname = x.server_name AND w.fdwname = 'finalize_mssql'))
+           FOR UPDATE SKIP LOCKED);
+    UPDATE @extschema@.source_status st SET worker_pid = NULL
+     WHERE st.server_name IN (
+        SELECT x.server_name FROM @extschema@.source_status x
+         WHERE x.worker_pid IS NOT NULL
+           AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                            WHERE t.server_name = x.server_name AND t.untracked_at IS NULL AND t.kind = 'source')
+           FOR UPDATE SKIP LOCKED);
+    UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
+     WHERE a.alert_id IN (
+        SELECT x.alert_id FROM @extschema@.alert x
+         WHERE x.kind = 'server_dropped' AND x.state <> 'resolved'
+           AND (EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                          JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                         WHERE s.srvname = x.server_name AND w.fdwname = 'finalize_mssql')
+                OR NOT EXISTS (SELECT FROM @extschema@.tracked_table t
+                                WHERE t.server_name = x.server_name AND t.untracked_at IS NULL))
+           FOR UPDATE SKIP LOCKED);
+    FOR r IN
+        SELECT t.server_name, count(*) AS tables, string_agg(format('"%s"', t.table_name), ', ' ORDER BY t.table_name) AS names,
+               EXISTS (SELECT FROM @extschema@.alert a WHERE a.kind = 'server_dropped' AND a.server_name = t.server_name
+                          AND a.state <> 'resolved') AS raised
+          FROM @extschema@.tracked_table t
+         WHERE t.untracked_at IS NULL AND t.kind = 'source'
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server s
+                             JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+                            WHERE s.srvname = t.server_name AND w.fdwname = 'finalize_mssql')
+         GROUP BY t.server_name
+    LOOP
+        n := n + 1;
+        CONTINUE WHEN r.raised;
+        msg := format('Server "%s" no longer exists (DROP SERVER) while %s table(s) are tracked through it (%s): their verdicts stopped. Create the server again, or untrack the tables.',
+                      r.server_name, r.tables, left(r.names, 1000));
+        PERFORM @extschema@._raise_alert('server_dropped', 'critical', NULL, r.server_name, '', msg,
+                                         jsonb_build_object('tables', r.tables));
+        UPDATE @extschema@.source_status st
+           SET condition = 'server_dropped', condition_since = now(), last_error = msg, last_error_at = now(),
+               worker_pid = NULL
+         WHERE st.server_name = r.server_name AND st.condition <> 'server_dropped';
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- A resolution's message says it resolved, as src/sql/11b_alert_delivery.sql has it.
+CREATE OR REPLACE FUNCTION @extschema@._alert_event(a @extschema@.alert, transition text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT jsonb_build_object(
+        'schema', 'finalize.alert/1',
+        'event', transition,
+        'dedup_key', (a).dedup_key,
+        'idempotency_key', format('%s-%s', (a).dedup_key, transition),
+        'database', current_database(),
+        'alert', jsonb_build_object(
+            'id', (a).alert_id, 'kind', (a).kind, 'severity', (a).severity, 'state', (a).state,
+            'table', (a).table_name, 'source', (a).server_name, 'subject', nullif((a).subject, ''),
+            'message', CASE WHEN transition = 'resolve' AND (a).resolved_at IS NOT NULL
+                            THEN format('Resolved at %s (open since %s). It was: %s',
+                                        @extschema@._utc_iso((a).resolved_at), @extschema@._utc_iso((a).opened_at),
+                                        (a).message)
+                            ELSE (a).message END,
+            'detail', (a).detail, 'count', (a).count,
+            'opened_at', @extschema@._utc_iso((a).opened_at), 'last_seen', @extschema@._utc_iso((a).last_seen),
+            'resolved_at', @extschema@._utc_iso((a).resolved_at),
+            'acknowledged_at', @extschema@._utc_iso((a).acknowledged_at),
+            'acknowledged_by', (a).acknowledged_by, 'acknowledge_note', (a).acknowledge_note));
+END;
+-- ===========================================================================
+-- End of 9f (first contact).
 -- ===========================================================================
 
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to

@@ -1,6 +1,7 @@
 """finalize's manifest reader (src/lake/avro_manifest.c through libavro) on manifests and manifest lists
 written by pyiceberg itself (its own Avro writer, v1 and v2, the null, deflate and zstandard codecs),
-checked field by field against pyiceberg's own reading of the same files.
+checked field by field against pyiceberg's own reading of the same files, the data files' column
+bounds (lower_bounds, upper_bounds) included.
 
 pyiceberg runs in the venv of test/peers/setup-venv iceberg (the venv_python fixture); the C side is
 test/unit/test_avro_manifest run as `test_avro_manifest list|manifest|meta FILE`, which prints what the
@@ -25,6 +26,7 @@ from pyiceberg.manifest import (DataFile, DataFileContent, FileFormat, ManifestE
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.conversions import to_bytes
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType
 
@@ -36,11 +38,27 @@ spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=Identi
                      PartitionField(source_id=3, field_id=1001, transform=DayTransform(), name="ts_day"), spec_id=0)
 
 
+def bounds(i, upper):
+    """Column bounds as pyiceberg serializes them (ts: 8-byte little-endian microseconds), none for some files."""
+    if i % 4 == 0:
+        return None
+    ts = 1700000000000000 + i * 1000 + (999 if upper else 0)
+    out = {3: to_bytes(TimestampType(), ts)}
+    if i % 4 != 1:
+        out[2] = to_bytes(StringType(), "eu-%d" % (i % 3))
+    return out
+
+
 def data_file(i):
     return DataFile.from_args(content=DataFileContent.DATA, file_path="file:///w/t/data/%06d.parquet" % i,
                               file_format=FileFormat.PARQUET,
                               partition=Record(None if i % 7 == 3 else "eu-%d" % (i % 3), 19700 + i % 30),
-                              record_count=100 + i, file_size_in_bytes=4000 + 3 * i)
+                              record_count=100 + i, file_size_in_bytes=4000 + 3 * i,
+                              lower_bounds=bounds(i, False), upper_bounds=bounds(i, True))
+
+
+def bound_list(b):
+    return sorted([k, v.hex()] for k, v in (b or {}).items())
 
 
 def manifest(path, version, codec, snapshot_id, start):
@@ -88,7 +106,9 @@ for version in (1, 2):
                  "file_sequence_number": opt(e.file_sequence_number), "content": int(e.data_file.content),
                  "file_path": e.data_file.file_path, "file_format": e.data_file.file_format.value,
                  "record_count": e.data_file.record_count, "file_size_in_bytes": e.data_file.file_size_in_bytes,
-                 "partition": [None if v is None else str(v) for v in e.data_file.partition]}
+                 "partition": [None if v is None else str(v) for v in e.data_file.partition],
+                 "lower_bounds": bound_list(e.data_file.lower_bounds),
+                 "upper_bounds": bound_list(e.data_file.upper_bounds)}
                 for e in m.fetch_manifest_entry(io, discard_deleted=False)]
         result[tag] = {"list": lpath, "manifests": listed, "entries": entries}
 print(json.dumps(result))
@@ -146,12 +166,16 @@ def test_manifests_as_pyiceberg_reads_them(binary, files, tag):
         got, err = read(binary, "manifest", path)
         assert err is None, err
         assert len(got) == len(want) == N
+        assert sum(1 for w in want if w["lower_bounds"]) == N * 3 // 4, "pyiceberg wrote the bounds"
         for g, w in zip(got, want):
             assert [p[0] for p in g["partition"]] == ["region", "ts_day"]
             assert [p[1] for p in g["partition"]] == ["string", "int"]  # identity string; day: a date, int days
             assert [p[2] for p in g["partition"]] == w["partition"]
             for key in ("status", "content", "file_path", "file_format", "record_count", "file_size_in_bytes"):
                 assert g[key] == w[key], (key, g, w)
+            # The bounds (maps of column id to bytes) as written, for the files that have them.
+            for key in ("lower_bounds", "upper_bounds"):
+                assert sorted(g[key]) == w[key], (key, g, w)
             assert g["referenced_data_file"] is None
             # pyiceberg inherits what the file leaves null from the manifest list; the reader hands on
             # the file's own values, so a null must be what inheritance filled in.
