@@ -35,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "core/db.h"
+#include "core/fmt.h"
 #include "core/json_build.h"
 #include "core/settings.h"
 #include "gate/release_record.h"
@@ -68,7 +69,7 @@ resolve_period(IcebergRun *run)
 		if ((r->has_period && r->period_start != start) || (r->has_period_end && r->period_end != end))
 			request_error(r->has_period && r->period_start != start ? "period_start" : "period_end",
 						  "disagrees with the partition: its time fields hold [%s, %s)",
-						  timestamptz_to_str(start), timestamptz_to_str(end));
+						  fmt_instant(start), fmt_instant(end));
 		run->m.has_period = run->m.has_period_end = true;
 		run->m.period_start = start;
 		run->m.period_end = end;

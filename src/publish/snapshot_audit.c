@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 
 #include "core/db.h"
+#include "core/fmt.h"
 #include "core/json_build.h"
 #include "core/settings.h"
 #include "gate/store_listing.h"
@@ -63,7 +64,7 @@ unix_us(TimestampTz t)
 	return pg_add_s64_overflow(t, UNIX_EPOCH_OFFSET_US, &us) ? PG_INT64_MAX : us;
 }
 
-/* An instant of file_bounds.c (microseconds since 1970) as text. */
+/* An instant of file_bounds.c (microseconds since 1970) as text of its own (two fit in one message). */
 static const char *
 instant_text(int64 us)
 {
@@ -71,7 +72,7 @@ instant_text(int64 us)
 
 	if (pg_sub_s64_overflow(us, UNIX_EPOCH_OFFSET_US, &t) || !IS_VALID_TIMESTAMP(t))
 		return "(out of range)";
-	return timestamptz_to_str(t);
+	return fmt_instant(t);
 }
 
 /*
@@ -84,8 +85,7 @@ static void
 period_problems(IcebergRun *run)
 {
 	SnapshotFiles *f = &run->files;
-	const char *span = psprintf("[%s, %s)", timestamptz_to_str(run->m.period_start),
-								timestamptz_to_str(run->m.period_end));
+	const char *span = psprintf("[%s, %s)", fmt_instant(run->m.period_start), fmt_instant(run->m.period_end));
 
 	if (f->outside_period > 0)
 		problem_add(&run->found, "files_outside_period", f->outside_period_example,

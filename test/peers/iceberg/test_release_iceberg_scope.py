@@ -266,13 +266,16 @@ def test_an_unpartitioned_table_is_not_released_on_one_hours_count(plain):
     request = dict(partition={}, period_start="2026-11-02T09:00:00Z", branch="audit", row_count="inserts")
     r = lake.release(**request)
     assert not r["released"] and codes(r) == ["time_column_unknown"], r
-    assert "time_column" in r["problems"][0]["detail"], r
+    hour = "[2026-11-02 09:00:00+00, 2026-11-02 10:00:00+00)"
+    assert "time_column" in r["problems"][0]["detail"] and hour in r["problems"][0]["detail"], r
     r = lake.release(time_column="commit_time", **request)
     assert not r["released"] and codes(r) == ["files_outside_period"], r
     (p,) = r["problems"]
     (main_file,) = lake.writer.call("data_files", table=lake.table, ref="main")
     assert p["path"] == main_file["file_path"], (p, main_file)
-    assert "08:59:00" in p["detail"] and '"commit_time"' in p["detail"], p
+    # The periods released and the instants the file holds, each its own (not one buffer printed twice).
+    assert "released, %s (this one holds [2026-11-02 08:59:00+00, 2026-11-02 08:59:00.000001+00))" % hour \
+        in p["detail"] and '"commit_time"' in p["detail"], p
     assert lake.main() == before, "a refused release moved main"
 
 
