@@ -322,6 +322,29 @@ def test_files_whose_bounds_lie_inside_the_period_are_released(plain, partition)
     assert not r["released"] and "files_outside_period" in codes(r), r
 
 
+def test_a_row_without_a_time_does_not_stand_in_for_a_missing_one(plain):
+    """A snapshot holds 5 of hour 09's 6 rows and a row whose commit_time is null (a pipeline's bug, another
+    writer's row): the file's bounds (09:10 to 09:30) lie inside hour 09, as bounds leave nulls out, and
+    6 = 6 rows. The null row is of no period and the hour lacks a row: the file's null count of the
+    column (null_value_counts) refuses it (files_outside_period), as a file of nulls alone is."""
+    lake = plain()
+    commits = hour_09(lake)
+    rows = lake.rows(commits)
+    snap = lake.apply(commits, rows=rows[:5] + [dict(rows[5], commit_time=None)])
+    request = dict(partition={}, period_start="2026-11-02T09:00:00Z", time_column="commit_time", tag=True,
+                   row_count="inserts")
+    r = lake.release(snapshot_id=snap, **request)
+    assert not r["released"] and codes(r) == ["files_outside_period"], r
+    (p,) = r["problems"]
+    (f,) = lake.writer.call("data_files", table=lake.table, ref="main")
+    assert p["path"] == f["file_path"] and '"commit_time" is null' in p["detail"], p
+    snap = lake.apply([], rows=[dict(rows[5], id=100, commit_time=None)])
+    r = lake.release(snapshot_id=snap, **dict(request, tag="with-a-file-of-nulls"))
+    assert not r["released"] and "2 data file(s)" in r["problems"][0]["detail"], r
+    assert not any(ref.startswith("finalize/") for ref in lake.writer.call("refs", table=lake.table)), \
+        "a refused release created its tag"
+
+
 def test_files_without_bounds_of_the_time_column_are_refused(plain):
     """write.metadata.metrics.default=none: pyiceberg writes no bounds, so nothing shows which periods the
     files of a partition without a time field hold (file_bounds_missing). A table partitioned by
