@@ -364,6 +364,37 @@ def test_files_without_bounds_of_the_time_column_are_refused(plain):
     assert r["released"] and r["problems"] == [], r
 
 
+def test_time_fields_of_different_columns_place_no_period(plain):
+    """hour(commit_time) named h, then (spec evolution, pyiceberg allows it) h as hour(updated_at): the newer
+    files sit in h=09 by their updated_at (09:45) while they hold a row committed at 11:02, in an hour that is
+    not final. Likewise day(commit_time) with hour(updated_at) in one spec: the hour cuts nothing of the
+    day's commits. Periods of one column cannot be read from fields of two: the request is an error, and
+    nothing is released."""
+    lake = plain()
+    lake.writer.call("drop_table", name=lake.table)
+    columns = COLUMNS + [["updated_at", "timestamptz"]]
+    lake.writer.call("create_table", name=lake.table, columns=columns, partition=[["commit_time", "hour", "h"]])
+    lake.writer.call("update_spec", table=lake.table, remove=["h"])
+    lake.writer.call("update_spec", table=lake.table, add=[["updated_at", "hour", "h"]])
+    commits = hour_09(lake, later=[(11, 2)])
+    rows = [dict(row, updated_at="2026-11-02T09:45:00+00:00") for row in lake.rows(commits)]
+    snap = lake.apply(commits, rows=rows)
+    mixed = Lake(lake.env, lake.sim, lake.writer, lake.catalog, lake.table + "_mixed", tracked="orders")
+    mixed.writer.call("create_table", name=mixed.table, columns=columns,
+                      partition=[["commit_time", "day", "d"], ["updated_at", "hour", "h"]])
+    mixed_snap = mixed.apply(commits, rows=rows)
+    attempts = lake.env.one("SELECT count(*) FROM finalize.release")
+    for target, request in ((lake, dict(partition={"h": HOUR}, snapshot_id=snap)),
+                            (mixed, dict(partition={"d": "2026-11-02", "h": HOUR}, snapshot_id=mixed_snap))):
+        with pytest.raises(Exception) as e:
+            target.release(tag=True, **request)
+        assert 'field "partition"' in str(e.value) and 'column "updated_at"' in str(e.value) and \
+            'column "commit_time"' in str(e.value), str(e.value)
+    assert lake.env.one("SELECT count(*) FROM finalize.release") == attempts
+    for target in (lake, mixed):
+        assert not any(ref.startswith("finalize/") for ref in target.writer.call("refs", table=target.table))
+
+
 def test_a_time_column_that_cannot_prove_the_periods_is_an_error(plain):
     """time_column must be a column of the table, of a date and time type, with a zone where bounds are the
     proof (a timestamp without zone is a wall-clock time: which instants it names is unknown), and the
