@@ -219,6 +219,35 @@ def test_a_shard_without_the_lake_consumer_the_others_have_is_a_problem(sharded)
     assert r["released"] and r["problems"] == [], r
 
 
+def test_a_shard_named_as_the_table_takes_no_partition_of_every_shard(sharded):
+    """release_iceberg({"table": "sales.orders/db01", "partition": {hour}}): the Iceberg partition holds
+    every shard's rows (db02's 09:45 commit is missing from the snapshot), and db01's verdict and consumer
+    alone published it. Refused with unknown_shard while the Iceberg table holds other shards (a field
+    "shard" in its specs, or another shard's lake consumer following it); the shard's own partition
+    ({"shard": "db01", ...}) is released."""
+    lake = sharded
+    c = [lake.commit("db01", 9, 10, 2), lake.commit("db02", 9, 15, 1), lake.commit("db02", 9, 45, 2),
+         lake.commit("db01", 10, 1, 1), lake.commit("db02", 10, 2, 1)]
+    lake.sim.call("sim.advance", to=at(10, 5).isoformat())
+    snap = lake.apply([c[0], c[1], c[3]])
+    lake.final(TABLE + "/db01", 9)
+    shard = TABLE + "/db01"
+    r = lake.release(table=shard, partition={FIELD: HOUR}, snapshot_id=snap, tag=True)
+    assert not r["released"] and codes(r) == ["unknown_shard"], r
+    assert 'field "shard"' in r["problems"][0]["detail"] and "shard=db01" in r["problems"][0]["detail"], r
+    follow(lake, "db01")
+    follow(lake, "db02")
+    r = lake.release(table=shard, partition={FIELD: HOUR}, snapshot_id=snap, tag="every-shard")
+    assert not r["released"] and codes(r) == ["unknown_shard"], r
+    assert 'lake consumer of shard "%s/db02"' % TABLE in r["problems"][0]["detail"], r
+    r = lake.release(table=shard, partition={"shard": "db02", FIELD: HOUR}, snapshot_id=snap, tag="db02")
+    assert not r["released"] and codes(r) == ["unknown_shard"], r
+    assert not any(ref.startswith("finalize/") or ref in ("every-shard", "db02")
+                   for ref in lake.writer.call("refs", table=lake.table)), "a refused release created its tag"
+    r = lake.release(table=shard, partition={"shard": "db01", FIELD: HOUR}, snapshot_id=snap, tag=True)
+    assert r["released"] and r["problems"] == [], r
+
+
 # --- files outside the periods ------------------------------------------------------------------
 
 @pytest.fixture
