@@ -38,7 +38,8 @@
 	"{\"size\": n, \"etag\": \"...\"} per file."
 #define REQUEST_HINT "A release request is {\"table\", \"catalog\", \"iceberg_table\", \"store\", \"partition\": " \
 	"{\"field\": \"value\", ...}} with one of \"branch\", \"wap_id\" or \"snapshot_id\", and optional " \
-	"\"period_start\", \"period_end\", \"target_branch\" or \"tag\", \"row_count\" and \"built_at\"."
+	"\"period_start\", \"period_end\", \"target_branch\" or \"tag\", \"row_count\", \"time_column\" and " \
+	"\"built_at\"."
 
 /* Raises the error for a malformed field of a manifest or (request) a release request. */
 static pg_attribute_noreturn() void

@@ -105,6 +105,13 @@ typedef struct IcebergBound
 	size_t		len;
 } IcebergBound;
 
+/* One column's count in a data file's null_value_counts (field ids 110-112). */
+typedef struct IcebergCount
+{
+	int32_t		field_id;		/* the column's id (121) */
+	int64_t		count;			/* its rows where it is null (122) */
+} IcebergCount;
+
 /*
  * One manifest_entry record of a manifest with its data_file (Iceberg
  * spec, field ids 0-4 and 100-146).
@@ -131,6 +138,8 @@ typedef struct IcebergManifestEntry
 	const IcebergBound *lower_bounds;
 	int			nupper_bounds;	/* 128 */
 	const IcebergBound *upper_bounds;
+	int			nnull_value_counts; /* 110: none when absent or null */
+	const IcebergCount *null_value_counts;
 } IcebergManifestEntry;
 
 /* The reader's own results (besides 0 and a callback's positive value); err says more. */

@@ -5,7 +5,8 @@
  *     manifest_file (the spec's ids 500-517) and of manifest_entry with its
  *     data_file (0-4, 100-143) as tables, copied into avro_manifest.h's
  *     structs, the partition tuple with each value's text, and the data
- *     file's lower and upper bounds per column (their bytes as written).
+ *     file's lower and upper bounds per column (their bytes as written)
+ *     and null value counts.
  *
  * Optional in a table means "absent from some format version, or null":
  * v1 manifest lists have no content or sequence numbers, v2 entries leave
@@ -50,6 +51,7 @@ static const FieldDef LIST_FIELDS[] = {
 #define DATA_FILE 4				/* ENTRY_FIELDS' data_file record */
 #define LOWER_BOUNDS 12			/* ... its lower_bounds and upper_bounds */
 #define UPPER_BOUNDS 13
+#define NULL_COUNTS 14			/* ... and null_value_counts */
 
 static const FieldDef ENTRY_FIELDS[] = {
 	{"status", NULL, KIND_INT, true, -1, ME(status), -1},
@@ -67,6 +69,7 @@ static const FieldDef ENTRY_FIELDS[] = {
 	{"partition", NULL, KIND_TUPLE, true, DATA_FILE, -1, -1},
 	[LOWER_BOUNDS] = {"lower_bounds", NULL, KIND_PAIRS, false, DATA_FILE, -1, -1},
 	[UPPER_BOUNDS] = {"upper_bounds", NULL, KIND_PAIRS, false, DATA_FILE, -1, -1},
+	[NULL_COUNTS] = {"null_value_counts", NULL, KIND_PAIRS, false, DATA_FILE, -1, -1},
 };
 
 #define NFIELDS(t) ((int) (sizeof(t) / sizeof((t)[0])))
@@ -135,14 +138,14 @@ typedef struct ValueText
 	size_t		cap;
 } ValueText;
 
-/* Room for one bound map of an entry, kept across records. */
-typedef struct BoundList
+/* Room for one map of column id to a bound or a count of an entry, kept across records. */
+typedef struct ColumnMap
 {
-	IcebergBound *items;
+	void	   *items;			/* IcebergBound or IcebergCount */
 	size_t		cap;
-} BoundList;
+} ColumnMap;
 
-/* The callback of a manifest read, and the partition tuple and bounds it hands on. */
+/* The callback of a manifest read, and the partition tuple, bounds and null counts it hands on. */
 typedef struct EntryRead
 {
 	ManifestEntryCallback cb;
@@ -150,8 +153,9 @@ typedef struct EntryRead
 	int			n;				/* the tuple's fields: fixed for a file */
 	IcebergPartitionValue *values;
 	ValueText  *texts;
-	BoundList	lower;
-	BoundList	upper;
+	ColumnMap	lower;
+	ColumnMap	upper;
+	ColumnMap	nulls;
 } EntryRead;
 
 /*
@@ -244,37 +248,46 @@ partition_values(EntryRead *s, const AvroCell *tuple, int n, char *err, size_t e
 }
 
 /*
- * A bound map's elements (column id, bytes) into list; *n of them. An
- * element whose key is no int or whose value is no bytes is left out (the
- * column has no bound then: what needs one refuses the file). -1 when out
- * of memory.
+ * A map's elements (column id to a bound's bytes, or with counts to a
+ * long) into map; *n of them. An element whose key is no int or whose
+ * value is of another type is left out (the column has no bound or count
+ * then: what needs one refuses the file). -1 when out of memory.
  */
 static int
-bounds_of(BoundList *list, const AvroCell *cell, int *n)
+column_map(ColumnMap *map, const AvroCell *cell, bool counts, int *n)
 {
+	size_t		size = counts ? sizeof(IcebergCount) : sizeof(IcebergBound);
 	AvroCell	key;
 	AvroCell	value;
 
 	*n = 0;
 	if (!cell->present || cell->pairs == NULL || cell->n == 0)
 		return 0;
-	if (cell->n > list->cap)
+	if (cell->n > map->cap)
 	{
-		IcebergBound *grown = cell->n > INT32_MAX ? NULL : realloc(list->items, cell->n * sizeof(IcebergBound));
+		void	   *grown = cell->n > INT32_MAX ? NULL : realloc(map->items, cell->n * size);
 
 		if (grown == NULL)
-			return -1;			/* the old list is freed with the read */
-		list->items = grown;
-		list->cap = cell->n;
+			return -1;			/* the old map is freed with the read */
+		map->items = grown;
+		map->cap = cell->n;
 	}
 	for (size_t k = 0; k < cell->n; k++)
-		if (avro_records_pair(cell, k, &key, &value) && key.type == ICEBERG_VALUE_INT &&
-			value.type == ICEBERG_VALUE_BYTES)
-			list->items[(*n)++] = (IcebergBound) {(int32_t) key.i, value.s, value.n};
+	{
+		if (!avro_records_pair(cell, k, &key, &value) || key.type != ICEBERG_VALUE_INT)
+			continue;
+		if (counts && value.type == ICEBERG_VALUE_LONG)
+			((IcebergCount *) map->items)[(*n)++] = (IcebergCount) {(int32_t) key.i, value.i};
+		else if (!counts && value.type == ICEBERG_VALUE_BYTES)
+			((IcebergBound *) map->items)[(*n)++] = (IcebergBound) {(int32_t) key.i, value.s, value.n};
+	}
 	return 0;
 }
 
-/* Hands one manifest_entry record, with its data_file, partition tuple and bounds, to the caller. */
+/*
+ * Hands one manifest_entry record, with its data_file, partition tuple,
+ * bounds and null counts, to the caller.
+ */
 static int
 entry_record(const AvroCell *cells, const AvroCell *tuple, int ntuple, void *arg,
 			 char *err, size_t errlen)
@@ -286,11 +299,13 @@ entry_record(const AvroCell *cells, const AvroCell *tuple, int ntuple, void *arg
 	cells_to_struct(ENTRY_FIELDS, NFIELDS(ENTRY_FIELDS), cells, &e);
 	if (partition_values(s, tuple, ntuple, err, errlen) != 0)
 		return -1;
-	if (bounds_of(&s->lower, &cells[LOWER_BOUNDS], &e.nlower_bounds) != 0 ||
-		bounds_of(&s->upper, &cells[UPPER_BOUNDS], &e.nupper_bounds) != 0)
+	if (column_map(&s->lower, &cells[LOWER_BOUNDS], false, &e.nlower_bounds) != 0 ||
+		column_map(&s->upper, &cells[UPPER_BOUNDS], false, &e.nupper_bounds) != 0 ||
+		column_map(&s->nulls, &cells[NULL_COUNTS], true, &e.nnull_value_counts) != 0)
 		return out_of_memory(err, errlen);
 	e.lower_bounds = s->lower.items;
 	e.upper_bounds = s->upper.items;
+	e.null_value_counts = s->nulls.items;
 	e.npartition = ntuple;
 	e.partition = s->values;
 	return s->cb(&e, s->arg);
@@ -305,7 +320,7 @@ int
 avro_manifest_read(const char *buf, size_t len, ManifestEntryCallback cb,
 				   void *arg, char *err, size_t errlen)
 {
-	EntryRead	s = {cb, arg, 0, NULL, NULL, {NULL, 0}, {NULL, 0}};
+	EntryRead	s = {cb, arg, 0, NULL, NULL, {NULL, 0}, {NULL, 0}, {NULL, 0}};
 	int			rc;
 
 	rc = avro_records_read(buf, len, "manifest", ENTRY_FIELDS, NFIELDS(ENTRY_FIELDS),
@@ -316,5 +331,6 @@ avro_manifest_read(const char *buf, size_t len, ManifestEntryCallback cb,
 	free(s.values);
 	free(s.lower.items);
 	free(s.upper.items);
+	free(s.nulls.items);
 	return rc;
 }

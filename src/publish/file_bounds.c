@@ -4,6 +4,10 @@
  *     [lo, hi) every value of the column in the file lies in (Iceberg's
  *     spec: a lower bound is at most, an upper bound at least, every
  *     non-null value), and whether that lies inside a release's periods.
+ *     Bounds say nothing of the rows where the column is null: only the
+ *     file's null count of the column (0) shows there are none, and a row
+ *     without a time belongs to no period (it could stand in for a missing
+ *     row of the periods in a count).
  *
  * Instants are microseconds since 1970-01-01 00:00 UTC. A date holds a
  * whole day, a microsecond value the microsecond [v, v + 1), a nanosecond
@@ -99,37 +103,58 @@ bound_instant(TimeUnit unit, const IcebergBound *b, bool upper, int64_t *out)
 	return true;
 }
 
-/* The one bound of a column in a map, or NULL; *twice when it is there more than once. */
-static const IcebergBound *
-find_bound(const IcebergBound *map, int n, int32_t field_id, bool *twice)
+/*
+ * The one element of a column in a map of n items of size bytes, each
+ * beginning with its column's id (IcebergBound, IcebergCount), or NULL;
+ * *twice when it is there more than once.
+ */
+static const void *
+find_column(const void *map, int n, size_t size, int32_t field_id, bool *twice)
 {
-	const IcebergBound *found = NULL;
+	const void *found = NULL;
 
 	for (int i = 0; i < n; i++)
-		if (map[i].field_id == field_id)
+	{
+		const void *item = (const char *) map + i * size;
+		int32_t		id;
+
+		memcpy(&id, item, sizeof(id));
+		if (id == field_id)
 		{
 			*twice |= found != NULL;
-			found = &map[i];
+			found = item;
 		}
+	}
 	return found;
 }
 
 /*
- * What a data file's bounds of the column prove against [start_us,
- * end_us): its values lie in [*lo_us, *hi_us) (set when both bounds are
- * readable), inside the span or not.
+ * What a data file's bounds and null count of the column prove against
+ * [start_us, end_us): its values lie in [*lo_us, *hi_us) (set when both
+ * bounds are readable), inside the span or not, and none is null.
  */
 BoundsProof
 file_bounds_prove(const TimeColumn *col, const IcebergManifestEntry *e, int64_t start_us, int64_t end_us,
 				  int64_t *lo_us, int64_t *hi_us)
 {
 	bool		twice = false;
-	const IcebergBound *lower = find_bound(e->lower_bounds, e->nlower_bounds, col->field_id, &twice);
-	const IcebergBound *upper = find_bound(e->upper_bounds, e->nupper_bounds, col->field_id, &twice);
+	const IcebergBound *lower = find_column(e->lower_bounds, e->nlower_bounds, sizeof(IcebergBound),
+											col->field_id, &twice);
+	const IcebergBound *upper = find_column(e->upper_bounds, e->nupper_bounds, sizeof(IcebergBound),
+											col->field_id, &twice);
+	const IcebergCount *nulls = find_column(e->null_value_counts, e->nnull_value_counts, sizeof(IcebergCount),
+											col->field_id, &twice);
 
-	if (lower == NULL || upper == NULL)
-		return twice ? BOUNDS_MALFORMED : BOUNDS_MISSING;
-	if (twice || !bound_instant(col->unit, lower, false, lo_us) || !bound_instant(col->unit, upper, true, hi_us))
+	if (twice)
 		return BOUNDS_MALFORMED;
-	return *lo_us >= start_us && *hi_us <= end_us ? BOUNDS_INSIDE : BOUNDS_OUTSIDE;
+	if (nulls != NULL && nulls->count != 0)
+		return BOUNDS_NULLS;	/* a file of nulls alone has no bounds */
+	if (lower == NULL || upper == NULL)
+		return BOUNDS_MISSING;
+	if (!bound_instant(col->unit, lower, false, lo_us) || !bound_instant(col->unit, upper, true, hi_us) ||
+		*lo_us >= *hi_us)
+		return BOUNDS_MALFORMED;
+	if (*lo_us < start_us || *hi_us > end_us)
+		return BOUNDS_OUTSIDE;
+	return nulls != NULL ? BOUNDS_INSIDE : BOUNDS_MISSING;
 }

@@ -1,7 +1,8 @@
 /*
  * file_bounds.h
- *     What a data file's lower and upper bounds of a release's time column
- *     prove about the instants its rows hold (file_bounds.c, pure: no
+ *     What a data file's lower and upper bounds and null count of a
+ *     release's time column prove about the instants its rows hold
+ *     (file_bounds.c, pure: no
  *     PostgreSQL, no I/O). Bounds are Iceberg's single-value binary
  *     serialization: a date is 4 bytes little-endian days since
  *     1970-01-01, a timestamp 8 bytes little-endian microseconds (or
@@ -31,13 +32,16 @@ typedef struct TimeColumn
 	bool		zoned;			/* timestamptz: its values are instants */
 } TimeColumn;
 
-/* What a data file's bounds prove against a span of instants. */
+/* What a data file's bounds and null count prove against a span of instants. */
 typedef enum BoundsProof
 {
-	BOUNDS_INSIDE,				/* every value lies in the span */
+	BOUNDS_INSIDE,				/* every row's value lies in the span */
 	BOUNDS_OUTSIDE,				/* a value may lie outside it */
-	BOUNDS_MISSING,				/* no lower or no upper bound of the column */
-	BOUNDS_MALFORMED			/* a bound of another length, or given twice */
+	BOUNDS_NULLS,				/* some rows' value is null: rows of no period */
+	BOUNDS_MISSING,				/* no lower or upper bound, or no null count,
+								 * of the column */
+	BOUNDS_MALFORMED			/* a bound of another length, a lower bound
+								 * above the upper, or a column given twice */
 } BoundsProof;
 
 extern bool time_column_type(const char *iceberg_type, TimeUnit *unit, bool *zoned);

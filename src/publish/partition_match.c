@@ -48,6 +48,7 @@ spec_match_prepare(const IcebergSpec *spec, const ReleaseRequest *r, SpecMatch *
 			continue;
 		}
 		sc->timed = epoch_unit_of(f->transform, &sc->unit);
+		sc->source_id = f->source_id;
 		sc->is_date = !sc->timed && !c->is_null && epoch_unit_parse(EPOCH_DAY, c->value, &sc->days);
 		if (sc->timed && !c->is_null && !epoch_unit_parse(sc->unit, c->value, &sc->ordinal))
 			request_error("partition", "field \"%s\" is the %s transform of its column, so its value is written "
@@ -128,14 +129,44 @@ require_time_fields(const ReleaseRequest *r, const IcebergSpec *spec)
 }
 
 /*
+ * Refuses a time field of the request that transforms another column than
+ * the others (*source: the first one's, -1 before it), in this spec or
+ * another: a day of one column and an hour of another hold rows of any
+ * hour of the first, and a field of the same name over another column in
+ * a newer spec places its files by that column, so no one span is what
+ * the files hold.
+ */
+static void
+require_one_time_column(const SpecCriterion *sc, const IcebergSpec *spec, const IcebergLayout *layout,
+						int64 *source)
+{
+	const IcebergColumn *c;
+	const IcebergColumn *first;
+
+	if (*source < 0 || sc->source_id == *source)
+	{
+		*source = sc->source_id;
+		return;
+	}
+	c = lake_layout_column(layout, NULL, sc->source_id);
+	first = lake_layout_column(layout, NULL, *source);
+	request_error("partition", "names time field \"%s\", which partition spec %lld makes a transform of column "
+				  "\"%s\", while the partition's other time fields transform column \"%s\": its files are placed "
+				  "by different columns, so which periods they hold cannot be told; partition the table by time "
+				  "transforms of the one column its periods are about", sc->c->field, (long long) spec->spec_id,
+				  c != NULL ? c->name : "?", first != NULL ? first->name : "?");
+}
+
+/*
  * The instants the files of one spec hold by the request's time fields
- * there: the intersection of each one's span (a day and its hour: the
- * hour). False when the spec lacks a requested field (none of its files
- * is the partition's) or has no time field among them (*untimed).
+ * there (each a transform of column *source): the intersection of each
+ * one's span (a day and its hour: the hour). False when the spec lacks a
+ * requested field (none of its files is the partition's) or has no time
+ * field among them (*untimed).
  */
 static bool
-spec_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start, TimestampTz *end,
-			bool *untimed)
+spec_period(const ReleaseRequest *r, const IcebergLayout *layout, const IcebergSpec *spec, TimestampTz *start,
+			TimestampTz *end, bool *untimed, int64 *source)
 {
 	SpecMatch	m;
 	bool		any = false;
@@ -153,6 +184,7 @@ spec_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start
 
 		if (!m.criteria[i].timed || m.criteria[i].c->is_null)
 			continue;
+		require_one_time_column(&m.criteria[i], spec, layout, source);
 		if (!epoch_unit_span(m.criteria[i].unit, m.criteria[i].ordinal, &s, &e))
 			request_error("partition", "field \"%s\" names a period outside the years 1 to 9999",
 						  m.criteria[i].c->field);
@@ -170,14 +202,16 @@ spec_period(const ReleaseRequest *r, const IcebergSpec *spec, TimestampTz *start
  * The instants the partition holds by its time fields: over every spec of
  * the table whose files can be the partition's, the union of what they
  * hold (after a spec's day field became an hour field, a request for the
- * day holds the whole day, whatever the newer files cut). False when no
- * spec bounds it by time (the request must then give period_start).
+ * day holds the whole day, whatever the newer files cut), all of one
+ * column. False when no spec bounds it by time (the request must then give
+ * period_start).
  */
 bool
 partition_period(const ReleaseRequest *r, const IcebergLayout *layout, TimestampTz *start, TimestampTz *end)
 {
 	bool		any = false;
 	bool		untimed_spec = false;
+	int64		source = -1;
 
 	for (int i = 0; i < layout->nspecs; i++)
 	{
@@ -185,7 +219,7 @@ partition_period(const ReleaseRequest *r, const IcebergLayout *layout, Timestamp
 		TimestampTz e;
 		bool		untimed;
 
-		if (!spec_period(r, &layout->specs[i], &s, &e, &untimed))
+		if (!spec_period(r, layout, &layout->specs[i], &s, &e, &untimed, &source))
 		{
 			untimed_spec |= untimed;
 			continue;

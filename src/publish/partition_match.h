@@ -20,6 +20,7 @@ typedef struct SpecCriterion
 {
 	const PartitionCriterion *c;
 	bool		timed;			/* a year, month, day or hour transform */
+	int64		source_id;		/* timed: the column it transforms */
 	EpochUnit	unit;
 	int64		ordinal;		/* timed: the unit's count since 1970 */
 	bool		is_date;		/* not timed, a value like 2026-11-27: an

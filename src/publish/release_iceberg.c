@@ -35,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "core/db.h"
+#include "core/fmt.h"
 #include "core/json_build.h"
 #include "core/settings.h"
 #include "gate/release_record.h"
@@ -68,7 +69,7 @@ resolve_period(IcebergRun *run)
 		if ((r->has_period && r->period_start != start) || (r->has_period_end && r->period_end != end))
 			request_error(r->has_period && r->period_start != start ? "period_start" : "period_end",
 						  "disagrees with the partition: its time fields hold [%s, %s)",
-						  timestamptz_to_str(start), timestamptz_to_str(end));
+						  fmt_instant(start), fmt_instant(end));
 		run->m.has_period = run->m.has_period_end = true;
 		run->m.period_start = start;
 		run->m.period_end = end;
@@ -103,10 +104,42 @@ row_text(uint64 i, int col, MemoryContext cxt)
 }
 
 /*
- * Step: the tracked table with the periods bound, and the lake consumers
- * that must hold the partition (_iceberg_lake_consumers: the table's own,
- * its shard's, or every shard's), each following this Iceberg table by
- * its name or its uuid, through any catalog server.
+ * Whether a shard named as the release's table takes a partition that may
+ * hold other shards' rows (_iceberg_shard_scope): then its shard problem,
+ * which refuses the release (unknown_shard), as the gate refuses a
+ * manifest's "shard" for a location of every shard. Runs in SPI.
+ */
+static void
+shard_scope(IcebergRun *run, MemoryContext cxt)
+{
+	const IcebergLayout *layout = &run->it.layout;
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID};
+	Datum		values[5];
+	char		nulls[5] = "     ";
+	bool		shard_field = false;
+	char	   *why;
+
+	for (int i = 0; i < layout->nspecs; i++)
+		for (int j = 0; j < layout->specs[i].nfields; j++)
+			shard_field |= strcmp(layout->specs[i].fields[j].name, "shard") == 0;
+	values[0] = Int64GetDatum(run->table.table_id);
+	values[1] = CStringGetTextDatum(run->m.partition);
+	values[2] = CStringGetTextDatum(run->r.iceberg_table);
+	values[3] = db_text_or_null(layout->table_uuid, nulls, 3);
+	values[4] = BoolGetDatum(shard_field);
+	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._iceberg_shard_scope($1, $2, $3, $4, $5)", 5, types,
+							  values, nulls, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the shards of \"%s\"", run->r.table);
+	if ((why = first_text(1)) != NULL)
+		run->table.shard_problem = MemoryContextStrdup(cxt, why);
+}
+
+/*
+ * Step: the tracked table with the periods bound, the lake consumers that
+ * must hold the partition (_iceberg_lake_consumers: the table's own, its
+ * shard's, or every shard's), each following this Iceberg table by its
+ * name or its uuid, through any catalog server, and whether a shard named
+ * as the table can take the partition as its own (shard_scope).
  */
 static void
 lookup_step(void *arg)
@@ -138,6 +171,7 @@ lookup_step(void *arg)
 		h->lsn_property = row_text(i, 3, caller_cxt);
 		h->followed_elsewhere = elsewhere != NULL && strcmp(elsewhere, "t") == 0;
 	}
+	shard_scope(run, caller_cxt);
 	SPI_finish();
 }
 

@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 
 #include "core/db.h"
+#include "core/fmt.h"
 #include "core/json_build.h"
 #include "core/settings.h"
 #include "gate/store_listing.h"
@@ -63,7 +64,7 @@ unix_us(TimestampTz t)
 	return pg_add_s64_overflow(t, UNIX_EPOCH_OFFSET_US, &us) ? PG_INT64_MAX : us;
 }
 
-/* An instant of file_bounds.c (microseconds since 1970) as text. */
+/* An instant of file_bounds.c (microseconds since 1970) as text of its own (two fit in one message). */
 static const char *
 instant_text(int64 us)
 {
@@ -71,21 +72,21 @@ instant_text(int64 us)
 
 	if (pg_sub_s64_overflow(us, UNIX_EPOCH_OFFSET_US, &t) || !IS_VALID_TIMESTAMP(t))
 		return "(out of range)";
-	return timestamptz_to_str(t);
+	return fmt_instant(t);
 }
 
 /*
  * Adds the problems of files that may hold rows outside the release's
- * periods (by their bounds of the time column, whatever places them), and,
- * where nothing but bounds can place them (no time field), of files
- * without bounds and of a table without a time column.
+ * periods (by their bounds of the time column, whatever places them, and
+ * rows where it is null), and, where nothing but bounds can place them (no
+ * time field), of files without bounds or a null count and of a table
+ * without a time column.
  */
 static void
 period_problems(IcebergRun *run)
 {
 	SnapshotFiles *f = &run->files;
-	const char *span = psprintf("[%s, %s)", timestamptz_to_str(run->m.period_start),
-								timestamptz_to_str(run->m.period_end));
+	const char *span = psprintf("[%s, %s)", fmt_instant(run->m.period_start), fmt_instant(run->m.period_end));
 
 	if (f->outside_period > 0)
 		problem_add(&run->found, "files_outside_period", f->outside_period_example,
@@ -95,6 +96,14 @@ period_problems(IcebergRun *run)
 							 "the files hold, or write each period's rows to files of their own (partition by a "
 							 "time transform of the column).", f->outside_period, run->time_column, span,
 							 instant_text(f->outside_lo_us), instant_text(f->outside_hi_us)));
+	if (f->null_time > 0)
+		problem_add(&run->found, "files_outside_period", f->null_time_example,
+					psprintf("The partition has " INT64_FORMAT " data file(s) with rows whose column \"%s\" is null "
+							 "(this is one, by its null_value_counts): such a row belongs to no period, so %s's "
+							 "finality does not vouch for it, and in a count it stands in for a row of the periods "
+							 "that may be missing. Write every row with its time, or keep the rows without one out "
+							 "of the partition (a time transform of the column writes them to its null partition).",
+							 f->null_time, run->time_column, span));
 	if (!run->bounds_required)
 		return;
 	if (run->time_column == NULL)
@@ -104,11 +113,11 @@ period_problems(IcebergRun *run)
 							 "\"time_column\" (a timestamptz).", run->r.partition_key, span, run->no_time_column));
 	else if (f->unbounded > 0)
 		problem_add(&run->found, "file_bounds_missing", f->unbounded_example,
-					psprintf("The partition has " INT64_FORMAT " data file(s) without a lower and upper bound of "
-							 "column \"%s\" (this is one), so whether they hold %s alone cannot be proven: write "
-							 "them with column metrics (write.metadata.metrics.column.%s = full or truncate(16); "
-							 "not none or counts), or partition the table by a time transform of the column.",
-							 f->unbounded, run->time_column, span, run->time_column));
+					psprintf("The partition has " INT64_FORMAT " data file(s) without a lower and upper bound and a "
+							 "null count of column \"%s\" (this is one), so whether they hold %s alone cannot be "
+							 "proven: write them with column metrics (write.metadata.metrics.column.%s = full or "
+							 "truncate(16); not none or counts), or partition the table by a time transform of "
+							 "the column.", f->unbounded, run->time_column, span, run->time_column));
 }
 
 /*

@@ -233,9 +233,10 @@ keep_position_delete(CollectState *st, const IcebergManifestEntry *e)
 
 /*
  * Checks a data file of the partition against the release's periods by
- * its bounds of the time column: one outside them, or one without bounds
- * that can be read, is counted (the first named); which of them refuses
- * the release is the caller's.
+ * its bounds and null count of the time column: one outside them, one
+ * with rows of no time, or one without bounds or a null count that can be
+ * read, is counted (the first named); which of them refuses the release
+ * is the caller's.
  */
 static int
 check_bounds(CollectState *st, const IcebergManifestEntry *e)
@@ -252,6 +253,9 @@ check_bounds(CollectState *st, const IcebergManifestEntry *e)
 		if ((out->outside_period_example = strdup_quiet(st, e->file_path)) == NULL)
 			return 1;
 	}
+	if (proof == BOUNDS_NULLS && out->null_time++ == 0 &&
+		(out->null_time_example = strdup_quiet(st, e->file_path)) == NULL)
+		return 1;
 	if ((proof == BOUNDS_MISSING || proof == BOUNDS_MALFORMED) && out->unbounded++ == 0 &&
 		(out->unbounded_example = strdup_quiet(st, e->file_path)) == NULL)
 		return 1;

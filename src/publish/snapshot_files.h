@@ -70,8 +70,11 @@ typedef struct SnapshotFiles
 	char	   *outside_period_example;
 	int64		outside_lo_us;	/* ... and the instants it holds, [lo, hi) */
 	int64		outside_hi_us;
-	int64		unbounded;		/* data files without readable bounds of the column */
+	int64		unbounded;		/* data files without readable bounds or null
+								 * count of the column */
 	char	   *unbounded_example;
+	int64		null_time;		/* data files with rows where the column is null */
+	char	   *null_time_example;
 } SnapshotFiles;
 
 /* The snapshots a publish would add to the target branch (sorted ids). */

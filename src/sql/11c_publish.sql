@@ -70,6 +70,53 @@ BEGIN ATOMIC
      ORDER BY 1, 2;
 END;
 
+-- Why a release that names a shard as its table cannot take the Iceberg
+-- partition for that shard's rows alone, or NULL: the Iceberg table holds
+-- other shards of its sharded table (its specs have a field "shard", or a
+-- lake consumer of another shard follows it) and the partition's key does
+-- not name this shard (shard=<label>). One shard's verdict would release
+-- every shard's rows, which the gate never lets a manifest's "shard" do
+-- either (_shard_scope_problem).
+CREATE FUNCTION @extschema@._iceberg_shard_scope(table_id bigint, partition text, iceberg_table text,
+                                                 table_uuid text, shard_field boolean)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+    sharded text;
+    other text;
+BEGIN
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _iceberg_shard_scope.table_id;
+    IF tt.shard_of IS NULL
+       OR tt.shard = ANY (ARRAY(SELECT m[1] FROM regexp_matches(partition, '(?:^|/)shard=([^/]*)', 'g') AS m)) THEN
+        RETURN NULL;
+    END IF;
+    SELECT s.table_name INTO sharded FROM @extschema@.tracked_table s WHERE s.table_id = tt.shard_of;
+    SELECT o.table_name INTO other
+      FROM @extschema@.lake_consumer l
+      JOIN @extschema@.tracked_table o ON o.table_id = l.table_id
+     WHERE o.shard_of = tt.shard_of AND o.table_id <> tt.table_id AND o.untracked_at IS NULL
+       AND (l.iceberg_table = _iceberg_shard_scope.iceberg_table OR l.seen_table_uuid = _iceberg_shard_scope.table_uuid)
+     ORDER BY o.table_name
+     LIMIT 1;
+    IF other IS NULL AND NOT shard_field THEN
+        RETURN NULL;
+    END IF;
+    RETURN pg_catalog.format('Table "%s" is shard "%s" of sharded table "%s", and Iceberg table "%s" holds other '
+                             'shards'' rows too (%s), but partition "%s" does not name shard=%s: its files may hold '
+                             'every shard''s rows, which one shard''s verdict cannot release. Release "%s" with the '
+                             'shard in the partition ({"shard": "%s", ...}), or without it once every shard is final.',
+                             tt.table_name, tt.shard, sharded, iceberg_table,
+                             CASE WHEN other IS NOT NULL
+                                  THEN pg_catalog.format('a lake consumer of shard "%s" follows it', other)
+                                  ELSE 'its partition specs have a field "shard"' END,
+                             partition, tt.shard, sharded, tt.shard);
+END
+$$;
+
 -- The CDC ranges of a table's facts that hold changes committed in
 -- [period_start, period_end), at most 20, as the row-count problems name
 -- them: [{"start_lsn", "end_lsn", "inserts", "updates", "deletes", "inside"}].

@@ -7,7 +7,8 @@
  * optional fields as unions with null, a partition tuple with an identity
  * string, a day-transform date (int) and a timestamp (long), other
  * partition types' text, a data file's lower and upper bounds (maps of
- * column id to bytes, null, empty or not), 10,000 entries over many blocks (the null,
+ * column id to bytes, null, empty or not) and null value counts (column id
+ * to long), 10,000 entries over many blocks (the null,
  * deflate, snappy and lzma codecs), the header's key-value metadata Iceberg writes, a callback that
  * stops the read, and refusals with their messages: not Avro, truncated
  * anywhere, a corrupt sync marker, an unknown codec, a required field
@@ -127,6 +128,7 @@ PARTITION_RECORD ","
 "{'name':'record_count','type':'long','field-id':103},"
 "{'name':'file_size_in_bytes','type':'long','field-id':104},"
 MAP_FIELD("column_sizes", 108, 117, 118, "long") ","
+MAP_FIELD("null_value_counts", 110, 121, 122, "long") ","
 MAP_FIELD("lower_bounds", 125, 126, 127, "bytes") ","
 MAP_FIELD("upper_bounds", 128, 129, 130, "bytes") ","
 "{'name':'split_offsets','type':['null',{'type':'array','items':'long','element-id':133}],'default':null,'field-id':132},"
@@ -514,6 +516,27 @@ set_bounds(avro_value_t *df, const char *name, int n, const int32_t *keys, const
 	}
 }
 
+/* Sets a count map (column id to long) of a data file: n pairs. */
+static void
+set_counts(avro_value_t *df, const char *name, int n, const int32_t *keys, const int64_t *counts)
+{
+	avro_value_t arr,
+				elem,
+				f;
+
+	if (!target(df, name, &arr))
+		return;
+	avro_value_reset(&arr);
+	for (int k = 0; k < n; k++)
+	{
+		avro_value_append(&arr, &elem, NULL);
+		avro_value_get_by_name(&elem, "key", &f, NULL);
+		avro_value_set_int(&f, keys[k]);
+		avro_value_get_by_name(&elem, "value", &f, NULL);
+		avro_value_set_long(&f, counts[k]);
+	}
+}
+
 /* A data file's path: under its partition's directory. */
 static void
 e_path(char *out, size_t n, int i)
@@ -569,12 +592,14 @@ fill_entry_v2(avro_value_t *rec, int i)
 	{
 		set_null(&df, "lower_bounds");
 		set_null(&df, "upper_bounds");
+		set_null(&df, "null_value_counts");
 	}
 	else
 	{
 		unsigned char lo[8],
 					hi[8];
 		const int32_t keys[2] = {1, 7};
+		const int64_t counts[2] = {i % 3, INT64_C(5000000000)};
 		const unsigned char *lows[2] = {lo, (const unsigned char *) "ab"};
 		const unsigned char *highs[1] = {hi};
 		const size_t lens[2] = {8, 2};
@@ -583,6 +608,7 @@ fill_entry_v2(avro_value_t *rec, int i)
 		e_bound(hi, i, true);
 		set_bounds(&df, "lower_bounds", 2, keys, lows, lens);
 		set_bounds(&df, "upper_bounds", e_no_upper(i) ? 0 : 1, keys, highs, lens);	/* 0: an empty map */
+		set_counts(&df, "null_value_counts", 2, keys, counts);
 	}
 	set_null(&df, "split_offsets");
 	set_null(&df, "equality_ids");
@@ -603,7 +629,7 @@ typedef struct Seen
 	int			stop_at;		/* return 7 at this entry (0: never) */
 } Seen;
 
-/* Whether entry e's bounds are the fill's of entry i, else why not. */
+/* Whether entry e's bounds and null counts are the fill's of entry i, else why not. */
 static const char *
 bounds_differ(const IcebergManifestEntry *e, int i)
 {
@@ -613,7 +639,12 @@ bounds_differ(const IcebergManifestEntry *e, int i)
 	e_bound(lo, i, false);
 	e_bound(hi, i, true);
 	if (e_no_bounds(i))
-		return e->nlower_bounds == 0 && e->nupper_bounds == 0 ? NULL : "null bounds read as some";
+		return e->nlower_bounds == 0 && e->nupper_bounds == 0 && e->nnull_value_counts == 0 ? NULL
+			: "null bounds or counts read as some";
+	if (e->nnull_value_counts != 2 || e->null_value_counts[0].field_id != 1 ||
+		e->null_value_counts[0].count != i % 3 || e->null_value_counts[1].field_id != 7 ||
+		e->null_value_counts[1].count != INT64_C(5000000000))
+		return "null_value_counts";
 	if (e->nlower_bounds != 2 || e->lower_bounds[0].field_id != 1 || e->lower_bounds[0].len != 8 ||
 		memcmp(e->lower_bounds[0].value, lo, 8) != 0 || e->lower_bounds[1].field_id != 7 ||
 		e->lower_bounds[1].len != 2 || memcmp(e->lower_bounds[1].value, "ab", 2) != 0)
@@ -1705,7 +1736,20 @@ print_bounds(const char *key, const IcebergBound *b, int n)
 	putchar(']');
 }
 
-/* One entry of a manifest as a JSON line; the partition as [name, type, text], bounds by print_bounds. */
+/* A count map as JSON: [[column id, count], ...]. */
+static void
+print_counts(const char *key, const IcebergCount *c, int n)
+{
+	printf(",\"%s\":[", key);
+	for (int i = 0; i < n; i++)
+		printf("%s[%d,%" PRId64 "]", i ? "," : "", c[i].field_id, c[i].count);
+	putchar(']');
+}
+
+/*
+ * One entry of a manifest as a JSON line; the partition as [name, type,
+ * text], bounds by print_bounds, null counts by print_counts.
+ */
 static int
 print_entry(const IcebergManifestEntry *e, void *arg)
 {
@@ -1735,6 +1779,7 @@ print_entry(const IcebergManifestEntry *e, void *arg)
 	putchar(']');
 	print_bounds("lower_bounds", e->lower_bounds, e->nlower_bounds);
 	print_bounds("upper_bounds", e->upper_bounds, e->nupper_bounds);
+	print_counts("null_value_counts", e->null_value_counts, e->nnull_value_counts);
 	puts("}");
 	return 0;
 }

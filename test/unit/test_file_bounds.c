@@ -6,8 +6,9 @@
  * with a period [start, end): bounds inside, touching either end, one
  * microsecond or nanosecond over, a date's whole day, before 1970, a
  * missing lower or upper bound, a column given twice, bounds of the wrong
- * length, values too far out to be instants, and the types that are no
- * time column. Built and run by test/integration/test_unit_c.py; prints TAP.
+ * length, a lower bound above the upper, values too far out to be
+ * instants, rows where the column is null (or no null count to say there
+ * are none), and the types that are no time column. Built and run by test/integration/test_unit_c.py; prints TAP.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,6 +26,7 @@
 static char bytes[8][8];
 static IcebergBound lows[4];
 static IcebergBound highs[4];
+static IcebergCount nulls[4];
 static IcebergManifestEntry entry;
 
 /* Serializes v as n little-endian bytes into slot k. */
@@ -36,7 +38,10 @@ le(int k, int64_t v, size_t n)
 	return bytes[k];
 }
 
-/* An entry whose column 3 has the bounds lo and hi (n bytes each); other columns too. */
+/*
+ * An entry whose column 3 has the bounds lo and hi (n bytes each) and no
+ * null value; other columns too (column 1 has nulls).
+ */
 static const IcebergManifestEntry *
 file_with(int64_t lo, int64_t hi, size_t n)
 {
@@ -49,6 +54,10 @@ file_with(int64_t lo, int64_t hi, size_t n)
 	entry.nlower_bounds = 2;
 	entry.upper_bounds = highs;
 	entry.nupper_bounds = 2;
+	nulls[0] = (IcebergCount) {1, 7};
+	nulls[1] = (IcebergCount) {3, 0};
+	entry.null_value_counts = nulls;
+	entry.nnull_value_counts = 2;
 	return &entry;
 }
 
@@ -147,6 +156,36 @@ test_refusals(void)
 		  "a timestamp's bound of 4 bytes: malformed");
 	check(prove(file_with(20000, 20000, 8), TIME_DAYS, &lo, &hi) == BOUNDS_MALFORMED,
 		  "a date's bound of 8 bytes: malformed");
+	check(prove(file_with(T09 + 600000000, T09 - 60000000, 8), TIME_MICROS, &lo, &hi) == BOUNDS_MALFORMED,
+		  "a lower bound (09:10) above the upper bound (08:59): malformed, never inside");
+}
+
+static void
+test_nulls(void)
+{
+	int64_t		lo,
+				hi;
+	const IcebergManifestEntry *e;
+
+	e = file_with(T09 + 600000000, T09 + 1800000000, 8);
+	nulls[1].count = 1;
+	check(prove(e, TIME_MICROS, &lo, &hi) == BOUNDS_NULLS,
+		  "bounds inside, one row whose time is null (a row of no period): nulls");
+	e = file_with(T09 + 600000000, T09 + 1800000000, 8);
+	entry.nnull_value_counts = 1;	/* only column 1's */
+	check(prove(e, TIME_MICROS, &lo, &hi) == BOUNDS_MISSING,
+		  "bounds inside, no null count of the column (metrics that leave it out): missing");
+	e = file_with(T09 + 600000000, T09 + 1800000000, 8);
+	entry.nlower_bounds = entry.nupper_bounds = 0;
+	nulls[1].count = 4;
+	check(prove(e, TIME_MICROS, &lo, &hi) == BOUNDS_NULLS, "no bounds, every row null: nulls, not missing");
+	e = file_with(T09 - 60000000, T09 + 1800000000, 8);
+	nulls[1].count = 1;
+	check(prove(e, TIME_MICROS, &lo, &hi) != BOUNDS_INSIDE, "bounds outside and a null: never inside");
+	e = file_with(T09 + 600000000, T09 + 1800000000, 8);
+	nulls[2] = (IcebergCount) {3, 1};
+	entry.nnull_value_counts = 3;
+	check(prove(e, TIME_MICROS, &lo, &hi) == BOUNDS_MALFORMED, "a column's null count given twice: malformed");
 }
 
 static void
@@ -176,6 +215,7 @@ main(void)
 	test_nanos();
 	test_days();
 	test_refusals();
+	test_nulls();
 	test_types();
 	return tap_done();
 }

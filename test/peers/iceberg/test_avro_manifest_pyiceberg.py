@@ -1,7 +1,7 @@
 """finalize's manifest reader (src/lake/avro_manifest.c through libavro) on manifests and manifest lists
 written by pyiceberg itself (its own Avro writer, v1 and v2, the null, deflate and zstandard codecs),
 checked field by field against pyiceberg's own reading of the same files, the data files' column
-bounds (lower_bounds, upper_bounds) included.
+bounds (lower_bounds, upper_bounds) and null counts (null_value_counts) included.
 
 pyiceberg runs in the venv of test/peers/setup-venv iceberg (the venv_python fixture); the C side is
 test/unit/test_avro_manifest run as `test_avro_manifest list|manifest|meta FILE`, which prints what the
@@ -54,7 +54,8 @@ def data_file(i):
                               file_format=FileFormat.PARQUET,
                               partition=Record(None if i % 7 == 3 else "eu-%d" % (i % 3), 19700 + i % 30),
                               record_count=100 + i, file_size_in_bytes=4000 + 3 * i,
-                              lower_bounds=bounds(i, False), upper_bounds=bounds(i, True))
+                              lower_bounds=bounds(i, False), upper_bounds=bounds(i, True),
+                              null_value_counts=None if i % 4 == 0 else {3: i % 3, 2: 5000000000 + i})
 
 
 def bound_list(b):
@@ -108,7 +109,8 @@ for version in (1, 2):
                  "record_count": e.data_file.record_count, "file_size_in_bytes": e.data_file.file_size_in_bytes,
                  "partition": [None if v is None else str(v) for v in e.data_file.partition],
                  "lower_bounds": bound_list(e.data_file.lower_bounds),
-                 "upper_bounds": bound_list(e.data_file.upper_bounds)}
+                 "upper_bounds": bound_list(e.data_file.upper_bounds),
+                 "null_value_counts": sorted([k, v] for k, v in (e.data_file.null_value_counts or {}).items())}
                 for e in m.fetch_manifest_entry(io, discard_deleted=False)]
         result[tag] = {"list": lpath, "manifests": listed, "entries": entries}
 print(json.dumps(result))
@@ -167,6 +169,7 @@ def test_manifests_as_pyiceberg_reads_them(binary, files, tag):
         assert err is None, err
         assert len(got) == len(want) == N
         assert sum(1 for w in want if w["lower_bounds"]) == N * 3 // 4, "pyiceberg wrote the bounds"
+        assert sum(1 for w in want if w["null_value_counts"]) == N * 3 // 4, "pyiceberg wrote the null counts"
         for g, w in zip(got, want):
             assert [p[0] for p in g["partition"]] == ["region", "ts_day"]
             assert [p[1] for p in g["partition"]] == ["string", "int"]  # identity string; day: a date, int days
@@ -174,7 +177,7 @@ def test_manifests_as_pyiceberg_reads_them(binary, files, tag):
             for key in ("status", "content", "file_path", "file_format", "record_count", "file_size_in_bytes"):
                 assert g[key] == w[key], (key, g, w)
             # The bounds (maps of column id to bytes) as written, for the files that have them.
-            for key in ("lower_bounds", "upper_bounds"):
+            for key in ("lower_bounds", "upper_bounds", "null_value_counts"):
                 assert sorted(g[key]) == w[key], (key, g, w)
             assert g["referenced_data_file"] is None
             # pyiceberg inherits what the file leaves null from the manifest list; the reader hands on

@@ -382,7 +382,8 @@ def test_requests_that_are_wrong_are_errors_naming_the_field(lake):
         # Every file of an hour-partitioned table holds every hour: no one period vouches for them.
         (dict(partition={}, period_start="2026-11-02T09:00:00Z"), 'field "partition"', 'does not name field "%s"' % FIELD),
         (dict(branch="nope"), 'field "branch"', "not a branch"),
-        (dict(period_start="2026-11-02T08:00:00Z"), 'field "period_start"', "disagrees"),
+        (dict(period_start="2026-11-02T08:00:00Z"), 'field "period_start"',
+         "disagrees with the partition: its time fields hold [2026-11-02 09:00:00+00, 2026-11-02 10:00:00+00)"),
         (dict(row_count="all"), 'field "row_count"', "inserts"),
         (dict(snapshot_id=1), 'field "snapshot_id"', "exactly one"),
         (dict(extra=1), 'field "extra"', "not a field"),
@@ -393,6 +394,8 @@ def test_requests_that_are_wrong_are_errors_naming_the_field(lake):
         with pytest.raises(psycopg2.Error) as e:
             lake.release(**kw)
         assert where in str(e.value) and what in str(e.value), (kw, str(e.value))
+        if where.startswith("field"):
+            assert '"time_column"' in e.value.diag.message_hint, e.value.diag.message_hint
     assert lake.attempts() == []
 
 

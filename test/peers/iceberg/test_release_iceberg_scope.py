@@ -219,6 +219,35 @@ def test_a_shard_without_the_lake_consumer_the_others_have_is_a_problem(sharded)
     assert r["released"] and r["problems"] == [], r
 
 
+def test_a_shard_named_as_the_table_takes_no_partition_of_every_shard(sharded):
+    """release_iceberg({"table": "sales.orders/db01", "partition": {hour}}): the Iceberg partition holds
+    every shard's rows (db02's 09:45 commit is missing from the snapshot), and db01's verdict and consumer
+    alone published it. Refused with unknown_shard while the Iceberg table holds other shards (a field
+    "shard" in its specs, or another shard's lake consumer following it); the shard's own partition
+    ({"shard": "db01", ...}) is released."""
+    lake = sharded
+    c = [lake.commit("db01", 9, 10, 2), lake.commit("db02", 9, 15, 1), lake.commit("db02", 9, 45, 2),
+         lake.commit("db01", 10, 1, 1), lake.commit("db02", 10, 2, 1)]
+    lake.sim.call("sim.advance", to=at(10, 5).isoformat())
+    snap = lake.apply([c[0], c[1], c[3]])
+    lake.final(TABLE + "/db01", 9)
+    shard = TABLE + "/db01"
+    r = lake.release(table=shard, partition={FIELD: HOUR}, snapshot_id=snap, tag=True)
+    assert not r["released"] and codes(r) == ["unknown_shard"], r
+    assert 'field "shard"' in r["problems"][0]["detail"] and "shard=db01" in r["problems"][0]["detail"], r
+    follow(lake, "db01")
+    follow(lake, "db02")
+    r = lake.release(table=shard, partition={FIELD: HOUR}, snapshot_id=snap, tag="every-shard")
+    assert not r["released"] and codes(r) == ["unknown_shard"], r
+    assert 'lake consumer of shard "%s/db02"' % TABLE in r["problems"][0]["detail"], r
+    r = lake.release(table=shard, partition={"shard": "db02", FIELD: HOUR}, snapshot_id=snap, tag="db02")
+    assert not r["released"] and codes(r) == ["unknown_shard"], r
+    assert not any(ref.startswith("finalize/") or ref in ("every-shard", "db02")
+                   for ref in lake.writer.call("refs", table=lake.table)), "a refused release created its tag"
+    r = lake.release(table=shard, partition={"shard": "db01", FIELD: HOUR}, snapshot_id=snap, tag=True)
+    assert r["released"] and r["problems"] == [], r
+
+
 # --- files outside the periods ------------------------------------------------------------------
 
 @pytest.fixture
@@ -266,13 +295,16 @@ def test_an_unpartitioned_table_is_not_released_on_one_hours_count(plain):
     request = dict(partition={}, period_start="2026-11-02T09:00:00Z", branch="audit", row_count="inserts")
     r = lake.release(**request)
     assert not r["released"] and codes(r) == ["time_column_unknown"], r
-    assert "time_column" in r["problems"][0]["detail"], r
+    hour = "[2026-11-02 09:00:00+00, 2026-11-02 10:00:00+00)"
+    assert "time_column" in r["problems"][0]["detail"] and hour in r["problems"][0]["detail"], r
     r = lake.release(time_column="commit_time", **request)
     assert not r["released"] and codes(r) == ["files_outside_period"], r
     (p,) = r["problems"]
     (main_file,) = lake.writer.call("data_files", table=lake.table, ref="main")
     assert p["path"] == main_file["file_path"], (p, main_file)
-    assert "08:59:00" in p["detail"] and '"commit_time"' in p["detail"], p
+    # The periods released and the instants the file holds, each its own (not one buffer printed twice).
+    assert "released, %s (this one holds [2026-11-02 08:59:00+00, 2026-11-02 08:59:00.000001+00))" % hour \
+        in p["detail"] and '"commit_time"' in p["detail"], p
     assert lake.main() == before, "a refused release moved main"
 
 
@@ -319,6 +351,29 @@ def test_files_whose_bounds_lie_inside_the_period_are_released(plain, partition)
     assert not r["released"] and "files_outside_period" in codes(r), r
 
 
+def test_a_row_without_a_time_does_not_stand_in_for_a_missing_one(plain):
+    """A snapshot holds 5 of hour 09's 6 rows and a row whose commit_time is null (a pipeline's bug, another
+    writer's row): the file's bounds (09:10 to 09:30) lie inside hour 09, as bounds leave nulls out, and
+    6 = 6 rows. The null row is of no period and the hour lacks a row: the file's null count of the
+    column (null_value_counts) refuses it (files_outside_period), as a file of nulls alone is."""
+    lake = plain()
+    commits = hour_09(lake)
+    rows = lake.rows(commits)
+    snap = lake.apply(commits, rows=rows[:5] + [dict(rows[5], commit_time=None)])
+    request = dict(partition={}, period_start="2026-11-02T09:00:00Z", time_column="commit_time", tag=True,
+                   row_count="inserts")
+    r = lake.release(snapshot_id=snap, **request)
+    assert not r["released"] and codes(r) == ["files_outside_period"], r
+    (p,) = r["problems"]
+    (f,) = lake.writer.call("data_files", table=lake.table, ref="main")
+    assert p["path"] == f["file_path"] and '"commit_time" is null' in p["detail"], p
+    snap = lake.apply([], rows=[dict(rows[5], id=100, commit_time=None)])
+    r = lake.release(snapshot_id=snap, **dict(request, tag="with-a-file-of-nulls"))
+    assert not r["released"] and "2 data file(s)" in r["problems"][0]["detail"], r
+    assert not any(ref.startswith("finalize/") for ref in lake.writer.call("refs", table=lake.table)), \
+        "a refused release created its tag"
+
+
 def test_files_without_bounds_of_the_time_column_are_refused(plain):
     """write.metadata.metrics.default=none: pyiceberg writes no bounds, so nothing shows which periods the
     files of a partition without a time field hold (file_bounds_missing). A table partitioned by
@@ -336,6 +391,37 @@ def test_files_without_bounds_of_the_time_column_are_refused(plain):
     snap = hourly.apply(commits)
     r = hourly.release(partition={"commit_time_hour": HOUR}, snapshot_id=snap, tag=True, row_count="inserts")
     assert r["released"] and r["problems"] == [], r
+
+
+def test_time_fields_of_different_columns_place_no_period(plain):
+    """hour(commit_time) named h, then (spec evolution, pyiceberg allows it) h as hour(updated_at): the newer
+    files sit in h=09 by their updated_at (09:45) while they hold a row committed at 11:02, in an hour that is
+    not final. Likewise day(commit_time) with hour(updated_at) in one spec: the hour cuts nothing of the
+    day's commits. Periods of one column cannot be read from fields of two: the request is an error, and
+    nothing is released."""
+    lake = plain()
+    lake.writer.call("drop_table", name=lake.table)
+    columns = COLUMNS + [["updated_at", "timestamptz"]]
+    lake.writer.call("create_table", name=lake.table, columns=columns, partition=[["commit_time", "hour", "h"]])
+    lake.writer.call("update_spec", table=lake.table, remove=["h"])
+    lake.writer.call("update_spec", table=lake.table, add=[["updated_at", "hour", "h"]])
+    commits = hour_09(lake, later=[(11, 2)])
+    rows = [dict(row, updated_at="2026-11-02T09:45:00+00:00") for row in lake.rows(commits)]
+    snap = lake.apply(commits, rows=rows)
+    mixed = Lake(lake.env, lake.sim, lake.writer, lake.catalog, lake.table + "_mixed", tracked="orders")
+    mixed.writer.call("create_table", name=mixed.table, columns=columns,
+                      partition=[["commit_time", "day", "d"], ["updated_at", "hour", "h"]])
+    mixed_snap = mixed.apply(commits, rows=rows)
+    attempts = lake.env.one("SELECT count(*) FROM finalize.release")
+    for target, request in ((lake, dict(partition={"h": HOUR}, snapshot_id=snap)),
+                            (mixed, dict(partition={"d": "2026-11-02", "h": HOUR}, snapshot_id=mixed_snap))):
+        with pytest.raises(Exception) as e:
+            target.release(tag=True, **request)
+        assert 'field "partition"' in str(e.value) and 'column "updated_at"' in str(e.value) and \
+            'column "commit_time"' in str(e.value), str(e.value)
+    assert lake.env.one("SELECT count(*) FROM finalize.release") == attempts
+    for target in (lake, mixed):
+        assert not any(ref.startswith("finalize/") for ref in target.writer.call("refs", table=target.table))
 
 
 def test_a_time_column_that_cannot_prove_the_periods_is_an_error(plain):

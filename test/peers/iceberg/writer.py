@@ -16,6 +16,8 @@ operation, summary}):
       default SCHEMA below (id long, op string, lsn string, commit_time timestamptz), all optional;
       partition: [[source column, transform, field name], ...], transforms as Iceberg writes them
       (identity, year, month, day, hour, bucket[N], truncate[W])
+  update_spec(table, add=[], remove=[])         -> [{spec_id, fields: [[name, transform, source_id]]}]
+      partition spec evolution: adds [[source column, transform, field name], ...], removes fields by name
   append(table, rows, properties={}, branch=None) -> snapshot (of the branch's new head)
       rows: [{column: value}], a timestamptz as ISO 8601 text (e.g. "2024-05-01T10:00:00+00:00");
       properties go into the snapshot summary (pyiceberg's snapshot_properties)
@@ -196,6 +198,20 @@ class Writer:
         with t.transaction() as tx:
             tx.set_properties(properties)
         return dict(self.table(table).properties)
+
+    def update_spec(self, table, add=(), remove=()):
+        """Evolves the partition spec: adds [[source column, transform, field name], ...], removes fields
+        by name; returns the table's specs as [{spec_id, fields: [[name, transform, source_id]]}]."""
+        from pyiceberg.transforms import parse_transform
+        t = self.table(table)
+        with t.update_spec() as u:
+            for name in remove:
+                u.remove_field(name)
+            for col, transform, field in add:
+                u.add_field(col, parse_transform(transform), field)
+        t = self.table(table)
+        return [{"spec_id": s.spec_id, "fields": [[f.name, str(f.transform), f.source_id] for f in s.fields]}
+                for s in t.metadata.partition_specs]
 
     # -- commits
     def append(self, table, rows, properties=None, branch=None):
