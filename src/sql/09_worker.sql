@@ -714,11 +714,13 @@ BEGIN
             PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                        r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
-        ELSIF NOT r.stalled AND r.condition = 'consumer_stalled'
+        -- (IS NOT DISTINCT FROM: a NULL condition must stop the AND before the lock.)
+        ELSIF NOT r.stalled AND r.condition IS NOT DISTINCT FROM 'consumer_stalled'
               AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
              WHERE c.table_id = r.table_id AND c.consumer = r.consumer AND c.condition = 'consumer_stalled';
-        ELSIF r.condition = 'report_ahead' AND r.condition_since <= now() - @extschema@._alert_after() THEN
+        ELSIF r.condition IS NOT DISTINCT FROM 'report_ahead'
+              AND r.condition_since <= now() - @extschema@._alert_after() THEN
             PERFORM @extschema@._raise_alert('report_ahead', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Consumer "%s" of table "%s" reported LSN %s, beyond what SQL Server had captured (max LSN %s now), and it has been pending since %s: the verdict waits for the consumer. A wrong report is forgotten with SELECT finalize.alter_consumer(%L, %L, reset => true).',
                        r.consumer, r.table_name, r.reported_lsn, coalesce(r.max_lsn::text, 'unknown'),

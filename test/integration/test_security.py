@@ -654,8 +654,8 @@ from worker_env import Env, at, new_cluster, sim_clock, sim_max_lsn  # noqa: E40
 
 
 def lsn_after(lsn, n=1):
-    """An LSN n steps after another: beyond max LSN by a little, which SQL Server's next commits
-    reach (a report beyond that is refused or stays pending, report_ahead)."""
+    """An LSN n steps after (n < 0: before) another. A report a little beyond max LSN stays pending
+    (report_ahead) until SQL Server's next commits reach it; far beyond, it is refused."""
     return "0x%020X" % (int(lsn, 16) + n)
 
 TENANT_LOCK_TIMEOUT_S = 3
@@ -1011,10 +1011,9 @@ def crafted_found(failures):
 ATTACKS = [
     Attack("its next report_progress left uncommitted before the worker resolved the last",
            lambda t, team: (tenant_report(t["pg"], team, "SELECT finalize.report_progress(%s, %s, %s)",
-                                          (team.source, team.source_consumer, sim_max_lsn(t["sim"]))),
+                                          (team.source, team.source_consumer, lsn_after(sim_max_lsn(t["sim"]), -1))),
                             open_txn(t, team, "SELECT finalize.report_progress(%s, %s, %s)",
-                                     (team.source, team.source_consumer, lsn_after(sim_max_lsn(t["sim"]))),
-                                     team.pipe))[1],
+                                     (team.source, team.source_consumer, sim_max_lsn(t["sim"])), team.pipe))[1],
            end_txn, prepare="none"),
     Attack("its report_processed left uncommitted (its source moved)",
            lambda t, team: open_txn(t, team, "SELECT finalize.report_processed(%s, %s, %s)",
