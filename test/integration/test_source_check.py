@@ -123,10 +123,12 @@ def test_a_login_without_a_user_in_the_database_or_a_wrong_password_is_refused(e
     assert code == "42501"
     assert d.message_primary == 'login "nouser" may not open SQL Server database "demo"'
     assert "4060" in d.message_detail and "CREATE USER [nouser] FOR LOGIN [nouser];" in d.message_hint
-    env.add_source("chk2", sim, login="sa", password="wrong")
+    env.add_source("chk2", sim, login="sa", password="Wr0ng-S3cret!")
     code, d = refused(env, "chk2", "dbo.orders")
     assert code == "28000"
     assert d.message_primary == 'SQL Server refused the login "sa"' and "18456" in d.message_detail
+    assert not any("Wr0ng-S3cret!" in (x or "") for x in (d.message_primary, d.message_detail, d.message_hint))
+    assert "Wr0ng-S3cret!" not in env.pg.log(), "the password never reaches the log"
 
 
 def test_an_unreachable_source_is_tracked_with_a_notice(env, sim):
