@@ -35,6 +35,7 @@ static const char *const condition_names[COND_COUNT] = {
 	[COND_INTERNAL_ERROR] = "internal_error",
 	[COND_TLS_FAILED] = "tls_failed",
 	[COND_CONSUMER_STALLED] = "consumer_stalled",
+	[COND_REPORT_AHEAD] = "report_ahead",
 };
 
 /* The stored name of a condition; NULL for COND_NONE. */

@@ -42,11 +42,12 @@ typedef enum Condition
 	COND_INTERNAL_ERROR,
 
 	/*
-	 * A consumer's (finalize.consumer): written by SQL (_check_consumers,
-	 * which the worker calls once per cycle), never by C; named here so that
-	 * the codes stay one list.
+	 * A consumer's (finalize.consumer): written by SQL (_check_consumers and
+	 * _consumer_ahead, which the worker calls once per cycle), never by C;
+	 * named here so that the codes stay one list.
 	 */
 	COND_CONSUMER_STALLED,
+	COND_REPORT_AHEAD,
 
 	COND_COUNT
 } Condition;

@@ -23,6 +23,7 @@ int			finalize_max_sources = 4096;
 int			finalize_full_check_interval_ms = 60000;
 int			finalize_login_timeout = 10;
 int			finalize_query_timeout = 30;
+int			finalize_source_check_timeout = 5;
 int			finalize_max_retry_interval_ms = 60000;
 int			finalize_data_loss_window_min = 7 * 24 * 60;
 int			finalize_facts_retention_min = 30 * 24 * 60;
@@ -162,6 +163,21 @@ define_worker_settings(void)
 							1000, 1, 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/* The setting of the check track_table and add_shard make of the SQL Server table. */
+static void
+define_check_settings(void)
+{
+	DefineCustomIntVariable("finalize.source_check_timeout",
+							"How long track_table and add_shard wait for SQL Server when they check the source table.",
+							"They log in as the worker would and ask whether the table exists, has change data "
+							"capture and may be read; an unreachable source only gets a NOTICE. 0 checks nothing.",
+							&finalize_source_check_timeout,
+							5, 0, 60,
+							PGC_USERSET,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 }
 
@@ -334,6 +350,7 @@ settings_define(void)
 	define_worker_settings();
 	define_pool_settings();
 	define_trust_settings();
+	define_check_settings();
 	define_alert_settings();
 	define_gate_settings();
 	MarkGUCPrefixReserved("finalize");

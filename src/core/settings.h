@@ -18,6 +18,7 @@ extern int	finalize_max_sources;
 extern int	finalize_full_check_interval_ms;
 extern int	finalize_login_timeout;
 extern int	finalize_query_timeout;
+extern int	finalize_source_check_timeout;
 extern int	finalize_max_retry_interval_ms;
 extern int	finalize_data_loss_window_min;
 extern int	finalize_facts_retention_min;

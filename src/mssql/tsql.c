@@ -342,3 +342,27 @@ tsql_append_lsn_mapping(StringInfo buf, const Lsn *lsn)
 	append_lsn(buf, lsn);
 	appendStringInfoString(buf, ";\n");
 }
+
+/*
+ * The statement that tells a table that does not exist (Msg 208, Invalid
+ * object name) from one the login has no permission on (Msg 229, The
+ * SELECT permission was denied), for a name OBJECT_ID did not resolve
+ * (metadata visibility hides both alike). TOP (0) reads no row.
+ */
+char *
+tsql_probe_select(const char *qualified_name)
+{
+	return psprintf("SELECT TOP (0) 1 AS finalize_probe FROM %s;\n", qualified_name);
+}
+
+/*
+ * The statement that says whether change data capture is enabled on a
+ * table the login can see: is_tracked_by_cdc of sys.tables (no row: it is
+ * not a table, a view say).
+ */
+char *
+tsql_probe_tracked(const char *qualified_name)
+{
+	return psprintf("SELECT CONVERT(int, t.is_tracked_by_cdc) AS tracked FROM sys.tables AS t "
+					"WHERE t.object_id = OBJECT_ID(%s);\n", mssql_quote_literal(qualified_name));
+}

@@ -79,5 +79,7 @@ extern void tsql_append_captured_columns(StringInfo buf, const char *capture_ins
 extern void tsql_append_min_lsn(StringInfo buf, const char *capture_instance);
 extern void tsql_append_ddl_history(StringInfo buf, const char *capture_instance);
 extern void tsql_append_lsn_mapping(StringInfo buf, const Lsn *lsn);
+extern char *tsql_probe_select(const char *qualified_name);
+extern char *tsql_probe_tracked(const char *qualified_name);
 
 #endif							/* FINALIZE_TSQL_H */

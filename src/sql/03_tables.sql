@@ -323,7 +323,7 @@ CREATE TABLE @extschema@.consumer (
     resolve_error     text,
     condition         text
                       CONSTRAINT consumer_condition_check
-                      CHECK (condition IN ('consumer_stalled')),
+                      CHECK (condition IN ('consumer_stalled', 'report_ahead')),
     condition_since   timestamptz,
     created_at        timestamptz NOT NULL DEFAULT now(),
     created_by        name NOT NULL,
@@ -341,6 +341,8 @@ COMMENT ON COLUMN @extschema@.consumer.processed_until IS
     'Derived tables: the input watermark the consumer''s job has fully processed (finalize.report_processed)';
 COMMENT ON COLUMN @extschema@.consumer.resolve_error IS
     'Why the worker could not resolve the reported LSN when it last tried (SQL Server''s message, for example); NULL once resolved';
+COMMENT ON COLUMN @extschema@.consumer.condition IS
+    'consumer_stalled (no report for finalize.consumer_stall_threshold while the source moved on), or report_ahead (its reported LSN lies beyond SQL Server''s max LSN: pending, not resolved)';
 COMMENT ON COLUMN @extschema@.consumer.commit_time IS
     'Commit time of mapped_lsn, the greatest mapping row at or below min(reported LSN, max LSN) when the worker resolved resolved_for_lsn: every commit before it is applied';
 

@@ -84,6 +84,51 @@ BEGIN
 END
 $$;
 
+-- A finalize_mssql server through which a role may track tables: it
+-- exists, and the role may read through it. The worker reads tracked
+-- tables with the server's login, so tracking a table through a server is
+-- using it (USAGE); and it logs in with the user mapping of the server's
+-- owner when there is one (else PUBLIC's, which USAGE lets a role use): a
+-- role must not read through a login it could not use itself.
+CREATE FUNCTION @extschema@._tracking_server(who name, server_name text)
+RETURNS pg_catalog.pg_foreign_server
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    srv pg_foreign_server := @extschema@._mssql_server(server_name, 'server_name');
+BEGIN
+    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', server_name, who);
+    END IF;
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
+                                  server_name, srv.srvowner::regrole, who),
+                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
+                                srv.srvowner::regrole);
+    END IF;
+    RETURN srv;
+END
+$$;
+
+-- Checks, when a table is tracked, the SQL Server table its worker will
+-- read, as the worker would (worker/source_check.c): a table that does
+-- not exist, has no change data capture or that the login may not read
+-- is an error, each with its own hint; a source that cannot be reached
+-- gets a NOTICE (the table is tracked, the worker retries). Called before
+-- the table's row is written and before any of finalize's locks is taken,
+-- for at most finalize.source_check_timeout per wait (0: no check).
+CREATE FUNCTION @extschema@._check_source_table(server oid, source_schema text, source_name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_check_source_table'
+LANGUAGE C VOLATILE STRICT;
+
 -- The body of finalize.track_table, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
 -- The start_from of a new tracked table in its stored form: max_lsn,
@@ -131,7 +176,8 @@ CREATE FUNCTION @extschema@._track_table(
     allowed_lateness  interval DEFAULT interval '0',
     lateness_quantile double precision DEFAULT NULL,
     lateness_window   interval DEFAULT interval '7 days',
-    period_zone       text DEFAULT 'UTC')
+    period_zone       text DEFAULT 'UTC',
+    check_source      boolean DEFAULT true)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -146,27 +192,7 @@ DECLARE
     start_at text;
 BEGIN
     PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
-    srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
-    -- The worker reads tracked tables with the server's login: tracking a
-    -- table through a server is using it.
-    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
-        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
-                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', _track_table.server_name, who);
-    END IF;
-    -- The worker logs in with the user mapping of the server's owner when
-    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
-    -- must not read through a login it could not use itself.
-    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
-       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
-        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
-                                  _track_table.server_name, srv.srvowner::regrole, who),
-                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
-                                srv.srvowner::regrole);
-    END IF;
+    srv := @extschema@._tracking_server(who, _track_table.server_name);
     PERFORM @extschema@._require(_track_table.source_table, 'source_table');
     parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
@@ -189,6 +215,10 @@ BEGIN
                                           _track_table.lateness_policy, _track_table.allowed_lateness,
                                           _track_table.lateness_quantile, _track_table.lateness_window,
                                           _track_table.granularity);
+    -- SQL Server's answer, last: no network wait for a call that is refused anyway.
+    IF check_source THEN
+        PERFORM @extschema@._check_source_table(srv.oid, parts[1], parts[2]);
+    END IF;
 
     BEGIN
         -- Lengths of time are kept without days, so that adding them is

@@ -133,6 +133,27 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
     'Declare a pipeline that writes a table; a required one holds the verdict until it reports that it applied a period; only members of reporter (and admins) may report for it';
 
+-- Forgets what a consumer of a table reported (alter_consumer's reset):
+-- its report and what the worker resolved it to, and a report beyond max
+-- LSN that was pending (condition report_ahead, and its incident). The
+-- caller holds the table's lock. What is final stays final.
+CREATE FUNCTION @extschema@._forget_report(tt @extschema@.tracked_table, consumer text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    UPDATE @extschema@.consumer c
+       SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
+           mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL,
+           condition = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition END,
+           condition_since = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition_since END
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    PERFORM @extschema@._resolve_alerts('report_ahead', tt.table_id, tt.server_name, consumer);
+END
+$$;
+
 -- The body of finalize.alter_consumer: changes a consumer in place, so the
 -- verdict never moves past what it applied meanwhile (dropping and adding
 -- it again would let it). NULL keeps a setting. reset forgets what it
@@ -181,10 +202,7 @@ BEGIN
                   HINT = format('Declare it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
     END IF;
     IF reset THEN
-        UPDATE @extschema@.consumer c
-           SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
-               mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
-         WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+        PERFORM @extschema@._forget_report(tt, consumer);
         -- An Iceberg consumer reads its table again as if for the first time.
         UPDATE @extschema@.lake_consumer l
            SET seen_snapshot_id = NULL, seen_head_id = NULL, seen_head_sequence = NULL, seen_lsn = NULL,
@@ -245,7 +263,7 @@ BEGIN
     -- worker forgets its hold, _check_consumers).
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'catalog_unreachable', 'catalog_auth_failed',
-                      'table_not_found', 'property_malformed', 'metadata_malformed')
+                      'table_not_found', 'property_malformed', 'metadata_malformed', 'report_ahead')
        AND a.table_id = tt.table_id AND a.subject = consumer AND a.state <> 'resolved';
     after := @extschema@._advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
@@ -345,6 +363,54 @@ EXCEPTION WHEN invalid_parameter_value THEN
 END
 $$;
 
+-- Refuses a reported LSN that SQL Server cannot have reached yet, so that a
+-- placeholder (ffffffff:ffffffff:ffff) or a value that is no LSN of the
+-- source never sticks as the consumer's report (later, honest reports
+-- would all be lower, hence ignored). An LSN is [VLF sequence number : log
+-- block : slot] (Microsoft, SQL Server Transaction Log Architecture); the
+-- first moves by one per virtual log file the log enters. The rule: the
+-- reported VLF sequence number may lie at most a million VLFs per second
+-- beyond that of the max LSN the source's worker last read, counted from
+-- that read, plus a minute. No SQL Server fills VLFs that fast (a million
+-- of even 16 kB, the smallest a 64 kB log growth makes, is 16 GB of log a
+-- second), so a refused LSN cannot have been captured when it was
+-- reported. Before the worker has read a max LSN, nothing is refused; an
+-- LSN beyond max LSN that the rule admits is accepted and stays pending
+-- (report_ahead, _consumer_ahead).
+CREATE FUNCTION @extschema@._refuse_unreachable_report(tt @extschema@.tracked_table, consumer text,
+                                                       reported @extschema@.lsn)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    s record;
+    vlf bigint := ('x' || substr(reported::text, 3, 8))::bit(32)::bigint;
+    max_vlf bigint;
+    age numeric;
+BEGIN
+    SELECT st.max_lsn, st.last_success - coalesce(st.cycle_time, interval '0') AS read_at INTO s
+      FROM @extschema@.source_status st
+     WHERE st.server_name = tt.server_name AND st.max_lsn IS NOT NULL AND st.last_success IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    max_vlf := ('x' || substr(s.max_lsn::text, 3, 8))::bit(32)::bigint;
+    age := greatest(extract(epoch FROM now() - s.read_at), 0);
+    IF vlf - max_vlf <= 1000000 * (age + 60) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'LSN % reported for consumer "%" of table "%" lies beyond anything SQL Server can have written',
+                    reported, consumer, tt.table_name
+        USING ERRCODE = 'invalid_parameter_value',
+              DETAIL = format('The max LSN of server %s was %s when its worker read it %s s ago. An LSN''s first 8 hex digits are the sequence number of its virtual log file: this one''s, %s, lies %s files beyond, more than SQL Server can have filled since (a million a second at most).',
+                              tt.server_name, s.max_lsn, round(age), upper(substr(reported::text, 3, 8)),
+                              vlf - max_vlf),
+              HINT = 'Report the commit LSN of the last change the pipeline has durably applied (Debezium: source.commit_lsn of the last record written); nothing changed.';
+END
+$$;
+
 -- Refuses a report for a consumer whose progress is an Iceberg table's:
 -- only what its snapshots prove may move it.
 CREATE FUNCTION @extschema@._refuse_lake_report(tt @extschema@.tracked_table, consumer text)
@@ -371,9 +437,11 @@ $$;
 
 -- The body of finalize.report_progress: a consumer of a tracked table has
 -- durably applied every change with commit LSN at or below lsn. A lower or
--- equal LSN (a replay) changes nothing, takes no lock and says so; the
+-- equal LSN (a replay) changes nothing, takes no lock and says so; one SQL
+-- Server cannot have reached is refused (_refuse_unreachable_report); the
 -- worker resolves a new one to a commit time on its next cycle, which may
--- advance the verdict. Returns whether the report moved.
+-- advance the verdict (one beyond max LSN stays pending, report_ahead).
+-- Returns whether the report moved.
 CREATE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -408,6 +476,9 @@ BEGIN
                          c.reported_lsn, reported
                 USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
             RETURN false;
+        END IF;
+        IF i = 1 THEN
+            PERFORM @extschema@._refuse_unreachable_report(tt, consumer, reported);
         END IF;
     END LOOP;
     RETURN @extschema@._advance_report(tt.table_id, consumer, reported);

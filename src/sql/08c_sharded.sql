@@ -218,6 +218,12 @@ BEGIN
                   DETAIL = format('A shard is tracked as <sharded table>/<shard>, here %s characters.', length(shard_name)),
                   HINT = 'Choose a shorter label.';
     END IF;
+    -- SQL Server's answer about the table, before any lock is taken (it may
+    -- wait for the network).
+    PERFORM @extschema@._require(source_table, 'source_table');
+    parts := @extschema@._split_mssql_name(source_table, 'source_table');
+    PERFORM @extschema@._check_source_table((@extschema@._tracking_server(caller, server_name)).oid,
+                                            parts[1], parts[2]);
     -- Its verdict, so that shards are added and dropped one at a time, and
     -- its row again once locked: the policy the shard takes is the one
     -- committed last (alter_tracked_table), not the one read before.
@@ -228,8 +234,6 @@ BEGIN
             USING ERRCODE = 'duplicate_object',
                   HINT = format('Choose another label, or drop it first with finalize.drop_shard(%L, %L).', tt.table_name, shard);
     END IF;
-    PERFORM @extschema@._require(source_table, 'source_table');
-    parts := @extschema@._split_mssql_name(source_table, 'source_table');
     SELECT t.shard INTO other FROM @extschema@.tracked_table t
      WHERE t.shard_of = tt.table_id AND t.untracked_at IS NULL AND t.server_name = _add_shard.server_name
        AND t.source_schema = parts[1] AND t.source_name = parts[2];
@@ -243,7 +247,7 @@ BEGIN
     new_id := @extschema@._track_table(caller, shard_name, server_name, source_table, tt.granularity, start_from,
                                        tt.ddl_policy, tt.on_data_loss, tt.event_time_column, tt.event_time_zone,
                                        tt.lateness_policy, tt.allowed_lateness, tt.lateness_quantile,
-                                       tt.lateness_window, tt.period_zone);
+                                       tt.lateness_window, tt.period_zone, false);
     UPDATE @extschema@.tracked_table t SET shard_of = tt.table_id, shard = _add_shard.shard WHERE t.table_id = new_id;
     INSERT INTO @extschema@.derived_input (table_id, input_id) VALUES (tt.table_id, new_id);
     -- The consumers of every shard are this one's too, from the start.
@@ -435,10 +439,7 @@ BEGIN
                reporter_name = coalesce(_alter_sharded_consumer.reporter_name, c.reporter_name)
          WHERE c.table_id = part.table_id AND c.consumer = consumer;
         IF reset THEN
-            UPDATE @extschema@.consumer c
-               SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
-                   mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
-             WHERE c.table_id = part.table_id AND c.consumer = consumer;
+            PERFORM @extschema@._forget_report(part, consumer);
         END IF;
     END LOOP;
     IF reset THEN
@@ -481,7 +482,7 @@ BEGIN
         PERFORM @extschema@._lock_tracked(part.table_id);
         DELETE FROM @extschema@.consumer c WHERE c.table_id = part.table_id AND c.consumer = consumer;
         UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-         WHERE a.kind IN ('consumer_stalled', 'consumer_locked')
+         WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'report_ahead')
            AND a.table_id = part.table_id AND a.subject = consumer AND a.state <> 'resolved';
         PERFORM @extschema@._advance(part.table_id);
     END LOOP;

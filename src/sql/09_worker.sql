@@ -440,7 +440,8 @@ $$;
 -- Stores what the worker resolved a consumer's LSN to: mapped_lsn, the
 -- greatest mapping row at or below for_lsn (itself at most the reported LSN
 -- and the cycle's max LSN), and its commit time; every commit before that
--- time is applied. Ignored when the consumer no longer reports at least
+-- time is applied. A report that was beyond max LSN (report_ahead) is so no
+-- longer. Ignored when the consumer no longer reports at least
 -- for_lsn (dropped, or added again lower, since the worker read it) or its
 -- table is gone; a commit time never moves back. Then the verdict may
 -- advance, in the worker's write transaction. A verdict or consumer row
@@ -482,7 +483,9 @@ BEGIN
            mapped_lsn = CASE WHEN c.commit_time IS NULL OR commit_time > c.commit_time THEN m ELSE c.mapped_lsn END,
            commit_time = GREATEST(c.commit_time, commit_time),
            resolved_at = now(),
-           resolve_error = NULL
+           resolve_error = NULL,
+           condition = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition END,
+           condition_since = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition_since END
      WHERE c.table_id = tt.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     IF FOUND THEN
         PERFORM @extschema@._advance(tt.table_id);
@@ -517,8 +520,51 @@ BEGIN
      WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f
        AND c.resolve_error IS DISTINCT FROM reason;
     IF FOUND AND @extschema@._lock_consumer(_consumer_unresolved.table_id, consumer) THEN
-        UPDATE @extschema@.consumer c SET resolve_error = reason
+        UPDATE @extschema@.consumer c
+           SET resolve_error = reason,
+               condition = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition END,
+               condition_since = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition_since END
          WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
+    END IF;
+END
+$$;
+
+-- Notes that a consumer reported an LSN beyond the max LSN its source's
+-- worker read after the report: SQL Server had not captured that far, so
+-- the pipeline cannot have applied it (a bug, or another database's LSN).
+-- The report stays pending, never resolved to max LSN (which would let
+-- the verdict follow the source without the pipeline); its condition is
+-- report_ahead from now, with the reason in resolve_error, until max LSN
+-- reaches it (_consumer_resolved) or an admin resets the consumer
+-- (alter_consumer(..., reset => true)). Written once, while the consumer
+-- still reports that LSN; a row another transaction holds is skipped.
+CREATE FUNCTION @extschema@._consumer_ahead(
+    table_id     bigint,
+    consumer     text,
+    reported_lsn text,
+    max_lsn      text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    r @extschema@.lsn := @extschema@._lsn_arg(reported_lsn, 'reported_lsn');
+    m @extschema@.lsn := @extschema@._lsn_arg(max_lsn, 'max_lsn');
+BEGIN
+    PERFORM @extschema@._require(r, 'reported_lsn');
+    PERFORM @extschema@._require(m, 'max_lsn');
+    PERFORM 1 FROM @extschema@.consumer c
+     WHERE c.table_id = _consumer_ahead.table_id AND c.consumer = consumer AND c.reported_lsn = r
+       AND c.condition IS DISTINCT FROM 'report_ahead';
+    IF FOUND AND @extschema@._lock_consumer(_consumer_ahead.table_id, consumer) THEN
+        UPDATE @extschema@.consumer c
+           SET condition = 'report_ahead', condition_since = now(),
+               resolve_error = format('LSN %s lies beyond SQL Server''s max LSN %s, read after it was reported: '
+                                      'a pipeline cannot have applied what SQL Server has not captured, so the '
+                                      'report stays pending until capture reaches it', r, m)
+         WHERE c.table_id = _consumer_ahead.table_id AND c.consumer = consumer AND c.reported_lsn = r
+           AND c.condition IS DISTINCT FROM 'report_ahead';
     END IF;
 END
 $$;
@@ -625,12 +671,14 @@ END;
 -- not reported for finalize.consumer_stall_threshold while the table's
 -- source verdict is past the consumer's own is consumer_stalled. Entering
 -- the condition sends an alert on finalize_alert; reporting (or the source
--- standing still) clears it. Writes only what changed. A consumer row
+-- standing still) clears it. A consumer whose report has been beyond max
+-- LSN (report_ahead, _consumer_ahead) for finalize.alert_after opens an
+-- incident of that name. Writes only what changed. A consumer row
 -- another transaction holds is not waited for: its change waits for the
 -- next cycle. Then the holds: one that is over (the row is free, or the
 -- consumer gone) is forgotten; one that has lasted finalize.alert_after
--- opens an incident (consumer_locked). Last, the incidents of both kinds
--- whose condition is gone are resolved.
+-- opens an incident (consumer_locked). Last, the incidents of the three
+-- kinds whose condition is gone are resolved.
 CREATE FUNCTION @extschema@._check_consumers(server_name text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -642,8 +690,9 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name, t.server_name,
-               w.source_until, x.until,
+        SELECT c.table_id, c.consumer, c.condition, c.condition_since, c.reported_lsn, c.reported_at,
+               t.table_name, t.server_name, w.source_until, x.until,
+               (SELECT st.max_lsn FROM @extschema@.source_status st WHERE st.server_name = t.server_name) AS max_lsn,
                coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
                         AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
           FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id)
@@ -665,9 +714,19 @@ BEGIN
             PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                        r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
-        ELSIF NOT r.stalled AND r.condition IS NOT NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
+        -- (IS NOT DISTINCT FROM: a NULL condition must stop the AND before the lock.)
+        ELSIF NOT r.stalled AND r.condition IS NOT DISTINCT FROM 'consumer_stalled'
+              AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
-             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer AND c.condition = 'consumer_stalled';
+        ELSIF r.condition IS NOT DISTINCT FROM 'report_ahead'
+              AND r.condition_since <= now() - @extschema@._alert_after() THEN
+            PERFORM @extschema@._raise_alert('report_ahead', 'warning', r.table_id, r.server_name, r.consumer,
+                format('Consumer "%s" of table "%s" reported LSN %s, beyond what SQL Server had captured (max LSN %s now), and it has been pending since %s: the verdict waits for the consumer. A wrong report is forgotten with SELECT finalize.alter_consumer(%L, %L, reset => true).',
+                       r.consumer, r.table_name, r.reported_lsn, coalesce(r.max_lsn::text, 'unknown'),
+                       r.condition_since, r.table_name, r.consumer),
+                jsonb_build_object('reported_lsn', r.reported_lsn, 'max_lsn', r.max_lsn,
+                                   'since', @extschema@._utc_iso(r.condition_since)));
         END IF;
     END LOOP;
     FOR r IN
@@ -693,11 +752,11 @@ BEGIN
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.alert_id IN (
         SELECT x.alert_id FROM @extschema@.alert x
-         WHERE x.kind IN ('consumer_stalled', 'consumer_locked') AND x.state <> 'resolved'
+         WHERE x.kind IN ('consumer_stalled', 'consumer_locked', 'report_ahead') AND x.state <> 'resolved'
            AND x.table_id IN (SELECT s.id FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id))
            AND NOT EXISTS (SELECT FROM @extschema@.consumer c
-                            WHERE x.kind = 'consumer_stalled' AND c.table_id = x.table_id
-                              AND c.consumer = x.subject AND c.condition = 'consumer_stalled')
+                            WHERE x.kind IN ('consumer_stalled', 'report_ahead') AND c.table_id = x.table_id
+                              AND c.consumer = x.subject AND c.condition = x.kind)
            AND NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
                             WHERE x.kind = 'consumer_locked' AND h.table_id = x.table_id AND h.consumer = x.subject)
            FOR NO KEY UPDATE SKIP LOCKED);

@@ -15,7 +15,8 @@ CREATE TABLE @extschema@.alert (
                                      'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
                                      'late_data', 'release_rejected', 'freshness', 'consumer_locked',
                                      'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
-                                     'table_not_found', 'property_malformed', 'metadata_malformed')),
+                                     'table_not_found', 'property_malformed', 'metadata_malformed',
+                                     'report_ahead')),
     severity         text NOT NULL
                      CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
     table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,

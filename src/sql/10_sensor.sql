@@ -481,9 +481,10 @@ COMMENT ON VIEW @extschema@.status IS
 -- One row per consumer of a tracked (or derived) table: how far it got
 -- (the LSN it reported and its commit time; for a derived table's job, the
 -- processed input watermark in consumer_until), how far its verdict lags
--- the source verdict, and whether it is stalled (consumer_stalled) or its
--- row was held by another transaction when the worker had to write it
--- (consumer_locked).
+-- the source verdict, and whether its row was held by another transaction
+-- when the worker had to write it (consumer_locked: what the worker last
+-- stored may be stale then), its report lies beyond SQL Server's max LSN
+-- (report_ahead) or it is stalled (consumer_stalled).
 CREATE VIEW @extschema@.consumers AS
 SELECT t.table_name,
        c.consumer,
@@ -495,9 +496,9 @@ SELECT t.table_name,
        u.until AS consumer_until,
        CASE WHEN w.source_until > u.until THEN w.source_until - u.until
             WHEN w.source_until <= u.until THEN interval '0' END AS lag,
-       coalesce(l.condition, c.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END) AS condition,
+       coalesce(l.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END, c.condition) AS condition,
        CASE WHEN l.condition IS NOT NULL THEN l.condition_since
-            WHEN c.condition IS NOT NULL THEN c.condition_since ELSE h.since END AS condition_since,
+            WHEN h.since IS NOT NULL THEN h.since ELSE c.condition_since END AS condition_since,
        coalesce(CASE WHEN l.condition IS NOT NULL THEN l.last_error END, c.resolve_error) AS resolve_error,
        l.server_name AS iceberg_server,
        l.iceberg_table,

@@ -110,6 +110,24 @@ ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 }
 
 /*
+ * Notes that a consumer reported an LSN beyond the cycle's max LSN: its
+ * condition becomes report_ahead (SQL writes it once, when it starts; an
+ * incident follows after finalize.alert_after, _check_consumers).
+ */
+void
+ws_consumer_ahead(int64 table_id, const char *consumer, const Lsn *reported, const Lsn *max_lsn)
+{
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(table_id);
+	values[1] = CStringGetTextDatum(consumer);
+	values[2] = db_lsn_datum(reported);
+	values[3] = db_lsn_datum(max_lsn);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_ahead($1, $2, $3, $4)", 4, types, values, NULL);
+}
+
+/*
  * Sets and clears the source's consumer_stalled conditions (and sends their
  * alerts), once per successful cycle, after its tables' writes.
  */

@@ -26,6 +26,8 @@ extern void ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn
 								 const Lsn *mapped_lsn, TimestampTz commit_time);
 extern void ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 								   const char *error);
+extern void ws_consumer_ahead(int64 table_id, const char *consumer, const Lsn *reported,
+							  const Lsn *max_lsn);
 extern void ws_check_consumers(const char *server_name);
 
 #endif							/* FINALIZE_CONSUMER_STATE_H */

@@ -42,9 +42,10 @@ table_index(const TrackedSource *tables, int ntables, int64 table_id)
 
 /*
  * The consumers whose reports need a resolution this cycle (in the current
- * memory context). A report at or beyond max_lsn resolves to max_lsn and its
- * commit time at once. A table whose offset lies beyond max_lsn (a restored
- * database: its LSNs are another history than the reports) is skipped.
+ * memory context). A report of max_lsn resolves to its commit time at once;
+ * one beyond max_lsn stays pending (plan_consumer) and is only noted. A
+ * table whose offset lies beyond max_lsn (a restored database: its LSNs are
+ * another history than the reports) is skipped.
  */
 int
 consumers_plan(const SourceConsumer *consumers, int nconsumers, const TrackedSource *tables,
@@ -74,6 +75,7 @@ consumers_plan(const SourceConsumer *consumers, int nconsumers, const TrackedSou
 			job->mapped = *max_lsn;
 			job->commit_time = max_instant;
 		}
+		job->max_lsn = *max_lsn;
 		n++;
 	}
 	*jobs = out;
@@ -206,6 +208,15 @@ unresolved_step(void *arg)
 	ws_consumer_unresolved(job->consumer->table_id, job->consumer->consumer, &job->target, job->error);
 }
 
+/* Notes that one consumer's report lies beyond max LSN (a subxact_try step). */
+static void
+ahead_step(void *arg)
+{
+	ConsumerJob *job = (ConsumerJob *) arg;
+
+	ws_consumer_ahead(job->consumer->table_id, job->consumer->consumer, &job->target, &job->max_lsn);
+}
+
 /* Checks the source's consumers for stalls (a subxact_try step). */
 static void
 check_step(void *arg)
@@ -215,7 +226,8 @@ check_step(void *arg)
 
 /*
  * In the cycle's write transaction, after the tables' writes: every
- * resolution (or reason it failed) in its own subtransaction (one
+ * resolution (or reason it failed, or a report beyond max LSN) in its own
+ * subtransaction (one
  * consumer's failure costs only that consumer; it is resolved again next
  * cycle; a row another transaction holds is skipped in SQL, never waited
  * for), then the stall check once, also confined: a failure there must
@@ -230,9 +242,12 @@ consumers_record(const char *server_name, ConsumerJob *jobs, int njobs)
 
 	for (int j = 0; j < njobs; j++)
 	{
-		if (!jobs[j].resolved && jobs[j].error == NULL)
+		void		(*step) (void *) = jobs[j].resolved ? record_step :
+			jobs[j].action == CONSUMER_AHEAD ? ahead_step : unresolved_step;
+
+		if (!jobs[j].resolved && jobs[j].error == NULL && jobs[j].action != CONSUMER_AHEAD)
 			continue;
-		if (!subxact_try(jobs[j].resolved ? record_step : unresolved_step, &jobs[j], &e))
+		if (!subxact_try(step, &jobs[j], &e))
 			ereport(WARNING,
 					(errmsg("finalize could not record the progress of consumer \"%s\" of table \"%s\": %s",
 							jobs[j].consumer->consumer, jobs[j].table_name, e->message)));

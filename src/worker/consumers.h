@@ -21,8 +21,9 @@ typedef struct ConsumerJob
 {
 	const SourceConsumer *consumer;
 	const char *table_name;		/* for messages */
-	ConsumerAction action;		/* CONSUMER_AT_MAX or CONSUMER_LOOKUP */
-	Lsn			target;			/* min(reported, max_lsn): what it is resolved for */
+	ConsumerAction action;		/* CONSUMER_AT_MAX, CONSUMER_LOOKUP or CONSUMER_AHEAD */
+	Lsn			target;			/* the reported LSN: what it is resolved for */
+	Lsn			max_lsn;		/* AHEAD: the cycle's max LSN, which it lies beyond */
 	CdcLsnMapping *map;			/* LOOKUP: the read, shared by equal targets */
 	bool		resolved;
 	Lsn			mapped;			/* the mapping row found (max_lsn when AT_MAX) */

@@ -46,6 +46,7 @@
 #include "worker/plan.h"
 #include "worker/record.h"
 #include "worker/table_reads.h"
+#include "worker/unlisted.h"
 #include "worker/worker_state.h"
 
 /* One cycle's state, step to step. */
@@ -305,6 +306,10 @@ plan_and_read(Cycle *c, TablePlan *plans, TableJob *jobs)
 			(plans[i].action == PLAN_READ || plans[i].action == PLAN_BASELINE))
 			to_check[ncheck++] = &jobs[i];
 	}
+	/* A table without a readable capture instance: SQL Server says why. */
+	pgstat_report_activity(STATE_RUNNING, "finalize: asking why tables have no capture instance");
+	unlisted_details(c->run->conn, &c->cfg, jobs, c->ntables);
+	io_interrupts_rethrow();
 	memset(&err, 0, sizeof(err));
 	/*
 	 * Event columns are checked first (a baseline's too, so that a wrong
@@ -417,17 +422,7 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 			judge_gap(&c->cfg, &jobs[i], c->max_instant, w);
 			break;
 		case PLAN_NO_INSTANCE:
-			write_condition(w, COND_NO_CAPTURE_INSTANCE,
-						  c->tables[i].capture_instance != NULL
-						  ? psprintf("Capture instance \"%s\" of %s.%s is not listed by "
-									 "sys.sp_cdc_help_change_data_capture for login \"%s\" as capturing that "
-									 "table, and no other instance of the table is (or the name no longer "
-									 "resolves: OBJECT_ID is NULL).",
-									 c->tables[i].capture_instance, c->tables[i].source_schema,
-									 c->tables[i].source_name, c->cfg.conn.username)
-						  : psprintf("No capture instance of %s.%s is visible to login \"%s\": change data "
-									 "capture is not enabled on the table, or the login may not read it.",
-									 c->tables[i].source_schema, c->tables[i].source_name, c->cfg.conn.username));
+			write_condition(w, COND_NO_CAPTURE_INSTANCE, jobs[i].unlisted_detail);
 			break;
 		case PLAN_SOURCE_REPLACED:
 			write_condition(w, COND_SOURCE_REPLACED,

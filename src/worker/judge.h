@@ -28,6 +28,7 @@ typedef struct TableJob
 	Timestamp  *splits;			/* a commit-time table's period boundaries in
 								 * the server's wall time, its segments split at */
 	int			nsplits;
+	char	   *unlisted_detail;	/* PLAN_NO_INSTANCE: why (unlisted.c) */
 } TableJob;
 
 /* What the cycle does for one table in the write transaction. */

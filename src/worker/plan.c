@@ -372,27 +372,31 @@ plan_loss_resumes(const TrackedSource *table, TimestampTz now, int64 window_usec
 
 /*
  * What a consumer that reported an LSN needs this cycle; *target is the
- * LSN its resolution is for, min(reported, max_lsn), which is what the
- * worker stores as resolved_for:
- *  - a report at or beyond max_lsn can only be trusted up to max_lsn (the
- *    capture has not processed more; the pipeline may have read a newer max
- *    LSN than this cycle did): max_lsn's commit time, no query. Stored as
- *    resolved for max_lsn, it is resolved again once max_lsn moves, until
- *    max_lsn passes the report; stored as resolved for the report, the
- *    consumer would stay at this cycle's max_lsn until it reported again;
+ * LSN its resolution is for, which is what the worker stores as
+ * resolved_for:
+ *  - a report beyond max_lsn is pending (CONSUMER_AHEAD, target the
+ *    report): the consumers were read before max_lsn, so the pipeline
+ *    claims changes SQL Server had not captured when it reported. Such a
+ *    claim is a bug or another database's LSN, and resolving it to
+ *    max_lsn would let the verdict follow the source without the
+ *    pipeline: it stays where its last resolution put it (the condition
+ *    report_ahead says why) until max_lsn reaches the report;
+ *  - a report of max_lsn itself takes max_lsn's commit time, no query;
  *  - below max_lsn, the greatest mapping row at or below it is looked up;
- *  - resolved already for that target: nothing (one query per report).
+ *  - resolved already for the report: nothing (one query per report).
  * resolved_for is NULL when the consumer was never resolved.
  */
 ConsumerAction
 plan_consumer(const Lsn *reported, const Lsn *resolved_for, const Lsn *max_lsn, Lsn *target)
 {
-	bool		at_max = lsn_cmp(reported, max_lsn) >= 0;
+	int			c = lsn_cmp(reported, max_lsn);
 
-	*target = at_max ? *max_lsn : *reported;
+	*target = *reported;
+	if (c > 0)
+		return CONSUMER_AHEAD;
 	if (resolved_for != NULL && lsn_cmp(resolved_for, target) == 0)
 		return CONSUMER_NOTHING;
-	return at_max ? CONSUMER_AT_MAX : CONSUMER_LOOKUP;
+	return c == 0 ? CONSUMER_AT_MAX : CONSUMER_LOOKUP;
 }
 
 /*

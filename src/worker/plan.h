@@ -94,9 +94,10 @@ typedef enum SegmentEvent
 /* What a consumer's reported LSN needs this cycle. */
 typedef enum ConsumerAction
 {
-	CONSUMER_NOTHING,			/* already resolved for min(reported, max_lsn) */
-	CONSUMER_AT_MAX,			/* reported max_lsn or beyond: max_lsn's commit time */
-	CONSUMER_LOOKUP				/* the mapping row at or below the reported LSN */
+	CONSUMER_NOTHING,			/* already resolved for the reported LSN */
+	CONSUMER_AT_MAX,			/* reported max_lsn itself: max_lsn's commit time */
+	CONSUMER_LOOKUP,			/* the mapping row at or below the reported LSN */
+	CONSUMER_AHEAD				/* reported beyond max_lsn: pending, not resolved */
 } ConsumerAction;
 
 extern void plan_table(const TrackedSource *table, const CaptureInstance *instances,

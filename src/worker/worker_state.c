@@ -162,6 +162,19 @@ load_login(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	return NULL;
 }
 
+/*
+ * How to reach a source, as its worker does: the server's options and the
+ * login of its owner's user mapping, else PUBLIC's (in cxt, in a
+ * transaction). Returns NULL, or what is missing.
+ */
+char *
+ws_source_config(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
+{
+	char	   *problem = load_options(server, cxt, cfg);
+
+	return problem != NULL ? problem : load_login(server, cxt, cfg);
+}
+
 /* One row of _source_tables as a TrackedSource (strings in cxt). */
 static void
 decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts)
@@ -317,9 +330,7 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 		db_commit();
 		return problem;
 	}
-	problem = load_options(server, cxt, cfg);
-	if (problem == NULL)
-		problem = load_login(server, cxt, cfg);
+	problem = ws_source_config(server, cxt, cfg);
 	load_tables(server->servername, cxt, tables, ntables);
 	ws_load_consumers(server->servername, cxt, consumers, nconsumers);
 	load_hold(server->servername, cfg);

@@ -6,6 +6,7 @@
 #define FINALIZE_WORKER_STATE_H
 
 #include "datatype/timestamp.h"
+#include "foreign/foreign.h"
 #include "pgtime.h"
 #include "utils/jsonb.h"
 
@@ -29,6 +30,7 @@ typedef struct SourceConfig
 	TimestampTz held_since;
 } SourceConfig;
 
+extern char *ws_source_config(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg);
 extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 							TrackedSource **tables, int *ntables, SourceConsumer **consumers,
 							int *nconsumers, bool *server_gone);

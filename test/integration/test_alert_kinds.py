@@ -497,13 +497,15 @@ def test_a_database_restored_from_an_older_backup_is_an_lsn_regressed_incident(e
 
 
 def test_a_login_that_cannot_see_the_instance_is_a_no_capture_instance_incident(env, sim):
-    sim.call("sim.create_login", login="reader", password="R3ader!pw", cdc_select=1)
+    sim.call("sim.create_login", login="reader", password="R3ader!pw", cdc_select=1, tables="dbo.orders")
     first_commit(sim)
     env.add_source("src_noinst", sim, login="reader", password="R3ader!pw")
-    env.track("k.noinst", "src_noinst")
+    env.track("k.noinst", "src_noinst")          # track_table's check passes: the login may read it
+    sim.call("sim.revoke", login="reader", object="dbo.orders")
     row = wait_counted(env, "no_capture_instance", table="k.noinst", server="src_noinst")
     assert row["severity"] == "critical"
-    assert 'login "reader"' in row["message"] and "dbo.orders" in row["message"], row["message"]
+    assert 'Login "reader" may not read SQL Server table [dbo].[orders].' in row["message"], row["message"]
+    assert "GRANT SELECT ON [dbo].[orders] TO [reader];" in row["message"], row["message"]
     sim.call("sim.grant", login="reader", object="dbo.orders")
     env.wait_caught_up("k.noinst", sim)
     wait_resolved(env, "no_capture_instance", table="k.noinst", server="src_noinst")

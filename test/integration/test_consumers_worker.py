@@ -257,27 +257,118 @@ def test_debezium_lsns_are_accepted_and_stored_in_finalizes_form(env, sim):
     assert env.one("SELECT finalize._lsn_normalize(%s)", ("0000002D:00000F2A:0002",)) == "0x0000002D00000F2A0002"
 
 
-def test_a_report_beyond_max_lsn_is_capped_and_follows_max_lsn(env, sim):
+def incidents(env, kind, consumer):
+    return env.sql("SELECT state, severity, message, detail FROM finalize.alerts "
+                   "WHERE kind = %s AND table_name = %s AND subject = %s ORDER BY alert_id", (kind, TABLE, consumer))
+
+
+def test_a_report_beyond_max_lsn_stays_pending_with_a_condition_and_an_incident(env, sim, pg):
+    """Before the fix, a report beyond SQL Server's max LSN was resolved to max LSN and followed it
+    as capture moved on: a pipeline that reported a bogus LSN (another database's, a placeholder)
+    no longer held the verdict at all, nothing said so, and its honest reports after it were
+    ignored as lower, for ever. Now the report is accepted but stays pending: the consumer keeps
+    what it applied before, its condition is report_ahead (with why), an incident opens after
+    finalize.alert_after, explain_verdict says it, and an admin's reset forgets it. A report SQL
+    Server does reach later is simply resolved then, and the condition and incident clear."""
+    reconfigure(pg, "finalize.alert_after", "1s")
+    try:
+        start_tracking(env, sim)
+        env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "eager"))
+        a = commit(sim, at(9, 5), inserts=1)
+        sim.call("sim.advance", to=at(9, 30))
+        env.wait_caught_up(TABLE, sim)
+        assert report(env, "eager", a) is True
+        wait_resolved(env, "eager", a)
+        top = sim_max_lsn(sim)
+        ahead = plus(top, 0x100000)                     # the same VLF: reachable, but not reached
+        assert report(env, "eager", debezium(ahead)) is True
+
+        # SQL Server moves on past 10:00 (dummy rows) without reaching the report.
+        sim.call("sim.advance", to=at(10, 6))
+        env.wait_caught_up(TABLE, sim)
+        assert sim_max_lsn(sim) < ahead
+        row = env.pg.wait_for(lambda: (lambda r: r if r["condition"] == "report_ahead" else None)(
+            consumer_view(env, "eager")), what=lambda: f"report_ahead: {consumer_view(env, 'eager')}")
+        assert row["reported_lsn"] == ahead and row["condition_since"] is not None
+        assert "beyond SQL Server's max LSN" in row["resolve_error"] and ahead in row["resolve_error"], row
+        assert stored(env, "eager")["resolved_for_lsn"] == a, "the pending report is not resolved to max LSN"
+        wait_cycles(env, 3)
+        assert env.status(TABLE)["source_until"] == at(10, 0)
+        assert until(env) == at(9, 0) == assert_truth(env, sim, a), \
+            "the verdict follows what the consumer applied, not SQL Server's max LSN"
+        why = env.one("SELECT reason FROM finalize.explain_verdict(%s, %s)", (TABLE, at(9, 0)))
+        assert ahead in why and "beyond SQL Server's max LSN" in why, why
+        (state, severity, message, detail), = env.pg.wait_for(
+            lambda: incidents(env, "report_ahead", "eager") or None, what="the report_ahead incident")
+        assert (state, severity) == ("open", "warning"), message
+        assert 'Consumer "eager"' in message and ahead in message and "reset => true" in message, message
+        assert detail["reported_lsn"] == ahead, detail
+
+        # Its honest reports are lower, so ignored (what made a bogus report stick for ever) ...
+        assert report(env, "eager", sim_max_lsn(sim)) is False
+        # ... until an admin forgets the report: the condition and the incident clear at once.
+        env.sql("SELECT finalize.alter_consumer(%s, %s, reset => true)", (TABLE, "eager"))
+        row = consumer_view(env, "eager")
+        assert row["condition"] is None and row["reported_lsn"] is None, row
+        assert [r[0] for r in incidents(env, "report_ahead", "eager")] == ["resolved"]
+        assert until(env) == at(9, 0), "a reset never moves a verdict"
+        top = sim_max_lsn(sim)
+        assert report(env, "eager", top) is True
+        wait_resolved(env, "eager", top)
+        assert wait_until(env, at(10, 0)) == assert_truth(env, sim, top)
+
+        # A report SQL Server reaches a little later (it read a newer LSN than the worker): pending,
+        # then resolved once captured; the condition clears and so does an incident it opened.
+        ahead = plus(top, 0x40)
+        assert report(env, "eager", ahead) is True
+        env.pg.wait_for(lambda: consumer_view(env, "eager")["condition"] == "report_ahead",
+                        what=lambda: f"report_ahead: {consumer_view(env, 'eager')}")
+        env.pg.wait_for(lambda: incidents(env, "report_ahead", "eager")[-1][0] == "open",
+                        what="a second report_ahead incident")
+        while sim_max_lsn(sim) < ahead:
+            sim.call("sim.commit", inserts=1, transactions=10)
+            sim.call("sim.advance", seconds=6)
+        sim.call("sim.advance", to=at(11, 2))
+        env.wait_caught_up(TABLE, sim)
+        wait_resolved(env, "eager", ahead)
+        env.pg.wait_for(lambda: consumer_view(env, "eager")["condition"] is None,
+                        what=lambda: f"the condition to clear: {consumer_view(env, 'eager')}")
+        env.pg.wait_for(lambda: incidents(env, "report_ahead", "eager")[-1][0] == "resolved",
+                        what="the incident to resolve")
+        assert_truth(env, sim, ahead)
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.alert_after")
+        pg.sql("SELECT pg_reload_conf()")
+        pg.sql("DELETE FROM finalize.alert")
+
+
+def test_a_report_sql_server_cannot_have_reached_is_refused(env, sim):
+    """Before the fix, report_progress('...', 'ffffffff:ffffffff:ffff') was accepted, and every
+    honest report after it ignored. Now an LSN whose VLF sequence number lies further beyond the
+    source's max LSN than SQL Server can have written since the worker read it is refused with
+    22023, naming the consumer and the max LSN; nothing changes. Debezium's form still works."""
     start_tracking(env, sim)
-    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "eager"))
-    commit(sim, at(9, 5), inserts=1)
+    env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "buggy"))
+    a = commit(sim, at(9, 5), inserts=1)
     sim.call("sim.advance", to=at(9, 30))
     env.wait_caught_up(TABLE, sim)
-    top = sim_max_lsn(sim)
-    beyond = "0x" + "FF" * 10
-    assert report(env, "eager", beyond) is True
-    row = wait_resolved(env, "eager", top)            # resolved for max LSN, not for what it claimed
-    assert row["reported_lsn"] == beyond and stored(env, "eager")["mapped_lsn"] == top
-    assert as_utc(row["commit_time"]) <= at(9, 30)
-    assert wait_until(env, at(9, 0)) == assert_truth(env, sim, top)
-
-    # Max LSN moves on (dummy rows); the report still covers it: the verdict follows without a new report.
-    sim.call("sim.advance", to=at(10, 6))
-    env.wait_caught_up(TABLE, sim)
-    top = sim_max_lsn(sim)
-    wait_resolved(env, "eager", top)
-    assert wait_until(env, at(10, 0)) == assert_truth(env, sim, top)
-    assert env.status(TABLE)["held_back_by"] is None
+    assert report(env, "buggy", debezium(a)) is True
+    top = env.one("SELECT max_lsn FROM finalize.source_status WHERE server_name = 'erp'")
+    for bad in ["ffffffff:ffffffff:ffff", "0xFFFFFFFFFFFFFFFFFFFF", "7fffffff:00000000:0001",
+                "0x%08X000000000001" % (int(top[2:10], 16) + 0x10000000)]:
+        with pytest.raises(psycopg2.Error) as e:
+            report(env, "buggy", bad)
+        assert e.value.pgcode == "22023", (bad, str(e.value))
+        err = e.value.diag
+        assert 'consumer "buggy" of table "sales.orders"' in err.message_primary, err.message_primary
+        assert "beyond anything SQL Server can have written" in err.message_primary
+        assert top in err.message_detail and "erp" in err.message_detail, err.message_detail
+        assert "source.commit_lsn" in err.message_hint
+    assert stored(env, "buggy")["reported_lsn"] == a, "a refused report changes nothing"
+    # Within reach (the next VLFs): accepted, pending.
+    near = "0x%08X000000010001" % (int(top[2:10], 16) + 2)
+    assert report(env, "buggy", debezium(near)) is True
+    assert stored(env, "buggy")["reported_lsn"] == near
 
 
 def test_a_replayed_lower_lsn_changes_nothing(env, sim):
@@ -486,16 +577,21 @@ def test_a_consumer_row_held_by_an_open_report_costs_only_that_consumer(env, sim
         env.sql("SELECT finalize.add_consumer(%s, 'debezium')", (TABLE,))
         first = commit(sim, at(9, 5), inserts=1)
         sim.call("sim.advance", to=at(9, 10))
-        assert report(env, "debezium", plus(first, 0x100000)) is True   # beyond max LSN: follows it
-        wait_resolved(env, "debezium", sim_max_lsn(sim))
+        top = sim_max_lsn(sim)
+        assert report(env, "debezium", top) is True
+        wait_resolved(env, "debezium", top)
+        # A report a little beyond max LSN (the pipeline read commits capture had not yet
+        # committed): pending until SQL Server's max LSN reaches it.
+        ahead = plus(top, 2)
+        assert report(env, "debezium", ahead) is True
         warnings_before = len(server_log_lines(pg, 'could not record the progress of consumer "debezium"'))
 
         holder = pg.connect(autocommit=False)
         try:
             holder.cursor().execute("SELECT finalize.report_progress(%s, 'debezium', %s)",
-                                    (TABLE, plus(first, 0x200000)))
-            # The pipeline's transaction stays open. SQL Server moves on: each cycle has the
-            # consumer to resolve at the new max LSN, and its row is held.
+                                    (TABLE, plus(ahead, 1)))
+            # The pipeline's transaction stays open. SQL Server moves on past the committed report:
+            # each cycle has the consumer to resolve, and its row is held.
             for minute in (20, 40, 59):
                 sim.call("sim.commit", table="dbo.held_lines", inserts=1, at=at(9, minute))
                 commit(sim, at(9, minute), inserts=1)
@@ -516,14 +612,17 @@ def test_a_consumer_row_held_by_an_open_report_costs_only_that_consumer(env, sim
             assert "debezium" in incident[0][4] and TABLE in incident[0][4], incident
             assert len(server_log_lines(pg, 'could not record the progress of consumer "debezium"')) \
                 == warnings_before, "the hold was logged per cycle"
+            assert sim_max_lsn(sim) > ahead
             assert until(env) == at(9, 0), "the consumer applied only hour 9's first commit as far as it committed"
-            assert_truth(env, sim, plus(first, 0x100000))
+            assert_truth(env, sim, ahead)
         finally:
             holder.commit()
             holder.close()
 
         # Committed: the report is resolved, the condition and the incident clear.
+        wait_resolved(env, "debezium", plus(ahead, 1))
         top = sim_max_lsn(sim)
+        assert report(env, "debezium", top) is True
         wait_resolved(env, "debezium", top)
         wait_until(env, at(10, 0))
         env.pg.wait_for(lambda: consumer_view(env, "debezium")["condition"] is None,

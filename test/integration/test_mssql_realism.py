@@ -12,6 +12,7 @@ import select
 import time
 from pathlib import Path
 
+import psycopg2
 import pymssql
 import pytest
 
@@ -125,10 +126,14 @@ def test_the_readme_login_is_all_the_worker_needs(env, pg):
         # Without the gating role the instance is invisible to the login.
         run_script(sim, "ALTER ROLE [%s] DROP MEMBER [%s];" % (GATING_ROLE, LOGIN))
         env.sql("SELECT finalize.untrack_table('sales.orders')")
-        env.track("sales.orders", "erp")
+        with pytest.raises(psycopg2.Error) as e:
+            env.track("sales.orders", "erp")
+        assert e.value.pgcode == "42501" and e.value.diag.message_primary == \
+            'login "%s" may not read the capture instance of SQL Server table [dbo].[orders]' % LOGIN
+        env.track("sales.orders", "erp", check_source=False)
         st = env.wait_status("sales.orders", lambda s: s.get("condition") == "no_capture_instance",
                              what="no capture instance without the gating role")
-        assert LOGIN in st["condition_detail"]
+        assert 'Login "%s" may not read the capture instance' % LOGIN in st["condition_detail"], st
     finally:
         sim.stop()
 
@@ -243,9 +248,14 @@ def test_a_case_sensitive_database_keeps_dbo_Orders_and_dbo_orders_apart(env):
         assert sum(f["inserts"] for f in env.facts("sales.orders")) == 3
         assert sum(f["inserts"] for f in env.facts("sales.orders_upper")) == 5
         # A name that differs only in case from the source table is another table.
-        env.track("sales.orders_wrong_case", "erp", source_table="DBO.ORDERS")
-        env.wait_status("sales.orders_wrong_case", lambda s: s.get("condition") == "no_capture_instance",
-                        what="DBO.ORDERS does not exist in a case-sensitive database")
+        with pytest.raises(psycopg2.Error) as e:
+            env.track("sales.orders_wrong_case", "erp", source_table="DBO.ORDERS")
+        assert e.value.pgcode == "HV00R" and e.value.diag.message_primary == \
+            'SQL Server table [DBO].[ORDERS] does not exist in database "demo"'
+        env.track("sales.orders_wrong_case", "erp", source_table="DBO.ORDERS", check_source=False)
+        st = env.wait_status("sales.orders_wrong_case", lambda s: s.get("condition") == "no_capture_instance",
+                             what="DBO.ORDERS does not exist in a case-sensitive database")
+        assert st["condition_detail"].startswith("SQL Server table [DBO].[ORDERS] does not exist"), st
     finally:
         sim.stop()
 

@@ -680,6 +680,12 @@ import threading  # noqa: E402
 
 from worker_env import Env, at, new_cluster, sim_clock, sim_max_lsn  # noqa: E402
 
+
+def lsn_after(lsn, n=1):
+    """An LSN n steps after (n < 0: before) another. A report a little beyond max LSN stays pending
+    (report_ahead) until SQL Server's next commits reach it; far beyond, it is refused."""
+    return "0x%020X" % (int(lsn, 16) + n)
+
 TENANT_LOCK_TIMEOUT_S = 3
 
 
@@ -930,15 +936,17 @@ def end_flood(state):
 def held_incident(t, team):
     """An incident of the team's own that its admin acknowledges in a transaction left open,
     and whose condition then clears: the worker has it to resolve. The incident: its pipeline
-    reports beyond max LSN (the worker follows max LSN for it), then reports again in a
-    transaction it keeps open while SQL Server moves on (within the round's hour) and past
-    finalize.alert_after (consumer_locked); then it commits."""
+    reports a little beyond max LSN (pending until SQL Server reaches it), then reports again in
+    a transaction it keeps open while SQL Server moves on past both (within the round's hour)
+    and past finalize.alert_after (consumer_locked); then it commits."""
     pg, sim = t["pg"], t["sim"]
+    top = sim_max_lsn(sim)
     tenant_report(pg, team, "SELECT finalize.report_progress(%s, %s, %s)",
-                  (team.source, team.source_consumer, "0x" + "F" * 19 + "0"))
+                  (team.source, team.source_consumer, lsn_after(top, 1)))
     holder = open_txn(t, team, "SELECT finalize.report_progress(%s, %s, %s)",
-                      (team.source, team.source_consumer, "0x" + "F" * 20), team.pipe)
+                      (team.source, team.source_consumer, lsn_after(top, 2)), team.pipe)
     try:
+        sim.call("sim.commit", table=team.sim_table, inserts=1)
         sim.call("sim.commit", table=team.sim_table, inserts=1)
         sim.call("sim.advance", seconds=60)
         alert_id = pg.wait_for(lambda: tenant_one(
@@ -1031,9 +1039,9 @@ def crafted_found(failures):
 ATTACKS = [
     Attack("its next report_progress left uncommitted before the worker resolved the last",
            lambda t, team: (tenant_report(t["pg"], team, "SELECT finalize.report_progress(%s, %s, %s)",
-                                          (team.source, team.source_consumer, sim_max_lsn(t["sim"]))),
+                                          (team.source, team.source_consumer, lsn_after(sim_max_lsn(t["sim"]), -1))),
                             open_txn(t, team, "SELECT finalize.report_progress(%s, %s, %s)",
-                                     (team.source, team.source_consumer, "0x" + "E" * 20), team.pipe))[1],
+                                     (team.source, team.source_consumer, sim_max_lsn(t["sim"])), team.pipe))[1],
            end_txn, prepare="none"),
     Attack("its report_processed left uncommitted (its source moved)",
            lambda t, team: open_txn(t, team, "SELECT finalize.report_processed(%s, %s, %s)",

@@ -75,9 +75,19 @@ class Env:
         self.sources[name] = sim
 
     def track(self, table, source, source_table="dbo.orders", granularity="1 hour", start_from="max_lsn",
-              ddl_policy="warn", on_data_loss="stop"):
-        return self.one("SELECT finalize.track_table(%s, %s, %s, %s::interval, %s, %s, %s)",
-                        (table, source, source_table, granularity, start_from, ddl_policy, on_data_loss))
+              ddl_policy="warn", on_data_loss="stop", check_source=True):
+        """track_table; check_source=False tracks without its check of the SQL Server table
+        (finalize.source_check_timeout = 0), as a table whose source changes after it was tracked."""
+        conn = self.pg.connect()
+        try:
+            with conn.cursor() as cur:
+                if not check_source:
+                    cur.execute("SET finalize.source_check_timeout = 0")
+                cur.execute("SELECT finalize.track_table(%s, %s, %s, %s::interval, %s, %s, %s)",
+                            (table, source, source_table, granularity, start_from, ddl_policy, on_data_loss))
+                return cur.fetchone()[0]
+        finally:
+            conn.close()
 
     def status(self, table):
         conn = self.pg.connect()

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 
 from . import lsn as L
-from . import sysviews, timeutil
+from . import permissions, sysviews, timeutil
 from . import catalog
 from .catalog import (META_TABLES, SYS_VIEWS, Column, Instance, Login, Table, create_sql, ct_columns, fold, q,
                       update_mask)
@@ -307,11 +307,15 @@ class Database:
     def refresh_sys(self):
         """After DDL: nothing to rebuild, the sys.* views are computed when read (sysviews.dynamic_sql)."""
 
-    def sys_rows(self, name):
-        """Rows of the catalog views sys.schemas, sys.tables, sys.indexes, sys.index_columns, sys.columns."""
+    def sys_rows(self, name, login=None):
+        """Rows of the catalog views sys.schemas, sys.tables, sys.indexes, sys.index_columns, sys.columns.
+        With a login, the tables and their columns and indexes are those it has some permission on
+        (metadata visibility, as OBJECT_ID applies it): a login without a grant on a table sees no row
+        of it, as on SQL Server."""
         if name == "schemas":
             return list(self.schemas.items())
-        objects = [t for t in self.tables.values() if t.kind in ("user", "change_table", "cdc_meta")]
+        objects = [t for t in self.tables.values() if t.kind in ("user", "change_table", "cdc_meta")
+                   and (login is None or permissions.can_see(login, t))]
         if name == "tables":
             tracked = {i.source.object_id for i in self.instances.values()}
             return [(t.name, t.object_id, self.schemas.get(fold(t.schema), 1), int(t.object_id in tracked))

@@ -190,7 +190,7 @@ def dynamic_sql(name, ctx):
                          s.lock_timeout, 0, s.trancount))
         return _values_sql(DYNAMIC[name], rows)
     if name in ("schemas", "tables") or name in STORED:
-        return _values_sql(ctx.db.table("sys", name).columns, ctx.db.sys_rows(name), many=True)
+        return _values_sql(ctx.db.table("sys", name).columns, ctx.db.sys_rows(name, ctx.login), many=True)
     if name == "dm_db_partition_stats":
         rows = []
         for t in ctx.db.tables.values():

@@ -363,7 +363,8 @@ ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
                         'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
                         'late_data', 'release_rejected', 'freshness', 'consumer_locked',
                         'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
-                        'table_not_found', 'property_malformed', 'metadata_malformed'));
+                        'table_not_found', 'property_malformed', 'metadata_malformed',
+                        'report_ahead'));
 
 -- 4c. Tracking from an LSN (track_table's start_from: where a lake's copy
 -- ends, e.g. a Debezium snapshot's commit_lsn), and the table condition
@@ -1307,8 +1308,9 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        SELECT c.table_id, c.consumer, c.condition, c.reported_lsn, c.reported_at, t.table_name, t.server_name,
-               w.source_until, x.until,
+        SELECT c.table_id, c.consumer, c.condition, c.condition_since, c.reported_lsn, c.reported_at,
+               t.table_name, t.server_name, w.source_until, x.until,
+               (SELECT st.max_lsn FROM @extschema@.source_status st WHERE st.server_name = t.server_name) AS max_lsn,
                coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
                         AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
           FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id)
@@ -1330,9 +1332,19 @@ BEGIN
             PERFORM @extschema@._raise_alert('consumer_stalled', 'warning', r.table_id, r.server_name, r.consumer,
                 format('Consumer "%s" of table "%s" has not reported progress since %s while the source moved on to %s; the verdict waits for it.',
                        r.consumer, r.table_name, coalesce(r.reported_at::text, 'it was added'), r.source_until));
-        ELSIF NOT r.stalled AND r.condition IS NOT NULL AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
+        -- (IS NOT DISTINCT FROM: a NULL condition must stop the AND before the lock.)
+        ELSIF NOT r.stalled AND r.condition IS NOT DISTINCT FROM 'consumer_stalled'
+              AND @extschema@._lock_consumer(r.table_id, r.consumer) THEN
             UPDATE @extschema@.consumer c SET condition = NULL, condition_since = NULL
-             WHERE c.table_id = r.table_id AND c.consumer = r.consumer;
+             WHERE c.table_id = r.table_id AND c.consumer = r.consumer AND c.condition = 'consumer_stalled';
+        ELSIF r.condition IS NOT DISTINCT FROM 'report_ahead'
+              AND r.condition_since <= now() - @extschema@._alert_after() THEN
+            PERFORM @extschema@._raise_alert('report_ahead', 'warning', r.table_id, r.server_name, r.consumer,
+                format('Consumer "%s" of table "%s" reported LSN %s, beyond what SQL Server had captured (max LSN %s now), and it has been pending since %s: the verdict waits for the consumer. A wrong report is forgotten with SELECT finalize.alter_consumer(%L, %L, reset => true).',
+                       r.consumer, r.table_name, r.reported_lsn, coalesce(r.max_lsn::text, 'unknown'),
+                       r.condition_since, r.table_name, r.consumer),
+                jsonb_build_object('reported_lsn', r.reported_lsn, 'max_lsn', r.max_lsn,
+                                   'since', @extschema@._utc_iso(r.condition_since)));
         END IF;
     END LOOP;
     FOR r IN
@@ -1358,11 +1370,11 @@ BEGIN
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.alert_id IN (
         SELECT x.alert_id FROM @extschema@.alert x
-         WHERE x.kind IN ('consumer_stalled', 'consumer_locked') AND x.state <> 'resolved'
+         WHERE x.kind IN ('consumer_stalled', 'consumer_locked', 'report_ahead') AND x.state <> 'resolved'
            AND x.table_id IN (SELECT s.id FROM @extschema@._served_tables(_check_consumers.server_name) AS s(id))
            AND NOT EXISTS (SELECT FROM @extschema@.consumer c
-                            WHERE x.kind = 'consumer_stalled' AND c.table_id = x.table_id
-                              AND c.consumer = x.subject AND c.condition = 'consumer_stalled')
+                            WHERE x.kind IN ('consumer_stalled', 'report_ahead') AND c.table_id = x.table_id
+                              AND c.consumer = x.subject AND c.condition = x.kind)
            AND NOT EXISTS (SELECT FROM @extschema@.consumer_hold h
                             WHERE x.kind = 'consumer_locked' AND h.table_id = x.table_id AND h.consumer = x.subject)
            FOR NO KEY UPDATE SKIP LOCKED);
@@ -2623,7 +2635,8 @@ CREATE FUNCTION @extschema@._track_table(
     allowed_lateness  interval DEFAULT interval '0',
     lateness_quantile double precision DEFAULT NULL,
     lateness_window   interval DEFAULT interval '7 days',
-    period_zone       text DEFAULT 'UTC')
+    period_zone       text DEFAULT 'UTC',
+    check_source      boolean DEFAULT true)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -2638,27 +2651,7 @@ DECLARE
     start_at text;
 BEGIN
     PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
-    srv := @extschema@._mssql_server(_track_table.server_name, 'server_name');
-    -- The worker reads tracked tables with the server's login: tracking a
-    -- table through a server is using it.
-    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
-        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
-                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', _track_table.server_name, who);
-    END IF;
-    -- The worker logs in with the user mapping of the server's owner when
-    -- there is one (else PUBLIC's, which USAGE lets a role use): a role
-    -- must not read through a login it could not use itself.
-    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
-       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
-        RAISE EXCEPTION 'permission denied for server %', _track_table.server_name
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
-                                  _track_table.server_name, srv.srvowner::regrole, who),
-                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
-                                srv.srvowner::regrole);
-    END IF;
+    srv := @extschema@._tracking_server(who, _track_table.server_name);
     PERFORM @extschema@._require(_track_table.source_table, 'source_table');
     parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
     PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
@@ -2681,6 +2674,10 @@ BEGIN
                                           _track_table.lateness_policy, _track_table.allowed_lateness,
                                           _track_table.lateness_quantile, _track_table.lateness_window,
                                           _track_table.granularity);
+    -- SQL Server's answer, last: no network wait for a call that is refused anyway.
+    IF check_source THEN
+        PERFORM @extschema@._check_source_table(srv.oid, parts[1], parts[2]);
+    END IF;
 
     BEGIN
         -- Lengths of time are kept without days, so that adding them is
@@ -3457,7 +3454,9 @@ BEGIN
            mapped_lsn = CASE WHEN c.commit_time IS NULL OR commit_time > c.commit_time THEN m ELSE c.mapped_lsn END,
            commit_time = GREATEST(c.commit_time, commit_time),
            resolved_at = now(),
-           resolve_error = NULL
+           resolve_error = NULL,
+           condition = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition END,
+           condition_since = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition_since END
      WHERE c.table_id = tt.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     IF FOUND THEN
         PERFORM @extschema@._advance(tt.table_id);
@@ -3492,7 +3491,10 @@ BEGIN
      WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f
        AND c.resolve_error IS DISTINCT FROM reason;
     IF FOUND AND @extschema@._lock_consumer(_consumer_unresolved.table_id, consumer) THEN
-        UPDATE @extschema@.consumer c SET resolve_error = reason
+        UPDATE @extschema@.consumer c
+           SET resolve_error = reason,
+               condition = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition END,
+               condition_since = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition_since END
          WHERE c.table_id = _consumer_unresolved.table_id AND c.consumer = consumer AND c.reported_lsn >= f;
     END IF;
 END
@@ -4252,6 +4254,12 @@ BEGIN
                   DETAIL = format('A shard is tracked as <sharded table>/<shard>, here %s characters.', length(shard_name)),
                   HINT = 'Choose a shorter label.';
     END IF;
+    -- SQL Server's answer about the table, before any lock is taken (it may
+    -- wait for the network).
+    PERFORM @extschema@._require(source_table, 'source_table');
+    parts := @extschema@._split_mssql_name(source_table, 'source_table');
+    PERFORM @extschema@._check_source_table((@extschema@._tracking_server(caller, server_name)).oid,
+                                            parts[1], parts[2]);
     -- Its verdict, so that shards are added and dropped one at a time, and
     -- its row again once locked: the policy the shard takes is the one
     -- committed last (alter_tracked_table), not the one read before.
@@ -4262,8 +4270,6 @@ BEGIN
             USING ERRCODE = 'duplicate_object',
                   HINT = format('Choose another label, or drop it first with finalize.drop_shard(%L, %L).', tt.table_name, shard);
     END IF;
-    PERFORM @extschema@._require(source_table, 'source_table');
-    parts := @extschema@._split_mssql_name(source_table, 'source_table');
     SELECT t.shard INTO other FROM @extschema@.tracked_table t
      WHERE t.shard_of = tt.table_id AND t.untracked_at IS NULL AND t.server_name = _add_shard.server_name
        AND t.source_schema = parts[1] AND t.source_name = parts[2];
@@ -4277,7 +4283,7 @@ BEGIN
     new_id := @extschema@._track_table(caller, shard_name, server_name, source_table, tt.granularity, start_from,
                                        tt.ddl_policy, tt.on_data_loss, tt.event_time_column, tt.event_time_zone,
                                        tt.lateness_policy, tt.allowed_lateness, tt.lateness_quantile,
-                                       tt.lateness_window, tt.period_zone);
+                                       tt.lateness_window, tt.period_zone, false);
     UPDATE @extschema@.tracked_table t SET shard_of = tt.table_id, shard = _add_shard.shard WHERE t.table_id = new_id;
     INSERT INTO @extschema@.derived_input (table_id, input_id) VALUES (tt.table_id, new_id);
     -- The consumers of every shard are this one's too, from the start.
@@ -4469,10 +4475,7 @@ BEGIN
                reporter_name = coalesce(_alter_sharded_consumer.reporter_name, c.reporter_name)
          WHERE c.table_id = part.table_id AND c.consumer = consumer;
         IF reset THEN
-            UPDATE @extschema@.consumer c
-               SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
-                   mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
-             WHERE c.table_id = part.table_id AND c.consumer = consumer;
+            PERFORM @extschema@._forget_report(part, consumer);
         END IF;
     END LOOP;
     IF reset THEN
@@ -4515,7 +4518,7 @@ BEGIN
         PERFORM @extschema@._lock_tracked(part.table_id);
         DELETE FROM @extschema@.consumer c WHERE c.table_id = part.table_id AND c.consumer = consumer;
         UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-         WHERE a.kind IN ('consumer_stalled', 'consumer_locked')
+         WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'report_ahead')
            AND a.table_id = part.table_id AND a.subject = consumer AND a.state <> 'resolved';
         PERFORM @extschema@._advance(part.table_id);
     END LOOP;
@@ -5351,10 +5354,7 @@ BEGIN
                   HINT = format('Declare it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
     END IF;
     IF reset THEN
-        UPDATE @extschema@.consumer c
-           SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
-               mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL
-         WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+        PERFORM @extschema@._forget_report(tt, consumer);
         -- An Iceberg consumer reads its table again as if for the first time.
         UPDATE @extschema@.lake_consumer l
            SET seen_snapshot_id = NULL, seen_head_id = NULL, seen_head_sequence = NULL, seen_lsn = NULL,
@@ -5402,7 +5402,7 @@ BEGIN
     -- worker forgets its hold, _check_consumers).
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'catalog_unreachable', 'catalog_auth_failed',
-                      'table_not_found', 'property_malformed', 'metadata_malformed')
+                      'table_not_found', 'property_malformed', 'metadata_malformed', 'report_ahead')
        AND a.table_id = tt.table_id AND a.subject = consumer AND a.state <> 'resolved';
     after := @extschema@._advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
@@ -5453,6 +5453,9 @@ BEGIN
                          c.reported_lsn, reported
                 USING DETAIL = 'Reports only move forward (a replay sends older positions again), so nothing changed.';
             RETURN false;
+        END IF;
+        IF i = 1 THEN
+            PERFORM @extschema@._refuse_unreachable_report(tt, consumer, reported);
         END IF;
     END LOOP;
     RETURN @extschema@._advance_report(tt.table_id, consumer, reported);
@@ -6021,9 +6024,9 @@ SELECT t.table_name,
        u.until AS consumer_until,
        CASE WHEN w.source_until > u.until THEN w.source_until - u.until
             WHEN w.source_until <= u.until THEN interval '0' END AS lag,
-       coalesce(l.condition, c.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END) AS condition,
+       coalesce(l.condition, CASE WHEN h.since IS NOT NULL THEN 'consumer_locked' END, c.condition) AS condition,
        CASE WHEN l.condition IS NOT NULL THEN l.condition_since
-            WHEN c.condition IS NOT NULL THEN c.condition_since ELSE h.since END AS condition_since,
+            WHEN h.since IS NOT NULL THEN h.since ELSE c.condition_since END AS condition_since,
        coalesce(CASE WHEN l.condition IS NOT NULL THEN l.last_error END, c.resolve_error) AS resolve_error,
        l.server_name AS iceberg_server,
        l.iceberg_table,
@@ -6955,6 +6958,138 @@ BEGIN ATOMIC
             'acknowledged_at', @extschema@._utc_iso((a).acknowledged_at),
             'acknowledged_by', (a).acknowledged_by, 'acknowledge_note', (a).acknowledge_note));
 END;
+-- 9g. First contact (issue 41): a report beyond SQL Server's max LSN stays
+-- pending (condition report_ahead, an incident after finalize.alert_after)
+-- and one SQL Server cannot have reached is refused; a reset forgets it.
+-- track_table and add_shard check the SQL Server table when called.
+-- ===========================================================================
+ALTER TABLE @extschema@.consumer DROP CONSTRAINT consumer_condition_check,
+    ADD CONSTRAINT consumer_condition_check CHECK (condition IN ('consumer_stalled', 'report_ahead'));
+COMMENT ON COLUMN @extschema@.consumer.condition IS
+    'consumer_stalled (no report for finalize.consumer_stall_threshold while the source moved on), or report_ahead (its reported LSN lies beyond SQL Server''s max LSN: pending, not resolved)';
+
+CREATE FUNCTION @extschema@._consumer_ahead(
+    table_id     bigint,
+    consumer     text,
+    reported_lsn text,
+    max_lsn      text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    r @extschema@.lsn := @extschema@._lsn_arg(reported_lsn, 'reported_lsn');
+    m @extschema@.lsn := @extschema@._lsn_arg(max_lsn, 'max_lsn');
+BEGIN
+    PERFORM @extschema@._require(r, 'reported_lsn');
+    PERFORM @extschema@._require(m, 'max_lsn');
+    PERFORM 1 FROM @extschema@.consumer c
+     WHERE c.table_id = _consumer_ahead.table_id AND c.consumer = consumer AND c.reported_lsn = r
+       AND c.condition IS DISTINCT FROM 'report_ahead';
+    IF FOUND AND @extschema@._lock_consumer(_consumer_ahead.table_id, consumer) THEN
+        UPDATE @extschema@.consumer c
+           SET condition = 'report_ahead', condition_since = now(),
+               resolve_error = format('LSN %s lies beyond SQL Server''s max LSN %s, read after it was reported: '
+                                      'a pipeline cannot have applied what SQL Server has not captured, so the '
+                                      'report stays pending until capture reaches it', r, m)
+         WHERE c.table_id = _consumer_ahead.table_id AND c.consumer = consumer AND c.reported_lsn = r
+           AND c.condition IS DISTINCT FROM 'report_ahead';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@._forget_report(tt @extschema@.tracked_table, consumer text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    UPDATE @extschema@.consumer c
+       SET reported_lsn = NULL, reported_at = NULL, processed_until = NULL, resolved_for_lsn = NULL,
+           mapped_lsn = NULL, commit_time = NULL, resolved_at = NULL, resolve_error = NULL,
+           condition = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition END,
+           condition_since = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition_since END
+     WHERE c.table_id = tt.table_id AND c.consumer = consumer;
+    PERFORM @extschema@._resolve_alerts('report_ahead', tt.table_id, tt.server_name, consumer);
+END
+$$;
+
+CREATE FUNCTION @extschema@._refuse_unreachable_report(tt @extschema@.tracked_table, consumer text,
+                                                       reported @extschema@.lsn)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    s record;
+    vlf bigint := ('x' || substr(reported::text, 3, 8))::bit(32)::bigint;
+    max_vlf bigint;
+    age numeric;
+BEGIN
+    SELECT st.max_lsn, st.last_success - coalesce(st.cycle_time, interval '0') AS read_at INTO s
+      FROM @extschema@.source_status st
+     WHERE st.server_name = tt.server_name AND st.max_lsn IS NOT NULL AND st.last_success IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    max_vlf := ('x' || substr(s.max_lsn::text, 3, 8))::bit(32)::bigint;
+    age := greatest(extract(epoch FROM now() - s.read_at), 0);
+    IF vlf - max_vlf <= 1000000 * (age + 60) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'LSN % reported for consumer "%" of table "%" lies beyond anything SQL Server can have written',
+                    reported, consumer, tt.table_name
+        USING ERRCODE = 'invalid_parameter_value',
+              DETAIL = format('The max LSN of server %s was %s when its worker read it %s s ago. An LSN''s first 8 hex digits are the sequence number of its virtual log file: this one''s, %s, lies %s files beyond, more than SQL Server can have filled since (a million a second at most).',
+                              tt.server_name, s.max_lsn, round(age), upper(substr(reported::text, 3, 8)),
+                              vlf - max_vlf),
+              HINT = 'Report the commit LSN of the last change the pipeline has durably applied (Debezium: source.commit_lsn of the last record written); nothing changed.';
+END
+$$;
+
+-- track_table and add_shard check the SQL Server table when called.
+CREATE FUNCTION @extschema@._tracking_server(who name, server_name text)
+RETURNS pg_catalog.pg_foreign_server
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    srv pg_foreign_server := @extschema@._mssql_server(server_name, 'server_name');
+BEGIN
+    IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %s has no USAGE on the server, and the worker reads tracked tables with the server''s login.', who),
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', server_name, who);
+    END IF;
+    IF EXISTS (SELECT FROM pg_user_mapping m WHERE m.umserver = srv.oid AND m.umuser = srv.srvowner)
+       AND NOT pg_has_role(who, srv.srvowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for server %', server_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('The worker reads the tables of server %s with the user mapping of its owner %s, which role %s may not use.',
+                                  server_name, srv.srvowner::regrole, who),
+                  HINT = format('Track the table as a member of role %s, or let the worker use a PUBLIC user mapping of the server instead.',
+                                srv.srvowner::regrole);
+    END IF;
+    RETURN srv;
+END
+$$;
+
+CREATE FUNCTION @extschema@._check_source_table(server oid, source_schema text, source_name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_check_source_table'
+LANGUAGE C VOLATILE STRICT;
+
+REVOKE ALL ON FUNCTION
+    @extschema@._tracking_server(name, text),
+    @extschema@._check_source_table(oid, text, text),
+    @extschema@._consumer_ahead(bigint, text, text, text),
+    @extschema@._forget_report(@extschema@.tracked_table, text),
+    @extschema@._refuse_unreachable_report(@extschema@.tracked_table, text, @extschema@.lsn)
+    FROM PUBLIC;
 -- ===========================================================================
 -- End of 9f (first contact).
 -- ===========================================================================

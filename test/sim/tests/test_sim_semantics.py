@@ -170,6 +170,43 @@ def test_new_logins_get_no_cdc_select(gated):
     c.close()
 
 
+def test_what_a_login_learns_of_a_table_it_may_not_read(gated):
+    """What finalize's check of a source table (mssql/table_probe.c) relies on, as SQL Server
+    answers: a table that does not exist is Msg 208 and one the login has no permission on is Msg
+    229 (not 208) to a SELECT; OBJECT_ID and sys.tables hide both alike (metadata visibility:
+    before the fix sys.tables listed every table to every login); with SELECT on the table, the
+    login sees it in sys.tables with is_tracked_by_cdc, and the help procedure lists its capture
+    instance only without a gating role or as a member of it."""
+    sim = gated
+    sim.call("sim.create_table", name="plain", columns="id int, v int")
+    sim.call("sim.create_login", login="nosel", password="N0sel!pw")
+    c = sim.connect(login="nosel", password="N0sel!pw")
+    missing = error_of(lambda: run(c, "SELECT TOP (0) 1 AS finalize_probe FROM [dbo].[nope];"))
+    assert "208" in missing and "Invalid object name 'dbo.nope'." in missing, missing
+    denied = error_of(lambda: run(c, "SELECT TOP (0) 1 AS finalize_probe FROM [dbo].[orders];"))
+    assert "229" in denied and \
+        "The SELECT permission was denied on the object 'orders', database 'demo', schema 'dbo'." in denied
+    assert run(c, "SELECT OBJECT_ID(N'[dbo].[orders]'), OBJECT_ID(N'[dbo].[nope]')") == [[(None, None)]]
+    assert run(c, "SELECT t.name FROM sys.tables AS t") == [[]], "no table is visible without a permission"
+    assert run(c, "SELECT c.name FROM sys.columns AS c") == [[]]
+    assert run(c, "EXEC sys.sp_cdc_help_change_data_capture") == [[]]
+    c.close()
+
+    sim.execute("GRANT SELECT ON [dbo].[plain] TO [nosel]; GRANT SELECT ON [dbo].[pay] TO [nosel]")
+    c = sim.connect(login="nosel", password="N0sel!pw")
+    assert run(c, "SELECT TOP (0) 1 AS finalize_probe FROM [dbo].[plain];") == [[]]
+    assert run(c, "SELECT t.name, CONVERT(int, t.is_tracked_by_cdc) FROM sys.tables AS t ORDER BY t.name") == \
+        [[("pay", 1), ("plain", 0)]]
+    # dbo.pay has CDC, gated by cdc_reader: not listed until the login's user is a member.
+    assert run(c, "EXEC sys.sp_cdc_help_change_data_capture") == [[]]
+    sim.execute("ALTER ROLE [cdc_reader] ADD MEMBER [nosel]")
+    assert [r[2] for r in run(c, "EXEC sys.sp_cdc_help_change_data_capture")[0]] == ["dbo_pay"]
+    assert [r[0] for r in run(sim.connect(), "SELECT t.name FROM sys.tables AS t WHERE t.name IN "
+                                              "(N'orders', N'pay', N'plain') ORDER BY t.name")[0]] == \
+        ["orders", "pay", "plain"], "sa sees every table"
+    c.close()
+
+
 def test_dba_script_runs_verbatim_and_grants_least_privilege(gated):
     sim = gated
     # Before the script: no login.
