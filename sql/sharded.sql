@@ -298,6 +298,52 @@ SELECT partition, generation, prefix FROM finalize.published
  WHERE table_id = finalize._tracked_id('g.orders') ORDER BY partition;
 SELECT partition, released, report -> 'catalog' ->> 'shard' AS shard, report -> 'catalog' ->> 'location' AS location
   FROM finalize.release WHERE table_id = finalize._tracked_id('g.orders') ORDER BY release_id;
+-- A release publishes its whole location: where the catalog places another shard's partition
+-- (or every shard's) at it, one shard's verdict does not release it, however the release
+-- names the shard. Shard b is final until 11:00: hours 20 to 23 are shard a's alone.
+CREATE FUNCTION g_gate_on(tbl text, partition text, prefix text, period_start timestamptz,
+                          generation text DEFAULT 'g1', OUT released boolean, OUT codes text)
+LANGUAGE sql
+BEGIN ATOMIC
+    SELECT g.released, (SELECT string_agg(p ->> 'code', ' ' ORDER BY n) FROM jsonb_array_elements(g.problems)
+                                                                       WITH ORDINALITY AS x(p, n))
+      FROM finalize.release_gate(jsonb_build_object('table', tbl, 'partition', partition, 'generation', generation,
+                                                    'store', 'file:///tmp', 'prefix', prefix,
+                                                    'period_start', period_start, 'empty', true,
+                                                    'files', '{}'::jsonb)) AS g;
+END;
+-- A shard named as the table, at the location the sharded table registers for every shard.
+SELECT finalize.register_partition('g.orders/a', 'hour=23', 'all/dt=2026-11-29/hour=23/', '2026-11-29 23:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'hour=23', 'all/dt=2026-11-29/hour=23/', '2026-11-29 23:00+00');
+SELECT * FROM g_last_problem;
+-- ... or at the location the sharded table's projection gives shard b.
+SELECT finalize.register_partition('g.orders/a', 'hour=22', 'db=b/dt=2026-11-29/hour=22/', '2026-11-29 22:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'hour=22', 'db=b/dt=2026-11-29/hour=22/', '2026-11-29 22:00+00');
+SELECT * FROM g_last_problem;
+-- A key that names the shard, placed by a template without {shard}: every shard's location.
+SELECT finalize.set_projection('g.orders', 'dt={date}/hour={hour}/', '2026-11-01', '2026-12-01');
+SELECT * FROM g_gate_on('g.orders', 'shard=a/dt=2026-11-29/hour=21', 'dt=2026-11-29/hour=21/', '2026-11-29 21:00+00');
+SELECT * FROM g_last_problem;
+-- A location registered for two shards, by key or by shard.
+SELECT finalize.register_partition('g.orders', 'shard=b/hour=20', 'both/hour=20/', '2026-11-29 20:00+00');
+SELECT finalize.register_partition('g.orders', 'shard=a/hour=20', 'both/hour=20/', '2026-11-29 20:00+00');
+SELECT * FROM g_gate_on('g.orders', 'shard=a/hour=20', 'both/hour=20/', '2026-11-29 20:00+00');
+SELECT finalize.register_partition('g.orders/b', 'hour=20', 'two/hour=20/', '2026-11-29 20:00+00');
+SELECT finalize.register_partition('g.orders/a', 'hour=20', 'two/hour=20/', '2026-11-29 20:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'hour=20', 'two/hour=20/', '2026-11-29 20:00+00');
+-- A shard's own location, which nothing else places anything at, is its own.
+SELECT finalize.register_partition('g.orders/a', 'hour=19', 'own/a/hour=19/', '2026-11-29 19:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'hour=19', 'own/a/hour=19/', '2026-11-29 19:00+00');
+-- Retirement: a shard's superseded generation inside the location the sharded table's
+-- projection gives its period is live data, never listed for deletion.
+SELECT finalize.register_partition('g.orders/a', 'hour=12', 'old/hour=12/', '2026-11-29 12:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'hour=12', 'old/hour=12/', '2026-11-29 12:00+00');
+SELECT finalize.register_partition('g.orders/a', 'hour=12', 'new/hour=12/', '2026-11-29 12:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'hour=12', 'new/hour=12/', '2026-11-29 12:00+00', 'g2');
+SELECT partition, generation, prefix FROM finalize.retired_generations('g.orders/a', '0');
+SELECT finalize.set_projection('g.orders', 'old/hour={hour}/', '2026-11-01', '2026-12-01');
+SELECT partition, generation, prefix FROM finalize.retired_generations('g.orders/a', '0');
+DROP FUNCTION g_gate_on(text, text, text, timestamptz, text);
 SELECT finalize.untrack_table('g.orders', keep_facts => false);
 DROP VIEW g_last_problem;
 DROP FUNCTION g_gate(text, text, text, timestamptz);

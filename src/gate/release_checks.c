@@ -22,6 +22,10 @@
  * A partition of a sharded table may hold one shard (the manifest's
  * "shard", else its key's shard=<label>): its periods are final when that
  * shard's are, and a shard the table does not have is unknown_shard.
+ * A release publishes its whole location: where the catalog also places
+ * another shard's partition there (a template without {shard}, a location
+ * registered for two shards) or other periods (dt={date}/ on an hourly
+ * table), one shard's verdict or the manifest's periods cannot release it.
  *
  * Every query is schema-qualified and uses no operator, cast or
  * unqualified name: it runs as the extension's owner.
@@ -441,6 +445,70 @@ check_period_facts(const Manifest *m, const GateTable *t, const GatePeriod *p, i
 	return f[FACT_FACTS];
 }
 
+/* The columns of the location sharers query, by position. */
+enum
+{
+	SHARE_CODE, SHARE_ENTRY, SHARE_HOLDS, SHARE_START, SHARE_END, SHARE_SCOPE, SHARE_SHARDED, SHARE_NCOLS
+};
+
+/*
+ * Adds the problems of a location that the catalog shares with what this
+ * release does not check (_location_sharers): another shard's or every
+ * shard's partition placed at or inside it, when the release is one
+ * shard's (unknown_shard), or other periods (catalog_mismatch). Its
+ * listing would be released whole, on the verdict of one shard and of the
+ * manifest's periods.
+ */
+static void
+location_sharers_problems(const Manifest *m, const GateTable *t, const GatePeriod *p, ProblemList *problems)
+{
+	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[6] = {Int64GetDatum(t->table_id), CStringGetTextDatum(m->partition),
+		CStringGetTextDatum(m->prefix), TimestampTzGetDatum(p->start), TimestampTzGetDatum(p->end),
+	t->shard ? CStringGetTextDatum(t->shard) : (Datum) 0};
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', t->shard ? ' ' : 'n'};
+
+	if (SPI_execute_with_args("SELECT s.code, s.entry, s.holds, s.entry_start, s.entry_end, s.scope, "
+							  "s.sharded_table FROM " FINALIZE_SCHEMA "._location_sharers($1, $2, $3, $4, $5, $6) AS s",
+							  6, types, values, nulls, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read what else the catalog places at \"%s\"", m->prefix);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *v[SHARE_NCOLS];
+		bool		null_start;
+		bool		null_end;
+		TimestampTz start = DatumGetTimestampTz(SPI_getbinval(row, desc, SHARE_START + 1, &null_start));
+		TimestampTz end = DatumGetTimestampTz(SPI_getbinval(row, desc, SHARE_END + 1, &null_end));
+
+		for (int c = 0; c < SHARE_NCOLS; c++)
+			v[c] = SPI_getvalue(row, desc, c + 1);
+		if (strcmp(v[SHARE_CODE], "unknown_shard") == 0)
+			problem_add(problems, "unknown_shard", NULL,
+						psprintf("Partition \"%s\" of \"%s\" is released as shard \"%s\"'s alone, but the catalog "
+								 "%s, at or inside this generation's location \"%s\", which therefore holds %s as "
+								 "well: shard \"%s\"'s verdict cannot release them. Give each shard's partitions "
+								 "locations of their own (a projection of \"%s\" with {shard}, or a registration "
+								 "per shard), or release the partition of \"%s\" without a shard once every shard "
+								 "is final.",
+								 m->partition, m->table, v[SHARE_SCOPE], v[SHARE_ENTRY], m->prefix,
+								 v[SHARE_HOLDS] ? psprintf("shard \"%s\"'s rows", v[SHARE_HOLDS])
+								 : pstrdup("every shard's rows"),
+								 v[SHARE_SCOPE], v[SHARE_SHARDED], v[SHARE_SHARDED]));
+		else
+			problem_add(problems, "catalog_mismatch", NULL,
+						psprintf("Partition \"%s\" of \"%s\" holds the periods %s, but the catalog %s, at or "
+								 "inside this generation's location \"%s\", which therefore holds %s as well, "
+								 "whose finality this release does not check. Give \"period_end\" (or register "
+								 "the partition with the periods) so that it holds every period its location "
+								 "does, or give each partition a location of its own.",
+								 m->partition, m->table, span_text(t, p->start, p->end), v[SHARE_ENTRY], m->prefix,
+								 null_start || null_end ? pstrdup("periods it does not name")
+								 : psprintf("the periods %s", span_text(t, start, end))));
+	}
+}
+
 /*
  * Locks the partition, then resolves the periods it holds and checks the
  * catalog view and the CDC facts, in that order, adding every problem
@@ -480,6 +548,9 @@ check_partition(const Manifest *m, const GateTable *t, int64 listed, ProblemList
 	/* A shard the sharded table does not have has no verdict to check against. */
 	if (t->shard_problem != NULL)
 		problem_add(problems, "unknown_shard", NULL, t->shard_problem);
+	/* Nor may its location hold what another shard or other periods hold. */
+	if (!m->external_catalog && period->known)
+		location_sharers_problems(m, t, period, problems);
 	/* What the CDC facts say about those periods. */
 	*facts_json = period->known && t->verdict_table != NULL ?
 		check_period_facts(m, t, period, listed, problems) : NULL;

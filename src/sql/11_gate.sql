@@ -404,6 +404,102 @@ BEGIN
 END
 $$;
 
+-- What else the catalog places at or inside a generation's location
+-- ("location", ending in "/"): a partition released there on the verdict
+-- of one shard and of the periods [period_start, period_end) is complete
+-- only if the location holds nothing of another shard or of other
+-- periods. The other partitions' registered locations and published
+-- prefixes (Iceberg releases aside, whose files are their snapshots'), and
+-- what a projection renders for the periods next to these, of the table
+-- and of every table of its sharded table (the sharded table and each
+-- shard, dropped ones included: their files stay), are such evidence: a
+-- template without {shard} places every shard's partition of a period at
+-- one location, a coarser template (dt={date}/ on an hourly table) the
+-- neighbouring periods, and a location registered for two shards holds
+-- both. At most one row per problem, the first such entry by location:
+-- unknown_shard when the release is one shard's (scope: the sharded
+-- table's partition of shard "shard", or a shard named as the table) and
+-- the entry holds another shard or every shard (holds NULL),
+-- catalog_mismatch when the entry's periods, [entry_start, entry_end)
+-- (NULL: not known), are not inside the release's. entry says what the
+-- catalog does, for the problem's detail.
+CREATE FUNCTION @extschema@._location_sharers(table_id bigint, partition text, location text,
+                                              period_start timestamptz, period_end timestamptz, shard text)
+RETURNS TABLE (code text, entry text, holds text, entry_start timestamptz, entry_end timestamptz,
+               scope text, sharded_table text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+    root bigint;
+    label text;
+    upper text := left(location, -1) || '0';
+    near timestamptz[];
+BEGIN
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _location_sharers.table_id;
+    root := coalesce(tt.shard_of, tt.table_id);
+    label := CASE WHEN tt.shard_of IS NOT NULL THEN tt.shard ELSE shard END;
+    -- The period before the partition's, its first one and the one after it.
+    near := ARRAY[@extschema@.period_start(period_start - interval '1 microsecond', tt.granularity, tt.period_zone),
+                  period_start, period_end];
+    RETURN QUERY
+    WITH family AS (
+        SELECT x.table_id, x.table_name, x.shard FROM @extschema@.tracked_table x
+         WHERE x.table_id = root OR x.shard_of = root),
+    entries AS (
+        SELECT rtrim(g.location, '/') || '/' AS at,
+               format('registers partition "%s" of "%s" at "%s"', g.partition, f.table_name, g.location) AS what,
+               coalesce(f.shard, (regexp_match(g.partition, '(?:^|/)shard=([^/]*)'))[1]) AS holder,
+               g.period_start AS p_start, g.period_end AS p_end
+          FROM @extschema@.partition_registration g JOIN family f ON f.table_id = g.table_id
+         WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") >= (location COLLATE "C")
+           AND ((rtrim(g.location, '/') || '/') COLLATE "C") < (upper COLLATE "C")
+           AND NOT (g.table_id = _location_sharers.table_id AND g.partition = _location_sharers.partition)
+        UNION ALL
+        SELECT q.prefix,
+               format('publishes generation "%s" of partition "%s" of "%s" at "%s"', q.generation, q.partition,
+                      f.table_name, q.prefix),
+               coalesce(f.shard, r.report -> 'catalog' ->> 'shard'), r.period_start, r.period_end
+          FROM @extschema@.published q JOIN family f ON f.table_id = q.table_id
+          JOIN @extschema@.release r ON r.release_id = q.release_id
+         WHERE (q.prefix COLLATE "C") >= (location COLLATE "C") AND (q.prefix COLLATE "C") < (upper COLLATE "C")
+           AND NOT (q.table_id = _location_sharers.table_id AND q.partition = _location_sharers.partition)
+           AND NOT coalesce(r.manifest ? 'iceberg', false)
+        UNION ALL
+        SELECT v.at,
+               format('projects %s of "%s" at "%s" (template "%s")',
+                      CASE WHEN v.holder IS NOT NULL THEN format('shard "%s"''s partition', v.holder)
+                           WHEN tt.kind = 'sharded' OR tt.shard_of IS NOT NULL THEN 'every shard''s partition'
+                           ELSE 'the partition' END, f.table_name, v.at, j.location_template),
+               v.holder, c.p, @extschema@.period_end(c.p, tt.granularity, tt.period_zone)
+          FROM @extschema@.projection j JOIN family f ON f.table_id = j.table_id
+         CROSS JOIN LATERAL unnest(near) AS c(p)
+         -- A shard's own template renders its shard; a sharded table's with
+         -- {shard} every shard it ever had; one without {shard}, every shard.
+         CROSS JOIN LATERAL (
+             SELECT coalesce(f.shard, s.label) AS holder,
+                    @extschema@.render_location(j.location_template, c.p, tt.period_zone,
+                                                coalesce(f.shard, s.label, '{shard}')) AS at
+               FROM (SELECT x.shard FROM @extschema@.tracked_table x
+                      WHERE f.shard IS NULL AND strpos(j.location_template, '{shard}') > 0 AND x.shard_of = f.table_id
+                     UNION ALL
+                     SELECT NULL WHERE f.shard IS NOT NULL OR strpos(j.location_template, '{shard}') = 0) AS s(label)) AS v
+         WHERE c.p >= j.range_start AND c.p < j.range_end AND starts_with(v.at, location)),
+    problems AS (
+        SELECT 'unknown_shard' AS code, e.* FROM entries e
+         WHERE label IS NOT NULL AND e.holder IS DISTINCT FROM label
+        UNION ALL
+        SELECT 'catalog_mismatch', e.* FROM entries e
+         WHERE NOT coalesce(e.p_start >= period_start AND e.p_end <= period_end, false))
+    SELECT DISTINCT ON (p.code) p.code, p.what, p.holder, p.p_start, p.p_end, label,
+           (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = root)
+      FROM problems p
+     ORDER BY p.code, p.at COLLATE "C", p.p_start DESC NULLS FIRST, p.what;
+END
+$$;
+
 -- The catalog view of one partition, as the gate sees it: where the catalog
 -- points (registration first, else projection), or why it cannot. shard:
 -- the label of the shard the partition holds, on a sharded table ({shard}
@@ -730,9 +826,11 @@ RETURN ARRAY(SELECT left(prefix, p) FROM generate_series(1, length(prefix)) AS p
 
 -- Whether a generation's prefix (ending in "/") contains or lies inside a
 -- location readers may be sent to: a published prefix or a registered
--- location of any partition, or what its table's projection gives its
--- period (of any shard of a sharded table). Descendants are a range: in bytewise order every key starting
--- with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
+-- location of any partition, or what a projection gives its period: its
+-- table's, or another's of its sharded table (a shard's generation inside
+-- the sharded table's projected location is live data too), rendered for
+-- every shard ({shard}). Descendants are a range: in bytewise order every
+-- key starting with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
 CREATE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -755,7 +853,12 @@ RETURN right(_overlaps_live.prefix, 1) <> '/'
                                                                        t.period_zone, x.label) AS location
                                       FROM (SELECT s.shard FROM @extschema@.tracked_table s WHERE s.shard_of = t.table_id
                                             UNION ALL SELECT '{shard}') AS x(label)) AS r
-                WHERE j.table_id = _overlaps_live.table_id
+                -- of the table, or of any table of its sharded table (the sharded
+                -- table and its shards: one lake table's locations)
+                WHERE j.table_id IN (SELECT x.table_id FROM @extschema@.tracked_table x
+                                       JOIN @extschema@.tracked_table me
+                                         ON coalesce(me.shard_of, me.table_id) IN (x.table_id, x.shard_of)
+                                      WHERE me.table_id = _overlaps_live.table_id)
                   AND _overlaps_live.period_start >= j.range_start AND _overlaps_live.period_start < j.range_end
                   AND (starts_with(r.location, _overlaps_live.prefix) OR starts_with(_overlaps_live.prefix, r.location)));
 

@@ -186,3 +186,38 @@ def test_an_unacknowledged_loss_inside_a_span_holds_it(pg, tables, store):
            "'2026-11-28 09:00+00')")
     files = one_file(store, "d=loss/g2/")
     assert gate(pg, dict(m, generation="g2", prefix="d=loss/g2/", files=files))[:2] == (True, [])
+
+
+def test_a_location_that_holds_other_periods_is_not_released_on_one_periods_verdict(pg, tables, store):
+    """A release publishes its whole location. A projection coarser than the partition (d={date}/ on an
+    hourly table) places every hour of the day at d=2026-11-28/: released as hour 09, which is final, it
+    published hours 10 to 23, which are not. A registered location that holds the location registered for
+    another hour is the same."""
+    pg.sql("SELECT finalize.set_projection('g.hourly', 'd={date}/', '2026-11-01', '2026-12-01')")
+    m = {"table": "g.hourly", "partition": "d=2026-11-28", "generation": "g1", "store": "file://" + store,
+         "prefix": "d=2026-11-28/", "files": one_file(store, "d=2026-11-28/"), "period_start": "2026-11-28T09:00:00Z"}
+    released, codes, problems = gate(pg, m)
+    assert (released, codes) == (False, ["catalog_mismatch"]), problems
+    detail = problems[0]["detail"]
+    assert 'template "d={date}/"' in detail and "[2026-11-28T10:00:00+00:00, 2026-11-28T11:00:00+00:00)" in detail, detail
+    assert pg.sql("SELECT finalize.released_generation('g.hourly', 'd=2026-11-28')")[0][0] is None
+    # As the whole day it holds, it waits for every hour of it (10:00 is not final) ...
+    day = dict(m, period_start="2026-11-28T00:00:00Z", period_end="2026-11-29T00:00:00Z")
+    released, codes, problems = gate(pg, day)
+    assert (released, codes) == (False, ["not_finalized"]), problems
+    # ... and the day before, final, is released.
+    before = dict(day, partition="d=2026-11-27", prefix="d=2026-11-27/", files=one_file(store, "d=2026-11-27/"),
+                  period_start="2026-11-27T00:00:00Z", period_end="2026-11-28T00:00:00Z")
+    assert gate(pg, before)[:2] == (True, [])
+
+    # Registered: hour 09's location "n/" holds the one registered for hour 11.
+    pg.sql("SELECT finalize.register_partition('g.hourly', 'h=11', 'n/h=11/', '2026-11-28 11:00+00')")
+    pg.sql("SELECT finalize.register_partition('g.hourly', 'h=09', 'n/', '2026-11-28 09:00+00')")
+    m = {"table": "g.hourly", "partition": "h=09", "generation": "g1", "store": "file://" + store,
+         "prefix": "n/", "files": one_file(store, "n/")}
+    released, codes, problems = gate(pg, m)
+    assert (released, codes) == (False, ["catalog_mismatch"]), problems
+    assert 'registers partition "h=11" of "g.hourly" at "n/h=11/"' in problems[0]["detail"], problems
+    # Registered elsewhere, hour 11 no longer shares it.
+    pg.sql("SELECT finalize.register_partition('g.hourly', 'h=11', 'm/h=11/', '2026-11-28 11:00+00')")
+    assert gate(pg, m)[:2] == (True, [])

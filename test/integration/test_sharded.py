@@ -346,3 +346,57 @@ def test_a_debezium_pipeline_reporting_per_source_db_holds_and_moves_the_table(e
     assert_truth(env, shards, {k: v[0] for k, v in applied.items()}, held)
     assert wait_sharded(env, provable(held, captured_until(shards), applied)) == at(12, 0)
     assert final(env, TABLE, at(11, 0)) is True
+
+
+def test_a_location_of_every_shard_is_never_released_on_one_shards_verdict(env, shards, store):
+    """A release publishes its whole location. Where the catalog places every shard's hour 12 (the
+    sharded table registers it, or projects it by a template without {shard}), the location holds
+    db02's rows too: released on db01's verdict, by naming the shard as the table
+    ("sales.orders/db01") or in the key (shard=db01/...), it published an hour db02 had not captured.
+    Such a release is unknown_shard; the partition of every shard is released once every shard is
+    final."""
+    env.sql("SELECT finalize.drop_consumer(%s, 'debezium')", (TABLE,))
+    lagging = shards["db02"]
+    lagging.call("sim.capture_stop")
+    for label, sim in shards.items():
+        commit(sim, at(12, 20 + 5 * SHARDS.index(label)), inserts=2)
+    advance_all(shards, at(13, 5))
+    for label in ("db01", "db03"):
+        env.wait_caught_up(shard(label), shards[label])
+        env.pg.wait_for(lambda: until(env, shard(label)) == at(13, 0), what=f"{label} at 13:00")
+    assert_truth(env, shards)
+    assert final(env, shard("db01"), at(12, 0)) is True and final(env, TABLE, at(12, 0)) is False
+
+    # The lake writes every shard's rows of hour 12 to one location.
+    files = {}
+    for label in SHARDS:
+        write_file(store, f"all/hour=12/{label}.parquet", b"12345")
+        files[f"all/hour=12/{label}.parquet"] = 5
+
+    def gate_at(table, partition, generation):
+        manifest = {"table": table, "partition": partition, "generation": generation,
+                    "store": "file://" + store, "prefix": "all/hour=12/",
+                    "period_start": at(12, 0).isoformat(), "files": files}
+        released, _, problems = env.sql("SELECT * FROM finalize.release_gate(%s)", (json.dumps(manifest),))[0]
+        return released, [p["code"] for p in problems], problems
+
+    env.sql("SELECT finalize.register_partition(%s, 'hour=12', 'all/hour=12/', %s)", (TABLE, at(12, 0)))
+    env.sql("SELECT finalize.register_partition(%s, 'hour=12', 'all/hour=12/', %s)", (shard("db01"), at(12, 0)))
+    released, codes, problems = gate_at(shard("db01"), "hour=12", "g1")
+    assert not released and codes == ["unknown_shard"], problems
+    assert 'registers partition "hour=12" of "sales.orders"' in problems[0]["detail"], problems
+    assert env.one("SELECT finalize.released_generation(%s, 'hour=12')", (shard("db01"),)) is None
+    env.sql("SELECT finalize.set_projection(%s, 'all/hour={hour}/', '2026-11-01', '2026-12-01')", (TABLE,))
+    released, codes, problems = gate_at(TABLE, "shard=db01/hour=12", "g1")
+    assert not released and codes == ["unknown_shard"], problems
+    assert published(env, "shard=db01/hour=12") is None
+
+    # db02 captures again: hour 12 is final in every shard, and released as every shard's.
+    lagging.call("sim.capture_start")
+    lagging.call("sim.advance", seconds=10)
+    env.wait_caught_up(shard("db02"), lagging)
+    verdict, truth = assert_truth(env, shards)
+    assert wait_sharded(env, truth) == at(13, 0)
+    released, codes, problems = gate_at(TABLE, "hour=12", "g1")
+    assert (released, codes) == (True, []), problems
+    assert published(env, "hour=12") == ("g1", "all/hour=12/")
