@@ -132,7 +132,7 @@ def test_case_2_a_registered_partition_without_period_start_is_checked_against_i
 
 def test_no_period_under_a_projection_either(pg, tables, store):
     """A projection places a period's partition; a manifest that names none cannot be checked."""
-    pg.sql("SELECT finalize.set_projection('g.hourly', 'h={hour}/', '2026-11-01', '2026-12-01')")
+    pg.sql("SELECT finalize.set_projection('g.hourly', 'h={hour}/', '2026-11-28', '2026-11-29')")
     files = one_file(store, "h=09/")
     m = {"table": "g.hourly", "partition": "h=09", "generation": "g1", "store": "file://" + store,
          "prefix": "h=09/", "files": files}
@@ -191,8 +191,8 @@ def test_an_unacknowledged_loss_inside_a_span_holds_it(pg, tables, store):
 def test_a_location_that_holds_other_periods_is_not_released_on_one_periods_verdict(pg, tables, store):
     """A release publishes its whole location. A projection coarser than the partition (d={date}/ on an
     hourly table) places every hour of the day at d=2026-11-28/: released as hour 09, which is final, it
-    published hours 10 to 23, which are not. A registered location that holds the location registered for
-    another hour is the same."""
+    published hours 10 to 23, which are not. So did a template without the date (h={hour}/) over a month,
+    and a registered location that holds the location registered for another hour."""
     pg.sql("SELECT finalize.set_projection('g.hourly', 'd={date}/', '2026-11-01', '2026-12-01')")
     m = {"table": "g.hourly", "partition": "d=2026-11-28", "generation": "g1", "store": "file://" + store,
          "prefix": "d=2026-11-28/", "files": one_file(store, "d=2026-11-28/"), "period_start": "2026-11-28T09:00:00Z"}
@@ -209,6 +209,17 @@ def test_a_location_that_holds_other_periods_is_not_released_on_one_periods_verd
     before = dict(day, partition="d=2026-11-27", prefix="d=2026-11-27/", files=one_file(store, "d=2026-11-27/"),
                   period_start="2026-11-27T00:00:00Z", period_end="2026-11-28T00:00:00Z")
     assert gate(pg, before)[:2] == (True, [])
+    # A template without the date places the same hour of every day of its range at one location:
+    # h=09/ holds hour 09 of the 29th too, which is not final.
+    pg.sql("SELECT finalize.set_projection('g.hourly', 'h={hour}/', '2026-11-01', '2026-12-01')")
+    hour = {"table": "g.hourly", "partition": "h=09", "generation": "g1", "store": "file://" + store,
+            "prefix": "h=09/", "files": one_file(store, "h=09/"), "period_start": "2026-11-28T09:00:00Z"}
+    released, codes, problems = gate(pg, hour)
+    assert (released, codes) == (False, ["catalog_mismatch"]), problems
+    assert "[2026-11-29T09:00:00+00:00, 2026-11-29T10:00:00+00:00)" in problems[0]["detail"], problems
+    # Over that one day, the location is the hour's alone.
+    pg.sql("SELECT finalize.set_projection('g.hourly', 'h={hour}/', '2026-11-28', '2026-11-29')")
+    assert gate(pg, hour)[:2] == (True, [])
 
     # Registered: hour 09's location "n/" holds the one registered for hour 11.
     pg.sql("SELECT finalize.register_partition('g.hourly', 'h=11', 'n/h=11/', '2026-11-28 11:00+00')")

@@ -390,7 +390,8 @@ def test_sharded_tables_with_look_alikes_everywhere_cannot_escalate(pg, store):
             run(conn, "SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
                       "'2026-11-27 09:30+00')", (f"sec.sharded/{part}",))
         run(conn, "SELECT finalize.alter_tracked_table('sec.sharded', max_lag => '1 day')")
-        run(conn, "SELECT finalize.set_projection('sec.sharded', 'shard={shard}/h={hour}/', '2026-11-01', '2026-12-01')")
+        # One day: a template without the date places each hour of every day of its range at one location.
+        run(conn, "SELECT finalize.set_projection('sec.sharded', 'shard={shard}/h={hour}/', '2026-11-27', '2026-11-28')")
         run(conn, "SELECT * FROM finalize.status WHERE sharded_table = 'sec.sharded'")
     finally:
         conn.close()

@@ -198,8 +198,10 @@ def test_the_sharded_table_is_final_exactly_when_every_shard_has_captured(env, s
     assert 'shard "db01"' not in reason and 'shard "db02"' not in reason, reason
 
     # The release gate: hour 10 of db01 is final in db01, so its partition is released; db03's is
-    # not, with db03's reason; a shard the table does not have is a problem of its own.
-    env.sql("SELECT finalize.set_projection(%s, 'shard={shard}/hour={hour}/', '2026-11-01', '2026-12-01')", (TABLE,))
+    # not, with db03's reason; a shard the table does not have is a problem of its own. The
+    # projections here cover the simulated day alone: their templates name the hour, not the
+    # date, so every day of a longer range would share each location.
+    env.sql("SELECT finalize.set_projection(%s, 'shard={shard}/hour={hour}/', '2026-11-02', '2026-11-03')", (TABLE,))
     released, codes, _ = gate(env, "db01", at(10, 0), store, "g1")
     assert (released, codes) == (True, [])
     released, codes, problems = gate(env, "db03", at(10, 0), store, "g1")
@@ -240,13 +242,13 @@ def test_a_partition_is_never_released_again_as_one_shards_once_released_as_ever
     # Hour 9 is final in every shard. Projected by a template without {shard}, partition hour=09
     # is every shard's, and is released as such.
     assert final(env, TABLE, at(9, 0)) is True
-    env.sql("SELECT finalize.set_projection(%s, 'all/hour={hour}/', '2026-11-01', '2026-12-01')", (TABLE,))
+    env.sql("SELECT finalize.set_projection(%s, 'all/hour={hour}/', '2026-11-02', '2026-11-03')", (TABLE,))
     released, codes, problems = release(env, "hour=09", "all/hour=09/", at(9, 0), store, "g1")
     assert (released, codes) == (True, []), problems
     # Its marker is keyed by the partition alone: projected by shard afterwards, the same
     # partition is not released as db01's (its readers would be sent to one shard's data), nor
     # as db02's; the marker stays where it was.
-    env.sql("SELECT finalize.set_projection(%s, 'shard={shard}/hour={hour}/', '2026-11-01', '2026-12-01')", (TABLE,))
+    env.sql("SELECT finalize.set_projection(%s, 'shard={shard}/hour={hour}/', '2026-11-02', '2026-11-03')", (TABLE,))
     for label in ("db01", "db02"):
         released, codes, problems = release(env, "hour=09", f"shard={label}/hour=09/", at(9, 0), store, "g2",
                                             shard=label)
@@ -386,7 +388,7 @@ def test_a_location_of_every_shard_is_never_released_on_one_shards_verdict(env, 
     assert not released and codes == ["unknown_shard"], problems
     assert 'registers partition "hour=12" of "sales.orders"' in problems[0]["detail"], problems
     assert env.one("SELECT finalize.released_generation(%s, 'hour=12')", (shard("db01"),)) is None
-    env.sql("SELECT finalize.set_projection(%s, 'all/hour={hour}/', '2026-11-01', '2026-12-01')", (TABLE,))
+    env.sql("SELECT finalize.set_projection(%s, 'all/hour={hour}/', '2026-11-02', '2026-11-03')", (TABLE,))
     released, codes, problems = gate_at(TABLE, "shard=db01/hour=12", "g1")
     assert not released and codes == ["unknown_shard"], problems
     assert published(env, "shard=db01/hour=12") is None

@@ -6275,8 +6275,9 @@ $$;
 -- shard, dropped ones included: their files stay), are such evidence: a
 -- template without {shard} places every shard's partition of a period at
 -- one location, a coarser template (dt={date}/ on an hourly table) the
--- neighbouring periods, and a location registered for two shards holds
--- both. At most one row per problem, the first such entry by location:
+-- neighbouring periods, one without {date} or {day} (h={hour}/) the same
+-- hour of every day of its range, and a location registered for two
+-- shards holds both. At most one row per problem, the first such entry by location:
 -- unknown_shard when the release is one shard's (scope: the sharded
 -- table's partition of shard "shard", or a shard named as the table) and
 -- the entry holds another shard or every shard (holds NULL),
@@ -6301,9 +6302,17 @@ BEGIN
     SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _location_sharers.table_id;
     root := coalesce(tt.shard_of, tt.table_id);
     label := CASE WHEN tt.shard_of IS NOT NULL THEN tt.shard ELSE shard END;
-    -- The period before the partition's, its first one and the one after it.
+    -- The period before the partition's, its first one and the one after it
+    -- (a coarser template's neighbours), and the periods an hour, a day, a
+    -- month or two, a year or four away in local time (where a template
+    -- without {hour}, {day}, {month} or {year} places them again: day 31 is
+    -- back within two months, February 29 within four years).
     near := ARRAY[@extschema@.period_start(period_start - interval '1 microsecond', tt.granularity, tt.period_zone),
-                  period_start, period_end];
+                  period_start, period_end]
+            || ARRAY(SELECT @extschema@.period_start(timezone(tt.period_zone, timezone(tt.period_zone, period_start) + x.d),
+                                                     tt.granularity, tt.period_zone)
+                       FROM unnest(ARRAY['1 hour', '1 day', '1 month', '2 months', '1 year', '4 years']::interval[]) AS s(d)
+                      CROSS JOIN LATERAL (VALUES (s.d), (-s.d)) AS x(d));
     RETURN QUERY
     WITH family AS (
         SELECT x.table_id, x.table_name, x.shard FROM @extschema@.tracked_table x
