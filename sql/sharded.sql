@@ -334,6 +334,12 @@ SELECT * FROM g_gate_on('g.orders/a', 'hour=20', 'two/hour=20/', '2026-11-29 20:
 -- A shard's own location, which nothing else places anything at, is its own.
 SELECT finalize.register_partition('g.orders/a', 'hour=19', 'own/a/hour=19/', '2026-11-29 19:00+00');
 SELECT * FROM g_gate_on('g.orders/a', 'hour=19', 'own/a/hour=19/', '2026-11-29 19:00+00');
+-- A shard named as the table releases its own partitions, not one whose key names another shard.
+SELECT finalize.register_partition('g.orders/a', 'shard=b/hour=18', 'own/b/hour=18/', '2026-11-29 18:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'shard=b/hour=18', 'own/b/hour=18/', '2026-11-29 18:00+00');
+SELECT * FROM g_last_problem;
+SELECT finalize.register_partition('g.orders/a', 'shard=a/hour=18', 'own/a/hour=18/', '2026-11-29 18:00+00');
+SELECT * FROM g_gate_on('g.orders/a', 'shard=a/hour=18', 'own/a/hour=18/', '2026-11-29 18:00+00');
 -- Retirement: a shard's superseded generation inside the location the sharded table's
 -- projection gives its period is live data, never listed for deletion.
 SELECT finalize.register_partition('g.orders/a', 'hour=12', 'old/hour=12/', '2026-11-29 12:00+00');

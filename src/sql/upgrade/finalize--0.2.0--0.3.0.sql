@@ -6455,7 +6455,8 @@ END;
 -- the partition is checked as one of every shard (shard NULL) and
 -- shard_problem says why (the gate's problem unknown_shard, so it is not
 -- released). A partition of a shard the table does not have gets no
--- verdict_table and says why in shard_problem too. A "shard" on a table
+-- verdict_table and says why in shard_problem too, and so does a shard
+-- named as the table whose partition key names another. A "shard" on a table
 -- that is not sharded, or one that the partition key contradicts, is a
 -- malformed manifest (22023).
 CREATE FUNCTION @extschema@._gate_table(table_name text, partition text, manifest_shard text)
@@ -6480,7 +6481,18 @@ BEGIN
                       DETAIL = 'Only a sharded table (finalize.track_sharded) has shards.',
                       HINT = 'Remove "shard" from the manifest, or name the sharded table in "table".';
         END IF;
-        RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, NULL::text;
+        -- A shard named as the table releases its own partitions: a key
+        -- naming another shard holds that shard's rows.
+        named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(_gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
+                        WHERE tt.shard_of IS NOT NULL AND m[1] <> tt.shard ORDER BY 1);
+        RETURN QUERY
+        SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text,
+               CASE WHEN cardinality(named) > 0
+                    THEN format('Table "%s" is shard "%s" of sharded table "%s", but partition "%s" names shard "%s": it holds that shard''s rows, which shard "%s"''s verdict cannot release. Release it as "%s/%s", or as "%s" (whose partitions are final when the shard their key names is).',
+                                tt.table_name, tt.shard, s.table_name, _gate_table.partition, left(named[1], 63),
+                                tt.shard, s.table_name, left(named[1], 63), s.table_name) END
+          FROM (SELECT NULL) AS one
+          LEFT JOIN @extschema@.tracked_table s ON s.table_id = tt.shard_of;
         RETURN;
     END IF;
     named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(_gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
