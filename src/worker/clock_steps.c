@@ -1,0 +1,121 @@
+/*
+ * clock_steps.c
+ *     What a table's read says of SQL Server's clock stepped back (the rule
+ *     is clock_check.c's clock_step_of, pure), and its record. A step back
+ *     up to the source's clock_tolerance costs no verdict (every verdict
+ *     holds back by it), but commits stamped in an earlier period than
+ *     commits read before them leave those periods' counts open to doubt;
+ *     one stamped in a period already final means a verdict ran ahead.
+ *     Either way finalize._record_clock_step makes the periods involved
+ *     inexact (changes_by_period) and opens an incident.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "core/db.h"
+#include "core/period_zone.h"
+#include "core/settings.h"
+#include "core/timeconv.h"
+#include "worker/clock_steps.h"
+
+/*
+ * Whether a split segment's pieces, in the order of their periods (judge.c
+ * sorted them), went back in LSN order: a commit of an earlier period came
+ * after one of a later period within the read.
+ */
+static bool
+pieces_went_back(const CdcRange *sr)
+{
+	for (int k = 1; k < sr->npieces; k++)
+		if (sr->pieces[k].has_first && sr->pieces[k - 1].has_last &&
+			lsn_cmp(&sr->pieces[k].first_lsn, &sr->pieces[k - 1].last_lsn) <= 0)
+			return true;
+	return false;
+}
+
+/*
+ * The start of the period of the table's previous max LSN commit time (its
+ * offset's), false when there is none or the periods cannot be cut.
+ */
+static bool
+previous_period(const TrackedSource *t, TimestampTz *start)
+{
+	const PeriodZone *zone;
+	PeriodSpec	spec;
+	const char *name = t->period_zone != NULL && strcmp(t->period_zone, "UTC") != 0 ? t->period_zone : NULL;
+
+	return t->has_offset && t->offset_time != 0 && period_zone_lookup(name, &zone) &&
+		period_spec_make(&t->granularity, zone, true, &spec) == GRANULARITY_OK &&
+		period_floor(&spec, t->offset_time, start) == PERIOD_OK;
+}
+
+/*
+ * Sets w->clock_step (and the span it concerns) for a table's read that
+ * became ranges: from the least and greatest commit time of its rows, the
+ * commit time of the previous read's max LSN (the table's offset) and its
+ * source verdict when the cycle began. A local time is read the late way
+ * where the rule asks for a commit that surely lies before an instant, so
+ * that a DST fall-back hour never looks like a step back.
+ */
+void
+judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
+{
+	const TrackedSource *t = job->table;
+	bool		any = false;
+	bool		back_within = false;
+	Timestamp	first = 0;
+	Timestamp	last = 0;
+	TimestampTz prev_start = 0;
+	bool		has_prev;
+
+	w->clock_step = CLOCK_STEADY;
+	if (w->kind != WRITE_RANGES)
+		return;
+	for (int s = 0; s < job->plan->nsegments; s++)
+	{
+		const CdcRange *sr = &job->seg[s];
+
+		if (sr->inserts + sr->updates + sr->deletes == 0 || !sr->has_first || !sr->has_last)
+			continue;
+		first = any ? Min(first, sr->first_local) : sr->first_local;
+		last = any ? Max(last, sr->last_local) : sr->last_local;
+		any = true;
+		back_within = back_within || pieces_went_back(sr);
+	}
+	if (!any)
+		return;
+	has_prev = previous_period(t, &prev_start);
+	w->clock_step = clock_step_of(local_to_instant_latest(first, cfg->tz), has_prev, prev_start,
+								  t->has_source_until, t->source_until, back_within);
+	if (w->clock_step == CLOCK_STEADY)
+		return;
+	w->step_first = local_to_instant_earliest(first, cfg->tz);
+	w->step_until = local_to_instant_latest(last, cfg->tz);
+	if (t->has_offset && t->offset_time != 0)
+		w->step_until = Max(w->step_until, t->offset_time);
+	/* the last period the verdict had called final is one of them */
+	if (w->clock_step == CLOCK_RAN_AHEAD)
+		w->step_until = Max(w->step_until, t->source_until - 1);
+}
+
+/*
+ * Records a clock that went back for the table of a write whose ranges were
+ * just recorded (finalize._record_clock_step), in the write's
+ * subtransaction.
+ */
+void
+record_clock_step(const TableWrite *w)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID};
+	Datum		values[5];
+
+	values[0] = Int64GetDatum(w->table->table_id);
+	values[1] = db_lsn_datum(&w->facts[w->nfacts - 1].end);
+	values[2] = TimestampTzGetDatum(w->step_first);
+	values[3] = TimestampTzGetDatum(w->step_until);
+	values[4] = BoolGetDatum(w->clock_step == CLOCK_RAN_AHEAD);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5)", 5, types, values, NULL);
+}
