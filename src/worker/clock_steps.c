@@ -1,7 +1,8 @@
 /*
  * clock_steps.c
- *     What a table's read says of SQL Server's clock stepped back (the rule
- *     is clock_check.c's clock_step_of, pure), and its record. A step back
+ *     SQL Server's clock: what to tell a person when a cycle's times fail
+ *     their checks (clock_check.c's rules), what a table's read says of the
+ *     clock stepped back (clock_step_of, pure), and its record. A step back
  *     up to the source's clock_tolerance costs no verdict (every verdict
  *     holds back by it), but commits stamped in an earlier period than
  *     commits read before them leave those periods' counts open to doubt;
@@ -16,6 +17,7 @@
 #include "utils/timestamp.h"
 
 #include "core/db.h"
+#include "core/fmt.h"
 #include "core/period_zone.h"
 #include "core/settings.h"
 #include "core/timeconv.h"
@@ -118,4 +120,71 @@ record_clock_step(const TableWrite *w)
 	values[3] = TimestampTzGetDatum(w->step_until);
 	values[4] = BoolGetDatum(w->clock_step == CLOCK_RAN_AHEAD);
 	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5)", 5, types, values, NULL);
+}
+
+/* Sets *message, returns condition: the two results of time_problem. */
+static Condition
+time_failure(char **message, Condition condition, char *text)
+{
+	*message = text;
+	return condition;
+}
+
+/*
+ * The condition and message of a cycle whose times failed their checks
+ * (clock_check.c), saying what to do; COND_NONE when they passed.
+ */
+Condition
+time_problem(TimeProblem problem, const SourceTimes *t, const SourceConfig *cfg, const CdcState *snap,
+			 char **message)
+{
+	*message = NULL;
+	switch (problem)
+	{
+		case TIMES_OK:
+			break;
+		case TIMES_ZONE_MISMATCH:
+			return time_failure(message, COND_TIMEZONE_MISMATCH,
+						psprintf("SQL Server's clock is at UTC%+03lld:%02lld, but the timezone option \"%s\" of server "
+								 "\"%s\" gives UTC%+03lld:%02lld at that instant. Commit times cannot be converted "
+								 "safely; set the option to the zone of the SQL Server machine "
+								 "(ALTER SERVER \"%s\" OPTIONS (SET timezone '...')).",
+								 (long long) (t->reported_offset_s / 3600),
+								 (long long) (Abs(t->reported_offset_s % 3600) / 60),
+								 cfg->timezone, cfg->server_name, (long long) (t->expected_offset_s / 3600),
+								 (long long) (Abs(t->expected_offset_s % 3600) / 60), cfg->server_name));
+		case TIMES_COMMIT_AHEAD:
+			return time_failure(message, COND_COMMIT_TIME_AHEAD,
+						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "
+								 "\"%s\") is later than SQL Server's own clock (%s) by more than the clock_tolerance "
+								 "of server \"%s\" (%s): commit times are not stamped in the zone the server's clock "
+								 "reports, or the clock was stepped back by more than the tolerance, so none of them "
+								 "can be trusted and nothing is recorded. Check the time zone SQL Server's machine "
+								 "and instance use for commits (cdc.lsn_time_mapping.tran_end_time) against "
+								 "SYSDATETIMEOFFSET(), and the machine's clock, then run SELECT "
+								 "finalize.release_source(%s).",
+								 fmt_lsn(&snap->max_lsn), fmt_local(snap->max_time_local),
+								 fmt_instant(t->max_instant), cfg->timezone, fmt_instant(t->server_now),
+								 cfg->server_name, fmt_usecs(t->tolerance_usecs),
+								 quote_literal_cstr(cfg->server_name)));
+		case TIMES_CLOCK_BACK:
+			return time_failure(message, COND_COMMIT_TIME_AHEAD,
+						psprintf("SQL Server's clock (%s) is behind the commit time %s of its max LSN read before by "
+								 "more than the clock_tolerance of server \"%s\" (%s): the clock was stepped back "
+								 "(NTP, a virtual machine resumed or moved), so new commits may be stamped in periods "
+								 "already final, and nothing is recorded. Once the clock is right, check the "
+								 "periods between the two times (a commit stamped in a final period opens a "
+								 "clock_stepped_back incident and makes them inexact), then run SELECT "
+								 "finalize.release_source(%s).",
+								 fmt_instant(t->server_now), fmt_instant(t->previous_max),
+								 cfg->server_name, fmt_usecs(t->tolerance_usecs),
+								 quote_literal_cstr(cfg->server_name)));
+		case TIMES_CLOCK_SKEW:
+			return time_failure(message, COND_CLOCK_SKEW,
+						psprintf("SQL Server's clock (%s) is ahead of PostgreSQL's (%s) by more than "
+								 "finalize.max_clock_skew (%d s): its commit times cannot be trusted not to lie in "
+								 "the future, so nothing is recorded. Synchronize the clocks (NTP) of both machines.",
+								 fmt_instant(t->server_now), fmt_instant(t->pg_now), finalize_max_clock_skew_s));
+	}
+	return COND_NONE;
 }

@@ -204,59 +204,15 @@ read_state(Cycle *c, bool with_instances)
 
 /*
  * Whether a cycle's times passed their checks; if not, the cycle fails
- * with the condition and a message that says what to do.
+ * with the condition and a message that says what to do (clock_steps.c).
  */
 static bool
 times_trusted(Cycle *c, TimeProblem problem, const SourceTimes *t)
 {
-	switch (problem)
-	{
-		case TIMES_OK:
-			break;
-		case TIMES_ZONE_MISMATCH:
-			return fail(c, COND_TIMEZONE_MISMATCH,
-						psprintf("SQL Server's clock is at UTC%+03lld:%02lld, but the timezone option \"%s\" of server "
-								 "\"%s\" gives UTC%+03lld:%02lld at that instant. Commit times cannot be converted "
-								 "safely; set the option to the zone of the SQL Server machine "
-								 "(ALTER SERVER \"%s\" OPTIONS (SET timezone '...')).",
-								 (long long) (t->reported_offset_s / 3600),
-								 (long long) (Abs(t->reported_offset_s % 3600) / 60),
-								 c->cfg.timezone, c->cfg.server_name, (long long) (t->expected_offset_s / 3600),
-								 (long long) (Abs(t->expected_offset_s % 3600) / 60), c->cfg.server_name));
-		case TIMES_COMMIT_AHEAD:
-			return fail(c, COND_COMMIT_TIME_AHEAD,
-						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "
-								 "\"%s\") is later than SQL Server's own clock (%s) by more than the clock_tolerance "
-								 "of server \"%s\" (%s): commit times are not stamped in the zone the server's clock "
-								 "reports, or the clock was stepped back by more than the tolerance, so none of them "
-								 "can be trusted and nothing is recorded. Check the time zone SQL Server's machine "
-								 "and instance use for commits (cdc.lsn_time_mapping.tran_end_time) against "
-								 "SYSDATETIMEOFFSET(), and the machine's clock, then run SELECT "
-								 "finalize.release_source(%s).",
-								 fmt_lsn(&c->snap.max_lsn), fmt_local(c->snap.max_time_local),
-								 fmt_instant(t->max_instant), c->cfg.timezone, fmt_instant(t->server_now),
-								 c->cfg.server_name, fmt_usecs(t->tolerance_usecs),
-								 quote_literal_cstr(c->cfg.server_name)));
-		case TIMES_CLOCK_BACK:
-			return fail(c, COND_COMMIT_TIME_AHEAD,
-						psprintf("SQL Server's clock (%s) is behind the commit time %s of its max LSN read before by "
-								 "more than the clock_tolerance of server \"%s\" (%s): the clock was stepped back "
-								 "(NTP, a virtual machine resumed or moved), so new commits may be stamped in periods "
-								 "already final, and nothing is recorded. Once the clock is right, check the "
-								 "periods between the two times (a commit stamped in a final period opens a "
-								 "clock_stepped_back incident and makes them inexact), then run SELECT "
-								 "finalize.release_source(%s).",
-								 fmt_instant(t->server_now), fmt_instant(t->previous_max),
-								 c->cfg.server_name, fmt_usecs(t->tolerance_usecs),
-								 quote_literal_cstr(c->cfg.server_name)));
-		case TIMES_CLOCK_SKEW:
-			return fail(c, COND_CLOCK_SKEW,
-						psprintf("SQL Server's clock (%s) is ahead of PostgreSQL's (%s) by more than "
-								 "finalize.max_clock_skew (%d s): its commit times cannot be trusted not to lie in "
-								 "the future, so nothing is recorded. Synchronize the clocks (NTP) of both machines.",
-								 fmt_instant(t->server_now), fmt_instant(t->pg_now), finalize_max_clock_skew_s));
-	}
-	return true;
+	char	   *message;
+	Condition	condition = time_problem(problem, t, &c->cfg, &c->snap, &message);
+
+	return condition == COND_NONE || fail(c, condition, message);
 }
 
 /*
