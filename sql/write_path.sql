@@ -178,7 +178,7 @@ SELECT finalize._record_range(:clock_id, '0x00000000000000000300', '0x0000000000
 SELECT period_start, inserts, straddling_ranges, exact
   FROM finalize.changes_by_period('w.clock', '2026-11-29 09:00+00', '2026-11-29 11:00+00');
 SELECT finalize._record_clock_step(:clock_id, '0x00000000000000000400', '2026-11-29 09:59:40+00',
-                                   '2026-11-29 10:01:00+00', true);
+                                   '2026-11-29 10:01:00+00', true, true);
 SELECT period_start, inserts, straddling_ranges, exact
   FROM finalize.changes_by_period('w.clock', '2026-11-29 09:00+00', '2026-11-29 11:00+00');
 SELECT event, detail ->> 'from' AS from, detail ->> 'to' AS to, detail ->> 'ran_ahead' AS ran_ahead

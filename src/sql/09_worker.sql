@@ -113,11 +113,13 @@ $$;
 -- already called final (the clock went back by more than the source's
 -- clock_tolerance). Their counts per period are open to doubt: an event
 -- fact (clock_stepped_back) makes the periods from first_time's to
--- until_time's inexact in changes_by_period, and an incident says so,
--- critical when a verdict ran ahead (a partition published before may lack
--- those commits).
+-- until_time's inexact in changes_by_period, and, with incident, an
+-- incident says so, critical when a verdict ran ahead (a partition
+-- published before may lack those commits). Without incident the worker
+-- could not tell a step back from the local times a DST fall-back repeats:
+-- the periods are marked all the same.
 CREATE FUNCTION @extschema@._record_clock_step(table_id bigint, end_lsn text, first_time timestamptz,
-                                               until_time timestamptz, ran_ahead boolean)
+                                               until_time timestamptz, ran_ahead boolean, incident boolean)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -134,7 +136,7 @@ BEGIN
     detail := jsonb_build_object('from', @extschema@._utc_iso(p_from), 'to', @extschema@._utc_iso(p_to),
                                  'commit_time', @extschema@._utc_iso(first_time),
                                  'after_commit_time', @extschema@._utc_iso(until_time),
-                                 'ran_ahead', ran_ahead, 'end_lsn', end_lsn);
+                                 'ran_ahead', ran_ahead, 'incident', incident, 'end_lsn', end_lsn);
     message := CASE WHEN ran_ahead
         THEN format('SQL Server''s clock went back: commits of table "%s" were stamped %s, in a period already final; the counts of its periods from %s to %s are not exact any more, and a partition of them released before may lack those commits: check and republish it. Every verdict holds back by the clock_tolerance of server "%s", which this step exceeded.',
                     tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(p_from),
@@ -145,6 +147,9 @@ BEGIN
     INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
     VALUES (tt.table_id, 'event', @extschema@._lsn_arg(end_lsn, 'end_lsn'), until_time, 'clock_stepped_back',
             detail);
+    IF NOT incident THEN
+        RETURN;
+    END IF;
     PERFORM @extschema@._alert(jsonb_build_object('alert', 'clock_stepped_back', 'table', tt.table_name,
                                                   'server', tt.server_name, 'ran_ahead', ran_ahead,
                                                   'verdict', @extschema@._utc_iso(verdict),

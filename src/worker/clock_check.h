@@ -48,7 +48,11 @@ typedef enum ClockStep
 	CLOCK_WENT_BACK,			/* commits stamped in an earlier period than
 								 * commits read before them: those periods'
 								 * counts are not exact */
-	CLOCK_RAN_AHEAD				/* commits stamped in a period already final */
+	CLOCK_RAN_AHEAD,			/* commits stamped in a period already final */
+	CLOCK_OUT_OF_ORDER			/* a commit in a later period than the read's
+								 * max LSN, maybe only as a DST fall-back
+								 * repeats local times: periods inexact, no
+								 * incident */
 } ClockStep;
 
 extern TimeProblem check_source_times(const SourceTimes *t);

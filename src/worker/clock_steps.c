@@ -38,29 +38,48 @@ pieces_went_back(const CdcRange *sr)
 	return false;
 }
 
-/*
- * The start of the period of the table's previous max LSN commit time (its
- * offset's), false when there is none or the periods cannot be cut.
- */
+/* The table's periods, false when they cannot be cut. */
 static bool
-previous_period(const TrackedSource *t, TimestampTz *start)
+table_spec(const TrackedSource *t, PeriodSpec *spec)
 {
 	const PeriodZone *zone;
-	PeriodSpec	spec;
 	const char *name = t->period_zone != NULL && strcmp(t->period_zone, "UTC") != 0 ? t->period_zone : NULL;
 
-	return t->has_offset && t->offset_time != 0 && period_zone_lookup(name, &zone) &&
-		period_spec_make(&t->granularity, zone, true, &spec) == GRANULARITY_OK &&
-		period_floor(&spec, t->offset_time, start) == PERIOD_OK;
+	return period_zone_lookup(name, &zone) && period_spec_make(&t->granularity, zone, true, spec) == GRANULARITY_OK;
+}
+
+/*
+ * Whether a read's latest commit time lies in a later period than its max
+ * LSN's commit time (end), which a commit with a lower LSN can only have
+ * when the clock went back within the read, or a DST fall-back repeated
+ * its local times (*sure is false when the server's UTC offset changes
+ * within SPLIT_DST_MARGIN of the read's times). changes_by_period finds a
+ * range's rows by its end time, so those periods must be marked.
+ */
+static bool
+beyond_end(const SourceConfig *cfg, const PeriodSpec *spec, Timestamp first, Timestamp last, TimestampTz end,
+		   bool *sure)
+{
+	TimestampTz last_start;
+	long		min_s;
+	long		max_s;
+
+	if (period_floor(spec, local_to_instant_earliest(last, cfg->tz), &last_start) != PERIOD_OK || last_start <= end)
+		return false;
+	local_offset_range(cfg->tz, local_to_instant_earliest(first, cfg->tz) - 3 * USECS_PER_HOUR,
+					   local_to_instant_latest(last, cfg->tz) + 3 * USECS_PER_HOUR, &min_s, &max_s);
+	*sure = min_s == max_s;
+	return true;
 }
 
 /*
  * Sets w->clock_step (and the span it concerns) for a table's read that
  * became ranges: from the least and greatest commit time of its rows, the
- * commit time of the previous read's max LSN (the table's offset) and its
- * source verdict when the cycle began. A local time is read the late way
- * where the rule asks for a commit that surely lies before an instant, so
- * that a DST fall-back hour never looks like a step back.
+ * commit time of its max LSN (its last fact's end), that of the previous
+ * read's (the table's offset) and its source verdict when the cycle began.
+ * A local time is read the late way where the rule asks for a commit that
+ * surely lies before an instant, so that a DST fall-back hour never looks
+ * like a step back; where it may be one, the periods are still marked.
  */
 void
 judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
@@ -72,9 +91,13 @@ judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
 	Timestamp	last = 0;
 	TimestampTz prev_start = 0;
 	bool		has_prev;
+	bool		has_spec;
+	bool		sure = false;
+	bool		beyond;
+	PeriodSpec	spec;
 
 	w->clock_step = CLOCK_STEADY;
-	if (w->kind != WRITE_RANGES)
+	if (w->kind != WRITE_RANGES || w->nfacts == 0)
 		return;
 	for (int s = 0; s < job->plan->nsegments; s++)
 	{
@@ -89,9 +112,15 @@ judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
 	}
 	if (!any)
 		return;
-	has_prev = previous_period(t, &prev_start);
+	has_spec = table_spec(t, &spec);
+	has_prev = has_spec && t->has_offset && t->offset_time != 0 &&
+		period_floor(&spec, t->offset_time, &prev_start) == PERIOD_OK;
+	beyond = has_spec && beyond_end(cfg, &spec, first, last, w->facts[w->nfacts - 1].end_time, &sure);
 	w->clock_step = clock_step_of(local_to_instant_latest(first, cfg->tz), has_prev, prev_start,
-								  t->has_source_until, t->source_until, back_within);
+								  t->has_source_until, t->source_until, back_within || (beyond && sure));
+	/* Maybe only a fall-back hour: the periods are marked, no incident is opened. */
+	if (w->clock_step == CLOCK_STEADY && beyond)
+		w->clock_step = CLOCK_OUT_OF_ORDER;
 	if (w->clock_step == CLOCK_STEADY)
 		return;
 	w->step_first = local_to_instant_earliest(first, cfg->tz);
@@ -111,15 +140,17 @@ judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
 void
 record_clock_step(const TableWrite *w)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID};
-	Datum		values[5];
+	Oid			types[6] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, BOOLOID};
+	Datum		values[6];
 
 	values[0] = Int64GetDatum(w->table->table_id);
 	values[1] = db_lsn_datum(&w->facts[w->nfacts - 1].end);
 	values[2] = TimestampTzGetDatum(w->step_first);
 	values[3] = TimestampTzGetDatum(w->step_until);
 	values[4] = BoolGetDatum(w->clock_step == CLOCK_RAN_AHEAD);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5)", 5, types, values, NULL);
+	values[5] = BoolGetDatum(w->clock_step != CLOCK_OUT_OF_ORDER);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5, $6)", 6, types, values,
+					 NULL);
 }
 
 /* Sets *message, returns condition: the two results of time_problem. */

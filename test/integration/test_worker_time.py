@@ -223,3 +223,47 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
             assert [e["event"] for e in events] == ["clock_stepped_back"] and events[0]["detail"]["ran_ahead"]
     finally:
         env.cleanup()
+
+
+def test_a_step_back_inside_one_read_never_leaves_a_commit_in_the_wrong_exact_hour(pg):
+    """Three commits captured together, read as one range with no period boundary between the
+    previous max LSN commit time and this one's (so the read is not split): 09:59:30, then 10:00:31
+    (the clock 60 s fast), then 09:59:45 (stepped back). The range's span was that of its first and
+    last LSN, 09:59:30-09:59:45, all inside hour 09: hour 09 read as exact with three inserts, the
+    truth being two, and hour 10 as exact with none. It is the least and greatest commit time of its
+    rows: the fact straddles 10:00, neither hour claims exact counts (changes_by_period finds a range
+    by its end, the max LSN's 09:59:45: a recorded clock step marks hour 10), and an incident says so."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim)
+            env.track("t.clock", "erp")
+            sim.call("sim.advance", to=at_(9, 59))
+            env.wait_caught_up("t.clock", sim)
+            sim.call("sim.capture_stop")
+            sim.call("sim.commit", inserts=1, at=at_(9, 59, 30))
+            sim.call("sim.step_clock", seconds=60)
+            sim.call("sim.commit", inserts=1, at=at_(9, 59, 31))
+            sim.call("sim.step_clock", seconds=-60)
+            sim.call("sim.commit", inserts=1, at=at_(9, 59, 45))
+            sim.call("sim.capture_start")
+            sim.call("sim.advance", to=at_(9, 59, 50))
+            env.wait_caught_up("t.clock", sim)
+            facts = [f for f in env.facts("t.clock") if f["inserts"]]
+            assert [f["inserts"] for f in facts] == [3], facts
+            sim.call("sim.advance", to=at_(10, 6))
+            env.wait_caught_up("t.clock", sim)
+            assert env.one("SELECT finalize.finalized_until('t.clock')") == at_(10, 0)
+            truth = truth_counts(sim, "dbo.orders", at_(9, 0), at_(11, 0))
+            assert truth[at_(9, 0)][0] == 2 and truth[at_(10, 0)][0] == 1, truth
+            rows = env.sql("SELECT period_start, inserts, exact FROM finalize.changes_by_period('t.clock', %s, %s)",
+                           (at_(9, 0), at_(11, 0)))
+            for start, inserts, exact in rows:
+                assert not exact or inserts == truth[as_utc(start)][0], (start, inserts, truth)
+            assert [r[2] for r in rows] == [False, False], rows
+            # The 10:00:31 commit lies in a later hour than its read's max LSN (09:59:45): the clock went back.
+            assert [(r[0], r[2]) for r in clock_incidents(env, "t.clock")] == [("warning", "open")]
+    finally:
+        env.cleanup()
