@@ -602,11 +602,26 @@ def test_chaos():
                             n["resumed"] += 1
                 elif action == "clock":
                     # NTP or a VM host steps SQL Server's clock; a busy database commits right after.
-                    top = sim_max_lsn(sim)
-                    verdicts = {t: env.status(t)["source_until"] for t in TABLES}
-                    kind, seconds = clocks.step(rng, [TOLERANCE], n)
-                    if kind == "back_beyond" and seconds:
-                        beyond.append((top, verdicts))
+                    # Before a step back, commits just past a 5-minute boundary are read (c.payments'
+                    # periods): without the tolerance that period would be final, and the stepped
+                    # back clock stamps into it.
+                    at_step = {}
+
+                    def before_back():
+                        clocks.just_past(rng, 300)
+                        for table in ("dbo.payments", "dbo.orders"):
+                            sim.call("sim.commit", table=table, inserts=1)
+                            n["commits"] += 1
+                        sim.call("sim.advance", seconds=6)
+                        pg.wait_for(lambda: settled(env, sim, n), timeout=60,
+                                    what=lambda: f"step {step} (clock, seed {seed}) to settle before the step back")
+                        check_invariants(env, sim, n, clocks)
+                        at_step.update(top=sim_max_lsn(sim),
+                                       verdicts={t: env.status(t)["source_until"] for t in TABLES})
+
+                    kind, seconds = clocks.step(rng, [TOLERANCE], n, before_back)
+                    if seconds < 0:
+                        beyond.append((at_step["top"], at_step["verdicts"]))
                     for _ in range(rng.randint(1, 3)):
                         sim.call("sim.commit", table=rng.choice(["dbo.orders", "dbo.payments"]),
                                  inserts=rng.randint(1, 3), updates=rng.randint(0, 2))

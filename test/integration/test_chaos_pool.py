@@ -256,13 +256,26 @@ class Chaos:
                 self.fail(f"{t} ({db}): commits {late} landed in final periods, and no critical incident says so")
 
     def step_clock(self, rng):
-        """The instance's clock is stepped, then the databases go on committing."""
-        tops = {db: view[0] for db, view in sim_view(self.sim).items()}
-        verdicts = {r[0]: r[1] for r in self.env.sql("SELECT table_name, source_until FROM finalize.status "
-                                                     "WHERE table_name = ANY(%s)", (list(TABLES),))}
-        kind, seconds = self.clocks.step(rng, list(TOLERANCE.values()), self.n)
+        """The instance's clock is stepped, then the databases go on committing. Before a step back,
+        the tables of 5-minute periods whose capture runs every 5 s get commits just past a
+        boundary, read before the step: without the tolerance that period would be final, and the
+        stepped-back clock stamps into it."""
+        at_step = {}
+
+        def before_back():
+            self.clocks.just_past(rng, 300)
+            for t, (_, db, src, gran, _) in TABLES.items():
+                if gran == 300 and POLLING[db] == 5:
+                    self.commit(rng, db, src)
+            self.sim.call("sim.advance", seconds=6)
+            self.settle("clock, before the step back")
+            at_step["tops"] = {db: view[0] for db, view in sim_view(self.sim).items()}
+            at_step["verdicts"] = {r[0]: r[1] for r in self.env.sql(
+                "SELECT table_name, source_until FROM finalize.status WHERE table_name = ANY(%s)", (list(TABLES),))}
+
+        kind, seconds = self.clocks.step(rng, list(TOLERANCE.values()), self.n, before_back)
         if seconds < 0:
-            self.beyond.append((tops, verdicts))
+            self.beyond.append((at_step["tops"], at_step["verdicts"]))
         for _ in range(rng.randint(2, 5)):
             self.commit(rng)
 

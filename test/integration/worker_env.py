@@ -266,21 +266,33 @@ class ClockSteps:
         self.high = max(self.high, wall)
         return wall
 
-    def step(self, rng, tolerances, n):
-        """One step of a random kind: forward or back, within or beyond the least and greatest of
-        the sources' tolerances (seconds). Returns (kind, seconds moved)."""
+    def just_past(self, rng, granularity):
+        """Moves the simulator's clock on until the wall clock stands a few seconds past the next
+        boundary of periods of that many seconds (UTC), where a step back hurts most: a commit
+        stamped there lets a period become final that the stepped-back clock still stamps into."""
         wall = self.observe()
+        since = (wall - datetime.datetime(2000, 1, 1, tzinfo=UTC)).total_seconds() % granularity
+        self.sim.call("sim.advance", seconds=round(granularity - since + rng.uniform(0.5, 3), 2))
+
+    def step(self, rng, tolerances, n, before_back=None):
+        """One step of a random kind: forward or back, within or beyond the least and greatest of
+        the sources' tolerances (seconds). Before a step back, before_back() runs (the chaos
+        commits just past a period boundary and waits for the worker to read it). Returns (kind,
+        seconds moved)."""
         least, most = min(tolerances), max(tolerances)
-        behind = (self.high - wall).total_seconds()        # already back from the greatest reading
         kinds = ["forward_within", "forward_beyond", "back_within", "back_beyond"]
         kind = rng.choice(kinds + (["back_between"] if most - least > 4 else []))
+        if kind.startswith("back") and before_back is not None:
+            before_back()
+        wall = self.observe()
+        behind = (self.high - wall).total_seconds()        # already back from the greatest reading
         if kind == "forward_within":
             seconds = rng.uniform(1, most)
         elif kind == "forward_beyond":
             seconds = rng.uniform(most + 1, 900)
         elif kind == "back_within":
             room = least - behind                          # absorbed by every source
-            seconds = -rng.uniform(0.5, room) if room > 1 else 0.0
+            seconds = -rng.uniform(0.5, room - 0.5) if room > 1 else 0.0
         elif kind == "back_between":                       # absorbed by some sources, not by others
             seconds = -max(rng.uniform(least + 2, most - 2) - behind, 0.0)
         else:                                              # beyond every source's tolerance
