@@ -7,7 +7,8 @@
  *   2. max LSN, its commit time, SQL Server's clock and offset, the tables'
  *      object ids, the capture instances               (SQL Server, batch 1;
  *      a settled source first asks only for max LSN, see cycle_may_be_idle)
- *   3. the times checked: zone, commits ahead of the clock, clock skew, stall
+ *   3. the times checked: zone, commits ahead of the clock (also of a clock
+ *      stepped back since an earlier cycle), clock skew, stall
  *   4. per table, its range(s) aggregated on the server; then, AFTER all of
  *      them, each instance's min LSN and the DDL it recorded (SQL Server, batch 2);
  *      then the mapping rows of the LSNs consumers reported (batch 3)
@@ -37,8 +38,8 @@
 #include "mssql/cdc_reader.h"
 #include "mssql/tsql.h"
 #include "worker/clock_check.h"
-#include "worker/consumers.h"
 #include "worker/clock_steps.h"
+#include "worker/consumers.h"
 #include "worker/cycle.h"
 #include "worker/event_facts.h"
 #include "worker/instances.h"
