@@ -32,6 +32,18 @@ ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '100000000 days 2562047
 ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '106751991 days');
 ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '20 minutes');
 
+-- How far SQL Server's clock may be stepped back: 0 to 1 hour, without months.
+ALTER SERVER src_ok OPTIONS (ADD clock_tolerance '90 s');
+SELECT finalize._clock_tolerance('src_ok'), finalize._clock_tolerance('no_such_server');
+ALTER SERVER src_ok OPTIONS (SET clock_tolerance '0');
+ALTER SERVER src_ok OPTIONS (SET clock_tolerance '1 hour');
+ALTER SERVER src_ok OPTIONS (SET clock_tolerance '1 hour 1 second');
+ALTER SERVER src_ok OPTIONS (SET clock_tolerance '-1 s');
+ALTER SERVER src_ok OPTIONS (SET clock_tolerance '1 month');
+ALTER SERVER src_ok OPTIONS (SET clock_tolerance 'a minute');
+ALTER SERVER src_ok OPTIONS (DROP clock_tolerance);
+SELECT finalize._clock_tolerance('src_ok');
+
 -- Encryption: off, request or require (the default), the certificate
 -- verified unless trust_server_certificate; ca_file an absolute path that
 -- FreeTDS's configuration can carry; host_name_in_certificate only the host

@@ -69,6 +69,14 @@ SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
 -- its LSN moves the verdict (in the same transaction).
 SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 16:00+00');
+-- The worker holds it back by its source's clock_tolerance, as it holds the
+-- source verdict: a commit 30 s past 14:00 leaves hour 13 waiting under a
+-- 60 s tolerance.
+SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+                                   '0x00000000000000000300', '0x00000000000000000300', '2026-11-29 14:00:30+00',
+                                   interval '60 s');
+SELECT commit_time FROM finalize.consumers WHERE consumer = 'spark-orders';
+SELECT * FROM verdicts;
 SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000300', '0x00000000000000000300', '2026-11-29 14:02+00');
 SELECT * FROM verdicts;

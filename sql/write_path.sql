@@ -157,6 +157,35 @@ SELECT finalize.record_range('w.quarter', '0x00000000000000000100', '0x000000000
 SELECT finalize.track_table('w.old', 'erp', 'dbo.orders', '1 day') > 0 AS tracked;
 SELECT finalize.record_range('w.old', NULL, '0x00000000000000000100', '1999-12-31 23:59:59+00');
 
+-- The worker holds the verdict back by its source's clock_tolerance: a
+-- commit time 30 s past 10:00 leaves hour 09 open under a 60 s tolerance
+-- (record_range, which states its own instant, holds back by nothing).
+SELECT finalize.track_table('w.clock', 'erp', 'dbo.orders') > 0 AS tracked;
+SELECT finalize._tracked_id('w.clock') AS clock_id \gset
+SELECT finalize._record_range(:clock_id, NULL, '0x00000000000000000100', '2026-11-29 08:30+00', 0, 0, 0,
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s');
+SELECT finalize._record_range(:clock_id, '0x00000000000000000100', '0x00000000000000000200',
+                              '2026-11-29 10:00:30+00', 2, 0, 0, '2026-11-29 10:00:10+00', '2026-11-29 10:00:30+00',
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s') AS held_back;
+SELECT finalize._record_range(:clock_id, '0x00000000000000000200', '0x00000000000000000300',
+                              '2026-11-29 10:01:00+00', 0, 0, 0, NULL, NULL,
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s') AS a_tolerance_later;
+-- The clock went back by more than that: a commit stamped 09:59:40, in hour
+-- 09, final. The worker records the step: both hours inexact, an incident.
+SELECT finalize._record_range(:clock_id, '0x00000000000000000300', '0x00000000000000000400',
+                              '2026-11-29 10:00:10+00', 1, 0, 0, '2026-11-29 09:59:40+00', '2026-11-29 09:59:40+00',
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s') AS stays;
+SELECT period_start, inserts, straddling_ranges, exact
+  FROM finalize.changes_by_period('w.clock', '2026-11-29 09:00+00', '2026-11-29 11:00+00');
+SELECT finalize._record_clock_step(:clock_id, '0x00000000000000000400', '2026-11-29 09:59:40+00',
+                                   '2026-11-29 10:01:00+00', true, true);
+SELECT period_start, inserts, straddling_ranges, exact
+  FROM finalize.changes_by_period('w.clock', '2026-11-29 09:00+00', '2026-11-29 11:00+00');
+SELECT event, detail ->> 'from' AS from, detail ->> 'to' AS to, detail ->> 'ran_ahead' AS ran_ahead
+  FROM finalize.fact WHERE table_id = :clock_id AND kind = 'event';
+SELECT kind, severity, subject, state, message FROM finalize.alert WHERE table_id = :clock_id;
+SELECT finalize.untrack_table('w.clock', false);
+
 SELECT finalize.untrack_table(t, false) FROM unnest(ARRAY['w.hourly', 'w.quarter', 'w.daily', 'w.old']) AS t;
 DROP VIEW verdict;
 DROP SERVER erp;

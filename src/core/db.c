@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
@@ -143,6 +144,16 @@ db_lsn_datum(const Lsn *lsn)
 
 	lsn_format(lsn, text);
 	return CStringGetTextDatum(text);
+}
+
+/* An interval datum of a span of microseconds (no days or months). */
+Datum
+db_usecs_datum(int64 usecs)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = usecs;
+	return PointerGetDatum(iv);
 }
 
 /* Text datum of s, or NULL (nulls[i] set to 'n') when s is NULL. */

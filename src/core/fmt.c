@@ -33,3 +33,13 @@ fmt_instant(TimestampTz ts)
 	/* timestamptz_to_str returns a static buffer: copy it. */
 	return pstrdup(timestamptz_to_str(ts));
 }
+
+/* A span of microseconds as an interval's text ("00:01:00"). */
+char *
+fmt_usecs(int64 usecs)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = usecs;
+	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(iv)));
+}

@@ -13,5 +13,6 @@
 extern char *fmt_lsn(const Lsn *lsn);
 extern char *fmt_local(Timestamp ts);
 extern char *fmt_instant(TimestampTz ts);
+extern char *fmt_usecs(int64 usecs);
 
 #endif							/* FINALIZE_FMT_H */

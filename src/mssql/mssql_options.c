@@ -12,6 +12,7 @@
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_user_mapping.h"
 #include "fmgr.h"
+#include "foreign/foreign.h"
 #include "mb/pg_wchar.h"
 #include "pgtime.h"
 #include "utils/builtins.h"
@@ -21,6 +22,7 @@
 #include "core/fdw_options.h"
 #include "core/period.h"
 #include "core/period_zone.h"
+#include "mssql/mssql_options.h"
 #include "mssql/tds_conf.h"
 
 PG_FUNCTION_INFO_V1(finalize_mssql_validator);
@@ -134,6 +136,54 @@ check_positive_interval(const char *value)
 		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0;
 }
 
+/*
+ * Accepts a clock_tolerance: an interval without months from 0 to
+ * CLOCK_TOLERANCE_MAX.
+ */
+static bool
+check_clock_tolerance(const char *value)
+{
+	Datum		iv;
+	int64		usecs;
+
+	return subxact_input(interval_in, value, &iv) && interval_usecs(DatumGetIntervalP(iv), &usecs) &&
+		usecs >= 0 && usecs <= CLOCK_TOLERANCE_MAX;
+}
+
+/*
+ * A server's clock_tolerance in microseconds (CLOCK_TOLERANCE_DEFAULT
+ * without the option): how far SQL Server's clock may be stepped back (NTP,
+ * a VM resumed or moved to another host) without a verdict running ahead.
+ * False for a value out of range (set before the validator checked it).
+ */
+bool
+mssql_clock_tolerance(List *server_options, int64 *usecs)
+{
+	return fdw_option_usecs(fdw_option_value(server_options, "clock_tolerance", CLOCK_TOLERANCE_DEFAULT), usecs) &&
+		*usecs >= 0 && *usecs <= CLOCK_TOLERANCE_MAX;
+}
+
+PG_FUNCTION_INFO_V1(finalize_clock_tolerance);
+
+/*
+ * finalize._clock_tolerance(server_name): a source's clock_tolerance as an
+ * interval (of hours, minutes and seconds only), NULL for a server that
+ * does not exist; so that explanations can say how long a verdict waits.
+ */
+Datum
+finalize_clock_tolerance(PG_FUNCTION_ARGS)
+{
+	ForeignServer *server = GetForeignServerByName(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	Interval   *result;
+	int64		usecs;
+
+	if (server == NULL || !mssql_clock_tolerance(server->options, &usecs))
+		PG_RETURN_NULL();
+	result = palloc0(sizeof(Interval));
+	result->time = usecs;
+	PG_RETURN_INTERVAL_P(result);
+}
+
 /* Accepts the TDS versions FreeTDS speaks to SQL Server 2005 and later. */
 static bool
 check_tds_version(const char *value)
@@ -163,6 +213,8 @@ static const FdwOption mssql_options[] = {
 	"The host_name_in_certificate option is a host name, without a port."},
 	{"capture_stall_threshold", ForeignServerRelationId, false, check_positive_interval,
 	"The threshold is a positive interval without months, such as '15 minutes': how far the commit time of SQL Server's max LSN may lag its clock before the capture counts as stalled. Keep it above the idle dummy-row cadence (about 5 minutes)."},
+	{"clock_tolerance", ForeignServerRelationId, false, check_clock_tolerance,
+	"The clock tolerance is an interval from 0 to 1 hour without months, such as '60 s' (the default): how far SQL Server's clock may be stepped back without a verdict running ahead. Every verdict waits that much longer; a larger step back is detected."},
 	{"username", UserMappingRelationId, false, check_login,
 	"The username is a SQL Server login of 1 to 128 characters; Windows logins (domain\\user) are not supported."},
 	{"password", UserMappingRelationId, true, check_nonempty,

@@ -164,9 +164,12 @@ split_aggregate(const char *fn, const Timestamp *splits, int nsplits)
  * Appends one statement that aggregates the range (start, end] of a capture
  * instance on the server: rows per operation (2 insert, 4 update
  * after-image, 1 delete; row filter 'all' returns no before-images), and the
- * commit times of the first and last LSN with rows. One row whatever the
- * size of the range, so a range costs the same to transfer with 10 rows or
- * 10 million. With split points (a commit-time table's period boundaries in
+ * least and greatest commit time of its rows (each transaction's mapped
+ * once): not those of its first and last LSN, since a clock stepped back
+ * within the range commits later LSNs at earlier times, and a row between
+ * them could lie in another period than both. One row whatever the size of
+ * the range, so a range costs the same to transfer with 10 rows or 10
+ * million. With split points (a commit-time table's period boundaries in
  * the server's wall time, ascending), the same per piece of the range
  * between them as well (split_aggregate): one row per piece with rows.
  *
@@ -188,15 +191,19 @@ tsql_append_range_aggregate(StringInfo buf, const char *capture_instance, const 
 		appendStringInfoString(&stmt, split_aggregate(mssql_quote_ident(fn_name), splits, nsplits));
 	else
 	{
-		appendStringInfoString(&stmt,
-							   "SELECT COUNT_BIG(CASE WHEN c.[__$operation] = 2 THEN 1 END) AS ins,\n"
-							   "       COUNT_BIG(CASE WHEN c.[__$operation] = 4 THEN 1 END) AS upd,\n"
-							   "       COUNT_BIG(CASE WHEN c.[__$operation] = 1 THEN 1 END) AS del,\n"
-							   "       sys.fn_cdc_map_lsn_to_time(MIN(c.[__$start_lsn])) AS first_time,\n"
-							   "       sys.fn_cdc_map_lsn_to_time(MAX(c.[__$start_lsn])) AS last_time\n"
-							   "  FROM [cdc].");
-		appendStringInfoString(&stmt, mssql_quote_ident(fn_name));
-		appendStringInfoString(&stmt, "(@from, @to, N'all') AS c");
+		const char *fn = mssql_quote_ident(fn_name);
+
+		appendStringInfo(&stmt,
+						 "SELECT COUNT_BIG(CASE WHEN r.op = 2 THEN 1 END) AS ins,\n"
+						 "       COUNT_BIG(CASE WHEN r.op = 4 THEN 1 END) AS upd,\n"
+						 "       COUNT_BIG(CASE WHEN r.op = 1 THEN 1 END) AS del,\n"
+						 "       MIN(t.ct) AS first_time, MAX(t.ct) AS last_time\n"
+						 "  FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op\n"
+						 "          FROM [cdc].%s(@from, @to, N'all') AS a) AS r\n"
+						 "  JOIN (SELECT d.l, sys.fn_cdc_map_lsn_to_time(d.l) AS ct\n"
+						 "          FROM (SELECT DISTINCT f.[__$start_lsn] AS l\n"
+						 "                  FROM [cdc].%s(@from, @to, N'all') AS f) AS d) AS t ON t.l = r.l",
+						 fn, fn);
 	}
 	appendStringInfoString(buf, "EXEC sys.sp_executesql ");
 	appendStringInfoString(buf, mssql_quote_literal(stmt.data));

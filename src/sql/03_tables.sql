@@ -185,7 +185,7 @@ CREATE TABLE @extschema@.fact (
     capture_instance   text,
     event              text CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch',
                                              'data_loss', 'schema_blocked', 'resume_requested', 'resumed',
-                                             'loss_acknowledged', 'late_data')),
+                                             'loss_acknowledged', 'late_data', 'clock_stepped_back')),
     detail             jsonb,
     ranges             integer NOT NULL DEFAULT 1 CHECK (ranges >= 1),
     recorded_at        timestamptz NOT NULL DEFAULT now(),

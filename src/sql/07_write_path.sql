@@ -276,15 +276,22 @@ END;
 
 -- Moves the offsets of tables whose ranges were just stored to the ends of
 -- those ranges, and their source verdicts to the periods those ends' commit
--- times start (never back): the step of the write path between the fact and
--- the verdict, for one table or a cycle's many.
-CREATE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[])
+-- times less clock_tolerance start (never back): the step of the write path
+-- between the fact and the verdict, for one table or a cycle's many. The
+-- worker holds back by its source's clock_tolerance: after SQL Server's
+-- clock is stepped back by up to that much, no commit can be stamped before
+-- a commit time already read less the tolerance, so no period the verdict
+-- calls final can still receive one.
+CREATE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[],
+                                           clock_tolerance interval)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.watermark w
-       SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity, t.period_zone)),
+       SET source_until = GREATEST(w.source_until,
+                                   @extschema@.period_start(r.end_time - _store_offsets.clock_tolerance,
+                                                            t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
            recorded_at = now()
@@ -300,7 +307,9 @@ END;
 -- event-time facts on an event-time table, late rows judged against the
 -- verdict before it), the source verdict moves and _advance moves the
 -- verdict (and the derived tables that use it) as far as the consumers
--- allow, all in the caller's transaction.
+-- allow, all in the caller's transaction. The source verdict holds back by
+-- clock_tolerance (the worker's source's; zero for record_range, whose
+-- caller states the instant itself).
 CREATE FUNCTION @extschema@._record_range(
     table_id          bigint,
     start_lsn         text,
@@ -317,7 +326,8 @@ CREATE FUNCTION @extschema@._record_range(
     event_periods     jsonb,
     lateness_sketch   bytea,
     first_event_time  timestamptz,
-    last_event_time   timestamptz)
+    last_event_time   timestamptz,
+    clock_tolerance   interval DEFAULT interval '0')
 RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -373,7 +383,8 @@ BEGIN
                                                wm.finalized_until);
     END IF;
 
-    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time]);
+    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time],
+                                       coalesce(clock_tolerance, interval '0'));
     RETURN @extschema@._advance(tt.table_id);
 END
 $$;
@@ -388,8 +399,9 @@ $$;
 -- one, a repeat, one with an event or event-time facts, anything doubtful)
 -- is returned untouched, and the worker records it through _record_range,
 -- whose checks and errors decide. What is taken is stored as _record_range
--- stores it (_store_range_facts, _store_offsets, _advance_sources), in the
--- caller's transaction. Returns the table ids left to the caller.
+-- stores it (_store_range_facts, _store_offsets with the source's
+-- clock_tolerance, _advance_sources), in the caller's transaction. Returns
+-- the table ids left to the caller.
 CREATE FUNCTION @extschema@._record_ranges(
     table_ids          bigint[],
     start_lsns         text[],
@@ -400,7 +412,8 @@ CREATE FUNCTION @extschema@._record_ranges(
     deletes            bigint[],
     first_commit_times timestamptz[],
     last_commit_times  timestamptz[],
-    capture_instances  text[])
+    capture_instances  text[],
+    clock_tolerance    interval DEFAULT interval '0')
 RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -465,7 +478,7 @@ BEGIN
                                                ok.first_time, ok.last_time, ok.ci,
                                                pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
                                                pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
-        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
+        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time, coalesce(clock_tolerance, interval '0'));
         moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
     END IF;
     -- on every call, for no table when nothing moved: its plan is made at
@@ -500,7 +513,7 @@ SET search_path = pg_catalog, pg_temp
 RETURN @extschema@._record_range(@extschema@._tracked_id(table_name), start_lsn, end_lsn, end_commit_time,
                                  inserts, updates, deletes, first_commit_time, last_commit_time,
                                  capture_instance, event, detail, event_periods, lateness_sketch,
-                                 first_event_time, last_event_time);
+                                 first_event_time, last_event_time, interval '0');
 COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigint, bigint, bigint,
                                              timestamptz, timestamptz, text, text, jsonb,
                                              jsonb, bytea, timestamptz, timestamptz) IS
@@ -555,6 +568,14 @@ CREATE FUNCTION @extschema@._facts_retention()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_facts_retention'
 LANGUAGE C STABLE;
+
+-- The clock_tolerance of a source (a finalize_mssql server) as an interval
+-- of hours, NULL for no such server: how far behind a commit time read
+-- the worker's verdicts stay (_store_offsets), for explanations.
+CREATE FUNCTION @extschema@._clock_tolerance(server_name text)
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_clock_tolerance'
+LANGUAGE C STABLE STRICT;
 
 -- finalize.max_clock_skew as an interval of hours (no days, so adding it to
 -- a timestamptz is exact in every session zone).

@@ -105,6 +105,61 @@ BEGIN
 END
 $$;
 
+-- SQL Server's clock went back across a period boundary, as the worker read
+-- it in the ranges of a table it has just recorded (ending at end_lsn):
+-- commits stamped from first_time on came after commits stamped up to
+-- until_time in a later period (the previous read's, or earlier ones of the
+-- same read), and, with ran_ahead, in a period the source verdict had
+-- already called final (the clock went back by more than the source's
+-- clock_tolerance). Their counts per period are open to doubt: an event
+-- fact (clock_stepped_back) makes the periods from first_time's to
+-- until_time's inexact in changes_by_period, and, with incident, an
+-- incident says so, critical when a verdict ran ahead (a partition
+-- published before may lack those commits). Without incident the worker
+-- could not tell a step back from the local times a DST fall-back repeats:
+-- the periods are marked all the same.
+CREATE FUNCTION @extschema@._record_clock_step(table_id bigint, end_lsn text, first_time timestamptz,
+                                               until_time timestamptz, ran_ahead boolean, incident boolean)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(_record_clock_step.table_id);
+    p_from timestamptz := @extschema@.period_start(first_time, tt.granularity, tt.period_zone);
+    p_to timestamptz := @extschema@.period_end(GREATEST(first_time, until_time), tt.granularity, tt.period_zone);
+    verdict timestamptz := (SELECT w.source_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    detail jsonb;
+    message text;
+BEGIN
+    detail := jsonb_build_object('from', @extschema@._utc_iso(p_from), 'to', @extschema@._utc_iso(p_to),
+                                 'commit_time', @extschema@._utc_iso(first_time),
+                                 'after_commit_time', @extschema@._utc_iso(until_time),
+                                 'ran_ahead', ran_ahead, 'incident', incident, 'end_lsn', end_lsn);
+    message := CASE WHEN ran_ahead
+        THEN format('SQL Server''s clock went back: commits of table "%s" were stamped %s, in a period already final; the counts of its periods from %s to %s are not exact any more, and a partition of them released before may lack those commits: check and republish it. Every verdict holds back by the clock_tolerance of server "%s", which this step exceeded.',
+                    tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(p_from),
+                    @extschema@._utc_iso(p_to), tt.server_name)
+        ELSE format('SQL Server''s clock went back across a period boundary: commits of table "%s" were stamped %s, after commits stamped up to %s; no verdict ran ahead (the clock_tolerance of server "%s" absorbed the step), but the counts of its periods from %s to %s are not exact.',
+                    tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(until_time),
+                    tt.server_name, @extschema@._utc_iso(p_from), @extschema@._utc_iso(p_to)) END;
+    INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
+    VALUES (tt.table_id, 'event', @extschema@._lsn_arg(end_lsn, 'end_lsn'), until_time, 'clock_stepped_back',
+            detail);
+    IF NOT incident THEN
+        RETURN;
+    END IF;
+    PERFORM @extschema@._alert(jsonb_build_object('alert', 'clock_stepped_back', 'table', tt.table_name,
+                                                  'server', tt.server_name, 'ran_ahead', ran_ahead,
+                                                  'verdict', @extschema@._utc_iso(verdict),
+                                                  'from', @extschema@._utc_iso(p_from),
+                                                  'to', @extschema@._utc_iso(p_to), 'message', message));
+    PERFORM @extschema@._raise_alert('clock_stepped_back', CASE WHEN ran_ahead THEN 'critical' ELSE 'warning' END,
+                                     tt.table_id, tt.server_name, @extschema@._utc_iso(p_from), message, detail);
+END
+$$;
+
 -- Restarts a table after a data loss, at new_offset (just below its capture
 -- instance's min LSN, whose commit time is new_offset_time): records the
 -- lost LSN range as a "resumed" event and as a loss (the commit times from
@@ -113,7 +168,10 @@ $$;
 -- both ways), moves the offset and makes the table active again. The verdict
 -- is untouched: it moves again with the next range recorded, but the
 -- periods of the loss stay not final, here and in the derived tables that
--- use this one, until finalize.acknowledge_loss() covers them.
+-- use this one, until finalize.acknowledge_loss() covers them. The lost
+-- commit times begin clock_tolerance (the source's) before the old
+-- offset's: after SQL Server's clock was stepped back by up to that much,
+-- a lost commit may carry an earlier time than the offset's.
 CREATE FUNCTION @extschema@._resume_after_loss(
     table_id         bigint,
     new_offset       text,
@@ -121,7 +179,8 @@ CREATE FUNCTION @extschema@._resume_after_loss(
     lost_until       timestamptz,
     capture_instance text,
     automatic        boolean,
-    detail           jsonb)
+    detail           jsonb,
+    clock_tolerance  interval DEFAULT interval '0')
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -133,6 +192,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
+    wm.offset_commit_time := wm.offset_commit_time - coalesce(clock_tolerance, interval '0');
     SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
      WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
      ORDER BY f.fact_id DESC LIMIT 1;
@@ -439,8 +499,10 @@ $$;
 
 -- Stores what the worker resolved a consumer's LSN to: mapped_lsn, the
 -- greatest mapping row at or below for_lsn (itself at most the reported LSN
--- and the cycle's max LSN), and its commit time; every commit before that
--- time is applied. A report that was beyond max LSN (report_ahead) is so no
+-- and the cycle's max LSN), and its commit time less clock_tolerance (the
+-- source's, as its tables' verdicts hold back): every commit before that
+-- time is applied, even after SQL Server's clock was stepped back by up to
+-- the tolerance. A report that was beyond max LSN (report_ahead) is so no
 -- longer. Ignored when the consumer no longer reports at least
 -- for_lsn (dropped, or added again lower, since the worker read it) or its
 -- table is gone; a commit time never moves back. Then the verdict may
@@ -454,7 +516,8 @@ CREATE FUNCTION @extschema@._consumer_resolved(
     consumer    text,
     for_lsn     text,
     mapped_lsn  text,
-    commit_time timestamptz)
+    commit_time timestamptz,
+    clock_tolerance interval DEFAULT interval '0')
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -468,6 +531,7 @@ BEGIN
     PERFORM @extschema@._require(f, 'for_lsn');
     PERFORM @extschema@._require(m, 'mapped_lsn');
     PERFORM @extschema@._require(commit_time, 'commit_time');
+    commit_time := commit_time - coalesce(clock_tolerance, interval '0');
     IF m > f THEN
         RAISE EXCEPTION 'mapped LSN % lies above the LSN % it resolves', m, f
             USING ERRCODE = 'invalid_parameter_value',

@@ -16,7 +16,7 @@ CREATE TABLE @extschema@.alert (
                                      'late_data', 'release_rejected', 'freshness', 'consumer_locked',
                                      'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
                                      'table_not_found', 'property_malformed', 'metadata_malformed',
-                                     'report_ahead')),
+                                     'report_ahead', 'clock_stepped_back')),
     severity         text NOT NULL
                      CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
     table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,
@@ -62,8 +62,8 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_alert_id_seq', '')
 -- background worker an open incident another transaction holds (an
 -- acknowledge_alert left uncommitted) is not waited for when its
 -- condition is looked at again every cycle: it is counted again next time.
--- The others (a loss, a schema block, late rows, a refused release) are
--- raised once, and their holder may be resolving them (release_gate does
+-- The others (a loss, a schema block, late rows, a refused release, a
+-- clock stepped back) are raised once, and their holder may be resolving them (release_gate does
 -- late_data's): they wait, at most finalize.lock_timeout, and the worker
 -- records them again next cycle if that was not enough.
 CREATE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
@@ -78,7 +78,8 @@ DECLARE
     tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id);
 BEGIN
     IF @extschema@._in_background()
-       AND _raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected') THEN
+       AND _raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected',
+                                     'clock_stepped_back') THEN
         SELECT a.alert_id INTO id FROM @extschema@.alert a
          WHERE a.kind = _raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
            AND coalesce(a.server_name, '') = coalesce(_raise_alert.server_name, '')

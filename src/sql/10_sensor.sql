@@ -90,6 +90,10 @@ BEGIN
         RETURN @extschema@._explain_shards(tt, wm, period_start, period_end);
     ELSIF wm.offset_lsn IS NULL THEN
         RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
+    ELSIF wm.offset_commit_time >= period_end
+          AND wm.offset_commit_time - coalesce(@extschema@._clock_tolerance(tt.server_name), interval '0') < period_end THEN
+        RETURN format('SQL Server''s capture has reached %s (LSN %s), but the verdict holds back by the clock_tolerance of server "%s" (%s), so that a step back of SQL Server''s clock cannot put a commit into a final period',
+                      wm.offset_commit_time, wm.offset_lsn, tt.server_name, @extschema@._clock_tolerance(tt.server_name));
     ELSIF wm.offset_commit_time >= period_end THEN
         RETURN format('the watermark only moves in whole periods and stands at %s', wm.source_until);
     END IF;
@@ -555,8 +559,11 @@ COMMENT ON VIEW @extschema@.facts IS
 -- retention cleanup. A range whose rows all committed
 -- inside one period counts there; a range whose rows straddle a period
 -- boundary is counted in straddling_ranges of every period it touches (its
--- rows may belong to either). Counts are exact where the period is covered
--- and no range straddles it. is_final is what is_final() answers, losses
+-- rows may belong to either). Counts are exact where the period is covered,
+-- no range straddles it and SQL Server's clock went back across none of its
+-- boundaries (a clock_stepped_back event: commits stamped in it after
+-- commits of a later period, maybe after it was final). is_final is what
+-- is_final() answers, losses
 -- included. A derived table has no facts of its own: its periods are never
 -- covered nor exact, and their counts are NULL (unknown), so the release
 -- gate checks that they are final and cannot confirm an empty one; nor has
@@ -611,6 +618,10 @@ BEGIN
            coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
            count(f.fact_id) FILTER (WHERE NOT f.inside),
            p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+           AND NOT EXISTS (SELECT FROM @extschema@.fact c
+                            WHERE c.table_id = tt.table_id AND c.event = 'clock_stepped_back'
+                              AND (c.detail ->> 'from')::timestamptz < p.pe
+                              AND (c.detail ->> 'to')::timestamptz > p.ps)
       FROM periods AS p
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,

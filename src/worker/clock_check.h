@@ -10,12 +10,11 @@
 #include "datatype/timestamp.h"
 
 /*
- * How far a commit time may lie after SQL Server's clock reading (taken
- * after max LSN) before it is called impossible: both are datetime values
- * (1/300 s, rounded), and a clock may be stepped back by NTP or a resumed
- * VM. Stamps in another zone are off by at least 15 minutes.
+ * A commit time is a datetime, rounded to 1/300 s (half up): it may lie up
+ * to half a tick after the instant it was taken, so a commit time may lead
+ * the clock read after it by that much without any step of the clock.
  */
-#define COMMIT_AHEAD_TOLERANCE_S 60
+#define DATETIME_ROUNDING_USECS 1667
 
 /* What one cycle read about time, and the limits it is checked against. */
 typedef struct SourceTimes
@@ -27,6 +26,9 @@ typedef struct SourceTimes
 	TimestampTz pg_now;			/* PostgreSQL's clock */
 	int64		max_skew_usecs; /* finalize.max_clock_skew */
 	int64		stall_usecs;	/* the server's capture_stall_threshold */
+	int64		tolerance_usecs;	/* the server's clock_tolerance */
+	bool		has_previous;	/* an earlier cycle read previous_max */
+	TimestampTz previous_max;	/* the greatest max LSN commit time read before */
 } SourceTimes;
 
 /* The first check that fails, in the order they are made. */
@@ -35,10 +37,27 @@ typedef enum TimeProblem
 	TIMES_OK,
 	TIMES_ZONE_MISMATCH,		/* the timezone option is not SQL Server's zone */
 	TIMES_COMMIT_AHEAD,			/* a commit later than the clock that made it */
+	TIMES_CLOCK_BACK,			/* the clock behind a commit time read before */
 	TIMES_CLOCK_SKEW			/* SQL Server's clock ahead of PostgreSQL's */
 } TimeProblem;
 
+/* What the commit times of one table's read say of SQL Server's clock. */
+typedef enum ClockStep
+{
+	CLOCK_STEADY,				/* nothing went back across a period boundary */
+	CLOCK_WENT_BACK,			/* commits stamped in an earlier period than
+								 * commits read before them: those periods'
+								 * counts are not exact */
+	CLOCK_RAN_AHEAD,			/* commits stamped in a period already final */
+	CLOCK_OUT_OF_ORDER			/* a commit in a later period than the read's
+								 * max LSN, maybe only as a DST fall-back
+								 * repeats local times: periods inexact, no
+								 * incident */
+} ClockStep;
+
 extern TimeProblem check_source_times(const SourceTimes *t);
 extern bool capture_stalled(const SourceTimes *t);
+extern ClockStep clock_step_of(TimestampTz first_latest, bool has_previous, TimestampTz previous_period,
+							   bool has_verdict, TimestampTz verdict, bool back_within);
 
 #endif							/* FINALIZE_CLOCK_CHECK_H */

@@ -71,23 +71,25 @@ ws_load_consumers(const char *server_name, MemoryContext cxt, SourceConsumer **c
 
 /*
  * Stores what a consumer's LSN resolved to: the commit time of the greatest
- * mapping row at or below for_lsn (SQL ignores it when the consumer has
- * since been dropped or re-added lower, and never moves a commit time back).
+ * mapping row at or below for_lsn, which SQL holds back by the source's
+ * clock_tolerance (and ignores when the consumer has since been dropped or
+ * re-added lower; it never moves a commit time back).
  */
 void
 ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn *for_lsn, const Lsn *mapped_lsn,
-					 TimestampTz commit_time)
+					 TimestampTz commit_time, int64 clock_tolerance)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		values[5];
+	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INTERVALOID};
+	Datum		values[6];
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(consumer);
 	values[2] = db_lsn_datum(for_lsn);
 	values[3] = db_lsn_datum(mapped_lsn);
 	values[4] = TimestampTzGetDatum(commit_time);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_resolved($1, $2, $3, $4, $5)",
-					 5, types, values, NULL);
+	values[5] = db_usecs_datum(clock_tolerance);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_resolved($1, $2, $3, $4, $5, $6)",
+					 6, types, values, NULL);
 }
 
 /*

@@ -23,7 +23,7 @@ typedef struct SourceConsumer
 extern void ws_load_consumers(const char *server_name, MemoryContext cxt, SourceConsumer **consumers,
 							  int *nconsumers);
 extern void ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
-								 const Lsn *mapped_lsn, TimestampTz commit_time);
+								 const Lsn *mapped_lsn, TimestampTz commit_time, int64 clock_tolerance);
 extern void ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 								   const char *error);
 extern void ws_consumer_ahead(int64 table_id, const char *consumer, const Lsn *reported,

@@ -196,7 +196,7 @@ record_step(void *arg)
 	ConsumerJob *job = (ConsumerJob *) arg;
 
 	ws_consumer_resolved(job->consumer->table_id, job->consumer->consumer, &job->target, &job->mapped,
-						 job->commit_time);
+						 job->commit_time, job->clock_tolerance);
 }
 
 /* Records why one consumer stays unresolved (a subxact_try step). */
@@ -226,8 +226,9 @@ check_step(void *arg)
 
 /*
  * In the cycle's write transaction, after the tables' writes: every
- * resolution (or reason it failed, or a report beyond max LSN) in its own
- * subtransaction (one
+ * resolution (held back by the source's clock_tolerance in SQL, as the
+ * tables' verdicts are; or reason it failed, or a report beyond max LSN)
+ * in its own subtransaction (one
  * consumer's failure costs only that consumer; it is resolved again next
  * cycle; a row another transaction holds is skipped in SQL, never waited
  * for), then the stall check once, also confined: a failure there must
@@ -236,7 +237,7 @@ check_step(void *arg)
  * the scheduler's next round (_refresh_derived).
  */
 void
-consumers_record(const char *server_name, ConsumerJob *jobs, int njobs)
+consumers_record(const char *server_name, int64 clock_tolerance, ConsumerJob *jobs, int njobs)
 {
 	ErrorData  *e;
 
@@ -247,6 +248,7 @@ consumers_record(const char *server_name, ConsumerJob *jobs, int njobs)
 
 		if (!jobs[j].resolved && jobs[j].error == NULL && jobs[j].action != CONSUMER_AHEAD)
 			continue;
+		jobs[j].clock_tolerance = clock_tolerance;
 		if (!subxact_try(step, &jobs[j], &e))
 			ereport(WARNING,
 					(errmsg("finalize could not record the progress of consumer \"%s\" of table \"%s\": %s",

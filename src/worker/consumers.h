@@ -28,6 +28,7 @@ typedef struct ConsumerJob
 	bool		resolved;
 	Lsn			mapped;			/* the mapping row found (max_lsn when AT_MAX) */
 	TimestampTz commit_time;	/* its commit time, the earliest instant it may denote */
+	int64		clock_tolerance;	/* the source's, which the verdict holds back by */
 	char	   *error;			/* why it stays unresolved */
 } ConsumerJob;
 
@@ -36,6 +37,6 @@ extern int	consumers_plan(const SourceConsumer *consumers, int nconsumers, const
 						   ConsumerJob **jobs);
 extern bool consumers_read(MssqlConn *conn, const SourceConfig *cfg, TimestampTz max_instant,
 						   ConsumerJob *jobs, int njobs, char **logged);
-extern void consumers_record(const char *server_name, ConsumerJob *jobs, int njobs);
+extern void consumers_record(const char *server_name, int64 clock_tolerance, ConsumerJob *jobs, int njobs);
 
 #endif							/* FINALIZE_CONSUMERS_H */

@@ -7,7 +7,8 @@
  *   2. max LSN, its commit time, SQL Server's clock and offset, the tables'
  *      object ids, the capture instances               (SQL Server, batch 1;
  *      a settled source first asks only for max LSN, see cycle_may_be_idle)
- *   3. the times checked: zone, commits ahead of the clock, clock skew, stall
+ *   3. the times checked: zone, commits ahead of the clock (also of a clock
+ *      stepped back since an earlier cycle), clock skew, stall
  *   4. per table, its range(s) aggregated on the server; then, AFTER all of
  *      them, each instance's min LSN and the DDL it recorded (SQL Server, batch 2);
  *      then the mapping rows of the LSNs consumers reported (batch 3)
@@ -37,6 +38,7 @@
 #include "mssql/cdc_reader.h"
 #include "mssql/tsql.h"
 #include "worker/clock_check.h"
+#include "worker/clock_steps.h"
 #include "worker/consumers.h"
 #include "worker/cycle.h"
 #include "worker/event_facts.h"
@@ -106,13 +108,19 @@ load_source(Cycle *c, MemoryContext cxt)
 	if (problem != NULL)
 		return fail(c, COND_CONFIGURATION, problem);
 	if (c->cfg.held_by != COND_NONE)
+	{
+		/* What was read before the hold is not compared with SQL Server's clock after it. */
+		run->has_previous_max = false;
 		return fail(c, c->cfg.held_by,
 					psprintf("Server \"%s\" is held by %s since %s: commit times of SQL Server's max LSN were seen "
-							 "later than SQL Server's own clock, so commit times are stamped in another zone than "
-							 "its clock reports and none of them can be trusted; nothing is recorded. Once SQL "
-							 "Server stamps commits in its clock's zone, run SELECT finalize.release_source(%s).",
+							 "later than SQL Server's own clock by more than its clock_tolerance, so commit times "
+							 "are stamped in another zone than its clock reports, or the clock was stepped back by "
+							 "more than the tolerance, and none of them can be trusted; nothing is recorded. Once "
+							 "SQL Server stamps commits in its clock's zone (and the periods a step back reopened "
+							 "are checked), run SELECT finalize.release_source(%s).",
 							 c->cfg.server_name, condition_name(c->cfg.held_by), fmt_instant(c->cfg.held_since),
 							 quote_literal_cstr(c->cfg.server_name)));
+	}
 	return true;
 }
 
@@ -198,45 +206,15 @@ read_state(Cycle *c, bool with_instances)
 
 /*
  * Whether a cycle's times passed their checks; if not, the cycle fails
- * with the condition and a message that says what to do.
+ * with the condition and a message that says what to do (clock_steps.c).
  */
 static bool
 times_trusted(Cycle *c, TimeProblem problem, const SourceTimes *t)
 {
-	switch (problem)
-	{
-		case TIMES_OK:
-			break;
-		case TIMES_ZONE_MISMATCH:
-			return fail(c, COND_TIMEZONE_MISMATCH,
-						psprintf("SQL Server's clock is at UTC%+03lld:%02lld, but the timezone option \"%s\" of server "
-								 "\"%s\" gives UTC%+03lld:%02lld at that instant. Commit times cannot be converted "
-								 "safely; set the option to the zone of the SQL Server machine "
-								 "(ALTER SERVER \"%s\" OPTIONS (SET timezone '...')).",
-								 (long long) (t->reported_offset_s / 3600),
-								 (long long) (Abs(t->reported_offset_s % 3600) / 60),
-								 c->cfg.timezone, c->cfg.server_name, (long long) (t->expected_offset_s / 3600),
-								 (long long) (Abs(t->expected_offset_s % 3600) / 60), c->cfg.server_name));
-		case TIMES_COMMIT_AHEAD:
-			return fail(c, COND_COMMIT_TIME_AHEAD,
-						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "
-								 "\"%s\") is later than SQL Server's own clock (%s) by more than %d s: commit times "
-								 "are not stamped in the zone the server's clock reports (or the clock was stepped "
-								 "back), so none of them can be trusted and nothing is recorded. Check the time zone "
-								 "SQL Server's machine and instance use for commits (cdc.lsn_time_mapping."
-								 "tran_end_time) against SYSDATETIMEOFFSET(), then run SELECT "
-								 "finalize.release_source(%s).",
-								 fmt_lsn(&c->snap.max_lsn), fmt_local(c->snap.max_time_local),
-								 fmt_instant(t->max_instant), c->cfg.timezone, fmt_instant(t->server_now),
-								 COMMIT_AHEAD_TOLERANCE_S, quote_literal_cstr(c->cfg.server_name)));
-		case TIMES_CLOCK_SKEW:
-			return fail(c, COND_CLOCK_SKEW,
-						psprintf("SQL Server's clock (%s) is ahead of PostgreSQL's (%s) by more than "
-								 "finalize.max_clock_skew (%d s): its commit times cannot be trusted not to lie in "
-								 "the future, so nothing is recorded. Synchronize the clocks (NTP) of both machines.",
-								 fmt_instant(t->server_now), fmt_instant(t->pg_now), finalize_max_clock_skew_s));
-	}
-	return true;
+	char	   *message;
+	Condition	condition = time_problem(problem, t, &c->cfg, &c->snap, &message);
+
+	return condition == COND_NONE || fail(c, condition, message);
 }
 
 /*
@@ -248,6 +226,7 @@ static bool
 check_times(Cycle *c)
 {
 	SourceTimes t;
+	TimeProblem problem;
 
 	/* A second reading in the same cycle (after an idle check) starts afresh. */
 	c->source_condition = COND_OK;
@@ -259,10 +238,20 @@ check_times(Cycle *c)
 	t.pg_now = GetCurrentTimestamp();
 	t.max_skew_usecs = (int64) finalize_max_clock_skew_s * USECS_PER_SEC;
 	t.stall_usecs = c->cfg.stall_threshold;
-	if (!times_trusted(c, check_source_times(&t), &t))
+	t.tolerance_usecs = c->cfg.clock_tolerance;
+	t.has_previous = c->run->has_previous_max && c->run->previous_tz == (const void *) c->cfg.tz;
+	t.previous_max = c->run->previous_max;
+	problem = check_source_times(&t);
+	/* A hold starts afresh: what was read before it is not compared with the clock after it. */
+	if (problem == TIMES_COMMIT_AHEAD || problem == TIMES_CLOCK_BACK)
+		c->run->has_previous_max = false;
+	if (!times_trusted(c, problem, &t))
 		return false;
 	c->server_now = t.server_now;
 	c->max_instant = t.max_instant;
+	c->run->previous_max = t.has_previous ? Max(t.previous_max, t.max_instant) : t.max_instant;
+	c->run->previous_tz = c->cfg.tz;
+	c->run->has_previous_max = true;
 	if (capture_stalled(&t))
 	{
 		c->source_condition = COND_CAPTURE_STALLED;
@@ -389,6 +378,7 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 {
 	w->table = &c->tables[i];
 	w->facts = palloc0(sizeof(RangeFacts) * 3);
+	w->clock_tolerance = c->cfg.clock_tolerance;
 	switch (p->action)
 	{
 		case PLAN_NOTHING:
@@ -413,7 +403,10 @@ decide_write(Cycle *c, int i, const TablePlan *p, TableJob *jobs, TableWrite *w)
 			if (jobs[i].event_problem != NULL)
 				write_condition(w, jobs[i].event_condition, jobs[i].event_problem);
 			else
+			{
 				judge_read(&c->cfg, &jobs[i], c->max_instant, w);
+				judge_clock_step(&c->cfg, &jobs[i], w);
+			}
 			break;
 		case PLAN_RESUME:
 			judge_resume(&c->cfg, &jobs[i], c->max_instant, w);
@@ -554,7 +547,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 	}
 	if (!idle)
 		recorded = record_writes(writes, c.ntables);
-	consumers_record(c.cfg.server_name, c.consumer_jobs, c.nconsumer_jobs);
+	consumers_record(c.cfg.server_name, c.cfg.clock_tolerance, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
 				 c.source_message, c.started);
 	db_commit();

@@ -23,6 +23,9 @@ typedef struct SourceRun
 	bool		settled;		/* the last full check found every table at settled_lsn */
 	Lsn			settled_lsn;	/* SQL Server's max LSN then */
 	TimestampTz settled_at;		/* when that full check started */
+	bool		has_previous_max;	/* previous_max was read in the zone previous_tz */
+	TimestampTz previous_max;	/* the greatest max LSN commit time read so far */
+	const void *previous_tz;	/* the timezone option it was converted with */
 } SourceRun;
 
 /* Why a cycle failed: the source's condition and a message for people. */

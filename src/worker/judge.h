@@ -10,6 +10,7 @@
 
 #include "core/condition.h"
 #include "mssql/cdc_reader.h"
+#include "worker/clock_check.h"
 #include "worker/plan.h"
 #include "worker/worker_state.h"
 
@@ -62,6 +63,10 @@ typedef struct TableWrite
 	Jsonb	   *resume_detail;
 	Condition	condition;		/* WRITE_CONDITION (COND_NONE clears) */
 	char	   *condition_detail;
+	int64		clock_tolerance;	/* the source's: verdicts and losses hold back by it */
+	ClockStep	clock_step;		/* WRITE_RANGES: what the read says of the clock */
+	TimestampTz step_first;		/* its earliest commit time (earliest reading) */
+	TimestampTz step_until;		/* the latest commit time before or in it */
 } TableWrite;
 
 extern void judge_read(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, TableWrite *w);

@@ -38,6 +38,8 @@ typedef struct TrackedSource
 	char	   *event_zone;		/* event_time_zone, or NULL: the server's timezone option */
 	Interval	granularity;	/* its periods: granularity in period_zone */
 	char	   *period_zone;
+	bool		has_source_until;
+	TimestampTz source_until;	/* its source verdict when the cycle began */
 } TrackedSource;
 
 typedef enum PlanAction

@@ -8,6 +8,7 @@
 
 #include "core/db.h"
 #include "core/settings.h"
+#include "worker/clock_steps.h"
 #include "worker/judge.h"
 #include "worker/record.h"
 
@@ -36,7 +37,12 @@ apply_write(void *arg)
 			break;
 		case WRITE_RANGES:
 			for (int i = 0; i < w->nfacts; i++)
+			{
+				w->facts[i].clock_tolerance = w->clock_tolerance;
 				ws_record_range(&w->facts[i]);
+			}
+			if (w->clock_step != CLOCK_STEADY)
+				record_clock_step(w);
 			if (w->capture_instance != NULL)
 				ws_set_capture_instance(t->table_id, w->capture_instance);
 			ws_set_condition(t->table_id, COND_NONE, NULL);
@@ -47,7 +53,7 @@ apply_write(void *arg)
 							w->resume ? NULL : "data_lost", w->state_detail);
 			if (w->resume)
 				ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->lost_until,
-									 w->capture_instance, true, w->resume_detail);
+									 w->capture_instance, true, w->resume_detail, w->clock_tolerance);
 			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_SCHEMA_BLOCKED:
@@ -57,7 +63,7 @@ apply_write(void *arg)
 			break;
 		case WRITE_RESUME:
 			ws_resume_after_loss(t->table_id, &w->resume_at, w->resume_time, w->lost_until,
-								 w->capture_instance, false, w->resume_detail);
+								 w->capture_instance, false, w->resume_detail, w->clock_tolerance);
 			ws_set_condition(t->table_id, COND_NONE, NULL);
 			break;
 		case WRITE_CONDITION:

@@ -60,13 +60,15 @@ typedef struct RangeBatch
 	Datum	   *clear_ids;
 	int64	   *held;			/* of those, tables with something to clear */
 	int			nheld;
+	int64		clock_tolerance;	/* the source's (every write's) */
 } RangeBatch;
 
 /*
  * Whether a write is one range that continues its table's facts with
- * nothing else to record: no event, no detail, no event-time facts, the
- * instance it reads being the one it follows. Anything else takes the
- * one-by-one way, whose functions know what to do with it.
+ * nothing else to record: no event, no detail, no event-time facts, no
+ * clock that went back, the instance it reads being the one it follows.
+ * Anything else takes the one-by-one way, whose functions know what to do
+ * with it.
  */
 static bool
 plain_range(const TableWrite *w)
@@ -74,6 +76,7 @@ plain_range(const TableWrite *w)
 	const RangeFacts *f = &w->facts[0];
 
 	return w->kind == WRITE_RANGES && w->nfacts == 1 && f->has_start && f->event == NULL &&
+		w->clock_step == CLOCK_STEADY &&
 		f->detail == NULL && f->event_periods == NULL && f->sketch == NULL && !f->has_event_span &&
 		f->capture_instance != NULL && w->capture_instance != NULL &&
 		strcmp(f->capture_instance, w->capture_instance) == 0;
@@ -153,7 +156,7 @@ static void
 run_batch(void *arg)
 {
 	RangeBatch *b = (RangeBatch *) arg;
-	Datum		values[10];
+	Datum		values[11];
 	int			rc;
 
 	if (b->nclear > 0)
@@ -163,10 +166,11 @@ run_batch(void *arg)
 
 	if (record_ranges_plan == NULL)
 	{
-		Oid			types[10] = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
-			INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID};
+		Oid			types[11] = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
+			INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID,
+		INTERVALOID};
 		SPIPlanPtr	plan = SPI_prepare("SELECT t FROM " FINALIZE_SCHEMA "._record_ranges($1, $2, $3, $4, $5, $6, "
-									   "$7, $8, $9, $10) t", 10, types);
+									   "$7, $8, $9, $10, $11) t", 11, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "could not prepare finalize._record_ranges: %s", SPI_result_code_string(SPI_result));
@@ -182,6 +186,7 @@ run_batch(void *arg)
 	values[7] = array_of(b->first_times, b->times_null, b->n, TIMESTAMPTZOID);
 	values[8] = array_of(b->last_times, b->times_null, b->n, TIMESTAMPTZOID);
 	values[9] = array_of(b->instances, NULL, b->n, TEXTOID);
+	values[10] = db_usecs_datum(b->clock_tolerance);
 
 	rc = SPI_execute_plan(record_ranges_plan, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
@@ -233,6 +238,7 @@ gather_batch(TableWrite *writes, int n, RangeBatch *b)
 		if (!plain_range(&writes[i]))
 			continue;
 		b->writes[k] = &writes[i];
+		b->clock_tolerance = writes[i].clock_tolerance;
 		b->table_ids[k] = Int64GetDatum(f->table_id);
 		b->starts[k] = db_lsn_datum(&f->start);
 		b->ends[k] = db_lsn_datum(&f->end);

@@ -31,6 +31,7 @@
 #include "core/period.h"
 #include "core/settings.h"
 #include "core/source_table.h"
+#include "mssql/mssql_options.h"
 #include "worker/worker_state.h"
 
 /* _record_range is planned once per process. */
@@ -123,6 +124,10 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 		problem = psprintf("the capture_stall_threshold option of server \"%s\" is out of range; set it again "
 						   "(ALTER SERVER %s OPTIONS (SET capture_stall_threshold '15 minutes'))",
 						   server->servername, quote_identifier(server->servername));
+	else if (!mssql_clock_tolerance(server->options, &cfg->clock_tolerance))
+		problem = psprintf("the clock_tolerance option of server \"%s\" is out of range; set it again "
+						   "(ALTER SERVER %s OPTIONS (SET clock_tolerance '%s'))",
+						   server->servername, quote_identifier(server->servername), CLOCK_TOLERANCE_DEFAULT);
 	else if (cfg->conn.host[0] == '\0')
 		problem = psprintf("server \"%s\" has no host option", server->servername);
 	else if (cfg->database[0] == '\0')
@@ -209,6 +214,9 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	if (!isnull)
 		ts->granularity = *DatumGetIntervalP(d);
 	ts->period_zone = db_text_copy(tup, desc, 17, cxt);
+	d = SPI_getbinval(tup, desc, 19, &isnull);
+	ts->has_source_until = !isnull && !TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(d));
+	ts->source_until = ts->has_source_until ? DatumGetTimestampTz(d) : 0;
 	start = SPI_getvalue(tup, desc, 18);
 	if (start != NULL && strcmp(start, "max_lsn") != 0 && strcmp(start, "capture_start") != 0)
 	{
@@ -230,9 +238,11 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
 							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
 							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
-							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from"
+							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from,"
+							  "       w.source_until"
 							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
 							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id"
+							  "  JOIN " FINALIZE_SCHEMA ".watermark AS w ON w.table_id = t.table_id"
 							  " ORDER BY t.table_id",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tracked tables of server \"%s\"", server_name);
@@ -349,17 +359,17 @@ void
 ws_record_range(void *arg)
 {
 	RangeFacts *f = (RangeFacts *) arg;
-	Datum		values[16];
-	char		nulls[16];
+	Datum		values[17];
+	char		nulls[17];
 	int			rc;
 
 	if (record_range_plan == NULL)
 	{
-		Oid			types[16] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
+		Oid			types[17] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
 			INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, BYTEAOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID};
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID};
 		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-									   "$10, $11, $12, $13, $14, $15, $16)", 16, types);
+									   "$10, $11, $12, $13, $14, $15, $16, $17)", 17, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "could not prepare finalize._record_range: %s", SPI_result_code_string(SPI_result));
@@ -405,6 +415,7 @@ ws_record_range(void *arg)
 	}
 	else
 		nulls[14] = nulls[15] = 'n';
+	values[16] = db_usecs_datum(f->clock_tolerance);
 
 	rc = SPI_execute_plan(record_range_plan, values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
@@ -516,15 +527,18 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 
 /*
  * Restarts a table after a data loss at new_offset (see _resume_after_loss);
- * lost_until ends the lost range of commit times.
+ * lost_until ends the lost range of commit times, which begins
+ * clock_tolerance before the old offset's: a lost commit after it may carry
+ * an earlier time when SQL Server's clock was stepped back.
  */
 void
 ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
 					 TimestampTz lost_until, const char *capture_instance, bool automatic,
-					 const Jsonb *detail)
+					 const Jsonb *detail, int64 clock_tolerance)
 {
-	Oid			types[7] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, JSONBOID};
-	Datum		values[7];
+	Oid			types[8] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, JSONBOID,
+	INTERVALOID};
+	Datum		values[8];
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = db_lsn_datum(new_offset);
@@ -533,8 +547,9 @@ ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offs
 	values[4] = CStringGetTextDatum(capture_instance);
 	values[5] = BoolGetDatum(automatic);
 	values[6] = JsonbPGetDatum(detail);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6, $7)", 7, types, values,
-					 NULL);
+	values[7] = db_usecs_datum(clock_tolerance);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6, $7, $8)", 8, types,
+					 values, NULL);
 }
 
 /*

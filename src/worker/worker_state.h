@@ -25,6 +25,7 @@ typedef struct SourceConfig
 	char	   *timezone;
 	pg_tz	   *tz;
 	int64		stall_threshold;	/* capture_stall_threshold, microseconds */
+	int64		clock_tolerance;	/* clock_tolerance, microseconds: verdicts hold back by it */
 	MssqlConnInfo conn;
 	Condition	held_by;		/* a condition holding the source, or COND_NONE */
 	TimestampTz held_since;
@@ -58,6 +59,7 @@ typedef struct RangeFacts
 	bool		has_event_span;
 	TimestampTz first_event;
 	TimestampTz last_event;
+	int64		clock_tolerance;	/* the source's: the verdict holds back by it */
 } RangeFacts;
 
 extern bool ws_still_tracked(int64 table_id);
@@ -72,7 +74,7 @@ extern void ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampT
 						 TimestampTz started);
 extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offset_time,
 								 TimestampTz lost_until, const char *capture_instance, bool automatic,
-								 const Jsonb *detail);
+								 const Jsonb *detail, int64 clock_tolerance);
 extern bool ws_lock_source(Oid serverid, const char *server_name);
 extern void ws_source_failed(const char *server_name, Condition condition, const char *error,
 							 TimestampTz next_attempt);

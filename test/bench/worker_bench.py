@@ -250,12 +250,15 @@ def set_worker(pg, on):
 # aggregate and tsql_append_range_events), timed from a plain client to
 # tell SQL Server's (here: the simulator's) share of a recording from
 # finalize's own.
-RANGE_SQL = ("SELECT COUNT_BIG(CASE WHEN c.[__$operation] = 2 THEN 1 END) AS ins, "
-             "COUNT_BIG(CASE WHEN c.[__$operation] = 4 THEN 1 END) AS upd, "
-             "COUNT_BIG(CASE WHEN c.[__$operation] = 1 THEN 1 END) AS del, "
-             "sys.fn_cdc_map_lsn_to_time(MIN(c.[__$start_lsn])) AS first_time, "
-             "sys.fn_cdc_map_lsn_to_time(MAX(c.[__$start_lsn])) AS last_time "
-             "FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N'all') AS c")
+RANGE_SQL = ("SELECT COUNT_BIG(CASE WHEN r.op = 2 THEN 1 END) AS ins, "
+             "COUNT_BIG(CASE WHEN r.op = 4 THEN 1 END) AS upd, "
+             "COUNT_BIG(CASE WHEN r.op = 1 THEN 1 END) AS del, "
+             "MIN(t.ct) AS first_time, MAX(t.ct) AS last_time "
+             "FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op "
+             "FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N'all') AS a) AS r "
+             "JOIN (SELECT d.l, sys.fn_cdc_map_lsn_to_time(d.l) AS ct "
+             "FROM (SELECT DISTINCT f.[__$start_lsn] AS l "
+             "FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N'all') AS f) AS d) AS t ON t.l = r.l")
 EVENTS_SQL = """SELECT GROUPING(x.k) AS gk, GROUPING(x.b) AS gb, x.k, x.op, x.b, COUNT_BIG(*) AS n,
        DATEDIFF_BIG(millisecond, '19000101', MIN(x.ev)) AS min_ms,
        DATEDIFF_BIG(millisecond, '19000101', MAX(x.ev)) AS max_ms

@@ -8,7 +8,8 @@ condition clears. Nothing here writes finalize.alert or calls _raise_alert:
 the worker, the scheduler, the write path and the release gate raise them.
 
 test_alerts_worker.py covers unreachable, data_loss and schema_blocked;
-test_consumers_worker.py covers consumer_locked.
+test_consumers_worker.py covers consumer_locked; test_worker_time.py covers
+clock_stepped_back (SQL Server's clock stepped back, sim.step_clock).
 
 Faults the simulator cannot stage as SQL Server would:
   * source_replaced: the simulator has no sp_rename and no DROP TABLE, so

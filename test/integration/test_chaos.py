@@ -1,9 +1,16 @@
 """Chaos: a randomized, seeded run of many cycles mixing traffic, idle
 periods, DDL, capture-instance switches, cleanup (also in the middle of a
-read), faults, worker kills, PostgreSQL restarts and paused workers. After
-every step, against the simulator's ground truth: no verdict ever led the
-truth, and every recorded range holds exactly the changes committed in it
-(nothing lost, nothing counted twice).
+read), faults, worker kills, PostgreSQL restarts, paused workers and steps of
+SQL Server's clock (forward and back, within and beyond the source's
+clock_tolerance). After every step, against the simulator's ground truth: no
+verdict ever led the truth (whose commit times are the stamps of the stepped
+clock: a period is truly complete only when no later commit can be stamped
+in it), except where a step back beyond the tolerance reopened it; every
+commit stamped in a period the source verdict had called final before such
+a step is flagged (its period inexact, a critical clock_stepped_back
+incident); and every recorded range holds exactly the changes committed in
+it (nothing lost, nothing counted twice). At the end every period finalize
+calls exact holds the true counts.
 
 The lake side runs along (issue 12): a required consumer of c.orders and one
 of c.payments apply the simulator's changes late, in random batches, crash
@@ -39,7 +46,8 @@ import psycopg2
 from pgcluster import kill
 from test_consumers_worker import debezium
 from test_worker_hardening import memory_per_cycle, reconfigure
-from worker_env import Env, as_utc, lsn_text, new_cluster, sim_clock, sim_max_lsn, truth_watermark
+from worker_env import (ClockSteps, Env, as_utc, lsn_text, new_cluster, sim_clock, sim_max_lsn, sim_now,
+                        truth_counts, truth_watermark, wall_clock)
 
 TABLES = {  # lake table -> (source table, track_table options)
     "c.orders": ("dbo.orders", dict(granularity="1 hour", ddl_policy="warn", on_data_loss="resume")),
@@ -53,6 +61,9 @@ DERIVED_GRANULARITY = datetime.timedelta(hours=1)
 DERIVED_CONSUMER = "airflow-hourly"
 NOTHING = "0x" + "00" * 10                      # the LSN of a consumer that has applied nothing
 EPOCH = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+TOLERANCE = 45                                  # the source's clock_tolerance, seconds
+GRANULARITY = {t: {"1 hour": 3600, "15 minutes": 900, "5 minutes": 300}[opts["granularity"]]
+               for t, (_, opts) in TABLES.items()}
 
 
 def worker_pid(pg):
@@ -65,8 +76,16 @@ def instances(sim, table):
     return [r for r in sim.call("sim.state")[1] if r["source_table"].lower() == f"{schema}.{name}".lower()]
 
 
-def settled(env, sim):
-    """Every table either caught up with max LSN or stopped (lost, blocked)."""
+def settled(env, sim, n=None):
+    """Every table either caught up with max LSN or stopped (lost, blocked). A source held after a step
+    back of its clock beyond the tolerance (commit_time_ahead) is released, as an operator would once
+    the clock is right (the commits it then records are checked by check_clock_steps)."""
+    held = env.source_status("erp")
+    if held and held["held_by"]:
+        env.sql("SELECT finalize.release_source('erp')")
+        if n is not None:
+            n["clock:released"] += 1
+        return False
     target = sim_max_lsn(sim)
     for t in TABLES:
         st = env.status(t)
@@ -77,12 +96,13 @@ def settled(env, sim):
     return True
 
 
-def check_invariants(env, sim, counters):
+def check_invariants(env, sim, counters, clocks):
     truth = truth_watermark(sim)
     commits = {}
     for t, (src, _) in TABLES.items():
         until = env.one("SELECT finalize.finalized_until(%s)", (t,))
-        assert until is None or until <= truth, f"{t}: verdict {until} leads the truth {truth}"
+        assert until is None or until <= truth or clocks.excuses(TOLERANCE, until, truth), \
+            f"{t}: verdict {until} leads the truth {truth}"
         if src not in commits:
             commits[src] = [(lsn_text(c["commit_lsn"]), c["inserts"], c["updates"], c["deletes"])
                             for c in sim.call("sim.truth_commits", table=src)[0]]
@@ -110,6 +130,48 @@ def check_invariants(env, sim, counters):
                     got[2] += d
             assert got == [f["inserts"], f["updates"], f["deletes"]], f"{t}: range {f} vs truth {got}"
         counters["events:" + t] = len(events)
+
+
+def check_clock_steps(env, sim, beyond, n):
+    """Every commit made after a step back beyond the tolerance and stamped in a period the source
+    verdict had already called final (beyond: [(max LSN, {table: source_until}) at each such step])
+    makes that period inexact and opens a critical clock_stepped_back incident, once recorded."""
+    for src in sorted({s for s, _ in TABLES.values()}):
+        commits = [(lsn_text(c["commit_lsn"]), as_utc(c["commit_time_utc"]))
+                   for c in sim.call("sim.truth_commits", table=src)[0]]
+        for t in [t for t, (s, _) in TABLES.items() if s == src]:
+            ranges = [(f["start_lsn"], f["end_lsn"]) for f in env.facts(t) if f["start_lsn"] is not None]
+            for lsn_at_step, verdicts in beyond:
+                final = verdicts.get(t)
+                late = [(lsn, stamp) for lsn, stamp in commits
+                        if final is not None and lsn > lsn_at_step and stamp < final
+                        and any(a < lsn <= b for a, b in ranges)]
+                for lsn, stamp in late:
+                    period = env.one("SELECT finalize.period_start(%s, %s::interval)",
+                                     (stamp, "%d seconds" % GRANULARITY[t]))
+                    exact = env.one("SELECT exact FROM finalize.changes_by_period(%s, %s, %s)",
+                                    (t, period, period + datetime.timedelta(seconds=1)))
+                    assert exact is False, f"{t}: commit {lsn} stamped {stamp} in a final period: {period} is exact"
+                    n["clock:late_commits_flagged"] += 1
+                if late:
+                    assert env.one("SELECT count(*) FROM finalize.alert WHERE kind = 'clock_stepped_back' "
+                                   "AND severity = 'critical' AND table_name = %s", (t,)) > 0, \
+                        f"{t}: commits {late} landed in final periods, and no critical incident says so"
+
+
+def check_exact_periods(env, sim, start, end):
+    """Every period finalize calls exact (and final) holds the truth's counts by stamp."""
+    compared = 0
+    for t, (src, _) in TABLES.items():
+        truth = truth_counts(sim, src, start, end, granularity_seconds=GRANULARITY[t])
+        for ps, ins, upd, dele in env.sql("SELECT period_start, inserts, updates, deletes "
+                                          "FROM finalize.changes_by_period(%s, %s, %s) "
+                                          "WHERE covered AND exact AND is_final", (t, start, end)):
+            assert (ins, upd, dele) == truth[ps], f"{t}: period {ps} is exact with {(ins, upd, dele)}, " \
+                                                  f"the truth is {truth[ps]}"
+            compared += 1
+    assert compared > 0, "no exact period to compare"
+    return compared
 
 
 def verdict(env, table):
@@ -148,6 +210,7 @@ class Pipelines:
         self.floor = {}                          # verdicts when the consumers were declared
         self.last = {}                           # verdicts at the previous check
         self.step = "setup"
+        self.clocks = None                       # the run's clock steps (ClockSteps)
 
     def declare(self):
         """The consumers of the tracked tables, the derived table and its consumer (after the
@@ -265,13 +328,14 @@ class Pipelines:
                 self.last[(t, what)] = until
         for t, consumer in CONSUMERS.items():
             mark, applied = verdicts[t][1], self.durable[t] or NOTHING
-            if mark is not None and mark > truth:
+            if mark is not None and mark > truth and not self.clocks.excuses(TOLERANCE, mark, truth):
                 self.fail(f"{t}: verdict {mark} leads the truth watermark {truth}")
             pending = [as_utc(c["commit_time_utc"]) for c in sim.call("sim.truth_commits", table=TABLES[t][0])[0]
                        if lsn_text(c["commit_lsn"]) > applied]
             first = min(pending) if pending else None
             floor = self.floor[t]
-            if mark is not None and first is not None and mark > first and (floor is None or mark > floor):
+            if mark is not None and first is not None and mark > first and (floor is None or mark > floor) \
+                    and not self.clocks.excuses(TOLERANCE, mark, first):
                 self.fail(f"{t}: verdict {mark} claims the commit at {first} that {consumer} has not applied "
                           f"(it reported {applied}; verdict when declared {floor})")
         (sensor, mark), floor = verdicts[DERIVED], self.floor[DERIVED]
@@ -379,7 +443,7 @@ class Pipelines:
         for src in sorted({TABLES[t][0] for t in CONSUMERS}):
             self.sim.call("sim.commit", table=src, inserts=1)
         self.sim.call("sim.advance", seconds=3900)
-        pg.wait_for(lambda: settled(self.env, self.sim), timeout=60, what="the tables to catch up at the end")
+        pg.wait_for(lambda: settled(self.env, self.sim, self.n), timeout=60, what="the tables to catch up at the end")
         self.check(self.sim)
         for t, consumer in CONSUMERS.items():
             st = self.env.status(t)
@@ -415,7 +479,7 @@ class Pipelines:
         self.check(self.sim)
 
 
-def memory_after_chaos(env, sim, pg):
+def memory_after_chaos(env, sim, pg, n):
     """Every table active again and no fault armed; then, polling every 100 ms with traffic,
     the growth of the worker's memory per cycle after a warm-up (memory_per_cycle)."""
     sim.call("sim.fault_clear")
@@ -424,14 +488,14 @@ def memory_after_chaos(env, sim, pg):
         stopped = [t for t in TABLES if env.status(t)["state"] in ("data_lost", "schema_blocked")]
         for t in stopped:              # a table blocked by several DDL statements needs several
             env.one("SELECT finalize.resume_table(%s)", (t,))
-        if not stopped and settled(env, sim) and all(env.status(t)["state"] == "active" for t in TABLES):
+        if not stopped and settled(env, sim, n) and all(env.status(t)["state"] == "active" for t in TABLES):
             break
         assert time.monotonic() < deadline, f"tables not active again: {[(t, env.status(t)['state']) for t in TABLES]}"
         sim.call("sim.advance", seconds=6)
         time.sleep(0.5)
     reconfigure(pg, "finalize.poll_interval", "100ms")
     per_cycle = memory_per_cycle(env, sim, "erp", warmup=50, measured=300)[0]
-    pg.wait_for(lambda: settled(env, sim), timeout=60, what="the tables to catch up after the traffic")
+    pg.wait_for(lambda: settled(env, sim, n), timeout=60, what="the tables to catch up after the traffic")
     return per_cycle
 
 
@@ -452,11 +516,14 @@ def test_chaos():
             for table in ("dbo.orders", "dbo.payments", "dbo.audit"):
                 sim.call("sim.commit", table=table, inserts=20)     # rows for updates and deletes
             sim.call("sim.advance", seconds=10)
-            env.add_source("erp", sim)
+            env.add_source("erp", sim, clock_tolerance=f"{TOLERANCE} s")
             for t, (src, opts) in TABLES.items():
                 env.track(t, "erp", source_table=src, **opts)
-            pg.wait_for(lambda: settled(env, sim), timeout=60, what="baselines")
+            pg.wait_for(lambda: settled(env, sim, n), timeout=60, what="baselines")
+            clocks = ClockSteps(sim)
+            beyond = []                 # (max LSN, source verdicts) at each step back beyond the tolerance
             lake = Pipelines(env, sim, random.Random(f"lake {seed}"), n, seed)   # the actions stay the seed's
+            lake.clocks = clocks
             lake.declare()
             lake.check(sim)
             ddl_no = version = 0
@@ -465,8 +532,8 @@ def test_chaos():
                     raise AssertionError("the simulator died:\n" + sim.output()[-3000:])
                 action = rng.choices(
                     ["traffic", "idle", "ddl", "switch", "cleanup", "purge", "fault", "kill", "restart",
-                     "pause", "resume"],
-                    weights=[30, 10, 4, 4, 4, 3, 8, 5, 3, 3, 6])[0]
+                     "pause", "resume", "clock"],
+                    weights=[26, 8, 4, 4, 4, 3, 8, 5, 3, 3, 6, 8])[0]
                 n[action] += 1
                 if action == "traffic":
                     for _ in range(rng.randint(1, 4)):
@@ -533,23 +600,55 @@ def test_chaos():
                         if env.status(t)["state"] in ("data_lost", "schema_blocked"):
                             env.one("SELECT finalize.resume_table(%s)", (t,))
                             n["resumed"] += 1
+                elif action == "clock":
+                    # NTP or a VM host steps SQL Server's clock; a busy database commits right after.
+                    # Before a step back, commits just past a 5-minute boundary are read (c.payments'
+                    # periods): without the tolerance that period would be final, and the stepped
+                    # back clock stamps into it.
+                    at_step = {}
+
+                    def before_back():
+                        clocks.just_past(rng, 300)
+                        for table in ("dbo.payments", "dbo.orders"):
+                            sim.call("sim.commit", table=table, inserts=1)
+                            n["commits"] += 1
+                        sim.call("sim.advance", seconds=6)
+                        pg.wait_for(lambda: settled(env, sim, n), timeout=60,
+                                    what=lambda: f"step {step} (clock, seed {seed}) to settle before the step back")
+                        check_invariants(env, sim, n, clocks)
+                        at_step.update(top=sim_max_lsn(sim),
+                                       verdicts={t: env.status(t)["source_until"] for t in TABLES})
+
+                    kind, seconds = clocks.step(rng, [TOLERANCE], n, before_back)
+                    if seconds < 0:
+                        beyond.append((at_step["top"], at_step["verdicts"]))
+                    for _ in range(rng.randint(1, 3)):
+                        sim.call("sim.commit", table=rng.choice(["dbo.orders", "dbo.payments"]),
+                                 inserts=rng.randint(1, 3), updates=rng.randint(0, 2))
+                        n["commits"] += 1
                 lake.act(step)
                 sim.call("sim.advance", seconds=rng.randint(6, 120))
-                pg.wait_for(lambda: settled(env, sim), timeout=60,
+                pg.wait_for(lambda: settled(env, sim, n), timeout=60,
                             what=lambda: f"step {step} ({action}, seed {seed}) to settle: "
                                          f"{[(t, env.status(t)['state'], env.status(t)['condition']) for t in TABLES]}")
-                check_invariants(env, sim, n)
+                clocks.observe()
+                check_invariants(env, sim, n, clocks)
+                check_clock_steps(env, sim, beyond, n)
                 lake.check(sim)
             with lake.keeping_up():
-                per_cycle = memory_after_chaos(env, sim, pg)
-            check_invariants(env, sim, n)
+                per_cycle = memory_after_chaos(env, sim, pg, n)
+            check_invariants(env, sim, n, clocks)
             lake.check(sim)
             lake.catch_up(pg)
-            check_invariants(env, sim, n)
+            check_invariants(env, sim, n, clocks)
+            check_clock_steps(env, sim, beyond, n)
+            exact = check_exact_periods(env, sim, datetime.datetime(2026, 11, 2, 8, tzinfo=datetime.timezone.utc),
+                                        wall_clock(sim))
             assert per_cycle < 64, f"the worker's memory grew by {per_cycle:.0f} bytes per cycle after the chaos"
             events = collections.Counter(r[0] for r in pg.sql("SELECT event FROM finalize.fact WHERE event IS NOT NULL"))
             lake_keys = ("consumer_", "violations", "loss_acknowledged")
-            print(f"chaos seed {seed}: {steps} steps; actions {dict(sorted((k, v) for k, v in n.items() if (':' not in k or k.startswith('fault')) and not k.startswith(lake_keys)))}; "
+            print(f"chaos seed {seed}: {steps} steps; actions {dict(sorted((k, v) for k, v in n.items() if (':' not in k or k.startswith(('fault', 'clock'))) and not k.startswith(lake_keys)))}; "
+                  f"{exact} exact periods compared; "
                   f"events recorded {dict(events)}; truth watermark {truth_watermark(sim)}; "
                   f"worker memory {per_cycle:.1f} bytes per cycle; "
                   f"consumers: {n['consumer_reports']} reports, {n['consumer_reports_ignored']} ignored, "

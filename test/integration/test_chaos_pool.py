@@ -11,12 +11,18 @@ an error, a dropped connection, the database's sessions killed, refused
 logins, a login never answered, a cleanup in the middle of a read, a cleanup
 holding its low watermark, a plain cleanup), pool workers killed (SIGKILL: a
 crash, every process restarts), terminated (replaced alone) or cancelled, and
-reloads (SIGHUP, also with another poll interval or connection budget).
+reloads (SIGHUP, also with another poll interval or connection budget), and
+steps of the instance's clock (forward and back, within and beyond the
+clock_tolerance of some or all sources: each has its own).
 
 While every step settles, against the simulator's ground truth of each
-table's own database: no verdict (finalize.finalized_until() nor the
-watermark in finalize.status) ever leads the truth watermark, none ever moves
-back, the hung source never gets one; after it, every recorded range holds
+table's own database (commit times as the stepped clock stamped them): no
+verdict (finalize.finalized_until() nor the watermark in finalize.status)
+ever leads the truth watermark, except where a step back beyond its source's
+tolerance reopened it, none ever moves back, the hung source never gets one;
+a source held after such a step is released (as an operator would), and
+every commit stamped in a period its source verdict had already called final
+makes that period inexact and opens a critical clock_stepped_back incident; after it, every recorded range holds
 exactly the changes committed in it (nothing lost, nothing counted twice) and
 the ranges chain, except across a recorded loss. At the end, with the faults
 stopped and the hung source still hanging, every other table catches up: its
@@ -34,10 +40,11 @@ import signal
 import time
 
 from pgcluster import kill
-from worker_env import Env, SilentServer, as_utc, lsn_text, new_cluster, sim_clock
+from worker_env import ClockSteps, Env, SilentServer, as_utc, lsn_text, new_cluster, sim_clock, sim_now, wall_clock
 
 DATABASES = [f"shard_{i:03d}" for i in range(6)]
 POLLING = dict(zip(DATABASES, [5, 10, 5, 20, 5, 30]))   # each database's capture job
+TOLERANCE = dict(zip(DATABASES, [30, 60, 120, 45, 90, 60]))     # each source's clock_tolerance, seconds
 PATTERNS = ["COUNT_BIG", "sp_cdc", "max_lsn", "get_min_lsn", "ddl_history", None]
 SILENT = "pool_silent"
 SILENT_TABLE = "pool.silent"
@@ -66,9 +73,10 @@ def worker_pids(pg):
 
 
 def add_source(env, sim, name, database):
-    """A foreign server on one database of the simulator."""
+    """A foreign server on one database of the simulator, with that database's clock tolerance."""
     env.sql(f'CREATE SERVER "{name}" FOREIGN DATA WRAPPER finalize_mssql OPTIONS '
-            f"(host '127.0.0.1', port '{sim.port}', database '{database}', encrypt 'off')")
+            f"(host '127.0.0.1', port '{sim.port}', database '{database}', encrypt 'off', "
+            f"clock_tolerance '{TOLERANCE[database]} s')")
     env.sql(f'CREATE USER MAPPING FOR CURRENT_USER SERVER "{name}" OPTIONS (username %s, password %s)',
             ("sa", "Passw0rd!"))
     env.sources[name] = sim
@@ -106,6 +114,8 @@ class Chaos:
         self.last = {}                 # (table, "sensor" | "watermark") -> the verdict seen last
         self.step = "setup"
         self.view = None               # sim_view() of the step being settled (the clock stands still)
+        self.clocks = None             # the run's clock steps (ClockSteps)
+        self.beyond = []               # (max LSN per database, source verdict per table) at each step back
 
     def fail(self, message):
         """A violation, with the seed and the step that replay it."""
@@ -133,7 +143,7 @@ class Chaos:
                 self.fail(f"{t}: finalized_until() {st['sensor']} is beyond the watermark {st['watermark']}")
             for what in ("sensor", "watermark"):
                 until = st[what]
-                if until is not None and until > truth:
+                if until is not None and until > truth and not self.clocks.excuses(TOLERANCE[db], until, truth):
                     self.n["violations"] += 1
                     self.fail(f"{t} ({db}): {what} {until} leads the truth watermark {truth}")
                 if until is not None and floor_period(until, gran) != until:
@@ -151,6 +161,12 @@ class Chaos:
         if len(verdicts) != len(TABLES) + 1:
             return False
         self.check_verdicts(verdicts)
+        held = [r[0] for r in self.env.sql("SELECT server_name FROM finalize.source_status WHERE held_by IS NOT NULL")]
+        for server in held:             # held by a step back beyond its tolerance: an operator releases it
+            self.env.sql("SELECT finalize.release_source(%s)", (server,))
+            self.n["clock:released"] += 1
+        if held:
+            return False
         for t, (_, db, *_rest) in TABLES.items():
             st = verdicts[t]
             if st["state"] == "data_lost":
@@ -211,6 +227,58 @@ class Chaos:
                               f"{[f['inserts'], f['updates'], f['deletes']]}, the truth is {got}")
                 self.n["ranges_checked"] += 1
 
+    def check_clock_steps(self):
+        """Every commit recorded after a step back and stamped in a period its table's source verdict
+        had called final before it (a step beyond the source's tolerance) makes that period inexact
+        and opens a critical clock_stepped_back incident."""
+        for t, (_, db, src, gran, _) in TABLES.items():
+            late = []
+            ranges = None
+            for tops, verdicts in self.beyond:
+                final = verdicts.get(t)
+                if final is None:
+                    continue
+                if ranges is None:
+                    ranges = [(f["start_lsn"], f["end_lsn"]) for f in self.env.facts(t) if f["start_lsn"] is not None]
+                    commits = [(lsn_text(c["commit_lsn"]), as_utc(c["commit_time_utc"]))
+                               for c in self.sim.call("sim.truth_commits", database=db, table=src)[0]]
+                late += [(lsn, stamp) for lsn, stamp in commits
+                         if lsn > tops[db] and stamp < final and any(a < lsn <= b for a, b in ranges)]
+            for lsn, stamp in late:
+                period = floor_period(stamp, gran)
+                exact = self.env.one("SELECT exact FROM finalize.changes_by_period(%s, %s, %s)",
+                                     (t, period, period + datetime.timedelta(seconds=1)))
+                if exact is not False:
+                    self.fail(f"{t} ({db}): commit {lsn} stamped {stamp} in a period already final: {period} is exact")
+                self.n["clock:late_commits_flagged"] += 1
+            if late and not self.env.one("SELECT count(*) FROM finalize.alert WHERE kind = 'clock_stepped_back' "
+                                         "AND severity = 'critical' AND table_name = %s", (t,)):
+                self.fail(f"{t} ({db}): commits {late} landed in final periods, and no critical incident says so")
+
+    def step_clock(self, rng):
+        """The instance's clock is stepped, then the databases go on committing. Before a step back,
+        the tables of 5-minute periods whose capture runs every 5 s get commits just past a
+        boundary, read before the step: without the tolerance that period would be final, and the
+        stepped-back clock stamps into it."""
+        at_step = {}
+
+        def before_back():
+            self.clocks.just_past(rng, 300)
+            for t, (_, db, src, gran, _) in TABLES.items():
+                if gran == 300 and POLLING[db] == 5:
+                    self.commit(rng, db, src)
+            self.sim.call("sim.advance", seconds=6)
+            self.settle("clock, before the step back")
+            at_step["tops"] = {db: view[0] for db, view in sim_view(self.sim).items()}
+            at_step["verdicts"] = {r[0]: r[1] for r in self.env.sql(
+                "SELECT table_name, source_until FROM finalize.status WHERE table_name = ANY(%s)", (list(TABLES),))}
+
+        kind, seconds = self.clocks.step(rng, list(TOLERANCE.values()), self.n, before_back)
+        if seconds < 0:
+            self.beyond.append((at_step["tops"], at_step["verdicts"]))
+        for _ in range(rng.randint(2, 5)):
+            self.commit(rng)
+
     # -- the actions --------------------------------------------------------------------------
 
     def commit(self, rng, db=None, table=None):
@@ -268,6 +336,7 @@ def test_chaos_in_the_pool():
                     extra_databases="shard_%03d:0-5").start()
     silent = SilentServer()
     chaos = Chaos(env, sim, seed)
+    chaos.clocks = ClockSteps(sim)
     n = chaos.n
     print(f"chaos pool seed {seed}, {steps} steps")
     try:
@@ -298,8 +367,8 @@ def test_chaos_in_the_pool():
             held.clear()
             action = rng.choices(
                 ["commit", "idle", "capture", "stall", "error", "drop", "kill_sessions", "hang_login", "purge",
-                 "cleanup", "sigkill", "terminate", "cancel", "reload", "resume"],
-                weights=[24, 6, 6, 6, 5, 5, 5, 5, 5, 5, 5, 3, 3, 5, 4])[0]
+                 "cleanup", "sigkill", "terminate", "cancel", "reload", "resume", "clock"],
+                weights=[20, 6, 6, 6, 5, 5, 5, 5, 5, 5, 5, 3, 3, 5, 4, 7])[0]
             n[action] += 1
             db = rng.choice(DATABASES)
             if action == "commit":
@@ -361,17 +430,22 @@ def test_chaos_in_the_pool():
                     if env.status(t)["state"] == "data_lost":
                         env.one("SELECT finalize.resume_table(%s)", (t,))
                         n["resumed"] += 1
+            elif action == "clock":
+                chaos.step_clock(rng)
             if rng.random() < 0.5:
                 chaos.commit(rng)
             sim.call("sim.advance", seconds=rng.randint(6, 120))
             t0 = time.monotonic()
             chaos.settle(action)
             settling[action] += time.monotonic() - t0
+            chaos.clocks.observe()
             chaos.check_facts()
+            chaos.check_clock_steps()
 
         # The end: no fault, every capture job running, every loss resumed and acknowledged; then
-        # commits everywhere just after the next hour and a minute more: every table's verdict is
-        # that hour, the truth's period in every granularity (the hung source still hanging).
+        # commits everywhere just after the next hour (of the stepped clock) and the greatest
+        # tolerance more, and a minute more: every table's verdict is that hour, the truth's period
+        # in every granularity (the hung source still hanging).
         chaos.step = "end"
         n["faults_unfired"] = sim.call("sim.fault_clear")[0][0]["cleared"]
         for db in sorted(held):
@@ -395,15 +469,18 @@ def test_chaos_in_the_pool():
                 env.sql("SELECT finalize.acknowledge_loss(%s, '-infinity', 'infinity', 'pool chaos: re-snapshotted')",
                         (t,))
                 n["loss_acknowledged"] += 1
-        clock = as_utc(sim.call("sim.state")[0][0]["clock_utc"])
-        hour = floor_period(clock, 3600) + datetime.timedelta(hours=1)
-        sim.call("sim.advance", to=hour + datetime.timedelta(seconds=20))
+        wall = wall_clock(sim)
+        offset = wall - sim_now(sim)           # the wall clock minus the simulator's
+        hour = floor_period(max(wall, chaos.clocks.high), 3600) + datetime.timedelta(hours=1)
+        late = datetime.timedelta(seconds=max(TOLERANCE.values()))
+        sim.call("sim.advance", to=hour + late + datetime.timedelta(seconds=20) - offset)
         for t, (_, db, src, _, _) in TABLES.items():
             chaos.commit(rng, db, src)
-        sim.call("sim.advance", to=hour + datetime.timedelta(seconds=90))
+        sim.call("sim.advance", to=hour + late + datetime.timedelta(seconds=90) - offset)
         chaos.settle("the end")
+        chaos.check_clock_steps()
         for db, (_, truth) in chaos.view.items():
-            assert floor_period(truth, 300) == hour, f"seed {seed}: {db}'s truth {truth} is not just after {hour}"
+            assert floor_period(truth, 3600) == hour, f"seed {seed}: {db}'s truth {truth} is not just after {hour}"
 
         def reached():
             """Checks the verdicts; true once every table's reaches that hour, its source ok."""

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from worker_env import Env, as_utc, assert_chain, assert_never_leads, new_cluster, sim_clock, truth_watermark
+from worker_env import (Env, as_utc, assert_chain, assert_never_leads, new_cluster, sim_clock, truth_counts,
+                        truth_watermark)
 
 UTC = datetime.timezone.utc
 
@@ -103,4 +104,166 @@ def test_a_loss_ending_in_the_fall_back_hour_covers_both_readings(pg):
     finally:
         pg.sql("ALTER SYSTEM RESET finalize.enabled")
         pg.reload()
+        env.cleanup()
+
+
+# --- SQL Server's clock stepped back (issue 41) ----------------------------------------------------
+#
+# NTP or a virtual machine's host corrects SQL Server's clock: it was fast, and is stepped back. SQL
+# Server stamps commits with its wall clock and LSNs keep increasing, so after the step a later commit
+# carries an earlier time (sim.step_clock). Every verdict holds back by the source's clock_tolerance
+# (default 60 s): a step back up to it never lets a commit land in a final period; a larger one holds
+# the source (commit_time_ahead) while the worker can see it, and a commit stamped in a final period
+# makes the periods inexact and opens a clock_stepped_back incident.
+
+def at_(hh, mm, ss=0):
+    return datetime.datetime(2026, 11, 2, hh, mm, ss, tzinfo=UTC)
+
+
+def wall_clock(sim):
+    return as_utc(sim.query("SELECT SYSUTCDATETIME() AS t")[0]["t"])
+
+
+def clock_incidents(env, table):
+    return env.sql("SELECT severity, subject, state, message FROM finalize.alert "
+                   "WHERE kind = 'clock_stepped_back' AND table_name = %s ORDER BY alert_id", (table,))
+
+
+def hours(env, table, start, end):
+    return {as_utc(r[0]): (r[1], r[2]) for r in env.sql(
+        "SELECT period_start, inserts, exact FROM finalize.changes_by_period(%s, %s, %s)", (table, start, end))}
+
+
+def test_a_clock_60_s_fast_then_stepped_back_never_makes_hour_09_final_early(pg):
+    """The issue's case: SQL Server's clock is 60 s fast, so at 09:59:00 it stamps commits 10:00:00; then
+    it is stepped back and two more inserts are stamped 09:59:20. Hour 09 must not be final before them
+    (it was: finalized_until 10:00 with the truth at 09:59:20), and once they arrive hour 09 and 10 are no
+    longer exact (their commits went back across 10:00) and an incident says so; no verdict ran ahead."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, clock_tolerance=None)   # the server's default: 60 s
+            env.track("t.clock", "erp")
+            env.wait_caught_up("t.clock", sim)
+            sim.call("sim.advance", to=at_(9, 58, 50))
+            env.wait_caught_up("t.clock", sim)
+            sim.call("sim.step_clock", seconds=60)          # the clock runs 60 s fast
+            fast = sim.call("sim.commit", inserts=2, at=at_(9, 59))[0][0]
+            assert str(fast["commit_time_local"]).startswith("2026-11-02 10:00:00")
+            sim.call("sim.advance", to=at_(9, 59, 6))
+            env.wait_caught_up("t.clock", sim)
+            # 10:00:00 less the tolerance is 09:59:00: hour 09 waits.
+            assert env.one("SELECT finalize.finalized_until('t.clock')") == at_(9, 0)
+            assert env.one("SELECT finalize.is_final('t.clock', %s)", (at_(9, 0),)) is False
+            assert "clock_tolerance" in env.one("SELECT reason FROM finalize.explain_verdict('t.clock', %s)",
+                                                (at_(9, 0),))
+
+            sim.call("sim.step_clock", seconds=-60)         # NTP steps it back
+            back = sim.call("sim.commit", inserts=2, at=at_(9, 59, 20))[0][0]
+            assert str(back["commit_time_local"]).startswith("2026-11-02 09:59:20")
+            sim.call("sim.advance", to=at_(9, 59, 30))
+            env.wait_caught_up("t.clock", sim)
+            truth = truth_watermark(sim)
+            assert truth <= at_(9, 59, 30)
+            until = env.one("SELECT finalize.finalized_until('t.clock')")
+            assert until == at_(9, 0) and until <= truth, (until, truth)
+            assert env.source_status("erp")["condition"] == "ok", "a step back within the tolerance is absorbed"
+            # The inserts stamped 09:59:20 came after ones stamped 10:00:00: both hours are inexact.
+            assert [(r[0], r[2]) for r in clock_incidents(env, "t.clock")] == [("warning", "open")]
+            sim.call("sim.advance", to=at_(10, 6))
+            env.wait_caught_up("t.clock", sim)
+            assert env.one("SELECT finalize.finalized_until('t.clock')") == at_(10, 0)
+            got = hours(env, "t.clock", at_(9, 0), at_(11, 0))
+            assert got == {at_(9, 0): (2, False), at_(10, 0): (2, False)}, got
+            counts = truth_counts(sim, "dbo.orders", at_(9, 0), at_(11, 0))
+            assert counts[at_(9, 0)][0] == 2 and counts[at_(10, 0)][0] == 2, counts
+            assert_never_leads(env, "t.clock", sim)
+    finally:
+        env.cleanup()
+
+
+def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_hour(pg):
+    """Five minutes fast, then stepped back: hour 09 became final on commits stamped 10:02 (that the
+    tolerance cannot prevent), so the worker, seeing SQL Server's clock behind a commit time it read by
+    more than the tolerance, holds the source (commit_time_ahead) instead of recording commits stamped
+    into hour 09 silently; once released, the late commit makes hours 09-10 inexact and opens a critical
+    clock_stepped_back incident."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, clock_tolerance="1 min")
+            env.track("t.clock", "erp")
+            env.wait_caught_up("t.clock", sim)
+            sim.call("sim.advance", to=at_(9, 56, 50))
+            sim.call("sim.step_clock", seconds=300)
+            sim.call("sim.commit", inserts=1, at=at_(9, 57))           # stamped 10:02:00
+            sim.call("sim.advance", to=at_(9, 57, 10))
+            env.wait_caught_up("t.clock", sim)
+            assert env.one("SELECT finalize.finalized_until('t.clock')") == at_(10, 0)
+            sim.call("sim.step_clock", seconds=-300)
+            sim.call("sim.commit", inserts=3, at=at_(9, 58))           # stamped 09:58:00, in hour 09
+            sim.call("sim.advance", to=at_(9, 58, 10))
+            st = env.pg.wait_for(lambda: (lambda s: s if s and s["condition"] == "commit_time_ahead" else None)(
+                env.source_status("erp")), timeout=30, what=lambda: f"the source held: {env.source_status('erp')}")
+            assert "stepped back" in st["last_error"] and st["held_by"] == "commit_time_ahead", st
+            assert sum(f["inserts"] for f in env.facts("t.clock")) == 1, "nothing recorded while held"
+            env.sql("SELECT finalize.release_source('erp')")
+            env.wait_caught_up("t.clock", sim)
+            assert sum(f["inserts"] for f in env.facts("t.clock")) == 4
+            incidents = clock_incidents(env, "t.clock")
+            assert [(r[0], r[1], r[2]) for r in incidents] == [("critical", "2026-11-02T09:00:00Z", "open")], incidents
+            assert "already final" in incidents[0][3]
+            got = hours(env, "t.clock", at_(9, 0), at_(11, 0))
+            assert got == {at_(9, 0): (3, False), at_(10, 0): (1, False)}, got
+            events = env.facts("t.clock", kind="event")
+            assert [e["event"] for e in events] == ["clock_stepped_back"] and events[0]["detail"]["ran_ahead"]
+    finally:
+        env.cleanup()
+
+
+def test_a_step_back_inside_one_read_never_leaves_a_commit_in_the_wrong_exact_hour(pg):
+    """Three commits captured together, read as one range with no period boundary between the
+    previous max LSN commit time and this one's (so the read is not split): 09:59:30, then 10:00:31
+    (the clock 60 s fast), then 09:59:45 (stepped back). The range's span was that of its first and
+    last LSN, 09:59:30-09:59:45, all inside hour 09: hour 09 read as exact with three inserts, the
+    truth being two, and hour 10 as exact with none. It is the least and greatest commit time of its
+    rows: the fact straddles 10:00, neither hour claims exact counts (changes_by_period finds a range
+    by its end, the max LSN's 09:59:45: a recorded clock step marks hour 10), and an incident says so."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim)
+            env.track("t.clock", "erp")
+            sim.call("sim.advance", to=at_(9, 59))
+            env.wait_caught_up("t.clock", sim)
+            sim.call("sim.capture_stop")
+            sim.call("sim.commit", inserts=1, at=at_(9, 59, 30))
+            sim.call("sim.step_clock", seconds=60)
+            sim.call("sim.commit", inserts=1, at=at_(9, 59, 31))
+            sim.call("sim.step_clock", seconds=-60)
+            sim.call("sim.commit", inserts=1, at=at_(9, 59, 45))
+            sim.call("sim.capture_start")
+            sim.call("sim.advance", to=at_(9, 59, 50))
+            env.wait_caught_up("t.clock", sim)
+            facts = [f for f in env.facts("t.clock") if f["inserts"]]
+            assert [f["inserts"] for f in facts] == [3], facts
+            sim.call("sim.advance", to=at_(10, 6))
+            env.wait_caught_up("t.clock", sim)
+            assert env.one("SELECT finalize.finalized_until('t.clock')") == at_(10, 0)
+            truth = truth_counts(sim, "dbo.orders", at_(9, 0), at_(11, 0))
+            assert truth[at_(9, 0)][0] == 2 and truth[at_(10, 0)][0] == 1, truth
+            rows = env.sql("SELECT period_start, inserts, exact FROM finalize.changes_by_period('t.clock', %s, %s)",
+                           (at_(9, 0), at_(11, 0)))
+            for start, inserts, exact in rows:
+                assert not exact or inserts == truth[as_utc(start)][0], (start, inserts, truth)
+            assert [r[2] for r in rows] == [False, False], rows
+            # The 10:00:31 commit lies in a later hour than its read's max LSN (09:59:45): the clock went back.
+            assert [(r[0], r[2]) for r in clock_incidents(env, "t.clock")] == [("warning", "open")]
+    finally:
         env.cleanup()

@@ -62,8 +62,13 @@ class Env:
     def add_source(self, name, sim, login="sa", password="Passw0rd!", timezone=None, port=None, **options):
         """CREATE SERVER + user mapping for a simulator; options are more server options. The
         connection is not encrypted unless options say so (encrypt, ca_file): the simulator speaks
-        TLS only when started with a certificate, and test_tls.py covers that."""
+        TLS only when started with a certificate, and test_tls.py covers that. The clock_tolerance
+        is 0 unless options say otherwise (None: the server's default, 60 s): these tests assert the
+        verdict a commit time gives, on a simulated clock that is never stepped back unless a test
+        steps it; the tolerance has its own tests (test_worker_time.py, the chaos runs)."""
         options.setdefault("encrypt", "off")
+        options.setdefault("clock_tolerance", "0 s")
+        options = {k: v for k, v in options.items() if v is not None}
         opts = "host '127.0.0.1', port '%d', database '%s'" % (port or sim.port, sim.database)
         if timezone:
             opts += ", timezone '%s'" % timezone
@@ -233,3 +238,95 @@ class SilentServer:
         self.sock.close()
         for conn in self.accepted:
             conn.close()
+
+
+def wall_clock(sim):
+    """SQL Server's wall clock (SYSUTCDATETIME(), what stamps commits), which sim.step_clock moves."""
+    return as_utc(sim.query("SELECT SYSUTCDATETIME() AS t")[0]["t"])
+
+
+def sim_now(sim):
+    """The simulator's own clock (sim.advance, @at), which clock steps do not move."""
+    return as_utc(sim.call("sim.state")[0][0]["clock_utc"])
+
+
+class ClockSteps:
+    """The chaos runs' steps of SQL Server's wall clock (sim.step_clock), forward and back, below and
+    above a source's clock_tolerance, and what they allow a verdict.
+
+    A step back to wall time w, when the wall clock has read `high` at its greatest, is absorbed by a
+    source whose tolerance covers high - w: no commit can then be stamped before high - tolerance, and
+    no verdict of that source reaches beyond it. A larger step reopens [w, high - tolerance): a commit may
+    now be stamped in a period a verdict already called final. That is not prevented (it cannot be),
+    but it must be detected: the source is held (commit_time_ahead) while the worker sees its clock
+    behind a commit time it read, and each such commit, once recorded, makes its period inexact and
+    opens a clock_stepped_back incident. The steps keep the wall clock within max_offset of the
+    simulator's."""
+
+    def __init__(self, sim, max_offset=1800):
+        self.sim = sim
+        self.high = wall_clock(sim)
+        self.offset = 0.0                  # the wall clock minus the simulator's, in seconds
+        self.max_offset = max_offset
+        self.backs = []                    # (wall clock after a step back, its greatest reading before)
+
+    def observe(self):
+        """The wall clock now; its greatest reading so far follows it."""
+        wall = wall_clock(self.sim)
+        self.high = max(self.high, wall)
+        return wall
+
+    def just_past(self, rng, granularity):
+        """Moves the simulator's clock on until the wall clock stands a few seconds past the next
+        boundary of periods of that many seconds (UTC), where a step back hurts most: a commit
+        stamped there lets a period become final that the stepped-back clock still stamps into."""
+        wall = self.observe()
+        since = (wall - datetime.datetime(2000, 1, 1, tzinfo=UTC)).total_seconds() % granularity
+        self.sim.call("sim.advance", seconds=round(granularity - since + rng.uniform(0.5, 3), 2))
+
+    def step(self, rng, tolerances, n, before_back=None):
+        """One step of a random kind: forward or back, within or beyond the least and greatest of
+        the sources' tolerances (seconds). Before a step back, before_back() runs (the chaos
+        commits just past a period boundary and waits for the worker to read it). Returns (kind,
+        seconds moved)."""
+        least, most = min(tolerances), max(tolerances)
+        kinds = ["forward_within", "forward_beyond", "back_within", "back_beyond"]
+        kind = rng.choice(kinds + (["back_between"] if most - least > 4 else []))
+        if kind.startswith("back") and before_back is not None:
+            before_back()
+        wall = self.observe()
+        behind = (self.high - wall).total_seconds()        # already back from the greatest reading
+        if kind == "forward_within":
+            seconds = rng.uniform(1, most)
+        elif kind == "forward_beyond":
+            seconds = rng.uniform(most + 1, 900)
+        elif kind == "back_within":
+            room = least - behind                          # absorbed by every source
+            seconds = -rng.uniform(0.5, room - 0.5) if room > 1 else 0.0
+        elif kind == "back_between":                       # absorbed by some sources, not by others
+            seconds = -max(rng.uniform(least + 2, most - 2) - behind, 0.0)
+        else:                                              # beyond every source's tolerance
+            seconds = -(max(rng.uniform(most + 5, 600), behind + 5) - behind)
+        if seconds > 0 and self.offset + seconds > self.max_offset:
+            seconds = 0.0
+        if seconds < 0 and self.offset + seconds < -self.max_offset:
+            seconds = 0.0
+        if seconds == 0.0:
+            return kind, 0.0
+        seconds = round(seconds, 2)
+        self.sim.call("sim.step_clock", seconds=seconds)
+        self.offset += seconds
+        if seconds < 0:
+            self.backs.append((self.observe(), self.high))
+        n["clock:" + kind] += 1
+        return kind, seconds
+
+    def reopened(self, tolerance):
+        """The spans of stamps that steps back beyond this tolerance reopened: [after, high - tolerance)."""
+        tol = datetime.timedelta(seconds=tolerance)
+        return [(after, high - tol) for after, high in self.backs if after < high - tol]
+
+    def excuses(self, tolerance, verdict, truth):
+        """Whether a verdict beyond the truth is what a step back beyond the tolerance reopened (the
+        truth lies in a reopened span, and the verdict no further than its end)."""
+        return any(start <= truth and verdict <= end for start, end in self.reopened(tolerance))

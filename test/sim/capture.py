@@ -65,8 +65,8 @@ def scan(db, limit):
                     per_inst[inst].extend(_project(rec, inst, cache))
                     touched = True
             if touched:
-                mapping.append((L.to_bytes(rec.commit_lsn), db.stamp_text(rec.begin_t300),
-                                db.stamp_text(rec.end_t300), rec.tran_id, L.to_bytes(rec.begin_lsn)))
+                mapping.append((L.to_bytes(rec.commit_lsn), db.stamp_text(rec.begin_t300 + rec.step),
+                                db.stamp_text(rec.stamp_t300), rec.tran_id, L.to_bytes(rec.begin_lsn)))
         elif rec.kind == "enable":
             if fold(rec.instance.name) in db.instances:
                 enabled.append(rec)
@@ -135,7 +135,7 @@ def maybe_dummy(db, now_t300):
         return None
     t = max(now_t300, db.last_commit_t300)
     lsn = db.next_lsn()
-    local = db.stamp_text(t)
+    local = db.stamp_text(t + db.step_t300())          # the server's wall clock, stepped or not
     c = db.conn
     c.execute("INSERT INTO cdc.lsn_time_mapping VALUES (?, ?, ?, ?, NULL)", (L.to_bytes(lsn), local, local, b"\x00"))
     db.max_lsn = L.to_bytes(lsn)

@@ -196,6 +196,7 @@ def commit(db, table, inserts=0, updates=0, deletes=0, rows=None, at=None, durat
         commit_t300 = timeutil.t300_of(at.replace(tzinfo=None))
         if lateness is not None:
             commit_t300 = max(commit_t300, db.last_commit_t300)     # the instant record_commit stamps
+    commit_t300 += db.step_t300()          # an application's SYSDATETIME() reads the server's wall clock
     begin_lsn = db.next_lsn()
     changes = []
     ins = upd = dele = 0

@@ -118,7 +118,7 @@ def commit(s, table, inserts, updates, deletes, rows, at, transactions, duration
         txn = commits.commit(db, t, inserts or 0, updates or 0, deletes or 0, rows, at=when,
                              duration_ms=duration_ms or 0, lateness=late)
         out.append((L.to_bytes(txn.commit_lsn), L.to_bytes(txn.begin_lsn), timeutil.t300_text(txn.end_t300),
-                    db.stamp_text(txn.end_t300)) + tuple(txn.counts))
+                    db.stamp_text(txn.stamp_t300)) + tuple(txn.counts))
     return [ResultSet(COMMIT_COLS, out)]
 
 
@@ -286,6 +286,24 @@ def set_job(s, **kw):
             ("map_absent", T.nvarchar(10))]
     return [ResultSet(cols, [(cfg.pollinginterval, cfg.maxtrans, cfg.maxscans, cfg.retention, cfg.threshold,
                               cfg.dummy_interval, int(cfg.dummy_on_idle_log), cfg.cleanup_time, cfg.map_absent)])]
+
+
+@proc("sim.step_clock", [("seconds", FLOAT, REQUIRED)], SYS)
+def step_clock(s, seconds):
+    """Step the server's wall clock (SYSDATETIME() & co., commit, dummy-row and DDL stamps of every database)
+    @seconds forward (negative: back), as NTP or a VM host corrects a clock; the simulator's clock, which
+    drives the jobs, @at and sim.advance, does not move.  LSNs keep increasing: after a step back, new commits
+    are stamped earlier than commits already made."""
+    ticks = int(round(float(seconds) * 300))
+    inst = s.db.instance
+    with inst.lock:
+        inst.clock_step += ticks
+    wall = s.db.wall_now()
+    t = timeutil.t300_of(wall.replace(tzinfo=None))
+    return [ResultSet([("clock_utc", DT2), ("wall_clock_utc", DT2), ("wall_clock_local", T.DATETIME),
+                       ("step_seconds", FLOAT)],
+                      [(timeutil.naive_text(s.db.now().replace(tzinfo=None)),
+                        timeutil.naive_text(wall.replace(tzinfo=None)), s.db.local_text(t), inst.clock_step / 300)])]
 
 
 @proc("sim.set_clock_quirk", [("commit_time_offset_minutes", INT, None)], SYS)

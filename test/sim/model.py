@@ -6,6 +6,7 @@ readers keep a consistent snapshot while the capture and cleanup jobs write);
 the catalog and the log of not-yet-captured transactions live in Python.
 """
 import collections
+import datetime as _dt
 import contextlib
 import os
 import random
@@ -41,6 +42,12 @@ class LogTxn:
     changes: list                   # (seqval, op, values tuple, changed column names or None)
     counts: tuple = (0, 0, 0)
     kind: str = "txn"
+    step: int = 0                   # the server's wall clock minus the simulator's at commit, 1/300 s
+
+    @property
+    def stamp_t300(self):
+        """The commit time the server's wall clock gave it (UTC, 1/300 s): what it is stamped with."""
+        return self.end_t300 + self.step
 
 
 @dataclass(eq=False)
@@ -94,6 +101,9 @@ class InstanceState:
         self.logins = {cfg.login.lower(): Login(cfg.login, cfg.password, sysadmin=True, default_db=cfg.database)}
         self.dir = tempfile.mkdtemp(prefix="mssql-sim-", dir=storage_dir(cfg))
         self.scheduler = None          # set by the server (scheduler.Scheduler)
+        # how far the server's wall clock (SYSDATETIME(), commit and DDL stamps) is ahead of the simulator's
+        # clock, in 1/300 s (negative: behind); moved only by sim.step_clock, as NTP or a VM host steps a clock
+        self.clock_step = 0
 
     def database(self, name):
         """The user database ``name`` (case-insensitive, like database names under the server collation)."""
@@ -326,6 +336,14 @@ class Database:
 
     def now(self):
         return self.clock.now()
+
+    def step_t300(self):
+        """The server's wall clock minus the simulator's clock, in 1/300 s (sim.step_clock)."""
+        return self.instance.clock_step
+
+    def wall_now(self):
+        """The server's wall clock: what SYSDATETIME() & co. read and what stamps commits."""
+        return self.now() + _dt.timedelta(microseconds=self.instance.clock_step * 10_000 / 3)
 
     def now_t300(self):
         """Current UTC instant in 1/300 s."""
@@ -567,10 +585,13 @@ class Database:
         self.tran_counter += 1
         tran_id = self.tran_counter.to_bytes(10, "big")
         txn = LogTxn(table, begin_lsn, commit_lsn, begin, end, tran_id,
-                     tuple(c.name for c in table.columns), changes, counts)
+                     tuple(c.name for c in table.columns), changes, counts, step=self.step_t300())
         tracked = bool(self.cdc_enabled and self.instances_of(table))
+        # the truth keeps the commit time the server's wall clock stamped (a stepped clock's), the instant
+        # its period is judged by
         self.conn.execute("INSERT INTO sim_truth VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          (end, L.to_bytes(commit_lsn), table.object_id) + tuple(counts) + (int(tracked),))
+                          (txn.stamp_t300, L.to_bytes(commit_lsn), table.object_id) + tuple(counts)
+                          + (int(tracked),))
         if tracked:
             self.log.append(txn)
         self.stats["commits"] += 1
@@ -578,7 +599,7 @@ class Database:
 
     def add_ddl(self, table, command, required_column_update, at=None):
         """A DDL log record for a source table (ddl_history gets it when captured)."""
-        t = self.commit_instant(at)
+        t = self.commit_instant(at) + self.step_t300()     # stamped by the server's wall clock
         rec = LogRecord("ddl", self.next_lsn(), t, table=table, command=command,
                         required_column_update=required_column_update)
         self.activity_lsn = rec.lsn
@@ -639,9 +660,9 @@ class Database:
         return fold(name) in self.roles or name.lower() in ("db_owner", "db_datareader", "public")
 
     def pending_truth_t300(self):
-        """UTC instant of the oldest committed-but-uncaptured change that some instance will capture."""
-        for rec in self.log:
-            if rec.kind == "txn" and any(i.create_lsn < rec.commit_lsn for i in self.instances_of(rec.table)):
-                return rec.end_t300
-        return None
+        """The earliest commit time stamped on a committed-but-uncaptured change that some instance will
+        capture (UTC; after a step back of the clock a later commit may carry an earlier one)."""
+        stamps = [rec.stamp_t300 for rec in self.log
+                  if rec.kind == "txn" and any(i.create_lsn < rec.commit_lsn for i in self.instances_of(rec.table))]
+        return min(stamps) if stamps else None
 

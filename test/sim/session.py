@@ -134,7 +134,7 @@ class Session:
         if lg.packet_size > self.server.cfg.packet_size_max:
             size = self.server.cfg.packet_size_max
         self.open_storage()
-        self.login_time = self.constant("getdate", self.db.now())
+        self.login_time = self.constant("getdate", self.db.wall_now())
         resp = (K.env_database(self.database, "master")
                 + K.message(5701, "Changed database context to '%s'." % self.database, 0, 2, tds=tds)
                 + collation.env_change(self.db.collation)

@@ -12,13 +12,15 @@ from .procs import ResultSet
 
 
 def watermark(db):
-    """The instant before which every commit is in the change tables.
+    """The instant before which every commit is in the change tables, and no later one can be stamped.
 
-    It is the commit time of the oldest transaction still waiting in the log
-    for an instance that will capture it, or the clock when nothing waits."""
+    It is the earliest commit time of the transactions still waiting in the log for an instance that
+    will capture it, or the server's wall clock (no later commit can be stamped before it) when that is
+    earlier or nothing waits. Commit times are what the server's wall clock stamped: after it was
+    stepped back (sim.step_clock) the wall clock may lie before commits already captured."""
     pending = db.pending_truth_t300()
-    now = db.now_t300()
-    t = pending if pending is not None else max(now, db.last_commit_t300)
+    wall = max(db.now_t300(), db.last_commit_t300) + db.step_t300()
+    t = wall if pending is None else min(pending, wall)
     max_time = None
     if db.max_lsn is not None:
         r = db.conn.execute("SELECT tran_end_time FROM cdc.lsn_time_mapping WHERE start_lsn = ?",

@@ -364,7 +364,7 @@ ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
                         'late_data', 'release_rejected', 'freshness', 'consumer_locked',
                         'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
                         'table_not_found', 'property_malformed', 'metadata_malformed',
-                        'report_ahead'));
+                        'report_ahead', 'clock_stepped_back'));
 
 -- 4c. Tracking from an LSN (track_table's start_from: where a lake's copy
 -- ends, e.g. a Debezium snapshot's commit_lsn), and the table condition
@@ -1246,17 +1246,26 @@ $$;
 COMMENT ON FUNCTION @extschema@.changes_by_event_period(text, timestamptz, timestamptz) IS
     'Event-time tables: rows inserted, updated and deleted per event period, and how many arrived late';
 
+-- (0.3.0 holds the source verdict back by the source's clock_tolerance.)
+DROP FUNCTION @extschema@._store_offsets(bigint[], @extschema@.lsn[], timestamptz[]);
 -- Moves the offsets of tables whose ranges were just stored to the ends of
 -- those ranges, and their source verdicts to the periods those ends' commit
--- times start (never back): the step of the write path between the fact and
--- the verdict, for one table or a cycle's many.
-CREATE OR REPLACE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[])
+-- times less clock_tolerance start (never back): the step of the write path
+-- between the fact and the verdict, for one table or a cycle's many. The
+-- worker holds back by its source's clock_tolerance: after SQL Server's
+-- clock is stepped back by up to that much, no commit can be stamped before
+-- a commit time already read less the tolerance, so no period the verdict
+-- calls final can still receive one.
+CREATE OR REPLACE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[],
+                                           clock_tolerance interval)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.watermark w
-       SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity, t.period_zone)),
+       SET source_until = GREATEST(w.source_until,
+                                   @extschema@.period_start(r.end_time - _store_offsets.clock_tolerance,
+                                                            t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
            recorded_at = now()
@@ -3062,7 +3071,9 @@ $$;
 -- event-time facts on an event-time table, late rows judged against the
 -- verdict before it), the source verdict moves and _advance moves the
 -- verdict (and the derived tables that use it) as far as the consumers
--- allow, all in the caller's transaction.
+-- allow, all in the caller's transaction. The source verdict holds back by
+-- clock_tolerance (the worker's source's; zero for record_range, whose
+-- caller states the instant itself).
 CREATE OR REPLACE FUNCTION @extschema@._record_range(
     table_id          bigint,
     start_lsn         text,
@@ -3079,7 +3090,8 @@ CREATE OR REPLACE FUNCTION @extschema@._record_range(
     event_periods     jsonb,
     lateness_sketch   bytea,
     first_event_time  timestamptz,
-    last_event_time   timestamptz)
+    last_event_time   timestamptz,
+    clock_tolerance   interval DEFAULT interval '0')
 RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -3135,10 +3147,41 @@ BEGIN
                                                wm.finalized_until);
     END IF;
 
-    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time]);
+    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time],
+                                       coalesce(clock_tolerance, interval '0'));
     RETURN @extschema@._advance(tt.table_id);
 END
 $$;
+
+-- record_range states its own instant: no clock tolerance. Then the
+-- write path of 0.2.0, without one, goes.
+CREATE OR REPLACE FUNCTION @extschema@.record_range(
+    table_name        text,
+    start_lsn         text,
+    end_lsn           text,
+    end_commit_time   timestamptz,
+    inserts           bigint DEFAULT 0,
+    updates           bigint DEFAULT 0,
+    deletes           bigint DEFAULT 0,
+    first_commit_time timestamptz DEFAULT NULL,
+    last_commit_time  timestamptz DEFAULT NULL,
+    capture_instance  text DEFAULT NULL,
+    event             text DEFAULT NULL,
+    detail            jsonb DEFAULT NULL,
+    event_periods     jsonb DEFAULT NULL,
+    lateness_sketch   bytea DEFAULT NULL,
+    first_event_time  timestamptz DEFAULT NULL,
+    last_event_time   timestamptz DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@._record_range(@extschema@._tracked_id(table_name), start_lsn, end_lsn, end_commit_time,
+                                 inserts, updates, deletes, first_commit_time, last_commit_time,
+                                 capture_instance, event, detail, event_periods, lateness_sketch,
+                                 first_event_time, last_event_time, interval '0');
+DROP FUNCTION @extschema@._record_range(bigint, text, text, timestamptz, bigint, bigint, bigint, timestamptz,
+                                        timestamptz, text, text, jsonb, jsonb, bytea, timestamptz, timestamptz);
+
 
 -- 8b. Notifications never stop a write from committing: they are sent at
 -- commit only while the cluster's NOTIFY queue is less than half full
@@ -3411,8 +3454,10 @@ $$;
 
 -- Stores what the worker resolved a consumer's LSN to: mapped_lsn, the
 -- greatest mapping row at or below for_lsn (itself at most the reported LSN
--- and the cycle's max LSN), and its commit time; every commit before that
--- time is applied. Ignored when the consumer no longer reports at least
+-- and the cycle's max LSN), and its commit time less clock_tolerance (the
+-- source's, as its tables' verdicts hold back): every commit before that
+-- time is applied, even after SQL Server's clock was stepped back by up to
+-- the tolerance. Ignored when the consumer no longer reports at least
 -- for_lsn (dropped, or added again lower, since the worker read it) or its
 -- table is gone; a commit time never moves back. Then the verdict may
 -- advance, in the worker's write transaction. A verdict or consumer row
@@ -3425,7 +3470,8 @@ CREATE OR REPLACE FUNCTION @extschema@._consumer_resolved(
     consumer    text,
     for_lsn     text,
     mapped_lsn  text,
-    commit_time timestamptz)
+    commit_time timestamptz,
+    clock_tolerance interval DEFAULT interval '0')
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -3439,6 +3485,7 @@ BEGIN
     PERFORM @extschema@._require(f, 'for_lsn');
     PERFORM @extschema@._require(m, 'mapped_lsn');
     PERFORM @extschema@._require(commit_time, 'commit_time');
+    commit_time := commit_time - coalesce(clock_tolerance, interval '0');
     IF m > f THEN
         RAISE EXCEPTION 'mapped LSN % lies above the LSN % it resolves', m, f
             USING ERRCODE = 'invalid_parameter_value',
@@ -3463,6 +3510,8 @@ BEGIN
     END IF;
 END
 $$;
+DROP FUNCTION @extschema@._consumer_resolved(bigint, text, text, text, timestamptz);
+
 
 -- Stores why the worker could not resolve a consumer's LSN (SQL Server's
 -- own message, or a mapping row missing after cleanup), so that
@@ -3592,8 +3641,8 @@ $$;
 -- background worker an open incident another transaction holds (an
 -- acknowledge_alert left uncommitted) is not waited for when its
 -- condition is looked at again every cycle: it is counted again next time.
--- The others (a loss, a schema block, late rows, a refused release) are
--- raised once, and their holder may be resolving them (release_gate does
+-- The others (a loss, a schema block, late rows, a refused release, a
+-- clock stepped back) are raised once, and their holder may be resolving them (release_gate does
 -- late_data's): they wait, at most finalize.lock_timeout, and the worker
 -- records them again next cycle if that was not enough.
 CREATE OR REPLACE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
@@ -3608,7 +3657,8 @@ DECLARE
     tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id);
 BEGIN
     IF @extschema@._in_background()
-       AND _raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected') THEN
+       AND _raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected',
+                                     'clock_stepped_back') THEN
         SELECT a.alert_id INTO id FROM @extschema@.alert a
          WHERE a.kind = _raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
            AND coalesce(a.server_name, '') = coalesce(_raise_alert.server_name, '')
@@ -3749,8 +3799,9 @@ $$;
 -- one, a repeat, one with an event or event-time facts, anything doubtful)
 -- is returned untouched, and the worker records it through _record_range,
 -- whose checks and errors decide. What is taken is stored as _record_range
--- stores it (_store_range_facts, _store_offsets, _advance_sources), in the
--- caller's transaction. Returns the table ids left to the caller.
+-- stores it (_store_range_facts, _store_offsets with the source's
+-- clock_tolerance, _advance_sources), in the caller's transaction. Returns
+-- the table ids left to the caller.
 CREATE OR REPLACE FUNCTION @extschema@._record_ranges(
     table_ids          bigint[],
     start_lsns         text[],
@@ -3761,7 +3812,8 @@ CREATE OR REPLACE FUNCTION @extschema@._record_ranges(
     deletes            bigint[],
     first_commit_times timestamptz[],
     last_commit_times  timestamptz[],
-    capture_instances  text[])
+    capture_instances  text[],
+    clock_tolerance    interval DEFAULT interval '0')
 RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -3826,7 +3878,7 @@ BEGIN
                                                ok.first_time, ok.last_time, ok.ci,
                                                pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
                                                pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
-        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time);
+        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time, coalesce(clock_tolerance, interval '0'));
         moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
     END IF;
     -- on every call, for no table when nothing moved: its plan is made at
@@ -3837,6 +3889,9 @@ BEGIN
                  WHERE k.x IS NULL;
 END
 $$;
+DROP FUNCTION @extschema@._record_ranges(bigint[], text[], text[], timestamptz[], bigint[], bigint[], bigint[],
+                                         timestamptz[], timestamptz[], text[]);
+
 
 -- Records an event fact (data loss, ...) and, when new_state is given, moves
 -- the table to that state. Never touches the verdict or the offset.
@@ -3898,7 +3953,10 @@ $$;
 -- both ways), moves the offset and makes the table active again. The verdict
 -- is untouched: it moves again with the next range recorded, but the
 -- periods of the loss stay not final, here and in the derived tables that
--- use this one, until finalize.acknowledge_loss() covers them.
+-- use this one, until finalize.acknowledge_loss() covers them. The lost
+-- commit times begin clock_tolerance (the source's) before the old
+-- offset's: after SQL Server's clock was stepped back by up to that much,
+-- a lost commit may carry an earlier time than the offset's.
 CREATE OR REPLACE FUNCTION @extschema@._resume_after_loss(
     table_id         bigint,
     new_offset       text,
@@ -3906,7 +3964,8 @@ CREATE OR REPLACE FUNCTION @extschema@._resume_after_loss(
     lost_until       timestamptz,
     capture_instance text,
     automatic        boolean,
-    detail           jsonb)
+    detail           jsonb,
+    clock_tolerance  interval DEFAULT interval '0')
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -3918,6 +3977,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
+    wm.offset_commit_time := wm.offset_commit_time - coalesce(clock_tolerance, interval '0');
     SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
      WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
      ORDER BY f.fact_id DESC LIMIT 1;
@@ -3942,6 +4002,8 @@ BEGIN
     PERFORM @extschema@._record_loss(_resume_after_loss.table_id, wm, new_offset, lost_until);
 END
 $$;
+DROP FUNCTION @extschema@._resume_after_loss(bigint, text, timestamptz, timestamptz, text, boolean, jsonb);
+
 
 -- Remembers the capture instance the worker follows for a table.
 CREATE OR REPLACE FUNCTION @extschema@._set_capture_instance(table_id bigint, capture_instance text)
@@ -5802,6 +5864,10 @@ BEGIN
         RETURN @extschema@._explain_shards(tt, wm, period_start, period_end);
     ELSIF wm.offset_lsn IS NULL THEN
         RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
+    ELSIF wm.offset_commit_time >= period_end
+          AND wm.offset_commit_time - coalesce(@extschema@._clock_tolerance(tt.server_name), interval '0') < period_end THEN
+        RETURN format('SQL Server''s capture has reached %s (LSN %s), but the verdict holds back by the clock_tolerance of server "%s" (%s), so that a step back of SQL Server''s clock cannot put a commit into a final period',
+                      wm.offset_commit_time, wm.offset_lsn, tt.server_name, @extschema@._clock_tolerance(tt.server_name));
     ELSIF wm.offset_commit_time >= period_end THEN
         RETURN format('the watermark only moves in whole periods and stands at %s', wm.source_until);
     END IF;
@@ -6059,8 +6125,11 @@ COMMENT ON VIEW @extschema@.consumers IS
 -- retention cleanup. A range whose rows all committed
 -- inside one period counts there; a range whose rows straddle a period
 -- boundary is counted in straddling_ranges of every period it touches (its
--- rows may belong to either). Counts are exact where the period is covered
--- and no range straddles it. is_final is what is_final() answers, losses
+-- rows may belong to either). Counts are exact where the period is covered,
+-- no range straddles it and SQL Server's clock went back across none of its
+-- boundaries (a clock_stepped_back event: commits stamped in it after
+-- commits of a later period, maybe after it was final). is_final is what
+-- is_final() answers, losses
 -- included. A derived table has no facts of its own: its periods are never
 -- covered nor exact, and their counts are NULL (unknown), so the release
 -- gate checks that they are final and cannot confirm an empty one; nor has
@@ -6115,6 +6184,10 @@ BEGIN
            coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
            count(f.fact_id) FILTER (WHERE NOT f.inside),
            p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+           AND NOT EXISTS (SELECT FROM @extschema@.fact c
+                            WHERE c.table_id = tt.table_id AND c.event = 'clock_stepped_back'
+                              AND (c.detail ->> 'from')::timestamptz < p.pe
+                              AND (c.detail ->> 'to')::timestamptz > p.ps)
       FROM periods AS p
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,
@@ -7082,6 +7155,11 @@ BEGIN ATOMIC
             'acknowledged_at', @extschema@._utc_iso((a).acknowledged_at),
             'acknowledged_by', (a).acknowledged_by, 'acknowledge_note', (a).acknowledge_note));
 END;
+-- ===========================================================================
+-- End of 9f (zones, resolve messages).
+-- ===========================================================================
+
+-- ===========================================================================
 -- 9g. First contact (issue 41): a report beyond SQL Server's max LSN stays
 -- pending (condition report_ahead, an incident after finalize.alert_after)
 -- and one SQL Server cannot have reached is refused; a reset forgets it.
@@ -7215,7 +7293,91 @@ REVOKE ALL ON FUNCTION
     @extschema@._refuse_unreachable_report(@extschema@.tracked_table, text, @extschema@.lsn)
     FROM PUBLIC;
 -- ===========================================================================
--- End of 9f (first contact).
+-- End of 9g (first contact).
+-- ===========================================================================
+
+-- ===========================================================================
+-- 9h. SQL Server's clock stepped back (issue 41): the worker's verdicts hold
+-- back by the source's clock_tolerance (a finalize_mssql server option; see
+-- _store_offsets, _record_range, _record_ranges, _consumer_resolved and
+-- _resume_after_loss above), and a read whose commits went back across a
+-- period boundary is recorded as an event that makes those periods inexact
+-- (changes_by_period) and opens an incident (clock_stepped_back).
+-- ===========================================================================
+ALTER TABLE @extschema@.fact DROP CONSTRAINT fact_event_check,
+    ADD CONSTRAINT fact_event_check
+        CHECK (event IN ('tracking_started', 'schema_change', 'instance_switch', 'data_loss', 'schema_blocked',
+                         'resume_requested', 'resumed', 'loss_acknowledged', 'late_data', 'clock_stepped_back'));
+
+-- The clock_tolerance of a source (a finalize_mssql server) as an interval
+-- of hours, NULL for no such server: how far behind a commit time read
+-- the worker's verdicts stay (_store_offsets), for explanations.
+CREATE FUNCTION @extschema@._clock_tolerance(server_name text)
+RETURNS interval
+AS 'MODULE_PATHNAME', 'finalize_clock_tolerance'
+LANGUAGE C STABLE STRICT;
+
+-- SQL Server's clock went back across a period boundary, as the worker read
+-- it in the ranges of a table it has just recorded (ending at end_lsn):
+-- commits stamped from first_time on came after commits stamped up to
+-- until_time in a later period (the previous read's, or earlier ones of the
+-- same read), and, with ran_ahead, in a period the source verdict had
+-- already called final (the clock went back by more than the source's
+-- clock_tolerance). Their counts per period are open to doubt: an event
+-- fact (clock_stepped_back) makes the periods from first_time's to
+-- until_time's inexact in changes_by_period, and, with incident, an
+-- incident says so, critical when a verdict ran ahead (a partition
+-- published before may lack those commits). Without incident the worker
+-- could not tell a step back from the local times a DST fall-back repeats:
+-- the periods are marked all the same.
+CREATE FUNCTION @extschema@._record_clock_step(table_id bigint, end_lsn text, first_time timestamptz,
+                                               until_time timestamptz, ran_ahead boolean, incident boolean)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := @extschema@._lock_tracked(_record_clock_step.table_id);
+    p_from timestamptz := @extschema@.period_start(first_time, tt.granularity, tt.period_zone);
+    p_to timestamptz := @extschema@.period_end(GREATEST(first_time, until_time), tt.granularity, tt.period_zone);
+    verdict timestamptz := (SELECT w.source_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    detail jsonb;
+    message text;
+BEGIN
+    detail := jsonb_build_object('from', @extschema@._utc_iso(p_from), 'to', @extschema@._utc_iso(p_to),
+                                 'commit_time', @extschema@._utc_iso(first_time),
+                                 'after_commit_time', @extschema@._utc_iso(until_time),
+                                 'ran_ahead', ran_ahead, 'incident', incident, 'end_lsn', end_lsn);
+    message := CASE WHEN ran_ahead
+        THEN format('SQL Server''s clock went back: commits of table "%s" were stamped %s, in a period already final; the counts of its periods from %s to %s are not exact any more, and a partition of them released before may lack those commits: check and republish it. Every verdict holds back by the clock_tolerance of server "%s", which this step exceeded.',
+                    tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(p_from),
+                    @extschema@._utc_iso(p_to), tt.server_name)
+        ELSE format('SQL Server''s clock went back across a period boundary: commits of table "%s" were stamped %s, after commits stamped up to %s; no verdict ran ahead (the clock_tolerance of server "%s" absorbed the step), but the counts of its periods from %s to %s are not exact.',
+                    tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(until_time),
+                    tt.server_name, @extschema@._utc_iso(p_from), @extschema@._utc_iso(p_to)) END;
+    INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
+    VALUES (tt.table_id, 'event', @extschema@._lsn_arg(end_lsn, 'end_lsn'), until_time, 'clock_stepped_back',
+            detail);
+    IF NOT incident THEN
+        RETURN;
+    END IF;
+    PERFORM @extschema@._alert(jsonb_build_object('alert', 'clock_stepped_back', 'table', tt.table_name,
+                                                  'server', tt.server_name, 'ran_ahead', ran_ahead,
+                                                  'verdict', @extschema@._utc_iso(verdict),
+                                                  'from', @extschema@._utc_iso(p_from),
+                                                  'to', @extschema@._utc_iso(p_to), 'message', message));
+    PERFORM @extschema@._raise_alert('clock_stepped_back', CASE WHEN ran_ahead THEN 'critical' ELSE 'warning' END,
+                                     tt.table_id, tt.server_name, @extschema@._utc_iso(p_from), message, detail);
+END
+$$;
+
+REVOKE ALL ON FUNCTION
+    @extschema@._clock_tolerance(text),
+    @extschema@._record_clock_step(bigint, text, timestamptz, timestamptz, boolean, boolean)
+    FROM PUBLIC;
+-- ===========================================================================
+-- End of 9h (clock steps).
 -- ===========================================================================
 
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to

@@ -395,6 +395,49 @@ def test_commit_time_offset_moves_mapping_times_not_the_clock(make_sim):
         == "2026-03-01 00:00:05"
 
 
+def test_step_clock_moves_stamps_and_sysdatetime_not_lsns(make_sim):
+    """A clock 60 s fast, then stepped back (NTP, a VM moved to another host): SQL Server stamps commits
+    (and dummy rows) with its wall clock and SYSDATETIME() reads it, while LSNs keep increasing; so after
+    the step a later commit carries an earlier time. The truth counts commits by those stamps, and its
+    watermark is no later than the stepped-back clock: a commit may still be stamped there."""
+    sim = make_sim(dummy_interval=0)
+    step = sim.call("sim.step_clock", seconds=60)[0][0]
+    assert str(step["clock_utc"]).startswith("2026-03-01 00:00:00")
+    assert str(step["wall_clock_utc"]).startswith("2026-03-01 00:01:00") and step["step_seconds"] == 60
+    assert one(sim, "SELECT CONVERT(varchar(19), SYSUTCDATETIME(), 121)") == "2026-03-01 00:01:00"
+    fast = commit(sim, inserts=1, at="2026-03-01 00:00:10")
+    assert str(fast["commit_time_utc"]).startswith("2026-03-01 00:00:10")        # the simulator's clock
+    assert str(fast["commit_time_local"]).startswith("2026-03-01 00:01:10")      # the server's stamp
+    advance(sim, 5)
+    assert sim.call("sim.step_clock", seconds=-60)[0][0]["step_seconds"] == 0
+    assert one(sim, "SELECT CONVERT(varchar(19), SYSDATETIME(), 121)") == "2026-03-01 00:00:15"
+    sim.call("sim.capture_stop")
+    back = commit(sim, inserts=2, at="2026-03-01 00:00:20")
+    assert back["start_lsn"] > fast["start_lsn"]
+    advance(sim, 5)
+    w = sim.call("sim.truth_watermark")[0][0]
+    assert str(w["watermark_utc"]).startswith("2026-03-01 00:00:20") and w["pending_transactions"] == 1
+    sim.call("sim.capture_start")
+    advance(sim, 5)
+    assert one(sim, "SELECT sys.fn_cdc_get_max_lsn()") == back["start_lsn"]
+    times = [r["t"] for r in sim.query("SELECT CONVERT(varchar(23), tran_end_time, 121) AS t "
+                                       "FROM cdc.lsn_time_mapping ORDER BY start_lsn")]
+    assert times == ["2026-03-01 00:01:10.000", "2026-03-01 00:00:20.000"], times
+    w = sim.call("sim.truth_watermark")[0][0]
+    assert str(w["watermark_utc"]).startswith("2026-03-01 00:00:30") and w["pending_transactions"] == 0
+    counts = sim.call("sim.truth_counts", capture_instance="dbo_orders", granularity_seconds=60,
+                      **{"from": "2026-03-01 00:00:00", "to": "2026-03-01 00:02:00"})[0]
+    assert [r["inserts"] for r in counts] == [2, 1], counts
+    stamps = [str(r["commit_time_utc"])[:19] for r in sim.call("sim.truth_commits", table="dbo.orders")[0]]
+    assert stamps == ["2026-03-01 00:01:10", "2026-03-01 00:00:20"], stamps
+    # dummy rows are stamped by the wall clock too
+    sim.call("sim.set_job", dummy_interval=10)
+    sim.call("sim.step_clock", seconds=-30)
+    advance(sim, 15)
+    assert one(sim, "SELECT CONVERT(varchar(19), sys.fn_cdc_map_lsn_to_time(sys.fn_cdc_get_max_lsn()), 121)") \
+        < "2026-03-01 00:00:20"
+
+
 # --- 6. statement shapes of the C worker -------------------------------------------------------
 
 def test_worker_statement_shapes(make_sim):
@@ -409,7 +452,7 @@ def test_worker_statement_shapes(make_sim):
 SELECT m.max_lsn, sys.fn_cdc_map_lsn_to_time(m.max_lsn) AS max_time, CONVERT(datetime, SWITCHOFFSET(@now, '+00:00')) AS utc_now, DATEPART(TZOFFSET, @now) AS tz FROM (SELECT sys.fn_cdc_get_max_lsn() AS max_lsn) AS m;
 SELECT 1 AS tag, OBJECT_ID(N'[dbo].[orders]') UNION ALL SELECT 2, OBJECT_ID(N'[dbo].[nope]');
 EXEC sys.sp_cdc_help_change_data_capture;
-EXEC sys.sp_executesql N'SELECT @tag AS tag, COUNT_BIG(CASE WHEN c.[__$operation] = 2 THEN 1 END) AS ins, COUNT_BIG(CASE WHEN c.[__$operation] = 4 THEN 1 END) AS upd, COUNT_BIG(CASE WHEN c.[__$operation] = 1 THEN 1 END) AS del, sys.fn_cdc_map_lsn_to_time(MIN(c.[__$start_lsn])) AS first_time, sys.fn_cdc_map_lsn_to_time(MAX(c.[__$start_lsn])) AS last_time FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N''all'') AS c', N'@tag int, @from binary(10), @to binary(10)', @tag = 3, @from = 0x%s, @to = 0x%s;
+EXEC sys.sp_executesql N'SELECT @tag AS tag, COUNT_BIG(CASE WHEN r.op = 2 THEN 1 END) AS ins, COUNT_BIG(CASE WHEN r.op = 4 THEN 1 END) AS upd, COUNT_BIG(CASE WHEN r.op = 1 THEN 1 END) AS del, MIN(t.ct) AS first_time, MAX(t.ct) AS last_time FROM (SELECT a.[__$start_lsn] AS l, a.[__$operation] AS op FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N''all'') AS a) AS r JOIN (SELECT d.l, sys.fn_cdc_map_lsn_to_time(d.l) AS ct FROM (SELECT DISTINCT f.[__$start_lsn] AS l FROM [cdc].[fn_cdc_get_all_changes_dbo_orders](@from, @to, N''all'') AS f) AS d) AS t ON t.l = r.l', N'@tag int, @from binary(10), @to binary(10)', @tag = 3, @from = 0x%s, @to = 0x%s;
 EXEC sys.sp_executesql N'SELECT @tag AS tag, m.min_lsn, sys.fn_cdc_map_lsn_to_time(m.min_lsn) AS min_time FROM (SELECT sys.fn_cdc_get_min_lsn(@ci) AS min_lsn) AS m', N'@tag int, @ci sysname', @tag = 4, @ci = N'dbo_orders';
 SELECT 5 AS tag; EXEC sys.sp_cdc_get_ddl_history @capture_instance = N'dbo_orders';""" % (mn.hex(), mx.hex()))
     assert len(sets) == 7, sets

@@ -791,7 +791,7 @@ class Translator:
         pname = "c_" + name
         if pname not in self.params:
             if getattr(self, "now", None) is None:
-                self.now = self.db.now()
+                self.now = self.db.wall_now()
             self.params[pname] = self.ctx.constant(name, self.now)
         return ":" + pname
 
