@@ -106,14 +106,16 @@ RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT string_agg(CASE WHEN w.finalized_until IS NULL
+    SELECT string_agg(CASE WHEN v.until IS NULL
                            THEN format('input "%s" has nothing final yet', t.table_name)
-                           ELSE format('input "%s" is final until %s', t.table_name, w.finalized_until) END,
-                      '; ' ORDER BY w.finalized_until NULLS FIRST, t.table_name)
+                           ELSE format('input "%s" is final until %s', t.table_name, v.until) END,
+                      '; ' ORDER BY v.until NULLS FIRST, t.table_name)
            || format('; the period ends at %s', _explain_inputs.period_end)
       FROM @extschema@.derived_input d
       JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
       JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity,
+                                                          t.period_zone, w.loss_blocked) AS until) v
      WHERE d.table_id = _explain_inputs.table_id
        AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
 END;
@@ -140,7 +142,8 @@ BEGIN
      WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
     IF holding = 0 THEN
         RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
-                      coalesce(wm.finalized_until::text, 'nothing yet'));
+                      coalesce(@extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity,
+                                                         tt.period_zone, wm.loss_blocked)::text, 'nothing yet'));
     END IF;
     -- Each shard's own reason, without its first words (the period) and
     -- speaking of the shard where it says "this table".
@@ -286,9 +289,9 @@ DECLARE
     src @extschema@.source_status;
     cnd @extschema@.table_condition;
     v   @extschema@.verdict;
+    shown @extschema@.watermark;
     why text;
     losses text;
-    cap timestamptz;
     verdict_until timestamptz;
     blocked boolean;
 BEGIN
@@ -296,17 +299,13 @@ BEGIN
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
-    -- What finalized_until() answers: the watermark rounded down to a start
-    -- of the table's periods (they may have changed since it was set),
-    -- stopped at the first period a loss may still hold (_loss_cap, NULL for
-    -- '-infinity').
-    verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
+    -- What finalized_until() answers (_sensor_until, the sensors' rule):
+    -- the watermark rounded down to a start of the table's periods (they
+    -- may have changed since it was set), stopped at the first period a
+    -- loss may still hold.
+    verdict_until := @extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity, tt.period_zone,
+                                               wm.loss_blocked);
     blocked := @extschema@._lineage_blocked(tt.table_id);
-    IF blocked THEN
-        cap := @extschema@._loss_cap(tt.table_id);
-        verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
-                              THEN LEAST(verdict_until, cap) END;
-    END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
@@ -328,7 +327,10 @@ BEGIN
         v.reason := format('Period [%s, %s) is not final: %s', v.period_start, v.period_end, losses);
         RETURN v;
     ELSIF v.is_final THEN
-        v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        -- (the verdict it names is the sensors', not the watermark)
+        shown := wm;
+        shown.finalized_until := verdict_until;
+        v.reason := @extschema@._explain_final(tt, shown, v.period_start, v.period_end);
         IF tt.event_time_column IS NOT NULL THEN
             v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
         END IF;
@@ -338,7 +340,7 @@ BEGIN
     why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
                      @extschema@._explain_consumers(tt, v.period_end));
     v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
-                       coalesce(nullif(why, ''), format('the verdict stands at %s', wm.finalized_until)));
+                       coalesce(nullif(why, ''), format('the verdict stands at %s', verdict_until)));
     IF tt.state <> 'active' THEN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
@@ -456,11 +458,12 @@ SELECT t.table_name,
        END AS slowest_shard
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
-  -- The watermark rounded down to a start of the table's periods (they may
-  -- have changed since it was set); period_start, which readers may call.
- CROSS JOIN LATERAL (SELECT CASE WHEN isfinite(w.finalized_until)
-                                 THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
-                                 ELSE w.finalized_until END AS until) r
+  -- The verdict as finalized_until() answers it (_sensor_until, which
+  -- readers may call): the watermark rounded down to a start of the
+  -- table's periods (they may have changed since it was set), stopped
+  -- where a loss holds periods.
+ CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity, t.period_zone,
+                                                      w.loss_blocked) AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table
   -- (OFFSET 0 keeps the subquery from being flattened into each row).

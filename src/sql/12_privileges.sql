@@ -22,9 +22,10 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.period_end(timestamptz, interval, text),
     @extschema@.mssql_local_to_instant(timestamp, text),
     @extschema@.dropped_notifications(),
-    -- Internal, for finalize.status (whose readers call it): whether a
-    -- loss holds a table.
-    @extschema@._loss_holds(bigint)
+    -- Internal, for finalize.status (whose readers call them): whether a
+    -- loss holds a table, and its verdict as the sensors tell it.
+    @extschema@._loss_holds(bigint),
+    @extschema@._sensor_until(bigint, timestamptz, interval, text, boolean)
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
 

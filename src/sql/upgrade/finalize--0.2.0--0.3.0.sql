@@ -509,6 +509,74 @@ BEGIN ATOMIC
     SELECT u.until FROM @extschema@._inputs_final_untils(ARRAY[_inputs_final_until.table_id]) AS u;
 END;
 
+-- 4d. Every announcement of a verdict is the verdict the sensors give
+-- (issue 41): watermark.announced_until keeps the verdict last announced on
+-- channel "finalize", _sensor_until is the sensors' rule for SQL, and
+-- _announce sends what moved (see docs/design/announcements.md). Made here,
+-- before the functions and views below that call them; the verdicts of the
+-- tables there are recorded as announced in section 9f.
+ALTER TABLE @extschema@.watermark ADD COLUMN announced_until timestamptz;
+COMMENT ON COLUMN @extschema@.watermark.announced_until IS
+    'The verdict last announced on channel "finalize": what finalized_until() answered then (losses, consumers, inputs applied)';
+
+-- What finalized_until() answers for a table whose watermark row holds
+-- finalized_until and loss_blocked (its own flag: the function adds the
+-- flags of the tables it is built from), under the statement's snapshot:
+-- the sensors' own rule in C (src/sensor/sensor.c), rounded down to a
+-- start of the table's periods and stopped where losses hold periods
+-- (_loss_cap, asked as the extension's owner). Every announcement of a
+-- verdict tells this one and never a raw watermark: NOTIFY payloads
+-- (_announce), finalize.status, explain_verdict. Readers may call it
+-- (finalize.status does).
+CREATE FUNCTION @extschema@._sensor_until(table_id bigint, finalized_until timestamptz, granularity interval,
+                                          period_zone text, loss_blocked boolean)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_sensor_until'
+LANGUAGE C STABLE;
+
+-- Announces the verdicts of some tables whose rows the caller holds:
+-- records what finalized_until() answers now (_sensor_until) as
+-- watermark.announced_until and, for each that moved past the verdict
+-- announced last, sends one NOTIFY on channel "finalize" naming the two
+-- (old, new). A verdict that went back (a lake's rollback, other periods)
+-- is recorded without a notification, so that the next one names where it
+-- stood; with falls_only nothing else is recorded, for callers that an
+-- advance follows in the same transaction (it announces once, at the
+-- verdict the transaction ends with). Returns the tables announced. With
+-- the same rule in the UPDATE of _advance_sources, the one way a verdict
+-- is announced (docs/design/announcements.md).
+CREATE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH cur AS (
+        SELECT w.table_id, w.announced_until AS old_until,
+               @extschema@._sensor_until(w.table_id, w.finalized_until, t.granularity, t.period_zone,
+                                         w.loss_blocked) AS new_until
+          FROM (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i
+          JOIN @extschema@.tracked_table t ON t.table_id = i.id
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.untracked_at IS NULL),
+    changed AS (
+        UPDATE @extschema@.watermark w
+           SET announced_until = c.new_until
+          FROM cur c
+         WHERE w.table_id = c.table_id AND c.new_until IS DISTINCT FROM c.old_until
+           AND (NOT falls_only OR c.new_until IS NULL OR c.new_until < c.old_until)
+        RETURNING w.table_id, c.old_until, c.new_until, w.offset_lsn, w.offset_commit_time)
+    SELECT x.table_id
+      FROM (SELECT ch.* FROM changed ch WHERE ch.new_until > coalesce(ch.old_until, '-infinity')) x
+      JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+     CROSS JOIN LATERAL @extschema@._notify('finalize',
+                            @extschema@._advance_payload(t.table_name, t.kind, x.old_until, x.new_until,
+                                                         x.offset_lsn, x.offset_commit_time)) n
+     ORDER BY x.table_id;
+END
+$$;
+
 -- 5. Every function and view that names a period cuts it in the table's
 -- zone. _loss_ackers returns each acknowledging table's zone too: a new
 -- row type, so it and the two functions whose SQL bodies use it are made
@@ -629,6 +697,9 @@ BEGIN
     IF now_blocked IS DISTINCT FROM was THEN
         UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = _refresh_loss_blocked.table_id;
     END IF;
+    -- A verdict a loss took back is recorded as announced; one that an
+    -- acknowledgement moved on is announced by the _advance that follows.
+    PERFORM @extschema@._announce(ARRAY[table_id], true);
     IF now_blocked AND @extschema@._in_background() THEN
         PERFORM @extschema@._flag_below(table_id);
     END IF;
@@ -1409,9 +1480,9 @@ DECLARE
     src @extschema@.source_status;
     cnd @extschema@.table_condition;
     v   @extschema@.verdict;
+    shown @extschema@.watermark;
     why text;
     losses text;
-    cap timestamptz;
     verdict_until timestamptz;
     blocked boolean;
 BEGIN
@@ -1419,17 +1490,13 @@ BEGIN
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
-    -- What finalized_until() answers: the watermark rounded down to a start
-    -- of the table's periods (they may have changed since it was set),
-    -- stopped at the first period a loss may still hold (_loss_cap, NULL for
-    -- '-infinity').
-    verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
+    -- What finalized_until() answers (_sensor_until, the sensors' rule):
+    -- the watermark rounded down to a start of the table's periods (they
+    -- may have changed since it was set), stopped at the first period a
+    -- loss may still hold.
+    verdict_until := @extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity, tt.period_zone,
+                                               wm.loss_blocked);
     blocked := @extschema@._lineage_blocked(tt.table_id);
-    IF blocked THEN
-        cap := @extschema@._loss_cap(tt.table_id);
-        verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
-                              THEN LEAST(verdict_until, cap) END;
-    END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
@@ -1451,7 +1518,10 @@ BEGIN
         v.reason := format('Period [%s, %s) is not final: %s', v.period_start, v.period_end, losses);
         RETURN v;
     ELSIF v.is_final THEN
-        v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        -- (the verdict it names is the sensors', not the watermark)
+        shown := wm;
+        shown.finalized_until := verdict_until;
+        v.reason := @extschema@._explain_final(tt, shown, v.period_start, v.period_end);
         IF tt.event_time_column IS NOT NULL THEN
             v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
         END IF;
@@ -1461,7 +1531,7 @@ BEGIN
     why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
                      @extschema@._explain_consumers(tt, v.period_end));
     v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
-                       coalesce(nullif(why, ''), format('the verdict stands at %s', wm.finalized_until)));
+                       coalesce(nullif(why, ''), format('the verdict stands at %s', verdict_until)));
     IF tt.state <> 'active' THEN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
@@ -1707,8 +1777,9 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                              JOIN @extschema@.watermark w ON w.table_id = t.table_id
                             WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                              AND now() - coalesce(@extschema@._round_down(w.finalized_until, t.granularity,
-                                                                           t.period_zone),
+                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, w.finalized_until,
+                                                                             t.granularity, t.period_zone,
+                                                                             w.loss_blocked),
                                                    t.created_at) > t.max_lag)
            FOR UPDATE SKIP LOCKED);
     FOR r IN
@@ -1720,8 +1791,8 @@ BEGIN
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
-         CROSS JOIN LATERAL (SELECT @extschema@._round_down(w.finalized_until, t.granularity, t.period_zone)
-                                    AS until) v
+         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity,
+                                                              t.period_zone, w.loss_blocked) AS until) v
          WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
            AND now() - coalesce(v.until, t.created_at) > t.max_lag
     LOOP
@@ -3206,9 +3277,13 @@ $$;
 -- worker's cycle records thousands of tables in one transaction): each
 -- verdict, which the caller has locked, moves commit_until to the greatest
 -- of its old value and _effective_untils, then finalized_until likewise,
--- with a NOTIFY on channel "finalize" for each one that moved. Returns the
--- tables whose finalized_until moved: the caller lets their derived tables
--- follow. Other tables (derived, event-time) are left alone.
+-- and announces the verdict as _announce does, in the same statement
+-- (announced_until is what _sensor_until answers for the new row: a
+-- source table is built from no other, so its own loss flag is its
+-- lineage's): a NOTIFY on channel "finalize" for each one that moved past
+-- the last one announced, never past a loss that holds periods. Returns
+-- the tables whose finalized_until moved: the caller lets their derived
+-- tables follow. Other tables (derived, event-time) are left alone.
 CREATE OR REPLACE FUNCTION @extschema@._advance_sources(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -3227,21 +3302,27 @@ BEGIN
            SET commit_until = c.new_commit,
                finalized_until = GREATEST(w.finalized_until, c.new_commit),
                advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
-                                  THEN now() ELSE w.advanced_at END
+                                  THEN now() ELSE w.advanced_at END,
+               announced_until = @extschema@._sensor_until(w.table_id, GREATEST(w.finalized_until, c.new_commit),
+                                                           (c.tt).granularity, (c.tt).period_zone, w.loss_blocked)
           FROM cur c
          WHERE w.table_id = c.table_id
            AND (c.new_commit IS DISTINCT FROM w.commit_until
                 OR GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until)
-        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until),
-    advanced AS (
-        SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
-    SELECT a.table_id
-      FROM advanced a
-     CROSS JOIN LATERAL @extschema@._notify('finalize',
-                            @extschema@._advance_payload((a.tt).table_name, (a.tt).kind, (a.wm).finalized_until,
-                                                         a.new_until, (a.wm).offset_lsn,
-                                                         (a.wm).offset_commit_time)) n
-     ORDER BY a.table_id;
+        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until, w.announced_until AS announced)
+    SELECT x.table_id
+      FROM (SELECT m.table_id, m.new_until IS DISTINCT FROM (m.wm).finalized_until AS advanced
+              FROM moved m
+              -- every row is looked at (OFFSET 0: the filter below comes after)
+              LEFT JOIN LATERAL (
+                    SELECT @extschema@._notify('finalize',
+                               @extschema@._advance_payload((m.tt).table_name, (m.tt).kind, (m.wm).announced_until,
+                                                            m.announced, (m.wm).offset_lsn,
+                                                            (m.wm).offset_commit_time)) AS sent
+                     WHERE m.announced > coalesce((m.wm).announced_until, '-infinity')) n ON true
+            OFFSET 0) x
+     WHERE x.advanced
+     ORDER BY x.table_id;
 END
 $$;
 
@@ -3302,6 +3383,7 @@ BEGIN
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = below FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
         UPDATE @extschema@.watermark w SET loss_blocked = true WHERE w.table_id = below AND NOT w.loss_blocked;
+        PERFORM @extschema@._announce(ARRAY[below], true);
         n := n + 1;
     END LOOP;
     RETURN n;
@@ -4915,6 +4997,11 @@ BEGIN
     -- cycle, for one table.
     IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
         moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- announced there if it moved; else what made periods final may be
+        -- an acknowledgement, or a consumer dropped
+        IF NOT moved THEN
+            PERFORM @extschema@._announce(ARRAY[tt.table_id]);
+        END IF;
         -- run on every call (for no table when nothing moved): its plan is
         -- made at the first call, not at the first advance hours later
         PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
@@ -4970,12 +5057,13 @@ BEGIN
         UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
     END IF;
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        -- (an acknowledgement, a consumer dropped: periods may be final now)
+        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
         RETURN new_until;
     END IF;
     UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
      WHERE w.table_id = tt.table_id;
-    PERFORM @extschema@._notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
-                                                               wm.offset_lsn, wm.offset_commit_time));
+    PERFORM @extschema@._announce(ARRAY[tt.table_id]);
     PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;
 END
@@ -5597,9 +5685,14 @@ BEGIN
                                'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
     -- An event-time verdict was held back by the loss itself (_advance): it
-    -- moves now, and the derived tables that use it with it.
+    -- moves now, and the derived tables that use it with it. Any other
+    -- verdict stays, but finalized_until() may have moved past the periods
+    -- acknowledged: that is announced (the derived tables that use this
+    -- one are, within a round of the scheduler).
     IF tt.event_time_column IS NOT NULL THEN
         PERFORM @extschema@._advance(tt.table_id);
+    ELSE
+        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
     END IF;
     -- The data_loss incident of the table that lost the data is resolved
     -- once that table has acknowledged all its losses; a derived table
@@ -5735,6 +5828,22 @@ BEGIN
         moved := moved + pass;
         EXIT WHEN pass = 0;
     END LOOP;
+    -- The derived and sharded tables whose verdict moved without a write of
+    -- their own (an acknowledgement or a loss on an input, in a session
+    -- that writes only the input's row) are announced (_announce), each
+    -- whose row no other transaction holds.
+    FOR derived IN
+        SELECT w.table_id FROM @extschema@.tracked_table t
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.kind IN ('derived', 'sharded') AND t.untracked_at IS NULL
+           AND @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity, t.period_zone,
+                                         w.loss_blocked) IS DISTINCT FROM w.announced_until
+         ORDER BY w.table_id
+    LOOP
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM @extschema@._announce(ARRAY[derived]);
+    END LOOP;
     RETURN moved;
 END
 $$;
@@ -5761,7 +5870,8 @@ BEGIN
      WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
     IF holding = 0 THEN
         RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
-                      coalesce(wm.finalized_until::text, 'nothing yet'));
+                      coalesce(@extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity,
+                                                         tt.period_zone, wm.loss_blocked)::text, 'nothing yet'));
     END IF;
     -- Each shard's own reason, without its first words (the period) and
     -- speaking of the shard where it says "this table".
@@ -5982,11 +6092,12 @@ SELECT t.table_name,
        END AS slowest_shard
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
-  -- The watermark rounded down to a start of the table's periods (they may
-  -- have changed since it was set); period_start, which readers may call.
- CROSS JOIN LATERAL (SELECT CASE WHEN isfinite(w.finalized_until)
-                                 THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
-                                 ELSE w.finalized_until END AS until) r
+  -- The verdict as finalized_until() answers it (_sensor_until, which
+  -- readers may call): the watermark rounded down to a start of the
+  -- table's periods (they may have changed since it was set), stopped
+  -- where a loss holds periods.
+ CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity, t.period_zone,
+                                                      w.loss_blocked) AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table
   -- (OFFSET 0 keeps the subquery from being flattened into each row).
@@ -6739,6 +6850,42 @@ REVOKE ALL ON FUNCTION
 GRANT EXECUTE ON FUNCTION @extschema@.release_iceberg(jsonb) TO finalize_publisher;
 -- ===========================================================================
 -- End of 9e (Iceberg releases).
+-- ===========================================================================
+
+-- ===========================================================================
+-- 9f. Every announcement of a verdict is the verdict the sensors give
+-- (issue 41; the column and functions are made in section 4d).
+-- ===========================================================================
+-- The inputs of a derived table that are not final up to period_end.
+CREATE OR REPLACE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(CASE WHEN v.until IS NULL
+                           THEN format('input "%s" has nothing final yet', t.table_name)
+                           ELSE format('input "%s" is final until %s', t.table_name, v.until) END,
+                      '; ' ORDER BY v.until NULLS FIRST, t.table_name)
+           || format('; the period ends at %s', _explain_inputs.period_end)
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity,
+                                                          t.period_zone, w.loss_blocked) AS until) v
+     WHERE d.table_id = _explain_inputs.table_id
+       AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
+END;
+
+-- What each table's sensors answer now is what was announced last: the
+-- first notification after the update names it as "old".
+UPDATE @extschema@.watermark w
+   SET announced_until = @extschema@._sensor_until(w.table_id, w.finalized_until, t.granularity, t.period_zone,
+                                                   w.loss_blocked)
+  FROM @extschema@.tracked_table t
+ WHERE t.table_id = w.table_id;
+GRANT EXECUTE ON FUNCTION @extschema@._sensor_until(bigint, timestamptz, interval, text, boolean) TO finalize_reader;
+-- ===========================================================================
+-- End of 9f (announcements).
 -- ===========================================================================
 
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to
