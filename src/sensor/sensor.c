@@ -260,11 +260,14 @@ verdict_until(Oid fn, Datum table_name, const TrackedVerdict *v, TimestampTz *un
 }
 
 /*
- * finalize._sensor_until(table_id, finalized_until, granularity,
+ * finalize._sensor_until(table_id, kind, finalized_until, granularity,
  * period_zone, loss_blocked): what finalized_until() answers for the table
  * when its watermark row holds finalized_until and loss_blocked (as it
  * will once the caller's write is done), under the statement's snapshot:
- * how SQL that writes or shows a verdict tells it as the sensors do.
+ * how SQL that writes or shows a verdict tells it as the sensors do. Only
+ * a derived or sharded table is built from others (derived_input), so
+ * only theirs have a lineage to look at; nothing but a loss flag costs
+ * more than the rounding.
  */
 Datum
 finalize_sensor_until(PG_FUNCTION_ARGS)
@@ -272,29 +275,38 @@ finalize_sensor_until(PG_FUNCTION_ARGS)
 	TrackedVerdict v;
 	const PeriodZone *zone = NULL;
 	char	   *zone_name;
-	Snapshot	snapshot;
+	char	   *kind;
+	Snapshot	snapshot = NULL;
 	TimestampTz until;
 	bool		has;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("arguments table_id and granularity must not be NULL")));
+				 errmsg("arguments table_id, kind and granularity must not be NULL")));
+	if (PG_ARGISNULL(2))
+		PG_RETURN_NULL();
 	v.table_id = PG_GETARG_INT64(0);
-	v.has_watermark = !PG_ARGISNULL(1);
-	v.finalized_until = v.has_watermark ? PG_GETARG_TIMESTAMPTZ(1) : 0;
+	kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	v.has_watermark = true;
+	v.finalized_until = PG_GETARG_TIMESTAMPTZ(2);
 	/* 'UTC' and NULL need no zone at all, as catalog.c reads them. */
-	zone_name = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	zone_name = PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4));
 	if (zone_name != NULL && strcmp(zone_name, "UTC") != 0)
 		zone = period_zone_of(zone_name, "period_zone");
-	period_spec_of(PG_GETARG_INTERVAL_P(2), zone, true, "granularity", &v.periods);
-	if (!v.has_watermark)
-		PG_RETURN_NULL();
-	snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+	period_spec_of(PG_GETARG_INTERVAL_P(3), zone, true, "granularity", &v.periods);
 	/* NULL is no proof that nothing was lost: ask. */
-	v.loss_blocked = PG_ARGISNULL(4) || PG_GETARG_BOOL(4) || catalog_lineage_blocked(v.table_id, snapshot);
-	has = verdict_of(function_owner(fcinfo->flinfo->fn_oid), &v, snapshot, &until);
-	UnregisterSnapshot(snapshot);
+	v.loss_blocked = PG_ARGISNULL(5) || PG_GETARG_BOOL(5);
+	if (!v.loss_blocked && strcmp(kind, "source") != 0)
+	{
+		snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+		v.loss_blocked = catalog_lineage_blocked(v.table_id, snapshot);
+	}
+	if (v.loss_blocked && snapshot == NULL)
+		snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+	has = verdict_of(v.loss_blocked ? function_owner(fcinfo->flinfo->fn_oid) : InvalidOid, &v, snapshot, &until);
+	if (snapshot != NULL)
+		UnregisterSnapshot(snapshot);
 	if (!has)
 		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(until);

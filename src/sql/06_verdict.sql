@@ -7,7 +7,9 @@
 -- that lost the data and on the derived tables whose jobs must rebuild
 -- them, _loss_ackers), finalized_until() stops at the first of those
 -- periods (_loss_cap), and watermark.loss_blocked says when that must be
--- asked.
+-- asked. What is announced of a verdict (NOTIFY, finalize.status,
+-- explain_verdict) is what finalized_until() answers (_sensor_until), never
+-- the watermark; _announce sends it (docs/design/announcements.md).
 -- See docs/design/pipelines.md.
 
 -- The verdict of one consumer: the period start (the table's periods:
@@ -98,17 +100,18 @@ RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_advance_payload'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
--- What finalized_until() answers for a table whose watermark row holds
--- finalized_until and loss_blocked (its own flag: the function adds the
--- flags of the tables it is built from), under the statement's snapshot:
+-- What finalized_until() answers for a table of a kind whose watermark
+-- row holds finalized_until and loss_blocked (its own flag: the function
+-- adds the flags of the tables a derived or sharded one is built from),
+-- under the statement's snapshot:
 -- the sensors' own rule in C (src/sensor/sensor.c), rounded down to a
 -- start of the table's periods and stopped where losses hold periods
 -- (_loss_cap, asked as the extension's owner). Every announcement of a
 -- verdict tells this one and never a raw watermark: NOTIFY payloads
 -- (_announce), finalize.status, explain_verdict. Readers may call it
 -- (finalize.status does).
-CREATE FUNCTION @extschema@._sensor_until(table_id bigint, finalized_until timestamptz, granularity interval,
-                                          period_zone text, loss_blocked boolean)
+CREATE FUNCTION @extschema@._sensor_until(table_id bigint, kind text, finalized_until timestamptz,
+                                          granularity interval, period_zone text, loss_blocked boolean)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_sensor_until'
 LANGUAGE C STABLE;
@@ -133,7 +136,7 @@ BEGIN
     RETURN QUERY
     WITH cur AS (
         SELECT w.table_id, w.announced_until AS old_until,
-               @extschema@._sensor_until(w.table_id, w.finalized_until, t.granularity, t.period_zone,
+               @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                          w.loss_blocked) AS new_until
           FROM (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i
           JOIN @extschema@.tracked_table t ON t.table_id = i.id
@@ -211,7 +214,7 @@ BEGIN
                finalized_until = GREATEST(w.finalized_until, c.new_commit),
                advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
                                   THEN now() ELSE w.advanced_at END,
-               announced_until = @extschema@._sensor_until(w.table_id, GREATEST(w.finalized_until, c.new_commit),
+               announced_until = @extschema@._sensor_until(w.table_id, 'source', GREATEST(w.finalized_until, c.new_commit),
                                                            (c.tt).granularity, (c.tt).period_zone, w.loss_blocked)
           FROM cur c
          WHERE w.table_id = c.table_id
@@ -269,8 +272,10 @@ $$;
 -- verdict commit_until to the greatest of its old value and
 -- _effective_untils, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
--- channel "finalize" when it moved, and lets every derived table that uses
+-- draws from it, held by losses as _loss_cap says in event time), announces
+-- the verdict (_announce: a NOTIFY on channel "finalize" when what
+-- finalized_until() answers moved, also when the watermark did not), and
+-- lets every derived table that uses
 -- this one follow in the same transaction when it is a background
 -- worker's (_advance_dependents). The inputs form a DAG (track_derived
 -- refuses cycles), so the recursion ends. A derived table whose verdict

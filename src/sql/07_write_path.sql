@@ -4,8 +4,9 @@
 --
 -- NOTIFY channel "finalize": on every advance, a JSON object
 --   {"table": ..., "old": ..., "new": ..., "lsn": ..., "commit_time": ...}
--- with times in UTC ISO 8601 ("old" is null on the first advance), and
--- "kind": "derived" for a derived table (see _advance).
+-- with times in UTC ISO 8601, "old" and "new" as finalized_until() answers
+-- them ("old" null while nothing was final), and "kind": "derived" for a
+-- derived table (see _announce).
 
 -- The commit-time guard of the write path: a commit time further ahead of
 -- this server's clock than finalize.max_clock_skew is refused, since GREATEST

@@ -601,7 +601,7 @@ BEGIN
         SELECT w.table_id FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
          WHERE t.kind IN ('derived', 'sharded') AND t.untracked_at IS NULL
-           AND @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity, t.period_zone,
+           AND @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                          w.loss_blocked) IS DISTINCT FROM w.announced_until
          ORDER BY w.table_id
     LOOP

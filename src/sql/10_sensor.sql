@@ -114,7 +114,7 @@ BEGIN ATOMIC
       FROM @extschema@.derived_input d
       JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
       JOIN @extschema@.watermark w ON w.table_id = d.input_id
-     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity,
+     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
                                                           t.period_zone, w.loss_blocked) AS until) v
      WHERE d.table_id = _explain_inputs.table_id
        AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
@@ -142,7 +142,7 @@ BEGIN
      WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
     IF holding = 0 THEN
         RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
-                      coalesce(@extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity,
+                      coalesce(@extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity,
                                                          tt.period_zone, wm.loss_blocked)::text, 'nothing yet'));
     END IF;
     -- Each shard's own reason, without its first words (the period) and
@@ -303,7 +303,7 @@ BEGIN
     -- the watermark rounded down to a start of the table's periods (they
     -- may have changed since it was set), stopped at the first period a
     -- loss may still hold.
-    verdict_until := @extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity, tt.period_zone,
+    verdict_until := @extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity, tt.period_zone,
                                                wm.loss_blocked);
     blocked := @extschema@._lineage_blocked(tt.table_id);
 
@@ -462,7 +462,7 @@ SELECT t.table_name,
   -- readers may call): the watermark rounded down to a start of the
   -- table's periods (they may have changed since it was set), stopped
   -- where a loss holds periods.
- CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity, t.period_zone,
+ CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                                       w.loss_blocked) AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table

@@ -78,7 +78,7 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                              JOIN @extschema@.watermark w ON w.table_id = t.table_id
                             WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, w.finalized_until,
+                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, t.kind, w.finalized_until,
                                                                              t.granularity, t.period_zone,
                                                                              w.loss_blocked),
                                                    t.created_at) > t.max_lag)
@@ -92,7 +92,7 @@ BEGIN
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
-         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity,
+         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
                                                               t.period_zone, w.loss_blocked) AS until) v
          WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
            AND now() - coalesce(v.until, t.created_at) > t.max_lag

@@ -25,7 +25,7 @@ GRANT EXECUTE ON FUNCTION
     -- Internal, for finalize.status (whose readers call them): whether a
     -- loss holds a table, and its verdict as the sensors tell it.
     @extschema@._loss_holds(bigint),
-    @extschema@._sensor_until(bigint, timestamptz, interval, text, boolean)
+    @extschema@._sensor_until(bigint, text, timestamptz, interval, text, boolean)
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
 

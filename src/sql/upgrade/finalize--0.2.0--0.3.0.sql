@@ -519,17 +519,18 @@ ALTER TABLE @extschema@.watermark ADD COLUMN announced_until timestamptz;
 COMMENT ON COLUMN @extschema@.watermark.announced_until IS
     'The verdict last announced on channel "finalize": what finalized_until() answered then (losses, consumers, inputs applied)';
 
--- What finalized_until() answers for a table whose watermark row holds
--- finalized_until and loss_blocked (its own flag: the function adds the
--- flags of the tables it is built from), under the statement's snapshot:
+-- What finalized_until() answers for a table of a kind whose watermark
+-- row holds finalized_until and loss_blocked (its own flag: the function
+-- adds the flags of the tables a derived or sharded one is built from),
+-- under the statement's snapshot:
 -- the sensors' own rule in C (src/sensor/sensor.c), rounded down to a
 -- start of the table's periods and stopped where losses hold periods
 -- (_loss_cap, asked as the extension's owner). Every announcement of a
 -- verdict tells this one and never a raw watermark: NOTIFY payloads
 -- (_announce), finalize.status, explain_verdict. Readers may call it
 -- (finalize.status does).
-CREATE FUNCTION @extschema@._sensor_until(table_id bigint, finalized_until timestamptz, granularity interval,
-                                          period_zone text, loss_blocked boolean)
+CREATE FUNCTION @extschema@._sensor_until(table_id bigint, kind text, finalized_until timestamptz,
+                                          granularity interval, period_zone text, loss_blocked boolean)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_sensor_until'
 LANGUAGE C STABLE;
@@ -554,7 +555,7 @@ BEGIN
     RETURN QUERY
     WITH cur AS (
         SELECT w.table_id, w.announced_until AS old_until,
-               @extschema@._sensor_until(w.table_id, w.finalized_until, t.granularity, t.period_zone,
+               @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                          w.loss_blocked) AS new_until
           FROM (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i
           JOIN @extschema@.tracked_table t ON t.table_id = i.id
@@ -887,8 +888,10 @@ END;
 -- verdict commit_until to the greatest of its old value and
 -- _effective_untils, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
--- channel "finalize" when it moved, and lets every derived table that uses
+-- draws from it, held by losses as _loss_cap says in event time), announces
+-- the verdict (_announce: a NOTIFY on channel "finalize" when what
+-- finalized_until() answers moved, also when the watermark did not), and
+-- lets every derived table that uses
 -- this one follow in the same transaction when it is a background
 -- worker's (_advance_dependents). The inputs form a DAG (track_derived
 -- refuses cycles), so the recursion ends. A derived table whose verdict
@@ -1494,7 +1497,7 @@ BEGIN
     -- the watermark rounded down to a start of the table's periods (they
     -- may have changed since it was set), stopped at the first period a
     -- loss may still hold.
-    verdict_until := @extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity, tt.period_zone,
+    verdict_until := @extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity, tt.period_zone,
                                                wm.loss_blocked);
     blocked := @extschema@._lineage_blocked(tt.table_id);
 
@@ -1777,7 +1780,7 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                              JOIN @extschema@.watermark w ON w.table_id = t.table_id
                             WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, w.finalized_until,
+                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, t.kind, w.finalized_until,
                                                                              t.granularity, t.period_zone,
                                                                              w.loss_blocked),
                                                    t.created_at) > t.max_lag)
@@ -1791,7 +1794,7 @@ BEGIN
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
-         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity,
+         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
                                                               t.period_zone, w.loss_blocked) AS until) v
          WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
            AND now() - coalesce(v.until, t.created_at) > t.max_lag
@@ -3303,7 +3306,7 @@ BEGIN
                finalized_until = GREATEST(w.finalized_until, c.new_commit),
                advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
                                   THEN now() ELSE w.advanced_at END,
-               announced_until = @extschema@._sensor_until(w.table_id, GREATEST(w.finalized_until, c.new_commit),
+               announced_until = @extschema@._sensor_until(w.table_id, 'source', GREATEST(w.finalized_until, c.new_commit),
                                                            (c.tt).granularity, (c.tt).period_zone, w.loss_blocked)
           FROM cur c
          WHERE w.table_id = c.table_id
@@ -4964,8 +4967,10 @@ COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, 
 -- verdict commit_until to the greatest of its old value and
 -- _effective_untils, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
--- channel "finalize" when it moved, and lets every derived table that uses
+-- draws from it, held by losses as _loss_cap says in event time), announces
+-- the verdict (_announce: a NOTIFY on channel "finalize" when what
+-- finalized_until() answers moved, also when the watermark did not), and
+-- lets every derived table that uses
 -- this one follow in the same transaction when it is a background
 -- worker's (_advance_dependents). The inputs form a DAG (track_derived
 -- refuses cycles), so the recursion ends. A derived table whose verdict
@@ -5836,7 +5841,7 @@ BEGIN
         SELECT w.table_id FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
          WHERE t.kind IN ('derived', 'sharded') AND t.untracked_at IS NULL
-           AND @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity, t.period_zone,
+           AND @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                          w.loss_blocked) IS DISTINCT FROM w.announced_until
          ORDER BY w.table_id
     LOOP
@@ -5870,7 +5875,7 @@ BEGIN
      WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
     IF holding = 0 THEN
         RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
-                      coalesce(@extschema@._sensor_until(tt.table_id, wm.finalized_until, tt.granularity,
+                      coalesce(@extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity,
                                                          tt.period_zone, wm.loss_blocked)::text, 'nothing yet'));
     END IF;
     -- Each shard's own reason, without its first words (the period) and
@@ -6096,7 +6101,7 @@ SELECT t.table_name,
   -- readers may call): the watermark rounded down to a start of the
   -- table's periods (they may have changed since it was set), stopped
   -- where a loss holds periods.
- CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity, t.period_zone,
+ CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                                       w.loss_blocked) AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table
@@ -6870,7 +6875,7 @@ BEGIN ATOMIC
       FROM @extschema@.derived_input d
       JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
       JOIN @extschema@.watermark w ON w.table_id = d.input_id
-     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, w.finalized_until, t.granularity,
+     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
                                                           t.period_zone, w.loss_blocked) AS until) v
      WHERE d.table_id = _explain_inputs.table_id
        AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
@@ -6879,11 +6884,11 @@ END;
 -- What each table's sensors answer now is what was announced last: the
 -- first notification after the update names it as "old".
 UPDATE @extschema@.watermark w
-   SET announced_until = @extschema@._sensor_until(w.table_id, w.finalized_until, t.granularity, t.period_zone,
+   SET announced_until = @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                                    w.loss_blocked)
   FROM @extschema@.tracked_table t
  WHERE t.table_id = w.table_id;
-GRANT EXECUTE ON FUNCTION @extschema@._sensor_until(bigint, timestamptz, interval, text, boolean) TO finalize_reader;
+GRANT EXECUTE ON FUNCTION @extschema@._sensor_until(bigint, text, timestamptz, interval, text, boolean) TO finalize_reader;
 -- ===========================================================================
 -- End of 9f (announcements).
 -- ===========================================================================
