@@ -509,7 +509,9 @@ COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigi
 
 -- Removes facts older than the retention (finalize.facts_retention unless
 -- given), and untracked tables with no facts left. The fact a table's offset
--- points at is kept, so the chain of ranges can always be checked.
+-- points at is kept, so the chain of ranges can always be checked; so are
+-- the late rows per event period (late_period), which the release gate's
+-- late_data check reads.
 CREATE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -534,7 +536,9 @@ BEGIN
      WHERE t.table_id = h.table_id AND w.table_id = h.table_id
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
-    DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    -- (Late rows per event period are kept as long as their table: they
+    -- are the release gate's evidence that a generation built before them
+    -- lacks them, whenever it is released; one row per period.)
     -- never an incident whose resolution a webhook target has still to hear
     DELETE FROM @extschema@.alert a
      WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep

@@ -5342,7 +5342,9 @@ BEGIN
      WHERE t.table_id = h.table_id AND w.table_id = h.table_id
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
-    DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    -- (Late rows per event period are kept as long as their table: they
+    -- are the release gate's evidence that a generation built before them
+    -- lacks them, whenever it is released; one row per period.)
     -- never an incident whose resolution a webhook target has still to hear
     DELETE FROM @extschema@.alert a
      WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep
