@@ -288,7 +288,9 @@ BEGIN ATOMIC
        SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
-           recorded_at = now()
+           recorded_at = now(),
+           -- the first range: where finalize began observing the table
+           tracked_since = coalesce(w.tracked_since, CASE WHEN w.offset_lsn IS NULL THEN r.end_time END)
       FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
                AS r(table_id, e, end_time)
       JOIN @extschema@.tracked_table t ON t.table_id = r.table_id

@@ -578,6 +578,47 @@ BEGIN
 END
 $$;
 
+-- Where finalize began observing a table, and its verdicts shown in its
+-- zone (issue 41, first contact: docs/periods.md).
+ALTER TABLE @extschema@.watermark ADD COLUMN tracked_since timestamptz;
+COMMENT ON COLUMN @extschema@.watermark.tracked_since IS
+    'Where finalize began observing the table: the commit time its first recorded range ends at (every change of a period before it was committed before tracking began); NULL until then';
+ALTER TYPE @extschema@.verdict ADD ATTRIBUTE period_zone text,
+    ADD ATTRIBUTE local_period_start text, ADD ATTRIBUTE local_finalized_until text,
+    ADD ATTRIBUTE tracked_since timestamptz;
+
+-- An instant as PostgreSQL writes a timestamptz in ISO style with TimeZone
+-- set to zone ("2026-12-06 00:00:00+09"), whatever the session's: how
+-- finalize.status and explain_verdict show a verdict in its table's zone.
+-- Readers may call it (finalize.status does).
+CREATE FUNCTION @extschema@._local_time(ts timestamptz, zone text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_local_time'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+-- Where finalize began observing a table (watermark.tracked_since): for a
+-- derived or sharded table, the latest of the tables it is built from
+-- (transitively), NULL while one has not begun or it has none. Every
+-- change of a period that ends at or before it was committed before then:
+-- such a period may be final, but finalize recorded none of its changes.
+-- SECURITY DEFINER for finalize.status, whose readers may not read
+-- derived_input; it answers only this.
+CREATE FUNCTION @extschema@._tracked_since(table_id bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE up(id) AS (
+        SELECT _tracked_since.table_id
+        UNION
+        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.tracked_since) THEN max(w.tracked_since) END
+      FROM up
+      JOIN @extschema@.tracked_table t ON t.table_id = up.id
+      JOIN @extschema@.watermark w ON w.table_id = up.id
+     WHERE t.kind = 'source';
+END;
+
 -- 5. Every function and view that names a period cuts it in the table's
 -- zone. _loss_ackers returns each acknowledging table's zone too: a new
 -- row type, so it and the two functions whose SQL bodies use it are made
@@ -1332,7 +1373,9 @@ BEGIN ATOMIC
        SET source_until = GREATEST(w.source_until, @extschema@.period_start(r.end_time, t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
-           recorded_at = now()
+           recorded_at = now(),
+           -- the first range: where finalize began observing the table
+           tracked_since = coalesce(w.tracked_since, CASE WHEN w.offset_lsn IS NULL THEN r.end_time END)
       FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
                AS r(table_id, e, end_time)
       JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
@@ -1471,10 +1514,15 @@ $$;
 
 -- Explains a verdict in one sentence, for people and sensor failure
 -- callbacks. Without a period, it explains the first period not yet final.
+-- Its reason names instants as the table's zone writes them (TimeZone set
+-- to period_zone for the call, ISO style), whatever the session's settings.
 CREATE OR REPLACE FUNCTION @extschema@.explain_verdict(table_name text, period_start timestamptz DEFAULT NULL)
 RETURNS @extschema@.verdict
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1490,6 +1538,8 @@ DECLARE
     blocked boolean;
 BEGIN
     tt := @extschema@._tracked(table_name);
+    -- (until the call returns: the SET clauses above restore the session's)
+    PERFORM set_config('TimeZone', tt.period_zone, true);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
@@ -1512,6 +1562,10 @@ BEGIN
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - verdict_until;
     v.state := tt.state;
+    v.period_zone := tt.period_zone;
+    v.local_period_start := @extschema@._local_time(v.period_start, tt.period_zone);
+    v.local_finalized_until := @extschema@._local_time(verdict_until, tt.period_zone);
+    v.tracked_since := @extschema@._tracked_since(tt.table_id);
     IF blocked THEN
         losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
     END IF;
@@ -5972,14 +6026,26 @@ END;
 
 -- Why a final period is final: how far the source verdict reached, the
 -- required consumers that have applied (or processed) it, and those
--- declared after it became final (a verdict never moves back).
+-- declared after it became final (a verdict never moves back). A period
+-- that ended before finalize began tracking the table (_tracked_since) is
+-- final but was not observed: its changes were all committed before then,
+-- and none is recorded (docs/periods.md); one that tracking began inside
+-- is said to be partly so.
 CREATE OR REPLACE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                            period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT CASE WHEN (tt).kind = 'source'
+    SELECT CASE WHEN _explain_final.period_end <= s.since
+                THEN format('Period [%s, %s) is final but was not observed: it ended before finalize began tracking %s, at %s, so %s were all committed before then, and finalize recorded none of them (finalize.changes_by_period counts nothing for it).',
+                            _explain_final.period_start, _explain_final.period_end,
+                            CASE WHEN (tt).kind = 'source' THEN 'this table'
+                                 WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END,
+                            s.since,
+                            CASE WHEN (tt).kind = 'source' THEN 'its changes (captured by SQL Server)'
+                                 ELSE 'their changes in it' END)
+                WHEN (tt).kind = 'source'
                 THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
                             _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
                             (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
@@ -5988,6 +6054,11 @@ BEGIN ATOMIC
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until)
                 ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN _explain_final.period_start < s.since AND s.since < _explain_final.period_end
+                   THEN format(' Finalize began tracking %s at %s, inside this period: the changes committed before then are not in its facts.',
+                               CASE WHEN (tt).kind = 'source' THEN 'this table'
+                                    WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END, s.since)
+                   ELSE '' END
            || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
                    THEN format(' Its required consumers have %s it: %s.',
                                CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
@@ -6003,10 +6074,11 @@ BEGIN ATOMIC
                                || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
                                        THEN ' was' ELSE ' were' END)
                    ELSE '' END
-      FROM (SELECT 1) AS one
+      FROM (SELECT @extschema@._tracked_since((tt).table_id) AS since) AS s
       LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
       LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
-                                                             c.commit_time, c.processed_until) AS until) x ON true;
+                                                             c.commit_time, c.processed_until) AS until) x ON true
+     GROUP BY s.since;
 END;
 
 -- One row per tracked table: its verdict and what its source's worker saw.
@@ -6096,7 +6168,13 @@ SELECT t.table_name,
                     JOIN @extschema@.watermark xw ON xw.table_id = x.table_id
                    WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL
                    ORDER BY xw.finalized_until NULLS FIRST, x.shard LIMIT 1)
-       END AS slowest_shard
+       END AS slowest_shard,
+       -- Where finalize began observing it (a derived or sharded table: the
+       -- latest of the tables it is built from, asked only for those rows).
+       CASE WHEN t.kind = 'source' THEN w.tracked_since
+            ELSE @extschema@._tracked_since(t.table_id) END AS tracked_since,
+       -- The verdict as its zone writes it.
+       @extschema@._local_time(r.until, t.period_zone) AS local_finalized_until
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   -- The verdict as finalized_until() answers it (_sensor_until, which
@@ -6168,6 +6246,8 @@ SELECT t.table_name,
 COMMENT ON VIEW @extschema@.consumers IS
     'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
 
+-- (A new output column, before_tracking: made again.)
+DROP FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz);
 -- Changes per period between two instants. A period is covered when every
 -- commit in it lies after the start of the recorded facts (tracking began, or
 -- retention removed older facts, before it) and outside every range lost to
@@ -6176,14 +6256,17 @@ COMMENT ON VIEW @extschema@.consumers IS
 -- boundary is counted in straddling_ranges of every period it touches (its
 -- rows may belong to either). Counts are exact where the period is covered
 -- and no range straddles it. is_final is what is_final() answers, losses
--- included. A derived table has no facts of its own: its periods are never
+-- included; before_tracking says that the period began before finalize
+-- began observing the table (_tracked_since), so that some or all of its
+-- changes were never seen: such a period may be final (docs/periods.md),
+-- but it is never covered. A derived table has no facts of its own: its periods are never
 -- covered nor exact, and their counts are NULL (unknown), so the release
 -- gate checks that they are final and cannot confirm an empty one; nor has
 -- a sharded table (its shards have them: ask a shard).
-CREATE OR REPLACE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
+CREATE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint,
-               straddling_ranges bigint, exact boolean)
+               straddling_ranges bigint, exact boolean, before_tracking boolean)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -6192,16 +6275,21 @@ DECLARE
     tt @extschema@.tracked_table;
     wm @extschema@.watermark;
     covered_after timestamptz;
+    since timestamptz;
 BEGIN
     PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
     PERFORM @extschema@._require(to_time, 'to_time');
     tt := @extschema@._tracked(changes_by_period.table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    -- A period that began before finalize observed the table (or before it
+    -- has begun to) holds changes it never saw.
+    since := @extschema@._tracked_since(tt.table_id);
     IF tt.kind IN ('derived', 'sharded') THEN
         RETURN QUERY
         SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
-               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false,
+               coalesce(g.period_start < since, true)
           FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
         RETURN;
     END IF;
@@ -6229,7 +6317,8 @@ BEGIN
            coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.deletes) FILTER (WHERE f.inside), 0)::bigint,
            count(f.fact_id) FILTER (WHERE NOT f.inside),
-           p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0
+           p.covered AND count(f.fact_id) FILTER (WHERE NOT f.inside) = 0,
+           coalesce(p.ps < since, true)
       FROM periods AS p
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,
@@ -6860,8 +6949,9 @@ GRANT EXECUTE ON FUNCTION @extschema@.release_iceberg(jsonb) TO finalize_publish
 -- ===========================================================================
 
 -- ===========================================================================
--- 9f. Every announcement of a verdict is the verdict the sensors give
--- (issue 41; the column and functions are made in section 4d).
+-- 9f. Every announcement of a verdict is the verdict the sensors give, and
+-- where tracking began (issue 41; the columns and functions are made in
+-- section 4d).
 -- ===========================================================================
 -- The inputs of a derived table that are not final up to period_end.
 CREATE OR REPLACE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
@@ -6890,7 +6980,17 @@ UPDATE @extschema@.watermark w
                                                    w.loss_blocked)
   FROM @extschema@.tracked_table t
  WHERE t.table_id = w.table_id;
-GRANT EXECUTE ON FUNCTION @extschema@._sensor_until(bigint, text, timestamptz, interval, text, boolean) TO finalize_reader;
+-- Where each table's observation began: its first range's end, or for a
+-- table whose first facts retention removed, the end of the oldest kept.
+UPDATE @extschema@.watermark w
+   SET tracked_since = (SELECT min(f.end_commit_time) FROM @extschema@.fact f
+                         WHERE f.table_id = w.table_id AND f.kind = 'range');
+GRANT EXECUTE ON FUNCTION
+    @extschema@._sensor_until(bigint, text, timestamptz, interval, text, boolean),
+    @extschema@._tracked_since(bigint),
+    @extschema@._local_time(timestamptz, text)
+    TO finalize_reader;
+GRANT EXECUTE ON FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz) TO finalize_publisher;
 -- ===========================================================================
 -- End of 9f (announcements).
 -- ===========================================================================
