@@ -13,7 +13,8 @@ derived table's input, a shard, a job's report, a loss the worker finds
 recorded past it, the acknowledgement of the loss (on the table that lost
 the data, which makes its derived table final too, and on a derived table
 that must acknowledge it itself), a consumer's report resolved by the
-worker, a consumer made optional and one dropped. Each payload is checked
+worker, a consumer made optional and one dropped (and the freshness
+incident, which names the verdict too). Each payload is checked
 as it arrives against finalized_until() read at once on the same
 connection (never beyond it, chained from the verdict announced before);
 after each step every table's last announcement must be its verdict (a
@@ -185,6 +186,13 @@ def test_every_path_announces_the_verdict_the_sensors_give(pg, sims):
             what="a range past an unacknowledged loss")
         assert listener.one("SELECT w.finalized_until FROM finalize.watermark w "
                             "WHERE w.table_id = finalize._tracked_id(%s)", (SOURCE,)) == at(15)
+        # The freshness incident names the verdict too (a month behind the server's clock here).
+        env.sql("SELECT finalize.alter_tracked_table(%s, max_lag => '1 hour')", (SOURCE,))
+        detail = pg.wait_for(lambda: listener.one(
+            "SELECT detail FROM finalize.alerts WHERE kind = 'freshness' AND table_name = %s", (SOURCE,)),
+            timeout=60, what="the freshness incident")
+        assert detail["finalized_until"] == utc_iso(at(10)), detail
+        env.sql("SELECT finalize.alter_tracked_table(%s, max_lag => '0')", (SOURCE,))
 
         # The acknowledgement makes hours 10 to 14 final: announced once on the table (SQL), and
         # on the derived table without a job of its own (the scheduler). The one with a job must
