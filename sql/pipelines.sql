@@ -436,7 +436,8 @@ SELECT finalize.is_final('pl.la', '2026-11-29 09:00+00') AS hour_9, finalize.is_
 SELECT finalize.finalized_until(ARRAY['pl.orders', 'pl.la']) AS with_orders,
        finalize.finalized_until(ARRAY['pl.la_view', 'pl.la_daily']) AS view_and_daily;
 SELECT period_start, is_final, finalized_until FROM finalize.explain_verdict('pl.la');
-SELECT finalized_until AS watermark, loss_blocked FROM finalize.status WHERE table_name = 'pl.la';
+-- finalize.status shows the verdict the sensors give, never the watermark beyond the loss.
+SELECT finalized_until, loss_blocked FROM finalize.status WHERE table_name = 'pl.la';
 SELECT finalize._loss_cap(finalize._tracked_id('pl.la')) AS la, finalize._loss_cap(finalize._tracked_id('pl.la_daily')) AS la_daily,
        finalize._loss_cap(finalize._tracked_id('pl.orders')) AS no_loss;
 -- Part of it acknowledged: the verdict moves to the first hour still held.

@@ -112,6 +112,35 @@ SELECT finalize.period_start('2026-11-29 14:37+00', '5 mons');
 SELECT finalize.period_start(now(), '-1 hour');
 SELECT finalize.period_end('294276-12-31 23:00+00', '1 day') AS saturates;
 
+-- Periods before tracking began (docs/periods.md): final, as the verdict
+-- has passed them, but not observed. finalize.status says where tracking
+-- began (the end of the first range), changes_by_period marks the periods
+-- before it, explain_verdict says so.
+SELECT finalize.track_table('s.daily', 'erp', 'dbo.orders', '1 day', period_zone => 'Asia/Seoul') > 0 AS tracked;
+SELECT tracked_since, finalized_until FROM finalize.status WHERE table_name = 's.daily';
+SELECT finalize.record_range('s.daily', NULL, '0x00000000000000000100', '2026-11-25 10:07+00');
+SELECT finalize.record_range('s.daily', '0x00000000000000000100', '0x00000000000000000200', '2026-11-27 16:00+00');
+SELECT tracked_since, finalized_until, local_finalized_until FROM finalize.status WHERE table_name = 's.daily';
+SELECT period_start, is_final, covered, before_tracking
+  FROM finalize.changes_by_period('s.daily', '2026-11-23 15:00+00', '2026-11-28 15:00+00');
+SELECT p, finalize.is_final('s.daily', p), (finalize.explain_verdict('s.daily', p)).reason
+  FROM unnest(ARRAY['2026-11-24 00:00+09', '2026-11-25 00:00+09', '2026-11-26 00:00+09', '2026-11-28 00:00+09']::timestamptz[]) AS p;
+-- A Seoul-day table's verdict and reasons in its zone, whatever the
+-- session's TimeZone and DateStyle (a literal without offset, though, is
+-- read in the session's TimeZone, as PostgreSQL reads it).
+SET TimeZone = 'America/New_York';
+SET DateStyle = 'SQL, DMY';
+SELECT period_zone, local_period_start, local_finalized_until, tracked_since AT TIME ZONE 'UTC' AS tracked_since_utc,
+       reason FROM finalize.explain_verdict('s.daily', '2026-11-27');
+SELECT local_finalized_until FROM finalize.status WHERE table_name = 's.daily';
+RESET DateStyle;
+SET TimeZone = 'UTC';
+SELECT period_zone, local_period_start, reason FROM finalize.explain_verdict('s.daily', '2026-11-27 00:00+09');
+SELECT finalize._local_time('2026-12-05 15:00+00', 'Asia/Kathmandu') AS kathmandu,
+       finalize._local_time('infinity', 'Asia/Seoul') AS inf,
+       finalize._local_time('2026-12-05 15:00+00', 'Mars/Olympus') AS bad;
+SELECT finalize.untrack_table('s.daily', false);
+
 UPDATE finalize.tracked_table SET state = 'active', state_detail = NULL WHERE table_name = 's.orders';
 DELETE FROM finalize.source_status;
 SELECT finalize.untrack_table(t, false) FROM unnest(ARRAY['s.orders', 's.lines']) AS t;

@@ -16,7 +16,9 @@
 #include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -31,6 +33,7 @@ PG_FUNCTION_INFO_V1(finalize_periods);
 PG_FUNCTION_INFO_V1(finalize_check_zone);
 PG_FUNCTION_INFO_V1(finalize_zone_valid);
 PG_FUNCTION_INFO_V1(finalize_check_period_span);
+PG_FUNCTION_INFO_V1(finalize_local_time);
 
 /* Most periods one call of finalize._periods() lists. */
 #define MAX_PERIODS 100000
@@ -281,4 +284,39 @@ finalize_check_period_span(PG_FUNCTION_ARGS)
 										  PG_GETARG_TIMESTAMPTZ(0), !PG_ARGISNULL(1),
 										  PG_ARGISNULL(1) ? 0 : PG_GETARG_TIMESTAMPTZ(1),
 										  "period_start", "period_end", what));
+}
+
+/*
+ * finalize._local_time(ts, zone): an instant as PostgreSQL writes a
+ * timestamptz in ISO style with TimeZone set to zone ("2026-12-06
+ * 00:00:00+09"), whatever the session's TimeZone and DateStyle: how
+ * finalize.status and explain_verdict show a table's verdict in the zone
+ * its periods are cut in.
+ */
+Datum
+finalize_local_time(PG_FUNCTION_ARGS)
+{
+	TimestampTz ts = PG_GETARG_TIMESTAMPTZ(0);
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	pg_tz	   *tz = strlen(name) <= TZ_STRLEN_MAX ? pg_tzset(name) : NULL;
+	struct pg_tm tm;
+	fsec_t		fsec;
+	int			offset;
+	const char *abbrev;
+	char		buf[MAXDATELEN + 1];
+
+	if (tz == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for argument zone: time zone \"%s\" is not recognized", name),
+				 errhint("Use an IANA zone name such as 'Asia/Seoul' or 'UTC' (see pg_timezone_names).")));
+	if (TIMESTAMP_NOT_FINITE(ts))
+		EncodeSpecialTimestamp(ts, buf);
+	else if (timestamp2tm(ts, &offset, &tm, &fsec, &abbrev, tz) == 0)
+		EncodeDateTime(&tm, fsec, true, offset, abbrev, USE_ISO_DATES, buf);
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+	PG_RETURN_TEXT_P(cstring_to_text(buf));
 }

@@ -435,6 +435,28 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 }
 
 /*
+ * Whether a loss may hold periods of table_id, as catalog_read_verdict
+ * reads it for a table whose own loss flag is clear: the flag of a table
+ * it is built from (transitively) is set. Under snapshot; for
+ * finalize._sensor_until, whose caller gives the table's own flag.
+ */
+bool
+catalog_lineage_blocked(int64 table_id, Snapshot snapshot)
+{
+	Relation	tt;
+	Relation	wm;
+	Relation	di;
+	const SensorCatalog *c = open_sensor_relations(&tt, &wm, &di);
+	bool		blocked = di != NULL && lineage_blocked(c, wm, di, snapshot, table_id);
+
+	if (di != NULL)
+		relation_close(di, AccessShareLock);
+	relation_close(wm, AccessShareLock);
+	relation_close(tt, AccessShareLock);
+	return blocked;
+}
+
+/*
  * One question to a function of finalize's that the sensors ask as the
  * extension's owner (_loss_blocks, _loss_cap), and its answer.
  */

@@ -28,6 +28,7 @@ extern uint64 catalog_generation;
 
 extern void catalog_register_callback(void);
 extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
+extern bool catalog_lineage_blocked(int64 table_id, Snapshot snapshot);
 extern void catalog_not_tracked(const char *table_name) pg_attribute_noreturn();
 extern bool catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
 								TimestampTz period_end, Snapshot snapshot);

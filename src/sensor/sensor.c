@@ -12,13 +12,15 @@
  * committed state and never runs ahead of it. finalized_until is the
  * watermark, stopped while that flag is set at the first period a loss may
  * hold (finalize._loss_cap, asked the same way): every period before it
- * must be complete.
+ * must be complete. finalize._sensor_until is the same verdict for SQL that
+ * writes or shows one (NOTIFY payloads, finalize.status, explain_verdict).
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -31,6 +33,7 @@ PG_FUNCTION_INFO_V1(finalize_finalized_until);
 PG_FUNCTION_INFO_V1(finalize_is_final);
 PG_FUNCTION_INFO_V1(finalize_finalized_until_all);
 PG_FUNCTION_INFO_V1(finalize_is_final_all);
+PG_FUNCTION_INFO_V1(finalize_sensor_until);
 
 /*
  * A sensor that passes no table name has a bug: say so rather than answer
@@ -207,36 +210,106 @@ watermark_boundary(const TrackedVerdict *v, TimestampTz *until)
 }
 
 /*
+ * The verdict finalized_until answers for a table whose watermark, periods
+ * and loss flag (its own, or that of a table it is built from) are v, read
+ * under snapshot: the watermark rounded down to a start of its periods,
+ * and while the flag is set no later than _loss_cap (asked as owner under
+ * the same snapshot). False while nothing is final, which a loss without a
+ * start (-infinity) or a question without an answer also means. The one
+ * rule of every announcement of a verdict: the sensors, and through
+ * finalize._sensor_until the NOTIFY payloads, finalize.status and
+ * explain_verdict (see docs/design/announcements.md).
+ */
+static bool
+verdict_of(Oid owner, const TrackedVerdict *v, Snapshot snapshot, TimestampTz *until)
+{
+	TimestampTz cap;
+
+	if (!watermark_boundary(v, until))
+		return false;
+	if (!v->loss_blocked)
+		return true;
+	if (!catalog_loss_cap(owner, v->table_id, snapshot, &cap) || TIMESTAMP_IS_NOBEGIN(cap))
+		return false;
+	if (cap < *until)
+		*until = cap;
+	return true;
+}
+
+/*
  * The verdict finalized_until answers for one table (read as v, from the
- * cache): its watermark rounded down to a start of its periods, or while
- * its loss flag is set the watermark and _loss_cap read again under one
- * fresh snapshot (as final_despite_losses does), the least of the two,
- * asked as the owner of fn (the calling function: the extension's owner).
- * False while nothing is final, which a loss without a start (-infinity)
- * or a question without an answer also means.
+ * cache): verdict_of, without SPI while its loss flag is clear; while it
+ * is set, of the verdict read again under one fresh snapshot with
+ * _loss_cap (as final_despite_losses does), asked as the owner of fn (the
+ * calling function: the extension's owner).
  */
 static bool
 verdict_until(Oid fn, Datum table_name, const TrackedVerdict *v, TimestampTz *until)
 {
 	Snapshot	snapshot;
 	TrackedVerdict fresh;
-	TimestampTz cap;
 	bool		has;
 
 	if (!v->has_watermark || !v->loss_blocked)
-		return watermark_boundary(v, until);
+		return verdict_of(InvalidOid, v, NULL, until);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	catalog_read_verdict(table_name, &fresh, snapshot);
-	has = watermark_boundary(&fresh, until);
-	if (has && fresh.loss_blocked)
-	{
-		if (!catalog_loss_cap(function_owner(fn), fresh.table_id, snapshot, &cap) || TIMESTAMP_IS_NOBEGIN(cap))
-			has = false;
-		else if (cap < *until)
-			*until = cap;
-	}
+	has = verdict_of(function_owner(fn), &fresh, snapshot, until);
 	UnregisterSnapshot(snapshot);
 	return has;
+}
+
+/*
+ * finalize._sensor_until(table_id, kind, finalized_until, granularity,
+ * period_zone, loss_blocked): what finalized_until() answers for the table
+ * when its watermark row holds finalized_until and loss_blocked (as it
+ * will once the caller's write is done), under the statement's snapshot:
+ * how SQL that writes or shows a verdict tells it as the sensors do. Only
+ * a derived or sharded table is built from others (derived_input), so
+ * only theirs have a lineage to look at; nothing but a loss flag costs
+ * more than the rounding.
+ */
+Datum
+finalize_sensor_until(PG_FUNCTION_ARGS)
+{
+	TrackedVerdict v;
+	const PeriodZone *zone = NULL;
+	char	   *zone_name;
+	char	   *kind;
+	Snapshot	snapshot = NULL;
+	TimestampTz until;
+	bool		has;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("arguments table_id, kind and granularity must not be NULL")));
+	if (PG_ARGISNULL(2))
+		PG_RETURN_NULL();
+	v.table_id = PG_GETARG_INT64(0);
+	kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	v.has_watermark = true;
+	v.finalized_until = PG_GETARG_TIMESTAMPTZ(2);
+	/* 'UTC' and NULL need no zone at all, as catalog.c reads them. */
+	zone_name = PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4));
+	if (zone_name != NULL && strcmp(zone_name, "UTC") != 0)
+		zone = period_zone_of(zone_name, "period_zone");
+	period_spec_of(PG_GETARG_INTERVAL_P(3), zone, true, "granularity", &v.periods);
+	/* NULL is no proof that nothing was lost: ask. */
+	v.loss_blocked = PG_ARGISNULL(5) || PG_GETARG_BOOL(5);
+	if (!v.loss_blocked && strcmp(kind, "source") != 0)
+	{
+		snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+		v.loss_blocked = catalog_lineage_blocked(v.table_id, snapshot);
+	}
+	if (v.loss_blocked && snapshot == NULL)
+		snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+	has = verdict_of(v.loss_blocked ? function_owner(fcinfo->flinfo->fn_oid) : InvalidOid, &v, snapshot, &until);
+	if (snapshot != NULL)
+		UnregisterSnapshot(snapshot);
+	if (!has)
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(until);
 }
 
 /*

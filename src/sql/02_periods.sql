@@ -93,6 +93,15 @@ RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_check_period_span'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
+-- An instant as PostgreSQL writes a timestamptz in ISO style with TimeZone
+-- set to zone ("2026-12-06 00:00:00+09"), whatever the session's: how
+-- finalize.status and explain_verdict show a verdict in its table's zone.
+-- Readers may call it (finalize.status does).
+CREATE FUNCTION @extschema@._local_time(ts timestamptz, zone text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_local_time'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
 -- SQL Server local commit time to an instant, as the worker converts it: an
 -- ambiguous local time (DST fall-back) is the earlier instant, a skipped one
 -- (spring-forward) the earliest any nearby offset gives.

@@ -146,7 +146,9 @@ CREATE TABLE @extschema@.watermark (
     source_until        timestamptz,
     loss_blocked        boolean NOT NULL DEFAULT false,
     commit_until        timestamptz,
-    event_allowance     interval
+    event_allowance     interval,
+    announced_until     timestamptz,
+    tracked_since       timestamptz
 );
 COMMENT ON TABLE @extschema@.watermark IS
     'Per table: every period ending at or before finalized_until is complete; offset_lsn is the end of the last recorded range';
@@ -162,6 +164,10 @@ COMMENT ON COLUMN @extschema@.watermark.loss_blocked IS
     'True while the table or one of its inputs (transitively) has a loss not covered by acknowledgements: then finalize._loss_blocks() decides whether a period is final';
 COMMENT ON COLUMN @extschema@.watermark.commit_until IS
     'The commit-time verdict (source verdict and required consumers, monotonic); equal to finalized_until unless the table is partitioned by event time, whose finalized_until is the event-time verdict drawn from it';
+COMMENT ON COLUMN @extschema@.watermark.announced_until IS
+    'The verdict last announced on channel "finalize": what finalized_until() answered then (losses, consumers, inputs applied)';
+COMMENT ON COLUMN @extschema@.watermark.tracked_since IS
+    'Where finalize began observing the table: the commit time its first recorded range ends at (every change of a period before it was committed before tracking began); NULL until then';
 COMMENT ON COLUMN @extschema@.watermark.event_allowance IS
     'Event-time tables: the lateness allowance the verdict was last computed with (allowed_lateness, or the observed quantile)';
 

@@ -7,7 +7,9 @@
 -- that lost the data and on the derived tables whose jobs must rebuild
 -- them, _loss_ackers), finalized_until() stops at the first of those
 -- periods (_loss_cap), and watermark.loss_blocked says when that must be
--- asked.
+-- asked. What is announced of a verdict (NOTIFY, finalize.status,
+-- explain_verdict) is what finalized_until() answers (_sensor_until), never
+-- the watermark; _announce sends it (docs/design/announcements.md).
 -- See docs/design/pipelines.md.
 
 -- The verdict of one consumer: the period start (the table's periods:
@@ -98,6 +100,65 @@ RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_advance_payload'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
+-- What finalized_until() answers for a table of a kind whose watermark
+-- row holds finalized_until and loss_blocked (its own flag: the function
+-- adds the flags of the tables a derived or sharded one is built from),
+-- under the statement's snapshot:
+-- the sensors' own rule in C (src/sensor/sensor.c), rounded down to a
+-- start of the table's periods and stopped where losses hold periods
+-- (_loss_cap, asked as the extension's owner). Every announcement of a
+-- verdict tells this one and never a raw watermark: NOTIFY payloads
+-- (_announce), finalize.status, explain_verdict. Readers may call it
+-- (finalize.status does).
+CREATE FUNCTION @extschema@._sensor_until(table_id bigint, kind text, finalized_until timestamptz,
+                                          granularity interval, period_zone text, loss_blocked boolean)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_sensor_until'
+LANGUAGE C STABLE;
+
+-- Announces the verdicts of some tables whose rows the caller holds:
+-- records what finalized_until() answers now (_sensor_until) as
+-- watermark.announced_until and, for each that moved past the verdict
+-- announced last, sends one NOTIFY on channel "finalize" naming the two
+-- (old, new). A verdict that went back (a lake's rollback, other periods)
+-- is recorded without a notification, so that the next one names where it
+-- stood; with falls_only nothing else is recorded, for callers that an
+-- advance follows in the same transaction (it announces once, at the
+-- verdict the transaction ends with). Returns the tables announced. With
+-- the same rule in the UPDATE of _advance_sources, the one way a verdict
+-- is announced (docs/design/announcements.md).
+CREATE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH cur AS (
+        SELECT w.table_id, w.announced_until AS old_until,
+               @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+                                         w.loss_blocked) AS new_until
+          FROM (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i
+          JOIN @extschema@.tracked_table t ON t.table_id = i.id
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.untracked_at IS NULL),
+    changed AS (
+        UPDATE @extschema@.watermark w
+           SET announced_until = c.new_until
+          FROM cur c
+         WHERE w.table_id = c.table_id AND c.new_until IS DISTINCT FROM c.old_until
+           AND (NOT falls_only OR c.new_until IS NULL OR c.new_until < c.old_until)
+        RETURNING w.table_id, c.old_until, c.new_until, w.offset_lsn, w.offset_commit_time)
+    SELECT x.table_id
+      FROM (SELECT ch.* FROM changed ch WHERE ch.new_until > coalesce(ch.old_until, '-infinity')) x
+      JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+     CROSS JOIN LATERAL @extschema@._notify('finalize',
+                            @extschema@._advance_payload(t.table_name, t.kind, x.old_until, x.new_until,
+                                                         x.offset_lsn, x.offset_commit_time)) n
+     ORDER BY x.table_id;
+END
+$$;
+
 -- Like _lock_tracked(table_id, false), but NULL instead of waiting when
 -- another transaction holds the table's row or verdict.
 CREATE FUNCTION @extschema@._try_lock_tracked(table_id bigint)
@@ -127,9 +188,13 @@ $$;
 -- worker's cycle records thousands of tables in one transaction): each
 -- verdict, which the caller has locked, moves commit_until to the greatest
 -- of its old value and _effective_untils, then finalized_until likewise,
--- with a NOTIFY on channel "finalize" for each one that moved. Returns the
--- tables whose finalized_until moved: the caller lets their derived tables
--- follow. Other tables (derived, event-time) are left alone.
+-- and announces the verdict as _announce does, in the same statement
+-- (announced_until is what _sensor_until answers for the new row: a
+-- source table is built from no other, so its own loss flag is its
+-- lineage's): a NOTIFY on channel "finalize" for each one that moved past
+-- the last one announced, never past a loss that holds periods. Returns
+-- the tables whose finalized_until moved: the caller lets their derived
+-- tables follow. Other tables (derived, event-time) are left alone.
 CREATE FUNCTION @extschema@._advance_sources(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -148,21 +213,27 @@ BEGIN
            SET commit_until = c.new_commit,
                finalized_until = GREATEST(w.finalized_until, c.new_commit),
                advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
-                                  THEN now() ELSE w.advanced_at END
+                                  THEN now() ELSE w.advanced_at END,
+               announced_until = @extschema@._sensor_until(w.table_id, 'source', GREATEST(w.finalized_until, c.new_commit),
+                                                           (c.tt).granularity, (c.tt).period_zone, w.loss_blocked)
           FROM cur c
          WHERE w.table_id = c.table_id
            AND (c.new_commit IS DISTINCT FROM w.commit_until
                 OR GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until)
-        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until),
-    advanced AS (
-        SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
-    SELECT a.table_id
-      FROM advanced a
-     CROSS JOIN LATERAL @extschema@._notify('finalize',
-                            @extschema@._advance_payload((a.tt).table_name, (a.tt).kind, (a.wm).finalized_until,
-                                                         a.new_until, (a.wm).offset_lsn,
-                                                         (a.wm).offset_commit_time)) n
-     ORDER BY a.table_id;
+        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until, w.announced_until AS announced)
+    SELECT x.table_id
+      FROM (SELECT m.table_id, m.new_until IS DISTINCT FROM (m.wm).finalized_until AS advanced
+              FROM moved m
+              -- every row is looked at (OFFSET 0: the filter below comes after)
+              LEFT JOIN LATERAL (
+                    SELECT @extschema@._notify('finalize',
+                               @extschema@._advance_payload((m.tt).table_name, (m.tt).kind, (m.wm).announced_until,
+                                                            m.announced, (m.wm).offset_lsn,
+                                                            (m.wm).offset_commit_time)) AS sent
+                     WHERE m.announced > coalesce((m.wm).announced_until, '-infinity')) n ON true
+            OFFSET 0) x
+     WHERE x.advanced
+     ORDER BY x.table_id;
 END
 $$;
 
@@ -201,8 +272,10 @@ $$;
 -- verdict commit_until to the greatest of its old value and
 -- _effective_untils, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
--- channel "finalize" when it moved, and lets every derived table that uses
+-- draws from it, held by losses as _loss_cap says in event time), announces
+-- the verdict (_announce: a NOTIFY on channel "finalize" when what
+-- finalized_until() answers moved, also when the watermark did not), and
+-- lets every derived table that uses
 -- this one follow in the same transaction when it is a background
 -- worker's (_advance_dependents). The inputs form a DAG (track_derived
 -- refuses cycles), so the recursion ends. A derived table whose verdict
@@ -234,6 +307,11 @@ BEGIN
     -- cycle, for one table.
     IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
         moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- announced there if it moved; else what made periods final may be
+        -- an acknowledgement, or a consumer dropped
+        IF NOT moved THEN
+            PERFORM @extschema@._announce(ARRAY[tt.table_id]);
+        END IF;
         -- run on every call (for no table when nothing moved): its plan is
         -- made at the first call, not at the first advance hours later
         PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
@@ -289,12 +367,13 @@ BEGIN
         UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
     END IF;
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        -- (an acknowledgement, a consumer dropped: periods may be final now)
+        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
         RETURN new_until;
     END IF;
     UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
      WHERE w.table_id = tt.table_id;
-    PERFORM @extschema@._notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
-                                                               wm.offset_lsn, wm.offset_commit_time));
+    PERFORM @extschema@._announce(ARRAY[tt.table_id]);
     PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;
 END
@@ -603,6 +682,9 @@ BEGIN
     IF now_blocked IS DISTINCT FROM was THEN
         UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = _refresh_loss_blocked.table_id;
     END IF;
+    -- A verdict a loss took back is recorded as announced; one that an
+    -- acknowledgement moved on is announced by the _advance that follows.
+    PERFORM @extschema@._announce(ARRAY[table_id], true);
     IF now_blocked AND @extschema@._in_background() THEN
         PERFORM @extschema@._flag_below(table_id);
     END IF;
@@ -627,6 +709,7 @@ BEGIN
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = below FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
         UPDATE @extschema@.watermark w SET loss_blocked = true WHERE w.table_id = below AND NOT w.loss_blocked;
+        PERFORM @extschema@._announce(ARRAY[below], true);
         n := n + 1;
     END LOOP;
     RETURN n;

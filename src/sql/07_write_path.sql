@@ -4,8 +4,9 @@
 --
 -- NOTIFY channel "finalize": on every advance, a JSON object
 --   {"table": ..., "old": ..., "new": ..., "lsn": ..., "commit_time": ...}
--- with times in UTC ISO 8601 ("old" is null on the first advance), and
--- "kind": "derived" for a derived table (see _advance).
+-- with times in UTC ISO 8601, "old" and "new" as finalized_until() answers
+-- them ("old" null while nothing was final), and "kind": "derived" for a
+-- derived table (see _announce).
 
 -- The commit-time guard of the write path: a commit time further ahead of
 -- this server's clock than finalize.max_clock_skew is refused, since GREATEST
@@ -294,7 +295,9 @@ BEGIN ATOMIC
                                                             t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
-           recorded_at = now()
+           recorded_at = now(),
+           -- the first range: where finalize began observing the table
+           tracked_since = coalesce(w.tracked_since, CASE WHEN w.offset_lsn IS NULL THEN r.end_time END)
       FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
                AS r(table_id, e, end_time)
       JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
@@ -521,7 +524,9 @@ COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigi
 
 -- Removes facts older than the retention (finalize.facts_retention unless
 -- given), and untracked tables with no facts left. The fact a table's offset
--- points at is kept, so the chain of ranges can always be checked.
+-- points at is kept, so the chain of ranges can always be checked; so are
+-- the late rows per event period (late_period), which the release gate's
+-- late_data check reads.
 CREATE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -546,7 +551,9 @@ BEGIN
      WHERE t.table_id = h.table_id AND w.table_id = h.table_id
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
-    DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    -- (Late rows per event period are kept as long as their table: they
+    -- are the release gate's evidence that a generation built before them
+    -- lacks them, whenever it is released; one row per period.)
     -- never an incident whose resolution a webhook target has still to hear
     DELETE FROM @extschema@.alert a
      WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep

@@ -831,9 +831,14 @@ BEGIN
                                'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
     -- An event-time verdict was held back by the loss itself (_advance): it
-    -- moves now, and the derived tables that use it with it.
+    -- moves now, and the derived tables that use it with it. Any other
+    -- verdict stays, but finalized_until() may have moved past the periods
+    -- acknowledged: that is announced (the derived tables that use this
+    -- one are, within a round of the scheduler).
     IF tt.event_time_column IS NOT NULL THEN
         PERFORM @extschema@._advance(tt.table_id);
+    ELSE
+        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
     END IF;
     -- The data_loss incident of the table that lost the data is resolved
     -- once that table has acknowledged all its losses; a derived table

@@ -703,6 +703,22 @@ BEGIN
         moved := moved + pass;
         EXIT WHEN pass = 0;
     END LOOP;
+    -- The derived and sharded tables whose verdict moved without a write of
+    -- their own (an acknowledgement or a loss on an input, in a session
+    -- that writes only the input's row) are announced (_announce), each
+    -- whose row no other transaction holds.
+    FOR derived IN
+        SELECT w.table_id FROM @extschema@.tracked_table t
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.kind IN ('derived', 'sharded') AND t.untracked_at IS NULL
+           AND @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+                                         w.loss_blocked) IS DISTINCT FROM w.announced_until
+         ORDER BY w.table_id
+    LOOP
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM @extschema@._announce(ARRAY[derived]);
+    END LOOP;
     RETURN moved;
 END
 $$;

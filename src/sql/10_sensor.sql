@@ -66,10 +66,37 @@ CREATE TYPE @extschema@.verdict AS (
     captured_until   timestamptz,
     lag              interval,
     state            text,
-    reason           text
+    reason           text,
+    period_zone      text,
+    local_period_start text,
+    local_finalized_until text,
+    tracked_since    timestamptz
 );
 COMMENT ON TYPE @extschema@.verdict IS
     'A verdict with its explanation, as returned by finalize.explain_verdict';
+
+-- Where finalize began observing a table (watermark.tracked_since): for a
+-- derived or sharded table, the latest of the tables it is built from
+-- (transitively), NULL while one has not begun or it has none. Every
+-- change of a period that ends at or before it was committed before then:
+-- such a period may be final, but finalize recorded none of its changes.
+-- SECURITY DEFINER for finalize.status, whose readers may not read
+-- derived_input; it answers only this.
+CREATE FUNCTION @extschema@._tracked_since(table_id bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE up(id) AS (
+        SELECT _tracked_since.table_id
+        UNION
+        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.tracked_since) THEN max(w.tracked_since) END
+      FROM up
+      JOIN @extschema@.tracked_table t ON t.table_id = up.id
+      JOIN @extschema@.watermark w ON w.table_id = up.id
+     WHERE t.kind = 'source';
+END;
 
 -- Why the source verdict holds a period back, or NULL when it does not: for
 -- a tracked table how far SQL Server's capture has come, for a derived one
@@ -110,14 +137,16 @@ RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT string_agg(CASE WHEN w.finalized_until IS NULL
+    SELECT string_agg(CASE WHEN v.until IS NULL
                            THEN format('input "%s" has nothing final yet', t.table_name)
-                           ELSE format('input "%s" is final until %s', t.table_name, w.finalized_until) END,
-                      '; ' ORDER BY w.finalized_until NULLS FIRST, t.table_name)
+                           ELSE format('input "%s" is final until %s', t.table_name, v.until) END,
+                      '; ' ORDER BY v.until NULLS FIRST, t.table_name)
            || format('; the period ends at %s', _explain_inputs.period_end)
       FROM @extschema@.derived_input d
       JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
       JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
+                                                          t.period_zone, w.loss_blocked) AS until) v
      WHERE d.table_id = _explain_inputs.table_id
        AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
 END;
@@ -144,7 +173,8 @@ BEGIN
      WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
     IF holding = 0 THEN
         RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
-                      coalesce(wm.finalized_until::text, 'nothing yet'));
+                      coalesce(@extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity,
+                                                         tt.period_zone, wm.loss_blocked)::text, 'nothing yet'));
     END IF;
     -- Each shard's own reason, without its first words (the period) and
     -- speaking of the shard where it says "this table".
@@ -239,14 +269,26 @@ END;
 
 -- Why a final period is final: how far the source verdict reached, the
 -- required consumers that have applied (or processed) it, and those
--- declared after it became final (a verdict never moves back).
+-- declared after it became final (a verdict never moves back). A period
+-- that ended before finalize began tracking the table (_tracked_since) is
+-- final but was not observed: its changes were all committed before then,
+-- and none is recorded (docs/periods.md); one that tracking began inside
+-- is said to be partly so.
 CREATE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                            period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT CASE WHEN (tt).kind = 'source'
+    SELECT CASE WHEN _explain_final.period_end <= s.since
+                THEN format('Period [%s, %s) is final but was not observed: it ended before finalize began tracking %s, at %s, so %s were all committed before then, and finalize recorded none of them (finalize.changes_by_period counts nothing for it).',
+                            _explain_final.period_start, _explain_final.period_end,
+                            CASE WHEN (tt).kind = 'source' THEN 'this table'
+                                 WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END,
+                            s.since,
+                            CASE WHEN (tt).kind = 'source' THEN 'its changes (captured by SQL Server)'
+                                 ELSE 'their changes in it' END)
+                WHEN (tt).kind = 'source'
                 THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
                             _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
                             (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
@@ -255,6 +297,11 @@ BEGIN ATOMIC
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until)
                 ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN _explain_final.period_start < s.since AND s.since < _explain_final.period_end
+                   THEN format(' Finalize began tracking %s at %s, inside this period: the changes committed before then are not in its facts.',
+                               CASE WHEN (tt).kind = 'source' THEN 'this table'
+                                    WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END, s.since)
+                   ELSE '' END
            || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
                    THEN format(' Its required consumers have %s it: %s.',
                                CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
@@ -270,18 +317,24 @@ BEGIN ATOMIC
                                || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
                                        THEN ' was' ELSE ' were' END)
                    ELSE '' END
-      FROM (SELECT 1) AS one
+      FROM (SELECT @extschema@._tracked_since((tt).table_id) AS since) AS s
       LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
       LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
-                                                             c.commit_time, c.processed_until) AS until) x ON true;
+                                                             c.commit_time, c.processed_until) AS until) x ON true
+     GROUP BY s.since;
 END;
 
 -- Explains a verdict in one sentence, for people and sensor failure
 -- callbacks. Without a period, it explains the first period not yet final.
+-- Its reason names instants as the table's zone writes them (TimeZone set
+-- to period_zone for the call, ISO style), whatever the session's settings.
 CREATE FUNCTION @extschema@.explain_verdict(table_name text, period_start timestamptz DEFAULT NULL)
 RETURNS @extschema@.verdict
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -290,27 +343,25 @@ DECLARE
     src @extschema@.source_status;
     cnd @extschema@.table_condition;
     v   @extschema@.verdict;
+    shown @extschema@.watermark;
     why text;
     losses text;
-    cap timestamptz;
     verdict_until timestamptz;
     blocked boolean;
 BEGIN
     tt := @extschema@._tracked(table_name);
+    -- (until the call returns: the SET clauses above restore the session's)
+    PERFORM set_config('TimeZone', tt.period_zone, true);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
-    -- What finalized_until() answers: the watermark rounded down to a start
-    -- of the table's periods (they may have changed since it was set),
-    -- stopped at the first period a loss may still hold (_loss_cap, NULL for
-    -- '-infinity').
-    verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
+    -- What finalized_until() answers (_sensor_until, the sensors' rule):
+    -- the watermark rounded down to a start of the table's periods (they
+    -- may have changed since it was set), stopped at the first period a
+    -- loss may still hold.
+    verdict_until := @extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity, tt.period_zone,
+                                               wm.loss_blocked);
     blocked := @extschema@._lineage_blocked(tt.table_id);
-    IF blocked THEN
-        cap := @extschema@._loss_cap(tt.table_id);
-        verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
-                              THEN LEAST(verdict_until, cap) END;
-    END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
@@ -323,6 +374,10 @@ BEGIN
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - verdict_until;
     v.state := tt.state;
+    v.period_zone := tt.period_zone;
+    v.local_period_start := @extschema@._local_time(v.period_start, tt.period_zone);
+    v.local_finalized_until := @extschema@._local_time(verdict_until, tt.period_zone);
+    v.tracked_since := @extschema@._tracked_since(tt.table_id);
     IF blocked THEN
         losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
     END IF;
@@ -332,7 +387,10 @@ BEGIN
         v.reason := format('Period [%s, %s) is not final: %s', v.period_start, v.period_end, losses);
         RETURN v;
     ELSIF v.is_final THEN
-        v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        -- (the verdict it names is the sensors', not the watermark)
+        shown := wm;
+        shown.finalized_until := verdict_until;
+        v.reason := @extschema@._explain_final(tt, shown, v.period_start, v.period_end);
         IF tt.event_time_column IS NOT NULL THEN
             v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
         END IF;
@@ -342,7 +400,7 @@ BEGIN
     why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
                      @extschema@._explain_consumers(tt, v.period_end));
     v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
-                       coalesce(nullif(why, ''), format('the verdict stands at %s', wm.finalized_until)));
+                       coalesce(nullif(why, ''), format('the verdict stands at %s', verdict_until)));
     IF tt.state <> 'active' THEN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
@@ -457,14 +515,21 @@ SELECT t.table_name,
                     JOIN @extschema@.watermark xw ON xw.table_id = x.table_id
                    WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL
                    ORDER BY xw.finalized_until NULLS FIRST, x.shard LIMIT 1)
-       END AS slowest_shard
+       END AS slowest_shard,
+       -- Where finalize began observing it (a derived or sharded table: the
+       -- latest of the tables it is built from, asked only for those rows).
+       CASE WHEN t.kind = 'source' THEN w.tracked_since
+            ELSE @extschema@._tracked_since(t.table_id) END AS tracked_since,
+       -- The verdict as its zone writes it.
+       @extschema@._local_time(r.until, t.period_zone) AS local_finalized_until
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
-  -- The watermark rounded down to a start of the table's periods (they may
-  -- have changed since it was set); period_start, which readers may call.
- CROSS JOIN LATERAL (SELECT CASE WHEN isfinite(w.finalized_until)
-                                 THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
-                                 ELSE w.finalized_until END AS until) r
+  -- The verdict as finalized_until() answers it (_sensor_until, which
+  -- readers may call): the watermark rounded down to a start of the
+  -- table's periods (they may have changed since it was set), stopped
+  -- where a loss holds periods.
+ CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+                                                      w.loss_blocked) AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table
   -- (OFFSET 0 keeps the subquery from being flattened into each row).
@@ -563,15 +628,18 @@ COMMENT ON VIEW @extschema@.facts IS
 -- no range straddles it and SQL Server's clock went back across none of its
 -- boundaries (a clock_stepped_back event: commits stamped in it after
 -- commits of a later period, maybe after it was final). is_final is what
--- is_final() answers, losses
--- included. A derived table has no facts of its own: its periods are never
+-- is_final() answers, losses included; before_tracking says that the
+-- period began before finalize began observing the table
+-- (_tracked_since), so that some or all of its changes were never seen:
+-- such a period may be final (docs/periods.md), but it is never covered.
+-- A derived table has no facts of its own: its periods are never
 -- covered nor exact, and their counts are NULL (unknown), so the release
 -- gate checks that they are final and cannot confirm an empty one; nor has
 -- a sharded table (its shards have them: ask a shard).
 CREATE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint,
-               straddling_ranges bigint, exact boolean)
+               straddling_ranges bigint, exact boolean, before_tracking boolean)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -580,16 +648,21 @@ DECLARE
     tt @extschema@.tracked_table;
     wm @extschema@.watermark;
     covered_after timestamptz;
+    since timestamptz;
 BEGIN
     PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
     PERFORM @extschema@._require(to_time, 'to_time');
     tt := @extschema@._tracked(changes_by_period.table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    -- A period that began before finalize observed the table (or before it
+    -- has begun to) holds changes it never saw.
+    since := @extschema@._tracked_since(tt.table_id);
     IF tt.kind IN ('derived', 'sharded') THEN
         RETURN QUERY
         SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
-               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false,
+               coalesce(g.period_start < since, true)
           FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
         RETURN;
     END IF;
@@ -621,7 +694,8 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.fact c
                             WHERE c.table_id = tt.table_id AND c.event = 'clock_stepped_back'
                               AND (c.detail ->> 'from')::timestamptz < p.pe
-                              AND (c.detail ->> 'to')::timestamptz > p.ps)
+                              AND (c.detail ->> 'to')::timestamptz > p.ps),
+           coalesce(p.ps < since, true)
       FROM periods AS p
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,

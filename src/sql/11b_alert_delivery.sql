@@ -54,9 +54,9 @@ CREATE TRIGGER release_alert AFTER INSERT ON @extschema@.release
 -- than its max_lag opens one incident (refreshed at most once a minute
 -- while it lasts); one back within, untracked, or without an SLA any more
 -- is resolved. A table without a verdict yet lags from when it was
--- tracked. The verdict is the watermark as finalized_until() reads it, a
--- start of the table's periods (they may have changed since it was set),
--- as finalize.status shows its lag. Returns how many tables are over their SLA.
+-- tracked. The verdict is what finalized_until() answers (_sensor_until:
+-- a start of the table's periods, stopped where a loss holds periods), as
+-- finalize.status shows its lag. Returns how many tables are over their SLA.
 CREATE FUNCTION @extschema@._check_freshness()
 RETURNS integer
 LANGUAGE plpgsql
@@ -78,8 +78,9 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                              JOIN @extschema@.watermark w ON w.table_id = t.table_id
                             WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                              AND now() - coalesce(@extschema@._round_down(w.finalized_until, t.granularity,
-                                                                           t.period_zone),
+                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, t.kind, w.finalized_until,
+                                                                             t.granularity, t.period_zone,
+                                                                             w.loss_blocked),
                                                    t.created_at) > t.max_lag)
            FOR UPDATE SKIP LOCKED);
     FOR r IN
@@ -91,8 +92,8 @@ BEGIN
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
-         CROSS JOIN LATERAL (SELECT @extschema@._round_down(w.finalized_until, t.granularity, t.period_zone)
-                                    AS until) v
+         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
+                                                              t.period_zone, w.loss_blocked) AS until) v
          WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
            AND now() - coalesce(v.until, t.created_at) > t.max_lag
     LOOP

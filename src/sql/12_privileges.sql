@@ -22,9 +22,13 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.period_end(timestamptz, interval, text),
     @extschema@.mssql_local_to_instant(timestamp, text),
     @extschema@.dropped_notifications(),
-    -- Internal, for finalize.status (whose readers call it): whether a
-    -- loss holds a table.
-    @extschema@._loss_holds(bigint)
+    -- Internal, for finalize.status (whose readers call them): whether a
+    -- loss holds a table, its verdict as the sensors tell it, where
+    -- tracking began, and an instant in the table's zone.
+    @extschema@._loss_holds(bigint),
+    @extschema@._sensor_until(bigint, text, timestamptz, interval, text, boolean),
+    @extschema@._tracked_since(bigint),
+    @extschema@._local_time(timestamptz, text)
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
 

@@ -124,6 +124,7 @@ def test_tables_cut_their_periods_in_their_zone(pg):
         seoul = ZoneInfo("Asia/Seoul")
         day28 = datetime.datetime(2026, 11, 28, tzinfo=seoul)
         day27 = datetime.datetime(2026, 11, 27, tzinfo=seoul)
+        told = set()
         for session_zone in ("UTC", "America/Los_Angeles", "Asia/Kolkata"):
             conn = pg.connect()
             try:
@@ -141,8 +142,18 @@ def test_tables_cut_their_periods_in_their_zone(pg):
                     cur.execute("SELECT period_start, is_final, straddling_ranges FROM finalize.changes_by_period("
                                 "'cal.seoul', '2026-11-27 00:00+09', '2026-11-29 00:00+09')")
                     assert cur.fetchall() == [(day27, True, 1), (day28, False, 1)]
+                    # What is written for people names the Seoul day, in Seoul's time, in every session.
+                    cur.execute("SET DateStyle = 'German'")
+                    cur.execute("SELECT e.reason, e.local_period_start, e.local_finalized_until, "
+                                "s.local_finalized_until FROM finalize.explain_verdict('cal.seoul', "
+                                "'2026-11-28 03:00+09') e, finalize.status s WHERE s.table_name = 'cal.seoul'")
+                    told.add(cur.fetchone())
             finally:
                 conn.close()
+        (reason, local_start, local_until, status_until), = told
+        assert reason.startswith("Period [2026-11-28 00:00:00+09, 2026-11-29 00:00:00+09) is not final yet: "
+                                 "SQL Server's capture has reached 2026-11-28 09:30:00+09"), reason
+        assert (local_start, local_until, status_until) == ("2026-11-28 00:00:00+09",) * 3
     finally:
         pg.sql("SELECT finalize.untrack_table('cal.seoul', false)")
 

@@ -178,6 +178,12 @@ def verdict(env, table):
     return env.one("SELECT finalize.finalized_until(%s)", (table,))
 
 
+def watermark(env, table):
+    """The watermark (finalize.status shows the verdict as finalized_until() answers it)."""
+    return env.one("SELECT w.finalized_until FROM finalize.watermark w WHERE w.table_id = finalize._tracked_id(%s)",
+                   (table,))
+
+
 def call_noticing(pg, query, args):
     """Runs one statement in its own connection: (its value, the NOTICEs it raised)."""
     conn = pg.connect()
@@ -221,7 +227,7 @@ class Pipelines:
                      (DERIVED, DERIVED_INPUTS, "%d seconds" % DERIVED_GRANULARITY.total_seconds()))
         self.env.sql("SELECT finalize.add_consumer(%s, %s)", (DERIVED, DERIVED_CONSUMER))
         for t in list(CONSUMERS) + [DERIVED]:
-            self.floor[t] = self.env.status(t)["finalized_until"]
+            self.floor[t] = watermark(self.env, t)
 
     def fail(self, message):
         self.n["violations"] += 1
@@ -307,11 +313,11 @@ class Pipelines:
 
     def verdicts(self):
         """What a sensor reads (finalized_until(), which stops at an unacknowledged loss) and the
-        watermark (finalize.status) of every table, the derived table's first: an input's only grow."""
+        watermark (finalize.watermark) of every table, the derived table's first: an input's only grow."""
         out = {}
         for t in [DERIVED] + list(TABLES):
             sensor = verdict(self.env, t)            # before the watermark, which only grows
-            out[t] = (sensor, self.env.status(t)["finalized_until"])
+            out[t] = (sensor, watermark(self.env, t))
         return out
 
     def check(self, sim):
@@ -447,7 +453,7 @@ class Pipelines:
         self.check(self.sim)
         for t, consumer in CONSUMERS.items():
             st = self.env.status(t)
-            if not (st["held_back_by"] == consumer and st["finalized_until"] < st["source_until"]):
+            if not (st["held_back_by"] == consumer and watermark(self.env, t) < st["source_until"]):
                 self.fail(f"{t}: {consumer} reported nothing of the last hour, yet it holds nothing: {st}")
         top = sim_max_lsn(self.sim)
         for t in CONSUMERS:
@@ -455,7 +461,7 @@ class Pipelines:
             self.applied[t] = self.durable[t] = top
         for t in CONSUMERS:
             pg.wait_for(lambda: (lambda st: st["held_back_by"] is None
-                                 and st["finalized_until"] == st["source_until"])(self.env.status(t)),
+                                 and watermark(self.env, t) == st["source_until"])(self.env.status(t)),
                         timeout=30, what=lambda: f"seed {self.seed}: {t} to reach its source's verdict once "
                                                  f"{CONSUMERS[t]} reported max LSN {top}: {self.env.status(t)}")
             self.acknowledge(t)
@@ -466,7 +472,7 @@ class Pipelines:
         inputs = self.env.one("SELECT finalize.finalized_until(%s::text[])", (DERIVED_INPUTS,))
         expected = inputs - (inputs - EPOCH) % DERIVED_GRANULARITY
         st = self.env.status(DERIVED)
-        if not (st["held_back_by"] == DERIVED_CONSUMER and st["finalized_until"] < st["source_until"] == expected):
+        if not (st["held_back_by"] == DERIVED_CONSUMER and watermark(self.env, DERIVED) < st["source_until"] == expected):
             self.fail(f"{DERIVED}: {DERIVED_CONSUMER} has not processed the last hour, yet it holds nothing "
                       f"(inputs until {inputs}): {st}")
         self.report(DERIVED, inputs, True)

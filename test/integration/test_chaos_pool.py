@@ -125,8 +125,11 @@ class Chaos:
         """finalized_until() of every table, then (later: it only grows) the status rows."""
         names = list(TABLES) + [SILENT_TABLE]
         sensors = dict(self.env.sql("SELECT t, finalize.finalized_until(t) FROM unnest(%s::text[]) AS t", (names,)))
-        rows = self.env.sql("SELECT table_name, finalized_until, offset_lsn, state, loss_blocked, condition, "
-                            "source_condition FROM finalize.status WHERE table_name = ANY(%s)", (names,))
+        # (the watermark itself: finalize.status shows the verdict as finalized_until() answers it)
+        rows = self.env.sql("SELECT s.table_name, w.finalized_until, s.offset_lsn, s.state, s.loss_blocked, "
+                            "s.condition, s.source_condition FROM finalize.status s "
+                            "JOIN finalize.watermark w ON w.table_id = finalize._tracked_id(s.table_name) "
+                            "WHERE s.table_name = ANY(%s)", (names,))
         cols = ("watermark", "offset_lsn", "state", "loss_blocked", "condition", "source_condition")
         return {r[0]: dict(zip(cols, r[1:]), sensor=sensors[r[0]]) for r in rows}
 

@@ -332,6 +332,27 @@ def test_late_rows_before_the_first_release_need_built_at(pg, tables, store):
     assert gate(pg, manifest(store, EV, "08", "g1", files, built_at=f"{DAY}T12:30:00Z")) == (True, "g1", [])
 
 
+def test_late_rows_purged_with_old_facts_still_refuse_a_generation_built_before_them(pg, tables, store):
+    # Hour 10's late row lands; then the facts' retention passes (purge_facts with
+    # older_than 0, as the scheduler's hourly purge would after finalize.facts_retention).
+    late_rows(pg, 4, at("12:20"), at("12:15"), {"10": 1})
+    arrived = last_seen(pg, "10")
+    assert pg.sql("SELECT finalize.purge_facts('0')")[0][0] > 0
+    files1 = publish(pg, store, EV, "10", "g1")
+    # A generation read before the late row arrived, or one that does not say when it was read,
+    # still lacks it: refused, however long ago it landed.
+    for extra in ({"built_at": f"{DAY}T12:30:00Z"}, {}):
+        released, _, problems = gate(pg, manifest(store, EV, "10", "g1", files1, **extra))
+        assert not released and "late_data" in codes(problems), (extra, problems)
+        assert detail(problems, "late_data").startswith("1 late row(s)")
+    assert published(pg, EV, "10") is None
+    # The evidence stays: the late rows are still counted for hour 10.
+    assert pg.sql("SELECT rows, last_seen FROM finalize.late_data WHERE table_name = %s", (EV,)) == [(1, arrived)]
+    # One read after it passes that check.
+    released, _, problems = gate(pg, manifest(store, EV, "10", "g1", files1, built_at=iso(arrived)))
+    assert "late_data" not in codes(problems), problems
+
+
 def test_an_empty_release_that_late_rows_landed_in(pg, tables, store):
     publish(pg, store, EV, "09", "g1", n=0)
     assert gate(pg, manifest(store, EV, "09", "g1", {}, empty=True)) == (True, "g1", [])

@@ -138,14 +138,18 @@ def test_dagster_sensor_sees_each_final_hour_once(pgr, orders):
     sql = sql_constants("dagster-sensor")["FINAL_HOURS_SQL"]
     conn = reader(pgr)
     hours = lambda after: [p.isoformat() for (p,) in rows(conn, sql, {"table": "sales.orders", "after": after})]
-    # Nothing final (finalized_until is NULL): no run.
-    assert hours("2026-11-29 00:00+00") == []
+    # Nothing final (finalized_until is NULL): no run, with a cursor or without.
+    assert hours("2026-11-29 00:00+00") == [] and hours(None) == []
     record(pgr, None, "0x00000000000000000100", "2026-11-29 02:10+00")
     assert hours("2026-11-29 00:00+00") == ["2026-11-29T00:00:00+00:00", "2026-11-29T01:00:00+00:00"]
+    # Without a cursor (the first evaluation): from the hour tracking began in (02:10), not the
+    # hours before it, which are final but were not observed.
+    assert hours(None) == []
     # The cursor moves past the last hour run: the next evaluation sees only new hours.
     assert hours("2026-11-29 02:00+00") == []
     record(pgr, "0x00000000000000000100", "0x00000000000000000200", "2026-11-29 04:00:01+00")
     assert hours("2026-11-29 02:00+00") == ["2026-11-29T02:00:00+00:00", "2026-11-29T03:00:00+00:00"]
+    assert hours(None) == ["2026-11-29T02:00:00+00:00", "2026-11-29T03:00:00+00:00"]
     conn.close()
 
 
@@ -231,10 +235,13 @@ def test_dagster_daily_partitions_in_a_zone_see_each_final_local_day_once(pgr, s
             out.append(p.astimezone(ZoneInfo("Asia/Seoul")).strftime("%Y-%m-%d"))
         return out
     from zoneinfo import ZoneInfo
-    assert final_days("2026-11-25T00:00:00+09:00") == []
+    assert final_days("2026-11-25T00:00:00+09:00") == [] and final_days(None) == []
     record_daily(pgr, None, "0x00000000000000000100", "2026-11-24 20:00+00")
     record_daily(pgr, "0x00000000000000000100", "0x00000000000000000200", "2026-11-27 15:30+00")
     assert final_days("2026-11-25T00:00:00+09:00") == ["2026-11-25", "2026-11-26", "2026-11-27"]
+    # Without a cursor: from the Seoul day tracking began on (05:00 on the 25th), none before.
+    assert final_days(None) == ["2026-11-25", "2026-11-26", "2026-11-27"]
+    assert final_days("2026-11-20T00:00:00+09:00")[:1] == ["2026-11-20"]
     # The cursor past the last day run: only the days final since.
     assert final_days("2026-11-28T00:00:00+09:00") == []
     conn.close()

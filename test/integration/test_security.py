@@ -37,6 +37,8 @@ READER = {
     "period_start(timestamp with time zone,interval,text)", "period_end(timestamp with time zone,interval,text)",
     "mssql_local_to_instant(timestamp without time zone,text)", "dropped_notifications()",
     "_loss_holds(bigint)",  # internal, asked by finalize.status
+    "_sensor_until(bigint,text,timestamp with time zone,interval,text,boolean)",  # internal, finalize.status's verdict
+    "_tracked_since(bigint)", "_local_time(timestamp with time zone,text)",  # internal, finalize.status
     "released_generation(text,text)", "render_location(text,timestamp with time zone)",
     "render_location(text,timestamp with time zone,text)",
     "render_location(text,timestamp with time zone,text,text)",

@@ -4,9 +4,10 @@ would be (loaded into Definitions), and its sensor is evaluated through
 build_sensor_context against a cluster whose verdicts the test moves with
 finalize.record_range, with the reader's login in FINALIZE_DSN:
 
-* hourly partitions in UTC: no hour final, a skip; then a run request per
-  final hour, keyed as HourlyPartitionsDefinition keys it, the cursor past
-  the last; the next evaluation sees only hours final since;
+* hourly partitions in UTC: no hour final, a skip; the first evaluation
+  starts at the hour tracking began in; then a run request per final hour,
+  keyed as HourlyPartitionsDefinition keys it, the cursor past the last;
+  the next evaluation sees only hours final since;
 * daily partitions in Asia/Seoul: a run request per final Seoul day, keyed by
   its local date as DailyPartitionsDefinition(timezone=...) keys it, up to
   the first day not final.
@@ -64,6 +65,11 @@ def test_hourly_sensor_requests_each_final_utc_hour_once(warehouse, recipes):
         keys, _, cursor, skip = evaluate(sensor, defs)
         assert (keys, cursor) == ([], None)
         assert skip.startswith("no hour of sales.orders"), skip
+        # Tracking begins at 00:10: the hours before it are final, but the first evaluation starts
+        # at the hour tracking began in (finalize.status.tracked_since), not at the partitions' start.
+        warehouse.capture("sales.orders", "2026-11-29 00:10+00")
+        keys, _, cursor, skip = evaluate(sensor, defs)
+        assert (keys, cursor) == ([], None) and skip is not None
         # The capture reaches 02:10: the hours 00:00 and 01:00 are final.
         warehouse.capture("sales.orders", "2026-11-29 02:10+00")
         keys, runs, cursor, skip = evaluate(sensor, defs)
@@ -111,10 +117,11 @@ def test_daily_sensor_in_seoul_requests_each_final_local_day(warehouse, recipes)
         warehouse.capture("sales.orders_daily", "2026-11-28 15:00:01+00")
         keys, _, cursor, _ = evaluate(sensor, defs, cursor)
         assert (keys, cursor) == (["2026-11-28"], "2026-11-29T00:00:00+09:00")
-        # With no cursor the sensor starts at its first day, 2026-11-01: every Seoul day up to the verdict
-        # (the days before the capture started have nothing to wait for).
+        # With no cursor the sensor starts at the Seoul day tracking began on (the first capture, 05:00
+        # on the 25th), not at the partitions' first day, 2026-11-01: the days before are final but
+        # were not observed, and are not run.
         keys, _, cursor, _ = evaluate(sensor, defs)
-        assert keys == ["2026-11-%02d" % d for d in range(1, 29)] and cursor == "2026-11-29T00:00:00+09:00"
+        assert keys == ["2026-11-%02d" % d for d in range(25, 29)] and cursor == "2026-11-29T00:00:00+09:00"
         result = days.daily_orders_job.execute_in_process(partition_key="2026-11-28")
         assert result.success
     finally:

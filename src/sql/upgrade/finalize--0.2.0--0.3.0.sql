@@ -510,6 +510,116 @@ BEGIN ATOMIC
     SELECT u.until FROM @extschema@._inputs_final_untils(ARRAY[_inputs_final_until.table_id]) AS u;
 END;
 
+-- 4d. Every announcement of a verdict is the verdict the sensors give
+-- (issue 41): watermark.announced_until keeps the verdict last announced on
+-- channel "finalize", _sensor_until is the sensors' rule for SQL, and
+-- _announce sends what moved (see docs/design/announcements.md). Made here,
+-- before the functions and views below that call them; the verdicts of the
+-- tables there are recorded as announced in section 9f.
+ALTER TABLE @extschema@.watermark ADD COLUMN announced_until timestamptz;
+COMMENT ON COLUMN @extschema@.watermark.announced_until IS
+    'The verdict last announced on channel "finalize": what finalized_until() answered then (losses, consumers, inputs applied)';
+
+-- What finalized_until() answers for a table of a kind whose watermark
+-- row holds finalized_until and loss_blocked (its own flag: the function
+-- adds the flags of the tables a derived or sharded one is built from),
+-- under the statement's snapshot:
+-- the sensors' own rule in C (src/sensor/sensor.c), rounded down to a
+-- start of the table's periods and stopped where losses hold periods
+-- (_loss_cap, asked as the extension's owner). Every announcement of a
+-- verdict tells this one and never a raw watermark: NOTIFY payloads
+-- (_announce), finalize.status, explain_verdict. Readers may call it
+-- (finalize.status does).
+CREATE FUNCTION @extschema@._sensor_until(table_id bigint, kind text, finalized_until timestamptz,
+                                          granularity interval, period_zone text, loss_blocked boolean)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'finalize_sensor_until'
+LANGUAGE C STABLE;
+
+-- Announces the verdicts of some tables whose rows the caller holds:
+-- records what finalized_until() answers now (_sensor_until) as
+-- watermark.announced_until and, for each that moved past the verdict
+-- announced last, sends one NOTIFY on channel "finalize" naming the two
+-- (old, new). A verdict that went back (a lake's rollback, other periods)
+-- is recorded without a notification, so that the next one names where it
+-- stood; with falls_only nothing else is recorded, for callers that an
+-- advance follows in the same transaction (it announces once, at the
+-- verdict the transaction ends with). Returns the tables announced. With
+-- the same rule in the UPDATE of _advance_sources, the one way a verdict
+-- is announced (docs/design/announcements.md).
+CREATE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH cur AS (
+        SELECT w.table_id, w.announced_until AS old_until,
+               @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+                                         w.loss_blocked) AS new_until
+          FROM (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i
+          JOIN @extschema@.tracked_table t ON t.table_id = i.id
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.untracked_at IS NULL),
+    changed AS (
+        UPDATE @extschema@.watermark w
+           SET announced_until = c.new_until
+          FROM cur c
+         WHERE w.table_id = c.table_id AND c.new_until IS DISTINCT FROM c.old_until
+           AND (NOT falls_only OR c.new_until IS NULL OR c.new_until < c.old_until)
+        RETURNING w.table_id, c.old_until, c.new_until, w.offset_lsn, w.offset_commit_time)
+    SELECT x.table_id
+      FROM (SELECT ch.* FROM changed ch WHERE ch.new_until > coalesce(ch.old_until, '-infinity')) x
+      JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+     CROSS JOIN LATERAL @extschema@._notify('finalize',
+                            @extschema@._advance_payload(t.table_name, t.kind, x.old_until, x.new_until,
+                                                         x.offset_lsn, x.offset_commit_time)) n
+     ORDER BY x.table_id;
+END
+$$;
+
+-- Where finalize began observing a table, and its verdicts shown in its
+-- zone (issue 41, first contact: docs/periods.md).
+ALTER TABLE @extschema@.watermark ADD COLUMN tracked_since timestamptz;
+COMMENT ON COLUMN @extschema@.watermark.tracked_since IS
+    'Where finalize began observing the table: the commit time its first recorded range ends at (every change of a period before it was committed before tracking began); NULL until then';
+ALTER TYPE @extschema@.verdict ADD ATTRIBUTE period_zone text,
+    ADD ATTRIBUTE local_period_start text, ADD ATTRIBUTE local_finalized_until text,
+    ADD ATTRIBUTE tracked_since timestamptz;
+
+-- An instant as PostgreSQL writes a timestamptz in ISO style with TimeZone
+-- set to zone ("2026-12-06 00:00:00+09"), whatever the session's: how
+-- finalize.status and explain_verdict show a verdict in its table's zone.
+-- Readers may call it (finalize.status does).
+CREATE FUNCTION @extschema@._local_time(ts timestamptz, zone text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_local_time'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+-- Where finalize began observing a table (watermark.tracked_since): for a
+-- derived or sharded table, the latest of the tables it is built from
+-- (transitively), NULL while one has not begun or it has none. Every
+-- change of a period that ends at or before it was committed before then:
+-- such a period may be final, but finalize recorded none of its changes.
+-- SECURITY DEFINER for finalize.status, whose readers may not read
+-- derived_input; it answers only this.
+CREATE FUNCTION @extschema@._tracked_since(table_id bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH RECURSIVE up(id) AS (
+        SELECT _tracked_since.table_id
+        UNION
+        SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+    SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.tracked_since) THEN max(w.tracked_since) END
+      FROM up
+      JOIN @extschema@.tracked_table t ON t.table_id = up.id
+      JOIN @extschema@.watermark w ON w.table_id = up.id
+     WHERE t.kind = 'source';
+END;
+
 -- 5. Every function and view that names a period cuts it in the table's
 -- zone. _loss_ackers returns each acknowledging table's zone too: a new
 -- row type, so it and the two functions whose SQL bodies use it are made
@@ -630,6 +740,9 @@ BEGIN
     IF now_blocked IS DISTINCT FROM was THEN
         UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = _refresh_loss_blocked.table_id;
     END IF;
+    -- A verdict a loss took back is recorded as announced; one that an
+    -- acknowledgement moved on is announced by the _advance that follows.
+    PERFORM @extschema@._announce(ARRAY[table_id], true);
     IF now_blocked AND @extschema@._in_background() THEN
         PERFORM @extschema@._flag_below(table_id);
     END IF;
@@ -817,8 +930,10 @@ END;
 -- verdict commit_until to the greatest of its old value and
 -- _effective_untils, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
--- channel "finalize" when it moved, and lets every derived table that uses
+-- draws from it, held by losses as _loss_cap says in event time), announces
+-- the verdict (_announce: a NOTIFY on channel "finalize" when what
+-- finalized_until() answers moved, also when the watermark did not), and
+-- lets every derived table that uses
 -- this one follow in the same transaction when it is a background
 -- worker's (_advance_dependents). The inputs form a DAG (track_derived
 -- refuses cycles), so the recursion ends. A derived table whose verdict
@@ -1268,7 +1383,9 @@ BEGIN ATOMIC
                                                             t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
-           recorded_at = now()
+           recorded_at = now(),
+           -- the first range: where finalize began observing the table
+           tracked_since = coalesce(w.tracked_since, CASE WHEN w.offset_lsn IS NULL THEN r.end_time END)
       FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
                AS r(table_id, e, end_time)
       JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
@@ -1418,10 +1535,15 @@ $$;
 
 -- Explains a verdict in one sentence, for people and sensor failure
 -- callbacks. Without a period, it explains the first period not yet final.
+-- Its reason names instants as the table's zone writes them (TimeZone set
+-- to period_zone for the call, ISO style), whatever the session's settings.
 CREATE OR REPLACE FUNCTION @extschema@.explain_verdict(table_name text, period_start timestamptz DEFAULT NULL)
 RETURNS @extschema@.verdict
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1430,27 +1552,25 @@ DECLARE
     src @extschema@.source_status;
     cnd @extschema@.table_condition;
     v   @extschema@.verdict;
+    shown @extschema@.watermark;
     why text;
     losses text;
-    cap timestamptz;
     verdict_until timestamptz;
     blocked boolean;
 BEGIN
     tt := @extschema@._tracked(table_name);
+    -- (until the call returns: the SET clauses above restore the session's)
+    PERFORM set_config('TimeZone', tt.period_zone, true);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     SELECT s.* INTO src FROM @extschema@.source_status s WHERE s.server_name = tt.server_name;
     SELECT c.* INTO cnd FROM @extschema@.table_condition c WHERE c.table_id = tt.table_id;
-    -- What finalized_until() answers: the watermark rounded down to a start
-    -- of the table's periods (they may have changed since it was set),
-    -- stopped at the first period a loss may still hold (_loss_cap, NULL for
-    -- '-infinity').
-    verdict_until := @extschema@._round_down(wm.finalized_until, tt.granularity, tt.period_zone);
+    -- What finalized_until() answers (_sensor_until, the sensors' rule):
+    -- the watermark rounded down to a start of the table's periods (they
+    -- may have changed since it was set), stopped at the first period a
+    -- loss may still hold.
+    verdict_until := @extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity, tt.period_zone,
+                                               wm.loss_blocked);
     blocked := @extschema@._lineage_blocked(tt.table_id);
-    IF blocked THEN
-        cap := @extschema@._loss_cap(tt.table_id);
-        verdict_until := CASE WHEN cap > '-infinity' AND verdict_until IS NOT NULL
-                              THEN LEAST(verdict_until, cap) END;
-    END IF;
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
@@ -1463,6 +1583,10 @@ BEGIN
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - verdict_until;
     v.state := tt.state;
+    v.period_zone := tt.period_zone;
+    v.local_period_start := @extschema@._local_time(v.period_start, tt.period_zone);
+    v.local_finalized_until := @extschema@._local_time(verdict_until, tt.period_zone);
+    v.tracked_since := @extschema@._tracked_since(tt.table_id);
     IF blocked THEN
         losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
     END IF;
@@ -1472,7 +1596,10 @@ BEGIN
         v.reason := format('Period [%s, %s) is not final: %s', v.period_start, v.period_end, losses);
         RETURN v;
     ELSIF v.is_final THEN
-        v.reason := @extschema@._explain_final(tt, wm, v.period_start, v.period_end);
+        -- (the verdict it names is the sensors', not the watermark)
+        shown := wm;
+        shown.finalized_until := verdict_until;
+        v.reason := @extschema@._explain_final(tt, shown, v.period_start, v.period_end);
         IF tt.event_time_column IS NOT NULL THEN
             v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
         END IF;
@@ -1482,7 +1609,7 @@ BEGIN
     why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
                      @extschema@._explain_consumers(tt, v.period_end));
     v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
-                       coalesce(nullif(why, ''), format('the verdict stands at %s', wm.finalized_until)));
+                       coalesce(nullif(why, ''), format('the verdict stands at %s', verdict_until)));
     IF tt.state <> 'active' THEN
         v.reason := v.reason || format(' The table is in state %s since %s: %s',
                                        tt.state, tt.state_since, coalesce(tt.state_detail, 'its verdict is stopped.'));
@@ -1728,8 +1855,9 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                              JOIN @extschema@.watermark w ON w.table_id = t.table_id
                             WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                              AND now() - coalesce(@extschema@._round_down(w.finalized_until, t.granularity,
-                                                                           t.period_zone),
+                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, t.kind, w.finalized_until,
+                                                                             t.granularity, t.period_zone,
+                                                                             w.loss_blocked),
                                                    t.created_at) > t.max_lag)
            FOR UPDATE SKIP LOCKED);
     FOR r IN
@@ -1741,8 +1869,8 @@ BEGIN
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
-         CROSS JOIN LATERAL (SELECT @extschema@._round_down(w.finalized_until, t.granularity, t.period_zone)
-                                    AS until) v
+         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
+                                                              t.period_zone, w.loss_blocked) AS until) v
          WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
            AND now() - coalesce(v.until, t.created_at) > t.max_lag
     LOOP
@@ -3246,9 +3374,13 @@ $$;
 -- worker's cycle records thousands of tables in one transaction): each
 -- verdict, which the caller has locked, moves commit_until to the greatest
 -- of its old value and _effective_untils, then finalized_until likewise,
--- with a NOTIFY on channel "finalize" for each one that moved. Returns the
--- tables whose finalized_until moved: the caller lets their derived tables
--- follow. Other tables (derived, event-time) are left alone.
+-- and announces the verdict as _announce does, in the same statement
+-- (announced_until is what _sensor_until answers for the new row: a
+-- source table is built from no other, so its own loss flag is its
+-- lineage's): a NOTIFY on channel "finalize" for each one that moved past
+-- the last one announced, never past a loss that holds periods. Returns
+-- the tables whose finalized_until moved: the caller lets their derived
+-- tables follow. Other tables (derived, event-time) are left alone.
 CREATE OR REPLACE FUNCTION @extschema@._advance_sources(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -3267,21 +3399,27 @@ BEGIN
            SET commit_until = c.new_commit,
                finalized_until = GREATEST(w.finalized_until, c.new_commit),
                advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
-                                  THEN now() ELSE w.advanced_at END
+                                  THEN now() ELSE w.advanced_at END,
+               announced_until = @extschema@._sensor_until(w.table_id, 'source', GREATEST(w.finalized_until, c.new_commit),
+                                                           (c.tt).granularity, (c.tt).period_zone, w.loss_blocked)
           FROM cur c
          WHERE w.table_id = c.table_id
            AND (c.new_commit IS DISTINCT FROM w.commit_until
                 OR GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until)
-        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until),
-    advanced AS (
-        SELECT m.* FROM moved m WHERE m.new_until IS DISTINCT FROM (m.wm).finalized_until)
-    SELECT a.table_id
-      FROM advanced a
-     CROSS JOIN LATERAL @extschema@._notify('finalize',
-                            @extschema@._advance_payload((a.tt).table_name, (a.tt).kind, (a.wm).finalized_until,
-                                                         a.new_until, (a.wm).offset_lsn,
-                                                         (a.wm).offset_commit_time)) n
-     ORDER BY a.table_id;
+        RETURNING w.table_id, c.tt, c.wm, w.finalized_until AS new_until, w.announced_until AS announced)
+    SELECT x.table_id
+      FROM (SELECT m.table_id, m.new_until IS DISTINCT FROM (m.wm).finalized_until AS advanced
+              FROM moved m
+              -- every row is looked at (OFFSET 0: the filter below comes after)
+              LEFT JOIN LATERAL (
+                    SELECT @extschema@._notify('finalize',
+                               @extschema@._advance_payload((m.tt).table_name, (m.tt).kind, (m.wm).announced_until,
+                                                            m.announced, (m.wm).offset_lsn,
+                                                            (m.wm).offset_commit_time)) AS sent
+                     WHERE m.announced > coalesce((m.wm).announced_until, '-infinity')) n ON true
+            OFFSET 0) x
+     WHERE x.advanced
+     ORDER BY x.table_id;
 END
 $$;
 
@@ -3342,6 +3480,7 @@ BEGIN
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = below FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
         UPDATE @extschema@.watermark w SET loss_blocked = true WHERE w.table_id = below AND NOT w.loss_blocked;
+        PERFORM @extschema@._announce(ARRAY[below], true);
         n := n + 1;
     END LOOP;
     RETURN n;
@@ -4947,8 +5086,10 @@ COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, 
 -- verdict commit_until to the greatest of its old value and
 -- _effective_untils, then finalized_until to the greatest of its old value
 -- and that (on an event-time table: the event-time verdict _event_until
--- draws from it, held by losses as _loss_cap says in event time), with a NOTIFY on
--- channel "finalize" when it moved, and lets every derived table that uses
+-- draws from it, held by losses as _loss_cap says in event time), announces
+-- the verdict (_announce: a NOTIFY on channel "finalize" when what
+-- finalized_until() answers moved, also when the watermark did not), and
+-- lets every derived table that uses
 -- this one follow in the same transaction when it is a background
 -- worker's (_advance_dependents). The inputs form a DAG (track_derived
 -- refuses cycles), so the recursion ends. A derived table whose verdict
@@ -4980,6 +5121,11 @@ BEGIN
     -- cycle, for one table.
     IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
         moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        -- announced there if it moved; else what made periods final may be
+        -- an acknowledgement, or a consumer dropped
+        IF NOT moved THEN
+            PERFORM @extschema@._announce(ARRAY[tt.table_id]);
+        END IF;
         -- run on every call (for no table when nothing moved): its plan is
         -- made at the first call, not at the first advance hours later
         PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
@@ -5035,12 +5181,13 @@ BEGIN
         UPDATE @extschema@.watermark w SET commit_until = new_commit WHERE w.table_id = tt.table_id;
     END IF;
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
+        -- (an acknowledgement, a consumer dropped: periods may be final now)
+        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
         RETURN new_until;
     END IF;
     UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
      WHERE w.table_id = tt.table_id;
-    PERFORM @extschema@._notify('finalize', @extschema@._advance_payload(tt.table_name, tt.kind, wm.finalized_until, new_until,
-                                                               wm.offset_lsn, wm.offset_commit_time));
+    PERFORM @extschema@._announce(ARRAY[tt.table_id]);
     PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;
 END
@@ -5314,7 +5461,9 @@ BEGIN
      WHERE t.table_id = h.table_id AND w.table_id = h.table_id
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
-    DELETE FROM @extschema@.late_period l WHERE l.last_seen < now() - keep;
+    -- (Late rows per event period are kept as long as their table: they
+    -- are the release gate's evidence that a generation built before them
+    -- lacks them, whenever it is released; one row per period.)
     -- never an incident whose resolution a webhook target has still to hear
     DELETE FROM @extschema@.alert a
      WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep
@@ -5662,9 +5811,14 @@ BEGIN
                                'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
     PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
     -- An event-time verdict was held back by the loss itself (_advance): it
-    -- moves now, and the derived tables that use it with it.
+    -- moves now, and the derived tables that use it with it. Any other
+    -- verdict stays, but finalized_until() may have moved past the periods
+    -- acknowledged: that is announced (the derived tables that use this
+    -- one are, within a round of the scheduler).
     IF tt.event_time_column IS NOT NULL THEN
         PERFORM @extschema@._advance(tt.table_id);
+    ELSE
+        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
     END IF;
     -- The data_loss incident of the table that lost the data is resolved
     -- once that table has acknowledged all its losses; a derived table
@@ -5800,6 +5954,22 @@ BEGIN
         moved := moved + pass;
         EXIT WHEN pass = 0;
     END LOOP;
+    -- The derived and sharded tables whose verdict moved without a write of
+    -- their own (an acknowledgement or a loss on an input, in a session
+    -- that writes only the input's row) are announced (_announce), each
+    -- whose row no other transaction holds.
+    FOR derived IN
+        SELECT w.table_id FROM @extschema@.tracked_table t
+          JOIN @extschema@.watermark w ON w.table_id = t.table_id
+         WHERE t.kind IN ('derived', 'sharded') AND t.untracked_at IS NULL
+           AND @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+                                         w.loss_blocked) IS DISTINCT FROM w.announced_until
+         ORDER BY w.table_id
+    LOOP
+        PERFORM FROM @extschema@.watermark w WHERE w.table_id = derived FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM @extschema@._announce(ARRAY[derived]);
+    END LOOP;
     RETURN moved;
 END
 $$;
@@ -5826,7 +5996,8 @@ BEGIN
      WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
     IF holding = 0 THEN
         RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
-                      coalesce(wm.finalized_until::text, 'nothing yet'));
+                      coalesce(@extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity,
+                                                         tt.period_zone, wm.loss_blocked)::text, 'nothing yet'));
     END IF;
     -- Each shard's own reason, without its first words (the period) and
     -- speaking of the shard where it says "this table".
@@ -5924,14 +6095,26 @@ END;
 
 -- Why a final period is final: how far the source verdict reached, the
 -- required consumers that have applied (or processed) it, and those
--- declared after it became final (a verdict never moves back).
+-- declared after it became final (a verdict never moves back). A period
+-- that ended before finalize began tracking the table (_tracked_since) is
+-- final but was not observed: its changes were all committed before then,
+-- and none is recorded (docs/periods.md); one that tracking began inside
+-- is said to be partly so.
 CREATE OR REPLACE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                            period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT CASE WHEN (tt).kind = 'source'
+    SELECT CASE WHEN _explain_final.period_end <= s.since
+                THEN format('Period [%s, %s) is final but was not observed: it ended before finalize began tracking %s, at %s, so %s were all committed before then, and finalize recorded none of them (finalize.changes_by_period counts nothing for it).',
+                            _explain_final.period_start, _explain_final.period_end,
+                            CASE WHEN (tt).kind = 'source' THEN 'this table'
+                                 WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END,
+                            s.since,
+                            CASE WHEN (tt).kind = 'source' THEN 'its changes (captured by SQL Server)'
+                                 ELSE 'their changes in it' END)
+                WHEN (tt).kind = 'source'
                 THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
                             _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
                             (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
@@ -5940,6 +6123,11 @@ BEGIN ATOMIC
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until)
                 ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
                             _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN _explain_final.period_start < s.since AND s.since < _explain_final.period_end
+                   THEN format(' Finalize began tracking %s at %s, inside this period: the changes committed before then are not in its facts.',
+                               CASE WHEN (tt).kind = 'source' THEN 'this table'
+                                    WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END, s.since)
+                   ELSE '' END
            || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
                    THEN format(' Its required consumers have %s it: %s.',
                                CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
@@ -5955,10 +6143,11 @@ BEGIN ATOMIC
                                || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
                                        THEN ' was' ELSE ' were' END)
                    ELSE '' END
-      FROM (SELECT 1) AS one
+      FROM (SELECT @extschema@._tracked_since((tt).table_id) AS since) AS s
       LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
       LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
-                                                             c.commit_time, c.processed_until) AS until) x ON true;
+                                                             c.commit_time, c.processed_until) AS until) x ON true
+     GROUP BY s.since;
 END;
 
 -- One row per tracked table: its verdict and what its source's worker saw.
@@ -6048,14 +6237,21 @@ SELECT t.table_name,
                     JOIN @extschema@.watermark xw ON xw.table_id = x.table_id
                    WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL
                    ORDER BY xw.finalized_until NULLS FIRST, x.shard LIMIT 1)
-       END AS slowest_shard
+       END AS slowest_shard,
+       -- Where finalize began observing it (a derived or sharded table: the
+       -- latest of the tables it is built from, asked only for those rows).
+       CASE WHEN t.kind = 'source' THEN w.tracked_since
+            ELSE @extschema@._tracked_since(t.table_id) END AS tracked_since,
+       -- The verdict as its zone writes it.
+       @extschema@._local_time(r.until, t.period_zone) AS local_finalized_until
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
-  -- The watermark rounded down to a start of the table's periods (they may
-  -- have changed since it was set); period_start, which readers may call.
- CROSS JOIN LATERAL (SELECT CASE WHEN isfinite(w.finalized_until)
-                                 THEN @extschema@.period_start(w.finalized_until, t.granularity, t.period_zone)
-                                 ELSE w.finalized_until END AS until) r
+  -- The verdict as finalized_until() answers it (_sensor_until, which
+  -- readers may call): the watermark rounded down to a start of the
+  -- table's periods (they may have changed since it was set), stopped
+  -- where a loss holds periods.
+ CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+                                                      w.loss_blocked) AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table
   -- (OFFSET 0 keeps the subquery from being flattened into each row).
@@ -6119,6 +6315,8 @@ SELECT t.table_name,
 COMMENT ON VIEW @extschema@.consumers IS
     'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
 
+-- (A new output column, before_tracking: made again.)
+DROP FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz);
 -- Changes per period between two instants. A period is covered when every
 -- commit in it lies after the start of the recorded facts (tracking began, or
 -- retention removed older facts, before it) and outside every range lost to
@@ -6129,15 +6327,18 @@ COMMENT ON VIEW @extschema@.consumers IS
 -- no range straddles it and SQL Server's clock went back across none of its
 -- boundaries (a clock_stepped_back event: commits stamped in it after
 -- commits of a later period, maybe after it was final). is_final is what
--- is_final() answers, losses
--- included. A derived table has no facts of its own: its periods are never
+-- is_final() answers, losses included; before_tracking says that the
+-- period began before finalize began observing the table
+-- (_tracked_since), so that some or all of its changes were never seen:
+-- such a period may be final (docs/periods.md), but it is never covered.
+-- A derived table has no facts of its own: its periods are never
 -- covered nor exact, and their counts are NULL (unknown), so the release
 -- gate checks that they are final and cannot confirm an empty one; nor has
 -- a sharded table (its shards have them: ask a shard).
-CREATE OR REPLACE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
+CREATE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint,
-               straddling_ranges bigint, exact boolean)
+               straddling_ranges bigint, exact boolean, before_tracking boolean)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -6146,16 +6347,21 @@ DECLARE
     tt @extschema@.tracked_table;
     wm @extschema@.watermark;
     covered_after timestamptz;
+    since timestamptz;
 BEGIN
     PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
     PERFORM @extschema@._require(from_time, 'from_time');
     PERFORM @extschema@._require(to_time, 'to_time');
     tt := @extschema@._tracked(changes_by_period.table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
+    -- A period that began before finalize observed the table (or before it
+    -- has begun to) holds changes it never saw.
+    since := @extschema@._tracked_since(tt.table_id);
     IF tt.kind IN ('derived', 'sharded') THEN
         RETURN QUERY
         SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
-               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
+               NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false,
+               coalesce(g.period_start < since, true)
           FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
         RETURN;
     END IF;
@@ -6187,7 +6393,8 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.fact c
                             WHERE c.table_id = tt.table_id AND c.event = 'clock_stepped_back'
                               AND (c.detail ->> 'from')::timestamptz < p.pe
-                              AND (c.detail ->> 'to')::timestamptz > p.ps)
+                              AND (c.detail ->> 'to')::timestamptz > p.ps),
+           coalesce(p.ps < since, true)
       FROM periods AS p
       LEFT JOIN LATERAL (
             SELECT x.fact_id, x.inserts, x.updates, x.deletes,
@@ -7378,6 +7585,53 @@ REVOKE ALL ON FUNCTION
     FROM PUBLIC;
 -- ===========================================================================
 -- End of 9h (clock steps).
+-- ===========================================================================
+
+-- ===========================================================================
+-- 9i. Every announcement of a verdict is the verdict the sensors give, and
+-- where tracking began (issue 41; the columns and functions are made in
+-- section 4d).
+-- ===========================================================================
+-- The inputs of a derived table that are not final up to period_end.
+CREATE OR REPLACE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT string_agg(CASE WHEN v.until IS NULL
+                           THEN format('input "%s" has nothing final yet', t.table_name)
+                           ELSE format('input "%s" is final until %s', t.table_name, v.until) END,
+                      '; ' ORDER BY v.until NULLS FIRST, t.table_name)
+           || format('; the period ends at %s', _explain_inputs.period_end)
+      FROM @extschema@.derived_input d
+      JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
+      JOIN @extschema@.watermark w ON w.table_id = d.input_id
+     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
+                                                          t.period_zone, w.loss_blocked) AS until) v
+     WHERE d.table_id = _explain_inputs.table_id
+       AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
+END;
+
+-- What each table's sensors answer now is what was announced last: the
+-- first notification after the update names it as "old".
+UPDATE @extschema@.watermark w
+   SET announced_until = @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+                                                   w.loss_blocked)
+  FROM @extschema@.tracked_table t
+ WHERE t.table_id = w.table_id;
+-- Where each table's observation began: its first range's end, or for a
+-- table whose first facts retention removed, the end of the oldest kept.
+UPDATE @extschema@.watermark w
+   SET tracked_since = (SELECT min(f.end_commit_time) FROM @extschema@.fact f
+                         WHERE f.table_id = w.table_id AND f.kind = 'range');
+GRANT EXECUTE ON FUNCTION
+    @extschema@._sensor_until(bigint, text, timestamptz, interval, text, boolean),
+    @extschema@._tracked_since(bigint),
+    @extschema@._local_time(timestamptz, text)
+    TO finalize_reader;
+GRANT EXECUTE ON FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz) TO finalize_publisher;
+-- ===========================================================================
+-- End of 9i (announcements).
 -- ===========================================================================
 
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to

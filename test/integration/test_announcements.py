@@ -1,0 +1,238 @@
+"""Every announcement of a verdict is the verdict the sensors give (issue 41,
+lead 3b): a NOTIFY payload on channel "finalize", finalize.status and
+explain_verdict name what finalized_until() answers - losses, consumers,
+inputs and shards applied - never a raw watermark; and whatever makes a
+period final announces it, once.
+
+One listener (LISTEN finalize) follows a source table read by the real
+worker from a simulator (real FreeTDS over TCP), a derived table of it, a
+derived table whose job reports, and a sharded table whose shard another
+simulator feeds, through every path that makes periods final: a range, a
+derived table's input, a shard, a job's report, a loss the worker finds
+(hours 10 to 12 purged by CDC cleanup before it read them) and the range
+recorded past it, the acknowledgement of the loss (on the table that lost
+the data, which makes its derived table final too, and on a derived table
+that must acknowledge it itself), a consumer's report resolved by the
+worker, a consumer made optional and one dropped (and the freshness
+incident, which names the verdict too). Each payload is checked
+as it arrives against finalized_until() read at once on the same
+connection (never beyond it, chained from the verdict announced before);
+after each step every table's last announcement must be its verdict (a
+path that made periods final and announced nothing fails), and
+finalize.status and explain_verdict must show that verdict too."""
+
+import datetime
+import json
+
+import pytest
+
+from worker_env import Env, new_cluster, sim_clock, sim_max_lsn
+
+UTC = datetime.timezone.utc
+SOURCE, COPY, JOB, SHARDED = "a.orders", "a.orders_copy", "a.orders_job", "s.orders"
+SHARD = SHARDED + "/db01"
+TABLES = (SOURCE, COPY, JOB, SHARDED, SHARD)
+
+
+def at(hh, mm=0, ss=0):
+    return datetime.datetime(2026, 11, 2, hh, mm, ss, tzinfo=UTC)
+
+
+def utc_iso(ts):
+    """A time as the payloads write it (finalize._utc_iso), or None."""
+    return None if ts is None else ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture(scope="module")
+def pg():
+    cluster = new_cluster()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def sims():
+    """Two simulators on simulated clocks at 08:59 UTC: the source's database and the shard's."""
+    a = sim_clock(start_time="2026-11-02T08:59:00Z").start()
+    b = sim_clock(start_time="2026-11-02T08:59:00Z").start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+class Listener:
+    """A connection that LISTENs on channel "finalize" and asks every question of a step itself,
+    so that a payload committed before an answer is received with it."""
+
+    def __init__(self, pg):
+        self.pg = pg
+        self.conn = pg.connect()
+        with self.conn.cursor() as cur:
+            cur.execute("LISTEN finalize")
+        self.announced = {t: None for t in TABLES}   # the verdict each table's last payload named
+        self.step_payloads = []
+
+    def one(self, query, args=None):
+        with self.conn.cursor() as cur:
+            cur.execute(query, args)
+            row = cur.fetchone()
+        self._receive()
+        return row[0] if row else None
+
+    def verdict(self, table):
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT finalize.finalized_until(%s)", (table,))
+            return cur.fetchone()[0]
+
+    def _receive(self):
+        """Checks each payload as it arrives: a verdict of one of our tables, chained onto the one
+        announced before, moving forward, and never beyond what finalized_until() answers now."""
+        self.conn.poll()
+        while self.conn.notifies:
+            p = json.loads(self.conn.notifies.pop(0).payload)
+            table = p["table"]
+            if table not in self.announced:
+                continue
+            now = self.verdict(table)
+            self.step_payloads.append(p)
+            assert p["old"] == utc_iso(self.announced[table]), \
+                f"{table}: payload {p} does not follow the verdict announced before, {self.announced[table]}"
+            assert p["new"] is not None and (p["old"] is None or p["new"] > p["old"]), f"{table}: {p}"
+            assert now is not None and p["new"] <= utc_iso(now), \
+                f"{table}: payload {p} announces a verdict finalized_until() does not give: it answers {now}"
+            self.announced[table] = datetime.datetime.strptime(p["new"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+    def settle(self, expected, ready=None, what="the step", once=()):
+        """Waits until every table's finalized_until() is what expected says (a table not named keeps
+        its verdict) and ready() holds, and until every table's last payload names its verdict (a
+        derived table is announced within a round of the scheduler); then checks that
+        finalize.status and explain_verdict show the same verdicts. once: tables that one
+        transaction moved, which must be announced exactly once."""
+        want = {t: expected.get(t, self.announced[t]) for t in TABLES}
+
+        def done():
+            self._receive()
+            if ready is not None and not ready():
+                return False
+            now = {t: self.verdict(t) for t in TABLES}
+            self._receive()
+            return now == want and all(self.announced[t] == now[t] for t in TABLES)
+
+        self.pg.wait_for(done, timeout=60, what=lambda: (
+            f"{what}: verdicts {({t: self.verdict(t) for t in TABLES})}, expected {want}, "
+            f"last announced {self.announced}"))
+        for t in TABLES:
+            status = self.one("SELECT finalized_until FROM finalize.status WHERE table_name = %s", (t,))
+            explained = self.one("SELECT finalized_until FROM finalize.explain_verdict(%s)", (t,))
+            assert status == want[t] and explained == want[t], \
+                f"{what}: {t} is final until {want[t]}, but finalize.status says {status} and " \
+                f"explain_verdict {explained}"
+        for t in once:
+            n = sum(1 for p in self.step_payloads if p["table"] == t)
+            assert n == 1, f"{what}: {t} was announced {n} times: {self.step_payloads}"
+        self.step_payloads = []
+
+
+def test_every_path_announces_the_verdict_the_sensors_give(pg, sims):
+    erp, db01 = sims
+    env = Env(pg)
+    listener = Listener(pg)
+    try:
+        for sim in (erp, db01):
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+        env.add_source("erp", erp)
+        env.add_source("db01", db01)
+        env.track(SOURCE, "erp", on_data_loss="resume")
+        env.sql("SELECT finalize.track_derived(%s, ARRAY[%s])", (COPY, SOURCE))
+        env.sql("SELECT finalize.track_derived(%s, ARRAY[%s])", (JOB, SOURCE))
+        env.sql("SELECT finalize.add_consumer(%s, 'job')", (JOB,))
+        env.sql("SELECT finalize.track_sharded(%s, '1 hour')", (SHARDED,))
+        env.sql("SELECT finalize.add_shard(%s, 'db01', 'db01', 'dbo.orders')", (SHARDED,))
+        # The first ranges: each table is final up to the hour its tracking began in.
+        listener.settle({SOURCE: at(8), COPY: at(8), SHARD: at(8), SHARDED: at(8)}, what="tracking")
+
+        # A range (the worker), a derived table's input, a shard.
+        erp.call("sim.commit", inserts=2, at=at(9, 30))
+        erp.call("sim.advance", to=at(10, 5))
+        db01.call("sim.commit", inserts=1, at=at(9, 40))
+        db01.call("sim.advance", to=at(10, 5))
+        listener.settle({SOURCE: at(10), COPY: at(10), SHARD: at(10), SHARDED: at(10)}, what="a range")
+
+        # A derived table's job reports (SQL).
+        listener.one("SELECT finalize.report_processed(%s, 'job', %s)", (JOB, at(10)))
+        listener.settle({JOB: at(10)}, what="a job's report", once=(JOB,))
+
+        # Hours 10 to 12 are purged before the worker reads them: a loss, resumed at once.
+        pg.sql("ALTER SYSTEM SET finalize.enabled = off")
+        pg.reload()
+        pg.wait_for(lambda: not pg.sql("SELECT 1 FROM pg_stat_activity WHERE backend_type = 'finalize worker'"),
+                    what="the worker to stop")
+        for minute in (15, 75, 140):
+            erp.call("sim.commit", inserts=1, at=at(10) + datetime.timedelta(minutes=minute))
+        erp.call("sim.advance", to=at(12, 25))
+        erp.call("sim.cleanup", low_lsn=erp.query("SELECT sys.fn_cdc_get_max_lsn() AS m")[0]["m"])
+        pg.sql("ALTER SYSTEM RESET finalize.enabled")
+        pg.reload()
+        # A range that ends at 15:01, past the loss: the watermark reaches 15:00, the verdict stays
+        # at 10:00, and nothing may announce more (today's bug: {"old": 10:00, "new": 15:00}).
+        listener.pg.wait_for(lambda: listener.one("SELECT count(*) FROM finalize.loss") == 1, timeout=60,
+                             what="the loss")
+        erp.call("sim.commit", inserts=1, at=at(14))
+        erp.call("sim.advance", to=at(15, 1))
+        target = sim_max_lsn(erp)
+        listener.settle({}, ready=lambda: listener.one(
+            "SELECT offset_lsn FROM finalize.status WHERE table_name = %s", (SOURCE,)) == target,
+            what="a range past an unacknowledged loss")
+        assert listener.one("SELECT w.finalized_until FROM finalize.watermark w "
+                            "WHERE w.table_id = finalize._tracked_id(%s)", (SOURCE,)) == at(15)
+        # The freshness incident names the verdict too (a month behind the server's clock here).
+        env.sql("SELECT finalize.alter_tracked_table(%s, max_lag => '1 hour')", (SOURCE,))
+        detail = pg.wait_for(lambda: listener.one(
+            "SELECT detail FROM finalize.alerts WHERE kind = 'freshness' AND table_name = %s", (SOURCE,)),
+            timeout=60, what="the freshness incident")
+        assert detail["finalized_until"] == utc_iso(at(10)), detail
+        env.sql("SELECT finalize.alter_tracked_table(%s, max_lag => '0')", (SOURCE,))
+
+        # The acknowledgement makes hours 10 to 14 final: announced once on the table (SQL), and
+        # on the derived table without a job of its own (the scheduler). The one with a job must
+        # acknowledge the loss itself, once its job rebuilt them.
+        span = listener.one("SELECT ARRAY[finalize.period_start(min(l.lost_from), '1 hour', 'UTC'), "
+                            "finalize.period_end(max(l.lost_to), '1 hour', 'UTC')] FROM finalize.loss l")
+        listener.one("SELECT finalize.acknowledge_loss(%s, %s, %s, 're-snapshotted')", (SOURCE, span[0], span[1]))
+        listener.settle({SOURCE: at(15), COPY: at(15)}, what="an acknowledgement", once=(SOURCE, COPY))
+        listener.one("SELECT finalize.report_processed(%s, 'job', %s)", (JOB, at(15)))
+        listener.settle({}, what="a job's report over a loss it has not acknowledged")
+        listener.one("SELECT finalize.acknowledge_loss(%s, %s, %s, 'rebuilt')", (JOB, span[0], span[1]))
+        listener.settle({JOB: at(15)}, what="an acknowledgement on a derived table", once=(JOB,))
+
+        # A required consumer holds the next hour until its report is resolved by the worker.
+        env.sql("SELECT finalize.add_consumer(%s, 'loader')", (SOURCE,))
+        erp.call("sim.commit", inserts=1, at=at(15, 10))
+        erp.call("sim.advance", to=at(16, 5))
+        target = sim_max_lsn(erp)
+        listener.settle({}, ready=lambda: listener.one(
+            "SELECT offset_lsn FROM finalize.status WHERE table_name = %s", (SOURCE,)) == target,
+            what="a range held by a consumer")
+        listener.one("SELECT finalize.report_progress(%s, 'loader', %s)", (SOURCE, target))
+        listener.settle({SOURCE: at(16), COPY: at(16)}, what="a consumer's report")
+
+        # A consumer made optional, then one dropped (SQL): the verdict moves at once.
+        erp.call("sim.advance", to=at(17, 5))
+        target = sim_max_lsn(erp)
+        listener.settle({}, ready=lambda: listener.one(
+            "SELECT offset_lsn FROM finalize.status WHERE table_name = %s", (SOURCE,)) == target,
+            what="a range held by a consumer that does not report")
+        listener.one("SELECT finalize.alter_consumer(%s, 'loader', required => false)", (SOURCE,))
+        listener.settle({SOURCE: at(17), COPY: at(17)}, what="a consumer made optional", once=(SOURCE,))
+        env.sql("SELECT finalize.add_consumer(%s, 'loader2')", (SOURCE,))
+        erp.call("sim.advance", to=at(18, 5))
+        target = sim_max_lsn(erp)
+        listener.settle({}, ready=lambda: listener.one(
+            "SELECT offset_lsn FROM finalize.status WHERE table_name = %s", (SOURCE,)) == target,
+            what="a range held by a second consumer")
+        listener.one("SELECT finalize.drop_consumer(%s, 'loader2')", (SOURCE,))
+        listener.settle({SOURCE: at(18), COPY: at(18)}, what="a consumer dropped", once=(SOURCE,))
+    finally:
+        listener.conn.close()
+        env.cleanup()
