@@ -529,14 +529,15 @@ BEGIN
     periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
                        OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
     -- Event facts are stored per period they were recorded in: new periods
-    -- would split or merge them.
+    -- would split or merge them. (Late rows are kept as spans of instants,
+    -- late_period, which any periods read: they never stop a change, and
+    -- purge_facts never removes them.)
     IF periods_changed
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
-            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  DETAIL = 'Rows per event period and the release gate count in the periods the facts were recorded in, until finalize.facts_retention removes them.',
                   HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict

@@ -254,7 +254,9 @@ $$;
 
 -- Why an event-time table's partition must not be released as it is, or
 -- NULL: late rows landed in its periods [period_start, period_end) (after
--- they were declared final), and this generation does not say it was built
+-- they were declared final: a late_period span that overlaps them, which
+-- may be a period of other periods the table had then), and this
+-- generation does not say it was built
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
@@ -1251,13 +1253,19 @@ BEGIN
     END IF;
     UPDATE @extschema@.fact f SET late_rows = late WHERE f.fact_id = _store_event_facts.fact_id;
 
-    -- Counted per period; the first late rows of a period say which verdict they violated.
-    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival)
-    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before
+    -- Counted per period, kept as the span of the period (periods may
+    -- change later: a span of other periods starting at the same instant
+    -- grows to hold both); the first late rows of a period say which
+    -- verdict they violated.
+    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival,
+                                              period_end)
+    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before,
+           @extschema@.period_end(e.event_period, tt.granularity, tt.period_zone)
       FROM @extschema@.event_fact e
      WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0
     ON CONFLICT (table_id, event_period) DO UPDATE
-       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen;
+       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen,
+           period_end = GREATEST(l.period_end, EXCLUDED.period_end);
 
     INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
     VALUES (tt.table_id, 'event', end_lsn, end_commit_time, 'late_data',
@@ -2690,10 +2698,25 @@ SELECT t.table_name,
 COMMENT ON VIEW @extschema@.consumers IS
     'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
 
--- Event periods that received rows after they were declared final.
+-- Late rows are kept as the span of the event period they landed in
+-- (issue 41: purge_facts keeps them, and the periods of such a table may
+-- change once its event facts are purged). Until now a table that had late
+-- rows kept its periods, so each span is its period in the table's
+-- periods of today.
+ALTER TABLE @extschema@.late_period ADD COLUMN period_end timestamptz;
+UPDATE @extschema@.late_period l
+   SET period_end = @extschema@.period_end(l.event_period, t.granularity, t.period_zone)
+  FROM @extschema@.tracked_table t
+ WHERE t.table_id = l.table_id;
+ALTER TABLE @extschema@.late_period ALTER COLUMN period_end SET NOT NULL,
+    ADD CHECK (period_end > event_period);
+COMMENT ON COLUMN @extschema@.late_period.period_end IS
+    'The end of the event period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
+
+-- Event periods that received rows after they were declared final (each
+-- as the span of the periods it landed in, see late_period).
 CREATE OR REPLACE VIEW @extschema@.late_data AS
-SELECT t.table_name, l.event_period,
-       @extschema@.period_end(l.event_period, t.granularity, t.period_zone) AS period_end,
+SELECT t.table_name, l.event_period, l.period_end,
        l.rows, l.first_seen, l.last_seen, l.verdict_at_arrival, l.alerted_at
   FROM @extschema@.late_period l
   JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
@@ -2937,14 +2960,15 @@ BEGIN
     periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
                        OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
     -- Event facts are stored per period they were recorded in: new periods
-    -- would split or merge them.
+    -- would split or merge them. (Late rows are kept as spans of instants,
+    -- late_period, which any periods read: they never stop a change, and
+    -- purge_facts never removes them.)
     IF periods_changed
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
-            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  DETAIL = 'Rows per event period and the release gate count in the periods the facts were recorded in, until finalize.facts_retention removes them.',
                   HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
@@ -4925,14 +4949,15 @@ BEGIN
     periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
                        OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
     -- Event facts are stored per period they were recorded in: new periods
-    -- would split or merge them.
+    -- would split or merge them. (Late rows are kept as spans of instants,
+    -- late_period, which any periods read: they never stop a change, and
+    -- purge_facts never removes them.)
     IF periods_changed
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
-            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  DETAIL = 'Rows per event period and the release gate count in the periods the facts were recorded in, until finalize.facts_retention removes them.',
                   HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
@@ -6820,7 +6845,9 @@ $$;
 
 -- Why an event-time table's partition must not be released as it is, or
 -- NULL: late rows landed in its periods [period_start, period_end) (after
--- they were declared final), and this generation does not say it was built
+-- they were declared final: a late_period span that overlaps them, which
+-- may be a period of other periods the table had then), and this
+-- generation does not say it was built
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
@@ -6847,10 +6874,10 @@ BEGIN
           FROM @extschema@.tracked_table x
           JOIN @extschema@.late_period l ON l.table_id = x.table_id
          WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard)
-           AND l.event_period >= period_start AND l.event_period < period_end;
+           AND l.event_period < period_end AND l.period_end > period_start;
     ELSE
         SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
-         WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+         WHERE l.table_id = tt.table_id AND l.event_period < period_end AND l.period_end > period_start;
     END IF;
     IF last_seen IS NULL OR built_at >= last_seen THEN
         RETURN NULL;
