@@ -595,10 +595,15 @@ BEGIN
     -- period ending at or before it is final, none it only reaches into.
     -- Going back to finer periods loses nothing. Which periods a loss holds
     -- depends on the periods; a derived table's verdict may move at once
-    -- under finer ones.
+    -- under finer ones. A sharded table's verdict is moved and announced
+    -- by alter_tracked_table once its shards have the new periods too:
+    -- announced before, it could name periods that a shard's loss, whose
+    -- acknowledgements no longer cover them, holds when the change commits.
     IF periods_changed THEN
         PERFORM @extschema@._refresh_loss_blocked(id);
-        PERFORM @extschema@._advance(id);
+        IF kind <> 'sharded' THEN
+            PERFORM @extschema@._advance(id);
+        END IF;
     END IF;
 END
 $$;

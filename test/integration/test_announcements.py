@@ -236,3 +236,50 @@ def test_every_path_announces_the_verdict_the_sensors_give(pg, sims):
     finally:
         listener.conn.close()
         env.cleanup()
+
+
+def test_a_sharded_table_given_new_periods_announces_what_its_shards_allow():
+    """alter_tracked_table on a sharded table gives its shards the new periods too: the table's
+    verdict under them is announced once they have them. A shard's loss acknowledged for UTC days
+    holds Seoul days again; announced before the shards changed, the payload named the Seoul day
+    2026-11-02 final while finalized_until() said 2026-10-31 15:00 (hand-recorded ranges, no worker)."""
+    pg = new_cluster(**{"finalize.enabled": "off"})
+    listener = pg.connect()
+    db01 = "sh.orders/db01"
+
+    def payloads():
+        """What the listener received up to now: a notification sent last arrives after them."""
+        pg.sql("NOTIFY finalize, 'end'")
+        pg.wait_for(lambda: listener.poll() or any(n.payload == "end" for n in listener.notifies),
+                    what="the notifications")
+        got = [json.loads(n.payload) for n in listener.notifies if n.payload != "end"]
+        listener.notifies.clear()
+        return got
+    try:
+        with listener.cursor() as cur:
+            cur.execute("LISTEN finalize")
+        for q in ["CREATE SERVER sh_db01 FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'db01')",
+                  "SELECT finalize.track_sharded('sh.orders', '1 hour')",
+                  "SELECT finalize.add_shard('sh.orders', 'db01', 'sh_db01', 'dbo.orders')",
+                  f"SELECT finalize.record_range('{db01}', NULL, '0x00000000000000000100', '2026-11-01 10:00+00')",
+                  # hours 10 to 21 of November 1 lost, then a range to November 2, 16:00
+                  f"SELECT finalize._record_event(finalize._tracked_id('{db01}'), 'data_loss', "
+                  "'0x00000000000000000100', '0x00000000000000000300', 'dbo_orders', '{}', 'data_lost', 'purged')",
+                  f"SELECT finalize.resume_table('{db01}')",
+                  f"SELECT finalize._resume_after_loss(finalize._tracked_id('{db01}'), '0x000000000000000002FF', "
+                  "'2026-11-01 21:00+00', '2026-11-01 21:00+00', 'dbo_orders', false, '{}')",
+                  f"SELECT finalize.record_range('{db01}', '0x000000000000000002FF', '0x00000000000000000400', "
+                  "'2026-11-02 16:00+00')",
+                  "SELECT finalize.alter_tracked_table('sh.orders', granularity => '1 day')",
+                  f"SELECT finalize.acknowledge_loss('{db01}', '2026-11-01 00:00+00', '2026-11-02 00:00+00', 'fixed')",
+                  "SELECT finalize._refresh_derived()"]:
+            pg.sql(q)
+        assert pg.sql("SELECT finalize.finalized_until('sh.orders')")[0][0] == at(0)
+        payloads()
+        pg.sql("SELECT finalize.alter_tracked_table('sh.orders', period_zone => 'Asia/Seoul')")
+        now = pg.sql("SELECT finalize.finalized_until('sh.orders')")[0][0]
+        assert now == datetime.datetime(2026, 10, 31, 15, tzinfo=UTC)
+        assert [p for p in payloads() if p["new"] > utc_iso(now)] == []
+    finally:
+        listener.close()
+        pg.cleanup()
