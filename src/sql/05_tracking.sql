@@ -329,18 +329,19 @@ BEGIN
                      untrack_table.table_name, label
             USING DETAIL = 'It was left tracked when its sharded table was untracked while it was being added.';
     END IF;
-    -- A sharded table: the lock add_shard and drop_shard take on it
-    -- (_lock_sharded), so that a shard added meanwhile is untracked with
-    -- it, never left behind, and one added after it sees it untracked. Its
-    -- row first, exclusively when it is deleted below: a delete that waited
-    -- for such a call's key share while that call waits for the verdict
-    -- held here would deadlock.
-    IF tkind = 'sharded' THEN
-        IF NOT keep_facts THEN
-            PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
-        END IF;
-        PERFORM @extschema@._lock_tracked(id);
+    -- Its verdict: a transaction that writes it (a worker's cycle, a
+    -- pipeline's report) commits before the table is untracked, so that
+    -- its NOTIFY never names the table once it is untracked, nor after a
+    -- table tracked again under its name. A sharded table's is the lock
+    -- add_shard and drop_shard take on it (_lock_sharded), so that a shard
+    -- added meanwhile is untracked with it, never left behind, and one
+    -- added after it sees it untracked. Its row first, exclusively when it
+    -- is deleted below: a delete that waited for such a call's key share
+    -- while that call waits for the verdict held here would deadlock.
+    IF NOT keep_facts THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
     END IF;
+    PERFORM @extschema@._lock_tracked(id);
     users := @extschema@._dependents(id);
     IF tkind = 'sharded' THEN
         users := ARRAY(SELECT DISTINCT x.name

@@ -538,6 +538,39 @@ RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_sensor_until'
 LANGUAGE C STABLE;
 
+-- Whether no other transaction can lower the verdicts a derived or
+-- sharded table is built from until this one ends: the rows of the tables
+-- it is built from (transitively) are held FOR SHARE, each without
+-- waiting. What lowers a verdict already final (new periods, whose
+-- acknowledgements may no longer cover a loss; a lake's rollback) holds
+-- the table's row FOR NO KEY UPDATE, which conflicts; the worker's and the
+-- pipelines' writes take KEY SHARE, which does not. True for a table built
+-- from none. Rows it could take stay held (rows of finalize's only).
+CREATE FUNCTION @extschema@._hold_inputs(table_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    n integer;
+BEGIN
+    ids := ARRAY(WITH RECURSIVE up(id) AS (
+                     SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = _hold_inputs.table_id
+                     UNION
+                     SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+                 SELECT up.id FROM up ORDER BY up.id);
+    IF cardinality(ids) = 0 THEN
+        RETURN true;
+    END IF;
+    SELECT count(*) INTO n
+      FROM (SELECT FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)
+             ORDER BY t.table_id FOR SHARE SKIP LOCKED) AS x;
+    RETURN n = cardinality(ids);
+END
+$$;
+
 -- Announces the verdicts of some tables whose rows the caller holds:
 -- records what finalized_until() answers now (_sensor_until) as
 -- watermark.announced_until and, for each that moved past the verdict
@@ -546,15 +579,26 @@ LANGUAGE C STABLE;
 -- is recorded without a notification, so that the next one names where it
 -- stood; with falls_only nothing else is recorded, for callers that an
 -- advance follows in the same transaction (it announces once, at the
--- verdict the transaction ends with). Returns the tables announced. With
--- the same rule in the UPDATE of _advance_sources, the one way a verdict
--- is announced (docs/design/announcements.md).
+-- verdict the transaction ends with). A rise of a derived or sharded
+-- table is announced only once _hold_inputs holds its inputs, before the
+-- verdict is read (a statement of its own: a new snapshot): read before a
+-- transaction that lowers an input's verdict commits, and sent at this
+-- one's commit after it, a payload would name periods finalized_until()
+-- no longer gives. One another transaction holds is left as it was (the
+-- scheduler's next round announces it). Returns the tables announced.
+-- With the same rule in the UPDATE of _advance_sources, the one way a
+-- verdict is announced (docs/design/announcements.md).
 CREATE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    held bigint[] := '{}';
 BEGIN
+    IF NOT falls_only THEN
+        held := ARRAY(SELECT i.id FROM unnest(table_ids) AS i(id) WHERE @extschema@._hold_inputs(i.id));
+    END IF;
     RETURN QUERY
     WITH cur AS (
         SELECT w.table_id, w.announced_until AS old_until,
@@ -569,7 +613,7 @@ BEGIN
            SET announced_until = c.new_until
           FROM cur c
          WHERE w.table_id = c.table_id AND c.new_until IS DISTINCT FROM c.old_until
-           AND (NOT falls_only OR c.new_until IS NULL OR c.new_until < c.old_until)
+           AND (c.table_id = ANY (held) OR c.new_until IS NULL OR c.new_until < c.old_until)
         RETURNING w.table_id, c.old_until, c.new_until, w.offset_lsn, w.offset_commit_time)
     SELECT x.table_id
       FROM (SELECT ch.* FROM changed ch WHERE ch.new_until > coalesce(ch.old_until, '-infinity')) x
@@ -2349,6 +2393,15 @@ BEGIN
     tt := @extschema@._try_lock_tracked(l.table_id);
     IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, l.consumer) THEN
         RETURN false;
+    END IF;
+    -- A rollback lowers a verdict already final: the table's row too, so
+    -- that no announcement of a table built from it, read before this
+    -- commits, is sent after it (_hold_inputs).
+    IF rolled_back THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
     END IF;
     -- Again under the lock: the row may have changed since it was read, and
     -- an observation judged against another state (a reset meanwhile) is
@@ -4832,18 +4885,19 @@ BEGIN
                      untrack_table.table_name, label
             USING DETAIL = 'It was left tracked when its sharded table was untracked while it was being added.';
     END IF;
-    -- A sharded table: the lock add_shard and drop_shard take on it
-    -- (_lock_sharded), so that a shard added meanwhile is untracked with
-    -- it, never left behind, and one added after it sees it untracked. Its
-    -- row first, exclusively when it is deleted below: a delete that waited
-    -- for such a call's key share while that call waits for the verdict
-    -- held here would deadlock.
-    IF tkind = 'sharded' THEN
-        IF NOT keep_facts THEN
-            PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
-        END IF;
-        PERFORM @extschema@._lock_tracked(id);
+    -- Its verdict: a transaction that writes it (a worker's cycle, a
+    -- pipeline's report) commits before the table is untracked, so that
+    -- its NOTIFY never names the table once it is untracked, nor after a
+    -- table tracked again under its name. A sharded table's is the lock
+    -- add_shard and drop_shard take on it (_lock_sharded), so that a shard
+    -- added meanwhile is untracked with it, never left behind, and one
+    -- added after it sees it untracked. Its row first, exclusively when it
+    -- is deleted below: a delete that waited for such a call's key share
+    -- while that call waits for the verdict held here would deadlock.
+    IF NOT keep_facts THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
     END IF;
+    PERFORM @extschema@._lock_tracked(id);
     users := @extschema@._dependents(id);
     IF tkind = 'sharded' THEN
         users := ARRAY(SELECT DISTINCT x.name
