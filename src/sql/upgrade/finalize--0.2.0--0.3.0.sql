@@ -545,7 +545,9 @@ LANGUAGE C STABLE;
 -- acknowledgements may no longer cover a loss; a lake's rollback) holds
 -- the table's row FOR NO KEY UPDATE, which conflicts; the worker's and the
 -- pipelines' writes take KEY SHARE, which does not. True for a table built
--- from none. Rows it could take stay held (rows of finalize's only).
+-- from none; false in a session, which never holds another team's rows
+-- (the scheduler's round, whose transactions end within milliseconds,
+-- announces the table). Rows it could take stay held.
 CREATE FUNCTION @extschema@._hold_inputs(table_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -563,6 +565,8 @@ BEGIN
                  SELECT up.id FROM up ORDER BY up.id);
     IF cardinality(ids) = 0 THEN
         RETURN true;
+    ELSIF NOT @extschema@._in_background() THEN
+        RETURN false;
     END IF;
     SELECT count(*) INTO n
       FROM (SELECT FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)
