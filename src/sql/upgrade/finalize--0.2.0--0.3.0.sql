@@ -543,8 +543,10 @@ LANGUAGE C STABLE;
 -- it is built from (transitively) are held FOR SHARE, each without
 -- waiting. What lowers a verdict already final (new periods, whose
 -- acknowledgements may no longer cover a loss; a lake's rollback) holds
--- the table's row FOR NO KEY UPDATE, which conflicts; the worker's and the
--- pipelines' writes take KEY SHARE, which does not. True for a table built
+-- the table's row FOR NO KEY UPDATE, which conflicts; ranges and reports
+-- take KEY SHARE, which does not (a state change of the worker, which does
+-- not wait, may find a row held for milliseconds and retries next cycle,
+-- as _lock_tracked_row says). True for a table built
 -- from none; false in a session, which never holds another team's rows
 -- (the scheduler's round, whose transactions end within milliseconds,
 -- announces the table). Rows it could take stay held.
