@@ -11,17 +11,23 @@
  * ProcSignal barrier another backend waits on, are served right there and
  * the I/O goes on; should serving one raise an error, the error is kept, the
  * I/O ends, and io_interrupts_rethrow() raises it once the library returned.
+ * A caller may also give all its waits one deadline (io_set_deadline): a
+ * wait still going then ends as a timeout.
  */
 #include "postgres.h"
 
 #include "miscadmin.h"
 #include "storage/procsignal.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "core/io_interrupts.h"
 
 /* An error raised while serving an interrupt inside a callback. */
 static ErrorData *deferred_error = NULL;
+
+/* When every wait must end (io_set_deadline), 0 for no deadline. */
+static TimestampTz io_deadline = 0;
 
 /*
  * Whether the I/O in progress must end: a cancel or a termination that may
@@ -111,4 +117,35 @@ io_interrupts_rethrow(void)
 		PG_END_TRY();
 	}
 	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * Gives every later wait of this process one deadline, timeout_ms from now
+ * (0: none, the worker's way, where each wait has its own timeout): a call
+ * that must answer within one time however many waits it makes
+ * (finalize.track_table's check of the SQL Server table).
+ */
+void
+io_set_deadline(long timeout_ms)
+{
+	io_deadline = timeout_ms > 0 ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms) : 0;
+}
+
+/* Whether the deadline has passed: the library's wait must end. */
+bool
+io_deadline_passed(void)
+{
+	return io_deadline != 0 && GetCurrentTimestamp() >= io_deadline;
+}
+
+/* A wait of ms milliseconds, cut to end by the deadline (at least 1 ms). */
+long
+io_bounded_ms(long ms)
+{
+	long		left;
+
+	if (io_deadline == 0)
+		return ms;
+	left = (long) ((io_deadline - GetCurrentTimestamp()) / 1000);
+	return Max(Min(ms, left), 1);
 }

@@ -171,7 +171,7 @@ static void
 define_check_settings(void)
 {
 	DefineCustomIntVariable("finalize.source_check_timeout",
-							"How long track_table and add_shard wait for SQL Server when they check the source table.",
+							"How long track_table and add_shard wait for SQL Server, in all, when they check the source table.",
 							"They log in as the worker would and ask whether the table exists, has change data "
 							"capture and may be read; an unreachable source only gets a NOTICE. 0 checks nothing.",
 							&finalize_source_check_timeout,

@@ -136,12 +136,14 @@ on_server_message(DBPROCESS *dbproc pg_attribute_unused(), DBINT msgno, int msgs
 
 /*
  * Interrupt check DB-Library calls once a second while it waits: true ends
- * the wait (a cancel or a termination); other interrupts are served here.
+ * the wait (a cancel or a termination; or the caller's deadline passed,
+ * which DB-Library then reports as a timeout); other interrupts are served
+ * here.
  */
 static int
 check_interrupt(void *dbproc pg_attribute_unused())
 {
-	return io_must_stop() ? TRUE : FALSE;
+	return io_must_stop() || io_deadline_passed() ? TRUE : FALSE;
 }
 
 /* What DB-Library does about a pending interrupt: stop waiting. */
@@ -220,7 +222,7 @@ replies_encrypted(MssqlConn *conn, MssqlError *err)
 	p.fd = dbiordesc(conn->dbproc);
 	p.events = POLLIN;
 	p.revents = 0;
-	if (poll(&p, 1, conn->query_timeout * 1000) == 1)
+	if (poll(&p, 1, (int) io_bounded_ms(conn->query_timeout * 1000L)) == 1)
 		n = recv(p.fd, head, sizeof(head), MSG_PEEK);
 	if (dbsqlok(conn->dbproc) == FAIL)
 	{
@@ -254,7 +256,7 @@ new_login(const MssqlConnInfo *info, MssqlError *err)
 {
 	LOGINREC   *login;
 
-	dbsetlogintime(info->login_timeout);
+	dbsetlogintime((int) ((io_bounded_ms(info->login_timeout * 1000L) + 999) / 1000));
 	dbsettime(info->query_timeout);
 
 	login = dblogin();
@@ -284,7 +286,7 @@ open_login(const MssqlConnInfo *info, LOGINREC *login)
 	DBPROCESS  *dbproc;
 	char		no_file[1] = "";
 
-	login_watch_start(info->login_timeout);
+	login_watch_start((int) ((io_bounded_ms(info->login_timeout * 1000L) + 999) / 1000));
 	dbsetifile(unconstify(char *, info->conf_path));
 	dbproc = (ProcDiePending || QueryCancelPending) ? NULL : dbopen(login, info->section);
 	dbsetifile(no_file);
@@ -370,7 +372,9 @@ mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err)
 		dbcancel(conn->dbproc);
 		conn->pending = false;
 	}
-	rc = dbcmd(conn->dbproc, sql);
+	/* No batch starts after the caller's deadline (a wait's end is checked once a second). */
+	err->timed_out = io_deadline_passed();
+	rc = err->timed_out ? FAIL : dbcmd(conn->dbproc, sql);
 	/* From here on results may be pending, even if the batch fails. */
 	conn->pending = true;
 	if (rc != FAIL)
@@ -378,7 +382,8 @@ mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err)
 	current_error = NULL;
 	if (rc == FAIL)
 	{
-		fail_unless_set(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
+		fail_unless_set(err, err->timed_out ? "the time given for the call ran out before the batch was sent"
+						: dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
 						: "SQL Server refused the batch");
 		return false;
 	}

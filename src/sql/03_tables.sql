@@ -446,6 +446,10 @@ COMMENT ON TABLE @extschema@.lateness_hour IS
 
 -- Event-time tables: event periods that received rows after they were
 -- final. One row per table and period, counting every late row it got.
+-- Each is the span [event_period, period_end) of the periods it landed
+-- in, kept as instants: the release gate reads it in whatever periods the
+-- table has later (alter_tracked_table), and a span that a later period
+-- only overlaps holds that period too.
 CREATE TABLE @extschema@.late_period (
     table_id            bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
     event_period        timestamptz NOT NULL,
@@ -454,10 +458,14 @@ CREATE TABLE @extschema@.late_period (
     last_seen           timestamptz NOT NULL,
     verdict_at_arrival  timestamptz NOT NULL,
     alerted_at          timestamptz,
-    PRIMARY KEY (table_id, event_period)
+    period_end          timestamptz NOT NULL,
+    PRIMARY KEY (table_id, event_period),
+    CHECK (period_end > event_period)
 );
 COMMENT ON TABLE @extschema@.late_period IS
     'Event-time tables: periods that received rows after they were declared final (see the view finalize.late_data)';
+COMMENT ON COLUMN @extschema@.late_period.period_end IS
+    'The end of the event period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
 
 -- pg_dump keeps the contents of these tables with the extension.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.tracked_table', '');

@@ -329,18 +329,19 @@ BEGIN
                      untrack_table.table_name, label
             USING DETAIL = 'It was left tracked when its sharded table was untracked while it was being added.';
     END IF;
-    -- A sharded table: the lock add_shard and drop_shard take on it
-    -- (_lock_sharded), so that a shard added meanwhile is untracked with
-    -- it, never left behind, and one added after it sees it untracked. Its
-    -- row first, exclusively when it is deleted below: a delete that waited
-    -- for such a call's key share while that call waits for the verdict
-    -- held here would deadlock.
-    IF tkind = 'sharded' THEN
-        IF NOT keep_facts THEN
-            PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
-        END IF;
-        PERFORM @extschema@._lock_tracked(id);
+    -- Its verdict: a transaction that writes it (a worker's cycle, a
+    -- pipeline's report) commits before the table is untracked, so that
+    -- its NOTIFY never names the table once it is untracked, nor after a
+    -- table tracked again under its name. A sharded table's is the lock
+    -- add_shard and drop_shard take on it (_lock_sharded), so that a shard
+    -- added meanwhile is untracked with it, never left behind, and one
+    -- added after it sees it untracked. Its row first, exclusively when it
+    -- is deleted below: a delete that waited for such a call's key share
+    -- while that call waits for the verdict held here would deadlock.
+    IF NOT keep_facts THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
     END IF;
+    PERFORM @extschema@._lock_tracked(id);
     users := @extschema@._dependents(id);
     IF tkind = 'sharded' THEN
         users := ARRAY(SELECT DISTINCT x.name
@@ -529,14 +530,15 @@ BEGIN
     periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
                        OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
     -- Event facts are stored per period they were recorded in: new periods
-    -- would split or merge them.
+    -- would split or merge them. (Late rows are kept as spans of instants,
+    -- late_period, which any periods read: they never stop a change, and
+    -- purge_facts never removes them.)
     IF periods_changed
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
-            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  DETAIL = 'Rows per event period and the release gate count in the periods the facts were recorded in, until finalize.facts_retention removes them.',
                   HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
@@ -594,10 +596,15 @@ BEGIN
     -- period ending at or before it is final, none it only reaches into.
     -- Going back to finer periods loses nothing. Which periods a loss holds
     -- depends on the periods; a derived table's verdict may move at once
-    -- under finer ones.
+    -- under finer ones. A sharded table's verdict is moved and announced
+    -- by alter_tracked_table once its shards have the new periods too:
+    -- announced before, it could name periods that a shard's loss, whose
+    -- acknowledgements no longer cover them, holds when the change commits.
     IF periods_changed THEN
         PERFORM @extschema@._refresh_loss_blocked(id);
-        PERFORM @extschema@._advance(id);
+        IF kind <> 'sharded' THEN
+            PERFORM @extschema@._advance(id);
+        END IF;
     END IF;
 END
 $$;

@@ -116,6 +116,45 @@ RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_sensor_until'
 LANGUAGE C STABLE;
 
+-- Whether no other transaction can lower the verdicts a derived or
+-- sharded table is built from until this one ends: the rows of the tables
+-- it is built from (transitively) are held FOR SHARE, each without
+-- waiting. What lowers a verdict already final (new periods, whose
+-- acknowledgements may no longer cover a loss; a lake's rollback) holds
+-- the table's row FOR NO KEY UPDATE, which conflicts; ranges and reports
+-- take KEY SHARE, which does not (a state change of the worker, which does
+-- not wait, may find a row held for milliseconds and retries next cycle,
+-- as _lock_tracked_row says). True for a table built
+-- from none; false in a session, which never holds another team's rows
+-- (the scheduler's round, whose transactions end within milliseconds,
+-- announces the table). Rows it could take stay held.
+CREATE FUNCTION @extschema@._hold_inputs(table_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    n integer;
+BEGIN
+    ids := ARRAY(WITH RECURSIVE up(id) AS (
+                     SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = _hold_inputs.table_id
+                     UNION
+                     SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+                 SELECT up.id FROM up ORDER BY up.id);
+    IF cardinality(ids) = 0 THEN
+        RETURN true;
+    ELSIF NOT @extschema@._in_background() THEN
+        RETURN false;
+    END IF;
+    SELECT count(*) INTO n
+      FROM (SELECT FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)
+             ORDER BY t.table_id FOR SHARE SKIP LOCKED) AS x;
+    RETURN n = cardinality(ids);
+END
+$$;
+
 -- Announces the verdicts of some tables whose rows the caller holds:
 -- records what finalized_until() answers now (_sensor_until) as
 -- watermark.announced_until and, for each that moved past the verdict
@@ -124,15 +163,26 @@ LANGUAGE C STABLE;
 -- is recorded without a notification, so that the next one names where it
 -- stood; with falls_only nothing else is recorded, for callers that an
 -- advance follows in the same transaction (it announces once, at the
--- verdict the transaction ends with). Returns the tables announced. With
--- the same rule in the UPDATE of _advance_sources, the one way a verdict
--- is announced (docs/design/announcements.md).
+-- verdict the transaction ends with). A rise of a derived or sharded
+-- table is announced only once _hold_inputs holds its inputs, before the
+-- verdict is read (a statement of its own: a new snapshot): read before a
+-- transaction that lowers an input's verdict commits, and sent at this
+-- one's commit after it, a payload would name periods finalized_until()
+-- no longer gives. One another transaction holds is left as it was (the
+-- scheduler's next round announces it). Returns the tables announced.
+-- With the same rule in the UPDATE of _advance_sources, the one way a
+-- verdict is announced (docs/design/announcements.md).
 CREATE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    held bigint[] := '{}';
 BEGIN
+    IF NOT falls_only THEN
+        held := ARRAY(SELECT i.id FROM unnest(table_ids) AS i(id) WHERE @extschema@._hold_inputs(i.id));
+    END IF;
     RETURN QUERY
     WITH cur AS (
         SELECT w.table_id, w.announced_until AS old_until,
@@ -147,7 +197,7 @@ BEGIN
            SET announced_until = c.new_until
           FROM cur c
          WHERE w.table_id = c.table_id AND c.new_until IS DISTINCT FROM c.old_until
-           AND (NOT falls_only OR c.new_until IS NULL OR c.new_until < c.old_until)
+           AND (c.table_id = ANY (held) OR c.new_until IS NULL OR c.new_until < c.old_until)
         RETURNING w.table_id, c.old_until, c.new_until, w.offset_lsn, w.offset_commit_time)
     SELECT x.table_id
       FROM (SELECT ch.* FROM changed ch WHERE ch.new_until > coalesce(ch.old_until, '-infinity')) x

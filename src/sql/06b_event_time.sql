@@ -320,13 +320,19 @@ BEGIN
     END IF;
     UPDATE @extschema@.fact f SET late_rows = late WHERE f.fact_id = _store_event_facts.fact_id;
 
-    -- Counted per period; the first late rows of a period say which verdict they violated.
-    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival)
-    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before
+    -- Counted per period, kept as the span of the period (periods may
+    -- change later: a span of other periods starting at the same instant
+    -- grows to hold both); the first late rows of a period say which
+    -- verdict they violated.
+    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival,
+                                              period_end)
+    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before,
+           @extschema@.period_end(e.event_period, tt.granularity, tt.period_zone)
       FROM @extschema@.event_fact e
      WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0
     ON CONFLICT (table_id, event_period) DO UPDATE
-       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen;
+       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen,
+           period_end = GREATEST(l.period_end, EXCLUDED.period_end);
 
     INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
     VALUES (tt.table_id, 'event', end_lsn, end_commit_time, 'late_data',
@@ -370,10 +376,10 @@ BEGIN
 END
 $$;
 
--- Event periods that received rows after they were declared final.
+-- Event periods that received rows after they were declared final (each
+-- as the span of the periods it landed in, see late_period).
 CREATE VIEW @extschema@.late_data AS
-SELECT t.table_name, l.event_period,
-       @extschema@.period_end(l.event_period, t.granularity, t.period_zone) AS period_end,
+SELECT t.table_name, l.event_period, l.period_end,
        l.rows, l.first_seen, l.last_seen, l.verdict_at_arrival, l.alerted_at
   FROM @extschema@.late_period l
   JOIN @extschema@.tracked_table t ON t.table_id = l.table_id

@@ -423,6 +423,15 @@ BEGIN
     IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, l.consumer) THEN
         RETURN false;
     END IF;
+    -- A rollback lowers a verdict already final: the table's row too, so
+    -- that no announcement of a table built from it, read before this
+    -- commits, is sent after it (_hold_inputs).
+    IF rolled_back THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
     -- Again under the lock: the row may have changed since it was read, and
     -- an observation judged against another state (a reset meanwhile) is
     -- not this row's.

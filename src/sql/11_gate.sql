@@ -725,7 +725,9 @@ $$;
 
 -- Why an event-time table's partition must not be released as it is, or
 -- NULL: late rows landed in its periods [period_start, period_end) (after
--- they were declared final), and this generation does not say it was built
+-- they were declared final: a late_period span that overlaps them, which
+-- may be a period of other periods the table had then), and this
+-- generation does not say it was built
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
@@ -752,10 +754,10 @@ BEGIN
           FROM @extschema@.tracked_table x
           JOIN @extschema@.late_period l ON l.table_id = x.table_id
          WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard)
-           AND l.event_period >= period_start AND l.event_period < period_end;
+           AND l.event_period < period_end AND l.period_end > period_start;
     ELSE
         SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
-         WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+         WHERE l.table_id = tt.table_id AND l.event_period < period_end AND l.period_end > period_start;
     END IF;
     IF last_seen IS NULL OR built_at >= last_seen THEN
         RETURN NULL;

@@ -11,9 +11,10 @@
  * the user mapping of its owner, else PUBLIC's (ws_source_config), with
  * the same encryption and certificate checks. It runs in the caller's
  * backend, in the call's own transaction, before the table's row is
- * written and before any of finalize's locks is taken, with
- * finalize.source_check_timeout (5 s) for the login and for each query; a
- * cancel or statement_timeout ends it at once. Its private FreeTDS
+ * written and before any of finalize's locks is taken, within
+ * finalize.source_check_timeout (5 s) for the login and every query
+ * together (one deadline: a wait still going then ends within a second);
+ * a cancel or statement_timeout ends it at once. Its private FreeTDS
  * configuration and log are this backend's, removed afterwards, so that
  * a worker reading the server's own configuration never sees it rewritten.
  */
@@ -95,7 +96,9 @@ check_table(SourceCheck *sc)
 	if (probe.access != TABLE_UNKNOWN)
 		refuse(&probe, sc->schema, sc->name, &sc->cfg);
 	not_checked(sc->schema, sc->name, &sc->cfg,
-				psprintf("Asking SQL Server about it failed: %s.", mssql_error_text(&probe.err)));
+				psprintf("Asking SQL Server about it failed: %s%s.", mssql_error_text(&probe.err),
+						 probe.err.timed_out ? psprintf(" (the check answers within finalize.source_check_timeout, %d s, in all)",
+														finalize_source_check_timeout) : ""));
 }
 
 /*
@@ -129,12 +132,15 @@ finalize_check_source_table(PG_FUNCTION_ARGS)
 	sc->cfg.conn.query_timeout = Min(sc->cfg.conn.query_timeout, finalize_source_check_timeout);
 	sc->cfg.conn.conf_path = psprintf("%s/pg_finalize/tds/check-%d.conf", DataDir, MyProcPid);
 	sc->cfg.conn.log_path = psprintf("%s/pg_finalize/tds/check-%d.log", DataDir, MyProcPid);
+	/* One deadline for the login and every question, however many. */
+	io_set_deadline(finalize_source_check_timeout * 1000L);
 	PG_TRY();
 	{
 		check_table(sc);
 	}
 	PG_FINALLY();
 	{
+		io_set_deadline(0);
 		mssql_close(sc->conn);
 		(void) unlink(sc->cfg.conn.conf_path);
 		(void) unlink(sc->cfg.conn.log_path);

@@ -23,6 +23,7 @@ finalize.status and explain_verdict must show that verdict too."""
 
 import datetime
 import json
+import threading
 
 import pytest
 
@@ -236,3 +237,132 @@ def test_every_path_announces_the_verdict_the_sensors_give(pg, sims):
     finally:
         listener.conn.close()
         env.cleanup()
+
+
+def received(pg, listener):
+    """The payloads a listener received up to now, each with what finalized_until() answers for
+    its table at once: a notification sent last arrives after them."""
+    pg.sql("NOTIFY finalize, 'end'")
+    pg.wait_for(lambda: listener.poll() or any(n.payload == "end" for n in listener.notifies),
+                what="the notifications")
+    got = []
+    with listener.cursor() as cur:
+        for n in [n for n in listener.notifies if n.payload != "end"]:
+            p = json.loads(n.payload)
+            cur.execute("SELECT finalize.finalized_until(%s)", (p["table"],))
+            got.append((p, cur.fetchone()[0]))
+    listener.notifies.clear()
+    return got
+
+
+def ahead(got):
+    """The payloads that name a verdict finalized_until() did not give."""
+    return [(p, now) for p, now in got if now is None or p["new"] > utc_iso(now)]
+
+
+def record_loss(pg, table, end):
+    """Records on a table, by hand, a range to 2026-11-01 10:00, a loss over its hours 10 to 21
+    acknowledged hour by hour, and a range to end."""
+    for q in [f"SELECT finalize.record_range('{table}', NULL, '0x00000000000000000100', '2026-11-01 10:00+00')",
+              f"SELECT finalize._record_event(finalize._tracked_id('{table}'), 'data_loss', "
+              "'0x00000000000000000100', '0x00000000000000000300', 'dbo_orders', '{}', 'data_lost', 'purged')",
+              f"SELECT finalize.resume_table('{table}')",
+              f"SELECT finalize._resume_after_loss(finalize._tracked_id('{table}'), '0x000000000000000002FF', "
+              "'2026-11-01 21:00+00', '2026-11-01 21:00+00', 'dbo_orders', false, '{}')",
+              f"SELECT finalize.record_range('{table}', '0x000000000000000002FF', '0x00000000000000000400', '{end}')",
+              f"SELECT finalize.acknowledge_loss('{table}', '2026-11-01 10:00+00', '2026-11-01 22:00+00', 'fixed')"]:
+        pg.sql(q)
+
+
+def test_a_sharded_table_given_new_periods_announces_what_its_shards_allow():
+    """alter_tracked_table on a sharded table gives its shards the new periods too: the table's
+    verdict under them is announced once they have them. A shard's loss acknowledged for UTC days
+    holds Seoul days again; announced before the shards changed, the payload named the Seoul day
+    2026-11-02 final while finalized_until() said 2026-10-31 15:00 (hand-recorded ranges, no worker)."""
+    pg = new_cluster(**{"finalize.enabled": "off"})
+    listener = pg.connect()
+    try:
+        with listener.cursor() as cur:
+            cur.execute("LISTEN finalize")
+        pg.sql("CREATE SERVER sh_db01 FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'db01')")
+        pg.sql("SELECT finalize.track_sharded('sh.orders', '1 hour')")
+        pg.sql("SELECT finalize.add_shard('sh.orders', 'db01', 'sh_db01', 'dbo.orders')")
+        record_loss(pg, "sh.orders/db01", "2026-11-02 16:00+00")
+        pg.sql("SELECT finalize.alter_tracked_table('sh.orders', granularity => '1 day')")
+        pg.sql("SELECT finalize.acknowledge_loss('sh.orders/db01', '2026-11-01 00:00+00', '2026-11-02 00:00+00', 'x')")
+        # (the scheduler's round announces the sharded table)
+        pg.wait_for(lambda: pg.sql("SELECT w.announced_until FROM finalize.watermark w "
+                                   "WHERE w.table_id = finalize._tracked_id('sh.orders')")[0][0] == at(0),
+                    what="the sharded table announced final until 2026-11-02")
+        received(pg, listener)
+        pg.sql("SELECT finalize.alter_tracked_table('sh.orders', period_zone => 'Asia/Seoul')")
+        assert ahead(received(pg, listener)) == []
+        assert pg.sql("SELECT finalize.finalized_until('sh.orders')")[0][0] == datetime.datetime(
+            2026, 10, 31, 15, tzinfo=UTC)
+    finally:
+        listener.close()
+        pg.cleanup()
+
+
+def meanwhile(pg, holder, sql):
+    """Runs sql in a transaction of its own while holder's transaction is open, then commits
+    holder: sql's transaction commits first when it did not wait for holder (as a call on its own
+    would), else it is left waiting, then open. Returns it, to be committed once the payloads
+    holder sent were checked."""
+    other = pg.connect(autocommit=False)
+    call = threading.Thread(target=lambda: other.cursor().execute(sql))
+    call.start()
+    pid = other.get_backend_pid()
+    pg.wait_for(lambda: not call.is_alive() or pg.sql(
+        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,))[0][0],
+        what="the call to end or wait")
+    if not call.is_alive():
+        other.commit()
+    holder.commit()
+    call.join(60)
+    return other
+
+
+def test_a_derived_table_is_not_announced_past_what_an_input_lost_meanwhile():
+    """A round of _refresh_derived reads a derived table's new verdict (17:00) while an admin gives
+    its input new periods, which its acknowledgements (per hour) no longer cover: the input's loss
+    holds the derived table at 2026-11-01 10:00 again. Before, the change committed first and the
+    round's payload named 17:00 while finalized_until() said 10:00 (a round run in a session here,
+    holding the derived table's row from the start so that the scheduler's own rounds skip it; a
+    session now leaves the rise to them). Likewise a range recorded while its table is untracked and
+    tracked again under its name: the payload named the old table's verdict for the new one."""
+    pg = new_cluster(**{"finalize.enabled": "off"})
+    listener, round_, writer = pg.connect(), pg.connect(autocommit=False), pg.connect(autocommit=False)
+    try:
+        with listener.cursor() as cur:
+            cur.execute("LISTEN finalize")
+        pg.sql("CREATE SERVER s1 FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'db01')")
+        pg.sql("SELECT finalize.track_table('a.orders', 's1', 'dbo.orders')")
+        pg.sql("SELECT finalize.track_derived('d.orders', ARRAY['a.orders'])")
+        record_loss(pg, "a.orders", "2026-11-02 16:05+00")
+        pg.wait_for(lambda: pg.sql("SELECT w.announced_until FROM finalize.watermark w "
+                                   "WHERE w.table_id = finalize._tracked_id('d.orders')")[0][0] == at(16),
+                    what="the derived table announced final until 16:00")
+        round_.cursor().execute("SELECT FROM finalize.watermark WHERE table_id = finalize._tracked_id('d.orders') "
+                                "FOR UPDATE")
+        pg.sql("SELECT finalize.record_range('a.orders', '0x00000000000000000400', '0x00000000000000000500', "
+               "'2026-11-02 17:05+00')")
+        assert ahead(received(pg, listener)) == []
+        round_.cursor().execute("SELECT finalize._refresh_derived()")
+        change = meanwhile(pg, round_, "SELECT finalize.alter_tracked_table('a.orders', granularity => '1 day')")
+        assert ahead(received(pg, listener)) == []
+        change.commit()
+        assert pg.sql("SELECT finalize.finalized_until('d.orders')")[0][0] == datetime.datetime(
+            2026, 11, 1, 10, tzinfo=UTC)
+
+        pg.sql("SELECT finalize.track_table('b.orders', 's1', 'dbo.b')")
+        writer.cursor().execute("SELECT finalize.record_range('b.orders', NULL, '0x00000000000000000100', "
+                                "'2026-11-02 12:05+00')")
+        again = meanwhile(pg, writer, "SELECT finalize.untrack_table('b.orders'); "
+                                      "SELECT finalize.track_table('b.orders', 's1', 'dbo.b')")
+        assert ahead(received(pg, listener)) == []
+        again.commit()
+    finally:
+        for c in (listener, round_, writer):
+            c.close()
+        pg.cleanup()

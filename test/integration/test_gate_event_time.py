@@ -353,6 +353,31 @@ def test_late_rows_purged_with_old_facts_still_refuse_a_generation_built_before_
     assert "late_data" not in codes(problems), problems
 
 
+def test_late_rows_hold_the_periods_a_table_has_later(pg, tables, store):
+    """Once retention removed its event facts, a table that had late rows may take other periods
+    (its late rows were kept per period of its old ones, and the change was refused for ever); each
+    late row is kept as the span it landed in, so a late row of a day still refuses every hour of
+    that day built before it."""
+    late_rows(pg, 4, at("12:20"), at("12:15"), {"10": 1})
+    record(pg, EV, 5, at("12:25"))
+    pg.sql("SELECT finalize.purge_facts('0')")
+    pg.sql("SELECT finalize.alter_tracked_table(%s, granularity => '1 day')", (EV,))
+    # Day 27 is final in days: a row of it committed at 12:30 is late, for the whole day.
+    record(pg, EV, 6, at("12:35"), 1, at("12:30"), at("12:30"),
+           [{"period": "2026-11-27T15:30:00Z", "inserts": 1}], "2026-11-27 15:30+00", "2026-11-27 15:30+00")
+    record(pg, EV, 7, at("12:40"))
+    pg.sql("SELECT finalize.purge_facts('0')")
+    pg.sql("SELECT finalize.alter_tracked_table(%s, granularity => '1 hour')", (EV,))
+    arrived = pg.sql("SELECT last_seen FROM finalize.late_data WHERE table_name = %s AND event_period = %s",
+                     (EV, "2026-11-27 00:00+00"))[0][0]
+    files = publish(pg, store, EV, "15", "g1")
+    hour = {"period_start": "2026-11-27 15:00+00"}
+    released, _, problems = gate(pg, manifest(store, EV, "15", "g1", files, built_at=at("12:29"), **hour))
+    assert not released and detail(problems, "late_data").startswith("1 late row(s)"), problems
+    _, _, problems = gate(pg, manifest(store, EV, "15", "g1", files, built_at=iso(arrived), **hour))
+    assert "late_data" not in codes(problems), problems
+
+
 def test_an_empty_release_that_late_rows_landed_in(pg, tables, store):
     publish(pg, store, EV, "09", "g1", n=0)
     assert gate(pg, manifest(store, EV, "09", "g1", {}, empty=True)) == (True, "g1", [])

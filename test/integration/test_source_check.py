@@ -191,6 +191,18 @@ def test_a_source_that_never_answers_costs_the_timeout_and_can_be_cancelled(env,
         hole.close()
 
 
+def test_the_check_has_one_deadline_however_many_questions_it_asks(env, sim):
+    """Each batch the check sends is answered 1.5 s late: shorter than finalize.source_check_timeout
+    (2 s), but the batches share the 2 s (before, each wait had its own: the check of a table that
+    does not exist took 4.5 s and refused it). The table is tracked with a NOTICE that says so."""
+    env.add_source("chk", sim)
+    for statement in ("TEXTSIZE", "fn_cdc_get_max_lsn", "TOP (0)"):
+        sim.call("sim.fault_stall", seconds=1.5, count=-1, pattern=statement)
+    table_id, notices = track(env, "chk", "dbo.nope", setup="SET finalize.source_check_timeout = 2")
+    assert table_id is not None and len(notices) == 1, notices
+    assert "within finalize.source_check_timeout, 2 s, in all" in notices[0], notices
+
+
 def test_add_shard_checks_before_it_locks_the_sharded_table(env, sim):
     """The check of a shard's table runs before add_shard locks its sharded table: while it waits
     for a SQL Server that does not answer, another session may lock the sharded table's verdict."""

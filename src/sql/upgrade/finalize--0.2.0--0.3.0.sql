@@ -254,7 +254,9 @@ $$;
 
 -- Why an event-time table's partition must not be released as it is, or
 -- NULL: late rows landed in its periods [period_start, period_end) (after
--- they were declared final), and this generation does not say it was built
+-- they were declared final: a late_period span that overlaps them, which
+-- may be a period of other periods the table had then), and this
+-- generation does not say it was built
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
@@ -536,6 +538,45 @@ RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_sensor_until'
 LANGUAGE C STABLE;
 
+-- Whether no other transaction can lower the verdicts a derived or
+-- sharded table is built from until this one ends: the rows of the tables
+-- it is built from (transitively) are held FOR SHARE, each without
+-- waiting. What lowers a verdict already final (new periods, whose
+-- acknowledgements may no longer cover a loss; a lake's rollback) holds
+-- the table's row FOR NO KEY UPDATE, which conflicts; ranges and reports
+-- take KEY SHARE, which does not (a state change of the worker, which does
+-- not wait, may find a row held for milliseconds and retries next cycle,
+-- as _lock_tracked_row says). True for a table built
+-- from none; false in a session, which never holds another team's rows
+-- (the scheduler's round, whose transactions end within milliseconds,
+-- announces the table). Rows it could take stay held.
+CREATE FUNCTION @extschema@._hold_inputs(table_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    n integer;
+BEGIN
+    ids := ARRAY(WITH RECURSIVE up(id) AS (
+                     SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = _hold_inputs.table_id
+                     UNION
+                     SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
+                 SELECT up.id FROM up ORDER BY up.id);
+    IF cardinality(ids) = 0 THEN
+        RETURN true;
+    ELSIF NOT @extschema@._in_background() THEN
+        RETURN false;
+    END IF;
+    SELECT count(*) INTO n
+      FROM (SELECT FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)
+             ORDER BY t.table_id FOR SHARE SKIP LOCKED) AS x;
+    RETURN n = cardinality(ids);
+END
+$$;
+
 -- Announces the verdicts of some tables whose rows the caller holds:
 -- records what finalized_until() answers now (_sensor_until) as
 -- watermark.announced_until and, for each that moved past the verdict
@@ -544,15 +585,26 @@ LANGUAGE C STABLE;
 -- is recorded without a notification, so that the next one names where it
 -- stood; with falls_only nothing else is recorded, for callers that an
 -- advance follows in the same transaction (it announces once, at the
--- verdict the transaction ends with). Returns the tables announced. With
--- the same rule in the UPDATE of _advance_sources, the one way a verdict
--- is announced (docs/design/announcements.md).
+-- verdict the transaction ends with). A rise of a derived or sharded
+-- table is announced only once _hold_inputs holds its inputs, before the
+-- verdict is read (a statement of its own: a new snapshot): read before a
+-- transaction that lowers an input's verdict commits, and sent at this
+-- one's commit after it, a payload would name periods finalized_until()
+-- no longer gives. One another transaction holds is left as it was (the
+-- scheduler's next round announces it). Returns the tables announced.
+-- With the same rule in the UPDATE of _advance_sources, the one way a
+-- verdict is announced (docs/design/announcements.md).
 CREATE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    held bigint[] := '{}';
 BEGIN
+    IF NOT falls_only THEN
+        held := ARRAY(SELECT i.id FROM unnest(table_ids) AS i(id) WHERE @extschema@._hold_inputs(i.id));
+    END IF;
     RETURN QUERY
     WITH cur AS (
         SELECT w.table_id, w.announced_until AS old_until,
@@ -567,7 +619,7 @@ BEGIN
            SET announced_until = c.new_until
           FROM cur c
          WHERE w.table_id = c.table_id AND c.new_until IS DISTINCT FROM c.old_until
-           AND (NOT falls_only OR c.new_until IS NULL OR c.new_until < c.old_until)
+           AND (c.table_id = ANY (held) OR c.new_until IS NULL OR c.new_until < c.old_until)
         RETURNING w.table_id, c.old_until, c.new_until, w.offset_lsn, w.offset_commit_time)
     SELECT x.table_id
       FROM (SELECT ch.* FROM changed ch WHERE ch.new_until > coalesce(ch.old_until, '-infinity')) x
@@ -1251,13 +1303,19 @@ BEGIN
     END IF;
     UPDATE @extschema@.fact f SET late_rows = late WHERE f.fact_id = _store_event_facts.fact_id;
 
-    -- Counted per period; the first late rows of a period say which verdict they violated.
-    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival)
-    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before
+    -- Counted per period, kept as the span of the period (periods may
+    -- change later: a span of other periods starting at the same instant
+    -- grows to hold both); the first late rows of a period say which
+    -- verdict they violated.
+    INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen, verdict_at_arrival,
+                                              period_end)
+    SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before,
+           @extschema@.period_end(e.event_period, tt.granularity, tt.period_zone)
       FROM @extschema@.event_fact e
      WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0
     ON CONFLICT (table_id, event_period) DO UPDATE
-       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen;
+       SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen,
+           period_end = GREATEST(l.period_end, EXCLUDED.period_end);
 
     INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
     VALUES (tt.table_id, 'event', end_lsn, end_commit_time, 'late_data',
@@ -2342,6 +2400,15 @@ BEGIN
     IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, l.consumer) THEN
         RETURN false;
     END IF;
+    -- A rollback lowers a verdict already final: the table's row too, so
+    -- that no announcement of a table built from it, read before this
+    -- commits, is sent after it (_hold_inputs).
+    IF rolled_back THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
     -- Again under the lock: the row may have changed since it was read, and
     -- an observation judged against another state (a reset meanwhile) is
     -- not this row's.
@@ -2690,10 +2757,25 @@ SELECT t.table_name,
 COMMENT ON VIEW @extschema@.consumers IS
     'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
 
--- Event periods that received rows after they were declared final.
+-- Late rows are kept as the span of the event period they landed in
+-- (issue 41: purge_facts keeps them, and the periods of such a table may
+-- change once its event facts are purged). Until now a table that had late
+-- rows kept its periods, so each span is its period in the table's
+-- periods of today.
+ALTER TABLE @extschema@.late_period ADD COLUMN period_end timestamptz;
+UPDATE @extschema@.late_period l
+   SET period_end = @extschema@.period_end(l.event_period, t.granularity, t.period_zone)
+  FROM @extschema@.tracked_table t
+ WHERE t.table_id = l.table_id;
+ALTER TABLE @extschema@.late_period ALTER COLUMN period_end SET NOT NULL,
+    ADD CHECK (period_end > event_period);
+COMMENT ON COLUMN @extschema@.late_period.period_end IS
+    'The end of the event period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
+
+-- Event periods that received rows after they were declared final (each
+-- as the span of the periods it landed in, see late_period).
 CREATE OR REPLACE VIEW @extschema@.late_data AS
-SELECT t.table_name, l.event_period,
-       @extschema@.period_end(l.event_period, t.granularity, t.period_zone) AS period_end,
+SELECT t.table_name, l.event_period, l.period_end,
        l.rows, l.first_seen, l.last_seen, l.verdict_at_arrival, l.alerted_at
   FROM @extschema@.late_period l
   JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
@@ -2937,14 +3019,15 @@ BEGIN
     periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
                        OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
     -- Event facts are stored per period they were recorded in: new periods
-    -- would split or merge them.
+    -- would split or merge them. (Late rows are kept as spans of instants,
+    -- late_period, which any periods read: they never stop a change, and
+    -- purge_facts never removes them.)
     IF periods_changed
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
-            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  DETAIL = 'Rows per event period and the release gate count in the periods the facts were recorded in, until finalize.facts_retention removes them.',
                   HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
@@ -4808,18 +4891,19 @@ BEGIN
                      untrack_table.table_name, label
             USING DETAIL = 'It was left tracked when its sharded table was untracked while it was being added.';
     END IF;
-    -- A sharded table: the lock add_shard and drop_shard take on it
-    -- (_lock_sharded), so that a shard added meanwhile is untracked with
-    -- it, never left behind, and one added after it sees it untracked. Its
-    -- row first, exclusively when it is deleted below: a delete that waited
-    -- for such a call's key share while that call waits for the verdict
-    -- held here would deadlock.
-    IF tkind = 'sharded' THEN
-        IF NOT keep_facts THEN
-            PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
-        END IF;
-        PERFORM @extschema@._lock_tracked(id);
+    -- Its verdict: a transaction that writes it (a worker's cycle, a
+    -- pipeline's report) commits before the table is untracked, so that
+    -- its NOTIFY never names the table once it is untracked, nor after a
+    -- table tracked again under its name. A sharded table's is the lock
+    -- add_shard and drop_shard take on it (_lock_sharded), so that a shard
+    -- added meanwhile is untracked with it, never left behind, and one
+    -- added after it sees it untracked. Its row first, exclusively when it
+    -- is deleted below: a delete that waited for such a call's key share
+    -- while that call waits for the verdict held here would deadlock.
+    IF NOT keep_facts THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
     END IF;
+    PERFORM @extschema@._lock_tracked(id);
     users := @extschema@._dependents(id);
     IF tkind = 'sharded' THEN
         users := ARRAY(SELECT DISTINCT x.name
@@ -4925,14 +5009,15 @@ BEGIN
     periods_changed := (granularity IS NOT NULL AND granularity::text IS DISTINCT FROM cur.granularity::text)
                        OR (zone IS NOT NULL AND zone IS DISTINCT FROM cur.period_zone);
     -- Event facts are stored per period they were recorded in: new periods
-    -- would split or merge them.
+    -- would split or merge them. (Late rows are kept as spans of instants,
+    -- late_period, which any periods read: they never stop a change, and
+    -- purge_facts never removes them.)
     IF periods_changed
        AND coalesce(event_time_column, cur.event_time_column) IS NOT NULL
-       AND (EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id)
-            OR EXISTS (SELECT FROM @extschema@.late_period l WHERE l.table_id = id)) THEN
+       AND EXISTS (SELECT FROM @extschema@.event_fact e WHERE e.table_id = id) THEN
         RAISE EXCEPTION 'table "%" is partitioned by event time and has event facts, so its periods (granularity and period_zone) cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Rows per event period, late data and the release gate count in the periods the facts were recorded in.',
+                  DETAIL = 'Rows per event period and the release gate count in the periods the facts were recorded in, until finalize.facts_retention removes them.',
                   HINT = 'Track the table again under a new name with the new periods, then untrack this one.';
     END IF;
     -- What the verdict means changes with the partitioning time: a verdict
@@ -4990,10 +5075,15 @@ BEGIN
     -- period ending at or before it is final, none it only reaches into.
     -- Going back to finer periods loses nothing. Which periods a loss holds
     -- depends on the periods; a derived table's verdict may move at once
-    -- under finer ones.
+    -- under finer ones. A sharded table's verdict is moved and announced
+    -- by alter_tracked_table once its shards have the new periods too:
+    -- announced before, it could name periods that a shard's loss, whose
+    -- acknowledgements no longer cover them, holds when the change commits.
     IF periods_changed THEN
         PERFORM @extschema@._refresh_loss_blocked(id);
-        PERFORM @extschema@._advance(id);
+        IF kind <> 'sharded' THEN
+            PERFORM @extschema@._advance(id);
+        END IF;
     END IF;
 END
 $$;
@@ -6820,7 +6910,9 @@ $$;
 
 -- Why an event-time table's partition must not be released as it is, or
 -- NULL: late rows landed in its periods [period_start, period_end) (after
--- they were declared final), and this generation does not say it was built
+-- they were declared final: a late_period span that overlaps them, which
+-- may be a period of other periods the table had then), and this
+-- generation does not say it was built
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
@@ -6847,10 +6939,10 @@ BEGIN
           FROM @extschema@.tracked_table x
           JOIN @extschema@.late_period l ON l.table_id = x.table_id
          WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard)
-           AND l.event_period >= period_start AND l.event_period < period_end;
+           AND l.event_period < period_end AND l.period_end > period_start;
     ELSE
         SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
-         WHERE l.table_id = tt.table_id AND l.event_period >= period_start AND l.event_period < period_end;
+         WHERE l.table_id = tt.table_id AND l.event_period < period_end AND l.period_end > period_start;
     END IF;
     IF last_seen IS NULL OR built_at >= last_seen THEN
         RETURN NULL;
