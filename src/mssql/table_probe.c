@@ -167,7 +167,11 @@ table_probe_text(const TableProbe *p, const char *schema, const char *name, cons
 				 const char *login, TableProbeText *t)
 {
 	const char *table = tsql_qualified_name(schema, name);
-	const char *said = psprintf("SQL Server answered: %s.", mssql_error_text(&p->err));
+	const char *text = mssql_error_text(&p->err);
+	size_t		len = strlen(text);
+	/* SQL Server's own words usually end with a full stop: never two. */
+	const char *said = psprintf("SQL Server answered: %s%s", text,
+								len > 0 && text[len - 1] == '.' ? "" : ".");
 	const char *user = mssql_quote_ident(login);
 
 	switch (p->access)
