@@ -192,7 +192,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
-    wm.offset_commit_time := wm.offset_commit_time - coalesce(clock_tolerance, interval '0');
+    wm.offset_commit_time := @extschema@._unread_from(wm.offset_commit_time, clock_tolerance);
     SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
      WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
      ORDER BY f.fact_id DESC LIMIT 1;
