@@ -73,13 +73,34 @@ beyond_end(const SourceConfig *cfg, const PeriodSpec *spec, Timestamp first, Tim
 }
 
 /*
+ * Whether the local times of a read's rows, first to last, may each name
+ * two instants: the server's UTC offset changes between the earliest
+ * reading of the first and the latest of the last. In a DST fall-back's
+ * repeated hour a commit is read as its earliest instant (so that no
+ * verdict leads), up to an hour before it happened: its rows may be
+ * counted in the period before their own, so no period they may lie in is
+ * exact.
+ */
+static bool
+may_repeat(const SourceConfig *cfg, Timestamp first, Timestamp last)
+{
+	long		min_s;
+	long		max_s;
+
+	local_offset_range(cfg->tz, local_to_instant_earliest(first, cfg->tz), local_to_instant_latest(last, cfg->tz),
+					   &min_s, &max_s);
+	return min_s != max_s;
+}
+
+/*
  * Sets w->clock_step (and the span it concerns) for a table's read that
  * became ranges: from the least and greatest commit time of its rows, the
  * commit time of its max LSN (its last fact's end), that of the previous
  * read's (the table's offset) and its source verdict when the cycle began.
  * A local time is read the late way where the rule asks for a commit that
  * surely lies before an instant, so that a DST fall-back hour never looks
- * like a step back; where it may be one, the periods are still marked.
+ * like a step back; where it may be one, or where a fall-back may have
+ * repeated the local times of the read's rows, the periods are still marked.
  */
 void
 judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
@@ -119,7 +140,7 @@ judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
 	w->clock_step = clock_step_of(local_to_instant_latest(first, cfg->tz), has_prev, prev_start,
 								  t->has_source_until, t->source_until, back_within || (beyond && sure));
 	/* Maybe only a fall-back hour: the periods are marked, no incident is opened. */
-	if (w->clock_step == CLOCK_STEADY && beyond)
+	if (w->clock_step == CLOCK_STEADY && (beyond || may_repeat(cfg, first, last)))
 		w->clock_step = CLOCK_OUT_OF_ORDER;
 	if (w->clock_step == CLOCK_STEADY)
 		return;

@@ -107,6 +107,40 @@ def test_a_loss_ending_in_the_fall_back_hour_covers_both_readings(pg):
         env.cleanup()
 
 
+def test_commits_of_the_repeated_fall_back_hour_never_make_an_hour_exact_with_wrong_counts(pg):
+    """New York's clocks go back at 06:00 UTC on 2026-11-01, so local 01:00-02:00 happens twice, and a
+    commit stamped 01:20 is read as its earliest instant (05:20 UTC: no verdict leads). After inserts at
+    01:00 and 01:30 EDT, two at 01:20 EST were counted in hour 05 (4, the truth 2) and hour 06 read as
+    exact with none (the truth 2): a release could confirm an empty hour 06 or reconcile hour 05's count
+    against the wrong rows. The periods such commits may lie in are inexact; no incident opens."""
+    env = Env(pg)
+    try:
+        with sim_clock(timezone="America/New_York", start_time="2026-11-01T05:00:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, timezone="America/New_York")
+            env.track("dst.counts", "erp")
+            env.wait_caught_up("dst.counts", sim)
+            for at, n in (("2026-11-01T05:30:00Z", 1), ("2026-11-01T06:20:00Z", 2)):
+                sim.call("sim.advance", to=at)
+                sim.call("sim.commit", at=at, inserts=n)
+                sim.call("sim.advance", seconds=10)
+                env.wait_caught_up("dst.counts", sim)
+            sim.call("sim.advance", to="2026-11-01T07:10:00Z")
+            env.wait_caught_up("dst.counts", sim)
+            start, end = datetime.datetime(2026, 11, 1, 5, tzinfo=UTC), datetime.datetime(2026, 11, 1, 7, tzinfo=UTC)
+            assert env.one("SELECT finalize.finalized_until('dst.counts')") == end
+            truth = truth_counts(sim, "dbo.orders", start, end)
+            assert truth[start][0] == 2 and truth[end - datetime.timedelta(hours=1)][0] == 2, truth
+            rows = env.sql("SELECT period_start, inserts, exact FROM finalize.changes_by_period('dst.counts', %s, %s)",
+                           (start, end))
+            for period, inserts, exact in rows:
+                assert not exact or inserts == truth[as_utc(period)][0], (period, inserts, truth)
+            assert env.one("SELECT count(*) FROM finalize.alert WHERE kind = 'clock_stepped_back'") == 0
+    finally:
+        env.cleanup()
+
+
 # --- SQL Server's clock stepped back (issue 41) ----------------------------------------------------
 #
 # NTP or a virtual machine's host corrects SQL Server's clock: it was fast, and is stepped back. SQL
