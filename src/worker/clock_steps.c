@@ -174,6 +174,24 @@ record_clock_step(const TableWrite *w)
 					 NULL);
 }
 
+/*
+ * Marks the periods of a source's tables that commits may now be stamped
+ * in, SQL Server's clock having been found at clock_at, behind commit
+ * times read before by more than the clock_tolerance, in the transaction
+ * that records the failed cycle (the source is held: nothing is read until
+ * release_source; see finalize._clock_went_back).
+ */
+void
+record_clock_went_back(const char *server_name, TimestampTz clock_at)
+{
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	values[0] = CStringGetTextDatum(server_name);
+	values[1] = TimestampTzGetDatum(clock_at);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._clock_went_back($1, $2)", 2, types, values, NULL);
+}
+
 /* Sets *message, returns condition: the two results of time_problem. */
 static Condition
 time_failure(char **message, Condition condition, char *text)

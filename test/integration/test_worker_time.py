@@ -222,8 +222,9 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
     """Five minutes fast, then stepped back: hour 09 became final on commits stamped 10:02 (that the
     tolerance cannot prevent), so the worker, seeing SQL Server's clock behind a commit time it read by
     more than the tolerance, holds the source (commit_time_ahead) instead of recording commits stamped
-    into hour 09 silently; once released, the late commit makes hours 09-10 inexact and opens a critical
-    clock_stepped_back incident."""
+    into hour 09 silently, and marks the hours from its clock on inexact at once (they stayed exact
+    while held: hour 09 with none of its three commits); once released, the late commit opens a
+    critical clock_stepped_back incident."""
     env = Env(pg)
     try:
         with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
@@ -245,6 +246,9 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
                 env.source_status("erp")), timeout=30, what=lambda: f"the source held: {env.source_status('erp')}")
             assert "stepped back" in st["last_error"] and st["held_by"] == "commit_time_ahead", st
             assert sum(f["inserts"] for f in env.facts("t.clock")) == 1, "nothing recorded while held"
+            # Hour 09 holds three commits nothing recorded yet: while held, it must not read as exact
+            # with none (a release would confirm an empty partition).
+            assert hours(env, "t.clock", at_(9, 0), at_(10, 0)) == {at_(9, 0): (0, False)}
             env.sql("SELECT finalize.release_source('erp')")
             env.wait_caught_up("t.clock", sim)
             assert sum(f["inserts"] for f in env.facts("t.clock")) == 4
@@ -254,7 +258,8 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
             got = hours(env, "t.clock", at_(9, 0), at_(11, 0))
             assert got == {at_(9, 0): (3, False), at_(10, 0): (1, False)}, got
             events = env.facts("t.clock", kind="event")
-            assert [e["event"] for e in events] == ["clock_stepped_back"] and events[0]["detail"]["ran_ahead"]
+            assert [e["event"] for e in events] == ["clock_stepped_back"] * 2, events
+            assert [(e["detail"]["ran_ahead"], e["detail"]["incident"]) for e in events] == [(True, False), (True, True)]
     finally:
         env.cleanup()
 
