@@ -7404,8 +7404,9 @@ $$;
 -- among them), so that changes_by_period calls those periods inexact at
 -- once, and a release that would confirm an empty partition or reconcile a
 -- count is refused while the source is held, not only once the commits
--- are read after release_source. The source's commit_time_ahead incident
--- says what happened; no incident per table.
+-- are read after release_source (once: a hold that starts again, the
+-- clock still behind, finds them marked). The source's commit_time_ahead
+-- incident says what happened; no incident per table.
 CREATE FUNCTION @extschema@._clock_went_back(server_name text, clock_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -7419,6 +7420,12 @@ BEGIN
        JOIN @extschema@.watermark w ON w.table_id = t.table_id
       WHERE t.server_name = _clock_went_back.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
         AND w.offset_lsn IS NOT NULL AND w.offset_commit_time > clock_at
+        -- not again for a hold that starts again after release_source
+        AND NOT EXISTS (SELECT FROM @extschema@.fact e
+                         WHERE e.table_id = t.table_id AND e.event = 'clock_stepped_back'
+                           AND e.end_lsn = w.offset_lsn
+                           AND (e.detail ->> 'commit_time')::timestamptz <= clock_at
+                           AND (e.detail ->> 'after_commit_time')::timestamptz >= w.offset_commit_time)
       ORDER BY t.table_id;
 END
 $$;
