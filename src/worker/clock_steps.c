@@ -73,23 +73,20 @@ beyond_end(const SourceConfig *cfg, const PeriodSpec *spec, Timestamp first, Tim
 }
 
 /*
- * Whether the local times of a read's rows, first to last, may each name
- * two instants: the server's UTC offset changes between the earliest
- * reading of the first and the latest of the last. In a DST fall-back's
- * repeated hour a commit is read as its earliest instant (so that no
- * verdict leads), up to an hour before it happened: its rows may be
- * counted in the period before their own, so no period they may lie in is
- * exact.
+ * Whether the local times of a read's rows, first to last, may name two
+ * instants: a DST fall-back lies between them (or they are in its repeated
+ * hour). An instant is its local time less the UTC offset, so the span
+ * from the earliest reading of the first to the latest of the last exceeds
+ * their local span just when the offset fell in between (a spring-forward
+ * shortens it). In the repeated hour a commit is read as its earliest
+ * instant (so that no verdict leads), up to an hour before it happened:
+ * its rows may be counted in the period before their own, so no period
+ * they may lie in is exact.
  */
 static bool
 may_repeat(const SourceConfig *cfg, Timestamp first, Timestamp last)
 {
-	long		min_s;
-	long		max_s;
-
-	local_offset_range(cfg->tz, local_to_instant_earliest(first, cfg->tz), local_to_instant_latest(last, cfg->tz),
-					   &min_s, &max_s);
-	return min_s != max_s;
+	return local_to_instant_latest(last, cfg->tz) - local_to_instant_earliest(first, cfg->tz) > last - first;
 }
 
 /*
