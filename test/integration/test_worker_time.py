@@ -264,6 +264,41 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
         env.cleanup()
 
 
+def test_a_step_back_beyond_the_tolerance_while_the_worker_is_down_is_still_flagged(pg):
+    """The clock read before a step back is the worker's memory only: a worker started after the step
+    (a restart, another worker of the pool) does not hold the source, but each table's stored offset
+    and verdict still catch the commits stamped in final hour 09: inexact, a critical incident."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, clock_tolerance="1 min")
+            env.track("t.clock", "erp")
+            sim.call("sim.advance", to=at_(9, 56, 50))
+            sim.call("sim.step_clock", seconds=300)
+            sim.call("sim.commit", inserts=1, at=at_(9, 57))           # stamped 10:02:00
+            sim.call("sim.advance", to=at_(9, 57, 10))
+            env.wait_caught_up("t.clock", sim)
+            assert env.one("SELECT finalize.finalized_until('t.clock')") == at_(10, 0)
+            pg.sql("ALTER SYSTEM SET finalize.enabled = off")
+            pg.reload()
+            pg.wait_for(lambda: env.one("SELECT count(*) FROM pg_stat_activity "
+                                        "WHERE backend_type = 'finalize worker'") == 0, what="the worker to stop")
+            sim.call("sim.step_clock", seconds=-300)
+            sim.call("sim.commit", inserts=3, at=at_(9, 58))           # stamped 09:58:00, in hour 09
+            sim.call("sim.advance", to=at_(9, 58, 10))
+            pg.sql("ALTER SYSTEM RESET finalize.enabled")
+            pg.reload()
+            env.wait_caught_up("t.clock", sim)
+            assert [(r[0], r[1]) for r in clock_incidents(env, "t.clock")] == [("critical", "2026-11-02T09:00:00Z")]
+            assert hours(env, "t.clock", at_(9, 0), at_(10, 0)) == {at_(9, 0): (3, False)}
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.enabled")
+        pg.reload()
+        env.cleanup()
+
+
 def test_a_step_back_inside_one_read_never_leaves_a_commit_in_the_wrong_exact_hour(pg):
     """Three commits captured together, read as one range with no period boundary between the
     previous max LSN commit time and this one's (so the read is not split): 09:59:30, then 10:00:31
