@@ -241,8 +241,10 @@ class Chaos:
                     continue
                 if ranges is None:
                     ranges = [(f["start_lsn"], f["end_lsn"]) for f in self.env.facts(t) if f["start_lsn"] is not None]
+                    # (a transaction that changed no row of the table puts nothing in a period)
                     commits = [(lsn_text(c["commit_lsn"]), as_utc(c["commit_time_utc"]))
-                               for c in self.sim.call("sim.truth_commits", database=db, table=src)[0]]
+                               for c in self.sim.call("sim.truth_commits", database=db, table=src)[0]
+                               if c["inserts"] + c["updates"] + c["deletes"]]
                 late += [(lsn, stamp) for lsn, stamp in commits
                          if lsn > tops[db] and stamp < final and any(a < lsn <= b for a, b in ranges)]
             for lsn, stamp in late:
