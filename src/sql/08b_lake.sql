@@ -291,13 +291,29 @@ BEGIN ATOMIC
      ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
 END;
 
+-- The earliest commit time a change the worker has not read yet (above a
+-- table's offset) may carry: the offset's commit time less the source's
+-- clock_tolerance, since SQL Server's clock may have been stepped back by
+-- up to that much after it stamped the offset (a tolerance unknown: the
+-- largest, 1 hour). Where every loss of such changes starts
+-- (_resume_after_loss, _lake_lost_from); NULL for no offset.
+CREATE FUNCTION @extschema@._unread_from(offset_commit_time timestamptz, clock_tolerance interval)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN offset_commit_time - coalesce(clock_tolerance, interval '1 hour');
+
 -- Where a rollback's loss starts: the earliest commit time a change with an
--- LSN above held may have, from the table's range facts (a range that ends
--- above held holds such changes no earlier than its first commit, or its
--- end when it has none); a table read no further than held: where it was
--- read to; held NULL (the ref holds nothing provable), or facts that no
--- longer reach back to held (retention): -infinity.
-CREATE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn)
+-- LSN above held (up to proved) may have. One the worker has read lies in
+-- a range fact that ends above held, no earlier than its first commit (the
+-- least commit time of its rows), or its end when it has none; one it has
+-- not read yet (proved above the table's offset, or a table read no
+-- further than held) no earlier than _unread_from, the offset's commit time
+-- less the source's clock_tolerance: SQL Server's clock may have been
+-- stepped back since. held NULL (the ref holds nothing provable), or facts
+-- that no longer reach back to held (retention): -infinity.
+CREATE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn, proved @extschema@.lsn,
+                                            clock_tolerance interval)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -309,9 +325,14 @@ BEGIN ATOMIC
              AND EXISTS (SELECT FROM @extschema@.fact f
                           WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range')
             THEN '-infinity'::timestamptz
-        ELSE coalesce((SELECT min(coalesce(f.first_commit_time, f.end_commit_time)) FROM @extschema@.fact f
-                        WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.end_lsn > held),
-                      (SELECT w.offset_commit_time FROM @extschema@.watermark w
+        ELSE coalesce(LEAST((SELECT min(coalesce(f.first_commit_time, f.end_commit_time)) FROM @extschema@.fact f
+                              WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.end_lsn > held),
+                            (SELECT @extschema@._unread_from(w.offset_commit_time, _lake_lost_from.clock_tolerance)
+                               FROM @extschema@.watermark w
+                              WHERE w.table_id = _lake_lost_from.table_id
+                                AND (proved IS NULL OR w.offset_lsn IS NULL OR proved > w.offset_lsn))),
+                      (SELECT @extschema@._unread_from(w.offset_commit_time, _lake_lost_from.clock_tolerance)
+                         FROM @extschema@.watermark w
                         WHERE w.table_id = _lake_lost_from.table_id),
                       '-infinity'::timestamptz)
     END;
@@ -338,7 +359,8 @@ DECLARE
     -- holds no more than what was proven.
     -- (LEAST skips a NULL: nothing held must stay nothing held.)
     held_capped @extschema@.lsn := CASE WHEN held IS NOT NULL THEN LEAST(held, l.seen_lsn) END;
-    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held_capped);
+    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held_capped, l.seen_lsn,
+                                                         @extschema@._clock_tolerance(tt.server_name));
     commit_from timestamptz;
     fact bigint;
     message text;

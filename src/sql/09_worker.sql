@@ -160,6 +160,42 @@ BEGIN
 END
 $$;
 
+-- SQL Server's clock was found at clock_at, behind commit times the worker
+-- of server_name had read by more than its clock_tolerance (the source is
+-- now held with commit_time_ahead, and nothing is read until
+-- release_source): commits may from now on be stamped in any period from
+-- clock_at's on, periods already final included. Each of its tables with
+-- an offset later than clock_at records a clock_stepped_back event from
+-- clock_at to its offset's commit time (ran_ahead when a final period is
+-- among them), so that changes_by_period calls those periods inexact at
+-- once, and a release that would confirm an empty partition or reconcile a
+-- count is refused while the source is held, not only once the commits
+-- are read after release_source (once: a hold that starts again, the
+-- clock still behind, finds them marked). The source's commit_time_ahead
+-- incident says what happened; no incident per table.
+CREATE FUNCTION @extschema@._clock_went_back(server_name text, clock_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM @extschema@._record_clock_step(t.table_id, w.offset_lsn::text, clock_at, w.offset_commit_time,
+                                           clock_at < w.source_until, false)
+       FROM @extschema@.tracked_table t
+       JOIN @extschema@.watermark w ON w.table_id = t.table_id
+      WHERE t.server_name = _clock_went_back.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+        AND w.offset_lsn IS NOT NULL AND w.offset_commit_time > clock_at
+        -- not again for a hold that starts again after release_source
+        AND NOT EXISTS (SELECT FROM @extschema@.fact e
+                         WHERE e.table_id = t.table_id AND e.event = 'clock_stepped_back'
+                           AND e.end_lsn = w.offset_lsn
+                           AND (e.detail ->> 'commit_time')::timestamptz <= clock_at
+                           AND (e.detail ->> 'after_commit_time')::timestamptz >= w.offset_commit_time)
+      ORDER BY t.table_id;
+END
+$$;
+
 -- Restarts a table after a data loss, at new_offset (just below its capture
 -- instance's min LSN, whose commit time is new_offset_time): records the
 -- lost LSN range as a "resumed" event and as a loss (the commit times from
@@ -192,7 +228,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
-    wm.offset_commit_time := wm.offset_commit_time - coalesce(clock_tolerance, interval '0');
+    wm.offset_commit_time := @extschema@._unread_from(wm.offset_commit_time, clock_tolerance);
     SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
      WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
      ORDER BY f.fact_id DESC LIMIT 1;

@@ -51,8 +51,9 @@ typedef enum ClockStep
 	CLOCK_RAN_AHEAD,			/* commits stamped in a period already final */
 	CLOCK_OUT_OF_ORDER			/* a commit in a later period than the read's
 								 * max LSN, maybe only as a DST fall-back
-								 * repeats local times: periods inexact, no
-								 * incident */
+								 * repeats local times, or local times a
+								 * fall-back may have repeated: periods
+								 * inexact, no incident */
 } ClockStep;
 
 extern TimeProblem check_source_times(const SourceTimes *t);

@@ -73,13 +73,31 @@ beyond_end(const SourceConfig *cfg, const PeriodSpec *spec, Timestamp first, Tim
 }
 
 /*
+ * Whether the local times of a read's rows, first to last, may name two
+ * instants: a DST fall-back lies between them (or they are in its repeated
+ * hour). An instant is its local time less the UTC offset, so the span
+ * from the earliest reading of the first to the latest of the last exceeds
+ * their local span just when the offset fell in between (a spring-forward
+ * shortens it). In the repeated hour a commit is read as its earliest
+ * instant (so that no verdict leads), up to an hour before it happened:
+ * its rows may be counted in the period before their own, so no period
+ * they may lie in is exact.
+ */
+static bool
+may_repeat(const SourceConfig *cfg, Timestamp first, Timestamp last)
+{
+	return local_to_instant_latest(last, cfg->tz) - local_to_instant_earliest(first, cfg->tz) > last - first;
+}
+
+/*
  * Sets w->clock_step (and the span it concerns) for a table's read that
  * became ranges: from the least and greatest commit time of its rows, the
  * commit time of its max LSN (its last fact's end), that of the previous
  * read's (the table's offset) and its source verdict when the cycle began.
  * A local time is read the late way where the rule asks for a commit that
  * surely lies before an instant, so that a DST fall-back hour never looks
- * like a step back; where it may be one, the periods are still marked.
+ * like a step back; where it may be one, or where a fall-back may have
+ * repeated the local times of the read's rows, the periods are still marked.
  */
 void
 judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
@@ -119,7 +137,7 @@ judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
 	w->clock_step = clock_step_of(local_to_instant_latest(first, cfg->tz), has_prev, prev_start,
 								  t->has_source_until, t->source_until, back_within || (beyond && sure));
 	/* Maybe only a fall-back hour: the periods are marked, no incident is opened. */
-	if (w->clock_step == CLOCK_STEADY && beyond)
+	if (w->clock_step == CLOCK_STEADY && (beyond || may_repeat(cfg, first, last)))
 		w->clock_step = CLOCK_OUT_OF_ORDER;
 	if (w->clock_step == CLOCK_STEADY)
 		return;
@@ -151,6 +169,24 @@ record_clock_step(const TableWrite *w)
 	values[5] = BoolGetDatum(w->clock_step != CLOCK_OUT_OF_ORDER);
 	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5, $6)", 6, types, values,
 					 NULL);
+}
+
+/*
+ * Marks the periods of a source's tables that commits may now be stamped
+ * in, SQL Server's clock having been found at clock_at, behind commit
+ * times read before by more than the clock_tolerance, in the transaction
+ * that records the failed cycle (the source is held: nothing is read until
+ * release_source; see finalize._clock_went_back).
+ */
+void
+record_clock_went_back(const char *server_name, TimestampTz clock_at)
+{
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	values[0] = CStringGetTextDatum(server_name);
+	values[1] = TimestampTzGetDatum(clock_at);
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._clock_went_back($1, $2)", 2, types, values, NULL);
 }
 
 /* Sets *message, returns condition: the two results of time_problem. */

@@ -13,5 +13,6 @@ extern Condition time_problem(TimeProblem problem, const SourceTimes *t, const S
 							  const CdcState *snap, char **message);
 extern void judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w);
 extern void record_clock_step(const TableWrite *w);
+extern void record_clock_went_back(const char *server_name, TimestampTz clock_at);
 
 #endif							/* FINALIZE_CLOCK_STEPS_H */

@@ -244,7 +244,11 @@ check_times(Cycle *c)
 	problem = check_source_times(&t);
 	/* A hold starts afresh: what was read before it is not compared with the clock after it. */
 	if (problem == TIMES_COMMIT_AHEAD || problem == TIMES_CLOCK_BACK)
+	{
 		c->run->has_previous_max = false;
+		c->out->clock_went_back = true;
+		c->out->clock_at = t.server_now;
+	}
 	if (!times_trusted(c, problem, &t))
 		return false;
 	c->server_now = t.server_now;

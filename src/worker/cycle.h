@@ -28,11 +28,18 @@ typedef struct SourceRun
 	const void *previous_tz;	/* the timezone option it was converted with */
 } SourceRun;
 
-/* Why a cycle failed: the source's condition and a message for people. */
+/*
+ * Why a cycle failed: the source's condition and a message for people; and,
+ * when SQL Server's clock was found behind commit times read before by more
+ * than the clock_tolerance, where it stood (the periods from there on may
+ * receive commits while the source is held).
+ */
 typedef struct CycleOutcome
 {
 	Condition	condition;
 	char	   *message;
+	bool		clock_went_back;
+	TimestampTz clock_at;		/* SQL Server's clock then */
 } CycleOutcome;
 
 extern bool run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out);

@@ -34,6 +34,7 @@
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "core/source_table.h"
+#include "worker/clock_steps.h"
 #include "worker/cycle.h"
 #include "worker/source_runs.h"
 #include "worker/worker.h"
@@ -116,8 +117,12 @@ record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 		/* Bounded like the cycle's write: a held row must not stop the worker. */
 		db_begin_write("finalize: recording a failed cycle");
 		if (ws_lock_source(run->serverid, run->server_name))
+		{
 			ws_source_failed(run->server_name, outcome->condition, outcome->message,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
+			if (outcome->clock_went_back)
+				record_clock_went_back(run->server_name, outcome->clock_at);
+		}
 		db_commit();
 	}
 	PG_CATCH();
@@ -174,7 +179,7 @@ static bool
 serve(KeptRun *kept, MemoryContext cycle_cxt)
 {
 	SourceRun  *run = &kept->run;
-	CycleOutcome outcome = {COND_NONE, NULL};
+	CycleOutcome outcome = {COND_NONE, NULL, false, 0};
 	bool		ok;
 	long		delay;
 

@@ -107,6 +107,40 @@ def test_a_loss_ending_in_the_fall_back_hour_covers_both_readings(pg):
         env.cleanup()
 
 
+def test_commits_of_the_repeated_fall_back_hour_never_make_an_hour_exact_with_wrong_counts(pg):
+    """New York's clocks go back at 06:00 UTC on 2026-11-01, so local 01:00-02:00 happens twice, and a
+    commit stamped 01:20 is read as its earliest instant (05:20 UTC: no verdict leads). After inserts at
+    01:00 and 01:30 EDT, two at 01:20 EST were counted in hour 05 (4, the truth 2) and hour 06 read as
+    exact with none (the truth 2): a release could confirm an empty hour 06 or reconcile hour 05's count
+    against the wrong rows. The periods such commits may lie in are inexact; no incident opens."""
+    env = Env(pg)
+    try:
+        with sim_clock(timezone="America/New_York", start_time="2026-11-01T05:00:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, timezone="America/New_York")
+            env.track("dst.counts", "erp")
+            env.wait_caught_up("dst.counts", sim)
+            for at, n in (("2026-11-01T05:30:00Z", 1), ("2026-11-01T06:20:00Z", 2)):
+                sim.call("sim.advance", to=at)
+                sim.call("sim.commit", at=at, inserts=n)
+                sim.call("sim.advance", seconds=10)
+                env.wait_caught_up("dst.counts", sim)
+            sim.call("sim.advance", to="2026-11-01T07:10:00Z")
+            env.wait_caught_up("dst.counts", sim)
+            start, end = datetime.datetime(2026, 11, 1, 5, tzinfo=UTC), datetime.datetime(2026, 11, 1, 7, tzinfo=UTC)
+            assert env.one("SELECT finalize.finalized_until('dst.counts')") == end
+            truth = truth_counts(sim, "dbo.orders", start, end)
+            assert truth[start][0] == 2 and truth[end - datetime.timedelta(hours=1)][0] == 2, truth
+            rows = env.sql("SELECT period_start, inserts, exact FROM finalize.changes_by_period('dst.counts', %s, %s)",
+                           (start, end))
+            for period, inserts, exact in rows:
+                assert not exact or inserts == truth[as_utc(period)][0], (period, inserts, truth)
+            assert env.one("SELECT count(*) FROM finalize.alert WHERE kind = 'clock_stepped_back'") == 0
+    finally:
+        env.cleanup()
+
+
 # --- SQL Server's clock stepped back (issue 41) ----------------------------------------------------
 #
 # NTP or a virtual machine's host corrects SQL Server's clock: it was fast, and is stepped back. SQL
@@ -188,8 +222,9 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
     """Five minutes fast, then stepped back: hour 09 became final on commits stamped 10:02 (that the
     tolerance cannot prevent), so the worker, seeing SQL Server's clock behind a commit time it read by
     more than the tolerance, holds the source (commit_time_ahead) instead of recording commits stamped
-    into hour 09 silently; once released, the late commit makes hours 09-10 inexact and opens a critical
-    clock_stepped_back incident."""
+    into hour 09 silently, and marks the hours from its clock on inexact at once (they stayed exact
+    while held: hour 09 with none of its three commits); once released, the late commit opens a
+    critical clock_stepped_back incident."""
     env = Env(pg)
     try:
         with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
@@ -211,6 +246,9 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
                 env.source_status("erp")), timeout=30, what=lambda: f"the source held: {env.source_status('erp')}")
             assert "stepped back" in st["last_error"] and st["held_by"] == "commit_time_ahead", st
             assert sum(f["inserts"] for f in env.facts("t.clock")) == 1, "nothing recorded while held"
+            # Hour 09 holds three commits nothing recorded yet: while held, it must not read as exact
+            # with none (a release would confirm an empty partition).
+            assert hours(env, "t.clock", at_(9, 0), at_(10, 0)) == {at_(9, 0): (0, False)}
             env.sql("SELECT finalize.release_source('erp')")
             env.wait_caught_up("t.clock", sim)
             assert sum(f["inserts"] for f in env.facts("t.clock")) == 4
@@ -220,8 +258,44 @@ def test_a_step_back_beyond_the_tolerance_holds_the_source_and_flags_the_final_h
             got = hours(env, "t.clock", at_(9, 0), at_(11, 0))
             assert got == {at_(9, 0): (3, False), at_(10, 0): (1, False)}, got
             events = env.facts("t.clock", kind="event")
-            assert [e["event"] for e in events] == ["clock_stepped_back"] and events[0]["detail"]["ran_ahead"]
+            assert [e["event"] for e in events] == ["clock_stepped_back"] * 2, events
+            assert [(e["detail"]["ran_ahead"], e["detail"]["incident"]) for e in events] == [(True, False), (True, True)]
     finally:
+        env.cleanup()
+
+
+def test_a_step_back_beyond_the_tolerance_while_the_worker_is_down_is_still_flagged(pg):
+    """The clock read before a step back is the worker's memory only: a worker started after the step
+    (a restart, another worker of the pool) does not hold the source, but each table's stored offset
+    and verdict still catch the commits stamped in final hour 09: inexact, a critical incident."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=10)
+            env.add_source("erp", sim, clock_tolerance="1 min")
+            env.track("t.clock", "erp")
+            sim.call("sim.advance", to=at_(9, 56, 50))
+            sim.call("sim.step_clock", seconds=300)
+            sim.call("sim.commit", inserts=1, at=at_(9, 57))           # stamped 10:02:00
+            sim.call("sim.advance", to=at_(9, 57, 10))
+            env.wait_caught_up("t.clock", sim)
+            assert env.one("SELECT finalize.finalized_until('t.clock')") == at_(10, 0)
+            pg.sql("ALTER SYSTEM SET finalize.enabled = off")
+            pg.reload()
+            pg.wait_for(lambda: env.one("SELECT count(*) FROM pg_stat_activity "
+                                        "WHERE backend_type = 'finalize worker'") == 0, what="the worker to stop")
+            sim.call("sim.step_clock", seconds=-300)
+            sim.call("sim.commit", inserts=3, at=at_(9, 58))           # stamped 09:58:00, in hour 09
+            sim.call("sim.advance", to=at_(9, 58, 10))
+            pg.sql("ALTER SYSTEM RESET finalize.enabled")
+            pg.reload()
+            env.wait_caught_up("t.clock", sim)
+            assert [(r[0], r[1]) for r in clock_incidents(env, "t.clock")] == [("critical", "2026-11-02T09:00:00Z")]
+            assert hours(env, "t.clock", at_(9, 0), at_(10, 0)) == {at_(9, 0): (3, False)}
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.enabled")
+        pg.reload()
         env.cleanup()
 
 

@@ -326,6 +326,20 @@ class ClockSteps:
         tol = datetime.timedelta(seconds=tolerance)
         return [(after, high - tol) for after, high in self.backs if after < high - tol]
 
+    def excuses_back(self, tolerance, before, after, granularity):
+        """Whether a sensor (finalized_until(), which a loss caps) that moved back from before to after
+        did so for commits a step back beyond the tolerance stamped in periods it had called final: a
+        reopened span starts before the verdict it had, and it went back no further than that span's
+        first period (of granularity seconds, UTC). Such commits, once lost (cleanup before the
+        worker read them, while their source was held), are a loss of those periods, which must not
+        read as final; the watermark itself never moves back."""
+        epoch = datetime.datetime(2000, 1, 1, tzinfo=UTC)
+
+        def period(t):
+            return t - datetime.timedelta(seconds=(t - epoch).total_seconds() % granularity)
+        return after is not None and any(start < before and after >= period(start)
+                                         for start, _ in self.reopened(tolerance))
+
     def excuses(self, tolerance, verdict, truth):
         """Whether a verdict beyond the truth is what a step back beyond the tolerance reopened (the
         truth lies in a reopened span, and the verdict no further than its end)."""

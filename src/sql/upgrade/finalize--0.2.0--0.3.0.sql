@@ -2268,13 +2268,29 @@ BEGIN ATOMIC
      ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
 END;
 
+-- The earliest commit time a change the worker has not read yet (above a
+-- table's offset) may carry: the offset's commit time less the source's
+-- clock_tolerance, since SQL Server's clock may have been stepped back by
+-- up to that much after it stamped the offset (a tolerance unknown: the
+-- largest, 1 hour). Where every loss of such changes starts
+-- (_resume_after_loss, _lake_lost_from); NULL for no offset.
+CREATE FUNCTION @extschema@._unread_from(offset_commit_time timestamptz, clock_tolerance interval)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN offset_commit_time - coalesce(clock_tolerance, interval '1 hour');
+
 -- Where a rollback's loss starts: the earliest commit time a change with an
--- LSN above held may have, from the table's range facts (a range that ends
--- above held holds such changes no earlier than its first commit, or its
--- end when it has none); a table read no further than held: where it was
--- read to; held NULL (the ref holds nothing provable), or facts that no
--- longer reach back to held (retention): -infinity.
-CREATE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn)
+-- LSN above held (up to proved) may have. One the worker has read lies in
+-- a range fact that ends above held, no earlier than its first commit (the
+-- least commit time of its rows), or its end when it has none; one it has
+-- not read yet (proved above the table's offset, or a table read no
+-- further than held) no earlier than _unread_from, the offset's commit time
+-- less the source's clock_tolerance: SQL Server's clock may have been
+-- stepped back since. held NULL (the ref holds nothing provable), or facts
+-- that no longer reach back to held (retention): -infinity.
+CREATE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn, proved @extschema@.lsn,
+                                            clock_tolerance interval)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -2286,9 +2302,14 @@ BEGIN ATOMIC
              AND EXISTS (SELECT FROM @extschema@.fact f
                           WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range')
             THEN '-infinity'::timestamptz
-        ELSE coalesce((SELECT min(coalesce(f.first_commit_time, f.end_commit_time)) FROM @extschema@.fact f
-                        WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.end_lsn > held),
-                      (SELECT w.offset_commit_time FROM @extschema@.watermark w
+        ELSE coalesce(LEAST((SELECT min(coalesce(f.first_commit_time, f.end_commit_time)) FROM @extschema@.fact f
+                              WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.end_lsn > held),
+                            (SELECT @extschema@._unread_from(w.offset_commit_time, _lake_lost_from.clock_tolerance)
+                               FROM @extschema@.watermark w
+                              WHERE w.table_id = _lake_lost_from.table_id
+                                AND (proved IS NULL OR w.offset_lsn IS NULL OR proved > w.offset_lsn))),
+                      (SELECT @extschema@._unread_from(w.offset_commit_time, _lake_lost_from.clock_tolerance)
+                         FROM @extschema@.watermark w
                         WHERE w.table_id = _lake_lost_from.table_id),
                       '-infinity'::timestamptz)
     END;
@@ -2315,7 +2336,8 @@ DECLARE
     -- holds no more than what was proven.
     -- (LEAST skips a NULL: nothing held must stay nothing held.)
     held_capped @extschema@.lsn := CASE WHEN held IS NOT NULL THEN LEAST(held, l.seen_lsn) END;
-    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held_capped);
+    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held_capped, l.seen_lsn,
+                                                         @extschema@._clock_tolerance(tt.server_name));
     commit_from timestamptz;
     fact bigint;
     message text;
@@ -4199,7 +4221,7 @@ DECLARE
 BEGIN
     PERFORM @extschema@._lock_tracked(_resume_after_loss.table_id);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = _resume_after_loss.table_id;
-    wm.offset_commit_time := wm.offset_commit_time - coalesce(clock_tolerance, interval '0');
+    wm.offset_commit_time := @extschema@._unread_from(wm.offset_commit_time, clock_tolerance);
     SELECT f.detail ->> 'by' INTO requested_by FROM @extschema@.fact f
      WHERE f.table_id = _resume_after_loss.table_id AND f.event = 'resume_requested'
      ORDER BY f.fact_id DESC LIMIT 1;
@@ -7671,9 +7693,46 @@ BEGIN
 END
 $$;
 
+-- SQL Server's clock was found at clock_at, behind commit times the worker
+-- of server_name had read by more than its clock_tolerance (the source is
+-- now held with commit_time_ahead, and nothing is read until
+-- release_source): commits may from now on be stamped in any period from
+-- clock_at's on, periods already final included. Each of its tables with
+-- an offset later than clock_at records a clock_stepped_back event from
+-- clock_at to its offset's commit time (ran_ahead when a final period is
+-- among them), so that changes_by_period calls those periods inexact at
+-- once, and a release that would confirm an empty partition or reconcile a
+-- count is refused while the source is held, not only once the commits
+-- are read after release_source (once: a hold that starts again, the
+-- clock still behind, finds them marked). The source's commit_time_ahead
+-- incident says what happened; no incident per table.
+CREATE FUNCTION @extschema@._clock_went_back(server_name text, clock_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM @extschema@._record_clock_step(t.table_id, w.offset_lsn::text, clock_at, w.offset_commit_time,
+                                           clock_at < w.source_until, false)
+       FROM @extschema@.tracked_table t
+       JOIN @extschema@.watermark w ON w.table_id = t.table_id
+      WHERE t.server_name = _clock_went_back.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
+        AND w.offset_lsn IS NOT NULL AND w.offset_commit_time > clock_at
+        -- not again for a hold that starts again after release_source
+        AND NOT EXISTS (SELECT FROM @extschema@.fact e
+                         WHERE e.table_id = t.table_id AND e.event = 'clock_stepped_back'
+                           AND e.end_lsn = w.offset_lsn
+                           AND (e.detail ->> 'commit_time')::timestamptz <= clock_at
+                           AND (e.detail ->> 'after_commit_time')::timestamptz >= w.offset_commit_time)
+      ORDER BY t.table_id;
+END
+$$;
+
 REVOKE ALL ON FUNCTION
     @extschema@._clock_tolerance(text),
-    @extschema@._record_clock_step(bigint, text, timestamptz, timestamptz, boolean, boolean)
+    @extschema@._record_clock_step(bigint, text, timestamptz, timestamptz, boolean, boolean),
+    @extschema@._clock_went_back(text, timestamptz)
     FROM PUBLIC;
 -- ===========================================================================
 -- End of 9h (clock steps).

@@ -240,3 +240,54 @@ def test_a_report_for_an_iceberg_consumer_is_refused(env, sim, catalog, table):
     with pytest.raises(Exception) as e:
         env.sql("SELECT finalize.report_progress('sales.refused', 'spark', '0x00000000000000000001')")
     assert "reads its progress from Iceberg table " + table in str(e.value)
+
+
+def test_a_rollback_covers_a_lost_commit_stamped_before_the_offset_by_a_clock_step_back(env, sim, catalog, writer,
+                                                                                      table):
+    """Issue 41: SQL Server's clock is 20 s fast when c1 commits (stamped 09:02:00); the worker reads it
+    (its offset; with a clock_tolerance of 30 s the verdict is 09:01). The clock is stepped back and c2
+    is stamped 09:01:47, in minute 09:01, before the worker reads it; the lake holds c1 and c2, and is
+    rolled back to c1. The loss started at the offset's commit time (09:02:00), so once the pipeline
+    went on without c2, minute 09:01 was final with the lake lacking c2. A change the worker has not
+    read may lie the tolerance before its offset's commit time: the loss starts there, as every
+    loss does."""
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=70)
+    env.add_source("erp", sim, clock_tolerance="30 s")
+    env.track("sales.orders", "erp", granularity="1 minute")
+    env.wait_caught_up("sales.orders", sim)
+    add_catalog(env, "lake", catalog.uri)
+    add_consumer(env, "sales.orders", "spark", "lake", table)
+    lake = Pipeline(writer, table)
+
+    sim.call("sim.advance", to=(START + datetime.timedelta(minutes=1, seconds=40)).isoformat())
+    sim.call("sim.step_clock", seconds=20)
+    c1 = commit(sim, START + datetime.timedelta(minutes=1, seconds=40))
+    c1["at"] = START + 2 * MINUTE                        # what the fast clock stamped
+    sim.call("sim.advance", seconds=6)
+    env.wait_caught_up("sales.orders", sim)
+    assert env.one("SELECT offset_lsn::text FROM finalize.watermark w JOIN finalize.tracked_table t "
+                   "USING (table_id) WHERE t.table_name = 'sales.orders'") == c1["lsn"]
+    sim.call("sim.capture_stop")
+    sim.call("sim.step_clock", seconds=-20)
+    c2 = commit(sim, START + datetime.timedelta(minutes=1, seconds=47))   # stamped 09:01:47
+    lake.apply([c1])
+    s1 = writer.call("current", table=table)["snapshot_id"]
+    wait_consumer(env, "sales.orders", "spark", lambda r: r["reported_lsn"] == c1["lsn"], "the first append")
+    lake.apply([c2])
+    env.pg.wait_for(lambda: env.one("SELECT seen_lsn::text FROM finalize.lake_consumer") == c2["lsn"],
+                    timeout=20, what="the lake worker to see c2")
+    writer.call("rollback", table=table, snapshot_id=s1)
+    loss = env.pg.wait_for(lambda: env.sql("SELECT lost_from FROM finalize.loss"), timeout=20, what="a loss")
+    assert loss[0][0] <= c2["at"], "the loss starts after the lost commit %s: %s" % (c2["at"], loss)
+
+    # The pipeline goes on without c2: minute 09:01 must not become final.
+    sim.call("sim.capture_start")
+    c3 = commit(sim, START + datetime.timedelta(minutes=2, seconds=40))
+    sim.call("sim.advance", to=(START + datetime.timedelta(minutes=3, seconds=30)).isoformat())
+    env.wait_caught_up("sales.orders", sim)
+    lake.apply([c3])
+    wait_consumer(env, "sales.orders", "spark", lambda r: (r["consumer_until"] or START) >= START + 2 * MINUTE,
+                  "the pipeline's next commit resolved")
+    assert not env.one("SELECT finalize.is_final('sales.orders', %s)", (START + MINUTE,))
+    check_truth(env, sim, writer, "sales.orders", table)
