@@ -130,9 +130,9 @@ def start(env, sim, table, source, **track):
     env.wait_caught_up(table, sim)
 
 
-def step(sim, inserts=1):
-    """A commit and a capture cycle."""
-    sim.call("sim.commit", inserts=inserts)
+def step(sim, inserts=1, table=None):
+    """A commit (to dbo.orders unless table says) and a capture cycle."""
+    sim.call("sim.commit", inserts=inserts, **({"table": table} if table else {}))
     sim.call("sim.advance", seconds=6)
 
 
@@ -518,7 +518,11 @@ def test_an_instance_that_captures_another_table_is_a_source_replaced_incident(e
     sim.call("sim.create_table", name="orders_v2", columns="[id] int NOT NULL, [v] int")
     sim.call("sim.disable_table", name="orders", capture_instance="dbo_orders")
     sim.call("sim.enable_table", name="orders_v2", capture_instance="dbo_orders")
-    step(sim)
+    # A change the instance captures, so that max LSN moves and the worker looks
+    # at the instances again (a settled source asks only for max LSN until then,
+    # or until finalize.full_check_interval: a commit to dbo.orders, captured by
+    # no instance now, may move nothing).
+    step(sim, table="dbo.orders_v2")
     row = wait_counted(env, "source_replaced", table="k.replaced", server="src_replaced")
     assert row["severity"] == "critical"
     assert "dbo.orders now names another table" in row["message"], row["message"]

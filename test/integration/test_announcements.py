@@ -146,8 +146,10 @@ def test_every_path_announces_the_verdict_the_sensors_give(pg, sims):
         env.add_source("db01", db01)
         env.track(SOURCE, "erp", on_data_loss="resume")
         env.sql("SELECT finalize.track_derived(%s, ARRAY[%s])", (COPY, SOURCE))
-        env.sql("SELECT finalize.track_derived(%s, ARRAY[%s])", (JOB, SOURCE))
-        env.sql("SELECT finalize.add_consumer(%s, 'job')", (JOB,))
+        # In one transaction: a scheduler round between the two would make the job's
+        # table final before its consumer holds it (a verdict never moves back).
+        env.sql("SELECT finalize.track_derived(%s, ARRAY[%s]); SELECT finalize.add_consumer(%s, 'job')",
+                (JOB, SOURCE, JOB))
         env.sql("SELECT finalize.track_sharded(%s, '1 hour')", (SHARDED,))
         env.sql("SELECT finalize.add_shard(%s, 'db01', 'db01', 'dbo.orders')", (SHARDED,))
         # The first ranges: each table is final up to the hour its tracking began in.

@@ -257,6 +257,9 @@ def test_a_publisher_with_look_alikes_everywhere_cannot_escalate_through_the_gat
 
 
 def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
+    # A held source: its server exists, so the scheduler's rounds keep its status
+    # (a status row of no server and no table is cleaned away).
+    pg.sql("CREATE SERVER sec_held FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'x')")
     pg.sql("INSERT INTO finalize.source_status (server_name, held_by, held_since) "
            "VALUES ('sec_held', 'commit_time_ahead', now())")
     conn = connect(pg, "sec_admin")
@@ -308,6 +311,7 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
     finally:
         conn.close()
         pg.sql("DELETE FROM finalize.source_status WHERE server_name = 'sec_held'")
+        pg.sql("DROP SERVER IF EXISTS sec_held")
         pg.sql("DROP SERVER IF EXISTS sec_hook CASCADE")
     assert_never_ran_as_another_role(pg)
     drop_plants(pg)
