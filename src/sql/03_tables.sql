@@ -444,8 +444,11 @@ CREATE TABLE @extschema@.lateness_hour (
 COMMENT ON TABLE @extschema@.lateness_hour IS
     'Event-time tables: lateness sketches merged per commit-time hour (the window of lateness_policy quantile)';
 
--- Event-time tables: event periods that received rows after they were
--- final. One row per table and period, counting every late row it got.
+-- Periods that received rows after they were final: an event-time
+-- table's event periods, or a commit-time table's periods that SQL
+-- Server's clock, stepped back, stamped commits in (_store_late_commits;
+-- event_period is then the commit-time period). One row per table and
+-- period, counting every late row it got.
 -- Each is the span [event_period, period_end) of the periods it landed
 -- in, kept as instants: the release gate reads it in whatever periods the
 -- table has later (alter_tracked_table), and a span that a later period
@@ -463,9 +466,9 @@ CREATE TABLE @extschema@.late_period (
     CHECK (period_end > event_period)
 );
 COMMENT ON TABLE @extschema@.late_period IS
-    'Event-time tables: periods that received rows after they were declared final (see the view finalize.late_data)';
+    'Periods that received rows after they were declared final: event-time tables'' late rows, commit-time tables'' commits stamped there by a clock stepped back (see the view finalize.late_data)';
 COMMENT ON COLUMN @extschema@.late_period.period_end IS
-    'The end of the event period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
+    'The end of the period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
 
 -- pg_dump keeps the contents of these tables with the extension.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.tracked_table', '');

@@ -385,7 +385,7 @@ SELECT t.table_name, l.event_period, l.period_end,
   JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
  WHERE t.untracked_at IS NULL;
 COMMENT ON VIEW @extschema@.late_data IS
-    'Event-time tables: periods that received rows after they were declared final (late data), with how many and when';
+    'Periods that received rows after they were declared final (late data: an event-time table''s, or commits SQL Server''s clock, stepped back, stamped there), with how many and when';
 
 -- Rows per event period of an event-time table, from the recorded facts,
 -- with how many of them arrived late. Columns as changes_by_period, plus

@@ -525,8 +525,9 @@ COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigi
 -- Removes facts older than the retention (finalize.facts_retention unless
 -- given), and untracked tables with no facts left. The fact a table's offset
 -- points at is kept, so the chain of ranges can always be checked; so are
--- the late rows per event period (late_period), which the release gate's
--- late_data check reads.
+-- the late rows per period (late_period), which the release gate's
+-- late_data check reads, and a clock step's mark while ranges of its
+-- periods remain.
 CREATE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -540,10 +541,21 @@ BEGIN
         RAISE EXCEPTION 'invalid value for argument older_than: "%" is negative', keep
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A clock step's mark (clock_stepped_back) stays while a range of its
+    -- table that ends before its periods' end does: after the step, such a
+    -- range may be older in commit time than ranges of those periods
+    -- removed here, and the oldest range left is where changes_by_period
+    -- starts to call periods covered, so without the mark one of them
+    -- would be exact with commits missing. The release gate reads the marks
+    -- (ran ahead, not read past yet) too.
     DELETE FROM @extschema@.fact f
      WHERE f.recorded_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.watermark w
-                        WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
+                        WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range')
+       AND (f.event IS DISTINCT FROM 'clock_stepped_back'
+            OR NOT EXISTS (SELECT FROM @extschema@.fact r
+                            WHERE r.table_id = f.table_id AND r.kind = 'range'
+                              AND r.end_commit_time < (f.detail ->> 'to')::timestamptz));
     GET DIAGNOSTICS removed = ROW_COUNT;
     -- Lateness sketches are kept as long as the lateness window that reads them.
     DELETE FROM @extschema@.lateness_hour h
@@ -551,9 +563,10 @@ BEGIN
      WHERE t.table_id = h.table_id AND w.table_id = h.table_id
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
-    -- (Late rows per event period are kept as long as their table: they
-    -- are the release gate's evidence that a generation built before them
-    -- lacks them, whenever it is released; one row per period.)
+    -- (Late rows per period, of event-time tables and of commit-time ones
+    -- whose SQL Server clock stepped back, are kept as long as their table:
+    -- they are the release gate's evidence that a generation built before
+    -- them lacks them, whenever it is released; one row per period.)
     -- never an incident whose resolution a webhook target has still to hear
     DELETE FROM @extschema@.alert a
      WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep

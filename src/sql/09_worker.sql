@@ -105,6 +105,49 @@ BEGIN
 END
 $$;
 
+-- A commit-time table's changes that the worker read stamped in periods
+-- already final under verdict_before (SQL Server's clock went back by
+-- more than the source's clock_tolerance): late data, kept as an
+-- event-time table's late rows are (late_period, listed by
+-- finalize.late_data, read by the release gate's late_data check): per
+-- range of the write (after start_lsn, up to end_lsn) that holds any,
+-- the span of the final periods its commits lie in, and its changes (the
+-- whole range's when it also holds commits of later periods). Returns
+-- how many.
+CREATE FUNCTION @extschema@._store_late_commits(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
+                                                end_lsn @extschema@.lsn, verdict_before timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    late bigint;
+BEGIN
+    WITH r AS (
+        SELECT @extschema@.period_start(f.first_commit_time, tt.granularity, tt.period_zone) AS p_start,
+               @extschema@.period_end(LEAST(coalesce(f.last_commit_time, f.first_commit_time),
+                                            verdict_before - interval '1 microsecond'),
+                                      tt.granularity, tt.period_zone) AS p_end,
+               f.inserts + f.updates + f.deletes AS changes
+          FROM @extschema@.fact f
+         WHERE f.table_id = tt.table_id AND f.kind = 'range'
+           AND (start_lsn IS NULL OR f.end_lsn > start_lsn) AND f.end_lsn <= end_lsn
+           AND f.inserts + f.updates + f.deletes > 0 AND f.first_commit_time < verdict_before),
+    stored AS (
+        INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen,
+                                                  verdict_at_arrival, period_end)
+        SELECT tt.table_id, r.p_start, sum(r.changes), now(), now(), verdict_before, max(r.p_end)
+          FROM r GROUP BY r.p_start
+        ON CONFLICT (table_id, event_period) DO UPDATE
+           SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen,
+               period_end = GREATEST(l.period_end, EXCLUDED.period_end)
+        RETURNING 1)
+    SELECT coalesce(sum(r.changes), 0) INTO late FROM r;
+    RETURN late;
+END
+$$;
+
 -- SQL Server's clock went back across a period boundary, as the worker read
 -- it in the ranges of a table it has just recorded (ending at end_lsn):
 -- commits stamped from first_time on came after commits stamped up to
@@ -117,9 +160,16 @@ $$;
 -- incident says so, critical when a verdict ran ahead (a partition
 -- published before may lack those commits). Without incident the worker
 -- could not tell a step back from the local times a DST fall-back repeats:
--- the periods are marked all the same.
+-- the periods are marked all the same. verdict_before is the table's
+-- source verdict before the write: on a commit-time table the changes of
+-- the write's ranges (after start_lsn) stamped before it are late data
+-- (_store_late_commits), as rows landing in a final event period are; the
+-- release gate refuses a partition of those periods built before now,
+-- and any while the table's reads have not passed until_time (more
+-- commits may be stamped there: _late_data_problem).
 CREATE FUNCTION @extschema@._record_clock_step(table_id bigint, end_lsn text, first_time timestamptz,
-                                               until_time timestamptz, ran_ahead boolean, incident boolean)
+                                               until_time timestamptz, ran_ahead boolean, incident boolean,
+                                               start_lsn text, verdict_before timestamptz)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -129,18 +179,25 @@ DECLARE
     tt @extschema@.tracked_table := @extschema@._lock_tracked(_record_clock_step.table_id);
     p_from timestamptz := @extschema@.period_start(first_time, tt.granularity, tt.period_zone);
     p_to timestamptz := @extschema@.period_end(GREATEST(first_time, until_time), tt.granularity, tt.period_zone);
-    verdict timestamptz := (SELECT w.source_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    verdict timestamptz := coalesce(verdict_before, (SELECT w.source_until FROM @extschema@.watermark w
+                                                      WHERE w.table_id = tt.table_id));
+    late bigint := 0;
     detail jsonb;
     message text;
 BEGIN
+    IF ran_ahead AND tt.event_time_column IS NULL AND verdict_before IS NOT NULL THEN
+        late := @extschema@._store_late_commits(tt, @extschema@._lsn_arg(start_lsn, 'start_lsn'),
+                                                @extschema@._lsn_arg(end_lsn, 'end_lsn'), verdict_before);
+    END IF;
     detail := jsonb_build_object('from', @extschema@._utc_iso(p_from), 'to', @extschema@._utc_iso(p_to),
                                  'commit_time', @extschema@._utc_iso(first_time),
                                  'after_commit_time', @extschema@._utc_iso(until_time),
-                                 'ran_ahead', ran_ahead, 'incident', incident, 'end_lsn', end_lsn);
+                                 'ran_ahead', ran_ahead, 'incident', incident, 'end_lsn', end_lsn,
+                                 'late_rows', late);
     message := CASE WHEN ran_ahead
-        THEN format('SQL Server''s clock went back: commits of table "%s" were stamped %s, in a period already final; the counts of its periods from %s to %s are not exact any more, and a partition of them released before may lack those commits: check and republish it. Every verdict holds back by the clock_tolerance of server "%s", which this step exceeded.',
+        THEN format('SQL Server''s clock went back: commits of table "%s" were stamped %s, in a period already final; the counts of its periods from %s to %s are not exact any more, and a partition of them released before may lack those commits (%s late row(s) so far, see finalize.late_data; the release gate refuses a partition of them built before they were read): check and republish it. Every verdict holds back by the clock_tolerance of server "%s", which this step exceeded.',
                     tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(p_from),
-                    @extschema@._utc_iso(p_to), tt.server_name)
+                    @extschema@._utc_iso(p_to), late, tt.server_name)
         ELSE format('SQL Server''s clock went back across a period boundary: commits of table "%s" were stamped %s, after commits stamped up to %s; no verdict ran ahead (the clock_tolerance of server "%s" absorbed the step), but the counts of its periods from %s to %s are not exact.',
                     tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(until_time),
                     tt.server_name, @extschema@._utc_iso(p_from), @extschema@._utc_iso(p_to)) END;
@@ -181,7 +238,7 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM @extschema@._record_clock_step(t.table_id, w.offset_lsn::text, clock_at, w.offset_commit_time,
-                                           clock_at < w.source_until, false)
+                                           clock_at < w.source_until, false, NULL, w.source_until)
        FROM @extschema@.tracked_table t
        JOIN @extschema@.watermark w ON w.table_id = t.table_id
       WHERE t.server_name = _clock_went_back.server_name AND t.kind = 'source' AND t.untracked_at IS NULL

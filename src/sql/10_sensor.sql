@@ -482,14 +482,14 @@ SELECT t.table_name,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
-       -- Only event-time tables have late rows (a table with some keeps its
-       -- event_time_column): commit-time rows skip the look. A sharded
-       -- table's are its shards'.
-       CASE WHEN t.event_time_column IS NOT NULL AND t.kind = 'sharded'
+       -- Late rows: an event-time table's, or a commit-time table's whose
+       -- SQL Server clock was stepped back into final periods. A sharded
+       -- table's are its shards'; a derived table has none of its own.
+       CASE WHEN t.kind = 'sharded'
             THEN (SELECT sum(l.rows) FROM @extschema@.tracked_table x
                     JOIN @extschema@.late_period l ON l.table_id = x.table_id
                    WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL)::bigint
-            WHEN t.event_time_column IS NOT NULL
+            WHEN t.kind <> 'derived'
             THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
        END AS late_rows,
        s.cycle_time AS source_cycle_time,

@@ -723,16 +723,24 @@ BEGIN
 END
 $$;
 
--- Why an event-time table's partition must not be released as it is, or
--- NULL: late rows landed in its periods [period_start, period_end) (after
--- they were declared final: a late_period span that overlaps them, which
--- may be a period of other periods the table had then), and this
--- generation does not say it was built
+-- Why a partition must not be released as it is, or NULL: late rows
+-- landed in its periods [period_start, period_end) after they were
+-- declared final (a late_period span that overlaps them, which may be a
+-- period of other periods the table had then): rows of an event-time
+-- table in a final event period, or commits of a commit-time table that
+-- SQL Server's clock, stepped back, stamped in a final period
+-- (_store_late_commits); and this generation does not say it was built
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
--- them. On a sharded table the late rows are those of the partition's
--- shard, or of every shard for a partition of no shard (shard NULL).
+-- them. A commit-time table whose clock went back into these periods
+-- after they were final (a clock_stepped_back event that ran ahead) and
+-- whose reads have not passed the commit times read before the step yet
+-- (the source held, or its clock still behind them) may still get late
+-- commits there, unread or unstamped: no generation can hold them, so
+-- none passes until its reads do. On a sharded table the late rows and
+-- steps are those of the partition's shard, or of every shard for a
+-- partition of no shard (shard NULL).
 CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
                                                period_end timestamptz, built_at timestamptz, shard text)
 RETURNS text
@@ -742,23 +750,34 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    ids bigint[];
+    step jsonb;
     late_rows bigint;
     last_seen timestamptz;
     pub @extschema@.published;
 BEGIN
-    IF tt.event_time_column IS NULL THEN
-        RETURN NULL;
-    END IF;
     IF tt.kind = 'sharded' THEN
-        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen
-          FROM @extschema@.tracked_table x
-          JOIN @extschema@.late_period l ON l.table_id = x.table_id
-         WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard)
-           AND l.event_period < period_end AND l.period_end > period_start;
+        ids := ARRAY(SELECT x.table_id FROM @extschema@.tracked_table x
+                      WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard));
     ELSE
-        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
-         WHERE l.table_id = tt.table_id AND l.event_period < period_end AND l.period_end > period_start;
+        ids := ARRAY[tt.table_id];
     END IF;
+    IF tt.event_time_column IS NULL THEN
+        SELECT c.detail INTO step
+          FROM @extschema@.fact c
+          JOIN @extschema@.watermark w ON w.table_id = c.table_id
+         WHERE c.table_id = ANY (ids) AND c.event = 'clock_stepped_back'
+           AND (c.detail ->> 'ran_ahead')::boolean
+           AND (c.detail ->> 'from')::timestamptz < period_end AND (c.detail ->> 'to')::timestamptz > period_start
+           AND NOT coalesce(w.offset_commit_time > (c.detail ->> 'after_commit_time')::timestamptz, false)
+         ORDER BY c.fact_id DESC LIMIT 1;
+        IF step IS NOT NULL THEN
+            RETURN format('SQL Server''s clock was stepped back to %s, into this partition''s periods after they were declared final (commits stamped up to %s had been read): commits stamped in them may not all be read yet, so no generation can be known to hold them. They are read once the source is not held (finalize.release_source) and its clock has passed %s; then release a generation built after the last of them (finalize.late_data says when), with "built_at" in its manifest.',
+                          step ->> 'commit_time', step ->> 'after_commit_time', step ->> 'after_commit_time');
+        END IF;
+    END IF;
+    SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
+     WHERE l.table_id = ANY (ids) AND l.event_period < period_end AND l.period_end > period_start;
     IF last_seen IS NULL OR built_at >= last_seen THEN
         RETURN NULL;
     END IF;
@@ -767,8 +786,11 @@ BEGIN
     IF built_at IS NULL AND FOUND AND pub.published_at >= last_seen THEN
         RETURN NULL;
     END IF;
-    RETURN format('%s late row(s) landed in this partition''s event periods after they were declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
-                  late_rows, last_seen,
+    RETURN format('%s late row(s) %s after they were declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
+                  late_rows,
+                  CASE WHEN tt.event_time_column IS NOT NULL THEN 'landed in this partition''s event periods'
+                       ELSE 'were stamped in this partition''s periods by SQL Server''s clock, stepped back,' END,
+                  last_seen,
                   CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
                        WHEN pub.generation IS NOT NULL
                        THEN format(', after generation "%s" was released (%s)', pub.generation, pub.published_at)

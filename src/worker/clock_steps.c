@@ -153,13 +153,17 @@ judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
 /*
  * Records a clock that went back for the table of a write whose ranges were
  * just recorded (finalize._record_clock_step), in the write's
- * subtransaction.
+ * subtransaction: with the write's first range start and the table's
+ * source verdict before it, so that a commit-time table's changes stamped
+ * in periods already final are kept as late data.
  */
 void
 record_clock_step(const TableWrite *w)
 {
-	Oid			types[6] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, BOOLOID};
-	Datum		values[6];
+	Oid			types[8] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, BOOLOID, TEXTOID,
+	TIMESTAMPTZOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(w->table->table_id);
 	values[1] = db_lsn_datum(&w->facts[w->nfacts - 1].end);
@@ -167,8 +171,12 @@ record_clock_step(const TableWrite *w)
 	values[3] = TimestampTzGetDatum(w->step_until);
 	values[4] = BoolGetDatum(w->clock_step == CLOCK_RAN_AHEAD);
 	values[5] = BoolGetDatum(w->clock_step != CLOCK_OUT_OF_ORDER);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5, $6)", 6, types, values,
-					 NULL);
+	values[6] = w->facts[0].has_start ? db_lsn_datum(&w->facts[0].start) : (Datum) 0;
+	nulls[6] = w->facts[0].has_start ? ' ' : 'n';
+	values[7] = TimestampTzGetDatum(w->table->source_until);
+	nulls[7] = w->table->has_source_until ? ' ' : 'n';
+	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5, $6, $7, $8)", 8, types,
+					 values, nulls);
 }
 
 /*

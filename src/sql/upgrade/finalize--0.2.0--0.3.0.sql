@@ -2792,7 +2792,7 @@ UPDATE @extschema@.late_period l
 ALTER TABLE @extschema@.late_period ALTER COLUMN period_end SET NOT NULL,
     ADD CHECK (period_end > event_period);
 COMMENT ON COLUMN @extschema@.late_period.period_end IS
-    'The end of the event period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
+    'The end of the period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
 
 -- Event periods that received rows after they were declared final (each
 -- as the span of the periods it landed in, see late_period).
@@ -2803,7 +2803,7 @@ SELECT t.table_name, l.event_period, l.period_end,
   JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
  WHERE t.untracked_at IS NULL;
 COMMENT ON VIEW @extschema@.late_data IS
-    'Event-time tables: periods that received rows after they were declared final (late data), with how many and when';
+    'Periods that received rows after they were declared final (late data: an event-time table''s, or commits SQL Server''s clock, stepped back, stamped there), with how many and when';
 
 -- 6. The forms that took no zone.
 DROP FUNCTION @extschema@._consumer_until(text, interval, timestamptz, timestamptz);
@@ -5562,10 +5562,21 @@ BEGIN
         RAISE EXCEPTION 'invalid value for argument older_than: "%" is negative', keep
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A clock step's mark (clock_stepped_back) stays while a range of its
+    -- table that ends before its periods' end does: after the step, such a
+    -- range may be older in commit time than ranges of those periods
+    -- removed here, and the oldest range left is where changes_by_period
+    -- starts to call periods covered, so without the mark one of them
+    -- would be exact with commits missing. The release gate reads the marks
+    -- (ran ahead, not read past yet) too.
     DELETE FROM @extschema@.fact f
      WHERE f.recorded_at < now() - keep
        AND NOT EXISTS (SELECT FROM @extschema@.watermark w
-                        WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range');
+                        WHERE w.table_id = f.table_id AND w.offset_lsn = f.end_lsn AND f.kind = 'range')
+       AND (f.event IS DISTINCT FROM 'clock_stepped_back'
+            OR NOT EXISTS (SELECT FROM @extschema@.fact r
+                            WHERE r.table_id = f.table_id AND r.kind = 'range'
+                              AND r.end_commit_time < (f.detail ->> 'to')::timestamptz));
     GET DIAGNOSTICS removed = ROW_COUNT;
     -- Lateness sketches are kept as long as the lateness window that reads them.
     DELETE FROM @extschema@.lateness_hour h
@@ -5573,9 +5584,10 @@ BEGIN
      WHERE t.table_id = h.table_id AND w.table_id = h.table_id
        AND h.hour < LEAST(now() - keep,
                           coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
-    -- (Late rows per event period are kept as long as their table: they
-    -- are the release gate's evidence that a generation built before them
-    -- lacks them, whenever it is released; one row per period.)
+    -- (Late rows per period, of event-time tables and of commit-time ones
+    -- whose SQL Server clock stepped back, are kept as long as their table:
+    -- they are the release gate's evidence that a generation built before
+    -- them lacks them, whenever it is released; one row per period.)
     -- never an incident whose resolution a webhook target has still to hear
     DELETE FROM @extschema@.alert a
      WHERE a.state = 'resolved' AND greatest(a.last_seen, a.resolved_at) < now() - keep
@@ -6316,14 +6328,14 @@ SELECT t.table_name,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
-       -- Only event-time tables have late rows (a table with some keeps its
-       -- event_time_column): commit-time rows skip the look. A sharded
-       -- table's are its shards'.
-       CASE WHEN t.event_time_column IS NOT NULL AND t.kind = 'sharded'
+       -- Late rows: an event-time table's, or a commit-time table's whose
+       -- SQL Server clock was stepped back into final periods. A sharded
+       -- table's are its shards'; a derived table has none of its own.
+       CASE WHEN t.kind = 'sharded'
             THEN (SELECT sum(l.rows) FROM @extschema@.tracked_table x
                     JOIN @extschema@.late_period l ON l.table_id = x.table_id
                    WHERE x.shard_of = t.table_id AND x.untracked_at IS NULL)::bigint
-            WHEN t.event_time_column IS NOT NULL
+            WHEN t.kind <> 'derived'
             THEN (SELECT sum(l.rows) FROM @extschema@.late_period l WHERE l.table_id = t.table_id)::bigint
        END AS late_rows,
        s.cycle_time AS source_cycle_time,
@@ -6930,16 +6942,24 @@ BEGIN
 END
 $$;
 
--- Why an event-time table's partition must not be released as it is, or
--- NULL: late rows landed in its periods [period_start, period_end) (after
--- they were declared final: a late_period span that overlaps them, which
--- may be a period of other periods the table had then), and this
--- generation does not say it was built
+-- Why a partition must not be released as it is, or NULL: late rows
+-- landed in its periods [period_start, period_end) after they were
+-- declared final (a late_period span that overlaps them, which may be a
+-- period of other periods the table had then): rows of an event-time
+-- table in a final event period, or commits of a commit-time table that
+-- SQL Server's clock, stepped back, stamped in a final period
+-- (_store_late_commits); and this generation does not say it was built
 -- after the last of them (the manifest's built_at): a correction is due.
 -- Without built_at only a partition whose late rows all landed before its
 -- previous release passes: that release's generation was checked against
--- them. On a sharded table the late rows are those of the partition's
--- shard, or of every shard for a partition of no shard (shard NULL).
+-- them. A commit-time table whose clock went back into these periods
+-- after they were final (a clock_stepped_back event that ran ahead) and
+-- whose reads have not passed the commit times read before the step yet
+-- (the source held, or its clock still behind them) may still get late
+-- commits there, unread or unstamped: no generation can hold them, so
+-- none passes until its reads do. On a sharded table the late rows and
+-- steps are those of the partition's shard, or of every shard for a
+-- partition of no shard (shard NULL).
 CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
                                                period_end timestamptz, built_at timestamptz, shard text)
 RETURNS text
@@ -6949,23 +6969,34 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    ids bigint[];
+    step jsonb;
     late_rows bigint;
     last_seen timestamptz;
     pub @extschema@.published;
 BEGIN
-    IF tt.event_time_column IS NULL THEN
-        RETURN NULL;
-    END IF;
     IF tt.kind = 'sharded' THEN
-        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen
-          FROM @extschema@.tracked_table x
-          JOIN @extschema@.late_period l ON l.table_id = x.table_id
-         WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard)
-           AND l.event_period < period_end AND l.period_end > period_start;
+        ids := ARRAY(SELECT x.table_id FROM @extschema@.tracked_table x
+                      WHERE x.shard_of = tt.table_id AND (shard IS NULL OR x.shard = shard));
     ELSE
-        SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
-         WHERE l.table_id = tt.table_id AND l.event_period < period_end AND l.period_end > period_start;
+        ids := ARRAY[tt.table_id];
     END IF;
+    IF tt.event_time_column IS NULL THEN
+        SELECT c.detail INTO step
+          FROM @extschema@.fact c
+          JOIN @extschema@.watermark w ON w.table_id = c.table_id
+         WHERE c.table_id = ANY (ids) AND c.event = 'clock_stepped_back'
+           AND (c.detail ->> 'ran_ahead')::boolean
+           AND (c.detail ->> 'from')::timestamptz < period_end AND (c.detail ->> 'to')::timestamptz > period_start
+           AND NOT coalesce(w.offset_commit_time > (c.detail ->> 'after_commit_time')::timestamptz, false)
+         ORDER BY c.fact_id DESC LIMIT 1;
+        IF step IS NOT NULL THEN
+            RETURN format('SQL Server''s clock was stepped back to %s, into this partition''s periods after they were declared final (commits stamped up to %s had been read): commits stamped in them may not all be read yet, so no generation can be known to hold them. They are read once the source is not held (finalize.release_source) and its clock has passed %s; then release a generation built after the last of them (finalize.late_data says when), with "built_at" in its manifest.',
+                          step ->> 'commit_time', step ->> 'after_commit_time', step ->> 'after_commit_time');
+        END IF;
+    END IF;
+    SELECT sum(l.rows), max(l.last_seen) INTO late_rows, last_seen FROM @extschema@.late_period l
+     WHERE l.table_id = ANY (ids) AND l.event_period < period_end AND l.period_end > period_start;
     IF last_seen IS NULL OR built_at >= last_seen THEN
         RETURN NULL;
     END IF;
@@ -6974,8 +7005,11 @@ BEGIN
     IF built_at IS NULL AND FOUND AND pub.published_at >= last_seen THEN
         RETURN NULL;
     END IF;
-    RETURN format('%s late row(s) landed in this partition''s event periods after they were declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
-                  late_rows, last_seen,
+    RETURN format('%s late row(s) %s after they were declared final (the last at %s)%s: a correction is due. Write a generation that includes them and give "built_at" (when its data was read, at or after %s) in its manifest.',
+                  late_rows,
+                  CASE WHEN tt.event_time_column IS NOT NULL THEN 'landed in this partition''s event periods'
+                       ELSE 'were stamped in this partition''s periods by SQL Server''s clock, stepped back,' END,
+                  last_seen,
                   CASE WHEN built_at IS NOT NULL THEN format(', after this generation was built (%s)', built_at)
                        WHEN pub.generation IS NOT NULL
                        THEN format(', after generation "%s" was released (%s)', pub.generation, pub.published_at)
@@ -7638,6 +7672,49 @@ RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_clock_tolerance'
 LANGUAGE C STABLE STRICT;
 
+-- A commit-time table's changes that the worker read stamped in periods
+-- already final under verdict_before (SQL Server's clock went back by
+-- more than the source's clock_tolerance): late data, kept as an
+-- event-time table's late rows are (late_period, listed by
+-- finalize.late_data, read by the release gate's late_data check): per
+-- range of the write (after start_lsn, up to end_lsn) that holds any,
+-- the span of the final periods its commits lie in, and its changes (the
+-- whole range's when it also holds commits of later periods). Returns
+-- how many.
+CREATE FUNCTION @extschema@._store_late_commits(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
+                                                end_lsn @extschema@.lsn, verdict_before timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    late bigint;
+BEGIN
+    WITH r AS (
+        SELECT @extschema@.period_start(f.first_commit_time, tt.granularity, tt.period_zone) AS p_start,
+               @extschema@.period_end(LEAST(coalesce(f.last_commit_time, f.first_commit_time),
+                                            verdict_before - interval '1 microsecond'),
+                                      tt.granularity, tt.period_zone) AS p_end,
+               f.inserts + f.updates + f.deletes AS changes
+          FROM @extschema@.fact f
+         WHERE f.table_id = tt.table_id AND f.kind = 'range'
+           AND (start_lsn IS NULL OR f.end_lsn > start_lsn) AND f.end_lsn <= end_lsn
+           AND f.inserts + f.updates + f.deletes > 0 AND f.first_commit_time < verdict_before),
+    stored AS (
+        INSERT INTO @extschema@.late_period AS l (table_id, event_period, rows, first_seen, last_seen,
+                                                  verdict_at_arrival, period_end)
+        SELECT tt.table_id, r.p_start, sum(r.changes), now(), now(), verdict_before, max(r.p_end)
+          FROM r GROUP BY r.p_start
+        ON CONFLICT (table_id, event_period) DO UPDATE
+           SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen,
+               period_end = GREATEST(l.period_end, EXCLUDED.period_end)
+        RETURNING 1)
+    SELECT coalesce(sum(r.changes), 0) INTO late FROM r;
+    RETURN late;
+END
+$$;
+
 -- SQL Server's clock went back across a period boundary, as the worker read
 -- it in the ranges of a table it has just recorded (ending at end_lsn):
 -- commits stamped from first_time on came after commits stamped up to
@@ -7650,9 +7727,16 @@ LANGUAGE C STABLE STRICT;
 -- incident says so, critical when a verdict ran ahead (a partition
 -- published before may lack those commits). Without incident the worker
 -- could not tell a step back from the local times a DST fall-back repeats:
--- the periods are marked all the same.
+-- the periods are marked all the same. verdict_before is the table's
+-- source verdict before the write: on a commit-time table the changes of
+-- the write's ranges (after start_lsn) stamped before it are late data
+-- (_store_late_commits), as rows landing in a final event period are; the
+-- release gate refuses a partition of those periods built before now,
+-- and any while the table's reads have not passed until_time (more
+-- commits may be stamped there: _late_data_problem).
 CREATE FUNCTION @extschema@._record_clock_step(table_id bigint, end_lsn text, first_time timestamptz,
-                                               until_time timestamptz, ran_ahead boolean, incident boolean)
+                                               until_time timestamptz, ran_ahead boolean, incident boolean,
+                                               start_lsn text, verdict_before timestamptz)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -7662,18 +7746,25 @@ DECLARE
     tt @extschema@.tracked_table := @extschema@._lock_tracked(_record_clock_step.table_id);
     p_from timestamptz := @extschema@.period_start(first_time, tt.granularity, tt.period_zone);
     p_to timestamptz := @extschema@.period_end(GREATEST(first_time, until_time), tt.granularity, tt.period_zone);
-    verdict timestamptz := (SELECT w.source_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
+    verdict timestamptz := coalesce(verdict_before, (SELECT w.source_until FROM @extschema@.watermark w
+                                                      WHERE w.table_id = tt.table_id));
+    late bigint := 0;
     detail jsonb;
     message text;
 BEGIN
+    IF ran_ahead AND tt.event_time_column IS NULL AND verdict_before IS NOT NULL THEN
+        late := @extschema@._store_late_commits(tt, @extschema@._lsn_arg(start_lsn, 'start_lsn'),
+                                                @extschema@._lsn_arg(end_lsn, 'end_lsn'), verdict_before);
+    END IF;
     detail := jsonb_build_object('from', @extschema@._utc_iso(p_from), 'to', @extschema@._utc_iso(p_to),
                                  'commit_time', @extschema@._utc_iso(first_time),
                                  'after_commit_time', @extschema@._utc_iso(until_time),
-                                 'ran_ahead', ran_ahead, 'incident', incident, 'end_lsn', end_lsn);
+                                 'ran_ahead', ran_ahead, 'incident', incident, 'end_lsn', end_lsn,
+                                 'late_rows', late);
     message := CASE WHEN ran_ahead
-        THEN format('SQL Server''s clock went back: commits of table "%s" were stamped %s, in a period already final; the counts of its periods from %s to %s are not exact any more, and a partition of them released before may lack those commits: check and republish it. Every verdict holds back by the clock_tolerance of server "%s", which this step exceeded.',
+        THEN format('SQL Server''s clock went back: commits of table "%s" were stamped %s, in a period already final; the counts of its periods from %s to %s are not exact any more, and a partition of them released before may lack those commits (%s late row(s) so far, see finalize.late_data; the release gate refuses a partition of them built before they were read): check and republish it. Every verdict holds back by the clock_tolerance of server "%s", which this step exceeded.',
                     tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(p_from),
-                    @extschema@._utc_iso(p_to), tt.server_name)
+                    @extschema@._utc_iso(p_to), late, tt.server_name)
         ELSE format('SQL Server''s clock went back across a period boundary: commits of table "%s" were stamped %s, after commits stamped up to %s; no verdict ran ahead (the clock_tolerance of server "%s" absorbed the step), but the counts of its periods from %s to %s are not exact.',
                     tt.table_name, @extschema@._utc_iso(first_time), @extschema@._utc_iso(until_time),
                     tt.server_name, @extschema@._utc_iso(p_from), @extschema@._utc_iso(p_to)) END;
@@ -7714,7 +7805,7 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM @extschema@._record_clock_step(t.table_id, w.offset_lsn::text, clock_at, w.offset_commit_time,
-                                           clock_at < w.source_until, false)
+                                           clock_at < w.source_until, false, NULL, w.source_until)
        FROM @extschema@.tracked_table t
        JOIN @extschema@.watermark w ON w.table_id = t.table_id
       WHERE t.server_name = _clock_went_back.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
@@ -7729,9 +7820,15 @@ BEGIN
 END
 $$;
 
+-- Commits that SQL Server's clock, stepped back, stamped in periods already
+-- final are late rows of a commit-time table (_store_late_commits).
+COMMENT ON TABLE @extschema@.late_period IS
+    'Periods that received rows after they were declared final: event-time tables'' late rows, commit-time tables'' commits stamped there by a clock stepped back (see the view finalize.late_data)';
+
 REVOKE ALL ON FUNCTION
     @extschema@._clock_tolerance(text),
-    @extschema@._record_clock_step(bigint, text, timestamptz, timestamptz, boolean, boolean),
+    @extschema@._store_late_commits(@extschema@.tracked_table, @extschema@.lsn, @extschema@.lsn, timestamptz),
+    @extschema@._record_clock_step(bigint, text, timestamptz, timestamptz, boolean, boolean, text, timestamptz),
     @extschema@._clock_went_back(text, timestamptz)
     FROM PUBLIC;
 -- ===========================================================================

@@ -1,0 +1,133 @@
+"""The release gate after SQL Server's clock was stepped back (issue 41). Commits stamped into an hour
+already final (a step back beyond the source's clock_tolerance) are late data of a commit-time table, as
+rows landing in a final event period are of an event-time one: a partition of that hour built before
+finalize learned of them is refused (late_data), and so is any while the source is held or its reads
+have not passed the commit times read before the step (more may be stamped there); one built after them
+is released. The marks that make those hours inexact outlive facts_retention while later facts of the
+hours remain. The real worker reads the simulator over FreeTDS; the gate reads a file:// store."""
+
+import datetime
+import json
+
+import pytest
+
+from storefiles import write_file
+from worker_env import Env, new_cluster, sim_clock, truth_counts
+
+UTC = datetime.timezone.utc
+T = "t.clock"
+
+
+@pytest.fixture(scope="module")
+def pg():
+    cluster = new_cluster()
+    yield cluster
+    cluster.cleanup()
+
+
+def at_(hh, mm, ss=0):
+    return datetime.datetime(2026, 11, 2, hh, mm, ss, tzinfo=UTC)
+
+
+def gate(env, store, generation, built_at):
+    """Releases generation (one file) of partition hour=09, read at built_at: (released, codes, problems)."""
+    prefix = f"hour=09/{generation}/"
+    write_file(store, prefix + "part-0.parquet", b"rows")
+    env.sql("SELECT finalize.register_partition(%s, 'hour=09', %s)", (T, prefix))
+    m = {"table": T, "partition": "hour=09", "generation": generation, "store": "file://" + store,
+         "prefix": prefix, "period_start": at_(9, 0).isoformat(), "files": {prefix + "part-0.parquet": 4},
+         "built_at": built_at.astimezone(UTC).isoformat()}
+    (released, _, problems), = env.sql("SELECT * FROM finalize.release_gate(%s)", (json.dumps(m),))
+    return released, sorted(p["code"] for p in problems), problems
+
+
+def fast_clock(env, sim):
+    """Two inserts at 09:30, then SQL Server's clock runs 5 minutes fast: a commit at 09:57 is stamped
+    10:02, and hour 09 is final."""
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("erp", sim, clock_tolerance="1 min")
+    env.track(T, "erp")
+    sim.call("sim.advance", to=at_(9, 30))
+    sim.call("sim.commit", inserts=2, at=at_(9, 30))
+    sim.call("sim.advance", to=at_(9, 56, 50))
+    sim.call("sim.step_clock", seconds=300)
+    sim.call("sim.commit", inserts=1, at=at_(9, 57))           # stamped 10:02:00
+    sim.call("sim.advance", to=at_(9, 57, 10))
+    env.wait_caught_up(T, sim)
+    assert env.one("SELECT finalize.finalized_until(%s)", (T,)) == at_(10, 0)
+
+
+def step_back(env, sim):
+    """NTP steps the clock back; three inserts are stamped 09:58, in final hour 09, and the worker holds
+    the source (commit_time_ahead)."""
+    sim.call("sim.step_clock", seconds=-300)
+    sim.call("sim.commit", inserts=3, at=at_(9, 58))
+    sim.call("sim.advance", to=at_(9, 58, 10))
+    env.pg.wait_for(lambda: (env.source_status("erp") or {}).get("condition") == "commit_time_ahead",
+                    timeout=30, what=lambda: f"the source held: {env.source_status('erp')}")
+
+
+def test_a_partition_of_an_hour_the_clock_stepped_back_into_needs_a_generation_built_after(pg, store):
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            fast_clock(env, sim)
+            before = env.one("SELECT now()")
+            assert gate(env, store, "g1", before)[:2] == (True, [])
+            step_back(env, sim)
+            # Held: hour 09 stays final (a verdict never moves back), its new commits are unread.
+            assert env.one("SELECT finalize.is_final(%s, %s)", (T, at_(9, 0))) is True
+            released, codes, problems = gate(env, store, "g2", env.one("SELECT now()"))
+            assert (released, codes) == (False, ["late_data"]), problems
+            assert "stepped back" in problems[0]["detail"] and "release_source" in problems[0]["detail"]
+            env.sql("SELECT finalize.release_source('erp')")
+            env.wait_caught_up(T, sim)
+            (rows, learned), = env.sql("SELECT rows, last_seen FROM finalize.late_data "
+                                       "WHERE table_name = %s AND event_period = %s", (T, at_(9, 0)))
+            assert rows == 3
+            # The clock (09:58) has not passed 10:02 yet: more commits may still be stamped in hour 09.
+            released, codes, problems = gate(env, store, "g3", learned)
+            assert (released, codes) == (False, ["late_data"]), problems
+            sim.call("sim.advance", to=at_(10, 2, 30))
+            sim.call("sim.commit", inserts=1, at=at_(10, 2, 30))
+            sim.call("sim.advance", to=at_(10, 2, 40))
+            env.wait_caught_up(T, sim)
+            released, codes, problems = gate(env, store, "g4", learned - datetime.timedelta(microseconds=1))
+            assert (released, codes) == (False, ["late_data"]), problems
+            assert problems[0]["detail"].startswith("3 late row(s)"), problems
+            assert gate(env, store, "g5", learned) == (True, [], [])
+    finally:
+        env.cleanup()
+
+
+def test_purged_facts_never_make_the_hours_of_a_step_exact_again(pg):
+    """After the step, a read that holds no change of the table ends at 09:59 (a commit of another
+    table); facts_retention then removes the older facts, the step's marks with them: that read is the
+    oldest left, hour 10 looked covered, and exact with one insert (the 10:02 commit stamped by the fast
+    clock was purged with its range)."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            sim.call("sim.create_table", name="payments", columns="[id] int NOT NULL PRIMARY KEY, [v] int")
+            sim.call("sim.enable_table", name="payments")
+            fast_clock(env, sim)
+            step_back(env, sim)
+            env.sql("SELECT finalize.release_source('erp')")
+            env.wait_caught_up(T, sim)
+            sim.call("sim.commit", table="dbo.payments", inserts=1, at=at_(9, 59))
+            sim.call("sim.advance", to=at_(9, 59, 10))
+            env.wait_caught_up(T, sim)
+            sim.call("sim.advance", to=at_(10, 2, 30))
+            sim.call("sim.commit", inserts=1, at=at_(10, 2, 30))
+            sim.call("sim.advance", to=at_(10, 2, 40))
+            env.wait_caught_up(T, sim)
+            late, idle = [f["recorded_at"] for f in env.facts(T) if f["end_commit_time"] in (at_(9, 58), at_(9, 59))]
+            cutoff = late + (idle - late) / 2
+            assert env.one("SELECT finalize.purge_facts(now() - %s::timestamptz)", (cutoff,)) > 0
+            got = env.sql("SELECT period_start, inserts, exact FROM finalize.changes_by_period(%s, %s, %s)",
+                          (T, at_(9, 0), at_(11, 0)))
+            assert truth_counts(sim, "dbo.orders", at_(10, 0), at_(11, 0))[at_(10, 0)][0] == 2
+            assert [r[2] for r in got] == [False, False], got
+    finally:
+        env.cleanup()
