@@ -253,8 +253,8 @@ ensure_token(LakeCatalog *cat, HttpClient *client, bool force, LakeAnswer *out)
 	{
 		out->condition = LAKE_METADATA_MALFORMED;
 		out->error = psprintf("getting an OAuth2 token for catalog \"%s\": the answer of %s is malformed: "
-							  "its access_token has %zu characters, fewer than the %d finalize requires of a secret",
-							  cat->name, cat->oauth_uri, strlen(token), REDACT_MIN_SECRET);
+							  "its access_token is shorter than the %d characters finalize requires of a secret",
+							  cat->name, cat->oauth_uri, REDACT_MIN_SECRET);
 		return false;
 	}
 	(void) lake_json_seconds(out->body, "expires_in", &secs);
