@@ -216,13 +216,18 @@ def snapshot(pg, dbname="postgres"):
                          "FROM pg_user_mappings ORDER BY 1, 2")
     snap["members"] = q("SELECT r.rolname, m.rolname FROM pg_auth_members a JOIN pg_roles r ON r.oid = a.roleid "
                         "JOIN pg_roles m ON m.oid = a.member WHERE r.rolname LIKE 'finalize\\_%%' ORDER BY 1, 2")
-    # Grants as they act (a NULL ACL is the owner's default, which pg_upgrade may write out).
-    snap["function_acl"] = q("SELECT p.oid::regprocedure::text, coalesce(p.proacl, acldefault('f', p.proowner))::text "
-                             "FROM pg_proc p WHERE p.pronamespace = 'finalize'::regnamespace ORDER BY 1")
-    snap["relation_acl"] = q("SELECT c.relname, coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' "
-                             "ELSE 'r' END::\"char\", c.relowner))::text FROM pg_class c "
+    # Grants as they act: a NULL ACL is the owner's default (which pg_upgrade may write out), and
+    # MAINTAIN (PostgreSQL 17) is a privilege an owner has on a newer major only.
+    grants = ("SELECT string_agg(coalesce(r.rolname, 'PUBLIC') || ':' || a.privilege_type, ',' "
+              "ORDER BY r.rolname, a.privilege_type) FROM aclexplode(coalesce({acl}, acldefault({kind}, {owner}))) a "
+              "LEFT JOIN pg_roles r ON r.oid = a.grantee WHERE a.privilege_type <> 'MAINTAIN'")
+    snap["function_acl"] = q("SELECT p.oid::regprocedure::text, (%s) FROM pg_proc p "
+                             "WHERE p.pronamespace = 'finalize'::regnamespace ORDER BY 1"
+                             % grants.format(acl="p.proacl", kind="'f'", owner="p.proowner"))
+    snap["relation_acl"] = q("SELECT c.relname, (%s) FROM pg_class c "
                              "WHERE c.relnamespace = 'finalize'::regnamespace AND c.relkind IN ('r', 'v', 'S') "
-                             "ORDER BY 1")
+                             "ORDER BY 1" % grants.format(acl="c.relacl", owner="c.relowner",
+                                                          kind="CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::\"char\""))
     snap["held"] = q("SELECT server_name, held_by FROM finalize.source_status WHERE held_by IS NOT NULL")
     return snap
 

@@ -7,12 +7,13 @@ The PostgreSQL is the suite's (PG_BIN); FINALIZE_PG_UPGRADE_TO, the pg_config of
 with finalize installed, also restores into a cluster of that major."""
 
 import os
+import subprocess
 
 import pytest
 
 from metadata_scenario import (ORDERS, advance, at, check_continues, check_facts_kept, check_sequences, diff, populate, sequences,
                                snapshot, tools, worker_conf)
-from pgcluster import Cluster
+from pgcluster import PG_BIN, Cluster
 from worker_env import Env, sim_clock
 
 
@@ -31,9 +32,10 @@ def clock_sim():
     s.stop()
 
 
-def dump(pg):
-    """pg_dumpall --globals-only and pg_dump -Fc of database postgres, as files in pg's directory."""
-    run = tools(pg.bin)
+def dump(pg, bindir=None):
+    """pg_dumpall --globals-only and pg_dump -Fc of database postgres (by the programs of bindir,
+    default pg's), as files in pg's directory."""
+    run = tools(bindir or pg.bin)
     conn = ["-h", pg.dir, "-p", str(pg.port), "-U", "postgres"]
     globals_sql = os.path.join(pg.dir, "globals.sql")
     archive = os.path.join(pg.dir, "metadata.dump")
@@ -58,7 +60,20 @@ def pg_restore(pg, archive, *args):
                          *args, archive)
 
 
-def test_a_dump_restored_into_a_fresh_cluster_keeps_every_object_and_the_verdict_continues(sim, clock_sim, store):
+def target_bindirs():
+    """The PostgreSQL to restore into: the suite's, and the newer major of FINALIZE_PG_UPGRADE_TO."""
+    dirs = [PG_BIN]
+    if os.environ.get("FINALIZE_PG_UPGRADE_TO"):
+        dirs.append(subprocess.run([os.environ["FINALIZE_PG_UPGRADE_TO"], "--bindir"], check=True,
+                                   capture_output=True, text=True).stdout.strip())
+    return dirs
+
+
+@pytest.mark.parametrize("target", target_bindirs(), ids=lambda d: "same-major" if d == PG_BIN else "newer-major")
+def test_a_dump_restored_into_a_fresh_cluster_keeps_every_object_and_the_verdict_continues(sim, clock_sim, store,
+                                                                                             target):
+    """Dumped with the target's pg_dumpall and pg_dump (a newer major's read an older server, as
+    PostgreSQL advises for a move to it), restored with its psql and pg_restore."""
     src = Cluster(conf=worker_conf())
     dst = None
     try:
@@ -67,10 +82,10 @@ def test_a_dump_restored_into_a_fresh_cluster_keeps_every_object_and_the_verdict
         populate(src, sim, store, clock_sim)
         before, ids = snapshot(src), sequences(src)
         last_fact = before["facts"][-1][0]
-        globals_sql, archive = dump(src)
+        globals_sql, archive = dump(src, target)
         src.stop()
 
-        dst = Cluster(conf=worker_conf())
+        dst = Cluster(conf=worker_conf(), bindir=target)
         dst.start()
         restore_globals(dst, globals_sql)
         done = pg_restore(dst, archive, "--exit-on-error")
