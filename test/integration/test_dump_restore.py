@@ -7,6 +7,7 @@ The PostgreSQL is the suite's (PG_BIN); FINALIZE_PG_UPGRADE_TO, the pg_config of
 with finalize installed, also restores into a cluster of that major."""
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -60,18 +61,36 @@ def pg_restore(pg, archive, *args):
                          *args, archive)
 
 
-def target_bindirs():
-    """The PostgreSQL to restore into: the suite's, and the newer major of FINALIZE_PG_UPGRADE_TO."""
-    dirs = [PG_BIN]
+def moves():
+    """(PostgreSQL to restore into, how): the suite's, in one pg_restore and in docs/upgrading.md's
+    two passes (everything else with --jobs, finalize's rows in one process after it); and the newer
+    major of FINALIZE_PG_UPGRADE_TO."""
+    cases = [pytest.param(PG_BIN, "serial", id="same-major"), pytest.param(PG_BIN, "two-pass", id="two-pass")]
     if os.environ.get("FINALIZE_PG_UPGRADE_TO"):
-        dirs.append(subprocess.run([os.environ["FINALIZE_PG_UPGRADE_TO"], "--bindir"], check=True,
-                                   capture_output=True, text=True).stdout.strip())
-    return dirs
+        newer = subprocess.run([os.environ["FINALIZE_PG_UPGRADE_TO"], "--bindir"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+        cases.append(pytest.param(newer, "serial", id="newer-major"))
+    return cases
 
 
-@pytest.mark.parametrize("target", target_bindirs(), ids=lambda d: "same-major" if d == PG_BIN else "newer-major")
+def restore(pg, archive, how):
+    """pg_restore of the archive into database postgres, in one process or in two passes."""
+    if how == "serial":
+        done = pg_restore(pg, archive, "--exit-on-error")
+        assert done.returncode == 0, done.stderr
+        return
+    entries = toc(pg, archive)
+    finalize_rows = [e for e in entries if re.search(r" (TABLE DATA|SEQUENCE SET) finalize ", e)]
+    rest = [e for e in entries if e not in finalize_rows]
+    for args in (["--jobs=2", "-L", write_list(pg, "rest.list", rest)],
+                 ["-L", write_list(pg, "finalize.list", finalize_rows)]):
+        done = pg_restore(pg, archive, "--exit-on-error", *args)
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("target, how", moves())
 def test_a_dump_restored_into_a_fresh_cluster_keeps_every_object_and_the_verdict_continues(sim, clock_sim, store,
-                                                                                             target):
+                                                                                             target, how):
     """Dumped with the target's pg_dumpall and pg_dump (a newer major's read an older server, as
     PostgreSQL advises for a move to it), restored with its psql and pg_restore."""
     src = Cluster(conf=worker_conf())
@@ -88,8 +107,7 @@ def test_a_dump_restored_into_a_fresh_cluster_keeps_every_object_and_the_verdict
         dst = Cluster(conf=worker_conf(), bindir=target)
         dst.start()
         restore_globals(dst, globals_sql)
-        done = pg_restore(dst, archive, "--exit-on-error")
-        assert done.returncode == 0, done.stderr
+        restore(dst, archive, how)
         env = Env(dst)
         env.wait_caught_up(ORDERS, sim)
         after = snapshot(dst)
@@ -191,3 +209,39 @@ def test_the_seal_is_restored_after_every_table_pg_dump_keeps(pg):
                         "JOIN pg_class c ON c.oid = a.attrelid WHERE c.relnamespace = 'finalize'::regnamespace "
                         "AND a.attidentity <> ''")
     assert identities and all(f"'{seq}'" in checked for (seq,) in identities), identities
+
+
+def test_a_dump_of_an_older_version_is_restored_into_it_and_updated(pg):
+    """docs/upgrading.md's way for a dump of an older finalize: that version created first (pg_restore
+    then only reports the schema it cannot create again), the rows restored, the update seals the
+    catalog: its workers may act, and the rows are those dumped."""
+    pg.sql('DROP DATABASE IF EXISTS "old_dump"')
+    pg.sql('DROP DATABASE IF EXISTS "old_restored"')
+    pg.sql('CREATE DATABASE "old_dump"')
+    pg.sql('CREATE DATABASE "old_restored"')
+    try:
+        pg.sql("CREATE EXTENSION finalize VERSION '0.2.0'", dbname="old_dump")
+        pg.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'd')",
+               dbname="old_dump")
+        conn = pg.connect(dbname="old_dump")
+        conn.cursor().execute("SET finalize.source_check_timeout = 0; "
+                              "SELECT finalize.track_table('old.orders', 'src', 'dbo.orders')")
+        conn.close()
+        pg.sql("SELECT finalize.record_range('old.orders', NULL, '0x00000000000000000100', '2026-11-27 06:00+00')",
+               dbname="old_dump")
+        archive = os.path.join(pg.dir, "old.dump")
+        done = tools(pg.bin)("pg_dump", "-h", pg.dir, "-p", str(pg.port), "-U", "postgres", "-Fc", "-f", archive,
+                             "old_dump")
+        assert done.returncode == 0, done.stderr
+        pg.sql("CREATE EXTENSION finalize VERSION '0.2.0'", dbname="old_restored")
+        done = tools(pg.bin)("pg_restore", "-h", pg.dir, "-p", str(pg.port), "-U", "postgres", "-d", "old_restored",
+                             archive)
+        errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+        assert errors == ['pg_restore: error: could not execute query: ERROR:  schema "finalize" already exists'], \
+            done.stderr
+        pg.sql("ALTER EXTENSION finalize UPDATE", dbname="old_restored")
+        assert pg.sql("SELECT finalize._catalog_restoring(), finalize.finalized_until('old.orders')",
+                      dbname="old_restored") == [(None, pg.sql("SELECT '2026-11-27 06:00+00'::timestamptz")[0][0])]
+    finally:
+        pg.sql('DROP DATABASE IF EXISTS "old_dump"')
+        pg.sql('DROP DATABASE IF EXISTS "old_restored"')
