@@ -19,9 +19,9 @@
 --   pg_dump orders its row after theirs and pg_restore, serial or parallel,
 --   loads it last;
 -- * finalize._catalog_restoring() says why the catalog must be left alone:
---   tracked tables or incidents without the seal (a restore under way, or
---   stopped half way), or an identity sequence behind its table (pg_restore
---   sets the sequences after the rows);
+--   tracked tables without the seal (a restore under way, or stopped half
+--   way), or an identity sequence behind its table (pg_restore sets the
+--   sequences after the rows: a catalog of incidents only waits for them);
 -- * the scheduler starts no worker while it says so, a source worker reads
 --   and records nothing, the alerts worker claims no delivery
 --   (docs/upgrading.md). pg_upgrade's own servers run no finalize process at
@@ -94,8 +94,7 @@ AS $$
 DECLARE
     behind text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal)
-       AND (EXISTS (SELECT FROM @extschema@.tracked_table) OR EXISTS (SELECT FROM @extschema@.alert)) THEN
+    IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal) AND EXISTS (SELECT FROM @extschema@.tracked_table) THEN
         RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
                '(pg_restore loads that table last), or stopped before it was complete';
     END IF;

@@ -7959,8 +7959,7 @@ AS $$
 DECLARE
     behind text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal)
-       AND (EXISTS (SELECT FROM @extschema@.tracked_table) OR EXISTS (SELECT FROM @extschema@.alert)) THEN
+    IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal) AND EXISTS (SELECT FROM @extschema@.tracked_table) THEN
         RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
                '(pg_restore loads that table last), or stopped before it was complete';
     END IF;
