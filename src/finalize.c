@@ -23,10 +23,18 @@ void		_PG_init(void);
  * Defines the settings, reserves shared memory, installs the hooks (DROP
  * DATABASE, what users see of errors) and registers the launcher; any other
  * load than shared_preload_libraries is refused with a hint.
+ *
+ * In the servers pg_upgrade starts (binary upgrade mode, old and new
+ * cluster alike) it does nothing: no finalize process runs while pg_upgrade
+ * dumps the old catalog and rebuilds it in the new cluster, whose tables
+ * are still empty then (their files are moved in after); and pg_upgrade's
+ * check that the library loads passes.
  */
 void
 _PG_init(void)
 {
+	if (IsBinaryUpgrade)
+		return;
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

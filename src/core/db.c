@@ -136,6 +136,27 @@ db_function_exists(const char *signature, const char *what)
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+/*
+ * Why the catalog must be left alone now (finalize._catalog_restoring(): a
+ * restore under way, src/sql/11d_catalog_seal.sql), in the caller's memory
+ * context; NULL when it is whole, or older than the library (which has its
+ * own waits: a version mismatch). In a transaction of db_begin.
+ */
+char *
+db_catalog_restoring(void)
+{
+	bool		isnull;
+	Datum		why;
+
+	if (!db_function_exists(FINALIZE_SCHEMA "._catalog_restoring()", "finalize's restore check"))
+		return NULL;
+	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._catalog_restoring()", true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not check whether finalize's catalog is being restored");
+	why = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? NULL : MemoryContextStrdup(caller_cxt, TextDatumGetCString(why));
+}
+
 /* Text datum of an LSN (the lsn domain's form). */
 Datum
 db_lsn_datum(const Lsn *lsn)

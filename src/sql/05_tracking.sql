@@ -240,6 +240,7 @@ BEGIN
                   HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    PERFORM @extschema@._seal_catalog();
     RETURN new_id;
 END
 $$;

@@ -726,6 +726,7 @@ BEGIN
         PERFORM @extschema@._already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    PERFORM @extschema@._seal_catalog();
     INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
     PERFORM @extschema@._refresh_loss_blocked(new_id);
     PERFORM @extschema@._advance(new_id);

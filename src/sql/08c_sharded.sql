@@ -130,6 +130,7 @@ BEGIN
         PERFORM @extschema@._already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    PERFORM @extschema@._seal_catalog();
     RETURN new_id;
 END
 $$;

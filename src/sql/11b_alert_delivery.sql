@@ -406,6 +406,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    -- Nothing while the catalog is being restored (11d_catalog_seal.sql).
+    IF @extschema@._catalog_restoring() IS NOT NULL THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     WITH due AS (
         SELECT d.delivery_id

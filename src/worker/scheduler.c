@@ -71,6 +71,7 @@ static TimestampTz alerts_started = 0;
 /* When a failure of a step was last logged: the same one each second would flood the log. */
 static TimestampTz checks_error_logged = 0;
 static TimestampTz refresh_error_logged = 0;
+static TimestampTz restore_error_logged = 0;
 /* When the sources finalize.max_sources left out, or the lack of a pool worker, were last logged or recorded. */
 static TimestampTz capacity_logged = 0;
 static TimestampTz no_pool_recorded = 0;
@@ -525,7 +526,10 @@ static void
 schedule(TimestampTz *last_purge)
 {
 	WantedSource *wanted = NULL;
-	int			nwanted = finalize_enabled ? read_wanted_sources(&wanted, last_purge) : 0;
+	/* A restore under way (or a failed check): no worker runs, no step acts. */
+	bool		restoring = guarded_step(scheduler_catalog_restoring, "finalize: looking for a restore",
+										 &restore_error_logged, true);
+	int			nwanted = finalize_enabled && !restoring ? read_wanted_sources(&wanted, last_purge) : 0;
 	int			nsources;
 	int			pool_size;
 
@@ -541,6 +545,8 @@ schedule(TimestampTz *last_purge)
 	else
 		start_dedicated(wanted, nwanted);
 	keep_lake_workers(wanted, nwanted);
+	if (restoring)
+		return;
 	/*
 	 * Also with finalize.enabled off: no source is polled then, but
 	 * pipelines still report (their derived tables follow), the freshness

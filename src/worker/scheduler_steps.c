@@ -2,11 +2,15 @@
  * scheduler_steps.c
  *     The scheduler's SQL steps of a round, each run in a transaction of its
  *     own by scheduler.c's guarded_step: the freshness and dropped-source
- *     checks, and bringing the derived tables up to date.
+ *     checks, bringing the derived tables up to date, and whether the
+ *     catalog is being restored.
  */
 #include "postgres.h"
 
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/timestamp.h"
 
 #include "core/db.h"
 #include "core/settings.h"
@@ -48,5 +52,38 @@ scheduler_refresh_derived(void)
 		return true;
 	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._refresh_derived()", false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not bring finalize's derived tables up to date");
+	return true;
+}
+
+/* How often the scheduler says again that it waits for a restore. */
+#define RESTORE_LOG_MS (5 * 60 * 1000)
+
+/*
+ * Whether the catalog is being restored (src/sql/11d_catalog_seal.sql):
+ * then the scheduler's round starts no worker, stops those that run, and
+ * runs none of its steps. Says why in the server log when it begins to wait
+ * and every five minutes while it does.
+ */
+bool
+scheduler_catalog_restoring(void)
+{
+	static TimestampTz logged = 0;
+	char	   *why = db_catalog_restoring();
+
+	if (why == NULL)
+	{
+		logged = 0;
+		return false;
+	}
+	if (logged == 0 || TimestampDifferenceExceeds(logged, GetCurrentTimestamp(), RESTORE_LOG_MS))
+	{
+		logged = GetCurrentTimestamp();
+		ereport(LOG,
+				(errmsg("finalize waits for the restore of database \"%s\" to finish",
+						get_database_name(MyDatabaseId)),
+				 errdetail("%s; nothing is recorded or sent meanwhile.", why),
+				 errhint("If no restore is running, see \"When finalize keeps waiting\" in finalize's upgrading "
+						 "guide (docs/upgrading.md).")));
+	}
 	return true;
 }

@@ -7,5 +7,6 @@
 
 extern bool scheduler_check_alerts(void);
 extern bool scheduler_refresh_derived(void);
+extern bool scheduler_catalog_restoring(void);
 
 #endif							/* FINALIZE_SCHEDULER_STEPS_H */

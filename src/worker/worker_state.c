@@ -341,6 +341,12 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 		return problem;
 	}
 	problem = ws_source_config(server, cxt, cfg);
+	if (db_catalog_restoring() != NULL)
+	{
+		/* A restore under way: nothing is read, nothing recorded (the scheduler stops this worker). */
+		db_commit();
+		return NULL;
+	}
 	load_tables(server->servername, cxt, tables, ntables);
 	ws_load_consumers(server->servername, cxt, consumers, nconsumers);
 	load_hold(server->servername, cfg);

@@ -40,32 +40,34 @@ def _as_postgres(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
 
-_template = None
+_templates = {}
 
 
-def _template_data():
-    """A data directory initdb'ed once per test process, which every Cluster copies: the suite
-    starts a few hundred clusters, and a copy costs a third of an initdb (nothing is synced
-    either way: the clusters are thrown away)."""
-    global _template
-    if _template is None:
+def _template_data(bindir=None):
+    """A data directory initdb'ed once per test process (and PostgreSQL: bindir, default PG_BIN),
+    which every Cluster copies: the suite starts a few hundred clusters, and a copy costs a third
+    of an initdb (nothing is synced either way: the clusters are thrown away)."""
+    bindir = bindir or PG_BIN
+    if bindir not in _templates:
         top = tempfile.mkdtemp(prefix="finalize-pg-template.")
         os.chmod(top, 0o755)
         if os.geteuid() == 0:
             pw = pwd.getpwnam("postgres")
             os.chown(top, pw.pw_uid, pw.pw_gid)
         data = os.path.join(top, "data")
-        _as_postgres([f"{PG_BIN}/initdb", "-D", data, "-U", "postgres", "-A", "trust",
+        _as_postgres([f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust",
                       "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
         atexit.register(shutil.rmtree, top, True)
-        _template = data
-    return _template
+        _templates[bindir] = data
+    return _templates[bindir]
 
 
 class Cluster:
-    """One PostgreSQL cluster in a temporary directory."""
+    """One PostgreSQL cluster in a temporary directory; bindir names another PostgreSQL's bin
+    directory than PG_BIN (a major upgrade's old or new one)."""
 
-    def __init__(self, conf=None, port=None, keep=False):
+    def __init__(self, conf=None, port=None, keep=False, bindir=None):
+        self.bin = bindir or PG_BIN
         self.port_chosen = port is None     # a port of our choosing may be changed when taken
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="finalize-pg.")
@@ -87,7 +89,7 @@ class Cluster:
         }
         for k, v in (conf or {}).items():
             self.conf[k] = v if str(v).startswith("'") or str(v).isdigit() else f"'{v}'"
-        _as_postgres(["cp", "-a", _template_data(), self.data])
+        _as_postgres(["cp", "-a", _template_data(self.bin), self.data])
         self.write_conf()
 
     def write_conf(self):
@@ -112,7 +114,7 @@ class Cluster:
         for attempt in range(5):
             seen = len(self.log())
             try:
-                _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60", "start"])
+                _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60", "start"])
                 return self
             except subprocess.CalledProcessError:
                 if attempt == 4 or not self.port_chosen or "could not bind" not in self.log()[seen:]:
@@ -125,7 +127,7 @@ class Cluster:
     def stop(self, mode="fast"):
         if os.path.exists(os.path.join(self.data, "postmaster.pid")):
             try:
-                _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop"])
+                _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop"])
             except subprocess.CalledProcessError:
                 pass
 
@@ -134,7 +136,7 @@ class Cluster:
         return self.start()
 
     def reload(self):
-        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "reload"])
+        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "reload"])
 
     def postmaster_pid(self):
         with open(os.path.join(self.data, "postmaster.pid")) as f:

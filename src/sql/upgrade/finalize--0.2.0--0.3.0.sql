@@ -2940,6 +2940,7 @@ BEGIN
                   HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    PERFORM @extschema@._seal_catalog();
     RETURN new_id;
 END
 $$;
@@ -3172,6 +3173,7 @@ BEGIN
         PERFORM @extschema@._already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    PERFORM @extschema@._seal_catalog();
     INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
     PERFORM @extschema@._refresh_loss_blocked(new_id);
     PERFORM @extschema@._advance(new_id);
@@ -4472,6 +4474,7 @@ BEGIN
         PERFORM @extschema@._already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
+    PERFORM @extschema@._seal_catalog();
     RETURN new_id;
 END
 $$;
@@ -7880,6 +7883,151 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz) TO finalize_publisher;
 -- ===========================================================================
 -- End of 9i (announcements).
+-- ===========================================================================
+
+-- ===========================================================================
+-- 9j. Dump, restore and pg_upgrade (issue 42): the catalog says whether it
+-- is whole (finalize.catalog_seal, restored last), and finalize's workers
+-- leave it alone while it is not (see src/sql/11d_catalog_seal.sql); a
+-- source's hold that waits for a person is dumped with the catalog.
+-- ===========================================================================
+-- Of the sources' status pg_dump keeps only a hold that waits for a person
+-- (release_source): the rest is the workers' and is written again. (Marked
+-- here, last, as the update to 0.3.0 marks it.)
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.source_status', 'WHERE held_by IS NOT NULL');
+
+CREATE TABLE @extschema@.catalog_seal (
+    sealed           boolean PRIMARY KEY DEFAULT true CHECK (sealed),
+    sealed_at        timestamptz NOT NULL DEFAULT now(),
+    -- Each key orders the restore after a table's rows (and, through its
+    -- own keys, after the tables that table references).
+    watermark        bigint REFERENCES @extschema@.watermark,
+    derived_input    bigint,
+    derived_input_of bigint,
+    event_fact       bigint,
+    event_period     timestamptz,
+    lateness_hour    bigint,
+    lateness_at      timestamptz,
+    late_period      bigint,
+    late_period_at   timestamptz,
+    lake_consumer    bigint REFERENCES @extschema@.lake_consumer (lake_id),
+    shard_consumer   bigint,
+    shard_consumer_name text COLLATE "C",
+    loss             bigint REFERENCES @extschema@.loss,
+    loss_ack         bigint REFERENCES @extschema@.loss_ack,
+    projection       bigint REFERENCES @extschema@.projection,
+    registration     bigint,
+    registered_partition text,
+    published        bigint,
+    published_partition text,
+    alert_delivery   bigint REFERENCES @extschema@.alert_delivery,
+    source_status    text REFERENCES @extschema@.source_status,
+    FOREIGN KEY (derived_input, derived_input_of) REFERENCES @extschema@.derived_input,
+    FOREIGN KEY (event_fact, event_period) REFERENCES @extschema@.event_fact (fact_id, event_period),
+    FOREIGN KEY (lateness_hour, lateness_at) REFERENCES @extschema@.lateness_hour,
+    FOREIGN KEY (late_period, late_period_at) REFERENCES @extschema@.late_period,
+    FOREIGN KEY (shard_consumer, shard_consumer_name) REFERENCES @extschema@.shard_consumer,
+    FOREIGN KEY (registration, registered_partition) REFERENCES @extschema@.partition_registration,
+    FOREIGN KEY (published, published_partition) REFERENCES @extschema@.published,
+    CHECK (num_nonnulls(watermark, derived_input, derived_input_of, event_fact, event_period, lateness_hour,
+                        lateness_at, late_period, late_period_at, lake_consumer, shard_consumer,
+                        shard_consumer_name, loss, loss_ack, projection, registration, registered_partition,
+                        published, published_partition, alert_delivery, source_status) = 0)
+);
+COMMENT ON TABLE @extschema@.catalog_seal IS
+    'One row once the catalog is in use; restored last by pg_restore (its foreign keys order it), so finalize''s workers wait while it is missing';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.catalog_seal', '');
+
+-- Marks the catalog as in use (a table is tracked): from now on a catalog
+-- with tracked tables but no seal is a restore under way.
+CREATE FUNCTION @extschema@._seal_catalog()
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.catalog_seal DEFAULT VALUES ON CONFLICT DO NOTHING;
+END;
+
+-- Why finalize's background processes must not act on the catalog now, or
+-- NULL when it is whole (see above). Read at the start of each of their
+-- rounds and cycles.
+CREATE FUNCTION @extschema@._catalog_restoring()
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    behind text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal) AND EXISTS (SELECT FROM @extschema@.tracked_table) THEN
+        RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
+               '(pg_restore loads that table last), or stopped before it was complete';
+    END IF;
+    SELECT string_agg(format('sequence %s stands at %s, below the greatest id of its table, %s', s.seq,
+                             coalesce(s.last, 0), s.top), '; ')
+      INTO behind
+      FROM (VALUES ('tracked_table_table_id_seq',
+                    pg_sequence_last_value('@extschema@.tracked_table_table_id_seq'),
+                    (SELECT max(t.table_id) FROM @extschema@.tracked_table t)),
+                   ('fact_fact_id_seq', pg_sequence_last_value('@extschema@.fact_fact_id_seq'),
+                    (SELECT max(f.fact_id) FROM @extschema@.fact f)),
+                   ('loss_loss_id_seq', pg_sequence_last_value('@extschema@.loss_loss_id_seq'),
+                    (SELECT max(l.loss_id) FROM @extschema@.loss l)),
+                   ('loss_ack_ack_id_seq', pg_sequence_last_value('@extschema@.loss_ack_ack_id_seq'),
+                    (SELECT max(a.ack_id) FROM @extschema@.loss_ack a)),
+                   ('lake_consumer_lake_id_seq', pg_sequence_last_value('@extschema@.lake_consumer_lake_id_seq'),
+                    (SELECT max(c.lake_id) FROM @extschema@.lake_consumer c)),
+                   ('release_release_id_seq', pg_sequence_last_value('@extschema@.release_release_id_seq'),
+                    (SELECT max(r.release_id) FROM @extschema@.release r)),
+                   ('alert_alert_id_seq', pg_sequence_last_value('@extschema@.alert_alert_id_seq'),
+                    (SELECT max(a.alert_id) FROM @extschema@.alert a)),
+                   ('alert_delivery_delivery_id_seq',
+                    pg_sequence_last_value('@extschema@.alert_delivery_delivery_id_seq'),
+                    (SELECT max(d.delivery_id) FROM @extschema@.alert_delivery d))) AS s (seq, last, top)
+     WHERE s.top > coalesce(s.last, 0);
+    IF behind IS NOT NULL THEN
+        RETURN 'the identity sequences of the catalog are behind its rows (pg_restore sets them after the rows): '
+               || behind;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- The catalog being updated is whole: seal it (a fresh install is sealed
+-- by its first tracked table).
+INSERT INTO @extschema@.catalog_seal DEFAULT VALUES;
+
+CREATE OR REPLACE FUNCTION @extschema@._claim_delivery()
+RETURNS TABLE (delivery_id bigint, target_name text, event jsonb, attempts integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- Nothing while the catalog is being restored (11d_catalog_seal.sql).
+    IF @extschema@._catalog_restoring() IS NOT NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH due AS (
+        SELECT d.delivery_id
+          FROM @extschema@._claimable_deliveries() c
+          JOIN @extschema@.alert_delivery d ON d.delivery_id = c.delivery_id
+         WHERE c.due <= now()
+         ORDER BY d.priority DESC, c.due, d.delivery_id
+         LIMIT 1
+           FOR UPDATE OF d SKIP LOCKED)
+    UPDATE @extschema@.alert_delivery d
+       SET attempts = d.attempts + 1, claimed_at = now(), last_attempt_at = now()
+      FROM due
+     WHERE d.delivery_id = due.delivery_id
+    RETURNING d.delivery_id, d.target_name, d.event, d.attempts;
+END
+$$;
+REVOKE ALL ON @extschema@.catalog_seal FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._seal_catalog(), @extschema@._catalog_restoring() FROM PUBLIC;
+-- ===========================================================================
+-- End of 9j (dump, restore and pg_upgrade).
 -- ===========================================================================
 
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to

@@ -1,0 +1,129 @@
+-- ===========================================================================
+-- Dump and restore: the workers never act on a half-restored catalog.
+-- ===========================================================================
+--
+-- pg_restore loads finalize's tables one COPY at a time, each committed on
+-- its own (in parallel with -j), after CREATE EXTENSION has made them
+-- empty. A worker of the target cluster that acted in between would record
+-- on a catalog whose rows are not all there: a range fact on a watermark
+-- whose facts are still to come (their COPY then fails on its id, and every
+-- fact is lost), a verdict without the consumers or losses that hold it, an
+-- incident delivered twice. So the catalog says whether it is whole, with
+-- nothing for the operator to remember:
+--
+-- * finalize.catalog_seal holds one row once the catalog is in use. It is
+--   written by the functions that track a table (_seal_catalog), not by
+--   CREATE EXTENSION: the CREATE EXTENSION of a restore is the same
+--   statement as a fresh install's. Its foreign keys reference every other
+--   table whose rows pg_dump keeps (never set: NULL satisfies them), so
+--   pg_dump orders its row after theirs and pg_restore, serial or parallel,
+--   loads it last;
+-- * finalize._catalog_restoring() says why the catalog must be left alone:
+--   tracked tables without the seal (a restore under way, or stopped half
+--   way), or an identity sequence behind its table (pg_restore sets the
+--   sequences after the rows: a catalog of incidents only waits for them);
+-- * the scheduler starts no worker while it says so, a source worker reads
+--   and records nothing, the alerts worker claims no delivery
+--   (docs/upgrading.md). pg_upgrade's own servers run no finalize process at
+--   all (IsBinaryUpgrade, src/finalize.c).
+-- Of the sources' status pg_dump keeps only a hold that waits for a person
+-- (release_source): the rest is the workers' and is written again. (Marked
+-- here, last, as the update to 0.3.0 marks it.)
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.source_status', 'WHERE held_by IS NOT NULL');
+
+CREATE TABLE @extschema@.catalog_seal (
+    sealed           boolean PRIMARY KEY DEFAULT true CHECK (sealed),
+    sealed_at        timestamptz NOT NULL DEFAULT now(),
+    -- Each key orders the restore after a table's rows (and, through its
+    -- own keys, after the tables that table references).
+    watermark        bigint REFERENCES @extschema@.watermark,
+    derived_input    bigint,
+    derived_input_of bigint,
+    event_fact       bigint,
+    event_period     timestamptz,
+    lateness_hour    bigint,
+    lateness_at      timestamptz,
+    late_period      bigint,
+    late_period_at   timestamptz,
+    lake_consumer    bigint REFERENCES @extschema@.lake_consumer (lake_id),
+    shard_consumer   bigint,
+    shard_consumer_name text COLLATE "C",
+    loss             bigint REFERENCES @extschema@.loss,
+    loss_ack         bigint REFERENCES @extschema@.loss_ack,
+    projection       bigint REFERENCES @extschema@.projection,
+    registration     bigint,
+    registered_partition text,
+    published        bigint,
+    published_partition text,
+    alert_delivery   bigint REFERENCES @extschema@.alert_delivery,
+    source_status    text REFERENCES @extschema@.source_status,
+    FOREIGN KEY (derived_input, derived_input_of) REFERENCES @extschema@.derived_input,
+    FOREIGN KEY (event_fact, event_period) REFERENCES @extschema@.event_fact (fact_id, event_period),
+    FOREIGN KEY (lateness_hour, lateness_at) REFERENCES @extschema@.lateness_hour,
+    FOREIGN KEY (late_period, late_period_at) REFERENCES @extschema@.late_period,
+    FOREIGN KEY (shard_consumer, shard_consumer_name) REFERENCES @extschema@.shard_consumer,
+    FOREIGN KEY (registration, registered_partition) REFERENCES @extschema@.partition_registration,
+    FOREIGN KEY (published, published_partition) REFERENCES @extschema@.published,
+    CHECK (num_nonnulls(watermark, derived_input, derived_input_of, event_fact, event_period, lateness_hour,
+                        lateness_at, late_period, late_period_at, lake_consumer, shard_consumer,
+                        shard_consumer_name, loss, loss_ack, projection, registration, registered_partition,
+                        published, published_partition, alert_delivery, source_status) = 0)
+);
+COMMENT ON TABLE @extschema@.catalog_seal IS
+    'One row once the catalog is in use; restored last by pg_restore (its foreign keys order it), so finalize''s workers wait while it is missing';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.catalog_seal', '');
+
+-- Marks the catalog as in use (a table is tracked): from now on a catalog
+-- with tracked tables but no seal is a restore under way.
+CREATE FUNCTION @extschema@._seal_catalog()
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.catalog_seal DEFAULT VALUES ON CONFLICT DO NOTHING;
+END;
+
+-- Why finalize's background processes must not act on the catalog now, or
+-- NULL when it is whole (see above). Read at the start of each of their
+-- rounds and cycles.
+CREATE FUNCTION @extschema@._catalog_restoring()
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    behind text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal) AND EXISTS (SELECT FROM @extschema@.tracked_table) THEN
+        RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
+               '(pg_restore loads that table last), or stopped before it was complete';
+    END IF;
+    SELECT string_agg(format('sequence %s stands at %s, below the greatest id of its table, %s', s.seq,
+                             coalesce(s.last, 0), s.top), '; ')
+      INTO behind
+      FROM (VALUES ('tracked_table_table_id_seq',
+                    pg_sequence_last_value('@extschema@.tracked_table_table_id_seq'),
+                    (SELECT max(t.table_id) FROM @extschema@.tracked_table t)),
+                   ('fact_fact_id_seq', pg_sequence_last_value('@extschema@.fact_fact_id_seq'),
+                    (SELECT max(f.fact_id) FROM @extschema@.fact f)),
+                   ('loss_loss_id_seq', pg_sequence_last_value('@extschema@.loss_loss_id_seq'),
+                    (SELECT max(l.loss_id) FROM @extschema@.loss l)),
+                   ('loss_ack_ack_id_seq', pg_sequence_last_value('@extschema@.loss_ack_ack_id_seq'),
+                    (SELECT max(a.ack_id) FROM @extschema@.loss_ack a)),
+                   ('lake_consumer_lake_id_seq', pg_sequence_last_value('@extschema@.lake_consumer_lake_id_seq'),
+                    (SELECT max(c.lake_id) FROM @extschema@.lake_consumer c)),
+                   ('release_release_id_seq', pg_sequence_last_value('@extschema@.release_release_id_seq'),
+                    (SELECT max(r.release_id) FROM @extschema@.release r)),
+                   ('alert_alert_id_seq', pg_sequence_last_value('@extschema@.alert_alert_id_seq'),
+                    (SELECT max(a.alert_id) FROM @extschema@.alert a)),
+                   ('alert_delivery_delivery_id_seq',
+                    pg_sequence_last_value('@extschema@.alert_delivery_delivery_id_seq'),
+                    (SELECT max(d.delivery_id) FROM @extschema@.alert_delivery d))) AS s (seq, last, top)
+     WHERE s.top > coalesce(s.last, 0);
+    IF behind IS NOT NULL THEN
+        RETURN 'the identity sequences of the catalog are behind its rows (pg_restore sets them after the rows): '
+               || behind;
+    END IF;
+    RETURN NULL;
+END
+$$;

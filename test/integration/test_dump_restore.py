@@ -1,0 +1,247 @@
+"""A metadata database moved the way most teams back one up and move it: pg_dumpall --globals-only
+for the roles, pg_dump of the database, and in a fresh cluster that preloads finalize (its worker
+running) the globals restored first, then pg_restore. Every finalize object and row comes back,
+the verdicts equal the ones before, and the worker goes on from the recorded offsets.
+
+The PostgreSQL is the suite's (PG_BIN); FINALIZE_PG_UPGRADE_TO, the pg_config of a newer major
+with finalize installed, also restores into a cluster of that major."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from metadata_scenario import (ORDERS, advance, at, check_continues, check_facts_kept, check_sequences, diff, populate, sequences,
+                               snapshot, tools, worker_conf)
+from pgcluster import PG_BIN, Cluster
+from worker_env import Env, sim_clock
+
+
+@pytest.fixture
+def sim():
+    s = sim_clock(start_time="2026-11-02T08:59:00Z").start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def clock_sim():
+    """A second SQL Server, whose clock a test steps (the held source)."""
+    s = sim_clock(start_time="2026-11-02T08:50:00Z").start()
+    yield s
+    s.stop()
+
+
+def dump(pg, bindir=None):
+    """pg_dumpall --globals-only and pg_dump -Fc of database postgres (by the programs of bindir,
+    default pg's), as files in pg's directory."""
+    run = tools(bindir or pg.bin)
+    conn = ["-h", pg.dir, "-p", str(pg.port), "-U", "postgres"]
+    globals_sql = os.path.join(pg.dir, "globals.sql")
+    archive = os.path.join(pg.dir, "metadata.dump")
+    for program, args in [("pg_dumpall", conn + ["--globals-only", "-f", globals_sql]),
+                          ("pg_dump", conn + ["-Fc", "-f", archive, "postgres"])]:
+        done = run(program, *args)
+        assert done.returncode == 0, done.stderr
+    return globals_sql, archive
+
+
+def restore_globals(pg, globals_sql):
+    """The roles, as psql runs pg_dumpall's script: only the bootstrap superuser already exists."""
+    done = tools(pg.bin)("psql", "-h", pg.dir, "-p", str(pg.port), "-U", "postgres", "-d", "postgres",
+                         "-X", "-q", "-f", globals_sql)
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert all('role "postgres" already exists' in e for e in errors), done.stderr
+
+
+def pg_restore(pg, archive, *args):
+    """pg_restore into database postgres; returns the CompletedProcess."""
+    return tools(pg.bin)("pg_restore", "-h", pg.dir, "-p", str(pg.port), "-U", "postgres", "-d", "postgres",
+                         *args, archive)
+
+
+def moves():
+    """(PostgreSQL to restore into, how): the suite's, in one pg_restore and in docs/upgrading.md's
+    two passes (everything else with --jobs, finalize's rows in one process after it); and the newer
+    major of FINALIZE_PG_UPGRADE_TO."""
+    cases = [pytest.param(PG_BIN, "serial", id="same-major"), pytest.param(PG_BIN, "two-pass", id="two-pass")]
+    if os.environ.get("FINALIZE_PG_UPGRADE_TO"):
+        newer = subprocess.run([os.environ["FINALIZE_PG_UPGRADE_TO"], "--bindir"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+        cases.append(pytest.param(newer, "serial", id="newer-major"))
+    return cases
+
+
+def restore(pg, archive, how):
+    """pg_restore of the archive into database postgres, in one process or in two passes."""
+    if how == "serial":
+        done = pg_restore(pg, archive, "--exit-on-error")
+        assert done.returncode == 0, done.stderr
+        return
+    entries = toc(pg, archive)
+    finalize_rows = [e for e in entries if re.search(r" (TABLE DATA|SEQUENCE SET) finalize ", e)]
+    rest = [e for e in entries if e not in finalize_rows]
+    for args in (["--jobs=2", "-L", write_list(pg, "rest.list", rest)],
+                 ["-L", write_list(pg, "finalize.list", finalize_rows)]):
+        done = pg_restore(pg, archive, "--exit-on-error", *args)
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("target, how", moves())
+def test_a_dump_restored_into_a_fresh_cluster_keeps_every_object_and_the_verdict_continues(sim, clock_sim, store,
+                                                                                             target, how):
+    """Dumped with the target's pg_dumpall and pg_dump (a newer major's read an older server, as
+    PostgreSQL advises for a move to it), restored with its psql and pg_restore."""
+    src = Cluster(conf=worker_conf())
+    dst = None
+    try:
+        src.start()
+        src.sql("CREATE EXTENSION finalize")
+        populate(src, sim, store, clock_sim)
+        before, ids = snapshot(src), sequences(src)
+        last_fact = before["facts"][-1][0]
+        globals_sql, archive = dump(src, target)
+        src.stop()
+
+        dst = Cluster(conf=worker_conf(), bindir=target)
+        dst.start()
+        restore_globals(dst, globals_sql)
+        restore(dst, archive, how)
+        env = Env(dst)
+        env.wait_caught_up(ORDERS, sim)
+        after = snapshot(dst)
+        assert after == before, diff(before, after)
+        check_sequences(ids, sequences(dst))
+        check_continues(env, sim, last_fact)
+    finally:
+        src.cleanup()
+        if dst is not None:
+            dst.cleanup()
+
+
+def toc(pg, archive):
+    """pg_restore -l's entries of an archive (its table of contents), one line each."""
+    done = tools(pg.bin)("pg_restore", "-l", archive)
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stdout.splitlines() if line and not line.startswith(";")]
+
+
+def write_list(pg, name, entries):
+    """A pg_restore -L list file in pg's directory."""
+    path = os.path.join(pg.dir, name)
+    with open(path, "w") as f:
+        f.write("\n".join(entries) + "\n")
+    os.chmod(path, 0o644)
+    return path
+
+
+def test_workers_never_record_on_a_half_restored_catalog(sim, store):
+    """The restore stops half way (pg_restore -L: the schema, the sources, the tracked tables and
+    their watermarks, but no facts yet) while the target's worker runs and SQL Server moves on: the
+    worker must not record a range on that catalog (its fact would take the ids of the facts still
+    to come, whose COPY then fails, or break their chain). Once the rest is restored, the verdict is
+    the one dumped and the worker goes on from it."""
+    src = Cluster(conf=worker_conf())
+    dst = None
+    try:
+        src.start()
+        src.sql("CREATE EXTENSION finalize")
+        populate(src, sim, store)
+        before = snapshot(src)
+        last_fact = before["facts"][-1][0]
+        globals_sql, archive = dump(src)
+        src.stop()
+        entries = toc(src, archive)
+        first = [e for e in entries if " TABLE DATA " not in e and " SEQUENCE SET " not in e or
+                 " TABLE DATA finalize tracked_table " in e or " TABLE DATA finalize watermark " in e]
+        rest = [e for e in entries if e not in first]
+
+        dst = Cluster(conf=worker_conf())
+        dst.start()
+        restore_globals(dst, globals_sql)
+        done = pg_restore(dst, archive, "--exit-on-error", "-L", write_list(src, "first.list", first))
+        assert done.returncode == 0, done.stderr
+        advance(sim, inserts=2, at=at(11, 5))
+        env = Env(dst)
+        # Either the worker acts on the half-restored catalog, or finalize says why it waits.
+        dst.wait_for(lambda: env.one("SELECT count(*) FROM finalize.fact") > 0 or
+                     "waits for the restore" in dst.log(), what="the worker's next step")
+        done = pg_restore(dst, archive, "--exit-on-error", "-L", write_list(src, "rest.list", rest))
+        assert done.returncode == 0, done.stderr
+        env.wait_caught_up(ORDERS, sim)
+        check_facts_kept(before["facts"], snapshot(dst)["facts"])
+        check_continues(env, sim, last_fact)
+    finally:
+        src.cleanup()
+        if dst is not None:
+            dst.cleanup()
+
+
+# What pg_dump keeps of the catalog, read from the catalog itself: a table added later must choose.
+RUNTIME_TABLES = {"catalog_lock", "table_condition", "consumer_hold", "alert_target_state"}
+
+
+def test_the_seal_is_restored_after_every_table_pg_dump_keeps(pg):
+    """pg_dump orders the rows of an extension's tables by their foreign keys: finalize.catalog_seal
+    references every other table it keeps (directly or through the tables it references), so a
+    serial restore loads the seal last; finalize._catalog_restoring() checks every identity sequence
+    of those tables; and every table of finalize is either kept or the workers' runtime state."""
+    kept = {r[0] for r in pg.sql(
+        "SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS x JOIN pg_class c ON c.oid = x "
+        "WHERE e.extname = 'finalize' AND c.relkind = 'r'")}
+    tables = {r[0] for r in pg.sql("SELECT relname FROM pg_class WHERE relnamespace = 'finalize'::regnamespace "
+                                   "AND relkind = 'r'")}
+    assert tables - kept == RUNTIME_TABLES
+    edges = pg.sql("SELECT c.conrelid::regclass::text, c.confrelid::regclass::text FROM pg_constraint c "
+                   "WHERE c.contype = 'f' AND c.connamespace = 'finalize'::regnamespace")
+    before_seal, todo = set(), ["finalize.catalog_seal"]
+    while todo:
+        table = todo.pop()
+        for referencing, referenced in edges:
+            if referencing == table and referenced not in before_seal:
+                before_seal.add(referenced)
+                todo.append(referenced)
+    assert {"finalize." + t for t in kept - {"catalog_seal"}} <= before_seal, \
+        sorted({"finalize." + t for t in kept} - before_seal - {"finalize.catalog_seal"})
+    checked = pg.sql("SELECT prosrc FROM pg_proc WHERE oid = 'finalize._catalog_restoring()'::regprocedure")[0][0]
+    identities = pg.sql("SELECT pg_get_serial_sequence(a.attrelid::regclass::text, a.attname) FROM pg_attribute a "
+                        "JOIN pg_class c ON c.oid = a.attrelid WHERE c.relnamespace = 'finalize'::regnamespace "
+                        "AND a.attidentity <> ''")
+    assert identities and all(f"'{seq}'" in checked for (seq,) in identities), identities
+
+
+def test_a_dump_of_an_older_version_is_restored_into_it_and_updated(pg):
+    """docs/upgrading.md's way for a dump of an older finalize: that version created first (pg_restore
+    then only reports the schema it cannot create again), the rows restored, the update seals the
+    catalog: its workers may act, and the rows are those dumped."""
+    pg.sql('DROP DATABASE IF EXISTS "old_dump"')
+    pg.sql('DROP DATABASE IF EXISTS "old_restored"')
+    pg.sql('CREATE DATABASE "old_dump"')
+    pg.sql('CREATE DATABASE "old_restored"')
+    try:
+        pg.sql("CREATE EXTENSION finalize VERSION '0.2.0'", dbname="old_dump")
+        pg.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'd')",
+               dbname="old_dump")
+        conn = pg.connect(dbname="old_dump")
+        conn.cursor().execute("SET finalize.source_check_timeout = 0; "
+                              "SELECT finalize.track_table('old.orders', 'src', 'dbo.orders')")
+        conn.close()
+        pg.sql("SELECT finalize.record_range('old.orders', NULL, '0x00000000000000000100', '2026-11-27 06:00+00')",
+               dbname="old_dump")
+        archive = os.path.join(pg.dir, "old.dump")
+        done = tools(pg.bin)("pg_dump", "-h", pg.dir, "-p", str(pg.port), "-U", "postgres", "-Fc", "-f", archive,
+                             "old_dump")
+        assert done.returncode == 0, done.stderr
+        pg.sql("CREATE EXTENSION finalize VERSION '0.2.0'", dbname="old_restored")
+        done = tools(pg.bin)("pg_restore", "-h", pg.dir, "-p", str(pg.port), "-U", "postgres", "-d", "old_restored",
+                             archive)
+        errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+        assert errors == ['pg_restore: error: could not execute query: ERROR:  schema "finalize" already exists'], \
+            done.stderr
+        pg.sql("ALTER EXTENSION finalize UPDATE", dbname="old_restored")
+        assert pg.sql("SELECT finalize._catalog_restoring(), finalize.finalized_until('old.orders')",
+                      dbname="old_restored") == [(None, pg.sql("SELECT '2026-11-27 06:00+00'::timestamptz")[0][0])]
+    finally:
+        pg.sql('DROP DATABASE IF EXISTS "old_dump"')
+        pg.sql('DROP DATABASE IF EXISTS "old_restored"')
