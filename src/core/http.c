@@ -546,7 +546,7 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 	CURLcode	rc = CURLE_OK;
 	long		status = 0;
 	HttpFailure failure = HTTP_OK;
-	/* Looked up before anything is allocated: the first lookup may raise. */
+	/* Looked up before anything is allocated (the first lookup takes a lock). */
 	uint32		wait_event = finalize_wait_event(req->wait);
 
 	if (client == NULL || client->curl == NULL)

@@ -40,6 +40,7 @@
 #include "commands/async.h"
 #include "common/jsonapi.h"
 #include "miscadmin.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/wait_event.h"
@@ -142,12 +143,25 @@ compat_notify_queue_pages(void)
  * The wait event of a name: a custom one (shared by every process of the
  * cluster, registered on first use) from 17 on, the generic "Extension"
  * before. Call it in a process with shared memory, outside a critical
- * section.
+ * section. From 17 on it raises "too many custom wait events" once the
+ * cluster's 128 are taken, holding the table's lock (WaitEventCustomLock)
+ * as it raises: compat_wait_event_lock_release() lets go of that lock when
+ * the error is caught and not re-raised (no transaction abort releases it
+ * then).
  */
 #if PG_VERSION_NUM >= 170000
 #define compat_wait_event_new(name) WaitEventExtensionNew(name)
+#define compat_wait_event_lock_release() \
+	do { \
+		if (LWLockHeldByMe(WaitEventCustomLock)) \
+		{ \
+			HOLD_INTERRUPTS();	/* LWLockRelease resumes them */ \
+			LWLockRelease(WaitEventCustomLock); \
+		} \
+	} while (0)
 #else
 #define compat_wait_event_new(name) ((void) (name), (uint32) PG_WAIT_EXTENSION)
+#define compat_wait_event_lock_release() ((void) 0)
 #endif
 
 #endif							/* FINALIZE_PG_COMPAT_H */

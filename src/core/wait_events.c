@@ -12,6 +12,9 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
 #include "core/pg_compat.h"
 #include "core/wait_events.h"
 
@@ -32,20 +35,66 @@ static const char *const wait_names[FINALIZE_WAIT_COUNT] = {
 /* This process's ids, 0 until looked up. */
 static uint32 wait_ids[FINALIZE_WAIT_COUNT];
 
-/* The wait_event_info of a wait, for WaitLatch and its kin. */
+/*
+ * The id of a name, or the generic "Extension" when the cluster has no
+ * custom wait event left for it (PostgreSQL keeps 128, shared by every
+ * extension): a name on pg_stat_activity is not worth a failed cycle, nor
+ * a background process that dies at its first wait and is started again
+ * and again. The lookup's error is raised with the table's lock held, so
+ * the catch lets go of it, and gives back the interrupt holdoffs the error
+ * cleared; the server log says so once per name and process.
+ */
+static uint32
+look_up(const char *name)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+	uint32		cancel_holdoff = QueryCancelHoldoffCount;
+	volatile uint32 id = PG_WAIT_EXTENSION;
+	ErrorData  *edata;
+
+	PG_TRY();
+	{
+		id = compat_wait_event_new(name);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		InterruptHoldoffCount = holdoff;
+		QueryCancelHoldoffCount = cancel_holdoff;
+		compat_wait_event_lock_release();
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("finalize shows its wait \"%s\" as \"Extension\"", name),
+				 errdetail("PostgreSQL could not register it as a custom wait event: %s.", edata->message),
+				 errhint("A cluster holds at most 128 custom wait events, shared by every extension it loads; "
+						 "see finalize's docs/compatibility.md.")));
+		FreeErrorData(edata);
+		id = PG_WAIT_EXTENSION;
+	}
+	PG_END_TRY();
+	return id;
+}
+
+/*
+ * The wait_event_info of a wait, for WaitLatch and its kin; raises nothing
+ * (see look_up).
+ */
 uint32
 finalize_wait_event(FinalizeWait wait)
 {
 	Assert(wait >= 0 && wait < FINALIZE_WAIT_COUNT);
 	if (wait_ids[wait] == 0)
-		wait_ids[wait] = compat_wait_event_new(wait_names[wait]);
+		wait_ids[wait] = look_up(wait_names[wait]);
 	return wait_ids[wait];
 }
 
 /*
  * Before a wait inside a library (FreeTDS, libcurl), with the id of
  * finalize_wait_event (looked up before: the lookup may itself wait for a
- * lock, and raise): pg_stat_activity shows it until finalize_wait_end.
+ * lock): pg_stat_activity shows it until finalize_wait_end.
  * Raises nothing.
  */
 void

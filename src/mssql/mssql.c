@@ -50,8 +50,8 @@ static MssqlError *current_error = NULL;
 
 /*
  * Starts recording errors of a new call into err; pg_stat_activity shows
- * the wait until end_call. The wait's id is looked up first: that may
- * raise, and nothing may point at err then.
+ * the wait until end_call. The wait's id is looked up first (the first
+ * lookup takes a lock), before anything points at err.
  */
 static void
 begin_call(MssqlError *err, FinalizeWait wait)

@@ -7,13 +7,16 @@ Which name to expect comes from the server's version (Cluster.wait_event_of);
 each test waits for the process to be in that wait, and no timing is
 asserted."""
 
+import os
+import shutil
+import subprocess
 import threading
 
 import psycopg2
 import pytest
 
 from webhook_receiver import Stall, WebhookReceiver
-from worker_env import SilentServer, new_cluster
+from worker_env import Env, SilentServer, new_cluster
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +116,44 @@ def test_wait_final_names_its_wait(pg, env, sim):
     thread.join(60)
     assert isinstance(errors[0], psycopg2.errors.QueryCanceled), errors
     conn.close()
+
+
+def other_extensions(pg):
+    """The stand-in for other extensions (test/lib/other_extension), built with the PostgreSQL under
+    test into a directory of pg's, and its function in database postgres."""
+    build = os.path.join(pg.dir, "other_extension")
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "..", "lib", "other_extension"), build)
+    done = subprocess.run(["make", "-s", "-C", build, f"PG_CONFIG={pg.bin}/pg_config"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    pg.sql("CREATE FUNCTION take_all_wait_events() RETURNS void AS %s LANGUAGE C",
+           (os.path.join(build, "other_wait_events.so"),))
+
+
+def test_when_other_extensions_took_every_custom_wait_event_finalize_waits_as_extension(sim):
+    """PostgreSQL 17 and 18 keep at most 128 custom wait events per cluster: when other extensions
+    took them all before a finalize process names one of its waits, that wait is the generic
+    "Extension" (the server log says why, once per process); the process goes on. Before, the
+    lookup's error ended the process at its first wait (a restart loop) or failed the call."""
+    pg = new_cluster(**{"finalize.alert_after": "1s"})
+    try:
+        if pg.server_version_num() < 170000:
+            pytest.skip("custom wait events are PostgreSQL 17's")
+        other_extensions(pg)
+        with pytest.raises(psycopg2.errors.ProgramLimitExceeded):
+            pg.sql("SELECT take_all_wait_events()")
+        env = Env(pg)
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=10)
+        env.add_source("erp", sim)
+        # track_table's check of the source table logs in to SQL Server and reads in this session.
+        env.track("we.full", "erp")
+        env.wait_caught_up("we.full", sim)
+        wait_in(pg, "finalize worker", "Extension")
+        # A period still open: wait_final waits (for a second) and answers.
+        assert pg.sql("SELECT finalize.wait_final('we.full', '2026-11-02 09:00+00', '1 second')")[0][0] is False
+        assert "FinalizeWorkerMain" not in {r[0] for r in pg.sql("SELECT name FROM pg_wait_events")}
+        assert "finalize shows its wait \"FinalizeWorkerMain\" as \"Extension\"" in pg.log()
+        assert "exited with exit code" not in pg.log()
+    finally:
+        pg.cleanup()
