@@ -7963,28 +7963,38 @@ BEGIN
         RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
                '(pg_restore loads that table last), or stopped before it was complete';
     END IF;
+    -- A sequence's last id handed out is its last_value, or the one before
+    -- while is_called is false (a new sequence, ALTER SEQUENCE ... RESTART,
+    -- setval(..., false), as pg_dump writes such a one back): its next id is
+    -- last_value then, and ids above it are not taken.
     SELECT string_agg(format('sequence %s stands at %s, below the greatest id of its table, %s', s.seq,
-                             coalesce(s.last, 0), s.top), '; ')
+                             s.last, s.top), '; ')
       INTO behind
       FROM (VALUES ('tracked_table_table_id_seq',
-                    pg_sequence_last_value('@extschema@.tracked_table_table_id_seq'),
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.tracked_table_table_id_seq q),
                     (SELECT max(t.table_id) FROM @extschema@.tracked_table t)),
-                   ('fact_fact_id_seq', pg_sequence_last_value('@extschema@.fact_fact_id_seq'),
+                   ('fact_fact_id_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.fact_fact_id_seq q),
                     (SELECT max(f.fact_id) FROM @extschema@.fact f)),
-                   ('loss_loss_id_seq', pg_sequence_last_value('@extschema@.loss_loss_id_seq'),
+                   ('loss_loss_id_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.loss_loss_id_seq q),
                     (SELECT max(l.loss_id) FROM @extschema@.loss l)),
-                   ('loss_ack_ack_id_seq', pg_sequence_last_value('@extschema@.loss_ack_ack_id_seq'),
+                   ('loss_ack_ack_id_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.loss_ack_ack_id_seq q),
                     (SELECT max(a.ack_id) FROM @extschema@.loss_ack a)),
-                   ('lake_consumer_lake_id_seq', pg_sequence_last_value('@extschema@.lake_consumer_lake_id_seq'),
+                   ('lake_consumer_lake_id_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.lake_consumer_lake_id_seq q),
                     (SELECT max(c.lake_id) FROM @extschema@.lake_consumer c)),
-                   ('release_release_id_seq', pg_sequence_last_value('@extschema@.release_release_id_seq'),
+                   ('release_release_id_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.release_release_id_seq q),
                     (SELECT max(r.release_id) FROM @extschema@.release r)),
-                   ('alert_alert_id_seq', pg_sequence_last_value('@extschema@.alert_alert_id_seq'),
+                   ('alert_alert_id_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.alert_alert_id_seq q),
                     (SELECT max(a.alert_id) FROM @extschema@.alert a)),
                    ('alert_delivery_delivery_id_seq',
-                    pg_sequence_last_value('@extschema@.alert_delivery_delivery_id_seq'),
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.alert_delivery_delivery_id_seq q),
                     (SELECT max(d.delivery_id) FROM @extschema@.alert_delivery d))) AS s (seq, last, top)
-     WHERE s.top > coalesce(s.last, 0);
+     WHERE s.top > s.last;
     IF behind IS NOT NULL THEN
         RETURN 'the identity sequences of the catalog are behind its rows (pg_restore sets them after the rows): '
                || behind;
