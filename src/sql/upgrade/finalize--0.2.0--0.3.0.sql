@@ -7887,8 +7887,9 @@ GRANT EXECUTE ON FUNCTION @extschema@.changes_by_period(text, timestamptz, times
 
 -- ===========================================================================
 -- 9j. Dump, restore and pg_upgrade (issue 42): the catalog says whether it
--- is whole (finalize.catalog_seal, restored last), and finalize's workers
--- leave it alone while it is not (see src/sql/11d_catalog_seal.sql); a
+-- is whole (finalize.catalog_seal and the id sequences, restored after the
+-- rows), and finalize's workers leave it alone while it is not (see
+-- src/sql/11d_catalog_seal.sql); a
 -- source's hold that waits for a person is dumped with the catalog.
 -- ===========================================================================
 -- Of the sources' status pg_dump keeps only a hold that waits for a person
@@ -7900,16 +7901,15 @@ CREATE TABLE @extschema@.catalog_seal (
     sealed           boolean PRIMARY KEY DEFAULT true CHECK (sealed),
     sealed_at        timestamptz NOT NULL DEFAULT now(),
     -- Each key orders the restore after a table's rows (and, through its
-    -- own keys, after the tables that table references).
+    -- own keys, after the tables that table references). None references
+    -- a table that purge_facts or its cascades empty in bulk (event_fact,
+    -- lateness_hour, alert_delivery; late_period, with its table): a key
+    -- queues a check of the seal for every row deleted from the table it
+    -- references. Those are covered by the sequence check instead (see
+    -- _catalog_restoring).
     watermark        bigint REFERENCES @extschema@.watermark,
     derived_input    bigint,
     derived_input_of bigint,
-    event_fact       bigint,
-    event_period     timestamptz,
-    lateness_hour    bigint,
-    lateness_at      timestamptz,
-    late_period      bigint,
-    late_period_at   timestamptz,
     lake_consumer    bigint REFERENCES @extschema@.lake_consumer (lake_id),
     shard_consumer   bigint,
     shard_consumer_name text COLLATE "C",
@@ -7920,22 +7920,17 @@ CREATE TABLE @extschema@.catalog_seal (
     registered_partition text,
     published        bigint,
     published_partition text,
-    alert_delivery   bigint REFERENCES @extschema@.alert_delivery,
     source_status    text REFERENCES @extschema@.source_status,
     FOREIGN KEY (derived_input, derived_input_of) REFERENCES @extschema@.derived_input,
-    FOREIGN KEY (event_fact, event_period) REFERENCES @extschema@.event_fact (fact_id, event_period),
-    FOREIGN KEY (lateness_hour, lateness_at) REFERENCES @extschema@.lateness_hour,
-    FOREIGN KEY (late_period, late_period_at) REFERENCES @extschema@.late_period,
     FOREIGN KEY (shard_consumer, shard_consumer_name) REFERENCES @extschema@.shard_consumer,
     FOREIGN KEY (registration, registered_partition) REFERENCES @extschema@.partition_registration,
     FOREIGN KEY (published, published_partition) REFERENCES @extschema@.published,
-    CHECK (num_nonnulls(watermark, derived_input, derived_input_of, event_fact, event_period, lateness_hour,
-                        lateness_at, late_period, late_period_at, lake_consumer, shard_consumer,
+    CHECK (num_nonnulls(watermark, derived_input, derived_input_of, lake_consumer, shard_consumer,
                         shard_consumer_name, loss, loss_ack, projection, registration, registered_partition,
-                        published, published_partition, alert_delivery, source_status) = 0)
+                        published, published_partition, source_status) = 0)
 );
 COMMENT ON TABLE @extschema@.catalog_seal IS
-    'One row once the catalog is in use; restored last by pg_restore (its foreign keys order it), so finalize''s workers wait while it is missing';
+    'One row once the catalog is in use; restored after the tables its foreign keys reference, so finalize''s workers wait while it is missing (and while an id sequence is behind its table)';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.catalog_seal', '');
 
 -- Marks the catalog as in use (a table is tracked): from now on a catalog
@@ -7961,7 +7956,7 @@ DECLARE
 BEGIN
     IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal) AND EXISTS (SELECT FROM @extschema@.tracked_table) THEN
         RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
-               '(pg_restore loads that table last), or stopped before it was complete';
+               '(pg_restore loads that table after the ones it references), or stopped before it was complete';
     END IF;
     -- A sequence's last id handed out is its last_value, or the one before
     -- while is_called is false (a new sequence, ALTER SEQUENCE ... RESTART,
