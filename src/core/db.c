@@ -157,6 +157,19 @@ db_catalog_restoring(void)
 	return isnull ? NULL : MemoryContextStrdup(caller_cxt, TextDatumGetCString(why));
 }
 
+/*
+ * A WHERE clause that lets a statement act only on a whole catalog, checked
+ * in the statement's own snapshot (db_catalog_restoring's check, read in
+ * another statement, may be older than the rows); "" for a catalog older
+ * than the check. In a transaction of db_begin.
+ */
+const char *
+db_when_whole(void)
+{
+	return db_function_exists(FINALIZE_SCHEMA "._catalog_restoring()", "finalize's restore check")
+		? " WHERE " FINALIZE_SCHEMA "._catalog_restoring() IS NULL" : "";
+}
+
 /* Text datum of an LSN (the lsn domain's form). */
 Datum
 db_lsn_datum(const Lsn *lsn)

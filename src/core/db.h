@@ -26,6 +26,7 @@ extern MemoryContext db_caller_context(void);
 extern void db_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls);
 extern bool db_function_exists(const char *signature, const char *what);
 extern char *db_catalog_restoring(void);
+extern const char *db_when_whole(void);
 extern Datum db_lsn_datum(const Lsn *lsn);
 extern Datum db_usecs_datum(int64 usecs);
 extern Datum db_text_or_null(const char *s, char *nulls, int i);

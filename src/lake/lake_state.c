@@ -92,7 +92,9 @@ read_consumer(HeapTuple tup, TupleDesc desc, MemoryContext cxt, LakeConsumer *c)
  * Reads the catalog's options and the consumers it serves, copied into
  * cxt, in one transaction. False when the worker has nothing to do: the
  * server is gone or is no catalog, or has no consumer left (*problem says
- * why when it is an error to log).
+ * why when it is an error to log), or none is read while the catalog is
+ * being restored (src/sql/11d_catalog_seal.sql, checked in the same
+ * statement): the scheduler starts the worker again once it is whole.
  */
 bool
 lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeConsumer **consumers,
@@ -131,7 +133,8 @@ lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeCons
 	args[0] = CStringGetTextDatum(server->servername);
 	if (SPI_execute_with_args("SELECT c.table_id, c.table_name, c.consumer, c.iceberg_table, c.ref, c.lsn_property, "
 							  "c.seen_head_id, c.seen_head_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid, "
-							  "c.quiet, c.lake_id, c.allowed FROM " FINALIZE_SCHEMA "._lake_consumers($1) AS c",
+							  "c.quiet, c.lake_id, c.allowed FROM " FINALIZE_SCHEMA "._lake_consumers($1) AS c "
+							  "WHERE " FINALIZE_SCHEMA "._catalog_restoring() IS NULL",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list the Iceberg consumers of server \"%s\"", server->servername);
 	out = MemoryContextAllocZero(cxt, sizeof(LakeConsumer) * (SPI_processed + 1));

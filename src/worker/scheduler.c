@@ -4,12 +4,11 @@
  *     lists the sources (foreign servers with tracked tables) in the shared
  *     source table, keeps the pool of source workers running (as many as
  *     finalize.max_source_workers, no more than there are sources; or one
- *     process per source when it is 0) and a lake worker per Iceberg
- *     catalog with consumers, stops those no longer needed, brings the derived tables
- *     up to date with their inputs' reports, applies the facts
- *     retention, checks the tables' freshness SLAs, and keeps the alerts
- *     worker running while there are webhook targets or deliveries. It idles
- *     while the extension is not installed.
+ *     process per source when it is 0) and a lake worker per Iceberg catalog
+ *     with consumers, stops those no longer needed, brings the derived tables
+ *     up to date, applies the facts retention, checks the freshness SLAs, and
+ *     keeps the alerts worker running while there are webhook targets or
+ *     deliveries. It idles while the extension is not installed.
  */
 #include "postgres.h"
 
@@ -85,8 +84,8 @@ static TimestampTz pool_start_logged = 0;
 /*
  * Reads the sources that have tracked tables and the Iceberg catalogs with
  * consumers (*wanted, in the current context), in a short transaction; also
- * purges old facts once an hour. Returns -1 while the extension is not
- * installed.
+ * purges old facts once an hour. Both only on a whole catalog, in the same
+ * statement (db_when_whole). Returns -1 while the extension is not installed.
  */
 static int
 read_wanted_sources(WantedSource **wanted_out, TimestampTz *last_purge)
@@ -106,11 +105,12 @@ read_wanted_sources(WantedSource **wanted_out, TimestampTz *last_purge)
 	 * catalog is at this library's version: an older one has no
 	 * _wanted_catalogs().
 	 */
-	if (SPI_execute(db_function_exists(FINALIZE_SCHEMA "._wanted_catalogs()", "finalize's lake functions")
-					? "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s "
-					"UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_SCHEMA "._wanted_catalogs() AS c"
-					: "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
-					true, 0) != SPI_OK_SELECT)
+	if (SPI_execute(psprintf("SELECT w.* FROM (%s) AS w%s",
+							 db_function_exists(FINALIZE_SCHEMA "._wanted_catalogs()", "finalize's lake functions")
+							 ? "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s "
+							 "UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_SCHEMA "._wanted_catalogs() AS c"
+							 : "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
+							 db_when_whole()), true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list finalize's sources");
 	wanted = MemoryContextAllocZero(cxt, sizeof(WantedSource) * Max(SPI_processed, 1));
 	*wanted_out = wanted;
@@ -127,7 +127,7 @@ read_wanted_sources(WantedSource **wanted_out, TimestampTz *last_purge)
 	}
 	if (TimestampDifferenceExceeds(*last_purge, GetCurrentTimestamp(), PURGE_INTERVAL_MS))
 	{
-		ws_purge_facts();
+		ws_purge_facts(db_when_whole());
 		*last_purge = GetCurrentTimestamp();
 	}
 	db_commit();

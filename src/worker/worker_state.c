@@ -591,9 +591,9 @@ ws_source_failed(const char *server_name, Condition condition, const char *error
 	db_exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
 }
 
-/* Applies the facts retention (finalize.facts_retention). */
+/* Applies the facts retention (finalize.facts_retention) if the catalog is whole (db_when_whole). */
 void
-ws_purge_facts(void)
+ws_purge_facts(const char *when_whole)
 {
-	db_exec_internal("SELECT " FINALIZE_SCHEMA ".purge_facts()", 0, NULL, NULL, NULL);
+	db_exec_internal(psprintf("SELECT " FINALIZE_SCHEMA ".purge_facts()%s", when_whole), 0, NULL, NULL, NULL);
 }

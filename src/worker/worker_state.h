@@ -78,6 +78,6 @@ extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, Timestam
 extern bool ws_lock_source(Oid serverid, const char *server_name);
 extern void ws_source_failed(const char *server_name, Condition condition, const char *error,
 							 TimestampTz next_attempt);
-extern void ws_purge_facts(void);
+extern void ws_purge_facts(const char *when_whole);
 
 #endif							/* FINALIZE_WORKER_STATE_H */
