@@ -37,6 +37,8 @@ def cases():
             yield pytest.param(line, id=f"{name}:{line.split(' - ', 1)[-1]}")
 
 
+# On every major (test/run-tests lane): the pure modules build against each one's headers.
+@pytest.mark.every_major
 @pytest.mark.parametrize("line", list(cases()))
 def test_unit(line):
     assert line.startswith("ok "), line

@@ -292,6 +292,7 @@ def kept(pg, dbname, before=None):
     return out
 
 
+@pytest.mark.every_major
 @pytest.mark.parametrize("version", versions_to_update_from())
 def test_every_release_updates_to_exactly_a_fresh_install(pg, databases, store, version):
     old = databases("up_from_%s" % version.replace(".", "_"), version)
