@@ -9,12 +9,13 @@
 #include "miscadmin.h"
 
 #include "core/error_boundary.h"
+#include "core/pg_compat.h"
 #include "core/privilege_hint.h"
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "worker/worker.h"
 
-PG_MODULE_MAGIC;
+FINALIZE_MODULE_MAGIC;
 
 void		_PG_init(void);
 

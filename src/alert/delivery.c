@@ -45,6 +45,7 @@
 #include "core/http.h"
 #include "core/settings.h"
 #include "core/shmem.h"
+#include "core/wait_events.h"
 
 /* Without a wake-up, the queue is looked at this often. */
 #define IDLE_NAP_MS 10000
@@ -216,6 +217,7 @@ send_request(Claimed *c, Attempt *a)
 		return;
 	}
 	memset(&req, 0, sizeof(req));
+	req.wait = FINALIZE_WAIT_WEBHOOK;
 	req.method = "POST";
 	req.url = c->request->url;
 	req.headers = c->request->headers;
@@ -410,6 +412,7 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 		nap = nap_ms();
 		MemoryContextSwitchTo(TopMemoryContext);
 		if (nap > 0)
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, nap, PG_WAIT_EXTENSION);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, nap,
+							 finalize_wait_event(FINALIZE_WAIT_ALERTS_MAIN));
 	}
 }

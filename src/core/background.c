@@ -13,6 +13,7 @@
 #include "utils/guc.h"
 
 #include "core/background.h"
+#include "core/pg_compat.h"
 
 PG_FUNCTION_INFO_V1(finalize_in_background);
 
@@ -86,6 +87,6 @@ connect_worker_to_database(Oid dboid)
 Datum
 finalize_in_background(PG_FUNCTION_ARGS pg_attribute_unused())
 {
-	PG_RETURN_BOOL(IsBackgroundWorker && MyBgworkerEntry != NULL &&
+	PG_RETURN_BOOL(AmBackgroundWorkerProcess() && MyBgworkerEntry != NULL &&
 				   strcmp(MyBgworkerEntry->bgw_library_name, "finalize") == 0);
 }

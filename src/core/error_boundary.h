@@ -10,6 +10,8 @@
 #include "utils/elog.h"
 #include "utils/palloc.h"
 
+#include "core/pg_compat.h"
+
 /* One boundary: what the call's caller had, restored on the way out. */
 typedef struct ErrorBoundary
 {
@@ -19,7 +21,7 @@ typedef struct ErrorBoundary
 
 extern void error_boundary_enter(ErrorBoundary *b);
 extern void error_boundary_leave(ErrorBoundary *b);
-extern void error_boundary_rethrow(ErrorBoundary *b) pg_attribute_noreturn();
+pg_noreturn extern void error_boundary_rethrow(ErrorBoundary *b);
 extern void error_boundary_install(void);
 
 #endif							/* FINALIZE_ERROR_BOUNDARY_H */

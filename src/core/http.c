@@ -36,6 +36,7 @@
 
 #include "core/http.h"
 #include "core/io_interrupts.h"
+#include "core/wait_events.h"
 
 #if LIBCURL_VERSION_NUM < 0x074b00
 #error "finalize needs libcurl 7.75 or later (CURLOPT_AWS_SIGV4)"
@@ -545,6 +546,8 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 	CURLcode	rc = CURLE_OK;
 	long		status = 0;
 	HttpFailure failure = HTTP_OK;
+	/* Looked up before anything is allocated: the first lookup may raise. */
+	uint32		wait_event = finalize_wait_event(req->wait);
 
 	if (client == NULL || client->curl == NULL)
 		elog(ERROR, "HTTP request on a released client");
@@ -572,7 +575,9 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 	if (setup_rc == CURLE_OK)
 	{
 		client->errbuf[0] = '\0';
+		finalize_wait_begin(wait_event);
 		rc = curl_easy_perform(client->curl);
+		finalize_wait_end();
 		curl_easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &status);
 	}
 	/* The handle must not keep the list, which is freed now. */

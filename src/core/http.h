@@ -10,6 +10,8 @@
 #include "nodes/pg_list.h"
 #include "utils/palloc.h"
 
+#include "core/wait_events.h"
+
 /* One reused connection (a curl easy handle): the pages of a listing share it. */
 typedef struct HttpClient HttpClient;
 
@@ -50,6 +52,7 @@ typedef struct HttpRequest
 	bool		body_to_fd;		/* write the body to body_fd as it arrives
 								 * (a large object), not into memory */
 	int			body_fd;
+	FinalizeWait wait;			/* what pg_stat_activity says it waits for */
 } HttpRequest;
 
 /* What came back, palloc'd in the caller's memory context. */

@@ -23,16 +23,15 @@
  */
 #include "postgres.h"
 
-#include "access/slru.h"
 #include "access/xact.h"
 #include "commands/async.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
-#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "core/pg_compat.h"
 #include "core/shmem.h"
 
 PG_FUNCTION_INFO_V1(finalize_notify);
@@ -82,20 +81,14 @@ count_dropped(int n, double usage)
 }
 
 /*
- * The bytes pg_notification_queue_usage() is a share of: max_notify_queue_pages
- * pages from PostgreSQL 17 on (which may be set small), half of the SLRU's
- * pages before (8 GB).
+ * The bytes pg_notification_queue_usage() is a share of (see
+ * compat_notify_queue_pages: from 17 on, max_notify_queue_pages may be set
+ * small).
  */
 static double
 queue_bytes(void)
 {
-#if PG_VERSION_NUM >= 170000
-	const char *pages = GetConfigOption("max_notify_queue_pages", true, false);
-
-	if (pages != NULL)
-		return atof(pages) * BLCKSZ;
-#endif
-	return (double) SLRU_PAGES_PER_SEGMENT * 0x10000 / 2 * BLCKSZ;
+	return compat_notify_queue_pages() * BLCKSZ;
 }
 
 /*

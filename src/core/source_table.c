@@ -26,6 +26,7 @@
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
+#include "core/pg_compat.h"
 #include "core/settings.h"
 #include "core/source_table.h"
 
@@ -120,7 +121,7 @@ static void
 wake(const int *procs, int n)
 {
 	for (int i = 0; i < n; i++)
-		SetLatch(&ProcGlobal->allProcs[procs[i]].procLatch);
+		SetLatch(&GetPGProcByNumber(procs[i])->procLatch);
 }
 
 /* For bsearch and qsort of server OIDs. */
@@ -262,7 +263,7 @@ source_table_attach(int index)
 	{
 		table->workers[index].dboid = MyDatabaseId;
 		table->workers[index].pid = MyProcPid;
-		table->workers[index].pgprocno = MyProc->pgprocno;
+		table->workers[index].pgprocno = GetNumberFromPGProc(MyProc);
 		table->workers[index].serving = InvalidOid;
 		my_index = index;
 		ok = true;

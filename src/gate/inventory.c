@@ -13,6 +13,8 @@
  */
 #include "postgres.h"
 
+#include <inttypes.h>
+
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -221,7 +223,7 @@ inventory_digest_add(uint64 digest[2], const char *path, int path_len, int64 siz
 char *
 inventory_digest_hex(const uint64 digest[2])
 {
-	return psprintf("%016" INT64_MODIFIER "x%016" INT64_MODIFIER "x", digest[0], digest[1]);
+	return psprintf("%016" PRIx64 "%016" PRIx64, digest[0], digest[1]);
 }
 
 /* Appends bytes to the comparison's stored form (the codec's writer). */

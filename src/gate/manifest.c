@@ -42,7 +42,7 @@
 	"\"built_at\"."
 
 /* Raises the error for a malformed field of a manifest or (request) a release request. */
-static pg_attribute_noreturn() void
+pg_noreturn static void pg_attribute_printf(3, 0)
 raise_field_error(bool request, const char *field, const char *fmt, va_list ap)
 {
 	char		detail[1024];

@@ -9,6 +9,7 @@
 #include "datatype/timestamp.h"
 #include "utils/jsonb.h"
 
+#include "core/pg_compat.h"
 #include "gate/inventory.h"
 
 typedef struct Manifest
@@ -42,9 +43,9 @@ typedef struct Manifest
 
 /* in manifest.c */
 extern void manifest_parse(Jsonb *jb, Manifest *m);
-extern void manifest_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
-extern void request_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
-extern void manifest_field_error(bool request, const char *field, const char *detail) pg_attribute_noreturn();
+pg_noreturn extern void manifest_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3);
+pg_noreturn extern void request_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3);
+pg_noreturn extern void manifest_field_error(bool request, const char *field, const char *detail);
 extern bool manifest_timestamp_field(JsonbContainer *root, const char *name, TimestampTz *out, bool request);
 extern char *manifest_string_field(JsonbContainer *c, const char *name, bool required, bool request);
 

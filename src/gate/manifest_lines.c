@@ -20,6 +20,7 @@
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
+#include "core/pg_compat.h"
 #include "gate/manifest_lines.h"
 
 /* Which known key a field of a line is. */
@@ -46,8 +47,8 @@ typedef struct LineState
 } LineState;
 
 /* Raises the error of a malformed line: the object, the line, what is wrong. */
-static void
-bad_line(ManifestLines *r, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
+pg_noreturn static void
+bad_line(ManifestLines *r, const char *fmt,...) pg_attribute_printf(2, 3);
 
 static void
 bad_line(ManifestLines *r, const char *fmt,...)
@@ -67,7 +68,7 @@ bad_line(ManifestLines *r, const char *fmt,...)
 }
 
 /* A nested object or array: only allowed nowhere (every field is a scalar). */
-static void
+static JsonActionResult
 line_open(void *state)
 {
 	LineState  *st = state;
@@ -75,17 +76,19 @@ line_open(void *state)
 	if (st->depth == 1 && st->field != LF_OTHER)
 		st->wrong = st->field == LF_PATH ? "path" : st->field == LF_SIZE ? "size" : "etag";
 	st->depth++;
+	return JSON_ACTION_OK;
 }
 
 /* The end of a nested object or array. */
-static void
+static JsonActionResult
 line_close(void *state)
 {
 	((LineState *) state)->depth--;
+	return JSON_ACTION_OK;
 }
 
 /* The document must be an object: an array at the top is not. */
-static void
+static JsonActionResult
 line_array_start(void *state)
 {
 	LineState  *st = state;
@@ -93,33 +96,31 @@ line_array_start(void *state)
 	if (st->depth == 0)
 		st->not_object = true;
 	line_open(state);
+	return JSON_ACTION_OK;
 }
 
 /* Notes which top-level field comes. */
-static void
+static JsonActionResult
 line_field(void *state, char *fname, bool isnull pg_attribute_unused())
 {
 	LineState  *st = state;
 
-	if (st->depth != 1)
-		return;
-	st->field = strcmp(fname, "path") == 0 ? LF_PATH : strcmp(fname, "size") == 0 ? LF_SIZE
-		: strcmp(fname, "etag") == 0 ? LF_ETAG : LF_OTHER;
+	if (st->depth == 1)
+		st->field = strcmp(fname, "path") == 0 ? LF_PATH : strcmp(fname, "size") == 0 ? LF_SIZE
+			: strcmp(fname, "etag") == 0 ? LF_ETAG : LF_OTHER;
+	return JSON_ACTION_OK;
 }
 
 /* Keeps the value of a known top-level field. */
-static void
+static JsonActionResult
 line_scalar(void *state, char *token, JsonTokenType type)
 {
 	LineState  *st = state;
 
 	if (st->depth == 0)
-	{
 		st->not_object = true;
-		return;
-	}
 	if (st->depth != 1)
-		return;
+		return JSON_ACTION_OK;
 	switch (st->field)
 	{
 		case LF_PATH:
@@ -143,6 +144,7 @@ line_scalar(void *state, char *token, JsonTokenType type)
 			break;
 	}
 	st->field = LF_OTHER;
+	return JSON_ACTION_OK;
 }
 
 /* A size as JSON writes a whole number of bytes: digits only. */
@@ -197,10 +199,11 @@ parse:
 	sem.array_end = line_close;
 	sem.object_field_start = line_field;
 	sem.scalar = line_scalar;
-	lex = makeJsonLexContextCstringLen(line, len, GetDatabaseEncoding(), true);
+	lex = compat_json_lexer(line, len, GetDatabaseEncoding());
 	rc = pg_parse_json(lex, &sem);
 	if (rc != JSON_SUCCESS)
 		bad_line(r, "is not JSON: %s", json_errdetail(rc, lex));
+	compat_json_lexer_free(lex);
 	if (st.not_object)
 		bad_line(r, "is not a JSON object");
 	if (st.wrong != NULL)

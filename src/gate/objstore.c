@@ -259,6 +259,7 @@ static void
 list_request(const S3Location *loc, HttpRequest *req)
 {
 	memset(req, 0, sizeof(*req));
+	req->wait = FINALIZE_WAIT_STORE_REQUEST;
 	req->method = "GET";
 	req->headers = list_make1("x-amz-content-sha256: " EMPTY_SHA256);
 	if (loc->session_token != NULL)

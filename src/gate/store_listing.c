@@ -23,16 +23,11 @@
 
 #include "core/fdw_options.h"
 #include "core/io_interrupts.h"
+#include "core/pg_compat.h"
 #include "core/settings.h"
 #include "gate/filestore.h"
 #include "gate/objstore.h"
 #include "gate/store_listing.h"
-
-#if PG_VERSION_NUM >= 160000
-#define server_usage_check(srv, role) object_aclcheck(ForeignServerRelationId, (srv), (role), ACL_USAGE)
-#else
-#define server_usage_check(srv, role) pg_foreign_server_aclcheck((srv), (role), ACL_USAGE)
-#endif
 
 /*
  * For the file store: whether a listed file needs a checksum computed,
@@ -126,7 +121,7 @@ s3_server(const Manifest *m, Oid caller)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid manifest: field \"store\": server \"%s\" is not an object store", m->store),
 				 errhint("Name a server of the finalize_s3 foreign-data wrapper.")));
-	if (server_usage_check(server->serverid, caller) != ACLCHECK_OK)
+	if (compat_server_aclcheck(server->serverid, caller) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for server %s", server->servername),

@@ -145,6 +145,7 @@ perform(LakeCatalog *cat, HttpClient *client, const char *what, const char *meth
 
 	memset(out, 0, sizeof(*out));
 	memset(&req, 0, sizeof(req));
+	req.wait = FINALIZE_WAIT_CATALOG_REQUEST;
 	headers = lappend(list_copy(headers), "Accept: application/json");
 	if (authenticate && cat->token != NULL)
 		headers = lappend(headers, psprintf("Authorization: Bearer %s", cat->token));

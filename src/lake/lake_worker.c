@@ -35,6 +35,7 @@
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "core/source_table.h"
+#include "core/wait_events.h"
 #include "lake/catalog.h"
 #include "lake/lake_state.h"
 #include "lake/metadata.h"
@@ -352,7 +353,8 @@ sleep_ms(long ms)
 
 		if (left <= 0 || ConfigReloadPending)
 			return;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
+						 finalize_wait_event(FINALIZE_WAIT_LAKE_MAIN));
 		ResetLatch(MyLatch);
 		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();

@@ -31,6 +31,7 @@
 #include <sybdb.h>
 
 #include "core/io_interrupts.h"
+#include "core/wait_events.h"
 #include "mssql/login.h"
 #include "mssql/mssql.h"
 #include "mssql/tsql.h"
@@ -47,30 +48,27 @@ static bool dblib_ready = false;
 /* Where the callbacks record the error of the call in progress. */
 static MssqlError *current_error = NULL;
 
-/* Starts recording errors of a new call into err. */
+/*
+ * Starts recording errors of a new call into err; pg_stat_activity shows
+ * the wait until end_call. The wait's id is looked up first: that may
+ * raise, and nothing may point at err then.
+ */
 static void
-begin_call(MssqlError *err)
+begin_call(MssqlError *err, FinalizeWait wait)
 {
+	uint32		event = finalize_wait_event(wait);
+
 	memset(err, 0, sizeof(*err));
 	current_error = err;
+	finalize_wait_begin(event);
 }
 
-/* Copies a message into an error, truncating safely. */
+/* Ends the call: errors are no longer recorded, the wait is over. */
 static void
-set_message(MssqlError *err, const char *text)
+end_call(void)
 {
-	strlcpy(err->message, text ? text : "", sizeof(err->message));
-}
-
-/* Fails a call with text, unless a callback already said what went wrong. */
-static void
-fail_unless_set(MssqlError *err, const char *text)
-{
-	if (!err->set)
-	{
-		err->set = true;
-		set_message(err, text);
-	}
+	current_error = NULL;
+	finalize_wait_end();
 }
 
 /*
@@ -102,12 +100,12 @@ on_dblib_error(DBPROCESS *dbproc pg_attribute_unused(), int severity, int dberr,
 		err->number = dberr;
 		err->severity = severity;
 		if (dberr == SYBETIME && err->interrupted)
-			set_message(err, "the wait for SQL Server was interrupted");
+			mssql_error_set(err, "the wait for SQL Server was interrupted");
 		else if (oserrstr != NULL && oserr != 0 && oserr != -1)
 			snprintf(err->message, sizeof(err->message), "%s (%s)",
 					 dberrstr ? dberrstr : "", oserrstr);
 		else
-			set_message(err, dberrstr);
+			mssql_error_set(err, dberrstr);
 	}
 	return INT_CANCEL;
 }
@@ -130,7 +128,7 @@ on_server_message(DBPROCESS *dbproc pg_attribute_unused(), DBINT msgno, int msgs
 	err->number = msgno;
 	err->severity = severity;
 	err->state = msgstate;
-	set_message(err, msgtext);
+	mssql_error_set(err, msgtext);
 	return 0;
 }
 
@@ -211,11 +209,11 @@ replies_encrypted(MssqlConn *conn, MssqlError *err)
 	int			r;
 
 	io_interrupts_begin();
-	begin_call(err);
+	begin_call(err, FINALIZE_WAIT_SQLSERVER_READ);
 	if (dbcmd(conn->dbproc, "SELECT 1") == FAIL || dbsqlsend(conn->dbproc) == FAIL)
 	{
-		current_error = NULL;
-		fail_unless_set(err, "the connection to SQL Server was lost");
+		end_call();
+		mssql_error_fail(err, "the connection to SQL Server was lost");
 		return false;
 	}
 	conn->pending = true;
@@ -226,11 +224,11 @@ replies_encrypted(MssqlConn *conn, MssqlError *err)
 		n = recv(p.fd, head, sizeof(head), MSG_PEEK);
 	if (dbsqlok(conn->dbproc) == FAIL)
 	{
-		current_error = NULL;
-		fail_unless_set(err, "SQL Server refused the batch");
+		end_call();
+		mssql_error_fail(err, "SQL Server refused the batch");
 		return false;
 	}
-	current_error = NULL;
+	end_call();
 	while ((r = mssql_next_result(conn, &step)) > 0)
 		while (mssql_next_row(conn, &step) == 1)
 			;
@@ -263,7 +261,7 @@ new_login(const MssqlConnInfo *info, MssqlError *err)
 	if (login == NULL)
 	{
 		err->set = true;
-		set_message(err, "could not allocate a DB-Library login record");
+		mssql_error_set(err, "could not allocate a DB-Library login record");
 		return NULL;
 	}
 	DBSETLUSER(login, info->username);
@@ -310,14 +308,14 @@ mssql_connect(const MssqlConnInfo *info, MssqlError *err)
 
 	ensure_dblib();
 	io_interrupts_begin();
-	begin_call(err);
+	begin_call(err, FINALIZE_WAIT_SQLSERVER_LOGIN);
 	if (!login_write_conf(info, err) || (login = new_login(info, err)) == NULL)
 	{
-		current_error = NULL;
+		end_call();
 		return NULL;
 	}
 	dbproc = open_login(info, login);
-	current_error = NULL;
+	end_call();
 	if (dbproc == NULL)
 	{
 		/* DB-Library's 20002: what went wrong in TLS may be in FreeTDS's log. */
@@ -366,7 +364,7 @@ mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err)
 	RETCODE		rc;
 
 	io_interrupts_begin();
-	begin_call(err);
+	begin_call(err, FINALIZE_WAIT_SQLSERVER_READ);
 	if (conn->pending)
 	{
 		dbcancel(conn->dbproc);
@@ -379,10 +377,10 @@ mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err)
 	conn->pending = true;
 	if (rc != FAIL)
 		rc = dbsqlexec(conn->dbproc);
-	current_error = NULL;
+	end_call();
 	if (rc == FAIL)
 	{
-		fail_unless_set(err, err->timed_out ? "the time given for the call ran out before the batch was sent"
+		mssql_error_fail(err, err->timed_out ? "the time given for the call ran out before the batch was sent"
 						: dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
 						: "SQL Server refused the batch");
 		return false;
@@ -400,9 +398,9 @@ mssql_next_result(MssqlConn *conn, MssqlError *err)
 {
 	RETCODE		rc;
 
-	begin_call(err);
+	begin_call(err, FINALIZE_WAIT_SQLSERVER_READ);
 	rc = dbresults(conn->dbproc);
-	current_error = NULL;
+	end_call();
 	if (rc == NO_MORE_RESULTS)
 	{
 		conn->pending = false;
@@ -410,7 +408,7 @@ mssql_next_result(MssqlConn *conn, MssqlError *err)
 	}
 	if (rc == SUCCEED)
 		return 1;
-	fail_unless_set(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
+	mssql_error_fail(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost"
 					: "a statement of the batch failed");
 	return -1;
 }
@@ -464,14 +462,14 @@ mssql_next_row(MssqlConn *conn, MssqlError *err)
 {
 	STATUS		st;
 
-	begin_call(err);
+	begin_call(err, FINALIZE_WAIT_SQLSERVER_READ);
 	st = dbnextrow(conn->dbproc);
-	current_error = NULL;
+	end_call();
 	if (st == NO_MORE_ROWS)
 		return 0;
 	if (st == REG_ROW)
 		return 1;
-	fail_unless_set(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost while reading rows"
+	mssql_error_fail(err, dbdead(conn->dbproc) ? "the connection to SQL Server was lost while reading rows"
 					: "SQL Server sent a row that could not be read");
 	return -1;
 }

@@ -59,5 +59,7 @@ extern bool mssql_get_int64(MssqlConn *conn, int col, int64 *out);
 extern bool mssql_get_local_time(MssqlConn *conn, int col, Timestamp *out);
 extern char *mssql_get_text(MssqlConn *conn, int col);
 extern const char *mssql_error_text(const MssqlError *err);
+extern void mssql_error_set(MssqlError *err, const char *text);
+extern void mssql_error_fail(MssqlError *err, const char *text);
 
 #endif							/* FINALIZE_MSSQL_H */

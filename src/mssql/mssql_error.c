@@ -1,7 +1,8 @@
 /*
  * mssql_error.c
  *     What a failed call to SQL Server says, as one line for logs, status
- *     and explain_verdict (an MssqlError is filled by mssql.c's callbacks).
+ *     and explain_verdict (an MssqlError is filled by mssql.c's callbacks,
+ *     with the setters here).
  */
 #include "postgres.h"
 
@@ -27,4 +28,22 @@ mssql_error_text(const MssqlError *err)
 	else
 		snprintf(buf, sizeof(buf), "%s", err->message);
 	return buf;
+}
+
+/* Copies a message into an error, truncating safely. */
+void
+mssql_error_set(MssqlError *err, const char *text)
+{
+	strlcpy(err->message, text ? text : "", sizeof(err->message));
+}
+
+/* Fails a call with text, unless a callback already said what went wrong. */
+void
+mssql_error_fail(MssqlError *err, const char *text)
+{
+	if (!err->set)
+	{
+		err->set = true;
+		mssql_error_set(err, text);
+	}
 }

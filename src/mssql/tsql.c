@@ -247,7 +247,7 @@ tsql_append_range_events(StringInfo buf, const char *capture_instance, const cha
 	char	   *fn = mssql_quote_ident(psprintf("fn_cdc_get_all_changes_%s", capture_instance));
 	const char *col = mssql_quote_ident(event_column);
 	const char *lv = utc_offset ? "r.lv" : "r.ev";
-	int			off = Abs(server_offset_minutes);
+	int			off = abs(server_offset_minutes);
 	StringInfoData stmt;
 	Lsn			from;
 

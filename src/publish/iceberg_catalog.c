@@ -25,15 +25,10 @@
 #include "utils/json.h"
 #include "utils/memutils.h"
 
+#include "core/pg_compat.h"
 #include "gate/manifest.h"
 #include "lake/metadata.h"
 #include "publish/iceberg_catalog.h"
-
-#if PG_VERSION_NUM >= 160000
-#define server_usage_check(srv, role) object_aclcheck(ForeignServerRelationId, (srv), (role), ACL_USAGE)
-#else
-#define server_usage_check(srv, role) pg_foreign_server_aclcheck((srv), (role), ACL_USAGE)
-#endif
 
 /* Raises a catalog's failure to answer as the release's error. */
 static void
@@ -66,7 +61,7 @@ caller_catalog(const ReleaseRequest *r)
 
 	if (server == NULL || strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_iceberg") != 0)
 		request_error("catalog", "\"%s\" is not a finalize_iceberg server", r->catalog);
-	if (server_usage_check(server->serverid, GetUserId()) != ACLCHECK_OK)
+	if (compat_server_aclcheck(server->serverid, GetUserId()) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for server %s", server->servername),

@@ -8,6 +8,7 @@
 #include "datatype/timestamp.h"
 #include "utils/snapshot.h"
 
+#include "core/pg_compat.h"
 #include "core/period.h"
 
 /* What a sensor needs to know about one tracked table. */
@@ -29,7 +30,7 @@ extern uint64 catalog_generation;
 extern void catalog_register_callback(void);
 extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
 extern bool catalog_lineage_blocked(int64 table_id, Snapshot snapshot);
-extern void catalog_not_tracked(const char *table_name) pg_attribute_noreturn();
+pg_noreturn extern void catalog_not_tracked(const char *table_name);
 extern bool catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
 								TimestampTz period_end, Snapshot snapshot);
 extern bool catalog_loss_cap(Oid owner, int64 table_id, Snapshot snapshot, TimestampTz *cap);

@@ -49,6 +49,7 @@
 
 #include "core/db.h"
 #include "core/shmem.h"
+#include "core/wait_events.h"
 #include "sensor/sensor.h"
 
 PG_FUNCTION_INFO_V1(finalize_wait_final);
@@ -181,6 +182,7 @@ static void
 sleep_until_woken(int64 holding, uint64 epoch_before_check, TimestampTz deadline)
 {
 	int			shard = wait_shard(holding);
+	uint32		wait_event = finalize_wait_event(FINALIZE_WAIT_FINAL);
 	ConditionVariable *cv;
 	uint64		wake;
 
@@ -190,7 +192,7 @@ sleep_until_woken(int64 holding, uint64 epoch_before_check, TimestampTz deadline
 		long		ms = tick_ms(deadline);
 
 		if (ms > 0)
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, wait_event);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		return;
@@ -210,7 +212,7 @@ sleep_until_woken(int64 holding, uint64 epoch_before_check, TimestampTz deadline
 		if (ms <= 0)
 			return;
 		/* CHECK_FOR_INTERRUPTS inside: cancel and statement_timeout end it. */
-		timed_out = ConditionVariableTimedSleep(cv, ms, PG_WAIT_EXTENSION);
+		timed_out = ConditionVariableTimedSleep(cv, ms, wait_event);
 		pg_memory_barrier();
 		if (pg_atomic_read_u64(&finalize_shared->wake_epoch[shard]) != wake)
 			return;

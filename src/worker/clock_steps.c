@@ -225,9 +225,9 @@ time_problem(TimeProblem problem, const SourceTimes *t, const SourceConfig *cfg,
 								 "safely; set the option to the zone of the SQL Server machine "
 								 "(ALTER SERVER \"%s\" OPTIONS (SET timezone '...')).",
 								 (long long) (t->reported_offset_s / 3600),
-								 (long long) (Abs(t->reported_offset_s % 3600) / 60),
+								 (llabs((long long) (t->reported_offset_s % 3600)) / 60),
 								 cfg->timezone, cfg->server_name, (long long) (t->expected_offset_s / 3600),
-								 (long long) (Abs(t->expected_offset_s % 3600) / 60), cfg->server_name));
+								 (llabs((long long) (t->expected_offset_s % 3600)) / 60), cfg->server_name));
 		case TIMES_COMMIT_AHEAD:
 			return time_failure(message, COND_COMMIT_TIME_AHEAD,
 						psprintf("The commit time of SQL Server's max LSN %s (%s local, %s with the timezone option "

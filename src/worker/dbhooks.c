@@ -28,6 +28,7 @@
 #include "utils/acl.h"
 #include "utils/syscache.h"
 
+#include "core/pg_compat.h"
 #include "core/shmem.h"
 #include "worker/worker.h"
 
@@ -70,13 +71,8 @@ statement_allowed(Node *stmt, Oid dboid, ProcessUtilityContext context)
 	if (needs_top_level &&
 		(context != PROCESS_UTILITY_TOPLEVEL || IsTransactionBlock() || IsSubTransaction()))
 		return false;			/* "cannot run inside a transaction block" */
-#if PG_VERSION_NUM >= 160000
-	if (!object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
+	if (!compat_database_ownercheck(dboid, GetUserId()))
 		return false;
-#else
-	if (!pg_database_ownercheck(dboid, GetUserId()))
-		return false;
-#endif
 	if (IsA(stmt, RenameStmt))
 	{
 		/* Renaming also needs CREATEDB. */

@@ -29,6 +29,7 @@
 #include "core/background.h"
 #include "core/settings.h"
 #include "core/shmem.h"
+#include "core/wait_events.h"
 #include "worker/worker.h"
 
 /* How often the launcher looks for the database (it also wakes on signals). */
@@ -136,7 +137,7 @@ finalize_launcher_main(Datum arg pg_attribute_unused())
 		 */
 		ensure_scheduler(&handle);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 LAUNCHER_NAP_MS, PG_WAIT_EXTENSION);
+						 LAUNCHER_NAP_MS, finalize_wait_event(FINALIZE_WAIT_LAUNCHER_MAIN));
 		ResetLatch(MyLatch);
 	}
 }

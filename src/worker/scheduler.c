@@ -37,6 +37,7 @@
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "core/source_table.h"
+#include "core/wait_events.h"
 #include "worker/scheduler_steps.h"
 #include "worker/worker.h"
 #include "worker/worker_state.h"
@@ -586,7 +587,8 @@ finalize_scheduler_main(Datum arg pg_attribute_unused())
 		schedule(&last_purge);
 		MemoryContextSwitchTo(TopMemoryContext);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(SCHEDULER_NAP_MS, finalize_poll_interval_ms), PG_WAIT_EXTENSION);
+						 Min(SCHEDULER_NAP_MS, finalize_poll_interval_ms),
+						 finalize_wait_event(FINALIZE_WAIT_SCHEDULER_MAIN));
 		ResetLatch(MyLatch);
 	}
 }

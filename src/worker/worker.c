@@ -34,6 +34,7 @@
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "core/source_table.h"
+#include "core/wait_events.h"
 #include "worker/clock_steps.h"
 #include "worker/cycle.h"
 #include "worker/source_runs.h"
@@ -69,7 +70,7 @@ nap_until(TimestampTz wake_at)
 	if (ms <= 0)
 		return;
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, Min(ms, IDLE_NAP_MS),
-					 PG_WAIT_EXTENSION);
+					 finalize_wait_event(FINALIZE_WAIT_WORKER_MAIN));
 	ResetLatch(MyLatch);
 	/* Between cycles a cancel has nothing to cancel. */
 	QueryCancelPending = false;

@@ -234,3 +234,29 @@ def test_files_and_functions_within_limits():
     long_functions = [(rel, line, n) for rel in c_files() for line, n in blocks(read_src(rel))
                       if n > MAX_FUNCTION_LINES]
     assert not long_functions, long_functions
+
+
+# The one file where PostgreSQL's majors may differ (src/README.md).
+COMPAT_HEADER = os.path.join("core", "pg_compat.h")
+
+
+def version_tests(text):
+    """The lines of a C file that test PostgreSQL's version (comments
+    removed first: a comment may name PG_VERSION_NUM)."""
+    code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    code = re.sub(r"//[^\n]*", "", code)
+    return [line.strip() for line in code.split("\n")
+            if re.search(r"\bPG_VERSION_NUM\b|\bPG_MAJORVERSION(_NUM)?\b", line)]
+
+
+def test_version_differences_only_in_the_compat_header():
+    """Every difference between PostgreSQL's majors lives in
+    src/core/pg_compat.h: an #if PG_VERSION_NUM anywhere else scatters
+    them through the subsystems, where a new major's review would miss one."""
+    assert version_tests(read_src(COMPAT_HEADER)), "the compat header tests no version"
+    scattered = [(rel, line) for rel in c_files() if rel != COMPAT_HEADER for line in version_tests(read_src(rel))]
+    assert not scattered, scattered
+    unit = os.path.join(TOP, "test", "unit")
+    scattered = [(f, line) for f in sorted(os.listdir(unit)) if f.endswith((".c", ".h"))
+                 for line in version_tests(open(os.path.join(unit, f)).read())]
+    assert not scattered, scattered

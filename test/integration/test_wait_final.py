@@ -70,9 +70,10 @@ class Waiter:
             self.error = e
 
     def asleep(self):
-        """Whether it sleeps in wait_final (the wait event condition variables report)."""
-        return self.pg.sql("SELECT wait_event_type = 'Extension' AND wait_event = 'Extension' "
-                           "FROM pg_stat_activity WHERE pid = %s", (self.pid,))[0][0]
+        """Whether it sleeps in wait_final (the wait event its condition variable reports)."""
+        return self.pg.sql("SELECT wait_event_type = 'Extension' AND wait_event = %s "
+                           "FROM pg_stat_activity WHERE pid = %s",
+                           (self.pg.wait_event_of("FinalizeWaitFinal"), self.pid))[0][0]
 
     def wait_asleep(self):
         self.pg.wait_for(self.asleep, timeout=60, what="the waiter to sleep")

@@ -166,6 +166,15 @@ class Cluster:
         except FileNotFoundError:
             return ""
 
+    def server_version_num(self):
+        return int(self.sql("SHOW server_version_num")[0][0])
+
+    def wait_event_of(self, name):
+        """The wait_event pg_stat_activity shows for one of finalize's waits (a name of
+        src/core/wait_events.c): the name itself from PostgreSQL 17 on (custom wait events), the
+        generic "Extension" before; its wait_event_type is "Extension" on every major."""
+        return name if self.server_version_num() >= 170000 else "Extension"
+
     def wait_for(self, predicate, timeout=30.0, interval=0.1, what="condition"):
         """Polls predicate() until it returns a true value; fails with the server log tail
         (what may be a callable, evaluated only then)."""

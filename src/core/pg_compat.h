@@ -1,0 +1,153 @@
+/*
+ * pg_compat.h
+ *     Every difference between the PostgreSQL majors finalize builds on
+ *     (15, 16, 17, 18), in one place: the rest of the tree is written
+ *     against the newest API, and this header gives the older majors the
+ *     same names (PostgreSQL's own PG_VERSION_NUM idiom, as pgvector and
+ *     pg_cron use it). No other file tests PG_VERSION_NUM
+ *     (test_packaging.py checks it).
+ *
+ * What differs, and why finalize behaves the same on every major
+ * (docs/compatibility.md has the whole review):
+ *
+ * - pg_noreturn (18) replaced pg_attribute_noreturn(), and goes before the
+ *   declaration (C11's _Noreturn); before 18 the GCC attribute, which may
+ *   stand there too.
+ * - AmBackgroundWorkerProcess() (17) replaced the global IsBackgroundWorker;
+ *   GetNumberFromPGProc() (17) replaced PGPROC.pgprocno. Same meaning.
+ * - object_aclcheck()/object_ownercheck() (16) replaced the per-class
+ *   pg_foreign_server_aclcheck()/pg_database_ownercheck(). Same checks.
+ * - The JSON parser's callbacks return JsonParseErrorType from 16 on
+ *   (JSON_SUCCESS goes on parsing); before, they returned nothing.
+ * - makeJsonLexContextCstringLen() takes the context to fill from 17 on,
+ *   and freeJsonLexContext() frees what the lexer allocated (the escaped
+ *   string buffer); before 17 the lexer is three pallocs, freed here.
+ * - max_notify_queue_pages (17) bounds the NOTIFY queue, which
+ *   pg_notification_queue_usage() is a share of; before, half of the
+ *   queue's SLRU (8 GB).
+ * - Custom wait events (17, WaitEventExtensionNew): pg_stat_activity names
+ *   what a finalize process waits for; on 15 and 16 every wait is the
+ *   generic "Extension".
+ * - PG_MODULE_MAGIC_EXT (18) names the library and its version in
+ *   pg_get_loaded_modules().
+ */
+#ifndef FINALIZE_PG_COMPAT_H
+#define FINALIZE_PG_COMPAT_H
+
+#include "access/slru.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_foreign_server.h"
+#include "commands/async.h"
+#include "common/jsonapi.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
+#include "utils/wait_event.h"
+
+/* A function that never returns: pg_noreturn extern void f(...); */
+#if PG_VERSION_NUM < 180000
+#define pg_noreturn pg_attribute_noreturn()
+#endif
+
+#if PG_VERSION_NUM < 170000
+#define AmBackgroundWorkerProcess() (IsBackgroundWorker)
+#define GetNumberFromPGProc(proc) ((proc)->pgprocno)
+#endif
+
+/* The library's magic block, with its name and version where the server keeps them. */
+#if PG_VERSION_NUM >= 180000
+#define FINALIZE_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "finalize", .version = FINALIZE_VERSION)
+#else
+#define FINALIZE_MODULE_MAGIC PG_MODULE_MAGIC
+#endif
+
+/* Whether a role may use a foreign server (USAGE). */
+static inline AclResult
+compat_server_aclcheck(Oid serverid, Oid roleid)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_aclcheck(ForeignServerRelationId, serverid, roleid, ACL_USAGE);
+#else
+	return pg_foreign_server_aclcheck(serverid, roleid, ACL_USAGE);
+#endif
+}
+
+/* Whether a role owns (or has the privileges of the owner of) a database. */
+static inline bool
+compat_database_ownercheck(Oid dboid, Oid roleid)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(DatabaseRelationId, dboid, roleid);
+#else
+	return pg_database_ownercheck(dboid, roleid);
+#endif
+}
+
+/*
+ * A JSON parser callback's result, and the value that goes on parsing:
+ *   static JsonActionResult cb(void *state) { ...; return JSON_ACTION_OK; }
+ */
+#if PG_VERSION_NUM >= 160000
+typedef JsonParseErrorType JsonActionResult;
+#define JSON_ACTION_OK JSON_SUCCESS
+#else
+typedef void JsonActionResult;
+#define JSON_ACTION_OK
+#endif
+
+/* A lexer over len bytes of json, with de-escaped strings (palloc'd). */
+static inline JsonLexContext *
+compat_json_lexer(char *json, int len, int encoding)
+{
+#if PG_VERSION_NUM >= 170000
+	return makeJsonLexContextCstringLen(NULL, json, len, encoding, true);
+#else
+	return makeJsonLexContextCstringLen(json, len, encoding, true);
+#endif
+}
+
+/* Frees a lexer of compat_json_lexer (and its error detail: use it before). */
+static inline void
+compat_json_lexer_free(JsonLexContext *lex)
+{
+#if PG_VERSION_NUM >= 170000
+	freeJsonLexContext(lex);
+#else
+	if (lex->strval != NULL)
+	{
+		pfree(lex->strval->data);
+		pfree(lex->strval);
+	}
+	pfree(lex);
+#endif
+}
+
+/*
+ * The pages pg_notification_queue_usage() is a share of: 17 and 18 divide
+ * the pages between the queue's tail and head by max_notify_queue_pages
+ * (a server setting, which may be small), 15 and 16 by half of the
+ * SLRU's pages (async.c's (QUEUE_MAX_PAGE + 1) / 2, 8 GB).
+ */
+static inline double
+compat_notify_queue_pages(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return (double) max_notify_queue_pages;
+#else
+	return (double) SLRU_PAGES_PER_SEGMENT * 0x10000 / 2;
+#endif
+}
+
+/*
+ * The wait event of a name: a custom one (shared by every process of the
+ * cluster, registered on first use) from 17 on, the generic "Extension"
+ * before. Call it in a process with shared memory, outside a critical
+ * section.
+ */
+#if PG_VERSION_NUM >= 170000
+#define compat_wait_event_new(name) WaitEventExtensionNew(name)
+#else
+#define compat_wait_event_new(name) ((void) (name), (uint32) PG_WAIT_EXTENSION)
+#endif
+
+#endif							/* FINALIZE_PG_COMPAT_H */
