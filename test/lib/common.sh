@@ -130,10 +130,8 @@ install_node_modules() {
   node_modules_current
 }
 
-# Builds the extension with warnings as errors (make -j, one job per core;
-# under nice FINALIZE_BUILD_NICE, which test/run-tests gives the builds of
-# the other majors' lanes so that the whole suite's build comes first) and
-# installs it into the PostgreSQL of PG_CONFIG. Objects built against
+# Builds the extension with warnings as errors (make -j, one job per core)
+# and installs it into the PostgreSQL of PG_CONFIG. Objects built against
 # another PostgreSQL (.build-pg_config names it) are cleaned first: make
 # would link them as they are. A user who may not write there can still
 # test when what is installed there is this very build (root installed it
@@ -148,7 +146,7 @@ build_extension() {
     printf '%s\n' "$want" >"$TOP/.build-pg_config"
   fi
   log "building the extension against $("$pg_config" --version) ($pg_config)"
-  nice -n "${FINALIZE_BUILD_NICE:-0}" make -s -j"$(nproc)" -C "$TOP" PG_CONFIG="$pg_config" \
+  make -s -j"$(nproc)" -C "$TOP" PG_CONFIG="$pg_config" \
     FINALIZE_WERROR=-Werror >/dev/null || return 1
   log "build: $((SECONDS - t0))s"
   pkglibdir=$("$pg_config" --pkglibdir)
