@@ -64,6 +64,7 @@ def deliveries(pg, alert_id=None):
                   % ("true" if alert_id is None else "alert_id = %d" % alert_id))
 
 
+@pytest.mark.every_major
 def test_an_incident_reaches_a_signed_json_webhook_and_resolves(pg, env, sim, rx):
     """A real condition (SQL Server refusing the worker's login) opens an
     incident that reaches the webhook signed; logins working again resolve

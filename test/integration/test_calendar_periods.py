@@ -72,6 +72,7 @@ def pg():
     cluster.cleanup()
 
 
+@pytest.mark.every_major
 @pytest.mark.parametrize("zone", ZONES)
 def test_periods_equal_an_independent_reference(pg, zone):
     """period_start and period_end in the zone, for every granularity, at instants around its transitions,
@@ -111,6 +112,7 @@ def test_a_day_that_never_happened():
         cluster.cleanup()
 
 
+@pytest.mark.every_major
 def test_tables_cut_their_periods_in_their_zone(pg):
     """is_final, explain_verdict and changes_by_period name a table's periods in its zone, whatever the
     session's TimeZone; finalized_until() is a boundary of them."""

@@ -292,7 +292,9 @@ def kept(pg, dbname, before=None):
     return out
 
 
-@pytest.mark.parametrize("version", versions_to_update_from())
+# On every major (test/run-tests lane): the update from the oldest release, through every script.
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.every_major) if i == 0 else v
+                                     for i, v in enumerate(versions_to_update_from())])
 def test_every_release_updates_to_exactly_a_fresh_install(pg, databases, store, version):
     old = databases("up_from_%s" % version.replace(".", "_"), version)
     make_history(pg, old, store)

@@ -48,6 +48,7 @@ def started(env, sim, table, source="erp"):
     env.wait_caught_up(table, sim)
 
 
+@pytest.mark.every_major
 def test_the_background_processes_name_their_wait_between_rounds(pg, env, sim):
     started(env, sim, "we.idle")
     wait_in(pg, "finalize launcher", "FinalizeLauncherMain")
@@ -55,6 +56,7 @@ def test_the_background_processes_name_their_wait_between_rounds(pg, env, sim):
     wait_in(pg, "finalize worker", "FinalizeWorkerMain")
 
 
+@pytest.mark.every_major
 def test_a_source_worker_names_a_sql_server_read_and_login(pg, env, sim):
     started(env, sim, "we.read")
     # SQL Server holds every answer to the cycle's first statement.
@@ -75,6 +77,7 @@ def test_a_source_worker_names_a_sql_server_read_and_login(pg, env, sim):
         silent.close()
 
 
+@pytest.mark.every_major
 def test_the_alerts_worker_names_a_webhook_delivery(pg):
     rx = WebhookReceiver().start()
     try:
@@ -91,6 +94,7 @@ def test_the_alerts_worker_names_a_webhook_delivery(pg):
         pg.sql("DELETE FROM finalize.alert_target_state")
 
 
+@pytest.mark.every_major
 def test_wait_final_names_its_wait(pg, env, sim):
     started(env, sim, "we.final")
     conn = pg.connect()

@@ -104,6 +104,7 @@ def test_a_final_period_answers_at_once_and_a_timeout_answers_false(pgw, orders)
     conn.close()
 
 
+@pytest.mark.every_major
 def test_a_waiter_returns_true_when_another_session_commits_the_range(pgw, orders):
     w = Waiter(pgw, "SELECT finalize.wait_final('w.orders', '2026-11-29 13:00+00', %s)", (LONG,))
     w.wait_asleep()
@@ -207,6 +208,7 @@ def test_a_sleeping_waiter_holds_no_lock_and_no_transaction_id(pgw, orders):
     assert w.result() is True
 
 
+@pytest.mark.every_major
 def test_statement_timeout_and_cancel_end_a_wait(pgw, orders):
     w = Waiter(pgw, "SELECT finalize.wait_final('w.orders', '2026-11-29 15:00+00', %s)", (LONG,),
                setup="SET statement_timeout = '300ms'")

@@ -130,6 +130,7 @@ def test_tracking_can_start_at_the_capture_instance(env, sim):
     assert sum(f["inserts"] for f in facts) == 2 + 5, "every change since the instance started"
 
 
+@pytest.mark.every_major
 def test_status_and_notify_from_the_worker(env, sim, pg):
     listener = pg.connect()
     listener.cursor().execute("LISTEN finalize")

@@ -28,6 +28,7 @@ def ready_source(env, sim, name="erp", table="sales.orders"):
     env.wait_caught_up(table, sim)
 
 
+@pytest.mark.every_major
 def test_refuses_to_load_without_preload():
     with Cluster(conf={"shared_preload_libraries": "''"}) as pg:
         with pytest.raises(psycopg2.Error) as exc:
@@ -36,6 +37,7 @@ def test_refuses_to_load_without_preload():
         assert exc.value.diag.message_hint.startswith("Add finalize to shared_preload_libraries")
 
 
+@pytest.mark.every_major
 def test_idles_until_installed_then_serves_sources():
     with Cluster(conf={"finalize.poll_interval": "200ms"}) as pg, sim_clock() as sim:
         pg.wait_for(lambda: backends(pg, "scheduler"), what="the scheduler")
@@ -98,6 +100,7 @@ def test_enabled_switch_and_reload():
         assert gaps and min(gaps) > 2, f"polls {gaps} closer than the 3 s interval"
 
 
+@pytest.mark.every_major
 def test_a_killed_worker_restarts_and_resumes_exactly():
     with new_cluster() as pg, sim_clock() as sim:
         env = Env(pg)

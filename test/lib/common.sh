@@ -6,11 +6,16 @@
 # and nothing is installed into the system (what is missing is only named).
 
 TOP=${TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+# Debian's PostgreSQL major: its packages are installed (install_packages).
 PG_MAJOR=${PG_MAJOR:-15}
-# The PostgreSQL to build against and run (test/lib/pgcluster.py reads it too):
-# Debian's, or one the user owns (PG_BIN=$HOME/pg/bin test/run-tests).
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
-export PG_BIN
+# The PostgreSQL to build against and run: the one of PG_CONFIG (PGXS's
+# variable: PG_CONFIG=/opt/pg18/bin/pg_config test/run-tests), else the
+# pg_config in PG_BIN (the older way to name it), else Debian's. PG_BIN is
+# its bin directory (pg_config --bindir), which test/lib/pgcluster.py and
+# the peers read too.
+PG_CONFIG=${PG_CONFIG:-${PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}/pg_config}
+PG_BIN=$("$PG_CONFIG" --bindir 2>/dev/null) || PG_BIN=$(dirname "$PG_CONFIG")
+export PG_BIN PG_CONFIG
 # Debian's interpreter: the test modules (pytest, psycopg2, pymssql) are Debian packages.
 PY=/usr/bin/python3
 
@@ -125,13 +130,25 @@ install_node_modules() {
   node_modules_current
 }
 
-# Builds the extension with warnings as errors and installs it into the
-# PostgreSQL of PG_BIN. A user who may not write there can still test when
-# what is installed there is this very build (root installed it beforehand).
+# Builds the extension with warnings as errors (make -j, one job per core)
+# and installs it into the PostgreSQL of PG_CONFIG. Objects built against
+# another PostgreSQL (.build-pg_config names it) are cleaned first: make
+# would link them as they are. A user who may not write there can still
+# test when what is installed there is this very build (root installed it
+# beforehand).
 build_extension() {
-  local pg_config=$PG_BIN/pg_config pkglibdir extdir stage f stale=()
-  log "building the extension"
-  make -s -C "$TOP" PG_CONFIG="$pg_config" FINALIZE_WERROR=-Werror >/dev/null || return 1
+  local pg_config=$PG_CONFIG pkglibdir extdir stage f stale=() built want t0=$SECONDS
+  want="$pg_config $("$pg_config" --version)" || return 1
+  built=$(cat "$TOP/.build-pg_config" 2>/dev/null)
+  if [ "$built" != "$want" ]; then
+    [ -z "$built" ] || log "cleaning the objects built for ${built#* }"
+    make -s -C "$TOP" PG_CONFIG="$pg_config" clean >/dev/null || return 1
+    printf '%s\n' "$want" >"$TOP/.build-pg_config"
+  fi
+  log "building the extension against $("$pg_config" --version) ($pg_config)"
+  make -s -j"$(nproc)" -C "$TOP" PG_CONFIG="$pg_config" \
+    FINALIZE_WERROR=-Werror >/dev/null || return 1
+  log "build: $((SECONDS - t0))s"
   pkglibdir=$("$pg_config" --pkglibdir)
   extdir=$("$pg_config" --sharedir)/extension
   if [ -w "$pkglibdir" ] && [ -w "$extdir" ]; then

@@ -155,6 +155,8 @@ def polls(seconds=3.0):
     time.sleep(seconds)
 
 
+# On every major (test/run-tests lane): the lake worker against the real catalog.
+@pytest.mark.every_major
 def test_appends_compactions_branches_and_a_rollback(env, sim, catalog, writer, table):
     track(env, sim, "sales.orders", "erp")
     add_catalog(env, "lake", catalog.uri)
