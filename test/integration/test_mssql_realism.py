@@ -318,6 +318,6 @@ def test_hundreds_of_tables_resolve_their_names_in_bounded_statements(env, sim):
     env.pg.wait_for(lambda: baselines() == 520, timeout=60, what=lambda: "520 baselines (%s so far)" % baselines())
     sim.call("sim.commit", at=at(9, 10), inserts=2)
     sim.call("sim.advance", to=at(9, 20))
-    env.wait_caught_up(names[-1], sim)
+    env.wait_caught_up(names[-1], sim, timeout=120)   # 520 tables, a loaded machine
     env.wait_caught_up(names[0], sim)
     assert env.one("SELECT count(*) FROM finalize.facts WHERE table_name LIKE 'many.%%' AND inserts = 2") == 520

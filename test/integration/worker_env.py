@@ -95,35 +95,16 @@ class Env:
             conn.close()
 
     def status(self, table):
-        conn = self.pg.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT * FROM finalize.status WHERE table_name = %s", (table,))
-                row = cur.fetchone()
-                return None if row is None else dict(zip([d[0] for d in cur.description], row))
-        finally:
-            conn.close()
+        rows = self.pg.rows("SELECT * FROM finalize.status WHERE table_name = %s", (table,))
+        return rows[0] if rows else None
 
     def source_status(self, source):
-        conn = self.pg.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT * FROM finalize.source_status WHERE server_name = %s", (source,))
-                row = cur.fetchone()
-                return None if row is None else dict(zip([d[0] for d in cur.description], row))
-        finally:
-            conn.close()
+        rows = self.pg.rows("SELECT * FROM finalize.source_status WHERE server_name = %s", (source,))
+        return rows[0] if rows else None
 
     def facts(self, table, kind="range"):
-        conn = self.pg.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT * FROM finalize.facts WHERE table_name = %s AND kind = %s "
-                            "ORDER BY fact_id", (table, kind))
-                cols = [d[0] for d in cur.description]
-                return [dict(zip(cols, r)) for r in cur.fetchall()]
-        finally:
-            conn.close()
+        return self.pg.rows("SELECT * FROM finalize.facts WHERE table_name = %s AND kind = %s ORDER BY fact_id",
+                            (table, kind))
 
     def wait_caught_up(self, table, sim, timeout=30):
         """Waits until the table's offset is the simulator's current max LSN."""

@@ -13,11 +13,13 @@ Tests talk to it through psycopg2.
 import atexit
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import psycopg2
@@ -39,6 +41,10 @@ def _as_postgres(cmd, **kw):
         cmd = ["runuser", "-u", "postgres", "--"] + cmd
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
+
+# A statement that may leave state in its session: its connection is not kept (Cluster.sql).
+_SESSION_STATE = re.compile(r"\b(SET|RESET|LISTEN|UNLISTEN|PREPARE|DECLARE|BEGIN|START|TEMP|TEMPORARY|LOCK|"
+                            r"DISCARD|LOAD)\b|set_config|advisory_lock|advisory_unlock|setseed", re.I)
 
 _templates = {}
 
@@ -76,6 +82,7 @@ class Cluster:
             pw = pwd.getpwnam("postgres")
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
         self.data = os.path.join(self.dir, "data")
+        self._kept = threading.local()
         self.logfile = os.path.join(self.dir, "server.log")
         self.keep = keep or bool(os.environ.get("KEEP_WORKDIR"))
         self.conf = {
@@ -125,6 +132,7 @@ class Cluster:
         return self
 
     def stop(self, mode="fast"):
+        self.forget_sessions()
         if os.path.exists(os.path.join(self.data, "postmaster.pid")):
             try:
                 _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop"])
@@ -151,15 +159,66 @@ class Cluster:
         conn.autocommit = autocommit
         return conn
 
+    def _session(self, dbname, user):
+        """A connection of this thread kept for sql() (a new backend per statement cost the
+        suite's CPU more than any test: tens of thousands of forks); a fresh one when the kept
+        one is gone (a restart, a terminated backend: checked with a round trip first, so that a
+        statement never runs twice)."""
+        sessions = getattr(self._kept, "sessions", None)
+        if sessions is None or self._kept.pid != os.getpid():
+            sessions = self._kept.sessions = {}
+            self._kept.pid = os.getpid()
+        conn = sessions.pop((dbname, user), None)
+        if conn is not None:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT 1")
+                return conn
+            except psycopg2.Error:
+                conn.close()
+        return self.connect(dbname=dbname, user=user)
+
+    def _keep(self, conn, dbname, user, query):
+        """Keeps a connection for the next sql() unless its statement may leave state in the
+        session (settings, a transaction, LISTEN, temporary objects, session locks): then it is
+        closed, as every connection of sql() was before."""
+        if conn.closed or _SESSION_STATE.search(query):
+            conn.close()
+            return
+        old = self._kept.sessions.pop((dbname, user), None)
+        if old is not None:
+            old.close()
+        self._kept.sessions[(dbname, user)] = conn
+
+    def forget_sessions(self):
+        """Closes this thread's kept connections (before the server stops, or a test that
+        counts the sessions)."""
+        for conn in (getattr(self._kept, "sessions", None) or {}).values():
+            conn.close()
+        self._kept.sessions = {}
+        self._kept.pid = os.getpid()
+
     def sql(self, query, args=None, dbname="postgres", user="postgres"):
-        """Runs one statement in its own connection and returns all rows (or None)."""
-        conn = self.connect(dbname=dbname, user=user)
+        """Runs one statement in autocommit, in a connection of its own unless one of this
+        thread is kept (_session), and returns all rows (or None)."""
+        conn = self._session(dbname, user)
         try:
             with conn.cursor() as cur:
                 cur.execute(query, args)
                 return cur.fetchall() if cur.description else None
         finally:
-            conn.close()
+            self._keep(conn, dbname, user, query)
+
+    def rows(self, query, args=None):
+        """Runs one statement like sql(); its rows as dicts by column name."""
+        conn = self._session("postgres", "postgres")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(query, args)
+                cols = [d[0] for d in cur.description]
+                return [dict(zip(cols, r)) for r in cur.fetchall()]
+        finally:
+            self._keep(conn, "postgres", "postgres", query)
 
     def log(self):
         try:
