@@ -117,8 +117,14 @@ def hold_ledger(env, sim):
     sim.call("sim.step_clock", seconds=-300)
     sim.call("sim.commit", inserts=3, at=at(9, 58))
     sim.call("sim.advance", to=at(9, 58, 10))
-    env.pg.wait_for(lambda: (env.source_status("ledger") or {}).get("held_by") == "commit_time_ahead",
+    # Held, and a cycle of the held source ran: its error (and the incident's message, the
+    # explanation's reason) is then the held source's, which the moved database's worker writes too.
+    env.pg.wait_for(lambda: "is held by commit_time_ahead" in ((env.source_status("ledger") or {}).get("last_error")
+                                                                or ""),
                     what=lambda: f"the ledger source held: {env.source_status('ledger')}")
+    env.pg.wait_for(lambda: "is held by commit_time_ahead" in (env.one(
+                        "SELECT message FROM finalize.alerts WHERE server_name = 'ledger' AND state = 'open'") or ""),
+                    what="the ledger incident's message to be the held source's")
 
 
 def wait_payments(env, sim):

@@ -180,9 +180,10 @@ class Cluster:
 
     def _keep(self, conn, dbname, user, query):
         """Keeps a connection for the next sql() unless its statement may leave state in the
-        session (settings, a transaction, LISTEN, temporary objects, session locks): then it is
-        closed, as every connection of sql() was before."""
-        if conn.closed or _SESSION_STATE.search(query):
+        session (settings, a transaction, LISTEN, temporary objects, session locks), or is of
+        another database than postgres (the tests drop and recreate theirs): then it is closed, as
+        every connection of sql() was before."""
+        if conn.closed or dbname != "postgres" or _SESSION_STATE.search(query):
             conn.close()
             return
         old = self._kept.sessions.pop((dbname, user), None)
