@@ -45,7 +45,7 @@ import psycopg2
 
 from pgcluster import kill
 from test_consumers_worker import debezium
-from test_worker_hardening import memory_per_cycle, reconfigure
+from test_worker_hardening import LEAK_BYTES_PER_CYCLE, memory_per_cycle, reconfigure
 from worker_env import (ClockSteps, Env, as_utc, lsn_text, new_cluster, sim_clock, sim_max_lsn, sim_now,
                         truth_counts, truth_watermark, wall_clock)
 
@@ -653,7 +653,8 @@ def test_chaos():
             check_clock_steps(env, sim, beyond, n)
             exact = check_exact_periods(env, sim, datetime.datetime(2026, 11, 2, 8, tzinfo=datetime.timezone.utc),
                                         wall_clock(sim))
-            assert per_cycle < 64, f"the worker's memory grew by {per_cycle:.0f} bytes per cycle after the chaos"
+            assert per_cycle < LEAK_BYTES_PER_CYCLE, \
+                f"the worker's memory grew by {per_cycle:.0f} bytes per cycle after the chaos"
             events = collections.Counter(r[0] for r in pg.sql("SELECT event FROM finalize.fact WHERE event IS NOT NULL"))
             lake_keys = ("consumer_", "violations", "loss_acknowledged")
             print(f"chaos seed {seed}: {steps} steps; actions {dict(sorted((k, v) for k, v in n.items() if (':' not in k or k.startswith(('fault', 'clock'))) and not k.startswith(lake_keys)))}; "
