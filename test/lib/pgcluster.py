@@ -44,7 +44,7 @@ def _as_postgres(cmd, **kw):
 
 # A statement that may leave state in its session: its connection is not kept (Cluster.sql).
 _SESSION_STATE = re.compile(r"\b(SET|RESET|LISTEN|UNLISTEN|PREPARE|DECLARE|BEGIN|START|TEMP|TEMPORARY|LOCK|"
-                            r"DISCARD|LOAD)\b|set_config|advisory_lock|advisory_unlock|setseed", re.I)
+                            r"DISCARD|LOAD)\b|pg_temp|set_config|advisory_lock|advisory_unlock|setseed|pg_reload_conf", re.I)
 
 _templates = {}
 
@@ -144,6 +144,7 @@ class Cluster:
         return self.start()
 
     def reload(self):
+        self.forget_sessions()      # a kept session would take the new settings later than a new one
         _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "reload"])
 
     def postmaster_pid(self):
@@ -180,10 +181,11 @@ class Cluster:
 
     def _keep(self, conn, dbname, user, query):
         """Keeps a connection for the next sql() unless its statement may leave state in the
-        session (settings, a transaction, LISTEN, temporary objects, session locks), or is of
-        another database than postgres (the tests drop and recreate theirs): then it is closed, as
-        every connection of sql() was before."""
-        if conn.closed or dbname != "postgres" or _SESSION_STATE.search(query):
+        session (settings, a transaction, LISTEN, temporary objects, session locks, a reload of
+        the configuration the session would take later than a new one), or is of another database
+        or role than postgres (the tests drop and recreate theirs, and a kept session would skip
+        the checks of a new login): then it is closed, as every connection of sql() was before."""
+        if conn.closed or (dbname, user) != ("postgres", "postgres") or _SESSION_STATE.search(query):
             conn.close()
             return
         old = self._kept.sessions.pop((dbname, user), None)
