@@ -29,12 +29,16 @@ scheduler_check_alerts(void)
 
 	if (!db_function_exists(FINALIZE_SCHEMA "._check_freshness()", "finalize's alert functions"))
 		return false;
-	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
-					FINALIZE_SCHEMA "._check_dropped_sources() >= 0 AND "
-					"(EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) OR "
-					"EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))",
-					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	/* no row while a restore is under way, checked in the statement itself */
+	if (SPI_execute(psprintf("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
+							 FINALIZE_SCHEMA "._check_dropped_sources() >= 0 AND "
+							 "(EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) OR "
+							 "EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))%s",
+							 db_when_whole()),
+					false, 1) != SPI_OK_SELECT || SPI_processed > 1)
 		elog(ERROR, "could not check finalize's freshness SLAs");
+	if (SPI_processed == 0)
+		return false;
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
@@ -43,14 +47,16 @@ scheduler_check_alerts(void)
  * report moves only the table it writes (_advance_dependents): this is how
  * the derived tables that use it follow, within a round of its commit. A
  * catalog older than the library has no _refresh_derived() (its reports
- * still move the derived tables themselves). Returns true.
+ * still move the derived tables themselves); nothing moves while a restore
+ * is under way (db_when_whole, in the statement). Returns true.
  */
 bool
 scheduler_refresh_derived(void)
 {
 	if (!db_function_exists(FINALIZE_SCHEMA "._refresh_derived()", "finalize's _refresh_derived()"))
 		return true;
-	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._refresh_derived()", false, 1) != SPI_OK_SELECT)
+	if (SPI_execute(psprintf("SELECT " FINALIZE_SCHEMA "._refresh_derived()%s", db_when_whole()), false, 1)
+		!= SPI_OK_SELECT)
 		elog(ERROR, "could not bring finalize's derived tables up to date");
 	return true;
 }
