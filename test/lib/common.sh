@@ -139,7 +139,7 @@ install_node_modules() {
 build_extension() {
   local pg_config=$PG_CONFIG pkglibdir extdir stage f stale=() built want t0=$SECONDS
   want="$pg_config $("$pg_config" --version)" || return 1
-  built=$(cat "$TOP/.build-pg_config" 2>/dev/null)
+  built=$(cat "$TOP/.build-pg_config" 2>/dev/null || true)    # none in a fresh clone (callers may run under set -e)
   if [ "$built" != "$want" ]; then
     [ -z "$built" ] || log "cleaning the objects built for ${built#* }"
     make -s -C "$TOP" PG_CONFIG="$pg_config" clean >/dev/null || return 1
