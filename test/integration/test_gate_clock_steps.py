@@ -43,11 +43,13 @@ def gate(env, store, generation, built_at):
 
 def fast_clock(env, sim):
     """Two inserts at 09:30, then SQL Server's clock runs 5 minutes fast: a commit at 09:57 is stamped
-    10:02, and hour 09 is final."""
+    10:02, and hour 09 is final. The table's baseline is taken before the 09:30 inserts, so that they
+    are read in a range (on time: they are no late data when the clock steps back)."""
     sim.call("sim.commit", inserts=1)
     sim.call("sim.advance", seconds=10)
     env.add_source("erp", sim, clock_tolerance="1 min")
     env.track(T, "erp")
+    env.wait_caught_up(T, sim)
     sim.call("sim.advance", to=at_(9, 30))
     sim.call("sim.commit", inserts=2, at=at_(9, 30))
     sim.call("sim.advance", to=at_(9, 56, 50))
@@ -78,6 +80,8 @@ def test_a_partition_of_an_hour_the_clock_stepped_back_into_needs_a_generation_b
             step_back(env, sim)
             # Held: hour 09 stays final (a verdict never moves back), its new commits are unread.
             assert env.one("SELECT finalize.is_final(%s, %s)", (T, at_(9, 0))) is True
+            # Nothing was read while held: the 09:30 inserts, read before the step, are not late.
+            assert env.sql("SELECT event_period, rows FROM finalize.late_data WHERE table_name = %s", (T,)) == []
             released, codes, problems = gate(env, store, "g2", env.one("SELECT now()"))
             assert (released, codes) == (False, ["late_data"]), problems
             assert "stepped back" in problems[0]["detail"] and "release_source" in problems[0]["detail"]

@@ -7799,7 +7799,11 @@ $$;
 -- count is refused while the source is held, not only once the commits
 -- are read after release_source (once: a hold that starts again, the
 -- clock still behind, finds them marked). The source's commit_time_ahead
--- incident says what happened; no incident per table.
+-- incident says what happened; no incident per table. No late data
+-- either: the hold reads no commit, and those read before it were read
+-- before their periods were final (no verdict_before, so
+-- _store_late_commits does not count them); the commits stamped in final
+-- periods are counted when the worker reads them after release_source.
 CREATE FUNCTION @extschema@._clock_went_back(server_name text, clock_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -7808,7 +7812,7 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM @extschema@._record_clock_step(t.table_id, w.offset_lsn::text, clock_at, w.offset_commit_time,
-                                           clock_at < w.source_until, false, NULL, w.source_until)
+                                           clock_at < w.source_until, false, NULL, NULL)
        FROM @extschema@.tracked_table t
        JOIN @extschema@.watermark w ON w.table_id = t.table_id
       WHERE t.server_name = _clock_went_back.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
