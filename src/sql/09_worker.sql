@@ -220,10 +220,15 @@ $$;
 -- SQL Server's clock was found at clock_at, behind commit times the worker
 -- of server_name had read by more than its clock_tolerance (the source is
 -- now held with commit_time_ahead, and nothing is read until
--- release_source): commits may from now on be stamped in any period from
--- clock_at's on, periods already final included. Each of its tables with
--- an offset later than clock_at records a clock_stepped_back event from
--- clock_at to its offset's commit time (ran_ahead when a final period is
+-- release_source): commits may be stamped in any period from the step's
+-- on, periods already final included. The step came after the source's
+-- last good reading of the clock (its last successful cycle, at
+-- last_success - cycle_time at the earliest), and the clock has run since
+-- then: commits made after the step are stamped from clock_at minus that
+-- time on, which may be a period before clock_at's (a step back to 09:59:50
+-- found at 10:00:20 stamps commits in hour 09). Each of its tables with
+-- an offset later than that records a clock_stepped_back event from
+-- it to its offset's commit time (ran_ahead when a final period is
 -- among them), so that changes_by_period calls those periods inexact at
 -- once, and a release that would confirm an empty partition or reconcile a
 -- count is refused while the source is held, not only once the commits
@@ -240,18 +245,24 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
+DECLARE
+    since interval := (SELECT greatest(now() - (st.last_success - coalesce(st.cycle_time, interval '0')),
+                                       interval '0')
+                         FROM @extschema@.source_status st
+                        WHERE st.server_name = _clock_went_back.server_name);
+    stamped_from timestamptz := clock_at - coalesce(since, interval '0');
 BEGIN
-    PERFORM @extschema@._record_clock_step(t.table_id, w.offset_lsn::text, clock_at, w.offset_commit_time,
-                                           clock_at < w.source_until, false, NULL, NULL)
+    PERFORM @extschema@._record_clock_step(t.table_id, w.offset_lsn::text, stamped_from, w.offset_commit_time,
+                                           stamped_from < w.source_until, false, NULL, NULL)
        FROM @extschema@.tracked_table t
        JOIN @extschema@.watermark w ON w.table_id = t.table_id
       WHERE t.server_name = _clock_went_back.server_name AND t.kind = 'source' AND t.untracked_at IS NULL
-        AND w.offset_lsn IS NOT NULL AND w.offset_commit_time > clock_at
+        AND w.offset_lsn IS NOT NULL AND w.offset_commit_time > stamped_from
         -- not again for a hold that starts again after release_source
         AND NOT EXISTS (SELECT FROM @extschema@.fact e
                          WHERE e.table_id = t.table_id AND e.event = 'clock_stepped_back'
                            AND e.end_lsn = w.offset_lsn
-                           AND (e.detail ->> 'commit_time')::timestamptz <= clock_at
+                           AND (e.detail ->> 'commit_time')::timestamptz <= stamped_from
                            AND (e.detail ->> 'after_commit_time')::timestamptz >= w.offset_commit_time)
       ORDER BY t.table_id;
 END

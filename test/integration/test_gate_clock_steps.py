@@ -8,10 +8,12 @@ hours remain. The real worker reads the simulator over FreeTDS; the gate reads a
 
 import datetime
 import json
+import time
 
 import pytest
 
 from storefiles import write_file
+from test_worker_hardening import reconfigure
 from worker_env import Env, new_cluster, sim_clock, truth_counts
 
 UTC = datetime.timezone.utc
@@ -133,5 +135,43 @@ def test_purged_facts_never_make_the_hours_of_a_step_exact_again(pg):
                           (T, at_(9, 0), at_(11, 0)))
             assert truth_counts(sim, "dbo.orders", at_(10, 0), at_(11, 0))[at_(10, 0)][0] == 2
             assert [r[2] for r in got] == [False, False], got
+    finally:
+        env.cleanup()
+
+
+def quiet(env):
+    """Whether the erp source's worker ran no cycle for a second and a half."""
+    cycles = env.source_status("erp")["cycles"]
+    time.sleep(1.5)
+    return env.source_status("erp")["cycles"] == cycles
+
+
+def test_a_step_back_found_in_the_next_hour_holds_the_hour_it_stepped_into(pg, store):
+    """SQL Server's clock (5 minutes fast, 10:02:10) is stepped back to 09:59:50 while the worker is
+    off; a commit is stamped 09:59:51, in final hour 09, and the check that finds the step runs on the
+    stepped clock at 10:00:01, in hour 10. The step came after the last good reading and the clock ran
+    since: the hold marks hour 09 too, so a partition of it is refused until the commit is read, and
+    the commit is late data then. Marked from the check's hour (10) on, hour 09 was released."""
+    env = Env(pg)
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            fast_clock(env, sim)
+            assert gate(env, store, "s1", env.one("SELECT now()"))[:2] == (True, [])
+            # The worker (its last reading in memory) sleeps while the clock is stepped and runs on.
+            previous = reconfigure(pg, "finalize.poll_interval", "1h")
+            pg.wait_for(lambda: quiet(env), what="the worker to sleep")
+            sim.call("sim.step_clock", seconds=-140)                   # the clock reads 09:59:50
+            sim.call("sim.commit", inserts=1, at=at_(9, 57, 11))        # stamped 09:59:51
+            sim.call("sim.advance", to=at_(9, 57, 21))                 # captured; the clock reads 10:00:01
+            time.sleep(12)      # SQL Server's clock runs in real time: no faster than the simulator's here
+            reconfigure(pg, "finalize.poll_interval", previous)
+            env.pg.wait_for(lambda: (env.source_status("erp") or {}).get("held_by") == "commit_time_ahead",
+                            timeout=30, what=lambda: f"the source held: {env.source_status('erp')}")
+            released, codes, problems = gate(env, store, "s2", env.one("SELECT now()"))
+            assert (released, codes) == (False, ["late_data"]), problems
+            env.sql("SELECT finalize.release_source('erp')")
+            env.wait_caught_up(T, sim)
+            assert env.sql("SELECT rows FROM finalize.late_data WHERE table_name = %s AND event_period = %s",
+                           (T, at_(9, 0))) == [(1,)]
     finally:
         env.cleanup()
