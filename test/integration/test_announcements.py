@@ -144,12 +144,14 @@ def test_every_path_announces_the_verdict_the_sensors_give(pg, sims):
             sim.call("sim.advance", seconds=10)
         env.add_source("erp", erp)
         env.add_source("db01", db01)
-        env.track(SOURCE, "erp", on_data_loss="resume")
-        env.sql("SELECT finalize.track_derived(%s, ARRAY[%s])", (COPY, SOURCE))
-        # In one transaction: a scheduler round between the two would make the job's
-        # table final before its consumer holds it (a verdict never moves back).
-        env.sql("SELECT finalize.track_derived(%s, ARRAY[%s]); SELECT finalize.add_consumer(%s, 'job')",
-                (JOB, SOURCE, JOB))
+        # In one transaction: the worker's first range of the source, or a scheduler round,
+        # before the job's table has its consumer would make that table final from its input
+        # (track_derived advances a new table at once; a verdict never moves back). A loaded
+        # machine let the worker's first cycle in between.
+        env.sql("SELECT finalize.track_table(%s, 'erp', 'dbo.orders', '1 hour'::interval, 'max_lsn', 'warn', "
+                "'resume'); SELECT finalize.track_derived(%s, ARRAY[%s]); "
+                "SELECT finalize.track_derived(%s, ARRAY[%s]); SELECT finalize.add_consumer(%s, 'job')",
+                (SOURCE, COPY, SOURCE, JOB, SOURCE, JOB))
         env.sql("SELECT finalize.track_sharded(%s, '1 hour')", (SHARDED,))
         env.sql("SELECT finalize.add_shard(%s, 'db01', 'db01', 'dbo.orders')", (SHARDED,))
         # The first ranges: each table is final up to the hour its tracking began in.
