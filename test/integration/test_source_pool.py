@@ -210,8 +210,13 @@ def test_the_connection_budget_closes_the_least_recently_used(env, pg):
         samples = [env.sql("SELECT coalesce(max(connections), 0), coalesce(sum(connections), 0) "
                            "FROM finalize.source_workers")[0] for _ in range(20)]
         assert all(m <= 2 and s <= 4 for m, s in samples), samples
-        sessions = healthy.query("SELECT count(*) AS n FROM sys.dm_exec_sessions WHERE program_name = 'finalize'")
-        assert sessions[0]["n"] <= 2 * 2 + 2, sessions        # kept ones, plus cycles in flight
+        # SQL Server's side: the kept ones, plus cycles in flight. Sessions that finalize closed (the
+        # budget's, track_table's checks) leave its list once it has read their close, on a loaded
+        # machine a moment later (7 were seen): the count comes down to the bound (a leak never would).
+        def sim_sessions():
+            return healthy.query("SELECT count(*) AS n FROM sys.dm_exec_sessions WHERE program_name = 'finalize'")[0]["n"]
+        pg.wait_for(lambda: sim_sessions() <= 2 * 2 + 2, timeout=30,
+                    what=lambda: f"SQL Server's sessions of finalize within the budget: {sim_sessions()}")
         # A larger budget keeps one connection per source.
         pg.sql("ALTER SYSTEM SET finalize.worker_connections = 100")
         pg.sql("SELECT pg_reload_conf()")
