@@ -235,22 +235,32 @@ def test_every_table_pg_dump_keeps_is_restored_before_the_seal_or_its_sequence(p
     print("covered by the sequence check only:", sorted((kept & by_sequence) - by_keys))
 
 
+def database_tracking(pg, name, tables, version=None):
+    """A new database name of pg with finalize (of version, default the newest) and a source
+    "src" that is never reached, tracking tables (without track_table's check of the source)."""
+    pg.sql(f'DROP DATABASE IF EXISTS "{name}"')
+    pg.sql(f'CREATE DATABASE "{name}"')
+    pg.sql("CREATE EXTENSION finalize" + (f" VERSION '{version}'" if version else ""), dbname=name)
+    pg.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'd')",
+           dbname=name)
+    conn = pg.connect(dbname=name)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET finalize.source_check_timeout = 0")
+            for table in tables:
+                cur.execute("SELECT finalize.track_table(%s, 'src', %s)", (table, "dbo." + table.split(".")[1]))
+    finally:
+        conn.close()
+
+
 def test_a_dump_of_an_older_version_is_restored_into_it_and_updated(pg):
     """docs/upgrading.md's way for a dump of an older finalize: that version created first, the dump
     restored with --exit-on-error from a list without the schema (which CREATE EXTENSION made), the
     update seals the catalog: its workers may act, and the rows are those dumped."""
-    pg.sql('DROP DATABASE IF EXISTS "old_dump"')
     pg.sql('DROP DATABASE IF EXISTS "old_restored"')
-    pg.sql('CREATE DATABASE "old_dump"')
     pg.sql('CREATE DATABASE "old_restored"')
     try:
-        pg.sql("CREATE EXTENSION finalize VERSION '0.2.0'", dbname="old_dump")
-        pg.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'd')",
-               dbname="old_dump")
-        conn = pg.connect(dbname="old_dump")
-        conn.cursor().execute("SET finalize.source_check_timeout = 0; "
-                              "SELECT finalize.track_table('old.orders', 'src', 'dbo.orders')")
-        conn.close()
+        database_tracking(pg, "old_dump", ["old.orders"], version="0.2.0")
         pg.sql("SELECT finalize.record_range('old.orders', NULL, '0x00000000000000000100', '2026-11-27 06:00+00')",
                dbname="old_dump")
         archive = os.path.join(pg.dir, "old.dump")
@@ -276,17 +286,8 @@ def test_a_sequence_restarted_above_its_rows_is_not_behind_them(pg):
     """ALTER SEQUENCE ... RESTART WITH a value above the table's ids (or a dump of such a sequence,
     which pg_dump sets with is_called false) hands out no id that is taken: the catalog is whole
     and the workers act. Restarted at a taken id it is behind, and the workers wait."""
-    pg.sql('DROP DATABASE IF EXISTS "restarted"')
-    pg.sql('CREATE DATABASE "restarted"')
     try:
-        pg.sql("CREATE EXTENSION finalize", dbname="restarted")
-        pg.sql("CREATE SERVER src FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'd')",
-               dbname="restarted")
-        conn = pg.connect(dbname="restarted")
-        conn.cursor().execute("SET finalize.source_check_timeout = 0; "
-                              "SELECT finalize.track_table('a.orders', 'src', 'dbo.orders'); "
-                              "SELECT finalize.track_table('a.payments', 'src', 'dbo.payments')")
-        conn.close()
+        database_tracking(pg, "restarted", ["a.orders", "a.payments"])
         pg.sql("ALTER SEQUENCE finalize.tracked_table_table_id_seq RESTART WITH 1000", dbname="restarted")
         assert pg.sql("SELECT finalize._catalog_restoring()", dbname="restarted") == [(None,)]
         pg.sql("ALTER SEQUENCE finalize.tracked_table_table_id_seq RESTART WITH 2", dbname="restarted")
