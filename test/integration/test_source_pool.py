@@ -84,6 +84,13 @@ def condition_of(env, name):
     return rows[0] if rows else (None, None, None)
 
 
+def condition_when(env, name, wanted):
+    """The source's status row if wanted(condition) holds, read in one query (two reads could
+    straddle the next cycle and pair one condition with another error)."""
+    row = condition_of(env, name)
+    return row if wanted(row[0]) else None
+
+
 def test_a_pool_of_two_keeps_every_healthy_poll_while_sources_hang_refuse_and_fail_tls(env, pg, pki):
     healthy = started_sim()
     stalled = started_sim()
@@ -107,15 +114,15 @@ def test_a_pool_of_two_keeps_every_healthy_poll_while_sources_hang_refuse_and_fa
 
         pg.wait_for(lambda: all(c == "ok" for _, c in cycles(env, HEALTHY).values()) and
                     len(cycles(env, HEALTHY)) == len(HEALTHY), what=lambda: f"healthy sources: {cycles(env, HEALTHY)}")
-        st = pg.wait_for(lambda: condition_of(env, "silent")[0] == "timeout" and condition_of(env, "silent"),
+        st = pg.wait_for(lambda: condition_when(env, "silent", lambda c: c == "timeout"),
                          what=lambda: f"the silent login to time out: {condition_of(env, 'silent')}")
         assert "finalize.login_timeout (4 s)" in st[1], st
-        st = pg.wait_for(lambda: condition_of(env, "stalled")[0] == "timeout" and condition_of(env, "stalled"),
+        st = pg.wait_for(lambda: condition_when(env, "stalled", lambda c: c == "timeout"),
                          what=lambda: f"the stalled query to time out: {condition_of(env, 'stalled')}")
-        st = pg.wait_for(lambda: condition_of(env, "refused")[0] not in (None, "ok") and condition_of(env, "refused"),
+        st = pg.wait_for(lambda: condition_when(env, "refused", lambda c: c not in (None, "ok")),
                          what="the refused login")
         assert "Login failed for user" in st[1], st          # SQL Server's own words
-        st = pg.wait_for(lambda: condition_of(env, "badcert")[0] == "tls_failed" and condition_of(env, "badcert"),
+        st = pg.wait_for(lambda: condition_when(env, "badcert", lambda c: c == "tls_failed"),
                          what=lambda: f"the certificate to fail: {condition_of(env, 'badcert')}")
         assert "The certificate issuer is unknown" in st[1], st      # GnuTLS's reason, per source
 

@@ -106,11 +106,13 @@ def test_a_killed_worker_restarts_and_resumes_exactly():
         env = Env(pg)
         ready_source(env, sim)
         for round_ in range(3):
-            pid = backends(pg, "worker")[0]
+            pid = pg.wait_for(lambda: (backends(pg, "worker") or [None])[0], timeout=60, what="a worker")
             sim.call("sim.commit", inserts=2)
             kill(pid, signal.SIGKILL)      # the postmaster reinitializes everything
             sim.call("sim.advance", seconds=10)
-            pg.wait_for(lambda: backends(pg, "worker") and backends(pg, "worker")[0] != pid,
+            # One query per poll: two in a row could see the worker, then none (the crash
+            # restart is still under way), which once failed a loaded run with an IndexError.
+            pg.wait_for(lambda: any(p != pid for p in backends(pg, "worker")),
                         timeout=60, what="a new worker")
             env.wait_caught_up("sales.orders", sim, timeout=60)
         facts = env.facts("sales.orders")
