@@ -8,28 +8,28 @@
 -- skips them. In UTC a stride is date_bin's arithmetic with origin
 -- 2000-01-01.
 
-CREATE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval)
+CREATE OR REPLACE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_period_start'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.period_start(timestamptz, interval) IS
     'Start of the period of the given granularity (in UTC) that contains ts';
 
-CREATE FUNCTION @extschema@.period_end(ts timestamptz, granularity interval)
+CREATE OR REPLACE FUNCTION @extschema@.period_end(ts timestamptz, granularity interval)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_period_end'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.period_end(timestamptz, interval) IS
     'End (exclusive) of the period of the given granularity (in UTC) that contains ts';
 
-CREATE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval, zone text)
+CREATE OR REPLACE FUNCTION @extschema@.period_start(ts timestamptz, granularity interval, zone text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_period_start'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.period_start(timestamptz, interval, text) IS
     'Start of the period of the given granularity, cut in the given zone, that contains ts';
 
-CREATE FUNCTION @extschema@.period_end(ts timestamptz, granularity interval, zone text)
+CREATE OR REPLACE FUNCTION @extschema@.period_end(ts timestamptz, granularity interval, zone text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_period_end'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -39,7 +39,7 @@ COMMENT ON FUNCTION @extschema@.period_end(timestamptz, interval, text) IS
 -- Checks that a granularity can define periods (a positive length that fits
 -- in 64 bits of microseconds, or months that tile a year): the C code that
 -- computes periods decides; the error names the argument.
-CREATE FUNCTION @extschema@._check_granularity(granularity interval, argname text)
+CREATE OR REPLACE FUNCTION @extschema@._check_granularity(granularity interval, argname text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_check_granularity'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
@@ -47,21 +47,21 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 -- The same rule as a boolean, for the CHECK constraint of
 -- finalize.tracked_table.granularity: the table and the functions that take
 -- a granularity cannot disagree.
-CREATE FUNCTION @extschema@._granularity_valid(granularity interval)
+CREATE OR REPLACE FUNCTION @extschema@._granularity_valid(granularity interval)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_granularity_valid'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- A zone name of the zone database, as it spells it ('asia/seoul' is
 -- 'Asia/Seoul'), or the error that names the argument.
-CREATE FUNCTION @extschema@._check_zone(zone text, argname text)
+CREATE OR REPLACE FUNCTION @extschema@._check_zone(zone text, argname text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_check_zone'
 LANGUAGE C STABLE PARALLEL SAFE;
 
 -- For the CHECK constraint of finalize.tracked_table.period_zone: a zone
 -- the server knows, spelt as _check_zone spells it.
-CREATE FUNCTION @extschema@._zone_valid(zone text)
+CREATE OR REPLACE FUNCTION @extschema@._zone_valid(zone text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_zone_valid'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -70,14 +70,14 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 -- gives it (false while there is no watermark). Every SQL function that
 -- reports finality uses this: adding a granularity to a timestamptz in SQL
 -- would be calendar arithmetic in the session's TimeZone.
-CREATE FUNCTION @extschema@._period_final(ts timestamptz, granularity interval, zone text,
+CREATE OR REPLACE FUNCTION @extschema@._period_final(ts timestamptz, granularity interval, zone text,
                                           finalized_until timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_period_final'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 -- The periods that intersect [from_time, to_time), at most 100000.
-CREATE FUNCTION @extschema@._periods(from_time timestamptz, to_time timestamptz, granularity interval,
+CREATE OR REPLACE FUNCTION @extschema@._periods(from_time timestamptz, to_time timestamptz, granularity interval,
                                      zone text, OUT period_start timestamptz, OUT period_end timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'finalize_periods'
@@ -87,7 +87,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE ROWS 24;
 -- table (period_end NULL: the one period at period_start), or the error
 -- that names the boundary that is off, the object (what) and the nearest
 -- boundaries: a partition holds whole periods.
-CREATE FUNCTION @extschema@._check_period_span(period_start timestamptz, period_end timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._check_period_span(period_start timestamptz, period_end timestamptz,
                                                granularity interval, zone text, what text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_check_period_span'
@@ -97,7 +97,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 -- set to zone ("2026-12-06 00:00:00+09"), whatever the session's: how
 -- finalize.status and explain_verdict show a verdict in its table's zone.
 -- Readers may call it (finalize.status does).
-CREATE FUNCTION @extschema@._local_time(ts timestamptz, zone text)
+CREATE OR REPLACE FUNCTION @extschema@._local_time(ts timestamptz, zone text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_local_time'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
@@ -105,7 +105,7 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE;
 -- SQL Server local commit time to an instant, as the worker converts it: an
 -- ambiguous local time (DST fall-back) is the earlier instant, a skipped one
 -- (spring-forward) the earliest any nearby offset gives.
-CREATE FUNCTION @extschema@.mssql_local_to_instant(local_time timestamp, zone text)
+CREATE OR REPLACE FUNCTION @extschema@.mssql_local_to_instant(local_time timestamp, zone text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_local_to_instant'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -114,8 +114,15 @@ COMMENT ON FUNCTION @extschema@.mssql_local_to_instant(timestamp, text) IS
 
 -- An instant rounded down to a start of a table's periods (infinite and
 -- NULL ones stay): how a verdict is kept when its periods change.
-CREATE FUNCTION @extschema@._round_down(ts timestamptz, granularity interval, zone text)
+CREATE OR REPLACE FUNCTION @extschema@._round_down(ts timestamptz, granularity interval, zone text)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN CASE WHEN isfinite(ts) THEN @extschema@.period_start(ts, granularity, zone) ELSE ts END;
+
+-- The version this library was built as; every update script compares it
+-- with the version it updates to (src/sql/updates/pre-update.sql).
+CREATE OR REPLACE FUNCTION @extschema@._library_version()
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_library_version'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;

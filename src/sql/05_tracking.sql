@@ -4,27 +4,21 @@
 -- mappings. The wrapper has no handler: it holds connection options, it does
 -- not serve foreign tables.
 
-CREATE FUNCTION @extschema@._mssql_validator(options text[], catalog oid)
+CREATE OR REPLACE FUNCTION @extschema@._mssql_validator(options text[], catalog oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_mssql_validator'
 LANGUAGE C STRICT;
 
-CREATE FOREIGN DATA WRAPPER finalize_mssql
-    VALIDATOR @extschema@._mssql_validator;
-COMMENT ON FOREIGN DATA WRAPPER finalize_mssql IS
-    'SQL Server databases with change data capture, read by the finalize worker';
-
-GRANT USAGE ON FOREIGN DATA WRAPPER finalize_mssql TO finalize_admin;
 
 -- Splits a SQL Server two-part name (dbo.orders, [my schema].[odd]]name]) into
 -- its unquoted parts; the error names the argument it was given as.
-CREATE FUNCTION @extschema@._split_mssql_name(name text, argname text)
+CREATE OR REPLACE FUNCTION @extschema@._split_mssql_name(name text, argname text)
 RETURNS text[]
 AS 'MODULE_PATHNAME', 'finalize_split_mssql_name'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- Quotes one SQL Server identifier with brackets, doubling any ].
-CREATE FUNCTION @extschema@.quote_mssql_ident(ident text)
+CREATE OR REPLACE FUNCTION @extschema@.quote_mssql_ident(ident text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_quote_mssql_ident'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -33,14 +27,14 @@ COMMENT ON FUNCTION @extschema@.quote_mssql_ident(text) IS
 
 -- Tracked tables. Their policies, each checked with an error that lists the
 -- choices and what they mean.
-CREATE FUNCTION @extschema@._check_ddl_policy(ddl_policy text)
+CREATE OR REPLACE FUNCTION @extschema@._check_ddl_policy(ddl_policy text)
 RETURNS void
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 RETURN @extschema@._check_choice(ddl_policy, 'ddl_policy', ARRAY['warn', 'block'],
     'With warn, DDL on the source table is an event fact and a warning and the verdict goes on; with block the verdict stops at the DDL until finalize.resume_table().');
 
-CREATE FUNCTION @extschema@._check_on_data_loss(on_data_loss text)
+CREATE OR REPLACE FUNCTION @extschema@._check_on_data_loss(on_data_loss text)
 RETURNS void
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -49,7 +43,7 @@ RETURN @extschema@._check_choice(on_data_loss, 'on_data_loss', ARRAY['stop', 're
 
 -- Finds a server of the finalize_mssql wrapper by name; the errors say what
 -- to create or fix.
-CREATE FUNCTION @extschema@._mssql_server(server_name text, argname text)
+CREATE OR REPLACE FUNCTION @extschema@._mssql_server(server_name text, argname text)
 RETURNS pg_catalog.pg_foreign_server
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -90,7 +84,7 @@ $$;
 -- using it (USAGE); and it logs in with the user mapping of the server's
 -- owner when there is one (else PUBLIC's, which USAGE lets a role use): a
 -- role must not read through a login it could not use itself.
-CREATE FUNCTION @extschema@._tracking_server(who name, server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._tracking_server(who name, server_name text)
 RETURNS pg_catalog.pg_foreign_server
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -124,7 +118,7 @@ $$;
 -- gets a NOTICE (the table is tracked, the worker retries). Called before
 -- the table's row is written and before any of finalize's locks is taken,
 -- for at most finalize.source_check_timeout per wait (0: no check).
-CREATE FUNCTION @extschema@._check_source_table(server oid, source_schema text, source_name text)
+CREATE OR REPLACE FUNCTION @extschema@._check_source_table(server oid, source_schema text, source_name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_check_source_table'
 LANGUAGE C VOLATILE STRICT;
@@ -137,7 +131,7 @@ LANGUAGE C VOLATILE STRICT;
 -- changes after that LSN, and has reached it, only the worker can tell: it
 -- looks before the first range and records nothing while it cannot
 -- (condition start_unreadable).
-CREATE FUNCTION @extschema@._check_start_from(table_name text, value text)
+CREATE OR REPLACE FUNCTION @extschema@._check_start_from(table_name text, value text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -161,7 +155,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@._track_table(
+CREATE OR REPLACE FUNCTION @extschema@._track_table(
     caller name,
     table_name   text,
     server_name  text,
@@ -245,7 +239,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.track_table(
+CREATE OR REPLACE FUNCTION @extschema@.track_table(
     table_name   text,
     server_name  text,
     source_table text,
@@ -269,7 +263,7 @@ COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, te
     'Start tracking a logical table fed by a SQL Server table with CDC enabled; event_time_column partitions it by a time in its rows, period_zone cuts its periods in a zone';
 
 -- The names of the tracked derived tables that use a table as an input.
-CREATE FUNCTION @extschema@._dependents(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._dependents(table_id bigint)
 RETURNS text[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -290,7 +284,7 @@ END;
 -- shard whose sharded table is no longer tracked (left behind when an
 -- add_shard raced untrack_table, before the two took the same lock) is
 -- untracked on its own.
-CREATE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
+CREATE OR REPLACE FUNCTION @extschema@.untrack_table(table_name text, keep_facts boolean DEFAULT true,
                                           cascade boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -394,7 +388,7 @@ COMMENT ON FUNCTION @extschema@.untrack_table(text, boolean, boolean) IS
 -- Changes how a tracked table is handled; NULL keeps a setting. The
 -- settings of a sharded table are every shard's: they change on each of
 -- its shards, then on it; a shard's own are only its max_lag.
-CREATE FUNCTION @extschema@.alter_tracked_table(
+CREATE OR REPLACE FUNCTION @extschema@.alter_tracked_table(
     table_name   text,
     granularity  interval DEFAULT NULL,
     ddl_policy   text DEFAULT NULL,
@@ -476,7 +470,7 @@ COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, 
 
 -- The body of alter_tracked_table for one table, whose row the caller
 -- holds, with its arguments checked (period_zone as _check_zone spells it).
-CREATE FUNCTION @extschema@._alter_tracked(
+CREATE OR REPLACE FUNCTION @extschema@._alter_tracked(
     table_id     bigint,
     granularity  interval,
     ddl_policy   text,
@@ -618,7 +612,7 @@ $$;
 -- there. The lost range stays visible in finalize.facts.
 -- The body of finalize.resume_table, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
-CREATE FUNCTION @extschema@._resume_table(
+CREATE OR REPLACE FUNCTION @extschema@._resume_table(
     caller name,
     table_name text)
 RETURNS text
@@ -681,7 +675,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.resume_table(table_name text)
+CREATE OR REPLACE FUNCTION @extschema@.resume_table(table_name text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
@@ -692,7 +686,7 @@ COMMENT ON FUNCTION @extschema@.resume_table(text) IS
 -- Lets a source held by a condition that a later cycle cannot disprove
 -- (commit_time_ahead) go on, once the cause is fixed on SQL Server. Returns
 -- whether it was held. The worker's next cycle checks again.
-CREATE FUNCTION @extschema@.release_source(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@.release_source(server_name text)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

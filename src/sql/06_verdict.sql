@@ -16,7 +16,7 @@
 -- granularity in zone) of the commit time it has applied up to (a tracked
 -- table's consumer, as the worker resolved its LSN) or of the input
 -- watermark its job processed (a derived table's); NULL while it has none.
-CREATE FUNCTION @extschema@._consumer_until(kind text, granularity interval, zone text,
+CREATE OR REPLACE FUNCTION @extschema@._consumer_until(kind text, granularity interval, zone text,
                                             commit_time timestamptz, processed_until timestamptz)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -30,7 +30,7 @@ RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE 
 -- reported holds everything. One query for many tables, so that a worker
 -- cycle over thousands of tables (_advance_sources) and _advance for one
 -- share the rule.
-CREATE FUNCTION @extschema@._effective_untils(table_ids bigint[])
+CREATE OR REPLACE FUNCTION @extschema@._effective_untils(table_ids bigint[])
 RETURNS TABLE (table_id bigint, until timestamptz)
 LANGUAGE sql STABLE
 -- Most calls are for one table (_advance): joins over its result must probe
@@ -56,7 +56,7 @@ END;
 -- verdicts, NULL while one has none), many at once (the scheduler looks at
 -- every derived table each round): a job cannot have processed complete
 -- input beyond it.
-CREATE FUNCTION @extschema@._inputs_final_untils(table_ids bigint[])
+CREATE OR REPLACE FUNCTION @extschema@._inputs_final_untils(table_ids bigint[])
 RETURNS TABLE (table_id bigint, until timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -69,7 +69,7 @@ BEGIN ATOMIC
 END;
 
 -- What one derived table's inputs are final until (_inputs_final_untils).
-CREATE FUNCTION @extschema@._inputs_final_until(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._inputs_final_until(table_id bigint)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -82,7 +82,7 @@ END;
 -- finalized_until rounded down to a start of its own periods (granularity
 -- in zone, which may differ from its inputs'), NULL while any input has
 -- none.
-CREATE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval, zone text)
+CREATE OR REPLACE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval, zone text)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -93,7 +93,7 @@ RETURN @extschema@.period_start(@extschema@._inputs_final_until(table_id), granu
 -- derived table), and "kind": "derived" for a derived table only, so that a
 -- tracked table's payload stays what it always was. In C (thousands of
 -- advances in one statement), in json_build_object's layout.
-CREATE FUNCTION @extschema@._advance_payload(table_name text, kind text, old_until timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._advance_payload(table_name text, kind text, old_until timestamptz,
                                              new_until timestamptz, offset_lsn text,
                                              offset_commit_time timestamptz)
 RETURNS text
@@ -110,7 +110,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 -- verdict tells this one and never a raw watermark: NOTIFY payloads
 -- (_announce), finalize.status, explain_verdict. Readers may call it
 -- (finalize.status does).
-CREATE FUNCTION @extschema@._sensor_until(table_id bigint, kind text, finalized_until timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._sensor_until(table_id bigint, kind text, finalized_until timestamptz,
                                           granularity interval, period_zone text, loss_blocked boolean)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_sensor_until'
@@ -128,7 +128,7 @@ LANGUAGE C STABLE;
 -- from none; false in a session, which never holds another team's rows
 -- (the scheduler's round, whose transactions end within milliseconds,
 -- announces the table). Rows it could take stay held.
-CREATE FUNCTION @extschema@._hold_inputs(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._hold_inputs(table_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -172,7 +172,7 @@ $$;
 -- scheduler's next round announces it). Returns the tables announced.
 -- With the same rule in the UPDATE of _advance_sources, the one way a
 -- verdict is announced (docs/design/announcements.md).
-CREATE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -211,7 +211,7 @@ $$;
 
 -- Like _lock_tracked(table_id, false), but NULL instead of waiting when
 -- another transaction holds the table's row or verdict.
-CREATE FUNCTION @extschema@._try_lock_tracked(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._try_lock_tracked(table_id bigint)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -245,7 +245,7 @@ $$;
 -- the last one announced, never past a loss that holds periods. Returns
 -- the tables whose finalized_until moved: the caller lets their derived
 -- tables follow. Other tables (derived, event-time) are left alone.
-CREATE FUNCTION @extschema@._advance_sources(table_ids bigint[])
+CREATE OR REPLACE FUNCTION @extschema@._advance_sources(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -297,7 +297,7 @@ $$;
 -- input's advance never waits for a pipeline's open transaction either
 -- (_refresh_derived catches a skipped one up). The one loop of _advance
 -- and _record_ranges.
-CREATE FUNCTION @extschema@._advance_dependents(input_ids bigint[])
+CREATE OR REPLACE FUNCTION @extschema@._advance_dependents(input_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -333,7 +333,7 @@ $$;
 -- never waits for a pipeline's open transaction, nor two sources' workers
 -- for each other; the scheduler's _refresh_derived catches it up. Returns
 -- finalized_until, NULL for a table no longer tracked (or skipped).
-CREATE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -433,7 +433,7 @@ $$;
 -- (since) reach without a gap, adjacent or overlapping ones joined: at
 -- least e once they cover every instant of [s, e). Where they stop, the
 -- loss still holds periods (_acked, _loss_cap).
-CREATE FUNCTION @extschema@._ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -458,7 +458,7 @@ $$;
 
 -- Whether the acknowledgements of a table recorded after a loss (since)
 -- cover every instant of [s, e).
-CREATE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -468,7 +468,7 @@ RETURN @extschema@._ack_reach(table_id, s, e, since) >= e;
 -- [lost_from, lost_to] touch, as [span_from, span_to): what an
 -- acknowledgement on a table of those periods must cover. An infinite end
 -- stays infinite.
-CREATE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval, z text,
+CREATE OR REPLACE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval, z text,
                                        OUT span_from timestamptz, OUT span_to timestamptz)
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -495,7 +495,7 @@ END;
 -- through it on every call while a loss holds periods; without JIT, which
 -- the pessimistic estimates of the recursion over a few rows would buy at
 -- hundreds of milliseconds a call.
-CREATE FUNCTION @extschema@._loss_ackers(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._loss_ackers(table_id bigint)
 RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval, acker_zone text,
                span_from timestamptz, span_to timestamptz)
 LANGUAGE plpgsql STABLE ROWS 10
@@ -548,7 +548,7 @@ $$;
 -- period [period_start, period_end), each with every table it has yet to be
 -- acknowledged on for it (_loss_ackers): the loss intersects the period,
 -- and that table's periods it shares with it are not all acknowledged.
-CREATE FUNCTION @extschema@._open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS TABLE (loss_id bigint, acker_id bigint)
 LANGUAGE plpgsql STABLE ROWS 10
 SET search_path = pg_catalog, pg_temp
@@ -571,7 +571,7 @@ $$;
 
 -- The losses (of the table or of an input, transitively) that hold the
 -- period [period_start, period_end) (see _open_loss_ackers).
-CREATE FUNCTION @extschema@._open_losses(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._open_losses(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS SETOF @extschema@.loss
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -587,7 +587,7 @@ END;
 -- Whether a loss holds the period [period_start, period_end) of a table
 -- (see _open_losses). The C sensors ask it (as the extension's owner) only
 -- while watermark.loss_blocked is set.
-CREATE FUNCTION @extschema@._loss_blocks(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._loss_blocks(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -602,7 +602,7 @@ RETURN EXISTS (SELECT FROM @extschema@._open_losses(table_id, period_start, peri
 -- acknowledgements count only from a period start of the table they are
 -- on), never a later one. The C sensors ask it (as the extension's owner)
 -- only while watermark.loss_blocked is set.
-CREATE FUNCTION @extschema@._loss_cap(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._loss_cap(table_id bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -632,7 +632,7 @@ $$;
 -- Whether the table or an input (transitively) has a loss that a table it
 -- must be acknowledged on (_loss_ackers) has not acknowledged for all its
 -- periods.
-CREATE FUNCTION @extschema@._has_open_loss(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._has_open_loss(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -646,7 +646,7 @@ RETURN EXISTS (
 -- SECURITY DEFINER, granted to finalize_reader; it answers only this). The
 -- view asks it only while a flag of the table's lineage is set: a flag may
 -- stay set for a table built from it that still has to acknowledge.
-CREATE FUNCTION @extschema@._loss_holds(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._loss_holds(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -660,7 +660,7 @@ RETURN @extschema@._has_open_loss(table_id);
 -- the flag of the one table it holds (_lock_tracked), so that the tables
 -- built from it are held at once without their rows: a pipeline may keep
 -- those in an open transaction for as long as it likes.
-CREATE FUNCTION @extschema@._lineage_blocked(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._lineage_blocked(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -675,7 +675,7 @@ END;
 -- The tables built from a table (transitively, not itself) that have a
 -- loss to wait for and no flag of their own yet: while there is one, the
 -- table's own flag holds it (_lineage_blocked) and may not be cleared.
-CREATE FUNCTION @extschema@._unflagged_below(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._unflagged_below(table_id bigint)
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -694,7 +694,7 @@ END;
 -- it because the tables below carry flags of their own would rely on rows
 -- another transaction may be clearing at the same time (each would see the
 -- other's flag still set, and both would go).
-CREATE FUNCTION @extschema@._open_below(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._open_below(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -717,7 +717,7 @@ END;
 -- held through _lineage_blocked at once, and their own flags follow in the
 -- worker's transaction when their rows are free (SKIP LOCKED) or in the
 -- scheduler's next round (_refresh_derived).
-CREATE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -745,7 +745,7 @@ $$;
 -- own flag, each whose row no other transaction holds (SKIP LOCKED: one a
 -- pipeline holds keeps being held through the table's flag and is flagged
 -- later). Returns how many it flagged. Background workers only.
-CREATE FUNCTION @extschema@._flag_below(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._flag_below(table_id bigint)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -770,7 +770,7 @@ $$;
 -- change (add_consumer, alter_consumer, drop_consumer, however they do it):
 -- whether a derived table must acknowledge its inputs' losses itself
 -- depends on them (_loss_ackers).
-CREATE FUNCTION @extschema@._consumer_loss_refresh()
+CREATE OR REPLACE FUNCTION @extschema@._consumer_loss_refresh()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -793,14 +793,14 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER loss_blocked_refresh
+CREATE OR REPLACE TRIGGER loss_blocked_refresh
     AFTER INSERT OR DELETE OR UPDATE OF required ON @extschema@.consumer
     FOR EACH ROW EXECUTE FUNCTION @extschema@._consumer_loss_refresh();
 
 -- Whether the period starting at period_start is final for the table, as
 -- the sensors answer it: the watermark has passed it (_period_final, the
 -- C rule of is_final) and no loss holds it.
-CREATE FUNCTION @extschema@._final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION @extschema@._final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                    period_start timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE

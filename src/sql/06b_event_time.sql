@@ -8,57 +8,57 @@
 
 -- The period arithmetic and the sketches are C (event_time_sql.c): no SQL
 -- copy depends on the session's TimeZone.
-CREATE FUNCTION @extschema@._event_bound(commit_until timestamptz, allowance interval, granularity interval,
+CREATE OR REPLACE FUNCTION @extschema@._event_bound(commit_until timestamptz, allowance interval, granularity interval,
                                          zone text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_event_bound'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE FUNCTION @extschema@._instant_minus(ts timestamptz, iv interval)
+CREATE OR REPLACE FUNCTION @extschema@._instant_minus(ts timestamptz, iv interval)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_instant_minus'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE FUNCTION @extschema@._sketch_merge(a bytea, b bytea)
+CREATE OR REPLACE FUNCTION @extschema@._sketch_merge(a bytea, b bytea)
 RETURNS bytea
 AS 'MODULE_PATHNAME', 'finalize_sketch_merge'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 -- The sketch of every sketch aggregated (NULL for none).
-CREATE AGGREGATE @extschema@._sketch_union(bytea) (
+CREATE OR REPLACE AGGREGATE @extschema@._sketch_union(bytea) (
     SFUNC = @extschema@._sketch_merge,
     STYPE = bytea
 );
 
-CREATE FUNCTION @extschema@._sketch_quantile_ms(sketch bytea, quantile double precision)
+CREATE OR REPLACE FUNCTION @extschema@._sketch_quantile_ms(sketch bytea, quantile double precision)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_quantile_ms'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE FUNCTION @extschema@._sketch_quantile_bound_ms(sketch bytea, quantile double precision)
+CREATE OR REPLACE FUNCTION @extschema@._sketch_quantile_bound_ms(sketch bytea, quantile double precision)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_quantile_bound_ms'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE FUNCTION @extschema@._sketch_rows(sketch bytea)
+CREATE OR REPLACE FUNCTION @extschema@._sketch_rows(sketch bytea)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_rows'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE FUNCTION @extschema@._sketch_info(sketch bytea, OUT rows bigint, OUT event_after_commit bigint,
+CREATE OR REPLACE FUNCTION @extschema@._sketch_info(sketch bytea, OUT rows bigint, OUT event_after_commit bigint,
                                          OUT zero_lateness bigint, OUT min_ms bigint, OUT max_ms bigint)
 AS 'MODULE_PATHNAME', 'finalize_sketch_info'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- finalize.late_data_alert_interval as an interval without days.
-CREATE FUNCTION @extschema@._late_data_alert_interval()
+CREATE OR REPLACE FUNCTION @extschema@._late_data_alert_interval()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_late_data_alert_interval'
 LANGUAGE C STABLE;
 
 -- The event-time options of track_table and alter_tracked_table, checked
 -- together; the errors name the option and say what it takes.
-CREATE FUNCTION @extschema@._check_event_time(
+CREATE OR REPLACE FUNCTION @extschema@._check_event_time(
     event_time_column text,
     event_time_zone   text,
     lateness_policy   text,
@@ -150,7 +150,7 @@ $$;
 -- rows to mean anything: with fewer in the window (a new table, one idle
 -- for longer than the window) there is no allowance, NULL, and the
 -- event-time verdict waits.
-CREATE FUNCTION @extschema@._lateness_allowance(tt @extschema@.tracked_table, commit_until timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._lateness_allowance(tt @extschema@.tracked_table, commit_until timestamptz)
 RETURNS interval
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -177,7 +177,7 @@ $$;
 
 -- How many rows of observed lateness a quantile needs: 1 / (1 - q), so that
 -- the rows beyond it are at least one.
-CREATE FUNCTION @extschema@._quantile_min_rows(quantile double precision)
+CREATE OR REPLACE FUNCTION @extschema@._quantile_min_rows(quantile double precision)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -187,7 +187,7 @@ RETURN ceil(round((1 / (1 - quantile))::numeric, 9))::bigint;
 -- commit_until (capped by the losses that hold it): the greatest event
 -- period boundary that, plus the allowance, the commit-time verdict has
 -- passed; NULL while there is none.
-CREATE FUNCTION @extschema@._event_until(tt @extschema@.tracked_table, commit_until timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._event_until(tt @extschema@.tracked_table, commit_until timestamptz,
                                          OUT until timestamptz, OUT allowance interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -211,7 +211,7 @@ $$;
 -- from the same change rows, and refuses a range whose counts changed
 -- between its reads. A range without a sketch (SQL has no way to build
 -- one) adds no observed lateness.
-CREATE FUNCTION @extschema@._check_event_facts(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
+CREATE OR REPLACE FUNCTION @extschema@._check_event_facts(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
                                                end_lsn @extschema@.lsn, inserts bigint, updates bigint,
                                                deletes bigint, periods jsonb, sketch bytea)
 RETURNS void
@@ -270,7 +270,7 @@ $$;
 -- time. Late rows are counted per period in late_period, recorded as a
 -- late_data event and sent on finalize_alert at most once per table and
 -- period per finalize.late_data_alert_interval. Returns the late rows.
-CREATE FUNCTION @extschema@._store_event_facts(
+CREATE OR REPLACE FUNCTION @extschema@._store_event_facts(
     tt              @extschema@.tracked_table,
     fact_id         bigint,
     periods         jsonb,
@@ -378,7 +378,7 @@ $$;
 
 -- Event periods that received rows after they were declared final (each
 -- as the span of the periods it landed in, see late_period).
-CREATE VIEW @extschema@.late_data AS
+CREATE OR REPLACE VIEW @extschema@.late_data AS
 SELECT t.table_name, l.event_period, l.period_end,
        l.rows, l.first_seen, l.last_seen, l.verdict_at_arrival, l.alerted_at
   FROM @extschema@.late_period l
@@ -395,7 +395,7 @@ COMMENT ON VIEW @extschema@.late_data IS
 -- final (a period that is not final may still receive rows). A sharded
 -- table has no facts of its own (its shards have them): its periods are
 -- never covered nor exact, and their counts are NULL, as a derived table's.
-CREATE FUNCTION @extschema@.changes_by_event_period(table_name text, from_time timestamptz, to_time timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@.changes_by_event_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint, late_rows bigint,
                straddling_ranges bigint, exact boolean)
@@ -465,7 +465,7 @@ COMMENT ON FUNCTION @extschema@.changes_by_event_period(text, timestamptz, times
 -- verdict last used (drawn from the quantile's upper bound). Of a sharded
 -- table: the lateness of all its shards' rows, and the longest allowance a
 -- shard's verdict uses.
-CREATE FUNCTION @extschema@.lateness(table_name text, quantile double precision DEFAULT NULL,
+CREATE OR REPLACE FUNCTION @extschema@.lateness(table_name text, quantile double precision DEFAULT NULL,
                                      window_length interval DEFAULT NULL,
                                      OUT lateness interval, OUT rows bigint, OUT allowance interval)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -518,7 +518,7 @@ COMMENT ON FUNCTION @extschema@.lateness(text, double precision, interval) IS
 -- When the commit-time verdict lets an event period ending at period_end
 -- be final: its end plus the allowance (kept without days, so the sum is
 -- the same in every session TimeZone).
-CREATE FUNCTION @extschema@._event_reach(period_end timestamptz, allowance interval)
+CREATE OR REPLACE FUNCTION @extschema@._event_reach(period_end timestamptz, allowance interval)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -528,7 +528,7 @@ RETURN period_end + make_interval(secs => extract(epoch FROM allowance));
 -- the policy and the allowance it gave, and where the commit-time verdict
 -- stands against the end of the period plus that allowance (of a sharded
 -- table: that each shard's verdict is its own event-time verdict).
-CREATE FUNCTION @extschema@._explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION @extschema@._explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                                 period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE

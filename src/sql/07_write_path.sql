@@ -11,7 +11,7 @@
 -- The commit-time guard of the write path: a commit time further ahead of
 -- this server's clock than finalize.max_clock_skew is refused, since GREATEST
 -- would keep a verdict it moved for ever.
-CREATE FUNCTION @extschema@._check_commit_time(table_name text, argname text, commit_time timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._check_commit_time(table_name text, argname text, commit_time timestamptz)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -37,7 +37,7 @@ $$;
 -- refused first, then, with the lock held, what needs the table (its name
 -- in the errors, its state): row counts, commit times, the event and the
 -- order of the LSNs.
-CREATE FUNCTION @extschema@._check_range_args(
+CREATE OR REPLACE FUNCTION @extschema@._check_range_args(
     table_id          bigint,
     s                 @extschema@.lsn,
     e                 @extschema@.lsn,
@@ -115,7 +115,7 @@ $$;
 -- changes nothing); anything else (a contradiction, an overlap, a gap, a
 -- first range with a start or with rows) is an error that names the range
 -- to record instead.
-CREATE FUNCTION @extschema@._check_range_chain(
+CREATE OR REPLACE FUNCTION @extschema@._check_range_chain(
     tt                @extschema@.tracked_table,
     offset_lsn        @extschema@.lsn,
     s                 @extschema@.lsn,
@@ -197,7 +197,7 @@ $$;
 -- rows; any other range is a fact of its own (the first one, without start,
 -- marks where tracking started). One statement for a worker's whole cycle
 -- (_record_ranges) or one range (_store_range_fact).
-CREATE FUNCTION @extschema@._store_range_facts(
+CREATE OR REPLACE FUNCTION @extschema@._store_range_facts(
     table_ids          bigint[],
     starts             @extschema@.lsn[],
     ends               @extschema@.lsn[],
@@ -251,7 +251,7 @@ BEGIN ATOMIC
 END;
 
 -- The same for one range: its fact's id.
-CREATE FUNCTION @extschema@._store_range_fact(
+CREATE OR REPLACE FUNCTION @extschema@._store_range_fact(
     table_id          bigint,
     s                 @extschema@.lsn,
     e                 @extschema@.lsn,
@@ -283,7 +283,7 @@ END;
 -- clock is stepped back by up to that much, no commit can be stamped before
 -- a commit time already read less the tolerance, so no period the verdict
 -- calls final can still receive one.
-CREATE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[],
+CREATE OR REPLACE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[],
                                            clock_tolerance interval)
 RETURNS void
 LANGUAGE sql
@@ -313,7 +313,7 @@ END;
 -- allow, all in the caller's transaction. The source verdict holds back by
 -- clock_tolerance (the worker's source's; zero for record_range, whose
 -- caller states the instant itself).
-CREATE FUNCTION @extschema@._record_range(
+CREATE OR REPLACE FUNCTION @extschema@._record_range(
     table_id          bigint,
     start_lsn         text,
     end_lsn           text,
@@ -405,7 +405,7 @@ $$;
 -- stores it (_store_range_facts, _store_offsets with the source's
 -- clock_tolerance, _advance_sources), in the caller's transaction. Returns
 -- the table ids left to the caller.
-CREATE FUNCTION @extschema@._record_ranges(
+CREATE OR REPLACE FUNCTION @extschema@._record_ranges(
     table_ids          bigint[],
     start_lsns         text[],
     end_lsns           text[],
@@ -493,7 +493,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.record_range(
+CREATE OR REPLACE FUNCTION @extschema@.record_range(
     table_name        text,
     start_lsn         text,
     end_lsn           text,
@@ -528,7 +528,7 @@ COMMENT ON FUNCTION @extschema@.record_range(text, text, text, timestamptz, bigi
 -- the late rows per period (late_period), which the release gate's
 -- late_data check reads, and a clock step's mark while ranges of its
 -- periods remain.
-CREATE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.purge_facts(older_than interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -584,7 +584,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.purge_facts(interval) IS
     'Delete facts older than the retention (finalize.facts_retention by default); returns how many';
 
-CREATE FUNCTION @extschema@._facts_retention()
+CREATE OR REPLACE FUNCTION @extschema@._facts_retention()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_facts_retention'
 LANGUAGE C STABLE;
@@ -592,14 +592,14 @@ LANGUAGE C STABLE;
 -- The clock_tolerance of a source (a finalize_mssql server) as an interval
 -- of hours, NULL for no such server: how far behind a commit time read
 -- the worker's verdicts stay (_store_offsets), for explanations.
-CREATE FUNCTION @extschema@._clock_tolerance(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._clock_tolerance(server_name text)
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_clock_tolerance'
 LANGUAGE C STABLE STRICT;
 
 -- finalize.max_clock_skew as an interval of hours (no days, so adding it to
 -- a timestamptz is exact in every session zone).
-CREATE FUNCTION @extschema@._max_clock_skew()
+CREATE OR REPLACE FUNCTION @extschema@._max_clock_skew()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_max_clock_skew'
 LANGUAGE C STABLE;

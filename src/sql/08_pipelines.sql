@@ -6,7 +6,7 @@
 
 -- Checks the name of a new consumer: the pipeline's name, 1 to 255
 -- characters, not only spaces.
-CREATE FUNCTION @extschema@._check_consumer_name(consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._check_consumer_name(consumer text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -23,7 +23,7 @@ $$;
 
 -- The reporter role a consumer is declared with, checked: it must exist
 -- (a bare OID such as '-' or '4000000000' names no role).
-CREATE FUNCTION @extschema@._check_reporter(reporter regrole)
+CREATE OR REPLACE FUNCTION @extschema@._check_reporter(reporter regrole)
 RETURNS name
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -43,7 +43,7 @@ END
 $$;
 
 -- Warns when a reporter role cannot call the report functions yet.
-CREATE FUNCTION @extschema@._reporter_notice(reporter regrole, tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._reporter_notice(reporter regrole, tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -65,7 +65,7 @@ $$;
 -- Inserts a new consumer of a table (add_consumer's, for a pipeline that
 -- reports and for an Iceberg table), under the table's lock; the error
 -- names a consumer that already exists.
-CREATE FUNCTION @extschema@._insert_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION @extschema@._insert_consumer(caller name, tt @extschema@.tracked_table, consumer text,
                                              required boolean, reporter regrole, reporter_name name)
 RETURNS void
 LANGUAGE plpgsql
@@ -91,7 +91,7 @@ $$;
 -- report for it; without one, only admins may: a pipeline must never be
 -- able to release another pipeline's table. On a sharded table it is
 -- declared on each shard, now and when one is added (_add_sharded_consumer).
-CREATE FUNCTION @extschema@._add_consumer(
+CREATE OR REPLACE FUNCTION @extschema@._add_consumer(
     caller name,
     table_name text,
     consumer text,
@@ -121,7 +121,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.add_consumer(
+CREATE OR REPLACE FUNCTION @extschema@.add_consumer(
     table_name text,
     consumer text,
     required boolean DEFAULT true,
@@ -137,7 +137,7 @@ COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
 -- its report and what the worker resolved it to, and a report beyond max
 -- LSN that was pending (condition report_ahead, and its incident). The
 -- caller holds the table's lock. What is final stays final.
-CREATE FUNCTION @extschema@._forget_report(tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._forget_report(tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -162,7 +162,7 @@ $$;
 -- report. Making it optional lets the verdict move at once. On a sharded
 -- table it changes the consumer of every shard; on a shard, a consumer
 -- declared on its sharded table may only be reset.
-CREATE FUNCTION @extschema@._alter_consumer(
+CREATE OR REPLACE FUNCTION @extschema@._alter_consumer(
     caller name,
     table_name text,
     consumer text,
@@ -220,7 +220,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.alter_consumer(
+CREATE OR REPLACE FUNCTION @extschema@.alter_consumer(
     table_name text,
     consumer text,
     required boolean DEFAULT NULL,
@@ -237,7 +237,7 @@ COMMENT ON FUNCTION @extschema@.alter_consumer(text, text, boolean, regrole, boo
 -- then move at once, and a NOTICE says how far. Returns whether it existed.
 -- On a sharded table it forgets the consumer of every shard; a shard's
 -- consumer declared on its sharded table is dropped there.
-CREATE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -275,7 +275,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.drop_consumer(table_name text, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@.drop_consumer(table_name text, consumer text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
@@ -288,7 +288,7 @@ COMMENT ON FUNCTION @extschema@.drop_consumer(text, text) IS
 -- or of its reporter role, which must still be the role it was declared
 -- with (a dropped role's OID may one day name another role). The errors
 -- name both.
-CREATE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text,
                                                 lock boolean)
 RETURNS @extschema@.consumer
 LANGUAGE plpgsql
@@ -345,7 +345,7 @@ $$;
 
 -- A reported LSN in the stored form (the C parser accepts finalize's form
 -- and Debezium's); the error names the argument, the consumer and the table.
-CREATE FUNCTION @extschema@._reported_lsn(lsn text, tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._reported_lsn(lsn text, tt @extschema@.tracked_table, consumer text)
 RETURNS @extschema@.lsn
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -377,7 +377,7 @@ $$;
 -- reported. Before the worker has read a max LSN, nothing is refused; an
 -- LSN beyond max LSN that the rule admits is accepted and stays pending
 -- (report_ahead, _consumer_ahead).
-CREATE FUNCTION @extschema@._refuse_unreachable_report(tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION @extschema@._refuse_unreachable_report(tt @extschema@.tracked_table, consumer text,
                                                        reported @extschema@.lsn)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -413,7 +413,7 @@ $$;
 
 -- Refuses a report for a consumer whose progress is an Iceberg table's:
 -- only what its snapshots prove may move it.
-CREATE FUNCTION @extschema@._refuse_lake_report(tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._refuse_lake_report(tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -442,7 +442,7 @@ $$;
 -- worker resolves a new one to a commit time on its next cycle, which may
 -- advance the verdict (one beyond max LSN stays pending, report_ahead).
 -- Returns whether the report moved.
-CREATE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
+CREATE OR REPLACE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -485,7 +485,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.report_progress(table_name text, consumer text, lsn text)
+CREATE OR REPLACE FUNCTION @extschema@.report_progress(table_name text, consumer text, lsn text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
@@ -495,7 +495,7 @@ COMMENT ON FUNCTION @extschema@.report_progress(text, text, text) IS
 
 -- Says that a report_processed changed nothing (a rerun reports an older
 -- watermark again).
-CREATE FUNCTION @extschema@._processed_replay(tt @extschema@.tracked_table, c @extschema@.consumer,
+CREATE OR REPLACE FUNCTION @extschema@._processed_replay(tt @extschema@.tracked_table, c @extschema@.consumer,
                                               processed_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -514,7 +514,7 @@ $$;
 -- from input that may still change); an earlier or equal time changes
 -- nothing, takes no lock and says so; a later one advances the verdict in
 -- this transaction as far as the inputs allow. Returns whether it moved.
-CREATE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
+CREATE OR REPLACE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
                                               processed_until timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -577,7 +577,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.report_processed(table_name text, consumer text, processed_until timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@.report_processed(table_name text, consumer text, processed_until timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
@@ -588,7 +588,7 @@ COMMENT ON FUNCTION @extschema@.report_processed(text, text, timestamptz) IS
 -- The ids of a derived table's inputs, in the order given, each an active
 -- tracked or derived table locked against untracking (FOR SHARE, which
 -- untrack_table's lock waits for); the errors name the input.
-CREATE FUNCTION @extschema@._derived_inputs(table_name text, inputs text[])
+CREATE OR REPLACE FUNCTION @extschema@._derived_inputs(table_name text, inputs text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -633,7 +633,7 @@ $$;
 -- table is created and must exist, and its name must be new, so no cycle
 -- can be built today; this check keeps the DAG the recursions rely on
 -- should inputs ever become changeable.
-CREATE FUNCTION @extschema@._check_no_cycle(table_name text, input_ids bigint[])
+CREATE OR REPLACE FUNCTION @extschema@._check_no_cycle(table_name text, input_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -659,7 +659,7 @@ END
 $$;
 
 -- The error for a derived table whose name is tracked already.
-CREATE FUNCTION @extschema@._already_tracked(table_name text)
+CREATE OR REPLACE FUNCTION @extschema@._already_tracked(table_name text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -677,7 +677,7 @@ $$;
 -- (its inputs' least verdict rounded down to a start of its own periods,
 -- capped by its required consumers) is computed at once and follows every
 -- input advance in the same transaction. Returns its id.
-CREATE FUNCTION @extschema@._track_derived(
+CREATE OR REPLACE FUNCTION @extschema@._track_derived(
     caller name,
     table_name text,
     inputs text[],
@@ -734,7 +734,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.track_derived(table_name text, inputs text[], granularity interval DEFAULT NULL,
+CREATE OR REPLACE FUNCTION @extschema@.track_derived(table_name text, inputs text[], granularity interval DEFAULT NULL,
                                           period_zone text DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
@@ -745,7 +745,7 @@ COMMENT ON FUNCTION @extschema@.track_derived(text, text[], interval, text) IS
 
 -- Checks a bound of an acknowledged range: a period boundary of the table
 -- (or infinite), so that it names whole periods.
-CREATE FUNCTION @extschema@._check_period_bound(tt @extschema@.tracked_table, bound timestamptz, argname text)
+CREATE OR REPLACE FUNCTION @extschema@._check_period_bound(tt @extschema@.tracked_table, bound timestamptz, argname text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -774,7 +774,7 @@ $$;
 -- later needs an acknowledgement of its own. Recorded with who, when and
 -- the note, also as an event fact. Returns how many losses the range
 -- (partly) covers.
-CREATE FUNCTION @extschema@._acknowledge_loss(
+CREATE OR REPLACE FUNCTION @extschema@._acknowledge_loss(
     caller name,
     table_name text,
     period_from timestamptz,
@@ -857,7 +857,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.acknowledge_loss(table_name text, period_from timestamptz, period_to timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@.acknowledge_loss(table_name text, period_from timestamptz, period_to timestamptz,
                                              note text)
 RETURNS integer
 AS 'MODULE_PATHNAME', 'finalize_as_owner'

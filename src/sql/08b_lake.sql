@@ -11,63 +11,15 @@
 -- Iceberg REST catalogs are foreign servers of finalize_iceberg; their
 -- credentials (a bearer token, OAuth2 client credentials, AWS keys) live in
 -- user mappings only.
-CREATE FUNCTION @extschema@.finalize_iceberg_validator(text[], oid)
+CREATE OR REPLACE FUNCTION @extschema@.finalize_iceberg_validator(text[], oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_iceberg_validator'
 LANGUAGE C STRICT;
 
-CREATE FOREIGN DATA WRAPPER finalize_iceberg
-    VALIDATOR @extschema@.finalize_iceberg_validator;
-COMMENT ON FOREIGN DATA WRAPPER finalize_iceberg IS
-    'Iceberg REST catalogs whose tables'' snapshots say how far a pipeline got (finalize.add_consumer(..., iceberg_server => ...))';
-GRANT USAGE ON FOREIGN DATA WRAPPER finalize_iceberg TO finalize_admin;
-
--- The consumers whose progress is an Iceberg table's: where to read it and
--- what the lake worker saw last.
-CREATE TABLE @extschema@.lake_consumer (
-    lake_id           bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
-    table_id          bigint NOT NULL,
-    consumer          text COLLATE "C" NOT NULL,
-    server_name       text NOT NULL,
-    iceberg_table     text NOT NULL,
-    ref               text NOT NULL,
-    lsn_property      text NOT NULL,
-    seen_snapshot_id  bigint,
-    seen_head_id      bigint,
-    seen_head_sequence bigint,
-    seen_lsn          @extschema@.lsn,
-    seen_table_uuid   text,
-    seen_at           timestamptz,
-    polled_at         timestamptz,
-    loaded_at         timestamptz,
-    condition         text
-                      CONSTRAINT lake_consumer_condition_check
-                      CHECK (condition IN ('catalog_unreachable', 'catalog_auth_failed', 'table_not_found',
-                                           'property_malformed', 'metadata_malformed')),
-    condition_since   timestamptz,
-    last_error        text,
-    PRIMARY KEY (table_id, consumer),
-    FOREIGN KEY (table_id, consumer) REFERENCES @extschema@.consumer ON DELETE CASCADE,
-    CHECK ((condition IS NULL) = (condition_since IS NULL))
-);
-COMMENT ON TABLE @extschema@.lake_consumer IS
-    'Consumers whose progress is the LSN property of an Iceberg table''s snapshots, read through a finalize_iceberg catalog';
-COMMENT ON COLUMN @extschema@.lake_consumer.lake_id IS
-    'Which declaration a lake worker''s observation is for: a consumer dropped and added again mid-poll gets none of the old one''s';
-COMMENT ON COLUMN @extschema@.lake_consumer.seen_snapshot_id IS
-    'The snapshot whose LSN property was recorded last';
-COMMENT ON COLUMN @extschema@.lake_consumer.seen_head_id IS
-    'The ref''s head when the recorded LSN was last proven: the next poll checks that the ref still descends from it';
-COMMENT ON COLUMN @extschema@.lake_consumer.polled_at IS
-    'When the lake worker last looked (written when something changed, else at most once a minute)';
-CREATE INDEX lake_consumer_server_idx ON @extschema@.lake_consumer (server_name);
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.lake_consumer', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.lake_consumer_lake_id_seq', '');
-
 -- The one rule of a report (report_progress and the lake worker): a
 -- consumer's LSN only moves forward; a lower or equal one changes nothing.
 -- The caller holds the consumer's row. Returns whether it moved.
-CREATE FUNCTION @extschema@._advance_report(table_id bigint, consumer text, reported @extschema@.lsn)
+CREATE OR REPLACE FUNCTION @extschema@._advance_report(table_id bigint, consumer text, reported @extschema@.lsn)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -86,7 +38,7 @@ $$;
 -- mapping of its own (the one the worker reads with) that the role may not
 -- use. A role that no longer exists may not. The one rule add_consumer
 -- checks and the lake worker checks again every poll.
-CREATE FUNCTION @extschema@._server_use_refused(who oid, server oid)
+CREATE OR REPLACE FUNCTION @extschema@._server_use_refused(who oid, server oid)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -105,7 +57,7 @@ END;
 -- A finalize_iceberg server a caller may name for a consumer: it exists, is
 -- an Iceberg catalog, and the caller has USAGE on it and may use the user
 -- mapping the lake worker reads (its owner's), as for track_table.
-CREATE FUNCTION @extschema@._iceberg_server(caller name, server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._iceberg_server(caller name, server_name text)
 RETURNS pg_foreign_server
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -151,7 +103,7 @@ $$;
 -- Checks an Iceberg table name: namespace levels and the table, joined by
 -- dots (ns.orders, lake.sales.orders); each part non-empty, no control
 -- characters.
-CREATE FUNCTION @extschema@._check_iceberg_table(iceberg_table text)
+CREATE OR REPLACE FUNCTION @extschema@._check_iceberg_table(iceberg_table text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -168,7 +120,7 @@ $$;
 
 -- Checks a ref or a property name: 1 to 255 characters without control
 -- characters.
-CREATE FUNCTION @extschema@._check_lake_word(value text, argname text, example text)
+CREATE OR REPLACE FUNCTION @extschema@._check_lake_word(value text, argname text, example text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -188,7 +140,7 @@ $$;
 -- the snapshots of an Iceberg table's ref. Nobody reports for it: the lake
 -- worker reads it. Like every new required consumer, it holds the verdict
 -- from now on until its table proves a period (what was final stays final).
-CREATE FUNCTION @extschema@._add_consumer(
+CREATE OR REPLACE FUNCTION @extschema@._add_consumer(
     caller name,
     table_name text,
     consumer text,
@@ -231,7 +183,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.add_consumer(
+CREATE OR REPLACE FUNCTION @extschema@.add_consumer(
     table_name text,
     consumer text,
     iceberg_server text,
@@ -248,7 +200,7 @@ COMMENT ON FUNCTION @extschema@.add_consumer(text, text, text, text, text, text,
 
 -- The catalogs the lake workers serve: finalize_iceberg servers with a
 -- consumer of a tracked table (the scheduler keeps one worker per row).
-CREATE FUNCTION @extschema@._wanted_catalogs()
+CREATE OR REPLACE FUNCTION @extschema@._wanted_catalogs()
 RETURNS TABLE (serverid oid, server_name text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -270,7 +222,7 @@ END;
 -- owner's user mapping when there is one, as add_consumer checked: a
 -- server dropped and created again under its name by another role, or
 -- handed to another owner, does not inherit the consumer).
-CREATE FUNCTION @extschema@._lake_consumers(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._lake_consumers(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, consumer text, iceberg_table text, ref text,
                lsn_property text, seen_head_id bigint, seen_head_sequence bigint, seen_lsn text,
                seen_table_uuid text, source_serverid oid, quiet boolean, lake_id bigint, allowed boolean)
@@ -297,7 +249,7 @@ END;
 -- up to that much after it stamped the offset (a tolerance unknown: the
 -- largest, 1 hour). Where every loss of such changes starts
 -- (_resume_after_loss, _lake_lost_from); NULL for no offset.
-CREATE FUNCTION @extschema@._unread_from(offset_commit_time timestamptz, clock_tolerance interval)
+CREATE OR REPLACE FUNCTION @extschema@._unread_from(offset_commit_time timestamptz, clock_tolerance interval)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -312,7 +264,7 @@ RETURN offset_commit_time - coalesce(clock_tolerance, interval '1 hour');
 -- less the source's clock_tolerance: SQL Server's clock may have been
 -- stepped back since. held NULL (the ref holds nothing provable), or facts
 -- that no longer reach back to held (retention): -infinity.
-CREATE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn, proved @extschema@.lsn,
+CREATE OR REPLACE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn, proved @extschema@.lsn,
                                             clock_tolerance interval)
 RETURNS timestamptz
 LANGUAGE sql STABLE
@@ -347,7 +299,7 @@ END;
 -- for its resolution again; an incident (data_loss) and a NOTIFY on
 -- finalize_alert say so. The caller holds the table's verdict and the
 -- consumer's row.
-CREATE FUNCTION @extschema@._lake_rollback(tt @extschema@.tracked_table, l @extschema@.lake_consumer,
+CREATE OR REPLACE FUNCTION @extschema@._lake_rollback(tt @extschema@.tracked_table, l @extschema@.lake_consumer,
                                            new_lsn @extschema@.lsn, held @extschema@.lsn, reason text)
 RETURNS void
 LANGUAGE plpgsql
@@ -411,7 +363,7 @@ $$;
 -- clears resolves it. A consumer or verdict row another transaction holds
 -- is skipped (the next poll sees the same again). Returns whether the
 -- consumer's report moved, so that its source's worker resolves it now.
-CREATE FUNCTION @extschema@._lake_observe(
+CREATE OR REPLACE FUNCTION @extschema@._lake_observe(
     lake_id bigint,
     judged_head_id bigint,
     judged_lsn text,

@@ -1,36 +1,8 @@
--- Sharded tables (docs/sharding.md): one lake table fed by the same SQL
--- Server table in many databases, each database a shard. A sharded table
--- (kind sharded) holds the policy every shard follows (granularity, zone,
--- DDL and data-loss policies, event time) and is derived from its shards
--- (derived_input): its verdict is their least verdict, by the one rule of
--- derived tables (_inputs_until, _advance). Each shard is a tracked table
--- of kind source named <sharded table>/<shard> (shard_of, shard), read by
--- the worker of its server like any other, with its own verdict, status,
--- consumers and losses. The functions a role calls are C entry points
--- (finalize_as_owner) that run the body _<name>(caller, ...) as the
--- extension's owner.
-
--- The consumers declared on a sharded table (finalize.add_consumer on it):
--- each is a consumer of every shard, declared on a shard when it is added.
-CREATE TABLE @extschema@.shard_consumer (
-    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
-    consumer       text COLLATE "C" NOT NULL
-                   CHECK (length(consumer) BETWEEN 1 AND 255),
-    required       boolean NOT NULL DEFAULT true,
-    reporter       regrole,
-    reporter_name  name,
-    created_at     timestamptz NOT NULL DEFAULT now(),
-    created_by     name NOT NULL,
-    PRIMARY KEY (table_id, consumer)
-);
-COMMENT ON TABLE @extschema@.shard_consumer IS
-    'Consumers declared on a sharded table: each is a consumer of every shard, now and when one is added';
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.shard_consumer', '');
 
 -- Checks a shard's label: what the lake's partition paths write
 -- (shard=<label>), so 1 to 63 characters, not only spaces, no "/" and no
 -- control characters.
-CREATE FUNCTION @extschema@._check_shard_label(table_name text, shard text)
+CREATE OR REPLACE FUNCTION @extschema@._check_shard_label(table_name text, shard text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -49,7 +21,7 @@ $$;
 
 -- The sharded table of a name (its row, no lock), or the errors for a name
 -- that is not tracked or not a sharded table.
-CREATE FUNCTION @extschema@._sharded(table_name text)
+CREATE OR REPLACE FUNCTION @extschema@._sharded(table_name text)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -73,7 +45,7 @@ $$;
 -- The body of finalize.track_sharded: a lake table fed by many shards, with
 -- the policy they all follow. Its verdict waits for its first shard's.
 -- Returns its id.
-CREATE FUNCTION @extschema@._track_sharded(
+CREATE OR REPLACE FUNCTION @extschema@._track_sharded(
     caller name,
     table_name   text,
     granularity  interval DEFAULT interval '1 hour',
@@ -135,7 +107,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.track_sharded(
+CREATE OR REPLACE FUNCTION @extschema@.track_sharded(
     table_name   text,
     granularity  interval DEFAULT interval '1 hour',
     ddl_policy   text DEFAULT 'warn',
@@ -163,7 +135,7 @@ COMMENT ON FUNCTION @extschema@.track_sharded(text, interval, text, text, text, 
 -- committed meanwhile is the one a new shard takes. A table untracked
 -- meanwhile is an error naming it (a shard added to it would be left
 -- tracked, with nothing that could remove it).
-CREATE FUNCTION @extschema@._lock_sharded(table_id bigint, table_name text)
+CREATE OR REPLACE FUNCTION @extschema@._lock_sharded(table_id bigint, table_name text)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -189,7 +161,7 @@ $$;
 -- verdict stands still; what was final stays final. Two shards of a table
 -- may share a server (a database holding one schema per tenant, say), not
 -- a source table: its changes would count twice. Returns the shard's id.
-CREATE FUNCTION @extschema@._add_shard(
+CREATE OR REPLACE FUNCTION @extschema@._add_shard(
     caller name,
     table_name   text,
     shard        text,
@@ -266,7 +238,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.add_shard(
+CREATE OR REPLACE FUNCTION @extschema@.add_shard(
     table_name   text,
     shard        text,
     server_name  text,
@@ -285,7 +257,7 @@ COMMENT ON FUNCTION @extschema@.add_shard(text, text, text, text, text) IS
 -- is false. Refused while another derived table uses the shard, and while
 -- a loss of the shard is not acknowledged: dropping it would release the
 -- sharded table's periods the loss holds.
-CREATE FUNCTION @extschema@._drop_shard(caller name, table_name text, shard text, keep_facts boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION @extschema@._drop_shard(caller name, table_name text, shard text, keep_facts boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -348,7 +320,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.drop_shard(table_name text, shard text, keep_facts boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION @extschema@.drop_shard(table_name text, shard text, keep_facts boolean DEFAULT true)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
@@ -357,7 +329,7 @@ COMMENT ON FUNCTION @extschema@.drop_shard(text, text, boolean) IS
     'Remove a shard from a sharded table (its verdict may then move on, never back) and untrack it; refused while a loss of the shard is not acknowledged';
 
 -- The active shards of a sharded table, in id order.
-CREATE FUNCTION @extschema@._shards(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._shards(table_id bigint)
 RETURNS SETOF @extschema@.tracked_table
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -371,7 +343,7 @@ END;
 -- when one is added, so that no shard is ever final before the pipeline
 -- applied it. A shard that has a consumer of that name already (declared
 -- on it alone) is an error naming it.
-CREATE FUNCTION @extschema@._add_sharded_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION @extschema@._add_sharded_consumer(caller name, tt @extschema@.tracked_table, consumer text,
                                                   required boolean, reporter regrole, reporter_name name)
 RETURNS void
 LANGUAGE plpgsql
@@ -410,7 +382,7 @@ $$;
 -- alter_consumer on a sharded table: the same change on the consumer of
 -- every shard (reset forgets what each reported); made optional, the
 -- shards' verdicts and then the sharded table's move at once.
-CREATE FUNCTION @extschema@._alter_sharded_consumer(tt @extschema@.tracked_table, consumer text, required boolean,
+CREATE OR REPLACE FUNCTION @extschema@._alter_sharded_consumer(tt @extschema@.tracked_table, consumer text, required boolean,
                                                     reporter regrole, reporter_name name, reset boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -462,7 +434,7 @@ $$;
 -- drop_consumer on a sharded table: forgets the consumer of every shard;
 -- the shards' verdicts and then the sharded table's may move at once, and
 -- a NOTICE says how far. Returns whether it was declared.
-CREATE FUNCTION @extschema@._drop_sharded_consumer(tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._drop_sharded_consumer(tt @extschema@.tracked_table, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -500,7 +472,7 @@ $$;
 -- Refuses to change or drop, on one shard, a consumer declared on its
 -- sharded table: it must hold every shard alike (fn names the call that
 -- was refused, for the hint).
-CREATE FUNCTION @extschema@._refuse_shard_consumer(tt @extschema@.tracked_table, consumer text, fn text)
+CREATE OR REPLACE FUNCTION @extschema@._refuse_shard_consumer(tt @extschema@.tracked_table, consumer text, fn text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp

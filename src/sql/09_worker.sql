@@ -9,7 +9,7 @@
 
 -- The active tables of a source, with what the worker needs to plan them
 -- (one read per cycle); never a derived table, which has no source.
-CREATE FUNCTION @extschema@._source_tables(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._source_tables(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, source_schema text, source_name text,
                capture_instance text, start_at_capture boolean, offset_lsn text, resuming boolean,
                ddl_block boolean, auto_resume boolean, offset_commit_time timestamptz,
@@ -32,7 +32,7 @@ END;
 
 -- The foreign servers of finalize_mssql that have tracked tables: the
 -- sources the scheduler keeps a worker for.
-CREATE FUNCTION @extschema@._wanted_sources()
+CREATE OR REPLACE FUNCTION @extschema@._wanted_sources()
 RETURNS TABLE (serverid oid, server_name text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -47,7 +47,7 @@ END;
 -- Whether a table is still tracked, locking its verdict for the worker's
 -- write: the worker asks before it records anything for a table, so one
 -- untracked meanwhile (perhaps tracked again under a new id) gets nothing.
-CREATE FUNCTION @extschema@._still_tracked(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._still_tracked(table_id bigint)
 RETURNS boolean
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -55,7 +55,7 @@ RETURN (@extschema@._lock_tracked(table_id, false)).table_id IS NOT NULL;
 
 -- Records an event fact (data loss, ...) and, when new_state is given, moves
 -- the table to that state. Never touches the verdict or the offset.
-CREATE FUNCTION @extschema@._record_event(
+CREATE OR REPLACE FUNCTION @extschema@._record_event(
     table_id         bigint,
     event            text,
     start_lsn        text,
@@ -114,7 +114,7 @@ $$;
 -- the span of the final periods its commits lie in, and its changes (the
 -- whole range's when it also holds commits of later periods). Returns
 -- how many.
-CREATE FUNCTION @extschema@._store_late_commits(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
+CREATE OR REPLACE FUNCTION @extschema@._store_late_commits(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
                                                 end_lsn @extschema@.lsn, verdict_before timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -167,7 +167,7 @@ $$;
 -- release gate refuses a partition of those periods built before now,
 -- and any while the table's reads have not passed until_time (more
 -- commits may be stamped there: _late_data_problem).
-CREATE FUNCTION @extschema@._record_clock_step(table_id bigint, end_lsn text, first_time timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._record_clock_step(table_id bigint, end_lsn text, first_time timestamptz,
                                                until_time timestamptz, ran_ahead boolean, incident boolean,
                                                start_lsn text, verdict_before timestamptz)
 RETURNS void
@@ -239,7 +239,7 @@ $$;
 -- before their periods were final (no verdict_before, so
 -- _store_late_commits does not count them); the commits stamped in final
 -- periods are counted when the worker reads them after release_source.
-CREATE FUNCTION @extschema@._clock_went_back(server_name text, clock_at timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._clock_went_back(server_name text, clock_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -280,7 +280,7 @@ $$;
 -- commit times begin clock_tolerance (the source's) before the old
 -- offset's: after SQL Server's clock was stepped back by up to that much,
 -- a lost commit may carry an earlier time than the offset's.
-CREATE FUNCTION @extschema@._resume_after_loss(
+CREATE OR REPLACE FUNCTION @extschema@._resume_after_loss(
     table_id         bigint,
     new_offset       text,
     new_offset_time  timestamptz,
@@ -338,7 +338,7 @@ $$;
 -- every period the loss touches, and every acknowledgement it needs, is
 -- an event period; commit_from keeps its commit-time start, from which
 -- _advance reaches further back when the allowance grows.
-CREATE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
+CREATE OR REPLACE FUNCTION @extschema@._record_loss(table_id bigint, prior @extschema@.watermark,
                                          new_offset text, lost_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql
@@ -374,7 +374,7 @@ $$;
 -- Sets (or clears, with NULL) why the worker could not read or record a
 -- table; writes only when something changed, and never for a table that is
 -- gone.
-CREATE FUNCTION @extschema@._set_condition(table_id bigint, condition text, detail text)
+CREATE OR REPLACE FUNCTION @extschema@._set_condition(table_id bigint, condition text, detail text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -401,7 +401,7 @@ END
 $$;
 
 -- Remembers the capture instance the worker follows for a table.
-CREATE FUNCTION @extschema@._set_capture_instance(table_id bigint, capture_instance text)
+CREATE OR REPLACE FUNCTION @extschema@._set_capture_instance(table_id bigint, capture_instance text)
 RETURNS void
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -419,7 +419,7 @@ END;
 -- capture_stalled (with a message) when the commit time of max LSN lags
 -- SQL Server's clock by more than the source's threshold; entering and
 -- leaving that condition sends an alert.
-CREATE FUNCTION @extschema@._source_ok(
+CREATE OR REPLACE FUNCTION @extschema@._source_ok(
     server_name  text,
     worker_pid   integer,
     max_lsn      text,
@@ -486,7 +486,7 @@ $$;
 -- also hold the source until finalize.release_source(): the check sees them
 -- only while capture lags less than they lead, so a later cycle that does
 -- not see them proves nothing.
-CREATE FUNCTION @extschema@._source_failed(
+CREATE OR REPLACE FUNCTION @extschema@._source_failed(
     server_name  text,
     worker_pid   integer,
     condition    text,
@@ -535,7 +535,7 @@ END
 $$;
 
 -- Why a source is held, or NULL: read by its worker before every cycle.
-CREATE FUNCTION @extschema@._source_hold(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._source_hold(server_name text)
 RETURNS TABLE (held_by text, held_since timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -549,7 +549,7 @@ END;
 -- LSN, read by its worker with the tables: it resolves each reported LSN
 -- to a commit time on SQL Server (nothing to do when resolved_for_lsn is
 -- the reported LSN).
-CREATE FUNCTION @extschema@._source_consumers(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._source_consumers(server_name text)
 RETURNS TABLE (table_id bigint, consumer text, reported_lsn @extschema@.lsn, resolved_for_lsn @extschema@.lsn)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -569,7 +569,7 @@ END;
 -- write consumer_hold, and only when no row is there: ON CONFLICT alone
 -- would wait for a transaction deleting one (it is there for two workers
 -- serving one derived table's consumer).
-CREATE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._consumer_held(table_id bigint, consumer text)
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -586,7 +586,7 @@ END;
 -- consumer is gone. A pipeline may keep its own report uncommitted for as
 -- long as it likes; that must cost its own consumer's resolution only,
 -- not its source's cycle time (finalize.lock_timeout for every table).
-CREATE FUNCTION @extschema@._lock_consumer(table_id bigint, consumer text)
+CREATE OR REPLACE FUNCTION @extschema@._lock_consumer(table_id bigint, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -619,7 +619,7 @@ $$;
 -- report left uncommitted) is skipped, never waited for: the resolution is
 -- tried again next cycle, and a held consumer row is noted
 -- (_consumer_held).
-CREATE FUNCTION @extschema@._consumer_resolved(
+CREATE OR REPLACE FUNCTION @extschema@._consumer_resolved(
     table_id    bigint,
     consumer    text,
     for_lsn     text,
@@ -672,7 +672,7 @@ $$;
 -- row makes backends drop their cached verdicts), and only while the
 -- consumer still reports at least for_lsn; skipped, like
 -- _consumer_resolved, while another transaction holds the row.
-CREATE FUNCTION @extschema@._consumer_unresolved(
+CREATE OR REPLACE FUNCTION @extschema@._consumer_unresolved(
     table_id    bigint,
     consumer    text,
     for_lsn     text,
@@ -710,7 +710,7 @@ $$;
 -- reaches it (_consumer_resolved) or an admin resets the consumer
 -- (alter_consumer(..., reset => true)). Written once, while the consumer
 -- still reports that LSN; a row another transaction holds is skipped.
-CREATE FUNCTION @extschema@._consumer_ahead(
+CREATE OR REPLACE FUNCTION @extschema@._consumer_ahead(
     table_id     bigint,
     consumer     text,
     reported_lsn text,
@@ -752,7 +752,7 @@ $$;
 -- moved a verdict, so that a chain of derived tables comes up to date in
 -- one call, also in a session (where _advance does not cascade). Returns
 -- how many loss flags and source verdicts of derived tables it moved.
-CREATE FUNCTION @extschema@._refresh_derived()
+CREATE OR REPLACE FUNCTION @extschema@._refresh_derived()
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -833,14 +833,14 @@ $$;
 
 -- finalize.consumer_stall_threshold as an interval (no days: comparing it
 -- with now() - reported_at is exact in every session zone).
-CREATE FUNCTION @extschema@._consumer_stall_threshold()
+CREATE OR REPLACE FUNCTION @extschema@._consumer_stall_threshold()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_consumer_stall_threshold'
 LANGUAGE C STABLE;
 
 -- The tables a source's worker answers for: the server's tracked tables
 -- and every derived table that uses one of them, directly or not.
-CREATE FUNCTION @extschema@._served_tables(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._served_tables(server_name text)
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -867,7 +867,7 @@ END;
 -- consumer gone) is forgotten; one that has lasted finalize.alert_after
 -- opens an incident (consumer_locked). Last, the incidents of the three
 -- kinds whose condition is gone are resolved.
-CREATE FUNCTION @extschema@._check_consumers(server_name text)
+CREATE OR REPLACE FUNCTION @extschema@._check_consumers(server_name text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -954,13 +954,13 @@ $$;
 -- The source workers and what each does now, from finalize's shared memory:
 -- the pool (worker = its number) or one dedicated process per source
 -- (worker NULL, finalize.max_source_workers = 0).
-CREATE FUNCTION @extschema@._source_workers(
+CREATE OR REPLACE FUNCTION @extschema@._source_workers(
     OUT pid integer, OUT worker integer, OUT serving text, OUT serving_since timestamptz,
     OUT retrying boolean, OUT connections integer, OUT cycles bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'finalize_source_workers'
 LANGUAGE C VOLATILE;
-CREATE VIEW @extschema@.source_workers AS
+CREATE OR REPLACE VIEW @extschema@.source_workers AS
 SELECT w.pid, w.worker, w.serving, w.serving_since, w.retrying, w.connections, w.cycles
   FROM @extschema@._source_workers() AS w;
 COMMENT ON VIEW @extschema@.source_workers IS

@@ -1,59 +1,3 @@
--- The durable alert log (docs/design/alerts.md): one row per incident,
--- deduplicated while it is open, resolved when its condition clears or
--- acknowledged by a person. NOTIFY finalize_alert (_alert) stays for
--- listeners; the incidents are what a person (or a webhook) reads later.
-
-CREATE TABLE @extschema@.alert (
-    alert_id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    kind             text NOT NULL
-                     CONSTRAINT alert_kind_check
-                     CHECK (kind IN ('unreachable', 'timeout', 'tls_failed', 'configuration', 'sql_error',
-                                     'no_max_lsn', 'internal_error', 'server_dropped', 'timezone_mismatch',
-                                     'clock_skew', 'commit_time_ahead', 'capture_stalled', 'no_access',
-                                     'read_failed', 'record_failed', 'lock_timeout', 'lsn_regressed',
-                                     'no_capture_instance', 'source_replaced', 'event_column_invalid',
-                                     'data_loss', 'schema_blocked', 'schema_change', 'consumer_stalled',
-                                     'late_data', 'release_rejected', 'freshness', 'consumer_locked',
-                                     'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
-                                     'table_not_found', 'property_malformed', 'metadata_malformed',
-                                     'report_ahead', 'clock_stepped_back')),
-    severity         text NOT NULL
-                     CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
-    table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,
-    table_name       text,
-    server_name      text,
-    subject          text NOT NULL DEFAULT '',
-    state            text NOT NULL DEFAULT 'open'
-                     CONSTRAINT alert_state_check CHECK (state IN ('open', 'acknowledged', 'resolved')),
-    opened_at        timestamptz NOT NULL DEFAULT now(),
-    last_seen        timestamptz NOT NULL DEFAULT now(),
-    count            bigint NOT NULL DEFAULT 1 CHECK (count >= 1),
-    message          text NOT NULL,
-    detail           jsonb,
-    resolved_at      timestamptz,
-    acknowledged_at  timestamptz,
-    acknowledged_by  name,
-    acknowledge_note text,
-    -- The incident's name at webhook targets (PagerDuty's dedup_key,
-    -- Opsgenie's alias): random, so two clusters, a reinstall or a copy
-    -- restored elsewhere never share an incident there, and kept with the
-    -- row, so a restore or a renamed database resolves what it opened.
-    dedup_key        text NOT NULL UNIQUE DEFAULT 'finalize-' || pg_catalog.gen_random_uuid()::text,
-    CHECK ((state = 'resolved') = (resolved_at IS NOT NULL)),
-    CHECK ((state = 'acknowledged') <= (acknowledged_at IS NOT NULL))
-);
-COMMENT ON TABLE @extschema@.alert IS
-    'Incidents: one row per condition that froze or endangered a verdict, deduplicated while open, resolved when it clears';
--- At most one incident per condition is not resolved: raising it again
--- updates that one. By table name, which stays when a deleted table's id
--- turns NULL (two tables' incidents never collapse into one).
-CREATE UNIQUE INDEX alert_open_idx
-    ON @extschema@.alert (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject)
-    WHERE state <> 'resolved';
--- Retention deletes resolved incidents by age.
-CREATE INDEX alert_last_seen_idx ON @extschema@.alert (last_seen);
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_alert_id_seq', '');
 
 -- Opens an incident, or when one of the same kind, table, source and
 -- subject is not resolved, counts it again (an acknowledged one stays
@@ -66,7 +10,7 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_alert_id_seq', '')
 -- clock stepped back) are raised once, and their holder may be resolving them (release_gate does
 -- late_data's): they wait, at most finalize.lock_timeout, and the worker
 -- records them again next cycle if that was not enough.
-CREATE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
+CREATE OR REPLACE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
                                          subject text, message text, detail jsonb DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -106,7 +50,7 @@ $$;
 -- Returns how many it resolved. In a background worker one that another
 -- transaction holds is left for a later call: every caller there looks
 -- again each cycle (_source_alerts, _table_alerts, _check_consumers).
-CREATE FUNCTION @extschema@._resolve_alerts(kind text, table_id bigint, server_name text, subject text DEFAULT '')
+CREATE OR REPLACE FUNCTION @extschema@._resolve_alerts(kind text, table_id bigint, server_name text, subject text DEFAULT '')
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -138,7 +82,7 @@ $$;
 
 -- The body of finalize.acknowledge_alert, run as the extension's owner by
 -- its C entry point (owner.c) with the caller taken before the switch.
-CREATE FUNCTION @extschema@._acknowledge_alert(caller name, alert_id bigint, note text)
+CREATE OR REPLACE FUNCTION @extschema@._acknowledge_alert(caller name, alert_id bigint, note text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -170,7 +114,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.acknowledge_alert(alert_id bigint, note text)
+CREATE OR REPLACE FUNCTION @extschema@.acknowledge_alert(alert_id bigint, note text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
@@ -179,7 +123,7 @@ COMMENT ON FUNCTION @extschema@.acknowledge_alert(bigint, text) IS
     'Say that a person handles an open incident; it stays acknowledged until its condition clears';
 
 -- The incidents, newest first, for people and dashboards.
-CREATE VIEW @extschema@.alerts AS
+CREATE OR REPLACE VIEW @extschema@.alerts AS
 SELECT a.alert_id, a.kind, a.severity, coalesce(t.table_name, a.table_name) AS table_name, a.server_name,
        a.subject, a.state, a.opened_at, a.last_seen, a.count, a.message, a.detail, a.resolved_at,
        a.acknowledged_at, a.acknowledged_by, a.acknowledge_note, a.dedup_key
@@ -190,7 +134,7 @@ COMMENT ON VIEW @extschema@.alerts IS
     'Incidents: what froze or endangered a verdict, since when, how often, and whether it was resolved or acknowledged';
 
 -- finalize.alert_after as an interval without days.
-CREATE FUNCTION @extschema@._alert_after()
+CREATE OR REPLACE FUNCTION @extschema@._alert_after()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_alert_after'
 LANGUAGE C STABLE;
@@ -202,7 +146,7 @@ LANGUAGE C STABLE;
 -- every other source condition's incident is resolved. A condition that
 -- says nothing about SQL Server (a worker starting, cancelled, or not
 -- running) changes no incident.
-CREATE FUNCTION @extschema@._source_alerts(server_name text, condition text, message text, since timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._source_alerts(server_name text, condition text, message text, since timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -241,7 +185,7 @@ $$;
 -- The incident kinds of a table's conditions: what _set_condition opens
 -- and resolves (the other table incidents, such as freshness, late_data or
 -- release_rejected, have their own lives).
-CREATE FUNCTION @extschema@._condition_alert_kinds()
+CREATE OR REPLACE FUNCTION @extschema@._condition_alert_kinds()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -251,7 +195,7 @@ RETURN ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_r
 -- Of some tables, those with a condition or an open incident of one: the
 -- worker clears the condition of every table it read (_set_condition), and
 -- a cycle over thousands of idle tables needs no write for the others.
-CREATE FUNCTION @extschema@._held_conditions(table_ids bigint[])
+CREATE OR REPLACE FUNCTION @extschema@._held_conditions(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -266,7 +210,7 @@ END;
 -- The incidents of a table's condition (_set_condition): one opens once
 -- the condition has lasted finalize.alert_after; a cleared or changed
 -- condition resolves the others.
-CREATE FUNCTION @extschema@._table_alerts(table_id bigint, condition text, message text, since timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._table_alerts(table_id bigint, condition text, message text, since timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp

@@ -2,14 +2,14 @@
 -- catalog directly (no SPI, no search_path): sensors poll them all day.
 -- Neither is STRICT: a NULL argument is an error, never a NULL answer.
 
-CREATE FUNCTION @extschema@.finalized_until(table_name text)
+CREATE OR REPLACE FUNCTION @extschema@.finalized_until(table_name text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_finalized_until'
 LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.finalized_until(text) IS
     'Every period of the table ending at or before this instant is complete; NULL while nothing is final';
 
-CREATE FUNCTION @extschema@.is_final(table_name text, period_start timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@.is_final(table_name text, period_start timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_is_final'
 LANGUAGE C STABLE PARALLEL SAFE;
@@ -20,14 +20,14 @@ COMMENT ON FUNCTION @extschema@.is_final(text, timestamptz) IS
 -- (NULL if any is NULL), and whether the period is final for every table.
 -- The first name that is not tracked is the error. A literal name still
 -- calls the text versions (an unknown literal prefers the string type).
-CREATE FUNCTION @extschema@.finalized_until(table_names text[])
+CREATE OR REPLACE FUNCTION @extschema@.finalized_until(table_names text[])
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_finalized_until_all'
 LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.finalized_until(text[]) IS
     'The least finalized_until of the tables: every period ending at or before it is complete in all of them';
 
-CREATE FUNCTION @extschema@.is_final(table_names text[], period_start timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@.is_final(table_names text[], period_start timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_is_final_all'
 LANGUAGE C STABLE PARALLEL SAFE;
@@ -41,7 +41,7 @@ COMMENT ON FUNCTION @extschema@.is_final(text[], timestamptz) IS
 -- that is rolled back); the calling statement's snapshot stays, as for any
 -- statement that runs, so keep timeouts bounded. READ COMMITTED only.
 -- VOLATILE and PARALLEL UNSAFE: it waits, and checks in subtransactions.
-CREATE FUNCTION @extschema@.wait_final(table_name text, period_start timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@.wait_final(table_name text, period_start timestamptz,
                                        timeout interval DEFAULT '1 hour')
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_wait_final'
@@ -49,31 +49,13 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.wait_final(text, timestamptz, interval) IS
     'Waits until is_final(table_name, period_start) is true (returns true) or timeout has passed (returns false); READ COMMITTED only';
 
-CREATE FUNCTION @extschema@.wait_final(table_names text[], period_start timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@.wait_final(table_names text[], period_start timestamptz,
                                        timeout interval DEFAULT '1 hour')
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_wait_final_all'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.wait_final(text[], timestamptz, interval) IS
     'Waits until the period containing period_start is final in every one of the tables (true) or timeout has passed (false)';
-
-CREATE TYPE @extschema@.verdict AS (
-    table_name       text,
-    period_start     timestamptz,
-    period_end       timestamptz,
-    is_final         boolean,
-    finalized_until  timestamptz,
-    captured_until   timestamptz,
-    lag              interval,
-    state            text,
-    reason           text,
-    period_zone      text,
-    local_period_start text,
-    local_finalized_until text,
-    tracked_since    timestamptz
-);
-COMMENT ON TYPE @extschema@.verdict IS
-    'A verdict with its explanation, as returned by finalize.explain_verdict';
 
 -- Where finalize began observing a table (watermark.tracked_since): for a
 -- derived or sharded table, the latest of the tables it is built from
@@ -82,7 +64,7 @@ COMMENT ON TYPE @extschema@.verdict IS
 -- such a period may be final, but finalize recorded none of its changes.
 -- SECURITY DEFINER for finalize.status, whose readers may not read
 -- derived_input; it answers only this.
-CREATE FUNCTION @extschema@._tracked_since(table_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@._tracked_since(table_id bigint)
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -102,7 +84,7 @@ END;
 -- a tracked table how far SQL Server's capture has come, for a derived one
 -- which inputs are not final that far, for a sharded one which shards
 -- (_explain_shards).
-CREATE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                             period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -132,7 +114,7 @@ END
 $$;
 
 -- The inputs of a derived table that are not final up to period_end.
-CREATE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -154,7 +136,7 @@ END;
 -- The shards of a sharded table that hold a period back (the least
 -- verdicts first, at most five named), each with its own explanation; a
 -- sharded table without shards is never final.
-CREATE FUNCTION @extschema@._explain_shards(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION @extschema@._explain_shards(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                             period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -195,7 +177,7 @@ $$;
 
 -- The required consumers that hold a period back, each with how far it got,
 -- or NULL when none does.
-CREATE FUNCTION @extschema@._explain_consumers(tt @extschema@.tracked_table, period_end timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._explain_consumers(tt @extschema@.tracked_table, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -228,7 +210,7 @@ END;
 -- re-snapshotted, and on each derived table with a required consumer once
 -- its job has rebuilt the periods (_loss_ackers), inputs first (a derived
 -- table is tracked after its inputs); NULL when none does.
-CREATE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
                                             period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
@@ -274,7 +256,7 @@ END;
 -- final but was not observed: its changes were all committed before then,
 -- and none is recorded (docs/periods.md); one that tracking began inside
 -- is said to be partly so.
-CREATE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                            period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
@@ -328,7 +310,7 @@ END;
 -- callbacks. Without a period, it explains the first period not yet final.
 -- Its reason names instants as the table's zone writes them (TimeZone set
 -- to period_zone for the call, ISO style), whatever the session's settings.
-CREATE FUNCTION @extschema@.explain_verdict(table_name text, period_start timestamptz DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.explain_verdict(table_name text, period_start timestamptz DEFAULT NULL)
 RETURNS @extschema@.verdict
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -429,7 +411,7 @@ COMMENT ON FUNCTION @extschema@.explain_verdict(text, timestamptz) IS
     'Why a period of a table is or is not final, with the watermark and its lag';
 
 -- One row per tracked table: its verdict and what its source's worker saw.
-CREATE VIEW @extschema@.status AS
+CREATE OR REPLACE VIEW @extschema@.status AS
 SELECT t.table_name,
        t.server_name,
        t.source_schema || '.' || t.source_name AS source_table,
@@ -554,7 +536,7 @@ COMMENT ON VIEW @extschema@.status IS
 -- when the worker had to write it (consumer_locked: what the worker last
 -- stored may be stale then), its report lies beyond SQL Server's max LSN
 -- (report_ahead) or it is stalled (consumer_stalled).
-CREATE VIEW @extschema@.consumers AS
+CREATE OR REPLACE VIEW @extschema@.consumers AS
 SELECT t.table_name,
        c.consumer,
        c.required,
@@ -595,7 +577,7 @@ COMMENT ON VIEW @extschema@.consumers IS
     'One row per consumer (pipeline) of a tracked table: what it applied, its lag behind the source and its condition';
 
 -- Every fact, with the name of its table.
-CREATE VIEW @extschema@.facts AS
+CREATE OR REPLACE VIEW @extschema@.facts AS
 SELECT f.fact_id,
        t.table_name,
        f.kind,
@@ -636,7 +618,7 @@ COMMENT ON VIEW @extschema@.facts IS
 -- covered nor exact, and their counts are NULL (unknown), so the release
 -- gate checks that they are final and cannot confirm an empty one; nor has
 -- a sharded table (its shards have them: ask a shard).
-CREATE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@.changes_by_period(table_name text, from_time timestamptz, to_time timestamptz)
 RETURNS TABLE (period_start timestamptz, period_end timestamptz, is_final boolean, covered boolean,
                inserts bigint, updates bigint, deletes bigint,
                straddling_ranges bigint, exact boolean, before_tracking boolean)

@@ -3,116 +3,14 @@
 
 -- Object stores are foreign servers of finalize_s3; keys live in user
 -- mappings, and the gate uses the calling user's mapping.
-CREATE FUNCTION @extschema@._s3_validator(options text[], catalog oid)
+CREATE OR REPLACE FUNCTION @extschema@._s3_validator(options text[], catalog oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_s3_validator'
 LANGUAGE C STRICT;
 
-CREATE FOREIGN DATA WRAPPER finalize_s3
-    VALIDATOR @extschema@._s3_validator;
-COMMENT ON FOREIGN DATA WRAPPER finalize_s3 IS
-    'S3-compatible object stores listed by finalize.release_gate';
-GRANT USAGE ON FOREIGN DATA WRAPPER finalize_s3 TO finalize_admin;
-
--- A partition location registered explicitly (the catalog of engines that
--- list partitions).
-CREATE TABLE @extschema@.partition_registration (
-    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
-    partition      text NOT NULL CHECK (partition <> ''),
-    location       text NOT NULL,
-    registered_at  timestamptz NOT NULL DEFAULT now(),
-    registered_by  name NOT NULL,
-    PRIMARY KEY (table_id, partition),
-    period_start   timestamptz,
-    period_end     timestamptz,
-    CONSTRAINT partition_registration_period_check
-        CHECK ((period_start IS NULL) = (period_end IS NULL) AND period_end > period_start)
-);
-COMMENT ON TABLE @extschema@.partition_registration IS
-    'Explicitly registered partition locations (prefixes inside the store)';
-COMMENT ON COLUMN @extschema@.partition_registration.period_start IS
-    'The periods the partition holds, [period_start, period_end), whole periods of its table (NULL: not registered; the manifest must give them)';
-
--- A projection rule: partitions whose period starts in [range_start,
--- range_end) are visible at the location the template renders (UTC).
-CREATE TABLE @extschema@.projection (
-    table_id           bigint PRIMARY KEY REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
-    location_template  text NOT NULL,
-    range_start        timestamptz NOT NULL,
-    range_end          timestamptz NOT NULL CHECK (range_end > range_start),
-    set_at             timestamptz NOT NULL DEFAULT now(),
-    set_by             name NOT NULL
-);
-COMMENT ON TABLE @extschema@.projection IS
-    'Partition projection: a location template and the range of periods it makes visible';
-
--- Every release attempt, with its full comparison report: the report
--- column holds the catalog view, the facts, the problems and a summary of
--- the listing; the manifest is kept as the publisher gave it, and the
--- listing as what differs from it (listing_delta, the compact form of
--- src/gate/inventory_codec.c). finalize.release_report() rebuilds the full
--- report. Attempts stored by 0.1.0 hold the whole listing in report and
--- NULL in the two columns.
-CREATE TABLE @extschema@.release (
-    release_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
-    partition      text NOT NULL,
-    generation     text NOT NULL,
-    store          text NOT NULL,
-    prefix         text NOT NULL,
-    released       boolean NOT NULL,
-    period_start   timestamptz,
-    problems       jsonb NOT NULL,
-    report         jsonb NOT NULL,
-    requested_by   name NOT NULL,
-    requested_at   timestamptz NOT NULL DEFAULT now(),
-    manifest       jsonb,
-    listing_delta  bytea,
-    period_end     timestamptz
-);
-CREATE INDEX release_partition_idx ON @extschema@.release (table_id, partition, release_id);
--- Manifests of large partitions hold millions of entries: lz4 compresses
--- them several times faster than pglz, where the server was built with it.
-DO $$
-BEGIN
-    IF EXISTS (SELECT FROM pg_catalog.pg_settings
-                WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
-        ALTER TABLE @extschema@.release ALTER COLUMN report SET COMPRESSION lz4,
-            ALTER COLUMN manifest SET COMPRESSION lz4, ALTER COLUMN listing_delta SET COMPRESSION lz4;
-    END IF;
-END
-$$;
-COMMENT ON TABLE @extschema@.release IS
-    'Release attempts: manifest, listing, catalog view, problems and outcome';
-COMMENT ON COLUMN @extschema@.release.manifest IS
-    'The manifest as the publisher gave it (NULL for attempts stored by 0.1.0, whose report holds it)';
-COMMENT ON COLUMN @extschema@.release.period_end IS
-    'With period_start: the periods the release held and was checked for, [period_start, period_end)';
-COMMENT ON COLUMN @extschema@.release.listing_delta IS
-    'The listing as what differs from the manifest, front-coded (finalize.release_report rebuilds it)';
-
--- The published generation of each partition: what readers see.
-CREATE TABLE @extschema@.published (
-    table_id       bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
-    partition      text NOT NULL,
-    generation     text NOT NULL,
-    prefix         text NOT NULL,
-    release_id     bigint NOT NULL REFERENCES @extschema@.release,
-    published_at   timestamptz NOT NULL,
-    PRIMARY KEY (table_id, partition)
-);
-COMMENT ON TABLE @extschema@.published IS
-    'The release marker: the generation readers of each partition see';
-
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.partition_registration', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.projection', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.release', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.published', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.release_release_id_seq', '');
-
 -- Checks a location or path inside a store: relative, no "." or ".." parts,
 -- no empty parts; the error names the argument.
-CREATE FUNCTION @extschema@._check_location(location text, argname text, trailing_slash boolean)
+CREATE OR REPLACE FUNCTION @extschema@._check_location(location text, argname text, trailing_slash boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -128,23 +26,7 @@ BEGIN
 END
 $$;
 
--- Serializes everything that reads or changes the catalog view of one
--- partition until the end of the transaction. First the tracked table's row
--- (shared, so it cannot be untracked meanwhile, and in the order
--- untrack_table locks), then finalize.catalog_lock: the table's row
--- (partition '') shared by releases and registrations and taken exclusively
--- by set_projection, which changes every partition's view, then the
--- partition's row exclusively. Row locks of tables only finalize writes,
--- not advisory locks, whose keys any role could take and hold.
-CREATE TABLE @extschema@.catalog_lock (
-    table_id   bigint NOT NULL REFERENCES @extschema@.tracked_table ON DELETE CASCADE,
-    partition  text NOT NULL,
-    PRIMARY KEY (table_id, partition)
-);
-COMMENT ON TABLE @extschema@.catalog_lock IS
-    'Rows locked to serialize changes of a partition''s catalog view (partition '''' stands for the whole table)';
-
-CREATE FUNCTION @extschema@._lock_table_catalog(table_id bigint, exclusive boolean)
+CREATE OR REPLACE FUNCTION @extschema@._lock_table_catalog(table_id bigint, exclusive boolean)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -168,7 +50,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@._lock_partition(table_id bigint, partition text)
+CREATE OR REPLACE FUNCTION @extschema@._lock_partition(table_id bigint, partition text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -184,7 +66,7 @@ $$;
 
 -- The body of finalize.register_partition, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
-CREATE FUNCTION @extschema@._register_partition(
+CREATE OR REPLACE FUNCTION @extschema@._register_partition(
     caller name,
     table_name text, partition text, location text,
     period_start timestamptz DEFAULT NULL, period_end timestamptz DEFAULT NULL)
@@ -219,7 +101,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.register_partition(table_name text, partition text, location text,
+CREATE OR REPLACE FUNCTION @extschema@.register_partition(table_name text, partition text, location text,
                                                period_start timestamptz DEFAULT NULL,
                                                period_end timestamptz DEFAULT NULL)
 RETURNS void
@@ -231,7 +113,7 @@ COMMENT ON FUNCTION @extschema@.register_partition(text, text, text, timestamptz
 
 -- The periods registered with a partition (no row when it is not
 -- registered; NULLs when it was registered without them).
-CREATE FUNCTION @extschema@._registered_period(table_id bigint, partition text,
+CREATE OR REPLACE FUNCTION @extschema@._registered_period(table_id bigint, partition text,
                                                OUT period_start timestamptz, OUT period_end timestamptz)
 RETURNS SETOF record
 LANGUAGE sql STABLE
@@ -245,7 +127,7 @@ END;
 -- the table's zone (zero-padded): dt={date} is the local date of a local
 -- day. A period that starts at the end of a DST gap renders the local time
 -- it starts at.
-CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text)
+CREATE OR REPLACE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -261,7 +143,7 @@ COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz, text) IS
 
 -- The same for a shard's partition of a sharded table: {shard} is the
 -- shard's label (as in shard={shard}/dt={date}/).
-CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text, shard text)
+CREATE OR REPLACE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz, zone text, shard text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -269,7 +151,7 @@ RETURN replace(@extschema@.render_location(location_template, period_start, zone
 COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz, text, text) IS
     'The location a projection template gives a period of a shard (placeholders {year} {month} {day} {hour} {minute} {date} in the local time of the zone, and {shard})';
 
-CREATE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@.render_location(location_template text, period_start timestamptz)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -279,7 +161,7 @@ COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
 
 -- The body of finalize.set_projection, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
-CREATE FUNCTION @extschema@._set_projection(
+CREATE OR REPLACE FUNCTION @extschema@._set_projection(
     caller name,
     table_name text, location_template text,
                                            range_start timestamptz, range_end timestamptz)
@@ -327,7 +209,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.set_projection(table_name text, location_template text,
+CREATE OR REPLACE FUNCTION @extschema@.set_projection(table_name text, location_template text,
                                            range_start timestamptz, range_end timestamptz)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_as_owner'
@@ -350,7 +232,7 @@ COMMENT ON FUNCTION @extschema@.set_projection(text, text, timestamptz, timestam
 -- would be sent to one shard's data, judged by one shard's verdict, where
 -- they read more or other). The gate asks before the partition's lock
 -- (_gate_table) and again after it (_catalog_view).
-CREATE FUNCTION @extschema@._shard_scope_problem(table_id bigint, partition text, shard text)
+CREATE OR REPLACE FUNCTION @extschema@._shard_scope_problem(table_id bigint, partition text, shard text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -424,7 +306,7 @@ $$;
 -- catalog_mismatch when the entry's periods, [entry_start, entry_end)
 -- (NULL: not known), are not inside the release's. entry says what the
 -- catalog does, for the problem's detail.
-CREATE FUNCTION @extschema@._location_sharers(table_id bigint, partition text, location text,
+CREATE OR REPLACE FUNCTION @extschema@._location_sharers(table_id bigint, partition text, location text,
                                               period_start timestamptz, period_end timestamptz, shard text)
 RETURNS TABLE (code text, entry text, holds text, entry_start timestamptz, entry_end timestamptz,
                scope text, sharded_table text)
@@ -519,7 +401,7 @@ $$;
 -- else a registration, projection or release committed meanwhile changed
 -- that and nothing is released (serialization failure; a retry reports
 -- why).
-CREATE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz, shard text)
+CREATE OR REPLACE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz, shard text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -572,7 +454,7 @@ $$;
 
 -- The catalog view of a partition as typed columns, for the gate's C code
 -- (which then needs no operators of its own).
-CREATE FUNCTION @extschema@._gate_catalog(table_id bigint, partition text, period_start timestamptz, shard text)
+CREATE OR REPLACE FUNCTION @extschema@._gate_catalog(table_id bigint, partition text, period_start timestamptz, shard text)
 RETURNS TABLE (catalog jsonb, source text, location text, in_range boolean, range_start text,
                range_end text, registered_at text, registered_by text)
 LANGUAGE sql STABLE
@@ -599,7 +481,7 @@ END;
 -- named as the table whose partition key names another. A "shard" on a table
 -- that is not sharded, or one that the partition key contradicts, is a
 -- malformed manifest (22023).
-CREATE FUNCTION @extschema@._gate_table(table_name text, partition text, manifest_shard text)
+CREATE OR REPLACE FUNCTION @extschema@._gate_table(table_name text, partition text, manifest_shard text)
 RETURNS TABLE (table_id bigint, granularity interval, period_zone text, verdict_table text, shard text,
                shard_problem text)
 LANGUAGE plpgsql STABLE
@@ -683,7 +565,7 @@ $$;
 -- included), covered and exact when every one is, the changes in them, and
 -- why the first one that is not final is not (explain_verdict). Finality
 -- comes from the C period arithmetic, through changes_by_period.
-CREATE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz, period_end timestamptz)
 RETURNS TABLE (facts jsonb, is_final boolean, covered boolean, exact boolean, changes bigint,
                straddling_ranges bigint, not_final_reason text)
 LANGUAGE plpgsql STABLE
@@ -741,7 +623,7 @@ $$;
 -- none passes until its reads do. On a sharded table the late rows and
 -- steps are those of the partition's shard, or of every shard for a
 -- partition of no shard (shard NULL).
-CREATE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
                                                period_end timestamptz, built_at timestamptz, shard text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -799,7 +681,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION @extschema@.release_gate(manifest jsonb,
+CREATE OR REPLACE FUNCTION @extschema@.release_gate(manifest jsonb,
                                          OUT released boolean, OUT generation text, OUT problems jsonb)
 RETURNS record
 AS 'MODULE_PATHNAME', 'finalize_release_gate'
@@ -812,7 +694,7 @@ COMMENT ON FUNCTION @extschema@.release_gate(jsonb) IS
 
 -- The comparison alone, on a listing given as jsonb ({"key": size} or
 -- {"key": {"size": n, "etag": "..."}}): for tests, benchmarks and dry runs.
-CREATE FUNCTION @extschema@.compare_inventories(manifest_files jsonb, listing jsonb, prefix text)
+CREATE OR REPLACE FUNCTION @extschema@.compare_inventories(manifest_files jsonb, listing jsonb, prefix text)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'finalize_compare_inventories'
 LANGUAGE C IMMUTABLE;
@@ -821,7 +703,7 @@ COMMENT ON FUNCTION @extschema@.compare_inventories(jsonb, jsonb, text) IS
 
 -- A release attempt's full report: the stored one with the manifest's files
 -- and the listing put back (rebuilt from the manifest and listing_delta).
-CREATE FUNCTION @extschema@.release_report(release_id bigint)
+CREATE OR REPLACE FUNCTION @extschema@.release_report(release_id bigint)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'finalize_release_report'
 LANGUAGE C STABLE STRICT
@@ -829,7 +711,7 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.release_report(bigint) IS
     'The full report of a release attempt: manifest files, listing, catalog view, facts and problems';
 
-CREATE FUNCTION @extschema@.released_generation(table_name text, partition text)
+CREATE OR REPLACE FUNCTION @extschema@.released_generation(table_name text, partition text)
 RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -839,7 +721,7 @@ COMMENT ON FUNCTION @extschema@.released_generation(text, text) IS
     'The published generation of a partition (NULL if none was released)';
 
 -- Every release attempt: who, when, what, outcome.
-CREATE VIEW @extschema@.releases AS
+CREATE OR REPLACE VIEW @extschema@.releases AS
 SELECT r.release_id, t.table_name, r.partition, r.generation, r.released,
        jsonb_array_length(r.problems) AS problem_count, r.problems,
        r.store, r.prefix, r.requested_by, r.requested_at,
@@ -850,20 +732,13 @@ SELECT r.release_id, t.table_name, r.partition, r.generation, r.released,
 COMMENT ON VIEW @extschema@.releases IS
     'Release attempts with who, when and the outcome; current marks the published one';
 
-CREATE FUNCTION @extschema@._generation_retention()
+CREATE OR REPLACE FUNCTION @extschema@._generation_retention()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_generation_retention'
 LANGUAGE C STABLE;
 
--- Where readers may be sent: the published prefixes and the registered
--- locations (with one trailing slash), indexed bytewise so that
--- retired_generations finds overlaps by probes, not by comparing every pair.
-CREATE INDEX published_prefix_idx ON @extschema@.published ((prefix COLLATE "C"));
-CREATE INDEX partition_registration_location_idx
-    ON @extschema@.partition_registration (((rtrim(location, '/') || '/') COLLATE "C"));
-
 -- The prefixes a prefix lies inside: "a/", "a/b/" and "a/b/c/" for "a/b/c/".
-CREATE FUNCTION @extschema@._ancestor_prefixes(prefix text)
+CREATE OR REPLACE FUNCTION @extschema@._ancestor_prefixes(prefix text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -876,7 +751,7 @@ RETURN ARRAY(SELECT left(prefix, p) FROM generate_series(1, length(prefix)) AS p
 -- the sharded table's projected location is live data too), rendered for
 -- every shard ({shard}). Descendants are a range: in bytewise order every
 -- key starting with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
-CREATE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -909,7 +784,7 @@ RETURN right(_overlaps_live.prefix, 1) <> '/'
 
 -- Generations that were published, then superseded longer ago than the
 -- retention: their objects may be deleted. The current one never appears.
-CREATE FUNCTION @extschema@.retired_generations(of_table text DEFAULT NULL, retention interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.retired_generations(of_table text DEFAULT NULL, retention interval DEFAULT NULL)
 RETURNS TABLE (table_name text, partition text, generation text, store text, prefix text,
                superseded_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER

@@ -8,7 +8,7 @@
 -- incident of its period. Runs in the gate's transaction, as the
 -- extension's owner (who records releases); rows a restore brings back are
 -- not attempts of now and change nothing.
-CREATE FUNCTION @extschema@._release_alert()
+CREATE OR REPLACE FUNCTION @extschema@._release_alert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -46,7 +46,7 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER release_alert AFTER INSERT ON @extschema@.release
+CREATE OR REPLACE TRIGGER release_alert AFTER INSERT ON @extschema@.release
     FOR EACH ROW EXECUTE FUNCTION @extschema@._release_alert();
 
 -- The freshness SLA of every table that has one (tracked_table.max_lag),
@@ -57,7 +57,7 @@ CREATE TRIGGER release_alert AFTER INSERT ON @extschema@.release
 -- tracked. The verdict is what finalized_until() answers (_sensor_until:
 -- a start of the table's periods, stopped where a loss holds periods), as
 -- finalize.status shows its lag. Returns how many tables are over their SLA.
-CREATE FUNCTION @extschema@._check_freshness()
+CREATE OR REPLACE FUNCTION @extschema@._check_freshness()
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -133,7 +133,7 @@ $$;
 -- stays while its server exists, without a pid: tracking a table through
 -- the server again must not forget that its commit times were not to be
 -- trusted. Returns how many sources are dropped under tracked tables.
-CREATE FUNCTION @extschema@._check_dropped_sources()
+CREATE OR REPLACE FUNCTION @extschema@._check_dropped_sources()
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -201,68 +201,14 @@ $$;
 -- bearer token, a routing key, an API key, an HMAC key, or the URL itself
 -- when it is the secret, as Slack's are) live in the user mapping of the
 -- server's owner, which only its owner and superusers can read.
-CREATE FUNCTION @extschema@._webhook_validator(options text[], catalog oid)
+CREATE OR REPLACE FUNCTION @extschema@._webhook_validator(options text[], catalog oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_webhook_validator'
 LANGUAGE C STRICT;
 
-CREATE FOREIGN DATA WRAPPER finalize_webhook
-    VALIDATOR @extschema@._webhook_validator;
-COMMENT ON FOREIGN DATA WRAPPER finalize_webhook IS
-    'Webhook targets the finalize alerts worker delivers incidents to (json, slack, pagerduty_v2, opsgenie)';
-GRANT USAGE ON FOREIGN DATA WRAPPER finalize_webhook TO finalize_admin;
-
--- One message to one target about one transition of an incident. The
--- event is the incident as it was at the transition (the json format's
--- body), so a retry sends the same bytes under the same idempotency key.
-CREATE TABLE @extschema@.alert_delivery (
-    delivery_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    alert_id        bigint NOT NULL REFERENCES @extschema@.alert ON DELETE CASCADE,
-    -- by name, not OID: a dump and restore or pg_upgrade keeps names only
-    target_name     text NOT NULL,
-    transition      text NOT NULL
-                    CONSTRAINT alert_delivery_transition_check
-                    CHECK (transition IN ('open', 'acknowledge', 'resolve')),
-    idempotency_key text NOT NULL,
-    event           jsonb NOT NULL,
-    -- the incident's severity as a rank (3 critical .. 1 info): claimed first
-    priority        smallint NOT NULL,
-    state           text NOT NULL DEFAULT 'pending'
-                    CONSTRAINT alert_delivery_state_check CHECK (state IN ('pending', 'delivered', 'failed')),
-    created_at      timestamptz NOT NULL DEFAULT now(),
-    attempts        integer NOT NULL DEFAULT 0,
-    next_attempt    timestamptz NOT NULL DEFAULT now(),
-    claimed_at      timestamptz,
-    last_attempt_at timestamptz,
-    last_status     integer,
-    last_error      text,
-    delivered_at    timestamptz,
-    UNIQUE (target_name, idempotency_key)
-);
-CREATE INDEX alert_delivery_due_idx ON @extschema@.alert_delivery (priority DESC, next_attempt) WHERE state = 'pending';
-CREATE INDEX alert_delivery_alert_idx ON @extschema@.alert_delivery (alert_id, target_name);
-COMMENT ON TABLE @extschema@.alert_delivery IS
-    'Webhook deliveries: one per incident transition and target, retried with backoff until delivered or failed';
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_delivery', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.alert_delivery_delivery_id_seq', '');
-
--- The circuit breaker of each target: after five failures in a row it
--- opens for 30 s, doubling to 10 minutes while probes fail; one delivery
--- probes it once it is due again.
-CREATE TABLE @extschema@.alert_target_state (
-    target_name          text PRIMARY KEY,
-    consecutive_failures integer NOT NULL DEFAULT 0,
-    open_until           timestamptz,
-    last_success         timestamptz,
-    last_failure         timestamptz,
-    last_error           text
-);
-COMMENT ON TABLE @extschema@.alert_target_state IS
-    'Webhook targets'' circuit breakers: failures in a row and until when no delivery is tried';
-
 -- The webhook targets: foreign servers of finalize_webhook with their
 -- options (never the user mapping's secrets).
-CREATE FUNCTION @extschema@._alert_targets()
+CREATE OR REPLACE FUNCTION @extschema@._alert_targets()
 RETURNS TABLE (target_name text, format text, min_severity text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -278,7 +224,7 @@ BEGIN ATOMIC
 END;
 
 -- The rank of a severity, for min_severity.
-CREATE FUNCTION @extschema@._severity_rank(severity text)
+CREATE OR REPLACE FUNCTION @extschema@._severity_rank(severity text)
 RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -288,7 +234,7 @@ RETURN CASE severity WHEN 'info' THEN 1 WHEN 'warning' THEN 2 WHEN 'critical' TH
 -- dedup_key names the incident (PagerDuty's dedup_key, Opsgenie's alias);
 -- idempotency_key names the transition. The message of a resolution says
 -- it resolved (and when), then what the incident was.
-CREATE FUNCTION @extschema@._alert_event(a @extschema@.alert, transition text)
+CREATE OR REPLACE FUNCTION @extschema@._alert_event(a @extschema@.alert, transition text)
 RETURNS jsonb
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -316,7 +262,7 @@ END;
 
 -- Wakes the alerts worker once the transaction that queued deliveries
 -- commits (a no-op without one).
-CREATE FUNCTION @extschema@._wake_alert_delivery()
+CREATE OR REPLACE FUNCTION @extschema@._wake_alert_delivery()
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_wake_alert_delivery'
 LANGUAGE C VOLATILE;
@@ -326,7 +272,7 @@ LANGUAGE C VOLATILE;
 -- resolution to the targets that were told it opened (a target created
 -- later hears of the next incident, never of a resolution alone). An
 -- incident born resolved (informational) opens and resolves at once.
-CREATE FUNCTION @extschema@._queue_alert_delivery()
+CREATE OR REPLACE FUNCTION @extschema@._queue_alert_delivery()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -370,14 +316,14 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER alert_delivery_queue AFTER INSERT OR UPDATE OF state ON @extschema@.alert
+CREATE OR REPLACE TRIGGER alert_delivery_queue AFTER INSERT OR UPDATE OF state ON @extschema@.alert
     FOR EACH ROW EXECUTE FUNCTION @extschema@._queue_alert_delivery();
 
 -- The deliveries the alerts worker may send, and from when: pending, not
 -- in flight, every earlier transition of the incident to that target
 -- settled (a resolution never overtakes its opening), due at their
 -- next_attempt or when their target's breaker lets a probe through.
-CREATE FUNCTION @extschema@._claimable_deliveries()
+CREATE OR REPLACE FUNCTION @extschema@._claimable_deliveries()
 RETURNS TABLE (delivery_id bigint, due timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -399,7 +345,7 @@ END;
 -- recorded, or until the worker restarts: _release_claims). Counts the
 -- attempt before it is made: a crash mid-request costs an attempt, never
 -- a silent retry for ever.
-CREATE FUNCTION @extschema@._claim_delivery()
+CREATE OR REPLACE FUNCTION @extschema@._claim_delivery()
 RETURNS TABLE (delivery_id bigint, target_name text, event jsonb, attempts integer)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -429,7 +375,7 @@ $$;
 
 -- When the next pending delivery falls due (NULL: none), so that the
 -- alerts worker sleeps until then.
-CREATE FUNCTION @extschema@._next_delivery()
+CREATE OR REPLACE FUNCTION @extschema@._next_delivery()
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -444,7 +390,7 @@ END;
 -- cannot change (permanent) or retry_limit attempts were made; one that
 -- never reached its target (target_answered false: dropped, renamed, or
 -- no request could be built) fails at once without touching the breaker.
-CREATE FUNCTION @extschema@._delivery_result(delivery_id bigint, delivered boolean, http_status integer,
+CREATE OR REPLACE FUNCTION @extschema@._delivery_result(delivery_id bigint, delivered boolean, http_status integer,
                                              error text, retry_after double precision, permanent boolean,
                                              retry_limit integer, target_answered boolean DEFAULT true)
 RETURNS text
@@ -512,7 +458,7 @@ $$;
 
 -- After a restart of the alerts worker, deliveries it had claimed are
 -- due again (their attempt was counted).
-CREATE FUNCTION @extschema@._release_claims()
+CREATE OR REPLACE FUNCTION @extschema@._release_claims()
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -523,7 +469,7 @@ END;
 -- The request a delivery sends (format, URL, event, secrets as jsonb):
 -- what the alerts worker builds, for tests. Not granted: its headers hold
 -- the secrets.
-CREATE FUNCTION @extschema@._alert_request(format text, url text, event jsonb, secrets jsonb,
+CREATE OR REPLACE FUNCTION @extschema@._alert_request(format text, url text, event jsonb, secrets jsonb,
                                            OUT request_url text, OUT headers text[], OUT body text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'finalize_alert_request'
@@ -531,7 +477,7 @@ LANGUAGE C STABLE STRICT;
 
 -- Deliveries per incident and target, for people: attempts, the last HTTP
 -- status and error, and the target's breaker.
-CREATE VIEW @extschema@.alert_deliveries AS
+CREATE OR REPLACE VIEW @extschema@.alert_deliveries AS
 SELECT d.delivery_id, d.alert_id, a.kind, a.severity, d.target_name AS target, d.transition, d.state,
        d.attempts, CASE WHEN d.state = 'pending' THEN d.next_attempt END AS next_attempt,
        d.last_attempt_at, d.last_status,

@@ -7,7 +7,7 @@
 -- Release a partition of an Iceberg table: audit a snapshot (a WAP branch's
 -- head, a wap.id, a snapshot id) against the store and the CDC facts, then
 -- publish it through the catalog (fast-forward a branch, or create a tag).
-CREATE FUNCTION @extschema@.release_iceberg(request jsonb,
+CREATE OR REPLACE FUNCTION @extschema@.release_iceberg(request jsonb,
                                             OUT released boolean, OUT generation text, OUT problems jsonb)
 RETURNS record
 AS 'MODULE_PATHNAME', 'finalize_release_iceberg'
@@ -21,7 +21,7 @@ COMMENT ON FUNCTION @extschema@.release_iceberg(jsonb) IS
 -- Whether this very request (as stored: the request and the snapshot's
 -- manifest list) released this snapshot of the partition before: the same
 -- request again, when nothing changed, stores nothing.
-CREATE FUNCTION @extschema@._iceberg_released(table_id bigint, partition text, generation text, stored jsonb)
+CREATE OR REPLACE FUNCTION @extschema@._iceberg_released(table_id bigint, partition text, generation text, stored jsonb)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -42,7 +42,7 @@ END;
 -- consumer for each table in scope that has none: followed_elsewhere when
 -- another shard of the table has one (then the lake's copy of this shard
 -- is not known to be followed, which is a problem, never a skip).
-CREATE FUNCTION @extschema@._iceberg_lake_consumers(table_id bigint, shard text, iceberg_table text,
+CREATE OR REPLACE FUNCTION @extschema@._iceberg_lake_consumers(table_id bigint, shard text, iceberg_table text,
                                                     table_uuid text)
 RETURNS TABLE (table_name text, consumer text, lsn_property text, followed_elsewhere boolean)
 LANGUAGE sql STABLE
@@ -77,7 +77,7 @@ END;
 -- not name this shard (shard=<label>). One shard's verdict would release
 -- every shard's rows, which the gate never lets a manifest's "shard" do
 -- either (_shard_scope_problem).
-CREATE FUNCTION @extschema@._iceberg_shard_scope(table_id bigint, partition text, iceberg_table text,
+CREATE OR REPLACE FUNCTION @extschema@._iceberg_shard_scope(table_id bigint, partition text, iceberg_table text,
                                                  table_uuid text, shard_field boolean)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -120,7 +120,7 @@ $$;
 -- The CDC ranges of a table's facts that hold changes committed in
 -- [period_start, period_end), at most 20, as the row-count problems name
 -- them: [{"start_lsn", "end_lsn", "inserts", "updates", "deletes", "inside"}].
-CREATE FUNCTION @extschema@._iceberg_ranges(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION @extschema@._iceberg_ranges(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS jsonb
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -152,7 +152,7 @@ END;
 -- (equality deletes, facts that are not exact) and a shard whose lake
 -- consumer is missing where other shards have one are problems too:
 -- nothing is published on a guess.
-CREATE FUNCTION @extschema@._iceberg_checks(table_name text, period_start timestamptz, period_end timestamptz,
+CREATE OR REPLACE FUNCTION @extschema@._iceberg_checks(table_name text, period_start timestamptz, period_end timestamptz,
                                             row_rule text, records bigint, position_deletes bigint,
                                             uncountable_delete_files bigint, lake jsonb)
 RETURNS TABLE (code text, detail text)

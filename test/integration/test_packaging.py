@@ -34,7 +34,10 @@ def test_meta_json_matches_control():
 def test_make_derives_install_script_name():
     out = subprocess.run(["make", "-s", "-C", TOP, "--eval", "show-data: ; @echo $(DATA_built)", "show-data"],
                          capture_output=True, text=True, check=True).stdout
-    assert out.strip() == f"finalize--{control_version()}.sql"
+    built = out.split()
+    # The install script of the current version, then the update scripts to it that make generates.
+    assert built[0] == f"finalize--{control_version()}.sql"
+    assert all(re.fullmatch(r"finalize--[\d.]+--" + re.escape(control_version()) + r"\.sql", b) for b in built[1:]), built
 
 
 def pg_includedir():

@@ -1,0 +1,23 @@
+-- The foreign-data wrappers whose servers and user mappings hold what
+-- finalize reaches: SQL Server, Iceberg catalogs, object stores, webhooks.
+-- Made once their validators exist (the rerunnable parts before this).
+
+CREATE FOREIGN DATA WRAPPER finalize_mssql
+    VALIDATOR @extschema@._mssql_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_mssql IS
+    'SQL Server databases with change data capture, read by the finalize worker';
+CREATE FOREIGN DATA WRAPPER finalize_iceberg
+    VALIDATOR @extschema@.finalize_iceberg_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_iceberg IS
+    'Iceberg REST catalogs whose tables'' snapshots say how far a pipeline got (finalize.add_consumer(..., iceberg_server => ...))';
+CREATE FOREIGN DATA WRAPPER finalize_s3
+    VALIDATOR @extschema@._s3_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_s3 IS
+    'S3-compatible object stores listed by finalize.release_gate';
+CREATE FOREIGN DATA WRAPPER finalize_webhook
+    VALIDATOR @extschema@._webhook_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_webhook IS
+    'Webhook targets the finalize alerts worker delivers incidents to (json, slack, pagerduty_v2, opsgenie)';
+
+-- Admins create servers and user mappings of finalize's wrappers.
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_mssql, finalize_iceberg, finalize_s3, finalize_webhook TO finalize_admin;
