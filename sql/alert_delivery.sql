@@ -34,20 +34,20 @@ CREATE USER MAPPING FOR CURRENT_USER SERVER hook_slack OPTIONS (format 'json');
 ALTER USER MAPPING FOR CURRENT_USER SERVER hook_json OPTIONS (SET bearer_token E'tok\r\nX-Evil: 1');
 ALTER USER MAPPING FOR CURRENT_USER SERVER hook_json OPTIONS (SET hmac_key 'short');
 \set VERBOSITY terse
-SELECT target_name, format, min_severity FROM finalize._alert_targets() ORDER BY 1;
+SELECT target_name, format, min_severity FROM finalize_internal.alert_targets() ORDER BY 1;
 
 -- An incident's opening goes to every target whose min_severity it
 -- reaches; its acknowledgement and resolution to those told it opened.
-SELECT finalize._raise_alert('freshness', 'warning', NULL, 'erp', '', 'Table "s.orders" is 3 hours behind.') AS warn \gset
-SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Login failed for user ''cdc''. (18456)') AS crit \gset
-SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Login failed again.') = :crit AS counted_not_queued;
+SELECT finalize_internal.raise_alert('freshness', 'warning', NULL, 'erp', '', 'Table "s.orders" is 3 hours behind.') AS warn \gset
+SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Login failed for user ''cdc''. (18456)') AS crit \gset
+SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Login failed again.') = :crit AS counted_not_queued;
 SELECT finalize.acknowledge_alert(:crit, 'on it, OPS-7');
-SELECT finalize._resolve_alerts('unreachable', NULL, 'erp');
-SELECT finalize._resolve_alerts('freshness', NULL, 'erp');
+SELECT finalize_internal.resolve_alerts('unreachable', NULL, 'erp');
+SELECT finalize_internal.resolve_alerts('freshness', NULL, 'erp');
 SELECT alert_id = :crit AS critical, target, transition, state, attempts
   FROM finalize.alert_deliveries ORDER BY delivery_id;
 -- An informational incident born resolved opens and resolves at once.
-SELECT finalize._raise_alert('schema_change', 'info', NULL, 'erp', 'x', 'ALTER TABLE') AS info \gset
+SELECT finalize_internal.raise_alert('schema_change', 'info', NULL, 'erp', 'x', 'ALTER TABLE') AS info \gset
 UPDATE finalize.alert SET state = 'resolved', resolved_at = now() WHERE alert_id = :info;
 SELECT target, transition FROM finalize.alert_deliveries WHERE alert_id = :info ORDER BY delivery_id;
 -- A row pg_restore brings back (with its old times) was news once: it
@@ -84,37 +84,37 @@ SELECT d.event AS ev FROM finalize.alert_delivery d WHERE d.alert_id = :crit AND
 SELECT r.request_url, pg_temp.mask(r.headers[1:4]::text) AS headers,
        r.headers[5] = 'X-Finalize-Signature: sha256=' || pg_temp.hmac_sha256('k3y', convert_to(r.body, 'UTF8')) AS signed,
        r.body::jsonb = :'ev'::jsonb AS body_is_the_event
-  FROM finalize._alert_request('json', 'http://127.0.0.1:9/hook', :'ev', '{"hmac_key": "k3y", "bearer_token": "tok-123"}') r;
+  FROM finalize_internal.alert_request('json', 'http://127.0.0.1:9/hook', :'ev', '{"hmac_key": "k3y", "bearer_token": "tok-123"}') r;
 SELECT r.request_url, pg_temp.mask(r.headers::text) AS headers, r.body::jsonb->>'text' AS text,
        jsonb_array_length(r.body::jsonb->'blocks') AS blocks
-  FROM finalize._alert_request('slack', 'https://hooks.slack.com/services/T0/B0/x',
+  FROM finalize_internal.alert_request('slack', 'https://hooks.slack.com/services/T0/B0/x',
                                jsonb_set(:'ev', '{alert,message}', '"a <b> & c"'), '{}') r;
 SELECT pg_temp.mask((r.body::jsonb - 'payload')::text) AS envelope, (r.body::jsonb->'payload') - 'timestamp' AS payload
-  FROM finalize._alert_request('pagerduty_v2', 'https://events.pagerduty.com/v2/enqueue', :'ev', '{"routing_key": "R0UTINGKEY"}') r;
+  FROM finalize_internal.alert_request('pagerduty_v2', 'https://events.pagerduty.com/v2/enqueue', :'ev', '{"routing_key": "R0UTINGKEY"}') r;
 SELECT pg_temp.mask(r.body) AS resolve_body
-  FROM finalize._alert_request('pagerduty_v2', 'https://events.pagerduty.com/v2/enqueue',
+  FROM finalize_internal.alert_request('pagerduty_v2', 'https://events.pagerduty.com/v2/enqueue',
                                jsonb_set(:'ev', '{event}', '"resolve"'), '{"routing_key": "R0UTINGKEY"}') r;
 SELECT r.request_url, pg_temp.mask(r.headers::text) AS headers, pg_temp.mask((r.body::jsonb - 'details')::text) AS body
-  FROM finalize._alert_request('opsgenie', 'https://api.opsgenie.com/', :'ev', '{"api_key": "g3nie"}') r;
+  FROM finalize_internal.alert_request('opsgenie', 'https://api.opsgenie.com/', :'ev', '{"api_key": "g3nie"}') r;
 SELECT pg_temp.mask(r.request_url) AS request_url, r.body::jsonb AS body
-  FROM finalize._alert_request('opsgenie', 'https://api.eu.opsgenie.com',
+  FROM finalize_internal.alert_request('opsgenie', 'https://api.eu.opsgenie.com',
                                jsonb_set(:'ev', '{event}', '"acknowledge"'), '{"api_key": "g3nie"}') r;
 -- Long messages are cut where each service requires, never mid-character.
 SELECT length(r.body::jsonb->'payload'->>'summary') AS pagerduty_summary
-  FROM finalize._alert_request('pagerduty_v2', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('é', 2000))),
+  FROM finalize_internal.alert_request('pagerduty_v2', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('é', 2000))),
                                '{"routing_key": "k"}') r;
 SELECT length(r.body::jsonb->>'message') AS opsgenie_message
-  FROM finalize._alert_request('opsgenie', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('é', 2000))),
+  FROM finalize_internal.alert_request('opsgenie', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('é', 2000))),
                                '{"api_key": "k"}') r;
 SELECT length(r.body::jsonb->'blocks'->0->'text'->>'text') AS slack_section,
        r.body::jsonb->'blocks'->0->'text'->>'text' ~ '&amp;\.\.\.$|[^&]\.\.\.$' AS cut_whole
-  FROM finalize._alert_request('slack', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('<&>', 3000))),
+  FROM finalize_internal.alert_request('slack', 'https://x.example', jsonb_set(:'ev', '{alert,message}', to_jsonb(repeat('<&>', 3000))),
                                '{}') r;
 -- A format's secret missing is an error that names it, not the others' values.
 \set VERBOSITY default
-SELECT * FROM finalize._alert_request('pagerduty_v2', 'https://x.example', :'ev', '{"hmac_key": "k3y"}');
-SELECT * FROM finalize._alert_request('opsgenie', 'https://x.example', :'ev', '{}');
-SELECT * FROM finalize._alert_request('json', 'https://x.example', '{"event": "open"}', '{}');
+SELECT * FROM finalize_internal.alert_request('pagerduty_v2', 'https://x.example', :'ev', '{"hmac_key": "k3y"}');
+SELECT * FROM finalize_internal.alert_request('opsgenie', 'https://x.example', :'ev', '{}');
+SELECT * FROM finalize_internal.alert_request('json', 'https://x.example', '{"event": "open"}', '{}');
 \set VERBOSITY terse
 
 -- Outcomes as the worker records them: a delivered attempt closes the
@@ -122,44 +122,44 @@ SELECT * FROM finalize._alert_request('json', 'https://x.example', '{"event": "o
 -- good at the retry limit or on a permanent answer; five failures in a
 -- row open the breaker, and the queue skips the target while it is open.
 UPDATE finalize.alert_delivery SET state = 'delivered' WHERE target_name <> 'hook_json' OR alert_id <> :crit;
-SELECT delivery_id AS d1, event->>'event' AS transition FROM finalize._claim_delivery() \gset
+SELECT delivery_id AS d1, event->>'event' AS transition FROM finalize_internal.claim_delivery() \gset
 \echo :transition
 -- Its acknowledgement and resolution wait behind it.
-SELECT count(*) AS claimable_behind_it FROM finalize._claim_delivery();
-SELECT finalize._delivery_result(:d1, false, 503, 'HTTP 503', NULL, false, 3) AS outcome;
+SELECT count(*) AS claimable_behind_it FROM finalize_internal.claim_delivery();
+SELECT finalize_internal.delivery_result(:d1, false, 503, 'HTTP 503', NULL, false, 3) AS outcome;
 SELECT attempts, state, last_status, next_attempt - now() BETWEEN interval '0.5 s' AND interval '1.1 s' AS backoff_1s
   FROM finalize.alert_delivery WHERE delivery_id = :d1;
 UPDATE finalize.alert_delivery SET next_attempt = now() WHERE delivery_id = :d1;
-SELECT delivery_id = :d1 AS same_delivery FROM finalize._claim_delivery();
-SELECT finalize._delivery_result(:d1, false, 429, 'HTTP 429', 30, false, 3) AS outcome;
+SELECT delivery_id = :d1 AS same_delivery FROM finalize_internal.claim_delivery();
+SELECT finalize_internal.delivery_result(:d1, false, 429, 'HTTP 429', 30, false, 3) AS outcome;
 SELECT attempts, next_attempt - now() BETWEEN interval '29 s' AND interval '31 s' AS retry_after_honoured
   FROM finalize.alert_delivery WHERE delivery_id = :d1;
 UPDATE finalize.alert_delivery SET next_attempt = now() WHERE delivery_id = :d1;
-SELECT delivery_id = :d1 AS same_delivery FROM finalize._claim_delivery();
-SELECT finalize._delivery_result(:d1, false, NULL, 'Connection refused', NULL, false, 3) AS outcome;
+SELECT delivery_id = :d1 AS same_delivery FROM finalize_internal.claim_delivery();
+SELECT finalize_internal.delivery_result(:d1, false, NULL, 'Connection refused', NULL, false, 3) AS outcome;
 SELECT attempts, state, last_status, last_error FROM finalize.alert_delivery WHERE delivery_id = :d1;
 -- Settled, the acknowledgement goes; an answer no retry can change fails it at once.
-SELECT delivery_id AS d2, event->>'event' AS transition FROM finalize._claim_delivery() \gset
+SELECT delivery_id AS d2, event->>'event' AS transition FROM finalize_internal.claim_delivery() \gset
 \echo :transition
-SELECT finalize._delivery_result(:d2, false, 400, 'HTTP 400: invalid event', NULL, true, 3) AS outcome;
+SELECT finalize_internal.delivery_result(:d2, false, 400, 'HTTP 400: invalid event', NULL, true, 3) AS outcome;
 SELECT attempts, state, last_error FROM finalize.alert_delivery WHERE delivery_id = :d2;
 SELECT consecutive_failures, open_until IS NULL AS breaker_closed FROM finalize.alert_target_state;
 -- The fifth failure in a row opens the breaker for 30 s: nothing of the
 -- target is claimed while it is open; then one probe closes it.
-SELECT finalize._delivery_result(d.delivery_id, false, 500, 'HTTP 500', NULL, false, 10) AS outcome,
+SELECT finalize_internal.delivery_result(d.delivery_id, false, 500, 'HTTP 500', NULL, false, 10) AS outcome,
        d.event->>'event' AS transition
-  FROM finalize._claim_delivery() d;
+  FROM finalize_internal.claim_delivery() d;
 SELECT consecutive_failures, open_until - now() BETWEEN interval '29 s' AND interval '31 s' AS breaker_open_30s
   FROM finalize.alert_target_state;
 UPDATE finalize.alert_delivery SET next_attempt = now() WHERE state = 'pending';
-SELECT count(*) AS claimable_while_open FROM finalize._claim_delivery();
+SELECT count(*) AS claimable_while_open FROM finalize_internal.claim_delivery();
 SELECT target, transition, breaker_open_until IS NOT NULL AS breaker_open FROM finalize.alert_deliveries WHERE state = 'pending';
 UPDATE finalize.alert_target_state SET open_until = now();
-SELECT finalize._delivery_result(d.delivery_id, true, 200, NULL, NULL, false, 10) AS outcome FROM finalize._claim_delivery() d;
+SELECT finalize_internal.delivery_result(d.delivery_id, true, 200, NULL, NULL, false, 10) AS outcome FROM finalize_internal.claim_delivery() d;
 SELECT consecutive_failures, open_until IS NULL AS breaker_closed, last_success IS NOT NULL AS succeeded
   FROM finalize.alert_target_state;
 SELECT transition, state, attempts, last_status FROM finalize.alert_deliveries WHERE alert_id = :crit ORDER BY delivery_id;
-SELECT finalize._next_delivery() AS next_due;
+SELECT finalize_internal.next_delivery() AS next_due;
 
 -- A release the gate refuses is an informational incident of its
 -- partition; the next released generation resolves it.
@@ -173,9 +173,9 @@ SELECT kind, severity, table_name, subject, state, message, detail->>'generation
   FROM finalize.alerts WHERE kind = 'release_rejected';
 -- Late rows in that period called for a correction (an event-time table's
 -- late_data incident, subject the period): releasing it resolves that too.
-SELECT finalize._raise_alert('late_data', 'warning', :orders_id, 'erp', finalize._utc_iso('2026-11-29 00:00+00'),
+SELECT finalize_internal.raise_alert('late_data', 'warning', :orders_id, 'erp', finalize_internal.utc_iso('2026-11-29 00:00+00'),
                              '2 late row(s) landed in event period 2026-11-29T00:00:00Z') > 0 AS late;
-SELECT finalize._raise_alert('late_data', 'warning', :orders_id, 'erp', finalize._utc_iso('2026-11-30 00:00+00'),
+SELECT finalize_internal.raise_alert('late_data', 'warning', :orders_id, 'erp', finalize_internal.utc_iso('2026-11-30 00:00+00'),
                              '1 late row(s) landed in event period 2026-11-30T00:00:00Z') > 0 AS late;
 INSERT INTO finalize.release (table_id, partition, generation, store, prefix, released, period_start, problems,
                               report, requested_by)
@@ -191,22 +191,22 @@ SELECT finalize.alter_tracked_table('ad.orders', max_lag => '1 mon');
 \set VERBOSITY terse
 SELECT finalize.alter_tracked_table('ad.orders', max_lag => '1 day 2 hours');
 SELECT max_lag FROM finalize.tracked_table WHERE table_id = :orders_id;
-SELECT finalize._check_freshness() AS over_sla;
+SELECT finalize_internal.check_freshness() AS over_sla;
 UPDATE finalize.tracked_table SET created_at = now() - interval '30 hours' WHERE table_id = :orders_id;
-SELECT finalize._check_freshness() AS over_sla;
-SELECT finalize._check_freshness() AS over_sla;
+SELECT finalize_internal.check_freshness() AS over_sla;
+SELECT finalize_internal.check_freshness() AS over_sla;
 SELECT kind, severity, table_name, state, count,
        message ~ '^Table "ad\.orders" has no verdict 30:00:0\d after it was tracked; its freshness SLA \(max_lag\) is 26:00:00\.$' AS says_why
   FROM finalize.alerts WHERE kind = 'freshness' AND table_name IS NOT NULL;
 SELECT finalize.record_range('ad.orders', NULL, '0x00000000000000000100', now() - interval '1 hour') IS NOT NULL AS recorded;
-SELECT finalize._check_freshness() AS over_sla;
+SELECT finalize_internal.check_freshness() AS over_sla;
 SELECT kind, state FROM finalize.alerts WHERE kind = 'freshness' AND table_name IS NOT NULL;
 SELECT finalize.alter_tracked_table('ad.orders', max_lag => '1 minute');
-SELECT finalize._check_freshness() AS over_sla;
+SELECT finalize_internal.check_freshness() AS over_sla;
 SELECT state, message ~ '^Table "ad.orders" is final only until' AS says_until FROM finalize.alerts
  WHERE kind = 'freshness' AND table_name IS NOT NULL ORDER BY alert_id;
 SELECT finalize.alter_tracked_table('ad.orders', max_lag => '0');
-SELECT finalize._check_freshness() AS over_sla;
+SELECT finalize_internal.check_freshness() AS over_sla;
 SELECT max_lag, (SELECT count(*) FROM finalize.alerts WHERE kind = 'freshness' AND state = 'open') AS open
   FROM finalize.tracked_table WHERE table_id = :orders_id;
 
@@ -214,7 +214,7 @@ SELECT max_lag, (SELECT count(*) FROM finalize.alerts WHERE kind = 'freshness' A
 SELECT has_table_privilege('finalize_reader', 'finalize.alert_deliveries', 'SELECT') AS reader_sees_deliveries,
        has_table_privilege('finalize_reader', 'finalize.alert_delivery', 'SELECT') AS reader_reads_queue,
        has_table_privilege('finalize_admin', 'finalize.alert_target_state', 'SELECT') AS admin_reads_breakers,
-       has_function_privilege('finalize_admin', 'finalize._alert_request(text, text, jsonb, jsonb)', 'EXECUTE') AS admin_builds_requests,
+       has_function_privilege('finalize_admin', 'finalize_internal.alert_request(text, text, jsonb, jsonb)', 'EXECUTE') AS admin_builds_requests,
        has_foreign_data_wrapper_privilege('finalize_admin', 'finalize_webhook', 'USAGE') AS admin_creates_targets;
 
 -- A receiver's answer may quote what it was sent: readers see the status, not the text.

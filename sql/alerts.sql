@@ -13,31 +13,31 @@ CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1',
 SELECT finalize.track_table('al.orders', 'erp', 'dbo.orders') > 0 AS tracked;
 
 -- A condition that persists is one incident, counted.
-SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in: 18456 Login failed for user ''cdc''.') AS first \gset
-SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in: 20009 unreachable.') = :first AS same_incident;
-SELECT finalize._raise_alert('read_failed', 'critical', finalize._tracked_id('al.orders'), 'erp', '', 'Msg 229: SELECT denied.') <> :first AS another_incident;
+SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in: 18456 Login failed for user ''cdc''.') AS first \gset
+SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in: 20009 unreachable.') = :first AS same_incident;
+SELECT finalize_internal.raise_alert('read_failed', 'critical', finalize_internal.tracked_id('al.orders'), 'erp', '', 'Msg 229: SELECT denied.') <> :first AS another_incident;
 SELECT kind, severity, table_name, server_name, state, count, message FROM finalize.alerts ORDER BY alert_id;
 
 -- Cleared: resolved, with the time; raised again later: a new incident.
-SELECT finalize._resolve_alerts('unreachable', NULL, 'erp') AS resolved;
-SELECT finalize._resolve_alerts('unreachable', NULL, 'erp') AS resolved_again;
+SELECT finalize_internal.resolve_alerts('unreachable', NULL, 'erp') AS resolved;
+SELECT finalize_internal.resolve_alerts('unreachable', NULL, 'erp') AS resolved_again;
 SELECT state, resolved_at IS NOT NULL AS has_resolved_at FROM finalize.alerts WHERE kind = 'unreachable';
-SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in again.') > (SELECT min(alert_id) FROM finalize.alert) AS reopened_as_new;
+SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, 'erp', '', 'Could not log in again.') > (SELECT min(alert_id) FROM finalize.alert) AS reopened_as_new;
 SELECT state, count FROM finalize.alerts WHERE kind = 'unreachable' ORDER BY alert_id;
 
 -- A person acknowledges an open incident; it stays acknowledged while it
 -- goes on, and resolves when it clears.
 \set VERBOSITY default
 SELECT finalize.acknowledge_alert((SELECT alert_id FROM finalize.alerts WHERE kind = 'read_failed'), 'SQL Server grants fixed in OPS-42');
-SELECT finalize._raise_alert('read_failed', 'critical', finalize._tracked_id('al.orders'), 'erp', '', 'Msg 229 again.') > 0 AS counted;
+SELECT finalize_internal.raise_alert('read_failed', 'critical', finalize_internal.tracked_id('al.orders'), 'erp', '', 'Msg 229 again.') > 0 AS counted;
 SELECT kind, state, count, acknowledged_by IS NOT NULL AS by_whom, acknowledge_note FROM finalize.alerts WHERE kind = 'read_failed';
 SELECT finalize.acknowledge_alert((SELECT alert_id FROM finalize.alerts WHERE kind = 'read_failed'), '   ');
 SELECT finalize.acknowledge_alert(999, 'no such incident');
 \set VERBOSITY terse
 SELECT finalize.acknowledge_alert((SELECT min(alert_id) FROM finalize.alerts WHERE kind = 'unreachable'), 'already resolved');
-SELECT finalize._resolve_alerts('read_failed', finalize._tracked_id('al.orders'), 'erp') AS resolved;
+SELECT finalize_internal.resolve_alerts('read_failed', finalize_internal.tracked_id('al.orders'), 'erp') AS resolved;
 -- Unknown kinds and severities are refused: the list is the contract.
-SELECT finalize._raise_alert('bored', 'critical', NULL, 'erp', '', 'x');
+SELECT finalize_internal.raise_alert('bored', 'critical', NULL, 'erp', '', 'x');
 
 -- Untracking keeps the incident and its table's name.
 SELECT finalize.untrack_table('al.orders', keep_facts => false);
@@ -47,19 +47,19 @@ SELECT table_name, state FROM finalize.alerts WHERE kind = 'read_failed';
 -- source's likewise, except conditions that make SQL Server's times
 -- untrusted, which open one at once.
 SELECT finalize.track_table('al.lines', 'erp', 'dbo.lines') AS lines_id \gset
-SELECT finalize._set_condition(:lines_id, 'read_failed', 'Msg 229, Level 14: The SELECT permission was denied.');
+SELECT finalize_internal.set_condition(:lines_id, 'read_failed', 'Msg 229, Level 14: The SELECT permission was denied.');
 SELECT count(*) AS incidents_at_once FROM finalize.alerts WHERE kind = 'read_failed' AND state = 'open';
 UPDATE finalize.table_condition SET since = now() - interval '6 minutes' WHERE table_id = :lines_id;
-SELECT finalize._set_condition(:lines_id, 'read_failed', 'Msg 229, Level 14: The SELECT permission was denied (again).');
+SELECT finalize_internal.set_condition(:lines_id, 'read_failed', 'Msg 229, Level 14: The SELECT permission was denied (again).');
 SELECT kind, severity, table_name, state, message FROM finalize.alerts WHERE kind = 'read_failed' AND state = 'open';
-SELECT finalize._set_condition(:lines_id, NULL, NULL);
+SELECT finalize_internal.set_condition(:lines_id, NULL, NULL);
 SELECT kind, state FROM finalize.alerts WHERE table_name = 'al.lines';
-SELECT finalize._source_failed('erp', NULL, 'clock_skew', 'SQL Server''s clock is ahead.', now());
+SELECT finalize_internal.source_failed('erp', NULL, 'clock_skew', 'SQL Server''s clock is ahead.', now());
 SELECT kind, severity, server_name, state FROM finalize.alerts WHERE kind = 'clock_skew';
 -- A worker that is not running says nothing about SQL Server: the incident stays.
-SELECT finalize._source_failed('erp', NULL, 'no_worker', 'The worker is not running.', now());
+SELECT finalize_internal.source_failed('erp', NULL, 'no_worker', 'The worker is not running.', now());
 SELECT kind, state FROM finalize.alerts WHERE kind = 'clock_skew';
-SELECT finalize._source_ok('erp', NULL, '0x00000000000000000100', now(), now());
+SELECT finalize_internal.source_ok('erp', NULL, '0x00000000000000000100', now(), now());
 SELECT kind, state FROM finalize.alerts WHERE kind = 'clock_skew';
 SELECT finalize.untrack_table('al.lines', keep_facts => false);
 
@@ -75,7 +75,7 @@ SELECT kind, severity, table_name, state, message FROM finalize.alerts WHERE kin
 SELECT finalize.untrack_table('al.ddl', keep_facts => false);
 
 -- Retention removes resolved incidents, not open ones.
-SELECT finalize._raise_alert('freshness', 'warning', NULL, 'erp', '', 'still behind') > 0 AS opened;
+SELECT finalize_internal.raise_alert('freshness', 'warning', NULL, 'erp', '', 'still behind') > 0 AS opened;
 SELECT finalize.purge_facts('0') >= 0 AS purged;
 SELECT kind, state FROM finalize.alerts ORDER BY alert_id;
 DELETE FROM finalize.alert;

@@ -116,14 +116,14 @@ SELECT lateness_policy, lateness_quantile FROM finalize.tracked_table WHERE tabl
 SELECT lateness, rows FROM finalize.lateness('ev.orders');
 SELECT finalize.lateness('ct.orders');
 -- A sketch that is not one is refused by name.
-SELECT finalize._sketch_rows('\x0102'::bytea);
+SELECT finalize_internal.sketch_rows('\x0102'::bytea);
 
 -- The event-time bound is C period arithmetic: the same in every zone.
-SELECT finalize._event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour', 'UTC') AT TIME ZONE 'UTC' AS b1,
-       finalize._event_bound('2026-11-29 12:00+00', '0', '1 hour', 'UTC') AT TIME ZONE 'UTC' AS b2,
-       finalize._event_bound('2026-11-29 12:00+00', '1 day', '1 day', 'UTC') AT TIME ZONE 'UTC' AS b3,
-       finalize._event_bound('infinity', '0', '1 hour', 'UTC') AS b4,
-       finalize._event_bound('2026-11-29 12:00+00', '0', '1 day', 'Asia/Seoul') AT TIME ZONE 'UTC' AS b5;
+SELECT finalize_internal.event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour', 'UTC') AT TIME ZONE 'UTC' AS b1,
+       finalize_internal.event_bound('2026-11-29 12:00+00', '0', '1 hour', 'UTC') AT TIME ZONE 'UTC' AS b2,
+       finalize_internal.event_bound('2026-11-29 12:00+00', '1 day', '1 day', 'UTC') AT TIME ZONE 'UTC' AS b3,
+       finalize_internal.event_bound('infinity', '0', '1 hour', 'UTC') AS b4,
+       finalize_internal.event_bound('2026-11-29 12:00+00', '0', '1 day', 'Asia/Seoul') AT TIME ZONE 'UTC' AS b5;
 SET TimeZone = 'UTC';
 
 -- The granularity of an event-time table with facts cannot change (its
@@ -144,7 +144,7 @@ SELECT finalize.alter_tracked_table('ev.orders', lateness_policy => 'exact');
 
 -- A loss on an event-time table holds event times: from its start less the
 -- allowance (3 hours) to its end plus finalize.max_clock_skew (1 hour).
-SELECT finalize._record_loss(t.table_id, w, '0x00000000000000000700', '2026-11-29 19:30+00')
+SELECT finalize_internal.record_loss(t.table_id, w, '0x00000000000000000700', '2026-11-29 19:30+00')
   FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'ev.orders';
 SELECT lost_from AT TIME ZONE 'UTC' AS lost_from, lost_to AT TIME ZONE 'UTC' AS lost_to FROM finalize.loss;
 UPDATE finalize.watermark w SET offset_lsn = '0x00000000000000000700', offset_commit_time = '2026-11-29 19:30+00'
@@ -169,7 +169,7 @@ SELECT finalize.record_range('ev.q', NULL, '0x00000000000000000100', '2026-11-29
 SELECT finalize.record_range('ev.q', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 10:05+00',
                              1, 0, 0, '2026-11-29 10:01+00', '2026-11-29 10:01+00',
                              event_periods => '[{"period": "2026-11-29T10:00:00Z", "inserts": 1}]');
-SELECT finalize._record_loss(t.table_id, w, '0x00000000000000000300', '2026-11-29 11:30+00')
+SELECT finalize_internal.record_loss(t.table_id, w, '0x00000000000000000300', '2026-11-29 11:30+00')
   FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'ev.q';
 UPDATE finalize.watermark w SET offset_lsn = '0x00000000000000000300', offset_commit_time = '2026-11-29 11:30+00'
   FROM finalize.tracked_table t WHERE t.table_id = w.table_id AND t.table_name = 'ev.q';

@@ -34,7 +34,7 @@ ALTER SERVER src_ok OPTIONS (SET capture_stall_threshold '20 minutes');
 
 -- How far SQL Server's clock may be stepped back: 0 to 1 hour, without months.
 ALTER SERVER src_ok OPTIONS (ADD clock_tolerance '90 s');
-SELECT finalize._clock_tolerance('src_ok'), finalize._clock_tolerance('no_such_server');
+SELECT finalize_internal.clock_tolerance('src_ok'), finalize_internal.clock_tolerance('no_such_server');
 ALTER SERVER src_ok OPTIONS (SET clock_tolerance '0');
 ALTER SERVER src_ok OPTIONS (SET clock_tolerance '1 hour');
 ALTER SERVER src_ok OPTIONS (SET clock_tolerance '1 hour 1 second');
@@ -42,7 +42,7 @@ ALTER SERVER src_ok OPTIONS (SET clock_tolerance '-1 s');
 ALTER SERVER src_ok OPTIONS (SET clock_tolerance '1 month');
 ALTER SERVER src_ok OPTIONS (SET clock_tolerance 'a minute');
 ALTER SERVER src_ok OPTIONS (DROP clock_tolerance);
-SELECT finalize._clock_tolerance('src_ok');
+SELECT finalize_internal.clock_tolerance('src_ok');
 
 -- Encryption: off, request or require (the default), the certificate
 -- verified unless trust_server_certificate; ca_file an absolute path that

@@ -46,23 +46,23 @@ SELECT finalize.report_progress('lk.orders', 'spark', '0x00000000000000000100');
 -- added again mid-poll), or judged against another state (a reset
 -- meanwhile), changes nothing.
 \set lake_id '(SELECT l.lake_id FROM finalize.lake_consumer l WHERE l.consumer = ''spark'')'
-SELECT finalize._lake_observe(:lake_id, NULL, NULL, 'catalog_unreachable', 'no answer', NULL, NULL, NULL, NULL,
+SELECT finalize_internal.lake_observe(:lake_id, NULL, NULL, 'catalog_unreachable', 'no answer', NULL, NULL, NULL, NULL,
                               NULL, false, NULL, NULL) AS moved;
 SELECT consumer, condition, resolve_error FROM finalize.consumers WHERE table_name = 'lk.orders';
 SELECT table_name, consumer_conditions FROM finalize.status WHERE table_name = 'lk.orders';
-SELECT finalize._lake_observe(:lake_id, NULL, NULL, NULL, NULL, 7, 3, 7, '0x00000000000000000200', 'u1', false,
+SELECT finalize_internal.lake_observe(:lake_id, NULL, NULL, NULL, NULL, 7, 3, 7, '0x00000000000000000200', 'u1', false,
                               NULL, NULL) AS moved;
-SELECT finalize._lake_observe(:lake_id, 7, '0x00000000000000000200', NULL, NULL, 8, 4, 8, '0x00000000000000000100',
+SELECT finalize_internal.lake_observe(:lake_id, 7, '0x00000000000000000200', NULL, NULL, 8, 4, 8, '0x00000000000000000100',
                               'u1', false, NULL, NULL) AS moved;
-SELECT finalize._lake_observe(:lake_id + 1000, 7, '0x00000000000000000200', NULL, NULL, 9, 5, 9,
+SELECT finalize_internal.lake_observe(:lake_id + 1000, 7, '0x00000000000000000200', NULL, NULL, 9, 5, 9,
                               '0x00000000000000000900', 'u1', false, NULL, NULL) AS moved;
-SELECT finalize._lake_observe(:lake_id, 99, '0x00000000000000000200', NULL, NULL, 9, 5, 9,
+SELECT finalize_internal.lake_observe(:lake_id, 99, '0x00000000000000000200', NULL, NULL, 9, 5, 9,
                               '0x00000000000000000900', 'u1', false, NULL, NULL) AS moved;
 SELECT consumer, reported_lsn, condition, iceberg_snapshot_id FROM finalize.consumers WHERE table_name = 'lk.orders';
-SELECT finalize._lake_observe(:lake_id, 7, '0x00000000000000000200', NULL, NULL, 5, 1, 5, '0x00000000000000000100',
+SELECT finalize_internal.lake_observe(:lake_id, 7, '0x00000000000000000200', NULL, NULL, 5, 1, 5, '0x00000000000000000100',
                               'u1', true, '0x00000000000000000100', 'the newest LSN property on the ref went down') AS moved;
 SELECT consumer, reported_lsn, commit_time, iceberg_snapshot_id FROM finalize.consumers WHERE table_name = 'lk.orders';
-SELECT finalize._lake_observe(:lake_id, 5, '0x00000000000000000100', NULL, NULL, 6, 2, NULL, NULL, 'u2', true,
+SELECT finalize_internal.lake_observe(:lake_id, 5, '0x00000000000000000100', NULL, NULL, 6, 2, NULL, NULL, 'u2', true,
                               NULL, 'the table was dropped and created again (its table-uuid changed)') AS moved;
 SELECT consumer, reported_lsn, commit_time, iceberg_snapshot_id FROM finalize.consumers WHERE table_name = 'lk.orders';
 SELECT lost_from, lost_to, from_lsn, to_lsn FROM finalize.loss l JOIN finalize.tracked_table t USING (table_id)

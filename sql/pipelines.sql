@@ -9,7 +9,7 @@
 -- tables that use it follow in the scheduler's next round
 -- (_refresh_derived). This database has no scheduler, so the test takes
 -- that step itself (:follow, which says how many derived tables moved).
-\set follow 'SELECT finalize._refresh_derived() AS followed;'
+\set follow 'SELECT finalize_internal.refresh_derived() AS followed;'
 -- A loss flag holds the tables built from its table at once
 -- (_lineage_blocked, which the sensors read); verdicts shows each table's
 -- own flag, which the scheduler's step sets and clears below it.
@@ -33,7 +33,7 @@ SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
 SELECT kind, source_until, held_back_by, loss_blocked FROM finalize.status WHERE table_name = 'pl.orders';
 -- A tracked table's NOTIFY payload has the keys it always had; a derived
 -- table's also says "kind".
-SELECT finalize._advance_payload(t.table_name, t.kind, w.finalized_until, '2026-11-29 14:00+00', w.offset_lsn,
+SELECT finalize_internal.advance_payload(t.table_name, t.kind, w.finalized_until, '2026-11-29 14:00+00', w.offset_lsn,
                                  w.offset_commit_time)
   FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'pl.orders';
 
@@ -49,11 +49,11 @@ SELECT held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
 -- SQL Server on its next cycle: until then nothing moves.
 SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000250');
 SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
-SELECT * FROM finalize._source_consumers('erp');
+SELECT * FROM finalize_internal.source_consumers('erp');
 -- An LSN between two commits resolves to the greatest mapping row below it
 -- (0x...240, committed 13:42:10): every commit before that time is applied,
 -- so hour 13 still waits.
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000250', '0x00000000000000000240', '2026-11-29 13:42:10+00');
 SELECT * FROM verdicts;
 SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
@@ -67,23 +67,23 @@ SELECT reported_lsn FROM finalize.consumers WHERE consumer = 'spark-orders';
 SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
 -- A resolution for an LSN the consumer never reported is ignored; one for
 -- its LSN moves the verdict (in the same transaction).
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 16:00+00');
 -- The worker holds it back by its source's clock_tolerance, as it holds the
 -- source verdict: a commit 30 s past 14:00 leaves hour 13 waiting under a
 -- 60 s tolerance.
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000300', '0x00000000000000000300', '2026-11-29 14:00:30+00',
                                    interval '60 s');
 SELECT commit_time FROM finalize.consumers WHERE consumer = 'spark-orders';
 SELECT * FROM verdicts;
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000300', '0x00000000000000000300', '2026-11-29 14:02+00');
 SELECT * FROM verdicts;
 -- A commit time never moves back; a mapping row above the LSN it resolves is refused.
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000300', '0x00000000000000000200', '2026-11-29 13:05+00');
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000300', '0x00000000000000000301', '2026-11-29 14:03+00');
 SELECT table_name, consumer, required, reporter, reported_lsn, commit_time, consumer_until, lag, condition
   FROM finalize.consumers ORDER BY consumer;
@@ -92,7 +92,7 @@ SELECT reason FROM finalize.explain_verdict('pl.orders', '2026-11-29 13:00+00');
 SELECT finalize.add_consumer('pl.orders', 'slow-job');
 SELECT finalize.record_range('pl.orders', '0x00000000000000000300', '0x00000000000000000400', '2026-11-29 15:01+00');
 SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000400');
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 15:01+00');
 SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
 SELECT finalize.drop_consumer('pl.orders', 'slow-job');
@@ -102,17 +102,17 @@ SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE ta
 -- A consumer that has not reported for finalize.consumer_stall_threshold
 -- while the source moved on is consumer_stalled (the worker checks once a
 -- cycle); once it reports and catches up, the condition clears.
-SELECT finalize._consumer_stall_threshold();
+SELECT finalize_internal.consumer_stall_threshold();
 UPDATE finalize.consumer SET reported_at = now() - interval '20 minutes' WHERE consumer = 'spark-orders';
-SELECT finalize._check_consumers('erp');
+SELECT finalize_internal.check_consumers('erp');
 SELECT consumer, condition, condition_since IS NOT NULL AS since FROM finalize.consumers ORDER BY consumer;
 SELECT finalize.record_range('pl.orders', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 16:01+00');
-SELECT finalize._check_consumers('erp');
+SELECT finalize_internal.check_consumers('erp');
 SELECT consumer, condition, condition_since IS NOT NULL AS since FROM finalize.consumers ORDER BY consumer;
 SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000500');
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'spark-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'spark-orders',
                                    '0x00000000000000000500', '0x00000000000000000500', '2026-11-29 16:01+00');
-SELECT finalize._check_consumers('erp');
+SELECT finalize_internal.check_consumers('erp');
 SELECT consumer, condition FROM finalize.consumers ORDER BY consumer;
 SELECT * FROM verdicts;
 
@@ -150,7 +150,7 @@ SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x0000000000000000
 SELECT finalize.record_range('pl.orders', '0x00000000000000000500', '0x00000000000000000600', '2026-11-29 23:00+00');
 SELECT finalize.add_consumer('pl.orders', 'mine');
 SELECT finalize.drop_consumer('pl.orders', 'flink-orders');
-SELECT finalize._consumer_resolved(1, 'flink-orders', '0x00000000000000000600', '0x00000000000000000600', now());
+SELECT finalize_internal.consumer_resolved(1, 'flink-orders', '0x00000000000000000600', '0x00000000000000000600', now());
 SELECT count(*) FROM finalize.consumer;
 UPDATE finalize.consumer SET reported_lsn = '0x00000000000000000900';
 RESET ROLE;
@@ -161,7 +161,7 @@ RESET ROLE;
 SET ROLE regress_pl_admin;
 SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000510');
 RESET ROLE;
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'flink-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'flink-orders',
                                    '0x00000000000000000510', '0x00000000000000000500', '2026-11-29 16:01+00');
 SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
 
@@ -190,7 +190,7 @@ SELECT finalize.alter_consumer('pl.orders', 'flink-orders', reset => true);
 SELECT consumer, reported_lsn, commit_time FROM finalize.consumers WHERE consumer = 'flink-orders';
 SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
 SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000510');
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), 'flink-orders',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), 'flink-orders',
                                    '0x00000000000000000510', '0x00000000000000000500', '2026-11-29 16:01+00');
 SELECT source_until, finalized_until, held_back_by FROM finalize.status WHERE table_name = 'pl.orders';
 
@@ -221,7 +221,7 @@ SELECT finalize.record_range('pl.orders', '0x00000000000000000500', '0x000000000
 SELECT finalize.report_progress('pl.orders', 'spark-orders', '0x00000000000000000600');
 SELECT finalize.report_progress('pl.orders', 'flink-orders', '0x00000000000000000600');
 BEGIN;
-SELECT finalize._consumer_resolved(finalize._tracked_id('pl.orders'), c, '0x00000000000000000600',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('pl.orders'), c, '0x00000000000000000600',
                                    '0x00000000000000000600', '2026-11-30 00:05+00')
   FROM unnest(ARRAY['flink-orders', 'spark-orders']) AS c;
 SELECT * FROM verdicts;
@@ -229,7 +229,7 @@ COMMIT;
 :follow
 SELECT * FROM verdicts;
 SELECT finalize.is_final('pl.revenue_report', '2026-11-29 10:00+00') AS report_day_29;
-SELECT finalize._advance_payload(t.table_name, t.kind, w.finalized_until, w.finalized_until, w.offset_lsn,
+SELECT finalize_internal.advance_payload(t.table_name, t.kind, w.finalized_until, w.finalized_until, w.offset_lsn,
                                  w.offset_commit_time)
   FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) WHERE t.table_name = 'pl.daily_revenue';
 -- A derived table's own job caps it, through report_processed, in the
@@ -270,7 +270,7 @@ SELECT table_name, server_name, source_table, granularity, state, finalized_unti
   FROM finalize.status WHERE kind = 'derived' ORDER BY table_name;
 SELECT * FROM finalize.changes_by_period('pl.daily_revenue', '2026-11-28 00:00+00', '2026-11-30 12:00+00');
 SELECT count(*) AS derived_tables_the_worker_reads
-  FROM finalize._source_tables('erp') s JOIN finalize.tracked_table t USING (table_id) WHERE t.kind = 'derived';
+  FROM finalize_internal.source_tables('erp') s JOIN finalize.tracked_table t USING (table_id) WHERE t.kind = 'derived';
 SELECT finalize.record_range('pl.order_facts', '0x00000000000000000100', '0x00000000000000000200', '2026-11-30 03:00+00');
 SELECT finalize.alter_tracked_table('pl.order_facts', ddl_policy => 'block');
 SELECT finalize.alter_tracked_table('pl.hourly_copy', granularity => '1 hour');
@@ -323,12 +323,12 @@ SELECT finalize.record_range('pl.events', '0x00000000000000000100', '0x000000000
                              1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00');
 SELECT finalize.track_derived('pl.events_daily', ARRAY['pl.events'], '1 day') > 0 AS derived;
 SELECT finalize.track_derived('pl.events_6h', ARRAY['pl.events_daily', 'pl.orders'], '6 hours') > 0 AS derived;
-SELECT finalize._record_event(finalize._tracked_id('pl.events'), 'data_loss', '0x00000000000000000200',
+SELECT finalize_internal.record_event(finalize_internal.tracked_id('pl.events'), 'data_loss', '0x00000000000000000200',
                               '0x00000000000000000400', 'dbo_events', '{"cause": "cleanup"}', 'data_lost',
                               'Rows were purged before they were read.');
 SELECT finalize.resume_table('pl.events');
 -- The worker restarts it below the capture instance's min LSN, at 12:20.
-SELECT finalize._resume_after_loss(finalize._tracked_id('pl.events'), '0x000000000000000003FF',
+SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('pl.events'), '0x000000000000000003FF',
                                    '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_events', false, '{}');
 SELECT table_name, lost_from, lost_to, from_lsn, to_lsn, fact_id IS NOT NULL AS linked
   FROM finalize.loss JOIN finalize.tracked_table USING (table_id);
@@ -341,8 +341,8 @@ SELECT p, finalize.is_final('pl.events', p)
                     '2026-11-29 13:00+00']::timestamptz[]) AS p;
 SELECT period_start, is_final, covered FROM finalize.changes_by_period('pl.events', '2026-11-29 09:00+00', '2026-11-29 14:00+00');
 SELECT is_final, reason FROM finalize.explain_verdict('pl.events', '2026-11-29 11:00+00');
-SELECT finalize._loss_blocks(finalize._tracked_id('pl.events'), '2026-11-29 13:00+00', '2026-11-29 14:00+00') AS hour_13,
-       finalize._loss_blocks(finalize._tracked_id('pl.events'), '2026-11-29 12:00+00', '2026-11-29 13:00+00') AS hour_12;
+SELECT finalize_internal.loss_blocks(finalize_internal.tracked_id('pl.events'), '2026-11-29 13:00+00', '2026-11-29 14:00+00') AS hour_13,
+       finalize_internal.loss_blocks(finalize_internal.tracked_id('pl.events'), '2026-11-29 12:00+00', '2026-11-29 13:00+00') AS hour_12;
 -- The derived tables inherit it.
 SELECT finalize.is_final('pl.events_daily', '2026-11-29 00:00+00') AS day_29,
        finalize.is_final('pl.events_6h', '2026-11-29 06:00+00') AS from_6h,
@@ -381,12 +381,12 @@ SELECT event, detail - 'by' AS detail, detail ->> 'by' = current_user AS by_curr
 SELECT acknowledged_by = current_user AS by_current_user, period_from, period_to, note FROM finalize.loss_ack ORDER BY ack_id;
 -- An acknowledgement covers only the losses recorded before it: a later
 -- loss in the same periods holds them again.
-SELECT finalize._record_event(finalize._tracked_id('pl.events'), 'data_loss', '0x00000000000000000500',
+SELECT finalize_internal.record_event(finalize_internal.tracked_id('pl.events'), 'data_loss', '0x00000000000000000500',
                               '0x00000000000000000600', 'dbo_events', '{"cause": "cleanup"}', 'data_lost', 'lost again');
 UPDATE finalize.tracked_table SET state = 'resuming' WHERE table_name = 'pl.events';
 UPDATE finalize.watermark SET offset_commit_time = '2026-11-29 10:40+00'
- WHERE table_id = finalize._tracked_id('pl.events');
-SELECT finalize._resume_after_loss(finalize._tracked_id('pl.events'), '0x000000000000000005FF',
+ WHERE table_id = finalize_internal.tracked_id('pl.events');
+SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('pl.events'), '0x000000000000000005FF',
                                    '2026-11-29 11:10+00', '2026-11-29 11:10+00', 'dbo_events', true, '{}');
 SELECT finalize.is_final('pl.events', '2026-11-29 10:00+00') AS hour_10,
        finalize.is_final('pl.events', '2026-11-29 11:00+00') AS hour_11,
@@ -411,10 +411,10 @@ SELECT finalize.track_derived('pl.la_view', ARRAY['pl.la']) > 0 AS derived;
 SELECT finalize.track_derived('pl.la_daily', ARRAY['pl.la_job'], '1 day') > 0 AS derived;
 SELECT finalize.add_consumer('pl.la_daily', 'la-daily-job');
 SELECT finalize.track_derived('pl.la_copy', ARRAY['pl.la_job']) > 0 AS derived;
-SELECT finalize._record_event(finalize._tracked_id('pl.la'), 'data_loss', '0x00000000000000000200',
+SELECT finalize_internal.record_event(finalize_internal.tracked_id('pl.la'), 'data_loss', '0x00000000000000000200',
                               '0x00000000000000000400', 'dbo_la', '{"cause": "cleanup"}', 'data_lost', 'purged');
 SELECT finalize.resume_table('pl.la');
-SELECT finalize._resume_after_loss(finalize._tracked_id('pl.la'), '0x000000000000000003FF',
+SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('pl.la'), '0x000000000000000003FF',
                                    '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_la', false, '{}');
 -- Before anyone sets the derived tables' own flags, pl.la's holds them
 -- (what the sensors, the status view and explain_verdict read).
@@ -438,8 +438,8 @@ SELECT finalize.finalized_until(ARRAY['pl.orders', 'pl.la']) AS with_orders,
 SELECT period_start, is_final, finalized_until FROM finalize.explain_verdict('pl.la');
 -- finalize.status shows the verdict the sensors give, never the watermark beyond the loss.
 SELECT finalized_until, loss_blocked FROM finalize.status WHERE table_name = 'pl.la';
-SELECT finalize._loss_cap(finalize._tracked_id('pl.la')) AS la, finalize._loss_cap(finalize._tracked_id('pl.la_daily')) AS la_daily,
-       finalize._loss_cap(finalize._tracked_id('pl.orders')) AS no_loss;
+SELECT finalize_internal.loss_cap(finalize_internal.tracked_id('pl.la')) AS la, finalize_internal.loss_cap(finalize_internal.tracked_id('pl.la_daily')) AS la_daily,
+       finalize_internal.loss_cap(finalize_internal.tracked_id('pl.orders')) AS no_loss;
 -- Part of it acknowledged: the verdict moves to the first hour still held.
 SELECT finalize.acknowledge_loss('pl.la', '2026-11-29 10:00+00', '2026-11-29 11:00+00', 'hour 10 re-snapshotted');
 SELECT finalize.finalized_until('pl.la') AS la, finalize.is_final('pl.la', '2026-11-29 10:00+00') AS hour_10;
@@ -484,10 +484,10 @@ SELECT finalize.track_table('pl.lb', 'erp', 'dbo.lb') > 0 AS tracked;
 SELECT finalize.record_range('pl.lb', NULL, '0x00000000000000000100', '2026-11-29 10:15+00');
 SELECT finalize.track_derived('pl.lb_job', ARRAY['pl.lb']) > 0 AS derived;
 SELECT finalize.add_consumer('pl.lb_job', 'lb-job', required => false);
-SELECT finalize._record_event(finalize._tracked_id('pl.lb'), 'data_loss', '0x00000000000000000100',
+SELECT finalize_internal.record_event(finalize_internal.tracked_id('pl.lb'), 'data_loss', '0x00000000000000000100',
                               '0x00000000000000000200', 'dbo_lb', '{"cause": "cleanup"}', 'data_lost', 'purged');
 SELECT finalize.resume_table('pl.lb');
-SELECT finalize._resume_after_loss(finalize._tracked_id('pl.lb'), '0x000000000000000001FF',
+SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('pl.lb'), '0x000000000000000001FF',
                                    '2026-11-29 11:20+00', '2026-11-29 11:20+00', 'dbo_lb', false, '{}');
 SELECT finalize.record_range('pl.lb', '0x000000000000000001FF', '0x00000000000000000300', '2026-11-29 14:00+00');
 :follow
@@ -505,14 +505,14 @@ SELECT finalize.acknowledge_loss('pl.lb_job', '2026-11-29 10:00+00', '2026-11-29
 -- A loss without a start (nothing was recorded before it) leaves nothing
 -- that finalized_until can promise until it is acknowledged.
 SELECT finalize.track_table('pl.lc', 'erp', 'dbo.lc') > 0 AS tracked;
-SELECT finalize._record_event(finalize._tracked_id('pl.lc'), 'data_loss', NULL, '0x00000000000000000200',
+SELECT finalize_internal.record_event(finalize_internal.tracked_id('pl.lc'), 'data_loss', NULL, '0x00000000000000000200',
                               'dbo_lc', '{"cause": "cleanup"}', 'data_lost', 'purged');
 SELECT finalize.resume_table('pl.lc');
-SELECT finalize._resume_after_loss(finalize._tracked_id('pl.lc'), '0x000000000000000001FF',
+SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('pl.lc'), '0x000000000000000001FF',
                                    '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_lc', false, '{}');
 SELECT finalize.record_range('pl.lc', '0x000000000000000001FF', '0x00000000000000000300', '2026-11-29 14:00+00');
 SELECT finalize.finalized_until('pl.lc'), finalize.finalized_until(ARRAY['pl.lc', 'pl.lb']) AS with_lb,
-       finalize.is_final('pl.lc', '2026-11-29 13:00+00') AS hour_13, finalize._loss_cap(finalize._tracked_id('pl.lc'));
+       finalize.is_final('pl.lc', '2026-11-29 13:00+00') AS hour_13, finalize_internal.loss_cap(finalize_internal.tracked_id('pl.lc'));
 SELECT finalize.acknowledge_loss('pl.lc', '-infinity', '2026-11-29 13:00+00', 'rebuilt from scratch');
 SELECT finalize.finalized_until('pl.lc'), finalize.is_final('pl.lc', '2026-11-29 12:00+00') AS hour_12;
 

@@ -12,20 +12,20 @@ SELECT finalize.track_table('b.11', 'erp', 'dbo.t11', event_time_column => 'chan
                             allowed_lateness => '1 hour') > 0 AS event_time;
 SELECT count(finalize.record_range(t.table_name, NULL, '0x00000000000000000100', '2026-11-29 10:30+00'))
   FROM finalize.tracked_table t WHERE t.untracked_at IS NULL;
-CREATE FUNCTION id(name text) RETURNS bigint LANGUAGE sql RETURN finalize._tracked_id(name);
+CREATE FUNCTION id(name text) RETURNS bigint LANGUAGE sql RETURN finalize_internal.tracked_id(name);
 -- The worker follows a capture instance once a table's first range is
 -- recorded; the batch takes only ranges of the instance a table follows.
-SELECT count(*) AS following FROM (SELECT finalize._set_capture_instance(id('b.' || i), 'dbo_t')
+SELECT count(*) AS following FROM (SELECT finalize_internal.set_capture_instance(id('b.' || i), 'dbo_t')
                                    FROM generate_series(1, 12) i) x;
-SELECT finalize._set_capture_instance(id('b.3'), 'dbo_t3_before_a_switch');
+SELECT finalize_internal.set_capture_instance(id('b.3'), 'dbo_t3_before_a_switch');
 
 -- Tables the batch must refuse, whatever their ranges: a derived table, a
 -- table whose data was lost, one with a condition, one partitioned by
 -- event time, an untracked one.
 SELECT finalize.track_derived('b.derived', ARRAY['b.1'], '1 day') > 0 AS derived;
-SELECT finalize._record_event(id('b.9'), 'data_loss', '0x00000000000000000100', '0x00000000000000000150',
+SELECT finalize_internal.record_event(id('b.9'), 'data_loss', '0x00000000000000000100', '0x00000000000000000150',
                               NULL, '{}', 'data_lost', 'lost for the test');
-SELECT finalize._set_condition(id('b.10'), 'read_failed', 'a read failed');
+SELECT finalize_internal.set_condition(id('b.10'), 'read_failed', 'a read failed');
 CREATE TEMP TABLE gone AS SELECT id('b.12') AS table_id;
 SELECT finalize.untrack_table('b.12');
 
@@ -56,7 +56,7 @@ SELECT i.n, i.why, finalize.record_range('r.' || i.n, i.s, i.e, i.t, i.ins, i.up
 -- The batch: b.2 taken, every other table handed back (a NULL start,
 -- a repeated table and the untracked table too).
 SELECT t.table_name, x.why
-  FROM finalize._record_ranges(
+  FROM finalize_internal.record_ranges(
          (SELECT array_agg(id('b.' || n) ORDER BY n) FROM input) || ARRAY[id('b.1'), (SELECT table_id FROM gone), id('b.derived')],
          (SELECT array_agg(s ORDER BY n) FROM input) || ARRAY['0x00000000000000000200', '0x00000000000000000100', '0x00000000000000000100'],
          (SELECT array_agg(e ORDER BY n) FROM input) || ARRAY['0x00000000000000000300', '0x00000000000000000200', '0x00000000000000000200'],
@@ -76,9 +76,9 @@ SELECT finalize.record_range('b.1', '0x00000000000000000100', '0x000000000000000
 
 -- b.3 was handed back (it follows another instance than the range's); the
 -- one-by-one way records it and follows the new instance.
-SELECT finalize._record_range(id('b.3'), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.3'), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 3;
-SELECT finalize._set_capture_instance(id('b.3'), 'dbo_t');
+SELECT finalize_internal.set_capture_instance(id('b.3'), 'dbo_t');
 
 -- What the batch recorded is what record_range recorded: verdicts, offsets,
 -- facts (empty ranges coalesced into one fact).
@@ -102,32 +102,32 @@ SELECT t.table_name, w.offset_lsn
  ORDER BY t.table_id;
 
 -- The strict path says why each one was handed back.
-SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 4;
-SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 5;
 \set VERBOSITY terse
-SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 6;
 \set VERBOSITY default
-SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 7;
-SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 8;
-SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 9;
 -- A condition only sends it the one-by-one way, which records it.
-SELECT finalize._record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
+SELECT finalize_internal.record_range(id('b.' || n), s, e, t, ins, upd, del, t1, t2, 'dbo_t', NULL, NULL, NULL, NULL, NULL, NULL)
   FROM input WHERE n = 10;
 
 -- Which tables have a condition or an open incident of one to clear: b.10.
 -- b.9's open data-loss incident is not a condition's (acknowledging the
 -- loss resolves it), so it does not keep b.9 from the batch.
-SELECT t.table_name FROM finalize._held_conditions((SELECT array_agg(id('b.' || n)) FROM generate_series(1, 11) n)) h
+SELECT t.table_name FROM finalize_internal.held_conditions((SELECT array_agg(id('b.' || n)) FROM generate_series(1, 11) n)) h
   JOIN finalize.tracked_table t ON t.table_id = h ORDER BY t.table_id;
 
 -- An empty range continuing an empty one: one fact, its end moved.
-SELECT finalize._record_ranges(ARRAY[id('b.2')], ARRAY['0x00000000000000000200'], ARRAY['0x00000000000000000400'],
+SELECT finalize_internal.record_ranges(ARRAY[id('b.2')], ARRAY['0x00000000000000000200'], ARRAY['0x00000000000000000400'],
                                ARRAY['2026-11-29 13:00:01+00']::timestamptz[], ARRAY[0]::bigint[], ARRAY[0]::bigint[],
                                ARRAY[0]::bigint[], ARRAY[NULL]::timestamptz[], ARRAY[NULL]::timestamptz[],
                                ARRAY['dbo_t']) AS left_id;
@@ -135,15 +135,15 @@ SELECT finalized_until, offset_lsn FROM finalize.watermark WHERE table_id = id('
 SELECT start_lsn, end_lsn, ranges FROM finalize.fact WHERE table_id = id('b.2') ORDER BY fact_id;
 
 -- The NOTIFY payload built in C is json_build_object's text with
--- finalize._utc_iso's times, byte for byte: names that need escaping,
+-- finalize_internal.utc_iso's times, byte for byte: names that need escaping,
 -- fractions, infinities, NULLs, a derived table's "kind".
 SELECT count(*) AS payloads, count(*) FILTER (WHERE c = j) AS identical FROM (
-    SELECT finalize._advance_payload(n, k, o, nw, l, o) AS c,
+    SELECT finalize_internal.advance_payload(n, k, o, nw, l, o) AS c,
            CASE WHEN k = 'source'
-                THEN json_build_object('table', n, 'old', finalize._utc_iso(o), 'new', finalize._utc_iso(nw),
-                                       'lsn', l, 'commit_time', finalize._utc_iso(o))::text
-                ELSE json_build_object('table', n, 'old', finalize._utc_iso(o), 'new', finalize._utc_iso(nw),
-                                       'lsn', l, 'commit_time', finalize._utc_iso(o), 'kind', k)::text END AS j
+                THEN json_build_object('table', n, 'old', finalize_internal.utc_iso(o), 'new', finalize_internal.utc_iso(nw),
+                                       'lsn', l, 'commit_time', finalize_internal.utc_iso(o))::text
+                ELSE json_build_object('table', n, 'old', finalize_internal.utc_iso(o), 'new', finalize_internal.utc_iso(nw),
+                                       'lsn', l, 'commit_time', finalize_internal.utc_iso(o), 'kind', k)::text END AS j
       FROM unnest(ARRAY['plain', 'quo"te', E'back\\slash', E'tab\there', 'ünïcødé', E'nl\nx', 'ctl' || chr(1)]) n,
            unnest(ARRAY['source', 'derived']) k,
            unnest(ARRAY[NULL, '2026-11-29 13:00+00', '2026-11-29 13:00:00.5+00', '2026-11-29 13:00:00.000001+00',

@@ -136,9 +136,9 @@ SELECT local_finalized_until FROM finalize.status WHERE table_name = 's.daily';
 RESET DateStyle;
 SET TimeZone = 'UTC';
 SELECT period_zone, local_period_start, reason FROM finalize.explain_verdict('s.daily', '2026-11-27 00:00+09');
-SELECT finalize._local_time('2026-12-05 15:00+00', 'Asia/Kathmandu') AS kathmandu,
-       finalize._local_time('infinity', 'Asia/Seoul') AS inf,
-       finalize._local_time('2026-12-05 15:00+00', 'Mars/Olympus') AS bad;
+SELECT finalize_internal.local_time('2026-12-05 15:00+00', 'Asia/Kathmandu') AS kathmandu,
+       finalize_internal.local_time('infinity', 'Asia/Seoul') AS inf,
+       finalize_internal.local_time('2026-12-05 15:00+00', 'Mars/Olympus') AS bad;
 SELECT finalize.untrack_table('s.daily', false);
 
 UPDATE finalize.tracked_table SET state = 'active', state_detail = NULL WHERE table_name = 's.orders';

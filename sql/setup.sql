@@ -22,6 +22,6 @@ DROP SCHEMA elsewhere;
 
 -- Settings.
 SHOW finalize.facts_retention;
-SELECT finalize._facts_retention();
+SELECT finalize_internal.facts_retention();
 SET finalize.facts_retention = '7d';
 SET finalize.no_such_setting = 1;

@@ -5,7 +5,7 @@
 -- worker runs here) and, as in pipelines.sql, the scheduler's round that
 -- lets a sharded table follow a session's writes is taken by :follow.
 \i sql/include/preamble.sql
-\set follow 'SELECT finalize._refresh_derived() AS followed;'
+\set follow 'SELECT finalize_internal.refresh_derived() AS followed;'
 
 CREATE SERVER sh_db01 FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'db01');
 CREATE SERVER sh_db02 FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'db02');
@@ -29,7 +29,7 @@ SELECT table_name, kind, granularity, server_name, source_table, sharded_table, 
   FROM finalize.status WHERE table_name LIKE 'sh.orders%' ORDER BY table_name;
 -- Each shard follows its sharded table's policy (here ddl_policy block).
 SELECT table_name, granularity, period_zone, ddl_policy, on_data_loss, start_from
-  FROM finalize.tracked_table WHERE shard_of = finalize._tracked_id('sh.orders') ORDER BY table_name;
+  FROM finalize.tracked_table WHERE shard_of = finalize_internal.tracked_id('sh.orders') ORDER BY table_name;
 
 -- Bad input: errors that name the object and say what to do.
 SELECT finalize.track_sharded('sh.orders');
@@ -128,16 +128,16 @@ SELECT finalize.report_progress('sh.orders', 'sink', '0x00000000000000000400');
 SELECT finalize.report_processed('sh.orders', 'sink', '2026-11-29 17:00+00');
 SELECT finalize.report_progress('sh.orders/db01', 'sink', '00000000:00000000:0400');
 SELECT finalize.report_progress('sh.orders/db02', 'sink', '0x00000000000000000400');
-SELECT finalize._consumer_resolved(finalize._tracked_id('sh.orders/db01'), 'sink',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('sh.orders/db01'), 'sink',
                                    '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 17:05+00');
-SELECT finalize._consumer_resolved(finalize._tracked_id('sh.orders/db02'), 'sink',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('sh.orders/db02'), 'sink',
                                    '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 17:10+00');
 :follow
 -- db01 and db02 moved; t2's consumer has not reported, so it and the table wait.
 SELECT * FROM sh_verdicts;
 SELECT reason FROM finalize.explain_verdict('sh.orders', '2026-11-29 16:00+00');
 SELECT finalize.report_progress('sh.orders/t2', 'sink', '0x00000000000000000400');
-SELECT finalize._consumer_resolved(finalize._tracked_id('sh.orders/t2'), 'sink',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('sh.orders/t2'), 'sink',
                                    '0x00000000000000000400', '0x00000000000000000400', '2026-11-29 17:20+00');
 :follow
 SELECT * FROM sh_verdicts;
@@ -169,11 +169,11 @@ SELECT count(*) AS sink_rows FROM finalize.consumers WHERE consumer = 'sink';
 
 -- Losses are per shard: a shard's loss holds the sharded table's periods it
 -- touches until it is acknowledged on that shard.
-SELECT finalize._record_event(finalize._tracked_id('sh.orders/db02'), 'data_loss', '0x00000000000000000500',
+SELECT finalize_internal.record_event(finalize_internal.tracked_id('sh.orders/db02'), 'data_loss', '0x00000000000000000500',
                               '0x00000000000000000700', 'dbo_orders', '{"cause": "cleanup"}', 'data_lost',
                               'Rows were purged before they were read.');
 SELECT finalize.resume_table('sh.orders/db02');
-SELECT finalize._resume_after_loss(finalize._tracked_id('sh.orders/db02'), '0x000000000000000006FF',
+SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('sh.orders/db02'), '0x000000000000000006FF',
                                    '2026-11-29 20:20+00', '2026-11-29 20:20+00', 'dbo_orders', false, '{}');
 SELECT finalize.record_range('sh.orders/db02', '0x000000000000000006FF', '0x00000000000000000800', '2026-11-29 22:05+00');
 SELECT finalize.record_range('sh.orders/db01', '0x00000000000000000400', '0x00000000000000000500', '2026-11-29 22:10+00');
@@ -227,7 +227,7 @@ SELECT code FROM jsonb_to_recordset((finalize.release_gate(
       "store": "file:///tmp", "prefix": "all/dt=2026-11-29/hour=23/",
       "period_start": "2026-11-29T23:00:00Z", "empty": true, "files": {}}')).problems) AS x(code text);
 SELECT partition, released, report -> 'catalog' ->> 'shard' AS shard, report -> 'catalog' ->> 'location' AS location
-  FROM finalize.release WHERE table_id = finalize._tracked_id('sh.orders') ORDER BY release_id;
+  FROM finalize.release WHERE table_id = finalize_internal.tracked_id('sh.orders') ORDER BY release_id;
 -- Malformed: a "shard" the partition key contradicts, two shards, or a table that is not sharded.
 SELECT * FROM finalize.release_gate(
     '{"table": "sh.orders", "partition": "shard=db01/hour=23", "shard": "db02", "generation": "g1",
@@ -295,9 +295,9 @@ SELECT * FROM g_last_problem;
 SELECT * FROM g_gate('db=b/dt=2026-11-29/hour=10', 'db=b/dt=2026-11-29/hour=10/', 'b', '2026-11-29 10:00+00');
 SELECT * FROM g_gate('shard=b/dt=2026-11-29/hour=10', 'db=b/dt=2026-11-29/hour=10/', NULL, '2026-11-29 10:00+00');
 SELECT partition, generation, prefix FROM finalize.published
- WHERE table_id = finalize._tracked_id('g.orders') ORDER BY partition;
+ WHERE table_id = finalize_internal.tracked_id('g.orders') ORDER BY partition;
 SELECT partition, released, report -> 'catalog' ->> 'shard' AS shard, report -> 'catalog' ->> 'location' AS location
-  FROM finalize.release WHERE table_id = finalize._tracked_id('g.orders') ORDER BY release_id;
+  FROM finalize.release WHERE table_id = finalize_internal.tracked_id('g.orders') ORDER BY release_id;
 -- A release publishes its whole location: where the catalog places another shard's partition
 -- (or every shard's) at it, one shard's verdict does not release it, however the release
 -- names the shard. Shard b is final until 11:00: hours 20 to 23 are shard a's alone.

@@ -39,7 +39,7 @@ SELECT finalize.track_table('t', 'erp', 'dbo.[]');
 SELECT finalize.track_table('t', 'erp', 'dbo.');
 SELECT finalize.track_table('t', 'erp', '.orders');
 SELECT finalize.track_table('t', 'erp', 'dbo.' || repeat('x', 129));
-SELECT finalize._split_mssql_name(n, 'source_table')
+SELECT finalize_internal.split_mssql_name(n, 'source_table')
   FROM unnest(ARRAY['dbo.orders', '[dbo].[orders]', '"dbo"."or""ders"', '[a.b]]c].[ ü ]',
                     'Sales.Bestellungen_2026', 'dbo.' || repeat('y', 128)]) AS n;
 
@@ -63,13 +63,13 @@ SELECT finalize.track_table('t_daily', 'erp', 'dbo.orders', '1 day') > 0 AS trac
 -- answer alike, including lengths that overflow.
 CREATE FUNCTION pg_temp.accepted(g interval) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM finalize._check_granularity(g, 'granularity');
+    PERFORM finalize_internal.check_granularity(g, 'granularity');
     RETURN true;
 EXCEPTION WHEN invalid_parameter_value OR datetime_field_overflow THEN
     RETURN false;
 END
 $$;
-SELECT g AS granularity, finalize._granularity_valid(g) AS table_check, pg_temp.accepted(g) AS functions
+SELECT g AS granularity, finalize_internal.granularity_valid(g) AS table_check, pg_temp.accepted(g) AS functions
   FROM unnest(ARRAY['15 minutes', '1 day', '1 day -23 hours', '00:00:00.000001', '106751991 days',
                     '0', '-1 hour', '1 day -24 hours', '1 mon', '3 mons', '1 year', '2 years', '5 mons',
                     '1 mon 1 day', '1 year -365 days', '1000000000 days',

@@ -142,7 +142,7 @@ SELECT finalize.finalized_until('w.fresh');
 SELECT (SELECT table_id FROM finalize.tracked_table WHERE table_name = 'w.fresh' AND untracked_at IS NULL) AS old_id \gset
 SELECT finalize.untrack_table('w.fresh');
 SELECT finalize.track_table('w.fresh', 'erp', 'dbo.orders') > :old_id AS tracked_again;
-SELECT finalize._record_range(:old_id, NULL, '0x00000000000000000100', '2026-11-29 13:00+00', 0, 0, 0,
+SELECT finalize_internal.record_range(:old_id, NULL, '0x00000000000000000100', '2026-11-29 13:00+00', 0, 0, 0,
                               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
 SELECT finalize.finalized_until('w.fresh');
 SELECT finalize.untrack_table('w.fresh', false);
@@ -161,23 +161,23 @@ SELECT finalize.record_range('w.old', NULL, '0x00000000000000000100', '1999-12-3
 -- commit time 30 s past 10:00 leaves hour 09 open under a 60 s tolerance
 -- (record_range, which states its own instant, holds back by nothing).
 SELECT finalize.track_table('w.clock', 'erp', 'dbo.orders') > 0 AS tracked;
-SELECT finalize._tracked_id('w.clock') AS clock_id \gset
-SELECT finalize._record_range(:clock_id, NULL, '0x00000000000000000100', '2026-11-29 08:30+00', 0, 0, 0,
+SELECT finalize_internal.tracked_id('w.clock') AS clock_id \gset
+SELECT finalize_internal.record_range(:clock_id, NULL, '0x00000000000000000100', '2026-11-29 08:30+00', 0, 0, 0,
                               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s');
-SELECT finalize._record_range(:clock_id, '0x00000000000000000100', '0x00000000000000000200',
+SELECT finalize_internal.record_range(:clock_id, '0x00000000000000000100', '0x00000000000000000200',
                               '2026-11-29 10:00:30+00', 2, 0, 0, '2026-11-29 10:00:10+00', '2026-11-29 10:00:30+00',
                               NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s') AS held_back;
-SELECT finalize._record_range(:clock_id, '0x00000000000000000200', '0x00000000000000000300',
+SELECT finalize_internal.record_range(:clock_id, '0x00000000000000000200', '0x00000000000000000300',
                               '2026-11-29 10:01:00+00', 0, 0, 0, NULL, NULL,
                               NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s') AS a_tolerance_later;
 -- The clock went back by more than that: a commit stamped 09:59:40, in hour
 -- 09, final. The worker records the step: both hours inexact, an incident.
-SELECT finalize._record_range(:clock_id, '0x00000000000000000300', '0x00000000000000000400',
+SELECT finalize_internal.record_range(:clock_id, '0x00000000000000000300', '0x00000000000000000400',
                               '2026-11-29 10:00:10+00', 1, 0, 0, '2026-11-29 09:59:40+00', '2026-11-29 09:59:40+00',
                               NULL, NULL, NULL, NULL, NULL, NULL, NULL, interval '60 s') AS stays;
 SELECT period_start, inserts, straddling_ranges, exact
   FROM finalize.changes_by_period('w.clock', '2026-11-29 09:00+00', '2026-11-29 11:00+00');
-SELECT finalize._record_clock_step(:clock_id, '0x00000000000000000400', '2026-11-29 09:59:40+00',
+SELECT finalize_internal.record_clock_step(:clock_id, '0x00000000000000000400', '2026-11-29 09:59:40+00',
                                    '2026-11-29 10:01:00+00', true, true, '0x00000000000000000300',
                                    '2026-11-29 10:00+00');
 SELECT period_start, inserts, straddling_ranges, exact

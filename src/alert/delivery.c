@@ -86,7 +86,7 @@ queue_exists(void)
 {
 	if (!OidIsValid(get_extension_oid("finalize", true)))
 		return false;
-	return db_function_exists(FINALIZE_SCHEMA "._claim_delivery()", "finalize's delivery queue");
+	return db_function_exists(FINALIZE_INTERNAL_SCHEMA ".claim_delivery()", "finalize's delivery queue");
 }
 
 /*
@@ -151,11 +151,11 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 		return false;
 	}
 	if (SPI_execute("SELECT d.delivery_id, d.target_name, d.event FROM "
-					FINALIZE_SCHEMA "._claim_delivery() AS d", false, 1) != SPI_OK_SELECT)
+					FINALIZE_INTERNAL_SCHEMA ".claim_delivery() AS d", false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not claim an alert delivery");
 	if (SPI_processed == 0)
 	{
-		if (SPI_execute("SELECT NOT EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) "
+		if (SPI_execute("SELECT NOT EXISTS (SELECT FROM " FINALIZE_INTERNAL_SCHEMA ".alert_targets()) "
 						"AND NOT EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending')",
 						true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not look for webhook targets");
@@ -283,7 +283,7 @@ record_attempt(const Claimed *c, const Attempt *a)
 	/* Nothing was sent when the request could not be prepared. */
 	values[7] = BoolGetDatum(c->error == NULL);
 	db_begin("finalize: recording an alert delivery");
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._delivery_result($1, $2, $3, $4, $5, $6, $7, $8)",
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".delivery_result($1, $2, $3, $4, $5, $6, $7, $8)",
 							  8, types, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not record an alert delivery");
 	outcome = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -313,7 +313,7 @@ nap_ms(void)
 	db_begin("finalize: waiting for alert deliveries");
 	if (queue_exists())
 	{
-		if (SPI_execute("SELECT " FINALIZE_SCHEMA "._next_delivery()", true, 1) != SPI_OK_SELECT)
+		if (SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".next_delivery()", true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read when the next alert delivery is due");
 		due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (!isnull)
@@ -388,7 +388,7 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 	/* What a previous run claimed and never recorded is due again. */
 	db_begin("finalize: releasing alert deliveries");
 	if (queue_exists() &&
-		SPI_execute("SELECT " FINALIZE_SCHEMA "._release_claims()", false, 0) != SPI_OK_SELECT)
+		SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".release_claims()", false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not release claimed alert deliveries");
 	db_commit();
 

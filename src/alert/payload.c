@@ -2,7 +2,7 @@
  * payload.c
  *     The HTTP request of one delivery, in the target's format.
  *
- * The input is the event the queue stored (finalize._alert_event: the
+ * The input is the event the queue stored (finalize_internal.alert_event: the
  * incident at one transition), so a retry sends the same request. Each
  * format follows its service's public API:
  *   json          the event itself (the documented schema), with
@@ -158,7 +158,7 @@ subject_line(const AlertEvent *ev)
 
 /*
  * One line for people: "[CRITICAL] data_loss on table t: message". A
- * resolution's message begins with "Resolved at" (finalize._alert_event).
+ * resolution's message begins with "Resolved at" (finalize_internal.alert_event).
  */
 static char *
 summary(const AlertEvent *ev)

@@ -1,6 +1,6 @@
 /*
  * request_sql.c
- *     finalize._alert_request(format, url, event, secrets): the request the
+ *     finalize_internal.alert_request(format, url, event, secrets): the request the
  *     alerts worker would send, for tests of the formats without a network.
  *     Not granted to anyone: its headers carry the secrets it is given.
  */
@@ -30,7 +30,7 @@ secret(Jsonb *secrets, const char *key)
 	return pnstrdup(v.val.string.val, v.val.string.len);
 }
 
-/* finalize._alert_request(format, url, event, secrets) -> (request_url, headers, body) */
+/* finalize_internal.alert_request(format, url, event, secrets) -> (request_url, headers, body) */
 Datum
 finalize_alert_request(PG_FUNCTION_ARGS)
 {

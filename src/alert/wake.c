@@ -1,6 +1,6 @@
 /*
  * wake.c
- *     finalize._wake_alert_delivery(): wakes the alerts worker once the
+ *     finalize_internal.wake_alert_delivery(): wakes the alerts worker once the
  *     transaction that queued deliveries commits.
  *
  * The queue's trigger calls it; the wake-up is deferred to the commit (a
@@ -43,7 +43,7 @@ wake_callback(XactEvent event, void *arg pg_attribute_unused())
 		wake_at_commit = false;
 }
 
-/* finalize._wake_alert_delivery() */
+/* finalize_internal.wake_alert_delivery() */
 Datum
 finalize_wake_alert_delivery(PG_FUNCTION_ARGS pg_attribute_unused())
 {

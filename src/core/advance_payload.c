@@ -22,7 +22,7 @@
 
 PG_FUNCTION_INFO_V1(finalize_advance_payload);
 
-/* Appends a time as UTC ISO 8601 (as finalize._utc_iso writes it), or null. */
+/* Appends a time as UTC ISO 8601 (as finalize_internal.utc_iso writes it), or null. */
 static void
 append_utc(StringInfo buf, bool isnull, TimestampTz ts)
 {
@@ -53,7 +53,7 @@ append_text(StringInfo buf, FunctionCallInfo fcinfo, int arg)
 }
 
 /*
- * finalize._advance_payload(table_name, kind, old_until, new_until,
+ * finalize_internal.advance_payload(table_name, kind, old_until, new_until,
  * offset_lsn, offset_commit_time): the payload text.
  */
 Datum

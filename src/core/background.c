@@ -1,7 +1,7 @@
 /*
  * background.c
  *     finalize's background workers as PostgreSQL sees them: starting one,
- *     connecting it to its database, and finalize._in_background(), whether
+ *     connecting it to its database, and finalize_internal.in_background(), whether
  *     the calling process is one of them.
  */
 #include "postgres.h"
@@ -71,7 +71,7 @@ connect_worker_to_database(Oid dboid)
 }
 
 /*
- * finalize._in_background(): true in finalize's background workers only.
+ * finalize_internal.in_background(): true in finalize's background workers only.
  *
  * A verdict row locked by a transaction stays locked until that
  * transaction ends. finalize's background workers (the source workers and

@@ -122,7 +122,7 @@ db_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const ch
 
 /*
  * Whether the catalog has a function (signature as to_regprocedure reads
- * it, such as "finalize._claim_delivery()"): a catalog older than the
+ * it, such as "finalize_internal.claim_delivery()"): a catalog older than the
  * library lacks the newer ones. what names it in the error.
  */
 bool
@@ -137,7 +137,7 @@ db_function_exists(const char *signature, const char *what)
 }
 
 /*
- * Why the catalog must be left alone now (finalize._catalog_restoring(): a
+ * Why the catalog must be left alone now (finalize_internal.catalog_restoring(): a
  * restore under way, src/sql/11d_catalog_seal.sql), in the caller's memory
  * context; NULL when it is whole, or older than the library (which has its
  * own waits: a version mismatch). In a transaction of db_begin.
@@ -148,9 +148,9 @@ db_catalog_restoring(void)
 	bool		isnull;
 	Datum		why;
 
-	if (!db_function_exists(FINALIZE_SCHEMA "._catalog_restoring()", "finalize's restore check"))
+	if (!db_function_exists(FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", "finalize's restore check"))
 		return NULL;
-	if (SPI_execute("SELECT " FINALIZE_SCHEMA "._catalog_restoring()", true, 1) != SPI_OK_SELECT ||
+	if (SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not check whether finalize's catalog is being restored");
 	why = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -166,8 +166,8 @@ db_catalog_restoring(void)
 const char *
 db_when_whole(void)
 {
-	return db_function_exists(FINALIZE_SCHEMA "._catalog_restoring()", "finalize's restore check")
-		? " WHERE " FINALIZE_SCHEMA "._catalog_restoring() IS NULL" : "";
+	return db_function_exists(FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", "finalize's restore check")
+		? " WHERE " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring() IS NULL" : "";
 }
 
 /* Text datum of an LSN (the lsn domain's form). */

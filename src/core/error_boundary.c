@@ -9,8 +9,8 @@
  * checks a name, under the SPI statement an owner-run entry point runs,
  * under the function that called the helper. PostgreSQL reports each of
  * those frames as a CONTEXT line ("PL/pgSQL function
- * finalize._not_tracked(text) line 3 at RAISE", "SQL statement "SELECT
- * finalize._track_table($1, ...)""), which tells the user nothing they can
+ * finalize_internal.not_tracked(text) line 3 at RAISE", "SQL statement "SELECT
+ * finalize_internal.track_table($1, ...)""), which tells the user nothing they can
  * act on. So each call of a user-facing function is a boundary: while it
  * runs, the error context stack starts empty (its frames collect only
  * finalize's lines); an error that leaves it is raised again with the

@@ -50,7 +50,7 @@ fixed_usecs(Interval *iv, const char *argname)
 }
 
 /*
- * finalize._instant_minus(ts, iv): ts minus a fixed length of time, the
+ * finalize_internal.instant_minus(ts, iv): ts minus a fixed length of time, the
  * same in every session TimeZone; NULL for an infinite ts or one that would
  * leave the timestamp range.
  */
@@ -67,7 +67,7 @@ finalize_instant_minus(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._event_bound(commit_until, allowance, granularity, zone): the
+ * finalize_internal.event_bound(commit_until, allowance, granularity, zone): the
  * event-time verdict a commit-time verdict allows, the greatest period
  * boundary b of the table's periods with b + allowance <= commit_until.
  * Every row whose event time lies before b and whose lateness is within
@@ -125,8 +125,8 @@ sketch_bytea(Sketch *s)
 }
 
 /*
- * finalize._sketch_merge(a, b): the sketch of both (the state function of
- * the aggregate finalize._sketch_union); NULL counts as empty.
+ * finalize_internal.sketch_merge(a, b): the sketch of both (the state function of
+ * the aggregate finalize_internal.sketch_union); NULL counts as empty.
  */
 Datum
 finalize_sketch_merge(PG_FUNCTION_ARGS)
@@ -167,7 +167,7 @@ quantile_arg(FunctionCallInfo fcinfo, double *ms)
 }
 
 /*
- * finalize._sketch_quantile_ms(sketch, q): the q-quantile of the lateness
+ * finalize_internal.sketch_quantile_ms(sketch, q): the q-quantile of the lateness
  * in milliseconds, within 1% of the truth (for people: finalize.lateness).
  * NULL for an empty sketch.
  */
@@ -182,7 +182,7 @@ finalize_sketch_quantile_ms(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._sketch_quantile_bound_ms(sketch, q): the same quantile raised
+ * finalize_internal.sketch_quantile_bound_ms(sketch, q): the same quantile raised
  * to the upper bound of its bucket, at or above the true value: what a
  * lateness allowance is drawn from, so that it errs long, never short.
  * The estimate of bucket i is gamma^i (1 - alpha), its upper bound
@@ -199,7 +199,7 @@ finalize_sketch_quantile_bound_ms(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64((int64) ceil(ms / (1.0 - SKETCH_ALPHA)));
 }
 
-/* finalize._sketch_rows(sketch): how many rows it describes. */
+/* finalize_internal.sketch_rows(sketch): how many rows it describes. */
 Datum
 finalize_sketch_rows(PG_FUNCTION_ARGS)
 {
@@ -210,7 +210,7 @@ finalize_sketch_rows(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._sketch_info(sketch): rows, rows with an event after their
+ * finalize_internal.sketch_info(sketch): rows, rows with an event after their
  * commit, rows with zero lateness, and the least and greatest lateness in
  * milliseconds, for views and tests.
  */
@@ -225,7 +225,7 @@ finalize_sketch_info(PG_FUNCTION_ARGS)
 
 	sketch_arg(PG_GETARG_BYTEA_PP(0), s);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "finalize._sketch_info must return a composite type");
+		elog(ERROR, "finalize_internal.sketch_info must return a composite type");
 	n = sketch_count(s);
 	values[0] = Int64GetDatum((int64) n);
 	values[1] = Int64GetDatum((int64) s->negative);

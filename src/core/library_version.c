@@ -11,7 +11,7 @@
 
 PG_FUNCTION_INFO_V1(finalize_library_version);
 
-/* SQL: finalize._library_version() -> text, e.g. '0.3.0'. */
+/* SQL: finalize_internal.library_version() -> text, e.g. '0.3.0'. */
 Datum
 finalize_library_version(PG_FUNCTION_ARGS)
 {

@@ -32,7 +32,7 @@ lsn_echo(const char *text)
 }
 
 /*
- * finalize._lsn_normalize(text) → lsn: the one place a reported LSN enters
+ * finalize_internal.lsn_normalize(text) → lsn: the one place a reported LSN enters
  * the catalog, so every stored LSN has the form whose string order is LSN
  * order whatever the pipeline wrote. Anything else is an error (22023), not
  * a guess: a misread LSN could claim changes the pipeline never applied.

@@ -1,6 +1,6 @@
 /*
  * notify.c
- *     finalize._notify(channel, payload): a NOTIFY that can never stop a
+ *     finalize_internal.notify(channel, payload): a NOTIFY that can never stop a
  *     write from committing.
  *
  * The NOTIFY queue is one per cluster, shared by every role: any login
@@ -176,7 +176,7 @@ notify_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 }
 
 /*
- * finalize._notify(channel text, payload text): pg_notify, best effort (see
+ * finalize_internal.notify(channel text, payload text): pg_notify, best effort (see
  * the file header). A channel or payload pg_notify would refuse is the
  * same error now, not at commit.
  */

@@ -18,6 +18,8 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
+
 #include "access/htup_details.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -112,10 +114,11 @@ call_body(void *arg)
 }
 
 /*
- * The entry point of finalize.<name>(args): runs finalize._<name>(caller,
- * args) as the extension's owner, where caller is the current user at the
- * call, whoever's code made it. The SQL declaration gives the arguments and
- * their defaults; _<name> has the same ones after a first "caller name".
+ * The entry point of finalize.<name>(args): runs finalize_internal.<name>(
+ * caller, args) as the extension's owner, where caller is the current user at
+ * the call, whoever's code made it. The SQL declaration gives the arguments
+ * and their defaults; the internal one has the same after a first "caller
+ * name".
  */
 Datum
 finalize_as_owner(PG_FUNCTION_ARGS)
@@ -142,8 +145,16 @@ finalize_as_owner(PG_FUNCTION_ARGS)
 	call.values[0] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(GetUserId(), false)));
 	call.nulls[0] = ' ';
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT %s.%s($1", FINALIZE_SCHEMA,
-					 quote_identifier(psprintf("_%s", NameStr(proc->proname))));
+	/*
+	 * A catalog older than 0.3.0 (the new library is loaded, ALTER EXTENSION
+	 * UPDATE not yet run) keeps its internal functions as finalize._<name>.
+	 */
+	if (OidIsValid(get_namespace_oid(FINALIZE_INTERNAL_SCHEMA, true)))
+		appendStringInfo(&sql, "SELECT %s.%s($1", FINALIZE_INTERNAL_SCHEMA,
+						 quote_identifier(NameStr(proc->proname)));
+	else
+		appendStringInfo(&sql, "SELECT %s.%s($1", FINALIZE_SCHEMA,
+						 quote_identifier(psprintf("_%s", NameStr(proc->proname))));
 	for (int i = 0; i < proc->pronargs; i++)
 	{
 		call.types[i + 1] = proc->proargtypes.values[i];

@@ -35,7 +35,7 @@ PG_FUNCTION_INFO_V1(finalize_zone_valid);
 PG_FUNCTION_INFO_V1(finalize_check_period_span);
 PG_FUNCTION_INFO_V1(finalize_local_time);
 
-/* Most periods one call of finalize._periods() lists. */
+/* Most periods one call of finalize_internal.periods() lists. */
 #define MAX_PERIODS 100000
 
 /* The zone a call site names, looked up once (fn_extra). */
@@ -117,7 +117,7 @@ finalize_period_end(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._period_final(ts, granularity, zone, finalized_until), and the
+ * finalize_internal.period_final(ts, granularity, zone, finalized_until), and the
  * UTC form without zone: the verdict for the period containing ts, as
  * is_final gives it (false while there is no watermark).
  */
@@ -139,7 +139,7 @@ finalize_period_final(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._periods(from_time, to_time, granularity [, zone]): the
+ * finalize_internal.periods(from_time, to_time, granularity [, zone]): the
  * periods that intersect [from_time, to_time), each as (period_start,
  * period_end), at most MAX_PERIODS of them.
  */
@@ -199,7 +199,7 @@ finalize_periods(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._check_granularity(granularity, argname): the granularity
+ * finalize_internal.check_granularity(granularity, argname): the granularity
  * defines periods, checked by the same code that computes them; the error
  * names the argument.
  */
@@ -218,7 +218,7 @@ finalize_check_granularity(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._granularity_valid(granularity): the same rule as a boolean,
+ * finalize_internal.granularity_valid(granularity): the same rule as a boolean,
  * for the CHECK constraint of finalize.tracked_table.granularity, so the
  * table and the functions that take a granularity can never disagree.
  */
@@ -231,7 +231,7 @@ finalize_granularity_valid(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._check_zone(zone, argname): the zone's name as the zone
+ * finalize_internal.check_zone(zone, argname): the zone's name as the zone
  * database spells it, or the error that names the argument.
  */
 Datum
@@ -248,7 +248,7 @@ finalize_check_zone(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._zone_valid(zone): for the CHECK of tracked_table.period_zone,
+ * finalize_internal.zone_valid(zone): for the CHECK of tracked_table.period_zone,
  * a zone the library knows, spelt as it spells it (what _check_zone
  * returns); cheap, since the CHECK runs on every update of a row.
  */
@@ -262,7 +262,7 @@ finalize_zone_valid(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._check_period_span(period_start, period_end, granularity, zone,
+ * finalize_internal.check_period_span(period_start, period_end, granularity, zone,
  * what): the end of a span of whole periods that starts at period_start
  * (a boundary) and ends at period_end (a later boundary; NULL: the end of
  * the one period at period_start), or the error that says which boundary
@@ -287,7 +287,7 @@ finalize_check_period_span(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._local_time(ts, zone): an instant as PostgreSQL writes a
+ * finalize_internal.local_time(ts, zone): an instant as PostgreSQL writes a
  * timestamptz in ISO style with TimeZone set to zone ("2026-12-06
  * 00:00:00+09"), whatever the session's TimeZone and DateStyle: how
  * finalize.status and explain_verdict show a table's verdict in the zone

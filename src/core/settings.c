@@ -368,7 +368,7 @@ minutes_interval(int minutes)
 }
 
 /*
- * finalize._facts_retention(): the retention setting as an interval, so SQL
+ * finalize_internal.facts_retention(): the retention setting as an interval, so SQL
  * need not parse the setting's unit-suffixed text.
  */
 Datum
@@ -377,7 +377,7 @@ finalize_facts_retention(PG_FUNCTION_ARGS)
 	PG_RETURN_INTERVAL_P(minutes_interval(finalize_facts_retention_min));
 }
 
-/* finalize._generation_retention(): finalize.generation_retention as an interval. */
+/* finalize_internal.generation_retention(): finalize.generation_retention as an interval. */
 Datum
 finalize_generation_retention(PG_FUNCTION_ARGS)
 {
@@ -385,7 +385,7 @@ finalize_generation_retention(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._max_clock_skew(): finalize.max_clock_skew as an interval of
+ * finalize_internal.max_clock_skew(): finalize.max_clock_skew as an interval of
  * hours, minutes and seconds only, so that adding it to a timestamptz is
  * exact whatever the session's TimeZone.
  */
@@ -399,7 +399,7 @@ finalize_max_clock_skew(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._consumer_stall_threshold(): finalize.consumer_stall_threshold
+ * finalize_internal.consumer_stall_threshold(): finalize.consumer_stall_threshold
  * as an interval of hours, minutes and seconds only (no days), so that
  * comparing it with now() - reported_at is exact across DST changes.
  */
@@ -413,7 +413,7 @@ finalize_consumer_stall_threshold(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._late_data_alert_interval(): finalize.late_data_alert_interval
+ * finalize_internal.late_data_alert_interval(): finalize.late_data_alert_interval
  * as an interval without days, exact across DST changes.
  */
 Datum
@@ -426,7 +426,7 @@ finalize_late_data_alert_interval(PG_FUNCTION_ARGS)
 }
 
 /*
- * finalize._alert_after(): finalize.alert_after as an interval without
+ * finalize_internal.alert_after(): finalize.alert_after as an interval without
  * days, exact across DST changes.
  */
 Datum

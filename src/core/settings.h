@@ -5,8 +5,12 @@
 #ifndef FINALIZE_SETTINGS_H
 #define FINALIZE_SETTINGS_H
 
-/* Name of the extension's schema (the extension is not relocatable). */
+/* Name of the extension's schema (the extension is not relocatable): the
+ * user's API. */
 #define FINALIZE_SCHEMA "finalize"
+
+/* The schema of finalize's internal functions, on no user's search_path. */
+#define FINALIZE_INTERNAL_SCHEMA "finalize_internal"
 
 /* Settings (finalize.*); see settings.c for their meaning and defaults. */
 extern char *finalize_database;

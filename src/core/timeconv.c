@@ -134,7 +134,7 @@ local_to_instant_latest(Timestamp local, const pg_tz *tz)
 }
 
 /*
- * finalize._local_to_instant(local timestamp, zone text): the conversion the
+ * finalize_internal.local_to_instant(local timestamp, zone text): the conversion the
  * worker applies to SQL Server commit times, exposed for tests and for
  * people checking a source's timezone option.
  */

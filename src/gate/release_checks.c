@@ -47,7 +47,7 @@
 /* The catalog view of a partition, as the gate reads it. */
 #define GATE_CATALOG_SQL \
 	"SELECT c.catalog, c.source, c.location, c.in_range, c.range_start, c.range_end, " \
-	"c.registered_at, c.registered_by FROM " FINALIZE_SCHEMA "._gate_catalog($1, $2, $3, $4) AS c"
+	"c.registered_at, c.registered_by FROM " FINALIZE_INTERNAL_SCHEMA ".gate_catalog($1, $2, $3, $4) AS c"
 
 /* The columns of GATE_CATALOG_SQL, by position. */
 enum
@@ -167,7 +167,7 @@ gate_table_lookup(Manifest *m, GateTable *t)
 	values[1] = CStringGetTextDatum(m->partition);
 	values[2] = m->shard ? CStringGetTextDatum(m->shard) : (Datum) 0;
 	if (SPI_execute_with_args("SELECT t.table_id, t.granularity, t.period_zone, t.verdict_table, t.shard, "
-							  "t.shard_problem FROM " FINALIZE_SCHEMA "._gate_table($1, $2, $3) AS t",
+							  "t.shard_problem FROM " FINALIZE_INTERNAL_SCHEMA ".gate_table($1, $2, $3) AS t",
 							  3, types, values, nulls, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read tracked table \"%s\"", m->table);
@@ -215,8 +215,8 @@ registered_period(const Manifest *m, int64 table_id, TimestampTz *start, Timesta
 	bool		null_start;
 	bool		null_end;
 
-	if (SPI_execute_with_args("SELECT r.period_start, r.period_end FROM " FINALIZE_SCHEMA
-							  "._registered_period($1, $2) AS r", 2, types, values, NULL, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args("SELECT r.period_start, r.period_end FROM " FINALIZE_INTERNAL_SCHEMA
+							  ".registered_period($1, $2) AS r", 2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the registration of partition \"%s\"", m->partition);
 	if (SPI_processed != 1)
 		return false;
@@ -410,7 +410,7 @@ late_data_problem(const Manifest *m, const GateTable *t, const GatePeriod *p, Pr
 	char		nulls[6] = {' ', ' ', ' ', ' ', m->has_built_at ? ' ' : 'n', t->shard ? ' ' : 'n'};
 	char	  **why;
 
-	why = query_row("SELECT " FINALIZE_SCHEMA "._late_data_problem($1, $2, $3, $4, $5, $6)", 6, types, values, nulls,
+	why = query_row("SELECT " FINALIZE_INTERNAL_SCHEMA ".late_data_problem($1, $2, $3, $4, $5, $6)", 6, types, values, nulls,
 					1);
 	if (why[0] != NULL)
 		problem_add(problems, "late_data", NULL, why[0]);
@@ -433,7 +433,7 @@ check_period_facts(const Manifest *m, const GateTable *t, const GatePeriod *p, i
 	char	  **f;
 
 	f = query_row("SELECT x.facts, x.is_final, x.covered, x.exact, x.changes, x.straddling_ranges, "
-				  "x.not_final_reason FROM " FINALIZE_SCHEMA "._period_facts($1, $2, $3) AS x", 3, types, values,
+				  "x.not_final_reason FROM " FINALIZE_INTERNAL_SCHEMA ".period_facts($1, $2, $3) AS x", 3, types, values,
 				  NULL, FACT_NCOLS);
 	/* No answer is no proof: only a true is_final passes. */
 	if (f[FACT_IS_FINAL] == NULL || strcmp(f[FACT_IS_FINAL], "t") != 0)
@@ -469,7 +469,7 @@ location_sharers_problems(const Manifest *m, const GateTable *t, const GatePerio
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', t->shard ? ' ' : 'n'};
 
 	if (SPI_execute_with_args("SELECT s.code, s.entry, s.holds, s.entry_start, s.entry_end, s.scope, "
-							  "s.sharded_table FROM " FINALIZE_SCHEMA "._location_sharers($1, $2, $3, $4, $5, $6) AS s",
+							  "s.sharded_table FROM " FINALIZE_INTERNAL_SCHEMA ".location_sharers($1, $2, $3, $4, $5, $6) AS s",
 							  6, types, values, nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read what else the catalog places at \"%s\"", m->prefix);
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -526,7 +526,7 @@ check_partition(const Manifest *m, const GateTable *t, int64 listed, ProblemList
 	GatePeriod	none = {0};
 
 	partition_args(m, t, &none, &a);
-	(void) query_row("SELECT " FINALIZE_SCHEMA "._lock_partition($1, $2)", 2, a.types, a.values, NULL, 1);
+	(void) query_row("SELECT " FINALIZE_INTERNAL_SCHEMA ".lock_partition($1, $2)", 2, a.types, a.values, NULL, 1);
 
 	/*
 	 * The periods the release holds, then the catalog view of the

@@ -15,7 +15,7 @@
 #include "core/settings.h"
 #include "lake/lake_state.h"
 
-#define OBSERVE_SIGNATURE FINALIZE_SCHEMA "._lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
+#define OBSERVE_SIGNATURE FINALIZE_INTERNAL_SCHEMA ".lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
 
 /*
  * NULL when the catalog is at this library's version and has the lake's
@@ -133,8 +133,8 @@ lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeCons
 	args[0] = CStringGetTextDatum(server->servername);
 	if (SPI_execute_with_args("SELECT c.table_id, c.table_name, c.consumer, c.iceberg_table, c.ref, c.lsn_property, "
 							  "c.seen_head_id, c.seen_head_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid, "
-							  "c.quiet, c.lake_id, c.allowed FROM " FINALIZE_SCHEMA "._lake_consumers($1) AS c "
-							  "WHERE " FINALIZE_SCHEMA "._catalog_restoring() IS NULL",
+							  "c.quiet, c.lake_id, c.allowed FROM " FINALIZE_INTERNAL_SCHEMA ".lake_consumers($1) AS c "
+							  "WHERE " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring() IS NULL",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list the Iceberg consumers of server \"%s\"", server->servername);
 	out = MemoryContextAllocZero(cxt, sizeof(LakeConsumer) * (SPI_processed + 1));
@@ -174,7 +174,7 @@ lake_needs_record(const LakeObservation *obs)
 }
 
 /*
- * Records one observation (finalize._lake_observe) in the caller's write
+ * Records one observation (finalize_internal.lake_observe) in the caller's write
  * transaction; returns whether the consumer's report moved.
  */
 bool
@@ -211,7 +211,7 @@ lake_record(const LakeObservation *obs)
 	values[10] = BoolGetDatum(obs->rolled_back);
 	values[11] = db_text_or_null(obs->rolled_back && obs->held_known ? held : NULL, nulls, 11);
 	values[12] = db_text_or_null(obs->reason, nulls, 12);
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._lake_observe($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".lake_observe($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
 							  "$11, $12, $13)", 13, types, values, nulls, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not record what Iceberg table %s holds for consumer \"%s\"",

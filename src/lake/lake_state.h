@@ -1,8 +1,8 @@
 /*
  * lake_state.h
  *     The lake worker's PostgreSQL reads and writes: the consumers it polls
- *     (finalize._lake_consumers) and what it saw of each
- *     (finalize._lake_observe), in short transactions.
+ *     (finalize_internal.lake_consumers) and what it saw of each
+ *     (finalize_internal.lake_observe), in short transactions.
  */
 #ifndef FINALIZE_LAKE_STATE_H
 #define FINALIZE_LAKE_STATE_H

@@ -139,7 +139,7 @@ mssql_quote_literal(const char *value)
 }
 
 /*
- * finalize._split_mssql_name(name, argname) returns {schema, table}.
+ * finalize_internal.split_mssql_name(name, argname) returns {schema, table}.
  */
 Datum
 finalize_split_mssql_name(PG_FUNCTION_ARGS)

@@ -166,7 +166,7 @@ mssql_clock_tolerance(List *server_options, int64 *usecs)
 PG_FUNCTION_INFO_V1(finalize_clock_tolerance);
 
 /*
- * finalize._clock_tolerance(server_name): a source's clock_tolerance as an
+ * finalize_internal.clock_tolerance(server_name): a source's clock_tolerance as an
  * interval (of hours, minutes and seconds only), NULL for a server that
  * does not exist; so that explanations can say how long a verdict waits.
  */

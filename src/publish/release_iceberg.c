@@ -127,7 +127,7 @@ shard_scope(IcebergRun *run, MemoryContext cxt)
 	values[2] = CStringGetTextDatum(run->r.iceberg_table);
 	values[3] = db_text_or_null(layout->table_uuid, nulls, 3);
 	values[4] = BoolGetDatum(shard_field);
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._iceberg_shard_scope($1, $2, $3, $4, $5)", 5, types,
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".iceberg_shard_scope($1, $2, $3, $4, $5)", 5, types,
 							  values, nulls, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the shards of \"%s\"", run->r.table);
 	if ((why = first_text(1)) != NULL)
@@ -157,7 +157,7 @@ lookup_step(void *arg)
 	values[2] = CStringGetTextDatum(run->r.iceberg_table);
 	values[3] = db_text_or_null(run->it.layout.table_uuid, nulls, 3);
 	if (SPI_execute_with_args("SELECT l.table_name, l.consumer, l.lsn_property, l.followed_elsewhere FROM "
-							  FINALIZE_SCHEMA "._iceberg_lake_consumers($1, $2, $3, $4) l", 4, types, values,
+							  FINALIZE_INTERNAL_SCHEMA ".iceberg_lake_consumers($1, $2, $3, $4) l", 4, types, values,
 							  nulls, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the lake consumers of \"%s\"", run->r.table);
 	run->lake = MemoryContextAllocZero(caller_cxt, sizeof(LakeHolder) * Max(SPI_processed, 1));
@@ -226,7 +226,7 @@ released_before(const IcebergRun *run)
 	values[1] = CStringGetTextDatum(run->m.partition);
 	values[2] = CStringGetTextDatum(run->m.generation);
 	values[3] = JsonbPGetDatum(run->stored);
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._iceberg_released($1, $2, $3, $4)", 4, types, values,
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".iceberg_released($1, $2, $3, $4)", 4, types, values,
 							  NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the releases of partition \"%s\"", run->m.partition);
 	return strcmp(first_text(1), "t") == 0;

@@ -330,8 +330,8 @@ check_iceberg_facts(IcebergRun *run, const GatePeriod *p)
 	values[5] = Int64GetDatum(run->files.position_deletes);
 	values[6] = Int64GetDatum(run->files.uncountable_deletes);
 	values[7] = JsonbPGetDatum(run->lake_json);
-	if (SPI_execute_with_args("SELECT c.code, c.detail FROM " FINALIZE_SCHEMA
-							  "._iceberg_checks($1, $2, $3, $4, $5, $6, $7, $8) c",
+	if (SPI_execute_with_args("SELECT c.code, c.detail FROM " FINALIZE_INTERNAL_SCHEMA
+							  ".iceberg_checks($1, $2, $3, $4, $5, $6, $7, $8) c",
 							  8, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not check the CDC facts of partition \"%s\"", run->m.partition);
 	for (uint64 i = 0; i < SPI_processed; i++)

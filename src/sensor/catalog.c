@@ -7,10 +7,10 @@
  * (genam) under an MVCC snapshot, when verdict_cache.c has no current copy.
  * That also keeps them free of search_path and of table privileges: EXECUTE
  * on the function is the whole permission model. Everything else uses SQL:
- * among it, whether a loss holds a period (finalize._loss_blocks) and where
- * losses stop finalized_until (finalize._loss_cap), which are asked only
+ * among it, whether a loss holds a period (finalize_internal.loss_blocks) and where
+ * losses stop finalized_until (finalize_internal.loss_cap), which are asked only
  * while the loss_blocked flag of the table or of a table it is built from
- * is set (finalize._lineage_blocked, read here through derived_input), and
+ * is set (finalize_internal.lineage_blocked, read here through derived_input), and
  * then as the extension's owner, so that EXECUTE on the sensor stays the
  * whole model.
  */
@@ -208,7 +208,7 @@ statement_snapshot(void)
 
 /*
  * The one error for a table name that is not tracked (the SQL functions raise
- * the same through finalize._not_tracked).
+ * the same through finalize_internal.not_tracked).
  */
 void
 catalog_not_tracked(const char *table_name)
@@ -362,7 +362,7 @@ watermark_loss_blocked(const SensorCatalog *c, Relation rel, Snapshot snapshot, 
  * Whether the loss flag of any table out->table_id is built from
  * (transitively) is set: a transaction that gives a table a loss to wait
  * for sets the flag of the one table it holds, not of the tables built
- * from it (finalize._lineage_blocked, the same rule in SQL). Breadth first
+ * from it (finalize_internal.lineage_blocked, the same rule in SQL). Breadth first
  * over derived_input by its primary key; a source table costs one probe.
  */
 static bool
@@ -438,7 +438,7 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
  * Whether a loss may hold periods of table_id, as catalog_read_verdict
  * reads it for a table whose own loss flag is clear: the flag of a table
  * it is built from (transitively) is set. Under snapshot; for
- * finalize._sensor_until, whose caller gives the table's own flag.
+ * finalize_internal.sensor_until, whose caller gives the table's own flag.
  */
 bool
 catalog_lineage_blocked(int64 table_id, Snapshot snapshot)
@@ -502,7 +502,7 @@ ask_as_owner(void *arg)
 		SPIPlanPtr	plan;
 
 		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT %s.%s(", quote_identifier(FINALIZE_SCHEMA),
+		appendStringInfo(&sql, "SELECT %s.%s(", quote_identifier(FINALIZE_INTERNAL_SCHEMA),
 						 quote_identifier(q->function));
 		for (int i = 0; i < q->nargs; i++)
 			appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
@@ -516,7 +516,7 @@ ask_as_owner(void *arg)
 	}
 	if (SPI_execute_snapshot(*q->plan, q->args, NULL, q->snapshot, InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "could not ask %s.%s", FINALIZE_SCHEMA, q->function);
+		elog(ERROR, "could not ask %s.%s", FINALIZE_INTERNAL_SCHEMA, q->function);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &q->isnull);
 	att = TupleDescAttr(SPI_tuptable->tupdesc, 0);
 	q->answer = q->isnull ? (Datum) 0 : SPI_datumTransfer(d, att->attbyval, att->attlen);
@@ -536,7 +536,7 @@ catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
 {
 	OwnerQuestion q = {0};
 
-	q.function = "_loss_blocks";
+	q.function = "loss_blocks";
 	q.plan = &loss_blocks_plan;
 	q.nargs = 3;
 	q.types[0] = INT8OID;
@@ -553,7 +553,7 @@ catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
 
 /*
  * Where finalized_until must stop for the table while a loss may hold some
- * of its periods (finalize._loss_cap): the start of the earliest period an
+ * of its periods (finalize_internal.loss_cap): the start of the earliest period an
  * unacknowledged loss may hold, infinity when none does, -infinity when
  * such a loss has no start. Asked as catalog_loss_blocks asks; false when
  * there is no answer, which proves nothing (the caller then calls nothing
@@ -564,7 +564,7 @@ catalog_loss_cap(Oid owner, int64 table_id, Snapshot snapshot, TimestampTz *cap)
 {
 	OwnerQuestion q = {0};
 
-	q.function = "_loss_cap";
+	q.function = "loss_cap";
 	q.plan = &loss_cap_plan;
 	q.nargs = 1;
 	q.types[0] = INT8OID;

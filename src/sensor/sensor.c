@@ -6,13 +6,13 @@
  *
  * A period is final when the watermark has passed it and no loss holds it.
  * The first half comes from verdict_cache.c (no SPI); the second is asked of
- * finalize._loss_blocks only while the table's loss_blocked flag is set,
+ * finalize_internal.loss_blocks only while the table's loss_blocked flag is set,
  * which it is only between a data loss and its acknowledgements: then both
  * halves are read again under one snapshot, so that the answer describes one
  * committed state and never runs ahead of it. finalized_until is the
  * watermark, stopped while that flag is set at the first period a loss may
- * hold (finalize._loss_cap, asked the same way): every period before it
- * must be complete. finalize._sensor_until is the same verdict for SQL that
+ * hold (finalize_internal.loss_cap, asked the same way): every period before it
+ * must be complete. finalize_internal.sensor_until is the same verdict for SQL that
  * writes or shows one (NOTIFY payloads, finalize.status, explain_verdict).
  */
 #include "postgres.h"
@@ -217,7 +217,7 @@ watermark_boundary(const TrackedVerdict *v, TimestampTz *until)
  * the same snapshot). False while nothing is final, which a loss without a
  * start (-infinity) or a question without an answer also means. The one
  * rule of every announcement of a verdict: the sensors, and through
- * finalize._sensor_until the NOTIFY payloads, finalize.status and
+ * finalize_internal.sensor_until the NOTIFY payloads, finalize.status and
  * explain_verdict (see docs/design/announcements.md).
  */
 static bool
@@ -260,7 +260,7 @@ verdict_until(Oid fn, Datum table_name, const TrackedVerdict *v, TimestampTz *un
 }
 
 /*
- * finalize._sensor_until(table_id, kind, finalized_until, granularity,
+ * finalize_internal.sensor_until(table_id, kind, finalized_until, granularity,
  * period_zone, loss_blocked): what finalized_until() answers for the table
  * when its watermark row holds finalized_until and loss_blocked (as it
  * will once the caller's write is done), under the statement's snapshot:

@@ -176,7 +176,7 @@ woken_by_rows(TriggerData *trigdata)
 }
 
 /*
- * finalize._verdict_changed(): statement trigger on tracked_table, watermark
+ * finalize_internal.verdict_changed(): statement trigger on tracked_table, watermark
  * and what verdicts depend on, that marks the transaction, so its commit
  * bumps the epoch, and that decides which waiters of wait_final it wakes.
  */
@@ -189,7 +189,7 @@ finalize_verdict_changed(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("finalize._verdict_changed() must be called as a trigger")));
+				 errmsg("finalize_internal.verdict_changed() must be called as a trigger")));
 	register_callbacks();
 	changed_in_xact = true;
 	relname = RelationGetRelationName(trigdata->tg_relation);
@@ -220,7 +220,7 @@ loss_flag_changed(TriggerData *trigdata)
 }
 
 /*
- * finalize._verdict_wake(): row trigger on watermark, fired when a row's
+ * finalize_internal.verdict_wake(): row trigger on watermark, fired when a row's
  * finalized_until or loss_blocked changed (its WHEN clause), that marks
  * the shard of its table, so that the commit wakes the waiters of
  * wait_final there and nowhere else. A loss flag holds the tables built
@@ -239,7 +239,7 @@ finalize_verdict_wake(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("finalize._verdict_wake() must be called as a row trigger")));
+				 errmsg("finalize_internal.verdict_wake() must be called as a row trigger")));
 	register_callbacks();
 	changed_in_xact = true;
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;

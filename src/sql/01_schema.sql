@@ -33,3 +33,9 @@ GRANT finalize_pipeline TO finalize_admin;
 REVOKE ALL ON SCHEMA @extschema@ FROM PUBLIC;
 GRANT USAGE ON SCHEMA @extschema@ TO finalize_reader;
 GRANT USAGE ON SCHEMA @extschema@ TO finalize_pipeline;
+-- The internal functions: the same roles may reach them (the status views
+-- and the C sensors call some as the caller); EXECUTE on each is granted
+-- in 12_privileges.sql, exactly as before 0.3.0.
+REVOKE ALL ON SCHEMA finalize_internal FROM PUBLIC;
+GRANT USAGE ON SCHEMA finalize_internal TO finalize_reader;
+GRANT USAGE ON SCHEMA finalize_internal TO finalize_pipeline;

@@ -39,7 +39,7 @@ COMMENT ON FUNCTION @extschema@.period_end(timestamptz, interval, text) IS
 -- Checks that a granularity can define periods (a positive length that fits
 -- in 64 bits of microseconds, or months that tile a year): the C code that
 -- computes periods decides; the error names the argument.
-CREATE OR REPLACE FUNCTION @extschema@._check_granularity(granularity interval, argname text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_granularity(granularity interval, argname text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_check_granularity'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
@@ -47,21 +47,21 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 -- The same rule as a boolean, for the CHECK constraint of
 -- finalize.tracked_table.granularity: the table and the functions that take
 -- a granularity cannot disagree.
-CREATE OR REPLACE FUNCTION @extschema@._granularity_valid(granularity interval)
+CREATE OR REPLACE FUNCTION finalize_internal.granularity_valid(granularity interval)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_granularity_valid'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- A zone name of the zone database, as it spells it ('asia/seoul' is
 -- 'Asia/Seoul'), or the error that names the argument.
-CREATE OR REPLACE FUNCTION @extschema@._check_zone(zone text, argname text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_zone(zone text, argname text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_check_zone'
 LANGUAGE C STABLE PARALLEL SAFE;
 
 -- For the CHECK constraint of finalize.tracked_table.period_zone: a zone
 -- the server knows, spelt as _check_zone spells it.
-CREATE OR REPLACE FUNCTION @extschema@._zone_valid(zone text)
+CREATE OR REPLACE FUNCTION finalize_internal.zone_valid(zone text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_zone_valid'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -70,14 +70,14 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 -- gives it (false while there is no watermark). Every SQL function that
 -- reports finality uses this: adding a granularity to a timestamptz in SQL
 -- would be calendar arithmetic in the session's TimeZone.
-CREATE OR REPLACE FUNCTION @extschema@._period_final(ts timestamptz, granularity interval, zone text,
+CREATE OR REPLACE FUNCTION finalize_internal.period_final(ts timestamptz, granularity interval, zone text,
                                           finalized_until timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_period_final'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 -- The periods that intersect [from_time, to_time), at most 100000.
-CREATE OR REPLACE FUNCTION @extschema@._periods(from_time timestamptz, to_time timestamptz, granularity interval,
+CREATE OR REPLACE FUNCTION finalize_internal.periods(from_time timestamptz, to_time timestamptz, granularity interval,
                                      zone text, OUT period_start timestamptz, OUT period_end timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'finalize_periods'
@@ -87,7 +87,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE ROWS 24;
 -- table (period_end NULL: the one period at period_start), or the error
 -- that names the boundary that is off, the object (what) and the nearest
 -- boundaries: a partition holds whole periods.
-CREATE OR REPLACE FUNCTION @extschema@._check_period_span(period_start timestamptz, period_end timestamptz,
+CREATE OR REPLACE FUNCTION finalize_internal.check_period_span(period_start timestamptz, period_end timestamptz,
                                                granularity interval, zone text, what text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_check_period_span'
@@ -97,7 +97,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 -- set to zone ("2026-12-06 00:00:00+09"), whatever the session's: how
 -- finalize.status and explain_verdict show a verdict in its table's zone.
 -- Readers may call it (finalize.status does).
-CREATE OR REPLACE FUNCTION @extschema@._local_time(ts timestamptz, zone text)
+CREATE OR REPLACE FUNCTION finalize_internal.local_time(ts timestamptz, zone text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_local_time'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
@@ -114,7 +114,7 @@ COMMENT ON FUNCTION @extschema@.mssql_local_to_instant(timestamp, text) IS
 
 -- An instant rounded down to a start of a table's periods (infinite and
 -- NULL ones stay): how a verdict is kept when its periods change.
-CREATE OR REPLACE FUNCTION @extschema@._round_down(ts timestamptz, granularity interval, zone text)
+CREATE OR REPLACE FUNCTION finalize_internal.round_down(ts timestamptz, granularity interval, zone text)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -122,7 +122,7 @@ RETURN CASE WHEN isfinite(ts) THEN @extschema@.period_start(ts, granularity, zon
 
 -- The version this library was built as; every update script compares it
 -- with the version it updates to (src/sql/updates/pre-update.sql).
-CREATE OR REPLACE FUNCTION @extschema@._library_version()
+CREATE OR REPLACE FUNCTION finalize_internal.library_version()
 RETURNS text
 AS 'MODULE_PATHNAME', 'finalize_library_version'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;

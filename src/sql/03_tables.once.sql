@@ -18,7 +18,7 @@ CREATE TABLE @extschema@.tracked_table (
     -- The rule of the C period arithmetic (as in _check_granularity), not a copy.
     granularity       interval NOT NULL
                       CONSTRAINT tracked_table_granularity_check
-                      CHECK (@extschema@._granularity_valid(granularity)),
+                      CHECK (finalize_internal.granularity_valid(granularity)),
     state             text NOT NULL DEFAULT 'active'
                       CHECK (state IN ('active', 'paused', 'data_lost', 'schema_blocked', 'resuming')),
     state_detail      text,
@@ -63,7 +63,7 @@ CREATE TABLE @extschema@.tracked_table (
                       CONSTRAINT tracked_table_max_lag_check CHECK (max_lag > interval '0'),
     -- The zone its periods are cut in, as the zone database spells it.
     period_zone       text NOT NULL DEFAULT 'UTC'
-                      CONSTRAINT tracked_table_period_zone_check CHECK (@extschema@._zone_valid(period_zone)),
+                      CONSTRAINT tracked_table_period_zone_check CHECK (finalize_internal.zone_valid(period_zone)),
     -- A shard (finalize.add_shard): a source table that is one part of a
     -- sharded table (its table_id), named <sharded table>/<shard>. No
     -- foreign key: a restore (pg_dump keeps this table's rows, in no
@@ -140,7 +140,7 @@ COMMENT ON COLUMN @extschema@.watermark.offset_lsn IS
 COMMENT ON COLUMN @extschema@.watermark.source_until IS
     'The source verdict: for a tracked table what SQL Server has captured (period start of the last range''s commit time), for a derived one the period start of its inputs'' least finalized_until; finalized_until is at most this and every required consumer''s verdict';
 COMMENT ON COLUMN @extschema@.watermark.loss_blocked IS
-    'True while the table or one of its inputs (transitively) has a loss not covered by acknowledgements: then finalize._loss_blocks() decides whether a period is final';
+    'True while the table or one of its inputs (transitively) has a loss not covered by acknowledgements: then finalize_internal.loss_blocks() decides whether a period is final';
 COMMENT ON COLUMN @extschema@.watermark.commit_until IS
     'The commit-time verdict (source verdict and required consumers, monotonic); equal to finalized_until unless the table is partitioned by event time, whose finalized_until is the event-time verdict drawn from it';
 COMMENT ON COLUMN @extschema@.watermark.announced_until IS

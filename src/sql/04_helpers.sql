@@ -3,7 +3,7 @@
 -- payloads of notifications. None is granted to a role.
 
 -- Raises the error every function uses for a missing argument.
-CREATE OR REPLACE FUNCTION @extschema@._require(value anyelement, argname text)
+CREATE OR REPLACE FUNCTION finalize_internal.require(value anyelement, argname text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -17,13 +17,13 @@ END
 $$;
 
 -- Checks that an argument is one of a few words; the error lists them.
-CREATE OR REPLACE FUNCTION @extschema@._check_choice(value text, argname text, allowed text[], meaning text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_choice(value text, argname text, allowed text[], meaning text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(value, argname);
+    PERFORM finalize_internal.require(value, argname);
     IF NOT value = ANY (allowed) THEN
         RAISE EXCEPTION 'invalid value for argument %: "%"', argname, value
             USING ERRCODE = 'invalid_parameter_value',
@@ -35,7 +35,7 @@ $$;
 
 -- Normalizes LSN text to the stored form (upper case); the error names the
 -- argument and shows the expected shape.
-CREATE OR REPLACE FUNCTION @extschema@._lsn_arg(value text, argname text)
+CREATE OR REPLACE FUNCTION finalize_internal.lsn_arg(value text, argname text)
 RETURNS @extschema@.lsn
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -56,7 +56,7 @@ $$;
 -- A reported LSN in the stored form: 0x and 20 hex digits, or Debezium's
 -- source.commit_lsn (0000002d:00000f2a:0002), which is the same 10 bytes;
 -- anything else is an error (22023), never a guess (core/lsn_sql.c).
-CREATE OR REPLACE FUNCTION @extschema@._lsn_normalize(lsn text)
+CREATE OR REPLACE FUNCTION finalize_internal.lsn_normalize(lsn text)
 RETURNS @extschema@.lsn
 AS 'MODULE_PATHNAME', 'finalize_lsn_normalize'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -64,13 +64,13 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 -- Checks the name of a new tracked or derived table: the name consumers
 -- use, 1 to 255 characters, not only spaces, no control characters (a
 -- newline in a name would forge lines in logs and explanations).
-CREATE OR REPLACE FUNCTION @extschema@._check_table_name(table_name text, example text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_table_name(table_name text, example text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(table_name, 'table_name');
+    PERFORM finalize_internal.require(table_name, 'table_name');
     IF table_name !~ '\S' OR length(table_name) > 255 OR table_name ~ '[[:cntrl:]]' THEN
         RAISE EXCEPTION 'invalid value for argument table_name: "%"',
                         pg_catalog.regexp_replace(pg_catalog.left(table_name, 255), '[[:cntrl:]]', '?', 'g')
@@ -81,7 +81,7 @@ END
 $$;
 
 -- The one error for a table name that is not tracked.
-CREATE OR REPLACE FUNCTION @extschema@._not_tracked(table_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.not_tracked(table_name text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -96,7 +96,7 @@ $$;
 
 -- The tracked table of a name (its row as it is now, no lock), or the
 -- not-tracked error: the one lookup of a name among the tracked tables.
-CREATE OR REPLACE FUNCTION @extschema@._tracked(table_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.tracked(table_name text)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -104,26 +104,26 @@ AS $$
 DECLARE
     tt @extschema@.tracked_table;
 BEGIN
-    PERFORM @extschema@._require(table_name, 'table_name');
+    PERFORM finalize_internal.require(table_name, 'table_name');
     SELECT t.* INTO tt FROM @extschema@.tracked_table t
-     WHERE t.table_name = _tracked.table_name AND t.untracked_at IS NULL;
+     WHERE t.table_name = tracked.table_name AND t.untracked_at IS NULL;
     IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(table_name);
+        PERFORM finalize_internal.not_tracked(table_name);
     END IF;
     RETURN tt;
 END
 $$;
 
 -- The id of a tracked table, or the not-tracked error.
-CREATE OR REPLACE FUNCTION @extschema@._tracked_id(table_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.tracked_id(table_name text)
 RETURNS bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN (@extschema@._tracked(table_name)).table_id;
+RETURN (finalize_internal.tracked(table_name)).table_id;
 
 -- Whether this process is one of finalize's background workers, whose
 -- transactions end within milliseconds (src/core/background.c).
-CREATE OR REPLACE FUNCTION @extschema@._in_background()
+CREATE OR REPLACE FUNCTION finalize_internal.in_background()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_in_background'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
@@ -138,7 +138,7 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 -- session may keep a table's rows for as long as it likes, and waiting
 -- would cost every table of the source its cycle time. The worker records
 -- that table's condition lock_timeout and tries again next cycle.
-CREATE OR REPLACE FUNCTION @extschema@._lock_tracked(table_id bigint, must_exist boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION finalize_internal.lock_tracked(table_id bigint, must_exist boolean DEFAULT true)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -150,21 +150,21 @@ BEGIN
     -- The table's row first (a key-share lock, which no admin function's
     -- update conflicts with), then its verdict: the order every path that
     -- takes both uses, so untrack_table's delete cannot deadlock with it.
-    IF @extschema@._in_background() THEN
+    IF finalize_internal.in_background() THEN
         SELECT t.* INTO tt FROM @extschema@.tracked_table t
-         WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE NOWAIT;
+         WHERE t.table_id = lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE NOWAIT;
         IF FOUND THEN
-            PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE NOWAIT;
+            PERFORM FROM @extschema@.watermark w WHERE w.table_id = lock_tracked.table_id FOR UPDATE NOWAIT;
         END IF;
     ELSE
         SELECT t.* INTO tt FROM @extschema@.tracked_table t
-         WHERE t.table_id = _lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
+         WHERE t.table_id = lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE;
         IF FOUND THEN
-            PERFORM FROM @extschema@.watermark w WHERE w.table_id = _lock_tracked.table_id FOR UPDATE;
+            PERFORM FROM @extschema@.watermark w WHERE w.table_id = lock_tracked.table_id FOR UPDATE;
         END IF;
     END IF;
     IF FOUND THEN
-        SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked.table_id;
+        SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = lock_tracked.table_id;
     END IF;
     IF NOT FOUND AND NOT must_exist THEN
         RETURN NULL;
@@ -182,21 +182,21 @@ $$;
 -- (lock_not_available at once, the table's condition lock_timeout; an
 -- admin's open track_derived holds the rows of its inputs FOR SHARE). A
 -- session's UPDATE waits as usual.
-CREATE OR REPLACE FUNCTION @extschema@._lock_tracked_row(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.lock_tracked_row(table_id bigint)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF @extschema@._in_background() THEN
-        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = _lock_tracked_row.table_id
+    IF finalize_internal.in_background() THEN
+        PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = lock_tracked_row.table_id
            FOR NO KEY UPDATE NOWAIT;
     END IF;
 END
 $$;
 
 -- ISO 8601 in UTC for JSON payloads, independent of the session's TimeZone.
-CREATE OR REPLACE FUNCTION @extschema@._utc_iso(ts timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.utc_iso(ts timestamptz)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -209,7 +209,7 @@ RETURN CASE WHEN date_trunc('second', ts AT TIME ZONE 'UTC') = ts AT TIME ZONE '
 -- only while the cluster's shared NOTIFY queue is less than half full,
 -- else dropped and counted (finalize.dropped_notifications(), the log).
 -- Nothing of finalize waits for a notification.
-CREATE OR REPLACE FUNCTION @extschema@._notify(channel text, payload text)
+CREATE OR REPLACE FUNCTION finalize_internal.notify(channel text, payload text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_notify'
 LANGUAGE C VOLATILE;
@@ -225,7 +225,7 @@ COMMENT ON FUNCTION @extschema@.dropped_notifications() IS
 -- than 8000 bytes, and an alert must never fail (and take the event it
 -- reports with it) for its size: long values are cut, names and LSNs are
 -- kept, and "truncated" says so. The full text stays in the facts.
-CREATE OR REPLACE FUNCTION @extschema@._alert(payload jsonb)
+CREATE OR REPLACE FUNCTION finalize_internal.alert(payload jsonb)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -255,6 +255,6 @@ BEGIN
          WHERE e.key IN ('alert', 'table', 'server', 'truncated') OR octet_length(e.value::text) <= 200;
         body := payload::text;
     END IF;
-    PERFORM @extschema@._notify('finalize_alert', body);
+    PERFORM finalize_internal.notify('finalize_alert', body);
 END
 $$;

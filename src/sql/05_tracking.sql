@@ -4,7 +4,7 @@
 -- mappings. The wrapper has no handler: it holds connection options, it does
 -- not serve foreign tables.
 
-CREATE OR REPLACE FUNCTION @extschema@._mssql_validator(options text[], catalog oid)
+CREATE OR REPLACE FUNCTION finalize_internal.mssql_validator(options text[], catalog oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_mssql_validator'
 LANGUAGE C STRICT;
@@ -12,7 +12,7 @@ LANGUAGE C STRICT;
 
 -- Splits a SQL Server two-part name (dbo.orders, [my schema].[odd]]name]) into
 -- its unquoted parts; the error names the argument it was given as.
-CREATE OR REPLACE FUNCTION @extschema@._split_mssql_name(name text, argname text)
+CREATE OR REPLACE FUNCTION finalize_internal.split_mssql_name(name text, argname text)
 RETURNS text[]
 AS 'MODULE_PATHNAME', 'finalize_split_mssql_name'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
@@ -27,23 +27,23 @@ COMMENT ON FUNCTION @extschema@.quote_mssql_ident(text) IS
 
 -- Tracked tables. Their policies, each checked with an error that lists the
 -- choices and what they mean.
-CREATE OR REPLACE FUNCTION @extschema@._check_ddl_policy(ddl_policy text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_ddl_policy(ddl_policy text)
 RETURNS void
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@._check_choice(ddl_policy, 'ddl_policy', ARRAY['warn', 'block'],
+RETURN finalize_internal.check_choice(ddl_policy, 'ddl_policy', ARRAY['warn', 'block'],
     'With warn, DDL on the source table is an event fact and a warning and the verdict goes on; with block the verdict stops at the DDL until finalize.resume_table().');
 
-CREATE OR REPLACE FUNCTION @extschema@._check_on_data_loss(on_data_loss text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_on_data_loss(on_data_loss text)
 RETURNS void
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@._check_choice(on_data_loss, 'on_data_loss', ARRAY['stop', 'resume'],
+RETURN finalize_internal.check_choice(on_data_loss, 'on_data_loss', ARRAY['stop', 'resume'],
     'With stop, a data loss stops the verdict until finalize.resume_table(); with resume the worker records the loss and resumes by itself, unless another loss happened within finalize.data_loss_window.');
 
 -- Finds a server of the finalize_mssql wrapper by name; the errors say what
 -- to create or fix.
-CREATE OR REPLACE FUNCTION @extschema@._mssql_server(server_name text, argname text)
+CREATE OR REPLACE FUNCTION finalize_internal.mssql_server(server_name text, argname text)
 RETURNS pg_catalog.pg_foreign_server
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -53,7 +53,7 @@ DECLARE
     wrapper name;
     opt text;
 BEGIN
-    PERFORM @extschema@._require(server_name, argname);
+    PERFORM finalize_internal.require(server_name, argname);
     SELECT s.* INTO srv FROM pg_foreign_server s WHERE s.srvname = server_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'server "%" does not exist', server_name
@@ -84,13 +84,13 @@ $$;
 -- using it (USAGE); and it logs in with the user mapping of the server's
 -- owner when there is one (else PUBLIC's, which USAGE lets a role use): a
 -- role must not read through a login it could not use itself.
-CREATE OR REPLACE FUNCTION @extschema@._tracking_server(who name, server_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.tracking_server(who name, server_name text)
 RETURNS pg_catalog.pg_foreign_server
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    srv pg_foreign_server := @extschema@._mssql_server(server_name, 'server_name');
+    srv pg_foreign_server := finalize_internal.mssql_server(server_name, 'server_name');
 BEGIN
     IF NOT has_server_privilege(who, srv.oid, 'USAGE') THEN
         RAISE EXCEPTION 'permission denied for server %', server_name
@@ -118,7 +118,7 @@ $$;
 -- gets a NOTICE (the table is tracked, the worker retries). Called before
 -- the table's row is written and before any of finalize's locks is taken,
 -- for at most finalize.source_check_timeout per wait (0: no check).
-CREATE OR REPLACE FUNCTION @extschema@._check_source_table(server oid, source_schema text, source_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_source_table(server oid, source_schema text, source_name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_check_source_table'
 LANGUAGE C VOLATILE STRICT;
@@ -131,18 +131,18 @@ LANGUAGE C VOLATILE STRICT;
 -- changes after that LSN, and has reached it, only the worker can tell: it
 -- looks before the first range and records nothing while it cannot
 -- (condition start_unreadable).
-CREATE OR REPLACE FUNCTION @extschema@._check_start_from(table_name text, value text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_start_from(table_name text, value text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(value, 'start_from');
+    PERFORM finalize_internal.require(value, 'start_from');
     IF value IN ('max_lsn', 'capture_start') THEN
         RETURN value;
     END IF;
     BEGIN
-        RETURN @extschema@._lsn_normalize(value)::text;
+        RETURN finalize_internal.lsn_normalize(value)::text;
     EXCEPTION WHEN invalid_parameter_value THEN
         RAISE EXCEPTION 'invalid value for argument start_from of table "%": "%"', table_name, value
             USING ERRCODE = 'invalid_parameter_value',
@@ -155,7 +155,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @extschema@._track_table(
+CREATE OR REPLACE FUNCTION finalize_internal.track_table(
     caller name,
     table_name   text,
     server_name  text,
@@ -185,33 +185,33 @@ DECLARE
     zone text;
     start_at text;
 BEGIN
-    PERFORM @extschema@._check_table_name(_track_table.table_name, 'sales.orders');
-    srv := @extschema@._tracking_server(who, _track_table.server_name);
-    PERFORM @extschema@._require(_track_table.source_table, 'source_table');
-    parts := @extschema@._split_mssql_name(_track_table.source_table, 'source_table');
-    PERFORM @extschema@._check_granularity(_track_table.granularity, 'granularity');
-    zone := @extschema@._check_zone(_track_table.period_zone, 'period_zone');
-    start_at := @extschema@._check_start_from(_track_table.table_name, _track_table.start_from);
-    PERFORM @extschema@._check_ddl_policy(_track_table.ddl_policy);
-    PERFORM @extschema@._check_on_data_loss(_track_table.on_data_loss);
-    PERFORM @extschema@._require(_track_table.lateness_policy, 'lateness_policy');
-    PERFORM @extschema@._require(_track_table.allowed_lateness, 'allowed_lateness');
-    PERFORM @extschema@._require(_track_table.lateness_window, 'lateness_window');
-    IF _track_table.event_time_column IS NULL
-       AND (_track_table.event_time_zone IS NOT NULL OR _track_table.lateness_policy <> 'exact'
-            OR _track_table.allowed_lateness <> interval '0' OR _track_table.lateness_quantile IS NOT NULL) THEN
+    PERFORM finalize_internal.check_table_name(track_table.table_name, 'sales.orders');
+    srv := finalize_internal.tracking_server(who, track_table.server_name);
+    PERFORM finalize_internal.require(track_table.source_table, 'source_table');
+    parts := finalize_internal.split_mssql_name(track_table.source_table, 'source_table');
+    PERFORM finalize_internal.check_granularity(track_table.granularity, 'granularity');
+    zone := finalize_internal.check_zone(track_table.period_zone, 'period_zone');
+    start_at := finalize_internal.check_start_from(track_table.table_name, track_table.start_from);
+    PERFORM finalize_internal.check_ddl_policy(track_table.ddl_policy);
+    PERFORM finalize_internal.check_on_data_loss(track_table.on_data_loss);
+    PERFORM finalize_internal.require(track_table.lateness_policy, 'lateness_policy');
+    PERFORM finalize_internal.require(track_table.allowed_lateness, 'allowed_lateness');
+    PERFORM finalize_internal.require(track_table.lateness_window, 'lateness_window');
+    IF track_table.event_time_column IS NULL
+       AND (track_table.event_time_zone IS NOT NULL OR track_table.lateness_policy <> 'exact'
+            OR track_table.allowed_lateness <> interval '0' OR track_table.lateness_quantile IS NOT NULL) THEN
         RAISE EXCEPTION 'lateness settings need an event_time_column'
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A table without an event column is partitioned by commit time, which is exact: it has no lateness.',
                   HINT = 'Pass event_time_column => ''<captured date/time column>'' too.';
     END IF;
-    PERFORM @extschema@._check_event_time(_track_table.event_time_column, _track_table.event_time_zone,
-                                          _track_table.lateness_policy, _track_table.allowed_lateness,
-                                          _track_table.lateness_quantile, _track_table.lateness_window,
-                                          _track_table.granularity);
+    PERFORM finalize_internal.check_event_time(track_table.event_time_column, track_table.event_time_zone,
+                                          track_table.lateness_policy, track_table.allowed_lateness,
+                                          track_table.lateness_quantile, track_table.lateness_window,
+                                          track_table.granularity);
     -- SQL Server's answer, last: no network wait for a call that is refused anyway.
     IF check_source THEN
-        PERFORM @extschema@._check_source_table(srv.oid, parts[1], parts[2]);
+        PERFORM finalize_internal.check_source_table(srv.oid, parts[1], parts[2]);
     END IF;
 
     BEGIN
@@ -221,20 +221,20 @@ BEGIN
             (table_name, server_name, source_schema, source_name, granularity, start_from,
              ddl_policy, on_data_loss, created_by, event_time_column, event_time_zone, lateness_policy,
              allowed_lateness, lateness_quantile, lateness_window, period_zone)
-        VALUES (_track_table.table_name, _track_table.server_name, parts[1], parts[2], _track_table.granularity,
-                start_at, _track_table.ddl_policy, _track_table.on_data_loss, who,
-                _track_table.event_time_column, _track_table.event_time_zone, _track_table.lateness_policy,
-                make_interval(secs => extract(epoch FROM _track_table.allowed_lateness)),
-                _track_table.lateness_quantile,
-                make_interval(secs => extract(epoch FROM _track_table.lateness_window)), zone)
+        VALUES (track_table.table_name, track_table.server_name, parts[1], parts[2], track_table.granularity,
+                start_at, track_table.ddl_policy, track_table.on_data_loss, who,
+                track_table.event_time_column, track_table.event_time_zone, track_table.lateness_policy,
+                make_interval(secs => extract(epoch FROM track_table.allowed_lateness)),
+                track_table.lateness_quantile,
+                make_interval(secs => extract(epoch FROM track_table.lateness_window)), zone)
         RETURNING table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'table "%" is already tracked', _track_table.table_name
+        RAISE EXCEPTION 'table "%" is already tracked', track_table.table_name
             USING ERRCODE = 'duplicate_object',
                   HINT = 'Untrack it first with finalize.untrack_table(), or choose another name.';
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
-    PERFORM @extschema@._seal_catalog();
+    PERFORM finalize_internal.seal_catalog();
     RETURN new_id;
 END
 $$;
@@ -263,7 +263,7 @@ COMMENT ON FUNCTION @extschema@.track_table(text, text, text, interval, text, te
     'Start tracking a logical table fed by a SQL Server table with CDC enabled; event_time_column partitions it by a time in its rows, period_zone cuts its periods in a zone';
 
 -- The names of the tracked derived tables that use a table as an input.
-CREATE OR REPLACE FUNCTION @extschema@._dependents(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.dependents(table_id bigint)
 RETURNS text[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -271,7 +271,7 @@ BEGIN ATOMIC
     SELECT coalesce(array_agg(t.table_name ORDER BY t.table_name), '{}')
       FROM @extschema@.derived_input d
       JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
-     WHERE d.input_id = _dependents.table_id AND t.untracked_at IS NULL;
+     WHERE d.input_id = dependents.table_id AND t.untracked_at IS NULL;
 END;
 
 -- Stops tracking a table. A derived table that uses it would stop for
@@ -300,15 +300,15 @@ DECLARE
     users text[];
     dependent text;
 BEGIN
-    PERFORM @extschema@._require(untrack_table.table_name, 'table_name');
-    PERFORM @extschema@._require(keep_facts, 'keep_facts');
-    PERFORM @extschema@._require(untrack_table.cascade, 'cascade');
+    PERFORM finalize_internal.require(untrack_table.table_name, 'table_name');
+    PERFORM finalize_internal.require(keep_facts, 'keep_facts');
+    PERFORM finalize_internal.require(untrack_table.cascade, 'cascade');
     SELECT t.table_id, t.kind, t.shard_of, t.shard INTO id, tkind, part_of, label
       FROM @extschema@.tracked_table t
      WHERE t.table_name = untrack_table.table_name AND t.untracked_at IS NULL
        FOR NO KEY UPDATE;
     IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(untrack_table.table_name);
+        PERFORM finalize_internal.not_tracked(untrack_table.table_name);
     END IF;
     IF part_of IS NOT NULL THEN
         SELECT p.table_name INTO sharded FROM @extschema@.tracked_table p
@@ -336,13 +336,13 @@ BEGIN
     IF NOT keep_facts THEN
         PERFORM FROM @extschema@.tracked_table t WHERE t.table_id = id FOR UPDATE;
     END IF;
-    PERFORM @extschema@._lock_tracked(id);
-    users := @extschema@._dependents(id);
+    PERFORM finalize_internal.lock_tracked(id);
+    users := finalize_internal.dependents(id);
     IF tkind = 'sharded' THEN
         users := ARRAY(SELECT DISTINCT x.name
                          FROM unnest(users || ARRAY(
                                   SELECT u.name FROM @extschema@.tracked_table s
-                                   CROSS JOIN LATERAL unnest(@extschema@._dependents(s.table_id)) AS u(name)
+                                   CROSS JOIN LATERAL unnest(finalize_internal.dependents(s.table_id)) AS u(name)
                                    WHERE s.shard_of = id AND s.untracked_at IS NULL
                                      AND u.name <> untrack_table.table_name)) AS x(name)
                         ORDER BY x.name);
@@ -411,18 +411,18 @@ DECLARE
     zone text;
     part bigint;
 BEGIN
-    PERFORM @extschema@._require(alter_tracked_table.table_name, 'table_name');
+    PERFORM finalize_internal.require(alter_tracked_table.table_name, 'table_name');
     IF granularity IS NOT NULL THEN
-        PERFORM @extschema@._check_granularity(granularity, 'granularity');
+        PERFORM finalize_internal.check_granularity(granularity, 'granularity');
     END IF;
     IF period_zone IS NOT NULL THEN
-        zone := @extschema@._check_zone(period_zone, 'period_zone');
+        zone := finalize_internal.check_zone(period_zone, 'period_zone');
     END IF;
     IF ddl_policy IS NOT NULL THEN
-        PERFORM @extschema@._check_ddl_policy(ddl_policy);
+        PERFORM finalize_internal.check_ddl_policy(ddl_policy);
     END IF;
     IF on_data_loss IS NOT NULL THEN
-        PERFORM @extschema@._check_on_data_loss(on_data_loss);
+        PERFORM finalize_internal.check_on_data_loss(on_data_loss);
     END IF;
     IF max_lag IS NOT NULL AND (max_lag < interval '0' OR extract(month FROM max_lag) <> 0
                                 OR extract(year FROM max_lag) <> 0) THEN
@@ -433,7 +433,7 @@ BEGIN
     SELECT t.* INTO tt FROM @extschema@.tracked_table t
      WHERE t.table_name = alter_tracked_table.table_name AND t.untracked_at IS NULL FOR NO KEY UPDATE;
     IF NOT FOUND THEN
-        PERFORM @extschema@._not_tracked(alter_tracked_table.table_name);
+        PERFORM finalize_internal.not_tracked(alter_tracked_table.table_name);
     END IF;
     IF tt.shard_of IS NOT NULL
        AND (granularity IS NOT NULL OR period_zone IS NOT NULL OR ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL
@@ -448,19 +448,19 @@ BEGIN
     END IF;
     -- A sharded table first (its verdict before its shards', in the order
     -- add_shard and drop_shard take them), then each of its shards.
-    PERFORM @extschema@._alter_tracked(tt.table_id, granularity, ddl_policy, on_data_loss, event_time_column,
+    PERFORM finalize_internal.alter_tracked(tt.table_id, granularity, ddl_policy, on_data_loss, event_time_column,
                                        event_time_zone, lateness_policy, allowed_lateness, lateness_quantile,
                                        lateness_window, max_lag, zone);
     IF tt.kind = 'sharded' THEN
         FOR part IN SELECT x.table_id FROM @extschema@.tracked_table x
                      WHERE x.shard_of = tt.table_id AND x.untracked_at IS NULL
                      ORDER BY x.table_id FOR NO KEY UPDATE LOOP
-            PERFORM @extschema@._alter_tracked(part, granularity, ddl_policy, on_data_loss, event_time_column,
+            PERFORM finalize_internal.alter_tracked(part, granularity, ddl_policy, on_data_loss, event_time_column,
                                                event_time_zone, lateness_policy, allowed_lateness,
                                                lateness_quantile, lateness_window, NULL, zone);
         END LOOP;
         -- its verdict under new periods, once its shards have them
-        PERFORM @extschema@._advance(tt.table_id);
+        PERFORM finalize_internal.advance(tt.table_id);
     END IF;
 END
 $$;
@@ -470,7 +470,7 @@ COMMENT ON FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, 
 
 -- The body of alter_tracked_table for one table, whose row the caller
 -- holds, with its arguments checked (period_zone as _check_zone spells it).
-CREATE OR REPLACE FUNCTION @extschema@._alter_tracked(
+CREATE OR REPLACE FUNCTION finalize_internal.alter_tracked(
     table_id     bigint,
     granularity  interval,
     ddl_policy   text,
@@ -489,12 +489,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    id bigint := _alter_tracked.table_id;
+    id bigint := alter_tracked.table_id;
     kind text;
     cur @extschema@.tracked_table;
     has_verdict boolean;
     event_changed boolean;
-    zone text := _alter_tracked.period_zone;
+    zone text := alter_tracked.period_zone;
     periods_changed boolean;
 BEGIN
     SELECT t.kind INTO kind FROM @extschema@.tracked_table t
@@ -506,7 +506,7 @@ BEGIN
     -- Its verdict too, before anything is read to decide on: new periods
     -- may give it a loss to wait for, and a loss recorded meanwhile (which
     -- holds the verdict) must be seen (_refresh_loss_blocked).
-    PERFORM @extschema@._lock_tracked(id);
+    PERFORM finalize_internal.lock_tracked(id);
     SELECT t.* INTO cur FROM @extschema@.tracked_table t WHERE t.table_id = id;
     IF kind = 'derived' AND (ddl_policy IS NOT NULL OR on_data_loss IS NOT NULL OR event_time_column IS NOT NULL
                              OR event_time_zone IS NOT NULL OR lateness_policy IS NOT NULL
@@ -543,7 +543,7 @@ BEGIN
         RAISE EXCEPTION 'table "%" already has a verdict or event facts, so its event column cannot change', cur.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = format('Its periods up to %s were declared final in %s; a verdict never moves back.',
-                                  @extschema@._utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
+                                  finalize_internal.utc_iso((SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = id)),
                                   CASE WHEN cur.event_time_column IS NULL THEN 'commit time'
                                        ELSE format('the time of column "%s"', cur.event_time_column) END),
                   HINT = format('Track the table again under a new name with finalize.%s(..., event_time_column => ...), then untrack this one.',
@@ -556,7 +556,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A table partitioned by commit time is exact: it has no lateness.';
     END IF;
-    PERFORM @extschema@._check_event_time(
+    PERFORM finalize_internal.check_event_time(
         coalesce(event_time_column, cur.event_time_column), coalesce(event_time_zone, cur.event_time_zone),
         coalesce(lateness_policy, cur.lateness_policy), coalesce(allowed_lateness, cur.allowed_lateness),
         CASE WHEN coalesce(lateness_policy, cur.lateness_policy) = 'exact' AND lateness_quantile IS NULL THEN NULL
@@ -565,24 +565,24 @@ BEGIN
     -- A stricter lateness policy applies from now on: periods already
     -- final stay final (a verdict never moves back).
     UPDATE @extschema@.tracked_table t
-       SET granularity = coalesce(_alter_tracked.granularity, t.granularity),
+       SET granularity = coalesce(alter_tracked.granularity, t.granularity),
            period_zone = coalesce(zone, t.period_zone),
-           ddl_policy = coalesce(_alter_tracked.ddl_policy, t.ddl_policy),
-           on_data_loss = coalesce(_alter_tracked.on_data_loss, t.on_data_loss),
-           event_time_column = coalesce(_alter_tracked.event_time_column, t.event_time_column),
-           event_time_zone = coalesce(_alter_tracked.event_time_zone, t.event_time_zone),
-           lateness_policy = coalesce(_alter_tracked.lateness_policy, t.lateness_policy),
-           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM _alter_tracked.allowed_lateness)),
+           ddl_policy = coalesce(alter_tracked.ddl_policy, t.ddl_policy),
+           on_data_loss = coalesce(alter_tracked.on_data_loss, t.on_data_loss),
+           event_time_column = coalesce(alter_tracked.event_time_column, t.event_time_column),
+           event_time_zone = coalesce(alter_tracked.event_time_zone, t.event_time_zone),
+           lateness_policy = coalesce(alter_tracked.lateness_policy, t.lateness_policy),
+           allowed_lateness = coalesce(make_interval(secs => extract(epoch FROM alter_tracked.allowed_lateness)),
                                        t.allowed_lateness),
-           lateness_quantile = CASE WHEN coalesce(_alter_tracked.lateness_policy, t.lateness_policy) = 'exact'
+           lateness_quantile = CASE WHEN coalesce(alter_tracked.lateness_policy, t.lateness_policy) = 'exact'
                                     THEN NULL
-                                    ELSE coalesce(_alter_tracked.lateness_quantile, t.lateness_quantile) END,
-           lateness_window = coalesce(make_interval(secs => extract(epoch FROM _alter_tracked.lateness_window)),
+                                    ELSE coalesce(alter_tracked.lateness_quantile, t.lateness_quantile) END,
+           lateness_window = coalesce(make_interval(secs => extract(epoch FROM alter_tracked.lateness_window)),
                                       t.lateness_window),
            -- without days, like every length of time here; 0 removes the SLA
-           max_lag = CASE WHEN _alter_tracked.max_lag IS NULL THEN t.max_lag
-                          WHEN _alter_tracked.max_lag = interval '0' THEN NULL
-                          ELSE make_interval(secs => extract(epoch FROM _alter_tracked.max_lag)) END
+           max_lag = CASE WHEN alter_tracked.max_lag IS NULL THEN t.max_lag
+                          WHEN alter_tracked.max_lag = interval '0' THEN NULL
+                          ELSE make_interval(secs => extract(epoch FROM alter_tracked.max_lag)) END
      WHERE t.table_id = id;
     -- The verdict stays valid under any periods: it is an instant before
     -- which everything is complete, so it is kept as it is, and what reads
@@ -596,9 +596,9 @@ BEGIN
     -- announced before, it could name periods that a shard's loss, whose
     -- acknowledgements no longer cover them, holds when the change commits.
     IF periods_changed THEN
-        PERFORM @extschema@._refresh_loss_blocked(id);
+        PERFORM finalize_internal.refresh_loss_blocked(id);
         IF kind <> 'sharded' THEN
-            PERFORM @extschema@._advance(id);
+            PERFORM finalize_internal.advance(id);
         END IF;
     END IF;
 END
@@ -612,7 +612,7 @@ $$;
 -- there. The lost range stays visible in finalize.facts.
 -- The body of finalize.resume_table, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
-CREATE OR REPLACE FUNCTION @extschema@._resume_table(
+CREATE OR REPLACE FUNCTION finalize_internal.resume_table(
     caller name,
     table_name text)
 RETURNS text
@@ -627,7 +627,7 @@ DECLARE
     ddl_lsn @extschema@.lsn;
     who name := caller;
 BEGIN
-    tt := @extschema@._tracked(_resume_table.table_name);
+    tt := finalize_internal.tracked(resume_table.table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
     SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = tt.table_id;
 
@@ -654,7 +654,7 @@ BEGIN
         UPDATE @extschema@.tracked_table t
            SET state = 'active', state_detail = NULL, state_since = now()
          WHERE t.table_id = tt.table_id;
-        PERFORM @extschema@._resolve_alerts('schema_blocked', tt.table_id, tt.server_name);
+        PERFORM finalize_internal.resolve_alerts('schema_blocked', tt.table_id, tt.server_name);
         RETURN format('Table "%s" resumes; the DDL at LSN %s counts as reviewed.', tt.table_name, ddl_lsn);
     ELSIF tt.state = 'data_lost' THEN
         INSERT INTO @extschema@.fact (table_id, kind, event, capture_instance, detail)
@@ -695,7 +695,7 @@ AS $$
 DECLARE
     released boolean;
 BEGIN
-    PERFORM @extschema@._require(release_source.server_name, 'server_name');
+    PERFORM finalize_internal.require(release_source.server_name, 'server_name');
     UPDATE @extschema@.source_status s
        SET held_by = NULL, held_since = NULL
      WHERE s.server_name = release_source.server_name AND s.held_by IS NOT NULL;

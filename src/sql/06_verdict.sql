@@ -16,7 +16,7 @@
 -- granularity in zone) of the commit time it has applied up to (a tracked
 -- table's consumer, as the worker resolved its LSN) or of the input
 -- watermark its job processed (a derived table's); NULL while it has none.
-CREATE OR REPLACE FUNCTION @extschema@._consumer_until(kind text, granularity interval, zone text,
+CREATE OR REPLACE FUNCTION finalize_internal.consumer_until(kind text, granularity interval, zone text,
                                             commit_time timestamptz, processed_until timestamptz)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -30,7 +30,7 @@ RETURN @extschema@.period_start(CASE WHEN kind = 'source' THEN commit_time ELSE 
 -- reported holds everything. One query for many tables, so that a worker
 -- cycle over thousands of tables (_advance_sources) and _advance for one
 -- share the rule.
-CREATE OR REPLACE FUNCTION @extschema@._effective_untils(table_ids bigint[])
+CREATE OR REPLACE FUNCTION finalize_internal.effective_untils(table_ids bigint[])
 RETURNS TABLE (table_id bigint, until timestamptz)
 LANGUAGE sql STABLE
 -- Most calls are for one table (_advance): joins over its result must probe
@@ -41,12 +41,12 @@ BEGIN ATOMIC
     SELECT t.table_id,
            CASE WHEN w.source_until IS NOT NULL AND NOT coalesce(c.unreported, false)
                 THEN LEAST(w.source_until, c.least_until) END
-      FROM (SELECT DISTINCT i.id FROM unnest(_effective_untils.table_ids) AS i(id)) i
+      FROM (SELECT DISTINCT i.id FROM unnest(effective_untils.table_ids) AS i(id)) i
       JOIN @extschema@.tracked_table t ON t.table_id = i.id
       JOIN @extschema@.watermark w ON w.table_id = t.table_id
      CROSS JOIN LATERAL (SELECT bool_or(x.until IS NULL) AS unreported, min(x.until) AS least_until
                            FROM @extschema@.consumer rc
-                          CROSS JOIN LATERAL (SELECT @extschema@._consumer_until(t.kind, t.granularity, t.period_zone,
+                          CROSS JOIN LATERAL (SELECT finalize_internal.consumer_until(t.kind, t.granularity, t.period_zone,
                                                                                 rc.commit_time, rc.processed_until)
                                                        AS until) x
                           WHERE rc.table_id = t.table_id AND rc.required) c;
@@ -56,7 +56,7 @@ END;
 -- verdicts, NULL while one has none), many at once (the scheduler looks at
 -- every derived table each round): a job cannot have processed complete
 -- input beyond it.
-CREATE OR REPLACE FUNCTION @extschema@._inputs_final_untils(table_ids bigint[])
+CREATE OR REPLACE FUNCTION finalize_internal.inputs_final_untils(table_ids bigint[])
 RETURNS TABLE (table_id bigint, until timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -64,17 +64,17 @@ BEGIN ATOMIC
     SELECT d.table_id, CASE WHEN count(*) = count(w.finalized_until) THEN min(w.finalized_until) END
       FROM @extschema@.derived_input d
       JOIN @extschema@.watermark w ON w.table_id = d.input_id
-     WHERE d.table_id = ANY (_inputs_final_untils.table_ids)
+     WHERE d.table_id = ANY (inputs_final_untils.table_ids)
      GROUP BY d.table_id;
 END;
 
 -- What one derived table's inputs are final until (_inputs_final_untils).
-CREATE OR REPLACE FUNCTION @extschema@._inputs_final_until(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.inputs_final_until(table_id bigint)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT u.until FROM @extschema@._inputs_final_untils(ARRAY[_inputs_final_until.table_id]) AS u;
+    SELECT u.until FROM finalize_internal.inputs_final_untils(ARRAY[inputs_final_until.table_id]) AS u;
 END;
 
 
@@ -82,18 +82,18 @@ END;
 -- finalized_until rounded down to a start of its own periods (granularity
 -- in zone, which may differ from its inputs'), NULL while any input has
 -- none.
-CREATE OR REPLACE FUNCTION @extschema@._inputs_until(table_id bigint, granularity interval, zone text)
+CREATE OR REPLACE FUNCTION finalize_internal.inputs_until(table_id bigint, granularity interval, zone text)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@.period_start(@extschema@._inputs_final_until(table_id), granularity, zone);
+RETURN @extschema@.period_start(finalize_internal.inputs_final_until(table_id), granularity, zone);
 
 -- The payload of an advance on channel "finalize": the table, the old and
 -- new verdicts, the offset of its facts (LSN and commit time, null for a
 -- derived table), and "kind": "derived" for a derived table only, so that a
 -- tracked table's payload stays what it always was. In C (thousands of
 -- advances in one statement), in json_build_object's layout.
-CREATE OR REPLACE FUNCTION @extschema@._advance_payload(table_name text, kind text, old_until timestamptz,
+CREATE OR REPLACE FUNCTION finalize_internal.advance_payload(table_name text, kind text, old_until timestamptz,
                                              new_until timestamptz, offset_lsn text,
                                              offset_commit_time timestamptz)
 RETURNS text
@@ -110,7 +110,7 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 -- verdict tells this one and never a raw watermark: NOTIFY payloads
 -- (_announce), finalize.status, explain_verdict. Readers may call it
 -- (finalize.status does).
-CREATE OR REPLACE FUNCTION @extschema@._sensor_until(table_id bigint, kind text, finalized_until timestamptz,
+CREATE OR REPLACE FUNCTION finalize_internal.sensor_until(table_id bigint, kind text, finalized_until timestamptz,
                                           granularity interval, period_zone text, loss_blocked boolean)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_sensor_until'
@@ -128,7 +128,7 @@ LANGUAGE C STABLE;
 -- from none; false in a session, which never holds another team's rows
 -- (the scheduler's round, whose transactions end within milliseconds,
 -- announces the table). Rows it could take stay held.
-CREATE OR REPLACE FUNCTION @extschema@._hold_inputs(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.hold_inputs(table_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -139,13 +139,13 @@ DECLARE
     n integer;
 BEGIN
     ids := ARRAY(WITH RECURSIVE up(id) AS (
-                     SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = _hold_inputs.table_id
+                     SELECT d.input_id FROM @extschema@.derived_input d WHERE d.table_id = hold_inputs.table_id
                      UNION
                      SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
                  SELECT up.id FROM up ORDER BY up.id);
     IF cardinality(ids) = 0 THEN
         RETURN true;
-    ELSIF NOT @extschema@._in_background() THEN
+    ELSIF NOT finalize_internal.in_background() THEN
         RETURN false;
     END IF;
     SELECT count(*) INTO n
@@ -172,7 +172,7 @@ $$;
 -- scheduler's next round announces it). Returns the tables announced.
 -- With the same rule in the UPDATE of _advance_sources, the one way a
 -- verdict is announced (docs/design/announcements.md).
-CREATE OR REPLACE FUNCTION @extschema@._announce(table_ids bigint[], falls_only boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION finalize_internal.announce(table_ids bigint[], falls_only boolean DEFAULT false)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -181,12 +181,12 @@ DECLARE
     held bigint[] := '{}';
 BEGIN
     IF NOT falls_only THEN
-        held := ARRAY(SELECT i.id FROM unnest(table_ids) AS i(id) WHERE @extschema@._hold_inputs(i.id));
+        held := ARRAY(SELECT i.id FROM unnest(table_ids) AS i(id) WHERE finalize_internal.hold_inputs(i.id));
     END IF;
     RETURN QUERY
     WITH cur AS (
         SELECT w.table_id, w.announced_until AS old_until,
-               @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+               finalize_internal.sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                          w.loss_blocked) AS new_until
           FROM (SELECT DISTINCT i.id FROM unnest(table_ids) AS i(id)) i
           JOIN @extschema@.tracked_table t ON t.table_id = i.id
@@ -202,8 +202,8 @@ BEGIN
     SELECT x.table_id
       FROM (SELECT ch.* FROM changed ch WHERE ch.new_until > coalesce(ch.old_until, '-infinity')) x
       JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
-     CROSS JOIN LATERAL @extschema@._notify('finalize',
-                            @extschema@._advance_payload(t.table_name, t.kind, x.old_until, x.new_until,
+     CROSS JOIN LATERAL finalize_internal.notify('finalize',
+                            finalize_internal.advance_payload(t.table_name, t.kind, x.old_until, x.new_until,
                                                          x.offset_lsn, x.offset_commit_time)) n
      ORDER BY x.table_id;
 END
@@ -211,7 +211,7 @@ $$;
 
 -- Like _lock_tracked(table_id, false), but NULL instead of waiting when
 -- another transaction holds the table's row or verdict.
-CREATE OR REPLACE FUNCTION @extschema@._try_lock_tracked(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.try_lock_tracked(table_id bigint)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -221,15 +221,15 @@ DECLARE
     tt @extschema@.tracked_table;
 BEGIN
     PERFORM FROM @extschema@.tracked_table t
-     WHERE t.table_id = _try_lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE SKIP LOCKED;
+     WHERE t.table_id = try_lock_tracked.table_id AND t.untracked_at IS NULL FOR KEY SHARE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    PERFORM FROM @extschema@.watermark w WHERE w.table_id = _try_lock_tracked.table_id FOR UPDATE SKIP LOCKED;
+    PERFORM FROM @extschema@.watermark w WHERE w.table_id = try_lock_tracked.table_id FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _try_lock_tracked.table_id;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = try_lock_tracked.table_id;
     RETURN tt;
 END
 $$;
@@ -245,7 +245,7 @@ $$;
 -- the last one announced, never past a loss that holds periods. Returns
 -- the tables whose finalized_until moved: the caller lets their derived
 -- tables follow. Other tables (derived, event-time) are left alone.
-CREATE OR REPLACE FUNCTION @extschema@._advance_sources(table_ids bigint[])
+CREATE OR REPLACE FUNCTION finalize_internal.advance_sources(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -254,7 +254,7 @@ BEGIN
     RETURN QUERY
     WITH cur AS (
         SELECT t.table_id, t AS tt, w AS wm, GREATEST(w.commit_until, e.until) AS new_commit
-          FROM @extschema@._effective_untils(table_ids) e
+          FROM finalize_internal.effective_untils(table_ids) e
           JOIN @extschema@.tracked_table t ON t.table_id = e.table_id
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
          WHERE t.kind = 'source' AND t.event_time_column IS NULL),
@@ -264,7 +264,7 @@ BEGIN
                finalized_until = GREATEST(w.finalized_until, c.new_commit),
                advanced_at = CASE WHEN GREATEST(w.finalized_until, c.new_commit) IS DISTINCT FROM w.finalized_until
                                   THEN now() ELSE w.advanced_at END,
-               announced_until = @extschema@._sensor_until(w.table_id, 'source', GREATEST(w.finalized_until, c.new_commit),
+               announced_until = finalize_internal.sensor_until(w.table_id, 'source', GREATEST(w.finalized_until, c.new_commit),
                                                            (c.tt).granularity, (c.tt).period_zone, w.loss_blocked)
           FROM cur c
          WHERE w.table_id = c.table_id
@@ -276,8 +276,8 @@ BEGIN
               FROM moved m
               -- every row is looked at (OFFSET 0: the filter below comes after)
               LEFT JOIN LATERAL (
-                    SELECT @extschema@._notify('finalize',
-                               @extschema@._advance_payload((m.tt).table_name, (m.tt).kind, (m.wm).announced_until,
+                    SELECT finalize_internal.notify('finalize',
+                               finalize_internal.advance_payload((m.tt).table_name, (m.tt).kind, (m.wm).announced_until,
                                                             m.announced, (m.wm).offset_lsn,
                                                             (m.wm).offset_commit_time)) AS sent
                      WHERE m.announced > coalesce((m.wm).announced_until, '-infinity')) n ON true
@@ -297,7 +297,7 @@ $$;
 -- input's advance never waits for a pipeline's open transaction either
 -- (_refresh_derived catches a skipped one up). The one loop of _advance
 -- and _record_ranges.
-CREATE OR REPLACE FUNCTION @extschema@._advance_dependents(input_ids bigint[])
+CREATE OR REPLACE FUNCTION finalize_internal.advance_dependents(input_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -305,14 +305,14 @@ AS $$
 DECLARE
     dependent bigint;
 BEGIN
-    IF NOT @extschema@._in_background() THEN
+    IF NOT finalize_internal.in_background() THEN
         RETURN;
     END IF;
     FOR dependent IN SELECT DISTINCT d.table_id FROM @extschema@.derived_input d
                        JOIN @extschema@.tracked_table t ON t.table_id = d.table_id
                       WHERE d.input_id = ANY (input_ids) AND t.untracked_at IS NULL
                       ORDER BY d.table_id LOOP
-        PERFORM @extschema@._advance(dependent, false);
+        PERFORM finalize_internal.advance(dependent, false);
     END LOOP;
 END
 $$;
@@ -333,15 +333,15 @@ $$;
 -- never waits for a pipeline's open transaction, nor two sources' workers
 -- for each other; the scheduler's _refresh_derived catches it up. Returns
 -- finalized_until, NULL for a table no longer tracked (or skipped).
-CREATE OR REPLACE FUNCTION @extschema@._advance(table_id bigint, wait boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION finalize_internal.advance(table_id bigint, wait boolean DEFAULT true)
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := CASE WHEN wait THEN @extschema@._lock_tracked(table_id, false)
-                                         ELSE @extschema@._try_lock_tracked(table_id) END;
+    tt @extschema@.tracked_table := CASE WHEN wait THEN finalize_internal.lock_tracked(table_id, false)
+                                         ELSE finalize_internal.try_lock_tracked(table_id) END;
     wm @extschema@.watermark;
     from_inputs timestamptz;
     new_commit timestamptz;
@@ -356,29 +356,29 @@ BEGIN
     -- A source table partitioned by commit time: the way of a worker's
     -- cycle, for one table.
     IF tt.kind = 'source' AND tt.event_time_column IS NULL THEN
-        moved := EXISTS (SELECT FROM @extschema@._advance_sources(ARRAY[tt.table_id]));
+        moved := EXISTS (SELECT FROM finalize_internal.advance_sources(ARRAY[tt.table_id]));
         -- announced there if it moved; else what made periods final may be
         -- an acknowledgement, or a consumer dropped
         IF NOT moved THEN
-            PERFORM @extschema@._announce(ARRAY[tt.table_id]);
+            PERFORM finalize_internal.announce(ARRAY[tt.table_id]);
         END IF;
         -- run on every call (for no table when nothing moved): its plan is
         -- made at the first call, not at the first advance hours later
-        PERFORM @extschema@._advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
+        PERFORM finalize_internal.advance_dependents(CASE WHEN moved THEN ARRAY[tt.table_id] ELSE '{}' END);
         RETURN (SELECT w.finalized_until FROM @extschema@.watermark w WHERE w.table_id = tt.table_id);
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     -- A sharded table is derived from its shards (derived_input): the
     -- least of their verdicts, NULL while one has none or it has no shard.
     IF tt.kind IN ('derived', 'sharded') THEN
-        from_inputs := @extschema@._inputs_until(tt.table_id, tt.granularity, tt.period_zone);
+        from_inputs := finalize_internal.inputs_until(tt.table_id, tt.granularity, tt.period_zone);
         IF from_inputs > coalesce(wm.source_until, '-infinity') THEN
             UPDATE @extschema@.watermark w SET source_until = from_inputs WHERE w.table_id = tt.table_id;
             wm.source_until := from_inputs;
         END IF;
     END IF;
     new_commit := GREATEST(wm.commit_until,
-                           (SELECT e.until FROM @extschema@._effective_untils(ARRAY[tt.table_id]) e));
+                           (SELECT e.until FROM finalize_internal.effective_untils(ARRAY[tt.table_id]) e));
     -- (A sharded table partitioned by event time takes its shards'
     -- event-time verdicts as they are: each is drawn from its own.)
     IF tt.event_time_column IS NULL OR tt.kind = 'sharded' THEN
@@ -386,25 +386,25 @@ BEGIN
     ELSE
         -- The event-time verdict, held by losses (whose spans are event times
         -- on an event-time table, see _record_loss).
-        ev := @extschema@._event_until(tt, new_commit);
+        ev := finalize_internal.event_until(tt, new_commit);
         -- A loss holds the event times its rows may have under the
         -- allowance: when the allowance grows (or becomes known), its start
         -- reaches further back, never into periods already final.
         IF ev.allowance IS NOT NULL AND ev.allowance > coalesce(wm.event_allowance, interval '0')
            AND EXISTS (SELECT FROM @extschema@.loss l WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL) THEN
             UPDATE @extschema@.loss l
-               SET lost_from = GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+               SET lost_from = GREATEST(coalesce(finalize_internal.instant_minus(l.commit_from, ev.allowance), '-infinity'),
                                         coalesce(wm.finalized_until, '-infinity'))
              WHERE l.table_id = tt.table_id AND l.commit_from IS NOT NULL
-               AND GREATEST(coalesce(@extschema@._instant_minus(l.commit_from, ev.allowance), '-infinity'),
+               AND GREATEST(coalesce(finalize_internal.instant_minus(l.commit_from, ev.allowance), '-infinity'),
                             coalesce(wm.finalized_until, '-infinity')) < l.lost_from;
             IF FOUND THEN
-                PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                PERFORM finalize_internal.refresh_loss_blocked(tt.table_id);
                 SELECT w.loss_blocked INTO wm.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
             END IF;
         END IF;
         IF wm.loss_blocked AND ev.until IS NOT NULL THEN
-            cap := @extschema@._loss_cap(tt.table_id);
+            cap := finalize_internal.loss_cap(tt.table_id);
             -- a loss without a start holds every period (LEAST skips NULLs: never pass one)
             ev.until := CASE WHEN cap > '-infinity' THEN LEAST(ev.until, cap) END;
         END IF;
@@ -418,13 +418,13 @@ BEGIN
     END IF;
     IF new_until IS NOT DISTINCT FROM wm.finalized_until THEN
         -- (an acknowledgement, a consumer dropped: periods may be final now)
-        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
+        PERFORM finalize_internal.announce(ARRAY[tt.table_id]);
         RETURN new_until;
     END IF;
     UPDATE @extschema@.watermark w SET finalized_until = new_until, advanced_at = now()
      WHERE w.table_id = tt.table_id;
-    PERFORM @extschema@._announce(ARRAY[tt.table_id]);
-    PERFORM @extschema@._advance_dependents(ARRAY[tt.table_id]);
+    PERFORM finalize_internal.announce(ARRAY[tt.table_id]);
+    PERFORM finalize_internal.advance_dependents(ARRAY[tt.table_id]);
     RETURN new_until;
 END
 $$;
@@ -433,7 +433,7 @@ $$;
 -- (since) reach without a gap, adjacent or overlapping ones joined: at
 -- least e once they cover every instant of [s, e). Where they stop, the
 -- loss still holds periods (_acked, _loss_cap).
-CREATE OR REPLACE FUNCTION @extschema@._ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -458,27 +458,27 @@ $$;
 
 -- Whether the acknowledgements of a table recorded after a loss (since)
 -- cover every instant of [s, e).
-CREATE OR REPLACE FUNCTION @extschema@._acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@._ack_reach(table_id, s, e, since) >= e;
+RETURN finalize_internal.ack_reach(table_id, s, e, since) >= e;
 
 -- The periods (granularity g in zone z) that the lost commit times
 -- [lost_from, lost_to] touch, as [span_from, span_to): what an
 -- acknowledgement on a table of those periods must cover. An infinite end
 -- stays infinite.
-CREATE OR REPLACE FUNCTION @extschema@._loss_span(lost_from timestamptz, lost_to timestamptz, g interval, z text,
+CREATE OR REPLACE FUNCTION finalize_internal.loss_span(lost_from timestamptz, lost_to timestamptz, g interval, z text,
                                        OUT span_from timestamptz, OUT span_to timestamptz)
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT CASE WHEN isfinite(_loss_span.lost_from)
-                THEN @extschema@.period_start(_loss_span.lost_from, _loss_span.g, _loss_span.z)
-                ELSE _loss_span.lost_from END,
-           CASE WHEN isfinite(_loss_span.lost_to)
-                THEN @extschema@.period_end(_loss_span.lost_to, _loss_span.g, _loss_span.z)
-                ELSE _loss_span.lost_to END;
+    SELECT CASE WHEN isfinite(loss_span.lost_from)
+                THEN @extschema@.period_start(loss_span.lost_from, loss_span.g, loss_span.z)
+                ELSE loss_span.lost_from END,
+           CASE WHEN isfinite(loss_span.lost_to)
+                THEN @extschema@.period_end(loss_span.lost_to, loss_span.g, loss_span.z)
+                ELSE loss_span.lost_to END;
 END;
 
 -- Every loss a table inherits or has (its own, its inputs', transitively),
@@ -495,7 +495,7 @@ END;
 -- through it on every call while a loss holds periods; without JIT, which
 -- the pessimistic estimates of the recursion over a few rows would buy at
 -- hundreds of milliseconds a call.
-CREATE OR REPLACE FUNCTION @extschema@._loss_ackers(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.loss_ackers(table_id bigint)
 RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval, acker_zone text,
                span_from timestamptz, span_to timestamptz)
 LANGUAGE plpgsql STABLE ROWS 10
@@ -508,7 +508,7 @@ BEGIN
     -- Every path from the table up its inputs: each member with the
     -- members between the table (included) and it.
     WITH RECURSIVE up(id, path) AS (
-        SELECT _loss_ackers.table_id, '{}'::bigint[]
+        SELECT loss_ackers.table_id, '{}'::bigint[]
         UNION
         SELECT d.input_id, up.path || up.id
           FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id),
@@ -548,7 +548,7 @@ $$;
 -- period [period_start, period_end), each with every table it has yet to be
 -- acknowledged on for it (_loss_ackers): the loss intersects the period,
 -- and that table's periods it shares with it are not all acknowledged.
-CREATE OR REPLACE FUNCTION @extschema@._open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS TABLE (loss_id bigint, acker_id bigint)
 LANGUAGE plpgsql STABLE ROWS 10
 SET search_path = pg_catalog, pg_temp
@@ -557,13 +557,13 @@ AS $$
 BEGIN
     RETURN QUERY
     SELECT a.loss_id, a.acker_id
-      FROM @extschema@._loss_ackers(_open_loss_ackers.table_id) AS a
+      FROM finalize_internal.loss_ackers(open_loss_ackers.table_id) AS a
       JOIN @extschema@.loss l ON l.loss_id = a.loss_id
-     WHERE l.lost_from < _open_loss_ackers.period_end AND l.lost_to >= _open_loss_ackers.period_start
-       AND NOT @extschema@._acked(a.acker_id,
-               @extschema@.period_start(GREATEST(_open_loss_ackers.period_start, l.lost_from), a.acker_granularity,
+     WHERE l.lost_from < open_loss_ackers.period_end AND l.lost_to >= open_loss_ackers.period_start
+       AND NOT finalize_internal.acked(a.acker_id,
+               @extschema@.period_start(GREATEST(open_loss_ackers.period_start, l.lost_from), a.acker_granularity,
                                         a.acker_zone),
-               @extschema@.period_end(LEAST(_open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
+               @extschema@.period_end(LEAST(open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
                                       a.acker_granularity, a.acker_zone),
                l.created_at);
 END
@@ -571,7 +571,7 @@ $$;
 
 -- The losses (of the table or of an input, transitively) that hold the
 -- period [period_start, period_end) (see _open_loss_ackers).
-CREATE OR REPLACE FUNCTION @extschema@._open_losses(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.open_losses(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS SETOF @extschema@.loss
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -579,19 +579,19 @@ BEGIN ATOMIC
     SELECT l.*
       FROM @extschema@.loss l
      WHERE l.loss_id IN (SELECT o.loss_id
-                           FROM @extschema@._open_loss_ackers(_open_losses.table_id, _open_losses.period_start,
-                                                              _open_losses.period_end) AS o)
+                           FROM finalize_internal.open_loss_ackers(open_losses.table_id, open_losses.period_start,
+                                                              open_losses.period_end) AS o)
      ORDER BY l.loss_id;
 END;
 
 -- Whether a loss holds the period [period_start, period_end) of a table
 -- (see _open_losses). The C sensors ask it (as the extension's owner) only
 -- while watermark.loss_blocked is set.
-CREATE OR REPLACE FUNCTION @extschema@._loss_blocks(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.loss_blocks(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN EXISTS (SELECT FROM @extschema@._open_losses(table_id, period_start, period_end));
+RETURN EXISTS (SELECT FROM finalize_internal.open_losses(table_id, period_start, period_end));
 
 -- Where finalized_until() stops while losses hold periods, since every
 -- period ending at or before it must be complete: the start of the table's
@@ -602,7 +602,7 @@ RETURN EXISTS (SELECT FROM @extschema@._open_losses(table_id, period_start, peri
 -- acknowledgements count only from a period start of the table they are
 -- on), never a later one. The C sensors ask it (as the extension's owner)
 -- only while watermark.loss_blocked is set.
-CREATE OR REPLACE FUNCTION @extschema@._loss_cap(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.loss_cap(table_id bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -619,12 +619,12 @@ BEGIN
                                 THEN @extschema@.period_start(r.reach, a.acker_granularity, a.acker_zone)
                                 ELSE r.reach END,
                            l.lost_from) AS held_from
-             FROM @extschema@._loss_ackers(t.table_id) AS a
+             FROM finalize_internal.loss_ackers(t.table_id) AS a
              JOIN @extschema@.loss l ON l.loss_id = a.loss_id
-            CROSS JOIN LATERAL (SELECT @extschema@._ack_reach(a.acker_id, a.span_from, a.span_to,
+            CROSS JOIN LATERAL (SELECT finalize_internal.ack_reach(a.acker_id, a.span_from, a.span_to,
                                                               l.created_at) AS reach) AS r
             WHERE r.reach < a.span_to) AS h
-     WHERE t.table_id = _loss_cap.table_id;
+     WHERE t.table_id = loss_cap.table_id;
     RETURN coalesce(cap, 'infinity');
 END
 $$;
@@ -632,25 +632,25 @@ $$;
 -- Whether the table or an input (transitively) has a loss that a table it
 -- must be acknowledged on (_loss_ackers) has not acknowledged for all its
 -- periods.
-CREATE OR REPLACE FUNCTION @extschema@._has_open_loss(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.has_open_loss(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 RETURN EXISTS (
-    SELECT FROM @extschema@._loss_ackers(table_id) AS a
+    SELECT FROM finalize_internal.loss_ackers(table_id) AS a
       JOIN @extschema@.loss l ON l.loss_id = a.loss_id
-     WHERE NOT @extschema@._acked(a.acker_id, a.span_from, a.span_to, l.created_at));
+     WHERE NOT finalize_internal.acked(a.acker_id, a.span_from, a.span_to, l.created_at));
 
 -- Whether an unacknowledged loss holds some periods of a table, for
 -- finalize.status (whose readers may not read the losses themselves: hence
 -- SECURITY DEFINER, granted to finalize_reader; it answers only this). The
 -- view asks it only while a flag of the table's lineage is set: a flag may
 -- stay set for a table built from it that still has to acknowledge.
-CREATE OR REPLACE FUNCTION @extschema@._loss_holds(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.loss_holds(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@._has_open_loss(table_id);
+RETURN finalize_internal.has_open_loss(table_id);
 
 -- Whether a loss may hold periods of a table, as the sensors read it
 -- (src/sensor/catalog.c does the same in C): the loss_blocked flag of the
@@ -660,13 +660,13 @@ RETURN @extschema@._has_open_loss(table_id);
 -- the flag of the one table it holds (_lock_tracked), so that the tables
 -- built from it are held at once without their rows: a pipeline may keep
 -- those in an open transaction for as long as it likes.
-CREATE OR REPLACE FUNCTION @extschema@._lineage_blocked(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.lineage_blocked(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH RECURSIVE up(id) AS (
-        SELECT _lineage_blocked.table_id
+        SELECT lineage_blocked.table_id
         UNION
         SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
     SELECT EXISTS (SELECT FROM up JOIN @extschema@.watermark w ON w.table_id = up.id WHERE w.loss_blocked);
@@ -675,17 +675,17 @@ END;
 -- The tables built from a table (transitively, not itself) that have a
 -- loss to wait for and no flag of their own yet: while there is one, the
 -- table's own flag holds it (_lineage_blocked) and may not be cleared.
-CREATE OR REPLACE FUNCTION @extschema@._unflagged_below(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.unflagged_below(table_id bigint)
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH RECURSIVE down(id) AS (
-        SELECT d.table_id FROM @extschema@.derived_input d WHERE d.input_id = _unflagged_below.table_id
+        SELECT d.table_id FROM @extschema@.derived_input d WHERE d.input_id = unflagged_below.table_id
         UNION
         SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id)
     SELECT down.id FROM down JOIN @extschema@.watermark w ON w.table_id = down.id
-     WHERE NOT w.loss_blocked AND @extschema@._has_open_loss(down.id)
+     WHERE NOT w.loss_blocked AND finalize_internal.has_open_loss(down.id)
      ORDER BY down.id;
 END;
 
@@ -694,16 +694,16 @@ END;
 -- it because the tables below carry flags of their own would rely on rows
 -- another transaction may be clearing at the same time (each would see the
 -- other's flag still set, and both would go).
-CREATE OR REPLACE FUNCTION @extschema@._open_below(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.open_below(table_id bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH RECURSIVE down(id) AS (
-        SELECT d.table_id FROM @extschema@.derived_input d WHERE d.input_id = _open_below.table_id
+        SELECT d.table_id FROM @extschema@.derived_input d WHERE d.input_id = open_below.table_id
         UNION
         SELECT d.table_id FROM @extschema@.derived_input d JOIN down ON d.input_id = down.id)
-    SELECT EXISTS (SELECT FROM down WHERE @extschema@._has_open_loss(down.id));
+    SELECT EXISTS (SELECT FROM down WHERE finalize_internal.has_open_loss(down.id));
 END;
 
 -- Recomputes watermark.loss_blocked of a table whose verdict the caller
@@ -717,26 +717,26 @@ END;
 -- held through _lineage_blocked at once, and their own flags follow in the
 -- worker's transaction when their rows are free (SKIP LOCKED) or in the
 -- scheduler's next round (_refresh_derived).
-CREATE OR REPLACE FUNCTION @extschema@._refresh_loss_blocked(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.refresh_loss_blocked(table_id bigint)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    was boolean := (SELECT w.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = _refresh_loss_blocked.table_id);
+    was boolean := (SELECT w.loss_blocked FROM @extschema@.watermark w WHERE w.table_id = refresh_loss_blocked.table_id);
     now_blocked boolean;
 BEGIN
-    now_blocked := @extschema@._has_open_loss(table_id)
-                   OR (was AND @extschema@._open_below(table_id));
+    now_blocked := finalize_internal.has_open_loss(table_id)
+                   OR (was AND finalize_internal.open_below(table_id));
     IF now_blocked IS DISTINCT FROM was THEN
-        UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = _refresh_loss_blocked.table_id;
+        UPDATE @extschema@.watermark w SET loss_blocked = now_blocked WHERE w.table_id = refresh_loss_blocked.table_id;
     END IF;
     -- A verdict a loss took back is recorded as announced; one that an
     -- acknowledgement moved on is announced by the _advance that follows.
-    PERFORM @extschema@._announce(ARRAY[table_id], true);
-    IF now_blocked AND @extschema@._in_background() THEN
-        PERFORM @extschema@._flag_below(table_id);
+    PERFORM finalize_internal.announce(ARRAY[table_id], true);
+    IF now_blocked AND finalize_internal.in_background() THEN
+        PERFORM finalize_internal.flag_below(table_id);
     END IF;
 END
 $$;
@@ -745,7 +745,7 @@ $$;
 -- own flag, each whose row no other transaction holds (SKIP LOCKED: one a
 -- pipeline holds keeps being held through the table's flag and is flagged
 -- later). Returns how many it flagged. Background workers only.
-CREATE OR REPLACE FUNCTION @extschema@._flag_below(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.flag_below(table_id bigint)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -755,11 +755,11 @@ DECLARE
     below bigint;
     n integer := 0;
 BEGIN
-    FOR below IN SELECT u.id FROM @extschema@._unflagged_below(table_id) AS u(id) LOOP
+    FOR below IN SELECT u.id FROM finalize_internal.unflagged_below(table_id) AS u(id) LOOP
         PERFORM FROM @extschema@.watermark w WHERE w.table_id = below FOR NO KEY UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
         UPDATE @extschema@.watermark w SET loss_blocked = true WHERE w.table_id = below AND NOT w.loss_blocked;
-        PERFORM @extschema@._announce(ARRAY[below], true);
+        PERFORM finalize_internal.announce(ARRAY[below], true);
         n := n + 1;
     END LOOP;
     RETURN n;
@@ -770,7 +770,7 @@ $$;
 -- change (add_consumer, alter_consumer, drop_consumer, however they do it):
 -- whether a derived table must acknowledge its inputs' losses itself
 -- depends on them (_loss_ackers).
-CREATE OR REPLACE FUNCTION @extschema@._consumer_loss_refresh()
+CREATE OR REPLACE FUNCTION finalize_internal.consumer_loss_refresh()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -787,7 +787,7 @@ BEGIN
     END IF;
     -- A consumer deleted with its table (untrack_table) changes nothing.
     IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_id = id AND t.untracked_at IS NULL) THEN
-        PERFORM @extschema@._refresh_loss_blocked(id);
+        PERFORM finalize_internal.refresh_loss_blocked(id);
     END IF;
     RETURN NULL;
 END
@@ -795,17 +795,17 @@ $$;
 
 CREATE OR REPLACE TRIGGER loss_blocked_refresh
     AFTER INSERT OR DELETE OR UPDATE OF required ON @extschema@.consumer
-    FOR EACH ROW EXECUTE FUNCTION @extschema@._consumer_loss_refresh();
+    FOR EACH ROW EXECUTE FUNCTION finalize_internal.consumer_loss_refresh();
 
 -- Whether the period starting at period_start is final for the table, as
 -- the sensors answer it: the watermark has passed it (_period_final, the
 -- C rule of is_final) and no loss holds it.
-CREATE OR REPLACE FUNCTION @extschema@._final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION finalize_internal.final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                    period_start timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@._period_final(period_start, (tt).granularity, (tt).period_zone, (wm).finalized_until)
-   AND NOT (((wm).loss_blocked OR @extschema@._lineage_blocked((tt).table_id))
-            AND @extschema@._loss_blocks((tt).table_id, period_start,
+RETURN finalize_internal.period_final(period_start, (tt).granularity, (tt).period_zone, (wm).finalized_until)
+   AND NOT (((wm).loss_blocked OR finalize_internal.lineage_blocked((tt).table_id))
+            AND finalize_internal.loss_blocks((tt).table_id, period_start,
                                          @extschema@.period_end(period_start, (tt).granularity, (tt).period_zone)));

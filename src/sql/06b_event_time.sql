@@ -8,57 +8,57 @@
 
 -- The period arithmetic and the sketches are C (event_time_sql.c): no SQL
 -- copy depends on the session's TimeZone.
-CREATE OR REPLACE FUNCTION @extschema@._event_bound(commit_until timestamptz, allowance interval, granularity interval,
+CREATE OR REPLACE FUNCTION finalize_internal.event_bound(commit_until timestamptz, allowance interval, granularity interval,
                                          zone text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_event_bound'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE OR REPLACE FUNCTION @extschema@._instant_minus(ts timestamptz, iv interval)
+CREATE OR REPLACE FUNCTION finalize_internal.instant_minus(ts timestamptz, iv interval)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_instant_minus'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE OR REPLACE FUNCTION @extschema@._sketch_merge(a bytea, b bytea)
+CREATE OR REPLACE FUNCTION finalize_internal.sketch_merge(a bytea, b bytea)
 RETURNS bytea
 AS 'MODULE_PATHNAME', 'finalize_sketch_merge'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 -- The sketch of every sketch aggregated (NULL for none).
-CREATE OR REPLACE AGGREGATE @extschema@._sketch_union(bytea) (
-    SFUNC = @extschema@._sketch_merge,
+CREATE OR REPLACE AGGREGATE finalize_internal.sketch_union(bytea) (
+    SFUNC = finalize_internal.sketch_merge,
     STYPE = bytea
 );
 
-CREATE OR REPLACE FUNCTION @extschema@._sketch_quantile_ms(sketch bytea, quantile double precision)
+CREATE OR REPLACE FUNCTION finalize_internal.sketch_quantile_ms(sketch bytea, quantile double precision)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_quantile_ms'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE OR REPLACE FUNCTION @extschema@._sketch_quantile_bound_ms(sketch bytea, quantile double precision)
+CREATE OR REPLACE FUNCTION finalize_internal.sketch_quantile_bound_ms(sketch bytea, quantile double precision)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_quantile_bound_ms'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE OR REPLACE FUNCTION @extschema@._sketch_rows(sketch bytea)
+CREATE OR REPLACE FUNCTION finalize_internal.sketch_rows(sketch bytea)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'finalize_sketch_rows'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-CREATE OR REPLACE FUNCTION @extschema@._sketch_info(sketch bytea, OUT rows bigint, OUT event_after_commit bigint,
+CREATE OR REPLACE FUNCTION finalize_internal.sketch_info(sketch bytea, OUT rows bigint, OUT event_after_commit bigint,
                                          OUT zero_lateness bigint, OUT min_ms bigint, OUT max_ms bigint)
 AS 'MODULE_PATHNAME', 'finalize_sketch_info'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- finalize.late_data_alert_interval as an interval without days.
-CREATE OR REPLACE FUNCTION @extschema@._late_data_alert_interval()
+CREATE OR REPLACE FUNCTION finalize_internal.late_data_alert_interval()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_late_data_alert_interval'
 LANGUAGE C STABLE;
 
 -- The event-time options of track_table and alter_tracked_table, checked
 -- together; the errors name the option and say what it takes.
-CREATE OR REPLACE FUNCTION @extschema@._check_event_time(
+CREATE OR REPLACE FUNCTION finalize_internal.check_event_time(
     event_time_column text,
     event_time_zone   text,
     lateness_policy   text,
@@ -86,7 +86,7 @@ BEGIN
                   DETAIL = 'It is not a time zone name PostgreSQL knows (pg_timezone_names).',
                   HINT = 'Use an IANA name such as ''Europe/Berlin'' or ''UTC''; leave it NULL to use the server''s timezone option.';
     END IF;
-    PERFORM @extschema@._check_choice(lateness_policy, 'lateness_policy', ARRAY['exact', 'quantile'],
+    PERFORM finalize_internal.check_choice(lateness_policy, 'lateness_policy', ARRAY['exact', 'quantile'],
         'With exact, an event period is final once the commit-time verdict passed its end plus allowed_lateness; with quantile, plus the lateness_quantile of the lateness observed over lateness_window (never less than allowed_lateness).');
     IF date_part('month', allowed_lateness) <> 0 OR date_part('year', allowed_lateness) <> 0 THEN
         RAISE EXCEPTION 'invalid value for argument allowed_lateness: "%" is not a fixed length of time', allowed_lateness
@@ -150,7 +150,7 @@ $$;
 -- rows to mean anything: with fewer in the window (a new table, one idle
 -- for longer than the window) there is no allowance, NULL, and the
 -- event-time verdict waits.
-CREATE OR REPLACE FUNCTION @extschema@._lateness_allowance(tt @extschema@.tracked_table, commit_until timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.lateness_allowance(tt @extschema@.tracked_table, commit_until timestamptz)
 RETURNS interval
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -162,13 +162,13 @@ BEGIN
     IF tt.lateness_policy <> 'quantile' OR commit_until IS NULL OR NOT isfinite(commit_until) THEN
         RETURN tt.allowed_lateness;
     END IF;
-    SELECT @extschema@._sketch_quantile_bound_ms(@extschema@._sketch_union(h.sketch), tt.lateness_quantile),
+    SELECT finalize_internal.sketch_quantile_bound_ms(finalize_internal.sketch_union(h.sketch), tt.lateness_quantile),
            sum(h.rows)
       INTO q_ms, n
       FROM @extschema@.lateness_hour h
      WHERE h.table_id = tt.table_id
-       AND h.hour >= coalesce(@extschema@._instant_minus(commit_until, tt.lateness_window), '-infinity');
-    IF q_ms IS NULL OR coalesce(n, 0) < @extschema@._quantile_min_rows(tt.lateness_quantile) THEN
+       AND h.hour >= coalesce(finalize_internal.instant_minus(commit_until, tt.lateness_window), '-infinity');
+    IF q_ms IS NULL OR coalesce(n, 0) < finalize_internal.quantile_min_rows(tt.lateness_quantile) THEN
         RETURN NULL;
     END IF;
     RETURN GREATEST(tt.allowed_lateness, make_interval(secs => q_ms / 1000.0));
@@ -177,7 +177,7 @@ $$;
 
 -- How many rows of observed lateness a quantile needs: 1 / (1 - q), so that
 -- the rows beyond it are at least one.
-CREATE OR REPLACE FUNCTION @extschema@._quantile_min_rows(quantile double precision)
+CREATE OR REPLACE FUNCTION finalize_internal.quantile_min_rows(quantile double precision)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -187,17 +187,17 @@ RETURN ceil(round((1 / (1 - quantile))::numeric, 9))::bigint;
 -- commit_until (capped by the losses that hold it): the greatest event
 -- period boundary that, plus the allowance, the commit-time verdict has
 -- passed; NULL while there is none.
-CREATE OR REPLACE FUNCTION @extschema@._event_until(tt @extschema@.tracked_table, commit_until timestamptz,
+CREATE OR REPLACE FUNCTION finalize_internal.event_until(tt @extschema@.tracked_table, commit_until timestamptz,
                                          OUT until timestamptz, OUT allowance interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    allowance := @extschema@._lateness_allowance(tt, commit_until);
+    allowance := finalize_internal.lateness_allowance(tt, commit_until);
     IF commit_until IS NULL OR NOT isfinite(commit_until) OR allowance IS NULL THEN
         until := NULL;
     ELSE
-        until := @extschema@._event_bound(commit_until, allowance, tt.granularity, tt.period_zone);
+        until := finalize_internal.event_bound(commit_until, allowance, tt.granularity, tt.period_zone);
     END IF;
 END
 $$;
@@ -211,7 +211,7 @@ $$;
 -- from the same change rows, and refuses a range whose counts changed
 -- between its reads. A range without a sketch (SQL has no way to build
 -- one) adds no observed lateness.
-CREATE OR REPLACE FUNCTION @extschema@._check_event_facts(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
+CREATE OR REPLACE FUNCTION finalize_internal.check_event_facts(tt @extschema@.tracked_table, start_lsn @extschema@.lsn,
                                                end_lsn @extschema@.lsn, inserts bigint, updates bigint,
                                                deletes bigint, periods jsonb, sketch bytea)
 RETURNS void
@@ -224,7 +224,7 @@ DECLARE
     p_upd bigint;
     p_del bigint;
     with_time bigint;
-    sketched bigint := coalesce(@extschema@._sketch_rows(sketch), 0);
+    sketched bigint := coalesce(finalize_internal.sketch_rows(sketch), 0);
     range_text text := format('(%s, %s]', coalesce(start_lsn::text, 'its start'), end_lsn);
 BEGIN
     IF periods IS NOT NULL AND jsonb_typeof(periods) <> 'array' THEN
@@ -270,7 +270,7 @@ $$;
 -- time. Late rows are counted per period in late_period, recorded as a
 -- late_data event and sent on finalize_alert at most once per table and
 -- period per finalize.late_data_alert_interval. Returns the late rows.
-CREATE OR REPLACE FUNCTION @extschema@._store_event_facts(
+CREATE OR REPLACE FUNCTION finalize_internal.store_event_facts(
     tt              @extschema@.tracked_table,
     fact_id         bigint,
     periods         jsonb,
@@ -291,7 +291,7 @@ BEGIN
     INSERT INTO @extschema@.event_fact (fact_id, table_id, event_period, inserts, updates, deletes, late_rows)
     SELECT fact_id, tt.table_id, p.period, sum(p.inserts), sum(p.updates), sum(p.deletes),
            CASE WHEN p.period IS NOT NULL AND verdict_before IS NOT NULL
-                     AND @extschema@._period_final(p.period, tt.granularity, tt.period_zone, verdict_before)
+                     AND finalize_internal.period_final(p.period, tt.granularity, tt.period_zone, verdict_before)
                 THEN sum(p.inserts + p.updates + p.deletes) ELSE 0 END
       FROM (SELECT CASE WHEN x.period IS NULL THEN NULL
                         ELSE @extschema@.period_start(x.period, tt.granularity, tt.period_zone) END AS period,
@@ -304,21 +304,21 @@ BEGIN
     IF sketch IS NOT NULL THEN
         INSERT INTO @extschema@.lateness_hour AS h (table_id, hour, sketch, rows)
         VALUES (tt.table_id, @extschema@.period_start(end_commit_time, interval '1 hour'), sketch,
-                @extschema@._sketch_rows(sketch))
+                finalize_internal.sketch_rows(sketch))
         ON CONFLICT (table_id, hour) DO UPDATE
-           SET sketch = @extschema@._sketch_merge(h.sketch, EXCLUDED.sketch),
+           SET sketch = finalize_internal.sketch_merge(h.sketch, EXCLUDED.sketch),
                rows = h.rows + EXCLUDED.rows;
     END IF;
 
     SELECT coalesce(sum(e.late_rows), 0),
-           jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(e.event_period), 'rows', e.late_rows)
+           jsonb_agg(jsonb_build_object('period', finalize_internal.utc_iso(e.event_period), 'rows', e.late_rows)
                      ORDER BY e.event_period) FILTER (WHERE e.late_rows > 0)
       INTO late, late_list
-      FROM @extschema@.event_fact e WHERE e.fact_id = _store_event_facts.fact_id;
+      FROM @extschema@.event_fact e WHERE e.fact_id = store_event_facts.fact_id;
     IF late = 0 THEN
         RETURN 0;
     END IF;
-    UPDATE @extschema@.fact f SET late_rows = late WHERE f.fact_id = _store_event_facts.fact_id;
+    UPDATE @extschema@.fact f SET late_rows = late WHERE f.fact_id = store_event_facts.fact_id;
 
     -- Counted per period, kept as the span of the period (periods may
     -- change later: a span of other periods starting at the same instant
@@ -329,7 +329,7 @@ BEGIN
     SELECT tt.table_id, e.event_period, e.late_rows, now(), now(), verdict_before,
            @extschema@.period_end(e.event_period, tt.granularity, tt.period_zone)
       FROM @extschema@.event_fact e
-     WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0
+     WHERE e.fact_id = store_event_facts.fact_id AND e.late_rows > 0
     ON CONFLICT (table_id, event_period) DO UPDATE
        SET rows = l.rows + EXCLUDED.rows, last_seen = EXCLUDED.last_seen,
            period_end = GREATEST(l.period_end, EXCLUDED.period_end);
@@ -337,7 +337,7 @@ BEGIN
     INSERT INTO @extschema@.fact (table_id, kind, end_lsn, end_commit_time, event, detail)
     VALUES (tt.table_id, 'event', end_lsn, end_commit_time, 'late_data',
             jsonb_build_object('rows', late, 'periods', late_list,
-                               'verdict', @extschema@._utc_iso(verdict_before),
+                               'verdict', finalize_internal.utc_iso(verdict_before),
                                'range_fact_id', fact_id));
 
     -- One alert per table and period per finalize.late_data_alert_interval.
@@ -345,30 +345,30 @@ BEGIN
         UPDATE @extschema@.late_period l SET alerted_at = now()
          WHERE l.table_id = tt.table_id
            AND l.event_period IN (SELECT e.event_period FROM @extschema@.event_fact e
-                                   WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0)
+                                   WHERE e.fact_id = store_event_facts.fact_id AND e.late_rows > 0)
            AND (l.alerted_at IS NULL
-                OR l.alerted_at <= now() - @extschema@._late_data_alert_interval())
+                OR l.alerted_at <= now() - finalize_internal.late_data_alert_interval())
         RETURNING l.event_period, l.rows)
-    SELECT jsonb_agg(jsonb_build_object('period', @extschema@._utc_iso(d.event_period), 'rows', e.late_rows,
+    SELECT jsonb_agg(jsonb_build_object('period', finalize_internal.utc_iso(d.event_period), 'rows', e.late_rows,
                                         'rows_so_far', d.rows)
                      ORDER BY d.event_period)
       INTO to_alert
       FROM due d
-      JOIN @extschema@.event_fact e ON e.fact_id = _store_event_facts.fact_id AND e.event_period = d.event_period;
+      JOIN @extschema@.event_fact e ON e.fact_id = store_event_facts.fact_id AND e.event_period = d.event_period;
     -- One incident per late period, counted each time rows land in it.
-    PERFORM @extschema@._raise_alert('late_data', 'warning', tt.table_id, tt.server_name,
-                                     @extschema@._utc_iso(e.event_period),
+    PERFORM finalize_internal.raise_alert('late_data', 'warning', tt.table_id, tt.server_name,
+                                     finalize_internal.utc_iso(e.event_period),
                                      format('%s late row(s) of table "%s" landed in event period %s, already declared final; a correction of that partition is due.',
-                                            l.rows, tt.table_name, @extschema@._utc_iso(e.event_period)),
-                                     jsonb_build_object('rows', l.rows, 'verdict', @extschema@._utc_iso(verdict_before)))
+                                            l.rows, tt.table_name, finalize_internal.utc_iso(e.event_period)),
+                                     jsonb_build_object('rows', l.rows, 'verdict', finalize_internal.utc_iso(verdict_before)))
        FROM @extschema@.event_fact e
        JOIN @extschema@.late_period l ON l.table_id = tt.table_id AND l.event_period = e.event_period
-      WHERE e.fact_id = _store_event_facts.fact_id AND e.late_rows > 0;
+      WHERE e.fact_id = store_event_facts.fact_id AND e.late_rows > 0;
     IF to_alert IS NOT NULL THEN
-        PERFORM @extschema@._alert(jsonb_build_object(
+        PERFORM finalize_internal.alert(jsonb_build_object(
             'alert', 'late_data', 'table', tt.table_name,
             'rows', late, 'periods', to_alert,
-            'verdict', @extschema@._utc_iso(verdict_before),
+            'verdict', finalize_internal.utc_iso(verdict_before),
             'message', format('%s row(s) of table "%s" landed in event period(s) already declared final; a correction of those partitions is due.',
                               late, tt.table_name)));
     END IF;
@@ -408,10 +408,10 @@ DECLARE
     wm @extschema@.watermark;
     covered_after timestamptz;
 BEGIN
-    PERFORM @extschema@._require(changes_by_event_period.table_name, 'table_name');
-    PERFORM @extschema@._require(from_time, 'from_time');
-    PERFORM @extschema@._require(to_time, 'to_time');
-    tt := @extschema@._tracked(changes_by_event_period.table_name);
+    PERFORM finalize_internal.require(changes_by_event_period.table_name, 'table_name');
+    PERFORM finalize_internal.require(from_time, 'from_time');
+    PERFORM finalize_internal.require(to_time, 'to_time');
+    tt := finalize_internal.tracked(changes_by_event_period.table_name);
     IF tt.event_time_column IS NULL THEN
         RAISE EXCEPTION 'table "%" is not partitioned by event time', tt.table_name
             USING ERRCODE = 'wrong_object_type',
@@ -421,9 +421,9 @@ BEGIN
     -- A sharded table's facts are its shards': ask a shard for its counts.
     IF tt.kind = 'sharded' THEN
         RETURN QUERY
-        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+        SELECT g.period_start, g.period_end, finalize_internal.final(tt, wm, g.period_start), false,
                NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false
-          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
+          FROM finalize_internal.periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
         RETURN;
     END IF;
     SELECT min(f.end_commit_time) INTO covered_after
@@ -431,23 +431,23 @@ BEGIN
     RETURN QUERY
     WITH periods AS (
         SELECT g.period_start AS ps, g.period_end AS pe,
-               coalesce(@extschema@._instant_minus(g.period_start, @extschema@._max_clock_skew()), '-infinity')
+               coalesce(finalize_internal.instant_minus(g.period_start, finalize_internal.max_clock_skew()), '-infinity')
                    > coalesce(covered_after, 'infinity')
                AND NOT EXISTS (
                    -- losses of an event-time table span event times (_record_loss)
                    SELECT FROM @extschema@.loss l
                     WHERE l.table_id = tt.table_id AND l.lost_to >= g.period_start
                       AND l.lost_from < g.period_end) AS covered
-          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
+          FROM finalize_internal.periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
     SELECT p.ps, p.pe,
-           @extschema@._final(tt, wm, p.ps),
+           finalize_internal.final(tt, wm, p.ps),
            p.covered,
            coalesce(sum(e.inserts), 0)::bigint,
            coalesce(sum(e.updates), 0)::bigint,
            coalesce(sum(e.deletes), 0)::bigint,
            coalesce(sum(e.late_rows), 0)::bigint,
            0::bigint,
-           p.covered AND @extschema@._final(tt, wm, p.ps)
+           p.covered AND finalize_internal.final(tt, wm, p.ps)
       FROM periods AS p
       LEFT JOIN @extschema@.event_fact e ON e.table_id = tt.table_id AND e.event_period = p.ps
      GROUP BY p.ps, p.pe, p.covered
@@ -477,39 +477,39 @@ DECLARE
     wm @extschema@.watermark;
     s bytea;
 BEGIN
-    PERFORM @extschema@._require(lateness.table_name, 'table_name');
-    tt := @extschema@._tracked(lateness.table_name);
+    PERFORM finalize_internal.require(lateness.table_name, 'table_name');
+    tt := finalize_internal.tracked(lateness.table_name);
     IF tt.event_time_column IS NULL THEN
         RAISE EXCEPTION 'table "%" is not partitioned by event time', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   HINT = 'Set an event column with finalize.track_table(..., event_time_column => ...).';
     END IF;
     IF window_length IS NOT NULL THEN
-        PERFORM @extschema@._instant_minus('2000-01-01 00:00+00', window_length);
+        PERFORM finalize_internal.instant_minus('2000-01-01 00:00+00', window_length);
     END IF;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF tt.kind = 'sharded' THEN
         -- A sharded table's rows are its shards': their sketches merged,
         -- each over the window before its own commit-time verdict; the
         -- allowance is the longest a shard's verdict uses.
-        SELECT @extschema@._sketch_union(h.sketch) INTO s
-          FROM @extschema@._shards(tt.table_id) AS p
+        SELECT finalize_internal.sketch_union(h.sketch) INTO s
+          FROM finalize_internal.shards(tt.table_id) AS p
           JOIN @extschema@.watermark pw ON pw.table_id = p.table_id
           JOIN @extschema@.lateness_hour h ON h.table_id = p.table_id
-         WHERE h.hour >= coalesce(@extschema@._instant_minus(coalesce(pw.commit_until, now()),
+         WHERE h.hour >= coalesce(finalize_internal.instant_minus(coalesce(pw.commit_until, now()),
                                                              coalesce(window_length, tt.lateness_window)), '-infinity');
         SELECT max(pw.event_allowance) INTO allowance
-          FROM @extschema@._shards(tt.table_id) AS p JOIN @extschema@.watermark pw ON pw.table_id = p.table_id;
+          FROM finalize_internal.shards(tt.table_id) AS p JOIN @extschema@.watermark pw ON pw.table_id = p.table_id;
     ELSE
-        SELECT @extschema@._sketch_union(h.sketch) INTO s
+        SELECT finalize_internal.sketch_union(h.sketch) INTO s
           FROM @extschema@.lateness_hour h
          WHERE h.table_id = tt.table_id
-           AND h.hour >= coalesce(@extschema@._instant_minus(coalesce(wm.commit_until, now()),
+           AND h.hour >= coalesce(finalize_internal.instant_minus(coalesce(wm.commit_until, now()),
                                                              coalesce(window_length, tt.lateness_window)), '-infinity');
         allowance := wm.event_allowance;
     END IF;
-    rows := coalesce(@extschema@._sketch_rows(s), 0);
-    lateness := make_interval(secs => @extschema@._sketch_quantile_ms(s, coalesce(quantile, tt.lateness_quantile, 0.999)) / 1000.0);
+    rows := coalesce(finalize_internal.sketch_rows(s), 0);
+    lateness := make_interval(secs => finalize_internal.sketch_quantile_ms(s, coalesce(quantile, tt.lateness_quantile, 0.999)) / 1000.0);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.lateness(text, double precision, interval) IS
@@ -518,7 +518,7 @@ COMMENT ON FUNCTION @extschema@.lateness(text, double precision, interval) IS
 -- When the commit-time verdict lets an event period ending at period_end
 -- be final: its end plus the allowance (kept without days, so the sum is
 -- the same in every session TimeZone).
-CREATE OR REPLACE FUNCTION @extschema@._event_reach(period_end timestamptz, allowance interval)
+CREATE OR REPLACE FUNCTION finalize_internal.event_reach(period_end timestamptz, allowance interval)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -528,7 +528,7 @@ RETURN period_end + make_interval(secs => extract(epoch FROM allowance));
 -- the policy and the allowance it gave, and where the commit-time verdict
 -- stands against the end of the period plus that allowance (of a sharded
 -- table: that each shard's verdict is its own event-time verdict).
-CREATE OR REPLACE FUNCTION @extschema@._explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION finalize_internal.explain_event_time(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                                 period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
@@ -547,14 +547,14 @@ ELSE format('This table is partitioned by event time (column "%s"%s): a period i
               coalesce((wm).event_allowance::text,
                        CASE WHEN (tt).lateness_policy = 'exact' THEN (tt).allowed_lateness::text
                             ELSE format('not known yet (the quantile needs %s rows of observed lateness in the window)',
-                                        @extschema@._quantile_min_rows((tt).lateness_quantile)) END),
+                                        finalize_internal.quantile_min_rows((tt).lateness_quantile)) END),
               CASE WHEN (tt).lateness_policy = 'exact'
                    THEN format('policy exact, allowed_lateness %s', (tt).allowed_lateness)
                    ELSE format('policy quantile: the %s quantile of the lateness observed over %s, at least %s',
                                (tt).lateness_quantile, (tt).lateness_window, (tt).allowed_lateness) END,
               coalesce((wm).commit_until::text, 'nothing yet'),
-              CASE WHEN (wm).commit_until IS NOT NULL AND isfinite(_explain_event_time.period_end)
+              CASE WHEN (wm).commit_until IS NOT NULL AND isfinite(explain_event_time.period_end)
                         AND (wm).event_allowance IS NOT NULL
                    THEN format(', and must reach %s for this period',
-                               @extschema@._event_reach(_explain_event_time.period_end, (wm).event_allowance))
+                               finalize_internal.event_reach(explain_event_time.period_end, (wm).event_allowance))
                    ELSE '' END) END;

@@ -11,13 +11,13 @@
 -- The commit-time guard of the write path: a commit time further ahead of
 -- this server's clock than finalize.max_clock_skew is refused, since GREATEST
 -- would keep a verdict it moved for ever.
-CREATE OR REPLACE FUNCTION @extschema@._check_commit_time(table_name text, argname text, commit_time timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.check_commit_time(table_name text, argname text, commit_time timestamptz)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    skew interval := @extschema@._max_clock_skew();
+    skew interval := finalize_internal.max_clock_skew();
     now_ts timestamptz := clock_timestamp();
 BEGIN
     IF commit_time > now_ts + skew THEN
@@ -37,7 +37,7 @@ $$;
 -- refused first, then, with the lock held, what needs the table (its name
 -- in the errors, its state): row counts, commit times, the event and the
 -- order of the LSNs.
-CREATE OR REPLACE FUNCTION @extschema@._check_range_args(
+CREATE OR REPLACE FUNCTION finalize_internal.check_range_args(
     table_id          bigint,
     s                 @extschema@.lsn,
     e                 @extschema@.lsn,
@@ -56,13 +56,13 @@ AS $$
 DECLARE
     tt @extschema@.tracked_table;
 BEGIN
-    PERFORM @extschema@._require(_check_range_args.table_id, 'table_id');
-    PERFORM @extschema@._require(e, 'end_lsn');
-    PERFORM @extschema@._require(end_commit_time, 'end_commit_time');
-    PERFORM @extschema@._require(inserts, 'inserts');
-    PERFORM @extschema@._require(updates, 'updates');
-    PERFORM @extschema@._require(deletes, 'deletes');
-    tt := @extschema@._lock_tracked(_check_range_args.table_id);
+    PERFORM finalize_internal.require(check_range_args.table_id, 'table_id');
+    PERFORM finalize_internal.require(e, 'end_lsn');
+    PERFORM finalize_internal.require(end_commit_time, 'end_commit_time');
+    PERFORM finalize_internal.require(inserts, 'inserts');
+    PERFORM finalize_internal.require(updates, 'updates');
+    PERFORM finalize_internal.require(deletes, 'deletes');
+    tt := finalize_internal.lock_tracked(check_range_args.table_id);
     IF tt.kind = 'derived' THEN
         RAISE EXCEPTION 'table "%" is a derived table, so no range can be recorded', tt.table_name
             USING ERRCODE = 'wrong_object_type',
@@ -87,8 +87,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A range with rows needs first_commit_time <= last_commit_time; an empty range has neither.';
     END IF;
-    PERFORM @extschema@._check_commit_time(tt.table_name, 'end_commit_time', end_commit_time);
-    PERFORM @extschema@._check_commit_time(tt.table_name, 'last_commit_time', last_commit_time);
+    PERFORM finalize_internal.check_commit_time(tt.table_name, 'end_commit_time', end_commit_time);
+    PERFORM finalize_internal.check_commit_time(tt.table_name, 'last_commit_time', last_commit_time);
     IF event IS NOT NULL AND event NOT IN ('schema_change', 'instance_switch') THEN
         RAISE EXCEPTION 'invalid value for argument event: "%"', event
             USING ERRCODE = 'invalid_parameter_value',
@@ -115,7 +115,7 @@ $$;
 -- changes nothing); anything else (a contradiction, an overlap, a gap, a
 -- first range with a start or with rows) is an error that names the range
 -- to record instead.
-CREATE OR REPLACE FUNCTION @extschema@._check_range_chain(
+CREATE OR REPLACE FUNCTION finalize_internal.check_range_chain(
     tt                @extschema@.tracked_table,
     offset_lsn        @extschema@.lsn,
     s                 @extschema@.lsn,
@@ -197,7 +197,7 @@ $$;
 -- rows; any other range is a fact of its own (the first one, without start,
 -- marks where tracking started). One statement for a worker's whole cycle
 -- (_record_ranges) or one range (_store_range_fact).
-CREATE OR REPLACE FUNCTION @extschema@._store_range_facts(
+CREATE OR REPLACE FUNCTION finalize_internal.store_range_facts(
     table_ids          bigint[],
     starts             @extschema@.lsn[],
     ends               @extschema@.lsn[],
@@ -215,12 +215,12 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH r AS (
-        SELECT * FROM unnest(_store_range_facts.table_ids, _store_range_facts.starts, _store_range_facts.ends,
-                             _store_range_facts.end_commit_times, _store_range_facts.inserts,
-                             _store_range_facts.updates, _store_range_facts.deletes,
-                             _store_range_facts.first_commit_times, _store_range_facts.last_commit_times,
-                             _store_range_facts.capture_instances, _store_range_facts.events,
-                             _store_range_facts.details)
+        SELECT * FROM unnest(store_range_facts.table_ids, store_range_facts.starts, store_range_facts.ends,
+                             store_range_facts.end_commit_times, store_range_facts.inserts,
+                             store_range_facts.updates, store_range_facts.deletes,
+                             store_range_facts.first_commit_times, store_range_facts.last_commit_times,
+                             store_range_facts.capture_instances, store_range_facts.events,
+                             store_range_facts.details)
                    AS r(table_id, s, e, end_time, ins, upd, del, first_time, last_time, ci, event, detail)),
     prev AS (
         SELECT r.table_id, f.fact_id, r.e, r.end_time
@@ -251,7 +251,7 @@ BEGIN ATOMIC
 END;
 
 -- The same for one range: its fact's id.
-CREATE OR REPLACE FUNCTION @extschema@._store_range_fact(
+CREATE OR REPLACE FUNCTION finalize_internal.store_range_fact(
     table_id          bigint,
     s                 @extschema@.lsn,
     e                 @extschema@.lsn,
@@ -269,7 +269,7 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT f.fact_id
-      FROM @extschema@._store_range_facts(ARRAY[_store_range_fact.table_id], ARRAY[s], ARRAY[e],
+      FROM finalize_internal.store_range_facts(ARRAY[store_range_fact.table_id], ARRAY[s], ARRAY[e],
                                           ARRAY[end_commit_time], ARRAY[inserts], ARRAY[updates],
                                           ARRAY[deletes], ARRAY[first_commit_time], ARRAY[last_commit_time],
                                           ARRAY[capture_instance], ARRAY[event], ARRAY[detail]) f;
@@ -283,7 +283,7 @@ END;
 -- clock is stepped back by up to that much, no commit can be stamped before
 -- a commit time already read less the tolerance, so no period the verdict
 -- calls final can still receive one.
-CREATE OR REPLACE FUNCTION @extschema@._store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[],
+CREATE OR REPLACE FUNCTION finalize_internal.store_offsets(table_ids bigint[], ends @extschema@.lsn[], end_commit_times timestamptz[],
                                            clock_tolerance interval)
 RETURNS void
 LANGUAGE sql
@@ -291,14 +291,14 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.watermark w
        SET source_until = GREATEST(w.source_until,
-                                   @extschema@.period_start(r.end_time - _store_offsets.clock_tolerance,
+                                   @extschema@.period_start(r.end_time - store_offsets.clock_tolerance,
                                                             t.granularity, t.period_zone)),
            offset_lsn = r.e,
            offset_commit_time = r.end_time,
            recorded_at = now(),
            -- the first range: where finalize began observing the table
            tracked_since = coalesce(w.tracked_since, CASE WHEN w.offset_lsn IS NULL THEN r.end_time END)
-      FROM unnest(_store_offsets.table_ids, _store_offsets.ends, _store_offsets.end_commit_times)
+      FROM unnest(store_offsets.table_ids, store_offsets.ends, store_offsets.end_commit_times)
                AS r(table_id, e, end_time)
       JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
      WHERE w.table_id = r.table_id;
@@ -313,7 +313,7 @@ END;
 -- allow, all in the caller's transaction. The source verdict holds back by
 -- clock_tolerance (the worker's source's; zero for record_range, whose
 -- caller states the instant itself).
-CREATE OR REPLACE FUNCTION @extschema@._record_range(
+CREATE OR REPLACE FUNCTION finalize_internal.record_range(
     table_id          bigint,
     start_lsn         text,
     end_lsn           text,
@@ -337,16 +337,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    s     @extschema@.lsn := @extschema@._lsn_arg(start_lsn, 'start_lsn');
-    e     @extschema@.lsn := @extschema@._lsn_arg(end_lsn, 'end_lsn');
+    s     @extschema@.lsn := finalize_internal.lsn_arg(start_lsn, 'start_lsn');
+    e     @extschema@.lsn := finalize_internal.lsn_arg(end_lsn, 'end_lsn');
     tt    @extschema@.tracked_table;
     wm    @extschema@.watermark;
     fid   bigint;
 BEGIN
-    tt := @extschema@._check_range_args(_record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
+    tt := finalize_internal.check_range_args(record_range.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                         first_commit_time, last_commit_time, event);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
-    IF @extschema@._check_range_chain(tt, wm.offset_lsn, s, e, inserts, updates, deletes,
+    IF finalize_internal.check_range_chain(tt, wm.offset_lsn, s, e, inserts, updates, deletes,
                                       first_commit_time, last_commit_time, event) THEN
         RETURN wm.finalized_until;
     END IF;
@@ -363,32 +363,32 @@ BEGIN
                   DETAIL = 'A range with event times needs first_event_time <= last_event_time; one without has neither.';
     END IF;
     IF tt.event_time_column IS NOT NULL THEN
-        PERFORM @extschema@._check_event_facts(tt, s, e, inserts, updates, deletes, event_periods, lateness_sketch);
+        PERFORM finalize_internal.check_event_facts(tt, s, e, inserts, updates, deletes, event_periods, lateness_sketch);
     END IF;
-    fid := @extschema@._store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
+    fid := finalize_internal.store_range_fact(tt.table_id, s, e, end_commit_time, inserts, updates, deletes,
                                          first_commit_time, last_commit_time, capture_instance, event, detail);
     -- A schema change the verdict went on across (ddl_policy warn) is an
     -- incident for the record: informational, born resolved.
     IF event = 'schema_change' THEN
-        PERFORM @extschema@._raise_alert('schema_change', 'info', tt.table_id, tt.server_name, '',
+        PERFORM finalize_internal.raise_alert('schema_change', 'info', tt.table_id, tt.server_name, '',
                                          format('Table "%s": %s', tt.table_name,
                                                 coalesce(detail ->> 'summary', 'a schema change was recorded')),
                                          detail);
-        PERFORM @extschema@._resolve_alerts('schema_change', tt.table_id, tt.server_name);
+        PERFORM finalize_internal.resolve_alerts('schema_change', tt.table_id, tt.server_name);
     END IF;
     IF tt.event_time_column IS NOT NULL AND inserts + updates + deletes > 0 THEN
         UPDATE @extschema@.fact f
-           SET sketch = lateness_sketch, first_event_time = _record_range.first_event_time,
-               last_event_time = _record_range.last_event_time
+           SET sketch = lateness_sketch, first_event_time = record_range.first_event_time,
+               last_event_time = record_range.last_event_time
          WHERE f.fact_id = fid;
         -- Late data is judged against the event-time verdict before this range moves it.
-        PERFORM @extschema@._store_event_facts(tt, fid, event_periods, lateness_sketch, end_commit_time, e,
+        PERFORM finalize_internal.store_event_facts(tt, fid, event_periods, lateness_sketch, end_commit_time, e,
                                                wm.finalized_until);
     END IF;
 
-    PERFORM @extschema@._store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time],
+    PERFORM finalize_internal.store_offsets(ARRAY[tt.table_id], ARRAY[e], ARRAY[end_commit_time],
                                        coalesce(clock_tolerance, interval '0'));
-    RETURN @extschema@._advance(tt.table_id);
+    RETURN finalize_internal.advance(tt.table_id);
 END
 $$;
 
@@ -405,7 +405,7 @@ $$;
 -- stores it (_store_range_facts, _store_offsets with the source's
 -- clock_tolerance, _advance_sources), in the caller's transaction. Returns
 -- the table ids left to the caller.
-CREATE OR REPLACE FUNCTION @extschema@._record_ranges(
+CREATE OR REPLACE FUNCTION finalize_internal.record_ranges(
     table_ids          bigint[],
     start_lsns         text[],
     end_lsns           text[],
@@ -423,7 +423,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    horizon timestamptz := clock_timestamp() + @extschema@._max_clock_skew();
+    horizon timestamptz := clock_timestamp() + finalize_internal.max_clock_skew();
     locked  bigint[];
     ok      record;
     moved   bigint[];
@@ -464,7 +464,7 @@ BEGIN
       JOIN unnest(locked) AS l(table_id) ON l.table_id = r.table_id
       JOIN @extschema@.tracked_table t ON t.table_id = r.table_id
       JOIN @extschema@.watermark w ON w.table_id = r.table_id
-      LEFT JOIN (SELECT DISTINCT h.h FROM @extschema@._held_conditions(table_ids) AS h(h)) held
+      LEFT JOIN (SELECT DISTINCT h.h FROM finalize_internal.held_conditions(table_ids) AS h(h)) held
              ON held.h = r.table_id
      WHERE r.n = 1 AND held.h IS NULL
        AND t.kind = 'source' AND t.state = 'active' AND t.event_time_column IS NULL
@@ -477,16 +477,16 @@ BEGIN
        AND t.capture_instance IS NOT DISTINCT FROM r.ci;
 
     IF ok.ids IS NOT NULL THEN
-        PERFORM @extschema@._store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
+        PERFORM finalize_internal.store_range_facts(ok.ids, ok.s, ok.e, ok.end_time, ok.ins, ok.upd, ok.del,
                                                ok.first_time, ok.last_time, ok.ci,
                                                pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ok.ids)]),
                                                pg_catalog.array_fill(NULL::jsonb, ARRAY[pg_catalog.cardinality(ok.ids)]));
-        PERFORM @extschema@._store_offsets(ok.ids, ok.e, ok.end_time, coalesce(clock_tolerance, interval '0'));
-        moved := ARRAY(SELECT @extschema@._advance_sources(ok.ids));
+        PERFORM finalize_internal.store_offsets(ok.ids, ok.e, ok.end_time, coalesce(clock_tolerance, interval '0'));
+        moved := ARRAY(SELECT finalize_internal.advance_sources(ok.ids));
     END IF;
     -- on every call, for no table when nothing moved: its plan is made at
     -- the first cycle, not at the first advance (a worker's memory stays flat)
-    PERFORM @extschema@._advance_dependents(coalesce(moved, '{}'));
+    PERFORM finalize_internal.advance_dependents(coalesce(moved, '{}'));
     RETURN QUERY SELECT u.x FROM unnest(table_ids) AS u(x)
                   LEFT JOIN unnest(ok.ids) AS k(x) ON k.x = u.x
                  WHERE k.x IS NULL;
@@ -513,7 +513,7 @@ CREATE OR REPLACE FUNCTION @extschema@.record_range(
 RETURNS timestamptz
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-RETURN @extschema@._record_range(@extschema@._tracked_id(table_name), start_lsn, end_lsn, end_commit_time,
+RETURN finalize_internal.record_range(finalize_internal.tracked_id(table_name), start_lsn, end_lsn, end_commit_time,
                                  inserts, updates, deletes, first_commit_time, last_commit_time,
                                  capture_instance, event, detail, event_periods, lateness_sketch,
                                  first_event_time, last_event_time, interval '0');
@@ -534,7 +534,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    keep interval := coalesce(older_than, @extschema@._facts_retention());
+    keep interval := coalesce(older_than, finalize_internal.facts_retention());
     removed bigint;
 BEGIN
     IF keep < interval '0' THEN
@@ -562,7 +562,7 @@ BEGIN
      USING @extschema@.tracked_table t, @extschema@.watermark w
      WHERE t.table_id = h.table_id AND w.table_id = h.table_id
        AND h.hour < LEAST(now() - keep,
-                          coalesce(@extschema@._instant_minus(w.commit_until, t.lateness_window), '-infinity'));
+                          coalesce(finalize_internal.instant_minus(w.commit_until, t.lateness_window), '-infinity'));
     -- (Late rows per period, of event-time tables and of commit-time ones
     -- whose SQL Server clock stepped back, are kept as long as their table:
     -- they are the release gate's evidence that a generation built before
@@ -584,7 +584,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.purge_facts(interval) IS
     'Delete facts older than the retention (finalize.facts_retention by default); returns how many';
 
-CREATE OR REPLACE FUNCTION @extschema@._facts_retention()
+CREATE OR REPLACE FUNCTION finalize_internal.facts_retention()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_facts_retention'
 LANGUAGE C STABLE;
@@ -592,14 +592,14 @@ LANGUAGE C STABLE;
 -- The clock_tolerance of a source (a finalize_mssql server) as an interval
 -- of hours, NULL for no such server: how far behind a commit time read
 -- the worker's verdicts stay (_store_offsets), for explanations.
-CREATE OR REPLACE FUNCTION @extschema@._clock_tolerance(server_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.clock_tolerance(server_name text)
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_clock_tolerance'
 LANGUAGE C STABLE STRICT;
 
 -- finalize.max_clock_skew as an interval of hours (no days, so adding it to
 -- a timestamptz is exact in every session zone).
-CREATE OR REPLACE FUNCTION @extschema@._max_clock_skew()
+CREATE OR REPLACE FUNCTION finalize_internal.max_clock_skew()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_max_clock_skew'
 LANGUAGE C STABLE;

@@ -6,13 +6,13 @@
 
 -- Checks the name of a new consumer: the pipeline's name, 1 to 255
 -- characters, not only spaces.
-CREATE OR REPLACE FUNCTION @extschema@._check_consumer_name(consumer text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_consumer_name(consumer text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM finalize_internal.require(consumer, 'consumer');
     IF consumer !~ '\S' OR length(consumer) > 255 THEN
         RAISE EXCEPTION 'invalid value for argument consumer: "%"', consumer
             USING ERRCODE = 'invalid_parameter_value',
@@ -23,7 +23,7 @@ $$;
 
 -- The reporter role a consumer is declared with, checked: it must exist
 -- (a bare OID such as '-' or '4000000000' names no role).
-CREATE OR REPLACE FUNCTION @extschema@._check_reporter(reporter regrole)
+CREATE OR REPLACE FUNCTION finalize_internal.check_reporter(reporter regrole)
 RETURNS name
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -43,7 +43,7 @@ END
 $$;
 
 -- Warns when a reporter role cannot call the report functions yet.
-CREATE OR REPLACE FUNCTION @extschema@._reporter_notice(reporter regrole, tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION finalize_internal.reporter_notice(reporter regrole, tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -65,7 +65,7 @@ $$;
 -- Inserts a new consumer of a table (add_consumer's, for a pipeline that
 -- reports and for an Iceberg table), under the table's lock; the error
 -- names a consumer that already exists.
-CREATE OR REPLACE FUNCTION @extschema@._insert_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION finalize_internal.insert_consumer(caller name, tt @extschema@.tracked_table, consumer text,
                                              required boolean, reporter regrole, reporter_name name)
 RETURNS void
 LANGUAGE plpgsql
@@ -73,7 +73,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 BEGIN
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
     BEGIN
         INSERT INTO @extschema@.consumer (table_id, consumer, required, reporter, reporter_name, created_by)
         VALUES (tt.table_id, consumer, required, reporter, reporter_name, caller);
@@ -91,7 +91,7 @@ $$;
 -- report for it; without one, only admins may: a pipeline must never be
 -- able to release another pipeline's table. On a sharded table it is
 -- declared on each shard, now and when one is added (_add_sharded_consumer).
-CREATE OR REPLACE FUNCTION @extschema@._add_consumer(
+CREATE OR REPLACE FUNCTION finalize_internal.add_consumer(
     caller name,
     table_name text,
     consumer text,
@@ -103,21 +103,21 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     reporter_name name;
 BEGIN
-    PERFORM @extschema@._check_consumer_name(consumer);
-    PERFORM @extschema@._require(required, 'required');
+    PERFORM finalize_internal.check_consumer_name(consumer);
+    PERFORM finalize_internal.require(required, 'required');
     IF reporter IS NOT NULL THEN
-        reporter_name := @extschema@._check_reporter(reporter);
+        reporter_name := finalize_internal.check_reporter(reporter);
     END IF;
     -- On a sharded table: on every shard, and on every shard added later.
     IF tt.kind = 'sharded' THEN
-        PERFORM @extschema@._add_sharded_consumer(caller, tt, consumer, required, reporter, reporter_name);
+        PERFORM finalize_internal.add_sharded_consumer(caller, tt, consumer, required, reporter, reporter_name);
     ELSE
-        PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, reporter, reporter_name);
+        PERFORM finalize_internal.insert_consumer(caller, tt, consumer, required, reporter, reporter_name);
     END IF;
-    PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+    PERFORM finalize_internal.reporter_notice(reporter, tt, consumer);
 END
 $$;
 
@@ -137,7 +137,7 @@ COMMENT ON FUNCTION @extschema@.add_consumer(text, text, boolean, regrole) IS
 -- its report and what the worker resolved it to, and a report beyond max
 -- LSN that was pending (condition report_ahead, and its incident). The
 -- caller holds the table's lock. What is final stays final.
-CREATE OR REPLACE FUNCTION @extschema@._forget_report(tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION finalize_internal.forget_report(tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -150,7 +150,7 @@ BEGIN
            condition = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition END,
            condition_since = CASE WHEN c.condition = 'report_ahead' THEN NULL ELSE c.condition_since END
      WHERE c.table_id = tt.table_id AND c.consumer = consumer;
-    PERFORM @extschema@._resolve_alerts('report_ahead', tt.table_id, tt.server_name, consumer);
+    PERFORM finalize_internal.resolve_alerts('report_ahead', tt.table_id, tt.server_name, consumer);
 END
 $$;
 
@@ -162,7 +162,7 @@ $$;
 -- report. Making it optional lets the verdict move at once. On a sharded
 -- table it changes the consumer of every shard; on a shard, a consumer
 -- declared on its sharded table may only be reset.
-CREATE OR REPLACE FUNCTION @extschema@._alter_consumer(
+CREATE OR REPLACE FUNCTION finalize_internal.alter_consumer(
     caller name,
     table_name text,
     consumer text,
@@ -175,25 +175,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     reporter_name name;
 BEGIN
-    PERFORM @extschema@._require(consumer, 'consumer');
-    PERFORM @extschema@._require(reset, 'reset');
+    PERFORM finalize_internal.require(consumer, 'consumer');
+    PERFORM finalize_internal.require(reset, 'reset');
     IF reporter IS NOT NULL THEN
-        reporter_name := @extschema@._check_reporter(reporter);
+        reporter_name := finalize_internal.check_reporter(reporter);
     END IF;
     IF tt.kind = 'sharded' THEN
-        PERFORM @extschema@._alter_sharded_consumer(tt, consumer, required, reporter, reporter_name, reset);
+        PERFORM finalize_internal.alter_sharded_consumer(tt, consumer, required, reporter, reporter_name, reset);
         RETURN;
     ELSIF required IS NOT NULL OR reporter IS NOT NULL THEN
         -- a shard's consumer declared on its sharded table changes there
-        PERFORM @extschema@._refuse_shard_consumer(tt, consumer, 'alter_consumer');
+        PERFORM finalize_internal.refuse_shard_consumer(tt, consumer, 'alter_consumer');
     END IF;
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
     UPDATE @extschema@.consumer c
-       SET required = coalesce(_alter_consumer.required, c.required),
-           reporter = coalesce(_alter_consumer.reporter, c.reporter),
+       SET required = coalesce(alter_consumer.required, c.required),
+           reporter = coalesce(alter_consumer.reporter, c.reporter),
            reporter_name = coalesce(reporter_name, c.reporter_name)
      WHERE c.table_id = tt.table_id AND c.consumer = consumer;
     IF NOT FOUND THEN
@@ -202,7 +202,7 @@ BEGIN
                   HINT = format('Declare it with finalize.add_consumer(%L, %L).', tt.table_name, consumer);
     END IF;
     IF reset THEN
-        PERFORM @extschema@._forget_report(tt, consumer);
+        PERFORM finalize_internal.forget_report(tt, consumer);
         -- An Iceberg consumer reads its table again as if for the first time.
         UPDATE @extschema@.lake_consumer l
            SET seen_snapshot_id = NULL, seen_head_id = NULL, seen_head_sequence = NULL, seen_lsn = NULL,
@@ -212,10 +212,10 @@ BEGIN
             USING DETAIL = 'What is final stays final; the verdict waits for the consumer''s next report.';
     END IF;
     IF reporter IS NOT NULL THEN
-        PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+        PERFORM finalize_internal.reporter_notice(reporter, tt, consumer);
     END IF;
     IF required IS NOT NULL AND NOT required THEN
-        PERFORM @extschema@._advance(tt.table_id);
+        PERFORM finalize_internal.advance(tt.table_id);
     END IF;
 END
 $$;
@@ -237,23 +237,23 @@ COMMENT ON FUNCTION @extschema@.alter_consumer(text, text, boolean, regrole, boo
 -- then move at once, and a NOTICE says how far. Returns whether it existed.
 -- On a sharded table it forgets the consumer of every shard; a shard's
 -- consumer declared on its sharded table is dropped there.
-CREATE OR REPLACE FUNCTION @extschema@._drop_consumer(caller name, table_name text, consumer text)
+CREATE OR REPLACE FUNCTION finalize_internal.drop_consumer(caller name, table_name text, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     before timestamptz;
     after timestamptz;
 BEGIN
-    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM finalize_internal.require(consumer, 'consumer');
     IF tt.kind = 'sharded' THEN
-        RETURN @extschema@._drop_sharded_consumer(tt, consumer);
+        RETURN finalize_internal.drop_sharded_consumer(tt, consumer);
     END IF;
-    PERFORM @extschema@._refuse_shard_consumer(tt, consumer, 'drop_consumer');
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    PERFORM finalize_internal.refuse_shard_consumer(tt, consumer, 'drop_consumer');
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
     SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     DELETE FROM @extschema@.consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
     IF NOT FOUND THEN
@@ -265,7 +265,7 @@ BEGIN
      WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'catalog_unreachable', 'catalog_auth_failed',
                       'table_not_found', 'property_malformed', 'metadata_malformed', 'report_ahead')
        AND a.table_id = tt.table_id AND a.subject = consumer AND a.state <> 'resolved';
-    after := @extschema@._advance(tt.table_id);
+    after := finalize_internal.advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
         RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
                      tt.table_name, after, coalesce(before::text, 'nothing'), consumer
@@ -288,7 +288,7 @@ COMMENT ON FUNCTION @extschema@.drop_consumer(text, text) IS
 -- or of its reporter role, which must still be the role it was declared
 -- with (a dropped role's OID may one day name another role). The errors
 -- name both.
-CREATE OR REPLACE FUNCTION @extschema@._reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION finalize_internal.reporting_consumer(caller name, tt @extschema@.tracked_table, consumer text,
                                                 lock boolean)
 RETURNS @extschema@.consumer
 LANGUAGE plpgsql
@@ -299,7 +299,7 @@ DECLARE
     c @extschema@.consumer;
     current_name name;
 BEGIN
-    PERFORM @extschema@._require(consumer, 'consumer');
+    PERFORM finalize_internal.require(consumer, 'consumer');
     IF lock THEN
         SELECT x.* INTO c FROM @extschema@.consumer x
          WHERE x.table_id = tt.table_id AND x.consumer = consumer FOR UPDATE;
@@ -345,7 +345,7 @@ $$;
 
 -- A reported LSN in the stored form (the C parser accepts finalize's form
 -- and Debezium's); the error names the argument, the consumer and the table.
-CREATE OR REPLACE FUNCTION @extschema@._reported_lsn(lsn text, tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION finalize_internal.reported_lsn(lsn text, tt @extschema@.tracked_table, consumer text)
 RETURNS @extschema@.lsn
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -354,8 +354,8 @@ DECLARE
     message text;
     detail text;
 BEGIN
-    PERFORM @extschema@._require(lsn, 'lsn');
-    RETURN @extschema@._lsn_normalize(lsn);
+    PERFORM finalize_internal.require(lsn, 'lsn');
+    RETURN finalize_internal.lsn_normalize(lsn);
 EXCEPTION WHEN invalid_parameter_value THEN
     GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL;
     RAISE EXCEPTION 'invalid value for argument lsn of consumer "%" of table "%": %', consumer, tt.table_name, message
@@ -377,7 +377,7 @@ $$;
 -- reported. Before the worker has read a max LSN, nothing is refused; an
 -- LSN beyond max LSN that the rule admits is accepted and stays pending
 -- (report_ahead, _consumer_ahead).
-CREATE OR REPLACE FUNCTION @extschema@._refuse_unreachable_report(tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION finalize_internal.refuse_unreachable_report(tt @extschema@.tracked_table, consumer text,
                                                        reported @extschema@.lsn)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -413,7 +413,7 @@ $$;
 
 -- Refuses a report for a consumer whose progress is an Iceberg table's:
 -- only what its snapshots prove may move it.
-CREATE OR REPLACE FUNCTION @extschema@._refuse_lake_report(tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION finalize_internal.refuse_lake_report(tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -442,14 +442,14 @@ $$;
 -- worker resolves a new one to a commit time on its next cycle, which may
 -- advance the verdict (one beyond max LSN stays pending, report_ahead).
 -- Returns whether the report moved.
-CREATE OR REPLACE FUNCTION @extschema@._report_progress(caller name, table_name text, consumer text, lsn text)
+CREATE OR REPLACE FUNCTION finalize_internal.report_progress(caller name, table_name text, consumer text, lsn text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     reported @extschema@.lsn;
     c @extschema@.consumer;
 BEGIN
@@ -466,11 +466,11 @@ BEGIN
                   HINT = format('Call finalize.report_processed(%L, %L, <processed_until>).', tt.table_name,
                                 pg_catalog.left(consumer, 255));
     END IF;
-    reported := @extschema@._reported_lsn(lsn, tt, consumer);
-    PERFORM @extschema@._refuse_lake_report(tt, consumer);
+    reported := finalize_internal.reported_lsn(lsn, tt, consumer);
+    PERFORM finalize_internal.refuse_lake_report(tt, consumer);
     -- A replay is answered without a lock; a move is checked again under one.
     FOR i IN 1..2 LOOP
-        c := @extschema@._reporting_consumer(caller, tt, consumer, i = 2);
+        c := finalize_internal.reporting_consumer(caller, tt, consumer, i = 2);
         IF reported <= c.reported_lsn THEN
             RAISE NOTICE 'consumer "%" of table "%" already reported LSN %; LSN % is ignored', consumer, tt.table_name,
                          c.reported_lsn, reported
@@ -478,10 +478,10 @@ BEGIN
             RETURN false;
         END IF;
         IF i = 1 THEN
-            PERFORM @extschema@._refuse_unreachable_report(tt, consumer, reported);
+            PERFORM finalize_internal.refuse_unreachable_report(tt, consumer, reported);
         END IF;
     END LOOP;
-    RETURN @extschema@._advance_report(tt.table_id, consumer, reported);
+    RETURN finalize_internal.advance_report(tt.table_id, consumer, reported);
 END
 $$;
 
@@ -495,7 +495,7 @@ COMMENT ON FUNCTION @extschema@.report_progress(text, text, text) IS
 
 -- Says that a report_processed changed nothing (a rerun reports an older
 -- watermark again).
-CREATE OR REPLACE FUNCTION @extschema@._processed_replay(tt @extschema@.tracked_table, c @extschema@.consumer,
+CREATE OR REPLACE FUNCTION finalize_internal.processed_replay(tt @extschema@.tracked_table, c @extschema@.consumer,
                                               processed_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -514,7 +514,7 @@ $$;
 -- from input that may still change); an earlier or equal time changes
 -- nothing, takes no lock and says so; a later one advances the verdict in
 -- this transaction as far as the inputs allow. Returns whether it moved.
-CREATE OR REPLACE FUNCTION @extschema@._report_processed(caller name, table_name text, consumer text,
+CREATE OR REPLACE FUNCTION finalize_internal.report_processed(caller name, table_name text, consumer text,
                                               processed_until timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -522,7 +522,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     c @extschema@.consumer;
     inputs_until timestamptz;
     upto timestamptz := processed_until;
@@ -540,18 +540,18 @@ BEGIN
                   HINT = format('Call finalize.report_progress(%L, %L, <lsn>).', tt.table_name,
                                 pg_catalog.left(consumer, 255));
     END IF;
-    PERFORM @extschema@._require(processed_until, 'processed_until');
+    PERFORM finalize_internal.require(processed_until, 'processed_until');
     IF NOT isfinite(processed_until) THEN
         RAISE EXCEPTION 'invalid value for argument processed_until: "%"', processed_until
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A consumer reports the input watermark its job has fully processed: a finite time.';
     END IF;
-    c := @extschema@._reporting_consumer(caller, tt, consumer, false);
+    c := finalize_internal.reporting_consumer(caller, tt, consumer, false);
     IF processed_until <= c.processed_until THEN
-        PERFORM @extschema@._processed_replay(tt, c, processed_until);
+        PERFORM finalize_internal.processed_replay(tt, c, processed_until);
         RETURN false;
     END IF;
-    inputs_until := @extschema@._inputs_final_until(tt.table_id);
+    inputs_until := finalize_internal.inputs_final_until(tt.table_id);
     IF inputs_until IS NULL OR upto > inputs_until THEN
         upto := inputs_until;
         RAISE NOTICE 'the inputs of table "%" are final only until %; consumer "%" counts as having processed them until then',
@@ -564,15 +564,15 @@ BEGIN
         END IF;
     END IF;
     -- Checked again under the lock: another report may have moved meanwhile.
-    PERFORM @extschema@._lock_tracked(tt.table_id);
-    c := @extschema@._reporting_consumer(caller, tt, consumer, true);
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
+    c := finalize_internal.reporting_consumer(caller, tt, consumer, true);
     IF upto <= c.processed_until THEN
-        PERFORM @extschema@._processed_replay(tt, c, processed_until);
+        PERFORM finalize_internal.processed_replay(tt, c, processed_until);
         RETURN false;
     END IF;
     UPDATE @extschema@.consumer x SET processed_until = upto, reported_at = now()
      WHERE x.table_id = tt.table_id AND x.consumer = consumer;
-    PERFORM @extschema@._advance(tt.table_id);
+    PERFORM finalize_internal.advance(tt.table_id);
     RETURN true;
 END
 $$;
@@ -588,7 +588,7 @@ COMMENT ON FUNCTION @extschema@.report_processed(text, text, timestamptz) IS
 -- The ids of a derived table's inputs, in the order given, each an active
 -- tracked or derived table locked against untracking (FOR SHARE, which
 -- untrack_table's lock waits for); the errors name the input.
-CREATE OR REPLACE FUNCTION @extschema@._derived_inputs(table_name text, inputs text[])
+CREATE OR REPLACE FUNCTION finalize_internal.derived_inputs(table_name text, inputs text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -599,7 +599,7 @@ DECLARE
     input text;
     id bigint;
 BEGIN
-    PERFORM @extschema@._require(inputs, 'inputs');
+    PERFORM finalize_internal.require(inputs, 'inputs');
     IF cardinality(inputs) = 0 OR array_position(inputs, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'invalid value for argument inputs: %', inputs
             USING ERRCODE = 'invalid_parameter_value',
@@ -615,7 +615,7 @@ BEGIN
         SELECT t.table_id INTO id FROM @extschema@.tracked_table t
          WHERE t.table_name = input AND t.untracked_at IS NULL FOR SHARE;
         IF NOT FOUND THEN
-            PERFORM @extschema@._not_tracked(input);
+            PERFORM finalize_internal.not_tracked(input);
         ELSIF id = ANY (ids) THEN
             RAISE EXCEPTION 'input "%" is listed twice', input
                 USING ERRCODE = 'invalid_parameter_value',
@@ -633,7 +633,7 @@ $$;
 -- table is created and must exist, and its name must be new, so no cycle
 -- can be built today; this check keeps the DAG the recursions rely on
 -- should inputs ever become changeable.
-CREATE OR REPLACE FUNCTION @extschema@._check_no_cycle(table_name text, input_ids bigint[])
+CREATE OR REPLACE FUNCTION finalize_internal.check_no_cycle(table_name text, input_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -659,7 +659,7 @@ END
 $$;
 
 -- The error for a derived table whose name is tracked already.
-CREATE OR REPLACE FUNCTION @extschema@._already_tracked(table_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.already_tracked(table_name text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -677,7 +677,7 @@ $$;
 -- (its inputs' least verdict rounded down to a start of its own periods,
 -- capped by its required consumers) is computed at once and follows every
 -- input advance in the same transaction. Returns its id.
-CREATE OR REPLACE FUNCTION @extschema@._track_derived(
+CREATE OR REPLACE FUNCTION finalize_internal.track_derived(
     caller name,
     table_name text,
     inputs text[],
@@ -695,17 +695,17 @@ DECLARE
     zones text[];
     new_id bigint;
 BEGIN
-    PERFORM @extschema@._check_table_name(table_name, 'sales.daily_revenue');
-    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = _track_derived.table_name
+    PERFORM finalize_internal.check_table_name(table_name, 'sales.daily_revenue');
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = track_derived.table_name
                                                         AND t.untracked_at IS NULL) THEN
-        PERFORM @extschema@._already_tracked(table_name);
+        PERFORM finalize_internal.already_tracked(table_name);
     END IF;
-    ids := @extschema@._derived_inputs(table_name, inputs);
-    PERFORM @extschema@._check_no_cycle(table_name, ids);
+    ids := finalize_internal.derived_inputs(table_name, inputs);
+    PERFORM finalize_internal.check_no_cycle(table_name, ids);
     g := coalesce(granularity, (SELECT max(t.granularity) FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids)));
-    PERFORM @extschema@._check_granularity(g, 'granularity');
+    PERFORM finalize_internal.check_granularity(g, 'granularity');
     IF period_zone IS NOT NULL THEN
-        z := @extschema@._check_zone(period_zone, 'period_zone');
+        z := finalize_internal.check_zone(period_zone, 'period_zone');
     ELSE
         SELECT array_agg(DISTINCT t.period_zone ORDER BY t.period_zone) INTO zones
           FROM @extschema@.tracked_table t WHERE t.table_id = ANY (ids);
@@ -723,13 +723,13 @@ BEGIN
         VALUES (table_name, 'derived', g, z, caller)
         RETURNING tracked_table.table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
-        PERFORM @extschema@._already_tracked(table_name);
+        PERFORM finalize_internal.already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
-    PERFORM @extschema@._seal_catalog();
+    PERFORM finalize_internal.seal_catalog();
     INSERT INTO @extschema@.derived_input (table_id, input_id) SELECT new_id, i FROM unnest(ids) AS i;
-    PERFORM @extschema@._refresh_loss_blocked(new_id);
-    PERFORM @extschema@._advance(new_id);
+    PERFORM finalize_internal.refresh_loss_blocked(new_id);
+    PERFORM finalize_internal.advance(new_id);
     RETURN new_id;
 END
 $$;
@@ -745,13 +745,13 @@ COMMENT ON FUNCTION @extschema@.track_derived(text, text[], interval, text) IS
 
 -- Checks a bound of an acknowledged range: a period boundary of the table
 -- (or infinite), so that it names whole periods.
-CREATE OR REPLACE FUNCTION @extschema@._check_period_bound(tt @extschema@.tracked_table, bound timestamptz, argname text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_period_bound(tt @extschema@.tracked_table, bound timestamptz, argname text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(bound, argname);
+    PERFORM finalize_internal.require(bound, argname);
     IF isfinite(bound) AND @extschema@.period_start(bound, tt.granularity, tt.period_zone) <> bound THEN
         RAISE EXCEPTION 'invalid value for argument %: % is not a period boundary of table "%"', argname, bound, tt.table_name
             USING ERRCODE = 'invalid_parameter_value',
@@ -774,7 +774,7 @@ $$;
 -- later needs an acknowledgement of its own. Recorded with who, when and
 -- the note, also as an event fact. Returns how many losses the range
 -- (partly) covers.
-CREATE OR REPLACE FUNCTION @extschema@._acknowledge_loss(
+CREATE OR REPLACE FUNCTION finalize_internal.acknowledge_loss(
     caller name,
     table_name text,
     period_from timestamptz,
@@ -786,7 +786,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     covered integer;
 BEGIN
     IF tt.kind = 'sharded' THEN
@@ -795,30 +795,30 @@ BEGIN
                   DETAIL = 'A sharded table holds the periods its shards lost; each shard''s loss is released by an acknowledgement on that shard, once the lake''s copy of its data was repaired.',
                   HINT = 'finalize.explain_verdict() on the sharded table names the shard and the call to make.';
     END IF;
-    IF tt.kind = 'derived' AND NOT EXISTS (SELECT FROM @extschema@._loss_ackers(tt.table_id) AS a
+    IF tt.kind = 'derived' AND NOT EXISTS (SELECT FROM finalize_internal.loss_ackers(tt.table_id) AS a
                                             WHERE a.acker_id = tt.table_id) THEN
         RAISE EXCEPTION 'table "%" is a derived table with no loss to acknowledge', tt.table_name
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = 'A derived table holds the periods its inputs lost. It needs an acknowledgement of its own only when it has a required consumer, whose job must rebuild them; otherwise it is released when the loss is acknowledged on the input that lost the data.',
                   HINT = 'finalize.explain_verdict() on the derived table names the table to acknowledge the loss on.';
     END IF;
-    PERFORM @extschema@._check_period_bound(tt, period_from, 'period_from');
-    PERFORM @extschema@._check_period_bound(tt, period_to, 'period_to');
+    PERFORM finalize_internal.check_period_bound(tt, period_from, 'period_from');
+    PERFORM finalize_internal.check_period_bound(tt, period_to, 'period_to');
     IF period_to <= period_from THEN
         RAISE EXCEPTION 'invalid range of periods from % to %', period_from, period_to
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'period_to must be after period_from.';
     END IF;
-    PERFORM @extschema@._require(note, 'note');
+    PERFORM finalize_internal.require(note, 'note');
     IF note !~ '\S' THEN
         RAISE EXCEPTION 'invalid value for argument note: it must say how the loss was repaired'
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'The note is kept with the acknowledgement, for example ''orders re-snapshotted from SQL Server on 2026-12-01, ticket DATA-123''.';
     END IF;
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
     -- Its own losses, or for a derived table the ones it must acknowledge.
     SELECT count(*) INTO covered FROM @extschema@.loss l
-     WHERE l.loss_id IN (SELECT a.loss_id FROM @extschema@._loss_ackers(tt.table_id) AS a
+     WHERE l.loss_id IN (SELECT a.loss_id FROM finalize_internal.loss_ackers(tt.table_id) AS a
                           WHERE a.acker_id = tt.table_id)
        AND l.lost_from < period_to AND l.lost_to >= period_from;
     -- clock_timestamp(): a loss recorded after this (under the same lock)
@@ -828,24 +828,24 @@ BEGIN
     INSERT INTO @extschema@.fact (table_id, kind, event, detail)
     VALUES (tt.table_id, 'event', 'loss_acknowledged',
             jsonb_build_object('by', caller, 'note', note, 'losses', covered,
-                               'period_from', CASE WHEN isfinite(period_from) THEN @extschema@._utc_iso(period_from) ELSE period_from::text END,
-                               'period_to', CASE WHEN isfinite(period_to) THEN @extschema@._utc_iso(period_to) ELSE period_to::text END));
-    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+                               'period_from', CASE WHEN isfinite(period_from) THEN finalize_internal.utc_iso(period_from) ELSE period_from::text END,
+                               'period_to', CASE WHEN isfinite(period_to) THEN finalize_internal.utc_iso(period_to) ELSE period_to::text END));
+    PERFORM finalize_internal.refresh_loss_blocked(tt.table_id);
     -- An event-time verdict was held back by the loss itself (_advance): it
     -- moves now, and the derived tables that use it with it. Any other
     -- verdict stays, but finalized_until() may have moved past the periods
     -- acknowledged: that is announced (the derived tables that use this
     -- one are, within a round of the scheduler).
     IF tt.event_time_column IS NOT NULL THEN
-        PERFORM @extschema@._advance(tt.table_id);
+        PERFORM finalize_internal.advance(tt.table_id);
     ELSE
-        PERFORM @extschema@._announce(ARRAY[tt.table_id]);
+        PERFORM finalize_internal.announce(ARRAY[tt.table_id]);
     END IF;
     -- The data_loss incident of the table that lost the data is resolved
     -- once that table has acknowledged all its losses; a derived table
     -- that inherited one acknowledges it on its own (its verdict waits).
-    IF tt.kind = 'source' AND NOT @extschema@._has_open_loss(tt.table_id) THEN
-        PERFORM @extschema@._resolve_alerts('data_loss', tt.table_id, tt.server_name);
+    IF tt.kind = 'source' AND NOT finalize_internal.has_open_loss(tt.table_id) THEN
+        PERFORM finalize_internal.resolve_alerts('data_loss', tt.table_id, tt.server_name);
     END IF;
     IF covered = 0 THEN
         RAISE NOTICE 'no loss % table "%" recorded so far intersects the periods from % to %',

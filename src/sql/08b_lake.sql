@@ -11,7 +11,7 @@
 -- Iceberg REST catalogs are foreign servers of finalize_iceberg; their
 -- credentials (a bearer token, OAuth2 client credentials, AWS keys) live in
 -- user mappings only.
-CREATE OR REPLACE FUNCTION @extschema@.finalize_iceberg_validator(text[], oid)
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_validator(text[], oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_iceberg_validator'
 LANGUAGE C STRICT;
@@ -19,7 +19,7 @@ LANGUAGE C STRICT;
 -- The one rule of a report (report_progress and the lake worker): a
 -- consumer's LSN only moves forward; a lower or equal one changes nothing.
 -- The caller holds the consumer's row. Returns whether it moved.
-CREATE OR REPLACE FUNCTION @extschema@._advance_report(table_id bigint, consumer text, reported @extschema@.lsn)
+CREATE OR REPLACE FUNCTION finalize_internal.advance_report(table_id bigint, consumer text, reported @extschema@.lsn)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -27,7 +27,7 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     UPDATE @extschema@.consumer x SET reported_lsn = reported, reported_at = now()
-     WHERE x.table_id = _advance_report.table_id AND x.consumer = consumer
+     WHERE x.table_id = advance_report.table_id AND x.consumer = consumer
        AND (x.reported_lsn IS NULL OR x.reported_lsn < reported);
     RETURN FOUND;
 END
@@ -38,7 +38,7 @@ $$;
 -- mapping of its own (the one the worker reads with) that the role may not
 -- use. A role that no longer exists may not. The one rule add_consumer
 -- checks and the lake worker checks again every poll.
-CREATE OR REPLACE FUNCTION @extschema@._server_use_refused(who oid, server oid)
+CREATE OR REPLACE FUNCTION finalize_internal.server_use_refused(who oid, server oid)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -57,7 +57,7 @@ END;
 -- A finalize_iceberg server a caller may name for a consumer: it exists, is
 -- an Iceberg catalog, and the caller has USAGE on it and may use the user
 -- mapping the lake worker reads (its owner's), as for track_table.
-CREATE OR REPLACE FUNCTION @extschema@._iceberg_server(caller name, server_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_server(caller name, server_name text)
 RETURNS pg_foreign_server
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -68,7 +68,7 @@ DECLARE
     wrapper name;
     refused text;
 BEGIN
-    PERFORM @extschema@._require(server_name, 'iceberg_server');
+    PERFORM finalize_internal.require(server_name, 'iceberg_server');
     SELECT s.* INTO srv FROM pg_foreign_server s WHERE s.srvname = server_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'server "%" does not exist', server_name
@@ -82,7 +82,7 @@ BEGIN
                   DETAIL = format('It uses the foreign-data wrapper "%s"; a lake consumer needs a server of finalize_iceberg.', wrapper),
                   HINT = 'Create one with CREATE SERVER ... FOREIGN DATA WRAPPER finalize_iceberg OPTIONS (uri ''https://...'').';
     END IF;
-    refused := @extschema@._server_use_refused((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
+    refused := finalize_internal.server_use_refused((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
                                                srv.oid);
     IF refused = 'usage' THEN
         RAISE EXCEPTION 'permission denied for server %', server_name
@@ -103,13 +103,13 @@ $$;
 -- Checks an Iceberg table name: namespace levels and the table, joined by
 -- dots (ns.orders, lake.sales.orders); each part non-empty, no control
 -- characters.
-CREATE OR REPLACE FUNCTION @extschema@._check_iceberg_table(iceberg_table text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_iceberg_table(iceberg_table text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(iceberg_table, 'iceberg_table');
+    PERFORM finalize_internal.require(iceberg_table, 'iceberg_table');
     IF iceberg_table !~ '^[^.[:cntrl:]]+(\.[^.[:cntrl:]]+)+$' OR length(iceberg_table) > 1024 THEN
         RAISE EXCEPTION 'invalid value for argument iceberg_table: "%"', iceberg_table
             USING ERRCODE = 'invalid_parameter_value',
@@ -120,13 +120,13 @@ $$;
 
 -- Checks a ref or a property name: 1 to 255 characters without control
 -- characters.
-CREATE OR REPLACE FUNCTION @extschema@._check_lake_word(value text, argname text, example text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_lake_word(value text, argname text, example text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(value, argname);
+    PERFORM finalize_internal.require(value, argname);
     IF value !~ '^[^[:cntrl:]]{1,255}$' OR value !~ '\S' THEN
         RAISE EXCEPTION 'invalid value for argument %: "%"', argname, value
             USING ERRCODE = 'invalid_parameter_value',
@@ -140,7 +140,7 @@ $$;
 -- the snapshots of an Iceberg table's ref. Nobody reports for it: the lake
 -- worker reads it. Like every new required consumer, it holds the verdict
 -- from now on until its table proves a period (what was final stays final).
-CREATE OR REPLACE FUNCTION @extschema@._add_consumer(
+CREATE OR REPLACE FUNCTION finalize_internal.add_consumer(
     caller name,
     table_name text,
     consumer text,
@@ -155,7 +155,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     srv pg_foreign_server;
 BEGIN
     IF tt.kind = 'sharded' THEN
@@ -171,13 +171,13 @@ BEGIN
                   HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
                                 tt.table_name, consumer);
     END IF;
-    srv := @extschema@._iceberg_server(caller, iceberg_server);
-    PERFORM @extschema@._check_iceberg_table(iceberg_table);
-    PERFORM @extschema@._check_lake_word(ref, 'ref', 'main or audit');
-    PERFORM @extschema@._check_lake_word(lsn_property, 'lsn_property', 'finalize.lsn');
-    PERFORM @extschema@._check_consumer_name(consumer);
-    PERFORM @extschema@._require(required, 'required');
-    PERFORM @extschema@._insert_consumer(caller, tt, consumer, required, NULL, NULL);
+    srv := finalize_internal.iceberg_server(caller, iceberg_server);
+    PERFORM finalize_internal.check_iceberg_table(iceberg_table);
+    PERFORM finalize_internal.check_lake_word(ref, 'ref', 'main or audit');
+    PERFORM finalize_internal.check_lake_word(lsn_property, 'lsn_property', 'finalize.lsn');
+    PERFORM finalize_internal.check_consumer_name(consumer);
+    PERFORM finalize_internal.require(required, 'required');
+    PERFORM finalize_internal.insert_consumer(caller, tt, consumer, required, NULL, NULL);
     INSERT INTO @extschema@.lake_consumer (table_id, consumer, server_name, iceberg_table, ref, lsn_property)
     VALUES (tt.table_id, consumer, srv.srvname, iceberg_table, ref, lsn_property);
 END
@@ -200,7 +200,7 @@ COMMENT ON FUNCTION @extschema@.add_consumer(text, text, text, text, text, text,
 
 -- The catalogs the lake workers serve: finalize_iceberg servers with a
 -- consumer of a tracked table (the scheduler keeps one worker per row).
-CREATE OR REPLACE FUNCTION @extschema@._wanted_catalogs()
+CREATE OR REPLACE FUNCTION finalize_internal.wanted_catalogs()
 RETURNS TABLE (serverid oid, server_name text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -222,7 +222,7 @@ END;
 -- owner's user mapping when there is one, as add_consumer checked: a
 -- server dropped and created again under its name by another role, or
 -- handed to another owner, does not inherit the consumer).
-CREATE OR REPLACE FUNCTION @extschema@._lake_consumers(server_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.lake_consumers(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, consumer text, iceberg_table text, ref text,
                lsn_property text, seen_head_id bigint, seen_head_sequence bigint, seen_lsn text,
                seen_table_uuid text, source_serverid oid, quiet boolean, lake_id bigint, allowed boolean)
@@ -232,14 +232,14 @@ BEGIN ATOMIC
     SELECT l.table_id, t.table_name, l.consumer, l.iceberg_table, l.ref, l.lsn_property, l.seen_head_id,
            l.seen_head_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
            l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds', l.lake_id,
-           r.oid IS NOT NULL AND cs.oid IS NOT NULL AND @extschema@._server_use_refused(r.oid, cs.oid) IS NULL
+           r.oid IS NOT NULL AND cs.oid IS NOT NULL AND finalize_internal.server_use_refused(r.oid, cs.oid) IS NULL
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
       JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
       LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
       LEFT JOIN pg_foreign_server cs ON cs.srvname = l.server_name
       LEFT JOIN pg_roles r ON r.rolname = c.created_by
-     WHERE l.server_name = _lake_consumers.server_name AND t.untracked_at IS NULL
+     WHERE l.server_name = lake_consumers.server_name AND t.untracked_at IS NULL
      ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
 END;
 
@@ -249,7 +249,7 @@ END;
 -- up to that much after it stamped the offset (a tolerance unknown: the
 -- largest, 1 hour). Where every loss of such changes starts
 -- (_resume_after_loss, _lake_lost_from); NULL for no offset.
-CREATE OR REPLACE FUNCTION @extschema@._unread_from(offset_commit_time timestamptz, clock_tolerance interval)
+CREATE OR REPLACE FUNCTION finalize_internal.unread_from(offset_commit_time timestamptz, clock_tolerance interval)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -264,7 +264,7 @@ RETURN offset_commit_time - coalesce(clock_tolerance, interval '1 hour');
 -- less the source's clock_tolerance: SQL Server's clock may have been
 -- stepped back since. held NULL (the ref holds nothing provable), or facts
 -- that no longer reach back to held (retention): -infinity.
-CREATE OR REPLACE FUNCTION @extschema@._lake_lost_from(table_id bigint, held @extschema@.lsn, proved @extschema@.lsn,
+CREATE OR REPLACE FUNCTION finalize_internal.lake_lost_from(table_id bigint, held @extschema@.lsn, proved @extschema@.lsn,
                                             clock_tolerance interval)
 RETURNS timestamptz
 LANGUAGE sql STABLE
@@ -273,19 +273,19 @@ BEGIN ATOMIC
     SELECT CASE
         WHEN held IS NULL THEN '-infinity'::timestamptz
         WHEN NOT EXISTS (SELECT FROM @extschema@.fact f
-                          WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.start_lsn <= held)
+                          WHERE f.table_id = lake_lost_from.table_id AND f.kind = 'range' AND f.start_lsn <= held)
              AND EXISTS (SELECT FROM @extschema@.fact f
-                          WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range')
+                          WHERE f.table_id = lake_lost_from.table_id AND f.kind = 'range')
             THEN '-infinity'::timestamptz
         ELSE coalesce(LEAST((SELECT min(coalesce(f.first_commit_time, f.end_commit_time)) FROM @extschema@.fact f
-                              WHERE f.table_id = _lake_lost_from.table_id AND f.kind = 'range' AND f.end_lsn > held),
-                            (SELECT @extschema@._unread_from(w.offset_commit_time, _lake_lost_from.clock_tolerance)
+                              WHERE f.table_id = lake_lost_from.table_id AND f.kind = 'range' AND f.end_lsn > held),
+                            (SELECT finalize_internal.unread_from(w.offset_commit_time, lake_lost_from.clock_tolerance)
                                FROM @extschema@.watermark w
-                              WHERE w.table_id = _lake_lost_from.table_id
+                              WHERE w.table_id = lake_lost_from.table_id
                                 AND (proved IS NULL OR w.offset_lsn IS NULL OR proved > w.offset_lsn))),
-                      (SELECT @extschema@._unread_from(w.offset_commit_time, _lake_lost_from.clock_tolerance)
+                      (SELECT finalize_internal.unread_from(w.offset_commit_time, lake_lost_from.clock_tolerance)
                          FROM @extschema@.watermark w
-                        WHERE w.table_id = _lake_lost_from.table_id),
+                        WHERE w.table_id = lake_lost_from.table_id),
                       '-infinity'::timestamptz)
     END;
 END;
@@ -299,7 +299,7 @@ END;
 -- for its resolution again; an incident (data_loss) and a NOTIFY on
 -- finalize_alert say so. The caller holds the table's verdict and the
 -- consumer's row.
-CREATE OR REPLACE FUNCTION @extschema@._lake_rollback(tt @extschema@.tracked_table, l @extschema@.lake_consumer,
+CREATE OR REPLACE FUNCTION finalize_internal.lake_rollback(tt @extschema@.tracked_table, l @extschema@.lake_consumer,
                                            new_lsn @extschema@.lsn, held @extschema@.lsn, reason text)
 RETURNS void
 LANGUAGE plpgsql
@@ -311,8 +311,8 @@ DECLARE
     -- holds no more than what was proven.
     -- (LEAST skips a NULL: nothing held must stay nothing held.)
     held_capped @extschema@.lsn := CASE WHEN held IS NOT NULL THEN LEAST(held, l.seen_lsn) END;
-    lost_from timestamptz := @extschema@._lake_lost_from(tt.table_id, held_capped, l.seen_lsn,
-                                                         @extschema@._clock_tolerance(tt.server_name));
+    lost_from timestamptz := finalize_internal.lake_lost_from(tt.table_id, held_capped, l.seen_lsn,
+                                                         finalize_internal.clock_tolerance(tt.server_name));
     commit_from timestamptz;
     fact bigint;
     message text;
@@ -320,32 +320,32 @@ BEGIN
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF tt.event_time_column IS NOT NULL THEN
         commit_from := lost_from;
-        lost_from := coalesce(@extschema@._instant_minus(lost_from, GREATEST(tt.allowed_lateness, wm.event_allowance)),
+        lost_from := coalesce(finalize_internal.instant_minus(lost_from, GREATEST(tt.allowed_lateness, wm.event_allowance)),
                               '-infinity');
     END IF;
     message := format('Iceberg table %s (ref %s, catalog %s) no longer holds what consumer "%s" of table "%s" had committed: %s. It proved LSN %s; it now holds %s. The periods from %s on are not final until finalize.acknowledge_loss().',
                       l.iceberg_table, l.ref, l.server_name, l.consumer, tt.table_name, reason, l.seen_lsn,
                       coalesce('LSN ' || held::text, 'nothing provable'),
-                      CASE WHEN isfinite(lost_from) THEN @extschema@._utc_iso(lost_from) ELSE 'the start' END);
+                      CASE WHEN isfinite(lost_from) THEN finalize_internal.utc_iso(lost_from) ELSE 'the start' END);
     INSERT INTO @extschema@.fact (table_id, kind, event, detail)
     VALUES (tt.table_id, 'event', 'data_loss',
             jsonb_build_object('cause', 'lake_rollback', 'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
                                'ref', l.ref, 'catalog', l.server_name, 'reason', reason,
                                'proved_lsn', l.seen_lsn, 'held_lsn', held, 'new_lsn', new_lsn,
-                               'lost_from', CASE WHEN isfinite(lost_from) THEN @extschema@._utc_iso(lost_from)
+                               'lost_from', CASE WHEN isfinite(lost_from) THEN finalize_internal.utc_iso(lost_from)
                                                  ELSE lost_from::text END))
     RETURNING fact_id INTO fact;
     INSERT INTO @extschema@.loss (table_id, fact_id, lost_from, lost_to, from_lsn, to_lsn, created_at, commit_from)
     VALUES (tt.table_id, fact, lost_from, 'infinity', held_capped, l.seen_lsn, clock_timestamp(), commit_from);
-    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
+    PERFORM finalize_internal.refresh_loss_blocked(tt.table_id);
     UPDATE @extschema@.consumer c
        SET reported_lsn = new_lsn, reported_at = now(), resolved_for_lsn = NULL, mapped_lsn = NULL,
            commit_time = NULL, resolved_at = NULL, resolve_error = NULL
      WHERE c.table_id = tt.table_id AND c.consumer = l.consumer;
-    PERFORM @extschema@._alert(jsonb_build_object('alert', 'data_loss', 'table', tt.table_name,
+    PERFORM finalize_internal.alert(jsonb_build_object('alert', 'data_loss', 'table', tt.table_name,
                                                   'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
                                                   'detail', message));
-    PERFORM @extschema@._raise_alert('data_loss', 'critical', tt.table_id, l.server_name, l.consumer, message,
+    PERFORM finalize_internal.raise_alert('data_loss', 'critical', tt.table_id, l.server_name, l.consumer, message,
                                      jsonb_build_object('cause', 'lake_rollback', 'iceberg_table', l.iceberg_table,
                                                         'ref', l.ref, 'proved_lsn', l.seen_lsn, 'held_lsn', held));
 END
@@ -363,7 +363,7 @@ $$;
 -- clears resolves it. A consumer or verdict row another transaction holds
 -- is skipped (the next poll sees the same again). Returns whether the
 -- consumer's report moved, so that its source's worker resolves it now.
-CREATE OR REPLACE FUNCTION @extschema@._lake_observe(
+CREATE OR REPLACE FUNCTION finalize_internal.lake_observe(
     lake_id bigint,
     judged_head_id bigint,
     judged_lsn text,
@@ -385,16 +385,16 @@ AS $$
 DECLARE
     tt @extschema@.tracked_table;
     l @extschema@.lake_consumer;
-    new_lsn @extschema@.lsn := @extschema@._lsn_arg(lsn, 'lsn');
+    new_lsn @extschema@.lsn := finalize_internal.lsn_arg(lsn, 'lsn');
     moved boolean := false;
     since timestamptz;
 BEGIN
-    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.lake_id = _lake_observe.lake_id;
+    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.lake_id = lake_observe.lake_id;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    tt := @extschema@._try_lock_tracked(l.table_id);
-    IF tt.table_id IS NULL OR NOT @extschema@._lock_consumer(tt.table_id, l.consumer) THEN
+    tt := finalize_internal.try_lock_tracked(l.table_id);
+    IF tt.table_id IS NULL OR NOT finalize_internal.lock_consumer(tt.table_id, l.consumer) THEN
         RETURN false;
     END IF;
     -- A rollback lowers a verdict already final: the table's row too, so
@@ -409,9 +409,9 @@ BEGIN
     -- Again under the lock: the row may have changed since it was read, and
     -- an observation judged against another state (a reset meanwhile) is
     -- not this row's.
-    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.lake_id = _lake_observe.lake_id;
+    SELECT x.* INTO l FROM @extschema@.lake_consumer x WHERE x.lake_id = lake_observe.lake_id;
     IF NOT FOUND OR l.seen_head_id IS DISTINCT FROM judged_head_id
-       OR l.seen_lsn IS DISTINCT FROM @extschema@._lsn_arg(judged_lsn, 'judged_lsn') THEN
+       OR l.seen_lsn IS DISTINCT FROM finalize_internal.lsn_arg(judged_lsn, 'judged_lsn') THEN
         RETURN false;
     END IF;
     since := CASE WHEN condition IS NULL THEN NULL
@@ -419,20 +419,20 @@ BEGIN
     UPDATE @extschema@.lake_consumer x
        SET polled_at = now(),
            loaded_at = CASE WHEN condition IS NULL THEN now() ELSE x.loaded_at END,
-           condition = _lake_observe.condition,
+           condition = lake_observe.condition,
            condition_since = since,
            last_error = CASE WHEN condition IS NULL THEN x.last_error ELSE detail END
      WHERE x.lake_id = l.lake_id
-       AND ((x.condition, x.last_error) IS DISTINCT FROM (_lake_observe.condition, coalesce(detail, x.last_error))
+       AND ((x.condition, x.last_error) IS DISTINCT FROM (lake_observe.condition, coalesce(detail, x.last_error))
             OR rolled_back OR new_lsn IS DISTINCT FROM x.seen_lsn OR head_id IS DISTINCT FROM x.seen_head_id
             OR x.polled_at IS NULL OR x.polled_at < now() - interval '1 minute');
     -- An incident is opened only while its condition lasts: leaving the
     -- condition resolves it.
     IF l.condition IS NOT NULL AND l.condition IS DISTINCT FROM condition THEN
-        PERFORM @extschema@._resolve_alerts(l.condition, tt.table_id, l.server_name, l.consumer);
+        PERFORM finalize_internal.resolve_alerts(l.condition, tt.table_id, l.server_name, l.consumer);
     END IF;
-    IF condition IS NOT NULL AND since <= now() - @extschema@._alert_after() THEN
-        PERFORM @extschema@._raise_alert(condition, 'warning', tt.table_id, l.server_name, l.consumer,
+    IF condition IS NOT NULL AND since <= now() - finalize_internal.alert_after() THEN
+        PERFORM finalize_internal.raise_alert(condition, 'warning', tt.table_id, l.server_name, l.consumer,
             format('Consumer "%s" of table "%s" reads Iceberg table %s through catalog %s, which has failed since %s: %s The verdict waits for it.',
                    l.consumer, tt.table_name, l.iceberg_table, l.server_name, since, detail));
     END IF;
@@ -446,10 +446,10 @@ BEGIN
         RETURN false;
     END IF;
     IF rolled_back THEN
-        PERFORM @extschema@._lake_rollback(tt, l, new_lsn, @extschema@._lsn_arg(held_lsn, 'held_lsn'), reason);
+        PERFORM finalize_internal.lake_rollback(tt, l, new_lsn, finalize_internal.lsn_arg(held_lsn, 'held_lsn'), reason);
         moved := true;
     ELSIF new_lsn IS NOT NULL THEN
-        moved := @extschema@._advance_report(tt.table_id, l.consumer, new_lsn);
+        moved := finalize_internal.advance_report(tt.table_id, l.consumer, new_lsn);
     END IF;
     IF rolled_back OR new_lsn IS NOT NULL THEN
         -- What the ref holds now: the head, its newest carrier and LSN (after

@@ -2,13 +2,13 @@
 -- Checks a shard's label: what the lake's partition paths write
 -- (shard=<label>), so 1 to 63 characters, not only spaces, no "/" and no
 -- control characters.
-CREATE OR REPLACE FUNCTION @extschema@._check_shard_label(table_name text, shard text)
+CREATE OR REPLACE FUNCTION finalize_internal.check_shard_label(table_name text, shard text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(shard, 'shard');
+    PERFORM finalize_internal.require(shard, 'shard');
     IF shard !~ '\S' OR length(shard) > 63 OR shard ~ '[/[:cntrl:]]' THEN
         RAISE EXCEPTION 'invalid value for argument shard of sharded table "%": "%"', table_name,
                         regexp_replace(left(shard, 70), '[[:cntrl:]]', '?', 'g')
@@ -21,13 +21,13 @@ $$;
 
 -- The sharded table of a name (its row, no lock), or the errors for a name
 -- that is not tracked or not a sharded table.
-CREATE OR REPLACE FUNCTION @extschema@._sharded(table_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.sharded(table_name text)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
 BEGIN
     IF tt.kind <> 'sharded' THEN
         RAISE EXCEPTION 'table "%" is not a sharded table', tt.table_name
@@ -45,7 +45,7 @@ $$;
 -- The body of finalize.track_sharded: a lake table fed by many shards, with
 -- the policy they all follow. Its verdict waits for its first shard's.
 -- Returns its id.
-CREATE OR REPLACE FUNCTION @extschema@._track_sharded(
+CREATE OR REPLACE FUNCTION finalize_internal.track_sharded(
     caller name,
     table_name   text,
     granularity  interval DEFAULT interval '1 hour',
@@ -67,18 +67,18 @@ DECLARE
     zone text;
     new_id bigint;
 BEGIN
-    PERFORM @extschema@._check_table_name(table_name, 'sales.orders');
-    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = _track_sharded.table_name
+    PERFORM finalize_internal.check_table_name(table_name, 'sales.orders');
+    IF EXISTS (SELECT FROM @extschema@.tracked_table t WHERE t.table_name = track_sharded.table_name
                                                         AND t.untracked_at IS NULL) THEN
-        PERFORM @extschema@._already_tracked(table_name);
+        PERFORM finalize_internal.already_tracked(table_name);
     END IF;
-    PERFORM @extschema@._check_granularity(granularity, 'granularity');
-    zone := @extschema@._check_zone(period_zone, 'period_zone');
-    PERFORM @extschema@._check_ddl_policy(ddl_policy);
-    PERFORM @extschema@._check_on_data_loss(on_data_loss);
-    PERFORM @extschema@._require(lateness_policy, 'lateness_policy');
-    PERFORM @extschema@._require(allowed_lateness, 'allowed_lateness');
-    PERFORM @extschema@._require(lateness_window, 'lateness_window');
+    PERFORM finalize_internal.check_granularity(granularity, 'granularity');
+    zone := finalize_internal.check_zone(period_zone, 'period_zone');
+    PERFORM finalize_internal.check_ddl_policy(ddl_policy);
+    PERFORM finalize_internal.check_on_data_loss(on_data_loss);
+    PERFORM finalize_internal.require(lateness_policy, 'lateness_policy');
+    PERFORM finalize_internal.require(allowed_lateness, 'allowed_lateness');
+    PERFORM finalize_internal.require(lateness_window, 'lateness_window');
     IF event_time_column IS NULL
        AND (event_time_zone IS NOT NULL OR lateness_policy <> 'exact' OR allowed_lateness <> interval '0'
             OR lateness_quantile IS NOT NULL) THEN
@@ -87,7 +87,7 @@ BEGIN
                   DETAIL = 'A table without an event column is partitioned by commit time, which is exact: it has no lateness.',
                   HINT = 'Pass event_time_column => ''<captured date/time column>'' too.';
     END IF;
-    PERFORM @extschema@._check_event_time(event_time_column, event_time_zone, lateness_policy, allowed_lateness,
+    PERFORM finalize_internal.check_event_time(event_time_column, event_time_zone, lateness_policy, allowed_lateness,
                                           lateness_quantile, lateness_window, granularity);
     BEGIN
         -- Lengths of time without days, as track_table keeps them.
@@ -99,10 +99,10 @@ BEGIN
                 lateness_quantile, make_interval(secs => extract(epoch FROM lateness_window)))
         RETURNING tracked_table.table_id INTO new_id;
     EXCEPTION WHEN unique_violation THEN
-        PERFORM @extschema@._already_tracked(table_name);
+        PERFORM finalize_internal.already_tracked(table_name);
     END;
     INSERT INTO @extschema@.watermark (table_id) VALUES (new_id);
-    PERFORM @extschema@._seal_catalog();
+    PERFORM finalize_internal.seal_catalog();
     RETURN new_id;
 END
 $$;
@@ -135,13 +135,13 @@ COMMENT ON FUNCTION @extschema@.track_sharded(text, interval, text, text, text, 
 -- committed meanwhile is the one a new shard takes. A table untracked
 -- meanwhile is an error naming it (a shard added to it would be left
 -- tracked, with nothing that could remove it).
-CREATE OR REPLACE FUNCTION @extschema@._lock_sharded(table_id bigint, table_name text)
+CREATE OR REPLACE FUNCTION finalize_internal.lock_sharded(table_id bigint, table_name text)
 RETURNS @extschema@.tracked_table
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._lock_tracked(table_id, false);
+    tt @extschema@.tracked_table := finalize_internal.lock_tracked(table_id, false);
 BEGIN
     IF tt.table_id IS NULL OR tt.untracked_at IS NOT NULL THEN
         RAISE EXCEPTION 'sharded table "%" was untracked meanwhile', table_name
@@ -161,7 +161,7 @@ $$;
 -- verdict stands still; what was final stays final. Two shards of a table
 -- may share a server (a database holding one schema per tenant, say), not
 -- a source table: its changes would count twice. Returns the shard's id.
-CREATE OR REPLACE FUNCTION @extschema@._add_shard(
+CREATE OR REPLACE FUNCTION finalize_internal.add_shard(
     caller name,
     table_name   text,
     shard        text,
@@ -174,7 +174,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._sharded(table_name);
+    tt @extschema@.tracked_table := finalize_internal.sharded(table_name);
     wm @extschema@.watermark;
     shard_name text;
     parts text[];
@@ -183,7 +183,7 @@ DECLARE
     part @extschema@.tracked_table;
     c @extschema@.shard_consumer;
 BEGIN
-    PERFORM @extschema@._check_shard_label(tt.table_name, shard);
+    PERFORM finalize_internal.check_shard_label(tt.table_name, shard);
     shard_name := tt.table_name || '/' || shard;
     IF length(shard_name) > 255 THEN
         RAISE EXCEPTION 'the name of shard "%" of sharded table "%" is longer than 255 characters', shard, tt.table_name
@@ -193,22 +193,22 @@ BEGIN
     END IF;
     -- SQL Server's answer about the table, before any lock is taken (it may
     -- wait for the network).
-    PERFORM @extschema@._require(source_table, 'source_table');
-    parts := @extschema@._split_mssql_name(source_table, 'source_table');
-    PERFORM @extschema@._check_source_table((@extschema@._tracking_server(caller, server_name)).oid,
+    PERFORM finalize_internal.require(source_table, 'source_table');
+    parts := finalize_internal.split_mssql_name(source_table, 'source_table');
+    PERFORM finalize_internal.check_source_table((finalize_internal.tracking_server(caller, server_name)).oid,
                                             parts[1], parts[2]);
     -- Its verdict, so that shards are added and dropped one at a time, and
     -- its row again once locked: the policy the shard takes is the one
     -- committed last (alter_tracked_table), not the one read before.
-    tt := @extschema@._lock_sharded(tt.table_id, tt.table_name);
+    tt := finalize_internal.lock_sharded(tt.table_id, tt.table_name);
     IF EXISTS (SELECT FROM @extschema@.tracked_table t
-                WHERE t.shard_of = tt.table_id AND t.shard = _add_shard.shard AND t.untracked_at IS NULL) THEN
+                WHERE t.shard_of = tt.table_id AND t.shard = add_shard.shard AND t.untracked_at IS NULL) THEN
         RAISE EXCEPTION 'shard "%" of sharded table "%" already exists', shard, tt.table_name
             USING ERRCODE = 'duplicate_object',
                   HINT = format('Choose another label, or drop it first with finalize.drop_shard(%L, %L).', tt.table_name, shard);
     END IF;
     SELECT t.shard INTO other FROM @extschema@.tracked_table t
-     WHERE t.shard_of = tt.table_id AND t.untracked_at IS NULL AND t.server_name = _add_shard.server_name
+     WHERE t.shard_of = tt.table_id AND t.untracked_at IS NULL AND t.server_name = add_shard.server_name
        AND t.source_schema = parts[1] AND t.source_name = parts[2];
     IF FOUND THEN
         RAISE EXCEPTION 'shard "%" of sharded table "%" already reads %.% on server "%"', other, tt.table_name,
@@ -217,16 +217,16 @@ BEGIN
                   DETAIL = 'Each shard is one SQL Server table: two shards reading the same one would count its changes twice. A server may hold several shards of a table only in different source tables.',
                   HINT = 'Give this shard the server and table of its own database.';
     END IF;
-    new_id := @extschema@._track_table(caller, shard_name, server_name, source_table, tt.granularity, start_from,
+    new_id := finalize_internal.track_table(caller, shard_name, server_name, source_table, tt.granularity, start_from,
                                        tt.ddl_policy, tt.on_data_loss, tt.event_time_column, tt.event_time_zone,
                                        tt.lateness_policy, tt.allowed_lateness, tt.lateness_quantile,
                                        tt.lateness_window, tt.period_zone, false);
-    UPDATE @extschema@.tracked_table t SET shard_of = tt.table_id, shard = _add_shard.shard WHERE t.table_id = new_id;
+    UPDATE @extschema@.tracked_table t SET shard_of = tt.table_id, shard = add_shard.shard WHERE t.table_id = new_id;
     INSERT INTO @extschema@.derived_input (table_id, input_id) VALUES (tt.table_id, new_id);
     -- The consumers of every shard are this one's too, from the start.
     SELECT t.* INTO part FROM @extschema@.tracked_table t WHERE t.table_id = new_id;
     FOR c IN SELECT x.* FROM @extschema@.shard_consumer x WHERE x.table_id = tt.table_id ORDER BY x.consumer LOOP
-        PERFORM @extschema@._insert_consumer(caller, part, c.consumer, c.required, c.reporter, c.reporter_name);
+        PERFORM finalize_internal.insert_consumer(caller, part, c.consumer, c.required, c.reporter, c.reporter_name);
     END LOOP;
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     IF wm.finalized_until IS NOT NULL THEN
@@ -257,31 +257,31 @@ COMMENT ON FUNCTION @extschema@.add_shard(text, text, text, text, text) IS
 -- is false. Refused while another derived table uses the shard, and while
 -- a loss of the shard is not acknowledged: dropping it would release the
 -- sharded table's periods the loss holds.
-CREATE OR REPLACE FUNCTION @extschema@._drop_shard(caller name, table_name text, shard text, keep_facts boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION finalize_internal.drop_shard(caller name, table_name text, shard text, keep_facts boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._sharded(table_name);
+    tt @extschema@.tracked_table := finalize_internal.sharded(table_name);
     part @extschema@.tracked_table;
     users text[];
     before timestamptz;
     after timestamptz;
 BEGIN
-    PERFORM @extschema@._require(shard, 'shard');
-    PERFORM @extschema@._require(keep_facts, 'keep_facts');
-    tt := @extschema@._lock_sharded(tt.table_id, tt.table_name);
+    PERFORM finalize_internal.require(shard, 'shard');
+    PERFORM finalize_internal.require(keep_facts, 'keep_facts');
+    tt := finalize_internal.lock_sharded(tt.table_id, tt.table_name);
     SELECT t.* INTO part FROM @extschema@.tracked_table t
-     WHERE t.shard_of = tt.table_id AND t.shard = _drop_shard.shard AND t.untracked_at IS NULL
+     WHERE t.shard_of = tt.table_id AND t.shard = drop_shard.shard AND t.untracked_at IS NULL
        FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'sharded table "%" has no shard "%"', tt.table_name, left(shard, 63)
             USING ERRCODE = 'undefined_object',
                   HINT = format('Its shards are the rows of finalize.status with sharded_table = %L.', tt.table_name);
     END IF;
-    users := ARRAY(SELECT u FROM unnest(@extschema@._dependents(part.table_id)) AS u WHERE u <> tt.table_name);
+    users := ARRAY(SELECT u FROM unnest(finalize_internal.dependents(part.table_id)) AS u WHERE u <> tt.table_name);
     IF cardinality(users) > 0 THEN
         RAISE EXCEPTION 'shard "%" of sharded table "%" is an input of derived %', shard, tt.table_name,
                         (SELECT CASE WHEN count(*) > 1 THEN 'tables ' ELSE 'table ' END
@@ -290,7 +290,7 @@ BEGIN
                   DETAIL = 'A derived table is final only as far as its inputs are: without this shard its verdict would stop for ever.',
                   HINT = 'Untrack those derived tables first.';
     END IF;
-    IF @extschema@._has_open_loss(part.table_id) THEN
+    IF finalize_internal.has_open_loss(part.table_id) THEN
         RAISE EXCEPTION 'shard "%" of sharded table "%" has a loss that is not acknowledged', shard, tt.table_name
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'The loss holds periods of the sharded table; dropping the shard would release them while the lake may still miss its changes.',
@@ -307,8 +307,8 @@ BEGIN
     ELSE
         DELETE FROM @extschema@.tracked_table t WHERE t.table_id = part.table_id;
     END IF;
-    PERFORM @extschema@._refresh_loss_blocked(tt.table_id);
-    after := @extschema@._advance(tt.table_id);
+    PERFORM finalize_internal.refresh_loss_blocked(tt.table_id);
+    after := finalize_internal.advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
         RAISE NOTICE 'sharded table "%" is now final until % (it was until %): shard "%" no longer holds it',
                      tt.table_name, after, coalesce(before::text, 'nothing'), shard;
@@ -329,13 +329,13 @@ COMMENT ON FUNCTION @extschema@.drop_shard(text, text, boolean) IS
     'Remove a shard from a sharded table (its verdict may then move on, never back) and untrack it; refused while a loss of the shard is not acknowledged';
 
 -- The active shards of a sharded table, in id order.
-CREATE OR REPLACE FUNCTION @extschema@._shards(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.shards(table_id bigint)
 RETURNS SETOF @extschema@.tracked_table
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT t.* FROM @extschema@.tracked_table t
-     WHERE t.shard_of = _shards.table_id AND t.untracked_at IS NULL
+     WHERE t.shard_of = shards.table_id AND t.untracked_at IS NULL
      ORDER BY t.table_id;
 END;
 
@@ -343,7 +343,7 @@ END;
 -- when one is added, so that no shard is ever final before the pipeline
 -- applied it. A shard that has a consumer of that name already (declared
 -- on it alone) is an error naming it.
-CREATE OR REPLACE FUNCTION @extschema@._add_sharded_consumer(caller name, tt @extschema@.tracked_table, consumer text,
+CREATE OR REPLACE FUNCTION finalize_internal.add_sharded_consumer(caller name, tt @extschema@.tracked_table, consumer text,
                                                   required boolean, reporter regrole, reporter_name name)
 RETURNS void
 LANGUAGE plpgsql
@@ -354,9 +354,9 @@ DECLARE
     part @extschema@.tracked_table;
     taken text;
 BEGIN
-    PERFORM @extschema@._lock_tracked(tt.table_id);
-    SELECT t.table_name INTO taken FROM @extschema@._shards(tt.table_id) AS t
-      JOIN @extschema@.consumer c ON c.table_id = t.table_id AND c.consumer = _add_sharded_consumer.consumer
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
+    SELECT t.table_name INTO taken FROM finalize_internal.shards(tt.table_id) AS t
+      JOIN @extschema@.consumer c ON c.table_id = t.table_id AND c.consumer = add_sharded_consumer.consumer
      ORDER BY t.table_id LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'consumer "%" already exists on shard "%" of sharded table "%"', consumer, taken, tt.table_name
@@ -373,8 +373,8 @@ BEGIN
             USING ERRCODE = 'duplicate_object',
                   HINT = 'Change it with finalize.alter_consumer() (dropping and adding it again would let the verdict move past what it applied).';
     END;
-    FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
-        PERFORM @extschema@._insert_consumer(caller, part, consumer, required, reporter, reporter_name);
+    FOR part IN SELECT t.* FROM finalize_internal.shards(tt.table_id) AS t LOOP
+        PERFORM finalize_internal.insert_consumer(caller, part, consumer, required, reporter, reporter_name);
     END LOOP;
 END
 $$;
@@ -382,7 +382,7 @@ $$;
 -- alter_consumer on a sharded table: the same change on the consumer of
 -- every shard (reset forgets what each reported); made optional, the
 -- shards' verdicts and then the sharded table's move at once.
-CREATE OR REPLACE FUNCTION @extschema@._alter_sharded_consumer(tt @extschema@.tracked_table, consumer text, required boolean,
+CREATE OR REPLACE FUNCTION finalize_internal.alter_sharded_consumer(tt @extschema@.tracked_table, consumer text, required boolean,
                                                     reporter regrole, reporter_name name, reset boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -392,11 +392,11 @@ AS $$
 DECLARE
     part @extschema@.tracked_table;
 BEGIN
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
     UPDATE @extschema@.shard_consumer c
-       SET required = coalesce(_alter_sharded_consumer.required, c.required),
-           reporter = coalesce(_alter_sharded_consumer.reporter, c.reporter),
-           reporter_name = coalesce(_alter_sharded_consumer.reporter_name, c.reporter_name)
+       SET required = coalesce(alter_sharded_consumer.required, c.required),
+           reporter = coalesce(alter_sharded_consumer.reporter, c.reporter),
+           reporter_name = coalesce(alter_sharded_consumer.reporter_name, c.reporter_name)
      WHERE c.table_id = tt.table_id AND c.consumer = consumer;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'consumer "%" of sharded table "%" does not exist', consumer, tt.table_name
@@ -404,15 +404,15 @@ BEGIN
                   HINT = format('Declare it with finalize.add_consumer(%L, %L), or name the shard whose consumer it is.',
                                 tt.table_name, consumer);
     END IF;
-    FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
-        PERFORM @extschema@._lock_tracked(part.table_id);
+    FOR part IN SELECT t.* FROM finalize_internal.shards(tt.table_id) AS t LOOP
+        PERFORM finalize_internal.lock_tracked(part.table_id);
         UPDATE @extschema@.consumer c
-           SET required = coalesce(_alter_sharded_consumer.required, c.required),
-               reporter = coalesce(_alter_sharded_consumer.reporter, c.reporter),
-               reporter_name = coalesce(_alter_sharded_consumer.reporter_name, c.reporter_name)
+           SET required = coalesce(alter_sharded_consumer.required, c.required),
+               reporter = coalesce(alter_sharded_consumer.reporter, c.reporter),
+               reporter_name = coalesce(alter_sharded_consumer.reporter_name, c.reporter_name)
          WHERE c.table_id = part.table_id AND c.consumer = consumer;
         IF reset THEN
-            PERFORM @extschema@._forget_report(part, consumer);
+            PERFORM finalize_internal.forget_report(part, consumer);
         END IF;
     END LOOP;
     IF reset THEN
@@ -420,13 +420,13 @@ BEGIN
             USING DETAIL = 'What is final stays final; each shard''s verdict waits for the consumer''s next report for it.';
     END IF;
     IF reporter IS NOT NULL THEN
-        PERFORM @extschema@._reporter_notice(reporter, tt, consumer);
+        PERFORM finalize_internal.reporter_notice(reporter, tt, consumer);
     END IF;
     IF required IS NOT NULL AND NOT required THEN
-        FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
-            PERFORM @extschema@._advance(part.table_id);
+        FOR part IN SELECT t.* FROM finalize_internal.shards(tt.table_id) AS t LOOP
+            PERFORM finalize_internal.advance(part.table_id);
         END LOOP;
-        PERFORM @extschema@._advance(tt.table_id);
+        PERFORM finalize_internal.advance(tt.table_id);
     END IF;
 END
 $$;
@@ -434,7 +434,7 @@ $$;
 -- drop_consumer on a sharded table: forgets the consumer of every shard;
 -- the shards' verdicts and then the sharded table's may move at once, and
 -- a NOTICE says how far. Returns whether it was declared.
-CREATE OR REPLACE FUNCTION @extschema@._drop_sharded_consumer(tt @extschema@.tracked_table, consumer text)
+CREATE OR REPLACE FUNCTION finalize_internal.drop_sharded_consumer(tt @extschema@.tracked_table, consumer text)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -445,21 +445,21 @@ DECLARE
     before timestamptz;
     after timestamptz;
 BEGIN
-    PERFORM @extschema@._lock_tracked(tt.table_id);
+    PERFORM finalize_internal.lock_tracked(tt.table_id);
     SELECT w.finalized_until INTO before FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     DELETE FROM @extschema@.shard_consumer c WHERE c.table_id = tt.table_id AND c.consumer = consumer;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    FOR part IN SELECT t.* FROM @extschema@._shards(tt.table_id) AS t LOOP
-        PERFORM @extschema@._lock_tracked(part.table_id);
+    FOR part IN SELECT t.* FROM finalize_internal.shards(tt.table_id) AS t LOOP
+        PERFORM finalize_internal.lock_tracked(part.table_id);
         DELETE FROM @extschema@.consumer c WHERE c.table_id = part.table_id AND c.consumer = consumer;
         UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
          WHERE a.kind IN ('consumer_stalled', 'consumer_locked', 'report_ahead')
            AND a.table_id = part.table_id AND a.subject = consumer AND a.state <> 'resolved';
-        PERFORM @extschema@._advance(part.table_id);
+        PERFORM finalize_internal.advance(part.table_id);
     END LOOP;
-    after := @extschema@._advance(tt.table_id);
+    after := finalize_internal.advance(tt.table_id);
     IF after IS DISTINCT FROM before THEN
         RAISE NOTICE 'table "%" is now final until % (it was until %): consumer "%" no longer holds it',
                      tt.table_name, after, coalesce(before::text, 'nothing'), consumer
@@ -472,7 +472,7 @@ $$;
 -- Refuses to change or drop, on one shard, a consumer declared on its
 -- sharded table: it must hold every shard alike (fn names the call that
 -- was refused, for the hint).
-CREATE OR REPLACE FUNCTION @extschema@._refuse_shard_consumer(tt @extschema@.tracked_table, consumer text, fn text)
+CREATE OR REPLACE FUNCTION finalize_internal.refuse_shard_consumer(tt @extschema@.tracked_table, consumer text, fn text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp

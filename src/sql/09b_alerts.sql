@@ -10,7 +10,7 @@
 -- clock stepped back) are raised once, and their holder may be resolving them (release_gate does
 -- late_data's): they wait, at most finalize.lock_timeout, and the worker
 -- records them again next cycle if that was not enough.
-CREATE OR REPLACE FUNCTION @extschema@._raise_alert(kind text, severity text, table_id bigint, server_name text,
+CREATE OR REPLACE FUNCTION finalize_internal.raise_alert(kind text, severity text, table_id bigint, server_name text,
                                          subject text, message text, detail jsonb DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -19,15 +19,15 @@ AS $$
 #variable_conflict use_column
 DECLARE
     id bigint;
-    tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _raise_alert.table_id);
+    tname text := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = raise_alert.table_id);
 BEGIN
-    IF @extschema@._in_background()
-       AND _raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected',
+    IF finalize_internal.in_background()
+       AND raise_alert.kind NOT IN ('data_loss', 'schema_blocked', 'schema_change', 'late_data', 'release_rejected',
                                      'clock_stepped_back') THEN
         SELECT a.alert_id INTO id FROM @extschema@.alert a
-         WHERE a.kind = _raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
-           AND coalesce(a.server_name, '') = coalesce(_raise_alert.server_name, '')
-           AND a.subject = coalesce(_raise_alert.subject, '') AND a.state <> 'resolved';
+         WHERE a.kind = raise_alert.kind AND coalesce(a.table_name, '') = coalesce(tname, '')
+           AND coalesce(a.server_name, '') = coalesce(raise_alert.server_name, '')
+           AND a.subject = coalesce(raise_alert.subject, '') AND a.state <> 'resolved';
         IF FOUND THEN
             PERFORM FROM @extschema@.alert a WHERE a.alert_id = id FOR NO KEY UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
@@ -36,8 +36,8 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO @extschema@.alert AS a (kind, severity, table_id, table_name, server_name, subject, message, detail)
-    VALUES (_raise_alert.kind, _raise_alert.severity, _raise_alert.table_id, tname,
-            _raise_alert.server_name, coalesce(_raise_alert.subject, ''), _raise_alert.message, _raise_alert.detail)
+    VALUES (raise_alert.kind, raise_alert.severity, raise_alert.table_id, tname,
+            raise_alert.server_name, coalesce(raise_alert.subject, ''), raise_alert.message, raise_alert.detail)
     ON CONFLICT (kind, coalesce(table_name, ''), coalesce(server_name, ''), subject) WHERE state <> 'resolved'
     DO UPDATE SET last_seen = now(), count = a.count + 1, message = EXCLUDED.message, detail = EXCLUDED.detail,
                   severity = EXCLUDED.severity
@@ -50,7 +50,7 @@ $$;
 -- Returns how many it resolved. In a background worker one that another
 -- transaction holds is left for a later call: every caller there looks
 -- again each cycle (_source_alerts, _table_alerts, _check_consumers).
-CREATE OR REPLACE FUNCTION @extschema@._resolve_alerts(kind text, table_id bigint, server_name text, subject text DEFAULT '')
+CREATE OR REPLACE FUNCTION finalize_internal.resolve_alerts(kind text, table_id bigint, server_name text, subject text DEFAULT '')
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -59,21 +59,21 @@ AS $$
 DECLARE
     n integer;
 BEGIN
-    IF @extschema@._in_background() THEN
+    IF finalize_internal.in_background() THEN
         UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
          WHERE a.alert_id IN (
             SELECT x.alert_id FROM @extschema@.alert x
-             WHERE x.kind = _resolve_alerts.kind AND x.state <> 'resolved'
-               AND coalesce(x.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
-               AND coalesce(x.server_name, '') = coalesce(_resolve_alerts.server_name, '')
-               AND x.subject = coalesce(_resolve_alerts.subject, '')
+             WHERE x.kind = resolve_alerts.kind AND x.state <> 'resolved'
+               AND coalesce(x.table_id, 0) = coalesce(resolve_alerts.table_id, 0)
+               AND coalesce(x.server_name, '') = coalesce(resolve_alerts.server_name, '')
+               AND x.subject = coalesce(resolve_alerts.subject, '')
                FOR NO KEY UPDATE SKIP LOCKED);
     ELSE
         UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
-         WHERE a.kind = _resolve_alerts.kind AND a.state <> 'resolved'
-           AND coalesce(a.table_id, 0) = coalesce(_resolve_alerts.table_id, 0)
-           AND coalesce(a.server_name, '') = coalesce(_resolve_alerts.server_name, '')
-           AND a.subject = coalesce(_resolve_alerts.subject, '');
+         WHERE a.kind = resolve_alerts.kind AND a.state <> 'resolved'
+           AND coalesce(a.table_id, 0) = coalesce(resolve_alerts.table_id, 0)
+           AND coalesce(a.server_name, '') = coalesce(resolve_alerts.server_name, '')
+           AND a.subject = coalesce(resolve_alerts.subject, '');
     END IF;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
@@ -82,7 +82,7 @@ $$;
 
 -- The body of finalize.acknowledge_alert, run as the extension's owner by
 -- its C entry point (owner.c) with the caller taken before the switch.
-CREATE OR REPLACE FUNCTION @extschema@._acknowledge_alert(caller name, alert_id bigint, note text)
+CREATE OR REPLACE FUNCTION finalize_internal.acknowledge_alert(caller name, alert_id bigint, note text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -91,14 +91,14 @@ AS $$
 DECLARE
     a @extschema@.alert;
 BEGIN
-    PERFORM @extschema@._require(alert_id, 'alert_id');
-    PERFORM @extschema@._require(note, 'note');
+    PERFORM finalize_internal.require(alert_id, 'alert_id');
+    PERFORM finalize_internal.require(note, 'note');
     IF note !~ '\S' THEN
         RAISE EXCEPTION 'invalid value for argument note: it must say what is being done'
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'The note is kept with the incident, for example ''SQL Server login fixed, ticket OPS-42''.';
     END IF;
-    SELECT x.* INTO a FROM @extschema@.alert x WHERE x.alert_id = _acknowledge_alert.alert_id FOR UPDATE;
+    SELECT x.* INTO a FROM @extschema@.alert x WHERE x.alert_id = acknowledge_alert.alert_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'alert % does not exist', alert_id
             USING ERRCODE = 'undefined_object',
@@ -134,7 +134,7 @@ COMMENT ON VIEW @extschema@.alerts IS
     'Incidents: what froze or endangered a verdict, since when, how often, and whether it was resolved or acknowledged';
 
 -- finalize.alert_after as an interval without days.
-CREATE OR REPLACE FUNCTION @extschema@._alert_after()
+CREATE OR REPLACE FUNCTION finalize_internal.alert_after()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_alert_after'
 LANGUAGE C STABLE;
@@ -146,7 +146,7 @@ LANGUAGE C STABLE;
 -- every other source condition's incident is resolved. A condition that
 -- says nothing about SQL Server (a worker starting, cancelled, or not
 -- running) changes no incident.
-CREATE OR REPLACE FUNCTION @extschema@._source_alerts(server_name text, condition text, message text, since timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.source_alerts(server_name text, condition text, message text, since timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -167,17 +167,17 @@ BEGIN
      WHERE a.alert_id IN (
         SELECT x.alert_id FROM @extschema@.alert x
          WHERE x.kind = ANY (kinds) AND x.kind IS DISTINCT FROM condition AND x.state <> 'resolved'
-           AND coalesce(x.table_id, 0) = 0 AND coalesce(x.server_name, '') = coalesce(_source_alerts.server_name, '')
+           AND coalesce(x.table_id, 0) = 0 AND coalesce(x.server_name, '') = coalesce(source_alerts.server_name, '')
            AND x.subject = ''
            FOR NO KEY UPDATE SKIP LOCKED);
     IF condition = ANY (kinds)
        AND (condition IN ('timezone_mismatch', 'clock_skew', 'commit_time_ahead', 'capture_stalled')
-            OR since <= now() - @extschema@._alert_after()) THEN
-        PERFORM @extschema@._raise_alert(condition,
+            OR since <= now() - finalize_internal.alert_after()) THEN
+        PERFORM finalize_internal.raise_alert(condition,
                                          CASE WHEN condition = 'capture_stalled' THEN 'warning' ELSE 'critical' END,
                                          NULL, server_name, '',
                                          coalesce(message, format('Source "%s": %s.', server_name, condition)),
-                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+                                         jsonb_build_object('since', finalize_internal.utc_iso(since)));
     END IF;
 END
 $$;
@@ -185,7 +185,7 @@ $$;
 -- The incident kinds of a table's conditions: what _set_condition opens
 -- and resolves (the other table incidents, such as freshness, late_data or
 -- release_rejected, have their own lives).
-CREATE OR REPLACE FUNCTION @extschema@._condition_alert_kinds()
+CREATE OR REPLACE FUNCTION finalize_internal.condition_alert_kinds()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -195,30 +195,30 @@ RETURN ARRAY['no_access', 'read_failed', 'record_failed', 'lock_timeout', 'lsn_r
 -- Of some tables, those with a condition or an open incident of one: the
 -- worker clears the condition of every table it read (_set_condition), and
 -- a cycle over thousands of idle tables needs no write for the others.
-CREATE OR REPLACE FUNCTION @extschema@._held_conditions(table_ids bigint[])
+CREATE OR REPLACE FUNCTION finalize_internal.held_conditions(table_ids bigint[])
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT c.table_id FROM @extschema@.table_condition c WHERE c.table_id = ANY (_held_conditions.table_ids)
+    SELECT c.table_id FROM @extschema@.table_condition c WHERE c.table_id = ANY (held_conditions.table_ids)
     UNION
     SELECT a.table_id FROM @extschema@.alert a
-     WHERE a.table_id = ANY (_held_conditions.table_ids) AND a.state <> 'resolved' AND a.subject = ''
-       AND a.kind = ANY (@extschema@._condition_alert_kinds());
+     WHERE a.table_id = ANY (held_conditions.table_ids) AND a.state <> 'resolved' AND a.subject = ''
+       AND a.kind = ANY (finalize_internal.condition_alert_kinds());
 END;
 
 -- The incidents of a table's condition (_set_condition): one opens once
 -- the condition has lasted finalize.alert_after; a cleared or changed
 -- condition resolves the others.
-CREATE OR REPLACE FUNCTION @extschema@._table_alerts(table_id bigint, condition text, message text, since timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.table_alerts(table_id bigint, condition text, message text, since timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    kinds text[] := @extschema@._condition_alert_kinds();
-    server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = _table_alerts.table_id);
+    kinds text[] := finalize_internal.condition_alert_kinds();
+    server text := (SELECT t.server_name FROM @extschema@.tracked_table t WHERE t.table_id = table_alerts.table_id);
 BEGIN
     -- one statement, through the index of open incidents: it runs every
     -- cycle while the table has a condition or an open incident
@@ -227,13 +227,13 @@ BEGIN
      WHERE a.alert_id IN (
         SELECT x.alert_id FROM @extschema@.alert x
          WHERE x.kind = ANY (kinds) AND x.kind IS DISTINCT FROM condition AND x.state <> 'resolved'
-           AND coalesce(x.table_id, 0) = coalesce(_table_alerts.table_id, 0)
+           AND coalesce(x.table_id, 0) = coalesce(table_alerts.table_id, 0)
            AND coalesce(x.server_name, '') = coalesce(server, '') AND x.subject = ''
            FOR NO KEY UPDATE SKIP LOCKED);
-    IF condition = ANY (kinds) AND since <= now() - @extschema@._alert_after() THEN
-        PERFORM @extschema@._raise_alert(condition, CASE WHEN condition = 'lock_timeout' THEN 'warning' ELSE 'critical' END,
+    IF condition = ANY (kinds) AND since <= now() - finalize_internal.alert_after() THEN
+        PERFORM finalize_internal.raise_alert(condition, CASE WHEN condition = 'lock_timeout' THEN 'warning' ELSE 'critical' END,
                                          table_id, server, '', coalesce(message, condition),
-                                         jsonb_build_object('since', @extschema@._utc_iso(since)));
+                                         jsonb_build_object('since', finalize_internal.utc_iso(since)));
     END IF;
 END
 $$;

@@ -64,13 +64,13 @@ COMMENT ON FUNCTION @extschema@.wait_final(text[], timestamptz, interval) IS
 -- such a period may be final, but finalize recorded none of its changes.
 -- SECURITY DEFINER for finalize.status, whose readers may not read
 -- derived_input; it answers only this.
-CREATE OR REPLACE FUNCTION @extschema@._tracked_since(table_id bigint)
+CREATE OR REPLACE FUNCTION finalize_internal.tracked_since(table_id bigint)
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH RECURSIVE up(id) AS (
-        SELECT _tracked_since.table_id
+        SELECT tracked_since.table_id
         UNION
         SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
     SELECT CASE WHEN count(*) > 0 AND count(*) = count(w.tracked_since) THEN max(w.tracked_since) END
@@ -84,25 +84,25 @@ END;
 -- a tracked table how far SQL Server's capture has come, for a derived one
 -- which inputs are not final that far, for a sharded one which shards
 -- (_explain_shards).
-CREATE OR REPLACE FUNCTION @extschema@._explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION finalize_internal.explain_source(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                             period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF @extschema@._period_final(period_start, tt.granularity, tt.period_zone, wm.source_until) THEN
+    IF finalize_internal.period_final(period_start, tt.granularity, tt.period_zone, wm.source_until) THEN
         RETURN NULL;
     ELSIF tt.kind = 'derived' THEN
-        RETURN @extschema@._explain_inputs(tt.table_id, period_end);
+        RETURN finalize_internal.explain_inputs(tt.table_id, period_end);
     ELSIF tt.kind = 'sharded' THEN
-        RETURN @extschema@._explain_shards(tt, wm, period_start, period_end);
+        RETURN finalize_internal.explain_shards(tt, wm, period_start, period_end);
     ELSIF wm.offset_lsn IS NULL THEN
         RETURN format('the worker has not recorded any range for this table since it was tracked at %s', tt.created_at);
     ELSIF wm.offset_commit_time >= period_end
-          AND wm.offset_commit_time - coalesce(@extschema@._clock_tolerance(tt.server_name), interval '0') < period_end THEN
+          AND wm.offset_commit_time - coalesce(finalize_internal.clock_tolerance(tt.server_name), interval '0') < period_end THEN
         RETURN format('SQL Server''s capture has reached %s (LSN %s), but the verdict holds back by the clock_tolerance of server "%s" (%s), so that a step back of SQL Server''s clock cannot put a commit into a final period',
-                      wm.offset_commit_time, wm.offset_lsn, tt.server_name, @extschema@._clock_tolerance(tt.server_name));
+                      wm.offset_commit_time, wm.offset_lsn, tt.server_name, finalize_internal.clock_tolerance(tt.server_name));
     ELSIF wm.offset_commit_time >= period_end THEN
         RETURN format('the watermark only moves in whole periods and stands at %s', wm.source_until);
     END IF;
@@ -114,7 +114,7 @@ END
 $$;
 
 -- The inputs of a derived table that are not final up to period_end.
-CREATE OR REPLACE FUNCTION @extschema@._explain_inputs(table_id bigint, period_end timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.explain_inputs(table_id bigint, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -123,20 +123,20 @@ BEGIN ATOMIC
                            THEN format('input "%s" has nothing final yet', t.table_name)
                            ELSE format('input "%s" is final until %s', t.table_name, v.until) END,
                       '; ' ORDER BY v.until NULLS FIRST, t.table_name)
-           || format('; the period ends at %s', _explain_inputs.period_end)
+           || format('; the period ends at %s', explain_inputs.period_end)
       FROM @extschema@.derived_input d
       JOIN @extschema@.tracked_table t ON t.table_id = d.input_id
       JOIN @extschema@.watermark w ON w.table_id = d.input_id
-     CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
+     CROSS JOIN LATERAL (SELECT finalize_internal.sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
                                                           t.period_zone, w.loss_blocked) AS until) v
-     WHERE d.table_id = _explain_inputs.table_id
-       AND (w.finalized_until IS NULL OR w.finalized_until < _explain_inputs.period_end);
+     WHERE d.table_id = explain_inputs.table_id
+       AND (w.finalized_until IS NULL OR w.finalized_until < explain_inputs.period_end);
 END;
 
 -- The shards of a sharded table that hold a period back (the least
 -- verdicts first, at most five named), each with its own explanation; a
 -- sharded table without shards is never final.
-CREATE OR REPLACE FUNCTION @extschema@._explain_shards(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION finalize_internal.explain_shards(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                             period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -147,15 +147,15 @@ DECLARE
     holding bigint;
     named text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM @extschema@._shards(tt.table_id)) THEN
+    IF NOT EXISTS (SELECT FROM finalize_internal.shards(tt.table_id)) THEN
         RETURN 'it has no shard, and a sharded table is final only for the periods every shard is final for: add one with finalize.add_shard()';
     END IF;
     SELECT count(*) INTO holding
-      FROM @extschema@._shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
+      FROM finalize_internal.shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
      WHERE w.finalized_until IS NULL OR w.finalized_until < period_end;
     IF holding = 0 THEN
         RETURN format('every shard is final for it, and the sharded table''s verdict (at %s) follows them within a round of the scheduler',
-                      coalesce(@extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity,
+                      coalesce(finalize_internal.sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity,
                                                          tt.period_zone, wm.loss_blocked)::text, 'nothing yet'));
     END IF;
     -- Each shard's own reason, without its first words (the period) and
@@ -168,7 +168,7 @@ BEGIN
       INTO named
       FROM (SELECT s.shard, s.table_name,
                    row_number() OVER (ORDER BY w.finalized_until NULLS FIRST, s.shard) AS ord
-              FROM @extschema@._shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
+              FROM finalize_internal.shards(tt.table_id) AS s JOIN @extschema@.watermark w ON w.table_id = s.table_id
              WHERE w.finalized_until IS NULL OR w.finalized_until < period_end
              ORDER BY w.finalized_until NULLS FIRST, s.shard LIMIT 5) AS x;
     RETURN named || CASE WHEN holding > 5 THEN format('; %s more shards are not final for it', holding - 5) ELSE '' END;
@@ -177,7 +177,7 @@ $$;
 
 -- The required consumers that hold a period back, each with how far it got,
 -- or NULL when none does.
-CREATE OR REPLACE FUNCTION @extschema@._explain_consumers(tt @extschema@.tracked_table, period_end timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.explain_consumers(tt @extschema@.tracked_table, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -197,12 +197,12 @@ BEGIN ATOMIC
                ELSE format('consumer "%s" has applied up to LSN %s (commit %s) and has since reported LSN %s, which the worker has not resolved yet%s',
                            c.consumer, c.resolved_for_lsn, c.commit_time, c.reported_lsn, ' (' || c.resolve_error || ')') END,
                '; ' ORDER BY x.until NULLS FIRST, c.consumer)
-           || format('; the period ends at %s', _explain_consumers.period_end)
+           || format('; the period ends at %s', explain_consumers.period_end)
       FROM @extschema@.consumer c
-     CROSS JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
+     CROSS JOIN LATERAL (SELECT finalize_internal.consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
                                                              c.commit_time, c.processed_until) AS until) x
      WHERE c.table_id = (tt).table_id AND c.required
-       AND (x.until IS NULL OR x.until < _explain_consumers.period_end);
+       AND (x.until IS NULL OR x.until < explain_consumers.period_end);
 END;
 
 -- The losses that hold a period, each with its table, times, LSNs and the
@@ -210,7 +210,7 @@ END;
 -- re-snapshotted, and on each derived table with a required consumer once
 -- its job has rebuilt the periods (_loss_ackers), inputs first (a derived
 -- table is tracked after its inputs); NULL when none does.
-CREATE OR REPLACE FUNCTION @extschema@._explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
+CREATE OR REPLACE FUNCTION finalize_internal.explain_losses(tt @extschema@.tracked_table, period_start timestamptz,
                                             period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
@@ -239,13 +239,13 @@ BEGIN ATOMIC
                                                      k.table_name, k.table_name, k.table_name, ks.span_from, ks.span_to),
                                               '; ' ORDER BY k.table_id) FILTER (WHERE o.acker_id <> l.table_id)
                                 || '.' END AS sentence
-              FROM @extschema@._open_loss_ackers((tt).table_id, _explain_losses.period_start,
-                                                 _explain_losses.period_end) AS o
+              FROM finalize_internal.open_loss_ackers((tt).table_id, explain_losses.period_start,
+                                                 explain_losses.period_end) AS o
               JOIN @extschema@.loss l ON l.loss_id = o.loss_id
               JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
               JOIN @extschema@.tracked_table k ON k.table_id = o.acker_id
-             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, t.granularity, t.period_zone) AS ls
-             CROSS JOIN LATERAL @extschema@._loss_span(l.lost_from, l.lost_to, k.granularity, k.period_zone) AS ks
+             CROSS JOIN LATERAL finalize_internal.loss_span(l.lost_from, l.lost_to, t.granularity, t.period_zone) AS ls
+             CROSS JOIN LATERAL finalize_internal.loss_span(l.lost_from, l.lost_to, k.granularity, k.period_zone) AS ks
              GROUP BY l.loss_id, t.table_id, t.table_name, ls.span_from, ls.span_to) AS x;
 END;
 
@@ -256,15 +256,15 @@ END;
 -- final but was not observed: its changes were all committed before then,
 -- and none is recorded (docs/periods.md); one that tracking began inside
 -- is said to be partly so.
-CREATE OR REPLACE FUNCTION @extschema@._explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
+CREATE OR REPLACE FUNCTION finalize_internal.explain_final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                            period_start timestamptz, period_end timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT CASE WHEN _explain_final.period_end <= s.since
+    SELECT CASE WHEN explain_final.period_end <= s.since
                 THEN format('Period [%s, %s) is final but was not observed: it ended before finalize began tracking %s, at %s, so %s were all committed before then, and finalize recorded none of them (finalize.changes_by_period counts nothing for it).',
-                            _explain_final.period_start, _explain_final.period_end,
+                            explain_final.period_start, explain_final.period_end,
                             CASE WHEN (tt).kind = 'source' THEN 'this table'
                                  WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END,
                             s.since,
@@ -272,36 +272,36 @@ BEGIN ATOMIC
                                  ELSE 'their changes in it' END)
                 WHEN (tt).kind = 'source'
                 THEN format('Period [%s, %s) is final: SQL Server''s capture has passed %s (LSN %s), so every change committed before %s is recorded.',
-                            _explain_final.period_start, _explain_final.period_end, (wm).offset_commit_time,
+                            explain_final.period_start, explain_final.period_end, (wm).offset_commit_time,
                             (wm).offset_lsn, coalesce((wm).commit_until, (wm).finalized_until))
                 WHEN (tt).kind = 'sharded'
                 THEN format('Period [%s, %s) is final: every shard of this sharded table is final for it, and its verdict stands at %s.',
-                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until)
+                            explain_final.period_start, explain_final.period_end, (wm).finalized_until)
                 ELSE format('Period [%s, %s) is final: every input of this derived table is final for it, and its verdict stands at %s.',
-                            _explain_final.period_start, _explain_final.period_end, (wm).finalized_until) END
-           || CASE WHEN _explain_final.period_start < s.since AND s.since < _explain_final.period_end
+                            explain_final.period_start, explain_final.period_end, (wm).finalized_until) END
+           || CASE WHEN explain_final.period_start < s.since AND s.since < explain_final.period_end
                    THEN format(' Finalize began tracking %s at %s, inside this period: the changes committed before then are not in its facts.',
                                CASE WHEN (tt).kind = 'source' THEN 'this table'
                                     WHEN (tt).kind = 'sharded' THEN 'its shards' ELSE 'its inputs' END, s.since)
                    ELSE '' END
-           || CASE WHEN count(*) FILTER (WHERE x.until >= _explain_final.period_end) > 0
+           || CASE WHEN count(*) FILTER (WHERE x.until >= explain_final.period_end) > 0
                    THEN format(' Its required consumers have %s it: %s.',
                                CASE WHEN (tt).kind = 'source' THEN 'applied' ELSE 'processed' END,
                                string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
-                                   FILTER (WHERE x.until >= _explain_final.period_end))
+                                   FILTER (WHERE x.until >= explain_final.period_end))
                    ELSE '' END
-           || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) > 0
+           || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < explain_final.period_end) > 0
                    THEN format(' It was final before %s %s declared; a verdict never moves back.',
-                               CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                               CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < explain_final.period_end) = 1
                                     THEN 'consumer' ELSE 'consumers' END,
                                string_agg(format('"%s"', c.consumer), ', ' ORDER BY c.consumer)
-                                   FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end)
-                               || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < _explain_final.period_end) = 1
+                                   FILTER (WHERE x.until IS NULL OR x.until < explain_final.period_end)
+                               || CASE WHEN count(c.consumer) FILTER (WHERE x.until IS NULL OR x.until < explain_final.period_end) = 1
                                        THEN ' was' ELSE ' were' END)
                    ELSE '' END
-      FROM (SELECT @extschema@._tracked_since((tt).table_id) AS since) AS s
+      FROM (SELECT finalize_internal.tracked_since((tt).table_id) AS since) AS s
       LEFT JOIN @extschema@.consumer c ON c.table_id = (tt).table_id AND c.required
-      LEFT JOIN LATERAL (SELECT @extschema@._consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
+      LEFT JOIN LATERAL (SELECT finalize_internal.consumer_until((tt).kind, (tt).granularity, (tt).period_zone,
                                                              c.commit_time, c.processed_until) AS until) x ON true
      GROUP BY s.since;
 END;
@@ -331,7 +331,7 @@ DECLARE
     verdict_until timestamptz;
     blocked boolean;
 BEGIN
-    tt := @extschema@._tracked(table_name);
+    tt := finalize_internal.tracked(table_name);
     -- (until the call returns: the SET clauses above restore the session's)
     PERFORM set_config('TimeZone', tt.period_zone, true);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
@@ -341,9 +341,9 @@ BEGIN
     -- the watermark rounded down to a start of the table's periods (they
     -- may have changed since it was set), stopped at the first period a
     -- loss may still hold.
-    verdict_until := @extschema@._sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity, tt.period_zone,
+    verdict_until := finalize_internal.sensor_until(tt.table_id, tt.kind, wm.finalized_until, tt.granularity, tt.period_zone,
                                                wm.loss_blocked);
-    blocked := @extschema@._lineage_blocked(tt.table_id);
+    blocked := finalize_internal.lineage_blocked(tt.table_id);
 
     -- Period bounds and finality come from the C period arithmetic, the
     -- one is_final uses: never from timestamptz + interval in this zone.
@@ -351,17 +351,17 @@ BEGIN
     v.period_start := @extschema@.period_start(
         coalesce(period_start, verdict_until, now()), tt.granularity, tt.period_zone);
     v.period_end := @extschema@.period_end(v.period_start, tt.granularity, tt.period_zone);
-    v.is_final := @extschema@._period_final(v.period_start, tt.granularity, tt.period_zone, wm.finalized_until);
+    v.is_final := finalize_internal.period_final(v.period_start, tt.granularity, tt.period_zone, wm.finalized_until);
     v.finalized_until := verdict_until;
     v.captured_until := wm.offset_commit_time;
     v.lag := now() - verdict_until;
     v.state := tt.state;
     v.period_zone := tt.period_zone;
-    v.local_period_start := @extschema@._local_time(v.period_start, tt.period_zone);
-    v.local_finalized_until := @extschema@._local_time(verdict_until, tt.period_zone);
-    v.tracked_since := @extschema@._tracked_since(tt.table_id);
+    v.local_period_start := finalize_internal.local_time(v.period_start, tt.period_zone);
+    v.local_finalized_until := finalize_internal.local_time(verdict_until, tt.period_zone);
+    v.tracked_since := finalize_internal.tracked_since(tt.table_id);
     IF blocked THEN
-        losses := @extschema@._explain_losses(tt, v.period_start, v.period_end);
+        losses := finalize_internal.explain_losses(tt, v.period_start, v.period_end);
     END IF;
 
     IF v.is_final AND losses IS NOT NULL THEN
@@ -372,15 +372,15 @@ BEGIN
         -- (the verdict it names is the sensors', not the watermark)
         shown := wm;
         shown.finalized_until := verdict_until;
-        v.reason := @extschema@._explain_final(tt, shown, v.period_start, v.period_end);
+        v.reason := finalize_internal.explain_final(tt, shown, v.period_start, v.period_end);
         IF tt.event_time_column IS NOT NULL THEN
-            v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
+            v.reason := v.reason || ' ' || finalize_internal.explain_event_time(tt, wm, v.period_end);
         END IF;
         RETURN v;
     END IF;
 
-    why := concat_ws('; ', @extschema@._explain_source(tt, wm, v.period_start, v.period_end),
-                     @extschema@._explain_consumers(tt, v.period_end));
+    why := concat_ws('; ', finalize_internal.explain_source(tt, wm, v.period_start, v.period_end),
+                     finalize_internal.explain_consumers(tt, v.period_end));
     v.reason := format('Period [%s, %s) is not final yet: %s.', v.period_start, v.period_end,
                        coalesce(nullif(why, ''), format('the verdict stands at %s', verdict_until)));
     IF tt.state <> 'active' THEN
@@ -402,7 +402,7 @@ BEGIN
         v.reason := v.reason || ' It also waits for a loss to be acknowledged: ' || losses;
     END IF;
     IF tt.event_time_column IS NOT NULL THEN
-        v.reason := v.reason || ' ' || @extschema@._explain_event_time(tt, wm, v.period_end);
+        v.reason := v.reason || ' ' || finalize_internal.explain_event_time(tt, wm, v.period_end);
     END IF;
     RETURN v;
 END
@@ -460,7 +460,7 @@ SELECT t.table_name,
                          UNION
                          SELECT d.input_id FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id)
                      SELECT FROM up JOIN @extschema@.watermark u ON u.table_id = up.id WHERE u.loss_blocked))
-            THEN @extschema@._loss_holds(t.table_id) ELSE false END AS loss_blocked,
+            THEN finalize_internal.loss_holds(t.table_id) ELSE false END AS loss_blocked,
        t.event_time_column,
        w.commit_until,
        w.event_allowance,
@@ -501,16 +501,16 @@ SELECT t.table_name,
        -- Where finalize began observing it (a derived or sharded table: the
        -- latest of the tables it is built from, asked only for those rows).
        CASE WHEN t.kind = 'source' THEN w.tracked_since
-            ELSE @extschema@._tracked_since(t.table_id) END AS tracked_since,
+            ELSE finalize_internal.tracked_since(t.table_id) END AS tracked_since,
        -- The verdict as its zone writes it.
-       @extschema@._local_time(r.until, t.period_zone) AS local_finalized_until
+       finalize_internal.local_time(r.until, t.period_zone) AS local_finalized_until
   FROM @extschema@.tracked_table t
   JOIN @extschema@.watermark w USING (table_id)
   -- The verdict as finalized_until() answers it (_sensor_until, which
   -- readers may call): the watermark rounded down to a start of the
   -- table's periods (they may have changed since it was set), stopped
   -- where a loss holds periods.
- CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+ CROSS JOIN LATERAL (SELECT finalize_internal.sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                                       w.loss_blocked) AS until) r
   LEFT JOIN @extschema@.table_condition c ON c.table_id = t.table_id
   -- Whether a source's worker runs, asked once per source, not per table
@@ -632,20 +632,20 @@ DECLARE
     covered_after timestamptz;
     since timestamptz;
 BEGIN
-    PERFORM @extschema@._require(changes_by_period.table_name, 'table_name');
-    PERFORM @extschema@._require(from_time, 'from_time');
-    PERFORM @extschema@._require(to_time, 'to_time');
-    tt := @extschema@._tracked(changes_by_period.table_name);
+    PERFORM finalize_internal.require(changes_by_period.table_name, 'table_name');
+    PERFORM finalize_internal.require(from_time, 'from_time');
+    PERFORM finalize_internal.require(to_time, 'to_time');
+    tt := finalize_internal.tracked(changes_by_period.table_name);
     SELECT w.* INTO wm FROM @extschema@.watermark w WHERE w.table_id = tt.table_id;
     -- A period that began before finalize observed the table (or before it
     -- has begun to) holds changes it never saw.
-    since := @extschema@._tracked_since(tt.table_id);
+    since := finalize_internal.tracked_since(tt.table_id);
     IF tt.kind IN ('derived', 'sharded') THEN
         RETURN QUERY
-        SELECT g.period_start, g.period_end, @extschema@._final(tt, wm, g.period_start), false,
+        SELECT g.period_start, g.period_end, finalize_internal.final(tt, wm, g.period_start), false,
                NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, false,
                coalesce(g.period_start < since, true)
-          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
+          FROM finalize_internal.periods(from_time, to_time, tt.granularity, tt.period_zone) AS g;
         RETURN;
     END IF;
     -- Facts count every commit after the end of the oldest range kept.
@@ -664,9 +664,9 @@ BEGIN
                AND NOT EXISTS (
                    SELECT FROM @extschema@.loss l
                     WHERE l.table_id = tt.table_id AND l.lost_from < g.period_end AND l.lost_to >= g.period_start) AS covered
-          FROM @extschema@._periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
+          FROM finalize_internal.periods(from_time, to_time, tt.granularity, tt.period_zone) AS g)
     SELECT p.ps, p.pe,
-           @extschema@._final(tt, wm, p.ps),
+           finalize_internal.final(tt, wm, p.ps),
            p.covered,
            coalesce(sum(f.inserts) FILTER (WHERE f.inside), 0)::bigint,
            coalesce(sum(f.updates) FILTER (WHERE f.inside), 0)::bigint,

@@ -3,20 +3,20 @@
 
 -- Object stores are foreign servers of finalize_s3; keys live in user
 -- mappings, and the gate uses the calling user's mapping.
-CREATE OR REPLACE FUNCTION @extschema@._s3_validator(options text[], catalog oid)
+CREATE OR REPLACE FUNCTION finalize_internal.s3_validator(options text[], catalog oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_s3_validator'
 LANGUAGE C STRICT;
 
 -- Checks a location or path inside a store: relative, no "." or ".." parts,
 -- no empty parts; the error names the argument.
-CREATE OR REPLACE FUNCTION @extschema@._check_location(location text, argname text, trailing_slash boolean)
+CREATE OR REPLACE FUNCTION finalize_internal.check_location(location text, argname text, trailing_slash boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM @extschema@._require(location, argname);
+    PERFORM finalize_internal.require(location, argname);
     IF location = '' OR location LIKE '/%' OR location ~ '(^|/)\.\.?(/|$)' OR location ~ '//'
        OR (NOT trailing_slash AND location LIKE '%/') THEN
         RAISE EXCEPTION 'invalid value for argument %: "%"', argname, location
@@ -26,7 +26,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @extschema@._lock_table_catalog(table_id bigint, exclusive boolean)
+CREATE OR REPLACE FUNCTION finalize_internal.lock_table_catalog(table_id bigint, exclusive boolean)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -34,7 +34,7 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM FROM @extschema@.tracked_table t
-     WHERE t.table_id = _lock_table_catalog.table_id AND t.untracked_at IS NULL FOR SHARE;
+     WHERE t.table_id = lock_table_catalog.table_id AND t.untracked_at IS NULL FOR SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'tracked table with id % was untracked meanwhile', table_id
             USING ERRCODE = 'serialization_failure',
@@ -43,30 +43,30 @@ BEGIN
     END IF;
     INSERT INTO @extschema@.catalog_lock VALUES (table_id, '') ON CONFLICT DO NOTHING;
     IF exclusive THEN
-        PERFORM FROM @extschema@.catalog_lock c WHERE c.table_id = _lock_table_catalog.table_id AND c.partition = '' FOR UPDATE;
+        PERFORM FROM @extschema@.catalog_lock c WHERE c.table_id = lock_table_catalog.table_id AND c.partition = '' FOR UPDATE;
     ELSE
-        PERFORM FROM @extschema@.catalog_lock c WHERE c.table_id = _lock_table_catalog.table_id AND c.partition = '' FOR SHARE;
+        PERFORM FROM @extschema@.catalog_lock c WHERE c.table_id = lock_table_catalog.table_id AND c.partition = '' FOR SHARE;
     END IF;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @extschema@._lock_partition(table_id bigint, partition text)
+CREATE OR REPLACE FUNCTION finalize_internal.lock_partition(table_id bigint, partition text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 BEGIN
-    PERFORM @extschema@._lock_table_catalog(table_id, false);
+    PERFORM finalize_internal.lock_table_catalog(table_id, false);
     INSERT INTO @extschema@.catalog_lock VALUES (table_id, partition) ON CONFLICT DO NOTHING;
     PERFORM FROM @extschema@.catalog_lock c
-     WHERE c.table_id = _lock_partition.table_id AND c.partition = _lock_partition.partition FOR UPDATE;
+     WHERE c.table_id = lock_partition.table_id AND c.partition = lock_partition.partition FOR UPDATE;
 END
 $$;
 
 -- The body of finalize.register_partition, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
-CREATE OR REPLACE FUNCTION @extschema@._register_partition(
+CREATE OR REPLACE FUNCTION finalize_internal.register_partition(
     caller name,
     table_name text, partition text, location text,
     period_start timestamptz DEFAULT NULL, period_end timestamptz DEFAULT NULL)
@@ -76,11 +76,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     span_end timestamptz;
 BEGIN
-    PERFORM @extschema@._require(partition, 'partition');
-    PERFORM @extschema@._check_location(location, 'location', true);
+    PERFORM finalize_internal.require(partition, 'partition');
+    PERFORM finalize_internal.check_location(location, 'location', true);
     IF period_end IS NOT NULL AND period_start IS NULL THEN
         RAISE EXCEPTION 'argument period_end needs period_start'
             USING ERRCODE = 'invalid_parameter_value',
@@ -88,10 +88,10 @@ BEGIN
     END IF;
     -- Whole periods of the table, so that the gate checks the right ones.
     IF period_start IS NOT NULL THEN
-        span_end := @extschema@._check_period_span(period_start, period_end, tt.granularity, tt.period_zone,
+        span_end := finalize_internal.check_period_span(period_start, period_end, tt.granularity, tt.period_zone,
                                                    format('partition "%s" of "%s"', partition, tt.table_name));
     END IF;
-    PERFORM @extschema@._lock_partition(tt.table_id, partition);
+    PERFORM finalize_internal.lock_partition(tt.table_id, partition);
     INSERT INTO @extschema@.partition_registration AS r (table_id, partition, location, registered_by,
                                                          period_start, period_end)
     VALUES (tt.table_id, partition, location, caller, period_start, span_end)
@@ -113,14 +113,14 @@ COMMENT ON FUNCTION @extschema@.register_partition(text, text, text, timestamptz
 
 -- The periods registered with a partition (no row when it is not
 -- registered; NULLs when it was registered without them).
-CREATE OR REPLACE FUNCTION @extschema@._registered_period(table_id bigint, partition text,
+CREATE OR REPLACE FUNCTION finalize_internal.registered_period(table_id bigint, partition text,
                                                OUT period_start timestamptz, OUT period_end timestamptz)
 RETURNS SETOF record
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT r.period_start, r.period_end FROM @extschema@.partition_registration r
-     WHERE r.table_id = _registered_period.table_id AND r.partition = _registered_period.partition;
+     WHERE r.table_id = registered_period.table_id AND r.partition = registered_period.partition;
 END;
 
 -- Renders a projection template for a period start, in the local time of
@@ -161,7 +161,7 @@ COMMENT ON FUNCTION @extschema@.render_location(text, timestamptz) IS
 
 -- The body of finalize.set_projection, run as the extension's owner by its C entry
 -- point (owner.c) with the caller taken before the switch.
-CREATE OR REPLACE FUNCTION @extschema@._set_projection(
+CREATE OR REPLACE FUNCTION finalize_internal.set_projection(
     caller name,
     table_name text, location_template text,
                                            range_start timestamptz, range_end timestamptz)
@@ -171,13 +171,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     id bigint := tt.table_id;
     rest text;
 BEGIN
-    PERFORM @extschema@._require(location_template, 'location_template');
-    PERFORM @extschema@._require(range_start, 'range_start');
-    PERFORM @extschema@._require(range_end, 'range_end');
+    PERFORM finalize_internal.require(location_template, 'location_template');
+    PERFORM finalize_internal.require(range_start, 'range_start');
+    PERFORM finalize_internal.require(range_end, 'range_end');
     rest := regexp_replace(location_template, '\{(year|month|day|hour|minute|date|shard)\}', '', 'g');
     IF rest ~ '[{}]' OR location_template !~ '\{(year|month|day|hour|minute|date)\}' THEN
         RAISE EXCEPTION 'invalid value for argument location_template: "%"', location_template
@@ -192,15 +192,15 @@ BEGIN
                   DETAIL = 'The placeholder {shard} is the label of the shard a partition of a sharded table holds (finalize.track_sharded, finalize.add_shard).',
                   HINT = 'Remove {shard} from the template.';
     END IF;
-    PERFORM @extschema@._check_location(@extschema@.render_location(location_template, range_start,
-                                                                    (@extschema@._tracked(table_name)).period_zone),
+    PERFORM finalize_internal.check_location(@extschema@.render_location(location_template, range_start,
+                                                                    (finalize_internal.tracked(table_name)).period_zone),
                                         'location_template', true);
     IF range_end <= range_start THEN
         RAISE EXCEPTION 'invalid projection range from % to %', range_start, range_end
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'range_end must be after range_start.';
     END IF;
-    PERFORM @extschema@._lock_table_catalog(id, true);
+    PERFORM finalize_internal.lock_table_catalog(id, true);
     INSERT INTO @extschema@.projection AS p (table_id, location_template, range_start, range_end, set_by)
     VALUES (id, location_template, range_start, range_end, caller)
     ON CONFLICT ON CONSTRAINT projection_pkey DO UPDATE
@@ -232,7 +232,7 @@ COMMENT ON FUNCTION @extschema@.set_projection(text, text, timestamptz, timestam
 -- would be sent to one shard's data, judged by one shard's verdict, where
 -- they read more or other). The gate asks before the partition's lock
 -- (_gate_table) and again after it (_catalog_view).
-CREATE OR REPLACE FUNCTION @extschema@._shard_scope_problem(table_id bigint, partition text, shard text)
+CREATE OR REPLACE FUNCTION finalize_internal.shard_scope_problem(table_id bigint, partition text, shard text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -248,16 +248,16 @@ BEGIN
     IF shard IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT t.table_name INTO sharded FROM @extschema@.tracked_table t WHERE t.table_id = _shard_scope_problem.table_id;
+    SELECT t.table_name INTO sharded FROM @extschema@.tracked_table t WHERE t.table_id = shard_scope_problem.table_id;
     IF NOT shard = ANY (ARRAY(SELECT m[1] FROM regexp_matches(partition, '(?:^|/)shard=([^/]*)', 'g') AS m)) THEN
         SELECT r.* INTO reg FROM @extschema@.partition_registration r
-         WHERE r.table_id = _shard_scope_problem.table_id AND r.partition = _shard_scope_problem.partition;
+         WHERE r.table_id = shard_scope_problem.table_id AND r.partition = shard_scope_problem.partition;
         IF FOUND THEN
             RETURN format('Partition "%s" of sharded table "%s" names no shard (shard=<label>), and the catalog registers it at "%s", a location that may hold every shard, so it cannot be released as shard "%s"''s alone: it is checked as a partition of every shard. Name the shard in the partition key (shard=%s/...), or leave "shard" out of the manifest to release it once every shard is final.',
                           partition, sharded, reg.location, left(shard, 63), left(shard, 63));
         END IF;
         SELECT p.location_template INTO template FROM @extschema@.projection p
-         WHERE p.table_id = _shard_scope_problem.table_id;
+         WHERE p.table_id = shard_scope_problem.table_id;
         IF template IS NULL OR strpos(template, '{shard}') = 0 THEN
             RETURN format('Partition "%s" of sharded table "%s" names no shard (shard=<label>), and %s, so it cannot be released as shard "%s"''s alone: it is checked as a partition of every shard. Name the shard in the partition key (shard=%s/...), project the table with {shard} in its template, or leave "shard" out of the manifest to release it once every shard is final.',
                           partition, sharded,
@@ -268,7 +268,7 @@ BEGIN
     END IF;
     SELECT p.generation, r.report -> 'catalog' ->> 'shard' INTO pub_generation, pub_shard
       FROM @extschema@.published p JOIN @extschema@.release r ON r.release_id = p.release_id
-     WHERE p.table_id = _shard_scope_problem.table_id AND p.partition = _shard_scope_problem.partition;
+     WHERE p.table_id = shard_scope_problem.table_id AND p.partition = shard_scope_problem.partition;
     IF FOUND AND pub_shard IS DISTINCT FROM shard THEN
         RETURN format('Partition "%s" of sharded table "%s" is published as %s (generation "%s"), and a partition has one marker whatever shard it holds: released as shard "%s"''s, it would send its readers to %s. It is checked as a partition of every shard. %s keys of their own (shard=%s/...).',
                       partition, sharded,
@@ -306,7 +306,7 @@ $$;
 -- catalog_mismatch when the entry's periods, [entry_start, entry_end)
 -- (NULL: not known), are not inside the release's. entry says what the
 -- catalog does, for the problem's detail.
-CREATE OR REPLACE FUNCTION @extschema@._location_sharers(table_id bigint, partition text, location text,
+CREATE OR REPLACE FUNCTION finalize_internal.location_sharers(table_id bigint, partition text, location text,
                                               period_start timestamptz, period_end timestamptz, shard text)
 RETURNS TABLE (code text, entry text, holds text, entry_start timestamptz, entry_end timestamptz,
                scope text, sharded_table text)
@@ -321,7 +321,7 @@ DECLARE
     upper text := left(location, -1) || '0';
     near timestamptz[];
 BEGIN
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _location_sharers.table_id;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = location_sharers.table_id;
     root := coalesce(tt.shard_of, tt.table_id);
     label := CASE WHEN tt.shard_of IS NOT NULL THEN tt.shard ELSE shard END;
     -- The period before the partition's, its first one and the one after it
@@ -347,7 +347,7 @@ BEGIN
           FROM @extschema@.partition_registration g JOIN family f ON f.table_id = g.table_id
          WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") >= (location COLLATE "C")
            AND ((rtrim(g.location, '/') || '/') COLLATE "C") < (upper COLLATE "C")
-           AND NOT (g.table_id = _location_sharers.table_id AND g.partition = _location_sharers.partition)
+           AND NOT (g.table_id = location_sharers.table_id AND g.partition = location_sharers.partition)
         UNION ALL
         SELECT q.prefix,
                format('publishes generation "%s" of partition "%s" of "%s" at "%s"', q.generation, q.partition,
@@ -356,7 +356,7 @@ BEGIN
           FROM @extschema@.published q JOIN family f ON f.table_id = q.table_id
           JOIN @extschema@.release r ON r.release_id = q.release_id
          WHERE (q.prefix COLLATE "C") >= (location COLLATE "C") AND (q.prefix COLLATE "C") < (upper COLLATE "C")
-           AND NOT (q.table_id = _location_sharers.table_id AND q.partition = _location_sharers.partition)
+           AND NOT (q.table_id = location_sharers.table_id AND q.partition = location_sharers.partition)
            AND NOT coalesce(r.manifest ? 'iceberg', false)
         UNION ALL
         SELECT v.at,
@@ -401,7 +401,7 @@ $$;
 -- else a registration, projection or release committed meanwhile changed
 -- that and nothing is released (serialization failure; a retry reports
 -- why).
-CREATE OR REPLACE FUNCTION @extschema@._catalog_view(table_id bigint, partition text, period_start timestamptz, shard text)
+CREATE OR REPLACE FUNCTION finalize_internal.catalog_view(table_id bigint, partition text, period_start timestamptz, shard text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -413,17 +413,17 @@ DECLARE
     zone text;
     unbound text;
 BEGIN
-    unbound := @extschema@._shard_scope_problem(table_id, partition, shard);
+    unbound := finalize_internal.shard_scope_problem(table_id, partition, shard);
     IF unbound IS NOT NULL THEN
         RAISE EXCEPTION 'could not serialize access to the catalog of partition "%" of "%"', partition,
-                        (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = _catalog_view.table_id)
+                        (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = catalog_view.table_id)
             USING ERRCODE = 'serialization_failure',
                   DETAIL = format('Another transaction changed the catalog view or the published marker of the partition while the gate checked it as shard "%s"''s; nothing was released. %s',
                                   left(shard, 63), unbound),
                   HINT = 'Retry the release: the gate then reports what the catalog says now.';
     END IF;
     SELECT r.* INTO reg FROM @extschema@.partition_registration r
-     WHERE r.table_id = _catalog_view.table_id AND r.partition = _catalog_view.partition;
+     WHERE r.table_id = catalog_view.table_id AND r.partition = catalog_view.partition;
     IF FOUND THEN
         RETURN jsonb_build_object('source', 'registration', 'location', reg.location,
                                   'registered_at', reg.registered_at, 'registered_by', reg.registered_by)
@@ -432,7 +432,7 @@ BEGIN
                        ELSE '{}' END
                || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
     END IF;
-    SELECT p.* INTO proj FROM @extschema@.projection p WHERE p.table_id = _catalog_view.table_id;
+    SELECT p.* INTO proj FROM @extschema@.projection p WHERE p.table_id = catalog_view.table_id;
     IF NOT FOUND THEN
         RETURN jsonb_build_object('source', 'none');
     END IF;
@@ -442,7 +442,7 @@ BEGIN
                                   'location', NULL)
                || CASE WHEN shard IS NOT NULL THEN jsonb_build_object('shard', shard) ELSE '{}' END;
     END IF;
-    SELECT t.period_zone INTO zone FROM @extschema@.tracked_table t WHERE t.table_id = _catalog_view.table_id;
+    SELECT t.period_zone INTO zone FROM @extschema@.tracked_table t WHERE t.table_id = catalog_view.table_id;
     RETURN jsonb_build_object('source', 'projection', 'template', proj.location_template,
                               'range_start', proj.range_start, 'range_end', proj.range_end,
                               'in_range', period_start >= proj.range_start AND period_start < proj.range_end,
@@ -454,7 +454,7 @@ $$;
 
 -- The catalog view of a partition as typed columns, for the gate's C code
 -- (which then needs no operators of its own).
-CREATE OR REPLACE FUNCTION @extschema@._gate_catalog(table_id bigint, partition text, period_start timestamptz, shard text)
+CREATE OR REPLACE FUNCTION finalize_internal.gate_catalog(table_id bigint, partition text, period_start timestamptz, shard text)
 RETURNS TABLE (catalog jsonb, source text, location text, in_range boolean, range_start text,
                range_end text, registered_at text, registered_by text)
 LANGUAGE sql STABLE
@@ -462,7 +462,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT c, c ->> 'source', c ->> 'location', (c ->> 'in_range')::boolean, c ->> 'range_start',
            c ->> 'range_end', c ->> 'registered_at', c ->> 'registered_by'
-      FROM @extschema@._catalog_view(table_id, partition, period_start, shard) AS c;
+      FROM finalize_internal.catalog_view(table_id, partition, period_start, shard) AS c;
 END;
 
 -- The manifest's table as the gate checks it (or the not-tracked error):
@@ -481,7 +481,7 @@ END;
 -- named as the table whose partition key names another. A "shard" on a table
 -- that is not sharded, or one that the partition key contradicts, is a
 -- malformed manifest (22023).
-CREATE OR REPLACE FUNCTION @extschema@._gate_table(table_name text, partition text, manifest_shard text)
+CREATE OR REPLACE FUNCTION finalize_internal.gate_table(table_name text, partition text, manifest_shard text)
 RETURNS TABLE (table_id bigint, granularity interval, period_zone text, verdict_table text, shard text,
                shard_problem text)
 LANGUAGE plpgsql STABLE
@@ -489,7 +489,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(_gate_table.table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(gate_table.table_name);
     named text[];
     label text;
     part text;
@@ -505,19 +505,19 @@ BEGIN
         END IF;
         -- A shard named as the table releases its own partitions: a key
         -- naming another shard holds that shard's rows.
-        named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(_gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
+        named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
                         WHERE tt.shard_of IS NOT NULL AND m[1] <> tt.shard ORDER BY 1);
         RETURN QUERY
         SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text,
                CASE WHEN cardinality(named) > 0
                     THEN format('Table "%s" is shard "%s" of sharded table "%s", but partition "%s" names shard "%s": it holds that shard''s rows, which shard "%s"''s verdict cannot release. Release it as "%s/%s", or as "%s" (whose partitions are final when the shard their key names is).',
-                                tt.table_name, tt.shard, s.table_name, _gate_table.partition, left(named[1], 63),
+                                tt.table_name, tt.shard, s.table_name, gate_table.partition, left(named[1], 63),
                                 tt.shard, s.table_name, left(named[1], 63), s.table_name) END
           FROM (SELECT NULL) AS one
           LEFT JOIN @extschema@.tracked_table s ON s.table_id = tt.shard_of;
         RETURN;
     END IF;
-    named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(_gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
+    named := ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(gate_table.partition, '(?:^|/)shard=([^/]*)', 'g') AS m
                     ORDER BY 1);
     IF cardinality(named) > 1 THEN
         RAISE EXCEPTION 'invalid manifest: field "partition" names % shards (%)', cardinality(named),
@@ -527,7 +527,7 @@ BEGIN
     END IF;
     IF manifest_shard IS NOT NULL AND named[1] IS NOT NULL AND named[1] <> manifest_shard THEN
         RAISE EXCEPTION 'invalid manifest: field "shard" is "%" but the partition key "%" names shard "%"',
-                        manifest_shard, _gate_table.partition, named[1]
+                        manifest_shard, gate_table.partition, named[1]
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Give the shard the partition holds, or leave "shard" out.';
     END IF;
@@ -537,7 +537,7 @@ BEGIN
         RETURN;
     END IF;
     -- Never one shard's verdict for a partition that may hold more.
-    unbound := @extschema@._shard_scope_problem(tt.table_id, _gate_table.partition, label);
+    unbound := finalize_internal.shard_scope_problem(tt.table_id, gate_table.partition, label);
     IF unbound IS NOT NULL THEN
         RETURN QUERY SELECT tt.table_id, tt.granularity, tt.period_zone, tt.table_name, NULL::text, unbound;
         RETURN;
@@ -553,7 +553,7 @@ BEGIN
     RETURN QUERY
     SELECT tt.table_id, tt.granularity, tt.period_zone, NULL::text, label,
            format('Partition "%s" holds shard "%s", which sharded table "%s" %s, so whether its periods are final cannot be checked: check the partition key (or the manifest''s "shard"), or add the shard with finalize.add_shard(%L, %L, ...).',
-                  _gate_table.partition, left(label, 63), tt.table_name,
+                  gate_table.partition, left(label, 63), tt.table_name,
                   CASE WHEN dropped IS NOT NULL THEN format('no longer has (it was dropped at %s)', dropped)
                        ELSE 'does not have' END,
                   tt.table_name, left(label, 63));
@@ -565,7 +565,7 @@ $$;
 -- included), covered and exact when every one is, the changes in them, and
 -- why the first one that is not final is not (explain_verdict). Finality
 -- comes from the C period arithmetic, through changes_by_period.
-CREATE OR REPLACE FUNCTION @extschema@._period_facts(table_name text, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.period_facts(table_name text, period_start timestamptz, period_end timestamptz)
 RETURNS TABLE (facts jsonb, is_final boolean, covered boolean, exact boolean, changes bigint,
                straddling_ranges bigint, not_final_reason text)
 LANGUAGE plpgsql STABLE
@@ -575,7 +575,7 @@ AS $$
 BEGIN
     -- An event-time table's partitions hold event periods: their facts are
     -- the rows per event period (with the late ones), not per commit time.
-    IF (@extschema@._tracked(_period_facts.table_name)).event_time_column IS NOT NULL THEN
+    IF (finalize_internal.tracked(period_facts.table_name)).event_time_column IS NOT NULL THEN
         RETURN QUERY
         SELECT jsonb_build_object('period_start', min(c.period_start), 'period_end', max(c.period_end),
                                   'periods', count(*), 'is_final', bool_and(c.is_final),
@@ -584,10 +584,10 @@ BEGIN
                                   'late_rows', sum(c.late_rows), 'partitioned_by', 'event_time'),
                bool_and(c.is_final), bool_and(c.covered), bool_and(c.exact),
                sum(c.inserts + c.updates + c.deletes)::bigint, sum(c.straddling_ranges)::bigint,
-               (@extschema@.explain_verdict(_period_facts.table_name,
+               (@extschema@.explain_verdict(period_facts.table_name,
                                             min(c.period_start) FILTER (WHERE NOT c.is_final))).reason
-          FROM @extschema@.changes_by_event_period(_period_facts.table_name, _period_facts.period_start,
-                                                   _period_facts.period_end) AS c;
+          FROM @extschema@.changes_by_event_period(period_facts.table_name, period_facts.period_start,
+                                                   period_facts.period_end) AS c;
         RETURN;
     END IF;
     RETURN QUERY
@@ -598,10 +598,10 @@ BEGIN
                               'straddling_ranges', sum(c.straddling_ranges)),
            bool_and(c.is_final), bool_and(c.covered), bool_and(c.exact),
            sum(c.inserts + c.updates + c.deletes)::bigint, sum(c.straddling_ranges)::bigint,
-           (@extschema@.explain_verdict(_period_facts.table_name,
+           (@extschema@.explain_verdict(period_facts.table_name,
                                         min(c.period_start) FILTER (WHERE NOT c.is_final))).reason
-      FROM @extschema@.changes_by_period(_period_facts.table_name, _period_facts.period_start,
-                                         _period_facts.period_end) AS c;
+      FROM @extschema@.changes_by_period(period_facts.table_name, period_facts.period_start,
+                                         period_facts.period_end) AS c;
 END
 $$;
 
@@ -623,7 +623,7 @@ $$;
 -- none passes until its reads do. On a sharded table the late rows and
 -- steps are those of the partition's shard, or of every shard for a
 -- partition of no shard (shard NULL).
-CREATE OR REPLACE FUNCTION @extschema@._late_data_problem(table_name text, partition text, period_start timestamptz,
+CREATE OR REPLACE FUNCTION finalize_internal.late_data_problem(table_name text, partition text, period_start timestamptz,
                                                period_end timestamptz, built_at timestamptz, shard text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -631,7 +631,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     ids bigint[];
     step jsonb;
     late_rows bigint;
@@ -664,7 +664,7 @@ BEGIN
         RETURN NULL;
     END IF;
     SELECT p.* INTO pub FROM @extschema@.published p
-     WHERE p.table_id = tt.table_id AND p.partition = _late_data_problem.partition;
+     WHERE p.table_id = tt.table_id AND p.partition = late_data_problem.partition;
     IF built_at IS NULL AND FOUND AND pub.published_at >= last_seen THEN
         RETURN NULL;
     END IF;
@@ -716,7 +716,7 @@ RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 RETURN (SELECT p.generation FROM @extschema@.published p
-         WHERE p.table_id = @extschema@._tracked_id(table_name) AND p.partition = released_generation.partition);
+         WHERE p.table_id = finalize_internal.tracked_id(table_name) AND p.partition = released_generation.partition);
 COMMENT ON FUNCTION @extschema@.released_generation(text, text) IS
     'The published generation of a partition (NULL if none was released)';
 
@@ -732,13 +732,13 @@ SELECT r.release_id, t.table_name, r.partition, r.generation, r.released,
 COMMENT ON VIEW @extschema@.releases IS
     'Release attempts with who, when and the outcome; current marks the published one';
 
-CREATE OR REPLACE FUNCTION @extschema@._generation_retention()
+CREATE OR REPLACE FUNCTION finalize_internal.generation_retention()
 RETURNS interval
 AS 'MODULE_PATHNAME', 'finalize_generation_retention'
 LANGUAGE C STABLE;
 
 -- The prefixes a prefix lies inside: "a/", "a/b/" and "a/b/c/" for "a/b/c/".
-CREATE OR REPLACE FUNCTION @extschema@._ancestor_prefixes(prefix text)
+CREATE OR REPLACE FUNCTION finalize_internal.ancestor_prefixes(prefix text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -751,25 +751,25 @@ RETURN ARRAY(SELECT left(prefix, p) FROM generate_series(1, length(prefix)) AS p
 -- the sharded table's projected location is live data too), rendered for
 -- every shard ({shard}). Descendants are a range: in bytewise order every
 -- key starting with "a/b/" lies in ["a/b/", "a/b0"), "0" following "/".
-CREATE OR REPLACE FUNCTION @extschema@._overlaps_live(prefix text, table_id bigint, period_start timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.overlaps_live(prefix text, table_id bigint, period_start timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN right(_overlaps_live.prefix, 1) <> '/'
+RETURN right(overlaps_live.prefix, 1) <> '/'
     OR EXISTS (SELECT FROM @extschema@.published q
-                WHERE (q.prefix COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
-                  AND (q.prefix COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+                WHERE (q.prefix COLLATE "C") >= (overlaps_live.prefix COLLATE "C")
+                  AND (q.prefix COLLATE "C") < ((left(overlaps_live.prefix, -1) || '0') COLLATE "C"))
     OR EXISTS (SELECT FROM @extschema@.published q
-                WHERE (q.prefix COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+                WHERE (q.prefix COLLATE "C") = ANY (finalize_internal.ancestor_prefixes(overlaps_live.prefix)))
     OR EXISTS (SELECT FROM @extschema@.partition_registration g
-                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") >= (_overlaps_live.prefix COLLATE "C")
-                  AND ((rtrim(g.location, '/') || '/') COLLATE "C") < ((left(_overlaps_live.prefix, -1) || '0') COLLATE "C"))
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") >= (overlaps_live.prefix COLLATE "C")
+                  AND ((rtrim(g.location, '/') || '/') COLLATE "C") < ((left(overlaps_live.prefix, -1) || '0') COLLATE "C"))
     OR EXISTS (SELECT FROM @extschema@.partition_registration g
-                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") = ANY (@extschema@._ancestor_prefixes(_overlaps_live.prefix)))
+                WHERE ((rtrim(g.location, '/') || '/') COLLATE "C") = ANY (finalize_internal.ancestor_prefixes(overlaps_live.prefix)))
     OR EXISTS (SELECT FROM @extschema@.projection j
                  JOIN @extschema@.tracked_table t ON t.table_id = j.table_id
                  -- every shard the table ever had ({shard}), and the template itself
-                CROSS JOIN LATERAL (SELECT @extschema@.render_location(j.location_template, _overlaps_live.period_start,
+                CROSS JOIN LATERAL (SELECT @extschema@.render_location(j.location_template, overlaps_live.period_start,
                                                                        t.period_zone, x.label) AS location
                                       FROM (SELECT s.shard FROM @extschema@.tracked_table s WHERE s.shard_of = t.table_id
                                             UNION ALL SELECT '{shard}') AS x(label)) AS r
@@ -778,9 +778,9 @@ RETURN right(_overlaps_live.prefix, 1) <> '/'
                 WHERE j.table_id IN (SELECT x.table_id FROM @extschema@.tracked_table x
                                        JOIN @extschema@.tracked_table me
                                          ON coalesce(me.shard_of, me.table_id) IN (x.table_id, x.shard_of)
-                                      WHERE me.table_id = _overlaps_live.table_id)
-                  AND _overlaps_live.period_start >= j.range_start AND _overlaps_live.period_start < j.range_end
-                  AND (starts_with(r.location, _overlaps_live.prefix) OR starts_with(_overlaps_live.prefix, r.location)));
+                                      WHERE me.table_id = overlaps_live.table_id)
+                  AND overlaps_live.period_start >= j.range_start AND overlaps_live.period_start < j.range_end
+                  AND (starts_with(r.location, overlaps_live.prefix) OR starts_with(overlaps_live.prefix, r.location)));
 
 -- Generations that were published, then superseded longer ago than the
 -- retention: their objects may be deleted. The current one never appears.
@@ -806,10 +806,10 @@ BEGIN ATOMIC
        AND x.generation <> p.generation
        -- Never a prefix readers may still be sent to (of any partition, in
        -- any store: deleting it would delete live data).
-       AND NOT @extschema@._overlaps_live(x.prefix, x.table_id, x.period_start)
+       AND NOT finalize_internal.overlaps_live(x.prefix, x.table_id, x.period_start)
        AND (retired_generations.of_table IS NULL OR t.table_name = retired_generations.of_table)
      GROUP BY t.table_name, x.partition, x.generation, x.store, x.prefix
-    HAVING max(x.superseded_at) < now() - coalesce(retired_generations.retention, @extschema@._generation_retention())
+    HAVING max(x.superseded_at) < now() - coalesce(retired_generations.retention, finalize_internal.generation_retention())
      ORDER BY 1, 2, 6;
 END;
 COMMENT ON FUNCTION @extschema@.retired_generations(text, interval) IS

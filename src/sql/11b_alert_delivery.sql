@@ -8,7 +8,7 @@
 -- incident of its period. Runs in the gate's transaction, as the
 -- extension's owner (who records releases); rows a restore brings back are
 -- not attempts of now and change nothing.
-CREATE OR REPLACE FUNCTION @extschema@._release_alert()
+CREATE OR REPLACE FUNCTION finalize_internal.release_alert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -21,12 +21,12 @@ BEGIN
         RETURN NULL;
     END IF;
     IF NEW.released THEN
-        PERFORM @extschema@._resolve_alerts('release_rejected', NEW.table_id, NULL, NEW.partition);
+        PERFORM finalize_internal.resolve_alerts('release_rejected', NEW.table_id, NULL, NEW.partition);
         -- The gate released the period only with a build after its late
         -- rows (problem late_data): the correction they called for is out.
         UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
          WHERE a.kind = 'late_data' AND a.table_id = NEW.table_id AND a.state <> 'resolved'
-           AND NEW.period_start IS NOT NULL AND a.subject = @extschema@._utc_iso(NEW.period_start);
+           AND NEW.period_start IS NOT NULL AND a.subject = finalize_internal.utc_iso(NEW.period_start);
         RETURN NULL;
     END IF;
     SELECT string_agg(format('%s %s', c.n, c.code), ', ' ORDER BY c.n DESC, c.code) INTO codes
@@ -34,7 +34,7 @@ BEGIN
               FROM jsonb_array_elements(CASE jsonb_typeof(NEW.problems) WHEN 'array' THEN NEW.problems
                                              ELSE '[]'::jsonb END) AS p
              GROUP BY 1) c;
-    PERFORM @extschema@._raise_alert(
+    PERFORM finalize_internal.raise_alert(
         'release_rejected', 'info', NEW.table_id, NULL, NEW.partition,
         format('Generation "%s" of partition "%s" was not released: %s.', NEW.generation, NEW.partition,
                coalesce(codes, 'no problem was recorded')),
@@ -47,7 +47,7 @@ END
 $$;
 
 CREATE OR REPLACE TRIGGER release_alert AFTER INSERT ON @extschema@.release
-    FOR EACH ROW EXECUTE FUNCTION @extschema@._release_alert();
+    FOR EACH ROW EXECUTE FUNCTION finalize_internal.release_alert();
 
 -- The freshness SLA of every table that has one (tracked_table.max_lag),
 -- run by the scheduler each round: a table whose verdict lags now() by more
@@ -57,7 +57,7 @@ CREATE OR REPLACE TRIGGER release_alert AFTER INSERT ON @extschema@.release
 -- tracked. The verdict is what finalized_until() answers (_sensor_until:
 -- a start of the table's periods, stopped where a loss holds periods), as
 -- finalize.status shows its lag. Returns how many tables are over their SLA.
-CREATE OR REPLACE FUNCTION @extschema@._check_freshness()
+CREATE OR REPLACE FUNCTION finalize_internal.check_freshness()
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -78,7 +78,7 @@ BEGIN
            AND NOT EXISTS (SELECT FROM @extschema@.tracked_table t
                              JOIN @extschema@.watermark w ON w.table_id = t.table_id
                             WHERE t.table_id = x.table_id AND t.untracked_at IS NULL AND t.max_lag IS NOT NULL
-                              AND now() - coalesce(@extschema@._sensor_until(t.table_id, t.kind, w.finalized_until,
+                              AND now() - coalesce(finalize_internal.sensor_until(t.table_id, t.kind, w.finalized_until,
                                                                              t.granularity, t.period_zone,
                                                                              w.loss_blocked),
                                                    t.created_at) > t.max_lag)
@@ -92,7 +92,7 @@ BEGIN
                  WHERE a.kind = 'freshness' AND a.table_id = t.table_id AND a.state <> 'resolved') AS seen
           FROM @extschema@.tracked_table t
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
-         CROSS JOIN LATERAL (SELECT @extschema@._sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
+         CROSS JOIN LATERAL (SELECT finalize_internal.sensor_until(t.table_id, t.kind, w.finalized_until, t.granularity,
                                                               t.period_zone, w.loss_blocked) AS until) v
          WHERE t.untracked_at IS NULL AND t.max_lag IS NOT NULL
            AND now() - coalesce(v.until, t.created_at) > t.max_lag
@@ -103,13 +103,13 @@ BEGIN
                  THEN format('Table "%s" has no verdict %s after it was tracked; its freshness SLA (max_lag) is %s.',
                              r.table_name, r.lag, r.max_lag)
                  ELSE format('Table "%s" is final only until %s, %s ago; its freshness SLA (max_lag) is %s.',
-                             r.table_name, @extschema@._utc_iso(r.finalized_until),
+                             r.table_name, finalize_internal.utc_iso(r.finalized_until),
                              r.lag, r.max_lag) END;
-        detail := jsonb_build_object('finalized_until', @extschema@._utc_iso(r.finalized_until),
+        detail := jsonb_build_object('finalized_until', finalize_internal.utc_iso(r.finalized_until),
                                      'lag_seconds', floor(extract(epoch FROM r.lag)),
                                      'max_lag_seconds', extract(epoch FROM r.max_lag));
         IF r.open_id IS NULL THEN
-            PERFORM @extschema@._raise_alert('freshness', 'warning', r.table_id, r.server_name, '', msg, detail);
+            PERFORM finalize_internal.raise_alert('freshness', 'warning', r.table_id, r.server_name, '', msg, detail);
         ELSE
             -- counted again, unless another session holds it just now
             UPDATE @extschema@.alert a SET last_seen = now(), count = a.count + 1, message = msg, detail = detail
@@ -133,7 +133,7 @@ $$;
 -- stays while its server exists, without a pid: tracking a table through
 -- the server again must not forget that its commit times were not to be
 -- trusted. Returns how many sources are dropped under tracked tables.
-CREATE OR REPLACE FUNCTION @extschema@._check_dropped_sources()
+CREATE OR REPLACE FUNCTION finalize_internal.check_dropped_sources()
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -186,7 +186,7 @@ BEGIN
         CONTINUE WHEN r.raised;
         msg := format('Server "%s" no longer exists (DROP SERVER) while %s table(s) are tracked through it (%s): their verdicts stopped. Create the server again, or untrack the tables.',
                       r.server_name, r.tables, left(r.names, 1000));
-        PERFORM @extschema@._raise_alert('server_dropped', 'critical', NULL, r.server_name, '', msg,
+        PERFORM finalize_internal.raise_alert('server_dropped', 'critical', NULL, r.server_name, '', msg,
                                          jsonb_build_object('tables', r.tables));
         UPDATE @extschema@.source_status st
            SET condition = 'server_dropped', condition_since = now(), last_error = msg, last_error_at = now(),
@@ -201,14 +201,14 @@ $$;
 -- bearer token, a routing key, an API key, an HMAC key, or the URL itself
 -- when it is the secret, as Slack's are) live in the user mapping of the
 -- server's owner, which only its owner and superusers can read.
-CREATE OR REPLACE FUNCTION @extschema@._webhook_validator(options text[], catalog oid)
+CREATE OR REPLACE FUNCTION finalize_internal.webhook_validator(options text[], catalog oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_webhook_validator'
 LANGUAGE C STRICT;
 
 -- The webhook targets: foreign servers of finalize_webhook with their
 -- options (never the user mapping's secrets).
-CREATE OR REPLACE FUNCTION @extschema@._alert_targets()
+CREATE OR REPLACE FUNCTION finalize_internal.alert_targets()
 RETURNS TABLE (target_name text, format text, min_severity text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -224,7 +224,7 @@ BEGIN ATOMIC
 END;
 
 -- The rank of a severity, for min_severity.
-CREATE OR REPLACE FUNCTION @extschema@._severity_rank(severity text)
+CREATE OR REPLACE FUNCTION finalize_internal.severity_rank(severity text)
 RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -234,7 +234,7 @@ RETURN CASE severity WHEN 'info' THEN 1 WHEN 'warning' THEN 2 WHEN 'critical' TH
 -- dedup_key names the incident (PagerDuty's dedup_key, Opsgenie's alias);
 -- idempotency_key names the transition. The message of a resolution says
 -- it resolved (and when), then what the incident was.
-CREATE OR REPLACE FUNCTION @extschema@._alert_event(a @extschema@.alert, transition text)
+CREATE OR REPLACE FUNCTION finalize_internal.alert_event(a @extschema@.alert, transition text)
 RETURNS jsonb
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -250,19 +250,19 @@ BEGIN ATOMIC
             'table', (a).table_name, 'source', (a).server_name, 'subject', nullif((a).subject, ''),
             'message', CASE WHEN transition = 'resolve' AND (a).resolved_at IS NOT NULL
                             THEN format('Resolved at %s (open since %s). It was: %s',
-                                        @extschema@._utc_iso((a).resolved_at), @extschema@._utc_iso((a).opened_at),
+                                        finalize_internal.utc_iso((a).resolved_at), finalize_internal.utc_iso((a).opened_at),
                                         (a).message)
                             ELSE (a).message END,
             'detail', (a).detail, 'count', (a).count,
-            'opened_at', @extschema@._utc_iso((a).opened_at), 'last_seen', @extschema@._utc_iso((a).last_seen),
-            'resolved_at', @extschema@._utc_iso((a).resolved_at),
-            'acknowledged_at', @extschema@._utc_iso((a).acknowledged_at),
+            'opened_at', finalize_internal.utc_iso((a).opened_at), 'last_seen', finalize_internal.utc_iso((a).last_seen),
+            'resolved_at', finalize_internal.utc_iso((a).resolved_at),
+            'acknowledged_at', finalize_internal.utc_iso((a).acknowledged_at),
             'acknowledged_by', (a).acknowledged_by, 'acknowledge_note', (a).acknowledge_note));
 END;
 
 -- Wakes the alerts worker once the transaction that queued deliveries
 -- commits (a no-op without one).
-CREATE OR REPLACE FUNCTION @extschema@._wake_alert_delivery()
+CREATE OR REPLACE FUNCTION finalize_internal.wake_alert_delivery()
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_wake_alert_delivery'
 LANGUAGE C VOLATILE;
@@ -272,7 +272,7 @@ LANGUAGE C VOLATILE;
 -- resolution to the targets that were told it opened (a target created
 -- later hears of the next incident, never of a resolution alone). An
 -- incident born resolved (informational) opens and resolves at once.
-CREATE OR REPLACE FUNCTION @extschema@._queue_alert_delivery()
+CREATE OR REPLACE FUNCTION finalize_internal.queue_alert_delivery()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -297,11 +297,11 @@ BEGIN
     FOREACH tr IN ARRAY transitions LOOP
         INSERT INTO @extschema@.alert_delivery (alert_id, target_name, transition, idempotency_key, event, priority)
         SELECT NEW.alert_id, t.target_name, tr, e.event->>'idempotency_key', e.event,
-               @extschema@._severity_rank(NEW.severity)
-          FROM @extschema@._alert_targets() t,
-               LATERAL (SELECT @extschema@._alert_event(NEW, tr) AS event) e
+               finalize_internal.severity_rank(NEW.severity)
+          FROM finalize_internal.alert_targets() t,
+               LATERAL (SELECT finalize_internal.alert_event(NEW, tr) AS event) e
          WHERE CASE WHEN tr = 'open'
-                    THEN @extschema@._severity_rank(NEW.severity) >= @extschema@._severity_rank(t.min_severity)
+                    THEN finalize_internal.severity_rank(NEW.severity) >= finalize_internal.severity_rank(t.min_severity)
                     ELSE EXISTS (SELECT FROM @extschema@.alert_delivery d
                                   WHERE d.alert_id = NEW.alert_id AND d.target_name = t.target_name
                                     AND d.transition = 'open') END
@@ -310,20 +310,20 @@ BEGIN
         n := n + k;
     END LOOP;
     IF n > 0 THEN
-        PERFORM @extschema@._wake_alert_delivery();
+        PERFORM finalize_internal.wake_alert_delivery();
     END IF;
     RETURN NULL;
 END
 $$;
 
 CREATE OR REPLACE TRIGGER alert_delivery_queue AFTER INSERT OR UPDATE OF state ON @extschema@.alert
-    FOR EACH ROW EXECUTE FUNCTION @extschema@._queue_alert_delivery();
+    FOR EACH ROW EXECUTE FUNCTION finalize_internal.queue_alert_delivery();
 
 -- The deliveries the alerts worker may send, and from when: pending, not
 -- in flight, every earlier transition of the incident to that target
 -- settled (a resolution never overtakes its opening), due at their
 -- next_attempt or when their target's breaker lets a probe through.
-CREATE OR REPLACE FUNCTION @extschema@._claimable_deliveries()
+CREATE OR REPLACE FUNCTION finalize_internal.claimable_deliveries()
 RETURNS TABLE (delivery_id bigint, due timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -345,7 +345,7 @@ END;
 -- recorded, or until the worker restarts: _release_claims). Counts the
 -- attempt before it is made: a crash mid-request costs an attempt, never
 -- a silent retry for ever.
-CREATE OR REPLACE FUNCTION @extschema@._claim_delivery()
+CREATE OR REPLACE FUNCTION finalize_internal.claim_delivery()
 RETURNS TABLE (delivery_id bigint, target_name text, event jsonb, attempts integer)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -353,13 +353,13 @@ AS $$
 #variable_conflict use_column
 BEGIN
     -- Nothing while the catalog is being restored (11d_catalog_seal.sql).
-    IF @extschema@._catalog_restoring() IS NOT NULL THEN
+    IF finalize_internal.catalog_restoring() IS NOT NULL THEN
         RETURN;
     END IF;
     RETURN QUERY
     WITH due AS (
         SELECT d.delivery_id
-          FROM @extschema@._claimable_deliveries() c
+          FROM finalize_internal.claimable_deliveries() c
           JOIN @extschema@.alert_delivery d ON d.delivery_id = c.delivery_id
          WHERE c.due <= now()
          ORDER BY d.priority DESC, c.due, d.delivery_id
@@ -375,12 +375,12 @@ $$;
 
 -- When the next pending delivery falls due (NULL: none), so that the
 -- alerts worker sleeps until then.
-CREATE OR REPLACE FUNCTION @extschema@._next_delivery()
+CREATE OR REPLACE FUNCTION finalize_internal.next_delivery()
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT min(c.due) FROM @extschema@._claimable_deliveries() c;
+    SELECT min(c.due) FROM finalize_internal.claimable_deliveries() c;
 END;
 
 -- Records the outcome of one attempt. Delivered: the target's breaker
@@ -390,7 +390,7 @@ END;
 -- cannot change (permanent) or retry_limit attempts were made; one that
 -- never reached its target (target_answered false: dropped, renamed, or
 -- no request could be built) fails at once without touching the breaker.
-CREATE OR REPLACE FUNCTION @extschema@._delivery_result(delivery_id bigint, delivered boolean, http_status integer,
+CREATE OR REPLACE FUNCTION finalize_internal.delivery_result(delivery_id bigint, delivered boolean, http_status integer,
                                              error text, retry_after double precision, permanent boolean,
                                              retry_limit integer, target_answered boolean DEFAULT true)
 RETURNS text
@@ -403,7 +403,7 @@ DECLARE
     failures integer;
     backoff double precision;
 BEGIN
-    SELECT x.* INTO d FROM @extschema@.alert_delivery x WHERE x.delivery_id = _delivery_result.delivery_id FOR UPDATE;
+    SELECT x.* INTO d FROM @extschema@.alert_delivery x WHERE x.delivery_id = delivery_result.delivery_id FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;        -- its incident was purged meanwhile
     END IF;
@@ -458,7 +458,7 @@ $$;
 
 -- After a restart of the alerts worker, deliveries it had claimed are
 -- due again (their attempt was counted).
-CREATE OR REPLACE FUNCTION @extschema@._release_claims()
+CREATE OR REPLACE FUNCTION finalize_internal.release_claims()
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -469,7 +469,7 @@ END;
 -- The request a delivery sends (format, URL, event, secrets as jsonb):
 -- what the alerts worker builds, for tests. Not granted: its headers hold
 -- the secrets.
-CREATE OR REPLACE FUNCTION @extschema@._alert_request(format text, url text, event jsonb, secrets jsonb,
+CREATE OR REPLACE FUNCTION finalize_internal.alert_request(format text, url text, event jsonb, secrets jsonb,
                                            OUT request_url text, OUT headers text[], OUT body text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'finalize_alert_request'

@@ -21,16 +21,16 @@ COMMENT ON FUNCTION @extschema@.release_iceberg(jsonb) IS
 -- Whether this very request (as stored: the request and the snapshot's
 -- manifest list) released this snapshot of the partition before: the same
 -- request again, when nothing changed, stores nothing.
-CREATE OR REPLACE FUNCTION @extschema@._iceberg_released(table_id bigint, partition text, generation text, stored jsonb)
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_released(table_id bigint, partition text, generation text, stored jsonb)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT EXISTS (
         SELECT FROM @extschema@.release r
-         WHERE r.table_id = _iceberg_released.table_id AND r.partition = _iceberg_released.partition
-           AND r.generation = _iceberg_released.generation AND r.released
-           AND r.manifest = _iceberg_released.stored);
+         WHERE r.table_id = iceberg_released.table_id AND r.partition = iceberg_released.partition
+           AND r.generation = iceberg_released.generation AND r.released
+           AND r.manifest = iceberg_released.stored);
 END;
 
 -- The lake consumers whose LSN properties must hold a partition's changes
@@ -42,7 +42,7 @@ END;
 -- consumer for each table in scope that has none: followed_elsewhere when
 -- another shard of the table has one (then the lake's copy of this shard
 -- is not known to be followed, which is a problem, never a skip).
-CREATE OR REPLACE FUNCTION @extschema@._iceberg_lake_consumers(table_id bigint, shard text, iceberg_table text,
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_lake_consumers(table_id bigint, shard text, iceberg_table text,
                                                     table_uuid text)
 RETURNS TABLE (table_name text, consumer text, lsn_property text, followed_elsewhere boolean)
 LANGUAGE sql STABLE
@@ -52,19 +52,19 @@ BEGIN ATOMIC
         SELECT t.table_id, t.table_name
           FROM @extschema@.tracked_table t
          WHERE t.untracked_at IS NULL
-           AND ((t.table_id = _iceberg_lake_consumers.table_id AND t.kind <> 'sharded')
-                OR (t.shard_of = _iceberg_lake_consumers.table_id
-                    AND (_iceberg_lake_consumers.shard IS NULL OR t.shard = _iceberg_lake_consumers.shard)))),
+           AND ((t.table_id = iceberg_lake_consumers.table_id AND t.kind <> 'sharded')
+                OR (t.shard_of = iceberg_lake_consumers.table_id
+                    AND (iceberg_lake_consumers.shard IS NULL OR t.shard = iceberg_lake_consumers.shard)))),
     followed AS (
         SELECT l.table_id, l.consumer, l.lsn_property
           FROM @extschema@.lake_consumer l
-         WHERE l.iceberg_table = _iceberg_lake_consumers.iceberg_table
-            OR l.seen_table_uuid = _iceberg_lake_consumers.table_uuid)
+         WHERE l.iceberg_table = iceberg_lake_consumers.iceberg_table
+            OR l.seen_table_uuid = iceberg_lake_consumers.table_uuid)
     SELECT s.table_name, f.consumer, f.lsn_property,
            f.consumer IS NULL AND EXISTS (
                SELECT FROM followed o
                  JOIN @extschema@.tracked_table t ON t.table_id = o.table_id
-                WHERE t.shard_of = _iceberg_lake_consumers.table_id AND t.untracked_at IS NULL)
+                WHERE t.shard_of = iceberg_lake_consumers.table_id AND t.untracked_at IS NULL)
       FROM scope s
       LEFT JOIN followed f ON f.table_id = s.table_id
      ORDER BY 1, 2;
@@ -77,7 +77,7 @@ END;
 -- not name this shard (shard=<label>). One shard's verdict would release
 -- every shard's rows, which the gate never lets a manifest's "shard" do
 -- either (_shard_scope_problem).
-CREATE OR REPLACE FUNCTION @extschema@._iceberg_shard_scope(table_id bigint, partition text, iceberg_table text,
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_shard_scope(table_id bigint, partition text, iceberg_table text,
                                                  table_uuid text, shard_field boolean)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -89,7 +89,7 @@ DECLARE
     sharded text;
     other text;
 BEGIN
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = _iceberg_shard_scope.table_id;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = iceberg_shard_scope.table_id;
     IF tt.shard_of IS NULL
        OR tt.shard = ANY (ARRAY(SELECT m[1] FROM regexp_matches(partition, '(?:^|/)shard=([^/]*)', 'g') AS m)) THEN
         RETURN NULL;
@@ -99,7 +99,7 @@ BEGIN
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table o ON o.table_id = l.table_id
      WHERE o.shard_of = tt.shard_of AND o.table_id <> tt.table_id AND o.untracked_at IS NULL
-       AND (l.iceberg_table = _iceberg_shard_scope.iceberg_table OR l.seen_table_uuid = _iceberg_shard_scope.table_uuid)
+       AND (l.iceberg_table = iceberg_shard_scope.iceberg_table OR l.seen_table_uuid = iceberg_shard_scope.table_uuid)
      ORDER BY o.table_name
      LIMIT 1;
     IF other IS NULL AND NOT shard_field THEN
@@ -120,7 +120,7 @@ $$;
 -- The CDC ranges of a table's facts that hold changes committed in
 -- [period_start, period_end), at most 20, as the row-count problems name
 -- them: [{"start_lsn", "end_lsn", "inserts", "updates", "deletes", "inside"}].
-CREATE OR REPLACE FUNCTION @extschema@._iceberg_ranges(table_id bigint, period_start timestamptz, period_end timestamptz)
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_ranges(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS jsonb
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -129,12 +129,12 @@ BEGIN ATOMIC
       FROM (SELECT f.start_lsn,
                    jsonb_build_object('start_lsn', f.start_lsn, 'end_lsn', f.end_lsn, 'inserts', f.inserts,
                                       'updates', f.updates, 'deletes', f.deletes,
-                                      'inside', f.first_commit_time >= _iceberg_ranges.period_start
-                                                AND f.last_commit_time < _iceberg_ranges.period_end) AS r
+                                      'inside', f.first_commit_time >= iceberg_ranges.period_start
+                                                AND f.last_commit_time < iceberg_ranges.period_end) AS r
               FROM @extschema@.fact f
-             WHERE f.table_id = _iceberg_ranges.table_id AND f.kind = 'range'
-               AND f.first_commit_time < _iceberg_ranges.period_end
-               AND f.last_commit_time >= _iceberg_ranges.period_start
+             WHERE f.table_id = iceberg_ranges.table_id AND f.kind = 'range'
+               AND f.first_commit_time < iceberg_ranges.period_end
+               AND f.last_commit_time >= iceberg_ranges.period_start
              ORDER BY f.start_lsn
              LIMIT 20) AS x;
 END;
@@ -152,7 +152,7 @@ END;
 -- (equality deletes, facts that are not exact) and a shard whose lake
 -- consumer is missing where other shards have one are problems too:
 -- nothing is published on a guess.
-CREATE OR REPLACE FUNCTION @extschema@._iceberg_checks(table_name text, period_start timestamptz, period_end timestamptz,
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_checks(table_name text, period_start timestamptz, period_end timestamptz,
                                             row_rule text, records bigint, position_deletes bigint,
                                             uncountable_delete_files bigint, lake jsonb)
 RETURNS TABLE (code text, detail text)
@@ -161,7 +161,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table := @extschema@._tracked(table_name);
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     f record;
     expected bigint;
     actual bigint := records - position_deletes;
@@ -175,7 +175,7 @@ BEGIN
     END IF;
     IF row_rule <> 'none' THEN
         SELECT x.facts, x.is_final, x.exact INTO f
-          FROM @extschema@._period_facts(table_name, period_start, period_end) AS x;
+          FROM finalize_internal.period_facts(table_name, period_start, period_end) AS x;
         expected := CASE row_rule
             WHEN 'inserts' THEN (f.facts ->> 'inserts')::bigint
             WHEN 'net' THEN (f.facts ->> 'inserts')::bigint - (f.facts ->> 'deletes')::bigint
@@ -204,7 +204,7 @@ BEGIN
                                         'CDC facts of %s record %s update(s) and %s delete(s); say "net" or '
                                         '"changes" for what the lake table holds. Ranges: %s', span,
                                         f.facts ->> 'updates', f.facts ->> 'deletes',
-                                        @extschema@._iceberg_ranges(tt.table_id, period_start, period_end));
+                                        finalize_internal.iceberg_ranges(tt.table_id, period_start, period_end));
             RETURN NEXT;
         ELSIF actual <> expected THEN
             code := 'row_count_mismatch';
@@ -215,7 +215,7 @@ BEGIN
                                         f.facts ->> 'deletes',
                                         CASE WHEN actual < expected THEN 'rows are missing (a dropped batch?)'
                                              ELSE 'rows are there twice or do not belong (a duplicate batch?)' END,
-                                        @extschema@._iceberg_ranges(tt.table_id, period_start, period_end));
+                                        finalize_internal.iceberg_ranges(tt.table_id, period_start, period_end));
             RETURN NEXT;
         END IF;
     END IF;
@@ -232,7 +232,7 @@ BEGIN
                                             'with finalize.add_consumer(%L, ..., iceberg_server => ..., iceberg_table '
                                             '=> ..., lsn_property => ...) with the property that carries its LSN.',
                                             c.table_name, (SELECT s.table_name FROM @extschema@.tracked_table s
-                                                           WHERE s.table_id = (@extschema@._tracked(c.table_name)).shard_of),
+                                                           WHERE s.table_id = (finalize_internal.tracked(c.table_name)).shard_of),
                                             period_end, c.table_name);
                 RETURN NEXT;
             END IF;
@@ -247,7 +247,7 @@ BEGIN
             RETURN NEXT;
             CONTINUE;
         END IF;
-        held := (@extschema@._tracked(c.table_name)).table_id;
+        held := (finalize_internal.tracked(c.table_name)).table_id;
         SELECT count(*) AS n, max(x.end_lsn) AS last INTO behind
           FROM @extschema@.fact x
          WHERE x.table_id = held AND x.kind = 'range' AND x.first_commit_time < period_end

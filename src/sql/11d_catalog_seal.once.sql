@@ -26,7 +26,7 @@
 --   (alert_delivery) or a NOT NULL key to a table that has (event_fact to
 --   fact, lateness_hour and late_period to tracked_table): while its rows
 --   load, that sequence stands below its table's ids;
--- * finalize._catalog_restoring() says why the catalog must be left alone:
+-- * finalize_internal.catalog_restoring() says why the catalog must be left alone:
 --   tracked tables without the seal (a restore under way, or stopped half
 --   way), or an identity sequence behind its table (pg_restore sets the
 --   sequences after the rows: the tables above, and a catalog of incidents

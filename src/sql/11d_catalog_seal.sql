@@ -1,7 +1,7 @@
 
 -- Marks the catalog as in use (a table is tracked): from now on a catalog
 -- with tracked tables but no seal is a restore under way.
-CREATE OR REPLACE FUNCTION @extschema@._seal_catalog()
+CREATE OR REPLACE FUNCTION finalize_internal.seal_catalog()
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -12,7 +12,7 @@ END;
 -- Why finalize's background processes must not act on the catalog now, or
 -- NULL when it is whole (see above). Read at the start of each of their
 -- rounds and cycles.
-CREATE OR REPLACE FUNCTION @extschema@._catalog_restoring()
+CREATE OR REPLACE FUNCTION finalize_internal.catalog_restoring()
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp

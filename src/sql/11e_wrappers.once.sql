@@ -3,19 +3,19 @@
 -- Made once their validators exist (the rerunnable parts before this).
 
 CREATE FOREIGN DATA WRAPPER finalize_mssql
-    VALIDATOR @extschema@._mssql_validator;
+    VALIDATOR finalize_internal.mssql_validator;
 COMMENT ON FOREIGN DATA WRAPPER finalize_mssql IS
     'SQL Server databases with change data capture, read by the finalize worker';
 CREATE FOREIGN DATA WRAPPER finalize_iceberg
-    VALIDATOR @extschema@.finalize_iceberg_validator;
+    VALIDATOR finalize_internal.iceberg_validator;
 COMMENT ON FOREIGN DATA WRAPPER finalize_iceberg IS
     'Iceberg REST catalogs whose tables'' snapshots say how far a pipeline got (finalize.add_consumer(..., iceberg_server => ...))';
 CREATE FOREIGN DATA WRAPPER finalize_s3
-    VALIDATOR @extschema@._s3_validator;
+    VALIDATOR finalize_internal.s3_validator;
 COMMENT ON FOREIGN DATA WRAPPER finalize_s3 IS
     'S3-compatible object stores listed by finalize.release_gate';
 CREATE FOREIGN DATA WRAPPER finalize_webhook
-    VALIDATOR @extschema@._webhook_validator;
+    VALIDATOR finalize_internal.webhook_validator;
 COMMENT ON FOREIGN DATA WRAPPER finalize_webhook IS
     'Webhook targets the finalize alerts worker delivers incidents to (json, slack, pagerduty_v2, opsgenie)';
 

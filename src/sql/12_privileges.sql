@@ -6,6 +6,7 @@
 REVOKE ALL ON ALL TABLES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA @extschema@ FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA finalize_internal FROM PUBLIC;
 
 -- Sensors: the verdict, its explanation, the status views.
 GRANT EXECUTE ON FUNCTION
@@ -25,10 +26,10 @@ GRANT EXECUTE ON FUNCTION
     -- Internal, for finalize.status (whose readers call them): whether a
     -- loss holds a table, its verdict as the sensors tell it, where
     -- tracking began, and an instant in the table's zone.
-    @extschema@._loss_holds(bigint),
-    @extschema@._sensor_until(bigint, text, timestamptz, interval, text, boolean),
-    @extschema@._tracked_since(bigint),
-    @extschema@._local_time(timestamptz, text)
+    finalize_internal.loss_holds(bigint),
+    finalize_internal.sensor_until(bigint, text, timestamptz, interval, text, boolean),
+    finalize_internal.tracked_since(bigint),
+    finalize_internal.local_time(timestamptz, text)
     TO finalize_reader;
 GRANT SELECT ON @extschema@.status, @extschema@.consumers TO finalize_reader;
 
@@ -67,7 +68,7 @@ GRANT SELECT ON @extschema@.tracked_table, @extschema@.watermark,
     TO finalize_admin;
 GRANT SELECT ON @extschema@.source_workers TO finalize_admin;
 -- A view's functions run with the reader's privileges: the admin needs its function too.
-GRANT EXECUTE ON FUNCTION @extschema@._source_workers() TO finalize_admin;
+GRANT EXECUTE ON FUNCTION finalize_internal.source_workers() TO finalize_admin;
 
 -- Admins declare consumers and derived tables and acknowledge losses (and,
 -- as members of finalize_pipeline, may report for any consumer).

@@ -7,7 +7,7 @@
  *     holds back by it), but commits stamped in an earlier period than
  *     commits read before them leave those periods' counts open to doubt;
  *     one stamped in a period already final means a verdict ran ahead.
- *     Either way finalize._record_clock_step makes the periods involved
+ *     Either way finalize_internal.record_clock_step makes the periods involved
  *     inexact (changes_by_period) and opens an incident.
  */
 #include "postgres.h"
@@ -152,7 +152,7 @@ judge_clock_step(const SourceConfig *cfg, const TableJob *job, TableWrite *w)
 
 /*
  * Records a clock that went back for the table of a write whose ranges were
- * just recorded (finalize._record_clock_step), in the write's
+ * just recorded (finalize_internal.record_clock_step), in the write's
  * subtransaction: with the write's first range start and the table's
  * source verdict before it, so that a commit-time table's changes stamped
  * in periods already final are kept as late data.
@@ -175,7 +175,7 @@ record_clock_step(const TableWrite *w)
 	nulls[6] = w->facts[0].has_start ? ' ' : 'n';
 	values[7] = TimestampTzGetDatum(w->table->source_until);
 	nulls[7] = w->table->has_source_until ? ' ' : 'n';
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_clock_step($1, $2, $3, $4, $5, $6, $7, $8)", 8, types,
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".record_clock_step($1, $2, $3, $4, $5, $6, $7, $8)", 8, types,
 					 values, nulls);
 }
 
@@ -184,7 +184,7 @@ record_clock_step(const TableWrite *w)
  * in, SQL Server's clock having been found at clock_at, behind commit
  * times read before by more than the clock_tolerance, in the transaction
  * that records the failed cycle (the source is held: nothing is read until
- * release_source; see finalize._clock_went_back).
+ * release_source; see finalize_internal.clock_went_back).
  */
 void
 record_clock_went_back(const char *server_name, TimestampTz clock_at)
@@ -194,7 +194,7 @@ record_clock_went_back(const char *server_name, TimestampTz clock_at)
 
 	values[0] = CStringGetTextDatum(server_name);
 	values[1] = TimestampTzGetDatum(clock_at);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._clock_went_back($1, $2)", 2, types, values, NULL);
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".clock_went_back($1, $2)", 2, types, values, NULL);
 }
 
 /* Sets *message, returns condition: the two results of time_problem. */

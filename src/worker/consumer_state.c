@@ -57,7 +57,7 @@ ws_load_consumers(const char *server_name, MemoryContext cxt, SourceConsumer **c
 	*consumers = NULL;
 	*nconsumers = 0;
 	if (SPI_execute_with_args("SELECT c.table_id, c.consumer, c.reported_lsn, c.resolved_for_lsn"
-							  "  FROM " FINALIZE_SCHEMA "._source_consumers($1) AS c",
+							  "  FROM " FINALIZE_INTERNAL_SCHEMA ".source_consumers($1) AS c",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the consumers of server \"%s\"", server_name);
 	if (SPI_processed == 0)
@@ -88,7 +88,7 @@ ws_consumer_resolved(int64 table_id, const char *consumer, const Lsn *for_lsn, c
 	values[3] = db_lsn_datum(mapped_lsn);
 	values[4] = TimestampTzGetDatum(commit_time);
 	values[5] = db_usecs_datum(clock_tolerance);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_resolved($1, $2, $3, $4, $5, $6)",
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".consumer_resolved($1, $2, $3, $4, $5, $6)",
 					 6, types, values, NULL);
 }
 
@@ -107,7 +107,7 @@ ws_consumer_unresolved(int64 table_id, const char *consumer, const Lsn *for_lsn,
 	values[1] = CStringGetTextDatum(consumer);
 	values[2] = db_lsn_datum(for_lsn);
 	values[3] = CStringGetTextDatum(error);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_unresolved($1, $2, $3, $4)",
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".consumer_unresolved($1, $2, $3, $4)",
 					 4, types, values, NULL);
 }
 
@@ -126,7 +126,7 @@ ws_consumer_ahead(int64 table_id, const char *consumer, const Lsn *reported, con
 	values[1] = CStringGetTextDatum(consumer);
 	values[2] = db_lsn_datum(reported);
 	values[3] = db_lsn_datum(max_lsn);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._consumer_ahead($1, $2, $3, $4)", 4, types, values, NULL);
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".consumer_ahead($1, $2, $3, $4)", 4, types, values, NULL);
 }
 
 /*
@@ -139,5 +139,5 @@ ws_check_consumers(const char *server_name)
 	Oid			type = TEXTOID;
 	Datum		value = CStringGetTextDatum(server_name);
 
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._check_consumers($1)", 1, &type, &value, NULL);
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".check_consumers($1)", 1, &type, &value, NULL);
 }

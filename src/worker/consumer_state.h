@@ -10,7 +10,7 @@
 
 #include "core/lsn.h"
 
-/* A consumer that reported an LSN (a row of finalize._source_consumers). */
+/* A consumer that reported an LSN (a row of finalize_internal.source_consumers). */
 typedef struct SourceConsumer
 {
 	int64		table_id;

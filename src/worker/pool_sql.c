@@ -1,6 +1,6 @@
 /*
  * pool_sql.c
- *     finalize._source_workers(), behind the view finalize.source_workers:
+ *     finalize_internal.source_workers(), behind the view finalize.source_workers:
  *     what each source worker does now, read from the shared source table.
  */
 #include "postgres.h"

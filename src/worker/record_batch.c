@@ -1,7 +1,7 @@
 /*
  * record_batch.c
  *     Records a whole cycle's writes: the plain ranges of all tables at once
- *     through finalize._record_ranges, then every other write one table at
+ *     through finalize_internal.record_ranges, then every other write one table at
  *     a time (record.c).
  *
  * A cycle over thousands of tables cannot afford a subtransaction and a
@@ -135,16 +135,16 @@ find_held(RangeBatch *b)
 	if (held_conditions_plan == NULL)
 	{
 		Oid			types[1] = {INT8ARRAYOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT t FROM " FINALIZE_SCHEMA "._held_conditions($1) t", 1, types);
+		SPIPlanPtr	plan = SPI_prepare("SELECT t FROM " FINALIZE_INTERNAL_SCHEMA ".held_conditions($1) t", 1, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare finalize._held_conditions: %s", SPI_result_code_string(SPI_result));
+			elog(ERROR, "could not prepare finalize_internal.held_conditions: %s", SPI_result_code_string(SPI_result));
 		held_conditions_plan = plan;
 	}
 	values[0] = array_of(b->clear_ids, NULL, b->nclear, INT8OID);
 	rc = SPI_execute_plan(held_conditions_plan, values, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "finalize._held_conditions failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "finalize_internal.held_conditions failed: %s", SPI_result_code_string(rc));
 	b->held = result_ids(&b->nheld);
 }
 
@@ -169,11 +169,11 @@ run_batch(void *arg)
 		Oid			types[11] = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
 			INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID,
 		INTERVALOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT t FROM " FINALIZE_SCHEMA "._record_ranges($1, $2, $3, $4, $5, $6, "
+		SPIPlanPtr	plan = SPI_prepare("SELECT t FROM " FINALIZE_INTERNAL_SCHEMA ".record_ranges($1, $2, $3, $4, $5, $6, "
 									   "$7, $8, $9, $10, $11) t", 11, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare finalize._record_ranges: %s", SPI_result_code_string(SPI_result));
+			elog(ERROR, "could not prepare finalize_internal.record_ranges: %s", SPI_result_code_string(SPI_result));
 		record_ranges_plan = plan;
 	}
 	values[0] = array_of(b->table_ids, NULL, b->n, INT8OID);
@@ -190,7 +190,7 @@ run_batch(void *arg)
 
 	rc = SPI_execute_plan(record_ranges_plan, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "finalize._record_ranges failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "finalize_internal.record_ranges failed: %s", SPI_result_code_string(rc));
 	b->left = result_ids(&b->nleft);
 }
 

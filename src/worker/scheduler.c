@@ -106,10 +106,10 @@ read_wanted_sources(WantedSource **wanted_out, TimestampTz *last_purge)
 	 * _wanted_catalogs().
 	 */
 	if (SPI_execute(psprintf("SELECT w.* FROM (%s) AS w%s",
-							 db_function_exists(FINALIZE_SCHEMA "._wanted_catalogs()", "finalize's lake functions")
-							 ? "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s "
-							 "UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_SCHEMA "._wanted_catalogs() AS c"
-							 : "SELECT s.serverid, s.server_name, false FROM " FINALIZE_SCHEMA "._wanted_sources() AS s",
+							 db_function_exists(FINALIZE_INTERNAL_SCHEMA ".wanted_catalogs()", "finalize's lake functions")
+							 ? "SELECT s.serverid, s.server_name, false FROM " FINALIZE_INTERNAL_SCHEMA ".wanted_sources() AS s "
+							 "UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_INTERNAL_SCHEMA ".wanted_catalogs() AS c"
+							 : "SELECT s.serverid, s.server_name, false FROM " FINALIZE_INTERNAL_SCHEMA ".wanted_sources() AS s",
 							 db_when_whole()), true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list finalize's sources");
 	wanted = MemoryContextAllocZero(cxt, sizeof(WantedSource) * Max(SPI_processed, 1));

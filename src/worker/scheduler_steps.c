@@ -27,12 +27,12 @@ scheduler_check_alerts(void)
 {
 	bool		isnull;
 
-	if (!db_function_exists(FINALIZE_SCHEMA "._check_freshness()", "finalize's alert functions"))
+	if (!db_function_exists(FINALIZE_INTERNAL_SCHEMA ".check_freshness()", "finalize's alert functions"))
 		return false;
 	/* no row while a restore is under way, checked in the statement itself */
-	if (SPI_execute(psprintf("SELECT " FINALIZE_SCHEMA "._check_freshness() >= 0 AND "
-							 FINALIZE_SCHEMA "._check_dropped_sources() >= 0 AND "
-							 "(EXISTS (SELECT FROM " FINALIZE_SCHEMA "._alert_targets()) OR "
+	if (SPI_execute(psprintf("SELECT " FINALIZE_INTERNAL_SCHEMA ".check_freshness() >= 0 AND "
+							 FINALIZE_INTERNAL_SCHEMA ".check_dropped_sources() >= 0 AND "
+							 "(EXISTS (SELECT FROM " FINALIZE_INTERNAL_SCHEMA ".alert_targets()) OR "
 							 "EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))%s",
 							 db_when_whole()),
 					false, 1) != SPI_OK_SELECT || SPI_processed > 1)
@@ -53,9 +53,9 @@ scheduler_check_alerts(void)
 bool
 scheduler_refresh_derived(void)
 {
-	if (!db_function_exists(FINALIZE_SCHEMA "._refresh_derived()", "finalize's _refresh_derived()"))
+	if (!db_function_exists(FINALIZE_INTERNAL_SCHEMA ".refresh_derived()", "finalize's _refresh_derived()"))
 		return true;
-	if (SPI_execute(psprintf("SELECT " FINALIZE_SCHEMA "._refresh_derived()%s", db_when_whole()), false, 1)
+	if (SPI_execute(psprintf("SELECT " FINALIZE_INTERNAL_SCHEMA ".refresh_derived()%s", db_when_whole()), false, 1)
 		!= SPI_OK_SELECT)
 		elog(ERROR, "could not bring finalize's derived tables up to date");
 	return true;

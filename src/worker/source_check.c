@@ -102,7 +102,7 @@ check_table(SourceCheck *sc)
 }
 
 /*
- * finalize._check_source_table(server oid, source_schema text, source_name
+ * finalize_internal.check_source_table(server oid, source_schema text, source_name
  * text): checks schema.name on the server as its worker would read it;
  * returns nothing when the worker can read it, raises when SQL Server says
  * why not, notices when it could not tell. With

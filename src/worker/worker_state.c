@@ -240,7 +240,7 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
 							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from,"
 							  "       w.source_until"
-							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
+							  "  FROM " FINALIZE_INTERNAL_SCHEMA ".source_tables($1) AS t"
 							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id"
 							  "  JOIN " FINALIZE_SCHEMA ".watermark AS w ON w.table_id = t.table_id"
 							  " ORDER BY t.table_id",
@@ -264,7 +264,7 @@ load_hold(const char *server_name, SourceConfig *cfg)
 	bool		isnull;
 	char	   *held_by;
 
-	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
+	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_INTERNAL_SCHEMA ".source_hold($1) AS h",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the hold of server \"%s\"", server_name);
 	if (SPI_processed == 0)
@@ -357,7 +357,7 @@ ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
 }
 
 /*
- * Records one range through finalize._record_range (facts and verdict), by
+ * Records one range through finalize_internal.record_range (facts and verdict), by
  * table id: a name untracked and tracked again since the cycle read it is
  * another table, and the write is refused.
  */
@@ -374,11 +374,11 @@ ws_record_range(void *arg)
 		Oid			types[17] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
 			INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, BYTEAOID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, "
+		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_INTERNAL_SCHEMA ".record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, "
 									   "$10, $11, $12, $13, $14, $15, $16, $17)", 17, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare finalize._record_range: %s", SPI_result_code_string(SPI_result));
+			elog(ERROR, "could not prepare finalize_internal.record_range: %s", SPI_result_code_string(SPI_result));
 		record_range_plan = plan;
 	}
 
@@ -425,12 +425,12 @@ ws_record_range(void *arg)
 
 	rc = SPI_execute_plan(record_range_plan, values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "finalize._record_range failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "finalize_internal.record_range failed: %s", SPI_result_code_string(rc));
 }
 
 /*
  * Whether a table is still tracked, locking its verdict row until the end
- * of the transaction (see finalize._still_tracked).
+ * of the transaction (see finalize_internal.still_tracked).
  */
 bool
 ws_still_tracked(int64 table_id)
@@ -440,7 +440,7 @@ ws_still_tracked(int64 table_id)
 	bool		isnull;
 	Datum		result;
 
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._still_tracked($1)", 1, &type, &value, NULL, false, 1)
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".still_tracked($1)", 1, &type, &value, NULL, false, 1)
 		!= SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not check whether table %lld is still tracked", (long long) table_id);
 	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -475,7 +475,7 @@ ws_record_event(int64 table_id, const char *event, const Lsn *start, const Lsn *
 		nulls[5] = 'n';
 	values[6] = db_text_or_null(new_state, nulls, 6);
 	values[7] = db_text_or_null(state_detail, nulls, 7);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._record_event($1, $2, $3, $4, $5, $6, $7, $8)",
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".record_event($1, $2, $3, $4, $5, $6, $7, $8)",
 				  8, types, values, nulls);
 }
 
@@ -490,7 +490,7 @@ ws_set_condition(int64 table_id, Condition condition, const char *detail)
 	values[0] = Int64GetDatum(table_id);
 	values[1] = db_text_or_null(condition_name(condition), nulls, 1);
 	values[2] = db_text_or_null(detail, nulls, 2);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._set_condition($1, $2, $3)", 3, types, values, nulls);
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".set_condition($1, $2, $3)", 3, types, values, nulls);
 }
 
 /* Remembers the capture instance a table is read from. */
@@ -502,7 +502,7 @@ ws_set_capture_instance(int64 table_id, const char *capture_instance)
 
 	values[0] = Int64GetDatum(table_id);
 	values[1] = CStringGetTextDatum(capture_instance);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._set_capture_instance($1, $2)", 2, types, values, NULL);
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".set_capture_instance($1, $2)", 2, types, values, NULL);
 }
 
 /*
@@ -527,7 +527,7 @@ ws_source_ok(const char *server_name, const Lsn *max_lsn, TimestampTz max_time,
 	values[5] = CStringGetTextDatum(condition_name(condition));
 	values[6] = db_text_or_null(message, nulls, 6);
 	values[7] = TimestampTzGetDatum(started);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._source_ok($1, $2, $3, $4, $5, $6, $7, $8)", 8, types, values,
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".source_ok($1, $2, $3, $4, $5, $6, $7, $8)", 8, types, values,
 					 nulls);
 }
 
@@ -554,7 +554,7 @@ ws_resume_after_loss(int64 table_id, const Lsn *new_offset, TimestampTz new_offs
 	values[5] = BoolGetDatum(automatic);
 	values[6] = JsonbPGetDatum(detail);
 	values[7] = db_usecs_datum(clock_tolerance);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._resume_after_loss($1, $2, $3, $4, $5, $6, $7, $8)", 8, types,
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".resume_after_loss($1, $2, $3, $4, $5, $6, $7, $8)", 8, types,
 					 values, NULL);
 }
 
@@ -588,7 +588,7 @@ ws_source_failed(const char *server_name, Condition condition, const char *error
 	values[2] = CStringGetTextDatum(condition_name(condition));
 	values[3] = CStringGetTextDatum(error);
 	values[4] = TimestampTzGetDatum(next_attempt);
-	db_exec_internal("SELECT " FINALIZE_SCHEMA "._source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".source_failed($1, $2, $3, $4, $5)", 5, types, values, NULL);
 }
 
 /* Applies the facts retention (finalize.facts_retention) if the catalog is whole (db_when_whole). */

@@ -8,7 +8,7 @@ baselines measured in the same run:
              logins work again -> the "resolve" webhook arrives. Baseline: the
              poll interval, the soonest a condition can be seen (a condition
              that starts at a random time waits half of it on average)
-  delivery   an incident committed (finalize._raise_alert) -> its webhook
+  delivery   an incident committed (finalize_internal.raise_alert) -> its webhook
              arrives: the alerts worker's own share (woken at commit).
              Baseline: an HTTP POST of the same body from this process to
              the same receiver (libcurl-free, urllib)
@@ -100,7 +100,7 @@ def bench_delivery(trials):
             pg.sql("CREATE SERVER ops FOREIGN DATA WRAPPER finalize_webhook OPTIONS (url %s, min_severity 'info')",
                    (rx.url_for("/hook"),))
             # the alerts worker starts with the first target: warm it up
-            pg.sql("SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'warm', '', 'warm-up')")
+            pg.sql("SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, 'warm', '', 'warm-up')")
             rx.wait_for(lambda r: True, timeout=30)
             lat, direct = [], []
             body = None
@@ -109,7 +109,7 @@ def bench_delivery(trials):
             for i in range(trials):
                 rx.clear()
                 t0 = time.monotonic()
-                cur.execute("SELECT finalize._raise_alert('unreachable', 'critical', NULL, %s, '', 'bench')",
+                cur.execute("SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, %s, '', 'bench')",
                             ("src%d" % i,))
                 got, = rx.wait_for(lambda r: True, timeout=30)
                 lat.append(got.monotonic - t0)

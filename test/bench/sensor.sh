@@ -48,7 +48,7 @@ SELECT finalize.track_table('bench.consumed', 'bench', 'dbo.consumed');
 SELECT finalize.add_consumer('bench.consumed', 'spark');
 SELECT finalize.record_range('bench.consumed', NULL, '0x00000000000000000100', '2026-11-29 14:00+00');
 SELECT finalize.report_progress('bench.consumed', 'spark', '0x00000000000000000100');
-SELECT finalize._consumer_resolved(finalize._tracked_id('bench.consumed'), 'spark', '0x00000000000000000100',
+SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('bench.consumed'), 'spark', '0x00000000000000000100',
                                    '0x00000000000000000100', '2026-11-29 14:00+00');
 SELECT finalize.track_derived('bench.derived', ARRAY['bench.consumed'], '1 day');
 -- Calendar periods in a zone: Seoul days, New York months (DST inside).
@@ -62,10 +62,10 @@ SELECT finalize.track_table('bench.lossy', 'bench', 'dbo.lossy');
 SELECT finalize.record_range('bench.lossy', NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00');
 SELECT finalize.record_range('bench.lossy', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 10:15+00',
                              1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00');
-SELECT finalize._record_event(finalize._tracked_id('bench.lossy'), 'data_loss', '0x00000000000000000200',
+SELECT finalize_internal.record_event(finalize_internal.tracked_id('bench.lossy'), 'data_loss', '0x00000000000000000200',
                               '0x00000000000000000400', 'dbo_lossy', '{}', 'data_lost', 'purged');
 SELECT finalize.resume_table('bench.lossy');
-SELECT finalize._resume_after_loss(finalize._tracked_id('bench.lossy'), '0x000000000000000003FF',
+SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('bench.lossy'), '0x000000000000000003FF',
                                    '2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_lossy', false, '{}');
 SELECT finalize.record_range('bench.lossy', '0x000000000000000003FF', '0x00000000000000000500', '2026-11-29 14:00+00');
 SQL
@@ -85,7 +85,7 @@ SELECT finalize.is_final('bench.t500', '2026-11-29 13:00+00')
    AND finalize.is_final('bench.lossy', '2026-11-29 09:00+00')
    AND NOT finalize.is_final('bench.lossy', '2026-11-29 11:00+00')
    AND finalize.finalized_until('bench.lossy') = '2026-11-29 10:00+00'
-   AND (SELECT w.loss_blocked FROM finalize.watermark w WHERE w.table_id = finalize._tracked_id('bench.lossy'))
+   AND (SELECT w.loss_blocked FROM finalize.watermark w WHERE w.table_id = finalize_internal.tracked_id('bench.lossy'))
    AND (SELECT count(*) = 1 FROM finalize.consumer WHERE required)
 SQL
 )

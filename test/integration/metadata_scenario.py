@@ -213,7 +213,7 @@ def snapshot(pg, dbname="postgres"):
     # Without their counts: an open incident counts every cycle that still sees its condition.
     snap["alerts"] = q("SELECT alert_id, kind, severity, table_name, server_name, state, message, dedup_key "
                        "FROM finalize.alerts ORDER BY alert_id")
-    snap["targets"] = q("SELECT * FROM finalize._alert_targets() ORDER BY 1")
+    snap["targets"] = q("SELECT * FROM finalize_internal.alert_targets() ORDER BY 1")
     # Options in name order: their order means nothing (ALTER SERVER, the validators may reorder them).
     snap["servers"] = q("SELECT s.srvname, w.fdwname, ARRAY(SELECT unnest(s.srvoptions) ORDER BY 1) "
                         "FROM pg_foreign_server s "
@@ -287,7 +287,7 @@ def check_continues(env, sim, before_facts):
     assert_chain(facts)
     assert new[0]["start_lsn"] == kept[-1]["end_lsn"], (kept[-1], new[0])
     source_until = env.one("SELECT w.source_until FROM finalize.watermark w "
-                           "WHERE w.table_id = finalize._tracked_id(%s)", (ORDERS,))
+                           "WHERE w.table_id = finalize_internal.tracked_id(%s)", (ORDERS,))
     assert source_until == at(12, 0) and source_until <= truth_watermark(sim)
     assert env.status(ORDERS)["offset_lsn"] == sim_max_lsn(sim)
     # The consumer still holds the verdict where its report left it, until it reports more.

@@ -292,7 +292,7 @@ def test_a_held_source_stays_held_when_its_tables_are_untracked(env):
                         what=lambda: f"the stopped worker's pid to go: {env.source_status('src_held')}")
         assert env.source_status("src_held")["held_by"] == "commit_time_ahead"
         env.track("k.held", "src_held")
-        assert env.one("SELECT held_by FROM finalize._source_hold('src_held')") == "commit_time_ahead"
+        assert env.one("SELECT held_by FROM finalize_internal.source_hold('src_held')") == "commit_time_ahead"
         env.sql("SELECT finalize.untrack_table('k.held')")
         env.sql("DROP SERVER src_held CASCADE")
         del env.sources["src_held"]

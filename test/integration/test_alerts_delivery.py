@@ -54,7 +54,7 @@ def target(pg, name, url, fmt="json", min_severity="info", timeout="5 seconds", 
 
 
 def raise_alert(pg, kind="unreachable", severity="critical", server="erp", subject="", message="Login failed."):
-    return pg.sql("SELECT finalize._raise_alert(%s, %s, NULL, %s, %s, %s)",
+    return pg.sql("SELECT finalize_internal.raise_alert(%s, %s, NULL, %s, %s, %s)",
                   (kind, severity, server, subject, message))[0][0]
 
 
@@ -116,7 +116,7 @@ def test_slack_pagerduty_and_opsgenie_get_what_their_apis_expect(pg, rx):
     info = raise_alert(pg, kind="schema_change", severity="info", subject="x", message="ALTER TABLE <x> & y")
     crit = raise_alert(pg, message="Login failed for user 'cdc'. (18456)")
     pg.sql("SELECT finalize.acknowledge_alert(%s, 'on it, OPS-7')", (crit,))
-    pg.sql("SELECT finalize._resolve_alerts('unreachable', NULL, 'erp')")
+    pg.sql("SELECT finalize_internal.resolve_alerts('unreachable', NULL, 'erp')")
     rx.wait_for(lambda r: r.path.startswith("/pd"), count=3)
     rx.wait_for(lambda r: r.path.startswith("/og"), count=4)
     rx.wait_for(lambda r: r.path.startswith("/slack"), count=3)
@@ -366,7 +366,7 @@ def test_the_alerts_worker_keeps_its_memory_flat(pg, rx):
     def deliver(n):
         start = len(rx.requests("/mem"))
         for i in range(n):
-            cur.execute("SELECT finalize._raise_alert('unreachable', 'critical', NULL, %s, '', 'memory')",
+            cur.execute("SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, %s, '', 'memory')",
                         ("m%d-%d" % (start, i),))
         rx.wait_for(lambda r: True, count=start + n, timeout=120)
         pg.wait_for(lambda: not pg.sql("SELECT 1 FROM finalize.alert_delivery WHERE state = 'pending'"),
@@ -394,7 +394,7 @@ def test_bytes_of_a_sql_ascii_database_go_out_as_utf8(pg):
     pg.sql("CREATE DATABASE ascii_db ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
     try:
         pg.sql("CREATE EXTENSION finalize", dbname="ascii_db")
-        body, = pg.sql("SELECT encode(convert_to(r.body, 'SQL_ASCII'), 'hex') FROM finalize._alert_request('json', 'https://x.example', "
+        body, = pg.sql("SELECT encode(convert_to(r.body, 'SQL_ASCII'), 'hex') FROM finalize_internal.alert_request('json', 'https://x.example', "
                        "jsonb_build_object('event', 'open', 'dedup_key', 'finalize-x', 'idempotency_key', 'finalize-x-open',"
                        " 'alert', jsonb_build_object('id', 1, 'kind', 'sql_error', 'severity', 'critical', "
                        "'message', E'caf\\xe9 ' || convert_from('\\xc3a9'::bytea, 'SQL_ASCII'))), '{}') r",

@@ -40,7 +40,7 @@ def at(hh, mm=0, ss=0):
 
 
 def utc_iso(ts):
-    """A time as the payloads write it (finalize._utc_iso), or None."""
+    """A time as the payloads write it (finalize_internal.utc_iso), or None."""
     return None if ts is None else ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -190,7 +190,7 @@ def test_every_path_announces_the_verdict_the_sensors_give(pg, sims):
             "SELECT offset_lsn FROM finalize.status WHERE table_name = %s", (SOURCE,)) == target,
             what="a range past an unacknowledged loss")
         assert listener.one("SELECT w.finalized_until FROM finalize.watermark w "
-                            "WHERE w.table_id = finalize._tracked_id(%s)", (SOURCE,)) == at(15)
+                            "WHERE w.table_id = finalize_internal.tracked_id(%s)", (SOURCE,)) == at(15)
         # The freshness incident names the verdict too (a month behind the server's clock here).
         env.sql("SELECT finalize.alter_tracked_table(%s, max_lag => '1 hour')", (SOURCE,))
         detail = pg.wait_for(lambda: listener.one(
@@ -268,10 +268,10 @@ def record_loss(pg, table, end):
     """Records on a table, by hand, a range to 2026-11-01 10:00, a loss over its hours 10 to 21
     acknowledged hour by hour, and a range to end."""
     for q in [f"SELECT finalize.record_range('{table}', NULL, '0x00000000000000000100', '2026-11-01 10:00+00')",
-              f"SELECT finalize._record_event(finalize._tracked_id('{table}'), 'data_loss', "
+              f"SELECT finalize_internal.record_event(finalize_internal.tracked_id('{table}'), 'data_loss', "
               "'0x00000000000000000100', '0x00000000000000000300', 'dbo_orders', '{}', 'data_lost', 'purged')",
               f"SELECT finalize.resume_table('{table}')",
-              f"SELECT finalize._resume_after_loss(finalize._tracked_id('{table}'), '0x000000000000000002FF', "
+              f"SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('{table}'), '0x000000000000000002FF', "
               "'2026-11-01 21:00+00', '2026-11-01 21:00+00', 'dbo_orders', false, '{}')",
               f"SELECT finalize.record_range('{table}', '0x000000000000000002FF', '0x00000000000000000400', '{end}')",
               f"SELECT finalize.acknowledge_loss('{table}', '2026-11-01 10:00+00', '2026-11-01 22:00+00', 'fixed')"]:
@@ -296,7 +296,7 @@ def test_a_sharded_table_given_new_periods_announces_what_its_shards_allow():
         pg.sql("SELECT finalize.acknowledge_loss('sh.orders/db01', '2026-11-01 00:00+00', '2026-11-02 00:00+00', 'x')")
         # (the scheduler's round announces the sharded table)
         pg.wait_for(lambda: pg.sql("SELECT w.announced_until FROM finalize.watermark w "
-                                   "WHERE w.table_id = finalize._tracked_id('sh.orders')")[0][0] == at(0),
+                                   "WHERE w.table_id = finalize_internal.tracked_id('sh.orders')")[0][0] == at(0),
                     what="the sharded table announced final until 2026-11-02")
         received(pg, listener)
         pg.sql("SELECT finalize.alter_tracked_table('sh.orders', period_zone => 'Asia/Seoul')")
@@ -345,14 +345,14 @@ def test_a_derived_table_is_not_announced_past_what_an_input_lost_meanwhile():
         pg.sql("SELECT finalize.track_derived('d.orders', ARRAY['a.orders'])")
         record_loss(pg, "a.orders", "2026-11-02 16:05+00")
         pg.wait_for(lambda: pg.sql("SELECT w.announced_until FROM finalize.watermark w "
-                                   "WHERE w.table_id = finalize._tracked_id('d.orders')")[0][0] == at(16),
+                                   "WHERE w.table_id = finalize_internal.tracked_id('d.orders')")[0][0] == at(16),
                     what="the derived table announced final until 16:00")
-        round_.cursor().execute("SELECT FROM finalize.watermark WHERE table_id = finalize._tracked_id('d.orders') "
+        round_.cursor().execute("SELECT FROM finalize.watermark WHERE table_id = finalize_internal.tracked_id('d.orders') "
                                 "FOR UPDATE")
         pg.sql("SELECT finalize.record_range('a.orders', '0x00000000000000000400', '0x00000000000000000500', "
                "'2026-11-02 17:05+00')")
         assert ahead(received(pg, listener)) == []
-        round_.cursor().execute("SELECT finalize._refresh_derived()")
+        round_.cursor().execute("SELECT finalize_internal.refresh_derived()")
         change = meanwhile(pg, round_, "SELECT finalize.alter_tracked_table('a.orders', granularity => '1 day')")
         assert ahead(received(pg, listener)) == []
         change.commit()

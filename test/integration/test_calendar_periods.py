@@ -214,7 +214,7 @@ def test_a_derived_local_day_table_over_hourly_utc_inputs(pg):
                        (t, "0x%020X" % lsn[t], "0x%020X" % (lsn[t] + 0x100), at + datetime.timedelta(minutes=5)))
                 lsn[t] += 0x100
             # The derived table follows in the scheduler's next round; take that step now.
-            pg.sql("SELECT finalize._refresh_derived()")
+            pg.sql("SELECT finalize_internal.refresh_derived()")
             inputs = min(pg.sql("SELECT finalize.finalized_until(%s)", (t,))[0][0] for t in ("cal.h1", "cal.h2"))
             final, until = pg.sql("SELECT finalize.is_final('cal.ny_daily', %s), "
                                   "finalize.finalized_until('cal.ny_daily')", (mar8,))[0]

@@ -181,7 +181,7 @@ def verdict(env, table):
 
 def watermark(env, table):
     """The watermark (finalize.status shows the verdict as finalized_until() answers it)."""
-    return env.one("SELECT w.finalized_until FROM finalize.watermark w WHERE w.table_id = finalize._tracked_id(%s)",
+    return env.one("SELECT w.finalized_until FROM finalize.watermark w WHERE w.table_id = finalize_internal.tracked_id(%s)",
                    (table,))
 
 

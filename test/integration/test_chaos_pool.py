@@ -128,7 +128,7 @@ class Chaos:
         # (the watermark itself: finalize.status shows the verdict as finalized_until() answers it)
         rows = self.env.sql("SELECT s.table_name, w.finalized_until, s.offset_lsn, s.state, s.loss_blocked, "
                             "s.condition, s.source_condition FROM finalize.status s "
-                            "JOIN finalize.watermark w ON w.table_id = finalize._tracked_id(s.table_name) "
+                            "JOIN finalize.watermark w ON w.table_id = finalize_internal.tracked_id(s.table_name) "
                             "WHERE s.table_name = ANY(%s)", (names,))
         cols = ("watermark", "offset_lsn", "state", "loss_blocked", "condition", "source_condition")
         return {r[0]: dict(zip(cols, r[1:]), sensor=sensors[r[0]]) for r in rows}

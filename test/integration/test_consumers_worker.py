@@ -254,7 +254,7 @@ def test_debezium_lsns_are_accepted_and_stored_in_finalizes_form(env, sim):
             report(env, "debezium-sink", bad)
         assert e.value.pgcode == "22023" and "invalid LSN" in str(e.value), (bad, str(e.value))
     assert stored(env, "debezium-sink")["reported_lsn"] == b
-    assert env.one("SELECT finalize._lsn_normalize(%s)", ("0000002D:00000F2A:0002",)) == "0x0000002D00000F2A0002"
+    assert env.one("SELECT finalize_internal.lsn_normalize(%s)", ("0000002D:00000F2A:0002",)) == "0x0000002D00000F2A0002"
 
 
 def incidents(env, kind, consumer):
@@ -470,7 +470,7 @@ def test_a_consumer_that_stops_reporting_is_stalled_with_an_alert(env, sim, pg):
     pg.sql("SELECT pg_reload_conf()")
     listener = listen(pg)
     try:
-        env.pg.wait_for(lambda: env.one("SELECT finalize._consumer_stall_threshold()")
+        env.pg.wait_for(lambda: env.one("SELECT finalize_internal.consumer_stall_threshold()")
                         == datetime.timedelta(seconds=2), what="the threshold to be reloaded")
         start_tracking(env, sim)
         env.sql("SELECT finalize.add_consumer(%s, %s)", (TABLE, "nightly"))
@@ -656,7 +656,7 @@ def test_one_teams_open_report_never_holds_another_teams_derived_table(env, sim,
     commit(sim, at(9, 5), inserts=1)
     sim.call("sim.advance", to=at(11, 5))
     wait_until(env, at(11, 0))
-    der_b = env.one("SELECT finalize._tracked_id('p.der_b')")
+    der_b = env.one("SELECT finalize_internal.tracked_id('p.der_b')")
     verdict = lambda t: env.one("SELECT finalize.finalized_until(%s)", (t,))
     before = verdict("p.der_a")
     assert before < at(10, 0) and verdict("p.der_b") == before, "team A's consumer holds both"

@@ -192,7 +192,7 @@ def test_every_table_pg_dump_keeps_is_restored_before_the_seal_or_its_sequence(p
     their foreign keys, then sets every sequence. Each table pg_dump keeps is covered either by the
     seal's foreign keys (finalize.catalog_seal references it, directly or through the tables it
     references: its rows come before the seal's) or by the sequence check of
-    finalize._catalog_restoring() (it has an identity checked there, or a NOT NULL key to a table
+    finalize_internal.catalog_restoring() (it has an identity checked there, or a NOT NULL key to a table
     covered so: that sequence is behind while its rows load); the tables purge_facts empties in bulk
     are not referenced by the seal at all; and every table of finalize is either kept or the
     workers' runtime state."""
@@ -217,7 +217,7 @@ def test_every_table_pg_dump_keeps_is_restored_before_the_seal_or_its_sequence(p
                 todo.append(referenced)
     assert not {b for a, b, _ in edges if a == "catalog_seal"} & BY_SEQUENCE, \
         "a foreign key of the seal to a table purge_facts empties checks the seal for every row deleted"
-    checked = pg.sql("SELECT prosrc FROM pg_proc WHERE oid = 'finalize._catalog_restoring()'::regprocedure")[0][0]
+    checked = pg.sql("SELECT prosrc FROM pg_proc WHERE oid = 'finalize_internal.catalog_restoring()'::regprocedure")[0][0]
     identities = pg.sql("SELECT c.relname, pg_get_serial_sequence(a.attrelid::regclass::text, a.attname) "
                         "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
                         "WHERE c.relnamespace = 'finalize'::regnamespace AND a.attidentity <> ''")
@@ -275,7 +275,7 @@ def test_a_dump_of_an_older_version_is_restored_into_it_and_updated(pg):
                              "--exit-on-error", "-L", listed, archive)
         assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
         pg.sql("ALTER EXTENSION finalize UPDATE", dbname="old_restored")
-        assert pg.sql("SELECT finalize._catalog_restoring(), finalize.finalized_until('old.orders')",
+        assert pg.sql("SELECT finalize_internal.catalog_restoring(), finalize.finalized_until('old.orders')",
                       dbname="old_restored") == [(None, pg.sql("SELECT '2026-11-27 06:00+00'::timestamptz")[0][0])]
     finally:
         pg.sql('DROP DATABASE IF EXISTS "old_dump"')
@@ -289,9 +289,9 @@ def test_a_sequence_restarted_above_its_rows_is_not_behind_them(pg):
     try:
         database_tracking(pg, "restarted", ["a.orders", "a.payments"])
         pg.sql("ALTER SEQUENCE finalize.tracked_table_table_id_seq RESTART WITH 1000", dbname="restarted")
-        assert pg.sql("SELECT finalize._catalog_restoring()", dbname="restarted") == [(None,)]
+        assert pg.sql("SELECT finalize_internal.catalog_restoring()", dbname="restarted") == [(None,)]
         pg.sql("ALTER SEQUENCE finalize.tracked_table_table_id_seq RESTART WITH 2", dbname="restarted")
-        why = pg.sql("SELECT finalize._catalog_restoring()", dbname="restarted")[0][0]
+        why = pg.sql("SELECT finalize_internal.catalog_restoring()", dbname="restarted")[0][0]
         assert why is not None and "tracked_table_table_id_seq stands at 1, below the greatest id of its table, 2" \
             in why, why
     finally:

@@ -117,7 +117,7 @@ def check_counts_and_late_rows(env, sim, base):
     st = env.sql("SELECT w.finalized_until, w.commit_until, w.event_allowance FROM finalize.watermark w "
                  "JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.orders'")[0]
     assert st[2] == datetime.timedelta(minutes=10)
-    assert st[0] == env.one("SELECT finalize._event_bound(%s, '10 minutes', '1 hour', 'UTC')", (st[1],))
+    assert st[0] == env.one("SELECT finalize_internal.event_bound(%s, '10 minutes', '1 hour', 'UTC')", (st[1],))
     final_until = st[0]
     assert env.one("SELECT finalize.finalized_until('ev.orders')") == final_until
     # Only deletes were late: every late row of a period is a delete of it.
@@ -245,7 +245,7 @@ def test_dst_fall_back_and_odd_offset_zones_count_like_the_truth(env):
             # never lowered: every quantile bound is at or above the truth.
             for r in s.call("sim.truth_lateness", table="dbo.orders", column="created_at",
                             after_lsn=bytes.fromhex(base[2:]), quantiles="0.5,0.9,0.99,1")[0]:
-                bound = env.one("SELECT finalize._sketch_quantile_bound_ms(finalize._sketch_union(h.sketch), %s) "
+                bound = env.one("SELECT finalize_internal.sketch_quantile_bound_ms(finalize_internal.sketch_union(h.sketch), %s) "
                                 "FROM finalize.lateness_hour h JOIN finalize.tracked_table t USING (table_id) "
                                 "WHERE t.table_name = 'ev.zoned'", (r["quantile"],))
                 assert bound >= r["lateness_ms"], (zone, r, bound)
@@ -265,7 +265,7 @@ def test_a_hand_recorded_range_must_count_its_rows_as_its_sketch_does(env, sim):
     inserts, sketch, first, last = env.sql(
         "SELECT f.inserts, f.sketch, f.first_event_time, f.last_event_time FROM finalize.fact f "
         "JOIN finalize.tracked_table t USING (table_id) WHERE t.table_name = 'ev.orders' AND f.sketch IS NOT NULL")[0]
-    assert inserts == 4 and env.one("SELECT finalize._sketch_rows(%s)", (sketch,)) == 4
+    assert inserts == 4 and env.one("SELECT finalize_internal.sketch_rows(%s)", (sketch,)) == 4
     env.sql("CREATE SERVER hand FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', port '1', "
             "database 'demo')")
     try:

@@ -165,7 +165,7 @@ def test_case_3_a_whole_days_manifest_on_an_hourly_table_checks_every_hour(pg, t
 def test_an_unacknowledged_loss_inside_a_span_holds_it(pg, tables, store):
     """A span is final only when no unacknowledged loss touches any of its periods: changes committed from
     07:20 to 10:00 were lost, so hours 7 to 9 wait for an acknowledgement while 5 and 6 are final."""
-    pg.sql("SELECT finalize._record_loss(t.table_id, w, '0x00000000000000000150', '2026-11-28 07:20+00') "
+    pg.sql("SELECT finalize_internal.record_loss(t.table_id, w, '0x00000000000000000150', '2026-11-28 07:20+00') "
            "FROM finalize.tracked_table t JOIN finalize.watermark w USING (table_id) "
            "WHERE t.table_name = 'g.hourly'")
     assert pg.sql("SELECT finalize.is_final('g.hourly', '2026-11-28 06:00+00'), "

@@ -40,7 +40,7 @@ def test_alerts_fit_in_a_notify_payload_and_keep_their_names(pg, detail):
     listener = pg.connect()
     try:
         listener.cursor().execute("LISTEN finalize_alert")
-        pg.sql("SELECT finalize._alert(jsonb_build_object('alert', 'schema_blocked', 'table', %s::text, "
+        pg.sql("SELECT finalize_internal.alert(jsonb_build_object('alert', 'schema_blocked', 'table', %s::text, "
                "'start_lsn', '0x00000000000000000100', 'detail', %s::jsonb, 'extra', repeat('y', 2000)))",
                (table, json.dumps(detail)))
         (n,) = drain(listener)

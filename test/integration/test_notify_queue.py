@@ -122,21 +122,21 @@ def test_a_rolled_back_savepoint_takes_its_notification_along():
         listener.cursor().execute("LISTEN finalize")
         conn = pg.connect(autocommit=False)
         with conn.cursor() as cur:
-            cur.execute("SELECT finalize._notify('finalize', 'kept')")
+            cur.execute("SELECT finalize_internal.notify('finalize', 'kept')")
             cur.execute("SAVEPOINT s")
-            cur.execute("SELECT finalize._notify('finalize', 'dropped with the savepoint')")
+            cur.execute("SELECT finalize_internal.notify('finalize', 'dropped with the savepoint')")
             cur.execute("ROLLBACK TO SAVEPOINT s")
             cur.execute("SAVEPOINT t")
-            cur.execute("SELECT finalize._notify('finalize', 'kept by a released savepoint')")
+            cur.execute("SELECT finalize_internal.notify('finalize', 'kept by a released savepoint')")
             cur.execute("RELEASE SAVEPOINT t")
         conn.commit()
         with conn.cursor() as cur:
-            cur.execute("SELECT finalize._notify('finalize', 'rolled back')")
+            cur.execute("SELECT finalize_internal.notify('finalize', 'rolled back')")
         conn.rollback()
         assert [n.payload for n in drain(listener)] == ["kept", "kept by a released savepoint"]
         with conn.cursor() as cur:
             try:
-                cur.execute("SELECT finalize._notify('finalize', repeat('x', 8000))")
+                cur.execute("SELECT finalize_internal.notify('finalize', repeat('x', 8000))")
                 raise AssertionError("a payload pg_notify refuses was taken")
             except psycopg2.Error as e:
                 assert "payload string too long" in str(e)

@@ -281,7 +281,7 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
         # the schema change is an incident born resolved: opened and resolved at the target
         assert run(conn, "SELECT transition FROM finalize.alert_deliveries WHERE target = 'sec_hook' "
                          "AND kind = 'schema_change' ORDER BY delivery_id") == [("open",), ("resolve",)]
-        pg.sql("SELECT finalize._raise_alert('read_failed', 'critical', finalize._tracked_id('sec.evil'), 'src', '', "
+        pg.sql("SELECT finalize_internal.raise_alert('read_failed', 'critical', finalize_internal.tracked_id('sec.evil'), 'src', '', "
                "'Msg 229: SELECT denied.')")
         run(conn, "SELECT finalize.acknowledge_alert((SELECT alert_id FROM finalize.alerts WHERE kind = 'read_failed' "
                   "AND table_name = 'sec.evil'), 'sec admin is on it')")
@@ -411,9 +411,9 @@ def test_sharded_tables_with_look_alikes_everywhere_cannot_escalate(pg, store):
     finally:
         conn.close()
     for part in ("s1", "s2"):
-        pg.sql("SELECT finalize._consumer_resolved(finalize._tracked_id(%s), 'sec-sink', '0x00000000000000000200', "
+        pg.sql("SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id(%s), 'sec-sink', '0x00000000000000000200', "
                "'0x00000000000000000200', '2026-11-27 09:30+00')", (f"sec.sharded/{part}",))
-    pg.sql("SELECT finalize._refresh_derived()")
+    pg.sql("SELECT finalize_internal.refresh_derived()")
     write_file(store, "shard=s1/h=08/part-0.parquet", b"12345")
     conn = connect(pg, "sec_publisher")
     try:
@@ -794,7 +794,7 @@ def tenant_steps(t, team, target, measure, found):
     taken = tenant_cycles(pg) - reported
     if measure and taken > 4:
         found["source verdict time"] = f"{taken} cycles after the report (at most 4 without an attack)"
-    expected = tenant_one(pg, "SELECT finalize.period_start(finalize._inputs_final_until(finalize._tracked_id(%s)), "
+    expected = tenant_one(pg, "SELECT finalize.period_start(finalize_internal.inputs_final_until(finalize_internal.tracked_id(%s)), "
                               "'1 hour')", (team.derived,))
     try:
         tenant_report(pg, team, "SELECT finalize.report_processed(%s, %s, %s)",
@@ -1015,8 +1015,8 @@ def crafted(t, team):
         ("SELECT finalize.drop_consumer(%s, %s)", (other.source, other.source_consumer), "42501"),
         ("SELECT finalize.acknowledge_loss(%s, '2026-11-02 00:00+00', '2026-11-03 00:00+00', 'x')", (other.source,),
          "42501"),
-        ("SELECT finalize._check_consumers('shared')", None, "42501"),
-        ("SELECT finalize._consumer_resolved(1, %s, '0x' || repeat('F', 20), '0x' || repeat('F', 20), now())",
+        ("SELECT finalize_internal.check_consumers('shared')", None, "42501"),
+        ("SELECT finalize_internal.consumer_resolved(1, %s, '0x' || repeat('F', 20), '0x' || repeat('F', 20), now())",
          (other.source_consumer,), "42501"),
         ("LOCK TABLE finalize.watermark IN ACCESS EXCLUSIVE MODE", None, "42501"),
         ("SELECT * FROM finalize.consumers FOR UPDATE", None, "42501"),

@@ -1,6 +1,6 @@
 """The C sensors beyond one table and one watermark: the multi-table forms of
-is_final and finalized_until, losses (asked of finalize._loss_blocks and
-finalize._loss_cap as the extension's owner, only while
+is_final and finalized_until, losses (asked of finalize_internal.loss_blocks and
+finalize_internal.loss_cap as the extension's owner, only while
 watermark.loss_blocked is set), consumers and
 derived tables through the verdict cache, and a catalog from before the
 loss_blocked column. The verdict may lag a commit by one call, never run
@@ -26,7 +26,7 @@ def pg3():
 def follow(pg):
     """What the scheduler does within a round of a session's commit: the derived tables follow their
     inputs (a session's transaction moves only the table it writes). Taken at once, not waited for."""
-    pg.sql("SELECT finalize._refresh_derived()")
+    pg.sql("SELECT finalize_internal.refresh_derived()")
 
 
 @pytest.fixture
@@ -54,10 +54,10 @@ def lose_hours_10_to_12(pg, table):
     pg.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00')", (table,))
     pg.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
            "'2026-11-29 10:15+00', 1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00')", (table,))
-    pg.sql("SELECT finalize._record_event(finalize._tracked_id(%s), 'data_loss', '0x00000000000000000200', "
+    pg.sql("SELECT finalize_internal.record_event(finalize_internal.tracked_id(%s), 'data_loss', '0x00000000000000000200', "
            "'0x00000000000000000400', 'dbo_events', '{\"cause\": \"cleanup\"}', 'data_lost', 'purged')", (table,))
     pg.sql("SELECT finalize.resume_table(%s)", (table,))
-    pg.sql("SELECT finalize._resume_after_loss(finalize._tracked_id(%s), '0x000000000000000003FF', "
+    pg.sql("SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id(%s), '0x000000000000000003FF', "
            "'2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_events', false, '{}')", (table,))
     pg.sql("SELECT finalize.record_range(%s, '0x000000000000000003FF', '0x00000000000000000500', "
            "'2026-11-30 01:00+00')", (table,))
@@ -120,7 +120,7 @@ def test_a_loss_holds_its_periods_for_a_reader_without_execute_on_internals(pg3,
     # The sensors ask _loss_blocks and _loss_cap as the extension's owner:
     # EXECUTE on the sensor function is all a reader needs, whatever their
     # grants.
-    fns = ["finalize._loss_blocks(bigint, timestamptz, timestamptz)", "finalize._loss_cap(bigint)"]
+    fns = ["finalize_internal.loss_blocks(bigint, timestamptz, timestamptz)", "finalize_internal.loss_cap(bigint)"]
     granted = [fn for fn in fns
                if pg3.sql("SELECT has_function_privilege('finalize_reader', %s, 'EXECUTE')", (fn,))[0][0]]
     for fn in fns:
@@ -233,7 +233,7 @@ def test_a_consumer_resolution_is_seen_by_the_next_call(pg3, tables):
     assert one(reader, "SELECT finalize.is_final(ARRAY['m.orders'], '2026-11-29 14:00+00')") is False
     pg3.sql("SELECT finalize.report_progress('m.orders', 'spark', '0x00000000000000000200')")
     assert one(reader, "SELECT finalize.is_final('m.orders', '2026-11-29 14:00+00')") is False
-    pg3.sql("SELECT finalize._consumer_resolved(finalize._tracked_id('m.orders'), 'spark', "
+    pg3.sql("SELECT finalize_internal.consumer_resolved(finalize_internal.tracked_id('m.orders'), 'spark', "
             "'0x00000000000000000200', '0x00000000000000000180', '2026-11-29 15:10+00')")
     assert one(reader, "SELECT finalize.is_final('m.orders', '2026-11-29 14:00+00')") is True
     assert one(reader, "SELECT finalize.is_final('m.orders', '2026-11-29 15:00+00')") is False
@@ -298,11 +298,11 @@ def test_a_loss_recorded_while_the_scheduler_releases_a_derived_table_still_hold
     loss = pg3.connect(autocommit=False)
     try:
         with loss.cursor() as cur:       # the loss of m.ev2, as the worker records it, not committed yet
-            cur.execute("SELECT finalize._record_event(finalize._tracked_id('m.ev2'), 'data_loss', "
+            cur.execute("SELECT finalize_internal.record_event(finalize_internal.tracked_id('m.ev2'), 'data_loss', "
                         "'0x00000000000000000200', '0x00000000000000000400', 'dbo_ev2', '{\"cause\": \"cleanup\"}', "
                         "'data_lost', 'purged')")
             cur.execute("SELECT finalize.resume_table('m.ev2')")
-            cur.execute("SELECT finalize._resume_after_loss(finalize._tracked_id('m.ev2'), '0x000000000000000003FF', "
+            cur.execute("SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('m.ev2'), '0x000000000000000003FF', "
                         "'2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_ev2', false, '{}')")
             cur.execute("SELECT finalize.record_range('m.ev2', '0x000000000000000003FF', '0x00000000000000000500', "
                         "'2026-11-30 01:00+00')")
@@ -370,11 +370,11 @@ def test_two_acknowledgements_that_each_rely_on_the_others_flag_keep_the_hold(pg
             cur.execute("SELECT finalize.acknowledge_loss('m.job', '2026-11-29 10:00+00', "
                         "'2026-11-29 13:00+00', 'rebuilt')")
         # A second loss of m.ev1, commit times [2026-11-30 01:00, 03:20], and the source moves on.
-        pg3.sql("SELECT finalize._record_event(finalize._tracked_id('m.ev1'), 'data_loss', "
+        pg3.sql("SELECT finalize_internal.record_event(finalize_internal.tracked_id('m.ev1'), 'data_loss', "
                 "'0x00000000000000000500', '0x00000000000000000700', 'dbo_events', '{\"cause\": \"cleanup\"}', "
                 "'data_lost', 'purged')")
         pg3.sql("SELECT finalize.resume_table('m.ev1')")
-        pg3.sql("SELECT finalize._resume_after_loss(finalize._tracked_id('m.ev1'), '0x000000000000000006FF', "
+        pg3.sql("SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('m.ev1'), '0x000000000000000006FF', "
                 "'2026-11-30 03:20+00', '2026-11-30 03:20+00', 'dbo_events', false, '{}')")
         pg3.sql("SELECT finalize.record_range('m.ev1', '0x000000000000000006FF', '0x00000000000000000800', "
                 "'2026-11-30 06:00+00')")

@@ -159,7 +159,7 @@ def gate(env, label, period_start, store, generation):
 def published(env, partition):
     """The published marker of a partition of the sharded table: (generation, prefix), or None."""
     rows = env.sql("SELECT p.generation, p.prefix FROM finalize.published p "
-                   "WHERE p.table_id = finalize._tracked_id(%s) AND p.partition = %s", (TABLE, partition))
+                   "WHERE p.table_id = finalize_internal.tracked_id(%s) AND p.partition = %s", (TABLE, partition))
     return rows[0] if rows else None
 
 

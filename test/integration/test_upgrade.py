@@ -36,6 +36,15 @@ def released_versions():
                   key=vkey)
 
 
+def on_catalog(pg, dbname, query):
+    """The query for the catalog of a database as it is now: before 0.3.0 the
+    internal functions were finalize._<name>, not finalize_internal.<name>."""
+    version = pg.sql("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'finalize'", dbname=dbname)
+    if version and vkey(version[0][0]) < vkey("0.3.0"):
+        return re.sub(r"\bfinalize_internal\.", "finalize._", query)
+    return query
+
+
 # What a database's finalize catalog looks like, as sets of text rows that
 # do not depend on OIDs or on the order objects were created in (an upgrade
 # adds a column at the end of its table; a fresh install may declare it
@@ -50,37 +59,37 @@ SNAPSHOT = {
         SELECT p.oid::pg_catalog.regprocedure::text,
                CASE WHEN p.prokind IN ('f', 'p') THEN pg_catalog.pg_get_functiondef(p.oid) END,
                p.proacl::text, pg_catalog.obj_description(p.oid, 'pg_proc')
-          FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'finalize'::pg_catalog.regnamespace""",
+          FROM pg_catalog.pg_proc p WHERE p.pronamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal'))""",
     "relations": """
         SELECT c.relname, c.relkind, c.relacl::text, pg_catalog.obj_description(c.oid, 'pg_class'),
                CASE WHEN c.relkind IN ('v', 'm') THEN pg_catalog.pg_get_viewdef(c.oid) END
-          FROM pg_catalog.pg_class c WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace""",
+          FROM pg_catalog.pg_class c WHERE c.relnamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal'))""",
     "columns": """
         SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
                pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.attacl::text, pg_catalog.col_description(c.oid, a.attnum)
           FROM pg_catalog.pg_class c
           JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
           LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-         WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace""",
+         WHERE c.relnamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal'))""",
     "constraints": """
         SELECT co.conrelid::pg_catalog.regclass::text, co.contypid::pg_catalog.regtype::text, co.conname,
                pg_catalog.pg_get_constraintdef(co.oid)
-          FROM pg_catalog.pg_constraint co WHERE co.connamespace = 'finalize'::pg_catalog.regnamespace""",
+          FROM pg_catalog.pg_constraint co WHERE co.connamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal'))""",
     "indexes": """
         SELECT pg_catalog.pg_get_indexdef(i.indexrelid)
           FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-         WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace""",
+         WHERE c.relnamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal'))""",
     "triggers": """
         SELECT pg_catalog.pg_get_triggerdef(t.oid)
           FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
-         WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace AND NOT t.tgisinternal""",
+         WHERE c.relnamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal')) AND NOT t.tgisinternal""",
     "types": """
         SELECT t.typname, t.typtype, pg_catalog.format_type(t.typbasetype, t.typtypmod), t.typnotnull,
                t.typacl::text, pg_catalog.obj_description(t.oid, 'pg_type'),
                (SELECT pg_catalog.string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
                   FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid)
           FROM pg_catalog.pg_type t
-         WHERE t.typnamespace = 'finalize'::pg_catalog.regnamespace AND t.typtype IN ('d', 'e', 'b', 'r')""",
+         WHERE t.typnamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal')) AND t.typtype IN ('d', 'e', 'b', 'r')""",
     "config": """
         SELECT e.extversion, (SELECT pg_catalog.array_agg(x::pg_catalog.regclass::text ORDER BY x::pg_catalog.regclass::text)
                                 FROM pg_catalog.unnest(e.extconfig) AS x)::text, e.extcondition::text
@@ -216,7 +225,7 @@ def old_release(sql, manifest, released):
     catalog of another version (it refuses: the gate never guesses what an
     older catalog means)."""
     sql("INSERT INTO finalize.release (table_id, partition, generation, store, prefix, released, period_start, "
-        "problems, report, requested_by) VALUES (finalize._tracked_id(%s), %s, %s, %s, %s, %s, %s, '[]', "
+        "problems, report, requested_by) VALUES (finalize_internal.tracked_id(%s), %s, %s, %s, %s, %s, %s, '[]', "
         "jsonb_build_object('manifest', %s::jsonb), current_user) RETURNING release_id",
         (manifest["table"], manifest["partition"], manifest["generation"], manifest["store"], manifest["prefix"],
          released, manifest["period_start"], json.dumps(manifest)))
@@ -232,7 +241,7 @@ def make_history(pg, dbname, store):
     releases through the gate when it is this version's, else as that
     version stored them (old_release)."""
     def sql(query, args=None):
-        return pg.sql(query, args, dbname=dbname)
+        return pg.sql(on_catalog(pg, dbname, query), args, dbname=dbname)
     sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
     sql("CREATE USER MAPPING FOR CURRENT_USER SERVER up OPTIONS (username 'u', password 'p')")
     sql("SELECT finalize.track_table('up.orders', 'up', 'dbo.orders', '1 hour')")
@@ -251,11 +260,11 @@ def make_history(pg, dbname, store):
     # kept, a condition per table and a source held by commit_time_ahead.
     sql("SELECT finalize.track_table('up.lines', 'up', 'dbo.lines', '1 day', ddl_policy => 'block')")
     sql("SELECT finalize.record_range('up.lines', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
-    sql("SELECT finalize._record_event(finalize._tracked_id('up.lines'), 'data_loss', '0x00000000000000000010', "
+    sql("SELECT finalize_internal.record_event(finalize_internal.tracked_id('up.lines'), 'data_loss', '0x00000000000000000010', "
         "'0x00000000000000000090', 'dbo_lines', '{\"cause\": \"cleanup\"}', 'data_lost', 'lost')")
-    sql("SELECT finalize._set_condition(finalize._tracked_id('up.orders'), 'lock_timeout', 'held')")
-    sql("SELECT finalize._set_condition(finalize._tracked_id('up.lines'), 'no_capture_instance', 'gone')")
-    sql("SELECT finalize._source_failed('up', NULL, 'commit_time_ahead', 'ahead', '2026-11-02 11:00+00')")
+    sql("SELECT finalize_internal.set_condition(finalize_internal.tracked_id('up.orders'), 'lock_timeout', 'held')")
+    sql("SELECT finalize_internal.set_condition(finalize_internal.tracked_id('up.lines'), 'no_capture_instance', 'gone')")
+    sql("SELECT finalize_internal.source_failed('up', NULL, 'commit_time_ahead', 'ahead', '2026-11-02 11:00+00')")
     sql("SELECT finalize.track_table('up.old', 'up', 'dbo.old', '15 minutes')")
     sql("SELECT finalize.record_range('up.old', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
     sql("SELECT finalize.untrack_table('up.old')")
@@ -289,7 +298,7 @@ def make_history(pg, dbname, store):
 # the clock, aside).
 KEPT = {
     "sequences": "SELECT c.relname, pg_catalog.pg_sequence_last_value(c.oid::pg_catalog.regclass) "
-                 "FROM pg_catalog.pg_class c WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace "
+                 "FROM pg_catalog.pg_class c WHERE c.relnamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal')) "
                  "AND c.relkind = 'S' ORDER BY 1",
     "finalized_until": "SELECT t, finalize.finalized_until(t) FROM unnest(ARRAY['up.orders', 'up.lines']) AS t",
     "is_final": "SELECT t, p, finalize.is_final(t, p) FROM unnest(ARRAY['up.orders', 'up.lines']) AS t, "
@@ -311,7 +320,7 @@ KEPT = {
     "facts": "SELECT f::text FROM finalize.facts f ORDER BY fact_id",
     "releases": "SELECT r::text FROM finalize.releases r ORDER BY release_id",
     "released_generation": "SELECT finalize.released_generation('up.orders', 'hour=09')",
-    "held": "SELECT * FROM finalize._source_hold('up')",
+    "held": "SELECT * FROM finalize_internal.source_hold('up')",
 }
 
 
@@ -326,7 +335,7 @@ def columns_of(pg, dbname):
     return dict(pg.sql("SELECT c.relname, pg_catalog.array_agg(a.attname::text ORDER BY a.attnum) "
                        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid "
                        "AND a.attnum > 0 AND NOT a.attisdropped "
-                       "WHERE c.relnamespace = 'finalize'::pg_catalog.regnamespace AND c.relkind = 'r' "
+                       "WHERE c.relnamespace IN ('finalize'::pg_catalog.regnamespace, pg_catalog.to_regnamespace('finalize_internal')) AND c.relkind = 'r' "
                        "GROUP BY c.relname", dbname=dbname))
 
 
@@ -342,7 +351,7 @@ def kept(pg, dbname, before=None):
         out["table " + rel] = pg.sql('SELECT ROW(%s)::text FROM finalize."%s" t ORDER BY 1' % (row, rel),
                                      dbname=dbname)
     for name, query in KEPT.items():
-        out[name] = pg.sql(query, dbname=dbname)
+        out[name] = pg.sql(on_catalog(pg, dbname, query), dbname=dbname)
     if before:
         had = {r[0] for r in before["sequences"]}
         out["sequences"] = [r for r in out["sequences"] if r[0] in had]
@@ -417,16 +426,16 @@ def test_losses_recorded_before_the_update_hold_their_periods(pg, databases, ver
     db = databases("up_loss_from_%s" % version.replace(".", "_"), version)
 
     def sql(query, args=None):
-        return pg.sql(query, args, dbname=db)
+        return pg.sql(on_catalog(pg, db, query), args, dbname=db)
     sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
     sql("SELECT finalize.track_table('up.events', 'up', 'dbo.events', '1 hour')")
     sql("SELECT finalize.record_range('up.events', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
     sql("SELECT finalize.record_range('up.events', '0x00000000000000000010', '0x00000000000000000020', "
         "'2026-11-02 10:15:00+00', 1, 0, 0, '2026-11-02 09:30+00', '2026-11-02 09:30+00')")
-    sql("SELECT finalize._record_event(finalize._tracked_id('up.events'), 'data_loss', '0x00000000000000000020', "
+    sql("SELECT finalize_internal.record_event(finalize_internal.tracked_id('up.events'), 'data_loss', '0x00000000000000000020', "
         "'0x00000000000000000090', 'dbo_events', '{\"cause\": \"cleanup\"}', 'data_lost', 'lost')")
     sql("SELECT finalize.resume_table('up.events')")
-    sql("SELECT finalize._resume_after_loss(finalize._tracked_id('up.events'), '0x0000000000000000008F', "
+    sql("SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id('up.events'), '0x0000000000000000008F', "
         "'2026-11-02 12:20:00+00', 'dbo_events', false, '{}')")
     sql("SELECT finalize.record_range('up.events', '0x0000000000000000008F', '0x000000000000000000A0', "
         "'2026-11-02 14:00:01+00')")
@@ -492,10 +501,10 @@ def test_the_new_library_answers_a_0_2_0_catalog_in_its_periods(pg, databases):
     db = databases("up_mixed_0_2_0", "0.2.0")
 
     def sql(query, args=None):
-        return pg.sql(query, args, dbname=db)
-    assert sql("SELECT finalize._event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour'), "
+        return pg.sql(on_catalog(pg, db, query), args, dbname=db)
+    assert sql("SELECT finalize_internal.event_bound('2026-11-29 12:00+00', '10 minutes', '1 hour'), "
                "finalize.period_start('2026-11-28 12:00+00', '7 days'), "
-               "finalize._period_final('2026-11-28 12:00+00', '1 day', '2026-11-29 00:00+00')") == \
+               "finalize_internal.period_final('2026-11-28 12:00+00', '1 day', '2026-11-29 00:00+00')") == \
         [(datetime(2026, 11, 29, 11, tzinfo=timezone.utc), datetime(2026, 11, 28, tzinfo=timezone.utc), True)]
     sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
     sql("SELECT finalize.track_table('up.events', 'up', 'dbo.orders', '1 hour', event_time_column => 'created_at', "
@@ -515,7 +524,7 @@ def test_every_table_keeps_its_periods_through_the_update(pg, databases, version
     db = databases("up_periods_from_%s" % version.replace(".", "_"), version)
 
     def sql(query, args=None):
-        return pg.sql(query, args, dbname=db)
+        return pg.sql(on_catalog(pg, db, query), args, dbname=db)
     sql("CREATE SERVER up FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'erp')")
     grains = {"up.weekly": "7 days", "up.fortnight": "14 days", "up.hours168": "168 hours", "up.daily": "1 day",
               "up.quarter_hours": "15 minutes"}

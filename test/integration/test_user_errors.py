@@ -160,7 +160,7 @@ def test_an_internal_failure_keeps_its_stack(pg):
     try:
         with conn.cursor() as cur:
             # Stands in for a bug deep inside: the helper that says a table is not tracked fails.
-            cur.execute("CREATE OR REPLACE FUNCTION finalize._not_tracked(table_name text) RETURNS void "
+            cur.execute("CREATE OR REPLACE FUNCTION finalize_internal.not_tracked(table_name text) RETURNS void "
                         "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'cache lookup failed' "
                         "USING ERRCODE = 'internal_error'; END $$")
             for sql in (f"SELECT * FROM finalize.explain_verdict('{NOT_TRACKED}')",
@@ -170,7 +170,7 @@ def test_an_internal_failure_keeps_its_stack(pg):
                     cur.execute(sql)
                 cur.execute("ROLLBACK TO SAVEPOINT s")
                 assert e.value.pgcode == "XX000"
-                assert "finalize._not_tracked" in e.value.diag.context, (sql, e.value.diag.context)
+                assert "finalize_internal.not_tracked" in e.value.diag.context, (sql, e.value.diag.context)
     finally:
         conn.rollback()
         conn.close()

@@ -86,7 +86,7 @@ def test_the_alerts_worker_names_a_webhook_delivery(pg):
                "OPTIONS (url %s, format 'json', min_severity 'info', timeout '60 seconds')", (rx.url_for("/stall"),))
         # A server name of its own: the session's cluster is shared, and an incident of another
         # test still open under the same key would only be counted again, not delivered.
-        pg.sql("SELECT finalize._raise_alert('unreachable', 'critical', NULL, 'wait_events_erp', '', "
+        pg.sql("SELECT finalize_internal.raise_alert('unreachable', 'critical', NULL, 'wait_events_erp', '', "
                "'held by a stalled receiver')")
         rx.wait_for(lambda r: r.path == "/stall", timeout=30)
         wait_in(pg, "finalize alerts", "FinalizeWebhookDelivery")

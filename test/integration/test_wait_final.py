@@ -163,10 +163,10 @@ def test_a_period_a_loss_holds_is_waited_for_until_the_loss_is_acknowledged(pgw,
     pgw.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00')", (t,))
     pgw.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
             "'2026-11-29 10:15+00', 1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00')", (t,))
-    pgw.sql("SELECT finalize._record_event(finalize._tracked_id(%s), 'data_loss', '0x00000000000000000200', "
+    pgw.sql("SELECT finalize_internal.record_event(finalize_internal.tracked_id(%s), 'data_loss', '0x00000000000000000200', "
             "'0x00000000000000000400', 'dbo_lossy', '{}', 'data_lost', 'purged')", (t,))
     pgw.sql("SELECT finalize.resume_table(%s)", (t,))
-    pgw.sql("SELECT finalize._resume_after_loss(finalize._tracked_id(%s), '0x000000000000000003FF', "
+    pgw.sql("SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id(%s), '0x000000000000000003FF', "
             "'2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_lossy', false, '{}')", (t,))
     pgw.sql("SELECT finalize.record_range(%s, '0x000000000000000003FF', '0x00000000000000000500', "
             "'2026-11-30 01:00+00')", (t,))

@@ -298,7 +298,7 @@ def test_a_cycle_over_many_tables_records_them_at_once_and_odd_ones_one_by_one(e
            "FOR EACH STATEMENT EXECUTE FUNCTION public.count_fact_inserts()")
     # m0: a condition to clear (the one-by-one way clears it);
     # m1: its verdict row held by another session until after a cycle.
-    env.sql("SELECT finalize._set_condition(finalize._tracked_id('many.m0'), 'read_failed', 'left by the test')")
+    env.sql("SELECT finalize_internal.set_condition(finalize_internal.tracked_id('many.m0'), 'read_failed', 'left by the test')")
     holder = pg.connect(autocommit=False)
     try:
         holder.cursor().execute("SELECT finalize.resume_table('many.m1')")

@@ -192,7 +192,7 @@ def test_resume_after_a_data_loss(env, sim, pg):
     sim.call("sim.advance", to=at(11, 5))
     env.wait_caught_up("g.orders", sim)
     assert env.one("SELECT w.finalized_until FROM finalize.watermark w "
-                   "WHERE w.table_id = finalize._tracked_id('g.orders')") == at(11, 0)
+                   "WHERE w.table_id = finalize_internal.tracked_id('g.orders')") == at(11, 0)
     # The lost periods hold the verdict until acknowledged: finalize.status shows it as the sensors do.
     assert env.status("g.orders")["finalized_until"] == env.one("SELECT finalize.finalized_until('g.orders')") \
         == frozen

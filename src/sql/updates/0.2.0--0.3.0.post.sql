@@ -2,9 +2,9 @@
 -- migrations and constraints that call the functions 0.3.0 brings.
 
 ALTER TABLE @extschema@.tracked_table
-    ADD CONSTRAINT tracked_table_period_zone_check CHECK (@extschema@._zone_valid(period_zone));
+    ADD CONSTRAINT tracked_table_period_zone_check CHECK (finalize_internal.zone_valid(period_zone));
 CREATE FOREIGN DATA WRAPPER finalize_iceberg
-    VALIDATOR @extschema@.finalize_iceberg_validator;
+    VALIDATOR finalize_internal.iceberg_validator;
 COMMENT ON FOREIGN DATA WRAPPER finalize_iceberg IS
     'Iceberg REST catalogs whose tables'' snapshots say how far a pipeline got (finalize.add_consumer(..., iceberg_server => ...))';
 GRANT USAGE ON FOREIGN DATA WRAPPER finalize_iceberg TO finalize_admin;
@@ -24,14 +24,14 @@ COMMENT ON COLUMN @extschema@.late_period.period_end IS
     'The end of the period the late rows landed in, in the periods the table had then: the span holds them whatever its periods are now';
 UPDATE @extschema@.tracked_table t
    SET period_zone = t.period_zone, event_time_zone = t.event_time_zone
- WHERE t.period_zone IS DISTINCT FROM @extschema@._check_zone(t.period_zone, 'period_zone')
+ WHERE t.period_zone IS DISTINCT FROM finalize_internal.check_zone(t.period_zone, 'period_zone')
     OR t.event_time_zone IS DISTINCT FROM CASE WHEN t.event_time_zone IS NOT NULL
-                                              THEN @extschema@._check_zone(t.event_time_zone, 'event_time_zone') END;
+                                              THEN finalize_internal.check_zone(t.event_time_zone, 'event_time_zone') END;
 
 -- What each table's sensors answer now is what was announced last: the
 -- first notification after the update names it as "old".
 UPDATE @extschema@.watermark w
-   SET announced_until = @extschema@._sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
+   SET announced_until = finalize_internal.sensor_until(w.table_id, t.kind, w.finalized_until, t.granularity, t.period_zone,
                                                    w.loss_blocked)
   FROM @extschema@.tracked_table t
  WHERE t.table_id = w.table_id;
@@ -47,31 +47,31 @@ INSERT INTO @extschema@.catalog_seal DEFAULT VALUES;
 
 -- Functions 0.3.0 no longer has, or has with another signature: dropped
 -- once the functions above that called them have been made again.
-DROP FUNCTION @extschema@._store_offsets(bigint[], @extschema@.lsn[], timestamptz[]);
-DROP FUNCTION @extschema@._consumer_until(text, interval, timestamptz, timestamptz);
-DROP FUNCTION @extschema@._inputs_until(bigint, interval);
-DROP FUNCTION @extschema@._loss_span(timestamptz, timestamptz, interval);
-DROP FUNCTION @extschema@._event_bound(timestamptz, interval, interval);
-DROP FUNCTION @extschema@._period_facts(text, timestamptz);
-DROP FUNCTION @extschema@._late_data_problem(text, text, timestamptz, timestamptz);
-DROP FUNCTION @extschema@._period_final(timestamptz, interval, timestamptz);
-DROP FUNCTION @extschema@._periods(timestamptz, timestamptz, interval);
+DROP FUNCTION finalize_internal.store_offsets(bigint[], @extschema@.lsn[], timestamptz[]);
+DROP FUNCTION finalize_internal.consumer_until(text, interval, timestamptz, timestamptz);
+DROP FUNCTION finalize_internal.inputs_until(bigint, interval);
+DROP FUNCTION finalize_internal.loss_span(timestamptz, timestamptz, interval);
+DROP FUNCTION finalize_internal.event_bound(timestamptz, interval, interval);
+DROP FUNCTION finalize_internal.period_facts(text, timestamptz);
+DROP FUNCTION finalize_internal.late_data_problem(text, text, timestamptz, timestamptz);
+DROP FUNCTION finalize_internal.period_final(timestamptz, interval, timestamptz);
+DROP FUNCTION finalize_internal.periods(timestamptz, timestamptz, interval);
 DROP FUNCTION @extschema@.track_table(text, text, text, interval, text, text, text, text, text, text, interval,
                                       double precision, interval);
-DROP FUNCTION @extschema@._track_table(name, text, text, text, interval, text, text, text, text, text, text,
+DROP FUNCTION finalize_internal.track_table(name, text, text, text, interval, text, text, text, text, text, text,
                                        interval, double precision, interval);
 DROP FUNCTION @extschema@.alter_tracked_table(text, interval, text, text, text, text, text, interval,
                                               double precision, interval, interval);
 DROP FUNCTION @extschema@.track_derived(text, text[], interval);
-DROP FUNCTION @extschema@._track_derived(name, text, text[], interval);
+DROP FUNCTION finalize_internal.track_derived(name, text, text[], interval);
 DROP FUNCTION @extschema@.register_partition(text, text, text);
-DROP FUNCTION @extschema@._register_partition(name, text, text, text);
-DROP FUNCTION @extschema@._record_range(bigint, text, text, timestamptz, bigint, bigint, bigint, timestamptz,
+DROP FUNCTION finalize_internal.register_partition(name, text, text, text);
+DROP FUNCTION finalize_internal.record_range(bigint, text, text, timestamptz, bigint, bigint, bigint, timestamptz,
                                         timestamptz, text, text, jsonb, jsonb, bytea, timestamptz, timestamptz);
-DROP FUNCTION @extschema@._refresh_derived(text);
-DROP FUNCTION @extschema@._consumer_resolved(bigint, text, text, text, timestamptz);
-DROP FUNCTION @extschema@._record_ranges(bigint[], text[], text[], timestamptz[], bigint[], bigint[], bigint[],
+DROP FUNCTION finalize_internal.refresh_derived(text);
+DROP FUNCTION finalize_internal.consumer_resolved(bigint, text, text, text, timestamptz);
+DROP FUNCTION finalize_internal.record_ranges(bigint[], text[], text[], timestamptz[], bigint[], bigint[], bigint[],
                                          timestamptz[], timestamptz[], text[]);
-DROP FUNCTION @extschema@._resume_after_loss(bigint, text, timestamptz, timestamptz, text, boolean, jsonb);
-DROP FUNCTION @extschema@._gate_catalog(bigint, text, timestamptz);
-DROP FUNCTION @extschema@._catalog_view(bigint, text, timestamptz);
+DROP FUNCTION finalize_internal.resume_after_loss(bigint, text, timestamptz, timestamptz, text, boolean, jsonb);
+DROP FUNCTION finalize_internal.gate_catalog(bigint, text, timestamptz);
+DROP FUNCTION finalize_internal.catalog_view(bigint, text, timestamptz);

@@ -319,3 +319,31 @@ ALTER TABLE @extschema@.late_period ADD COLUMN period_end timestamptz;
 
 -- Functions whose result changed: dropped before they are made again.
 DROP FUNCTION @extschema@.changes_by_period(text, timestamptz, timestamptz);
+
+-- The internal functions move to their own schema, named without the
+-- leading underscore (finalize._record_range is finalize_internal.record_range):
+-- moved, not dropped, so the triggers, constraints and grants that name them
+-- keep them. The rerunnable parts then make each as 0.3.0 has it.
+CREATE SCHEMA finalize_internal;
+COMMENT ON SCHEMA finalize_internal IS
+    'Internal functions of extension finalize: not an API, they change between versions';
+DO $internal$
+DECLARE
+    fn record;
+BEGIN
+    FOR fn IN
+        SELECT p.oid, p.proname, CASE p.prokind WHEN 'a' THEN 'AGGREGATE' WHEN 'p' THEN 'PROCEDURE'
+                                               ELSE 'FUNCTION' END AS kind
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.deptype = 'e'
+           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize')
+           AND p.pronamespace = '@extschema@'::pg_catalog.regnamespace AND p.proname ~ '^_'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER %s %s SET SCHEMA finalize_internal', fn.kind, fn.oid::pg_catalog.regprocedure);
+        EXECUTE pg_catalog.format('ALTER %s %s RENAME TO %I', fn.kind, fn.oid::pg_catalog.regprocedure,
+                                  pg_catalog.substr(fn.proname, 2));
+    END LOOP;
+END
+$internal$;
+COMMENT ON COLUMN @extschema@.watermark.loss_blocked IS
+    'True while the table or one of its inputs (transitively) has a loss not covered by acknowledgements: then finalize_internal.loss_blocks() decides whether a period is final';
