@@ -558,3 +558,21 @@ def test_every_table_keeps_its_periods_through_the_update(pg, databases, version
     sql("SELECT finalize.track_table('up.iso', 'up', 'dbo.orders', '7 days')")
     assert sql("SELECT period_start FROM finalize.explain_verdict('up.iso', '2026-11-26 12:00+00')") == \
         [(datetime(2026, 11, 23, tzinfo=timezone.utc),)]
+
+
+def test_schema_finalize_holds_the_documented_api_and_the_internals_their_own(pg, databases):
+    """`\\df finalize.*` shows a user the API: every function there is in
+    docs/reference.md; the internal ones are in finalize_internal, which
+    PUBLIC cannot use and no one's search_path holds."""
+    db = databases("api_only")
+    api = {r[0] for r in pg.sql("SELECT proname FROM pg_catalog.pg_proc "
+                                "WHERE pronamespace = 'finalize'::pg_catalog.regnamespace", dbname=db)}
+    with open(os.path.join(TOP, "docs", "reference.md")) as f:
+        reference = f.read()
+    assert len(api) > 30
+    assert [n for n in sorted(api) if n.startswith("_")] == []
+    assert [n for n in sorted(api) if not re.search(r"finalize\." + n + r"\b|`" + n + r"\(", reference)] == []
+    internal = pg.sql("SELECT count(*), bool_or(has_schema_privilege('public', n.oid, 'USAGE')) "
+                      "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+                      "WHERE n.nspname = 'finalize_internal' GROUP BY n.oid", dbname=db)
+    assert internal[0][0] > 150 and internal[0][1] is False, internal
