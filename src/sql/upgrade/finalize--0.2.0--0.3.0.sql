@@ -1111,34 +1111,12 @@ $$;
 -- 'infinity' when none does, '-infinity' when such a loss has no start.
 -- It may name an earlier period than the first one a loss holds (the
 -- acknowledgements count only from a period start of the table they are
--- on), never a later one. The C sensors ask it (as the extension's owner)
--- only while watermark.loss_blocked is set.
+-- on), never a later one. In C over the catalog (src/sensor/losses.c),
+-- which the sensors read without SQL while watermark.loss_blocked is set.
 CREATE OR REPLACE FUNCTION @extschema@._loss_cap(table_id bigint)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    cap timestamptz;
-BEGIN
-    SELECT min(CASE WHEN isfinite(h.held_from) THEN @extschema@.period_start(h.held_from, t.granularity, t.period_zone)
-                    ELSE h.held_from END) INTO cap
-      FROM @extschema@.tracked_table t
-     CROSS JOIN LATERAL (
-           SELECT GREATEST(CASE WHEN isfinite(r.reach)
-                                THEN @extschema@.period_start(r.reach, a.acker_granularity, a.acker_zone)
-                                ELSE r.reach END,
-                           l.lost_from) AS held_from
-             FROM @extschema@._loss_ackers(t.table_id) AS a
-             JOIN @extschema@.loss l ON l.loss_id = a.loss_id
-            CROSS JOIN LATERAL (SELECT @extschema@._ack_reach(a.acker_id, a.span_from, a.span_to,
-                                                              l.created_at) AS reach) AS r
-            WHERE r.reach < a.span_to) AS h
-     WHERE t.table_id = _loss_cap.table_id;
-    RETURN coalesce(cap, 'infinity');
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_loss_cap'
+LANGUAGE C STABLE;
 
 -- The event-time verdict of a table whose commit-time verdict is
 -- commit_until (capped by the losses that hold it): the greatest event
@@ -8048,6 +8026,23 @@ REVOKE ALL ON @extschema@.catalog_seal FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._seal_catalog(), @extschema@._catalog_restoring() FROM PUBLIC;
 -- ===========================================================================
 -- End of 9j (dump, restore and pg_upgrade).
+-- ===========================================================================
+
+-- ===========================================================================
+-- 9k. Sensors without SQL (issue 43): the loss rule the sensors need is C
+-- over the catalog (src/sensor/losses.c); _loss_cap above and _loss_blocks
+-- here are that C for SQL, so that the rule exists once.
+-- ===========================================================================
+-- Whether a loss holds the period [period_start, period_end) of a table
+-- (the rule of _open_losses), in C over the catalog (src/sensor/losses.c):
+-- the sensors read the same rule without SQL while watermark.loss_blocked
+-- is set.
+CREATE OR REPLACE FUNCTION @extschema@._loss_blocks(table_id bigint, period_start timestamptz, period_end timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'finalize_loss_blocks'
+LANGUAGE C STABLE;
+-- ===========================================================================
+-- End of 9k (sensors without SQL).
 -- ===========================================================================
 
 -- 10. Last: objects this script created belong to whoever ran it. Hand them to
