@@ -6,13 +6,10 @@
  * the executor and read the two rows they need through their unique indexes
  * (genam) under an MVCC snapshot, when verdict_cache.c has no current copy.
  * That also keeps them free of search_path and of table privileges: EXECUTE
- * on the function is the whole permission model. Everything else uses SQL:
- * among it, whether a loss holds a period (finalize_internal.loss_blocks) and where
- * losses stop finalized_until (finalize_internal.loss_cap), which are asked only
- * while the loss_blocked flag of the table or of a table it is built from
- * is set (finalize_internal.lineage_blocked, read here through derived_input), and
- * then as the extension's owner, so that EXECUTE on the sensor stays the
- * whole model.
+ * on the function is the whole permission model. Whether a loss may hold
+ * periods is the loss_blocked flag of the table or of a table it is built
+ * from (finalize_internal.lineage_blocked, read here through derived_input); which
+ * periods it holds, losses.c reads from the same relations, opened here.
  */
 #include "postgres.h"
 
@@ -22,8 +19,6 @@
 #include "access/stratnum.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -36,33 +31,7 @@
 #include "core/period_zone.h"
 #include "core/settings.h"
 #include "sensor/catalog.h"
-
-/*
- * OIDs and column numbers of the relations the sensors read, looked up once
- * per backend and forgotten on any relcache invalidation of them (DROP or
- * ALTER EXTENSION, an upgrade adding columns): a sensor call then costs two
- * index probes and no catalog lookups.
- */
-typedef struct SensorCatalog
-{
-	bool		valid;
-	Oid			tt_relid;		/* tracked_table */
-	Oid			tt_name_idx;	/* tracked_table_active_name_idx */
-	Oid			wm_relid;		/* watermark */
-	Oid			wm_pkey;		/* watermark_pkey */
-	AttrNumber	tt_table_id;
-	AttrNumber	tt_table_name;
-	AttrNumber	tt_granularity;
-	AttrNumber	tt_period_zone; /* InvalidAttrNumber before 0.3.0: UTC */
-	AttrNumber	tt_untracked_at;
-	AttrNumber	wm_table_id;
-	AttrNumber	wm_finalized_until;
-	AttrNumber	wm_loss_blocked;	/* InvalidAttrNumber before 0.2.0 */
-	Oid			di_relid;		/* derived_input; InvalidOid before 0.2.0 */
-	Oid			di_pkey;		/* derived_input_pkey (table_id, input_id) */
-	AttrNumber	di_table_id;
-	AttrNumber	di_input_id;
-} SensorCatalog;
+#include "sensor/catalog_rels.h"
 
 /* Tables of a lineage the sensors follow at most (track_derived refuses cycles). */
 #define LINEAGE_MAX 1024
@@ -84,10 +53,15 @@ uint64		catalog_generation = 1;
 static void
 invalidate_sensor_catalog(Datum arg pg_attribute_unused(), Oid relid)
 {
+	const SensorCatalog *c = &sensor_catalog;
+	const Oid	cached[] = {c->tt_relid, c->tt_name_idx, c->tt_pkey, c->wm_relid, c->wm_pkey, c->di_relid,
+		c->di_pkey, c->loss_relid, c->loss_table_idx, c->ack_relid, c->ack_table_idx, c->con_relid, c->con_pkey};
+	bool		ours = !OidIsValid(relid);
+
 	fill_interrupted = true;
-	if (!OidIsValid(relid) || relid == sensor_catalog.tt_relid ||
-		relid == sensor_catalog.wm_relid || relid == sensor_catalog.tt_name_idx ||
-		relid == sensor_catalog.wm_pkey || relid == sensor_catalog.di_relid || relid == sensor_catalog.di_pkey)
+	for (int i = 0; i < lengthof(cached) && !ours; i++)
+		ours = relid == cached[i];
+	if (ours)
 	{
 		sensor_catalog.valid = false;
 		catalog_generation++;
@@ -162,6 +136,40 @@ optional_attnum(Oid relid, const char *attname, Oid typid, const char *lost)
 }
 
 /*
+ * The OIDs and column numbers of loss, loss_ack and consumer, which the
+ * loss rule reads (losses.c), in a catalog that has losses (loss_blocked):
+ * one without them never asks.
+ */
+static void
+fill_loss_catalog(SensorCatalog *c)
+{
+	if (c->wm_loss_blocked == InvalidAttrNumber)
+	{
+		c->loss_relid = c->loss_table_idx = c->ack_relid = c->ack_table_idx = InvalidOid;
+		c->con_relid = c->con_pkey = InvalidOid;
+		return;
+	}
+	c->loss_relid = finalize_relid("loss");
+	c->loss_table_idx = finalize_relid("loss_table_idx");
+	c->loss_id = finalize_attnum(c->loss_relid, "loss_id");
+	c->loss_table_id = finalize_attnum(c->loss_relid, "table_id");
+	c->loss_lost_from = finalize_attnum(c->loss_relid, "lost_from");
+	c->loss_lost_to = finalize_attnum(c->loss_relid, "lost_to");
+	c->loss_created_at = finalize_attnum(c->loss_relid, "created_at");
+	c->ack_relid = finalize_relid("loss_ack");
+	c->ack_table_idx = finalize_relid("loss_ack_table_idx");
+	c->ack_table_id = finalize_attnum(c->ack_relid, "table_id");
+	c->ack_period_from = finalize_attnum(c->ack_relid, "period_from");
+	c->ack_period_to = finalize_attnum(c->ack_relid, "period_to");
+	c->ack_acknowledged_at = finalize_attnum(c->ack_relid, "acknowledged_at");
+	c->con_relid = finalize_relid("consumer");
+	c->con_pkey = finalize_relid("consumer_pkey");
+	c->con_table_id = finalize_attnum(c->con_relid, "table_id");
+	c->con_required = finalize_attnum(c->con_relid, "required");
+	c->con_created_at = finalize_attnum(c->con_relid, "created_at");
+}
+
+/*
  * Fills the cache of OIDs and column numbers if it is not valid. It stays
  * not valid when an invalidation arrived during the look-ups (the caller,
  * open_sensor_relations, then looks them up again).
@@ -194,6 +202,8 @@ sensor_catalog_get(void)
 	c.di_pkey = OidIsValid(c.di_relid) ? finalize_relid("derived_input_pkey") : InvalidOid;
 	c.di_table_id = OidIsValid(c.di_relid) ? finalize_attnum(c.di_relid, "table_id") : InvalidAttrNumber;
 	c.di_input_id = OidIsValid(c.di_relid) ? finalize_attnum(c.di_relid, "input_id") : InvalidAttrNumber;
+	c.tt_pkey = finalize_relid("tracked_table_pkey");
+	fill_loss_catalog(&c);
 	c.valid = !fill_interrupted;
 	sensor_catalog = c;
 	return &sensor_catalog;
@@ -219,38 +229,88 @@ catalog_not_tracked(const char *table_name)
 			 errhint("Check the name in finalize.status, or start tracking it with finalize.track_table().")));
 }
 
+/* Closes what catalog_open_relations opened (NULL entries were not). */
+void
+catalog_close_relations(int count, Relation *rels)
+{
+	for (int i = count - 1; i >= 0; i--)
+		if (rels[i] != NULL)
+			relation_close(rels[i], AccessShareLock);
+}
+
 /*
- * Opens tracked_table and watermark and returns the OIDs and column numbers
- * that describe them. The locks taken keep their layout still until they are
- * closed, but taking them processes invalidations, which may show the cached
- * description stale (say an ALTER EXTENSION UPDATE that adds a column, just
- * committed): then it is looked up again, so that no tuple is ever read with
- * the column numbers of another layout (a loss_blocked column unseen would
- * call a lost period final).
+ * Opens the first count relations of SensorRel (a relation the catalog
+ * does not have yet is NULL) and returns the OIDs and column numbers that
+ * describe them. The locks taken keep their layout still until they are
+ * closed, but taking them processes invalidations, which may show the
+ * cached description stale (say an ALTER EXTENSION UPDATE that adds a
+ * column, just committed): then it is looked up again, so that no tuple is
+ * ever read with the column numbers of another layout (a loss_blocked
+ * column unseen would call a lost period final).
  */
-static const SensorCatalog *
-open_sensor_relations(Relation *tt, Relation *wm, Relation *di)
+const SensorCatalog *
+catalog_open_relations(int count, Relation *rels)
 {
 	for (;;)
 	{
 		const SensorCatalog *c = sensor_catalog_get();
+		const Oid	relids[SENSOR_RELS] = {c->tt_relid, c->wm_relid, c->di_relid, c->loss_relid, c->ack_relid,
+		c->con_relid};
+		bool		opened = true;
 
-		*tt = try_relation_open(c->tt_relid, AccessShareLock);
-		*wm = *tt != NULL ? try_relation_open(c->wm_relid, AccessShareLock) : NULL;
-		*di = *wm != NULL && OidIsValid(c->di_relid) ? try_relation_open(c->di_relid, AccessShareLock) : NULL;
-		if (*wm != NULL && (*di != NULL || !OidIsValid(c->di_relid)) && sensor_catalog.valid)
+		Assert(count <= SENSOR_RELS);
+		for (int i = 0; i < count; i++)
+		{
+			rels[i] = opened && OidIsValid(relids[i]) ? try_relation_open(relids[i], AccessShareLock) : NULL;
+			opened = opened && (rels[i] != NULL || !OidIsValid(relids[i]));
+		}
+		if (opened && sensor_catalog.valid)
 			return c;
-		if (*di != NULL)
-			relation_close(*di, AccessShareLock);
-		if (*wm != NULL)
-			relation_close(*wm, AccessShareLock);
-		if (*tt != NULL)
-			relation_close(*tt, AccessShareLock);
+		catalog_close_relations(count, rels);
 		/* Dropped or changed under us: look everything up again. */
 		sensor_catalog.valid = false;
 		catalog_generation++;
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+/*
+ * The periods (granularity in period_zone) of the tracked table of tuple
+ * tup of tracked_table, as the SQL functions cut them: period_start(ts,
+ * granularity, period_zone), or before 0.3.0 period_start(ts,
+ * granularity), UTC with the weeks of 0.2.0.
+ */
+void
+catalog_table_periods(const SensorCatalog *c, Relation tt, HeapTuple tup, PeriodSpec *out)
+{
+	TupleDesc	desc = RelationGetDescr(tt);
+	bool		isnull;
+	Interval	granularity = *DatumGetIntervalP(heap_getattr(tup, c->tt_granularity, desc, &isnull));
+	char	   *zone = NULL;
+	const PeriodZone *pz;
+
+	if (c->tt_period_zone != InvalidAttrNumber)
+	{
+		Datum		d = heap_getattr(tup, c->tt_period_zone, desc, &isnull);
+
+		zone = isnull ? NULL : TextDatumGetCString(d);
+	}
+	/* 'UTC' and NULL (a catalog before 0.3.0) need no zone at all. */
+	if (zone != NULL && strcmp(zone, "UTC") == 0)
+		zone = NULL;
+	if (!period_zone_lookup(zone, &pz))
+	{
+		char	   *name = TextDatumGetCString(heap_getattr(tup, c->tt_table_name, desc, &isnull));
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the period_zone \"%s\" of table \"%s\" is not a time zone this server knows", zone, name),
+				 errdetail("The zone database of the server changed since the table was tracked."),
+				 errhint("Set a zone it knows with finalize.alter_tracked_table(%s, period_zone => ...).",
+						 quote_literal_cstr(name))));
+	}
+	/* A catalog before 0.3.0 counts weeks written in days from Saturday, as it did. */
+	period_spec_of(&granularity, pz, c->tt_period_zone != InvalidAttrNumber, "granularity", out);
 }
 
 /*
@@ -267,9 +327,6 @@ read_tracked_table(const SensorCatalog *c, Relation rel, Datum table_name, Snaps
 	HeapTuple	tup;
 	bool		found = false;
 	bool		isnull;
-	Interval	granularity;
-	char	   *zone = NULL;
-	const PeriodZone *pz;
 
 	/* By name among the active ones (partial index). */
 	ScanKeyInit(&key, c->tt_table_name, BTEqualStrategyNumber, F_TEXTEQ, table_name);
@@ -281,33 +338,12 @@ read_tracked_table(const SensorCatalog *c, Relation rel, Datum table_name, Snaps
 		if (!isnull)
 			continue;
 		out->table_id = DatumGetInt64(heap_getattr(tup, c->tt_table_id, desc, &isnull));
-		granularity = *DatumGetIntervalP(heap_getattr(tup, c->tt_granularity, desc, &isnull));
-		if (c->tt_period_zone != InvalidAttrNumber)
-		{
-			Datum		d = heap_getattr(tup, c->tt_period_zone, desc, &isnull);
-
-			zone = isnull ? NULL : TextDatumGetCString(d);
-		}
+		catalog_table_periods(c, rel, tup, &out->periods);
 		found = true;
 		break;
 	}
 	systable_endscan(scan);
-	if (!found)
-		return false;
-	/* 'UTC' and NULL (a catalog before 0.3.0) need no zone at all. */
-	if (zone != NULL && strcmp(zone, "UTC") == 0)
-		zone = NULL;
-	if (!period_zone_lookup(zone, &pz))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the period_zone \"%s\" of table \"%s\" is not a time zone this server knows", zone,
-						TextDatumGetCString(table_name)),
-				 errdetail("The zone database of the server changed since the table was tracked."),
-				 errhint("Set a zone it knows with finalize.alter_tracked_table(%s, period_zone => ...).",
-						 quote_literal_cstr(TextDatumGetCString(table_name)))));
-	/* A catalog before 0.3.0 counts weeks written in days from Saturday, as it did. */
-	period_spec_of(&granularity, pz, c->tt_period_zone != InvalidAttrNumber, "granularity", &out->periods);
-	return true;
+	return found;
 }
 
 /*
@@ -413,23 +449,20 @@ lineage_blocked(const SensorCatalog *c, Relation wm, Relation di, Snapshot snaps
 void
 catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 {
-	Relation	tt;
-	Relation	wm;
-	Relation	di;
-	const SensorCatalog *c = open_sensor_relations(&tt, &wm, &di);
+	Relation	rels[VERDICT_RELS];
+	const SensorCatalog *c = catalog_open_relations(VERDICT_RELS, rels);
+	Relation	wm = rels[REL_WATERMARK];
+	Relation	di = rels[REL_DERIVED_INPUT];
 	bool		found;
 
 	if (snapshot == NULL)
 		snapshot = statement_snapshot();
-	found = read_tracked_table(c, tt, table_name, snapshot, out);
+	found = read_tracked_table(c, rels[REL_TRACKED_TABLE], table_name, snapshot, out);
 	if (found)
 		read_watermark(c, wm, snapshot, out);
 	if (found && !out->loss_blocked && di != NULL)
 		out->loss_blocked = lineage_blocked(c, wm, di, snapshot, out->table_id);
-	if (di != NULL)
-		relation_close(di, AccessShareLock);
-	relation_close(wm, AccessShareLock);
-	relation_close(tt, AccessShareLock);
+	catalog_close_relations(VERDICT_RELS, rels);
 	if (!found)
 		catalog_not_tracked(TextDatumGetCString(table_name));
 }
@@ -443,136 +476,11 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 bool
 catalog_lineage_blocked(int64 table_id, Snapshot snapshot)
 {
-	Relation	tt;
-	Relation	wm;
-	Relation	di;
-	const SensorCatalog *c = open_sensor_relations(&tt, &wm, &di);
-	bool		blocked = di != NULL && lineage_blocked(c, wm, di, snapshot, table_id);
+	Relation	rels[VERDICT_RELS];
+	const SensorCatalog *c = catalog_open_relations(VERDICT_RELS, rels);
+	bool		blocked = rels[REL_DERIVED_INPUT] != NULL &&
+		lineage_blocked(c, rels[REL_WATERMARK], rels[REL_DERIVED_INPUT], snapshot, table_id);
 
-	if (di != NULL)
-		relation_close(di, AccessShareLock);
-	relation_close(wm, AccessShareLock);
-	relation_close(tt, AccessShareLock);
+	catalog_close_relations(VERDICT_RELS, rels);
 	return blocked;
-}
-
-/*
- * One question to a function of finalize's that the sensors ask as the
- * extension's owner (_loss_blocks, _loss_cap), and its answer.
- */
-typedef struct OwnerQuestion
-{
-	const char *function;		/* its name in schema finalize */
-	SPIPlanPtr *plan;			/* where its kept plan is */
-	int			nargs;
-	Oid			types[3];
-	Datum		args[3];
-	Snapshot	snapshot;
-	Datum		answer;			/* copied out of SPI's memory */
-	bool		isnull;
-} OwnerQuestion;
-
-/*
- * The queries, prepared once per backend and kept: planning the inlined
- * bodies (lineage, losses, acknowledgements) costs more than running them.
- * The plan cache replans one when the functions it inlined change (ALTER
- * EXTENSION), always inside ask_as_owner, hence as the owner.
- */
-static SPIPlanPtr loss_blocks_plan = NULL;
-static SPIPlanPtr loss_cap_plan = NULL;
-
-/*
- * Asks the question, as run_as_owner's step: schema-qualified with typed
- * parameters, so that nothing of the caller's search_path takes part, and
- * under the given snapshot, so that the answer and the verdict it
- * qualifies describe one committed state.
- */
-static void
-ask_as_owner(void *arg)
-{
-	OwnerQuestion *q = (OwnerQuestion *) arg;
-	Form_pg_attribute att;
-	Datum		d;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (*q->plan == NULL)
-	{
-		StringInfoData sql;
-		SPIPlanPtr	plan;
-
-		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT %s.%s(", quote_identifier(FINALIZE_INTERNAL_SCHEMA),
-						 quote_identifier(q->function));
-		for (int i = 0; i < q->nargs; i++)
-			appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
-		appendStringInfoChar(&sql, ')');
-		plan = SPI_prepare(sql.data, q->nargs, q->types);
-		if (plan == NULL)
-			elog(ERROR, "could not prepare \"%s\": %s", sql.data, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not keep the plan of \"%s\"", sql.data);
-		*q->plan = plan;
-	}
-	if (SPI_execute_snapshot(*q->plan, q->args, NULL, q->snapshot, InvalidSnapshot, true, false, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "could not ask %s.%s", FINALIZE_INTERNAL_SCHEMA, q->function);
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &q->isnull);
-	att = TupleDescAttr(SPI_tuptable->tupdesc, 0);
-	q->answer = q->isnull ? (Datum) 0 : SPI_datumTransfer(d, att->attbyval, att->attlen);
-	SPI_finish();
-}
-
-/*
- * Whether a loss holds the period [period_start, period_end) of the table,
- * asked under snapshot (registered by the caller, the one its verdict was
- * read with) as owner: the extension's owner, because the caller only needs
- * EXECUTE on the sensor function, not on finalize's internals. The query
- * runs as a security-restricted operation (see core/owner.c).
- */
-bool
-catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
-					TimestampTz period_end, Snapshot snapshot)
-{
-	OwnerQuestion q = {0};
-
-	q.function = "loss_blocks";
-	q.plan = &loss_blocks_plan;
-	q.nargs = 3;
-	q.types[0] = INT8OID;
-	q.types[1] = TIMESTAMPTZOID;
-	q.types[2] = TIMESTAMPTZOID;
-	q.args[0] = Int64GetDatum(table_id);
-	q.args[1] = TimestampTzGetDatum(period_start);
-	q.args[2] = TimestampTzGetDatum(period_end);
-	q.snapshot = snapshot;
-	run_as_owner(owner, ask_as_owner, &q);
-	/* No answer is no proof that nothing was lost. */
-	return q.isnull || DatumGetBool(q.answer);
-}
-
-/*
- * Where finalized_until must stop for the table while a loss may hold some
- * of its periods (finalize_internal.loss_cap): the start of the earliest period an
- * unacknowledged loss may hold, infinity when none does, -infinity when
- * such a loss has no start. Asked as catalog_loss_blocks asks; false when
- * there is no answer, which proves nothing (the caller then calls nothing
- * final).
- */
-bool
-catalog_loss_cap(Oid owner, int64 table_id, Snapshot snapshot, TimestampTz *cap)
-{
-	OwnerQuestion q = {0};
-
-	q.function = "loss_cap";
-	q.plan = &loss_cap_plan;
-	q.nargs = 1;
-	q.types[0] = INT8OID;
-	q.args[0] = Int64GetDatum(table_id);
-	q.snapshot = snapshot;
-	run_as_owner(owner, ask_as_owner, &q);
-	if (q.isnull)
-		return false;
-	*cap = DatumGetTimestampTz(q.answer);
-	return true;
 }

@@ -18,7 +18,7 @@ typedef struct TrackedVerdict
 	PeriodSpec	periods;		/* granularity in period_zone */
 	bool		has_watermark;	/* false while nothing is final */
 	TimestampTz finalized_until;
-	bool		loss_blocked;	/* a loss may hold periods: ask _loss_blocks, _loss_cap */
+	bool		loss_blocked;	/* a loss may hold periods: ask losses.c */
 } TrackedVerdict;
 
 /*
@@ -31,8 +31,5 @@ extern void catalog_register_callback(void);
 extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
 extern bool catalog_lineage_blocked(int64 table_id, Snapshot snapshot);
 pg_noreturn extern void catalog_not_tracked(const char *table_name);
-extern bool catalog_loss_blocks(Oid owner, int64 table_id, TimestampTz period_start,
-								TimestampTz period_end, Snapshot snapshot);
-extern bool catalog_loss_cap(Oid owner, int64 table_id, Snapshot snapshot, TimestampTz *cap);
 
 #endif							/* FINALIZE_CATALOG_H */

@@ -6,14 +6,15 @@
  *
  * A period is final when the watermark has passed it and no loss holds it.
  * The first half comes from verdict_cache.c (no SPI); the second is asked of
- * finalize_internal.loss_blocks only while the table's loss_blocked flag is set,
- * which it is only between a data loss and its acknowledgements: then both
- * halves are read again under one snapshot, so that the answer describes one
- * committed state and never runs ahead of it. finalized_until is the
- * watermark, stopped while that flag is set at the first period a loss may
- * hold (finalize_internal.loss_cap, asked the same way): every period before it
- * must be complete. finalize_internal.sensor_until is the same verdict for SQL that
- * writes or shows one (NOTIFY payloads, finalize.status, explain_verdict).
+ * losses.c (C over the catalog, no SPI either) only while the table's
+ * loss_blocked flag is set, which it is only between a data loss and its
+ * acknowledgements: then both halves are read again under one snapshot, so
+ * that the answer describes one committed state and never runs ahead of
+ * it. finalized_until is the watermark, stopped while that flag is set at
+ * the first period a loss may hold (loss_cap, read the same way): every
+ * period before it must be complete. finalize_internal.sensor_until is the same
+ * verdict for SQL that writes or shows one (NOTIFY payloads,
+ * finalize.status, explain_verdict).
  */
 #include "postgres.h"
 
@@ -24,8 +25,8 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "core/db.h"
 #include "core/period_zone.h"
+#include "sensor/losses.h"
 #include "sensor/sensor.h"
 #include "sensor/verdict_cache.h"
 
@@ -166,13 +167,13 @@ passed_by_watermark(const TrackedVerdict *v, TimestampTz ts, TimestampTz *start,
 }
 
 /*
- * The slow path, for a table whose loss flag was set: reads the verdict
- * again and asks _loss_blocks, both under one fresh snapshot (a cached
- * verdict paired with a later loss state could describe no state at all).
- * owner is the owner of the calling function, the extension's.
+ * The loss path, for a table whose loss flag was set: reads the verdict
+ * again and whether a loss holds the period, both under one fresh snapshot
+ * (a cached verdict paired with a later loss state could describe no state
+ * at all).
  */
 static bool
-final_despite_losses(Oid owner, Datum table_name, TimestampTz ts)
+final_despite_losses(Datum table_name, TimestampTz ts)
 {
 	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	TrackedVerdict v;
@@ -183,7 +184,7 @@ final_despite_losses(Oid owner, Datum table_name, TimestampTz ts)
 	catalog_read_verdict(table_name, &v, snapshot);
 	final = passed_by_watermark(&v, ts, &start, &end);
 	if (final && v.loss_blocked)
-		final = !catalog_loss_blocks(owner, v.table_id, start, end, snapshot);
+		final = !loss_blocks(v.table_id, start, end, snapshot);
 	UnregisterSnapshot(snapshot);
 	return final;
 }
@@ -213,15 +214,15 @@ watermark_boundary(const TrackedVerdict *v, TimestampTz *until)
  * The verdict finalized_until answers for a table whose watermark, periods
  * and loss flag (its own, or that of a table it is built from) are v, read
  * under snapshot: the watermark rounded down to a start of its periods,
- * and while the flag is set no later than _loss_cap (asked as owner under
- * the same snapshot). False while nothing is final, which a loss without a
- * start (-infinity) or a question without an answer also means. The one
+ * and while the flag is set no later than loss_cap (read under the same
+ * snapshot). False while nothing is final, which a loss without a start
+ * (-infinity) also means. The one
  * rule of every announcement of a verdict: the sensors, and through
  * finalize_internal.sensor_until the NOTIFY payloads, finalize.status and
  * explain_verdict (see docs/design/announcements.md).
  */
 static bool
-verdict_of(Oid owner, const TrackedVerdict *v, Snapshot snapshot, TimestampTz *until)
+verdict_of(const TrackedVerdict *v, Snapshot snapshot, TimestampTz *until)
 {
 	TimestampTz cap;
 
@@ -229,7 +230,8 @@ verdict_of(Oid owner, const TrackedVerdict *v, Snapshot snapshot, TimestampTz *u
 		return false;
 	if (!v->loss_blocked)
 		return true;
-	if (!catalog_loss_cap(owner, v->table_id, snapshot, &cap) || TIMESTAMP_IS_NOBEGIN(cap))
+	cap = loss_cap(v->table_id, snapshot);
+	if (TIMESTAMP_IS_NOBEGIN(cap))
 		return false;
 	if (cap < *until)
 		*until = cap;
@@ -238,23 +240,22 @@ verdict_of(Oid owner, const TrackedVerdict *v, Snapshot snapshot, TimestampTz *u
 
 /*
  * The verdict finalized_until answers for one table (read as v, from the
- * cache): verdict_of, without SPI while its loss flag is clear; while it
- * is set, of the verdict read again under one fresh snapshot with
- * _loss_cap (as final_despite_losses does), asked as the owner of fn (the
- * calling function: the extension's owner).
+ * cache): verdict_of, of v while its loss flag is clear; while it is set,
+ * of the verdict read again under one fresh snapshot with loss_cap (as
+ * final_despite_losses does).
  */
 static bool
-verdict_until(Oid fn, Datum table_name, const TrackedVerdict *v, TimestampTz *until)
+verdict_until(Datum table_name, const TrackedVerdict *v, TimestampTz *until)
 {
 	Snapshot	snapshot;
 	TrackedVerdict fresh;
 	bool		has;
 
 	if (!v->has_watermark || !v->loss_blocked)
-		return verdict_of(InvalidOid, v, NULL, until);
+		return verdict_of(v, NULL, until);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	catalog_read_verdict(table_name, &fresh, snapshot);
-	has = verdict_of(function_owner(fn), &fresh, snapshot, until);
+	has = verdict_of(&fresh, snapshot, until);
 	UnregisterSnapshot(snapshot);
 	return has;
 }
@@ -304,7 +305,7 @@ finalize_sensor_until(PG_FUNCTION_ARGS)
 	}
 	if (v.loss_blocked && snapshot == NULL)
 		snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
-	has = verdict_of(v.loss_blocked ? function_owner(fcinfo->flinfo->fn_oid) : InvalidOid, &v, snapshot, &until);
+	has = verdict_of(&v, snapshot, &until);
 	if (snapshot != NULL)
 		UnregisterSnapshot(snapshot);
 	if (!has)
@@ -327,7 +328,7 @@ finalize_finalized_until(PG_FUNCTION_ARGS)
 
 	sensor_require_table_name(fcinfo);
 	verdict_cache_read(PG_GETARG_DATUM(0), &v);
-	if (!verdict_until(fcinfo->flinfo->fn_oid, PG_GETARG_DATUM(0), &v, &until))
+	if (!verdict_until(PG_GETARG_DATUM(0), &v, &until))
 		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(until);
 }
@@ -346,7 +347,7 @@ finalize_is_final(PG_FUNCTION_ARGS)
 	sensor_require_table_name(fcinfo);
 	sensor_require_period_start(fcinfo);
 	name = PG_GETARG_DATUM(0);
-	PG_RETURN_BOOL(sensor_period_final(fcinfo->flinfo->fn_oid, &name, 1,
+	PG_RETURN_BOOL(sensor_period_final(&name, 1,
 									   PG_GETARG_TIMESTAMPTZ(1), NULL));
 }
 
@@ -375,7 +376,7 @@ finalize_finalized_until_all(PG_FUNCTION_ARGS)
 	{
 		TimestampTz until;
 
-		if (!verdict_until(fcinfo->flinfo->fn_oid, names[i], &v[i], &until))
+		if (!verdict_until(names[i], &v[i], &until))
 			PG_RETURN_NULL();
 		if (until < least)
 			least = until;
@@ -386,16 +387,15 @@ finalize_finalized_until_all(PG_FUNCTION_ARGS)
 /*
  * Whether the period containing ts is final in every one of the tables (in
  * each one's own granularity): is_final's answer, for one table or several,
- * and the one wait_final waits for. fn is the calling function (its owner,
- * the extension's, asks about losses). Every name is read first (errors in
+ * and the one wait_final waits for. Every name is read first (errors in
  * order, as finalized_until); losses are asked only when every watermark
- * has passed, so one table that is behind answers without SPI. When the
+ * has passed, so one table that is behind answers from the cache. When the
  * answer is false and holding is not NULL, it is set to the id of a table
  * that holds the period back: the first one behind, else the first one a
  * loss holds.
  */
 bool
-sensor_period_final(Oid fn, const Datum *names, int count, TimestampTz ts, int64 *holding)
+sensor_period_final(const Datum *names, int count, TimestampTz ts, int64 *holding)
 {
 	TrackedVerdict one;
 	TrackedVerdict *v = count == 1 ? &one : palloc(sizeof(TrackedVerdict) * count);
@@ -410,7 +410,7 @@ sensor_period_final(Oid fn, const Datum *names, int count, TimestampTz ts, int64
 			behind = i;
 	if (behind < 0)
 		for (int i = 0; i < count && behind < 0; i++)
-			if (v[i].loss_blocked && !final_despite_losses(function_owner(fn), names[i], ts))
+			if (v[i].loss_blocked && !final_despite_losses(names[i], ts))
 				behind = i;
 	if (behind >= 0 && holding != NULL)
 		*holding = v[behind].table_id;
@@ -429,6 +429,6 @@ finalize_is_final_all(PG_FUNCTION_ARGS)
 	Datum	   *names = sensor_table_names_arg(fcinfo, &count);
 
 	sensor_require_period_start(fcinfo);
-	PG_RETURN_BOOL(sensor_period_final(fcinfo->flinfo->fn_oid, names, count,
+	PG_RETURN_BOOL(sensor_period_final(names, count,
 									   PG_GETARG_TIMESTAMPTZ(1), NULL));
 }

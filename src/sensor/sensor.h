@@ -12,7 +12,6 @@
 extern void sensor_require_table_name(FunctionCallInfo fcinfo);
 extern void sensor_require_period_start(FunctionCallInfo fcinfo);
 extern Datum *sensor_table_names_arg(FunctionCallInfo fcinfo, int *count);
-extern bool sensor_period_final(Oid fn, const Datum *names, int count, TimestampTz ts,
-								int64 *holding);
+extern bool sensor_period_final(const Datum *names, int count, TimestampTz ts, int64 *holding);
 
 #endif							/* FINALIZE_SENSOR_H */

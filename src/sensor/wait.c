@@ -61,7 +61,6 @@ PG_FUNCTION_INFO_V1(finalize_wait_final_all);
 /* One check of the waited-for period, as a subxact_rolled_back step. */
 typedef struct WaitCheck
 {
-	Oid			fn;				/* the calling function (for its owner) */
 	const Datum *names;
 	int			count;
 	TimestampTz ts;
@@ -79,7 +78,7 @@ check_step(void *arg)
 	WaitCheck  *c = (WaitCheck *) arg;
 
 	PushActiveSnapshot(GetLatestSnapshot());
-	c->final = sensor_period_final(c->fn, c->names, c->count, c->ts, &c->holding);
+	c->final = sensor_period_final(c->names, c->count, c->ts, &c->holding);
 	PopActiveSnapshot();
 }
 
@@ -231,8 +230,7 @@ sleep_until_woken(int64 holding, uint64 epoch_before_check, TimestampTz deadline
  * AbortTransaction or AbortSubTransaction, which cancel it too.
  */
 static bool
-wait_for_period(FunctionCallInfo fcinfo, const Datum *names, int count, TimestampTz ts,
-				int64 timeout_us)
+wait_for_period(const Datum *names, int count, TimestampTz ts, int64 timeout_us)
 {
 	MemoryContext check_cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize wait_final",
 													ALLOCSET_SMALL_SIZES);
@@ -242,7 +240,6 @@ wait_for_period(FunctionCallInfo fcinfo, const Datum *names, int count, Timestam
 
 	if (pg_add_s64_overflow(GetCurrentTimestamp(), timeout_us, &deadline))
 		deadline = DT_NOEND;
-	c.fn = fcinfo->flinfo->fn_oid;
 	c.names = names;
 	c.count = count;
 	c.ts = ts;
@@ -281,7 +278,7 @@ finalize_wait_final(PG_FUNCTION_ARGS)
 	timeout_us = timeout_arg(fcinfo);
 	require_read_committed();
 	name = PG_GETARG_DATUM(0);
-	PG_RETURN_BOOL(wait_for_period(fcinfo, &name, 1, PG_GETARG_TIMESTAMPTZ(1), timeout_us));
+	PG_RETURN_BOOL(wait_for_period(&name, 1, PG_GETARG_TIMESTAMPTZ(1), timeout_us));
 }
 
 /*
@@ -298,5 +295,5 @@ finalize_wait_final_all(PG_FUNCTION_ARGS)
 	sensor_require_period_start(fcinfo);
 	timeout_us = timeout_arg(fcinfo);
 	require_read_committed();
-	PG_RETURN_BOOL(wait_for_period(fcinfo, names, count, PG_GETARG_TIMESTAMPTZ(1), timeout_us));
+	PG_RETURN_BOOL(wait_for_period(names, count, PG_GETARG_TIMESTAMPTZ(1), timeout_us));
 }

@@ -585,13 +585,13 @@ BEGIN ATOMIC
 END;
 
 -- Whether a loss holds the period [period_start, period_end) of a table
--- (see _open_losses). The C sensors ask it (as the extension's owner) only
--- while watermark.loss_blocked is set.
+-- (the rule of _open_losses), in C over the catalog (src/sensor/losses.c):
+-- the sensors read the same rule without SQL while watermark.loss_blocked
+-- is set.
 CREATE OR REPLACE FUNCTION finalize_internal.loss_blocks(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN EXISTS (SELECT FROM finalize_internal.open_losses(table_id, period_start, period_end));
+AS 'MODULE_PATHNAME', 'finalize_loss_blocks'
+LANGUAGE C STABLE;
 
 -- Where finalized_until() stops while losses hold periods, since every
 -- period ending at or before it must be complete: the start of the table's
@@ -600,34 +600,12 @@ RETURN EXISTS (SELECT FROM finalize_internal.open_losses(table_id, period_start,
 -- 'infinity' when none does, '-infinity' when such a loss has no start.
 -- It may name an earlier period than the first one a loss holds (the
 -- acknowledgements count only from a period start of the table they are
--- on), never a later one. The C sensors ask it (as the extension's owner)
--- only while watermark.loss_blocked is set.
+-- on), never a later one. In C over the catalog (src/sensor/losses.c),
+-- which the sensors read without SQL while watermark.loss_blocked is set.
 CREATE OR REPLACE FUNCTION finalize_internal.loss_cap(table_id bigint)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    cap timestamptz;
-BEGIN
-    SELECT min(CASE WHEN isfinite(h.held_from) THEN @extschema@.period_start(h.held_from, t.granularity, t.period_zone)
-                    ELSE h.held_from END) INTO cap
-      FROM @extschema@.tracked_table t
-     CROSS JOIN LATERAL (
-           SELECT GREATEST(CASE WHEN isfinite(r.reach)
-                                THEN @extschema@.period_start(r.reach, a.acker_granularity, a.acker_zone)
-                                ELSE r.reach END,
-                           l.lost_from) AS held_from
-             FROM finalize_internal.loss_ackers(t.table_id) AS a
-             JOIN @extschema@.loss l ON l.loss_id = a.loss_id
-            CROSS JOIN LATERAL (SELECT finalize_internal.ack_reach(a.acker_id, a.span_from, a.span_to,
-                                                              l.created_at) AS reach) AS r
-            WHERE r.reach < a.span_to) AS h
-     WHERE t.table_id = loss_cap.table_id;
-    RETURN coalesce(cap, 'infinity');
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_loss_cap'
+LANGUAGE C STABLE;
 
 -- Whether the table or an input (transitively) has a loss that a table it
 -- must be acknowledged on (_loss_ackers) has not acknowledged for all its

@@ -1,7 +1,7 @@
 """The C sensors beyond one table and one watermark: the multi-table forms of
-is_final and finalized_until, losses (asked of finalize_internal.loss_blocks and
-finalize_internal.loss_cap as the extension's owner, only while
-watermark.loss_blocked is set), consumers and
+is_final and finalized_until, losses (read in C over the catalog, as
+finalize_internal.loss_blocks and finalize_internal.loss_cap read them for SQL, only while
+watermark.loss_blocked is set; no sensor path runs SQL), consumers and
 derived tables through the verdict cache, and a catalog from before the
 loss_blocked column. The verdict may lag a commit by one call, never run
 ahead of what is committed."""
@@ -117,9 +117,8 @@ def test_bad_name_lists_are_errors_naming_what_is_wrong(pg3, tables, call):
 
 def test_a_loss_holds_its_periods_for_a_reader_without_execute_on_internals(pg3, tables):
     lose_hours_10_to_12(pg3, "m.events")
-    # The sensors ask _loss_blocks and _loss_cap as the extension's owner:
-    # EXECUTE on the sensor function is all a reader needs, whatever their
-    # grants.
+    # The sensors read losses themselves, in C: EXECUTE on the sensor
+    # function is all a reader needs, whatever their grants.
     fns = ["finalize_internal.loss_blocks(bigint, timestamptz, timestamptz)", "finalize_internal.loss_cap(bigint)"]
     granted = [fn for fn in fns
                if pg3.sql("SELECT has_function_privilege('finalize_reader', %s, 'EXECUTE')", (fn,))[0][0]]
@@ -393,3 +392,135 @@ def test_two_acknowledgements_that_each_rely_on_the_others_flag_keep_the_hold(pg
     assert hours_final(reader, "m.job")[1:4] == [True, True, True], "the first loss is acknowledged on m.job"
     assert one(reader, "SELECT finalize.finalized_until('m.job')").isoformat() == "2026-11-30T01:00:00+00:00"
     assert pg3.sql("SELECT loss_blocked FROM finalize.status WHERE table_name = 'm.job'")[0][0] is True
+
+
+# --- No sensor path runs SQL -----------------------------------------------------
+
+def lossy_lineage(pg):
+    """n.events lost hours 10 to 12; n.hourly is built from it by a job (a
+    required consumer that processed everything), n.view without one; the
+    sharded table n.sharded has a shard s1 final until 14:00 and a shard s2
+    that lost what n.events lost."""
+    lose_hours_10_to_12(pg, "n.events")
+    pg.sql("SELECT finalize.track_derived('n.hourly', ARRAY['n.events'])")
+    pg.sql("SELECT finalize.add_consumer('n.hourly', 'job')")
+    pg.sql("SELECT finalize.report_processed('n.hourly', 'job', '2026-11-30 01:00+00')")
+    pg.sql("SELECT finalize.track_derived('n.view', ARRAY['n.events'])")
+    pg.sql("SELECT finalize.track_derived('n.seoul', ARRAY['n.hourly'], '1 day', 'Asia/Seoul')")
+    pg.sql("SELECT finalize.track_sharded('n.sharded', '1 hour')")
+    pg.sql("SELECT finalize.add_shard('n.sharded', 's1', 'src', 'dbo.sharded1')")
+    pg.sql("SELECT finalize.record_range('n.sharded/s1', NULL, '0x00000000000000000100', '2026-11-29 14:00+00')")
+    pg.sql("SELECT finalize.add_shard('n.sharded', 's2', 'src', 'dbo.sharded2')")
+    shard = "n.sharded/s2"
+    pg.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-29 08:00:01+00')", (shard,))
+    pg.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+           "'2026-11-29 10:15+00', 1, 0, 0, '2026-11-29 09:30+00', '2026-11-29 09:30+00')", (shard,))
+    pg.sql("SELECT finalize_internal.record_event(finalize_internal.tracked_id(%s), 'data_loss', '0x00000000000000000200', "
+           "'0x00000000000000000400', 'dbo_sharded2', '{}', 'data_lost', 'purged')", (shard,))
+    pg.sql("SELECT finalize.resume_table(%s)", (shard,))
+    pg.sql("SELECT finalize_internal.resume_after_loss(finalize_internal.tracked_id(%s), '0x000000000000000003FF', "
+           "'2026-11-29 12:20+00', '2026-11-29 12:20+00', 'dbo_sharded2', false, '{}')", (shard,))
+    pg.sql("SELECT finalize.record_range(%s, '0x000000000000000003FF', '0x00000000000000000500', "
+           "'2026-11-29 14:00+00')", (shard,))
+    follow(pg)
+
+
+def test_no_sensor_path_calls_a_sql_or_plpgsql_function(pg3, tables):
+    """Every sensor function on a table a loss holds (its own, an input's, a
+    shard's), on a derived table with a consumer, on a sharded table and on
+    one shard answers from C alone: with track_functions = 'all', the
+    transaction counts calls of the sensor functions and of nothing else
+    (before issue 43 they ran _loss_blocks and _loss_cap, SQL and PL/pgSQL,
+    through SPI)."""
+    lossy_lineage(pg3)
+    conn = pg3.connect(autocommit=False)
+    with conn.cursor() as cur:
+        cur.execute("SET LOCAL track_functions = 'all'")
+        answers = {}
+        for table in ["n.events", "n.hourly", "n.view", "n.sharded", "n.sharded/s1", "n.sharded/s2"]:
+            cur.execute("SELECT finalize.is_final(%s, '2026-11-29 09:00+00'), "
+                        "finalize.is_final(%s, '2026-11-29 11:00+00'), finalize.finalized_until(%s), "
+                        "finalize.wait_final(%s, '2026-11-29 09:00+00', '0'), "
+                        "finalize.is_final(ARRAY[%s, 'm.orders'], '2026-11-29 09:00+00'), "
+                        "finalize.finalized_until(ARRAY[%s, 'm.orders'])", (table,) * 6)
+            answers[table] = [v.isoformat() if hasattr(v, "isoformat") else v for v in cur.fetchone()]
+        cur.execute("SELECT finalize.is_final('n.seoul', '2026-11-28 12:00+09'), "
+                    "finalize.is_final('n.seoul', '2026-11-29 12:00+09'), finalize.finalized_until('n.seoul')")
+        answers["n.seoul"] = [v.isoformat() if hasattr(v, "isoformat") else v for v in cur.fetchone()]
+        cur.execute("SELECT funcname, sum(calls) FROM pg_stat_xact_user_functions GROUP BY funcname "
+                    "ORDER BY funcname")
+        called = {name: int(calls) for name, calls in cur.fetchall()}
+    conn.rollback()
+    held = [True, False, "2026-11-29T10:00:00+00:00", True, True, "2026-11-29T10:00:00+00:00"]
+    assert answers == {
+        "n.events": held, "n.hourly": held, "n.view": held, "n.sharded": held, "n.sharded/s2": held,
+        "n.sharded/s1": [True, True, "2026-11-29T14:00:00+00:00", True, True, "2026-11-29T14:00:00+00:00"],
+        # Seoul's day 28 ends at 2026-11-28 15:00 UTC, before the loss; day 29 holds it.
+        "n.seoul": [True, False, "2026-11-28T15:00:00+00:00"]}
+    assert called == {"finalized_until": 13, "is_final": 20, "wait_final": 6}
+
+
+def test_the_c_loss_rule_answers_as_the_sql_rule_did(pg3, tables):
+    """finalize_internal.loss_blocks and _loss_cap (C, as the sensors read them)
+    against the SQL rule they replace (_open_losses, and _loss_cap's
+    PL/pgSQL body over _loss_ackers and _ack_reach) for every hour and
+    table of a lineage, as acknowledgements cover the loss bit by bit."""
+    lossy_lineage(pg3)
+    conn = pg3.connect()
+    with conn.cursor() as cur:
+        cur.execute("""
+CREATE FUNCTION pg_temp.sql_loss_cap(table_id bigint) RETURNS timestamptz LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+DECLARE
+    cap timestamptz;
+BEGIN
+    SELECT min(CASE WHEN isfinite(h.held_from) THEN finalize.period_start(h.held_from, t.granularity, t.period_zone)
+                    ELSE h.held_from END) INTO cap
+      FROM finalize.tracked_table t
+     CROSS JOIN LATERAL (
+           SELECT GREATEST(CASE WHEN isfinite(r.reach)
+                                THEN finalize.period_start(r.reach, a.acker_granularity, a.acker_zone)
+                                ELSE r.reach END,
+                           l.lost_from) AS held_from
+             FROM finalize_internal.loss_ackers(t.table_id) AS a
+             JOIN finalize.loss l ON l.loss_id = a.loss_id
+            CROSS JOIN LATERAL (SELECT finalize_internal.ack_reach(a.acker_id, a.span_from, a.span_to,
+                                                           l.created_at) AS reach) AS r
+            WHERE r.reach < a.span_to) AS h
+     WHERE t.table_id = sql_loss_cap.table_id;
+    RETURN coalesce(cap, 'infinity');
+END
+$$""")
+    compare = """
+SELECT t.table_name, p, finalize_internal.loss_blocks(t.table_id, p, finalize.period_end(p, t.granularity, t.period_zone)),
+       EXISTS (SELECT FROM finalize_internal.open_losses(t.table_id, p, finalize.period_end(p, t.granularity, t.period_zone))),
+       finalize_internal.loss_cap(t.table_id), pg_temp.sql_loss_cap(t.table_id)
+  FROM finalize.tracked_table t
+ CROSS JOIN LATERAL generate_series(finalize.period_start('2026-11-29 06:00+00', t.granularity, t.period_zone),
+                                    '2026-11-29 16:00+00', t.granularity) AS p
+ WHERE t.table_name LIKE 'n.%' AND t.untracked_at IS NULL"""
+    acks = [("n.events", "2026-11-29 12:00+00", "2026-11-29 13:00+00"),
+            ("n.events", "2026-11-29 10:00+00", "2026-11-29 11:00+00"),
+            ("n.hourly", "2026-11-29 10:00+00", "2026-11-29 12:00+00"),
+            ("n.sharded/s2", "2026-11-29 10:00+00", "2026-11-29 13:00+00"),
+            ("n.events", "2026-11-29 11:00+00", "2026-11-29 12:00+00"),
+            ("n.hourly", "2026-11-29 12:00+00", "2026-11-29 13:00+00")]
+    seen = set()
+    for step in range(len(acks) + 1):
+        rows = one_all(conn, compare)
+        assert len(rows) > 50
+        for name, p, c_blocks, sql_blocks, c_cap, sql_cap in rows:
+            assert (name, p, c_blocks, c_cap) == (name, p, sql_blocks, sql_cap)
+            seen.add((c_blocks, c_cap.isoformat() if c_cap.year < 9999 else "infinity"))
+        if step < len(acks):
+            pg3.sql("SELECT finalize.acknowledge_loss(%s, %s, %s, 'repaired')", acks[step])
+            follow(pg3)
+    # Both answers of _loss_blocks, and caps held and released, were compared.
+    assert {b for b, _ in seen} == {True, False}
+    assert {c for _, c in seen} >= {"2026-11-29T10:00:00+00:00", "2026-11-29T12:00:00+00:00", "infinity"}
+
+
+def one_all(conn, query, args=None):
+    with conn.cursor() as cur:
+        cur.execute(query, args)
+        return cur.fetchall()

@@ -129,19 +129,19 @@ def test_psql_shows_no_context_line(pg):
                          input=script, capture_output=True, text=True)
     assert out.stderr.count("ERROR:") == len(BAD_CALLS), out.stderr
     assert "CONTEXT:" not in out.stderr, out.stderr
-    assert "finalize._" not in out.stderr, out.stderr
+    assert "finalize_internal." not in out.stderr, out.stderr
 
 
 def test_the_callers_own_context_stays(pg):
     """A DO block or a function of the user's keeps its lines; finalize's go."""
     e = error_of(pg, f"DO $$ BEGIN PERFORM finalize.untrack_table('{NOT_TRACKED}'); END $$")
-    assert "inline_code_block" in e.diag.context and "finalize._" not in e.diag.context, e.diag.context
+    assert "inline_code_block" in e.diag.context and "finalize_internal." not in e.diag.context, e.diag.context
     pg.sql("CREATE FUNCTION public.ue_setup() RETURNS void LANGUAGE plpgsql AS "
            f"$$ BEGIN PERFORM finalize.track_table('ue.other', 'nosuch', 'dbo.orders'); END $$")
     try:
         e = error_of(pg, "SELECT public.ue_setup()")
         assert e.diag.message_primary == 'server "nosuch" does not exist'
-        assert "ue_setup()" in e.diag.context and "finalize._" not in e.diag.context, e.diag.context
+        assert "ue_setup()" in e.diag.context and "finalize_internal." not in e.diag.context, e.diag.context
     finally:
         pg.sql("DROP FUNCTION public.ue_setup()")
     # A handler of the caller's catches it as it was raised.
