@@ -1,6 +1,7 @@
 """Packaging: the version is written once (finalize.control) and everything
 else agrees with it; META.json is a valid PGXN distribution file."""
 
+import functools
 import json
 import os
 import re
@@ -199,6 +200,73 @@ def test_no_include_circle_between_folders():
 
     for folder in sorted(edges):
         visit(folder)
+
+
+def make_args():
+    """make in the checkout, against PG_CONFIG's PostgreSQL when it is set."""
+    args = ["make", "-s", "-C", TOP]
+    if os.environ.get("PG_CONFIG"):
+        args.append("PG_CONFIG=" + os.environ["PG_CONFIG"])
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def built_objects():
+    """The objects of the shared library (the Makefile's OBJS, relative to
+    the checkout), built first: a no-op after test/run-tests' build."""
+    subprocess.run(make_args() + ["all"], check=True, stdout=subprocess.DEVNULL)
+    out = subprocess.run(make_args() + ["--eval", "show-objs: ; @echo $(OBJS)", "show-objs"],
+                         capture_output=True, text=True, check=True).stdout
+    objs = out.split()
+    assert objs, "the Makefile names no objects"
+    return tuple(objs)
+
+
+def symbol_uses():
+    """{object: {object it uses: [symbols]}}: for each object, the objects
+    of ours that define the global symbols it leaves undefined (nm)."""
+    defined, undefined = {}, {}
+    for obj in built_objects():
+        out = subprocess.run(["nm", os.path.join(TOP, obj)], capture_output=True, text=True, check=True).stdout
+        undefined[obj] = set()
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "U":
+                undefined[obj].add(parts[1])
+            elif len(parts) == 3 and parts[1].isupper() and parts[1] not in "UVW":
+                defined[parts[2]] = obj
+    uses = {}
+    for obj, names in undefined.items():
+        for name in sorted(names):
+            if name in defined and defined[name] != obj:
+                uses.setdefault(obj, {}).setdefault(defined[name], []).append(name)
+    return uses
+
+
+def test_no_circle_between_files():
+    """No two files use each other, directly or through others (which file
+    defines each symbol another one uses, read from the objects with nm):
+    every file can be read, tested and changed on top of the ones it uses,
+    as the folders are (test_no_include_circle_between_folders)."""
+    uses = symbol_uses()
+    assert uses, "no object uses another"
+    done, path = set(), []
+
+    def visit(obj):
+        if obj in path:
+            circle = path[path.index(obj):] + [obj]
+            raise AssertionError("a circle between files: " + circle[0][:-2] + ".c" + "".join(
+                " -> %s (%s)" % (b[:-2] + ".c", ", ".join(uses[a][b][:3])) for a, b in zip(circle, circle[1:])))
+        if obj in done:
+            return
+        path.append(obj)
+        for used in sorted(uses.get(obj, ())):
+            visit(used)
+        path.pop()
+        done.add(obj)
+
+    for obj in sorted(uses):
+        visit(obj)
 
 
 def test_one_file_per_foreign_library():
