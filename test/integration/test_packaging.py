@@ -269,6 +269,46 @@ def test_no_circle_between_files():
         visit(obj)
 
 
+def source_names(pattern):
+    """The names a regular expression's group 1 finds in src/'s C files."""
+    return {m.group(1) for rel in c_files() for m in re.finditer(pattern, read_src(rel), re.M)}
+
+
+def sql_symbols():
+    """Every C symbol an SQL script of ours names (AS 'MODULE_PATHNAME',
+    'symbol'): the install parts, the upgrade scripts and the released
+    install scripts, each of which PostgreSQL may run against this library."""
+    out = set()
+    for root, _, files in os.walk(os.path.join(TOP, "src", "sql")):
+        for f in files:
+            if f.endswith(".sql"):
+                with open(os.path.join(root, f)) as sql:
+                    out |= set(re.findall(r"'MODULE_PATHNAME'\s*,\s*'(\w+)'", sql.read()))
+    assert out, "no SQL script names a C symbol"
+    return out
+
+
+def test_library_exports_only_what_postgresql_looks_up():
+    """finalize.so's dynamic symbols (nm -D --defined-only) are what
+    PostgreSQL looks up in it by name, no more: _PG_init, Pg_magic_func, the
+    SQL-callable functions and their pg_finfo_ records, and the entry
+    points the background workers are started with (bgw_function_name).
+    Every other symbol stays inside the library (on 15, where PGDLLEXPORT
+    marks nothing, the Makefile's SHLIB_EXPORTS keeps it there), and every
+    symbol an SQL script names is there."""
+    built_objects()
+    out = subprocess.run(["nm", "-D", "--defined-only", os.path.join(TOP, "finalize.so")],
+                         capture_output=True, text=True, check=True).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    callable_ = source_names(r"^PG_FUNCTION_INFO_V1\((\w+)\);")
+    workers = source_names(r'(?:bgw_function_name,\s*|start_dynamic_worker\(\s*)"(\w+)"')
+    assert callable_ and len(workers) >= 5, (callable_, workers)
+    expected = {"_PG_init", "Pg_magic_func"} | callable_ | {"pg_finfo_" + f for f in callable_} | workers
+    assert exported == expected, ("exported, not looked up", sorted(exported - expected),
+                                  "looked up, not exported", sorted(expected - exported))
+    assert not sql_symbols() - exported, sorted(sql_symbols() - exported)
+
+
 def test_one_file_per_foreign_library():
     """Each foreign library's headers are included by one file only, the one
     src/README.md names: its rules are kept in one place."""
