@@ -37,6 +37,7 @@
 #include "core/settings.h"
 #include "gate/inventory.h"
 #include "gate/manifest.h"
+#include "gate/problem_list.h"
 #include "gate/release_checks.h"
 #include "gate/release_record.h"
 #include "gate/store_listing.h"

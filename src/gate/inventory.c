@@ -19,6 +19,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
+#include "gate/findings.h"
 #include "gate/inventory.h"
 #include "gate/inventory_merge.h"
 #include "gate/sorted_inventory.h"
@@ -98,27 +99,6 @@ inventory_append_record(Inventory *inv, const InvRecord *r)
 	o.etag = r->etag ? pnstrdup(r->etag, r->etag_len) : NULL;
 	o.etag_len = r->etag_len;
 	inventory_append(inv, &o);
-}
-
-/*
- * An ETag as compared: without the quotes S3 puts around it, lower case.
- * (A multipart ETag "abc-3" stays as it is, minus quotes.)
- */
-char *
-etag_normalize(const char *etag)
-{
-	size_t		len = strlen(etag);
-	char	   *out;
-
-	if (len >= 2 && etag[0] == '"' && etag[len - 1] == '"')
-	{
-		etag++;
-		len -= 2;
-	}
-	out = pnstrdup(etag, len);
-	for (char *c = out; *c; c++)
-		*c = pg_ascii_tolower((unsigned char) *c);
-	return out;
 }
 
 /* Where a merge's findings go: problems only (compare_inventories). */

@@ -1,8 +1,8 @@
 /*
  * inventory.h
- *     Sets of objects (a manifest's files, a store's listing), their
- *     comparison (inventory.c) and the problems it finds (problems.c). Pure
- *     logic: no I/O, no catalog.
+ *     Sets of objects (a manifest's files, a store's listing) and their
+ *     comparison (inventory.c), whose findings (findings.c) go to a problem
+ *     list (problem_list.h). Pure logic: no I/O, no catalog.
  */
 #ifndef FINALIZE_INVENTORY_H
 #define FINALIZE_INVENTORY_H
@@ -11,6 +11,7 @@
 #include "utils/jsonb.h"
 
 #include "gate/inventory_codec.h"
+#include "gate/problem_list.h"
 
 /* One object: a path (key) inside a store, its size and its checksum. */
 typedef struct InvObject
@@ -39,41 +40,6 @@ typedef struct Inventory
 	int			n;
 	int			capacity;
 } Inventory;
-
-/* One reason not to release. */
-typedef struct Problem
-{
-	const char *code;
-	char	   *path;			/* NULL when about the partition as a whole */
-	char	   *detail;
-} Problem;
-
-/* How many problems of one code were found, and how many of them are listed. */
-typedef struct ProblemTally
-{
-	const char *code;
-	int64		kept;
-	int64		dropped;
-} ProblemTally;
-
-/* Distinct codes a tally follows (the gate and an Iceberg release have 17). */
-#define PROBLEM_CODES_MAX 24
-
-/*
- * The problems of an attempt. With max_per_code > 0 at most that many of
- * each code are kept in detail and the rest are only counted (a listing
- * that disagrees on ten million files must not make ten million entries);
- * problems_summarize then adds one entry per code that had more.
- */
-typedef struct ProblemList
-{
-	Problem    *items;
-	int			n;
-	int			capacity;
-	int			max_per_code;	/* 0: keep every problem */
-	int			ncodes;
-	ProblemTally tally[PROBLEM_CODES_MAX];
-} ProblemList;
 
 /*
  * Where a store's listing goes, a batch at a time (a directory's files, an
@@ -145,20 +111,7 @@ extern void inventory_digest_add(uint64 digest[2], const char *path, int path_le
 extern bool inventory_rebuild(const Inventory *manifest, const char *prefix, const char *data, size_t len,
 							  Inventory *out);
 extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, ProblemList *out);
-extern char *etag_normalize(const char *etag);
 extern bool path_is_safe(const char *path, int len);
 extern char *location_with_slash(const char *location);
-
-/* in problems.c */
-extern void problem_add(ProblemList *list, const char *code, const char *path, char *detail);
-extern bool problem_room(ProblemList *list, const char *code);
-extern void problems_summarize(ProblemList *list);
-extern void problem_compare(const InvObject *m, const InvObject *l, ProblemList *out);
-extern void problem_wrong_prefix(const InvObject *m, const char *prefix, ProblemList *out);
-extern void problem_stray(const InvObject *l, const char *prefix, ProblemList *out);
-extern void problem_missing(const InvObject *m, const char *prefix, ProblemList *out);
-extern void problem_duplicate(const InvObject *m, ProblemList *out);
-extern void problems_sort(ProblemList *list, int first);
-extern Jsonb *problems_to_jsonb(const ProblemList *list);
 
 #endif							/* FINALIZE_INVENTORY_H */

@@ -1,7 +1,8 @@
 /*
  * manifest.h
  *     A release manifest: parsed and validated from jsonb (manifest.c), its
- *     files read and written as jsonb (manifest_files.c).
+ *     files read and written as jsonb (manifest_files.c); the errors of
+ *     both are manifest_error.h's.
  */
 #ifndef FINALIZE_MANIFEST_H
 #define FINALIZE_MANIFEST_H
@@ -9,7 +10,6 @@
 #include "datatype/timestamp.h"
 #include "utils/jsonb.h"
 
-#include "core/pg_compat.h"
 #include "gate/inventory.h"
 
 typedef struct Manifest
@@ -43,9 +43,6 @@ typedef struct Manifest
 
 /* in manifest.c */
 extern void manifest_parse(Jsonb *jb, Manifest *m);
-pg_noreturn extern void manifest_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3);
-pg_noreturn extern void request_error(const char *field, const char *fmt,...) pg_attribute_printf(2, 3);
-pg_noreturn extern void manifest_field_error(bool request, const char *field, const char *detail);
 extern bool manifest_timestamp_field(JsonbContainer *root, const char *name, TimestampTz *out, bool request);
 extern char *manifest_string_field(JsonbContainer *c, const char *name, bool required, bool request);
 

@@ -12,6 +12,7 @@
 
 #include "core/json_build.h"
 #include "gate/manifest.h"
+#include "gate/manifest_error.h"
 
 /*
  * The on-disk header of a numeric in its short form (numeric.c; on-disk,

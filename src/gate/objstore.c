@@ -135,6 +135,46 @@ read_error(const HttpResponse *r, long status, S3Error *err)
 }
 
 /*
+ * Sets err for a request that got no HTTP answer (r->failure), in the codes
+ * the gate's hints and tests know: the one mapping of a listing's pages and
+ * an object's GET. reading says what was read ("reading the object").
+ */
+static void
+transfer_error(const HttpResponse *r, const char *reading, S3Error *err)
+{
+	switch (r->failure)
+	{
+		case HTTP_OK:
+			break;				/* an answer: read_error's, by its status */
+		case HTTP_INTERRUPTED:
+			set_error(err, 0, "Interrupted", psprintf("%s was interrupted", reading));
+			break;
+		case HTTP_TOO_LARGE:
+			set_error(err, r->status, "ResponseTooLarge", psprintf("%s: %s", reading, r->error));
+			break;
+		case HTTP_NO_MEMORY:
+			set_error(err, r->status, "OutOfMemory", psprintf("%s: %s", reading, r->error));
+			break;
+		case HTTP_WRITE_FAILED:
+			set_error(err, 0, "WriteFailed", r->error);
+			break;
+		case HTTP_TIMEOUT:
+			set_error(err, 0, "Timeout", r->error);
+			break;
+		case HTTP_CONNECT_FAILED:
+			set_error(err, 0, "ConnectionFailed", r->error);
+			break;
+		case HTTP_BAD_HEADER:
+			/* credentials_safe() and the region's validator come first. */
+			set_error(err, 0, "InvalidCredentials", r->error);
+			break;
+		case HTTP_INIT_FAILED:
+			set_error(err, 0, "CurlInitFailed", r->error);
+			break;
+	}
+}
+
+/*
  * Reads one page of a ListObjectsV2 answer into out. Returns false with err
  * set on a malformed document; sets *truncated and *next_token.
  */
@@ -285,40 +325,12 @@ fetch_page(HttpClient *client, const HttpRequest *req, Inventory *out, bool *tru
 	bool		ok = false;
 
 	http_perform(client, req, &r);
-	switch (r.failure)
-	{
-		case HTTP_OK:
-			if (r.status != 200)
-				read_error(&r, r.status, err);
-			else
-				ok = read_page(&r, out, truncated, token, err);
-			break;
-		case HTTP_INTERRUPTED:
-			set_error(err, 0, "Interrupted", "the listing was interrupted");
-			break;
-		case HTTP_TOO_LARGE:
-			set_error(err, r.status, "ResponseTooLarge", "one page of the listing exceeded 64 MB");
-			break;
-		case HTTP_NO_MEMORY:
-			set_error(err, r.status, "OutOfMemory", "no memory for one page of the listing");
-			break;
-		case HTTP_WRITE_FAILED:
-			set_error(err, 0, "WriteFailed", r.error);
-			break;
-		case HTTP_TIMEOUT:
-			set_error(err, 0, "Timeout", r.error);
-			break;
-		case HTTP_CONNECT_FAILED:
-			set_error(err, 0, "ConnectionFailed", r.error);
-			break;
-		case HTTP_BAD_HEADER:
-			/* credentials_safe() and the region's validator come first. */
-			set_error(err, 0, "InvalidCredentials", r.error);
-			break;
-		case HTTP_INIT_FAILED:
-			set_error(err, 0, "CurlInitFailed", r.error);
-			break;
-	}
+	if (r.failure != HTTP_OK)
+		transfer_error(&r, "reading one page of the listing", err);
+	else if (r.status != 200)
+		read_error(&r, r.status, err);
+	else
+		ok = read_page(&r, out, truncated, token, err);
 	/* A listing of many pages must not keep them all. */
 	pfree(r.body);
 	if (r.retry_after != NULL)
@@ -518,39 +530,12 @@ objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S
 		req.body_to_fd = true;
 		req.body_fd = fd;
 		http_perform(client, &req, &r);
-		switch (r.failure)
-		{
-			case HTTP_OK:
-				if (r.status == 200)
-					ok = true;
-				else
-					read_error_from_fd(fd, r.status, err);
-				break;
-			case HTTP_INTERRUPTED:
-				set_error(err, 0, "Interrupted", "reading the object was interrupted");
-				break;
-			case HTTP_TIMEOUT:
-				set_error(err, 0, "Timeout", r.error);
-				break;
-			case HTTP_CONNECT_FAILED:
-				set_error(err, 0, "ConnectionFailed", r.error);
-				break;
-			case HTTP_BAD_HEADER:
-				set_error(err, 0, "InvalidCredentials", r.error);
-				break;
-			case HTTP_TOO_LARGE:
-				set_error(err, r.status, "ResponseTooLarge", r.error);
-				break;
-			case HTTP_NO_MEMORY:
-				set_error(err, r.status, "OutOfMemory", r.error);
-				break;
-			case HTTP_WRITE_FAILED:
-				set_error(err, 0, "WriteFailed", r.error);
-				break;
-			case HTTP_INIT_FAILED:
-				set_error(err, 0, "CurlInitFailed", r.error);
-				break;
-		}
+		if (r.failure != HTTP_OK)
+			transfer_error(&r, "reading the object", err);
+		else if (r.status != 200)
+			read_error_from_fd(fd, r.status, err);
+		else
+			ok = true;
 	}
 	PG_FINALLY();
 	{

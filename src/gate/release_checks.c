@@ -42,6 +42,8 @@
 #include "core/db.h"
 #include "core/period_zone.h"
 #include "core/settings.h"
+#include "gate/manifest_error.h"
+#include "gate/problem_list.h"
 #include "gate/release_checks.h"
 
 /* The catalog view of a partition, as the gate reads it. */

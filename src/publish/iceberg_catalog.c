@@ -27,6 +27,7 @@
 
 #include "core/pg_compat.h"
 #include "gate/manifest.h"
+#include "gate/manifest_error.h"
 #include "lake/metadata.h"
 #include "publish/iceberg_catalog.h"
 

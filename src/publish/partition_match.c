@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "gate/manifest.h"
+#include "gate/manifest_error.h"
 #include "publish/partition_match.h"
 
 /*

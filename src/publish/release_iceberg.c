@@ -38,6 +38,8 @@
 #include "core/fmt.h"
 #include "core/json_build.h"
 #include "core/settings.h"
+#include "gate/manifest_error.h"
+#include "gate/problem_list.h"
 #include "gate/release_record.h"
 #include "publish/partition_match.h"
 #include "publish/release_run.h"

@@ -26,6 +26,7 @@
 
 #include "gate/inventory.h"
 #include "gate/manifest.h"
+#include "gate/manifest_error.h"
 #include "publish/release_request.h"
 
 /* The fields a request may have. */

@@ -25,6 +25,7 @@
 #include "core/fmt.h"
 #include "core/json_build.h"
 #include "core/settings.h"
+#include "gate/problem_list.h"
 #include "gate/store_listing.h"
 #include "publish/release_run.h"
 

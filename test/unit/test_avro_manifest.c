@@ -13,7 +13,7 @@
  * stops the read, and refusals with their messages: not Avro, truncated
  * anywhere, a corrupt sync marker, an unknown codec, a required field
  * missing, of a wrong type or null, a partition field of no primitive type.
- * Built and run by test/integration/test_unit_c.py; prints TAP. Run with
+ * Built and run by test/offline/test_unit_c.py; prints TAP. Run with
  * arguments (list|manifest|meta FILE) it prints what it reads of a file as
  * JSON lines instead (test_avro_manifest_pyiceberg.py uses that).
  */

@@ -3,7 +3,7 @@
  * commits ahead of the clock, a clock stepped back between two reads, clock
  * skew and stall, at their boundaries; and what a table's read says of a
  * clock that went back.
- * Built and run by test/integration/test_unit_c.py; prints TAP.
+ * Built and run by test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

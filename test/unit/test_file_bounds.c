@@ -8,7 +8,7 @@
  * missing lower or upper bound, a column given twice, bounds of the wrong
  * length, a lower bound above the upper, values too far out to be
  * instants, rows where the column is null (or no null count to say there
- * are none), and the types that are no time column. Built and run by test/integration/test_unit_c.py; prints TAP.
+ * are none), and the types that are no time column. Built and run by test/offline/test_unit_c.py; prints TAP.
  */
 #include <stdbool.h>
 #include <stdint.h>

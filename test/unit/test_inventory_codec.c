@@ -4,7 +4,7 @@
  * records), the form stays small for neighbouring keys, and malformed input
  * (bad magic, truncation, a shared prefix longer than the previous key) is
  * refused instead of read past its end. Built and run by
- * test/integration/test_unit_c.py; prints TAP.
+ * test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

@@ -4,7 +4,7 @@
  * first, then the ETag without quotes and case), and the merge of two
  * sorted streams in both orders (C collation and jsonb keys), which must
  * report each missing, stray, outside and shared path exactly once.
- * Built and run by test/integration/test_unit_c.py; prints TAP.
+ * Built and run by test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

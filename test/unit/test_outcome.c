@@ -1,7 +1,7 @@
 /*
  * Unit tests of what a webhook attempt's answer means (outcome.c): which
  * answers are retried, which fail for good, and Retry-After in both forms.
- * Built and run by test/integration/test_unit_c.py; prints TAP.
+ * Built and run by test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

@@ -5,7 +5,7 @@
  * zone database (TZ, localtime_r), an implementation independent of
  * PostgreSQL's that the server uses: the expected boundaries below are
  * written out by hand from the zones' published rules.
- * Built and run by test/integration/test_unit_c.py; prints TAP.
+ * Built and run by test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

@@ -4,7 +4,7 @@
  * read means for DDL, events, end times and losses; which consumers need a
  * query; where a commit-time table's read splits at its periods), without
  * PostgreSQL or a network.
- * Built and run by test/integration/test_unit_c.py; prints TAP.
+ * Built and run by test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

@@ -3,7 +3,7 @@
  * relative accuracy of the truth on skewed distributions (exponential and
  * heavy-tailed Pareto), merging, the compact serialized form and its
  * refusal of malformed input. Built and run by
- * test/integration/test_unit_c.py; prints TAP.
+ * test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

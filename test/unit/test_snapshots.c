@@ -5,7 +5,7 @@
  * down, a ref that no longer descends from the recorded snapshot, a ref
  * moved back after the recorded one expired, a dropped ref, a table
  * created again), malformed properties and metadata, a parent loop.
- * Built and run by test/integration/test_unit_c.py; prints TAP.
+ * Built and run by test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

@@ -3,7 +3,7 @@
  * due longest first, a source kept at its home worker until it waited
  * steal_after, failing sources only while the retry lane is open, a
  * dedicated worker's one source, and when a worker that found nothing
- * should look again. Built and run by test/integration/test_unit_c.py;
+ * should look again. Built and run by test/offline/test_unit_c.py;
  * prints TAP.
  */
 #include "postgres.h"

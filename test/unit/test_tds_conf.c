@@ -3,7 +3,7 @@
  * FreeTDS's log of a failed TLS handshake (tds_conf.c). The log lines are
  * the ones FreeTDS 1.3.17 writes (src/tds/tls.c, login.c), as captured in
  * ../shared/reference/freetds-tls.md. Built and run by
- * test/integration/test_unit_c.py; prints TAP.
+ * test/offline/test_unit_c.py; prints TAP.
  */
 #include "postgres.h"
 

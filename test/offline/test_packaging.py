@@ -1,6 +1,7 @@
 """Packaging: the version is written once (finalize.control) and everything
 else agrees with it; META.json is a valid PGXN distribution file."""
 
+import functools
 import json
 import os
 import re
@@ -202,6 +203,113 @@ def test_no_include_circle_between_folders():
 
     for folder in sorted(edges):
         visit(folder)
+
+
+def make_args():
+    """make in the checkout, against PG_CONFIG's PostgreSQL when it is set."""
+    args = ["make", "-s", "-C", TOP]
+    if os.environ.get("PG_CONFIG"):
+        args.append("PG_CONFIG=" + os.environ["PG_CONFIG"])
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def built_objects():
+    """The objects of the shared library (the Makefile's OBJS, relative to
+    the checkout), built first: a no-op after test/run-tests' build."""
+    subprocess.run(make_args() + ["all"], check=True, stdout=subprocess.DEVNULL)
+    out = subprocess.run(make_args() + ["--eval", "show-objs: ; @echo $(OBJS)", "show-objs"],
+                         capture_output=True, text=True, check=True).stdout
+    objs = out.split()
+    assert objs, "the Makefile names no objects"
+    return tuple(objs)
+
+
+def symbol_uses():
+    """{object: {object it uses: [symbols]}}: for each object, the objects
+    of ours that define the global symbols it leaves undefined (nm)."""
+    defined, undefined = {}, {}
+    for obj in built_objects():
+        out = subprocess.run(["nm", os.path.join(TOP, obj)], capture_output=True, text=True, check=True).stdout
+        undefined[obj] = set()
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "U":
+                undefined[obj].add(parts[1])
+            elif len(parts) == 3 and parts[1].isupper() and parts[1] not in "UVW":
+                defined[parts[2]] = obj
+    uses = {}
+    for obj, names in undefined.items():
+        for name in sorted(names):
+            if name in defined and defined[name] != obj:
+                uses.setdefault(obj, {}).setdefault(defined[name], []).append(name)
+    return uses
+
+
+def test_no_circle_between_files():
+    """No two files use each other, directly or through others (which file
+    defines each symbol another one uses, read from the objects with nm):
+    every file can be read, tested and changed on top of the ones it uses,
+    as the folders are (test_no_include_circle_between_folders)."""
+    uses = symbol_uses()
+    assert uses, "no object uses another"
+    done, path = set(), []
+
+    def visit(obj):
+        if obj in path:
+            circle = path[path.index(obj):] + [obj]
+            raise AssertionError("a circle between files: " + circle[0][:-2] + ".c" + "".join(
+                " -> %s (%s)" % (b[:-2] + ".c", ", ".join(uses[a][b][:3])) for a, b in zip(circle, circle[1:])))
+        if obj in done:
+            return
+        path.append(obj)
+        for used in sorted(uses.get(obj, ())):
+            visit(used)
+        path.pop()
+        done.add(obj)
+
+    for obj in sorted(uses):
+        visit(obj)
+
+
+def source_names(pattern):
+    """The names a regular expression's group 1 finds in src/'s C files."""
+    return {m.group(1) for rel in c_files() for m in re.finditer(pattern, read_src(rel), re.M)}
+
+
+def sql_symbols():
+    """Every C symbol an SQL script of ours names (AS 'MODULE_PATHNAME',
+    'symbol'): the install parts, the upgrade scripts and the released
+    install scripts, each of which PostgreSQL may run against this library."""
+    out = set()
+    for root, _, files in os.walk(os.path.join(TOP, "src", "sql")):
+        for f in files:
+            if f.endswith(".sql"):
+                with open(os.path.join(root, f)) as sql:
+                    out |= set(re.findall(r"'MODULE_PATHNAME'\s*,\s*'(\w+)'", sql.read()))
+    assert out, "no SQL script names a C symbol"
+    return out
+
+
+def test_library_exports_only_what_postgresql_looks_up():
+    """finalize.so's dynamic symbols (nm -D --defined-only) are what
+    PostgreSQL looks up in it by name, no more: _PG_init, Pg_magic_func, the
+    SQL-callable functions and their pg_finfo_ records, and the entry
+    points the background workers are started with (bgw_function_name).
+    Every other symbol stays inside the library (on 15, where PGDLLEXPORT
+    marks nothing, the Makefile's SHLIB_EXPORTS keeps it there), and every
+    symbol an SQL script names is there."""
+    built_objects()
+    out = subprocess.run(["nm", "-D", "--defined-only", os.path.join(TOP, "finalize.so")],
+                         capture_output=True, text=True, check=True).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    callable_ = source_names(r"^PG_FUNCTION_INFO_V1\((\w+)\);")
+    workers = source_names(r'(?:bgw_function_name,\s*|start_dynamic_worker\(\s*)"(\w+)"')
+    assert callable_ and len(workers) >= 5, (callable_, workers)
+    expected = {"_PG_init", "Pg_magic_func"} | callable_ | {"pg_finfo_" + f for f in callable_} | workers
+    assert exported == expected, ("exported, not looked up", sorted(exported - expected),
+                                  "looked up, not exported", sorted(expected - exported))
+    assert not sql_symbols() - exported, sorted(sql_symbols() - exported)
 
 
 def test_one_file_per_foreign_library():

@@ -1,20 +1,23 @@
 /*
- * problems.c
- *     The problems of a release attempt: the list and its limit per code,
- *     the words of each finding of a comparison (a publisher must know what
- *     to fix), their order, and the jsonb that release_gate returns and
- *     stores. Pure logic: no I/O, no catalog.
+ * problem_list.c
+ *     The problems of a release attempt as a list: its limit per code (a
+ *     listing that disagrees on millions of files costs counters, not
+ *     entries), its order, and the jsonb that release_gate returns and
+ *     stores. What each problem says is the caller's (findings.c for a
+ *     comparison's). Pure logic: no I/O, no catalog.
  */
 #include "postgres.h"
 
 #include "utils/jsonb.h"
 
 #include "core/json_build.h"
-#include "gate/inventory.h"
-#include "gate/inventory_merge.h"
+#include "gate/problem_list.h"
 
-/* Appends a problem whose path (palloc'd, or NULL) it takes as it is. */
-static void
+/*
+ * Appends a problem whose path (palloc'd, or NULL) it takes as it is: for
+ * the findings, which ask problem_room first and then build the path.
+ */
+void
 problem_push(ProblemList *list, const char *code, char *path, char *detail)
 {
 	if (list->n == list->capacity)
@@ -112,79 +115,6 @@ problems_sort(ProblemList *list, int first)
 {
 	if (list->n - first > 1)
 		qsort(list->items + first, list->n - first, sizeof(Problem), problem_cmp);
-}
-
-/*
- * The problems of one path found on both sides, by the one rule every
- * comparison shares (inv_verdict), in words a publisher can act on.
- */
-void
-problem_compare(const InvObject *m, const InvObject *l, ProblemList *out)
-{
-	switch (inv_verdict(m, l))
-	{
-		case INV_AGREE:
-			break;
-		case INV_SIZE_MISMATCH:
-			if (!problem_room(out, "size_mismatch"))
-				break;
-			problem_push(out, "size_mismatch", pnstrdup(l->path, l->path_len),
-						psprintf("The manifest says " INT64_FORMAT " bytes, the store has " INT64_FORMAT
-								 " bytes: the object was overwritten or truncated.", m->size, l->size));
-			break;
-		case INV_CHECKSUM_MISMATCH:
-			if (problem_room(out, "checksum_mismatch"))
-			{
-				char	   *want = etag_normalize(pnstrdup(m->etag, m->etag_len));
-
-				problem_push(out, "checksum_mismatch", pnstrdup(l->path, l->path_len),
-							l->etag ? psprintf("The manifest says checksum %s, the store has %s: the object was "
-											   "overwritten with other content of the same size.",
-											   want, etag_normalize(pnstrdup(l->etag, l->etag_len)))
-							: psprintf("The manifest says checksum %s, but the store gave none to compare.", want));
-			}
-			break;
-	}
-}
-
-/* A manifest path outside the generation's location. */
-void
-problem_wrong_prefix(const InvObject *m, const char *prefix, ProblemList *out)
-{
-	if (problem_room(out, "wrong_prefix"))
-		problem_push(out, "wrong_prefix", pnstrdup(m->path, m->path_len),
-				psprintf("The manifest lists it outside the generation's location \"%s\".", prefix));
-}
-
-/* A listed object the manifest does not have. */
-void
-problem_stray(const InvObject *l, const char *prefix, ProblemList *out)
-{
-	if (problem_room(out, "stray_object"))
-		problem_push(out, "stray_object", pnstrdup(l->path, l->path_len),
-				psprintf("It is in the store under \"%s\" (" INT64_FORMAT " bytes) but not in the manifest, "
-						 "so readers of the location would read it too.", prefix, l->size));
-}
-
-/* A manifest object the store does not have. */
-void
-problem_missing(const InvObject *m, const char *prefix, ProblemList *out)
-{
-	if (problem_room(out, "missing_object"))
-		problem_push(out, "missing_object", pnstrdup(m->path, m->path_len),
-				psprintf("The manifest lists it with " INT64_FORMAT " bytes, but the store has no such "
-						 "object under \"%s\".", m->size, prefix));
-}
-
-/* A file named twice by the same snapshot: its rows would be read twice. */
-void
-problem_duplicate(const InvObject *m, ProblemList *out)
-{
-	if (problem_room(out, "duplicate_file"))
-		problem_push(out, "duplicate_file", pnstrdup(m->path, m->path_len),
-					 psprintf("The snapshot's manifests reference this file more than once, so readers would "
-							  "read its rows twice; rewrite the snapshot's manifests (for example with a "
-							  "rewrite_manifests procedure) and audit again."));
 }
 
 /*
