@@ -13,6 +13,7 @@ import re
 import subprocess
 from datetime import datetime, timezone
 
+import psycopg2
 import pytest
 
 from storefiles import write_file
@@ -576,3 +577,19 @@ def test_schema_finalize_holds_the_documented_api_and_the_internals_their_own(pg
                       "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
                       "WHERE n.nspname = 'finalize_internal' GROUP BY n.oid", dbname=db)
     assert internal[0][0] > 150 and internal[0][1] is False, internal
+
+
+def test_an_update_refuses_a_server_that_runs_another_library(pg, databases):
+    """Every update script first asks the library this server loaded for its
+    version (src/sql/updates/pre-update.sql): a server still running the
+    previous one (it is preloaded) changes nothing and says to restart."""
+    db = databases("probe")
+    with open(os.path.join(TOP, "src", "sql", "updates", "pre-update.sql")) as f:
+        probe = f.read().replace("@extschema@", "finalize").replace("MODULE_PATHNAME", "$libdir/finalize")
+    pg.sql(probe.replace("@update_to@", default_version()), dbname=db)
+    with pytest.raises(psycopg2.Error) as e:
+        pg.sql(probe.replace("@update_to@", "9.9.9"), dbname=db)
+    assert e.value.diag.message_primary == ("the finalize library loaded in this server is version %s, not 9.9.9"
+                                            % default_version())
+    assert "Restart PostgreSQL" in e.value.diag.message_hint
+    assert pg.sql("SELECT count(*) FROM pg_catalog.pg_proc WHERE proname = '_update_probe'", dbname=db) == [(0,)]
