@@ -40,6 +40,7 @@
 #include "alert/outcome.h"
 #include "alert/payload.h"
 #include "alert/target.h"
+#include "core/internal_schema.h"
 #include "core/background.h"
 #include "core/db.h"
 #include "core/http.h"
@@ -86,7 +87,7 @@ queue_exists(void)
 {
 	if (!OidIsValid(get_extension_oid("finalize", true)))
 		return false;
-	return db_function_exists(FINALIZE_INTERNAL_SCHEMA ".claim_delivery()", "finalize's delivery queue");
+	return internal_function_exists("claim_delivery()", "finalize's delivery queue");
 }
 
 /*

@@ -24,6 +24,7 @@
 #include "utils/snapmgr.h"
 
 #include "core/db.h"
+#include "core/internal_schema.h"
 #include "core/settings.h"
 
 /* The memory context that was current when db_begin started a transaction. */
@@ -121,22 +122,6 @@ db_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const ch
 }
 
 /*
- * Whether the catalog has a function (signature as to_regprocedure reads
- * it, such as "finalize_internal.claim_delivery()"): a catalog older than the
- * library lacks the newer ones. what names it in the error.
- */
-bool
-db_function_exists(const char *signature, const char *what)
-{
-	bool		isnull;
-
-	if (SPI_execute(psprintf("SELECT pg_catalog.to_regprocedure('%s') IS NOT NULL", signature),
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not look for %s", what);
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
  * Why the catalog must be left alone now (finalize_internal.catalog_restoring(): a
  * restore under way, src/sql/11d_catalog_seal.sql), in the caller's memory
  * context; NULL when it is whole, or older than the library (which has its
@@ -148,7 +133,7 @@ db_catalog_restoring(void)
 	bool		isnull;
 	Datum		why;
 
-	if (!db_function_exists(FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", "finalize's restore check"))
+	if (!internal_function_exists("catalog_restoring()", "finalize's restore check"))
 		return NULL;
 	if (SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
@@ -166,7 +151,7 @@ db_catalog_restoring(void)
 const char *
 db_when_whole(void)
 {
-	return db_function_exists(FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", "finalize's restore check")
+	return internal_function_exists("catalog_restoring()", "finalize's restore check")
 		? " WHERE " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring() IS NULL" : "";
 }
 

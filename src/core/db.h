@@ -24,7 +24,6 @@ extern MemoryContext db_caller_context(void);
 
 /* in db.c: statements and their values */
 extern void db_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls);
-extern bool db_function_exists(const char *signature, const char *what);
 extern char *db_catalog_restoring(void);
 extern const char *db_when_whole(void);
 extern Datum db_lsn_datum(const Lsn *lsn);

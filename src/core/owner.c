@@ -18,8 +18,6 @@
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
-
 #include "access/htup_details.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -32,6 +30,7 @@
 
 #include "core/db.h"
 #include "core/error_boundary.h"
+#include "core/internal_schema.h"
 #include "core/settings.h"
 
 PG_FUNCTION_INFO_V1(finalize_as_owner);
@@ -145,16 +144,7 @@ finalize_as_owner(PG_FUNCTION_ARGS)
 	call.values[0] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(GetUserId(), false)));
 	call.nulls[0] = ' ';
 	initStringInfo(&sql);
-	/*
-	 * A catalog older than 0.3.0 (the new library is loaded, ALTER EXTENSION
-	 * UPDATE not yet run) keeps its internal functions as finalize._<name>.
-	 */
-	if (OidIsValid(get_namespace_oid(FINALIZE_INTERNAL_SCHEMA, true)))
-		appendStringInfo(&sql, "SELECT %s.%s($1", FINALIZE_INTERNAL_SCHEMA,
-						 quote_identifier(NameStr(proc->proname)));
-	else
-		appendStringInfo(&sql, "SELECT %s.%s($1", FINALIZE_SCHEMA,
-						 quote_identifier(psprintf("_%s", NameStr(proc->proname))));
+	appendStringInfo(&sql, "SELECT %s($1", internal_function_name(NameStr(proc->proname)));
 	for (int i = 0; i < proc->pronargs; i++)
 	{
 		call.types[i + 1] = proc->proargtypes.values[i];

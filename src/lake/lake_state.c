@@ -11,11 +11,12 @@
 #include "foreign/foreign.h"
 #include "utils/builtins.h"
 
+#include "core/internal_schema.h"
 #include "core/db.h"
 #include "core/settings.h"
 #include "lake/lake_state.h"
 
-#define OBSERVE_SIGNATURE FINALIZE_INTERNAL_SCHEMA ".lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
+#define OBSERVE_SIGNATURE "lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
 
 /*
  * NULL when the catalog is at this library's version and has the lake's
@@ -33,7 +34,7 @@ lake_catalog_version_problem(void)
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the version of extension finalize");
 	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (strcmp(version, FINALIZE_VERSION) != 0 || !db_function_exists(OBSERVE_SIGNATURE, "finalize's lake functions"))
+	if (strcmp(version, FINALIZE_VERSION) != 0 || !internal_function_exists(OBSERVE_SIGNATURE, "finalize's lake functions"))
 		return psprintf("extension finalize is at version %s in this database but the loaded library is version %s; "
 						"no Iceberg table is read until they match: run ALTER EXTENSION finalize UPDATE",
 						version, FINALIZE_VERSION);

@@ -31,6 +31,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "core/internal_schema.h"
 #include "core/background.h"
 #include "core/db.h"
 #include "core/settings.h"
@@ -101,15 +102,15 @@ read_wanted_sources(WantedSource **wanted_out, TimestampTz *last_purge)
 		return -1;
 	}
 	/*
-	 * The Iceberg catalogs with consumers too (their lake workers), once the
-	 * catalog is at this library's version: an older one has no
-	 * _wanted_catalogs().
+	 * The sources (in a catalog older than the library too: its workers then
+	 * say that it must be updated) and the Iceberg catalogs with consumers
+	 * (their lake workers), once the catalog has wanted_catalogs().
 	 */
-	if (SPI_execute(psprintf("SELECT w.* FROM (%s) AS w%s",
-							 db_function_exists(FINALIZE_INTERNAL_SCHEMA ".wanted_catalogs()", "finalize's lake functions")
-							 ? "SELECT s.serverid, s.server_name, false FROM " FINALIZE_INTERNAL_SCHEMA ".wanted_sources() AS s "
-							 "UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_INTERNAL_SCHEMA ".wanted_catalogs() AS c"
-							 : "SELECT s.serverid, s.server_name, false FROM " FINALIZE_INTERNAL_SCHEMA ".wanted_sources() AS s",
+	if (SPI_execute(psprintf("SELECT w.* FROM (SELECT s.serverid, s.server_name, false FROM %s() AS s%s) AS w%s",
+							 internal_function_name("wanted_sources"),
+							 internal_function_exists("wanted_catalogs()", "finalize's lake functions")
+							 ? " UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_INTERNAL_SCHEMA
+							 ".wanted_catalogs() AS c" : "",
 							 db_when_whole()), true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list finalize's sources");
 	wanted = MemoryContextAllocZero(cxt, sizeof(WantedSource) * Max(SPI_processed, 1));

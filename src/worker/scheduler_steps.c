@@ -12,6 +12,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "core/internal_schema.h"
 #include "core/db.h"
 #include "core/settings.h"
 #include "worker/scheduler_steps.h"
@@ -27,7 +28,7 @@ scheduler_check_alerts(void)
 {
 	bool		isnull;
 
-	if (!db_function_exists(FINALIZE_INTERNAL_SCHEMA ".check_freshness()", "finalize's alert functions"))
+	if (!internal_function_exists("check_freshness()", "finalize's alert functions"))
 		return false;
 	/* no row while a restore is under way, checked in the statement itself */
 	if (SPI_execute(psprintf("SELECT " FINALIZE_INTERNAL_SCHEMA ".check_freshness() >= 0 AND "
@@ -53,7 +54,7 @@ scheduler_check_alerts(void)
 bool
 scheduler_refresh_derived(void)
 {
-	if (!db_function_exists(FINALIZE_INTERNAL_SCHEMA ".refresh_derived()", "finalize's _refresh_derived()"))
+	if (!internal_function_exists("refresh_derived()", "finalize's refresh_derived()"))
 		return true;
 	if (SPI_execute(psprintf("SELECT " FINALIZE_INTERNAL_SCHEMA ".refresh_derived()%s", db_when_whole()), false, 1)
 		!= SPI_OK_SELECT)

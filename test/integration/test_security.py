@@ -1146,3 +1146,42 @@ def test_tenants_cannot_stall_each_other(tenants):
     print(f"\ntenants: {attempts} attempts, {len(changed)} changed the other team's cycle time, "
           f"verdict time or visible data")
     assert not changed, json.dumps(changed, indent=2, default=str)
+
+
+def test_a_schema_planted_in_a_catalog_older_than_the_library_is_never_called():
+    """Between `make install` plus a restart and ALTER EXTENSION UPDATE the
+    0.3.0 library runs against a 0.2.0 catalog, which has no schema
+    finalize_internal. A role with CREATE on the database that makes one and
+    plants look-alikes of the internal functions there gets nothing: neither
+    the owner-run API (finalize_as_owner) nor the scheduler (which runs as
+    the bootstrap superuser) calls a schema the extension does not own. And
+    the scheduler waits quietly instead of failing in a loop."""
+    pg = new_cluster(**{"finalize.database": "old"})
+    try:
+        pg.sql("CREATE DATABASE old")
+        pg.sql("CREATE EXTENSION finalize VERSION '0.2.0'", dbname="old")
+        pg.sql("CREATE ROLE planter LOGIN")
+        pg.sql("GRANT CREATE ON DATABASE old TO planter")
+        pg.sql("GRANT finalize_pipeline TO planter")
+        planter = pg.connect(dbname="old", user="planter")
+        escalate = "BEGIN EXECUTE 'ALTER ROLE planter SUPERUSER'; RETURN %s; END"
+        run(planter, "CREATE SCHEMA finalize_internal")
+        run(planter, "CREATE FUNCTION finalize_internal.report_progress(name, text, text, text) RETURNS boolean "
+                     "LANGUAGE plpgsql AS $$" + escalate % "true" + "$$")
+        run(planter, "CREATE FUNCTION finalize_internal.wanted_sources(OUT serverid oid, OUT server_name text) "
+                     "RETURNS SETOF record LANGUAGE plpgsql AS $$" + escalate % "" + "$$")
+        for name in ("catalog_restoring", "check_freshness", "refresh_derived", "wanted_catalogs", "claim_delivery"):
+            run(planter, "CREATE FUNCTION finalize_internal.%s() RETURNS text LANGUAGE plpgsql AS $$%s$$"
+                % (name, escalate % "NULL"))
+        # The owner-run API calls the catalog's own finalize._report_progress (which refuses the table).
+        with pytest.raises(psycopg2.Error) as e:
+            run(planter, "SELECT finalize.report_progress('nope', 'job', '0x00000000000000000000')")
+        assert "nope" in str(e.value), e.value
+        planter.close()
+        log_from = len(pg.log())
+        time.sleep(4)  # the scheduler's rounds
+        assert pg.sql("SELECT rolsuper FROM pg_roles WHERE rolname = 'planter'") == [(False,)]
+        assert pg.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'finalize scheduler'") == [(1,)]
+        assert "finalize_internal" not in pg.log()[log_from:], pg.log()[log_from:][-2000:]
+    finally:
+        pg.cleanup()
