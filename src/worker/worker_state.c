@@ -235,7 +235,7 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 	Datum		arg = CStringGetTextDatum(server_name);
 	TrackedSource *ts;
 
-	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
+	if (db_query("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
 							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
 							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
 							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from,"
@@ -264,7 +264,7 @@ load_hold(const char *server_name, SourceConfig *cfg)
 	bool		isnull;
 	char	   *held_by;
 
-	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
+	if (db_query("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
 							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the hold of server \"%s\"", server_name);
 	if (SPI_processed == 0)
@@ -291,8 +291,8 @@ check_catalog_version(void)
 {
 	char	   *version;
 
-	if (SPI_execute("SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize'",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (db_query("SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize'",
+				 0, NULL, NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the version of extension finalize");
 	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (strcmp(version, FINALIZE_VERSION) == 0)
@@ -440,7 +440,7 @@ ws_still_tracked(int64 table_id)
 	bool		isnull;
 	Datum		result;
 
-	if (SPI_execute_with_args("SELECT " FINALIZE_SCHEMA "._still_tracked($1)", 1, &type, &value, NULL, false, 1)
+	if (db_query("SELECT " FINALIZE_SCHEMA "._still_tracked($1)", 1, &type, &value, NULL, false, 1)
 		!= SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not check whether table %lld is still tracked", (long long) table_id);
 	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
