@@ -227,7 +227,12 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	}
 }
 
-/* The active tables of a source, with their offsets (in cxt). */
+/*
+ * The active tables of a source, with their offsets (in cxt). The rest of
+ * each table's row is looked up by its key (LATERAL ... OFFSET 0): joined
+ * with the function's rows, which the planner cannot count, it scanned and
+ * sorted every tracked table and verdict of the database at every cycle.
+ */
 static void
 load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, int *ntables)
 {
@@ -236,15 +241,18 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 	TrackedSource *ts;
 
 	if (db_query("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
-							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
-							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
-							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from,"
-							  "       w.source_until"
-							  "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
-							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id"
-							  "  JOIN " FINALIZE_SCHEMA ".watermark AS w ON w.table_id = t.table_id"
-							  " ORDER BY t.table_id",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+				 "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
+				 "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
+				 "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from,"
+				 "       x.source_until"
+				 "  FROM " FINALIZE_SCHEMA "._source_tables($1) AS t"
+				 " CROSS JOIN LATERAL (SELECT y.event_time_column, y.event_time_zone, y.granularity,"
+				 "                            y.period_zone, y.start_from, w.source_until"
+				 "                       FROM " FINALIZE_SCHEMA ".tracked_table AS y"
+				 "                       JOIN " FINALIZE_SCHEMA ".watermark AS w ON w.table_id = y.table_id"
+				 "                      WHERE y.table_id = t.table_id OFFSET 0) AS x"
+				 " ORDER BY t.table_id",
+				 1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tracked tables of server \"%s\"", server_name);
 	if (SPI_processed == 0)
 		return;
@@ -265,7 +273,7 @@ load_hold(const char *server_name, SourceConfig *cfg)
 	char	   *held_by;
 
 	if (db_query("SELECT h.held_by, h.held_since FROM " FINALIZE_SCHEMA "._source_hold($1) AS h",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+				 1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the hold of server \"%s\"", server_name);
 	if (SPI_processed == 0)
 		return;
