@@ -34,9 +34,6 @@
 #include "mssql/mssql_options.h"
 #include "worker/worker_state.h"
 
-/* _record_range is planned once per process. */
-static SPIPlanPtr record_range_plan = NULL;
-
 /*
  * How the source's connection is encrypted and verified (in the current
  * context), and where its private FreeTDS configuration and log live: in
@@ -373,22 +370,11 @@ void
 ws_record_range(void *arg)
 {
 	RangeFacts *f = (RangeFacts *) arg;
+	Oid			types[17] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID};
 	Datum		values[17];
 	char		nulls[17];
 	int			rc;
-
-	if (record_range_plan == NULL)
-	{
-		Oid			types[17] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
-			INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, BYTEAOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-									   "$10, $11, $12, $13, $14, $15, $16, $17)", 17, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare finalize._record_range: %s", SPI_result_code_string(SPI_result));
-		record_range_plan = plan;
-	}
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(f->table_id);
@@ -431,7 +417,8 @@ ws_record_range(void *arg)
 		nulls[14] = nulls[15] = 'n';
 	values[16] = db_usecs_datum(f->clock_tolerance);
 
-	rc = SPI_execute_plan(record_range_plan, values, nulls, false, 0);
+	rc = db_query("SELECT " FINALIZE_SCHEMA "._record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, "
+				  "$14, $15, $16, $17)", 17, types, values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "finalize._record_range failed: %s", SPI_result_code_string(rc));
 }
