@@ -201,7 +201,7 @@ def test_a_worker_killed_while_serving_a_hung_source_is_replaced_and_no_other_so
         healthy.stop()
 
 
-def test_the_connection_budget_closes_the_least_recently_used(env, pg):
+def test_the_connection_budget_bounds_the_connections_kept(env, pg):
     healthy = started_sim()
     previous = pg.sql("SELECT current_setting('finalize.worker_connections')")[0][0]
     try:
@@ -229,6 +229,39 @@ def test_the_connection_budget_closes_the_least_recently_used(env, pg):
         pg.sql("SELECT pg_reload_conf()")
         pg.wait_for(lambda: env.one("SELECT sum(connections) FROM finalize.source_workers") == 6,
                     what=lambda: f"one connection kept per source: {env.sql('SELECT * FROM finalize.source_workers')}")
+    finally:
+        pg.sql("ALTER SYSTEM SET finalize.worker_connections = %s", (previous,))
+        pg.sql("SELECT pg_reload_conf()")
+        healthy.stop()
+
+
+def test_beyond_the_budget_the_connection_just_used_is_closed_and_the_others_stay(env, pg):
+    """Two workers, six sources, two connections each: sources are served in turn, so closing the
+    least recently used connection (the next one needed) made every cycle log in; closing the one just
+    used keeps the others' sessions open round after round."""
+    healthy = started_sim()
+    previous = pg.sql("SELECT current_setting('finalize.worker_connections')")[0][0]
+    names = HEALTHY[:6]
+
+    def sessions():
+        return {r["session_id"] for r in healthy.query(
+            "SELECT session_id FROM sys.dm_exec_sessions WHERE program_name = 'finalize'")}
+    try:
+        pg.sql("ALTER SYSTEM SET finalize.worker_connections = 2")
+        pg.sql("SELECT pg_reload_conf()")
+        for name in names:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        pg.wait_for(lambda: len(cycles(env, names)) == 6 and
+                    all(c[0] >= 3 and c[1] == "ok" for c in cycles(env, names).values()),
+                    what=lambda: f"six sources polled: {cycles(env, names)}")
+        before = sessions()
+        start = cycles(env, names)
+        # Three more rounds: every source ran three more cycles.
+        pg.wait_for(lambda: all(c[0] >= start[n][0] + 3 for n, c in cycles(env, names).items()),
+                    what=lambda: f"three more cycles of each source: {cycles(env, names)} after {start}")
+        kept = before & sessions()
+        assert kept, f"no session of finalize outlived three rounds: {sorted(before)} then {sorted(sessions())}"
     finally:
         pg.sql("ALTER SYSTEM SET finalize.worker_connections = %s", (previous,))
         pg.sql("SELECT pg_reload_conf()")
