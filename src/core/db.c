@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "pgstat.h"
@@ -109,13 +110,72 @@ db_caller_context(void)
 }
 
 /*
+ * The plan of a statement, prepared once per process and kept (SPI_keepplan):
+ * a background process runs the same few dozen statements every cycle, and
+ * parsing and planning them again each time cost a source's idle cycle a
+ * quarter of its CPU. Plans are found by their text and argument types; the
+ * plan cache replans one whose objects changed. At most DB_KEPT_PLANS are
+ * kept (memory stays flat whatever texts a caller builds); beyond, a
+ * statement is planned for this run only, as before.
+ */
+#define DB_KEPT_PLANS 64
+
+typedef struct KeptPlan
+{
+	char	   *sql;
+	int			nargs;
+	Oid		   *types;
+	SPIPlanPtr	plan;
+} KeptPlan;
+
+static KeptPlan kept_plans[DB_KEPT_PLANS];
+static int	nkept_plans = 0;
+
+/* The plan of sql with nargs arguments of types: kept, or prepared now (in a transaction with SPI). */
+static SPIPlanPtr
+db_plan(const char *sql, int nargs, const Oid *types)
+{
+	SPIPlanPtr	plan;
+	KeptPlan   *k;
+
+	for (int i = 0; i < nkept_plans; i++)
+		if (kept_plans[i].nargs == nargs && strcmp(kept_plans[i].sql, sql) == 0 &&
+			(nargs == 0 || memcmp(kept_plans[i].types, types, sizeof(Oid) * nargs) == 0))
+			return kept_plans[i].plan;
+	plan = SPI_prepare(sql, nargs, unconstify(Oid *, types));
+	if (plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	if (nkept_plans >= DB_KEPT_PLANS || SPI_keepplan(plan) != 0)
+		return plan;			/* freed with the SPI connection */
+	k = &kept_plans[nkept_plans++];
+	k->sql = MemoryContextStrdup(TopMemoryContext, sql);
+	k->nargs = nargs;
+	k->types = MemoryContextAlloc(TopMemoryContext, sizeof(Oid) * (nargs + 1));
+	if (nargs > 0)
+		memcpy(k->types, types, sizeof(Oid) * nargs);
+	k->plan = plan;
+	return plan;
+}
+
+/*
+ * Runs a statement through its kept plan (db_plan); returns SPI's code, the
+ * rows in SPI_tuptable. count limits the rows as SPI_execute's does.
+ */
+int
+db_query(const char *sql, int nargs, const Oid *types, Datum *values, const char *nulls, bool read_only,
+		 long count)
+{
+	return SPI_execute_plan(db_plan(sql, nargs, types), values, nulls, read_only, count);
+}
+
+/*
  * Runs a statement of finalize's internal functions; any failure is an
  * error, which the caller's subtransaction (if any) confines.
  */
 void
 db_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls)
 {
-	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	int			rc = db_query(sql, nargs, types, values, nulls, false, 0);
 
 	if (rc < 0)
 		elog(ERROR, "could not run \"%s\": %s", sql, SPI_result_code_string(rc));
@@ -135,7 +195,7 @@ db_catalog_restoring(void)
 
 	if (!internal_function_exists("catalog_restoring()", "finalize's restore check"))
 		return NULL;
-	if (SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", true, 1) != SPI_OK_SELECT ||
+	if (db_query("SELECT " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", 0, NULL, NULL, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not check whether finalize's catalog is being restored");
 	why = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

@@ -23,6 +23,8 @@ extern void db_commit_and_continue(const char *activity);
 extern MemoryContext db_caller_context(void);
 
 /* in db.c: statements and their values */
+extern int	db_query(const char *sql, int nargs, const Oid *types, Datum *values, const char *nulls,
+					 bool read_only, long count);
 extern void db_exec_internal(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls);
 extern char *db_catalog_restoring(void);
 extern const char *db_when_whole(void);

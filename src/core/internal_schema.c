@@ -12,8 +12,9 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "commands/extension.h"
-#include "executor/spi.h"
+#include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 
 #include "core/internal_schema.h"
 #include "core/settings.h"
@@ -46,19 +47,22 @@ internal_function_name(const char *name)
  * reads it without its schema, such as "claim_delivery()") in the
  * extension's schema finalize_internal: false for a catalog older than the
  * library, whose steps then wait (the caller then names the function as
- * FINALIZE_INTERNAL_SCHEMA "." signature). what names it in the error. In
- * an SPI connection.
+ * FINALIZE_INTERNAL_SCHEMA "." signature). Read from the system caches, no
+ * statement: the background processes ask at every cycle.
  */
 bool
 internal_function_exists(const char *signature, const char *what)
 {
-	bool		isnull;
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		proc;
 
 	if (!internal_schema_is_ours())
 		return false;
-	if (SPI_execute(psprintf("SELECT pg_catalog.to_regprocedure(%s) IS NOT NULL",
-							 quote_literal_cstr(psprintf("%s.%s", FINALIZE_INTERNAL_SCHEMA, signature))),
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = CStringGetTextDatum(psprintf("%s.%s", FINALIZE_INTERNAL_SCHEMA, signature));
+	fcinfo->args[0].isnull = false;
+	proc = to_regprocedure(fcinfo);
+	if (!fcinfo->isnull && !OidIsValid(DatumGetObjectId(proc)))
 		elog(ERROR, "could not look for %s", what);
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	return !fcinfo->isnull;
 }

@@ -65,7 +65,7 @@ define_pool_settings(void)
 
 	DefineCustomIntVariable("finalize.worker_connections",
 							"SQL Server connections each source worker keeps open between cycles.",
-							"Beyond it the least recently used one is closed (its source logs in again at its next "
+							"Beyond it the most recently used one is closed (its source logs in again at its next "
 							"cycle). Also bounded by the file descriptors PostgreSQL lets a process hold for "
 							"connections of its own (a third of max_files_per_process and the open-files limit).",
 							&finalize_worker_connections,

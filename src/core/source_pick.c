@@ -7,9 +7,14 @@
  * since forever). A source keeps its home: the worker that served it last
  * holds its connection and what the cycle remembers (cycle.c's settled
  * state), so another worker takes it only once it has been due for
- * steal_after — its home is busy, most likely with a source that hangs —
- * and the source then moves home. No source starves: whoever is busy, a
- * due source is taken by the next worker free once steal_after has passed.
+ * steal_after, and the source then moves home (a new login). It takes it
+ * in due order when its home is stuck (one cycle running longer than
+ * steal_after: most likely a source that hangs), and otherwise only when
+ * none of its own sources is due: when every worker is merely behind (a
+ * busy machine), each works through its own sources rather than all of
+ * them trading sources and logging in again at every cycle. No source
+ * starves: a due source is taken by the next worker free of its own once
+ * steal_after has passed.
  *
  * Isolation from sources that fail: a source whose last cycle failed
  * (failures > 0: it did not answer, refused the login, broke the TLS
@@ -45,6 +50,33 @@ homed_elsewhere(const PoolSource *e, const PickRules *r)
 	return r->home_alive[e->home];
 }
 
+/* Whether the home of an entry homed elsewhere is stuck in one cycle (unknown: stuck). */
+static bool
+home_stuck(const PoolSource *e, const PickRules *r)
+{
+	return r->home_stuck == NULL || r->home_stuck[e->home];
+}
+
+/* The best entry found so far of one kind. */
+typedef struct Best
+{
+	int			i;
+	int64_t		due;
+	bool		home;			/* at home here */
+} Best;
+
+/* Keeps entry i if it goes before the best so far: longest due first; on a tie, the one at home here. */
+static void
+consider(Best *b, int i, int64_t due, bool at_home)
+{
+	if (b->i < 0 || due < b->due || (due == b->due && at_home && !b->home))
+	{
+		b->i = i;
+		b->due = due;
+		b->home = at_home;
+	}
+}
+
 /*
  * The index of the entry this worker should serve now, or -1. *wake_at is
  * set to the earliest time an entry it passed over becomes takeable (left
@@ -54,9 +86,8 @@ homed_elsewhere(const PoolSource *e, const PickRules *r)
 int
 source_pick(const PoolSource *entries, int n, const PickRules *r, int64_t *wake_at)
 {
-	int			best = -1;
-	int64_t		best_due = 0;
-	bool		best_home = false;
+	Best		best = {.i = -1};	/* its own, and those of stuck or gone homes */
+	Best		spare = {.i = -1};	/* those of homes that are only behind */
 
 	for (int i = 0; i < n; i++)
 	{
@@ -87,13 +118,7 @@ source_pick(const PoolSource *entries, int n, const PickRules *r, int64_t *wake_
 				*wake_at = ready;
 			continue;
 		}
-		/* Longest due first; on a tie, a source at home here keeps its connection. */
-		if (best < 0 || due < best_due || (due == best_due && e->home == r->me && !best_home))
-		{
-			best = i;
-			best_due = due;
-			best_home = e->home == r->me;
-		}
+		consider(mine || home_stuck(e, r) ? &best : &spare, i, due, e->home == r->me);
 	}
-	return best;
+	return best.i >= 0 ? best.i : spare.i;
 }

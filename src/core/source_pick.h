@@ -40,6 +40,8 @@ typedef struct PickRules
 	int64_t		steal_after;	/* how overdue another live worker's source must be to be taken */
 	bool		retry_lane_open;	/* may a failing source (failures > 0) be taken now */
 	const bool *home_alive;		/* by pool index: whether that worker runs */
+	const bool *home_stuck;		/* by pool index: whether its cycle began over steal_after ago
+								 * (NULL: every home counts as stuck) */
 	int			nworkers;		/* length of home_alive */
 } PickRules;
 

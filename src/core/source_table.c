@@ -284,6 +284,7 @@ source_table_claim(Oid only_serverid, TimestampTz now, int64 steal_after_us, Sou
 				   TimestampTz *wake_at)
 {
 	bool		alive[FINALIZE_MAX_SOURCE_WORKERS];
+	bool		stuck[FINALIZE_MAX_SOURCE_WORKERS];
 	int			pool = 0;
 	int			failing = 0;
 	PickRules	rules;
@@ -296,6 +297,7 @@ source_table_claim(Oid only_serverid, TimestampTz now, int64 steal_after_us, Sou
 		SourceWorker *w = &table->workers[k];
 
 		alive[k] = w->pid != 0 && w->dboid == MyDatabaseId;
+		stuck[k] = alive[k] && OidIsValid(w->serving) && now - w->since > steal_after_us;
 		if (alive[k] && k < FINALIZE_MAX_POOL)
 		{
 			pool++;
@@ -309,6 +311,7 @@ source_table_claim(Oid only_serverid, TimestampTz now, int64 steal_after_us, Sou
 	rules.steal_after = steal_after_us;
 	rules.retry_lane_open = failing < retry_lane_size(pool);
 	rules.home_alive = alive;
+	rules.home_stuck = stuck;
 	rules.nworkers = FINALIZE_MAX_SOURCE_WORKERS;
 	i = source_pick(table->entries, table->used, &rules, &wake);
 	if (i >= 0)

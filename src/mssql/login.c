@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
@@ -96,6 +97,38 @@ login_watch(void)
 }
 
 /*
+ * Marks the TCP sockets open now in open_before_login. Only the open
+ * descriptors are looked at (/proc/self/fd): asking each of the
+ * LOGIN_MAX_FD possible ones took two system calls apiece, most of the CPU
+ * of a login. Without /proc every possible descriptor is asked.
+ */
+static void
+mark_open_sockets(void)
+{
+	DIR		   *dir;
+	struct dirent *de;
+
+	memset(open_before_login, 0, sizeof(open_before_login));
+	dir = AllocateDir("/proc/self/fd");
+	if (dir == NULL)
+	{
+		for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
+			if (is_tcp_socket(fd))
+				open_before_login[fd / 8] |= 1 << (fd % 8);
+		return;
+	}
+	while ((de = ReadDirExtended(dir, "/proc/self/fd", LOG)) != NULL)
+	{
+		char	   *end;
+		long		fd = strtol(de->d_name, &end, 10);
+
+		if (*end == '\0' && end != de->d_name && fd >= 0 && fd < LOGIN_MAX_FD && is_tcp_socket((int) fd))
+			open_before_login[fd / 8] |= 1 << (fd % 8);
+	}
+	FreeDir(dir);
+}
+
+/*
  * Starts watching a login that may take login_timeout seconds (the timer
  * is registered once per process).
  */
@@ -104,10 +137,7 @@ login_watch_start(int login_timeout)
 {
 	if (login_watch_id == MAX_TIMEOUTS)
 		login_watch_id = RegisterTimeout(USER_TIMEOUT, login_watch);
-	memset(open_before_login, 0, sizeof(open_before_login));
-	for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
-		if (is_tcp_socket(fd))
-			open_before_login[fd / 8] |= 1 << (fd % 8);
+	mark_open_sockets();
 	login_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), login_timeout * 1000);
 	login_timed_out = false;
 	enable_timeout_every(login_watch_id,

@@ -56,9 +56,9 @@ ws_load_consumers(const char *server_name, MemoryContext cxt, SourceConsumer **c
 
 	*consumers = NULL;
 	*nconsumers = 0;
-	if (SPI_execute_with_args("SELECT c.table_id, c.consumer, c.reported_lsn, c.resolved_for_lsn"
-							  "  FROM " FINALIZE_INTERNAL_SCHEMA ".source_consumers($1) AS c",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+	if (db_query("SELECT c.table_id, c.consumer, c.reported_lsn, c.resolved_for_lsn"
+				 "  FROM " FINALIZE_INTERNAL_SCHEMA ".source_consumers($1) AS c",
+				 1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the consumers of server \"%s\"", server_name);
 	if (SPI_processed == 0)
 		return;

@@ -8,8 +8,12 @@
  * buffers. A worker keeps at most finalize.worker_connections of them, and
  * no more than PostgreSQL lets a process hold besides its own files
  * (AcquireExternalFD, two per connection: a third of the descriptors it may
- * use, as postgres_fdw counts its connections); beyond, the connection used least recently is closed and
- * its source logs in again at its next cycle. A source another worker took
+ * use, as postgres_fdw counts its connections); beyond, the connection used most recently is closed and
+ * its source logs in again at its next cycle. Most recently, not least: a
+ * worker serves its sources in turn, so the one used least recently is the
+ * next one needed, and closing it made every cycle log in once a worker had
+ * more sources than connections (a login costs several idle cycles of CPU);
+ * closing the one just used leaves one connection changing hands. A source another worker took
  * (its home moved) is forgotten here, connection and all: what its last
  * cycle here settled is stale once cycles ran elsewhere.
  */
@@ -89,34 +93,37 @@ reset_run(KeptRun *kept)
 	kept->run.serverid = kept->serverid;
 }
 
-/* Closes the least recently used connection but one's; false if there is none. */
+/*
+ * Closes the most recently used connection but one's (the one needed last
+ * when sources are served in turn); false if there is none.
+ */
 static bool
-close_least_recent(const KeptRun *except)
+close_most_recent(const KeptRun *except)
 {
 	HASH_SEQ_STATUS seq;
 	KeptRun    *k;
-	KeptRun    *oldest = NULL;
+	KeptRun    *newest = NULL;
 
 	hash_seq_init(&seq, runs);
 	while ((k = hash_seq_search(&seq)) != NULL)
-		if (k != except && k->run.conn != NULL && (oldest == NULL || k->last_used < oldest->last_used))
-			oldest = k;
-	if (oldest == NULL)
+		if (k != except && k->run.conn != NULL && (newest == NULL || k->last_used > newest->last_used))
+			newest = k;
+	if (newest == NULL)
 		return false;
-	close_connection(oldest);
+	close_connection(newest);
 	return true;
 }
 
 /*
  * Counts the source's connection (to be opened, or open) as an external
- * descriptor, closing the least recently used others while PostgreSQL has
+ * descriptor, closing the most recently used others while PostgreSQL has
  * none to spare; false when not even that frees one.
  */
 static bool
 hold_descriptor(KeptRun *kept)
 {
 	while (!kept->fd_held && !(kept->fd_held = acquire_connection_fds()))
-		if (!close_least_recent(kept))
+		if (!close_most_recent(kept))
 			return false;
 	return true;
 }
@@ -153,8 +160,8 @@ runs_take(const SourceClaim *claim)
 
 /*
  * After a cycle: counts the source's connection as an external descriptor
- * (or gives it back when the cycle closed it), and closes the least
- * recently used connections beyond the budget.
+ * (or gives it back when the cycle closed it), and closes connections
+ * beyond the budget, the one just used first.
  */
 void
 runs_after_cycle(KeptRun *kept)
@@ -165,13 +172,14 @@ runs_after_cycle(KeptRun *kept)
 		release_connection_fds();
 		kept->fd_held = false;
 	}
-	/* No descriptor to spare even alone: log in again next cycle. */
-	if (kept->run.conn != NULL && !hold_descriptor(kept))
+	/* No descriptor to spare for it: log in again next cycle. */
+	if (kept->run.conn != NULL && !kept->fd_held && !(kept->fd_held = acquire_connection_fds()))
 		close_connection(kept);
-	while (runs_connections() > finalize_worker_connections && close_least_recent(kept))
-		;
+	/* Beyond the budget the connection just used goes first (see above); then others, after a lowered budget. */
 	if (runs_connections() > finalize_worker_connections)
 		close_connection(kept);
+	while (runs_connections() > finalize_worker_connections && close_most_recent(kept))
+		;
 	source_table_set_kept(runs_connections());
 }
 

@@ -34,9 +34,6 @@
 #include "mssql/mssql_options.h"
 #include "worker/worker_state.h"
 
-/* _record_range is planned once per process. */
-static SPIPlanPtr record_range_plan = NULL;
-
 /*
  * How the source's connection is encrypted and verified (in the current
  * context), and where its private FreeTDS configuration and log live: in
@@ -227,7 +224,12 @@ decode_table(HeapTuple tup, TupleDesc desc, MemoryContext cxt, TrackedSource *ts
 	}
 }
 
-/* The active tables of a source, with their offsets (in cxt). */
+/*
+ * The active tables of a source, with their offsets (in cxt). The rest of
+ * each table's row is looked up by its key (LATERAL ... OFFSET 0): joined
+ * with the function's rows, which the planner cannot count, it scanned and
+ * sorted every tracked table and verdict of the database at every cycle.
+ */
 static void
 load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, int *ntables)
 {
@@ -235,16 +237,19 @@ load_tables(const char *server_name, MemoryContext cxt, TrackedSource **tables, 
 	Datum		arg = CStringGetTextDatum(server_name);
 	TrackedSource *ts;
 
-	if (SPI_execute_with_args("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
-							  "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
-							  "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
-							  "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from,"
-							  "       w.source_until"
-							  "  FROM " FINALIZE_INTERNAL_SCHEMA ".source_tables($1) AS t"
-							  "  JOIN " FINALIZE_SCHEMA ".tracked_table AS x ON x.table_id = t.table_id"
-							  "  JOIN " FINALIZE_SCHEMA ".watermark AS w ON w.table_id = t.table_id"
-							  " ORDER BY t.table_id",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+	if (db_query("SELECT t.table_id, t.table_name, t.source_schema, t.source_name, t.capture_instance,"
+				 "       t.start_at_capture, t.offset_lsn, t.resuming, t.ddl_block, t.auto_resume,"
+				 "       t.offset_commit_time, t.schema_ack_lsn, t.last_loss,"
+				 "       x.event_time_column, x.event_time_zone, x.granularity, x.period_zone, x.start_from,"
+				 "       x.source_until"
+				 "  FROM " FINALIZE_INTERNAL_SCHEMA ".source_tables($1) AS t"
+				 " CROSS JOIN LATERAL (SELECT y.event_time_column, y.event_time_zone, y.granularity,"
+				 "                            y.period_zone, y.start_from, w.source_until"
+				 "                       FROM " FINALIZE_SCHEMA ".tracked_table AS y"
+				 "                       JOIN " FINALIZE_SCHEMA ".watermark AS w ON w.table_id = y.table_id"
+				 "                      WHERE y.table_id = t.table_id OFFSET 0) AS x"
+				 " ORDER BY t.table_id",
+				 1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tracked tables of server \"%s\"", server_name);
 	if (SPI_processed == 0)
 		return;
@@ -264,8 +269,8 @@ load_hold(const char *server_name, SourceConfig *cfg)
 	bool		isnull;
 	char	   *held_by;
 
-	if (SPI_execute_with_args("SELECT h.held_by, h.held_since FROM " FINALIZE_INTERNAL_SCHEMA ".source_hold($1) AS h",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+	if (db_query("SELECT h.held_by, h.held_since FROM " FINALIZE_INTERNAL_SCHEMA ".source_hold($1) AS h",
+				 1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the hold of server \"%s\"", server_name);
 	if (SPI_processed == 0)
 		return;
@@ -291,8 +296,8 @@ check_catalog_version(void)
 {
 	char	   *version;
 
-	if (SPI_execute("SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize'",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (db_query("SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'finalize'",
+				 0, NULL, NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the version of extension finalize");
 	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (strcmp(version, FINALIZE_VERSION) == 0)
@@ -365,22 +370,11 @@ void
 ws_record_range(void *arg)
 {
 	RangeFacts *f = (RangeFacts *) arg;
+	Oid			types[17] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID};
 	Datum		values[17];
 	char		nulls[17];
 	int			rc;
-
-	if (record_range_plan == NULL)
-	{
-		Oid			types[17] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID,
-			INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, BYTEAOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INTERVALOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT " FINALIZE_INTERNAL_SCHEMA ".record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-									   "$10, $11, $12, $13, $14, $15, $16, $17)", 17, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare finalize_internal.record_range: %s", SPI_result_code_string(SPI_result));
-		record_range_plan = plan;
-	}
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(f->table_id);
@@ -423,7 +417,8 @@ ws_record_range(void *arg)
 		nulls[14] = nulls[15] = 'n';
 	values[16] = db_usecs_datum(f->clock_tolerance);
 
-	rc = SPI_execute_plan(record_range_plan, values, nulls, false, 0);
+	rc = db_query("SELECT " FINALIZE_INTERNAL_SCHEMA ".record_range($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, "
+				  "$14, $15, $16, $17)", 17, types, values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "finalize_internal.record_range failed: %s", SPI_result_code_string(rc));
 }
@@ -440,7 +435,7 @@ ws_still_tracked(int64 table_id)
 	bool		isnull;
 	Datum		result;
 
-	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".still_tracked($1)", 1, &type, &value, NULL, false, 1)
+	if (db_query("SELECT " FINALIZE_INTERNAL_SCHEMA ".still_tracked($1)", 1, &type, &value, NULL, false, 1)
 		!= SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not check whether table %lld is still tracked", (long long) table_id);
 	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

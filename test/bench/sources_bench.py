@@ -21,7 +21,7 @@ the same run, against one SQL Server simulator.
 Ratios are printed, not asserted. Run as root after the extension is installed:
     test/bench/sources_bench.py [--dedicated 1,50,100,125] [--pool 100,500,1000] [--poll 5s]
                                 [--lag-sources 1000] [--lag-poll 30s] [--databases 100] [--hung 5]
-                                [--trials 5] [--seconds 30]
+                                [--trials 5] [--seconds 30] [--traffic]
 """
 import argparse
 import os
@@ -105,8 +105,10 @@ def sim_of(databases):
     return sim_clock(start_time="2026-11-02T08:59:00Z", **extra).start()
 
 
-def measure(workers, n, poll, seconds, databases):
-    """Memory and CPU of n sources in one design."""
+def measure(workers, n, poll, seconds, databases, traffic=False):
+    """Memory and CPU of n sources in one design; with traffic, a commit captured in every database
+    once per poll interval while the CPU is measured (most cycles then record a range of changes),
+    else none (every cycle finds max LSN where it was: idle)."""
     pg = cluster(workers, n, poll)
     sim = sim_of(databases)
     env = Env(pg)
@@ -120,13 +122,21 @@ def measure(workers, n, poll, seconds, databases):
         wpids = [pid for pid, kind in procs if kind == "finalize worker"]
         cpu0 = sum(cpu_seconds(p) for p in wpids)
         cycles0 = int(pg.sql("SELECT sum(cycles) FROM finalize.source_status")[0][0])
+        facts0 = int(pg.sql("SELECT count(*) FROM finalize.fact")[0][0])
         t0 = time.monotonic()
-        time.sleep(seconds)
+        if traffic:
+            poll_s = pg.sql("SELECT extract(epoch FROM %s::interval)::float8", (poll,))[0][0]
+            while time.monotonic() - t0 < seconds:
+                commit_everywhere(sim, databases)
+                time.sleep(max(0.0, poll_s - (time.monotonic() - t0) % poll_s))
+        else:
+            time.sleep(seconds)
         elapsed = time.monotonic() - t0
         cpu1 = sum(cpu_seconds(p) for p in wpids)
         cycles1 = int(pg.sql("SELECT sum(cycles) FROM finalize.source_status")[0][0])
         pss = sum(pss_kb(p) for p, _ in finalize_pids(pg))
-        return {"n": n, "processes": len(procs), "workers": len(wpids), "pss_kb": pss,
+        facts1 = int(pg.sql("SELECT count(*) FROM finalize.fact")[0][0])
+        return {"n": n, "processes": len(procs), "workers": len(wpids), "pss_kb": pss, "facts": facts1 - facts0,
                 "cycles": cycles1 - cycles0, "cycles_per_s": (cycles1 - cycles0) / elapsed,
                 "cpu_per_cycle_ms": 1000 * (cpu1 - cpu0) / max(cycles1 - cycles0, 1)}
     finally:
@@ -136,9 +146,9 @@ def measure(workers, n, poll, seconds, databases):
 
 def report(design, r, base):
     print("%-9s N=%4d: %4d finalize processes (%3d source workers), PSS %7.1f MiB in all, %5.2f MiB per "
-          "source; %6.1f cycles/s, source workers' CPU %.3f ms per source per cycle (x%.2f of %s)"
+          "source; %6.1f cycles/s (%d facts), source workers' CPU %.3f ms per source per cycle (x%.2f of %s)"
           % (design, r["n"], r["processes"], r["workers"], r["pss_kb"] / 1024, r["pss_kb"] / 1024 / r["n"],
-             r["cycles_per_s"], r["cpu_per_cycle_ms"], r["cpu_per_cycle_ms"] / max(base["cpu_per_cycle_ms"], 1e-9),
+             r["cycles_per_s"], r["facts"], r["cpu_per_cycle_ms"], r["cpu_per_cycle_ms"] / max(base["cpu_per_cycle_ms"], 1e-9),
              "one process per source at N=%d" % base["n"]), flush=True)
 
 
@@ -229,6 +239,8 @@ def main():
     p.add_argument("--pool", default="100,500,1000")
     p.add_argument("--poll", default="5s")
     p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--traffic", action="store_true",
+                   help="a commit in every database each poll interval while CPU is measured (else idle cycles)")
     p.add_argument("--lag-sources", type=int, default=1000)
     p.add_argument("--hung", type=int, default=5)
     p.add_argument("--trials", type=int, default=5)
@@ -240,7 +252,7 @@ def main():
     dedicated = {}
     for n in [int(x) for x in args.dedicated.split(",") if x]:
         try:
-            r = measure(0, n, args.poll, args.seconds, args.databases)
+            r = measure(0, n, args.poll, args.seconds, args.databases, args.traffic)
         except Exception as e:          # noqa: BLE001 (where one process per source stops is a result)
             print("dedicated N=%4d: stopped: %s: %s" % (n, type(e).__name__, str(e).splitlines()[0][:300]))
             break
@@ -248,7 +260,8 @@ def main():
         dedicated[n] = r
         report("dedicated", r, base)
     for n in [int(x) for x in args.pool.split(",") if x]:
-        r = measure(4, n, args.poll, args.seconds, args.databases)
+        r = measure(4, n, args.poll, args.seconds, args.databases, args.traffic)
+        base = base or r        # without --dedicated, the first pool size is the baseline
         report("pool(4)", r, base)
         if n in dedicated:
             print("pool(4)  N=%4d: PSS x%.3f of one process per source at the same N"

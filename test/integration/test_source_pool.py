@@ -201,7 +201,7 @@ def test_a_worker_killed_while_serving_a_hung_source_is_replaced_and_no_other_so
         healthy.stop()
 
 
-def test_the_connection_budget_closes_the_least_recently_used(env, pg):
+def test_the_connection_budget_bounds_the_connections_kept(env, pg):
     healthy = started_sim()
     previous = pg.sql("SELECT current_setting('finalize.worker_connections')")[0][0]
     try:
@@ -233,6 +233,39 @@ def test_the_connection_budget_closes_the_least_recently_used(env, pg):
         pg.sql("ALTER SYSTEM SET finalize.worker_connections = %s", (previous,))
         pg.sql("SELECT pg_reload_conf()")
         healthy.stop()
+
+
+def test_beyond_the_budget_the_connection_just_used_is_closed_and_the_others_stay():
+    """One worker, four sources, two connections: sources are served in turn, so closing the least
+    recently used connection (the next one needed) made every cycle log in; closing the one just used
+    keeps two sessions open round after round. (A pool of one: no source can change workers.)"""
+    pg = new_cluster(**{"finalize.max_source_workers": "1", "finalize.worker_connections": "2"})
+    env = Env(pg)
+    healthy = started_sim()
+    names = HEALTHY[:4]
+
+    def sessions():
+        return {r["session_id"] for r in healthy.query(
+            "SELECT session_id FROM sys.dm_exec_sessions WHERE program_name = 'finalize'")}
+    try:
+        for name in names:
+            env.add_source(name, healthy)
+            env.track(f"pool.{name}", name)
+        pg.wait_for(lambda: len(cycles(env, names)) == 4 and
+                    all(c[0] >= 3 and c[1] == "ok" for c in cycles(env, names).values()),
+                    what=lambda: f"four sources polled: {cycles(env, names)}")
+        before = sessions()
+        start = cycles(env, names)
+        # Three more rounds: every source ran three more cycles.
+        pg.wait_for(lambda: all(c[0] >= start[n][0] + 3 for n, c in cycles(env, names).items()),
+                    what=lambda: f"three more cycles of each source: {cycles(env, names)} after {start}")
+        kept = before & sessions()
+        assert len(kept) == 2, f"sessions of finalize that outlived three rounds: {sorted(kept)} " \
+                               f"(before {sorted(before)}, after {sorted(sessions())})"
+    finally:
+        env.cleanup()
+        healthy.stop()
+        pg.cleanup()
 
 
 def test_zero_workers_is_one_process_per_source_and_the_pool_comes_back(env, pg):

@@ -110,6 +110,24 @@ main(void)
 	r = rules(0, 10 * SEC, alive);
 	check(source_pick(e, 2, &r, &wake) == 0, "a source of a busy worker due long ago goes before one due just now");
 
+	/*
+	 * A home that is only behind (its cycles run, none for long) keeps its
+	 * sources while this worker has its own due: a worker takes another's
+	 * source, and its new login, only when stuck or free.
+	 */
+	{
+		bool		stuck[4] = {false, false, true, false};
+
+		r.home_stuck = stuck;
+		check(source_pick(e, 2, &r, &wake) == 0, "the source of a stuck worker goes first in due order");
+		stuck[2] = false;
+		check(source_pick(e, 2, &r, &wake) == 1, "a worker that is only behind keeps its source while this one has its own due");
+		e[1].due = 11 * SEC;
+		wake = INT64_MAX;
+		check(source_pick(e, 2, &r, &wake) == 0, "with none of its own due this worker takes it after steal_after");
+		check(wake == 11 * SEC, "and looks again when its own is due");
+	}
+
 	/* Requested cycles go first. */
 	e[0] = src(100, 1 * SEC);
 	e[1] = src(101, 50 * SEC);
