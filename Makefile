@@ -126,7 +126,7 @@ BITCODE_CFLAGS += -MF /dev/null
 
 # FINALIZE_VERSION comes from the control file: the files that compare it
 # with the catalog's version are rebuilt when it changes.
-src/worker/worker_state.o src/gate/release_checks.o src/lake/lake_state.o src/core/library_version.o: $(EXTENSION).control
+src/worker/source_config.o src/gate/release_checks.o src/lake/lake_state.o src/core/library_version.o: $(EXTENSION).control
 
 # src/sql itself too: renaming a part keeps its time but changes the folder's.
 $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) src/sql $(EXTENSION).control

@@ -9,8 +9,8 @@
  * anything outside PostgreSQL (SQL Server, a webhook): it reads in one
  * short transaction, talks to the other side with none open, and writes in
  * another. What each process reads and writes is its subsystem's own
- * (worker/worker_state.c, alert/delivery.c, ...); how a transaction begins
- * and ends is this file's.
+ * (worker/source_config.c, worker/worker_state.c, alert/delivery.c, ...);
+ * how a transaction begins and ends is this file's.
  */
 #include "postgres.h"
 

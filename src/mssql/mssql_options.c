@@ -4,7 +4,7 @@
  *     databases): its options, where each belongs and what each accepts,
  *     as FreeTDS's configuration can carry them (tds_conf.c). The checking
  *     itself is core/fdw_options.c's; the worker reads the options
- *     (worker/worker_state.c).
+ *     (worker/source_config.c).
  */
 #include "postgres.h"
 

@@ -14,7 +14,7 @@
 #include "mssql/mssql.h"
 #include "worker/consumer_state.h"
 #include "worker/plan.h"
-#include "worker/worker_state.h"
+#include "worker/source_config.h"
 
 /* One consumer's resolution this cycle. */
 typedef struct ConsumerJob

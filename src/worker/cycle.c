@@ -47,6 +47,7 @@
 #include "worker/period_splits.h"
 #include "worker/plan.h"
 #include "worker/record.h"
+#include "worker/source_config.h"
 #include "worker/table_reads.h"
 #include "worker/unlisted.h"
 #include "worker/worker_state.h"

@@ -10,6 +10,7 @@
 #include "pgtime.h"
 
 #include "mssql/cdc_reader.h"
+#include "worker/plan.h"
 #include "worker/worker_state.h"
 
 extern int64 event_slot_seconds(const Interval *granularity);

@@ -12,6 +12,7 @@
 #include "mssql/cdc_reader.h"
 #include "worker/clock_check.h"
 #include "worker/plan.h"
+#include "worker/source_config.h"
 #include "worker/worker_state.h"
 
 /* One table's reads in batch 2. */

@@ -32,7 +32,7 @@
 #include "core/settings.h"
 #include "mssql/table_probe.h"
 #include "mssql/tsql.h"
-#include "worker/worker_state.h"
+#include "worker/source_config.h"
 
 PG_FUNCTION_INFO_V1(finalize_check_source_table);
 

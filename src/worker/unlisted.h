@@ -7,7 +7,7 @@
 
 #include "mssql/mssql.h"
 #include "worker/judge.h"
-#include "worker/worker_state.h"
+#include "worker/source_config.h"
 
 extern void unlisted_details(MssqlConn *conn, const SourceConfig *cfg, TableJob *jobs, int njobs);
 

@@ -1,40 +1,16 @@
 /*
  * worker_state.h
- *     The worker's reads and writes of PostgreSQL state (SPI, catalogs).
+ *     The worker's writes of PostgreSQL state (SPI): the facts of a range,
+ *     events, conditions and the source's status.
  */
 #ifndef FINALIZE_WORKER_STATE_H
 #define FINALIZE_WORKER_STATE_H
 
 #include "datatype/timestamp.h"
-#include "foreign/foreign.h"
-#include "pgtime.h"
 #include "utils/jsonb.h"
 
 #include "core/condition.h"
 #include "core/lsn.h"
-#include "mssql/mssql.h"
-#include "worker/consumer_state.h"
-#include "worker/plan.h"
-
-/* A source: its foreign server options and its login. */
-typedef struct SourceConfig
-{
-	Oid			serverid;
-	char	   *server_name;
-	char	   *database;
-	char	   *timezone;
-	pg_tz	   *tz;
-	int64		stall_threshold;	/* capture_stall_threshold, microseconds */
-	int64		clock_tolerance;	/* clock_tolerance, microseconds: verdicts hold back by it */
-	MssqlConnInfo conn;
-	Condition	held_by;		/* a condition holding the source, or COND_NONE */
-	TimestampTz held_since;
-} SourceConfig;
-
-extern char *ws_source_config(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg);
-extern char *ws_load_source(Oid serverid, MemoryContext cxt, SourceConfig *cfg,
-							TrackedSource **tables, int *ntables, SourceConsumer **consumers,
-							int *nconsumers, bool *server_gone);
 
 /* One range for _record_range. */
 typedef struct RangeFacts
