@@ -4,7 +4,8 @@
  *     (with instance switches and DDL as events), a data loss, a blocked
  *     schema change, a resume after a loss, or a condition saying why nothing
  *     was recorded. The rules of what a read proves are in plan.c; this file
- *     applies them to results.
+ *     applies them to results. The DDL seen, and whether it blocks, is
+ *     ddl_seen.c's.
  */
 #include "postgres.h"
 
@@ -15,6 +16,7 @@
 #include "core/json_build.h"
 #include "core/settings.h"
 #include "core/timeconv.h"
+#include "worker/ddl_seen.h"
 #include "worker/event_facts.h"
 #include "worker/judge.h"
 
@@ -101,77 +103,6 @@ data_loss(TableWrite *w, const TrackedSource *t, const char *ci, const Lsn *star
 							   quote_literal_cstr(t->table_name));
 }
 
-/* The DDL a table's segments recorded, not yet reviewed. */
-typedef struct DdlSeen
-{
-	Jsonb	   *list;			/* JSON array of the statements */
-	const CdcDdl *first;		/* the earliest */
-	const char *instance;		/* its capture instance */
-	int			count;
-	const CdcDdl *event_ddl;	/* the first that names the table's event column */
-} DdlSeen;
-
-/* Adds the unreviewed DDL of an instance in a segment to the list. */
-static void
-collect_ddl(const TrackedSource *t, const CdcInstance *ir, const RangeSegment *seg,
-			JsonbParseState **list, DdlSeen *seen)
-{
-	for (int i = 0; i < ir->nddl; i++)
-	{
-		const CdcDdl *d = &ir->ddl[i];
-
-		if (!plan_ddl_in_range(t, seg, &d->lsn))
-			continue;
-		if (t->event_column != NULL && plan_ddl_mentions(d->command, t->event_column) &&
-			(seen->event_ddl == NULL || lsn_cmp(&d->lsn, &seen->event_ddl->lsn) < 0))
-			seen->event_ddl = d;
-		if (seen->first == NULL || lsn_cmp(&d->lsn, &seen->first->lsn) < 0)
-		{
-			seen->first = d;
-			seen->instance = seg->instance->name;
-		}
-		jb_begin_object(list, NULL);
-		jb_text(list, "command", d->command);
-		jb_text(list, "lsn", fmt_lsn(&d->lsn));
-		if (d->has_time)
-			jb_text(list, "time_local", fmt_local(d->time_local));
-		jb_end_object(list);
-		seen->count++;
-	}
-}
-
-/* Collects the DDL the segments recorded that was not reviewed yet. */
-static void
-collect_segments_ddl(const TableJob *job, DdlSeen *seen)
-{
-	JsonbParseState *st = NULL;
-
-	memset(seen, 0, sizeof(*seen));
-	jb_begin_array(&st, NULL);
-	for (int s = 0; s < job->plan->nsegments; s++)
-		collect_ddl(job->table, job->inst[s], &job->plan->seg[s], &st, seen);
-	seen->list = jb_finish(jb_end_array(&st));
-}
-
-/* One line naming the DDL seen, for status and state details. */
-static char *
-ddl_summary(const DdlSeen *seen)
-{
-	const CdcDdl *d = seen->first;
-
-	return psprintf("%s (capture instance \"%s\", LSN %s%s%s)%s", d->command, seen->instance, fmt_lsn(&d->lsn),
-					d->has_time ? ", at " : "", d->has_time ? fmt_local(d->time_local) : "",
-					seen->count > 1 ? psprintf(" and %d more", seen->count - 1) : "");
-}
-
-/* Adds "summary" and "ddl" for the DDL seen to an event's detail. */
-static void
-push_ddl_seen(JsonbParseState **st, const DdlSeen *seen)
-{
-	jb_text(st, "summary", ddl_summary(seen));
-	jb_jsonb(st, "ddl", seen->list);
-}
-
 /*
  * Whether the reads of every segment are usable; if not, w is the data
  * loss or the condition that says why.
@@ -237,57 +168,6 @@ reads_usable(const SourceConfig *cfg, TableJob *job, TimestampTz max_instant, Ta
 		Assert(judge_range(&p->seg[s].start, &ir->min_lsn) == RANGE_COMPLETE);
 	}
 
-	return true;
-}
-
-/*
- * Whether the DDL blocks the table (ddl_policy = block, or whatever the
- * policy a statement that names its event column: it may drop or retype
- * the column every event period is drawn from); then w says so.
- */
-static bool
-ddl_blocks(const TableJob *job, const DdlSeen *seen, TableWrite *w)
-{
-	const TrackedSource *t = job->table;
-	JsonbParseState *st = NULL;
-
-	if (seen->event_ddl != NULL)
-	{
-		const CdcDdl *d = seen->event_ddl;
-
-		w->kind = WRITE_SCHEMA_BLOCKED;
-		w->capture_instance = seen->instance;
-		w->event_start = t->offset;
-		w->event_end = d->lsn;
-		jb_begin_object(&st, NULL);
-		jb_text(&st, "ddl_lsn", fmt_lsn(&d->lsn));
-		jb_text(&st, "ddl_command", d->command);
-		jb_text(&st, "event_time_column", t->event_column);
-		push_ddl_seen(&st, seen);
-		w->detail = jb_finish(jb_end_object(&st));
-		w->state_detail = psprintf("A schema change names the event column \"%s\" of this table (at LSN %s: %s), "
-								   "so the event periods of its rows may no longer be what they were; this blocks "
-								   "the verdict whatever the ddl_policy. Check that the column still exists in the "
-								   "source table (sys.columns: a dropped column stays listed as captured, with NULL "
-								   "values) with a date/time type, then run SELECT finalize.resume_table(%s) to go on.",
-								   t->event_column, fmt_lsn(&d->lsn), d->command,
-								   quote_literal_cstr(t->table_name));
-		return true;
-	}
-	if (!plan_ddl_blocks(t, seen->count))
-		return false;
-	w->kind = WRITE_SCHEMA_BLOCKED;
-	w->capture_instance = seen->instance;
-	w->event_start = t->offset;
-	w->event_end = seen->first->lsn;
-	jb_begin_object(&st, NULL);
-	jb_text(&st, "ddl_lsn", fmt_lsn(&seen->first->lsn));
-	jb_text(&st, "ddl_command", seen->first->command);
-	push_ddl_seen(&st, seen);
-	w->detail = jb_finish(jb_end_object(&st));
-	w->state_detail = psprintf("A schema change blocks the verdict (ddl_policy = block): %s. Review it, "
-							   "then run SELECT finalize.resume_table(%s) to go on.",
-							   ddl_summary(seen), quote_literal_cstr(t->table_name));
 	return true;
 }
 
