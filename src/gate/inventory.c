@@ -7,9 +7,11 @@
  * in O(F): the manifest goes into a hash table keyed by path, each listed
  * object is looked up once, and what was never seen is missing. Two jsonb
  * objects are already sorted the same way, so they are merged instead, in
- * one sequential pass with no copies (inventory_merge); both give the same
- * problems. File names alone would miss an overwritten object, so sizes
- * (and checksums, when the manifest has them) are compared too.
+ * one sequential pass with no copies (inventory_merge); a manifest too
+ * large to hold is merged with the listing from sorted streams
+ * (sorted_comparison.c). All give the same problems. File names alone
+ * would miss an overwritten object, so sizes (and checksums, when the
+ * manifest has them) are compared too.
  */
 #include "postgres.h"
 
@@ -22,7 +24,6 @@
 #include "gate/findings.h"
 #include "gate/inventory.h"
 #include "gate/inventory_merge.h"
-#include "gate/sorted_inventory.h"
 
 /*
  * A manifest entry in the hash table: the key is the manifest's object
@@ -221,8 +222,8 @@ stored_append(void *arg, const void *data, size_t len)
  * record is added and the form is marked truncated: the records kept still
  * decode, and the report says the listing cannot be rebuilt from them.
  */
-static void
-keep_record(InvComparison *c, char kind, const InvObject *o)
+void
+inventory_keep_record(InvComparison *c, char kind, const InvObject *o)
 {
 	if (c->encoder == NULL || c->stored_truncated)
 		return;
@@ -243,20 +244,34 @@ keep_record(InvComparison *c, char kind, const InvObject *o)
 static void
 comparison_consume(ListingSink *sink, const Inventory *batch)
 {
-	InvComparison *c = (InvComparison *) sink;
+	inventory_compare_batch((InvComparison *) sink, batch);
+}
 
-	if (c->sorted_listing == NULL)
-	{
-		inventory_compare_batch(c, batch);
-		return;
-	}
-	/* Sorted: counted and compared once the manifest's sort is merged. */
-	for (int i = 0; i < batch->n; i++)
-	{
-		if ((i & 1023) == 0)
-			CHECK_FOR_INTERRUPTS();
-		sorted_inventory_put(c->sorted_listing, &batch->items[i]);
-	}
+/*
+ * What every comparison starts with: its problems go to out (from its
+ * current end), its memory is the current context; the caller sets its
+ * sink's consumer.
+ */
+void
+inventory_comparison_init(InvComparison *c, const char *prefix, ProblemList *out)
+{
+	memset(c, 0, sizeof(*c));
+	c->prefix = prefix;
+	c->prefix_len = strlen(prefix);
+	c->out = out;
+	c->first = out->n;
+	c->cxt = CurrentMemoryContext;
+}
+
+/* Starts the listing's stored form (inventory_codec.c) in the current context. */
+void
+inventory_keep_stored(InvComparison *c)
+{
+	c->stored = makeStringInfo();
+	/* Room for a bytea's header, so the stored form needs no copy. */
+	appendStringInfoSpaces(c->stored, VARHDRSZ);
+	c->encoder = palloc(sizeof(InvEncoder));
+	inv_encoder_init(c->encoder, stored_append, c->stored);
 }
 
 /*
@@ -270,14 +285,9 @@ void
 inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char *prefix, ProblemList *out,
 						bool keep_stored)
 {
-	memset(c, 0, sizeof(*c));
+	inventory_comparison_init(c, prefix, out);
 	c->sink.consume = comparison_consume;
 	c->manifest = manifest;
-	c->prefix = prefix;
-	c->prefix_len = strlen(prefix);
-	c->out = out;
-	c->first = out->n;
-	c->cxt = CurrentMemoryContext;
 	c->tab = pathtab_create(CurrentMemoryContext, Max(manifest->n, 16), NULL);
 	c->state = palloc0(Max(manifest->n, 1));
 	for (int i = 0; i < manifest->n; i++)
@@ -300,13 +310,7 @@ inventory_compare_begin(InvComparison *c, const Inventory *manifest, const char 
 		}
 	}
 	if (keep_stored)
-	{
-		c->stored = makeStringInfo();
-		/* Room for a bytea's header, so the stored form needs no copy. */
-		appendStringInfoSpaces(c->stored, VARHDRSZ);
-		c->encoder = palloc(sizeof(InvEncoder));
-		inv_encoder_init(c->encoder, stored_append, c->stored);
-	}
+		inventory_keep_stored(c);
 }
 
 /*
@@ -335,13 +339,13 @@ inventory_compare_batch(InvComparison *c, const Inventory *batch)
 		if (e == NULL)
 		{
 			problem_stray(l, c->prefix, c->out);
-			keep_record(c, INVCODEC_LISTED, l);
+			inventory_keep_record(c, INVCODEC_LISTED, l);
 			continue;
 		}
 		c->state[e->key - c->manifest->items] = M_SEEN;
 		problem_compare(e->key, l, c->out);
 		if (!inv_same_as_manifest(e->key, l))
-			keep_record(c, INVCODEC_LISTED, l);
+			inventory_keep_record(c, INVCODEC_LISTED, l);
 	}
 	MemoryContextSwitchTo(old);
 }
@@ -376,116 +380,12 @@ inventory_compare_end(InvComparison *c)
 		if (c->state[i] == M_UNSEEN)
 		{
 			problem_missing(&c->manifest->items[i], c->prefix, c->out);
-			keep_record(c, INVCODEC_ABSENT, &c->manifest->items[i]);
+			inventory_keep_record(c, INVCODEC_ABSENT, &c->manifest->items[i]);
 		}
 	pathtab_destroy(c->tab);
 	c->tab = NULL;
 	if (c->stored != NULL)
 		SET_VARSIZE(c->stored->data, c->stored->len);
-	problems_sort(c->out, c->first);
-	MemoryContextSwitchTo(old);
-}
-
-/*
- * Starts a comparison whose manifest is too large to hold (read from the
- * store): the listing is sorted as it arrives (sorted_inventory.c) and
- * merged with the manifest's sorted stream at the end. The stored form is
- * always kept. any_etag says whether a file store must compute checksums
- * (for every file: the manifest cannot be asked per path).
- */
-void
-inventory_compare_begin_sorted(InvComparison *c, const char *prefix, ProblemList *out, bool any_etag)
-{
-	memset(c, 0, sizeof(*c));
-	c->sink.consume = comparison_consume;
-	c->prefix = prefix;
-	c->prefix_len = strlen(prefix);
-	c->out = out;
-	c->first = out->n;
-	c->cxt = CurrentMemoryContext;
-	c->any_etag = any_etag;
-	c->sorted_listing = sorted_inventory_begin("listing");
-	c->stored = makeStringInfo();
-	appendStringInfoSpaces(c->stored, VARHDRSZ);
-	c->encoder = palloc(sizeof(InvEncoder));
-	inv_encoder_init(c->encoder, stored_append, c->stored);
-}
-
-/* A sorted merge's manifest path outside the prefix. */
-static void
-sorted_outside(void *arg, const InvObject *m)
-{
-	InvComparison *c = arg;
-
-	problem_wrong_prefix(m, c->prefix, c->out);
-}
-
-/* A sorted merge's manifest object that is not listed: stored as absent. */
-static void
-sorted_missing(void *arg, const InvObject *m)
-{
-	InvComparison *c = arg;
-
-	problem_missing(m, c->prefix, c->out);
-	keep_record(c, INVCODEC_ABSENT, m);
-}
-
-/* Counts a listed object into the listing's summary. */
-static void
-sorted_count(InvComparison *c, const InvObject *l)
-{
-	c->listed++;
-	c->bytes += l->size;
-	inventory_digest_add(c->digest, l->path, l->path_len, l->size, l->etag, l->etag_len);
-}
-
-/* A sorted merge's listed object that the manifest lacks: stored. */
-static void
-sorted_stray(void *arg, const InvObject *l_in)
-{
-	InvComparison *c = arg;
-	InvObject	l = *l_in;
-
-	/* A file store computed its checksum only because it could not ask. */
-	if (c->etags_computed)
-		l.etag = NULL, l.etag_len = 0;
-	sorted_count(c, &l);
-	problem_stray(&l, c->prefix, c->out);
-	keep_record(c, INVCODEC_LISTED, &l);
-}
-
-/* A sorted merge's path on both sides: stored unless exactly the manifest's. */
-static void
-sorted_both(void *arg, const InvObject *m, const InvObject *l_in)
-{
-	InvComparison *c = arg;
-	InvObject	l = *l_in;
-
-	if (c->etags_computed && m->etag == NULL)
-		l.etag = NULL, l.etag_len = 0;
-	sorted_count(c, &l);
-	problem_compare(m, &l, c->out);
-	if (!inv_same_as_manifest(m, &l))
-		keep_record(c, INVCODEC_LISTED, &l);
-}
-
-/*
- * Ends a sorted comparison: the listing's sort is merged with the
- * manifest's (a cursor in INV_ORDER_BYTES), by the rules every comparison
- * shares, and both sorts' temporary files go.
- */
-void
-inventory_compare_end_sorted(InvComparison *c, InvCursor *manifest)
-{
-	MemoryContext old = MemoryContextSwitchTo(c->cxt);
-	InvMergeEvents ev = {sorted_outside, sorted_missing, sorted_stray, sorted_both, c};
-	InvCursor	listing;
-
-	sorted_inventory_cursor(c->sorted_listing, &listing, NULL);
-	inv_merge(manifest, &listing, c->prefix, c->prefix_len, INV_ORDER_BYTES, &ev);
-	sorted_inventory_end(c->sorted_listing);
-	c->sorted_listing = NULL;
-	SET_VARSIZE(c->stored->data, c->stored->len);
 	problems_sort(c->out, c->first);
 	MemoryContextSwitchTo(old);
 }

@@ -1,7 +1,8 @@
 /*
  * inventory.h
  *     Sets of objects (a manifest's files, a store's listing) and their
- *     comparison (inventory.c), whose findings (findings.c) go to a problem
+ *     comparison (inventory.c; sorted_comparison.c for a manifest read from
+ *     the store), whose findings (findings.c) go to a problem
  *     list (problem_list.h). Pure logic: no I/O, no catalog.
  */
 #ifndef FINALIZE_INVENTORY_H
@@ -101,10 +102,10 @@ extern void inventory_compare_begin(InvComparison *c, const Inventory *manifest,
 									ProblemList *out, bool keep_stored);
 extern void inventory_compare_batch(InvComparison *c, const Inventory *batch);
 extern void inventory_compare_end(InvComparison *c);
-extern void inventory_compare_begin_sorted(InvComparison *c, const char *prefix, ProblemList *out,
-										   bool any_etag);
-extern void inventory_compare_end_sorted(InvComparison *c, InvCursor *manifest);
 extern bool inventory_wants_checksum(InvComparison *c, const char *path, int path_len);
+extern void inventory_comparison_init(InvComparison *c, const char *prefix, ProblemList *out);
+extern void inventory_keep_stored(InvComparison *c);
+extern void inventory_keep_record(InvComparison *c, char kind, const InvObject *o);
 extern char *inventory_digest_hex(const uint64 digest[2]);
 extern void inventory_digest_add(uint64 digest[2], const char *path, int path_len, int64 size,
 								 const char *etag, int etag_len);
@@ -113,5 +114,10 @@ extern bool inventory_rebuild(const Inventory *manifest, const char *prefix, con
 extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, ProblemList *out);
 extern bool path_is_safe(const char *path, int len);
 extern char *location_with_slash(const char *location);
+
+/* in sorted_comparison.c */
+extern void inventory_compare_begin_sorted(InvComparison *c, const char *prefix, ProblemList *out,
+										   bool any_etag);
+extern void inventory_compare_end_sorted(InvComparison *c, InvCursor *manifest);
 
 #endif							/* FINALIZE_INVENTORY_H */
