@@ -457,6 +457,7 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 
 	if (snapshot == NULL)
 		snapshot = statement_snapshot();
+	out->losses = NULL;
 	found = read_tracked_table(c, rels[REL_TRACKED_TABLE], table_name, snapshot, out);
 	if (found)
 		read_watermark(c, wm, snapshot, out);

@@ -11,6 +11,8 @@
 #include "core/pg_compat.h"
 #include "core/period.h"
 
+struct LossData;
+
 /* What a sensor needs to know about one tracked table. */
 typedef struct TrackedVerdict
 {
@@ -19,6 +21,8 @@ typedef struct TrackedVerdict
 	bool		has_watermark;	/* false while nothing is final */
 	TimestampTz finalized_until;
 	bool		loss_blocked;	/* a loss may hold periods: ask losses.c */
+	/* What losses.c read under the verdict's snapshot; NULL: read afresh. */
+	struct LossData *losses;
 } TrackedVerdict;
 
 /*

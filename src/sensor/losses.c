@@ -1,8 +1,9 @@
 /*
  * losses.c
- *     Which periods of a table a data loss holds, read from finalize's own
- *     tables in C: the rule of finalize_internal.loss_ackers, _ack_reach,
- *     _loss_blocks and _loss_cap, which are these functions in SQL too.
+ *     What the loss rule needs, read from finalize's own tables in C
+ *     (LossData): loss_rule.c tells from it which periods a loss holds,
+ *     for the sensors and, through loss_sql.c, for SQL
+ *     (finalize_internal.loss_ackers, ack_reach, loss_blocks, loss_cap...).
  *
  * A loss holds the periods it intersects, on the table that lost the data
  * and on every table built from it, until acknowledgements recorded after
@@ -22,64 +23,35 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
-#include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/fmgroids.h"
-#include "utils/lsyscache.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "core/period_zone.h"
 #include "sensor/catalog_rels.h"
 #include "sensor/losses.h"
 
-PG_FUNCTION_INFO_V1(finalize_loss_blocks);
-PG_FUNCTION_INFO_V1(finalize_loss_cap);
 
 /* Tables of a lineage read at most (track_derived refuses cycles). */
 #define LINEAGE_MAX 1024
-
-/* An acknowledgement: the periods in [from, to) repaired, said at `at`. */
-typedef struct Ack
-{
-	TimestampTz from;
-	TimestampTz to;
-	TimestampTz at;
-} Ack;
 
 /* A table of the lineage, with what was read of it so far. */
 typedef struct LineageTable
 {
 	int64		table_id;
 	bool		row_read;		/* its tracked_table row was looked for */
-	bool		exists;			/* and found: periods are set */
+	bool		exists;			/* and found: periods and zone are set */
 	PeriodSpec	periods;
+	char	   *zone;			/* its period_zone (NULL: none) */
 	bool		acks_read;		/* its acknowledgements were read */
-	Ack		   *acks;			/* sorted by from */
+	LossAck    *acks;			/* sorted by from */
 	int			nacks;
 } LineageTable;
 
-/* A loss of a table of the lineage. */
-typedef struct Loss
-{
-	int			lost;			/* the table that lost the data (index) */
-	TimestampTz lost_from;
-	TimestampTz lost_to;
-	TimestampTz created_at;
-} Loss;
-
-/* A table a loss must be acknowledged on, with the loss's periods there. */
-typedef struct Acker
-{
-	int			loss;			/* index into losses */
-	int			table;			/* index into tables */
-	TimestampTz span_from;
-	TimestampTz span_to;
-} Acker;
-
-/* One question: the relations, the snapshot and what was read. */
+/* One reading: the relations, the snapshot and what was read. */
 typedef struct LossScan
 {
 	const SensorCatalog *c;
@@ -92,7 +64,7 @@ typedef struct LossScan
 	int			nedges;
 	Loss	   *losses;
 	int			nlosses;
-	Acker	   *ackers;
+	LossAcker  *ackers;
 	int			nackers;
 } LossScan;
 
@@ -186,6 +158,7 @@ read_losses(LossScan *s, int t)
 		l = &s->losses[s->nlosses++];
 		l->lost = t;
 		/* All NOT NULL in the catalog. */
+		l->loss_id = DatumGetInt64(heap_getattr(tup, c->loss_id, desc, &isnull));
 		l->lost_from = DatumGetTimestampTz(heap_getattr(tup, c->loss_lost_from, desc, &isnull));
 		l->lost_to = DatumGetTimestampTz(heap_getattr(tup, c->loss_lost_to, desc, &isnull));
 		l->created_at = DatumGetTimestampTz(heap_getattr(tup, c->loss_created_at, desc, &isnull));
@@ -198,6 +171,7 @@ static const LineageTable *
 table_row(LossScan *s, int t)
 {
 	LineageTable *lt = &s->tables[t];
+	Relation	rel = s->rels[REL_TRACKED_TABLE];
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tup;
@@ -205,86 +179,67 @@ table_row(LossScan *s, int t)
 	if (lt->row_read)
 		return lt;
 	ScanKeyInit(&key, s->c->tt_table_id, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(lt->table_id));
-	scan = systable_beginscan(s->rels[REL_TRACKED_TABLE], s->c->tt_pkey, true, s->snapshot, 1, &key);
+	scan = systable_beginscan(rel, s->c->tt_pkey, true, s->snapshot, 1, &key);
 	tup = systable_getnext(scan);
 	lt->exists = HeapTupleIsValid(tup);
 	if (lt->exists)
-		catalog_table_periods(s->c, s->rels[REL_TRACKED_TABLE], tup, &lt->periods);
+	{
+		bool		isnull = true;
+		Datum		zone = (Datum) 0;
+
+		catalog_table_periods(s->c, rel, tup, &lt->periods);
+		if (s->c->tt_period_zone != InvalidAttrNumber)
+			zone = heap_getattr(tup, s->c->tt_period_zone, RelationGetDescr(rel), &isnull);
+		lt->zone = isnull ? NULL : TextDatumGetCString(zone);
+	}
 	systable_endscan(scan);
 	lt->row_read = true;
 	return lt;
 }
 
-/* Orders acknowledgements by the start of what they cover. */
-static int
-ack_cmp(const void *a, const void *b)
+/*
+ * The acknowledgements of one table (loss_ack_table_idx), sorted by their
+ * start; *n is set to their number.
+ */
+static LossAck *
+read_acks(const SensorCatalog *c, Relation rel, Snapshot snapshot, int64 table_id, int *n)
 {
-	TimestampTz x = ((const Ack *) a)->from;
-	TimestampTz y = ((const Ack *) b)->from;
-
-	return x < y ? -1 : (x > y ? 1 : 0);
-}
-
-/* The acknowledgements of table t of the lineage, read once (loss_ack_table_idx). */
-static const LineageTable *
-table_acks(LossScan *s, int t)
-{
-	LineageTable *lt = &s->tables[t];
-	Relation	rel = s->rels[REL_LOSS_ACK];
 	TupleDesc	desc = RelationGetDescr(rel);
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tup;
+	LossAck    *acks = NULL;
 	bool		isnull;
 
-	if (lt->acks_read)
-		return lt;
-	ScanKeyInit(&key, s->c->ack_table_id, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(lt->table_id));
-	scan = systable_beginscan(rel, s->c->ack_table_idx, true, s->snapshot, 1, &key);
+	*n = 0;
+	ScanKeyInit(&key, c->ack_table_id, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(table_id));
+	scan = systable_beginscan(rel, c->ack_table_idx, true, snapshot, 1, &key);
 	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
-		Ack		   *a;
+		LossAck    *a;
 
 		CHECK_FOR_INTERRUPTS();
-		lt->acks = grow(lt->acks, lt->nacks, sizeof(Ack));
-		a = &lt->acks[lt->nacks++];
-		a->from = DatumGetTimestampTz(heap_getattr(tup, s->c->ack_period_from, desc, &isnull));
-		a->to = DatumGetTimestampTz(heap_getattr(tup, s->c->ack_period_to, desc, &isnull));
-		a->at = DatumGetTimestampTz(heap_getattr(tup, s->c->ack_acknowledged_at, desc, &isnull));
+		acks = grow(acks, *n, sizeof(LossAck));
+		a = &acks[(*n)++];
+		a->from = DatumGetTimestampTz(heap_getattr(tup, c->ack_period_from, desc, &isnull));
+		a->to = DatumGetTimestampTz(heap_getattr(tup, c->ack_period_to, desc, &isnull));
+		a->at = DatumGetTimestampTz(heap_getattr(tup, c->ack_acknowledged_at, desc, &isnull));
 	}
 	systable_endscan(scan);
-	if (lt->nacks > 1)
-		qsort(lt->acks, lt->nacks, sizeof(Ack), ack_cmp);
-	lt->acks_read = true;
-	return lt;
+	loss_acks_sort(acks, *n);
+	return acks;
 }
 
-/*
- * How far from s the acknowledgements of table t recorded after since
- * reach without a gap, adjacent or overlapping ones joined: at least e
- * once they cover every instant of [s, e) (finalize_internal.ack_reach). One sweep
- * in order of their starts: the ones starting at or before the reach are
- * all that can extend it.
- */
-static TimestampTz
-ack_reach(LossScan *sc, int t, TimestampTz s, TimestampTz e, TimestampTz since)
+/* Table t of the lineage with its acknowledgements read, once. */
+static const LineageTable *
+table_acks(LossScan *s, int t)
 {
-	const LineageTable *lt = table_acks(sc, t);
-	TimestampTz reach = s;
-	TimestampTz best = s;
-	int			i = 0;
+	LineageTable *lt = &s->tables[t];
 
-	while (reach < e)
-	{
-		CHECK_FOR_INTERRUPTS();
-		for (; i < lt->nacks && lt->acks[i].from <= reach; i++)
-			if (lt->acks[i].at > since && lt->acks[i].to > best)
-				best = lt->acks[i].to;
-		if (best <= reach)
-			return reach;
-		reach = best;
-	}
-	return reach;
+	if (!lt->acks_read)
+		lt->acks = read_acks(s->c, s->rels[REL_LOSS_ACK], s->snapshot, lt->table_id, &lt->nacks);
+	lt->acks_read = true;
+	return lt;
 }
 
 /* The start of the period of periods containing ts; an infinite ts stays. */
@@ -301,47 +256,27 @@ ceil_or_infinite(const PeriodSpec *periods, TimestampTz ts)
 	return TIMESTAMP_NOT_FINITE(ts) ? ts : period_end_of(periods, period_start_of(periods, ts, "ts"));
 }
 
-/* Adds table t as one a loss must be acknowledged on, with its span there. */
+/*
+ * Adds table t as one a loss must be acknowledged on, with its span there
+ * (finalize_internal.loss_span's rule), and reads its acknowledgements.
+ */
 static void
 add_acker(LossScan *s, int loss, int t)
 {
 	const LineageTable *lt = table_row(s, t);
 	const Loss *l = &s->losses[loss];
-	Acker	   *a;
+	LossAcker  *a;
 
 	/* derived_input's foreign key keeps the row: a join would drop none. */
 	if (!lt->exists)
 		return;
-	s->ackers = grow(s->ackers, s->nackers, sizeof(Acker));
+	(void) table_acks(s, t);
+	s->ackers = grow(s->ackers, s->nackers, sizeof(LossAcker));
 	a = &s->ackers[s->nackers++];
 	a->loss = loss;
 	a->table = t;
 	a->span_from = floor_or_infinite(&lt->periods, l->lost_from);
 	a->span_to = ceil_or_infinite(&lt->periods, l->lost_to);
-}
-
-/*
- * When the loss was first acknowledged where it happened (an
- * acknowledgement recorded after it that meets its periods there,
- * [span_from, span_to)): a consumer declared since builds from repaired
- * data. DT_NOEND while none is.
- */
-static TimestampTz
-first_repair(LossScan *s, const Loss *l, TimestampTz span_from, TimestampTz span_to)
-{
-	const LineageTable *lt = table_acks(s, l->lost);
-	TimestampTz latest = DT_NOEND;
-	bool		any = false;
-
-	/* The latest one, as _loss_ackers compares: max(acknowledged_at). */
-	for (int i = 0; i < lt->nacks; i++)
-		if (lt->acks[i].at > l->created_at && lt->acks[i].from < span_to && lt->acks[i].to > span_from &&
-			(!any || lt->acks[i].at > latest))
-		{
-			latest = lt->acks[i].at;
-			any = true;
-		}
-	return latest;
 }
 
 /* Whether table t has a required consumer declared before `before`. */
@@ -391,7 +326,7 @@ built_through(LossScan *s, int lost)
  * Every table each loss must be acknowledged on (finalize_internal.loss_ackers):
  * the table that lost the data, and each table on a path from the table
  * asked about to it with a required consumer declared before the loss was
- * first repaired there.
+ * last repaired there (ever, while it was not).
  */
 static void
 find_ackers(LossScan *s)
@@ -399,15 +334,18 @@ find_ackers(LossScan *s)
 	for (int i = 0; i < s->nlosses; i++)
 	{
 		const Loss *l = &s->losses[i];
-		Acker		lost;
-		TimestampTz repaired;
+		const LineageTable *lost;
+		LossAcker	own;
+		TimestampTz repaired = DT_NOEND;
 		bool	   *on_path;
 
 		add_acker(s, i, l->lost);
 		if (s->nedges == 0 || s->nackers == 0 || s->ackers[s->nackers - 1].loss != i)
 			continue;
-		lost = s->ackers[s->nackers - 1];
-		repaired = first_repair(s, l, lost.span_from, lost.span_to);
+		own = s->ackers[s->nackers - 1];
+		lost = &s->tables[l->lost];
+		if (!loss_last_repair(lost->acks, lost->nacks, l->created_at, own.span_from, own.span_to, &repaired))
+			repaired = DT_NOEND;
 		on_path = built_through(s, l->lost);
 		for (int t = 0; t < s->ntables; t++)
 			if (on_path[t] && required_consumer_before(s, t, repaired))
@@ -416,154 +354,138 @@ find_ackers(LossScan *s)
 	}
 }
 
-/*
- * Reads what the loss rule needs of table_id under snapshot: its lineage,
- * their losses and where each must be acknowledged. In its own memory
- * context (the caller's current one's child), which loss_scan_end frees.
- */
-static MemoryContext
-loss_scan_begin(LossScan *s, int64 table_id, Snapshot snapshot)
-{
-	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "finalize losses", ALLOCSET_SMALL_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
+/* Where the next part of a chunk starts, after used bytes. */
+#define CHUNK_PART(used) MAXALIGN(used)
 
-	memset(s, 0, sizeof(*s));
-	s->c = catalog_open_relations(SENSOR_RELS, s->rels);
-	s->snapshot = snapshot;
+/*
+ * Sets the arrays of a LossData chunk to its parts, laid out after the
+ * header in the order tables, losses, ackers, acks, names.
+ */
+static void
+loss_data_place(LossData *d, Size names_len)
+{
+	char	   *base = (char *) d;
+	Size		off = CHUNK_PART(sizeof(LossData));
+
+	d->tables = (LossTable *) (base + off);
+	off = CHUNK_PART(off + sizeof(LossTable) * d->ntables);
+	d->losses = (Loss *) (base + off);
+	off = CHUNK_PART(off + sizeof(Loss) * d->nlosses);
+	d->ackers = (LossAcker *) (base + off);
+	off = CHUNK_PART(off + sizeof(LossAcker) * d->nackers);
+	d->acks = (LossAck *) (base + off);
+	off = CHUNK_PART(off + sizeof(LossAck) * d->nacks);
+	d->names = base + off;
+	d->size = off + names_len;
+}
+
+/* What a scan read, as one chunk in cxt. */
+static LossData *
+flatten(const LossScan *s, MemoryContext cxt)
+{
+	LossData	shape = {0};
+	LossData   *d;
+	Size		names_len = 0;
+	int			acks = 0;
+	Size		names = 0;
+
+	shape.ntables = s->ntables;
+	shape.nlosses = s->nlosses;
+	shape.nackers = s->nackers;
+	for (int t = 0; t < s->ntables; t++)
+	{
+		shape.nacks += s->tables[t].nacks;
+		names_len += s->tables[t].zone != NULL ? strlen(s->tables[t].zone) + 1 : 0;
+	}
+	loss_data_place(&shape, names_len);
+	d = MemoryContextAllocZero(cxt, shape.size);
+	*d = shape;
+	loss_data_place(d, names_len);
+	for (int t = 0; t < s->ntables; t++)
+	{
+		const LineageTable *lt = &s->tables[t];
+		LossTable  *out = &d->tables[t];
+
+		out->table_id = lt->table_id;
+		out->exists = lt->exists;
+		out->periods = lt->periods;
+		out->zone = lt->zone != NULL ? (int) names : -1;
+		if (lt->zone != NULL)
+		{
+			strcpy(d->names + names, lt->zone);
+			names += strlen(lt->zone) + 1;
+		}
+		out->first_ack = acks;
+		out->nacks = lt->nacks;
+		if (lt->nacks > 0)
+			memcpy(&d->acks[acks], lt->acks, sizeof(LossAck) * lt->nacks);
+		acks += lt->nacks;
+	}
+	if (s->nlosses > 0)
+		memcpy(d->losses, s->losses, sizeof(Loss) * s->nlosses);
+	if (s->nackers > 0)
+		memcpy(d->ackers, s->ackers, sizeof(LossAcker) * s->nackers);
+	return d;
+}
+
+/*
+ * Reads what the loss rule needs of table_id under snapshot: its lineage
+ * (with its own tracked_table row), their losses, where each must be
+ * acknowledged and those tables' acknowledgements. One chunk in cxt; what
+ * the reading needed besides is freed.
+ */
+LossData *
+loss_data_read(int64 table_id, Snapshot snapshot, MemoryContext cxt)
+{
+	MemoryContext scratch = AllocSetContextCreate(CurrentMemoryContext, "finalize losses", ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(scratch);
+	LossScan	s;
+	LossData   *d;
+
+	memset(&s, 0, sizeof(s));
+	s.c = catalog_open_relations(SENSOR_RELS, s.rels);
+	s.snapshot = snapshot;
+	read_lineage(&s, table_id);
+	(void) table_row(&s, 0);
 	/* A catalog before 0.2.0 had no losses. */
-	if (s->rels[REL_LOSS] != NULL)
+	if (s.rels[REL_LOSS] != NULL)
 	{
-		read_lineage(s, table_id);
-		for (int t = 0; t < s->ntables; t++)
-			read_losses(s, t);
-		find_ackers(s);
+		for (int t = 0; t < s.ntables; t++)
+			read_losses(&s, t);
+		find_ackers(&s);
 	}
+	catalog_close_relations(SENSOR_RELS, s.rels);
+	d = flatten(&s, cxt);
 	MemoryContextSwitchTo(old);
-	return cxt;
+	MemoryContextDelete(scratch);
+	return d;
 }
 
-/* Closes the relations of a scan and frees what it read. */
-static void
-loss_scan_end(LossScan *s, MemoryContext cxt)
+/* A copy of a LossData chunk in cxt. */
+LossData *
+loss_data_copy(const LossData *d, MemoryContext cxt)
 {
-	catalog_close_relations(SENSOR_RELS, s->rels);
-	MemoryContextDelete(cxt);
-}
+	LossData   *copy = MemoryContextAlloc(cxt, d->size);
 
-/*
- * Whether a loss holds the period [period_start, period_end) of the table
- * under snapshot (finalize_internal.loss_blocks): one of the table or of a table
- * it is built from intersects it, and a table it must be acknowledged on
- * has not acknowledged all of its periods that share instants with both.
- */
-bool
-loss_blocks(int64 table_id, TimestampTz period_start, TimestampTz period_end, Snapshot snapshot)
-{
-	LossScan	s;
-	MemoryContext cxt = loss_scan_begin(&s, table_id, snapshot);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-	/* The period's last instant ([start, end) holds end - 1 microsecond last). */
-	TimestampTz last = TIMESTAMP_NOT_FINITE(period_end) ? period_end : period_end - 1;
-	bool		blocks = false;
-
-	for (int i = 0; i < s.nackers && !blocks; i++)
-	{
-		const Acker *a = &s.ackers[i];
-		const Loss *l = &s.losses[a->loss];
-		const PeriodSpec *periods = &s.tables[a->table].periods;
-		TimestampTz from;
-		TimestampTz to;
-
-		if (!(l->lost_from < period_end && l->lost_to >= period_start))
-			continue;
-		from = period_start_of(periods, Max(period_start, l->lost_from), "ts");
-		to = period_end_of(periods, period_start_of(periods, Min(last, l->lost_to), "ts"));
-		blocks = ack_reach(&s, a->table, from, to, l->created_at) < to;
-	}
-	MemoryContextSwitchTo(old);
-	loss_scan_end(&s, cxt);
-	return blocks;
+	memcpy(copy, d, d->size);
+	loss_data_place(copy, d->size - (Size) (d->names - (const char *) d));
+	return copy;
 }
 
 /*
- * Where finalized_until must stop for the table under snapshot
- * (finalize_internal.loss_cap): the start of its earliest period (its own periods)
- * that a loss may still hold, for want of an acknowledgement on a table it
- * needs one on; DT_NOEND when none does, DT_NOBEGIN when such a loss has
- * no start. It may name an earlier period than the first one a loss holds
- * (acknowledgements count from a period start of the table they are on),
- * never a later one.
+ * The acknowledgements of one table under snapshot, sorted by their start
+ * (finalize_internal.ack_reach's); *n is set to their number.
  */
-TimestampTz
-loss_cap(int64 table_id, Snapshot snapshot)
+LossAck *
+loss_table_acks(int64 table_id, Snapshot snapshot, int *n)
 {
-	LossScan	s;
-	MemoryContext cxt = loss_scan_begin(&s, table_id, snapshot);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-	TimestampTz cap = DT_NOEND;
-	const LineageTable *self = s.ntables > 0 ? table_row(&s, 0) : NULL;
+	Relation	rels[SENSOR_RELS];
+	const SensorCatalog *c = catalog_open_relations(SENSOR_RELS, rels);
+	LossAck    *acks = NULL;
 
-	for (int i = 0; self != NULL && self->exists && i < s.nackers; i++)
-	{
-		const Acker *a = &s.ackers[i];
-		const Loss *l = &s.losses[a->loss];
-		TimestampTz reach = ack_reach(&s, a->table, a->span_from, a->span_to, l->created_at);
-		TimestampTz held;
-
-		if (reach >= a->span_to)
-			continue;
-		held = Max(floor_or_infinite(&s.tables[a->table].periods, reach), l->lost_from);
-		held = floor_or_infinite(&self->periods, held);
-		if (held < cap)
-			cap = held;
-	}
-	MemoryContextSwitchTo(old);
-	loss_scan_end(&s, cxt);
-	return cap;
-}
-
-/* The statement's snapshot, as SQL functions read under. */
-static Snapshot
-statement_snapshot(void)
-{
-	return ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-}
-
-/*
- * A NULL argument of _loss_blocks or _loss_cap is a caller's bug: "no loss"
- * would be no proof of anything.
- */
-static void
-require_args(FunctionCallInfo fcinfo)
-{
-	for (int i = 0; i < PG_NARGS(); i++)
-		if (PG_ARGISNULL(i))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("argument %d of %s must not be NULL", i + 1, get_func_name(fcinfo->flinfo->fn_oid))));
-}
-
-/*
- * finalize_internal.loss_blocks(table_id, period_start, period_end): loss_blocks
- * under the statement's snapshot, for SQL that tells a verdict as the
- * sensors do (_final).
- */
-Datum
-finalize_loss_blocks(PG_FUNCTION_ARGS)
-{
-	require_args(fcinfo);
-	PG_RETURN_BOOL(loss_blocks(PG_GETARG_INT64(0), PG_GETARG_TIMESTAMPTZ(1), PG_GETARG_TIMESTAMPTZ(2),
-							   statement_snapshot()));
-}
-
-/*
- * finalize_internal.loss_cap(table_id): loss_cap under the statement's snapshot,
- * for SQL that caps a verdict as the sensors do (an event-time table's
- * advance).
- */
-Datum
-finalize_loss_cap(PG_FUNCTION_ARGS)
-{
-	require_args(fcinfo);
-	PG_RETURN_TIMESTAMPTZ(loss_cap(PG_GETARG_INT64(0), statement_snapshot()));
+	*n = 0;
+	if (rels[REL_LOSS_ACK] != NULL)
+		acks = read_acks(c, rels[REL_LOSS_ACK], snapshot, table_id, n);
+	catalog_close_relations(SENSOR_RELS, rels);
+	return acks;
 }

@@ -167,24 +167,29 @@ passed_by_watermark(const TrackedVerdict *v, TimestampTz ts, TimestampTz *start,
 }
 
 /*
- * The loss path, for a table whose loss flag was set: reads the verdict
- * again and whether a loss holds the period, both under one fresh snapshot
- * (a cached verdict paired with a later loss state could describe no state
- * at all).
+ * The loss path, for a table whose loss flag was set (v, from the cache):
+ * whether a loss leaves the period containing ts final. With what the
+ * loss rule read together with v (v->losses), computed from it; otherwise
+ * the verdict and the losses are read again, both under one fresh
+ * snapshot (a cached verdict paired with a later loss state could
+ * describe no state at all).
  */
 static bool
-final_despite_losses(Datum table_name, TimestampTz ts)
+final_despite_losses(Datum table_name, const TrackedVerdict *v, TimestampTz ts)
 {
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	TrackedVerdict v;
+	Snapshot	snapshot;
+	TrackedVerdict fresh;
 	TimestampTz start;
 	TimestampTz end;
 	bool		final;
 
-	catalog_read_verdict(table_name, &v, snapshot);
-	final = passed_by_watermark(&v, ts, &start, &end);
-	if (final && v.loss_blocked)
-		final = !loss_blocks(v.table_id, start, end, snapshot);
+	if (v->losses != NULL)
+		return passed_by_watermark(v, ts, &start, &end) && !loss_data_blocks(v->losses, start, end);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	catalog_read_verdict(table_name, &fresh, snapshot);
+	final = passed_by_watermark(&fresh, ts, &start, &end);
+	if (final && fresh.loss_blocked)
+		final = !loss_blocks(fresh.table_id, start, end, snapshot);
 	UnregisterSnapshot(snapshot);
 	return final;
 }
@@ -215,7 +220,7 @@ watermark_boundary(const TrackedVerdict *v, TimestampTz *until)
  * and loss flag (its own, or that of a table it is built from) are v, read
  * under snapshot: the watermark rounded down to a start of its periods,
  * and while the flag is set no later than loss_cap (read under the same
- * snapshot). False while nothing is final, which a loss without a start
+ * snapshot, or kept with v as v->losses). False while nothing is final, which a loss without a start
  * (-infinity) also means. The one
  * rule of every announcement of a verdict: the sensors, and through
  * finalize_internal.sensor_until the NOTIFY payloads, finalize.status and
@@ -230,7 +235,7 @@ verdict_of(const TrackedVerdict *v, Snapshot snapshot, TimestampTz *until)
 		return false;
 	if (!v->loss_blocked)
 		return true;
-	cap = loss_cap(v->table_id, snapshot);
+	cap = v->losses != NULL ? loss_data_cap(v->losses) : loss_cap(v->table_id, snapshot);
 	if (TIMESTAMP_IS_NOBEGIN(cap))
 		return false;
 	if (cap < *until)
@@ -240,9 +245,9 @@ verdict_of(const TrackedVerdict *v, Snapshot snapshot, TimestampTz *until)
 
 /*
  * The verdict finalized_until answers for one table (read as v, from the
- * cache): verdict_of, of v while its loss flag is clear; while it is set,
- * of the verdict read again under one fresh snapshot with loss_cap (as
- * final_despite_losses does).
+ * cache): verdict_of, of v while its loss flag is clear or the cache kept
+ * the losses read with it; otherwise of the verdict read again under one
+ * fresh snapshot with loss_cap (as final_despite_losses does).
  */
 static bool
 verdict_until(Datum table_name, const TrackedVerdict *v, TimestampTz *until)
@@ -251,7 +256,7 @@ verdict_until(Datum table_name, const TrackedVerdict *v, TimestampTz *until)
 	TrackedVerdict fresh;
 	bool		has;
 
-	if (!v->has_watermark || !v->loss_blocked)
+	if (!v->has_watermark || !v->loss_blocked || v->losses != NULL)
 		return verdict_of(v, NULL, until);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	catalog_read_verdict(table_name, &fresh, snapshot);
@@ -290,6 +295,7 @@ finalize_sensor_until(PG_FUNCTION_ARGS)
 	v.table_id = PG_GETARG_INT64(0);
 	kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	v.has_watermark = true;
+	v.losses = NULL;
 	v.finalized_until = PG_GETARG_TIMESTAMPTZ(2);
 	/* 'UTC' and NULL need no zone at all, as catalog.c reads them. */
 	zone_name = PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4));
@@ -410,7 +416,7 @@ sensor_period_final(const Datum *names, int count, TimestampTz ts, int64 *holdin
 			behind = i;
 	if (behind < 0)
 		for (int i = 0; i < count && behind < 0; i++)
-			if (v[i].loss_blocked && !final_despite_losses(names[i], ts))
+			if (v[i].loss_blocked && !final_despite_losses(names[i], &v[i], ts))
 				behind = i;
 	if (behind >= 0 && holding != NULL)
 		*holding = v[behind].table_id;

@@ -12,16 +12,19 @@
  * and the next call reads again. The cache can therefore lag a commit by one
  * call at most, and never shows a verdict that was not committed.
  *
- * An entry holds only what those two tables say (granularity,
- * finalized_until, loss_blocked). Consumers, derived inputs, losses and
- * acknowledgements reach a verdict only through a write of watermark
- * (_advance, _refresh_loss_blocked, also run by a trigger when required
- * consumers change), and neither whether a loss holds a period nor where
- * losses stop finalized_until is ever cached: sensor.c asks both afresh
- * (_loss_blocks, _loss_cap) while loss_blocked is set. The same
- * trigger on those four tables only makes entries go stale sooner; nothing
- * here depends on it.
- *
+ * An entry holds what tracked_table and watermark say (granularity,
+ * finalized_until, loss_blocked) and, while loss_blocked is set, what the
+ * loss rule read under the same snapshot (losses.c: the lineage's losses,
+ * the tables each must be acknowledged on, their consumers and
+ * acknowledgements), so that a sensor on a table a loss holds computes its
+ * answer without reading. That is safe only because the statement trigger
+ * verdict_changed sits on every table either read touches (tracked_table,
+ * watermark, derived_input, consumer, loss, loss_ack; 03_tables.sql, run
+ * by every install and update): a committed change of any of them bumps
+ * the epoch, and a transaction's own change bypasses the cache until it
+ * ends (test_verdict_cache.py checks both for losses). A loss read larger
+ * than LOSS_CACHE_MAX_BYTES is not kept: sensor.c reads it afresh.
+
  * The same commit callback wakes finalize.wait_final's waiters (wait.c):
  * after the epoch it bumps the wake-up counter of each shard whose verdicts
  * may have changed and broadcasts its condition variable. A row trigger on
@@ -53,6 +56,7 @@
 #include "utils/snapmgr.h"
 
 #include "core/shmem.h"
+#include "sensor/losses.h"
 #include "sensor/verdict_cache.h"
 
 PG_FUNCTION_INFO_V1(finalize_verdict_changed);
@@ -62,16 +66,20 @@ PG_FUNCTION_INFO_V1(finalize_verdict_wake);
 #define CACHE_KEY_SIZE 256
 /* Entries kept before the cache starts over: sensors ask about few tables. */
 #define CACHE_MAX_ENTRIES 10000
+/* The largest loss read kept in an entry (some 2,000 acknowledgements). */
+#define LOSS_CACHE_MAX_BYTES (64 * 1024)
 
 typedef struct CacheEntry
 {
 	char		name[CACHE_KEY_SIZE];	/* hash key */
 	uint64		epoch;			/* shared epoch when it was read */
 	uint64		generation;		/* catalog_generation when it was read */
-	TrackedVerdict verdict;
+	TrackedVerdict verdict;		/* verdict.losses: in loss_cxt, or NULL */
 } CacheEntry;
 
 static HTAB *cache = NULL;
+/* Where entries keep their loss reads: reset with the cache. */
+static MemoryContext loss_cxt = NULL;
 static bool changed_in_xact = false;
 static bool callbacks_registered = false;
 
@@ -256,9 +264,44 @@ finalize_verdict_wake(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
+/* An empty cache, the old one (if any) and its loss reads freed. */
+static void
+cache_start_over(void)
+{
+	HASHCTL		ctl;
+
+	if (cache != NULL)
+		hash_destroy(cache);
+	if (loss_cxt == NULL)
+		loss_cxt = AllocSetContextCreate(TopMemoryContext, "finalize verdict cache losses", ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(loss_cxt);
+	ctl.keysize = CACHE_KEY_SIZE;
+	ctl.entrysize = sizeof(CacheEntry);
+	ctl.hcxt = TopMemoryContext;
+	cache = hash_create("finalize verdict cache", 64, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+}
+
+/*
+ * Reads the verdict under a fresh snapshot and, while its loss flag is
+ * set, what the loss rule needs under the same one (out->losses, in the
+ * caller's memory).
+ */
+static void
+read_fresh(Datum table_name, TrackedVerdict *out)
+{
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+
+	catalog_read_verdict(table_name, out, snapshot);
+	if (out->loss_blocked)
+		out->losses = loss_data_read(out->table_id, snapshot, CurrentMemoryContext);
+	UnregisterSnapshot(snapshot);
+}
+
 /*
  * Reads the verdict of a tracked table, from the cache when its entry is
  * current, else from the tables (raising the not-tracked error there).
+ * out->losses is set (a copy the caller owns) when the entry kept what the
+ * loss rule read with the verdict; NULL tells sensor.c to read it afresh.
  */
 void
 verdict_cache_read(Datum table_name, TrackedVerdict *out)
@@ -280,17 +323,7 @@ verdict_cache_read(Datum table_name, TrackedVerdict *out)
 
 	register_callbacks();
 	if (cache == NULL || hash_get_num_entries(cache) >= CACHE_MAX_ENTRIES)
-	{
-		HASHCTL		ctl;
-
-		if (cache != NULL)
-			hash_destroy(cache);
-		ctl.keysize = CACHE_KEY_SIZE;
-		ctl.entrysize = sizeof(CacheEntry);
-		ctl.hcxt = TopMemoryContext;
-		cache = hash_create("finalize verdict cache", 64, &ctl,
-							HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-	}
+		cache_start_over();
 
 	memset(key, 0, sizeof(key));
 	memcpy(key, VARDATA_ANY(name), len);
@@ -304,6 +337,8 @@ verdict_cache_read(Datum table_name, TrackedVerdict *out)
 	if (found && entry->epoch == epoch && entry->generation == generation)
 	{
 		*out = entry->verdict;
+		if (out->losses != NULL)
+			out->losses = loss_data_copy(out->losses, CurrentMemoryContext);
 		return;
 	}
 
@@ -311,9 +346,13 @@ verdict_cache_read(Datum table_name, TrackedVerdict *out)
 	 * Opening the relations may process invalidations; the entry keeps the
 	 * generation seen before, so it is stale at once if one arrived.
 	 */
-	catalog_read_verdict(table_name, out, GetLatestSnapshot());
+	read_fresh(table_name, out);
 	entry = hash_search(cache, key, HASH_ENTER, &found);
+	if (found && entry->verdict.losses != NULL)
+		pfree(entry->verdict.losses);
 	entry->epoch = epoch;
 	entry->generation = generation;
 	entry->verdict = *out;
+	entry->verdict.losses = out->losses != NULL && out->losses->size <= LOSS_CACHE_MAX_BYTES
+		? loss_data_copy(out->losses, loss_cxt) : NULL;
 }

@@ -432,37 +432,19 @@ $$;
 -- How far from s the acknowledgements of a table recorded after a loss
 -- (since) reach without a gap, adjacent or overlapping ones joined: at
 -- least e once they cover every instant of [s, e). Where they stop, the
--- loss still holds periods (_acked, _loss_cap).
+-- loss still holds periods (_acked, _loss_cap). In C (src/sensor/loss_sql.c),
+-- the sweep the sensors use.
 CREATE OR REPLACE FUNCTION finalize_internal.ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_variable
-DECLARE
-    reach timestamptz := s;
-    further timestamptz;
-BEGIN
-    WHILE reach < e LOOP
-        SELECT max(a.period_to) INTO further FROM @extschema@.loss_ack a
-         WHERE a.table_id = table_id AND a.acknowledged_at > since
-           AND a.period_from <= reach AND a.period_to > reach;
-        IF further IS NULL THEN
-            RETURN reach;
-        END IF;
-        reach := further;
-    END LOOP;
-    RETURN reach;
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_ack_reach'
+LANGUAGE C STABLE;
 
 -- Whether the acknowledgements of a table recorded after a loss (since)
--- cover every instant of [s, e).
+-- cover every instant of [s, e) (_ack_reach, in C).
 CREATE OR REPLACE FUNCTION finalize_internal.acked(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
 RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN finalize_internal.ack_reach(table_id, s, e, since) >= e;
+AS 'MODULE_PATHNAME', 'finalize_acked'
+LANGUAGE C STABLE;
 
 -- The periods (granularity g in zone z) that the lost commit times
 -- [lost_from, lost_to] touch, as [span_from, span_to): what an
@@ -491,83 +473,23 @@ END;
 -- was acknowledged on the table that lost it built from repaired data, and
 -- declaring one never retracts what was final: it does not count.
 -- span_from, span_to: the loss's periods in the periods of that table
--- (acker_granularity in acker_zone, as _loss_span). PL/pgSQL for its cached plan, since the sensors ask
--- through it on every call while a loss holds periods; without JIT, which
--- the pessimistic estimates of the recursion over a few rows would buy at
--- hundreds of milliseconds a call.
+-- (acker_granularity in acker_zone, as _loss_span). In C over the catalog
+-- (src/sensor/losses.c), the rule the sensors read.
 CREATE OR REPLACE FUNCTION finalize_internal.loss_ackers(table_id bigint)
 RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval, acker_zone text,
                span_from timestamptz, span_to timestamptz)
-LANGUAGE plpgsql STABLE ROWS 10
-SET search_path = pg_catalog, pg_temp
-SET jit = off
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    -- Every path from the table up its inputs: each member with the
-    -- members between the table (included) and it.
-    WITH RECURSIVE up(id, path) AS (
-        SELECT loss_ackers.table_id, '{}'::bigint[]
-        UNION
-        SELECT d.input_id, up.path || up.id
-          FROM @extschema@.derived_input d JOIN up ON d.table_id = up.id),
-    held AS (
-        SELECT l.loss_id AS id, l.table_id AS lost_id, l.lost_from, l.lost_to, l.created_at, t.granularity AS g,
-               t.period_zone AS z,
-               CASE WHEN isfinite(l.lost_from) THEN @extschema@.period_start(l.lost_from, t.granularity, t.period_zone)
-                    ELSE l.lost_from END AS lost_span_from,
-               CASE WHEN isfinite(l.lost_to) THEN @extschema@.period_end(l.lost_to, t.granularity, t.period_zone)
-                    ELSE l.lost_to END AS lost_span_to
-          FROM @extschema@.tracked_table t
-          JOIN @extschema@.loss l ON l.table_id = t.table_id
-         WHERE t.table_id IN (SELECT up.id FROM up)),
-    ackers AS (
-        SELECT h.id, h.lost_id AS acker, h.g, h.z, h.lost_from, h.lost_to FROM held h
-        UNION ALL
-        SELECT DISTINCT h.id, k.table_id, k.granularity, k.period_zone, h.lost_from, h.lost_to
-          FROM held h
-          JOIN up p ON p.id = h.lost_id
-         CROSS JOIN LATERAL unnest(p.path) AS on_path(id)
-          JOIN @extschema@.tracked_table k ON k.table_id = on_path.id
-         WHERE EXISTS (SELECT FROM @extschema@.consumer c
-                        WHERE c.table_id = k.table_id AND c.required
-                          AND c.created_at < coalesce(
-                                  (SELECT max(a.acknowledged_at) FROM @extschema@.loss_ack a
-                                    WHERE a.table_id = h.lost_id AND a.acknowledged_at > h.created_at
-                                      AND a.period_from < h.lost_span_to AND a.period_to > h.lost_span_from),
-                                  'infinity')))
-    SELECT x.id, x.acker, x.g, x.z,
-           CASE WHEN isfinite(x.lost_from) THEN @extschema@.period_start(x.lost_from, x.g, x.z) ELSE x.lost_from END,
-           CASE WHEN isfinite(x.lost_to) THEN @extschema@.period_end(x.lost_to, x.g, x.z) ELSE x.lost_to END
-      FROM ackers x;
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_loss_ackers'
+LANGUAGE C STABLE ROWS 10;
 
 -- The losses (of the table or of an input, transitively) that hold the
 -- period [period_start, period_end), each with every table it has yet to be
 -- acknowledged on for it (_loss_ackers): the loss intersects the period,
--- and that table's periods it shares with it are not all acknowledged.
+-- and that table's periods it shares with it are not all acknowledged. In
+-- C (src/sensor/loss_rule.c), the rule of _loss_blocks.
 CREATE OR REPLACE FUNCTION finalize_internal.open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
 RETURNS TABLE (loss_id bigint, acker_id bigint)
-LANGUAGE plpgsql STABLE ROWS 10
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    SELECT a.loss_id, a.acker_id
-      FROM finalize_internal.loss_ackers(open_loss_ackers.table_id) AS a
-      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
-     WHERE l.lost_from < open_loss_ackers.period_end AND l.lost_to >= open_loss_ackers.period_start
-       AND NOT finalize_internal.acked(a.acker_id,
-               @extschema@.period_start(GREATEST(open_loss_ackers.period_start, l.lost_from), a.acker_granularity,
-                                        a.acker_zone),
-               @extschema@.period_end(LEAST(open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
-                                      a.acker_granularity, a.acker_zone),
-               l.created_at);
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_open_loss_ackers'
+LANGUAGE C STABLE ROWS 10;
 
 -- The losses (of the table or of an input, transitively) that hold the
 -- period [period_start, period_end) (see _open_loss_ackers).
@@ -609,15 +531,11 @@ LANGUAGE C STABLE;
 
 -- Whether the table or an input (transitively) has a loss that a table it
 -- must be acknowledged on (_loss_ackers) has not acknowledged for all its
--- periods.
+-- periods. In C (src/sensor/loss_rule.c), the rule of _loss_cap.
 CREATE OR REPLACE FUNCTION finalize_internal.has_open_loss(table_id bigint)
 RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN EXISTS (
-    SELECT FROM finalize_internal.loss_ackers(table_id) AS a
-      JOIN @extschema@.loss l ON l.loss_id = a.loss_id
-     WHERE NOT finalize_internal.acked(a.acker_id, a.span_from, a.span_to, l.created_at));
+AS 'MODULE_PATHNAME', 'finalize_has_open_loss'
+LANGUAGE C STABLE;
 
 -- Whether an unacknowledged loss holds some periods of a table, for
 -- finalize.status (whose readers may not read the losses themselves: hence

@@ -460,15 +460,91 @@ def test_no_sensor_path_calls_a_sql_or_plpgsql_function(pg3, tables):
     assert called == {"finalized_until": 13, "is_final": 20, "wait_final": 6}
 
 
-def test_the_c_loss_rule_answers_as_the_sql_rule_did(pg3, tables):
-    """finalize_internal.loss_blocks and _loss_cap (C, as the sensors read them)
-    against the SQL rule they replace (_open_losses, and _loss_cap's
-    PL/pgSQL body over _loss_ackers and _ack_reach) for every hour and
-    table of a lineage, as acknowledgements cover the loss bit by bit."""
-    lossy_lineage(pg3)
-    conn = pg3.connect()
-    with conn.cursor() as cur:
-        cur.execute("""
+# The loss rule as SQL wrote it before issue 43 made it C alone
+# (src/sensor/losses.c, loss_rule.c, served to SQL by loss_sql.c): an
+# independent oracle, kept here only, that the C is compared against.
+SQL_LOSS_RULE = [r"""
+CREATE FUNCTION pg_temp.sql_ack_reach(table_id bigint, s timestamptz, e timestamptz, since timestamptz)
+RETURNS timestamptz LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_variable
+DECLARE
+    reach timestamptz := s;
+    further timestamptz;
+BEGIN
+    WHILE reach < e LOOP
+        SELECT max(a.period_to) INTO further FROM finalize.loss_ack a
+         WHERE a.table_id = table_id AND a.acknowledged_at > since
+           AND a.period_from <= reach AND a.period_to > reach;
+        IF further IS NULL THEN
+            RETURN reach;
+        END IF;
+        reach := further;
+    END LOOP;
+    RETURN reach;
+END
+$$""", r"""
+CREATE FUNCTION pg_temp.sql_loss_ackers(table_id bigint)
+RETURNS TABLE (loss_id bigint, acker_id bigint, acker_granularity interval, acker_zone text,
+               span_from timestamptz, span_to timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE up(id, path) AS (
+        SELECT sql_loss_ackers.table_id, '{}'::bigint[]
+        UNION
+        SELECT d.input_id, up.path || up.id
+          FROM finalize.derived_input d JOIN up ON d.table_id = up.id),
+    held AS (
+        SELECT l.loss_id AS id, l.table_id AS lost_id, l.lost_from, l.lost_to, l.created_at, t.granularity AS g,
+               t.period_zone AS z,
+               CASE WHEN isfinite(l.lost_from) THEN finalize.period_start(l.lost_from, t.granularity, t.period_zone)
+                    ELSE l.lost_from END AS lost_span_from,
+               CASE WHEN isfinite(l.lost_to) THEN finalize.period_end(l.lost_to, t.granularity, t.period_zone)
+                    ELSE l.lost_to END AS lost_span_to
+          FROM finalize.tracked_table t
+          JOIN finalize.loss l ON l.table_id = t.table_id
+         WHERE t.table_id IN (SELECT up.id FROM up)),
+    ackers AS (
+        SELECT h.id, h.lost_id AS acker, h.g, h.z, h.lost_from, h.lost_to FROM held h
+        UNION ALL
+        SELECT DISTINCT h.id, k.table_id, k.granularity, k.period_zone, h.lost_from, h.lost_to
+          FROM held h
+          JOIN up p ON p.id = h.lost_id
+         CROSS JOIN LATERAL unnest(p.path) AS on_path(id)
+          JOIN finalize.tracked_table k ON k.table_id = on_path.id
+         WHERE EXISTS (SELECT FROM finalize.consumer c
+                        WHERE c.table_id = k.table_id AND c.required
+                          AND c.created_at < coalesce(
+                                  (SELECT max(a.acknowledged_at) FROM finalize.loss_ack a
+                                    WHERE a.table_id = h.lost_id AND a.acknowledged_at > h.created_at
+                                      AND a.period_from < h.lost_span_to AND a.period_to > h.lost_span_from),
+                                  'infinity')))
+    SELECT x.id, x.acker, x.g, x.z,
+           CASE WHEN isfinite(x.lost_from) THEN finalize.period_start(x.lost_from, x.g, x.z) ELSE x.lost_from END,
+           CASE WHEN isfinite(x.lost_to) THEN finalize.period_end(x.lost_to, x.g, x.z) ELSE x.lost_to END
+      FROM ackers x;
+END
+$$""", r"""
+CREATE FUNCTION pg_temp.sql_open_loss_ackers(table_id bigint, period_start timestamptz, period_end timestamptz)
+RETURNS TABLE (loss_id bigint, acker_id bigint) LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT a.loss_id, a.acker_id
+      FROM pg_temp.sql_loss_ackers(sql_open_loss_ackers.table_id) AS a
+      JOIN finalize.loss l ON l.loss_id = a.loss_id
+     WHERE l.lost_from < sql_open_loss_ackers.period_end AND l.lost_to >= sql_open_loss_ackers.period_start
+       AND pg_temp.sql_ack_reach(a.acker_id,
+               finalize.period_start(GREATEST(sql_open_loss_ackers.period_start, l.lost_from), a.acker_granularity,
+                                     a.acker_zone),
+               finalize.period_end(LEAST(sql_open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
+                                   a.acker_granularity, a.acker_zone),
+               l.created_at)
+           < finalize.period_end(LEAST(sql_open_loss_ackers.period_end - interval '1 microsecond', l.lost_to),
+                                 a.acker_granularity, a.acker_zone);
+END
+$$""", r"""
 CREATE FUNCTION pg_temp.sql_loss_cap(table_id bigint) RETURNS timestamptz LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
 DECLARE
@@ -482,19 +558,51 @@ BEGIN
                                 THEN finalize.period_start(r.reach, a.acker_granularity, a.acker_zone)
                                 ELSE r.reach END,
                            l.lost_from) AS held_from
-             FROM finalize_internal.loss_ackers(t.table_id) AS a
+             FROM pg_temp.sql_loss_ackers(t.table_id) AS a
              JOIN finalize.loss l ON l.loss_id = a.loss_id
-            CROSS JOIN LATERAL (SELECT finalize_internal.ack_reach(a.acker_id, a.span_from, a.span_to,
-                                                           l.created_at) AS reach) AS r
+            CROSS JOIN LATERAL (SELECT pg_temp.sql_ack_reach(a.acker_id, a.span_from, a.span_to,
+                                                             l.created_at) AS reach) AS r
             WHERE r.reach < a.span_to) AS h
      WHERE t.table_id = sql_loss_cap.table_id;
     RETURN coalesce(cap, 'infinity');
 END
-$$""")
+$$"""]
+
+
+def test_the_c_loss_rule_answers_as_the_sql_rule_did(pg3, tables):
+    """The loss rule in C, as the sensors read it and as SQL calls it
+    (finalize_internal.loss_blocks, loss_cap, loss_ackers, open_loss_ackers,
+    has_open_loss, ack_reach, acked), against the SQL rule it replaced
+    (SQL_LOSS_RULE) for every hour and table of a lineage, as
+    acknowledgements cover the loss bit by bit."""
+    lossy_lineage(pg3)
+    conn = pg3.connect()
+    with conn.cursor() as cur:
+        for statement in SQL_LOSS_RULE:
+            cur.execute(statement)
     compare = """
-SELECT t.table_name, p, finalize_internal.loss_blocks(t.table_id, p, finalize.period_end(p, t.granularity, t.period_zone)),
-       EXISTS (SELECT FROM finalize_internal.open_losses(t.table_id, p, finalize.period_end(p, t.granularity, t.period_zone))),
-       finalize_internal.loss_cap(t.table_id), pg_temp.sql_loss_cap(t.table_id)
+SELECT t.table_name, p,
+       finalize_internal.loss_blocks(t.table_id, p, finalize.period_end(p, t.granularity, t.period_zone)),
+       EXISTS (SELECT FROM pg_temp.sql_open_loss_ackers(t.table_id, p, finalize.period_end(p, t.granularity, t.period_zone))),
+       ARRAY(SELECT row(o.*)::text FROM finalize_internal.open_loss_ackers(t.table_id, p,
+                 finalize.period_end(p, t.granularity, t.period_zone)) AS o ORDER BY 1),
+       ARRAY(SELECT row(o.*)::text FROM pg_temp.sql_open_loss_ackers(t.table_id, p,
+                 finalize.period_end(p, t.granularity, t.period_zone)) AS o ORDER BY 1),
+       finalize_internal.loss_cap(t.table_id), pg_temp.sql_loss_cap(t.table_id),
+       finalize_internal.has_open_loss(t.table_id),
+       EXISTS (SELECT FROM pg_temp.sql_loss_ackers(t.table_id) AS a JOIN finalize.loss l ON l.loss_id = a.loss_id
+                WHERE pg_temp.sql_ack_reach(a.acker_id, a.span_from, a.span_to, l.created_at) < a.span_to),
+       ARRAY(SELECT row(a.*)::text FROM finalize_internal.loss_ackers(t.table_id) AS a ORDER BY 1),
+       ARRAY(SELECT row(a.*)::text FROM pg_temp.sql_loss_ackers(t.table_id) AS a ORDER BY 1),
+       ARRAY(SELECT row(finalize_internal.ack_reach(a.acker_id, a.span_from, a.span_to, l.created_at),
+                        finalize_internal.acked(a.acker_id, a.span_from, a.span_to, l.created_at))::text
+               FROM pg_temp.sql_loss_ackers(t.table_id) AS a JOIN finalize.loss l ON l.loss_id = a.loss_id
+              ORDER BY a.loss_id, a.acker_id),
+       ARRAY(SELECT row(r.reach, r.reach >= a.span_to)::text
+               FROM pg_temp.sql_loss_ackers(t.table_id) AS a JOIN finalize.loss l ON l.loss_id = a.loss_id
+              CROSS JOIN LATERAL (SELECT pg_temp.sql_ack_reach(a.acker_id, a.span_from, a.span_to,
+                                                               l.created_at) AS reach) AS r
+              ORDER BY a.loss_id, a.acker_id)
   FROM finalize.tracked_table t
  CROSS JOIN LATERAL generate_series(finalize.period_start('2026-11-29 06:00+00', t.granularity, t.period_zone),
                                     '2026-11-29 16:00+00', t.granularity) AS p
@@ -506,18 +614,25 @@ SELECT t.table_name, p, finalize_internal.loss_blocks(t.table_id, p, finalize.pe
             ("n.events", "2026-11-29 11:00+00", "2026-11-29 12:00+00"),
             ("n.hourly", "2026-11-29 12:00+00", "2026-11-29 13:00+00")]
     seen = set()
+    ackers_seen = set()
     for step in range(len(acks) + 1):
         rows = one_all(conn, compare)
         assert len(rows) > 50
-        for name, p, c_blocks, sql_blocks, c_cap, sql_cap in rows:
-            assert (name, p, c_blocks, c_cap) == (name, p, sql_blocks, sql_cap)
-            seen.add((c_blocks, c_cap.isoformat() if c_cap.year < 9999 else "infinity"))
+        for (name, p, c_blocks, sql_blocks, c_open, sql_open, c_cap, sql_cap, c_has, sql_has,
+             c_ackers, sql_ackers, c_reach, sql_reach) in rows:
+            assert (name, p, c_blocks, c_open, c_cap, c_has, c_ackers, c_reach) == \
+                (name, p, sql_blocks, sql_open, sql_cap, sql_has, sql_ackers, sql_reach)
+            seen.add((c_blocks, c_cap.isoformat() if c_cap.year < 9999 else "infinity", c_has))
+            ackers_seen.add(len(c_ackers))
         if step < len(acks):
             pg3.sql("SELECT finalize.acknowledge_loss(%s, %s, %s, 'repaired')", acks[step])
             follow(pg3)
-    # Both answers of _loss_blocks, and caps held and released, were compared.
-    assert {b for b, _ in seen} == {True, False}
-    assert {c for _, c in seen} >= {"2026-11-29T10:00:00+00:00", "2026-11-29T12:00:00+00:00", "infinity"}
+    # Both answers of loss_blocks and has_open_loss, caps held and released,
+    # and tables with one acker and with two (n.hourly's consumer) were compared.
+    assert {b for b, _, _ in seen} == {True, False}
+    assert {h for _, _, h in seen} == {True, False}
+    assert {c for _, c, _ in seen} >= {"2026-11-29T10:00:00+00:00", "2026-11-29T12:00:00+00:00", "infinity"}
+    assert {1, 2} <= ackers_seen
 
 
 def one_all(conn, query, args=None):

@@ -156,3 +156,103 @@ def test_drop_extension_forgets_cached_verdicts(pg2, table):
         pg2.sql("CREATE EXTENSION IF NOT EXISTS finalize")
         pg2.sql("CREATE SERVER IF NOT EXISTS src FOREIGN DATA WRAPPER finalize_mssql "
                 "OPTIONS (host '127.0.0.1', database 'demo')")
+
+
+@pytest.fixture
+def lossy(pg2, table):
+    """c.orders (final until 13:00) lost commit times [10:15, 11:20]: its
+    hours 10 and 11 are held, finalized_until stops at 10:00; c.hourly is
+    built from it. Written directly, as a superuser may: the loss flag is
+    set once, and what follows changes only the losses behind it."""
+    pg2.sql("SELECT finalize.track_derived('c.hourly', ARRAY['c.orders'])")
+    pg2.sql("SELECT finalize_internal.refresh_derived()")
+    add_loss(pg2, "2026-11-29 10:15+00", "2026-11-29 11:20+00")
+    pg2.sql("SELECT finalize_internal.refresh_loss_blocked(finalize_internal.tracked_id('c.orders'))")
+    yield ["c.orders", "c.hourly"]
+
+
+def add_loss(target, lost_from, lost_to):
+    """Inserts a loss of c.orders (target: a cluster, or a connection whose
+    transaction the caller ends)."""
+    query = ("INSERT INTO finalize.loss (table_id, lost_from, lost_to) "
+             "VALUES (finalize_internal.tracked_id('c.orders'), %s, %s)")
+    if hasattr(target, "sql"):
+        target.sql(query, (lost_from, lost_to))
+    else:
+        target.cursor().execute(query, (lost_from, lost_to))
+
+
+def loss_view(conn, tables):
+    """What the sensors say of hours 8, 10 and 12 and finalized_until, per table."""
+    return {t: (one(conn, "SELECT finalize.is_final(%s, '2026-11-29 08:00+00')", (t,)),
+                one(conn, "SELECT finalize.is_final(%s, '2026-11-29 10:00+00')", (t,)),
+                one(conn, "SELECT finalize.is_final(%s, '2026-11-29 12:00+00')", (t,)),
+                one(conn, "SELECT finalize.finalized_until(%s)", (t,)).isoformat())
+            for t in tables}
+
+
+HELD_10_11 = (True, False, True, "2026-11-29T10:00:00+00:00")
+
+
+def test_a_loss_committed_elsewhere_is_seen_by_the_next_call(pg2, lossy):
+    """The verdict cache keeps what the loss rule read with a held verdict:
+    a new loss committed by another session (no write of watermark, the
+    flag being set already) must reach every session's next call."""
+    reader = pg2.connect()
+    for _ in range(2):
+        assert loss_view(reader, lossy) == dict.fromkeys(lossy, HELD_10_11)
+    add_loss(pg2, "2026-11-29 08:10+00", "2026-11-29 08:20+00")
+    assert loss_view(reader, lossy) == dict.fromkeys(lossy, (False, False, True, "2026-11-29T08:00:00+00:00"))
+    # And the array forms, which read several entries at once.
+    assert one(reader, "SELECT finalize.is_final(ARRAY['c.hourly', 'c.orders'], '2026-11-29 08:00+00')") is False
+    assert str(one(reader, "SELECT finalize.finalized_until(ARRAY['c.orders', 'c.hourly'])")) == \
+        "2026-11-29 08:00:00+00:00"
+
+
+def test_an_acknowledgement_withdrawn_elsewhere_is_seen_by_the_next_call(pg2, lossy):
+    """Hour 10 acknowledged releases it; the acknowledgement deleted (by a
+    superuser, no write of watermark) holds it again at the next call."""
+    pg2.sql("SELECT finalize.acknowledge_loss('c.orders', '2026-11-29 10:00+00', '2026-11-29 11:00+00', 'redone')")
+    reader = pg2.connect()
+    released = (True, True, True, "2026-11-29T11:00:00+00:00")
+    for _ in range(2):
+        assert loss_view(reader, ["c.orders"]) == {"c.orders": released}
+    pg2.sql("DELETE FROM finalize.loss_ack")
+    assert loss_view(reader, ["c.orders"]) == {"c.orders": HELD_10_11}
+
+
+def test_a_transactions_own_loss_is_seen_in_it_and_gone_after_rollback(pg2, lossy):
+    """A session that inserts a loss sees it at once in its transaction,
+    others never do, and after its rollback nobody does, the session
+    itself included (nothing uncommitted was kept)."""
+    writer = pg2.connect(autocommit=False)
+    other = pg2.connect()
+    try:
+        for _ in range(2):
+            assert loss_view(writer, lossy) == dict.fromkeys(lossy, HELD_10_11)
+            assert loss_view(other, lossy) == dict.fromkeys(lossy, HELD_10_11)
+        add_loss(writer, "2026-11-29 08:10+00", "2026-11-29 08:20+00")
+        assert loss_view(writer, lossy) == dict.fromkeys(lossy, (False, False, True, "2026-11-29T08:00:00+00:00"))
+        assert loss_view(other, lossy) == dict.fromkeys(lossy, HELD_10_11)
+    finally:
+        # Its uncommitted loss would hold the fixture's clean-up.
+        writer.rollback()
+    for _ in range(2):
+        assert loss_view(writer, lossy) == dict.fromkeys(lossy, HELD_10_11)
+        assert loss_view(other, lossy) == dict.fromkeys(lossy, HELD_10_11)
+
+
+def test_every_table_a_cached_verdict_is_read_from_bumps_the_epoch(pg2):
+    """The cache keeps a held verdict's loss reads (losses.c) as long as the
+    epoch stands: every table the verdict and the loss rule read must carry
+    verdict_changed for every kind of change (test_upgrade.py proves an
+    updated catalog has the same triggers as this fresh one)."""
+    rows = pg2.sql("""
+SELECT c.relname, t.tgtype, t.tgenabled
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE t.tgname = 'verdict_changed' AND c.relnamespace = 'finalize'::regnamespace
+ ORDER BY 1""")
+    # tgtype 60: FOR EACH STATEMENT, AFTER, INSERT | DELETE | UPDATE | TRUNCATE.
+    assert [tuple(r) for r in rows] == [(name, 60, "O") for name in
+                                        ["consumer", "derived_input", "loss", "loss_ack", "tracked_table",
+                                         "watermark"]]
