@@ -435,6 +435,7 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     previous text;
+    since timestamptz;
     took interval := clock_timestamp() - cycle_started;
 BEGIN
     SELECT s.condition INTO previous FROM @extschema@.source_status s
@@ -464,7 +465,8 @@ BEGIN
                                   THEN now() ELSE s.max_lsn_changed END,
            server_time = excluded.server_time,
            clock_skew = excluded.clock_skew,
-           cycle_time = excluded.cycle_time;
+           cycle_time = excluded.cycle_time
+    RETURNING s.condition_since INTO since;
     IF condition = 'capture_stalled' AND previous IS DISTINCT FROM 'capture_stalled' THEN
         PERFORM finalize_internal.alert(jsonb_build_object('alert', 'capture_stalled', 'server', server_name,
             'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time, 'server_time', server_time, 'detail', message));
@@ -472,9 +474,7 @@ BEGIN
         PERFORM finalize_internal.alert(jsonb_build_object('alert', 'capture_resumed', 'server', server_name,
             'max_lsn', max_lsn, 'max_lsn_time', max_lsn_time));
     END IF;
-    PERFORM finalize_internal.source_alerts(server_name, condition, message,
-                                       (SELECT s.condition_since FROM @extschema@.source_status s
-                                         WHERE s.server_name = source_ok.server_name));
+    PERFORM finalize_internal.source_alerts(server_name, condition, message, since);
 END
 $$;
 
@@ -875,6 +875,9 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     threshold interval := finalize_internal.consumer_stall_threshold();
+    -- the tables the source's worker answers for, found once for the three
+    -- statements below
+    served bigint[] := ARRAY(SELECT s.id FROM finalize_internal.served_tables(check_consumers.server_name) AS s(id));
     r record;
 BEGIN
     FOR r IN
@@ -883,7 +886,7 @@ BEGIN
                (SELECT st.max_lsn FROM @extschema@.source_status st WHERE st.server_name = t.server_name) AS max_lsn,
                coalesce(coalesce(c.reported_at, c.created_at) < now() - threshold
                         AND w.source_until > coalesce(x.until, '-infinity'), false) AS stalled
-          FROM finalize_internal.served_tables(check_consumers.server_name) AS s(id)
+          FROM unnest(served) AS s(id)
           JOIN @extschema@.tracked_table t ON t.table_id = s.id
           JOIN @extschema@.watermark w ON w.table_id = t.table_id
           JOIN @extschema@.consumer c ON c.table_id = t.table_id
@@ -921,7 +924,7 @@ BEGIN
         SELECT h.table_id, h.consumer, h.since, t.table_name, t.server_name
           FROM @extschema@.consumer_hold h
           JOIN @extschema@.tracked_table t ON t.table_id = h.table_id
-         WHERE h.table_id IN (SELECT s.id FROM finalize_internal.served_tables(check_consumers.server_name) AS s(id))
+         WHERE h.table_id IN (SELECT s.id FROM unnest(served) AS s(id))
          ORDER BY h.table_id, h.consumer
     LOOP
         IF finalize_internal.lock_consumer(r.table_id, r.consumer)
@@ -941,7 +944,7 @@ BEGIN
      WHERE a.alert_id IN (
         SELECT x.alert_id FROM @extschema@.alert x
          WHERE x.kind IN ('consumer_stalled', 'consumer_locked', 'report_ahead') AND x.state <> 'resolved'
-           AND x.table_id IN (SELECT s.id FROM finalize_internal.served_tables(check_consumers.server_name) AS s(id))
+           AND x.table_id IN (SELECT s.id FROM unnest(served) AS s(id))
            AND NOT EXISTS (SELECT FROM @extschema@.consumer c
                             WHERE x.kind IN ('consumer_stalled', 'report_ahead') AND c.table_id = x.table_id
                               AND c.consumer = x.subject AND c.condition = x.kind)

@@ -18,19 +18,20 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    unsealed boolean;
     behind text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM @extschema@.catalog_seal) AND EXISTS (SELECT FROM @extschema@.tracked_table) THEN
-        RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
-               '(pg_restore loads that table after the ones it references), or stopped before it was complete';
-    END IF;
+    -- One statement (a cycle's read transaction runs it every time): the
+    -- seal and every sequence against its table, in one snapshot; the seal's
+    -- answer comes first, as it says the more.
     -- A sequence's last id handed out is its last_value, or the one before
     -- while is_called is false (a new sequence, ALTER SEQUENCE ... RESTART,
     -- setval(..., false), as pg_dump writes such a one back): its next id is
     -- last_value then, and ids above it are not taken.
-    SELECT string_agg(format('sequence %s stands at %s, below the greatest id of its table, %s', s.seq,
-                             s.last, s.top), '; ')
-      INTO behind
+    SELECT NOT EXISTS (SELECT FROM @extschema@.catalog_seal) AND EXISTS (SELECT FROM @extschema@.tracked_table),
+           string_agg(format('sequence %s stands at %s, below the greatest id of its table, %s', s.seq,
+                             s.last, s.top), '; ') FILTER (WHERE s.top > s.last)
+      INTO unsealed, behind
       FROM (VALUES ('tracked_table_table_id_seq',
                     (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.tracked_table_table_id_seq q),
                     (SELECT max(t.table_id) FROM @extschema@.tracked_table t)),
@@ -54,8 +55,11 @@ BEGIN
                     (SELECT max(a.alert_id) FROM @extschema@.alert a)),
                    ('alert_delivery_delivery_id_seq',
                     (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.alert_delivery_delivery_id_seq q),
-                    (SELECT max(d.delivery_id) FROM @extschema@.alert_delivery d))) AS s (seq, last, top)
-     WHERE s.top > s.last;
+                    (SELECT max(d.delivery_id) FROM @extschema@.alert_delivery d))) AS s (seq, last, top);
+    IF unsealed THEN
+        RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
+               '(pg_restore loads that table after the ones it references), or stopped before it was complete';
+    END IF;
     IF behind IS NOT NULL THEN
         RETURN 'the identity sequences of the catalog are behind its rows (pg_restore sets them after the rows): '
                || behind;
