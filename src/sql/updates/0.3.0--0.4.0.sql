@@ -1,0 +1,3 @@
+-- finalize 0.3.0 to 0.4.0: the hand-written step (CONTRIBUTING.md,
+-- "Changing SQL objects and versions"). Nothing yet: every function, view
+-- and grant is made again by the rerunnable parts of src/sql/.
