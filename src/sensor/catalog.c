@@ -13,6 +13,8 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
@@ -210,10 +212,23 @@ sensor_catalog_get(void)
 }
 
 /* The statement's snapshot, for reads that must see its own changes. */
-static Snapshot
-statement_snapshot(void)
+Snapshot
+catalog_statement_snapshot(void)
 {
 	return ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+}
+
+/*
+ * The latest committed state, which a sensor reads when the cache cannot
+ * answer; during a parallel query (a sensor in a query that scans in
+ * parallel: it runs in the leader) PostgreSQL takes no new snapshot, and
+ * the statement's, older, is read instead: an answer as of the query's
+ * start, never ahead of it.
+ */
+Snapshot
+catalog_fresh_snapshot(void)
+{
+	return IsInParallelMode() ? catalog_statement_snapshot() : GetLatestSnapshot();
 }
 
 /*
@@ -456,7 +471,7 @@ catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot)
 	bool		found;
 
 	if (snapshot == NULL)
-		snapshot = statement_snapshot();
+		snapshot = catalog_statement_snapshot();
 	out->losses = NULL;
 	found = read_tracked_table(c, rels[REL_TRACKED_TABLE], table_name, snapshot, out);
 	if (found)

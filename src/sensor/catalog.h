@@ -33,6 +33,8 @@ extern uint64 catalog_generation;
 
 extern void catalog_register_callback(void);
 extern void catalog_read_verdict(Datum table_name, TrackedVerdict *out, Snapshot snapshot);
+extern Snapshot catalog_statement_snapshot(void);
+extern Snapshot catalog_fresh_snapshot(void);
 extern bool catalog_lineage_blocked(int64 table_id, Snapshot snapshot);
 pg_noreturn extern void catalog_not_tracked(const char *table_name);
 

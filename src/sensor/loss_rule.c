@@ -8,6 +8,7 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/timestamp.h"
 
 #include "core/period_zone.h"
@@ -75,8 +76,12 @@ bool
 loss_data_blocks(const LossData *d, TimestampTz period_start, TimestampTz period_end)
 {
 	for (int i = 0; i < d->nackers; i++)
+	{
+		/* Ackers times acknowledgements: seconds on a large catalog. */
+		CHECK_FOR_INTERRUPTS();
 		if (loss_acker_holds(d, i, period_start, period_end))
 			return true;
+	}
 	return false;
 }
 
@@ -102,6 +107,7 @@ loss_data_cap(const LossData *d)
 		TimestampTz reach = acker_reach(d, a, a->span_from, a->span_to);
 		TimestampTz held;
 
+		CHECK_FOR_INTERRUPTS();
 		if (reach >= a->span_to)
 			continue;
 		held = Max(floor_or_infinite(&d->tables[a->table].periods, reach), l->lost_from);

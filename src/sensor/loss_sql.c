@@ -8,6 +8,8 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -16,6 +18,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "sensor/catalog.h"
 #include "sensor/losses.h"
 
 PG_FUNCTION_INFO_V1(finalize_loss_blocks);
@@ -25,13 +28,6 @@ PG_FUNCTION_INFO_V1(finalize_open_loss_ackers);
 PG_FUNCTION_INFO_V1(finalize_has_open_loss);
 PG_FUNCTION_INFO_V1(finalize_ack_reach);
 PG_FUNCTION_INFO_V1(finalize_acked);
-
-/* The statement's snapshot, as SQL functions read under. */
-static Snapshot
-statement_snapshot(void)
-{
-	return ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-}
 
 /*
  * A NULL argument of these functions is a caller's bug: "no loss" would be
@@ -52,7 +48,7 @@ static LossData *
 read_arg_table(FunctionCallInfo fcinfo)
 {
 	require_args(fcinfo);
-	return loss_data_read(PG_GETARG_INT64(0), statement_snapshot(), CurrentMemoryContext);
+	return loss_data_read(PG_GETARG_INT64(0), catalog_statement_snapshot(), CurrentMemoryContext);
 }
 
 /*
@@ -101,6 +97,7 @@ finalize_loss_ackers(PG_FUNCTION_ARGS)
 		Datum		values[6];
 		bool		nulls[6] = {false, false, false, t->zone < 0, false, false};
 
+		CHECK_FOR_INTERRUPTS();
 		values[0] = Int64GetDatum(d->losses[a->loss].loss_id);
 		values[1] = Int64GetDatum(t->table_id);
 		values[2] = IntervalPGetDatum(&t->periods.granularity);
@@ -131,6 +128,7 @@ finalize_open_loss_ackers(PG_FUNCTION_ARGS)
 		Datum		values[2];
 		bool		nulls[2] = {false, false};
 
+		CHECK_FOR_INTERRUPTS();
 		if (!loss_acker_holds(d, i, period_start, period_end))
 			continue;
 		values[0] = Int64GetDatum(d->losses[d->ackers[i].loss].loss_id);
@@ -168,7 +166,7 @@ finalize_ack_reach(PG_FUNCTION_ARGS)
 	LossAck    *acks;
 
 	require_args(fcinfo);
-	acks = loss_table_acks(PG_GETARG_INT64(0), statement_snapshot(), &n);
+	acks = loss_table_acks(PG_GETARG_INT64(0), catalog_statement_snapshot(), &n);
 	PG_RETURN_TIMESTAMPTZ(loss_ack_reach(acks, n, PG_GETARG_TIMESTAMPTZ(1), PG_GETARG_TIMESTAMPTZ(2),
 										 PG_GETARG_TIMESTAMPTZ(3)));
 }
@@ -184,7 +182,7 @@ finalize_acked(PG_FUNCTION_ARGS)
 	LossAck    *acks;
 
 	require_args(fcinfo);
-	acks = loss_table_acks(PG_GETARG_INT64(0), statement_snapshot(), &n);
+	acks = loss_table_acks(PG_GETARG_INT64(0), catalog_statement_snapshot(), &n);
 	PG_RETURN_BOOL(loss_ack_reach(acks, n, PG_GETARG_TIMESTAMPTZ(1), PG_GETARG_TIMESTAMPTZ(2),
 								  PG_GETARG_TIMESTAMPTZ(3)) >= PG_GETARG_TIMESTAMPTZ(2));
 }

@@ -185,7 +185,7 @@ final_despite_losses(Datum table_name, const TrackedVerdict *v, TimestampTz ts)
 
 	if (v->losses != NULL)
 		return passed_by_watermark(v, ts, &start, &end) && !loss_data_blocks(v->losses, start, end);
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	snapshot = RegisterSnapshot(catalog_fresh_snapshot());
 	catalog_read_verdict(table_name, &fresh, snapshot);
 	final = passed_by_watermark(&fresh, ts, &start, &end);
 	if (final && fresh.loss_blocked)
@@ -258,7 +258,7 @@ verdict_until(Datum table_name, const TrackedVerdict *v, TimestampTz *until)
 
 	if (!v->has_watermark || !v->loss_blocked || v->losses != NULL)
 		return verdict_of(v, NULL, until);
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	snapshot = RegisterSnapshot(catalog_fresh_snapshot());
 	catalog_read_verdict(table_name, &fresh, snapshot);
 	has = verdict_of(&fresh, snapshot, until);
 	UnregisterSnapshot(snapshot);

@@ -68,6 +68,12 @@ PG_FUNCTION_INFO_V1(finalize_verdict_wake);
 #define CACHE_MAX_ENTRIES 10000
 /* The largest loss read kept in an entry (some 2,000 acknowledgements). */
 #define LOSS_CACHE_MAX_BYTES (64 * 1024)
+/*
+ * All the loss reads a backend keeps: beyond it a sensor reads losses
+ * afresh (slower, as exact). Entries of tables derived from one lossy
+ * source each keep its acknowledgements, and a pool has many backends.
+ */
+#define LOSS_CACHE_BUDGET_BYTES (4 * 1024 * 1024)
 
 typedef struct CacheEntry
 {
@@ -271,7 +277,12 @@ cache_start_over(void)
 	HASHCTL		ctl;
 
 	if (cache != NULL)
-		hash_destroy(cache);
+	{
+		HTAB	   *old = cache;
+
+		cache = NULL;			/* never left pointing at freed memory */
+		hash_destroy(old);
+	}
 	if (loss_cxt == NULL)
 		loss_cxt = AllocSetContextCreate(TopMemoryContext, "finalize verdict cache losses", ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(loss_cxt);
@@ -289,7 +300,7 @@ cache_start_over(void)
 static void
 read_fresh(Datum table_name, TrackedVerdict *out)
 {
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	Snapshot	snapshot = RegisterSnapshot(catalog_fresh_snapshot());
 
 	catalog_read_verdict(table_name, out, snapshot);
 	if (out->loss_blocked)
@@ -313,8 +324,10 @@ verdict_cache_read(Datum table_name, TrackedVerdict *out)
 	uint64		epoch;
 	uint64		generation;
 	bool		found;
+	LossData   *kept;
 
-	if (finalize_shared == NULL || changed_in_xact || RecoveryInProgress() ||
+	/* In a parallel query the snapshot is the statement's: see catalog_fresh_snapshot. */
+	if (finalize_shared == NULL || changed_in_xact || RecoveryInProgress() || IsInParallelMode() ||
 		len >= CACHE_KEY_SIZE)
 	{
 		catalog_read_verdict(table_name, out, NULL);
@@ -347,12 +360,15 @@ verdict_cache_read(Datum table_name, TrackedVerdict *out)
 	 * generation seen before, so it is stale at once if one arrived.
 	 */
 	read_fresh(table_name, out);
+	/* What may fail (allocations) comes before the entry is written. */
+	kept = out->losses != NULL && out->losses->size <= LOSS_CACHE_MAX_BYTES &&
+		MemoryContextMemAllocated(loss_cxt, true) + out->losses->size <= LOSS_CACHE_BUDGET_BYTES
+		? loss_data_copy(out->losses, loss_cxt) : NULL;
 	entry = hash_search(cache, key, HASH_ENTER, &found);
 	if (found && entry->verdict.losses != NULL)
 		pfree(entry->verdict.losses);
-	entry->epoch = epoch;
-	entry->generation = generation;
 	entry->verdict = *out;
-	entry->verdict.losses = out->losses != NULL && out->losses->size <= LOSS_CACHE_MAX_BYTES
-		? loss_data_copy(out->losses, loss_cxt) : NULL;
+	entry->verdict.losses = kept;
+	entry->generation = generation;
+	entry->epoch = epoch;
 }

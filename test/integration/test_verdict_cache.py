@@ -256,3 +256,25 @@ SELECT c.relname, t.tgtype, t.tgenabled
     assert [tuple(r) for r in rows] == [(name, 60, "O") for name in
                                         ["consumer", "derived_input", "loss", "loss_ack", "tracked_table",
                                          "watermark"]]
+
+
+def test_a_parallel_query_may_filter_with_the_sensors(pg2, lossy):
+    """The sensors take a fresh snapshot, which PostgreSQL refuses in a
+    parallel worker: they are PARALLEL RESTRICTED, so a query that filters a
+    table with them still runs (in parallel where it can) and answers as a
+    plain call does."""
+    conn = pg2.connect()
+    try:
+        with conn.cursor() as cur:
+            # PostgreSQL 15 names it force_parallel_mode.
+            cur.execute("SET %s = on" % ("debug_parallel_query" if pg2.server_version_num() >= 160000
+                                          else "force_parallel_mode"))
+            cur.execute("SELECT finalize.is_final(t, '2026-11-29 08:00+00'), finalize.finalized_until(t), "
+                        "finalize.is_final(ARRAY[t], '2026-11-29 12:00+00'), finalize.finalized_until(ARRAY[t]) "
+                        "FROM unnest(%s::text[]) AS t ORDER BY t", (sorted(lossy),))
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    assert rows == [tuple(pg2.sql("SELECT finalize.is_final(%s, '2026-11-29 08:00+00'), finalize.finalized_until(%s), "
+                                  "finalize.is_final(ARRAY[%s], '2026-11-29 12:00+00'), "
+                                  "finalize.finalized_until(ARRAY[%s])", (t, t, t, t))[0]) for t in sorted(lossy)]

@@ -6501,18 +6501,22 @@ $$;
 -- What sensors and people read. The two verdict functions are C and read the
 -- catalog directly (no SPI, no search_path): sensors poll them all day.
 -- Neither is STRICT: a NULL argument is an error, never a NULL answer.
+-- PARALLEL RESTRICTED: they run in the leader only, which takes their
+-- fresh snapshot and knows whether its own transaction changed a verdict
+-- (a parallel worker could do neither), so a query that filters a large
+-- table with is_final may still scan it in parallel.
 
 CREATE OR REPLACE FUNCTION @extschema@.finalized_until(table_name text)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_finalized_until'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.finalized_until(text) IS
     'Every period of the table ending at or before this instant is complete; NULL while nothing is final';
 
 CREATE OR REPLACE FUNCTION @extschema@.is_final(table_name text, period_start timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_is_final'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.is_final(text, timestamptz) IS
     'True iff the whole period containing period_start is complete: the watermark has passed it and no unacknowledged loss holds it';
 
@@ -6523,14 +6527,14 @@ COMMENT ON FUNCTION @extschema@.is_final(text, timestamptz) IS
 CREATE OR REPLACE FUNCTION @extschema@.finalized_until(table_names text[])
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'finalize_finalized_until_all'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.finalized_until(text[]) IS
     'The least finalized_until of the tables: every period ending at or before it is complete in all of them';
 
 CREATE OR REPLACE FUNCTION @extschema@.is_final(table_names text[], period_start timestamptz)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'finalize_is_final_all'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.is_final(text[], timestamptz) IS
     'True iff the period containing period_start is final in every one of the tables';
 
