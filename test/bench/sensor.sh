@@ -210,6 +210,8 @@ WITH c(name, q) AS (VALUES
     ('is_final_seoul_day', $q$SELECT count(*) FILTER (WHERE finalize.is_final('bench.seoul', '2026-11-28 12:00+09')) FROM generate_series(1, 1000000) g$q$),
     ('is_final_ny_month', $q$SELECT count(*) FILTER (WHERE finalize.is_final('bench.ny_month', '2026-10-15 12:00-04')) FROM generate_series(1, 1000000) g$q$),
     ('finalized_until_seoul_day', $q$SELECT count(*) FILTER (WHERE finalize.finalized_until('bench.seoul') IS NOT NULL) FROM generate_series(1, 1000000) g$q$),
+    ('finalized_until_lossy', $q$SELECT count(*) FILTER (WHERE finalize.finalized_until('bench.lossy') IS NOT NULL) FROM generate_series(1, 1000000) g$q$),
+    ('finalized_until_sharded_lossy', $q$SELECT count(*) FILTER (WHERE finalize.finalized_until('bench.sharded_lossy') IS NOT NULL) FROM generate_series(1, 1000000) g$q$),
     ('instants', $q$SELECT count(*) FILTER (WHERE '2026-10-15 12:00+00'::timestamptz + g * interval '7 seconds' IS NOT NULL) FROM generate_series(1, 1000000) g$q$),
     ('period_start_utc_day', $q$SELECT count(*) FILTER (WHERE finalize.period_start('2026-10-15 12:00+00'::timestamptz + g * interval '7 seconds', '1 day', 'UTC') IS NOT NULL) FROM generate_series(1, 1000000) g$q$),
     ('period_start_seoul_day', $q$SELECT count(*) FILTER (WHERE finalize.period_start('2026-10-15 12:00+00'::timestamptz + g * interval '7 seconds', '1 day', 'Asia/Seoul') IS NOT NULL) FROM generate_series(1, 1000000) g$q$),
