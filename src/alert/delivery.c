@@ -87,7 +87,7 @@ queue_exists(void)
 {
 	if (!OidIsValid(get_extension_oid("finalize", true)))
 		return false;
-	return internal_function_exists("claim_delivery()", "finalize's delivery queue");
+	return internal_function_exists("claim_delivery()");
 }
 
 /*

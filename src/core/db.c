@@ -193,7 +193,7 @@ db_catalog_restoring(void)
 	bool		isnull;
 	Datum		why;
 
-	if (!internal_function_exists("catalog_restoring()", "finalize's restore check"))
+	if (!internal_function_exists("catalog_restoring()"))
 		return NULL;
 	if (db_query("SELECT " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring()", 0, NULL, NULL, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
@@ -211,7 +211,7 @@ db_catalog_restoring(void)
 const char *
 db_when_whole(void)
 {
-	return internal_function_exists("catalog_restoring()", "finalize's restore check")
+	return internal_function_exists("catalog_restoring()")
 		? " WHERE " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring() IS NULL" : "";
 }
 

@@ -9,6 +9,6 @@
 
 extern bool internal_schema_is_ours(void);
 extern char *internal_function_name(const char *name);
-extern bool internal_function_exists(const char *signature, const char *what);
+extern bool internal_function_exists(const char *signature);
 
 #endif

@@ -34,7 +34,7 @@ lake_catalog_version_problem(void)
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the version of extension finalize");
 	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (strcmp(version, FINALIZE_VERSION) != 0 || !internal_function_exists(OBSERVE_SIGNATURE, "finalize's lake functions"))
+	if (strcmp(version, FINALIZE_VERSION) != 0 || !internal_function_exists(OBSERVE_SIGNATURE))
 		return psprintf("extension finalize is at version %s in this database but the loaded library is version %s; "
 						"no Iceberg table is read until they match: run ALTER EXTENSION finalize UPDATE",
 						version, FINALIZE_VERSION);

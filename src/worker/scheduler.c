@@ -81,7 +81,7 @@ read_wanted_sources(WantedSource **wanted_out, TimestampTz *last_purge)
 	 */
 	if (SPI_execute(psprintf("SELECT w.* FROM (SELECT s.serverid, s.server_name, false FROM %s() AS s%s) AS w%s",
 							 internal_function_name("wanted_sources"),
-							 internal_function_exists("wanted_catalogs()", "finalize's lake functions")
+							 internal_function_exists("wanted_catalogs()")
 							 ? " UNION ALL SELECT c.serverid, c.server_name, true FROM " FINALIZE_INTERNAL_SCHEMA
 							 ".wanted_catalogs() AS c" : "",
 							 db_when_whole()), true, 0) != SPI_OK_SELECT)

@@ -28,7 +28,7 @@ scheduler_check_alerts(void)
 {
 	bool		isnull;
 
-	if (!internal_function_exists("check_freshness()", "finalize's alert functions"))
+	if (!internal_function_exists("check_freshness()"))
 		return false;
 	/* no row while a restore is under way, checked in the statement itself */
 	if (SPI_execute(psprintf("SELECT " FINALIZE_INTERNAL_SCHEMA ".check_freshness() >= 0 AND "
@@ -54,7 +54,7 @@ scheduler_check_alerts(void)
 bool
 scheduler_refresh_derived(void)
 {
-	if (!internal_function_exists("refresh_derived()", "finalize's refresh_derived()"))
+	if (!internal_function_exists("refresh_derived()"))
 		return true;
 	if (SPI_execute(psprintf("SELECT " FINALIZE_INTERNAL_SCHEMA ".refresh_derived()%s", db_when_whole()), false, 1)
 		!= SPI_OK_SELECT)
