@@ -1,7 +1,7 @@
 /*
  * http.c
  *     HTTP for finalize: the one file that calls libcurl, shared by the S3
- *     listing (gate/objstore.c) and webhook delivery.
+ *     requests (gate/objstore.c), webhook delivery and publications.
  *
  * One file per foreign library (as mssql/mssql.c is for DB-Library): the
  * rules libcurl must be held to are kept in one place instead of in each
@@ -237,10 +237,7 @@ on_progress(void *clientp pg_attribute_unused(), curl_off_t dltotal pg_attribute
 	return io_must_stop() ? 1 : 0;
 }
 
-/*
- * Empties a response before a request, so that every exit leaves it in a
- * known state.
- */
+/* Empties a response before a request: every exit leaves it in a known state. */
 static void
 response_clear(HttpResponse *resp)
 {
@@ -444,8 +441,8 @@ configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_sli
 		return rc;
 
 	/*
-	 * A POST sends the caller's body as it is (not copied: it stays valid
-	 * during the call); a GET forgets an earlier request's body.
+	 * A POST (or PUT) sends the caller's body as it is (not copied: it stays
+	 * valid during the call); a GET forgets an earlier request's body.
 	 */
 	if (post)
 	{
@@ -457,7 +454,8 @@ configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_sli
 			 (rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, (char *) NULL)) != CURLE_OK ||
 			 (rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L)) != CURLE_OK)
 		return rc;
-	return CURLE_OK;
+	/* A PUT sends the POST's body under its own name; any other forgets the name. */
+	return curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, strcmp(req->method, "PUT") == 0 ? "PUT" : (char *) NULL);
 }
 
 /*
@@ -553,8 +551,8 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 		elog(ERROR, "HTTP request on a released client");
 	if (strcmp(req->method, "GET") == 0)
 		post = false;
-	else if (strcmp(req->method, "POST") == 0)
-		post = true;
+	else if (strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0)
+		post = true;			/* PUT: a body, as a POST's, under another name */
 	else
 		elog(ERROR, "unsupported HTTP method \"%s\"", req->method);
 

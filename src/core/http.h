@@ -34,10 +34,10 @@ typedef enum HttpFailure
 /* One request; the caller keeps everything it points to valid during it. */
 typedef struct HttpRequest
 {
-	const char *method;			/* "GET" or "POST" */
+	const char *method;			/* "GET", "POST" or "PUT" (with body) */
 	const char *url;
 	List	   *headers;		/* of char * "Name: value"; NIL for none */
-	const char *body;			/* POST body, NULL for none */
+	const char *body;			/* POST or PUT body, NULL for none */
 	size_t		body_len;
 	long		connect_timeout_ms;
 	long		timeout_ms;

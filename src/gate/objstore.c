@@ -1,15 +1,14 @@
 /*
  * objstore.c
- *     The one interface to object stores: S3 ListObjectsV2 over
- *     core/http.c (the one file that calls the HTTP library), answers
- *     parsed with libxml2.
+ *     The one interface to object stores: S3 ListObjectsV2, GET and PUT of
+ *     an object over core/http.c (the one file that calls the HTTP
+ *     library), answers parsed with libxml2.
  *
  * Requests are signed by http.c (SigV4, HttpRequest.aws_sigv4). Its library
- * (7.88) signs the query string exactly as written, so it is built here
- * already in SigV4's canonical form (parameters sorted, every byte outside
- * A-Z a-z 0-9 - _ . ~ percent-encoded), and x-amz-content-sha256 is sent
- * explicitly. Pages are followed through continuation tokens, on one
- * connection.
+ * (7.88) signs the query string exactly as written, so URLs are built in
+ * SigV4's canonical form (s3_url.c), and x-amz-content-sha256 is sent
+ * explicitly (a PUT's: the SHA-256 of its body). Pages are followed through
+ * continuation tokens, on one connection.
  *
  * Nothing here raises for a failed listing: http.c reports a transfer's
  * failure (a cancel included) in its result, mapped here to S3Error codes,
@@ -28,7 +27,9 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "common/cryptohash.h"
 #include "common/hashfn.h"
+#include "common/sha2.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/hsearch.h"
@@ -37,6 +38,7 @@
 #include "core/http.h"
 #include "core/io_interrupts.h"
 #include "gate/objstore.h"
+#include "gate/s3_url.h"
 
 /* SHA-256 of an empty body: a GET's x-amz-content-sha256. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -234,45 +236,6 @@ read_page(const HttpResponse *r, Inventory *out, bool *truncated, char **next_to
 }
 
 /*
- * Starts a request URL with the bucket's address, without a trailing "/":
- * "https://bucket.host" (virtual-hosted style) or "https://host/bucket"
- * (path style). Returns whether it is virtual-hosted.
- */
-static bool
-bucket_url(StringInfo url, const S3Location *loc)
-{
-	const char *scheme_end = strstr(loc->endpoint, "://");
-	size_t		elen = strlen(loc->endpoint);
-
-	while (elen > 0 && loc->endpoint[elen - 1] == '/')
-		elen--;
-	if (loc->virtual_host && scheme_end != NULL)
-	{
-		appendStringInfo(url, "%.*s%s.%.*s", (int) (scheme_end + 3 - loc->endpoint), loc->endpoint,
-						 loc->bucket, (int) (elen - (scheme_end + 3 - loc->endpoint)), scheme_end + 3);
-		return true;
-	}
-	appendStringInfo(url, "%.*s/%s", (int) elen, loc->endpoint, http_uri_encode(loc->bucket));
-	return false;
-}
-
-/* The URL of one ListObjectsV2 request, its query in canonical order. */
-static char *
-list_url(const S3Location *loc, const char *prefix, const char *token)
-{
-	StringInfoData url;
-
-	initStringInfo(&url);
-	/* the bucket's root: "/" after a host, nothing after a path's bucket */
-	appendStringInfoString(&url, bucket_url(&url, loc) ? "/?" : "?");
-	/* Sorted: continuation-token < list-type < prefix. */
-	if (token != NULL)
-		appendStringInfo(&url, "continuation-token=%s&", http_uri_encode(token));
-	appendStringInfo(&url, "list-type=2&prefix=%s", http_uri_encode(prefix));
-	return url.data;
-}
-
-/*
  * Whether the keys can go into headers: the validator refuses control
  * characters, but a header must never be split by a value, whatever the
  * catalog holds.
@@ -386,7 +349,7 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Listin
 	list_request(loc, &req);
 	while (ok && truncated)
 	{
-		char	   *url = list_url(loc, prefix, token);
+		char	   *url = s3_list_url(loc, prefix, token);
 		Inventory	page = {0};
 		MemoryContext old;
 		char	   *prev = token;
@@ -460,28 +423,29 @@ objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Er
 	return ok;
 }
 
-/* The URL of one object: its key percent-encoded part by part ("/" kept). */
-static char *
-object_url(const S3Location *loc, const char *key)
+/*
+ * Sends one request about an object (req set up by list_request, its URL
+ * and what differs set by the caller) on a client of its own, released at
+ * once even when an error is raised; *r is the answer. False with err set
+ * when the client could not be made.
+ */
+static bool
+object_request(const S3Location *loc, HttpRequest *req, HttpResponse *r, S3Error *err)
 {
-	StringInfoData url;
-	const char *part = key;
+	HttpClient *client = open_client(loc, err);
 
-	initStringInfo(&url);
-	(void) bucket_url(&url, loc);
-	appendStringInfoChar(&url, '/');
-	for (;;)
+	if (client == NULL)
+		return false;
+	PG_TRY();
 	{
-		const char *slash = strchr(part, '/');
-		char	   *seg = slash ? pnstrdup(part, slash - part) : pstrdup(part);
-
-		appendStringInfoString(&url, http_uri_encode(seg));
-		if (slash == NULL)
-			break;
-		appendStringInfoChar(&url, '/');
-		part = slash + 1;
+		http_perform(client, req, r);
 	}
-	return url.data;
+	PG_FINALLY();
+	{
+		http_client_destroy(client);
+	}
+	PG_END_TRY();
+	return true;
 }
 
 /*
@@ -513,34 +477,117 @@ read_error_from_fd(int fd, long status, S3Error *err)
 bool
 objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S3Error *err)
 {
-	HttpClient *client;
-	volatile bool ok = false;
+	HttpRequest req;
+	HttpResponse r;
 
-	client = open_client(loc, err);
-	if (client == NULL)
+	list_request(loc, &req);
+	req.url = s3_object_url(loc, key);
+	req.max_response_bytes = max_bytes;
+	req.body_to_fd = true;
+	req.body_fd = fd;
+	if (!object_request(loc, &req, &r, err))
 		return false;
-	PG_TRY();
-	{
-		HttpRequest req;
-		HttpResponse r;
+	if (r.failure != HTTP_OK)
+		transfer_error(&r, "reading the object", err);
+	else if (r.status != 200)
+		read_error_from_fd(fd, r.status, err);
+	return r.failure == HTTP_OK && r.status == 200;
+}
 
-		list_request(loc, &req);
-		req.url = object_url(loc, key);
-		req.max_response_bytes = max_bytes;
-		req.body_to_fd = true;
-		req.body_fd = fd;
-		http_perform(client, &req, &r);
-		if (r.failure != HTTP_OK)
-			transfer_error(&r, "reading the object", err);
-		else if (r.status != 200)
-			read_error_from_fd(fd, r.status, err);
-		else
-			ok = true;
-	}
-	PG_FINALLY();
+/*
+ * Reads one small object whole into *body (palloc'd, NUL-terminated, *len
+ * bytes), with the caller's keys: a publication's marker. *found is false,
+ * and the result true, when the store has no object at key (404
+ * NoSuchKey). A body longer than max_bytes is ResponseTooLarge. False with
+ * err set, in S3's words, on any other answer or failure.
+ */
+bool
+objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **body, size_t *len,
+			  bool *found, S3Error *err)
+{
+	HttpRequest req;
+	HttpResponse r;
+
+	*found = false;
+	*body = NULL;
+	*len = 0;
+	list_request(loc, &req);
+	req.url = s3_object_url(loc, key);
+	req.max_response_bytes = max_bytes;
+	if (!object_request(loc, &req, &r, err))
+		return false;
+	if (r.failure != HTTP_OK)
 	{
-		http_client_destroy(client);
+		transfer_error(&r, "reading the object", err);
+		return false;
 	}
-	PG_END_TRY();
-	return ok;
+	if (r.status == 200)
+	{
+		*found = true;
+		*body = r.body;
+		*len = r.len;
+		return true;
+	}
+	read_error(&r, r.status, err);
+	/* Only a missing key is an answer; a missing bucket is the server's error. */
+	return r.status == 404 && strcmp(err->code, "NoSuchKey") == 0;
+}
+
+/* The lower-case hex SHA-256 of a body (x-amz-content-sha256); NULL when it cannot be computed. */
+static char *
+body_sha256(const char *body, size_t len)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	char	   *hex = NULL;
+
+	if (ctx == NULL)
+		return NULL;
+	if (pg_cryptohash_init(ctx) == 0 && pg_cryptohash_update(ctx, (const uint8 *) body, len) == 0 &&
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) == 0)
+	{
+		hex = palloc(2 * PG_SHA256_DIGEST_LENGTH + 1);
+		for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+			snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	}
+	pg_cryptohash_free(ctx);
+	return hex;
+}
+
+/*
+ * Writes one object whole (creates it, or replaces it: an S3 PUT is
+ * atomic, a reader sees the old object or the new one) with the caller's
+ * keys, its payload signed. False with err set as objstore_read does.
+ */
+bool
+objstore_put(const S3Location *loc, const char *key, const char *body, size_t len, const char *content_type,
+			 S3Error *err)
+{
+	HttpRequest req;
+	HttpResponse r;
+	char	   *sha = body_sha256(body, len);
+
+	memset(err, 0, sizeof(*err));
+	if (sha == NULL)
+	{
+		set_error(err, 0, "OutOfMemory", "could not compute the SHA-256 of the object's body");
+		return false;
+	}
+	list_request(loc, &req);
+	req.method = "PUT";
+	req.url = s3_object_url(loc, key);
+	req.body = body;
+	req.body_len = len;
+	/* The payload's hash replaces the empty body's, first in the list. */
+	linitial(req.headers) = psprintf("x-amz-content-sha256: %s", sha);
+	req.headers = lappend(req.headers, psprintf("Content-Type: %s", content_type));
+	/* An answer to a PUT is an error document at most. */
+	req.max_response_bytes = 65536;
+	if (!object_request(loc, &req, &r, err))
+		return false;
+	if (r.failure != HTTP_OK)
+		transfer_error(&r, "writing the object", err);
+	else if (r.status != 200)
+		read_error(&r, r.status, err);
+	return r.failure == HTTP_OK && r.status == 200;
 }

@@ -1,6 +1,7 @@
 /*
  * objstore.h
- *     The one interface to object stores (S3 over core/http.c).
+ *     The one interface to object stores (S3 over core/http.c): listings,
+ *     objects read (to a file, or whole when small) and written.
  */
 #ifndef FINALIZE_OBJSTORE_H
 #define FINALIZE_OBJSTORE_H
@@ -22,7 +23,10 @@ typedef struct S3Location
 	int			max_pages;		/* a longer listing is an error */
 } S3Location;
 
-/* What went wrong, in S3's words when it said something. */
+/*
+ * What went wrong, in the store's words when it said something (S3's Code
+ * and Message; a local store's: the system's, see filestore_write.c).
+ */
 typedef struct S3Error
 {
 	long		http_status;	/* 0 when no HTTP answer */
@@ -31,6 +35,10 @@ typedef struct S3Error
 } S3Error;
 
 extern bool objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S3Error *err);
+extern bool objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **body, size_t *len,
+						  bool *found, S3Error *err);
+extern bool objstore_put(const S3Location *loc, const char *key, const char *body, size_t len,
+						 const char *content_type, S3Error *err);
 extern bool objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err);
 
 #endif							/* FINALIZE_OBJSTORE_H */

@@ -28,6 +28,7 @@
 #include "gate/filestore.h"
 #include "gate/objstore.h"
 #include "gate/store_listing.h"
+#include "gate/store_object.h"
 
 /*
  * For the file store: whether a listed file needs a checksum computed,
@@ -147,22 +148,12 @@ s3_server(const Manifest *m, Oid caller)
 static void
 s3_location(const ForeignServer *server, const UserMapping *um, S3Location *loc)
 {
-	loc->endpoint = fdw_option_value(server->options, "endpoint", "https://s3.amazonaws.com");
-	loc->region = fdw_option_value(server->options, "region", "us-east-1");
-	loc->bucket = fdw_option_value(server->options, "bucket", "");
-	if (loc->bucket[0] == '\0')
+	if (!store_s3_location(server, um, loc))
 		ereport(ERROR,
 				(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
 				 errmsg("server \"%s\" has no bucket option", server->servername),
 				 errhint("Name the bucket: ALTER SERVER %s OPTIONS (ADD bucket '...').",
 						 quote_identifier(server->servername))));
-	loc->virtual_host = strcmp(fdw_option_value(server->options, "url_style", "path"), "virtual") == 0;
-	loc->access_key = fdw_option_value(um->options, "access_key_id", "");
-	loc->secret_key = fdw_option_value(um->options, "secret_access_key", "");
-	loc->session_token = fdw_option_value(um->options, "session_token", NULL);
-	loc->connect_timeout_ms = finalize_s3_connect_timeout_ms;
-	loc->timeout_ms = finalize_s3_timeout_ms;
-	loc->max_pages = finalize_s3_max_pages;
 }
 
 /*
