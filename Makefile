@@ -20,7 +20,7 @@ EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*
 # may include which): core, mssql, worker, sensor, gate, alert, lake;
 # src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-SUBSYSTEMS = core mssql worker sensor gate alert lake publish
+SUBSYSTEMS = core mssql worker sensor gate alert lake publish push
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # SQL: every object is written once (CONTRIBUTING.md, "Changing SQL").
@@ -172,6 +172,7 @@ UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_rea
                                   src/lake/avro_container.c src/lake/avro_codec.c src/lake/avro_bound.c
 UNIT_SOURCES_test_file_bounds = src/publish/file_bounds.c
 UNIT_SOURCES_test_loss_sweep = src/sensor/loss_sweep.c
+UNIT_SOURCES_test_marker_path = src/push/marker_path.c src/gate/inventory_merge.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))

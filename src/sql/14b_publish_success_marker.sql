@@ -1,0 +1,75 @@
+-- The success_marker publications (docs/publishing.md, "_SUCCESS markers"):
+-- their options, checked and completed once, when the publication is added.
+
+-- The options of a success_marker publication of a tracked table, checked,
+-- with their defaults filled in: "location", the template of the directory
+-- of a period (s3://<bucket>/... on a finalize_s3 server, file:///... with no
+-- server), and "format" (paimon, empty or s3a). The C target
+-- (src/push/marker.c) writes <location>/_SUCCESS for the last period of each
+-- directory the template renders, once that period is final.
+CREATE OR REPLACE FUNCTION finalize_internal.publication_options_success_marker(options jsonb, table_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table;
+    location text;
+    format text;
+    unknown text;
+    rest text;
+    sample text;
+BEGIN
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = publication_options_success_marker.table_id;
+    IF jsonb_typeof(options) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'invalid options of a success_marker publication: %', coalesce(options::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The options are a JSON object.',
+                  HINT = 'For example ''{"location": "s3://lake/orders/dt={date}/"}''.';
+    END IF;
+    SELECT string_agg(k, ', ' ORDER BY k) INTO unknown
+      FROM jsonb_object_keys(options) AS k WHERE k NOT IN ('location', 'format', 'partition_key');
+    IF unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'unknown option of a success_marker publication: %', unknown
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A success_marker publication takes the options location, format and partition_key.',
+                  HINT = 'Check the spelling of the option.';
+    END IF;
+    IF jsonb_typeof(options -> 'location') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'option location of a success_marker publication must be a string'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'It is the template of the directory that receives _SUCCESS, written as the release gate''s projection is.',
+                  HINT = 'For example "s3://lake/orders/dt={date}/" (a finalize_s3 server) or "file:///srv/lake/orders/dt={date}/" (no server).';
+    END IF;
+    location := options ->> 'location';
+    -- The placeholders of finalize.render_location, from the year down:
+    -- each one present has every coarser one, so the directories of the
+    -- periods follow each other (a directory may hold several periods:
+    -- its marker waits for its last).
+    rest := regexp_replace(location, '\{(year|month|day|hour|minute|date)\}', '', 'g');
+    IF location !~ '^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/|file:///[^/{])' OR location !~ '/$' OR rest ~ '[{}]'
+       OR location !~ '\{(year|date)\}'
+       OR (location ~ '\{day\}' AND location !~ '\{month\}')
+       OR (location ~ '\{hour\}' AND location !~ '\{(day|date)\}')
+       OR (location ~ '\{minute\}' AND location !~ '\{hour\}') THEN
+        RAISE EXCEPTION 'invalid value for option location of a success_marker publication: "%"', location
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The location is s3://<the server''s bucket>/... or file:///<directory>/..., ends with "/", and names each period''s directory with the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date in the table''s period_zone), each with the coarser ones ({hour} needs {date} or {day}, {month} and {year}), and no other braces.',
+                  HINT = 'For example "s3://lake/orders/dt={date}/hour={hour}/" or "file:///srv/lake/orders/dt={date}/".';
+    END IF;
+    IF location ~ '^file:' AND substring(location FROM '^file://(/.*)/[^/]*\{') IS NULL THEN
+        RAISE EXCEPTION 'invalid value for option location of a success_marker publication: "%"', location
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A local location names its store''s root directory before its first placeholder: finalize creates the directories below the root, never the root itself, and follows no link below it.',
+                  HINT = 'For example "file:///srv/lake/orders/dt={date}/", whose root /srv/lake/orders must exist.';
+    END IF;
+    -- The rendered directory inside its store, checked as the gate checks locations.
+    sample := @extschema@.render_location(location, now(), tt.period_zone);
+    PERFORM finalize_internal.check_location(regexp_replace(sample, '^(s3://[^/]+/|file:///)', ''), 'location', true);
+    format := coalesce(options ->> 'format', 'paimon');
+    PERFORM finalize_internal.check_choice(format, 'format', ARRAY['paimon', 'empty', 's3a'],
+        'The body of _SUCCESS: paimon (Paimon''s {"creationTime", "modificationTime"} in milliseconds, with finalize''s event), empty, or s3a (Hadoop''s S3A committer SuccessData).');
+    RETURN options || jsonb_build_object('format', format);
+END
+$$;
