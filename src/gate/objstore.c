@@ -6,7 +6,7 @@
  *
  * Requests are signed by http.c (SigV4, HttpRequest.aws_sigv4). Its library
  * (7.88) signs the query string exactly as written, so URLs are built in
- * SigV4's canonical form (s3_url.c), and x-amz-content-sha256 is sent
+ * SigV4's canonical form (s3_request.c), and x-amz-content-sha256 is sent
  * explicitly (a PUT's: the SHA-256 of its body). Pages are followed through
  * continuation tokens, on one connection.
  *
@@ -27,7 +27,6 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
-#include "common/cryptohash.h"
 #include "common/hashfn.h"
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
@@ -38,7 +37,7 @@
 #include "core/http.h"
 #include "core/io_interrupts.h"
 #include "gate/objstore.h"
-#include "gate/s3_url.h"
+#include "gate/s3_request.h"
 
 /* SHA-256 of an empty body: a GET's x-amz-content-sha256. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -533,27 +532,6 @@ objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **b
 	return r.status == 404 && strcmp(err->code, "NoSuchKey") == 0;
 }
 
-/* The lower-case hex SHA-256 of a body (x-amz-content-sha256); NULL when it cannot be computed. */
-static char *
-body_sha256(const char *body, size_t len)
-{
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
-	char	   *hex = NULL;
-
-	if (ctx == NULL)
-		return NULL;
-	if (pg_cryptohash_init(ctx) == 0 && pg_cryptohash_update(ctx, (const uint8 *) body, len) == 0 &&
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) == 0)
-	{
-		hex = palloc(2 * PG_SHA256_DIGEST_LENGTH + 1);
-		for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
-			snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-	}
-	pg_cryptohash_free(ctx);
-	return hex;
-}
-
 /*
  * Writes one object whole (creates it, or replaces it: an S3 PUT is
  * atomic, a reader sees the old object or the new one) with the caller's
@@ -565,10 +543,10 @@ objstore_put(const S3Location *loc, const char *key, const char *body, size_t le
 {
 	HttpRequest req;
 	HttpResponse r;
-	char	   *sha = body_sha256(body, len);
+	char		sha[2 * PG_SHA256_DIGEST_LENGTH + 1];
 
 	memset(err, 0, sizeof(*err));
-	if (sha == NULL)
+	if (!s3_payload_sha256(body, len, sha))
 	{
 		set_error(err, 0, "OutOfMemory", "could not compute the SHA-256 of the object's body");
 		return false;

@@ -279,6 +279,9 @@ BEGIN
     END IF;
     srv := finalize_internal.publication_server(caller, target);
     options := finalize_internal.publication_options(srv.kind, options, tt.table_id);
+    IF srv.kind = 'success_marker' THEN
+        PERFORM finalize_internal.check_success_marker_store(options, srv.server_name, caller);
+    END IF;
     SELECT w.announced_until INTO verdict FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
     start_at := CASE WHEN backfill_from IS NOT NULL THEN finalize_internal.round_down(backfill_from, tt.granularity, tt.period_zone)
                      WHEN verdict IS NOT NULL AND isfinite(verdict) THEN verdict

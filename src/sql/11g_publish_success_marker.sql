@@ -73,3 +73,47 @@ BEGIN
     RETURN options || jsonb_build_object('format', format);
 END
 $$;
+
+-- What only the publication's store can tell of a success_marker
+-- publication's location, checked when it is added (the delivery checks it
+-- again, src/push/marker.c): on a finalize_s3 server, the location is in
+-- the server's bucket; with no server, the location is file:// and the
+-- caller could write the database server's files anyway (the delivery
+-- worker writes them as the server's operating-system user).
+CREATE OR REPLACE FUNCTION finalize_internal.check_success_marker_store(options jsonb, server_name text, caller name)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    location text := options ->> 'location';
+    bucket text;
+BEGIN
+    IF server_name IS NULL THEN
+        IF location !~ '^file:' THEN
+            RAISE EXCEPTION 'invalid value for option location of a success_marker publication without a server: "%"', location
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'With no server, the markers go to a directory of the database server: file:///<directory>/....',
+                      HINT = 'Name the finalize_s3 server whose bucket holds the location, or write the location file:///....';
+        END IF;
+        IF NOT pg_catalog.pg_has_role(caller, 'pg_write_server_files'::name, 'USAGE') THEN
+            RAISE EXCEPTION 'permission denied to publish _SUCCESS markers to local directory "%"', location
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'Markers on file:// are written by the database server''s operating-system user, which needs the privileges of pg_write_server_files.',
+                      HINT = 'Publish to a finalize_s3 server, or have an administrator grant pg_write_server_files.';
+        END IF;
+        RETURN;
+    END IF;
+    SELECT o.option_value INTO bucket
+      FROM pg_catalog.pg_foreign_server s, pg_catalog.pg_options_to_table(s.srvoptions) o
+     WHERE s.srvname = server_name AND o.option_name = 'bucket';
+    IF location !~ '^s3://' OR bucket IS NULL OR NOT starts_with(location, 's3://' || bucket || '/') THEN
+        RAISE EXCEPTION 'invalid value for option location of a success_marker publication on server "%": "%"', server_name, location
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('The markers go to the server''s bucket, so the location starts with s3://%s/.', coalesce(bucket, '<bucket>')),
+                  HINT = CASE WHEN bucket IS NULL THEN format('Name the bucket: ALTER SERVER %I OPTIONS (ADD bucket ''...'').', server_name)
+                              ELSE 'Write the location in the server''s bucket, or name the server of the location''s bucket.' END;
+    END IF;
+END
+$$;

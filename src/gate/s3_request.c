@@ -1,8 +1,9 @@
 /*
- * s3_url.c
- *     The URLs of S3 requests: a bucket's address in path or virtual-hosted
- *     style, a ListObjectsV2 page, an object. Apart from objstore.c (the
- *     one file that reads S3's XML answers), since they need no libxml2.
+ * s3_request.c
+ *     What S3 requests are made of, apart from objstore.c (the one file
+ *     that reads S3's XML answers) since it needs no libxml2: the URLs (a
+ *     bucket's address in path or virtual-hosted style, a ListObjectsV2
+ *     page, an object) and the SHA-256 of a payload that SigV4 signs.
  *
  * libcurl (7.88) signs the query string exactly as written, so it is built
  * here already in SigV4's canonical form (parameters sorted, every byte
@@ -10,10 +11,13 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
 #include "lib/stringinfo.h"
 
 #include "core/http.h"
-#include "gate/s3_url.h"
+#include "gate/s3_request.h"
 
 /*
  * Starts a request URL with the bucket's address, without a trailing "/":
@@ -76,4 +80,42 @@ s3_object_url(const S3Location *loc, const char *key)
 		part = slash + 1;
 	}
 	return url.data;
+}
+
+/*
+ * The lower-case hex SHA-256 of a body (x-amz-content-sha256) into hex
+ * (65 bytes); false when it cannot be computed. PostgreSQL's hash keeps
+ * its OpenSSL context in the transaction's resource owner, so a caller
+ * with no transaction open (the delivery of a publication) gets a short
+ * one for it.
+ */
+bool
+s3_payload_sha256(const char *body, size_t len, char *hex)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		own = !IsTransactionState();
+	pg_cryptohash_ctx *ctx;
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	bool		ok = false;
+
+	if (own)
+	{
+		StartTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+	}
+	ctx = pg_cryptohash_create(PG_SHA256);
+	if (ctx != NULL)
+	{
+		ok = pg_cryptohash_init(ctx) == 0 && pg_cryptohash_update(ctx, (const uint8 *) body, len) == 0 &&
+			pg_cryptohash_final(ctx, digest, sizeof(digest)) == 0;
+		pg_cryptohash_free(ctx);
+	}
+	if (own)
+	{
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+	}
+	for (int i = 0; ok && i < PG_SHA256_DIGEST_LENGTH; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	return ok;
 }
