@@ -311,3 +311,42 @@ def test_losses_consumers_and_derived_tables_never_publish_ahead(pg, env, sim, r
     pg.sql("SELECT finalize.report_progress(%s, 'loader', %s)", (TABLE, env.status(TABLE)["offset_lsn"]))
     settle("/src", TABLE, at(16))
     settle("/copy", copy, at(16))
+
+
+def test_the_webhook_recipes_as_printed(pg, env, sim):
+    """docs/publishing.md's webhook recipes, run as printed (the URL and the
+    table name replaced): the receiver checks every signature and prints
+    each final hour once."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "peers"))
+    from peerlib import recipe
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    receiver = subprocess.Popen([sys.executable, "-c", recipe("publish-webhook-receiver", "python")],
+                                env=dict(os.environ, FINALIZE_HMAC_KEY="a-long-random-secret", PORT=str(port)),
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        setup_table(env, sim)
+        start = verdict(pg)
+        sql = recipe("publish-webhook-sql", "sql").replace(
+            "https://hooks.example.com/finalize", f"http://127.0.0.1:{port}/finalize").replace("sales.orders", TABLE)
+        pg.sql(sql)
+        for _ in range(2):
+            sim.call("sim.commit", inserts=1)
+            sim.call("sim.advance", seconds=3600)
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=10)
+        pg.wait_for(lambda: pg.sql("SELECT delivered_until FROM finalize.publications")[0][0] ==
+                    start + datetime.timedelta(hours=2), timeout=30, what="two hours delivered")
+    finally:
+        receiver.terminate()
+        out = receiver.communicate(timeout=10)[0]
+        pg.sql("DELETE FROM finalize.publication")
+        pg.sql("DROP SERVER IF EXISTS lake_events CASCADE")
+    want = ["final %s %s" % (TABLE, (start + datetime.timedelta(hours=h)).astimezone(UTC).strftime("dt=%Y-%m-%d/hour=%H"))
+            for h in range(2)]
+    assert out.splitlines() == want, out
