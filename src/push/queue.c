@@ -74,10 +74,11 @@ col(int n, bool *isnull)
 
 /*
  * Claims the next due event into cxt; false when none is due, *gone set
- * when no publication exists (or the catalog has no outbox).
+ * when no publication exists (or the catalog has no outbox). *refused says
+ * why the role that declared its publication may no longer have it sent.
  */
 static bool
-claim(MemoryContext cxt, PushEvent *ev, bool *gone)
+claim(MemoryContext cxt, PushEvent *ev, char **refused, bool *gone)
 {
 	bool		isnull;
 	MemoryContext old;
@@ -117,6 +118,7 @@ claim(MemoryContext cxt, PushEvent *ev, bool *gone)
 	ev->options = DatumGetJsonbPCopy(col(14, &isnull));
 	ev->body = col_text(15);
 	ev->attempts = DatumGetInt32(col(16, &isnull));
+	*refused = col_text(17);
 	MemoryContextSwitchTo(old);
 	/* The claim (its counted attempt) commits before anything can fail. */
 	db_commit();
@@ -170,7 +172,7 @@ excerpt(const char *s)
 
 /* One attempt at a claimed event; no transaction is open while it is sent. */
 static void
-attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, PushResult *r)
+attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *refused, PushResult *r)
 {
 	const PushTargetKind *kind = kind_of(ev->target_kind);
 	char	   *error = NULL;
@@ -178,6 +180,13 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, PushResult *
 
 	memset(r, 0, sizeof(*r));
 	r->retry_after = -1;
+	/* Checked at every attempt, as add_publication checked it. */
+	if (refused != NULL)
+	{
+		r->error = pstrdup(refused);
+		r->auth_failed = true;
+		return;
+	}
 	if (kind == NULL)
 	{
 		r->error = psprintf("publication \"%s\" has a target kind this library does not know: \"%s\"",
@@ -246,16 +255,17 @@ publication_deliver_round(MemoryContext cxt, HttpClient *client)
 	{
 		PushEvent	ev;
 		PushResult	r;
+		char	   *refused = NULL;
 		bool		gone = false;
 		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(cxt);
 		MemoryContextSwitchTo(cxt);
-		more = claim(cxt, &ev, &gone);
+		more = claim(cxt, &ev, &refused, &gone);
 		if (more)
 		{
-			attempt(cxt, client, &ev, &r);
+			attempt(cxt, client, &ev, refused, &r);
 			record(&ev, &r);
 		}
 		MemoryContextSwitchTo(TopMemoryContext);

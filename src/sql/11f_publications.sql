@@ -27,6 +27,14 @@ DECLARE
     refused text;
 BEGIN
     IF target IS NULL THEN
+        -- The delivery worker writes the markers on the database server's
+        -- file system: only for roles that may write files there.
+        IF NOT pg_catalog.pg_has_role(caller, 'pg_write_server_files', 'USAGE') THEN
+            RAISE EXCEPTION 'permission denied to publish _SUCCESS markers on the database server''s file system'
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = format('A publication without a server writes file:// markers as the server''s operating-system user; role %s is not a member of pg_write_server_files.', caller),
+                      HINT = 'Publish through a finalize_s3 server, or have a superuser grant pg_write_server_files.';
+        END IF;
         kind := 'success_marker';
         RETURN;
     END IF;
@@ -387,6 +395,38 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.retry_publication(text, text) IS
     'Send the pending events of a publication now, without waiting for their backoff; returns how many are pending';
 
+-- Why the role that declared a publication may no longer have it
+-- delivered (NULL: it may), checked before every attempt with the rules
+-- add_publication applied: the role exists, may use the server and the
+-- user mapping the worker reads (_server_use_refused), or, for file://
+-- markers, may write files on the database server.
+CREATE OR REPLACE FUNCTION finalize_internal.publication_refused(who name, server_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    role oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = who);
+    srv oid;
+BEGIN
+    IF role IS NULL THEN
+        RETURN format('role %s, which declared the publication, no longer exists: drop the publication and declare it again', who);
+    ELSIF server_name IS NULL THEN
+        RETURN CASE WHEN NOT pg_catalog.pg_has_role(role, 'pg_write_server_files', 'USAGE')
+                    THEN format('role %s, which declared the publication, may no longer write files on the database server (pg_write_server_files)', who) END;
+    END IF;
+    srv := (SELECT s.oid FROM pg_catalog.pg_foreign_server s WHERE s.srvname = server_name);
+    IF srv IS NULL THEN
+        RETURN format('server "%s" was dropped or renamed: create it again, or drop the publication', server_name);
+    END IF;
+    RETURN CASE finalize_internal.server_use_refused(role, srv)
+        WHEN 'usage' THEN format('role %s, which declared the publication, no longer has USAGE on server "%s"', who, server_name)
+        WHEN 'owner_mapping' THEN format('role %s, which declared the publication, may not use the user mapping of server "%s"''s owner', who, server_name)
+    END;
+END
+$$;
+
 -- The events the delivery worker may send, and from when: the head of
 -- each publication's queue (its oldest pending event: one at a time per
 -- publication, in order), not in flight, due at its next_attempt or when
@@ -420,7 +460,7 @@ CREATE OR REPLACE FUNCTION finalize_internal.claim_publication_event()
 RETURNS TABLE (event_seq bigint, event_id text, kind text, publication_id bigint, publication text,
                target_kind text, server_name text, table_name text, period_start timestamptz,
                period_end timestamptz, period_zone text, partition_key text, location text, options jsonb,
-               body text, attempts integer)
+               body text, attempts integer, refused text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -469,7 +509,7 @@ BEGIN
             || CASE WHEN p.target_kind = 'webhook'
                     THEN jsonb_build_object('partition', k.key, 'path', NULL, 'params', p.options ->> 'params')
                     ELSE '{}' END)::text,
-           e.attempts
+           e.attempts, finalize_internal.publication_refused(p.created_by, p.server_name)
       FROM @extschema@.publication_event e
       JOIN @extschema@.publication p ON p.publication_id = e.publication_id
       JOIN @extschema@.tracked_table t ON t.table_id = p.table_id

@@ -350,3 +350,44 @@ def test_the_webhook_recipes_as_printed(pg, env, sim):
     want = ["final %s %s" % (TABLE, (start + datetime.timedelta(hours=h)).astimezone(UTC).strftime("dt=%Y-%m-%d/hour=%H"))
             for h in range(2)]
     assert out.splitlines() == want, out
+
+
+def test_who_may_publish_is_checked_at_every_attempt(pg, env, sim, rx):
+    """A publication is declared by an admin with USAGE on its server, and
+    delivered only while that still holds: USAGE revoked, the events wait
+    with the reason (an incident at once), granted again, they go out. A
+    file:// marker needs pg_write_server_files."""
+    setup_table(env, sim)
+    pg.sql("DROP ROLE IF EXISTS pub_admin")
+    pg.sql("CREATE ROLE pub_admin LOGIN IN ROLE finalize_admin")
+    try:
+        webhook(pg, "guarded", rx.url_for("/guarded"))
+        with pytest.raises(Exception) as e:
+            pg.sql("SELECT finalize.add_publication(%s, 'g', 'guarded')", (TABLE,), user="pub_admin")
+        assert "permission denied for server guarded" in str(e.value) and "GRANT USAGE" in str(e.value)
+        with pytest.raises(Exception) as e:
+            pg.sql("SELECT finalize.add_publication(%s, 'm', NULL, '{\"location\": \"file:///tmp/x/{date}/\"}')",
+                   (TABLE,), user="pub_admin")
+        assert "pg_write_server_files" in str(e.value)
+        pg.sql("GRANT USAGE ON FOREIGN SERVER guarded TO pub_admin")
+        pg.sql("GRANT postgres TO pub_admin")       # the owner's user mapping is the one the worker reads
+        pg.sql("SELECT finalize.add_publication(%s, 'g', 'guarded')", (TABLE,), user="pub_admin")
+        pg.sql("REVOKE USAGE ON FOREIGN SERVER guarded FROM pub_admin")
+        pg.sql("REVOKE postgres FROM pub_admin")
+        start = verdict(pg)
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=3610)
+        sim.call("sim.commit", inserts=1)
+        pg.wait_for(lambda: pg.sql("SELECT count(*) FROM finalize.alert WHERE kind = 'publication_failing' "
+                                   "AND state = 'open'")[0][0] == 1, timeout=30, what="the incident")
+        assert "no longer has USAGE" in pg.sql("SELECT last_error FROM finalize.publications")[0][0]
+        assert events(rx, "/guarded") == []
+        pg.sql("GRANT USAGE ON FOREIGN SERVER guarded TO pub_admin")
+        pg.sql("GRANT postgres TO pub_admin")
+        pg.sql("SELECT finalize.retry_publication(%s, 'g')", (TABLE,))
+        pg.wait_for(lambda: [e["period_start"] for e in events(rx, "/guarded")] == [iso(start)], timeout=30,
+                    what="the event once allowed again")
+    finally:
+        pg.sql("DELETE FROM finalize.publication")
+        pg.sql("DROP OWNED BY pub_admin")
+        pg.sql("DROP ROLE pub_admin")
