@@ -92,6 +92,7 @@ def setup_table(env, sim):
     env.wait_caught_up(TABLE, sim)
 
 
+@pytest.mark.every_major
 def test_each_final_hour_reaches_the_webhook_once_in_order_and_never_early(pg, env, sim, rx):
     """A webhook publication added to a tracked table hears of every hour
     that becomes final after it was added, once, in order, signed, under
