@@ -33,6 +33,8 @@
 #define EVENTS_PER_ROUND 50
 /* The shortest nap: a queue that has nothing claimable never spins. */
 #define MIN_NAP_MS 100
+/* A failed attempt that took this long opens its target's breaker at once. */
+#define SLOW_FAILURE_MS 2000
 /* An error text kept, at most. */
 #define ERROR_EXCERPT 500
 
@@ -170,16 +172,21 @@ excerpt(const char *s)
 	return out;
 }
 
-/* One attempt at a claimed event; no transaction is open while it is sent. */
+/*
+ * One attempt at a claimed event; no transaction is open while it is sent.
+ * *slow says that it held the worker for SLOW_FAILURE_MS or more.
+ */
 static void
-attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *refused, PushResult *r)
+attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *refused, PushResult *r, bool *slow)
 {
 	const PushTargetKind *kind = kind_of(ev->target_kind);
 	char	   *error = NULL;
 	void	   *target;
+	TimestampTz started;
 
 	memset(r, 0, sizeof(*r));
 	r->retry_after = -1;
+	*slow = false;
 	/* Checked at every attempt, as add_publication checked it. */
 	if (refused != NULL)
 	{
@@ -206,7 +213,9 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *
 	}
 	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: publishing %s of \"%s\" (%s)", ev->kind,
 												   ev->table_name, ev->publication));
+	started = GetCurrentTimestamp();
 	kind->send(target, ev, client, r);
+	*slow = TimestampDifferenceExceeds(started, GetCurrentTimestamp(), SLOW_FAILURE_MS);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* A cancel or a termination is served now, after the target returned. */
 	CHECK_FOR_INTERRUPTS();
@@ -216,11 +225,11 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *
 
 /* Records an attempt's outcome in a short transaction. */
 static void
-record(const PushEvent *ev, const PushResult *r)
+record(const PushEvent *ev, const PushResult *r, bool slow)
 {
-	Oid			types[7] = {INT8OID, BOOLOID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[8] = {INT8OID, BOOLOID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, BOOLOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(ev->event_seq);
 	values[1] = BoolGetDatum(r->delivered);
@@ -236,9 +245,10 @@ record(const PushEvent *ev, const PushResult *r)
 	if (r->retry_after < 0)
 		nulls[5] = 'n';
 	values[6] = BoolGetDatum(r->auth_failed);
+	values[7] = BoolGetDatum(slow && !r->delivered);
 	db_begin("finalize: recording a publication event");
-	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".publication_result($1, $2, $3, $4, $5, $6, $7)",
-							  7, types, values, nulls, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".publication_result($1, $2, $3, $4, $5, $6, $7, $8)",
+							  8, types, values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not record a publication event");
 	db_commit();
 }
@@ -257,6 +267,7 @@ publication_deliver_round(MemoryContext cxt, HttpClient *client)
 		PushResult	r;
 		char	   *refused = NULL;
 		bool		gone = false;
+		bool		slow;
 		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
@@ -265,8 +276,8 @@ publication_deliver_round(MemoryContext cxt, HttpClient *client)
 		more = claim(cxt, &ev, &refused, &gone);
 		if (more)
 		{
-			attempt(cxt, client, &ev, refused, &r);
-			record(&ev, &r);
+			attempt(cxt, client, &ev, refused, &r, &slow);
+			record(&ev, &r, slow);
 		}
 		MemoryContextSwitchTo(TopMemoryContext);
 		if (!more)

@@ -531,12 +531,14 @@ END;
 -- Records the outcome of one attempt. Delivered: the event is done, the
 -- publication and its target are well, its incident resolved. Else the
 -- event waits (never dropped: a later period must not overtake it) with
--- the backoff alert webhooks use, the target's breaker counts the failure,
--- and a publication failing for finalize.alert_after (at once when the
+-- the backoff alert webhooks use, the target's breaker counts the failure
+-- (and opens at once after a slow one: a stalled target costs the worker
+-- one timeout per breaker period, not one per event), and a publication failing for finalize.alert_after (at once when the
 -- target refused the credentials) opens a publication_failing incident.
 CREATE OR REPLACE FUNCTION finalize_internal.publication_result(event_seq bigint, delivered boolean, already boolean,
                                                                 http_status integer, error text,
-                                                                retry_after double precision, auth_failed boolean)
+                                                                retry_after double precision, auth_failed boolean,
+                                                                slow boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -568,7 +570,7 @@ BEGIN
         RETURN 'delivered';
     END IF;
     IF p.server_name IS NOT NULL THEN
-        PERFORM finalize_internal.target_failed(p.server_name, error);
+        PERFORM finalize_internal.target_failed(p.server_name, error, slow);
     END IF;
     UPDATE @extschema@.publication_event x
        SET last_status = http_status, last_error = error, claimed_at = NULL,

@@ -392,3 +392,30 @@ def test_who_may_publish_is_checked_at_every_attempt(pg, env, sim, rx):
         pg.sql("DELETE FROM finalize.publication")
         pg.sql("DROP OWNED BY pub_admin")
         pg.sql("DROP ROLE pub_admin")
+
+
+def test_a_stalled_target_opens_its_breaker_after_one_attempt(pg, env, sim, rx):
+    """A target that stalls holds the delivery worker for its timeout once:
+    that slow failure opens its circuit breaker at once (not after five),
+    so the other publications' events go out meanwhile and the stalled
+    one is not tried again until the breaker lets a probe through."""
+    setup_table(env, sim)
+    webhook(pg, "stuck", rx.url_for("/stuck"), timeout="3 seconds")
+    webhook(pg, "fine", rx.url_for("/fine"))
+    rx.set_default(Stall(30), path="/stuck")
+    pg.sql("SELECT finalize.add_publication(%s, 'to_stuck', 'stuck')", (TABLE,))
+    pg.sql("SELECT finalize.add_publication(%s, 'to_fine', 'fine')", (TABLE,))
+    start = verdict(pg)
+    for _ in range(3):
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=3600)
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    want = [iso(start + datetime.timedelta(hours=h)) for h in range(3)]
+    pg.wait_for(lambda: [e["period_start"] for e in events(rx, "/fine")] == want, timeout=60,
+                what=lambda: f"{want} at /fine: {events(rx, '/fine')}")
+    (failures, open_until) = pg.sql("SELECT consecutive_failures, open_until FROM finalize.alert_target_state "
+                                    "WHERE target_name = 'stuck'")[0]
+    tried = [r for r in rx.requests("/stuck") if (r.json or {}).get("schema") == "finalize.publication/1"]
+    assert failures == 1 and open_until is not None, (failures, open_until)
+    assert len(tried) == 1, len(tried)
