@@ -1,0 +1,51 @@
+-- The dagster publication target (docs/publishing.md, "Dagster"): the
+-- finalize_dagster wrapper's options and the options of a dagster
+-- publication as finalize_internal.publication_options_dagster checks and
+-- completes them. (test/peers/test_dagster.py reports to a real webserver.)
+\i sql/include/preamble.sql
+
+-- Servers: https anywhere, plain http only to this machine, no query (the
+-- endpoints are appended); the token only in the user mapping, never echoed.
+CREATE SERVER dagster_ok FOREIGN DATA WRAPPER finalize_dagster
+    OPTIONS (url 'https://dagster.example.com/prefix', timeout '5 seconds');
+CREATE SERVER dagster_local FOREIGN DATA WRAPPER finalize_dagster OPTIONS (url 'http://127.0.0.1:3000');
+CREATE USER MAPPING FOR CURRENT_USER SERVER dagster_ok OPTIONS (api_token 'user:0123456789abcdef');
+CREATE SERVER bad FOREIGN DATA WRAPPER finalize_dagster OPTIONS (url 'http://dagster.example.com');
+CREATE SERVER bad FOREIGN DATA WRAPPER finalize_dagster OPTIONS (url 'https://dagster.example.com/?x=1');
+CREATE SERVER bad FOREIGN DATA WRAPPER finalize_dagster OPTIONS (url 'https://u:p@dagster.example.com');
+CREATE SERVER bad FOREIGN DATA WRAPPER finalize_dagster OPTIONS (timeout '2 minutes');
+CREATE SERVER bad FOREIGN DATA WRAPPER finalize_dagster OPTIONS (api_token 'user:0123456789abcdef');
+CREATE USER MAPPING FOR CURRENT_USER SERVER dagster_local OPTIONS (api_token 'short');
+CREATE USER MAPPING FOR CURRENT_USER SERVER dagster_local OPTIONS (url 'http://127.0.0.1:3000');
+SELECT has_foreign_data_wrapper_privilege('finalize_admin', 'finalize_dagster', 'USAGE') AS admin_creates_servers,
+       has_foreign_data_wrapper_privilege('finalize_reader', 'finalize_dagster', 'USAGE') AS reader_creates_servers;
+
+-- Options of a publication: an hourly table and a daily one.
+CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
+SELECT finalize.track_table('dg.hourly', 'erp', 'dbo.orders') AS hourly_id \gset
+SELECT finalize.track_table('dg.daily', 'erp', 'dbo.orders', '1 day') AS daily_id \gset
+-- The key as Dagster prints it, or its segments; the default partition key
+-- is what Dagster's time-window partitions call the period.
+SELECT finalize_internal.publication_options_dagster('{"asset_key": "lake/sales/orders"}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": ["orders"]}', :daily_id);
+SELECT finalize_internal.publication_options_dagster(
+    '{"asset_key": ["lake", "sales orders"], "partition_key": "{start}", "metadata": {"owner": "sales"}}', :hourly_id);
+-- Refused, each naming the option.
+SELECT finalize_internal.publication_options_dagster('{}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('[]', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "asset": "x"}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": "lake//orders"}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": ["lake/sales"]}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": ["..", "x"]}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": []}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": 7}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "partition_key": "{week}"}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "partition_key": "fixed"}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "partition_key": 3}', :hourly_id);
+SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "metadata": [1]}', :hourly_id);
+
+SELECT finalize.untrack_table('dg.hourly', false), finalize.untrack_table('dg.daily', false);
+DROP SERVER erp;
+DROP USER MAPPING FOR CURRENT_USER SERVER dagster_ok;
+DROP SERVER dagster_ok;
+DROP SERVER dagster_local;
