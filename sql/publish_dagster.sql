@@ -20,31 +20,32 @@ CREATE USER MAPPING FOR CURRENT_USER SERVER dagster_local OPTIONS (url 'http://1
 SELECT has_foreign_data_wrapper_privilege('finalize_admin', 'finalize_dagster', 'USAGE') AS admin_creates_servers,
        has_foreign_data_wrapper_privilege('finalize_reader', 'finalize_dagster', 'USAGE') AS reader_creates_servers;
 
--- Options of a publication: an hourly table and a daily one.
+-- Options of a publication (finalize.add_publication checks them so: the
+-- options common to every kind, then the dagster kind's).
 CREATE SERVER erp FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host '127.0.0.1', database 'demo');
 SELECT finalize.track_table('dg.hourly', 'erp', 'dbo.orders') AS hourly_id \gset
-SELECT finalize.track_table('dg.daily', 'erp', 'dbo.orders', '1 day') AS daily_id \gset
--- The key as Dagster prints it, or its segments; the default partition key
--- is what Dagster's time-window partitions call the period.
-SELECT finalize_internal.publication_options_dagster('{"asset_key": "lake/sales/orders"}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": ["orders"]}', :daily_id);
-SELECT finalize_internal.publication_options_dagster(
-    '{"asset_key": ["lake", "sales orders"], "partition_key": "{start}", "metadata": {"owner": "sales"}}', :hourly_id);
+-- The key as Dagster prints it, or its segments; stored as the segments.
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": "lake/sales/orders"}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": ["orders"], "partition_key": "{date}"}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster',
+    '{"asset_key": ["lake", "sales orders"], "partition_key": "{date}-{hour}:{minute}", "metadata": {"owner": "sales"}}', :hourly_id);
 -- Refused, each naming the option.
-SELECT finalize_internal.publication_options_dagster('{}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('[]', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "asset": "x"}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": "lake//orders"}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": ["lake/sales"]}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": ["..", "x"]}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": []}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": 7}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "partition_key": "{week}"}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "partition_key": "fixed"}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "partition_key": 3}', :hourly_id);
-SELECT finalize_internal.publication_options_dagster('{"asset_key": "orders", "metadata": [1]}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '[]', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": "orders", "asset": "x"}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": "lake//orders"}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": ["lake/sales"]}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": ["..", "x"]}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": []}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": 7}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": "orders", "partition_key": "{week}"}', :hourly_id);
+SELECT finalize_internal.publication_options('dagster', '{"asset_key": "orders", "metadata": [1]}', :hourly_id);
 
-SELECT finalize.untrack_table('dg.hourly', false), finalize.untrack_table('dg.daily', false);
+-- A publication to the server: its kind comes from the wrapper.
+SELECT finalize.add_publication('dg.hourly', 'to_dagster', 'dagster_local', '{"asset_key": "lake/sales/orders"}') > 0 AS added;
+SELECT publication, target_kind, target, options FROM finalize.publications WHERE table_name = 'dg.hourly';
+SELECT finalize.drop_publication('dg.hourly', 'to_dagster');
+SELECT finalize.untrack_table('dg.hourly', false);
 DROP SERVER erp;
 DROP USER MAPPING FOR CURRENT_USER SERVER dagster_ok;
 DROP SERVER dagster_ok;
