@@ -19,6 +19,10 @@ CREATE USER MAPPING FOR CURRENT_USER SERVER dagster_local OPTIONS (api_token 'sh
 CREATE USER MAPPING FOR CURRENT_USER SERVER dagster_local OPTIONS (url 'http://127.0.0.1:3000');
 SELECT has_foreign_data_wrapper_privilege('finalize_admin', 'finalize_dagster', 'USAGE') AS admin_creates_servers,
        has_foreign_data_wrapper_privilege('finalize_reader', 'finalize_dagster', 'USAGE') AS reader_creates_servers;
+-- Only admins create them, and a refusal says so.
+SET ROLE finalize_publisher;
+CREATE SERVER rogue FOREIGN DATA WRAPPER finalize_dagster OPTIONS (url 'https://dagster.example.com');
+RESET ROLE;
 
 -- Options of a publication (finalize.add_publication checks them so: the
 -- options common to every kind, then the dagster kind's).
