@@ -236,9 +236,10 @@ record(const PushEvent *ev, const PushResult *r)
 
 /*
  * Claims and sends due publication events, at most EVENTS_PER_ROUND;
- * false when there is nothing left to serve (no publication exists).
+ * returns how many were sent, or -1 when there is nothing left to serve
+ * (no publication exists).
  */
-bool
+int
 publication_deliver_round(MemoryContext cxt, HttpClient *client)
 {
 	for (int i = 0; i < EVENTS_PER_ROUND; i++)
@@ -259,9 +260,16 @@ publication_deliver_round(MemoryContext cxt, HttpClient *client)
 		}
 		MemoryContextSwitchTo(TopMemoryContext);
 		if (!more)
-			return !gone;
+			return gone ? -1 : i;
 	}
-	return true;
+	return EVENTS_PER_ROUND;
+}
+
+/* Whether a round sent as many as it may (more may be due at once). */
+bool
+publication_round_full(int sent)
+{
+	return sent >= EVENTS_PER_ROUND;
 }
 
 /*

@@ -387,26 +387,32 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.retry_publication(text, text) IS
     'Send the pending events of a publication now, without waiting for their backoff; returns how many are pending';
 
--- The head of each publication's queue the delivery worker may send, and
--- from when: its oldest pending event (one at a time per publication: in
--- order), not in flight, due at its next_attempt or when its target's
--- breaker (shared with alert webhooks, by server name) lets a probe through.
+-- The events the delivery worker may send, and from when: the head of
+-- each publication's queue (its oldest pending event: one at a time per
+-- publication, in order), not in flight, due at its next_attempt or when
+-- its target's breaker (shared with alert webhooks, by server name) lets
+-- a probe through. Read in next_attempt order (publication_event_due_idx),
+-- so that a claim stops at the first one due.
 CREATE OR REPLACE FUNCTION finalize_internal.claimable_publication_events()
 RETURNS TABLE (event_seq bigint, due timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT h.event_seq, greatest(h.next_attempt, coalesce(s.open_until, h.next_attempt))
-      FROM @extschema@.publication p
-     CROSS JOIN LATERAL (SELECT e.event_seq, e.next_attempt, e.claimed_at
-                           FROM @extschema@.publication_event e
-                          WHERE e.publication_id = p.publication_id AND e.state = 'pending'
-                          ORDER BY e.event_seq LIMIT 1) h
+    SELECT e.event_seq, greatest(e.next_attempt, coalesce(s.open_until, e.next_attempt))
+      FROM @extschema@.publication_event e
+      JOIN @extschema@.publication p ON p.publication_id = e.publication_id
       LEFT JOIN @extschema@.alert_target_state s ON s.target_name = p.server_name
-     WHERE h.claimed_at IS NULL;
+     WHERE e.state = 'pending' AND e.claimed_at IS NULL
+       -- a correlated subquery, planned on the pending index whatever the
+       -- statistics say (an anti-join on a new table's guesses read every
+       -- pending event for each)
+       AND e.event_seq = (SELECT min(x.event_seq) FROM @extschema@.publication_event x
+                           WHERE x.publication_id = e.publication_id AND x.state = 'pending')
+     ORDER BY e.next_attempt, e.event_seq;
 END;
 
--- Claims the next due event for the delivery worker and says everything
+-- Claims the next due event (as _claimable_publication_events says, the
+-- first in next_attempt order) for the delivery worker and says everything
 -- its target needs: the publication, the table's period, the rendered
 -- partition key and location, and the body (schema finalize.publication/1).
 -- Counts the attempt before it is made.
@@ -426,10 +432,17 @@ BEGIN
         RETURN;
     END IF;
     SELECT e.event_seq INTO seq
-      FROM finalize_internal.claimable_publication_events() c
-      JOIN @extschema@.publication_event e ON e.event_seq = c.event_seq
-     WHERE c.due <= now()
-     ORDER BY c.due, e.event_seq
+      FROM @extschema@.publication_event e
+      JOIN @extschema@.publication p ON p.publication_id = e.publication_id
+      LEFT JOIN @extschema@.alert_target_state s ON s.target_name = p.server_name
+     WHERE e.state = 'pending' AND e.claimed_at IS NULL AND e.next_attempt <= now()
+       AND (s.open_until IS NULL OR s.open_until <= now())
+       -- a correlated subquery, planned on the pending index whatever the
+       -- statistics say (an anti-join on a new table's guesses read every
+       -- pending event for each)
+       AND e.event_seq = (SELECT min(x.event_seq) FROM @extschema@.publication_event x
+                           WHERE x.publication_id = e.publication_id AND x.state = 'pending')
+     ORDER BY e.next_attempt, e.event_seq
      LIMIT 1
        FOR UPDATE OF e SKIP LOCKED;
     IF seq IS NULL THEN
