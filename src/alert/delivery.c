@@ -328,7 +328,7 @@ alert_nap_ms(long nap)
  * and settings between rounds, and does not nap after a full one.
  */
 int
-alert_deliver_round(MemoryContext cxt, HttpClient *client)
+alert_deliver_round(MemoryContext cxt, HttpClient *client, bool (*must_stop) (void))
 {
 	for (int i = 0; i < DELIVERIES_PER_ROUND; i++)
 	{
@@ -338,6 +338,9 @@ alert_deliver_round(MemoryContext cxt, HttpClient *client)
 		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
+		/* Switched off or paused: stop before the next one, not after a round. */
+		if (must_stop())
+			return i;
 		MemoryContextReset(cxt);
 		/* Everything of one delivery lives in cxt (db_commit returns to it). */
 		MemoryContextSwitchTo(cxt);

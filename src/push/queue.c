@@ -174,10 +174,14 @@ excerpt(const char *s)
 
 /*
  * One attempt at a claimed event; no transaction is open while it is sent.
- * *slow says that it held the worker for SLOW_FAILURE_MS or more.
+ * *slow says that it held the worker for SLOW_FAILURE_MS or more, *reached
+ * that it went to the target (a failure before, such as a refused role or
+ * a server that cannot be read, is the publication's, not the target's:
+ * it must not open the breaker that alert webhooks to that server share).
  */
 static void
-attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *refused, PushResult *r, bool *slow)
+attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *refused, PushResult *r, bool *slow,
+		bool *reached)
 {
 	const PushTargetKind *kind = kind_of(ev->target_kind);
 	char	   *error = NULL;
@@ -187,6 +191,7 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *
 	memset(r, 0, sizeof(*r));
 	r->retry_after = -1;
 	*slow = false;
+	*reached = false;
 	/* Checked at every attempt, as add_publication checked it. */
 	if (refused != NULL)
 	{
@@ -214,6 +219,7 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *
 	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: publishing %s of \"%s\" (%s)", ev->kind,
 												   ev->table_name, ev->publication));
 	started = GetCurrentTimestamp();
+	*reached = true;
 	kind->send(target, ev, client, r);
 	*slow = TimestampDifferenceExceeds(started, GetCurrentTimestamp(), SLOW_FAILURE_MS);
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -225,11 +231,11 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *
 
 /* Records an attempt's outcome in a short transaction. */
 static void
-record(const PushEvent *ev, const PushResult *r, bool slow)
+record(const PushEvent *ev, const PushResult *r, bool slow, bool reached)
 {
-	Oid			types[8] = {INT8OID, BOOLOID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, BOOLOID};
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[9] = {INT8OID, BOOLOID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, BOOLOID, BOOLOID};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(ev->event_seq);
 	values[1] = BoolGetDatum(r->delivered);
@@ -246,9 +252,10 @@ record(const PushEvent *ev, const PushResult *r, bool slow)
 		nulls[5] = 'n';
 	values[6] = BoolGetDatum(r->auth_failed);
 	values[7] = BoolGetDatum(slow && !r->delivered);
+	values[8] = BoolGetDatum(reached);
 	db_begin("finalize: recording a publication event");
-	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".publication_result($1, $2, $3, $4, $5, $6, $7, $8)",
-							  8, types, values, nulls, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".publication_result($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+							  9, types, values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not record a publication event");
 	db_commit();
 }
@@ -259,7 +266,7 @@ record(const PushEvent *ev, const PushResult *r, bool slow)
  * (no publication exists).
  */
 int
-publication_deliver_round(MemoryContext cxt, HttpClient *client)
+publication_deliver_round(MemoryContext cxt, HttpClient *client, bool (*must_stop) (void))
 {
 	for (int i = 0; i < EVENTS_PER_ROUND; i++)
 	{
@@ -268,16 +275,20 @@ publication_deliver_round(MemoryContext cxt, HttpClient *client)
 		char	   *refused = NULL;
 		bool		gone = false;
 		bool		slow;
+		bool		reached;
 		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
+		/* Switched off or paused: stop before the next one, not after a round. */
+		if (must_stop())
+			return i;
 		MemoryContextReset(cxt);
 		MemoryContextSwitchTo(cxt);
 		more = claim(cxt, &ev, &refused, &gone);
 		if (more)
 		{
-			attempt(cxt, client, &ev, refused, &r, &slow);
-			record(&ev, &r, slow);
+			attempt(cxt, client, &ev, refused, &r, &slow, &reached);
+			record(&ev, &r, slow, reached);
 		}
 		MemoryContextSwitchTo(TopMemoryContext);
 		if (!more)

@@ -111,11 +111,11 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 		ResetLatch(MyLatch);
 		if (must_stop())
 			proc_exit(0);
-		alerts = alert_deliver_round(cxt, client);
+		alerts = alert_deliver_round(cxt, client, must_stop);
 		/* Switched off or paused meanwhile: stop before the next queue. */
 		if (must_stop())
 			proc_exit(0);
-		publications = publication_deliver_round(cxt, client);
+		publications = publication_deliver_round(cxt, client, must_stop);
 		if (alerts < 0 && publications < 0)
 			proc_exit(0);
 		/* A full round: more may be due now, so no nap (the latch is checked above). */

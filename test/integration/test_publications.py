@@ -419,3 +419,72 @@ def test_a_stalled_target_opens_its_breaker_after_one_attempt(pg, env, sim, rx):
     tried = [r for r in rx.requests("/stuck") if (r.json or {}).get("schema") == "finalize.publication/1"]
     assert failures == 1 and open_until is not None, (failures, open_until)
     assert len(tried) == 1, len(tried)
+
+
+def test_events_waiting_when_a_loss_takes_their_periods_back_wait_for_them(pg, env, sim, rx):
+    """Events recorded while their periods were final, still waiting for a
+    target that was down, are not sent once a loss takes those periods back
+    (what a lake rollback records, inserted here as lake_rollback writes
+    it): they wait, in order, until the loss is acknowledged."""
+    setup_table(env, sim)
+    webhook(pg, "later", rx.url_for("/later"))
+    rx.set_default(Respond(503), path="/later")
+    start = verdict(pg)
+    pg.sql("SELECT finalize.add_publication(%s, 'to_later', 'later')", (TABLE,))
+    for _ in range(3):
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=3600)
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    pg.wait_for(lambda: pg.sql("SELECT count(*) FROM finalize.publication_event")[0][0] == 3, timeout=30,
+                what="three events recorded")
+    lost_from = start + datetime.timedelta(hours=1)
+    pg.sql("WITH f AS (INSERT INTO finalize.fact (table_id, kind, event, detail) "
+           "VALUES (finalize_internal.tracked_id(%s), 'event', 'data_loss', '{\"cause\": \"lake_rollback\"}') "
+           "RETURNING fact_id) "
+           "INSERT INTO finalize.loss (table_id, fact_id, lost_from, lost_to, created_at) "
+           "SELECT finalize_internal.tracked_id(%s), f.fact_id, %s, 'infinity', clock_timestamp() FROM f",
+           (TABLE, TABLE, lost_from))
+    pg.sql("SELECT finalize_internal.refresh_loss_blocked(finalize_internal.tracked_id(%s))", (TABLE,))
+    assert verdict(pg) == lost_from
+    rx.set_default(Respond(200), path="/later")
+    pg.sql("SELECT finalize.retry_publication(%s, 'to_later')", (TABLE,))
+    pg.wait_for(lambda: "no longer final" in (pg.sql("SELECT last_error FROM finalize.publications")[0][0] or ""),
+                timeout=30, what="the next event held")
+    assert [e["period_start"] for e in events(rx, "/later")] == [iso(start)]
+    time.sleep(1)
+    assert [e["period_start"] for e in events(rx, "/later")] == [iso(start)]
+    pg.sql("SELECT finalize.acknowledge_loss(%s, %s, %s, 'rebuilt')",
+           (TABLE, lost_from, start + datetime.timedelta(hours=3)))
+    want = [iso(start + datetime.timedelta(hours=h)) for h in range(3)]
+    pg.wait_for(lambda: [e["period_start"] for e in events(rx, "/later")] == want, timeout=30,
+                what=lambda: f"{want}: {events(rx, '/later')}")
+
+
+def test_declarations_that_would_mislead_are_refused_and_untrack_ends_publications(pg, env, sim, rx):
+    """A partition key coarser than the table's periods, and a webhook
+    server made for an alert channel, are refused; a failure before the
+    target is reached does not open the breaker alert webhooks share;
+    untracking a table drops its publications and their pending events."""
+    setup_table(env, sim)
+    pg.sql("CREATE SERVER chat FOREIGN DATA WRAPPER finalize_webhook OPTIONS (url %s, format 'slack')",
+           (rx.url_for("/chat"),))
+    webhook(pg, "plain", rx.url_for("/plain"))
+    for args, words in [((TABLE, "c", "plain", '{"partition_key": "{date}"}'), "the same key"),
+                        ((TABLE, "c", "plain", '{"partition_key": "h={hour}"}'), "the same key"),
+                        ((TABLE, "c", "chat", "{}"), "does not take publications")]:
+        with pytest.raises(Exception) as e:
+            pg.sql("SELECT finalize.add_publication(%s, %s, %s, %s::jsonb)", args)
+        assert words in str(e.value), (args, str(e.value))
+    pg.sql("SELECT finalize.add_publication(%s, 'p', 'plain', '{\"partition_key\": \"{date}T{hour}\"}')", (TABLE,))
+    pg.sql("ALTER SERVER plain OPTIONS (ADD format 'slack')")     # load() now refuses it
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=3610)
+    sim.call("sim.commit", inserts=1)
+    pg.wait_for(lambda: "format" in (pg.sql("SELECT last_error FROM finalize.publications")[0][0] or ""),
+                timeout=30, what="the refused load")
+    assert pg.sql("SELECT count(*) FROM finalize.alert_target_state WHERE target_name = 'plain' "
+                  "AND consecutive_failures > 0")[0][0] == 0
+    env.sql("SELECT finalize.untrack_table(%s)", (TABLE,))
+    assert pg.sql("SELECT count(*) FROM finalize.publication")[0][0] == 0
+    assert pg.sql("SELECT count(*) FROM finalize.publication_event")[0][0] == 0
