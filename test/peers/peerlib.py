@@ -57,8 +57,9 @@ class Warehouse:
     """A started cluster with finalize in database warehouse, a source "src" that is never
     contacted, and the login orchestrator in finalize_reader."""
 
-    def __init__(self):
-        self.pg = Cluster(conf={"finalize.enabled": "off"})
+    def __init__(self, **conf):
+        """conf: more settings (finalize.database = warehouse runs finalize's scheduler and delivery there)."""
+        self.pg = Cluster(conf=dict({"finalize.enabled": "off"}, **conf))
         self.pg.start()
         try:
             self.pg.sql(f"CREATE DATABASE {DB}")
