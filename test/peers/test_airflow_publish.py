@@ -68,6 +68,7 @@ class Airflow:
         self.env = dict(os.environ, **{
             "AIRFLOW_HOME": self.home,
             "AIRFLOW__CORE__DAGS_FOLDER": dags,
+            "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(self.home, "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
