@@ -174,7 +174,7 @@ class Airflow:
 def warehouse():
     """The peers' cluster, with finalize's scheduler and delivery worker running in database warehouse (its
     source workers stay off: the verdicts move by finalize.record_range)."""
-    w = Warehouse(**{"finalize.database": "warehouse"})
+    w = Warehouse(conf={"finalize.database": "warehouse"})
     yield w
     w.cleanup()
 
