@@ -71,17 +71,6 @@ typedef struct DagsterTarget
 	char	   *look_body;
 } DagsterTarget;
 
-/* The timeout option in milliseconds (the validator checked it). */
-static long
-timeout_ms(const char *text)
-{
-	int64		usecs;
-
-	if (text == NULL || !fdw_option_usecs(text, &usecs) || usecs <= 0)
-		return DEFAULT_TIMEOUT_MS;
-	return (long) Min(Max(usecs / 1000, 1), (int64) 60 * 1000);
-}
-
 /*
  * The publication's asset key (options.asset_key, a JSON array of strings
  * as publication_options_dagster stores it), each segment a string; NIL
@@ -210,7 +199,7 @@ load_server(const PushEvent *ev, char **error)
 		um_options = GetUserMapping(server->owner, server->serverid)->options;
 	t = palloc0(sizeof(DagsterTarget));
 	t->server = pstrdup(server->servername);
-	t->timeout_ms = timeout_ms(fdw_option_value(server->options, "timeout", NULL));
+	t->timeout_ms = fdw_option_timeout_ms(server->options, DEFAULT_TIMEOUT_MS);
 	token = fdw_option_value(um_options, "api_token", NULL);
 	if (token != NULL)
 	{

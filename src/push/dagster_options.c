@@ -12,13 +12,8 @@
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_user_mapping.h"
 #include "fmgr.h"
-#include "utils/builtins.h"
-#include "utils/timestamp.h"
 
-#include "core/db.h"
 #include "core/fdw_options.h"
-#include "core/period.h"
-#include "core/redact.h"
 
 PG_FUNCTION_INFO_V1(finalize_dagster_validator);
 
@@ -33,37 +28,12 @@ check_dagster_url(const char *value)
 	return fdw_check_service_url(value) && strchr(value, '?') == NULL;
 }
 
-/*
- * Accepts a request timeout: positive and at most a minute, since the one
- * worker that delivers every publication waits for it.
- */
-static bool
-check_dagster_timeout(const char *value)
-{
-	Datum		iv;
-	int64		usecs;
-
-	return subxact_input(interval_in, value, &iv) &&
-		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0 && usecs <= 60 * USECS_PER_SEC;
-}
-
-/*
- * Accepts an API token (Dagster+'s user or agent token): long enough to be
- * redacted from an answer that echoes it, and no control characters, since
- * it goes into a header.
- */
-static bool
-check_dagster_token(const char *value)
-{
-	return strlen(value) >= REDACT_MIN_SECRET && fdw_check_header_value(value);
-}
-
 static const FdwOption dagster_options[] = {
 	{"url", ForeignServerRelationId, false, check_dagster_url,
 	"The URL is the webserver's base URL: https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), an optional path prefix, without user@, ?query or #fragment."},
-	{"timeout", ForeignServerRelationId, false, check_dagster_timeout,
+	{"timeout", ForeignServerRelationId, false, fdw_check_delivery_timeout,
 	"The timeout is a positive interval of at most a minute, such as '10 seconds' (the default): how long one request may take."},
-	{"api_token", UserMappingRelationId, true, check_dagster_token,
+	{"api_token", UserMappingRelationId, true, fdw_check_secret,
 	"The API token (sent as Dagster-Cloud-Api-Token) has at least 8 characters and no control characters."},
 	{NULL}
 };

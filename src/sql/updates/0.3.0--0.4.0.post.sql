@@ -9,3 +9,11 @@ COMMENT ON FOREIGN DATA WRAPPER finalize_dagster IS
     'Dagster webservers that publications report partitions'' materializations to (finalize.add_publication)';
 GRANT USAGE ON FOREIGN DATA WRAPPER finalize_dagster TO finalize_admin;
 -- <<< finalize_dagster <<<
+
+-- The finalize_airflow wrapper needs its validator, made by
+-- src/sql/11d_wrapper_airflow.sql.
+CREATE FOREIGN DATA WRAPPER finalize_airflow
+    VALIDATOR finalize_internal.airflow_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_airflow IS
+    'Airflow API servers that publications post asset events to (finalize.add_publication(..., target => ...))';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_airflow TO finalize_admin;
