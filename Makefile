@@ -172,6 +172,7 @@ UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_rea
                                   src/lake/avro_container.c src/lake/avro_codec.c src/lake/avro_bound.c
 UNIT_SOURCES_test_file_bounds = src/publish/file_bounds.c
 UNIT_SOURCES_test_loss_sweep = src/sensor/loss_sweep.c
+UNIT_SOURCES_test_watermark = src/lake/watermark.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
