@@ -20,7 +20,7 @@ EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*
 # may include which): core, mssql, worker, sensor, gate, alert, lake;
 # src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-SUBSYSTEMS = core mssql worker sensor gate alert lake publish
+SUBSYSTEMS = core mssql worker sensor gate alert lake publish push
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # SQL: every object is written once (CONTRIBUTING.md, "Changing SQL").

@@ -1,8 +1,7 @@
 /*
  * delivery.c
- *     The alerts worker: one dynamic background worker per database, started
- *     by the scheduler while webhook targets or pending deliveries exist. It
- *     drains finalize.alert_delivery.
+ *     The alert webhooks' queue as the delivery worker (push/worker.c, the
+ *     "finalize alerts" process) drains it: finalize.alert_delivery.
  *
  * Each delivery takes three steps, and no transaction is open during the
  * HTTP request: a short transaction claims the next due delivery
@@ -37,6 +36,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "alert/delivery.h"
 #include "alert/outcome.h"
 #include "alert/payload.h"
 #include "alert/target.h"
@@ -48,8 +48,6 @@
 #include "core/shmem.h"
 #include "core/wait_events.h"
 
-/* Without a wake-up, the queue is looked at this often. */
-#define IDLE_NAP_MS 10000
 /* Deliveries sent before the worker looks at its latch and settings again. */
 #define DELIVERIES_PER_ROUND 50
 /* An answer's body kept in last_error, at most. */
@@ -78,8 +76,6 @@ typedef struct Attempt
 	double		retry_after;	/* seconds, -1 when none */
 	bool		permanent;
 } Attempt;
-
-static HttpClient *client = NULL;
 
 /* Whether the catalog has the delivery queue (an older version has not). */
 static bool
@@ -195,7 +191,7 @@ excerpt(const char *s)
 
 /* Sends a claimed delivery's request; no transaction is open. */
 static void
-send_request(Claimed *c, Attempt *a)
+send_request(HttpClient *client, Claimed *c, Attempt *a)
 {
 	HttpRequest req;
 	HttpResponse resp;
@@ -211,10 +207,8 @@ send_request(Claimed *c, Attempt *a)
 		return;
 	}
 	if (client == NULL)
-		client = http_client_create(TopMemoryContext, &resp);
-	if (client == NULL)
 	{
-		a->error = psprintf("could not start an HTTP client: %s", resp.error);
+		a->error = pstrdup("could not start an HTTP client");
 		return;
 	}
 	memset(&req, 0, sizeof(req));
@@ -301,55 +295,48 @@ record_attempt(const Claimed *c, const Attempt *a)
 }
 
 /*
- * Milliseconds until the next claimable delivery falls due, at most
- * IDLE_NAP_MS, at least MIN_NAP_MS.
+ * When the next claimable alert delivery falls due, in milliseconds from
+ * now (at most nap, at least MIN_NAP_MS); nap when none is. In a
+ * transaction of the caller's.
  */
-static long
-nap_ms(void)
+long
+alert_nap_ms(long nap)
 {
-	long		nap = IDLE_NAP_MS;
 	bool		isnull;
 	Datum		due;
 
-	db_begin("finalize: waiting for alert deliveries");
-	if (queue_exists())
+	if (!queue_exists())
+		return nap;
+	if (SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".next_delivery()", true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read when the next alert delivery is due");
+	due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
 	{
-		if (SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".next_delivery()", true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read when the next alert delivery is due");
-		due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (!isnull)
-		{
-			long		secs;
-			int			usecs;
+		long		secs;
+		int			usecs;
 
-			TimestampDifference(GetCurrentTimestamp(), DatumGetTimestampTz(due), &secs, &usecs);
-			nap = Max(Min(nap, secs * 1000 + usecs / 1000 + 1), MIN_NAP_MS);
-		}
+		TimestampDifference(GetCurrentTimestamp(), DatumGetTimestampTz(due), &secs, &usecs);
+		nap = Max(Min(nap, secs * 1000 + usecs / 1000 + 1), MIN_NAP_MS);
 	}
-	db_commit();
 	return nap;
 }
 
-/* Claims and sends due deliveries; returns false when nothing is left to serve. */
-static bool
-deliver_round(MemoryContext cxt)
+/*
+ * Claims and sends due alert deliveries, at most DELIVERIES_PER_ROUND;
+ * false when there is nothing left to serve (no webhook target and no
+ * pending delivery). The caller checks its latch and settings between
+ * rounds.
+ */
+bool
+alert_deliver_round(MemoryContext cxt, HttpClient *client)
 {
 	for (int i = 0; i < DELIVERIES_PER_ROUND; i++)
 	{
 		Claimed		c;
 		Attempt		a;
 		bool		gone = false;
-
 		bool		more;
 
-		/* Switched off or paused: stop before the next one, not after a round. */
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		if (!finalize_alerts_enabled || paused_database() == MyDatabaseId)
-			return false;
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(cxt);
 		/* Everything of one delivery lives in cxt (db_commit returns to it). */
@@ -357,7 +344,7 @@ deliver_round(MemoryContext cxt)
 		more = claim_next(cxt, &c, &gone);
 		if (more)
 		{
-			send_request(&c, &a);
+			send_request(client, &c, &a);
 			record_attempt(&c, &a);
 		}
 		MemoryContextSwitchTo(TopMemoryContext);
@@ -367,53 +354,14 @@ deliver_round(MemoryContext cxt)
 	return true;
 }
 
-/* The alerts worker's entry point, which the scheduler starts by name. */
-PGDLLEXPORT void finalize_alerts_main(Datum arg);
-
-/* Entry point of the alerts worker; bgw_extra holds the database OID. */
+/*
+ * What a previous run of the worker claimed and never recorded is due
+ * again. In a transaction of the caller's.
+ */
 void
-finalize_alerts_main(Datum arg pg_attribute_unused())
+alert_release_claims(void)
 {
-	Oid			dboid;
-	MemoryContext cxt;
-
-	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	connect_worker_to_database(dboid);
-	if (!slot_claim(SLOT_ALERTS, dboid, InvalidOid))
-		proc_exit(0);
-	cxt = AllocSetContextCreate(TopMemoryContext, "finalize alerts", ALLOCSET_DEFAULT_SIZES);
-
-	/* What a previous run claimed and never recorded is due again. */
-	db_begin("finalize: releasing alert deliveries");
 	if (queue_exists() &&
 		SPI_execute("SELECT " FINALIZE_INTERNAL_SCHEMA ".release_claims()", false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not release claimed alert deliveries");
-	db_commit();
-
-	for (;;)
-	{
-		long		nap;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		if (paused_database() == MyDatabaseId)
-			proc_exit(0);
-		ResetLatch(MyLatch);
-		if (!finalize_alerts_enabled || !deliver_round(cxt))
-			proc_exit(0);
-		MemoryContextReset(cxt);
-		MemoryContextSwitchTo(cxt);
-		nap = nap_ms();
-		MemoryContextSwitchTo(TopMemoryContext);
-		if (nap > 0)
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, nap,
-							 finalize_wait_event(FINALIZE_WAIT_ALERTS_MAIN));
-	}
 }

@@ -387,8 +387,8 @@ build_opsgenie(AlertRequest *req, const AlertEvent *ev, const AlertSecrets *sec,
  * not UTF-8 becomes '?'. Another encoding is converted (an error for a
  * character UTF-8 cannot hold; the alerts worker fails that delivery).
  */
-static char *
-utf8_body(char *body)
+char *
+alert_utf8_body(char *body)
 {
 	StringInfoData buf;
 
@@ -455,7 +455,7 @@ alert_build_request(const char *format, const char *url, Jsonb *event, const Ale
 	}
 	if (!ok)
 		return NULL;
-	req->body = utf8_body(req->body);
+	req->body = alert_utf8_body(req->body);
 	/* Signed last: over exactly the bytes sent. */
 	if (strcmp(format, "json") == 0 && secrets->hmac_key != NULL &&
 		!add_header(req, "X-Finalize-Signature", alert_signature(secrets->hmac_key, req->body, strlen(req->body)),

@@ -30,5 +30,6 @@ typedef struct AlertRequest
 extern AlertRequest *alert_build_request(const char *format, const char *url, Jsonb *event,
 										 const AlertSecrets *secrets, char **error);
 extern char *alert_signature(const char *key, const char *body, size_t len);
+extern char *alert_utf8_body(char *body);
 
 #endif							/* FINALIZE_ALERT_PAYLOAD_H */

@@ -364,6 +364,12 @@ BEGIN
        FROM @extschema@.event_fact e
        JOIN @extschema@.late_period l ON l.table_id = tt.table_id AND l.event_period = e.event_period
       WHERE e.fact_id = store_event_facts.fact_id AND e.late_rows > 0;
+    -- The publications that published one of these periods hear of it
+    -- (docs/publishing.md): each time rows land there.
+    PERFORM finalize_internal.publish_late_data(tt.table_id, e.event_period, e.late_rows, l.rows)
+       FROM @extschema@.event_fact e
+       JOIN @extschema@.late_period l ON l.table_id = tt.table_id AND l.event_period = e.event_period
+      WHERE e.fact_id = store_event_facts.fact_id AND e.late_rows > 0;
     IF to_alert IS NOT NULL THEN
         PERFORM finalize_internal.alert(jsonb_build_object(
             'alert', 'late_data', 'table', tt.table_name,

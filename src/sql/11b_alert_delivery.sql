@@ -383,6 +383,56 @@ BEGIN ATOMIC
     SELECT min(c.due) FROM finalize_internal.claimable_deliveries() c;
 END;
 
+-- The circuit breaker of a target (alert_target_state, by server name;
+-- alert webhooks and publications share it): an answer closes it.
+CREATE OR REPLACE FUNCTION finalize_internal.target_succeeded(target_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.alert_target_state AS s (target_name, last_success)
+    VALUES (target_succeeded.target_name, now())
+    ON CONFLICT ON CONSTRAINT alert_target_state_pkey DO UPDATE
+       SET consecutive_failures = 0, open_until = NULL, last_success = now();
+END;
+
+-- A failed attempt at a target: after five in a row its breaker opens for
+-- 30 s, doubling to 10 minutes while probes fail. Returns the failures in
+-- a row.
+CREATE OR REPLACE FUNCTION finalize_internal.target_failed(target_name text, error text)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    failures integer;
+BEGIN
+    INSERT INTO @extschema@.alert_target_state AS s (target_name, consecutive_failures, last_failure, last_error)
+    VALUES (target_name, 1, now(), error)
+    ON CONFLICT ON CONSTRAINT alert_target_state_pkey DO UPDATE
+       SET consecutive_failures = s.consecutive_failures + 1, last_failure = now(), last_error = EXCLUDED.last_error
+    RETURNING s.consecutive_failures INTO failures;
+    IF failures >= 5 THEN
+        UPDATE @extschema@.alert_target_state s
+           SET open_until = now() + make_interval(secs => least(600, 30 * power(2, least(failures - 5, 10))))
+         WHERE s.target_name = target_failed.target_name;
+    END IF;
+    RETURN failures;
+END
+$$;
+
+-- How long a delivery waits after its attempts-th failed attempt:
+-- exponential backoff from 1 s doubling to 10 minutes, with full jitter
+-- in the upper half (retries of many deliveries spread out), and at least
+-- the target's Retry-After (at most an hour).
+CREATE OR REPLACE FUNCTION finalize_internal.retry_backoff(attempts integer, retry_after double precision)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+RETURN make_interval(secs => greatest(least(600, power(2, least(greatest(attempts, 1) - 1, 20))) * (0.5 + random() / 2),
+                                      least(coalesce(retry_after, 0), 3600)));
+
 -- Records the outcome of one attempt. Delivered: the target's breaker
 -- closes. Failed: the breaker counts it; the delivery is retried after
 -- an exponential backoff with jitter (1 s doubling to 10 minutes, at
@@ -400,8 +450,6 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     d @extschema@.alert_delivery;
-    failures integer;
-    backoff double precision;
 BEGIN
     SELECT x.* INTO d FROM @extschema@.alert_delivery x WHERE x.delivery_id = delivery_result.delivery_id FOR UPDATE;
     IF NOT FOUND THEN
@@ -412,10 +460,7 @@ BEGIN
            SET state = 'delivered', delivered_at = now(), last_status = http_status, last_error = NULL,
                claimed_at = NULL
          WHERE x.delivery_id = d.delivery_id;
-        INSERT INTO @extschema@.alert_target_state AS s (target_name, last_success)
-        VALUES (d.target_name, now())
-        ON CONFLICT (target_name) DO UPDATE
-           SET consecutive_failures = 0, open_until = NULL, last_success = now();
+        PERFORM finalize_internal.target_succeeded(d.target_name);
         RETURN 'delivered';
     END IF;
     -- A target that is gone (or a request that could not be built) fails
@@ -430,27 +475,16 @@ BEGIN
            AND NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server f WHERE f.srvname = d.target_name);
         RETURN 'failed';
     END IF;
-    INSERT INTO @extschema@.alert_target_state AS s (target_name, consecutive_failures, last_failure, last_error)
-    VALUES (d.target_name, 1, now(), error)
-    ON CONFLICT (target_name) DO UPDATE
-       SET consecutive_failures = s.consecutive_failures + 1, last_failure = now(), last_error = EXCLUDED.last_error
-    RETURNING s.consecutive_failures INTO failures;
-    IF failures >= 5 THEN
-        UPDATE @extschema@.alert_target_state s
-           SET open_until = now() + make_interval(secs => least(600, 30 * power(2, least(failures - 5, 10))))
-         WHERE s.target_name = d.target_name;
-    END IF;
+    PERFORM finalize_internal.target_failed(d.target_name, error);
     IF permanent OR d.attempts >= retry_limit THEN
         UPDATE @extschema@.alert_delivery x
            SET state = 'failed', last_status = http_status, last_error = error, claimed_at = NULL
          WHERE x.delivery_id = d.delivery_id;
         RETURN 'failed';
     END IF;
-    -- full jitter in the upper half: retries of many incidents spread out
-    backoff := least(600, power(2, least(d.attempts - 1, 20))) * (0.5 + random() / 2);
     UPDATE @extschema@.alert_delivery x
        SET last_status = http_status, last_error = error, claimed_at = NULL,
-           next_attempt = now() + make_interval(secs => greatest(backoff, least(coalesce(retry_after, 0), 3600)))
+           next_attempt = now() + finalize_internal.retry_backoff(d.attempts, retry_after)
      WHERE x.delivery_id = d.delivery_id;
     RETURN 'retry';
 END

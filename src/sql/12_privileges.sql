@@ -137,3 +137,11 @@ GRANT SELECT ON @extschema@.alert TO finalize_admin;
 -- queue and the targets' breakers.
 GRANT SELECT ON @extschema@.alert_deliveries TO finalize_reader;
 GRANT SELECT ON @extschema@.alert_delivery, @extschema@.alert_target_state TO finalize_admin;
+
+-- Publications (docs/publishing.md): admins declare and watch them.
+GRANT EXECUTE ON FUNCTION
+    @extschema@.add_publication(text, text, text, jsonb, timestamptz),
+    @extschema@.drop_publication(text, text),
+    @extschema@.retry_publication(text, text)
+    TO finalize_admin;
+GRANT SELECT ON @extschema@.publications, @extschema@.publication, @extschema@.publication_event TO finalize_admin;

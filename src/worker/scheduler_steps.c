@@ -19,9 +19,10 @@
 
 /*
  * Checks the freshness SLAs (incidents of tables whose verdict lags) and
- * the sources dropped under tracked tables, and says whether the alerts
- * worker is needed: webhook targets or pending
- * deliveries exist. A catalog older than the library has neither.
+ * the sources dropped under tracked tables, records the publications'
+ * lagging events, and says whether the delivery worker is needed: webhook
+ * targets, pending deliveries or publications exist. A catalog older than
+ * the library has none of them.
  */
 bool
 scheduler_check_alerts(void)
@@ -31,10 +32,17 @@ scheduler_check_alerts(void)
 	if (!internal_function_exists("check_freshness()"))
 		return false;
 	/* no row while a restore is under way, checked in the statement itself */
+	/*
+	 * Publications: the events a cursor still lags by are recorded (a
+	 * backfill, a rise whose row was held), and they need the worker too.
+	 */
 	if (SPI_execute(psprintf("SELECT " FINALIZE_INTERNAL_SCHEMA ".check_freshness() >= 0 AND "
 							 FINALIZE_INTERNAL_SCHEMA ".check_dropped_sources() >= 0 AND "
-							 "(EXISTS (SELECT FROM " FINALIZE_INTERNAL_SCHEMA ".alert_targets()) OR "
+							 "(%sEXISTS (SELECT FROM " FINALIZE_INTERNAL_SCHEMA ".alert_targets()) OR "
 							 "EXISTS (SELECT FROM " FINALIZE_SCHEMA ".alert_delivery d WHERE d.state = 'pending'))%s",
+							 /* first in the OR: always run */
+							 internal_function_exists("enqueue_publications()")
+							 ? FINALIZE_INTERNAL_SCHEMA ".enqueue_publications() > 0 OR " : "",
 							 db_when_whole()),
 					false, 1) != SPI_OK_SELECT || SPI_processed > 1)
 		elog(ERROR, "could not check finalize's freshness SLAs");

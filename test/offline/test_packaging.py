@@ -103,6 +103,7 @@ LAYERS = {
     "alert": {"core"},
     "lake": {"core"},
     "publish": {"core", "gate", "lake"},
+    "push": {"core", "alert", "gate", "lake", "publish"},
 }
 
 # One file per foreign library: the headers only that file includes.

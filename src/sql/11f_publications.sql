@@ -1,0 +1,600 @@
+-- Publications (docs/publishing.md): what a table publishes, the outbox
+-- its verdict's rise writes, and the queue the "finalize alerts" worker
+-- drains beside the alert webhooks (src/push/).
+
+-- The kind of target a foreign server is, by its wrapper (NULL: none).
+CREATE OR REPLACE FUNCTION finalize_internal.publication_kind(wrapper name)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE wrapper WHEN 'finalize_airflow' THEN 'airflow' WHEN 'finalize_dagster' THEN 'dagster'
+                    WHEN 'finalize_iceberg' THEN 'iceberg_property' WHEN 'finalize_s3' THEN 'success_marker'
+                    WHEN 'finalize_webhook' THEN 'webhook' END;
+
+-- The server a caller names as a publication's target: it exists, is of a
+-- wrapper that can be a target, and the caller may use it and the user
+-- mapping the delivery worker reads (its owner's), as for a lake consumer.
+-- NULL names no server: a success marker on file://.
+CREATE OR REPLACE FUNCTION finalize_internal.publication_server(caller name, target text, OUT kind text,
+                                                                OUT server_name text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    srv pg_foreign_server;
+    wrapper name;
+    refused text;
+BEGIN
+    IF target IS NULL THEN
+        kind := 'success_marker';
+        RETURN;
+    END IF;
+    SELECT s.* INTO srv FROM pg_foreign_server s WHERE s.srvname = target;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'server "%" does not exist', target
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create the target first: a server of finalize_airflow, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook, and a user mapping for its credentials (docs/publishing.md).';
+    END IF;
+    SELECT w.fdwname INTO wrapper FROM pg_foreign_data_wrapper w WHERE w.oid = srv.srvfdw;
+    kind := finalize_internal.publication_kind(wrapper);
+    IF kind IS NULL THEN
+        RAISE EXCEPTION 'server "%" cannot be a publication''s target', target
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = format('It uses the foreign-data wrapper "%s".', wrapper),
+                  HINT = 'A target is a server of finalize_airflow, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook.';
+    END IF;
+    refused := finalize_internal.server_use_refused((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
+                                                    srv.oid);
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'permission denied for server %', target
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = CASE refused WHEN 'usage'
+                               THEN format('Role %s has no USAGE on the server, and the delivery worker sends with its owner''s credentials.', caller)
+                               ELSE format('The server''s owner has a user mapping that role %s may not use.', caller) END,
+                  HINT = format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', target, caller);
+    END IF;
+    server_name := srv.srvname;
+END
+$$;
+
+-- A period's partition key (or a marker's location) from a template: the
+-- placeholders of finalize.render_location, in the local time of the
+-- table's zone, and {start}, the local start as YYYY-MM-DDTHH:MI:SS.
+CREATE OR REPLACE FUNCTION finalize_internal.render_partition_key(template text, period_start timestamptz, zone text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN replace(@extschema@.render_location(template, period_start, zone), '{start}',
+               to_char(timezone(zone, period_start), 'YYYY-MM-DD"T"HH24:MI:SS'));
+
+-- A template option of a publication (partition_key, location): a
+-- non-empty string whose only placeholders are those it renders.
+CREATE OR REPLACE FUNCTION finalize_internal.check_publication_template(options jsonb, option text, dflt text)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v jsonb := options -> option;
+BEGIN
+    IF v IS NULL OR v = 'null'::jsonb THEN
+        RETURN CASE WHEN dflt IS NULL THEN options - option ELSE jsonb_set(options, ARRAY[option], to_jsonb(dflt)) END;
+    END IF;
+    IF jsonb_typeof(v) <> 'string' OR v #>> '{}' = ''
+       OR regexp_replace(v #>> '{}', '\{(year|month|day|hour|minute|date|start)\}', '', 'g') ~ '[{}]' THEN
+        RAISE EXCEPTION 'invalid publication option "%": %', option, v::text
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A template is a non-empty string whose placeholders are {year}, {month}, {day}, {hour}, {minute}, {date} and {start}, in the local time of the table''s period_zone ({start} is YYYY-MM-DDTHH:MI:SS).',
+                  HINT = 'For example "{start}" (the default partition key) or "{date}".';
+    END IF;
+    RETURN options;
+END
+$$;
+
+-- A publication's options, checked and completed for its kind: the
+-- options common to every kind (partition_key), then the kind's own
+-- (finalize_internal.publication_options_<kind>, src/sql/11g_publish_*.sql).
+CREATE OR REPLACE FUNCTION finalize_internal.publication_options(kind text, options jsonb, table_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    IF options IS NULL OR jsonb_typeof(options) <> 'object' THEN
+        RAISE EXCEPTION 'the options of a publication must be a JSON object, not %', coalesce(options::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'For example ''{"partition_key": "{date}"}''; docs/publishing.md lists each target''s options.';
+    END IF;
+    options := finalize_internal.check_publication_template(options, 'partition_key', '{start}');
+    IF kind = 'webhook' THEN
+        RETURN finalize_internal.publication_options_webhook(options, table_id);
+    ELSIF kind = 'airflow' THEN
+        RETURN finalize_internal.publication_options_airflow(options, table_id);
+    ELSIF kind = 'dagster' THEN
+        RETURN finalize_internal.publication_options_dagster(options, table_id);
+    ELSIF kind = 'iceberg_property' THEN
+        RETURN finalize_internal.publication_options_iceberg_property(options, table_id);
+    ELSE
+        RETURN finalize_internal.publication_options_success_marker(options, table_id);
+    END IF;
+END
+$$;
+
+-- A webhook publication's options: contract "finalize" (any 2xx answer
+-- delivers) or "paimon" (the answer must also be {"result": "SUCCESS"},
+-- Paimon's http-report), and params, Paimon's opaque string.
+CREATE OR REPLACE FUNCTION finalize_internal.publication_options_webhook(options jsonb, table_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    unknown text := (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(options) k
+                      WHERE k NOT IN ('partition_key', 'contract', 'params'));
+BEGIN
+    IF unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'unknown option(s) of a webhook publication: %', unknown
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A webhook publication takes partition_key, contract ("finalize" or "paimon") and params.';
+    END IF;
+    IF coalesce(options ->> 'contract', 'finalize') NOT IN ('finalize', 'paimon')
+       OR jsonb_typeof(coalesce(options -> 'contract', '""')) <> 'string' THEN
+        RAISE EXCEPTION 'invalid publication option "contract": %', options -> 'contract'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'With "finalize" any 2xx answer delivers an event; with "paimon" the answer must also be {"result": "SUCCESS"}, as Paimon''s http-report expects.',
+                  HINT = 'Use "finalize" or "paimon".';
+    END IF;
+    IF options ? 'params' AND jsonb_typeof(options -> 'params') <> 'string' THEN
+        RAISE EXCEPTION 'invalid publication option "params": %', options -> 'params'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'params is a string sent as Paimon''s "params" field.';
+    END IF;
+    RETURN jsonb_build_object('contract', coalesce(options ->> 'contract', 'finalize')) || options;
+END
+$$;
+
+-- Records the events of the periods of a publication between its cursor
+-- and a verdict (what finalized_until() answers, recorded under the locks
+-- that announce it): at most 1000 a call, in period order; the rest
+-- follow (_enqueue_publications, each scheduler round). The caller holds
+-- the publication's row. Returns how many it recorded.
+CREATE OR REPLACE FUNCTION finalize_internal.enqueue_publication(publication_id bigint, verdict timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    p @extschema@.publication;
+    tt @extschema@.tracked_table;
+    last_end timestamptz;
+    n integer;
+BEGIN
+    SELECT x.* INTO p FROM @extschema@.publication x WHERE x.publication_id = enqueue_publication.publication_id;
+    IF NOT FOUND OR verdict IS NULL OR NOT isfinite(verdict) OR verdict <= p.enqueued_until THEN
+        RETURN 0;
+    END IF;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = p.table_id;
+    WITH due AS (
+        SELECT x.period_start, x.period_end
+          FROM finalize_internal.periods(p.enqueued_until, least(verdict, p.enqueued_until + tt.granularity * 1000),
+                                         tt.granularity, tt.period_zone) x
+         WHERE x.period_start >= p.enqueued_until AND x.period_end <= verdict
+         ORDER BY x.period_start
+         LIMIT 1000),
+    ins AS (
+        INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, finalized_until)
+        SELECT p.publication_id, 'final', d.period_start, d.period_end, verdict FROM due d ORDER BY d.period_start
+        RETURNING period_end)
+    SELECT max(i.period_end), count(*) INTO last_end, n FROM ins i;
+    IF n > 0 THEN
+        UPDATE @extschema@.publication x SET enqueued_until = last_end WHERE x.publication_id = p.publication_id;
+        PERFORM finalize_internal.wake_alert_delivery();
+    END IF;
+    RETURN n;
+END
+$$;
+
+-- The outbox's writer: fires when the verdict announced for a table with
+-- publications rises (watermark.announced_until, moved only by _announce
+-- and _advance_sources, under the locks that make it what
+-- finalized_until() answers), in the transaction that makes the periods
+-- final. Never for a fall (a loss): nothing is retracted, and the cursor
+-- keeps a period from being published twice.
+CREATE OR REPLACE FUNCTION finalize_internal.record_publication_events()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    pid bigint;
+BEGIN
+    FOR pid IN
+        SELECT p.publication_id FROM @extschema@.publication p WHERE p.table_id = NEW.table_id
+         ORDER BY p.publication_id FOR NO KEY UPDATE
+    LOOP
+        PERFORM finalize_internal.enqueue_publication(pid, NEW.announced_until);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER record_publication_events AFTER UPDATE OF announced_until ON @extschema@.watermark
+    FOR EACH ROW WHEN (NEW.publishes AND NEW.announced_until > coalesce(OLD.announced_until, '-infinity'))
+    EXECUTE FUNCTION finalize_internal.record_publication_events();
+
+-- Late rows landed in an event period already final (event-time tables,
+-- _store_event_facts): a late_data event to every publication whose
+-- receivers act on events (airflow, dagster, webhook) and that published
+-- that period. A property or a marker never moves back.
+CREATE OR REPLACE FUNCTION finalize_internal.publish_late_data(table_id bigint, event_period timestamptz, late_rows bigint,
+                                                               rows_so_far bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, finalized_until, detail)
+    SELECT p.publication_id, 'late_data', event_period,
+           @extschema@.period_end(event_period, t.granularity, t.period_zone), p.enqueued_until,
+           jsonb_build_object('rows', late_rows, 'rows_so_far', rows_so_far)
+      FROM @extschema@.publication p
+      JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
+     WHERE p.table_id = publish_late_data.table_id AND p.target_kind IN ('airflow', 'dagster', 'webhook')
+       AND event_period >= p.started_from
+       AND @extschema@.period_end(event_period, t.granularity, t.period_zone) <= p.enqueued_until;
+    SELECT finalize_internal.wake_alert_delivery();
+END;
+
+-- The body of finalize.add_publication: the table publishes each period
+-- that becomes final from now on (or from backfill_from) to target. The
+-- table's verdict row is locked first, as every writer of the verdict
+-- does, so that no rise is missed or recorded twice.
+CREATE OR REPLACE FUNCTION finalize_internal.add_publication(caller name, table_name text, name text, target text,
+                                                             options jsonb DEFAULT '{}',
+                                                             backfill_from timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
+    srv record;
+    verdict timestamptz;
+    start_at timestamptz;
+    id bigint;
+BEGIN
+    PERFORM finalize_internal.require(name, 'name');
+    IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid publication name "%"', name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A publication''s name is 1 to 63 letters, digits, "_", "." or "-".',
+                  HINT = 'For example ''orders_to_airflow''.';
+    END IF;
+    IF backfill_from IS NOT NULL AND NOT isfinite(backfill_from) THEN
+        RAISE EXCEPTION 'invalid backfill_from: %', backfill_from
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the start of the first period to publish.';
+    END IF;
+    srv := finalize_internal.publication_server(caller, target);
+    options := finalize_internal.publication_options(srv.kind, options, tt.table_id);
+    SELECT w.announced_until INTO verdict FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
+    start_at := CASE WHEN backfill_from IS NOT NULL THEN finalize_internal.round_down(backfill_from, tt.granularity, tt.period_zone)
+                     WHEN verdict IS NOT NULL AND isfinite(verdict) THEN verdict
+                     ELSE finalize_internal.round_down(now(), tt.granularity, tt.period_zone) END;
+    BEGIN
+        INSERT INTO @extschema@.publication (table_id, name, target_kind, server_name, options, started_from,
+                                            enqueued_until, created_by)
+        VALUES (tt.table_id, name, srv.kind, srv.server_name, options, start_at, start_at, caller)
+        RETURNING publication_id INTO id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'table "%" already has a publication "%"', tt.table_name, name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = format('Drop it first with finalize.drop_publication(%L, %L), or choose another name.', tt.table_name, name);
+    END;
+    UPDATE @extschema@.watermark w SET publishes = true WHERE w.table_id = tt.table_id AND NOT w.publishes;
+    PERFORM finalize_internal.enqueue_publication(id, verdict);
+    RETURN id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.add_publication(table_name text, name text, target text,
+                                                       options jsonb DEFAULT '{}',
+                                                       backfill_from timestamptz DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.add_publication(text, text, text, jsonb, timestamptz) IS
+    'Publish each period of a table that becomes final to a target (a finalize_airflow, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook server; NULL: a _SUCCESS marker on file://)';
+
+-- The publication of a table by name, or an error that says which exist.
+CREATE OR REPLACE FUNCTION finalize_internal.publication(table_name text, name text)
+RETURNS @extschema@.publication
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
+    p @extschema@.publication;
+BEGIN
+    -- the verdict's row first, as the outbox's writer takes them
+    PERFORM FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
+    SELECT x.* INTO p FROM @extschema@.publication x WHERE x.table_id = tt.table_id AND x.name = publication.name
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table "%" has no publication "%"', tt.table_name, name
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'finalize.publications lists the publications of every table.';
+    END IF;
+    RETURN p;
+END
+$$;
+
+-- The body of finalize.drop_publication: its pending events go with it.
+CREATE OR REPLACE FUNCTION finalize_internal.drop_publication(caller name, table_name text, name text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    p @extschema@.publication := finalize_internal.publication(table_name, name);
+BEGIN
+    DELETE FROM @extschema@.publication x WHERE x.publication_id = p.publication_id;
+    PERFORM finalize_internal.resolve_alerts('publication_failing', p.table_id, NULL, p.name);
+    UPDATE @extschema@.watermark w SET publishes = false
+     WHERE w.table_id = p.table_id AND NOT EXISTS (SELECT FROM @extschema@.publication x WHERE x.table_id = p.table_id);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.drop_publication(table_name text, name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.drop_publication(text, text) IS
+    'Stop publishing a table to a target; its events not yet delivered are dropped';
+
+-- The body of finalize.retry_publication: its next event is due now, and
+-- its target's circuit breaker lets the attempt through.
+CREATE OR REPLACE FUNCTION finalize_internal.retry_publication(caller name, table_name text, name text)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    p @extschema@.publication := finalize_internal.publication(table_name, name);
+    n integer;
+BEGIN
+    UPDATE @extschema@.publication_event e SET next_attempt = now()
+     WHERE e.publication_id = p.publication_id AND e.state = 'pending';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    UPDATE @extschema@.alert_target_state s SET open_until = NULL WHERE s.target_name = p.server_name;
+    PERFORM finalize_internal.wake_alert_delivery();
+    RETURN n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.retry_publication(table_name text, name text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.retry_publication(text, text) IS
+    'Send the pending events of a publication now, without waiting for their backoff; returns how many are pending';
+
+-- The head of each publication's queue the delivery worker may send, and
+-- from when: its oldest pending event (one at a time per publication: in
+-- order), not in flight, due at its next_attempt or when its target's
+-- breaker (shared with alert webhooks, by server name) lets a probe through.
+CREATE OR REPLACE FUNCTION finalize_internal.claimable_publication_events()
+RETURNS TABLE (event_seq bigint, due timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT h.event_seq, greatest(h.next_attempt, coalesce(s.open_until, h.next_attempt))
+      FROM @extschema@.publication p
+     CROSS JOIN LATERAL (SELECT e.event_seq, e.next_attempt, e.claimed_at
+                           FROM @extschema@.publication_event e
+                          WHERE e.publication_id = p.publication_id AND e.state = 'pending'
+                          ORDER BY e.event_seq LIMIT 1) h
+      LEFT JOIN @extschema@.alert_target_state s ON s.target_name = p.server_name
+     WHERE h.claimed_at IS NULL;
+END;
+
+-- Claims the next due event for the delivery worker and says everything
+-- its target needs: the publication, the table's period, the rendered
+-- partition key and location, and the body (schema finalize.publication/1).
+-- Counts the attempt before it is made.
+CREATE OR REPLACE FUNCTION finalize_internal.claim_publication_event()
+RETURNS TABLE (event_seq bigint, event_id text, kind text, publication_id bigint, publication text,
+               target_kind text, server_name text, table_name text, period_start timestamptz,
+               period_end timestamptz, period_zone text, partition_key text, location text, options jsonb,
+               body text, attempts integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    seq bigint;
+BEGIN
+    IF finalize_internal.catalog_restoring() IS NOT NULL THEN
+        RETURN;
+    END IF;
+    SELECT e.event_seq INTO seq
+      FROM finalize_internal.claimable_publication_events() c
+      JOIN @extschema@.publication_event e ON e.event_seq = c.event_seq
+     WHERE c.due <= now()
+     ORDER BY c.due, e.event_seq
+     LIMIT 1
+       FOR UPDATE OF e SKIP LOCKED;
+    IF seq IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE @extschema@.publication_event e
+       SET attempts = e.attempts + 1, claimed_at = now(), last_attempt_at = now()
+     WHERE e.event_seq = seq;
+    RETURN QUERY
+    SELECT e.event_seq, e.event_id::text, e.kind, p.publication_id, p.name::text, p.target_kind, p.server_name,
+           t.table_name, e.period_start, e.period_end, t.period_zone, k.key,
+           CASE WHEN p.options ? 'location'
+                THEN finalize_internal.render_partition_key(p.options ->> 'location', e.period_start, t.period_zone) END,
+           p.options,
+           (jsonb_build_object(
+               'schema', 'finalize.publication/1', 'event_id', e.event_id, 'event', e.kind,
+               'publication', p.name, 'table', t.table_name,
+               'period_start', finalize_internal.utc_iso(e.period_start),
+               'period_end', finalize_internal.utc_iso(e.period_end), 'period_zone', t.period_zone,
+               'partition_key', k.key, 'finalized_until', finalize_internal.utc_iso(e.finalized_until),
+               'database', current_database(), 'recorded_at', finalize_internal.utc_iso(e.created_at))
+            || CASE WHEN e.kind = 'late_data' THEN jsonb_build_object('late_data', e.detail) ELSE '{}' END
+            -- Paimon's http-report fields beside finalize's
+            || CASE WHEN p.target_kind = 'webhook'
+                    THEN jsonb_build_object('partition', k.key, 'path', NULL, 'params', p.options ->> 'params')
+                    ELSE '{}' END)::text,
+           e.attempts
+      FROM @extschema@.publication_event e
+      JOIN @extschema@.publication p ON p.publication_id = e.publication_id
+      JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
+     CROSS JOIN LATERAL (SELECT finalize_internal.render_partition_key(coalesce(p.options ->> 'partition_key', '{start}'),
+                                                                       e.period_start, t.period_zone) AS key) k
+     WHERE e.event_seq = seq;
+END
+$$;
+
+-- When the next publication event falls due (NULL: none).
+CREATE OR REPLACE FUNCTION finalize_internal.next_publication_event()
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT min(c.due) FROM finalize_internal.claimable_publication_events() c;
+END;
+
+-- Records the outcome of one attempt. Delivered: the event is done, the
+-- publication and its target are well, its incident resolved. Else the
+-- event waits (never dropped: a later period must not overtake it) with
+-- the backoff alert webhooks use, the target's breaker counts the failure,
+-- and a publication failing for finalize.alert_after (at once when the
+-- target refused the credentials) opens a publication_failing incident.
+CREATE OR REPLACE FUNCTION finalize_internal.publication_result(event_seq bigint, delivered boolean, already boolean,
+                                                                http_status integer, error text,
+                                                                retry_after double precision, auth_failed boolean)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    e @extschema@.publication_event;
+    p @extschema@.publication;
+    tname text;
+BEGIN
+    SELECT x.* INTO e FROM @extschema@.publication_event x WHERE x.event_seq = publication_result.event_seq FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;        -- its publication was dropped meanwhile
+    END IF;
+    SELECT x.* INTO p FROM @extschema@.publication x WHERE x.publication_id = e.publication_id FOR NO KEY UPDATE;
+    IF delivered THEN
+        UPDATE @extschema@.publication_event x
+           SET state = 'delivered', delivered_at = now(), outcome = CASE WHEN already THEN 'already' ELSE 'sent' END,
+               last_status = http_status, last_error = NULL, claimed_at = NULL
+         WHERE x.event_seq = e.event_seq;
+        UPDATE @extschema@.publication x SET failing_since = NULL, last_error = NULL, last_delivered_at = now()
+         WHERE x.publication_id = p.publication_id;
+        IF p.server_name IS NOT NULL THEN
+            PERFORM finalize_internal.target_succeeded(p.server_name);
+        END IF;
+        IF p.failing_since IS NOT NULL THEN
+            PERFORM finalize_internal.resolve_alerts('publication_failing', p.table_id, NULL, p.name);
+        END IF;
+        RETURN 'delivered';
+    END IF;
+    IF p.server_name IS NOT NULL THEN
+        PERFORM finalize_internal.target_failed(p.server_name, error);
+    END IF;
+    UPDATE @extschema@.publication_event x
+       SET last_status = http_status, last_error = error, claimed_at = NULL,
+           next_attempt = now() + finalize_internal.retry_backoff(e.attempts, retry_after)
+     WHERE x.event_seq = e.event_seq;
+    UPDATE @extschema@.publication x SET failing_since = coalesce(x.failing_since, now()), last_error = error
+     WHERE x.publication_id = p.publication_id;
+    IF auth_failed OR now() - coalesce(p.failing_since, now()) >= finalize_internal.alert_after() THEN
+        tname := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = p.table_id);
+        PERFORM finalize_internal.raise_alert(
+            'publication_failing', 'warning', p.table_id, NULL, p.name,
+            format('Publication "%s" of table "%s" cannot deliver to %s since %s: %s', p.name, tname,
+                   coalesce(format('target "%s"', p.server_name), 'its file:// location'),
+                   finalize_internal.utc_iso(coalesce(p.failing_since, now())), coalesce(error, 'no error text')),
+            jsonb_build_object('publication', p.name, 'target', p.server_name, 'http_status', http_status,
+                               'pending_since', finalize_internal.utc_iso(e.created_at),
+                               'period_start', finalize_internal.utc_iso(e.period_start),
+                               'auth_failed', auth_failed));
+    END IF;
+    RETURN 'retry';
+END
+$$;
+
+-- After a restart of the delivery worker, events it had claimed are due
+-- again (their attempt was counted).
+CREATE OR REPLACE FUNCTION finalize_internal.release_publication_claims()
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.publication_event e SET claimed_at = NULL WHERE e.state = 'pending' AND e.claimed_at IS NOT NULL;
+END;
+
+-- Each scheduler round: records the events a publication's cursor still
+-- lags its table's announced verdict by (a backfill longer than a batch;
+-- a table whose rise was recorded by a row another transaction held),
+-- and forgets delivered events older than 30 days (the last one of each
+-- publication stays). Rows another transaction holds wait a round.
+-- Returns how many publications exist: the delivery worker runs while any do.
+CREATE OR REPLACE FUNCTION finalize_internal.enqueue_publications()
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT p.publication_id, w.announced_until
+          FROM @extschema@.publication p
+          JOIN @extschema@.watermark w ON w.table_id = p.table_id
+          JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
+         WHERE t.untracked_at IS NULL AND w.announced_until > p.enqueued_until
+         ORDER BY p.publication_id
+           FOR NO KEY UPDATE OF p SKIP LOCKED
+    LOOP
+        PERFORM finalize_internal.enqueue_publication(r.publication_id, r.announced_until);
+    END LOOP;
+    DELETE FROM @extschema@.publication_event e
+     WHERE e.state = 'delivered' AND e.delivered_at < now() - interval '30 days'
+       AND EXISTS (SELECT FROM @extschema@.publication_event x
+                    WHERE x.publication_id = e.publication_id AND x.event_seq > e.event_seq AND x.state = 'delivered');
+    RETURN (SELECT count(*) FROM @extschema@.publication);
+END
+$$;
+
+-- The publications, as an admin watches them.
+CREATE OR REPLACE VIEW @extschema@.publications AS
+SELECT t.table_name, p.name AS publication, p.target_kind, p.server_name AS target, p.options,
+       p.started_from, p.enqueued_until AS recorded_until,
+       (SELECT max(e.period_end) FROM @extschema@.publication_event e
+         WHERE e.publication_id = p.publication_id AND e.kind = 'final' AND e.state = 'delivered') AS delivered_until,
+       q.pending,
+       CASE WHEN p.failing_since IS NOT NULL THEN 'failing' WHEN q.pending > 0 THEN 'delivering'
+            ELSE 'up_to_date' END AS state,
+       p.failing_since, p.last_error, p.last_delivered_at, p.created_at, p.created_by
+  FROM @extschema@.publication p
+  JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
+ CROSS JOIN LATERAL (SELECT count(*) AS pending FROM @extschema@.publication_event e
+                      WHERE e.publication_id = p.publication_id AND e.state = 'pending') q;
+COMMENT ON VIEW @extschema@.publications IS
+    'Publications: what each table publishes to which target, how far it was recorded and delivered, and whether it is failing';
