@@ -414,8 +414,7 @@ header_list(const HttpRequest *req, bool *no_memory)
 
 /*
  * Sets what is this request's own on a handle that may have served another:
- * URL, headers, method and body, signing, timeouts, and where the callbacks
- * collect.
+ * URL, headers, method, body, signing, timeouts, connection, collectors.
  */
 static CURLcode
 configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_slist *headers, Collected *c)
@@ -429,7 +428,8 @@ configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_sli
 		(rc = curl_easy_setopt(curl, CURLOPT_WRITEDATA, c)) != CURLE_OK ||
 		(rc = curl_easy_setopt(curl, CURLOPT_HEADERDATA, c)) != CURLE_OK ||
 		(rc = curl_easy_setopt(curl, CURLOPT_USERNAME, req->username)) != CURLE_OK ||
-		(rc = curl_easy_setopt(curl, CURLOPT_PASSWORD, req->password)) != CURLE_OK)
+		(rc = curl_easy_setopt(curl, CURLOPT_PASSWORD, req->password)) != CURLE_OK ||
+		(rc = curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, (long) req->fresh_connection)) != CURLE_OK)
 		return rc;
 
 	/*

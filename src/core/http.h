@@ -53,6 +53,13 @@ typedef struct HttpRequest
 								 * (a large object), not into memory */
 	int			body_fd;
 	FinalizeWait wait;			/* what pg_stat_activity says it waits for */
+	/*
+	 * A request that must never be sent twice (a catalog commit): on a new
+	 * connection. libcurl sends a request again, unasked, when the reused
+	 * connection it went out on closes before any answer; the server may
+	 * have applied the first one.
+	 */
+	bool		fresh_connection;
 } HttpRequest;
 
 /* What came back, palloc'd in the caller's memory context. */

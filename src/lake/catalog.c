@@ -160,6 +160,8 @@ perform(LakeCatalog *cat, HttpClient *client, const char *what, const char *meth
 			headers = lappend(headers, psprintf("X-Amz-Security-Token: %s", cat->session_token));
 	}
 	req.method = method;
+	/* A commit is sent once: never by libcurl again on its own (http.h). */
+	req.fresh_connection = strcmp(method, "POST") == 0;
 	req.url = url;
 	req.headers = headers;
 	req.body = body;

@@ -96,5 +96,3 @@ END
 $$;
 COMMENT ON FUNCTION finalize_internal.publication_options_iceberg_property(jsonb, bigint) IS
     'Check and complete the options of an iceberg_property publication';
--- (12_privileges.sql ran before this part: its REVOKE did not see it.)
-REVOKE ALL ON FUNCTION finalize_internal.publication_options_iceberg_property(jsonb, bigint) FROM PUBLIC;
