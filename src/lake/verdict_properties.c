@@ -15,9 +15,8 @@
  */
 #include "postgres.h"
 
-#include "lib/stringinfo.h"
-#include "utils/json.h"
 
+#include "core/json_build.h"
 #include "lake/metadata.h"
 #include "lake/verdict_properties.h"
 #include "lake/watermark.h"
@@ -83,42 +82,31 @@ property_value(JsonbContainer *props, const char *name)
 	return v->type == jbvString ? lake_string_value(v) : "";
 }
 
-/* Appends "name": "value" to an object being written. */
-static void
-append_pair(StringInfo b, bool *first, const char *name, const char *value)
-{
-	appendStringInfoString(b, *first ? "" : ", ");
-	escape_json(b, name);
-	appendStringInfoString(b, ": ");
-	escape_json(b, value);
-	*first = false;
-}
-
 /* The set-properties update of a plan: each pair it moves, with its companion. */
-static char *
-update_json(const VerdictPropertyNames *names, const VerdictPropertyValues *values, const WatermarkPlan *plan)
+static Jsonb *
+update_jsonb(const VerdictPropertyNames *names, const VerdictPropertyValues *values, const WatermarkPlan *plan)
 {
-	StringInfoData b;
-	bool		first = true;
+	JsonbParseState *st = NULL;
 	char		iso[WATERMARK_ISO_LEN];
 
 	watermark_format_iso(epoch_ms(values->period_end), iso);
-	initStringInfo(&b);
-	appendStringInfoString(&b, "{\"action\": \"set-properties\", \"updates\": {");
+	jb_begin_object(&st, NULL);
+	jb_text(&st, "action", "set-properties");
+	jb_begin_object(&st, "updates");
 	if (plan->set_iso)
 	{
-		append_pair(&b, &first, names->finalized_until, iso);
+		jb_text(&st, names->finalized_until, iso);
 		if (names->event_id != NULL)
-			append_pair(&b, &first, names->event_id, values->event_id);
+			jb_text(&st, names->event_id, values->event_id);
 	}
 	if (plan->set_ms)
 	{
-		append_pair(&b, &first, names->watermark, psprintf(INT64_FORMAT, epoch_ms(values->period_end)));
+		jb_text(&st, names->watermark, psprintf(INT64_FORMAT, epoch_ms(values->period_end)));
 		if (names->timezone != NULL)
-			append_pair(&b, &first, names->timezone, values->zone);
+			jb_text(&st, names->timezone, values->zone);
 	}
-	appendStringInfoString(&b, "}}");
-	return b.data;
+	jb_end_object(&st);
+	return jb_finish(jb_end_object(&st));
 }
 
 /* The sentence for a watermark property that holds no time. */
@@ -135,13 +123,13 @@ unreadable(const char *iceberg_table, const char *name, const char *value, const
 /*
  * Reads a loadTable answer (body) and plans the properties for a final
  * period: ALREADY when every named watermark is at or past its end; SET
- * with *update (a set-properties update as JSON text) and *table_uuid
+ * with *update (a set-properties update) and *table_uuid
  * (NULL for a table without one); REFUSED with *error (a sentence) when
  * the answer is no table metadata or a named watermark holds no time.
  */
 VerdictPropsOutcome
 verdict_properties_plan(const char *body, const char *iceberg_table, const VerdictPropertyNames *names,
-						const VerdictPropertyValues *values, char **table_uuid, char **update, char **error)
+						const VerdictPropertyValues *values, char **table_uuid, Jsonb **update, char **error)
 {
 	Jsonb	   *doc = lake_parse_json(body);
 	JsonbContainer *meta = doc != NULL ? lake_container(lake_field(&doc->root, "metadata")) : NULL;
@@ -150,7 +138,8 @@ verdict_properties_plan(const char *body, const char *iceberg_table, const Verdi
 	WatermarkSeen ms;
 	WatermarkPlan plan;
 
-	*table_uuid = *update = *error = NULL;
+	*table_uuid = *error = NULL;
+	*update = NULL;
 	if (meta == NULL || !JsonContainerIsObject(meta))
 	{
 		*error = psprintf("the catalog's answer for Iceberg table %s has no \"metadata\" object", iceberg_table);
@@ -183,6 +172,6 @@ verdict_properties_plan(const char *body, const char *iceberg_table, const Verdi
 	}
 	if (!plan.set_iso && !plan.set_ms)
 		return VERDICT_PROPS_ALREADY;
-	*update = update_json(names, values, &plan);
+	*update = update_jsonb(names, values, &plan);
 	return VERDICT_PROPS_SET;
 }

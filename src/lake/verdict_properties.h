@@ -42,6 +42,6 @@ extern void verdict_property_names(Jsonb *options, VerdictPropertyNames *names);
 extern VerdictPropsOutcome verdict_properties_plan(const char *body, const char *iceberg_table,
 												   const VerdictPropertyNames *names,
 												   const VerdictPropertyValues *values, char **table_uuid,
-												   char **update, char **error);
+												   Jsonb **update, char **error);
 
 #endif							/* FINALIZE_LAKE_VERDICT_PROPERTIES_H */

@@ -21,10 +21,10 @@
 #include "postgres.h"
 
 #include "foreign/foreign.h"
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
+#include "core/json_build.h"
 #include "lake/catalog.h"
 #include "lake/metadata.h"
 #include "lake/verdict_properties.h"
@@ -101,16 +101,24 @@ failed(const PropertyTarget *t, const LakeAnswer *a, const char *why, PushResult
 
 /* The commit's body: the table's uuid asserted (when it has one), the properties set. */
 static char *
-commit_body(const char *uuid, const char *update)
+commit_body(const char *uuid, Jsonb *update)
 {
-	StringInfoData b;
+	JsonbParseState *st = NULL;
 
-	initStringInfo(&b);
-	appendStringInfoString(&b, "{\"requirements\": [");
+	jb_begin_object(&st, NULL);
+	jb_begin_array(&st, "requirements");
 	if (uuid != NULL)
-		appendStringInfo(&b, "{\"type\": \"assert-table-uuid\", \"uuid\": \"%s\"}", uuid);
-	appendStringInfo(&b, "], \"updates\": [%s]}", update);
-	return b.data;
+	{
+		jb_begin_object(&st, NULL);
+		jb_text(&st, "type", "assert-table-uuid");
+		jb_text(&st, "uuid", uuid);
+		jb_end_object(&st);
+	}
+	jb_end_array(&st);
+	jb_begin_array(&st, "updates");
+	jb_jsonb(&st, NULL, update);
+	jb_end_array(&st);
+	return jb_finish_text(jb_end_object(&st));
 }
 
 /*
@@ -126,7 +134,7 @@ property_send(void *target, const PushEvent *ev, HttpClient *client, PushResult 
 	VerdictPropertyValues values = {ev->period_end, ev->event_id, ev->period_zone};
 	LakeAnswer	a;
 	char	   *uuid;
-	char	   *update;
+	Jsonb	   *update;
 	char	   *error;
 
 	memset(out, 0, sizeof(*out));
