@@ -96,3 +96,57 @@ END
 $$;
 COMMENT ON FUNCTION finalize_internal.publication_options_iceberg_property(jsonb, bigint) IS
     'Check and complete the options of an iceberg_property publication';
+
+-- What a release of a partition of table_id (its periods ending by
+-- period_end) through catalog and iceberg_table may set in its publish
+-- commit: the properties of the table's iceberg_property publication of
+-- that Iceberg table, at its newest pending final event that ends by
+-- period_end and is final now. Only while nothing of that publication can
+-- be in flight: its oldest pending event is locked here until the
+-- release's transaction ends (the delivery worker's claim skips it) and
+-- was never attempted (an attempt without an answer may still reach the
+-- table, with older values). Nothing when any of this
+-- does not hold: the outbox then sets the properties, as always. The
+-- events the release covers find them there (outcome already).
+CREATE OR REPLACE FUNCTION finalize_internal.iceberg_property_for_release(table_id bigint, catalog text,
+                                                                          iceberg_table text, period_end timestamptz)
+RETURNS TABLE (publication text, options jsonb, event_id text, event_end timestamptz, period_zone text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    p record;
+    head_seq bigint;
+    head @extschema@.publication_event;
+    e @extschema@.publication_event;
+BEGIN
+    SELECT x.publication_id, x.name, x.options, t.table_name, t.period_zone INTO p
+      FROM @extschema@.publication x
+      JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
+     WHERE x.table_id = iceberg_property_for_release.table_id AND x.target_kind = 'iceberg_property'
+       AND x.server_name = catalog AND x.options ->> 'iceberg_table' = iceberg_table
+     ORDER BY x.publication_id
+     LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT x.event_seq INTO head_seq FROM @extschema@.publication_event x
+     WHERE x.publication_id = p.publication_id AND x.state = 'pending'
+     ORDER BY x.event_seq LIMIT 1;
+    -- The head itself, or nothing: SKIP LOCKED in the query above would pass to the next event.
+    SELECT x.* INTO head FROM @extschema@.publication_event x
+     WHERE x.event_seq = head_seq AND x.state = 'pending' FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND OR head.claimed_at IS NOT NULL OR head.attempts > 0 THEN
+        RETURN;
+    END IF;
+    SELECT x.* INTO e FROM @extschema@.publication_event x
+     WHERE x.publication_id = p.publication_id AND x.state = 'pending' AND x.kind = 'final'
+       AND x.event_seq >= head_seq AND x.period_end <= iceberg_property_for_release.period_end
+     ORDER BY x.event_seq DESC LIMIT 1;
+    IF NOT FOUND OR NOT e.period_end <= @extschema@.finalized_until(p.table_name) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT p.name::text, p.options, e.event_id::text, e.period_end, p.period_zone;
+END
+$$;
