@@ -24,5 +24,4 @@ pending_send(void *target pg_attribute_unused(), const PushEvent *ev pg_attribut
 }
 
 const PushTargetKind push_airflow_kind = {"airflow", pending_load, pending_send};
-const PushTargetKind push_dagster_kind = {"dagster", pending_load, pending_send};
 const PushTargetKind push_success_marker_kind = {"success_marker", pending_load, pending_send};

@@ -21,3 +21,11 @@ COMMENT ON FOREIGN DATA WRAPPER finalize_webhook IS
 
 -- Admins create servers and user mappings of finalize's wrappers.
 GRANT USAGE ON FOREIGN DATA WRAPPER finalize_mssql, finalize_iceberg, finalize_s3, finalize_webhook TO finalize_admin;
+
+-- >>> finalize_dagster (issue 44, the dagster publication target) >>>
+CREATE FOREIGN DATA WRAPPER finalize_dagster
+    VALIDATOR finalize_internal.dagster_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_dagster IS
+    'Dagster webservers that publications report partitions'' materializations to (finalize.add_publication)';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_dagster TO finalize_admin;
+-- <<< finalize_dagster <<<

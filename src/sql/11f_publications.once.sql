@@ -66,6 +66,8 @@ COMMENT ON TABLE @extschema@.publication_event IS
     'The outbox of publications: written by the transaction that made the period final, sent after it';
 CREATE INDEX publication_event_pending_idx ON @extschema@.publication_event (publication_id, event_seq)
     WHERE state = 'pending';
+CREATE INDEX publication_event_due_idx ON @extschema@.publication_event (next_attempt, event_seq)
+    WHERE state = 'pending';
 CREATE INDEX publication_event_delivered_idx ON @extschema@.publication_event (delivered_at)
     WHERE state = 'delivered';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.publication_event', '');

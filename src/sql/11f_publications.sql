@@ -27,6 +27,14 @@ DECLARE
     refused text;
 BEGIN
     IF target IS NULL THEN
+        -- The delivery worker writes the markers on the database server's
+        -- file system: only for roles that may write files there.
+        IF NOT pg_catalog.pg_has_role(caller, 'pg_write_server_files', 'USAGE') THEN
+            RAISE EXCEPTION 'permission denied to publish _SUCCESS markers on the database server''s file system'
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = format('A publication without a server writes file:// markers as the server''s operating-system user; role %s is not a member of pg_write_server_files.', caller),
+                      HINT = 'Publish through a finalize_s3 server, or have a superuser grant pg_write_server_files.';
+        END IF;
         kind := 'success_marker';
         RETURN;
     END IF;
@@ -387,26 +395,64 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.retry_publication(text, text) IS
     'Send the pending events of a publication now, without waiting for their backoff; returns how many are pending';
 
--- The head of each publication's queue the delivery worker may send, and
--- from when: its oldest pending event (one at a time per publication: in
--- order), not in flight, due at its next_attempt or when its target's
--- breaker (shared with alert webhooks, by server name) lets a probe through.
+-- Why the role that declared a publication may no longer have it
+-- delivered (NULL: it may), checked before every attempt with the rules
+-- add_publication applied: the role exists, may use the server and the
+-- user mapping the worker reads (_server_use_refused), or, for file://
+-- markers, may write files on the database server.
+CREATE OR REPLACE FUNCTION finalize_internal.publication_refused(who name, server_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    role oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = who);
+    srv oid;
+BEGIN
+    IF role IS NULL THEN
+        RETURN format('role %s, which declared the publication, no longer exists: drop the publication and declare it again', who);
+    ELSIF server_name IS NULL THEN
+        RETURN CASE WHEN NOT pg_catalog.pg_has_role(role, 'pg_write_server_files', 'USAGE')
+                    THEN format('role %s, which declared the publication, may no longer write files on the database server (pg_write_server_files)', who) END;
+    END IF;
+    srv := (SELECT s.oid FROM pg_catalog.pg_foreign_server s WHERE s.srvname = server_name);
+    IF srv IS NULL THEN
+        RETURN format('server "%s" was dropped or renamed: create it again, or drop the publication', server_name);
+    END IF;
+    RETURN CASE finalize_internal.server_use_refused(role, srv)
+        WHEN 'usage' THEN format('role %s, which declared the publication, no longer has USAGE on server "%s"', who, server_name)
+        WHEN 'owner_mapping' THEN format('role %s, which declared the publication, may not use the user mapping of server "%s"''s owner', who, server_name)
+    END;
+END
+$$;
+
+-- The events the delivery worker may send, and from when: the head of
+-- each publication's queue (its oldest pending event: one at a time per
+-- publication, in order), not in flight, due at its next_attempt or when
+-- its target's breaker (shared with alert webhooks, by server name) lets
+-- a probe through. Read in next_attempt order (publication_event_due_idx),
+-- so that a claim stops at the first one due.
 CREATE OR REPLACE FUNCTION finalize_internal.claimable_publication_events()
 RETURNS TABLE (event_seq bigint, due timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT h.event_seq, greatest(h.next_attempt, coalesce(s.open_until, h.next_attempt))
-      FROM @extschema@.publication p
-     CROSS JOIN LATERAL (SELECT e.event_seq, e.next_attempt, e.claimed_at
-                           FROM @extschema@.publication_event e
-                          WHERE e.publication_id = p.publication_id AND e.state = 'pending'
-                          ORDER BY e.event_seq LIMIT 1) h
+    SELECT e.event_seq, greatest(e.next_attempt, coalesce(s.open_until, e.next_attempt))
+      FROM @extschema@.publication_event e
+      JOIN @extschema@.publication p ON p.publication_id = e.publication_id
       LEFT JOIN @extschema@.alert_target_state s ON s.target_name = p.server_name
-     WHERE h.claimed_at IS NULL;
+     WHERE e.state = 'pending' AND e.claimed_at IS NULL
+       -- a correlated subquery, planned on the pending index whatever the
+       -- statistics say (an anti-join on a new table's guesses read every
+       -- pending event for each)
+       AND e.event_seq = (SELECT min(x.event_seq) FROM @extschema@.publication_event x
+                           WHERE x.publication_id = e.publication_id AND x.state = 'pending')
+     ORDER BY e.next_attempt, e.event_seq;
 END;
 
--- Claims the next due event for the delivery worker and says everything
+-- Claims the next due event (as _claimable_publication_events says, the
+-- first in next_attempt order) for the delivery worker and says everything
 -- its target needs: the publication, the table's period, the rendered
 -- partition key and location, and the body (schema finalize.publication/1).
 -- Counts the attempt before it is made.
@@ -414,7 +460,7 @@ CREATE OR REPLACE FUNCTION finalize_internal.claim_publication_event()
 RETURNS TABLE (event_seq bigint, event_id text, kind text, publication_id bigint, publication text,
                target_kind text, server_name text, table_name text, period_start timestamptz,
                period_end timestamptz, period_zone text, partition_key text, location text, options jsonb,
-               body text, attempts integer)
+               body text, attempts integer, refused text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -426,10 +472,17 @@ BEGIN
         RETURN;
     END IF;
     SELECT e.event_seq INTO seq
-      FROM finalize_internal.claimable_publication_events() c
-      JOIN @extschema@.publication_event e ON e.event_seq = c.event_seq
-     WHERE c.due <= now()
-     ORDER BY c.due, e.event_seq
+      FROM @extschema@.publication_event e
+      JOIN @extschema@.publication p ON p.publication_id = e.publication_id
+      LEFT JOIN @extschema@.alert_target_state s ON s.target_name = p.server_name
+     WHERE e.state = 'pending' AND e.claimed_at IS NULL AND e.next_attempt <= now()
+       AND (s.open_until IS NULL OR s.open_until <= now())
+       -- a correlated subquery, planned on the pending index whatever the
+       -- statistics say (an anti-join on a new table's guesses read every
+       -- pending event for each)
+       AND e.event_seq = (SELECT min(x.event_seq) FROM @extschema@.publication_event x
+                           WHERE x.publication_id = e.publication_id AND x.state = 'pending')
+     ORDER BY e.next_attempt, e.event_seq
      LIMIT 1
        FOR UPDATE OF e SKIP LOCKED;
     IF seq IS NULL THEN
@@ -456,7 +509,7 @@ BEGIN
             || CASE WHEN p.target_kind = 'webhook'
                     THEN jsonb_build_object('partition', k.key, 'path', NULL, 'params', p.options ->> 'params')
                     ELSE '{}' END)::text,
-           e.attempts
+           e.attempts, finalize_internal.publication_refused(p.created_by, p.server_name)
       FROM @extschema@.publication_event e
       JOIN @extschema@.publication p ON p.publication_id = e.publication_id
       JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
@@ -478,12 +531,14 @@ END;
 -- Records the outcome of one attempt. Delivered: the event is done, the
 -- publication and its target are well, its incident resolved. Else the
 -- event waits (never dropped: a later period must not overtake it) with
--- the backoff alert webhooks use, the target's breaker counts the failure,
--- and a publication failing for finalize.alert_after (at once when the
+-- the backoff alert webhooks use, the target's breaker counts the failure
+-- (and opens at once after a slow one: a stalled target costs the worker
+-- one timeout per breaker period, not one per event), and a publication failing for finalize.alert_after (at once when the
 -- target refused the credentials) opens a publication_failing incident.
 CREATE OR REPLACE FUNCTION finalize_internal.publication_result(event_seq bigint, delivered boolean, already boolean,
                                                                 http_status integer, error text,
-                                                                retry_after double precision, auth_failed boolean)
+                                                                retry_after double precision, auth_failed boolean,
+                                                                slow boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -515,7 +570,7 @@ BEGIN
         RETURN 'delivered';
     END IF;
     IF p.server_name IS NOT NULL THEN
-        PERFORM finalize_internal.target_failed(p.server_name, error);
+        PERFORM finalize_internal.target_failed(p.server_name, error, slow);
     END IF;
     UPDATE @extschema@.publication_event x
        SET last_status = http_status, last_error = error, claimed_at = NULL,
