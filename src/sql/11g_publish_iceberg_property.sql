@@ -121,14 +121,15 @@ DECLARE
     head @extschema@.publication_event;
     e @extschema@.publication_event;
 BEGIN
-    SELECT x.publication_id, x.name, x.options, t.table_name, t.period_zone INTO p
+    SELECT x.publication_id, x.name, x.options, x.created_by, x.server_name, t.table_name, t.period_zone INTO p
       FROM @extschema@.publication x
       JOIN @extschema@.tracked_table t ON t.table_id = x.table_id
      WHERE x.table_id = iceberg_property_for_release.table_id AND x.target_kind = 'iceberg_property'
        AND x.server_name = catalog AND x.options ->> 'iceberg_table' = iceberg_table
      ORDER BY x.publication_id
      LIMIT 1;
-    IF NOT FOUND THEN
+    -- As every attempt of the delivery worker: only while its declaring role may still publish.
+    IF NOT FOUND OR finalize_internal.publication_refused(p.created_by, p.server_name) IS NOT NULL THEN
         RETURN;
     END IF;
     SELECT x.event_seq INTO head_seq FROM @extschema@.publication_event x
