@@ -105,9 +105,9 @@ COMMENT ON FUNCTION finalize_internal.publication_options_iceberg_property(jsonb
 -- be in flight: its oldest pending event is locked here until the
 -- release's transaction ends (the delivery worker's claim skips it) and
 -- was never attempted (an attempt without an answer may still reach the
--- table, with older values). Nothing when any of this
--- does not hold: the outbox then sets the properties, as always. The
--- events the release covers find them there (outcome already).
+-- table, with older values). Nothing when any of this does not hold: the
+-- outbox then sets the properties, as always. The events the release
+-- covers find them there (outcome already).
 CREATE OR REPLACE FUNCTION finalize_internal.iceberg_property_for_release(table_id bigint, catalog text,
                                                                           iceberg_table text, period_end timestamptz)
 RETURNS TABLE (publication text, options jsonb, event_id text, event_end timestamptz, period_zone text)
@@ -118,7 +118,6 @@ AS $$
 DECLARE
     p record;
     head_seq bigint;
-    head @extschema@.publication_event;
     e @extschema@.publication_event;
 BEGIN
     SELECT x.publication_id, x.name, x.options, x.created_by, x.server_name, t.table_name, t.period_zone INTO p
@@ -136,9 +135,18 @@ BEGIN
      WHERE x.publication_id = p.publication_id AND x.state = 'pending'
      ORDER BY x.event_seq LIMIT 1;
     -- The head itself, or nothing: SKIP LOCKED in the query above would pass to the next event.
-    SELECT x.* INTO head FROM @extschema@.publication_event x
-     WHERE x.event_seq = head_seq AND x.state = 'pending' FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND OR head.claimed_at IS NOT NULL OR head.attempts > 0 THEN
+    -- The conditions are the lock's own: a claimed head is never locked here, or the worker
+    -- would wait for this transaction to record its outcome.
+    -- A caller in REPEATABLE READ whose snapshot missed a claim gets a serialization failure:
+    -- then nothing is carried, and the release goes on.
+    BEGIN
+        PERFORM FROM @extschema@.publication_event x
+         WHERE x.event_seq = head_seq AND x.state = 'pending' AND x.claimed_at IS NULL AND x.attempts = 0
+           FOR UPDATE SKIP LOCKED;
+    EXCEPTION WHEN serialization_failure THEN
+        RETURN;
+    END;
+    IF NOT FOUND THEN
         RETURN;
     END IF;
     SELECT x.* INTO e FROM @extschema@.publication_event x

@@ -269,6 +269,57 @@ def test_a_refused_token_is_the_catalogs_own_words_and_the_event_waits(pub):
                                                     default=str)
 
 
+def test_a_release_may_carry_the_properties_only_while_no_delivery_can_be_in_flight(pub):
+    """What release_iceberg asks before its publish commit (finalize_internal.iceberg_property_for_release):
+    the newest pending final event that ends by the partition's end and is final, only while the
+    publication's head event is neither claimed, attempted, nor locked by another transaction."""
+    pg = pub.pg
+    pg.sql("ALTER SYSTEM SET finalize.alerts_enabled = off")
+    pg.reload()
+    try:
+        pg.wait_for(lambda: alerts_pid(pg) is None, what="the delivery worker stopped")
+        pub.publish()
+        pub.move(BASE + 2 * HOUR)
+        events = pub.events()
+
+        def ask(end, catalog=pub.server, table=pub.ident):
+            return pg.sql("SELECT event_id, event_end FROM finalize_internal.iceberg_property_for_release("
+                          "finalize_internal.tracked_id(%s), %s, %s, %s)", (pub.tracked, catalog, table, end))
+
+        assert ask(BASE + 2 * HOUR) == [(events[1][6], BASE + 2 * HOUR)]
+        assert ask(BASE + HOUR) == [(events[0][6], BASE + HOUR)]
+        assert ask(BASE + 3 * HOUR) == [(events[1][6], BASE + 2 * HOUR)], "a period past the verdict"
+        assert ask(BASE + HOUR / 2) == [] and ask(BASE + HOUR, table="ns.other") == []
+        assert ask(BASE + HOUR, catalog="another") == []
+        holder = pg.connect(autocommit=False)
+        try:
+            holder.cursor().execute("SELECT FROM finalize.publication_event e WHERE e.event_id = %s FOR UPDATE",
+                                    (events[0][6],))
+            assert ask(BASE + 2 * HOUR) == [], "the head is locked (a claim under way, another release)"
+        finally:
+            holder.rollback()
+            holder.close()
+        pg.sql("UPDATE finalize.publication_event e SET claimed_at = now() WHERE e.event_id = %s", (events[0][6],))
+        asker = pg.connect(autocommit=False)
+        try:
+            with asker.cursor() as cur:
+                cur.execute("SELECT * FROM finalize_internal.iceberg_property_for_release("
+                            "finalize_internal.tracked_id(%s), %s, %s, %s)", (pub.tracked, pub.server, pub.ident,
+                                                                              BASE + 2 * HOUR))
+                assert cur.fetchall() == [], "the head is claimed: its commit may be in flight"
+            # ... and not locked by the asking release: the worker records its outcome without waiting.
+            pg.sql("SELECT FROM finalize.publication_event e WHERE e.event_id = %s FOR UPDATE NOWAIT", (events[0][6],))
+        finally:
+            asker.rollback()
+            asker.close()
+        pg.sql("UPDATE finalize.publication_event e SET claimed_at = NULL, attempts = 1 WHERE e.event_id = %s",
+               (events[0][6],))
+        assert ask(BASE + 2 * HOUR) == [], "an attempt of the head may still reach the table"
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.alerts_enabled")
+        pg.reload()
+
+
 def test_the_pyiceberg_recipe_waits_for_the_final_hour(pg, catalog, writer, proxy, venv_python):
     """docs/publishing.md's recipe, run as printed by pyiceberg: the hour is complete only once the
     publication moved the property past it."""
