@@ -174,6 +174,7 @@ UNIT_SOURCES_test_file_bounds = src/publish/file_bounds.c
 UNIT_SOURCES_test_loss_sweep = src/sensor/loss_sweep.c
 UNIT_SOURCES_test_airflow_rules = src/push/airflow_rules.c
 UNIT_SOURCES_test_dagster_outcome = src/push/dagster_outcome.c
+UNIT_SOURCES_test_watermark = src/lake/watermark.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))

@@ -408,8 +408,7 @@ header_list(const HttpRequest *req, bool *no_memory)
 
 /*
  * Sets what is this request's own on a handle that may have served another:
- * URL, headers, method and body, signing, timeouts, and where the callbacks
- * collect.
+ * URL, headers, method, body, signing, timeouts, connection, collectors.
  */
 static CURLcode
 configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_slist *headers, Collected *c)

@@ -23,5 +23,4 @@ pending_send(void *target pg_attribute_unused(), const PushEvent *ev pg_attribut
 	r->error = pstrdup("not built");
 }
 
-const PushTargetKind push_iceberg_property_kind = {"iceberg_property", pending_load, pending_send};
 const PushTargetKind push_success_marker_kind = {"success_marker", pending_load, pending_send};
