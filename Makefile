@@ -93,7 +93,7 @@ ISOLATION_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8 --outputd
                  $(if $(USE_EXISTING),,--temp-instance=$(REGRESS_TMP)/instance --temp-config=$(srcdir)/test/regress.conf \
                                        --bindir=$(REGRESS_TMP)/bin)
 
-REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines lake event_time alerts alert_delivery record_batch privileges sharded
+REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines lake event_time alerts alert_delivery record_batch privileges sharded publish_airflow publish_dagster
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
 
 # make installcheck runs pg_regress in a temporary instance it starts and
@@ -172,6 +172,9 @@ UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_rea
                                   src/lake/avro_container.c src/lake/avro_codec.c src/lake/avro_bound.c
 UNIT_SOURCES_test_file_bounds = src/publish/file_bounds.c
 UNIT_SOURCES_test_loss_sweep = src/sensor/loss_sweep.c
+UNIT_SOURCES_test_airflow_rules = src/push/airflow_rules.c
+UNIT_SOURCES_test_dagster_outcome = src/push/dagster_outcome.c
+UNIT_SOURCES_test_watermark = src/lake/watermark.c
 UNIT_SOURCES_test_marker_path = src/push/marker_path.c src/gate/inventory_merge.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy

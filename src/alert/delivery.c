@@ -323,12 +323,12 @@ alert_nap_ms(long nap)
 
 /*
  * Claims and sends due alert deliveries, at most DELIVERIES_PER_ROUND;
- * false when there is nothing left to serve (no webhook target and no
- * pending delivery). The caller checks its latch and settings between
- * rounds.
+ * returns how many were sent, or -1 when there is nothing left to serve
+ * (no webhook target and no pending delivery). The caller checks its latch
+ * and settings between rounds, and does not nap after a full one.
  */
-bool
-alert_deliver_round(MemoryContext cxt, HttpClient *client)
+int
+alert_deliver_round(MemoryContext cxt, HttpClient *client, bool (*must_stop) (void))
 {
 	for (int i = 0; i < DELIVERIES_PER_ROUND; i++)
 	{
@@ -338,6 +338,9 @@ alert_deliver_round(MemoryContext cxt, HttpClient *client)
 		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
+		/* Switched off or paused: stop before the next one, not after a round. */
+		if (must_stop())
+			return i;
 		MemoryContextReset(cxt);
 		/* Everything of one delivery lives in cxt (db_commit returns to it). */
 		MemoryContextSwitchTo(cxt);
@@ -349,9 +352,16 @@ alert_deliver_round(MemoryContext cxt, HttpClient *client)
 		}
 		MemoryContextSwitchTo(TopMemoryContext);
 		if (!more)
-			return !gone;
+			return gone ? -1 : i;
 	}
-	return true;
+	return DELIVERIES_PER_ROUND;
+}
+
+/* Whether a round sent as many as it may (more may be due at once). */
+bool
+alert_round_full(int sent)
+{
+	return sent >= DELIVERIES_PER_ROUND;
 }
 
 /*

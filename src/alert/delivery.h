@@ -8,7 +8,8 @@
 
 #include "core/http.h"
 
-extern bool alert_deliver_round(MemoryContext cxt, HttpClient *client);
+extern int	alert_deliver_round(MemoryContext cxt, HttpClient *client, bool (*must_stop) (void));
+extern bool alert_round_full(int sent);
 extern long alert_nap_ms(long nap);
 extern void alert_release_claims(void);
 

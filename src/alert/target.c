@@ -33,17 +33,6 @@ load_secret(AlertTarget *t, List *options, const char *name)
 	return value;
 }
 
-/* The timeout option in milliseconds (the validator checked it). */
-static long
-timeout_ms(const char *text)
-{
-	int64		usecs;
-
-	if (text == NULL || !fdw_option_usecs(text, &usecs) || usecs <= 0)
-		return DEFAULT_TIMEOUT_MS;
-	return (long) Min(Max(usecs / 1000, 1), (int64) 60 * 1000);
-}
-
 /*
  * Remembers every part of a secret URL (from the user mapping) for
  * redaction, not only the whole: a receiver quotes the path it was sent,
@@ -106,7 +95,7 @@ alert_target_load(const char *name, MemoryContext cxt, char **error)
 	t = palloc0(sizeof(AlertTarget));
 	t->name = pstrdup(server->servername);
 	t->format = pstrdup(fdw_option_value(server->options, "format", "json"));
-	t->timeout_ms = timeout_ms(fdw_option_value(server->options, "timeout", NULL));
+	t->timeout_ms = fdw_option_timeout_ms(server->options, DEFAULT_TIMEOUT_MS);
 	t->url = (char *) load_secret(t, um_options, "url");
 	if (t->url != NULL)
 		redact_url_parts(t);

@@ -11,12 +11,8 @@
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_user_mapping.h"
 #include "fmgr.h"
-#include "utils/builtins.h"
-#include "utils/timestamp.h"
 
-#include "core/db.h"
 #include "core/fdw_options.h"
-#include "core/period.h"
 
 PG_FUNCTION_INFO_V1(finalize_webhook_validator);
 
@@ -42,31 +38,6 @@ check_severity(const char *value)
 	return strcmp(value, "info") == 0 || strcmp(value, "warning") == 0 || strcmp(value, "critical") == 0;
 }
 
-/*
- * Accepts a delivery timeout: positive and at most a minute, since one
- * worker delivers to every target in turn and a slow one delays the rest.
- */
-static bool
-check_webhook_timeout(const char *value)
-{
-	Datum		iv;
-	int64		usecs;
-
-	return subxact_input(interval_in, value, &iv) &&
-		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0 && usecs <= 60 * USECS_PER_SEC;
-}
-
-/*
- * Accepts a webhook secret: at least 8 bytes (a shorter one could not be
- * told from ordinary text when it is redacted from a receiver's answer)
- * and no control characters, since it goes into a header or a body.
- */
-static bool
-check_webhook_secret(const char *value)
-{
-	return strlen(value) >= 8 && fdw_check_header_value(value);
-}
-
 /* A URL may be the secret itself (Slack's), so it is never echoed. */
 static const FdwOption webhook_options[] = {
 	{"url", ForeignServerRelationId, true, check_webhook_url,
@@ -75,17 +46,17 @@ static const FdwOption webhook_options[] = {
 	"The format is json (finalize's signed schema), slack, pagerduty_v2 or opsgenie."},
 	{"min_severity", ForeignServerRelationId, false, check_severity,
 	"The minimum severity is info, warning (the default) or critical."},
-	{"timeout", ForeignServerRelationId, false, check_webhook_timeout,
+	{"timeout", ForeignServerRelationId, false, fdw_check_delivery_timeout,
 	"The timeout is a positive interval of at most a minute, such as '10 seconds' (the default): how long one delivery may take."},
 	{"url", UserMappingRelationId, true, check_webhook_url,
 	"The URL is https:// and a host (plain http:// only to localhost, 127.x.x.x or [::1]), without user@ or #fragment."},
-	{"bearer_token", UserMappingRelationId, true, check_webhook_secret,
+	{"bearer_token", UserMappingRelationId, true, fdw_check_secret,
 	"The bearer token has at least 8 characters and no control characters (CR, LF, ...)."},
-	{"routing_key", UserMappingRelationId, true, check_webhook_secret,
+	{"routing_key", UserMappingRelationId, true, fdw_check_secret,
 	"The routing key (PagerDuty's integration key) has at least 8 characters and no control characters."},
-	{"api_key", UserMappingRelationId, true, check_webhook_secret,
+	{"api_key", UserMappingRelationId, true, fdw_check_secret,
 	"The API key (Opsgenie's GenieKey) has at least 8 characters and no control characters."},
-	{"hmac_key", UserMappingRelationId, true, check_webhook_secret,
+	{"hmac_key", UserMappingRelationId, true, fdw_check_secret,
 	"The HMAC key signs json deliveries (X-Finalize-Signature); it has at least 8 characters and no control characters."},
 	{NULL}
 };

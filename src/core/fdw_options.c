@@ -21,8 +21,10 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "core/db.h"
 #include "core/fdw_options.h"
 #include "core/period.h"
+#include "core/redact.h"
 
 /* Accepts a value sent in an HTTP header: no CR, LF or other control bytes. */
 bool
@@ -34,6 +36,35 @@ fdw_check_header_value(const char *value)
 		if (*c < 0x20 || *c == 0x7f)
 			return false;
 	return true;
+}
+
+/*
+ * Accepts a secret of a user mapping sent to a service (a token, a
+ * password, a key): at least REDACT_MIN_SECRET bytes, since a shorter one
+ * could not be told from ordinary text when it is redacted from the
+ * service's answers, and no control characters, since it goes into a
+ * header or a body.
+ */
+bool
+fdw_check_secret(const char *value)
+{
+	return strlen(value) >= REDACT_MIN_SECRET && fdw_check_header_value(value);
+}
+
+/*
+ * Accepts the timeout of one delivery to a service (a webhook, a
+ * publication's target): a positive interval of at most a minute, since
+ * one worker delivers to every target in turn and a slow one delays the
+ * rest.
+ */
+bool
+fdw_check_delivery_timeout(const char *value)
+{
+	Datum		iv;
+	int64		usecs;
+
+	return subxact_input(interval_in, value, &iv) &&
+		interval_usecs(DatumGetIntervalP(iv), &usecs) && usecs > 0 && usecs <= 60 * USECS_PER_SEC;
 }
 
 /*
@@ -211,4 +242,19 @@ fdw_option_usecs(const char *text, int64 *out)
 														  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
 
 	return interval_usecs(iv, out);
+}
+
+/*
+ * A delivery's timeout option in milliseconds (fdw_check_delivery_timeout
+ * checked it when it was set), or dflt_ms when it is absent.
+ */
+long
+fdw_option_timeout_ms(List *options, long dflt_ms)
+{
+	const char *text = fdw_option_value(options, "timeout", NULL);
+	int64		usecs;
+
+	if (text == NULL || !fdw_option_usecs(text, &usecs) || usecs <= 0)
+		return dflt_ms;
+	return (long) Min(Max(usecs / 1000, 1), (int64) 60 * 1000);
 }

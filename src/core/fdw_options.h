@@ -25,7 +25,10 @@ typedef struct FdwOption
 extern void fdw_validate_options(const char *wrapper, const FdwOption *options, List *opts, Oid context);
 extern bool fdw_check_header_value(const char *value);
 extern bool fdw_check_service_url(const char *value);
+extern bool fdw_check_secret(const char *value);
+extern bool fdw_check_delivery_timeout(const char *value);
 extern const char *fdw_option_value(List *options, const char *name, const char *dflt);
 extern bool fdw_option_usecs(const char *text, int64 *out);
+extern long fdw_option_timeout_ms(List *options, long dflt_ms);
 
 #endif							/* FINALIZE_FDW_OPTIONS_H */

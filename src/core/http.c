@@ -204,10 +204,8 @@ keep_header(const char *line, size_t n, const char *name, char *buf)
 }
 
 /*
- * Keeps the Retry-After of the last response (a 429 or 503 says when to
- * come back). A status line starts a response, and forgets what an earlier
- * one (a 100 Continue) said. A value too long or with control bytes is no
- * value.
+ * Keeps the Retry-After (a 429 or 503 says when to come back) and ETag of
+ * the last response; a value too long or with control bytes is no value.
  */
 static size_t
 on_header(char *line, size_t size, size_t nitems, void *userdata)
@@ -247,8 +245,7 @@ response_clear(HttpResponse *resp)
 
 /*
  * Ends a request that got no answer, in words the caller can show; the body
- * is "" as promised. Called only once nothing malloc'd is left, since
- * palloc may raise.
+ * is "" as promised. Called once nothing malloc'd is left (palloc raises).
  */
 static bool
 fail(HttpResponse *resp, HttpFailure failure, const char *message)
@@ -411,8 +408,7 @@ header_list(const HttpRequest *req, bool *no_memory)
 
 /*
  * Sets what is this request's own on a handle that may have served another:
- * URL, headers, method and body, signing, timeouts, and where the callbacks
- * collect.
+ * URL, headers, method, body, signing, timeouts, connection, collectors.
  */
 static CURLcode
 configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_slist *headers, Collected *c)
@@ -442,17 +438,23 @@ configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_sli
 
 	/*
 	 * A POST (or PUT) sends the caller's body as it is (not copied: it stays
-	 * valid during the call); a GET forgets an earlier request's body.
+	 * valid during the call); a GET forgets an earlier request's body. A POST
+	 * takes a new connection: on a reused one that closes before answering,
+	 * libcurl sends it again by itself, though the server may have acted on
+	 * it and lost only the answer (an Airflow asset event twice); whether
+	 * to send it again is the caller's decision.
 	 */
 	if (post)
 	{
 		if ((rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len)) != CURLE_OK ||
-			(rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req->body ? req->body : "")) != CURLE_OK)
+			(rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req->body ? req->body : "")) != CURLE_OK ||
+			(rc = curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, 1L)) != CURLE_OK)
 			return rc;
 	}
 	else if ((rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) -1)) != CURLE_OK ||
 			 (rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, (char *) NULL)) != CURLE_OK ||
-			 (rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L)) != CURLE_OK)
+			 (rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L)) != CURLE_OK ||
+			 (rc = curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, 0L)) != CURLE_OK)
 		return rc;
 	/* A PUT sends the POST's body under its own name; any other forgets the name. */
 	return curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, strcmp(req->method, "PUT") == 0 ? "PUT" : (char *) NULL);

@@ -61,7 +61,8 @@ static const GrantedObject granted_functions[] = {
 	{"alter_consumer", ADMIN}, {"drop_consumer", ADMIN}, {"track_derived", ADMIN},
 	{"acknowledge_loss", ADMIN}, {"track_sharded", ADMIN}, {"add_shard", ADMIN},
 	{"drop_shard", ADMIN}, {"set_projection", ADMIN}, {"release_report", ADMIN},
-	{"acknowledge_alert", ADMIN},
+	{"acknowledge_alert", ADMIN}, {"add_publication", ADMIN}, {"drop_publication", ADMIN},
+	{"retry_publication", ADMIN},
 };
 
 /* The tables and views roles may read. */
@@ -75,13 +76,15 @@ static const GrantedObject granted_relations[] = {
 	{"lake_consumer", ADMIN}, {"shard_consumer", ADMIN}, {"partition_registration", ADMIN},
 	{"projection", ADMIN}, {"release", ADMIN}, {"published", ADMIN}, {"event_fact", ADMIN},
 	{"lateness_hour", ADMIN}, {"late_period", ADMIN}, {"alert", ADMIN}, {"alert_delivery", ADMIN},
-	{"alert_target_state", ADMIN},
+	{"alert_target_state", ADMIN}, {"publications", ADMIN}, {"publication", ADMIN},
+	{"publication_event", ADMIN},
 };
 
 /* The foreign-data wrappers whose servers admins create. */
 static const GrantedObject granted_wrappers[] = {
 	{"finalize_mssql", ADMIN}, {"finalize_s3", ADMIN}, {"finalize_iceberg", ADMIN},
 	{"finalize_webhook", ADMIN},
+	{"finalize_dagster", ADMIN},
 };
 
 static emit_log_hook_type prev_emit_log_hook = NULL;

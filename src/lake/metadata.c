@@ -233,6 +233,13 @@ read_ref(JsonbContainer *meta, const char *ref, LakeMetadata *md, char **error)
 	return true;
 }
 
+/* Whether a table-uuid is a UUID's text (36 hex digits and dashes). */
+bool
+lake_uuid_ok(const char *uuid)
+{
+	return strlen(uuid) == 36 && strspn(uuid, "0123456789abcdefABCDEF-") == 36;
+}
+
 /*
  * Reads a loadTable answer ({"metadata": {...}}) into md, in the current
  * memory context: where ref points, every snapshot with the LSN property's
@@ -261,8 +268,7 @@ lake_parse_metadata(const char *body, const char *ref, const char *lsn_property,
 		return false;
 	}
 	md->table_uuid = lake_string_value(lake_field(meta, "table-uuid"));
-	if (md->table_uuid != NULL &&
-		(strlen(md->table_uuid) != 36 || strspn(md->table_uuid, "0123456789abcdefABCDEF-") != 36))
+	if (md->table_uuid != NULL && !lake_uuid_ok(md->table_uuid))
 	{
 		*error = pstrdup("\"table-uuid\" is not a UUID");
 		return false;

@@ -277,7 +277,8 @@ json_string(StringInfo buf, const char *s)
 
 /*
  * The commit's body: the table's identifier, its uuid and the target's
- * head as requirements, the target set to the audited snapshot.
+ * head as requirements, the target set to the audited snapshot (and the
+ * verdict's properties moved, when the release carries them).
  */
 static char *
 commit_body(const ReleaseRequest *r, const IcebergTable *t)
@@ -314,8 +315,11 @@ commit_body(const ReleaseRequest *r, const IcebergTable *t)
 		appendStringInfoString(&b, ", \"snapshot-id\": null}");
 	appendStringInfoString(&b, "], \"updates\": [{\"action\": \"set-snapshot-ref\", \"ref-name\": ");
 	json_string(&b, t->target_name);
-	appendStringInfo(&b, ", \"type\": \"%s\", \"snapshot-id\": %lld}]}", r->to_tag ? "tag" : "branch",
+	appendStringInfo(&b, ", \"type\": \"%s\", \"snapshot-id\": %lld}", r->to_tag ? "tag" : "branch",
 					 (long long) t->audited->id);
+	if (t->property_update != NULL)
+		appendStringInfo(&b, ", %s", t->property_update);
+	appendStringInfoString(&b, "]}");
 	return b.data;
 }
 

@@ -23,6 +23,8 @@ typedef struct IcebergTable
 	const LakeSnapshot *audited;
 	const IcebergRef *target;	/* the target ref, NULL when it does not exist */
 	char	   *target_name;
+	char	   *property_update;	/* a set-properties update the publish
+									 * carries (release_properties.c), or NULL */
 } IcebergTable;
 
 /* How a publish ended (a failure without an answer is an error). */

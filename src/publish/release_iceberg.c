@@ -211,6 +211,13 @@ catalog_json(const IcebergRun *run)
 		jb_text(&st, "time_column", run->time_column);
 	if (run->found.n == 0)
 		jb_text(&st, "outcome", outcomes[run->outcome]);
+	if (run->published && run->property_publication != NULL)
+	{
+		jb_begin_object(&st, "properties");
+		jb_text(&st, "publication", run->property_publication);
+		jb_text(&st, "event_id", run->property_event_id);
+		jb_end_object(&st);
+	}
 	return jb_finish_text(jb_end_object(&st));
 }
 
@@ -275,7 +282,10 @@ check_step(void *arg)
 					&attempt.facts_json, &attempt.period);
 	check_iceberg_facts(run, &attempt.period);
 	if (run->found.n == 0)
+	{
+		release_properties_plan(run, caller_cxt);
 		publish_step(run, caller_cxt);
+	}
 	else if (run->target_at_audited)
 		problem_add(&run->found, "already_published", NULL,
 					psprintf("%s \"%s\" already points at snapshot %lld (published before, perhaps by a call whose "

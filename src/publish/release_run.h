@@ -57,11 +57,18 @@ typedef struct IcebergRun
 	const char *requested_by;
 	Jsonb	   *problems;
 	bool		released;
+	/* The publication whose properties the publish carries, or NULL. */
+	const char *property_publication;
+	const char *property_event_id;
+	TimestampTz property_until;
 } IcebergRun;
 
 /* in snapshot_audit.c */
 extern void audit_files(IcebergRun *run);
 extern void check_iceberg_facts(IcebergRun *run, const GatePeriod *p);
 extern Jsonb *lake_holders_json(const IcebergRun *run);
+
+/* in release_properties.c */
+extern void release_properties_plan(IcebergRun *run, MemoryContext cxt);
 
 #endif							/* FINALIZE_PUBLISH_RELEASE_RUN_H */

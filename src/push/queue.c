@@ -33,6 +33,8 @@
 #define EVENTS_PER_ROUND 50
 /* The shortest nap: a queue that has nothing claimable never spins. */
 #define MIN_NAP_MS 100
+/* A failed attempt that took this long opens its target's breaker at once. */
+#define SLOW_FAILURE_MS 2000
 /* An error text kept, at most. */
 #define ERROR_EXCERPT 500
 
@@ -74,10 +76,11 @@ col(int n, bool *isnull)
 
 /*
  * Claims the next due event into cxt; false when none is due, *gone set
- * when no publication exists (or the catalog has no outbox).
+ * when no publication exists (or the catalog has no outbox). *refused says
+ * why the role that declared its publication may no longer have it sent.
  */
 static bool
-claim(MemoryContext cxt, PushEvent *ev, bool *gone)
+claim(MemoryContext cxt, PushEvent *ev, char **refused, bool *gone)
 {
 	bool		isnull;
 	MemoryContext old;
@@ -117,6 +120,7 @@ claim(MemoryContext cxt, PushEvent *ev, bool *gone)
 	ev->options = DatumGetJsonbPCopy(col(14, &isnull));
 	ev->body = col_text(15);
 	ev->attempts = DatumGetInt32(col(16, &isnull));
+	*refused = col_text(17);
 	MemoryContextSwitchTo(old);
 	/* The claim (its counted attempt) commits before anything can fail. */
 	db_commit();
@@ -168,16 +172,33 @@ excerpt(const char *s)
 	return out;
 }
 
-/* One attempt at a claimed event; no transaction is open while it is sent. */
+/*
+ * One attempt at a claimed event; no transaction is open while it is sent.
+ * *slow says that it held the worker for SLOW_FAILURE_MS or more, *reached
+ * that it went to the target (a failure before, such as a refused role or
+ * a server that cannot be read, is the publication's, not the target's:
+ * it must not open the breaker that alert webhooks to that server share).
+ */
 static void
-attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, PushResult *r)
+attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *refused, PushResult *r, bool *slow,
+		bool *reached)
 {
 	const PushTargetKind *kind = kind_of(ev->target_kind);
 	char	   *error = NULL;
 	void	   *target;
+	TimestampTz started;
 
 	memset(r, 0, sizeof(*r));
 	r->retry_after = -1;
+	*slow = false;
+	*reached = false;
+	/* Checked at every attempt, as add_publication checked it. */
+	if (refused != NULL)
+	{
+		r->error = pstrdup(refused);
+		r->auth_failed = true;
+		return;
+	}
 	if (kind == NULL)
 	{
 		r->error = psprintf("publication \"%s\" has a target kind this library does not know: \"%s\"",
@@ -197,7 +218,10 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, PushResult *
 	}
 	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: publishing %s of \"%s\" (%s)", ev->kind,
 												   ev->table_name, ev->publication));
+	started = GetCurrentTimestamp();
+	*reached = true;
 	kind->send(target, ev, client, r);
+	*slow = TimestampDifferenceExceeds(started, GetCurrentTimestamp(), SLOW_FAILURE_MS);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* A cancel or a termination is served now, after the target returned. */
 	CHECK_FOR_INTERRUPTS();
@@ -207,11 +231,11 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, PushResult *
 
 /* Records an attempt's outcome in a short transaction. */
 static void
-record(const PushEvent *ev, const PushResult *r)
+record(const PushEvent *ev, const PushResult *r, bool slow, bool reached)
 {
-	Oid			types[7] = {INT8OID, BOOLOID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[9] = {INT8OID, BOOLOID, BOOLOID, INT4OID, TEXTOID, FLOAT8OID, BOOLOID, BOOLOID, BOOLOID};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(ev->event_seq);
 	values[1] = BoolGetDatum(r->delivered);
@@ -227,41 +251,57 @@ record(const PushEvent *ev, const PushResult *r)
 	if (r->retry_after < 0)
 		nulls[5] = 'n';
 	values[6] = BoolGetDatum(r->auth_failed);
+	values[7] = BoolGetDatum(slow && !r->delivered);
+	values[8] = BoolGetDatum(reached);
 	db_begin("finalize: recording a publication event");
-	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".publication_result($1, $2, $3, $4, $5, $6, $7)",
-							  7, types, values, nulls, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".publication_result($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+							  9, types, values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not record a publication event");
 	db_commit();
 }
 
 /*
  * Claims and sends due publication events, at most EVENTS_PER_ROUND;
- * false when there is nothing left to serve (no publication exists).
+ * returns how many were sent, or -1 when there is nothing left to serve
+ * (no publication exists).
  */
-bool
-publication_deliver_round(MemoryContext cxt, HttpClient *client)
+int
+publication_deliver_round(MemoryContext cxt, HttpClient *client, bool (*must_stop) (void))
 {
 	for (int i = 0; i < EVENTS_PER_ROUND; i++)
 	{
 		PushEvent	ev;
 		PushResult	r;
+		char	   *refused = NULL;
 		bool		gone = false;
+		bool		slow;
+		bool		reached;
 		bool		more;
 
 		CHECK_FOR_INTERRUPTS();
+		/* Switched off or paused: stop before the next one, not after a round. */
+		if (must_stop())
+			return i;
 		MemoryContextReset(cxt);
 		MemoryContextSwitchTo(cxt);
-		more = claim(cxt, &ev, &gone);
+		more = claim(cxt, &ev, &refused, &gone);
 		if (more)
 		{
-			attempt(cxt, client, &ev, &r);
-			record(&ev, &r);
+			attempt(cxt, client, &ev, refused, &r, &slow, &reached);
+			record(&ev, &r, slow, reached);
 		}
 		MemoryContextSwitchTo(TopMemoryContext);
 		if (!more)
-			return !gone;
+			return gone ? -1 : i;
 	}
-	return true;
+	return EVENTS_PER_ROUND;
+}
+
+/* Whether a round sent as many as it may (more may be due at once). */
+bool
+publication_round_full(int sent)
+{
+	return sent >= EVENTS_PER_ROUND;
 }
 
 /*

@@ -7,7 +7,8 @@
 
 #include "core/http.h"
 
-extern bool publication_deliver_round(MemoryContext cxt, HttpClient *client);
+extern int	publication_deliver_round(MemoryContext cxt, HttpClient *client, bool (*must_stop) (void));
+extern bool publication_round_full(int sent);
 extern long publication_nap_ms(long nap);
 extern void publication_release_claims(void);
 

@@ -80,6 +80,14 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 	connect_worker_to_database(dboid);
 	if (!slot_claim(SLOT_ALERTS, dboid, InvalidOid))
 		proc_exit(0);
+	/*
+	 * Its own commits (a claim, an outcome) need not wait for the WAL flush:
+	 * a crash that loses one re-sends an event or a delivery under the same
+	 * id, which at-least-once delivery allows. What must be durable, the
+	 * event itself, is written by the transaction that made its period
+	 * final, with the server's own setting.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	cxt = AllocSetContextCreate(TopMemoryContext, "finalize deliveries", ALLOCSET_DEFAULT_SIZES);
 	/* A client that cannot start fails each attempt, which says so. */
 	client = http_client_create(TopMemoryContext, &failure);
@@ -96,24 +104,24 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 
 	for (;;)
 	{
-		bool		alerts;
-		bool		publications;
-		long		nap;
+		int			alerts;
+		int			publications;
 
 		CHECK_FOR_INTERRUPTS();
 		ResetLatch(MyLatch);
 		if (must_stop())
 			proc_exit(0);
-		alerts = alert_deliver_round(cxt, client);
+		alerts = alert_deliver_round(cxt, client, must_stop);
 		/* Switched off or paused meanwhile: stop before the next queue. */
 		if (must_stop())
 			proc_exit(0);
-		publications = publication_deliver_round(cxt, client);
-		if (!alerts && !publications)
+		publications = publication_deliver_round(cxt, client, must_stop);
+		if (alerts < 0 && publications < 0)
 			proc_exit(0);
-		nap = nap_ms(cxt);
-		if (nap > 0)
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, nap,
-							 finalize_wait_event(FINALIZE_WAIT_ALERTS_MAIN));
+		/* A full round: more may be due now, so no nap (the latch is checked above). */
+		if (alert_round_full(alerts) || publication_round_full(publications))
+			continue;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, nap_ms(cxt),
+						 finalize_wait_event(FINALIZE_WAIT_ALERTS_MAIN));
 	}
 }

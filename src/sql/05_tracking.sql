@@ -373,6 +373,9 @@ BEGIN
             OR a.table_id IN (SELECT s.table_id FROM @extschema@.tracked_table s
                                WHERE s.shard_of = id AND s.untracked_at IS NULL))
        AND a.state <> 'resolved';
+    -- Its publications end with it (docs/publishing.md).
+    PERFORM finalize_internal.drop_table_publications(
+        ARRAY(SELECT t.table_id FROM @extschema@.tracked_table t WHERE t.table_id = id OR t.shard_of = id));
     IF keep_facts THEN
         UPDATE @extschema@.tracked_table t SET untracked_at = now()
          WHERE t.table_id = id OR (t.shard_of = id AND t.untracked_at IS NULL);

@@ -302,6 +302,7 @@ BEGIN
     -- Nothing is watched for an untracked table: its incidents end here.
     UPDATE @extschema@.alert a SET state = 'resolved', resolved_at = now()
      WHERE a.table_id = part.table_id AND a.state <> 'resolved';
+    PERFORM finalize_internal.drop_table_publications(ARRAY[part.table_id]);
     IF keep_facts THEN
         UPDATE @extschema@.tracked_table t SET untracked_at = now() WHERE t.table_id = part.table_id;
     ELSE

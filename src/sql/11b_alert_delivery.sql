@@ -397,9 +397,11 @@ BEGIN ATOMIC
 END;
 
 -- A failed attempt at a target: after five in a row its breaker opens for
--- 30 s, doubling to 10 minutes while probes fail. Returns the failures in
--- a row.
-CREATE OR REPLACE FUNCTION finalize_internal.target_failed(target_name text, error text)
+-- 30 s, doubling to 10 minutes while probes fail; at once after a slow
+-- failure (one that held the delivery worker for seconds: a target that
+-- stalls must not take the worker's time from the other targets). Returns
+-- the failures in a row.
+CREATE OR REPLACE FUNCTION finalize_internal.target_failed(target_name text, error text, slow boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -413,9 +415,9 @@ BEGIN
     ON CONFLICT ON CONSTRAINT alert_target_state_pkey DO UPDATE
        SET consecutive_failures = s.consecutive_failures + 1, last_failure = now(), last_error = EXCLUDED.last_error
     RETURNING s.consecutive_failures INTO failures;
-    IF failures >= 5 THEN
+    IF failures >= 5 OR slow THEN
         UPDATE @extschema@.alert_target_state s
-           SET open_until = now() + make_interval(secs => least(600, 30 * power(2, least(failures - 5, 10))))
+           SET open_until = now() + make_interval(secs => least(600, 30 * power(2, least(greatest(failures - 5, 0), 10))))
          WHERE s.target_name = target_failed.target_name;
     END IF;
     RETURN failures;

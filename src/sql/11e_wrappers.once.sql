@@ -1,5 +1,6 @@
 -- The foreign-data wrappers whose servers and user mappings hold what
--- finalize reaches: SQL Server, Iceberg catalogs, object stores, webhooks.
+-- finalize reaches: SQL Server, Iceberg catalogs, object stores, webhooks,
+-- Airflow API servers.
 -- Made once their validators exist (the rerunnable parts before this).
 
 CREATE FOREIGN DATA WRAPPER finalize_mssql
@@ -21,3 +22,18 @@ COMMENT ON FOREIGN DATA WRAPPER finalize_webhook IS
 
 -- Admins create servers and user mappings of finalize's wrappers.
 GRANT USAGE ON FOREIGN DATA WRAPPER finalize_mssql, finalize_iceberg, finalize_s3, finalize_webhook TO finalize_admin;
+
+-- >>> finalize_dagster (issue 44, the dagster publication target) >>>
+CREATE FOREIGN DATA WRAPPER finalize_dagster
+    VALIDATOR finalize_internal.dagster_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_dagster IS
+    'Dagster webservers that publications report partitions'' materializations to (finalize.add_publication)';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_dagster TO finalize_admin;
+-- <<< finalize_dagster <<<
+
+-- Airflow API servers that publications post asset events to (0.4.0).
+CREATE FOREIGN DATA WRAPPER finalize_airflow
+    VALIDATOR finalize_internal.airflow_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_airflow IS
+    'Airflow API servers that publications post asset events to (finalize.add_publication(..., target => ...))';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_airflow TO finalize_admin;

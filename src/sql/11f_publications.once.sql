@@ -22,6 +22,11 @@ CREATE TABLE @extschema@.publication (
     failing_since   timestamptz,
     last_error      text,
     last_delivered_at timestamptz,
+    -- the end of the last final period delivered
+    delivered_until timestamptz,
+    -- when the head of its queue may be claimed; NULL: nothing pending,
+    -- or the head is in flight
+    head_due        timestamptz,
     UNIQUE (table_id, name),
     CHECK (enqueued_until >= started_from)
 );
@@ -30,6 +35,8 @@ COMMENT ON TABLE @extschema@.publication IS
 COMMENT ON COLUMN @extschema@.publication.enqueued_until IS
     'The end of the last period recorded in the outbox for this publication: its cursor, never moved back';
 CREATE INDEX publication_table_idx ON @extschema@.publication (table_id);
+-- The delivery worker claims the publication whose head is due first.
+CREATE INDEX publication_head_due_idx ON @extschema@.publication (head_due) WHERE head_due IS NOT NULL;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.publication', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.publication_publication_id_seq', '');
 
@@ -44,6 +51,9 @@ CREATE TABLE @extschema@.publication_event (
                     CONSTRAINT publication_event_kind_check CHECK (kind IN ('final', 'late_data')),
     period_start    timestamptz NOT NULL,
     period_end      timestamptz NOT NULL,
+    -- rendered when recorded: a retry sends the same key and location
+    partition_key   text NOT NULL,
+    location        text,
     -- the verdict it was recorded under (finalized_until() then)
     finalized_until timestamptz NOT NULL,
     detail          jsonb,

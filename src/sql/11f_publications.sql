@@ -27,6 +27,14 @@ DECLARE
     refused text;
 BEGIN
     IF target IS NULL THEN
+        -- The delivery worker writes the markers on the database server's
+        -- file system: only for roles that may write files there.
+        IF NOT pg_catalog.pg_has_role(caller, 'pg_write_server_files', 'USAGE') THEN
+            RAISE EXCEPTION 'permission denied to publish _SUCCESS markers on the database server''s file system'
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = format('A publication without a server writes file:// markers as the server''s operating-system user; role %s is not a member of pg_write_server_files.', caller),
+                      HINT = 'Publish through a finalize_s3 server, or have a superuser grant pg_write_server_files.';
+        END IF;
         kind := 'success_marker';
         RETURN;
     END IF;
@@ -92,6 +100,39 @@ BEGIN
 END
 $$;
 
+-- A partition key template must name each period of its table apart: one
+-- coarser than the periods ({date} on an hourly table, {hour} alone) would
+-- announce a partition of which only a part is final. Rendered over the
+-- 48 periods from the start of the current one (a day of hours, and DST
+-- days of the zone when the table has days).
+CREATE OR REPLACE FUNCTION finalize_internal.check_partition_key(template text, granularity interval, zone text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clash record;
+BEGIN
+    SELECT a.period_start AS first, b.period_start AS second, finalize_internal.render_partition_key(template, a.period_start, zone) AS key
+      INTO clash
+      FROM finalize_internal.periods(@extschema@.period_start(now(), granularity, zone), now() + granularity * 48,
+                                     granularity, zone) a
+      JOIN finalize_internal.periods(@extschema@.period_start(now(), granularity, zone), now() + granularity * 48,
+                                     granularity, zone) b
+        ON b.period_start > a.period_start
+       AND finalize_internal.render_partition_key(template, a.period_start, zone)
+           = finalize_internal.render_partition_key(template, b.period_start, zone)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'partition_key "%" gives periods % and % the same key "%"', template,
+                        finalize_internal.utc_iso(clash.first), finalize_internal.utc_iso(clash.second), clash.key
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Each event names one period of the table as final; a key shared by several periods would name a partition of which only a part is final.',
+                  HINT = 'Use a template that names each period, such as "{start}" or "{date}T{hour}"; to publish days of an hourly table, publish a daily table (finalize.track_derived with granularity ''1 day'').';
+    END IF;
+END
+$$;
+
 -- A publication's options, checked and completed for its kind: the
 -- options common to every kind (partition_key), then the kind's own
 -- (finalize_internal.publication_options_<kind>, src/sql/11g_publish_*.sql).
@@ -106,6 +147,11 @@ BEGIN
         RAISE EXCEPTION 'the options of a publication must be a JSON object, not %', coalesce(options::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'For example ''{"partition_key": "{date}"}''; docs/publishing.md lists each target''s options.';
+    END IF;
+    IF pg_catalog.octet_length(options::text) > 16384 THEN
+        RAISE EXCEPTION 'the options of a publication are longer than 16 kB'
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Options name a target and its templates; keep large values out of them.';
     END IF;
     options := finalize_internal.check_publication_template(options, 'partition_key', '{start}');
     IF kind = 'webhook' THEN
@@ -155,11 +201,15 @@ BEGIN
 END
 $$;
 
--- Records the events of the periods of a publication between its cursor
--- and a verdict (what finalized_until() answers, recorded under the locks
--- that announce it): at most 1000 a call, in period order; the rest
--- follow (_enqueue_publications, each scheduler round). The caller holds
--- the publication's row. Returns how many it recorded.
+-- Records the events of the periods of a publication that end after its
+-- cursor and at or before the verdict: the given one (what was announced,
+-- under the locks that announce it) and never past what finalized_until()
+-- answers now (_sensor_until: a derived table's announced verdict may lag
+-- a loss on an input). A period that holds the cursor (its table's periods
+-- changed) is final and published whole. At most 1000 a call, in period
+-- order, with their partition key and location rendered; the rest follow
+-- (_enqueue_publications, each scheduler round). The caller holds the
+-- publication's row. Returns how many it recorded.
 CREATE OR REPLACE FUNCTION finalize_internal.enqueue_publication(publication_id bigint, verdict timestamptz)
 RETURNS integer
 LANGUAGE plpgsql
@@ -169,6 +219,7 @@ AS $$
 DECLARE
     p @extschema@.publication;
     tt @extschema@.tracked_table;
+    w @extschema@.watermark;
     last_end timestamptz;
     n integer;
 BEGIN
@@ -176,21 +227,36 @@ BEGIN
     IF NOT FOUND OR verdict IS NULL OR NOT isfinite(verdict) OR verdict <= p.enqueued_until THEN
         RETURN 0;
     END IF;
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = p.table_id;
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = p.table_id AND t.untracked_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    SELECT x.* INTO w FROM @extschema@.watermark x WHERE x.table_id = p.table_id;
+    verdict := least(verdict, finalize_internal.sensor_until(tt.table_id, tt.kind, w.finalized_until, tt.granularity,
+                                                             tt.period_zone, w.loss_blocked));
+    IF verdict IS NULL OR verdict <= p.enqueued_until THEN
+        RETURN 0;
+    END IF;
     WITH due AS (
         SELECT x.period_start, x.period_end
           FROM finalize_internal.periods(p.enqueued_until, least(verdict, p.enqueued_until + tt.granularity * 1000),
                                          tt.granularity, tt.period_zone) x
-         WHERE x.period_start >= p.enqueued_until AND x.period_end <= verdict
+         WHERE x.period_end > p.enqueued_until AND x.period_end <= verdict
          ORDER BY x.period_start
          LIMIT 1000),
     ins AS (
-        INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, finalized_until)
-        SELECT p.publication_id, 'final', d.period_start, d.period_end, verdict FROM due d ORDER BY d.period_start
+        INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, partition_key,
+                                                   location, finalized_until)
+        SELECT p.publication_id, 'final', d.period_start, d.period_end,
+               finalize_internal.render_partition_key(p.options ->> 'partition_key', d.period_start, tt.period_zone),
+               finalize_internal.render_partition_key(p.options ->> 'location', d.period_start, tt.period_zone),
+               verdict
+          FROM due d ORDER BY d.period_start
         RETURNING period_end)
     SELECT max(i.period_end), count(*) INTO last_end, n FROM ins i;
     IF n > 0 THEN
-        UPDATE @extschema@.publication x SET enqueued_until = last_end WHERE x.publication_id = p.publication_id;
+        UPDATE @extschema@.publication x SET enqueued_until = last_end, head_due = coalesce(x.head_due, now())
+         WHERE x.publication_id = p.publication_id;
         PERFORM finalize_internal.wake_alert_delivery();
     END IF;
     RETURN n;
@@ -228,24 +294,47 @@ CREATE OR REPLACE TRIGGER record_publication_events AFTER UPDATE OF announced_un
 -- Late rows landed in an event period already final (event-time tables,
 -- _store_event_facts): a late_data event to every publication whose
 -- receivers act on events (airflow, dagster, webhook) and that published
--- that period. A property or a marker never moves back.
+-- that period; one pending per period and publication, counting the rows
+-- of each range that lands there until it is sent (a trickle of late rows
+-- is one event, not one per range). A property or a marker never moves
+-- back. A shard's late rows are told to its own publications only.
 CREATE OR REPLACE FUNCTION finalize_internal.publish_late_data(table_id bigint, event_period timestamptz, late_rows bigint,
                                                                rows_so_far bigint)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, finalized_until, detail)
-    SELECT p.publication_id, 'late_data', event_period,
-           @extschema@.period_end(event_period, t.granularity, t.period_zone), p.enqueued_until,
-           jsonb_build_object('rows', late_rows, 'rows_so_far', rows_so_far)
-      FROM @extschema@.publication p
-      JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
-     WHERE p.table_id = publish_late_data.table_id AND p.target_kind IN ('airflow', 'dagster', 'webhook')
-       AND event_period >= p.started_from
-       AND @extschema@.period_end(event_period, t.granularity, t.period_zone) <= p.enqueued_until;
-    SELECT finalize_internal.wake_alert_delivery();
-END;
+AS $$
+#variable_conflict use_variable
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT p.publication_id, p.options, p.enqueued_until, t.period_zone,
+               @extschema@.period_end(event_period, t.granularity, t.period_zone) AS period_end
+          FROM @extschema@.publication p
+          JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
+         WHERE p.table_id = publish_late_data.table_id AND p.target_kind IN ('airflow', 'dagster', 'webhook')
+           AND event_period >= p.started_from
+         ORDER BY p.publication_id
+           FOR NO KEY UPDATE OF p
+    LOOP
+        CONTINUE WHEN r.period_end > r.enqueued_until;
+        UPDATE @extschema@.publication_event e
+           SET detail = jsonb_build_object('rows', (e.detail ->> 'rows')::bigint + late_rows, 'rows_so_far', rows_so_far)
+         WHERE e.publication_id = r.publication_id AND e.kind = 'late_data' AND e.state = 'pending'
+           AND e.claimed_at IS NULL AND e.period_start = event_period;
+        CONTINUE WHEN FOUND;
+        INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, partition_key,
+                                                   finalized_until, detail)
+        VALUES (r.publication_id, 'late_data', event_period, r.period_end,
+                finalize_internal.render_partition_key(r.options ->> 'partition_key', event_period, r.period_zone),
+                r.enqueued_until, jsonb_build_object('rows', late_rows, 'rows_so_far', rows_so_far));
+        UPDATE @extschema@.publication x SET head_due = coalesce(x.head_due, now())
+         WHERE x.publication_id = r.publication_id;
+        PERFORM finalize_internal.wake_alert_delivery();
+    END LOOP;
+END
+$$;
 
 -- The body of finalize.add_publication: the table publishes each period
 -- that becomes final from now on (or from backfill_from) to target. The
@@ -278,9 +367,21 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the start of the first period to publish.';
     END IF;
     srv := finalize_internal.publication_server(caller, target);
+    IF srv.kind = 'webhook' AND coalesce((SELECT o.option_value FROM pg_catalog.pg_foreign_server f,
+                                                 pg_catalog.pg_options_to_table(f.srvoptions) o
+                                           WHERE f.srvname = srv.server_name AND o.option_name = 'format'),
+                                          'json') <> 'json' THEN
+        RAISE EXCEPTION 'webhook target "%" does not take publications', srv.server_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A publication sends finalize''s json; the server''s format is for alert channels (Slack, PagerDuty, Opsgenie).',
+                  HINT = 'Create a finalize_webhook server with format ''json'' (the default) for publications.';
+    END IF;
     options := finalize_internal.publication_options(srv.kind, options, tt.table_id);
     IF srv.kind = 'success_marker' THEN
         PERFORM finalize_internal.check_success_marker_store(options, srv.server_name, caller);
+    END IF;
+    IF srv.kind IN ('airflow', 'dagster', 'webhook') THEN
+        PERFORM finalize_internal.check_partition_key(options ->> 'partition_key', tt.granularity, tt.period_zone);
     END IF;
     SELECT w.announced_until INTO verdict FROM @extschema@.watermark w WHERE w.table_id = tt.table_id FOR UPDATE;
     start_at := CASE WHEN backfill_from IS NOT NULL THEN finalize_internal.round_down(backfill_from, tt.granularity, tt.period_zone)
@@ -336,6 +437,19 @@ BEGIN
 END
 $$;
 
+-- The publications of tables being untracked end with them, with their
+-- pending events: nothing is watched for an untracked table, and a table
+-- tracked again under its name is another table, whose verdict the old
+-- events must never be sent beside.
+CREATE OR REPLACE FUNCTION finalize_internal.drop_table_publications(table_ids bigint[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    DELETE FROM @extschema@.publication p WHERE p.table_id = ANY (table_ids);
+    UPDATE @extschema@.watermark w SET publishes = false WHERE w.table_id = ANY (table_ids) AND w.publishes;
+END;
+
 -- The body of finalize.drop_publication: its pending events go with it.
 CREATE OR REPLACE FUNCTION finalize_internal.drop_publication(caller name, table_name text, name text)
 RETURNS void
@@ -376,6 +490,10 @@ BEGIN
     UPDATE @extschema@.publication_event e SET next_attempt = now()
      WHERE e.publication_id = p.publication_id AND e.state = 'pending';
     GET DIAGNOSTICS n = ROW_COUNT;
+    UPDATE @extschema@.publication x SET head_due = now()
+     WHERE x.publication_id = p.publication_id AND n > 0
+       AND NOT EXISTS (SELECT FROM @extschema@.publication_event e
+                        WHERE e.publication_id = p.publication_id AND e.claimed_at IS NOT NULL);
     UPDATE @extschema@.alert_target_state s SET open_until = NULL WHERE s.target_name = p.server_name;
     PERFORM finalize_internal.wake_alert_delivery();
     RETURN n;
@@ -390,82 +508,155 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.retry_publication(text, text) IS
     'Send the pending events of a publication now, without waiting for their backoff; returns how many are pending';
 
--- The head of each publication's queue the delivery worker may send, and
--- from when: its oldest pending event (one at a time per publication: in
--- order), not in flight, due at its next_attempt or when its target's
--- breaker (shared with alert webhooks, by server name) lets a probe through.
-CREATE OR REPLACE FUNCTION finalize_internal.claimable_publication_events()
-RETURNS TABLE (event_seq bigint, due timestamptz)
-LANGUAGE sql STABLE
+-- Why the role that declared a publication may no longer have it
+-- delivered (NULL: it may), checked before every attempt with the rules
+-- add_publication applied: the role exists, may use the server and the
+-- user mapping the worker reads (_server_use_refused), or, for file://
+-- markers, may write files on the database server.
+CREATE OR REPLACE FUNCTION finalize_internal.publication_refused(who name, server_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT h.event_seq, greatest(h.next_attempt, coalesce(s.open_until, h.next_attempt))
-      FROM @extschema@.publication p
-     CROSS JOIN LATERAL (SELECT e.event_seq, e.next_attempt, e.claimed_at
-                           FROM @extschema@.publication_event e
-                          WHERE e.publication_id = p.publication_id AND e.state = 'pending'
-                          ORDER BY e.event_seq LIMIT 1) h
-      LEFT JOIN @extschema@.alert_target_state s ON s.target_name = p.server_name
-     WHERE h.claimed_at IS NULL;
-END;
+AS $$
+#variable_conflict use_variable
+DECLARE
+    role oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = who);
+    srv oid;
+BEGIN
+    IF role IS NULL THEN
+        RETURN format('role %s, which declared the publication, no longer exists: drop the publication and declare it again', who);
+    ELSIF server_name IS NULL THEN
+        RETURN CASE WHEN NOT pg_catalog.pg_has_role(role, 'pg_write_server_files', 'USAGE')
+                    THEN format('role %s, which declared the publication, may no longer write files on the database server (pg_write_server_files)', who) END;
+    END IF;
+    srv := (SELECT s.oid FROM pg_catalog.pg_foreign_server s WHERE s.srvname = server_name);
+    IF srv IS NULL THEN
+        RETURN format('server "%s" was dropped or renamed: create it again, or drop the publication', server_name);
+    END IF;
+    RETURN CASE finalize_internal.server_use_refused(role, srv)
+        WHEN 'usage' THEN format('role %s, which declared the publication, no longer has USAGE on server "%s"', who, server_name)
+        WHEN 'owner_mapping' THEN format('role %s, which declared the publication, may not use the user mapping of server "%s"''s owner', who, server_name)
+    END;
+END
+$$;
 
--- Claims the next due event for the delivery worker and says everything
--- its target needs: the publication, the table's period, the rendered
--- partition key and location, and the body (schema finalize.publication/1).
--- Counts the attempt before it is made.
+-- Why an event may not be sent now although its turn came (NULL: it may),
+-- checked at the claim: its period is no longer final (a loss took it
+-- back after it was recorded: it waits, never dropped, until the period
+-- is final again), or its partition key names more than its period (the
+-- table's periods became finer since the publication was declared).
+CREATE OR REPLACE FUNCTION finalize_internal.event_held(e @extschema@.publication_event, p @extschema@.publication)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tt @extschema@.tracked_table;
+    w @extschema@.watermark;
+    verdict timestamptz;
+BEGIN
+    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = p.table_id;
+    SELECT x.* INTO w FROM @extschema@.watermark x WHERE x.table_id = p.table_id;
+    verdict := finalize_internal.sensor_until(tt.table_id, tt.kind, w.finalized_until, tt.granularity, tt.period_zone,
+                                              w.loss_blocked);
+    IF tt.untracked_at IS NOT NULL OR verdict IS NULL OR e.period_end > verdict THEN
+        RETURN format('period %s of table "%s" is no longer final (finalized_until() is %s): the event waits until it is final again',
+                      finalize_internal.utc_iso(e.period_start), tt.table_name, coalesce(finalize_internal.utc_iso(verdict), 'NULL'));
+    END IF;
+    IF p.target_kind IN ('airflow', 'dagster', 'webhook')
+       AND finalize_internal.render_partition_key(p.options ->> 'partition_key', e.period_end, tt.period_zone)
+           = e.partition_key THEN
+        RETURN format('partition_key "%s" gives the period after %s the same key "%s", since the table''s periods changed: drop the publication and declare it with a finer template',
+                      p.options ->> 'partition_key', finalize_internal.utc_iso(e.period_start), e.partition_key);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Claims the next due event for the delivery worker: the head (oldest
+-- pending event) of the publication whose head is due first
+-- (publication_head_due_idx; one at a time per publication: in order),
+-- its target's breaker (shared with alert webhooks, by server name)
+-- closed or due for a probe. An event that may not be sent now
+-- (_event_held) waits without an attempt counted. Says everything its
+-- target needs, with the body (schema finalize.publication/1). The claim
+-- commits durably whatever the worker's synchronous_commit: it counts the
+-- attempt, which tells a target after a crash that an answer may be lost.
 CREATE OR REPLACE FUNCTION finalize_internal.claim_publication_event()
 RETURNS TABLE (event_seq bigint, event_id text, kind text, publication_id bigint, publication text,
                target_kind text, server_name text, table_name text, period_start timestamptz,
                period_end timestamptz, period_zone text, partition_key text, location text, options jsonb,
-               body text, attempts integer)
+               body text, attempts integer, refused text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    seq bigint;
+    pub @extschema@.publication;
+    ev @extschema@.publication_event;
+    held text;
 BEGIN
     IF finalize_internal.catalog_restoring() IS NOT NULL THEN
         RETURN;
     END IF;
-    SELECT e.event_seq INTO seq
-      FROM finalize_internal.claimable_publication_events() c
-      JOIN @extschema@.publication_event e ON e.event_seq = c.event_seq
-     WHERE c.due <= now()
-     ORDER BY c.due, e.event_seq
-     LIMIT 1
-       FOR UPDATE OF e SKIP LOCKED;
-    IF seq IS NULL THEN
+    FOR i IN 1..20 LOOP
+        SELECT x.* INTO pub
+          FROM @extschema@.publication x
+          LEFT JOIN @extschema@.alert_target_state s ON s.target_name = x.server_name
+         WHERE x.head_due <= now() AND (s.open_until IS NULL OR s.open_until <= now())
+         ORDER BY x.head_due
+         LIMIT 1
+           FOR NO KEY UPDATE OF x SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        SELECT e.* INTO ev FROM @extschema@.publication_event e
+         WHERE e.publication_id = pub.publication_id AND e.state = 'pending'
+         ORDER BY e.event_seq LIMIT 1;
+        IF NOT FOUND OR ev.claimed_at IS NOT NULL THEN
+            UPDATE @extschema@.publication x SET head_due = NULL WHERE x.publication_id = pub.publication_id;
+            CONTINUE;
+        END IF;
+        IF ev.next_attempt > now() THEN
+            UPDATE @extschema@.publication x SET head_due = ev.next_attempt WHERE x.publication_id = pub.publication_id;
+            CONTINUE;
+        END IF;
+        held := finalize_internal.event_held(ev, pub);
+        IF held IS NOT NULL THEN
+            UPDATE @extschema@.publication x
+               SET head_due = now() + interval '5 seconds', last_error = held,
+                   failing_since = coalesce(x.failing_since, now())
+             WHERE x.publication_id = pub.publication_id;
+            UPDATE @extschema@.publication_event e SET last_error = held WHERE e.event_seq = ev.event_seq;
+            CONTINUE;
+        END IF;
+        UPDATE @extschema@.publication_event e
+           SET attempts = e.attempts + 1, claimed_at = now(), last_attempt_at = now()
+         WHERE e.event_seq = ev.event_seq;
+        UPDATE @extschema@.publication x SET head_due = NULL WHERE x.publication_id = pub.publication_id;
+        PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+        RETURN QUERY
+        SELECT e.event_seq, e.event_id::text, e.kind, p.publication_id, p.name::text, p.target_kind, p.server_name,
+               t.table_name, e.period_start, e.period_end, t.period_zone, e.partition_key, e.location, p.options,
+               (jsonb_build_object(
+                   'schema', 'finalize.publication/1', 'event_id', e.event_id, 'event', e.kind,
+                   'publication', p.name, 'table', t.table_name,
+                   'period_start', finalize_internal.utc_iso(e.period_start),
+                   'period_end', finalize_internal.utc_iso(e.period_end), 'period_zone', t.period_zone,
+                   'partition_key', e.partition_key, 'finalized_until', finalize_internal.utc_iso(e.finalized_until),
+                   'database', current_database(), 'recorded_at', finalize_internal.utc_iso(e.created_at))
+                || CASE WHEN e.kind = 'late_data' THEN jsonb_build_object('late_data', e.detail) ELSE '{}' END
+                -- Paimon's http-report fields beside finalize's
+                || CASE WHEN p.target_kind = 'webhook'
+                        THEN jsonb_build_object('partition', e.partition_key, 'path', NULL, 'params', p.options ->> 'params')
+                        ELSE '{}' END)::text,
+               e.attempts, finalize_internal.publication_refused(p.created_by, p.server_name)
+          FROM @extschema@.publication_event e
+          JOIN @extschema@.publication p ON p.publication_id = e.publication_id
+          JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
+         WHERE e.event_seq = ev.event_seq;
         RETURN;
-    END IF;
-    UPDATE @extschema@.publication_event e
-       SET attempts = e.attempts + 1, claimed_at = now(), last_attempt_at = now()
-     WHERE e.event_seq = seq;
-    RETURN QUERY
-    SELECT e.event_seq, e.event_id::text, e.kind, p.publication_id, p.name::text, p.target_kind, p.server_name,
-           t.table_name, e.period_start, e.period_end, t.period_zone, k.key,
-           CASE WHEN p.options ? 'location'
-                THEN finalize_internal.render_partition_key(p.options ->> 'location', e.period_start, t.period_zone) END,
-           p.options,
-           (jsonb_build_object(
-               'schema', 'finalize.publication/1', 'event_id', e.event_id, 'event', e.kind,
-               'publication', p.name, 'table', t.table_name,
-               'period_start', finalize_internal.utc_iso(e.period_start),
-               'period_end', finalize_internal.utc_iso(e.period_end), 'period_zone', t.period_zone,
-               'partition_key', k.key, 'finalized_until', finalize_internal.utc_iso(e.finalized_until),
-               'database', current_database(), 'recorded_at', finalize_internal.utc_iso(e.created_at))
-            || CASE WHEN e.kind = 'late_data' THEN jsonb_build_object('late_data', e.detail) ELSE '{}' END
-            -- Paimon's http-report fields beside finalize's
-            || CASE WHEN p.target_kind = 'webhook'
-                    THEN jsonb_build_object('partition', k.key, 'path', NULL, 'params', p.options ->> 'params')
-                    ELSE '{}' END)::text,
-           e.attempts
-      FROM @extschema@.publication_event e
-      JOIN @extschema@.publication p ON p.publication_id = e.publication_id
-      JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
-     CROSS JOIN LATERAL (SELECT finalize_internal.render_partition_key(coalesce(p.options ->> 'partition_key', '{start}'),
-                                                                       e.period_start, t.period_zone) AS key) k
-     WHERE e.event_seq = seq;
+    END LOOP;
 END
 $$;
 
@@ -475,18 +666,27 @@ RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT min(c.due) FROM finalize_internal.claimable_publication_events() c;
+    SELECT min(greatest(p.head_due, coalesce(s.open_until, p.head_due)))
+      FROM @extschema@.publication p
+      LEFT JOIN @extschema@.alert_target_state s ON s.target_name = p.server_name
+     WHERE p.head_due IS NOT NULL;
 END;
 
--- Records the outcome of one attempt. Delivered: the event is done, the
--- publication and its target are well, its incident resolved. Else the
--- event waits (never dropped: a later period must not overtake it) with
--- the backoff alert webhooks use, the target's breaker counts the failure,
--- and a publication failing for finalize.alert_after (at once when the
--- target refused the credentials) opens a publication_failing incident.
+-- Records the outcome of one attempt (the publication's row locked first,
+-- as retry_publication and drop_publication take it). Delivered: the
+-- event is done, the publication and its target are well, its incident
+-- resolved, the next event due. Else the event waits (never dropped: a
+-- later period must not overtake it) with the backoff alert webhooks use;
+-- a failure the target itself gave (reached: an answer, or none in time)
+-- counts against its breaker, which opens at once after a slow one (a
+-- stalled target costs the worker one timeout per breaker period) and then
+-- holds every publication to that target; a publication failing for
+-- finalize.alert_after (at once when the target refused the credentials)
+-- opens a publication_failing incident.
 CREATE OR REPLACE FUNCTION finalize_internal.publication_result(event_seq bigint, delivered boolean, already boolean,
                                                                 http_status integer, error text,
-                                                                retry_after double precision, auth_failed boolean)
+                                                                retry_after double precision, auth_failed boolean,
+                                                                slow boolean DEFAULT false, reached boolean DEFAULT true)
 RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -496,18 +696,28 @@ DECLARE
     e @extschema@.publication_event;
     p @extschema@.publication;
     tname text;
+    next_try timestamptz;
 BEGIN
+    SELECT x.* INTO p FROM @extschema@.publication x
+     WHERE x.publication_id = (SELECT y.publication_id FROM @extschema@.publication_event y
+                                WHERE y.event_seq = publication_result.event_seq)
+       FOR NO KEY UPDATE;
     SELECT x.* INTO e FROM @extschema@.publication_event x WHERE x.event_seq = publication_result.event_seq FOR UPDATE;
-    IF NOT FOUND THEN
+    IF p.publication_id IS NULL OR e.event_seq IS NULL THEN
         RETURN NULL;        -- its publication was dropped meanwhile
     END IF;
-    SELECT x.* INTO p FROM @extschema@.publication x WHERE x.publication_id = e.publication_id FOR NO KEY UPDATE;
     IF delivered THEN
         UPDATE @extschema@.publication_event x
            SET state = 'delivered', delivered_at = now(), outcome = CASE WHEN already THEN 'already' ELSE 'sent' END,
                last_status = http_status, last_error = NULL, claimed_at = NULL
          WHERE x.event_seq = e.event_seq;
-        UPDATE @extschema@.publication x SET failing_since = NULL, last_error = NULL, last_delivered_at = now()
+        UPDATE @extschema@.publication x
+           SET failing_since = NULL, last_error = NULL, last_delivered_at = now(),
+               delivered_until = CASE WHEN e.kind = 'final' THEN greatest(x.delivered_until, e.period_end)
+                                      ELSE x.delivered_until END,
+               head_due = CASE WHEN EXISTS (SELECT FROM @extschema@.publication_event y
+                                             WHERE y.publication_id = p.publication_id AND y.state = 'pending')
+                               THEN now() END
          WHERE x.publication_id = p.publication_id;
         IF p.server_name IS NOT NULL THEN
             PERFORM finalize_internal.target_succeeded(p.server_name);
@@ -517,15 +727,22 @@ BEGIN
         END IF;
         RETURN 'delivered';
     END IF;
-    IF p.server_name IS NOT NULL THEN
-        PERFORM finalize_internal.target_failed(p.server_name, error);
+    IF p.server_name IS NOT NULL AND reached THEN
+        PERFORM finalize_internal.target_failed(p.server_name, error, slow);
     END IF;
+    next_try := now() + finalize_internal.retry_backoff(e.attempts, retry_after);
     UPDATE @extschema@.publication_event x
-       SET last_status = http_status, last_error = error, claimed_at = NULL,
-           next_attempt = now() + finalize_internal.retry_backoff(e.attempts, retry_after)
+       SET last_status = http_status, last_error = error, claimed_at = NULL, next_attempt = next_try
      WHERE x.event_seq = e.event_seq;
-    UPDATE @extschema@.publication x SET failing_since = coalesce(x.failing_since, now()), last_error = error
+    UPDATE @extschema@.publication x
+       SET failing_since = coalesce(x.failing_since, now()), last_error = error, head_due = next_try
      WHERE x.publication_id = p.publication_id;
+    -- An open breaker holds every publication to that target: none is
+    -- looked at before it lets a probe through.
+    UPDATE @extschema@.publication x SET head_due = s.open_until
+      FROM @extschema@.alert_target_state s
+     WHERE s.target_name = p.server_name AND s.open_until > now()
+       AND x.server_name = p.server_name AND x.head_due < s.open_until;
     IF auth_failed OR now() - coalesce(p.failing_since, now()) >= finalize_internal.alert_after() THEN
         tname := (SELECT t.table_name FROM @extschema@.tracked_table t WHERE t.table_id = p.table_id);
         PERFORM finalize_internal.raise_alert(
@@ -550,14 +767,19 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.publication_event e SET claimed_at = NULL WHERE e.state = 'pending' AND e.claimed_at IS NOT NULL;
+    UPDATE @extschema@.publication p SET head_due = now()
+     WHERE p.head_due IS NULL
+       AND EXISTS (SELECT FROM @extschema@.publication_event e
+                    WHERE e.publication_id = p.publication_id AND e.state = 'pending');
 END;
 
 -- Each scheduler round: records the events a publication's cursor still
 -- lags its table's announced verdict by (a backfill longer than a batch;
--- a table whose rise was recorded by a row another transaction held),
--- and forgets delivered events older than 30 days (the last one of each
--- publication stays). Rows another transaction holds wait a round.
--- Returns how many publications exist: the delivery worker runs while any do.
+-- a rise whose row another transaction held), never past what
+-- finalized_until() answers now (_enqueue_publication), and forgets
+-- delivered events older than 30 days (delivered_until keeps how far a
+-- publication got). Rows another transaction holds wait a round. Returns
+-- how many publications exist: the delivery worker runs while any do.
 CREATE OR REPLACE FUNCTION finalize_internal.enqueue_publications()
 RETURNS integer
 LANGUAGE plpgsql
@@ -578,9 +800,7 @@ BEGIN
         PERFORM finalize_internal.enqueue_publication(r.publication_id, r.announced_until);
     END LOOP;
     DELETE FROM @extschema@.publication_event e
-     WHERE e.state = 'delivered' AND e.delivered_at < now() - interval '30 days'
-       AND EXISTS (SELECT FROM @extschema@.publication_event x
-                    WHERE x.publication_id = e.publication_id AND x.event_seq > e.event_seq AND x.state = 'delivered');
+     WHERE e.state = 'delivered' AND e.delivered_at < now() - interval '30 days';
     RETURN (SELECT count(*) FROM @extschema@.publication);
 END
 $$;
@@ -588,10 +808,7 @@ $$;
 -- The publications, as an admin watches them.
 CREATE OR REPLACE VIEW @extschema@.publications AS
 SELECT t.table_name, p.name AS publication, p.target_kind, p.server_name AS target, p.options,
-       p.started_from, p.enqueued_until AS recorded_until,
-       (SELECT max(e.period_end) FROM @extschema@.publication_event e
-         WHERE e.publication_id = p.publication_id AND e.kind = 'final' AND e.state = 'delivered') AS delivered_until,
-       q.pending,
+       p.started_from, p.enqueued_until AS recorded_until, p.delivered_until, q.pending,
        CASE WHEN p.failing_since IS NOT NULL THEN 'failing' WHEN q.pending > 0 THEN 'delivering'
             ELSE 'up_to_date' END AS state,
        p.failing_since, p.last_error, p.last_delivered_at, p.created_at, p.created_by

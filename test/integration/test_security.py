@@ -69,6 +69,8 @@ ADMIN = PUBLISHER | PIPELINE | {
     "release_report(bigint)",
     "track_sharded(text,interval,text,text,text,text,text,interval,double precision,interval,text)",
     "add_shard(text,text,text,text,text)", "drop_shard(text,text,boolean)",
+    "add_publication(text,text,text,jsonb,timestamp with time zone)", "drop_publication(text,text)",
+    "retry_publication(text,text)",
     "_source_workers()",    # behind the finalize.source_workers view, which runs it as the caller
 }
 MAY_EXECUTE = {"sec_reader": READER, "sec_pipeline": PIPELINE, "sec_publisher": PUBLISHER, "sec_admin": ADMIN,
@@ -82,7 +84,8 @@ MAY_SELECT = {
                   "shard_consumer", "source_workers",
                   "partition_registration", "projection", "release", "published", "late_data",
                   "event_fact", "lateness_hour", "late_period", "alerts", "alert",
-                  "alert_deliveries", "alert_delivery", "alert_target_state"},
+                  "alert_deliveries", "alert_delivery", "alert_target_state",
+                  "publications", "publication", "publication_event"},
     "sec_nobody": set(),
 }
 

@@ -55,7 +55,9 @@ def write_recipe(name, path, lang=None):
 
 class Warehouse:
     """A started cluster with finalize in database warehouse, a source "src" that is never
-    contacted, and the login orchestrator in finalize_reader; conf adds settings."""
+    contacted, and the login orchestrator in finalize_reader; conf adds settings (with
+    "finalize.database": DB its scheduler serves the warehouse: the alerts worker delivers
+    publications there, finalize.enabled off or not)."""
 
     def __init__(self, conf=None):
         self.pg = Cluster(conf={"finalize.enabled": "off", **(conf or {})})

@@ -13,7 +13,7 @@
     p.require_sigv4("AKID", "secret", "eu-west-1", "glue")   # AWS SigV4 only (check_sigv4)
     p.no_auth()
     p.set_etag(True)                     # emulate ETag / If-None-Match -> 304 on loadTable (the real one has none)
-    p.count("/v1/namespaces/ns/tables/t"), p.counts, p.last_headers, p.requests, p.reset()
+    p.count("/v1/namespaces/ns/tables/t"), p.counts, p.last_headers, p.requests (with their bodies), p.reset()
     p.stop()
 
 Faults (pass, status, stall, delay, malformed, lost) and authentication (none, token, oauth) are independent.
@@ -293,7 +293,7 @@ class FaultProxy:
         path, _, query = h.path.partition("?")
         body = self._read_body(h)
         headers = {k: v for k, v in h.headers.items()}
-        rec = {"method": h.command, "path": path, "query": query, "headers": headers, "status": None,
+        rec = {"method": h.command, "path": path, "query": query, "headers": headers, "body": body, "status": None,
                "time": time.time()}
         with self._cond:
             self.counts[path] = self.counts.get(path, 0) + 1

@@ -332,6 +332,53 @@ def test_a_catalog_that_loses_the_commits_answer_publishes_once_on_retry(lake, c
     assert report["catalog"]["outcome"] == "already_published"
 
 
+def delivery_worker(pg):
+    return pg.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'finalize alerts'")
+
+
+def test_the_publish_commit_carries_the_verdict_properties_of_a_publication(lake, catalog, writer):
+    """An iceberg_property publication of the same Iceberg table through the same catalog, whose events
+    for hours 08 and 09 are recorded (final) but not yet sent (the delivery worker is off): the one
+    commit that publishes the hour also moves the publication's properties to its end, never past
+    the verdict; the delivery worker, back, finds them there and commits nothing."""
+    pg = lake.env.pg
+    proxy = FaultProxy(catalog.uri)
+    try:
+        lake.env.sql("ALTER SERVER lake_catalog OPTIONS (SET uri %s)", (proxy.uri,))
+        lake.env.sql("SELECT finalize.add_publication('orders', 'props', 'lake_catalog', %s::jsonb)",
+                     (json.dumps({"iceberg_table": lake.table}),))
+        pg.sql("ALTER SYSTEM SET finalize.alerts_enabled = off")
+        pg.reload()
+        pg.wait_for(lambda: not delivery_worker(pg), what="the delivery worker stopped")
+        commits = lake.hour_09()
+        lake.pipeline.apply(commits, branch="audit")
+        events = lake.env.sql("SELECT e.event_id::text, e.period_end, e.state, e.attempts FROM finalize.publication_event e "
+                              "ORDER BY e.event_seq")
+        assert [e[1:] for e in events] == [(at(9, 0), "pending", 0), (at(10, 0), "pending", 0)], events
+        r = lake.release()
+        assert r["released"] and r["problems"] == [], r
+        posts = [json.loads(q["body"]) for q in proxy.requests if q["method"] == "POST" and "/tables/" in q["path"]]
+        assert len(posts) == 1 and sorted(u["action"] for u in posts[0]["updates"]) == [
+            "set-properties", "set-snapshot-ref"], posts
+        props = writer.call("properties", table=lake.table)
+        verdict = lake.env.one("SELECT finalize.finalized_until('orders')")
+        assert props["finalize.finalized-until"] == "2026-11-02T10:00:00Z" and props["finalize.event-id"] == events[1][0]
+        # Never ahead: the property names no instant the verdict has not reached.
+        assert datetime.datetime.fromisoformat(props["finalize.finalized-until"].replace("Z", "+00:00")) <= verdict
+        report = lake.env.one("SELECT r.report FROM finalize.release r ORDER BY r.release_id DESC LIMIT 1")
+        assert report["catalog"]["properties"] == {"publication": "props", "event_id": events[1][0]}, report
+        proxy.reset()
+        pg.sql("ALTER SYSTEM RESET finalize.alerts_enabled")
+        pg.reload()
+        pg.wait_for(lambda: lake.env.sql("SELECT e.outcome FROM finalize.publication_event e") == [("already",)] * 2,
+                    timeout=60, what="the events delivered as already there")
+        assert proxy.count(method="POST") == 0
+    finally:
+        pg.sql("ALTER SYSTEM RESET finalize.alerts_enabled")
+        pg.reload()
+        proxy.stop()
+
+
 def test_a_catalog_that_fails_the_commit_records_nothing(lake, catalog):
     commits = lake.hour_09()
     lake.pipeline.apply(commits, branch="audit")

@@ -319,6 +319,10 @@ class Writer:
     def metadata_location(self, table):
         return self.table(table).metadata_location
 
+    def properties(self, table):
+        """The table's properties as pyiceberg reads them (loaded afresh through the catalog)."""
+        return dict(self.table(table).properties)
+
     def scan(self, table, ref=None, snapshot_id=None, filter=None):
         t = self.table(table)
         if ref is not None:
