@@ -93,7 +93,7 @@ ISOLATION_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8 --outputd
                  $(if $(USE_EXISTING),,--temp-instance=$(REGRESS_TMP)/instance --temp-config=$(srcdir)/test/regress.conf \
                                        --bindir=$(REGRESS_TMP)/bin)
 
-REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines lake event_time alerts alert_delivery record_batch privileges sharded publish_airflow publish_dagster
+REGRESS      = setup fdw_options tracking write_path sensor_api facts time_conversion gate pipelines lake event_time alerts alert_delivery record_batch privileges sharded publish_airflow publish_dagster publish_success_marker
 REGRESS_OPTS = --inputdir=. --load-extension=plpgsql --encoding=UTF8
 
 # make installcheck runs pg_regress in a temporary instance it starts and

@@ -378,7 +378,7 @@ BEGIN
     END IF;
     options := finalize_internal.publication_options(srv.kind, options, tt.table_id);
     IF srv.kind = 'success_marker' THEN
-        PERFORM finalize_internal.check_success_marker_store(options, srv.server_name, caller);
+        PERFORM finalize_internal.check_success_marker_store(options, srv.server_name);
     END IF;
     IF srv.kind IN ('airflow', 'dagster', 'webhook') THEN
         PERFORM finalize_internal.check_partition_key(options ->> 'partition_key', tt.granularity, tt.period_zone);

@@ -77,10 +77,9 @@ $$;
 -- What only the publication's store can tell of a success_marker
 -- publication's location, checked when it is added (the delivery checks it
 -- again, src/push/marker.c): on a finalize_s3 server, the location is in
--- the server's bucket; with no server, the location is file:// and the
--- caller could write the database server's files anyway (the delivery
--- worker writes them as the server's operating-system user).
-CREATE OR REPLACE FUNCTION finalize_internal.check_success_marker_store(options jsonb, server_name text, caller name)
+-- the server's bucket; with no server, it is file:// (who may publish there,
+-- pg_write_server_files, publication_server checks).
+CREATE OR REPLACE FUNCTION finalize_internal.check_success_marker_store(options jsonb, server_name text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -96,12 +95,6 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = 'With no server, the markers go to a directory of the database server: file:///<directory>/....',
                       HINT = 'Name the finalize_s3 server whose bucket holds the location, or write the location file:///....';
-        END IF;
-        IF NOT pg_catalog.pg_has_role(caller, 'pg_write_server_files'::name, 'USAGE') THEN
-            RAISE EXCEPTION 'permission denied to publish _SUCCESS markers to local directory "%"', location
-                USING ERRCODE = 'insufficient_privilege',
-                      DETAIL = 'Markers on file:// are written by the database server''s operating-system user, which needs the privileges of pg_write_server_files.',
-                      HINT = 'Publish to a finalize_s3 server, or have an administrator grant pg_write_server_files.';
         END IF;
         RETURN;
     END IF;
