@@ -100,11 +100,15 @@ BEGIN
 END
 $$;
 
--- A partition key template must name each period of its table apart: one
--- coarser than the periods ({date} on an hourly table, {hour} alone) would
--- announce a partition of which only a part is final. Rendered over the
--- 48 periods from the start of the current one (a day of hours, and DST
--- days of the zone when the table has days).
+-- A partition key template may give several consecutive periods one key
+-- ({date} on an hourly table: a day; a local hour that DST repeats): the
+-- key is then published once, when the last of them is final
+-- (_enqueue_publication). It may not give one key to periods apart
+-- ({hour} alone names the same hour of every day): the key would be called
+-- final again for periods it had not held. Checked over 1000 periods from
+-- a fixed instant (2024-01-01 UTC: the error is the same whenever it is
+-- raised), 48 a year later, and the 48 around each DST change of 2024 in
+-- the table's zone.
 CREATE OR REPLACE FUNCTION finalize_internal.check_partition_key(template text, granularity interval, zone text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -113,22 +117,38 @@ AS $$
 DECLARE
     clash record;
 BEGIN
-    SELECT a.period_start AS first, b.period_start AS second, finalize_internal.render_partition_key(template, a.period_start, zone) AS key
-      INTO clash
-      FROM finalize_internal.periods(@extschema@.period_start(now(), granularity, zone), now() + granularity * 48,
-                                     granularity, zone) a
-      JOIN finalize_internal.periods(@extschema@.period_start(now(), granularity, zone), now() + granularity * 48,
-                                     granularity, zone) b
-        ON b.period_start > a.period_start
-       AND finalize_internal.render_partition_key(template, a.period_start, zone)
-           = finalize_internal.render_partition_key(template, b.period_start, zone)
+    WITH starts(at, span) AS (
+        SELECT '2024-01-01 00:00+00'::timestamptz, 500
+        UNION ALL
+        -- a year later: a key without the year names both
+        SELECT '2025-01-01 00:00+00'::timestamptz, 24
+        UNION ALL
+        SELECT h, 24 FROM pg_catalog.generate_series('2024-01-01 01:00+00'::timestamptz, '2024-12-31 23:00+00',
+                                                     '1 hour') h
+         WHERE granularity < interval '1 day'
+           AND pg_catalog.timezone(zone, h) - pg_catalog.timezone(zone, h - interval '1 hour') <> interval '1 hour'),
+    keyed AS (
+        SELECT DISTINCT x.period_start, finalize_internal.render_partition_key(template, x.period_start, zone) AS key
+          FROM starts s
+         CROSS JOIN LATERAL finalize_internal.periods(s.at - granularity * s.span, s.at + granularity * s.span,
+                                                       granularity, zone) x),
+    runs AS (
+        SELECT k.period_start, k.key,
+               k.key IS DISTINCT FROM lag(k.key) OVER (ORDER BY k.period_start) AS starts_run
+          FROM keyed k)
+    SELECT r.key, min(r.period_start) AS first, max(r.period_start) AS last INTO clash
+      FROM runs r
+     WHERE r.starts_run
+     GROUP BY r.key
+    HAVING count(*) > 1
+     ORDER BY min(r.period_start)
      LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'partition_key "%" gives periods % and % the same key "%"', template,
-                        finalize_internal.utc_iso(clash.first), finalize_internal.utc_iso(clash.second), clash.key
+        RAISE EXCEPTION 'partition_key "%" gives periods % and % the same key "%", and periods between them another',
+                        template, finalize_internal.utc_iso(clash.first), finalize_internal.utc_iso(clash.last), clash.key
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'Each event names one period of the table as final; a key shared by several periods would name a partition of which only a part is final.',
-                  HINT = 'Use a template that names each period, such as "{start}" or "{date}T{hour}"; to publish days of an hourly table, publish a daily table (finalize.track_derived with granularity ''1 day'').';
+                  DETAIL = 'A key names one partition of the lake table: published when its last period is final, it would be published again for other periods.',
+                  HINT = 'Name the coarser parts too, such as "{date}T{hour}" rather than "{hour}".';
     END IF;
 END
 $$;
@@ -201,6 +221,20 @@ BEGIN
 END
 $$;
 
+-- The start of the run of consecutive periods that share a partition key,
+-- the last of which starts at last_start (at most 1000 periods back).
+CREATE OR REPLACE FUNCTION finalize_internal.key_run_start(template text, key text, last_start timestamptz,
+                                                           granularity interval, zone text)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(max(x.period_end), last_start)
+      FROM finalize_internal.periods(last_start - granularity * 1000, last_start, granularity, zone) x
+     WHERE x.period_start < last_start
+       AND finalize_internal.render_partition_key(template, x.period_start, zone) IS DISTINCT FROM key;
+END;
+
 -- Records the events of the periods of a publication that end after its
 -- cursor and at or before the verdict: the given one (what was announced,
 -- under the locks that announce it) and never past what finalized_until()
@@ -238,26 +272,42 @@ BEGIN
         RETURN 0;
     END IF;
     WITH due AS (
-        SELECT x.period_start, x.period_end
+        SELECT x.period_start, x.period_end,
+               finalize_internal.render_partition_key(p.options ->> 'partition_key', x.period_start, tt.period_zone) AS key
           FROM finalize_internal.periods(p.enqueued_until, least(verdict, p.enqueued_until + tt.granularity * 1000),
                                          tt.granularity, tt.period_zone) x
          WHERE x.period_end > p.enqueued_until AND x.period_end <= verdict
          ORDER BY x.period_start
          LIMIT 1000),
+    -- A key that the next period shares is published by the last period
+    -- that has it, for the whole run (a day of an hourly table, a local
+    -- hour that DST repeats); kinds without a key publish every period.
+    last_of_key AS (
+        SELECT d.*, (p.target_kind IN ('airflow', 'dagster', 'webhook')
+                     AND finalize_internal.render_partition_key(p.options ->> 'partition_key', d.period_end,
+                                                                tt.period_zone) = d.key) AS shared
+          FROM due d),
     ins AS (
         INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, partition_key,
                                                    location, finalized_until)
-        SELECT p.publication_id, 'final', d.period_start, d.period_end,
-               finalize_internal.render_partition_key(p.options ->> 'partition_key', d.period_start, tt.period_zone),
+        SELECT p.publication_id, 'final',
+               CASE WHEN p.target_kind IN ('airflow', 'dagster', 'webhook')
+                    THEN finalize_internal.key_run_start(p.options ->> 'partition_key', d.key, d.period_start,
+                                                         tt.granularity, tt.period_zone)
+                    ELSE d.period_start END,
+               d.period_end, d.key,
                finalize_internal.render_partition_key(p.options ->> 'location', d.period_start, tt.period_zone),
                verdict
-          FROM due d ORDER BY d.period_start
+          FROM last_of_key d WHERE NOT d.shared ORDER BY d.period_start
         RETURNING period_end)
-    SELECT max(i.period_end), count(*) INTO last_end, n FROM ins i;
-    IF n > 0 THEN
-        UPDATE @extschema@.publication x SET enqueued_until = last_end, head_due = coalesce(x.head_due, now())
+    SELECT max(d.period_end), (SELECT count(*) FROM ins) INTO last_end, n FROM due d;
+    IF last_end IS NOT NULL THEN
+        UPDATE @extschema@.publication x
+           SET enqueued_until = last_end, head_due = CASE WHEN n > 0 THEN coalesce(x.head_due, now()) ELSE x.head_due END
          WHERE x.publication_id = p.publication_id;
-        PERFORM finalize_internal.wake_alert_delivery();
+        IF n > 0 THEN
+            PERFORM finalize_internal.wake_alert_delivery();
+        END IF;
     END IF;
     RETURN n;
 END
@@ -543,8 +593,7 @@ $$;
 -- Why an event may not be sent now although its turn came (NULL: it may),
 -- checked at the claim: its period is no longer final (a loss took it
 -- back after it was recorded: it waits, never dropped, until the period
--- is final again), or its partition key names more than its period (the
--- table's periods became finer since the publication was declared).
+-- is final again).
 CREATE OR REPLACE FUNCTION finalize_internal.event_held(e @extschema@.publication_event, p @extschema@.publication)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -562,12 +611,6 @@ BEGIN
     IF tt.untracked_at IS NOT NULL OR verdict IS NULL OR e.period_end > verdict THEN
         RETURN format('period %s of table "%s" is no longer final (finalized_until() is %s): the event waits until it is final again',
                       finalize_internal.utc_iso(e.period_start), tt.table_name, coalesce(finalize_internal.utc_iso(verdict), 'NULL'));
-    END IF;
-    IF p.target_kind IN ('airflow', 'dagster', 'webhook')
-       AND finalize_internal.render_partition_key(p.options ->> 'partition_key', e.period_end, tt.period_zone)
-           = e.partition_key THEN
-        RETURN format('partition_key "%s" gives the period after %s the same key "%s", since the table''s periods changed: drop the publication and declare it with a finer template',
-                      p.options ->> 'partition_key', finalize_internal.utc_iso(e.period_start), e.partition_key);
     END IF;
     RETURN NULL;
 END

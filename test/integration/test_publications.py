@@ -462,7 +462,7 @@ def test_events_waiting_when_a_loss_takes_their_periods_back_wait_for_them(pg, e
 
 
 def test_declarations_that_would_mislead_are_refused_and_untrack_ends_publications(pg, env, sim, rx):
-    """A partition key coarser than the table's periods, and a webhook
+    """A partition key that names periods apart by one key, and a webhook
     server made for an alert channel, are refused; a failure before the
     target is reached does not open the breaker alert webhooks share;
     untracking a table drops its publications and their pending events."""
@@ -470,8 +470,8 @@ def test_declarations_that_would_mislead_are_refused_and_untrack_ends_publicatio
     pg.sql("CREATE SERVER chat FOREIGN DATA WRAPPER finalize_webhook OPTIONS (url %s, format 'slack')",
            (rx.url_for("/chat"),))
     webhook(pg, "plain", rx.url_for("/plain"))
-    for args, words in [((TABLE, "c", "plain", '{"partition_key": "{date}"}'), "the same key"),
-                        ((TABLE, "c", "plain", '{"partition_key": "h={hour}"}'), "the same key"),
+    for args, words in [((TABLE, "c", "plain", '{"partition_key": "h={hour}"}'), "the same key"),
+                        ((TABLE, "c", "plain", '{"partition_key": "{month}/{day}"}'), "the same key"),
                         ((TABLE, "c", "chat", "{}"), "does not take publications")]:
         with pytest.raises(Exception) as e:
             pg.sql("SELECT finalize.add_publication(%s, %s, %s, %s::jsonb)", args)
@@ -488,3 +488,30 @@ def test_declarations_that_would_mislead_are_refused_and_untrack_ends_publicatio
     env.sql("SELECT finalize.untrack_table(%s)", (TABLE,))
     assert pg.sql("SELECT count(*) FROM finalize.publication")[0][0] == 0
     assert pg.sql("SELECT count(*) FROM finalize.publication_event")[0][0] == 0
+
+
+def test_a_key_shared_by_a_run_of_periods_is_published_once_its_last_period_is_final(pg, env, sim, rx):
+    """{date} on an hourly table names a day: it is published once, when
+    the day's last hour is final, with the day as its span (never after
+    its first hour)."""
+    setup_table(env, sim)
+    webhook(pg, "days", rx.url_for("/days"))
+    start = verdict(pg)                                   # 2026-11-02 08:00 UTC
+    pg.sql("SELECT finalize.add_publication(%s, 'by_day', 'days', '{\"partition_key\": \"{date}\"}')", (TABLE,))
+    for _ in range(15):                                   # final to 23:00: the day is not
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=3600)
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    pg.wait_for(lambda: verdict(pg) == start + datetime.timedelta(hours=15), timeout=30, what="23:00 final")
+    time.sleep(1)
+    assert events(rx, "/days") == []
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=3600)
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    pg.wait_for(lambda: len(events(rx, "/days")) == 1, timeout=30,
+                what=lambda: f"the day published: {pg.rows('SELECT * FROM finalize.publication_event')}")
+    (e,) = events(rx, "/days")
+    assert e["partition_key"] == "2026-11-02" and e["period_start"] == "2026-11-02T00:00:00Z"
+    assert e["period_end"] == "2026-11-03T00:00:00Z" <= iso(verdict(pg))
