@@ -55,7 +55,13 @@ BEGIN
                     (SELECT max(a.alert_id) FROM @extschema@.alert a)),
                    ('alert_delivery_delivery_id_seq',
                     (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.alert_delivery_delivery_id_seq q),
-                    (SELECT max(d.delivery_id) FROM @extschema@.alert_delivery d))) AS s (seq, last, top);
+                    (SELECT max(d.delivery_id) FROM @extschema@.alert_delivery d)),
+                   ('publication_publication_id_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.publication_publication_id_seq q),
+                    (SELECT max(p.publication_id) FROM @extschema@.publication p)),
+                   ('publication_event_event_seq_seq',
+                    (SELECT q.last_value - (NOT q.is_called)::integer FROM @extschema@.publication_event_event_seq_seq q),
+                    (SELECT max(e.event_seq) FROM @extschema@.publication_event e))) AS s (seq, last, top);
     IF unsealed THEN
         RETURN 'finalize.catalog_seal is empty while tables are tracked: a restore of the catalog is under way '
                '(pg_restore loads that table after the ones it references), or stopped before it was complete';

@@ -313,33 +313,44 @@ BEGIN
 END
 $$;
 
--- The outbox's writer: fires when the verdict announced for a table with
--- publications rises (watermark.announced_until, moved only by _announce
--- and _advance_sources, under the locks that make it what
--- finalized_until() answers), in the transaction that makes the periods
--- final. Never for a fall (a loss): nothing is retracted, and the cursor
--- keeps a period from being published twice.
+-- The outbox's writer: after each statement that updates verdicts, for
+-- every table with publications whose announced verdict rose
+-- (watermark.announced_until, moved only by _announce and
+-- _advance_sources, under the locks that make it what finalized_until()
+-- answers), in the transaction that makes the periods final. A statement
+-- trigger with transition tables: a worker's cycle moves thousands of
+-- verdicts in one statement and pays one call, which returns at once while
+-- no publication exists. Never for a fall (a loss): nothing is retracted,
+-- and the cursor keeps a period from being published twice.
 CREATE OR REPLACE FUNCTION finalize_internal.record_publication_events()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    pid bigint;
+    r record;
 BEGIN
-    FOR pid IN
-        SELECT p.publication_id FROM @extschema@.publication p WHERE p.table_id = NEW.table_id
-         ORDER BY p.publication_id FOR NO KEY UPDATE
+    IF NOT EXISTS (SELECT FROM @extschema@.publication) THEN
+        RETURN NULL;
+    END IF;
+    FOR r IN
+        SELECT p.publication_id, n.announced_until
+          FROM risen_new n
+          JOIN risen_old o ON o.table_id = n.table_id
+          JOIN @extschema@.publication p ON p.table_id = n.table_id
+         WHERE n.announced_until > coalesce(o.announced_until, '-infinity')
+         ORDER BY p.publication_id
+           FOR NO KEY UPDATE OF p
     LOOP
-        PERFORM finalize_internal.enqueue_publication(pid, NEW.announced_until);
+        PERFORM finalize_internal.enqueue_publication(r.publication_id, r.announced_until);
     END LOOP;
     RETURN NULL;
 END
 $$;
 
-CREATE OR REPLACE TRIGGER record_publication_events AFTER UPDATE OF announced_until ON @extschema@.watermark
-    FOR EACH ROW WHEN (NEW.publishes AND NEW.announced_until > coalesce(OLD.announced_until, '-infinity'))
-    EXECUTE FUNCTION finalize_internal.record_publication_events();
+CREATE OR REPLACE TRIGGER record_publication_events AFTER UPDATE ON @extschema@.watermark
+    REFERENCING OLD TABLE AS risen_old NEW TABLE AS risen_new
+    FOR EACH STATEMENT EXECUTE FUNCTION finalize_internal.record_publication_events();
 
 -- Late rows landed in an event period already final (event-time tables,
 -- _store_event_facts): a late_data event to every publication whose
@@ -447,7 +458,6 @@ BEGIN
             USING ERRCODE = 'duplicate_object',
                   HINT = format('Drop it first with finalize.drop_publication(%L, %L), or choose another name.', tt.table_name, name);
     END;
-    UPDATE @extschema@.watermark w SET publishes = true WHERE w.table_id = tt.table_id AND NOT w.publishes;
     PERFORM finalize_internal.enqueue_publication(id, verdict);
     RETURN id;
 END
@@ -497,7 +507,6 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     DELETE FROM @extschema@.publication p WHERE p.table_id = ANY (table_ids);
-    UPDATE @extschema@.watermark w SET publishes = false WHERE w.table_id = ANY (table_ids) AND w.publishes;
 END;
 
 -- The body of finalize.drop_publication: its pending events go with it.
@@ -512,8 +521,6 @@ DECLARE
 BEGIN
     DELETE FROM @extschema@.publication x WHERE x.publication_id = p.publication_id;
     PERFORM finalize_internal.resolve_alerts('publication_failing', p.table_id, NULL, p.name);
-    UPDATE @extschema@.watermark w SET publishes = false
-     WHERE w.table_id = p.table_id AND NOT EXISTS (SELECT FROM @extschema@.publication x WHERE x.table_id = p.table_id);
 END
 $$;
 

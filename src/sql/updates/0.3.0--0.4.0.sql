@@ -100,9 +100,3 @@ CREATE INDEX publication_event_delivered_idx ON @extschema@.publication_event (d
     WHERE state = 'delivered';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.publication_event', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.publication_event_event_seq_seq', '');
-
--- Whether a table has publications: the trigger that records events
--- fires only for those (a worker's cycle moves thousands of verdicts).
-ALTER TABLE @extschema@.watermark ADD COLUMN publishes boolean NOT NULL DEFAULT false;
-COMMENT ON COLUMN @extschema@.watermark.publishes IS
-    'True while the table has a publication: a rise of announced_until then records events (finalize.publication_event)';
