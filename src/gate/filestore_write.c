@@ -206,14 +206,28 @@ filestore_replace(const char *root, const char *key, const char *body, size_t le
 	const char *name;
 	bool		absent;
 	int			dir = open_parent(root, key, true, &name, &absent, err);
-	char	   *tmp;
+	char	   *tmp = NULL;
 	int			fd;
 	const char *step = NULL;
 
 	if (dir < 0)
 		return false;
-	tmp = psprintf(".%s.finalize-%d.tmp", name, (int) getpid());
-	fd = open_counted(dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	/*
+	 * A new file of a name nobody can guess (O_EXCL): a file or a hard link
+	 * planted under a predictable name would be truncated and written.
+	 */
+	fd = -1;
+	for (int i = 0; i < 8 && fd < 0; i++)
+	{
+		uint64		nonce = 0;
+
+		if (!pg_strong_random(&nonce, sizeof(nonce)))
+			break;
+		tmp = psprintf(".%s.finalize-%016llx.tmp", name, (unsigned long long) nonce);
+		fd = open_counted(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
 	if (fd < 0)
 		step = "CreateFailed";
 	else
@@ -232,7 +246,9 @@ filestore_replace(const char *root, const char *key, const char *body, size_t le
 	{
 		int			save_errno = errno;
 
-		(void) unlinkat(dir, tmp, 0);
+		/* Only a file of ours: none was created when the create failed. */
+		if (fd >= 0)
+			(void) unlinkat(dir, tmp, 0);
 		file_error(err, step, root, key, save_errno);
 	}
 	close_counted(dir);

@@ -173,6 +173,35 @@ excerpt(const char *s)
 }
 
 /*
+ * The target's send(), an ERROR in which (out of memory, a library's
+ * refusal) fails this attempt alone: outside a transaction it would end
+ * the worker, which would claim the same event again after its restart.
+ * A termination (FATAL) still ends the worker.
+ */
+static void
+send_guarded(MemoryContext cxt, const PushTargetKind *kind, void *target, const PushEvent *ev, HttpClient *client,
+			 PushResult *r)
+{
+	PG_TRY();
+	{
+		kind->send(target, ev, client, r);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		MemoryContextSwitchTo(cxt);
+		r->delivered = false;
+		r->error = psprintf("the %s target failed: %s", ev->target_kind, edata->message);
+	}
+	PG_END_TRY();
+}
+
+/*
  * One attempt at a claimed event; no transaction is open while it is sent.
  * *slow says that it held the worker for SLOW_FAILURE_MS or more, *reached
  * that it went to the target (a failure before, such as a refused role or
@@ -220,7 +249,7 @@ attempt(MemoryContext cxt, HttpClient *client, const PushEvent *ev, const char *
 												   ev->table_name, ev->publication));
 	started = GetCurrentTimestamp();
 	*reached = true;
-	kind->send(target, ev, client, r);
+	send_guarded(cxt, kind, target, ev, client, r);
 	*slow = TimestampDifferenceExceeds(started, GetCurrentTimestamp(), SLOW_FAILURE_MS);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* A cancel or a termination is served now, after the target returned. */

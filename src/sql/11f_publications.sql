@@ -355,10 +355,14 @@ CREATE OR REPLACE TRIGGER record_publication_events AFTER UPDATE ON @extschema@.
 -- Late rows landed in an event period already final (event-time tables,
 -- _store_event_facts): a late_data event to every publication whose
 -- receivers act on events (airflow, dagster, webhook) and that published
--- that period; one pending per period and publication, counting the rows
--- of each range that lands there until it is sent (a trickle of late rows
--- is one event, not one per range). A property or a marker never moves
--- back. A shard's late rows are told to its own publications only.
+-- the partition key of that period (its final event is recorded: a key
+-- that later periods share is published only once its last period is
+-- final, and the late_data event must not name it before), with that
+-- key's span. One pending per key and publication, counting the rows of
+-- each range that lands there until its first attempt (rows that land
+-- after it are another event: the receiver may have taken the first). A
+-- property or a marker never moves back. A shard's late rows are told to
+-- its own publications only.
 CREATE OR REPLACE FUNCTION finalize_internal.publish_late_data(table_id bigint, event_period timestamptz, late_rows bigint,
                                                                rows_so_far bigint)
 RETURNS void
@@ -368,10 +372,11 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     r record;
+    fin @extschema@.publication_event;
 BEGIN
     FOR r IN
-        SELECT p.publication_id, p.options, p.enqueued_until, t.period_zone,
-               @extschema@.period_end(event_period, t.granularity, t.period_zone) AS period_end
+        SELECT p.publication_id, p.options, t.period_zone,
+               finalize_internal.render_partition_key(p.options ->> 'partition_key', event_period, t.period_zone) AS key
           FROM @extschema@.publication p
           JOIN @extschema@.tracked_table t ON t.table_id = p.table_id
          WHERE p.table_id = publish_late_data.table_id AND p.target_kind IN ('airflow', 'dagster', 'webhook')
@@ -379,17 +384,21 @@ BEGIN
          ORDER BY p.publication_id
            FOR NO KEY UPDATE OF p
     LOOP
-        CONTINUE WHEN r.period_end > r.enqueued_until;
+        SELECT e.* INTO fin FROM @extschema@.publication_event e
+         WHERE e.publication_id = r.publication_id AND e.kind = 'final' AND e.partition_key = r.key
+           AND e.period_start <= event_period AND e.period_end > event_period
+         ORDER BY e.event_seq DESC LIMIT 1;
+        CONTINUE WHEN NOT FOUND;
         UPDATE @extschema@.publication_event e
            SET detail = jsonb_build_object('rows', (e.detail ->> 'rows')::bigint + late_rows, 'rows_so_far', rows_so_far)
          WHERE e.publication_id = r.publication_id AND e.kind = 'late_data' AND e.state = 'pending'
-           AND e.claimed_at IS NULL AND e.period_start = event_period;
+           AND e.claimed_at IS NULL AND e.attempts = 0 AND e.partition_key = r.key;
         CONTINUE WHEN FOUND;
         INSERT INTO @extschema@.publication_event (publication_id, kind, period_start, period_end, partition_key,
                                                    finalized_until, detail)
-        VALUES (r.publication_id, 'late_data', event_period, r.period_end,
-                finalize_internal.render_partition_key(r.options ->> 'partition_key', event_period, r.period_zone),
-                r.enqueued_until, jsonb_build_object('rows', late_rows, 'rows_so_far', rows_so_far));
+        VALUES (r.publication_id, 'late_data', fin.period_start, fin.period_end, r.key, fin.finalized_until,
+                jsonb_build_object('rows', late_rows, 'rows_so_far', rows_so_far,
+                                   'event_period', finalize_internal.utc_iso(event_period)));
         UPDATE @extschema@.publication x SET head_due = coalesce(x.head_due, now())
          WHERE x.publication_id = r.publication_id;
         PERFORM finalize_internal.wake_alert_delivery();
@@ -440,6 +449,20 @@ BEGIN
     options := finalize_internal.publication_options(srv.kind, options, tt.table_id);
     IF srv.kind = 'success_marker' THEN
         PERFORM finalize_internal.check_success_marker_store(options, srv.server_name);
+    END IF;
+    -- The property says the Iceberg table holds the periods: true when the
+    -- pipeline that writes it is a required consumer of the table, read
+    -- from that table's main branch (its progress holds the verdict).
+    IF srv.kind = 'iceberg_property' AND NOT EXISTS (
+           SELECT FROM @extschema@.lake_consumer l
+             JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
+            WHERE l.table_id = tt.table_id AND l.server_name = srv.server_name
+              AND l.iceberg_table = options ->> 'iceberg_table' AND l.ref = 'main' AND c.required) THEN
+        RAISE WARNING 'the verdict of table "%" does not wait for Iceberg table % to hold its periods', tt.table_name,
+                      options ->> 'iceberg_table'
+            USING DETAIL = 'The publication moves the table''s properties as the verdict moves; no required consumer of the table reads that Iceberg table''s main branch, so a property may name a period the table does not hold yet.',
+                  HINT = format('Declare its writer with finalize.add_consumer(%L, ''<consumer>'', %L, %L), or publish through finalize.release_iceberg, whose commit carries the properties.',
+                                tt.table_name, srv.server_name, options ->> 'iceberg_table');
     END IF;
     IF srv.kind IN ('airflow', 'dagster', 'webhook') THEN
         PERFORM finalize_internal.check_partition_key(options ->> 'partition_key', tt.granularity, tt.period_zone);
@@ -629,9 +652,11 @@ $$;
 -- its target's breaker (shared with alert webhooks, by server name)
 -- closed or due for a probe. An event that may not be sent now
 -- (_event_held) waits without an attempt counted. Says everything its
--- target needs, with the body (schema finalize.publication/1). The claim
--- commits durably whatever the worker's synchronous_commit: it counts the
--- attempt, which tells a target after a crash that an answer may be lost.
+-- target needs, with the body (schema finalize.publication/1). The count
+-- of attempts tells a target that an earlier answer may be lost (it then
+-- looks for its effect before sending again); a crash that loses the
+-- claim's commit (the worker does not wait for the WAL flush) is covered
+-- by _release_publication_claims.
 CREATE OR REPLACE FUNCTION finalize_internal.claim_publication_event()
 RETURNS TABLE (event_seq bigint, event_id text, kind text, publication_id bigint, publication text,
                target_kind text, server_name text, table_name text, period_start timestamptz,
@@ -667,6 +692,15 @@ BEGIN
             UPDATE @extschema@.publication x SET head_due = NULL WHERE x.publication_id = pub.publication_id;
             CONTINUE;
         END IF;
+        -- The head itself, never waited for: a release carrying its
+        -- properties holds it (iceberg_property_for_release) until its
+        -- transaction ends; the worker goes on with other publications.
+        PERFORM FROM @extschema@.publication_event e WHERE e.event_seq = ev.event_seq FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            UPDATE @extschema@.publication x SET head_due = now() + interval '1 second'
+             WHERE x.publication_id = pub.publication_id;
+            CONTINUE;
+        END IF;
         IF ev.next_attempt > now() THEN
             UPDATE @extschema@.publication x SET head_due = ev.next_attempt WHERE x.publication_id = pub.publication_id;
             CONTINUE;
@@ -684,7 +718,6 @@ BEGIN
            SET attempts = e.attempts + 1, claimed_at = now(), last_attempt_at = now()
          WHERE e.event_seq = ev.event_seq;
         UPDATE @extschema@.publication x SET head_due = NULL WHERE x.publication_id = pub.publication_id;
-        PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
         RETURN QUERY
         SELECT e.event_seq, e.event_id::text, e.kind, p.publication_id, p.name::text, p.target_kind, p.server_name,
                t.table_name, e.period_start, e.period_end, t.period_zone, e.partition_key, e.location, p.options,
@@ -810,13 +843,21 @@ END
 $$;
 
 -- After a restart of the delivery worker, events it had claimed are due
--- again (their attempt was counted).
+-- again (their attempt was counted). The worker's commits do not wait for
+-- the WAL flush, so a crash may have lost the claim of an event that was
+-- sent, and its count of attempts with it: the head of every queue counts
+-- one attempt more than recorded, so that its target looks for the
+-- effect before sending again.
 CREATE OR REPLACE FUNCTION finalize_internal.release_publication_claims()
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.publication_event e SET claimed_at = NULL WHERE e.state = 'pending' AND e.claimed_at IS NOT NULL;
+    UPDATE @extschema@.publication_event e SET attempts = e.attempts + 1
+     WHERE e.state = 'pending'
+       AND e.event_seq = (SELECT min(x.event_seq) FROM @extschema@.publication_event x
+                           WHERE x.publication_id = e.publication_id AND x.state = 'pending');
     UPDATE @extschema@.publication p SET head_due = now()
      WHERE p.head_due IS NULL
        AND EXISTS (SELECT FROM @extschema@.publication_event e

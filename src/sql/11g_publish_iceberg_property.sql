@@ -153,7 +153,7 @@ BEGIN
      WHERE x.publication_id = p.publication_id AND x.state = 'pending' AND x.kind = 'final'
        AND x.event_seq >= head_seq AND x.period_end <= iceberg_property_for_release.period_end
      ORDER BY x.event_seq DESC LIMIT 1;
-    IF NOT FOUND OR NOT e.period_end <= @extschema@.finalized_until(p.table_name) THEN
+    IF NOT FOUND OR (e.period_end <= @extschema@.finalized_until(p.table_name)) IS NOT TRUE THEN
         RETURN;
     END IF;
     RETURN QUERY SELECT p.name::text, p.options, e.event_id::text, e.period_end, p.period_zone;

@@ -115,8 +115,7 @@ def main():
                        (n,))
             print(f"{n} tables x 2 publications (webhook + {second}), poll {a.poll}, "
                   f"PostgreSQL {pg.sql('SHOW server_version')[0][0]}")
-            idle_rate = sensor_rate(pg, 5)
-            lat, cpu_per_event, busy_rates = [], [], []
+            lat, lat_hook, lat_marker, cpu_per_event, busy_rates = [], [], [], [], []
             for r in range(a.rounds):
                 before = delivered(pg)
                 seq0 = pg.sql("SELECT coalesce(max(event_seq), 0) FROM finalize.publication_event")[0][0]
@@ -151,11 +150,14 @@ def main():
                                       "AND event_seq > %s", (seq0,)))
                 got = [q.time - created[q.json["event_id"]] for q in rx.requests("/hook")
                        if (q.json or {}).get("schema") == "finalize.publication/1" and q.json["event_id"] in created]
+                lat_hook += got
                 if second == "file:// marker":
-                    got += [float(d) for (d,) in pg.sql(
+                    marks = [float(d) for (d,) in pg.sql(
                         "SELECT extract(epoch FROM e.delivered_at - e.created_at)::float8 "
                         "FROM finalize.publication_event e JOIN finalize.publication p USING (publication_id) "
                         "WHERE p.name = 'marker' AND e.event_seq > %s", (seq0,))]
+                    lat_marker += marks
+                    got += marks
                 lat += got
                 print(f"  round {r + 1}: {len(got)} events, p50 {statistics.median(got):.3f} s, "
                       f"max {max(got):.3f} s after the transaction that recorded them")
@@ -171,9 +173,13 @@ def main():
             alert_cpu = (cpu_seconds(pid) - c0) / (2 * n)
             print(f"latency (recording transaction -> receiver): p50 {pct(lat, 50):.3f} s  p99 {pct(lat, 99):.3f} s  "
                   f"(goal p99 <= poll + 1 s = {poll + 1:.1f} s; ratio p99/goal {pct(lat, 99) / (poll + 1):.2f})")
+            print(f"  webhook events: p50 {pct(lat_hook, 50):.3f} s p99 {pct(lat_hook, 99):.3f} s" +
+                  (f"; markers: p50 {pct(lat_marker, 50):.3f} s p99 {pct(lat_marker, 99):.3f} s" if lat_marker else ""))
             ev = statistics.median(cpu_per_event)
             print(f"cpu per event: {ev * 1000:.3f} ms   alert webhook: {alert_cpu * 1000:.3f} ms   "
                   f"ratio {ev / alert_cpu:.2f}")
+            time.sleep(2)
+            idle_rate = sensor_rate(pg, 3)          # nothing left to deliver
             busy = statistics.median(busy_rates)
             print(f"sensor is_final tps: idle {idle_rate:.0f}  while delivering {busy:.0f}  ratio {busy / idle_rate:.2f}")
     finally:

@@ -519,3 +519,44 @@ def test_a_key_shared_by_a_run_of_periods_is_published_once_its_last_period_is_f
     (e,) = events(rx, "/days")
     assert e["partition_key"] == "2026-11-02" and e["period_start"] == "2026-11-02T00:00:00Z"
     assert e["period_end"] == "2026-11-03T00:00:00Z" <= iso(verdict(pg))
+
+
+def test_late_rows_are_told_only_for_keys_already_published(pg, env, sim, rx):
+    """Late rows in an event period already final send a late_data event to
+    a publication that published that period's key, with the counts; a
+    publication whose key (a day of an hourly table) is not published yet
+    hears nothing: a late_data event must not name a partition before it is
+    final."""
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.add_source("pubsrc", sim)
+    env.sql("SELECT finalize.track_table(%s, 'pubsrc', 'dbo.orders', event_time_column => 'created_at', "
+            "allowed_lateness => '10 minutes')", (TABLE,))
+    env.wait_caught_up(TABLE, sim)
+    webhook(pg, "late_hours", rx.url_for("/hours"))
+    webhook(pg, "late_days", rx.url_for("/days"))
+    pg.sql("SELECT finalize.add_publication(%s, 'hours', 'late_hours')", (TABLE,))
+    pg.sql("SELECT finalize.add_publication(%s, 'days', 'late_days', '{\"partition_key\": \"{date}\"}')", (TABLE,))
+    start = verdict(pg)
+    for _ in range(3):
+        sim.call("sim.commit", inserts=1)
+        sim.call("sim.advance", seconds=3600)
+    sim.call("sim.commit", inserts=1)
+    sim.call("sim.advance", seconds=10)
+    env.wait_caught_up(TABLE, sim)
+    v = verdict(pg)
+    assert v is not None and start is not None and v > start
+    pg.wait_for(lambda: events(rx, "/hours") and events(rx, "/hours")[-1]["period_end"] == iso(v), timeout=30,
+                what="the final hours")
+    p1 = v - datetime.timedelta(hours=1)
+    fmt = "%Y-%m-%d %H:%M:%S"
+    late = [{"op": "insert", "created_at": (p1 + datetime.timedelta(minutes=m)).strftime(fmt)} for m in (1, 20, 40)]
+    sim.call("sim.commit", rows=json.dumps(late))
+    sim.call("sim.advance", seconds=10)
+    env.wait_caught_up(TABLE, sim)
+    pg.wait_for(lambda: [e for e in events(rx, "/hours") if e["event"] == "late_data"], timeout=30,
+                what=lambda: f"the late_data event: {events(rx, '/hours')}")
+    (e,) = [e for e in events(rx, "/hours") if e["event"] == "late_data"]
+    assert e["period_start"] == iso(p1) and e["late_data"]["rows"] == 3
+    time.sleep(1)
+    assert events(rx, "/days") == []           # the day is not final: neither its event nor late data
