@@ -47,6 +47,7 @@
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "core/wait_events.h"
+#include "core/redact.h"
 
 /* Deliveries sent before the worker looks at its latch and settings again. */
 #define DELIVERIES_PER_ROUND 50
@@ -172,23 +173,6 @@ claim_next(MemoryContext cxt, Claimed *c, bool *gone)
 	return true;
 }
 
-/*
- * At most ERROR_EXCERPT bytes of what a receiver or libcurl said, printable
- * ASCII only: it goes into a text column and the server log, whatever
- * bytes the receiver sent.
- */
-static char *
-excerpt(const char *s)
-{
-	size_t		n = Min(strlen(s), ERROR_EXCERPT);
-	char	   *out = palloc(n + 1);
-
-	for (size_t i = 0; i < n; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-	out[n] = '\0';
-	return out;
-}
-
 /* Sends a claimed delivery's request; no transaction is open. */
 static void
 send_request(HttpClient *client, Claimed *c, Attempt *a)
@@ -243,10 +227,10 @@ send_request(HttpClient *client, Claimed *c, Attempt *a)
 		case DELIVERY_RETRY:
 			/* Redacted whole, then cut: a cut must not split a secret. */
 			if (!answered)
-				a->error = excerpt(alert_redact(c->target, resp.error));
+				a->error = text_excerpt(alert_redact(c->target, resp.error), ERROR_EXCERPT);
 			else
 				a->error = psprintf("HTTP %ld%s%s", resp.status, resp.len > 0 ? ": " : "",
-									excerpt(alert_redact(c->target, resp.body)));
+									text_excerpt(alert_redact(c->target, resp.body), ERROR_EXCERPT));
 			a->retry_after = delivery_retry_after(resp.retry_after, time(NULL));
 			break;
 	}

@@ -124,3 +124,21 @@ redact_secrets(const char *text, List *secrets)
 	list_free(forms);
 	return out;
 }
+
+/*
+ * At most max bytes of a remote system's text, printable ASCII only (any
+ * other byte is '?'): it goes into a message, a text column and the server
+ * log, whatever bytes the remote sent. Redact first, then cut: a cut must
+ * not split a secret.
+ */
+char *
+text_excerpt(const char *text, size_t max)
+{
+	size_t		n = Min(strlen(text), max);
+	char	   *out = palloc(n + 1);
+
+	for (size_t i = 0; i < n; i++)
+		out[i] = (text[i] >= 0x20 && text[i] < 0x7f) ? text[i] : '?';
+	out[n] = '\0';
+	return out;
+}

@@ -2,7 +2,8 @@
  * redact.h
  *     Secrets kept out of the texts a remote system sends back (an answer's
  *     body, curl's words about a URL): one implementation for the lake's
- *     catalogs and the alerts' webhook targets.
+ *     catalogs and the alerts' webhook targets; and the excerpt of such a
+ *     text that a message or a column keeps.
  */
 #ifndef FINALIZE_REDACT_H
 #define FINALIZE_REDACT_H
@@ -19,5 +20,6 @@
 #define REDACT_MIN_SECRET 8
 
 extern char *redact_secrets(const char *text, List *secrets);
+extern char *text_excerpt(const char *text, size_t max);
 
 #endif							/* FINALIZE_REDACT_H */

@@ -82,19 +82,6 @@ lake_redact(const LakeCatalog *cat, const char *text)
 	return redact_secrets(text, lappend(list_copy(cat->secrets), access_token));
 }
 
-/* At most 300 printable characters of a catalog's text, for a message. */
-static char *
-excerpt(const char *s)
-{
-	size_t		n = Min(strlen(s), 300);
-	char	   *out = palloc(n + 1);
-
-	for (size_t i = 0; i < n; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-	out[n] = '\0';
-	return out;
-}
-
 /*
  * The catalog's words for a failed answer, secrets redacted: the REST
  * error's message and type ({"error": {"message", "type", "code"}}), an
@@ -111,12 +98,12 @@ catalog_words(const LakeCatalog *cat, const char *raw)
 	char	   *description = lake_json_string(body, "error_description", NULL);
 
 	if (message != NULL)
-		return type != NULL ? psprintf("%s (%s)", excerpt(message), excerpt(type)) : excerpt(message);
+		return type != NULL ? psprintf("%s (%s)", text_excerpt(message, 300), text_excerpt(type, 300)) : text_excerpt(message, 300);
 	if (oauth != NULL)
-		return description != NULL ? psprintf("%s: %s", excerpt(oauth), excerpt(description)) : excerpt(oauth);
+		return description != NULL ? psprintf("%s: %s", text_excerpt(oauth, 300), text_excerpt(description, 300)) : text_excerpt(oauth, 300);
 	if (raw != NULL && strlen(raw) > 65536)
 		return psprintf("(a body of %zu bytes)", strlen(raw));
-	return body[0] != '\0' ? excerpt(body) : pstrdup("(no body)");
+	return body[0] != '\0' ? text_excerpt(body, 300) : pstrdup("(no body)");
 }
 
 /* The condition of an HTTP status other than 200 and 304. */
@@ -303,7 +290,7 @@ lake_catalog_prepare(LakeCatalog *cat, HttpClient *client, LakeAnswer *failure)
 	{
 		failure->condition = LAKE_METADATA_MALFORMED;
 		failure->error = psprintf("reading the catalog's config: its prefix \"%s\" is not a path segment "
-								  "(letters, digits, - . _ ~ and /)", excerpt(lake_redact(cat, prefix)));
+								  "(letters, digits, - . _ ~ and /)", text_excerpt(lake_redact(cat, prefix), 300));
 		return false;
 	}
 	keep(&prefix_key, key);

@@ -17,6 +17,7 @@
 
 
 #include "core/json_build.h"
+#include "core/redact.h"
 #include "lake/metadata.h"
 #include "lake/verdict_properties.h"
 #include "lake/watermark.h"
@@ -50,19 +51,6 @@ static int64
 epoch_ms(TimestampTz ts)
 {
 	return ts / 1000 + PG_EPOCH_MS;
-}
-
-/* At most 100 printable characters of a property's value, for a message. */
-static char *
-shown(const char *s)
-{
-	size_t		n = Min(strlen(s), 100);
-	char	   *out = palloc(n + 1);
-
-	for (size_t i = 0; i < n; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-	out[n] = '\0';
-	return out;
 }
 
 /*
@@ -117,7 +105,7 @@ unreadable(const char *iceberg_table, const char *name, const char *value, const
 	return psprintf("property \"%s\" of Iceberg table %s holds \"%s\", which is not %s; finalize never "
 					"overwrites a value it cannot compare with the period (it may be later). Remove the "
 					"property from the table, or name another one with the option %s",
-					name, iceberg_table, shown(value), expected, option);
+					name, iceberg_table, text_excerpt(value, 100), expected, option);
 }
 
 /*

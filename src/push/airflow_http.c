@@ -35,19 +35,6 @@ airflow_redact(const AirflowCall *call, const char *text)
 	return redact_secrets(text, secrets);
 }
 
-/* At most WORDS_MAX printable characters of a text, for a message. */
-static char *
-excerpt(const char *s)
-{
-	size_t		n = Min(strlen(s), WORDS_MAX);
-	char	   *out = palloc(n + 1);
-
-	for (size_t i = 0; i < n; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-	out[n] = '\0';
-	return out;
-}
-
 /*
  * Sends one request of the attempt and fills answer. False, with the
  * event's error said, when no HTTP answer came (refused, reset, the
@@ -95,8 +82,8 @@ airflow_request(AirflowCall *call, const char *method, const char *path, const c
 	if (resp.failure != HTTP_OK && !(resp.failure == HTTP_TOO_LARGE && resp.status > 0))
 	{
 		/* Redacted whole, then cut: a cut must not split a secret. */
-		call->out->error = excerpt(airflow_redact(call, psprintf("no answer from Airflow server \"%s\" to %s %s: %s",
-																 call->target->server, method, path, resp.error)));
+		call->out->error = text_excerpt(airflow_redact(call, psprintf("no answer from Airflow server \"%s\" to %s %s: %s",
+																 call->target->server, method, path, resp.error)), WORDS_MAX);
 		return false;
 	}
 	call->out->retry_after = delivery_retry_after(resp.retry_after, time(NULL));
@@ -152,7 +139,7 @@ airflow_refusal(AirflowCall *call, const char *what, const AirflowAnswer *answer
 	if (words == NULL)
 		words = body[0] != '\0' ? body : "(no body)";
 	call->out->error = psprintf("Airflow server \"%s\" answered HTTP %ld to %s: %s", call->target->server,
-								answer->status, what, excerpt(airflow_redact(call, words)));
+								answer->status, what, text_excerpt(airflow_redact(call, words), WORDS_MAX));
 }
 
 /* A string member of a parsed answer's top object, or NULL. */

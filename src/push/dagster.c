@@ -248,19 +248,6 @@ dagster_load(const PushEvent *ev, MemoryContext cxt, char **error)
 	return t;
 }
 
-/* At most ERROR_EXCERPT printable ASCII bytes of a text, for last_error. */
-static char *
-excerpt(const char *s)
-{
-	size_t		n = Min(strlen(s), ERROR_EXCERPT);
-	char	   *out = palloc(n + 1);
-
-	for (size_t i = 0; i < n; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-	out[n] = '\0';
-	return out;
-}
-
 /*
  * Dagster's own words for a refused request, secrets redacted: the
  * "error" of its JSON answer ({"error": "..."}), else the start of the
@@ -273,8 +260,8 @@ dagster_words(const DagsterTarget *t, const HttpResponse *resp)
 	char	   *message = lake_json_string(body, "error", NULL);
 
 	if (message != NULL)
-		return excerpt(redact_secrets(message, t->secrets));
-	return body[0] != '\0' ? excerpt(body) : pstrdup("(no body)");
+		return text_excerpt(redact_secrets(message, t->secrets), ERROR_EXCERPT);
+	return body[0] != '\0' ? text_excerpt(body, ERROR_EXCERPT) : pstrdup("(no body)");
 }
 
 /*
@@ -360,7 +347,7 @@ look(const DagsterTarget *t, const PushEvent *ev, HttpClient *client, PushResult
 		found = look_found(resp.body, ev->event_id, &readable);
 	if (!answered)
 		out->error = psprintf("no answer from the Dagster webserver of server \"%s\": %s", t->server,
-							  excerpt(redact_secrets(resp.error, t->secrets)));
+							  text_excerpt(redact_secrets(resp.error, t->secrets), ERROR_EXCERPT));
 	return dagster_look_verdict(answered, resp.status, readable, found);
 }
 
@@ -385,7 +372,7 @@ report(const DagsterTarget *t, HttpClient *client, PushResult *out)
 	}
 	if (!answered)
 		out->error = psprintf("no answer from the Dagster webserver of server \"%s\": %s", t->server,
-							  excerpt(redact_secrets(resp.error, t->secrets)));
+							  text_excerpt(redact_secrets(resp.error, t->secrets), ERROR_EXCERPT));
 	else
 		out->error = psprintf("the Dagster webserver of server \"%s\" answered HTTP %ld: %s", t->server,
 							  resp.status, dagster_words(t, &resp));

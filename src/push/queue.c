@@ -26,6 +26,7 @@
 #include "core/db.h"
 #include "core/internal_schema.h"
 #include "core/settings.h"
+#include "core/redact.h"
 #include "push/queue.h"
 #include "push/target.h"
 
@@ -159,19 +160,6 @@ load_target(MemoryContext cxt, const PushTargetKind *kind, const PushEvent *ev, 
 	return target;
 }
 
-/* At most ERROR_EXCERPT bytes of printable ASCII: it goes into a text column. */
-static char *
-excerpt(const char *s)
-{
-	size_t		n = Min(strlen(s), ERROR_EXCERPT);
-	char	   *out = palloc(n + 1);
-
-	for (size_t i = 0; i < n; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-	out[n] = '\0';
-	return out;
-}
-
 /*
  * The target's send(), an ERROR in which (out of memory, a library's
  * refusal) fails this attempt alone: outside a transaction it would end
@@ -273,7 +261,7 @@ record(const PushEvent *ev, const PushResult *r, bool slow, bool reached)
 	if (r->status == 0)
 		nulls[3] = 'n';
 	if (!r->delivered && r->error != NULL)
-		values[4] = CStringGetTextDatum(excerpt(r->error));
+		values[4] = CStringGetTextDatum(text_excerpt(r->error, ERROR_EXCERPT));
 	else
 		nulls[4] = 'n';
 	values[5] = Float8GetDatum(r->retry_after);
