@@ -83,11 +83,11 @@ finalize_alerts_main(Datum arg pg_attribute_unused())
 	/*
 	 * Its own commits (a claim, an outcome) need not wait for the WAL flush:
 	 * a crash that loses one re-sends an event or a delivery under the same
-	 * id, which at-least-once delivery allows, and the restart counts one
-	 * more attempt for each queue's head so that a target looks for the
-	 * effect first (_release_publication_claims). What must be durable, the
-	 * event itself, is written by the transaction that made its period
-	 * final, with the server's own setting.
+	 * id, which at-least-once delivery allows. A publication's claim is the
+	 * exception: it commits durably (_claim_publication_event), since its
+	 * count of attempts makes a target look for its effect before sending
+	 * again. What must be durable, the event itself, is written by the
+	 * transaction that made its period final, with the server's own setting.
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	cxt = AllocSetContextCreate(TopMemoryContext, "finalize deliveries", ALLOCSET_DEFAULT_SIZES);

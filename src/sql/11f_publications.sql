@@ -652,11 +652,11 @@ $$;
 -- its target's breaker (shared with alert webhooks, by server name)
 -- closed or due for a probe. An event that may not be sent now
 -- (_event_held) waits without an attempt counted. Says everything its
--- target needs, with the body (schema finalize.publication/1). The count
--- of attempts tells a target that an earlier answer may be lost (it then
--- looks for its effect before sending again); a crash that loses the
--- claim's commit (the worker does not wait for the WAL flush) is covered
--- by _release_publication_claims.
+-- target needs, with the body (schema finalize.publication/1). The claim
+-- commits durably whatever the worker's synchronous_commit: its count of
+-- attempts tells a target that an earlier answer may be lost (it then
+-- looks for its effect before sending again), which a crash must not
+-- forget while the request may have gone out.
 CREATE OR REPLACE FUNCTION finalize_internal.claim_publication_event()
 RETURNS TABLE (event_seq bigint, event_id text, kind text, publication_id bigint, publication text,
                target_kind text, server_name text, table_name text, period_start timestamptz,
@@ -718,6 +718,8 @@ BEGIN
            SET attempts = e.attempts + 1, claimed_at = now(), last_attempt_at = now()
          WHERE e.event_seq = ev.event_seq;
         UPDATE @extschema@.publication x SET head_due = NULL WHERE x.publication_id = pub.publication_id;
+        -- durable before anything is sent (see above)
+        PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
         RETURN QUERY
         SELECT e.event_seq, e.event_id::text, e.kind, p.publication_id, p.name::text, p.target_kind, p.server_name,
                t.table_name, e.period_start, e.period_end, t.period_zone, e.partition_key, e.location, p.options,
@@ -843,21 +845,13 @@ END
 $$;
 
 -- After a restart of the delivery worker, events it had claimed are due
--- again (their attempt was counted). The worker's commits do not wait for
--- the WAL flush, so a crash may have lost the claim of an event that was
--- sent, and its count of attempts with it: the head of every queue counts
--- one attempt more than recorded, so that its target looks for the
--- effect before sending again.
+-- again (their attempt was counted, durably: _claim_publication_event).
 CREATE OR REPLACE FUNCTION finalize_internal.release_publication_claims()
 RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE @extschema@.publication_event e SET claimed_at = NULL WHERE e.state = 'pending' AND e.claimed_at IS NOT NULL;
-    UPDATE @extschema@.publication_event e SET attempts = e.attempts + 1
-     WHERE e.state = 'pending'
-       AND e.event_seq = (SELECT min(x.event_seq) FROM @extschema@.publication_event x
-                           WHERE x.publication_id = e.publication_id AND x.state = 'pending');
     UPDATE @extschema@.publication p SET head_due = now()
      WHERE p.head_due IS NULL
        AND EXISTS (SELECT FROM @extschema@.publication_event e
