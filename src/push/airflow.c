@@ -36,7 +36,7 @@
 #define DEFAULT_TIMEOUT_MS 10000
 /* Caps on Airflow's answers: a token, a page of a listing, a posted event. */
 #define TOKEN_ANSWER_MAX (64 * 1024)
-#define LIST_ANSWER_MAX (8 * 1024 * 1024)
+#define LIST_ANSWER_MAX (2 * 1024 * 1024)
 #define POST_ANSWER_MAX (1024 * 1024)
 /* A listing is read in pages of PAGE items, at most MAX_PAGES of them. */
 #define PAGE 100
