@@ -222,18 +222,27 @@ END
 $$;
 
 -- The start of the run of consecutive periods that share a partition key,
--- the last of which starts at last_start (at most 1000 periods back).
+-- the last of which starts at last_start: last_start itself unless the
+-- period before has the same key (one rendering: the common case), else
+-- looked up at most 1000 periods back.
 CREATE OR REPLACE FUNCTION finalize_internal.key_run_start(template text, key text, last_start timestamptz,
                                                            granularity interval, zone text)
 RETURNS timestamptz
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT coalesce(max(x.period_end), last_start)
-      FROM finalize_internal.periods(last_start - granularity * 1000, last_start, granularity, zone) x
-     WHERE x.period_start < last_start
-       AND finalize_internal.render_partition_key(template, x.period_start, zone) IS DISTINCT FROM key;
-END;
+AS $$
+DECLARE
+    before timestamptz := @extschema@.period_start(last_start - interval '1 microsecond', granularity, zone);
+BEGIN
+    IF finalize_internal.render_partition_key(template, before, zone) IS DISTINCT FROM key THEN
+        RETURN last_start;
+    END IF;
+    RETURN (SELECT coalesce(max(x.period_end), last_start)
+              FROM finalize_internal.periods(last_start - granularity * 1000, last_start, granularity, zone) x
+             WHERE x.period_start < last_start
+               AND finalize_internal.render_partition_key(template, x.period_start, zone) IS DISTINCT FROM key);
+END
+$$;
 
 -- Records the events of the periods of a publication that end after its
 -- cursor and at or before the verdict: the given one (what was announced,
