@@ -115,6 +115,8 @@ def main():
                        (n,))
             print(f"{n} tables x 2 publications (webhook + {second}), poll {a.poll}, "
                   f"PostgreSQL {pg.sql('SHOW server_version')[0][0]}")
+            time.sleep(5)                           # the setup's cycles and deliveries settle
+            idle_rate = sensor_rate(pg, 3)          # the same load, nothing to deliver
             lat, lat_hook, lat_marker, cpu_per_event, busy_rates = [], [], [], [], []
             for r in range(a.rounds):
                 before = delivered(pg)
@@ -178,8 +180,6 @@ def main():
             ev = statistics.median(cpu_per_event)
             print(f"cpu per event: {ev * 1000:.3f} ms   alert webhook: {alert_cpu * 1000:.3f} ms   "
                   f"ratio {ev / alert_cpu:.2f}")
-            time.sleep(2)
-            idle_rate = sensor_rate(pg, 3)          # nothing left to deliver
             busy = statistics.median(busy_rates)
             print(f"sensor is_final tps: idle {idle_rate:.0f}  while delivering {busy:.0f}  ratio {busy / idle_rate:.2f}")
     finally:
