@@ -15,9 +15,9 @@ baselines measured in the same run:
   cpu      CPU of the delivery worker ("finalize alerts") per event
            delivered. Baseline: its CPU per alert webhook delivered, for the
            same number of incidents raised at once to the same receiver.
-  sensor   is_final() calls per second (one client, prepared) while the
-           events of a round are delivered, against the same with nothing
-           to deliver.
+  sensor   is_final() as a ratio of SELECT 1 (pgbench, 4 clients, each
+           measured right after the other) while the events of a round are
+           delivered, against the same ratio with nothing to deliver.
 
 Run as root after the extension is installed (test/bench/publish.sh does both):
     test/bench/publish_bench.py [--tables 1000] [--rounds 3] [--poll 1s]
@@ -61,16 +61,23 @@ def delivered(pg):
     return pg.sql("SELECT count(*) FROM finalize.publication_event WHERE state = 'delivered'")[0][0]
 
 
-def sensor_rate(pg, seconds):
-    """is_final() calls per second from pgbench, one client, prepared."""
+def pgbench_tps(pg, sql, seconds):
+    """Transactions per second of one statement from pgbench, 4 clients on 2 threads, prepared."""
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-        f.write("SELECT finalize.is_final('t0', '2026-11-02 09:00+00');\n")
+        f.write(sql + "\n")
     os.chmod(f.name, 0o644)
     out = subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(PG_BIN, "pgbench"), "-n", "-M", "prepared",
-                          "-c", "1", "-T", str(seconds), "-f", f.name, "-h", pg.dir, "-p", str(pg.port),
+                          "-c", "4", "-j", "2", "-T", str(seconds), "-f", f.name, "-h", pg.dir, "-p", str(pg.port),
                           "-U", "postgres", "postgres"], capture_output=True, text=True, check=True).stdout
     os.unlink(f.name)
     return float([line for line in out.splitlines() if line.startswith("tps")][0].split()[2])
+
+
+def sensor_rate(pg, seconds):
+    """is_final() as a ratio of SELECT 1 measured right after it, under the same load: a machine
+    whose load changes (a round's deliveries) changes both alike."""
+    sensor = pgbench_tps(pg, "SELECT finalize.is_final('t0', '2026-11-02 09:00+00');", seconds)
+    return sensor / pgbench_tps(pg, "SELECT 1;", seconds)
 
 
 def main():
@@ -136,7 +143,7 @@ def main():
                     time.sleep(0.01)
                 committed = time.time()
                 rate = []
-                t = threading.Thread(target=lambda: rate.append(sensor_rate(pg, 3)))
+                t = threading.Thread(target=lambda: rate.append(sensor_rate(pg, 2)))
                 t.start()
                 pg.wait_for(lambda: delivered(pg) >= before + 2 * n, timeout=600, interval=0.05,
                             what="every event of the round delivered")
@@ -181,7 +188,8 @@ def main():
             print(f"cpu per event: {ev * 1000:.3f} ms   alert webhook: {alert_cpu * 1000:.3f} ms   "
                   f"ratio {ev / alert_cpu:.2f}")
             busy = statistics.median(busy_rates)
-            print(f"sensor is_final tps: idle {idle_rate:.0f}  while delivering {busy:.0f}  ratio {busy / idle_rate:.2f}")
+            print(f"sensor is_final / SELECT 1: idle {idle_rate:.2f}  while delivering {busy:.2f}  "
+                  f"ratio {busy / idle_rate:.2f}")
     finally:
         pg.cleanup()
         subprocess.run(["rm", "-rf", marker_root])
