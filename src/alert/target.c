@@ -87,9 +87,7 @@ alert_target_load(const char *name, MemoryContext cxt, char **error)
 		*error = psprintf("server \"%s\" is no longer a finalize_webhook target", server->servername);
 		return NULL;
 	}
-	if (SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(server->owner), ObjectIdGetDatum(serverid)) ||
-		SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid), ObjectIdGetDatum(serverid)))
-		um_options = GetUserMapping(server->owner, serverid)->options;
+	um_options = fdw_user_mapping_options(server->owner, serverid);
 
 	old = MemoryContextSwitchTo(cxt);
 	t = palloc0(sizeof(AlertTarget));

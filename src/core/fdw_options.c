@@ -18,7 +18,9 @@
 #include "catalog/pg_user_mapping.h"
 #include "commands/defrem.h"
 #include "lib/stringinfo.h"
+#include "foreign/foreign.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "core/db.h"
@@ -257,4 +259,27 @@ fdw_option_timeout_ms(List *options, long dflt_ms)
 	if (text == NULL || !fdw_option_usecs(text, &usecs) || usecs <= 0)
 		return dflt_ms;
 	return (long) Min(Max(usecs / 1000, 1), (int64) 60 * 1000);
+}
+
+/*
+ * The user mapping a process reads a server with for user: user's own,
+ * else PUBLIC's; NULL when there is neither (GetUserMapping would raise).
+ * The one rule of every worker that reads a server's secrets.
+ */
+UserMapping *
+fdw_user_mapping(Oid user, Oid serverid)
+{
+	if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(user), ObjectIdGetDatum(serverid)) &&
+		!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid), ObjectIdGetDatum(serverid)))
+		return NULL;
+	return GetUserMapping(user, serverid);
+}
+
+/* The options of fdw_user_mapping(user, serverid), NIL when there is none. */
+List *
+fdw_user_mapping_options(Oid user, Oid serverid)
+{
+	UserMapping *um = fdw_user_mapping(user, serverid);
+
+	return um != NULL ? um->options : NIL;
 }

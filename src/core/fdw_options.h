@@ -30,5 +30,7 @@ extern bool fdw_check_delivery_timeout(const char *value);
 extern const char *fdw_option_value(List *options, const char *name, const char *dflt);
 extern bool fdw_option_usecs(const char *text, int64 *out);
 extern long fdw_option_timeout_ms(List *options, long dflt_ms);
+extern struct UserMapping *fdw_user_mapping(Oid user, Oid serverid);
+extern List *fdw_user_mapping_options(Oid user, Oid serverid);
 
 #endif							/* FINALIZE_FDW_OPTIONS_H */

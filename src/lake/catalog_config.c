@@ -73,9 +73,7 @@ lake_catalog_config_as(Oid serverid, Oid user, MemoryContext cxt, char **error)
 		*error = psprintf("server \"%s\" is not a finalize_iceberg catalog", server->servername);
 		return NULL;
 	}
-	if (SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(user), ObjectIdGetDatum(serverid)) ||
-		SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid), ObjectIdGetDatum(serverid)))
-		um = GetUserMapping(user, serverid)->options;
+	um = fdw_user_mapping_options(user, serverid);
 
 	old = MemoryContextSwitchTo(cxt);
 	cat = palloc0(sizeof(LakeCatalog));

@@ -170,9 +170,7 @@ airflow_load(const PushEvent *ev, MemoryContext cxt, char **error)
 												   server->servername));
 		return NULL;
 	}
-	if (SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(server->owner), ObjectIdGetDatum(server->serverid)) ||
-		SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid), ObjectIdGetDatum(server->serverid)))
-		um = GetUserMapping(server->owner, server->serverid)->options;
+	um = fdw_user_mapping_options(server->owner, server->serverid);
 
 	old = MemoryContextSwitchTo(cxt);
 	t = palloc0(sizeof(AirflowTarget));

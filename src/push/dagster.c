@@ -192,11 +192,7 @@ load_server(const PushEvent *ev, char **error)
 		*error = psprintf("server \"%s\" is no longer a finalize_dagster server", server->servername);
 		return NULL;
 	}
-	if (SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(server->owner),
-							  ObjectIdGetDatum(server->serverid)) ||
-		SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
-							  ObjectIdGetDatum(server->serverid)))
-		um_options = GetUserMapping(server->owner, server->serverid)->options;
+	um_options = fdw_user_mapping_options(server->owner, server->serverid);
 	t = palloc0(sizeof(DagsterTarget));
 	t->server = pstrdup(server->servername);
 	t->timeout_ms = fdw_option_timeout_ms(server->options, DEFAULT_TIMEOUT_MS);

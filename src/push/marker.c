@@ -34,6 +34,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "core/fdw_options.h"
 #include "core/db.h"
 #include "core/io_interrupts.h"
 #include "core/json_build.h"
@@ -107,16 +108,13 @@ load_bucket(MarkerTarget *t, const char *name, char **error)
 		*error = psprintf("server \"%s\" is not a finalize_s3 store", name);
 		return NULL;
 	}
-	if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(server->owner),
-							   ObjectIdGetDatum(server->serverid)) &&
-		!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
-							   ObjectIdGetDatum(server->serverid)))
+	um = fdw_user_mapping(server->owner, server->serverid);
+	if (um == NULL)
 	{
 		*error = psprintf("server \"%s\" has no user mapping for its owner (or PUBLIC) with the keys "
 						  "that write the markers", name);
 		return NULL;
 	}
-	um = GetUserMapping(server->owner, server->serverid);
 	t->store.kind = STORE_S3;
 	if (!store_s3_location(server, um, &t->store.s3))
 	{
