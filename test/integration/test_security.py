@@ -276,11 +276,20 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
                   "OPTIONS (url 'http://127.0.0.1:9/sec', min_severity 'info')")
         run(conn, "CREATE USER MAPPING FOR sec_admin SERVER sec_hook OPTIONS (hmac_key 'sec-hmac-key')")
         run(conn, "SELECT finalize.alter_tracked_table('sec.evil', max_lag => '1 hour')")
+        # A publication to it: the ranges below record its events (a trigger, run as the
+        # owner) while the look-alikes wait; retry, the view and drop follow.
+        run(conn, "SELECT finalize.add_publication('sec.evil', 'evil-pub', 'sec_hook', "
+                  "'{\"partition_key\": \"{date}T{hour}\"}', backfill_from => '2026-11-27 05:00+00')")
         run(conn, "SELECT finalize.record_range('sec.evil', NULL, '0x00000000000000000100', '2026-11-27 06:00+00')")
         run(conn, "SELECT finalize.record_range('sec.evil', '0x00000000000000000100', '0x00000000000000000200', "
                   "'2026-11-27 07:00+00', 1, 0, 0, '2026-11-27 06:30+00', '2026-11-27 06:30+00', 'ci', "
                   "'schema_change', '{\"summary\": \"x\"}')")
         assert run(conn, "SELECT finalize.finalized_until('sec.evil')")[0][0].isoformat() == "2026-11-27T07:00:00+00:00"
+        assert run(conn, "SELECT partition_key FROM finalize.publication_event ORDER BY event_seq") == [
+            ("2026-11-27T05",), ("2026-11-27T06",)]
+        assert run(conn, "SELECT finalize.retry_publication('sec.evil', 'evil-pub')")[0][0] >= 0
+        assert run(conn, "SELECT publication FROM finalize.publications") == [("evil-pub",)]
+        run(conn, "SELECT finalize.drop_publication('sec.evil', 'evil-pub')")
         # the schema change is an incident born resolved: opened and resolved at the target
         assert run(conn, "SELECT transition FROM finalize.alert_deliveries WHERE target = 'sec_hook' "
                          "AND kind = 'schema_change' ORDER BY delivery_id") == [("open",), ("resolve",)]
