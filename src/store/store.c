@@ -27,6 +27,7 @@
 #include "core/redact.h"
 #include "core/settings.h"
 #include "store/filestore.h"
+#include "store/azure_sign.h"
 #include "store/filestore_write.h"
 #include "store/store.h"
 
@@ -54,6 +55,26 @@ keep_secret(ObjectStore *s, const char *value)
 {
 	if (value != NULL && strlen(value) >= REDACT_MIN_SECRET)
 		s->secrets = lappend(s->secrets, pstrdup(value));
+}
+
+/*
+ * Remembers the signature of a SAS token (its sig parameter) apart, as
+ * sent and decoded: an error may quote it without the rest of the token.
+ */
+static void
+keep_sas_signature(ObjectStore *s, const char *sas)
+{
+	const char *sig = sas ? strstr(sas, "sig=") : NULL;
+	char	   *value;
+	char	   *decoded;
+
+	if (sig == NULL || (sig != sas && sig[-1] != '&'))
+		return;
+	value = pnstrdup(sig + 4, strcspn(sig + 4, "&"));
+	decoded = palloc(strlen(value) + 1);
+	keep_secret(s, value);
+	if (azure_url_decode(value, strlen(value), decoded, strlen(value) + 1))
+		keep_secret(s, decoded);
 }
 
 /*
@@ -159,6 +180,7 @@ open_azure(ForeignServer *server, UserMapping *um, ObjectStore *out, StoreError 
 								   "client_id and client_secret", server->servername));
 	keep_secret(out, az->account_key);
 	keep_secret(out, az->sas_token);
+	keep_sas_signature(out, az->sas_token);
 	keep_secret(out, az->client_secret);
 	store_bases_azure(&out->bases, az->account, az->container, az->endpoint);
 	return true;
