@@ -137,17 +137,19 @@ def upload(blobs, generation, names):
     return files
 
 
-def gate(wh, generation, files, store):
+def gate(wh, generation, files, store, **extra):
     wh.sql("SELECT finalize.register_partition(%s, %s, %s)", (TABLE, PART, f"{PART}/{generation}/"))
     m = {"table": TABLE, "partition": PART, "generation": generation, "store": store,
-         "prefix": f"{PART}/{generation}/", "period_start": P08, "files": files}
+         "prefix": f"{PART}/{generation}/", "period_start": P08, "files": files, **extra}
+    if files is None:
+        del m["files"]
     (row,) = wh.sql("SELECT released, generation, problems FROM finalize.release_gate(%s)", (json.dumps(m),))
     return row
 
 
-def refused(wh, generation, files, store):
+def refused(wh, generation, files, store, **extra):
     with pytest.raises(psycopg2.Error) as e:
-        gate(wh, generation, files, store)
+        gate(wh, generation, files, store, **extra)
     d = e.value.diag
     return e.value, "\n".join(x for x in (d.message_primary, d.message_detail, d.message_hint) if x)
 
@@ -176,6 +178,27 @@ def test_the_gate_passes_and_refuses_with_each_kind_of_credentials(wh, az, blobs
     released, _, problems = gate(wh, "gen-1", {a: files[a]}, "az_key")
     assert (released, [(p["code"], p["path"]) for p in problems]) == (False, [("checksum_mismatch", a),
                                                                                 ("stray_object", b)])
+
+
+def test_a_streamed_manifest_is_a_blob_read_in_any_of_its_url_forms(wh, az, blobs, table):
+    """files_location names a blob (Get Blob to a temporary file, read back a chunk at a time) by
+    its abfss://, wasbs:// or https:// URL; another container's is refused unread, a missing one is
+    Azure's BlobNotFound."""
+    files = upload(blobs, "gen-1", ["a.parquet", "b c.parquet"])
+    lines = "".join(json.dumps({"path": p, **v}) + "\n" for p, v in files.items()).encode()
+    blobs.upload_blob(f"{PART}/gen-1.files.jsonl", lines)
+    key = f"{PART}/gen-1.files.jsonl"
+    for url in (f"abfss://lake@devstoreaccount1.dfs.core.windows.net/{key}",
+                f"wasbs://lake@devstoreaccount1.blob.core.windows.net/{key}",
+                f"https://devstoreaccount1.blob.core.windows.net/lake/{key}", f"{az.endpoint}/lake/{key}"):
+        assert gate(wh, "gen-1", None, "az_sas", files_location=url) == (True, "gen-1", []), url
+    err, text = refused(wh, "gen-1", None, "az_key",
+                        files_location=f"abfss://other@devstoreaccount1.dfs.core.windows.net/{key}")
+    assert err.pgcode == "22023" and "not an object of the partition's store" in text, text
+    err, text = refused(wh, "gen-1", None, "az_oauth",
+                        files_location="abfss://lake@devstoreaccount1.dfs.core.windows.net/no/such.jsonl")
+    assert err.diag.message_primary.endswith(": BlobNotFound") and "HTTP 404" in text, text
+    assert "files_location" in err.diag.message_hint
 
 
 def test_a_flat_listing_follows_its_markers_over_pages(wh, az, blobs, table):
