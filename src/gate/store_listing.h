@@ -1,7 +1,7 @@
 /*
  * store_listing.h
  *     The gate's store steps: the objects under a manifest's prefix in its
- *     store (store/store.h: a finalize_s3 server or a file:// URL), and the
+ *     store (store/store.h: a finalize_s3 or finalize_azure server, or a file:// URL), and the
  *     objects read there, as the caller.
  */
 #ifndef FINALIZE_STORE_LISTING_H

@@ -2,7 +2,8 @@
  * marker.c
  *     The success_marker publication target: a _SUCCESS object in the
  *     directory of a period that became final, in a finalize_s3 server's
- *     bucket or a local directory (file://), where Hive-style readers
+ *     bucket, a finalize_azure server's container or a local directory
+ *     (file://), where Hive-style readers
  *     (Airflow's S3KeySensor, Luigi's S3FlagTarget, Oozie's done-flag) and
  *     Paimon's partition.mark-done-action look for it.
  *
