@@ -7,6 +7,7 @@ accepted beside Shared Key and SAS. Standard library only::
 
     with Azurite(pki_dir) as az:               # az.endpoint = "https://127.0.0.1:PORT/devstoreaccount1"
         az.ca                                   # the PEM of the CA its certificate chains to
+        az.pki                                  # the test PKI (certs.py): az.pki.good for another loopback server
         az.account, az.key                      # the emulator's well-known account and key
         az.connection_string()                  # for azure-storage-blob (with connection_verify=az.ca)
         az.token(...)                           # an Entra ID-shaped bearer token (a JWT) Azurite accepts
@@ -62,7 +63,7 @@ class Azurite:
 
     def start(self, timeout=60):
         pki = make_test_pki(os.path.join(self.dir, "pki"))
-        self.ca = pki.ca
+        self.ca, self.pki = pki.ca, pki
         main = os.path.join(TOP, "test", "node_modules", "azurite", "dist", "src", "blob", "main.js")
         self.port = free_port()
         cmd = [self.node, main, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),

@@ -15,6 +15,7 @@ import hashlib
 import http.server
 import json
 import os
+import ssl
 import sys
 import threading
 import urllib.parse
@@ -314,3 +315,57 @@ def test_a_success_marker_publication_writes_to_azure(wh, az, blobs):
         wh.sql("SELECT finalize.add_publication(%s, 'elsewhere', 'az_key', %s)",
                (table, json.dumps({"location": "abfss://other@devstoreaccount1.dfs.core.windows.net/o/{date}/"})))
     assert "abfss://lake@devstoreaccount1.dfs.core.windows.net/" in e.value.diag.message_detail
+
+
+class FaultyBlobService(http.server.BaseHTTPRequestHandler):
+    """A Blob endpoint in trouble, over HTTPS with the test CA: every request answered 503 ServerBusy
+    with Retry-After (Azure's error document), or, stalled, read and never answered."""
+
+    def do_GET(self):
+        if self.server.stall:
+            self.server.stalled.wait(30)
+            return
+        body = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code><Message>The server is '
+                b'currently unable to receive requests. Please retry your request.</Message></Error>')
+        self.send_response(503)
+        self.send_header("Retry-After", "10")
+        self.send_header("x-ms-error-code", "ServerBusy")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_busy_or_stalled_store_is_an_error_that_releases_nothing(wh, az, blobs, table):
+    """Azure's 503 ServerBusy reaches the user with its Retry-After ignored (the gate does not wait:
+    nothing is released, the caller tries again); a store that never answers is a Timeout within
+    finalize.s3_timeout, the backend free again."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FaultyBlobService)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(az.pki.good.cert, az.pki.good.key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    server.stall, server.stalled = False, threading.Event()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wh.sql("CREATE SERVER az_busy FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+               "container 'lake', endpoint %s, ca_file %s)",
+               (f"https://127.0.0.1:{server.server_port}/devstoreaccount1", az.ca))
+        wh.sql("CREATE USER MAPPING FOR postgres SERVER az_busy OPTIONS (account_key %s)", (az.key,))
+        files = upload(blobs, "gen-1", ["a.parquet"])
+        err, text = refused(wh, "gen-1", files, "az_busy")
+        assert err.diag.message_primary.endswith('"az_busy": ServerBusy') and "HTTP 503" in text, text
+        assert "try again later" in err.diag.message_hint
+        server.stall = True
+        wh.sql("ALTER SYSTEM SET finalize.s3_timeout = '1s'")
+        wh.sql("SELECT pg_reload_conf()")
+        err, text = refused(wh, "gen-1", files, "az_busy")
+        assert err.diag.message_primary.endswith('"az_busy": Timeout'), text
+        assert "finalize.s3_timeout" in err.diag.message_hint
+        assert wh.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+    finally:
+        wh.sql("ALTER SYSTEM RESET finalize.s3_timeout")
+        wh.sql("SELECT pg_reload_conf()")
+        server.stalled.set()
+        server.shutdown()
