@@ -292,9 +292,3 @@ lake_json_string(const char *body, const char *path1, const char *path2)
 	return lake_string_value(v);
 }
 
-/* A number at body.key (an OAuth2 token's expires_in), into *out. */
-bool
-lake_json_seconds(const char *body, const char *key, double *out)
-{
-	return json_number_field(body, key, out);
-}

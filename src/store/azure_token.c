@@ -4,9 +4,9 @@
  *     credentials (RFC 6749 4.4) posted to the server's token endpoint
  *     (https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token by
  *     default) for the scope https://storage.azure.com/.default, through
- *     core/http.c. A token is kept by the backend and used until 80% of its
- *     lifetime has passed (shortly before it expires), for the same
- *     endpoint, client and secret only.
+ *     core/http.c, under core/oauth2.c's rules. A token is kept by the
+ *     backend and used until 80% of its lifetime has passed (shortly before
+ *     it expires), for the same endpoint, client and secret only.
  *
  * Nothing here raises for what the endpoint answers: a refusal is
  * AuthorizationFailure in err, in the endpoint's words (an Entra ID error
@@ -19,12 +19,10 @@
 #include "utils/timestamp.h"
 
 #include "core/json_parse.h"
+#include "core/oauth2.h"
 #include "core/redact.h"
 #include "store/azure_token.h"
 
-/* A token without expires_in is kept an hour; any at most a day. */
-#define DEFAULT_TOKEN_SECS 3600.0
-#define MAX_TOKEN_SECS 86400.0
 /* A token answer is small; refuse absurd ones. */
 #define MAX_TOKEN_ANSWER (64 * 1024)
 
@@ -56,28 +54,25 @@ refusal_words(const HttpResponse *r)
 }
 
 /*
- * Reads a token answer; false with err set when it has no usable
- * access_token (missing, with a control character, or too short to be
- * kept out of messages: redact.h).
+ * Reads a token answer (core/oauth2.c's rules) and keeps its token; false
+ * with err set when it has none that is usable.
  */
 static bool
 read_token(const RemoteStore *rs, const HttpResponse *r, const char *key, StoreError *err)
 {
-	char	   *token = json_string_field(r->body, "access_token");
-	double		secs = DEFAULT_TOKEN_SECS;
+	char	   *token;
+	TimestampTz refresh_at = 0;
 
-	if (token == NULL || strlen(token) < REDACT_MIN_SECRET || !http_header_safe(token))
+	if (oauth2_token_answer(r->body, &token, &refresh_at) != OAUTH2_TOKEN_OK)
 	{
 		store_set_error(err, r->status, "AuthorizationFailure",
-						psprintf("the answer of token endpoint %s has no usable access_token",
-								 rs->az.token_endpoint));
+						psprintf("the answer of token endpoint %s has no usable access_token (at least %d "
+								 "characters, none a control character)", rs->az.token_endpoint, REDACT_MIN_SECRET));
 		return false;
 	}
-	(void) json_number_field(r->body, "expires_in", &secs);
-	secs = Min(Max(secs, 1.0), MAX_TOKEN_SECS);
 	keep(&token_key, key);
 	keep(&access_token, token);
-	token_refresh_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (secs * 800.0));
+	token_refresh_at = refresh_at;
 	return true;
 }
 
@@ -102,9 +97,7 @@ azure_bearer_token(const RemoteStore *rs, HttpClient *client, StoreError *err)
 	req.method = "POST";
 	req.url = az->token_endpoint;
 	req.headers = list_make1("Content-Type: application/x-www-form-urlencoded");
-	req.body = psprintf("grant_type=client_credentials&client_id=%s&client_secret=%s&scope=%s",
-						http_uri_encode(az->client_id), http_uri_encode(az->client_secret),
-						http_uri_encode(az->scope));
+	req.body = oauth2_client_credentials_form(az->client_id, az->client_secret, az->scope);
 	req.body_len = strlen(req.body);
 	req.connect_timeout_ms = rs->connect_timeout_ms;
 	req.timeout_ms = rs->timeout_ms;
