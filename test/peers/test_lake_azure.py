@@ -7,7 +7,9 @@ Entra ID client credentials exchanged for a bearer token at a token endpoint ser
 The blobs are written and read back with azure-storage-blob, Microsoft's own client. The gate must
 pass only on exactly the manifest's files (a directory placeholder of a hierarchical namespace is
 no file), and refuse a missing blob or a wrong size; Azure's error codes reach the user, the
-secrets never appear in an error or the server's log."""
+secrets never appear in an error or the server's log. A streamed manifest is a blob named by any of
+its URL forms; a busy (503 ServerBusy) or stalled store is an error within finalize.s3_timeout; a
+success_marker publication writes its _SUCCESS with Put Blob."""
 
 import base64
 import datetime
