@@ -17,7 +17,7 @@ typedef struct Manifest
 	char	   *table;
 	char	   *partition;
 	char	   *generation;
-	char	   *store;			/* a finalize_s3 server name or a file:// URL */
+	char	   *store;			/* a finalize_s3 or finalize_azure server name, or a file:// URL */
 	char	   *prefix;			/* the generation's location, ending in "/" */
 	char	   *shard;			/* the shard of a sharded table's partition, or NULL */
 	bool		has_period;

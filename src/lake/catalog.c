@@ -18,14 +18,13 @@
 #include "utils/timestamp.h"
 
 #include "core/io_interrupts.h"
+#include "core/oauth2.h"
 #include "core/redact.h"
 #include "lake/catalog.h"
 #include "lake/metadata.h"
 
 /* The largest metadata finalize reads (a table with very many snapshots). */
 #define MAX_METADATA_BYTES (64 * 1024 * 1024)
-/* A token's lifetime when the endpoint gives none. */
-#define DEFAULT_TOKEN_SECS 3600.0
 
 /*
  * What outlives a cycle, in TopMemoryContext: the OAuth2 token (for the
@@ -198,8 +197,9 @@ credentials_key(const LakeCatalog *cat)
 
 /*
  * Gets an OAuth2 token with the client credentials (RFC 6749 4.4, the form
- * Iceberg's REST specification describes), unless the kept one is still
- * fresh: it is refreshed when 80% of its lifetime has passed.
+ * Iceberg's REST specification describes; core/oauth2.c's rules), unless
+ * the kept one is still fresh: it is refreshed when 80% of its lifetime
+ * has passed.
  */
 static bool
 ensure_token(LakeCatalog *cat, HttpClient *client, bool force, LakeAnswer *out)
@@ -207,16 +207,16 @@ ensure_token(LakeCatalog *cat, HttpClient *client, bool force, LakeAnswer *out)
 	char	   *key = credentials_key(cat);
 	char	   *form;
 	char	   *token;
-	double		secs = DEFAULT_TOKEN_SECS;
+	TimestampTz refresh_at = 0;
+	OAuth2Answer answer;
 
 	memset(out, 0, sizeof(*out));
 	if (!force && token_key != NULL && strcmp(token_key, key) == 0 && access_token != NULL &&
 		GetCurrentTimestamp() < token_refresh_at)
 		return true;
 	keep(&access_token, NULL);
-	form = psprintf("grant_type=client_credentials&client_id=%s&client_secret=%s&scope=%s",
-					http_uri_encode(cat->client_id), http_uri_encode(cat->client_secret),
-					http_uri_encode(cat->scope != NULL ? cat->scope : "catalog"));
+	form = oauth2_client_credentials_form(cat->client_id, cat->client_secret,
+										  cat->scope != NULL ? cat->scope : "catalog");
 	perform(cat, client, "getting an OAuth2 token", "POST", cat->oauth_uri,
 			list_make1("Content-Type: application/x-www-form-urlencoded"), form, false, out);
 	if (out->condition == LAKE_TABLE_NOT_FOUND)
@@ -228,16 +228,15 @@ ensure_token(LakeCatalog *cat, HttpClient *client, bool force, LakeAnswer *out)
 			out->condition = LAKE_AUTH_FAILED;
 		return false;
 	}
-	token = lake_json_string(out->body, "access_token", NULL);
-	if (token == NULL || token[0] == '\0' || !http_header_safe(token))
+	answer = oauth2_token_answer(out->body, &token, &refresh_at);
+	if (answer == OAUTH2_TOKEN_UNUSABLE)
 	{
 		out->condition = LAKE_AUTH_FAILED;
 		out->error = psprintf("getting an OAuth2 token: the answer of %s has no usable access_token",
 							  cat->oauth_uri);
 		return false;
 	}
-	/* Too short to be kept out of messages: never sent, never kept (redact.h). */
-	if (strlen(token) < REDACT_MIN_SECRET)
+	if (answer == OAUTH2_TOKEN_TOO_SHORT)
 	{
 		out->condition = LAKE_METADATA_MALFORMED;
 		out->error = psprintf("getting an OAuth2 token for catalog \"%s\": the answer of %s is malformed: "
@@ -245,12 +244,9 @@ ensure_token(LakeCatalog *cat, HttpClient *client, bool force, LakeAnswer *out)
 							  cat->name, cat->oauth_uri, REDACT_MIN_SECRET);
 		return false;
 	}
-	(void) lake_json_seconds(out->body, "expires_in", &secs);
-	/* A day at most (a token "valid for ever" is refreshed daily), a second at least. */
-	secs = Min(Max(secs, 1.0), 86400.0);
 	keep(&token_key, key);
 	keep(&access_token, token);
-	token_refresh_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (secs * 800.0));
+	token_refresh_at = refresh_at;
 	return true;
 }
 

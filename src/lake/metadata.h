@@ -20,7 +20,6 @@ extern JsonbValue *lake_field(JsonbContainer *obj, const char *key);
 extern JsonbContainer *lake_container(JsonbValue *v);
 extern bool lake_int64_value(JsonbValue *v, int64 *out);
 extern char *lake_string_value(JsonbValue *v);
-extern bool lake_json_seconds(const char *body, const char *key, double *out);
 extern bool lake_uuid_ok(const char *uuid);
 
 #endif							/* FINALIZE_LAKE_METADATA_H */

@@ -6,7 +6,7 @@
  *   {"table": "sales.orders",                  the tracked table
  *    "catalog": "lake_catalog",                a finalize_iceberg server
  *    "iceberg_table": "sales.orders",          the catalog's table, "ns.table"
- *    "store": "lake" | "file:///srv/lake",      where its files are (finalize_s3 or local)
+ *    "store": "lake" | "file:///srv/lake",      where its files are (finalize_s3, finalize_azure or local)
  *    "partition": {"commit_time_day": "2026-11-27"},   {} for every file
  *    "branch": "audit" | "wap_id": "w-42" | "snapshot_id": 123,   the audited snapshot
  *    "target_branch": "main" | "tag": "name" | true,        optional; default main

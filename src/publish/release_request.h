@@ -42,7 +42,7 @@ typedef struct ReleaseRequest
 	char	   *table;			/* the tracked table */
 	char	   *catalog;		/* a finalize_iceberg server */
 	char	   *iceberg_table;	/* "ns.table" */
-	char	   *store;			/* a finalize_s3 server or file:///root */
+	char	   *store;			/* a finalize_s3 or finalize_azure server, or file:///root */
 	int			ncriteria;
 	PartitionCriterion *criteria;	/* sorted by field name */
 	char	   *partition_key;	/* "field=value/..." (or "all"): finalize's name */

@@ -1,8 +1,9 @@
 -- The release gate: object stores, the catalog view of partitions, release
 -- attempts and the published marker of each partition.
 
--- Object stores are foreign servers of finalize_s3; keys live in user
--- mappings, and the gate uses the calling user's mapping.
+-- Object stores are foreign servers of finalize_s3 (and of finalize_azure,
+-- 11d_wrapper_azure.sql); keys live in user mappings, and the gate uses the
+-- calling user's mapping.
 CREATE OR REPLACE FUNCTION finalize_internal.s3_validator(options text[], catalog oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'finalize_s3_validator'
