@@ -211,60 +211,6 @@ poll_consumer(LakeCatalog *cat, HttpClient *client, const LakeConsumer *c, LakeO
 	etag_keep(c, !lake_observation_new(obs) ? answer.etag : NULL);
 }
 
-/* One observation recorded in a subtransaction (subxact_try's step). */
-typedef struct RecordStep
-{
-	const LakeObservation *obs;
-	bool		moved;
-} RecordStep;
-
-static void
-record_step(void *arg)
-{
-	RecordStep *r = (RecordStep *) arg;
-
-	r->moved = lake_record(r->obs);
-}
-
-/*
- * Records the observations that need it in one write transaction, each in
- * a subtransaction of its own: one that fails (logged) loses no other's.
- * Returns the sources to wake.
- */
-static List *
-record_all(LakeObservation *obs, int n)
-{
-	List	   *wake = NIL;
-	int			todo = 0;
-
-	for (int i = 0; i < n; i++)
-		todo += lake_needs_record(&obs[i]) ? 1 : 0;
-	if (todo == 0)
-		return NIL;
-	db_begin_write("finalize: recording what Iceberg tables hold");
-	for (int i = 0; i < n; i++)
-	{
-		RecordStep	r = {&obs[i], false};
-		ErrorData  *error = NULL;
-
-		if (!lake_needs_record(&obs[i]))
-			continue;
-		if (!subxact_try(record_step, &r, &error))
-		{
-			ereport(LOG,
-					(errmsg("finalize: could not record what Iceberg table %s holds for consumer \"%s\" of table \"%s\": %s",
-							obs[i].consumer->iceberg_table, obs[i].consumer->consumer,
-							obs[i].consumer->table_name, error->message),
-					 errdetail("The next poll tries again; the verdict waits for it.")));
-			continue;
-		}
-		if (r.moved && OidIsValid(obs[i].consumer->source_serverid))
-			wake = list_append_unique_oid(wake, obs[i].consumer->source_serverid);
-	}
-	db_commit();
-	return wake;
-}
-
 /*
  * One poll of the catalog: returns false when the worker should exit (no
  * consumer left, the server gone), with *delay_ms until the next one.
@@ -280,7 +226,6 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 	int			done = 0;
 	char	   *problem;
 	TimestampTz start = GetCurrentTimestamp();
-	ListCell   *lc;
 	HttpResponse resp;
 	MemoryContext scratch;
 
@@ -335,8 +280,7 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 	for (int i = 0; done < n && i < done; i++)
 		consumers[i].quiet = false;
 	pgstat_report_activity(STATE_IDLE, NULL);
-	foreach(lc, record_all(obs, done))
-		(void) source_table_request_cycle(MyDatabaseId, lfirst_oid(lc));
+	lake_record_all(obs, done);
 	*delay_ms = Max(cat->poll_interval_ms - TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()), 0);
 	return true;
 }

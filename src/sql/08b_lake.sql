@@ -198,8 +198,193 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.add_consumer(text, text, text, text, text, text, boolean) IS
     'Declare a pipeline whose progress is the LSN property of an Iceberg table''s snapshots on a ref, read through a finalize_iceberg catalog; nobody reports for it';
 
--- The catalogs the lake workers serve: finalize_iceberg servers with a
--- consumer of a tracked table (the scheduler keeps one worker per row).
+-- Delta Lake consumers (docs/delta.md): the store a Delta table lives in is
+-- a server of a store's foreign-data wrapper (finalize_s3, ...), read with
+-- its owner's user mapping as the gate reads it, or a file:// URL of a
+-- directory of the database server. The foreign-data wrappers that are
+-- stores.
+CREATE OR REPLACE FUNCTION finalize_internal.store_wrappers()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY['finalize_s3', 'finalize_azure'];
+
+-- Why a role may not read a Delta consumer's store, or NULL when it may: a
+-- file:// store needs pg_read_server_files (as the release gate's); a
+-- server, what server_use_refused says. The one rule add_consumer checks
+-- and the lake worker checks again every poll.
+CREATE OR REPLACE FUNCTION finalize_internal.store_use_refused(who oid, store text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = who) THEN 'usage'
+        WHEN store ~ '^file:' THEN
+            CASE WHEN NOT pg_catalog.pg_has_role(who, 'pg_read_server_files', 'USAGE') THEN 'files' END
+        ELSE coalesce((SELECT finalize_internal.server_use_refused(who, s.oid)
+                         FROM pg_catalog.pg_foreign_server s WHERE s.srvname = store), 'usage')
+    END;
+END;
+
+-- A store a caller may name for a Delta consumer: a file:// URL of a
+-- directory (file:///data/lake/), or a server of a store's wrapper the
+-- caller may read through. Returns it as recorded (a directory's URL ends
+-- with /).
+CREATE OR REPLACE FUNCTION finalize_internal.delta_store(caller name, store text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    srv pg_foreign_server;
+    wrapper name;
+    refused text;
+BEGIN
+    PERFORM finalize_internal.require(store, 'store');
+    refused := finalize_internal.store_use_refused((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller), store);
+    IF store ~ '^file:' THEN
+        IF store !~ '^file:///[^[:cntrl:]]*$' OR store ~ '/\.\.?(/|$)' OR length(store) > 1024 THEN
+            RAISE EXCEPTION 'invalid value for argument store: "%"', store
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'A store on the database server is the file:// URL of a directory, such as file:///data/lake/, without . or .. parts.';
+        END IF;
+        IF refused IS NOT NULL THEN
+            RAISE EXCEPTION 'permission denied to read files of the database server for store %', store
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = format('Role %s is not a member of pg_read_server_files, and the lake worker reads the Delta log as that role would.', caller),
+                      HINT = 'Have an administrator grant pg_read_server_files, or name a store server (finalize_s3, ...).';
+        END IF;
+        RETURN CASE WHEN store ~ '/$' THEN store ELSE store || '/' END;
+    END IF;
+    SELECT s.* INTO srv FROM pg_foreign_server s WHERE s.srvname = store;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'server "%" does not exist', store
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Name a store: a server of finalize_s3 (CREATE SERVER ... FOREIGN DATA WRAPPER finalize_s3 OPTIONS (...)) with a user mapping, or a file:///directory/ URL.';
+    END IF;
+    SELECT w.fdwname INTO wrapper FROM pg_foreign_data_wrapper w WHERE w.oid = srv.srvfdw;
+    IF wrapper <> ALL (finalize_internal.store_wrappers()) THEN
+        RAISE EXCEPTION 'server "%" is not a store', store
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = format('It uses the foreign-data wrapper "%s"; a Delta consumer reads its log through a server of %s, or a file:// URL.',
+                                  wrapper, array_to_string(finalize_internal.store_wrappers(), ' or ')),
+                  HINT = 'Create one with CREATE SERVER ... FOREIGN DATA WRAPPER finalize_s3 OPTIONS (...).';
+    END IF;
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'permission denied for server %', store
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = CASE WHEN refused = 'usage'
+                                THEN format('Role %s has no USAGE on the server, and the lake worker reads the Delta log with its credentials.', caller)
+                                ELSE format('The lake worker reads through the user mapping of the server''s owner %s, which role %s may not use.',
+                                            srv.srvowner::regrole, caller) END,
+                  HINT = CASE WHEN refused = 'usage'
+                              THEN format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', store, caller) END;
+    END IF;
+    RETURN srv.srvname::text;
+END
+$$;
+
+-- Checks a Delta table's location: a URL of a store (s3://, s3a://,
+-- abfss://, abfs://, wasbs://, https://, file:///) naming the table's
+-- directory (the one holding _delta_log/), without control characters or
+-- . and .. parts; a file:// location lies under a file:// store. Returns it
+-- without a trailing /.
+CREATE OR REPLACE FUNCTION finalize_internal.check_delta_location(delta_table text, store text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM finalize_internal.require(delta_table, 'delta_table');
+    IF delta_table !~ '^(s3a?|abfss?|wasbs?|https|file)://[^[:cntrl:]]+$' OR delta_table ~ '/\.\.?(/|$)'
+       OR delta_table ~ '_delta_log/?$' OR length(delta_table) > 1024 THEN
+        RAISE EXCEPTION 'invalid value for argument delta_table: "%"', delta_table
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A Delta table is named by the URL of its directory (the one that holds _delta_log/), such as s3://lake/sales/orders, abfss://lake@account.dfs.core.windows.net/sales/orders or file:///data/lake/orders, without . or .. parts.';
+    END IF;
+    IF (delta_table ~ '^file:') <> (store ~ '^file:') OR (store ~ '^file:' AND NOT starts_with(delta_table, store)) THEN
+        RAISE EXCEPTION 'Delta table % is not in store %', delta_table, store
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A Delta table on the database server lies in the file:// directory named as its store; one in object storage is read through a store server.',
+                  HINT = 'Name the store that holds the table.';
+    END IF;
+    RETURN rtrim(delta_table, '/');
+END
+$$;
+
+-- The body of finalize.add_consumer(table, consumer, delta_table => ...,
+-- store => ...): declares a pipeline whose progress is the LSN its commits
+-- to a Delta Lake table carry (lsn_from: userMetadata, userMetadata.<key>,
+-- or a top-level key of commitInfo). Nobody reports for it: the lake
+-- worker of its store reads the table's _delta_log/. Like every new
+-- required consumer, it holds the verdict from now on until its table
+-- proves a period.
+CREATE OR REPLACE FUNCTION finalize_internal.add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    delta_table @extschema@.delta_location,
+    store text,
+    lsn_from text DEFAULT 'finalize.lsn',
+    required boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
+    store_name text;
+    location text;
+BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so a Delta table cannot report LSNs for it as a whole', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own.',
+                  HINT = format('Declare the Delta consumer on each shard, such as finalize.add_consumer(%L, %L, delta_table => ..., store => ...), with the key that carries that shard''s LSN (lsn_from).',
+                                tt.table_name || '/<shard>', consumer);
+    ELSIF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so a Delta table cannot report LSNs for it', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',
+                  HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
+                                tt.table_name, consumer);
+    END IF;
+    store_name := finalize_internal.delta_store(caller, store);
+    location := finalize_internal.check_delta_location(delta_table, store_name);
+    PERFORM finalize_internal.check_lake_word(lsn_from, 'lsn_from', 'finalize.lsn, userMetadata or userMetadata.lsn');
+    IF lsn_from = 'userMetadata.' THEN
+        RAISE EXCEPTION 'invalid value for argument lsn_from: "%"', lsn_from
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'userMetadata.<key> names a key of the JSON object in commitInfo.userMetadata; the key is missing.';
+    END IF;
+    PERFORM finalize_internal.check_consumer_name(consumer);
+    PERFORM finalize_internal.require(required, 'required');
+    PERFORM finalize_internal.insert_consumer(caller, tt, consumer, required, NULL, NULL);
+    INSERT INTO @extschema@.lake_consumer (table_id, consumer, server_name, delta_table, lsn_from)
+    VALUES (tt.table_id, consumer, store_name, location, lsn_from);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.add_consumer(
+    table_name text,
+    consumer text,
+    delta_table @extschema@.delta_location,
+    store text,
+    lsn_from text DEFAULT 'finalize.lsn',
+    required boolean DEFAULT true)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.add_consumer(text, text, @extschema@.delta_location, text, text, boolean) IS
+    'Declare a pipeline whose progress is the LSN its commits to a Delta Lake table carry (lsn_from), read from the table''s log in a store; nobody reports for it';
+
+-- The catalogs and stores the lake workers serve: finalize_iceberg servers
+-- with a consumer of a tracked table, and the stores of Delta consumers
+-- (server 0 for those on file://); the scheduler keeps one worker per row.
 CREATE OR REPLACE FUNCTION finalize_internal.wanted_catalogs()
 RETURNS TABLE (serverid oid, server_name text)
 LANGUAGE sql STABLE
@@ -210,7 +395,15 @@ BEGIN ATOMIC
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
       JOIN pg_foreign_server s ON s.srvname = l.server_name
       JOIN pg_foreign_data_wrapper w ON w.oid = s.srvfdw
-     WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_iceberg';
+     WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_iceberg' AND l.delta_table IS NULL
+    UNION
+    -- The stores of Delta consumers: a worker per server, one for file://.
+    SELECT DISTINCT coalesce(s.oid, 0), coalesce(s.srvname::text, 'file://')
+      FROM @extschema@.lake_consumer l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+      LEFT JOIN pg_foreign_server s ON s.srvname = l.server_name
+     WHERE t.untracked_at IS NULL AND l.delta_table IS NOT NULL
+       AND (s.oid IS NOT NULL OR l.server_name ~ '^file:');
 END;
 
 -- The consumers a lake worker polls, those looked at longest ago first,
@@ -239,9 +432,55 @@ BEGIN ATOMIC
       LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
       LEFT JOIN pg_foreign_server cs ON cs.srvname = l.server_name
       LEFT JOIN pg_roles r ON r.rolname = c.created_by
-     WHERE l.server_name = lake_consumers.server_name AND t.untracked_at IS NULL
+     WHERE l.server_name = lake_consumers.server_name AND t.untracked_at IS NULL AND l.delta_table IS NULL
      ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
 END;
+
+-- The Delta consumers a lake worker of a store polls (server NULL: those
+-- on file://), as lake_consumers lists the Iceberg ones: longest ago
+-- first, quiet, allowed (store_use_refused), and the role that declared
+-- it, as which the worker opens the store.
+CREATE OR REPLACE FUNCTION finalize_internal.delta_consumers(server_name text)
+RETURNS TABLE (table_id bigint, table_name text, consumer text, delta_table text, lsn_from text, store text,
+               seen_head_id bigint, seen_head_sequence bigint, seen_lsn text, seen_table_uuid text,
+               source_serverid oid, quiet boolean, lake_id bigint, allowed boolean, declarer oid)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT l.table_id, t.table_name, l.consumer, l.delta_table, l.lsn_from, l.server_name, l.seen_head_id,
+           l.seen_head_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
+           l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds', l.lake_id,
+           r.oid IS NOT NULL AND finalize_internal.store_use_refused(r.oid, l.server_name) IS NULL, r.oid
+      FROM @extschema@.lake_consumer l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+      JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
+      LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
+      LEFT JOIN pg_roles r ON r.rolname = c.created_by
+     WHERE l.delta_table IS NOT NULL AND t.untracked_at IS NULL
+       AND CASE WHEN delta_consumers.server_name IS NULL THEN l.server_name ~ '^file:'
+                ELSE l.server_name = delta_consumers.server_name END
+     ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
+END;
+
+-- What a lake consumer reads, for the details of its facts and incidents:
+-- an Iceberg table, its ref and catalog; a Delta table and its store.
+CREATE OR REPLACE FUNCTION finalize_internal.lake_detail(l @extschema@.lake_consumer)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN l.delta_table IS NULL
+            THEN jsonb_build_object('iceberg_table', l.iceberg_table, 'ref', l.ref, 'catalog', l.server_name)
+            ELSE jsonb_build_object('delta_table', l.delta_table, 'store', l.server_name) END;
+
+-- What a lake consumer reads, for messages: "Iceberg table ns.t (ref main,
+-- catalog c)" or "Delta table s3://... (store s)".
+CREATE OR REPLACE FUNCTION finalize_internal.lake_label(l @extschema@.lake_consumer)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN l.delta_table IS NULL
+            THEN format('Iceberg table %s (ref %s, catalog %s)', l.iceberg_table, l.ref, l.server_name)
+            ELSE format('Delta table %s (store %s)', l.delta_table, l.server_name) END;
 
 -- The earliest commit time a change the worker has not read yet (above a
 -- table's offset) may carry: the offset's commit time less the source's
@@ -323,14 +562,14 @@ BEGIN
         lost_from := coalesce(finalize_internal.instant_minus(lost_from, GREATEST(tt.allowed_lateness, wm.event_allowance)),
                               '-infinity');
     END IF;
-    message := format('Iceberg table %s (ref %s, catalog %s) no longer holds what consumer "%s" of table "%s" had committed: %s. It proved LSN %s; it now holds %s. The periods from %s on are not final until finalize.acknowledge_loss().',
-                      l.iceberg_table, l.ref, l.server_name, l.consumer, tt.table_name, reason, l.seen_lsn,
+    message := format('%s no longer holds what consumer "%s" of table "%s" had committed: %s. It proved LSN %s; it now holds %s. The periods from %s on are not final until finalize.acknowledge_loss().',
+                      finalize_internal.lake_label(l), l.consumer, tt.table_name, reason, l.seen_lsn,
                       coalesce('LSN ' || held::text, 'nothing provable'),
                       CASE WHEN isfinite(lost_from) THEN finalize_internal.utc_iso(lost_from) ELSE 'the start' END);
     INSERT INTO @extschema@.fact (table_id, kind, event, detail)
     VALUES (tt.table_id, 'event', 'data_loss',
-            jsonb_build_object('cause', 'lake_rollback', 'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
-                               'ref', l.ref, 'catalog', l.server_name, 'reason', reason,
+            finalize_internal.lake_detail(l) || jsonb_build_object('cause', 'lake_rollback', 'consumer', l.consumer,
+                               'reason', reason,
                                'proved_lsn', l.seen_lsn, 'held_lsn', held, 'new_lsn', new_lsn,
                                'lost_from', CASE WHEN isfinite(lost_from) THEN finalize_internal.utc_iso(lost_from)
                                                  ELSE lost_from::text END))
@@ -344,10 +583,11 @@ BEGIN
      WHERE c.table_id = tt.table_id AND c.consumer = l.consumer;
     PERFORM finalize_internal.alert(jsonb_build_object('alert', 'data_loss', 'table', tt.table_name,
                                                   'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
-                                                  'detail', message));
+                                                  'detail', message)
+                                    || (finalize_internal.lake_detail(l) - 'ref' - 'catalog'));
     PERFORM finalize_internal.raise_alert('data_loss', 'critical', tt.table_id, l.server_name, l.consumer, message,
-                                     jsonb_build_object('cause', 'lake_rollback', 'iceberg_table', l.iceberg_table,
-                                                        'ref', l.ref, 'proved_lsn', l.seen_lsn, 'held_lsn', held));
+                                     (finalize_internal.lake_detail(l) - 'catalog')
+                                     || jsonb_build_object('cause', 'lake_rollback', 'proved_lsn', l.seen_lsn, 'held_lsn', held));
 END
 $$;
 
@@ -433,8 +673,8 @@ BEGIN
     END IF;
     IF condition IS NOT NULL AND since <= now() - finalize_internal.alert_after() THEN
         PERFORM finalize_internal.raise_alert(condition, 'warning', tt.table_id, l.server_name, l.consumer,
-            format('Consumer "%s" of table "%s" reads Iceberg table %s through catalog %s, which has failed since %s: %s The verdict waits for it.',
-                   l.consumer, tt.table_name, l.iceberg_table, l.server_name, since, detail));
+            format('Consumer "%s" of table "%s" reads %s, which has failed since %s: %s The verdict waits for it.',
+                   l.consumer, tt.table_name, finalize_internal.lake_label(l), since, detail));
     END IF;
     IF condition IS NOT NULL THEN
         -- A malformed property on a ref shown to descend from the head seen
