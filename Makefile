@@ -17,10 +17,10 @@ EXTENSION  = finalize
 EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\([^']*\)'.*/\1/p" $(EXTENSION).control)
 
 # One folder per subsystem, bottom layer first (src/README.md: which folder
-# may include which): core, mssql, worker, sensor, gate, alert, lake;
+# may include which): core, mssql, worker, sensor, store, gate, alert, lake;
 # src/finalize.c holds only _PG_init.
 MODULE_big = finalize
-SUBSYSTEMS = core mssql worker sensor gate alert lake publish push
+SUBSYSTEMS = core mssql worker sensor store gate alert lake publish push
 OBJS       = src/finalize.o $(patsubst %.c,%.o,$(sort $(foreach d,$(SUBSYSTEMS),$(wildcard src/$(d)/*.c))))
 
 # SQL: every object is written once (CONTRIBUTING.md, "Changing SQL").
@@ -164,7 +164,7 @@ UNIT_SOURCES_test_tds_conf = src/mssql/tds_conf.c
 UNIT_SOURCES_test_sketch = src/core/sketch.c
 UNIT_SOURCES_test_outcome = src/alert/outcome.c
 UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
-UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c
+UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c src/store/store_key.c
 UNIT_SOURCES_test_period = src/core/period.c
 UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
 UNIT_SOURCES_test_delta_log = src/lake/delta_log.c src/lake/delta_commit.c src/core/lsn.c
@@ -176,7 +176,8 @@ UNIT_SOURCES_test_loss_sweep = src/sensor/loss_sweep.c
 UNIT_SOURCES_test_airflow_rules = src/push/airflow_rules.c
 UNIT_SOURCES_test_dagster_outcome = src/push/dagster_outcome.c
 UNIT_SOURCES_test_watermark = src/lake/watermark.c
-UNIT_SOURCES_test_marker_path = src/push/marker_path.c src/gate/inventory_merge.c
+UNIT_SOURCES_test_marker_path = src/push/marker_path.c src/store/store_key.c
+UNIT_SOURCES_test_store_key = src/store/store_key.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
 UNIT_LIBS_test_delta_log = -lpgcommon -lpgport

@@ -6,7 +6,7 @@
  * Sources are declared as foreign servers, their logins as user mappings, so
  * credentials get PostgreSQL's own protection (pg_user_mappings shows them
  * only to the mapping's user and the server owner). Each wrapper's
- * validator (mssql/mssql_options.c, gate/s3_options.c,
+ * validator (mssql/mssql_options.c, store/s3_options.c,
  * alert/webhook_options.c) checks its options against its table here, when
  * they are set: every error names the option and never echoes a secret.
  */

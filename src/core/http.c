@@ -1,7 +1,7 @@
 /*
  * http.c
  *     HTTP for finalize: the one file that calls libcurl, shared by the S3
- *     requests (gate/objstore.c), webhook delivery and publications.
+ *     requests (store/objstore.c), webhook delivery and publications.
  *
  * One file per foreign library (as mssql/mssql.c is for DB-Library): the
  * rules libcurl must be held to are kept in one place instead of in each

@@ -13,16 +13,8 @@
 
 #include "gate/inventory_codec.h"
 #include "gate/problem_list.h"
-
-/* One object: a path (key) inside a store, its size and its checksum. */
-typedef struct InvObject
-{
-	char	   *path;			/* NUL-terminated, except in cursors (path_len) */
-	int			path_len;
-	int64		size;
-	char	   *etag;			/* NULL when not given / not known */
-	int			etag_len;
-} InvObject;
+#include "store/listing.h"
+#include "store/store_key.h"
 
 /*
  * A stream of objects in ascending jsonb key order (length, then bytes):
@@ -34,26 +26,6 @@ typedef struct InvCursor
 	bool		(*next) (struct InvCursor *cursor, InvObject *out);
 	void	   *state;
 } InvCursor;
-
-typedef struct Inventory
-{
-	InvObject  *items;
-	int			n;
-	int			capacity;
-} Inventory;
-
-/*
- * Where a store's listing goes, a batch at a time (a directory's files, an
- * S3 page): the listing is never held whole. The batch and its strings are
- * freed once consume returns.
- */
-typedef struct ListingSink
-{
-	void		(*consume) (struct ListingSink *sink, const Inventory *batch);
-} ListingSink;
-
-/* Objects per batch of a listing (S3 pages hold 1,000 keys). */
-#define LISTING_BATCH 1000
 
 /*
  * A comparison of a manifest with a listing that arrives in batches
@@ -93,8 +65,6 @@ typedef struct InvComparison
 } InvComparison;
 
 /* in inventory.c */
-extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
-extern void inventory_append(Inventory *inv, const InvObject *o);
 extern void inventory_append_record(Inventory *inv, const InvRecord *r);
 extern void inventory_compare(const Inventory *manifest, const Inventory *listing,
 							  const char *prefix, ProblemList *out);
@@ -112,7 +82,6 @@ extern void inventory_digest_add(uint64 digest[2], const char *path, int path_le
 extern bool inventory_rebuild(const Inventory *manifest, const char *prefix, const char *data, size_t len,
 							  Inventory *out);
 extern void inventory_merge(InvCursor *manifest, InvCursor *listing, const char *prefix, ProblemList *out);
-extern bool path_is_safe(const char *path, int len);
 extern char *location_with_slash(const char *location);
 
 /* in sorted_comparison.c */

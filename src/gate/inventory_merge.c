@@ -76,35 +76,6 @@ inv_under(const InvObject *o, const char *prefix, int prefix_len)
 }
 
 /*
- * Whether a path of len bytes stays inside its store: relative, no empty,
- * "." or ".." parts (an empty last part, "a/", is allowed), no NUL, at most
- * 1024 bytes (S3's key limit). Every manifest path is checked: memchr finds
- * the NUL and each "/" a word at a time, faster than a loop over the bytes.
- */
-bool
-path_is_safe(const char *path, int len)
-{
-	const char *part = path;
-	const char *end = path + len;
-
-	if (len == 0 || path[0] == '/' || len > 1024 || memchr(path, '\0', len) != NULL)
-		return false;
-	for (;;)
-	{
-		const char *slash = memchr(part, '/', end - part);
-		const char *stop = slash ? slash : end;
-		size_t		plen = stop - part;
-
-		if ((plen == 0 && slash != NULL) || (plen == 1 && part[0] == '.') ||
-			(plen == 2 && part[0] == '.' && part[1] == '.'))
-			return false;
-		if (slash == NULL)
-			return true;
-		part = slash + 1;
-	}
-}
-
-/*
  * Compares two paths in the order their streams come in: jsonb objects
  * keep keys shorter first, a sort in the C collation bytes first.
  */

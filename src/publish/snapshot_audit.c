@@ -214,12 +214,13 @@ void
 audit_files(IcebergRun *run)
 {
 	Manifest   *m = &run->m;
-	char	   *base = store_location_base(m);
+	ObjectStore store;
 	SnapshotFiles *f = &run->files;
 	SinceHead	since = {NULL, 0};
 	int64	   *ids = NULL;
 	PeriodCheck period = {0};
 
+	gate_open_store(m, &store);
 	if (!run->r.to_tag)
 	{
 		since.n = iceberg_since_head(&run->it, &ids);
@@ -238,7 +239,7 @@ audit_files(IcebergRun *run)
 	period.col = run->time_col;
 	period.start_us = unix_us(m->period_start);
 	period.end_us = unix_us(m->period_end);
-	snapshot_files_collect(m, base, run->manifest_list, &run->it.layout, &run->r, &since, &period, f);
+	snapshot_files_collect(m, &store, run->manifest_list, &run->it.layout, &run->r, &since, &period, f);
 	check_totals(run);
 	m->files = f->files;
 	m->prefix = f->prefix;

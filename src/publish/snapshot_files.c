@@ -52,7 +52,7 @@ typedef struct ListedManifest
 typedef struct CollectState
 {
 	SnapshotFiles *out;
-	const char *base;
+	const ObjectStore *store;	/* where the files are */
 	const SinceHead *since;
 	const PeriodCheck *period;
 	const SpecMatch *match;		/* the current manifest's spec */
@@ -119,42 +119,6 @@ grow_quiet(CollectState *st, void **items, int n, int *cap, size_t size)
 }
 
 /*
- * A location as the store names it: Hadoop's "file:/path" is
- * "file:///path", and "s3a://" and "s3n://" are "s3://" (the same
- * objects, read by other clients).
- */
-char *
-iceberg_location(const char *location)
-{
-	if (strncmp(location, "file:/", 6) == 0 && strncmp(location, "file://", 7) != 0)
-		return psprintf("file://%s", location + 5);
-	if (strncmp(location, "s3a://", 6) == 0 || strncmp(location, "s3n://", 6) == 0)
-		return psprintf("s3://%s", location + 6);
-	return pstrdup(location);
-}
-
-/*
- * The key a file's location names in the store whose locations begin with
- * base, as a pointer into path (nothing allocated: callbacks use it), or
- * NULL when it is no object of that store. A scheme is rewritten only into
- * the store's own ("file:/x" for a file:// base, "s3a://" for an s3:// one).
- */
-const char *
-store_key_of(const char *path, const char *base)
-{
-	size_t		blen = strlen(base);
-	const char *key;
-
-	if (strncmp(base, "file://", 7) == 0 && strncmp(path, "file:/", 6) == 0 && strncmp(path, "file://", 7) != 0)
-		key = strncmp(path + 5, base + 7, blen - 7) == 0 ? path + 5 + (blen - 7) : NULL;
-	else if (strncmp(base, "s3://", 5) == 0 && (strncmp(path, "s3a://", 6) == 0 || strncmp(path, "s3n://", 6) == 0))
-		key = strncmp(path + 6, base + 5, blen - 5) == 0 ? path + 6 + (blen - 5) : NULL;
-	else
-		key = strncmp(path, base, blen) == 0 ? path + blen : NULL;
-	return key != NULL && path_is_safe(key, strlen(key)) ? key : NULL;
-}
-
-/*
  * The list's callback: keeps each manifest's record and path. A path that
  * is no object of the store ends the read there (read_object then says
  * so), rather than after every record is kept: a list of millions of
@@ -166,7 +130,7 @@ list_entry(const IcebergManifestFile *mf, void *arg)
 	CollectState *st = (CollectState *) arg;
 	ListedManifest *lm;
 
-	if (store_key_of(mf->manifest_path, st->base) == NULL)
+	if (store_key_of(st->store, mf->manifest_path) == NULL)
 	{
 		st->foreign = strdup_quiet(st, mf->manifest_path);
 		return 1;
@@ -220,7 +184,7 @@ keep_position_delete(CollectState *st, const IcebergManifestEntry *e)
 {
 	SnapshotFiles *out = st->out;
 	PositionDelete *d;
-	const char *ref = e->referenced_data_file != NULL ? store_key_of(e->referenced_data_file, st->base) : NULL;
+	const char *ref = e->referenced_data_file != NULL ? store_key_of(st->store, e->referenced_data_file) : NULL;
 
 	if (!grow_quiet(st, (void **) &out->deletes, out->ndeletes, &out->deletes_cap, sizeof(PositionDelete)))
 		return 1;
@@ -271,7 +235,7 @@ static int
 keep_file(CollectState *st, const IcebergManifestEntry *e)
 {
 	SnapshotFiles *out = st->out;
-	const char *at = store_key_of(e->file_path, st->base);
+	const char *at = store_key_of(st->store, e->file_path);
 	char	   *key;
 	InvObject  *o;
 
@@ -405,20 +369,19 @@ append_chunk(void *arg, const char *data, size_t len)
  * buf, as the caller; what = "manifest list" or "manifest".
  */
 static void
-read_object(const Manifest *store, const char *base, const char *location, const char *what, StringInfo buf)
+read_object(const Manifest *m, const ObjectStore *store, const char *location, const char *what, StringInfo buf)
 {
-	char	   *normal = iceberg_location(location);
-	char	   *key = store_location_key(normal, base);
+	const char *key = store_key_of(store, location);
 
 	if (key == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s \"%s\" is not an object of store \"%s\"", what, location, store->store),
+				 errmsg("%s \"%s\" is not an object of store \"%s\"", what, location, m->store),
 				 errdetail("The snapshot's files are read with the caller's rights from the release's store, "
-						   "whose objects begin with \"%s\".", base),
+						   "whose objects begin with \"%s\".", store_base(store)),
 				 errhint("Name the store that holds the table's warehouse in \"store\".")));
 	resetStringInfo(buf);
-	if (!store_read_object(store, key, (size_t) finalize_iceberg_max_manifest_kb * 1024, append_chunk, buf))
+	if (!store_read_object(m, store, key, (size_t) finalize_iceberg_max_manifest_kb * 1024, append_chunk, buf))
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("%s \"%s\" is larger than finalize.iceberg_max_manifest_size (%s)", what, location,
@@ -491,7 +454,7 @@ check_manifest_whole(const CollectState *st, const ListedManifest *lm, size_t le
 
 /* Reads one manifest of the list and checks it whole. */
 static void
-read_manifest(const Manifest *store, const IcebergLayout *layout, const ReleaseRequest *r, CollectState *st,
+read_manifest(const Manifest *m, const ObjectStore *store, const IcebergLayout *layout, const ReleaseRequest *r, CollectState *st,
 			  const ListedManifest *lm, StringInfo buf)
 {
 	const IcebergSpec *spec = lake_layout_spec(layout, lm->mf.partition_spec_id);
@@ -509,7 +472,7 @@ read_manifest(const Manifest *store, const IcebergLayout *layout, const ReleaseR
 	st->match = &match;
 	st->mf = &lm->mf;
 	memset(st->by_status, 0, sizeof(st->by_status));
-	read_object(store, st->base, lm->path, "manifest", buf);
+	read_object(m, store, lm->path, "manifest", buf);
 	io_interrupts_begin();
 	rc = avro_manifest_read(buf->data, buf->len, manifest_entry, st, err, sizeof(err));
 	check_read(rc, st, "manifest", lm->path, err);
@@ -518,13 +481,13 @@ read_manifest(const Manifest *store, const IcebergLayout *layout, const ReleaseR
 
 /*
  * Collects the partition's files of the snapshot whose manifest list is
- * at manifest_list, from the store (whose locations begin with base), as
+ * at manifest_list, from the store (opened for the release m), as
  * the caller: out's inventory (keys, sizes), counts, the files that cannot
  * be checked (outside the store) or placed (a spec without a requested
  * field), and the changes since the target's head (since) outside it.
  */
 void
-snapshot_files_collect(const Manifest *store, const char *base, const char *manifest_list,
+snapshot_files_collect(const Manifest *m, const ObjectStore *store, const char *manifest_list,
 					   const IcebergLayout *layout, const ReleaseRequest *r, const SinceHead *since,
 					   const PeriodCheck *period, SnapshotFiles *out)
 {
@@ -537,24 +500,24 @@ snapshot_files_collect(const Manifest *store, const char *base, const char *mani
 	memset(out, 0, sizeof(*out));
 	out->removed_seen = palloc0(sizeof(int64) * Max(since->n, 1));
 	st.out = out;
-	st.base = base;
+	st.store = store;
 	st.since = since;
 	st.period = period;
 	/* Bounded and cancellable (core/io_interrupts.c: the reader's stop function). */
 	avro_read_limits((size_t) finalize_iceberg_max_manifest_kb * 1024, io_must_stop);
-	read_object(store, base, manifest_list, "manifest list", buf);
+	read_object(m, store, manifest_list, "manifest list", buf);
 	io_interrupts_begin();
 	rc = avro_manifest_list_read(buf->data, buf->len, list_entry, &st, err, sizeof(err));
 	check_read(rc, &st, "manifest list", manifest_list, err);
 	if (st.foreign != NULL)
 	{
-		read_object(store, base, st.foreign, "manifest", buf);	/* raises: no object of the store */
-		elog(ERROR, "manifest \"%s\" was read as no object of store \"%s\"", st.foreign, store->store);
+		read_object(m, store, st.foreign, "manifest", buf);	/* raises: no object of the store */
+		elog(ERROR, "manifest \"%s\" was read as no object of store \"%s\"", st.foreign, m->store);
 	}
 	for (int i = 0; i < st.nlisted; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		read_manifest(store, layout, r, &st, &st.listed[i], buf);
+		read_manifest(m, store, layout, r, &st, &st.listed[i], buf);
 		out->manifests++;
 	}
 	/* The files' common directory: what the store lists. */

@@ -10,6 +10,7 @@
 
 #include "gate/inventory.h"
 #include "gate/manifest.h"
+#include "store/store.h"
 #include "lake/release_metadata.h"
 #include "publish/file_bounds.h"
 #include "publish/release_request.h"
@@ -84,11 +85,9 @@ typedef struct SinceHead
 	int			n;				/* 0: not checked (a tag) */
 } SinceHead;
 
-extern void snapshot_files_collect(const Manifest *store, const char *base, const char *manifest_list,
+extern void snapshot_files_collect(const Manifest *m, const ObjectStore *store, const char *manifest_list,
 								   const IcebergLayout *layout, const ReleaseRequest *r, const SinceHead *since,
 								   const PeriodCheck *period, SnapshotFiles *out);
-extern char *iceberg_location(const char *location);
-extern const char *store_key_of(const char *path, const char *base);
 
 /* in delete_counts.c */
 extern void count_position_deletes(SnapshotFiles *f);

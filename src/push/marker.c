@@ -34,16 +34,14 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "core/fdw_options.h"
 #include "core/db.h"
-#include "core/io_interrupts.h"
 #include "core/json_build.h"
 #include "core/redact.h"
 #include "core/settings.h"
-#include "gate/store_object.h"
 #include "lake/metadata.h"
 #include "push/marker_path.h"
 #include "push/target.h"
+#include "store/store.h"
 
 /* The largest marker read back: S3A's SuccessData lists files and metrics. */
 #define MARKER_MAX_BYTES (1024 * 1024)
@@ -68,7 +66,6 @@ typedef struct MarkerTarget
 								 * body: what a marker of this period says */
 	char	   *period_start;
 	char	   *period_end;
-	List	   *secrets;		/* redacted from every error text */
 } MarkerTarget;
 
 /* A string option of the publication, or NULL. */
@@ -78,53 +75,29 @@ option_text(const PushEvent *ev, const char *name)
 	return ev->options ? lake_string_value(lake_field(&ev->options->root, name)) : NULL;
 }
 
-/* Remembers a secret for redaction when it is long enough to be told from text. */
-static void
-keep_secret(MarkerTarget *t, const char *value)
-{
-	if (value != NULL && strlen(value) >= REDACT_MIN_SECRET)
-		t->secrets = lappend(t->secrets, pstrdup(value));
-}
-
 /*
- * The publication's finalize_s3 server, read as the worker reads every
- * server: its options and the keys of its owner's user mapping (else
- * PUBLIC's). The base of its locations ("s3://<bucket>/"), or NULL with
- * *error naming the server (never a key).
+ * The publication's server, opened as the worker opens every server: as
+ * its owner, with the owner's user mapping (else PUBLIC's). The base of its
+ * locations ("s3://<bucket>/"), or NULL with *error naming the server
+ * (never a key).
  */
 static char *
-load_bucket(MarkerTarget *t, const char *name, char **error)
+load_server(MarkerTarget *t, const char *name, char **error)
 {
 	ForeignServer *server = GetForeignServerByName(name, true);
-	UserMapping *um;
+	StoreError	err;
 
 	if (server == NULL)
 	{
 		*error = psprintf("server \"%s\" of the publication was dropped or renamed", name);
 		return NULL;
 	}
-	if (strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_s3") != 0)
+	if (!store_try_open(name, server->owner, &t->store, &err))
 	{
-		*error = psprintf("server \"%s\" is not a finalize_s3 store", name);
+		*error = psprintf("server \"%s\" cannot write the markers: %s", name, err.message);
 		return NULL;
 	}
-	um = fdw_user_mapping(server->owner, server->serverid);
-	if (um == NULL)
-	{
-		*error = psprintf("server \"%s\" has no user mapping for its owner (or PUBLIC) with the keys "
-						  "that write the markers", name);
-		return NULL;
-	}
-	t->store.kind = STORE_S3;
-	if (!store_s3_location(server, um, &t->store.s3))
-	{
-		*error = psprintf("server \"%s\" has no bucket option", name);
-		return NULL;
-	}
-	keep_secret(t, t->store.s3.access_key);
-	keep_secret(t, t->store.s3.secret_key);
-	keep_secret(t, t->store.s3.session_token);
-	return psprintf("s3://%s/", t->store.s3.bucket);
+	return pstrdup(store_base(&t->store));
 }
 
 /*
@@ -141,9 +114,8 @@ load_local(MarkerTarget *t, const char *template, char **error)
 		*error = psprintf("location \"%s\" names no local directory before its first placeholder", template);
 		return NULL;
 	}
-	t->store.kind = STORE_FILE;
-	t->store.root = pnstrdup(template + strlen("file://"), len);
-	return psprintf("file://%s/", t->store.root);
+	store_open_local(pnstrdup(template + strlen("file://"), len), &t->store);
+	return pstrdup(store_base(&t->store));
 }
 
 /*
@@ -217,7 +189,7 @@ marker_load(const PushEvent *ev, MemoryContext cxt, char **error)
 		*error = pstrdup("the publication has no location");
 	else if (!load_event(t, ev))
 		*error = pstrdup("the event's body lacks its table or period");
-	else if ((base = ev->server_name ? load_bucket(t, ev->server_name, error) : load_local(t, template, error)) != NULL &&
+	else if ((base = ev->server_name ? load_server(t, ev->server_name, error) : load_local(t, template, error)) != NULL &&
 			 (dir = marker_relative_dir(ev->location, base)) == NULL)
 		*error = psprintf("location \"%s\" is not a directory below \"%s\"", ev->location, base);
 	if (*error == NULL)
@@ -334,13 +306,13 @@ marker_body(const MarkerTarget *t, const PushEvent *ev, bool found, const char *
  * of the keys (401, 403) is an auth failure.
  */
 static void
-store_failed(const MarkerTarget *t, const char *doing, const S3Error *err, PushResult *out)
+store_failed(const MarkerTarget *t, const char *doing, const StoreError *err, PushResult *out)
 {
 	out->status = err->http_status;
 	out->auth_failed = err->http_status == 401 || err->http_status == 403;
 	out->error = redact_secrets(psprintf("could not %s marker \"%s\": %s%s%s", doing, t->shown, err->code,
 										 err->message[0] ? ": " : "", err->message),
-								t->secrets);
+								t->store.secrets);
 }
 
 /*
@@ -352,7 +324,7 @@ static void
 marker_send(void *target, const PushEvent *ev, HttpClient *client pg_attribute_unused(), PushResult *out)
 {
 	MarkerTarget *t = (MarkerTarget *) target;
-	S3Error		err;
+	StoreError		err;
 	char	   *old = NULL;
 	size_t		old_len;
 	bool		found;
@@ -365,8 +337,7 @@ marker_send(void *target, const PushEvent *ev, HttpClient *client pg_attribute_u
 		out->delivered = out->already = true;	/* its directory's last period writes it */
 		return;
 	}
-	ok = store_object_read(&t->store, t->key, MARKER_MAX_BYTES, &old, &old_len, &found, &err);
-	io_interrupts_rethrow();
+	ok = store_read(&t->store, t->key, MARKER_MAX_BYTES, &old, &old_len, &found, &err);
 	/* One too large to be ours is someone else's: replaced. */
 	if (!ok && strcmp(err.code, "ResponseTooLarge") == 0)
 		ok = found = true;
@@ -375,22 +346,21 @@ marker_send(void *target, const PushEvent *ev, HttpClient *client pg_attribute_u
 		store_failed(t, "read", &err, out);
 		return;
 	}
-	out->status = t->store.kind == STORE_S3 ? (found ? 200 : 404) : 0;
+	out->status = t->store.kind != STORE_FILE ? (found ? 200 : 404) : 0;
 	body = marker_body(t, ev, found, old);
 	if (body == NULL)
 	{
 		out->delivered = out->already = true;
 		return;
 	}
-	ok = store_object_put(&t->store, t->key, body, strlen(body),
+	ok = store_put(&t->store, t->key, body, strlen(body),
 						  t->format == MARKER_EMPTY ? "application/octet-stream" : "application/json", &err);
-	io_interrupts_rethrow();
 	if (!ok)
 	{
 		store_failed(t, "write", &err, out);
 		return;
 	}
-	out->status = t->store.kind == STORE_S3 ? 200 : 0;
+	out->status = t->store.kind != STORE_FILE ? 200 : 0;
 	out->delivered = true;
 }
 

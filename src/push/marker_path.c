@@ -8,7 +8,7 @@
  * A file:// template's root is the directory its fixed part names, before
  * its first placeholder: file:///lake/orders/dt={date}/ has the root
  * /lake/orders, below which no link is followed and directories are made
- * (gate/filestore_write.c). The root itself may be reached through links,
+ * (store/filestore_write.c). The root itself may be reached through links,
  * as a gate's local store may: an administrator's choice.
  */
 #include "postgres.h"

@@ -5,12 +5,7 @@
 #ifndef FINALIZE_FILESTORE_H
 #define FINALIZE_FILESTORE_H
 
-#include "gate/inventory.h"
-
-typedef bool (*WantsChecksum) (const char *path, void *arg);
-
-/* Where the bytes of an object go as they are read. */
-typedef void (*FileChunkFn) (void *arg, const char *data, size_t len);
+#include "store/listing.h"
 
 extern char *filestore_root(const char *url);
 extern bool filestore_read(const char *root, const char *key, size_t max_bytes, FileChunkFn fn, void *arg);

@@ -6,7 +6,7 @@
 #ifndef FINALIZE_S3_REQUEST_H
 #define FINALIZE_S3_REQUEST_H
 
-#include "gate/objstore.h"
+#include "store/objstore.h"
 
 extern char *s3_list_url(const S3Location *loc, const char *prefix, const char *token);
 extern char *s3_object_url(const S3Location *loc, const char *key);

@@ -26,7 +26,7 @@
 #include "storage/fd.h"
 #include "utils/memutils.h"
 
-#include "gate/filestore.h"
+#include "store/filestore.h"
 
 /* The directory of a file:///absolute/path URL; an error for any other form. */
 char *

@@ -17,7 +17,7 @@
 #include "lib/stringinfo.h"
 
 #include "core/http.h"
-#include "gate/s3_request.h"
+#include "store/s3_request.h"
 
 /*
  * Starts a request URL with the bucket's address, without a trailing "/":

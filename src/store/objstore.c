@@ -11,7 +11,7 @@
  * continuation tokens, on one connection.
  *
  * Nothing here raises for a failed listing: http.c reports a transfer's
- * failure (a cancel included) in its result, mapped here to S3Error codes,
+ * failure (a cancel included) in its result, mapped here to StoreError codes,
  * and the caller raises. A listing ends: a continuation token seen before,
  * or more pages than the location allows, is an error rather than a loop.
  * The client is released even when an error is raised between requests
@@ -36,8 +36,8 @@
 
 #include "core/http.h"
 #include "core/io_interrupts.h"
-#include "gate/objstore.h"
-#include "gate/s3_request.h"
+#include "store/objstore.h"
+#include "store/s3_request.h"
 
 /* SHA-256 of an empty body: a GET's x-amz-content-sha256. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -70,7 +70,7 @@ remember_token(HTAB *seen, const char *token)
 
 /* Sets an error's fields. */
 static void
-set_error(S3Error *err, long status, const char *code, const char *message)
+set_error(StoreError *err, long status, const char *code, const char *message)
 {
 	err->http_status = status;
 	strlcpy(err->code, code ? code : "", sizeof(err->code));
@@ -116,7 +116,7 @@ parse_xml(const HttpResponse *r)
 
 /* Reads S3's <Error><Code/><Message/></Error> of a failed request. */
 static void
-read_error(const HttpResponse *r, long status, S3Error *err)
+read_error(const HttpResponse *r, long status, StoreError *err)
 {
 	xmlDocPtr	doc = parse_xml(r);
 	xmlNodePtr	root = doc ? xmlDocGetRootElement(doc) : NULL;
@@ -141,7 +141,7 @@ read_error(const HttpResponse *r, long status, S3Error *err)
  * an object's GET. reading says what was read ("reading the object").
  */
 static void
-transfer_error(const HttpResponse *r, const char *reading, S3Error *err)
+transfer_error(const HttpResponse *r, const char *reading, StoreError *err)
 {
 	switch (r->failure)
 	{
@@ -180,7 +180,7 @@ transfer_error(const HttpResponse *r, const char *reading, S3Error *err)
  * set on a malformed document; sets *truncated and *next_token.
  */
 static bool
-read_page(const HttpResponse *r, Inventory *out, bool *truncated, char **next_token, S3Error *err)
+read_page(const HttpResponse *r, Inventory *out, bool *truncated, char **next_token, StoreError *err)
 {
 	xmlDocPtr	doc = parse_xml(r);
 	xmlNodePtr	root = doc ? xmlDocGetRootElement(doc) : NULL;
@@ -240,7 +240,7 @@ read_page(const HttpResponse *r, Inventory *out, bool *truncated, char **next_to
  * catalog holds.
  */
 static bool
-credentials_safe(const S3Location *loc, S3Error *err)
+credentials_safe(const S3Location *loc, StoreError *err)
 {
 	if (!http_header_safe(loc->access_key) || !http_header_safe(loc->secret_key) ||
 		(loc->session_token != NULL && !http_header_safe(loc->session_token)))
@@ -281,7 +281,7 @@ list_request(const S3Location *loc, HttpRequest *req)
  */
 static bool
 fetch_page(HttpClient *client, const HttpRequest *req, Inventory *out, bool *truncated, char **token,
-		   S3Error *err)
+		   StoreError *err)
 {
 	HttpResponse r;
 	bool		ok = false;
@@ -306,7 +306,7 @@ fetch_page(HttpClient *client, const HttpRequest *req, Inventory *out, bool *tru
  * allows, would otherwise be followed for ever.
  */
 static bool
-may_continue(HTAB *seen, const char *token, int *pages, int max_pages, S3Error *err)
+may_continue(HTAB *seen, const char *token, int *pages, int max_pages, StoreError *err)
 {
 	if (!remember_token(seen, token))
 	{
@@ -329,7 +329,7 @@ may_continue(HTAB *seen, const char *token, int *pages, int max_pages, S3Error *
  * false with err set at the first failure.
  */
 static bool
-list_pages(HttpClient *client, const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err)
+list_pages(HttpClient *client, const S3Location *loc, const char *prefix, ListingSink *sink, StoreError *err)
 {
 	HttpRequest req;
 	char	   *token = NULL;
@@ -378,7 +378,7 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Listin
  * them fails.
  */
 static HttpClient *
-open_client(const S3Location *loc, S3Error *err)
+open_client(const S3Location *loc, StoreError *err)
 {
 	HttpClient *client;
 	HttpResponse init;
@@ -401,7 +401,7 @@ open_client(const S3Location *loc, S3Error *err)
  * checking for interrupts, which also abort a transfer).
  */
 bool
-objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err)
+objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, StoreError *err)
 {
 	HttpClient *client;
 	volatile bool ok = true;
@@ -429,7 +429,7 @@ objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Er
  * when the client could not be made.
  */
 static bool
-object_request(const S3Location *loc, HttpRequest *req, HttpResponse *r, S3Error *err)
+object_request(const S3Location *loc, HttpRequest *req, HttpResponse *r, StoreError *err)
 {
 	HttpClient *client = open_client(loc, err);
 
@@ -452,7 +452,7 @@ object_request(const S3Location *loc, HttpRequest *req, HttpResponse *r, S3Error
  * file its body went to (at most 64 kB: an error document is small).
  */
 static void
-read_error_from_fd(int fd, long status, S3Error *err)
+read_error_from_fd(int fd, long status, StoreError *err)
 {
 	HttpResponse r = {0};
 	char	   *buf = palloc(65537);
@@ -474,7 +474,7 @@ read_error_from_fd(int fd, long status, S3Error *err)
  * fd back.
  */
 bool
-objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S3Error *err)
+objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, StoreError *err)
 {
 	HttpRequest req;
 	HttpResponse r;
@@ -502,7 +502,7 @@ objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S
  */
 bool
 objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **body, size_t *len,
-			  bool *found, S3Error *err)
+			  bool *found, StoreError *err)
 {
 	HttpRequest req;
 	HttpResponse r;
@@ -539,7 +539,7 @@ objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **b
  */
 bool
 objstore_put(const S3Location *loc, const char *key, const char *body, size_t len, const char *content_type,
-			 S3Error *err)
+			 StoreError *err)
 {
 	HttpRequest req;
 	HttpResponse r;

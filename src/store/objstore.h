@@ -6,7 +6,7 @@
 #ifndef FINALIZE_OBJSTORE_H
 #define FINALIZE_OBJSTORE_H
 
-#include "gate/inventory.h"
+#include "store/listing.h"
 
 /* Where and how to list: a finalize_s3 server and the caller's keys. */
 typedef struct S3Location
@@ -27,18 +27,18 @@ typedef struct S3Location
  * What went wrong, in the store's words when it said something (S3's Code
  * and Message; a local store's: the system's, see filestore_write.c).
  */
-typedef struct S3Error
+typedef struct StoreError
 {
 	long		http_status;	/* 0 when no HTTP answer */
 	char		code[128];		/* S3's error code, or a local one */
 	char		message[1024];
-} S3Error;
+} StoreError;
 
-extern bool objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S3Error *err);
+extern bool objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, StoreError *err);
 extern bool objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **body, size_t *len,
-						  bool *found, S3Error *err);
+						  bool *found, StoreError *err);
 extern bool objstore_put(const S3Location *loc, const char *key, const char *body, size_t len,
-						 const char *content_type, S3Error *err);
-extern bool objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, S3Error *err);
+						 const char *content_type, StoreError *err);
+extern bool objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, StoreError *err);
 
 #endif							/* FINALIZE_OBJSTORE_H */

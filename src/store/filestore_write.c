@@ -31,13 +31,13 @@
 
 #include "storage/fd.h"
 
-#include "gate/filestore_write.h"
+#include "store/filestore_write.h"
 
 #define NOFOLLOW_DIR (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 
 /* Sets a local store's error: its code and a sentence naming the path. */
 static void
-file_error(S3Error *err, const char *code, const char *root, const char *path, int errnum)
+file_error(StoreError *err, const char *code, const char *root, const char *path, int errnum)
 {
 	err->http_status = 0;
 	strlcpy(err->code, code, sizeof(err->code));
@@ -81,7 +81,7 @@ close_counted(int fd)
  * creating: *absent), a link, not a directory, or cannot be opened.
  */
 static int
-open_parent(const char *root, const char *key, bool create, const char **name, bool *absent, S3Error *err)
+open_parent(const char *root, const char *key, bool create, const char **name, bool *absent, StoreError *err)
 {
 	char	   *parts = pstrdup(key);
 	char	   *last = strrchr(parts, '/');
@@ -128,7 +128,7 @@ open_parent(const char *root, const char *key, bool create, const char **name, b
  */
 bool
 filestore_read_small(const char *root, const char *key, size_t max_bytes, char **body, size_t *len,
-					 bool *found, S3Error *err)
+					 bool *found, StoreError *err)
 {
 	const char *name;
 	bool		absent;
@@ -201,7 +201,7 @@ write_all(int fd, const char *body, size_t len)
  * False with err set when any step fails.
  */
 bool
-filestore_replace(const char *root, const char *key, const char *body, size_t len, S3Error *err)
+filestore_replace(const char *root, const char *key, const char *body, size_t len, StoreError *err)
 {
 	const char *name;
 	bool		absent;
