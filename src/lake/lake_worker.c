@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -37,6 +38,7 @@
 #include "core/source_table.h"
 #include "core/wait_events.h"
 #include "lake/catalog.h"
+#include "lake/delta_worker.h"
 #include "lake/lake_state.h"
 #include "lake/metadata.h"
 #include "lake/snapshots.h"
@@ -305,14 +307,36 @@ sleep_ms(long ms)
 	}
 }
 
+/*
+ * Whether the worker's server is an Iceberg catalog (a finalize_iceberg
+ * server); else it serves a store's Delta consumers (server invalid: those
+ * on file://). A server never changes its wrapper.
+ */
+static bool
+serves_catalog(Oid serverid)
+{
+	ForeignServer *server;
+	bool		catalog = false;
+
+	if (!OidIsValid(serverid))
+		return false;
+	db_begin("finalize: looking at a lake server");
+	server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
+	if (server != NULL)
+		catalog = strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_iceberg") == 0;
+	db_commit();
+	return catalog;
+}
+
 /* The lake worker's entry point, which the scheduler starts by name. */
 PGDLLEXPORT void finalize_lake_main(Datum arg);
 
 /*
  * Entry point of a lake worker: bgw_main_arg is the finalize_iceberg
- * server, the database OID is in bgw_extra. An error in a poll is logged
- * and the next poll tries again; the worker exits when its catalog has no
- * consumer left (the scheduler starts it again when one comes).
+ * server (or the store server of Delta consumers, invalid for file://),
+ * the database OID is in bgw_extra. An error in a poll is logged and the
+ * next poll tries again; the worker exits when its catalog or store has
+ * no consumer left (the scheduler starts it again when one comes).
  */
 void
 finalize_lake_main(Datum arg)
@@ -321,6 +345,7 @@ finalize_lake_main(Datum arg)
 	Oid			dboid;
 	MemoryContext cxt;
 	static HttpClient *client = NULL;
+	static bool catalog;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -330,6 +355,7 @@ finalize_lake_main(Datum arg)
 	if (!slot_claim(SLOT_LAKE, dboid, serverid))
 		proc_exit(0);
 	cxt = AllocSetContextCreate(TopMemoryContext, "finalize lake poll", ALLOCSET_DEFAULT_SIZES);
+	catalog = serves_catalog(serverid);
 
 	for (;;)
 	{
@@ -349,7 +375,7 @@ finalize_lake_main(Datum arg)
 		delay = IDLE_RETRY_MS;
 		PG_TRY();
 		{
-			keep = poll_catalog(serverid, &client, cxt, &delay);
+			keep = catalog ? poll_catalog(serverid, &client, cxt, &delay) : delta_poll_store(serverid, cxt, &delay);
 		}
 		PG_CATCH();
 		{

@@ -198,100 +198,23 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.add_consumer(text, text, text, text, text, text, boolean) IS
     'Declare a pipeline whose progress is the LSN property of an Iceberg table''s snapshots on a ref, read through a finalize_iceberg catalog; nobody reports for it';
 
--- Delta Lake consumers (docs/delta.md): the store a Delta table lives in is
--- a server of a store's foreign-data wrapper (finalize_s3, ...), read with
--- its owner's user mapping as the gate reads it, or a file:// URL of a
--- directory of the database server. The foreign-data wrappers that are
--- stores.
-CREATE OR REPLACE FUNCTION finalize_internal.store_wrappers()
-RETURNS text[]
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-RETURN ARRAY['finalize_s3', 'finalize_azure'];
-
--- Why a role may not read a Delta consumer's store, or NULL when it may: a
--- file:// store needs pg_read_server_files (as the release gate's); a
--- server, what server_use_refused says. The one rule add_consumer checks
--- and the lake worker checks again every poll.
-CREATE OR REPLACE FUNCTION finalize_internal.store_use_refused(who oid, store text)
+-- Delta Lake consumers (docs/delta.md). The store a Delta table lives in
+-- (a server of a store's foreign-data wrapper, or a file:///directory/),
+-- opened for a role as the lake worker opens it (store/store.c: USAGE on
+-- the server and a user mapping, or pg_read_server_files), raising the
+-- store's own error when it may not; and the key of the table's location
+-- in it, raising when the location is not in that store. Returns the
+-- store's name as the worker opens it.
+CREATE OR REPLACE FUNCTION finalize_internal.delta_store(store text, who oid, delta_table text)
 RETURNS text
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT CASE
-        WHEN NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = who) THEN 'usage'
-        WHEN store ~ '^file:' THEN
-            CASE WHEN NOT pg_catalog.pg_has_role(who, 'pg_read_server_files', 'USAGE') THEN 'files' END
-        ELSE coalesce((SELECT finalize_internal.server_use_refused(who, s.oid)
-                         FROM pg_catalog.pg_foreign_server s WHERE s.srvname = store), 'usage')
-    END;
-END;
-
--- A store a caller may name for a Delta consumer: a file:// URL of a
--- directory (file:///data/lake/), or a server of a store's wrapper the
--- caller may read through. Returns it as recorded (a directory's URL ends
--- with /).
-CREATE OR REPLACE FUNCTION finalize_internal.delta_store(caller name, store text)
-RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_variable
-DECLARE
-    srv pg_foreign_server;
-    wrapper name;
-    refused text;
-BEGIN
-    PERFORM finalize_internal.require(store, 'store');
-    refused := finalize_internal.store_use_refused((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller), store);
-    IF store ~ '^file:' THEN
-        IF store !~ '^file:///[^[:cntrl:]]*$' OR store ~ '/\.\.?(/|$)' OR length(store) > 1024 THEN
-            RAISE EXCEPTION 'invalid value for argument store: "%"', store
-                USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = 'A store on the database server is the file:// URL of a directory, such as file:///data/lake/, without . or .. parts.';
-        END IF;
-        IF refused IS NOT NULL THEN
-            RAISE EXCEPTION 'permission denied to read files of the database server for store %', store
-                USING ERRCODE = 'insufficient_privilege',
-                      DETAIL = format('Role %s is not a member of pg_read_server_files, and the lake worker reads the Delta log as that role would.', caller),
-                      HINT = 'Have an administrator grant pg_read_server_files, or name a store server (finalize_s3, ...).';
-        END IF;
-        RETURN CASE WHEN store ~ '/$' THEN store ELSE store || '/' END;
-    END IF;
-    SELECT s.* INTO srv FROM pg_foreign_server s WHERE s.srvname = store;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'server "%" does not exist', store
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'Name a store: a server of finalize_s3 (CREATE SERVER ... FOREIGN DATA WRAPPER finalize_s3 OPTIONS (...)) with a user mapping, or a file:///directory/ URL.';
-    END IF;
-    SELECT w.fdwname INTO wrapper FROM pg_foreign_data_wrapper w WHERE w.oid = srv.srvfdw;
-    IF wrapper <> ALL (finalize_internal.store_wrappers()) THEN
-        RAISE EXCEPTION 'server "%" is not a store', store
-            USING ERRCODE = 'wrong_object_type',
-                  DETAIL = format('It uses the foreign-data wrapper "%s"; a Delta consumer reads its log through a server of %s, or a file:// URL.',
-                                  wrapper, array_to_string(finalize_internal.store_wrappers(), ' or ')),
-                  HINT = 'Create one with CREATE SERVER ... FOREIGN DATA WRAPPER finalize_s3 OPTIONS (...).';
-    END IF;
-    IF refused IS NOT NULL THEN
-        RAISE EXCEPTION 'permission denied for server %', store
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = CASE WHEN refused = 'usage'
-                                THEN format('Role %s has no USAGE on the server, and the lake worker reads the Delta log with its credentials.', caller)
-                                ELSE format('The lake worker reads through the user mapping of the server''s owner %s, which role %s may not use.',
-                                            srv.srvowner::regrole, caller) END,
-                  HINT = CASE WHEN refused = 'usage'
-                              THEN format('The server''s owner can run GRANT USAGE ON FOREIGN SERVER %I TO %I.', store, caller) END;
-    END IF;
-    RETURN srv.srvname::text;
-END
-$$;
+AS 'MODULE_PATHNAME', 'finalize_delta_store'
+LANGUAGE C STABLE STRICT;
 
 -- Checks a Delta table's location: a URL of a store (s3://, s3a://,
 -- abfss://, abfs://, wasbs://, https://, file:///) naming the table's
 -- directory (the one holding _delta_log/), without control characters or
--- . and .. parts; a file:// location lies under a file:// store. Returns it
--- without a trailing /.
-CREATE OR REPLACE FUNCTION finalize_internal.check_delta_location(delta_table text, store text)
+-- . and .. parts. Returns it without a trailing /.
+CREATE OR REPLACE FUNCTION finalize_internal.check_delta_location(delta_table text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -303,12 +226,6 @@ BEGIN
         RAISE EXCEPTION 'invalid value for argument delta_table: "%"', delta_table
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'A Delta table is named by the URL of its directory (the one that holds _delta_log/), such as s3://lake/sales/orders, abfss://lake@account.dfs.core.windows.net/sales/orders or file:///data/lake/orders, without . or .. parts.';
-    END IF;
-    IF (delta_table ~ '^file:') <> (store ~ '^file:') OR (store ~ '^file:' AND NOT starts_with(delta_table, store)) THEN
-        RAISE EXCEPTION 'Delta table % is not in store %', delta_table, store
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A Delta table on the database server lies in the file:// directory named as its store; one in object storage is read through a store server.',
-                  HINT = 'Name the store that holds the table.';
     END IF;
     RETURN rtrim(delta_table, '/');
 END
@@ -352,8 +269,10 @@ BEGIN
                   HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
                                 tt.table_name, consumer);
     END IF;
-    store_name := finalize_internal.delta_store(caller, store);
-    location := finalize_internal.check_delta_location(delta_table, store_name);
+    PERFORM finalize_internal.require(store, 'store');
+    location := finalize_internal.check_delta_location(delta_table);
+    store_name := finalize_internal.delta_store(store, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
+                                                location);
     PERFORM finalize_internal.check_lake_word(lsn_from, 'lsn_from', 'finalize.lsn, userMetadata or userMetadata.lsn');
     IF lsn_from = 'userMetadata.' THEN
         RAISE EXCEPTION 'invalid value for argument lsn_from: "%"', lsn_from
@@ -438,8 +357,9 @@ END;
 
 -- The Delta consumers a lake worker of a store polls (server NULL: those
 -- on file://), as lake_consumers lists the Iceberg ones: longest ago
--- first, quiet, allowed (store_use_refused), and the role that declared
--- it, as which the worker opens the store.
+-- first, quiet, and the role that declared it, as which the worker opens
+-- the store (allowed: the role still exists; whether it may still read
+-- the store is the store's own rule, which the worker's opening applies).
 CREATE OR REPLACE FUNCTION finalize_internal.delta_consumers(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, consumer text, delta_table text, lsn_from text, store text,
                seen_head_id bigint, seen_head_sequence bigint, seen_lsn text, seen_table_uuid text,
@@ -450,7 +370,7 @@ BEGIN ATOMIC
     SELECT l.table_id, t.table_name, l.consumer, l.delta_table, l.lsn_from, l.server_name, l.seen_head_id,
            l.seen_head_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
            l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds', l.lake_id,
-           r.oid IS NOT NULL AND finalize_internal.store_use_refused(r.oid, l.server_name) IS NULL, r.oid
+           r.oid IS NOT NULL, r.oid
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
       JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
