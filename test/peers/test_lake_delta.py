@@ -1,6 +1,7 @@
 """Delta Lake consumers with the real writer: delta-rs (the deltalake package) writes Delta tables to
 local files and to the S3 test server, committing with the LSN it applied in the commit's custom
-metadata (CommitProperties(custom_metadata=...), a top-level key of commitInfo); finalize's lake
+metadata (docs/delta.md's delta-rs recipe, run as printed: CommitProperties(custom_metadata=...), a
+top-level key of commitInfo); finalize's lake
 worker reads the tables' _delta_log/ and never hears from the writer. Appends move the verdict
 exactly as far as they prove; an OPTIMIZE changes nothing; a RESTORE and a table created again are
 recorded losses with a data_loss incident, and the pipeline going on past the restored commit does
@@ -14,20 +15,25 @@ import shutil
 import sys
 import tempfile
 
-import pyarrow as pa
 import pytest
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 
+from peerlib import recipe  # noqa: E402
 from s3proc import S3Server  # noqa: E402
 from worker_env import Env, as_utc, assert_never_leads, lsn_text, new_cluster, sim_clock  # noqa: E402
 
 UTC = datetime.timezone.utc
 MINUTE = datetime.timedelta(minutes=1)
 START = datetime.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+# docs/delta.md's delta-rs recipe, as printed: every commit of the tests goes through it.
+RECIPE = {}
+exec(compile(recipe("delta-rs-commit", "python"), "docs/delta.md:delta-rs-commit", "exec"), RECIPE)
+commit_batch = RECIPE["commit_batch"]
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +87,7 @@ class Pipeline:
         rows = [{"id": self.next_id + i, "lsn": c["lsn"], "commit_time": c["at"].isoformat()}
                 for i, c in enumerate(x for x in commits for _ in range(x["inserts"]))]
         self.next_id += len(rows)
-        write_deltalake(self.uri, pa.Table.from_pylist(rows, schema=pa.schema(
-                            [("id", pa.int64()), ("lsn", pa.string()), ("commit_time", pa.string())])),
-                        mode="append", storage_options=self.options,
-                        commit_properties=CommitProperties(custom_metadata={"finalize.lsn": lsn or commits[-1]["lsn"]}))
+        commit_batch(self.uri, rows, lsn or commits[-1]["lsn"], storage_options=self.options)
 
     def table(self):
         return DeltaTable(self.uri, storage_options=self.options)
