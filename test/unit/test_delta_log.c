@@ -11,9 +11,23 @@
  */
 #include "postgres.h"
 
+#include "common/jsonapi.h"
+
 #include "lake/delta_log.h"
 
 #include "tap.h"
+
+/*
+ * PostgreSQL 15's frontend libpgcommon has no json_errdetail (the
+ * server's has): this weak stand-in links there, and the library's own
+ * wins wherever it has one.
+ */
+__attribute__((weak)) char *
+json_errdetail(JsonParseErrorType error, JsonLexContext *lex)
+{
+	(void) lex;
+	return psprintf("JSON parse error %d", (int) error);
+}
 
 /* delta-rs 1.6.6's first commit, with CommitProperties(custom_metadata={"finalize.lsn": ...}). */
 static const char *V0 =
