@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -246,6 +246,23 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     wait_consumer(env, "sales.orders", "rs", lambda r: r["reported_lsn"] == c[4]["lsn"], "the new table's LSN")
     assert not is_final(env, "sales.orders", START)
     check_truth(env, sim, lake, "sales.orders")
+
+    # A consumer declared on a table whose carrier of the LSN was cleaned up, a Parquet checkpoint
+    # standing for it (finalize reads JSON commits only): it says so, and the table's next commit
+    # with the LSN proves it.
+    old = Pipeline(os.path.join(lake_dir, "old"))
+    old.apply(c[:1])
+    write_deltalake(old.uri, old.table().to_pyarrow_table(), mode="append")     # a backfill, no LSN
+    old.table().create_checkpoint()
+    os.remove(os.path.join(old.uri, "_delta_log", "%020d.json" % 0))
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'late', delta_table => %s, store => %s)",
+            ("file://" + old.uri, store))
+    row = wait_consumer(env, "sales.orders", "late", lambda r: r["lake_condition"] == "checkpoint_only",
+                        "checkpoint_only")
+    assert "Parquet checkpoint (version 1)" in row["last_error"] and row["reported_lsn"] is None, row
+    old.apply(c[4:5])
+    row = wait_consumer(env, "sales.orders", "late", lambda r: r["reported_lsn"] == c[4]["lsn"], "the next commit")
+    assert row["lake_condition"] is None, row
 
 
 def test_a_malformed_commit_on_s3_holds_that_consumer_only_and_idle_polls_write_nothing(env, sim, s3):
