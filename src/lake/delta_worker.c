@@ -62,6 +62,39 @@ open_store(DeltaConsumer *c, MemoryContext cxt)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * Opens each consumer's store as its declarer, once for all the consumers
+ * that share both (a store has few declarers: the distinct pairs are kept
+ * in a short list); a refusal is each such consumer's condition.
+ */
+static void
+open_stores(DeltaConsumer *c, int n, MemoryContext cxt)
+{
+	int		   *first = palloc(sizeof(int) * Max(n, 1));
+	int			distinct = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		int			k = 0;
+
+		if (!c[i].lake.allowed)
+			continue;
+		while (k < distinct && (strcmp(c[first[k]].store_name, c[i].store_name) != 0 ||
+								c[first[k]].declarer != c[i].declarer))
+			k++;
+		if (k == distinct)
+		{
+			open_store(&c[i], cxt);
+			first[distinct++] = i;
+			continue;
+		}
+		c[i].opened = c[first[k]].opened;
+		c[i].store = c[first[k]].store;
+		c[i].store_error = c[first[k]].store_error;
+	}
+	pfree(first);
+}
+
 /* One row of delta_consumers, copied into cxt. */
 static void
 read_consumer(HeapTuple tup, TupleDesc desc, MemoryContext cxt, DeltaConsumer *c)
@@ -141,10 +174,7 @@ load_consumers(Oid serverid, MemoryContext cxt, DeltaConsumer **consumers, int *
 		read_consumer(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cxt, &out[i]);
 	*n = (int) SPI_processed;
 	*consumers = out;
-	/* Each store opened as the consumer's declarer; a refusal is its condition. */
-	for (int i = 0; i < *n; i++)
-		if (out[i].lake.allowed)
-			open_store(&out[i], cxt);
+	open_stores(out, *n, cxt);
 	db_commit();
 	return *n > 0;
 }
