@@ -178,6 +178,7 @@ UNIT_SOURCES_test_dagster_outcome = src/push/dagster_outcome.c
 UNIT_SOURCES_test_watermark = src/lake/watermark.c
 UNIT_SOURCES_test_marker_path = src/push/marker_path.c src/store/store_key.c
 UNIT_SOURCES_test_store_key = src/store/store_key.c
+UNIT_SOURCES_test_azure_sign = src/store/azure_sign.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
 UNIT_LIBS_test_delta_log = -lpgcommon -lpgport

@@ -422,13 +422,10 @@ configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_sli
 		(rc = curl_easy_setopt(curl, CURLOPT_WRITEDATA, c)) != CURLE_OK ||
 		(rc = curl_easy_setopt(curl, CURLOPT_HEADERDATA, c)) != CURLE_OK ||
 		(rc = curl_easy_setopt(curl, CURLOPT_USERNAME, req->username)) != CURLE_OK ||
-		(rc = curl_easy_setopt(curl, CURLOPT_PASSWORD, req->password)) != CURLE_OK)
+		(rc = curl_easy_setopt(curl, CURLOPT_PASSWORD, req->password)) != CURLE_OK ||
+		(req->ca_file != NULL && (rc = curl_easy_setopt(curl, CURLOPT_CAINFO, req->ca_file)) != CURLE_OK))
 		return rc;
-
-	/*
-	 * Setting a SigV4 string switches signing on; clearing it does not
-	 * switch it off, so a request without one goes back to basic.
-	 */
+	/* Setting a SigV4 string switches signing on; clearing it does not: a request without one goes back to basic. */
 	if (req->aws_sigv4 != NULL)
 		rc = curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, req->aws_sigv4);
 	else if ((rc = curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, (char *) NULL)) == CURLE_OK)

@@ -52,6 +52,8 @@ typedef struct HttpRequest
 	bool		body_to_fd;		/* write the body to body_fd as it arrives
 								 * (a large object), not into memory */
 	int			body_fd;
+	const char *ca_file;		/* PEM file of the CAs to trust, NULL: the
+								 * system's; set once, it stays for the client */
 	FinalizeWait wait;			/* what pg_stat_activity says it waits for */
 } HttpRequest;
 

@@ -50,6 +50,16 @@
 #define pg_noreturn pg_attribute_noreturn()
 #endif
 
+/*
+ * The bytes of common/base64.h's binary side: uint8 since 18, char before
+ * (pg_b64_encode's source, pg_b64_decode's destination).
+ */
+#if PG_VERSION_NUM >= 180000
+typedef uint8 compat_b64_byte;
+#else
+typedef char compat_b64_byte;
+#endif
+
 #if PG_VERSION_NUM < 170000
 #define AmBackgroundWorkerProcess() (IsBackgroundWorker)
 #define GetNumberFromPGProc(proc) ((proc)->pgprocno)

@@ -84,7 +84,7 @@ static const GrantedObject granted_relations[] = {
 static const GrantedObject granted_wrappers[] = {
 	{"finalize_mssql", ADMIN}, {"finalize_s3", ADMIN}, {"finalize_iceberg", ADMIN},
 	{"finalize_webhook", ADMIN},
-	{"finalize_dagster", ADMIN},
+	{"finalize_dagster", ADMIN}, {"finalize_azure", ADMIN},
 };
 
 static emit_log_hook_type prev_emit_log_hook = NULL;

@@ -18,59 +18,17 @@
 #include "utils/numeric.h"
 
 #include "core/db.h"
+#include "core/json_parse.h"
 #include "lake/metadata.h"
-
-/* A JSON text to parse, and its jsonb. */
-typedef struct ParseCall
-{
-	const char *body;
-	Datum		result;
-} ParseCall;
-
-/*
- * Parses a catalog's JSON (subxact_try's step): its bytes are UTF-8, as
- * JSON's are, converted to the database's encoding first (invalid UTF-8
- * is an error, caught as malformed).
- */
-static void
-parse_step(void *arg)
-{
-	ParseCall  *c = (ParseCall *) arg;
-	char	   *text = pg_any_to_server(c->body, strlen(c->body), PG_UTF8);
-
-	c->result = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
-}
 
 /*
  * A JSON text as jsonb in the current memory context, or NULL when it is
- * not JSON (the parser's error is swallowed: a subtransaction confines
- * it). The lake worker reads answers between its transactions: then a
- * transaction of its own holds the subtransaction.
+ * not JSON (core/json_parse.c).
  */
 Jsonb *
 lake_parse_json(const char *body)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	bool		own = !IsTransactionState();
-	bool		ok;
-	Datum		d;
-	ParseCall	call = {body, (Datum) 0};
-
-	if (body == NULL)
-		return NULL;
-	if (own)
-	{
-		StartTransactionCommand();
-		MemoryContextSwitchTo(cxt);
-	}
-	ok = subxact_try(parse_step, &call, NULL);
-	d = call.result;
-	if (own)
-	{
-		CommitTransactionCommand();
-		MemoryContextSwitchTo(cxt);
-	}
-	return ok ? DatumGetJsonbP(d) : NULL;
+	return json_parse_quiet(body);
 }
 
 /* The value of a key of an object container, or NULL. */
@@ -338,14 +296,5 @@ lake_json_string(const char *body, const char *path1, const char *path2)
 bool
 lake_json_seconds(const char *body, const char *key, double *out)
 {
-	Jsonb	   *doc = lake_parse_json(body);
-	JsonbValue *v;
-
-	if (doc == NULL)
-		return false;
-	v = lake_field(&doc->root, key);
-	if (v == NULL || v->type != jbvNumeric)
-		return false;
-	*out = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
-	return true;
+	return json_number_field(body, key, out);
 }

@@ -37,3 +37,10 @@ CREATE FOREIGN DATA WRAPPER finalize_airflow
 COMMENT ON FOREIGN DATA WRAPPER finalize_airflow IS
     'Airflow API servers that publications post asset events to (finalize.add_publication(..., target => ...))';
 GRANT USAGE ON FOREIGN DATA WRAPPER finalize_airflow TO finalize_admin;
+
+-- Azure Blob Storage / ADLS Gen2 containers (0.4.0, issue 45).
+CREATE FOREIGN DATA WRAPPER finalize_azure
+    VALIDATOR finalize_internal.azure_validator;
+COMMENT ON FOREIGN DATA WRAPPER finalize_azure IS
+    'Azure Blob Storage and ADLS Gen2 containers read by finalize.release_gate, release_iceberg and the lake, and written by success_marker publications';
+GRANT USAGE ON FOREIGN DATA WRAPPER finalize_azure TO finalize_admin;

@@ -9,7 +9,7 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 RETURN CASE wrapper WHEN 'finalize_airflow' THEN 'airflow' WHEN 'finalize_dagster' THEN 'dagster'
                     WHEN 'finalize_iceberg' THEN 'iceberg_property' WHEN 'finalize_s3' THEN 'success_marker'
-                    WHEN 'finalize_webhook' THEN 'webhook' END;
+                    WHEN 'finalize_azure' THEN 'success_marker' WHEN 'finalize_webhook' THEN 'webhook' END;
 
 -- The server a caller names as a publication's target: it exists, is of a
 -- wrapper that can be a target, and the caller may use it and the user
@@ -33,7 +33,7 @@ BEGIN
             RAISE EXCEPTION 'permission denied to publish _SUCCESS markers on the database server''s file system'
                 USING ERRCODE = 'insufficient_privilege',
                       DETAIL = format('A publication without a server writes file:// markers as the server''s operating-system user; role %s is not a member of pg_write_server_files.', caller),
-                      HINT = 'Publish through a finalize_s3 server, or have a superuser grant pg_write_server_files.';
+                      HINT = 'Publish through a finalize_s3 or finalize_azure server, or have a superuser grant pg_write_server_files.';
         END IF;
         kind := 'success_marker';
         RETURN;
@@ -42,7 +42,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'server "%" does not exist', target
             USING ERRCODE = 'undefined_object',
-                  HINT = 'Create the target first: a server of finalize_airflow, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook, and a user mapping for its credentials (docs/publishing.md).';
+                  HINT = 'Create the target first: a server of finalize_airflow, finalize_azure, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook, and a user mapping for its credentials (docs/publishing.md).';
     END IF;
     SELECT w.fdwname INTO wrapper FROM pg_foreign_data_wrapper w WHERE w.oid = srv.srvfdw;
     kind := finalize_internal.publication_kind(wrapper);
@@ -50,7 +50,7 @@ BEGIN
         RAISE EXCEPTION 'server "%" cannot be a publication''s target', target
             USING ERRCODE = 'wrong_object_type',
                   DETAIL = format('It uses the foreign-data wrapper "%s".', wrapper),
-                  HINT = 'A target is a server of finalize_airflow, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook.';
+                  HINT = 'A target is a server of finalize_airflow, finalize_azure, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook.';
     END IF;
     refused := finalize_internal.server_use_refused((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
                                                     srv.oid);
@@ -503,7 +503,7 @@ AS 'MODULE_PATHNAME', 'finalize_as_owner'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.add_publication(text, text, text, jsonb, timestamptz) IS
-    'Publish each period of a table that becomes final to a target (a finalize_airflow, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook server; NULL: a _SUCCESS marker on file://)';
+    'Publish each period of a table that becomes final to a target (a finalize_airflow, finalize_azure, finalize_dagster, finalize_iceberg, finalize_s3 or finalize_webhook server; NULL: a _SUCCESS marker on file://)';
 
 -- The publication of a table by name, or an error that says which exist.
 CREATE OR REPLACE FUNCTION finalize_internal.publication(table_name text, name text)

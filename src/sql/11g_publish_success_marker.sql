@@ -3,8 +3,9 @@
 
 -- The options of a success_marker publication of a tracked table, checked,
 -- with their defaults filled in: "location", the template of the directory
--- of a period (s3://<bucket>/... on a finalize_s3 server, file:///... with no
--- server), and "format" (paimon, empty or s3a). The C target
+-- of a period (s3://<bucket>/... on a finalize_s3 server,
+-- abfss://<container>@<account>.dfs.core.windows.net/... on a finalize_azure
+-- server, file:///... with no server), and "format" (paimon, empty or s3a). The C target
 -- (src/push/marker.c) writes <location>/_SUCCESS for the last period of each
 -- directory the template renders, once that period is final.
 CREATE OR REPLACE FUNCTION finalize_internal.publication_options_success_marker(options jsonb, table_id bigint)
@@ -48,14 +49,14 @@ BEGIN
     -- periods follow each other (a directory may hold several periods:
     -- its marker waits for its last).
     rest := regexp_replace(location, '\{(year|month|day|hour|minute|date)\}', '', 'g');
-    IF location !~ '^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/|file:///[^/{])' OR location !~ '/$' OR rest ~ '[{}]'
+    IF location !~ '^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/|abfss://[a-z0-9-]{3,63}@[a-z0-9]{3,24}\.dfs\.core\.windows\.net/|file:///[^/{])' OR location !~ '/$' OR rest ~ '[{}]'
        OR location !~ '\{(year|date)\}'
        OR (location ~ '\{day\}' AND location !~ '\{month\}')
        OR (location ~ '\{hour\}' AND location !~ '\{(day|date)\}')
        OR (location ~ '\{minute\}' AND location !~ '\{hour\}') THEN
         RAISE EXCEPTION 'invalid value for option location of a success_marker publication: "%"', location
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The location is s3://<the server''s bucket>/... or file:///<directory>/..., ends with "/", and names each period''s directory with the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date in the table''s period_zone), each with the coarser ones ({hour} needs {date} or {day}, {month} and {year}), and no other braces.',
+                  DETAIL = 'The location is s3://<the server''s bucket>/..., abfss://<the server''s container>@<its account>.dfs.core.windows.net/... or file:///<directory>/..., ends with "/", and names each period''s directory with the placeholders {year}, {month}, {day}, {hour}, {minute} and {date} (the local date in the table''s period_zone), each with the coarser ones ({hour} needs {date} or {day}, {month} and {year}), and no other braces.',
                   HINT = 'For example "s3://lake/orders/dt={date}/hour={hour}/" or "file:///srv/lake/orders/dt={date}/".';
     END IF;
     IF location ~ '^file:' AND substring(location FROM '^file://(/.*)/[^/]*\{') IS NULL THEN
@@ -66,7 +67,7 @@ BEGIN
     END IF;
     -- The rendered directory inside its store, checked as the gate checks locations.
     sample := @extschema@.render_location(location, now(), tt.period_zone);
-    PERFORM finalize_internal.check_location(regexp_replace(sample, '^(s3://[^/]+/|file:///)', ''), 'location', true);
+    PERFORM finalize_internal.check_location(regexp_replace(sample, '^(s3://[^/]+/|abfss://[^/]+/|file:///)', ''), 'location', true);
     format := coalesce(options ->> 'format', 'paimon');
     PERFORM finalize_internal.check_choice(format, 'format', ARRAY['paimon', 'empty', 's3a'],
         'The body of _SUCCESS: paimon (Paimon''s {"creationTime", "modificationTime"} in milliseconds, with finalize''s event), empty, or s3a (Hadoop''s S3A committer SuccessData).');
@@ -77,7 +78,7 @@ $$;
 -- What only the publication's store can tell of a success_marker
 -- publication's location, checked when it is added (the delivery checks it
 -- again, src/push/marker.c): on a finalize_s3 server, the location is in
--- the server's bucket; with no server, it is file:// (who may publish there,
+-- the server's bucket; on a finalize_azure server, in its container; with no server, it is file:// (who may publish there,
 -- pg_write_server_files, publication_server checks).
 CREATE OR REPLACE FUNCTION finalize_internal.check_success_marker_store(options jsonb, server_name text)
 RETURNS void
@@ -88,13 +89,35 @@ AS $$
 DECLARE
     location text := options ->> 'location';
     bucket text;
+    wrapper name;
+    container text;
+    account text;
+    base text;
 BEGIN
     IF server_name IS NULL THEN
         IF location !~ '^file:' THEN
             RAISE EXCEPTION 'invalid value for option location of a success_marker publication without a server: "%"', location
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = 'With no server, the markers go to a directory of the database server: file:///<directory>/....',
-                      HINT = 'Name the finalize_s3 server whose bucket holds the location, or write the location file:///....';
+                      HINT = 'Name the finalize_s3 or finalize_azure server that holds the location, or write the location file:///....';
+        END IF;
+        RETURN;
+    END IF;
+    SELECT w.fdwname INTO wrapper
+      FROM pg_catalog.pg_foreign_server s JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+     WHERE s.srvname = server_name;
+    IF wrapper = 'finalize_azure' THEN
+        SELECT max(o.option_value) FILTER (WHERE o.option_name = 'container'),
+               max(o.option_value) FILTER (WHERE o.option_name = 'account')
+          INTO container, account
+          FROM pg_catalog.pg_foreign_server s, pg_catalog.pg_options_to_table(s.srvoptions) o
+         WHERE s.srvname = server_name;
+        base := format('abfss://%s@%s.dfs.core.windows.net/', coalesce(container, '<container>'), coalesce(account, '<account>'));
+        IF container IS NULL OR account IS NULL OR NOT starts_with(location, base) THEN
+            RAISE EXCEPTION 'invalid value for option location of a success_marker publication on server "%": "%"', server_name, location
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('The markers go to the server''s container, so the location starts with %s.', base),
+                      HINT = 'Write the location in the server''s container, or name the server of the location''s container.';
         END IF;
         RETURN;
     END IF;

@@ -1,6 +1,7 @@
 /*
  * listing.c
- *     Batches of listed objects: what every store's listing fills.
+ *     Batches of listed objects, what every store's listing fills, and the
+ *     errors stores report.
  */
 #include "postgres.h"
 
@@ -42,4 +43,13 @@ inventory_append(Inventory *inv, const InvObject *o)
 {
 	inventory_grow(inv);
 	inv->items[inv->n++] = *o;
+}
+
+/* Sets an error's fields (NULL: empty). */
+void
+store_set_error(StoreError *err, long status, const char *code, const char *message)
+{
+	err->http_status = status;
+	strlcpy(err->code, code ? code : "", sizeof(err->code));
+	strlcpy(err->message, message ? message : "", sizeof(err->message));
 }

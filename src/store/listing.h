@@ -51,6 +51,19 @@ typedef struct ListingSink
 /* Where the bytes of an object go as they are read. */
 typedef void (*FileChunkFn) (void *arg, const char *data, size_t len);
 
+/*
+ * What went wrong, in the store's words when it said something (S3's and
+ * Azure's Code and Message; a local store's: the system's, see
+ * filestore_write.c).
+ */
+typedef struct StoreError
+{
+	long		http_status;	/* 0 when no HTTP answer */
+	char		code[128];		/* the store's error code, or a local one */
+	char		message[1024];
+} StoreError;
+
+extern void store_set_error(StoreError *err, long status, const char *code, const char *message);
 extern void inventory_add(Inventory *inv, const char *path, int64 size, const char *etag);
 extern void inventory_append(Inventory *inv, const InvObject *o);
 

@@ -1,31 +1,32 @@
 /*
  * objstore.c
- *     The one interface to object stores: S3 ListObjectsV2, GET and PUT of
- *     an object over core/http.c (the one file that calls the HTTP
- *     library), answers parsed with libxml2.
+ *     The remote stores' requests, one loop for S3 and Azure Blob Storage:
+ *     a listing's pages followed through their continuation (S3's
+ *     continuation tokens, Azure's markers), GET of an object (to a file,
+ *     or whole when small) and PUT, over core/http.c (the one file that
+ *     calls the HTTP library). What differs per store is its URLs and its
+ *     authorization (s3_request.c, azure_request.c) and its answers' XML
+ *     (store_xml.c).
  *
- * Requests are signed by http.c (SigV4, HttpRequest.aws_sigv4). Its library
- * (7.88) signs the query string exactly as written, so URLs are built in
- * SigV4's canonical form (s3_request.c), and x-amz-content-sha256 is sent
- * explicitly (a PUT's: the SHA-256 of its body). Pages are followed through
- * continuation tokens, on one connection.
+ * S3 requests are signed by http.c (SigV4, HttpRequest.aws_sigv4). Its
+ * library (7.88) signs the query string exactly as written, so URLs are
+ * built in SigV4's canonical form (s3_request.c), and x-amz-content-sha256
+ * is sent explicitly (a PUT's: the SHA-256 of its body). Azure requests
+ * are authorized here, each one anew (azure_authorize: its date is signed).
  *
  * Nothing here raises for a failed listing: http.c reports a transfer's
- * failure (a cancel included) in its result, mapped here to StoreError codes,
- * and the caller raises. A listing ends: a continuation token seen before,
- * or more pages than the location allows, is an error rather than a loop.
- * The client is released even when an error is raised between requests
- * (PG_FINALLY), so no socket outlives the statement. Each page goes to the
- * listing's sink as soon as it is read, and its memory (the answer, the XML
- * tree, the keys) is freed before the next request: a listing of ten
- * million keys holds one page at a time.
+ * failure (a cancel included) in its result, mapped here to StoreError
+ * codes, and the caller raises. A listing ends: a continuation seen
+ * before, or more pages than the location allows, is an error rather than
+ * a loop. The client is released even when an error is raised between
+ * requests (PG_FINALLY), so no socket outlives the statement. Each page
+ * goes to the listing's sink as soon as it is read, and its memory (the
+ * answer, the XML tree, the keys) is freed before the next request: a
+ * listing of ten million keys holds one page at a time.
  */
 #include "postgres.h"
 
 #include <unistd.h>
-
-#include <libxml/parser.h>
-#include <libxml/tree.h>
 
 #include "common/hashfn.h"
 #include "common/sha2.h"
@@ -36,8 +37,10 @@
 
 #include "core/http.h"
 #include "core/io_interrupts.h"
+#include "store/azure_request.h"
 #include "store/objstore.h"
 #include "store/s3_request.h"
+#include "store/store_xml.h"
 
 /* SHA-256 of an empty body: a GET's x-amz-content-sha256. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -68,73 +71,6 @@ remember_token(HTAB *seen, const char *token)
 	return true;
 }
 
-/* Sets an error's fields. */
-static void
-set_error(StoreError *err, long status, const char *code, const char *message)
-{
-	err->http_status = status;
-	strlcpy(err->code, code ? code : "", sizeof(err->code));
-	strlcpy(err->message, message ? message : "", sizeof(err->message));
-}
-
-/* The text of an element's first child with a local name, or NULL. */
-static char *
-child_text(xmlNodePtr parent, const char *name)
-{
-	for (xmlNodePtr c = parent->children; c; c = c->next)
-		if (c->type == XML_ELEMENT_NODE && strcmp((const char *) c->name, name) == 0)
-		{
-			xmlChar    *t = xmlNodeGetContent(c);
-			char	   *s = pstrdup(t ? (const char *) t : "");
-
-			xmlFree(t);
-			return s;
-		}
-	return NULL;
-}
-
-/*
- * Parses an XML body; NULL when it is not XML, or declares a document type.
- * S3 never sends a DTD, and one's entities are expanded each time a text is
- * read (xmlNodeGetContent): a 95 kB page whose key refers 15,000 times to
- * an entity of 50 kB read as 750 MB, and a 64 MB page could take the
- * server's memory.
- */
-static xmlDocPtr
-parse_xml(const HttpResponse *r)
-{
-	xmlDocPtr	doc = xmlReadMemory(r->body ? r->body : "", (int) r->len, "s3.xml", NULL,
-									XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_NOBLANKS);
-
-	if (doc != NULL && (doc->intSubset != NULL || doc->extSubset != NULL))
-	{
-		xmlFreeDoc(doc);
-		return NULL;
-	}
-	return doc;
-}
-
-/* Reads S3's <Error><Code/><Message/></Error> of a failed request. */
-static void
-read_error(const HttpResponse *r, long status, StoreError *err)
-{
-	xmlDocPtr	doc = parse_xml(r);
-	xmlNodePtr	root = doc ? xmlDocGetRootElement(doc) : NULL;
-
-	if (root != NULL && strcmp((const char *) root->name, "Error") == 0)
-	{
-		char	   *code = child_text(root, "Code");
-		char	   *message = child_text(root, "Message");
-
-		set_error(err, status, code ? code : "UnknownError", message ? message : "");
-	}
-	else
-		set_error(err, status, status >= 500 ? "ServerError" : "HttpError",
-				  psprintf("HTTP status %ld without an S3 error document", status));
-	if (doc)
-		xmlFreeDoc(doc);
-}
-
 /*
  * Sets err for a request that got no HTTP answer (r->failure), in the codes
  * the gate's hints and tests know: the one mapping of a listing's pages and
@@ -146,132 +82,107 @@ transfer_error(const HttpResponse *r, const char *reading, StoreError *err)
 	switch (r->failure)
 	{
 		case HTTP_OK:
-			break;				/* an answer: read_error's, by its status */
+			break;				/* an answer: store_xml_error's, by its status */
 		case HTTP_INTERRUPTED:
-			set_error(err, 0, "Interrupted", psprintf("%s was interrupted", reading));
+			store_set_error(err, 0, "Interrupted", psprintf("%s was interrupted", reading));
 			break;
 		case HTTP_TOO_LARGE:
-			set_error(err, r->status, "ResponseTooLarge", psprintf("%s: %s", reading, r->error));
+			store_set_error(err, r->status, "ResponseTooLarge", psprintf("%s: %s", reading, r->error));
 			break;
 		case HTTP_NO_MEMORY:
-			set_error(err, r->status, "OutOfMemory", psprintf("%s: %s", reading, r->error));
+			store_set_error(err, r->status, "OutOfMemory", psprintf("%s: %s", reading, r->error));
 			break;
 		case HTTP_WRITE_FAILED:
-			set_error(err, 0, "WriteFailed", r->error);
+			store_set_error(err, 0, "WriteFailed", r->error);
 			break;
 		case HTTP_TIMEOUT:
-			set_error(err, 0, "Timeout", r->error);
+			store_set_error(err, 0, "Timeout", r->error);
 			break;
 		case HTTP_CONNECT_FAILED:
-			set_error(err, 0, "ConnectionFailed", r->error);
+			store_set_error(err, 0, "ConnectionFailed", r->error);
 			break;
 		case HTTP_BAD_HEADER:
-			/* credentials_safe() and the region's validator come first. */
-			set_error(err, 0, "InvalidCredentials", r->error);
+			/* credentials_safe() and the validators come first. */
+			store_set_error(err, 0, "InvalidCredentials", r->error);
 			break;
 		case HTTP_INIT_FAILED:
-			set_error(err, 0, "CurlInitFailed", r->error);
+			store_set_error(err, 0, "CurlInitFailed", r->error);
 			break;
 	}
 }
 
 /*
- * Reads one page of a ListObjectsV2 answer into out. Returns false with err
- * set on a malformed document; sets *truncated and *next_token.
+ * Whether the credentials can go into headers or URLs: the validators
+ * refuse control characters, but a header must never be split by a value,
+ * whatever the catalog holds.
  */
 static bool
-read_page(const HttpResponse *r, Inventory *out, bool *truncated, char **next_token, StoreError *err)
+credentials_safe(const RemoteStore *rs, StoreError *err)
 {
-	xmlDocPtr	doc = parse_xml(r);
-	xmlNodePtr	root = doc ? xmlDocGetRootElement(doc) : NULL;
-	char	   *t;
+	const char *values[] = {rs->s3.access_key, rs->s3.secret_key, rs->s3.session_token, rs->az.account_key,
+	rs->az.sas_token, rs->az.client_id, rs->az.client_secret};
 
-	if (root == NULL || strcmp((const char *) root->name, "ListBucketResult") != 0)
-	{
-		set_error(err, 200, "MalformedResponse",
-				  doc ? "the answer is XML but not a ListBucketResult" :
-				  "the answer is not well-formed XML, or declares a document type (S3 sends none)");
-		if (doc)
-			xmlFreeDoc(doc);
-		return false;
-	}
-	for (xmlNodePtr c = root->children; c; c = c->next)
-	{
-		char	   *key;
-		char	   *size;
-		char	   *end;
-		long long	n;
-
-		if (c->type != XML_ELEMENT_NODE || strcmp((const char *) c->name, "Contents") != 0)
-			continue;
-		key = child_text(c, "Key");
-		size = child_text(c, "Size");
-		if (key == NULL || size == NULL)
+	for (int i = 0; i < lengthof(values); i++)
+		if (values[i] != NULL && !http_header_safe(values[i]))
 		{
-			set_error(err, 200, "MalformedResponse", "a <Contents> element lacks its <Key> or <Size>");
-			xmlFreeDoc(doc);
+			store_set_error(err, 0, "InvalidCredentials",
+							"a key, token or secret of the user mapping contains a control character (CR, LF, ...)");
 			return false;
 		}
-		errno = 0;
-		n = strtoll(size, &end, 10);
-		if (errno != 0 || *end != '\0' || n < 0)
-		{
-			set_error(err, 200, "MalformedResponse", psprintf("object \"%s\" has the size \"%s\"", key, size));
-			xmlFreeDoc(doc);
-			return false;
-		}
-		inventory_add(out, key, (int64) n, child_text(c, "ETag"));
-	}
-	t = child_text(root, "IsTruncated");
-	*truncated = t != NULL && strcmp(t, "true") == 0;
-	*next_token = child_text(root, "NextContinuationToken");
-	xmlFreeDoc(doc);
-	if (*truncated && (*next_token == NULL || (*next_token)[0] == '\0'))
-	{
-		set_error(err, 200, "MalformedResponse", "a truncated listing without a NextContinuationToken");
-		return false;
-	}
 	return true;
 }
 
 /*
- * Whether the keys can go into headers: the validator refuses control
- * characters, but a header must never be split by a value, whatever the
- * catalog holds.
- */
-static bool
-credentials_safe(const S3Location *loc, StoreError *err)
-{
-	if (!http_header_safe(loc->access_key) || !http_header_safe(loc->secret_key) ||
-		(loc->session_token != NULL && !http_header_safe(loc->session_token)))
-	{
-		set_error(err, 0, "InvalidCredentials",
-				  "a key or the session token of the user mapping contains a control character (CR, LF, ...)");
-		return false;
-	}
-	return true;
-}
-
-/*
- * What every request of a listing shares: a signed GET with the caller's
- * keys, its headers, the timeouts and the page limit; the URL is set per
- * page.
+ * What every request to the store shares: a GET with the caller's keys
+ * (for S3: signed by http.c; Azure's are authorized per request), the
+ * timeouts, the trusted CAs and the page limit; the URL is set per request.
  */
 static void
-list_request(const S3Location *loc, HttpRequest *req)
+base_request(const RemoteStore *rs, HttpRequest *req)
 {
 	memset(req, 0, sizeof(*req));
 	req->wait = FINALIZE_WAIT_STORE_REQUEST;
 	req->method = "GET";
-	req->headers = list_make1("x-amz-content-sha256: " EMPTY_SHA256);
-	if (loc->session_token != NULL)
-		req->headers = lappend(req->headers, psprintf("x-amz-security-token: %s", loc->session_token));
-	req->connect_timeout_ms = loc->connect_timeout_ms;
-	req->timeout_ms = loc->timeout_ms;
-	req->aws_sigv4 = psprintf("aws:amz:%s:s3", loc->region);
-	req->username = loc->access_key;
-	req->password = loc->secret_key;
+	req->connect_timeout_ms = rs->connect_timeout_ms;
+	req->timeout_ms = rs->timeout_ms;
 	req->max_response_bytes = MAX_RESPONSE_BYTES;
+	req->ca_file = rs->ca_file;
+	if (rs->azure)
+		return;
+	req->headers = list_make1("x-amz-content-sha256: " EMPTY_SHA256);
+	if (rs->s3.session_token != NULL)
+		req->headers = lappend(req->headers, psprintf("x-amz-security-token: %s", rs->s3.session_token));
+	req->aws_sigv4 = psprintf("aws:amz:%s:s3", rs->s3.region);
+	req->username = rs->s3.access_key;
+	req->password = rs->s3.secret_key;
+}
+
+/*
+ * Sends one request (its URL, method and body set), authorized for the
+ * store; false with err set when no authorization could be made, r then
+ * untouched.
+ */
+static bool
+perform(const RemoteStore *rs, HttpClient *client, HttpRequest *req, const char *content_type,
+		HttpResponse *r, StoreError *err)
+{
+	if (rs->azure && !azure_authorize(rs, client, req, content_type, err))
+		return false;
+	http_perform(client, req, r);
+	return true;
+}
+
+/* Reads a page of the store's listing; see store_xml.c. */
+static bool
+read_page(const RemoteStore *rs, const HttpResponse *r, Inventory *out, bool *more, char **token,
+		  StoreError *err)
+{
+	if (!rs->azure)
+		return store_xml_s3_page(r->body, r->len, out, more, token, err);
+	if (!store_xml_azure_page(r->body, r->len, out, token, err))
+		return false;
+	*more = *token != NULL && (*token)[0] != '\0';
+	return true;
 }
 
 /*
@@ -280,19 +191,20 @@ list_request(const S3Location *loc, HttpRequest *req)
  * tests know.
  */
 static bool
-fetch_page(HttpClient *client, const HttpRequest *req, Inventory *out, bool *truncated, char **token,
-		   StoreError *err)
+fetch_page(const RemoteStore *rs, HttpClient *client, HttpRequest *req, Inventory *out, bool *more,
+		   char **token, StoreError *err)
 {
-	HttpResponse r;
+	HttpResponse r = {0};
 	bool		ok = false;
 
-	http_perform(client, req, &r);
+	if (!perform(rs, client, req, NULL, &r, err))
+		return false;
 	if (r.failure != HTTP_OK)
 		transfer_error(&r, "reading one page of the listing", err);
 	else if (r.status != 200)
-		read_error(&r, r.status, err);
+		store_xml_error(r.body, r.len, r.status, err);
 	else
-		ok = read_page(&r, out, truncated, token, err);
+		ok = read_page(rs, &r, out, more, token, err);
 	/* A listing of many pages must not keep them all. */
 	pfree(r.body);
 	if (r.retry_after != NULL)
@@ -310,30 +222,30 @@ may_continue(HTAB *seen, const char *token, int *pages, int max_pages, StoreErro
 {
 	if (!remember_token(seen, token))
 	{
-		set_error(err, 0, "RepeatedContinuationToken",
-				  psprintf("page %d of the listing repeats an earlier continuation token, so the listing "
-						   "would never end", *pages + 1));
+		store_set_error(err, 0, "RepeatedContinuationToken",
+						psprintf("page %d of the listing repeats an earlier continuation token, so the listing "
+								 "would never end", *pages + 1));
 		return false;
 	}
 	if (++*pages >= max_pages)
 	{
-		set_error(err, 0, "TooManyPages",
-				  psprintf("the listing takes more than finalize.s3_max_pages (%d) pages", max_pages));
+		store_set_error(err, 0, "TooManyPages",
+						psprintf("the listing takes more than finalize.s3_max_pages (%d) pages", max_pages));
 		return false;
 	}
 	return true;
 }
 
 /*
- * Follows the listing's pages through their continuation tokens, into out;
- * false with err set at the first failure.
+ * Follows the listing's pages through their continuation tokens, into the
+ * sink; false with err set at the first failure.
  */
 static bool
-list_pages(HttpClient *client, const S3Location *loc, const char *prefix, ListingSink *sink, StoreError *err)
+list_pages(HttpClient *client, const RemoteStore *rs, const char *prefix, ListingSink *sink, StoreError *err)
 {
 	HttpRequest req;
 	char	   *token = NULL;
-	bool		truncated = true;
+	bool		more = true;
 	bool		ok = true;
 	int			pages = 0;
 	HASHCTL		ctl;
@@ -345,19 +257,17 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Listin
 	ctl.entrysize = sizeof(SeenToken);
 	ctl.hcxt = CurrentMemoryContext;
 	seen = hash_create("finalize listing tokens", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	list_request(loc, &req);
-	while (ok && truncated)
+	base_request(rs, &req);
+	while (ok && more)
 	{
-		char	   *url = s3_list_url(loc, prefix, token);
 		Inventory	page = {0};
 		MemoryContext old;
 		char	   *prev = token;
 
-		req.url = url;
 		old = MemoryContextSwitchTo(page_cxt);
-		ok = fetch_page(client, &req, &page, &truncated, &token, err);
+		req.url = rs->azure ? azure_list_url(&rs->az, prefix, token) : s3_list_url(&rs->s3, prefix, token);
+		ok = fetch_page(rs, client, &req, &page, &more, &token, err);
 		MemoryContextSwitchTo(old);
-		pfree(url);
 		/* The token outlives the page's memory: it names the next page. */
 		token = token ? pstrdup(token) : NULL;
 		if (prev != NULL)
@@ -365,8 +275,8 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Listin
 		if (ok)
 			sink->consume(sink, &page);
 		MemoryContextReset(page_cxt);
-		if (ok && truncated)
-			ok = may_continue(seen, token, &pages, loc->max_pages, err);
+		if (ok && more)
+			ok = may_continue(seen, token, &pages, rs->max_pages, err);
 	}
 	MemoryContextDelete(page_cxt);
 	return ok;
@@ -378,41 +288,41 @@ list_pages(HttpClient *client, const S3Location *loc, const char *prefix, Listin
  * them fails.
  */
 static HttpClient *
-open_client(const S3Location *loc, StoreError *err)
+open_client(const RemoteStore *rs, StoreError *err)
 {
 	HttpClient *client;
 	HttpResponse init;
 
 	memset(err, 0, sizeof(*err));
 	io_interrupts_begin();
-	if (!credentials_safe(loc, err))
+	if (!credentials_safe(rs, err))
 		return NULL;
 	client = http_client_create(CurrentMemoryContext, &init);
 	if (client == NULL)
-		set_error(err, 0, "CurlInitFailed", init.error);
+		store_set_error(err, 0, "CurlInitFailed", init.error);
 	return client;
 }
 
 /*
  * Lists every object whose key starts with prefix into sink, a page at a
- * time. Returns false with err
- * set when the store answers with an error, cannot be reached, times out,
- * or sends something that is not a listing; the caller raises (after
- * checking for interrupts, which also abort a transfer).
+ * time. Returns false with err set when the store answers with an error,
+ * cannot be reached, times out, or sends something that is not a listing;
+ * the caller raises (after checking for interrupts, which also abort a
+ * transfer).
  */
 bool
-objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, StoreError *err)
+objstore_list(const RemoteStore *rs, const char *prefix, ListingSink *sink, StoreError *err)
 {
 	HttpClient *client;
 	volatile bool ok = true;
 
-	client = open_client(loc, err);
+	client = open_client(rs, err);
 	if (client == NULL)
 		return false;
 	/* The connection is released at once, even when an error is raised. */
 	PG_TRY();
 	{
-		ok = list_pages(client, loc, prefix, sink, err);
+		ok = list_pages(client, rs, prefix, sink, err);
 	}
 	PG_FINALLY();
 	{
@@ -423,45 +333,50 @@ objstore_list(const S3Location *loc, const char *prefix, ListingSink *sink, Stor
 }
 
 /*
- * Sends one request about an object (req set up by list_request, its URL
+ * Sends one request about an object (req set up by base_request, its URL
  * and what differs set by the caller) on a client of its own, released at
  * once even when an error is raised; *r is the answer. False with err set
- * when the client could not be made.
+ * when the client could not be made or the request authorized.
  */
 static bool
-object_request(const S3Location *loc, HttpRequest *req, HttpResponse *r, StoreError *err)
+object_request(const RemoteStore *rs, HttpRequest *req, const char *content_type, HttpResponse *r,
+			   StoreError *err)
 {
-	HttpClient *client = open_client(loc, err);
+	HttpClient *client = open_client(rs, err);
+	volatile bool ok = false;
 
 	if (client == NULL)
 		return false;
 	PG_TRY();
 	{
-		http_perform(client, req, r);
+		ok = perform(rs, client, req, content_type, r, err);
 	}
 	PG_FINALLY();
 	{
 		http_client_destroy(client);
 	}
 	PG_END_TRY();
-	return true;
+	return ok;
+}
+
+/* The URL of the object at key. */
+static char *
+object_url(const RemoteStore *rs, const char *key)
+{
+	return rs->azure ? azure_object_url(&rs->az, key) : s3_object_url(&rs->s3, key);
 }
 
 /*
- * Reads S3's error document of a failed GET back from the start of the
- * file its body went to (at most 64 kB: an error document is small).
+ * Reads the store's error document of a failed GET back from the start of
+ * the file its body went to (at most 64 kB: an error document is small).
  */
 static void
 read_error_from_fd(int fd, long status, StoreError *err)
 {
-	HttpResponse r = {0};
 	char	   *buf = palloc(65537);
 	ssize_t		n = pread(fd, buf, 65536, 0);
 
-	r.body = buf;
-	r.len = n > 0 ? n : 0;
-	buf[r.len] = '\0';
-	read_error(&r, status, err);
+	store_xml_error(buf, n > 0 ? n : 0, status, err);
 	pfree(buf);
 }
 
@@ -474,17 +389,17 @@ read_error_from_fd(int fd, long status, StoreError *err)
  * fd back.
  */
 bool
-objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, StoreError *err)
+objstore_get(const RemoteStore *rs, const char *key, int fd, size_t max_bytes, StoreError *err)
 {
 	HttpRequest req;
 	HttpResponse r;
 
-	list_request(loc, &req);
-	req.url = s3_object_url(loc, key);
+	base_request(rs, &req);
+	req.url = object_url(rs, key);
 	req.max_response_bytes = max_bytes;
 	req.body_to_fd = true;
 	req.body_fd = fd;
-	if (!object_request(loc, &req, &r, err))
+	if (!object_request(rs, &req, NULL, &r, err))
 		return false;
 	if (r.failure != HTTP_OK)
 		transfer_error(&r, "reading the object", err);
@@ -496,12 +411,12 @@ objstore_get(const S3Location *loc, const char *key, int fd, size_t max_bytes, S
 /*
  * Reads one small object whole into *body (palloc'd, NUL-terminated, *len
  * bytes), with the caller's keys: a publication's marker. *found is false,
- * and the result true, when the store has no object at key (404
- * NoSuchKey). A body longer than max_bytes is ResponseTooLarge. False with
- * err set, in S3's words, on any other answer or failure.
+ * and the result true, when the store has no object at key (404 NoSuchKey,
+ * BlobNotFound). A body longer than max_bytes is ResponseTooLarge. False
+ * with err set, in the store's words, on any other answer or failure.
  */
 bool
-objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **body, size_t *len,
+objstore_read(const RemoteStore *rs, const char *key, size_t max_bytes, char **body, size_t *len,
 			  bool *found, StoreError *err)
 {
 	HttpRequest req;
@@ -510,10 +425,10 @@ objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **b
 	*found = false;
 	*body = NULL;
 	*len = 0;
-	list_request(loc, &req);
-	req.url = s3_object_url(loc, key);
+	base_request(rs, &req);
+	req.url = object_url(rs, key);
 	req.max_response_bytes = max_bytes;
-	if (!object_request(loc, &req, &r, err))
+	if (!object_request(rs, &req, NULL, &r, err))
 		return false;
 	if (r.failure != HTTP_OK)
 	{
@@ -527,18 +442,19 @@ objstore_read(const S3Location *loc, const char *key, size_t max_bytes, char **b
 		*len = r.len;
 		return true;
 	}
-	read_error(&r, r.status, err);
-	/* Only a missing key is an answer; a missing bucket is the server's error. */
-	return r.status == 404 && strcmp(err->code, "NoSuchKey") == 0;
+	store_xml_error(r.body, r.len, r.status, err);
+	/* Only a missing key is an answer; a missing bucket or container is the server's error. */
+	return r.status == 404 && (strcmp(err->code, "NoSuchKey") == 0 || strcmp(err->code, "BlobNotFound") == 0);
 }
 
 /*
- * Writes one object whole (creates it, or replaces it: an S3 PUT is
- * atomic, a reader sees the old object or the new one) with the caller's
- * keys, its payload signed. False with err set as objstore_read does.
+ * Writes one object whole (creates it, or replaces it: an S3 PUT and an
+ * Azure Put Blob are atomic, a reader sees the old object or the new one)
+ * with the caller's keys, S3's payload signed. False with err set as
+ * objstore_read does.
  */
 bool
-objstore_put(const S3Location *loc, const char *key, const char *body, size_t len, const char *content_type,
+objstore_put(const RemoteStore *rs, const char *key, const char *body, size_t len, const char *content_type,
 			 StoreError *err)
 {
 	HttpRequest req;
@@ -546,26 +462,29 @@ objstore_put(const S3Location *loc, const char *key, const char *body, size_t le
 	char		sha[2 * PG_SHA256_DIGEST_LENGTH + 1];
 
 	memset(err, 0, sizeof(*err));
-	if (!s3_payload_sha256(body, len, sha))
-	{
-		set_error(err, 0, "OutOfMemory", "could not compute the SHA-256 of the object's body");
-		return false;
-	}
-	list_request(loc, &req);
+	base_request(rs, &req);
 	req.method = "PUT";
-	req.url = s3_object_url(loc, key);
+	req.url = object_url(rs, key);
 	req.body = body;
 	req.body_len = len;
-	/* The payload's hash replaces the empty body's, first in the list. */
-	linitial(req.headers) = psprintf("x-amz-content-sha256: %s", sha);
-	req.headers = lappend(req.headers, psprintf("Content-Type: %s", content_type));
+	if (!rs->azure)
+	{
+		if (!s3_payload_sha256(body, len, sha))
+		{
+			store_set_error(err, 0, "OutOfMemory", "could not compute the SHA-256 of the object's body");
+			return false;
+		}
+		/* The payload's hash replaces the empty body's, first in the list. */
+		linitial(req.headers) = psprintf("x-amz-content-sha256: %s", sha);
+		req.headers = lappend(req.headers, psprintf("Content-Type: %s", content_type));
+	}
 	/* An answer to a PUT is an error document at most. */
 	req.max_response_bytes = 65536;
-	if (!object_request(loc, &req, &r, err))
+	if (!object_request(rs, &req, content_type, &r, err))
 		return false;
 	if (r.failure != HTTP_OK)
 		transfer_error(&r, "writing the object", err);
-	else if (r.status != 200)
-		read_error(&r, r.status, err);
-	return r.failure == HTTP_OK && r.status == 200;
+	else if (r.status != 200 && r.status != 201)
+		store_xml_error(r.body, r.len, r.status, err);
+	return r.failure == HTTP_OK && (r.status == 200 || r.status == 201);
 }

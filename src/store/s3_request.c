@@ -63,23 +63,60 @@ char *
 s3_object_url(const S3Location *loc, const char *key)
 {
 	StringInfoData url;
-	const char *part = key;
 
 	initStringInfo(&url);
 	(void) bucket_url(&url, loc);
 	appendStringInfoChar(&url, '/');
+	store_url_key(&url, key);
+	return url.data;
+}
+
+/* Appends a key to a URL, percent-encoded part by part ("/" kept): S3's and Azure's. */
+void
+store_url_key(StringInfo url, const char *key)
+{
+	const char *part = key;
+
 	for (;;)
 	{
 		const char *slash = strchr(part, '/');
 		char	   *seg = slash ? pnstrdup(part, slash - part) : pstrdup(part);
 
-		appendStringInfoString(&url, http_uri_encode(seg));
+		appendStringInfoString(url, http_uri_encode(seg));
 		if (slash == NULL)
 			break;
-		appendStringInfoChar(&url, '/');
+		appendStringInfoChar(url, '/');
 		part = slash + 1;
 	}
-	return url.data;
+}
+
+/*
+ * Opens a short transaction when none is open, for PostgreSQL's hashes
+ * (SHA-256, HMAC), which keep their OpenSSL context in the transaction's
+ * resource owner: a caller with no transaction open (the delivery of a
+ * publication) gets one. Whether it did, for store_crypto_end.
+ */
+bool
+store_crypto_begin(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (IsTransactionState())
+		return false;
+	StartTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	return true;
+}
+
+/* Ends store_crypto_begin's transaction, if it opened one, back in cxt. */
+void
+store_crypto_end(bool own, MemoryContext cxt)
+{
+	if (own)
+	{
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+	}
 }
 
 /*
@@ -93,16 +130,11 @@ bool
 s3_payload_sha256(const char *body, size_t len, char *hex)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	bool		own = !IsTransactionState();
+	bool		own = store_crypto_begin();
 	pg_cryptohash_ctx *ctx;
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	bool		ok = false;
 
-	if (own)
-	{
-		StartTransactionCommand();
-		MemoryContextSwitchTo(cxt);
-	}
 	ctx = pg_cryptohash_create(PG_SHA256);
 	if (ctx != NULL)
 	{
@@ -110,11 +142,7 @@ s3_payload_sha256(const char *body, size_t len, char *hex)
 			pg_cryptohash_final(ctx, digest, sizeof(digest)) == 0;
 		pg_cryptohash_free(ctx);
 	}
-	if (own)
-	{
-		CommitTransactionCommand();
-		MemoryContextSwitchTo(cxt);
-	}
+	store_crypto_end(own, cxt);
 	for (int i = 0; ok && i < PG_SHA256_DIGEST_LENGTH; i++)
 		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
 	return ok;

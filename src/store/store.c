@@ -27,6 +27,7 @@
 #include "core/redact.h"
 #include "core/settings.h"
 #include "store/filestore.h"
+#include "store/azure_sign.h"
 #include "store/filestore_write.h"
 #include "store/store.h"
 
@@ -57,6 +58,26 @@ keep_secret(ObjectStore *s, const char *value)
 }
 
 /*
+ * Remembers the signature of a SAS token (its sig parameter) apart, as
+ * sent and decoded: an error may quote it without the rest of the token.
+ */
+static void
+keep_sas_signature(ObjectStore *s, const char *sas)
+{
+	const char *sig = sas ? strstr(sas, "sig=") : NULL;
+	char	   *value;
+	char	   *decoded;
+
+	if (sig == NULL || (sig != sas && sig[-1] != '&'))
+		return;
+	value = pnstrdup(sig + 4, strcspn(sig + 4, "&"));
+	decoded = palloc(strlen(value) + 1);
+	keep_secret(s, value);
+	if (azure_url_decode(value, strlen(value), decoded, strlen(value) + 1))
+		keep_secret(s, decoded);
+}
+
+/*
  * Opens a local directory, a file:///absolute/path URL, for role: only
  * with the privileges of pg_read_server_files.
  */
@@ -78,13 +99,30 @@ open_file_store(const char *name, Oid role, ObjectStore *out, StoreError *err)
 }
 
 /*
+ * The Blob endpoint of an account: the server's endpoint option without
+ * its trailing "/", else https://<account>.blob.core.windows.net.
+ */
+static const char *
+azure_endpoint(const char *option, const char *account)
+{
+	size_t		len;
+
+	if (option == NULL)
+		return psprintf("https://%s.blob.core.windows.net", account);
+	len = strlen(option);
+	while (len > 0 && option[len - 1] == '/')
+		len--;
+	return pnstrdup(option, len);
+}
+
+/*
  * Opens a finalize_s3 server for role: its options, the role's keys, the
  * limits of the settings.
  */
 static bool
 open_s3(ForeignServer *server, UserMapping *um, ObjectStore *out, StoreError *err)
 {
-	S3Location *loc = &out->s3;
+	S3Location *loc = &out->remote.s3;
 
 	out->kind = STORE_S3;
 	loc->endpoint = fdw_option_value(server->options, "endpoint", "https://s3.amazonaws.com");
@@ -94,9 +132,6 @@ open_s3(ForeignServer *server, UserMapping *um, ObjectStore *out, StoreError *er
 	loc->access_key = fdw_option_value(um->options, "access_key_id", "");
 	loc->secret_key = fdw_option_value(um->options, "secret_access_key", "");
 	loc->session_token = fdw_option_value(um->options, "session_token", NULL);
-	loc->connect_timeout_ms = finalize_s3_connect_timeout_ms;
-	loc->timeout_ms = finalize_s3_timeout_ms;
-	loc->max_pages = finalize_s3_max_pages;
 	if (loc->bucket[0] == '\0')
 		return open_error(err, "NoBucket", psprintf("server \"%s\" has no bucket option", server->servername));
 	keep_secret(out, loc->access_key);
@@ -107,11 +142,56 @@ open_s3(ForeignServer *server, UserMapping *um, ObjectStore *out, StoreError *er
 }
 
 /*
+ * Opens a finalize_azure server for role: its options (azure_options.c
+ * checked them), the role's credentials, which say the authorization:
+ * account_key (Shared Key), sas_token, or client_id and client_secret
+ * (Entra ID).
+ */
+static bool
+open_azure(ForeignServer *server, UserMapping *um, ObjectStore *out, StoreError *err)
+{
+	AzureLocation *az = &out->remote.az;
+	const char *tenant = fdw_option_value(um->options, "tenant_id", NULL);
+
+	out->kind = STORE_AZURE;
+	out->remote.azure = true;
+	az->account = fdw_option_value(server->options, "account", "");
+	az->container = fdw_option_value(server->options, "container", "");
+	az->endpoint = azure_endpoint(fdw_option_value(server->options, "endpoint", NULL), az->account);
+	az->page_size = atoi(fdw_option_value(server->options, "page_size", "5000"));
+	out->remote.ca_file = fdw_option_value(server->options, "ca_file", NULL);
+	az->account_key = fdw_option_value(um->options, "account_key", NULL);
+	az->sas_token = fdw_option_value(um->options, "sas_token", NULL);
+	az->client_id = fdw_option_value(um->options, "client_id", NULL);
+	az->client_secret = fdw_option_value(um->options, "client_secret", NULL);
+	az->scope = fdw_option_value(server->options, "scope", "https://storage.azure.com/.default");
+	az->token_endpoint = fdw_option_value(server->options, "token_endpoint", NULL);
+	if (az->token_endpoint == NULL && tenant != NULL)
+		az->token_endpoint = psprintf("https://login.microsoftonline.com/%s/oauth2/v2.0/token", tenant);
+	if (az->account[0] == '\0' || az->container[0] == '\0')
+		return open_error(err, "NoContainer",
+						  psprintf("server \"%s\" lacks its account or container option", server->servername));
+	az->auth = az->account_key ? AZURE_SHARED_KEY : az->sas_token ? AZURE_SAS : AZURE_OAUTH;
+	if (az->sas_token != NULL && az->sas_token[0] == '?')
+		az->sas_token++;
+	if (az->auth == AZURE_OAUTH && (az->client_id == NULL || az->client_secret == NULL || az->token_endpoint == NULL))
+		return open_error(err, "NoCredentials",
+						  psprintf("the user mapping for server \"%s\" has no account_key, sas_token, or tenant_id, "
+								   "client_id and client_secret", server->servername));
+	keep_secret(out, az->account_key);
+	keep_secret(out, az->sas_token);
+	keep_sas_signature(out, az->sas_token);
+	keep_secret(out, az->client_secret);
+	store_bases_azure(&out->bases, az->account, az->container, az->endpoint);
+	return true;
+}
+
+/*
  * Opens the store called name (a server of a store's wrapper, or a
  * file:///path) for role; false with err set (never raising) when there is
  * none, role may not use it, or it is misconfigured. The codes:
  * NoSuchServer, NotAStore, PermissionDenied, NoUserMapping, NoBucket,
- * NotALocalStoreURL, LocalStoreDenied.
+ * NoContainer, NoCredentials, NotALocalStoreURL, LocalStoreDenied.
  */
 bool
 store_try_open(const char *name, Oid role, ObjectStore *out, StoreError *err)
@@ -128,7 +208,7 @@ store_try_open(const char *name, Oid role, ObjectStore *out, StoreError *err)
 	if (server == NULL)
 		return open_error(err, "NoSuchServer", psprintf("there is no server \"%s\"", name));
 	fdw = GetForeignDataWrapper(server->fdwid)->fdwname;
-	if (strcmp(fdw, "finalize_s3") != 0)
+	if (strcmp(fdw, "finalize_s3") != 0 && strcmp(fdw, "finalize_azure") != 0)
 		return open_error(err, "NotAStore", psprintf("server \"%s\" is not an object store", name));
 	if (compat_server_aclcheck(server->serverid, role) != ACLCHECK_OK)
 		return open_error(err, "PermissionDenied", psprintf("permission denied for server %s", name));
@@ -137,6 +217,11 @@ store_try_open(const char *name, Oid role, ObjectStore *out, StoreError *err)
 		return open_error(err, "NoUserMapping", psprintf("no user mapping for role \"%s\" on server \"%s\"",
 														 GetUserNameFromId(role, false), name));
 	out->name = pstrdup(server->servername);
+	out->remote.connect_timeout_ms = finalize_s3_connect_timeout_ms;
+	out->remote.timeout_ms = finalize_s3_timeout_ms;
+	out->remote.max_pages = finalize_s3_max_pages;
+	if (strcmp(fdw, "finalize_azure") == 0)
+		return open_azure(server, um, out, err);
 	return open_s3(server, um, out, err);
 }
 
@@ -192,7 +277,9 @@ char *
 store_describe(const ObjectStore *s)
 {
 	if (s->kind == STORE_S3)
-		return psprintf("bucket \"%s\" of server \"%s\"", s->s3.bucket, s->name);
+		return psprintf("bucket \"%s\" of server \"%s\"", s->remote.s3.bucket, s->name);
+	if (s->kind == STORE_AZURE)
+		return psprintf("container \"%s\" of server \"%s\"", s->remote.az.container, s->name);
 	return psprintf("local store \"%s\"", s->name);
 }
 
@@ -219,7 +306,7 @@ store_list(const ObjectStore *s, const char *prefix, ListingSink *sink, StoreErr
 		filestore_list(s->root, prefix, sink, sink->wants_checksum, sink, sink->in_order);
 		return true;
 	}
-	ok = objstore_list(&s->s3, prefix, sink, err);
+	ok = objstore_list(&s->remote, prefix, sink, err);
 	io_interrupts_rethrow();
 	return ok;
 }
@@ -239,7 +326,7 @@ store_read(const ObjectStore *s, const char *key, size_t max_bytes, char **body,
 	memset(err, 0, sizeof(*err));
 	if (s->kind == STORE_FILE)
 		return filestore_read_small(s->root, key, max_bytes, body, len, found, err);
-	ok = objstore_read(&s->s3, key, max_bytes, body, len, found, err);
+	ok = objstore_read(&s->remote, key, max_bytes, body, len, found, err);
 	io_interrupts_rethrow();
 	return ok;
 }
@@ -268,7 +355,7 @@ read_through_file(const ObjectStore *s, const char *key, size_t max_bytes, FileC
 	/* OpenTemporaryFile uses temp_tablespaces only once they are prepared. */
 	PrepareTempTablespaces();
 	tmp = OpenTemporaryFile(false);
-	ok = objstore_get(&s->s3, key, FileGetRawDesc(tmp), limit, err);
+	ok = objstore_get(&s->remote, key, FileGetRawDesc(tmp), limit, err);
 	io_interrupts_rethrow();
 	if (!ok)
 	{
@@ -325,7 +412,7 @@ store_put(const ObjectStore *s, const char *key, const char *body, size_t len, c
 	memset(err, 0, sizeof(*err));
 	if (s->kind == STORE_FILE)
 		return filestore_replace(s->root, key, body, len, err);
-	ok = objstore_put(&s->s3, key, body, len, content_type, err);
+	ok = objstore_put(&s->remote, key, body, len, content_type, err);
 	io_interrupts_rethrow();
 	return ok;
 }

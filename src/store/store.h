@@ -1,8 +1,8 @@
 /*
  * store.h
  *     The one interface to the stores finalize reads and writes: a
- *     finalize_s3 server's bucket (store/objstore.c), a local directory
- *     (file://, store/filestore.c). The gate, release_iceberg, the markers
+ *     finalize_s3 server's bucket, a finalize_azure server's container
+ *     (store/objstore.c), a local directory (file://, store/filestore.c). The gate, release_iceberg, the markers
  *     and the lake worker call these and never choose between stores.
  *
  * store_open raises (a session's call); store_try_open never does, for a
@@ -24,7 +24,8 @@
 typedef enum StoreKind
 {
 	STORE_FILE,					/* a local directory (file://) */
-	STORE_S3					/* a finalize_s3 server's bucket */
+	STORE_S3,					/* a finalize_s3 server's bucket */
+	STORE_AZURE					/* a finalize_azure server's container */
 } StoreKind;
 
 /* Where objects are read and written; keys are relative to it. */
@@ -34,7 +35,7 @@ typedef struct ObjectStore
 	const char *name;			/* the server's name or the file:// URL */
 	const char *root;			/* STORE_FILE: the directory below which no
 								 * link is followed */
-	S3Location	s3;				/* STORE_S3 */
+	RemoteStore remote;			/* STORE_S3, STORE_AZURE */
 	StoreBases	bases;			/* the forms of its locations (store_key.c) */
 	List	   *secrets;		/* the user mapping's secrets: redacted from
 								 * every text that store_raise shows */

@@ -19,7 +19,7 @@ open_errcode(const char *code)
 		return ERRCODE_INSUFFICIENT_PRIVILEGE;
 	if (strcmp(code, "NoUserMapping") == 0)
 		return ERRCODE_UNDEFINED_OBJECT;
-	if (strcmp(code, "NoBucket") == 0)
+	if (strcmp(code, "NoBucket") == 0 || strcmp(code, "NoContainer") == 0 || strcmp(code, "NoCredentials") == 0)
 		return ERRCODE_FDW_OPTION_NAME_NOT_FOUND;
 	return ERRCODE_INVALID_PARAMETER_VALUE;
 }
@@ -31,10 +31,10 @@ open_hint(const char *name, const StoreError *err)
 	const char *q = quote_identifier(name);
 
 	if (strcmp(err->code, "NoSuchServer") == 0)
-		return "Name a server of the finalize_s3 foreign-data wrapper (CREATE SERVER ... FOREIGN DATA WRAPPER "
-			"finalize_s3), or a local directory as file:///path.";
+		return "Name a server of the finalize_s3 or finalize_azure foreign-data wrapper (CREATE SERVER ... "
+			"FOREIGN DATA WRAPPER finalize_s3), or a local directory as file:///path.";
 	if (strcmp(err->code, "NotAStore") == 0)
-		return "Name a server of the finalize_s3 foreign-data wrapper.";
+		return "Name a server of the finalize_s3 or finalize_azure foreign-data wrapper.";
 	if (strcmp(err->code, "PermissionDenied") == 0)
 		return psprintf("An administrator can run GRANT USAGE ON FOREIGN SERVER %s TO the role.", q);
 	if (strcmp(err->code, "NoUserMapping") == 0)
@@ -42,6 +42,11 @@ open_hint(const char *name, const StoreError *err)
 						"credentials the server's wrapper takes.", q);
 	if (strcmp(err->code, "NoBucket") == 0)
 		return psprintf("Name the bucket: ALTER SERVER %s OPTIONS (ADD bucket '...').", q);
+	if (strcmp(err->code, "NoContainer") == 0)
+		return psprintf("Name them: ALTER SERVER %s OPTIONS (ADD account '...', ADD container '...').", q);
+	if (strcmp(err->code, "NoCredentials") == 0)
+		return psprintf("Give the user mapping one kind of credentials: ALTER USER MAPPING FOR CURRENT_USER SERVER %s "
+						"OPTIONS (ADD sas_token '...'), or account_key, or tenant_id, client_id and client_secret.", q);
 	if (strcmp(err->code, "LocalStoreDenied") == 0)
 		return "Use a server of an object store, or have an administrator grant pg_read_server_files.";
 	return "Local stores are written file:///absolute/path (three slashes).";
@@ -52,7 +57,7 @@ static bool
 is_open_error(const char *code)
 {
 	static const char *const codes[] = {"NoSuchServer", "NotAStore", "PermissionDenied", "NoUserMapping",
-	"NoBucket", "NotALocalStoreURL", "LocalStoreDenied"};
+	"NoBucket", "NoContainer", "NoCredentials", "NotALocalStoreURL", "LocalStoreDenied"};
 
 	for (int i = 0; i < lengthof(codes); i++)
 		if (strcmp(code, codes[i]) == 0)
@@ -60,17 +65,45 @@ is_open_error(const char *code)
 	return false;
 }
 
-/* Whether a failed read found no object at the key (S3's NoSuchKey). */
+/* Whether a failed read found no object at the key (S3's NoSuchKey, Azure's BlobNotFound). */
 bool
 store_object_missing(const StoreError *err)
 {
-	return strcmp(err->code, "NoSuchKey") == 0;
+	return strcmp(err->code, "NoSuchKey") == 0 || strcmp(err->code, "BlobNotFound") == 0;
+}
+
+/* A hint for a failure that Azure reported, or NULL when the code is no Azure one. */
+static const char *
+azure_hint(const StoreError *err)
+{
+	if (strcmp(err->code, "AuthenticationFailed") == 0 || strcmp(err->code, "InvalidAuthenticationInfo") == 0)
+		return "Check the credentials of your user mapping for the server (account_key, sas_token, or the client "
+			"credentials) and the server's account option; a SAS token may have expired.";
+	if (strcmp(err->code, "AuthorizationFailure") == 0 || strcmp(err->code, "AuthorizationPermissionMismatch") == 0 ||
+		strcmp(err->code, "AuthorizationResourceTypeMismatch") == 0)
+		return "The credentials are valid but may not do this: grant the identity Storage Blob Data Reader on the "
+			"container (Storage Blob Data Contributor to write markers), or issue a SAS token with read and list "
+			"permissions (write and create for markers).";
+	if (strcmp(err->code, "ContainerNotFound") == 0)
+		return "Check the container and account options of the server.";
+	if (strcmp(err->code, "TokenEndpointUnreachable") == 0)
+		return "Check the server's token_endpoint option (or the tenant_id of your user mapping) and that it is "
+			"reachable from the database server.";
+	if (strcmp(err->code, "MalformedResponse") == 0)
+		return "The endpoint does not answer like Azure Blob Storage; check the endpoint option of the server.";
+	if (strcmp(err->code, "UnsupportedBlobName") == 0)
+		return "Rename the blob: finalize reads only blob names that XML can carry.";
+	return NULL;
 }
 
 /* A hint for a transfer's failure: what the caller can do. */
 const char *
-store_hint(const ObjectStore *s pg_attribute_unused(), const StoreError *err)
+store_hint(const ObjectStore *s, const StoreError *err)
 {
+	const char *hint = s->kind == STORE_AZURE ? azure_hint(err) : NULL;
+
+	if (hint != NULL)
+		return hint;
 	if (strcmp(err->code, "AccessDenied") == 0 || strcmp(err->code, "InvalidAccessKeyId") == 0 ||
 		strcmp(err->code, "SignatureDoesNotMatch") == 0)
 		return "Check access_key_id and secret_access_key in your user mapping for the server, the server's region, and the bucket's policy.";

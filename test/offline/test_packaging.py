@@ -111,7 +111,7 @@ LAYERS = {
 LIBRARY_FILES = {
     "DB-Library": (r"<(sybdb|sybfront)\.h>", "mssql/mssql.c"),
     "libcurl": (r"<curl/", "core/http.c"),
-    "libxml2": (r"<libxml/", "store/objstore.c"),
+    "libxml2": (r"<libxml/", "store/store_xml.c"),
     "GnuTLS": (r"<gnutls/", "mssql/tls_reason.c"),
     "Avro": (r"<avro[./]", "lake/avro_manifest.c"),
     "zlib": (r"<zlib\.h>", "lake/avro_codec.c"),

@@ -1,0 +1,293 @@
+"""Azure Blob Storage as a store (issue 45): the release gate, its errors and a publication's
+_SUCCESS markers against Azurite, Microsoft's emulator (test/lib/azurite.py: HTTPS with a test CA,
+--oauth basic), with each kind of credentials a finalize_azure user mapping holds: Shared Key
+(Azurite checks the signature), a SAS token made by azure-storage-blob (Azurite checks it), and
+Entra ID client credentials exchanged for a bearer token at a token endpoint served here.
+
+The blobs are written and read back with azure-storage-blob, Microsoft's own client. The gate must
+pass only on exactly the manifest's files (a directory placeholder of a hierarchical namespace is
+no file), and refuse a missing blob or a wrong size; Azure's error codes reach the user, the
+secrets never appear in an error or the server's log."""
+
+import base64
+import datetime
+import hashlib
+import http.server
+import json
+import os
+import sys
+import threading
+import urllib.parse
+
+import psycopg2
+import pytest
+from azure.storage.blob import BlobServiceClient, ContainerSasPermissions, generate_container_sas
+
+from peerlib import TOP, Warehouse
+
+sys.path.insert(0, os.path.join(TOP, "test", "lib"))
+from azurite import Azurite  # noqa: E402
+
+UTC = datetime.timezone.utc
+TABLE = "lake.orders"
+P08 = "2026-11-27 08:00+00"
+PART = "day=27/hour=08"
+CLIENT_ID = "finalize-gate"
+CLIENT_SECRET = "cl13nt-s3cret-of-the-test"
+OLD_CLIENT = "finalize-expired"
+
+
+@pytest.fixture(scope="module")
+def az():
+    with Azurite() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def blobs(az):
+    """The container "lake" as azure-storage-blob writes and reads it."""
+    service = BlobServiceClient.from_connection_string(az.connection_string(), connection_verify=az.ca)
+    container = service.get_container_client("lake")
+    container.create_container()
+    return container
+
+
+class TokenEndpoint(http.server.BaseHTTPRequestHandler):
+    """An Entra ID token endpoint (client credentials): a token for the right client and secret
+    and the storage scope, invalid_client otherwise; each form it got is kept in `forms`."""
+
+    def do_POST(self):
+        form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+        self.server.forms.append(form)
+        good = (form.get("grant_type") == ["client_credentials"] and form.get("client_id") in ([CLIENT_ID], [OLD_CLIENT])
+                and form.get("client_secret") == [CLIENT_SECRET]
+                and form.get("scope") == ["https://storage.azure.com/.default"])
+        # OLD_CLIENT's tokens have expired already (a clock gone wrong): Azure refuses them.
+        lifetime = -600 if form.get("client_id") == [OLD_CLIENT] else 3600
+        body = ({"token_type": "Bearer", "expires_in": 3599, "access_token": self.server.azurite.token(lifetime)}
+                if good else {"error": "invalid_client",
+                              "error_description": "AADSTS7000215: Invalid client secret provided."})
+        data = json.dumps(body).encode()
+        self.send_response(200 if good else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def token_endpoint(az):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TokenEndpoint)
+    server.forms, server.azurite = [], az
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+def container_sas(az, permission):
+    return generate_container_sas(az.account, "lake", account_key=az.key, permission=permission,
+                                  expiry=datetime.datetime.now(UTC) + datetime.timedelta(hours=2))
+
+
+@pytest.fixture(scope="module")
+def wh(az, token_endpoint):
+    """The cluster (its delivery worker serves the warehouse) with one finalize_azure server per kind
+    of credentials, all on the container "lake"."""
+    w = Warehouse(conf={"finalize.database": "warehouse", "finalize.poll_interval": "200ms",
+                        "finalize.max_retry_interval": "1s", "finalize.alert_after": "2s"})
+    opts = "account 'devstoreaccount1', container 'lake', endpoint %s, ca_file %s"
+    mappings = {"az_key": ("account_key %s", az.key),
+                "az_sas": ("sas_token %s", container_sas(az, ContainerSasPermissions(read=True, list=True))),
+                "az_oauth": ("tenant_id 'contoso.onmicrosoft.com', client_id %s, client_secret %s",
+                             CLIENT_ID, CLIENT_SECRET)}
+    for name, (mapping, *values) in mappings.items():
+        extra = ", token_endpoint %s" if name == "az_oauth" else ""
+        args = (az.endpoint, az.ca) + ((f"http://127.0.0.1:{token_endpoint.server_port}/tenant/token",)
+                                       if extra else ())
+        w.sql(f"CREATE SERVER {name} FOREIGN DATA WRAPPER finalize_azure OPTIONS ({opts}{extra})", args)
+        w.sql(f"CREATE USER MAPPING FOR postgres SERVER {name} OPTIONS ({mapping})", tuple(values))
+    yield w
+    w.cleanup()
+
+
+@pytest.fixture
+def table(wh, blobs):
+    """A tracked table whose 08:00 period is final; the container starts empty."""
+    wh.sql("SELECT finalize.track_table(%s, 'src', 'dbo.orders')", (TABLE,))
+    wh.sql("SELECT finalize.record_range(%s, NULL, '0x00000000000000000100', '2026-11-27 06:00+00')", (TABLE,))
+    wh.sql("SELECT finalize.record_range(%s, '0x00000000000000000100', '0x00000000000000000200', "
+           "'2026-11-27 09:00+00', 3, 0, 0, '2026-11-27 08:01+00', '2026-11-27 08:59+00')", (TABLE,))
+    for b in blobs.list_blobs():
+        blobs.delete_blob(b.name)
+    yield TABLE
+    wh.sql("DELETE FROM finalize.tracked_table")
+
+
+def upload(blobs, generation, names):
+    """Writes blobs with azure-storage-blob; the manifest's files with sizes and MD5s."""
+    files = {}
+    for i, name in enumerate(names):
+        key = f"{PART}/{generation}/{name}"
+        data = (f"{generation}/{name}/" * (i + 2)).encode()
+        blobs.upload_blob(key, data)
+        files[key] = {"size": len(data), "etag": hashlib.md5(data).hexdigest()}
+    return files
+
+
+def gate(wh, generation, files, store):
+    wh.sql("SELECT finalize.register_partition(%s, %s, %s)", (TABLE, PART, f"{PART}/{generation}/"))
+    m = {"table": TABLE, "partition": PART, "generation": generation, "store": store,
+         "prefix": f"{PART}/{generation}/", "period_start": P08, "files": files}
+    (row,) = wh.sql("SELECT released, generation, problems FROM finalize.release_gate(%s)", (json.dumps(m),))
+    return row
+
+
+def refused(wh, generation, files, store):
+    with pytest.raises(psycopg2.Error) as e:
+        gate(wh, generation, files, store)
+    d = e.value.diag
+    return e.value, "\n".join(x for x in (d.message_primary, d.message_detail, d.message_hint) if x)
+
+
+def test_the_gate_passes_and_refuses_with_each_kind_of_credentials(wh, az, blobs, table, token_endpoint):
+    files = upload(blobs, "gen-1", ["part 0.parquet", "Grüße/ü.parquet", "c+d=e.parquet"])
+    # A hierarchical namespace's directory, as ADLS Gen2 lists it through the Blob endpoint: a
+    # zero-length blob whose metadata says hdi_isfolder. Counted as a file, it would be a stray object.
+    blobs.upload_blob(f"{PART}/gen-1/Grüße", b"", metadata={"hdi_isfolder": "true"})
+    listed = {b.name: b.size for b in blobs.list_blobs(name_starts_with=f"{PART}/gen-1/")}
+    assert listed[f"{PART}/gen-1/Grüße"] == 0 and len(listed) == 4
+    for store in ("az_key", "az_sas", "az_oauth"):
+        assert gate(wh, "gen-1", files, store) == (True, "gen-1", []), store
+    # One token served every request of the OAuth store: it is kept until shortly before it expires.
+    assert len(token_endpoint.forms) == 1
+    # A blob missing, a blob of another size: refused, with the problems named.
+    a, b, c = sorted(files)
+    blobs.upload_blob(b, b"rewritten, longer than before" * 3, overwrite=True)
+    blobs.delete_blob(c)
+    for store in ("az_key", "az_sas", "az_oauth"):
+        released, _, problems = gate(wh, "gen-1", files, store)
+        assert released is False
+        assert [(p["code"], p["path"]) for p in problems] == [("size_mismatch", b), ("missing_object", c)], store
+    # Same size, other bytes: the MD5 Azure keeps (Content-MD5) is what the manifest's ETag is checked against.
+    blobs.upload_blob(a, b"x" * files[a]["size"], overwrite=True)
+    released, _, problems = gate(wh, "gen-1", {a: files[a]}, "az_key")
+    assert (released, [(p["code"], p["path"]) for p in problems]) == (False, [("checksum_mismatch", a),
+                                                                                ("stray_object", b)])
+
+
+def test_a_flat_listing_follows_its_markers_over_pages(wh, az, blobs, table):
+    wh.sql("CREATE SERVER az_paged FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+           "container 'lake', endpoint %s, ca_file %s, page_size '2')", (az.endpoint, az.ca))
+    wh.sql("CREATE USER MAPPING FOR postgres SERVER az_paged OPTIONS (account_key %s)", (az.key,))
+    files = upload(blobs, "gen-1", [f"d{i // 2}/part-{i}.parquet" for i in range(7)])
+    blobs.upload_blob(f"{PART}/gen-1/d0", b"", metadata={"hdi_isfolder": "true"})
+    # Eight blobs, two a page: four pages, each after the last one's NextMarker.
+    assert gate(wh, "gen-1", files, "az_paged") == (True, "gen-1", [])
+    missing = sorted(files)[-1]
+    blobs.delete_blob(missing)
+    released, _, problems = gate(wh, "gen-1", files, "az_paged")
+    assert (released, [(p["code"], p["path"]) for p in problems]) == (False, [("missing_object", missing)])
+    wh.sql("ALTER SYSTEM SET finalize.s3_max_pages = 3")
+    wh.sql("SELECT pg_reload_conf()")
+    try:
+        err, text = refused(wh, "gen-1", files, "az_paged")
+        assert err.diag.message_primary.endswith(": TooManyPages"), text
+        assert "finalize.s3_max_pages (3)" in text
+    finally:
+        wh.sql("ALTER SYSTEM RESET finalize.s3_max_pages")
+        wh.sql("SELECT pg_reload_conf()")
+
+
+def test_azure_errors_reach_the_user_and_no_secret_does(wh, az, blobs, table, token_endpoint):
+    files = upload(blobs, "gen-1", ["a.parquet"])
+    wrong_key = base64.b64encode(b"w" * 64).decode()
+    wh.sql("CREATE SERVER az_wrong FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+           "container 'lake', endpoint %s, ca_file %s)", (az.endpoint, az.ca))
+    wh.sql("CREATE USER MAPPING FOR postgres SERVER az_wrong OPTIONS (account_key %s)", (wrong_key,))
+    texts = []
+    err, text = refused(wh, "gen-1", files, "az_wrong")
+    texts.append(text)
+    # Azure says AuthenticationFailed (403) to a wrong signature, Azurite InvalidAuthenticationInfo (400).
+    assert err.diag.message_primary == (f'could not list "{PART}/gen-1/" in container "lake" of server '
+                                        '"az_wrong": InvalidAuthenticationInfo'), text
+    assert "HTTP 400" in text and "account_key" in err.diag.message_hint
+    # An expired bearer token: Azure's AuthenticationFailed, its message as Azure gave it.
+    wh.sql("CREATE SERVER az_old FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+           "container 'lake', endpoint %s, ca_file %s, token_endpoint %s)",
+           (az.endpoint, az.ca, f"http://127.0.0.1:{token_endpoint.server_port}/tenant/token"))
+    wh.sql("CREATE USER MAPPING FOR postgres SERVER az_old OPTIONS (client_id %s, client_secret %s)",
+           (OLD_CLIENT, CLIENT_SECRET))
+    err, text = refused(wh, "gen-1", files, "az_old")
+    texts.append(text)
+    assert err.diag.message_primary.endswith('"az_old": AuthenticationFailed'), text
+    assert "HTTP 403" in text and "token is expired" in text and "credentials" in err.diag.message_hint, text
+    wh.sql("CREATE SERVER az_nope FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+           "container 'nope', endpoint %s, ca_file %s)", (az.endpoint, az.ca))
+    wh.sql("CREATE USER MAPPING FOR postgres SERVER az_nope OPTIONS (account_key %s)", (az.key,))
+    err, text = refused(wh, "gen-1", files, "az_nope")
+    texts.append(text)
+    assert err.diag.message_primary.endswith(": ContainerNotFound") and "HTTP 404" in text, text
+    assert "container and account options" in err.diag.message_hint
+    # A refused client secret: the token endpoint's own words.
+    wh.sql("ALTER USER MAPPING FOR postgres SERVER az_oauth OPTIONS (SET client_secret 'wr0ng-s3cret-value')")
+    try:
+        wh.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+               "AND pid <> pg_backend_pid()")     # no backend keeps the token of the good secret
+        err, text = refused(wh, "gen-1", files, "az_oauth")
+        texts.append(text)
+        assert err.diag.message_primary.endswith(": AuthorizationFailure"), text
+        assert "invalid_client" in text and "AADSTS7000215" in text
+    finally:
+        wh.sql("ALTER USER MAPPING FOR postgres SERVER az_oauth OPTIONS (SET client_secret %s)", (CLIENT_SECRET,))
+    # A read-only SAS token may not write: Azure's refusal, a SAS signature never shown.
+    sas = container_sas(az, ContainerSasPermissions(read=True))
+    wh.sql("CREATE SERVER az_ro FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+           "container 'lake', endpoint %s, ca_file %s)", (az.endpoint, az.ca))
+    wh.sql("CREATE USER MAPPING FOR postgres SERVER az_ro OPTIONS (sas_token %s)", (sas,))
+    err, text = refused(wh, "gen-1", files, "az_ro")
+    texts.append(text)
+    assert err.diag.message_primary.startswith("could not list"), text
+    secrets = [az.key, wrong_key, CLIENT_SECRET, "wr0ng-s3cret-value", sas, urllib.parse.parse_qs(sas)["sig"][0]]
+    log = wh.pg.log()
+    for s in secrets:
+        assert not any(s in t for t in texts) and s not in log, "a secret in an error or the server's log"
+
+
+DAY0 = datetime.datetime(2026, 3, 1, tzinfo=UTC)
+HOUR = datetime.timedelta(hours=1)
+
+
+def marker_events(wh, publication):
+    return wh.sql("SELECT e.state, e.period_end, e.last_error FROM finalize.publication_event e "
+                  "JOIN finalize.publication p USING (publication_id) WHERE p.name = %s ORDER BY e.event_seq",
+                  (publication,))
+
+
+def test_a_success_marker_publication_writes_to_azure(wh, az, blobs):
+    """The publication's _SUCCESS markers go into the container with Put Blob (Shared Key of the
+    server owner's user mapping), exactly for the final hours, read back with azure-storage-blob."""
+    table, prefix = "sales.orders", "sales/orders/"
+    wh.track(table)
+    wh.capture(table, DAY0 + 9.5 * HOUR)
+    wh.sql("SELECT finalize.add_publication(%s, 'orders_azure', 'az_key', %s)",
+           (table, json.dumps({"location": "abfss://lake@devstoreaccount1.dfs.core.windows.net/"
+                                           "sales/orders/dt={date}/hour={hour}/"})))
+    wh.capture(table, DAY0 + 11.5 * HOUR)
+    wh.pg.wait_for(lambda: marker_events(wh, "orders_azure") and
+                   all(e[0] == "delivered" for e in marker_events(wh, "orders_azure")), timeout=60,
+                   what=lambda: f"the markers delivered: {marker_events(wh, 'orders_azure')}")
+    verdict = wh.finalized_until(table)
+    found = {b.name: json.loads(blobs.download_blob(b.name).readall())
+             for b in blobs.list_blobs(name_starts_with=prefix) if b.name.endswith("/_SUCCESS")}
+    assert sorted(found) == [f"{prefix}dt=2026-03-01/hour={h:02d}/_SUCCESS" for h in (9, 10)]
+    for name, body in found.items():
+        # The assert that catches a marker written early: its period ends after the verdict.
+        assert datetime.datetime.fromisoformat(body["finalize"]["period_end"].replace("Z", "+00:00")) <= verdict, name
+    # A location outside the server's container is refused when the publication is added.
+    with pytest.raises(psycopg2.Error) as e:
+        wh.sql("SELECT finalize.add_publication(%s, 'elsewhere', 'az_key', %s)",
+               (table, json.dumps({"location": "abfss://other@devstoreaccount1.dfs.core.windows.net/o/{date}/"})))
+    assert "abfss://lake@devstoreaccount1.dfs.core.windows.net/" in e.value.diag.message_detail
