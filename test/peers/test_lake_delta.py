@@ -1,5 +1,5 @@
 """Delta Lake consumers with the real writer: delta-rs (the deltalake package) writes Delta tables to
-local files and to the S3 test server, committing with the LSN it applied in the commit's custom
+local files, to the S3 test server and to Azurite (Azure Blob Storage), committing with the LSN it applied in the commit's custom
 metadata (docs/delta.md's delta-rs recipe, run as printed: CommitProperties(custom_metadata=...), a
 top-level key of commitInfo); finalize's lake
 worker reads the tables' _delta_log/ and never hears from the writer. Appends move the verdict
@@ -16,12 +16,14 @@ import sys
 import tempfile
 
 import pytest
+from azure.storage.blob import BlobServiceClient
 from deltalake import DeltaTable, write_deltalake
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 
+from azurite import Azurite  # noqa: E402
 from peerlib import recipe  # noqa: E402
 from s3proc import S3Server  # noqa: E402
 from worker_env import Env, as_utc, assert_never_leads, lsn_text, new_cluster, sim_clock  # noqa: E402
@@ -311,3 +313,44 @@ def test_a_malformed_commit_on_s3_holds_that_consumer_only_and_idle_polls_write_
     env.pg.wait_for(lambda: len([r for r in s3.requests() if "list-type" in (r["query"] or "")]) >= 5,
                     timeout=20, what="five polls of the good table")
     assert env.one("SELECT xmin::text FROM finalize.lake_consumer WHERE consumer = 'good'") == xmin
+
+
+def test_appends_optimize_and_a_restore_on_azure_blob_storage(env, sim):
+    """The same story on Azurite through a finalize_azure server (Shared Key), the table named by
+    its abfss:// location; delta-rs writes it through the emulator's endpoint."""
+    with Azurite() as az:
+        BlobServiceClient.from_connection_string(az.connection_string(), connection_verify=az.ca) \
+            .create_container("lake")
+        env.sql("CREATE SERVER lake_az FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+                "container 'lake', endpoint %s, ca_file %s)", (az.endpoint, az.ca))
+        env.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER lake_az OPTIONS (account_key %s)", (az.key,))
+        env.sources["lake_az"] = None       # dropped with the sources
+        # The writer's own client trusts no test CA: only it skips the check (finalize verifies).
+        lake = Pipeline("az://lake/sales/orders", {"azure_storage_account_name": az.account,
+                                                   "azure_storage_account_key": az.key,
+                                                   "azure_storage_endpoint": az.endpoint,
+                                                   "allow_invalid_certificates": "true"})
+        track(env, sim, "sales.orders")
+        env.sql("SELECT finalize.add_consumer('sales.orders', 'az', delta_table => %s, store => 'lake_az')",
+                ("abfss://lake@devstoreaccount1.dfs.core.windows.net/sales/orders",))
+        c = [commit(sim, START + datetime.timedelta(minutes=m, seconds=10)) for m in range(4)]
+        sim.call("sim.advance", seconds=240)
+        env.wait_caught_up("sales.orders", sim)
+        lake.apply(c[:2])
+        lake.apply(c[2:3])
+        env.pg.wait_for(lambda: until(env, "sales.orders") == START + 2 * MINUTE, timeout=20, what="verdict 09:02")
+        check_truth(env, sim, lake, "sales.orders")
+        lake.table().optimize.compact()
+        optimized = lake.table().version()
+        wait_consumer(env, "sales.orders", "az", lambda r: r["seen_head_id"] == optimized, "the OPTIMIZE read")
+        assert until(env, "sales.orders") == START + 2 * MINUTE and not env.sql("SELECT * FROM finalize.loss")
+        lake.table().restore(0)
+        loss = env.pg.wait_for(lambda: env.sql("SELECT from_lsn, to_lsn FROM finalize.loss"), timeout=20,
+                               what="a loss")
+        assert loss[0] == (c[1]["lsn"], c[2]["lsn"]), loss
+        lake.apply(c[3:4])
+        wait_consumer(env, "sales.orders", "az", lambda r: (r["consumer_until"] or START) >= START + 3 * MINUTE,
+                      "the append after resolved")
+        assert not is_final(env, "sales.orders", START + 2 * MINUTE)
+        check_truth(env, sim, lake, "sales.orders")
+
