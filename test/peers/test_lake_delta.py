@@ -267,7 +267,8 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     assert row["lake_condition"] is None, row
 
 
-def test_a_malformed_commit_on_s3_holds_that_consumer_only_and_idle_polls_write_nothing(env, sim, s3):
+def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
+        env, sim, s3):
     track(env, sim, "sales.orders")
     env.sql("CREATE SERVER lake_s3 FOREIGN DATA WRAPPER finalize_s3 OPTIONS (endpoint %s, region %s, bucket 'lake')",
             (s3.endpoint, s3.region))
@@ -305,9 +306,19 @@ def test_a_malformed_commit_on_s3_holds_that_consumer_only_and_idle_polls_write_
     assert until(env, "sales.orders") <= START + MINUTE
     assert_never_leads(env, "sales.orders", sim)
 
+    # The store refusing the credentials (403), then failing (503): that consumer's condition, in
+    # the store's words and without the secret; each clears when the store answers again.
+    env.sql("SELECT finalize.drop_consumer('sales.orders', 'bad')")
+    for status, condition in ((403, "store_auth_failed"), (503, "store_unreachable")):
+        s3.fault(kind="status", status=status, count=-1, match="good")
+        row = wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] == condition, condition)
+        assert "HTTP %d" % status in row["last_error"] and s3.secret_key not in row["last_error"], row
+        assert row["reported_lsn"] == c[2]["lsn"], row
+        s3.clear("faults")
+        wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] is None, condition + " cleared")
+
     # Idle polls of a consumer whose table does not move write nothing: its row keeps its version
     # while the worker lists the log again and again.
-    env.sql("SELECT finalize.drop_consumer('sales.orders', 'bad')")
     xmin = env.one("SELECT xmin::text FROM finalize.lake_consumer WHERE consumer = 'good'")
     s3.clear("requests")
     env.pg.wait_for(lambda: len([r for r in s3.requests() if "list-type" in (r["query"] or "")]) >= 5,
