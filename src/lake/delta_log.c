@@ -100,10 +100,17 @@ typedef struct Held
 	Lsn			lsn;
 } Held;
 
-/* Notes a rollback to held: the lowest held of a run's rollbacks counts. */
+/*
+ * Notes a rollback to held: the lowest held of a run's rollbacks counts.
+ * One that still holds what was recorded (a RESTORE to a version of the
+ * run at or above it, an LSN of the run going down to no lower) took back
+ * only claims never recorded: no rollback.
+ */
 static void
-note_rollback(DeltaVerdict *v, bool *rolled, Held held, const char *reason)
+note_rollback(DeltaVerdict *v, bool *rolled, const DeltaSeen *seen, Held held, const char *reason)
 {
+	if (seen->any && held.any && lsn_cmp(&held.lsn, &seen->lsn) >= 0)
+		return;
 	if (!*rolled)
 	{
 		v->held_known = held.any;
@@ -176,19 +183,19 @@ delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n)
 		if (c->table_id != NULL && v.table_id != NULL && strcmp(c->table_id, v.table_id) != 0)
 		{
 			cur.any = false;
-			note_rollback(&v, &rolled, cur, "the table was created again (its metaData.id changed)");
+			note_rollback(&v, &rolled, seen, cur, "the table was created again (its metaData.id changed)");
 		}
 		if (c->table_id != NULL)
 			v.table_id = c->table_id;
 		if (c->restore)
 		{
 			cur = restored(seen, c, states);
-			note_rollback(&v, &rolled, cur, "a RESTORE took the table back to an older version");
+			note_rollback(&v, &rolled, seen, cur, "a RESTORE took the table back to an older version");
 		}
 		else if (is_carrier(c) && carrier_lsn(c, &lsn))
 		{
 			if (cur.any && lsn_cmp(&lsn, &cur.lsn) < 0)
-				note_rollback(&v, &rolled, (Held) {true, lsn}, "the LSN of the newest commit went down");
+				note_rollback(&v, &rolled, seen, (Held) {true, lsn}, "the LSN of the newest commit went down");
 			cur.any = true;
 			cur.lsn = lsn;
 			v.has_carrier = true;

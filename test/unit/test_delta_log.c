@@ -223,8 +223,20 @@ test_rollbacks(void)
 	run[0] = append(4, "0x0000002d000000100003");
 	run[1] = restore_to(5, 3);
 	v = delta_judge(&s, run, 2);
-	check(v.outcome == DELTA_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, "0x0000002c000000100003") &&
-		  lsn_is(&v.lsn, "0x0000002c000000100003"), "a RESTORE to the version seen: it holds what was seen");
+	check(v.outcome == DELTA_SAME && lsn_is(&v.lsn, "0x0000002c000000100003") && v.head_version == 5,
+		  "a RESTORE to the version recorded: it still holds what was recorded (the claim between, never "
+		  "recorded, is gone)");
+	run[0] = append(4, "0x0000002d000000100003");
+	run[1] = append(5, "0x0000002e000000100003");
+	run[2] = restore_to(6, 4);
+	v = delta_judge(&s, run, 3);
+	check(v.outcome == DELTA_ADVANCE && lsn_is(&v.lsn, "0x0000002d000000100003") && v.head_version == 6,
+		  "a RESTORE to a version of the run above the one recorded takes back no recorded claim");
+	run[0] = append(4, "0x0000002e000000100003");
+	run[1] = append(5, "0x0000002d000000100003");
+	v = delta_judge(&s, run, 2);
+	check(v.outcome == DELTA_ADVANCE && lsn_is(&v.lsn, "0x0000002d000000100003"),
+		  "an LSN of the run going down, still above the one recorded: no rollback");
 	run[0] = restore_to(4, 1);
 	v = delta_judge(&s, run, 1);
 	check(v.outcome == DELTA_ROLLBACK && !v.held_known && !v.has_lsn,
