@@ -128,6 +128,8 @@ on_field(void *state, char *fname, bool isnull pg_attribute_unused())
 		st->action = strcmp(fname, "commitInfo") == 0 ? ACT_COMMIT_INFO
 			: strcmp(fname, "add") == 0 || strcmp(fname, "remove") == 0 ? ACT_ADD_REMOVE
 			: strcmp(fname, "metaData") == 0 ? ACT_METADATA : ACT_OTHER;
+	if (st->depth == 1 && st->action == ACT_ADD_REMOVE && st->top_key == NULL)
+		st->out->file_actions = true;
 	else if (st->depth == 2)
 		st->field = fname;
 	else if (st->depth == 3)

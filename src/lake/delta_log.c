@@ -67,11 +67,37 @@ delta_commit_name(int64_t version, char out[32])
 	snprintf(out, 32, "%020lld.json", (long long) version);
 }
 
-/* Whether a commit's LSN counts: it changes data and is no RESTORE. */
+/*
+ * Whether a commit writes data as far as its LSN says: it adds or removes
+ * data (dataChange true), or it is a write that had nothing to write (an
+ * empty append or streaming batch, a MERGE that matched nothing: no file
+ * at all, and an operation that writes data). A commit whose files change
+ * no data (OPTIMIZE), or without files from an operation that writes none
+ * (VACUUM, a property or schema change), is maintenance, whatever it
+ * carries; a RESTORE is judged apart.
+ */
+static bool
+writes_data(const DeltaCommit *c)
+{
+	static const char *const writes[] = {"WRITE", "STREAMING UPDATE", "MERGE", "UPDATE", "DELETE"};
+
+	if (c->restore)
+		return false;
+	if (c->data_change)
+		return true;
+	if (c->file_actions || c->operation == NULL)
+		return false;
+	for (size_t i = 0; i < lengthof(writes); i++)
+		if (strcmp(c->operation, writes[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Whether a commit's LSN counts: it writes data (writes_data) and carries lsn_from. */
 static bool
 is_carrier(const DeltaCommit *c)
 {
-	return c->data_change && !c->restore && (c->lsn_text != NULL || c->lsn_problem != NULL);
+	return writes_data(c) && (c->lsn_text != NULL || c->lsn_problem != NULL);
 }
 
 /* Whether a carrier's LSN is one (lsn_parse_any's forms), into *lsn. */

@@ -42,6 +42,7 @@ typedef struct DeltaCommit
 								 * timestamp; 0 when neither */
 	const char *operation;		/* commitInfo.operation, or NULL */
 	bool		data_change;	/* an add or remove with dataChange true */
+	bool		file_actions;	/* any add or remove at all */
 	bool		restore;		/* a RESTORE */
 	bool		has_restore_version;	/* operationParameters.version */
 	int64_t		restore_version;

@@ -22,6 +22,8 @@ import statistics
 import sys
 import time
 
+import pyarrow as pa
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -38,6 +40,12 @@ START = datetime.datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 RECIPE = {}
 exec(compile(recipe("delta-rs-commit", "python"), "docs/delta.md:delta-rs-commit", "exec"), RECIPE)
 commit_batch = RECIPE["commit_batch"]
+
+
+def batch(row_id, lsn):
+    """A one-row batch as a pipeline commits it."""
+    return pa.Table.from_pylist([{"id": row_id, "lsn": lsn}],
+                                schema=pa.schema([("id", pa.int64()), ("lsn", pa.string())]))
 
 
 def storage(s3):
@@ -93,7 +101,7 @@ def bench_lag(args, s3):
         env.sql("SELECT finalize.add_consumer('bench.orders', 'lake', delta_table => %s, store => 'lake_s3')",
                 (uri,))
         for i in range(30):                      # some history, as a table in use has
-            commit_batch(uri, [{"id": -i, "lsn": ""}], "0x00000000000000000001", storage(s3))
+            commit_batch(uri, batch(-i, ""), "0x00000000000000000001", storage(s3))
         conn = pg.connect()
         conn.autocommit = True
         conn.cursor().execute("LISTEN finalize")
@@ -106,7 +114,7 @@ def bench_lag(args, s3):
             time.sleep(0.3 + (trial % 5) * 0.2)       # commits fall anywhere in the poll interval
             conn.poll()
             conn.notifies.clear()
-            commit_batch(uri, [{"id": trial, "lsn": c}], c, storage(s3))
+            commit_batch(uri, batch(trial, c), c, storage(s3))
             t0 = time.perf_counter()
             assert wait_notify(conn, "bench.orders"), "no NOTIFY for trial %d" % trial
             lags.append(time.perf_counter() - t0)
@@ -132,7 +140,7 @@ def bench_scale(args, s3):
         tables = ["s3://lake/scale_%d" % i for i in range(args.tables)]
         for t in tables:
             for j in range(5):
-                commit_batch(t, [{"id": j, "lsn": ""}], "0x0000000000000000000%d" % (j + 1), storage(s3))
+                commit_batch(t, batch(j, ""), "0x0000000000000000000%d" % (j + 1), storage(s3))
         for k in range(10):
             env.track("bench.t%d" % k, "erp", granularity="1 minute")
         env.sql("SELECT finalize.add_consumer('bench.t' || (i %% 10), 'c' || i, "

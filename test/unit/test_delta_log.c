@@ -201,6 +201,18 @@ test_judge(void)
 	v = delta_judge(&s, run, 1);
 	check(v.outcome == DELTA_SAME && lsn_is(&v.lsn, "0x0000002a000000100003") && v.head_version == 2,
 		  "maintenance alone: the same LSN at a new head");
+	/* delta-rs 1.6.6's empty append (a pipeline's heartbeat): a write without files. */
+	run[0] = parse("{\"commitInfo\":{\"timestamp\":1796592652927,\"operation\":\"WRITE\",\"operationParameters\":"
+				   "{\"mode\":\"Append\"},\"operationMetrics\":{\"num_added_files\":0},"
+				   "\"finalize.lsn\":\"0x0000002b000000100003\"}}\n", 2, &from_key);
+	v = delta_judge(&s, run, 1);
+	check(v.outcome == DELTA_ADVANCE && lsn_is(&v.lsn, "0x0000002b000000100003"),
+		  "an empty append (no file) with the LSN advances");
+	run[0] = parse("{\"commitInfo\":{\"timestamp\":1,\"operation\":\"VACUUM END\",\"operationParameters\":"
+				   "{\"status\":\"COMPLETED\"},\"finalize.lsn\":\"0x0000002b000000100003\"}}\n", 2, &from_key);
+	v = delta_judge(&s, run, 1);
+	check(v.outcome == DELTA_SAME && lsn_is(&v.lsn, "0x0000002a000000100003"),
+		  "VACUUM (no file, no data written) with an LSN neither advances nor holds");
 	run[0] = append(2, "0x00000029000000100003");
 	v = delta_judge(&s, run, 1);
 	check(v.outcome == DELTA_ROLLBACK && v.held_known && lsn_is(&v.held_lsn, "0x00000029000000100003"),
