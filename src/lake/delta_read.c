@@ -253,6 +253,13 @@ read_first(DeltaReader *r)
 		checkpoint_only(r, missing, Max(checkpoint, l.newest_checkpoint));
 		return;
 	}
+	if (missing >= 0)
+	{
+		obs->condition = LAKE_LOG_MALFORMED;
+		obs->detail = psprintf("Commit %lld of Delta table %s is missing from its log, and no checkpoint stands "
+							   "for it.", (long long) missing, r->location);
+		return;
+	}
 	if (step == DELTA_BACK_MALFORMED)
 	{
 		obs->condition = LAKE_LOG_MALFORMED;
