@@ -34,7 +34,16 @@ manifest_has_etag(const char *path, void *arg)
 void
 gate_open_store(const Manifest *m, ObjectStore *out)
 {
-	store_open(m->store, GetUserId(), out);
+	StoreError	err;
+
+	if (store_try_open(m->store, GetUserId(), out, &err))
+		return;
+	out->name = m->store;
+	/* A name that is no store is the manifest's mistake; a refusal is the role's. */
+	if (strcmp(err.code, "NoSuchServer") == 0 || strcmp(err.code, "NotAStore") == 0 ||
+		strcmp(err.code, "NotALocalStoreURL") == 0)
+		store_raise(out, "invalid manifest: field \"store\"", &err);
+	store_raise(out, NULL, &err);
 }
 
 /*

@@ -85,14 +85,9 @@ static bool
 open_file_store(const char *name, Oid role, ObjectStore *out, StoreError *err)
 {
 	if (strncmp(name, "file:///", 8) != 0)
-		return open_error(err, "NotALocalStoreURL",
-						  psprintf("\"%s\" is not a local store URL: local stores are written "
-								   "file:///absolute/path (three slashes)", name));
+		return open_error(err, "NotALocalStoreURL", psprintf("\"%s\" is not a local store URL", name));
 	if (!has_privs_of_role(role, ROLE_PG_READ_SERVER_FILES))
-		return open_error(err, "LocalStoreDenied",
-						  psprintf("role \"%s\" may not read local store \"%s\": reading files on the database "
-								   "server needs the privileges of pg_read_server_files",
-								   GetUserNameFromId(role, false), name));
+		return open_error(err, "LocalStoreDenied", psprintf("permission denied to read local store \"%s\"", name));
 	store_open_local(filestore_root(name), out);
 	out->name = pstrdup(name);
 	return true;
@@ -210,6 +205,7 @@ store_try_open(const char *name, Oid role, ObjectStore *out, StoreError *err)
 	fdw = GetForeignDataWrapper(server->fdwid)->fdwname;
 	if (strcmp(fdw, "finalize_s3") != 0 && strcmp(fdw, "finalize_azure") != 0)
 		return open_error(err, "NotAStore", psprintf("server \"%s\" is not an object store", name));
+	out->kind = strcmp(fdw, "finalize_azure") == 0 ? STORE_AZURE : STORE_S3;	/* for the hints */
 	if (compat_server_aclcheck(server->serverid, role) != ACLCHECK_OK)
 		return open_error(err, "PermissionDenied", psprintf("permission denied for server %s", name));
 	um = fdw_user_mapping(role, server->serverid);

@@ -2,8 +2,9 @@
  * store.h
  *     The one interface to the stores finalize reads and writes: a
  *     finalize_s3 server's bucket, a finalize_azure server's container
- *     (store/objstore.c), a local directory (file://, store/filestore.c). The gate, release_iceberg, the markers
- *     and the lake worker call these and never choose between stores.
+ *     (store/objstore.c), a local directory (file://, store/filestore.c).
+ *     The gate, release_iceberg, the markers and the lake worker call these
+ *     and never choose between stores.
  *
  * store_open raises (a session's call); store_try_open never does, for a
  * background worker that turns a failure into a condition. The
@@ -11,6 +12,14 @@
  * raise mid-transfer for a failure of a remote store: false with err set,
  * and the caller raises (store_raise) or records it. A local store's
  * listing and chunked read raise in the system's words, as they always did.
+ *
+ * A worker: store_try_open(name, the declaring role, &s, &err), then
+ * store_key_of(&s, location) for the key a location names (NULL: no object
+ * of the store, in any of its forms), store_read/store_list, and err.code
+ * (store_object_missing for an absent object; 401/403 in err.http_status,
+ * or AuthenticationFailed, AuthorizationFailure, AccessDenied, ..., for
+ * credentials refused) into a condition; its message is already in the
+ * store's words, redact_secrets(err.message, s.secrets) before keeping it.
  */
 #ifndef FINALIZE_STORE_H
 #define FINALIZE_STORE_H

@@ -24,9 +24,9 @@ open_errcode(const char *code)
 	return ERRCODE_INVALID_PARAMETER_VALUE;
 }
 
-/* The hint for a failure to open the store named name. */
+/* The hint for a failure to open the store named name (of kind, when it is a server). */
 static const char *
-open_hint(const char *name, const StoreError *err)
+open_hint(const char *name, StoreKind kind, const StoreError *err)
 {
 	const char *q = quote_identifier(name);
 
@@ -37,9 +37,12 @@ open_hint(const char *name, const StoreError *err)
 		return "Name a server of the finalize_s3 or finalize_azure foreign-data wrapper.";
 	if (strcmp(err->code, "PermissionDenied") == 0)
 		return psprintf("An administrator can run GRANT USAGE ON FOREIGN SERVER %s TO the role.", q);
+	if (strcmp(err->code, "NoUserMapping") == 0 && kind == STORE_AZURE)
+		return psprintf("Create one: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (sas_token '...'), or "
+						"with account_key, or with tenant_id, client_id and client_secret.", q);
 	if (strcmp(err->code, "NoUserMapping") == 0)
-		return psprintf("Create one: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (...), with the "
-						"credentials the server's wrapper takes.", q);
+		return psprintf("Create one: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (access_key_id '...', "
+						"secret_access_key '...').", q);
 	if (strcmp(err->code, "NoBucket") == 0)
 		return psprintf("Name the bucket: ALTER SERVER %s OPTIONS (ADD bucket '...').", q);
 	if (strcmp(err->code, "NoContainer") == 0)
@@ -48,7 +51,8 @@ open_hint(const char *name, const StoreError *err)
 		return psprintf("Give the user mapping one kind of credentials: ALTER USER MAPPING FOR CURRENT_USER SERVER %s "
 						"OPTIONS (ADD sas_token '...'), or account_key, or tenant_id, client_id and client_secret.", q);
 	if (strcmp(err->code, "LocalStoreDenied") == 0)
-		return "Use a server of an object store, or have an administrator grant pg_read_server_files.";
+		return "Reading files on the database server needs the privileges of pg_read_server_files: publish through "
+			"a finalize_s3 or finalize_azure server, or have an administrator grant them.";
 	return "Local stores are written file:///absolute/path (three slashes).";
 }
 
@@ -137,8 +141,8 @@ store_raise_hint(const ObjectStore *s, const char *doing, const StoreError *err,
 	if (is_open_error(err->code))
 		ereport(ERROR,
 				(errcode(open_errcode(err->code)),
-				 errmsg("%s", message),
-				 errhint("%s", hint ? hint : open_hint(s->name ? s->name : "", err))));
+				 doing ? errmsg("%s: %s", doing, message) : errmsg("%s", message),
+				 errhint("%s", hint ? hint : open_hint(s->name ? s->name : "", s->kind, err))));
 	ereport(ERROR,
 			(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
 			 errmsg("could not %s: %s", doing, err->code),
@@ -150,7 +154,8 @@ store_raise_hint(const ObjectStore *s, const char *doing, const StoreError *err,
 
 /*
  * Raises the error for err: a store that could not be opened (its message,
- * in SQL's terms), or a transfer that failed while doing ("list \"p/\" in
+ * in SQL's terms, after doing when given: what named the store), or a
+ * transfer that failed while doing ("list \"p/\" in
  * bucket ...": what was being done and where), in the store's own words.
  */
 void
