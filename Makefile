@@ -167,6 +167,7 @@ UNIT_SOURCES_test_inventory_codec = src/gate/inventory_codec.c
 UNIT_SOURCES_test_inventory_merge = src/gate/inventory_merge.c src/store/store_key.c
 UNIT_SOURCES_test_period = src/core/period.c
 UNIT_SOURCES_test_snapshots = src/lake/snapshots.c src/core/lsn.c
+UNIT_SOURCES_test_delta_log = src/lake/delta_log.c src/lake/delta_commit.c src/core/lsn.c
 UNIT_SOURCES_test_source_pick = src/core/source_pick.c
 UNIT_SOURCES_test_avro_manifest = src/lake/avro_manifest.c src/lake/manifest_read.c src/lake/alloc_watch.c \
                                   src/lake/avro_container.c src/lake/avro_codec.c src/lake/avro_bound.c
@@ -180,6 +181,7 @@ UNIT_SOURCES_test_store_key = src/store/store_key.c
 UNIT_SOURCES_test_azure_sign = src/store/azure_sign.c
 # The foreign libraries a unit test links besides libpgport.
 UNIT_LIBS_test_avro_manifest = -lavro -lz -llzma -lsnappy
+UNIT_LIBS_test_delta_log = -lpgcommon -lpgport
 UNIT_TESTS = $(patsubst %.c,%,$(sort $(wildcard test/unit/test_*.c)))
 EXTRA_CLEAN += $(UNIT_TESTS)
 

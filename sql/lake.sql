@@ -72,6 +72,38 @@ SELECT kind, severity, subject, count FROM finalize.alerts WHERE table_name = 'l
 -- Dropping the consumer forgets where it read.
 SELECT finalize.drop_consumer('lk.orders', 'spark');
 SELECT count(*) AS lake_consumers_left FROM finalize.lake_consumer;
+
+-- Delta consumers (docs/delta.md): named arguments; positional calls still
+-- resolve to the Iceberg form. The location, the store (by the rule the
+-- worker opens it with) and lsn_from are checked.
+SELECT finalize.add_consumer('lk.orders', 'rs', 'nope', 'ns.orders');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'orders', store => 'file:///tmp/');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'file:///tmp/a/../orders', store => 'file:///tmp/');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 's3://lake/orders/_delta_log', store => 'file:///tmp/');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 's3://lake/orders', store => 'nope');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 's3://lake/orders', store => 'erp');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'file:///var/orders', store => 'file:///tmp/');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'file:///tmp/orders', store => 'file:///tmp/',
+                             lsn_from => 'userMetadata.');
+SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'file:///tmp/orders/', store => 'file:///tmp/',
+                             lsn_from => 'userMetadata');
+SELECT consumer, required, iceberg_server, iceberg_table, delta_table, delta_store, delta_version, condition
+  FROM finalize.consumers WHERE table_name = 'lk.orders';
+SELECT finalize.report_progress('lk.orders', 'rs', '0x00000000000000000100');
+-- A Delta consumer's observations and rollbacks go through the same lake_observe.
+\set delta_id '(SELECT l.lake_id FROM finalize.lake_consumer l WHERE l.consumer = ''rs'')'
+SELECT finalize_internal.lake_observe(:delta_id, NULL, NULL, 'log_malformed', 'Commit 3 cannot be read.', NULL, NULL,
+                              NULL, NULL, NULL, false, NULL, NULL) AS moved;
+SELECT consumer, condition, resolve_error FROM finalize.consumers WHERE table_name = 'lk.orders';
+SELECT finalize_internal.lake_observe(:delta_id, NULL, NULL, NULL, NULL, 4, 1000, 4, '0x00000000000000000200', 'id1',
+                              false, NULL, NULL) AS moved;
+SELECT finalize_internal.lake_observe(:delta_id, 4, '0x00000000000000000200', NULL, NULL, 5, 1001, NULL,
+                              '0x00000000000000000100', 'id1', true, '0x00000000000000000100',
+                              'a RESTORE took the table back to an older version') AS moved;
+SELECT consumer, reported_lsn, delta_version, condition FROM finalize.consumers WHERE table_name = 'lk.orders';
+SELECT detail - 'lost_from' AS detail FROM finalize.facts WHERE table_name = 'lk.orders' AND event = 'data_loss'
+ ORDER BY fact_id DESC LIMIT 1;
+SELECT finalize.drop_consumer('lk.orders', 'rs');
 DELETE FROM finalize.alert WHERE table_name = 'lk.orders';
 DELETE FROM finalize.tracked_table WHERE table_name = 'lk.orders';
 DROP SERVER erp;

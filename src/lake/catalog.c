@@ -65,6 +65,14 @@ lake_condition_name(LakeCondition c)
 			return "property_malformed";
 		case LAKE_METADATA_MALFORMED:
 			return "metadata_malformed";
+		case LAKE_STORE_UNREACHABLE:
+			return "store_unreachable";
+		case LAKE_STORE_AUTH_FAILED:
+			return "store_auth_failed";
+		case LAKE_LOG_MALFORMED:
+			return "log_malformed";
+		case LAKE_CHECKPOINT_ONLY:
+			return "checkpoint_only";
 	}
 	return "catalog_unreachable";
 }

@@ -18,8 +18,15 @@ typedef enum LakeCondition
 	LAKE_AUTH_FAILED,			/* 401, 403, a token refused */
 	LAKE_TABLE_NOT_FOUND,		/* 404: no such table or namespace */
 	LAKE_PROPERTY_MALFORMED,	/* the newest carrier's LSN is not one */
-	LAKE_METADATA_MALFORMED		/* an answer that is not what the REST
+	LAKE_METADATA_MALFORMED,	/* an answer that is not what the REST
 								 * specification says */
+	/* A Delta consumer's (delta_worker.c): */
+	LAKE_STORE_UNREACHABLE,		/* the store did not answer, or failed */
+	LAKE_STORE_AUTH_FAILED,		/* the store refused the credentials, or
+								 * the declarer may not read it */
+	LAKE_LOG_MALFORMED,			/* a commit that cannot be judged */
+	LAKE_CHECKPOINT_ONLY		/* the commits to read were cleaned up;
+								 * only a Parquet checkpoint remains */
 } LakeCondition;
 
 typedef struct LakeCatalog

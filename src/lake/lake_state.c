@@ -1,7 +1,9 @@
 /*
  * lake_state.c
  *     The lake worker's reads and writes of finalize's catalog, through
- *     SPI in the transactions the worker opens (core/db.h).
+ *     SPI in the transactions the worker opens (core/db.h): the Iceberg
+ *     consumers of a catalog, and what a poll saw of any lake consumer,
+ *     Iceberg or Delta, recorded through one function (lake_observe).
  */
 #include "postgres.h"
 
@@ -9,11 +11,13 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "foreign/foreign.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 
 #include "core/internal_schema.h"
 #include "core/db.h"
 #include "core/settings.h"
+#include "core/source_table.h"
 #include "lake/lake_state.h"
 
 #define OBSERVE_SIGNATURE "lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
@@ -215,7 +219,76 @@ lake_record(const LakeObservation *obs)
 	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".lake_observe($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
 							  "$11, $12, $13)", 13, types, values, nulls, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "could not record what Iceberg table %s holds for consumer \"%s\"",
+		elog(ERROR, "could not record what table %s holds for consumer \"%s\"",
 			 obs->consumer->iceberg_table, obs->consumer->consumer);
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
+}
+
+/* One observation recorded in a subtransaction (subxact_try's step). */
+typedef struct RecordStep
+{
+	const LakeObservation *obs;
+	bool		moved;
+} RecordStep;
+
+static void
+record_step(void *arg)
+{
+	RecordStep *r = (RecordStep *) arg;
+
+	r->moved = lake_record(r->obs);
+}
+
+/*
+ * Records the observations that need it in one write transaction, each in
+ * a subtransaction of its own: one that fails (logged) loses no other's.
+ * Returns the sources to wake.
+ */
+static List *
+record_each(LakeObservation *obs, int n)
+{
+	List	   *wake = NIL;
+	int			todo = 0;
+
+	for (int i = 0; i < n; i++)
+		todo += lake_needs_record(&obs[i]) ? 1 : 0;
+	if (todo == 0)
+		return NIL;
+	db_begin_write("finalize: recording what lake tables hold");
+	for (int i = 0; i < n; i++)
+	{
+		RecordStep	r = {&obs[i], false};
+		ErrorData  *error = NULL;
+
+		if (!lake_needs_record(&obs[i]))
+			continue;
+		if (!subxact_try(record_step, &r, &error))
+		{
+			ereport(LOG,
+					(errmsg("finalize: could not record what %s table %s holds for consumer \"%s\" of table \"%s\": %s",
+							obs[i].consumer->delta ? "Delta" : "Iceberg", obs[i].consumer->iceberg_table,
+							obs[i].consumer->consumer,
+							obs[i].consumer->table_name, error->message),
+					 errdetail("The next poll tries again; the verdict waits for it.")));
+			continue;
+		}
+		if (r.moved && OidIsValid(obs[i].consumer->source_serverid))
+			wake = list_append_unique_oid(wake, obs[i].consumer->source_serverid);
+	}
+	db_commit();
+	return wake;
+}
+
+/*
+ * Records a poll's observations (record_each) and asks the source worker
+ * of each consumer whose report moved for a cycle now, which resolves the
+ * LSN to a commit time at once.
+ */
+void
+lake_record_all(LakeObservation *obs, int n)
+{
+	ListCell   *lc;
+
+	foreach(lc, record_each(obs, n))
+		(void) source_table_request_cycle(MyDatabaseId, lfirst_oid(lc));
 }

@@ -1,8 +1,9 @@
 /*
  * lake_state.h
- *     The lake worker's PostgreSQL reads and writes: the consumers it polls
- *     (finalize_internal.lake_consumers) and what it saw of each
- *     (finalize_internal.lake_observe), in short transactions.
+ *     The lake worker's PostgreSQL reads and writes: the Iceberg consumers
+ *     it polls (finalize_internal.lake_consumers) and what it saw of each
+ *     lake consumer, Iceberg or Delta (finalize_internal.lake_observe), in
+ *     short transactions.
  */
 #ifndef FINALIZE_LAKE_STATE_H
 #define FINALIZE_LAKE_STATE_H
@@ -10,13 +11,19 @@
 #include "lake/catalog.h"
 #include "lake/snapshots.h"
 
-/* A consumer whose progress is an Iceberg table's, and what was recorded of it. */
+/*
+ * A consumer whose progress is an Iceberg table's, and what was recorded
+ * of it. A Delta consumer (delta_worker.c) is recorded through the same
+ * fields: iceberg_table holds its location, seen.head_id the version read
+ * last and seen.head_sequence its commit time (milliseconds).
+ */
 typedef struct LakeConsumer
 {
 	int64		lake_id;		/* which declaration (a re-added one is another) */
 	int64		table_id;
 	char	   *table_name;
 	char	   *consumer;
+	bool		delta;			/* a Delta consumer */
 	char	   *iceberg_table;
 	char	   *ref;
 	char	   *lsn_property;
@@ -54,6 +61,7 @@ extern char *lake_catalog_version_problem(void);
 extern bool lake_load_consumers(Oid serverid, MemoryContext cxt, LakeCatalog **cat, LakeConsumer **consumers,
 								int *nconsumers, char **problem);
 extern bool lake_record(const LakeObservation *obs);
+extern void lake_record_all(LakeObservation *obs, int n);
 extern bool lake_needs_record(const LakeObservation *obs);
 extern bool lake_observation_new(const LakeObservation *obs);
 

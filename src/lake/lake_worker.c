@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -37,6 +38,7 @@
 #include "core/source_table.h"
 #include "core/wait_events.h"
 #include "lake/catalog.h"
+#include "lake/delta_worker.h"
 #include "lake/lake_state.h"
 #include "lake/metadata.h"
 #include "lake/snapshots.h"
@@ -211,60 +213,6 @@ poll_consumer(LakeCatalog *cat, HttpClient *client, const LakeConsumer *c, LakeO
 	etag_keep(c, !lake_observation_new(obs) ? answer.etag : NULL);
 }
 
-/* One observation recorded in a subtransaction (subxact_try's step). */
-typedef struct RecordStep
-{
-	const LakeObservation *obs;
-	bool		moved;
-} RecordStep;
-
-static void
-record_step(void *arg)
-{
-	RecordStep *r = (RecordStep *) arg;
-
-	r->moved = lake_record(r->obs);
-}
-
-/*
- * Records the observations that need it in one write transaction, each in
- * a subtransaction of its own: one that fails (logged) loses no other's.
- * Returns the sources to wake.
- */
-static List *
-record_all(LakeObservation *obs, int n)
-{
-	List	   *wake = NIL;
-	int			todo = 0;
-
-	for (int i = 0; i < n; i++)
-		todo += lake_needs_record(&obs[i]) ? 1 : 0;
-	if (todo == 0)
-		return NIL;
-	db_begin_write("finalize: recording what Iceberg tables hold");
-	for (int i = 0; i < n; i++)
-	{
-		RecordStep	r = {&obs[i], false};
-		ErrorData  *error = NULL;
-
-		if (!lake_needs_record(&obs[i]))
-			continue;
-		if (!subxact_try(record_step, &r, &error))
-		{
-			ereport(LOG,
-					(errmsg("finalize: could not record what Iceberg table %s holds for consumer \"%s\" of table \"%s\": %s",
-							obs[i].consumer->iceberg_table, obs[i].consumer->consumer,
-							obs[i].consumer->table_name, error->message),
-					 errdetail("The next poll tries again; the verdict waits for it.")));
-			continue;
-		}
-		if (r.moved && OidIsValid(obs[i].consumer->source_serverid))
-			wake = list_append_unique_oid(wake, obs[i].consumer->source_serverid);
-	}
-	db_commit();
-	return wake;
-}
-
 /*
  * One poll of the catalog: returns false when the worker should exit (no
  * consumer left, the server gone), with *delay_ms until the next one.
@@ -280,7 +228,6 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 	int			done = 0;
 	char	   *problem;
 	TimestampTz start = GetCurrentTimestamp();
-	ListCell   *lc;
 	HttpResponse resp;
 	MemoryContext scratch;
 
@@ -335,8 +282,7 @@ poll_catalog(Oid serverid, HttpClient **client, MemoryContext cxt, long *delay_m
 	for (int i = 0; done < n && i < done; i++)
 		consumers[i].quiet = false;
 	pgstat_report_activity(STATE_IDLE, NULL);
-	foreach(lc, record_all(obs, done))
-		(void) source_table_request_cycle(MyDatabaseId, lfirst_oid(lc));
+	lake_record_all(obs, done);
 	*delay_ms = Max(cat->poll_interval_ms - TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()), 0);
 	return true;
 }
@@ -361,14 +307,36 @@ sleep_ms(long ms)
 	}
 }
 
+/*
+ * Whether the worker's server is an Iceberg catalog (a finalize_iceberg
+ * server); else it serves a store's Delta consumers (server invalid: those
+ * on file://). A server never changes its wrapper.
+ */
+static bool
+serves_catalog(Oid serverid)
+{
+	ForeignServer *server;
+	bool		catalog = false;
+
+	if (!OidIsValid(serverid))
+		return false;
+	db_begin("finalize: looking at a lake server");
+	server = GetForeignServerExtended(serverid, FSV_MISSING_OK);
+	if (server != NULL)
+		catalog = strcmp(GetForeignDataWrapper(server->fdwid)->fdwname, "finalize_iceberg") == 0;
+	db_commit();
+	return catalog;
+}
+
 /* The lake worker's entry point, which the scheduler starts by name. */
 PGDLLEXPORT void finalize_lake_main(Datum arg);
 
 /*
  * Entry point of a lake worker: bgw_main_arg is the finalize_iceberg
- * server, the database OID is in bgw_extra. An error in a poll is logged
- * and the next poll tries again; the worker exits when its catalog has no
- * consumer left (the scheduler starts it again when one comes).
+ * server (or the store server of Delta consumers, invalid for file://),
+ * the database OID is in bgw_extra. An error in a poll is logged and the
+ * next poll tries again; the worker exits when its catalog or store has
+ * no consumer left (the scheduler starts it again when one comes).
  */
 void
 finalize_lake_main(Datum arg)
@@ -377,6 +345,7 @@ finalize_lake_main(Datum arg)
 	Oid			dboid;
 	MemoryContext cxt;
 	static HttpClient *client = NULL;
+	static bool catalog;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -386,6 +355,7 @@ finalize_lake_main(Datum arg)
 	if (!slot_claim(SLOT_LAKE, dboid, serverid))
 		proc_exit(0);
 	cxt = AllocSetContextCreate(TopMemoryContext, "finalize lake poll", ALLOCSET_DEFAULT_SIZES);
+	catalog = serves_catalog(serverid);
 
 	for (;;)
 	{
@@ -405,7 +375,7 @@ finalize_lake_main(Datum arg)
 		delay = IDLE_RETRY_MS;
 		PG_TRY();
 		{
-			keep = poll_catalog(serverid, &client, cxt, &delay);
+			keep = catalog ? poll_catalog(serverid, &client, cxt, &delay) : delta_poll_store(serverid, cxt, &delay);
 		}
 		PG_CATCH();
 		{

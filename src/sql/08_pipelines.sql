@@ -411,8 +411,8 @@ BEGIN
 END
 $$;
 
--- Refuses a report for a consumer whose progress is an Iceberg table's:
--- only what its snapshots prove may move it.
+-- Refuses a report for a consumer whose progress is an Iceberg or Delta
+-- table's: only what its snapshots or commits prove may move it.
 CREATE OR REPLACE FUNCTION finalize_internal.refuse_lake_report(tt @extschema@.tracked_table, consumer text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -422,9 +422,16 @@ AS $$
 DECLARE
     l record;
 BEGIN
-    SELECT x.iceberg_table, x.server_name INTO l FROM @extschema@.lake_consumer x
+    SELECT x.iceberg_table, x.delta_table, x.server_name INTO l FROM @extschema@.lake_consumer x
      WHERE x.table_id = tt.table_id AND x.consumer = consumer;
-    IF FOUND THEN
+    IF FOUND AND l.delta_table IS NOT NULL THEN
+        RAISE EXCEPTION 'consumer "%" of table "%" reads its progress from Delta table %', consumer, tt.table_name,
+                        l.delta_table
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = format('The lake worker records the LSN its commits carry (store %s); a report could release periods the table does not hold.',
+                                  l.server_name),
+                  HINT = 'Commit the LSN with the data (commit metadata), or declare another consumer for this pipeline.';
+    ELSIF FOUND THEN
         RAISE EXCEPTION 'consumer "%" of table "%" reads its progress from Iceberg table %', consumer, tt.table_name,
                         l.iceberg_table
             USING ERRCODE = 'wrong_object_type',

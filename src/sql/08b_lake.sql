@@ -198,8 +198,112 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION @extschema@.add_consumer(text, text, text, text, text, text, boolean) IS
     'Declare a pipeline whose progress is the LSN property of an Iceberg table''s snapshots on a ref, read through a finalize_iceberg catalog; nobody reports for it';
 
--- The catalogs the lake workers serve: finalize_iceberg servers with a
--- consumer of a tracked table (the scheduler keeps one worker per row).
+-- Delta Lake consumers (docs/delta.md). The store a Delta table lives in
+-- (a server of a store's foreign-data wrapper, or a file:///directory/),
+-- opened for a role as the lake worker opens it (store/store.c: USAGE on
+-- the server and a user mapping, or pg_read_server_files), raising the
+-- store's own error when it may not; and the key of the table's location
+-- in it, raising when the location is not in that store. Returns the
+-- store's name as the worker opens it.
+CREATE OR REPLACE FUNCTION finalize_internal.delta_store(store text, who oid, delta_table text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'finalize_delta_store'
+LANGUAGE C STABLE STRICT;
+
+-- Checks a Delta table's location: a URL of a store (s3://, s3a://,
+-- abfss://, abfs://, wasbs://, https://, file:///) naming the table's
+-- directory (the one holding _delta_log/), without control characters or
+-- . and .. parts. Returns it without a trailing /.
+CREATE OR REPLACE FUNCTION finalize_internal.check_delta_location(delta_table text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM finalize_internal.require(delta_table, 'delta_table');
+    IF delta_table !~ '^(s3a?|abfss?|wasbs?|https|file)://[^[:cntrl:]]+$' OR delta_table ~ '/\.\.?(/|$)'
+       OR delta_table ~ '_delta_log/?$' OR length(delta_table) > 1024 THEN
+        RAISE EXCEPTION 'invalid value for argument delta_table: "%"', delta_table
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A Delta table is named by the URL of its directory (the one that holds _delta_log/), such as s3://lake/sales/orders, abfss://lake@account.dfs.core.windows.net/sales/orders or file:///data/lake/orders, without . or .. parts.';
+    END IF;
+    RETURN rtrim(delta_table, '/');
+END
+$$;
+
+-- The body of finalize.add_consumer(table, consumer, delta_table => ...,
+-- store => ...): declares a pipeline whose progress is the LSN its commits
+-- to a Delta Lake table carry (lsn_from: userMetadata, userMetadata.<key>,
+-- or a top-level key of commitInfo). Nobody reports for it: the lake
+-- worker of its store reads the table's _delta_log/. Like every new
+-- required consumer, it holds the verdict from now on until its table
+-- proves a period.
+CREATE OR REPLACE FUNCTION finalize_internal.add_consumer(
+    caller name,
+    table_name text,
+    consumer text,
+    delta_table @extschema@.delta_location,
+    store text,
+    lsn_from text DEFAULT 'finalize.lsn',
+    required boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
+    store_name text;
+    location text;
+BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so a Delta table cannot report LSNs for it as a whole', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own.',
+                  HINT = format('Declare the Delta consumer on each shard, such as finalize.add_consumer(%L, %L, delta_table => ..., store => ...), with the key that carries that shard''s LSN (lsn_from).',
+                                tt.table_name || '/<shard>', consumer);
+    ELSIF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so a Delta table cannot report LSNs for it', tt.table_name
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',
+                  HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
+                                tt.table_name, consumer);
+    END IF;
+    PERFORM finalize_internal.require(store, 'store');
+    location := finalize_internal.check_delta_location(delta_table);
+    store_name := finalize_internal.delta_store(store, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
+                                                location);
+    PERFORM finalize_internal.check_lake_word(lsn_from, 'lsn_from', 'finalize.lsn, userMetadata or userMetadata.lsn');
+    IF lsn_from = 'userMetadata.' THEN
+        RAISE EXCEPTION 'invalid value for argument lsn_from: "%"', lsn_from
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'userMetadata.<key> names a key of the JSON object in commitInfo.userMetadata; the key is missing.';
+    END IF;
+    PERFORM finalize_internal.check_consumer_name(consumer);
+    PERFORM finalize_internal.require(required, 'required');
+    PERFORM finalize_internal.insert_consumer(caller, tt, consumer, required, NULL, NULL);
+    INSERT INTO @extschema@.lake_consumer (table_id, consumer, server_name, delta_table, lsn_from)
+    VALUES (tt.table_id, consumer, store_name, location, lsn_from);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.add_consumer(
+    table_name text,
+    consumer text,
+    delta_table @extschema@.delta_location,
+    store text,
+    lsn_from text DEFAULT 'finalize.lsn',
+    required boolean DEFAULT true)
+RETURNS void
+AS 'MODULE_PATHNAME', 'finalize_as_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.add_consumer(text, text, @extschema@.delta_location, text, text, boolean) IS
+    'Declare a pipeline whose progress is the LSN its commits to a Delta Lake table carry (lsn_from), read from the table''s log in a store; nobody reports for it';
+
+-- The catalogs and stores the lake workers serve: finalize_iceberg servers
+-- with a consumer of a tracked table, and the stores of Delta consumers
+-- (server 0 for those on file://); the scheduler keeps one worker per row.
 CREATE OR REPLACE FUNCTION finalize_internal.wanted_catalogs()
 RETURNS TABLE (serverid oid, server_name text)
 LANGUAGE sql STABLE
@@ -210,7 +314,15 @@ BEGIN ATOMIC
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
       JOIN pg_foreign_server s ON s.srvname = l.server_name
       JOIN pg_foreign_data_wrapper w ON w.oid = s.srvfdw
-     WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_iceberg';
+     WHERE t.untracked_at IS NULL AND w.fdwname = 'finalize_iceberg' AND l.delta_table IS NULL
+    UNION
+    -- The stores of Delta consumers: a worker per server, one for file://.
+    SELECT DISTINCT coalesce(s.oid, 0), coalesce(s.srvname::text, 'file://')
+      FROM @extschema@.lake_consumer l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+      LEFT JOIN pg_foreign_server s ON s.srvname = l.server_name
+     WHERE t.untracked_at IS NULL AND l.delta_table IS NOT NULL
+       AND (s.oid IS NOT NULL OR l.server_name ~ '^file:');
 END;
 
 -- The consumers a lake worker polls, those looked at longest ago first,
@@ -239,9 +351,56 @@ BEGIN ATOMIC
       LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
       LEFT JOIN pg_foreign_server cs ON cs.srvname = l.server_name
       LEFT JOIN pg_roles r ON r.rolname = c.created_by
-     WHERE l.server_name = lake_consumers.server_name AND t.untracked_at IS NULL
+     WHERE l.server_name = lake_consumers.server_name AND t.untracked_at IS NULL AND l.delta_table IS NULL
      ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
 END;
+
+-- The Delta consumers a lake worker of a store polls (server NULL: those
+-- on file://), as lake_consumers lists the Iceberg ones: longest ago
+-- first, quiet, and the role that declared it, as which the worker opens
+-- the store (allowed: the role still exists; whether it may still read
+-- the store is the store's own rule, which the worker's opening applies).
+CREATE OR REPLACE FUNCTION finalize_internal.delta_consumers(server_name text)
+RETURNS TABLE (table_id bigint, table_name text, consumer text, delta_table text, lsn_from text, store text,
+               seen_head_id bigint, seen_head_sequence bigint, seen_lsn text, seen_table_uuid text,
+               source_serverid oid, quiet boolean, lake_id bigint, allowed boolean, declarer oid)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT l.table_id, t.table_name, l.consumer, l.delta_table, l.lsn_from, l.server_name, l.seen_head_id,
+           l.seen_head_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
+           l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds', l.lake_id,
+           r.oid IS NOT NULL, r.oid
+      FROM @extschema@.lake_consumer l
+      JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
+      JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
+      LEFT JOIN pg_foreign_server s ON s.srvname = t.server_name
+      LEFT JOIN pg_roles r ON r.rolname = c.created_by
+     WHERE l.delta_table IS NOT NULL AND t.untracked_at IS NULL
+       AND CASE WHEN delta_consumers.server_name IS NULL THEN l.server_name ~ '^file:'
+                ELSE l.server_name = delta_consumers.server_name END
+     ORDER BY l.polled_at NULLS FIRST, l.table_id, l.consumer;
+END;
+
+-- What a lake consumer reads, for the details of its facts and incidents:
+-- an Iceberg table, its ref and catalog; a Delta table and its store.
+CREATE OR REPLACE FUNCTION finalize_internal.lake_detail(l @extschema@.lake_consumer)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN l.delta_table IS NULL
+            THEN jsonb_build_object('iceberg_table', l.iceberg_table, 'ref', l.ref, 'catalog', l.server_name)
+            ELSE jsonb_build_object('delta_table', l.delta_table, 'store', l.server_name) END;
+
+-- What a lake consumer reads, for messages: "Iceberg table ns.t (ref main,
+-- catalog c)" or "Delta table s3://... (store s)".
+CREATE OR REPLACE FUNCTION finalize_internal.lake_label(l @extschema@.lake_consumer)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN l.delta_table IS NULL
+            THEN format('Iceberg table %s (ref %s, catalog %s)', l.iceberg_table, l.ref, l.server_name)
+            ELSE format('Delta table %s (store %s)', l.delta_table, l.server_name) END;
 
 -- The earliest commit time a change the worker has not read yet (above a
 -- table's offset) may carry: the offset's commit time less the source's
@@ -323,14 +482,14 @@ BEGIN
         lost_from := coalesce(finalize_internal.instant_minus(lost_from, GREATEST(tt.allowed_lateness, wm.event_allowance)),
                               '-infinity');
     END IF;
-    message := format('Iceberg table %s (ref %s, catalog %s) no longer holds what consumer "%s" of table "%s" had committed: %s. It proved LSN %s; it now holds %s. The periods from %s on are not final until finalize.acknowledge_loss().',
-                      l.iceberg_table, l.ref, l.server_name, l.consumer, tt.table_name, reason, l.seen_lsn,
+    message := format('%s no longer holds what consumer "%s" of table "%s" had committed: %s. It proved LSN %s; it now holds %s. The periods from %s on are not final until finalize.acknowledge_loss().',
+                      finalize_internal.lake_label(l), l.consumer, tt.table_name, reason, l.seen_lsn,
                       coalesce('LSN ' || held::text, 'nothing provable'),
                       CASE WHEN isfinite(lost_from) THEN finalize_internal.utc_iso(lost_from) ELSE 'the start' END);
     INSERT INTO @extschema@.fact (table_id, kind, event, detail)
     VALUES (tt.table_id, 'event', 'data_loss',
-            jsonb_build_object('cause', 'lake_rollback', 'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
-                               'ref', l.ref, 'catalog', l.server_name, 'reason', reason,
+            finalize_internal.lake_detail(l) || jsonb_build_object('cause', 'lake_rollback', 'consumer', l.consumer,
+                               'reason', reason,
                                'proved_lsn', l.seen_lsn, 'held_lsn', held, 'new_lsn', new_lsn,
                                'lost_from', CASE WHEN isfinite(lost_from) THEN finalize_internal.utc_iso(lost_from)
                                                  ELSE lost_from::text END))
@@ -344,10 +503,11 @@ BEGIN
      WHERE c.table_id = tt.table_id AND c.consumer = l.consumer;
     PERFORM finalize_internal.alert(jsonb_build_object('alert', 'data_loss', 'table', tt.table_name,
                                                   'consumer', l.consumer, 'iceberg_table', l.iceberg_table,
-                                                  'detail', message));
+                                                  'detail', message)
+                                    || (finalize_internal.lake_detail(l) - 'ref' - 'catalog'));
     PERFORM finalize_internal.raise_alert('data_loss', 'critical', tt.table_id, l.server_name, l.consumer, message,
-                                     jsonb_build_object('cause', 'lake_rollback', 'iceberg_table', l.iceberg_table,
-                                                        'ref', l.ref, 'proved_lsn', l.seen_lsn, 'held_lsn', held));
+                                     (finalize_internal.lake_detail(l) - 'catalog')
+                                     || jsonb_build_object('cause', 'lake_rollback', 'proved_lsn', l.seen_lsn, 'held_lsn', held));
 END
 $$;
 
@@ -433,8 +593,8 @@ BEGIN
     END IF;
     IF condition IS NOT NULL AND since <= now() - finalize_internal.alert_after() THEN
         PERFORM finalize_internal.raise_alert(condition, 'warning', tt.table_id, l.server_name, l.consumer,
-            format('Consumer "%s" of table "%s" reads Iceberg table %s through catalog %s, which has failed since %s: %s The verdict waits for it.',
-                   l.consumer, tt.table_name, l.iceberg_table, l.server_name, since, detail));
+            format('Consumer "%s" of table "%s" reads %s, which has failed since %s: %s The verdict waits for it.',
+                   l.consumer, tt.table_name, finalize_internal.lake_label(l), since, detail));
     END IF;
     IF condition IS NOT NULL THEN
         -- A malformed property on a ref shown to descend from the head seen

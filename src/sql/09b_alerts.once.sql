@@ -16,7 +16,9 @@ CREATE TABLE @extschema@.alert (
                                      'late_data', 'release_rejected', 'freshness', 'consumer_locked',
                                      'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
                                      'table_not_found', 'property_malformed', 'metadata_malformed',
-                                     'report_ahead', 'clock_stepped_back', 'publication_failing')),
+                                     'report_ahead', 'clock_stepped_back', 'publication_failing',
+                                     'store_unreachable', 'store_auth_failed', 'log_malformed',
+                                     'checkpoint_only')),
     severity         text NOT NULL
                      CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
     table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,

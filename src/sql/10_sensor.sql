@@ -555,11 +555,11 @@ SELECT t.table_name,
        CASE WHEN l.condition IS NOT NULL THEN l.condition_since
             WHEN h.since IS NOT NULL THEN h.since ELSE c.condition_since END AS condition_since,
        coalesce(CASE WHEN l.condition IS NOT NULL THEN l.last_error END, c.resolve_error) AS resolve_error,
-       l.server_name AS iceberg_server,
+       CASE WHEN l.delta_table IS NULL THEN l.server_name END AS iceberg_server,
        l.iceberg_table,
        l.ref AS iceberg_ref,
-       l.seen_snapshot_id AS iceberg_snapshot_id,
-       l.polled_at AS iceberg_polled_at,
+       CASE WHEN l.delta_table IS NULL THEN l.seen_snapshot_id END AS iceberg_snapshot_id,
+       CASE WHEN l.delta_table IS NULL THEN l.polled_at END AS iceberg_polled_at,
        -- A shard's consumer: its sharded table and shard, and whether it
        -- was declared on the sharded table (a consumer of every shard).
        CASE WHEN t.shard_of IS NOT NULL
@@ -567,7 +567,12 @@ SELECT t.table_name,
        END AS sharded_table,
        t.shard,
        EXISTS (SELECT FROM @extschema@.shard_consumer x
-                WHERE x.table_id = t.shard_of AND x.consumer = c.consumer) AS table_wide
+                WHERE x.table_id = t.shard_of AND x.consumer = c.consumer) AS table_wide,
+       -- A Delta consumer: its table, store, the version read last, when the worker last looked.
+       l.delta_table,
+       CASE WHEN l.delta_table IS NOT NULL THEN l.server_name END AS delta_store,
+       CASE WHEN l.delta_table IS NOT NULL THEN l.seen_head_id END AS delta_version,
+       CASE WHEN l.delta_table IS NOT NULL THEN l.polled_at END AS delta_polled_at
   FROM @extschema@.consumer c
   JOIN @extschema@.tracked_table t USING (table_id)
   JOIN @extschema@.watermark w USING (table_id)

@@ -58,8 +58,9 @@ BEGIN ATOMIC
     followed AS (
         SELECT l.table_id, l.consumer, l.lsn_property
           FROM @extschema@.lake_consumer l
-         WHERE l.iceberg_table = iceberg_lake_consumers.iceberg_table
-            OR l.seen_table_uuid = iceberg_lake_consumers.table_uuid)
+         WHERE l.delta_table IS NULL
+           AND (l.iceberg_table = iceberg_lake_consumers.iceberg_table
+                OR l.seen_table_uuid = iceberg_lake_consumers.table_uuid))
     SELECT s.table_name, f.consumer, f.lsn_property,
            f.consumer IS NULL AND EXISTS (
                SELECT FROM followed o
@@ -99,6 +100,7 @@ BEGIN
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table o ON o.table_id = l.table_id
      WHERE o.shard_of = tt.shard_of AND o.table_id <> tt.table_id AND o.untracked_at IS NULL
+       AND l.delta_table IS NULL
        AND (l.iceberg_table = iceberg_shard_scope.iceberg_table OR l.seen_table_uuid = iceberg_shard_scope.table_uuid)
      ORDER BY o.table_name
      LIMIT 1;

@@ -75,6 +75,7 @@ GRANT EXECUTE ON FUNCTION finalize_internal.source_workers() TO finalize_admin;
 GRANT EXECUTE ON FUNCTION
     @extschema@.add_consumer(text, text, boolean, regrole),
     @extschema@.add_consumer(text, text, text, text, text, text, boolean),
+    @extschema@.add_consumer(text, text, @extschema@.delta_location, text, text, boolean),
     @extschema@.alter_consumer(text, text, boolean, regrole, boolean),
     @extschema@.drop_consumer(text, text),
     @extschema@.track_derived(text, text[], interval, text),

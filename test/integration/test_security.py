@@ -57,6 +57,7 @@ ADMIN = PUBLISHER | PIPELINE | {
     "track_table(text,text,text,interval,text,text,text,text,text,text,interval,double precision,interval,text)",
     "untrack_table(text,boolean,boolean)",
     "add_consumer(text,text,boolean,regrole)", "add_consumer(text,text,text,text,text,text,boolean)",
+    "add_consumer(text,text,finalize.delta_location,text,text,boolean)",
     "alter_consumer(text,text,boolean,regrole,boolean)",
     "drop_consumer(text,text)", "track_derived(text,text[],interval,text)",
     "acknowledge_loss(text,timestamp with time zone,timestamp with time zone,text)",

@@ -14,7 +14,8 @@ ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
                         'late_data', 'release_rejected', 'freshness', 'consumer_locked',
                         'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
                         'table_not_found', 'property_malformed', 'metadata_malformed',
-                        'report_ahead', 'clock_stepped_back', 'publication_failing'));
+                        'report_ahead', 'clock_stepped_back', 'publication_failing',
+                        'store_unreachable', 'store_auth_failed', 'log_malformed', 'checkpoint_only'));
 
 -- Publications and their outbox, as src/sql/11f_publications.once.sql
 -- creates them.
@@ -100,3 +101,29 @@ CREATE INDEX publication_event_delivered_idx ON @extschema@.publication_event (d
     WHERE state = 'delivered';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.publication_event', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.publication_event_event_seq_seq', '');
+
+-- Delta Lake consumers (issue 45), as src/sql/08b_lake.once.sql makes
+-- them: lake_consumer holds them beside the Iceberg ones.
+ALTER TABLE @extschema@.lake_consumer
+    ALTER COLUMN iceberg_table DROP NOT NULL,
+    ALTER COLUMN ref DROP NOT NULL,
+    ALTER COLUMN lsn_property DROP NOT NULL,
+    ADD COLUMN delta_table text,
+    ADD COLUMN lsn_from text,
+    DROP CONSTRAINT lake_consumer_condition_check,
+    ADD CONSTRAINT lake_consumer_condition_check
+        CHECK (condition IN ('catalog_unreachable', 'catalog_auth_failed', 'table_not_found',
+                             'property_malformed', 'metadata_malformed', 'store_unreachable',
+                             'store_auth_failed', 'log_malformed', 'checkpoint_only')),
+    ADD CONSTRAINT lake_consumer_kind_check
+        CHECK (CASE WHEN delta_table IS NULL THEN num_nulls(iceberg_table, ref, lsn_property) = 0 AND lsn_from IS NULL
+                    ELSE num_nulls(iceberg_table, ref, lsn_property) = 3 AND lsn_from IS NOT NULL END);
+COMMENT ON TABLE @extschema@.lake_consumer IS
+    'Consumers whose progress is the LSN property of an Iceberg table''s snapshots, read through a finalize_iceberg catalog, or the LSN of a Delta Lake table''s commits, read from its store';
+COMMENT ON COLUMN @extschema@.lake_consumer.delta_table IS
+    'A Delta consumer''s table: its location (s3://, abfss://, file://, ...) in the store server_name names';
+COMMENT ON COLUMN @extschema@.lake_consumer.lsn_from IS
+    'Where a Delta consumer''s commits carry the LSN: userMetadata, userMetadata.<key of its JSON>, or a top-level key of commitInfo';
+CREATE DOMAIN @extschema@.delta_location AS text;
+COMMENT ON DOMAIN @extschema@.delta_location IS
+    'The location of a Delta Lake table (s3://bucket/path, abfss://container@account.dfs.core.windows.net/path, file:///path)';

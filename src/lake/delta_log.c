@@ -1,0 +1,319 @@
+/*
+ * delta_log.c
+ *     What a Delta Lake table's commits prove about a pipeline's progress.
+ *
+ * A writer puts the LSN it has durably applied into the commit that
+ * writes the data (delta-rs's CommitProperties(custom_metadata=...), a
+ * top-level key of commitInfo; Spark's userMetadata). A table at a version
+ * holds every commit before it, so the newest commit that changes data
+ * and carries the LSN proves how far the table holds the source. Commits
+ * that change no data (OPTIMIZE, VACUUM, anything whose adds and removes
+ * say dataChange false) neither advance nor hold it, whatever they carry.
+ * A RESTORE takes the table back to what an older version held, a
+ * metaData.id that changes is another table, an LSN that goes down takes
+ * back what was above it, and a version read before that is gone or
+ * written again means the log was replaced: each is a rollback, and the
+ * table then holds what the rule proves of the version it went back to
+ * (nothing provable when that cannot be shown).
+ */
+#include "postgres.h"
+
+#include "lake/delta_log.h"
+
+/* Digits of a version in a log file's name. */
+#define VERSION_DIGITS 20
+
+/* The version a name starts with (20 digits), or false. */
+static bool
+name_version(const char *name, int64_t *version)
+{
+	int64_t		v = 0;
+
+	for (int i = 0; i < VERSION_DIGITS; i++)
+	{
+		if (name[i] < '0' || name[i] > '9' || v > (PG_INT64_MAX - (name[i] - '0')) / 10)
+			return false;
+		v = v * 10 + (name[i] - '0');
+	}
+	*version = v;
+	return true;
+}
+
+/*
+ * The kind of a file of _delta_log/ by its name (without the folder): a
+ * commit (NNNNNNNNNNNNNNNNNNNN.json), a checkpoint (classic, multi-part or
+ * v2: NNNNNNNNNNNNNNNNNNNN.checkpoint[...].parquet or .json), or another
+ * (_last_checkpoint, .crc, temporary and compacted files).
+ */
+DeltaLogKind
+delta_log_name(const char *name, int64_t *version)
+{
+	size_t		len = strlen(name);
+
+	if (len < VERSION_DIGITS + 5 || !name_version(name, version))
+		return DELTA_FILE_OTHER;
+	if (strcmp(name + VERSION_DIGITS, ".json") == 0)
+		return DELTA_FILE_COMMIT;
+	if (strncmp(name + VERSION_DIGITS, ".checkpoint.", 12) == 0 &&
+		(strcmp(name + len - 8, ".parquet") == 0 || strcmp(name + len - 5, ".json") == 0))
+		return DELTA_FILE_CHECKPOINT;
+	return DELTA_FILE_OTHER;
+}
+
+/* The name of a version's commit file (without the folder). */
+void
+delta_commit_name(int64_t version, char out[32])
+{
+	snprintf(out, 32, "%020lld.json", (long long) version);
+}
+
+/*
+ * Whether a commit writes data as far as its LSN says: it adds or removes
+ * data (dataChange true), or it is a write that had nothing to write (an
+ * empty append or streaming batch, a MERGE that matched nothing: no file
+ * at all, and an operation that writes data). A commit whose files change
+ * no data (OPTIMIZE), or without files from an operation that writes none
+ * (VACUUM, a property or schema change), is maintenance, whatever it
+ * carries; a RESTORE is judged apart.
+ */
+static bool
+writes_data(const DeltaCommit *c)
+{
+	static const char *const writes[] = {"WRITE", "STREAMING UPDATE", "MERGE", "UPDATE", "DELETE"};
+
+	if (c->restore)
+		return false;
+	if (c->data_change)
+		return true;
+	if (c->file_actions || c->operation == NULL)
+		return false;
+	for (size_t i = 0; i < lengthof(writes); i++)
+		if (strcmp(c->operation, writes[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Whether a commit's LSN counts: it writes data (writes_data) and carries lsn_from. */
+static bool
+is_carrier(const DeltaCommit *c)
+{
+	return writes_data(c) && (c->lsn_text != NULL || c->lsn_problem != NULL);
+}
+
+/* Whether a carrier's LSN is one (lsn_parse_any's forms), into *lsn. */
+static bool
+carrier_lsn(const DeltaCommit *c, Lsn *lsn)
+{
+	return c->lsn_problem == NULL && c->lsn_text != NULL && lsn_parse_any(c->lsn_text, lsn);
+}
+
+/* Whether a valid carrier follows commits[i] in the run. */
+static bool
+valid_carrier_after(const DeltaCommit *commits, int n, int i)
+{
+	Lsn			lsn;
+
+	for (int j = i + 1; j < n && commits[j].malformed == NULL; j++)
+		if (is_carrier(&commits[j]) && carrier_lsn(&commits[j], &lsn))
+			return true;
+	return false;
+}
+
+/* The state of the table after each commit of a run (index 0: the one seen). */
+typedef struct Held
+{
+	bool		any;
+	Lsn			lsn;
+} Held;
+
+/*
+ * Notes a rollback to held: the lowest held of a run's rollbacks counts.
+ * One that still holds what was recorded (a RESTORE to a version of the
+ * run at or above it, an LSN of the run going down to no lower) took back
+ * only claims never recorded: no rollback.
+ */
+static void
+note_rollback(DeltaVerdict *v, bool *rolled, const DeltaSeen *seen, Held held, const char *reason)
+{
+	if (seen->any && held.any && lsn_cmp(&held.lsn, &seen->lsn) >= 0)
+		return;
+	if (!*rolled)
+	{
+		v->held_known = held.any;
+		v->held_lsn = held.lsn;
+		v->reason = reason;
+	}
+	else if (v->held_known && (!held.any || lsn_cmp(&held.lsn, &v->held_lsn) < 0))
+	{
+		v->held_known = held.any;
+		v->held_lsn = held.lsn;
+		v->reason = reason;
+	}
+	*rolled = true;
+}
+
+/* What a RESTORE commit brings the table back to (states[k - seen]: in the run). */
+static Held
+restored(const DeltaSeen *seen, const DeltaCommit *c, const Held *states)
+{
+	Held		h = {false};
+
+	if (!c->has_restore_version || c->restore_version >= c->version)
+		return h;
+	if (seen->any && c->restore_version >= seen->version)
+		return states[c->restore_version - seen->version];
+	h.any = c->restored_known;
+	h.lsn = c->restored_lsn;
+	return h;
+}
+
+/*
+ * What the commits after the one seen prove (commits: versions
+ * seen->version + 1 on, in order, none missing). Each commit moves the
+ * table's state: a RESTORE to what its version held, another metaData.id
+ * to nothing, a carrier to its LSN (a lower one than the state's is a
+ * rollback to it). Judging stops before a malformed commit (one that is
+ * no commit could be a RESTORE) and before a carrier whose LSN is no LSN
+ * unless a valid carrier follows it in the run (it then proves no less):
+ * what came before is still judged, and the next run starts there.
+ */
+DeltaVerdict
+delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n)
+{
+	DeltaVerdict v;
+	Held	   *states = palloc0(sizeof(Held) * (n + 1));
+	Held		cur = {seen->any, seen->lsn};
+	bool		rolled = false;
+	Lsn			lsn;
+	int			i;
+
+	memset(&v, 0, sizeof(v));
+	v.head_version = seen->version;
+	v.head_timestamp_ms = seen->timestamp_ms;
+	v.table_id = seen->table_id;
+	v.malformed_version = -1;
+	states[0] = cur;
+	for (i = 0; i < n; i++)
+	{
+		const DeltaCommit *c = &commits[i];
+
+		if (c->malformed != NULL ||
+			(is_carrier(c) && !carrier_lsn(c, &lsn) && !valid_carrier_after(commits, n, i)))
+		{
+			v.malformed_version = c->version;
+			v.reason = c->malformed != NULL ? c->malformed
+				: c->lsn_problem != NULL ? c->lsn_problem
+				: "the value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form)";
+			break;
+		}
+		if (c->table_id != NULL && v.table_id != NULL && strcmp(c->table_id, v.table_id) != 0)
+		{
+			cur.any = false;
+			note_rollback(&v, &rolled, seen, cur, "the table was created again (its metaData.id changed)");
+		}
+		if (c->table_id != NULL)
+			v.table_id = c->table_id;
+		if (c->restore)
+		{
+			cur = restored(seen, c, states);
+			note_rollback(&v, &rolled, seen, cur, "a RESTORE took the table back to an older version");
+		}
+		else if (is_carrier(c) && carrier_lsn(c, &lsn))
+		{
+			if (cur.any && lsn_cmp(&lsn, &cur.lsn) < 0)
+				note_rollback(&v, &rolled, seen, (Held) {true, lsn}, "the LSN of the newest commit went down");
+			cur.any = true;
+			cur.lsn = lsn;
+			v.has_carrier = true;
+			v.carrier_version = c->version;
+		}
+		states[i + 1] = cur;
+		v.head_version = c->version;
+		v.head_timestamp_ms = c->timestamp_ms;
+	}
+	v.judged = i;
+	v.has_lsn = cur.any;
+	v.lsn = cur.lsn;
+	if (rolled)
+		v.outcome = DELTA_ROLLBACK;
+	else if (i == 0 && v.malformed_version >= 0)
+		v.outcome = DELTA_MALFORMED;
+	else if (cur.any && (!seen->any || lsn_cmp(&cur.lsn, &seen->lsn) > 0))
+		v.outcome = DELTA_ADVANCE;
+	else
+		v.outcome = DELTA_SAME;
+	if (!rolled && v.outcome != DELTA_MALFORMED)
+		v.reason = NULL;
+	pfree(states);
+	return v;
+}
+
+/*
+ * One step of a walk back from the newest commit (a first read, or what a
+ * RESTORE went back to): the newest carrier found (*lsn), the version to
+ * read next (the one before, or the version a RESTORE went back to), or
+ * the end: nothing provable (the first version passed, a RESTORE to an
+ * unknown version, a commit of another metaData.id), or a newest carrier
+ * that cannot be read.
+ */
+DeltaBackStep
+delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Lsn *lsn)
+{
+	if (c->malformed != NULL)
+	{
+		walk->reason = c->malformed;
+		return DELTA_BACK_MALFORMED;
+	}
+	if (c->table_id != NULL && walk->table_id != NULL && strcmp(c->table_id, walk->table_id) != 0)
+	{
+		walk->reason = "an older commit belongs to another table (its metaData.id differs)";
+		return DELTA_BACK_NONE;
+	}
+	if (c->table_id != NULL && walk->table_id == NULL)
+		walk->table_id = c->table_id;
+	if (c->restore)
+	{
+		if (!c->has_restore_version || c->restore_version >= c->version)
+		{
+			walk->reason = "a RESTORE went back to a version it does not name";
+			return DELTA_BACK_NONE;
+		}
+		*next_version = c->restore_version;
+		return DELTA_BACK_MORE;
+	}
+	if (is_carrier(c))
+	{
+		if (carrier_lsn(c, lsn))
+			return DELTA_BACK_FOUND;
+		walk->reason = c->lsn_problem != NULL ? c->lsn_problem
+			: "the value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form)";
+		return DELTA_BACK_MALFORMED;
+	}
+	if (c->version == 0)
+	{
+		walk->reason = "no commit carries the LSN";
+		return DELTA_BACK_NONE;
+	}
+	*next_version = c->version - 1;
+	return DELTA_BACK_MORE;
+}
+
+/*
+ * Why the version seen last no longer proves what it did, or NULL when it
+ * still does: it is no longer listed (the log was deleted, or the table
+ * created again at a lower version), or it was read again (again, when
+ * the reader did) with another commit time (the table created again and
+ * written as far).
+ */
+const char *
+delta_seen_gone(const DeltaSeen *seen, bool listed, const DeltaCommit *again)
+{
+	if (!seen->any)
+		return NULL;
+	if (!listed)
+		return "the version read last is no longer in the log (the table was deleted or created again)";
+	if (again != NULL && again->malformed == NULL && seen->timestamp_ms != 0 &&
+		again->timestamp_ms != seen->timestamp_ms)
+		return "the version read last was written again (the table was created again)";
+	return NULL;
+}

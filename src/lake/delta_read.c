@@ -1,0 +1,433 @@
+/*
+ * delta_read.c
+ *     One poll of a Delta consumer: its table's _delta_log/ read through
+ *     the store interface (store/store.h) and judged (delta_log.c) into an
+ *     observation that lake_observe records as it records an Iceberg one.
+ *
+ * What is read: after the version read last, a listing of the names from
+ * it on (a block of a thousand versions at a time: names are the version
+ * in 20 digits, so a prefix of 17 lists one block), the version read last
+ * again (its commit time tells a table created again from the same one),
+ * and each commit after it, up to DELTA_RUN_MAX a poll. The first time
+ * (and after a rollback to nothing provable), _last_checkpoint says where
+ * to list from, and the commits are read back from the newest to the
+ * newest that carries the LSN. Only JSON commits are read: when those
+ * that would prove something were cleaned up and a Parquet checkpoint
+ * stands for them, the consumer's condition says so (checkpoint_only).
+ * Every object is read under a size cap with the store's own time limits,
+ * and every loop checks for interrupts.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+
+#include "core/redact.h"
+#include "lake/delta_read.h"
+
+/* Commits judged in one poll; the next poll goes on from there. */
+#define DELTA_RUN_MAX 1000
+/* Commits read back to find what a version holds. */
+#define DELTA_BACK_MAX 200
+/* Blocks of a thousand names listed in one poll. */
+#define DELTA_LIST_BLOCKS 8
+#define VERSIONS_PER_BLOCK 1000
+
+/* What a listing of _delta_log/ says, from a version on. */
+typedef struct LogListing
+{
+	ListingSink sink;			/* first: the listing is a sink */
+	int64		from;			/* -1: the whole log */
+	bool		from_listed;	/* from's commit is listed */
+	int64		newest_commit;	/* -1: none */
+	int64		newest_checkpoint;	/* -1: none */
+} LogListing;
+
+/* The cancellation check run before each line of a commit. */
+static void
+tick(void)
+{
+	CHECK_FOR_INTERRUPTS();
+}
+
+/* Notes the commits and checkpoints of a batch of names. */
+static void
+consume_names(ListingSink *sink, const Inventory *batch)
+{
+	LogListing *l = (LogListing *) sink;
+
+	for (int i = 0; i < batch->n; i++)
+	{
+		const char *path = batch->items[i].path;
+		const char *slash = strrchr(path, '/');
+		int64_t		version;
+
+		switch (delta_log_name(slash != NULL ? slash + 1 : path, &version))
+		{
+			case DELTA_FILE_COMMIT:
+				l->from_listed |= version == l->from;
+				l->newest_commit = Max(l->newest_commit, version);
+				break;
+			case DELTA_FILE_CHECKPOINT:
+				l->newest_checkpoint = Max(l->newest_checkpoint, version);
+				break;
+			case DELTA_FILE_OTHER:
+				break;
+		}
+	}
+}
+
+/* Whether a store's error refuses the credentials (an S3 or Azure code, or HTTP 401/403). */
+static bool
+refused(const StoreError *err)
+{
+	static const char *const codes[] = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+	"InvalidCredentials", "AuthenticationFailed", "AuthorizationFailure", "AuthorizationPermissionMismatch"};
+
+	for (int i = 0; i < lengthof(codes); i++)
+		if (strcmp(err->code, codes[i]) == 0)
+			return true;
+	return err->http_status == 401 || err->http_status == 403;
+}
+
+/*
+ * Sets the observation's condition for a store's failure, in the store's
+ * own words (its code, HTTP status and message, secrets redacted).
+ */
+static void
+store_failed(DeltaReader *r, const char *doing, const StoreError *err)
+{
+	bool		missing = strcmp(err->code, "NoSuchBucket") == 0 || strcmp(err->code, "ContainerNotFound") == 0;
+
+	r->obs->condition = refused(err) ? LAKE_STORE_AUTH_FAILED : missing ? LAKE_TABLE_NOT_FOUND
+		: LAKE_STORE_UNREACHABLE;
+	r->obs->detail = psprintf("Could not %s of Delta table %s in %s: %s%s %s", doing, r->location,
+							  store_describe(r->store), err->code,
+							  err->http_status > 0 ? psprintf(" (HTTP %ld):", err->http_status) : ":",
+							  redact_secrets(err->message, r->store->secrets));
+}
+
+/*
+ * Lists _delta_log/ from a version on (from < 0: all of it), a block of a
+ * thousand names at a time while the last block listed was full.
+ */
+static bool
+list_log(DeltaReader *r, int64 from, LogListing *l)
+{
+	StoreError	err;
+	int64		block = Max(from, 0) / VERSIONS_PER_BLOCK;
+	/* A local store lists directories (its prefixes end in /): the log's, whole. */
+	bool		whole = from < 0 || r->store->kind == STORE_FILE;
+
+	memset(l, 0, sizeof(*l));
+	l->sink.consume = consume_names;
+	l->from = from;
+	l->newest_commit = -1;
+	l->newest_checkpoint = -1;
+	for (int i = 0; i < (whole ? 1 : DELTA_LIST_BLOCKS); i++, block++)
+	{
+		char	   *prefix = whole ? pstrdup(r->log) : psprintf("%s%017lld", r->log, (long long) block);
+
+		CHECK_FOR_INTERRUPTS();
+		if (!store_list(r->store, prefix, &l->sink, &err))
+		{
+			store_failed(r, "list the log", &err);
+			return false;
+		}
+		if (l->newest_commit < (block + 1) * VERSIONS_PER_BLOCK - 1)
+			break;
+	}
+	return true;
+}
+
+/* Reads and parses one commit (*found false when it is not there). */
+static bool
+read_commit(DeltaReader *r, int64 version, DeltaCommit *out, bool *found)
+{
+	char		name[32];
+	char	   *body = NULL;
+	size_t		len = 0;
+	StoreError	err;
+
+	delta_commit_name(version, name);
+	if (!store_read(r->store, psprintf("%s%s", r->log, name), DELTA_COMMIT_MAX_BYTES, &body, &len, found, &err))
+	{
+		store_failed(r, psprintf("read commit %lld", (long long) version), &err);
+		return false;
+	}
+	if (*found)
+		delta_parse_commit(body, len, &r->from, version, tick, out);
+	if (body != NULL)
+		pfree(body);
+	return true;
+}
+
+/* The condition of a first read whose commits were cleaned up. */
+static void
+checkpoint_only(DeltaReader *r, int64 missing, int64 checkpoint)
+{
+	r->obs->condition = LAKE_CHECKPOINT_ONLY;
+	r->obs->detail = psprintf("Commit %lld of Delta table %s, which finalize would read to find the LSN the table "
+							  "holds, was cleaned up; only a Parquet checkpoint (version %lld) stands for it, and "
+							  "finalize reads JSON commits only. The table's next commit that carries the LSN "
+							  "(lsn_from) proves it again.",
+							  (long long) missing, r->location, (long long) checkpoint);
+}
+
+/*
+ * What a version holds, read back from it (delta_back_step) up to
+ * DELTA_BACK_MAX commits: *walk says why when nothing is found. Returns
+ * the step that ended the walk (MORE: the cap or a missing commit, *missing
+ * its version); false when the store failed.
+ */
+static bool
+walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
+		  int64 *head_ts)
+{
+	*step = DELTA_BACK_MORE;
+	*missing = -1;
+	for (int i = 0; i < DELTA_BACK_MAX && *step == DELTA_BACK_MORE; i++)
+	{
+		DeltaCommit c;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!read_commit(r, version, &c, &found))
+			return false;
+		if (!found)
+		{
+			*missing = version;
+			return true;
+		}
+		if (i == 0 && head_ts != NULL)
+			*head_ts = c.timestamp_ms;
+		*step = delta_back_step(walk, &c, &version, lsn);
+	}
+	return true;
+}
+
+/*
+ * A first read: the newest commit (listed from _last_checkpoint's version,
+ * or the whole log without one) and the LSN the table holds there.
+ */
+static void
+read_first(DeltaReader *r)
+{
+	LakeObservation *obs = r->obs;
+	int64_t		checkpoint = -1;
+	char	   *body = NULL;
+	size_t		len = 0;
+	bool		found = false;
+	StoreError	err;
+	LogListing	l;
+	DeltaBack	walk = {0};
+	DeltaBackStep step;
+	int64		missing;
+	int64		head_ts = 0;
+	Lsn			lsn;
+
+	if (!store_read(r->store, psprintf("%s_last_checkpoint", r->log), 1024 * 1024, &body, &len, &found, &err))
+	{
+		store_failed(r, "read _last_checkpoint", &err);
+		return;
+	}
+	if (!found || !delta_last_checkpoint(body, len, &checkpoint))
+		checkpoint = -1;
+	if (!list_log(r, checkpoint, &l))
+		return;
+	if (l.newest_commit < 0 && l.newest_checkpoint < 0)
+	{
+		obs->condition = LAKE_TABLE_NOT_FOUND;
+		obs->detail = psprintf("Delta table %s has no commit in %s.", r->location, r->log);
+		return;
+	}
+	if (l.newest_commit < 0)
+	{
+		checkpoint_only(r, l.newest_checkpoint, l.newest_checkpoint);
+		return;
+	}
+	if (!walk_back(r, l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
+		return;
+	if (missing >= 0 && Max(checkpoint, l.newest_checkpoint) >= missing)
+	{
+		checkpoint_only(r, missing, Max(checkpoint, l.newest_checkpoint));
+		return;
+	}
+	if (missing >= 0)
+	{
+		obs->condition = LAKE_LOG_MALFORMED;
+		obs->detail = psprintf("Commit %lld of Delta table %s is missing from its log, and no checkpoint stands "
+							   "for it.", (long long) missing, r->location);
+		return;
+	}
+	if (step == DELTA_BACK_MALFORMED)
+	{
+		obs->condition = LAKE_LOG_MALFORMED;
+		obs->detail = psprintf("The newest commit of Delta table %s that carries the LSN (lsn_from) cannot be "
+							   "read: %s.", r->location, walk.reason);
+		return;
+	}
+	if (step != DELTA_BACK_FOUND)
+		return;					/* nothing provable yet: the next carrier proves it */
+	obs->has_head = true;
+	obs->head_id = l.newest_commit;
+	obs->head_sequence = head_ts;
+	obs->has_lsn = true;
+	obs->lsn = lsn;
+	obs->table_uuid = walk.table_id;
+}
+
+/* A rollback to nothing provable: the version read last is gone. */
+static void
+gone(DeltaReader *r, const char *reason)
+{
+	r->obs->rolled_back = true;
+	r->obs->reason = reason;
+}
+
+/*
+ * Each RESTORE of the run to a version before the one read last: what
+ * that version held, read back from it (unknown: nothing provable).
+ */
+static bool
+resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version)
+{
+	for (int i = 0; i < n; i++)
+	{
+		DeltaBack	walk = {0};
+		DeltaBackStep step;
+		int64		missing;
+
+		if (!commits[i].restore || !commits[i].has_restore_version ||
+			commits[i].restore_version >= seen_version)
+			continue;
+		if (!walk_back(r, commits[i].restore_version, &walk, &commits[i].restored_lsn, &step, &missing, NULL))
+			return false;
+		commits[i].restored_known = step == DELTA_BACK_FOUND;
+	}
+	return true;
+}
+
+/* Turns a judged run into the observation. */
+static void
+observe_run(DeltaReader *r, const DeltaVerdict *v)
+{
+	LakeObservation *obs = r->obs;
+
+	if (v->outcome == DELTA_MALFORMED)
+	{
+		obs->condition = LAKE_LOG_MALFORMED;
+		obs->detail = psprintf("Commit %lld of Delta table %s cannot be read: %s. finalize reads no further until "
+							   "it can (a RESTORE after it would go unseen).",
+							   (long long) v->malformed_version, r->location, v->reason);
+		return;
+	}
+	obs->rolled_back = v->outcome == DELTA_ROLLBACK;
+	obs->held_known = v->held_known;
+	obs->held_lsn = v->held_lsn;
+	obs->reason = v->reason;
+	obs->has_head = true;
+	obs->head_id = v->head_version;
+	obs->head_sequence = v->head_timestamp_ms;
+	obs->has_carrier = v->has_carrier;
+	obs->carrier_id = v->carrier_version;
+	obs->has_lsn = v->has_lsn;
+	obs->lsn = v->lsn;
+	obs->table_uuid = v->table_id;
+}
+
+/*
+ * The commits after the version read last: gone (not listed, or written
+ * again) is a rollback; none is nothing new (no observation: a quiet
+ * consumer writes nothing); else each is read in order and judged.
+ */
+static void
+read_after(DeltaReader *r, const DeltaSeen *seen)
+{
+	LogListing	l;
+	DeltaCommit again;
+	DeltaCommit *commits;
+	DeltaVerdict v;
+	bool		found;
+	int			n;
+
+	if (!list_log(r, seen->version, &l))
+		return;
+	if (delta_seen_gone(seen, l.from_listed, NULL) != NULL)
+	{
+		gone(r, delta_seen_gone(seen, l.from_listed, NULL));
+		return;
+	}
+	if (l.newest_commit <= seen->version)
+		return;
+	if (!read_commit(r, seen->version, &again, &found))
+		return;
+	if (delta_seen_gone(seen, found, found ? &again : NULL) != NULL)
+	{
+		gone(r, delta_seen_gone(seen, found, found ? &again : NULL));
+		return;
+	}
+	n = (int) Min(l.newest_commit - seen->version, DELTA_RUN_MAX);
+	commits = palloc0(sizeof(DeltaCommit) * n);
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!read_commit(r, seen->version + 1 + i, &commits[i], &found))
+			return;
+		if (!found && i == 0)
+		{
+			gone(r, "commits after the version read last were removed before they were read (the log was "
+				 "cleaned up past it), so that it still holds what was proven cannot be shown");
+			return;
+		}
+		if (!found)
+		{
+			n = i;
+			break;
+		}
+	}
+	if (!resolve_restores(r, commits, n, seen->version))
+		return;
+	v = delta_judge(seen, commits, n);
+	observe_run(r, &v);
+}
+
+/* Reads a consumer's table and fills r->obs (no transaction is open). */
+void
+delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
+{
+	DeltaSeen	seen;
+
+	memset(&seen, 0, sizeof(seen));
+	seen.any = c->seen.any;
+	seen.version = c->seen.head_id;
+	seen.timestamp_ms = c->seen.head_sequence;
+	seen.lsn = c->seen.lsn;
+	seen.table_id = c->seen.table_uuid;
+	PG_TRY();
+	{
+		if (seen.any)
+			read_after(r, &seen);
+		else
+			read_first(r);
+	}
+	PG_CATCH();
+	{
+		/* A local store's listing raises in the system's words: that consumer's condition. */
+		MemoryContext cxt = r->cxt;
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(cxt);
+		error = CopyErrorData();
+		if (error->sqlerrcode == ERRCODE_QUERY_CANCELED || error->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+			proc_exit_inprogress)
+			PG_RE_THROW();
+		FlushErrorState();
+		memset(r->obs, 0, sizeof(*r->obs));
+		r->obs->consumer = c;
+		r->obs->condition = LAKE_STORE_UNREACHABLE;
+		r->obs->detail = psprintf("Could not read the log of Delta table %s in %s: %s", r->location,
+								  store_describe(r->store), error->message);
+	}
+	PG_END_TRY();
+}

@@ -1,0 +1,26 @@
+/*
+ * delta_read.h
+ *     One poll of a Delta consumer's log through the store interface
+ *     (delta_read.c), into an observation lake_observe records.
+ */
+#ifndef FINALIZE_LAKE_DELTA_READ_H
+#define FINALIZE_LAKE_DELTA_READ_H
+
+#include "lake/delta_log.h"
+#include "lake/lake_state.h"
+#include "store/store.h"
+
+/* What a poll of one Delta consumer reads with, and where it writes. */
+typedef struct DeltaReader
+{
+	const ObjectStore *store;
+	const char *location;		/* the table's location, for messages */
+	const char *log;			/* the key prefix of its _delta_log/ */
+	DeltaLsnFrom from;
+	LakeObservation *obs;
+	MemoryContext cxt;			/* where the poll of this consumer allocates */
+} DeltaReader;
+
+extern void delta_read_consumer(DeltaReader *r, const LakeConsumer *c);
+
+#endif							/* FINALIZE_LAKE_DELTA_READ_H */
