@@ -11,11 +11,12 @@ warnings go to stderr).
 Commands (a table is "ns.t"; a snapshot is {snapshot_id, parent_id, sequence_number, timestamp_ms,
 operation, summary}):
   create_namespace(ns)                          -> ns
-  create_table(name, columns=None, properties={}, partition=None) -> {location, metadata_location}
+  create_table(name, columns=None, properties={}, partition=None, location=None) -> {location, metadata_location}
       columns: [[name, type], ...], types long int string double boolean date timestamp timestamptz;
       default SCHEMA below (id long, op string, lsn string, commit_time timestamptz), all optional;
       partition: [[source column, transform, field name], ...], transforms as Iceberg writes them
-      (identity, year, month, day, hour, bucket[N], truncate[W])
+      (identity, year, month, day, hour, bucket[N], truncate[W]); location: the table's (default: the
+      catalog's choice under its warehouse)
   update_spec(table, add=[], remove=[])         -> [{spec_id, fields: [[name, transform, source_id]]}]
       partition spec evolution: adds [[source column, transform, field name], ...], removes fields by name
   append(table, rows, properties={}, branch=None) -> snapshot (of the branch's new head)
@@ -59,8 +60,14 @@ operation, summary}):
       fast append (one manifest each): for benchmarks of manifest reading only
   plan_files(table, snapshot_id, filter)        -> {files, seconds}: pyiceberg's own planning of the
       snapshot's files matching the row filter (manifest list and manifests read, filtered)
+  make_container(location)                      -> null: creates the container (bucket) of an abfss://
+      location with pyiceberg's FileIO for it (adlfs), nothing when it exists
+  read_file(table, path)                        -> the file's bytes (base64), read with the table's FileIO
+  write_file(table, path, data)                 -> null: writes data (base64) over the file with the
+      table's FileIO, or deletes it when data is null (on Azure: adlfs, the Blob API)
   ping                                          -> "pong"
 """
+import base64
 import datetime
 import json
 import os
@@ -176,7 +183,7 @@ class Writer:
         self.catalog.create_namespace(ns, properties or {})
         return ns
 
-    def create_table(self, name, columns=None, properties=None, partition=None):
+    def create_table(self, name, columns=None, properties=None, partition=None, location=None):
         schema = iceberg_schema(columns or SCHEMA)
         kw = {}
         if partition:
@@ -186,6 +193,8 @@ class Writer:
                 PartitionField(source_id=schema.find_field(col).field_id, field_id=1000 + i,
                                transform=parse_transform(transform), name=field)
                 for i, (col, transform, field) in enumerate(partition)])
+        if location:
+            kw["location"] = location
         t = self.catalog.create_table(name, schema=schema, properties=properties or {}, **kw)
         return {"location": t.location(), "metadata_location": t.metadata_location}
 
@@ -428,6 +437,30 @@ class Writer:
         t0 = time.perf_counter()
         files = list(t.scan(snapshot_id=snapshot_id, row_filter=filter).plan_files())
         return {"files": len(files), "seconds": time.perf_counter() - t0}
+
+    def make_container(self, location):
+        from urllib.parse import urlparse
+
+        from pyiceberg.io import load_file_io
+        uri = urlparse(location)
+        fs = load_file_io(self.catalog.properties, location).get_fs(uri.scheme, uri.hostname)
+        container = uri.netloc.split("@", 1)[0]
+        if not fs.exists(container):
+            fs.mkdir(container)
+        return None
+
+    def read_file(self, table, path):
+        with self.table(table).io.new_input(path).open() as f:
+            return base64.b64encode(f.read()).decode()
+
+    def write_file(self, table, path, data):
+        io = self.table(table).io
+        if data is None:
+            io.delete(path)
+        else:
+            with io.new_output(path).create(overwrite=True) as f:
+                f.write(base64.b64decode(data))
+        return None
 
     def ping(self):
         return "pong"
