@@ -126,14 +126,20 @@ SELECT delivery_id AS d1, event->>'event' AS transition FROM finalize_internal.c
 \echo :transition
 -- Its acknowledgement and resolution wait behind it.
 SELECT count(*) AS claimable_behind_it FROM finalize_internal.claim_delivery();
+-- In one transaction: now() is the result's, however long the machine paused between statements.
+BEGIN;
 SELECT finalize_internal.delivery_result(:d1, false, 503, 'HTTP 503', NULL, false, 3) AS outcome;
 SELECT attempts, state, last_status, next_attempt - now() BETWEEN interval '0.5 s' AND interval '1.1 s' AS backoff_1s
   FROM finalize.alert_delivery WHERE delivery_id = :d1;
+COMMIT;
 UPDATE finalize.alert_delivery SET next_attempt = now() WHERE delivery_id = :d1;
 SELECT delivery_id = :d1 AS same_delivery FROM finalize_internal.claim_delivery();
+-- In one transaction: now() is the result's, however long the machine paused between statements.
+BEGIN;
 SELECT finalize_internal.delivery_result(:d1, false, 429, 'HTTP 429', 30, false, 3) AS outcome;
 SELECT attempts, next_attempt - now() BETWEEN interval '29 s' AND interval '31 s' AS retry_after_honoured
   FROM finalize.alert_delivery WHERE delivery_id = :d1;
+COMMIT;
 UPDATE finalize.alert_delivery SET next_attempt = now() WHERE delivery_id = :d1;
 SELECT delivery_id = :d1 AS same_delivery FROM finalize_internal.claim_delivery();
 SELECT finalize_internal.delivery_result(:d1, false, NULL, 'Connection refused', NULL, false, 3) AS outcome;
