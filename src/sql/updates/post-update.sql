@@ -18,6 +18,15 @@ BEGIN
           FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid = d.objid
          WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
            AND c.relkind IN ('r', 'v', 'p') AND d.refobjid = ext AND c.relowner OPERATOR(pg_catalog.<>) owner
+        UNION ALL
+        -- Domains and types; an array type follows its element's owner, a
+        -- table's row type its table's.
+        SELECT t.oid::pg_catalog.regtype::text, CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_type t ON t.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_type'::pg_catalog.regclass AND d.deptype = 'e'
+           AND d.refobjid = ext AND t.typowner OPERATOR(pg_catalog.<>) owner
+           AND NOT (t.typtype = 'b' AND t.typelem OPERATOR(pg_catalog.<>) 0 AND t.typlen = -1)
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_class r WHERE r.oid = t.typrelid AND r.relkind OPERATOR(pg_catalog.<>) 'c')
     LOOP
         -- ALTER TABLE also hands over views and a table's identity sequences.
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', obj.kind, obj.name, pg_catalog.pg_get_userbyid(owner));
