@@ -155,6 +155,29 @@ test_parse(void)
 	check(c.malformed != NULL, "invalid UTF-8 is malformed");
 }
 
+/* Scalars before any key (arrays where objects are expected) must not crash the parser. */
+static void
+test_scalar_before_key(void)
+{
+	DeltaLsnFrom umk = {DELTA_LSN_USER_METADATA_KEY, "lsn"};
+	int64_t		v = -1;
+	DeltaCommit c;
+
+	c = parse("{\"commitInfo\":{\"operationParameters\":[\"x\"]}}", 1, &from_key);
+	check(c.malformed == NULL && !c.has_restore_version, "operationParameters that is an array: no crash");
+	c = parse("{\"commitInfo\":{\"operationParameters\":{\"a\":1}}}\n{\"metaData\":[\"x\",{\"id\":\"y\"}]}", 1,
+			  &from_key);
+	check(c.malformed == NULL && c.table_id == NULL, "a key of a line before does not name a scalar of the next");
+	check(!delta_last_checkpoint("[\"x\"]", 5, &v), "_last_checkpoint that is an array: no version, no crash");
+	c = parse("{\"commitInfo\":{\"userMetadata\":\"[\\\"x\\\"]\"}}", 1, &umk);
+	check(c.lsn_problem != NULL && c.lsn_text == NULL, "userMetadata that is an array: a problem, no crash");
+	c = parse("{\"commitInfo\":{\"userMetadata\":\"{\\\"commitInfo\\\":{\\\"operationParameters\\\":[1]}}\"}}",
+			  1, &umk);
+	check(c.lsn_text == NULL, "a commitInfo nested in userMetadata: no crash");
+	c = parse("[\"x\"]\n", 1, &from_key);
+	check(c.malformed != NULL, "a line that is an array of strings is malformed");
+}
+
 /* Names of _delta_log/, _last_checkpoint, lsn_from. */
 static void
 test_names(void)
@@ -335,6 +358,7 @@ int
 main(void)
 {
 	test_parse();
+	test_scalar_before_key();
 	test_names();
 	test_judge();
 	test_rollbacks();
