@@ -37,6 +37,7 @@ typedef struct LineState
 	const DeltaLsnFrom *from;
 	int			depth;
 	Action		action;
+	bool		remove;			/* the action is a remove */
 	char	   *field;			/* the key just read at depth 1 or 2 (NULL: none yet) */
 	char	   *param;			/* operationParameters' field (depth 3; NULL: none yet) */
 	uint64		arrays;			/* bit d: the container at depth d is an array */
@@ -155,6 +156,8 @@ on_field(void *state, char *fname, bool isnull pg_attribute_unused())
 		st->action = key_is(fname, "commitInfo") ? ACT_COMMIT_INFO
 			: key_is(fname, "add") || key_is(fname, "remove") ? ACT_ADD_REMOVE
 			: key_is(fname, "metaData") ? ACT_METADATA : ACT_OTHER;
+	if (st->depth == 1)
+		st->remove = key_is(fname, "remove");
 	if (st->depth == 1 && st->action == ACT_ADD_REMOVE && st->top_key == NULL)
 		st->out->file_actions = true;
 	else if (st->depth == 3)
@@ -217,7 +220,10 @@ on_scalar(void *state, char *token, JsonTokenType type)
 		c->has_restore_version = parse_int64(token, &c->restore_version);
 	else if (st->depth == 2 && st->action == ACT_ADD_REMOVE && key_is(st->field, "dataChange") &&
 			 type == JSON_TOKEN_TRUE)
+	{
 		c->data_change = true;
+		c->removes_data |= st->remove;
+	}
 	else if (st->depth == 2 && st->action == ACT_METADATA && key_is(st->field, "id") &&
 			 type == JSON_TOKEN_STRING)
 		c->table_id = token;
@@ -238,6 +244,7 @@ parse_line(char *line, int len, JsonSemAction *sem, const char **why)
 	st->field = NULL;
 	st->param = NULL;
 	st->arrays = 0;
+	st->remove = false;
 	lex = compat_json_lexer(line, len, PG_UTF8);
 	rc = pg_parse_json(lex, sem);
 	if (rc != JSON_SUCCESS)

@@ -93,6 +93,18 @@ writes_data(const DeltaCommit *c)
 	return false;
 }
 
+/*
+ * Whether a commit creates the table, or replaces it (CREATE TABLE, CREATE
+ * OR REPLACE TABLE, REPLACE TABLE, their AS SELECT forms, as delta-rs and
+ * Spark name them): the table before it is another one, whatever its
+ * metaData.id says (Spark may keep the id; an id never read says nothing).
+ */
+static bool
+replaces_table(const DeltaCommit *c)
+{
+	return c->operation != NULL && (strstr(c->operation, "CREATE") != NULL || strstr(c->operation, "REPLACE") != NULL);
+}
+
 /* Whether a commit's LSN counts: it writes data (writes_data) and carries lsn_from. */
 static bool
 is_carrier(const DeltaCommit *c)
@@ -171,7 +183,7 @@ restored(const DeltaSeen *seen, const DeltaCommit *c, const Held *states)
  * What the commits after the one seen prove (commits: versions
  * seen->version + 1 on, in order, none missing). Each commit moves the
  * table's state: a RESTORE to what its version held, another metaData.id
- * to nothing, a carrier to its LSN (a lower one than the state's is a
+ * or a CREATE/REPLACE TABLE that removes data to nothing, a carrier to its LSN (a lower one than the state's is a
  * rollback to it). Judging stops before a malformed commit (one that is
  * no commit could be a RESTORE) and before a carrier whose LSN is no LSN
  * unless a valid carrier follows it in the run (it then proves no less):
@@ -210,6 +222,12 @@ delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n)
 		{
 			cur.any = false;
 			note_rollback(&v, &rolled, seen, cur, "the table was created again (its metaData.id changed)");
+		}
+		else if (replaces_table(c) && c->removes_data)
+		{
+			cur.any = false;
+			note_rollback(&v, &rolled, seen, cur, psprintf("the table was replaced (%s removed its data)",
+														   c->operation));
 		}
 		if (c->table_id != NULL)
 			v.table_id = c->table_id;
@@ -253,12 +271,14 @@ delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n)
  * RESTORE went back to): the newest carrier found (*lsn), the version to
  * read next (the one before, or the version a RESTORE went back to), or
  * the end: nothing provable (the first version passed, a RESTORE to an
- * unknown version, a commit of another metaData.id), or a newest carrier
+ * unknown version, a commit of another metaData.id, one that created or
+ * replaced the table without the LSN), or a newest carrier
  * that cannot be read.
  */
 DeltaBackStep
 delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Lsn *lsn)
 {
+	walk->at = c->version;
 	if (c->malformed != NULL)
 	{
 		walk->reason = c->malformed;
@@ -288,6 +308,12 @@ delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Ls
 		walk->reason = c->lsn_problem != NULL ? c->lsn_problem
 			: "the value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form)";
 		return DELTA_BACK_MALFORMED;
+	}
+	if (replaces_table(c))
+	{
+		walk->reason = psprintf("the table was created or replaced at version %lld (%s) by a commit without the LSN",
+								(long long) c->version, c->operation);
+		return DELTA_BACK_NONE;
 	}
 	if (c->version == 0)
 	{

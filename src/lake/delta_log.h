@@ -43,6 +43,7 @@ typedef struct DeltaCommit
 	const char *operation;		/* commitInfo.operation, or NULL */
 	bool		data_change;	/* an add or remove with dataChange true */
 	bool		file_actions;	/* any add or remove at all */
+	bool		removes_data;	/* a remove with dataChange true */
 	bool		restore;		/* a RESTORE */
 	bool		has_restore_version;	/* operationParameters.version */
 	int64_t		restore_version;
@@ -103,6 +104,7 @@ typedef enum DeltaBackStep
 typedef struct DeltaBack
 {
 	const char *table_id;		/* the newest metaData.id met */
+	int64_t		at;				/* the version of the last commit stepped */
 	const char *reason;			/* NONE, MALFORMED: why */
 } DeltaBack;
 

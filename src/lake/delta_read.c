@@ -207,6 +207,32 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 }
 
 /*
+ * The table's metaData.id when the walk of a first read found the carrier
+ * before any metaData: read on back from the carrier (walk->at) to the
+ * newest commit with metaData, up to DELTA_BACK_MAX commits. Not found
+ * there (cleaned up, a Parquet checkpoint holds it, or further back), it
+ * stays unknown: delta_judge then counts any CREATE/REPLACE TABLE that
+ * removes data as a rollback, and the first metaData.id met is the table's.
+ */
+static bool
+learn_table_id(DeltaReader *r, DeltaBack *walk)
+{
+	for (int64 v = walk->at - 1; v >= 0 && v >= walk->at - DELTA_BACK_MAX && walk->table_id == NULL; v--)
+	{
+		DeltaCommit c;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!read_commit(r, v, &c, &found))
+			return false;
+		if (!found || c.malformed != NULL)
+			break;
+		walk->table_id = c.table_id;
+	}
+	return true;
+}
+
+/*
  * A first read: the newest commit (listed from _last_checkpoint's version,
  * or the whole log without one) and the LSN the table holds there.
  */
@@ -269,6 +295,8 @@ read_first(DeltaReader *r)
 	}
 	if (step != DELTA_BACK_FOUND)
 		return;					/* nothing provable yet: the next carrier proves it */
+	if (walk.table_id == NULL && !learn_table_id(r, &walk))
+		return;
 	obs->has_head = true;
 	obs->head_id = l.newest_commit;
 	obs->head_sequence = head_ts;

@@ -272,6 +272,22 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     row = wait_consumer(env, "sales.orders", "late", lambda r: r["reported_lsn"] == c[4]["lsn"], "the next commit")
     assert row["lake_condition"] is None, row
 
+    # A consumer declared on a table at version 1 (the LSN proved there, its metaData.id at version 0),
+    # then CREATE OR REPLACE TABLE (a new id, every file removed, no LSN): a loss of all it proved.
+    repl = Pipeline(os.path.join(lake_dir, "repl"))
+    repl.apply(c[:1])
+    repl.apply(c[1:2])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'repl', delta_table => %s, store => %s)",
+            ("file://" + repl.uri, store))
+    wait_consumer(env, "sales.orders", "repl", lambda r: r["reported_lsn"] == c[1]["lsn"], "the replaced table's LSN")
+    assert env.one("SELECT seen_table_uuid FROM finalize.lake_consumer WHERE consumer = 'repl'") == \
+        repl.table().metadata().id
+    DeltaTable.create(repl.uri, SCHEMA, mode="overwrite")
+    env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
+                                    "AND detail->>'consumer' = 'repl' AND detail->>'held_lsn' IS NULL"),
+                    timeout=20, what="the loss of the replaced table")
+    assert consumer(env, "sales.orders", "repl")["reported_lsn"] is None
+
 
 def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
         env, sim, s3):

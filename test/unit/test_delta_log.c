@@ -55,6 +55,15 @@ static const char *RESTORE1 =
 "{\"remove\":{\"path\":\"part-2.parquet\",\"dataChange\":true,\"size\":782}}\n"
 "{\"metaData\":{\"id\":\"626eb313-5879-481f-9e0e-7dd6781cd89c\",\"format\":{\"provider\":\"parquet\",\"options\":{}},\"configuration\":{}}}\n";
 
+/* delta-rs 1.6.6's DeltaTable.create(mode="overwrite"): a new metaData.id, every file removed, no LSN. */
+static const char *REPLACE =
+"{\"commitInfo\":{\"timestamp\":1796594602131,\"operation\":\"CREATE OR REPLACE TABLE\",\"operationParameters\":"
+"{\"location\":\"file:///tmp/t/\",\"mode\":\"Overwrite\"},\"engineInfo\":\"delta-rs:py-1.6.6\"}}\n"
+"{\"protocol\":{\"minReaderVersion\":1,\"minWriterVersion\":2}}\n"
+"{\"metaData\":{\"id\":\"44e66d04-e062-4eb7-85aa-bfd6963a2cd8\",\"format\":{\"provider\":\"parquet\",\"options\":{}},"
+"\"partitionColumns\":[],\"configuration\":{}}}\n"
+"{\"remove\":{\"path\":\"part-0.parquet\",\"dataChange\":true,\"deletionTimestamp\":1796594602131,\"size\":486}}\n";
+
 static DeltaLsnFrom from_key = {DELTA_LSN_COMMIT_INFO_KEY, "finalize.lsn"};
 
 /* Parses a commit text of a version with lsn_from. */
@@ -293,6 +302,15 @@ test_rollbacks(void)
 	run[1] = append(5, "0x00000001000000100003");
 	v = delta_judge(&s, run, 2);
 	check(v.outcome == DELTA_ROLLBACK && !v.held_known, "two rollbacks: the lowest held counts (nothing)");
+	s.table_id = NULL;
+	run[0] = parse(REPLACE, 4, &from_key);
+	check(run[0].removes_data, "CREATE OR REPLACE TABLE removes data");
+	v = delta_judge(&s, run, 1);
+	check(v.outcome == DELTA_ROLLBACK && !v.held_known && !v.has_lsn,
+		  "CREATE OR REPLACE TABLE while the id is unknown: a rollback to nothing provable");
+	s.table_id = "44e66d04-e062-4eb7-85aa-bfd6963a2cd8";
+	v = delta_judge(&s, run, 1);
+	check(v.outcome == DELTA_ROLLBACK && !v.has_lsn, "a replace that keeps the id: a rollback all the same");
 }
 
 /* Malformed commits stop the run; a bad LSN followed by a valid one does not. */
@@ -346,6 +364,10 @@ test_back_and_gone(void)
 	w.table_id = "new";
 	c = parse(V0, 0, &from_key);
 	check(delta_back_step(&w, &c, &next, &lsn) == DELTA_BACK_NONE, "another table's commit ends the walk");
+	memset(&w, 0, sizeof(w));
+	c = parse(REPLACE, 41, &from_key);
+	check(delta_back_step(&w, &c, &next, &lsn) == DELTA_BACK_NONE && w.at == 41,
+		  "a first read from a CREATE OR REPLACE TABLE proves nothing before it");
 	c = append(1, NULL);
 	check(delta_seen_gone(&s, true, &c) == NULL, "the version seen, the same commit time: still there");
 	c.timestamp_ms = 99;
