@@ -343,3 +343,38 @@ delta_seen_gone(const DeltaSeen *seen, bool listed, const DeltaCommit *again)
 		return "the version read last was written again (the table was created again)";
 	return NULL;
 }
+
+/*
+ * What a consumer records to know its table again (seen_identity): the
+ * store's identity (store_identity) and the listing's identity of the
+ * version read last (its size and ETag or MD5; NULL: unknown), a line each.
+ */
+char *
+delta_identity(const char *store, const char *head)
+{
+	return psprintf("%s\n%s", store, head != NULL ? head : "");
+}
+
+/*
+ * Why what was recorded (seen: a delta_identity, NULL when none was) no
+ * longer stands for the table, or NULL: another store (its server dropped
+ * and created again, or its endpoint, bucket or container changed), or the
+ * version read last listed with another size or checksum (written again
+ * in place, or the table deleted and created again as far). An unknown
+ * part is not compared.
+ */
+const char *
+delta_identity_gone(const char *seen, const char *store, const char *head)
+{
+	const char *nl = seen != NULL ? strchr(seen, '\n') : NULL;
+
+	if (nl == NULL)
+		return NULL;
+	if (strlen(store) != (size_t) (nl - seen) || strncmp(seen, store, nl - seen) != 0)
+		return "the store changed (its server was created again, or its endpoint, bucket or container changed), "
+			"so the table read now may be another";
+	if (nl[1] != '\0' && head != NULL && strcmp(nl + 1, head) != 0)
+		return "the version read last was written again (its size or checksum in the store changed: the table was "
+			"created again, or the commit replaced)";
+	return NULL;
+}

@@ -128,5 +128,7 @@ extern void delta_commit_name(int64_t version, char out[32]);
 extern DeltaVerdict delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n);
 extern DeltaBackStep delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Lsn *lsn);
 extern const char *delta_seen_gone(const DeltaSeen *seen, bool listed, const DeltaCommit *again);
+extern char *delta_identity(const char *store, const char *head);
+extern const char *delta_identity_gone(const char *seen, const char *store, const char *head);
 
 #endif							/* FINALIZE_LAKE_DELTA_LOG_H */

@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 
@@ -41,6 +42,9 @@ typedef struct LogListing
 	bool		from_listed;	/* from's commit is listed */
 	int64		newest_commit;	/* -1: none */
 	int64		newest_checkpoint;	/* -1: none */
+	int64		want;			/* the commit whose identity to keep, or -1 */
+	char	   *want_identity;	/* its size and ETag (or MD5), in cxt */
+	MemoryContext cxt;
 } LogListing;
 
 /* The cancellation check run before each line of a commit. */
@@ -65,6 +69,12 @@ consume_names(ListingSink *sink, const Inventory *batch)
 		switch (delta_log_name(slash != NULL ? slash + 1 : path, &version))
 		{
 			case DELTA_FILE_COMMIT:
+				if (version == l->want)
+					l->want_identity = MemoryContextStrdup(l->cxt, psprintf(INT64_FORMAT " %s", batch->items[i].size,
+																		   batch->items[i].etag != NULL
+																		   ? pnstrdup(batch->items[i].etag,
+																					  batch->items[i].etag_len)
+																		   : "-"));
 				l->from_listed |= version == l->from;
 				l->newest_commit = Max(l->newest_commit, version);
 				break;
@@ -107,9 +117,77 @@ store_failed(DeltaReader *r, const char *doing, const StoreError *err)
 							  redact_secrets(err->message, r->store->secrets));
 }
 
+/* A listing into l that keeps the identity of commit want (-1: none). */
+static void
+listing_init(DeltaReader *r, LogListing *l, int64 from, int64 want)
+{
+	memset(l, 0, sizeof(*l));
+	l->sink.consume = consume_names;
+	l->from = from;
+	l->newest_commit = -1;
+	l->newest_checkpoint = -1;
+	l->want = want;
+	l->cxt = r->cxt;
+}
+
+/*
+ * A local commit's identity: its size and a hash of its bytes (a local
+ * listing has no checksum, and an MD5 needs a resource owner this worker
+ * does not have outside a transaction), *out NULL when it is not there.
+ */
+static bool
+file_identity(DeltaReader *r, int64 version, char **out)
+{
+	char		name[32];
+	char	   *body = NULL;
+	size_t		len = 0;
+	bool		found = false;
+	StoreError	err;
+
+	delta_commit_name(version, name);
+	*out = NULL;
+	if (!store_read(r->store, psprintf("%s%s", r->log, name), DELTA_COMMIT_MAX_BYTES, &body, &len, &found, &err))
+	{
+		store_failed(r, psprintf("read commit %lld", (long long) version), &err);
+		return false;
+	}
+	if (found)
+		*out = psprintf("%zu h%016llx", len,
+						(unsigned long long) hash_bytes_extended((const unsigned char *) body, (int) len, 0));
+	if (body != NULL)
+		pfree(body);
+	return true;
+}
+
+/*
+ * The identity of a commit (delta_identity's head part: its size and the
+ * ETag of the store's listing, or file_identity), *out NULL when it is not
+ * there; false when the store failed.
+ */
+static bool
+listed_identity(DeltaReader *r, int64 version, char **out)
+{
+	StoreError	err;
+	LogListing	l;
+	char		name[32];
+
+	if (r->store->kind == STORE_FILE)
+		return file_identity(r, version, out);
+	delta_commit_name(version, name);
+	listing_init(r, &l, -1, version);
+	if (!store_list(r->store, psprintf("%s%s", r->log, name), &l.sink, &err))
+	{
+		store_failed(r, "list the log", &err);
+		return false;
+	}
+	*out = l.want_identity;
+	return true;
+}
+
 /*
  * Lists _delta_log/ from a version on (from < 0: all of it), a block of a
- * thousand names at a time while the last block listed was full.
+ * thousand names at a time while the last block listed was full; the
+ * identity of from's commit is kept.
  */
 static bool
 list_log(DeltaReader *r, int64 from, LogListing *l)
@@ -119,11 +197,7 @@ list_log(DeltaReader *r, int64 from, LogListing *l)
 	/* A local store lists directories (its prefixes end in /): the log's, whole. */
 	bool		whole = from < 0 || r->store->kind == STORE_FILE;
 
-	memset(l, 0, sizeof(*l));
-	l->sink.consume = consume_names;
-	l->from = from;
-	l->newest_commit = -1;
-	l->newest_checkpoint = -1;
+	listing_init(r, l, from, from);
 	for (int i = 0; i < (whole ? 1 : DELTA_LIST_BLOCKS); i++, block++)
 	{
 		char	   *prefix = whole ? pstrdup(r->log) : psprintf("%s%017lld", r->log, (long long) block);
@@ -251,6 +325,7 @@ read_first(DeltaReader *r)
 	int64		missing;
 	int64		head_ts = 0;
 	Lsn			lsn;
+	char	   *head_identity;
 
 	if (!store_read(r->store, psprintf("%s_last_checkpoint", r->log), 1024 * 1024, &body, &len, &found, &err))
 	{
@@ -297,6 +372,9 @@ read_first(DeltaReader *r)
 		return;					/* nothing provable yet: the next carrier proves it */
 	if (walk.table_id == NULL && !learn_table_id(r, &walk))
 		return;
+	if (!listed_identity(r, l.newest_commit, &head_identity))
+		return;
+	obs->identity = delta_identity(r->store_identity, head_identity);
 	obs->has_head = true;
 	obs->head_id = l.newest_commit;
 	obs->head_sequence = head_ts;
@@ -336,11 +414,15 @@ resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version
 	return true;
 }
 
-/* Turns a judged run into the observation. */
+/*
+ * Turns a judged run into the observation, with the identity of its head
+ * (from_identity: that of the version read last, listed this poll).
+ */
 static void
-observe_run(DeltaReader *r, const DeltaVerdict *v)
+observe_run(DeltaReader *r, const DeltaVerdict *v, int64 from, char *from_identity)
 {
 	LakeObservation *obs = r->obs;
+	char	   *head_identity = from_identity;
 
 	if (v->outcome == DELTA_MALFORMED)
 	{
@@ -362,6 +444,28 @@ observe_run(DeltaReader *r, const DeltaVerdict *v)
 	obs->has_lsn = v->has_lsn;
 	obs->lsn = v->lsn;
 	obs->table_uuid = v->table_id;
+	if (v->head_version != from && !listed_identity(r, v->head_version, &head_identity))
+		return;					/* the store failed: its condition, nothing recorded */
+	obs->identity = delta_identity(r->store_identity, head_identity);
+}
+
+/*
+ * Nothing new after the version read last: recorded again (the same LSN)
+ * only to keep its identity when it was not recorded yet (a consumer read
+ * before identities were kept).
+ */
+static void
+observe_same(DeltaReader *r, const DeltaSeen *seen, char *identity)
+{
+	LakeObservation *obs = r->obs;
+
+	obs->has_head = true;
+	obs->head_id = seen->version;
+	obs->head_sequence = seen->timestamp_ms;
+	obs->has_lsn = true;
+	obs->lsn = seen->lsn;
+	obs->table_uuid = seen->table_id;
+	obs->identity = delta_identity(r->store_identity, identity);
 }
 
 /*
@@ -386,8 +490,20 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 		gone(r, delta_seen_gone(seen, l.from_listed, NULL));
 		return;
 	}
-	if (l.newest_commit <= seen->version)
+	if (r->store->kind == STORE_FILE && l.from_listed && !file_identity(r, seen->version, &l.want_identity))
 		return;
+	if (delta_identity_gone(r->seen_identity, r->store_identity, l.want_identity) != NULL)
+	{
+		gone(r, delta_identity_gone(r->seen_identity, r->store_identity, l.want_identity));
+		return;
+	}
+	if (l.newest_commit <= seen->version)
+	{
+		if (l.want_identity != NULL &&
+			(r->seen_identity == NULL || strcmp(r->seen_identity, delta_identity(r->store_identity, l.want_identity)) != 0))
+			observe_same(r, seen, l.want_identity);
+		return;
+	}
 	if (!read_commit(r, seen->version, &again, &found))
 		return;
 	if (delta_seen_gone(seen, found, found ? &again : NULL) != NULL)
@@ -417,7 +533,7 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 	if (!resolve_restores(r, commits, n, seen->version))
 		return;
 	v = delta_judge(seen, commits, n);
-	observe_run(r, &v);
+	observe_run(r, &v, seen->version, l.want_identity);
 }
 
 /* Reads a consumer's table and fills r->obs (no transaction is open). */
@@ -432,6 +548,7 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 	seen.timestamp_ms = c->seen.head_sequence;
 	seen.lsn = c->seen.lsn;
 	seen.table_id = c->seen.table_uuid;
+	r->seen_identity = c->seen_identity;
 	PG_TRY();
 	{
 		if (seen.any)

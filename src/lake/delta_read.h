@@ -17,6 +17,8 @@ typedef struct DeltaReader
 	const char *location;		/* the table's location, for messages */
 	const char *log;			/* the key prefix of its _delta_log/ */
 	DeltaLsnFrom from;
+	const char *store_identity; /* store_identity of store */
+	const char *seen_identity;	/* what was recorded (delta_identity), or NULL */
 	LakeObservation *obs;
 	MemoryContext cxt;			/* where the poll of this consumer allocates */
 } DeltaReader;

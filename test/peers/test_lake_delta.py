@@ -288,6 +288,20 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
                     timeout=20, what="the loss of the replaced table")
     assert consumer(env, "sales.orders", "repl")["reported_lsn"] is None
 
+    # A table at version 0 with the LSN deleted and created again, empty, as version 0 (the pipeline
+    # stopped: no newer commit): the version read last is another commit, a loss.
+    again = Pipeline(os.path.join(lake_dir, "again"))
+    again.apply(c[:1])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'again', delta_table => %s, store => %s)",
+            ("file://" + again.uri, store))
+    wait_consumer(env, "sales.orders", "again", lambda r: r["reported_lsn"] == c[0]["lsn"], "version 0's LSN")
+    shutil.rmtree(again.uri)
+    write_deltalake(again.uri, pa.Table.from_pylist([], schema=SCHEMA), mode="append")
+    env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
+                                    "AND detail->>'consumer' = 'again'"),
+                    timeout=20, what="the loss of the table created again at version 0")
+    assert consumer(env, "sales.orders", "again")["reported_lsn"] is None
+
 
 def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
         env, sim, s3):
@@ -346,6 +360,14 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
     env.pg.wait_for(lambda: len([r for r in s3.requests() if "list-type" in (r["query"] or "")]) >= 5,
                     timeout=20, what="five polls of the good table")
     assert env.one("SELECT xmin::text FROM finalize.lake_consumer WHERE consumer = 'good'") == xmin
+
+    # The server pointed at another bucket: what the consumer proved may not be there, a loss.
+    s3.create_bucket("lake2")
+    env.sql("ALTER SERVER lake_s3 OPTIONS (SET bucket 'lake2')")
+    env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
+                                    "AND detail->>'consumer' = 'good' AND detail->>'reason' LIKE '%store changed%'"),
+                    timeout=20, what="the loss of the store changed")
+    assert consumer(env, "sales.orders", "good")["reported_lsn"] is None
 
 
 def test_appends_optimize_and_a_restore_on_azure_blob_storage(env, sim):

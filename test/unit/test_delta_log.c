@@ -375,6 +375,25 @@ test_back_and_gone(void)
 	check(delta_seen_gone(&s, false, NULL) != NULL, "no longer listed: gone");
 }
 
+/* What a consumer records to know its store and the version read last again. */
+static void
+test_identity(void)
+{
+	char	   *seen = delta_identity("16384 s3 http://h lake", "740 \"abc\"");
+
+	check(delta_identity_gone(NULL, "16384 s3 http://h lake", "1 x") == NULL, "nothing recorded: nothing compared");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", "740 \"abc\"") == NULL, "the same store and commit");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", NULL) == NULL, "the commit not listed yet: the store alone");
+	check(delta_identity_gone(seen, "16390 s3 http://h lake", NULL) != NULL, "the server created again: gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h other", "740 \"abc\"") != NULL, "another bucket: gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake2", "740 \"abc\"") != NULL, "a longer bucket name: gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", "740 \"abd\"") != NULL,
+		  "the commit read last written again (another checksum): gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", "741 \"abc\"") != NULL, "another size: gone");
+	check(delta_identity_gone(delta_identity("file /d", NULL), "file /d", "1 x") == NULL,
+		  "a commit identity never recorded is not compared");
+}
+
 /* Runs every test. */
 int
 main(void)
@@ -386,5 +405,6 @@ main(void)
 	test_rollbacks();
 	test_malformed();
 	test_back_and_gone();
+	test_identity();
 	return tap_done();
 }
