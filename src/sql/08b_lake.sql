@@ -539,7 +539,7 @@ CREATE OR REPLACE FUNCTION finalize_internal.lake_observe(
     rolled_back boolean,
     held_lsn text,
     reason text,
-    identity text)
+    identity text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
