@@ -18,6 +18,8 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
+
 #include "lake/delta_log.h"
 
 /* Digits of a version in a log file's name. */
@@ -377,4 +379,43 @@ delta_identity_gone(const char *seen, const char *store, const char *head)
 		return "the version read last was written again (its size or checksum in the store changed: the table was "
 			"created again, or the commit replaced)";
 	return NULL;
+}
+
+/* A string of a commit capped at DELTA_KEEP_MAX bytes, told apart by its length and a hash when cut. */
+static const char *
+keep_capped(const char *s)
+{
+	size_t		len;
+
+	if (s == NULL)
+		return NULL;
+	len = strlen(s);
+	if (len <= DELTA_KEEP_MAX)
+		return pstrdup(s);
+	return psprintf("%.*s... (%zu bytes, hash %016llx)", DELTA_KEEP_MAX / 2, s, len,
+					(unsigned long long) hash_bytes_extended((const unsigned char *) s, (int) len, 0));
+}
+
+/*
+ * Copies what the verdict needs of a parsed commit into the current memory
+ * context (the parse's own, with every line and token, is then freed),
+ * each string capped: an LSN longer than any LSN text is no LSN; a longer
+ * metaData.id is kept by its start, length and hash (still told apart), an
+ * operation and a reason by their start and length.
+ */
+void
+delta_commit_keep(const DeltaCommit *parsed, DeltaCommit *out)
+{
+	DeltaCommit p = *parsed;	/* out may be parsed */
+
+	*out = p;
+	out->malformed = keep_capped(p.malformed);
+	out->operation = keep_capped(p.operation);
+	out->table_id = keep_capped(p.table_id);
+	out->lsn_problem = keep_capped(p.lsn_problem);
+	out->lsn_text = NULL;
+	if (p.lsn_text != NULL && strlen(p.lsn_text) > DELTA_KEEP_MAX)
+		out->lsn_problem = "the value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form): it is too long";
+	else
+		out->lsn_text = keep_capped(p.lsn_text);
 }

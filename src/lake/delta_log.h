@@ -18,6 +18,8 @@
 
 /* A commit file is read whole up to this size (larger: malformed). */
 #define DELTA_COMMIT_MAX_BYTES (64 * 1024 * 1024)
+/* The longest string of a commit kept once it is parsed (delta_commit_keep). */
+#define DELTA_KEEP_MAX 256
 
 /* Where a commit carries the LSN (add_consumer's lsn_from). */
 typedef enum DeltaLsnPlace
@@ -128,6 +130,7 @@ extern void delta_commit_name(int64_t version, char out[32]);
 extern DeltaVerdict delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n);
 extern DeltaBackStep delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Lsn *lsn);
 extern const char *delta_seen_gone(const DeltaSeen *seen, bool listed, const DeltaCommit *again);
+extern void delta_commit_keep(const DeltaCommit *parsed, DeltaCommit *out);
 extern char *delta_identity(const char *store, const char *head);
 extern const char *delta_identity_gone(const char *seen, const char *store, const char *head);
 

@@ -21,6 +21,7 @@
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "utils/memutils.h"
 #include "storage/ipc.h"
 
 #include "core/redact.h"
@@ -28,6 +29,8 @@
 
 /* Commits judged in one poll; the next poll goes on from there. */
 #define DELTA_RUN_MAX 1000
+/* Bytes of commits read for one consumer in one poll before its run ends early. */
+#define DELTA_READ_BUDGET ((int64) 256 * 1024 * 1024)
 /* Commits read back to find what a version holds. */
 #define DELTA_BACK_MAX 200
 /* Blocks of a thousand names listed in one poll. */
@@ -214,7 +217,14 @@ list_log(DeltaReader *r, int64 from, LogListing *l)
 	return true;
 }
 
-/* Reads and parses one commit (*found false when it is not there). */
+/*
+ * Reads and parses one commit (*found false when it is not there). The
+ * body, its lines and the parser's tokens (several times the commit's
+ * size) live in a context of their own, freed once the few strings the
+ * verdict needs are copied out (delta_commit_keep): a run of a thousand
+ * large commits holds a thousand small ones. What was read counts against
+ * the poll's budget (r->bytes_read).
+ */
 static bool
 read_commit(DeltaReader *r, int64 version, DeltaCommit *out, bool *found)
 {
@@ -222,18 +232,25 @@ read_commit(DeltaReader *r, int64 version, DeltaCommit *out, bool *found)
 	char	   *body = NULL;
 	size_t		len = 0;
 	StoreError	err;
+	DeltaCommit parsed;
+	MemoryContext old;
+	bool		ok;
 
+	if (r->parse_cxt == NULL)
+		r->parse_cxt = AllocSetContextCreate(r->cxt, "finalize Delta commit", ALLOCSET_DEFAULT_SIZES);
 	delta_commit_name(version, name);
-	if (!store_read(r->store, psprintf("%s%s", r->log, name), DELTA_COMMIT_MAX_BYTES, &body, &len, found, &err))
-	{
+	old = MemoryContextSwitchTo(r->parse_cxt);
+	ok = store_read(r->store, psprintf("%s%s", r->log, name), DELTA_COMMIT_MAX_BYTES, &body, &len, found, &err);
+	if (ok && *found)
+		delta_parse_commit(body, len, &r->from, version, tick, &parsed);
+	MemoryContextSwitchTo(old);
+	if (ok && *found)
+		delta_commit_keep(&parsed, out);
+	r->bytes_read += len;
+	MemoryContextReset(r->parse_cxt);
+	if (!ok)
 		store_failed(r, psprintf("read commit %lld", (long long) version), &err);
-		return false;
-	}
-	if (*found)
-		delta_parse_commit(body, len, &r->from, version, tick, out);
-	if (body != NULL)
-		pfree(body);
-	return true;
+	return ok;
 }
 
 /* The condition of a first read whose commits were cleaned up. */
@@ -527,6 +544,11 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 		if (!found)
 		{
 			n = i;
+			break;
+		}
+		if (r->bytes_read >= DELTA_READ_BUDGET && i + 1 < n)
+		{
+			n = i + 1;			/* the next poll goes on from there */
 			break;
 		}
 	}

@@ -21,6 +21,8 @@ typedef struct DeltaReader
 	const char *seen_identity;	/* what was recorded (delta_identity), or NULL */
 	LakeObservation *obs;
 	MemoryContext cxt;			/* where the poll of this consumer allocates */
+	MemoryContext parse_cxt;	/* one commit's parse, reset after each */
+	int64		bytes_read;		/* commits read this poll (DELTA_READ_BUDGET) */
 } DeltaReader;
 
 extern void delta_read_consumer(DeltaReader *r, const LakeConsumer *c);

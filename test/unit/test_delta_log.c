@@ -394,6 +394,40 @@ test_identity(void)
 		  "a commit identity never recorded is not compared");
 }
 
+/* What is kept of a parsed commit once its parse's memory is freed: copies, each capped. */
+static void
+test_keep(void)
+{
+	char	   *big = palloc(20001);
+	char	   *id_a = palloc(1001);
+	DeltaCommit parsed;
+	DeltaCommit kept;
+	DeltaCommit other;
+	char	   *text;
+
+	memset(big, '0', 20000);
+	big[20000] = '\0';
+	memset(id_a, 'a', 1000);
+	id_a[1000] = '\0';
+	text = psprintf("{\"commitInfo\":{\"operation\":\"WRITE\",\"finalize.lsn\":\"0x%s\"}}\n"
+					"{\"metaData\":{\"id\":\"%s\"}}\n{\"add\":{\"path\":\"a\",\"dataChange\":true}}\n", big, id_a);
+	parsed = parse(text, 3, &from_key);
+	delta_commit_keep(&parsed, &kept);
+	check(kept.lsn_text == NULL && kept.lsn_problem != NULL, "an LSN of 20,000 characters is kept as no LSN");
+	check(kept.table_id != NULL && strlen(kept.table_id) < 2 * DELTA_KEEP_MAX, "a long metaData.id is kept capped");
+	id_a[999] = 'b';
+	text = psprintf("{\"metaData\":{\"id\":\"%s\"}}\n", id_a);
+	other = parse(text, 4, &from_key);
+	delta_commit_keep(&other, &other);
+	check(strcmp(kept.table_id, other.table_id) != 0, "two long ids that differ at their end stay apart");
+	parsed = parse(V0, 0, &from_key);
+	delta_commit_keep(&parsed, &kept);
+	check(kept.lsn_text != parsed.lsn_text && strcmp(kept.lsn_text, "0x0000002a000000100003") == 0 &&
+		  kept.operation != parsed.operation && strcmp(kept.operation, "WRITE") == 0 &&
+		  strcmp(kept.table_id, "626eb313-5879-481f-9e0e-7dd6781cd89c") == 0 && kept.data_change,
+		  "a commit's strings are copied out, the rest as parsed");
+}
+
 /* Runs every test. */
 int
 main(void)
@@ -406,5 +440,6 @@ main(void)
 	test_malformed();
 	test_back_and_gone();
 	test_identity();
+	test_keep();
 	return tap_done();
 }
