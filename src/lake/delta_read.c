@@ -19,239 +19,15 @@
  */
 #include "postgres.h"
 
-#include "common/hashfn.h"
 #include "miscadmin.h"
-#include "utils/memutils.h"
 #include "storage/ipc.h"
 
-#include "core/redact.h"
-#include "lake/delta_read.h"
+#include "lake/delta_fetch.h"
 
 /* Commits judged in one poll; the next poll goes on from there. */
 #define DELTA_RUN_MAX 1000
-/* Bytes of commits read for one consumer in one poll before its run ends early. */
-#define DELTA_READ_BUDGET ((int64) 256 * 1024 * 1024)
 /* Commits read back to find what a version holds. */
 #define DELTA_BACK_MAX 200
-/* Blocks of a thousand names listed in one poll. */
-#define DELTA_LIST_BLOCKS 8
-#define VERSIONS_PER_BLOCK 1000
-
-/* What a listing of _delta_log/ says, from a version on. */
-typedef struct LogListing
-{
-	ListingSink sink;			/* first: the listing is a sink */
-	int64		from;			/* -1: the whole log */
-	bool		from_listed;	/* from's commit is listed */
-	int64		newest_commit;	/* -1: none */
-	int64		newest_checkpoint;	/* -1: none */
-	int64		want;			/* the commit whose identity to keep, or -1 */
-	char	   *want_identity;	/* its size and ETag (or MD5), in cxt */
-	MemoryContext cxt;
-} LogListing;
-
-/* The cancellation check run before each line of a commit. */
-static void
-tick(void)
-{
-	CHECK_FOR_INTERRUPTS();
-}
-
-/* Notes the commits and checkpoints of a batch of names. */
-static void
-consume_names(ListingSink *sink, const Inventory *batch)
-{
-	LogListing *l = (LogListing *) sink;
-
-	for (int i = 0; i < batch->n; i++)
-	{
-		const char *path = batch->items[i].path;
-		const char *slash = strrchr(path, '/');
-		int64_t		version;
-
-		switch (delta_log_name(slash != NULL ? slash + 1 : path, &version))
-		{
-			case DELTA_FILE_COMMIT:
-				if (version == l->want)
-					l->want_identity = MemoryContextStrdup(l->cxt, psprintf(INT64_FORMAT " %s", batch->items[i].size,
-																		   batch->items[i].etag != NULL
-																		   ? pnstrdup(batch->items[i].etag,
-																					  batch->items[i].etag_len)
-																		   : "-"));
-				l->from_listed |= version == l->from;
-				l->newest_commit = Max(l->newest_commit, version);
-				break;
-			case DELTA_FILE_CHECKPOINT:
-				l->newest_checkpoint = Max(l->newest_checkpoint, version);
-				break;
-			case DELTA_FILE_OTHER:
-				break;
-		}
-	}
-}
-
-/* Whether a store's error refuses the credentials (an S3 or Azure code, or HTTP 401/403). */
-static bool
-refused(const StoreError *err)
-{
-	static const char *const codes[] = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-	"InvalidCredentials", "AuthenticationFailed", "AuthorizationFailure", "AuthorizationPermissionMismatch"};
-
-	for (int i = 0; i < lengthof(codes); i++)
-		if (strcmp(err->code, codes[i]) == 0)
-			return true;
-	return err->http_status == 401 || err->http_status == 403;
-}
-
-/*
- * Sets the observation's condition for a store's failure, in the store's
- * own words (its code, HTTP status and message, secrets redacted).
- */
-static void
-store_failed(DeltaReader *r, const char *doing, const StoreError *err)
-{
-	bool		missing = strcmp(err->code, "NoSuchBucket") == 0 || strcmp(err->code, "ContainerNotFound") == 0;
-
-	r->obs->condition = refused(err) ? LAKE_STORE_AUTH_FAILED : missing ? LAKE_TABLE_NOT_FOUND
-		: LAKE_STORE_UNREACHABLE;
-	r->obs->detail = psprintf("Could not %s of Delta table %s in %s: %s%s %s", doing, r->location,
-							  store_describe(r->store), err->code,
-							  err->http_status > 0 ? psprintf(" (HTTP %ld):", err->http_status) : ":",
-							  redact_secrets(err->message, r->store->secrets));
-}
-
-/* A listing into l that keeps the identity of commit want (-1: none). */
-static void
-listing_init(DeltaReader *r, LogListing *l, int64 from, int64 want)
-{
-	memset(l, 0, sizeof(*l));
-	l->sink.consume = consume_names;
-	l->from = from;
-	l->newest_commit = -1;
-	l->newest_checkpoint = -1;
-	l->want = want;
-	l->cxt = r->cxt;
-}
-
-/*
- * A local commit's identity: its size and a hash of its bytes (a local
- * listing has no checksum, and an MD5 needs a resource owner this worker
- * does not have outside a transaction), *out NULL when it is not there.
- */
-static bool
-file_identity(DeltaReader *r, int64 version, char **out)
-{
-	char		name[32];
-	char	   *body = NULL;
-	size_t		len = 0;
-	bool		found = false;
-	StoreError	err;
-
-	delta_commit_name(version, name);
-	*out = NULL;
-	if (!store_read(r->store, psprintf("%s%s", r->log, name), DELTA_COMMIT_MAX_BYTES, &body, &len, &found, &err))
-	{
-		store_failed(r, psprintf("read commit %lld", (long long) version), &err);
-		return false;
-	}
-	if (found)
-		*out = psprintf("%zu h%016llx", len,
-						(unsigned long long) hash_bytes_extended((const unsigned char *) body, (int) len, 0));
-	if (body != NULL)
-		pfree(body);
-	return true;
-}
-
-/*
- * The identity of a commit (delta_identity's head part: its size and the
- * ETag of the store's listing, or file_identity), *out NULL when it is not
- * there; false when the store failed.
- */
-static bool
-listed_identity(DeltaReader *r, int64 version, char **out)
-{
-	StoreError	err;
-	LogListing	l;
-	char		name[32];
-
-	if (r->store->kind == STORE_FILE)
-		return file_identity(r, version, out);
-	delta_commit_name(version, name);
-	listing_init(r, &l, -1, version);
-	if (!store_list(r->store, psprintf("%s%s", r->log, name), &l.sink, &err))
-	{
-		store_failed(r, "list the log", &err);
-		return false;
-	}
-	*out = l.want_identity;
-	return true;
-}
-
-/*
- * Lists _delta_log/ from a version on (from < 0: all of it), a block of a
- * thousand names at a time while the last block listed was full; the
- * identity of from's commit is kept.
- */
-static bool
-list_log(DeltaReader *r, int64 from, LogListing *l)
-{
-	StoreError	err;
-	int64		block = Max(from, 0) / VERSIONS_PER_BLOCK;
-	/* A local store lists directories (its prefixes end in /): the log's, whole. */
-	bool		whole = from < 0 || r->store->kind == STORE_FILE;
-
-	listing_init(r, l, from, from);
-	for (int i = 0; i < (whole ? 1 : DELTA_LIST_BLOCKS); i++, block++)
-	{
-		char	   *prefix = whole ? pstrdup(r->log) : psprintf("%s%017lld", r->log, (long long) block);
-
-		CHECK_FOR_INTERRUPTS();
-		if (!store_list(r->store, prefix, &l->sink, &err))
-		{
-			store_failed(r, "list the log", &err);
-			return false;
-		}
-		if (l->newest_commit < (block + 1) * VERSIONS_PER_BLOCK - 1)
-			break;
-	}
-	return true;
-}
-
-/*
- * Reads and parses one commit (*found false when it is not there). The
- * body, its lines and the parser's tokens (several times the commit's
- * size) live in a context of their own, freed once the few strings the
- * verdict needs are copied out (delta_commit_keep): a run of a thousand
- * large commits holds a thousand small ones. What was read counts against
- * the poll's budget (r->bytes_read).
- */
-static bool
-read_commit(DeltaReader *r, int64 version, DeltaCommit *out, bool *found)
-{
-	char		name[32];
-	char	   *body = NULL;
-	size_t		len = 0;
-	StoreError	err;
-	DeltaCommit parsed;
-	MemoryContext old;
-	bool		ok;
-
-	if (r->parse_cxt == NULL)
-		r->parse_cxt = AllocSetContextCreate(r->cxt, "finalize Delta commit", ALLOCSET_DEFAULT_SIZES);
-	delta_commit_name(version, name);
-	old = MemoryContextSwitchTo(r->parse_cxt);
-	ok = store_read(r->store, psprintf("%s%s", r->log, name), DELTA_COMMIT_MAX_BYTES, &body, &len, found, &err);
-	if (ok && *found)
-		delta_parse_commit(body, len, &r->from, version, tick, &parsed);
-	MemoryContextSwitchTo(old);
-	if (ok && *found)
-		delta_commit_keep(&parsed, out);
-	r->bytes_read += len;
-	MemoryContextReset(r->parse_cxt);
-	if (!ok)
-		store_failed(r, psprintf("read commit %lld", (long long) version), &err);
-	return ok;
-}
 
 /* The condition of a first read whose commits were cleaned up. */
 static void
@@ -283,7 +59,9 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!read_commit(r, version, &c, &found))
+		if (i > 0 && delta_out_of_time(r))
+			return false;		/* nothing found yet: the next poll walks again */
+		if (!delta_read_commit(r, version, &c, &found))
 			return false;
 		if (!found)
 		{
@@ -314,7 +92,9 @@ learn_table_id(DeltaReader *r, DeltaBack *walk)
 		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!read_commit(r, v, &c, &found))
+		if (delta_out_of_time(r))
+			break;				/* unknown for now: the CREATE/REPLACE rule holds */
+		if (!delta_read_commit(r, v, &c, &found))
 			return false;
 		if (!found || c.malformed != NULL)
 			break;
@@ -346,12 +126,12 @@ read_first(DeltaReader *r)
 
 	if (!store_read(r->store, psprintf("%s_last_checkpoint", r->log), 1024 * 1024, &body, &len, &found, &err))
 	{
-		store_failed(r, "read _last_checkpoint", &err);
+		delta_store_failed(r, "read _last_checkpoint", &err);
 		return;
 	}
 	if (!found || !delta_last_checkpoint(body, len, &checkpoint))
 		checkpoint = -1;
-	if (!list_log(r, checkpoint, &l))
+	if (!delta_list_log(r, checkpoint, &l))
 		return;
 	if (l.newest_commit < 0 && l.newest_checkpoint < 0)
 	{
@@ -389,7 +169,7 @@ read_first(DeltaReader *r)
 		return;					/* nothing provable yet: the next carrier proves it */
 	if (walk.table_id == NULL && !learn_table_id(r, &walk))
 		return;
-	if (!listed_identity(r, l.newest_commit, &head_identity))
+	if (!delta_listed_identity(r, l.newest_commit, &head_identity))
 		return;
 	obs->identity = delta_identity(r->store_identity, head_identity);
 	obs->has_head = true;
@@ -411,8 +191,10 @@ gone(DeltaReader *r, const char *reason)
 /*
  * Each RESTORE of the run to a version before the one read last: what
  * that version held, read back from it (unknown: nothing provable).
+ * Returns how many commits of the run can be judged (the time used up
+ * before a RESTORE was resolved: those before it), -1 when the store failed.
  */
-static bool
+static int
 resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version)
 {
 	for (int i = 0; i < n; i++)
@@ -424,11 +206,13 @@ resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version
 		if (!commits[i].restore || !commits[i].has_restore_version ||
 			commits[i].restore_version >= seen_version)
 			continue;
+		if (delta_out_of_time(r))
+			return i;
 		if (!walk_back(r, commits[i].restore_version, &walk, &commits[i].restored_lsn, &step, &missing, NULL))
-			return false;
+			return r->obs->condition != LAKE_OK ? -1 : i;
 		commits[i].restored_known = step == DELTA_BACK_FOUND;
 	}
-	return true;
+	return n;
 }
 
 /*
@@ -461,7 +245,7 @@ observe_run(DeltaReader *r, const DeltaVerdict *v, int64 from, char *from_identi
 	obs->has_lsn = v->has_lsn;
 	obs->lsn = v->lsn;
 	obs->table_uuid = v->table_id;
-	if (v->head_version != from && !listed_identity(r, v->head_version, &head_identity))
+	if (v->head_version != from && !delta_listed_identity(r, v->head_version, &head_identity))
 		return;					/* the store failed: its condition, nothing recorded */
 	obs->identity = delta_identity(r->store_identity, head_identity);
 }
@@ -500,14 +284,14 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 	bool		found;
 	int			n;
 
-	if (!list_log(r, seen->version, &l))
+	if (!delta_list_log(r, seen->version, &l))
 		return;
 	if (delta_seen_gone(seen, l.from_listed, NULL) != NULL)
 	{
 		gone(r, delta_seen_gone(seen, l.from_listed, NULL));
 		return;
 	}
-	if (r->store->kind == STORE_FILE && l.from_listed && !file_identity(r, seen->version, &l.want_identity))
+	if (r->store->kind == STORE_FILE && l.from_listed && !delta_file_identity(r, seen->version, &l.want_identity))
 		return;
 	if (delta_identity_gone(r->seen_identity, r->store_identity, l.want_identity) != NULL)
 	{
@@ -521,7 +305,7 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 			observe_same(r, seen, l.want_identity);
 		return;
 	}
-	if (!read_commit(r, seen->version, &again, &found))
+	if (!delta_read_commit(r, seen->version, &again, &found))
 		return;
 	if (delta_seen_gone(seen, found, found ? &again : NULL) != NULL)
 	{
@@ -533,7 +317,12 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 	for (int i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (!read_commit(r, seen->version + 1 + i, &commits[i], &found))
+		if (i > 0 && delta_out_of_time(r))
+		{
+			n = i;				/* judged so far: recorded; the next poll goes on */
+			break;
+		}
+		if (!delta_read_commit(r, seen->version + 1 + i, &commits[i], &found))
 			return;
 		if (!found && i == 0)
 		{
@@ -552,7 +341,8 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 			break;
 		}
 	}
-	if (!resolve_restores(r, commits, n, seen->version))
+	n = resolve_restores(r, commits, n, seen->version);
+	if (n <= 0)
 		return;
 	v = delta_judge(seen, commits, n);
 	observe_run(r, &v, seen->version, l.want_identity);

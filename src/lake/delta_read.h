@@ -6,6 +6,8 @@
 #ifndef FINALIZE_LAKE_DELTA_READ_H
 #define FINALIZE_LAKE_DELTA_READ_H
 
+#include "datatype/timestamp.h"
+
 #include "lake/delta_log.h"
 #include "lake/lake_state.h"
 #include "store/store.h"
@@ -23,6 +25,7 @@ typedef struct DeltaReader
 	MemoryContext cxt;			/* where the poll of this consumer allocates */
 	MemoryContext parse_cxt;	/* one commit's parse, reset after each */
 	int64		bytes_read;		/* commits read this poll (DELTA_READ_BUDGET) */
+	TimestampTz deadline;		/* when this consumer's poll stops reading (0: never) */
 } DeltaReader;
 
 extern void delta_read_consumer(DeltaReader *r, const LakeConsumer *c);
