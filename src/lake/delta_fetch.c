@@ -194,7 +194,9 @@ delta_list_log(DeltaReader *r, int64 from, LogListing *l)
 			delta_store_failed(r, "list the log", &err);
 			return false;
 		}
-		if (l->newest_commit < (block + 1) * VERSIONS_PER_BLOCK - 1)
+		/* The last block of versions (up to 9223372036854775807) has no next. */
+		if (block + 1 > PG_INT64_MAX / VERSIONS_PER_BLOCK ||
+			l->newest_commit < (block + 1) * VERSIONS_PER_BLOCK - 1)
 			break;
 	}
 	return true;
@@ -231,6 +233,15 @@ delta_read_commit(DeltaReader *r, int64 version, DeltaCommit *out, bool *found)
 		delta_commit_keep(&parsed, out);
 	r->bytes_read += len;
 	MemoryContextReset(r->parse_cxt);
+	if (!ok && strcmp(err.code, "ResponseTooLarge") == 0)
+	{
+		/* The store answered: the commit is too large to judge, not the store unreachable. */
+		memset(out, 0, sizeof(*out));
+		out->version = version;
+		out->malformed = psprintf("is larger than %d MB", DELTA_COMMIT_MAX_BYTES / (1024 * 1024));
+		*found = true;
+		return true;
+	}
 	if (!ok)
 		delta_store_failed(r, psprintf("read commit %lld", (long long) version), &err);
 	return ok;

@@ -22,6 +22,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 
+#include "core/redact.h"
 #include "lake/delta_fetch.h"
 
 /* Commits judged in one poll; the next poll goes on from there. */
@@ -189,6 +190,31 @@ gone(DeltaReader *r, const char *reason)
 }
 
 /*
+ * The commit after the version read last was listed but not there when
+ * read: gone (the log cleaned up past it) only when a listing now agrees;
+ * still listed, a store that answered 404 for a moment (eventual
+ * consistency, a replica behind) is the store's condition, not a loss.
+ */
+static void
+cleaned_up(DeltaReader *r, int64 version)
+{
+	char	   *identity;
+
+	if (!delta_listed_identity(r, version, &identity))
+		return;
+	if (identity != NULL)
+	{
+		r->obs->condition = LAKE_STORE_UNREACHABLE;
+		r->obs->detail = psprintf("Commit %lld of Delta table %s is listed in %s but could not be read (not "
+								  "found); the next poll reads it again.", (long long) version, r->location,
+								  store_describe(r->store));
+		return;
+	}
+	gone(r, "commits after the version read last were removed before they were read (the log was cleaned up past "
+		 "it), so that it still holds what was proven cannot be shown");
+}
+
+/*
  * Each RESTORE of the run to a version before the one read last: what
  * that version held, read back from it (unknown: nothing provable).
  * Returns how many commits of the run can be judged (the time used up
@@ -326,8 +352,7 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 			return;
 		if (!found && i == 0)
 		{
-			gone(r, "commits after the version read last were removed before they were read (the log was "
-				 "cleaned up past it), so that it still holds what was proven cannot be shown");
+			cleaned_up(r, seen->version + 1);
 			return;
 		}
 		if (!found)
@@ -346,6 +371,19 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 		return;
 	v = delta_judge(seen, commits, n);
 	observe_run(r, &v, seen->version, l.want_identity);
+}
+
+/*
+ * Whether an error raised while a log was read came from judging what the
+ * store answered (memory, stack depth, a limit, characters the database
+ * cannot hold), not from reaching the store: the log's condition.
+ */
+static bool
+judging_error(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_OUT_OF_MEMORY || sqlerrcode == ERRCODE_STATEMENT_TOO_COMPLEX ||
+		sqlerrcode == ERRCODE_PROGRAM_LIMIT_EXCEEDED || sqlerrcode == ERRCODE_UNTRANSLATABLE_CHARACTER ||
+		sqlerrcode == ERRCODE_INVALID_TEXT_REPRESENTATION || sqlerrcode == ERRCODE_CHARACTER_NOT_IN_REPERTOIRE;
 }
 
 /* Reads a consumer's table and fills r->obs (no transaction is open). */
@@ -382,9 +420,11 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 		FlushErrorState();
 		memset(r->obs, 0, sizeof(*r->obs));
 		r->obs->consumer = c;
-		r->obs->condition = LAKE_STORE_UNREACHABLE;
-		r->obs->detail = psprintf("Could not read the log of Delta table %s in %s: %s", r->location,
-								  store_describe(r->store), error->message);
+		r->obs->condition = judging_error(error->sqlerrcode) ? LAKE_LOG_MALFORMED : LAKE_STORE_UNREACHABLE;
+		r->obs->detail = psprintf("Could not %s the log of Delta table %s in %s: %s",
+								  judging_error(error->sqlerrcode) ? "judge" : "read", r->location,
+								  store_describe(r->store),
+								  text_excerpt(redact_secrets(error->message, r->store->secrets), 1024));
 	}
 	PG_END_TRY();
 }

@@ -302,6 +302,17 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
                     timeout=20, what="the loss of the table created again at version 0")
     assert consumer(env, "sales.orders", "again")["reported_lsn"] is None
 
+    # A commit over the size cap (a sparse file): the log's condition, not the store's.
+    big = Pipeline(os.path.join(lake_dir, "big"))
+    big.apply(c[:1])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'big', delta_table => %s, store => %s)",
+            ("file://" + big.uri, store))
+    wait_consumer(env, "sales.orders", "big", lambda r: r["reported_lsn"] == c[0]["lsn"], "the big table read")
+    with open(os.path.join(big.uri, "_delta_log", "%020d.json" % 1), "wb") as f:
+        f.truncate(65 * 1024 * 1024)
+    row = wait_consumer(env, "sales.orders", "big", lambda r: r["lake_condition"] is not None, "the big commit")
+    assert row["lake_condition"] == "log_malformed" and "larger than 64 MB" in row["last_error"], row
+
 
 def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
         env, sim, s3):
@@ -352,6 +363,18 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
         assert row["reported_lsn"] == c[2]["lsn"], row
         s3.clear("faults")
         wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] is None, condition + " cleared")
+
+    # A commit listed but answering 404 for a while (a replica behind): the store's condition, no loss.
+    nxt = good.table().version() + 1
+    s3.fault(kind="status", status=404, code="NoSuchKey", count=-1, match="good/_delta_log/%020d.json" % nxt)
+    s3.put("lake", "sales/good/_delta_log/%020d.json" % nxt,
+           '{"commitInfo":{"timestamp":1,"operation":"WRITE","finalize.lsn":"%s"}}\n' % c[2]["lsn"])
+    row = wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] is not None, "the commit not found")
+    assert row["lake_condition"] == "store_unreachable" and "is listed" in row["last_error"], row
+    s3.clear("faults")
+    wait_consumer(env, "sales.orders", "good", lambda r: r["seen_head_id"] == nxt and r["lake_condition"] is None,
+                  "the commit read")
+    assert not env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' AND detail->>'consumer' = 'good'")
 
     # Idle polls of a consumer whose table does not move write nothing: its row keeps its version
     # while the worker lists the log again and again.
