@@ -19,8 +19,10 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "utils/hsearch.h"
 
 #include "core/redact.h"
 #include "lake/delta_fetch.h"
@@ -62,6 +64,12 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 		CHECK_FOR_INTERRUPTS();
 		if (i > 0 && delta_out_of_time(r))
 			return false;		/* nothing found yet: the next poll walks again */
+		if (i > 0 && version <= r->walk_floor)
+		{
+			walk->reason = psprintf("none did down to version %lld either, when read before", (long long) version);
+			*step = DELTA_BACK_NONE;
+			return true;
+		}
 		if (!delta_read_commit(r, version, &c, &found))
 			return false;
 		if (!found)
@@ -74,6 +82,57 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 		*step = delta_back_step(walk, &c, &version, lsn);
 	}
 	return true;
+}
+
+/*
+ * Per consumer (lake_id), the newest version a first read walked back from
+ * without finding a carrier, for as long as this worker runs: the next
+ * poll reads back only to it (a carrier missed then only makes it lag), so
+ * that a consumer whose lsn_from names nothing costs one commit a poll,
+ * not two hundred.
+ */
+typedef struct WalkedEntry
+{
+	int64		lake_id;
+	int64		walked_from;
+	uint32		lsn_from_hash;	/* the lsn_from it was walked for */
+} WalkedEntry;
+
+static HTAB *walked = NULL;
+
+/* walk_back for a first read, from the newest commit down to what an earlier poll walked. */
+static bool
+walk_first(DeltaReader *r, int64 newest, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
+		   int64 *head_ts)
+{
+	int64		lake_id = r->obs->consumer->lake_id;
+	WalkedEntry *e;
+	bool		found;
+	bool		ok;
+	uint32		from_hash;
+
+	if (walked == NULL)
+	{
+		HASHCTL		ctl = {0};
+
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(WalkedEntry);
+		walked = hash_create("finalize Delta walks", 64, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	e = hash_search(walked, &lake_id, HASH_FIND, NULL);
+	from_hash = hash_bytes((const unsigned char *) r->lsn_from_text, strlen(r->lsn_from_text));
+	r->walk_floor = e != NULL && e->walked_from <= newest && e->lsn_from_hash == from_hash ? e->walked_from : -1;
+	ok = walk_back(r, newest, walk, lsn, step, missing, head_ts);
+	r->walk_floor = -1;
+	if (ok && *missing < 0 && (*step == DELTA_BACK_NONE || *step == DELTA_BACK_MORE))
+	{
+		e = hash_search(walked, &lake_id, HASH_ENTER, &found);
+		e->walked_from = newest;
+		e->lsn_from_hash = from_hash;
+	}
+	else if (ok)
+		hash_search(walked, &lake_id, HASH_REMOVE, NULL);
+	return ok;
 }
 
 /*
@@ -145,7 +204,7 @@ read_first(DeltaReader *r)
 		checkpoint_only(r, l.newest_checkpoint, l.newest_checkpoint);
 		return;
 	}
-	if (!walk_back(r, l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
+	if (!walk_first(r, l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
 		return;
 	if (missing >= 0 && Max(checkpoint, l.newest_checkpoint) >= missing)
 	{
@@ -167,7 +226,16 @@ read_first(DeltaReader *r)
 		return;
 	}
 	if (step != DELTA_BACK_FOUND)
-		return;					/* nothing provable yet: the next carrier proves it */
+	{
+		/* Nothing provable yet: the next carrier proves it. Said, so that a wrong lsn_from is seen. */
+		obs->condition = LAKE_LSN_MISSING;
+		obs->detail = psprintf("No commit of Delta table %s read back from version %lld carries the LSN at lsn_from "
+							   "\"%s\": %s. The verdict waits for the first commit that does; check lsn_from and "
+							   "that the pipeline writes the LSN with each commit.", r->location,
+							   (long long) l.newest_commit, r->lsn_from_text,
+							   walk.reason != NULL ? walk.reason : "the newest 200 commits carry none");
+		return;
+	}
 	if (walk.table_id == NULL && !learn_table_id(r, &walk))
 		return;
 	if (!delta_listed_identity(r, l.newest_commit, &head_identity))

@@ -26,6 +26,8 @@ typedef struct DeltaReader
 	MemoryContext parse_cxt;	/* one commit's parse, reset after each */
 	int64		bytes_read;		/* commits read this poll (DELTA_READ_BUDGET) */
 	TimestampTz deadline;		/* when this consumer's poll stops reading (0: never) */
+	int64		walk_floor;		/* a first read's walk stops above it (-1: none) */
+	const char *lsn_from_text;	/* the consumer's lsn_from, for messages */
 } DeltaReader;
 
 extern void delta_read_consumer(DeltaReader *r, const LakeConsumer *c);

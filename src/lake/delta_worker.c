@@ -205,6 +205,8 @@ poll_consumer(DeltaConsumer *c, LakeObservation *obs)
 	r.location = c->lake.iceberg_table;
 	r.obs = obs;
 	r.cxt = CurrentMemoryContext;
+	r.walk_floor = -1;
+	r.lsn_from_text = c->lsn_from;
 	/* A consumer's poll reads for one poll interval at most (what was judged by then is recorded). */
 	r.deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), finalize_poll_interval_ms);
 	key = store_key_of(&c->store, c->lake.iceberg_table);

@@ -25,7 +25,8 @@ CREATE TABLE @extschema@.lake_consumer (
                       CONSTRAINT lake_consumer_condition_check
                       CHECK (condition IN ('catalog_unreachable', 'catalog_auth_failed', 'table_not_found',
                                            'property_malformed', 'metadata_malformed', 'store_unreachable',
-                                           'store_auth_failed', 'log_malformed', 'checkpoint_only')),
+                                           'store_auth_failed', 'log_malformed', 'checkpoint_only',
+                                           'lsn_missing')),
     condition_since   timestamptz,
     last_error        text,
     delta_table       text,

@@ -313,6 +313,14 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     row = wait_consumer(env, "sales.orders", "big", lambda r: r["lake_condition"] is not None, "the big commit")
     assert row["lake_condition"] == "log_malformed" and "larger than 64 MB" in row["last_error"], row
 
+    # lsn_from with a typo: no commit carries it, and the consumer says so instead of lagging silently.
+    typo = Pipeline(os.path.join(lake_dir, "typo"))
+    typo.apply(c[:1])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'typo', delta_table => %s, store => %s, "
+            "lsn_from => 'finalize.lns')", ("file://" + typo.uri, store))
+    row = wait_consumer(env, "sales.orders", "typo", lambda r: r["lake_condition"] is not None, "the typo")
+    assert row["lake_condition"] == "lsn_missing" and '"finalize.lns"' in row["last_error"], row
+
 
 def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
         env, sim, s3):

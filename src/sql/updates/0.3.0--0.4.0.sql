@@ -15,7 +15,8 @@ ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
                         'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
                         'table_not_found', 'property_malformed', 'metadata_malformed',
                         'report_ahead', 'clock_stepped_back', 'publication_failing',
-                        'store_unreachable', 'store_auth_failed', 'log_malformed', 'checkpoint_only'));
+                        'store_unreachable', 'store_auth_failed', 'log_malformed', 'checkpoint_only',
+                        'lsn_missing'));
 
 -- Publications and their outbox, as src/sql/11f_publications.once.sql
 -- creates them.
@@ -115,7 +116,7 @@ ALTER TABLE @extschema@.lake_consumer
     ADD CONSTRAINT lake_consumer_condition_check
         CHECK (condition IN ('catalog_unreachable', 'catalog_auth_failed', 'table_not_found',
                              'property_malformed', 'metadata_malformed', 'store_unreachable',
-                             'store_auth_failed', 'log_malformed', 'checkpoint_only')),
+                             'store_auth_failed', 'log_malformed', 'checkpoint_only', 'lsn_missing')),
     ADD CONSTRAINT lake_consumer_kind_check
         CHECK (CASE WHEN delta_table IS NULL THEN num_nulls(iceberg_table, ref, lsn_property) = 0 AND lsn_from IS NULL
                     ELSE num_nulls(iceberg_table, ref, lsn_property) = 3 AND lsn_from IS NOT NULL END);
