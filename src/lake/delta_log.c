@@ -104,7 +104,8 @@ writes_data(const DeltaCommit *c)
 static bool
 replaces_table(const DeltaCommit *c)
 {
-	return c->operation != NULL && (strstr(c->operation, "CREATE") != NULL || strstr(c->operation, "REPLACE") != NULL);
+	return c->operation != NULL && strstr(c->operation, "TABLE") != NULL &&
+		(strstr(c->operation, "CREATE") != NULL || strstr(c->operation, "REPLACE") != NULL);
 }
 
 /* Whether a commit's LSN counts: it writes data (writes_data) and carries lsn_from. */

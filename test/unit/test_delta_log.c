@@ -368,6 +368,9 @@ test_back_and_gone(void)
 	c = parse(REPLACE, 41, &from_key);
 	check(delta_back_step(&w, &c, &next, &lsn) == DELTA_BACK_NONE && w.at == 41,
 		  "a first read from a CREATE OR REPLACE TABLE proves nothing before it");
+	c = parse("{\"commitInfo\":{\"timestamp\":1,\"operation\":\"CREATE BLOOMFILTER INDEX\"}}\n", 40, &from_key);
+	check(delta_back_step(&w, &c, &next, &lsn) == DELTA_BACK_MORE && next == 39,
+		  "an index created is no table created: the walk goes on");
 	c = append(1, NULL);
 	check(delta_seen_gone(&s, true, &c) == NULL, "the version seen, the same commit time: still there");
 	c.timestamp_ms = 99;
