@@ -73,6 +73,8 @@ lake_condition_name(LakeCondition c)
 			return "log_malformed";
 		case LAKE_CHECKPOINT_ONLY:
 			return "checkpoint_only";
+		case LAKE_LSN_MISSING:
+			return "lsn_missing";
 	}
 	return "catalog_unreachable";
 }

@@ -25,8 +25,9 @@ typedef enum LakeCondition
 	LAKE_STORE_AUTH_FAILED,		/* the store refused the credentials, or
 								 * the declarer may not read it */
 	LAKE_LOG_MALFORMED,			/* a commit that cannot be judged */
-	LAKE_CHECKPOINT_ONLY		/* the commits to read were cleaned up;
+	LAKE_CHECKPOINT_ONLY,		/* the commits to read were cleaned up;
 								 * only a Parquet checkpoint remains */
+	LAKE_LSN_MISSING			/* no commit read carries lsn_from */
 } LakeCondition;
 
 typedef struct LakeCatalog

@@ -37,8 +37,10 @@ typedef struct LineState
 	const DeltaLsnFrom *from;
 	int			depth;
 	Action		action;
-	char	   *field;			/* the action's field being read (depth 2) */
-	char	   *param;			/* operationParameters' field (depth 3) */
+	bool		remove;			/* the action is a remove */
+	char	   *field;			/* the key just read at depth 1 or 2 (NULL: none yet) */
+	char	   *param;			/* operationParameters' field (depth 3; NULL: none yet) */
+	uint64		arrays;			/* bit d: the container at depth d is an array */
 	bool		not_object;
 	char	   *user_metadata;
 	bool		has_in_commit_ts;
@@ -88,15 +90,36 @@ parse_int64(const char *s, int64_t *out)
 	return true;
 }
 
-/* An object or array opens one level deeper. */
+/*
+ * Whether a key (which may be unset: a value can come before any key, as
+ * in an array) is a name; every comparison with a key goes through here.
+ */
+static bool
+key_is(const char *key, const char *name)
+{
+	return key != NULL && name != NULL && strcmp(key, name) == 0;
+}
+
+/* Whether the container at a depth is an array (deeper than 63: counted as one). */
+static bool
+in_array(const LineState *st, int depth)
+{
+	return depth >= 64 || (st->arrays & ((uint64) 1 << depth)) != 0;
+}
+
+/* An object opens one level deeper. */
 static JsonActionResult
 on_open(void *state)
 {
-	((LineState *) state)->depth++;
+	LineState  *st = state;
+
+	st->depth++;
+	if (st->depth < 64)
+		st->arrays &= ~((uint64) 1 << st->depth);
 	return JSON_ACTION_OK;
 }
 
-/* A line that is an array is no action. */
+/* A line that is an array is no action; an array's elements are no field's value. */
 static JsonActionResult
 on_array_open(void *state)
 {
@@ -105,6 +128,8 @@ on_array_open(void *state)
 	if (st->depth == 0)
 		st->not_object = true;
 	st->depth++;
+	if (st->depth < 64)
+		st->arrays |= (uint64) 1 << st->depth;
 	return JSON_ACTION_OK;
 }
 
@@ -122,16 +147,19 @@ on_field(void *state, char *fname, bool isnull pg_attribute_unused())
 {
 	LineState  *st = state;
 
-	if (st->depth == 1)
+	if (st->depth <= 2)
+	{
 		st->field = fname;
+		st->param = NULL;
+	}
 	if (st->depth == 1)
-		st->action = strcmp(fname, "commitInfo") == 0 ? ACT_COMMIT_INFO
-			: strcmp(fname, "add") == 0 || strcmp(fname, "remove") == 0 ? ACT_ADD_REMOVE
-			: strcmp(fname, "metaData") == 0 ? ACT_METADATA : ACT_OTHER;
+		st->action = key_is(fname, "commitInfo") ? ACT_COMMIT_INFO
+			: key_is(fname, "add") || key_is(fname, "remove") ? ACT_ADD_REMOVE
+			: key_is(fname, "metaData") ? ACT_METADATA : ACT_OTHER;
+	if (st->depth == 1)
+		st->remove = key_is(fname, "remove");
 	if (st->depth == 1 && st->action == ACT_ADD_REMOVE && st->top_key == NULL)
 		st->out->file_actions = true;
-	else if (st->depth == 2)
-		st->field = fname;
 	else if (st->depth == 3)
 		st->param = fname;
 	return JSON_ACTION_OK;
@@ -144,23 +172,23 @@ commit_info_scalar(LineState *st, char *token, JsonTokenType type)
 	DeltaCommit *c = st->out;
 	int64_t		v;
 
-	if (strcmp(st->field, "timestamp") == 0 && type == JSON_TOKEN_NUMBER && !st->has_in_commit_ts &&
+	if (key_is(st->field, "timestamp") && type == JSON_TOKEN_NUMBER && !st->has_in_commit_ts &&
 		parse_int64(token, &v))
 		c->timestamp_ms = v;
-	else if (strcmp(st->field, "inCommitTimestamp") == 0 && type == JSON_TOKEN_NUMBER && parse_int64(token, &v))
+	else if (key_is(st->field, "inCommitTimestamp") && type == JSON_TOKEN_NUMBER && parse_int64(token, &v))
 	{
 		c->timestamp_ms = v;
 		st->has_in_commit_ts = true;
 	}
-	else if (strcmp(st->field, "operation") == 0 && type == JSON_TOKEN_STRING)
+	else if (key_is(st->field, "operation") && type == JSON_TOKEN_STRING)
 	{
 		c->operation = token;
 		c->restore = strcmp(token, "RESTORE") == 0;
 	}
-	if (strcmp(st->field, USER_METADATA) == 0 && type == JSON_TOKEN_STRING)
+	if (key_is(st->field, USER_METADATA) && type == JSON_TOKEN_STRING)
 		st->user_metadata = token;
-	if ((st->from->place == DELTA_LSN_COMMIT_INFO_KEY && strcmp(st->field, st->from->key) == 0) ||
-		(st->from->place == DELTA_LSN_USER_METADATA && strcmp(st->field, USER_METADATA) == 0))
+	if ((st->from->place == DELTA_LSN_COMMIT_INFO_KEY && key_is(st->field, st->from->key)) ||
+		(st->from->place == DELTA_LSN_USER_METADATA && key_is(st->field, USER_METADATA)))
 	{
 		if (type == JSON_TOKEN_STRING)
 			c->lsn_text = token;
@@ -178,20 +206,25 @@ on_scalar(void *state, char *token, JsonTokenType type)
 
 	if (st->depth == 0)
 		st->not_object = true;
-	else if (st->depth == 1 && st->top_key != NULL && strcmp(st->field, st->top_key) == 0)
+	else if (in_array(st, st->depth))
+		return JSON_ACTION_OK;	/* an element is no field's value */
+	else if (st->depth == 1 && st->top_key != NULL && key_is(st->field, st->top_key))
 	{
 		st->top_token = token;
 		st->top_type = type;
 	}
 	else if (st->depth == 2 && st->action == ACT_COMMIT_INFO)
 		commit_info_scalar(st, token, type);
-	else if (st->depth == 3 && st->action == ACT_COMMIT_INFO && strcmp(st->field, "operationParameters") == 0 &&
-			 strcmp(st->param, "version") == 0)
+	else if (st->depth == 3 && st->action == ACT_COMMIT_INFO && key_is(st->field, "operationParameters") &&
+			 key_is(st->param, "version"))
 		c->has_restore_version = parse_int64(token, &c->restore_version);
-	else if (st->depth == 2 && st->action == ACT_ADD_REMOVE && strcmp(st->field, "dataChange") == 0 &&
+	else if (st->depth == 2 && st->action == ACT_ADD_REMOVE && key_is(st->field, "dataChange") &&
 			 type == JSON_TOKEN_TRUE)
+	{
 		c->data_change = true;
-	else if (st->depth == 2 && st->action == ACT_METADATA && strcmp(st->field, "id") == 0 &&
+		c->removes_data |= st->remove;
+	}
+	else if (st->depth == 2 && st->action == ACT_METADATA && key_is(st->field, "id") &&
 			 type == JSON_TOKEN_STRING)
 		c->table_id = token;
 	return JSON_ACTION_OK;
@@ -208,6 +241,10 @@ parse_line(char *line, int len, JsonSemAction *sem, const char **why)
 	st->depth = 0;
 	st->action = ACT_OTHER;
 	st->not_object = false;
+	st->field = NULL;
+	st->param = NULL;
+	st->arrays = 0;
+	st->remove = false;
 	lex = compat_json_lexer(line, len, PG_UTF8);
 	rc = pg_parse_json(lex, sem);
 	if (rc != JSON_SUCCESS)

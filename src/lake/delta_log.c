@@ -18,6 +18,8 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
+
 #include "lake/delta_log.h"
 
 /* Digits of a version in a log file's name. */
@@ -91,6 +93,19 @@ writes_data(const DeltaCommit *c)
 		if (strcmp(c->operation, writes[i]) == 0)
 			return true;
 	return false;
+}
+
+/*
+ * Whether a commit creates the table, or replaces it (CREATE TABLE, CREATE
+ * OR REPLACE TABLE, REPLACE TABLE, their AS SELECT forms, as delta-rs and
+ * Spark name them): the table before it is another one, whatever its
+ * metaData.id says (Spark may keep the id; an id never read says nothing).
+ */
+static bool
+replaces_table(const DeltaCommit *c)
+{
+	return c->operation != NULL && strstr(c->operation, "TABLE") != NULL &&
+		(strstr(c->operation, "CREATE") != NULL || strstr(c->operation, "REPLACE") != NULL);
 }
 
 /* Whether a commit's LSN counts: it writes data (writes_data) and carries lsn_from. */
@@ -171,7 +186,7 @@ restored(const DeltaSeen *seen, const DeltaCommit *c, const Held *states)
  * What the commits after the one seen prove (commits: versions
  * seen->version + 1 on, in order, none missing). Each commit moves the
  * table's state: a RESTORE to what its version held, another metaData.id
- * to nothing, a carrier to its LSN (a lower one than the state's is a
+ * or a CREATE/REPLACE TABLE that removes data to nothing, a carrier to its LSN (a lower one than the state's is a
  * rollback to it). Judging stops before a malformed commit (one that is
  * no commit could be a RESTORE) and before a carrier whose LSN is no LSN
  * unless a valid carrier follows it in the run (it then proves no less):
@@ -210,6 +225,12 @@ delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n)
 		{
 			cur.any = false;
 			note_rollback(&v, &rolled, seen, cur, "the table was created again (its metaData.id changed)");
+		}
+		else if (replaces_table(c) && c->removes_data)
+		{
+			cur.any = false;
+			note_rollback(&v, &rolled, seen, cur, psprintf("the table was replaced (%s removed its data)",
+														   c->operation));
 		}
 		if (c->table_id != NULL)
 			v.table_id = c->table_id;
@@ -253,12 +274,14 @@ delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n)
  * RESTORE went back to): the newest carrier found (*lsn), the version to
  * read next (the one before, or the version a RESTORE went back to), or
  * the end: nothing provable (the first version passed, a RESTORE to an
- * unknown version, a commit of another metaData.id), or a newest carrier
+ * unknown version, a commit of another metaData.id, one that created or
+ * replaced the table without the LSN), or a newest carrier
  * that cannot be read.
  */
 DeltaBackStep
 delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Lsn *lsn)
 {
+	walk->at = c->version;
 	if (c->malformed != NULL)
 	{
 		walk->reason = c->malformed;
@@ -289,6 +312,12 @@ delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Ls
 			: "the value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form)";
 		return DELTA_BACK_MALFORMED;
 	}
+	if (replaces_table(c))
+	{
+		walk->reason = psprintf("the table was created or replaced at version %lld (%s) by a commit without the LSN",
+								(long long) c->version, c->operation);
+		return DELTA_BACK_NONE;
+	}
 	if (c->version == 0)
 	{
 		walk->reason = "no commit carries the LSN";
@@ -316,4 +345,78 @@ delta_seen_gone(const DeltaSeen *seen, bool listed, const DeltaCommit *again)
 		again->timestamp_ms != seen->timestamp_ms)
 		return "the version read last was written again (the table was created again)";
 	return NULL;
+}
+
+/*
+ * What a consumer records to know its table again (seen_identity): the
+ * store's identity (store_identity) and the listing's identity of the
+ * version read last (its size and ETag or MD5; NULL: unknown), a line each.
+ */
+char *
+delta_identity(const char *store, const char *head)
+{
+	return psprintf("%s\n%s", store, head != NULL ? head : "");
+}
+
+/*
+ * Why what was recorded (seen: a delta_identity, NULL when none was) no
+ * longer stands for the table, or NULL: another store (its server dropped
+ * and created again, or its endpoint, bucket or container changed), or the
+ * version read last listed with another size or checksum (written again
+ * in place, or the table deleted and created again as far). An unknown
+ * part is not compared.
+ */
+const char *
+delta_identity_gone(const char *seen, const char *store, const char *head)
+{
+	const char *nl = seen != NULL ? strchr(seen, '\n') : NULL;
+
+	if (nl == NULL)
+		return NULL;
+	if (strlen(store) != (size_t) (nl - seen) || strncmp(seen, store, nl - seen) != 0)
+		return "the store changed (its server was created again, or its endpoint, bucket or container changed), "
+			"so the table read now may be another";
+	if (nl[1] != '\0' && head != NULL && strcmp(nl + 1, head) != 0)
+		return "the version read last was written again (its size or checksum in the store changed: the table was "
+			"created again, or the commit replaced)";
+	return NULL;
+}
+
+/* A string of a commit capped at DELTA_KEEP_MAX bytes, told apart by its length and a hash when cut. */
+static const char *
+keep_capped(const char *s)
+{
+	size_t		len;
+
+	if (s == NULL)
+		return NULL;
+	len = strlen(s);
+	if (len <= DELTA_KEEP_MAX)
+		return pstrdup(s);
+	return psprintf("%.*s... (%zu bytes, hash %016llx)", DELTA_KEEP_MAX / 2, s, len,
+					(unsigned long long) hash_bytes_extended((const unsigned char *) s, (int) len, 0));
+}
+
+/*
+ * Copies what the verdict needs of a parsed commit into the current memory
+ * context (the parse's own, with every line and token, is then freed),
+ * each string capped: an LSN longer than any LSN text is no LSN; a longer
+ * metaData.id is kept by its start, length and hash (still told apart), an
+ * operation and a reason by their start and length.
+ */
+void
+delta_commit_keep(const DeltaCommit *parsed, DeltaCommit *out)
+{
+	DeltaCommit p = *parsed;	/* out may be parsed */
+
+	*out = p;
+	out->malformed = keep_capped(p.malformed);
+	out->operation = keep_capped(p.operation);
+	out->table_id = keep_capped(p.table_id);
+	out->lsn_problem = keep_capped(p.lsn_problem);
+	out->lsn_text = NULL;
+	if (p.lsn_text != NULL && strlen(p.lsn_text) > DELTA_KEEP_MAX)
+		out->lsn_problem = "the value is not an LSN (0x and 20 hex digits, or Debezium's 8:8:4 form): it is too long";
+	else
+		out->lsn_text = keep_capped(p.lsn_text);
 }

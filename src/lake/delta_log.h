@@ -18,6 +18,8 @@
 
 /* A commit file is read whole up to this size (larger: malformed). */
 #define DELTA_COMMIT_MAX_BYTES (64 * 1024 * 1024)
+/* The longest string of a commit kept once it is parsed (delta_commit_keep). */
+#define DELTA_KEEP_MAX 256
 
 /* Where a commit carries the LSN (add_consumer's lsn_from). */
 typedef enum DeltaLsnPlace
@@ -43,6 +45,7 @@ typedef struct DeltaCommit
 	const char *operation;		/* commitInfo.operation, or NULL */
 	bool		data_change;	/* an add or remove with dataChange true */
 	bool		file_actions;	/* any add or remove at all */
+	bool		removes_data;	/* a remove with dataChange true */
 	bool		restore;		/* a RESTORE */
 	bool		has_restore_version;	/* operationParameters.version */
 	int64_t		restore_version;
@@ -103,6 +106,7 @@ typedef enum DeltaBackStep
 typedef struct DeltaBack
 {
 	const char *table_id;		/* the newest metaData.id met */
+	int64_t		at;				/* the version of the last commit stepped */
 	const char *reason;			/* NONE, MALFORMED: why */
 } DeltaBack;
 
@@ -126,5 +130,8 @@ extern void delta_commit_name(int64_t version, char out[32]);
 extern DeltaVerdict delta_judge(const DeltaSeen *seen, const DeltaCommit *commits, int n);
 extern DeltaBackStep delta_back_step(DeltaBack *walk, const DeltaCommit *c, int64_t *next_version, Lsn *lsn);
 extern const char *delta_seen_gone(const DeltaSeen *seen, bool listed, const DeltaCommit *again);
+extern void delta_commit_keep(const DeltaCommit *parsed, DeltaCommit *out);
+extern char *delta_identity(const char *store, const char *head);
+extern const char *delta_identity_gone(const char *seen, const char *store, const char *head);
 
 #endif							/* FINALIZE_LAKE_DELTA_LOG_H */

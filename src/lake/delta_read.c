@@ -19,148 +19,18 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "utils/hsearch.h"
 
 #include "core/redact.h"
-#include "lake/delta_read.h"
+#include "lake/delta_fetch.h"
 
 /* Commits judged in one poll; the next poll goes on from there. */
 #define DELTA_RUN_MAX 1000
 /* Commits read back to find what a version holds. */
 #define DELTA_BACK_MAX 200
-/* Blocks of a thousand names listed in one poll. */
-#define DELTA_LIST_BLOCKS 8
-#define VERSIONS_PER_BLOCK 1000
-
-/* What a listing of _delta_log/ says, from a version on. */
-typedef struct LogListing
-{
-	ListingSink sink;			/* first: the listing is a sink */
-	int64		from;			/* -1: the whole log */
-	bool		from_listed;	/* from's commit is listed */
-	int64		newest_commit;	/* -1: none */
-	int64		newest_checkpoint;	/* -1: none */
-} LogListing;
-
-/* The cancellation check run before each line of a commit. */
-static void
-tick(void)
-{
-	CHECK_FOR_INTERRUPTS();
-}
-
-/* Notes the commits and checkpoints of a batch of names. */
-static void
-consume_names(ListingSink *sink, const Inventory *batch)
-{
-	LogListing *l = (LogListing *) sink;
-
-	for (int i = 0; i < batch->n; i++)
-	{
-		const char *path = batch->items[i].path;
-		const char *slash = strrchr(path, '/');
-		int64_t		version;
-
-		switch (delta_log_name(slash != NULL ? slash + 1 : path, &version))
-		{
-			case DELTA_FILE_COMMIT:
-				l->from_listed |= version == l->from;
-				l->newest_commit = Max(l->newest_commit, version);
-				break;
-			case DELTA_FILE_CHECKPOINT:
-				l->newest_checkpoint = Max(l->newest_checkpoint, version);
-				break;
-			case DELTA_FILE_OTHER:
-				break;
-		}
-	}
-}
-
-/* Whether a store's error refuses the credentials (an S3 or Azure code, or HTTP 401/403). */
-static bool
-refused(const StoreError *err)
-{
-	static const char *const codes[] = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-	"InvalidCredentials", "AuthenticationFailed", "AuthorizationFailure", "AuthorizationPermissionMismatch"};
-
-	for (int i = 0; i < lengthof(codes); i++)
-		if (strcmp(err->code, codes[i]) == 0)
-			return true;
-	return err->http_status == 401 || err->http_status == 403;
-}
-
-/*
- * Sets the observation's condition for a store's failure, in the store's
- * own words (its code, HTTP status and message, secrets redacted).
- */
-static void
-store_failed(DeltaReader *r, const char *doing, const StoreError *err)
-{
-	bool		missing = strcmp(err->code, "NoSuchBucket") == 0 || strcmp(err->code, "ContainerNotFound") == 0;
-
-	r->obs->condition = refused(err) ? LAKE_STORE_AUTH_FAILED : missing ? LAKE_TABLE_NOT_FOUND
-		: LAKE_STORE_UNREACHABLE;
-	r->obs->detail = psprintf("Could not %s of Delta table %s in %s: %s%s %s", doing, r->location,
-							  store_describe(r->store), err->code,
-							  err->http_status > 0 ? psprintf(" (HTTP %ld):", err->http_status) : ":",
-							  redact_secrets(err->message, r->store->secrets));
-}
-
-/*
- * Lists _delta_log/ from a version on (from < 0: all of it), a block of a
- * thousand names at a time while the last block listed was full.
- */
-static bool
-list_log(DeltaReader *r, int64 from, LogListing *l)
-{
-	StoreError	err;
-	int64		block = Max(from, 0) / VERSIONS_PER_BLOCK;
-	/* A local store lists directories (its prefixes end in /): the log's, whole. */
-	bool		whole = from < 0 || r->store->kind == STORE_FILE;
-
-	memset(l, 0, sizeof(*l));
-	l->sink.consume = consume_names;
-	l->from = from;
-	l->newest_commit = -1;
-	l->newest_checkpoint = -1;
-	for (int i = 0; i < (whole ? 1 : DELTA_LIST_BLOCKS); i++, block++)
-	{
-		char	   *prefix = whole ? pstrdup(r->log) : psprintf("%s%017lld", r->log, (long long) block);
-
-		CHECK_FOR_INTERRUPTS();
-		if (!store_list(r->store, prefix, &l->sink, &err))
-		{
-			store_failed(r, "list the log", &err);
-			return false;
-		}
-		if (l->newest_commit < (block + 1) * VERSIONS_PER_BLOCK - 1)
-			break;
-	}
-	return true;
-}
-
-/* Reads and parses one commit (*found false when it is not there). */
-static bool
-read_commit(DeltaReader *r, int64 version, DeltaCommit *out, bool *found)
-{
-	char		name[32];
-	char	   *body = NULL;
-	size_t		len = 0;
-	StoreError	err;
-
-	delta_commit_name(version, name);
-	if (!store_read(r->store, psprintf("%s%s", r->log, name), DELTA_COMMIT_MAX_BYTES, &body, &len, found, &err))
-	{
-		store_failed(r, psprintf("read commit %lld", (long long) version), &err);
-		return false;
-	}
-	if (*found)
-		delta_parse_commit(body, len, &r->from, version, tick, out);
-	if (body != NULL)
-		pfree(body);
-	return true;
-}
 
 /* The condition of a first read whose commits were cleaned up. */
 static void
@@ -192,7 +62,15 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!read_commit(r, version, &c, &found))
+		if (i > 0 && delta_out_of_time(r))
+			return false;		/* nothing found yet: the next poll walks again */
+		if (i > 0 && version <= r->walk_floor)
+		{
+			walk->reason = psprintf("none did down to version %lld either, when read before", (long long) version);
+			*step = DELTA_BACK_NONE;
+			return true;
+		}
+		if (!delta_read_commit(r, version, &c, &found))
 			return false;
 		if (!found)
 		{
@@ -202,6 +80,85 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 		if (i == 0 && head_ts != NULL)
 			*head_ts = c.timestamp_ms;
 		*step = delta_back_step(walk, &c, &version, lsn);
+	}
+	return true;
+}
+
+/*
+ * Per consumer (lake_id), the newest version a first read walked back from
+ * without finding a carrier, for as long as this worker runs: the next
+ * poll reads back only to it (a carrier missed then only makes it lag), so
+ * that a consumer whose lsn_from names nothing costs one commit a poll,
+ * not two hundred.
+ */
+typedef struct WalkedEntry
+{
+	int64		lake_id;
+	int64		walked_from;
+	uint32		lsn_from_hash;	/* the lsn_from it was walked for */
+} WalkedEntry;
+
+static HTAB *walked = NULL;
+
+/* walk_back for a first read, from the newest commit down to what an earlier poll walked. */
+static bool
+walk_first(DeltaReader *r, int64 newest, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
+		   int64 *head_ts)
+{
+	int64		lake_id = r->obs->consumer->lake_id;
+	WalkedEntry *e;
+	bool		found;
+	bool		ok;
+	uint32		from_hash;
+
+	if (walked == NULL)
+	{
+		HASHCTL		ctl = {0};
+
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(WalkedEntry);
+		walked = hash_create("finalize Delta walks", 64, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	e = hash_search(walked, &lake_id, HASH_FIND, NULL);
+	from_hash = hash_bytes((const unsigned char *) r->lsn_from_text, strlen(r->lsn_from_text));
+	r->walk_floor = e != NULL && e->walked_from <= newest && e->lsn_from_hash == from_hash ? e->walked_from : -1;
+	ok = walk_back(r, newest, walk, lsn, step, missing, head_ts);
+	r->walk_floor = -1;
+	if (ok && *missing < 0 && (*step == DELTA_BACK_NONE || *step == DELTA_BACK_MORE))
+	{
+		e = hash_search(walked, &lake_id, HASH_ENTER, &found);
+		e->walked_from = newest;
+		e->lsn_from_hash = from_hash;
+	}
+	else if (ok)
+		hash_search(walked, &lake_id, HASH_REMOVE, NULL);
+	return ok;
+}
+
+/*
+ * The table's metaData.id when the walk of a first read found the carrier
+ * before any metaData: read on back from the carrier (walk->at) to the
+ * newest commit with metaData, up to DELTA_BACK_MAX commits. Not found
+ * there (cleaned up, a Parquet checkpoint holds it, or further back), it
+ * stays unknown: delta_judge then counts any CREATE/REPLACE TABLE that
+ * removes data as a rollback, and the first metaData.id met is the table's.
+ */
+static bool
+learn_table_id(DeltaReader *r, DeltaBack *walk)
+{
+	for (int64 v = walk->at - 1; v >= 0 && v >= walk->at - DELTA_BACK_MAX && walk->table_id == NULL; v--)
+	{
+		DeltaCommit c;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		if (delta_out_of_time(r))
+			break;				/* unknown for now: the CREATE/REPLACE rule holds */
+		if (!delta_read_commit(r, v, &c, &found))
+			return false;
+		if (!found || c.malformed != NULL)
+			break;
+		walk->table_id = c.table_id;
 	}
 	return true;
 }
@@ -225,15 +182,16 @@ read_first(DeltaReader *r)
 	int64		missing;
 	int64		head_ts = 0;
 	Lsn			lsn;
+	char	   *head_identity;
 
 	if (!store_read(r->store, psprintf("%s_last_checkpoint", r->log), 1024 * 1024, &body, &len, &found, &err))
 	{
-		store_failed(r, "read _last_checkpoint", &err);
+		delta_store_failed(r, "read _last_checkpoint", &err);
 		return;
 	}
 	if (!found || !delta_last_checkpoint(body, len, &checkpoint))
 		checkpoint = -1;
-	if (!list_log(r, checkpoint, &l))
+	if (!delta_list_log(r, checkpoint, &l))
 		return;
 	if (l.newest_commit < 0 && l.newest_checkpoint < 0)
 	{
@@ -246,7 +204,7 @@ read_first(DeltaReader *r)
 		checkpoint_only(r, l.newest_checkpoint, l.newest_checkpoint);
 		return;
 	}
-	if (!walk_back(r, l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
+	if (!walk_first(r, l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
 		return;
 	if (missing >= 0 && Max(checkpoint, l.newest_checkpoint) >= missing)
 	{
@@ -268,7 +226,21 @@ read_first(DeltaReader *r)
 		return;
 	}
 	if (step != DELTA_BACK_FOUND)
-		return;					/* nothing provable yet: the next carrier proves it */
+	{
+		/* Nothing provable yet: the next carrier proves it. Said, so that a wrong lsn_from is seen. */
+		obs->condition = LAKE_LSN_MISSING;
+		obs->detail = psprintf("No commit of Delta table %s read back from version %lld carries the LSN at lsn_from "
+							   "\"%s\": %s. The verdict waits for the first commit that does; check lsn_from and "
+							   "that the pipeline writes the LSN with each commit.", r->location,
+							   (long long) l.newest_commit, r->lsn_from_text,
+							   walk.reason != NULL ? walk.reason : "the newest 200 commits carry none");
+		return;
+	}
+	if (walk.table_id == NULL && !learn_table_id(r, &walk))
+		return;
+	if (!delta_listed_identity(r, l.newest_commit, &head_identity))
+		return;
+	obs->identity = delta_identity(r->store_identity, head_identity);
 	obs->has_head = true;
 	obs->head_id = l.newest_commit;
 	obs->head_sequence = head_ts;
@@ -286,10 +258,37 @@ gone(DeltaReader *r, const char *reason)
 }
 
 /*
+ * The commit after the version read last was listed but not there when
+ * read: gone (the log cleaned up past it) only when a listing now agrees;
+ * still listed, a store that answered 404 for a moment (eventual
+ * consistency, a replica behind) is the store's condition, not a loss.
+ */
+static void
+cleaned_up(DeltaReader *r, int64 version)
+{
+	char	   *identity;
+
+	if (!delta_listed_identity(r, version, &identity))
+		return;
+	if (identity != NULL)
+	{
+		r->obs->condition = LAKE_STORE_UNREACHABLE;
+		r->obs->detail = psprintf("Commit %lld of Delta table %s is listed in %s but could not be read (not "
+								  "found); the next poll reads it again.", (long long) version, r->location,
+								  store_describe(r->store));
+		return;
+	}
+	gone(r, "commits after the version read last were removed before they were read (the log was cleaned up past "
+		 "it), so that it still holds what was proven cannot be shown");
+}
+
+/*
  * Each RESTORE of the run to a version before the one read last: what
  * that version held, read back from it (unknown: nothing provable).
+ * Returns how many commits of the run can be judged (the time used up
+ * before a RESTORE was resolved: those before it), -1 when the store failed.
  */
-static bool
+static int
 resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version)
 {
 	for (int i = 0; i < n; i++)
@@ -301,18 +300,24 @@ resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version
 		if (!commits[i].restore || !commits[i].has_restore_version ||
 			commits[i].restore_version >= seen_version)
 			continue;
+		if (delta_out_of_time(r))
+			return i;
 		if (!walk_back(r, commits[i].restore_version, &walk, &commits[i].restored_lsn, &step, &missing, NULL))
-			return false;
+			return r->obs->condition != LAKE_OK ? -1 : i;
 		commits[i].restored_known = step == DELTA_BACK_FOUND;
 	}
-	return true;
+	return n;
 }
 
-/* Turns a judged run into the observation. */
+/*
+ * Turns a judged run into the observation, with the identity of its head
+ * (from_identity: that of the version read last, listed this poll).
+ */
 static void
-observe_run(DeltaReader *r, const DeltaVerdict *v)
+observe_run(DeltaReader *r, const DeltaVerdict *v, int64 from, char *from_identity)
 {
 	LakeObservation *obs = r->obs;
+	char	   *head_identity = from_identity;
 
 	if (v->outcome == DELTA_MALFORMED)
 	{
@@ -334,6 +339,28 @@ observe_run(DeltaReader *r, const DeltaVerdict *v)
 	obs->has_lsn = v->has_lsn;
 	obs->lsn = v->lsn;
 	obs->table_uuid = v->table_id;
+	if (v->head_version != from && !delta_listed_identity(r, v->head_version, &head_identity))
+		return;					/* the store failed: its condition, nothing recorded */
+	obs->identity = delta_identity(r->store_identity, head_identity);
+}
+
+/*
+ * Nothing new after the version read last: recorded again (the same LSN)
+ * only to keep its identity when it was not recorded yet (a consumer read
+ * before identities were kept).
+ */
+static void
+observe_same(DeltaReader *r, const DeltaSeen *seen, char *identity)
+{
+	LakeObservation *obs = r->obs;
+
+	obs->has_head = true;
+	obs->head_id = seen->version;
+	obs->head_sequence = seen->timestamp_ms;
+	obs->has_lsn = true;
+	obs->lsn = seen->lsn;
+	obs->table_uuid = seen->table_id;
+	obs->identity = delta_identity(r->store_identity, identity);
 }
 
 /*
@@ -351,16 +378,28 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 	bool		found;
 	int			n;
 
-	if (!list_log(r, seen->version, &l))
+	if (!delta_list_log(r, seen->version, &l))
 		return;
 	if (delta_seen_gone(seen, l.from_listed, NULL) != NULL)
 	{
 		gone(r, delta_seen_gone(seen, l.from_listed, NULL));
 		return;
 	}
-	if (l.newest_commit <= seen->version)
+	if (r->store->kind == STORE_FILE && l.from_listed && !delta_file_identity(r, seen->version, &l.want_identity))
 		return;
-	if (!read_commit(r, seen->version, &again, &found))
+	if (delta_identity_gone(r->seen_identity, r->store_identity, l.want_identity) != NULL)
+	{
+		gone(r, delta_identity_gone(r->seen_identity, r->store_identity, l.want_identity));
+		return;
+	}
+	if (l.newest_commit <= seen->version)
+	{
+		if (l.want_identity != NULL &&
+			(r->seen_identity == NULL || strcmp(r->seen_identity, delta_identity(r->store_identity, l.want_identity)) != 0))
+			observe_same(r, seen, l.want_identity);
+		return;
+	}
+	if (!delta_read_commit(r, seen->version, &again, &found))
 		return;
 	if (delta_seen_gone(seen, found, found ? &again : NULL) != NULL)
 	{
@@ -372,12 +411,16 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 	for (int i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (!read_commit(r, seen->version + 1 + i, &commits[i], &found))
+		if (i > 0 && delta_out_of_time(r))
+		{
+			n = i;				/* judged so far: recorded; the next poll goes on */
+			break;
+		}
+		if (!delta_read_commit(r, seen->version + 1 + i, &commits[i], &found))
 			return;
 		if (!found && i == 0)
 		{
-			gone(r, "commits after the version read last were removed before they were read (the log was "
-				 "cleaned up past it), so that it still holds what was proven cannot be shown");
+			cleaned_up(r, seen->version + 1);
 			return;
 		}
 		if (!found)
@@ -385,11 +428,30 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 			n = i;
 			break;
 		}
+		if (r->bytes_read >= DELTA_READ_BUDGET && i + 1 < n)
+		{
+			n = i + 1;			/* the next poll goes on from there */
+			break;
+		}
 	}
-	if (!resolve_restores(r, commits, n, seen->version))
+	n = resolve_restores(r, commits, n, seen->version);
+	if (n <= 0)
 		return;
 	v = delta_judge(seen, commits, n);
-	observe_run(r, &v);
+	observe_run(r, &v, seen->version, l.want_identity);
+}
+
+/*
+ * Whether an error raised while a log was read came from judging what the
+ * store answered (memory, stack depth, a limit, characters the database
+ * cannot hold), not from reaching the store: the log's condition.
+ */
+static bool
+judging_error(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_OUT_OF_MEMORY || sqlerrcode == ERRCODE_STATEMENT_TOO_COMPLEX ||
+		sqlerrcode == ERRCODE_PROGRAM_LIMIT_EXCEEDED || sqlerrcode == ERRCODE_UNTRANSLATABLE_CHARACTER ||
+		sqlerrcode == ERRCODE_INVALID_TEXT_REPRESENTATION || sqlerrcode == ERRCODE_CHARACTER_NOT_IN_REPERTOIRE;
 }
 
 /* Reads a consumer's table and fills r->obs (no transaction is open). */
@@ -404,6 +466,7 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 	seen.timestamp_ms = c->seen.head_sequence;
 	seen.lsn = c->seen.lsn;
 	seen.table_id = c->seen.table_uuid;
+	r->seen_identity = c->seen_identity;
 	PG_TRY();
 	{
 		if (seen.any)
@@ -425,9 +488,11 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 		FlushErrorState();
 		memset(r->obs, 0, sizeof(*r->obs));
 		r->obs->consumer = c;
-		r->obs->condition = LAKE_STORE_UNREACHABLE;
-		r->obs->detail = psprintf("Could not read the log of Delta table %s in %s: %s", r->location,
-								  store_describe(r->store), error->message);
+		r->obs->condition = judging_error(error->sqlerrcode) ? LAKE_LOG_MALFORMED : LAKE_STORE_UNREACHABLE;
+		r->obs->detail = psprintf("Could not %s the log of Delta table %s in %s: %s",
+								  judging_error(error->sqlerrcode) ? "judge" : "read", r->location,
+								  store_describe(r->store),
+								  text_excerpt(redact_secrets(error->message, r->store->secrets), 1024));
 	}
 	PG_END_TRY();
 }

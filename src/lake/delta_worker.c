@@ -127,6 +127,7 @@ read_consumer(HeapTuple tup, TupleDesc desc, MemoryContext cxt, DeltaConsumer *c
 	c->lake.allowed = !isnull && DatumGetBool(d);
 	d = SPI_getbinval(tup, desc, 15, &isnull);
 	c->declarer = isnull ? InvalidOid : DatumGetObjectId(d);
+	c->lake.seen_identity = db_text_copy(tup, desc, 16, cxt);
 }
 
 /*
@@ -165,7 +166,7 @@ load_consumers(Oid serverid, MemoryContext cxt, DeltaConsumer **consumers, int *
 	}
 	if (SPI_execute_with_args("SELECT c.table_id, c.table_name, c.consumer, c.delta_table, c.lsn_from, c.store, "
 							  "c.seen_head_id, c.seen_head_sequence, c.seen_lsn, c.seen_table_uuid, c.source_serverid, "
-							  "c.quiet, c.lake_id, c.allowed, c.declarer FROM " FINALIZE_INTERNAL_SCHEMA
+							  "c.quiet, c.lake_id, c.allowed, c.declarer, c.seen_identity FROM " FINALIZE_INTERNAL_SCHEMA
 							  ".delta_consumers($1) AS c WHERE " FINALIZE_INTERNAL_SCHEMA ".catalog_restoring() IS NULL",
 							  1, argtypes, args, nulls, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list the Delta consumers of a store");
@@ -204,7 +205,19 @@ poll_consumer(DeltaConsumer *c, LakeObservation *obs)
 	r.location = c->lake.iceberg_table;
 	r.obs = obs;
 	r.cxt = CurrentMemoryContext;
+	r.walk_floor = -1;
+	r.lsn_from_text = c->lsn_from;
+	/* A consumer's poll reads for one poll interval at most (what was judged by then is recorded). */
+	r.deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), finalize_poll_interval_ms);
 	key = store_key_of(&c->store, c->lake.iceberg_table);
+	r.store_identity = store_identity(&c->store);
+	if (c->lake.seen.any && delta_identity_gone(c->lake.seen_identity, r.store_identity, NULL) != NULL)
+	{
+		/* Checked before the location is resolved: in another bucket it may name nothing. */
+		obs->rolled_back = true;
+		obs->reason = delta_identity_gone(c->lake.seen_identity, r.store_identity, NULL);
+		return;
+	}
 	if (key == NULL || !delta_lsn_from_parse(c->lsn_from, &r.from))
 	{
 		/* add_consumer refuses both; a row written by hand is not trusted either. */
@@ -228,6 +241,8 @@ keep_observation(LakeObservation *obs)
 		obs->table_uuid = pstrdup(obs->table_uuid);
 	if (obs->reason != NULL)
 		obs->reason = pstrdup(obs->reason);
+	if (obs->identity != NULL)
+		obs->identity = pstrdup(obs->identity);
 }
 
 /*

@@ -20,7 +20,7 @@
 #include "core/source_table.h"
 #include "lake/lake_state.h"
 
-#define OBSERVE_SIGNATURE "lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text)"
+#define OBSERVE_SIGNATURE "lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text, boolean, text, text, text)"
 
 /*
  * NULL when the catalog is at this library's version and has the lake's
@@ -163,7 +163,9 @@ lake_observation_new(const LakeObservation *obs)
 
 	return obs->condition != LAKE_OK || obs->rolled_back ||
 		(obs->has_lsn && (!seen->any || lsn_cmp(&obs->lsn, &seen->lsn) != 0)) ||
-		(obs->has_head && seen->any && obs->head_id != seen->head_id);
+		(obs->has_head && seen->any && obs->head_id != seen->head_id) ||
+		(obs->identity != NULL && obs->has_lsn &&
+		 (obs->consumer->seen_identity == NULL || strcmp(obs->identity, obs->consumer->seen_identity) != 0));
 }
 
 /*
@@ -185,10 +187,10 @@ lake_needs_record(const LakeObservation *obs)
 bool
 lake_record(const LakeObservation *obs)
 {
-	Oid			types[13] = {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, INT8OID, INT8OID, INT8OID, TEXTOID,
-	TEXTOID, BOOLOID, TEXTOID, TEXTOID};
-	Datum		values[13];
-	char		nulls[13];
+	Oid			types[14] = {INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, INT8OID, INT8OID, INT8OID, TEXTOID,
+	TEXTOID, BOOLOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[14];
+	char		nulls[14];
 	char		lsn[LSN_TEXT_LEN + 1];
 	char		held[LSN_TEXT_LEN + 1];
 	char		judged[LSN_TEXT_LEN + 1];
@@ -216,8 +218,9 @@ lake_record(const LakeObservation *obs)
 	values[10] = BoolGetDatum(obs->rolled_back);
 	values[11] = db_text_or_null(obs->rolled_back && obs->held_known ? held : NULL, nulls, 11);
 	values[12] = db_text_or_null(obs->reason, nulls, 12);
+	values[13] = db_text_or_null(obs->identity, nulls, 13);
 	if (SPI_execute_with_args("SELECT " FINALIZE_INTERNAL_SCHEMA ".lake_observe($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
-							  "$11, $12, $13)", 13, types, values, nulls, false, 1) != SPI_OK_SELECT ||
+							  "$11, $12, $13, $14)", 14, types, values, nulls, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not record what table %s holds for consumer \"%s\"",
 			 obs->consumer->iceberg_table, obs->consumer->consumer);

@@ -35,6 +35,7 @@ typedef struct LakeConsumer
 								 * cut short reached */
 	bool		allowed;		/* its declarer may still read through the
 								 * server */
+	char	   *seen_identity;	/* a Delta consumer's (delta_identity), or NULL */
 } LakeConsumer;
 
 /* What one poll found, to be recorded. */
@@ -55,6 +56,7 @@ typedef struct LakeObservation
 	bool		held_known;
 	Lsn			held_lsn;
 	const char *reason;
+	const char *identity;		/* a Delta consumer's, to record (NULL: none) */
 } LakeObservation;
 
 extern char *lake_catalog_version_problem(void);

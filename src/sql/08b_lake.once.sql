@@ -25,11 +25,13 @@ CREATE TABLE @extschema@.lake_consumer (
                       CONSTRAINT lake_consumer_condition_check
                       CHECK (condition IN ('catalog_unreachable', 'catalog_auth_failed', 'table_not_found',
                                            'property_malformed', 'metadata_malformed', 'store_unreachable',
-                                           'store_auth_failed', 'log_malformed', 'checkpoint_only')),
+                                           'store_auth_failed', 'log_malformed', 'checkpoint_only',
+                                           'lsn_missing')),
     condition_since   timestamptz,
     last_error        text,
     delta_table       text,
     lsn_from          text,
+    seen_identity     text,
     PRIMARY KEY (table_id, consumer),
     FOREIGN KEY (table_id, consumer) REFERENCES @extschema@.consumer ON DELETE CASCADE,
     CHECK ((condition IS NULL) = (condition_since IS NULL)),
@@ -51,6 +53,8 @@ COMMENT ON COLUMN @extschema@.lake_consumer.delta_table IS
     'A Delta consumer''s table: its location (s3://, abfss://, file://, ...) in the store server_name names';
 COMMENT ON COLUMN @extschema@.lake_consumer.lsn_from IS
     'Where a Delta consumer''s commits carry the LSN: userMetadata, userMetadata.<key of its JSON>, or a top-level key of commitInfo';
+COMMENT ON COLUMN @extschema@.lake_consumer.seen_identity IS
+    'A Delta consumer''s store (its server''s oid and location) and the identity of the version read last in the store''s listing (size and ETag or MD5), a line each: either changing is a rollback';
 CREATE INDEX lake_consumer_server_idx ON @extschema@.lake_consumer (server_name);
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.lake_consumer', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.lake_consumer_lake_id_seq', '');

@@ -363,14 +363,15 @@ END;
 CREATE OR REPLACE FUNCTION finalize_internal.delta_consumers(server_name text)
 RETURNS TABLE (table_id bigint, table_name text, consumer text, delta_table text, lsn_from text, store text,
                seen_head_id bigint, seen_head_sequence bigint, seen_lsn text, seen_table_uuid text,
-               source_serverid oid, quiet boolean, lake_id bigint, allowed boolean, declarer oid)
+               source_serverid oid, quiet boolean, lake_id bigint, allowed boolean, declarer oid,
+               seen_identity text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT l.table_id, t.table_name, l.consumer, l.delta_table, l.lsn_from, l.server_name, l.seen_head_id,
            l.seen_head_sequence, l.seen_lsn::text, l.seen_table_uuid, s.oid,
            l.condition IS NULL AND l.polled_at >= now() - interval '50 seconds', l.lake_id,
-           r.oid IS NOT NULL, r.oid
+           r.oid IS NOT NULL, r.oid, l.seen_identity
       FROM @extschema@.lake_consumer l
       JOIN @extschema@.tracked_table t ON t.table_id = l.table_id
       JOIN @extschema@.consumer c ON c.table_id = l.table_id AND c.consumer = l.consumer
@@ -517,7 +518,8 @@ $$;
 -- recorded and the next poll judges again): the
 -- condition (NULL when the metadata was read) and its sentence; when read,
 -- the ref's head (recorded when it moved, so the next walk meets it), the
--- newest carrier's snapshot and LSN (NULL: none new), the table-uuid, or a
+-- newest carrier's snapshot and LSN (NULL: none new), the table-uuid (and a Delta
+-- consumer's identity: its store and the listing of the version read), or a
 -- rollback (with the LSN the ref still provably holds). A condition that
 -- has lasted finalize.alert_after opens an incident of its name; one that
 -- clears resolves it. A consumer or verdict row another transaction holds
@@ -536,7 +538,8 @@ CREATE OR REPLACE FUNCTION finalize_internal.lake_observe(
     table_uuid text,
     rolled_back boolean,
     held_lsn text,
-    reason text)
+    reason text,
+    identity text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -621,12 +624,13 @@ BEGIN
                seen_head_sequence = CASE WHEN new_lsn IS NULL THEN NULL ELSE head_sequence END,
                seen_lsn = new_lsn,
                seen_table_uuid = CASE WHEN new_lsn IS NULL THEN NULL ELSE table_uuid END,
+               seen_identity = CASE WHEN new_lsn IS NULL THEN NULL ELSE identity END,
                seen_at = now()
          WHERE x.lake_id = l.lake_id
            -- Without a rollback, what was proven only moves forward.
            AND (rolled_back OR x.seen_lsn IS NULL OR new_lsn >= x.seen_lsn)
-           AND (x.seen_head_id, x.seen_lsn, x.seen_table_uuid, x.seen_snapshot_id)
-               IS DISTINCT FROM (head_id, new_lsn, table_uuid, coalesce(carrier_id, x.seen_snapshot_id));
+           AND (x.seen_head_id, x.seen_lsn, x.seen_table_uuid, x.seen_snapshot_id, x.seen_identity)
+               IS DISTINCT FROM (head_id, new_lsn, table_uuid, coalesce(carrier_id, x.seen_snapshot_id), identity);
     END IF;
     RETURN moved;
 END

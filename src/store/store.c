@@ -78,6 +78,18 @@ keep_sas_signature(ObjectStore *s, const char *sas)
 }
 
 /*
+ * A role as messages name it: "name", or its OID when it was dropped
+ * meanwhile (a worker opens stores as roles that may vanish mid-poll).
+ */
+static char *
+role_label(Oid role)
+{
+	const char *name = GetUserNameFromId(role, true);
+
+	return name != NULL ? psprintf("\"%s\"", name) : psprintf("with OID %u (dropped)", role);
+}
+
+/*
  * Opens a local directory, a file:///absolute/path URL, for role: only
  * with the privileges of pg_read_server_files.
  */
@@ -210,9 +222,10 @@ store_try_open(const char *name, Oid role, ObjectStore *out, StoreError *err)
 		return open_error(err, "PermissionDenied", psprintf("permission denied for server %s", name));
 	um = fdw_user_mapping(role, server->serverid);
 	if (um == NULL)
-		return open_error(err, "NoUserMapping", psprintf("no user mapping for role \"%s\" on server \"%s\"",
-														 GetUserNameFromId(role, false), name));
+		return open_error(err, "NoUserMapping", psprintf("no user mapping for role %s on server \"%s\"",
+														 role_label(role), name));
 	out->name = pstrdup(server->servername);
+	out->serverid = server->serverid;
 	out->remote.connect_timeout_ms = finalize_s3_connect_timeout_ms;
 	out->remote.timeout_ms = finalize_s3_timeout_ms;
 	out->remote.max_pages = finalize_s3_max_pages;
@@ -277,6 +290,23 @@ store_describe(const ObjectStore *s)
 	if (s->kind == STORE_AZURE)
 		return psprintf("container \"%s\" of server \"%s\"", s->remote.az.container, s->name);
 	return psprintf("local store \"%s\"", s->name);
+}
+
+/*
+ * What the store is, to know it again: its server (a server dropped and
+ * created again under its name is another) and where its objects live
+ * (endpoint and bucket or container, or the directory). A table read
+ * through a store whose identity changed may be another table.
+ */
+char *
+store_identity(const ObjectStore *s)
+{
+	if (s->kind == STORE_S3)
+		return psprintf("%u s3 %s %s%s", s->serverid, s->remote.s3.endpoint, s->remote.s3.bucket,
+						s->remote.s3.virtual_host ? " virtual-host" : "");
+	if (s->kind == STORE_AZURE)
+		return psprintf("%u azure %s %s", s->serverid, s->remote.az.endpoint, s->remote.az.container);
+	return psprintf("file %s", s->root != NULL ? s->root : s->name);
 }
 
 /* Whether the store's listings carry checksums it computed (a local store's MD5s). */

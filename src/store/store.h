@@ -42,6 +42,7 @@ typedef struct ObjectStore
 {
 	StoreKind	kind;
 	const char *name;			/* the server's name or the file:// URL */
+	Oid			serverid;		/* the server (InvalidOid: file://) */
 	const char *root;			/* STORE_FILE: the directory below which no
 								 * link is followed */
 	RemoteStore remote;			/* STORE_S3, STORE_AZURE */
@@ -56,6 +57,7 @@ extern void store_open_local(const char *root, ObjectStore *out);
 extern const char *store_base(const ObjectStore *s);
 extern const char *store_key_of(const ObjectStore *s, const char *location);
 extern char *store_describe(const ObjectStore *s);
+extern char *store_identity(const ObjectStore *s);
 extern bool store_etags_computed(const ObjectStore *s);
 extern bool store_list(const ObjectStore *s, const char *prefix, ListingSink *sink, StoreError *err);
 extern bool store_read(const ObjectStore *s, const char *key, size_t max_bytes, char **body, size_t *len,

@@ -272,6 +272,55 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     row = wait_consumer(env, "sales.orders", "late", lambda r: r["reported_lsn"] == c[4]["lsn"], "the next commit")
     assert row["lake_condition"] is None, row
 
+    # A consumer declared on a table at version 1 (the LSN proved there, its metaData.id at version 0),
+    # then CREATE OR REPLACE TABLE (a new id, every file removed, no LSN): a loss of all it proved.
+    repl = Pipeline(os.path.join(lake_dir, "repl"))
+    repl.apply(c[:1])
+    repl.apply(c[1:2])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'repl', delta_table => %s, store => %s)",
+            ("file://" + repl.uri, store))
+    wait_consumer(env, "sales.orders", "repl", lambda r: r["reported_lsn"] == c[1]["lsn"], "the replaced table's LSN")
+    assert env.one("SELECT seen_table_uuid FROM finalize.lake_consumer WHERE consumer = 'repl'") == \
+        repl.table().metadata().id
+    DeltaTable.create(repl.uri, SCHEMA, mode="overwrite")
+    env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
+                                    "AND detail->>'consumer' = 'repl' AND detail->>'held_lsn' IS NULL"),
+                    timeout=20, what="the loss of the replaced table")
+    assert consumer(env, "sales.orders", "repl")["reported_lsn"] is None
+
+    # A table at version 0 with the LSN deleted and created again, empty, as version 0 (the pipeline
+    # stopped: no newer commit): the version read last is another commit, a loss.
+    again = Pipeline(os.path.join(lake_dir, "again"))
+    again.apply(c[:1])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'again', delta_table => %s, store => %s)",
+            ("file://" + again.uri, store))
+    wait_consumer(env, "sales.orders", "again", lambda r: r["reported_lsn"] == c[0]["lsn"], "version 0's LSN")
+    shutil.rmtree(again.uri)
+    write_deltalake(again.uri, pa.Table.from_pylist([], schema=SCHEMA), mode="append")
+    env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
+                                    "AND detail->>'consumer' = 'again'"),
+                    timeout=20, what="the loss of the table created again at version 0")
+    assert consumer(env, "sales.orders", "again")["reported_lsn"] is None
+
+    # A commit over the size cap (a sparse file): the log's condition, not the store's.
+    big = Pipeline(os.path.join(lake_dir, "big"))
+    big.apply(c[:1])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'big', delta_table => %s, store => %s)",
+            ("file://" + big.uri, store))
+    wait_consumer(env, "sales.orders", "big", lambda r: r["reported_lsn"] == c[0]["lsn"], "the big table read")
+    with open(os.path.join(big.uri, "_delta_log", "%020d.json" % 1), "wb") as f:
+        f.truncate(65 * 1024 * 1024)
+    row = wait_consumer(env, "sales.orders", "big", lambda r: r["lake_condition"] is not None, "the big commit")
+    assert row["lake_condition"] == "log_malformed" and "larger than 64 MB" in row["last_error"], row
+
+    # lsn_from with a typo: no commit carries it, and the consumer says so instead of lagging silently.
+    typo = Pipeline(os.path.join(lake_dir, "typo"))
+    typo.apply(c[:1])
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'typo', delta_table => %s, store => %s, "
+            "lsn_from => 'finalize.lns')", ("file://" + typo.uri, store))
+    row = wait_consumer(env, "sales.orders", "typo", lambda r: r["lake_condition"] is not None, "the typo")
+    assert row["lake_condition"] == "lsn_missing" and '"finalize.lns"' in row["last_error"], row
+
 
 def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
         env, sim, s3):
@@ -323,6 +372,18 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
         s3.clear("faults")
         wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] is None, condition + " cleared")
 
+    # A commit listed but answering 404 for a while (a replica behind): the store's condition, no loss.
+    nxt = good.table().version() + 1
+    s3.fault(kind="status", status=404, code="NoSuchKey", count=-1, match="good/_delta_log/%020d.json" % nxt)
+    s3.put("lake", "sales/good/_delta_log/%020d.json" % nxt,
+           '{"commitInfo":{"timestamp":1,"operation":"WRITE","finalize.lsn":"%s"}}\n' % c[2]["lsn"])
+    row = wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] is not None, "the commit not found")
+    assert row["lake_condition"] == "store_unreachable" and "is listed" in row["last_error"], row
+    s3.clear("faults")
+    wait_consumer(env, "sales.orders", "good", lambda r: r["seen_head_id"] == nxt and r["lake_condition"] is None,
+                  "the commit read")
+    assert not env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' AND detail->>'consumer' = 'good'")
+
     # Idle polls of a consumer whose table does not move write nothing: its row keeps its version
     # while the worker lists the log again and again.
     xmin = env.one("SELECT xmin::text FROM finalize.lake_consumer WHERE consumer = 'good'")
@@ -330,6 +391,14 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
     env.pg.wait_for(lambda: len([r for r in s3.requests() if "list-type" in (r["query"] or "")]) >= 5,
                     timeout=20, what="five polls of the good table")
     assert env.one("SELECT xmin::text FROM finalize.lake_consumer WHERE consumer = 'good'") == xmin
+
+    # The server pointed at another bucket: what the consumer proved may not be there, a loss.
+    s3.create_bucket("lake2")
+    env.sql("ALTER SERVER lake_s3 OPTIONS (SET bucket 'lake2')")
+    env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
+                                    "AND detail->>'consumer' = 'good' AND detail->>'reason' LIKE '%store changed%'"),
+                    timeout=20, what="the loss of the store changed")
+    assert consumer(env, "sales.orders", "good")["reported_lsn"] is None
 
 
 def test_appends_optimize_and_a_restore_on_azure_blob_storage(env, sim):

@@ -55,6 +55,15 @@ static const char *RESTORE1 =
 "{\"remove\":{\"path\":\"part-2.parquet\",\"dataChange\":true,\"size\":782}}\n"
 "{\"metaData\":{\"id\":\"626eb313-5879-481f-9e0e-7dd6781cd89c\",\"format\":{\"provider\":\"parquet\",\"options\":{}},\"configuration\":{}}}\n";
 
+/* delta-rs 1.6.6's DeltaTable.create(mode="overwrite"): a new metaData.id, every file removed, no LSN. */
+static const char *REPLACE =
+"{\"commitInfo\":{\"timestamp\":1796594602131,\"operation\":\"CREATE OR REPLACE TABLE\",\"operationParameters\":"
+"{\"location\":\"file:///tmp/t/\",\"mode\":\"Overwrite\"},\"engineInfo\":\"delta-rs:py-1.6.6\"}}\n"
+"{\"protocol\":{\"minReaderVersion\":1,\"minWriterVersion\":2}}\n"
+"{\"metaData\":{\"id\":\"44e66d04-e062-4eb7-85aa-bfd6963a2cd8\",\"format\":{\"provider\":\"parquet\",\"options\":{}},"
+"\"partitionColumns\":[],\"configuration\":{}}}\n"
+"{\"remove\":{\"path\":\"part-0.parquet\",\"dataChange\":true,\"deletionTimestamp\":1796594602131,\"size\":486}}\n";
+
 static DeltaLsnFrom from_key = {DELTA_LSN_COMMIT_INFO_KEY, "finalize.lsn"};
 
 /* Parses a commit text of a version with lsn_from. */
@@ -153,6 +162,29 @@ test_parse(void)
 	check(c.malformed != NULL, "an empty commit is malformed");
 	c = parse("{\"commitInfo\":{\"x\":\"\xff\"}}", 1, &from_key);
 	check(c.malformed != NULL, "invalid UTF-8 is malformed");
+}
+
+/* Scalars before any key (arrays where objects are expected) must not crash the parser. */
+static void
+test_scalar_before_key(void)
+{
+	DeltaLsnFrom umk = {DELTA_LSN_USER_METADATA_KEY, "lsn"};
+	int64_t		v = -1;
+	DeltaCommit c;
+
+	c = parse("{\"commitInfo\":{\"operationParameters\":[\"x\"]}}", 1, &from_key);
+	check(c.malformed == NULL && !c.has_restore_version, "operationParameters that is an array: no crash");
+	c = parse("{\"commitInfo\":{\"operationParameters\":{\"a\":1}}}\n{\"metaData\":[\"x\",{\"id\":\"y\"}]}", 1,
+			  &from_key);
+	check(c.malformed == NULL && c.table_id == NULL, "a key of a line before does not name a scalar of the next");
+	check(!delta_last_checkpoint("[\"x\"]", 5, &v), "_last_checkpoint that is an array: no version, no crash");
+	c = parse("{\"commitInfo\":{\"userMetadata\":\"[\\\"x\\\"]\"}}", 1, &umk);
+	check(c.lsn_problem != NULL && c.lsn_text == NULL, "userMetadata that is an array: a problem, no crash");
+	c = parse("{\"commitInfo\":{\"userMetadata\":\"{\\\"commitInfo\\\":{\\\"operationParameters\\\":[1]}}\"}}",
+			  1, &umk);
+	check(c.lsn_text == NULL, "a commitInfo nested in userMetadata: no crash");
+	c = parse("[\"x\"]\n", 1, &from_key);
+	check(c.malformed != NULL, "a line that is an array of strings is malformed");
 }
 
 /* Names of _delta_log/, _last_checkpoint, lsn_from. */
@@ -270,6 +302,15 @@ test_rollbacks(void)
 	run[1] = append(5, "0x00000001000000100003");
 	v = delta_judge(&s, run, 2);
 	check(v.outcome == DELTA_ROLLBACK && !v.held_known, "two rollbacks: the lowest held counts (nothing)");
+	s.table_id = NULL;
+	run[0] = parse(REPLACE, 4, &from_key);
+	check(run[0].removes_data, "CREATE OR REPLACE TABLE removes data");
+	v = delta_judge(&s, run, 1);
+	check(v.outcome == DELTA_ROLLBACK && !v.held_known && !v.has_lsn,
+		  "CREATE OR REPLACE TABLE while the id is unknown: a rollback to nothing provable");
+	s.table_id = "44e66d04-e062-4eb7-85aa-bfd6963a2cd8";
+	v = delta_judge(&s, run, 1);
+	check(v.outcome == DELTA_ROLLBACK && !v.has_lsn, "a replace that keeps the id: a rollback all the same");
 }
 
 /* Malformed commits stop the run; a bad LSN followed by a valid one does not. */
@@ -323,6 +364,13 @@ test_back_and_gone(void)
 	w.table_id = "new";
 	c = parse(V0, 0, &from_key);
 	check(delta_back_step(&w, &c, &next, &lsn) == DELTA_BACK_NONE, "another table's commit ends the walk");
+	memset(&w, 0, sizeof(w));
+	c = parse(REPLACE, 41, &from_key);
+	check(delta_back_step(&w, &c, &next, &lsn) == DELTA_BACK_NONE && w.at == 41,
+		  "a first read from a CREATE OR REPLACE TABLE proves nothing before it");
+	c = parse("{\"commitInfo\":{\"timestamp\":1,\"operation\":\"CREATE BLOOMFILTER INDEX\"}}\n", 40, &from_key);
+	check(delta_back_step(&w, &c, &next, &lsn) == DELTA_BACK_MORE && next == 39,
+		  "an index created is no table created: the walk goes on");
 	c = append(1, NULL);
 	check(delta_seen_gone(&s, true, &c) == NULL, "the version seen, the same commit time: still there");
 	c.timestamp_ms = 99;
@@ -330,15 +378,71 @@ test_back_and_gone(void)
 	check(delta_seen_gone(&s, false, NULL) != NULL, "no longer listed: gone");
 }
 
+/* What a consumer records to know its store and the version read last again. */
+static void
+test_identity(void)
+{
+	char	   *seen = delta_identity("16384 s3 http://h lake", "740 \"abc\"");
+
+	check(delta_identity_gone(NULL, "16384 s3 http://h lake", "1 x") == NULL, "nothing recorded: nothing compared");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", "740 \"abc\"") == NULL, "the same store and commit");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", NULL) == NULL, "the commit not listed yet: the store alone");
+	check(delta_identity_gone(seen, "16390 s3 http://h lake", NULL) != NULL, "the server created again: gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h other", "740 \"abc\"") != NULL, "another bucket: gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake2", "740 \"abc\"") != NULL, "a longer bucket name: gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", "740 \"abd\"") != NULL,
+		  "the commit read last written again (another checksum): gone");
+	check(delta_identity_gone(seen, "16384 s3 http://h lake", "741 \"abc\"") != NULL, "another size: gone");
+	check(delta_identity_gone(delta_identity("file /d", NULL), "file /d", "1 x") == NULL,
+		  "a commit identity never recorded is not compared");
+}
+
+/* What is kept of a parsed commit once its parse's memory is freed: copies, each capped. */
+static void
+test_keep(void)
+{
+	char	   *big = palloc(20001);
+	char	   *id_a = palloc(1001);
+	DeltaCommit parsed;
+	DeltaCommit kept;
+	DeltaCommit other;
+	char	   *text;
+
+	memset(big, '0', 20000);
+	big[20000] = '\0';
+	memset(id_a, 'a', 1000);
+	id_a[1000] = '\0';
+	text = psprintf("{\"commitInfo\":{\"operation\":\"WRITE\",\"finalize.lsn\":\"0x%s\"}}\n"
+					"{\"metaData\":{\"id\":\"%s\"}}\n{\"add\":{\"path\":\"a\",\"dataChange\":true}}\n", big, id_a);
+	parsed = parse(text, 3, &from_key);
+	delta_commit_keep(&parsed, &kept);
+	check(kept.lsn_text == NULL && kept.lsn_problem != NULL, "an LSN of 20,000 characters is kept as no LSN");
+	check(kept.table_id != NULL && strlen(kept.table_id) < 2 * DELTA_KEEP_MAX, "a long metaData.id is kept capped");
+	id_a[999] = 'b';
+	text = psprintf("{\"metaData\":{\"id\":\"%s\"}}\n", id_a);
+	other = parse(text, 4, &from_key);
+	delta_commit_keep(&other, &other);
+	check(strcmp(kept.table_id, other.table_id) != 0, "two long ids that differ at their end stay apart");
+	parsed = parse(V0, 0, &from_key);
+	delta_commit_keep(&parsed, &kept);
+	check(kept.lsn_text != parsed.lsn_text && strcmp(kept.lsn_text, "0x0000002a000000100003") == 0 &&
+		  kept.operation != parsed.operation && strcmp(kept.operation, "WRITE") == 0 &&
+		  strcmp(kept.table_id, "626eb313-5879-481f-9e0e-7dd6781cd89c") == 0 && kept.data_change,
+		  "a commit's strings are copied out, the rest as parsed");
+}
+
 /* Runs every test. */
 int
 main(void)
 {
 	test_parse();
+	test_scalar_before_key();
 	test_names();
 	test_judge();
 	test_rollbacks();
 	test_malformed();
 	test_back_and_gone();
+	test_identity();
+	test_keep();
 	return tap_done();
 }

@@ -15,7 +15,8 @@ ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
                         'start_unreadable', 'catalog_unreachable', 'catalog_auth_failed',
                         'table_not_found', 'property_malformed', 'metadata_malformed',
                         'report_ahead', 'clock_stepped_back', 'publication_failing',
-                        'store_unreachable', 'store_auth_failed', 'log_malformed', 'checkpoint_only'));
+                        'store_unreachable', 'store_auth_failed', 'log_malformed', 'checkpoint_only',
+                        'lsn_missing'));
 
 -- Publications and their outbox, as src/sql/11f_publications.once.sql
 -- creates them.
@@ -110,11 +111,12 @@ ALTER TABLE @extschema@.lake_consumer
     ALTER COLUMN lsn_property DROP NOT NULL,
     ADD COLUMN delta_table text,
     ADD COLUMN lsn_from text,
+    ADD COLUMN seen_identity text,
     DROP CONSTRAINT lake_consumer_condition_check,
     ADD CONSTRAINT lake_consumer_condition_check
         CHECK (condition IN ('catalog_unreachable', 'catalog_auth_failed', 'table_not_found',
                              'property_malformed', 'metadata_malformed', 'store_unreachable',
-                             'store_auth_failed', 'log_malformed', 'checkpoint_only')),
+                             'store_auth_failed', 'log_malformed', 'checkpoint_only', 'lsn_missing')),
     ADD CONSTRAINT lake_consumer_kind_check
         CHECK (CASE WHEN delta_table IS NULL THEN num_nulls(iceberg_table, ref, lsn_property) = 0 AND lsn_from IS NULL
                     ELSE num_nulls(iceberg_table, ref, lsn_property) = 3 AND lsn_from IS NOT NULL END);
@@ -124,6 +126,11 @@ COMMENT ON COLUMN @extschema@.lake_consumer.delta_table IS
     'A Delta consumer''s table: its location (s3://, abfss://, file://, ...) in the store server_name names';
 COMMENT ON COLUMN @extschema@.lake_consumer.lsn_from IS
     'Where a Delta consumer''s commits carry the LSN: userMetadata, userMetadata.<key of its JSON>, or a top-level key of commitInfo';
+COMMENT ON COLUMN @extschema@.lake_consumer.seen_identity IS
+    'A Delta consumer''s store (its server''s oid and location) and the identity of the version read last in the store''s listing (size and ETag or MD5), a line each: either changing is a rollback';
+-- lake_observe takes the Delta consumer's identity (seen_identity).
+DROP FUNCTION finalize_internal.lake_observe(bigint, bigint, text, text, text, bigint, bigint, bigint, text, text,
+                                             boolean, text, text);
 CREATE DOMAIN @extschema@.delta_location AS text;
 COMMENT ON DOMAIN @extschema@.delta_location IS
     'The location of a Delta Lake table (s3://bucket/path, abfss://container@account.dfs.core.windows.net/path, file:///path)';
