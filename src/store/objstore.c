@@ -105,6 +105,9 @@ transfer_error(const HttpResponse *r, const char *reading, StoreError *err)
 			/* credentials_safe() and the validators come first. */
 			store_set_error(err, 0, "InvalidCredentials", r->error);
 			break;
+		case HTTP_BAD_CA_FILE:
+			store_set_error(err, 0, "InvalidCaFile", r->error);
+			break;
 		case HTTP_INIT_FAILED:
 			store_set_error(err, 0, "CurlInitFailed", r->error);
 			break;

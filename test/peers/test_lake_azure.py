@@ -17,8 +17,10 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import ssl
 import sys
+import tempfile
 import threading
 import urllib.parse
 
@@ -338,6 +340,55 @@ class FaultyBlobService(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def unblock_fifo(path, done):
+    """Until done, opens the FIFO for writing and closes it every few seconds, so that a reader
+    blocked on it (the code before the ca_file check) gets end-of-file: the test then fails
+    instead of hanging."""
+    while not done.wait(5):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
+
+def test_a_ca_file_that_is_not_a_regular_file_is_never_read(wh, az, blobs, table):
+    """libcurl reads the CA file whole and uncancellably: a FIFO would hang the backend, /dev/zero
+    exhaust its memory. The validator refuses them; a file replaced by one after validation is
+    refused before each request (InvalidCaFile), nothing read."""
+    where = tempfile.mkdtemp(prefix="finalize-ca.")
+    os.chmod(where, 0o755)     # the server runs as postgres
+    try:
+        fifo, ca = os.path.join(where, "ca.fifo"), os.path.join(where, "ca.pem")
+        os.mkfifo(fifo, 0o644)
+        for bad in ("/dev/zero", fifo):
+            with pytest.raises(psycopg2.Error) as e:
+                wh.sql("CREATE SERVER az_badca FOREIGN DATA WRAPPER finalize_azure OPTIONS (account "
+                       "'devstoreaccount1', container 'lake', endpoint %s, ca_file %s)", (az.endpoint, bad))
+            assert 'option "ca_file"' in e.value.diag.message_primary and "regular file of at most 1 MB" in \
+                e.value.diag.message_detail, e.value
+        shutil.copy(az.ca, ca)
+        os.chmod(ca, 0o644)
+        wh.sql("CREATE SERVER az_swapped FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+               "container 'lake', endpoint %s, ca_file %s)", (az.endpoint, ca))
+        wh.sql("CREATE USER MAPPING FOR postgres SERVER az_swapped OPTIONS (account_key %s)", (az.key,))
+        files = upload(blobs, "gen-1", ["a.parquet"])
+        assert gate(wh, "gen-1", files, "az_swapped") == (True, "gen-1", [])
+        for replace in (lambda: os.mkfifo(ca, 0o644), lambda: os.symlink("/dev/zero", ca)):
+            os.remove(ca)
+            replace()
+            done = threading.Event()
+            threading.Thread(target=unblock_fifo, args=(ca, done), daemon=True).start()
+            try:
+                err, text = refused(wh, "gen-1", files, "az_swapped")
+            finally:
+                done.set()
+            assert err.diag.message_primary.endswith('"az_swapped": InvalidCaFile'), text
+            assert f'the ca_file "{ca}" is not a regular file of at most 1 MB' in text, text
+            assert "ca_file" in err.diag.message_hint
+    finally:
+        shutil.rmtree(where)
 
 
 def test_a_busy_or_stalled_store_is_an_error_that_releases_nothing(wh, az, blobs, table):
