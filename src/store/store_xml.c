@@ -205,7 +205,9 @@ blob_checksum(xmlNodePtr props)
 /*
  * Whether a listed blob is a directory of a hierarchical namespace (ADLS
  * Gen2 through the Blob endpoint): a blob whose metadata says
- * hdi_isfolder=true, or whose ResourceType is directory. Not a file.
+ * hdi_isfolder=true, or whose ResourceType is directory. Not a file; the
+ * caller asks only of a zero-length blob, since anyone who may write a
+ * blob may set that metadata on a file with content too.
  */
 static bool
 blob_is_directory(xmlNodePtr blob, xmlNodePtr props)
@@ -243,7 +245,7 @@ azure_blob(xmlNodePtr blob, Inventory *out, StoreError *err)
 	}
 	if (!listed_size(key, child_text(props, "Content-Length"), &n, err))
 		return false;
-	if (!blob_is_directory(blob, props))
+	if (n != 0 || !blob_is_directory(blob, props))
 		inventory_add(out, key, n, blob_checksum(props));
 	return true;
 }

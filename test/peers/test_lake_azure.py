@@ -170,6 +170,12 @@ def test_the_gate_passes_and_refuses_with_each_kind_of_credentials(wh, az, blobs
         assert gate(wh, "gen-1", files, store) == (True, "gen-1", []), store
     # One token served every request of the OAuth store: it is kept until shortly before it expires.
     assert len(token_endpoint.forms) == 1
+    # A blob with content is a file whatever its metadata says: not a directory to leave out.
+    disguised = f"{PART}/gen-1/Grüße/disguised.parquet"
+    blobs.upload_blob(disguised, b"not a directory", metadata={"hdi_isfolder": "true"})
+    released, _, problems = gate(wh, "gen-1", files, "az_key")
+    assert (released, [(p["code"], p["path"]) for p in problems]) == (False, [("stray_object", disguised)])
+    blobs.delete_blob(disguised)
     # A blob missing, a blob of another size: refused, with the problems named.
     a, b, c = sorted(files)
     blobs.upload_blob(b, b"rewritten, longer than before" * 3, overwrite=True)
