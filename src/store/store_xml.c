@@ -254,25 +254,49 @@ azure_blob(xmlNodePtr blob, Inventory *out, StoreError *err)
  * Reads one page of an Azure List Blobs answer (flat, with metadata) into
  * out, leaving out a hierarchical namespace's directories. Returns false
  * with err set on a malformed document; *next_marker is the NextMarker,
- * NULL or empty on the last page.
+ * empty on the last page. Azure always sends <Blobs> and <NextMarker>
+ * (empty at the end): a page without them is not taken for the end of the
+ * listing, nor is a <BlobPrefix> (a delimited listing's, which a flat one
+ * never has) taken for nothing, since either would hide objects.
  */
 bool
 store_xml_azure_page(const char *body, size_t len, Inventory *out, char **next_marker, StoreError *err)
 {
 	xmlDocPtr	doc = page_document(body, len, "EnumerationResults", "Azure", err);
+	xmlNodePtr	root;
 	xmlNodePtr	blobs;
 
 	if (doc == NULL)
 		return false;
-	blobs = child(xmlDocGetRootElement(doc), "Blobs");
-	for (xmlNodePtr c = blobs ? blobs->children : NULL; c; c = c->next)
-		if (c->type == XML_ELEMENT_NODE && strcmp((const char *) c->name, "Blob") == 0 &&
-			!azure_blob(c, out, err))
+	root = xmlDocGetRootElement(doc);
+	blobs = child(root, "Blobs");
+	if (blobs == NULL || child(root, "NextMarker") == NULL)
+	{
+		store_set_error(err, 200, "MalformedResponse", "a List Blobs page lacks its <Blobs> or <NextMarker> element");
+		xmlFreeDoc(doc);
+		return false;
+	}
+	for (xmlNodePtr c = blobs->children; c; c = c->next)
+	{
+		bool		ok = true;
+
+		if (c->type != XML_ELEMENT_NODE)
+			continue;
+		if (strcmp((const char *) c->name, "Blob") == 0)
+			ok = azure_blob(c, out, err);
+		else if (strcmp((const char *) c->name, "BlobPrefix") == 0)
+		{
+			store_set_error(err, 200, "MalformedResponse",
+							"a List Blobs page without a delimiter has a <BlobPrefix> element");
+			ok = false;
+		}
+		if (!ok)
 		{
 			xmlFreeDoc(doc);
 			return false;
 		}
-	*next_marker = child_text(xmlDocGetRootElement(doc), "NextMarker");
+	}
+	*next_marker = child_text(root, "NextMarker");
 	xmlFreeDoc(doc);
 	return true;
 }

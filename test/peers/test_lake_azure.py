@@ -329,9 +329,17 @@ def test_a_success_marker_publication_writes_to_azure(wh, az, blobs):
 
 class FaultyBlobService(http.server.BaseHTTPRequestHandler):
     """A Blob endpoint in trouble, over HTTPS with the test CA: every request answered 503 ServerBusy
-    with Retry-After (Azure's error document), or, stalled, read and never answered."""
+    with Retry-After (Azure's error document), or, stalled, read and never answered, or answered
+    200 with the List Blobs page the test set (server.page)."""
 
     def do_GET(self):
+        if self.server.page is not None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(self.server.page)))
+            self.end_headers()
+            self.wfile.write(self.server.page)
+            return
         if self.server.stall:
             self.server.stalled.wait(30)
             return
@@ -405,7 +413,7 @@ def test_a_busy_or_stalled_store_is_an_error_that_releases_nothing(wh, az, blobs
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(az.pki.good.cert, az.pki.good.key)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    server.stall, server.stalled = False, threading.Event()
+    server.stall, server.stalled, server.page = False, threading.Event(), None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         wh.sql("CREATE SERVER az_busy FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
@@ -416,6 +424,21 @@ def test_a_busy_or_stalled_store_is_an_error_that_releases_nothing(wh, az, blobs
         err, text = refused(wh, "gen-1", files, "az_busy")
         assert err.diag.message_primary.endswith('"az_busy": ServerBusy') and "HTTP 503" in text, text
         assert "try again later" in err.diag.message_hint
+        # Pages Azure never sends, each of which would hide blobs if read leniently: one without
+        # <NextMarker/> (Azure's last page has it, empty: without it, more pages may follow), one
+        # with a delimited listing's <BlobPrefix>, one without <Blobs>.
+        (key, v), = files.items()
+        blob = (f"<Blob><Name>{key}</Name><Properties><Content-Length>{v['size']}</Content-Length><Content-MD5>"
+                f"{base64.b64encode(bytes.fromhex(v['etag'])).decode()}</Content-MD5></Properties></Blob>")
+        for inner, what in ((f"<Blobs>{blob}</Blobs>", "NextMarker"),
+                            (f"<Blobs>{blob}<BlobPrefix><Name>{PART}/gen-1/more/</Name></BlobPrefix></Blobs>"
+                             "<NextMarker/>", "BlobPrefix"),
+                            ("<NextMarker/>", "Blobs")):
+            server.page = ('<?xml version="1.0" encoding="utf-8"?><EnumerationResults ContainerName="lake">'
+                           f"<Prefix>{PART}/gen-1/</Prefix>{inner}</EnumerationResults>").encode()
+            err, text = refused(wh, "gen-1", files, "az_busy")
+            assert err.diag.message_primary.endswith('"az_busy": MalformedResponse') and f"<{what}>" in text, text
+        server.page = None
         server.stall = True
         wh.sql("ALTER SYSTEM SET finalize.s3_timeout = '1s'")
         wh.sql("SELECT pg_reload_conf()")
