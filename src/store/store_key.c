@@ -63,6 +63,7 @@ void
 store_bases_s3(StoreBases *b, const char *bucket)
 {
 	b->n = 0;
+	b->urls = false;
 	add_base(b, "s3://%s/%s%s", bucket, "", "");
 	add_base(b, "s3a://%s/%s%s", bucket, "", "");
 	add_base(b, "s3n://%s/%s%s", bucket, "", "");
@@ -78,6 +79,7 @@ store_bases_file(StoreBases *b, const char *root)
 	const char *sep = strcmp(root, "/") == 0 ? "" : "/";
 
 	b->n = 0;
+	b->urls = false;
 	add_base(b, "file://%s%s%s", root, sep, "");
 	add_base(b, "file:%s%s%s", root, sep, "");
 }
@@ -95,6 +97,7 @@ store_bases_azure(StoreBases *b, const char *account, const char *container, con
 	size_t		elen = strlen(endpoint);
 
 	b->n = 0;
+	b->urls = true;
 	add_base(b, "abfss://%s@%s.dfs.core.windows.net/%s", container, account, "");
 	add_base(b, "abfs://%s@%s.dfs.core.windows.net/%s", container, account, "");
 	add_base(b, "wasbs://%s@%s.blob.core.windows.net/%s", container, account, "");
@@ -115,14 +118,28 @@ store_bases_azure(StoreBases *b, const char *account, const char *container, con
 }
 
 /*
+ * Whether a location of a store whose forms are URLs has a query or a
+ * fragment: no blob name (a blob's URL encodes '?' and '#'), and most
+ * likely a SAS token (sig=...) pasted with the URL, which an error must
+ * not echo.
+ */
+bool
+store_bases_query(const StoreBases *b, const char *location)
+{
+	return b->urls && strpbrk(location, "?#") != NULL;
+}
+
+/*
  * The key a location names below one of the bases, as a pointer into
  * location (nothing allocated), or NULL when it is no object of the store:
- * another bucket, container or directory, or a key with empty, "." or ".."
- * parts.
+ * another bucket, container or directory, a key with empty, "." or ".."
+ * parts, or a URL with a query or a fragment.
  */
 const char *
 store_bases_key(const StoreBases *b, const char *location)
 {
+	if (store_bases_query(b, location))
+		return NULL;
 	for (int i = 0; i < b->n; i++)
 	{
 		size_t		blen = strlen(b->text[i]);

@@ -206,6 +206,10 @@ def test_a_streamed_manifest_is_a_blob_read_in_any_of_its_url_forms(wh, az, blob
     err, text = refused(wh, "gen-1", None, "az_key",
                         files_location=f"abfss://other@devstoreaccount1.dfs.core.windows.net/{key}")
     assert err.pgcode == "22023" and "not an object of the partition's store" in text, text
+    # A URL with a query (a SAS token pasted with it) is refused, the query never echoed.
+    err, text = refused(wh, "gen-1", None, "az_key", files_location=f"https://devstoreaccount1.blob.core.windows."
+                        f"net/lake/{key}?sv=2021-12-02&sig=Zm9vYmFyLXNpZ25hdHVyZQ%3D")
+    assert err.pgcode == "22023" and "a URL with a query" in text and "sig=" not in text, text
     err, text = refused(wh, "gen-1", None, "az_oauth",
                         files_location="abfss://lake@devstoreaccount1.dfs.core.windows.net/no/such.jsonl")
     assert err.diag.message_primary.endswith(": BlobNotFound") and "HTTP 404" in text, text
