@@ -40,7 +40,11 @@ keep(char **slot, const char *value)
 	*slot = value != NULL ? MemoryContextStrdup(TopMemoryContext, value) : NULL;
 }
 
-/* The endpoint's own words of a refusal: error and error_description, or the status. */
+/*
+ * The endpoint's own words of a refusal: error and error_description, or
+ * the status. Not cut here: store_set_error cuts between words, after
+ * which redaction still finds every whole secret.
+ */
 static char *
 refusal_words(const HttpResponse *r)
 {
@@ -50,7 +54,7 @@ refusal_words(const HttpResponse *r)
 	if (error == NULL)
 		return psprintf("the token endpoint answered HTTP %ld", r->status);
 	return psprintf("the token endpoint answered HTTP %ld: %s%s%s", r->status, error,
-					description ? ": " : "", description ? text_excerpt(description, 600) : "");
+					description ? ": " : "", description ? text_excerpt(description, strlen(description)) : "");
 }
 
 /*

@@ -69,9 +69,13 @@ class TokenEndpoint(http.server.BaseHTTPRequestHandler):
                 and form.get("scope") == ["https://storage.azure.com/.default"])
         # OLD_CLIENT's tokens have expired already (a clock gone wrong): Azure refuses them.
         lifetime = -600 if form.get("client_id") == [OLD_CLIENT] else 3600
+        # A refusal that echoes the secret it got (as a proxy might), where a cut of the message
+        # falls: at 600 and 1,024 characters. No part of it may reach the user.
+        sent = form.get("client_secret", [""])[0]
+        echo = "AADSTS7000215: Invalid client secret provided. " + "lorem " * 90
+        echo = (echo[:590] + sent + " " + "ipsum " * 60)[:960] + sent + " the end"
         body = ({"token_type": "Bearer", "expires_in": 3599, "access_token": self.server.azurite.token(lifetime)}
-                if good else {"error": "invalid_client",
-                              "error_description": "AADSTS7000215: Invalid client secret provided."})
+                if good else {"error": "invalid_client", "error_description": echo})
         data = json.dumps(body).encode()
         self.send_response(200 if good else 401)
         self.send_header("Content-Type", "application/json")
@@ -292,6 +296,8 @@ def test_azure_errors_reach_the_user_and_no_secret_does(wh, az, blobs, table, to
     log = wh.pg.log()
     for s in secrets:
         assert not any(s in t for t in texts) and s not in log, "a secret in an error or the server's log"
+    # Nor any part of one: a message cut inside a secret would leave its first letters unredacted.
+    assert not any("wr0ng-s3c" in t for t in texts) and "wr0ng-s3c" not in log, texts
 
 
 DAY0 = datetime.datetime(2026, 3, 1, tzinfo=UTC)
