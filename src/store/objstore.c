@@ -38,6 +38,7 @@
 #include "core/http.h"
 #include "core/io_interrupts.h"
 #include "store/azure_request.h"
+#include "store/azure_token.h"
 #include "store/objstore.h"
 #include "store/s3_request.h"
 #include "store/store_xml.h"
@@ -172,6 +173,9 @@ perform(const RemoteStore *rs, HttpClient *client, HttpRequest *req, const char 
 	if (rs->azure && !azure_authorize(rs, client, req, content_type, err))
 		return false;
 	http_perform(client, req, r);
+	/* A bearer token Azure refuses is not sent again: the next request asks for a new one. */
+	if (rs->azure && rs->az.auth == AZURE_OAUTH && r->failure == HTTP_OK && (r->status == 401 || r->status == 403))
+		azure_forget_token(rs);
 	return true;
 }
 

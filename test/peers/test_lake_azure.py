@@ -22,6 +22,7 @@ import ssl
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
 
 import psycopg2
@@ -40,6 +41,7 @@ PART = "day=27/hour=08"
 CLIENT_ID = "finalize-gate"
 CLIENT_SECRET = "cl13nt-s3cret-of-the-test"
 OLD_CLIENT = "finalize-expired"
+V1_CLIENT = "finalize-v1"      # answered as Entra ID's v1 endpoint does: expires_in a string
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ class TokenEndpoint(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
         self.server.forms.append(form)
-        good = (form.get("grant_type") == ["client_credentials"] and form.get("client_id") in ([CLIENT_ID], [OLD_CLIENT])
+        good = (form.get("grant_type") == ["client_credentials"] and form.get("client_id") in ([CLIENT_ID], [OLD_CLIENT], [V1_CLIENT])
                 and form.get("client_secret") == [CLIENT_SECRET]
                 and form.get("scope") == ["https://storage.azure.com/.default"])
         # OLD_CLIENT's tokens have expired already (a clock gone wrong): Azure refuses them.
@@ -74,7 +76,8 @@ class TokenEndpoint(http.server.BaseHTTPRequestHandler):
         sent = form.get("client_secret", [""])[0]
         echo = "AADSTS7000215: Invalid client secret provided. " + "lorem " * 90
         echo = (echo[:590] + sent + " " + "ipsum " * 60)[:960] + sent + " the end"
-        body = ({"token_type": "Bearer", "expires_in": 3599, "access_token": self.server.azurite.token(lifetime)}
+        expires_in = "1" if form.get("client_id") == [V1_CLIENT] else 3599
+        body = ({"token_type": "Bearer", "expires_in": expires_in, "access_token": self.server.azurite.token(lifetime)}
                 if good else {"error": "invalid_client", "error_description": echo})
         data = json.dumps(body).encode()
         self.send_response(200 if good else 401)
@@ -144,6 +147,19 @@ def upload(blobs, generation, names):
         blobs.upload_blob(key, data)
         files[key] = {"size": len(data), "etag": hashlib.md5(data).hexdigest()}
     return files
+
+
+class OneBackend:
+    """Statements in one backend of the warehouse, as gate() and refused() make them: what a backend
+    keeps (its bearer tokens) is seen by the next statement (wh.sql() uses a new backend each)."""
+
+    def __init__(self, wh):
+        self.conn = wh.pg.connect(dbname="warehouse")
+
+    def sql(self, query, args=None):
+        with self.conn.cursor() as cur:
+            cur.execute(query, args)
+            return cur.fetchall() if cur.description else None
 
 
 def gate(wh, generation, files, store, **extra):
@@ -262,10 +278,31 @@ def test_azure_errors_reach_the_user_and_no_secret_does(wh, az, blobs, table, to
            (az.endpoint, az.ca, f"http://127.0.0.1:{token_endpoint.server_port}/tenant/token"))
     wh.sql("CREATE USER MAPPING FOR postgres SERVER az_old OPTIONS (client_id %s, client_secret %s)",
            (OLD_CLIENT, CLIENT_SECRET))
-    err, text = refused(wh, "gen-1", files, "az_old")
-    texts.append(text)
-    assert err.diag.message_primary.endswith('"az_old": AuthenticationFailed'), text
-    assert "HTTP 403" in text and "token is expired" in text and "credentials" in err.diag.message_hint, text
+    one = OneBackend(wh)
+    gate(one, "gen-1", files, "az_oauth")      # its token kept by this backend
+    forms = lambda client: sum(f.get("client_id") == [client] for f in token_endpoint.forms)  # noqa: E731
+    good = forms(CLIENT_ID)
+    for attempt in (1, 2):
+        err, text = refused(one, "gen-1", files, "az_old")
+        texts.append(text)
+        assert err.diag.message_primary.endswith('"az_old": AuthenticationFailed'), text
+        assert "HTTP 403" in text and "token is expired" in text and "credentials" in err.diag.message_hint, text
+        # The refused token is not sent again: each attempt asks for a new one.
+        assert forms(OLD_CLIENT) == attempt
+    # Tokens of several clients are kept side by side: az_oauth's outlived az_old's.
+    gate(one, "gen-1", files, "az_oauth")
+    assert forms(CLIENT_ID) == good
+    # expires_in as a string ("1": a second) is the token's lifetime, not an hour's default.
+    wh.sql("CREATE SERVER az_v1 FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+           "container 'lake', endpoint %s, ca_file %s, token_endpoint %s)",
+           (az.endpoint, az.ca, f"http://127.0.0.1:{token_endpoint.server_port}/tenant/token"))
+    wh.sql("CREATE USER MAPPING FOR postgres SERVER az_v1 OPTIONS (client_id %s, client_secret %s)",
+           (V1_CLIENT, CLIENT_SECRET))
+    gate(one, "gen-1", files, "az_v1")
+    time.sleep(1.1)     # past its lifetime: the next request must ask again
+    gate(one, "gen-1", files, "az_v1")
+    assert forms(V1_CLIENT) == 2
+    one.conn.close()
     wh.sql("CREATE SERVER az_nope FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
            "container 'nope', endpoint %s, ca_file %s)", (az.endpoint, az.ca))
     wh.sql("CREATE USER MAPPING FOR postgres SERVER az_nope OPTIONS (account_key %s)", (az.key,))
