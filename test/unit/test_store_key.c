@@ -72,6 +72,13 @@ test_azure(void)
 		  "a URL with a query (a SAS token) is no blob of the store");
 	check(key_is(&b, "abfss://lake@acct.dfs.core.windows.net/t/m.jsonl#x", NULL), "nor one with a fragment");
 
+	store_bases_azure(&b, "acct", "lake", "https://acct.blob.core.chinacloudapi.cn/");
+	check(key_is(&b, "abfss://lake@acct.dfs.core.chinacloudapi.cn/t/a", "t/a") &&
+		  key_is(&b, "https://acct.blob.core.chinacloudapi.cn/lake/t/a", "t/a") && b.n == 6,
+		  "another cloud's endpoint gives its host suffix to every form");
+	check(key_is(&b, "abfss://lake@acct.dfs.core.windows.net/t/a", NULL),
+		  "a same-named account of the public cloud is another account");
+
 	store_bases_azure(&b, "devstoreaccount1", "lake", "http://127.0.0.1:10000/devstoreaccount1/");
 	check(key_is(&b, "http://127.0.0.1:10000/devstoreaccount1/lake/t/a", "t/a"), "an emulator's URL");
 	check(key_is(&b, "abfss://lake@devstoreaccount1.dfs.core.windows.net/t/a", "t/a"),
