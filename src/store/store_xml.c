@@ -134,6 +134,9 @@ listed_size(const char *key, const char *size, int64 *n, StoreError *err)
 /*
  * Reads one page of an S3 ListObjectsV2 answer into out. Returns false
  * with err set on a malformed document; sets *truncated and *next_token.
+ * A page without IsTruncated is not taken for the last one, nor are
+ * CommonPrefixes (a delimited listing's) taken for nothing: either would
+ * hide objects.
  */
 bool
 store_xml_s3_page(const char *body, size_t len, Inventory *out, bool *truncated, char **next_token,
@@ -150,6 +153,13 @@ store_xml_s3_page(const char *body, size_t len, Inventory *out, bool *truncated,
 		char	   *key;
 		int64		n;
 
+		if (c->type == XML_ELEMENT_NODE && strcmp((const char *) c->name, "CommonPrefixes") == 0)
+		{
+			store_set_error(err, 200, "MalformedResponse",
+							"a listing without a delimiter has a <CommonPrefixes> element");
+			xmlFreeDoc(doc);
+			return false;
+		}
 		if (c->type != XML_ELEMENT_NODE || strcmp((const char *) c->name, "Contents") != 0)
 			continue;
 		key = child_text(c, "Key");
@@ -170,6 +180,12 @@ store_xml_s3_page(const char *body, size_t len, Inventory *out, bool *truncated,
 	*truncated = t != NULL && strcmp(t, "true") == 0;
 	*next_token = child_text(root, "NextContinuationToken");
 	xmlFreeDoc(doc);
+	/* S3 always says whether more follows: a page that does not is no last page. */
+	if (t == NULL || (!*truncated && strcmp(t, "false") != 0))
+	{
+		store_set_error(err, 200, "MalformedResponse", "a listing page without <IsTruncated> true or false");
+		return false;
+	}
 	if (*truncated && (*next_token == NULL || (*next_token)[0] == '\0'))
 	{
 		store_set_error(err, 200, "MalformedResponse", "a truncated listing without a NextContinuationToken");
