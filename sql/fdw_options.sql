@@ -56,6 +56,8 @@ ALTER SERVER src_ok OPTIONS (SET encrypt 'strict');
 ALTER SERVER src_ok OPTIONS (SET trust_server_certificate 'maybe');
 ALTER SERVER src_ok OPTIONS (SET ca_file 'certs/ca.pem');
 ALTER SERVER src_ok OPTIONS (SET ca_file '/etc/ssl/ca.pem;encryption = off');
+-- a device or a FIFO would hang or exhaust the TLS library that reads it
+ALTER SERVER src_ok OPTIONS (SET ca_file '/dev/zero');
 ALTER SERVER src_ok OPTIONS (SET host 'sql1.example.com#x');
 ALTER SERVER src_ok OPTIONS (SET host E'sql1\nencryption = off');
 ALTER SERVER src_ok OPTIONS (ADD host_name_in_certificate 'sql1.internal.example.com');

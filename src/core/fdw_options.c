@@ -12,6 +12,8 @@
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
+
 #include "catalog/pg_foreign_data_wrapper.h"
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_foreign_table.h"
@@ -38,6 +40,44 @@ fdw_check_header_value(const char *value)
 		if (*c < 0x20 || *c == 0x7f)
 			return false;
 	return true;
+}
+
+/*
+ * Why the CA file at path may not be handed to a TLS library (libcurl's,
+ * FreeTDS's GnuTLS), or NULL when it may. They read it whole, in the
+ * backend or worker, where no cancel reaches them: a FIFO would block them
+ * for ever and /dev/zero exhaust the memory, so only a regular file of at
+ * most FDW_CA_FILE_MAX_BYTES passes. On "cannot be read", errno says why.
+ * Allocates nothing and raises nothing (http.c calls it between mallocs).
+ */
+const char *
+fdw_ca_file_problem(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		return FDW_CA_FILE_UNREADABLE;
+	if (!S_ISREG(st.st_mode) || st.st_size > FDW_CA_FILE_MAX_BYTES)
+		return "is not a regular file of at most 1 MB of PEM certificates";
+	return NULL;
+}
+
+/*
+ * Accepts a ca_file option: an absolute path that is not, when it exists,
+ * anything but a regular file of at most 1 MB. A path that does not exist
+ * yet is accepted (a server is restored before its files are deployed);
+ * fdw_ca_file_problem is applied again each time the file is used.
+ */
+bool
+fdw_check_ca_file(const char *value)
+{
+	struct stat st;
+
+	if (value[0] != '/')
+		return false;
+	if (stat(value, &st) != 0)
+		return true;
+	return fdw_ca_file_problem(value) == NULL;
 }
 
 /*

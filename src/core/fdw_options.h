@@ -9,6 +9,11 @@
 
 #include "nodes/pg_list.h"
 
+/* The largest CA file handed to a TLS library (a bundle of PEM certificates). */
+#define FDW_CA_FILE_MAX_BYTES (1024 * 1024)
+/* fdw_ca_file_problem's answer when stat() failed (errno says why). */
+#define FDW_CA_FILE_UNREADABLE "cannot be read"
+
 /* Checks one option value; false means invalid. */
 typedef bool (*OptionCheck) (const char *value);
 
@@ -26,6 +31,8 @@ extern void fdw_validate_options(const char *wrapper, const FdwOption *options, 
 extern bool fdw_check_header_value(const char *value);
 extern bool fdw_check_service_url(const char *value);
 extern bool fdw_check_secret(const char *value);
+extern bool fdw_check_ca_file(const char *value);
+extern const char *fdw_ca_file_problem(const char *path);
 extern bool fdw_check_delivery_timeout(const char *value);
 extern const char *fdw_option_value(List *options, const char *name, const char *dflt);
 extern bool fdw_option_usecs(const char *text, int64 *out);

@@ -19,8 +19,8 @@
  *   request and freeing its malloc'd memory raises.
  * - No signals (CURLOPT_NOSIGNAL: a backend owns its signal handlers), http
  *   and https only, no redirects followed, timeouts from the request.
- * - Nothing sent can be split into extra headers: a header, a key or the
- *   SigV4 string with a control byte is refused before sending.
+ * - Nothing sent can be split into extra headers (a header, key or SigV4
+ *   string with a control byte is refused); a CA file is a regular file.
  * - A handle belongs to a memory context and is cleaned up with it, so an
  *   error raised between requests never leaks a socket.
  *
@@ -434,8 +434,8 @@ configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_sli
 		return rc;
 
 	/*
-	 * A POST (or PUT) sends the caller's body as it is (not copied: it stays
-	 * valid during the call); a GET forgets an earlier request's body. A POST
+	 * A POST (or PUT, named so below) sends the caller's body as it is (not
+	 * copied: it stays valid during the call); a GET forgets one. A POST
 	 * takes a new connection: on a reused one that closes before answering,
 	 * libcurl sends it again by itself, though the server may have acted on
 	 * it and lost only the answer (an Airflow asset event twice); whether
@@ -453,7 +453,6 @@ configure_request(CURL *curl, const HttpRequest *req, bool post, struct curl_sli
 			 (rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L)) != CURLE_OK ||
 			 (rc = curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, 0L)) != CURLE_OK)
 		return rc;
-	/* A PUT sends the POST's body under its own name; any other forgets the name. */
 	return curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, strcmp(req->method, "PUT") == 0 ? "PUT" : (char *) NULL);
 }
 
@@ -517,6 +516,7 @@ failure_text(HttpClient *client, const HttpRequest *req, HttpFailure failure, CU
 		case HTTP_WRITE_FAILED:
 			return psprintf("could not write the response to a temporary file: %s", strerror(c->write_errno));
 		case HTTP_BAD_HEADER:
+		case HTTP_BAD_CA_FILE:
 		case HTTP_INTERRUPTED:
 		case HTTP_TIMEOUT:
 		case HTTP_CONNECT_FAILED:
@@ -545,6 +545,7 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 	HttpFailure failure = HTTP_OK;
 	/* Looked up before anything is allocated (the first lookup takes a lock). */
 	uint32		wait_event = finalize_wait_event(req->wait);
+	char		message[sizeof(resp->error)];
 
 	if (client == NULL || client->curl == NULL)
 		elog(ERROR, "HTTP request on a released client");
@@ -560,6 +561,8 @@ http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp)
 	if (!request_safe(req))
 		return fail(resp, HTTP_BAD_HEADER,
 					"a header, a key or the signing string contains a control character (CR, LF, ...)");
+	if (req->ca_file != NULL && http_ca_file_refused(req->ca_file, message, sizeof(message)))
+		return fail(resp, HTTP_BAD_CA_FILE, message);
 
 	/* From here until free(c.data), nothing raises. */
 	memset(&c, 0, sizeof(c));

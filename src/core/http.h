@@ -28,7 +28,9 @@ typedef enum HttpFailure
 								 * DNS, TLS, ...) */
 	HTTP_TOO_LARGE,				/* the body exceeded max_response_bytes */
 	HTTP_NO_MEMORY,
-	HTTP_WRITE_FAILED			/* body_to_fd: the body could not be written */
+	HTTP_WRITE_FAILED,			/* body_to_fd: the body could not be written */
+	HTTP_BAD_CA_FILE			/* ca_file is not a regular file of at most
+								 * 1 MB (fdw_ca_file_problem): not sent */
 } HttpFailure;
 
 /* One request; the caller keeps everything it points to valid during it. */
@@ -75,6 +77,7 @@ extern HttpClient *http_client_create(MemoryContext cxt, HttpResponse *failure_o
 extern bool http_perform(HttpClient *client, const HttpRequest *req, HttpResponse *resp);
 extern void http_client_destroy(HttpClient *client);
 extern bool http_header_safe(const char *value);
+extern bool http_ca_file_refused(const char *ca_file, char *message, size_t len);
 extern char *http_uri_encode(const char *s);
 extern List *http_url_parts(const char *url);
 

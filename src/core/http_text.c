@@ -8,6 +8,7 @@
 
 #include "lib/stringinfo.h"
 
+#include "core/fdw_options.h"
 #include "core/http.h"
 
 /*
@@ -48,4 +49,23 @@ http_uri_encode(const char *s)
 		}
 	}
 	return buf.data;
+}
+
+/*
+ * Whether the CA file of a request must not go to libcurl, which reads it
+ * uncancellably (a FIFO blocks, /dev/zero exhausts memory); if so, why in
+ * message. Allocates nothing and raises nothing (http_perform's rule).
+ */
+bool
+http_ca_file_refused(const char *ca_file, char *message, size_t len)
+{
+	const char *why = fdw_ca_file_problem(ca_file);
+
+	if (why == NULL)
+		return false;
+	if (strcmp(why, FDW_CA_FILE_UNREADABLE) == 0)
+		snprintf(message, len, "the ca_file \"%s\" %s: %s", ca_file, why, strerror(errno));
+	else
+		snprintf(message, len, "the ca_file \"%s\" %s", ca_file, why);
+	return true;
 }

@@ -4,8 +4,9 @@
  *     endpoint, and what its answer must hold. A token is used only when it
  *     can go into a header (no control character) and be redacted from
  *     every text (at least REDACT_MIN_SECRET characters); it is asked for
- *     again once 80% of its lifetime (expires_in: an hour when not given, a
- *     second at least, a day at most) has passed, shortly before it expires.
+ *     again once 80% of its lifetime (expires_in, a number or a string of
+ *     digits: an hour when not given, a second at least, a day at most)
+ *     has passed, shortly before it expires.
  */
 #include "postgres.h"
 
@@ -29,6 +30,24 @@ oauth2_client_credentials_form(const char *client_id, const char *client_secret,
 }
 
 /*
+ * Reads expires_in given as a string of digits ("3599": Entra ID's v1 and
+ * managed identity endpoints) into *secs; anything else leaves it.
+ */
+static void
+expires_in_string(const char *text, double *secs)
+{
+	char	   *end;
+	long		v;
+
+	if (text == NULL || text[0] < '0' || text[0] > '9')
+		return;
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno == 0 && *end == '\0')
+		*secs = (double) v;
+}
+
+/*
  * Reads a token endpoint's answer: *token (palloc'd) and when to ask for
  * another (*refresh_at) when it is OAUTH2_TOKEN_OK; otherwise why not.
  */
@@ -43,7 +62,8 @@ oauth2_token_answer(const char *body, char **token, TimestampTz *refresh_at)
 	/* Too short to be kept out of messages: never sent, never kept (redact.h). */
 	if (strlen(*token) < REDACT_MIN_SECRET)
 		return OAUTH2_TOKEN_TOO_SHORT;
-	(void) json_number_field(body, "expires_in", &secs);
+	if (!json_number_field(body, "expires_in", &secs))
+		expires_in_string(json_string_field(body, "expires_in"), &secs);
 	secs = Min(Max(secs, 1.0), MAX_TOKEN_SECS);
 	*refresh_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (secs * 800.0));
 	return OAUTH2_TOKEN_OK;

@@ -80,6 +80,14 @@ location_key(const Manifest *m, const ObjectStore *s)
 {
 	const char *key = store_key_of(s, m->files_location);
 
+	if (store_location_has_query(s, m->files_location))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid manifest: field \"files_location\" is a URL with a query or a fragment"),
+				 errdetail("A blob of the store \"%s\" is named by its URL alone; the query is not shown, since it "
+						   "may hold a SAS token's signature.", m->store),
+				 errhint("Write the location as %s<key>: the server's user mapping holds the credentials.",
+						 store_base(s))));
 	if (key == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

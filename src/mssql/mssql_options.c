@@ -83,7 +83,7 @@ check_bool(const char *value)
 static bool
 check_ca_file(const char *value)
 {
-	return value[0] == '/' && tds_conf_value_ok(value);
+	return tds_conf_value_ok(value) && fdw_check_ca_file(value);
 }
 
 /* Accepts a TCP port, 1 to 65535. */
@@ -208,7 +208,7 @@ static const FdwOption mssql_options[] = {
 	{"trust_server_certificate", ForeignServerRelationId, false, check_bool,
 	"The trust_server_certificate option is a boolean (false by default: the certificate must chain to ca_file, or to the system's trusted CAs, and name the host)."},
 	{"ca_file", ForeignServerRelationId, false, check_ca_file,
-	"The ca_file option is the absolute path of a PEM file of CA certificates the PostgreSQL server can read, at most 200 characters, without ; # [ ] = or control characters."},
+	"The ca_file option is the absolute path of a PEM file of CA certificates the PostgreSQL server can read, a regular file of at most 1 MB, at most 200 characters, without ; # [ ] = or control characters."},
 	{"host_name_in_certificate", ForeignServerRelationId, false, check_host,
 	"The host_name_in_certificate option is a host name, without a port."},
 	{"capture_stall_threshold", ForeignServerRelationId, false, check_positive_interval,

@@ -51,11 +51,11 @@ check_container(const char *value)
 	return true;
 }
 
-/* Accepts the absolute path of a PEM file of CA certificates. */
+/* Accepts the absolute path of a PEM file of CA certificates (fdw_check_ca_file's rule). */
 static bool
 check_ca_file(const char *value)
 {
-	return value[0] == '/' && strlen(value) <= 1024 && fdw_check_header_value(value);
+	return strlen(value) <= 1024 && fdw_check_header_value(value) && fdw_check_ca_file(value);
 }
 
 /* Accepts a page size of a listing: 1 to 5000 (List Blobs' most). */
@@ -99,7 +99,7 @@ static const FdwOption azure_options[] = {
 	{"scope", ForeignServerRelationId, false, fdw_check_header_value,
 	"The scope is the OAuth2 scope asked for (default https://storage.azure.com/.default), without control characters."},
 	{"ca_file", ForeignServerRelationId, false, check_ca_file,
-	"The ca_file option is the absolute path of a PEM file of CA certificates the PostgreSQL server can read (default: the system's trusted CAs)."},
+	"The ca_file option is the absolute path of a PEM file of CA certificates the PostgreSQL server can read, a regular file of at most 1 MB (default: the system's trusted CAs)."},
 	{"page_size", ForeignServerRelationId, false, check_page_size,
 	"The page size is the number of blobs a listing's page asks for, 1 to 5000 (the default)."},
 	{"account_key", UserMappingRelationId, true, fdw_check_secret,

@@ -9,5 +9,6 @@
 #include "store/objstore.h"
 
 extern const char *azure_bearer_token(const RemoteStore *rs, HttpClient *client, StoreError *err);
+extern void azure_forget_token(const RemoteStore *rs);
 
 #endif							/* FINALIZE_AZURE_TOKEN_H */

@@ -45,11 +45,26 @@ inventory_append(Inventory *inv, const InvObject *o)
 	inv->items[inv->n++] = *o;
 }
 
-/* Sets an error's fields (NULL: empty). */
+/*
+ * Sets an error's fields (NULL: empty). A message longer than its field
+ * loses the words that do not fit whole: it is redacted only when raised
+ * (store_raise knows the store's secrets), and a cut inside a word could
+ * leave part of a secret there that redaction no longer recognises.
+ */
 void
 store_set_error(StoreError *err, long status, const char *code, const char *message)
 {
+	size_t		keep = message ? strlen(message) : 0;
+
 	err->http_status = status;
 	strlcpy(err->code, code ? code : "", sizeof(err->code));
-	strlcpy(err->message, message ? message : "", sizeof(err->message));
+	if (keep >= sizeof(err->message))
+	{
+		/* message[keep] is the first byte left out: a space ends a whole word. */
+		keep = sizeof(err->message) - 1;
+		while (keep > 0 && !isspace((unsigned char) message[keep]))
+			keep--;
+	}
+	memcpy(err->message, message ? message : "", keep);
+	err->message[keep] = '\0';
 }

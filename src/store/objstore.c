@@ -38,6 +38,7 @@
 #include "core/http.h"
 #include "core/io_interrupts.h"
 #include "store/azure_request.h"
+#include "store/azure_token.h"
 #include "store/objstore.h"
 #include "store/s3_request.h"
 #include "store/store_xml.h"
@@ -105,6 +106,9 @@ transfer_error(const HttpResponse *r, const char *reading, StoreError *err)
 			/* credentials_safe() and the validators come first. */
 			store_set_error(err, 0, "InvalidCredentials", r->error);
 			break;
+		case HTTP_BAD_CA_FILE:
+			store_set_error(err, 0, "InvalidCaFile", r->error);
+			break;
 		case HTTP_INIT_FAILED:
 			store_set_error(err, 0, "CurlInitFailed", r->error);
 			break;
@@ -169,6 +173,9 @@ perform(const RemoteStore *rs, HttpClient *client, HttpRequest *req, const char 
 	if (rs->azure && !azure_authorize(rs, client, req, content_type, err))
 		return false;
 	http_perform(client, req, r);
+	/* A bearer token Azure refuses is not sent again: the next request asks for a new one. */
+	if (rs->azure && rs->az.auth == AZURE_OAUTH && r->failure == HTTP_OK && (r->status == 401 || r->status == 403))
+		azure_forget_token(rs);
 	return true;
 }
 

@@ -281,6 +281,17 @@ store_key_of(const ObjectStore *s, const char *location)
 	return store_bases_key(&s->bases, location);
 }
 
+/*
+ * Whether a location is a URL of the store with a query or a fragment (a
+ * SAS token pasted with it): store_key_of refuses it, and the caller must
+ * not echo it.
+ */
+bool
+store_location_has_query(const ObjectStore *s, const char *location)
+{
+	return store_bases_query(&s->bases, location);
+}
+
 /* The store as messages name it: bucket "b" of server "s", local store "file:///d". */
 char *
 store_describe(const ObjectStore *s)

@@ -120,6 +120,8 @@ store_hint(const ObjectStore *s, const StoreError *err)
 	if (strcmp(err->code, "RepeatedContinuationToken") == 0 || strcmp(err->code, "TooManyPages") == 0)
 		return "The store's listing does not end: check the endpoint, or (for a partition of that many objects) "
 			"have a superuser raise finalize.s3_max_pages.";
+	if (strcmp(err->code, "InvalidCaFile") == 0)
+		return "Point the server's ca_file option at a regular file of PEM certificates of at most 1 MB.";
 	if (strcmp(err->code, "InvalidCredentials") == 0)
 		return "Set the keys of your user mapping again: ALTER USER MAPPING FOR CURRENT_USER SERVER ... OPTIONS (SET ...).";
 	if (strcmp(err->code, "MalformedResponse") == 0)

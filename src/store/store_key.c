@@ -63,6 +63,7 @@ void
 store_bases_s3(StoreBases *b, const char *bucket)
 {
 	b->n = 0;
+	b->urls = false;
 	add_base(b, "s3://%s/%s%s", bucket, "", "");
 	add_base(b, "s3a://%s/%s%s", bucket, "", "");
 	add_base(b, "s3n://%s/%s%s", bucket, "", "");
@@ -78,32 +79,66 @@ store_bases_file(StoreBases *b, const char *root)
 	const char *sep = strcmp(root, "/") == 0 ? "" : "/";
 
 	b->n = 0;
+	b->urls = false;
 	add_base(b, "file://%s%s%s", root, sep, "");
 	add_base(b, "file:%s%s%s", root, sep, "");
 }
 
 /*
+ * The host suffix of the account's cloud into suffix: what follows
+ * "<account>.blob." in the server's endpoint (core.chinacloudapi.cn,
+ * core.usgovcloudapi.net, ...), else Azure's public core.windows.net (the
+ * default endpoint, an emulator's or a proxy's).
+ */
+static void
+azure_host_suffix(const char *account, const char *endpoint, char *suffix, size_t size)
+{
+	const char *host = strncmp(endpoint, "https://", 8) == 0 ? endpoint + 8 : NULL;
+	size_t		alen = strlen(account);
+	size_t		hlen;
+
+	strlcpy(suffix, "core.windows.net", size);
+	if (host == NULL || strncmp(host, account, alen) != 0 || strncmp(host + alen, ".blob.", 6) != 0)
+		return;
+	host += alen + 6;
+	hlen = strcspn(host, "/:?#");
+	if (hlen > 0 && hlen < size)
+	{
+		memcpy(suffix, host, hlen);
+		suffix[hlen] = '\0';
+	}
+}
+
+/*
  * The locations of an Azure container: ABFS (TLS or not), WASB (TLS or
- * not), the Blob and the Data Lake endpoints' URLs, and the URL of the
- * server's endpoint when it is another (the emulator's,
- * http://127.0.0.1:10000/devstoreaccount1).
+ * not), the Blob and the Data Lake endpoints' URLs, on the host suffix of
+ * the endpoint's cloud (a location of another cloud names another account,
+ * even of the same name), and the URL of the server's endpoint when it is
+ * another (the emulator's, http://127.0.0.1:10000/devstoreaccount1).
  */
 void
 store_bases_azure(StoreBases *b, const char *account, const char *container, const char *endpoint)
 {
 	char		own[STORE_BASE_LEN];
+	char		suffix[128];
+	char		dfs[STORE_BASE_LEN / 2];
+	char		blob[STORE_BASE_LEN / 2];
 	size_t		elen = strlen(endpoint);
 
 	b->n = 0;
-	add_base(b, "abfss://%s@%s.dfs.core.windows.net/%s", container, account, "");
-	add_base(b, "abfs://%s@%s.dfs.core.windows.net/%s", container, account, "");
-	add_base(b, "wasbs://%s@%s.blob.core.windows.net/%s", container, account, "");
-	add_base(b, "wasb://%s@%s.blob.core.windows.net/%s", container, account, "");
-	add_base(b, "https://%s.blob.core.windows.net/%s/%s", account, container, "");
-	add_base(b, "https://%s.dfs.core.windows.net/%s/%s", account, container, "");
+	b->urls = true;
+	azure_host_suffix(account, endpoint, suffix, sizeof(suffix));
+	snprintf(dfs, sizeof(dfs), "%s.dfs.%s", account, suffix);
+	snprintf(blob, sizeof(blob), "%s.blob.%s", account, suffix);
+	add_base(b, "abfss://%s@%s/%s", container, dfs, "");
+	add_base(b, "abfs://%s@%s/%s", container, dfs, "");
+	add_base(b, "wasbs://%s@%s/%s", container, blob, "");
+	add_base(b, "wasb://%s@%s/%s", container, blob, "");
+	add_base(b, "https://%s/%s/%s", blob, container, "");
+	add_base(b, "https://%s/%s/%s", dfs, container, "");
 	while (elen > 0 && endpoint[elen - 1] == '/')
 		elen--;
-	snprintf(own, sizeof(own), "https://%s.blob.core.windows.net", account);
+	snprintf(own, sizeof(own), "https://%s", blob);
 	if (elen > 0 && (elen != strlen(own) || strncmp(endpoint, own, elen) != 0) && elen < STORE_BASE_LEN / 2)
 	{
 		char		ep[STORE_BASE_LEN / 2];
@@ -115,14 +150,28 @@ store_bases_azure(StoreBases *b, const char *account, const char *container, con
 }
 
 /*
+ * Whether a location of a store whose forms are URLs has a query or a
+ * fragment: no blob name (a blob's URL encodes '?' and '#'), and most
+ * likely a SAS token (sig=...) pasted with the URL, which an error must
+ * not echo.
+ */
+bool
+store_bases_query(const StoreBases *b, const char *location)
+{
+	return b->urls && strpbrk(location, "?#") != NULL;
+}
+
+/*
  * The key a location names below one of the bases, as a pointer into
  * location (nothing allocated), or NULL when it is no object of the store:
- * another bucket, container or directory, or a key with empty, "." or ".."
- * parts.
+ * another bucket, container or directory, a key with empty, "." or ".."
+ * parts, or a URL with a query or a fragment.
  */
 const char *
 store_bases_key(const StoreBases *b, const char *location)
 {
+	if (store_bases_query(b, location))
+		return NULL;
 	for (int i = 0; i < b->n; i++)
 	{
 		size_t		blen = strlen(b->text[i]);

@@ -21,6 +21,8 @@ typedef struct StoreBases
 {
 	char		text[STORE_MAX_BASES][STORE_BASE_LEN];
 	int			n;
+	bool		urls;			/* the forms are URLs (Azure's): a '?' or '#'
+								 * starts a query or a fragment, not a key */
 } StoreBases;
 
 extern bool path_is_safe(const char *path, int len);
@@ -28,5 +30,6 @@ extern void store_bases_s3(StoreBases *b, const char *bucket);
 extern void store_bases_file(StoreBases *b, const char *root);
 extern void store_bases_azure(StoreBases *b, const char *account, const char *container, const char *endpoint);
 extern const char *store_bases_key(const StoreBases *b, const char *location);
+extern bool store_bases_query(const StoreBases *b, const char *location);
 
 #endif							/* FINALIZE_STORE_KEY_H */

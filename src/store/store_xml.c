@@ -134,6 +134,9 @@ listed_size(const char *key, const char *size, int64 *n, StoreError *err)
 /*
  * Reads one page of an S3 ListObjectsV2 answer into out. Returns false
  * with err set on a malformed document; sets *truncated and *next_token.
+ * A page without IsTruncated is not taken for the last one, nor are
+ * CommonPrefixes (a delimited listing's) taken for nothing: either would
+ * hide objects.
  */
 bool
 store_xml_s3_page(const char *body, size_t len, Inventory *out, bool *truncated, char **next_token,
@@ -150,6 +153,13 @@ store_xml_s3_page(const char *body, size_t len, Inventory *out, bool *truncated,
 		char	   *key;
 		int64		n;
 
+		if (c->type == XML_ELEMENT_NODE && strcmp((const char *) c->name, "CommonPrefixes") == 0)
+		{
+			store_set_error(err, 200, "MalformedResponse",
+							"a listing without a delimiter has a <CommonPrefixes> element");
+			xmlFreeDoc(doc);
+			return false;
+		}
 		if (c->type != XML_ELEMENT_NODE || strcmp((const char *) c->name, "Contents") != 0)
 			continue;
 		key = child_text(c, "Key");
@@ -170,6 +180,12 @@ store_xml_s3_page(const char *body, size_t len, Inventory *out, bool *truncated,
 	*truncated = t != NULL && strcmp(t, "true") == 0;
 	*next_token = child_text(root, "NextContinuationToken");
 	xmlFreeDoc(doc);
+	/* S3 always says whether more follows: a page that does not is no last page. */
+	if (t == NULL || (!*truncated && strcmp(t, "false") != 0))
+	{
+		store_set_error(err, 200, "MalformedResponse", "a listing page without <IsTruncated> true or false");
+		return false;
+	}
 	if (*truncated && (*next_token == NULL || (*next_token)[0] == '\0'))
 	{
 		store_set_error(err, 200, "MalformedResponse", "a truncated listing without a NextContinuationToken");
@@ -205,7 +221,9 @@ blob_checksum(xmlNodePtr props)
 /*
  * Whether a listed blob is a directory of a hierarchical namespace (ADLS
  * Gen2 through the Blob endpoint): a blob whose metadata says
- * hdi_isfolder=true, or whose ResourceType is directory. Not a file.
+ * hdi_isfolder=true, or whose ResourceType is directory. Not a file; the
+ * caller asks only of a zero-length blob, since anyone who may write a
+ * blob may set that metadata on a file with content too.
  */
 static bool
 blob_is_directory(xmlNodePtr blob, xmlNodePtr props)
@@ -243,7 +261,7 @@ azure_blob(xmlNodePtr blob, Inventory *out, StoreError *err)
 	}
 	if (!listed_size(key, child_text(props, "Content-Length"), &n, err))
 		return false;
-	if (!blob_is_directory(blob, props))
+	if (n != 0 || !blob_is_directory(blob, props))
 		inventory_add(out, key, n, blob_checksum(props));
 	return true;
 }
@@ -252,25 +270,49 @@ azure_blob(xmlNodePtr blob, Inventory *out, StoreError *err)
  * Reads one page of an Azure List Blobs answer (flat, with metadata) into
  * out, leaving out a hierarchical namespace's directories. Returns false
  * with err set on a malformed document; *next_marker is the NextMarker,
- * NULL or empty on the last page.
+ * empty on the last page. Azure always sends <Blobs> and <NextMarker>
+ * (empty at the end): a page without them is not taken for the end of the
+ * listing, nor is a <BlobPrefix> (a delimited listing's, which a flat one
+ * never has) taken for nothing, since either would hide objects.
  */
 bool
 store_xml_azure_page(const char *body, size_t len, Inventory *out, char **next_marker, StoreError *err)
 {
 	xmlDocPtr	doc = page_document(body, len, "EnumerationResults", "Azure", err);
+	xmlNodePtr	root;
 	xmlNodePtr	blobs;
 
 	if (doc == NULL)
 		return false;
-	blobs = child(xmlDocGetRootElement(doc), "Blobs");
-	for (xmlNodePtr c = blobs ? blobs->children : NULL; c; c = c->next)
-		if (c->type == XML_ELEMENT_NODE && strcmp((const char *) c->name, "Blob") == 0 &&
-			!azure_blob(c, out, err))
+	root = xmlDocGetRootElement(doc);
+	blobs = child(root, "Blobs");
+	if (blobs == NULL || child(root, "NextMarker") == NULL)
+	{
+		store_set_error(err, 200, "MalformedResponse", "a List Blobs page lacks its <Blobs> or <NextMarker> element");
+		xmlFreeDoc(doc);
+		return false;
+	}
+	for (xmlNodePtr c = blobs->children; c; c = c->next)
+	{
+		bool		ok = true;
+
+		if (c->type != XML_ELEMENT_NODE)
+			continue;
+		if (strcmp((const char *) c->name, "Blob") == 0)
+			ok = azure_blob(c, out, err);
+		else if (strcmp((const char *) c->name, "BlobPrefix") == 0)
+		{
+			store_set_error(err, 200, "MalformedResponse",
+							"a List Blobs page without a delimiter has a <BlobPrefix> element");
+			ok = false;
+		}
+		if (!ok)
 		{
 			xmlFreeDoc(doc);
 			return false;
 		}
-	*next_marker = child_text(xmlDocGetRootElement(doc), "NextMarker");
+	}
+	*next_marker = child_text(root, "NextMarker");
 	xmlFreeDoc(doc);
 	return true;
 }

@@ -44,7 +44,7 @@ static char *
 load_tls(ForeignServer *server, SourceConfig *cfg)
 {
 	bool		trust = false;
-	struct stat st;
+	const char *why;
 
 	cfg->conn.encrypt = pstrdup(fdw_option_value(server->options, "encrypt", "require"));
 	(void) parse_bool(fdw_option_value(server->options, "trust_server_certificate", "false"), &trust);
@@ -70,20 +70,11 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/worker-%d.log", DataDir, source_table_my_index() + 1);
 	cfg->conn.section = psprintf("finalize-%u.invalid", server->serverid);
 
-	/*
-	 * GnuTLS reads the CA file whole, in this process: a FIFO would block the
-	 * worker and /dev/zero would exhaust its memory. Only a regular file of
-	 * a sensible size is handed to it.
-	 */
-	if (cfg->conn.ca_file != NULL && strcmp(cfg->conn.ca_file, "system") != 0)
-	{
-		if (stat(cfg->conn.ca_file, &st) != 0)
-			return psprintf("the ca_file \"%s\" of server \"%s\" cannot be read: %m",
-							cfg->conn.ca_file, server->servername);
-		if (!S_ISREG(st.st_mode) || st.st_size > 1024 * 1024)
-			return psprintf("the ca_file \"%s\" of server \"%s\" is not a regular file of at most 1 MB of "
-							"PEM certificates", cfg->conn.ca_file, server->servername);
-	}
+	/* GnuTLS reads the CA file whole, in this process (fdw_ca_file_problem says why that matters). */
+	if (cfg->conn.ca_file != NULL && strcmp(cfg->conn.ca_file, "system") != 0 &&
+		(why = fdw_ca_file_problem(cfg->conn.ca_file)) != NULL)
+		return psprintf(strcmp(why, FDW_CA_FILE_UNREADABLE) == 0 ? "the ca_file \"%s\" of server \"%s\" %s: %m"
+						: "the ca_file \"%s\" of server \"%s\" %s", cfg->conn.ca_file, server->servername, why);
 	return NULL;
 }
 

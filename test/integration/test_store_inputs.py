@@ -27,6 +27,33 @@ def entity_page(key, size, refs, entity_bytes):
             % ("x" * entity_bytes, key, "&e;" * refs, size))
 
 
+def test_a_listing_page_that_does_not_say_whether_more_follows_is_refused(pg, s3, table):
+    """S3 always sends IsTruncated, and CommonPrefixes only to a delimited listing: a page without
+    the one, or with the other, would hide objects if read as the last page or as nothing."""
+    files = upload(s3, "gen-1", ["a.parquet"])
+    register(pg, "gen-1")
+    (key, entry), = files.items()
+    page = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            '<Name>lake</Name><Prefix>day=27/hour=08/gen-1/</Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>'
+            '%s<Contents><Key>' + key + '</Key><Size>' + str(entry["size"]) + '</Size></Contents>%s</ListBucketResult>')
+    conn = pg.connect()
+    try:
+        for body, what in ((page % ("", ""), "<IsTruncated>"),
+                           (page % ("<IsTruncated>false</IsTruncated>",
+                                    "<CommonPrefixes><Prefix>day=27/hour=08/gen-1/more/</Prefix></CommonPrefixes>"),
+                            "<CommonPrefixes>")):
+            s3.fault(kind="malformed", count=-1, match="list-type=2", body=body)
+            with pytest.raises(psycopg2.Error) as e:
+                gate(conn, manifest("gen-1", files))
+            assert e.value.diag.message_primary.endswith('"lake": MalformedResponse'), e.value.pgerror
+            assert what in e.value.diag.message_detail, e.value.diag.message_detail
+            s3.clear(what="faults")
+        assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
+    finally:
+        conn.close()
+        s3.clear(what="faults")
+
+
 def peak_memory(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 
+import psycopg2
 import pytest
 
 from worker_env import Env, new_cluster, sim_clock
@@ -156,18 +157,34 @@ def test_encrypt_off_against_force_encryption_is_refused(env, pki):
     ("fifo", "not a regular file"),               # GnuTLS would block the worker on it
 ])
 def test_a_ca_file_that_is_not_a_readable_pem_file_is_named(env, pki, ca_file, reason):
-    if ca_file == "fifo":
-        ca_file = os.path.join(pki.dir, "ca.fifo")
-        if not os.path.exists(ca_file):
-            os.mkfifo(ca_file, 0o644)
+    """The validator refuses what exists and is not a regular file of at most 1 MB; the worker
+    checks again before each login (a file missing or replaced since)."""
+    path = os.path.join(pki.dir, "replaced.pem")
     sim = tls_sim(pki.good)
     try:
-        env.add_source("erp", sim, encrypt="require", ca_file=ca_file)
+        if ca_file != "/nonexistent/ca.pem":
+            bad = ca_file if ca_file == "/dev/zero" else os.path.join(pki.dir, "ca.fifo")
+            if bad != "/dev/zero" and not os.path.exists(bad):
+                os.mkfifo(bad, 0o644)
+            with pytest.raises(psycopg2.Error) as e:
+                env.add_source("refused", sim, encrypt="require", ca_file=bad)
+            assert "regular file of at most 1 MB" in e.value.diag.message_detail, e.value
+            # Replaced after validation: the worker's own check.
+            shutil.copy(pki.ca, path)
+            os.chmod(path, 0o644)
+            env.add_source("erp", sim, encrypt="require", ca_file=path)
+            os.remove(path)
+            os.mkfifo(path, 0o644) if ca_file == "fifo" else os.symlink("/dev/zero", path)
+            ca_file = path
+        else:
+            env.add_source("erp", sim, encrypt="require", ca_file=ca_file)
         env.track(TABLE, "erp")
         error = wait_condition(env, "configuration")
         assert reason in error and ca_file in error, error
     finally:
         sim.stop()
+        if os.path.lexists(path):
+            os.remove(path)
 
 
 class Recorder:

@@ -17,9 +17,12 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import ssl
 import sys
+import tempfile
 import threading
+import time
 import urllib.parse
 
 import psycopg2
@@ -38,6 +41,7 @@ PART = "day=27/hour=08"
 CLIENT_ID = "finalize-gate"
 CLIENT_SECRET = "cl13nt-s3cret-of-the-test"
 OLD_CLIENT = "finalize-expired"
+V1_CLIENT = "finalize-v1"      # answered as Entra ID's v1 endpoint does: expires_in a string
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +66,19 @@ class TokenEndpoint(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
         self.server.forms.append(form)
-        good = (form.get("grant_type") == ["client_credentials"] and form.get("client_id") in ([CLIENT_ID], [OLD_CLIENT])
+        good = (form.get("grant_type") == ["client_credentials"] and form.get("client_id") in ([CLIENT_ID], [OLD_CLIENT], [V1_CLIENT])
                 and form.get("client_secret") == [CLIENT_SECRET]
                 and form.get("scope") == ["https://storage.azure.com/.default"])
         # OLD_CLIENT's tokens have expired already (a clock gone wrong): Azure refuses them.
         lifetime = -600 if form.get("client_id") == [OLD_CLIENT] else 3600
-        body = ({"token_type": "Bearer", "expires_in": 3599, "access_token": self.server.azurite.token(lifetime)}
-                if good else {"error": "invalid_client",
-                              "error_description": "AADSTS7000215: Invalid client secret provided."})
+        # A refusal that echoes the secret it got (as a proxy might), where a cut of the message
+        # falls: at 600 and 1,024 characters. No part of it may reach the user.
+        sent = form.get("client_secret", [""])[0]
+        echo = "AADSTS7000215: Invalid client secret provided. " + "lorem " * 90
+        echo = (echo[:590] + sent + " " + "ipsum " * 60)[:960] + sent + " the end"
+        expires_in = "1" if form.get("client_id") == [V1_CLIENT] else 3599
+        body = ({"token_type": "Bearer", "expires_in": expires_in, "access_token": self.server.azurite.token(lifetime)}
+                if good else {"error": "invalid_client", "error_description": echo})
         data = json.dumps(body).encode()
         self.send_response(200 if good else 401)
         self.send_header("Content-Type", "application/json")
@@ -140,6 +149,19 @@ def upload(blobs, generation, names):
     return files
 
 
+class OneBackend:
+    """Statements in one backend of the warehouse, as gate() and refused() make them: what a backend
+    keeps (its bearer tokens) is seen by the next statement (wh.sql() uses a new backend each)."""
+
+    def __init__(self, wh):
+        self.conn = wh.pg.connect(dbname="warehouse")
+
+    def sql(self, query, args=None):
+        with self.conn.cursor() as cur:
+            cur.execute(query, args)
+            return cur.fetchall() if cur.description else None
+
+
 def gate(wh, generation, files, store, **extra):
     wh.sql("SELECT finalize.register_partition(%s, %s, %s)", (TABLE, PART, f"{PART}/{generation}/"))
     m = {"table": TABLE, "partition": PART, "generation": generation, "store": store,
@@ -168,6 +190,12 @@ def test_the_gate_passes_and_refuses_with_each_kind_of_credentials(wh, az, blobs
         assert gate(wh, "gen-1", files, store) == (True, "gen-1", []), store
     # One token served every request of the OAuth store: it is kept until shortly before it expires.
     assert len(token_endpoint.forms) == 1
+    # A blob with content is a file whatever its metadata says: not a directory to leave out.
+    disguised = f"{PART}/gen-1/Grüße/disguised.parquet"
+    blobs.upload_blob(disguised, b"not a directory", metadata={"hdi_isfolder": "true"})
+    released, _, problems = gate(wh, "gen-1", files, "az_key")
+    assert (released, [(p["code"], p["path"]) for p in problems]) == (False, [("stray_object", disguised)])
+    blobs.delete_blob(disguised)
     # A blob missing, a blob of another size: refused, with the problems named.
     a, b, c = sorted(files)
     blobs.upload_blob(b, b"rewritten, longer than before" * 3, overwrite=True)
@@ -198,6 +226,10 @@ def test_a_streamed_manifest_is_a_blob_read_in_any_of_its_url_forms(wh, az, blob
     err, text = refused(wh, "gen-1", None, "az_key",
                         files_location=f"abfss://other@devstoreaccount1.dfs.core.windows.net/{key}")
     assert err.pgcode == "22023" and "not an object of the partition's store" in text, text
+    # A URL with a query (a SAS token pasted with it) is refused, the query never echoed.
+    err, text = refused(wh, "gen-1", None, "az_key", files_location=f"https://devstoreaccount1.blob.core.windows."
+                        f"net/lake/{key}?sv=2021-12-02&sig=Zm9vYmFyLXNpZ25hdHVyZQ%3D")
+    assert err.pgcode == "22023" and "a URL with a query" in text and "sig=" not in text, text
     err, text = refused(wh, "gen-1", None, "az_oauth",
                         files_location="abfss://lake@devstoreaccount1.dfs.core.windows.net/no/such.jsonl")
     assert err.diag.message_primary.endswith(": BlobNotFound") and "HTTP 404" in text, text
@@ -246,10 +278,31 @@ def test_azure_errors_reach_the_user_and_no_secret_does(wh, az, blobs, table, to
            (az.endpoint, az.ca, f"http://127.0.0.1:{token_endpoint.server_port}/tenant/token"))
     wh.sql("CREATE USER MAPPING FOR postgres SERVER az_old OPTIONS (client_id %s, client_secret %s)",
            (OLD_CLIENT, CLIENT_SECRET))
-    err, text = refused(wh, "gen-1", files, "az_old")
-    texts.append(text)
-    assert err.diag.message_primary.endswith('"az_old": AuthenticationFailed'), text
-    assert "HTTP 403" in text and "token is expired" in text and "credentials" in err.diag.message_hint, text
+    one = OneBackend(wh)
+    gate(one, "gen-1", files, "az_oauth")      # its token kept by this backend
+    forms = lambda client: sum(f.get("client_id") == [client] for f in token_endpoint.forms)  # noqa: E731
+    good = forms(CLIENT_ID)
+    for attempt in (1, 2):
+        err, text = refused(one, "gen-1", files, "az_old")
+        texts.append(text)
+        assert err.diag.message_primary.endswith('"az_old": AuthenticationFailed'), text
+        assert "HTTP 403" in text and "token is expired" in text and "credentials" in err.diag.message_hint, text
+        # The refused token is not sent again: each attempt asks for a new one.
+        assert forms(OLD_CLIENT) == attempt
+    # Tokens of several clients are kept side by side: az_oauth's outlived az_old's.
+    gate(one, "gen-1", files, "az_oauth")
+    assert forms(CLIENT_ID) == good
+    # expires_in as a string ("1": a second) is the token's lifetime, not an hour's default.
+    wh.sql("CREATE SERVER az_v1 FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+           "container 'lake', endpoint %s, ca_file %s, token_endpoint %s)",
+           (az.endpoint, az.ca, f"http://127.0.0.1:{token_endpoint.server_port}/tenant/token"))
+    wh.sql("CREATE USER MAPPING FOR postgres SERVER az_v1 OPTIONS (client_id %s, client_secret %s)",
+           (V1_CLIENT, CLIENT_SECRET))
+    gate(one, "gen-1", files, "az_v1")
+    time.sleep(1.1)     # past its lifetime: the next request must ask again
+    gate(one, "gen-1", files, "az_v1")
+    assert forms(V1_CLIENT) == 2
+    one.conn.close()
     wh.sql("CREATE SERVER az_nope FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
            "container 'nope', endpoint %s, ca_file %s)", (az.endpoint, az.ca))
     wh.sql("CREATE USER MAPPING FOR postgres SERVER az_nope OPTIONS (account_key %s)", (az.key,))
@@ -280,6 +333,8 @@ def test_azure_errors_reach_the_user_and_no_secret_does(wh, az, blobs, table, to
     log = wh.pg.log()
     for s in secrets:
         assert not any(s in t for t in texts) and s not in log, "a secret in an error or the server's log"
+    # Nor any part of one: a message cut inside a secret would leave its first letters unredacted.
+    assert not any("wr0ng-s3c" in t for t in texts) and "wr0ng-s3c" not in log, texts
 
 
 DAY0 = datetime.datetime(2026, 3, 1, tzinfo=UTC)
@@ -321,9 +376,17 @@ def test_a_success_marker_publication_writes_to_azure(wh, az, blobs):
 
 class FaultyBlobService(http.server.BaseHTTPRequestHandler):
     """A Blob endpoint in trouble, over HTTPS with the test CA: every request answered 503 ServerBusy
-    with Retry-After (Azure's error document), or, stalled, read and never answered."""
+    with Retry-After (Azure's error document), or, stalled, read and never answered, or answered
+    200 with the List Blobs page the test set (server.page)."""
 
     def do_GET(self):
+        if self.server.page is not None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(self.server.page)))
+            self.end_headers()
+            self.wfile.write(self.server.page)
+            return
         if self.server.stall:
             self.server.stalled.wait(30)
             return
@@ -340,6 +403,55 @@ class FaultyBlobService(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def unblock_fifo(path, done):
+    """Until done, opens the FIFO for writing and closes it every few seconds, so that a reader
+    blocked on it (the code before the ca_file check) gets end-of-file: the test then fails
+    instead of hanging."""
+    while not done.wait(5):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
+
+def test_a_ca_file_that_is_not_a_regular_file_is_never_read(wh, az, blobs, table):
+    """libcurl reads the CA file whole and uncancellably: a FIFO would hang the backend, /dev/zero
+    exhaust its memory. The validator refuses them; a file replaced by one after validation is
+    refused before each request (InvalidCaFile), nothing read."""
+    where = tempfile.mkdtemp(prefix="finalize-ca.")
+    os.chmod(where, 0o755)     # the server runs as postgres
+    try:
+        fifo, ca = os.path.join(where, "ca.fifo"), os.path.join(where, "ca.pem")
+        os.mkfifo(fifo, 0o644)
+        for bad in ("/dev/zero", fifo):
+            with pytest.raises(psycopg2.Error) as e:
+                wh.sql("CREATE SERVER az_badca FOREIGN DATA WRAPPER finalize_azure OPTIONS (account "
+                       "'devstoreaccount1', container 'lake', endpoint %s, ca_file %s)", (az.endpoint, bad))
+            assert 'option "ca_file"' in e.value.diag.message_primary and "regular file of at most 1 MB" in \
+                e.value.diag.message_detail, e.value
+        shutil.copy(az.ca, ca)
+        os.chmod(ca, 0o644)
+        wh.sql("CREATE SERVER az_swapped FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
+               "container 'lake', endpoint %s, ca_file %s)", (az.endpoint, ca))
+        wh.sql("CREATE USER MAPPING FOR postgres SERVER az_swapped OPTIONS (account_key %s)", (az.key,))
+        files = upload(blobs, "gen-1", ["a.parquet"])
+        assert gate(wh, "gen-1", files, "az_swapped") == (True, "gen-1", [])
+        for replace in (lambda: os.mkfifo(ca, 0o644), lambda: os.symlink("/dev/zero", ca)):
+            os.remove(ca)
+            replace()
+            done = threading.Event()
+            threading.Thread(target=unblock_fifo, args=(ca, done), daemon=True).start()
+            try:
+                err, text = refused(wh, "gen-1", files, "az_swapped")
+            finally:
+                done.set()
+            assert err.diag.message_primary.endswith('"az_swapped": InvalidCaFile'), text
+            assert f'the ca_file "{ca}" is not a regular file of at most 1 MB' in text, text
+            assert "ca_file" in err.diag.message_hint
+    finally:
+        shutil.rmtree(where)
+
+
 def test_a_busy_or_stalled_store_is_an_error_that_releases_nothing(wh, az, blobs, table):
     """Azure's 503 ServerBusy reaches the user with its Retry-After ignored (the gate does not wait:
     nothing is released, the caller tries again); a store that never answers is a Timeout within
@@ -348,7 +460,7 @@ def test_a_busy_or_stalled_store_is_an_error_that_releases_nothing(wh, az, blobs
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(az.pki.good.cert, az.pki.good.key)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    server.stall, server.stalled = False, threading.Event()
+    server.stall, server.stalled, server.page = False, threading.Event(), None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         wh.sql("CREATE SERVER az_busy FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'devstoreaccount1', "
@@ -359,6 +471,21 @@ def test_a_busy_or_stalled_store_is_an_error_that_releases_nothing(wh, az, blobs
         err, text = refused(wh, "gen-1", files, "az_busy")
         assert err.diag.message_primary.endswith('"az_busy": ServerBusy') and "HTTP 503" in text, text
         assert "try again later" in err.diag.message_hint
+        # Pages Azure never sends, each of which would hide blobs if read leniently: one without
+        # <NextMarker/> (Azure's last page has it, empty: without it, more pages may follow), one
+        # with a delimited listing's <BlobPrefix>, one without <Blobs>.
+        (key, v), = files.items()
+        blob = (f"<Blob><Name>{key}</Name><Properties><Content-Length>{v['size']}</Content-Length><Content-MD5>"
+                f"{base64.b64encode(bytes.fromhex(v['etag'])).decode()}</Content-MD5></Properties></Blob>")
+        for inner, what in ((f"<Blobs>{blob}</Blobs>", "NextMarker"),
+                            (f"<Blobs>{blob}<BlobPrefix><Name>{PART}/gen-1/more/</Name></BlobPrefix></Blobs>"
+                             "<NextMarker/>", "BlobPrefix"),
+                            ("<NextMarker/>", "Blobs")):
+            server.page = ('<?xml version="1.0" encoding="utf-8"?><EnumerationResults ContainerName="lake">'
+                           f"<Prefix>{PART}/gen-1/</Prefix>{inner}</EnumerationResults>").encode()
+            err, text = refused(wh, "gen-1", files, "az_busy")
+            assert err.diag.message_primary.endswith('"az_busy": MalformedResponse') and f"<{what}>" in text, text
+        server.page = None
         server.stall = True
         wh.sql("ALTER SYSTEM SET finalize.s3_timeout = '1s'")
         wh.sql("SELECT pg_reload_conf()")

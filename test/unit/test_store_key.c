@@ -30,6 +30,8 @@ test_s3_and_files(void)
 	check(key_is(&b, "s3://lake/t/data/a.parquet", "t/data/a.parquet"), "an s3:// location");
 	check(key_is(&b, "s3a://lake/t/a.parquet", "t/a.parquet"), "Hadoop's s3a:// names the same object");
 	check(key_is(&b, "s3n://lake/t/a.parquet", "t/a.parquet"), "and s3n://");
+	check(key_is(&b, "s3://lake/t/a?b#c", "t/a?b#c") && !store_bases_query(&b, "s3://lake/t/a?b#c"),
+		  "an S3 key may hold ? and # (s3:// is no URL with a query)");
 	check(key_is(&b, "s3://lakehouse/t/a", NULL), "a bucket whose name begins with the store's is another");
 	check(key_is(&b, "s3://lake/t/../../other/a", NULL), "a key with .. parts is refused");
 	check(key_is(&b, "s3://lake//a", NULL), "a key with an empty part is refused");
@@ -65,6 +67,17 @@ test_azure(void)
 		  "a host that only begins with the account's is outside");
 	check(key_is(&b, "https://acct.blob.core.windows.net/lake/../x/y", NULL), "a key with .. parts is refused");
 	check(key_is(&b, "s3://lake/t/m.avro", NULL), "an S3 location is no Azure object");
+	check(key_is(&b, "https://acct.blob.core.windows.net/lake/t/m.jsonl?sv=2022-11-02&sig=abc", NULL) &&
+		  store_bases_query(&b, "https://acct.blob.core.windows.net/lake/t/m.jsonl?sv=2022-11-02&sig=abc"),
+		  "a URL with a query (a SAS token) is no blob of the store");
+	check(key_is(&b, "abfss://lake@acct.dfs.core.windows.net/t/m.jsonl#x", NULL), "nor one with a fragment");
+
+	store_bases_azure(&b, "acct", "lake", "https://acct.blob.core.chinacloudapi.cn/");
+	check(key_is(&b, "abfss://lake@acct.dfs.core.chinacloudapi.cn/t/a", "t/a") &&
+		  key_is(&b, "https://acct.blob.core.chinacloudapi.cn/lake/t/a", "t/a") && b.n == 6,
+		  "another cloud's endpoint gives its host suffix to every form");
+	check(key_is(&b, "abfss://lake@acct.dfs.core.windows.net/t/a", NULL),
+		  "a same-named account of the public cloud is another account");
 
 	store_bases_azure(&b, "devstoreaccount1", "lake", "http://127.0.0.1:10000/devstoreaccount1/");
 	check(key_is(&b, "http://127.0.0.1:10000/devstoreaccount1/lake/t/a", "t/a"), "an emulator's URL");
