@@ -83,6 +83,12 @@ SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 's3://lake/orders
 SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 's3://lake/orders', store => 'nope');
 SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 's3://lake/orders', store => 'erp');
 SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'file:///var/orders', store => 'file:///tmp/');
+-- A URL with a query (a SAS token pasted with it) is no location of the store, and the query is not echoed.
+CREATE SERVER lk_az FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'acct', container 'lake');
+CREATE USER MAPPING FOR CURRENT_USER SERVER lk_az OPTIONS (account_key 'c2VjcmV0LWtleQ==');
+SELECT finalize.add_consumer('lk.orders', 'rs', store => 'lk_az',
+                             delta_table => 'https://acct.blob.core.windows.net/lake/orders?sv=2021&sig=S3CRETSIG');
+DROP SERVER lk_az CASCADE;
 SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'file:///tmp/orders', store => 'file:///tmp/',
                              lsn_from => 'userMetadata.');
 SELECT finalize.add_consumer('lk.orders', 'rs', delta_table => 'file:///tmp/orders/', store => 'file:///tmp/',

@@ -32,7 +32,7 @@ finalize_delta_store(PG_FUNCTION_ARGS)
 	if (store_key_of(&store, location) == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("location %s is not in store %s", location, name),
+				 errmsg("location %s is not in store %s", store_location_shown(&store, location), name),
 				 errdetail("The locations of %s begin with %s.", store_describe(&store), store_base(&store)),
 				 errhint("Name the store that holds the table, or write its location as the store names it.")));
 	PG_RETURN_TEXT_P(cstring_to_text(name));

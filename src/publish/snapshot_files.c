@@ -376,7 +376,8 @@ read_object(const Manifest *m, const ObjectStore *store, const char *location, c
 	if (key == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s \"%s\" is not an object of store \"%s\"", what, location, m->store),
+				 errmsg("%s \"%s\" is not an object of store \"%s\"", what, store_location_shown(store, location),
+						m->store),
 				 errdetail("The snapshot's files are read with the caller's rights from the release's store, "
 						   "whose objects begin with \"%s\".", store_base(store)),
 				 errhint("Name the store that holds the table's warehouse in \"store\".")));

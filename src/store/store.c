@@ -292,6 +292,19 @@ store_location_has_query(const ObjectStore *s, const char *location)
 	return store_bases_query(&s->bases, location);
 }
 
+/*
+ * A location as a message may show it: a URL of the store with a query or a
+ * fragment (store_location_has_query) cut before them, since the query may
+ * be a SAS token's signature; any other location whole.
+ */
+const char *
+store_location_shown(const ObjectStore *s, const char *location)
+{
+	if (!store_location_has_query(s, location))
+		return location;
+	return psprintf("%.*s?...", (int) strcspn(location, "?#"), location);
+}
+
 /* The store as messages name it: bucket "b" of server "s", local store "file:///d". */
 char *
 store_describe(const ObjectStore *s)

@@ -57,6 +57,7 @@ extern void store_open_local(const char *root, ObjectStore *out);
 extern const char *store_base(const ObjectStore *s);
 extern const char *store_key_of(const ObjectStore *s, const char *location);
 extern bool store_location_has_query(const ObjectStore *s, const char *location);
+extern const char *store_location_shown(const ObjectStore *s, const char *location);
 extern char *store_describe(const ObjectStore *s);
 extern char *store_identity(const ObjectStore *s);
 extern bool store_etags_computed(const ObjectStore *s);
