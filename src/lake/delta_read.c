@@ -46,24 +46,32 @@ checkpoint_only(DeltaReader *r, int64 missing, int64 checkpoint)
 
 /*
  * What a version holds, read back from it (delta_back_step) up to
- * DELTA_BACK_MAX commits: *walk says why when nothing is found. Returns
- * the step that ended the walk (MORE: the cap or a missing commit, *missing
- * its version); false when the store failed.
+ * DELTA_BACK_MAX commits, the first `first` of them stepped by an earlier
+ * poll: *walk says why when nothing is found. Returns the step that ended
+ * the walk (MORE: the cap or a missing commit, *missing its version);
+ * false when the store failed, or when the poll's time ran out (r->cut,
+ * with r->walk_next and r->walk_steps where it stopped).
  */
 static bool
-walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
-		  int64 *head_ts)
+walk_back(DeltaReader *r, int64 version, int first, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step,
+		  int64 *missing, int64 *head_ts)
 {
 	*step = DELTA_BACK_MORE;
 	*missing = -1;
-	for (int i = 0; i < DELTA_BACK_MAX && *step == DELTA_BACK_MORE; i++)
+	for (int i = first; i < DELTA_BACK_MAX && *step == DELTA_BACK_MORE; i++)
 	{
 		DeltaCommit c;
 		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
-		if (i > 0 && delta_out_of_time(r))
-			return false;		/* nothing found yet: the next poll walks again */
+		if (i > first && delta_out_of_time(r))
+		{
+			/* nothing found yet: the next poll goes on from here */
+			r->cut = true;
+			r->walk_next = version;
+			r->walk_steps = i;
+			return false;
+		}
 		if (i > 0 && version <= r->walk_floor)
 		{
 			walk->reason = psprintf("none did down to version %lld either, when read before", (long long) version);
@@ -89,27 +97,31 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
  * without finding a carrier, for as long as this worker runs: the next
  * poll reads back only to it (a carrier missed then only makes it lag), so
  * that a consumer whose lsn_from names nothing costs one commit a poll,
- * not two hundred.
+ * not two hundred. And a walk the poll's time cut: where it stopped, so
+ * that the next poll goes on from there (a slow store still finishes it;
+ * walking again from the newest commit each poll would never end).
  */
 typedef struct WalkedEntry
 {
 	int64		lake_id;
-	int64		walked_from;
+	int64		walked_from;	/* -1: none */
 	uint32		lsn_from_hash;	/* the lsn_from it was walked for */
+	int64		resume_head;	/* a cut walk's newest commit (-1: none) */
+	int64		resume_next;	/* the version it reads next */
+	int			resume_steps;	/* commits it stepped */
+	int64		resume_head_ts; /* the newest commit's time */
+	bool		resume_has_id;	/* resume_id: the metaData.id it met */
+	char		resume_id[DELTA_KEEP_MAX + 128];
 } WalkedEntry;
 
 static HTAB *walked = NULL;
 
-/* walk_back for a first read, from the newest commit down to what an earlier poll walked. */
-static bool
-walk_first(DeltaReader *r, int64 newest, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
-		   int64 *head_ts)
+/* This consumer's entry in walked, made empty when new or walked for another lsn_from. */
+static WalkedEntry *
+walked_entry(int64 lake_id, uint32 from_hash)
 {
-	int64		lake_id = r->obs->consumer->lake_id;
 	WalkedEntry *e;
 	bool		found;
-	bool		ok;
-	uint32		from_hash;
 
 	if (walked == NULL)
 	{
@@ -119,19 +131,67 @@ walk_first(DeltaReader *r, int64 newest, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 		ctl.entrysize = sizeof(WalkedEntry);
 		walked = hash_create("finalize Delta walks", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 	}
-	e = hash_search(walked, &lake_id, HASH_FIND, NULL);
-	from_hash = hash_bytes((const unsigned char *) r->lsn_from_text, strlen(r->lsn_from_text));
-	r->walk_floor = e != NULL && e->walked_from <= newest && e->lsn_from_hash == from_hash ? e->walked_from : -1;
-	ok = walk_back(r, newest, walk, lsn, step, missing, head_ts);
-	r->walk_floor = -1;
-	if (ok && *missing < 0 && (*step == DELTA_BACK_NONE || *step == DELTA_BACK_MORE))
+	e = hash_search(walked, &lake_id, HASH_ENTER, &found);
+	if (!found || e->lsn_from_hash != from_hash)
 	{
-		e = hash_search(walked, &lake_id, HASH_ENTER, &found);
-		e->walked_from = newest;
+		e->walked_from = -1;
+		e->resume_head = -1;
 		e->lsn_from_hash = from_hash;
 	}
+	return e;
+}
+
+/* Keeps where a walk the poll's time cut stopped, to go on from there. */
+static void
+keep_resume(DeltaReader *r, WalkedEntry *e, int64 newest, const DeltaBack *walk, int64 head_ts)
+{
+	e->resume_head = -1;
+	if (walk->table_id != NULL && strlen(walk->table_id) >= sizeof(e->resume_id))
+		return;					/* cannot be kept: the next poll walks again */
+	e->resume_has_id = walk->table_id != NULL;
+	if (walk->table_id != NULL)
+		strlcpy(e->resume_id, walk->table_id, sizeof(e->resume_id));
+	e->resume_head = newest;
+	e->resume_next = r->walk_next;
+	e->resume_steps = r->walk_steps;
+	e->resume_head_ts = head_ts;
+}
+
+/*
+ * walk_back for a first read, from the newest commit (*newest) down to
+ * what an earlier poll walked, or on from where a walk an earlier poll's
+ * time cut stopped (then *newest becomes that walk's newest commit, still
+ * listed: what it proves is proven of that version).
+ */
+static bool
+walk_first(DeltaReader *r, int64 *newest, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
+		   int64 *head_ts)
+{
+	WalkedEntry *e;
+	bool		ok;
+	int64		from = *newest;
+	int			first = 0;
+
+	e = walked_entry(r->obs->consumer->lake_id,
+					 hash_bytes((const unsigned char *) r->lsn_from_text, strlen(r->lsn_from_text)));
+	if (e->resume_head >= 0 && e->resume_head <= *newest)
+	{
+		*newest = e->resume_head;
+		from = e->resume_next;
+		first = e->resume_steps;
+		*head_ts = e->resume_head_ts;
+		walk->table_id = e->resume_has_id ? pstrdup(e->resume_id) : NULL;
+	}
+	r->walk_floor = e->walked_from >= 0 && e->walked_from <= *newest ? e->walked_from : -1;
+	ok = walk_back(r, from, first, walk, lsn, step, missing, head_ts);
+	r->walk_floor = -1;
+	e->resume_head = -1;
+	if (!ok && r->cut)
+		keep_resume(r, e, *newest, walk, *head_ts);
+	else if (ok && *missing < 0 && (*step == DELTA_BACK_NONE || *step == DELTA_BACK_MORE))
+		e->walked_from = *newest;
 	else if (ok)
-		hash_search(walked, &lake_id, HASH_REMOVE, NULL);
+		e->walked_from = -1;
 	return ok;
 }
 
@@ -204,7 +264,7 @@ read_first(DeltaReader *r)
 		checkpoint_only(r, l.newest_checkpoint, l.newest_checkpoint);
 		return;
 	}
-	if (!walk_first(r, l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
+	if (!walk_first(r, &l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
 		return;
 	if (missing >= 0 && Max(checkpoint, l.newest_checkpoint) >= missing)
 	{
@@ -301,8 +361,11 @@ resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version
 			commits[i].restore_version >= seen_version)
 			continue;
 		if (delta_out_of_time(r))
+		{
+			r->cut = true;
 			return i;
-		if (!walk_back(r, commits[i].restore_version, &walk, &commits[i].restored_lsn, &step, &missing, NULL))
+		}
+		if (!walk_back(r, commits[i].restore_version, 0, &walk, &commits[i].restored_lsn, &step, &missing, NULL))
 			return r->obs->condition != LAKE_OK ? -1 : i;
 		commits[i].restored_known = step == DELTA_BACK_FOUND;
 	}
@@ -454,8 +517,13 @@ judging_error(int sqlerrcode)
 		sqlerrcode == ERRCODE_INVALID_TEXT_REPRESENTATION || sqlerrcode == ERRCODE_CHARACTER_NOT_IN_REPERTOIRE;
 }
 
-/* Reads a consumer's table and fills r->obs (no transaction is open). */
-void
+/*
+ * Reads a consumer's table and fills r->obs (no transaction is open).
+ * Returns false when the poll's time ran out before anything was judged:
+ * nothing is to be recorded (an empty observation would clear the
+ * consumer's condition as if its table had been read).
+ */
+bool
 delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 {
 	DeltaSeen	seen;
@@ -486,6 +554,7 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 			proc_exit_inprogress)
 			PG_RE_THROW();
 		FlushErrorState();
+		r->cut = false;
 		memset(r->obs, 0, sizeof(*r->obs));
 		r->obs->consumer = c;
 		r->obs->condition = judging_error(error->sqlerrcode) ? LAKE_LOG_MALFORMED : LAKE_STORE_UNREACHABLE;
@@ -495,4 +564,5 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 								  text_excerpt(redact_secrets(error->message, r->store->secrets), 1024));
 	}
 	PG_END_TRY();
+	return !(r->cut && r->obs->condition == LAKE_OK && !r->obs->has_head && !r->obs->rolled_back);
 }

@@ -322,17 +322,22 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     assert row["lake_condition"] == "lsn_missing" and '"finalize.lns"' in row["last_error"], row
 
 
-def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
-        env, sim, s3):
-    track(env, sim, "sales.orders")
+def s3_server(env, s3):
+    """Server lake_s3 on the S3 test server, and delta-rs's options for it."""
     env.sql("CREATE SERVER lake_s3 FOREIGN DATA WRAPPER finalize_s3 OPTIONS (endpoint %s, region %s, bucket 'lake')",
             (s3.endpoint, s3.region))
     env.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER lake_s3 OPTIONS (access_key_id %s, secret_access_key %s)",
             (s3.access_key, s3.secret_key))
     env.sources["lake_s3"] = None           # dropped with the sources
-    options = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": s3.access_key,
-               "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_REGION": s3.region, "AWS_ALLOW_HTTP": "true",
-               "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    return {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_REGION": s3.region, "AWS_ALLOW_HTTP": "true",
+            "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+
+
+def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
+        env, sim, s3):
+    track(env, sim, "sales.orders")
+    options = s3_server(env, s3)
     good, bad = Pipeline("s3://lake/sales/good", options), Pipeline("s3://lake/sales/bad", options)
     for name, p in (("good", good), ("bad", bad)):
         env.sql("SELECT finalize.add_consumer('sales.orders', %s, delta_table => %s, store => 'lake_s3')",
@@ -399,6 +404,40 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
                                     "AND detail->>'consumer' = 'good' AND detail->>'reason' LIKE '%store changed%'"),
                     timeout=20, what="the loss of the store changed")
     assert consumer(env, "sales.orders", "good")["reported_lsn"] is None
+
+
+def test_a_first_read_slower_than_a_poll_goes_on_where_it_stopped_and_keeps_the_condition(env, sim, s3):
+    """A store so slow that each poll reads one commit: the first read's walk back from the newest
+    commit to the carrier goes on where the last poll stopped (it used to start again from the newest
+    each poll and never end), and a poll cut before anything was judged records nothing: the
+    consumer's condition stays until the table is read (it used to be cleared by an empty poll)."""
+    track(env, sim, "sales.orders")
+    slow = Pipeline("s3://lake/sales/slow", s3_server(env, s3))
+    c = [commit(sim, START + datetime.timedelta(seconds=10))]
+    sim.call("sim.advance", seconds=100)
+    env.wait_caught_up("sales.orders", sim)
+    slow.apply(c)
+    for v in range(1, 4):                   # commits that carry no LSN above the carrier
+        s3.put("lake", "sales/slow/_delta_log/%020d.json" % v,
+               '{"commitInfo":{"timestamp":%d,"operation":"OPTIMIZE"}}\n' % (1000 + v))
+    s3.fault(kind="status", status=503, count=-1, match="slow")
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'slow', delta_table => %s, store => 'lake_s3')",
+            (slow.uri,))
+    wait_consumer(env, "sales.orders", "slow", lambda r: r["lake_condition"] == "store_unreachable", "503")
+    s3.clear("faults")
+    # Each commit answers after a second, five polls' time: a poll reads one and runs out of time.
+    s3.fault(kind="stall", seconds=1, count=-1, match="slow/_delta_log/0000")
+    seen = []
+
+    def read():
+        r = consumer(env, "sales.orders", "slow")
+        seen.append((r["lake_condition"], r["reported_lsn"]))
+        return r if r["reported_lsn"] is not None else None
+    row = env.pg.wait_for(read, timeout=60, what=lambda: "the carrier read: %s" % seen[-5:])
+    s3.clear("faults")
+    assert row["reported_lsn"] == c[0]["lsn"] and row["seen_head_id"] == 3 and row["lake_condition"] is None, row
+    assert (None, None) not in seen, "the condition was cleared before the table was read: %s" % seen
+    env.sql("SELECT finalize.drop_consumer('sales.orders', 'slow')")
 
 
 def test_appends_optimize_and_a_restore_on_azure_blob_storage(env, sim):
