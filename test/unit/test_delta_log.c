@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "common/jsonapi.h"
 
 #include "lake/delta_log.h"
@@ -432,6 +434,39 @@ test_keep(void)
 }
 
 /* Runs every test. */
+/*
+ * What parsing a hostile commit leaves allocated: the parser hands over a
+ * string for every element and key, and each one not kept must be freed
+ * (a 64 MB line of [1,1,...] made half a gigabyte of them). Here a line of
+ * 200,000 elements and keys, the operation and metaData.id kept: what
+ * stays is far below one allocation per element (malloc's own count; the
+ * unit tests' palloc is malloc).
+ */
+static void
+test_tokens_freed(void)
+{
+	StringInfoData text;
+	DeltaCommit c;
+	size_t		before;
+	size_t		after;
+
+	initStringInfo(&text);
+	appendStringInfoString(&text, "{\"commitInfo\":{\"operation\":\"WRITE\",\"operation\":\"MERGE\","
+						   "\"finalize.lsn\":\"0x0000002a000000100003\",\"n\":[1");
+	for (int i = 0; i < 100000; i++)
+		appendStringInfoString(&text, ",1");
+	appendStringInfoString(&text, "],\"deep\":{\"a\":{");
+	for (int i = 0; i < 100000; i++)
+		appendStringInfo(&text, "%s\"k%d\":1", i > 0 ? "," : "", i);
+	appendStringInfoString(&text, "}}}}\n{\"metaData\":{\"id\":\"x\",\"id\":\"y\"}}\n");
+	before = mallinfo2().uordblks;
+	delta_parse_commit(text.data, text.len, &from_key, 1, NULL, &c);
+	after = mallinfo2().uordblks;
+	check(c.malformed == NULL && strcmp(c.operation, "MERGE") == 0 && strcmp(c.table_id, "y") == 0 &&
+		  strcmp(c.lsn_text, "0x0000002a000000100003") == 0, "a commit of 200,000 elements and keys is read");
+	check(after < before + 64 * 1024, "the strings of its elements and keys are freed once read");
+}
+
 int
 main(void)
 {
@@ -444,5 +479,6 @@ main(void)
 	test_back_and_gone();
 	test_identity();
 	test_keep();
+	test_tokens_freed();
 	return tap_done();
 }
