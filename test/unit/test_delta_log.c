@@ -14,6 +14,7 @@
 #include <malloc.h>
 
 #include "common/jsonapi.h"
+#include "mb/pg_wchar.h"
 
 #include "lake/delta_log.h"
 
@@ -431,6 +432,17 @@ test_keep(void)
 		  kept.operation != parsed.operation && strcmp(kept.operation, "WRITE") == 0 &&
 		  strcmp(kept.table_id, "626eb313-5879-481f-9e0e-7dd6781cd89c") == 0 && kept.data_change,
 		  "a commit's strings are copied out, the rest as parsed");
+	/* A metaData.id whose 128th byte is inside a character: cut before it, still UTF-8. */
+	memset(id_a, 'a', 1000);
+	id_a[127] = '\xc3';
+	id_a[128] = '\xa9';
+	text = psprintf("{\"metaData\":{\"id\":\"%s\"}}\n", id_a);
+	parsed = parse(text, 5, &from_key);
+	delta_commit_keep(&parsed, &kept);
+	check(parsed.malformed == NULL &&
+		  pg_encoding_verifymbstr(PG_UTF8, kept.table_id, strlen(kept.table_id)) == (int) strlen(kept.table_id) &&
+		  strncmp(kept.table_id, id_a, 127) == 0 && strncmp(kept.table_id + 127, "...", 3) == 0,
+		  "a long metaData.id is cut at a character's end");
 }
 
 /* Runs every test. */
