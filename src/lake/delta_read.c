@@ -318,13 +318,13 @@ gone(DeltaReader *r, const char *reason)
 }
 
 /*
- * The commit after the version read last was listed but not there when
- * read: gone (the log cleaned up past it) only when a listing now agrees;
- * still listed, a store that answered 404 for a moment (eventual
- * consistency, a replica behind) is the store's condition, not a loss.
+ * A commit listed but not there when read (the version read last, or the
+ * one after it): gone (why) only when a listing now agrees; still listed,
+ * a store that answered 404 for a moment (eventual consistency, a replica
+ * behind) is the store's condition, not a loss.
  */
 static void
-cleaned_up(DeltaReader *r, int64 version)
+cleaned_up(DeltaReader *r, int64 version, const char *why)
 {
 	char	   *identity;
 
@@ -338,8 +338,7 @@ cleaned_up(DeltaReader *r, int64 version)
 								  store_describe(r->store));
 		return;
 	}
-	gone(r, "commits after the version read last were removed before they were read (the log was cleaned up past "
-		 "it), so that it still holds what was proven cannot be shown");
+	gone(r, why);
 }
 
 /*
@@ -464,9 +463,14 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 	}
 	if (!delta_read_commit(r, seen->version, &again, &found))
 		return;
-	if (delta_seen_gone(seen, found, found ? &again : NULL) != NULL)
+	if (!found)
 	{
-		gone(r, delta_seen_gone(seen, found, found ? &again : NULL));
+		cleaned_up(r, seen->version, delta_seen_gone(seen, false, NULL));
+		return;
+	}
+	if (delta_seen_gone(seen, true, &again) != NULL)
+	{
+		gone(r, delta_seen_gone(seen, true, &again));
 		return;
 	}
 	n = (int) Min(l.newest_commit - seen->version, DELTA_RUN_MAX);
@@ -483,7 +487,9 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 			return;
 		if (!found && i == 0)
 		{
-			cleaned_up(r, seen->version + 1);
+			cleaned_up(r, seen->version + 1,
+					   "commits after the version read last were removed before they were read (the log was "
+					   "cleaned up past it), so that it still holds what was proven cannot be shown");
 			return;
 		}
 		if (!found)

@@ -387,6 +387,16 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
     s3.clear("faults")
     wait_consumer(env, "sales.orders", "good", lambda r: r["seen_head_id"] == nxt and r["lake_condition"] is None,
                   "the commit read")
+    # The version read last answering 404 for a while when read again before the next commit: the
+    # same, not a loss (it is still listed).
+    s3.fault(kind="status", status=404, code="NoSuchKey", count=-1, match="good/_delta_log/%020d.json" % nxt)
+    s3.put("lake", "sales/good/_delta_log/%020d.json" % (nxt + 1),
+           '{"commitInfo":{"timestamp":2,"operation":"WRITE","finalize.lsn":"%s"}}\n' % c[2]["lsn"])
+    row = wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] is not None, "read last not found")
+    assert row["lake_condition"] == "store_unreachable" and "Commit %d " % nxt in row["last_error"], row
+    s3.clear("faults")
+    wait_consumer(env, "sales.orders", "good",
+                  lambda r: r["seen_head_id"] == nxt + 1 and r["lake_condition"] is None, "the next commit read")
     assert not env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' AND detail->>'consumer' = 'good'")
 
     # Idle polls of a consumer whose table does not move write nothing: its row keeps its version
