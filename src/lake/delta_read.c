@@ -112,6 +112,8 @@ typedef struct WalkedEntry
 	int64		resume_head_ts; /* the newest commit's time */
 	bool		resume_has_id;	/* resume_id: the metaData.id it met */
 	char		resume_id[DELTA_KEEP_MAX + 128];
+	bool		resume_has_identity;	/* resume_identity: its newest commit's, listed before it was read */
+	char		resume_identity[256];
 } WalkedEntry;
 
 static HTAB *walked = NULL;
@@ -143,14 +145,17 @@ walked_entry(int64 lake_id, uint32 from_hash)
 
 /* Keeps where a walk the poll's time cut stopped, to go on from there. */
 static void
-keep_resume(DeltaReader *r, WalkedEntry *e, int64 newest, const DeltaBack *walk, int64 head_ts)
+keep_resume(DeltaReader *r, WalkedEntry *e, int64 newest, const DeltaBack *walk, int64 head_ts,
+			const char *identity)
 {
 	e->resume_head = -1;
-	if (walk->table_id != NULL && strlen(walk->table_id) >= sizeof(e->resume_id))
+	if ((walk->table_id != NULL && strlen(walk->table_id) >= sizeof(e->resume_id)) ||
+		(identity != NULL && strlen(identity) >= sizeof(e->resume_identity)))
 		return;					/* cannot be kept: the next poll walks again */
 	e->resume_has_id = walk->table_id != NULL;
-	if (walk->table_id != NULL)
-		strlcpy(e->resume_id, walk->table_id, sizeof(e->resume_id));
+	strlcpy(e->resume_id, walk->table_id != NULL ? walk->table_id : "", sizeof(e->resume_id));
+	e->resume_has_identity = identity != NULL;
+	strlcpy(e->resume_identity, identity != NULL ? identity : "", sizeof(e->resume_identity));
 	e->resume_head = newest;
 	e->resume_next = r->walk_next;
 	e->resume_steps = r->walk_steps;
@@ -161,11 +166,12 @@ keep_resume(DeltaReader *r, WalkedEntry *e, int64 newest, const DeltaBack *walk,
  * walk_back for a first read, from the newest commit (*newest) down to
  * what an earlier poll walked, or on from where a walk an earlier poll's
  * time cut stopped (then *newest becomes that walk's newest commit, still
- * listed: what it proves is proven of that version).
+ * listed: what it proves is proven of that version). *identity: the
+ * newest commit's, listed before it was read (the caller checks it again).
  */
 static bool
 walk_first(DeltaReader *r, int64 *newest, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
-		   int64 *head_ts)
+		   int64 *head_ts, char **identity)
 {
 	WalkedEntry *e;
 	bool		ok;
@@ -181,13 +187,16 @@ walk_first(DeltaReader *r, int64 *newest, DeltaBack *walk, Lsn *lsn, DeltaBackSt
 		first = e->resume_steps;
 		*head_ts = e->resume_head_ts;
 		walk->table_id = e->resume_has_id ? pstrdup(e->resume_id) : NULL;
+		*identity = e->resume_has_identity ? pstrdup(e->resume_identity) : NULL;
 	}
+	else if (!delta_listed_identity(r, *newest, identity))
+		return false;
 	r->walk_floor = e->walked_from >= 0 && e->walked_from <= *newest ? e->walked_from : -1;
 	ok = walk_back(r, from, first, walk, lsn, step, missing, head_ts);
 	r->walk_floor = -1;
 	e->resume_head = -1;
 	if (!ok && r->cut)
-		keep_resume(r, e, *newest, walk, *head_ts);
+		keep_resume(r, e, *newest, walk, *head_ts, *identity);
 	else if (ok && *missing < 0 && (*step == DELTA_BACK_NONE || *step == DELTA_BACK_MORE))
 		e->walked_from = *newest;
 	else if (ok)
@@ -224,6 +233,24 @@ learn_table_id(DeltaReader *r, DeltaBack *walk)
 }
 
 /*
+ * Whether a commit's identity listed now is the one listed before it was
+ * read: else it changed while it was read, and nothing is recorded (the
+ * next poll reads it again); false too when the store failed.
+ */
+static bool
+head_unchanged(DeltaReader *r, int64 version, const char *before)
+{
+	char	   *now;
+
+	if (!delta_listed_identity(r, version, &now))
+		return false;
+	if (before != NULL && now != NULL && strcmp(before, now) == 0)
+		return true;
+	r->cut = true;
+	return false;
+}
+
+/*
  * A first read: the newest commit (listed from _last_checkpoint's version,
  * or the whole log without one) and the LSN the table holds there.
  */
@@ -242,7 +269,7 @@ read_first(DeltaReader *r)
 	int64		missing;
 	int64		head_ts = 0;
 	Lsn			lsn;
-	char	   *head_identity;
+	char	   *head_identity = NULL;
 
 	if (!store_read(r->store, psprintf("%s_last_checkpoint", r->log), 1024 * 1024, &body, &len, &found, &err))
 	{
@@ -264,7 +291,7 @@ read_first(DeltaReader *r)
 		checkpoint_only(r, l.newest_checkpoint, l.newest_checkpoint);
 		return;
 	}
-	if (!walk_first(r, &l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
+	if (!walk_first(r, &l.newest_commit, &walk, &lsn, &step, &missing, &head_ts, &head_identity))
 		return;
 	if (missing >= 0 && Max(checkpoint, l.newest_checkpoint) >= missing)
 	{
@@ -298,7 +325,7 @@ read_first(DeltaReader *r)
 	}
 	if (walk.table_id == NULL && !learn_table_id(r, &walk))
 		return;
-	if (!delta_listed_identity(r, l.newest_commit, &head_identity))
+	if (!head_unchanged(r, l.newest_commit, head_identity))
 		return;
 	obs->identity = delta_identity(r->store_identity, head_identity);
 	obs->has_head = true;
@@ -524,10 +551,9 @@ judging_error(int sqlerrcode)
 }
 
 /*
- * Reads a consumer's table and fills r->obs (no transaction is open).
- * Returns false when the poll's time ran out before anything was judged:
- * nothing is to be recorded (an empty observation would clear the
- * consumer's condition as if its table had been read).
+ * Reads a consumer's table and fills r->obs (no transaction is open); false
+ * when there is nothing to record (the poll's time ran out before anything
+ * was judged: an empty observation would clear the consumer's condition).
  */
 bool
 delta_read_consumer(DeltaReader *r, const LakeConsumer *c)

@@ -450,6 +450,34 @@ def test_a_first_read_slower_than_a_poll_goes_on_where_it_stopped_and_keeps_the_
     env.sql("SELECT finalize.drop_consumer('sales.orders', 'slow')")
 
 
+def test_a_head_rewritten_while_a_first_read_reads_it_is_read_again(env, sim, s3):
+    """The newest commit written again between its read and the listing of its identity: the poll
+    records nothing, and the next one reads what the commit holds now. (The identity used to be
+    listed after the read only: the old content's LSN was recorded with the new commit's identity,
+    which then matched every poll, and what the table holds was never read.)"""
+    track(env, sim, "sales.orders")
+    head = Pipeline("s3://lake/sales/head", s3_server(env, s3))
+    c = [commit(sim, START + datetime.timedelta(minutes=m, seconds=10)) for m in range(2)]
+    sim.call("sim.advance", seconds=200)
+    env.wait_caught_up("sales.orders", sim)
+    head.apply(c[:1])
+    key = "sales/head/_delta_log/%020d.json" % 0
+    # Each listing of the commit's identity answers after 5 seconds; the commit is written again
+    # once its read is over, while the listing after it waits.
+    s3.fault(kind="stall", seconds=5, count=-1, match="head%2F_delta_log%2F" + "%020d.json" % 0)
+    s3.clear("requests")
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'head', delta_table => %s, store => 'lake_s3')",
+            (head.uri,))
+    env.pg.wait_for(lambda: [r for r in s3.requests() if r["method"] == "GET" and key in r["path"]
+                             and "list-type" not in (r["query"] or "")], timeout=30, what="the commit read")
+    s3.put("lake", key, '{"commitInfo":{"timestamp":5,"operation":"WRITE","finalize.lsn":"%s"}}\n' % c[1]["lsn"])
+    row = wait_consumer(env, "sales.orders", "head", lambda r: r["reported_lsn"] == c[1]["lsn"],
+                        "what the commit holds now", timeout=60)
+    s3.clear("faults")
+    assert row["seen_head_id"] == 0 and row["lake_condition"] is None, row
+    env.sql("SELECT finalize.drop_consumer('sales.orders', 'head')")
+
+
 def test_appends_optimize_and_a_restore_on_azure_blob_storage(env, sim):
     """The same story on Azurite through a finalize_azure server (Shared Key), the table named by
     its abfss:// location; delta-rs writes it through the emulator's endpoint."""
