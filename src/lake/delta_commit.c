@@ -141,6 +141,28 @@ on_close(void *state)
 	return JSON_ACTION_OK;
 }
 
+/*
+ * Frees what a slot holds. The parser hands each token and key over to
+ * the callbacks: one not kept is freed at once, so that a line of a
+ * million elements costs no million strings.
+ */
+static void
+free_slot(char **slot)
+{
+	if (*slot != NULL)
+		pfree(*slot);
+	*slot = NULL;
+}
+
+/* Keeps a token in a slot (its own copy when another slot took it already). */
+static void
+keep_token(char **slot, char *token, bool *kept)
+{
+	free_slot(slot);
+	*slot = *kept ? pstrdup(token) : token;
+	*kept = true;
+}
+
 /* Notes the action (depth 1), its field (2), or operationParameters' field (3). */
 static JsonActionResult
 on_field(void *state, char *fname, bool isnull pg_attribute_unused())
@@ -149,8 +171,9 @@ on_field(void *state, char *fname, bool isnull pg_attribute_unused())
 
 	if (st->depth <= 2)
 	{
+		free_slot(&st->field);
+		free_slot(&st->param);
 		st->field = fname;
-		st->param = NULL;
 	}
 	if (st->depth == 1)
 		st->action = key_is(fname, "commitInfo") ? ACT_COMMIT_INFO
@@ -161,13 +184,18 @@ on_field(void *state, char *fname, bool isnull pg_attribute_unused())
 	if (st->depth == 1 && st->action == ACT_ADD_REMOVE && st->top_key == NULL)
 		st->out->file_actions = true;
 	else if (st->depth == 3)
+	{
+		free_slot(&st->param);
 		st->param = fname;
+	}
+	else if (st->depth > 3)
+		pfree(fname);
 	return JSON_ACTION_OK;
 }
 
-/* A commitInfo field's value (depth 2). */
+/* A commitInfo field's value (depth 2); *kept when a slot took the token. */
 static void
-commit_info_scalar(LineState *st, char *token, JsonTokenType type)
+commit_info_scalar(LineState *st, char *token, JsonTokenType type, bool *kept)
 {
 	DeltaCommit *c = st->out;
 	int64_t		v;
@@ -182,16 +210,17 @@ commit_info_scalar(LineState *st, char *token, JsonTokenType type)
 	}
 	else if (key_is(st->field, "operation") && type == JSON_TOKEN_STRING)
 	{
-		c->operation = token;
+		keep_token((char **) &c->operation, token, kept);
 		c->restore = strcmp(token, "RESTORE") == 0;
 	}
-	if (key_is(st->field, USER_METADATA) && type == JSON_TOKEN_STRING)
-		st->user_metadata = token;
+	if (st->from->place == DELTA_LSN_USER_METADATA_KEY && key_is(st->field, USER_METADATA) &&
+		type == JSON_TOKEN_STRING)
+		keep_token(&st->user_metadata, token, kept);
 	if ((st->from->place == DELTA_LSN_COMMIT_INFO_KEY && key_is(st->field, st->from->key)) ||
 		(st->from->place == DELTA_LSN_USER_METADATA && key_is(st->field, USER_METADATA)))
 	{
 		if (type == JSON_TOKEN_STRING)
-			c->lsn_text = token;
+			keep_token((char **) &c->lsn_text, token, kept);
 		else if (type != JSON_TOKEN_NULL)
 			c->lsn_problem = "the value is not a string";
 	}
@@ -203,18 +232,19 @@ on_scalar(void *state, char *token, JsonTokenType type)
 {
 	LineState  *st = state;
 	DeltaCommit *c = st->out;
+	bool		kept = false;
 
 	if (st->depth == 0)
 		st->not_object = true;
 	else if (in_array(st, st->depth))
-		return JSON_ACTION_OK;	/* an element is no field's value */
+		;						/* an element is no field's value */
 	else if (st->depth == 1 && st->top_key != NULL && key_is(st->field, st->top_key))
 	{
-		st->top_token = token;
+		keep_token(&st->top_token, token, &kept);
 		st->top_type = type;
 	}
 	else if (st->depth == 2 && st->action == ACT_COMMIT_INFO)
-		commit_info_scalar(st, token, type);
+		commit_info_scalar(st, token, type, &kept);
 	else if (st->depth == 3 && st->action == ACT_COMMIT_INFO && key_is(st->field, "operationParameters") &&
 			 key_is(st->param, "version"))
 		c->has_restore_version = parse_int64(token, &c->restore_version);
@@ -226,7 +256,9 @@ on_scalar(void *state, char *token, JsonTokenType type)
 	}
 	else if (st->depth == 2 && st->action == ACT_METADATA && key_is(st->field, "id") &&
 			 type == JSON_TOKEN_STRING)
-		c->table_id = token;
+		keep_token((char **) &c->table_id, token, &kept);
+	if (!kept && token != NULL)
+		pfree(token);
 	return JSON_ACTION_OK;
 }
 
@@ -241,8 +273,8 @@ parse_line(char *line, int len, JsonSemAction *sem, const char **why)
 	st->depth = 0;
 	st->action = ACT_OTHER;
 	st->not_object = false;
-	st->field = NULL;
-	st->param = NULL;
+	free_slot(&st->field);
+	free_slot(&st->param);
 	st->arrays = 0;
 	st->remove = false;
 	lex = compat_json_lexer(line, len, PG_UTF8);
@@ -250,6 +282,8 @@ parse_line(char *line, int len, JsonSemAction *sem, const char **why)
 	if (rc != JSON_SUCCESS)
 		*why = psprintf("is not JSON: %s", json_errdetail(rc, lex));
 	compat_json_lexer_free(lex);
+	free_slot(&st->field);
+	free_slot(&st->param);
 	if (rc == JSON_SUCCESS && st->not_object)
 		*why = "is not a JSON object";
 	return rc == JSON_SUCCESS && !st->not_object;
@@ -346,8 +380,10 @@ delta_parse_commit(const char *body, size_t len, const DeltaLsnFrom *from, int64
 			if (!parse_line(line, (int) n, &sem, &why))
 			{
 				out->malformed = psprintf("line " INT64_FORMAT " %s", line_no, why);
+				pfree(line);
 				return;
 			}
+			pfree(line);
 			actions++;
 		}
 		start = end + 1;
@@ -367,6 +403,8 @@ delta_last_checkpoint(const char *body, size_t len, int64_t *version)
 	LineState	st;
 	JsonSemAction sem;
 	const char *why = NULL;
+	char	   *line;
+	bool		ok;
 
 	if (len > 1024 * 1024 || pg_encoding_verifymbstr(PG_UTF8, body, (int) len) != (int) len)
 		return false;
@@ -376,6 +414,10 @@ delta_last_checkpoint(const char *body, size_t len, int64_t *version)
 	st.from = &from;
 	st.top_key = "version";
 	commit_sem(&sem, &st);
-	return parse_line(pnstrdup(body, len), (int) len, &sem, &why) && st.top_token != NULL &&
-		st.top_type == JSON_TOKEN_NUMBER && parse_int64(st.top_token, version);
+	line = pnstrdup(body, len);
+	ok = parse_line(line, (int) len, &sem, &why) && st.top_token != NULL && st.top_type == JSON_TOKEN_NUMBER &&
+		parse_int64(st.top_token, version);
+	pfree(line);
+	free_slot(&st.top_token);
+	return ok;
 }

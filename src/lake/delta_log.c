@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "common/hashfn.h"
+#include "mb/pg_wchar.h"
 
 #include "lake/delta_log.h"
 
@@ -382,6 +383,28 @@ delta_identity_gone(const char *seen, const char *store, const char *head)
 	return NULL;
 }
 
+/*
+ * The bytes of a UTF-8 string (a commit is verified UTF-8) up to max that
+ * end at a character's end: a cut inside a character would store invalid
+ * UTF-8. UTF-8 whatever the database's encoding (pg_mbcliplen's), as the
+ * commit is.
+ */
+static int
+utf8_cliplen(const char *s, size_t len, int max)
+{
+	int			n = 0;
+
+	while ((size_t) n < len)
+	{
+		int			l = pg_utf_mblen((const unsigned char *) s + n);
+
+		if (n + l > max)
+			break;
+		n += l;
+	}
+	return n;
+}
+
 /* A string of a commit capped at DELTA_KEEP_MAX bytes, told apart by its length and a hash when cut. */
 static const char *
 keep_capped(const char *s)
@@ -393,7 +416,7 @@ keep_capped(const char *s)
 	len = strlen(s);
 	if (len <= DELTA_KEEP_MAX)
 		return pstrdup(s);
-	return psprintf("%.*s... (%zu bytes, hash %016llx)", DELTA_KEEP_MAX / 2, s, len,
+	return psprintf("%.*s... (%zu bytes, hash %016llx)", utf8_cliplen(s, len, DELTA_KEEP_MAX / 2), s, len,
 					(unsigned long long) hash_bytes_extended((const unsigned char *) s, (int) len, 0));
 }
 

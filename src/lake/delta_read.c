@@ -46,24 +46,32 @@ checkpoint_only(DeltaReader *r, int64 missing, int64 checkpoint)
 
 /*
  * What a version holds, read back from it (delta_back_step) up to
- * DELTA_BACK_MAX commits: *walk says why when nothing is found. Returns
- * the step that ended the walk (MORE: the cap or a missing commit, *missing
- * its version); false when the store failed.
+ * DELTA_BACK_MAX commits, the first `first` of them stepped by an earlier
+ * poll: *walk says why when nothing is found. Returns the step that ended
+ * the walk (MORE: the cap or a missing commit, *missing its version);
+ * false when the store failed, or when the poll's time ran out (r->cut,
+ * with r->walk_next and r->walk_steps where it stopped).
  */
 static bool
-walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
-		  int64 *head_ts)
+walk_back(DeltaReader *r, int64 version, int first, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step,
+		  int64 *missing, int64 *head_ts)
 {
 	*step = DELTA_BACK_MORE;
 	*missing = -1;
-	for (int i = 0; i < DELTA_BACK_MAX && *step == DELTA_BACK_MORE; i++)
+	for (int i = first; i < DELTA_BACK_MAX && *step == DELTA_BACK_MORE; i++)
 	{
 		DeltaCommit c;
 		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
-		if (i > 0 && delta_out_of_time(r))
-			return false;		/* nothing found yet: the next poll walks again */
+		if (i > first && delta_out_of_time(r))
+		{
+			/* nothing found yet: the next poll goes on from here */
+			r->cut = true;
+			r->walk_next = version;
+			r->walk_steps = i;
+			return false;
+		}
 		if (i > 0 && version <= r->walk_floor)
 		{
 			walk->reason = psprintf("none did down to version %lld either, when read before", (long long) version);
@@ -89,27 +97,33 @@ walk_back(DeltaReader *r, int64 version, DeltaBack *walk, Lsn *lsn, DeltaBackSte
  * without finding a carrier, for as long as this worker runs: the next
  * poll reads back only to it (a carrier missed then only makes it lag), so
  * that a consumer whose lsn_from names nothing costs one commit a poll,
- * not two hundred.
+ * not two hundred. And a walk the poll's time cut: where it stopped, so
+ * that the next poll goes on from there (a slow store still finishes it;
+ * walking again from the newest commit each poll would never end).
  */
 typedef struct WalkedEntry
 {
 	int64		lake_id;
-	int64		walked_from;
+	int64		walked_from;	/* -1: none */
 	uint32		lsn_from_hash;	/* the lsn_from it was walked for */
+	int64		resume_head;	/* a cut walk's newest commit (-1: none) */
+	int64		resume_next;	/* the version it reads next */
+	int			resume_steps;	/* commits it stepped */
+	int64		resume_head_ts; /* the newest commit's time */
+	bool		resume_has_id;	/* resume_id: the metaData.id it met */
+	char		resume_id[DELTA_KEEP_MAX + 128];
+	bool		resume_has_identity;	/* resume_identity: its newest commit's, listed before it was read */
+	char		resume_identity[256];
 } WalkedEntry;
 
 static HTAB *walked = NULL;
 
-/* walk_back for a first read, from the newest commit down to what an earlier poll walked. */
-static bool
-walk_first(DeltaReader *r, int64 newest, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
-		   int64 *head_ts)
+/* This consumer's entry in walked, made empty when new or walked for another lsn_from. */
+static WalkedEntry *
+walked_entry(int64 lake_id, uint32 from_hash)
 {
-	int64		lake_id = r->obs->consumer->lake_id;
 	WalkedEntry *e;
 	bool		found;
-	bool		ok;
-	uint32		from_hash;
 
 	if (walked == NULL)
 	{
@@ -119,19 +133,74 @@ walk_first(DeltaReader *r, int64 newest, DeltaBack *walk, Lsn *lsn, DeltaBackSte
 		ctl.entrysize = sizeof(WalkedEntry);
 		walked = hash_create("finalize Delta walks", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 	}
-	e = hash_search(walked, &lake_id, HASH_FIND, NULL);
-	from_hash = hash_bytes((const unsigned char *) r->lsn_from_text, strlen(r->lsn_from_text));
-	r->walk_floor = e != NULL && e->walked_from <= newest && e->lsn_from_hash == from_hash ? e->walked_from : -1;
-	ok = walk_back(r, newest, walk, lsn, step, missing, head_ts);
-	r->walk_floor = -1;
-	if (ok && *missing < 0 && (*step == DELTA_BACK_NONE || *step == DELTA_BACK_MORE))
+	e = hash_search(walked, &lake_id, HASH_ENTER, &found);
+	if (!found || e->lsn_from_hash != from_hash)
 	{
-		e = hash_search(walked, &lake_id, HASH_ENTER, &found);
-		e->walked_from = newest;
+		e->walked_from = -1;
+		e->resume_head = -1;
 		e->lsn_from_hash = from_hash;
 	}
+	return e;
+}
+
+/* Keeps where a walk the poll's time cut stopped, to go on from there. */
+static void
+keep_resume(DeltaReader *r, WalkedEntry *e, int64 newest, const DeltaBack *walk, int64 head_ts,
+			const char *identity)
+{
+	e->resume_head = -1;
+	if ((walk->table_id != NULL && strlen(walk->table_id) >= sizeof(e->resume_id)) ||
+		(identity != NULL && strlen(identity) >= sizeof(e->resume_identity)))
+		return;					/* cannot be kept: the next poll walks again */
+	e->resume_has_id = walk->table_id != NULL;
+	strlcpy(e->resume_id, walk->table_id != NULL ? walk->table_id : "", sizeof(e->resume_id));
+	e->resume_has_identity = identity != NULL;
+	strlcpy(e->resume_identity, identity != NULL ? identity : "", sizeof(e->resume_identity));
+	e->resume_head = newest;
+	e->resume_next = r->walk_next;
+	e->resume_steps = r->walk_steps;
+	e->resume_head_ts = head_ts;
+}
+
+/*
+ * walk_back for a first read, from the newest commit (*newest) down to
+ * what an earlier poll walked, or on from where a walk an earlier poll's
+ * time cut stopped (then *newest becomes that walk's newest commit, still
+ * listed: what it proves is proven of that version). *identity: the
+ * newest commit's, listed before it was read (the caller checks it again).
+ */
+static bool
+walk_first(DeltaReader *r, int64 *newest, DeltaBack *walk, Lsn *lsn, DeltaBackStep *step, int64 *missing,
+		   int64 *head_ts, char **identity)
+{
+	WalkedEntry *e;
+	bool		ok;
+	int64		from = *newest;
+	int			first = 0;
+
+	e = walked_entry(r->obs->consumer->lake_id,
+					 hash_bytes((const unsigned char *) r->lsn_from_text, strlen(r->lsn_from_text)));
+	if (e->resume_head >= 0 && e->resume_head <= *newest)
+	{
+		*newest = e->resume_head;
+		from = e->resume_next;
+		first = e->resume_steps;
+		*head_ts = e->resume_head_ts;
+		walk->table_id = e->resume_has_id ? pstrdup(e->resume_id) : NULL;
+		*identity = e->resume_has_identity ? pstrdup(e->resume_identity) : NULL;
+	}
+	else if (!delta_listed_identity(r, *newest, identity))
+		return false;
+	r->walk_floor = e->walked_from >= 0 && e->walked_from <= *newest ? e->walked_from : -1;
+	ok = walk_back(r, from, first, walk, lsn, step, missing, head_ts);
+	r->walk_floor = -1;
+	e->resume_head = -1;
+	if (!ok && r->cut)
+		keep_resume(r, e, *newest, walk, *head_ts, *identity);
+	else if (ok && *missing < 0 && (*step == DELTA_BACK_NONE || *step == DELTA_BACK_MORE))
+		e->walked_from = *newest;
 	else if (ok)
-		hash_search(walked, &lake_id, HASH_REMOVE, NULL);
+		e->walked_from = -1;
 	return ok;
 }
 
@@ -164,6 +233,24 @@ learn_table_id(DeltaReader *r, DeltaBack *walk)
 }
 
 /*
+ * Whether a commit's identity listed now is the one listed before it was
+ * read: else it changed while it was read, and nothing is recorded (the
+ * next poll reads it again); false too when the store failed.
+ */
+static bool
+head_unchanged(DeltaReader *r, int64 version, const char *before)
+{
+	char	   *now;
+
+	if (!delta_listed_identity(r, version, &now))
+		return false;
+	if (before != NULL && now != NULL && strcmp(before, now) == 0)
+		return true;
+	r->cut = true;
+	return false;
+}
+
+/*
  * A first read: the newest commit (listed from _last_checkpoint's version,
  * or the whole log without one) and the LSN the table holds there.
  */
@@ -182,7 +269,7 @@ read_first(DeltaReader *r)
 	int64		missing;
 	int64		head_ts = 0;
 	Lsn			lsn;
-	char	   *head_identity;
+	char	   *head_identity = NULL;
 
 	if (!store_read(r->store, psprintf("%s_last_checkpoint", r->log), 1024 * 1024, &body, &len, &found, &err))
 	{
@@ -204,7 +291,7 @@ read_first(DeltaReader *r)
 		checkpoint_only(r, l.newest_checkpoint, l.newest_checkpoint);
 		return;
 	}
-	if (!walk_first(r, l.newest_commit, &walk, &lsn, &step, &missing, &head_ts))
+	if (!walk_first(r, &l.newest_commit, &walk, &lsn, &step, &missing, &head_ts, &head_identity))
 		return;
 	if (missing >= 0 && Max(checkpoint, l.newest_checkpoint) >= missing)
 	{
@@ -238,7 +325,7 @@ read_first(DeltaReader *r)
 	}
 	if (walk.table_id == NULL && !learn_table_id(r, &walk))
 		return;
-	if (!delta_listed_identity(r, l.newest_commit, &head_identity))
+	if (!head_unchanged(r, l.newest_commit, head_identity))
 		return;
 	obs->identity = delta_identity(r->store_identity, head_identity);
 	obs->has_head = true;
@@ -258,13 +345,13 @@ gone(DeltaReader *r, const char *reason)
 }
 
 /*
- * The commit after the version read last was listed but not there when
- * read: gone (the log cleaned up past it) only when a listing now agrees;
- * still listed, a store that answered 404 for a moment (eventual
- * consistency, a replica behind) is the store's condition, not a loss.
+ * A commit listed but not there when read (the version read last, or the
+ * one after it): gone (why) only when a listing now agrees; still listed,
+ * a store that answered 404 for a moment (eventual consistency, a replica
+ * behind) is the store's condition, not a loss.
  */
 static void
-cleaned_up(DeltaReader *r, int64 version)
+cleaned_up(DeltaReader *r, int64 version, const char *why)
 {
 	char	   *identity;
 
@@ -278,8 +365,7 @@ cleaned_up(DeltaReader *r, int64 version)
 								  store_describe(r->store));
 		return;
 	}
-	gone(r, "commits after the version read last were removed before they were read (the log was cleaned up past "
-		 "it), so that it still holds what was proven cannot be shown");
+	gone(r, why);
 }
 
 /*
@@ -301,8 +387,11 @@ resolve_restores(DeltaReader *r, DeltaCommit *commits, int n, int64 seen_version
 			commits[i].restore_version >= seen_version)
 			continue;
 		if (delta_out_of_time(r))
+		{
+			r->cut = true;
 			return i;
-		if (!walk_back(r, commits[i].restore_version, &walk, &commits[i].restored_lsn, &step, &missing, NULL))
+		}
+		if (!walk_back(r, commits[i].restore_version, 0, &walk, &commits[i].restored_lsn, &step, &missing, NULL))
 			return r->obs->condition != LAKE_OK ? -1 : i;
 		commits[i].restored_known = step == DELTA_BACK_FOUND;
 	}
@@ -401,9 +490,14 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 	}
 	if (!delta_read_commit(r, seen->version, &again, &found))
 		return;
-	if (delta_seen_gone(seen, found, found ? &again : NULL) != NULL)
+	if (!found)
 	{
-		gone(r, delta_seen_gone(seen, found, found ? &again : NULL));
+		cleaned_up(r, seen->version, delta_seen_gone(seen, false, NULL));
+		return;
+	}
+	if (delta_seen_gone(seen, true, &again) != NULL)
+	{
+		gone(r, delta_seen_gone(seen, true, &again));
 		return;
 	}
 	n = (int) Min(l.newest_commit - seen->version, DELTA_RUN_MAX);
@@ -420,7 +514,9 @@ read_after(DeltaReader *r, const DeltaSeen *seen)
 			return;
 		if (!found && i == 0)
 		{
-			cleaned_up(r, seen->version + 1);
+			cleaned_up(r, seen->version + 1,
+					   "commits after the version read last were removed before they were read (the log was "
+					   "cleaned up past it), so that it still holds what was proven cannot be shown");
 			return;
 		}
 		if (!found)
@@ -454,8 +550,12 @@ judging_error(int sqlerrcode)
 		sqlerrcode == ERRCODE_INVALID_TEXT_REPRESENTATION || sqlerrcode == ERRCODE_CHARACTER_NOT_IN_REPERTOIRE;
 }
 
-/* Reads a consumer's table and fills r->obs (no transaction is open). */
-void
+/*
+ * Reads a consumer's table and fills r->obs (no transaction is open); false
+ * when there is nothing to record (the poll's time ran out before anything
+ * was judged: an empty observation would clear the consumer's condition).
+ */
+bool
 delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 {
 	DeltaSeen	seen;
@@ -486,6 +586,7 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 			proc_exit_inprogress)
 			PG_RE_THROW();
 		FlushErrorState();
+		r->cut = false;
 		memset(r->obs, 0, sizeof(*r->obs));
 		r->obs->consumer = c;
 		r->obs->condition = judging_error(error->sqlerrcode) ? LAKE_LOG_MALFORMED : LAKE_STORE_UNREACHABLE;
@@ -495,4 +596,5 @@ delta_read_consumer(DeltaReader *r, const LakeConsumer *c)
 								  text_excerpt(redact_secrets(error->message, r->store->secrets), 1024));
 	}
 	PG_END_TRY();
+	return !(r->cut && r->obs->condition == LAKE_OK && !r->obs->has_head && !r->obs->rolled_back);
 }

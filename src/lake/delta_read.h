@@ -28,8 +28,11 @@ typedef struct DeltaReader
 	TimestampTz deadline;		/* when this consumer's poll stops reading (0: never) */
 	int64		walk_floor;		/* a first read's walk stops above it (-1: none) */
 	const char *lsn_from_text;	/* the consumer's lsn_from, for messages */
+	bool		cut;			/* the poll's time ran out before a walk ended */
+	int64		walk_next;		/* cut: the version the walk reads next */
+	int			walk_steps;		/* cut: the commits it stepped */
 } DeltaReader;
 
-extern void delta_read_consumer(DeltaReader *r, const LakeConsumer *c);
+extern bool delta_read_consumer(DeltaReader *r, const LakeConsumer *c);
 
 #endif							/* FINALIZE_LAKE_DELTA_READ_H */

@@ -180,8 +180,11 @@ load_consumers(Oid serverid, MemoryContext cxt, DeltaConsumer **consumers, int *
 	return *n > 0;
 }
 
-/* Reads one consumer's log into its observation (no transaction is open). */
-static void
+/*
+ * Reads one consumer's log into its observation (no transaction is open);
+ * false when there is nothing to record (the poll's time ran out first).
+ */
+static bool
 poll_consumer(DeltaConsumer *c, LakeObservation *obs)
 {
 	DeltaReader r;
@@ -198,7 +201,7 @@ poll_consumer(DeltaConsumer *c, LakeObservation *obs)
 			: psprintf("The role that declared consumer \"%s\" may no longer read store %s (USAGE on the server "
 					   "and the use of its owner's user mapping, or pg_read_server_files for file://); it is "
 					   "not read.", c->lake.consumer, c->store_name);
-		return;
+		return true;
 	}
 	memset(&r, 0, sizeof(r));
 	r.store = &c->store;
@@ -216,7 +219,7 @@ poll_consumer(DeltaConsumer *c, LakeObservation *obs)
 		/* Checked before the location is resolved: in another bucket it may name nothing. */
 		obs->rolled_back = true;
 		obs->reason = delta_identity_gone(c->lake.seen_identity, r.store_identity, NULL);
-		return;
+		return true;
 	}
 	if (key == NULL || !delta_lsn_from_parse(c->lsn_from, &r.from))
 	{
@@ -224,11 +227,11 @@ poll_consumer(DeltaConsumer *c, LakeObservation *obs)
 		obs->condition = LAKE_TABLE_NOT_FOUND;
 		obs->detail = psprintf("Delta table %s is not in store %s, or lsn_from \"%s\" names no place.",
 							   c->lake.iceberg_table, c->store_name, c->lsn_from);
-		return;
+		return true;
 	}
 	r.log = key[0] == '\0' ? "_delta_log/" : psprintf("%s/_delta_log/", key);
 	pgstat_report_activity(STATE_RUNNING, psprintf("finalize: reading Delta table %s", c->lake.iceberg_table));
-	delta_read_consumer(&r, &c->lake);
+	return delta_read_consumer(&r, &c->lake);
 }
 
 /* Copies what an observation points into the poll's context. */
@@ -257,6 +260,7 @@ delta_poll_store(Oid serverid, MemoryContext cxt, long *delay_ms)
 	LakeObservation *obs;
 	int			n;
 	int			done;
+	int			kept = 0;
 	char	   *problem = NULL;
 	TimestampTz start = GetCurrentTimestamp();
 	MemoryContext scratch;
@@ -279,16 +283,19 @@ delta_poll_store(Oid serverid, MemoryContext cxt, long *delay_ms)
 		/* A log's commits live only while they are judged. */
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
-		poll_consumer(&consumers[done], &obs[done]);
+		if (poll_consumer(&consumers[done], &obs[kept]))
+		{
+			MemoryContextSwitchTo(cxt);
+			keep_observation(&obs[kept++]);
+		}
 		MemoryContextSwitchTo(cxt);
-		keep_observation(&obs[done]);
 	}
 	MemoryContextDelete(scratch);
 	/* As for a catalog: a poll cut short writes when it looked at each consumer it reached. */
 	for (int i = 0; done < n && i < done; i++)
 		consumers[i].lake.quiet = false;
 	pgstat_report_activity(STATE_IDLE, NULL);
-	lake_record_all(obs, done);
+	lake_record_all(obs, kept);
 	*delay_ms = Max(finalize_poll_interval_ms - TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()), 0);
 	return true;
 }

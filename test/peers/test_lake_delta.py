@@ -322,17 +322,22 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     assert row["lake_condition"] == "lsn_missing" and '"finalize.lns"' in row["last_error"], row
 
 
-def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
-        env, sim, s3):
-    track(env, sim, "sales.orders")
+def s3_server(env, s3):
+    """Server lake_s3 on the S3 test server, and delta-rs's options for it."""
     env.sql("CREATE SERVER lake_s3 FOREIGN DATA WRAPPER finalize_s3 OPTIONS (endpoint %s, region %s, bucket 'lake')",
             (s3.endpoint, s3.region))
     env.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER lake_s3 OPTIONS (access_key_id %s, secret_access_key %s)",
             (s3.access_key, s3.secret_key))
     env.sources["lake_s3"] = None           # dropped with the sources
-    options = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": s3.access_key,
-               "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_REGION": s3.region, "AWS_ALLOW_HTTP": "true",
-               "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    return {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key, "AWS_REGION": s3.region, "AWS_ALLOW_HTTP": "true",
+            "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+
+
+def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_idle_polls_write_nothing(
+        env, sim, s3):
+    track(env, sim, "sales.orders")
+    options = s3_server(env, s3)
     good, bad = Pipeline("s3://lake/sales/good", options), Pipeline("s3://lake/sales/bad", options)
     for name, p in (("good", good), ("bad", bad)):
         env.sql("SELECT finalize.add_consumer('sales.orders', %s, delta_table => %s, store => 'lake_s3')",
@@ -382,6 +387,16 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
     s3.clear("faults")
     wait_consumer(env, "sales.orders", "good", lambda r: r["seen_head_id"] == nxt and r["lake_condition"] is None,
                   "the commit read")
+    # The version read last answering 404 for a while when read again before the next commit: the
+    # same, not a loss (it is still listed).
+    s3.fault(kind="status", status=404, code="NoSuchKey", count=-1, match="good/_delta_log/%020d.json" % nxt)
+    s3.put("lake", "sales/good/_delta_log/%020d.json" % (nxt + 1),
+           '{"commitInfo":{"timestamp":2,"operation":"WRITE","finalize.lsn":"%s"}}\n' % c[2]["lsn"])
+    row = wait_consumer(env, "sales.orders", "good", lambda r: r["lake_condition"] is not None, "read last not found")
+    assert row["lake_condition"] == "store_unreachable" and "Commit %d " % nxt in row["last_error"], row
+    s3.clear("faults")
+    wait_consumer(env, "sales.orders", "good",
+                  lambda r: r["seen_head_id"] == nxt + 1 and r["lake_condition"] is None, "the next commit read")
     assert not env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' AND detail->>'consumer' = 'good'")
 
     # Idle polls of a consumer whose table does not move write nothing: its row keeps its version
@@ -399,6 +414,68 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
                                     "AND detail->>'consumer' = 'good' AND detail->>'reason' LIKE '%store changed%'"),
                     timeout=20, what="the loss of the store changed")
     assert consumer(env, "sales.orders", "good")["reported_lsn"] is None
+
+
+def test_a_first_read_slower_than_a_poll_goes_on_where_it_stopped_and_keeps_the_condition(env, sim, s3):
+    """A store so slow that each poll reads one commit: the first read's walk back from the newest
+    commit to the carrier goes on where the last poll stopped (it used to start again from the newest
+    each poll and never end), and a poll cut before anything was judged records nothing: the
+    consumer's condition stays until the table is read (it used to be cleared by an empty poll)."""
+    track(env, sim, "sales.orders")
+    slow = Pipeline("s3://lake/sales/slow", s3_server(env, s3))
+    c = [commit(sim, START + datetime.timedelta(seconds=10))]
+    sim.call("sim.advance", seconds=100)
+    env.wait_caught_up("sales.orders", sim)
+    slow.apply(c)
+    for v in range(1, 4):                   # commits that carry no LSN above the carrier
+        s3.put("lake", "sales/slow/_delta_log/%020d.json" % v,
+               '{"commitInfo":{"timestamp":%d,"operation":"OPTIMIZE"}}\n' % (1000 + v))
+    s3.fault(kind="status", status=503, count=-1, match="slow")
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'slow', delta_table => %s, store => 'lake_s3')",
+            (slow.uri,))
+    wait_consumer(env, "sales.orders", "slow", lambda r: r["lake_condition"] == "store_unreachable", "503")
+    s3.clear("faults")
+    # Each commit answers after a second, five polls' time: a poll reads one and runs out of time.
+    s3.fault(kind="stall", seconds=1, count=-1, match="slow/_delta_log/0000")
+    seen = []
+
+    def read():
+        r = consumer(env, "sales.orders", "slow")
+        seen.append((r["lake_condition"], r["reported_lsn"]))
+        return r if r["reported_lsn"] is not None else None
+    row = env.pg.wait_for(read, timeout=60, what=lambda: "the carrier read: %s" % seen[-5:])
+    s3.clear("faults")
+    assert row["reported_lsn"] == c[0]["lsn"] and row["seen_head_id"] == 3 and row["lake_condition"] is None, row
+    assert (None, None) not in seen, "the condition was cleared before the table was read: %s" % seen
+    env.sql("SELECT finalize.drop_consumer('sales.orders', 'slow')")
+
+
+def test_a_head_rewritten_while_a_first_read_reads_it_is_read_again(env, sim, s3):
+    """The newest commit written again between its read and the listing of its identity: the poll
+    records nothing, and the next one reads what the commit holds now. (The identity used to be
+    listed after the read only: the old content's LSN was recorded with the new commit's identity,
+    which then matched every poll, and what the table holds was never read.)"""
+    track(env, sim, "sales.orders")
+    head = Pipeline("s3://lake/sales/head", s3_server(env, s3))
+    c = [commit(sim, START + datetime.timedelta(minutes=m, seconds=10)) for m in range(2)]
+    sim.call("sim.advance", seconds=200)
+    env.wait_caught_up("sales.orders", sim)
+    head.apply(c[:1])
+    key = "sales/head/_delta_log/%020d.json" % 0
+    # Each listing of the commit's identity answers after 5 seconds; the commit is written again
+    # once its read is over, while the listing after it waits.
+    s3.fault(kind="stall", seconds=5, count=-1, match="head%2F_delta_log%2F" + "%020d.json" % 0)
+    s3.clear("requests")
+    env.sql("SELECT finalize.add_consumer('sales.orders', 'head', delta_table => %s, store => 'lake_s3')",
+            (head.uri,))
+    env.pg.wait_for(lambda: [r for r in s3.requests() if r["method"] == "GET" and key in r["path"]
+                             and "list-type" not in (r["query"] or "")], timeout=30, what="the commit read")
+    s3.put("lake", key, '{"commitInfo":{"timestamp":5,"operation":"WRITE","finalize.lsn":"%s"}}\n' % c[1]["lsn"])
+    row = wait_consumer(env, "sales.orders", "head", lambda r: r["reported_lsn"] == c[1]["lsn"],
+                        "what the commit holds now", timeout=60)
+    s3.clear("faults")
+    assert row["seen_head_id"] == 0 and row["lake_condition"] is None, row
+    env.sql("SELECT finalize.drop_consumer('sales.orders', 'head')")
 
 
 def test_appends_optimize_and_a_restore_on_azure_blob_storage(env, sim):

@@ -11,7 +11,10 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "common/jsonapi.h"
+#include "mb/pg_wchar.h"
 
 #include "lake/delta_log.h"
 
@@ -429,9 +432,53 @@ test_keep(void)
 		  kept.operation != parsed.operation && strcmp(kept.operation, "WRITE") == 0 &&
 		  strcmp(kept.table_id, "626eb313-5879-481f-9e0e-7dd6781cd89c") == 0 && kept.data_change,
 		  "a commit's strings are copied out, the rest as parsed");
+	/* A metaData.id whose 128th byte is inside a character: cut before it, still UTF-8. */
+	memset(id_a, 'a', 1000);
+	id_a[127] = '\xc3';
+	id_a[128] = '\xa9';
+	text = psprintf("{\"metaData\":{\"id\":\"%s\"}}\n", id_a);
+	parsed = parse(text, 5, &from_key);
+	delta_commit_keep(&parsed, &kept);
+	check(parsed.malformed == NULL &&
+		  pg_encoding_verifymbstr(PG_UTF8, kept.table_id, strlen(kept.table_id)) == (int) strlen(kept.table_id) &&
+		  strncmp(kept.table_id, id_a, 127) == 0 && strncmp(kept.table_id + 127, "...", 3) == 0,
+		  "a long metaData.id is cut at a character's end");
 }
 
 /* Runs every test. */
+/*
+ * What parsing a hostile commit leaves allocated: the parser hands over a
+ * string for every element and key, and each one not kept must be freed
+ * (a 64 MB line of [1,1,...] made half a gigabyte of them). Here a line of
+ * 200,000 elements and keys, the operation and metaData.id kept: what
+ * stays is far below one allocation per element (malloc's own count; the
+ * unit tests' palloc is malloc).
+ */
+static void
+test_tokens_freed(void)
+{
+	StringInfoData text;
+	DeltaCommit c;
+	size_t		before;
+	size_t		after;
+
+	initStringInfo(&text);
+	appendStringInfoString(&text, "{\"commitInfo\":{\"operation\":\"WRITE\",\"operation\":\"MERGE\","
+						   "\"finalize.lsn\":\"0x0000002a000000100003\",\"n\":[1");
+	for (int i = 0; i < 100000; i++)
+		appendStringInfoString(&text, ",1");
+	appendStringInfoString(&text, "],\"deep\":{\"a\":{");
+	for (int i = 0; i < 100000; i++)
+		appendStringInfo(&text, "%s\"k%d\":1", i > 0 ? "," : "", i);
+	appendStringInfoString(&text, "}}}}\n{\"metaData\":{\"id\":\"x\",\"id\":\"y\"}}\n");
+	before = mallinfo2().uordblks;
+	delta_parse_commit(text.data, text.len, &from_key, 1, NULL, &c);
+	after = mallinfo2().uordblks;
+	check(c.malformed == NULL && strcmp(c.operation, "MERGE") == 0 && strcmp(c.table_id, "y") == 0 &&
+		  strcmp(c.lsn_text, "0x0000002a000000100003") == 0, "a commit of 200,000 elements and keys is read");
+	check(after < before + 64 * 1024, "the strings of its elements and keys are freed once read");
+}
+
 int
 main(void)
 {
@@ -444,5 +491,6 @@ main(void)
 	test_back_and_gone();
 	test_identity();
 	test_keep();
+	test_tokens_freed();
 	return tap_done();
 }
