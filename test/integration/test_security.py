@@ -318,6 +318,17 @@ def test_an_admin_with_look_alikes_everywhere_cannot_escalate(pg):
         run(conn, "SELECT finalize.alter_consumer('sec.evil', 'evil-lake', reset => true)")
         run(conn, "SELECT finalize.drop_consumer('sec.evil', 'evil-lake')")
         run(conn, "DROP SERVER sec_lake CASCADE")
+        # A Delta consumer on an Azure store of the admin's own: its store is opened and checked as the
+        # declaring role (finalize_delta_store) while the declaration runs as the owner.
+        run(conn, "CREATE SERVER sec_az FOREIGN DATA WRAPPER finalize_azure OPTIONS (account 'secacct', "
+                  "container 'lake')")
+        run(conn, "CREATE USER MAPPING FOR sec_admin SERVER sec_az OPTIONS (account_key 'c2VjLWF6LWtleQ==')")
+        run(conn, "SELECT finalize.add_consumer('sec.evil', 'evil-delta', store => 'sec_az', "
+                  "delta_table => 'abfss://lake@secacct.dfs.core.windows.net/evil')")
+        assert run(conn, "SELECT delta_table, delta_store FROM finalize.consumers WHERE consumer = 'evil-delta'") \
+            == [("abfss://lake@secacct.dfs.core.windows.net/evil", "sec_az")]
+        run(conn, "SELECT finalize.drop_consumer('sec.evil', 'evil-delta')")
+        run(conn, "DROP SERVER sec_az CASCADE")
         run(conn, "SELECT finalize.untrack_table('sec.evil', false)")
         assert run(conn, "SELECT finalize.release_source('sec_held')")[0][0] is True
         run(conn, "DROP SERVER sec_hook CASCADE")
