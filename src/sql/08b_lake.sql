@@ -135,6 +135,33 @@ BEGIN
 END
 $$;
 
+-- Refuses a lake table as the consumer of a table that is not a source
+-- table: a sharded table's shards each have their own LSNs, a derived table
+-- has none. what names the lake table ('an Iceberg table'), kind_name the
+-- consumer kind for the hint, and shard_args the rest of the hint's call.
+CREATE OR REPLACE FUNCTION finalize_internal.check_lake_source(
+    tt @extschema@.tracked_table, consumer text, what text, kind_name text, shard_args text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF tt.kind = 'sharded' THEN
+        RAISE EXCEPTION 'table "%" is a sharded table, so % cannot report LSNs for it as a whole', tt.table_name, what
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own.',
+                  HINT = format('Declare the %s consumer on each shard, such as finalize.add_consumer(%L, %L, %s',
+                                kind_name, tt.table_name || '/<shard>', consumer, shard_args);
+    ELSIF tt.kind <> 'source' THEN
+        RAISE EXCEPTION 'table "%" is a derived table, so % cannot report LSNs for it', tt.table_name, what
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',
+                  HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
+                                tt.table_name, consumer);
+    END IF;
+END
+$$;
+
 -- The body of finalize.add_consumer(table, consumer, iceberg_server, ...):
 -- declares a pipeline whose progress is the LSN property (lsn_property) of
 -- the snapshots of an Iceberg table's ref. Nobody reports for it: the lake
@@ -158,19 +185,8 @@ DECLARE
     tt @extschema@.tracked_table := finalize_internal.tracked(table_name);
     srv pg_foreign_server;
 BEGIN
-    IF tt.kind = 'sharded' THEN
-        RAISE EXCEPTION 'table "%" is a sharded table, so an Iceberg table cannot report LSNs for it as a whole', tt.table_name
-            USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own.',
-                  HINT = format('Declare the Iceberg consumer on each shard, such as finalize.add_consumer(%L, %L, ...), with the snapshot property that carries that shard''s LSN (lsn_property).',
-                                tt.table_name || '/<shard>', consumer);
-    ELSIF tt.kind <> 'source' THEN
-        RAISE EXCEPTION 'table "%" is a derived table, so an Iceberg table cannot report LSNs for it', tt.table_name
-            USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',
-                  HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
-                                tt.table_name, consumer);
-    END IF;
+    PERFORM finalize_internal.check_lake_source(tt, consumer, 'an Iceberg table', 'Iceberg',
+        '...), with the snapshot property that carries that shard''s LSN (lsn_property).');
     srv := finalize_internal.iceberg_server(caller, iceberg_server);
     PERFORM finalize_internal.check_iceberg_table(iceberg_table);
     PERFORM finalize_internal.check_lake_word(ref, 'ref', 'main or audit');
@@ -256,19 +272,8 @@ DECLARE
     store_name text;
     location text;
 BEGIN
-    IF tt.kind = 'sharded' THEN
-        RAISE EXCEPTION 'table "%" is a sharded table, so a Delta table cannot report LSNs for it as a whole', tt.table_name
-            USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'Each shard is read from its own SQL Server database, whose LSNs are its own.',
-                  HINT = format('Declare the Delta consumer on each shard, such as finalize.add_consumer(%L, %L, delta_table => ..., store => ...), with the key that carries that shard''s LSN (lsn_from).',
-                                tt.table_name || '/<shard>', consumer);
-    ELSIF tt.kind <> 'source' THEN
-        RAISE EXCEPTION 'table "%" is a derived table, so a Delta table cannot report LSNs for it', tt.table_name
-            USING ERRCODE = 'wrong_object_type',
-                  DETAIL = 'A derived table has no SQL Server LSNs: its consumers report the input watermark their job has processed.',
-                  HINT = format('Declare the consumer with finalize.add_consumer(%L, %L) and report with finalize.report_processed().',
-                                tt.table_name, consumer);
-    END IF;
+    PERFORM finalize_internal.check_lake_source(tt, consumer, 'a Delta table', 'Delta',
+        'delta_table => ..., store => ...), with the key that carries that shard''s LSN (lsn_from).');
     PERFORM finalize_internal.require(store, 'store');
     location := finalize_internal.check_delta_location(delta_table);
     store_name := finalize_internal.delta_store(store, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = caller),
