@@ -65,4 +65,17 @@ SELECT finalize.purge_facts();
 SELECT count(*) AS tables FROM finalize.tracked_table WHERE table_name = 'f.orders';
 SELECT count(*) AS facts FROM finalize.fact;
 
+-- SQL Server's clock went back inside a range: its end LSN is stamped 10:59,
+-- before its last commit (11:02). The range still straddles hour 11, which
+-- is then not exact (never 0 rows and exact while a row of it is there).
+SELECT finalize.track_table('f.stepped', 'erp', 'dbo.stepped') > 0 AS tracked;
+SELECT finalize.record_range('f.stepped', NULL, '0x00000000000000000100', '2026-11-29 10:30+00');
+SELECT finalize.record_range('f.stepped', '0x00000000000000000100', '0x00000000000000000200', '2026-11-29 10:59+00',
+                             3, 0, 0, '2026-11-29 10:58+00', '2026-11-29 11:02+00');
+SELECT finalize.record_range('f.stepped', '0x00000000000000000200', '0x00000000000000000300', '2026-11-29 12:05+00');
+SELECT period_start, inserts, straddling_ranges, exact
+  FROM finalize.changes_by_period('f.stepped', '2026-11-29 10:00+00', '2026-11-29 12:00+00');
+SELECT finalize.untrack_table('f.stepped');
+DELETE FROM finalize.tracked_table WHERE table_name = 'f.stepped';
+
 DROP SERVER erp;

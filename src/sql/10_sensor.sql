@@ -640,6 +640,7 @@ DECLARE
     wm @extschema@.watermark;
     covered_after timestamptz;
     since timestamptz;
+    clock_lag interval;
 BEGIN
     PERFORM finalize_internal.require(changes_by_period.table_name, 'table_name');
     PERFORM finalize_internal.require(from_time, 'from_time');
@@ -660,6 +661,14 @@ BEGIN
     -- Facts count every commit after the end of the oldest range kept.
     SELECT min(f.end_commit_time) INTO covered_after
       FROM @extschema@.fact f WHERE f.table_id = tt.table_id AND f.kind = 'range';
+    -- A range ends at or after its last commit's time, unless SQL Server's
+    -- clock went back inside it (its end LSN stamped before some of its
+    -- commits). The search by end_commit_time (indexed) reaches back by the
+    -- largest such lag of the table's ranges (fact_clock_lag_idx holds only
+    -- those), so that such a range still counts in the later periods.
+    SELECT coalesce(max(f.last_commit_time - f.end_commit_time), interval '0') INTO clock_lag
+      FROM @extschema@.fact f
+     WHERE f.table_id = tt.table_id AND f.kind = 'range' AND f.last_commit_time > f.end_commit_time;
     -- Periods, their ends and finality come from the C period arithmetic
     -- (_periods checks the range and caps it at 100000 periods).
     RETURN QUERY
@@ -693,7 +702,7 @@ BEGIN
                    x.first_commit_time >= p.ps AND x.last_commit_time < p.pe AS inside
               FROM @extschema@.fact x
              WHERE x.table_id = tt.table_id AND x.kind = 'range'
-               AND x.end_commit_time >= p.ps
+               AND x.end_commit_time >= p.ps - clock_lag
                AND x.last_commit_time >= p.ps
                AND x.first_commit_time < p.pe) f ON true
      GROUP BY p.ps, p.pe, p.covered

@@ -133,16 +133,18 @@ class Airflow:
             time.sleep(0.3)
 
     def get(self, path):
-        """A GET of the REST API, straight to the api-server, as the test's own user (again after a 5xx:
-        Airflow's SQLite is sometimes busy)."""
+        """A GET of the REST API, straight to the api-server, as the test's own user (again after a 5xx
+        or a reply slower than 30 s: Airflow's SQLite is sometimes busy, and CI's load once held an
+        answer past the 10 s this waited at first)."""
         for _ in range(10):
-            if self._token is None:
-                req = urllib.request.Request(self.url + TOKEN, json.dumps({"username": USER, "password": PASSWORD})
-                                             .encode(), {"Content-Type": "application/json"})
-                self._token = json.load(urllib.request.urlopen(req, timeout=10))["access_token"]
-            req = urllib.request.Request(self.url + path, headers={"Authorization": "Bearer " + self._token})
             try:
-                return json.load(urllib.request.urlopen(req, timeout=10))
+                if self._token is None:
+                    req = urllib.request.Request(self.url + TOKEN,
+                                                 json.dumps({"username": USER, "password": PASSWORD}).encode(),
+                                                 {"Content-Type": "application/json"})
+                    self._token = json.load(urllib.request.urlopen(req, timeout=30))["access_token"]
+                req = urllib.request.Request(self.url + path, headers={"Authorization": "Bearer " + self._token})
+                return json.load(urllib.request.urlopen(req, timeout=30))
             except urllib.error.HTTPError as e:
                 if e.code == 401:
                     self._token = None
@@ -150,7 +152,12 @@ class Airflow:
                     time.sleep(0.3)
                 else:
                     raise
-        raise AssertionError("the REST API kept refusing " + path)
+            except urllib.error.URLError as e:
+                if not isinstance(e.reason, TimeoutError):
+                    raise
+            except TimeoutError:
+                pass
+        raise AssertionError("the REST API kept refusing or timing out " + path)
 
     def asset_id(self, uri):
         found = [a["id"] for a in self.get("/api/v2/assets?uri_pattern=" + urllib.parse.quote(uri, safe=""))["assets"]

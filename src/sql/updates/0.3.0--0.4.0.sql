@@ -134,3 +134,12 @@ DROP FUNCTION finalize_internal.lake_observe(bigint, bigint, text, text, text, b
 CREATE DOMAIN @extschema@.delta_location AS text;
 COMMENT ON DOMAIN @extschema@.delta_location IS
     'The location of a Delta Lake table (s3://bucket/path, abfss://container@account.dfs.core.windows.net/path, file:///path)';
+
+-- changes_by_period: ranges whose last commit is stamped after their end,
+-- as src/sql/03_tables.once.sql creates the index.
+-- Ranges whose last commit is stamped after their end (SQL Server's clock
+-- went back inside them) are rare: changes_by_period reaches back by their
+-- lag when it searches ranges by end_commit_time.
+CREATE INDEX fact_clock_lag_idx
+    ON @extschema@.fact (table_id)
+    WHERE kind = 'range' AND last_commit_time > end_commit_time;
