@@ -54,7 +54,7 @@ PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
 # own), whose links core/zone_link.c reads.
 FINALIZE_SYSTEM_TZDIR := $(shell $(PG_CONFIG) --configure | tr ' ' '\n' | sed -n "s/^'--with-system-tzdata=\(.*\)'$$/\1/p")
 PG_CPPFLAGS += -DFINALIZE_SYSTEM_TZDIR='"$(FINALIZE_SYSTEM_TZDIR)"'
-SHLIB_LINK  = -lsybdb -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2) -lavro -lz -llzma -lsnappy
+SHLIB_LINK  = -lsybdb -lgssapi_krb5 -lkrb5 -lgnutls -lcurl $(shell xml2-config --libs 2>/dev/null || echo -lxml2) -lavro -lz -llzma -lsnappy
 
 # The library exports only what PostgreSQL looks up in it by name: _PG_init,
 # Pg_magic_func, each SQL-callable function and its pg_finfo_ record, and

@@ -73,7 +73,18 @@ CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', pas
 CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', username 'sa');
 ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (SET password '');
 ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (ADD host 'h');
-ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (SET username 'CORP\svc_cdc');
+-- A Windows login is DOMAIN\user (for authentication 'ntlm'), nothing looser.
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (SET username 'CORP\');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (SET username '\svc_cdc');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (SET username 'CORP\svc\cdc');
+-- Kerberos: the principal and its keytab (a secret: base64 of a keytab,
+-- never echoed) in the user mapping; how to log in and the SPN on the server.
+ALTER SERVER src_ok OPTIONS (ADD authentication 'negotiate');
+ALTER SERVER src_ok OPTIONS (ADD server_spn 'MSSQLSvc/sql1 .example.com:1433');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (ADD principal 'svc finalize@CORP.EXAMPLE.COM');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (ADD keytab 'c2VjcmV0LWtleXRhYi1ieXRlcw==');
+ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (ADD keytab 'not base64 at all');
+CREATE SERVER src_bad FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', keytab 'BQI=');
 ALTER USER MAPPING FOR CURRENT_USER SERVER src_ok OPTIONS (ADD secret 'x');
 
 -- The wrapper itself takes no options.
@@ -82,6 +93,17 @@ ALTER FOREIGN DATA WRAPPER finalize_mssql OPTIONS (ADD host 'h');
 -- Nothing was changed by the failed statements.
 SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'src_ok';
 SELECT umoptions FROM pg_user_mappings WHERE srvname = 'src_ok';
+
+-- A Kerberos source: accepted as written.
+CREATE SERVER src_krb FOREIGN DATA WRAPPER finalize_mssql
+    OPTIONS (host 'sql1.corp.example.com', database 'erp', authentication 'kerberos',
+             server_spn 'MSSQLSvc/sql1.corp.example.com:1433@CORP.EXAMPLE.COM');
+CREATE USER MAPPING FOR CURRENT_USER SERVER src_krb
+    OPTIONS (principal 'svc_finalize@CORP.EXAMPLE.COM', keytab 'BQIAAAA=');
+CREATE SERVER src_ntlm FOREIGN DATA WRAPPER finalize_mssql OPTIONS (host 'h', authentication 'ntlm');
+CREATE USER MAPPING FOR CURRENT_USER SERVER src_ntlm OPTIONS (username 'CORP\svc_cdc', password 'pw');
+SELECT srvname, srvoptions FROM pg_foreign_server WHERE srvname IN ('src_krb', 'src_ntlm') ORDER BY 1;
+DROP SERVER src_krb, src_ntlm CASCADE;
 
 DROP USER MAPPING FOR CURRENT_USER SERVER src_ok;
 DROP SERVER src_ok;

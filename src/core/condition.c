@@ -34,6 +34,7 @@ static const char *const condition_names[COND_COUNT] = {
 	[COND_CLOCK_SKEW] = "clock_skew",
 	[COND_INTERNAL_ERROR] = "internal_error",
 	[COND_TLS_FAILED] = "tls_failed",
+	[COND_KERBEROS_FAILED] = "kerberos_failed",
 	[COND_CONSUMER_STALLED] = "consumer_stalled",
 	[COND_REPORT_AHEAD] = "report_ahead",
 };

@@ -40,6 +40,7 @@ typedef enum Condition
 	COND_TIMEZONE_MISMATCH,
 	COND_CLOCK_SKEW,
 	COND_INTERNAL_ERROR,
+	COND_KERBEROS_FAILED,
 
 	/*
 	 * A consumer's (finalize.consumer): written by SQL (_check_consumers and

@@ -28,6 +28,8 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
+#include "core/io_interrupts.h"
+#include "mssql/kerberos.h"
 #include "mssql/login.h"
 #include "mssql/tds_conf.h"
 #include "mssql/tls_reason.h"
@@ -129,12 +131,17 @@ mark_open_sockets(void)
 }
 
 /*
- * Starts watching a login that may take login_timeout seconds (the timer
- * is registered once per process).
+ * Starts watching a login that may take finalize.login_timeout seconds
+ * (the timer is registered once per process); a Kerberos login's GSSAPI
+ * reads the source's own credential cache meanwhile.
  */
 void
-login_watch_start(int login_timeout)
+login_watch_start(const MssqlConnInfo *info)
 {
+	int			login_timeout = (int) ((io_bounded_ms(info->login_timeout * 1000L) + 999) / 1000);
+
+	if (info->auth == MSSQL_AUTH_KERBEROS)
+		krb_cache_enter(info->krb_cache);
 	if (login_watch_id == MAX_TIMEOUTS)
 		login_watch_id = RegisterTimeout(USER_TIMEOUT, login_watch);
 	mark_open_sockets();
@@ -144,11 +151,34 @@ login_watch_start(int login_timeout)
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOGIN_WATCH_MS), LOGIN_WATCH_MS);
 }
 
-/* Stops watching the login once it has ended. */
+/* Stops watching the login once it has ended (GSSAPI back to its default cache). */
 void
-login_watch_stop(void)
+login_watch_stop(const MssqlConnInfo *info)
 {
 	disable_timeout(login_watch_id, false);
+	if (info->auth == MSSQL_AUTH_KERBEROS)
+		krb_cache_leave();
+}
+
+/*
+ * The login a connection makes, in *with: info itself, and for Kerberos
+ * the SPN with its realm, once the source's credential cache holds a
+ * service ticket (*expires its end; else 0). False with err set, in the
+ * Kerberos library's words, when there is none.
+ */
+bool
+login_tickets(const MssqlConnInfo *info, MssqlConnInfo *with, TimestampTz *expires, MssqlError *err)
+{
+	char	   *spn;
+
+	*with = *info;
+	*expires = 0;
+	if (info->auth != MSSQL_AUTH_KERBEROS)
+		return true;
+	if (!krb_prepare(info, &spn, expires, err))
+		return false;
+	with->spn = spn;
+	return true;
 }
 
 /*

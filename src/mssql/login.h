@@ -12,8 +12,10 @@
 #include "mssql/mssql.h"
 
 extern bool login_write_conf(const MssqlConnInfo *info, MssqlError *err);
-extern void login_watch_start(int login_timeout);
-extern void login_watch_stop(void);
+extern void login_watch_start(const MssqlConnInfo *info);
+extern void login_watch_stop(const MssqlConnInfo *info);
+extern bool login_tickets(const MssqlConnInfo *info, MssqlConnInfo *with, TimestampTz *expires,
+						  MssqlError *err);
 extern void login_failed(const MssqlConnInfo *info, MssqlError *err, bool connect_failed);
 
 #endif							/* FINALIZE_LOGIN_H */

@@ -179,13 +179,8 @@ ensure_dblib(void)
 static BYTE
 tds_version_code(const char *name)
 {
-	if (name != NULL && strcmp(name, "7.1") == 0)
-		return DBVERSION_71;
-	if (name != NULL && strcmp(name, "7.2") == 0)
-		return DBVERSION_72;
-	if (name != NULL && strcmp(name, "7.3") == 0)
-		return DBVERSION_73;
-	return DBVERSION_74;
+	return name == NULL ? DBVERSION_74 : strcmp(name, "7.1") == 0 ? DBVERSION_71 :
+		strcmp(name, "7.2") == 0 ? DBVERSION_72 : strcmp(name, "7.3") == 0 ? DBVERSION_73 : DBVERSION_74;
 }
 
 /*
@@ -245,9 +240,9 @@ replies_encrypted(MssqlConn *conn, MssqlError *err)
 }
 
 /*
- * A login record for SQL authentication, as application "finalize", UTF-8,
- * the given TDS version and database; NULL with err set when none could be
- * allocated. Sets DB-Library's login and query timeouts too.
+ * A login record for the source's authentication, as application
+ * "finalize", UTF-8, the given TDS version and database; NULL with err set
+ * when none could be allocated. Sets DB-Library's login and query timeouts.
  */
 static LOGINREC *
 new_login(const MssqlConnInfo *info, MssqlError *err)
@@ -264,8 +259,20 @@ new_login(const MssqlConnInfo *info, MssqlError *err)
 		mssql_error_set(err, "could not allocate a DB-Library login record");
 		return NULL;
 	}
-	DBSETLUSER(login, info->username);
-	DBSETLPWD(login, info->password);
+	if (info->auth == MSSQL_AUTH_KERBEROS)
+	{
+		/* no user name: FreeTDS logs in with GSSAPI, for this SPN, mutually */
+		DBSETLNETWORKAUTH(login, TRUE);
+		DBSETLMUTUALAUTH(login, TRUE);
+		DBSETLSERVERPRINCIPAL(login, info->spn);
+	}
+	else
+	{
+		/* a SQL login; or DOMAIN\user, which FreeTDS logs in with NTLM (v2 only) */
+		DBSETLUSER(login, info->username);
+		DBSETLPWD(login, info->password);
+		DBSETLNTLMV2(login, TRUE);
+	}
 	DBSETLAPP(login, "finalize");
 	DBSETLCHARSET(login, "UTF-8");
 	DBSETLDBNAME(login, info->database);
@@ -284,28 +291,33 @@ open_login(const MssqlConnInfo *info, LOGINREC *login)
 	DBPROCESS  *dbproc;
 	char		no_file[1] = "";
 
-	login_watch_start((int) ((io_bounded_ms(info->login_timeout * 1000L) + 999) / 1000));
+	login_watch_start(info);
 	dbsetifile(unconstify(char *, info->conf_path));
 	dbproc = (ProcDiePending || QueryCancelPending) ? NULL : dbopen(login, info->section);
 	dbsetifile(no_file);
-	login_watch_stop();
+	login_watch_stop(info);
 	dbloginfree(login);
 	return dbproc;
 }
 
 /*
- * Logs in to SQL Server with SQL authentication, as application "finalize",
- * UTF-8, the given TDS version and database, through the connection's
- * private FreeTDS configuration. NULL on failure, with err set (the
- * password never appears in it).
+ * Logs in to SQL Server (SQL, Kerberos or NTLM authentication), as
+ * application "finalize", UTF-8, the given TDS version and database,
+ * through the connection's private FreeTDS configuration; *ticket_expires
+ * is when a Kerberos login's ticket ends (else 0). NULL on failure, with
+ * err set (no secret ever appears in it).
  */
 MssqlConn *
-mssql_connect(const MssqlConnInfo *info, MssqlError *err)
+mssql_connect(const MssqlConnInfo *info, TimestampTz *ticket_expires, MssqlError *err)
 {
 	LOGINREC   *login;
 	DBPROCESS  *dbproc;
 	MssqlConn  *conn;
+	MssqlConnInfo with;
 
+	if (!login_tickets(info, &with, ticket_expires, err))
+		return NULL;
+	info = &with;
 	ensure_dblib();
 	io_interrupts_begin();
 	begin_call(err, FINALIZE_WAIT_SQLSERVER_LOGIN);
@@ -571,9 +583,7 @@ mssql_get_local_time(MssqlConn *conn, int col, Timestamp *out)
 		tm.tm_hour = rec.hour;
 		tm.tm_min = rec.minute;
 		tm.tm_sec = rec.second;
-		if (tm2timestamp(&tm, rec.nanosecond / 1000, NULL, out) != 0)
-			return false;
-		return true;
+		return tm2timestamp(&tm, rec.nanosecond / 1000, NULL, out) == 0;
 	}
 	return false;
 }
@@ -583,9 +593,6 @@ char *
 mssql_get_text(MssqlConn *conn, int col)
 {
 	BYTE	   *data = dbdata(conn->dbproc, col);
-	DBINT		len = dbdatlen(conn->dbproc, col);
 
-	if (data == NULL)
-		return NULL;
-	return pnstrdup((const char *) data, len);
+	return data == NULL ? NULL : pnstrdup((const char *) data, dbdatlen(conn->dbproc, col));
 }

@@ -18,15 +18,25 @@ typedef struct MssqlError
 	bool		interrupted;	/* a PostgreSQL interrupt cancelled the wait */
 	bool		tls_failed;		/* the login failed in TLS (verification, negotiation) */
 	bool		local_failed;	/* nothing was sent: this machine could not prepare the login */
+	bool		kerberos_failed;	/* no Kerberos ticket for the login (the library's words) */
 	int			number;			/* SQL Server's error number, or DB-Library's (20xxx) */
 	int			severity;
 	int			state;
 	char		message[1024];
 } MssqlError;
 
+/* How a source logs in (the server's authentication option). */
+typedef enum MssqlAuth
+{
+	MSSQL_AUTH_SQL,				/* a SQL Server login and its password */
+	MSSQL_AUTH_KERBEROS,		/* a Windows account's keytab: Kerberos through GSSAPI */
+	MSSQL_AUTH_NTLM				/* DOMAIN\user and its password: NTLMv2 */
+} MssqlAuth;
+
 /* How to reach a source: foreign server options and the user mapping. */
 typedef struct MssqlConnInfo
 {
+	MssqlAuth	auth;
 	const char *host;
 	int			port;
 	const char *database;
@@ -40,11 +50,17 @@ typedef struct MssqlConnInfo
 	const char *conf_path;		/* the connection's private FreeTDS configuration */
 	const char *log_path;		/* FreeTDS's log of the connection's errors */
 	const char *section;		/* the configuration's section: finalize-<oid>.invalid */
+	/* Kerberos only (kerberos.c) */
+	const char *principal;		/* the service account, user@REALM */
+	const char *keytab;			/* its keytab, base64 (a secret) */
+	const char *spn;			/* SQL Server's service principal, with or without @REALM */
+	const char *krb_cache;		/* the source's own credential cache (MEMORY:...) */
+	const char *keytab_path;	/* where the keytab is written while a ticket is asked for */
 } MssqlConnInfo;
 
 typedef struct MssqlConn MssqlConn;
 
-extern MssqlConn *mssql_connect(const MssqlConnInfo *info, MssqlError *err);
+extern MssqlConn *mssql_connect(const MssqlConnInfo *info, TimestampTz *ticket_expires, MssqlError *err);
 extern void mssql_close(MssqlConn *conn);
 extern bool mssql_is_dead(MssqlConn *conn);
 extern bool mssql_execute(MssqlConn *conn, const char *sql, MssqlError *err);

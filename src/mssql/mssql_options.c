@@ -11,6 +11,7 @@
 #include "access/reloptions.h"
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_user_mapping.h"
+#include "common/base64.h"
 #include "fmgr.h"
 #include "foreign/foreign.h"
 #include "mb/pg_wchar.h"
@@ -22,6 +23,7 @@
 #include "core/fdw_options.h"
 #include "core/period.h"
 #include "core/period_zone.h"
+#include "core/pg_compat.h"
 #include "mssql/mssql_options.h"
 #include "mssql/tds_conf.h"
 
@@ -41,11 +43,77 @@ check_sysname(const char *value)
 	return value[0] != '\0' && pg_mbstrlen(value) <= 128;
 }
 
-/* Accepts a SQL Server login: Windows logins (domain\user) make FreeTDS switch to NTLM. */
+/*
+ * Accepts a SQL Server login, or a Windows login DOMAIN\user (which the
+ * server's authentication 'ntlm' requires; the worker checks that they
+ * agree): one backslash between two non-empty parts.
+ */
 static bool
 check_login(const char *value)
 {
-	return check_sysname(value) && strchr(value, '\\') == NULL;
+	const char *slash = strchr(value, '\\');
+
+	return check_sysname(value) &&
+		(slash == NULL || (slash != value && slash[1] != '\0' && strchr(slash + 1, '\\') == NULL));
+}
+
+/* Accepts how a source logs in: sql (the default), kerberos or ntlm. */
+static bool
+check_authentication(const char *value)
+{
+	return strcmp(value, "sql") == 0 || strcmp(value, "kerberos") == 0 || strcmp(value, "ntlm") == 0;
+}
+
+/*
+ * Accepts a Kerberos principal name, user@REALM (or a service principal
+ * such as MSSQLSvc/host:1433): 1 to 255 bytes without control characters
+ * or spaces.
+ */
+static bool
+check_principal(const char *value)
+{
+	size_t		len = strlen(value);
+
+	for (const char *s = value; *s; s++)
+		if ((unsigned char) *s < 0x21 || *s == 0x7f)
+			return false;
+	return len > 0 && len <= 255;
+}
+
+/*
+ * The keytab of a user mapping's keytab option (base64, as base64 -w0
+ * file.keytab writes it), palloc'd, with its length in *len: at most
+ * KEYTAB_MAX bytes, beginning as every keytab does (0x05 0x02, the format
+ * version 2 of MIT's ktutil and Windows' ktpass). NULL when it is not one.
+ */
+char *
+mssql_keytab_decode(const char *value, int *len)
+{
+	int			n = strlen(value);
+	int			cap;
+	compat_b64_byte *raw;
+
+	if (n == 0 || n > KEYTAB_MAX * 2)
+		return NULL;
+	cap = pg_b64_dec_len(n);
+	raw = palloc(cap + 1);
+	*len = pg_b64_decode(value, n, raw, cap);
+	if (*len >= 2 && *len <= KEYTAB_MAX && raw[0] == 0x05 && raw[1] == 0x02)
+		return (char *) raw;
+	pfree(raw);
+	return NULL;
+}
+
+/* Accepts a keytab in base64 (mssql_keytab_decode). */
+static bool
+check_keytab(const char *value)
+{
+	int			len;
+	char	   *raw = mssql_keytab_decode(value, &len);
+
+	if (raw != NULL)
+		pfree(raw);
+	return raw != NULL;
 }
 
 /*
@@ -215,10 +283,18 @@ static const FdwOption mssql_options[] = {
 	"The threshold is a positive interval without months, such as '15 minutes': how far the commit time of SQL Server's max LSN may lag its clock before the capture counts as stalled. Keep it above the idle dummy-row cadence (about 5 minutes)."},
 	{"clock_tolerance", ForeignServerRelationId, false, check_clock_tolerance,
 	"The clock tolerance is an interval from 0 to 1 hour without months, such as '60 s' (the default): how far SQL Server's clock may be stepped back without a verdict running ahead. Every verdict waits that much longer; a larger step back is detected."},
+	{"authentication", ForeignServerRelationId, false, check_authentication,
+	"The authentication is sql (a SQL Server login and password, the default), kerberos (a Windows account's keytab) or ntlm (DOMAIN\\user and password)."},
+	{"server_spn", ForeignServerRelationId, false, check_principal,
+	"The server_spn is SQL Server's service principal name, such as MSSQLSvc/sql1.corp.example.com:1433 (optionally @REALM), without spaces."},
 	{"username", UserMappingRelationId, false, check_login,
-	"The username is a SQL Server login of 1 to 128 characters; Windows logins (domain\\user) are not supported."},
+	"The username is a SQL Server login of 1 to 128 characters, or a Windows login DOMAIN\\user for authentication 'ntlm'."},
 	{"password", UserMappingRelationId, true, check_nonempty,
 	"The password must not be empty."},
+	{"principal", UserMappingRelationId, false, check_principal,
+	"The principal is the Kerberos name of the Windows account finalize logs in as, such as svc_finalize@CORP.EXAMPLE.COM, without spaces."},
+	{"keytab", UserMappingRelationId, true, check_keytab,
+	"The keytab is the account's keytab file in base64 (base64 -w0 svc_finalize.keytab), at most 64 kB."},
 	{NULL}
 };
 

@@ -18,6 +18,10 @@
 /* The largest clock_tolerance: every verdict lags by it. */
 #define CLOCK_TOLERANCE_MAX ((int64) USECS_PER_HOUR)
 
+/* The largest keytab a user mapping's keytab option may hold, decoded. */
+#define KEYTAB_MAX (64 * 1024)
+
 extern bool mssql_clock_tolerance(List *server_options, int64 *usecs);
+extern char *mssql_keytab_decode(const char *value, int *len);
 
 #endif							/* FINALIZE_MSSQL_OPTIONS_H */

@@ -249,7 +249,7 @@ CREATE TABLE @extschema@.source_status (
                       CHECK (condition IN ('starting', 'ok', 'capture_stalled', 'no_worker', 'server_dropped',
                                            'configuration', 'commit_time_ahead', 'unreachable', 'timeout',
                                            'cancelled', 'sql_error', 'no_max_lsn', 'timezone_mismatch',
-                                           'clock_skew', 'internal_error', 'tls_failed')),
+                                           'clock_skew', 'internal_error', 'tls_failed', 'kerberos_failed')),
     condition_since   timestamptz NOT NULL DEFAULT now(),
     last_poll         timestamptz,
     last_success      timestamptz,
@@ -267,7 +267,8 @@ CREATE TABLE @extschema@.source_status (
                       CONSTRAINT source_status_held_by_check
                       CHECK (held_by IN ('commit_time_ahead')),
     held_since        timestamptz,
-    cycle_time        interval
+    cycle_time        interval,
+    ticket_expires    timestamptz
 );
 COMMENT ON COLUMN @extschema@.source_status.condition IS
     'ok, or why the last cycle could not read the source (unreachable, sql_error, no_max_lsn, timezone_mismatch, ...)';
@@ -275,6 +276,8 @@ COMMENT ON COLUMN @extschema@.source_status.cycle_time IS
     'How long the last successful cycle took, from reading the tracked tables to committing their facts: keep it below finalize.poll_interval';
 COMMENT ON COLUMN @extschema@.source_status.held_by IS
     'A condition that stops the source until finalize.release_source() (commit_time_ahead): it may not show on every cycle, but once seen no commit time of the source can be trusted';
+COMMENT ON COLUMN @extschema@.source_status.ticket_expires IS
+    'authentication kerberos: when the service ticket for SQL Server ends (finalize gets a new one from the keytab before); NULL otherwise, or when it has none';
 COMMENT ON COLUMN @extschema@.source_status.cycles IS
     'Cycles the worker has recorded for this source, successful or not';
 COMMENT ON TABLE @extschema@.source_status IS

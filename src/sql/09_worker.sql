@@ -478,6 +478,19 @@ BEGIN
 END
 $$;
 
+-- When a Kerberos source's service ticket ends (NULL: it has none, or the
+-- source logs in otherwise), as its worker last knew it; written only when
+-- it changed, after _source_ok or _source_failed made the source's row.
+CREATE OR REPLACE FUNCTION finalize_internal.source_ticket(server_name text, ticket_expires timestamptz)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE @extschema@.source_status s SET ticket_expires = source_ticket.ticket_expires
+     WHERE s.server_name = source_ticket.server_name
+       AND s.ticket_expires IS DISTINCT FROM source_ticket.ticket_expires;
+END;
+
 -- A cycle that could not read the source: why, and when it tries again.
 -- Conditions that say SQL Server's times cannot be trusted (commit times
 -- ahead of its clock, a clock far ahead of PostgreSQL's, a zone that

@@ -18,7 +18,7 @@ CREATE TABLE @extschema@.alert (
                                      'table_not_found', 'property_malformed', 'metadata_malformed',
                                      'report_ahead', 'clock_stepped_back', 'publication_failing',
                                      'store_unreachable', 'store_auth_failed', 'log_malformed',
-                                     'checkpoint_only', 'lsn_missing')),
+                                     'checkpoint_only', 'lsn_missing', 'kerberos_failed')),
     severity         text NOT NULL
                      CONSTRAINT alert_severity_check CHECK (severity IN ('info', 'warning', 'critical')),
     table_id         bigint REFERENCES @extschema@.tracked_table ON DELETE SET NULL,

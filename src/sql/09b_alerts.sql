@@ -155,7 +155,7 @@ AS $$
 DECLARE
     kinds text[] := ARRAY['unreachable', 'timeout', 'tls_failed', 'configuration', 'sql_error', 'no_max_lsn',
                           'internal_error', 'server_dropped', 'timezone_mismatch', 'clock_skew',
-                          'commit_time_ahead', 'capture_stalled'];
+                          'commit_time_ahead', 'capture_stalled', 'kerberos_failed'];
 BEGIN
     IF condition NOT IN ('ok', 'capture_stalled') AND NOT (condition = ANY (kinds)) THEN
         RETURN;

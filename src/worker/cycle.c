@@ -36,6 +36,7 @@
 #include "core/settings.h"
 #include "core/timeconv.h"
 #include "mssql/cdc_reader.h"
+#include "mssql/login.h"
 #include "mssql/tsql.h"
 #include "worker/clock_check.h"
 #include "worker/clock_steps.h"
@@ -125,6 +126,33 @@ load_source(Cycle *c, MemoryContext cxt)
 	return true;
 }
 
+/*
+ * A Kerberos source whose connection stays open: its ticket is renewed
+ * all the same when due (kerberos.c), so that the next login finds one and
+ * source_status shows when it ends. A failure that leaves no valid ticket
+ * changes nothing now (SQL Server keeps the session); it is logged, and the
+ * next login reports it as the source's condition.
+ */
+static void
+renew_ticket(Cycle *c)
+{
+	MssqlError	err;
+	MssqlConnInfo with;
+	TimestampTz expires;
+
+	if (c->cfg.conn.auth != MSSQL_AUTH_KERBEROS)
+		return;
+	if (login_tickets(&c->cfg.conn, &with, &expires, &err))
+		c->run->ticket_expires = expires;
+	else if (c->run->ticket_expires != 0)	/* once, until a ticket is had again */
+	{
+		c->run->ticket_expires = 0;
+		ereport(WARNING,
+				(errmsg("finalize: source \"%s\": %s", c->cfg.server_name, err.message),
+				 errdetail("The open connection goes on; a new login needs a ticket.")));
+	}
+}
+
 /* Step 2a: a live connection, kept across cycles; a dead one is reopened. */
 static bool
 connect_source(Cycle *c)
@@ -138,14 +166,17 @@ connect_source(Cycle *c)
 		run->conn = NULL;
 	}
 	if (run->conn != NULL)
+	{
+		renew_ticket(c);
 		return true;
+	}
 	pgstat_report_activity(STATE_RUNNING, "finalize: connecting to SQL Server");
 	c->reconnected = true;
-	run->conn = mssql_connect(&c->cfg.conn, &err);
+	run->conn = mssql_connect(&c->cfg.conn, &run->ticket_expires, &err);
 	io_interrupts_rethrow();
 	if (run->conn == NULL)
-		return fail(c, err.local_failed ? COND_CONFIGURATION : err.tls_failed ? COND_TLS_FAILED :
-					err.timed_out ? COND_TIMEOUT : COND_UNREACHABLE,
+		return fail(c, err.kerberos_failed ? COND_KERBEROS_FAILED : err.local_failed ? COND_CONFIGURATION :
+					err.tls_failed ? COND_TLS_FAILED : err.timed_out ? COND_TIMEOUT : COND_UNREACHABLE,
 					psprintf("Could not log in to SQL Server %s:%d, database \"%s\", as \"%s\": %s",
 							 c->cfg.conn.host, c->cfg.conn.port, c->cfg.database, c->cfg.conn.username,
 							 mssql_error_text(&err)));
@@ -555,6 +586,7 @@ run_cycle(SourceRun *run, MemoryContext cxt, CycleOutcome *out)
 	consumers_record(c.cfg.server_name, c.cfg.clock_tolerance, c.consumer_jobs, c.nconsumer_jobs);
 	ws_source_ok(c.cfg.server_name, &c.snap.max_lsn, c.max_instant, c.server_now, c.source_condition,
 				 c.source_message, c.started);
+	ws_source_ticket(c.cfg.server_name, run->ticket_expires);
 	db_commit();
 	/* A table whose write failed keeps a condition: the next cycle looks again. */
 	if (!idle && recorded && all_settled(&c, plans))

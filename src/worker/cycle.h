@@ -26,6 +26,7 @@ typedef struct SourceRun
 	bool		has_previous_max;	/* previous_max was read in the zone previous_tz */
 	TimestampTz previous_max;	/* the greatest max LSN commit time read so far */
 	const void *previous_tz;	/* the timezone option it was converted with */
+	TimestampTz ticket_expires; /* Kerberos: when the source's service ticket ends (else 0) */
 } SourceRun;
 
 /*

@@ -76,8 +76,9 @@ check_table(SourceCheck *sc)
 {
 	MssqlError	err;
 	TableProbe	probe;
+	TimestampTz ticket_expires;
 
-	sc->conn = mssql_connect(&sc->cfg.conn, &err);
+	sc->conn = mssql_connect(&sc->cfg.conn, &ticket_expires, &err);
 	io_interrupts_rethrow();
 	if (sc->conn == NULL)
 	{

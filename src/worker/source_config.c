@@ -69,6 +69,7 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 	 */
 	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/worker-%d.log", DataDir, source_table_my_index() + 1);
 	cfg->conn.section = psprintf("finalize-%u.invalid", server->serverid);
+	cfg->conn.keytab_path = psprintf("%s/pg_finalize/tds/%u.keytab", DataDir, server->serverid);
 
 	/* GnuTLS reads the CA file whole, in this process (fdw_ca_file_problem says why that matters). */
 	if (cfg->conn.ca_file != NULL && strcmp(cfg->conn.ca_file, "system") != 0 &&
@@ -76,6 +77,14 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 		return psprintf(strcmp(why, FDW_CA_FILE_UNREADABLE) == 0 ? "the ca_file \"%s\" of server \"%s\" %s: %m"
 						: "the ca_file \"%s\" of server \"%s\" %s", cfg->conn.ca_file, server->servername, why);
 	return NULL;
+}
+
+/* How a source logs in, from its authentication option (validated). */
+static MssqlAuth
+auth_of(const char *option)
+{
+	return strcmp(option, "kerberos") == 0 ? MSSQL_AUTH_KERBEROS :
+		strcmp(option, "ntlm") == 0 ? MSSQL_AUTH_NTLM : MSSQL_AUTH_SQL;
 }
 
 /*
@@ -96,6 +105,9 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	cfg->conn.database = cfg->database;
 	cfg->timezone = pstrdup(fdw_option_value(server->options, "timezone", "UTC"));
 	cfg->conn.tds_version = pstrdup(fdw_option_value(server->options, "tds_version", "7.4"));
+	cfg->conn.auth = auth_of(fdw_option_value(server->options, "authentication", "sql"));
+	cfg->conn.spn = pstrdup(fdw_option_value(server->options, "server_spn", ""));
+	cfg->conn.krb_cache = psprintf("MEMORY:finalize-%u", server->serverid);
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);
@@ -124,6 +136,45 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 }
 
 /*
+ * What is wrong with the login of cfg for the server's authentication
+ * option, or NULL: a SQL login needs a username without a domain, NTLM a
+ * DOMAIN\\user and its password, Kerberos a principal and its keytab (and
+ * neither username nor password, which it would not use).
+ */
+static char *
+login_problem(ForeignServer *server, SourceConfig *cfg)
+{
+	const char *name = server->servername;
+	bool		windows = strchr(cfg->conn.username, '\\') != NULL;
+
+	if (cfg->conn.auth == MSSQL_AUTH_KERBEROS)
+	{
+		if (cfg->conn.principal[0] == '\0' || cfg->conn.keytab[0] == '\0')
+			return psprintf("server \"%s\" logs in with Kerberos (authentication 'kerberos'), but its user mapping "
+							"has no %s option; set principal and keytab (ALTER USER MAPPING FOR ... SERVER %s "
+							"OPTIONS (ADD principal 'svc@REALM', ADD keytab '<base64 -w0 of the keytab>'))",
+							name, cfg->conn.principal[0] == '\0' ? "principal" : "keytab", quote_identifier(name));
+		if (cfg->conn.username[0] != '\0' || cfg->conn.password[0] != '\0')
+			return psprintf("server \"%s\" logs in with Kerberos (authentication 'kerberos'), so its user mapping "
+							"takes no username or password; drop them", name);
+		cfg->conn.username = cfg->conn.principal;	/* for messages */
+		return NULL;
+	}
+	if (cfg->conn.username[0] == '\0')
+		return psprintf("the user mapping for server \"%s\" has no username option", name);
+	if (cfg->conn.auth == MSSQL_AUTH_NTLM && !windows)
+		return psprintf("server \"%s\" logs in with NTLM (authentication 'ntlm'), so its username must be a Windows "
+						"login DOMAIN\\user, not \"%s\"", name, cfg->conn.username);
+	if (cfg->conn.auth == MSSQL_AUTH_SQL && windows)
+		return psprintf("the username \"%s\" of server \"%s\" is a Windows login: set the server's authentication "
+						"to 'ntlm' (ALTER SERVER %s OPTIONS (ADD authentication 'ntlm')), or better 'kerberos' "
+						"(docs/sql-server.md)", cfg->conn.username, name, quote_identifier(name));
+	if (cfg->conn.auth == MSSQL_AUTH_NTLM && cfg->conn.password[0] == '\0')
+		return psprintf("the user mapping for server \"%s\" has no password option", name);
+	return NULL;
+}
+
+/*
  * The login into cfg (in cxt): the user mapping of the server's owner,
  * else PUBLIC's. Returns NULL, or what is missing.
  */
@@ -146,10 +197,10 @@ load_login(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	oldcxt = MemoryContextSwitchTo(cxt);
 	cfg->conn.username = pstrdup(fdw_option_value(um->options, "username", ""));
 	cfg->conn.password = pstrdup(fdw_option_value(um->options, "password", ""));
+	cfg->conn.principal = pstrdup(fdw_option_value(um->options, "principal", ""));
+	cfg->conn.keytab = pstrdup(fdw_option_value(um->options, "keytab", ""));
 	MemoryContextSwitchTo(oldcxt);
-	if (cfg->conn.username[0] == '\0')
-		return psprintf("the user mapping for server \"%s\" has no username option", server->servername);
-	return NULL;
+	return login_problem(server, cfg);
 }
 
 /*

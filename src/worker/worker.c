@@ -121,6 +121,7 @@ record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 		{
 			ws_source_failed(run->server_name, outcome->condition, outcome->message,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
+			ws_source_ticket(run->server_name, run->ticket_expires);
 			if (outcome->clock_went_back)
 				record_clock_went_back(run->server_name, outcome->clock_at);
 		}

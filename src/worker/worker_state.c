@@ -235,6 +235,23 @@ ws_lock_source(Oid serverid, const char *server_name)
 	return server != NULL && strcmp(server->servername, server_name) == 0;
 }
 
+/*
+ * Records when the source's Kerberos ticket ends (0: it has none, or logs
+ * in otherwise), written only when it changed.
+ */
+void
+ws_source_ticket(const char *server_name, TimestampTz expires)
+{
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+
+	values[0] = CStringGetTextDatum(server_name);
+	values[1] = TimestampTzGetDatum(expires);
+	nulls[1] = expires == 0 ? 'n' : ' ';
+	db_exec_internal("SELECT " FINALIZE_INTERNAL_SCHEMA ".source_ticket($1, $2)", 2, types, values, nulls);
+}
+
 /* Records a failed poll of the source and when the next attempt is due. */
 void
 ws_source_failed(const char *server_name, Condition condition, const char *error,

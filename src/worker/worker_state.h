@@ -52,6 +52,7 @@ extern void ws_resume_after_loss(int64 table_id, const Lsn *new_offset, Timestam
 								 TimestampTz lost_until, const char *capture_instance, bool automatic,
 								 const Jsonb *detail, int64 clock_tolerance);
 extern bool ws_lock_source(Oid serverid, const char *server_name);
+extern void ws_source_ticket(const char *server_name, TimestampTz expires);
 extern void ws_source_failed(const char *server_name, Condition condition, const char *error,
 							 TimestampTz next_attempt);
 extern void ws_purge_facts(const char *when_whole);

@@ -23,7 +23,7 @@ PY=/usr/bin/python3
 # simulator, the certificates openssl makes) and the demo's clients (psql,
 # pymssql, psycopg2).
 DEMO_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR
-  freetds-dev libgnutls28-dev libcurl4-openssl-dev libxml2-dev libavro-dev zlib1g-dev liblzma-dev libsnappy-dev make gcc openssl
+  freetds-dev libkrb5-dev libgnutls28-dev libcurl4-openssl-dev libxml2-dev libavro-dev zlib1g-dev liblzma-dev libsnappy-dev make gcc openssl
   python3 python3-psycopg2 python3-pymssql tzdata"
 # And what the tests need besides: tsql, pytest, the peers' virtual
 # environments and Java (Iceberg's REST catalog, JDBC, Debezium).

@@ -113,6 +113,7 @@ LIBRARY_FILES = {
     "libcurl": (r"<curl/", "core/http.c"),
     "libxml2": (r"<libxml/", "store/store_xml.c"),
     "GnuTLS": (r"<gnutls/", "mssql/tls_reason.c"),
+    "MIT Kerberos": (r"<(krb5|gssapi)", "mssql/kerberos.c"),
     "Avro": (r"<avro[./]", "lake/avro_manifest.c"),
     "zlib": (r"<zlib\.h>", "lake/avro_codec.c"),
     "liblzma": (r"<lzma\.h>", "lake/avro_codec.c"),

@@ -16,7 +16,7 @@ ALTER TABLE @extschema@.alert DROP CONSTRAINT alert_kind_check,
                         'table_not_found', 'property_malformed', 'metadata_malformed',
                         'report_ahead', 'clock_stepped_back', 'publication_failing',
                         'store_unreachable', 'store_auth_failed', 'log_malformed', 'checkpoint_only',
-                        'lsn_missing'));
+                        'lsn_missing', 'kerberos_failed'));
 
 -- Publications and their outbox, as src/sql/11f_publications.once.sql
 -- creates them.
@@ -143,3 +143,15 @@ COMMENT ON DOMAIN @extschema@.delta_location IS
 CREATE INDEX fact_clock_lag_idx
     ON @extschema@.fact (table_id)
     WHERE kind = 'range' AND last_commit_time > end_commit_time;
+
+-- Kerberos logins (issue 46): the condition of a source that has no ticket,
+-- and when its ticket ends, as src/sql/03_tables.once.sql creates them.
+ALTER TABLE @extschema@.source_status DROP CONSTRAINT source_status_condition_check,
+    ADD CONSTRAINT source_status_condition_check
+        CHECK (condition IN ('starting', 'ok', 'capture_stalled', 'no_worker', 'server_dropped',
+                             'configuration', 'commit_time_ahead', 'unreachable', 'timeout',
+                             'cancelled', 'sql_error', 'no_max_lsn', 'timezone_mismatch',
+                             'clock_skew', 'internal_error', 'tls_failed', 'kerberos_failed')),
+    ADD COLUMN ticket_expires timestamptz;
+COMMENT ON COLUMN @extschema@.source_status.ticket_expires IS
+    'authentication kerberos: when the service ticket for SQL Server ends (finalize gets a new one from the keytab before); NULL otherwise, or when it has none';
