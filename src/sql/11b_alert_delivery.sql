@@ -207,7 +207,8 @@ AS 'MODULE_PATHNAME', 'finalize_webhook_validator'
 LANGUAGE C STRICT;
 
 -- The webhook targets: foreign servers of finalize_webhook with their
--- options (never the user mapping's secrets).
+-- options (never the user mapping's secrets), in the order they were made
+-- (so are an incident's deliveries queued, whatever the catalog's layout).
 CREATE OR REPLACE FUNCTION finalize_internal.alert_targets()
 RETURNS TABLE (target_name text, format text, min_severity text)
 LANGUAGE sql STABLE
@@ -220,7 +221,8 @@ BEGIN ATOMIC
                       WHERE o.option_name = 'min_severity'), 'warning')
       FROM pg_catalog.pg_foreign_server s
       JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw
-     WHERE w.fdwname = 'finalize_webhook';
+     WHERE w.fdwname = 'finalize_webhook'
+     ORDER BY s.oid;
 END;
 
 -- The rank of a severity, for min_severity.
