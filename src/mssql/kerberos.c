@@ -29,6 +29,7 @@
 #include <gssapi/gssapi.h>
 #include <gssapi/gssapi_krb5.h>
 
+#include "miscadmin.h"
 #include "utils/timestamp.h"
 
 #include "mssql/kerberos.h"
@@ -133,11 +134,11 @@ cached_ticket(krb5_context ctx, krb5_ccache cc, krb5_principal client, krb5_prin
 }
 
 /*
- * Writes the user mapping's keytab (base64) to k->keytab_path, mode 0600.
+ * Writes the user mapping's keytab (base64) to path, mode 0600.
  * False with err set when it is not base64 or cannot be written.
  */
 static bool
-write_keytab(const MssqlConnInfo *k, MssqlError *err)
+write_keytab(const MssqlConnInfo *k, const char *path, MssqlError *err)
 {
 	int			n;
 	char	   *raw = mssql_keytab_decode(k->keytab, &n);
@@ -151,16 +152,16 @@ write_keytab(const MssqlConnInfo *k, MssqlError *err)
 		err->kerberos_failed = true;
 		return false;
 	}
-	fd = open(k->keytab_path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY, S_IRUSR | S_IWUSR);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY, S_IRUSR | S_IWUSR);
 	ok = fd >= 0 && write(fd, raw, n) == n;
 	if (fd >= 0 && close(fd) != 0)
 		ok = false;
 	pfree(raw);
 	if (!ok)
 	{
-		mssql_error_fail(err, psprintf("Kerberos: could not write the keytab to \"%s\": %m", k->keytab_path));
+		mssql_error_fail(err, psprintf("Kerberos: could not write the keytab to \"%s\": %m", path));
 		err->local_failed = true;
-		(void) unlink(k->keytab_path);
+		(void) unlink(path);
 	}
 	return ok;
 }
@@ -218,10 +219,13 @@ new_tickets(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_princ
 	krb5_timestamp end = 0;
 	krb5_error_code rc;
 
-	if (!write_keytab(k, err))
+	/* the process's own file: a session's check and the worker may log in at once */
+	char	   *path = psprintf("%s.%d", k->keytab_path, MyProcPid);
+
+	if (!write_keytab(k, path, err))
 		return false;
 	memset(&tgt, 0, sizeof(tgt));
-	rc = krb5_kt_resolve(ctx, psprintf("FILE:%s", k->keytab_path), &kt);
+	rc = krb5_kt_resolve(ctx, psprintf("FILE:%s", path), &kt);
 	if (rc == 0)
 		rc = krb5_get_init_creds_opt_alloc(ctx, &opt);
 	if (rc == 0)
@@ -230,7 +234,7 @@ new_tickets(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_princ
 		krb5_get_init_creds_opt_free(ctx, opt);
 	if (kt != NULL)
 		krb5_kt_close(ctx, kt);
-	(void) unlink(k->keytab_path);
+	(void) unlink(path);
 	if (rc != 0)
 		return krb_fail(ctx, rc, err, psprintf("could not get a ticket for \"%s\" with its keytab", k->principal));
 	rc = service_ticket(ctx, &tgt, cc, server, &end);
