@@ -55,7 +55,8 @@ COLUMNS = {
     # sys.server_principals (a subset): logins, type S (SQL) or U (Windows); a login that is not sysadmin sees
     # itself and the fixed server role sysadmin (metadata visibility)
     "server_principals": _cols([
-        ("name", T.SYSNAME.null(False)), ("principal_id", T.INT.null(False)), ("type", T.SqlType("nchar", 1).null(False)),
+        ("name", T.SYSNAME.null(False)), ("principal_id", T.INT.null(False)),
+        ("type", T.SqlType("nchar", 1).null(False)),
         ("type_desc", T.nvarchar(60)), ("is_disabled", T.BIT), ("default_database_name", T.SYSNAME),
         ("is_fixed_role", T.BIT.null(False))]),
 }

@@ -9,9 +9,10 @@ cbSSPILong), the server's SSPI token 0xED (2.2.7.22) and the client's SSPI messa
 * NTLM (MS-NLMP): NEGOTIATE in LOGIN7 -> CHALLENGE in an SSPI token -> AUTHENTICATE in a 0x11 packet.  The
   simulator is the domain controller of ``--windows-domain`` and knows its accounts' passwords
   (``sim.add_windows_account``); it accepts NTLMv2 only, as a domain whose policy "Network security: LAN
-  Manager authentication level" is "Send NTLMv2 response only. Refuse LM & NTLM" (LmCompatibilityLevel 5,
-  https://learn.microsoft.com/en-us/previous-versions/windows/it-pro/windows-10/security/threat-protection/
-  security-policy-settings/network-security-lan-manager-authentication-level).
+  Manager authentication level" is "Send NTLMv2 response only. Refuse LM & NTLM" (LmCompatibilityLevel 5;
+  https://technet.microsoft.com/en-us/library/cc938105.aspx: "DCs refuse LM and NTLM (accept only NTLMv2
+  authentication)").  The NTLMv2 check is MS-NLMP 3.3.2,
+  https://learn.microsoft.com/en-us/openspecs/windows_protocols/ms-nlmp/5e550938-91d4-459f-b67d-75d70009e3f3.
 * Every failure of the handshake is Msg 18452 class 14 (what SQL Server sends the client; the SSPI reason
   goes to its error log as 17806, here the simulator's log).
 """
