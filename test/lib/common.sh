@@ -28,7 +28,7 @@ DEMO_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-c
 # And what the tests need besides: tsql, pytest, the peers' virtual
 # environments and Java (Iceberg's REST catalog, JDBC, Debezium).
 APT_PACKAGES="$DEMO_PACKAGES ccache freetds-bin python3-pytest python3-pytest-xdist python3-yaml python3-venv
-  openjdk-17-jdk-headless"
+  openjdk-17-jdk-headless krb5-kdc krb5-admin-server krb5-user libkrb5-dev python3-gssapi faketime python3-pycryptodome"
 
 log() { printf '== %s\n' "$*" >&2; }
 

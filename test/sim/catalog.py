@@ -111,6 +111,7 @@ class Login:
     default_db: str = ""
     user: str = None
     role_grants: dict = field(default_factory=dict)   # the database's {role: grants}, shared by every login
+    windows: bool = False          # CREATE LOGIN [DOMAIN\\user] FROM WINDOWS (no password; SSPI logins only)
 
     def effective_grants(self):
         """Grants of the user plus those of its roles (and of public)."""

@@ -84,6 +84,20 @@ def parse_args(argv):
     p.add_argument("--force-encryption", action="store_true",
                    help="SQL Server's Force Encryption: every session fully encrypted (client OFF -> REQ); a "
                    "client that cannot encrypt (NOT_SUP) gets REQ and is disconnected (needs --tls-cert)")
+    p.add_argument("--windows-domain", default=d.windows_domain, metavar="NETBIOS",
+                   help="the Windows domain the server belongs to; the simulator is its domain controller for NTLM "
+                   "(accounts: EXEC sim.add_windows_account) (default %(default)s)")
+    p.add_argument("--windows-realms", default="", metavar="REALM=DOMAIN,...",
+                   help="Kerberos realms whose principals log in as DOMAIN\\user (e.g. FINALIZE.TEST=FINALIZE); "
+                   "a principal of any other realm is from an untrusted domain (18452)")
+    p.add_argument("--kerberos-keytab", default="", metavar="FILE",
+                   help="keytab of the service account (its MSSQLSvc SPNs); read at each Kerberos login, with "
+                   "KRB5_CONFIG from the environment.  Without it a Kerberos login gets 18452")
+    p.add_argument("--kerberos-spn", default="", metavar="SPN",
+                   help="accept tickets for this SPN only (MSSQLSvc/host:port); default: any key in the keytab")
+    p.add_argument("--kerberos-max-skew", type=int, default=0, metavar="SECONDS",
+                   help="Kerberos clock tolerance (the domain's 'Maximum tolerance for computer clock "
+                   "synchronization'; MIT clockskew); 0 = krb5.conf's (300 s by default)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -108,7 +122,10 @@ def config_from(args):
                   map_absent=args.map_absent, traffic=args.traffic, traffic_rate=args.traffic_rate,
                   traffic_tables=args.traffic_tables, lateness=args.lateness, seed=args.seed, version=args.sql_version,
                   demo=not args.no_demo, collation=args.collation, commit_time_offset=args.commit_time_offset,
-                  tls_cert=args.tls_cert, tls_key=args.tls_key, force_encryption=args.force_encryption)
+                  tls_cert=args.tls_cert, tls_key=args.tls_key, force_encryption=args.force_encryption,
+                  windows_domain=args.windows_domain, windows_realms=args.windows_realms,
+                  kerberos_keytab=args.kerberos_keytab, kerberos_spn=args.kerberos_spn,
+                  kerberos_max_skew=args.kerberos_max_skew)
 
 
 def _raise_open_files():

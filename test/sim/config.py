@@ -36,3 +36,8 @@ class Config:
     tls_cert: str = ""                # PEM certificate (chain) for TLS; '' = no certificate (ENCRYPT_NOT_SUP)
     tls_key: str = ""                 # its PEM private key ('' = in tls_cert)
     force_encryption: bool = False    # SQL Server's "Force Encryption": every connection fully encrypted
+    windows_domain: str = "FINALIZE"  # NetBIOS name of the domain the simulator is a member (and the NTLM DC) of
+    windows_realms: str = ""          # Kerberos realms trusted as domains: 'REALM=DOMAIN,...' (FINALIZE.TEST=FINALIZE)
+    kerberos_keytab: str = ""         # the service account's keytab ('' = no Kerberos); read at each login
+    kerberos_spn: str = ""            # accept only this SPN (MSSQLSvc/host:port); '' = any key of the keytab
+    kerberos_max_skew: int = 0        # Kerberos clock tolerance in seconds (0 = krb5.conf's, 300 by default)

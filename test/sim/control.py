@@ -338,19 +338,25 @@ def _login(s, name):
     return lg
 
 
-@proc("sim.create_login", [("login", SYSNAME, REQUIRED), ("password", NV, REQUIRED), ("db_owner", BIT, 0),
+@proc("sim.create_login", [("login", SYSNAME, REQUIRED), ("password", NV, None), ("db_owner", BIT, 0),
                            ("cdc_select", BIT, 0), ("tables", NV, None), ("roles", NV, None)], SYS)
 def create_login(s, login, password, db_owner, cdc_select, tables, roles):
     """A login + database user with no permission by default (as CREATE LOGIN + CREATE USER);
     @cdc_select = 1 grants SELECT ON SCHEMA::cdc; @tables/@roles are comma lists.  A login that exists
-    (same password) without a user in the current database gets one here (a login for many databases)."""
+    (same password) without a user in the current database gets one here (a login for many databases).
+    @login = N'DOMAIN\\user' without @password: a Windows login (CREATE LOGIN ... FROM WINDOWS + CREATE USER)."""
+    windows = password is None
+    if windows:
+        from .winprocs import windows_login_name
+        login = windows_login_name(s, login)
     base = s.server.instance.logins.get(login.lower())
-    if base is not None and base.password == password and not base.sysadmin and s.db.login(login).user is None:
+    if (base is not None and base.password == password and base.windows == windows and not base.sysadmin
+            and s.db.login(login).user is None):
         lg = s.db.login(login)
         lg.user = base.name
         lg.db_owner = bool(db_owner)
     else:
-        lg = s.db.create_login(login, password, db_owner=bool(db_owner))
+        lg = s.db.create_login(login, password, db_owner=bool(db_owner), windows=windows)
     if cdc_select:
         lg.grants.add("schema::cdc")
     for obj in (tables or "").split(","):

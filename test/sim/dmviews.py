@@ -46,6 +46,19 @@ COLUMNS = {
         ("log_record_count", T.BIGINT), ("schema_change_count", T.INT), ("command_count", T.BIGINT),
         ("first_begin_cdc_lsn", _LSN), ("last_commit_cdc_lsn", _LSN), ("last_commit_cdc_time", T.DATETIME),
         ("latency", T.INT), ("empty_scan_count", T.INT), ("failed_sessions_count", T.INT)]),
+    # sys.dm_exec_connections (a subset): auth_scheme SQL, NTLM or KERBEROS; VIEW SERVER STATE as above
+    "dm_exec_connections": _cols([
+        ("session_id", T.INT), ("connect_time", T.DATETIME.null(False)), ("net_transport", T.nvarchar(40).null(False)),
+        ("protocol_type", T.nvarchar(40)), ("encrypt_option", T.nvarchar(40).null(False)),
+        ("auth_scheme", T.nvarchar(40).null(False)), ("client_net_address", T.SqlType("varchar", 48)),
+        ("client_tcp_port", T.INT), ("local_tcp_port", T.INT)]),
+    # sys.server_principals (a subset): logins, type S (SQL) or U (Windows); a login that is not sysadmin sees
+    # itself and the fixed server role sysadmin (metadata visibility)
+    "server_principals": _cols([
+        ("name", T.SYSNAME.null(False)), ("principal_id", T.INT.null(False)),
+        ("type", T.SqlType("nchar", 1).null(False)),
+        ("type_desc", T.nvarchar(60)), ("is_disabled", T.BIT), ("default_database_name", T.SYSNAME),
+        ("is_fixed_role", T.BIT.null(False))]),
 }
 
 
@@ -60,7 +73,7 @@ def lsn_text(raw):
 def check(name, ctx):
     """Raise SQL Server's permission errors for a view the session's login may not read."""
     login = ctx.login
-    if name == "dm_server_services" and not login.sysadmin:
+    if name in ("dm_server_services", "dm_exec_connections") and not login.sysadmin:
         raise SqlError(297, "The user does not have permission to perform this action.", 16, 1, preceding=[
             SqlError(300, "VIEW SERVER STATE permission was denied on object 'server', database 'master'.", 14, 1)])
     if name == "dm_cdc_log_scan_sessions" and not has_view_database_state(login):
@@ -160,6 +173,8 @@ def _expand(db):
 def rows(name, ctx):
     """The view's rows as the session may see them (after ``check``)."""
     db = ctx.db
+    if name in ("dm_exec_connections", "server_principals"):
+        return _security_rows(name, ctx)
     if name == "dm_server_services":
         started = getattr(db, "started_dto", None)
         return [("SQL Server (MSSQLSERVER)", 2, "Automatic", 4, "Running", os.getpid(), started,
@@ -187,4 +202,26 @@ def rows(name, ctx):
                        lsn_text(lc[0]), lc[1], sum(s["records"] for s in sessions),
                        sum(s["ddls"] for s in sessions), sum(s["commands"] for s in sessions),
                        busy[0]["start_lsn"] if busy else EMPTY_LSN, lsn_text(lc[0]), lc[1], 0, last["empty"], 0))
+    return out
+
+
+def _security_rows(name, ctx):
+    """Rows of sys.dm_exec_connections (every session with a login) and sys.server_principals."""
+    if name == "dm_exec_connections":
+        out = []
+        for s in ctx.server.session_list():
+            if s.login is None:
+                continue
+            peer = s.peer or ("", None)
+            enc = "TRUE" if s.channel.encryption == "full" else "FALSE"
+            out.append((s.spid, s.login_time, "TCP", "TSQL", enc, s.auth_scheme or "SQL", peer[0], peer[1],
+                        ctx.server.port))
+        return out
+    logins = sorted(ctx.server.instance.logins.values(), key=lambda lg: lg.name.lower())
+    out = [("sysadmin", 3, "R", "SERVER_ROLE", 0, None, 1)]
+    for i, lg in enumerate(logins):
+        if lg.sysadmin or ctx.login.sysadmin or lg.name.lower() == ctx.login.name.lower():
+            pid = 1 if lg.sysadmin and i == 0 else 256 + i
+            out.append((lg.name, pid, "U" if lg.windows else "S", "WINDOWS_LOGIN" if lg.windows else "SQL_LOGIN", 0,
+                        lg.default_db or "master", 0))
     return out

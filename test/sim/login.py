@@ -52,9 +52,10 @@ class Login:
     client_interface: str
     database: str
     language: str
-    sspi: bool
+    sspi: bool                      # OptionFlags2 fIntSecurity (0x80): Windows authentication
     odbc: bool = False              # OptionFlags2 fODBC (0x02): ODBC defaults, among them TEXTSIZE infinite
     features: list = None           # [(FeatureId, FeatureData)] of FeatureExt (TDS 7.4), in the client's order
+    sspi_blob: bytes = b""          # the SSPI data (ibSSPI, cbSSPI or cbSSPILong): NTLM NEGOTIATE or an AP-REQ
 
 
 # LOGIN7 FeatureExt feature ids (MS-TDS 2.2.6.4) and the names the simulator logs them by.
@@ -141,6 +142,10 @@ def parse_login7(p):
         return decode_password(raw) if password else raw.decode("utf-16-le", "replace")
 
     sspi_off, sspi_len = struct.unpack("<HH", p[78:82])
+    if sspi_len == 0xFFFF and tds_version >= 0x72090002 and len(p) >= 94:
+        sspi_len = struct.unpack("<I", p[90:94])[0]        # cbSSPILong (TDS 7.2+) when cbSSPI is USHRT_MAX
+    if sspi_off + sspi_len > len(p):
+        raise ValueError("LOGIN7 SSPI data past the packet")
     return Login(
         tds_version=tds_version,
         packet_size=packet_size,
@@ -152,7 +157,8 @@ def parse_login7(p):
         client_interface=field(60),
         language=field(64),
         database=field(68),
-        sspi=bool(flags2 & 0x80) and sspi_len > 0,
+        sspi=bool(flags2 & 0x80),
+        sspi_blob=bytes(p[sspi_off:sspi_off + sspi_len]),
         odbc=bool(flags2 & 0x02),
         features=parse_feature_ext(p) if tds_version >= 0x74000004 else None,
     )

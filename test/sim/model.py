@@ -620,17 +620,19 @@ class Database:
             if base is None:
                 return None
             lg = Login(base.name, base.password, sysadmin=base.sysadmin, default_db=base.default_db,
-                       user="dbo" if base.sysadmin else None, role_grants=self.role_grants)
+                       user="dbo" if base.sysadmin else None, role_grants=self.role_grants, windows=base.windows)
             self.logins[key] = lg
         return lg
 
-    def create_login(self, name, password, db_owner=False, sysadmin=False, user=True, default_db=None):
+    def create_login(self, name, password, db_owner=False, sysadmin=False, user=True, default_db=None,
+                     windows=False):
         """A server login; ``user`` True also maps it to a user of the same name in this database
         (sim.create_login), False leaves it without one (CREATE LOGIN)."""
         key = name.lower()
         if key in self.instance.logins:
             raise SqlError(15025, "The server principal '%s' already exists." % name, 16, 1)
-        self.instance.logins[key] = Login(name, password, sysadmin=sysadmin, default_db=default_db or self.name)
+        self.instance.logins[key] = Login(name, password, sysadmin=sysadmin, default_db=default_db or self.name,
+                                          windows=windows)
         for db in self.instance.databases.values():
             db.logins.pop(key, None)
         lg = self.login(name)

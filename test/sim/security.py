@@ -48,7 +48,8 @@ def _is_dbo(s):
 
 
 def create_login(s, a):
-    """CREATE LOGIN name WITH PASSWORD = '...' [, DEFAULT_DATABASE = db, CHECK_POLICY = ...]."""
+    """CREATE LOGIN name WITH PASSWORD = '...' [, DEFAULT_DATABASE = db, CHECK_POLICY = ...], or
+    CREATE LOGIN [DOMAIN\\user] FROM WINDOWS [WITH DEFAULT_DATABASE = db] (the name checked as winprocs says)."""
     if not s.login.sysadmin:
         raise no_permission()
     opts = a["options"]
@@ -57,8 +58,12 @@ def create_login(s, a):
     if default_db.lower() != "master" and target is None:
         raise SqlError(15010, "The database '%s' does not exist. Supply a valid database name. To see available "
                        "databases, use sys.databases." % default_db, 16, 1)
-    s.db.create_login(a["name"], str(opts["PASSWORD"]), user=False,
-                      default_db=target.name if target is not None else "master")
+    default_db = target.name if target is not None else "master"
+    if a.get("windows"):
+        from .winprocs import windows_login_name
+        s.db.create_login(windows_login_name(s, a["name"]), None, user=False, default_db=default_db, windows=True)
+        return
+    s.db.create_login(a["name"], str(opts["PASSWORD"]), user=False, default_db=default_db)
 
 
 def drop_login(s, a):

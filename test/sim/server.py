@@ -6,7 +6,7 @@ import re
 import socket
 import threading
 
-from . import catalogprocs, cleanup, control, sysprocs  # noqa: F401  (registers procedures)
+from . import catalogprocs, cleanup, control, sysprocs, winprocs  # noqa: F401  (registers procedures)
 from . import lsn as L
 from . import sqltypes as T
 from . import tls as TLS
@@ -15,6 +15,7 @@ from .errors import SqlError
 from .model import Database, InstanceState
 from .scheduler import Scheduler
 from .session import Session
+from .winauth import WindowsAuth
 
 log = logging.getLogger("mssql-sim")
 
@@ -87,6 +88,7 @@ class Server:
         self.base_cfg = dataclasses.replace(cfg)      # the command line's job settings, for new databases
         self.instance = InstanceState(cfg)
         self.faults = Faults()
+        self.winauth = WindowsAuth(cfg)               # Windows authentication: domain, NTLM accounts, keytab
         self.sessions = {}
         self.sessions_lock = threading.Lock()
         self.next_spid = 51

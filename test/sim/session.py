@@ -13,6 +13,7 @@ from . import sqltypes as T
 from . import timeutil
 from . import tls as TLS
 from . import tokens as K
+from . import winauth as WA
 from .errors import Attention, ClientGone, SqlError
 from .executor import Executor
 
@@ -50,6 +51,9 @@ class Session:
         self.tran_name = None
         self.login_time = None
         self.client_interface = ""
+        self.auth_scheme = None                 # SQL | NTLM | KERBEROS (sys.dm_exec_connections.auth_scheme)
+        self.principal = None                   # who authenticated: the SQL login, user@REALM or DOMAIN\\user
+        self.sspi_reply = b""                   # SSPI token (Kerberos AP-REP) sent ahead of LOGINACK
         self.executor = Executor(self)
         self.closed = False
 
@@ -135,7 +139,8 @@ class Session:
             size = self.server.cfg.packet_size_max
         self.open_storage()
         self.login_time = self.constant("getdate", self.db.wall_now())
-        resp = (K.env_database(self.database, "master")
+        resp = ((K.sspi(self.sspi_reply) if self.sspi_reply else b"")
+                + K.env_database(self.database, "master")
                 + K.message(5701, "Changed database context to '%s'." % self.database, 0, 2, tds=tds)
                 + collation.env_change(self.db.collation)
                 + K.env_language("us_english")
@@ -176,8 +181,28 @@ class Session:
         return True
 
     def authenticate(self, lg):
-        """-> list of SqlErrors (empty on success).  Applies the refuse-login fault."""
-        name = lg.username
+        """-> list of SqlErrors (empty on success).  A Windows login (LOGIN7 fIntSecurity) runs the SSPI
+        exchange first (winauth.py: Kerberos or NTLM) and is then admitted as its DOMAIN\\user login; the
+        attempt is recorded for sim.logins."""
+        wa = self.server.winauth
+        self.sspi_reply = b""
+        if lg.sspi:
+            scheme = "NTLM" if lg.sspi_blob.startswith(WA.NTLMSSP) else "KERBEROS"
+            try:
+                scheme, name, principal, self.sspi_reply = wa.handshake(self, lg.sspi_blob)
+            except SqlError as e:
+                wa.record(self, scheme, None, getattr(e, "principal", None), e.number)
+                return [e]
+        else:
+            scheme, name, principal = "SQL", lg.username, lg.username
+        self.auth_scheme, self.principal = scheme, principal
+        errs = self.admit(lg, name, windows=lg.sspi)
+        wa.record(self, scheme, name, principal, errs[-1].number if errs else 0)
+        return errs
+
+    def admit(self, lg, name, windows):
+        """The login ``name`` (authenticated by Windows, or checked here against its SQL password) and its
+        database -> list of SqlErrors.  Applies the refuse-login fault."""
         failed = SqlError(18456, "Login failed for user '%s'." % name, 14, 1)
         inst = self.server.instance
         base = inst.logins.get((name or "").lower())
@@ -185,7 +210,7 @@ class Session:
         f = self.server.faults.take("refuse_login", name, database=asked)
         if f:
             return [SqlError(f.number, f.message or failed.message, f.cls, f.state)]
-        if lg.sspi or base is None or base.password != lg.password:
+        if base is None or base.windows != windows or (not windows and base.password != lg.password):
             return [failed]
         dbname = lg.database or base.default_db or self.db.name
         target = inst.database(dbname)

@@ -84,3 +84,8 @@ def env_transaction(kind, descriptor):
     else:
         body = bytes([kind, 0, 8]) + descriptor
     return _envchange(body)
+
+
+def sspi(data):
+    """SSPI (0xED, MS-TDS 2.2.7.22): USHORT length + the security token (an NTLM CHALLENGE, a Kerberos AP-REP)."""
+    return b"\xED" + struct.pack("<H", len(data)) + data

@@ -122,11 +122,13 @@ class Raw:
         self.send(0x12, table + b"\xff" + data)
         return self.packet()
 
-    def login(self, user="sa", password="Passw0rd!", database="demo", flags2=0x03, features=None, feature_ext=None):
+    def login(self, user="sa", password="Passw0rd!", database="demo", flags2=0x03, features=None, feature_ext=None,
+              sspi=None):
         """LOGIN7 with SQL authentication; ``flags2`` is OptionFlags2 (default fLanguage + fODBC, as FreeTDS,
         the ODBC and the JDBC drivers send it).  ``features`` [(FeatureId, data)] adds a FeatureExt (TDS 7.4:
         fExtension in OptionFlags3, ibExtension pointing to its offset, TERMINATOR appended); ``feature_ext``
-        gives the FeatureExt bytes as they are (to send a malformed one)."""
+        gives the FeatureExt bytes as they are (to send a malformed one).  ``sspi`` (bytes): a Windows login,
+        fIntSecurity (0x80) in OptionFlags2 and the blob at ibSSPI/cbSSPI."""
         if features is not None:
             feature_ext = b"".join(bytes([f]) + struct.pack("<I", len(d)) + d for f, d in features) + b"\xff"
         fields = [("host", "rawhost"), ("user", user), ("pw", None), ("app", "raw"), ("server", "x"),
@@ -140,6 +142,10 @@ class Raw:
                 raw = b"\x00\x00\x00\x00"          # the DWORD offset of FeatureExt, filled in below
             offs.append((pos + len(var), len(raw) if name == "ext" else len(raw) // 2))
             var += raw
+        sspi_at = (pos + len(var), len(sspi)) if sspi else (0, 0)
+        if sspi:
+            flags2 |= 0x80
+            var += sspi
         ext_at = None
         if feature_ext is not None:
             ext_at = offs[5][0] - pos
@@ -148,7 +154,7 @@ class Raw:
         head += bytes([0xE0, flags2, 0, 0x10 if feature_ext is not None else 0]) + struct.pack("<iI", 0, 0x409)
         for o, n in offs:
             head += struct.pack("<HH", o, n)
-        head += b"\x00" * 6 + struct.pack("<HH", 0, 0) + struct.pack("<HH", 0, 0)
+        head += b"\x00" * 6 + struct.pack("<HH", *sspi_at) + struct.pack("<HH", 0, 0)
         if fixed == 94:
             head += struct.pack("<HH", 0, 0) + struct.pack("<I", 0)
         assert len(head) == fixed, len(head)

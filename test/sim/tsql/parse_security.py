@@ -37,12 +37,23 @@ class SecurityParser:
         self.fail()
 
     def create_login(self):
-        """CREATE LOGIN name WITH PASSWORD = '...' [MUST_CHANGE] [, option = value ...] (SQL logins only)."""
+        """CREATE LOGIN name WITH PASSWORD = '...' [MUST_CHANGE] [, option = value ...], or
+        CREATE LOGIN [DOMAIN\\user] FROM WINDOWS [WITH DEFAULT_DATABASE = db [, DEFAULT_LANGUAGE = l]]."""
         name = self.principal()
-        if self.is_word("FROM"):
-            self.fail()
-        self.expect_word("WITH")
         opts = {}
+        if self.accept_word("FROM"):
+            self.expect_word("WINDOWS")
+            if self.accept_word("WITH"):
+                while True:
+                    key = self.ident().upper()
+                    if key not in ("DEFAULT_DATABASE", "DEFAULT_LANGUAGE"):
+                        self.fail()
+                    self.expect_op("=")
+                    opts[key] = self.option_value()
+                    if not self.accept_op(","):
+                        break
+            return A.Security("CREATE LOGIN", {"name": name, "options": opts, "windows": True})
+        self.expect_word("WITH")
         while True:
             key = self.ident().upper()
             self.expect_op("=")

@@ -77,6 +77,7 @@ public class JdbcPeerTest {
         }
 
         loginAndTls(tag);
+        kerberos(tag);
         featureExtensions(tag);
         preparedStatements(tag);
         statements();
@@ -1016,6 +1017,43 @@ public class JdbcPeerTest {
                 eq("2", scalarString(c, "IF 1 = 1 BEGIN SELECT 2 END ELSE BEGIN SELECT 3 END"), "BEGIN..END");
                 eq(1, scalarInt(c, "IF EXISTS (SELECT 1 FROM sys.tables WHERE name = N'orders') SELECT 1 "
                         + "ELSE SELECT 0"), "IF EXISTS");
+            }
+        });
+    }
+
+    // --- Windows authentication: Kerberos ----------------------------------------------------------------
+
+    /**
+     * integratedSecurity=true;authenticationScheme=JavaKerberos with the keytab of a principal of the run's
+     * throwaway MIT KDC (test/lib/kdc.py) through a JAAS configuration, as a Linux service reaches SQL Server:
+     * the simulator accepts the AP-REQ with its service account's keytab and admits the principal as the
+     * Windows login FINALIZE\<principal> (created by run).
+     */
+    static void kerberos(String tag) {
+        test("login: Kerberos (integratedSecurity, JavaKerberos, keytab through JAAS) is the Windows login", () -> {
+            String conf = CFG.getProperty("krb5.conf");
+            if (conf == null) {
+                throw new AssertionError("no KDC for the run: " + CFG.getProperty("kdc.error"));
+            }
+            System.setProperty("java.security.krb5.conf", conf);
+            Path jaas = Paths.get(CFG.getProperty("work"), "jaas-" + tag + ".conf");
+            Files.write(jaas, ("SQLJDBCDriver {\n  com.sun.security.auth.module.Krb5LoginModule required\n"
+                    + "  useKeyTab=true keyTab=\"" + CFG.getProperty("krb.keytab") + "\"\n"
+                    + "  principal=\"" + CFG.getProperty("krb.principal") + "\" doNotPrompt=true storeKey=false;\n};\n")
+                    .getBytes(StandardCharsets.UTF_8));
+            System.setProperty("java.security.auth.login.config", jaas.toString());
+            String spn = "MSSQLSvc/127.0.0.1:" + port("plain") + "@" + CFG.getProperty("krb.realm");
+            int spid;
+            try (Connection c = DriverManager.getConnection(url("plain",
+                    "integratedSecurity=true;authenticationScheme=JavaKerberos;serverSpn=" + spn))) {
+                eq(CFG.getProperty("krb.login"), scalarString(c, "SELECT SUSER_SNAME()"), "SUSER_SNAME()");
+                eq(2, scalarInt(c, "SELECT TOP 1 __$operation FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, "
+                        + "__$seqval"), "the first change read through SELECT ON SCHEMA::cdc is an insert");
+                spid = scalarInt(c, "SELECT @@SPID");
+                try (Connection sa = connect("plain", "")) {
+                    eq("KERBEROS", scalarString(sa, "SELECT auth_scheme FROM sys.dm_exec_connections "
+                            + "WHERE session_id = " + spid), "auth_scheme of the session");
+                }
             }
         });
     }
