@@ -65,8 +65,7 @@ def windows_sim(kdc, keytab_dir):
                     kerberos_max_skew=1).start()
     kdc.keytab(kdc.service_principal("127.0.0.1", sim.port), keytab)
     for user in list(KERBEROS.values()) + ["bob"]:
-        sim.execute("CREATE LOGIN [%s\\%s] FROM WINDOWS WITH DEFAULT_DATABASE = %s" % (DOMAIN, user, sim.database))
-        sim.call("sim.create_login", login="%s\\%s" % (DOMAIN, user), cdc_select=1)
+        sim.call("sim.create_login", login="%s\\%s" % (DOMAIN, user), db_owner=1)
     sim.call("sim.add_windows_account", name="%s\\bob" % DOMAIN, password=NTLM_PASSWORD)
     return sim
 
@@ -144,8 +143,10 @@ def wait_verdict(env, table, expected, timeout=40):
 
 
 def logins(sim):
-    """Every login the simulator saw, oldest first (auth_scheme, principal, login_name, error)."""
-    return list(reversed(sim.call("sim.logins", top=1000)[0]))
+    """Every login the simulator saw but the test's own (as sa, through sim.call), oldest first
+    (auth_scheme, principal, login_name, error)."""
+    return [l for l in reversed(sim.call("sim.logins", top=1000)[0])
+            if (l["auth_scheme"], l["login_name"]) != ("SQL", "sa")]
 
 
 def condition(env, source):
@@ -264,20 +265,28 @@ def test_each_kerberos_failure_in_the_librarys_words(env, kdc, sims):
     kdc.add_principal("frank")
     stale = keytab_b64(kdc, "frank")
     kdc.keytab("frank")                         # exported again: a new key, the first keytab is stale
-    add_kerberos_source(env, "k_unknown", sim, "nosuch", keytab_b64(kdc, "carl"))
+    kdc.add_principal("gone")
+    gone = keytab_b64(kdc, "gone")
+    kdc.kadmin("delprinc -force gone@" + REALM)  # the account deleted in the directory
+    add_kerberos_source(env, "k_unknown", sim, "gone", gone)
+    add_kerberos_source(env, "k_otherkeys", sim, "nosuch", keytab_b64(kdc, "carl"))
     add_kerberos_source(env, "k_nospn", sim, "carl", keytab_b64(kdc, "carl"),
                         server_spn="MSSQLSvc/nosuch.finalize.test:1433")
     add_kerberos_source(env, "k_stale", sim, "frank", stale)
-    for name in ("k_unknown", "k_nospn", "k_stale"):
+    names = ("k_unknown", "k_otherkeys", "k_nospn", "k_stale")
+    for name in names:
         env.track("t.%s" % name, name, check_source=False)
     error = wait_error(env, "k_unknown")
-    assert "not found in Kerberos database" in error and "nosuch@" + REALM in error, error
+    assert "not found in Kerberos database" in error and "gone@" + REALM in error and \
+        "check its spelling" in error, error
+    error = wait_error(env, "k_otherkeys")
+    assert "Keytab contains no suitable keys for nosuch@" + REALM in error, error
     error = wait_error(env, "k_nospn")
-    assert "Server not found in Kerberos database" in error and "setspn" in error and \
-        "MSSQLSvc/nosuch.finalize.test:1433@" + REALM in error, error
+    assert "Server MSSQLSvc/nosuch.finalize.test:1433@" + REALM + " not found in Kerberos database" in error and \
+        "setspn -S" in error, error
     error = wait_error(env, "k_stale")
     assert "export a new keytab" in error, error
-    for name in ("k_unknown", "k_nospn", "k_stale"):
+    for name in names:
         assert verdict(env, "t.%s" % name) is None
         shown = env.source_status(name)["last_error"]
         assert stale[:40] not in shown and keytab_b64(kdc, "carl")[:40] not in shown
