@@ -129,15 +129,24 @@ class Kdc:
         """``name`` with the realm appended when it has none."""
         return name if "@" in name else "%s@%s" % (name, self.realm)
 
-    def add_principal(self, name, maxlife=None):
+    def add_principal(self, name, maxlife=None, maxrenewlife=None):
         """Add ``name`` with a random key; ``maxlife`` (e.g. "30 seconds") bounds its tickets' lifetime
-        (the KDC issues min(requested, principal's, krbtgt's, realm's max_life)).  -> the full name."""
+        (the KDC issues min(requested, principal's, krbtgt's, realm's max_life)), and, unless ``maxrenewlife``
+        says otherwise, how long they can be renewed (so nothing outlives ``maxlife`` by surprise).
+        -> the full name."""
         full = self.qualify(name)
         opts = "-randkey"
         if maxlife:
-            opts += ' -maxlife "%s" -maxrenewlife "%s"' % (maxlife, maxlife)
+            opts += ' -maxlife "%s"' % maxlife
+        if maxrenewlife or maxlife:
+            opts += ' -maxrenewlife "%s"' % (maxrenewlife or maxlife)
         self.kadmin("addprinc %s %s" % (opts, full))
         return full
+
+    def rotate_key(self, principal):
+        """A new random key (``cpw -randkey``: the key version goes up): keytabs written before no longer
+        work, as after a password change of the AD account."""
+        self.kadmin("cpw -randkey %s" % self.qualify(principal))
 
     def service_principal(self, host, port):
         """Add SQL Server's SPN ``MSSQLSvc/host:port`` -> its name (without the realm, as clients derive it)."""

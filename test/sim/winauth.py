@@ -127,13 +127,25 @@ class WindowsAuth:
         if blob.startswith(NTLMSSP):
             return self.ntlm(session, blob)
         if blob[:1] == b"\x60" or blob[:1] == b"\xa0":
-            return self.kerberos(blob)
+            return self.kerberos(session, blob)
         raise untrusted("unknown SSPI package (blob starts %s)" % blob[:8].hex())
+
+    def next_token(self, session, token):
+        """Send ``token`` in an SSPI token (0xED) as the whole response and read the client's next one, an SSPI
+        message (packet type 0x11)."""
+        from . import packets as PK
+        from . import tokens as K
+        session.channel.send_message(K.sspi(token))
+        typ, _status, data = session.channel.read_message()
+        if typ != PK.SSPI:
+            raise untrusted("expected an SSPI message (0x11), got packet type 0x%02x" % typ)
+        return data
 
     # Kerberos ------------------------------------------------------------------------------
 
-    def kerberos(self, blob):
-        """Accept an AP-REQ (raw krb5 or SPNEGO) with the service account's keytab."""
+    def kerberos(self, session, blob):
+        """Accept an AP-REQ (raw krb5 or SPNEGO) with the service account's keytab.  An exchange that needs more
+        rounds (SPNEGO negotiating its mechanism) continues with SSPI tokens and 0x11 messages, 5 rounds at most."""
         if not self.keytab:
             raise untrusted("Kerberos login but the server has no keytab (--kerberos-keytab)")
         try:
@@ -146,9 +158,13 @@ class WindowsAuth:
             creds = gssapi.Credentials(name=name, usage="accept", store={"keytab": self.keytab})
             ctx = gssapi.SecurityContext(creds=creds, usage="accept")
             out = ctx.step(blob) or b""
+            for _ in range(4):
+                if ctx.complete:
+                    break
+                blob = self.next_token(session, out)
+                out = ctx.step(blob) or b""
             if not ctx.complete:
-                # SPNEGO may want another round (a mechanism list without a usable optimistic token)
-                raise untrusted("the Kerberos exchange needs more than one round")
+                raise untrusted("the Kerberos exchange did not complete in 5 rounds")
             principal = str(ctx.initiator_name)
         except gssapi.exceptions.GSSError as e:
             raise untrusted("Kerberos: %s" % e.gen_message())
@@ -167,13 +183,7 @@ class WindowsAuth:
             raise untrusted("NTLM: the LOGIN7 blob is not a NEGOTIATE_MESSAGE")
         asked = struct.unpack("<I", negotiate[12:16])[0]
         server_challenge = os.urandom(8)
-        challenge = self.challenge_message(asked, server_challenge)
-        from . import packets as PK
-        from . import tokens as K
-        session.channel.send_message(K.sspi(challenge))
-        typ, _status, auth = session.channel.read_message()
-        if typ != PK.SSPI:
-            raise untrusted("NTLM: expected an SSPI message (0x11), got packet type 0x%02x" % typ)
+        auth = self.next_token(session, self.challenge_message(asked, server_challenge))
         try:
             return self.verify(auth, server_challenge)
         except (ValueError, struct.error) as e:

@@ -24,6 +24,7 @@ def env(tmp_path_factory):
     """(kdc, sim, tmp): alice and dave (no login) in the KDC; bob (login) and carol (none) NTLM accounts."""
     tmp = tmp_path_factory.mktemp("winauth")
     kdc = Kdc(str(tmp / "kdc"), realm=REALM)
+    saved = os.environ.get("KRB5_CONFIG")
     os.environ["KRB5_CONFIG"] = kdc.krb5_conf          # this process's gssapi (the raw client) and the children
     keytab = str(tmp / "mssql.keytab")
     sim = Simulator(clock="sim", start_time="2026-03-01T00:00:00Z", cleanup_time="",
@@ -46,6 +47,10 @@ def env(tmp_path_factory):
     finally:
         sim.stop()
         kdc.close()
+        if saved is None:
+            os.environ.pop("KRB5_CONFIG", None)
+        else:
+            os.environ["KRB5_CONFIG"] = saved
 
 
 def tsql(sim, user=None, password=None, ccache=None, conf=None, sql="SELECT SUSER_SNAME() AS who\ngo\n"):
@@ -200,11 +205,15 @@ def test_expired_ticket_is_refused(env):
     assert (rec["auth_scheme"], rec["error"]) == ("KERBEROS", 18452)
 
 
-def test_kdc_with_a_clock_ten_minutes_ahead_gives_the_skew_error(tmp_path):
+def test_kdc_stale_keytab_and_a_clock_ten_minutes_ahead(tmp_path):
     kdc = Kdc(str(tmp_path / "kdc"))
     try:
         kdc.add_principal("eve")
-        assert kdc.kinit("eve", "FILE:%s/ok.cc" % tmp_path).returncode == 0
+        old = kdc.keytab("eve", str(tmp_path / "old.keytab"))
+        assert kdc.kinit("eve", "FILE:%s/ok.cc" % tmp_path, keytab=old).returncode == 0
+        kdc.rotate_key("eve")                   # the AD account's password changed: the old keytab is stale
+        r = kdc.kinit("eve", "FILE:%s/stale.cc" % tmp_path, keytab=old)
+        assert r.returncode != 0 and "Preauthentication failed" in r.stderr, r.stderr
         kdc.stop()
         kdc.start(clock_offset_seconds=600)
         r = kdc.kinit("eve", "FILE:%s/skew.cc" % tmp_path)
