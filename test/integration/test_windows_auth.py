@@ -264,7 +264,7 @@ def test_each_kerberos_failure_in_the_librarys_words(env, kdc, sims):
     sim = sims["krb_b"]
     kdc.add_principal("frank")
     stale = keytab_b64(kdc, "frank")
-    kdc.keytab("frank")                         # exported again: a new key, the first keytab is stale
+    kdc.rotate_key("frank")                     # the account's key changed: the keytab is stale
     kdc.add_principal("gone")
     gone = keytab_b64(kdc, "gone")
     kdc.kadmin("delprinc -force gone@" + REALM)  # the account deleted in the directory
