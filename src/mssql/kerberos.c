@@ -21,6 +21,7 @@
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include <gssapi/gssapi_krb5.h>
 
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "utils/timestamp.h"
 
 #include "mssql/kerberos.h"
@@ -78,7 +80,7 @@ krb_hint(krb5_error_code rc)
 			return "No KDC of the realm answered: check the realm's kdc entries in krb5.conf (or its DNS SRV "
 				"records) and that this machine reaches them.";
 		default:
-			return "See docs/troubleshooting.md, \"Kerberos\".";
+			return "See docs/troubleshooting.md#kerberos_failed.";
 	}
 }
 
@@ -374,6 +376,40 @@ krb_default_spn(const char *host, int port)
 	if (addrs != NULL)
 		freeaddrinfo(addrs);
 	return spn;
+}
+
+/*
+ * Removes the keytab files of processes that are gone (pg_finalize/tds/
+ * <oid>.keytab.<pid>): a process that died between writing its file and
+ * removing it would leave a secret in the data directory, and in its base
+ * backups. Run by the launcher when it starts (after a crash, too).
+ */
+void
+krb_sweep_keytabs(void)
+{
+	const char *dirname = "pg_finalize/tds";
+	DIR		   *dir = AllocateDir(dirname);
+	struct dirent *de;
+
+	if (dir == NULL)
+		return;					/* no source has logged in yet */
+	while ((de = ReadDirExtended(dir, dirname, LOG)) != NULL)
+	{
+		const char *dot = strstr(de->d_name, ".keytab.");
+		char	   *end;
+		long		pid;
+
+		if (dot == NULL)
+			continue;
+		errno = 0;
+		pid = strtol(dot + 8, &end, 10);
+		if (errno == 0 && *end == '\0' && pid > 0 && kill((pid_t) pid, 0) != 0 && errno == ESRCH &&
+			unlink(psprintf("%s/%s", dirname, de->d_name)) == 0)
+			ereport(LOG,
+					(errmsg("finalize: removed the keytab file \"%s/%s\" of process %ld, which is gone",
+							dirname, de->d_name, pid)));
+	}
+	FreeDir(dir);
 }
 
 /* Points GSSAPI at a source's credential cache, for the login that follows. */

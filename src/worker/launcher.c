@@ -30,6 +30,7 @@
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "core/wait_events.h"
+#include "mssql/kerberos.h"
 #include "worker/worker.h"
 
 /* How often the launcher looks for the database (it also wakes on signals). */
@@ -121,6 +122,7 @@ finalize_launcher_main(Datum arg pg_attribute_unused())
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	krb_sweep_keytabs();
 
 	for (;;)
 	{

@@ -305,3 +305,32 @@ def test_a_kdc_clock_ten_minutes_off_is_the_skew_error(env, kdc, sims):
     finally:
         kdc.stop()
         kdc.start()
+
+
+def test_a_keytab_file_left_by_a_dead_process_is_removed_at_start(env, pg):
+    """A process that died between writing a keytab file and removing it (pg_finalize/tds/<oid>.keytab.<pid>)
+    leaves a secret in the data directory: the launcher removes such files of processes that are gone when it
+    starts. A live process's file stays."""
+    tds = os.path.join(pg.data, "pg_finalize", "tds")
+    for d in (os.path.dirname(tds), tds):
+        if not os.path.isdir(d):
+            os.mkdir(d, 0o700)
+            if os.geteuid() == 0:
+                shutil.chown(d, "postgres", "postgres")
+    dead = next(p for p in range(4000000, 4100000) if not os.path.exists("/proc/%d" % p))
+    left = os.path.join(tds, "4242.keytab.%d" % dead)
+    alive = os.path.join(tds, "4242.keytab.%d" % os.getpid())
+    for path in (left, alive):
+        with open(path, "wb") as f:
+            f.write(b"\x05\x02secret")
+        if os.geteuid() == 0:
+            shutil.chown(path, "postgres", "postgres")
+    try:
+        pg.restart()
+        pg.wait_for(lambda: not os.path.exists(left), what="the dead process's keytab file removed")
+        assert os.path.exists(alive)
+        assert "removed the keytab file" in pg.log()
+    finally:
+        for path in (left, alive):
+            if os.path.exists(path):
+                os.unlink(path)
