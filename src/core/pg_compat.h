@@ -25,6 +25,10 @@
  * - max_notify_queue_pages (17) bounds the NOTIFY queue, which
  *   pg_notification_queue_usage() is a share of; before, half of the
  *   queue's SLRU (8 GB).
+ * - PG_TEMP_FILES_DIR and PG_TEMP_FILE_PREFIX moved from storage/fd.h to
+ *   common/file_utils.h (16); same values. COMPAT_TEMP_DIR is the default
+ *   tablespace's temporary directory (base/pgsql_tmp), never in a base
+ *   backup and emptied when the server starts.
  * - Custom wait events (17, WaitEventExtensionNew): pg_stat_activity names
  *   what a finalize process waits for; on 15 and 16 every wait is the
  *   generic "Extension".
@@ -173,5 +177,13 @@ compat_notify_queue_pages(void)
 #define compat_wait_event_new(name) ((void) (name), (uint32) PG_WAIT_EXTENSION)
 #define compat_wait_event_lock_release() ((void) 0)
 #endif
+
+#if PG_VERSION_NUM >= 160000
+#include "common/file_utils.h"
+#else
+#include "storage/fd.h"
+#endif
+#define COMPAT_TEMP_DIR "base/" PG_TEMP_FILES_DIR
+#define COMPAT_TEMP_PREFIX PG_TEMP_FILE_PREFIX
 
 #endif							/* FINALIZE_PG_COMPAT_H */

@@ -21,20 +21,22 @@
 #include "postgres.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <krb5.h>
+#include <profile.h>
 #include <gssapi/gssapi.h>
 #include <gssapi/gssapi_krb5.h>
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
-#include "storage/fd.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "mssql/kerberos.h"
+#include "mssql/keytab_file.h"
 #include "mssql/mssql_options.h"
 
 /* A ticket is asked for again when less than this much of it is left ... */
@@ -136,85 +138,101 @@ cached_ticket(krb5_context ctx, krb5_ccache cc, krb5_principal client, krb5_prin
 }
 
 /*
- * Writes the user mapping's keytab (base64) to path, mode 0600.
- * False with err set when it is not base64 or cannot be written.
- */
-static bool
-write_keytab(const MssqlConnInfo *k, const char *path, MssqlError *err)
-{
-	int			n;
-	char	   *raw = mssql_keytab_decode(k->keytab, &n);
-	int			fd;
-	bool		ok;
-
-	if (raw == NULL)
-	{
-		mssql_error_fail(err, "Kerberos: the keytab option of the user mapping is not a keytab in base64 "
-						 "(base64 -w0 file.keytab) of at most 64 kB");
-		err->kerberos_failed = true;
-		return false;
-	}
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY, S_IRUSR | S_IWUSR);
-	ok = fd >= 0 && write(fd, raw, n) == n;
-	if (fd >= 0 && close(fd) != 0)
-		ok = false;
-	pfree(raw);
-	if (!ok)
-	{
-		mssql_error_fail(err, psprintf("Kerberos: could not write the keytab to \"%s\": %m", path));
-		err->local_failed = true;
-		(void) unlink(path);
-	}
-	return ok;
-}
-
-/*
  * Asks the KDC for the service ticket of server with the ticket-granting
- * ticket tgt, both into a new cache of its own, which then replaces the
- * source's cache: the source keeps its old tickets unless both new ones
- * were had. *endtime is the service ticket's end.
+ * ticket tgt (in a cache of its own, dropped after), and puts it alone in a
+ * new cache that then replaces the source's: the login needs nothing else
+ * (renewals start from the keytab), and the source keeps its old ticket
+ * unless the new one was had. *endtime is the service ticket's end.
  */
 static krb5_error_code
 service_ticket(krb5_context ctx, krb5_creds *tgt, krb5_ccache cc, krb5_principal server, krb5_timestamp *endtime)
 {
-	krb5_ccache fresh = NULL;
+	krb5_ccache work = NULL;
+	krb5_ccache only = NULL;
 	krb5_creds	want;
 	krb5_creds *got = NULL;
 	krb5_error_code rc;
 
-	rc = krb5_cc_new_unique(ctx, "MEMORY", NULL, &fresh);
-	if (rc != 0)
-		return rc;
-	rc = krb5_cc_initialize(ctx, fresh, tgt->client);
+	rc = krb5_cc_new_unique(ctx, "MEMORY", NULL, &work);
 	if (rc == 0)
-		rc = krb5_cc_store_cred(ctx, fresh, tgt);
+		rc = krb5_cc_initialize(ctx, work, tgt->client);
+	if (rc == 0)
+		rc = krb5_cc_store_cred(ctx, work, tgt);
 	if (rc == 0)
 	{
 		memset(&want, 0, sizeof(want));
 		want.client = tgt->client;
 		want.server = server;
-		rc = krb5_get_credentials(ctx, 0, fresh, &want, &got);
+		rc = krb5_get_credentials(ctx, 0, work, &want, &got);
 	}
+	if (rc == 0)
+		rc = krb5_cc_new_unique(ctx, "MEMORY", NULL, &only);
+	if (rc == 0)
+		rc = krb5_cc_initialize(ctx, only, tgt->client);
+	if (rc == 0)
+		rc = krb5_cc_store_cred(ctx, only, got);
 	if (rc == 0)
 	{
 		*endtime = got->times.endtime;
-		krb5_free_creds(ctx, got);
-		return krb5_cc_move(ctx, fresh, cc);	/* destroys fresh */
+		rc = krb5_cc_move(ctx, only, cc);	/* destroys only, when it succeeds */
+		if (rc == 0)
+			only = NULL;
 	}
-	krb5_cc_destroy(ctx, fresh);
+	if (got != NULL)
+		krb5_free_creds(ctx, got);
+	if (only != NULL)
+		krb5_cc_destroy(ctx, only);
+	if (work != NULL)
+		krb5_cc_destroy(ctx, work);
+	return rc;
+}
+
+/*
+ * The keytab file at path copied into a keytab in this process's memory
+ * (*mem, closed by the caller, which frees it), so that the file can go
+ * before the KDC is asked anything: it is removed here, whatever happens.
+ */
+static krb5_error_code
+keytab_in_memory(krb5_context ctx, const char *path, const char *ktname, const char *memname, krb5_keytab *mem)
+{
+	krb5_keytab file = NULL;
+	krb5_kt_cursor cursor;
+	krb5_keytab_entry entry;
+	krb5_error_code rc;
+
+	rc = krb5_kt_resolve(ctx, ktname, &file);
+	if (rc == 0)
+		rc = krb5_kt_resolve(ctx, memname, mem);
+	if (rc == 0)
+		rc = krb5_kt_start_seq_get(ctx, file, &cursor);
+	if (rc == 0)
+	{
+		while (rc == 0 && (rc = krb5_kt_next_entry(ctx, file, &entry, &cursor)) == 0)
+		{
+			rc = krb5_kt_add_entry(ctx, *mem, &entry);
+			krb5_free_keytab_entry_contents(ctx, &entry);
+		}
+		if (rc == KRB5_KT_END)
+			rc = 0;
+		(void) krb5_kt_end_seq_get(ctx, file, &cursor);
+	}
+	if (file != NULL)
+		krb5_kt_close(ctx, file);
+	(void) unlink(path);
 	return rc;
 }
 
 /*
  * Gets a ticket-granting ticket for client from the keytab, then the
  * service ticket for server, into the source's cache (service_ticket);
- * *endtime is the service ticket's end. The keytab file exists only
- * meanwhile.
+ * *endtime is the service ticket's end. The keytab is a file only while it
+ * is copied into memory, before any request to the KDC.
  */
 static bool
 new_tickets(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_principal client,
 			krb5_principal server, krb5_timestamp *endtime, MssqlError *err)
 {
+	static int	keytabs = 0;
 	krb5_keytab kt = NULL;
 	krb5_get_init_creds_opt *opt = NULL;
 	krb5_creds	tgt;
@@ -223,11 +241,13 @@ new_tickets(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_princ
 
 	/* the process's own file: a session's check and the worker may log in at once */
 	char	   *path = psprintf("%s.%d", k->keytab_path, MyProcPid);
+	char	   *ktname = psprintf("FILE:%s", path);
+	char	   *memname = psprintf("MEMORY:finalize-keytab-%d", ++keytabs);
 
-	if (!write_keytab(k, path, err))
+	if (!keytab_file_write(k, path, err))
 		return false;
 	memset(&tgt, 0, sizeof(tgt));
-	rc = krb5_kt_resolve(ctx, psprintf("FILE:%s", path), &kt);
+	rc = keytab_in_memory(ctx, path, ktname, memname, &kt);
 	if (rc == 0)
 		rc = krb5_get_init_creds_opt_alloc(ctx, &opt);
 	if (rc == 0)
@@ -235,8 +255,7 @@ new_tickets(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_princ
 	if (opt != NULL)
 		krb5_get_init_creds_opt_free(ctx, opt);
 	if (kt != NULL)
-		krb5_kt_close(ctx, kt);
-	(void) unlink(path);
+		krb5_kt_close(ctx, kt);	/* the last handle: the memory keytab is freed */
 	if (rc != 0)
 		return krb_fail(ctx, rc, err, psprintf("could not get a ticket for \"%s\" with its keytab", k->principal));
 	rc = service_ticket(ctx, &tgt, cc, server, &end);
@@ -256,29 +275,100 @@ new_tickets(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_princ
 }
 
 /*
- * After new tickets could not be had (err): whether the cached ticket that
- * was due for renewal, ending at endtime, still serves a login. Then the
- * failure is logged (at most once a minute per process, since every cycle
- * tries again) and err cleared: a KDC down for a while stops nothing
- * until the ticket ends.
+ * A source's last failed request for new tickets (by its cache's name): a
+ * KDC that does not answer, or answers no, is asked again only after a
+ * wait that doubles up to KRB_RETRY_MAX_SECONDS, so that one source's
+ * outage does not hold a pool worker's other sources at every cycle.
+ */
+typedef struct KrbRetry
+{
+	char		cache[MAXPGPATH];
+	uint32		login;			/* hash of the principal and keytab it failed with */
+	TimestampTz next_try;
+	int			delay;			/* seconds */
+	char		message[sizeof(((MssqlError *) NULL)->message)];
+} KrbRetry;
+
+#define KRB_RETRY_SLOTS 32
+#define KRB_RETRY_FIRST_SECONDS 5
+#define KRB_RETRY_MAX_SECONDS 60
+
+static KrbRetry retries[KRB_RETRY_SLOTS];
+
+/*
+ * The retry state of a source's cache: its own slot, else a free one, else
+ * the oldest. Another principal or keytab (the user mapping changed, say to
+ * fix what failed) starts afresh: it is tried at once.
+ */
+static KrbRetry *
+retry_of(const MssqlConnInfo *k)
+{
+	const char *cache = k->krb_cache;
+	uint32		login = hash_bytes((const unsigned char *) k->keytab, strlen(k->keytab)) ^
+		hash_bytes((const unsigned char *) k->principal, strlen(k->principal));
+	KrbRetry   *pick = &retries[0];
+
+	for (int i = 0; i < KRB_RETRY_SLOTS; i++)
+	{
+		if (strcmp(retries[i].cache, cache) == 0)
+		{
+			if (retries[i].login != login)
+			{
+				memset(&retries[i], 0, sizeof(retries[i]));
+				strlcpy(retries[i].cache, cache, sizeof(retries[i].cache));
+				retries[i].login = login;
+			}
+			return &retries[i];
+		}
+		if (retries[i].cache[0] == '\0' || retries[i].next_try < pick->next_try)
+			pick = &retries[i];
+	}
+	memset(pick, 0, sizeof(*pick));
+	strlcpy(pick->cache, cache, sizeof(pick->cache));
+	pick->login = login;
+	return pick;
+}
+
+/*
+ * New tickets for a source whose cached one is due (or missing), unless
+ * its last request failed and its wait has not passed: then the last
+ * failure stands. When no new tickets are had but the cached ticket, ending
+ * at endtime, still serves a login, that one is used (logged as a WARNING):
+ * a KDC down for a while stops nothing until the ticket ends.
  */
 static bool
-still_valid(krb5_context ctx, krb5_timestamp endtime, MssqlError *err)
+renewed(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_principal client, krb5_principal server,
+		krb5_timestamp *endtime, MssqlError *err)
 {
-	static TimestampTz last_warning = 0;
-	krb5_timestamp now;
-	TimestampTz at = GetCurrentTimestamp();
+	KrbRetry   *r = retry_of(k);
+	TimestampTz now = GetCurrentTimestamp();
+	krb5_timestamp kdc_now;
+	bool		valid = *endtime != 0 && krb5_timeofday(ctx, &kdc_now) == 0 &&
+		(int64) (uint32) *endtime > (int64) (uint32) kdc_now;
 
-	if (endtime == 0 || krb5_timeofday(ctx, &now) != 0 || (int64) (uint32) endtime <= (int64) (uint32) now)
-		return false;
-	if (TimestampDifferenceExceeds(last_warning, at, 60 * 1000))
+	if (r->next_try > now)
 	{
-		ereport(WARNING,
-				(errmsg("finalize: %s", err->message),
-				 errdetail("The current ticket serves logins until %s; finalize asks for a new one at every cycle.",
-						   timestamptz_to_str(time_t_to_timestamptz((pg_time_t) (uint32) endtime)))));
-		last_warning = at;
+		if (valid)
+			return true;
+		mssql_error_fail(err, r->message);
+		err->kerberos_failed = true;
+		return false;
 	}
+	if (new_tickets(ctx, k, cc, client, server, endtime, err))
+	{
+		r->next_try = 0;
+		r->delay = 0;
+		return true;
+	}
+	r->delay = r->delay == 0 ? KRB_RETRY_FIRST_SECONDS : Min(r->delay * 2, KRB_RETRY_MAX_SECONDS);
+	r->next_try = TimestampTzPlusMilliseconds(now, r->delay * 1000);
+	strlcpy(r->message, err->message, sizeof(r->message));
+	if (!valid)
+		return false;
+	ereport(WARNING,
+			(errmsg("finalize: %s", err->message),
+			 errdetail("The current ticket serves logins until %s; finalize asks again in %d s.",
+					   timestamptz_to_str(time_t_to_timestamptz((pg_time_t) (uint32) *endtime)), r->delay)));
 	memset(err, 0, sizeof(*err));
 	return true;
 }
@@ -296,6 +386,41 @@ spn_in_realm(const char *spn, krb5_principal client)
 	if (strchr(spn, '@') != NULL)
 		return pstrdup(spn);
 	return psprintf("%s@%.*s", spn, (int) realm->length, realm->data);
+}
+
+/*
+ * A library context that asks KDCs over TCP only: the machine's krb5.conf
+ * (or the files KRB5_CONFIG names) behind a file of finalize's own that
+ * sets udp_preference_limit = 1, read first so that its value wins. Over
+ * UDP MIT's client waits out its own timeouts (about 30 s for one KDC that
+ * does not answer) and nothing can end the wait; a TCP socket is shut down
+ * by the login watch at login_timeout, or at a cancel.
+ */
+static krb5_error_code
+tcp_context(krb5_context *ctx)
+{
+	const char *ours = "pg_finalize/tds/krb5-tcp.conf";
+	const char *text = "# written by finalize (kerberos.c): KDCs over TCP only\n"
+		"[libdefaults]\n\tudp_preference_limit = 1\n";
+	const char *theirs = getenv("KRB5_CONFIG");
+	profile_t	profile = NULL;
+	krb5_error_code rc;
+	int			fd = open(ours, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | PG_BINARY, S_IRUSR | S_IWUSR);
+
+	if (fd >= 0)
+	{
+		bool		ok = write(fd, text, strlen(text)) == (ssize_t) strlen(text);
+
+		if (close(fd) != 0 || !ok)
+			(void) unlink(ours);	/* the next call writes it again; this one reads the system's alone */
+	}
+	rc = profile_init_path(psprintf("%s:%s", ours, theirs != NULL && theirs[0] != '\0' ? theirs : "/etc/krb5.conf"),
+						   &profile);
+	if (rc != 0)
+		return rc;
+	rc = krb5_init_context_profile(profile, 0, ctx);
+	profile_release(profile);
+	return rc;
 }
 
 /*
@@ -317,11 +442,14 @@ krb_prepare(const MssqlConnInfo *k, char **spn_out, TimestampTz *expires, MssqlE
 	bool		ok;
 
 	memset(err, 0, sizeof(*err));
-	rc = krb5_init_context(&ctx);
+	rc = tcp_context(&ctx);
 	if (rc != 0)
 	{
-		mssql_error_fail(err, psprintf("Kerberos: the library could not start (error %d): is krb5.conf valid?",
-									   (int) rc));
+		const char *words = krb5_get_error_message(NULL, rc);
+
+		mssql_error_fail(err, psprintf("Kerberos: the library could not start: %s. Check krb5.conf (or the "
+									   "file KRB5_CONFIG names in the server's environment).", words));
+		krb5_free_error_message(NULL, words);
 		err->kerberos_failed = true;
 		return false;
 	}
@@ -338,7 +466,7 @@ krb_prepare(const MssqlConnInfo *k, char **spn_out, TimestampTz *expires, MssqlE
 		if (rc != 0)
 			ok = krb_fail(ctx, rc, err, psprintf("SQL Server's service principal \"%s\" cannot be used", *spn_out));
 		else if (!(ok = cached_ticket(ctx, cc, client, server, &endtime)))
-			ok = new_tickets(ctx, k, cc, client, server, &endtime, err) || still_valid(ctx, endtime, err);
+			ok = renewed(ctx, k, cc, client, server, &endtime, err);
 	}
 	if (ok)
 		*expires = time_t_to_timestamptz((pg_time_t) (uint32) endtime);
@@ -358,12 +486,20 @@ krb_prepare(const MssqlConnInfo *k, char **spn_out, TimestampTz *expires, MssqlE
 char *
 krb_default_spn(const char *host, int port)
 {
+	static char *last_host = NULL;
+	static int	last_port = 0;
+	static char *last_spn = NULL;
+	static TimestampTz last_at = 0;
 	struct addrinfo hints;
 	struct addrinfo *addrs = NULL;
 	char	   *spn;
 
 	if (strchr(host, '.') != NULL)
 		return psprintf("MSSQLSvc/%s:%d", host, port);
+	/* the name lookup runs at most every 10 minutes for a host, not at every cycle's ticket check */
+	if (last_host != NULL && strcmp(last_host, host) == 0 && last_port == port &&
+		!TimestampDifferenceExceeds(last_at, GetCurrentTimestamp(), 600 * 1000))
+		return pstrdup(last_spn);
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
@@ -375,41 +511,16 @@ krb_default_spn(const char *host, int port)
 		spn = psprintf("MSSQLSvc/%s:%d", host, port);
 	if (addrs != NULL)
 		freeaddrinfo(addrs);
-	return spn;
-}
-
-/*
- * Removes the keytab files of processes that are gone (pg_finalize/tds/
- * <oid>.keytab.<pid>): a process that died between writing its file and
- * removing it would leave a secret in the data directory, and in its base
- * backups. Run by the launcher when it starts (after a crash, too).
- */
-void
-krb_sweep_keytabs(void)
-{
-	const char *dirname = "pg_finalize/tds";
-	DIR		   *dir = AllocateDir(dirname);
-	struct dirent *de;
-
-	if (dir == NULL)
-		return;					/* no source has logged in yet */
-	while ((de = ReadDirExtended(dir, dirname, LOG)) != NULL)
+	if (last_host != NULL)
 	{
-		const char *dot = strstr(de->d_name, ".keytab.");
-		char	   *end;
-		long		pid;
-
-		if (dot == NULL)
-			continue;
-		errno = 0;
-		pid = strtol(dot + 8, &end, 10);
-		if (errno == 0 && *end == '\0' && pid > 0 && kill((pid_t) pid, 0) != 0 && errno == ESRCH &&
-			unlink(psprintf("%s/%s", dirname, de->d_name)) == 0)
-			ereport(LOG,
-					(errmsg("finalize: removed the keytab file \"%s/%s\" of process %ld, which is gone",
-							dirname, de->d_name, pid)));
+		pfree(last_host);
+		pfree(last_spn);
 	}
-	FreeDir(dir);
+	last_host = MemoryContextStrdup(TopMemoryContext, host);
+	last_spn = MemoryContextStrdup(TopMemoryContext, spn);
+	last_port = port;
+	last_at = GetCurrentTimestamp();
+	return spn;
 }
 
 /* Points GSSAPI at a source's credential cache, for the login that follows. */

@@ -12,7 +12,6 @@
 
 extern bool krb_prepare(const MssqlConnInfo *k, char **spn_out, TimestampTz *expires, MssqlError *err);
 extern char *krb_default_spn(const char *host, int port);
-extern void krb_sweep_keytabs(void);
 extern void krb_cache_enter(const char *cache);
 extern void krb_cache_leave(void);
 

@@ -40,7 +40,7 @@
 #define LOGIN_WATCH_MS 200
 
 /*
- * The TCP sockets open when the login began (by descriptor): a pool worker's
+ * The TCP and UDP sockets open when the login began (by descriptor): a pool worker's
  * kept connections to other sources, which login_watch must leave alone.
  */
 static uint8 open_before_login[LOGIN_MAX_FD / 8];
@@ -51,9 +51,12 @@ static TimeoutId login_watch_id = MAX_TIMEOUTS;
 static TimestampTz login_deadline;
 static volatile sig_atomic_t login_timed_out = false;
 
-/* Whether fd is a TCP socket (async-signal-safe). */
+/*
+ * Whether fd is a TCP or UDP socket (async-signal-safe): SQL Server's
+ * connection, or a Kerberos KDC's (MIT asks over UDP first, then TCP).
+ */
 static bool
-is_tcp_socket(int fd)
+is_inet_socket(int fd)
 {
 	struct sockaddr_storage addr;
 	socklen_t	addrlen = sizeof(addr);
@@ -62,13 +65,14 @@ is_tcp_socket(int fd)
 
 	return getsockname(fd, (struct sockaddr *) &addr, &addrlen) == 0 &&
 		(addr.ss_family == AF_INET || addr.ss_family == AF_INET6) &&
-		getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0 && type == SOCK_STREAM;
+		getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0 && (type == SOCK_STREAM || type == SOCK_DGRAM);
 }
 
 /*
  * Runs every LOGIN_WATCH_MS during a login, in signal context: once a cancel
  * or a termination is pending, or the login's deadline has passed, shuts
- * down the login's TCP socket, so that FreeTDS's wait ends at once and it
+ * down the login's TCP socket (and a KDC's UDP or TCP one while login_tickets
+ * waits for tickets), so that FreeTDS's wait ends at once and it
  * fails the login and cleans up by itself; dbopen then returns and the
  * interrupt is served as usual. The login's socket is the TCP socket that
  * was not open when it began: a background worker holds no client
@@ -93,13 +97,13 @@ login_watch(void)
 	if (!ProcDiePending && !QueryCancelPending && !login_timed_out)
 		return;
 	for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
-		if ((open_before_login[fd / 8] & (1 << (fd % 8))) == 0 && is_tcp_socket(fd))
+		if ((open_before_login[fd / 8] & (1 << (fd % 8))) == 0 && is_inet_socket(fd))
 			shutdown(fd, SHUT_RDWR);
 	errno = save_errno;
 }
 
 /*
- * Marks the TCP sockets open now in open_before_login. Only the open
+ * Marks the TCP and UDP sockets open now in open_before_login. Only the open
  * descriptors are looked at (/proc/self/fd): asking each of the
  * LOGIN_MAX_FD possible ones took two system calls apiece, most of the CPU
  * of a login. Without /proc every possible descriptor is asked.
@@ -115,7 +119,7 @@ mark_open_sockets(void)
 	if (dir == NULL)
 	{
 		for (int fd = 0; fd < LOGIN_MAX_FD; fd++)
-			if (is_tcp_socket(fd))
+			if (is_inet_socket(fd))
 				open_before_login[fd / 8] |= 1 << (fd % 8);
 		return;
 	}
@@ -124,7 +128,7 @@ mark_open_sockets(void)
 		char	   *end;
 		long		fd = strtol(de->d_name, &end, 10);
 
-		if (*end == '\0' && end != de->d_name && fd >= 0 && fd < LOGIN_MAX_FD && is_tcp_socket((int) fd))
+		if (*end == '\0' && end != de->d_name && fd >= 0 && fd < LOGIN_MAX_FD && is_inet_socket((int) fd))
 			open_before_login[fd / 8] |= 1 << (fd % 8);
 	}
 	FreeDir(dir);
@@ -171,14 +175,22 @@ login_tickets(const MssqlConnInfo *info, MssqlConnInfo *with, TimestampTz *expir
 {
 	char	   *spn;
 
+	bool		ok;
+
 	*with = *info;
 	*expires = 0;
 	if (info->auth != MSSQL_AUTH_KERBEROS)
 		return true;
-	if (!krb_prepare(info, &spn, expires, err))
-		return false;
-	with->spn = spn;
-	return true;
+	/* the KDC's answer is awaited like a login: within login_timeout, and a cancel ends it */
+	login_watch_start(info);
+	ok = krb_prepare(info, &spn, expires, err);
+	login_watch_stop(info);
+	/* past login_timeout the KDC's sockets were shut: the library then says it could not contact one */
+	if (!ok && (ProcDiePending || QueryCancelPending))
+		strlcpy(err->message, "Kerberos: the request to the KDC was interrupted", sizeof(err->message));
+	if (ok)
+		with->spn = spn;
+	return ok;
 }
 
 /*

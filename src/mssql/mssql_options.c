@@ -100,6 +100,7 @@ mssql_keytab_decode(const char *value, int *len)
 	*len = pg_b64_decode(value, n, raw, cap);
 	if (*len >= 2 && *len <= KEYTAB_MAX && raw[0] == 0x05 && raw[1] == 0x02)
 		return (char *) raw;
+	explicit_bzero(raw, cap);
 	pfree(raw);
 	return NULL;
 }
@@ -111,9 +112,11 @@ check_keytab(const char *value)
 	int			len;
 	char	   *raw = mssql_keytab_decode(value, &len);
 
-	if (raw != NULL)
-		pfree(raw);
-	return raw != NULL;
+	if (raw == NULL)
+		return false;
+	explicit_bzero(raw, len);	/* a secret: not left in freed memory (or a core file) */
+	pfree(raw);
+	return true;
 }
 
 /*

@@ -15,14 +15,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
-    tt @extschema@.tracked_table;
     location text;
     format text;
     unknown text;
     rest text;
-    sample text;
 BEGIN
-    SELECT t.* INTO tt FROM @extschema@.tracked_table t WHERE t.table_id = publication_options_success_marker.table_id;
     IF jsonb_typeof(options) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'invalid options of a success_marker publication: %', coalesce(options::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
@@ -65,9 +62,11 @@ BEGIN
                   DETAIL = 'A local location names its store''s root directory before its first placeholder: finalize creates the directories below the root, never the root itself, and follows no link below it.',
                   HINT = 'For example "file:///srv/lake/orders/dt={date}/", whose root /srv/lake/orders must exist.';
     END IF;
-    -- The rendered directory inside its store, checked as the gate checks locations.
-    sample := @extschema@.render_location(location, now(), tt.period_zone);
-    PERFORM finalize_internal.check_location(regexp_replace(sample, '^(s3://[^/]+/|abfss://[^/]+/|file:///)', ''), 'location', true);
+    -- The directory inside its store, checked as the gate checks locations:
+    -- the template as written (the message shows what the user wrote, the
+    -- same every day), since a placeholder renders to digits and dashes,
+    -- never to an empty, "." or ".." part or a slash.
+    PERFORM finalize_internal.check_location(regexp_replace(location, '^(s3://[^/]+/|abfss://[^/]+/|file:///)', ''), 'location', true);
     format := coalesce(options ->> 'format', 'paimon');
     PERFORM finalize_internal.check_choice(format, 'format', ARRAY['paimon', 'empty', 's3a'],
         'The body of _SUCCESS: paimon (Paimon''s {"creationTime", "modificationTime"} in milliseconds, with finalize''s event), empty, or s3a (Hadoop''s S3A committer SuccessData).');

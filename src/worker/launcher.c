@@ -30,7 +30,6 @@
 #include "core/settings.h"
 #include "core/shmem.h"
 #include "core/wait_events.h"
-#include "mssql/kerberos.h"
 #include "worker/worker.h"
 
 /* How often the launcher looks for the database (it also wakes on signals). */
@@ -122,7 +121,6 @@ finalize_launcher_main(Datum arg pg_attribute_unused())
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	krb_sweep_keytabs();
 
 	for (;;)
 	{

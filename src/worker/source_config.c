@@ -24,6 +24,7 @@
 #include "core/condition.h"
 #include "core/db.h"
 #include "core/fdw_options.h"
+#include "core/pg_compat.h"
 #include "core/period.h"
 #include "core/settings.h"
 #include "core/source_table.h"
@@ -60,6 +61,11 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"pg_finalize/tds\" in the data directory: %m")));
+	/* where a Kerberos source's tickets and, for a moment, its keytab are (PostgreSQL makes it on demand) */
+	if (MakePGDirectory(COMPAT_TEMP_DIR) < 0 && errno != EEXIST)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create directory \"%s\" in the data directory: %m", COMPAT_TEMP_DIR)));
 	cfg->conn.conf_path = psprintf("%s/pg_finalize/tds/%u.conf", DataDir, server->serverid);
 	/*
 	 * FreeTDS keeps one log open per process (the first login's "dump
@@ -69,7 +75,8 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 	 */
 	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/worker-%d.log", DataDir, source_table_my_index() + 1);
 	cfg->conn.section = psprintf("finalize-%u.invalid", server->serverid);
-	cfg->conn.keytab_path = psprintf("%s/pg_finalize/tds/%u.keytab", DataDir, server->serverid);
+	cfg->conn.keytab_path = psprintf("%s/" COMPAT_TEMP_DIR "/" COMPAT_TEMP_PREFIX "_finalize_%u.keytab",
+									 DataDir, server->serverid);
 
 	/* GnuTLS reads the CA file whole, in this process (fdw_ca_file_problem says why that matters). */
 	if (cfg->conn.ca_file != NULL && strcmp(cfg->conn.ca_file, "system") != 0 &&
@@ -107,7 +114,13 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	cfg->conn.tds_version = pstrdup(fdw_option_value(server->options, "tds_version", "7.4"));
 	cfg->conn.auth = auth_of(fdw_option_value(server->options, "authentication", "sql"));
 	cfg->conn.spn = pstrdup(fdw_option_value(server->options, "server_spn", ""));
-	cfg->conn.krb_cache = psprintf("MEMORY:finalize-%u", server->serverid);
+	/*
+	 * A file of PostgreSQL's temporary directory: shared by every process
+	 * that logs in as the source (the pool moves sources between workers, a
+	 * session checks a table), never in a base backup, removed at a restart.
+	 */
+	cfg->conn.krb_cache = psprintf("FILE:%s/" COMPAT_TEMP_DIR "/" COMPAT_TEMP_PREFIX "_finalize_%u.ccache",
+								   DataDir, server->serverid);
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);

@@ -211,7 +211,9 @@ def test_a_ticket_that_ends_is_renewed_without_a_gap(env, kdc, sims):
         expected = commit_hour(sim)
         sim.call("sim.kill_sessions")
         wait_verdict(env, "t.krb_a", expected, timeout=30)
-        assert condition(env, "krb_a") == "ok"
+        if condition(env, "krb_a") != "ok":
+            print(open(os.path.join(sims["krb_a"]._tmp, "sim.log")).read()[-6000:])
+        assert condition(env, "krb_a") == "ok", env.source_status("krb_a")
         env.pg.wait_for(lambda: env.source_status("krb_a")["ticket_expires"] not in seen, timeout=20,
                         what=lambda: "a renewed ticket: %s" % env.source_status("krb_a"))
         seen.add(env.source_status("krb_a")["ticket_expires"])
@@ -220,22 +222,26 @@ def test_a_ticket_that_ends_is_renewed_without_a_gap(env, kdc, sims):
 
 
 def test_a_kdc_gone_is_a_condition_and_an_incident_and_stops_no_other_source(env, kdc, sims):
+    """The KDC's port swallows every request (a firewall dropping packets): MIT's client would wait out
+    its own timeouts (about 30 s), so the request is ended at finalize.login_timeout (5 s here), and asked
+    again only after a growing wait; the other sources of the pool worker go on meanwhile."""
     start_all(env, kdc, sims)
     expected = {name: commit_hour(sim) for name, sim in sims.items()}
     for name in sims:
         wait_verdict(env, "t.%s" % name, expected[name])
-    kdc.stop()
+    kdc.blackhole()
     try:
-        # alice's short ticket ends and cannot be renewed: the open connection goes on (SQL Server
-        # keeps a session whose ticket ended), source_status shows no ticket, and the next login fails
+        # alice's short ticket ends and cannot be renewed: source_status shows no ticket, and her next
+        # login fails (SQL Server would keep an open session, but the pool may move the source to its
+        # other worker, whose process has no ticket of hers: a login all the same)
         env.pg.wait_for(lambda: env.source_status("krb_a")["ticket_expires"] is None, timeout=40,
                         what=lambda: "no ticket: %s" % env.source_status("krb_a"))
-        assert condition(env, "krb_a") == "ok"
         sims["krb_a"].call("sim.kill_sessions")
         env.pg.wait_for(lambda: condition(env, "krb_a") == "kerberos_failed", timeout=40,
                         what=lambda: "kerberos_failed: %s" % env.source_status("krb_a"))
         st = env.source_status("krb_a")
-        assert "Cannot contact any KDC" in st["last_error"] and "krb5.conf" in st["last_error"], st
+        assert "Cannot contact any KDC for realm '%s'" % REALM in st["last_error"] and \
+            "krb5.conf" in st["last_error"], st["last_error"]
         alert = env.pg.wait_for(lambda: env.pg.rows(
             "SELECT * FROM finalize.alerts WHERE kind = 'kerberos_failed' AND server_name = 'krb_a' "
             "AND state = 'open'"), what="the kerberos_failed incident")
@@ -246,7 +252,8 @@ def test_a_kdc_gone_is_a_condition_and_an_incident_and_stops_no_other_source(env
         assert verdict(env, "t.krb_a") == expected["krb_a"]
     finally:
         kdc.start()
-    env.pg.wait_for(lambda: condition(env, "krb_a") == "ok", timeout=40,
+    # asked again within its wait (at most a minute)
+    env.pg.wait_for(lambda: condition(env, "krb_a") == "ok", timeout=90,
                     what=lambda: "krb_a back: %s" % env.source_status("krb_a"))
     wait_verdict(env, "t.krb_a", commit_hour(sims["krb_a"]))
     env.pg.wait_for(lambda: not env.pg.rows("SELECT 1 FROM finalize.alerts WHERE kind = 'kerberos_failed' "
@@ -307,30 +314,23 @@ def test_a_kdc_clock_ten_minutes_off_is_the_skew_error(env, kdc, sims):
         kdc.start()
 
 
-def test_a_keytab_file_left_by_a_dead_process_is_removed_at_start(env, pg):
-    """A process that died between writing a keytab file and removing it (pg_finalize/tds/<oid>.keytab.<pid>)
-    leaves a secret in the data directory: the launcher removes such files of processes that are gone when it
-    starts. A live process's file stays."""
-    tds = os.path.join(pg.data, "pg_finalize", "tds")
-    for d in (os.path.dirname(tds), tds):
-        if not os.path.isdir(d):
-            os.mkdir(d, 0o700)
-            if os.geteuid() == 0:
-                shutil.chown(d, "postgres", "postgres")
-    dead = next(p for p in range(4000000, 4100000) if not os.path.exists("/proc/%d" % p))
-    left = os.path.join(tds, "4242.keytab.%d" % dead)
-    alive = os.path.join(tds, "4242.keytab.%d" % os.getpid())
-    for path in (left, alive):
-        with open(path, "wb") as f:
-            f.write(b"\x05\x02secret")
-        if os.geteuid() == 0:
-            shutil.chown(path, "postgres", "postgres")
-    try:
-        pg.restart()
-        pg.wait_for(lambda: not os.path.exists(left), what="the dead process's keytab file removed")
-        assert os.path.exists(alive)
-        assert "removed the keytab file" in pg.log()
-    finally:
-        for path in (left, alive):
-            if os.path.exists(path):
-                os.unlink(path)
+def test_keytab_and_tickets_files_live_in_postgresqls_temporary_directory(env, kdc, sims, pg):
+    """A Kerberos source's tickets (a credential cache every process serving the source shares) and,
+    for a moment, its keytab are files of base/pgsql_tmp: never in a base backup, and PostgreSQL removes
+    them when it starts (a keytab file a process left by dying between writing and removing it too)."""
+    add_kerberos_source(env, "k_files", sims["krb_c"], "erin", keytab_b64(kdc, "erin"))
+    env.track("t.k_files", "k_files")
+    oid = env.one("SELECT oid FROM pg_foreign_server WHERE srvname = 'k_files'")
+    tmp = os.path.join(pg.data, "base", "pgsql_tmp")
+    cache = os.path.join(tmp, "pgsql_tmp_finalize_%d.ccache" % oid)
+    pg.wait_for(lambda: os.path.exists(cache), what="the source's credential cache")
+    assert oct(os.stat(cache).st_mode & 0o777) == "0o600"
+    assert not [f for f in os.listdir(tmp) if ".keytab" in f]          # the keytab went at once
+    left = os.path.join(tmp, "pgsql_tmp_finalize_%d.keytab.4194000" % oid)
+    with open(left, "wb") as f:
+        f.write(b"\x05\x02secret")
+    if os.geteuid() == 0:
+        shutil.chown(left, "postgres", "postgres")
+    pg.restart()
+    assert not os.path.exists(left)
+    env.pg.wait_for(lambda: condition(env, "k_files") == "ok", what="k_files after the restart")

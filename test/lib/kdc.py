@@ -194,6 +194,7 @@ class Kdc:
         is that many seconds off).  Waits until it answers on TCP."""
         if self.proc is not None:
             raise RuntimeError("the KDC is running; stop() it first")
+        self._unhole()
         self.clock_offset = int(clock_offset_seconds)
         argv = [KRB5KDC, "-n", "-r", self.realm]
         if self.clock_offset:
@@ -224,8 +225,27 @@ class Kdc:
                 pass
         return "\n".join(out)
 
+    def blackhole(self):
+        """Stop krb5kdc and hold its port with sockets that take every request and never answer (UDP
+        datagrams read and dropped; TCP connections accepted and left silent): a KDC lost behind a
+        firewall that drops packets, where a client waits out its own timeouts.  start() ends it."""
+        self.stop()
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind(("127.0.0.1", self.port))
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.bind(("127.0.0.1", self.port))
+        tcp.listen(16)
+        self._holes = [udp, tcp]
+
+    def _unhole(self):
+        for sock in getattr(self, "_holes", []):
+            sock.close()
+        self._holes = []
+
     def stop(self):
         """Stop krb5kdc (SIGTERM, then SIGKILL); the database and configuration stay."""
+        self._unhole()
         if self.proc is None:
             return
         try:
