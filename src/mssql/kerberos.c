@@ -32,6 +32,7 @@
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -286,7 +287,7 @@ typedef struct KrbRetry
 	uint32		login;			/* hash of the principal and keytab it failed with */
 	TimestampTz next_try;
 	int			delay;			/* seconds */
-	char		message[sizeof(((MssqlError *) NULL)->message)];
+	MssqlError	error;			/* the failure, as it stands until next_try */
 } KrbRetry;
 
 #define KRB_RETRY_SLOTS 32
@@ -350,8 +351,7 @@ renewed(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_principal
 	{
 		if (valid)
 			return true;
-		mssql_error_fail(err, r->message);
-		err->kerberos_failed = true;
+		*err = r->error;
 		return false;
 	}
 	if (new_tickets(ctx, k, cc, client, server, endtime, err))
@@ -360,9 +360,11 @@ renewed(krb5_context ctx, const MssqlConnInfo *k, krb5_ccache cc, krb5_principal
 		r->delay = 0;
 		return true;
 	}
+	if (ProcDiePending || QueryCancelPending)
+		return false;			/* the request was cut short: nothing learnt of the KDC */
 	r->delay = r->delay == 0 ? KRB_RETRY_FIRST_SECONDS : Min(r->delay * 2, KRB_RETRY_MAX_SECONDS);
 	r->next_try = TimestampTzPlusMilliseconds(now, r->delay * 1000);
-	strlcpy(r->message, err->message, sizeof(r->message));
+	r->error = *err;
 	if (!valid)
 		return false;
 	ereport(WARNING,
@@ -389,30 +391,39 @@ spn_in_realm(const char *spn, krb5_principal client)
 }
 
 /*
- * A library context that asks KDCs over TCP only: the machine's krb5.conf
+ * A library context that asks KDCs over TCP first: the machine's krb5.conf
  * (or the files KRB5_CONFIG names) behind a file of finalize's own that
- * sets udp_preference_limit = 1, read first so that its value wins. Over
- * UDP MIT's client waits out its own timeouts (about 30 s for one KDC that
- * does not answer) and nothing can end the wait; a TCP socket is shut down
- * by the login watch at login_timeout, or at a cancel.
+ * sets udp_preference_limit = 1, read first so that its value wins (MIT
+ * then tries UDP only a second later). Whatever the transport, the login
+ * watch (login.c) shuts the request's sockets at login_timeout or a cancel:
+ * MIT's client would otherwise wait out its own timeouts, about 30 s per
+ * KDC that does not answer. The file is written once per process, whole
+ * (a temporary file renamed into place), so that a crash leaves no part.
  */
 static krb5_error_code
 tcp_context(krb5_context *ctx)
 {
+	static bool written = false;
 	const char *ours = "pg_finalize/tds/krb5-tcp.conf";
-	const char *text = "# written by finalize (kerberos.c): KDCs over TCP only\n"
+	const char *text = "# written by finalize (kerberos.c): KDCs over TCP first\n"
 		"[libdefaults]\n\tudp_preference_limit = 1\n";
 	const char *theirs = getenv("KRB5_CONFIG");
 	profile_t	profile = NULL;
 	krb5_error_code rc;
-	int			fd = open(ours, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | PG_BINARY, S_IRUSR | S_IWUSR);
 
-	if (fd >= 0)
+	if (!written)
 	{
-		bool		ok = write(fd, text, strlen(text)) == (ssize_t) strlen(text);
+		char	   *tmp = psprintf("%s.%d", ours, MyProcPid);
+		int			fd;
 
-		if (close(fd) != 0 || !ok)
-			(void) unlink(ours);	/* the next call writes it again; this one reads the system's alone */
+		(void) unlink(tmp);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | PG_BINARY, S_IRUSR | S_IWUSR);
+		written = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t) strlen(text) && pg_fsync(fd) == 0;
+		if (fd >= 0 && close(fd) != 0)
+			written = false;
+		written = written && rename(tmp, ours) == 0;	/* replaces a file or link, never writes through one */
+		if (!written)
+			(void) unlink(tmp);	/* the next call tries again; this one reads the system's files alone */
 	}
 	rc = profile_init_path(psprintf("%s:%s", ours, theirs != NULL && theirs[0] != '\0' ? theirs : "/etc/krb5.conf"),
 						   &profile);
@@ -465,7 +476,9 @@ krb_prepare(const MssqlConnInfo *k, char **spn_out, TimestampTz *expires, MssqlE
 			rc = krb5_cc_resolve(ctx, k->krb_cache, &cc);
 		if (rc != 0)
 			ok = krb_fail(ctx, rc, err, psprintf("SQL Server's service principal \"%s\" cannot be used", *spn_out));
-		else if (!(ok = cached_ticket(ctx, cc, client, server, &endtime)))
+		else if ((ok = cached_ticket(ctx, cc, client, server, &endtime)))
+			retry_of(k)->delay = 0;	/* (another process may have renewed it) */
+		else
 			ok = renewed(ctx, k, cc, client, server, &endtime, err);
 	}
 	if (ok)

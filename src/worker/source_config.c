@@ -75,8 +75,8 @@ load_tls(ForeignServer *server, SourceConfig *cfg)
 	 */
 	cfg->conn.log_path = psprintf("%s/pg_finalize/tds/worker-%d.log", DataDir, source_table_my_index() + 1);
 	cfg->conn.section = psprintf("finalize-%u.invalid", server->serverid);
-	cfg->conn.keytab_path = psprintf("%s/" COMPAT_TEMP_DIR "/" COMPAT_TEMP_PREFIX "_finalize_%u.keytab",
-									 DataDir, server->serverid);
+	cfg->conn.keytab_path = psprintf("%s/" COMPAT_TEMP_DIR "/" COMPAT_TEMP_PREFIX "_finalize_%u_%u.keytab",
+									 DataDir, MyDatabaseId, server->serverid);
 
 	/* GnuTLS reads the CA file whole, in this process (fdw_ca_file_problem says why that matters). */
 	if (cfg->conn.ca_file != NULL && strcmp(cfg->conn.ca_file, "system") != 0 &&
@@ -117,10 +117,11 @@ load_options(ForeignServer *server, MemoryContext cxt, SourceConfig *cfg)
 	/*
 	 * A file of PostgreSQL's temporary directory: shared by every process
 	 * that logs in as the source (the pool moves sources between workers, a
-	 * session checks a table), never in a base backup, removed at a restart.
+	 * session checks a table), never in a base backup, removed at a restart;
+	 * named by database too, since server OIDs are a database's own.
 	 */
-	cfg->conn.krb_cache = psprintf("FILE:%s/" COMPAT_TEMP_DIR "/" COMPAT_TEMP_PREFIX "_finalize_%u.ccache",
-								   DataDir, server->serverid);
+	cfg->conn.krb_cache = psprintf("FILE:%s/" COMPAT_TEMP_DIR "/" COMPAT_TEMP_PREFIX "_finalize_%u_%u.ccache",
+								   DataDir, MyDatabaseId, server->serverid);
 	cfg->conn.login_timeout = finalize_login_timeout;
 	cfg->conn.query_timeout = finalize_query_timeout;
 	cfg->tz = pg_tzset(cfg->timezone);

@@ -321,12 +321,13 @@ def test_keytab_and_tickets_files_live_in_postgresqls_temporary_directory(env, k
     add_kerberos_source(env, "k_files", sims["krb_c"], "erin", keytab_b64(kdc, "erin"))
     env.track("t.k_files", "k_files")
     oid = env.one("SELECT oid FROM pg_foreign_server WHERE srvname = 'k_files'")
+    dbid = env.one("SELECT oid FROM pg_database WHERE datname = current_database()")
     tmp = os.path.join(pg.data, "base", "pgsql_tmp")
-    cache = os.path.join(tmp, "pgsql_tmp_finalize_%d.ccache" % oid)
+    cache = os.path.join(tmp, "pgsql_tmp_finalize_%d_%d.ccache" % (dbid, oid))
     pg.wait_for(lambda: os.path.exists(cache), what="the source's credential cache")
     assert oct(os.stat(cache).st_mode & 0o777) == "0o600"
     assert not [f for f in os.listdir(tmp) if ".keytab" in f]          # the keytab went at once
-    left = os.path.join(tmp, "pgsql_tmp_finalize_%d.keytab.4194000" % oid)
+    left = os.path.join(tmp, "pgsql_tmp_finalize_%d_%d.keytab.4194000" % (dbid, oid))
     with open(left, "wb") as f:
         f.write(b"\x05\x02secret")
     if os.geteuid() == 0:
