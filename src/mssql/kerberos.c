@@ -139,6 +139,22 @@ cached_ticket(krb5_context ctx, krb5_ccache cc, krb5_principal client, krb5_prin
 }
 
 /*
+ * A new credential cache in this process's memory (*cc, NULL when none
+ * could be made) holding creds alone, for its client.
+ */
+static krb5_error_code
+cache_holding(krb5_context ctx, krb5_creds *creds, krb5_ccache *cc)
+{
+	krb5_error_code rc = krb5_cc_new_unique(ctx, "MEMORY", NULL, cc);
+
+	if (rc == 0)
+		rc = krb5_cc_initialize(ctx, *cc, creds->client);
+	if (rc == 0)
+		rc = krb5_cc_store_cred(ctx, *cc, creds);
+	return rc;
+}
+
+/*
  * Asks the KDC for the service ticket of server with the ticket-granting
  * ticket tgt (in a cache of its own, dropped after), and puts it alone in a
  * new cache that then replaces the source's: the login needs nothing else
@@ -154,11 +170,7 @@ service_ticket(krb5_context ctx, krb5_creds *tgt, krb5_ccache cc, krb5_principal
 	krb5_creds *got = NULL;
 	krb5_error_code rc;
 
-	rc = krb5_cc_new_unique(ctx, "MEMORY", NULL, &work);
-	if (rc == 0)
-		rc = krb5_cc_initialize(ctx, work, tgt->client);
-	if (rc == 0)
-		rc = krb5_cc_store_cred(ctx, work, tgt);
+	rc = cache_holding(ctx, tgt, &work);
 	if (rc == 0)
 	{
 		memset(&want, 0, sizeof(want));
@@ -167,11 +179,7 @@ service_ticket(krb5_context ctx, krb5_creds *tgt, krb5_ccache cc, krb5_principal
 		rc = krb5_get_credentials(ctx, 0, work, &want, &got);
 	}
 	if (rc == 0)
-		rc = krb5_cc_new_unique(ctx, "MEMORY", NULL, &only);
-	if (rc == 0)
-		rc = krb5_cc_initialize(ctx, only, tgt->client);
-	if (rc == 0)
-		rc = krb5_cc_store_cred(ctx, only, got);
+		rc = cache_holding(ctx, got, &only);
 	if (rc == 0)
 	{
 		*endtime = got->times.endtime;
