@@ -52,9 +52,11 @@ export async function startServer(extraArgs = []) {
     port, endpoint, dir, proc,
     stderr: () => err,
     async control(method, p, body) {
+      // A fixture, not what a test checks: 2,500 objects written under CI's load once took over 30 s.
       const r = await send({
         port, method, path: p, body: body === undefined ? undefined
           : Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body)),
+        timeoutMs: 120000,
       });
       const text = r.body.toString('utf8');
       const json = text ? JSON.parse(text) : null;
