@@ -166,11 +166,14 @@ def out_of_reach(env, sim, t, src):
     (the commit times of its bounds): finalize never saw those stamps, nor the step (docs/periods.md, "Data
     loss"), so it cannot tell their periods; they are not compared. A stamp outside the window by less
     than the tolerance stays compared."""
-    losses = env.sql("SELECT l.from_lsn::text, l.to_lsn::text, l.lost_from, l.lost_to FROM finalize.loss l "
+    # As seconds since the epoch: a loss from before the first watermark starts at -infinity (a float, where
+    # a datetime would overflow with the slack).
+    losses = env.sql("SELECT l.from_lsn::text, l.to_lsn::text, extract(epoch FROM l.lost_from)::float8, "
+                     "extract(epoch FROM l.lost_to)::float8 FROM finalize.loss l "
                      "JOIN finalize.tracked_table tt USING (table_id) WHERE tt.table_name = %s", (t,))
     if not losses:
         return set()
-    slack = datetime.timedelta(seconds=TOLERANCE)
+    slack = TOLERANCE
     commits = sim.call("sim.truth_commits", table=src)[0]
     periods = set()
     for from_lsn, to_lsn, lost_from, lost_to in losses:
@@ -179,7 +182,8 @@ def out_of_reach(env, sim, t, src):
         low, high = bytes.fromhex(from_lsn[2:]), bytes.fromhex(to_lsn[2:])
         for c in commits:
             stamp = as_utc(c["commit_time_utc"])
-            if low <= bytes(c["commit_lsn"]) <= high and not lost_from - slack <= stamp <= lost_to + slack:
+            if low <= bytes(c["commit_lsn"]) <= high and \
+                    not lost_from - slack <= stamp.timestamp() <= lost_to + slack:
                 periods.add(stamp - datetime.timedelta(seconds=stamp.timestamp() % GRANULARITY[t]))
     return periods
 
