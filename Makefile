@@ -46,8 +46,11 @@ DATA        = $(filter-out $(addprefix src/sql/release/,$(DATA_built)),$(wildcar
 # DB-Library with Microsoft semantics (INT_EXIT never calls exit()), libcurl
 # for object stores, libxml2 for their XML answers, libavro (Apache Avro C)
 # for Iceberg's manifests, and zlib, liblzma and snappy for their blocks'
-# codecs (src/lake/avro_codec.c decompresses them, not libavro).
-PG_CPPFLAGS = -DMSDBLIB -I$(srcdir)/src $(shell xml2-config --cflags 2>/dev/null)
+# codecs (src/lake/avro_codec.c decompresses them, not libavro). Our
+# headers' directory is given absolute: ccache (test/lib/common.sh) then
+# finds an earlier build's headers from a copy elsewhere and skips the
+# preprocessor (a relative -I hid them from its direct mode).
+PG_CPPFLAGS = -DMSDBLIB -I$(abspath $(srcdir))/src $(shell xml2-config --cflags 2>/dev/null)
 # The workers compare it with the catalog's version (pg_extension.extversion).
 PG_CPPFLAGS += -DFINALIZE_VERSION='"$(EXTVERSION)"'
 # The zone directory of a PostgreSQL built --with-system-tzdata (empty: its
