@@ -16,7 +16,8 @@ import psycopg2
 import pymssql
 import pytest
 
-from worker_env import at, as_utc, assert_chain, assert_never_leads, new_cluster, sim_clock, truth_counts
+from worker_env import (at, as_utc, assert_chain, assert_never_leads, lsn_text, new_cluster, sim_clock,
+                        truth_counts)
 
 UTC = datetime.timezone.utc
 LOGIN_PAGE = Path(__file__).resolve().parents[2] / "docs" / "sql-server.md"
@@ -115,13 +116,15 @@ def test_the_readme_login_is_all_the_worker_needs(env, pg):
         # Cleanup passing the offset while the worker reads is still a loss
         # with this login (the query function refuses the range: 313).
         offset = env.status("sales.orders")["offset_lsn"]
-        sim.call("sim.commit", inserts=2, at=at(11, 10))
+        lost = lsn_text(sim.call("sim.commit", inserts=2, at=at(11, 10))[0][0]["start_lsn"])
         # Armed before the capture makes the commit visible (as in test_worker_cycle's purge
         # test): a worker fast enough to read it between the two calls would see no purge.
         sim.call("sim.fault_purge", capture_instance="dbo_orders")
         sim.call("sim.advance", to=at(11, 20))
         st = env.wait_status("sales.orders", lambda s: s.get("state") == "data_lost", what="data loss")
-        assert st["offset_lsn"] == offset
+        # Nothing of the purged read is recorded. The offset may have moved on to a dummy row that
+        # capture wrote before the commit (300 s of silence in the advance to 11:20; CI read it).
+        assert offset <= st["offset_lsn"] < lost, (offset, st["offset_lsn"], lost)
 
         # Without the gating role the instance is invisible to the login.
         run_script(sim, "ALTER ROLE [%s] DROP MEMBER [%s];" % (GATING_ROLE, LOGIN))
