@@ -695,12 +695,16 @@ CREATE OR REPLACE TRIGGER loss_blocked_refresh
 
 -- Whether the period starting at period_start is final for the table, as
 -- the sensors answer it: the watermark has passed it (_period_final, the
--- C rule of is_final) and no loss holds it.
+-- C rule of is_final) and no loss holds it. Called once per period (up to
+-- 100000 in changes_by_period), so it pins no search_path: a SET clause
+-- made each call save and restore the setting, and kept the planner from
+-- inlining it (PostgreSQL 16: 9 s for 100000 periods, 0.75 s without).
+-- Nothing in it is looked up by name when it runs: its SQL-standard body
+-- was resolved when it was created.
 CREATE OR REPLACE FUNCTION finalize_internal.final(tt @extschema@.tracked_table, wm @extschema@.watermark,
                                    period_start timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 RETURN finalize_internal.period_final(period_start, (tt).granularity, (tt).period_zone, (wm).finalized_until)
    AND NOT (((wm).loss_blocked OR finalize_internal.lineage_blocked((tt).table_id))
             AND finalize_internal.loss_blocks((tt).table_id, period_start,
