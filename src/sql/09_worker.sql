@@ -239,6 +239,10 @@ $$;
 -- before their periods were final (no verdict_before, so
 -- _store_late_commits does not count them); the commits stamped in final
 -- periods are counted when the worker reads them after release_source.
+-- The hold is set here, by the cycle that found the step, and never by a
+-- failed cycle that only reports a hold: that cycle's worker read the hold
+-- before its failure was written, and a release_source committed in
+-- between would be undone (CI: released, then held again 0.2 s later).
 CREATE OR REPLACE FUNCTION finalize_internal.clock_went_back(server_name text, clock_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -252,6 +256,9 @@ DECLARE
                         WHERE st.server_name = clock_went_back.server_name);
     stamped_from timestamptz := clock_at - coalesce(since, interval '0');
 BEGIN
+    UPDATE @extschema@.source_status s
+       SET held_by = 'commit_time_ahead', held_since = coalesce(s.held_since, now())
+     WHERE s.server_name = clock_went_back.server_name;
     PERFORM finalize_internal.record_clock_step(t.table_id, w.offset_lsn::text, stamped_from, w.offset_commit_time,
                                            stamped_from < w.source_until, false, NULL, NULL)
        FROM @extschema@.tracked_table t
@@ -496,9 +503,9 @@ END;
 -- ahead of its clock, a clock far ahead of PostgreSQL's, a zone that
 -- disagrees with the timezone option) stop every verdict of the source: the
 -- first cycle that finds one sends an alert. Commit times ahead of the clock
--- also hold the source until finalize.release_source(): the check sees them
--- only while capture lags less than they lead, so a later cycle that does
--- not see them proves nothing.
+-- also hold the source until finalize.release_source() (_clock_went_back
+-- sets the hold): the check sees them only while capture lags less than
+-- they lead, so a later cycle that does not see them proves nothing.
 CREATE OR REPLACE FUNCTION finalize_internal.source_failed(
     server_name  text,
     worker_pid   integer,
@@ -531,11 +538,6 @@ BEGIN
            failures = s.failures + 1,
            cycles = s.cycles + CASE WHEN excluded.condition = 'no_worker' THEN 0 ELSE 1 END,
            next_attempt = excluded.next_attempt;
-    IF condition = 'commit_time_ahead' THEN
-        UPDATE @extschema@.source_status s
-           SET held_by = condition, held_since = coalesce(s.held_since, now())
-         WHERE s.server_name = source_failed.server_name;
-    END IF;
     IF condition IN ('commit_time_ahead', 'clock_skew', 'timezone_mismatch')
        AND previous IS DISTINCT FROM condition THEN
         PERFORM finalize_internal.alert(jsonb_build_object('alert', condition, 'server', server_name,

@@ -175,3 +175,25 @@ def test_a_step_back_found_in_the_next_hour_holds_the_hour_it_stepped_into(pg, s
                            (T, at_(9, 0))) == [(1,)]
     finally:
         env.cleanup()
+
+
+def test_a_release_is_not_undone_by_a_failed_cycle_that_read_the_hold_before_it(pg):
+    """The cycle that finds the step holds the source (_clock_went_back); a later failed cycle only reports
+    the hold it read when it began. A release_source committed between that read and the cycle's write
+    stays released (the write once set the hold again: CI saw a release undone 0.2 s later)."""
+    conn = pg.connect(autocommit=False)       # one transaction, rolled back: no worker sees the row
+    try:
+        with conn.cursor() as cur:
+            def held():
+                cur.execute("SELECT held_by FROM finalize.source_status WHERE server_name = 'race'")
+                return cur.fetchone()[0]
+            cur.execute("SELECT finalize_internal.source_failed('race', NULL, 'commit_time_ahead', 'ahead', now())")
+            cur.execute("SELECT finalize_internal.clock_went_back('race', now())")
+            assert held() == "commit_time_ahead"
+            cur.execute("SELECT finalize.release_source('race')")
+            assert cur.fetchone()[0] is True and held() is None
+            cur.execute("SELECT finalize_internal.source_failed('race', NULL, 'commit_time_ahead', 'held', now())")
+            assert held() is None
+    finally:
+        conn.rollback()
+        conn.close()

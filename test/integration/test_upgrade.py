@@ -266,6 +266,9 @@ def make_history(pg, dbname, store):
     sql("SELECT finalize_internal.set_condition(finalize_internal.tracked_id('up.orders'), 'lock_timeout', 'held')")
     sql("SELECT finalize_internal.set_condition(finalize_internal.tracked_id('up.lines'), 'no_capture_instance', 'gone')")
     sql("SELECT finalize_internal.source_failed('up', NULL, 'commit_time_ahead', 'ahead', '2026-11-02 11:00+00')")
+    # The hold as the worker sets it (from 0.4.0 _clock_went_back does; before, _source_failed did).
+    sql("UPDATE finalize.source_status SET held_by = 'commit_time_ahead', held_since = coalesce(held_since, now()) "
+        "WHERE server_name = 'up'")
     sql("SELECT finalize.track_table('up.old', 'up', 'dbo.old', '15 minutes')")
     sql("SELECT finalize.record_range('up.old', NULL, '0x00000000000000000010', '2026-11-02 09:00:05+00')")
     sql("SELECT finalize.untrack_table('up.old')")
