@@ -113,6 +113,8 @@ load_source(Cycle *c, MemoryContext cxt)
 	{
 		/* What was read before the hold is not compared with SQL Server's clock after it. */
 		run->has_previous_max = false;
+		/* The catalog holds it: release_source decides from here on. */
+		run->hold_pending = false;
 		return fail(c, c->cfg.held_by,
 					psprintf("Server \"%s\" is held by %s since %s: commit times of SQL Server's max LSN were seen "
 							 "later than SQL Server's own clock by more than its clock_tolerance, so commit times "
@@ -122,6 +124,23 @@ load_source(Cycle *c, MemoryContext cxt)
 							 "are checked), run SELECT finalize.release_source(%s).",
 							 c->cfg.server_name, condition_name(c->cfg.held_by), fmt_instant(c->cfg.held_since),
 							 quote_literal_cstr(c->cfg.server_name)));
+	}
+	/*
+	 * A hold this worker found but could not record yet (its failed cycle's
+	 * write failed: a lock timeout, an error): the reading that showed the
+	 * step is gone (a hold starts afresh), so the next cycle could not find
+	 * it again. Nothing is read until the hold is recorded; each failure
+	 * tries again (worker.c, record_failure).
+	 */
+	if (run->hold_pending)
+	{
+		c->out->clock_went_back = true;
+		c->out->clock_at = run->hold_clock_at;
+		return fail(c, COND_COMMIT_TIME_AHEAD,
+					psprintf("Server \"%s\" is to be held by commit_time_ahead (SQL Server's clock was found at %s, "
+							 "behind commit times read before or later than them by more than its clock_tolerance), "
+							 "but the hold could not be recorded yet; nothing is read until it is.",
+							 c->cfg.server_name, fmt_instant(run->hold_clock_at)));
 	}
 	return true;
 }
@@ -280,6 +299,9 @@ check_times(Cycle *c)
 		c->run->has_previous_max = false;
 		c->out->clock_went_back = true;
 		c->out->clock_at = t.server_now;
+		/* Until the failure that records the hold commits (record_failure). */
+		c->run->hold_pending = true;
+		c->run->hold_clock_at = t.server_now;
 	}
 	if (!times_trusted(c, problem, &t))
 		return false;

@@ -27,6 +27,8 @@ typedef struct SourceRun
 	TimestampTz previous_max;	/* the greatest max LSN commit time read so far */
 	const void *previous_tz;	/* the timezone option it was converted with */
 	TimestampTz ticket_expires; /* Kerberos: when the source's service ticket ends (else 0) */
+	bool		hold_pending;	/* a hold found here, not yet committed: nothing is read */
+	TimestampTz hold_clock_at;	/* SQL Server's clock when it was found */
 } SourceRun;
 
 /*

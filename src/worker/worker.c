@@ -116,6 +116,8 @@ record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 	PG_TRY();
 	{
 		/* Bounded like the cycle's write: a held row must not stop the worker. */
+		bool		held = false;
+
 		db_begin_write("finalize: recording a failed cycle");
 		if (ws_lock_source(run->serverid, run->server_name))
 		{
@@ -123,9 +125,15 @@ record_failure(SourceRun *run, const CycleOutcome *outcome, long delay_ms)
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
 			ws_source_ticket(run->server_name, run->ticket_expires);
 			if (outcome->clock_went_back)
+			{
 				record_clock_went_back(run->server_name, outcome->clock_at);
+				held = true;
+			}
 		}
 		db_commit();
+		/* The hold is in the catalog: release_source decides from here on. */
+		if (held)
+			run->hold_pending = false;
 	}
 	PG_CATCH();
 	{

@@ -197,3 +197,41 @@ def test_a_release_is_not_undone_by_a_failed_cycle_that_read_the_hold_before_it(
     finally:
         conn.rollback()
         conn.close()
+
+
+def test_a_hold_whose_record_failed_still_holds_the_source(pg, store):
+    """The cycle that finds SQL Server's clock stepped back forgets the reading that showed it (a hold
+    starts afresh), so the hold must reach the catalog: while its record fails (here a session keeps the
+    source's status row past finalize.lock_timeout), the worker reads nothing, and records the hold once
+    it can. Before, the next cycle could no longer see the step and read the commits stamped in final
+    hour 09 as if nothing had happened."""
+    env = Env(pg)
+    blocker = None
+    try:
+        with sim_clock(start_time="2026-11-02T08:50:00Z") as sim:
+            fast_clock(env, sim)
+            inserts = sum(f["inserts"] for f in env.facts(T))
+            seen = len(pg.log())
+            blocker = pg.connect(autocommit=False)
+            with blocker.cursor() as cur:
+                cur.execute("SELECT 1 FROM finalize.source_status WHERE server_name = 'erp' FOR UPDATE")
+            sim.call("sim.step_clock", seconds=-300)
+            sim.call("sim.commit", inserts=3, at=at_(9, 58))
+            sim.call("sim.advance", to=at_(9, 58, 10))
+            # The worker finds the step; recording it waits for the row and gives up; it cycles on a while.
+            pg.wait_for(lambda: "due to lock timeout" in pg.log()[seen:], timeout=60,
+                        what="a failed record of the hold")
+            time.sleep(3)
+            blocker.rollback()
+            blocker.close()
+            blocker = None
+            env.pg.wait_for(lambda: (env.source_status("erp") or {}).get("held_by") == "commit_time_ahead",
+                            timeout=30, what=lambda: f"the hold recorded: {env.source_status('erp')}")
+            assert sum(f["inserts"] for f in env.facts(T)) == inserts, "commits read past an unrecorded hold"
+            env.sql("SELECT finalize.release_source('erp')")
+            env.wait_caught_up(T, sim)
+            assert sum(f["inserts"] for f in env.facts(T)) == inserts + 3
+    finally:
+        if blocker is not None:
+            blocker.close()
+        env.cleanup()
