@@ -253,8 +253,11 @@ def test_each_final_hour_runs_the_dag_once_and_never_before_it_is_final(publishe
     # One run per final hour, in order, its partition key the hour; the task saw it as dag_run.partition_key.
     assert [r["partition_key"] for r in runs] == [hour(13), hour(14)]
     for r in runs:
-        xcom = airflow.get("/api/v2/dags/orders_by_hour/dagRuns/%s/taskInstances/load_hour/xcomEntries/return_value"
-                           % urllib.parse.quote(r["dag_run_id"], safe=""))
+        # Waited for: CI once listed a run as successful while its task's XCom still answered 404
+        # (wait() takes an HTTP error for "not yet").
+        path = ("/api/v2/dags/orders_by_hour/dagRuns/%s/taskInstances/load_hour/xcomEntries/return_value"
+                % urllib.parse.quote(r["dag_run_id"], safe=""))
+        xcom = airflow.wait(lambda: airflow.get(path), "the XCom of " + r["dag_run_id"])
         assert xcom["value"] == r["partition_key"]
     # The extra is finalize's event: its event_id the outbox's, the period's bounds, the table.
     events = airflow.events()
