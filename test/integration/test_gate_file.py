@@ -1042,8 +1042,9 @@ def test_a_line_that_is_not_valid_utf8_names_the_object_and_the_line(pg, table, 
     assert pg.sql("SELECT count(*) FROM finalize.release")[0][0] == 0
 
 
-def test_files_location_is_checked_and_read_only_inside_the_store(pg, table, store):
+def test_files_location_is_checked_and_read_only_inside_the_store(pg, table, store, request):
     outside = outside_dir()
+    request.addfinalizer(lambda: shutil.rmtree(outside, ignore_errors=True))
     write(outside, "m.jsonl", b'{"path": "day=27/hour=08/gen-1/a", "size": 1}\n')
     both = manifest(store, "gen-1", {})
     both["files_location"] = "file://" + store + "/m.jsonl"
