@@ -1,7 +1,8 @@
 /*
  * clock_steps.c
  *     SQL Server's clock: what to tell a person when a cycle's times fail
- *     their checks (clock_check.c's rules), what a table's read says of the
+ *     their checks (clock_check.c's rules), the hold that stops a source's
+ *     reads from then until release_source, what a table's read says of the
  *     clock stepped back (clock_step_of, pure), and its record. A step back
  *     up to the source's clock_tolerance costs no verdict (every verdict
  *     holds back by it), but commits stamped in an earlier period than
@@ -262,4 +263,45 @@ time_problem(TimeProblem problem, const SourceTimes *t, const SourceConfig *cfg,
 								 fmt_instant(t->server_now), fmt_instant(t->pg_now), finalize_max_clock_skew_s));
 	}
 	return COND_NONE;
+}
+
+/*
+ * Whether a hold keeps the source's cycle from reading (*out says why): one
+ * in the catalog, which release_source ends; or one this worker found but
+ * could not record yet (its failed cycle's write failed: a lock timeout, an
+ * error). The reading that showed the step is gone then (a hold starts
+ * afresh), so no later cycle could find it again: nothing is read until
+ * the hold is recorded, and each failure tries again (worker.c).
+ */
+bool
+hold_refuses(SourceRun *run, const SourceConfig *cfg, CycleOutcome *out)
+{
+	if (cfg->held_by != COND_NONE)
+	{
+		/* What was read before the hold is not compared with SQL Server's clock after it. */
+		run->has_previous_max = false;
+		run->hold_pending = false;
+		out->condition = cfg->held_by;
+		out->message = psprintf("Server \"%s\" is held by %s since %s: commit times of SQL Server's max LSN were "
+								"seen later than SQL Server's own clock by more than its clock_tolerance, so commit "
+								"times are stamped in another zone than its clock reports, or the clock was stepped "
+								"back by more than the tolerance, and none of them can be trusted; nothing is "
+								"recorded. Once SQL Server stamps commits in its clock's zone (and the periods a "
+								"step back reopened are checked), run SELECT finalize.release_source(%s).",
+								cfg->server_name, condition_name(cfg->held_by), fmt_instant(cfg->held_since),
+								quote_literal_cstr(cfg->server_name));
+		return true;
+	}
+	if (run->hold_pending)
+	{
+		out->clock_went_back = true;
+		out->clock_at = run->hold_clock_at;
+		out->condition = COND_COMMIT_TIME_AHEAD;
+		out->message = psprintf("Server \"%s\" is to be held by commit_time_ahead (SQL Server's clock was found at "
+								"%s, behind commit times read before or later than them by more than its "
+								"clock_tolerance), but the hold could not be recorded yet; nothing is read until "
+								"it is.", cfg->server_name, fmt_instant(run->hold_clock_at));
+		return true;
+	}
+	return false;
 }

@@ -109,39 +109,8 @@ load_source(Cycle *c, MemoryContext cxt)
 		run->server_name = MemoryContextStrdup(TopMemoryContext, c->cfg.server_name);
 	if (problem != NULL)
 		return fail(c, COND_CONFIGURATION, problem);
-	if (c->cfg.held_by != COND_NONE)
-	{
-		/* What was read before the hold is not compared with SQL Server's clock after it. */
-		run->has_previous_max = false;
-		/* The catalog holds it: release_source decides from here on. */
-		run->hold_pending = false;
-		return fail(c, c->cfg.held_by,
-					psprintf("Server \"%s\" is held by %s since %s: commit times of SQL Server's max LSN were seen "
-							 "later than SQL Server's own clock by more than its clock_tolerance, so commit times "
-							 "are stamped in another zone than its clock reports, or the clock was stepped back by "
-							 "more than the tolerance, and none of them can be trusted; nothing is recorded. Once "
-							 "SQL Server stamps commits in its clock's zone (and the periods a step back reopened "
-							 "are checked), run SELECT finalize.release_source(%s).",
-							 c->cfg.server_name, condition_name(c->cfg.held_by), fmt_instant(c->cfg.held_since),
-							 quote_literal_cstr(c->cfg.server_name)));
-	}
-	/*
-	 * A hold this worker found but could not record yet (its failed cycle's
-	 * write failed: a lock timeout, an error): the reading that showed the
-	 * step is gone (a hold starts afresh), so the next cycle could not find
-	 * it again. Nothing is read until the hold is recorded; each failure
-	 * tries again (worker.c, record_failure).
-	 */
-	if (run->hold_pending)
-	{
-		c->out->clock_went_back = true;
-		c->out->clock_at = run->hold_clock_at;
-		return fail(c, COND_COMMIT_TIME_AHEAD,
-					psprintf("Server \"%s\" is to be held by commit_time_ahead (SQL Server's clock was found at %s, "
-							 "behind commit times read before or later than them by more than its clock_tolerance), "
-							 "but the hold could not be recorded yet; nothing is read until it is.",
-							 c->cfg.server_name, fmt_instant(run->hold_clock_at)));
-	}
+	if (hold_refuses(run, &c->cfg, c->out))
+		return false;
 	return true;
 }
 
