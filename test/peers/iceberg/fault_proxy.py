@@ -306,6 +306,7 @@ class FaultProxy:
             rec["status"] = "dropped"
             return
         rec["status"] = status
+        rec["answered"] = time.time()      # "time" is when it arrived: a slow upstream lies between
         self._send(h, status, out_headers, out)
 
     def _read_body(self, h):
