@@ -10,8 +10,9 @@ same run, on the same cluster and data:
   Printed: per count of periods (--periods, default 1,000, 10,000 and 100,000), the median of --trials
   calls of each and the ratio pinned / shipped.
 
-Run as root after the extension is installed (test/bench/periods.sh does both):
-    test/bench/periods_bench.py [--periods 1000,10000,100000] [--trials 3]
+Run after the extension is built and installed into the PostgreSQL of PG_BIN (make && make install;
+as root, the cluster runs as postgres), like test/bench/sources_bench.py:
+    PG_BIN=... test/bench/periods_bench.py [--periods 1000,10000,100000] [--trials 3]
 """
 import argparse
 import datetime

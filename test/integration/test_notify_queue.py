@@ -73,7 +73,8 @@ def fill_queue(pg, user, per_statement):
 
 
 def test_a_full_notify_queue_stops_no_write_and_no_verdict():
-    pg = new_cluster(**small_queue())
+    queue = small_queue()
+    pg = new_cluster(**queue)
     env = Env(pg)
     sim = sim_clock().start()
     holder = None
@@ -92,7 +93,7 @@ def test_a_full_notify_queue_stops_no_write_and_no_verdict():
         listener.cursor().execute("LISTEN finalize")
         assert pg.sql("SELECT finalize.dropped_notifications()") == [(0,)]
 
-        holder = fill_queue(pg, "spammer", 4 if small_queue() else 20000)
+        holder = fill_queue(pg, "spammer", 4 if queue else 20000)
         assert pg.sql("SELECT pg_notification_queue_usage() > 0.99")[0][0]
         # The worker's cycles record and advance as before (before: internal_error, "too many
         # notifications in the NOTIFY queue", every cycle of every source, nothing recorded).
