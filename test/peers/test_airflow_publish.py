@@ -95,6 +95,7 @@ class Airflow:
         for name in ("dag-processor", "scheduler", "api-server"):
             self.start(name)
         self._token = None
+        self._asset_ids = {}
         self.wait(lambda: self.asset_id(ASSET) and self.asset_id(BARRIER), "both assets listed", 120)
 
     def start(self, name):
@@ -121,16 +122,21 @@ class Airflow:
             return f.read()[-3000:]
 
     def wait(self, predicate, what, timeout=180, log="api-server"):
-        deadline = time.monotonic() + timeout
+        """Polls the predicate once a second (each poll is a request or two Airflow's api-server answers
+        from SQLite: polled faster, it took a good part of the CPU the machine has under CI's load) until it
+        holds; the time it took is printed (pytest shows it with a failure)."""
+        started = time.monotonic()
         while True:
             try:
                 value = predicate()
             except (urllib.error.URLError, ConnectionError, OSError):
                 value = None
             if value:
+                print("waited %.1f s for %s" % (time.monotonic() - started, what))
                 return value
-            assert time.monotonic() < deadline, "timed out waiting for %s\n%s" % (what, self.log_tail(log))
-            time.sleep(0.3)
+            assert time.monotonic() < started + timeout, "timed out after %d s waiting for %s\n%s" % (
+                timeout, what, self.log_tail(log))
+            time.sleep(1)
 
     def get(self, path):
         """A GET of the REST API, straight to the api-server, as the test's own user (again after a 5xx
@@ -160,9 +166,14 @@ class Airflow:
         raise AssertionError("the REST API kept refusing or timing out " + path)
 
     def asset_id(self, uri):
-        found = [a["id"] for a in self.get("/api/v2/assets?uri_pattern=" + urllib.parse.quote(uri, safe=""))["assets"]
-                 if a["uri"] == uri]
-        return found[0] if found else None
+        """The asset's id, asked once (an asset keeps its id)."""
+        if uri not in self._asset_ids:
+            found = [a["id"] for a in self.get("/api/v2/assets?uri_pattern=" + urllib.parse.quote(uri, safe=""))[
+                "assets"] if a["uri"] == uri]
+            if not found:
+                return None
+            self._asset_ids[uri] = found[0]
+        return self._asset_ids[uri]
 
     def events(self, uri=ASSET):
         """The asset's events, oldest first."""
@@ -234,6 +245,13 @@ def delivered(warehouse, key, table="sales.orders"):
     return any(r[0] == key and r[1] == "delivered" for r in outbox(warehouse, table))
 
 
+def runs_done(airflow, n):
+    """The DAG's runs once there are n and all of them succeeded (one listing: a run that ends between two
+    listings is not counted twice)."""
+    runs = airflow.runs()
+    return runs if len(runs) == n and all(r["state"] == "success" for r in runs) else None
+
+
 def test_each_final_hour_runs_the_dag_once_and_never_before_it_is_final(published, airflow, proxy):
     w = published
     w.capture("sales.orders", "2026-11-29 14:00:02+00")            # 13:00 is final
@@ -248,8 +266,8 @@ def test_each_final_hour_runs_the_dag_once_and_never_before_it_is_final(publishe
     assert airflow.keys() == [hour(13)]
     w.capture("sales.orders", "2026-11-29 15:00:02+00")            # 14:00 is final
     airflow.wait(lambda: airflow.keys() == [hour(13), hour(14)], "the event of 14:00")
-    runs = airflow.wait(lambda: [r for r in airflow.runs() if r["state"] == "success"] == airflow.runs()
-                        and len(airflow.runs()) == 2 and airflow.runs(), "both runs done", 120)
+    # The runs are the scheduler's and its task processes' (CI's load once kept them from ending for 120 s).
+    runs = airflow.wait(lambda: runs_done(airflow, 2), "both runs done", 300, log="scheduler")
     # One run per final hour, in order, its partition key the hour; the task saw it as dag_run.partition_key.
     assert [r["partition_key"] for r in runs] == [hour(13), hour(14)]
     for r in runs:
@@ -267,7 +285,11 @@ def test_each_final_hour_runs_the_dag_once_and_never_before_it_is_final(publishe
         assert e["extra"]["event"] == "final" and e["extra"]["from_rest_api"] is True
         assert e["extra"]["period_start"] == row[0] + "Z"
         assert e["extra"]["period_end"] == hour(int(row[0][11:13]) + 1) + "Z"
-    assert [(r[1], r[2], r[3]) for r in rows] == [("delivered", 1, "sent")] * 2
+    # Delivered, each by one POST (Airflow holds one event per hour, above). An attempt may outlast the
+    # recipe's 10 s timeout when Airflow is slow to answer (under CI's load, or with py-spy attached to it);
+    # the next one then finds the event the first created ("already"), or posts it if none was.
+    for r in rows:
+        assert r[1] == "delivered" and (r[3] == "sent" if r[2] == 1 else r[3] in ("sent", "already")), r
     # One login for all of it: the token is kept.
     assert proxy.count(TOKEN, "POST") == 1
 
@@ -284,7 +306,7 @@ def test_a_lost_answer_is_found_by_event_id_and_not_posted_again(published, airf
     row = [r for r in outbox(w) if r[0] == hour(15)][0]
     assert row[3] == "already" and row[2] >= 2, row
     assert airflow.keys() == [hour(13), hour(14), hour(15)]
-    airflow.wait(lambda: len(airflow.runs()) == 3, "the run of 15:00")
+    airflow.wait(lambda: len(airflow.runs()) == 3, "the run of 15:00", 300, log="scheduler")
     assert [r["partition_key"] for r in airflow.runs()] == [hour(13), hour(14), hour(15)]
     # The POST went out once; the attempt after it searched the asset's events.
     assert sum(1 for r in proxy.requests if r["method"] == "POST" and r["path"] == "/api/v2/assets/events"
@@ -306,7 +328,7 @@ def test_the_api_server_killed_mid_stream_loses_and_repeats_nothing(published, a
     airflow.wait(lambda: all(r[1] == "delivered" for r in outbox(w)), "all recorded as delivered")
     # The runs are the scheduler's (a loop of its own over the events, on SQLite, which the api-server's restart
     # and a loaded machine slow down): waited for longer, its log shown if they never come.
-    airflow.wait(lambda: len(airflow.runs()) == len(expected), "a run per hour", 180, log="scheduler")
+    airflow.wait(lambda: len(airflow.runs()) == len(expected), "a run per hour", 300, log="scheduler")
     assert [r["partition_key"] for r in airflow.runs()] == expected
     assert airflow.keys() == expected
 
