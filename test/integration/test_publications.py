@@ -79,7 +79,7 @@ def step(pg, sim, rx, path, hours=1):
                 what=f"the verdict of {TABLE} to reach {target}")
     v = verdict(pg)
     pg.wait_for(lambda: any(e["period_end"] == iso(v) for e in events(rx, path)), timeout=30,
-                what=f"the event of the period ending {iso(v)} at {path}: {events(rx, path)}")
+                what=lambda: f"the event of the period ending {iso(v)} at {path}: {events(rx, path)}")
     time.sleep(0.5)                 # anything sent early would be here by now
     ahead = [e for e in events(rx, path) if e["period_end"] > iso(verdict(pg))]
     assert not ahead, f"events ran ahead of the verdict {verdict(pg)}: {ahead}"

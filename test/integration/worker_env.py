@@ -110,7 +110,7 @@ class Env:
         """Waits until the table's offset is the simulator's current max LSN."""
         target = sim_max_lsn(sim)
         return self.pg.wait_for(lambda: (self.status(table) or {}).get("offset_lsn") == target,
-                                timeout=timeout, what=f"{table} to reach {target}: {self.status(table)}")
+                                timeout=timeout, what=lambda: f"{table} to reach {target}: {self.status(table)}")
 
     def wait_status(self, table, predicate, timeout=30, what="status"):
         """Waits until predicate(status row) holds; returns that row."""

@@ -3,8 +3,9 @@ PRELOGIN (0x12) packets, then TLS records directly on the socket (MS-TDS 2.2.6.5
 
 The session layer only sees a transport (``packets.SocketIO`` or ``TlsIO`` below) with ``recv``,
 ``sendall`` and ``readable``; ``packets.Channel.start_tls`` swaps one for the other."""
-import select
 import ssl
+
+from .packets import socket_readable
 
 ENCRYPT_OFF, ENCRYPT_ON, ENCRYPT_NOT_SUP, ENCRYPT_REQ = 0, 1, 2, 3
 ENCRYPT_CLIENT_CERT = 0x80
@@ -94,7 +95,7 @@ class TlsIO:
 
     def readable(self):
         """Is input waiting (decrypted, buffered raw bytes, or on the socket)?"""
-        return bool(self.tls.pending() or self.inb.pending or select.select([self.sock], [], [], 0)[0])
+        return bool(self.tls.pending() or self.inb.pending or socket_readable(self.sock))
 
     def sendall(self, data):
         self.tls.write(data)
