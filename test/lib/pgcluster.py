@@ -255,7 +255,10 @@ class Cluster:
                 return value
             if time.monotonic() > deadline:
                 if callable(what):
-                    what = what()
+                    try:
+                        what = what()
+                    except Exception as e:          # the server gone: the timeout is still the news
+                        what = "(its description failed: %s)" % e
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}\n"
                                      f"--- server log tail ---\n{self.log()[-4000:]}")
             time.sleep(interval)

@@ -253,6 +253,7 @@ def runs_done(airflow, n):
     """The DAG's runs once there are n and all of them succeeded (one listing: a run that ends between two
     listings is not counted twice)."""
     runs = airflow.runs()
+    assert not [r for r in runs if r["state"] == "failed"], runs      # no use waiting for those
     return runs if len(runs) == n and all(r["state"] == "success" for r in runs) else None
 
 
@@ -292,8 +293,12 @@ def test_each_final_hour_runs_the_dag_once_and_never_before_it_is_final(publishe
     # Delivered, each by one POST (Airflow holds one event per hour, above). An attempt may still outlast
     # its timeout when Airflow is slow to answer (py-spy attached to it once made it so); the next one
     # then finds the event the first created ("already"), or posts it if none was.
+    assert [r[0] for r in rows] == [hour(13), hour(14)] and len(events) == 2, (rows, events)
     for r in rows:
         assert r[1] == "delivered" and (r[3] == "sent" if r[2] == 1 else r[3] in ("sent", "already")), r
+    # Each event posted once: three events (two hours and the barrier's), three POSTs Airflow answered.
+    assert sum(1 for r in proxy.requests if r["method"] == "POST" and r["path"] == "/api/v2/assets/events"
+               and isinstance(r["status"], int) and 200 <= r["status"] < 300) == 3
     # One login for all of it: the token is kept.
     assert proxy.count(TOKEN, "POST") == 1
 
