@@ -336,7 +336,7 @@ def test_each_final_hour_is_one_materialization_in_order_never_early_across_a_we
     web.kill()
     stream.capture("2026-11-29 04:00:01+00")
     w.pg.wait_for(lambda: outbox(w)[2][3] >= 1 and "no answer from the Dagster webserver" in (outbox(w)[2][4] or ""),
-                  timeout=30, what=lambda: f"an attempt at the hour 02:00 that failed: {outbox(w)}")
+                  timeout=60, what=lambda: f"an attempt at the hour 02:00 that failed: {outbox(w)}")
     assert [e[2] for e in outbox(w)] == ["delivered", "delivered", "pending", "pending"]
     web.start()
     w.sql("SELECT finalize.retry_publication('sales.orders', %s)", (PUBLICATION,))
@@ -362,7 +362,7 @@ def test_a_repeat_after_an_unknown_outcome_is_found_not_reported_again(publisher
     w.sql("ALTER SERVER dagster OPTIONS (SET url %s)", (closed,))
     stream.capture("2026-11-29 05:00:01+00")
     w.pg.wait_for(lambda: len(outbox(w)) == before + 1 and outbox(w)[-1][3] >= 1 and outbox(w)[-1][4],
-                  timeout=30, what=lambda: f"a failed attempt at the hour 04:00: {outbox(w)}")
+                  timeout=60, what=lambda: f"a failed attempt at the hour 04:00: {outbox(w)}")
     event_id = outbox(w)[-1][0]
     # What that attempt would have left had it reached Dagster and its answer been lost.
     assert web.post("/report_asset_materialization/" + "/".join(ASSET),

@@ -135,7 +135,7 @@ def consumer(env, table, name):
     return rows[0] if rows else {}
 
 
-def wait_consumer(env, table, name, predicate, what, timeout=30):
+def wait_consumer(env, table, name, predicate, what, timeout=60):
     def check():
         c = consumer(env, table, name)
         return c if predicate(c) else None
@@ -199,11 +199,11 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     # Two commits applied: final up to the second one's minute.
     lake.apply(c[:2])
     wait_consumer(env, "sales.orders", "rs", lambda r: r["reported_lsn"] == c[1]["lsn"], "the first append")
-    env.pg.wait_for(lambda: until(env, "sales.orders") == START + MINUTE, timeout=20, what="verdict 09:01")
+    env.pg.wait_for(lambda: until(env, "sales.orders") == START + MINUTE, timeout=60, what="verdict 09:01")
     assert consumer(env, "sales.orders", "rs")["lake_condition"] is None
     check_truth(env, sim, lake, "sales.orders")
     lake.apply(c[2:3])
-    env.pg.wait_for(lambda: until(env, "sales.orders") == START + 2 * MINUTE, timeout=20, what="verdict 09:02")
+    env.pg.wait_for(lambda: until(env, "sales.orders") == START + 2 * MINUTE, timeout=60, what="verdict 09:02")
     check_truth(env, sim, lake, "sales.orders")
 
     # An OPTIMIZE (dataChange false) neither advances nor holds: the version read moves, nothing else.
@@ -218,7 +218,7 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     # the report back to what the table holds.
     lake.table().restore(0)
     loss = env.pg.wait_for(lambda: env.sql("SELECT lost_from, from_lsn, to_lsn FROM finalize.loss"),
-                           timeout=20, what="a loss")
+                           timeout=60, what="a loss")
     assert loss[0][0] <= c[2]["at"] and loss[0][1] == c[1]["lsn"] and loss[0][2] == c[2]["lsn"], loss
     assert consumer(env, "sales.orders", "rs")["reported_lsn"] == c[1]["lsn"]
     alert = env.sql("SELECT kind, severity, message FROM finalize.alerts WHERE state <> 'resolved' "
@@ -241,7 +241,7 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     lake.apply(c[2:3], lsn=c[3]["lsn"])
     wait_consumer(env, "sales.orders", "rs", lambda r: r["seen_head_id"] == lake.table().version(), "the rewrite")
     env.sql("SELECT finalize.acknowledge_loss('sales.orders', %s, 'infinity', 'c2 written again')", (START,))
-    env.pg.wait_for(lambda: until(env, "sales.orders") == START + 3 * MINUTE, timeout=20, what="verdict 09:03")
+    env.pg.wait_for(lambda: until(env, "sales.orders") == START + 3 * MINUTE, timeout=60, what="verdict 09:03")
     check_truth(env, sim, lake, "sales.orders")
 
     # The table dropped and created again, holding only c[4]: nothing before it is provable any more.
@@ -249,7 +249,7 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     lake.next_id = 1
     lake.apply(c[4:5])
     loss = env.pg.wait_for(lambda: env.sql("SELECT lost_from::text FROM finalize.loss WHERE from_lsn IS NULL"),
-                           timeout=20, what="the loss of the table created again")
+                           timeout=60, what="the loss of the table created again")
     assert loss[0][0] == "-infinity", loss
     wait_consumer(env, "sales.orders", "rs", lambda r: r["reported_lsn"] == c[4]["lsn"], "the new table's LSN")
     assert not is_final(env, "sales.orders", START)
@@ -285,7 +285,7 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     DeltaTable.create(repl.uri, SCHEMA, mode="overwrite")
     env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
                                     "AND detail->>'consumer' = 'repl' AND detail->>'held_lsn' IS NULL"),
-                    timeout=20, what="the loss of the replaced table")
+                    timeout=60, what="the loss of the replaced table")
     assert consumer(env, "sales.orders", "repl")["reported_lsn"] is None
 
     # A table at version 0 with the LSN deleted and created again, empty, as version 0 (the pipeline
@@ -299,7 +299,7 @@ def test_appends_optimize_restore_and_a_table_created_again_on_files(env, sim, l
     write_deltalake(again.uri, pa.Table.from_pylist([], schema=SCHEMA), mode="append")
     env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
                                     "AND detail->>'consumer' = 'again'"),
-                    timeout=20, what="the loss of the table created again at version 0")
+                    timeout=60, what="the loss of the table created again at version 0")
     assert consumer(env, "sales.orders", "again")["reported_lsn"] is None
 
     # A commit over the size cap (a sparse file): the log's condition, not the store's.
@@ -362,7 +362,7 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
     wait_consumer(env, "sales.orders", "good", lambda r: r["reported_lsn"] == c[2]["lsn"], "good read on")
     assert consumer(env, "sales.orders", "good")["lake_condition"] is None
     env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.alerts WHERE kind = 'log_malformed' "
-                                    "AND state <> 'resolved'"), timeout=20, what="the log_malformed incident")
+                                    "AND state <> 'resolved'"), timeout=60, what="the log_malformed incident")
     assert until(env, "sales.orders") <= START + MINUTE
     assert_never_leads(env, "sales.orders", sim)
 
@@ -404,7 +404,7 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
     xmin = env.one("SELECT xmin::text FROM finalize.lake_consumer WHERE consumer = 'good'")
     s3.clear("requests")
     env.pg.wait_for(lambda: len([r for r in s3.requests() if "list-type" in (r["query"] or "")]) >= 5,
-                    timeout=20, what="five polls of the good table")
+                    timeout=60, what="five polls of the good table")
     assert env.one("SELECT xmin::text FROM finalize.lake_consumer WHERE consumer = 'good'") == xmin
 
     # The server pointed at another bucket: what the consumer proved may not be there, a loss.
@@ -412,7 +412,7 @@ def test_a_malformed_commit_and_store_faults_on_s3_hold_that_consumer_only_and_i
     env.sql("ALTER SERVER lake_s3 OPTIONS (SET bucket 'lake2')")
     env.pg.wait_for(lambda: env.sql("SELECT 1 FROM finalize.facts WHERE event = 'data_loss' "
                                     "AND detail->>'consumer' = 'good' AND detail->>'reason' LIKE '%store changed%'"),
-                    timeout=20, what="the loss of the store changed")
+                    timeout=60, what="the loss of the store changed")
     assert consumer(env, "sales.orders", "good")["reported_lsn"] is None
 
 
@@ -501,14 +501,14 @@ def test_appends_optimize_and_a_restore_on_azure_blob_storage(env, sim):
         env.wait_caught_up("sales.orders", sim)
         lake.apply(c[:2])
         lake.apply(c[2:3])
-        env.pg.wait_for(lambda: until(env, "sales.orders") == START + 2 * MINUTE, timeout=20, what="verdict 09:02")
+        env.pg.wait_for(lambda: until(env, "sales.orders") == START + 2 * MINUTE, timeout=60, what="verdict 09:02")
         check_truth(env, sim, lake, "sales.orders")
         lake.table().optimize.compact()
         optimized = lake.table().version()
         wait_consumer(env, "sales.orders", "az", lambda r: r["seen_head_id"] == optimized, "the OPTIMIZE read")
         assert until(env, "sales.orders") == START + 2 * MINUTE and not env.sql("SELECT * FROM finalize.loss")
         lake.table().restore(0)
-        loss = env.pg.wait_for(lambda: env.sql("SELECT from_lsn, to_lsn FROM finalize.loss"), timeout=20,
+        loss = env.pg.wait_for(lambda: env.sql("SELECT from_lsn, to_lsn FROM finalize.loss"), timeout=60,
                                what="a loss")
         assert loss[0] == (c[1]["lsn"], c[2]["lsn"]), loss
         lake.apply(c[3:4])
