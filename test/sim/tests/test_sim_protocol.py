@@ -139,16 +139,16 @@ def test_attention_stops_waitfor_and_is_acknowledged(sim):
 def test_a_full_packet_is_sent_while_the_batch_still_runs(sim):
     """SQL Server sends a response packet as it fills: a client's timeout (DB-Library's dbsettime) waits
     for the next packet, not for the whole batch. The first result here fills more than a packet; the
-    batch then waits 3 s: the first packet arrives well before its end."""
+    batch then waits 3 s: the first packet arrives that long before the last (on a machine however
+    loaded: held back, they came together)."""
     r, _, _ = login_ok(sim.port)
-    t0 = time.monotonic()
     r.batch("SELECT REPLICATE(CAST('x' AS varchar(max)), 20000) AS big; WAITFOR DELAY '00:00:03'; SELECT 1")
     typ, status, _, _, _ = r.packet()
-    first = time.monotonic() - t0
+    first = time.monotonic()
     assert typ == 0x04 and not status & 1          # a packet of the reply, not its last
     while not status & 1:
         typ, status, _, _, _ = r.packet()
-    assert time.monotonic() - t0 >= 3 > first, first
+    assert time.monotonic() - first >= 2.5, time.monotonic() - first
     r.close()
 
 
