@@ -82,6 +82,11 @@ class Airflow:
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": self.url + "/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": "finalize-tests-jwt-secret-0123456789abcdef",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            # A task's calls to the api-server wait 5 s by default, five tries in all; CI's load once kept
+            # the api-server from answering that long and the run failed (httpx.ReadTimeout in the
+            # scheduler's log). Airflow's description of the option: "Increase this value if you experience
+            # timeout errors under high load". With 120 s a 45 s SIGSTOP of the api-server mid-task passes.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
         })
         write_recipe("airflow-publication-dag", os.path.join(dags, "orders_by_hour.py"), "python")
         with open(os.path.join(dags, "barrier.py"), "w") as f:
@@ -183,6 +188,23 @@ class Airflow:
     def keys(self, uri=ASSET):
         return [e["partition_key"] for e in self.events(uri)]
 
+    def why_failed(self, runs, dag_id="orders_by_hour"):
+        """What Airflow says of failed runs: each task instance's state and the end of its log, then the
+        scheduler's log (a failure on CI is read from this text alone)."""
+        text = []
+        for r in runs:
+            base = "/api/v2/dags/%s/dagRuns/%s/taskInstances" % (dag_id, urllib.parse.quote(r["dag_run_id"], safe=""))
+            text.append("run %s: %s" % (r["dag_run_id"], json.dumps(r, default=str)))
+            try:
+                for ti in self.get(base)["task_instances"]:
+                    text.append("task %s: state %s, try %s" % (ti["task_id"], ti["state"], ti.get("try_number")))
+                    log = self.get("%s/%s/logs/%d?full_content=true" % (base, ti["task_id"], ti.get("try_number") or 1))
+                    text.append(json.dumps(log.get("content"), default=str)[-4000:])
+            except (AssertionError, urllib.error.URLError, OSError) as e:
+                text.append("(its task instances could not be read: %s)" % e)
+        text.append("scheduler's log:\n" + self.log_tail("scheduler"))
+        return "\n".join(text)
+
     def runs(self, dag_id="orders_by_hour"):
         """The DAG's runs, oldest first."""
         return self.get("/api/v2/dags/%s/dagRuns?order_by=id&limit=100" % dag_id)["dag_runs"]
@@ -253,7 +275,8 @@ def runs_done(airflow, n):
     """The DAG's runs once there are n and all of them succeeded (one listing: a run that ends between two
     listings is not counted twice)."""
     runs = airflow.runs()
-    assert not [r for r in runs if r["state"] == "failed"], runs      # no use waiting for those
+    failed = [r for r in runs if r["state"] == "failed"]
+    assert not failed, airflow.why_failed(failed)      # no use waiting for those
     return runs if len(runs) == n and all(r["state"] == "success" for r in runs) else None
 
 
