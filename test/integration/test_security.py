@@ -216,7 +216,13 @@ def assert_never_ran_as_another_role(pg):
 
 
 def drop_plants(pg):
+    """Drops the attackers' schemas, once their closed sessions have ended: a backend drops its pg_temp
+    look-alikes (whose CHECKs call the schema's trap) as it exits, after the client's close() returned, and a
+    DROP SCHEMA ... CASCADE beside it deadlocks on their constraints (seen on a loaded run)."""
     for (schema,) in pg.sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'sec\\_%\\_evil'"):
+        role = schema[:-len("_evil")]
+        pg.wait_for(lambda: not pg.sql("SELECT 1 FROM pg_stat_activity WHERE usename = %s", (role,)),
+                    timeout=60, what=f"the sessions of {role} to end")
         pg.sql(f"DROP SCHEMA {schema} CASCADE")
 
 
