@@ -222,7 +222,9 @@ def drop_plants(pg):
     for (schema,) in pg.sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'sec\\_%\\_evil'"):
         role = schema[:-len("_evil")]
         pg.wait_for(lambda: not pg.sql("SELECT 1 FROM pg_stat_activity WHERE usename = %s", (role,)),
-                    timeout=60, what=f"the sessions of {role} to end")
+                    timeout=60, what=lambda: "the sessions of %s to end: %s" % (role, pg.sql(
+                        "SELECT pid, datname, state, backend_start, left(query, 200) FROM pg_stat_activity "
+                        "WHERE usename = %s", (role,))))
         pg.sql(f"DROP SCHEMA {schema} CASCADE")
 
 
